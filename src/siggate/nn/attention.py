@@ -1,0 +1,183 @@
+"""Gated multi-head self-attention (the SigGate-GT attention block).
+
+Each head ``k`` computes softmax attention ``O_k = softmax(Q_k K_k^T / sqrt(d_head)) V_k``;
+SigGate-GT multiplies it element by element by an input-conditioned sigmoid gate
+``G_k = sigmoid(X W_Gk + b_Gk)`` before the heads are concatenated and projected.
+A softmax row is a convex combination of value vectors, so an ungated head can never
+"attend to nothing"; the gate, with values in (0, 1), lets it scale its output down.
+
+The gate logits are extra output columns of the fused input projection (as in the
+gated-attention language-model code): one column per head for ``gate="headwise"``
+(``d*H + H`` extra parameters) and one per head dimension for ``gate="elementwise"``
+(``d*d + d`` extra parameters). ``gate="none"`` is exactly ungated multi-head attention,
+i.e. what GraphGPS uses.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+GATE_KINDS = ("none", "headwise", "elementwise")
+GATE_POSITIONS = ("output", "value", "post")
+
+
+class GatedMultiheadAttention(nn.Module):
+    r"""Multi-head self-attention with an optional input-conditioned sigmoid gate.
+
+    From "SigGate-GT" (a GraphGPS graph transformer with sigmoid-gated attention); the gate
+    follows the gated attention of Qiu et al., "Gated Attention for Large Language Models"
+    (https://arxiv.org/abs/2505.06708).
+
+    Args:
+        dim (int): model width ``d``; must be divisible by ``heads``.
+        heads (int): number of heads ``H`` (``d_head = d / H``). (default: ``4``)
+        gate (str): ``"none"``, ``"headwise"`` (one scalar gate per head and node) or
+            ``"elementwise"`` (one gate per head dimension and node). (default: ``"elementwise"``)
+        gate_position (str): where the gate multiplies. ``"output"`` gates each head's
+            attention output before concatenation (the paper's choice), ``"value"`` gates
+            the values before attention, ``"post"`` gates after the output projection.
+            (default: ``"output"``)
+        gate_bias_init (float): initial gate bias ``b_G``. The gate starts at
+            ``sigmoid(X W_G + b_G)``; with the default ``0.0`` it is centred on
+            ``sigmoid(0) = 0.5``, a large positive value starts it fully open (1.0).
+            (default: ``0.0``)
+        gate_weight_std (float, optional): if given, the gate weights start from
+            ``N(0, gate_weight_std^2)``; ``0.0`` makes the initial gate the constant
+            ``sigmoid(gate_bias_init)``. If ``None``, Xavier-uniform like ``q, k, v``.
+            (default: ``None``)
+        attn_dropout (float): dropout on the attention probabilities. (default: ``0.0``)
+        bias (bool): biases in the projections. (default: ``True``)
+        fused (bool): use ``F.scaled_dot_product_attention``; the readable path is used
+            instead when ``False`` or when details are requested. (default: ``True``)
+
+    Shapes:
+        - input ``x``: ``(B, N, d)``, ``mask``: ``(B, N)`` bool, ``True`` for real nodes
+          (PyG's ``to_dense_batch`` convention) or ``None``;
+        - output: ``(B, N, d)``; with ``return_details=True`` also a dict with
+          ``attn`` ``(B, H, N, N)``, ``head_out`` (before the gate) and ``head_out_gated``
+          ``(B, N, H, d_head)`` and ``gate`` (``(B, N, H, d_head)`` or ``(B, N, H, 1)``,
+          ``None`` for ``gate="none"``).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int = 4,
+        gate: str = "elementwise",
+        gate_position: str = "output",
+        gate_bias_init: float = 0.0,
+        gate_weight_std: float | None = None,
+        attn_dropout: float = 0.0,
+        bias: bool = True,
+        fused: bool = True,
+    ) -> None:
+        super().__init__()
+        if dim % heads != 0:
+            raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
+        if gate not in GATE_KINDS:
+            raise ValueError(f"gate must be one of {GATE_KINDS}, got {gate!r}")
+        if gate_position not in GATE_POSITIONS:
+            raise ValueError(f"gate_position must be one of {GATE_POSITIONS}, got {gate_position!r}")
+        if not 0.0 <= attn_dropout < 1.0:
+            raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
+        self.dim = dim
+        self.heads = heads
+        self.head_dim = dim // heads
+        self.gate = gate
+        self.gate_position = gate_position
+        self.gate_bias_init = float(gate_bias_init)
+        self.gate_weight_std = gate_weight_std
+        self.attn_dropout = attn_dropout
+        self.fused = fused
+        self.gate_dim = {"none": 0, "headwise": heads, "elementwise": dim}[gate]
+        # One matmul computes q, k, v and the gate logits.
+        self.in_proj = nn.Linear(dim, 3 * dim + self.gate_dim, bias=bias)
+        self.out_proj = nn.Linear(dim, dim, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self, reset_gate: bool = True) -> None:
+        """Re-initialise ``q, k, v`` and output projections like ``nn.MultiheadAttention``,
+        then (if ``reset_gate``) the gate. The gate comes last so that gated and ungated
+        models built from the same seed share every other initial weight."""
+        d = self.dim
+        w = self.in_proj.weight
+        with torch.no_grad():
+            qkv = torch.empty(3 * d, d, dtype=w.dtype, device=w.device)
+            nn.init.xavier_uniform_(qkv)
+            w[: 3 * d].copy_(qkv)
+            if self.in_proj.bias is not None:
+                self.in_proj.bias[: 3 * d].zero_()
+        self.out_proj.reset_parameters()
+        if self.out_proj.bias is not None:
+            nn.init.zeros_(self.out_proj.bias)
+        if reset_gate:
+            self.reset_gate()
+
+    def reset_gate(self) -> None:
+        """Re-initialise the gate weights and set the gate bias to ``gate_bias_init``."""
+        if self.gate_dim == 0:
+            return
+        d = self.dim
+        w = self.in_proj.weight
+        with torch.no_grad():
+            g = torch.empty(self.gate_dim, d, dtype=w.dtype, device=w.device)
+            if self.gate_weight_std is None:
+                nn.init.xavier_uniform_(g)
+            else:
+                nn.init.normal_(g, 0.0, self.gate_weight_std)
+            w[3 * d :].copy_(g)
+            if self.in_proj.bias is not None:
+                self.in_proj.bias[3 * d :].fill_(self.gate_bias_init)
+
+    def gate_parameters(self) -> int:
+        """Number of parameters the gate adds (``d*d + d``, ``d*H + H`` or 0)."""
+        return self.gate_dim * (self.dim + (1 if self.in_proj.bias is not None else 0))
+
+    def _split(self, x: Tensor):
+        B, N, _ = x.shape
+        d, H, dh = self.dim, self.heads, self.head_dim
+        proj = self.in_proj(x)  # B, N, 3d + g
+        q, k, v = (proj[..., i * d : (i + 1) * d].view(B, N, H, dh) for i in range(3))
+        gate = None
+        if self.gate_dim:
+            gate = torch.sigmoid(proj[..., 3 * d :]).view(B, N, H, -1)  # B, N, H, dh|1
+        return q, k, v, gate
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, return_details: bool = False):
+        B, N, _ = x.shape
+        q, k, v, gate = self._split(x)
+        if gate is not None and self.gate_position == "value":
+            v = v * gate
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # B, H, N, dh
+        p_drop = self.attn_dropout if self.training else 0.0
+        attn = None
+        if self.fused and not return_details:
+            attn_mask = None if mask is None else mask[:, None, None, :]  # B, 1, 1, N
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p_drop)
+        else:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # B, H, N, N
+            if mask is not None:
+                scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+            attn = scores.softmax(dim=-1)
+            o = F.dropout(attn, p_drop, training=self.training) @ v
+        o = o.transpose(1, 2)  # B, N, H, dh
+        head_out = o
+        if gate is not None and self.gate_position == "output":
+            o = o * gate
+        out = self.out_proj(o.reshape(B, N, self.dim))
+        if gate is not None and self.gate_position == "post":
+            out = (out.view(B, N, self.heads, self.head_dim) * gate).view(B, N, self.dim)
+        if not return_details:
+            return out
+        return out, {"attn": attn, "head_out": head_out, "head_out_gated": o, "gate": gate}
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, heads={self.heads}, gate={self.gate!r}, "
+            f"gate_position={self.gate_position!r}, gate_bias_init={self.gate_bias_init}, "
+            f"attn_dropout={self.attn_dropout}, fused={self.fused}"
+        )

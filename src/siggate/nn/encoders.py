@@ -1,0 +1,160 @@
+"""Node, edge and positional encoders (GraphGPS-style feature encoders).
+
+The node encoder embeds atoms into ``dim - pe_dim`` channels and the positional encoder
+produces ``pe_dim`` channels; the two are concatenated, as in GraphGPS.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ogb.graphproppred.mol_encoder import AtomEncoder, BondEncoder
+
+
+class TypeEncoder(nn.Module):
+    """Embedding of integer node/edge types (ZINC atoms and bonds).
+
+    Shapes: ``[N]`` or ``[N, 1]`` long -> ``[N, dim]``.
+    """
+
+    def __init__(self, num_types: int, dim: int) -> None:
+        super().__init__()
+        self.num_types = num_types
+        self.emb = nn.Embedding(num_types, dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.emb.reset_parameters()
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() == 2:
+            x = x[:, 0]
+        return self.emb(x)
+
+
+class OGBAtomEncoder(AtomEncoder):
+    """OGB ``AtomEncoder`` (sum of 9 categorical embeddings), with ``reset_parameters``.
+
+    Shapes: ``[N, 9]`` long -> ``[N, dim]``.
+    """
+
+    def reset_parameters(self) -> None:
+        for emb in self.atom_embedding_list:
+            nn.init.xavier_uniform_(emb.weight.data)
+
+
+class OGBBondEncoder(BondEncoder):
+    """OGB ``BondEncoder`` (sum of 3 categorical embeddings). Shapes: ``[E, 3]`` -> ``[E, dim]``."""
+
+    def reset_parameters(self) -> None:
+        for emb in self.bond_embedding_list:
+            nn.init.xavier_uniform_(emb.weight.data)
+
+
+class RWSEEncoder(nn.Module):
+    """Random-walk structural encoding (Dwivedi et al. 2022): BatchNorm over the ``k``
+    return probabilities, then a linear map to ``pe_dim`` channels (GraphGPS ``RWSE``).
+
+    Shapes: ``rwse [N, k]`` -> ``[N, pe_dim]``.
+    """
+
+    def __init__(self, steps: int, pe_dim: int) -> None:
+        super().__init__()
+        self.steps = steps
+        self.norm = nn.BatchNorm1d(steps)
+        self.lin = nn.Linear(steps, pe_dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.norm.reset_parameters()
+        self.lin.reset_parameters()
+
+    def forward(self, data) -> Tensor:
+        return self.lin(self.norm(data.rwse))
+
+
+class LapPEEncoder(nn.Module):
+    """Laplacian eigenvector encoding with a DeepSet over the ``m`` (eigvec, eigval) pairs
+    (GraphGPS ``LapPE`` with ``model: DeepSet``).
+
+    Each pair ``(u_i[v], lambda_i)`` goes through ``Linear(2, pe_dim)`` and a 2-layer ReLU MLP;
+    pairs that are padding (NaN, for graphs with fewer than ``m`` nodes) are zeroed; the
+    ``m`` results are summed. In training, each eigenvector's sign is flipped at random per
+    graph (eigenvectors are only defined up to sign).
+
+    Shapes: ``lap_vec [N, m]``, ``lap_val [N, m]`` -> ``[N, pe_dim]``.
+    """
+
+    def __init__(self, m: int, pe_dim: int, layers: int = 2) -> None:
+        super().__init__()
+        self.m = m
+        self.lin_in = nn.Linear(2, pe_dim)
+        mlp = []
+        for _ in range(layers):
+            mlp += [nn.ReLU(), nn.Linear(pe_dim, pe_dim)]
+        self.mlp = nn.Sequential(*mlp, nn.ReLU())
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin_in.reset_parameters()
+        for mod in self.mlp:
+            if isinstance(mod, nn.Linear):
+                mod.reset_parameters()
+
+    def forward(self, data) -> Tensor:
+        vec, val = data.lap_vec, data.lap_val
+        if self.training:
+            batch = getattr(data, "batch", None)
+            num_graphs = int(batch.max()) + 1 if batch is not None and batch.numel() else 1
+            sign = torch.randint(0, 2, (num_graphs, vec.size(1)), device=vec.device) * 2 - 1
+            vec = vec * (sign[batch] if batch is not None else sign[0])
+        pad = torch.isnan(vec) | torch.isnan(val)
+        pair = torch.stack([vec, val], dim=-1).masked_fill(pad.unsqueeze(-1), 0.0)  # N, m, 2
+        h = self.mlp(self.lin_in(pair))  # N, m, pe_dim
+        return h.masked_fill(pad.unsqueeze(-1), 0.0).sum(dim=1)
+
+
+PE_ENCODERS = {"rwse": RWSEEncoder, "lappe": LapPEEncoder}
+
+
+class NodeEncoder(nn.Module):
+    """Atom embedding (``dim - pe_dim`` channels) concatenated with a positional encoding.
+
+    Args:
+        node_features (str): ``"ogb"`` (OGB 9-column atoms) or ``"typed"`` (type index).
+        dim (int): output width.
+        num_node_types (int): number of types for ``"typed"``.
+        pe (str): ``"none"``, ``"rwse"`` or ``"lappe"``.
+        pe_steps (int): RWSE steps ``k`` or LapPE eigenvectors ``m``.
+        pe_dim (int): channels of the positional part.
+
+    Shapes: ``data.x`` (+ ``data.rwse`` or ``data.lap_vec``/``lap_val``) -> ``[N, dim]``.
+    """
+
+    def __init__(self, node_features: str, dim: int, num_node_types: int = 0, pe: str = "none",
+                 pe_steps: int = 0, pe_dim: int = 0) -> None:
+        super().__init__()
+        if pe != "none" and pe not in PE_ENCODERS:
+            raise ValueError(f"pe must be one of {sorted(PE_ENCODERS) + ['none']}, got {pe!r}")
+        if pe != "none" and not 0 < pe_dim < dim:
+            raise ValueError(f"pe_dim must be in (0, dim={dim}) when pe={pe!r}, got {pe_dim}")
+        atom_dim = dim - (pe_dim if pe != "none" else 0)
+        self.atom = OGBAtomEncoder(atom_dim) if node_features == "ogb" else TypeEncoder(num_node_types, atom_dim)
+        self.pe = PE_ENCODERS[pe](pe_steps, pe_dim) if pe != "none" else None
+
+    def reset_parameters(self) -> None:
+        self.atom.reset_parameters()
+        if self.pe is not None:
+            self.pe.reset_parameters()
+
+    def forward(self, data) -> Tensor:
+        h = self.atom(data.x)
+        if self.pe is None:
+            return h
+        return torch.cat([h, self.pe(data)], dim=-1)
+
+
+def make_edge_encoder(node_features: str, dim: int, num_edge_types: int = 0) -> nn.Module:
+    """OGB ``BondEncoder`` for ``"ogb"`` features, a type embedding for ``"typed"``."""
+    return OGBBondEncoder(dim) if node_features == "ogb" else TypeEncoder(num_edge_types, dim)

@@ -1,0 +1,249 @@
+"""GPS layer: a local message-passing branch and a global attention branch, summed.
+
+GraphGPS semantics (Rampášek et al., "Recipe for a General, Powerful, Scalable Graph
+Transformer", https://arxiv.org/abs/2205.12454): both branches read the layer input;
+each applies dropout, adds the residual and applies BatchNorm; the two are summed; then
+a feed-forward block ``d -> 2d -> d`` with a residual and BatchNorm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import GatedMultiheadAttention
+
+
+@dataclass
+class DenseIndex:
+    """Where each node of a PyG batch sits in the padded ``(B, N_max)`` layout.
+
+    Computed once per forward pass and shared by every layer (PyG's ``to_dense_batch``
+    recomputes it in each layer).
+    """
+
+    flat: Tensor  # [num_nodes] position in the flattened (B * N_max) layout
+    mask: Tensor  # [B, N_max] True for real nodes
+    batch_size: int
+    max_nodes: int
+
+    @classmethod
+    def from_batch(cls, batch: Tensor, batch_size: int | None = None) -> "DenseIndex":
+        if batch_size is None:
+            batch_size = int(batch.max()) + 1 if batch.numel() else 0
+        counts = torch.bincount(batch, minlength=batch_size)
+        max_nodes = int(counts.max()) if counts.numel() else 0
+        ptr = torch.zeros(batch_size + 1, dtype=torch.long, device=batch.device)
+        ptr[1:] = counts.cumsum(0)
+        pos = torch.arange(batch.numel(), device=batch.device) - ptr[batch]
+        flat = batch * max_nodes + pos
+        mask = torch.zeros(batch_size * max_nodes, dtype=torch.bool, device=batch.device)
+        mask[flat] = True
+        return cls(flat, mask.view(batch_size, max_nodes), batch_size, max_nodes)
+
+    def to_dense(self, x: Tensor) -> Tensor:
+        """``[num_nodes, d] -> [B, N_max, d]`` (zeros at padding)."""
+        out = x.new_zeros(self.batch_size * self.max_nodes, x.size(-1))
+        out[self.flat] = x
+        return out.view(self.batch_size, self.max_nodes, -1)
+
+    def to_sparse(self, x: Tensor) -> Tensor:
+        """``[B, N_max, d] -> [num_nodes, d]``."""
+        return x.reshape(self.batch_size * self.max_nodes, -1)[self.flat]
+
+
+def _scatter_sum(src: Tensor, index: Tensor, num: int) -> Tensor:
+    out = src.new_zeros(num, src.size(-1))
+    return out.index_add_(0, index, src)
+
+
+class GINELocal(nn.Module):
+    """GINE message passing (Hu et al. 2020): ``h_i' = MLP((1 + eps) h_i + sum_j ReLU(h_j + e_ji))``.
+
+    Shapes: ``x [N, d]``, ``edge_index [2, E]``, ``edge_attr [E, d]`` -> ``(x' [N, d], edge_attr)``;
+    the edge stream is passed through unchanged (GraphGPS).
+    """
+
+    updates_edges = False
+
+    def __init__(self, dim: int, dropout: float = 0.0, train_eps: bool = False) -> None:
+        super().__init__()
+        self.dim = dim
+        self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
+        self.train_eps = train_eps
+        self.eps = nn.Parameter(torch.zeros(1), requires_grad=train_eps)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for m in self.mlp:
+            if isinstance(m, nn.Linear):
+                m.reset_parameters()
+        nn.init.zeros_(self.eps)
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor):
+        src, dst = edge_index
+        msg = F.relu(x[src] + edge_attr)
+        agg = _scatter_sum(msg, dst, x.size(0))
+        return self.mlp((1 + self.eps) * x + agg), edge_attr
+
+
+class GatedGCNLocal(nn.Module):
+    """Residual gated graph conv with an edge stream (Bresson & Laurent 2017; GraphGPS's GatedGCN).
+
+    ``e_ij' = C e_ij + D h_i + E h_j``, ``s_ij = sigmoid(e_ij')``,
+    ``h_i' = A h_i + sum_j s_ij * B h_j / (sum_j s_ij + 1e-6)``; both streams then go through
+    BatchNorm, ReLU, dropout and a residual, and the updated edge features feed the next layer.
+    Here ``i`` is the target and ``j`` the source of edge ``j -> i``.
+
+    Shapes: ``x [N, d]``, ``edge_index [2, E]``, ``edge_attr [E, d]`` -> ``(x' [N, d], edge_attr' [E, d])``.
+    """
+
+    updates_edges = True
+
+    def __init__(self, dim: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.dim = dim
+        self.dropout = dropout
+        # A, B, D, E read node features; one matmul for all four.
+        self.node_proj = nn.Linear(dim, 4 * dim)
+        self.C = nn.Linear(dim, dim)
+        self.bn_node = nn.BatchNorm1d(dim)
+        self.bn_edge = nn.BatchNorm1d(dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.node_proj.reset_parameters()
+        self.C.reset_parameters()
+        self.bn_node.reset_parameters()
+        self.bn_edge.reset_parameters()
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor):
+        src, dst = edge_index
+        Ax, Bx, Dx, Ex = self.node_proj(x).chunk(4, dim=-1)
+        e = self.C(edge_attr) + Dx[dst] + Ex[src]
+        sigma = torch.sigmoid(e)
+        num = _scatter_sum(sigma * Bx[src], dst, x.size(0))
+        den = _scatter_sum(sigma, dst, x.size(0))
+        h = Ax + num / (den + 1e-6)
+        h = F.dropout(F.relu(self.bn_node(h)), self.dropout, self.training)
+        e = F.dropout(F.relu(self.bn_edge(e)), self.dropout, self.training)
+        return x + h, edge_attr + e
+
+
+LOCAL_MODELS = {"gine": GINELocal, "gatedgcn": GatedGCNLocal}
+
+
+class GPSLayer(nn.Module):
+    r"""One GraphGPS layer with SigGate-GT attention.
+
+    .. math::
+        h_L = \mathrm{BN}(x + \mathrm{Drop}(\mathrm{MPNN}(x))),\quad
+        h_A = \mathrm{BN}(x + \mathrm{Drop}(\mathrm{Attn}(x))),\quad
+        h = h_L + h_A,\quad x' = \mathrm{BN}(h + \mathrm{FFN}(h))
+
+    (GatedGCN already applies its own dropout and residual, as in GraphGPS.)
+
+    Args:
+        dim (int): hidden width ``d``.
+        heads (int): attention heads. (default: ``4``)
+        local (str): ``"gine"``, ``"gatedgcn"`` or ``"none"``. (default: ``"gine"``)
+        attn (bool): use the global attention branch. (default: ``True``)
+        gate (str): ``"none"``, ``"headwise"`` or ``"elementwise"``; see
+            :class:`GatedMultiheadAttention`. (default: ``"elementwise"``)
+        gate_position (str): ``"output"``, ``"value"`` or ``"post"``. (default: ``"output"``)
+        gate_bias_init (float): initial gate bias. (default: ``0.0``)
+        dropout (float): dropout after each branch and in the FFN. (default: ``0.0``)
+        attn_dropout (float): dropout on attention probabilities. (default: ``0.0``)
+        fused (bool): fused ``scaled_dot_product_attention`` path. (default: ``True``)
+
+    Shapes:
+        ``x [N, d]``, ``edge_index [2, E]``, ``edge_attr [E, d]``, ``batch [N]`` ->
+        ``(x' [N, d], edge_attr' [E, d])``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int = 4,
+        local: str = "gine",
+        attn: bool = True,
+        gate: str = "elementwise",
+        gate_position: str = "output",
+        gate_bias_init: float = 0.0,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        fused: bool = True,
+    ) -> None:
+        super().__init__()
+        if local != "none" and local not in LOCAL_MODELS:
+            raise ValueError(f"local must be one of {sorted(LOCAL_MODELS) + ['none']}, got {local!r}")
+        if local == "none" and not attn:
+            raise ValueError("a GPS layer needs at least one branch (local or attention)")
+        self.dim = dim
+        self.local_kind = local
+        self.dropout = dropout
+        self.local = None if local == "none" else LOCAL_MODELS[local](dim, dropout=dropout)
+        self.norm_local = nn.BatchNorm1d(dim) if self.local is not None else None
+        self.attn = (
+            GatedMultiheadAttention(
+                dim, heads, gate=gate, gate_position=gate_position, gate_bias_init=gate_bias_init,
+                attn_dropout=attn_dropout, fused=fused,
+            )
+            if attn
+            else None
+        )
+        self.norm_attn = nn.BatchNorm1d(dim) if attn else None
+        self.ff1 = nn.Linear(dim, 2 * dim)
+        self.ff2 = nn.Linear(2 * dim, dim)
+        self.norm_ff = nn.BatchNorm1d(dim)
+        self.reset_parameters()
+
+    def reset_parameters(self, reset_gate: bool = True) -> None:
+        if self.local is not None:
+            self.local.reset_parameters()
+            self.norm_local.reset_parameters()
+        if self.attn is not None:
+            self.attn.reset_parameters(reset_gate=reset_gate)
+            self.norm_attn.reset_parameters()
+        self.ff1.reset_parameters()
+        self.ff2.reset_parameters()
+        self.norm_ff.reset_parameters()
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_attr: Tensor,
+        batch: Tensor | None = None,
+        dense: DenseIndex | None = None,
+        return_details: bool = False,
+    ):
+        out = 0
+        details = None
+        if self.local is not None:
+            h, edge_attr = self.local(x, edge_index, edge_attr)
+            if not self.local.updates_edges:
+                h = x + F.dropout(h, self.dropout, self.training)
+            out = out + self.norm_local(h)
+        if self.attn is not None:
+            if dense is None:
+                if batch is None:
+                    batch = x.new_zeros(x.size(0), dtype=torch.long)
+                dense = DenseIndex.from_batch(batch)
+            xd = dense.to_dense(x)
+            res = self.attn(xd, dense.mask, return_details=return_details)
+            if return_details:
+                res, details = res
+            h = x + F.dropout(dense.to_sparse(res), self.dropout, self.training)
+            out = out + self.norm_attn(h)
+        ff = self.ff2(F.dropout(F.relu(self.ff1(out)), self.dropout, self.training))
+        x = self.norm_ff(out + F.dropout(ff, self.dropout, self.training))
+        if return_details:
+            return x, edge_attr, details
+        return x, edge_attr
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, local={self.local_kind!r}, dropout={self.dropout}"

@@ -1,0 +1,152 @@
+"""SigGate-GT: a GraphGPS graph transformer whose attention heads carry sigmoid gates."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn import global_add_pool, global_mean_pool
+
+from .attention import GatedMultiheadAttention
+from .encoders import NodeEncoder, make_edge_encoder
+from .layer import DenseIndex, GPSLayer
+
+POOLING = {"add": global_add_pool, "mean": global_mean_pool}
+
+
+class SigGateGT(nn.Module):
+    r"""Graph-level SigGate-GT model: encoders, ``layers`` GPS layers, pooling and an MLP head.
+
+    With ``gate="none"`` this is the GraphGPS model (Rampášek et al. 2022,
+    https://arxiv.org/abs/2205.12454).
+
+    Args:
+        num_tasks (int): outputs per graph ``T``.
+        dim (int): hidden width. (default: ``64``)
+        layers (int): number of GPS layers. (default: ``10``)
+        heads (int): attention heads. (default: ``4``)
+        local (str): ``"gine"``, ``"gatedgcn"`` or ``"none"``. (default: ``"gine"``)
+        attn (bool): global attention branch on/off. (default: ``True``)
+        gate (str): ``"none"``, ``"headwise"`` or ``"elementwise"``. (default: ``"elementwise"``)
+        gate_position (str): ``"output"``, ``"value"`` or ``"post"``. (default: ``"output"``)
+        gate_bias_init (float): initial gate bias (gate starts near ``sigmoid`` of it). (default: ``0.0``)
+        dropout (float): dropout in the layers. (default: ``0.0``)
+        attn_dropout (float): attention-probability dropout. (default: ``0.5``)
+        node_features (str): ``"ogb"`` or ``"typed"``. (default: ``"ogb"``)
+        num_node_types (int): node types for ``"typed"``. (default: ``0``)
+        num_edge_types (int): edge types for ``"typed"``. (default: ``0``)
+        pe (str): ``"none"``, ``"rwse"`` or ``"lappe"``. (default: ``"none"``)
+        pe_steps (int): RWSE steps or LapPE eigenvectors. (default: ``0``)
+        pe_dim (int): channels given to the positional encoding. (default: ``0``)
+        pooling (str): ``"add"`` or ``"mean"``. (default: ``"add"``)
+        head_layers (int): layers of the prediction MLP, halving the width each time
+            (GraphGPS ``san_graph`` head). (default: ``3``)
+        fused (bool): fused attention kernel. (default: ``True``)
+
+    Shapes: a PyG ``Batch`` with ``G`` graphs -> ``[G, T]``.
+    """
+
+    def __init__(
+        self,
+        num_tasks: int,
+        dim: int = 64,
+        layers: int = 10,
+        heads: int = 4,
+        local: str = "gine",
+        attn: bool = True,
+        gate: str = "elementwise",
+        gate_position: str = "output",
+        gate_bias_init: float = 0.0,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.5,
+        node_features: str = "ogb",
+        num_node_types: int = 0,
+        num_edge_types: int = 0,
+        pe: str = "none",
+        pe_steps: int = 0,
+        pe_dim: int = 0,
+        pooling: str = "add",
+        head_layers: int = 3,
+        fused: bool = True,
+    ) -> None:
+        super().__init__()
+        if pooling not in POOLING:
+            raise ValueError(f"pooling must be one of {sorted(POOLING)}, got {pooling!r}")
+        self.num_tasks = num_tasks
+        self.pooling = pooling
+        self.node_encoder = NodeEncoder(node_features, dim, num_node_types, pe, pe_steps, pe_dim)
+        self.edge_encoder = make_edge_encoder(node_features, dim, num_edge_types)
+        self.layers = nn.ModuleList(
+            GPSLayer(dim, heads, local=local, attn=attn, gate=gate, gate_position=gate_position,
+                     gate_bias_init=gate_bias_init, dropout=dropout, attn_dropout=attn_dropout, fused=fused)
+            for _ in range(layers)
+        )
+        head = []
+        width = dim
+        for _ in range(head_layers - 1):
+            head += [nn.Linear(width, width // 2), nn.ReLU()]
+            width //= 2
+        head.append(nn.Linear(width, num_tasks))
+        self.head = nn.Sequential(*head)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Re-initialise every parameter: first all non-gate parameters in a fixed order,
+        then the gates. Seeded identically, gated and ungated models thus share all
+        non-gate initial weights."""
+        self.node_encoder.reset_parameters()
+        self.edge_encoder.reset_parameters()
+        for layer in self.layers:
+            layer.reset_parameters(reset_gate=False)
+        for mod in self.head:
+            if isinstance(mod, nn.Linear):
+                mod.reset_parameters()
+        for mod in self.attention_modules():
+            mod.reset_gate()
+
+    def attention_modules(self) -> list[GatedMultiheadAttention]:
+        return [layer.attn for layer in self.layers if layer.attn is not None]
+
+    def gate_parameter_count(self) -> int:
+        return sum(m.gate_parameters() for m in self.attention_modules())
+
+    def forward(self, data, return_details: bool = False):
+        """Predict ``[G, T]``. With ``return_details=True`` also return a dict with
+        ``hidden`` (node representations after the encoder and after each layer, ``[N, d]``
+        each), ``attn`` (per-layer attention details, see
+        :class:`GatedMultiheadAttention`), ``mask`` ``[G, N_max]`` and ``graph_emb`` ``[G, d]``."""
+        batch = getattr(data, "batch", None)
+        if batch is None:
+            batch = data.x.new_zeros(data.x.size(0), dtype=torch.long)
+        num_graphs = int(getattr(data, "num_graphs", None) or (int(batch.max()) + 1))
+        dense = DenseIndex.from_batch(batch, num_graphs)
+        x = self.node_encoder(data)
+        e = self.edge_encoder(data.edge_attr)
+        hidden, attn = [x], []
+        for layer in self.layers:
+            if return_details:
+                x, e, det = layer(x, data.edge_index, e, batch, dense, return_details=True)
+                hidden.append(x)
+                attn.append(det)
+            else:
+                x, e = layer(x, data.edge_index, e, batch, dense)
+        g = POOLING[self.pooling](x, batch, size=num_graphs)
+        out = self.head(g)
+        if not return_details:
+            return out
+        return out, {"hidden": hidden, "attn": attn, "mask": dense.mask, "graph_emb": g}
+
+    @classmethod
+    def from_config(cls, model_cfg, info) -> "SigGateGT":
+        """Build from a model config (``siggate.config.ModelConfig`` or dict) and a
+        :class:`siggate.data.base.TaskInfo`."""
+        cfg = model_cfg if isinstance(model_cfg, dict) else model_cfg.to_dict()
+        keys = ("dim", "layers", "heads", "local", "attn", "gate", "gate_position", "gate_bias_init",
+                "dropout", "attn_dropout", "pe", "pe_steps", "pe_dim", "pooling", "head_layers", "fused")
+        kwargs = {k: cfg[k] for k in keys if k in cfg}
+        return cls(
+            num_tasks=info.num_tasks,
+            node_features=info.node_features,
+            num_node_types=info.num_node_types,
+            num_edge_types=info.num_edge_types,
+            **kwargs,
+        )
