@@ -1,0 +1,194 @@
+"""Official evaluation metrics for the SigGate-GT benchmarks.
+
+All metric functions take ``y_true`` and ``y_pred`` of shape ``[G, T]``
+(``G`` graphs, ``T`` targets/tasks) as numpy arrays or torch tensors (1-D
+inputs are treated as ``[G, 1]``). ``NaN`` in ``y_true`` marks a missing label
+and the corresponding entry is ignored. For classification ``y_pred`` holds raw
+scores / logits (any monotone score works: ROC-AUC and AP only depend on the
+ranking).
+
+Metrics
+-------
+``mae``
+    Mean absolute error, computed per target over that target's labelled
+    entries, then averaged over the targets that have at least one label.
+    This is scikit-learn's ``mean_absolute_error(..., multioutput="uniform_average")``
+    used by LRGB for Peptides-struct; with no missing labels it equals the
+    plain mean of ``|y_true - y_pred|`` over all entries.
+``rocauc``
+    OGB ``ogbg-molhiv`` semantics (``ogb.graphproppred.Evaluator._eval_rocauc``,
+    replicated exactly for any ``T``): for every task that has at least one
+    label ``1`` and one label ``0``, ROC-AUC over the labelled entries; the
+    result is the unweighted mean over those tasks.
+``ap``
+    OGB ``ogbg-molpcba`` semantics (``Evaluator._eval_ap``, replicated exactly
+    for any ``T``): same task selection as ``rocauc``, per-task
+    ``sklearn.metrics.average_precision_score``, unweighted mean over tasks.
+    This is also the LRGB Peptides-func metric.
+
+For ``rocauc`` / ``ap`` a :class:`MetricUndefinedError` is raised when no
+task has both classes. If a prediction needed for a metric is non-finite
+(e.g. a diverged model) the metric returns ``nan`` with a warning instead of
+raising, so training loops can record the failure; :func:`is_better` treats
+``nan`` as worse than any number.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Callable, Dict
+
+import numpy as np
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+__all__ = [
+    "MetricUndefinedError",
+    "mae",
+    "rocauc",
+    "average_precision",
+    "METRIC_FNS",
+    "HIGHER_IS_BETTER",
+    "compute_metric",
+    "higher_is_better",
+    "is_better",
+]
+
+
+class MetricUndefinedError(RuntimeError, ValueError):
+    """A metric is undefined for the given labels (e.g. no task has both classes).
+
+    Subclasses both ``RuntimeError`` (what OGB's Evaluator raises) and
+    ``ValueError``.
+    """
+
+
+def _to_numpy_2d(y_true, y_pred):
+    def conv(a, name):
+        if hasattr(a, "detach"):  # torch.Tensor (incl. bf16 / int / bool)
+            a = a.detach().cpu().double().numpy()
+        a = np.asarray(a, dtype=np.float64)
+        if a.ndim == 1:
+            a = a.reshape(-1, 1)
+        if a.ndim != 2:
+            raise ValueError(f"{name} must be 1-D or 2-D [G, T], got shape {a.shape}")
+        return a
+
+    yt = conv(y_true, "y_true")
+    yp = conv(y_pred, "y_pred")
+    if yt.shape != yp.shape:
+        raise ValueError(f"y_true and y_pred must have the same shape, got {yt.shape} and {yp.shape}")
+    return yt, yp
+
+
+def mae(y_true, y_pred) -> float:
+    """Mean absolute error ignoring ``NaN`` labels.
+
+    ``MAE = mean_t [ mean_{g : y_true[g, t] not NaN} |y_true[g, t] - y_pred[g, t]| ]``
+    over targets ``t`` with at least one label (LRGB Peptides-struct
+    convention: per-target MAE, then uniform average over targets). Equal to
+    the overall mean absolute error when no label is missing.
+
+    Raises :class:`MetricUndefinedError` when there is no label at all.
+    """
+    yt, yp = _to_numpy_2d(y_true, y_pred)
+    labelled = ~np.isnan(yt)
+    per_target = []
+    for t in range(yt.shape[1]):
+        m = labelled[:, t]
+        if m.any():
+            per_target.append(float(np.mean(np.abs(yt[m, t] - yp[m, t]))))
+    if not per_target:
+        raise MetricUndefinedError("No labelled entries in y_true; cannot compute MAE.")
+    return float(np.mean(per_target))
+
+
+def _per_task_binary(yt: np.ndarray, yp: np.ndarray, score_fn, metric_name: str) -> float:
+    scores = []
+    for t in range(yt.shape[1]):
+        col = yt[:, t]
+        # OGB: a task counts only if it has at least one positive and one negative label.
+        if np.sum(col == 1) > 0 and np.sum(col == 0) > 0:
+            labelled = ~np.isnan(col)
+            preds = yp[labelled, t]
+            if not np.all(np.isfinite(preds)):
+                warnings.warn(
+                    f"{metric_name}: non-finite predictions for task {t}; returning nan",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                return float("nan")
+            scores.append(float(score_fn(col[labelled], preds)))
+    if not scores:
+        raise MetricUndefinedError(
+            f"No task has both positive (1) and negative (0) labels; cannot compute {metric_name}."
+        )
+    return float(sum(scores) / len(scores))
+
+
+def rocauc(y_true, y_pred) -> float:
+    """ROC-AUC averaged over tasks, OGB ``ogbg-molhiv`` semantics.
+
+    Per task ``t``: skipped unless ``y_true[:, t]`` contains at least one ``1``
+    and one ``0``; otherwise ``roc_auc_score`` over the non-``NaN`` entries.
+    Returns the unweighted mean over evaluated tasks. Raises
+    :class:`MetricUndefinedError` if no task is evaluable.
+    """
+    yt, yp = _to_numpy_2d(y_true, y_pred)
+    return _per_task_binary(yt, yp, roc_auc_score, "ROC-AUC")
+
+
+def average_precision(y_true, y_pred) -> float:
+    """Average precision averaged over tasks, OGB ``ogbg-molpcba`` semantics.
+
+    Per task ``t``: skipped unless ``y_true[:, t]`` contains at least one ``1``
+    and one ``0``; otherwise ``average_precision_score`` over the non-``NaN``
+    entries. Returns the unweighted mean over evaluated tasks (also the LRGB
+    Peptides-func metric). Raises :class:`MetricUndefinedError` if no task is
+    evaluable.
+    """
+    yt, yp = _to_numpy_2d(y_true, y_pred)
+    return _per_task_binary(yt, yp, average_precision_score, "average precision")
+
+
+METRIC_FNS: Dict[str, Callable[..., float]] = {
+    "mae": mae,
+    "rocauc": rocauc,
+    "ap": average_precision,
+}
+
+#: Direction of each metric: ``True`` when larger values are better.
+HIGHER_IS_BETTER: Dict[str, bool] = {"mae": False, "rocauc": True, "ap": True}
+
+
+def _check_name(name: str) -> str:
+    if name not in METRIC_FNS:
+        raise ValueError(f"Unknown metric {name!r}; expected one of {sorted(METRIC_FNS)}")
+    return name
+
+
+def compute_metric(name: str, y_true, y_pred) -> float:
+    """Compute metric ``name`` (one of ``METRIC_FNS``) on ``y_true`` / ``y_pred``."""
+    return METRIC_FNS[_check_name(name)](y_true, y_pred)
+
+
+def higher_is_better(name: str) -> bool:
+    """``True`` for ``rocauc`` / ``ap``, ``False`` for ``mae``."""
+    return HIGHER_IS_BETTER[_check_name(name)]
+
+
+def is_better(name: str, a: float, b: float) -> bool:
+    """Whether score ``a`` is strictly better than score ``b`` for metric ``name``.
+
+    ``mae``: lower is better; ``rocauc`` / ``ap``: higher is better. ``nan``
+    is worse than every number: ``is_better(name, x, nan)`` is ``True`` for
+    any non-``nan`` ``x`` and ``is_better(name, nan, b)`` is always ``False``.
+    """
+    hib = higher_is_better(name)
+    a = float(a)
+    b = float(b)
+    if math.isnan(a):
+        return False
+    if math.isnan(b):
+        return True
+    return a > b if hib else a < b

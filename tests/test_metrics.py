@@ -1,0 +1,156 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+from ogb.graphproppred import Evaluator
+from sklearn.metrics import average_precision_score, mean_absolute_error, roc_auc_score
+
+from siggate.train.metrics import (
+    METRIC_FNS,
+    MetricUndefinedError,
+    average_precision,
+    compute_metric,
+    higher_is_better,
+    is_better,
+    mae,
+    rocauc,
+)
+
+
+# ----------------------------------------------------------------------- MAE
+def test_mae_hand_computed():
+    y_true = np.array([[1.0, 2.0], [3.0, 4.0]])
+    y_pred = np.array([[1.5, 2.0], [2.0, 6.0]])
+    # |errors| = 0.5, 0, 1, 2 -> mean 0.875
+    assert mae(y_true, y_pred) == pytest.approx(0.875)
+    assert mae(torch.tensor(y_true), torch.tensor(y_pred)) == pytest.approx(0.875)
+    assert mae(y_true, y_pred) == pytest.approx(mean_absolute_error(y_true, y_pred))
+
+
+def test_mae_nan_per_target_then_mean():
+    y_true = np.array([[1.0, np.nan], [3.0, 4.0], [5.0, np.nan]])
+    y_pred = np.array([[2.0, 100.0], [3.0, 6.0], [7.0, 100.0]])
+    # target 0: (1 + 0 + 2)/3 = 1; target 1: |4-6| = 2 -> (1 + 2)/2
+    assert mae(y_true, y_pred) == pytest.approx(1.5)
+
+
+def test_mae_1d_and_float32_tensor():
+    yt = torch.tensor([0.0, 1.0, 2.0])
+    yp = torch.tensor([0.5, 1.0, 1.0], dtype=torch.float32)
+    assert mae(yt, yp) == pytest.approx(0.5)
+
+
+def test_mae_all_nan_raises():
+    with pytest.raises(MetricUndefinedError):
+        mae(np.full((3, 2), np.nan), np.zeros((3, 2)))
+
+
+def test_shape_mismatch_raises():
+    with pytest.raises(ValueError):
+        mae(np.zeros((3, 2)), np.zeros((3, 1)))
+
+
+# ------------------------------------------------------------- classification
+def test_rocauc_single_task_matches_sklearn():
+    yt = np.array([[0], [1], [1], [0], [1]], dtype=float)
+    yp = np.array([[0.1], [0.8], [0.3], [0.4], [0.9]])
+    assert rocauc(yt, yp) == pytest.approx(roc_auc_score(yt[:, 0], yp[:, 0]))
+    assert rocauc(torch.tensor(yt), torch.tensor(yp)) == pytest.approx(roc_auc_score(yt[:, 0], yp[:, 0]))
+
+
+def test_multilabel_nan_and_single_class_task_skipped():
+    yt = np.array(
+        [
+            [0, 1, 1],
+            [1, np.nan, 1],
+            [np.nan, 0, 1],
+            [1, 1, np.nan],
+            [0, 0, 1],
+        ],
+        dtype=float,
+    )
+    yp = np.array(
+        [
+            [0.2, 0.9, 0.3],
+            [0.7, 0.1, 0.2],
+            [0.5, 0.4, 0.9],
+            [0.1, 0.3, 0.5],
+            [0.3, 0.6, 0.1],
+        ]
+    )
+    # task 2 has only positives -> skipped
+    exp_auc, exp_ap = [], []
+    for t in (0, 1):
+        m = ~np.isnan(yt[:, t])
+        exp_auc.append(roc_auc_score(yt[m, t], yp[m, t]))
+        exp_ap.append(average_precision_score(yt[m, t], yp[m, t]))
+    assert rocauc(yt, yp) == pytest.approx(np.mean(exp_auc))
+    assert average_precision(yt, yp) == pytest.approx(np.mean(exp_ap))
+
+
+def test_no_evaluable_task_raises():
+    yt = np.array([[1, 0], [1, 0], [np.nan, 0]], dtype=float)
+    yp = np.random.rand(3, 2)
+    with pytest.raises(MetricUndefinedError, match="both"):
+        rocauc(yt, yp)
+    with pytest.raises(RuntimeError):
+        average_precision(yt, yp)
+
+
+def test_nonfinite_predictions_give_nan():
+    yt = np.array([[0], [1], [0], [1]], dtype=float)
+    yp = np.array([[0.1], [np.nan], [0.2], [0.3]])
+    with pytest.warns(RuntimeWarning):
+        assert math.isnan(rocauc(yt, yp))
+
+
+def _random_labels(rng, G, T, nan_frac):
+    yt = (rng.random((G, T)) < 0.3).astype(float)
+    yt[rng.random((G, T)) < nan_frac] = np.nan
+    return yt
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rocauc_equals_ogb_molhiv(seed):
+    rng = np.random.default_rng(seed)
+    yt = _random_labels(rng, 200, 1, 0.0)
+    yp = rng.normal(size=(200, 1))
+    ref = Evaluator("ogbg-molhiv").eval({"y_true": yt, "y_pred": yp})["rocauc"]
+    assert rocauc(yt, yp) == pytest.approx(ref, abs=1e-12)
+    assert compute_metric("rocauc", torch.tensor(yt), torch.tensor(yp)) == pytest.approx(ref, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ap_equals_ogb_molpcba(seed):
+    rng = np.random.default_rng(seed)
+    G, T = 60, 128
+    yt = _random_labels(rng, G, T, 0.4)
+    yt[:, 5] = np.where(np.isnan(yt[:, 5]), np.nan, 1.0)  # single-class task
+    yt[:, 7] = np.nan  # fully missing task
+    yp = rng.normal(size=(G, T))
+    ref = Evaluator("ogbg-molpcba").eval({"y_true": yt, "y_pred": yp})["ap"]
+    assert average_precision(yt, yp) == pytest.approx(ref, abs=1e-12)
+    assert compute_metric("ap", yt, yp) == pytest.approx(ref, abs=1e-12)
+
+
+# ---------------------------------------------------------- registry / order
+def test_registry_and_direction():
+    assert METRIC_FNS == {"mae": mae, "rocauc": rocauc, "ap": average_precision}
+    assert compute_metric("mae", [[1.0]], [[3.0]]) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        compute_metric("accuracy", [[1.0]], [[1.0]])
+    assert not higher_is_better("mae")
+    assert higher_is_better("rocauc") and higher_is_better("ap")
+
+
+def test_is_better():
+    assert is_better("mae", 0.2, 0.3)
+    assert not is_better("mae", 0.3, 0.2)
+    assert is_better("rocauc", 0.8, 0.7)
+    assert not is_better("ap", 0.7, 0.8)
+    assert not is_better("ap", 0.5, 0.5)
+    nan = float("nan")
+    assert is_better("mae", 10.0, nan)
+    assert not is_better("mae", nan, 10.0)
+    assert not is_better("rocauc", nan, nan)

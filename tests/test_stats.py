@@ -1,0 +1,113 @@
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from siggate.analysis.stats import compare_paired, mean_std, summarize
+
+A = {0: 0.70, 1: 0.72, 2: 0.69, 3: 0.75, 4: 0.71}
+B = {0: 0.74, 1: 0.73, 2: 0.72, 3: 0.74, 4: 0.76}
+
+
+def _arr(d, seeds):
+    return np.array([d[s] for s in seeds])
+
+
+def test_mean_std():
+    m, s = mean_std([1.0, 2.0, 3.0, 4.0])
+    assert m == pytest.approx(2.5)
+    assert s == pytest.approx(np.std([1, 2, 3, 4], ddof=1))
+    assert mean_std([3.0]) == (3.0, 0.0)
+    assert mean_std({"a": 1.0, "b": 3.0}) == pytest.approx((2.0, math.sqrt(2)))
+    m, s = mean_std([])
+    assert math.isnan(m) and math.isnan(s)
+
+
+def test_compare_pvalues_match_scipy():
+    r = compare_paired(A, B, higher_is_better=True)
+    seeds = sorted(A)
+    a, b = _arr(A, seeds), _arr(B, seeds)
+    assert r["n_pairs"] == 5
+    assert r["mean_diff"] == pytest.approx(np.mean(b - a))
+    assert r["std_diff"] == pytest.approx(np.std(b - a, ddof=1))
+    assert r["p_paired_t"] == pytest.approx(stats.ttest_rel(b, a).pvalue)
+    assert r["p_wilcoxon"] == pytest.approx(stats.wilcoxon(b - a).pvalue)
+    assert r["p_welch"] == pytest.approx(stats.ttest_ind(b, a, equal_var=False).pvalue)
+    assert r["better"] == "b"
+    assert r["wins"] == 4 and r["losses"] == 1 and r["ties"] == 0
+
+
+def test_direction_handling():
+    # Lower is better (MAE): B has the larger mean, so A is better.
+    r = compare_paired(A, B, higher_is_better=False)
+    assert r["better"] == "a"
+    assert r["wins"] == 1 and r["losses"] == 4
+    # p-values are two-sided and direction-free
+    r2 = compare_paired(A, B, higher_is_better=True)
+    assert r["p_paired_t"] == pytest.approx(r2["p_paired_t"])
+    assert r["mean_diff"] == pytest.approx(r2["mean_diff"])
+    # swapping roles flips the sign of the difference
+    r3 = compare_paired(B, A, higher_is_better=True)
+    assert r3["mean_diff"] == pytest.approx(-r2["mean_diff"])
+    assert r3["better"] == "a"
+
+
+def test_common_seeds_and_nan_dropped():
+    a = {0: 1.0, 1: 2.0, 2: 3.0, 3: float("nan"), 9: 5.0}
+    b = {0: 1.5, 1: 2.0, 2: 4.0, 3: 1.0, 7: 0.0}
+    r = compare_paired(a, b, higher_is_better=True)
+    assert r["seeds"] == [0, 1, 2]
+    assert r["n_pairs"] == 3
+    assert r["ties"] == 1 and r["wins"] == 2
+    assert r["p_paired_t"] == pytest.approx(stats.ttest_rel([1.5, 2.0, 4.0], [1.0, 2.0, 3.0]).pvalue)
+    assert len(r["notes"]) == 2
+
+
+def test_n1_edge_case():
+    r = compare_paired({0: 0.5}, {0: 0.6}, higher_is_better=True)
+    assert r["n_pairs"] == 1
+    assert r["mean_diff"] == pytest.approx(0.1)
+    assert r["std_diff"] == 0.0
+    assert r["better"] == "b" and r["wins"] == 1
+    for k in ("p_paired_t", "p_wilcoxon", "p_welch"):
+        assert math.isnan(r[k])
+    assert any("n_pairs < 2" in n for n in r["notes"])
+
+
+def test_no_common_seeds():
+    r = compare_paired({0: 0.5}, {1: 0.6}, higher_is_better=True)
+    assert r["n_pairs"] == 0 and r["better"] == "tie"
+    assert math.isnan(r["mean_diff"]) and math.isnan(r["p_welch"])
+
+
+def test_degenerate_differences():
+    a = {0: 1.0, 1: 2.0, 2: 3.0}
+    r = compare_paired(a, dict(a), higher_is_better=True)
+    assert r["better"] == "tie" and r["ties"] == 3
+    assert math.isnan(r["p_wilcoxon"]) and math.isnan(r["p_paired_t"])
+    assert r["p_welch"] == pytest.approx(1.0)
+    # constant shift: paired t undefined, Wilcoxon defined
+    b = {k: v + 0.5 for k, v in a.items()}
+    r = compare_paired(a, b, higher_is_better=True)
+    assert math.isnan(r["p_paired_t"])
+    assert r["p_wilcoxon"] == pytest.approx(stats.wilcoxon([0.5, 0.5, 0.5]).pvalue)
+    # only one non-zero difference: Wilcoxon undefined
+    r = compare_paired(a, {0: 1.0, 1: 2.0, 2: 3.5}, higher_is_better=True)
+    assert math.isnan(r["p_wilcoxon"])
+    assert not math.isnan(r["p_paired_t"])
+
+
+def test_summarize():
+    C = {0: 0.60, 1: 0.65, 2: 0.62}
+    s = summarize({"base": A, "gate": B, "other": C}, baseline="base", higher_is_better=True)
+    assert s["baseline"] == "base"
+    assert set(s["variants"]) == {"base", "gate", "other"}
+    assert s["variants"]["gate"]["mean"] == pytest.approx(np.mean(list(B.values())))
+    assert s["variants"]["other"]["std"] == pytest.approx(np.std(list(C.values()), ddof=1))
+    assert set(s["comparisons"]) == {"gate", "other"}
+    assert s["comparisons"]["gate"] == compare_paired(A, B, True)
+    assert s["comparisons"]["other"]["n_pairs"] == 3
+    assert s["comparisons"]["other"]["better"] == "a"
+    with pytest.raises(KeyError):
+        summarize({"x": A}, baseline="y", higher_is_better=True)
