@@ -1,0 +1,223 @@
+"""``siggate`` command line: wires configs, data, training and analyses together.
+
+Sub-commands: ``train``, ``evaluate``, ``predict``, ``data`` here; ``compare``, ``analyze``
+and ``bench`` are registered by their own modules (see ``EXTRA_COMMANDS``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import logging
+import sys
+from pathlib import Path
+
+# name -> module exposing ``register(subparsers)``; each sets ``func`` on its parser.
+EXTRA_COMMANDS = {
+    "compare": "siggate.train.compare",
+    "analyze": "siggate.analysis.cli",
+    "bench": "siggate.bench",
+}
+
+
+class CLIError(Exception):
+    """An error to print as one clean message (exit code 2)."""
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    """``--config``, ``--set``, ``--seed``, ``--epochs``, ``--data-root`` and the CSV options."""
+    p.add_argument("--config", default=None, help="built-in config name (nci5k, zinc, molhiv, ...) or a YAML path (default: nci5k)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set model.gate=none (repeatable)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (train.seed)")
+    p.add_argument("--epochs", type=int, default=None, help="number of epochs (train.epochs)")
+    p.add_argument("--budget", type=int, default=None, metavar="EPOCHS",
+                   help="short run of the same protocol: alias of --epochs, warmup scaled to fit")
+    p.add_argument("--data-root", default=None, help="benchmark data root (default: $SIGGATE_DATA or ../shared/data)")
+    p.add_argument("--cache-dir", default=None, help="writable cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
+    p.add_argument("--data", default=None, metavar="FILE.csv", help="train on your own CSV of SMILES")
+    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --data (default: smiles)")
+    p.add_argument("--target-col", default=None, help="target column(s) of --data, comma-separated")
+    p.add_argument("--task", default=None, choices=["regression", "binary", "multilabel"], help="task of --data")
+    p.add_argument("--split", default=None, help="split of --data: scaffold (default), random or column:NAME")
+
+
+def config_from_args(args):
+    """Resolve the config from ``--config``/``--set`` and the shortcut flags; validated."""
+    from .config import load_config
+
+    overrides = list(args.overrides)
+    if args.seed is not None:
+        overrides.append(f"train.seed={args.seed}")
+    epochs = args.epochs if args.epochs is not None else args.budget
+    if args.data_root:
+        overrides.append(f"data.root={args.data_root}")
+    if args.cache_dir:
+        overrides.append(f"data.cache_dir={args.cache_dir}")
+    if args.data:
+        if not args.target_col:
+            raise CLIError("--data needs --target-col COL[,COL...] (and usually --task)")
+        overrides += ["data.name=csv", f"data.csv={args.data}", f"data.smiles_col={args.smiles_col}",
+                      f"data.target_cols={args.target_col}"]
+        overrides.append(f"data.task={args.task or 'regression'}")
+        if args.split:
+            overrides.append(f"data.split={args.split}")
+    cfg = load_config(args.config, overrides)
+    if epochs is not None:
+        if epochs < 1:
+            raise CLIError(f"--epochs/--budget must be >= 1, got {epochs}")
+        if args.budget is not None and args.epochs is None and cfg.train.epochs > 0:
+            # keep the protocol's warmup fraction in a short run
+            cfg.train.warmup_epochs = round(cfg.train.warmup_epochs * epochs / cfg.train.epochs)
+        cfg.train.epochs = epochs
+        cfg.validate()
+    return cfg
+
+
+def cmd_train(args) -> int:
+    from .train.loop import train
+
+    cfg = config_from_args(args)
+    if args.on_nan:
+        cfg.train.on_nan = args.on_nan
+    if args.ddp:
+        from .train.distributed import train_ddp
+
+        return train_ddp(cfg, args)
+    out = Path(args.out) if args.out else Path("runs") / f"{cfg.data.name}-{cfg.model.gate}-seed{cfg.train.seed}"
+    print(f"siggate train: dataset={cfg.data.name} gate={cfg.model.gate} layers={cfg.model.layers} "
+          f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
+    m = train(cfg, out, resume=args.resume, progress=not args.no_progress)
+    print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from torch_geometric.loader import DataLoader  # noqa: F401  (import check)
+
+    from .train.loop import evaluate_split, load_trained, prepare_data
+
+    model, ckpt, cfg, info = load_trained(args.checkpoint)
+    if args.data_root:
+        cfg.data.root = args.data_root
+    if args.cache_dir:
+        cfg.data.cache_dir = args.cache_dir
+    ds = prepare_data(cfg)
+    splits = list(ds.splits) if args.split == "all" else [args.split]
+    res = {"checkpoint": str(args.checkpoint), "dataset": info.name, "metric": info.metric}
+    for s in splits:
+        if s not in ds.splits:
+            raise CLIError(f"unknown split {s!r}; available: {', '.join(ds.splits)}, all")
+        res[s] = evaluate_split(model, ds.splits[s], info, ckpt["target_mean"], ckpt["target_std"])
+    print(json.dumps(res, indent=2))
+    return 0
+
+
+def cmd_predict(args) -> int:
+    from .train.predict import Predictor, predict_to_csv, read_smiles
+
+    if not args.smiles and not args.input:
+        raise CLIError("give SMILES as arguments or --input FILE")
+    pred = Predictor(args.checkpoint, max_atoms=args.max_atoms)
+    chunks = [list(args.smiles)] if args.smiles else read_smiles(args.input, args.smiles_col, args.chunk_size)
+    n, bad = predict_to_csv(pred, chunks, args.output)
+    print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
+          + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
+    return 1 if bad else 0
+
+
+def cmd_data(args) -> int:
+    from .data.registry import get_dataset, list_datasets
+
+    if args.action == "list":
+        for d in list_datasets():
+            print(f"{d['name']:18s} {'(needs data root) ' if d.get('needs_root') else ''}{d.get('description', '')}")
+        return 0
+    if not args.name:
+        raise CLIError("siggate data verify NAME [--data-root DIR]")
+    try:
+        from .data.benchmarks import verify
+    except ImportError:
+        verify = None
+    if verify is not None:
+        res = verify(args.name, root=args.data_root, cache_dir=args.cache_dir)
+    else:
+        ds = get_dataset(args.name, root=args.data_root, cache_dir=args.cache_dir)
+        res = {"name": args.name, "splits": ds.sizes(), "invalid": len(ds.invalid), "info": ds.info.to_dict()}
+    print(json.dumps(res, indent=2, default=str))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="siggate", description="SigGate-GT: gated graph transformers")
+    parser.add_argument("--version", action="version", version=f"siggate {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train a model (default: the nci5k config)")
+    add_config_args(p)
+    p.add_argument("--out", default=None, help="output directory (default: runs/<dataset>-<gate>-seed<seed>)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    p.add_argument("--on-nan", choices=["stop", "skip"], default=None, help="on a non-finite loss: stop (default) or skip the batch")
+    p.add_argument("--ddp", action="store_true", help="distributed data parallel (under torchrun)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="evaluate a checkpoint on a split")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--split", default="test", help="train, val, test or all (default: test)")
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--cache-dir", default=None)
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("predict", help="predict properties of molecules from SMILES")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("smiles", nargs="*", help="SMILES strings")
+    p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
+    p.add_argument("--smiles-col", default="smiles")
+    p.add_argument("--output", default=None, help="output CSV (default: stdout)")
+    p.add_argument("--max-atoms", type=int, default=1000)
+    p.add_argument("--chunk-size", type=int, default=1000)
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("data", help="list datasets or verify one")
+    p.add_argument("action", choices=["list", "verify"])
+    p.add_argument("name", nargs="?")
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--cache-dir", default=None)
+    p.set_defaults(func=cmd_data)
+
+    for name, module in EXTRA_COMMANDS.items():
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    from .config import ConfigError
+    from .train.checkpoint import CheckpointError
+    from .train.loop import NonFiniteLossError
+    from .train.predict import InputError
+
+    try:
+        return int(args.func(args) or 0)
+    except (CLIError, ConfigError, CheckpointError, InputError, NonFiniteLossError, FileNotFoundError) as exc:
+        print(f"siggate {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"siggate {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

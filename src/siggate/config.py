@@ -1,0 +1,307 @@
+"""Typed, validated run configuration.
+
+A config has three sections, ``data``, ``model`` and ``train``. It is read from YAML
+(``configs/<name>.yaml`` or a path), then ``--set key.path=value`` overrides are applied.
+Every key is checked before any work starts: an unknown key, a wrong type or a value out
+of range raises :class:`ConfigError` naming the key path, the bad value, the allowed
+values and, for typos, the closest valid key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .nn.attention import GATE_KINDS, GATE_POSITIONS
+from .nn.layer import LOCAL_MODELS
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A config key or value that cannot be used."""
+
+
+def _choice(*allowed):
+    return {"choices": allowed}
+
+
+@dataclass
+class DataConfig:
+    name: str = "nci5k"
+    root: str | None = None
+    cache_dir: str | None = None
+    # user CSV datasets (name: csv)
+    csv: str | None = None
+    smiles_col: str = "smiles"
+    target_cols: list = field(default_factory=list)
+    task: str = "regression"
+    split: str = "scaffold"
+
+
+@dataclass
+class ModelConfig:
+    dim: int = 64
+    layers: int = 6
+    heads: int = 4
+    local: str = "gine"
+    attn: bool = True
+    gate: str = "elementwise"
+    gate_position: str = "output"
+    gate_bias_init: float = 0.0
+    dropout: float = 0.0
+    attn_dropout: float = 0.5
+    pe: str = "rwse"
+    pe_steps: int = 20
+    pe_dim: int = 16
+    pooling: str = "add"
+    head_layers: int = 3
+    fused: bool = True
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 40
+    batch_size: int = 32
+    eval_batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 1e-5
+    warmup_epochs: int = 3
+    clip: float = 1.0
+    seed: int = 0
+    loss: str = "auto"
+    normalize_targets: bool = True
+    on_nan: str = "stop"
+    threads: int = 0
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> "Config":
+        _check(self)
+        return self
+
+
+for _cls in (DataConfig, ModelConfig, TrainConfig):
+    _cls.to_dict = lambda self: dataclasses.asdict(self)  # type: ignore[attr-defined]
+
+# Constraints checked by ``_check``: choices and ranges per key path.
+CONSTRAINTS: dict[str, dict[str, Any]] = {
+    "data.task": _choice("regression", "binary", "multilabel"),
+    "model.local": _choice(*sorted(LOCAL_MODELS), "none"),
+    "model.gate": _choice(*GATE_KINDS),
+    "model.gate_position": _choice(*GATE_POSITIONS),
+    "model.pe": _choice("none", "rwse", "lappe"),
+    "model.pooling": _choice("add", "mean"),
+    "train.loss": _choice("auto", "l1", "mse", "bce"),
+    "train.on_nan": _choice("stop", "skip"),
+    "model.dim": {"min": 1},
+    "model.layers": {"min": 1},
+    "model.heads": {"min": 1},
+    "model.head_layers": {"min": 1},
+    "model.pe_steps": {"min": 0},
+    "model.pe_dim": {"min": 0},
+    "model.dropout": {"min": 0.0, "max_excl": 1.0},
+    "model.attn_dropout": {"min": 0.0, "max_excl": 1.0},
+    "train.epochs": {"min": 1},
+    "train.batch_size": {"min": 1},
+    "train.eval_batch_size": {"min": 1},
+    "train.lr": {"min_excl": 0.0},
+    "train.weight_decay": {"min": 0.0},
+    "train.warmup_epochs": {"min": 0},
+    "train.clip": {"min": 0.0},
+    "train.threads": {"min": 0},
+}
+
+
+def _known_keys(cls) -> list[str]:
+    return [f.name for f in fields(cls)]
+
+
+def _suggest(key: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(key, options, n=1, cutoff=0.5)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _coerce(path: str, value: Any, default: Any, annotation: str) -> Any:
+    """Convert ``value`` to the type of the field, or raise a ConfigError."""
+    ann = str(annotation)
+    if value is None:
+        if "None" in ann:
+            return None
+        raise ConfigError(f"{path}: null is not allowed; expected {ann}")
+    if ann == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{path}: expected true or false, got {value!r}")
+    if ann == "int":
+        if isinstance(value, bool):
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{path}: expected an integer, got {value!r}")
+    if ann == "float":
+        if isinstance(value, bool):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{path}: expected a number, got {value!r}")
+    if ann == "list":
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        raise ConfigError(f"{path}: expected a list, got {value!r}")
+    if "str" in ann:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{path}: expected a string, got {value!r}")
+    return value
+
+
+def _build_section(cls, raw: dict, prefix: str):
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix}: expected a mapping of keys, got {raw!r}")
+    known = {f.name: f for f in fields(cls)}
+    kwargs = {}
+    for key, value in raw.items():
+        if key not in known:
+            raise ConfigError(
+                f"unknown config key '{prefix}.{key}'.{_suggest(key, list(known))} "
+                f"Valid keys in '{prefix}': {', '.join(known)}"
+            )
+        f = known[key]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        kwargs[key] = _coerce(f"{prefix}.{key}", value, default, f.type)
+    return cls(**kwargs)
+
+
+def from_dict(raw: dict) -> Config:
+    """Build and validate a :class:`Config` from a nested dict."""
+    raw = raw or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"a config must be a mapping with sections data/model/train, got {type(raw).__name__}")
+    sections = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+    for key in raw:
+        if key not in sections:
+            raise ConfigError(
+                f"unknown config section '{key}'.{_suggest(key, list(sections))} "
+                f"Valid sections: {', '.join(sections)}"
+            )
+    cfg = Config(**{k: _build_section(cls, raw.get(k, {}) or {}, k) for k, cls in sections.items()})
+    return cfg.validate()
+
+
+def _check(cfg: Config) -> None:
+    for path, rule in CONSTRAINTS.items():
+        sec, key = path.split(".")
+        value = getattr(getattr(cfg, sec), key)
+        if "choices" in rule and value not in rule["choices"]:
+            raise ConfigError(
+                f"{path}: {value!r} is not allowed. Allowed values: {', '.join(map(str, rule['choices']))}."
+                + (_suggest(str(value), list(map(str, rule["choices"]))))
+            )
+        if "min" in rule and value < rule["min"]:
+            raise ConfigError(f"{path}: {value!r} is out of range; it must be >= {rule['min']}")
+        if "min_excl" in rule and value <= rule["min_excl"]:
+            raise ConfigError(f"{path}: {value!r} is out of range; it must be > {rule['min_excl']}")
+        if "max_excl" in rule and value >= rule["max_excl"]:
+            raise ConfigError(f"{path}: {value!r} is out of range; it must be < {rule['max_excl']}")
+    m = cfg.model
+    if m.dim % m.heads != 0:
+        raise ConfigError(
+            f"model.heads: {m.heads} does not divide model.dim={m.dim}. Choose heads from "
+            f"{[h for h in range(1, min(m.dim, 16) + 1) if m.dim % h == 0]} or change model.dim."
+        )
+    if m.pe != "none":
+        if not 0 < m.pe_dim < m.dim:
+            raise ConfigError(f"model.pe_dim: {m.pe_dim} must be in 1..{m.dim - 1} (below model.dim) when model.pe={m.pe!r}")
+        if m.pe_steps < 1:
+            raise ConfigError(f"model.pe_steps: must be >= 1 when model.pe={m.pe!r}, got {m.pe_steps}")
+    if m.local == "none" and not m.attn:
+        raise ConfigError("model.local='none' with model.attn=false leaves no branch; enable one of them")
+    if cfg.data.name == "csv":
+        if not cfg.data.csv:
+            raise ConfigError("data.csv: a CSV path is required when data.name='csv' (siggate train --data FILE.csv)")
+        if not cfg.data.target_cols:
+            raise ConfigError("data.target_cols: name at least one target column (--target-col)")
+    else:
+        from .data.registry import DATASETS
+
+        if cfg.data.name not in DATASETS:
+            raise ConfigError(
+                f"data.name: unknown dataset {cfg.data.name!r}. Allowed values: {', '.join(sorted(DATASETS))}, csv."
+                + _suggest(cfg.data.name, sorted(DATASETS))
+            )
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``"model.gate=none"`` -> ``(["model", "gate"], "none")`` (value parsed as YAML)."""
+    if "=" not in item:
+        raise ConfigError(f"--set expects key.path=value, got {item!r}")
+    key, value = item.split("=", 1)
+    parts = key.strip().split(".")
+    if len(parts) != 2 or not all(parts):
+        raise ConfigError(f"--set key must look like section.key (e.g. model.gate), got {key!r}")
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        parsed = value
+    return parts, parsed
+
+
+def resolve_config_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    cand = CONFIG_DIR / f"{name_or_path}.yaml"
+    if cand.exists():
+        return cand
+    known = sorted(q.stem for q in CONFIG_DIR.glob("*.yaml"))
+    raise ConfigError(
+        f"config {name_or_path!r} not found: it is neither a YAML file nor a built-in config. "
+        f"Built-in configs: {', '.join(known)}.{_suggest(name_or_path, known)}"
+    )
+
+
+def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> Config:
+    """Load a built-in config by name (default ``nci5k``) or a YAML path, apply ``--set``
+    overrides, and validate."""
+    path = resolve_config_path(name_or_path or "nci5k")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    for item in overrides or []:
+        (sec, key), value = parse_override(item)
+        raw.setdefault(sec, {})
+        if not isinstance(raw[sec], dict):
+            raise ConfigError(f"{sec}: expected a mapping")
+        raw[sec][key] = value
+    return from_dict(raw)

@@ -1,0 +1,350 @@
+"""Training and evaluation loop with exact resume.
+
+Data order is a pure function of ``(seed, epoch)``, and every epoch ends by writing
+``last.pt`` atomically with the model, optimizer, scheduler and RNG states. A run that is
+killed at any moment and restarted with ``resume=True`` repeats the unfinished epoch from
+the same state and ends with exactly the same metrics as an uninterrupted run (on CPU).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+import random
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+from torch_geometric.loader import DataLoader
+from tqdm.auto import tqdm
+
+import siggate
+
+from ..config import Config, from_dict
+from ..data.base import GraphDataset, TaskInfo
+from ..nn.model import SigGateGT
+from .checkpoint import (
+    FORMAT_VERSION,
+    CheckpointError,
+    atomic_save,
+    describe_incompatibility,
+    load_checkpoint,
+    rng_state,
+    set_rng_state,
+)
+from .metrics import compute_metric, is_better
+from .schedule import make_scheduler
+
+log = logging.getLogger("siggate.train")
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN or infinite loss or gradient."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def prepare_data(cfg: Config, progress: bool = True) -> GraphDataset:
+    """Load the dataset named in ``cfg.data`` and add the positional encodings the model needs."""
+    from ..data.pe import cached_pe
+    from ..data.registry import get_dataset
+
+    d = cfg.data
+    if d.name == "csv":
+        from ..data.csvdata import load_csv
+
+        ds = load_csv(d.csv, d.smiles_col, list(d.target_cols), d.task, split=d.split,
+                      cache_dir=Path(d.cache_dir) if d.cache_dir else None, seed=cfg.train.seed)
+    else:
+        ds = get_dataset(d.name, root=d.root, cache_dir=d.cache_dir)
+    m = cfg.model
+    rwse = m.pe_steps if m.pe == "rwse" else 0
+    lap = m.pe_steps if m.pe == "lappe" else 0
+    if rwse or lap:
+        from ..data.base import default_cache_dir
+
+        cache_dir = Path(d.cache_dir) if d.cache_dir else default_cache_dir()
+        key = ds.source or d.name
+        for split in list(ds.splits):
+            ds.splits[split] = cached_pe(ds.splits[split], f"{key}:{split}", cache_dir,
+                                         rwse_steps=rwse, lap_dim=lap)
+    return ds
+
+
+def target_stats(train, num_tasks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-target mean and std over the training graphs (NaN labels ignored)."""
+    y = torch.cat([g.y.view(1, -1) for g in train]).double()
+    mean = torch.nanmean(y, dim=0)
+    std = torch.sqrt(torch.nanmean((y - mean) ** 2, dim=0)).clamp_min(1e-8)
+    return mean.float(), std.float()
+
+
+def loss_fn(name: str, task: str):
+    if name == "auto":
+        name = "l1" if task == "regression" else "bce"
+
+    def fn(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        valid = ~torch.isnan(y)
+        if name == "bce":
+            return F.binary_cross_entropy_with_logits(pred[valid], y[valid])
+        if name == "mse":
+            return F.mse_loss(pred[valid], y[valid])
+        return F.l1_loss(pred[valid], y[valid])
+
+    return fn
+
+
+def build_model(cfg: Config, info: TaskInfo) -> SigGateGT:
+    """Build the model for ``info`` with seed-controlled, gate-last initialisation."""
+    torch.manual_seed(cfg.train.seed)
+    model = SigGateGT.from_config(cfg.model, info)
+    # Re-seed and re-initialise so that models that differ only in the gate share every
+    # other initial weight (the gate parameters are initialised last).
+    torch.manual_seed(cfg.train.seed)
+    model.reset_parameters()
+    return model
+
+
+@torch.no_grad()
+def predict(model, loader, mean=None, std=None, task: str = "regression") -> torch.Tensor:
+    """Raw model outputs in target units (denormalised for regression) ``[G, T]``."""
+    model.eval()
+    outs = []
+    for batch in loader:
+        out = model(batch)
+        if task == "regression" and mean is not None:
+            out = out * std + mean
+        outs.append(out)
+    return torch.cat(outs) if outs else torch.empty(0)
+
+
+def evaluate_split(model, graphs, info: TaskInfo, mean, std, batch_size: int = 256) -> float:
+    loader = DataLoader(graphs, batch_size=batch_size, shuffle=False)
+    pred = predict(model, loader, mean, std, info.task)
+    y = torch.cat([g.y.view(1, -1) for g in graphs])
+    return float(compute_metric(info.metric, y.numpy(), pred.numpy()))
+
+
+@torch.no_grad()
+def gate_means(model, graphs, n: int = 64) -> list[float]:
+    """Mean gate value per layer on the first ``n`` graphs (empty for ``gate='none'``)."""
+    if not model.attention_modules() or model.attention_modules()[0].gate == "none":
+        return []
+    model.eval()
+    batch = next(iter(DataLoader(graphs[:n], batch_size=n)))
+    _, det = model(batch, return_details=True)
+    mask = det["mask"]
+    return [float(a["gate"][mask].mean()) for a in det["attn"]]
+
+
+def git_commit() -> str | None:
+    try:
+        here = Path(__file__).resolve().parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@dataclass
+class RunState:
+    epoch: int = 0  # next epoch to run
+    best_epoch: int = -1
+    best_val: float | None = None
+    best_test: float | None = None
+    skipped_batches: int = 0
+
+
+def _checkpoint(model, optimizer, scheduler, cfg, info, mean, std, state: RunState, history, params) -> dict:
+    return {
+        "format": FORMAT_VERSION,
+        "siggate_version": siggate.__version__,
+        "config": cfg.to_dict(),
+        "info": info.to_dict(),
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng": rng_state(),
+        "target_mean": mean,
+        "target_std": std,
+        "state": dict(state.__dict__),
+        "history": history,
+        "params": params,
+    }
+
+
+def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool = True,
+          dataset: GraphDataset | None = None) -> dict:
+    """Train ``cfg`` and write ``metrics.json``, ``best.pt``, ``last.pt``, ``config.yaml``
+    and ``log.csv`` under ``out_dir``. Returns the metrics dict."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t_cfg = cfg.train
+    if t_cfg.threads:
+        torch.set_num_threads(t_cfg.threads)
+    ds = dataset if dataset is not None else prepare_data(cfg, progress)
+    info = ds.info
+    seed_everything(t_cfg.seed)
+    model = build_model(cfg, info)
+    params = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=t_cfg.lr, weight_decay=t_cfg.weight_decay)
+    scheduler = make_scheduler(optimizer, t_cfg.warmup_epochs, t_cfg.epochs)
+    if info.task == "regression" and t_cfg.normalize_targets:
+        mean, std = target_stats(ds.train, info.num_tasks)
+    else:
+        mean, std = torch.zeros(info.num_tasks), torch.ones(info.num_tasks)
+    criterion = loss_fn(t_cfg.loss, info.task)
+    state, history = RunState(), []
+    last_path, best_path = out / "last.pt", out / "best.pt"
+    if resume and last_path.exists():
+        ckpt = load_checkpoint(last_path)
+        diffs = [d for d in describe_incompatibility(ckpt["config"], cfg.to_dict())
+                 if not d.startswith("train.epochs")]
+        if diffs:
+            raise CheckpointError(f"cannot resume from {last_path}: the config differs:\n  " + "\n  ".join(diffs))
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        set_rng_state(ckpt["rng"])
+        state = RunState(**ckpt["state"])
+        history = list(ckpt["history"])
+        log.info("resumed from %s at epoch %d", last_path, state.epoch)
+    (out / "config.yaml").write_text(yaml.safe_dump(
+        {**cfg.to_dict(), "_meta": {"siggate_version": siggate.__version__, "git_commit": git_commit()}},
+        sort_keys=False))
+    writer = _EpochLog(out / "log.csv", history)
+    t0 = time.time() - sum(h.get("seconds", 0.0) for h in history)
+    for epoch in range(state.epoch, t_cfg.epochs):
+        model.train()
+        g = torch.Generator().manual_seed(t_cfg.seed * 1_000_003 + epoch)
+        loader = DataLoader(ds.train, batch_size=t_cfg.batch_size, shuffle=True, generator=g, drop_last=False)
+        t_ep = time.time()
+        total, count, gnorm_sum = 0.0, 0, 0.0
+        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{t_cfg.epochs}", leave=False, disable=not progress)
+        for step, batch in enumerate(bar):
+            optimizer.zero_grad(set_to_none=True)
+            pred = model(batch)
+            y = (batch.y.view(pred.shape) - mean) / std
+            loss = criterion(pred, y)
+            if not torch.isfinite(loss):
+                if t_cfg.on_nan == "skip":
+                    state.skipped_batches += 1
+                    continue
+                raise NonFiniteLossError(
+                    f"non-finite loss ({loss.item()}) at epoch {epoch + 1}, step {step + 1}. "
+                    f"The last good checkpoint is kept at {last_path if last_path.exists() else '(none yet)'}. "
+                    f"Lower train.lr, check the data for NaN features, or pass --on-nan skip to skip such batches."
+                )
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), t_cfg.clip if t_cfg.clip > 0 else float("inf"))
+            if not torch.isfinite(gnorm):
+                if t_cfg.on_nan == "skip":
+                    optimizer.zero_grad(set_to_none=True)
+                    state.skipped_batches += 1
+                    continue
+                raise NonFiniteLossError(
+                    f"non-finite gradient norm at epoch {epoch + 1}, step {step + 1}. The last good checkpoint "
+                    f"is kept at {last_path if last_path.exists() else '(none yet)'}. Lower train.lr or pass --on-nan skip."
+                )
+            optimizer.step()
+            total += loss.item() * batch.num_graphs
+            count += batch.num_graphs
+            gnorm_sum += float(gnorm)
+            bar.set_postfix(loss=f"{total / max(count, 1):.4f}")
+        lr = optimizer.param_groups[0]["lr"]
+        scheduler.step()
+        val = evaluate_split(model, ds.val, info, mean, std, t_cfg.eval_batch_size)
+        test = evaluate_split(model, ds.test, info, mean, std, t_cfg.eval_batch_size)
+        improved = state.best_val is None or (math.isfinite(val) and is_better(info.metric, val, state.best_val))
+        if improved:
+            state.best_val, state.best_test, state.best_epoch = val, test, epoch
+        row = {
+            "epoch": epoch + 1, "train_loss": total / max(count, 1), "val": val, "test": test, "lr": lr,
+            "grad_norm": gnorm_sum / max(len(loader), 1), "seconds": time.time() - t_ep,
+            "gate_mean": gate_means(model, ds.val),
+        }
+        history.append(row)
+        writer.write(row)
+        state.epoch = epoch + 1
+        ckpt = _checkpoint(model, optimizer, scheduler, cfg, info, mean, std, state, history, params)
+        if improved:
+            atomic_save(ckpt, best_path)
+        atomic_save(ckpt, last_path)
+        msg = (f"epoch {epoch + 1:4d}/{t_cfg.epochs}  loss {row['train_loss']:.4f}  "
+               f"val {info.metric} {val:.4f}  test {info.metric} {test:.4f}  lr {lr:.2e}  "
+               f"{row['seconds']:.1f}s{'  *' if improved else ''}")
+        tqdm.write(msg) if progress else log.info(msg)
+    metrics = {
+        "dataset": info.name,
+        "metric": info.metric,
+        "higher_is_better": info.higher_is_better,
+        "best_epoch": state.best_epoch + 1,
+        "val": state.best_val,
+        "test": state.best_test,
+        "params": params,
+        "gate_params": model.gate_parameter_count(),
+        "seconds": time.time() - t0,
+        "epochs": t_cfg.epochs,
+        "seed": t_cfg.seed,
+        "gate": cfg.model.gate,
+        "skipped_batches": state.skipped_batches,
+        "splits": ds.sizes(),
+        "history": history,
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    return metrics
+
+
+class _EpochLog:
+    """One CSV row per epoch (``log.csv``), rewritten from history on resume."""
+
+    FIELDS = ["epoch", "train_loss", "val", "test", "lr", "grad_norm", "seconds"]
+
+    def __init__(self, path: Path, history: list) -> None:
+        self.path = path
+        if path.exists():
+            path.unlink()
+        for row in history:
+            self.write(row)
+
+    def write(self, row: dict) -> None:
+        new = not self.path.exists()
+        with open(self.path, "a", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=self.FIELDS, extrasaction="ignore")
+            if new:
+                w.writeheader()
+            w.writerow(row)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def load_trained(path: str | Path):
+    """Load a checkpoint written by :func:`train`: returns ``(model, ckpt, cfg, info)``."""
+    ckpt = load_checkpoint(path)
+    try:
+        cfg = from_dict(ckpt["config"])
+    except Exception as exc:  # incompatible config from another version
+        raise CheckpointError(f"{path}: its config does not fit this siggate version: {exc}") from None
+    info = TaskInfo(**ckpt["info"])
+    model = SigGateGT.from_config(cfg.model, info)
+    missing, unexpected = model.load_state_dict(ckpt["model"], strict=False)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path}: the weights do not fit the model its config describes "
+            f"(missing: {missing[:5]}, unexpected: {unexpected[:5]}). It was written by siggate "
+            f"{ckpt.get('siggate_version')}; this is {siggate.__version__}."
+        )
+    model.eval()
+    return model, ckpt, cfg, info

@@ -1,0 +1,292 @@
+"""Attention, GPS layer and model: values against independent references and invariances."""
+
+import math
+
+import pytest
+from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
+import torch
+from torch_geometric.data import Batch, Data
+
+from siggate.nn import GatedGCNLocal, GatedMultiheadAttention, GINELocal, GPSLayer, SigGateGT
+
+torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def _double():
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
+def padded_input(B=3, N=7, d=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, N, d, generator=g)
+    mask = torch.ones(B, N, dtype=torch.bool)
+    mask[1, 4:] = False
+    mask[2, 1:] = False  # a one-node graph
+    return x, mask
+
+
+def load_into_mha(att: GatedMultiheadAttention) -> torch.nn.MultiheadAttention:
+    d = att.dim
+    mha = torch.nn.MultiheadAttention(d, att.heads, batch_first=True)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(att.in_proj.weight[: 3 * d])
+        mha.in_proj_bias.copy_(att.in_proj.bias[: 3 * d])
+        mha.out_proj.weight.copy_(att.out_proj.weight)
+        mha.out_proj.bias.copy_(att.out_proj.bias)
+    return mha.eval()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_ungated_equals_torch_multihead_attention(fused):
+    att = GatedMultiheadAttention(16, 4, gate="none", fused=fused).eval()
+    with torch.no_grad():  # non-zero biases so they are checked too
+        att.in_proj.bias.normal_()
+        att.out_proj.bias.normal_()
+    mha = load_into_mha(att)
+    x, mask = padded_input()
+    ref, _ = mha(x, x, x, key_padding_mask=~mask, need_weights=False)
+    out = att(x, mask)
+    assert torch.allclose(out[mask], ref[mask], atol=1e-10)
+
+
+@pytest.mark.parametrize("gate", ["headwise", "elementwise"])
+def test_fully_open_gate_is_identity_scaling(gate):
+    att = GatedMultiheadAttention(16, 4, gate=gate, gate_bias_init=40.0, gate_weight_std=0.0).eval()
+    mha = load_into_mha(att)
+    x, mask = padded_input()
+    ref, _ = mha(x, x, x, key_padding_mask=~mask, need_weights=False)
+    out, det = att(x, mask, return_details=True)
+    # sigmoid(40) = 1 - 4e-18: the gate is 1 up to float64 rounding
+    assert torch.allclose(det["gate"], torch.ones_like(det["gate"]))
+    assert torch.allclose(out[mask], ref[mask], atol=1e-10)
+
+
+@pytest.mark.parametrize("gate", ["headwise", "elementwise"])
+def test_gate_at_constant_half_halves_head_outputs(gate):
+    att = GatedMultiheadAttention(16, 4, gate=gate, gate_bias_init=0.0, gate_weight_std=0.0).eval()
+    x, mask = padded_input()
+    out, det = att(x, mask, return_details=True)
+    assert torch.allclose(det["head_out_gated"], 0.5 * det["head_out"])
+    expected = att.out_proj(0.5 * det["head_out"].reshape(*x.shape[:2], -1))
+    assert torch.allclose(out, expected)
+
+
+@pytest.mark.parametrize("d,H", [(16, 4), (64, 8), (96, 4)])
+def test_gate_parameter_counts(d, H):
+    base = sum(p.numel() for p in GatedMultiheadAttention(d, H, gate="none").parameters())
+    head = sum(p.numel() for p in GatedMultiheadAttention(d, H, gate="headwise").parameters())
+    elem = sum(p.numel() for p in GatedMultiheadAttention(d, H, gate="elementwise").parameters())
+    assert base == 4 * d * d + 4 * d
+    assert elem - base == d * d + d
+    assert head - base == d * H + H
+
+
+@pytest.mark.parametrize("gate", ["none", "headwise", "elementwise"])
+@pytest.mark.parametrize("position", ["output", "value", "post"])
+def test_fused_path_matches_readable_path_outputs_and_grads(gate, position):
+    torch.manual_seed(0)
+    att = GatedMultiheadAttention(16, 4, gate=gate, gate_position=position, attn_dropout=0.0)
+    x, mask = padded_input()
+    x1 = x.clone().requires_grad_(True)
+    x2 = x.clone().requires_grad_(True)
+    o1 = att(x1, mask)
+    (o1[mask] ** 2).sum().backward()
+    g1 = [p.grad.clone() for p in att.parameters()]
+    att.zero_grad()
+    o2, _ = att(x2, mask, return_details=True)
+    (o2[mask] ** 2).sum().backward()
+    g2 = [p.grad.clone() for p in att.parameters()]
+    assert torch.allclose(o1[mask], o2[mask], atol=1e-10)
+    assert torch.allclose(x1.grad, x2.grad, atol=1e-10)
+    for a, b in zip(g1, g2):
+        assert torch.allclose(a, b, atol=1e-10)
+
+
+def test_attention_details_shapes_and_rows_sum_to_one():
+    att = GatedMultiheadAttention(16, 4, gate="headwise").eval()
+    x, mask = padded_input()
+    _, det = att(x, mask, return_details=True)
+    assert det["attn"].shape == (3, 4, 7, 7)
+    assert det["gate"].shape == (3, 7, 4, 1)
+    assert det["head_out"].shape == (3, 7, 4, 4)
+    assert torch.allclose(det["attn"].sum(-1), torch.ones(3, 4, 7))
+    assert (det["attn"][1, :, :, 4:] == 0).all()  # padded keys get no mass
+
+
+def test_gradients_reach_gate_parameters():
+    att = GatedMultiheadAttention(16, 4, gate="elementwise")
+    x, mask = padded_input()
+    att(x, mask)[mask].sum().backward()
+    gate_grad = att.in_proj.weight.grad[48:]
+    assert gate_grad.abs().sum() > 0
+    assert att.in_proj.bias.grad[48:].abs().sum() > 0
+
+
+def test_reset_parameters_and_repr():
+    att = GatedMultiheadAttention(16, 4, gate="elementwise", gate_bias_init=2.0)
+    with torch.no_grad():
+        att.in_proj.bias.fill_(7.0)
+    att.reset_parameters()
+    assert torch.all(att.in_proj.bias[48:] == 2.0)
+    assert torch.all(att.in_proj.bias[:48] == 0.0)
+    assert "gate='elementwise'" in repr(att) and "heads=4" in repr(att)
+    layer = GPSLayer(16, 4, local="gatedgcn")
+    assert "local='gatedgcn'" in repr(layer)
+
+
+def test_invalid_arguments_are_refused():
+    with pytest.raises(ValueError, match="divisible"):
+        GatedMultiheadAttention(10, 4)
+    with pytest.raises(ValueError, match="gate must be one of"):
+        GatedMultiheadAttention(16, 4, gate="sigmoid")
+    with pytest.raises(ValueError, match="local must be one of"):
+        GPSLayer(16, 4, local="gcn")
+
+
+def test_gatedgcn_matches_loop_reference():
+    torch.manual_seed(0)
+    conv = GatedGCNLocal(8).eval()
+    with torch.no_grad():
+        conv.bn_node.running_mean.normal_()
+        conv.bn_edge.running_var.uniform_(0.5, 2)
+    x = torch.randn(4, 8)
+    ei = torch.tensor([[0, 1, 1, 2, 3, 0], [1, 0, 2, 1, 0, 3]])
+    e = torch.randn(6, 8)
+    h, e_out = conv(x, ei, e)
+    A, B, D, E = (w.view(8, 8) for w in conv.node_proj.weight.chunk(4, 0))
+    bA, bB, bD, bE = conv.node_proj.bias.chunk(4)
+    lin = lambda W, b, v: W @ v + b  # noqa: E731
+    bn = lambda m, v: (v - m.running_mean) / torch.sqrt(m.running_var + m.eps) * m.weight + m.bias  # noqa: E731
+    for i in range(4):
+        num, den = torch.zeros(8), torch.zeros(8)
+        for k in range(6):
+            j, t = ei[0, k].item(), ei[1, k].item()
+            if t != i:
+                continue
+            eij = lin(conv.C.weight, conv.C.bias, e[k]) + lin(D, bD, x[i]) + lin(E, bE, x[j])
+            s = torch.sigmoid(eij)
+            num += s * lin(B, bB, x[j])
+            den += s
+            ref_e = e[k] + torch.relu(bn(conv.bn_edge, eij))
+            assert torch.allclose(e_out[k], ref_e, atol=1e-10)
+        hi = lin(A, bA, x[i]) + num / (den + 1e-6)
+        assert torch.allclose(h[i], x[i] + torch.relu(bn(conv.bn_node, hi)), atol=1e-10)
+
+
+def test_gine_matches_pyg_gineconv():
+    from torch_geometric.nn import GINEConv
+
+    torch.manual_seed(0)
+    ours = GINELocal(8)
+    ref = GINEConv(ours.mlp)
+    x, e = torch.randn(5, 8), torch.randn(6, 8)
+    ei = torch.tensor([[0, 1, 2, 3, 4, 0], [1, 2, 3, 4, 0, 2]])
+    assert torch.allclose(ours(x, ei, e)[0], ref(x, ei, e), atol=1e-10)
+
+
+def random_graph(n, seed, feat="ogb"):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.arange(n - 1)
+    dst = src + 1
+    extra = torch.randint(0, n, (2, n // 2), generator=g)
+    ei = torch.cat([torch.stack([src, dst]), extra], 1)
+    ei = ei[:, ei[0] != ei[1]]
+    ei = torch.cat([ei, ei.flip(0)], 1)
+    x = torch.stack([torch.randint(0, k, (n,), generator=g) for k in get_atom_feature_dims()], 1)
+    ea = torch.stack([torch.randint(0, k, (ei.size(1),), generator=g) for k in get_bond_feature_dims()], 1)
+    rw = torch.rand(n, 8, generator=g)
+    lv, ll = torch.randn(n, 4, generator=g), torch.rand(n, 4, generator=g)
+    if n < 4:
+        lv[:, n:] = float("nan")
+        ll[:, n:] = float("nan")
+    return Data(x=x, edge_index=ei, edge_attr=ea, rwse=rw, lap_vec=lv, lap_val=ll, y=torch.zeros(1, 1))
+
+
+MODEL_VARIANTS = [
+    dict(local="gine", gate="elementwise", pe="rwse", pe_steps=8, pe_dim=4, pooling="add"),
+    dict(local="gatedgcn", gate="headwise", pe="lappe", pe_steps=4, pe_dim=4, pooling="mean"),
+    dict(local="none", gate="none", pe="none", pooling="mean"),
+]
+
+
+def _trained_bn(model, batch):
+    """Run a few train-mode passes so BatchNorm running stats are not the identity."""
+    model.train()
+    with torch.no_grad():
+        for _ in range(3):
+            model(batch)
+    return model.eval()
+
+
+@pytest.mark.parametrize("kw", MODEL_VARIANTS)
+def test_model_permutation_equivariance_and_invariance(kw):
+    torch.manual_seed(0)
+    model = SigGateGT(2, dim=16, layers=2, heads=4, attn_dropout=0.0, **kw)
+    g = random_graph(9, 1)
+    _trained_bn(model, Batch.from_data_list([g, random_graph(5, 2)]))
+    perm = torch.randperm(9, generator=torch.Generator().manual_seed(3))
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(9)
+    gp = Data(x=g.x[perm], edge_index=inv[g.edge_index], edge_attr=g.edge_attr, rwse=g.rwse[perm],
+              lap_vec=g.lap_vec[perm], lap_val=g.lap_val[perm], y=g.y)
+    out, det = model(Batch.from_data_list([g]), return_details=True)
+    outp, detp = model(Batch.from_data_list([gp]), return_details=True)
+    assert torch.allclose(out, outp, atol=1e-9)
+    for h, hp in zip(det["hidden"], detp["hidden"]):
+        assert torch.allclose(h[perm], hp, atol=1e-9)
+
+
+@pytest.mark.parametrize("kw", MODEL_VARIANTS)
+def test_prediction_alone_equals_prediction_in_batch(kw):
+    torch.manual_seed(0)
+    model = SigGateGT(1, dim=16, layers=3, heads=4, **kw)
+    graphs = [random_graph(n, s) for s, n in enumerate([6, 13, 3, 21, 9])]
+    _trained_bn(model, Batch.from_data_list(graphs))
+    together = model(Batch.from_data_list(graphs))
+    for i, g in enumerate(graphs):
+        alone = model(Batch.from_data_list([g]))
+        assert torch.allclose(alone, together[i : i + 1], atol=1e-9)
+    # and a different batch composition
+    shuffled = model(Batch.from_data_list(graphs[::-1]))
+    assert torch.allclose(shuffled.flip(0), together, atol=1e-9)
+
+
+def test_gated_and_ungated_share_non_gate_init():
+    torch.manual_seed(5)
+    a = SigGateGT(1, dim=16, layers=2, gate="none")
+    torch.manual_seed(5)
+    a.reset_parameters()
+    torch.manual_seed(5)
+    b = SigGateGT(1, dim=16, layers=2, gate="elementwise")
+    torch.manual_seed(5)
+    b.reset_parameters()
+    sa, sb = a.state_dict(), b.state_dict()
+    for k, v in sa.items():
+        if k.endswith("in_proj.weight") or k.endswith("in_proj.bias"):
+            assert torch.equal(v, sb[k][: v.size(0)])
+        else:
+            assert torch.equal(v, sb[k]), k
+
+
+def test_model_gradients_reach_every_gate():
+    model = SigGateGT(1, dim=16, layers=3, gate="elementwise", pe="rwse", pe_steps=8, pe_dim=4)
+    out = model(Batch.from_data_list([random_graph(7, 0), random_graph(4, 1)]))
+    out.sum().backward()
+    for att in model.attention_modules():
+        assert att.in_proj.weight.grad[48:].abs().sum() > 0
+
+
+def test_lappe_nan_padding_is_safe():
+    model = SigGateGT(1, dim=16, layers=1, gate="elementwise", pe="lappe", pe_steps=4, pe_dim=4)
+    out = model(Batch.from_data_list([random_graph(2, 0), random_graph(3, 1)]))
+    assert torch.isfinite(out).all()
+    out.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_stable_softmax_scaling_constant():
+    att = GatedMultiheadAttention(16, 4, gate="none")
+    assert att.head_dim == 4 and math.isclose(1 / math.sqrt(att.head_dim), 0.5)
