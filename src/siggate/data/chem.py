@@ -1,0 +1,350 @@
+"""Molecule handling: SMILES parsing with readable errors, OGB graph featurization,
+penalized logP and scaffold/random splits.
+
+RDKit reports problems through its C++ error log, which by default goes straight
+to stderr.  Everything here runs with that log captured (or blocked), and the
+reason is carried by :class:`InvalidSmiles` instead, so that loading a benchmark
+with a few broken rows prints nothing but one summary warning from the loader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import sys
+from collections import defaultdict
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from ogb.utils.features import atom_to_feature_vector, bond_to_feature_vector
+from rdkit import Chem, RDConfig, rdBase
+from rdkit.Chem import Descriptors
+from rdkit.Chem.Scaffolds import MurckoScaffold
+from torch_geometric.data import Data
+
+__all__ = [
+    "InvalidSmiles",
+    "parse_smiles",
+    "mol_to_graph",
+    "smiles_to_graph",
+    "sa_score",
+    "penalized_logp",
+    "murcko_scaffold",
+    "scaffold_split",
+    "random_split",
+]
+
+
+class InvalidSmiles(ValueError):
+    """A SMILES string that cannot become a molecule graph; ``str(exc)`` is the reason."""
+
+
+# --------------------------------------------------------------------------- logging
+
+
+class _Capture:
+    """Collects RDKit error-log lines while active; nothing reaches stderr."""
+
+    def __init__(self) -> None:
+        self._text = ""
+        self._ctx = None
+
+    def __enter__(self) -> "_Capture":
+        if hasattr(rdBase, "CaptureErrorLog"):  # RDKit >= 2025.x
+            self._ctx = rdBase.CaptureErrorLog()
+        else:  # older RDKit: no capture available, just keep stderr quiet
+            self._ctx = rdBase.BlockLogs()
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        ctx, self._ctx = self._ctx, None
+        ctx.__exit__(*exc)
+        msgs = getattr(ctx, "messages", "")
+        self._text = msgs if isinstance(msgs, str) else ""
+
+    @property
+    def lines(self) -> list[str]:
+        out = []
+        for line in self._text.splitlines():
+            # drop the "[12:34:56] " timestamp prefix RDKit puts on each line
+            line = re.sub(r"^\[\d\d:\d\d:\d\d\]\s?", "", line).strip()
+            if line and line not in out:
+                out.append(line)
+        return out
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    with rdBase.BlockLogs():
+        yield
+
+
+def _parse_error_reason(lines: list[str]) -> str:
+    """Turn RDKit's SMILES-parser log lines into one readable reason."""
+    details = []
+    for line in lines:
+        m = re.match(r"SMILES Parse Error:\s*(.*)", line)
+        if m and not m.group(1).startswith("Failed parsing SMILES"):
+            details.append(m.group(1).strip().rstrip(":"))
+    if not details:  # messages without the usual prefix (ring closures, ...)
+        details = [ln for ln in lines if not set(ln) <= set("~^ ")][:2]
+    return "SMILES parse error" + (": " + "; ".join(details) if details else "")
+
+
+def _sanitize_reason(raw: Chem.Mol, exc: Exception | None = None) -> str:
+    """RDKit's explanation of why ``raw`` (parsed with ``sanitize=False``) does not sanitize."""
+    try:
+        with _quiet():
+            problems = Chem.DetectChemistryProblems(Chem.Mol(raw))
+        msgs = [p.Message() for p in problems]
+    except Exception:  # pragma: no cover - defensive
+        msgs = []
+    if msgs:
+        return "; ".join(dict.fromkeys(msgs))
+    if exc is not None and str(exc):
+        return str(exc)
+    return "sanitization failed"
+
+
+# ------------------------------------------------------------------------- parsing
+
+_PARTIAL_SANITIZE_OPS = (
+    Chem.SanitizeFlags.SANITIZE_FINDRADICALS
+    | Chem.SanitizeFlags.SANITIZE_SETAROMATICITY
+    | Chem.SanitizeFlags.SANITIZE_SETCONJUGATION
+    | Chem.SanitizeFlags.SANITIZE_SETHYBRIDIZATION
+    | Chem.SanitizeFlags.SANITIZE_SYMMRINGS
+)
+
+
+def _partial_sanitize(raw: Chem.Mol) -> Chem.Mol:
+    """Best-effort sanitization of a molecule that fails full sanitization."""
+    mol = Chem.Mol(raw)
+    with _quiet():
+        mol.UpdatePropertyCache(strict=False)
+        try:
+            Chem.SanitizeMol(mol, _PARTIAL_SANITIZE_OPS, catchErrors=True)
+        except Exception:  # pragma: no cover - catchErrors already guards this
+            pass
+        try:
+            mol = Chem.RemoveHs(mol, sanitize=False)
+            mol.UpdatePropertyCache(strict=False)
+        except Exception:
+            pass
+        try:
+            Chem.AssignStereochemistry(mol, cleanIt=True, force=True)
+        except Exception:
+            pass
+    return mol
+
+
+def parse_smiles(smiles: str, allow_unsanitized: bool = False) -> Chem.Mol:
+    """Parse a SMILES string into an RDKit molecule.
+
+    Args:
+        smiles: the SMILES string; surrounding whitespace is ignored.
+        allow_unsanitized: when full sanitization fails but the string parses,
+            return a partially sanitized molecule instead of raising (used for
+            benchmarks such as ogbg-molhiv whose few metal complexes do not pass
+            RDKit's valence rules but must still become graphs).
+
+    Raises:
+        InvalidSmiles: with RDKit's reason ("SMILES parse error: ...",
+            "Explicit valence for atom # 1 N, 4, is greater than permitted", ...).
+    """
+    if smiles is None or (isinstance(smiles, float) and math.isnan(smiles)):
+        raise InvalidSmiles("empty SMILES")
+    if not isinstance(smiles, str):
+        raise InvalidSmiles(f"SMILES must be a string, got {type(smiles).__name__}")
+    s = smiles.strip()
+    if not s:
+        raise InvalidSmiles("empty SMILES")
+
+    # Full parse exactly like ogb.utils.smiles2graph (MolFromSmiles with sanitize=True
+    # also removes explicit hydrogens and cleans stereo, which the features depend on).
+    full = _Capture()
+    with full:
+        mol = Chem.MolFromSmiles(s)
+    if mol is not None:
+        return mol
+
+    cap = _Capture()
+    with cap:
+        raw = Chem.MolFromSmiles(s, sanitize=False)
+    if raw is None:
+        raise InvalidSmiles(_parse_error_reason(cap.lines))
+    # RDKit's own message from the failed sanitization, else ask it what is wrong
+    reason = "; ".join(full.lines) or _sanitize_reason(raw)
+    if not allow_unsanitized:
+        raise InvalidSmiles(reason)
+    return _partial_sanitize(raw)
+
+
+# --------------------------------------------------------------------- featurizing
+
+
+def mol_to_graph(mol: Chem.Mol) -> Data:
+    """OGB featurization of a molecule, identical to ``ogb.utils.smiles2graph``.
+
+    Returns a ``Data`` with ``x`` ``[N, 9]``, ``edge_index`` ``[2, E]`` (both
+    directions of each bond, in bond order) and ``edge_attr`` ``[E, 3]``, all int64.
+
+    Raises:
+        InvalidSmiles: "no atoms" for an empty molecule.
+    """
+    if mol is None:
+        raise InvalidSmiles("no molecule")
+    n = mol.GetNumAtoms()
+    if n == 0:
+        raise InvalidSmiles("no atoms")
+    x = torch.from_numpy(
+        np.array([atom_to_feature_vector(mol.GetAtomWithIdx(i)) for i in range(n)], dtype=np.int64).reshape(n, 9)
+    )
+    nb = mol.GetNumBonds()
+    if nb > 0:
+        pairs = np.empty((nb, 2), dtype=np.int64)
+        feats = np.empty((nb, 3), dtype=np.int64)
+        for k in range(nb):
+            bond = mol.GetBondWithIdx(k)
+            pairs[k, 0] = bond.GetBeginAtomIdx()
+            pairs[k, 1] = bond.GetEndAtomIdx()
+            feats[k] = bond_to_feature_vector(bond)
+        # interleave (i, j), (j, i) per bond, as OGB does
+        ei = np.stack([pairs, pairs[:, ::-1]], axis=1).reshape(-1, 2).T
+        ea = np.repeat(feats, 2, axis=0)
+        edge_index = torch.from_numpy(np.ascontiguousarray(ei))
+        edge_attr = torch.from_numpy(np.ascontiguousarray(ea))
+    else:
+        edge_index = torch.empty((2, 0), dtype=torch.long)
+        edge_attr = torch.empty((0, 3), dtype=torch.long)
+    return Data(x=x, edge_index=edge_index, edge_attr=edge_attr, num_nodes=n)
+
+
+def smiles_to_graph(smiles: str, allow_unsanitized: bool = False) -> Data:
+    """``parse_smiles`` + ``mol_to_graph``; the result also carries ``data.smiles``."""
+    data = mol_to_graph(parse_smiles(smiles, allow_unsanitized=allow_unsanitized))
+    data.smiles = smiles.strip()
+    return data
+
+
+# ---------------------------------------------------------------------- properties
+
+_sascorer = None
+
+
+def _get_sascorer():
+    global _sascorer
+    if _sascorer is None:
+        sa_dir = os.path.join(RDConfig.RDContribDir, "SA_Score")
+        if sa_dir not in sys.path:
+            sys.path.append(sa_dir)
+        import sascorer  # type: ignore[import-not-found]
+
+        if getattr(sascorer, "_fscores", None) is None:
+            sascorer.readFragmentScores()
+        _sascorer = sascorer
+    return _sascorer
+
+
+def sa_score(mol: Chem.Mol) -> float:
+    """Synthetic accessibility score (Ertl & Schuffenhauer), 1 (easy) .. 10 (hard)."""
+    with _quiet():
+        return float(_get_sascorer().calculateScore(mol))
+
+
+def _largest_ring_size(mol: Chem.Mol) -> int:
+    rings = mol.GetRingInfo().AtomRings()
+    return max((len(r) for r in rings), default=0)
+
+
+def penalized_logp(mol: Chem.Mol) -> float:
+    """Penalized logP = Crippen logP - SA score - max(largest ring size - 6, 0).
+
+    Un-normalized (no JT-VAE mean/std constants).
+    """
+    with _quiet():
+        logp = Descriptors.MolLogP(mol)
+    cycle_penalty = max(_largest_ring_size(mol) - 6, 0)
+    return float(logp - sa_score(mol) - cycle_penalty)
+
+
+# -------------------------------------------------------------------------- splits
+
+
+def _check_frac(frac: Sequence[float]) -> tuple[float, float, float]:
+    if len(frac) != 3:
+        raise ValueError(f"frac must have three entries (train, val, test), got {frac!r}")
+    f = tuple(float(v) for v in frac)
+    if any(v < 0 for v in f) or abs(sum(f) - 1.0) > 1e-6:
+        raise ValueError(f"frac must be non-negative and sum to 1, got {frac!r}")
+    return f  # type: ignore[return-value]
+
+
+def murcko_scaffold(mol: Chem.Mol) -> str:
+    """Bemis-Murcko scaffold SMILES without chirality ("" for acyclic molecules)."""
+    with _quiet():
+        return MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=False)
+
+
+def _scaffold_of_smiles(smiles: str) -> str:
+    try:
+        mol = parse_smiles(smiles, allow_unsanitized=True)
+        return murcko_scaffold(mol)
+    except Exception:
+        # an unparsable string is its own group; it can never share a scaffold
+        return "\x00unparsable:" + str(smiles)
+
+
+def split_by_groups(keys: Sequence[str], frac: Sequence[float] = (0.8, 0.1, 0.1)) -> dict[str, list[int]]:
+    """Deterministic group split: indices with equal ``keys`` land in the same split.
+
+    Groups are sorted by size (largest first), ties by their first index, then
+    each goes to train if it fits under the train cutoff, else to val if it fits
+    under the val cutoff, else to test.
+    """
+    f = _check_frac(frac)
+    n = len(keys)
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, k in enumerate(keys):
+        groups[k].append(i)
+    ordered = sorted(groups.values(), key=lambda g: (-len(g), g[0]))
+    train_cut, val_cut = f[0] * n, f[1] * n
+    train: list[int] = []
+    val: list[int] = []
+    test: list[int] = []
+    for g in ordered:
+        if len(train) + len(g) <= train_cut + 1e-9:
+            train.extend(g)
+        elif len(val) + len(g) <= val_cut + 1e-9:
+            val.extend(g)
+        else:
+            test.extend(g)
+    return {"train": sorted(train), "val": sorted(val), "test": sorted(test)}
+
+
+def scaffold_split(smiles: list[str], frac: Sequence[float] = (0.8, 0.1, 0.1)) -> dict[str, list[int]]:
+    """Deterministic Bemis-Murcko scaffold split (OGB / chemprop style).
+
+    Returns ``{"train": [...], "val": [...], "test": [...]}`` of sorted indices
+    into ``smiles``; no scaffold is shared between two splits.
+    """
+    return split_by_groups([_scaffold_of_smiles(s) for s in smiles], frac)
+
+
+def random_split(n: int, frac: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0) -> dict[str, list[int]]:
+    """Seeded random split of ``range(n)``; sizes ``floor(f*n)`` for train/val, rest test."""
+    f = _check_frac(frac)
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    perm = np.random.default_rng(seed).permutation(n)
+    n_train = int(math.floor(f[0] * n + 1e-9))
+    n_val = int(math.floor(f[1] * n + 1e-9))
+    return {
+        "train": sorted(perm[:n_train].tolist()),
+        "val": sorted(perm[n_train : n_train + n_val].tolist()),
+        "test": sorted(perm[n_train + n_val :].tolist()),
+    }

@@ -1,0 +1,154 @@
+"""NCI-5K: the first 4,999 NCI molecules shipped with RDKit, penalized-logP regression.
+
+Source: ``$RDDataDir/NCI/first_5K.smi`` (tab-separated ``SMILES<TAB>id``), which
+comes with every RDKit install, so this dataset needs no download and no data
+root.  With strict sanitization 4,991 molecules become graphs and 8 rows (metal
+complexes and hypervalent atoms) are reported as :class:`InvalidRow` in
+``dataset.invalid`` and in ``<cache_dir>/nci5k/invalid.csv``.
+
+Target: un-normalized penalized logP (Crippen logP - SA score - large-ring
+penalty) as ``y`` ``[1, 1]``.  Split: deterministic Bemis-Murcko scaffold split
+80/10/10 over the valid molecules.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import warnings
+from pathlib import Path
+
+import torch
+from rdkit import RDConfig
+
+from .base import GraphDataset, InvalidRow, TaskInfo, default_cache_dir
+from .cache import cached, cache_key, fingerprint_file, load_dataset, report_invalid, save_dataset, write_invalid_rows
+from .chem import InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, penalized_logp, split_by_groups
+
+__all__ = ["NCI5K_PATH", "nci5k_source", "nci5k_cache_path", "load_nci5k", "build_nci5k"]
+
+logger = logging.getLogger(__name__)
+
+NAME = "nci5k"
+
+
+def nci5k_source() -> Path:
+    """Path of RDKit's ``NCI/first_5K.smi``."""
+    return Path(RDConfig.RDDataDir) / "NCI" / "first_5K.smi"
+
+
+NCI5K_PATH = nci5k_source()
+
+
+def nci5k_info() -> TaskInfo:
+    return TaskInfo(
+        name=NAME,
+        task="regression",
+        num_tasks=1,
+        metric="mae",
+        node_features="ogb",
+        target_names=["penalized_logp"],
+    )
+
+
+def build_nci5k(source: str | os.PathLike | None = None, frac=(0.8, 0.1, 0.1)) -> GraphDataset:
+    """Featurize the .smi file (no caching); see :func:`load_nci5k`."""
+    source = Path(source) if source is not None else nci5k_source()
+    graphs = []
+    scaffolds = []
+    invalid: list[InvalidRow] = []
+    with open(source, encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    for i, line in enumerate(lines):
+        smiles = line.split("\t")[0].strip() if line.strip() else ""
+        if smiles and " " in smiles:  # tolerate space-separated files
+            smiles = smiles.split()[0]
+        try:
+            mol = parse_smiles(smiles, allow_unsanitized=False)
+            data = mol_to_graph(mol)
+            y = penalized_logp(mol)
+            if not math.isfinite(y):
+                raise InvalidSmiles(f"penalized logP is not finite ({y})")
+            scaffold = murcko_scaffold(mol)
+        except InvalidSmiles as exc:
+            invalid.append(InvalidRow(i, smiles, str(exc)))
+            continue
+        except Exception as exc:  # RDKit failures inside descriptors: report, never raise
+            invalid.append(InvalidRow(i, smiles, f"{type(exc).__name__}: {exc}"))
+            continue
+        data.y = torch.tensor([[y]], dtype=torch.float32)
+        data.smiles = smiles
+        data.idx = i
+        graphs.append(data)
+        scaffolds.append(scaffold)
+    split = split_by_groups(scaffolds, frac)
+    return GraphDataset(
+        info=nci5k_info(),
+        splits={k: [graphs[j] for j in split[k]] for k in ("train", "val", "test")},
+        invalid=invalid,
+        source=str(source),
+    )
+
+
+def load_nci5k(
+    root=None,
+    cache_dir=None,
+    *,
+    frac=(0.8, 0.1, 0.1),
+    rebuild: bool = False,
+    **kw,
+) -> GraphDataset:
+    """Load NCI-5K (built once, then cached).
+
+    Args:
+        root: ignored (the source ships with RDKit); accepted for the registry.
+        cache_dir: cache root; defaults to :func:`default_cache_dir`.
+        frac: train/val/test fractions of the scaffold split.
+        rebuild: ignore an existing cache file and rebuild it.
+
+    Returns:
+        A :class:`GraphDataset`; ``dataset.invalid`` lists the 8 rows RDKit rejects,
+        also written to ``<cache_dir>/nci5k/invalid.csv``.
+    """
+    if kw:
+        warnings.warn(f"load_nci5k: ignoring unknown arguments {sorted(kw)}", stacklevel=2)
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    source = nci5k_source()
+    if not source.is_file():
+        raise FileNotFoundError(f"NCI-5K source not found at {source}; is RDKit installed with its data files?")
+    parts = _key_parts(source, frac)
+    ds = cached(
+        cache_dir,
+        NAME,
+        parts,
+        lambda: build_nci5k(source, frac),
+        save=save_dataset,
+        load=load_dataset,
+        rebuild=rebuild,
+    )
+    fresh = cached.last_hit is False
+    log_path = None
+    try:
+        log_path = write_invalid_rows(cache_dir / NAME / "invalid.csv", ds.invalid)
+    except OSError as exc:  # a read-only cache must not break loading
+        logger.warning("nci5k: could not write the invalid-row log: %s", exc)
+    total = sum(ds.sizes().values()) + len(ds.invalid)
+    report_invalid(NAME, ds.invalid, total, log_path, fresh, logger)
+    return ds
+
+
+def _key_parts(source: Path, frac) -> dict:
+    return {
+        "dataset": NAME,
+        "source_sha256": fingerprint_file(source),
+        "frac": [float(f) for f in frac],
+        "allow_unsanitized": False,
+        "target": "penalized_logp",
+    }
+
+
+def nci5k_cache_path(cache_dir=None, frac=(0.8, 0.1, 0.1)) -> Path:
+    """Where :func:`load_nci5k` keeps its cache file."""
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return cache_dir / NAME / f"{cache_key(_key_parts(nci5k_source(), frac))}.pt"

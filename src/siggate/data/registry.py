@@ -1,0 +1,114 @@
+"""Registry of named datasets.
+
+>>> from siggate.data.registry import get_dataset, list_datasets
+>>> [d["name"] for d in list_datasets()]  # doctest: +SKIP
+['molhiv', 'molpcba', 'nci5k', 'peptides-func', 'peptides-struct', 'zinc']
+>>> ds = get_dataset("nci5k")  # doctest: +SKIP
+
+Loaders are registered with :func:`register_dataset`; each is called as
+``loader(root=..., cache_dir=..., **kw)`` and returns a
+:class:`~siggate.data.base.GraphDataset`.  ``nci5k`` is registered here; the
+downloadable benchmarks register themselves in :mod:`siggate.data.benchmarks`,
+imported at the bottom of this module when it is available.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Callable
+
+from .base import GraphDataset, default_cache_dir, default_data_root
+
+__all__ = ["DATASETS", "DATASET_META", "register_dataset", "get_dataset", "list_datasets"]
+
+#: name -> loader ``(root=None, cache_dir=None, **kw) -> GraphDataset``
+DATASETS: dict[str, Callable[..., GraphDataset]] = {}
+#: name -> {"name", "description", "needs_root"}
+DATASET_META: dict[str, dict] = {}
+
+
+def _same_loader(a: Callable, b: Callable) -> bool:
+    ident = lambda f: (getattr(f, "__module__", None), getattr(f, "__qualname__", None))  # noqa: E731
+    return a is b or ident(a) == ident(b)
+
+
+def register_dataset(name: str, description: str, needs_root: bool) -> Callable[[Callable], Callable]:
+    """Decorator registering ``loader(root=None, cache_dir=None, **kw)`` under ``name``.
+
+    Args:
+        name: registry name (lower case, e.g. ``"zinc"``).
+        description: one line for ``siggate data list``.
+        needs_root: whether the loader reads files from a data root.
+
+    Re-registering the same function (e.g. after a module reload) is allowed;
+    registering a different function under a taken name raises ``ValueError``.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"dataset name must be a non-empty string, got {name!r}")
+    key = name.strip().lower()
+
+    def deco(loader: Callable) -> Callable:
+        if not callable(loader):
+            raise TypeError(f"register_dataset({name!r}) needs a callable, got {type(loader).__name__}")
+        old = DATASETS.get(key)
+        if old is not None and not _same_loader(old, loader):
+            raise ValueError(
+                f"dataset {key!r} is already registered to {old.__module__}.{old.__qualname__}"
+            )
+        DATASETS[key] = loader
+        DATASET_META[key] = {"name": key, "description": str(description), "needs_root": bool(needs_root)}
+        loader.dataset_meta = DATASET_META[key]
+        return loader
+
+    return deco
+
+
+def list_datasets() -> list[dict]:
+    """``[{"name", "description", "needs_root"}, ...]`` sorted by name."""
+    return [dict(DATASET_META[k]) for k in sorted(DATASETS)]
+
+
+def _unknown(name: str) -> ValueError:
+    known = sorted(DATASETS)
+    close = difflib.get_close_matches(str(name).lower(), known, n=1, cutoff=0.0)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ValueError(f"unknown dataset {name!r}; known datasets: {', '.join(known) or '(none)'}{hint}")
+
+
+def get_dataset(name: str, root=None, cache_dir=None, **kw) -> GraphDataset:
+    """Load the dataset registered as ``name``.
+
+    ``root`` defaults to :func:`default_data_root` and ``cache_dir`` to
+    :func:`default_cache_dir`; other keyword arguments go to the loader.
+
+    Raises:
+        ValueError: unknown ``name`` (the message lists the known names and the
+            closest match).
+    """
+    key = str(name).strip().lower()
+    if key not in DATASETS:
+        raise _unknown(name)
+    if root is None:
+        root = default_data_root()
+    if cache_dir is None:
+        cache_dir = default_cache_dir()
+    root = Path(root) if root is not None else None
+    return DATASETS[key](root=root, cache_dir=Path(cache_dir), **kw)
+
+
+# ------------------------------------------------------------------ registrations
+
+from .nci5k import load_nci5k  # noqa: E402
+
+register_dataset(
+    "nci5k",
+    "NCI first 5K molecules shipped with RDKit: penalized logP regression, scaffold split (no download)",
+    needs_root=False,
+)(load_nci5k)
+
+try:  # the downloadable benchmarks register themselves on import
+    import siggate.data.benchmarks  # noqa: E402,F401
+except ModuleNotFoundError as _exc:  # only "the file does not exist yet", never its own missing deps
+    if _exc.name != "siggate.data.benchmarks":
+        raise

@@ -1,0 +1,245 @@
+"""siggate.data.chem: parsing, OGB featurization, penalized logP, splits."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+from ogb.utils import smiles2graph
+from rdkit import Chem, RDConfig
+from rdkit.Chem import Crippen
+from rdkit.Chem.Scaffolds import MurckoScaffold
+
+from siggate.data.chem import (
+    InvalidSmiles,
+    mol_to_graph,
+    parse_smiles,
+    penalized_logp,
+    random_split,
+    scaffold_split,
+    smiles_to_graph,
+)
+
+MOLECULES = [
+    "CCO",
+    "c1ccccc1O",
+    "CC(=O)Nc1ccc(O)cc1",  # paracetamol
+    "C[C@H](N)C(=O)O",  # chiral centre
+    "F/C=C/F",  # stereo double bond
+    "[Na+].[Cl-]",  # no bonds
+    "C",  # one atom, no bonds
+    "O=[N+]([O-])c1ccc(cc1)S(=O)(=O)N",  # charges, hypervalent S
+    "C1CCCCCCC1",  # 8-ring
+    "CC1=CC(=O)C=CC1=O",
+    "OC1=C(Cl)C=C(C=C1[N+]([O-])=O)[N+]([O-])=O",
+    "Cn1cnc2c1c(=O)n(C)c(=O)n2C",  # caffeine
+]
+
+
+# ------------------------------------------------------------------- parsing
+
+
+def test_invalid_smiles_is_value_error():
+    assert issubclass(InvalidSmiles, ValueError)
+
+
+@pytest.mark.parametrize("s", ["", "   ", "\t\n"])
+def test_empty_smiles(s):
+    with pytest.raises(InvalidSmiles, match="^empty SMILES$"):
+        parse_smiles(s)
+
+
+def test_parse_error_reason():
+    with pytest.raises(InvalidSmiles) as err:
+        parse_smiles("C1CC(")
+    assert str(err.value).startswith("SMILES parse error")
+    assert "syntax error" in str(err.value)
+    with pytest.raises(InvalidSmiles, match="SMILES parse error"):
+        parse_smiles("CXC")
+
+
+def test_valence_error_reason():
+    with pytest.raises(InvalidSmiles) as err:
+        parse_smiles("C[N](C)(C)(C)C")
+    assert str(err.value) == "Explicit valence for atom # 1 N, 5, is greater than permitted"
+
+
+def test_kekulize_error_reason():
+    with pytest.raises(InvalidSmiles, match="kekulize"):
+        parse_smiles("c1cccc1")
+
+
+def test_whitespace_is_stripped():
+    mol = parse_smiles("  CCO \n")
+    assert mol.GetNumAtoms() == 3
+
+
+def test_no_rdkit_output_on_stderr(capfd):
+    for s in ["C1CC(", "CXC", "c1cccc1", "C[N](C)(C)(C)C", "O=C1O[Al]23(OC1=O)(OC(=O)C(=O)O2)OC(=O)C(=O)O3"]:
+        with pytest.raises(InvalidSmiles):
+            parse_smiles(s)
+    parse_smiles("O=C1O[Al]23(OC1=O)(OC(=O)C(=O)O2)OC(=O)C(=O)O3", allow_unsanitized=True)
+    out, err = capfd.readouterr()
+    assert err == "" and out == ""
+
+
+def test_allow_unsanitized_keeps_metal_complex():
+    smi = "O=C1O[Al]23(OC1=O)(OC(=O)C(=O)O2)OC(=O)C(=O)O3"  # from NCI first_5K, Al with valence 6
+    with pytest.raises(InvalidSmiles, match="Explicit valence for atom # 3 Al, 6"):
+        smiles_to_graph(smi)
+    g = smiles_to_graph(smi, allow_unsanitized=True)
+    raw = Chem.MolFromSmiles(smi, sanitize=False)
+    assert g.x.shape == (raw.GetNumAtoms(), 9)
+    assert g.edge_index.shape == (2, 2 * raw.GetNumBonds())
+    assert g.edge_attr.shape == (2 * raw.GetNumBonds(), 3)
+    # ring membership was perceived (the oxalate rings are rings)
+    assert g.x[:, 8].sum() > 0
+    # a plain parse error stays an error even when unsanitized molecules are allowed
+    with pytest.raises(InvalidSmiles, match="SMILES parse error"):
+        parse_smiles("C1CC(", allow_unsanitized=True)
+
+
+# ------------------------------------------------------------- featurization
+
+
+@pytest.mark.parametrize("smi", MOLECULES)
+def test_mol_to_graph_matches_ogb(smi):
+    ref = smiles2graph(smi)
+    g = smiles_to_graph(smi)
+    assert g.x.dtype == g.edge_index.dtype == g.edge_attr.dtype == torch.long
+    assert g.x.shape == ref["node_feat"].shape and g.x.shape[1] == 9
+    assert g.edge_index.shape == ref["edge_index"].shape and g.edge_index.shape[0] == 2
+    assert g.edge_attr.shape == ref["edge_feat"].shape and g.edge_attr.shape[1] == 3
+    np.testing.assert_array_equal(g.x.numpy(), ref["node_feat"])
+    np.testing.assert_array_equal(g.edge_index.numpy(), ref["edge_index"])
+    np.testing.assert_array_equal(g.edge_attr.numpy(), ref["edge_feat"])
+    assert g.num_nodes == ref["num_nodes"]
+    assert g.smiles == smi
+
+
+def test_mol_to_graph_both_directions():
+    g = smiles_to_graph("CCO")
+    assert g.edge_index.tolist() == [[0, 1, 1, 2], [1, 0, 2, 1]]
+
+
+def test_no_atoms():
+    with pytest.raises(InvalidSmiles, match="^no atoms$"):
+        mol_to_graph(Chem.Mol())
+
+
+# ------------------------------------------------------------ penalized logP
+
+
+def _independent_penalized_logp(smi: str) -> tuple[float, float, float, int]:
+    sys.path.insert(0, os.path.join(RDConfig.RDContribDir, "SA_Score"))
+    try:
+        import sascorer
+    finally:
+        sys.path.pop(0)
+    mol = Chem.MolFromSmiles(smi)
+    logp = Crippen.MolLogP(mol)
+    sa = sascorer.calculateScore(mol)
+    rings = [len(r) for r in mol.GetRingInfo().AtomRings()]
+    largest = max(rings) if rings else 0
+    ring_penalty = max(largest - 6, 0)
+    return logp - sa - ring_penalty, logp, sa, ring_penalty
+
+
+@pytest.mark.parametrize(
+    "smi, penalty",
+    [
+        ("CCO", 0),
+        ("c1ccccc1O", 0),
+        ("CC(=O)Nc1ccc(O)cc1", 0),
+        ("C1CCCCCCC1", 2),  # cyclooctane
+        ("O=C1CCCCCCCCCCCCCCC1", 10),  # 16-membered macrocycle
+        ("Cn1cnc2c1c(=O)n(C)c(=O)n2C", 0),
+    ],
+)
+def test_penalized_logp_independent(smi, penalty):
+    expected, logp, sa, ring_penalty = _independent_penalized_logp(smi)
+    assert ring_penalty == penalty
+    assert 1.0 <= sa <= 10.0
+    got = penalized_logp(Chem.MolFromSmiles(smi))
+    assert isinstance(got, float)
+    assert got == pytest.approx(expected, abs=1e-9)
+    assert got == pytest.approx(logp - sa - penalty, abs=1e-9)
+
+
+def test_penalized_logp_ethanol_value():
+    # Crippen logP of ethanol is -0.0014; SA score of ethanol is about 1.98
+    v = penalized_logp(Chem.MolFromSmiles("CCO"))
+    assert -2.2 < v < -1.8
+
+
+# ------------------------------------------------------------------- splits
+
+
+def _murcko(s):
+    return MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(s), includeChirality=False)
+
+
+def test_scaffold_split_hand_example():
+    smiles = [
+        "CCO",  # 0 acyclic -> scaffold ""
+        "c1ccccc1C",  # 1 benzene
+        "C1CCCCC1O",  # 2 cyclohexane
+        "c1ccccc1O",  # 3 benzene
+        "c1ccncc1C",  # 4 pyridine
+        "c1ccccc1N",  # 5 benzene
+        "C1CCCCC1N",  # 6 cyclohexane
+        "c1ccccc1CC",  # 7 benzene
+        "C1CCCCC1C",  # 8 cyclohexane
+        "c1ccccc1Cl",  # 9 benzene
+    ]
+    # groups: benzene {1,3,5,7,9} (5), cyclohexane {2,6,8} (3), "" {0} (1), pyridine {4} (1)
+    # cutoffs: train 8, val 1 -> benzene, cyclohexane -> train; "" (first index 0) -> val; pyridine -> test
+    sp = scaffold_split(smiles)
+    assert sp == {"train": [1, 2, 3, 5, 6, 7, 8, 9], "val": [0], "test": [4]}
+
+
+def test_scaffold_split_properties():
+    from siggate.data.nci5k import nci5k_source
+
+    lines = open(nci5k_source()).read().splitlines()[:600]
+    smiles = [ln.split("\t")[0] for ln in lines]
+    smiles = [s for s in smiles if Chem.MolFromSmiles(s) is not None]
+    n = len(smiles)
+    a = scaffold_split(smiles)
+    b = scaffold_split(list(smiles))
+    assert a == b  # deterministic
+    assert set(a) == {"train", "val", "test"}
+    sets = {k: set(v) for k, v in a.items()}
+    assert all(a[k] == sorted(a[k]) for k in a)
+    assert not (sets["train"] & sets["val"]) and not (sets["train"] & sets["test"]) and not (sets["val"] & sets["test"])
+    assert sets["train"] | sets["val"] | sets["test"] == set(range(n))
+    assert len(a["train"]) <= 0.8 * n and len(a["val"]) <= 0.1 * n
+    scaf = {k: {_murcko(smiles[i]) for i in v} for k, v in a.items()}
+    assert not (scaf["train"] & scaf["val"])
+    assert not (scaf["train"] & scaf["test"])
+    assert not (scaf["val"] & scaf["test"])
+    print("scaffold split of", n, "NCI molecules:", {k: len(v) for k, v in a.items()})
+
+
+def test_scaffold_split_other_fractions():
+    smiles = ["c1ccccc1" + "C" * k for k in range(5)] + ["C" * (k + 1) + "O" for k in range(5)]
+    sp = scaffold_split(smiles, frac=(0.5, 0.5, 0.0))
+    assert sp["train"] == [0, 1, 2, 3, 4] and sp["val"] == [5, 6, 7, 8, 9] and sp["test"] == []
+    with pytest.raises(ValueError):
+        scaffold_split(smiles, frac=(0.5, 0.2, 0.2))
+
+
+def test_random_split():
+    a = random_split(100, seed=3)
+    assert a == random_split(100, seed=3)
+    assert a != random_split(100, seed=4)
+    assert [len(a[k]) for k in ("train", "val", "test")] == [80, 10, 10]
+    assert sorted(a["train"] + a["val"] + a["test"]) == list(range(100))
+    assert all(a[k] == sorted(a[k]) for k in a)
+    b = random_split(7, frac=(0.6, 0.2, 0.2))
+    assert sorted(b["train"] + b["val"] + b["test"]) == list(range(7))
+    assert len(b["train"]) == 4 and len(b["val"]) == 1 and len(b["test"]) == 2
+    assert random_split(0) == {"train": [], "val": [], "test": []}
