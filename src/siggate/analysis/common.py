@@ -1,0 +1,266 @@
+"""Shared plumbing of the ``siggate analyze`` sub-commands.
+
+Config resolution, dataset loading (with an optional cap on the number of graphs),
+training one run per variant (reusing :func:`siggate.train.loop.train`, skipping runs
+that already finished), model-detail collection, JSON/table output.
+Nothing here computes a result; the metric definitions live in
+:mod:`siggate.analysis.metrics`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import platform
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+import siggate
+
+from ..config import Config, load_config
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_model_args(p, default_epochs: int | None) -> None:
+    """``--config``, ``--set``, ``--epochs``, ``--seeds``, ``--max-graphs``, ``--data-root``,
+    ``--cache-dir``, ``--threads``, ``--no-progress``."""
+    p.add_argument("--config", default=None, help="built-in config name or YAML path (default: nci5k)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set model.dim=32 (repeatable)")
+    p.add_argument("--epochs", type=int, default=default_epochs,
+                   help=f"training epochs per run (default: {default_epochs}; the warmup is scaled "
+                        "by epochs / config epochs, as with `siggate train --budget`)")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
+    p.add_argument("--max-graphs", type=int, default=None,
+                   help="keep only the first N graphs of every split (quick runs and tests)")
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def parse_list(text: str | Sequence, cast=str) -> list:
+    if isinstance(text, (list, tuple)):
+        return [cast(t) for t in text]
+    return [cast(t.strip()) for t in str(text).split(",") if t.strip()]
+
+
+def config_from(args, extra: Iterable[str] = ()) -> Config:
+    """Config from ``--config``/``--set`` (+ ``extra`` overrides)."""
+    overrides = list(getattr(args, "overrides", []) or []) + list(extra)
+    if getattr(args, "data_root", None):
+        overrides.append(f"data.root={args.data_root}")
+    if getattr(args, "cache_dir", None):
+        overrides.append(f"data.cache_dir={args.cache_dir}")
+    return load_config(getattr(args, "config", None), overrides)
+
+
+def variant(cfg: Config, epochs: int | None = None, **sets) -> Config:
+    """Copy of ``cfg`` with ``section__key=value`` changes (e.g. ``model__gate="none"``).
+
+    ``epochs`` shortens the run; the warmup keeps its fraction of the protocol
+    (``round(warmup * epochs / protocol_epochs)``, the rule of ``siggate train --budget``).
+    """
+    new = copy.deepcopy(cfg)
+    for k, v in sets.items():
+        sec, key = k.split("__")
+        setattr(getattr(new, sec), key, v)
+    if epochs is not None and epochs > 0 and epochs != new.train.epochs:
+        new.train.warmup_epochs = round(new.train.warmup_epochs * epochs / max(new.train.epochs, 1))
+        new.train.epochs = epochs
+    return new.validate()
+
+
+def set_threads(n: int) -> None:
+    if n and n > 0:
+        torch.set_num_threads(n)
+
+
+# -------------------------------------------------------------------------- data
+
+
+def prepare_data(cfg: Config, progress: bool = True):
+    """Indirection over :func:`siggate.train.loop.prepare_data` (tests replace it)."""
+    from ..train.loop import prepare_data as _prepare
+
+    return _prepare(cfg, progress)
+
+
+def load_dataset(cfg: Config, max_graphs: int | None = None, progress: bool = True):
+    """The dataset of ``cfg`` with every split cut to its first ``max_graphs`` graphs."""
+    ds = prepare_data(cfg, progress)
+    if max_graphs:
+        ds = copy.copy(ds)
+        ds.splits = {k: list(v[:max_graphs]) for k, v in ds.splits.items()}
+    return ds
+
+
+def batches(graphs, batch_size: int):
+    from torch_geometric.loader import DataLoader
+
+    # own generator: iterating a loader without one draws from the global RNG (and would
+    # shift the dropout stream of a training run measured between epochs)
+    return DataLoader(list(graphs), batch_size=batch_size, shuffle=False, generator=torch.Generator().manual_seed(0))
+
+
+# ---------------------------------------------------------------------- training
+
+
+class RunConflict(RuntimeError):
+    """A run directory holds a run of a different config."""
+
+
+def _saved_config(run_dir: Path) -> dict | None:
+    import yaml
+
+    c = run_dir / "config.yaml"
+    if not c.exists():
+        return None
+    saved = yaml.safe_load(c.read_text()) or {}
+    saved.pop("_meta", None)
+    return saved
+
+
+def run_finished(run_dir: Path, cfg: Config) -> bool:
+    """A run counts as done when its ``metrics.json`` and ``last.pt`` exist and its
+    ``config.yaml`` equals ``cfg``."""
+    if not ((run_dir / "metrics.json").exists() and (run_dir / "last.pt").exists()):
+        return False
+    return _saved_config(run_dir) == cfg.to_dict()
+
+
+def train_run(cfg: Config, run_dir: Path, dataset, progress: bool = True) -> dict:
+    """Train ``cfg`` into ``run_dir`` unless an identical finished run is there; returns
+    its ``metrics.json`` (plus ``"reused": bool``). An unfinished run of the same config
+    is resumed (exactly, see :mod:`siggate.train.loop`); a run of another config raises
+    :class:`RunConflict` rather than being mixed in. A run that stops on a non-finite
+    loss returns ``{"diverged": True, "error": ...}`` instead of raising."""
+    from ..train.loop import NonFiniteLossError, train
+
+    run_dir = Path(run_dir)
+    if run_finished(run_dir, cfg):
+        m = json.loads((run_dir / "metrics.json").read_text())
+        m["reused"] = True
+        return m
+    saved = _saved_config(run_dir)
+    if saved is not None and saved != cfg.to_dict():
+        raise RunConflict(f"{run_dir} holds a run of another config; remove it or choose another --out")
+    try:
+        m = train(cfg, run_dir, resume=True, progress=progress, dataset=dataset)
+    except NonFiniteLossError as exc:
+        return {"diverged": True, "error": str(exc), "val": float("nan"), "history": [], "reused": False}
+    m["reused"] = False
+    return m
+
+
+def load_run_model(run_dir: Path, which: str = "last"):
+    from ..train.loop import load_trained
+
+    return load_trained(Path(run_dir) / f"{which}.pt")
+
+
+# ---------------------------------------------------------------------- details
+
+
+@torch.no_grad()
+def forward_details(model, graphs, batch_size: int = 64):
+    """Yield ``(batch, details)`` of ``model`` in eval mode over ``graphs``."""
+    model.eval()
+    for batch in batches(graphs, batch_size):
+        _, det = model(batch, return_details=True)
+        yield batch, det
+
+
+# ------------------------------------------------------------------------ output
+
+
+def finite(x) -> float | None:
+    """JSON-safe float (``None`` for NaN/inf)."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _json_default(o):
+    if isinstance(o, torch.Tensor):
+        return o.tolist()
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _clean(o):
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    return o
+
+
+def meta(args=None, cfg: Config | None = None) -> dict:
+    """Provenance block stored in every result JSON."""
+    from ..train.loop import git_commit
+
+    out = {
+        "siggate_version": siggate.__version__,
+        "git_commit": git_commit(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "threads": torch.get_num_threads(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    if args is not None:
+        out["argv"] = {k: v for k, v in vars(args).items() if k != "func"}
+    if cfg is not None:
+        out["config"] = cfg.to_dict()
+    return out
+
+
+def write_json(obj: dict, path: Path) -> Path:
+    """Write ``obj`` as JSON (NaN/inf -> null) atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(_clean(obj), indent=2, default=_json_default))
+    tmp.replace(path)
+    return path
+
+
+def fmt(x, digits: int = 4) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int):
+        return str(x)
+    if not math.isfinite(x):
+        return "nan"
+    return f"{x:.{digits}g}"
+
+
+def table(headers: list[str], rows: list[list], markdown: bool = False) -> str:
+    """A plain-text (or Markdown) table."""
+    cells = [[fmt(c) for c in r] for r in rows]
+    if markdown:
+        lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in cells]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
+    return "\n".join(out)

@@ -1,0 +1,197 @@
+"""Stable rank of every head's output, before and after the gate, on a dataset split.
+
+For each graph ``g`` of the split, each layer ``l`` and head ``k``, the head output
+``O_k`` restricted to the graph's nodes (``[n_g, d_head]``, the padding rows removed) has
+stable rank ``||O_k||_F^2 / ||O_k||_2^2``; it is computed before the gate (``head_out``)
+and after it (``head_out_gated``, equal for ``gate=none``). Pooling: per graph, then the
+mean over the graphs with at least two nodes (a one-node graph has stable rank 1 at most).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .common import (
+    add_model_args,
+    batches,
+    config_from,
+    fmt,
+    load_dataset,
+    meta,
+    parse_list,
+    set_threads,
+    table,
+    train_run,
+    variant,
+    write_json,
+)
+from .metrics import stable_rank_batched
+from .plots import save, subplots
+
+POOLING = "per graph (head output over the graph's own nodes), then mean over graphs with >= 2 nodes"
+
+
+@torch.no_grad()
+def head_ranks(model, graphs, batch_size: int = 64, progress: bool = False) -> dict:
+    """Per-layer, per-head mean stable rank before/after the gate and the mean gate value.
+
+    Returns ``{"before": [L][H], "after": [L][H], "ratio": [L][H] (mean over graphs of
+    after/before), "frac_graphs_higher": [L][H], "gate_mean": [L] or None, "n_graphs": int}``.
+    """
+    model.eval()
+    sums = None
+    n = 0
+    gate_sum, gate_cnt = None, 0
+    for batch in tqdm(batches(graphs, batch_size), desc="rank", disable=not progress, leave=False):
+        _, det = model(batch, return_details=True)
+        mask = det["mask"]  # B, N
+        keep = mask.sum(1) >= 2
+        if not bool(keep.any()):
+            continue
+        m = mask[keep][:, :, None, None].double()  # B', N, 1, 1
+        per = []
+        for a in det["attn"]:
+            before = (a["head_out"][keep].double() * m).transpose(1, 2)  # B', H, N, dh
+            after = (a["head_out_gated"][keep].double() * m).transpose(1, 2)
+            sb, sa = stable_rank_batched(before), stable_rank_batched(after)  # B', H
+            ratio = torch.where(sb > 0, sa / sb.clamp_min(1e-300), torch.ones_like(sb))
+            higher = (sa - sb > 1e-9 * sb).double()
+            per.append(torch.stack([sb.sum(0), sa.sum(0), ratio.sum(0), higher.sum(0)]))  # 4, H
+        per = torch.stack(per)  # L, 4, H
+        sums = per if sums is None else sums + per
+        n += int(keep.sum())
+        if det["attn"] and det["attn"][0]["gate"] is not None:
+            g = torch.stack([a["gate"][mask].double().mean() for a in det["attn"]]) * int(mask.sum())
+            gate_sum = g if gate_sum is None else gate_sum + g
+            gate_cnt += int(mask.sum())
+    if sums is None:
+        raise ValueError("no graph with at least two nodes in the split")
+    mean = (sums / n).tolist()
+    return {
+        "before": [r[0] for r in mean], "after": [r[1] for r in mean], "ratio": [r[2] for r in mean],
+        "frac_graphs_higher": [r[3] for r in mean],
+        "gate_mean": None if gate_sum is None else (gate_sum / gate_cnt).tolist(),
+        "n_graphs": n,
+    }
+
+
+def obtain_models(args, cfg, ds, out: Path, progress: bool):
+    """``[(seed, model, source text)]`` for ``--checkpoint`` or ``--config`` (+ training)."""
+    from ..train.loop import build_model, load_trained
+
+    if args.checkpoint:
+        model, ckpt, _, _ = load_trained(args.checkpoint)
+        st = ckpt.get("state", {})
+        return [(ckpt["config"]["train"]["seed"], model,
+                 f"checkpoint {args.checkpoint} (after epoch {st.get('epoch')}, best epoch {st.get('best_epoch', -1) + 1})")]
+    models = []
+    for seed in parse_list(args.seeds, int):
+        if args.epochs == 0:
+            c = variant(cfg, train__seed=seed)
+            models.append((seed, build_model(c, ds.info), f"untrained (initialisation of seed {seed})"))
+            continue
+        c = variant(cfg, epochs=args.epochs, train__seed=seed)
+        run = out / "runs" / f"{c.model.gate}-L{c.model.layers}-s{seed}"
+        m = train_run(c, run, ds, progress)
+        model, _, _, _ = load_trained(run / "last.pt")
+        models.append((seed, model, f"trained {c.train.epochs} epochs ({run}/last.pt, final weights)"))
+    return models
+
+
+def plot(res: dict, path: Path) -> Path:
+    fig, ax = subplots(1, 2, size=(4.8, 3.6))
+    L = len(res["before"])
+    H = len(res["before"][0]) if L else 0
+    x = np.arange(1, L + 1)
+    a = ax[0, 0]
+    for h in range(H):
+        a.plot(x, [res["before"][l][h] for l in range(L)], ls="--", marker="o", color=f"C{h}", alpha=0.8,
+               label=f"head {h} before")
+        a.plot(x, [res["after"][l][h] for l in range(L)], ls="-", marker="s", color=f"C{h}",
+               label=f"head {h} after")
+    a.set_xlabel("layer")
+    a.set_ylabel("stable rank of head output")
+    a.set_title(f"gate={res['gate']}: before (--) / after (-) gate")
+    a.legend(fontsize=6, ncol=2)
+    a = ax[0, 1]
+    for h in range(H):
+        a.plot(x, [res["ratio"][l][h] for l in range(L)], marker="o", color=f"C{h}", label=f"head {h}")
+    a.axhline(1.0, color="k", lw=0.8)
+    a.set_xlabel("layer")
+    a.set_ylabel("mean over graphs of after / before")
+    a.set_title(f"{res['split']} split, {res['n_graphs']} graphs")
+    a.legend(fontsize=7)
+    return save(fig, path)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("rank", help="per-layer, per-head stable rank before/after the gate on a split")
+    p.add_argument("--checkpoint", default=None, help="best.pt/last.pt of a trained run (else --config)")
+    add_model_args(p, default_epochs=5)
+    p.add_argument("--split", default="val", help="train, val or test (default: val)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--out", required=True, help="output directory")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    set_threads(args.threads)
+    out = Path(args.out)
+    progress = not args.no_progress
+    if args.epochs is not None and args.epochs < 0:
+        raise ValueError("--epochs must be >= 0")
+    if args.checkpoint:
+        from ..train.checkpoint import load_checkpoint
+        from ..config import from_dict
+
+        cfg = from_dict(load_checkpoint(args.checkpoint)["config"])
+        if args.data_root:
+            cfg.data.root = args.data_root
+        if args.cache_dir:
+            cfg.data.cache_dir = args.cache_dir
+    else:
+        cfg = config_from(args)
+    ds = load_dataset(cfg, args.max_graphs, progress)
+    if args.split not in ds.splits:
+        raise ValueError(f"unknown split {args.split!r}; available: {', '.join(ds.splits)}")
+    models = obtain_models(args, cfg, ds, out, progress)
+    per_seed = {}
+    for seed, model, source in models:
+        r = head_ranks(model, ds.splits[args.split], args.batch_size, progress)
+        r["model_source"] = source
+        per_seed[str(seed)] = r
+    keys = ("before", "after", "ratio", "frac_graphs_higher")
+    mean = {k: np.mean([np.asarray(r[k]) for r in per_seed.values()], axis=0).tolist() for k in keys}
+    gm = [r["gate_mean"] for r in per_seed.values() if r["gate_mean"] is not None]
+    res = {
+        "analysis": "rank",
+        "gate": cfg.model.gate, "gate_position": cfg.model.gate_position, "dataset": ds.info.name,
+        "split": args.split, "n_graphs": next(iter(per_seed.values()))["n_graphs"],
+        "layers": cfg.model.layers, "heads": cfg.model.heads,
+        "model_source": [r["model_source"] for r in per_seed.values()],
+        "trained": not (args.checkpoint is None and args.epochs == 0),
+        "pooling": POOLING,
+        "definition": "stable rank ||O_k||_F^2 / ||O_k||_2^2 of head k's output O_k [n_graph_nodes, d_head]; "
+                      "'before' = attention output, 'after' = after the gate (gate_position=output). With "
+                      "gate_position value/post 'after' is the attention output of gated values / equals before.",
+        **mean,
+        "gate_mean": np.mean(gm, axis=0).tolist() if gm else None,
+        "frac_heads_higher": float(np.mean(np.asarray(mean["after"]) > np.asarray(mean["before"]) * (1 + 1e-9))),
+        "mean_before": float(np.mean(mean["before"])), "mean_after": float(np.mean(mean["after"])),
+        "per_seed": per_seed,
+        "meta": meta(args, cfg),
+    }
+    write_json(res, out / "rank.json")
+    plot(res, out / "rank.png")
+    rows = []
+    for l in range(len(res["before"])):
+        rows.append([l + 1, " ".join(fmt(v, 3) for v in res["before"][l]), " ".join(fmt(v, 3) for v in res["after"][l]),
+                     float(np.mean(res["ratio"][l])), None if res["gate_mean"] is None else res["gate_mean"][l]])
+    print(table(["layer", "SR before (per head)", "SR after (per head)", "mean ratio", "gate mean"], rows))
+    print(f"{res['model_source'][0]}; {res['split']} split, {res['n_graphs']} graphs; "
+          f"after > before in {fmt(100 * res['frac_heads_higher'], 3)}% of (layer, head); wrote {out / 'rank.json'}")
+    return 0

@@ -1,0 +1,213 @@
+"""Over-smoothing versus depth: one model per (depth, gate, seed), measured per layer.
+
+Every run is an ordinary :func:`siggate.train.loop.train` run (``model.layers=L``,
+``model.gate=G``, ``train.seed=S``) under ``OUT/runs/L<L>-<G>-s<S>``; finished runs are
+reused. The final weights (``last.pt``) are measured on the validation split.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .common import (
+    add_model_args,
+    config_from,
+    fmt,
+    forward_details,
+    load_dataset,
+    load_run_model,
+    meta,
+    parse_list,
+    set_threads,
+    table,
+    train_run,
+    variant,
+    write_json,
+)
+from .metrics import dirichlet_energy_batched, mad_batched, stable_rank_batched
+from .plots import color, save, subplots
+
+DEFINITIONS = {
+    "layers": "index 0 = node encoder output (input of layer 1), index l = output of GPS layer l",
+    "dirichlet": "Dirichlet energy per graph, (1/N_g) sum over directed edges (j->i) of ||x_i - x_j||^2 "
+                 "(both directions of each bond count), unnormalised; mean over graphs",
+    "mad": "MAD (Chen et al. 2020, all-pairs variant): per graph the mean over ordered node pairs i != j of "
+           "1 - cos(x_i, x_j); mean over graphs with >= 2 nodes. The paper's 'representation diversity'",
+    "rank": "numerical rank per graph of the node representation matrix [N_g, d]: number of singular values "
+            "> rank_tol * sigma_max; mean over graphs",
+    "stable_rank": "stable rank ||X||_F^2 / ||X||_2^2 per graph of [N_g, d]; mean over graphs",
+    "relative_mad_gain": "(MAD_gated - MAD_none) / MAD_none at the last layer, MAD first averaged over seeds",
+    "mean_relative_mad_gain": "mean of relative_mad_gain over the depths (first gated variant)",
+    "weights": "final weights of each run (last.pt), eval mode, validation split",
+}
+
+
+def numerical_rank_batched(X: torch.Tensor, rel_tol: float) -> torch.Tensor:
+    """``[..., n, d] -> [...]`` number of singular values ``> rel_tol * sigma_max``
+    (the ``rel_tol`` rule of :func:`siggate.analysis.metrics.numerical_rank`)."""
+    s = torch.linalg.svdvals(X.double())
+    return (s > rel_tol * s[..., :1]).sum(-1)
+
+
+@torch.no_grad()
+def representation_stats(model, graphs, batch_size: int = 64, rank_tol: float = 1e-3) -> dict:
+    """Per-layer means over graphs of MAD, Dirichlet energy, numerical and stable rank."""
+    from torch_geometric.utils import to_dense_batch
+
+    acc = {k: None for k in ("mad", "dirichlet", "rank", "stable_rank")}
+    n_mad = n_all = 0
+    for batch, det in forward_details(model, graphs, batch_size):
+        G = int(batch.num_graphs)
+        rows = {k: [] for k in acc}
+        valid = None
+        for h in det["hidden"]:
+            m = mad_batched(h, batch.batch)  # [G], nan for 1-node graphs
+            valid = ~torch.isnan(m)
+            rows["mad"].append(torch.nan_to_num(m).sum())
+            rows["dirichlet"].append(dirichlet_energy_batched(h, batch.edge_index, batch.batch, num_graphs=G).sum())
+            dense, _ = to_dense_batch(h.double(), batch.batch, batch_size=G)  # zero rows: no effect on SVD
+            rows["rank"].append(numerical_rank_batched(dense, rank_tol).double().sum())
+            rows["stable_rank"].append(stable_rank_batched(dense).sum())
+        for k in acc:
+            t = torch.stack(rows[k]).double()
+            acc[k] = t if acc[k] is None else acc[k] + t
+        n_mad += int(valid.sum())
+        n_all += G
+    return {
+        "mad": (acc["mad"] / max(n_mad, 1)).tolist(),
+        "dirichlet": (acc["dirichlet"] / n_all).tolist(),
+        "rank": (acc["rank"] / n_all).tolist(),
+        "stable_rank": (acc["stable_rank"] / n_all).tolist(),
+        "n_graphs": n_all,
+    }
+
+
+def _mean_lists(lists):
+    return np.mean(np.asarray(lists, dtype=np.float64), axis=0).tolist()
+
+
+def analyse(per_seed: dict, depths, gates, seeds) -> dict:
+    """Seed means per depth/gate and the relative MAD gains of every gated variant."""
+    per_depth = {}
+    for L in depths:
+        per_depth[str(L)] = {}
+        for g in gates:
+            runs = [per_seed[f"L{L}-{g}-s{s}"] for s in seeds]
+            entry = {k: _mean_lists([r[k] for r in runs]) for k in ("mad", "dirichlet", "rank", "stable_rank")}
+            vals = [r.get("val") for r in runs]
+            entry["val"] = float(np.mean(vals)) if all(v is not None for v in vals) else None
+            per_depth[str(L)][g] = entry
+    gains, pair_gains = {}, {}
+    if "none" in gates:
+        for g in gates:
+            if g == "none":
+                continue
+            gains[g] = {}
+            pair_gains[g] = []
+            for L in depths:
+                base = per_depth[str(L)]["none"]["mad"][-1]
+                gains[g][str(L)] = (per_depth[str(L)][g]["mad"][-1] - base) / base if base > 0 else None
+                for s in seeds:
+                    b = per_seed[f"L{L}-none-s{s}"]["mad"][-1]
+                    v = per_seed[f"L{L}-{g}-s{s}"]["mad"][-1]
+                    pair_gains[g].append({"depth": L, "seed": s, "gain": (v - b) / b if b > 0 else None})
+    return {"per_depth": per_depth, "relative_mad_gain": gains, "paired_gains": pair_gains}
+
+
+def plot(res: dict, path: Path) -> Path:
+    depths = list(res["per_depth"])
+    fig, ax = subplots(2, len(depths), size=(3.6, 3.0))
+    for j, L in enumerate(depths):
+        for i, (g, e) in enumerate(res["per_depth"][L].items()):
+            x = np.arange(len(e["mad"]))
+            ax[0, j].plot(x, e["mad"], marker="o", ms=3, color=color(g, i), label=g)
+            ax[1, j].plot(x, e["dirichlet"], marker="o", ms=3, color=color(g, i), label=g)
+        ax[0, j].set_title(f"{L} layers")
+        ax[0, j].set_ylabel("MAD")
+        ax[1, j].set_ylabel("Dirichlet energy")
+        ax[1, j].set_yscale("log")
+        for r in range(2):
+            ax[r, j].set_xlabel("layer (0 = encoder)")
+            ax[r, j].legend(fontsize=7)
+    return save(fig, path)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("smoothing", help="Dirichlet energy, MAD and rank of node representations vs depth")
+    add_model_args(p, default_epochs=3)
+    p.add_argument("--depths", default="4,8,12,16", help="numbers of layers (default: 4,8,12,16)")
+    p.add_argument("--gates", default="none,elementwise", help="gate kinds; 'none' first is the baseline")
+    p.add_argument("--rank-tol", type=float, default=1e-3, help="relative singular-value threshold (default: 1e-3)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--out", required=True, help="output directory (runs go to OUT/runs)")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    set_threads(args.threads)
+    out = Path(args.out)
+    progress = not args.no_progress
+    cfg = config_from(args)
+    depths, gates, seeds = parse_list(args.depths, int), parse_list(args.gates), parse_list(args.seeds, int)
+    ds = load_dataset(cfg, args.max_graphs, progress)
+    per_seed, sources = {}, {}
+    jobs = [(L, g, s) for L in depths for g in gates for s in seeds]
+    for L, g, s in tqdm(jobs, desc="smoothing runs", disable=not progress):
+        key = f"L{L}-{g}-s{s}"
+        if args.epochs == 0:
+            from ..train.loop import build_model
+
+            c = variant(cfg, model__layers=L, model__gate=g, train__seed=s)
+            model, val, src = build_model(c, ds.info), None, "untrained"
+        else:
+            c = variant(cfg, epochs=args.epochs, model__layers=L, model__gate=g, train__seed=s)
+            run = out / "runs" / key
+            m = train_run(c, run, ds, progress)
+            if m.get("diverged"):
+                raise RuntimeError(f"run {key} diverged: {m['error']}")
+            model = load_run_model(run)[0]
+            val, src = m.get("history", [{}])[-1].get("val"), str(run / "last.pt")
+        r = representation_stats(model, ds.val, args.batch_size, args.rank_tol)
+        r["val"] = val
+        per_seed[key] = r
+        sources[key] = src
+    res = analyse(per_seed, depths, gates, seeds)
+    primary = next((g for g in gates if g != "none"), None)
+    gains = res["relative_mad_gain"].get(primary, {})
+    good = [v for v in gains.values() if v is not None]
+    res.update({
+        "analysis": "smoothing",
+        "dataset": ds.info.name, "split": "val", "metric": ds.info.metric,
+        "depths": depths, "gates": gates, "seeds": seeds,
+        "epochs": args.epochs, "trained": args.epochs != 0, "rank_tol": args.rank_tol,
+        "primary_gate": primary,
+        "mean_relative_mad_gain": float(np.mean(good)) if good else None,
+        "mean_relative_mad_gain_by_gate": {
+            g: (float(np.mean([v for v in d.values() if v is not None])) if d else None)
+            for g, d in res["relative_mad_gain"].items()
+        },
+        "paper_claim": "gating slows over-smoothing: +30% mean relative gain in representation diversity "
+                       "across 4-16 layers",
+        "definitions": DEFINITIONS,
+        "runs": sources,
+        "per_seed": per_seed,
+        "meta": meta(args, cfg),
+    })
+    write_json(res, out / "smoothing.json")
+    plot(res, out / "smoothing.png")
+    rows = []
+    for L in depths:
+        for g in gates:
+            e = res["per_depth"][str(L)][g]
+            rows.append([L, g, e["mad"][0], e["mad"][-1], e["dirichlet"][-1], e["rank"][-1], e["stable_rank"][-1],
+                         e["val"], None if g == "none" or not res["relative_mad_gain"] else
+                         res["relative_mad_gain"][g][str(L)]])
+    print(table(["depth", "gate", "MAD enc", "MAD last", "Dirichlet last", "rank last", "SR last",
+                 f"val {ds.info.metric}", "rel. MAD gain"], rows))
+    print(f"mean relative MAD gain of {primary} over none at the last layer: "
+          f"{fmt(res['mean_relative_mad_gain'])} (paper: +0.30); wrote {out / 'smoothing.json'}")
+    return 0

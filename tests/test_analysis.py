@@ -1,0 +1,260 @@
+"""``siggate analyze``: every sub-command end to end on a tiny budget, plus the pieces
+whose values can be checked exactly (constant-gate sanity case, gate-parameter formulas,
+stable-range logic)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
+from torch_geometric.data import Data
+
+from siggate.analysis import common, lrsweep, smoothing, synthetic
+from siggate.analysis.metrics import numerical_rank, stable_rank
+from siggate.cli import main
+from siggate.data.base import GraphDataset, TaskInfo
+
+TINY = ["--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.heads=2", "--set", "model.pe=none",
+        "--set", "train.batch_size=8", "--no-progress"]
+
+
+def fake_graph(g: torch.Generator, n: int) -> Data:
+    atom, bond = get_atom_feature_dims(), get_bond_feature_dims()
+    x = torch.stack([torch.randint(0, min(d, 4), (n,), generator=g) for d in atom], 1)
+    src = torch.arange(n - 1)
+    extra = torch.randint(0, n, (2, 2), generator=g)
+    und = torch.cat([torch.stack([src, src + 1]), extra[:, extra[0] != extra[1]]], 1)
+    ei = torch.cat([und, und.flip(0)], 1)
+    ea = torch.stack([torch.randint(0, min(d, 3), (und.shape[1],), generator=g) for d in bond], 1).repeat(2, 1)
+    return Data(x=x, edge_index=ei, edge_attr=ea, y=torch.randn(1, 1, generator=g), num_nodes=n)
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset():
+    g = torch.Generator().manual_seed(0)
+    sizes = {"train": 24, "val": 12, "test": 8}
+    splits = {k: [fake_graph(g, int(torch.randint(3, 10, (1,), generator=g))) for _ in range(n)]
+              for k, n in sizes.items()}
+    info = TaskInfo(name="nci5k", task="regression", num_tasks=1, metric="mae")
+    return GraphDataset(info=info, splits=splits, source="fake")
+
+
+@pytest.fixture(autouse=True)
+def fake_data(monkeypatch, tiny_dataset):
+    monkeypatch.setattr(common, "prepare_data", lambda cfg, progress=True: tiny_dataset)
+
+
+def run(*argv) -> dict:
+    assert main(["analyze", *argv]) == 0
+
+
+def load(path):
+    return json.loads(path.read_text())
+
+
+# ------------------------------------------------------------------- synthetic
+
+
+@pytest.mark.parametrize("gate", ["elementwise", "headwise"])
+@pytest.mark.parametrize("family", synthetic.FAMILIES)
+def test_constant_gate_leaves_stable_rank_unchanged(gate, family):
+    for mode in synthetic.ATTENTION_MODES:
+        for bias in (-3.0, 0.0, 2.0):
+            (e,) = synthetic.one_draw(0, 1, family, mode, [gate], n=10, dim=8, heads=2, noise=0.05, steps=1,
+                                      bias=bias, weight_std=0.0)
+            np.testing.assert_allclose(e["gated"], e["ungated"], rtol=1e-9)
+            assert e["prep_mismatch"] == 0.0  # matched q, k, v: identical ungated head outputs
+
+
+def test_graph_attention_on_complete_graph_equals_global():
+    torch.manual_seed(0)
+    x = torch.randn(7, 8, dtype=torch.float64)
+    _, att = synthetic.matched_pair(8, 2, "elementwise", 0.0, None, seed=3)
+    full = torch.ones(7, 7, dtype=torch.bool)
+    b1, a1, g1 = synthetic.head_outputs(att, x, None)
+    b2, a2, g2 = synthetic.head_outputs(att, x, full)
+    torch.testing.assert_close(b1, b2)
+    torch.testing.assert_close(a1, a2)
+    # the gated output is the head output times the gate, per head
+    torch.testing.assert_close(a1, b1 * g1)
+    assert abs(stable_rank(a1[0]) - float(synthetic.stable_rank_batched(a1)[0])) < 1e-9
+
+
+def test_synthetic_cli(tmp_path):
+    run("synthetic", "--draws", "3", "--nodes", "8", "--dim", "8", "--heads", "2", "--sweep-draws", "2",
+        "--biases=-2,2", "--no-progress", "--out", str(tmp_path))
+    res = load(tmp_path / "synthetic.json")
+    for k in ("per_draw", "mean_ungated", "mean_gated", "frac_gated_higher", "by_family", "by_gate",
+              "sanity_constant_gate", "bias_sweep", "not_raised"):
+        assert k in res
+    assert len(res["per_draw"]) == 3 * 3 * 2 * 2  # draws x families x attention modes x gates
+    assert all(len(e["ungated"]) == 2 and len(e["gated"]) == 2 for e in res["per_draw"])
+    assert res["sanity_constant_gate"]["holds"]
+    assert set(res["by_gate"]) == {"elementwise", "headwise"}
+    assert 0.0 <= res["frac_gated_higher"] <= 1.0
+    assert (tmp_path / "synthetic.png").stat().st_size > 0
+
+
+# ------------------------------------------------------------------------ rank
+
+
+def test_rank_untrained_and_checkpoint(tmp_path):
+    run("rank", "--config", "nci5k", *TINY, "--epochs", "0", "--out", str(tmp_path / "a"))
+    res = load(tmp_path / "a" / "rank.json")
+    assert res["trained"] is False and "untrained" in res["model_source"][0]
+    assert len(res["before"]) == 1 and len(res["before"][0]) == 2
+    assert "per graph" in res["pooling"]
+    # trained for one epoch, then the same model read back from its checkpoint
+    run("rank", "--config", "nci5k", *TINY, "--epochs", "1", "--out", str(tmp_path / "b"))
+    trained = load(tmp_path / "b" / "rank.json")
+    assert trained["trained"] is True
+    ckpt = next((tmp_path / "b" / "runs").glob("*/last.pt"))
+    run("rank", "--checkpoint", str(ckpt), "--no-progress", "--out", str(tmp_path / "c"))
+    again = load(tmp_path / "c" / "rank.json")
+    np.testing.assert_allclose(again["after"], trained["after"], rtol=1e-6)
+    assert (tmp_path / "c" / "rank.png").exists()
+
+
+def test_rank_no_gate_is_unchanged(tmp_path):
+    run("rank", "--config", "nci5k", *TINY, "--set", "model.gate=none", "--epochs", "0", "--out", str(tmp_path))
+    res = load(tmp_path / "rank.json")
+    np.testing.assert_allclose(res["before"], res["after"])
+    assert res["gate_mean"] is None
+
+
+# ------------------------------------------------------------------- smoothing
+
+
+def test_smoothing_cli_and_reuse(tmp_path):
+    args = ["smoothing", "--config", "nci5k", *TINY, "--depths", "1,2", "--gates", "none,elementwise",
+            "--epochs", "1", "--out", str(tmp_path)]
+    run(*args)
+    res = load(tmp_path / "smoothing.json")
+    assert set(res["per_depth"]) == {"1", "2"}
+    for L in ("1", "2"):
+        for g in ("none", "elementwise"):
+            e = res["per_depth"][L][g]
+            assert len(e["mad"]) == len(e["dirichlet"]) == len(e["rank"]) == int(L) + 1
+            assert all(0.0 <= v <= 2.0 for v in e["mad"])
+    gains = res["relative_mad_gain"]["elementwise"]
+    assert res["mean_relative_mad_gain"] == pytest.approx(np.mean(list(gains.values())))
+    assert "mad" in res["definitions"] and "dirichlet" in res["definitions"]
+    assert (tmp_path / "smoothing.png").exists()
+    # rerun: the finished runs are reused, with the same numbers
+    mtime = (tmp_path / "runs" / "L2-none-s0" / "last.pt").stat().st_mtime
+    run(*args)
+    assert (tmp_path / "runs" / "L2-none-s0" / "last.pt").stat().st_mtime == mtime
+    assert load(tmp_path / "smoothing.json")["mean_relative_mad_gain"] == pytest.approx(res["mean_relative_mad_gain"])
+
+
+def test_numerical_rank_batched_matches_metrics():
+    torch.manual_seed(0)
+    X = torch.randn(3, 6, 5) @ torch.diag(torch.tensor([1.0, 1.0, 1e-5, 1.0, 1e-1]))
+    got = smoothing.numerical_rank_batched(X, 1e-3)
+    assert got.tolist() == [numerical_rank(x, rel_tol=1e-3) for x in X]
+
+
+# --------------------------------------------------------------------- entropy
+
+
+def test_entropy_cli(tmp_path):
+    run("entropy", "--config", "nci5k", *TINY, "--epochs", "2", "--out", str(tmp_path))
+    res = load(tmp_path / "entropy.json")
+    for g in ("none", "elementwise"):
+        h = res["per_gate"][g]
+        assert h["epoch"] == [0, 1, 2]
+        ent = np.asarray(h["entropy"])
+        assert ent.shape == (3, 1, 2)  # epochs + 1, layers, heads
+        assert np.all(ent >= 0) and np.all(np.asarray(h["normalized_entropy"]) <= 1 + 1e-6)
+    assert res["per_gate"]["none"]["gate_mean"] is None
+    assert "collapsed_heads" in res["summary"]["elementwise"]
+    assert (tmp_path / "entropy.png").exists()
+
+
+def test_entropy_tracker_matches_train_loop(tmp_path, tiny_dataset):
+    """The analysis' own epoch loop follows the protocol of ``siggate train`` exactly."""
+    from siggate.analysis import entropy
+    from siggate.config import load_config
+    from siggate.train.loop import train
+
+    cfg = common.variant(load_config("nci5k", list(TINY[1:-1:2])), epochs=2)
+    m = train(cfg, tmp_path, progress=False, dataset=tiny_dataset)
+    # measuring between epochs must not disturb the run (no draws from the global RNG)
+    h = entropy.train_tracked(cfg, tiny_dataset, tiny_dataset.val, lambda model: entropy.entropy_stats(model, tiny_dataset.val),
+                              progress=False)
+    np.testing.assert_allclose(h["val"][1:], [r["val"] for r in m["history"]], rtol=1e-6)
+    np.testing.assert_allclose(h["train_loss"][1:], [r["train_loss"] for r in m["history"]], rtol=1e-6)
+
+
+# ----------------------------------------------------------------------- lr sweep
+
+
+def test_widest_range():
+    lrs = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]
+    r = lrsweep.widest_range(lrs, [False, True, True, True, False])
+    assert r["ratio"] == pytest.approx(10.0) and r["min_lr"] == 3e-4 and not r["at_sweep_edge"]
+    assert lrsweep.widest_range(lrs, [True, False, True, False, True])["ratio"] == 1.0
+    assert lrsweep.widest_range(lrs, [False] * 5)["ratio"] == 0.0
+    assert lrsweep.widest_range(lrs, [True] * 5)["ratio"] == pytest.approx(100.0)
+
+
+def test_diverged_rules():
+    ok = {"val": 1.0, "skipped_batches": 0, "history": [{"train_loss": 1.0}, {"train_loss": 0.8}]}
+    assert not lrsweep.diverged(ok)
+    assert lrsweep.diverged({**ok, "skipped_batches": 2})
+    assert lrsweep.diverged({**ok, "val": float("nan")})
+    assert lrsweep.diverged({**ok, "history": [{"train_loss": 1.0}, {"train_loss": 0.4}, {"train_loss": 0.9}]})
+    assert lrsweep.within(1.05, 1.0, 0.1, False) and not lrsweep.within(1.2, 1.0, 0.1, False)
+    assert lrsweep.within(0.95, 1.0, 0.1, True) and not lrsweep.within(0.8, 1.0, 0.1, True)
+
+
+def test_lr_sweep_cli(tmp_path):
+    run("lr-sweep", "--config", "nci5k", *TINY, "--lrs", "1e-3,1e-2", "--epochs", "1", "--out", str(tmp_path))
+    res = load(tmp_path / "lrsweep.json")
+    assert res["lrs"] == [1e-3, 1e-2]
+    for g in ("none", "elementwise"):
+        assert len(res["per_lr"][g]) == 2
+        assert res["stable_range"][g]["ratio"] in (0.0, 1.0, pytest.approx(10.0))
+    assert (tmp_path / "runs" / "lr0.01-none-s0" / "metrics.json").exists()
+    assert (tmp_path / "lrsweep.png").exists()
+
+
+# --------------------------------------------------------------------- overhead
+
+
+def test_overhead_param_formulas(tmp_path):
+    run("overhead", "--config", "nci5k", *TINY, "--set", "model.layers=2", "--batches", "2", "--reps", "2",
+        "--warmup", "1", "--out", str(tmp_path))
+    res = load(tmp_path / "overhead.json")
+    d, H, L = 16, 2, 2
+    extra = res["param_overhead_abs"]
+    assert extra["none"] == 0
+    assert extra["elementwise"] == L * (d * d + d)
+    assert extra["headwise"] == L * (d * H + H)
+    for g in ("headwise", "elementwise"):
+        assert res["param_overhead"][g] == pytest.approx(extra[g] / res["params"]["none"])
+        assert res["formula_ok"][g]
+        assert g in res["time_overhead"] and res["n_measurements"][g] == 2 * 2
+    assert res["time_overhead"]["none"] == 0.0
+    assert (tmp_path / "overhead.png").exists()
+
+
+# ----------------------------------------------------------------------- report
+
+
+def test_report(tmp_path):
+    run("synthetic", "--draws", "2", "--nodes", "6", "--dim", "8", "--heads", "2", "--sweep-draws", "1",
+        "--biases", "0", "--no-progress", "--out", str(tmp_path / "syn"))
+    run("overhead", "--config", "nci5k", *TINY, "--batches", "1", "--reps", "1", "--warmup", "0",
+        "--out", str(tmp_path / "ovh"))
+    out = tmp_path / "report" / "REPORT.md"
+    run("report", str(tmp_path / "syn"), str(tmp_path / "ovh"), "--out", str(out))
+    text = out.read_text()
+    assert "## Summary" in text and "stable rank" in text and "extra parameters" in text
+    assert "](../syn/synthetic.png)" in text and "](../ovh/overhead.png)" in text
+    assert text.count("**holds**") + text.count("**does not hold**") + text.count("**inconclusive at this budget**") >= 4
+
+
+def test_report_without_results_fails(tmp_path):
+    assert main(["analyze", "report", str(tmp_path), "--out", str(tmp_path / "r.md")]) == 2
