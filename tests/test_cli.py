@@ -1,0 +1,115 @@
+"""End to end through the real ``siggate`` command line: train, evaluate, predict."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+TINY = ["--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.pe_dim=4",
+        "--set", "model.pe_steps=4", "--set", "train.batch_size=128", "--set", "train.warmup_epochs=0"]
+
+
+def siggate(*args, check=True, timeout=900):
+    proc = subprocess.run([sys.executable, "-m", "siggate", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"siggate {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    proc = siggate("train", "--epochs", "1", "--out", str(out), "--no-progress", *TINY)
+    return out, proc
+
+
+def test_train_one_epoch_writes_everything(trained):
+    out, proc = trained
+    m = json.loads((out / "metrics.json").read_text())
+    for key in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds"):
+        assert key in m
+    assert m["dataset"] == "nci5k" and m["metric"] == "mae" and m["best_epoch"] == 1
+    assert m["splits"] == {"train": 3992, "val": 499, "test": 500}
+    assert m["val"] > 0 and m["test"] > 0
+    assert "epoch    1/1" in proc.stdout + proc.stderr
+    for f in ("best.pt", "last.pt", "config.yaml", "log.csv"):
+        assert (out / f).exists(), f
+    ckpt = torch.load(out / "best.pt", weights_only=True)
+    assert ckpt["config"]["model"]["layers"] == 1
+    assert set(ckpt) >= {"model", "config", "target_mean", "target_std"}
+    rows = list(csv.DictReader(open(out / "log.csv")))
+    assert len(rows) == 1 and float(rows[0]["epoch"]) == 1
+
+
+def test_evaluate_reproduces_the_reported_test_metric(trained):
+    out, _ = trained
+    m = json.loads((out / "metrics.json").read_text())
+    proc = siggate("evaluate", "--checkpoint", str(out / "best.pt"), "--split", "test")
+    res = json.loads(proc.stdout)
+    assert res["metric"] == "mae"
+    assert res["test"] == pytest.approx(m["test"], rel=1e-5)
+
+
+def test_predict_mix_of_valid_and_invalid_smiles(trained, tmp_path):
+    out, _ = trained
+    dest = tmp_path / "pred.csv"
+    smiles = ["CCO", "not_a_smiles", "c1ccccc1O", "", "C1CC"]
+    proc = siggate("predict", "--checkpoint", str(out / "best.pt"), *smiles, "--output", str(dest), check=False)
+    assert proc.returncode == 1  # some rows failed
+    rows = list(csv.DictReader(open(dest)))
+    assert [r["smiles"] for r in rows] == smiles
+    assert list(rows[0]) == ["smiles", "prediction", "error"]
+    for r in (rows[0], rows[2]):
+        assert r["error"] == "" and float(r["prediction"]) == float(r["prediction"])
+    assert "SMILES Parse Error" in rows[1]["error"] or "parse" in rows[1]["error"].lower()
+    assert "empty" in rows[3]["error"].lower()
+    assert "ring" in rows[4]["error"].lower() or "unclosed" in rows[4]["error"].lower()
+    for r in (rows[1], rows[3], rows[4]):
+        assert r["prediction"] == ""
+
+
+def test_prediction_matches_model_in_python(trained):
+    from siggate.train.predict import Predictor
+
+    out, _ = trained
+    p = Predictor(out / "best.pt")
+    a = p.predict_rows(["CCO", "c1ccccc1O"])
+    b = p.predict_rows(["c1ccccc1O"])
+    assert a[1]["prediction"] == b[0]["prediction"]  # independent of batch composition
+
+
+def test_all_valid_predict_exits_zero(trained, tmp_path):
+    out, _ = trained
+    src = tmp_path / "in.csv"
+    src.write_text("name,smiles\nethanol,CCO\nphenol,c1ccccc1O\n")
+    proc = siggate("predict", "--checkpoint", str(out / "best.pt"), "--input", str(src))
+    rows = list(csv.DictReader(proc.stdout.splitlines()))
+    assert [r["smiles"] for r in rows] == ["CCO", "c1ccccc1O"]
+    assert all(r["error"] == "" for r in rows)
+
+
+def test_unknown_config_key_is_refused_before_work(tmp_path):
+    proc = siggate("train", "--set", "model.gaet=none", "--out", str(tmp_path / "x"), check=False)
+    assert proc.returncode == 2
+    assert "model.gaet" in proc.stderr and "Did you mean 'model.gate'" in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_all_builtin_configs_load():
+    from siggate.config import CONFIG_DIR, load_config
+
+    names = sorted(p.stem for p in Path(CONFIG_DIR).glob("*.yaml"))
+    assert names == ["molhiv", "molpcba", "nci5k", "peptides-func", "peptides-struct", "zinc"]
+    for n in names:
+        cfg = load_config(n)
+        assert cfg.data.name == n
+    z = load_config("zinc")
+    assert (z.model.layers, z.model.dim, z.model.heads, z.model.local, z.model.pe_dim) == (10, 64, 4, "gine", 28)
+    p = load_config("peptides-func")
+    assert (p.model.layers, p.model.dim, p.model.local, p.model.pe, p.train.batch_size) == (4, 96, "gatedgcn", "lappe", 128)
