@@ -1,0 +1,508 @@
+"""``siggate compare``: train every (gate, seed) pair and compare the gates across seeds.
+
+Each pair is one ``python -m siggate train`` process writing to
+``OUT/runs/<gate>/seed<seed>``; up to ``--jobs`` run at a time. Runs of one seed differ only
+in the gate: the training loop draws the data order from ``(seed, epoch)`` and initialises
+the gate parameters last, so every other initial weight is shared (tested in
+``tests/test_engine.py``). The first gate listed is the baseline; every other gate is
+compared with it on the seeds both finished (paired t-test, Wilcoxon signed-rank, Welch).
+
+A rerun skips pairs whose ``metrics.json`` exists and resumes interrupted pairs from their
+``last.pt``. Outputs: ``OUT/results.json``, ``OUT/results.md`` and ``OUT/val_curves.png``.
+Failed pairs are listed in all three and make the command exit with status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+log = logging.getLogger("siggate.compare")
+
+#: config keys that may differ between a finished run and a rerun of the same comparison
+_IGNORED_KEYS = ("data.root", "data.cache_dir", "train.threads")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-4"`` -> ``[0, 1, 2, 3, 4]``; ``"0,3,7-8"`` -> ``[0, 3, 7, 8]`` (order kept, no repeats)."""
+    seeds: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise ValueError(f"--seeds: cannot read {part!r}; use e.g. 0-9 or 0,2,5 (seeds >= 0)")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        seeds += [s for s in range(lo, hi + 1) if s not in seeds]
+    if not seeds:
+        raise ValueError("--seeds: no seed given")
+    return seeds
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """A variant: gate kind and, optionally, its position (``elementwise@value``)."""
+
+    label: str
+    gate: str
+    position: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "GateSpec":
+        from ..nn.attention import GATE_KINDS, GATE_POSITIONS
+
+        text = text.strip()
+        gate, _, pos = text.partition("@")
+        if gate not in GATE_KINDS:
+            raise ValueError(f"--gates: unknown gate {gate!r} in {text!r}; gates: {', '.join(GATE_KINDS)}")
+        if pos and pos not in GATE_POSITIONS:
+            raise ValueError(f"--gates: unknown position {pos!r} in {text!r}; positions: {', '.join(GATE_POSITIONS)}")
+        if pos and gate == "none":
+            raise ValueError(f"--gates: {text!r}: the baseline without gate has no position")
+        return cls(text, gate, pos or None)
+
+    def overrides(self) -> list[str]:
+        out = [f"model.gate={self.gate}"]
+        if self.position:
+            out.append(f"model.gate_position={self.position}")
+        return out
+
+
+def parse_gates(text: str) -> list[GateSpec]:
+    specs = [GateSpec.parse(t) for t in str(text).split(",") if t.strip()]
+    labels = [s.label for s in specs]
+    if len(specs) < 1:
+        raise ValueError("--gates: give at least one gate, e.g. none,elementwise")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"--gates: a gate is listed twice: {text!r}")
+    return specs
+
+
+@dataclass
+class Pair:
+    spec: GateSpec
+    seed: int
+    run_dir: Path
+    status: str = "pending"  # pending | resume | done | failed
+    returncode: int | None = None
+    error: str = ""
+    metrics: dict = field(default_factory=dict)
+
+
+class CompareError(RuntimeError):
+    """A comparison that cannot start (bad arguments or config)."""
+
+
+def _config_for(args, spec: GateSpec):
+    from ..config import load_config
+
+    overrides = list(args.overrides) + spec.overrides()
+    if args.epochs is not None:
+        overrides.append(f"train.epochs={args.epochs}")
+    if args.data_root:
+        overrides.append(f"data.root={args.data_root}")
+    if args.cache_dir:
+        overrides.append(f"data.cache_dir={args.cache_dir}")
+    return load_config(args.config, overrides)
+
+
+def train_command(args, pair: Pair, resume: bool) -> list[str]:
+    """The ``python -m siggate train`` command line of one pair."""
+    cmd = [sys.executable, "-m", "siggate", "train", "--config", args.config or "nci5k", "--seed", str(pair.seed)]
+    for o in list(args.overrides) + pair.spec.overrides():
+        cmd += ["--set", o]
+    if args.epochs is not None:
+        cmd += ["--epochs", str(args.epochs)]
+    if args.data_root:
+        cmd += ["--data-root", str(args.data_root)]
+    if args.cache_dir:
+        cmd += ["--cache-dir", str(args.cache_dir)]
+    cmd += ["--out", str(pair.run_dir), "--no-progress"]
+    if resume:
+        cmd.append("--resume")
+    return cmd
+
+
+def _stale_reason(run_dir: Path, expected: dict) -> str:
+    """Why a finished run in ``run_dir`` does not belong to this comparison ('' if it does)."""
+    from .checkpoint import describe_incompatibility
+
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return ""
+    saved = yaml.safe_load(path.read_text()) or {}
+    saved.pop("_meta", None)
+    diffs = [d for d in describe_incompatibility(saved, expected) if not d.startswith(_IGNORED_KEYS)]
+    return "; ".join(diffs)
+
+
+def _read_metrics(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def run_pairs(pairs: list[Pair], args, threads: int, progress: bool = True) -> None:
+    """Run the pending pairs, ``args.jobs`` at a time, each as its own process."""
+    from tqdm.auto import tqdm
+
+    todo = [p for p in pairs if p.status in ("pending", "resume")]
+    done_before = len(pairs) - len(todo)
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = str(threads)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    running: list[tuple[Pair, subprocess.Popen, object]] = []
+    bar = tqdm(total=len(pairs), initial=done_before, desc="compare", unit="run", disable=not progress)
+    try:
+        while todo or running:
+            while todo and len(running) < max(1, args.jobs):
+                pair = todo.pop(0)
+                pair.run_dir.mkdir(parents=True, exist_ok=True)
+                cmd = train_command(args, pair, resume=pair.status == "resume")
+                fh = open(pair.run_dir / "train.log", "a")
+                fh.write(f"$ {shlex.join(cmd)}\n")
+                fh.flush()
+                proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+                running.append((pair, proc, fh))
+            time.sleep(0.2)
+            for item in list(running):
+                pair, proc, fh = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                fh.close()
+                pair.returncode = proc.returncode
+                metrics = _read_metrics(pair.run_dir)
+                if proc.returncode == 0 and metrics is not None:
+                    pair.status, pair.metrics = "done", metrics
+                    bar.set_postfix_str(f"{pair.spec.label} seed {pair.seed}: test {_fmt(metrics.get('test'))}")
+                else:
+                    pair.status = "failed"
+                    pair.error = (f"exit status {proc.returncode}; see {pair.run_dir / 'train.log'}:\n"
+                                  + _log_tail(pair.run_dir / "train.log"))
+                    tqdm.write(f"siggate compare: FAILED {pair.spec.label} seed {pair.seed} "
+                               f"(exit status {proc.returncode}); log: {pair.run_dir / 'train.log'}", file=sys.stderr)
+                bar.update(1)
+    except BaseException:
+        for _, proc, fh in running:
+            proc.terminate()
+        for _, proc, fh in running:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            fh.close()
+        raise
+    finally:
+        bar.close()
+
+
+def _finite(x):
+    """JSON-safe number: NaN/inf -> None."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return _finite(obj)
+
+
+def aggregate(pairs: list[Pair], specs: list[GateSpec], seeds: list[int]) -> dict:
+    """Per-seed scores, mean ± std and the paired comparisons with the baseline (first gate)."""
+    from ..analysis.stats import mean_std, summarize
+    from .metrics import higher_is_better
+
+    labels = [s.label for s in specs]
+    finished = [p for p in pairs if p.status == "done"]
+    metric = finished[0].metrics.get("metric") if finished else None
+    hib = higher_is_better(metric) if metric else None
+    per_seed = {lab: {} for lab in labels}
+    per_seed_val, best_epoch, seconds, curves = ({lab: {} for lab in labels} for _ in range(4))
+    params, gate_params = {}, {}
+    for p in finished:
+        m = p.metrics
+        per_seed[p.spec.label][p.seed] = m["test"]
+        per_seed_val[p.spec.label][p.seed] = m["val"]
+        best_epoch[p.spec.label][p.seed] = m.get("best_epoch")
+        seconds[p.spec.label][p.seed] = m.get("seconds")
+        curves[p.spec.label][p.seed] = [h["val"] for h in m.get("history", [])]
+        params[p.spec.label] = m.get("params")
+        gate_params[p.spec.label] = m.get("gate_params")
+    summary = summarize(per_seed, labels[0], bool(hib)) if metric else None
+    res = {
+        "dataset": finished[0].metrics.get("dataset") if finished else None,
+        "metric": metric,
+        "higher_is_better": hib,
+        "baseline": labels[0],
+        "gates": labels,
+        "seeds": seeds,
+        "per_seed": per_seed,
+        "per_seed_val": per_seed_val,
+        "mean": {lab: mean_std(per_seed[lab])[0] for lab in labels},
+        "std": {lab: mean_std(per_seed[lab])[1] for lab in labels},
+        "n": {lab: len(per_seed[lab]) for lab in labels},
+        "val_mean": {lab: mean_std(per_seed_val[lab])[0] for lab in labels},
+        "val_std": {lab: mean_std(per_seed_val[lab])[1] for lab in labels},
+        "best_epoch": best_epoch,
+        "seconds": seconds,
+        "params": params,
+        "gate_params": gate_params,
+        "val_curves": curves,
+        "comparisons": summary["comparisons"] if summary else {},
+        "failed": [{"gate": p.spec.label, "seed": p.seed, "returncode": p.returncode, "error": p.error}
+                   for p in pairs if p.status == "failed"],
+    }
+    comps = res["comparisons"]
+    for key in ("p_paired_t", "p_wilcoxon", "p_welch"):
+        if len(labels) == 2:
+            res[key] = comps[labels[1]][key] if labels[1] in comps else float("nan")
+        else:
+            res[key] = {lab: c[key] for lab, c in comps.items()}
+    return res
+
+
+def _fmt(x, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{x:.{digits}f}"
+
+
+def _fmt_p(p) -> str:
+    if p is None or (isinstance(p, float) and not math.isfinite(p)):
+        return "n/a"
+    return f"{p:.3g}"
+
+
+def render_markdown(res: dict) -> str:
+    """``results.md``: mean ± std per variant, paired differences by seed and the tests."""
+    metric = res["metric"] or "metric"
+    hib = res["higher_is_better"]
+    direction = "higher is better" if hib else "lower is better"
+    base = res["baseline"]
+    name = metric.upper() if metric in ("mae", "ap") else ("ROC-AUC" if metric == "rocauc" else metric)
+    lines = [f"# siggate compare: {res.get('dataset') or '?'}, test {name} ({direction})", ""]
+    lines += [f"Command: `{res['command']}`", ""]
+    lines += [f"Seeds: {', '.join(map(str, res['seeds']))}; baseline: `{base}`; epochs: {res.get('epochs')}; "
+              f"{res.get('threads')} thread(s) per run; score = test {name} at the epoch of best validation {name}.", ""]
+    lines += [f"| variant | runs | test {name} (mean ± std) | val {name} (mean ± std) | params | gate params | s/run |",
+              "|---|---|---|---|---|---|---|"]
+    for lab in res["gates"]:
+        secs = [s for s in res["seconds"][lab].values() if s is not None]
+        lines.append(
+            f"| `{lab}` | {res['n'][lab]} | {_fmt(res['mean'][lab])} ± {_fmt(res['std'][lab])} | "
+            f"{_fmt(res['val_mean'][lab])} ± {_fmt(res['val_std'][lab])} | {res['params'].get(lab, 'n/a')} | "
+            f"{res['gate_params'].get(lab, 'n/a')} | {(sum(secs) / len(secs)) if secs else float('nan'):.0f} |")
+    lines.append("")
+    for lab, c in res["comparisons"].items():
+        lines += [f"## `{lab}` vs `{base}`: paired differences by seed (test {name}, Δ = `{lab}` − `{base}`)", ""]
+        lines += [f"| seed | `{base}` | `{lab}` | Δ | better |", "|---|---|---|---|---|"]
+        a, b = res["per_seed"][base], res["per_seed"][lab]
+        for seed in res["seeds"]:
+            if seed in a and seed in b:
+                d = b[seed] - a[seed]
+                better = "tie" if d == 0 else (lab if (d > 0) == bool(hib) else base)
+                lines.append(f"| {seed} | {_fmt(a[seed])} | {_fmt(b[seed])} | {d:+.4f} | `{better}` |")
+            else:
+                lines.append(f"| {seed} | {_fmt(a.get(seed))} | {_fmt(b.get(seed))} | n/a | (missing run) |")
+        lines += ["", f"- pairs: {c['n_pairs']}; mean Δ = {_fmt(c['mean_diff'])} ± {_fmt(c['std_diff'])} (std over seeds); "
+                  f"`{lab}` better on {c['wins']} seed(s), worse on {c['losses']}, tied on {c['ties']}.",
+                  f"- p-values (two-sided): paired t = {_fmt_p(c['p_paired_t'])}, Wilcoxon signed-rank = "
+                  f"{_fmt_p(c['p_wilcoxon'])}, Welch = {_fmt_p(c['p_welch'])}."]
+        verdict = {"b": f"`{lab}` has the better mean", "a": f"`{base}` has the better mean", "tie": "the means are equal"}
+        p = c["p_paired_t"]
+        sig = (p is not None and isinstance(p, float) and math.isfinite(p) and p < 0.05)
+        lines.append(f"- Verdict ({direction}): {verdict[c['better']]}; the difference is "
+                     f"{'' if sig else 'not '}significant at p < 0.05 (paired t).")
+        for note in c.get("notes", []):
+            lines.append(f"- note: {note}")
+        lines.append("")
+    if res["failed"]:
+        lines += ["## Failed runs", ""]
+        for f in res["failed"]:
+            lines.append(f"- `{f['gate']}` seed {f['seed']}: {f['error'].splitlines()[0] if f['error'] else 'failed'}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_val_curves(res: dict, path: Path) -> None:
+    """Validation metric per epoch: mean ± std over seeds, one band per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for lab in res["gates"]:
+        curves = [c for c in res["val_curves"][lab].values() if c]
+        if not curves:
+            continue
+        n = min(len(c) for c in curves)
+        arr = np.array([c[:n] for c in curves], dtype=float)
+        mean = arr.mean(0)
+        std = arr.std(0, ddof=1) if len(arr) > 1 else np.zeros(n)
+        ep = np.arange(1, n + 1)
+        ax.plot(ep, mean, label=f"{lab} (n={len(arr)})")
+        ax.fill_between(ep, mean - std, mean + std, alpha=0.25)
+    metric = res["metric"] or "metric"
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(f"validation {metric} ({'higher' if res['higher_is_better'] else 'lower'} is better)")
+    ax.set_title(f"{res.get('dataset') or ''}: validation {metric}, mean ± std over seeds")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def command_line(args) -> str:
+    """The ``siggate compare`` command that reproduces this comparison."""
+    parts = ["siggate", "compare", "--config", args.config or "nci5k", "--seeds", args.seeds, "--gates", args.gates]
+    for o in args.overrides:
+        parts += ["--set", o]
+    if args.epochs is not None:
+        parts += ["--epochs", str(args.epochs)]
+    if args.data_root:
+        parts += ["--data-root", str(args.data_root)]
+    if args.cache_dir:
+        parts += ["--cache-dir", str(args.cache_dir)]
+    parts += ["--jobs", str(args.jobs)]
+    if args.threads:
+        parts += ["--threads", str(args.threads)]
+    parts += ["--out", str(args.out)]
+    return shlex.join(parts)
+
+
+def compare(args) -> int:
+    """Run the comparison described by the parsed ``siggate compare`` arguments."""
+    try:
+        seeds, specs = parse_seeds(args.seeds), parse_gates(args.gates)
+    except ValueError as exc:
+        raise CompareError(str(exc)) from None
+    if any(o.split("=", 1)[0].strip() in ("model.gate", "model.gate_position", "train.seed") for o in args.overrides):
+        raise CompareError("--set model.gate/model.gate_position/train.seed: these come from --gates and --seeds")
+    if args.jobs < 1:
+        raise CompareError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.epochs is not None and args.epochs < 1:
+        raise CompareError(f"--epochs must be >= 1, got {args.epochs}")
+    out = Path(args.out)
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    t0 = time.time()
+    expected = {}
+    for spec in specs:  # validates every variant's config before anything runs
+        cfg = _config_for(args, spec)
+        expected[spec.label] = cfg.to_dict()
+    pairs = []
+    for seed in seeds:
+        for spec in specs:
+            pair = Pair(spec, seed, out / "runs" / spec.label / f"seed{seed}")
+            exp = dict(expected[spec.label])
+            exp["train"] = {**exp["train"], "seed": seed}
+            stale = _stale_reason(pair.run_dir, exp)
+            metrics = _read_metrics(pair.run_dir)
+            if stale:
+                pair.status = "failed"
+                pair.error = (f"{pair.run_dir} holds a run of another config ({stale}); "
+                              f"delete it or choose another --out")
+            elif metrics is not None:
+                pair.status, pair.metrics = "done", metrics
+            elif (pair.run_dir / "last.pt").exists():
+                pair.status = "resume"
+            pairs.append(pair)
+    n_done = sum(p.status == "done" for p in pairs)
+    n_resume = sum(p.status == "resume" for p in pairs)
+    print(f"siggate compare: {len(specs)} gate(s) x {len(seeds)} seed(s) = {len(pairs)} runs "
+          f"({n_done} already done, {n_resume} to resume), {args.jobs} at a time, {threads} thread(s) each -> {out}",
+          flush=True)
+    run_pairs(pairs, args, threads, progress=not args.no_progress)
+
+    res = aggregate(pairs, specs, seeds)
+    res.update({
+        "command": command_line(args),
+        "epochs": expected[specs[0].label]["train"]["epochs"],
+        "config": expected[specs[0].label],
+        "jobs": args.jobs,
+        "threads": threads,
+        "wall_seconds": time.time() - t0,
+    })
+    from .. import __version__
+    from .loop import git_commit
+
+    res["siggate_version"], res["git_commit"] = __version__, git_commit()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(_jsonable(res), indent=2, allow_nan=False) + "\n")
+    (out / "results.md").write_text(render_markdown(res))
+    if any(res["val_curves"][lab] for lab in res["gates"]):
+        plot_val_curves(res, out / "val_curves.png")
+    for lab in res["gates"]:
+        print(f"  {lab:24s} test {res['metric']} {_fmt(res['mean'][lab])} ± {_fmt(res['std'][lab])}  "
+              f"(n={res['n'][lab]})")
+    for lab, c in res["comparisons"].items():
+        print(f"  {lab} vs {res['baseline']}: mean diff {_fmt(c['mean_diff'])}, p paired t {_fmt_p(c['p_paired_t'])}, "
+              f"Wilcoxon {_fmt_p(c['p_wilcoxon'])}, Welch {_fmt_p(c['p_welch'])}")
+    print(f"siggate compare: wrote {out / 'results.json'}, {out / 'results.md'}", flush=True)
+    if res["failed"]:
+        print(f"siggate compare: {len(res['failed'])} run(s) FAILED:", file=sys.stderr)
+        for f in res["failed"]:
+            print(f"  {f['gate']} seed {f['seed']}: {f['error']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd(args) -> int:
+    from ..cli import CLIError
+
+    try:
+        return compare(args)
+    except CompareError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "compare", help="train every (gate, seed) pair and compare the gates with paired tests",
+        description="Train each gate on each seed (one process per run) and compare every gate with the "
+                    "first one listed (the baseline): mean ± std, paired t, Wilcoxon and Welch p-values.")
+    p.add_argument("--config", default=None, help="built-in config name or YAML path (default: nci5k)")
+    p.add_argument("--seeds", default="0-4", help="seeds, e.g. 0-9 or 0,2,5 (default: 0-4)")
+    p.add_argument("--gates", default="none,elementwise",
+                   help="comma-separated gates, baseline first; a position may follow @, e.g. "
+                        "none,elementwise,headwise,elementwise@value (default: none,elementwise)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override applied to every run (repeatable)")
+    p.add_argument("--epochs", type=int, default=None, help="epochs of every run (train.epochs)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (default: 1)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per run (default: CPU cores / jobs)")
+    p.add_argument("--data-root", default=None, help="benchmark data root")
+    p.add_argument("--cache-dir", default=None, help="cache for processed data")
+    p.add_argument("--out", required=True, help="output folder (runs/, results.json, results.md, val_curves.png)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd)

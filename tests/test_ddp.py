@@ -1,0 +1,81 @@
+"""Distributed data parallel on CPU: two gloo processes launched by torchrun train like one
+process with the same global batch, and only rank 0 writes files."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from test_engine import TINY, _float32, csv_train_args, subprocess_env, write_tiny_csv  # noqa: F401
+
+EPOCHS = 3
+# Tolerances of the DDP/single-process comparison. Both see the same global batches and
+# BatchNorm statistics are synchronised over the two ranks (CPUSyncBatchNorm), so the
+# training losses and gradient norms differ only by float32 rounding (the batch statistics
+# and the gradients are summed in another order): about 1e-7 relative after 18 steps.
+LOSS_RTOL = 1e-5
+# Validation/test metrics use the BatchNorm running means, and those follow the biases of
+# the layers just before a BatchNorm. Such a bias cancels in training mode, so its gradient
+# is pure rounding noise, which Adam rescales into lr-sized steps: these biases (and with
+# them the running means) drift differently in any two runs that round differently, while
+# the training loss does not move. Hence a loose tolerance on the evaluated metrics.
+EVAL_RTOL = 5e-2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_rank_ddp_matches_one_process_and_writes_once(tmp_path):
+    from siggate.cli import add_config_args, config_from_args
+    from siggate.train.loop import train
+
+    csv_path = write_tiny_csv(tmp_path / "tiny.csv", n=120)  # 96 training graphs
+    sets = TINY + ["model.dropout=0", "model.attn_dropout=0", "train.batch_size=16", "train.warmup_epochs=0",
+                   "train.threads=1", "train.lr=0.002"]
+    args = ["--config", "nci5k", *csv_train_args(csv_path, tmp_path / "cache"), "--epochs", str(EPOCHS)]
+    for s in sets:
+        args += ["--set", s]
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+           "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+           "-m", "siggate", "train", "--ddp", *args, "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env())
+    # meanwhile: the single-process reference with the same global batch, in this process
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    ref = train(config_from_args(parser.parse_args(args)), tmp_path / "single", progress=False)
+    log, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, log
+    assert "world_size=2" in log
+
+    got = json.loads((out / "metrics.json").read_text())
+    assert got["world_size"] == 2 and ref["world_size"] == 1
+    assert [h["lr"] for h in got["history"]] == [h["lr"] for h in ref["history"]]
+    for key, rtol in (("train_loss", LOSS_RTOL), ("grad_norm", LOSS_RTOL), ("val", EVAL_RTOL), ("test", EVAL_RTOL)):
+        a, b = [h[key] for h in ref["history"]], [h[key] for h in got["history"]]
+        assert b == pytest.approx(a, rel=rtol), key
+    losses = [h["train_loss"] for h in ref["history"]]
+    assert losses[-1] < losses[0]  # it trained, so the match is not trivial
+
+    # rank 0 alone wrote: one set of files, no leftovers of atomic writes, one event file,
+    # one log row per epoch
+    assert sorted(p.name for p in out.iterdir()) == ["best.pt", "config.yaml", "last.pt", "log.csv",
+                                                     "metrics.json", "tb"]
+    assert len(list((out / "tb").iterdir())) == 1
+    with open(out / "log.csv") as fh:
+        assert [int(r["epoch"]) for r in csv.DictReader(fh)] == list(range(1, EPOCHS + 1))
+    ckpt = torch.load(out / "last.pt", weights_only=True)
+    assert ckpt["world_size"] == 2 and len(ckpt["rng_ranks"]) == 2
+    assert ckpt["state"]["epoch"] == EPOCHS
+    # the checkpoint is a plain model's (SyncBatchNorm leaves no trace in the keys)
+    assert set(ckpt["model"]) == set(torch.load(tmp_path / "single" / "last.pt", weights_only=True)["model"])

@@ -1,0 +1,437 @@
+"""Experiment engine: gate-only differences between runs, the applied LR schedule,
+TensorBoard logging, DDP pieces that run in one process, and ``siggate compare``.
+
+Also holds the tiny CSV dataset that ``test_resume.py`` and ``test_ddp.py`` train on in
+subprocesses.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from rdkit import Chem, RDConfig
+from rdkit.Chem import Crippen
+from torch_geometric.data import Data
+
+from siggate.config import load_config
+from siggate.data.base import GraphDataset, TaskInfo
+from siggate.train import compare as cmp
+from siggate.train.distributed import CPUSyncBatchNorm, DistContext, convert_sync_batchnorm
+from siggate.train.loop import build_model, epoch_loader, train
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Small model used by every test here and in test_resume.py / test_ddp.py.
+TINY = ["model.layers=1", "model.dim=16", "model.heads=2", "model.pe_dim=4", "model.pe_steps=4",
+        "model.head_layers=2"]
+
+
+@pytest.fixture(autouse=True)
+def _float32():
+    # another test module sets float64 as the default dtype at import time
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    yield
+    torch.set_default_dtype(old)
+
+
+def write_tiny_csv(path: Path, n: int = 120, train_frac: float = 0.8) -> Path:
+    """``n`` molecules of RDKit's NCI file with their Crippen logP and a fixed split column
+    (``train`` for the first ``train_frac``, then ``val`` and ``test`` halves)."""
+    rows = []
+    with open(Path(RDConfig.RDDataDir) / "NCI" / "first_5K.smi") as fh:
+        for line in fh:
+            mol = Chem.MolFromSmiles(line.split()[0])
+            if mol is None or mol.GetNumAtoms() < 2:
+                continue
+            rows.append((Chem.MolToSmiles(mol), round(Crippen.MolLogP(mol), 4)))
+            if len(rows) == n:
+                break
+    n_train = int(n * train_frac)
+    n_val = (n - n_train) // 2
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["smiles", "logp", "split"])
+        for i, (smi, y) in enumerate(rows):
+            w.writerow([smi, y, "train" if i < n_train else ("val" if i < n_train + n_val else "test")])
+    return path
+
+
+def csv_train_args(csv_path: Path, cache: Path) -> list[str]:
+    """``siggate train`` arguments selecting the tiny CSV dataset."""
+    return ["--data", str(csv_path), "--target-col", "logp", "--task", "regression", "--split", "column:split",
+            "--cache-dir", str(cache)]
+
+
+def subprocess_env(threads: int = 1) -> dict:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+# --------------------------------------------------------------------------- in-process data
+
+
+def synthetic_dataset(n: int = 64, seed: int = 0) -> GraphDataset:
+    """Small OGB-featured graphs (chains and rings) whose target depends on their atoms."""
+    g = torch.Generator().manual_seed(seed)
+    graphs = []
+    for i in range(n):
+        N = int(torch.randint(3, 9, (1,), generator=g))
+        x = torch.zeros(N, 9, dtype=torch.long)
+        x[:, 0] = torch.randint(0, 8, (N,), generator=g)
+        x[:, 2] = torch.randint(0, 4, (N,), generator=g)
+        src = torch.arange(N - 1)
+        dst = src + 1
+        if N > 4:
+            src, dst = torch.cat([src, torch.tensor([0])]), torch.cat([dst, torch.tensor([N - 1])])
+        ei = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
+        ea = torch.zeros(ei.size(1), 3, dtype=torch.long)
+        ea[:, 0] = torch.randint(0, 3, (ei.size(1) // 2,), generator=g).repeat(2)
+        y = torch.tensor([[float((x[:, 0] == 1).sum()) - 0.3 * N]])
+        graphs.append(Data(x=x, edge_index=ei, edge_attr=ea, y=y, idx=i))
+    info = TaskInfo(name="synthetic", task="regression", num_tasks=1, metric="mae")
+    a, b = int(n * 0.75), int(n * 0.875)
+    return GraphDataset(info=info, splits={"train": graphs[:a], "val": graphs[a:b], "test": graphs[b:]})
+
+
+def tiny_cfg(*extra: str):
+    return load_config("nci5k", TINY + ["model.pe=none", "train.batch_size=8", "train.threads=1", *extra])
+
+
+# --------------------------------------------------------------------------- gate-only differences
+
+
+def _shared_state(model) -> dict:
+    """Every parameter and buffer except the gate rows of the attention in-projection."""
+    out = {}
+    for name, t in model.state_dict().items():
+        if name.endswith("attn.in_proj.weight") or name.endswith("attn.in_proj.bias"):
+            t = t[: 3 * model.attention_modules()[0].dim]
+        out[name] = t
+    return out
+
+
+@pytest.mark.parametrize("gate,position", [("elementwise", "output"), ("headwise", "output"),
+                                           ("elementwise", "value"), ("headwise", "post")])
+def test_gated_and_ungated_models_share_all_non_gate_initial_weights(gate, position):
+    info = synthetic_dataset(8).info
+    base = _shared_state(build_model(tiny_cfg("model.layers=2", "model.gate=none"), info))
+    torch.manual_seed(1234)  # the global RNG state before building must not matter
+    gated_model = build_model(tiny_cfg("model.layers=2", f"model.gate={gate}", f"model.gate_position={position}"), info)
+    gated = _shared_state(gated_model)
+    assert gated.keys() == base.keys()
+    for name in base:
+        assert torch.equal(base[name], gated[name]), name
+    assert gated_model.gate_parameter_count() > 0
+    other_seed = _shared_state(build_model(tiny_cfg("model.layers=2", "model.gate=none", "train.seed=1"), info))
+    assert not torch.equal(other_seed["layers.0.ff1.weight"], base["layers.0.ff1.weight"])
+
+
+def test_data_order_is_a_function_of_seed_and_epoch_only():
+    graphs = synthetic_dataset(40).train
+
+    def order(seed, epoch, rank=0, world=1, batch=8):
+        return [b.idx.tolist() for b in epoch_loader(graphs, batch, seed, epoch, rank, world)]
+
+    torch.manual_seed(0)
+    a = order(3, 1)
+    torch.manual_seed(99)
+    assert order(3, 1) == a  # independent of the global RNG
+    assert order(3, 2) != a and order(4, 1) != a
+    assert sorted(sum(a, [])) == sorted(g.idx for g in graphs)
+    # two ranks with half the batch together read exactly the single-process global batches
+    r0, r1 = order(3, 1, 0, 2, 8), order(3, 1, 1, 2, 8)
+    assert [sorted(x + y) for x, y in zip(r0, r1)] == [sorted(x) for x in a]
+
+
+def test_gate_at_one_trains_exactly_like_no_gate(tmp_path):
+    """With the gate bias at 30 an output gate is exactly 1.0 in float32 (and its gradient
+    exactly 0), so the gated model computes the ungated one. Identical losses and metrics
+    then show that both runs start from the same non-gate weights, read the batches in
+    the same order and draw the same dropout masks."""
+    ds = synthetic_dataset()
+    common = ["train.epochs=3", "train.warmup_epochs=0", "model.dropout=0.2", "model.attn_dropout=0.3"]
+    m0 = train(tiny_cfg(*common, "model.gate=none"), tmp_path / "none", progress=False, dataset=ds)
+    m1 = train(tiny_cfg(*common, "model.gate=elementwise", "model.gate_bias_init=30"), tmp_path / "gate1",
+               progress=False, dataset=ds)
+    assert m1["gate_params"] > 0 and m0["gate_params"] == 0
+    assert all(g == pytest.approx(1.0) for h in m1["history"] for g in h["gate_mean"])
+    for key in ("train_loss", "val", "test"):
+        a, b = [h[key] for h in m0["history"]], [h[key] for h in m1["history"]]
+        assert b == pytest.approx(a, rel=1e-5, abs=1e-6), key
+    assert m0["history"][0]["train_loss"] != m0["history"][2]["train_loss"]  # it did train
+    # a gate that is not at 1 does change training
+    m2 = train(tiny_cfg(*common, "model.gate=elementwise"), tmp_path / "gate05", progress=False, dataset=ds)
+    assert m2["history"][0]["train_loss"] != pytest.approx(m0["history"][0]["train_loss"], rel=1e-4)
+
+
+# --------------------------------------------------------------------------- schedule and logs
+
+
+def test_applied_learning_rate_follows_warmup_then_cosine(tmp_path):
+    lr, warmup, epochs = 2e-3, 2, 6
+    cfg = tiny_cfg(f"train.lr={lr}", f"train.warmup_epochs={warmup}", f"train.epochs={epochs}")
+    m = train(cfg, tmp_path / "run", progress=False, dataset=synthetic_dataset(32))
+    # hand-computed: linear warmup from ~0 (floored at 1e-6 of the base), then half a cosine to 0
+    expected = [lr * 1e-6, lr * 0.5] + [lr * 0.5 * (1 + math.cos(math.pi * k / 4)) for k in range(4)]
+    assert expected[2] == lr and expected[4] == pytest.approx(lr / 2)
+    assert [h["lr"] for h in m["history"]] == pytest.approx(expected, rel=1e-9)
+    with open(tmp_path / "run" / "log.csv") as fh:
+        logged = [float(r["lr"]) for r in csv.DictReader(fh)]
+    assert logged == pytest.approx(expected, rel=1e-9)
+
+
+def _scalars(tb_dir: Path) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tb_dir))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_tensorboard_events_hold_the_history(tmp_path):
+    cfg = tiny_cfg("train.epochs=2", "train.warmup_epochs=0", "model.layers=2")
+    m = train(cfg, tmp_path / "run", progress=False, dataset=synthetic_dataset(32))
+    sc = _scalars(tmp_path / "run" / "tb")
+    h = m["history"]
+    assert {"train/loss", "train/lr", "train/grad_norm", "val/mae", "test/mae",
+            "gate/mean_layer0", "gate/mean_layer1"} <= set(sc)
+    assert [s for s, _ in sc["train/loss"]] == [1, 2]
+    assert [v for _, v in sc["train/loss"]] == pytest.approx([r["train_loss"] for r in h], rel=1e-6)
+    assert [v for _, v in sc["val/mae"]] == pytest.approx([r["val"] for r in h], rel=1e-6)
+    assert [v for _, v in sc["train/grad_norm"]] == pytest.approx([r["grad_norm"] for r in h], rel=1e-6)
+    assert [v for _, v in sc["gate/mean_layer1"]] == pytest.approx([r["gate_mean"][1] for r in h], rel=1e-6)
+    assert 0 < sc["gate/mean_layer0"][0][1] < 1
+
+
+def test_tensorboard_failures_never_break_a_run(tmp_path, monkeypatch, caplog):
+    import torch.utils.tensorboard as tbmod
+
+    def boom(self, *a, **k):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(tbmod.SummaryWriter, "add_scalar", boom)
+    with caplog.at_level(logging.WARNING, logger="siggate.train"):
+        m = train(tiny_cfg("train.epochs=2"), tmp_path / "a", progress=False, dataset=synthetic_dataset(24))
+    assert (tmp_path / "a" / "metrics.json").exists() and len(m["history"]) == 2
+    assert "TensorBoard logging failed" in caplog.text
+
+    def no_writer(*a, **k):
+        raise ImportError("tensorboard is not installed")
+
+    monkeypatch.setattr(tbmod, "SummaryWriter", no_writer)
+    m = train(tiny_cfg("train.epochs=1"), tmp_path / "b", progress=False, dataset=synthetic_dataset(24))
+    assert (tmp_path / "b" / "metrics.json").exists() and (tmp_path / "b" / "log.csv").exists()
+
+
+def test_config_yaml_records_version_and_commit(tmp_path):
+    import yaml
+
+    import siggate
+
+    train(tiny_cfg("train.epochs=1"), tmp_path / "r", progress=False, dataset=synthetic_dataset(24))
+    saved = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())
+    assert saved["_meta"]["siggate_version"] == siggate.__version__
+    assert "git_commit" in saved["_meta"]
+    assert saved["model"]["layers"] == 1 and saved["train"]["epochs"] == 1
+
+
+# --------------------------------------------------------------------------- DDP pieces (one process)
+
+
+def test_cpu_sync_batchnorm_is_batchnorm_outside_a_process_group():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.Sequential(torch.nn.BatchNorm1d(6)))
+    ref = [m.state_dict() for m in model]
+    conv = convert_sync_batchnorm(model, torch.device("cpu"))
+    assert isinstance(conv[1], CPUSyncBatchNorm) and isinstance(conv[2][0], CPUSyncBatchNorm)
+    assert set(conv[1].state_dict()) == set(ref[1])  # checkpoints stay loadable by plain models
+    x = torch.randn(10, 4)
+    plain = torch.nn.BatchNorm1d(6)
+    plain.load_state_dict(ref[1])
+    h = conv[0](x)
+    assert torch.allclose(conv[1](h), plain(h))
+    assert torch.equal(conv[1].running_mean, plain.running_mean)
+    assert not DistContext().distributed and DistContext().all_reduce_sum([1.0, 2.0]) == [1.0, 2.0]
+
+
+def test_ddp_refuses_to_run_outside_torchrun(monkeypatch):
+    from siggate.train.distributed import init_distributed
+
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(RuntimeError, match="torchrun"):
+        init_distributed()
+
+
+def test_global_batch_must_split_evenly_over_ranks(tmp_path):
+    from siggate.config import ConfigError
+
+    with pytest.raises(ConfigError, match="multiple of the world size"):
+        train(tiny_cfg("train.batch_size=9"), tmp_path, progress=False, dataset=synthetic_dataset(16),
+              dist=DistContext(rank=0, world_size=2))
+
+
+# --------------------------------------------------------------------------- siggate compare
+
+
+def test_seed_and_gate_specs():
+    assert cmp.parse_seeds("0-4") == [0, 1, 2, 3, 4]
+    assert cmp.parse_seeds("3, 0-1,3") == [3, 0, 1]
+    for bad in ("4-2", "a", "", "-1"):
+        with pytest.raises(ValueError):
+            cmp.parse_seeds(bad)
+    specs = cmp.parse_gates("none,elementwise@value,headwise")
+    assert [s.overrides() for s in specs] == [
+        ["model.gate=none"], ["model.gate=elementwise", "model.gate_position=value"], ["model.gate=headwise"]]
+    for bad in ("none@value", "sigmoid", "elementwise@middle", "none,none"):
+        with pytest.raises(ValueError):
+            cmp.parse_gates(bad)
+
+
+def _compare(argv: list[str]) -> int:
+    """``siggate compare ARGV`` through its own argument parser."""
+    import argparse
+
+    from siggate.cli import CLIError
+    from siggate.config import ConfigError
+
+    parser = argparse.ArgumentParser(prog="siggate")
+    cmp.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["compare", *argv])
+    try:
+        return args.func(args)
+    except (CLIError, ConfigError) as exc:  # as siggate.cli.main reports them
+        print(f"siggate compare: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _fake_run(run_dir: Path, seed: int, gate: str, test: float, val: float, epochs: int = 3) -> None:
+    run_dir.mkdir(parents=True)
+    hist = [{"epoch": e + 1, "val": val + 0.1 * (epochs - 1 - e), "train_loss": 1.0} for e in range(epochs)]
+    (run_dir / "metrics.json").write_text(json.dumps({
+        "dataset": "nci5k", "metric": "mae", "higher_is_better": False, "test": test, "val": val, "seed": seed,
+        "gate": gate, "best_epoch": epochs, "seconds": 10.0, "params": 100 + (20 if gate != "none" else 0),
+        "gate_params": 20 if gate != "none" else 0, "history": hist}))
+
+
+def test_compare_aggregates_finished_runs_without_training(tmp_path, monkeypatch):
+    from scipy import stats
+
+    scores = {"none": [1.0, 1.2, 0.9, 1.1, 1.05], "elementwise": [0.9, 1.0, 0.85, 1.0, 1.06],
+              "headwise": [1.1, 1.2, 1.0, 1.0, 1.1]}
+    out = tmp_path / "cmp"
+    for gate, vals in scores.items():
+        for seed, v in enumerate(vals):
+            _fake_run(out / "runs" / gate / f"seed{seed}", seed, gate, v, v + 0.5)
+
+    popen = subprocess.Popen
+
+    def no_training(cmd, *a, **k):
+        assert "train" not in cmd, f"a finished pair was trained again: {cmd}"
+        return popen(cmd, *a, **k)
+
+    monkeypatch.setattr(subprocess, "Popen", no_training)
+    assert _compare(["--seeds", "0-4", "--gates", "none,elementwise", "--epochs", "3", "--out", str(out),
+                     "--no-progress"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    a, b = scores["none"], scores["elementwise"]
+    assert res["per_seed"]["elementwise"] == {str(i): v for i, v in enumerate(b)}
+    assert res["per_seed_val"]["none"]["2"] == pytest.approx(1.4)
+    assert res["mean"]["none"] == pytest.approx(sum(a) / 5)
+    assert res["std"]["elementwise"] == pytest.approx(float(torch.tensor(b, dtype=torch.float64).std()))
+    assert res["p_paired_t"] == pytest.approx(stats.ttest_rel(b, a).pvalue)
+    assert res["p_wilcoxon"] == pytest.approx(stats.wilcoxon(b, a).pvalue)
+    assert res["p_welch"] == pytest.approx(stats.ttest_ind(b, a, equal_var=False).pvalue)
+    c = res["comparisons"]["elementwise"]
+    assert (c["wins"], c["losses"], c["better"]) == (4, 1, "b")  # lower MAE wins
+    assert res["failed"] == [] and res["epochs"] == 3
+    md = (out / "results.md").read_text()
+    assert "test MAE (lower is better)" in md
+    assert "| `elementwise` | 5 | 0.9620 ± 0.0850 |" in md
+    assert "| 4 | 1.0500 | 1.0600 | +0.0100 | `none` |" in md
+    assert f"paired t = {res['p_paired_t']:.3g}" in md
+    assert (out / "val_curves.png").read_bytes()[:4] == b"\x89PNG"
+    # three gates: p-values per non-baseline gate
+    assert _compare(["--seeds", "0-4", "--gates", "none,elementwise,headwise", "--epochs", "3", "--out", str(out),
+                     "--no-progress"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert set(res["p_paired_t"]) == {"elementwise", "headwise"}
+    assert res["p_welch"]["headwise"] == pytest.approx(stats.ttest_ind(scores["headwise"], a, equal_var=False).pvalue)
+
+
+def test_compare_end_to_end(tmp_path, monkeypatch):
+    """Real ``siggate compare``: two ``python -m siggate train`` processes at a time. One pair
+    trains; the other holds a corrupt ``last.pt``: it is resumed, fails, and is reported.
+    A rerun skips the finished pair."""
+    csv_path = write_tiny_csv(tmp_path / "tiny.csv", n=60)
+    out = tmp_path / "cmp"
+    broken = out / "runs" / "headwise@value" / "seed0"
+    broken.mkdir(parents=True)
+    (broken / "last.pt").write_bytes(b"not a checkpoint")
+    sets = ["data.name=csv", f"data.csv={csv_path}", "data.target_cols=logp", "data.split=column:split",
+            *TINY, "train.warmup_epochs=0", "train.batch_size=16"]
+    argv = ["--seeds", "0", "--gates", "none,headwise@value", "--epochs", "2", "--jobs", "2",
+            "--threads", "1", "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--no-progress"]
+    for s in sets:
+        argv += ["--set", s]
+    monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
+    assert _compare(argv) == 1  # a pair failed
+    res = json.loads((out / "results.json").read_text())
+    assert res["metric"] == "mae" and res["higher_is_better"] is False
+    done = out / "runs" / "none" / "seed0"
+    m = json.loads((done / "metrics.json").read_text())
+    assert res["per_seed"]["none"] == {"0": m["test"]} and res["per_seed_val"]["none"] == {"0": m["val"]}
+    assert res["val_curves"]["none"]["0"] == [h["val"] for h in m["history"]]
+    assert m["gate"] == "none" and m["epochs"] == 2 and m["seed"] == 0 and m["dataset"] == "csv"
+    assert "--set model.gate=none" in (done / "train.log").read_text()
+    assert [(f["gate"], f["seed"]) for f in res["failed"]] == [("headwise@value", 0)]
+    assert "exit status 2" in res["failed"][0]["error"] and "corrupt" in res["failed"][0]["error"]
+    log = (broken / "train.log").read_text()
+    assert "--resume" in log and "--set model.gate=headwise --set model.gate_position=value" in log
+    assert res["per_seed"]["headwise@value"] == {} and res["p_paired_t"] is None  # not hidden, not invented
+    assert "Failed runs" in (out / "results.md").read_text()
+    assert res["command"].startswith("siggate compare --config nci5k --seeds 0 --gates none,headwise@value")
+
+    # rerun after removing the broken pair's folder from the comparison: nothing is retrained
+    stamp = (done / "metrics.json").stat().st_mtime_ns
+    argv[argv.index("none,headwise@value")] = "none"
+    assert _compare(argv) == 0
+    assert (done / "metrics.json").stat().st_mtime_ns == stamp
+    assert json.loads((out / "results.json").read_text())["per_seed"]["none"] == {"0": m["test"]}
+
+
+def test_compare_refuses_a_run_dir_of_another_config(tmp_path):
+    out = tmp_path / "cmp"
+    run = out / "runs" / "none" / "seed0"
+    run.mkdir(parents=True)
+    import yaml
+
+    cfg = load_config("nci5k", ["model.gate=none", "train.seed=0", "train.epochs=7"]).to_dict()
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (run / "metrics.json").write_text(json.dumps({"test": 1.0, "val": 1.0, "metric": "mae"}))
+    rc = _compare(["--seeds", "0", "--gates", "none", "--epochs", "3", "--out", str(out), "--no-progress"])
+    assert rc == 1
+    res = json.loads((out / "results.json").read_text())
+    assert res["failed"][0]["seed"] == 0 and "train.epochs" in res["failed"][0]["error"]
+    assert res["per_seed"]["none"] == {}
+
+
+def test_compare_rejects_bad_arguments(tmp_path, capsys):
+    assert _compare(["--gates", "none,sigmoid", "--out", str(tmp_path)]) == 2
+    assert "unknown gate 'sigmoid'" in capsys.readouterr().err
+    assert _compare(["--set", "model.gate=none", "--out", str(tmp_path)]) == 2
+    assert _compare(["--set", "model.layerz=2", "--out", str(tmp_path)]) == 2
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,92 @@
+"""Exact resume after a hard kill: ``python -m siggate train`` is SIGKILLed in the middle of
+an epoch, restarted with ``--resume``, and must end with exactly the metrics of an
+uninterrupted run (dropout, attention dropout and LapPE sign flips all draw random numbers)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from test_engine import TINY, _float32, csv_train_args, subprocess_env, write_tiny_csv  # noqa: F401
+
+EPOCHS = 4
+
+
+def _rows(path: Path) -> list[dict]:
+    try:
+        with open(path) as fh:
+            return list(csv.DictReader(fh))
+    except FileNotFoundError:
+        return []
+
+
+def _config_args(tmp_path: Path) -> list[str]:
+    csv_path = write_tiny_csv(tmp_path / "tiny.csv", n=300)
+    sets = TINY + ["model.pe=lappe", "model.dropout=0.1", "model.attn_dropout=0.2", "train.batch_size=8",
+                   "train.warmup_epochs=1", "train.threads=1"]
+    args = ["--config", "nci5k", *csv_train_args(csv_path, tmp_path / "cache"), "--seed", "3",
+            "--epochs", str(EPOCHS)]
+    for s in sets:
+        args += ["--set", s]
+    return args
+
+
+def _start(args: list[str], out: Path, log: Path, resume: bool = False) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "siggate", "train", *args, "--out", str(out), "--no-progress"]
+    return subprocess.Popen(cmd + (["--resume"] if resume else []), stdout=open(log, "a"),
+                            stderr=subprocess.STDOUT, env=subprocess_env())
+
+
+def test_sigkill_in_the_middle_of_an_epoch_then_resume_is_exact(tmp_path):
+    from siggate.cli import add_config_args, config_from_args
+    from siggate.train.loop import train
+
+    args = _config_args(tmp_path)
+    run, log = tmp_path / "killed", tmp_path / "killed.log"
+    proc = _start(args, run, log)
+    deadline = time.time() + 600
+    try:
+        # wait until epoch 1 is checkpointed, then kill during a later epoch
+        while not (_rows(run / "log.csv") and (run / "last.pt").exists()):
+            assert proc.poll() is None, f"training ended before its first checkpoint:\n{log.read_text()}"
+            assert time.time() < deadline, "no checkpoint after 10 minutes"
+            time.sleep(0.02)
+        epoch_seconds = float(_rows(run / "log.csv")[-1]["seconds"])
+        time.sleep(0.4 * epoch_seconds)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    done = len(_rows(run / "log.csv"))
+    assert proc.returncode == -signal.SIGKILL
+    assert 1 <= done < EPOCHS and not (run / "metrics.json").exists(), "the kill must land inside the run"
+    ckpt_epoch = torch.load(run / "last.pt", weights_only=True)["state"]["epoch"]
+    assert ckpt_epoch >= 1 and ckpt_epoch in (done - 1, done)
+
+    resumed = _start(args, run, log, resume=True)
+    # meanwhile: the uninterrupted reference run, same config and code path, in this process
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    ref = train(config_from_args(parser.parse_args(args)), tmp_path / "reference", progress=False)
+    assert resumed.wait(timeout=600) == 0, log.read_text()
+    assert f"resumed from {run / 'last.pt'} at epoch {ckpt_epoch}" in log.read_text()
+
+    got = json.loads((run / "metrics.json").read_text())
+    for key in ("val", "test", "best_epoch", "epochs", "params"):
+        assert got[key] == ref[key], key
+    for key in ("train_loss", "val", "test", "lr", "grad_norm", "gate_mean"):
+        assert [h[key] for h in got["history"]] == [h[key] for h in ref["history"]], key
+    assert len({h["train_loss"] for h in got["history"]}) == EPOCHS  # it trained
+    rows = _rows(run / "log.csv")
+    assert [int(r["epoch"]) for r in rows] == list(range(1, EPOCHS + 1))  # no duplicated epochs
+    assert not list(run.glob(".*.tmp"))
