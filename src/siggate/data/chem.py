@@ -163,6 +163,9 @@ def parse_smiles(smiles: str, allow_unsanitized: bool = False) -> Chem.Mol:
     s = smiles.strip()
     if not s:
         raise InvalidSmiles("empty SMILES")
+    bad = next((i for i, ch in enumerate(s) if ord(ch) > 127), None)
+    if bad is not None:  # RDKit stops silently at the first non-ASCII character ('CCO\u00e9' -> CCO)
+        raise InvalidSmiles(f"contains a non-ASCII character ({s[bad]!r}) at position {bad + 1}; SMILES are plain ASCII")
 
     # Full parse exactly like ogb.utils.smiles2graph (MolFromSmiles with sanitize=True
     # also removes explicit hydrogens and cleans stereo, which the features depend on).
