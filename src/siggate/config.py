@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -123,16 +124,44 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "train.warmup_epochs": {"min": 0},
     "train.clip": {"min": 0.0},
     "train.threads": {"min": 0},
+    "train.seed": {"min": 0, "max": 2**32 - 1},
 }
+
+SECTIONS = ("data", "model", "train")
 
 
 def _known_keys(cls) -> list[str]:
     return [f.name for f in fields(cls)]
 
 
-def _suggest(key: str, options: list[str]) -> str:
+def _suggest(key: str, options: list[str], prefix: str = "") -> str:
     close = difflib.get_close_matches(key, options, n=1, cutoff=0.5)
-    return f" Did you mean {close[0]!r}?" if close else ""
+    if not close:  # case slips: 'Elementwise', 'GATE'
+        close = [o for o in options if o.lower() == str(key).lower()]
+    return f" Did you mean {prefix + close[0]!r}?" if close else ""
+
+
+def _section_classes() -> dict:
+    return {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+
+
+def _suggest_key(prefix: str, key: str) -> str:
+    """Closest valid key path for ``prefix.key``: a typo in the same section, or the same
+    name in another section (``train.dim`` -> ``model.dim``)."""
+    classes = _section_classes()
+    hint = _suggest(key, _known_keys(classes[prefix]), f"{prefix}.")
+    if hint:
+        return hint
+    for sec, cls in classes.items():
+        if sec != prefix and key in _known_keys(cls):
+            return f" Did you mean '{sec}.{key}'? ({key!r} belongs to the '{sec}' section.)"
+    return ""
+
+
+def _range_text(rule: dict) -> str:
+    lo = f">= {rule['min']}" if "min" in rule else (f"> {rule['min_excl']}" if "min_excl" in rule else "")
+    hi = f"<= {rule['max']}" if "max" in rule else (f"< {rule['max_excl']}" if "max_excl" in rule else "")
+    return " and ".join(x for x in (lo, hi) if x)
 
 
 def _coerce(path: str, value: Any, default: Any, annotation: str) -> Any:
@@ -164,24 +193,32 @@ def _coerce(path: str, value: Any, default: Any, annotation: str) -> Any:
     if ann == "float":
         if isinstance(value, bool):
             raise ConfigError(f"{path}: expected a number, got {value!r}")
+        out = None
         if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
+            out = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value)
+                out = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{path}: expected a number, got {value!r}")
+        if out is None:
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        if not math.isfinite(out):
+            raise ConfigError(f"{path}: {value!r} is not allowed; expected a finite number")
+        return out
     if ann == "list":
         if isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]
         if isinstance(value, (list, tuple)):
-            return list(value)
-        raise ConfigError(f"{path}: expected a list, got {value!r}")
+            bad = [v for v in value if isinstance(v, (dict, list, tuple)) or v is None]
+            if bad:
+                raise ConfigError(f"{path}: expected a list of names, got {value!r}")
+            return [str(v) for v in value]
+        raise ConfigError(f"{path}: expected a list (or a comma-separated string), got {value!r}")
     if "str" in ann:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
-        raise ConfigError(f"{path}: expected a string, got {value!r}")
+        raise ConfigError(f"{path}: expected a string, got {value!r} ({type(value).__name__})")
     return value
 
 
@@ -193,8 +230,8 @@ def _build_section(cls, raw: dict, prefix: str):
     for key, value in raw.items():
         if key not in known:
             raise ConfigError(
-                f"unknown config key '{prefix}.{key}'.{_suggest(key, list(known))} "
-                f"Valid keys in '{prefix}': {', '.join(known)}"
+                f"unknown config key '{prefix}.{key}' (value {value!r}).{_suggest_key(prefix, str(key))} "
+                f"Valid keys in '{prefix}': {', '.join(known)}."
             )
         f = known[key]
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -207,12 +244,17 @@ def from_dict(raw: dict) -> Config:
     raw = raw or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"a config must be a mapping with sections data/model/train, got {type(raw).__name__}")
-    sections = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+    sections = _section_classes()
     for key in raw:
         if key not in sections:
+            owners = [s for s, cls in sections.items() if key in _known_keys(cls)]
+            if owners:  # a key without its section: 'gate' -> 'model.gate'
+                hint = f" Did you mean '{owners[0]}.{key}'? Keys go inside a section."
+            else:
+                hint = _suggest(str(key), list(sections))
             raise ConfigError(
-                f"unknown config section '{key}'.{_suggest(key, list(sections))} "
-                f"Valid sections: {', '.join(sections)}"
+                f"unknown config section '{key}'.{hint} "
+                f"Valid sections: {', '.join(sections)}."
             )
     cfg = Config(**{k: _build_section(cls, raw.get(k, {}) or {}, k) for k, cls in sections.items()})
     return cfg.validate()
@@ -227,30 +269,55 @@ def _check(cfg: Config) -> None:
                 f"{path}: {value!r} is not allowed. Allowed values: {', '.join(map(str, rule['choices']))}."
                 + (_suggest(str(value), list(map(str, rule["choices"]))))
             )
-        if "min" in rule and value < rule["min"]:
-            raise ConfigError(f"{path}: {value!r} is out of range; it must be >= {rule['min']}")
-        if "min_excl" in rule and value <= rule["min_excl"]:
-            raise ConfigError(f"{path}: {value!r} is out of range; it must be > {rule['min_excl']}")
-        if "max_excl" in rule and value >= rule["max_excl"]:
-            raise ConfigError(f"{path}: {value!r} is out of range; it must be < {rule['max_excl']}")
+        if "choices" in rule:
+            continue
+        out = (
+            ("min" in rule and value < rule["min"])
+            or ("min_excl" in rule and value <= rule["min_excl"])
+            or ("max" in rule and value > rule["max"])
+            or ("max_excl" in rule and value >= rule["max_excl"])
+        )
+        if out:
+            raise ConfigError(f"{path}: {value!r} is out of range; allowed values: {_range_text(rule)}.")
     m = cfg.model
     if m.dim % m.heads != 0:
         raise ConfigError(
-            f"model.heads: {m.heads} does not divide model.dim={m.dim}. Choose heads from "
-            f"{[h for h in range(1, min(m.dim, 16) + 1) if m.dim % h == 0]} or change model.dim."
+            f"model.heads: {m.heads} does not divide model.dim={m.dim}. Allowed values: divisors of "
+            f"{m.dim} such as {[h for h in range(1, min(m.dim, 16) + 1) if m.dim % h == 0]}, or change model.dim."
         )
     if m.pe != "none":
         if not 0 < m.pe_dim < m.dim:
-            raise ConfigError(f"model.pe_dim: {m.pe_dim} must be in 1..{m.dim - 1} (below model.dim) when model.pe={m.pe!r}")
+            raise ConfigError(
+                f"model.pe_dim: {m.pe_dim} is out of range when model.pe={m.pe!r}; allowed values: "
+                f"1..{m.dim - 1} (below model.dim={m.dim}), or set model.pe=none."
+            )
         if m.pe_steps < 1:
             raise ConfigError(f"model.pe_steps: must be >= 1 when model.pe={m.pe!r}, got {m.pe_steps}")
     if m.local == "none" and not m.attn:
         raise ConfigError("model.local='none' with model.attn=false leaves no branch; enable one of them")
+    if m.dim >> (m.head_layers - 1) < 1:
+        raise ConfigError(
+            f"model.head_layers: {m.head_layers} is too many for model.dim={m.dim}: the prediction head halves "
+            f"the width at each layer, so at most {m.dim.bit_length()} layers fit; lower model.head_layers "
+            "or raise model.dim."
+        )
+    split = cfg.data.split
+    if split not in ("scaffold", "random") and not (split.startswith("column:") and split[len("column:"):].strip()):
+        raise ConfigError(
+            f"data.split: {split!r} is not allowed. Allowed values: scaffold, random, column:NAME."
+            + _suggest(split, ["scaffold", "random"])
+        )
     if cfg.data.name == "csv":
         if not cfg.data.csv:
             raise ConfigError("data.csv: a CSV path is required when data.name='csv' (siggate train --data FILE.csv)")
         if not cfg.data.target_cols:
             raise ConfigError("data.target_cols: name at least one target column (--target-col)")
+        loss, task = cfg.train.loss, cfg.data.task
+        if (loss == "bce") != (task != "regression") and loss != "auto":
+            raise ConfigError(
+                f"train.loss: {loss!r} does not fit data.task={task!r}; allowed values: "
+                + ("auto, l1, mse" if task == "regression" else "auto, bce") + "."
+            )
     else:
         from .data.registry import DATASETS
 
@@ -268,7 +335,11 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     key, value = item.split("=", 1)
     parts = key.strip().split(".")
     if len(parts) != 2 or not all(parts):
-        raise ConfigError(f"--set key must look like section.key (e.g. model.gate), got {key!r}")
+        hint = ""
+        if len(parts) == 1 and parts[0]:
+            owners = [s for s, cls in _section_classes().items() if parts[0] in _known_keys(cls)]
+            hint = f" Did you mean '{owners[0]}.{parts[0]}'?" if owners else ""
+        raise ConfigError(f"--set key must look like section.key (e.g. model.gate), got {key!r}.{hint}")
     try:
         parsed = yaml.safe_load(value)
     except yaml.YAMLError:
@@ -278,12 +349,19 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 def resolve_config_path(name_or_path: str) -> Path:
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") and p.exists():
+    if p.suffix.lower() in (".yaml", ".yml") and p.is_file():
         return p
     cand = CONFIG_DIR / f"{name_or_path}.yaml"
-    if cand.exists():
+    if "/" not in str(name_or_path) and cand.is_file():
         return cand
+    if p.is_file():  # a YAML file with another extension
+        return p
     known = sorted(q.stem for q in CONFIG_DIR.glob("*.yaml"))
+    if p.suffix.lower() in (".yaml", ".yml") or len(p.parts) > 1:
+        raise ConfigError(
+            f"config file {name_or_path!r} not found (looked in {Path.cwd()}). "
+            f"Built-in configs: {', '.join(known)}."
+        )
     raise ConfigError(
         f"config {name_or_path!r} not found: it is neither a YAML file nor a built-in config. "
         f"Built-in configs: {', '.join(known)}.{_suggest(name_or_path, known)}"
@@ -295,13 +373,22 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
     overrides, and validate."""
     path = resolve_config_path(name_or_path or "nci5k")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{path}: a config must be a mapping with sections data/model/train, got {type(raw).__name__}"
+        )
     for item in overrides or []:
         (sec, key), value = parse_override(item)
-        raw.setdefault(sec, {})
+        if raw.get(sec) is None:
+            raw[sec] = {}
         if not isinstance(raw[sec], dict):
-            raise ConfigError(f"{sec}: expected a mapping")
+            raise ConfigError(f"{path}: section '{sec}' must be a mapping of keys, got {raw[sec]!r}")
         raw[sec][key] = value
     return from_dict(raw)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import re
 import tempfile
 import zipfile
 from pathlib import Path
@@ -26,21 +27,42 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used: missing, corrupt, unsafe or incompatible."""
 
 
+class CheckpointWriteError(OSError, CheckpointError):
+    """Writing a checkpoint failed (full disk, no permission, ...); the previous file is intact.
+
+    Also an ``OSError`` with the original ``errno``, so ``except OSError`` still catches it.
+    """
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_save(obj, path: str | Path) -> None:
     """``torch.save`` to a temporary file in the same folder, fsync, then rename over ``path``.
 
     If anything fails (including a full disk) the temporary file is removed and the
-    previous file at ``path`` is left untouched.
+    previous file at ``path`` is left untouched; an ``OSError`` is raised as
+    :class:`CheckpointWriteError` naming the file. The file gets the usual permissions
+    (``0666`` less the umask), not the private ``0600`` of a temporary file.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as fh:
             torch.save(obj, fh)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+        tmp = None
         try:
             dfd = os.open(path.parent, os.O_RDONLY)
             try:
@@ -49,38 +71,151 @@ def atomic_save(obj, path: str | Path) -> None:
                 os.close(dfd)
         except OSError:
             pass
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    except OSError as exc:
+        kept = "the previous checkpoint there is intact" if path.exists() else "no checkpoint was written"
+        err = CheckpointWriteError(
+            exc.errno, f"could not write checkpoint {path}: {exc.strerror or exc}; {kept}"
+        )
+        raise err from exc
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+#: Entries every checkpoint written by ``siggate train`` holds.
+REQUIRED_KEYS = ("format", "siggate_version", "config", "info", "model", "target_mean", "target_std")
 
 
 def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
-    """Load a siggate checkpoint safely (``weights_only=True``) and check its format."""
+    """Load a siggate checkpoint safely (``weights_only=True``) and check it.
+
+    Raises :class:`CheckpointError` naming what is wrong: a missing or unreadable file, a
+    truncated or corrupt one, one that holds Python objects other than tensors and plain
+    containers (never unpickled: a crafted payload is refused before it can run), one
+    written by a newer siggate (format number), or one whose entries, config or task
+    description do not fit this version.
+    """
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint not found: {path}. Pass the best.pt or last.pt written by 'siggate train --out DIR'.")
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a directory; pass the best.pt or last.pt file inside it.")
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
+        detail = _unpickler_detail(str(exc))
+        glob = re.search(r"Unsupported global: GLOBAL (\S+)", detail)
+        if glob:
+            raise CheckpointError(
+                f"refused to load {path}: it contains a Python object ({glob.group(1)}) other than plain "
+                f"tensors and containers, which could run code when unpickled. siggate checkpoints never "
+                f"do; this file is not one of ours or was tampered with. Nothing in it was run."
+            ) from None
         raise CheckpointError(
-            f"refused to load {path}: it contains Python objects other than plain tensors and "
-            f"containers, which could run code when unpickled. siggate checkpoints never do; "
-            f"this file is not one of ours or was tampered with. (detail: {str(exc).splitlines()[0]})"
+            f"cannot read checkpoint {path}: the file is truncated or corrupt, or holds pickle "
+            f"instructions that safe loading refuses ({detail or 'unreadable'}). Nothing in it was run."
         ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot read checkpoint {path}: the file is truncated or corrupt ({exc}).") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, KeyError, AttributeError,
+            TypeError, IndexError, UnicodeDecodeError) as exc:
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: the file is truncated or corrupt ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else 'unexpected end of file'})."
+        ) from None
+    _check_structure(ckpt, path)
+    return ckpt
+
+
+def _unpickler_detail(msg: str) -> str:
+    """The one informative line of torch's long 'Weights only load failed' message."""
+    lines = [ln.strip() for ln in msg.splitlines()]
+    for i, ln in enumerate(lines):
+        if "WeightsUnpickler error:" in ln:
+            rest = ln.split("WeightsUnpickler error:", 1)[1].strip()
+            if not rest and i + 1 < len(lines):
+                rest = lines[i + 1]
+            return rest.split(" was not an allowed global")[0] if "Unsupported global" in rest else rest
+    return lines[0] if lines else ""
+
+
+def _check_structure(ckpt, path: Path) -> None:
     if not isinstance(ckpt, dict) or "format" not in ckpt or "model" not in ckpt:
         raise CheckpointError(f"{path} is not a siggate checkpoint (no 'format'/'model' entries).")
-    if ckpt["format"] > FORMAT_VERSION:
+    fmt = ckpt["format"]
+    written_by = f"siggate {ckpt.get('siggate_version', '(unknown version)')}"
+    if isinstance(fmt, bool) or not isinstance(fmt, int):
+        raise CheckpointError(f"{path}: checkpoint format must be an integer, got {fmt!r}; it is not a siggate checkpoint.")
+    if fmt > FORMAT_VERSION:
         raise CheckpointError(
-            f"{path} was written by a newer siggate (checkpoint format {ckpt['format']}, "
-            f"siggate {ckpt.get('siggate_version')}); this is siggate {siggate.__version__} "
-            f"(format {FORMAT_VERSION}). Upgrade siggate to load it."
+            f"{path} was written by a newer siggate (checkpoint format {fmt}, {written_by}); "
+            f"this is siggate {siggate.__version__} (format {FORMAT_VERSION}). Upgrade siggate to load it."
         )
-    return ckpt
+    if fmt < 1:
+        raise CheckpointError(f"{path}: unknown checkpoint format {fmt} ({written_by}); this siggate reads format {FORMAT_VERSION}.")
+    missing = [k for k in REQUIRED_KEYS if k not in ckpt]
+    if missing:
+        raise CheckpointError(
+            f"{path} lacks the entries {missing} that every siggate checkpoint has ({written_by}); "
+            "it is incomplete or was not written by 'siggate train'."
+        )
+    if not isinstance(ckpt["model"], dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in ckpt["model"].items()
+    ):
+        raise CheckpointError(f"{path}: 'model' is not a state dict of named tensors.")
+    for key in ("target_mean", "target_std"):
+        if not isinstance(ckpt[key], torch.Tensor):
+            raise CheckpointError(f"{path}: {key!r} must be a tensor, got {type(ckpt[key]).__name__}.")
+    _check_info(ckpt["info"], path, written_by)
+    _check_config(ckpt["config"], path, written_by)
+
+
+def _check_info(info, path: Path, written_by: str) -> None:
+    from dataclasses import fields
+
+    from ..data.base import TaskInfo
+
+    if not isinstance(info, dict):
+        raise CheckpointError(f"{path}: 'info' must be a mapping, got {type(info).__name__}.")
+    known = [f.name for f in fields(TaskInfo)]
+    unknown = [k for k in info if k not in known]
+    if unknown:
+        raise CheckpointError(
+            f"{path}: its task description has fields {unknown} that this siggate ({siggate.__version__}) "
+            f"does not know (it was written by {written_by}); known fields: {known}."
+        )
+    try:
+        TaskInfo(**info)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: its task description does not fit this siggate ({written_by}): {exc}") from None
+
+
+def _check_config(cfg, path: Path, written_by: str) -> None:
+    from ..config import ConfigError, from_dict
+
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{path}: 'config' must be a mapping, got {type(cfg).__name__}.")
+    try:
+        from_dict(cfg)
+    except ConfigError as exc:
+        raise CheckpointError(
+            f"{path}: its config does not fit this siggate ({siggate.__version__}); it was written by "
+            f"{written_by}. {exc}"
+        ) from None
+
+
+def describe_weight_mismatch(expected: dict, saved: dict) -> list[str]:
+    """What differs between a model's ``state_dict()`` and saved weights: missing and
+    unexpected names, and shapes that differ (empty when they fit)."""
+    out = []
+    for k in expected:
+        if k not in saved:
+            out.append(f"{k}: missing from the checkpoint")
+        elif tuple(expected[k].shape) != tuple(saved[k].shape):
+            out.append(f"{k}: checkpoint has shape {tuple(saved[k].shape)}, the model expects {tuple(expected[k].shape)}")
+    out += [f"{k}: in the checkpoint but not in the model" for k in saved if k not in expected]
+    return out
 
 
 def rng_state() -> dict:

@@ -1,28 +1,86 @@
 """Predict molecular properties from SMILES with a trained checkpoint.
 
 Inputs are streamed in chunks, so memory stays flat however long the input is. Every
-input row gives exactly one output row: the prediction, or an ``error`` naming why the
-row could not be predicted. Valid rows are predicted even when others fail.
+input row gives exactly one output row, in input order: the prediction, or an ``error``
+naming why the row could not be predicted. Valid rows are predicted even when others fail.
+
+What happens to unusual molecules (one rule each, applied the same way everywhere):
+
+* empty or whitespace-only SMILES: refused, ``"empty SMILES"``;
+* unparsable SMILES, or one that fails RDKit sanitization (e.g. a 5-valent carbon):
+  refused with RDKit's reason (``"SMILES parse error: ..."``, ``"Explicit valence ..."``);
+* text that was not valid UTF-8 in the input file: refused, ``"not valid UTF-8 ..."``;
+  control characters (NUL, ...) are refused, ``"contains a control character ..."``, and so
+  are non-ASCII characters, ``"contains a non-ASCII character ..."`` (SMILES are ASCII; RDKit
+  would silently stop parsing at one, reading ``CCOé`` as ``CCO``);
+* no heavy atoms (``[H][H]``, ``[H+]``: RDKit keeps lone hydrogens as atoms): refused,
+  ``"no heavy atoms ..."``; such species are outside every training set;
+* wildcard/dummy atoms (``*``, atomic number 0): refused, ``"contains a wildcard atom ..."``;
+* more than ``max_atoms`` atoms (``--max-atoms``, default 1000): refused with the count.
+  Molecules up to the limit are predicted (large ones are batched on their own, since
+  attention memory grows with the square of the atom count);
+* disconnected fragments (salts and mixtures: ``C.C``, ``[Na+].[Cl-]``): **predicted as one
+  graph with several connected components**, exactly as OGB featurizes them (the OGB
+  benchmarks contain such salts). Message passing stays within each fragment; global
+  attention and the sum pooling see all of them;
+* unusual elements (``[Og]``, ``[U]``), charges and radicals: predicted. The OGB atom
+  vocabulary covers atomic numbers 1-118, formal charges -5..+5 and 0..4 radical
+  electrons; anything outside maps to OGB's ``misc`` index. Elements the model never saw
+  in training have untrained embeddings, so such predictions are extrapolations;
+* a non-finite model output: refused, ``"model produced a non-finite prediction"``.
+
+Input files (:func:`read_smiles`): a CSV (or ``.tsv``) with a header naming the SMILES
+column, or a ``.smi``/text file with the SMILES as the first whitespace-separated token of
+each line (an optional first line ``smiles ...`` is taken as a header). ``.gz`` files are
+read transparently and ``-`` reads standard input. Blank lines are skipped. A missing
+column, a wrong delimiter, an empty, binary, UTF-16 or truncated file raises
+:class:`InputError` (exit code 2) before any output is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import difflib
+import gzip
 import io
+import os
+import re
 import sys
+import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
 from torch_geometric.data import Batch
 
-from ..data.chem import InvalidSmiles, smiles_to_graph
+from ..data.chem import InvalidSmiles, mol_to_graph, parse_smiles
 
 DEFAULT_MAX_ATOMS = 1000
+
+#: Padded atom pairs per forward pass (graphs x largest graph squared): bounds the memory of
+#: dense attention when large molecules are predicted. ``batch_size`` graphs of up to 64 atoms
+#: fit; larger molecules go in smaller batches (at least one graph per batch).
+PAIRS_PER_ATOM_BUDGET = 64 * 64
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_SURROGATE = re.compile("[\udc80-\udcff]")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
 class InputError(ValueError):
     """An input file that cannot be read as SMILES rows."""
+
+
+def _rdkit_quiet():
+    """Silence RDKit's warning log (reasons still reach :class:`InvalidSmiles`)."""
+    try:
+        from rdkit import rdBase
+
+        return rdBase.BlockLogs()
+    except Exception:  # pragma: no cover - very old RDKit
+        return contextlib.nullcontext()
 
 
 class Predictor:
@@ -32,10 +90,15 @@ class Predictor:
         checkpoint: path to ``best.pt``/``last.pt`` from ``siggate train``.
         max_atoms: molecules with more atoms are refused with a reason (attention is
             quadratic in the number of atoms). (default: ``1000``)
-        batch_size: graphs per forward pass. (default: ``128``)
+        batch_size: graphs per forward pass at most; fewer when molecules are large.
+            (default: ``128``)
     """
 
     def __init__(self, checkpoint: str | Path, max_atoms: int = DEFAULT_MAX_ATOMS, batch_size: int = 128) -> None:
+        if isinstance(max_atoms, bool) or not isinstance(max_atoms, int) or max_atoms < 1:
+            raise InputError(f"max_atoms (--max-atoms) must be a positive integer, got {max_atoms!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
         from .loop import load_trained
 
         self.model, ckpt, self.cfg, self.info = load_trained(checkpoint)
@@ -60,19 +123,69 @@ class Predictor:
         return [f"prediction_{n}" for n in names]
 
     def featurize(self, smiles: str):
-        """SMILES -> graph with positional encodings; raises ``InvalidSmiles`` with a reason."""
+        """SMILES -> graph with positional encodings; raises ``InvalidSmiles`` with a reason
+        (see the module docstring for the rules)."""
+        return self._add_pe([self._graph(smiles)])[0]
+
+    def _add_pe(self, graphs: list) -> list:
         from ..data.pe import add_pe
 
-        if not isinstance(smiles, str):
-            raise InvalidSmiles(f"not a string: {smiles!r}")
-        g = smiles_to_graph(smiles)
-        if g.num_nodes > self.max_atoms:
-            raise InvalidSmiles(
-                f"molecule has {g.num_nodes} atoms, above the limit of {self.max_atoms} (--max-atoms)"
-            )
         if self.rwse or self.lap:
-            g = add_pe([g], rwse_steps=self.rwse, lap_dim=self.lap)[0]
+            graphs = add_pe(graphs, rwse_steps=self.rwse, lap_dim=self.lap)
+        return graphs
+
+    def _graph(self, smiles: str):
+        """SMILES -> graph without positional encodings (see :meth:`featurize`)."""
+        if not isinstance(smiles, str):
+            raise InvalidSmiles(f"SMILES must be a string, got {type(smiles).__name__}")
+        bad = _SURROGATE.search(smiles)
+        if bad:
+            byte = ord(bad.group()) - 0xDC00
+            raise InvalidSmiles(
+                f"not valid UTF-8: byte 0x{byte:02x} at character {bad.start() + 1}; save the input as UTF-8"
+            )
+        s = smiles.strip()
+        if not s:
+            raise InvalidSmiles("empty SMILES")
+        ctrl = _CONTROL.search(s)
+        if ctrl:
+            raise InvalidSmiles(f"contains a control character ({ctrl.group()!r}) at position {ctrl.start() + 1}")
+        wide = _NON_ASCII.search(s)
+        if wide:  # RDKit would silently stop parsing there: 'CCOé' would be read as 'CCO'
+            raise InvalidSmiles(
+                f"contains a non-ASCII character ({wide.group()!r}) at position {wide.start() + 1}; SMILES are plain ASCII"
+            )
+        with _rdkit_quiet():
+            if len(s) > self.max_atoms:  # cheap count before sanitizing a possibly huge molecule
+                from rdkit import Chem
+
+                raw = Chem.MolFromSmiles(s, sanitize=False)
+                if raw is not None:
+                    heavy = sum(1 for a in raw.GetAtoms() if a.GetAtomicNum() != 1)
+                    if heavy > self.max_atoms:
+                        raise InvalidSmiles(self._too_large(heavy, "heavy atoms"))
+            mol = parse_smiles(s)
+            atoms = list(mol.GetAtoms())
+            if not any(a.GetAtomicNum() > 1 for a in atoms):
+                if any(a.GetAtomicNum() == 0 for a in atoms):
+                    raise InvalidSmiles("contains a wildcard atom '*' (atomic number 0), which is not an element")
+                raise InvalidSmiles(
+                    f"no heavy atoms: the molecule has only hydrogen ({len(atoms)} H atom(s)); "
+                    "there is nothing to predict from"
+                )
+            wild = [a.GetIdx() + 1 for a in atoms if a.GetAtomicNum() == 0]
+            if wild:
+                raise InvalidSmiles(
+                    f"contains a wildcard atom '*' (atomic number 0) at atom {wild[0]}, which is not an element"
+                )
+            if len(atoms) > self.max_atoms:
+                raise InvalidSmiles(self._too_large(len(atoms), "atoms"))
+            g = mol_to_graph(mol)
+        g.smiles = s
         return g
+
+    def _too_large(self, n: int, what: str) -> str:
+        return f"molecule has {n} {what}, above the limit of {self.max_atoms} (--max-atoms)"
 
     @torch.no_grad()
     def _predict_graphs(self, graphs) -> torch.Tensor:
@@ -83,117 +196,290 @@ class Predictor:
             out = torch.sigmoid(out)
         return out
 
+    def _batches(self, sizes: list[int]) -> Iterator[list[int]]:
+        """Positions into ``sizes`` grouped into batches of similar size whose padded atom
+        pairs (graphs x largest squared) stay within ``batch_size * PAIRS_PER_ATOM_BUDGET``."""
+        budget = self.batch_size * PAIRS_PER_ATOM_BUDGET
+        order = sorted(range(len(sizes)), key=lambda k: sizes[k])
+        cur: list[int] = []
+        for k in order:
+            n = max(sizes[k], 1)
+            if cur and (len(cur) >= self.batch_size or (len(cur) + 1) * n * n > budget):
+                yield cur
+                cur = []
+            cur.append(k)
+        if cur:
+            yield cur
+
     def predict_rows(self, smiles: Iterable[str]) -> list[dict]:
         """One dict per input SMILES, in order: ``smiles``, the prediction column(s) and ``error``."""
         smiles = list(smiles)
         rows, ok, graphs = [], [], []
-        for i, s in enumerate(smiles):
-            row = {"smiles": s, **{c: "" for c in self.columns}, "error": ""}
-            try:
-                graphs.append(self.featurize(s))
-                ok.append(i)
-            except InvalidSmiles as exc:
-                row["error"] = str(exc) or "invalid SMILES"
-            except Exception as exc:  # featurization must never take down the other rows
-                row["error"] = f"{type(exc).__name__}: {exc}"
-            rows.append(row)
-        for start in range(0, len(graphs), self.batch_size):
-            chunk = graphs[start : start + self.batch_size]
-            idx = ok[start : start + self.batch_size]
+        empty = {c: "" for c in self.columns}
+        with _rdkit_quiet():
+            for i, s in enumerate(smiles):
+                row = {"smiles": s, **empty, "error": ""}
+                try:
+                    graphs.append(self._graph(s))
+                    ok.append(i)
+                except InvalidSmiles as exc:
+                    row["error"] = str(exc) or "invalid SMILES"
+                except Exception as exc:  # featurization must never take down the other rows
+                    row["error"] = f"featurization failed: {type(exc).__name__}: {exc}"
+                rows.append(row)
+        try:  # positional encodings for the whole chunk at once (much cheaper than per graph)
+            graphs = self._add_pe(graphs)
+        except Exception:  # find the graph(s) at fault, keep the others
+            kept, kept_ok = [], []
+            for g, i in zip(graphs, ok):
+                try:
+                    kept += self._add_pe([g])
+                    kept_ok.append(i)
+                except Exception as exc:
+                    rows[i]["error"] = f"featurization failed: {type(exc).__name__}: {exc}"
+            graphs, ok = kept, kept_ok
+        sizes = [int(g.num_nodes) for g in graphs]
+        for batch in self._batches(sizes):
+            chunk = [graphs[k] for k in batch]
+            idx = [ok[k] for k in batch]
             try:
                 preds = self._predict_graphs(chunk)
-            except Exception as exc:  # e.g. a molecule the model cannot handle: retry one by one
+            except Exception:  # e.g. a molecule the model cannot handle: retry one by one
                 preds = None
-                for j, g in zip(idx, chunk):
-                    try:
-                        self._fill(rows[j], self._predict_graphs([g])[0])
-                    except Exception as exc2:
-                        rows[j]["error"] = f"prediction failed: {type(exc2).__name__}: {exc2}"
-                del exc
             if preds is not None:
-                for j, p in zip(idx, preds):
-                    self._fill(rows[j], p)
+                finite = torch.isfinite(preds).all(dim=1).tolist()
+                for j, p, f in zip(idx, preds.tolist(), finite):
+                    self._fill(rows[j], p, f)
+                continue
+            for j, g in zip(idx, chunk):
+                try:
+                    p = self._predict_graphs([g])[0]
+                    self._fill(rows[j], p.tolist(), bool(torch.isfinite(p).all()))
+                except Exception as exc:
+                    rows[j]["error"] = f"prediction failed: {type(exc).__name__}: {exc}"
         return rows
 
-    def _fill(self, row: dict, pred: torch.Tensor) -> None:
-        if not torch.isfinite(pred).all():
+    def _fill(self, row: dict, values: list[float], finite: bool) -> None:
+        if not finite:
             row["error"] = "model produced a non-finite prediction"
             return
-        for c, v in zip(self.columns, pred.tolist()):
+        for c, v in zip(self.columns, values):
             row[c] = f"{v:.6g}"
+
+
+# --------------------------------------------------------------------------- input
+
+
+def _open_text(path: Path):
+    """Open ``path`` (``-`` for stdin, ``.gz`` transparently) as text: UTF-8 with an optional
+    BOM; undecodable bytes are kept as surrogates so the row can name them."""
+    kw = dict(encoding="utf-8-sig", errors="surrogateescape", newline="")
+    if str(path) == "-":
+        return io.TextIOWrapper(sys.stdin.buffer, **kw), None
+    if not path.exists():
+        raise InputError(f"input file not found: {path}")
+    if path.is_dir():
+        raise InputError(f"input {path} is a directory; give a CSV or .smi file")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8192)
+    except OSError as exc:
+        raise InputError(f"cannot read input file {path}: {exc.strerror or exc}") from None
+    gz = head[:2] == b"\x1f\x8b"
+    if path.suffix.lower() == ".gz" and not gz and head:
+        raise InputError(f"{path} is named .gz but is not gzip-compressed")
+    if gz:
+        try:
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(8192)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"{path}: the gzip file is truncated or corrupt ({exc})") from None
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise InputError(f"{path} is UTF-16 encoded; save it as UTF-8")
+    if b"\x00" in head:
+        raise InputError(f"{path} looks like a binary file (it contains NUL bytes), not a CSV or .smi text file")
+    raw = gzip.open(path, "rb") if gz else open(path, "rb")
+    return io.TextIOWrapper(raw, **kw), gz
+
+
+def _delimiter_hint(header_line: str, delim: str) -> str:
+    for cand, name in ((";", "';'"), ("\t", "tabs"), ("|", "'|'"), (",", "','")):
+        if cand != delim and cand in header_line:
+            return f" The header has a single column {header_line.strip()!r}: the file seems to be delimited by {name}, not {'tabs' if delim == chr(9) else repr(delim)}."
+    return ""
 
 
 def read_smiles(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) -> Iterator[list[str]]:
     """Stream SMILES from a CSV (with a ``smiles_col`` header) or a ``.smi``/text file (first
-    whitespace-separated token of each line), ``chunk`` at a time. Bytes that are not UTF-8
-    are replaced (the row then fails as invalid SMILES rather than stopping the run)."""
+    whitespace-separated token of each line), ``chunk`` at a time.
+
+    The file is opened and its header checked when this is called, so a missing file or
+    column, a wrong delimiter or an unreadable file raises :class:`InputError` before any
+    output is written. Bytes that are not UTF-8 are kept (as surrogate escapes) so that
+    their row fails with a reason instead of stopping the run.
+    """
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise InputError(f"chunk size must be a positive integer, got {chunk!r}")
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"input file not found: {path}")
-    fh = open(path, encoding="utf-8", errors="replace", newline="")
+    fh, _ = _open_text(path)
     try:
-        first = fh.readline()
-        is_csv = path.suffix.lower() in (".csv", ".tsv") or ("," in first and smiles_col in first)
-        if is_csv:
-            delim = "\t" if path.suffix.lower() == ".tsv" else ","
-            header = next(csv.reader([first], delimiter=delim), [])
-            header = [h.strip() for h in header]
-            if smiles_col not in header:
-                hint = ""
-                if len(header) == 1 and any(d in header[0] for d in (";", "\t", "|")):
-                    hint = " The header has a single column: is the file delimited by something other than ','?"
-                raise InputError(
-                    f"column {smiles_col!r} not found in {path}. Available columns: {header}. "
-                    f"Pass --smiles-col NAME.{hint}"
-                )
-            col = header.index(smiles_col)
-            reader = csv.reader(fh, delimiter=delim)
-            buf = []
-            for rec in reader:
-                buf.append(rec[col].strip() if col < len(rec) else "")
-                if len(buf) >= chunk:
-                    yield buf
-                    buf = []
-            if buf:
+        try:
+            first = fh.readline()
+            while first and not first.strip():  # leading blank lines
+                first = fh.readline()
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
+        if not first:
+            raise InputError(f"input file {path} is empty: expected a CSV header with a {smiles_col!r} column, "
+                             "or one SMILES per line")
+        suffix = path.suffixes[-2].lower() if path.suffix.lower() == ".gz" and len(path.suffixes) > 1 else path.suffix.lower()
+        delim = _sniff_csv(first, smiles_col, suffix)
+    except BaseException:
+        fh.close()
+        raise
+    if delim is not None:
+        header = [h.strip() for h in next(csv.reader([first], delimiter=delim), [])]
+        if smiles_col not in header:
+            fh.close()
+            close = difflib.get_close_matches(smiles_col, header, n=1, cutoff=0.6)
+            same_case = [h for h in header if h.lower() == smiles_col.lower()]
+            sug = same_case[0] if same_case else (close[0] if close else None)
+            hint = f" Did you mean --smiles-col {sug}?" if sug else ""
+            if len(header) == 1:
+                hint += _delimiter_hint(first, delim)
+            raise InputError(
+                f"column {smiles_col!r} not found in {path}. Available columns: {header}. "
+                f"Pass --smiles-col NAME.{hint}"
+            )
+        return _csv_rows(fh, path, header.index(smiles_col), delim, chunk)
+    return _smi_rows(fh, path, first, smiles_col, chunk)
+
+
+def _sniff_csv(first: str, smiles_col: str, suffix: str) -> str | None:
+    """The delimiter when the file is a CSV, ``None`` for a .smi-style file."""
+    if suffix == ".tsv":
+        return "\t"
+    if suffix == ".csv":
+        return ","
+    for delim in (",", "\t", ";"):
+        if delim in first:
+            fields = [f.strip() for f in next(csv.reader([first], delimiter=delim), [])]
+            if smiles_col in fields:
+                return delim
+    return None
+
+
+def _raise_field_limit() -> None:
+    limit = 2**31 - 1
+    if csv.field_size_limit() < limit:
+        csv.field_size_limit(limit)
+
+
+def _csv_rows(fh, path: Path, col: int, delim: str, chunk: int) -> Iterator[list[str]]:
+    _raise_field_limit()
+    try:
+        reader = csv.reader(fh, delimiter=delim)
+        buf: list[str] = []
+        while True:
+            try:
+                rec = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                raise InputError(f"{path}, line {reader.line_num + 1}: malformed CSV ({exc})") from None
+            except (OSError, EOFError, zlib.error) as exc:
+                raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
+            if not rec:  # a blank line is not a record
+                continue
+            buf.append(rec[col].strip() if col < len(rec) else "")
+            if len(buf) >= chunk:
                 yield buf
-        else:
-            buf = []
-            lines = _chain([first], fh) if first else iter(())
-            for line in lines:
-                parts = line.split()
-                buf.append(parts[0] if parts else "")
-                if len(buf) >= chunk:
-                    yield buf
-                    buf = []
-            if buf:
-                yield buf
+                buf = []
+        if buf:
+            yield buf
     finally:
         fh.close()
 
 
-def _chain(*its):
-    for it in its:
-        yield from it
+def _smi_rows(fh, path: Path, first: str, smiles_col: str, chunk: int) -> Iterator[list[str]]:
+    try:
+        parts = first.split()
+        buf: list[str] = []
+        if not (parts and parts[0].lower() == smiles_col.lower()):  # else: a header line
+            buf.append(parts[0])
+        try:
+            for line in fh:
+                parts = line.split()
+                if not parts:
+                    continue
+                buf.append(parts[0])
+                if len(buf) >= chunk:
+                    yield buf
+                    buf = []
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
+        if buf:
+            yield buf
+    finally:
+        fh.close()
+
+
+# -------------------------------------------------------------------------- output
 
 
 def predict_to_csv(predictor: Predictor, chunks: Iterable[list[str]], output: str | Path | None) -> tuple[int, int]:
     """Write predictions as CSV (``smiles``, prediction column(s), ``error``) to ``output``
-    (or stdout), chunk by chunk. Returns ``(rows, failed_rows)``."""
-    out_fh = open(output, "w", newline="", encoding="utf-8") if output else io.TextIOWrapper(
-        sys.stdout.buffer, encoding="utf-8", newline="", write_through=True)
+    (or stdout), chunk by chunk. Returns ``(rows, failed_rows)``.
+
+    A file is written to a temporary name next to ``output`` and renamed when every chunk
+    is done, so a run that stops (a corrupt input, Ctrl-C) never leaves a partial file that
+    looks complete. Input bytes that were not UTF-8 are written back escaped (``\\xff``).
+    """
+    tmp = None
+    if output:
+        output = Path(output)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent if str(output.parent) else ".")
+        except OSError as exc:
+            raise InputError(f"cannot write output {output}: {exc.strerror or exc}") from None
+        out_fh = io.TextIOWrapper(os.fdopen(fd, "wb"), encoding="utf-8", errors="backslashreplace", newline="")
+    else:
+        out_fh = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", errors="backslashreplace", newline="",
+                                  write_through=True)
     n = bad = 0
     try:
         w = csv.DictWriter(out_fh, fieldnames=["smiles", *predictor.columns, "error"])
         w.writeheader()
         for chunk in chunks:
             rows = predictor.predict_rows(chunk)
+            for r in rows:
+                if isinstance(r["smiles"], str) and _SURROGATE.search(r["smiles"]):
+                    r["smiles"] = _escape_bytes(r["smiles"])
             w.writerows(rows)
             out_fh.flush()
             n += len(rows)
             bad += sum(1 for r in rows if r["error"])
-    finally:
-        if output:
+        if tmp is not None:
             out_fh.close()
-        else:
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, output)
+            tmp = None
+    finally:
+        if tmp is not None:
+            out_fh.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        elif not output:
             out_fh.detach()
     return n, bad
+
+
+def _escape_bytes(s: str) -> str:
+    """Undecodable input bytes (surrogate escapes) as ``\\xff`` text."""
+    return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

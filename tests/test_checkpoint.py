@@ -1,0 +1,247 @@
+"""Checkpoints are data: safe loading, clear refusals, atomic writes that survive a full disk."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import pickle
+
+import pytest
+import torch
+
+import siggate
+from siggate.train.checkpoint import (
+    FORMAT_VERSION,
+    CheckpointError,
+    CheckpointWriteError,
+    atomic_save,
+    describe_weight_mismatch,
+    load_checkpoint,
+)
+from test_predict import one_thread, shared_checkpoint, tiny_config, tiny_dataset, train_tiny
+
+
+class CreatesFile:
+    """A pickle payload: unpickling it calls ``open(path, "w")``, which creates ``path``."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return shared_checkpoint(tmp_path_factory)
+
+
+@pytest.fixture
+def good(ckpt):
+    """A fresh, mutable copy of the tiny checkpoint's contents."""
+    return torch.load(ckpt, weights_only=True)
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    with one_thread():
+        yield
+
+
+def test_trained_checkpoint_is_plain_data_with_normal_permissions(ckpt):
+    c = load_checkpoint(ckpt)
+    assert c["format"] == FORMAT_VERSION and c["siggate_version"] == siggate.__version__
+    mask = os.umask(0)
+    os.umask(mask)
+    assert ckpt.stat().st_mode & 0o777 == 0o666 & ~mask  # not the 0600 of a temp file
+
+
+@pytest.mark.parametrize("container", ["torch-zip", "torch-legacy", "raw-pickle"])
+def test_malicious_payload_is_refused_and_never_runs(tmp_path, container):
+    marker = tmp_path / "pwned"
+    obj = {"format": 1, "model": {}, "payload": CreatesFile(marker)}
+    path = tmp_path / "evil.pt"
+    if container == "torch-zip":
+        torch.save(obj, path)
+    elif container == "torch-legacy":
+        torch.save(obj, path, _use_new_zipfile_serialization=False)
+    else:
+        path.write_bytes(pickle.dumps(obj, protocol=2))
+    assert not marker.exists()
+    with pytest.raises(CheckpointError, match="refused to load") as exc:
+        load_checkpoint(path)
+    msg = str(exc.value)
+    assert "could run code" in msg and "io.open" in msg and "Nothing in it was run" in msg
+    assert not marker.exists()
+
+
+def test_the_payload_is_live(tmp_path):
+    """Proof that the payload above is real: an unsafe load does create the file."""
+    marker = tmp_path / "pwned"
+    buf = io.BytesIO()
+    torch.save({"payload": CreatesFile(marker)}, buf)
+    buf.seek(0)
+    torch.load(buf, weights_only=False)
+    assert marker.exists()
+
+
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda raw: raw[: len(raw) // 2], "truncated or corrupt"),
+        (lambda raw: b"", "truncated or corrupt"),
+        (lambda raw: os.urandom(4096), "truncated or corrupt"),
+        (lambda raw: b"PK\x03\x04" + raw[4:100], "truncated or corrupt"),
+    ],
+    ids=["half", "empty", "random-bytes", "zip-header-only"],
+)
+def test_damaged_files(ckpt, tmp_path, make, expected):
+    p = tmp_path / "bad.pt"
+    p.write_bytes(make(ckpt.read_bytes()))
+    with pytest.raises(CheckpointError, match=expected):
+        load_checkpoint(p)
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(CheckpointError, match="checkpoint not found"):
+        load_checkpoint(tmp_path / "nope.pt")
+    with pytest.raises(CheckpointError, match="is a directory"):
+        load_checkpoint(tmp_path)
+
+
+def _save(tmp_path, obj):
+    p = tmp_path / "c.pt"
+    torch.save(obj, p)
+    return p
+
+
+def test_not_a_siggate_checkpoint(tmp_path):
+    with pytest.raises(CheckpointError, match="not a siggate checkpoint"):
+        load_checkpoint(_save(tmp_path, [1, 2, 3]))
+    with pytest.raises(CheckpointError, match="not a siggate checkpoint"):
+        load_checkpoint(_save(tmp_path, {"weights": torch.zeros(2)}))
+
+
+def test_future_format_says_what_differs(tmp_path, good):
+    good["format"] = FORMAT_VERSION + 98
+    good["siggate_version"] = "9.0.0"
+    with pytest.raises(CheckpointError) as exc:
+        load_checkpoint(_save(tmp_path, good))
+    msg = str(exc.value)
+    assert f"checkpoint format {FORMAT_VERSION + 98}" in msg and "siggate 9.0.0" in msg
+    assert f"format {FORMAT_VERSION}" in msg and "Upgrade siggate" in msg
+
+
+@pytest.mark.parametrize("fmt", ["1", 0, -3, 1.5, True])
+def test_odd_format_values(tmp_path, good, fmt):
+    good["format"] = fmt
+    with pytest.raises(CheckpointError, match="format"):
+        load_checkpoint(_save(tmp_path, good))
+
+
+def test_missing_entries_are_named(tmp_path, good):
+    del good["target_std"], good["info"]
+    with pytest.raises(CheckpointError, match=r"lacks the entries \['info', 'target_std'\]"):
+        load_checkpoint(_save(tmp_path, good))
+
+
+def test_config_with_unknown_key_names_it_and_the_versions(tmp_path, good):
+    good["config"]["model"]["rotary"] = True
+    good["siggate_version"] = "0.9.0"
+    with pytest.raises(CheckpointError) as exc:
+        load_checkpoint(_save(tmp_path, good))
+    msg = str(exc.value)
+    assert "model.rotary" in msg and "siggate 0.9.0" in msg and siggate.__version__ in msg
+
+
+def test_config_with_bad_value(tmp_path, good):
+    good["config"]["model"]["gate"] = "softmax"
+    with pytest.raises(CheckpointError, match="model.gate: 'softmax' is not allowed"):
+        load_checkpoint(_save(tmp_path, good))
+
+
+def test_task_info_with_unknown_field(tmp_path, good):
+    good["info"]["units"] = "kcal/mol"
+    with pytest.raises(CheckpointError, match=r"task description has fields \['units'\]"):
+        load_checkpoint(_save(tmp_path, good))
+
+
+def test_model_entry_must_be_tensors(tmp_path, good):
+    good["model"]["extra"] = "not a tensor"
+    with pytest.raises(CheckpointError, match="state dict of named tensors"):
+        load_checkpoint(_save(tmp_path, good))
+
+
+def test_weights_missing_a_parameter(tmp_path, good):
+    from siggate.train.loop import load_trained
+
+    name = next(k for k in good["model"] if k.startswith("head."))
+    del good["model"][name]
+    with pytest.raises(CheckpointError, match="do not fit") as exc:
+        load_trained(_save(tmp_path, good))
+    assert name in str(exc.value)
+
+
+def test_describe_weight_mismatch():
+    a = {"w": torch.zeros(2, 3), "b": torch.zeros(3), "gone": torch.zeros(1)}
+    b = {"w": torch.zeros(3, 3), "b": torch.zeros(3), "new": torch.zeros(1)}
+    assert describe_weight_mismatch(a, b) == [
+        "w: checkpoint has shape (3, 3), the model expects (2, 3)",
+        "gone: missing from the checkpoint",
+        "new: in the checkpoint but not in the model",
+    ]
+    assert describe_weight_mismatch(a, a) == []
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _full_disk_after(monkeypatch, nbytes: int):
+    """Make ``torch.save`` write ``nbytes`` of real data, then fail with ENOSPC."""
+    real = torch.save
+
+    def save(obj, f, *a, **k):
+        buf = io.BytesIO()
+        real(obj, buf, *a, **k)
+        f.write(buf.getvalue()[:nbytes])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(torch, "save", save)
+
+
+def test_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    atomic_save({"format": 1, "v": torch.arange(10)}, path)
+    before = path.read_bytes()
+    _full_disk_after(monkeypatch, 300)
+    with pytest.raises(CheckpointWriteError) as exc:
+        atomic_save({"format": 1, "v": torch.arange(10_000)}, path)
+    assert exc.value.errno == errno.ENOSPC and isinstance(exc.value, OSError)
+    assert str(path) in str(exc.value) and "previous checkpoint there is intact" in str(exc.value)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # no temp file left
+
+
+def test_full_disk_during_training_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+    """Epoch 1 writes last.pt; the disk fills while epoch 2 writes: the run stops with a
+    clear error and last.pt is still epoch 1's, loadable, with no temp files around."""
+    ds = tiny_dataset(64)
+    train_tiny(tmp_path, tiny_config(train={"epochs": 1}), ds)
+    before = (tmp_path / "last.pt").read_bytes()
+    _full_disk_after(monkeypatch, 1000)
+    with pytest.raises(CheckpointWriteError, match="No space left on device"):
+        train_tiny(tmp_path, tiny_config(train={"epochs": 2}), ds, resume=True)
+    monkeypatch.undo()
+    assert (tmp_path / "last.pt").read_bytes() == before
+    assert load_checkpoint(tmp_path / "last.pt")["state"]["epoch"] == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_write_error_is_a_cli_error(tmp_path):
+    """CheckpointWriteError is a CheckpointError (the CLI prints it, exit 2) and an OSError."""
+    assert issubclass(CheckpointWriteError, CheckpointError) and issubclass(CheckpointWriteError, OSError)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(CheckpointWriteError, match="could not write checkpoint"):
+        atomic_save({"format": 1}, blocker / "sub" / "last.pt")  # parent is a file
