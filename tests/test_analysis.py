@@ -16,7 +16,7 @@ from siggate.cli import main
 from siggate.data.base import GraphDataset, TaskInfo
 
 TINY = ["--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.heads=2", "--set", "model.pe=none",
-        "--set", "train.batch_size=8", "--no-progress"]
+        "--set", "train.batch_size=8", "--threads", "1", "--no-progress"]
 
 
 def fake_graph(g: torch.Generator, n: int) -> Data:
@@ -45,7 +45,14 @@ def fake_data(monkeypatch, tiny_dataset):
     monkeypatch.setattr(common, "prepare_data", lambda cfg, progress=True: tiny_dataset)
 
 
-def run(*argv) -> dict:
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    n = torch.get_num_threads()  # the commands' --threads must not leak into other tests
+    yield
+    torch.set_num_threads(n)
+
+
+def run(*argv) -> None:
     assert main(["analyze", *argv]) == 0
 
 
@@ -83,7 +90,7 @@ def test_graph_attention_on_complete_graph_equals_global():
 
 def test_synthetic_cli(tmp_path):
     run("synthetic", "--draws", "3", "--nodes", "8", "--dim", "8", "--heads", "2", "--sweep-draws", "2",
-        "--biases=-2,2", "--no-progress", "--out", str(tmp_path))
+        "--biases=-2,2", "--noises", "0.1", "--no-progress", "--out", str(tmp_path))
     res = load(tmp_path / "synthetic.json")
     for k in ("per_draw", "mean_ungated", "mean_gated", "frac_gated_higher", "by_family", "by_gate",
               "sanity_constant_gate", "bias_sweep", "not_raised"):
@@ -139,6 +146,8 @@ def test_smoothing_cli_and_reuse(tmp_path):
             assert all(0.0 <= v <= 2.0 for v in e["mad"])
     gains = res["relative_mad_gain"]["elementwise"]
     assert res["mean_relative_mad_gain"] == pytest.approx(np.mean(list(gains.values())))
+    t = res["gain_tests"]["elementwise"]
+    assert t["n_pairs"] == 2 and t["n_positive"] + t["n_negative"] <= 2
     assert "mad" in res["definitions"] and "dirichlet" in res["definitions"]
     assert (tmp_path / "smoothing.png").exists()
     # rerun: the finished runs are reused, with the same numbers
@@ -146,6 +155,12 @@ def test_smoothing_cli_and_reuse(tmp_path):
     run(*args)
     assert (tmp_path / "runs" / "L2-none-s0" / "last.pt").stat().st_mtime == mtime
     assert load(tmp_path / "smoothing.json")["mean_relative_mad_gain"] == pytest.approx(res["mean_relative_mad_gain"])
+
+
+def test_gain_tests():
+    t = smoothing.gain_tests(np.array([0.40, 0.42, 0.44, 0.46, 0.48, 0.50, 0.52, 0.54]))
+    assert t["n_positive"] == 8 and t["p_sign"] == pytest.approx(2 / 2**8)
+    assert t["p_t_vs_target"] < 0.05  # mean 0.47 vs 0.30
 
 
 def test_numerical_rank_batched_matches_metrics():
@@ -178,7 +193,8 @@ def test_entropy_tracker_matches_train_loop(tmp_path, tiny_dataset):
     from siggate.config import load_config
     from siggate.train.loop import train
 
-    cfg = common.variant(load_config("nci5k", list(TINY[1:-1:2])), epochs=2)
+    torch.set_num_threads(1)  # restored by _restore_threads
+    cfg = common.variant(load_config("nci5k", [v for v in TINY[1:-3:2]]), epochs=2)
     m = train(cfg, tmp_path, progress=False, dataset=tiny_dataset)
     # measuring between epochs must not disturb the run (no draws from the global RNG)
     h = entropy.train_tracked(cfg, tiny_dataset, tiny_dataset.val, lambda model: entropy.entropy_stats(model, tiny_dataset.val),
@@ -216,6 +232,7 @@ def test_lr_sweep_cli(tmp_path):
     for g in ("none", "elementwise"):
         assert len(res["per_lr"][g]) == 2
         assert res["stable_range"][g]["ratio"] in (0.0, 1.0, pytest.approx(10.0))
+        assert res["no_divergence_range"][g]["ratio"] in (0.0, 1.0, pytest.approx(10.0))
     assert (tmp_path / "runs" / "lr0.01-none-s0" / "metrics.json").exists()
     assert (tmp_path / "lrsweep.png").exists()
 
@@ -245,14 +262,23 @@ def test_overhead_param_formulas(tmp_path):
 
 def test_report(tmp_path):
     run("synthetic", "--draws", "2", "--nodes", "6", "--dim", "8", "--heads", "2", "--sweep-draws", "1",
-        "--biases", "0", "--no-progress", "--out", str(tmp_path / "syn"))
+        "--biases", "0", "--noises", "0.1", "--attention", "global", "--families", "er,cycle", "--no-progress", "--out", str(tmp_path / "syn"))
     run("overhead", "--config", "nci5k", *TINY, "--batches", "1", "--reps", "1", "--warmup", "0",
         "--out", str(tmp_path / "ovh"))
+    cmp = tmp_path / "cmp"  # a `siggate compare` result is rendered as an ablation row
+    cmp.mkdir()
+    (cmp / "results.json").write_text(json.dumps({
+        "metric": "mae", "gates": ["none", "elementwise"], "baseline": "none", "epochs": 2,
+        "per_seed": {"none": {"0": 1.0}, "elementwise": {"0": 0.9}}, "n": {"none": 1, "elementwise": 1},
+        "mean": {"none": 1.0, "elementwise": 0.9}, "std": {"none": 0.0, "elementwise": 0.0},
+        "val_mean": {"none": 1.1, "elementwise": 1.0}, "params": {"none": 10, "elementwise": 12},
+        "comparisons": {"elementwise": {"p_paired_t": None}}, "config": {"model": {"gate_bias_init": 0.0}}}))
     out = tmp_path / "report" / "REPORT.md"
-    run("report", str(tmp_path / "syn"), str(tmp_path / "ovh"), "--out", str(out))
+    run("report", str(tmp_path / "syn"), str(tmp_path / "ovh"), str(cmp), "--out", str(out))
     text = out.read_text()
     assert "## Summary" in text and "stable rank" in text and "extra parameters" in text
     assert "](../syn/synthetic.png)" in text and "](../ovh/overhead.png)" in text
+    assert "## Ablations" in text and "| elementwise | 1 | 0.9 |" in text and "-0.1" in text
     assert text.count("**holds**") + text.count("**does not hold**") + text.count("**inconclusive at this budget**") >= 4
 
 

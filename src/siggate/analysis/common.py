@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import platform
 import time
 from pathlib import Path
@@ -219,6 +220,8 @@ def meta(args=None, cfg: Config | None = None) -> dict:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     if args is not None:

@@ -9,6 +9,7 @@ before training (epoch 0) and after every epoch. It writes no checkpoints.
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from .common import (
 )
 from .metrics import attention_entropy
 from .plots import color, save, subplots
+
+log = logging.getLogger("siggate.analysis")
 
 DEFINITIONS = {
     "entropy": "per graph: mean over its real nodes (query rows) of -sum_k p_qk log p_qk over its real "
@@ -128,6 +131,8 @@ def train_tracked(cfg, ds, eval_graphs, measure, progress: bool = True, desc: st
         hist["skipped_batches"].append(skipped)
         hist["val"].append(evaluate_split(model, ds.val, info, mean, std, t.eval_batch_size))
         hist["stats"].append(measure(model))
+        log.info("%s epoch %d/%d  loss %.4f  val %s %.4f", desc or "entropy", epoch + 1, t.epochs,
+                 hist["train_loss"][-1], info.metric, hist["val"][-1])
     return hist
 
 
@@ -218,7 +223,8 @@ def main(args) -> int:
         per_gate[g] = entry
     res = {
         "analysis": "entropy", "dataset": ds.info.name, "metric": ds.info.metric, "split": "val",
-        "gates": gates, "seeds": seeds, "epochs": args.epochs, "collapse_threshold": args.collapse,
+        "gates": gates, "seeds": seeds, "epochs": args.epochs, "protocol_epochs": cfg.train.epochs,
+        "collapse_threshold": args.collapse,
         "definitions": DEFINITIONS,
         "paper_claim": "attention entropy does not collapse (with the gate)",
         "per_gate": per_gate,

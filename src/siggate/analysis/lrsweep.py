@@ -42,6 +42,8 @@ DEFINITIONS = {
     "stable_range": "max_lr / min_lr of the longest contiguous run (in sorted order) of swept learning rates "
                     "that are within tolerance (1.0 when only one is); 'common' variant: tolerance measured "
                     "against the best score over all variants",
+    "no_divergence_range": "max_lr / min_lr of the longest contiguous run of swept learning rates where no seed "
+                           "diverged (whatever the score)",
     "loss_spread": "std over seeds of the train loss, averaged over epochs (null for one seed)",
 }
 
@@ -106,7 +108,9 @@ def analyse(runs: dict, lrs, gates, seeds, tol: float, higher_is_better: bool) -
                 "scores": vals, "diverged": div, "n_diverged": int(sum(div)),
                 "skipped_batches": [int(m.get("skipped_batches", 0)) for m in ms],
                 "final_train_loss": [c[-1] if c else None for c in curves],
-                "loss_spread": spread, "curves": curves,
+                "no_divergence_range": "max_lr / min_lr of the longest contiguous run of swept learning rates where no seed "
+                           "diverged (whatever the score)",
+    "loss_spread": spread, "curves": curves,
             })
     pick = max if higher_is_better else min
 
@@ -123,8 +127,12 @@ def analyse(runs: dict, lrs, gates, seeds, tol: float, higher_is_better: bool) -
         own_best[g] = pick(sc) if sc else None
     allsc = [v for v in own_best.values() if v is not None]
     common = pick(allsc) if allsc else None
+    no_div = {}
+    for g in gates:
+        ok = [not any(p["diverged"]) for p in per_lr[g]]
+        no_div[g] = {**widest_range(list(lrs), ok), "within": ok}
     return {"per_lr": per_lr, "best_score": own_best, "stable_range": ranges(lambda g: own_best[g]),
-            "stable_range_common": ranges(lambda g: common)}
+            "stable_range_common": ranges(lambda g: common), "no_divergence_range": no_div}
 
 
 def plot(res: dict, path: Path) -> Path:
@@ -195,6 +203,7 @@ def main(args) -> int:
     res.update({
         "analysis": "lr-sweep", "dataset": ds.info.name, "metric": ds.info.metric, "higher_is_better": hib,
         "lrs": lrs, "gates": gates, "seeds": seeds, "epochs": args.epochs, "tolerance": args.tolerance,
+        "protocol_epochs": cfg.train.epochs,
         "range_widening": widening,
         "paper_claim": "training stays stable across a 10x learning-rate range; the gate widens the stable range",
         "definitions": DEFINITIONS, "meta": meta(args, cfg),
@@ -208,7 +217,8 @@ def main(args) -> int:
                          sum(p["skipped_batches"]), p["loss_spread"]])
     print(table(["gate", "lr", f"best val {ds.info.metric}", "std", "diverged", "skipped", "loss spread"], rows))
     for g in gates:
-        r = rng[g]
+        r, nd = rng[g], res["no_divergence_range"][g]
+        print(f"{g}: no divergence over lr {fmt(nd['min_lr'])}..{fmt(nd['max_lr'])} = {fmt(nd['ratio'])}x")
         print(f"{g}: within {fmt(100 * args.tolerance, 3)}% of its best over lr {fmt(r['min_lr'])}..{fmt(r['max_lr'])} "
               f"= {fmt(r['ratio'])}x" + (" (reaches the sweep edge)" if r["at_sweep_edge"] else ""))
     print(f"wrote {out / 'lrsweep.json'}")

@@ -113,6 +113,7 @@ def plot(res: dict, path: Path) -> Path:
                label=f"head {h} before")
         a.plot(x, [res["after"][l][h] for l in range(L)], ls="-", marker="s", color=f"C{h}",
                label=f"head {h} after")
+    a.set_xticks(x)
     a.set_xlabel("layer")
     a.set_ylabel("stable rank of head output")
     a.set_title(f"gate={res['gate']}: before (--) / after (-) gate")
@@ -121,6 +122,7 @@ def plot(res: dict, path: Path) -> Path:
     for h in range(H):
         a.plot(x, [res["ratio"][l][h] for l in range(L)], marker="o", color=f"C{h}", label=f"head {h}")
     a.axhline(1.0, color="k", lw=0.8)
+    a.set_xticks(x)
     a.set_xlabel("layer")
     a.set_ylabel("mean over graphs of after / before")
     a.set_title(f"{res['split']} split, {res['n_graphs']} graphs")

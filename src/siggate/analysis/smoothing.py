@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from matplotlib.ticker import MaxNLocator
 from tqdm.auto import tqdm
 
 from .common import (
@@ -35,6 +36,8 @@ DEFINITIONS = {
     "layers": "index 0 = node encoder output (input of layer 1), index l = output of GPS layer l",
     "dirichlet": "Dirichlet energy per graph, (1/N_g) sum over directed edges (j->i) of ||x_i - x_j||^2 "
                  "(both directions of each bond count), unnormalised; mean over graphs",
+    "dirichlet_rel": "scale-free Dirichlet energy per graph: the Dirichlet energy divided by (1/N_g) sum_i "
+                     "||x_i||^2 (a Rayleigh quotient; unchanged when all features are scaled); mean over graphs",
     "mad": "MAD (Chen et al. 2020, all-pairs variant): per graph the mean over ordered node pairs i != j of "
            "1 - cos(x_i, x_j); mean over graphs with >= 2 nodes. The paper's 'representation diversity'",
     "rank": "numerical rank per graph of the node representation matrix [N_g, d]: number of singular values "
@@ -42,6 +45,8 @@ DEFINITIONS = {
     "stable_rank": "stable rank ||X||_F^2 / ||X||_2^2 per graph of [N_g, d]; mean over graphs",
     "relative_mad_gain": "(MAD_gated - MAD_none) / MAD_none at the last layer, MAD first averaged over seeds",
     "mean_relative_mad_gain": "mean of relative_mad_gain over the depths (first gated variant)",
+    "gain_tests": "per (depth, seed) pair the last-layer relative MAD gain; sign test (two-sided binomial) of "
+                  "positive vs negative gains, one-sample t-test (two-sided) of mean gain = 0.30",
     "weights": "final weights of each run (last.pt), eval mode, validation split",
 }
 
@@ -58,7 +63,7 @@ def representation_stats(model, graphs, batch_size: int = 64, rank_tol: float = 
     """Per-layer means over graphs of MAD, Dirichlet energy, numerical and stable rank."""
     from torch_geometric.utils import to_dense_batch
 
-    acc = {k: None for k in ("mad", "dirichlet", "rank", "stable_rank")}
+    acc = {k: None for k in ("mad", "dirichlet", "dirichlet_rel", "rank", "stable_rank")}
     n_mad = n_all = 0
     for batch, det in forward_details(model, graphs, batch_size):
         G = int(batch.num_graphs)
@@ -68,7 +73,11 @@ def representation_stats(model, graphs, batch_size: int = 64, rank_tol: float = 
             m = mad_batched(h, batch.batch)  # [G], nan for 1-node graphs
             valid = ~torch.isnan(m)
             rows["mad"].append(torch.nan_to_num(m).sum())
-            rows["dirichlet"].append(dirichlet_energy_batched(h, batch.edge_index, batch.batch, num_graphs=G).sum())
+            de = dirichlet_energy_batched(h, batch.edge_index, batch.batch, num_graphs=G)  # [G]
+            sq = torch.zeros(G, dtype=torch.float64).index_add_(0, batch.batch, (h.double() ** 2).sum(-1))
+            cnt = torch.bincount(batch.batch, minlength=G).double().clamp_min(1.0)
+            rows["dirichlet"].append(de.sum())
+            rows["dirichlet_rel"].append(torch.where(sq > 0, de / (sq / cnt).clamp_min(1e-300), torch.zeros_like(de)).sum())
             dense, _ = to_dense_batch(h.double(), batch.batch, batch_size=G)  # zero rows: no effect on SVD
             rows["rank"].append(numerical_rank_batched(dense, rank_tol).double().sum())
             rows["stable_rank"].append(stable_rank_batched(dense).sum())
@@ -80,6 +89,7 @@ def representation_stats(model, graphs, batch_size: int = 64, rank_tol: float = 
     return {
         "mad": (acc["mad"] / max(n_mad, 1)).tolist(),
         "dirichlet": (acc["dirichlet"] / n_all).tolist(),
+        "dirichlet_rel": (acc["dirichlet_rel"] / n_all).tolist(),
         "rank": (acc["rank"] / n_all).tolist(),
         "stable_rank": (acc["stable_rank"] / n_all).tolist(),
         "n_graphs": n_all,
@@ -97,7 +107,8 @@ def analyse(per_seed: dict, depths, gates, seeds) -> dict:
         per_depth[str(L)] = {}
         for g in gates:
             runs = [per_seed[f"L{L}-{g}-s{s}"] for s in seeds]
-            entry = {k: _mean_lists([r[k] for r in runs]) for k in ("mad", "dirichlet", "rank", "stable_rank")}
+            entry = {k: _mean_lists([r[k] for r in runs])
+                     for k in ("mad", "dirichlet", "dirichlet_rel", "rank", "stable_rank")}
             vals = [r.get("val") for r in runs]
             entry["val"] = float(np.mean(vals)) if all(v is not None for v in vals) else None
             per_depth[str(L)][g] = entry
@@ -115,22 +126,45 @@ def analyse(per_seed: dict, depths, gates, seeds) -> dict:
                     b = per_seed[f"L{L}-none-s{s}"]["mad"][-1]
                     v = per_seed[f"L{L}-{g}-s{s}"]["mad"][-1]
                     pair_gains[g].append({"depth": L, "seed": s, "gain": (v - b) / b if b > 0 else None})
-    return {"per_depth": per_depth, "relative_mad_gain": gains, "paired_gains": pair_gains}
+    tests = {}
+    for g, pairs in pair_gains.items():
+        x = np.array([p["gain"] for p in pairs if p["gain"] is not None], dtype=np.float64)
+        tests[g] = gain_tests(x)
+    return {"per_depth": per_depth, "relative_mad_gain": gains, "paired_gains": pair_gains, "gain_tests": tests}
+
+
+def gain_tests(x: np.ndarray, target: float = 0.30) -> dict:
+    """Over the (depth, seed) pairs: how many gains are positive, a two-sided sign test of
+    'gain > 0 as often as < 0', and a two-sided one-sample t-test of 'mean gain = target'."""
+    from scipy import stats as st
+
+    n = int(x.size)
+    pos, neg = int((x > 0).sum()), int((x < 0).sum())
+    out = {"n_pairs": n, "n_positive": pos, "n_negative": neg, "mean": float(x.mean()) if n else None,
+           "p_sign": None, "p_t_vs_target": None, "target": target}
+    if pos + neg > 0:
+        out["p_sign"] = float(st.binomtest(pos, pos + neg, 0.5).pvalue)
+    if n > 1 and float(np.std(x)) > 0:
+        out["p_t_vs_target"] = float(st.ttest_1samp(x, target).pvalue)
+    return out
 
 
 def plot(res: dict, path: Path) -> Path:
     depths = list(res["per_depth"])
-    fig, ax = subplots(2, len(depths), size=(3.6, 3.0))
+    fig, ax = subplots(3, len(depths), size=(3.6, 2.8))
     for j, L in enumerate(depths):
         for i, (g, e) in enumerate(res["per_depth"][L].items()):
             x = np.arange(len(e["mad"]))
             ax[0, j].plot(x, e["mad"], marker="o", ms=3, color=color(g, i), label=g)
             ax[1, j].plot(x, e["dirichlet"], marker="o", ms=3, color=color(g, i), label=g)
+            ax[2, j].plot(x, e["dirichlet_rel"], marker="o", ms=3, color=color(g, i), label=g)
         ax[0, j].set_title(f"{L} layers")
-        ax[0, j].set_ylabel("MAD")
+        ax[0, j].set_ylabel("MAD (diversity)")
         ax[1, j].set_ylabel("Dirichlet energy")
         ax[1, j].set_yscale("log")
-        for r in range(2):
+        ax[2, j].set_ylabel("Dirichlet / mean ||x||^2")
+        for r in range(3):
+            ax[r, j].xaxis.set_major_locator(MaxNLocator(integer=True))
             ax[r, j].set_xlabel("layer (0 = encoder)")
             ax[r, j].legend(fontsize=7)
     return save(fig, path)
@@ -183,7 +217,8 @@ def main(args) -> int:
         "analysis": "smoothing",
         "dataset": ds.info.name, "split": "val", "metric": ds.info.metric,
         "depths": depths, "gates": gates, "seeds": seeds,
-        "epochs": args.epochs, "trained": args.epochs != 0, "rank_tol": args.rank_tol,
+        "epochs": args.epochs, "protocol_epochs": cfg.train.epochs, "trained": args.epochs != 0,
+        "rank_tol": args.rank_tol,
         "primary_gate": primary,
         "mean_relative_mad_gain": float(np.mean(good)) if good else None,
         "mean_relative_mad_gain_by_gate": {
@@ -203,11 +238,16 @@ def main(args) -> int:
     for L in depths:
         for g in gates:
             e = res["per_depth"][str(L)][g]
-            rows.append([L, g, e["mad"][0], e["mad"][-1], e["dirichlet"][-1], e["rank"][-1], e["stable_rank"][-1],
+            rows.append([L, g, e["mad"][0], e["mad"][-1], e["dirichlet"][-1], e["dirichlet_rel"][-1], e["rank"][-1],
+                         e["stable_rank"][-1],
                          e["val"], None if g == "none" or not res["relative_mad_gain"] else
                          res["relative_mad_gain"][g][str(L)]])
-    print(table(["depth", "gate", "MAD enc", "MAD last", "Dirichlet last", "rank last", "SR last",
+    print(table(["depth", "gate", "MAD enc", "MAD last", "Dirichlet last", "Dir. rel last", "rank last", "SR last",
                  f"val {ds.info.metric}", "rel. MAD gain"], rows))
     print(f"mean relative MAD gain of {primary} over none at the last layer: "
           f"{fmt(res['mean_relative_mad_gain'])} (paper: +0.30); wrote {out / 'smoothing.json'}")
+    t = res["gain_tests"].get(primary)
+    if t:
+        print(f"(depth, seed) pairs: gain > 0 in {t['n_positive']}/{t['n_pairs']} (sign test p = {fmt(t['p_sign'], 3)}); "
+              f"t-test of mean gain = +0.30: p = {fmt(t['p_t_vs_target'], 3)}")
     return 0

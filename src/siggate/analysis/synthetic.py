@@ -159,7 +159,7 @@ def one_draw(seed: int, draw: int, family: str, mode: str, gates, n: int, dim: i
         sr_g = stable_rank_batched(o_after)
         out.append({
             "draw": draw, "family": family, "attention": mode, "gate": gate,
-            "ungated": [_r(v) for v in sr_u.tolist()], "gated": [_r(v) for v in sr_g.tolist()],
+            "ungated": sr_u.tolist(), "gated": sr_g.tolist(),  # full precision: anchor-free heads sit at 1 + 1e-7
             "gate_mean": _r(float(g.mean())), "gate_node_std": _r(float(g.std(dim=1).mean())),
             "prep_mismatch": match,
         })
@@ -174,7 +174,10 @@ def summarize(entries: list[dict]) -> dict:
 
     ``frac_gated_higher``: fraction of draws whose head-mean gated stable rank exceeds
     the ungated one (by more than a relative ``1e-9``); ``frac_heads_*``: the same per
-    (draw, head) pair; ``mean_ratio``: mean over (draw, head) of gated / ungated.
+    (draw, head) pair; ``mean_ratio``: mean over (draw, head) of gated / ungated;
+    ``median_excess_ratio``: median over (draw, head) of ``(SR_gated - 1) / (SR_ungated - 1)``,
+    the growth of the part of the stable rank beyond rank one (heads with
+    ``SR_ungated - 1 < 1e-12`` are left out and counted in ``n_heads_rank_one``).
     """
     if not entries:
         return {"n_draws": 0}
@@ -184,8 +187,13 @@ def summarize(entries: list[dict]) -> dict:
     tol_d, tol_h = REL_TOL * np.abs(um), REL_TOL * np.abs(u)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(u > 0, g / u, np.nan)
+    ex_u, ex_g = u - 1.0, g - 1.0
+    sel = ex_u > 1e-12
     return {
         "n_draws": int(len(entries)),
+        "mean_excess_ungated": float(ex_u.mean()), "mean_excess_gated": float(ex_g.mean()),
+        "median_excess_ratio": float(np.median(ex_g[sel] / ex_u[sel])) if sel.any() else None,
+        "n_heads_rank_one": int((~sel).sum()),
         "mean_ungated": float(um.mean()), "std_ungated": float(um.std(ddof=1)) if len(um) > 1 else 0.0,
         "mean_gated": float(gm.mean()), "std_gated": float(gm.std(ddof=1)) if len(gm) > 1 else 0.0,
         "mean_ratio": float(np.nanmean(ratio)),
@@ -208,7 +216,8 @@ def group(entries: list[dict], *keys: str) -> dict:
 def run_synthetic(draws: int = 200, nodes: int = 32, dim: int = 64, heads: int = 4, noise: float = 0.05,
                   propagate_steps: int = 1, families=FAMILIES, modes=ATTENTION_MODES, gates=GATES,
                   seed: int = 0, avg_degree: float = 4.0, biases=(-4.0, -2.0, 0.0, 2.0, 4.0),
-                  weight_stds=(0.0, 0.01, 0.1, 0.5, None), sweep_draws: int | None = None,
+                  weight_stds=(0.0, 0.01, 0.1, 0.5, None), noises=(0.01, 0.05, 0.2, 1.0),
+                  sweep_draws: int | None = None,
                   progress: bool = True) -> dict:
     """All synthetic experiments; returns the JSON-ready result dict."""
     if dim % heads:
@@ -260,6 +269,19 @@ def run_synthetic(draws: int = 200, nodes: int = 32, dim: int = 64, heads: int =
             std_sweep.append({"gate_weight_std": "xavier" if w is None else w, "family": fam, "gate": gate,
                               "gate_node_std": gs, **s})
 
+    # How "anchor-free" the graph is: the feature noise sets how much the nodes differ.
+    noise_sweep = []
+    free = [f for f in families if f != "er"]
+    for nz in tqdm(noises, desc="synthetic: noise sweep", disable=not progress, leave=False):
+        ent = []
+        for f in free:
+            for m in modes:
+                for i in range(sweep_n):
+                    ent += [dict(e) for e in one_draw(seed + 4, i, f, m, gates, **{**common, "noise": nz})]
+        for key, st in group(ent, "family", "gate", "attention").items():
+            fam, gate, mode = key.split("/")
+            noise_sweep.append({"noise": nz, "family": fam, "gate": gate, "attention": mode, **st})
+
     overall = summarize(per_draw)
     by_fgm = group(per_draw, "family", "gate", "attention")
     not_raised = [
@@ -286,6 +308,8 @@ def run_synthetic(draws: int = 200, nodes: int = 32, dim: int = 64, heads: int =
             "attention": {"global": "all nodes attend to all nodes (GraphGPS)",
                           "graph": "each node attends to its neighbours and itself"},
             "gate_init": "Xavier-uniform gate weights, bias b_G = 0 unless swept",
+            "median_excess_ratio": "median over (draw, head) of (SR_gated - 1) / (SR_ungated - 1)",
+            "noise_sweep": "anchor-free families only; the noise sets how different the nodes' inputs are",
         },
         "setting": {"draws": draws, "nodes": nodes, "dim": dim, "heads": heads, "noise": noise,
                     "propagate": propagate_steps, "families": list(families), "attention": list(modes),
@@ -301,6 +325,7 @@ def run_synthetic(draws: int = 200, nodes: int = 32, dim: int = 64, heads: int =
         "sanity_constant_gate": sanity_res,
         "bias_sweep": bias_sweep,
         "gate_weight_std_sweep": std_sweep,
+        "noise_sweep": noise_sweep,
         "not_raised": not_raised,
         "matched_weights_max_abs_diff": mismatch,
         "per_draw": [{k: v for k, v in e.items() if k != "prep_mismatch"} for e in per_draw],
@@ -311,7 +336,7 @@ def run_synthetic(draws: int = 200, nodes: int = 32, dim: int = 64, heads: int =
 
 
 def plot(res: dict, path: Path) -> Path:
-    fig, ax = subplots(2, 2, size=(5.0, 4.0))
+    fig, ax = subplots(2, 3, size=(5.0, 4.0))
     fams = res["setting"]["families"]
     for j, gate in enumerate(res["setting"]["gates"][:2]):
         a = ax[0, j]
@@ -332,8 +357,8 @@ def plot(res: dict, path: Path) -> Path:
     for i, gate in enumerate(res["setting"]["gates"]):
         for j, fam in enumerate(sorted({r["family"] for r in res["bias_sweep"]})):
             rows = [r for r in res["bias_sweep"] if r["gate"] == gate and r["family"] == fam]
-            a.plot([r["bias"] for r in rows], [r["mean_ratio"] for r in rows], marker="o",
-                   ls="-" if j == 0 else "--", color=color(gate, i), label=f"{gate}, {fam}")
+            a.plot([r["bias"] for r in rows], [r["mean_ratio"] for r in rows], marker="os^"[j % 3],
+                   ls=["-", "--", ":"][j % 3], color=color(gate, i), label=f"{gate}, {fam}")
     a.axhline(1.0, color="k", lw=0.8)
     a.set_xlabel("gate bias b_G (gate centre sigmoid(b_G))")
     a.set_ylabel("mean gated / ungated stable rank")
@@ -345,13 +370,30 @@ def plot(res: dict, path: Path) -> Path:
     for i, gate in enumerate(res["setting"]["gates"]):
         for j, fam in enumerate(sorted({r["family"] for r in rows_all})):
             rows = [r for r in rows_all if r["gate"] == gate and r["family"] == fam]
-            a.plot([r["gate_node_std"] for r in rows], [r["mean_ratio"] for r in rows], marker="o",
-                   ls="-" if j == 0 else "--", color=color(gate, i), label=f"{gate}, {fam}")
+            a.plot([r["gate_node_std"] for r in rows], [r["mean_ratio"] for r in rows], marker="os^"[j % 3],
+                   ls=["-", "--", ":"][j % 3], color=color(gate, i), label=f"{gate}, {fam}")
     a.axhline(1.0, color="k", lw=0.8)
     a.set_xlabel(f"gate std across nodes (weight std {xs} and Xavier)")
     a.set_ylabel("mean gated / ungated stable rank")
     a.set_title("effect of gate variation across nodes")
     a.legend(fontsize=7)
+    for j, stat in enumerate(("mean_ratio", "median_excess_ratio")):
+        a = ax[j, 2]
+        rows_all = res.get("noise_sweep", [])
+        for i, gate in enumerate(res["setting"]["gates"]):
+            for k, (fam, mode) in enumerate(sorted({(r["family"], r["attention"]) for r in rows_all})):
+                rows = [r for r in rows_all if r["gate"] == gate and r["family"] == fam and r["attention"] == mode
+                        and r[stat] is not None]
+                a.plot([r["noise"] for r in rows], [r[stat] for r in rows], marker="o", color=color(gate, i),
+                       ls=["-", "--", ":", "-."][k % 4], label=f"{gate}, {fam}, {mode}")
+        a.axhline(1.0, color="k", lw=0.8)
+        a.set_xscale("log")
+        if j == 1:
+            a.set_yscale("log")
+        a.set_xlabel("feature noise of the anchor-free graphs")
+        a.set_ylabel("gated / ungated SR" if j == 0 else "median (SR_g - 1) / (SR_u - 1)")
+        a.set_title("anchor-free graphs: how alike the nodes are")
+        a.legend(fontsize=6)
     return save(fig, path)
 
 
@@ -370,6 +412,7 @@ def register(sub) -> None:
     p.add_argument("--attention", default=",".join(ATTENTION_MODES), help="global,graph (default: both)")
     p.add_argument("--gates", default=",".join(GATES), help="gate kinds (default: elementwise,headwise)")
     p.add_argument("--biases", default="-4,-2,0,2,4", help="gate biases of the bias sweep (default: -4,-2,0,2,4)")
+    p.add_argument("--noises", default="0.01,0.05,0.2,1.0", help="noise levels of the noise sweep")
     p.add_argument("--sweep-draws", type=int, default=None, help="draws per sweep point (default: min(draws, 50))")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1,
@@ -386,15 +429,16 @@ def main(args) -> int:
         draws=args.draws, nodes=args.nodes, dim=args.dim, heads=args.heads, noise=args.noise,
         propagate_steps=args.propagate, families=parse_list(args.families), modes=parse_list(args.attention),
         gates=parse_list(args.gates), seed=args.seed, biases=parse_list(args.biases, float),
+        noises=parse_list(args.noises, float),
         sweep_draws=args.sweep_draws, progress=not args.no_progress,
     )
     res["meta"] = meta(args)
     write_json(res, out / "synthetic.json")
     plot(res, out / "synthetic.png")
-    rows = [[k, v["n_draws"], v["mean_ungated"], v["mean_gated"], v["mean_ratio"], v["frac_gated_higher"],
-             v["frac_heads_gated_lower"]] for k, v in res["by_family_gate_attention"].items()]
-    print(table(["family/gate/attention", "draws", "SR ungated", "SR gated", "ratio", "frac higher",
-                 "frac heads lower"], rows))
+    rows = [[k, v["n_draws"], v["mean_ungated"], v["mean_gated"], v["mean_ratio"], v["median_excess_ratio"],
+             v["frac_gated_higher"], v["frac_heads_gated_lower"]] for k, v in res["by_family_gate_attention"].items()]
+    print(table(["family/gate/attention", "draws", "SR ungated", "SR gated", "ratio", "excess ratio",
+                 "frac higher", "frac heads lower"], rows))
     s = res["sanity_constant_gate"]
     print(f"constant-gate sanity: max relative change {fmt(s['max_rel_diff'])} over {s['n_cases']} heads "
           f"-> {'unchanged' if s['holds'] else 'CHANGED'}")
