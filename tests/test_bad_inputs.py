@@ -381,9 +381,6 @@ def test_damaged_raw_file_leaves_no_processed_cache(tmp_path, name, files, victi
     assert not list(cache.rglob("*.tmp"))
 
 
-@pytest.mark.xfail(strict=True, reason="NEEDS-FIX(data/benchmarks.py): reading a truncated/corrupt raw .csv.gz "
-                   "raises a bare EOFError/zlib.error that names no file, and the CLI shows a traceback; it must "
-                   "raise an error the CLI reports (exit 2) naming the file and saying it is truncated or corrupt")
 @pytest.mark.parametrize("name, files, victim, how", TRUNCATION_CASES, ids=["molhiv-cut", "molhiv-bitflip", "peptides-cut"])
 def test_damaged_raw_file_is_named_in_a_clean_cli_error(tmp_path, capsys, name, files, victim, how):
     root = _damaged_root(tmp_path, files, victim, how)
@@ -561,10 +558,7 @@ CKPT_CASES = [
     ("unknown-key", "unknown config key 'model.rotary'"),
     ("missing-weight", "the weights do not fit the model its config describes"),
     ("truncated", "the file is truncated or corrupt"),
-    pytest.param("wrong-shape", "the weights do not fit", marks=pytest.mark.xfail(
-        strict=True, reason="NEEDS-FIX(train/loop.py load_trained): a weight of the wrong shape makes "
-        "load_state_dict raise a bare RuntimeError (traceback); compare shapes first, e.g. with "
-        "checkpoint.describe_weight_mismatch(model.state_dict(), ckpt['model']), and raise CheckpointError")),
+    ("wrong-shape", "the weights do not fit"),
 ]
 
 

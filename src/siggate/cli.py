@@ -205,13 +205,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     from .config import ConfigError
+    from .data.base import DataError
     from .train.checkpoint import CheckpointError
     from .train.loop import NonFiniteLossError
     from .train.predict import InputError
 
     try:
         return int(args.func(args) or 0)
-    except (CLIError, ConfigError, CheckpointError, InputError, NonFiniteLossError, FileNotFoundError) as exc:
+    except (CLIError, ConfigError, DataError, CheckpointError, InputError, NonFiniteLossError, FileNotFoundError) as exc:
         print(f"siggate {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

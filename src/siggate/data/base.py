@@ -32,6 +32,10 @@ METRICS = {
 }
 
 
+class DataError(ValueError):
+    """Source data that is missing, truncated or corrupt; the message names the file."""
+
+
 @dataclass
 class TaskInfo:
     """What a dataset predicts and how it is scored.

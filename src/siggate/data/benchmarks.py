@@ -37,6 +37,7 @@ import tempfile
 import urllib.error
 import urllib.request
 import warnings
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
@@ -46,7 +47,7 @@ import torch
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
-from siggate.data.base import GraphDataset, InvalidRow, TaskInfo, default_cache_dir, default_data_root
+from siggate.data.base import DataError, GraphDataset, InvalidRow, TaskInfo, default_cache_dir, default_data_root
 from siggate.data.registry import register_dataset
 
 __all__ = [
@@ -315,10 +316,24 @@ def _finish(
     return ds
 
 
+def _read_csv(path, *args, **kwargs):
+    """``pandas.read_csv`` that reports a damaged file by name instead of a bare
+    ``EOFError``/``zlib.error`` (a cut download, a flipped bit)."""
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path, *args, **kwargs)
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise DataError(
+            f"{path}: the file is truncated or corrupt ({type(exc).__name__}: {exc}). "
+            "Restore it from the official release (or delete it so it is downloaded again)."
+        ) from None
+
+
 def _read_index_csv(path: Path) -> np.ndarray:
     import pandas as pd
 
-    return pd.read_csv(path, header=None).iloc[:, 0].to_numpy(dtype=np.int64)
+    return _read_csv(path, header=None).iloc[:, 0].to_numpy(dtype=np.int64)
 
 
 # ----------------------------------------------------------------------------- ZINC
@@ -468,7 +483,7 @@ def _verify_ogb_raw(ddir: Path, graphs: list[Data], labels: np.ndarray, n_rows: 
                 problems.append(f"row {i}: {got} {what}, official {int(ref[i])} ({g.smiles})")
     path = raw / "graph-label.csv.gz"
     if path.is_file():
-        ref = pd.read_csv(path, header=None).to_numpy(dtype=np.float64)
+        ref = _read_csv(path, header=None).to_numpy(dtype=np.float64)
         if ref.shape != labels.shape:
             problems.append(f"graph-label.csv.gz has shape {ref.shape}, mol.csv.gz labels {labels.shape}")
         else:
@@ -515,7 +530,7 @@ def _load_ogb_mol(
         if (ddir / "raw" / f).is_file()
     ]
     mol_csv = ddir / "mapping" / "mol.csv.gz"
-    columns = list(pd.read_csv(mol_csv, nrows=0).columns)
+    columns = list(_read_csv(mol_csv, nrows=0).columns)
     task_cols = [c for c in columns if c not in ("smiles", "mol_id")]
     if "smiles" not in columns or len(task_cols) != num_tasks:
         raise ValueError(f"{mol_csv}: expected a smiles column and {num_tasks} task columns, got {columns}")
@@ -530,7 +545,7 @@ def _load_ogb_mol(
 
     def read():
         if "df" not in cache:
-            cache["df"] = pd.read_csv(mol_csv)
+            cache["df"] = _read_csv(mol_csv)
         return cache["df"]
 
     def build() -> list[Data]:
@@ -599,7 +614,10 @@ def molpcba(
 
 def _load_split_pickle(path: Path, name: str) -> dict:
     with open(path, "rb") as f:
-        raw = pickle.load(f)
+        try:
+            raw = pickle.load(f)
+        except (EOFError, pickle.UnpicklingError, ValueError) as exc:
+            raise DataError(f"{f.name}: the split file is truncated or corrupt ({exc})") from None
     try:
         return {key: np.asarray(raw[key], dtype=np.int64).reshape(-1) for key in ("train", "val", "test")}
     except KeyError as exc:
@@ -660,7 +678,7 @@ def peptides_func(
 
     def read():
         if "df" not in cache:
-            cache["df"] = pd.read_csv(base / csv_rel)
+            cache["df"] = _read_csv(base / csv_rel)
         return cache["df"]
 
     def build() -> list[Data]:
@@ -770,7 +788,7 @@ def peptides_struct(
 
     def read():
         if "df" not in cache:
-            cache["df"] = pd.read_csv(base / csv_rel)
+            cache["df"] = _read_csv(base / csv_rel)
         return cache["df"]
 
     def build() -> list[Data]:

@@ -48,6 +48,7 @@ from .checkpoint import (
     CheckpointError,
     atomic_save,
     describe_incompatibility,
+    describe_weight_mismatch,
     load_checkpoint,
     rng_state,
     set_rng_state,
@@ -485,12 +486,13 @@ def load_trained(path: str | Path):
         raise CheckpointError(f"{path}: its config does not fit this siggate version: {exc}") from None
     info = TaskInfo(**ckpt["info"])
     model = SigGateGT.from_config(cfg.model, info)
-    missing, unexpected = model.load_state_dict(ckpt["model"], strict=False)
-    if missing or unexpected:
+    diffs = describe_weight_mismatch(model.state_dict(), ckpt["model"])
+    if diffs:
         raise CheckpointError(
-            f"{path}: the weights do not fit the model its config describes "
-            f"(missing: {missing[:5]}, unexpected: {unexpected[:5]}). It was written by siggate "
-            f"{ckpt.get('siggate_version')}; this is {siggate.__version__}."
+            f"{path}: the weights do not fit the model its config describes: "
+            + "; ".join(diffs[:5]) + (f" (+{len(diffs) - 5} more)" if len(diffs) > 5 else "")
+            + f". It was written by siggate {ckpt.get('siggate_version')}; this is {siggate.__version__}."
         )
+    model.load_state_dict(ckpt["model"])
     model.eval()
     return model, ckpt, cfg, info
