@@ -267,6 +267,22 @@ def test_cpu_sync_batchnorm_is_batchnorm_outside_a_process_group():
     assert not DistContext().distributed and DistContext().all_reduce_sum([1.0, 2.0]) == [1.0, 2.0]
 
 
+def test_unused_parameters_are_detected_for_ddp():
+    from torch_geometric.loader import DataLoader
+
+    from siggate.train.distributed import has_unused_parameters
+
+    ds = synthetic_dataset(8)
+    batch = next(iter(DataLoader(ds.train[:2], batch_size=2)))
+    gine = build_model(tiny_cfg("model.local=gine"), ds.info).train()
+    rng = torch.get_rng_state()
+    assert not has_unused_parameters(gine, batch)
+    assert gine.training and all(p.grad is None for p in gine.parameters())
+    assert torch.equal(torch.get_rng_state(), rng)
+    # GatedGCN updates edge features; the last layer's updated edges feed nothing
+    assert has_unused_parameters(build_model(tiny_cfg("model.local=gatedgcn"), ds.info), batch)
+
+
 def test_ddp_refuses_to_run_outside_torchrun(monkeypatch):
     from siggate.train.distributed import init_distributed
 

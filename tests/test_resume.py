@@ -4,7 +4,6 @@ uninterrupted run (dropout, attention dropout and LapPE sign flips all draw rand
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -47,14 +46,15 @@ def _start(args: list[str], out: Path, log: Path, resume: bool = False) -> subpr
 
 
 def test_sigkill_in_the_middle_of_an_epoch_then_resume_is_exact(tmp_path):
-    from siggate.cli import add_config_args, config_from_args
-    from siggate.train.loop import train
-
     args = _config_args(tmp_path)
     run, log = tmp_path / "killed", tmp_path / "killed.log"
-    proc = _start(args, run, log)
-    deadline = time.time() + 600
+    started = [_start(args, run, log)]
+    # the uninterrupted reference run, same config, alongside (a process too, so that both
+    # run the very same code from the same starting state)
+    started.append(_start(args, tmp_path / "reference", tmp_path / "reference.log"))
+    proc, reference = started
     try:
+        deadline = time.time() + 600
         # wait until epoch 1 is checkpointed, then kill during a later epoch
         while not (_rows(run / "log.csv") and (run / "last.pt").exists()):
             assert proc.poll() is None, f"training ended before its first checkpoint:\n{log.read_text()}"
@@ -63,24 +63,24 @@ def test_sigkill_in_the_middle_of_an_epoch_then_resume_is_exact(tmp_path):
         epoch_seconds = float(_rows(run / "log.csv")[-1]["seconds"])
         time.sleep(0.4 * epoch_seconds)
         os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
         proc.wait()
-    done = len(_rows(run / "log.csv"))
-    assert proc.returncode == -signal.SIGKILL
-    assert 1 <= done < EPOCHS and not (run / "metrics.json").exists(), "the kill must land inside the run"
-    ckpt_epoch = torch.load(run / "last.pt", weights_only=True)["state"]["epoch"]
-    assert ckpt_epoch >= 1 and ckpt_epoch in (done - 1, done)
+        done = len(_rows(run / "log.csv"))
+        assert proc.returncode == -signal.SIGKILL
+        assert 1 <= done < EPOCHS and not (run / "metrics.json").exists(), "the kill must land inside the run"
+        ckpt_epoch = torch.load(run / "last.pt", weights_only=True)["state"]["epoch"]
+        assert ckpt_epoch >= 1 and ckpt_epoch in (done - 1, done)
 
-    resumed = _start(args, run, log, resume=True)
-    # meanwhile: the uninterrupted reference run, same config and code path, in this process
-    parser = argparse.ArgumentParser()
-    add_config_args(parser)
-    ref = train(config_from_args(parser.parse_args(args)), tmp_path / "reference", progress=False)
-    assert resumed.wait(timeout=600) == 0, log.read_text()
+        started.append(_start(args, run, log, resume=True))
+        assert started[-1].wait(timeout=600) == 0, log.read_text()
+        assert reference.wait(timeout=600) == 0, (tmp_path / "reference.log").read_text()
+    finally:
+        for p in started:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     assert f"resumed from {run / 'last.pt'} at epoch {ckpt_epoch}" in log.read_text()
 
+    ref = json.loads((tmp_path / "reference" / "metrics.json").read_text())
     got = json.loads((run / "metrics.json").read_text())
     for key in ("val", "test", "best_epoch", "epochs", "params"):
         assert got[key] == ref[key], key

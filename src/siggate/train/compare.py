@@ -358,6 +358,7 @@ def plot_val_curves(res: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for lab in res["gates"]:
@@ -372,6 +373,7 @@ def plot_val_curves(res: dict, path: Path) -> None:
         ax.plot(ep, mean, label=f"{lab} (n={len(arr)})")
         ax.fill_between(ep, mean - std, mean + std, alpha=0.25)
     metric = res["metric"] or "metric"
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel(f"validation {metric} ({'higher' if res['higher_is_better'] else 'lower'} is better)")
     ax.set_title(f"{res.get('dataset') or ''}: validation {metric}, mean ± std over seeds")

@@ -186,6 +186,21 @@ def convert_sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:
     return model
 
 
+def has_unused_parameters(model: nn.Module, batch) -> bool:
+    """Whether some parameter of ``model`` takes no part in its output on ``batch`` (for
+    example the edge updates of a last GatedGCN layer), so DDP must look for unused
+    parameters. Runs one forward in eval mode: no random number is drawn, no statistic is
+    updated and no ``.grad`` is touched."""
+    was_training = model.training
+    model.eval()
+    try:
+        params = [p for p in model.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(model(batch).sum(), params, allow_unused=True)
+    finally:
+        model.train(was_training)
+    return any(g is None for g in grads)
+
+
 def train_ddp(cfg, args) -> int:
     """``siggate train --ddp``: join the torchrun process group and run :func:`train` on it.
     Only rank 0 prints, logs and writes files."""

@@ -53,7 +53,7 @@ from .checkpoint import (
     rng_state,
     set_rng_state,
 )
-from .distributed import DistContext, convert_sync_batchnorm
+from .distributed import DistContext, convert_sync_batchnorm, has_unused_parameters
 from .metrics import compute_metric, is_better
 from .schedule import make_scheduler
 from .tblog import TBLogger
@@ -208,7 +208,7 @@ class RunState:
 
 
 def _checkpoint(model, optimizer, scheduler, cfg, info, mean, std, state: RunState, history, params,
-                rng_ranks: list | None = None) -> dict:
+                rng_ranks: list) -> dict:
     return {
         "format": FORMAT_VERSION,
         "siggate_version": siggate.__version__,
@@ -218,8 +218,8 @@ def _checkpoint(model, optimizer, scheduler, cfg, info, mean, std, state: RunSta
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
         "rng": rng_state(),
-        "rng_ranks": rng_ranks or [],
-        "world_size": len(rng_ranks) if rng_ranks else 1,
+        "rng_ranks": rng_ranks,  # every rank's generators (CPU, and CUDA on GPU)
+        "world_size": len(rng_ranks),
         "target_mean": mean.cpu(),
         "target_std": std.cpu(),
         "state": dict(state.__dict__),
@@ -296,9 +296,9 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     model.to(device)
     if ctx.distributed:
         model = convert_sync_batchnorm(model, device)
-        # find_unused_parameters: the last layer's edge outputs feed nothing
+        probe = next(iter(DataLoader(ds.train[:2], batch_size=2, generator=_loader_generator()))).to(device)
         net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                      find_unused_parameters=True)
+                                      find_unused_parameters=has_unused_parameters(model, probe))
     else:
         net = model
     optimizer = torch.optim.AdamW(model.parameters(), lr=t_cfg.lr, weight_decay=t_cfg.weight_decay)
@@ -408,7 +408,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
             }
             history.append(row)
             state.epoch = epoch + 1
-            rng_ranks = ctx.all_gather(_process_rng(device)) if ctx.distributed else None
+            rng_ranks = ctx.all_gather(_process_rng(device))
             if not main:
                 continue
             writer.write(row)
