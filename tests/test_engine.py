@@ -450,4 +450,6 @@ def test_compare_rejects_bad_arguments(tmp_path, capsys):
     assert "unknown gate 'sigmoid'" in capsys.readouterr().err
     assert _compare(["--set", "model.gate=none", "--out", str(tmp_path)]) == 2
     assert _compare(["--set", "model.layerz=2", "--out", str(tmp_path)]) == 2
+    assert _compare(["--epochs", "0", "--out", str(tmp_path)]) == 2
+    assert _compare(["--seeds", "3-1", "--out", str(tmp_path)]) == 2
     assert not (tmp_path / "runs").exists()

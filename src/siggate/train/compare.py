@@ -14,6 +14,7 @@ Failed pairs are listed in all three and make the command exit with status 1.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import math
@@ -106,34 +107,35 @@ class CompareError(RuntimeError):
     """A comparison that cannot start (bad arguments or config)."""
 
 
-def _config_for(args, spec: GateSpec):
-    from ..config import load_config
-
-    overrides = list(args.overrides) + spec.overrides()
+def _config_args(args, spec: GateSpec, seed: int) -> list[str]:
+    """The config part of a pair's ``siggate train`` arguments."""
+    out = ["--config", args.config or "nci5k", "--seed", str(seed)]
+    for o in list(args.overrides) + spec.overrides():
+        out += ["--set", o]
     if args.epochs is not None:
-        overrides.append(f"train.epochs={args.epochs}")
+        out += ["--epochs", str(args.epochs)]
     if args.data_root:
-        overrides.append(f"data.root={args.data_root}")
+        out += ["--data-root", str(args.data_root)]
     if args.cache_dir:
-        overrides.append(f"data.cache_dir={args.cache_dir}")
-    return load_config(args.config, overrides)
+        out += ["--cache-dir", str(args.cache_dir)]
+    return out
+
+
+def config_for(args, spec: GateSpec, seed: int):
+    """The config a pair's ``siggate train`` process resolves (validated), read by the
+    same code as ``siggate train``."""
+    from ..cli import add_config_args, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    return config_from_args(parser.parse_args(_config_args(args, spec, seed)))
 
 
 def train_command(args, pair: Pair, resume: bool) -> list[str]:
     """The ``python -m siggate train`` command line of one pair."""
-    cmd = [sys.executable, "-m", "siggate", "train", "--config", args.config or "nci5k", "--seed", str(pair.seed)]
-    for o in list(args.overrides) + pair.spec.overrides():
-        cmd += ["--set", o]
-    if args.epochs is not None:
-        cmd += ["--epochs", str(args.epochs)]
-    if args.data_root:
-        cmd += ["--data-root", str(args.data_root)]
-    if args.cache_dir:
-        cmd += ["--cache-dir", str(args.cache_dir)]
-    cmd += ["--out", str(pair.run_dir), "--no-progress"]
-    if resume:
-        cmd.append("--resume")
-    return cmd
+    cmd = [sys.executable, "-m", "siggate", "train", *_config_args(args, pair.spec, pair.seed),
+           "--out", str(pair.run_dir), "--no-progress"]
+    return cmd + (["--resume"] if resume else [])
 
 
 def _stale_reason(run_dir: Path, expected: dict) -> str:
@@ -412,22 +414,15 @@ def compare(args) -> int:
         raise CompareError("--set model.gate/model.gate_position/train.seed: these come from --gates and --seeds")
     if args.jobs < 1:
         raise CompareError(f"--jobs must be >= 1, got {args.jobs}")
-    if args.epochs is not None and args.epochs < 1:
-        raise CompareError(f"--epochs must be >= 1, got {args.epochs}")
     out = Path(args.out)
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     t0 = time.time()
-    expected = {}
-    for spec in specs:  # validates every variant's config before anything runs
-        cfg = _config_for(args, spec)
-        expected[spec.label] = cfg.to_dict()
+    expected = {spec.label: config_for(args, spec, seeds[0]).to_dict() for spec in specs}  # validates
     pairs = []
     for seed in seeds:
         for spec in specs:
             pair = Pair(spec, seed, out / "runs" / spec.label / f"seed{seed}")
-            exp = dict(expected[spec.label])
-            exp["train"] = {**exp["train"], "seed": seed}
-            stale = _stale_reason(pair.run_dir, exp)
+            stale = _stale_reason(pair.run_dir, config_for(args, spec, seed).to_dict())
             metrics = _read_metrics(pair.run_dir)
             if stale:
                 pair.status = "failed"

@@ -42,6 +42,7 @@ import siggate
 
 from ..config import Config, ConfigError, from_dict
 from ..data.base import GraphDataset, TaskInfo
+from ..data.cache import atomic_write_bytes
 from ..nn.model import SigGateGT
 from .checkpoint import (
     FORMAT_VERSION,
@@ -443,15 +444,9 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
         "history": history,
     }
     if main:
-        _write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2))
+        # atomic: ``siggate compare`` skips runs whose metrics.json exists
+        atomic_write_bytes(out / "metrics.json", json.dumps(metrics, indent=2).encode())
     return metrics
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    # a reader (``siggate compare`` skips runs whose metrics.json exists) never sees half a file
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 class _EpochLog:
