@@ -9,14 +9,14 @@ from torch_geometric.data import Batch, Data
 
 from siggate.nn import GatedGCNLocal, GatedMultiheadAttention, GINELocal, GPSLayer, SigGateGT
 
-torch.set_default_dtype(torch.float64)
-
 
 @pytest.fixture(autouse=True)
 def _double():
+    """float64 inside this module only (exact comparisons); restored for every other test."""
+    old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     yield
-    torch.set_default_dtype(torch.float32)
+    torch.set_default_dtype(old)
 
 
 def padded_input(B=3, N=7, d=16, seed=0):
