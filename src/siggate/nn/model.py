@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
-from .attention import GatedMultiheadAttention
+from .attention import GatedMultiheadAttention, PackedLayout
 from .encoders import NodeEncoder, make_edge_encoder
 from .layer import DenseIndex, GPSLayer
 
@@ -118,7 +118,8 @@ class SigGateGT(nn.Module):
         if batch is None:
             batch = data.x.new_zeros(data.x.size(0), dtype=torch.long)
         num_graphs = int(getattr(data, "num_graphs", None) or (int(batch.max()) + 1))
-        dense = DenseIndex.from_batch(batch, num_graphs)
+        fast = not return_details and all(m.fused for m in self.attention_modules())
+        dense = (PackedLayout if fast else DenseIndex).from_batch(batch, num_graphs)
         x = self.node_encoder(data)
         e = self.edge_encoder(data.edge_attr)
         hidden, attn = [x], []

@@ -1,0 +1,809 @@
+"""``siggate bench``: training/inference throughput and peak memory of SigGate-GT.
+
+Variants, built from the protocol configs (``siggate/configs/{zinc,peptides-func}.yaml``)
+with the same encoders, pooling, head and batches:
+
+* ``none``, ``headwise``, ``elementwise``: :class:`siggate.nn.SigGateGT` with that gate;
+* ``pyg``: the reference, a stack of PyG's own :class:`torch_geometric.nn.GPSConv`
+  (``GINEConv(Sequential(Linear, ReLU, Linear))`` local model, ``attn_type="multihead"``,
+  i.e. ``nn.MultiheadAttention``), between siggate's node/edge encoders and the same
+  pooling and head (:class:`PyGReference`).
+
+Timing protocol: after ``--warmup`` steps per variant, ``--repeats`` rounds; in each round
+every variant runs the same ``--batches`` training steps (zero_grad, forward, loss,
+backward, AdamW step) and then the same batches in inference (``eval()`` +
+``inference_mode``), variants interleaved (the starting variant rotates each round).
+A round gives graphs/s per variant; ratios are taken within a round (paired) and
+summarised by their median and spread, which cancels most of the drift of a shared
+machine.
+
+Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` over one training step; on CPU
+the allocator events recorded by ``torch.profiler`` (``profile_memory=True``): every
+tensor allocation and free during one training step, summed in time order; the peak of
+that running sum is the tensor memory the step needs on top of what was resident
+before it (parameters, optimizer state; gradients are released first by
+``zero_grad(set_to_none=True)``). It counts tensor bytes exactly, unlike RSS (allocator
+caching) or ``tracemalloc`` (blind to torch).
+
+``--scaling``: one graph per batch, growing node counts; time and peak memory of a
+training step and an inference pass, plotted to ``scaling.png``.
+
+The logic lives here so that the installed CLI works; ``benchmarks/throughput.py`` is a
+thin script calling :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+VARIANTS = ("none", "headwise", "elementwise", "pyg")
+GATES = ("none", "headwise", "elementwise")
+CONFIGS = {"zinc": "zinc", "peptides": "peptides-func"}
+SCALING_SIZES = (25, 50, 100, 200, 500, 1000, 2000)
+GIB = 1024**3
+
+
+# ----------------------------------------------------------------------------- machine
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(device: torch.device) -> dict:
+    """Versions, threads and processor of this run."""
+    import torch_geometric
+
+    info = {
+        "torch": torch.__version__,
+        "torch_geometric": torch_geometric.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "device": str(device),
+        "platform": platform.platform(),
+    }
+    if hasattr(os, "getloadavg"):
+        info["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+# ----------------------------------------------------------------------------- models
+
+
+class PyGReference(nn.Module):
+    """The GraphGPS model assembled from PyG's :class:`~torch_geometric.nn.GPSConv`.
+
+    Same node/edge encoders (:class:`siggate.nn.encoders.NodeEncoder`,
+    :func:`~siggate.nn.encoders.make_edge_encoder`), pooling and MLP head as
+    :class:`siggate.nn.SigGateGT`; each layer is
+    ``GPSConv(dim, GINEConv(Sequential(Linear(dim, dim), ReLU(), Linear(dim, dim))), heads,
+    dropout, attn_type="multihead", attn_kwargs={"dropout": attn_dropout})``, whose
+    layout (BatchNorm after each residual branch, branches summed, FFN ``d -> 2d -> d``
+    with a residual and BatchNorm) is the one of :class:`siggate.nn.GPSLayer`. GINE
+    ``eps`` is a fixed 0 in both (a buffer in PyG, a frozen parameter in siggate). The
+    edge stream is not updated (GINE). For ``local="gatedgcn"`` configs the reference
+    still uses GINE: ``GPSConv`` cannot carry GatedGCN's edge-feature updates.
+
+    Shapes: a PyG ``Batch`` with ``G`` graphs -> ``[G, T]``.
+    """
+
+    def __init__(self, num_tasks: int, dim: int, layers: int, heads: int, dropout: float, attn_dropout: float,
+                 node_features: str, num_node_types: int, num_edge_types: int, pe: str, pe_steps: int,
+                 pe_dim: int, pooling: str, head_layers: int) -> None:
+        super().__init__()
+        from torch_geometric.nn import GINEConv, GPSConv
+
+        from .nn.encoders import NodeEncoder, make_edge_encoder
+        from .nn.model import POOLING
+
+        self.pool = POOLING[pooling]
+        self.node_encoder = NodeEncoder(node_features, dim, num_node_types, pe, pe_steps, pe_dim)
+        self.edge_encoder = make_edge_encoder(node_features, dim, num_edge_types)
+        self.layers = nn.ModuleList(
+            GPSConv(dim, GINEConv(nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))), heads=heads,
+                    dropout=dropout, attn_type="multihead", attn_kwargs={"dropout": attn_dropout})
+            for _ in range(layers)
+        )
+        head, width = [], dim
+        for _ in range(head_layers - 1):
+            head += [nn.Linear(width, width // 2), nn.ReLU()]
+            width //= 2
+        head.append(nn.Linear(width, num_tasks))
+        self.head = nn.Sequential(*head)
+
+    def forward(self, data) -> Tensor:
+        x = self.node_encoder(data)
+        e = self.edge_encoder(data.edge_attr)
+        for layer in self.layers:
+            x = layer(x, data.edge_index, data.batch, edge_attr=e)
+        return self.head(self.pool(x, data.batch, size=data.num_graphs))
+
+
+def model_kwargs(cfg_name: str, info, overrides: dict | None = None) -> dict:
+    """Model hyper-parameters of a protocol config, with the dataset's feature layout."""
+    from .config import load_config
+
+    m = load_config(cfg_name).model.to_dict()
+    keys = ("dim", "layers", "heads", "local", "dropout", "attn_dropout", "pe", "pe_steps", "pe_dim", "pooling",
+            "head_layers")
+    kw = {k: m[k] for k in keys}
+    overrides = dict(overrides or {})
+    if "dim" in overrides and kw["pe"] != "none":  # keep the positional share of the width
+        overrides.setdefault("pe_dim", max(1, round(kw["pe_dim"] * overrides["dim"] / kw["dim"])))
+    kw.update(overrides)
+    kw.update(num_tasks=info.num_tasks, node_features=info.node_features, num_node_types=info.num_node_types,
+              num_edge_types=info.num_edge_types)
+    return kw
+
+
+def build_model(variant: str, kw: dict, seed: int = 0) -> nn.Module:
+    """``variant`` in :data:`VARIANTS`; ``kw`` from :func:`model_kwargs`."""
+    from .nn import SigGateGT
+
+    torch.manual_seed(seed)
+    if variant == "pyg":
+        kw = {k: v for k, v in kw.items() if k != "local"}
+        return PyGReference(**kw)
+    return SigGateGT(gate=variant, **kw)
+
+
+def count_params(model: nn.Module) -> dict:
+    return {
+        "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "total": sum(p.numel() for p in model.parameters()),
+    }
+
+
+def make_optimizer(model: nn.Module, kind: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW; ``kind`` ``"fused"`` (one kernel for all parameters), ``"foreach"`` or
+    ``"forloop"`` (PyTorch's default on CPU, one small op per tensor and step)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opts = {"fused": {"fused": True}, "foreach": {"foreach": True}, "forloop": {"foreach": False}}[kind]
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **opts)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def synthetic_molecule(n: int, seed: int, node_features: str = "ogb", num_node_types: int = 28,
+                       num_edge_types: int = 4, num_tasks: int = 1):
+    """A molecule-like graph of ``n`` nodes: a chain with a 6-ring closed every 6 atoms
+    (degree 2-3, like aromatic chains), random OGB-range categorical features."""
+    from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
+    from torch_geometric.data import Data
+
+    g = torch.Generator().manual_seed(seed)
+    src = list(range(n - 1))
+    dst = list(range(1, n))
+    for i in range(0, n - 5, 6):
+        src.append(i)
+        dst.append(i + 5)
+    ei = torch.tensor([src, dst], dtype=torch.long)
+    ei = torch.cat([ei, ei.flip(0)], 1) if n > 1 else torch.zeros(2, 0, dtype=torch.long)
+    e = ei.size(1)
+    if node_features == "ogb":
+        x = torch.stack([torch.randint(0, min(k, 6), (n,), generator=g) for k in get_atom_feature_dims()], 1)
+        ea = torch.stack([torch.randint(0, min(k, 3), (e,), generator=g) for k in get_bond_feature_dims()], 1)
+    else:
+        x = torch.randint(0, num_node_types, (n, 1), generator=g)
+        ea = torch.randint(1, num_edge_types, (e, 1), generator=g)
+    return Data(x=x, edge_index=ei, edge_attr=ea, y=torch.zeros(1, num_tasks), num_nodes=n)
+
+
+def _synthetic_info(kind: str):
+    from .data.base import TaskInfo
+
+    if kind == "peptides":
+        return TaskInfo(name="synthetic-peptides", task="multilabel", num_tasks=10, metric="ap")
+    return TaskInfo(name="synthetic", task="regression", num_tasks=1, metric="mae")
+
+
+def _nci5k_fallback(n_graphs: int, seed: int):
+    """NCI-5K molecules featurized here (used when the dataset registry is unavailable)."""
+    import random
+
+    from rdkit import RDConfig
+
+    from .data.base import TaskInfo
+    from .data.chem import InvalidSmiles, smiles_to_graph
+
+    path = Path(RDConfig.RDDataDir) / "NCI" / "first_5K.smi"
+    lines = [ln.split()[0] for ln in path.read_text().splitlines() if ln.strip()]
+    random.Random(seed).shuffle(lines)
+    graphs = []
+    for smi in lines:
+        try:
+            g = smiles_to_graph(smi)
+        except InvalidSmiles:
+            continue
+        g.y = torch.zeros(1, 1)
+        graphs.append(g)
+        if len(graphs) >= n_graphs:
+            break
+    return graphs, TaskInfo(name="nci5k", task="regression", num_tasks=1, metric="mae")
+
+
+def load_graphs(config: str, dataset: str, n_graphs: int, seed: int, data_root=None, cache_dir=None):
+    """Real graphs for a benchmark config (positional encodings added here).
+
+    ``config`` ``"zinc"``: ``dataset`` ``"auto"`` takes ZINC when it loads from the data
+    root, else NCI-5K (molecules of RDKit's ``first_5K.smi``); ``"peptides"``:
+    Peptides-func (the first build featurizes 15,535 peptides, then it is cached).
+    ``"synthetic"``: molecule-like chains (tests). Returns ``(graphs, info, source)``.
+    """
+    import random
+
+    from .data.pe import add_pe
+
+    def sample(graphs):
+        rng = random.Random(seed)
+        return [graphs[i].clone() for i in rng.sample(range(len(graphs)), min(n_graphs, len(graphs)))]
+
+    if dataset == "synthetic":
+        rng = random.Random(seed)
+        lo, hi = (50, 300) if config == "peptides" else (8, 40)
+        graphs = [synthetic_molecule(rng.randint(lo, hi), seed + i, num_tasks=10 if config == "peptides" else 1)
+                  for i in range(n_graphs)]
+        info, source = _synthetic_info(config), "synthetic molecule-like chains"
+    else:
+        from .data.registry import get_dataset
+
+        if config == "peptides":
+            ds = get_dataset("peptides-func", root=data_root, cache_dir=cache_dir)
+            graphs, info, source = sample(ds.train), ds.info, "peptides-func (train split)"
+        else:
+            graphs = None
+            if dataset in ("auto", "zinc"):
+                try:
+                    ds = get_dataset("zinc", root=data_root, cache_dir=cache_dir, download=False)
+                    graphs, info, source = sample(ds.train), ds.info, "zinc (train split)"
+                except Exception as exc:  # noqa: BLE001 - any failure means: use NCI-5K
+                    if dataset == "zinc":
+                        raise
+                    print(f"siggate bench: ZINC not available ({type(exc).__name__}: {exc}); using NCI-5K",
+                          file=sys.stderr)
+            if graphs is None:
+                try:
+                    ds = get_dataset("nci5k", cache_dir=cache_dir)
+                    graphs, info, source = sample(ds.train), ds.info, "nci5k (train split)"
+                except Exception as exc:  # noqa: BLE001
+                    print(f"siggate bench: nci5k loader failed ({exc}); featurizing first_5K.smi", file=sys.stderr)
+                    graphs, info = _nci5k_fallback(n_graphs, seed)
+                    source = "nci5k (first_5K.smi featurized by the benchmark)"
+    for g in graphs:
+        for key in ("rwse", "lap_vec", "lap_val", "smiles"):
+            if key in g:
+                delattr(g, key)
+        g.y = torch.nan_to_num(g.y.float().view(1, -1))
+    return graphs, info, source
+
+
+def make_batches(graphs: list, batch_size: int, n_batches: int, seed: int) -> list:
+    """``n_batches`` batches of ``batch_size`` graphs drawn like a shuffled loader."""
+    import random
+
+    from torch_geometric.data import Batch
+
+    rng = random.Random(seed)
+    order: list[int] = []
+    out = []
+    for _ in range(n_batches):
+        while len(order) < batch_size:
+            perm = list(range(len(graphs)))
+            rng.shuffle(perm)
+            order += perm
+        idx, order = order[:batch_size], order[batch_size:]
+        out.append(Batch.from_data_list([graphs[i] for i in idx]))
+    return out
+
+
+def batch_stats(batches: list) -> dict:
+    nodes = [int(n) for b in batches for n in torch.bincount(b.batch, minlength=b.num_graphs).tolist()]
+    real = sum(nodes)
+    padded = sum(b.num_graphs * int(torch.bincount(b.batch).max()) for b in batches)
+    return {
+        "graphs_per_batch": batches[0].num_graphs,
+        "nodes_mean": round(real / len(nodes), 2),
+        "nodes_max": max(nodes),
+        "edges_mean": round(sum(int(b.edge_index.size(1)) for b in batches) / len(nodes), 2),
+        "dense_padding_fraction": round(1 - real / padded, 3),
+    }
+
+
+# ----------------------------------------------------------------------------- steps
+
+
+def loss_fn(task: str):
+    if task == "regression":
+        return F.l1_loss
+    return F.binary_cross_entropy_with_logits
+
+
+def _autocast(device: torch.device, bf16: bool):
+    return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+
+
+def train_step(model, opt, batch, crit, device, bf16: bool) -> None:
+    with _autocast(device, bf16):
+        out = model(batch)
+        loss = crit(out.float(), batch.y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def infer_step(model, batch, device, bf16: bool) -> None:
+    with torch.inference_mode(), _autocast(device, bf16):
+        model(batch)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_train_memory(model, opt, batch, crit, device, bf16: bool) -> int:
+    """Peak tensor bytes allocated during one training step above what was resident
+    before it (see the module docstring)."""
+    model.train()
+    opt.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        _sync(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        train_step(model, opt, batch, crit, device, bf16)
+        _sync(device)
+        return int(torch.cuda.max_memory_allocated(device) - base)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        train_step(model, opt, batch, crit, device, bf16)
+    return _peak_from_profile(prof)
+
+
+def peak_infer_memory(model, batch, device, bf16: bool) -> int:
+    model.eval()
+    if device.type == "cuda":
+        _sync(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        infer_step(model, batch, device, bf16)
+        _sync(device)
+        return int(torch.cuda.max_memory_allocated(device) - base)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        infer_step(model, batch, device, bf16)
+    return _peak_from_profile(prof)
+
+
+def _peak_from_profile(prof) -> int:
+    events = [(e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+              if e.name() == "[memory]" and e.device_type().name == "CPU"]
+    events.sort(key=lambda t: t[0])
+    cur = peak = 0
+    for _, nbytes in events:
+        cur += nbytes
+        peak = max(peak, cur)
+    return int(peak)
+
+
+def resident_bytes(model, opt) -> int:
+    """Parameters, buffers and optimizer state."""
+    n = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
+    for state in opt.state.values():
+        n += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v))
+    return int(n)
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def summarize(values: list[float]) -> dict:
+    v = sorted(values)
+    q = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else [v[0]] * 3
+    return {"median": statistics.median(v), "q25": q[0], "q75": q[2], "min": v[0], "max": v[-1], "n": len(v)}
+
+
+def _r(x: dict, nd: int = 4) -> dict:
+    return {k: (round(val, nd) if isinstance(val, float) else val) for k, val in x.items()}
+
+
+# ----------------------------------------------------------------------------- throughput
+
+
+def bench_config(config: str, args, device: torch.device) -> dict:
+    """Interleaved timing and memory of every variant on one config; returns a dict."""
+    cfg_name = CONFIGS[config]
+    from .config import load_config
+
+    cfg = load_config(cfg_name)
+    batch_size = args.batch_size or cfg.train.batch_size
+    overrides = {k: v for k, v in (("layers", args.layers), ("dim", args.dim)) if v}
+    n_graphs = max(batch_size * args.batches, 256) if args.dataset != "synthetic" else batch_size * args.batches
+    graphs, info, source = load_graphs(config, args.dataset, n_graphs, args.seed, args.data_root, args.cache_dir)
+    kw = model_kwargs(cfg_name, info, overrides)
+    from .data.pe import add_pe
+
+    if kw["pe"] == "rwse":
+        add_pe(graphs, rwse_steps=kw["pe_steps"])
+    elif kw["pe"] == "lappe":
+        add_pe(graphs, lap_dim=kw["pe_steps"])
+    batches = [b.to(device) for b in make_batches(graphs, batch_size, args.batches, args.seed)]
+    crit = loss_fn(info.task)
+    variants = list(args.variants)
+    models = {v: build_model(v, kw, args.seed).to(device) for v in variants}
+    opts = {v: make_optimizer(models[v], args.optimizer, cfg.train.lr, cfg.train.weight_decay) for v in variants}
+    params = {v: count_params(m) for v, m in models.items()}
+    bf16 = args.bf16
+
+    def run_train(v):
+        m, o = models[v], opts[v]
+        m.train()
+        for b in batches:
+            train_step(m, o, b, crit, device, bf16)
+        _sync(device)
+
+    def run_infer(v):
+        m = models[v]
+        m.eval()
+        for b in batches:
+            infer_step(m, b, device, bf16)
+        _sync(device)
+
+    for v in variants:  # warm-up: allocator, lazy optimizer state, first-call paths
+        for _ in range(args.warmup):
+            for b in batches[: max(1, min(len(batches), 2))]:
+                models[v].train()
+                train_step(models[v], opts[v], b, crit, device, bf16)
+                infer_step(models[v].eval(), b, device, bf16)
+    _sync(device)
+
+    n_g = sum(b.num_graphs for b in batches)
+    times = {(k, v): [] for k in ("train", "infer") for v in variants}
+    t_start = time.time()
+    for r in range(args.repeats):
+        order = variants[r % len(variants):] + variants[: r % len(variants)]
+        for kind, fn in (("train", run_train), ("infer", run_infer)):
+            for v in order:
+                t0 = time.perf_counter()
+                fn(v)
+                times[kind, v].append(time.perf_counter() - t0)
+    wall = time.time() - t_start
+
+    mem = {}
+    for v in variants:
+        mem[v] = {
+            "train_peak_bytes": peak_train_memory(models[v], opts[v], batches[0], crit, device, bf16),
+            "infer_peak_bytes": peak_infer_memory(models[v], batches[0], device, bf16),
+            "resident_bytes": resident_bytes(models[v], opts[v]),
+        }
+
+    res = {
+        "config": cfg_name,
+        "data": source,
+        "batches": batch_stats(batches),
+        "model": {k: kw[k] for k in ("dim", "layers", "heads", "local", "attn_dropout", "dropout", "pe", "pe_steps",
+                                     "pe_dim", "pooling", "head_layers", "node_features")},
+        "reference_local": "gine",
+        "optimizer": f"AdamW ({args.optimizer})",
+        "loss": crit.__name__,
+        "repeats": args.repeats,
+        "batches_per_round": len(batches),
+        "warmup": args.warmup,
+        "timed_seconds": round(wall, 1),
+        "params": params,
+        "graphs_per_s": {},
+        "memory": mem,
+    }
+    for kind in ("train", "infer"):
+        res["graphs_per_s"][kind] = {v: _r(summarize([n_g / t for t in times[kind, v]]), 2) for v in variants}
+    res["ratios"] = {}
+    for base in ("pyg", "none"):
+        if base not in variants:
+            continue
+        for kind in ("train", "infer"):
+            for v in variants:
+                if v == base:
+                    continue
+                paired = [tb / tv for tv, tb in zip(times[kind, v], times[kind, base])]  # speed v / speed base
+                res["ratios"][f"{kind}_{v}_vs_{base}"] = _r(summarize(paired))
+    if "none" in variants:
+        for v in ("headwise", "elementwise"):
+            if v in variants:
+                over = [tv / tn - 1 for tv, tn in zip(times["train", v], times["train", "none"])]
+                res[f"overhead_{v}"] = _r(summarize(over))
+    if "pyg" in variants and "none" in variants:
+        res["peak_mem_ratio_vs_pyg"] = round(mem["none"]["train_peak_bytes"] / max(1, mem["pyg"]["train_peak_bytes"]), 4)
+        res["param_rel_diff_none_vs_pyg"] = round(
+            abs(params["none"]["trainable"] - params["pyg"]["trainable"]) / params["pyg"]["trainable"], 6)
+    return res
+
+
+def _top_level(zinc: dict) -> dict:
+    r = zinc["ratios"]
+    get = lambda key: r[key]["median"] if key in r else None  # noqa: E731
+    return {
+        "train_ratio_vs_pyg": get("train_none_vs_pyg"),
+        "infer_ratio_vs_pyg": get("infer_none_vs_pyg"),
+        "overhead_headwise": zinc.get("overhead_headwise", {}).get("median"),
+        "overhead_elementwise": zinc.get("overhead_elementwise", {}).get("median"),
+        "peak_mem_ratio_vs_pyg": zinc.get("peak_mem_ratio_vs_pyg"),
+        "params": {v: p["trainable"] for v, p in zinc["params"].items()},
+    }
+
+
+def print_table(res: dict, file=sys.stdout) -> None:
+    gps = res["graphs_per_s"]
+    print(f"\n{res['config']} on {res['data']}: {res['batches']}", file=file)
+    print(f"{'variant':12s} {'train g/s':>10s} {'[q25,q75]':>17s} {'infer g/s':>10s} {'[q25,q75]':>17s} "
+          f"{'train peak MiB':>14s} {'params':>9s}", file=file)
+    for v in gps["train"]:
+        t, i = gps["train"][v], gps["infer"][v]
+        mib = res["memory"][v]["train_peak_bytes"] / 2**20
+        tq = "[%.0f, %.0f]" % (t["q25"], t["q75"])
+        iq = "[%.0f, %.0f]" % (i["q25"], i["q75"])
+        print(f"{v:12s} {t['median']:10.1f} {tq:>17s} {i['median']:10.1f} {iq:>17s} {mib:14.1f} "
+              f"{res['params'][v]['trainable']:9d}", file=file)
+    for key, val in res["ratios"].items():
+        print(f"  {key:28s} median {val['median']:.3f}  IQR [{val['q25']:.3f}, {val['q75']:.3f}]", file=file)
+    for v in ("headwise", "elementwise"):
+        if f"overhead_{v}" in res:
+            o = res[f"overhead_{v}"]
+            print(f"  overhead {v:11s} (train step vs none) median {100 * o['median']:+.1f}%  "
+                  f"IQR [{100 * o['q25']:+.1f}%, {100 * o['q75']:+.1f}%]", file=file)
+    if "peak_mem_ratio_vs_pyg" in res:
+        print(f"  peak train memory none/pyg {res['peak_mem_ratio_vs_pyg']:.3f}", file=file)
+
+
+# ----------------------------------------------------------------------------- scaling
+
+
+def run_scaling(args, device: torch.device) -> dict:
+    """Batch of one graph of each size: seconds per training step / inference, peak memory."""
+    from torch_geometric.data import Batch
+
+    from .config import load_config
+    from .data.base import TaskInfo
+    from .data.pe import add_pe
+
+    cfg = load_config("zinc")
+    info = TaskInfo(name="synthetic", task="regression", num_tasks=1, metric="mae")
+    overrides = {k: v for k, v in (("layers", args.layers), ("dim", args.dim)) if v}
+    kw = model_kwargs("zinc", info, overrides)
+    variants = list(args.variants)
+    models = {v: build_model(v, kw, args.seed).to(device) for v in variants}
+    opts = {v: make_optimizer(models[v], args.optimizer, cfg.train.lr, cfg.train.weight_decay) for v in variants}
+    crit = loss_fn("regression")
+    sizes = list(args.sizes)
+    rows = []
+    for n in sizes:
+        g = synthetic_molecule(n, args.seed + n)
+        add_pe([g], rwse_steps=kw["pe_steps"])
+        batch = Batch.from_data_list([g]).to(device)
+        for v in variants:
+            models[v].train()
+            train_step(models[v], opts[v], batch, crit, device, args.bf16)  # warm-up
+        t_train = {v: [] for v in variants}
+        t_infer = {v: [] for v in variants}
+        reps = max(1, args.repeats if n <= 500 else max(1, args.repeats // 3))
+        for r in range(reps):
+            order = variants[r % len(variants):] + variants[: r % len(variants)]
+            for v in order:
+                models[v].train()
+                t0 = time.perf_counter()
+                train_step(models[v], opts[v], batch, crit, device, args.bf16)
+                _sync(device)
+                t_train[v].append(time.perf_counter() - t0)
+                models[v].eval()
+                t0 = time.perf_counter()
+                infer_step(models[v], batch, device, args.bf16)
+                _sync(device)
+                t_infer[v].append(time.perf_counter() - t0)
+        for v in variants:
+            row = {
+                "nodes": n,
+                "edges": int(g.edge_index.size(1)),
+                "variant": v,
+                "train_s": round(statistics.median(t_train[v]), 5),
+                "infer_s": round(statistics.median(t_infer[v]), 5),
+                "train_peak_bytes": peak_train_memory(models[v], opts[v], batch, crit, device, args.bf16),
+                "infer_peak_bytes": peak_infer_memory(models[v], batch, device, args.bf16),
+                "resident_bytes": resident_bytes(models[v], opts[v]),
+                "repeats": reps,
+            }
+            row["train_total_bytes"] = row["train_peak_bytes"] + row["resident_bytes"]
+            rows.append(row)
+            print(f"  n={n:5d} {v:12s} train {row['train_s']:8.4f} s  infer {row['infer_s']:8.4f} s  "
+                  f"train peak {row['train_peak_bytes'] / 2**20:9.1f} MiB  infer peak "
+                  f"{row['infer_peak_bytes'] / 2**20:8.1f} MiB", flush=True)
+    largest = max(sizes)
+    check = {v: next(r["train_total_bytes"] for r in rows if r["nodes"] == largest and r["variant"] == v)
+             for v in variants}
+    return {
+        "model": {k: kw[k] for k in ("dim", "layers", "heads", "local", "attn_dropout", "pe", "pe_steps", "pe_dim")},
+        "graph": "synthetic molecule-like chain, 6-rings every 6 atoms, OGB-range features, RWSE",
+        "sizes": sizes,
+        "rows": rows,
+        "largest": largest,
+        "train_total_bytes_at_largest": check,
+        "fits_4gib_at_largest": {v: b <= 4 * GIB for v, b in check.items()},
+    }
+
+
+def plot_scaling(res: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    variants = list(dict.fromkeys(r["variant"] for r in res["rows"]))
+    for v in variants:
+        rows = [r for r in res["rows"] if r["variant"] == v]
+        n = [r["nodes"] for r in rows]
+        line, = axes[0].plot(n, [r["train_s"] for r in rows], "o-", label=f"{v} train step")
+        axes[0].plot(n, [r["infer_s"] for r in rows], "s--", color=line.get_color(), alpha=0.6,
+                     label=f"{v} inference")
+        axes[1].plot(n, [r["train_peak_bytes"] / 2**20 for r in rows], "o-", color=line.get_color(),
+                     label=f"{v} train step")
+        axes[1].plot(n, [r["infer_peak_bytes"] / 2**20 for r in rows], "s--", color=line.get_color(), alpha=0.6,
+                     label=f"{v} inference")
+    for ax, title, unit in ((axes[0], "time per graph (batch of one)", "seconds"),
+                            (axes[1], "peak tensor memory per graph", "MiB")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("nodes")
+        ax.set_ylabel(unit)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[1].axhline(4096, color="k", lw=0.8, ls=":")
+    axes[1].text(res["sizes"][0], 4096 * 1.1, "4 GiB", fontsize=8)
+    axes[0].legend(fontsize=7)
+    m = res["model"]
+    fig.suptitle(f"SigGate-GT scaling: {m['layers']} layers, dim {m['dim']}, {m['heads']} heads, "
+                 f"attn dropout {m['attn_dropout']}, {res['machine']['threads']} threads", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", choices=["zinc", "peptides", "both"], default="zinc",
+                   help="zinc: GraphGPS ZINC config (10 layers, dim 64, batch 32, RWSE); peptides: GraphGPS "
+                        "Peptides-func config (4 layers, dim 96, batch 128, LapPE, GatedGCN); both")
+    p.add_argument("--dataset", choices=["auto", "zinc", "nci5k", "synthetic"], default="auto",
+                   help="graphs for the zinc config: ZINC if it loads from the data root, else NCI-5K (auto)")
+    p.add_argument("--data-root", default=None, help="benchmark data root (ZINC, Peptides-func)")
+    p.add_argument("--cache-dir", default=None, help="processed-data cache")
+    p.add_argument("--repeats", type=int, default=10, help="interleaved timing rounds (default: 10)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up steps per variant (default: 3)")
+    p.add_argument("--batches", type=int, default=8, help="batches per round (default: 8)")
+    p.add_argument("--batch-size", type=int, default=None, help="override the config's batch size")
+    p.add_argument("--layers", type=int, default=None, help="override the number of layers (tests)")
+    p.add_argument("--dim", type=int, default=None, help="override the width (tests)")
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {','.join(VARIANTS)}")
+    p.add_argument("--optimizer", choices=["fused", "foreach", "forloop"], default="fused",
+                   help="AdamW implementation, the same for every variant (default: fused)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="write OUT/bench.json (OUT/scaling.json + scaling.png with --scaling)")
+    p.add_argument("--scaling", action="store_true", help="time/memory per graph as graph size grows, batch of one")
+    p.add_argument("--sizes", default=",".join(map(str, SCALING_SIZES)), help="node counts for --scaling")
+
+
+def _command_line(args) -> str:
+    """The ``siggate bench`` command that reproduces ``args``."""
+    defaults = vars(build_parser().parse_args([]))
+    parts = ["siggate bench"]
+    for key, val in vars(args).items():
+        if key in ("func", "command", "verbose") or key not in defaults:
+            continue
+        if isinstance(val, list):
+            val = ",".join(map(str, val))
+        if val == defaults[key] or val is None or val is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        parts.append(flag if val is True else f"{flag} {val}")
+    return " ".join(parts)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="siggate bench", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return parser
+
+
+def run(args) -> dict:
+    """Run the benchmark described by parsed ``args``; prints a table and returns the result."""
+    args.variants = [v.strip() for v in str(args.variants).split(",") if v.strip()]
+    bad = [v for v in args.variants if v not in VARIANTS]
+    if bad:
+        raise ValueError(f"unknown variants {bad}; choose from {VARIANTS}")
+    args.sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda: CUDA is not available")
+    device = torch.device(args.device)
+    out = Path(args.out) if args.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    command = _command_line(args)
+    if args.scaling:
+        res = run_scaling(args, device)
+        res["machine"] = machine_info(device)
+        res["command"] = command
+        if out:
+            (out / "scaling.json").write_text(json.dumps(res, indent=2) + "\n")
+            plot_scaling(res, out / "scaling.png")
+            print(f"siggate bench: wrote {out / 'scaling.json'} and {out / 'scaling.png'}")
+        return res
+    configs = ["zinc", "peptides"] if args.config == "both" else [args.config]
+    results = {}
+    for c in configs:
+        results[c] = bench_config(c, args, device)
+        print_table(results[c])
+    res: dict = {}
+    if "zinc" in results:
+        res.update(_top_level(results["zinc"]))
+    res["machine"] = machine_info(device)
+    if hasattr(os, "getloadavg"):
+        res["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    res["command"] = command
+    res["configs"] = results
+    if out:
+        (out / "bench.json").write_text(json.dumps(res, indent=2) + "\n")
+        print(f"siggate bench: wrote {out / 'bench.json'}")
+    return res
+
+
+def _cmd(args) -> int:
+    run(args)
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``bench`` to the ``siggate`` CLI."""
+    p = subparsers.add_parser("bench", help="throughput and peak memory vs PyG's GPSConv",
+                              description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    p.set_defaults(func=_cmd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return _cmd(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
