@@ -462,46 +462,50 @@ def bench_config(config: str, args, device: torch.device) -> dict:
     params = {v: count_params(m) for v, m in models.items()}
     bf16 = args.bf16
 
-    def run_train(v):
-        m, o = models[v], opts[v]
-        m.train()
-        for b in batches:
-            train_step(m, o, b, crit, device, bf16)
-        _sync(device)
-
-    def run_infer(v):
+    def step(kind, v, b):
         m = models[v]
-        m.eval()
-        for b in batches:
+        if kind == "train":
+            m.train()
+            train_step(m, opts[v], b, crit, device, bf16)
+        else:
+            m.eval()
             infer_step(m, b, device, bf16)
         _sync(device)
 
     for v in variants:  # warm-up: allocator, lazy optimizer state, first-call paths
         for _ in range(args.warmup):
-            for b in batches[: max(1, min(len(batches), 2))]:
-                models[v].train()
-                train_step(models[v], opts[v], b, crit, device, bf16)
-                infer_step(models[v].eval(), b, device, bf16)
-    _sync(device)
+            for b in batches[: min(len(batches), 2)]:
+                step("train", v, b)
+                step("infer", v, b)
 
+    # Interleaved at the step level: for every batch each variant runs once, the order
+    # rotating, so drift of a shared machine hits all variants alike; a round is one
+    # pass over the batches, and gives one throughput per variant (wall clock and CPU).
     n_g = sum(b.num_graphs for b in batches)
-    times = {(k, v): [] for k in ("train", "infer") for v in variants}
-    t_start = time.time()
+    wall = {(k, v): [0.0] * args.repeats for k in ("train", "infer") for v in variants}
+    cpu = {(k, v): [0.0] * args.repeats for k in ("train", "infer") for v in variants}
+    t_start, i = time.time(), 0
     for r in range(args.repeats):
-        order = variants[r % len(variants):] + variants[: r % len(variants)]
-        for kind, fn in (("train", run_train), ("infer", run_infer)):
-            for v in order:
-                t0 = time.perf_counter()
-                fn(v)
-                times[kind, v].append(time.perf_counter() - t0)
-    wall = time.time() - t_start
+        for kind in ("train", "infer"):
+            for b in batches:
+                i += 1
+                order = variants[i % len(variants):] + variants[: i % len(variants)]
+                for v in order:
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    step(kind, v, b)
+                    wall[kind, v][r] += time.perf_counter() - t0
+                    cpu[kind, v][r] += time.process_time() - c0
+    timed = time.time() - t_start
+    times = wall
 
+    big = max(batches, key=lambda b: b.num_nodes)
     mem = {}
     for v in variants:
         mem[v] = {
-            "train_peak_bytes": peak_train_memory(models[v], opts[v], batches[0], crit, device, bf16),
-            "infer_peak_bytes": peak_infer_memory(models[v], batches[0], device, bf16),
+            "train_peak_bytes": peak_train_memory(models[v], opts[v], big, crit, device, bf16),
+            "infer_peak_bytes": peak_infer_memory(models[v], big, device, bf16),
             "resident_bytes": resident_bytes(models[v], opts[v]),
+            "batch_nodes": int(big.num_nodes),
         }
 
     res = {
@@ -516,28 +520,34 @@ def bench_config(config: str, args, device: torch.device) -> dict:
         "repeats": args.repeats,
         "batches_per_round": len(batches),
         "warmup": args.warmup,
-        "timed_seconds": round(wall, 1),
+        "timed_seconds": round(timed, 1),
+        "clock": "wall (perf_counter); cpu_* entries use process_time",
         "params": params,
         "graphs_per_s": {},
         "memory": mem,
     }
     for kind in ("train", "infer"):
         res["graphs_per_s"][kind] = {v: _r(summarize([n_g / t for t in times[kind, v]]), 2) for v in variants}
-    res["ratios"] = {}
-    for base in ("pyg", "none"):
-        if base not in variants:
-            continue
-        for kind in ("train", "infer"):
-            for v in variants:
-                if v == base:
-                    continue
-                paired = [tb / tv for tv, tb in zip(times[kind, v], times[kind, base])]  # speed v / speed base
-                res["ratios"][f"{kind}_{v}_vs_{base}"] = _r(summarize(paired))
+    for name, clock in (("ratios", wall), ("cpu_ratios", cpu)):
+        res[name] = {}
+        for base in ("pyg", "none"):
+            if base not in variants:
+                continue
+            for kind in ("train", "infer"):
+                for v in variants:
+                    if v == base:
+                        continue
+                    paired = [tb / tv for tv, tb in zip(clock[kind, v], clock[kind, base])]  # speed v / speed base
+                    res[name][f"{kind}_{v}_vs_{base}"] = _r(summarize(paired))
+    res["cpu_graphs_per_s"] = {kind: {v: _r(summarize([n_g / t for t in cpu[kind, v]]), 2) for v in variants}
+                               for kind in ("train", "infer")}
     if "none" in variants:
         for v in ("headwise", "elementwise"):
             if v in variants:
                 over = [tv / tn - 1 for tv, tn in zip(times["train", v], times["train", "none"])]
                 res[f"overhead_{v}"] = _r(summarize(over))
+                over = [tv / tn - 1 for tv, tn in zip(cpu["train", v], cpu["train", "none"])]
+                res[f"cpu_overhead_{v}"] = _r(summarize(over))
     if "pyg" in variants and "none" in variants:
         res["peak_mem_ratio_vs_pyg"] = round(mem["none"]["train_peak_bytes"] / max(1, mem["pyg"]["train_peak_bytes"]), 4)
         res["param_rel_diff_none_vs_pyg"] = round(
@@ -570,13 +580,19 @@ def print_table(res: dict, file=sys.stdout) -> None:
         iq = "[%.0f, %.0f]" % (i["q25"], i["q75"])
         print(f"{v:12s} {t['median']:10.1f} {tq:>17s} {i['median']:10.1f} {iq:>17s} {mib:14.1f} "
               f"{res['params'][v]['trainable']:9d}", file=file)
+    print("  speed ratios (paired per round; median [IQR]), wall clock | CPU time:", file=file)
     for key, val in res["ratios"].items():
-        print(f"  {key:28s} median {val['median']:.3f}  IQR [{val['q25']:.3f}, {val['q75']:.3f}]", file=file)
+        if not key.endswith("_vs_pyg"):
+            continue
+        c = res["cpu_ratios"][key]
+        print(f"  {key:28s} {val['median']:.3f} [{val['q25']:.3f}, {val['q75']:.3f}] | "
+              f"{c['median']:.3f} [{c['q25']:.3f}, {c['q75']:.3f}]", file=file)
     for v in ("headwise", "elementwise"):
         if f"overhead_{v}" in res:
-            o = res[f"overhead_{v}"]
-            print(f"  overhead {v:11s} (train step vs none) median {100 * o['median']:+.1f}%  "
-                  f"IQR [{100 * o['q25']:+.1f}%, {100 * o['q75']:+.1f}%]", file=file)
+            o, c = res[f"overhead_{v}"], res[f"cpu_overhead_{v}"]
+            print(f"  overhead {v:11s} (train step vs none) {100 * o['median']:+.1f}% "
+                  f"[{100 * o['q25']:+.1f}%, {100 * o['q75']:+.1f}%] | {100 * c['median']:+.1f}% "
+                  f"[{100 * c['q25']:+.1f}%, {100 * c['q75']:+.1f}%]", file=file)
     if "peak_mem_ratio_vs_pyg" in res:
         print(f"  peak train memory none/pyg {res['peak_mem_ratio_vs_pyg']:.3f}", file=file)
 
@@ -751,8 +767,16 @@ def run(args) -> dict:
     if bad:
         raise ValueError(f"unknown variants {bad}; choose from {VARIANTS}")
     args.sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
+    threads = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
+    try:
+        return _run(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(args) -> dict:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda: CUDA is not available")
     device = torch.device(args.device)

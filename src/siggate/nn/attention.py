@@ -509,8 +509,10 @@ def _grouped_attention_nograd(proj, layout, heads, dropout_p, d, dh, scale) -> T
         if n >= CHUNKED_MIN_NODES:
             if dropout_p > 0.0:
                 _chunk_forward(q, kk, v, bias, dropout_p, scale, CHUNK_ROWS, None, o)
-            else:
-                o.copy_(F.scaled_dot_product_attention(q, kk, v, attn_mask=bias))
+            else:  # 4-D, or SDPA would pick its O(n^2) math kernel
+                b4 = layout.bias(k, proj.dtype)
+                o.view(g, heads, n, dh).copy_(F.scaled_dot_product_attention(
+                    q.view(g, heads, n, dh), kk.view(g, heads, n, dh), v.view(g, heads, n, dh), attn_mask=b4))
             continue
         if bias is None:
             sc = torch.baddbmm(o.new_empty(1, 1, 1), q, kk.transpose(1, 2), beta=0.0, alpha=scale)

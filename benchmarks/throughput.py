@@ -1,0 +1,18 @@
+#!/usr/bin/env python
+"""Throughput and peak memory of SigGate-GT against PyG's GPSConv.
+
+A thin wrapper: the logic lives in :mod:`siggate.bench` so that the installed
+``siggate bench`` command works too. Same options, e.g.::
+
+    python benchmarks/throughput.py --config zinc --threads 1 --out benchmarks/results
+    python benchmarks/throughput.py --scaling --out benchmarks/results
+
+See benchmarks/README.md.
+"""
+
+import sys
+
+from siggate.bench import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,347 @@
+"""The optimized paths of siggate.nn pinned to the readable one, and a `siggate bench` smoke test.
+
+The readable path is the model built with ``fused=False`` (padded ``(B, N_max, d)`` batch,
+``q k^T``/mask/softmax spelled out, plain autograd); the fast path (``fused=True``) uses the
+size-grouped packed layout, the hand-written attention/GINE/FFN backwards and, in eval,
+BatchNorm folding. Everything here runs in float64 with explicit dtypes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
+from torch_geometric.data import Batch, Data
+
+import siggate.nn.attention as A
+from siggate.nn import GINELocal, GPSLayer, SigGateGT
+from siggate.nn.attention import PackedLayout, grouped_attention
+from siggate.nn.layer import _GINEResidual, _MLPResidual
+
+DT = torch.float64
+SIZES = [6, 13, 3, 21, 9, 13, 1, 5, 21]  # padding, repeated sizes, a one-node graph
+
+
+def graph(n: int, seed: int) -> Data:
+    g = torch.Generator().manual_seed(seed)
+    src = torch.arange(n - 1)
+    ei = torch.cat([torch.stack([src, src + 1]), torch.randint(0, n, (2, n // 2), generator=g)], 1)
+    ei = ei[:, ei[0] != ei[1]]
+    ei = torch.cat([ei, ei.flip(0)], 1)
+    x = torch.stack([torch.randint(0, k, (n,), generator=g) for k in get_atom_feature_dims()], 1)
+    ea = torch.stack([torch.randint(0, k, (ei.size(1),), generator=g) for k in get_bond_feature_dims()], 1)
+    lv = torch.randn(n, 4, generator=g, dtype=DT)
+    ll = torch.rand(n, 4, generator=g, dtype=DT)
+    if n < 4:
+        lv[:, n:] = float("nan")
+        ll[:, n:] = float("nan")
+    return Data(x=x, edge_index=ei, edge_attr=ea, rwse=torch.rand(n, 8, generator=g, dtype=DT), lap_vec=lv,
+                lap_val=ll, y=torch.zeros(1, 2, dtype=DT))
+
+
+def batch(sizes=SIZES) -> Batch:
+    return Batch.from_data_list([graph(n, s) for s, n in enumerate(sizes)])
+
+
+def twin_models(seed=0, **kw):
+    torch.manual_seed(seed)
+    fast = SigGateGT(2, dim=16, layers=2, heads=4, attn_dropout=0.0, fused=True, **kw).to(DT)
+    torch.manual_seed(seed)
+    slow = SigGateGT(2, dim=16, layers=2, heads=4, attn_dropout=0.0, fused=False, **kw).to(DT)
+    return fast, slow
+
+
+def assert_same_training_step(fast, slow, b, atol=1e-10):
+    fast.train()
+    slow.train()
+    o1, o2 = fast(b), slow(b)
+    assert torch.allclose(o1, o2, atol=atol, rtol=0)
+    (o1**2).sum().backward()
+    (o2**2).sum().backward()
+    for (name, p1), p2 in zip(fast.named_parameters(), slow.parameters()):
+        if p1.grad is None:
+            assert p2.grad is None, name
+            continue
+        assert torch.allclose(p1.grad, p2.grad, atol=atol, rtol=0), name
+
+
+@pytest.fixture
+def groups(request, monkeypatch):
+    """``many``: one group per distinct size; ``one``: a single padded group;
+    ``chunked``: default grouping, every group through the chunked kernel."""
+    if request.param == "many":
+        monkeypatch.setattr(A, "GROUP_CALL_COST", 0.0)
+    elif request.param == "one":
+        monkeypatch.setattr(A, "GROUP_CALL_COST", 1e12)
+    elif request.param == "chunked":
+        monkeypatch.setattr(A, "CHUNKED_MIN_NODES", 1)
+        monkeypatch.setattr(A, "CHUNK_ROWS", 4)
+    return request.param
+
+
+@pytest.mark.parametrize("groups", ["default", "many", "one", "chunked"], indirect=True)
+@pytest.mark.parametrize("gate", ["none", "headwise", "elementwise"])
+@pytest.mark.parametrize("position", ["output", "value", "post"])
+def test_training_step_fast_equals_readable(gate, position, groups):
+    fast, slow = twin_models(gate=gate, gate_position=position, local="gine", pe="rwse", pe_steps=8, pe_dim=4)
+    assert_same_training_step(fast, slow, batch())
+
+
+@pytest.mark.parametrize("groups", ["default", "many"], indirect=True)
+@pytest.mark.parametrize("kw", [
+    dict(local="gatedgcn", gate="headwise", pe="lappe", pe_steps=4, pe_dim=4, pooling="mean"),
+    dict(local="none", gate="elementwise"),
+    dict(local="gine", gate="none", pooling="mean", head_layers=1),
+])
+def test_training_step_other_models(kw, groups):
+    torch.manual_seed(1)  # LapPE flips signs at random in training: same draws for both
+    fast, slow = twin_models(**kw)
+    b = batch()
+    fast.train()
+    slow.train()
+    torch.manual_seed(3)
+    o1 = fast(b)
+    torch.manual_seed(3)
+    o2 = slow(b)
+    assert torch.allclose(o1, o2, atol=1e-10, rtol=0)
+    (o1**2).sum().backward()
+    (o2**2).sum().backward()
+    for p1, p2 in zip(fast.parameters(), slow.parameters()):
+        if p1.grad is not None:
+            assert torch.allclose(p1.grad, p2.grad, atol=1e-10, rtol=0)
+
+
+def _random_running_stats(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm1d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g, dtype=DT))
+            m.running_var.copy_(torch.rand(m.num_features, generator=g, dtype=DT) + 0.5)
+            m.weight.data.copy_(torch.randn(m.num_features, generator=g, dtype=DT))
+            m.bias.data.copy_(torch.randn(m.num_features, generator=g, dtype=DT))
+
+
+@pytest.mark.parametrize("groups", ["default", "many", "chunked"], indirect=True)
+@pytest.mark.parametrize("kw", [
+    dict(local="gine", gate="elementwise"),
+    dict(local="gine", gate="headwise", gate_position="post"),
+    dict(local="gine", gate="none", gate_position="value"),
+    dict(local="gatedgcn", gate="elementwise"),
+    dict(local="none", gate="headwise"),
+])
+def test_inference_fast_equals_readable(kw, groups):
+    """Eval: BatchNorm folded into the linear maps, batched-matmul/flash attention."""
+    fast, slow = twin_models(**kw)
+    for m in (fast, slow):
+        _random_running_stats(m)
+        m.eval()
+    b = batch()
+    with torch.no_grad():
+        assert torch.allclose(fast(b), slow(b), atol=1e-10, rtol=0)
+        for m in (fast, slow):  # the folded parameters follow changes of the statistics
+            for layer in m.layers:
+                layer.norm_ff.running_mean.add_(0.5)
+                layer.norm_attn.running_var.mul_(2.0)
+        assert torch.allclose(fast(b), slow(b), atol=1e-10, rtol=0)
+    with torch.inference_mode():
+        assert torch.allclose(fast(b), slow(b), atol=1e-10, rtol=0)
+    # eval with gradients on (e.g. saliency) takes the unfolded fast path
+    x1, x2 = fast(b), slow(b)
+    assert torch.allclose(x1, x2, atol=1e-10, rtol=0)
+
+
+def test_headwise_gate_with_unaligned_projection():
+    """d = 32, H = 4: the projection width 3d + H is not a multiple of d_head (the
+    ZINC/Peptides case); the q/k/v columns take the copy path."""
+    torch.manual_seed(0)
+    fast = SigGateGT(1, dim=32, layers=2, heads=4, gate="headwise", attn_dropout=0.0, fused=True).to(DT)
+    torch.manual_seed(0)
+    slow = SigGateGT(1, dim=32, layers=2, heads=4, gate="headwise", attn_dropout=0.0, fused=False).to(DT)
+    assert_same_training_step(fast, slow, batch())
+
+
+def test_gps_layer_alone_builds_its_layout():
+    torch.manual_seed(0)
+    fast = GPSLayer(16, 4, gate="elementwise", fused=True).to(DT)
+    torch.manual_seed(0)
+    slow = GPSLayer(16, 4, gate="elementwise", fused=False).to(DT)
+    b = batch()
+    x = torch.randn(b.num_nodes, 16, dtype=DT, requires_grad=True)
+    e = torch.randn(b.edge_index.size(1), 16, dtype=DT)
+    (y1, _), (y2, _) = fast(x, b.edge_index, e, b.batch), slow(x, b.edge_index, e, b.batch)
+    assert torch.allclose(y1, y2, atol=1e-10)
+    g1, = torch.autograd.grad(y1.sum(), x)
+    g2, = torch.autograd.grad(y2.sum(), x)
+    assert torch.allclose(g1, g2, atol=1e-10)
+
+
+def test_return_details_still_reads_the_padded_attention():
+    torch.manual_seed(0)
+    model = SigGateGT(1, dim=16, layers=2, heads=4, gate="headwise").to(DT).eval()
+    b = batch()
+    out, det = model(b, return_details=True)
+    assert torch.allclose(out, model(b), atol=1e-10)
+    assert det["attn"][0]["attn"].shape == (len(SIZES), 4, max(SIZES), max(SIZES))
+
+
+# ----------------------------------------------------------------------------- layout
+
+
+@pytest.mark.parametrize("call_cost", [0.0, 4096.0, 1e12])
+def test_packed_layout_covers_every_node_once(call_cost):
+    sizes = [5, 1, 9, 9, 2, 30, 7, 0, 5]  # one empty graph
+    b = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    lay = PackedLayout.from_batch(b, len(sizes), call_cost=call_cost)
+    seen = torch.cat([ids[v] if v is not None else ids.reshape(-1) for ids, v in zip(lay.nodes, lay.valid)])
+    assert torch.equal(seen.sort().values, torch.arange(b.numel()))
+    for (g, n), ids, v in zip(lay.groups, lay.nodes, lay.valid):
+        assert ids.shape == (g, n)
+        per_graph = b[ids[:, 0]]  # every row holds one graph
+        assert ((b[ids] == per_graph[:, None]) | (~v if v is not None else False)).all()
+    # gathers are inverse to each other
+    H = 2
+    idx = lay.out_index(H)
+    src, pad = lay.out_source(H)
+    assert torch.equal(src[idx], torch.arange(b.numel() * H))
+    if call_cost == 1e12:
+        assert len(lay.groups) == 1
+    if call_cost == 0.0:
+        assert len(lay.groups) == len({n for n in sizes if n})
+
+
+def test_batch_of_one_has_no_padding_and_no_mask():
+    lay = PackedLayout.from_batch(torch.zeros(50, dtype=torch.long), 1)
+    assert lay.groups == [(1, 50)] and lay.valid == [None]
+    assert lay.bias(0, DT) is None and lay.bias_bmm(0, 4, DT) is None
+    same = PackedLayout.from_batch(torch.arange(3).repeat_interleave(7), 3)
+    assert same.valid == [None]  # equal sizes: no padding either
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+def _proj(n_nodes, d, gate_dim, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n_nodes, 3 * d + gate_dim, generator=g, dtype=DT, requires_grad=True)
+
+
+@pytest.mark.parametrize("d,gate_dim,gate_output", [
+    (16, 0, False), (16, 4, True), (16, 16, True), (16, 16, False),
+    (32, 4, True),  # 3d + H is not a multiple of d_head: q, k, v are copied out first
+])
+@pytest.mark.parametrize("chunked", [False, True])
+def test_grouped_attention_gradcheck_with_dropout(monkeypatch, d, gate_dim, gate_output, chunked):
+    """The hand-written backward, dropout included: a fixed mask per shape makes the
+    function deterministic, so it can be checked against numerical derivatives."""
+    def fixed_keep(shape, p, like, generator=None):
+        g = torch.Generator().manual_seed(int(sum(shape)))
+        return (torch.rand(shape, generator=g, dtype=like.dtype) >= p).to(like.dtype) / (1 - p)
+
+    monkeypatch.setattr(A, "_dropout_keep", fixed_keep)
+    if chunked:
+        monkeypatch.setattr(A, "CHUNKED_MIN_NODES", 1)
+        monkeypatch.setattr(A, "CHUNK_ROWS", 2)
+    sizes = [3, 1, 4, 4]
+    b = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    lay = PackedLayout.from_batch(b, len(sizes), call_cost=1.0)
+    proj = _proj(b.numel(), d, gate_dim)
+
+    def f(p):
+        o, gate = grouped_attention(p, lay, 4, 0.5, gate_dim, gate_output)
+        return o if gate is None else (o, gate)
+
+    assert torch.autograd.gradcheck(f, (proj,), eps=1e-6, atol=1e-6)
+
+
+def test_dropout_keep_is_bernoulli():
+    torch.manual_seed(0)
+    keep = A._dropout_keep((200_000,), 0.3, torch.empty(0, dtype=DT))
+    assert set(keep.unique().tolist()) == {0.0, 1 / 0.7}
+    assert abs((keep == 0).double().mean().item() - 0.3) < 0.005
+
+
+def test_dropout_is_active_in_training_and_off_in_eval():
+    torch.manual_seed(0)
+    model = SigGateGT(1, dim=16, layers=1, heads=4, attn_dropout=0.5).to(DT)
+    b = batch()
+    model.train()
+    assert not torch.allclose(model(b), model(b))
+    model.eval()
+    assert torch.allclose(model(b), model(b))
+
+
+def test_gine_and_mlp_blocks_gradcheck():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 3, dtype=DT, generator=g, requires_grad=True)
+    e = torch.randn(9, 3, dtype=DT, generator=g, requires_grad=True)
+    src = torch.tensor([0, 1, 2, 3, 4, 5, 0, 2, 4])
+    dst = torch.tensor([1, 2, 3, 4, 5, 0, 3, 5, 1])
+    eps = torch.tensor([0.3], dtype=DT, requires_grad=True)
+    w1, w2 = (torch.randn(3, 3, dtype=DT, generator=g, requires_grad=True) for _ in range(2))
+    b1, b2 = (torch.randn(3, dtype=DT, generator=g, requires_grad=True) for _ in range(2))
+    assert torch.autograd.gradcheck(lambda *a: _GINEResidual.apply(a[0], src, dst, *a[1:]), (x, e, eps, w1, b1, w2, b2))
+    r = torch.randn(6, 3, dtype=DT, generator=g, requires_grad=True)
+    assert torch.autograd.gradcheck(_MLPResidual.apply, (x, r, w1, b1, w2, b2))
+    # and it is the module's computation
+    conv = GINELocal(3, train_eps=True).to(DT)
+    ei = torch.stack([src, dst])
+    assert torch.allclose(conv.forward_residual(x, ei, e), x + conv(x, ei, e)[0], atol=1e-12)
+
+
+def test_chunked_training_memory_is_not_quadratic(monkeypatch):
+    """A 600-node graph in training with dropout: no saved tensor has n^2 entries."""
+    n = 600
+    assert n >= A.CHUNKED_MIN_NODES
+    lay = PackedLayout.from_batch(torch.zeros(n, dtype=torch.long), 1)
+    proj = torch.randn(n, 48, requires_grad=True)
+    sizes = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+        out, _ = grouped_attention(proj, lay, 4, 0.5)
+    assert max(sizes) < n * n
+    out.sum().backward()
+    assert torch.isfinite(proj.grad).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_path_matches_cpu():
+    fast, _ = twin_models(gate="elementwise")
+    b = batch()
+    fast.eval()
+    with torch.no_grad():
+        ref = fast(b)
+        out = fast.cuda()(b.cuda()).cpu()
+    assert torch.allclose(out, ref, atol=1e-8)
+
+
+# ----------------------------------------------------------------------------- bench
+
+
+def test_bench_smoke_writes_documented_keys(tmp_path):
+    from siggate.cli import main
+
+    rc = main(["bench", "--dataset", "synthetic", "--repeats", "1", "--warmup", "1", "--batches", "2",
+               "--batch-size", "4", "--layers", "1", "--dim", "16", "--threads", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    res = json.loads((tmp_path / "bench.json").read_text())
+    for key in ("train_ratio_vs_pyg", "infer_ratio_vs_pyg", "overhead_headwise", "overhead_elementwise",
+                "peak_mem_ratio_vs_pyg", "params", "machine"):
+        assert key in res, key
+    assert set(res["params"]) == {"none", "headwise", "elementwise", "pyg"}
+    assert res["params"]["none"] == res["params"]["pyg"]  # same architecture, same count
+    assert all(math.isfinite(res[k]) and res[k] > 0 for k in ("train_ratio_vs_pyg", "infer_ratio_vs_pyg"))
+    assert {"torch", "threads", "cpu"} <= set(res["machine"])
+    assert res["command"].startswith("siggate bench")
+
+
+def test_bench_scaling_smoke(tmp_path):
+    from siggate.bench import main
+
+    assert main(["--scaling", "--sizes", "8,16", "--variants", "none,pyg", "--repeats", "1", "--layers", "1",
+                 "--dim", "16", "--threads", "1", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "scaling.json").read_text())
+    assert [r["nodes"] for r in res["rows"]] == [8, 8, 16, 16]
+    assert all(r["train_peak_bytes"] > 0 for r in res["rows"])
+    assert (tmp_path / "scaling.png").stat().st_size > 0
