@@ -253,7 +253,36 @@ def test_grouped_attention_gradcheck_with_dropout(monkeypatch, d, gate_dim, gate
         o, gate = grouped_attention(p, lay, 4, 0.5, gate_dim, gate_output)
         return o if gate is None else (o, gate)
 
-    assert torch.autograd.gradcheck(f, (proj,), eps=1e-6, atol=1e-6)
+    assert torch.autograd.gradcheck(f, (proj,), eps=1e-6, atol=1e-6, fast_mode=True)
+
+
+@pytest.mark.parametrize("d,gate_dim", [(16, 0), (16, 16), (32, 4), (16, 4)])
+@pytest.mark.parametrize("chunked", [False, True])
+def test_attention_branch_gradcheck_with_dropout(monkeypatch, d, gate_dim, chunked):
+    """The whole branch (projections, gate, residual) as one node: checked against
+    numerical derivatives, dropout on (fixed masks), aligned and padded projection strides."""
+    def fixed_keep(shape, p, like, generator=None):
+        g = torch.Generator().manual_seed(int(sum(shape)))
+        return (torch.rand(shape, generator=g, dtype=like.dtype) >= p).to(like.dtype) / (1 - p)
+
+    monkeypatch.setattr(A, "_dropout_keep", fixed_keep)
+    if chunked:
+        monkeypatch.setattr(A, "CHUNKED_MIN_NODES", 1)
+        monkeypatch.setattr(A, "CHUNK_ROWS", 2)
+    sizes = [3, 1, 4]
+    b = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    lay = PackedLayout.from_batch(b, len(sizes), call_cost=1.0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(b.numel(), d, generator=g, dtype=DT, requires_grad=True)
+    w_in = (torch.randn(3 * d + gate_dim, d, generator=g, dtype=DT) / d**0.5).requires_grad_()
+    b_in = torch.randn(3 * d + gate_dim, generator=g, dtype=DT, requires_grad=True)
+    w_out = (torch.randn(d, d, generator=g, dtype=DT) / d**0.5).requires_grad_()
+    b_out = torch.randn(d, generator=g, dtype=DT, requires_grad=True)
+    for residual in (True, False):
+        def f(*t):
+            return A._AttentionBranch.apply(*t, lay, 4, 0.5, gate_dim, residual)
+
+        assert torch.autograd.gradcheck(f, (x, w_in, b_in, w_out, b_out), eps=1e-6, atol=1e-6, fast_mode=True)
 
 
 def test_dropout_keep_is_bernoulli():

@@ -340,25 +340,138 @@ def _qkv_rows(proj: Tensor, d: int, dh: int) -> tuple[Tensor, int, bool]:
     return proj[:, : 3 * d].contiguous().view(n * (3 * d // dh), dh), 3 * d // dh, True
 
 
+def _project(x: Tensor, weight: Tensor, bias: Tensor | None, dh: int) -> tuple[Tensor, Tensor, int]:
+    """The input projection ``x W^T + b`` ``[N, 3d + g]`` written with a row stride that is
+    a multiple of ``d_head`` (padding columns when needed, e.g. a headwise gate), so that
+    it is also ``rows [N * stride, d_head]`` without a copy. Returns ``(proj, rows, stride)``."""
+    n, width = x.size(0), weight.size(0)
+    stride = -(-width // dh)
+    if stride * dh == width:
+        proj = torch.addmm(bias, x, weight.t()) if bias is not None else x.mm(weight.t())
+        return proj, proj.view(n * stride, dh), stride
+    buf = x.new_empty(n, stride * dh)
+    proj = buf[:, :width]
+    if bias is not None:
+        torch.addmm(bias, x, weight.t(), out=proj)
+    else:
+        torch.mm(x, weight.t(), out=proj)
+    return proj, buf.view(n * stride, dh), stride
+
+
+def _core_forward(rows: Tensor, stride: int, layout: PackedLayout, heads: int, p: float, scale: float,
+                  train: bool):
+    """Softmax attention (with dropout ``p``) of every size group of ``layout``, reading
+    ``q, k, v`` from projection ``rows`` (see :func:`_qkv_rows`).
+
+    One gather builds every group's ``(3, g H, n, d_head)`` block; per group a
+    ``baddbmm`` (scale and key mask in one call), softmax, dropout and ``bmm`` write into
+    the concatenated output; one gather returns node order. Groups with at least
+    :data:`CHUNKED_MIN_NODES` nodes run chunked (training, or dropout) or through the CPU
+    flash kernel (inference): memory ``O(n)``, not ``O(n^2)``.
+
+    Returns ``(o [num_nodes * H, d_head], state)``; ``state`` feeds
+    :func:`_core_backward` when ``train``.
+    """
+    dh = rows.size(1)
+    offs, boffs = layout.out_offsets(heads), layout.block_offsets(heads)
+    blks = rows.index_select(0, layout.gather_all(heads, stride))
+    outs = rows.new_empty(offs[-1], dh)
+    saved, plan, seed = [], [], None
+    for k, (g, n) in enumerate(layout.groups):
+        q, kk, v = blks[boffs[k] : boffs[k + 1]].view(3, g * heads, n, dh).unbind(0)
+        o = outs[offs[k] : offs[k + 1]].view(g * heads, n, dh)
+        bias = layout.bias_bmm(k, heads, rows.dtype)
+        if n >= CHUNKED_MIN_NODES:
+            if train:
+                if seed is None:
+                    seed = int(torch.randint(0, 2**62, (1,)).item())
+                gen = torch.Generator(device=rows.device).manual_seed(seed + k)
+                saved.append(_chunk_forward(q, kk, v, bias, p, scale, CHUNK_ROWS, gen, o))
+                plan.append("chunk")
+            elif p > 0.0:
+                _chunk_forward(q, kk, v, bias, p, scale, CHUNK_ROWS, None, o)
+            else:  # 4-D, or SDPA would pick its O(n^2) math kernel
+                v4 = [t.view(g, heads, n, dh) for t in (q, kk, v)]
+                o.view(g, heads, n, dh).copy_(F.scaled_dot_product_attention(*v4, attn_mask=layout.bias(k, rows.dtype)))
+            continue
+        if bias is None:
+            s = torch.baddbmm(o.new_empty(1, 1, 1), q, kk.transpose(1, 2), beta=0.0, alpha=scale)
+        else:
+            s = torch.baddbmm(bias, q, kk.transpose(1, 2), alpha=scale)  # gH, n, n
+        a = torch.softmax(s, dim=-1)
+        if p > 0.0:
+            ad = a * _dropout_keep(a.shape, p, a) if train else a.mul_(_dropout_keep(a.shape, p, a))
+        else:
+            ad = a
+        torch.bmm(ad, v, out=o)
+        if train:
+            saved += [a, ad]
+            plan.append("math")
+    return outs.index_select(0, layout.out_index(heads)), (blks, outs, saved, plan, seed)
+
+
+def _core_backward(d_o: Tensor, layout: PackedLayout, heads: int, p: float, scale: float, state,
+                   extra_rows: int = 0) -> Tensor:
+    """Backward of :func:`_core_forward` for ``d_o [num_nodes * H, d_head]``.
+
+    ``dS = P_d * dP - P * rowsum(P_d * dP)`` (``P_d`` the dropped probabilities); each
+    group's ``dq, dk, dv`` go into one buffer laid out like the forward's blocks, with
+    ``extra_rows`` free rows appended (for gate gradients); gather it with
+    :meth:`PackedLayout.block_source` to get projection-row gradients. Padding never
+    leaks: padded query rows get a zero output gradient, masked keys have probability 0.
+    """
+    blks, outs, saved, plan, seed = state
+    dh = d_o.size(1)
+    src, pad = layout.out_source(heads)
+    d_outs = d_o.index_select(0, src)
+    if pad is not None:
+        d_outs.index_fill_(0, pad, 0.0)
+    offs, boffs = layout.out_offsets(heads), layout.block_offsets(heads)
+    d_blks = d_o.new_empty(boffs[-1] + extra_rows, dh)
+    i = 0
+    for k, ((g, n), mode) in enumerate(zip(layout.groups, plan)):
+        do = d_outs[offs[k] : offs[k + 1]].view(g * heads, n, dh)
+        q, kk, v = blks[boffs[k] : boffs[k + 1]].view(3, g * heads, n, dh).unbind(0)
+        dq, dk, dv = d_blks[boffs[k] : boffs[k + 1]].view(3, g * heads, n, dh).unbind(0)
+        if mode == "chunk":
+            gen = torch.Generator(device=d_o.device).manual_seed(seed + k)
+            o = outs[offs[k] : offs[k + 1]].view(g * heads, n, dh)
+            _chunk_backward(q, kk, v, layout.bias_bmm(k, heads, d_o.dtype), o, saved[i], do, p, scale, CHUNK_ROWS,
+                            gen, dq, dk, dv)
+            i += 1
+        else:
+            a, ad = saved[i : i + 2]
+            i += 2
+            torch.bmm(ad.transpose(1, 2), do, out=dv)
+            x = torch.bmm(do, v.transpose(1, 2)).mul_(ad)  # P_d * dP, gH, n, n
+            ds = x.addcmul_(a, x.sum(-1, keepdim=True), value=-1.0)
+            torch.baddbmm(dq, ds, kk, beta=0.0, alpha=scale, out=dq)
+            torch.baddbmm(dk, ds.transpose(1, 2), q, beta=0.0, alpha=scale, out=dk)
+    return d_blks
+
+
+def _gate_apply(o: Tensor, gate: Tensor, heads: int) -> Tensor:
+    n, d = o.shape
+    return (o.view(n, heads, d // heads) * gate.view(n, heads, -1)).view(n, d)
+
+
+def _gate_backward(d_og: Tensor, o: Tensor, gate: Tensor, heads: int) -> tuple[Tensor, Tensor]:
+    """Gradients of ``o * gate`` (gate per head or per head dimension): ``(d_o, d_gate)``."""
+    n, d = o.shape
+    go = d_og.view(n, heads, d // heads)
+    dg = go * o.view(n, heads, d // heads)
+    dg = dg.sum(-1) if gate.size(1) == heads and d // heads > 1 else dg.view(n, -1)
+    return (go * gate.view(n, heads, -1)).view(n, d), dg.view(n, -1)
+
+
 class _GroupedAttention(torch.autograd.Function):
-    """Multi-head softmax attention with dropout over all size groups of a
-    :class:`PackedLayout`, optionally gated, with a hand-written backward (the CPU
-    training path).
+    """:func:`_core_forward` on a given projection, optionally gated, as one autograd
+    node with the backward written out (:func:`_core_backward`).
 
     Input ``proj [num_nodes, 3d + g]`` (``q | k | v | gate logits``); outputs the
     attention ``[num_nodes, d]`` (multiplied by the gate when ``gate_output``) and the
-    gate ``sigmoid(logits) [num_nodes, g]``. Forward: one gather of every group's
-    ``q, k, v`` as ``(3, g H, n, d_head)`` blocks, then per group ``baddbmm`` (scale and
-    key mask in one call), softmax, dropout and ``bmm`` into the concatenated output,
-    and one gather back to node order. Backward: ``dS = P_d * dP - P * rowsum(P_d * dP)``
-    (``P_d`` the dropped probabilities), each group's ``dq, dk, dv`` written into one
-    buffer, and one gather (:meth:`PackedLayout.block_source`) back to projection rows.
-    Autograd alone needs about three times as many operations here (views, transposes,
-    stack/cat of q/k/v, expanded masks, the gate's views and products).
-
-    Groups with at least :data:`CHUNKED_MIN_NODES` nodes keep only the log-sum-exp and a
-    seed, and recompute probabilities and dropout masks in query chunks (memory
-    ``O(n * chunk)``); smaller groups keep ``P`` and ``P_d``.
+    gate ``sigmoid(logits) [num_nodes, g]``. Used for the ``"value"`` and ``"post"`` gate
+    positions; the output gate and no gate take :class:`_AttentionBranch`.
     """
 
     @staticmethod
@@ -367,38 +480,14 @@ class _GroupedAttention(torch.autograd.Function):
         d = (width - gate_dim) // 3
         dh = d // heads
         rows, stride, copied = _qkv_rows(proj, d, dh)
-        offs, boffs = layout.out_offsets(heads), layout.block_offsets(heads)
-        blks = rows.index_select(0, layout.gather_all(heads, stride))  # all groups' q, k, v
-        outs = proj.new_empty(offs[-1], dh)
-        saved, plan = [], []
-        seed = None
-        for k, (g, n) in enumerate(layout.groups):
-            q, kk, v = blks[boffs[k] : boffs[k + 1]].view(3, g * heads, n, dh).unbind(0)
-            bias = layout.bias_bmm(k, heads, proj.dtype)
-            o = outs[offs[k] : offs[k + 1]].view(g * heads, n, dh)
-            if n >= CHUNKED_MIN_NODES:
-                if seed is None:
-                    seed = int(torch.randint(0, 2**62, (1,)).item())
-                gen = torch.Generator(device=proj.device).manual_seed(seed + k)
-                saved.append(_chunk_forward(q, kk, v, bias, p, scale, CHUNK_ROWS, gen, o))
-                plan.append("chunk")
-            else:
-                if bias is None:
-                    s = torch.baddbmm(o.new_empty(1, 1, 1), q, kk.transpose(1, 2), beta=0.0, alpha=scale)
-                else:
-                    s = torch.baddbmm(bias, q, kk.transpose(1, 2), alpha=scale)  # gH, n, n
-                a = torch.softmax(s, dim=-1)
-                ad = a * _dropout_keep(a.shape, p, a) if p > 0.0 else a
-                torch.bmm(ad, v, out=o)
-                saved += [a, ad]
-                plan.append("math")
-        out = outs.index_select(0, layout.out_index(heads)).view(n_nodes, d)
+        o, state = _core_forward(rows, stride, layout, heads, p, scale, True)
+        out = o.view(n_nodes, d)
         gate = o_plain = None
         if gate_dim:
             gate = torch.sigmoid(proj[:, 3 * d :])
             if gate_output:
-                o_plain = out
-                out = (out.view(n_nodes, heads, dh) * gate.view(n_nodes, heads, -1)).view(n_nodes, d)
+                o_plain, out = out, _gate_apply(out, gate, heads)
+        blks, outs, saved, plan, seed = state
         ctx.save_for_backward(blks, outs, gate, o_plain, *saved)
         ctx.layout, ctx.heads, ctx.p, ctx.scale, ctx.plan, ctx.seed = layout, heads, p, scale, plan, seed
         ctx.dims = (n_nodes, width, d, dh, stride, copied, gate_dim)
@@ -408,56 +497,92 @@ class _GroupedAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out, grad_gate):
-        layout, heads, p, scale = ctx.layout, ctx.heads, ctx.p, ctx.scale
+        layout, heads = ctx.layout, ctx.heads
         blks, outs, gate, o_plain, *saved = ctx.saved_tensors
         n_nodes, width, d, dh, stride, copied, gate_dim = ctx.dims
         grad_out = grad_out.contiguous()
         d_gate = grad_gate if gate_dim else None
-        if o_plain is not None:  # the output gate: d(o * g) = (do * g, do * o)
-            go = grad_out.view(n_nodes, heads, dh)
-            dg = go * o_plain.view(n_nodes, heads, dh)
-            dg = dg.sum(-1) if gate.size(1) == heads and dh > 1 else dg.view(n_nodes, -1)
-            d_gate = dg.view(n_nodes, -1) if d_gate is None else d_gate + dg.view(n_nodes, -1)
-            grad_out = (go * gate.view(n_nodes, heads, -1)).view(n_nodes, d)
-        src, pad = layout.out_source(heads)
-        d_outs = grad_out.view(n_nodes * heads, dh).index_select(0, src)
-        if pad is not None:
-            d_outs.index_fill_(0, pad, 0.0)
-        offs, boffs = layout.out_offsets(heads), layout.block_offsets(heads)
-        extra = 0 if copied else stride - 3 * heads  # gate rows carried in the gather
-        d_blks = grad_out.new_empty(boffs[-1] + n_nodes * extra, dh)
-        i = 0
-        for k, ((g, n), mode) in enumerate(zip(layout.groups, ctx.plan)):
-            do = d_outs[offs[k] : offs[k + 1]].view(g * heads, n, dh)
-            q, kk, v = blks[boffs[k] : boffs[k + 1]].view(3, g * heads, n, dh).unbind(0)
-            dq, dk, dv = d_blks[boffs[k] : boffs[k + 1]].view(3, g * heads, n, dh).unbind(0)
-            if mode == "chunk":
-                lse = saved[i]
-                i += 1
-                gen = torch.Generator(device=grad_out.device).manual_seed(ctx.seed + k)
-                o = outs[offs[k] : offs[k + 1]].view(g * heads, n, dh)
-                _chunk_backward(q, kk, v, layout.bias_bmm(k, heads, grad_out.dtype), o, lse, do, p, scale,
-                                CHUNK_ROWS, gen, dq, dk, dv)
-            else:
-                a, ad = saved[i : i + 2]
-                i += 2
-                torch.bmm(ad.transpose(1, 2), do, out=dv)
-                x = torch.bmm(do, v.transpose(1, 2)).mul_(ad)  # P_d * dP, gH, n, n
-                ds = x.addcmul_(a, x.sum(-1, keepdim=True), value=-1.0)
-                torch.baddbmm(dq, ds, kk, beta=0.0, alpha=scale, out=dq)
-                torch.baddbmm(dk, ds.transpose(1, 2), q, beta=0.0, alpha=scale, out=dk)
+        if o_plain is not None:
+            grad_out, dg = _gate_backward(grad_out, o_plain, gate, heads)
+            d_gate = dg if d_gate is None else d_gate + dg
+        extra = 0 if copied else stride - 3 * heads  # gate rows carried through the gather
+        state = (blks, outs, saved, ctx.plan, ctx.seed)
+        d_blks = _core_backward(grad_out.view(n_nodes * heads, dh), layout, heads, ctx.p, ctx.scale, state,
+                                n_nodes * extra)
         d_logits = None
         if gate_dim:
             d_logits = (torch.ops.aten.sigmoid_backward(d_gate, gate) if d_gate is not None
                         else gate.new_zeros(gate.shape))
             if extra:
-                d_blks[boffs[-1] :].view(n_nodes, gate_dim).copy_(d_logits)
+                d_blks[-n_nodes * extra :].view(n_nodes, gate_dim).copy_(d_logits)
         d_rows = d_blks.index_select(0, layout.block_source(heads, stride))  # n_nodes * stride, dh
-        if copied:
-            d_proj = torch.cat([d_rows.view(n_nodes, 3 * d), d_logits], 1) if gate_dim else d_rows.view(n_nodes, 3 * d)
-        else:
-            d_proj = d_rows.view(n_nodes, width)
+        if not copied:
+            return d_rows.view(n_nodes, width), None, None, None, None, None, None
+        d_proj = d_rows.view(n_nodes, 3 * d)
+        if gate_dim:
+            d_proj = torch.cat([d_proj, d_logits], 1)
         return d_proj, None, None, None, None, None, None
+
+
+class _AttentionBranch(torch.autograd.Function):
+    """The whole attention branch ``[x +] out_proj(attention(in_proj(x)) * gate)`` as one
+    autograd node (no gate, or the output gate), with the backward written out.
+
+    Replaces about twenty autograd nodes and their bookkeeping (two linear layers with
+    their transposes, the slices and views of ``q, k, v`` and of the gate, sigmoid,
+    product, residual) by one; the projection is written with a ``d_head``-aligned row
+    stride (:func:`_project`), so even a headwise gate needs no copy of ``q, k, v``.
+    """
+
+    @staticmethod
+    def forward(ctx, x, w_in, b_in, w_out, b_out, layout, heads, p, gate_dim, residual):
+        n_nodes, d = x.size(0), w_out.size(0)
+        dh = d // heads
+        scale = 1.0 / math.sqrt(dh)
+        proj, rows, stride = _project(x, w_in, b_in, dh)
+        o, state = _core_forward(rows, stride, layout, heads, p, scale, True)
+        o = o.view(n_nodes, d)
+        gate = None
+        og = o
+        if gate_dim:
+            gate = torch.sigmoid(proj[:, 3 * d :])
+            og = _gate_apply(o, gate, heads)
+        y = torch.addmm(b_out, og, w_out.t()) if b_out is not None else og.mm(w_out.t())
+        if residual:
+            y.add_(x)
+        blks, outs, saved, plan, seed = state
+        ctx.save_for_backward(x, w_in, w_out, og, o if gate_dim else None, gate, blks, outs, *saved)
+        ctx.layout, ctx.heads, ctx.p, ctx.scale, ctx.plan, ctx.seed = layout, heads, p, scale, plan, seed
+        ctx.dims = (n_nodes, d, dh, stride, gate_dim, residual, b_in is not None, b_out is not None)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w_in, w_out, og, o, gate, blks, outs, *saved = ctx.saved_tensors
+        n_nodes, d, dh, stride, gate_dim, residual, has_b_in, has_b_out = ctx.dims
+        heads = ctx.heads
+        width = 3 * d + gate_dim
+        dy = dy.contiguous()
+        d_og = dy.mm(w_out)
+        dw_out = dy.t().mm(og)
+        db_out = dy.sum(0) if has_b_out else None
+        d_o, d_logits = d_og, None
+        if gate_dim:
+            d_o, dg = _gate_backward(d_og, o, gate, heads)
+            d_logits = torch.ops.aten.sigmoid_backward(dg, gate)
+        extra = stride - 3 * heads
+        state = (blks, outs, saved, ctx.plan, ctx.seed)
+        d_blks = _core_backward(d_o.view(n_nodes * heads, dh), ctx.layout, heads, ctx.p, ctx.scale, state,
+                                n_nodes * extra)
+        if extra:
+            d_blks[-n_nodes * extra :].view(n_nodes, extra * dh)[:, :gate_dim].copy_(d_logits)
+        d_proj = d_blks.index_select(0, ctx.layout.block_source(heads, stride)).view(n_nodes, stride * dh)
+        if stride * dh != width:
+            d_proj = d_proj[:, :width]
+        dw_in = d_proj.t().mm(x)
+        db_in = d_proj.sum(0) if has_b_in else None
+        dx = torch.addmm(dy, d_proj, w_in) if residual else d_proj.mm(w_in)
+        return dx, dw_in, db_in, dw_out, db_out, None, None, None, None, None
 
 
 def grouped_attention(proj: Tensor, layout: PackedLayout, heads: int, dropout_p: float,
@@ -471,9 +596,9 @@ def grouped_attention(proj: Tensor, layout: PackedLayout, heads: int, dropout_p:
 
     * CPU with gradients: :class:`_GroupedAttention` (hand-written backward, fast
       dropout; chunked for large groups, so memory is not ``O(n^2)``);
-    * CPU without gradients: batched matmuls per group (about 1.7x faster than the flash
-      kernel at ``d_head = 16`` and tens of nodes); large groups use the flash kernel
-      (memory ``O(n)``), or the chunked kernel when there is dropout;
+    * CPU without gradients: :func:`_core_forward` (batched matmuls per group, about
+      1.7x faster than the flash kernel at ``d_head = 16`` and tens of nodes; the flash
+      kernel, memory ``O(n)``, for large groups);
     * accelerators: one :func:`F.scaled_dot_product_attention` per group on the gathered
       ``q, k, v`` under autograd (the fused kernels, which also do dropout).
     """
@@ -487,42 +612,14 @@ def grouped_attention(proj: Tensor, layout: PackedLayout, heads: int, dropout_p:
         o, gate = _GroupedAttention.apply(proj, layout, heads, dropout_p, scale, gate_dim, gate_output)
         return o, (gate if gate_dim else None)
     elif proj.device.type == "cpu":
-        o = _grouped_attention_nograd(proj, layout, heads, dropout_p, d, dh, scale)
+        rows, stride, _ = _qkv_rows(proj, d, dh)
+        o = _core_forward(rows, stride, layout, heads, dropout_p, scale, False)[0].view(n_nodes, d)
     else:
         o = _grouped_attention_sdpa(proj, layout, heads, dropout_p, d, dh)
     gate = torch.sigmoid(proj[:, 3 * d :]) if gate_dim else None
     if gate is not None and gate_output:
-        o = (o.view(n_nodes, heads, dh) * gate.view(n_nodes, heads, -1)).view(n_nodes, d)
+        o = _gate_apply(o, gate, heads)
     return o, gate
-
-
-def _grouped_attention_nograd(proj, layout, heads, dropout_p, d, dh, scale) -> Tensor:
-    """CPU attention without autograd (see :func:`grouped_attention`)."""
-    rows, stride, _ = _qkv_rows(proj, d, dh)
-    offs, boffs = layout.out_offsets(heads), layout.block_offsets(heads)
-    blks = rows.index_select(0, layout.gather_all(heads, stride))
-    outs = proj.new_empty(offs[-1], dh)
-    for k, (g, n) in enumerate(layout.groups):
-        q, kk, v = blks[boffs[k] : boffs[k + 1]].view(3, g * heads, n, dh).unbind(0)
-        o = outs[offs[k] : offs[k + 1]].view(g * heads, n, dh)
-        bias = layout.bias_bmm(k, heads, proj.dtype)
-        if n >= CHUNKED_MIN_NODES:
-            if dropout_p > 0.0:
-                _chunk_forward(q, kk, v, bias, dropout_p, scale, CHUNK_ROWS, None, o)
-            else:  # 4-D, or SDPA would pick its O(n^2) math kernel
-                b4 = layout.bias(k, proj.dtype)
-                o.view(g, heads, n, dh).copy_(F.scaled_dot_product_attention(
-                    q.view(g, heads, n, dh), kk.view(g, heads, n, dh), v.view(g, heads, n, dh), attn_mask=b4))
-            continue
-        if bias is None:
-            sc = torch.baddbmm(o.new_empty(1, 1, 1), q, kk.transpose(1, 2), beta=0.0, alpha=scale)
-        else:
-            sc = torch.baddbmm(bias, q, kk.transpose(1, 2), alpha=scale)  # gH, n, n
-        a = torch.softmax(sc, dim=-1)
-        if dropout_p > 0.0:
-            a.mul_(_dropout_keep(a.shape, dropout_p, a))
-        torch.bmm(a, v, out=o)
-    return outs.index_select(0, layout.out_index(heads)).view(proj.size(0), d)
 
 
 def _grouped_attention_sdpa(proj, layout, heads, dropout_p, d, dh) -> Tensor:
@@ -689,20 +786,33 @@ class GatedMultiheadAttention(nn.Module):
         return out, {"attn": attn, "head_out": head_out, "head_out_gated": o, "gate": gate}
 
     def forward_packed(self, x: Tensor, layout: PackedLayout, out_weight: Tensor | None = None,
-                       out_bias: Tensor | None = None) -> Tensor:
+                       out_bias: Tensor | None = None, residual: bool = False) -> Tensor:
         """The fast path: the same attention on node rows, using a :class:`PackedLayout`.
 
         Projections, gates and the output projection run on the ``num_nodes`` real rows;
         only the attention itself sees each size group's padded shape
         (:func:`grouped_attention`). ``out_weight``/``out_bias`` replace the output
-        projection's parameters (the GPS layer passes BatchNorm-folded ones in eval).
+        projection's parameters (the GPS layer passes BatchNorm-folded ones in eval);
+        ``residual=True`` returns ``x + attention(x)``.
 
         Shapes: ``x [num_nodes, d]`` -> ``[num_nodes, d]``.
         """
         n_rows = x.size(0)
         d, H, dh = self.dim, self.heads, self.head_dim
-        proj = self.in_proj(x)  # num_nodes, 3d + g
         p_drop = self.attn_dropout if self.training else 0.0
+        w_out = self.out_proj.weight if out_weight is None else out_weight
+        b_out = self.out_proj.bias if out_weight is None else out_bias
+        if x.device.type == "cpu" and layout.groups and (not self.gate_dim or self.gate_position == "output"):
+            if torch.is_grad_enabled():  # one autograd node for the whole branch
+                return _AttentionBranch.apply(x, self.in_proj.weight, self.in_proj.bias, w_out, b_out, layout, H,
+                                              p_drop, self.gate_dim, residual)
+            proj, rows, stride = _project(x, self.in_proj.weight, self.in_proj.bias, dh)
+            o = _core_forward(rows, stride, layout, H, p_drop, 1.0 / math.sqrt(dh), False)[0].view(n_rows, d)
+            if self.gate_dim:
+                o = _gate_apply(o, torch.sigmoid(proj[:, 3 * d :]), H)
+            out = F.linear(o, w_out, b_out)
+            return out.add_(x) if residual else out
+        proj = self.in_proj(x)  # num_nodes, 3d + g
         if self.gate_dim and self.gate_position == "value":
             gate = torch.sigmoid(proj[:, 3 * d :]).view(n_rows, H, -1)
             v = (proj[:, 2 * d : 3 * d].view(n_rows, H, dh) * gate).view(n_rows, d)
@@ -710,10 +820,10 @@ class GatedMultiheadAttention(nn.Module):
         else:  # the output gate is applied inside grouped_attention
             o, gate = grouped_attention(proj, layout, H, p_drop, self.gate_dim, self.gate_position == "output")
             gate = gate.view(n_rows, H, -1) if self.gate_dim else None  # num_nodes, H, dh|1
-        out = self.out_proj(o) if out_weight is None else F.linear(o, out_weight, out_bias)
+        out = F.linear(o, w_out, b_out)
         if gate is not None and self.gate_position == "post":
             out = (out.view(n_rows, H, dh) * gate).view(n_rows, d)
-        return out
+        return x + out if residual else out
 
     def extra_repr(self) -> str:
         return (

@@ -321,7 +321,10 @@ class GPSLayer(nn.Module):
                 if batch is None:
                     batch = x.new_zeros(x.size(0), dtype=torch.long)
                 dense = PackedLayout.from_batch(batch)
-            h = x + self._drop(self.attn.forward_packed(x, dense))
+            if fuse:
+                h = self.attn.forward_packed(x, dense, residual=True)
+            else:
+                h = x + self._drop(self.attn.forward_packed(x, dense))
             branches.append(self.norm_attn(h))
         elif self.attn is not None:
             if not isinstance(dense, DenseIndex):  # None or a PackedLayout
