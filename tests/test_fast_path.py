@@ -334,15 +334,8 @@ def test_chunked_training_memory_is_not_quadratic(monkeypatch):
     assert torch.isfinite(proj.grad).all()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_path_matches_cpu():
-    fast, _ = twin_models(gate="elementwise")
-    b = batch()
-    fast.eval()
-    with torch.no_grad():
-        ref = fast(b)
-        out = fast.cuda()(b.cuda()).cpu()
-    assert torch.allclose(out, ref, atol=1e-8)
+# The CUDA twin of these checks is benchmarks/gpu_check.py (run it on a GPU machine); it is
+# not a test here because CI has no GPU and a skipped test checks nothing.
 
 
 # ----------------------------------------------------------------------------- bench
