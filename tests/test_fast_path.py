@@ -334,6 +334,36 @@ def test_chunked_training_memory_is_not_quadratic(monkeypatch):
     assert torch.isfinite(proj.grad).all()
 
 
+def test_accelerator_kernel_matches_cpu_kernel():
+    """The SDPA-per-group path used on GPUs, run here on CPU, against the CPU kernel."""
+    sizes = [3, 1, 4, 4, 7]
+    b = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    lay = PackedLayout.from_batch(b, len(sizes), call_cost=1.0)
+    proj = _proj(b.numel(), 16, 0)
+    ref, _ = grouped_attention(proj, lay, 4, 0.0)
+    out = A._grouped_attention_sdpa(proj, lay, 4, 0.0, 16, 4)
+    assert torch.allclose(out, ref, atol=1e-12)
+    g1, = torch.autograd.grad((ref**2).sum(), proj)
+    g2, = torch.autograd.grad((out**2).sum(), proj)
+    assert torch.allclose(g1, g2, atol=1e-12)
+
+
+@pytest.mark.parametrize("gate", ["none", "elementwise"])
+def test_bf16_autocast_runs_close_to_float32(gate):
+    """Under autocast the fused single-dtype blocks step aside; results stay close."""
+    torch.manual_seed(0)
+    model = SigGateGT(2, dim=16, layers=2, heads=4, gate=gate, attn_dropout=0.0)
+    b = batch()
+    for key in ("rwse", "lap_vec", "lap_val", "y"):
+        b[key] = b[key].float()
+    ref = model(b)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(b)
+        out.float().sum().backward()
+    assert torch.allclose(out.float(), ref, atol=0.1, rtol=0.1)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
 # The CUDA twin of these checks is benchmarks/gpu_check.py (run it on a GPU machine); it is
 # not a test here because CI has no GPU and a skipped test checks nothing.
 

@@ -84,8 +84,6 @@ def machine_info(device: torch.device) -> dict:
         "device": str(device),
         "platform": platform.platform(),
     }
-    if hasattr(os, "getloadavg"):
-        info["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
         info["cuda"] = torch.version.cuda
@@ -703,7 +701,7 @@ def plot_scaling(res: dict, path: Path) -> None:
     axes[0].legend(fontsize=7)
     m = res["model"]
     fig.suptitle(f"SigGate-GT scaling: {m['layers']} layers, dim {m['dim']}, {m['heads']} heads, "
-                 f"attn dropout {m['attn_dropout']}, {res['machine']['threads']} threads", fontsize=10)
+                 f"attn dropout {m['attn_dropout']}, torch threads: {res['machine']['threads']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -776,7 +774,12 @@ def run(args) -> dict:
         torch.set_num_threads(threads)
 
 
+def _loadavg() -> list | None:
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
 def _run(args) -> dict:
+    load_start = _loadavg()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda: CUDA is not available")
     device = torch.device(args.device)
@@ -786,7 +789,7 @@ def _run(args) -> dict:
     command = _command_line(args)
     if args.scaling:
         res = run_scaling(args, device)
-        res["machine"] = machine_info(device)
+        res["machine"] = dict(machine_info(device), loadavg_start=load_start, loadavg_end=_loadavg())
         res["command"] = command
         if out:
             (out / "scaling.json").write_text(json.dumps(res, indent=2) + "\n")
@@ -801,9 +804,7 @@ def _run(args) -> dict:
     res: dict = {}
     if "zinc" in results:
         res.update(_top_level(results["zinc"]))
-    res["machine"] = machine_info(device)
-    if hasattr(os, "getloadavg"):
-        res["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    res["machine"] = dict(machine_info(device), loadavg_start=load_start, loadavg_end=_loadavg())
     res["command"] = command
     res["configs"] = results
     if out:

@@ -28,7 +28,6 @@ Two computations of the same attention are kept side by side:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -52,27 +51,34 @@ CHUNK_ROWS = 128
 
 def _partition_sizes(sizes: list[int], call_cost: float, row_cost: float) -> list[int]:
     """Split ascending ``sizes`` into contiguous groups minimising
-    ``sum_groups count * n_max * (n_max + row_cost) + call_cost``; returns group ends."""
-    b = len(sizes)
-    if b == 0:
+    ``sum_groups count * n_max * (n_max + row_cost) + call_cost``; returns group ends.
+
+    Dynamic programming over the distinct sizes (a group never splits equal sizes)."""
+    if not sizes:
         return []
-    s = np.asarray(sizes, dtype=np.float64)
-    w = s * (s + row_cost)
-    best = np.zeros(b + 1)
-    prev = np.zeros(b + 1, dtype=np.int64)
-    starts = np.arange(b, dtype=np.float64)
-    for j in range(1, b + 1):
-        cand = best[:j] + (j - starts[:j]) * w[j - 1] + call_cost
-        i = int(cand.argmin())
-        best[j], prev[j] = cand[i], i
-    ends, j = [], b
+    ends_u, vals = [], []
+    for i, s in enumerate(sizes):  # last index of each distinct size
+        if i + 1 == len(sizes) or sizes[i + 1] != s:
+            ends_u.append(i + 1)
+            vals.append(s * (s + row_cost))
+    u = len(ends_u)
+    best = [0.0] * (u + 1)
+    prev = [0] * (u + 1)
+    for j in range(1, u + 1):
+        end, w = ends_u[j - 1], vals[j - 1]
+        b, arg = None, 0
+        for i in range(j):
+            c = best[i] + (end - (ends_u[i - 1] if i else 0)) * w + call_cost
+            if b is None or c < b:
+                b, arg = c, i
+        best[j], prev[j] = b, arg
+    out, j = [], u
     while j > 0:
-        ends.append(j)
-        j = int(prev[j])
-    return ends[::-1]
+        out.append(ends_u[j - 1])
+        j = prev[j]
+    return out[::-1]
 
 
-@dataclass
 class PackedLayout:
     """Graphs of a PyG batch regrouped for attention (the layout of the fast path).
 
@@ -80,9 +86,10 @@ class PackedLayout:
     over the sorted sizes, trading padding against the per-call cost, see
     :data:`GROUP_CALL_COST`). Group ``k`` holds ``g_k`` graphs padded to its largest one,
     ``n_k`` nodes. Node features never take this padded form: the attention gathers
-    ``q, k, v`` of each group straight from the node rows with :meth:`gather_index`, and
-    scatters its output back with :meth:`out_index`. Built once per forward pass and
-    shared by every layer; the index tensors are built on first use and cached.
+    ``q, k, v`` of each group straight from the node rows (:meth:`gather_index`) and
+    gathers its output back (:meth:`out_index`). Built once per forward pass and shared
+    by every layer; index tensors are built (with NumPy, on the host) on first use and
+    cached.
 
     Attributes:
         num_nodes (int): nodes of the batch.
@@ -92,11 +99,13 @@ class PackedLayout:
             when the group has no padding (all its graphs have ``n_k`` nodes).
     """
 
-    num_nodes: int
-    groups: list
-    nodes: list
-    valid: list
-    _cache: dict = field(default_factory=dict, repr=False)
+    def __init__(self, num_nodes: int, groups: list, nodes_np: list, valid_np: list, device) -> None:
+        self.num_nodes = num_nodes
+        self.groups = groups
+        self.device = torch.device(device)
+        self._nodes = nodes_np  # per group (g, n) int64 arrays
+        self._valid = valid_np  # per group (g, n) bool arrays or None
+        self._cache: dict = {}
 
     @classmethod
     def from_batch(cls, batch: Tensor, batch_size: int | None = None, call_cost: float | None = None,
@@ -106,78 +115,103 @@ class PackedLayout:
         distinct size, a huge value one padded group)."""
         call_cost = GROUP_CALL_COST if call_cost is None else call_cost
         row_cost = GROUP_ROW_COST if row_cost is None else row_cost
-        dev = batch.device
+        b = batch.detach().cpu().numpy()
         if batch_size is None:
-            batch_size = int(batch.max()) + 1 if batch.numel() else 0
-        counts = torch.bincount(batch, minlength=batch_size).tolist()
-        ptr = [0] * (batch_size + 1)
-        for i, c in enumerate(counts):
-            ptr[i + 1] = ptr[i] + c
-        order = sorted((c, g) for g, c in enumerate(counts) if c > 0)
-        ends = _partition_sizes([c for c, _ in order], call_cost, row_cost)
+            batch_size = int(b.max()) + 1 if b.size else 0
+        counts = np.bincount(b, minlength=batch_size)
+        ptr = np.concatenate([[0], np.cumsum(counts)])
+        order = np.argsort(counts, kind="stable")
+        order = order[counts[order] > 0]
+        sizes = counts[order]
+        ends = _partition_sizes(sizes.tolist(), call_cost, row_cost)
         groups, nodes, valid, start = [], [], [], 0
         for end in ends:
-            members = order[start:end]
-            n = members[-1][0]
-            starts = torch.tensor([ptr[g] for _, g in members], device=dev)
-            ids = starts[:, None] + torch.arange(n, device=dev)[None, :]  # g, n
-            if members[0][0] == n:
+            members, msz = order[start:end], sizes[start:end]
+            n = int(msz[-1])
+            ar = np.arange(n)
+            ids = ptr[members][:, None] + ar[None, :]  # g, n
+            if msz[0] == n:
                 valid.append(None)
             else:
-                sizes = torch.tensor([c for c, _ in members], device=dev)
-                ok = torch.arange(n, device=dev)[None, :] < sizes[:, None]
-                ids = ids.masked_fill(~ok, 0)
+                ok = ar[None, :] < msz[:, None]
+                ids[~ok] = 0
                 valid.append(ok)
             groups.append((len(members), n))
             nodes.append(ids)
             start = end
-        return cls(int(batch.numel()), groups, nodes, valid)
+        return cls(int(b.size), groups, nodes, valid, batch.device)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _tensor(self, key, build):
+        """Cached host-built array as a tensor on the layout's device."""
+        if key not in self._cache:
+            arr = build()
+            t = torch.from_numpy(np.ascontiguousarray(arr))
+            self._cache[key] = t.to(self.device) if self.device.type != "cpu" else t
+        return self._cache[key]
+
+    @property
+    def nodes(self) -> list:
+        return [self._tensor(("nodes", k), lambda k=k: self._nodes[k]) for k in range(len(self.groups))]
+
+    @property
+    def valid(self) -> list:
+        return [None if v is None else self._tensor(("valid", k), lambda v=v: v) for k, v in enumerate(self._valid)]
 
     def padded_rows(self) -> int:
         """Rows of all groups together (real nodes plus padding)."""
         return sum(g * n for g, n in self.groups)
 
+    def _bias_np(self, k: int, dtype: torch.dtype, heads: int) -> np.ndarray:
+        v = self._valid[k]
+        np_dtype = {torch.float64: np.float64, torch.float16: np.float16}.get(dtype, np.float32)
+        low = torch.finfo(dtype).min if dtype in (torch.float64, torch.float16, torch.float32) else np.finfo(np.float32).min
+        b = np.where(v, np_dtype(0), np_dtype(low))  # g, n
+        return np.repeat(b[:, None, :], heads, axis=1) if heads else b
+
     def bias(self, k: int, dtype: torch.dtype) -> Tensor | None:
         """Additive key mask ``[g_k, 1, 1, n_k]`` of group ``k``: 0 for real keys and the
         most negative finite value for padding, so that ``exp`` gives exactly 0 while a
         padded query row (whose output is discarded) stays finite. ``None`` without padding."""
-        if self.valid[k] is None:
+        if self._valid[k] is None:
             return None
-        key = ("bias", k, dtype)
-        if key not in self._cache:
-            v = self.valid[k]
-            b = torch.zeros(v.shape, dtype=dtype, device=v.device).masked_fill_(~v, torch.finfo(dtype).min)
-            self._cache[key] = b[:, None, None, :]
-        return self._cache[key]
+        t = self._tensor(("bias", k, dtype), lambda: self._bias_np(k, dtype, 0))
+        if t.dtype != dtype:  # bfloat16: no NumPy type
+            self._cache[("bias", k, dtype)] = t = t.to(dtype).clamp_(min=torch.finfo(dtype).min)
+        g, n = self.groups[k]
+        return t.view(g, 1, 1, n)
 
     def bias_bmm(self, k: int, heads: int, dtype: torch.dtype) -> Tensor | None:
-        """:meth:`bias` expanded to ``[g_k * H, 1, n_k]`` (the batched-matmul layout)."""
-        b = self.bias(k, dtype)
-        if b is None:
+        """:meth:`bias` repeated to ``[g_k * H, 1, n_k]`` (the batched-matmul layout)."""
+        if self._valid[k] is None:
             return None
-        key = ("bias_bmm", k, heads, dtype)
-        if key not in self._cache:
-            g, n = self.groups[k]
-            self._cache[key] = b.expand(g, heads, 1, n).reshape(g * heads, 1, n)
-        return self._cache[key]
+        t = self._tensor(("bias_bmm", k, heads, dtype), lambda: self._bias_np(k, dtype, heads))
+        if t.dtype != dtype:
+            self._cache[("bias_bmm", k, heads, dtype)] = t = t.to(dtype).clamp_(min=torch.finfo(dtype).min)
+        g, n = self.groups[k]
+        return t.view(g * heads, 1, n)
+
+    def _gather_np(self, k: int, heads: int, stride: int, heads_inner: bool) -> np.ndarray:
+        ids = self._nodes[k]
+        j = np.arange(3)[:, None, None, None]
+        h = np.arange(heads)
+        if heads_inner:
+            return (ids[None, :, :, None] * stride + j * heads + h[None, None, None, :]).reshape(-1)  # 3, g, n, H
+        return (ids[None, :, None, :] * stride + j * heads + h[None, None, :, None]).reshape(-1)  # 3, g, H, n
 
     def gather_index(self, k: int, heads: int, stride: int, heads_inner: bool = False) -> Tensor:
         """``[3 * g_k * H * n_k]``: rows of a projection viewed as ``[num_nodes * stride,
         d_head]`` (``stride`` rows per node, ``q | k | v`` first) that form group ``k``'s
         ``q, k, v`` as one ``(3, g_k, H, n_k, d_head)`` block, or ``(3, g_k, n_k, H,
         d_head)`` with ``heads_inner``."""
-        key = ("gather", k, heads, stride, heads_inner)
-        if key not in self._cache:
-            ids = self.nodes[k]  # g, n
-            dev = ids.device
-            j = torch.arange(3, device=dev)[:, None, None, None]
-            h = torch.arange(heads, device=dev)
-            if heads_inner:
-                idx = ids[None, :, :, None] * stride + j * heads + h[None, None, None, :]  # 3, g, n, H
-            else:
-                idx = ids[None, :, None, :] * stride + j * heads + h[None, None, :, None]  # 3, g, H, n
-            self._cache[key] = idx.reshape(-1)
-        return self._cache[key]
+        return self._tensor(("gather", k, heads, stride, heads_inner),
+                            lambda: self._gather_np(k, heads, stride, heads_inner))
+
+    def gather_all(self, heads: int, stride: int) -> Tensor:
+        """:meth:`gather_index` of all groups, concatenated (the blocks of :meth:`block_offsets`)."""
+        return self._tensor(("gather_all", heads, stride), lambda: np.concatenate(
+            [self._gather_np(k, heads, stride, False) for k in range(len(self.groups))]))
 
     def out_offsets(self, heads: int) -> list[int]:
         """Start row of each group in the concatenated output ``[sum_k g_k H n_k, d_head]``."""
@@ -187,45 +221,51 @@ class PackedLayout:
             off += g * heads * n
         return out + [off]
 
+    def block_offsets(self, heads: int) -> list[int]:
+        """Start row of each group's ``(3, g_k H, n_k, d_head)`` block in the
+        concatenation of all groups' blocks (rows of ``d_head``)."""
+        return [3 * o for o in self.out_offsets(heads)]
+
+    def _nodes_or_dummy(self, k: int) -> np.ndarray:
+        """Node ids of group ``k`` with padding mapped to ``num_nodes`` (a dummy row)."""
+        v = self._valid[k]
+        return self._nodes[k] if v is None else np.where(v, self._nodes[k], self.num_nodes)
+
     def out_index(self, heads: int, heads_inner: bool = False) -> Tensor:
         """``[num_nodes * H]``: for node ``i`` and head ``h``, its row in the concatenated
         output (row ``i * H + h`` of the node-order result). Each group's output is laid
         out ``(g, H, n)`` (batched matmul), or ``(g, n, H)`` with ``heads_inner`` (the
         memory order of the CPU flash kernel's output)."""
-        key = ("out", heads, heads_inner)
-        if key not in self._cache:
-            dev = self.nodes[0].device if self.nodes else torch.device("cpu")
-            idx = torch.empty(self.num_nodes * heads, dtype=torch.long, device=dev)
+        def build():
+            idx = np.empty((self.num_nodes + 1) * heads, dtype=np.int64)
             offs = self.out_offsets(heads)
             for k, (g, n) in enumerate(self.groups):
-                h = torch.arange(heads, device=dev)[None, :, None]
-                b = torch.arange(g, device=dev)[:, None, None]
-                i = torch.arange(n, device=dev)[None, None, :]
-                pos = offs[k] + ((b * n + i) * heads + h if heads_inner else (b * heads + h) * n + i)  # g, H, n
-                dst = self.nodes[k][:, None, :] * heads + h  # g, H, n
-                if self.valid[k] is not None:
-                    ok = self.valid[k][:, None, :].expand(g, heads, n)
-                    pos, dst = pos[ok], dst[ok]
-                idx[dst.reshape(-1)] = pos.reshape(-1)
-            self._cache[key] = idx
-        return self._cache[key]
+                node = self._nodes_or_dummy(k)  # g, n
+                if heads_inner:
+                    dst = node[:, :, None] * heads + np.arange(heads)  # g, n, H
+                else:
+                    dst = node[:, None, :] * heads + np.arange(heads)[None, :, None]  # g, H, n
+                idx[dst.reshape(-1)] = np.arange(offs[k], offs[k + 1])
+            return idx[: self.num_nodes * heads]
+        return self._tensor(("out", heads, heads_inner), build)
 
-    def block_offsets(self, heads: int) -> list[int]:
-        """Start row of each group's ``(3, g_k H, n_k, d_head)`` block in the
-        concatenation of all groups' blocks (rows of ``d_head``)."""
-        off, out = 0, []
-        for g, n in self.groups:
-            out.append(off)
-            off += 3 * g * heads * n
-        return out + [off]
+    def out_source(self, heads: int) -> tuple[Tensor, Tensor | None]:
+        """Inverse of :meth:`out_index`: for each concatenated-output row its node-order
+        row (padding points at row 0), and the padding rows (or ``None``)."""
+        h = np.arange(heads)[None, :, None]
+        src = self._tensor(("src", heads), lambda: np.concatenate(
+            [(self._nodes[k][:, None, :] * heads + h).reshape(-1) for k in range(len(self.groups))]))
+        if all(v is None for v in self._valid):
+            return src, None
 
-    def gather_all(self, heads: int, stride: int) -> Tensor:
-        """:meth:`gather_index` of all groups, concatenated."""
-        key = ("gather_all", heads, stride)
-        if key not in self._cache:
-            parts = [self.gather_index(k, heads, stride) for k in range(len(self.groups))]
-            self._cache[key] = parts[0] if len(parts) == 1 else torch.cat(parts)
-        return self._cache[key]
+        def build_pad():
+            offs, pad = self.out_offsets(heads), []
+            for k, (g, n) in enumerate(self.groups):
+                if self._valid[k] is not None:
+                    bad = np.repeat(~self._valid[k][:, None, :], heads, axis=1).reshape(-1)
+                    pad.append(np.flatnonzero(bad) + offs[k])
+            return np.concatenate(pad)
+        return src, self._tensor(("pad", heads), build_pad)
 
     def block_source(self, heads: int, stride: int) -> Tensor:
         """``[num_nodes * stride]``: for each row of a projection viewed as
@@ -233,45 +273,19 @@ class PackedLayout:
         :meth:`block_offsets`; rows past ``q | k | v`` (gate rows, ``stride > 3H``) map
         to rows appended after the blocks, ``node * (stride - 3H) + r``. The backward
         gathers its ``q, k, v`` gradients with it (a gather, not a scatter-add)."""
-        key = ("block_src", heads, stride)
-        if key not in self._cache:
-            offs = self.block_offsets(heads)
-            dev = self.nodes[0].device
+        def build():
+            boffs = self.block_offsets(heads)
             extra = stride - 3 * heads
-            idx = torch.empty(self.num_nodes, stride, dtype=torch.long, device=dev)
-            j = torch.arange(3, device=dev)[:, None, None, None]
-            h = torch.arange(heads, device=dev)[None, None, :, None]
+            idx = np.empty(((self.num_nodes + 1) * stride), dtype=np.int64)
+            col = (np.arange(3)[:, None, None, None] * heads + np.arange(heads)[None, None, :, None])  # 3, 1, H, 1
             for k, (g, n) in enumerate(self.groups):
-                b = torch.arange(g, device=dev)[None, :, None, None]
-                i = torch.arange(n, device=dev)[None, None, None, :]
-                pos = offs[k] + ((j * g + b) * heads + h) * n + i  # 3, g, H, n
-                col = (j * heads + h).expand(3, g, heads, n)
-                node = self.nodes[k][None, :, None, :].expand(3, g, heads, n)
-                if self.valid[k] is not None:
-                    ok = self.valid[k][None, :, None, :].expand(3, g, heads, n)
-                    pos, col, node = pos[ok], col[ok], node[ok]
-                idx[node.reshape(-1), col.reshape(-1)] = pos.reshape(-1)
+                node = self._nodes_or_dummy(k)[None, :, None, :]  # 1, g, 1, n
+                idx[(node * stride + col).reshape(-1)] = np.arange(boffs[k], boffs[k + 1])  # order 3, g, H, n
+            idx = idx.reshape(self.num_nodes + 1, stride)[: self.num_nodes]
             if extra:
-                idx[:, 3 * heads :] = offs[-1] + torch.arange(self.num_nodes * extra, device=dev).view(-1, extra)
-            self._cache[key] = idx.view(-1)
-        return self._cache[key]
-
-    def out_source(self, heads: int) -> tuple[Tensor, Tensor | None]:
-        """Inverse of :meth:`out_index`: for each concatenated-output row its node-order
-        row (padding points at row 0), and the padding rows (or ``None``)."""
-        key = ("src", heads)
-        if key not in self._cache:
-            dev = self.nodes[0].device
-            h = torch.arange(heads, device=dev)
-            src, pad, off = [], [], 0
-            for k, (g, n) in enumerate(self.groups):
-                src.append((self.nodes[k][:, None, :] * heads + h[None, :, None]).reshape(-1))
-                if self.valid[k] is not None:
-                    bad = ~self.valid[k][:, None, :].expand(g, heads, n).reshape(-1)
-                    pad.append(bad.nonzero().view(-1) + off)
-                off += g * heads * n
-            self._cache[key] = (torch.cat(src), torch.cat(pad) if pad else None)
-        return self._cache[key]
+                idx[:, 3 * heads :] = boffs[-1] + np.arange(self.num_nodes * extra).reshape(-1, extra)
+            return idx.reshape(-1)
+        return self._tensor(("block_src", heads, stride), build)
 
 
 def _dropout_keep(shape, p: float, like: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -802,7 +816,8 @@ class GatedMultiheadAttention(nn.Module):
         p_drop = self.attn_dropout if self.training else 0.0
         w_out = self.out_proj.weight if out_weight is None else out_weight
         b_out = self.out_proj.bias if out_weight is None else out_bias
-        if x.device.type == "cpu" and layout.groups and (not self.gate_dim or self.gate_position == "output"):
+        if (x.device.type == "cpu" and layout.groups and (not self.gate_dim or self.gate_position == "output")
+                and not torch.is_autocast_enabled("cpu")):
             if torch.is_grad_enabled():  # one autograd node for the whole branch
                 return _AttentionBranch.apply(x, self.in_proj.weight, self.in_proj.bias, w_out, b_out, layout, H,
                                               p_drop, self.gate_dim, residual)

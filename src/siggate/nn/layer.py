@@ -300,14 +300,15 @@ class GPSLayer(nn.Module):
         packed fast path (:meth:`GatedMultiheadAttention.forward_packed`) runs when the
         attention is fused, no details are requested and ``dense`` is not a
         :class:`DenseIndex`; otherwise the padded readable/SDPA path runs."""
-        if (not self.training and not torch.is_grad_enabled() and not return_details
+        autocast = torch.is_autocast_enabled(x.device.type)  # the fused blocks run in one dtype
+        if (not self.training and not torch.is_grad_enabled() and not return_details and not autocast
                 and isinstance(dense, PackedLayout) and self._foldable()):
             return self._forward_folded(x, edge_index, edge_attr, dense)
         branches = []
         details = None
         fast = self.attn is not None and self.attn.fused and not return_details and not isinstance(dense, DenseIndex)
         # fused blocks (one autograd node each) need the dropout between them to be off
-        fuse = fast and (self.dropout == 0.0 or not self.training)
+        fuse = fast and (self.dropout == 0.0 or not self.training) and not autocast
         if self.local is not None:
             if fuse and isinstance(self.local, GINELocal):
                 h = self.local.forward_residual(x, edge_index, edge_attr)
