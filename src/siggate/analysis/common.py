@@ -45,6 +45,18 @@ def add_model_args(p, default_epochs: int | None) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
+def finish_parser(p, main, out_help: str | None = None) -> None:
+    """The required ``--out`` directory (last option) and the sub-command's entry point."""
+    p.add_argument("--out", required=True, help=out_help)
+    p.set_defaults(func=main)
+
+
+def start(args) -> tuple[Path, bool]:
+    """Apply ``--threads``; return the ``--out`` directory and whether progress bars are on."""
+    set_threads(args.threads)
+    return Path(args.out), not args.no_progress
+
+
 def parse_list(text: str | Sequence, cast=str) -> list:
     if isinstance(text, (list, tuple)):
         return [cast(t) for t in text]
@@ -238,6 +250,14 @@ def write_json(obj: dict, path: Path) -> Path:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(_clean(obj), indent=2, default=_json_default))
     tmp.replace(path)
+    return path
+
+
+def write_outputs(res: dict, out: Path, name: str, plot) -> Path:
+    """``OUT/<name>.json`` (:func:`write_json`) and the figure ``plot(res, OUT/<name>.png)``;
+    returns the JSON path."""
+    path = write_json(res, Path(out) / f"{name}.json")
+    plot(res, Path(out) / f"{name}.png")
     return path
 
 

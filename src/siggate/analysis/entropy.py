@@ -21,15 +21,16 @@ from tqdm.auto import tqdm
 from .common import (
     add_model_args,
     config_from,
+    finish_parser,
     fmt,
     forward_details,
     load_dataset,
     meta,
     parse_list,
-    set_threads,
+    start,
     table,
     variant,
-    write_json,
+    write_outputs,
 )
 from .metrics import attention_entropy
 from .plots import color, save, subplots
@@ -189,14 +190,11 @@ def register(sub) -> None:
     p.add_argument("--collapse", type=float, default=0.2,
                    help="normalized entropy below which a head counts as collapsed (default: 0.2)")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=main)
+    finish_parser(p, main)
 
 
 def main(args) -> int:
-    set_threads(args.threads)
-    out = Path(args.out)
-    progress = not args.no_progress
+    out, progress = start(args)
     if args.epochs is None or args.epochs < 1:
         raise ValueError("--epochs must be >= 1")
     cfg = config_from(args)
@@ -232,12 +230,11 @@ def main(args) -> int:
         "per_seed": {k: {kk: vv for kk, vv in h.items()} for k, h in per_seed.items()},
         "meta": meta(args, cfg),
     }
-    write_json(res, out / "entropy.json")
-    plot(res, out / "entropy.png")
+    path = write_outputs(res, out, "entropy", plot)
     rows = [[g, s["initial_mean_entropy"], s["final_mean_entropy"], s["initial_mean_normalized"],
              s["final_mean_normalized"], s["final_min_normalized"], f"{s['collapsed_heads']}/{s['heads_total']}",
              s["final_val"]] for g, s in res["summary"].items()]
     print(table(["gate", "H init", "H final", "H/log n init", "H/log n final", "min head final", "collapsed",
                  f"val {ds.info.metric}"], rows))
-    print(f"wrote {out / 'entropy.json'}")
+    print(f"wrote {path}")
     return 0

@@ -17,15 +17,16 @@ from tqdm.auto import tqdm
 from .common import (
     add_model_args,
     config_from,
+    finish_parser,
     fmt,
     load_dataset,
     meta,
     parse_list,
-    set_threads,
+    start,
     table,
     train_run,
     variant,
-    write_json,
+    write_outputs,
 )
 from .plots import color, save, subplots
 
@@ -177,14 +178,11 @@ def register(sub) -> None:
     p.add_argument("--lrs", default="1e-4,3e-4,1e-3,3e-3,1e-2", help="learning rates (default: 1e-4..1e-2)")
     p.add_argument("--gates", default="none,elementwise")
     p.add_argument("--tolerance", type=float, default=0.10, help="relative tolerance X (default: 0.10)")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=main)
+    finish_parser(p, main)
 
 
 def main(args) -> int:
-    set_threads(args.threads)
-    out = Path(args.out)
-    progress = not args.no_progress
+    out, progress = start(args)
     cfg = config_from(args)
     lrs = sorted(parse_list(args.lrs, float))
     gates, seeds = parse_list(args.gates), parse_list(args.seeds, int)
@@ -208,8 +206,7 @@ def main(args) -> int:
         "paper_claim": "training stays stable across a 10x learning-rate range; the gate widens the stable range",
         "definitions": DEFINITIONS, "meta": meta(args, cfg),
     })
-    write_json(res, out / "lrsweep.json")
-    plot(res, out / "lrsweep.png")
+    path = write_outputs(res, out, "lrsweep", plot)
     rows = []
     for g in gates:
         for p in res["per_lr"][g]:
@@ -221,5 +218,5 @@ def main(args) -> int:
         print(f"{g}: no divergence over lr {fmt(nd['min_lr'])}..{fmt(nd['max_lr'])} = {fmt(nd['ratio'])}x")
         print(f"{g}: within {fmt(100 * args.tolerance, 3)}% of its best over lr {fmt(r['min_lr'])}..{fmt(r['max_lr'])} "
               f"= {fmt(r['ratio'])}x" + (" (reaches the sweep edge)" if r["at_sweep_edge"] else ""))
-    print(f"wrote {out / 'lrsweep.json'}")
+    print(f"wrote {path}")
     return 0

@@ -23,14 +23,15 @@ from .common import (
     add_model_args,
     batches,
     config_from,
+    finish_parser,
     fmt,
     load_dataset,
     meta,
     parse_list,
-    set_threads,
+    start,
     table,
     variant,
-    write_json,
+    write_outputs,
 )
 from .plots import color, save, subplots
 
@@ -117,16 +118,13 @@ def register(sub) -> None:
     p.add_argument("--batches", type=int, default=8, help="distinct training batches (default: 8)")
     p.add_argument("--reps", type=int, default=20, help="measured rounds over the batches (default: 20)")
     p.add_argument("--warmup", type=int, default=3, help="unmeasured warm-up rounds (default: 3)")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=main)
+    finish_parser(p, main)
 
 
 def main(args) -> int:
     from ..train.loop import build_model, loss_fn
 
-    set_threads(args.threads)
-    out = Path(args.out)
-    progress = not args.no_progress
+    out, progress = start(args)
     cfg = config_from(args)
     specs = parse_list(args.gates)
     ds = load_dataset(cfg, args.max_graphs, progress)
@@ -171,13 +169,12 @@ def main(args) -> int:
         "paper_claim": "about 1% extra parameters (OGB) and under 3% extra wall-clock time",
         "meta": meta(args, cfg),
     }
-    write_json(res, out / "overhead.json")
-    plot(res, out / "overhead.png")
+    path = write_outputs(res, out, "overhead", plot)
     rows = [[n, params[n], res["param_overhead_abs"][n], 100 * res["param_overhead"][n], 1000 * med[n],
              100 * res["time_overhead"][n],
              f"[{fmt(100 * (res['time_ratio_ci95'][n][0] - 1), 3)}, {fmt(100 * (res['time_ratio_ci95'][n][1] - 1), 3)}]"]
             for n in specs]
     print(table(["variant", "params", "extra", "extra %", "median ms", "time +%", "95% CI %"], rows))
     print(f"{len(data)} batches of {bs} graphs x {args.reps} rounds, {torch.get_num_threads()} thread(s); "
-          f"wrote {out / 'overhead.json'}")
+          f"wrote {path}")
     return 0

@@ -19,15 +19,16 @@ from .common import (
     add_model_args,
     batches,
     config_from,
+    finish_parser,
     fmt,
     load_dataset,
     meta,
     parse_list,
-    set_threads,
+    start,
     table,
     train_run,
     variant,
-    write_json,
+    write_outputs,
 )
 from .metrics import stable_rank_batched
 from .plots import save, subplots
@@ -136,14 +137,11 @@ def register(sub) -> None:
     add_model_args(p, default_epochs=5)
     p.add_argument("--split", default="val", help="train, val or test (default: val)")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--out", required=True, help="output directory")
-    p.set_defaults(func=main)
+    finish_parser(p, main, "output directory")
 
 
 def main(args) -> int:
-    set_threads(args.threads)
-    out = Path(args.out)
-    progress = not args.no_progress
+    out, progress = start(args)
     if args.epochs is not None and args.epochs < 0:
         raise ValueError("--epochs must be >= 0")
     if args.checkpoint:
@@ -187,13 +185,12 @@ def main(args) -> int:
         "per_seed": per_seed,
         "meta": meta(args, cfg),
     }
-    write_json(res, out / "rank.json")
-    plot(res, out / "rank.png")
+    path = write_outputs(res, out, "rank", plot)
     rows = []
     for l in range(len(res["before"])):
         rows.append([l + 1, " ".join(fmt(v, 3) for v in res["before"][l]), " ".join(fmt(v, 3) for v in res["after"][l]),
                      float(np.mean(res["ratio"][l])), None if res["gate_mean"] is None else res["gate_mean"][l]])
     print(table(["layer", "SR before (per head)", "SR after (per head)", "mean ratio", "gate mean"], rows))
     print(f"{res['model_source'][0]}; {res['split']} split, {res['n_graphs']} graphs; "
-          f"after > before in {fmt(100 * res['frac_heads_higher'], 3)}% of (layer, head); wrote {out / 'rank.json'}")
+          f"after > before in {fmt(100 * res['frac_heads_higher'], 3)}% of (layer, head); wrote {path}")
     return 0

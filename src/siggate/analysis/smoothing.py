@@ -17,17 +17,18 @@ from tqdm.auto import tqdm
 from .common import (
     add_model_args,
     config_from,
+    finish_parser,
     fmt,
     forward_details,
     load_dataset,
     load_run_model,
     meta,
     parse_list,
-    set_threads,
+    start,
     table,
     train_run,
     variant,
-    write_json,
+    write_outputs,
 )
 from .metrics import dirichlet_energy_batched, mad_batched, stable_rank_batched
 from .plots import color, save, subplots
@@ -177,14 +178,11 @@ def register(sub) -> None:
     p.add_argument("--gates", default="none,elementwise", help="gate kinds; 'none' first is the baseline")
     p.add_argument("--rank-tol", type=float, default=1e-3, help="relative singular-value threshold (default: 1e-3)")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--out", required=True, help="output directory (runs go to OUT/runs)")
-    p.set_defaults(func=main)
+    finish_parser(p, main, "output directory (runs go to OUT/runs)")
 
 
 def main(args) -> int:
-    set_threads(args.threads)
-    out = Path(args.out)
-    progress = not args.no_progress
+    out, progress = start(args)
     cfg = config_from(args)
     depths, gates, seeds = parse_list(args.depths, int), parse_list(args.gates), parse_list(args.seeds, int)
     ds = load_dataset(cfg, args.max_graphs, progress)
@@ -232,8 +230,7 @@ def main(args) -> int:
         "per_seed": per_seed,
         "meta": meta(args, cfg),
     })
-    write_json(res, out / "smoothing.json")
-    plot(res, out / "smoothing.png")
+    path = write_outputs(res, out, "smoothing", plot)
     rows = []
     for L in depths:
         for g in gates:
@@ -245,7 +242,7 @@ def main(args) -> int:
     print(table(["depth", "gate", "MAD enc", "MAD last", "Dirichlet last", "Dir. rel last", "rank last", "SR last",
                  f"val {ds.info.metric}", "rel. MAD gain"], rows))
     print(f"mean relative MAD gain of {primary} over none at the last layer: "
-          f"{fmt(res['mean_relative_mad_gain'])} (paper: +0.30); wrote {out / 'smoothing.json'}")
+          f"{fmt(res['mean_relative_mad_gain'])} (paper: +0.30); wrote {path}")
     t = res["gain_tests"].get(primary)
     if t:
         print(f"(depth, seed) pairs: gain > 0 in {t['n_positive']}/{t['n_pairs']} (sign test p = {fmt(t['p_sign'], 3)}); "

@@ -40,7 +40,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..nn.attention import GatedMultiheadAttention
-from .common import fmt, meta, parse_list, set_threads, table, write_json
+from .common import fmt, meta, parse_list, start, table, write_outputs
 from .metrics import stable_rank_batched
 from .plots import color, save, subplots
 
@@ -247,27 +247,26 @@ def run_synthetic(draws: int = 200, nodes: int = 32, dim: int = 64, heads: int =
     }
 
     # Effect of the gate bias (gate centre) and of the gate weight scale (gate variation).
-    bias_sweep = []
-    for b in tqdm(biases, desc="synthetic: bias sweep", disable=not progress, leave=False):
-        ent = []
-        for f in sweep_fams:
-            for i in range(sweep_n):
-                ent += one_draw(seed + 2, i, f, "global", gates, bias=b, **common)
-        for key, s in group(ent, "family", "gate").items():
-            fam, gate = key.split("/")
-            gm = float(np.mean([e["gate_mean"] for e in ent if e["family"] == fam and e["gate"] == gate]))
-            bias_sweep.append({"bias": b, "family": fam, "gate": gate, "gate_mean": gm, **s})
-    std_sweep = []
-    for w in tqdm(weight_stds, desc="synthetic: gate-weight sweep", disable=not progress, leave=False):
-        ent = []
-        for f in sweep_fams:
-            for i in range(sweep_n):
-                ent += one_draw(seed + 3, i, f, "global", gates, weight_std=w, **common)
-        for key, s in group(ent, "family", "gate").items():
-            fam, gate = key.split("/")
-            gs = float(np.mean([e["gate_node_std"] for e in ent if e["family"] == fam and e["gate"] == gate]))
-            std_sweep.append({"gate_weight_std": "xavier" if w is None else w, "family": fam, "gate": gate,
-                              "gate_node_std": gs, **s})
+    def global_sweep(values, desc: str, draw_seed: int, param: str, stat: str):
+        """Per value ``v``: draws of the sweep families (global attention) with ``param=v``;
+        yields ``(v, family, gate, mean of stat, summary)`` per (family, gate)."""
+        for v in tqdm(values, desc=desc, disable=not progress, leave=False):
+            ent = []
+            for f in sweep_fams:
+                for i in range(sweep_n):
+                    ent += one_draw(draw_seed, i, f, "global", gates, **{param: v}, **common)
+            for key, s in group(ent, "family", "gate").items():
+                fam, gate = key.split("/")
+                m = float(np.mean([e[stat] for e in ent if e["family"] == fam and e["gate"] == gate]))
+                yield v, fam, gate, m, s
+
+    bias_sweep = [{"bias": b, "family": fam, "gate": gate, "gate_mean": gm, **s}
+                  for b, fam, gate, gm, s in global_sweep(biases, "synthetic: bias sweep", seed + 2, "bias",
+                                                          "gate_mean")]
+    std_sweep = [{"gate_weight_std": "xavier" if w is None else w, "family": fam, "gate": gate,
+                  "gate_node_std": gs, **s}
+                 for w, fam, gate, gs, s in global_sweep(weight_stds, "synthetic: gate-weight sweep", seed + 3,
+                                                         "weight_std", "gate_node_std")]
 
     # How "anchor-free" the graph is: the feature noise sets how much the nodes differ.
     noise_sweep = []
@@ -423,18 +422,16 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    out = Path(args.out)
-    set_threads(args.threads)
+    out, progress = start(args)
     res = run_synthetic(
         draws=args.draws, nodes=args.nodes, dim=args.dim, heads=args.heads, noise=args.noise,
         propagate_steps=args.propagate, families=parse_list(args.families), modes=parse_list(args.attention),
         gates=parse_list(args.gates), seed=args.seed, biases=parse_list(args.biases, float),
         noises=parse_list(args.noises, float),
-        sweep_draws=args.sweep_draws, progress=not args.no_progress,
+        sweep_draws=args.sweep_draws, progress=progress,
     )
     res["meta"] = meta(args)
-    write_json(res, out / "synthetic.json")
-    plot(res, out / "synthetic.png")
+    path = write_outputs(res, out, "synthetic", plot)
     rows = [[k, v["n_draws"], v["mean_ungated"], v["mean_gated"], v["mean_ratio"], v["median_excess_ratio"],
              v["frac_gated_higher"], v["frac_heads_gated_lower"]] for k, v in res["by_family_gate_attention"].items()]
     print(table(["family/gate/attention", "draws", "SR ungated", "SR gated", "ratio", "excess ratio",
@@ -443,5 +440,5 @@ def main(args) -> int:
     print(f"constant-gate sanity: max relative change {fmt(s['max_rel_diff'])} over {s['n_cases']} heads "
           f"-> {'unchanged' if s['holds'] else 'CHANGED'}")
     print(f"overall: stable rank {fmt(res['mean_ungated'])} -> {fmt(res['mean_gated'])}, gated higher in "
-          f"{fmt(100 * res['frac_gated_higher'], 3)}% of draws; wrote {out / 'synthetic.json'}")
+          f"{fmt(100 * res['frac_gated_higher'], 3)}% of draws; wrote {path}")
     return 0

@@ -316,6 +316,43 @@ def _finish(
     return ds
 
 
+def _mol_parts(name: str, allow_unsanitized: bool, base: Path, files: list[str]) -> dict:
+    """Cache-key parts of a loader that builds graphs from SMILES in ``files`` (under ``base``)."""
+    return {
+        "loader": name,
+        "version": BUILD_VERSION,
+        "allow_unsanitized": bool(allow_unsanitized),
+        "files": _fingerprints(base, files),
+    }
+
+
+def _graphs_by_split(
+    name: str,
+    csv_path: Path,
+    parts: dict,
+    cache_dir: Path,
+    build: Callable[[object], list[Data]],
+    split_idx_of: Callable[[], dict],
+    allow_unsanitized: bool,
+) -> tuple[dict, list[InvalidRow]]:
+    """Graphs of the SMILES CSV ``csv_path``, built by ``build(dataframe)`` and cached under
+    ``parts``, cut by the split ``split_idx_of()`` (checked); rows of the split without a
+    graph become :class:`InvalidRow`.  The CSV is read at most once, and only when needed."""
+    frame: dict = {}
+
+    def read():
+        if "df" not in frame:
+            frame["df"] = _read_csv(csv_path)
+        return frame["df"]
+
+    graphs = _cache_graphs(cache_dir, name, parts, lambda: build(read()))
+    split_idx = split_idx_of()
+    _check_split(split_idx, name)
+    splits, missing = _split_graphs(graphs, split_idx)
+    invalid = _invalid_rows(read()["smiles"].astype(str).tolist(), missing, allow_unsanitized) if missing else []
+    return splits, invalid
+
+
 def _read_csv(path, *args, **kwargs):
     """``pandas.read_csv`` that reports a damaged file by name instead of a bare
     ``EOFError``/``zlib.error`` (a cut download, a flipped bit)."""
@@ -535,30 +572,15 @@ def _load_ogb_mol(
     if "smiles" not in columns or len(task_cols) != num_tasks:
         raise ValueError(f"{mol_csv}: expected a smiles column and {num_tasks} task columns, got {columns}")
     split_idx = {key: _read_index_csv(ddir / "split" / "scaffold" / f"{s}.csv.gz") for key, s in _OGB_SPLITS.items()}
-    parts = {
-        "loader": name,
-        "version": BUILD_VERSION,
-        "allow_unsanitized": bool(allow_unsanitized),
-        "files": _fingerprints(base, [files[0]] + raw_files),
-    }
-    cache: dict = {}
+    parts = _mol_parts(name, allow_unsanitized, base, [files[0]] + raw_files)
 
-    def read():
-        if "df" not in cache:
-            cache["df"] = _read_csv(mol_csv)
-        return cache["df"]
-
-    def build() -> list[Data]:
-        df = read()
+    def build(df) -> list[Data]:
         labels = df[task_cols].to_numpy(dtype=np.float64)
         graphs, _ = _featurize(df["smiles"].astype(str).tolist(), labels, allow_unsanitized, progress, name)
         _verify_ogb_raw(ddir, graphs, labels, len(df), name)
         return graphs
 
-    graphs = _cache_graphs(cache_dir, name, parts, build)
-    _check_split(split_idx, name)
-    splits, missing = _split_graphs(graphs, split_idx)
-    invalid = _invalid_rows(read()["smiles"].astype(str).tolist(), missing, allow_unsanitized) if missing else []
+    splits, invalid = _graphs_by_split(name, mol_csv, parts, cache_dir, build, lambda: split_idx, allow_unsanitized)
     info = TaskInfo(name=name, task=task, num_tasks=num_tasks, metric=metric, target_names=task_cols)
     return _finish(name, info, splits, invalid, str(ddir), parts, cache_dir, rwse_steps, lap_dim, progress)
 
@@ -640,6 +662,45 @@ def _fetch_peptides(folder: str, csv_name: str, csv_url: str, csv_md5: str, spli
     return fetch
 
 
+def _load_peptides(
+    name: str,
+    folder: str,
+    base: Path,
+    csv_rel: str,
+    split_rel: str,
+    targets: Callable[[object, Path], np.ndarray],
+    info: TaskInfo,
+    cache_dir: Path,
+    progress: bool,
+    allow_unsanitized: bool,
+    rwse_steps: int,
+    lap_dim: int,
+) -> GraphDataset:
+    """A Peptides dataset once its files are found under ``base``: graphs from the CSV's
+    SMILES with the targets ``targets(dataframe, csv_path)``, cut by the LRGB split pickle."""
+    parts = _mol_parts(name, allow_unsanitized, base, [csv_rel])
+
+    def build(df) -> list[Data]:
+        values = targets(df, base / csv_rel)
+        graphs, _ = _featurize(df["smiles"].astype(str).tolist(), values, allow_unsanitized, progress, name)
+        return graphs
+
+    def split_idx_of() -> dict:
+        return _load_split_pickle(base / split_rel, name)
+
+    splits, invalid = _graphs_by_split(name, base / csv_rel, parts, cache_dir, build, split_idx_of, allow_unsanitized)
+    parts = dict(parts, split=_fingerprints(base, [split_rel]))
+    return _finish(name, info, splits, invalid, str(base / folder), parts, cache_dir, rwse_steps, lap_dim, progress)
+
+
+def _peptides_func_labels(df, csv: Path) -> np.ndarray:
+    """The 10 function labels, stored as a list literal per row."""
+    labels = np.stack([np.asarray(ast.literal_eval(s), dtype=np.float64) for s in df["labels"]])
+    if labels.ndim != 2 or labels.shape[1] != 10:
+        raise ValueError(f"{csv}: expected 10-dim label lists, got shape {labels.shape}")
+    return labels
+
+
 @_register("peptides-func", "Peptides-func (LRGB): 10 peptide functions, multilabel, AP")
 def peptides_func(
     root=None,
@@ -654,8 +715,6 @@ def peptides_func(
 ) -> GraphDataset:
     """Peptides-func from ``<root>/peptides-functional/raw/peptide_multi_class_dataset.csv.gz``
     and ``<root>/peptides-functional/splits_random_stratified_peptide.pickle``."""
-    import pandas as pd
-
     _check_kwargs("peptides-func", kw)
     root, cache_dir = _resolve_dirs(root, cache_dir)
     csv_rel = "peptides-functional/raw/peptide_multi_class_dataset.csv.gz"
@@ -668,37 +727,10 @@ def peptides_func(
     base = _Layout("peptides-func", [csv_rel, split_rel], origin, _PEP_FUNC_CSV_URL, fetch).locate(
         root, cache_dir, download
     )
-    parts = {
-        "loader": "peptides-func",
-        "version": BUILD_VERSION,
-        "allow_unsanitized": bool(allow_unsanitized),
-        "files": _fingerprints(base, [csv_rel]),
-    }
-    cache: dict = {}
-
-    def read():
-        if "df" not in cache:
-            cache["df"] = _read_csv(base / csv_rel)
-        return cache["df"]
-
-    def build() -> list[Data]:
-        df = read()
-        labels = np.stack([np.asarray(ast.literal_eval(s), dtype=np.float64) for s in df["labels"]])
-        if labels.ndim != 2 or labels.shape[1] != 10:
-            raise ValueError(f"{base / csv_rel}: expected 10-dim label lists, got shape {labels.shape}")
-        graphs, _ = _featurize(df["smiles"].astype(str).tolist(), labels, allow_unsanitized, progress, "peptides-func")
-        return graphs
-
-    graphs = _cache_graphs(cache_dir, "peptides-func", parts, build)
-    split_idx = _load_split_pickle(base / split_rel, "peptides-func")
-    _check_split(split_idx, "peptides-func")
-    splits, missing = _split_graphs(graphs, split_idx)
-    invalid = _invalid_rows(read()["smiles"].astype(str).tolist(), missing, allow_unsanitized) if missing else []
     info = TaskInfo(name="peptides-func", task="multilabel", num_tasks=10, metric="ap")
-    parts = dict(parts, split=_fingerprints(base, [split_rel]))
-    return _finish(
-        "peptides-func", info, splits, invalid, str(base / "peptides-functional"), parts, cache_dir,
-        rwse_steps, lap_dim, progress,
+    return _load_peptides(
+        "peptides-func", "peptides-functional", base, csv_rel, split_rel, _peptides_func_labels, info, cache_dir,
+        progress, allow_unsanitized, rwse_steps, lap_dim,
     )  # fmt: skip
 
 
@@ -714,6 +746,24 @@ def standardize_targets(values: np.ndarray) -> np.ndarray:
     i.e. LRGB's ``(x - x.mean()) / x.std()`` in pandas."""
     values = np.asarray(values, dtype=np.float64)
     return (values - values.mean(axis=0)) / values.std(axis=0, ddof=1)
+
+
+def _peptides_struct_targets(df, csv: Path, normalized: bool) -> np.ndarray:
+    """The 11 shape targets: checked to be standardized already (``normalized``) or
+    standardized here."""
+    missing_cols = [c for c in ["smiles"] + PEPTIDES_STRUCT_TARGETS if c not in df.columns]
+    if missing_cols:
+        raise ValueError(f"{csv}: missing columns {missing_cols}")
+    values = df[PEPTIDES_STRUCT_TARGETS].to_numpy(dtype=np.float64)
+    if normalized:
+        mean, std = values.mean(axis=0), values.std(axis=0, ddof=1)
+        if not (np.all(np.abs(mean) < 1e-6) and np.all(np.abs(std - 1.0) < 1e-6)):
+            raise ValueError(
+                f"{csv}: targets are not standardized (means {mean.round(4).tolist()}, "
+                f"stds {std.round(4).tolist()})"
+            )
+        return values
+    return standardize_targets(values)
 
 
 @_register("peptides-struct", "Peptides-struct (LRGB): 11 standardized 3D-shape targets, regression, MAE")
@@ -747,8 +797,6 @@ def peptides_struct(
     functional one; when it is absent, ``peptides-functional``'s split is used if its
     MD5 is that official value.
     """
-    import pandas as pd
-
     _check_kwargs("peptides-struct", kw)
     root, cache_dir = _resolve_dirs(root, cache_dir)
     fetch = _fetch_peptides(
@@ -778,42 +826,6 @@ def peptides_struct(
             "peptides-struct", [_STRUCT_NORM_REL, _STRUCT_SPLIT_REL], origin, _PEP_STRUCT_CSV_URL, fetch
         ).locate(root, cache_dir, download, hint)
     normalized = csv_rel == _STRUCT_NORM_REL
-    parts = {
-        "loader": "peptides-struct",
-        "version": BUILD_VERSION,
-        "allow_unsanitized": bool(allow_unsanitized),
-        "files": _fingerprints(base, [csv_rel]),
-    }
-    cache: dict = {}
-
-    def read():
-        if "df" not in cache:
-            cache["df"] = _read_csv(base / csv_rel)
-        return cache["df"]
-
-    def build() -> list[Data]:
-        df = read()
-        missing_cols = [c for c in ["smiles"] + PEPTIDES_STRUCT_TARGETS if c not in df.columns]
-        if missing_cols:
-            raise ValueError(f"{base / csv_rel}: missing columns {missing_cols}")
-        values = df[PEPTIDES_STRUCT_TARGETS].to_numpy(dtype=np.float64)
-        if normalized:
-            mean, std = values.mean(axis=0), values.std(axis=0, ddof=1)
-            if not (np.all(np.abs(mean) < 1e-6) and np.all(np.abs(std - 1.0) < 1e-6)):
-                raise ValueError(
-                    f"{base / csv_rel}: targets are not standardized (means {mean.round(4).tolist()}, "
-                    f"stds {std.round(4).tolist()})"
-                )
-        else:
-            values = standardize_targets(values)
-        graphs, _ = _featurize(df["smiles"].astype(str).tolist(), values, allow_unsanitized, progress, "peptides-struct")
-        return graphs
-
-    graphs = _cache_graphs(cache_dir, "peptides-struct", parts, build)
-    split_idx = _load_split_pickle(base / split_rel, "peptides-struct")
-    _check_split(split_idx, "peptides-struct")
-    splits, missing = _split_graphs(graphs, split_idx)
-    invalid = _invalid_rows(read()["smiles"].astype(str).tolist(), missing, allow_unsanitized) if missing else []
     info = TaskInfo(
         name="peptides-struct",
         task="regression",
@@ -821,10 +833,10 @@ def peptides_struct(
         metric="mae",
         target_names=list(PEPTIDES_STRUCT_TARGETS),
     )
-    parts = dict(parts, split=_fingerprints(base, [split_rel]))
-    return _finish(
-        "peptides-struct", info, splits, invalid, str(base / _STRUCT_DIR), parts, cache_dir,
-        rwse_steps, lap_dim, progress,
+    return _load_peptides(
+        "peptides-struct", _STRUCT_DIR, base, csv_rel, split_rel,
+        lambda df, csv: _peptides_struct_targets(df, csv, normalized), info, cache_dir,
+        progress, allow_unsanitized, rwse_steps, lap_dim,
     )  # fmt: skip
 
 

@@ -131,16 +131,12 @@ def _make_temp(folder: Path, name: str) -> str:
     return tmp
 
 
-def _atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
-    """Call ``write(fileobj)`` on a temp file next to ``path`` and move it in place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _replace_via_temp(path: Path, fill: Callable[[str], None]) -> None:
+    """Call ``fill(tmp)`` (write and fsync) on a temp file next to ``path``, then move it
+    in place atomically; on failure the temp file is removed and ``path`` is untouched."""
     tmp = _make_temp(path.parent, path.name)
     try:
-        with open(tmp, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+        fill(tmp)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -149,6 +145,20 @@ def _atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None
             pass
         raise
     _fsync_dir(path.parent)
+
+
+def _atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
+    """Call ``write(fileobj)`` on a temp file next to ``path`` and move it in place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def fill(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    _replace_via_temp(path, fill)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -465,19 +475,13 @@ def cached(
         t0 = time.perf_counter()
         obj = build()
         built_s = time.perf_counter() - t0
-        tmp = _make_temp(folder, path.name)
-        try:
+
+        def fill(tmp: str) -> None:
             save(obj, Path(tmp))
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        _fsync_dir(folder)
+
+        _replace_via_temp(path, fill)
         try:
             meta = {"parts": parts, "featurization_version": FEATURIZATION_VERSION, "key": key}
             atomic_write_bytes(
