@@ -231,6 +231,8 @@ def test_lr_sweep_cli(tmp_path):
     assert res["lrs"] == [1e-3, 1e-2]
     for g in ("none", "elementwise"):
         assert len(res["per_lr"][g]) == 2
+        assert set(res["per_lr"][g][0]) == {"lr", "score", "score_std", "scores", "diverged", "n_diverged",
+                                            "skipped_batches", "final_train_loss", "loss_spread", "curves"}
         assert res["stable_range"][g]["ratio"] in (0.0, 1.0, pytest.approx(10.0))
         assert res["no_divergence_range"][g]["ratio"] in (0.0, 1.0, pytest.approx(10.0))
     assert (tmp_path / "runs" / "lr0.01-none-s0" / "metrics.json").exists()

@@ -243,3 +243,49 @@ def test_random_split():
     assert sorted(b["train"] + b["val"] + b["test"]) == list(range(7))
     assert len(b["train"]) == 4 and len(b["val"]) == 1 and len(b["test"]) == 2
     assert random_split(0) == {"train": [], "val": [], "test": []}
+
+
+def test_balanced_group_split_by_hand():
+    from siggate.data.chem import split_by_groups
+
+    # 20 items: one group of 12 ("big": > min(val, test) / 2 = 1), four pairs, no singletons
+    keys = ["A"] * 12 + ["p", "p", "q", "q", "r", "r", "s", "s"]
+    n = len(keys)
+    sp = split_by_groups(keys, frac=(0.6, 0.2, 0.2), balanced=True, seed=0)
+    # big groups are larger than min(val, test)/2 = 2 items: only "A" (the pairs are not)
+    assert set(range(12)) <= set(sp["train"])
+    order = np.random.default_rng(0).permutation(4)  # the pairs p q r s in first-index order, shuffled
+    pairs = [[12, 13], [14, 15], [16, 17], [18, 19]]
+    expect_train = list(range(12))
+    expect_val, expect_test = [], []
+    for j in order:  # greedy fill: train cutoff 12 is full, val takes 2 pairs (4), test the rest
+        g = pairs[j]
+        if len(expect_train) + 2 <= 0.6 * n:
+            expect_train += g
+        elif len(expect_val) + 2 <= 0.2 * n:
+            expect_val += g
+        else:
+            expect_test += g
+    assert sp == {"train": sorted(expect_train), "val": sorted(expect_val), "test": sorted(expect_test)}
+    assert sp == split_by_groups(list(keys), frac=(0.6, 0.2, 0.2), balanced=True, seed=0)  # deterministic
+
+
+def test_balanced_split_differs_from_size_order_but_keeps_groups_whole():
+    from siggate.data.chem import split_by_groups
+
+    rng = np.random.default_rng(1)
+    keys = [f"g{int(k)}" for k in rng.zipf(1.6, size=400)]
+    plain = split_by_groups(keys)
+    bal = split_by_groups(keys, balanced=True, seed=0)
+    assert plain != bal
+    assert bal != split_by_groups(keys, balanced=True, seed=1)
+    for sp in (plain, bal):
+        assert sorted(sp["train"] + sp["val"] + sp["test"]) == list(range(400))
+        where = {}
+        for name, idx in sp.items():
+            for i in idx:
+                assert where.setdefault(keys[i], name) == name  # a group never spans two splits
+    # the size order fills test with the rarest groups; the balanced one draws from all sizes
+    count = {k: keys.count(k) for k in set(keys)}
+    mean_group = {name: np.mean([count[keys[i]] for i in sp["test"]]) for name, sp in (("plain", plain), ("bal", bal))}
+    assert mean_group["plain"] < 1.5 < mean_group["bal"], mean_group

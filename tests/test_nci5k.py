@@ -176,3 +176,26 @@ def test_registry_unknown_name():
     assert "did you mean 'nci5k'" in msg
     for name in DATASETS:
         assert name in msg
+
+
+def _largest_ring(smiles: str) -> int:
+    mol = Chem.MolFromSmiles(smiles)
+    return max((len(r) for r in mol.GetRingInfo().AtomRings()), default=0)
+
+
+def test_default_split_is_balanced_and_why(nci, tmp_path_factory):
+    """The OGB-order scaffold split leaves no ring > 6 atoms in train (the ring term of
+    penalized logP is then never seen in training); the default balanced one does not."""
+    ds, cache_dir, _, _ = nci
+    plain = load_nci5k(cache_dir=cache_dir, split="scaffold")
+    assert plain.sizes() == EXPECTED_SIZES
+    assert len(plain.invalid) == 8
+    big = {s: sum(_largest_ring(g.smiles) > 6 for g in plain.splits[s]) for s in ("train", "val", "test")}
+    assert big == {"train": 0, "val": 14, "test": 15}
+    big_bal = {s: sum(_largest_ring(g.smiles) > 6 for g in ds.splits[s]) for s in ("train", "val", "test")}
+    assert sum(big_bal.values()) == 29 and big_bal["train"] > 0
+    assert [g.idx for g in ds.test] != [g.idx for g in plain.test]
+    assert nci5k_cache_path(cache_dir) != nci5k_cache_path(cache_dir, split="scaffold")
+    assert nci5k_cache_path(cache_dir) == nci5k_cache_path(cache_dir, split="scaffold_balanced")
+    with pytest.raises(ValueError, match="unknown split 'scafold'.*scaffold_balanced"):
+        load_nci5k(cache_dir=cache_dir, split="scafold")

@@ -41,7 +41,7 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--smiles-col", default="smiles", help="SMILES column of --data (default: smiles)")
     p.add_argument("--target-col", default=None, help="target column(s) of --data, comma-separated")
     p.add_argument("--task", default=None, choices=["regression", "binary", "multilabel"], help="task of --data")
-    p.add_argument("--split", default=None, help="split of --data: scaffold (default), random or column:NAME")
+    p.add_argument("--split", default=None, help="split of --data: scaffold (default), scaffold_balanced, random or column:NAME")
 
 
 def config_from_args(args):

@@ -24,6 +24,10 @@ from .nn.layer import LOCAL_MODELS
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 
+SPLITS = ("scaffold", "scaffold_balanced", "random")
+"""Split names for ``data.split`` (besides ``column:NAME`` for CSV data)."""
+
+
 class ConfigError(ValueError):
     """A config key or value that cannot be used."""
 
@@ -42,7 +46,7 @@ class DataConfig:
     smiles_col: str = "smiles"
     target_cols: list = field(default_factory=list)
     task: str = "regression"
-    split: str = "scaffold"
+    split: str | None = None   # None: the dataset's own default split
 
 
 @dataclass
@@ -302,10 +306,10 @@ def _check(cfg: Config) -> None:
             "or raise model.dim."
         )
     split = cfg.data.split
-    if split not in ("scaffold", "random") and not (split.startswith("column:") and split[len("column:"):].strip()):
+    if split is not None and split not in SPLITS and not (split.startswith("column:") and split[len("column:"):].strip()):
         raise ConfigError(
-            f"data.split: {split!r} is not allowed. Allowed values: scaffold, random, column:NAME."
-            + _suggest(split, ["scaffold", "random"])
+            f"data.split: {split!r} is not allowed. Allowed values: {', '.join(SPLITS)}, column:NAME "
+            "(or leave it unset for the dataset's default)." + _suggest(split, list(SPLITS))
         )
     if cfg.data.name == "csv":
         if not cfg.data.csv:
@@ -326,6 +330,13 @@ def _check(cfg: Config) -> None:
                 f"data.name: unknown dataset {cfg.data.name!r}. Allowed values: {', '.join(sorted(DATASETS))}, csv."
                 + _suggest(cfg.data.name, sorted(DATASETS))
             )
+        if split is not None and cfg.data.name != "nci5k":
+            raise ConfigError(
+                f"data.split: {cfg.data.name} comes with its official split, which siggate always uses; "
+                "data.split applies to nci5k and csv data only. Remove data.split from the config."
+            )
+        if split is not None and split.startswith("column:"):
+            raise ConfigError(f"data.split: {split!r} needs a CSV with a split column (data.name='csv').")
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:

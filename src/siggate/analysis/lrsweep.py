@@ -109,9 +109,7 @@ def analyse(runs: dict, lrs, gates, seeds, tol: float, higher_is_better: bool) -
                 "scores": vals, "diverged": div, "n_diverged": int(sum(div)),
                 "skipped_batches": [int(m.get("skipped_batches", 0)) for m in ms],
                 "final_train_loss": [c[-1] if c else None for c in curves],
-                "no_divergence_range": "max_lr / min_lr of the longest contiguous run of swept learning rates where no seed "
-                           "diverged (whatever the score)",
-    "loss_spread": spread, "curves": curves,
+                "loss_spread": spread, "curves": curves,
             })
     pick = max if higher_is_better else min
 

@@ -302,20 +302,39 @@ def _scaffold_of_smiles(smiles: str) -> str:
         return "\x00unparsable:" + str(smiles)
 
 
-def split_by_groups(keys: Sequence[str], frac: Sequence[float] = (0.8, 0.1, 0.1)) -> dict[str, list[int]]:
+def split_by_groups(
+    keys: Sequence[str],
+    frac: Sequence[float] = (0.8, 0.1, 0.1),
+    balanced: bool = False,
+    seed: int = 0,
+) -> dict[str, list[int]]:
     """Deterministic group split: indices with equal ``keys`` land in the same split.
 
-    Groups are sorted by size (largest first), ties by their first index, then
-    each goes to train if it fits under the train cutoff, else to val if it fits
-    under the val cutoff, else to test.
+    ``balanced=False`` (OGB / DeepChem "scaffold" order): groups are sorted by size
+    (largest first), ties by their first index.  The rare groups, often singletons of
+    unusual chemistry, then all end up in val and test.
+
+    ``balanced=True`` (chemprop's "scaffold_balanced"): groups larger than half the
+    smaller of the val and test sizes come first, sorted as above; the other groups
+    follow in an order shuffled with ``seed``, so that val and test are drawn from the
+    whole range of chemistry while no group spans two splits.
+
+    Each group, in that order, goes to train if it fits under the train cutoff, else
+    to val if it fits under the val cutoff, else to test.
     """
     f = _check_frac(frac)
     n = len(keys)
     groups: dict[str, list[int]] = defaultdict(list)
     for i, k in enumerate(keys):
         groups[k].append(i)
-    ordered = sorted(groups.values(), key=lambda g: (-len(g), g[0]))
     train_cut, val_cut = f[0] * n, f[1] * n
+    ordered = sorted(groups.values(), key=lambda g: (-len(g), g[0]))
+    if balanced:
+        big_limit = min(f[1] * n, f[2] * n) / 2
+        big = [g for g in ordered if len(g) > big_limit]
+        small = sorted((g for g in ordered if len(g) <= big_limit), key=lambda g: g[0])
+        order = np.random.default_rng(seed).permutation(len(small))
+        ordered = big + [small[j] for j in order]
     train: list[int] = []
     val: list[int] = []
     test: list[int] = []

@@ -38,12 +38,12 @@ _MISSING = {"", "nan", "na", "n/a", "none", "null"}
 
 
 def _parse_split(split: str) -> str | None:
-    """``"scaffold"``/``"random"`` -> None; ``"column:NAME"`` -> NAME."""
-    if split in ("scaffold", "random"):
+    """``"scaffold"``/``"scaffold_balanced"``/``"random"`` -> None; ``"column:NAME"`` -> NAME."""
+    if split in ("scaffold", "scaffold_balanced", "random"):
         return None
     if isinstance(split, str) and split.startswith("column:") and split[len("column:"):].strip():
         return split[len("column:"):].strip()
-    raise ValueError(f"split must be 'scaffold', 'random' or 'column:NAME', got {split!r}")
+    raise ValueError(f"split must be 'scaffold', 'scaffold_balanced', 'random' or 'column:NAME', got {split!r}")
 
 
 def _read_header(path: Path, sep: str) -> list[str]:
@@ -143,7 +143,7 @@ def build_csv(
                     )
             mol = parse_smiles(smi, allow_unsanitized=allow_unsanitized)
             data = mol_to_graph(mol)
-            if split == "scaffold":
+            if split in ("scaffold", "scaffold_balanced"):
                 try:
                     key = murcko_scaffold(mol)
                 except Exception:  # partially sanitized molecules: own group
@@ -162,8 +162,8 @@ def build_csv(
         graphs.append(data)
         keys.append(key)
 
-    if split == "scaffold":
-        idx = split_by_groups(keys, frac)
+    if split in ("scaffold", "scaffold_balanced"):
+        idx = split_by_groups(keys, frac, balanced=split == "scaffold_balanced")
     elif split == "random":
         idx = random_split(len(graphs), frac, seed)
     else:
@@ -207,8 +207,10 @@ def load_csv(
         target_cols: target column(s); empty cells (or NA/NaN/None) are missing labels.
         task: ``"regression"`` (metric MAE), ``"binary"`` (one 0/1 column, ROC-AUC)
             or ``"multilabel"`` (0/1 columns with missing labels allowed, AP).
-        split: ``"scaffold"`` (deterministic Bemis-Murcko), ``"random"`` (seeded)
-            or ``"column:NAME"`` (column NAME says train/val/valid/test per row).
+        split: ``"scaffold"`` (deterministic Bemis-Murcko, largest scaffold groups to
+            train), ``"scaffold_balanced"`` (large groups to train, the others in a fixed
+            shuffled order: see :func:`~siggate.data.chem.split_by_groups`), ``"random"``
+            (seeded) or ``"column:NAME"`` (column NAME says train/val/valid/test per row).
         cache_dir: cache root; defaults to :func:`default_cache_dir`.
         seed: seed of the random split.
         frac: train/val/test fractions for the scaffold and random splits.

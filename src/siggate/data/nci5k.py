@@ -8,7 +8,16 @@ complexes and hypervalent atoms) are reported as :class:`InvalidRow` in
 
 Target: un-normalized penalized logP (Crippen logP - SA score - large-ring
 penalty) as ``y`` ``[1, 1]``.  Split: deterministic Bemis-Murcko scaffold split
-80/10/10 over the valid molecules.
+80/10/10 over the valid molecules, ``"scaffold_balanced"`` by default.
+
+Why balanced: the OGB/DeepChem order (``split="scaffold"``: largest scaffold groups
+first) sends every singleton scaffold to val and test.  Here that leaves **no**
+molecule with a ring larger than six atoms in the training set (all 29 sit in val
+and test), so the ring term of penalized logP, ``max(largest ring - 6, 0)``, is zero
+for every training label and cannot be learnt; six test macrocycles (penalties up
+to 22) then dominate the test error whatever the model.  The balanced order (as in
+chemprop) still keeps every scaffold inside one split, but fills val and test from
+the whole range of chemistry.  ``split="scaffold"`` remains available.
 """
 
 from __future__ import annotations
@@ -24,13 +33,21 @@ from rdkit import RDConfig
 
 from .base import GraphDataset, InvalidRow, TaskInfo, default_cache_dir
 from .cache import cached, cache_key, fingerprint_file, load_dataset, report_invalid, save_dataset, write_invalid_rows
-from .chem import InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, penalized_logp, split_by_groups
+from .chem import InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, penalized_logp, random_split, split_by_groups
 
 __all__ = ["NCI5K_PATH", "nci5k_source", "nci5k_cache_path", "load_nci5k", "build_nci5k"]
 
 logger = logging.getLogger(__name__)
 
 NAME = "nci5k"
+SPLITS = ("scaffold_balanced", "scaffold", "random")
+DEFAULT_SPLIT = "scaffold_balanced"
+
+
+def _check_split(split: str) -> str:
+    if split not in SPLITS:
+        raise ValueError(f"nci5k: unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    return split
 
 
 def nci5k_source() -> Path:
@@ -52,8 +69,10 @@ def nci5k_info() -> TaskInfo:
     )
 
 
-def build_nci5k(source: str | os.PathLike | None = None, frac=(0.8, 0.1, 0.1)) -> GraphDataset:
+def build_nci5k(source: str | os.PathLike | None = None, frac=(0.8, 0.1, 0.1),
+                split: str = DEFAULT_SPLIT) -> GraphDataset:
     """Featurize the .smi file (no caching); see :func:`load_nci5k`."""
+    _check_split(split)
     source = Path(source) if source is not None else nci5k_source()
     graphs = []
     scaffolds = []
@@ -82,10 +101,13 @@ def build_nci5k(source: str | os.PathLike | None = None, frac=(0.8, 0.1, 0.1)) -
         data.idx = i
         graphs.append(data)
         scaffolds.append(scaffold)
-    split = split_by_groups(scaffolds, frac)
+    if split == "random":
+        idx = random_split(len(graphs), frac, seed=0)
+    else:
+        idx = split_by_groups(scaffolds, frac, balanced=split == "scaffold_balanced", seed=0)
     return GraphDataset(
         info=nci5k_info(),
-        splits={k: [graphs[j] for j in split[k]] for k in ("train", "val", "test")},
+        splits={k: [graphs[j] for j in idx[k]] for k in ("train", "val", "test")},
         invalid=invalid,
         source=str(source),
     )
@@ -96,6 +118,7 @@ def load_nci5k(
     cache_dir=None,
     *,
     frac=(0.8, 0.1, 0.1),
+    split: str | None = None,
     rebuild: bool = False,
     **kw,
 ) -> GraphDataset:
@@ -104,7 +127,10 @@ def load_nci5k(
     Args:
         root: ignored (the source ships with RDKit); accepted for the registry.
         cache_dir: cache root; defaults to :func:`default_cache_dir`.
-        frac: train/val/test fractions of the scaffold split.
+        frac: train/val/test fractions of the split.
+        split: ``"scaffold_balanced"`` (default; None means the default),
+            ``"scaffold"`` (OGB order) or ``"random"`` (seed 0); all three fixed, so
+            every training seed sees the same split.  See the module docstring.
         rebuild: ignore an existing cache file and rebuild it.
 
     Returns:
@@ -117,12 +143,13 @@ def load_nci5k(
     source = nci5k_source()
     if not source.is_file():
         raise FileNotFoundError(f"NCI-5K source not found at {source}; is RDKit installed with its data files?")
-    parts = _key_parts(source, frac)
+    split = _check_split(split or DEFAULT_SPLIT)
+    parts = _key_parts(source, frac, split)
     ds = cached(
         cache_dir,
         NAME,
         parts,
-        lambda: build_nci5k(source, frac),
+        lambda: build_nci5k(source, frac, split),
         save=save_dataset,
         load=load_dataset,
         rebuild=rebuild,
@@ -138,17 +165,19 @@ def load_nci5k(
     return ds
 
 
-def _key_parts(source: Path, frac) -> dict:
+def _key_parts(source: Path, frac, split: str) -> dict:
     return {
         "dataset": NAME,
         "source_sha256": fingerprint_file(source),
         "frac": [float(f) for f in frac],
+        "split": split,
         "allow_unsanitized": False,
         "target": "penalized_logp",
     }
 
 
-def nci5k_cache_path(cache_dir=None, frac=(0.8, 0.1, 0.1)) -> Path:
+def nci5k_cache_path(cache_dir=None, frac=(0.8, 0.1, 0.1), split: str | None = None) -> Path:
     """Where :func:`load_nci5k` keeps its cache file."""
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    return cache_dir / NAME / f"{cache_key(_key_parts(nci5k_source(), frac))}.pt"
+    parts = _key_parts(nci5k_source(), frac, _check_split(split or DEFAULT_SPLIT))
+    return cache_dir / NAME / f"{cache_key(parts)}.pt"
