@@ -161,6 +161,23 @@ def test_config_with_bad_value(tmp_path, good):
         load_checkpoint(_save(tmp_path, good))
 
 
+def test_config_written_before_the_split_change_still_loads(tmp_path, good):
+    """Older checkpoints store data.split='scaffold' for every dataset (the old default,
+    ignored by datasets with an official split): they must still load, with that meaning."""
+    from siggate.config import config_from_checkpoint
+
+    for name, expect in (("zinc", None), ("molhiv", None), ("nci5k", "scaffold")):
+        raw = {"data": {"name": name, "split": "scaffold"}}
+        assert config_from_checkpoint(raw).data.split == expect
+        assert raw["data"]["split"] == "scaffold"  # the stored dict is not modified
+    good["config"]["data"]["name"] = "zinc"
+    good["config"]["data"]["split"] = "scaffold"
+    load_checkpoint(_save(tmp_path, good))
+    good["config"]["data"]["split"] = "random"  # never a valid value for zinc
+    with pytest.raises(CheckpointError, match="zinc comes with its official split"):
+        load_checkpoint(_save(tmp_path, good))
+
+
 def test_task_info_with_unknown_field(tmp_path, good):
     good["info"]["units"] = "kcal/mol"
     with pytest.raises(CheckpointError, match=r"task description has fields \['units'\]"):

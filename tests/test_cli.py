@@ -81,7 +81,10 @@ def test_prediction_matches_model_in_python(trained):
     p = Predictor(out / "best.pt")
     a = p.predict_rows(["CCO", "c1ccccc1O"])
     b = p.predict_rows(["c1ccccc1O"])
-    assert a[1]["prediction"] == b[0]["prediction"]  # independent of batch composition
+    # independent of batch composition, up to float32 summation order (the packed layout
+    # groups graphs by size, so other batch-mates change the order of some reductions)
+    assert float(a[1]["prediction"]) == pytest.approx(float(b[0]["prediction"]), rel=1e-5, abs=1e-5)
+    assert a[1]["prediction"] != a[0]["prediction"]
 
 
 def test_all_valid_predict_exits_zero(trained, tmp_path):

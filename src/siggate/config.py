@@ -379,6 +379,29 @@ def resolve_config_path(name_or_path: str) -> Path:
     )
 
 
+def upgrade_config_dict(raw: dict) -> dict:
+    """A config dict written by an older siggate (in a checkpoint or a resolved
+    ``config.yaml``), brought to the current schema; returns a new dict.
+
+    - ``data.split``: until the balanced nci5k split, the default was ``"scaffold"`` for
+      every dataset and the benchmarks with an official split ignored it. For those it
+      becomes unset (what it always meant); for nci5k and CSV data it stays
+      ``"scaffold"``, the OGB-order split those runs really used.
+    """
+    if not isinstance(raw, dict):
+        return raw
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    data = out.get("data")
+    if isinstance(data, dict) and data.get("split") == "scaffold" and data.get("name", "nci5k") not in ("nci5k", "csv"):
+        data["split"] = None
+    return out
+
+
+def config_from_checkpoint(raw: dict) -> Config:
+    """:func:`from_dict` after :func:`upgrade_config_dict`: for configs stored by siggate."""
+    return from_dict(upgrade_config_dict(raw))
+
+
 def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> Config:
     """Load a built-in config by name (default ``nci5k``) or a YAML path, apply ``--set``
     overrides, and validate."""

@@ -192,12 +192,12 @@ def _check_info(info, path: Path, written_by: str) -> None:
 
 
 def _check_config(cfg, path: Path, written_by: str) -> None:
-    from ..config import ConfigError, from_dict
+    from ..config import ConfigError, config_from_checkpoint
 
     if not isinstance(cfg, dict):
         raise CheckpointError(f"{path}: 'config' must be a mapping, got {type(cfg).__name__}.")
     try:
-        from_dict(cfg)
+        config_from_checkpoint(cfg)
     except ConfigError as exc:
         raise CheckpointError(
             f"{path}: its config does not fit this siggate ({siggate.__version__}); it was written by "
