@@ -103,7 +103,7 @@ from .nci5k import load_nci5k  # noqa: E402
 
 register_dataset(
     "nci5k",
-    "NCI first 5K molecules shipped with RDKit: penalized logP regression, scaffold split (no download)",
+    "NCI first 5K molecules shipped with RDKit: penalized logP regression, balanced scaffold split (no download)",
     needs_root=False,
 )(load_nci5k)
 
