@@ -164,15 +164,15 @@ def test_config_with_bad_value(tmp_path, good):
 def test_config_written_before_the_split_change_still_loads(tmp_path, good):
     """Older checkpoints store data.split='scaffold' for every dataset (the old default,
     ignored by datasets with an official split): they must still load, with that meaning."""
-    from siggate.config import config_from_checkpoint
+    from siggate.config import from_dict, upgrade_config_dict
 
     for name, expect in (("zinc", None), ("molhiv", None), ("nci5k", "scaffold")):
         raw = {"data": {"name": name, "split": "scaffold"}}
-        assert config_from_checkpoint(raw).data.split == expect
-        assert raw["data"]["split"] == "scaffold"  # the stored dict is not modified
+        assert from_dict(upgrade_config_dict(raw)).data.split == expect
+        assert raw["data"]["split"] == "scaffold"  # the given dict is not modified
     good["config"]["data"]["name"] = "zinc"
     good["config"]["data"]["split"] = "scaffold"
-    load_checkpoint(_save(tmp_path, good))
+    assert load_checkpoint(_save(tmp_path, good))["config"]["data"]["split"] is None
     good["config"]["data"]["split"] = "random"  # never a valid value for zinc
     with pytest.raises(CheckpointError, match="zinc comes with its official split"):
         load_checkpoint(_save(tmp_path, good))

@@ -228,14 +228,9 @@ def _proj(n_nodes, d, gate_dim, seed=0):
     return torch.randn(n_nodes, 3 * d + gate_dim, generator=g, dtype=DT, requires_grad=True)
 
 
-@pytest.mark.parametrize("d,gate_dim,gate_output", [
-    (16, 0, False), (16, 4, True), (16, 16, True), (16, 16, False),
-    (32, 4, True),  # 3d + H is not a multiple of d_head: q, k, v are copied out first
-])
-@pytest.mark.parametrize("chunked", [False, True])
-def test_grouped_attention_gradcheck_with_dropout(monkeypatch, d, gate_dim, gate_output, chunked):
-    """The hand-written backward, dropout included: a fixed mask per shape makes the
-    function deterministic, so it can be checked against numerical derivatives."""
+def _fix_dropout_masks(monkeypatch, chunked: bool) -> None:
+    """A fixed dropout mask per shape (so the kernels are deterministic and can be
+    gradchecked); with ``chunked``, every group goes through the chunked kernel."""
     def fixed_keep(shape, p, like, generator=None):
         g = torch.Generator().manual_seed(int(sum(shape)))
         return (torch.rand(shape, generator=g, dtype=like.dtype) >= p).to(like.dtype) / (1 - p)
@@ -244,6 +239,17 @@ def test_grouped_attention_gradcheck_with_dropout(monkeypatch, d, gate_dim, gate
     if chunked:
         monkeypatch.setattr(A, "CHUNKED_MIN_NODES", 1)
         monkeypatch.setattr(A, "CHUNK_ROWS", 2)
+
+
+@pytest.mark.parametrize("d,gate_dim,gate_output", [
+    (16, 0, False), (16, 4, True), (16, 16, True), (16, 16, False),
+    (32, 4, True),  # 3d + H is not a multiple of d_head: q, k, v are copied out first
+])
+@pytest.mark.parametrize("chunked", [False, True])
+def test_grouped_attention_gradcheck_with_dropout(monkeypatch, d, gate_dim, gate_output, chunked):
+    """The hand-written backward, dropout included: a fixed mask per shape makes the
+    function deterministic, so it can be checked against numerical derivatives."""
+    _fix_dropout_masks(monkeypatch, chunked)
     sizes = [3, 1, 4, 4]
     b = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
     lay = PackedLayout.from_batch(b, len(sizes), call_cost=1.0)
@@ -261,14 +267,7 @@ def test_grouped_attention_gradcheck_with_dropout(monkeypatch, d, gate_dim, gate
 def test_attention_branch_gradcheck_with_dropout(monkeypatch, d, gate_dim, chunked):
     """The whole branch (projections, gate, residual) as one node: checked against
     numerical derivatives, dropout on (fixed masks), aligned and padded projection strides."""
-    def fixed_keep(shape, p, like, generator=None):
-        g = torch.Generator().manual_seed(int(sum(shape)))
-        return (torch.rand(shape, generator=g, dtype=like.dtype) >= p).to(like.dtype) / (1 - p)
-
-    monkeypatch.setattr(A, "_dropout_keep", fixed_keep)
-    if chunked:
-        monkeypatch.setattr(A, "CHUNKED_MIN_NODES", 1)
-        monkeypatch.setattr(A, "CHUNK_ROWS", 2)
+    _fix_dropout_masks(monkeypatch, chunked)
     sizes = [3, 1, 4]
     b = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
     lay = PackedLayout.from_batch(b, len(sizes), call_cost=1.0)

@@ -45,8 +45,9 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .train.loop import loss_fn
 
 VARIANTS = ("none", "headwise", "elementwise", "pyg")
 GATES = ("none", "headwise", "elementwise")
@@ -336,12 +337,6 @@ def batch_stats(batches: list) -> dict:
 # ----------------------------------------------------------------------------- steps
 
 
-def loss_fn(task: str):
-    if task == "regression":
-        return F.l1_loss
-    return F.binary_cross_entropy_with_logits
-
-
 def _autocast(device: torch.device, bf16: bool):
     return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
 
@@ -453,7 +448,7 @@ def bench_config(config: str, args, device: torch.device) -> dict:
     elif kw["pe"] == "lappe":
         add_pe(graphs, lap_dim=kw["pe_steps"])
     batches = [b.to(device) for b in make_batches(graphs, batch_size, args.batches, args.seed)]
-    crit = loss_fn(info.task)
+    crit = loss_fn(cfg.train.loss, info.task)  # the training loop's loss (labels masked where missing)
     variants = list(args.variants)
     models = {v: build_model(v, kw, args.seed).to(device) for v in variants}
     opts = {v: make_optimizer(models[v], args.optimizer, cfg.train.lr, cfg.train.weight_decay) for v in variants}
@@ -613,7 +608,7 @@ def run_scaling(args, device: torch.device) -> dict:
     variants = list(args.variants)
     models = {v: build_model(v, kw, args.seed).to(device) for v in variants}
     opts = {v: make_optimizer(models[v], args.optimizer, cfg.train.lr, cfg.train.weight_decay) for v in variants}
-    crit = loss_fn("regression")
+    crit = loss_fn("l1", "regression")
     sizes = list(args.sizes)
     rows = []
     for n in sizes:

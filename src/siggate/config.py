@@ -18,14 +18,11 @@ from typing import Any
 
 import yaml
 
+from .data.chem import SPLITS
 from .nn.attention import GATE_KINDS, GATE_POSITIONS
 from .nn.layer import LOCAL_MODELS
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-
-
-SPLITS = ("scaffold", "scaffold_balanced", "random")
-"""Split names for ``data.split`` (besides ``column:NAME`` for CSV data)."""
 
 
 class ConfigError(ValueError):
@@ -380,8 +377,9 @@ def resolve_config_path(name_or_path: str) -> Path:
 
 
 def upgrade_config_dict(raw: dict) -> dict:
-    """A config dict written by an older siggate (in a checkpoint or a resolved
-    ``config.yaml``), brought to the current schema; returns a new dict.
+    """A config dict written by an older siggate, brought to the current schema; returns a
+    new dict. :func:`~siggate.train.checkpoint.load_checkpoint` applies it to every
+    checkpoint it loads.
 
     - ``data.split``: until the balanced nci5k split, the default was ``"scaffold"`` for
       every dataset and the benchmarks with an official split ignored it. For those it
@@ -395,11 +393,6 @@ def upgrade_config_dict(raw: dict) -> dict:
     if isinstance(data, dict) and data.get("split") == "scaffold" and data.get("name", "nci5k") not in ("nci5k", "csv"):
         data["split"] = None
     return out
-
-
-def config_from_checkpoint(raw: dict) -> Config:
-    """:func:`from_dict` after :func:`upgrade_config_dict`: for configs stored by siggate."""
-    return from_dict(upgrade_config_dict(raw))
 
 
 def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> Config:

@@ -146,9 +146,9 @@ def main(args) -> int:
         raise ValueError("--epochs must be >= 0")
     if args.checkpoint:
         from ..train.checkpoint import load_checkpoint
-        from ..config import config_from_checkpoint
+        from ..config import from_dict
 
-        cfg = config_from_checkpoint(load_checkpoint(args.checkpoint)["config"])
+        cfg = from_dict(load_checkpoint(args.checkpoint)["config"])
         if args.data_root:
             cfg.data.root = args.data_root
         if args.cache_dir:

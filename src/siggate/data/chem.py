@@ -35,6 +35,8 @@ __all__ = [
     "murcko_scaffold",
     "scaffold_split",
     "random_split",
+    "split_indices",
+    "SPLITS",
 ]
 
 
@@ -346,6 +348,22 @@ def split_by_groups(
         else:
             test.extend(g)
     return {"train": sorted(train), "val": sorted(val), "test": sorted(test)}
+
+
+SPLITS = ("scaffold", "scaffold_balanced", "random")
+"""Names of the computed splits (:func:`split_indices`)."""
+
+
+def split_indices(split: str, keys: Sequence[str], frac: Sequence[float] = (0.8, 0.1, 0.1),
+                  seed: int = 0) -> dict[str, list[int]]:
+    """The split named ``split`` (one of :data:`SPLITS`) of ``len(keys)`` items:
+    ``"scaffold"`` and ``"scaffold_balanced"`` group by ``keys`` (:func:`split_by_groups`,
+    plain or balanced order), ``"random"`` ignores them (:func:`random_split`)."""
+    if split == "random":
+        return random_split(len(keys), frac, seed)
+    if split in ("scaffold", "scaffold_balanced"):
+        return split_by_groups(keys, frac, balanced=split == "scaffold_balanced", seed=seed)
+    raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
 
 
 def scaffold_split(smiles: list[str], frac: Sequence[float] = (0.8, 0.1, 0.1)) -> dict[str, list[int]]:

@@ -24,7 +24,7 @@ import torch
 
 from .base import TASK_TYPES, GraphDataset, InvalidRow, TaskInfo, default_cache_dir
 from .cache import cached, fingerprint_file, load_dataset, report_invalid, save_dataset, write_invalid_rows
-from .chem import InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, random_split, split_by_groups
+from .chem import SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
 
 __all__ = ["load_csv", "TASK_METRIC"]
 
@@ -39,7 +39,7 @@ _MISSING = {"", "nan", "na", "n/a", "none", "null"}
 
 def _parse_split(split: str) -> str | None:
     """``"scaffold"``/``"scaffold_balanced"``/``"random"`` -> None; ``"column:NAME"`` -> NAME."""
-    if split in ("scaffold", "scaffold_balanced", "random"):
+    if split in SPLITS:
         return None
     if isinstance(split, str) and split.startswith("column:") and split[len("column:"):].strip():
         return split[len("column:"):].strip()
@@ -162,10 +162,8 @@ def build_csv(
         graphs.append(data)
         keys.append(key)
 
-    if split in ("scaffold", "scaffold_balanced"):
-        idx = split_by_groups(keys, frac, balanced=split == "scaffold_balanced")
-    elif split == "random":
-        idx = random_split(len(graphs), frac, seed)
+    if split in SPLITS:
+        idx = split_indices(split, keys, frac, seed)
     else:
         idx = {name: [j for j, k in enumerate(keys) if k == name] for name in ("train", "val", "test")}
 
@@ -212,7 +210,7 @@ def load_csv(
             shuffled order: see :func:`~siggate.data.chem.split_by_groups`), ``"random"``
             (seeded) or ``"column:NAME"`` (column NAME says train/val/valid/test per row).
         cache_dir: cache root; defaults to :func:`default_cache_dir`.
-        seed: seed of the random split.
+        seed: seed of the random split and of the balanced scaffold order.
         frac: train/val/test fractions for the scaffold and random splits.
         sep: field delimiter.
         allow_unsanitized: keep molecules that only fail RDKit sanitization

@@ -33,14 +33,13 @@ from rdkit import RDConfig
 
 from .base import GraphDataset, InvalidRow, TaskInfo, default_cache_dir
 from .cache import cached, cache_key, fingerprint_file, load_dataset, report_invalid, save_dataset, write_invalid_rows
-from .chem import InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, penalized_logp, random_split, split_by_groups
+from .chem import SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, penalized_logp, split_indices
 
 __all__ = ["NCI5K_PATH", "nci5k_source", "nci5k_cache_path", "load_nci5k", "build_nci5k"]
 
 logger = logging.getLogger(__name__)
 
 NAME = "nci5k"
-SPLITS = ("scaffold_balanced", "scaffold", "random")
 DEFAULT_SPLIT = "scaffold_balanced"
 
 
@@ -101,10 +100,7 @@ def build_nci5k(source: str | os.PathLike | None = None, frac=(0.8, 0.1, 0.1),
         data.idx = i
         graphs.append(data)
         scaffolds.append(scaffold)
-    if split == "random":
-        idx = random_split(len(graphs), frac, seed=0)
-    else:
-        idx = split_by_groups(scaffolds, frac, balanced=split == "scaffold_balanced", seed=0)
+    idx = split_indices(split, scaffolds, frac, seed=0)
     return GraphDataset(
         info=nci5k_info(),
         splits={k: [graphs[j] for j in idx[k]] for k in ("train", "val", "test")},

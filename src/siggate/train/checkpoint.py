@@ -168,6 +168,10 @@ def _check_structure(ckpt, path: Path) -> None:
         if not isinstance(ckpt[key], torch.Tensor):
             raise CheckpointError(f"{path}: {key!r} must be a tensor, got {type(ckpt[key]).__name__}.")
     _check_info(ckpt["info"], path, written_by)
+    if isinstance(ckpt["config"], dict):  # configs of older siggate versions -> current schema
+        from ..config import upgrade_config_dict
+
+        ckpt["config"] = upgrade_config_dict(ckpt["config"])
     _check_config(ckpt["config"], path, written_by)
 
 
@@ -192,12 +196,12 @@ def _check_info(info, path: Path, written_by: str) -> None:
 
 
 def _check_config(cfg, path: Path, written_by: str) -> None:
-    from ..config import ConfigError, config_from_checkpoint
+    from ..config import ConfigError, from_dict
 
     if not isinstance(cfg, dict):
         raise CheckpointError(f"{path}: 'config' must be a mapping, got {type(cfg).__name__}.")
     try:
-        config_from_checkpoint(cfg)
+        from_dict(cfg)
     except ConfigError as exc:
         raise CheckpointError(
             f"{path}: its config does not fit this siggate ({siggate.__version__}); it was written by "

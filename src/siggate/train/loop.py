@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 import siggate
 
-from ..config import Config, ConfigError, config_from_checkpoint, upgrade_config_dict
+from ..config import Config, ConfigError, from_dict
 from ..data.base import GraphDataset, TaskInfo
 from ..data.cache import atomic_write_bytes
 from ..nn.model import SigGateGT
@@ -315,7 +315,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     last_path, best_path = out / "last.pt", out / "best.pt"
     ckpt = _load_resume(last_path, ctx) if resume else None
     if ckpt is not None:
-        diffs = [d for d in describe_incompatibility(upgrade_config_dict(ckpt["config"]), cfg.to_dict())
+        diffs = [d for d in describe_incompatibility(ckpt["config"], cfg.to_dict())
                  if not d.startswith("train.epochs")]
         if diffs:
             raise CheckpointError(f"cannot resume from {last_path}: the config differs:\n  " + "\n  ".join(diffs))
@@ -477,7 +477,7 @@ def load_trained(path: str | Path):
     """Load a checkpoint written by :func:`train`: returns ``(model, ckpt, cfg, info)``."""
     ckpt = load_checkpoint(path)
     try:
-        cfg = config_from_checkpoint(ckpt["config"])
+        cfg = from_dict(ckpt["config"])
     except Exception as exc:  # incompatible config from another version
         raise CheckpointError(f"{path}: its config does not fit this siggate version: {exc}") from None
     info = TaskInfo(**ckpt["info"])
