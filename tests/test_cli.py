@@ -108,10 +108,17 @@ def test_all_builtin_configs_load():
     from siggate.config import CONFIG_DIR, load_config
 
     names = sorted(p.stem for p in Path(CONFIG_DIR).glob("*.yaml"))
-    assert names == ["molhiv", "molpcba", "nci5k", "peptides-func", "peptides-struct", "zinc"]
+    base = ["molhiv", "molpcba", "nci5k", "peptides-func", "peptides-struct", "zinc"]
+    paper = [n + "-paper" for n in base if n != "nci5k"]  # the public SigGate-GT code's settings
+    assert names == sorted(base + paper)
     for n in names:
         cfg = load_config(n)
-        assert cfg.data.name == n
+        assert cfg.data.name == n.removesuffix("-paper")
+    for n in paper:  # 8 heads, no attention dropout, gate bias 0.5, no warmup in every paper variant
+        m, t = load_config(n).model, load_config(n).train
+        assert (m.heads, m.attn_dropout, m.gate_bias_init, t.warmup_epochs, m.local) == (8, 0.0, 0.5, 0, "gatedgcn")
+    zp = load_config("zinc-paper")
+    assert (zp.model.pooling, zp.model.head_layers, zp.model.pe_steps) == (("mean", 2, 16))
     z = load_config("zinc")
     assert (z.model.layers, z.model.dim, z.model.heads, z.model.local, z.model.pe_dim) == (10, 64, 4, "gine", 28)
     p = load_config("peptides-func")

@@ -312,9 +312,13 @@ def test_seed_and_gate_specs():
     specs = cmp.parse_gates("none,elementwise@value,headwise")
     assert [s.overrides() for s in specs] == [
         ["model.gate=none"], ["model.gate=elementwise", "model.gate_position=value"], ["model.gate=headwise"]]
-    for bad in ("none@value", "sigmoid", "elementwise@middle", "none,none"):
+    for bad in ("none@value", "sigmoid", "elementwise@middle", "none,none", "elementwise@matched",
+                "none@matched,none@matched-ffn"):
         with pytest.raises(ValueError):
             cmp.parse_gates(bad)
+    # the parameter-matched control: the rule is named in the label and in the config
+    [m] = cmp.parse_gates("none@matched")
+    assert m.label == "none@matched-ffn" and m.overrides() == ["model.gate=none", "model.param_match=ffn"]
 
 
 def _compare(argv: list[str]) -> int:
@@ -343,7 +347,7 @@ def _fake_run(run_dir: Path, seed: int, gate: str, test: float, val: float, epoc
         "gate_params": 20 if gate != "none" else 0, "history": hist}))
 
 
-def test_compare_aggregates_finished_runs_without_training(tmp_path, monkeypatch):
+def test_compare_aggregates_finished_runs_without_training(tmp_path, monkeypatch, capsys):
     from scipy import stats
 
     scores = {"none": [1.0, 1.2, 0.9, 1.1, 1.05], "elementwise": [0.9, 1.0, 0.85, 1.0, 1.06],
@@ -371,14 +375,25 @@ def test_compare_aggregates_finished_runs_without_training(tmp_path, monkeypatch
     assert res["p_paired_t"] == pytest.approx(stats.ttest_rel(b, a).pvalue)
     assert res["p_wilcoxon"] == pytest.approx(stats.wilcoxon(b, a).pvalue)
     assert res["p_welch"] == pytest.approx(stats.ttest_ind(b, a, equal_var=False).pvalue)
-    c = res["comparisons"]["elementwise"]
+    c = res["vs_baseline"]["elementwise"]
     assert (c["wins"], c["losses"], c["better"]) == (4, 1, "b")  # lower MAE wins
+    [pair] = res["comparisons"]
+    d = [y - x for x, y in zip(a, b)]
+    assert (pair["a"], pair["b"]) == ("none", "elementwise")
+    assert pair["diff_mean"] == pytest.approx(sum(d) / 5)
+    ci = stats.ttest_rel(b, a).confidence_interval(0.95)
+    assert pair["ci95"] == pytest.approx([ci.low, ci.high])
+    assert pair["cohen_dz"] == pytest.approx(sum(d) / 5 / float(torch.tensor(d, dtype=torch.float64).std()))
+    assert pair["p_holm"] == pytest.approx(pair["p_paired_t"])  # one comparison: nothing to adjust
+    assert res["params"] == {"none": 100, "elementwise": 120}
     assert res["failed"] == [] and res["epochs"] == 3
     md = (out / "results.md").read_text()
     assert "test MAE (lower is better)" in md
     assert "| `elementwise` | 5 | 0.9620 ± 0.0850 |" in md
     assert "| 4 | 1.0500 | 1.0600 | +0.0100 | `none` |" in md
     assert f"paired t = {res['p_paired_t']:.3g}" in md
+    assert "the Wilcoxon test cannot reach p < 0.05" in md  # 5 pairs
+    assert "cannot reach p < 0.05" in capsys.readouterr().out
     assert (out / "val_curves.png").read_bytes()[:4] == b"\x89PNG"
     # three gates: p-values per non-baseline gate
     assert _compare(["--seeds", "0-4", "--gates", "none,elementwise,headwise", "--epochs", "3", "--out", str(out),
@@ -386,6 +401,45 @@ def test_compare_aggregates_finished_runs_without_training(tmp_path, monkeypatch
     res = json.loads((out / "results.json").read_text())
     assert set(res["p_paired_t"]) == {"elementwise", "headwise"}
     assert res["p_welch"]["headwise"] == pytest.approx(stats.ttest_ind(scores["headwise"], a, equal_var=False).pvalue)
+    assert [(c["a"], c["b"]) for c in res["comparisons"]] == [
+        ("none", "elementwise"), ("none", "headwise"), ("elementwise", "headwise")]
+    raw = [c["p_paired_t"] for c in res["comparisons"]]
+    order = sorted(range(3), key=raw.__getitem__)
+    holm, running = [0.0] * 3, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (3 - rank) * raw[i]))
+        holm[i] = running
+    assert [c["p_holm"] for c in res["comparisons"]] == pytest.approx(holm)
+    assert "## All pairs of arms" in (out / "results.md").read_text()
+
+
+def test_compare_snapshot_and_budget(tmp_path, monkeypatch):
+    """``--aggregate-only`` writes results from the finished runs and trains nothing;
+    ``--budget`` scales the warmup with the epochs, as ``siggate train --budget`` does."""
+    out = tmp_path / "cmp"
+    for seed, (x, y) in enumerate([(1.0, 0.9), (1.2, 1.0), (0.9, 0.8)]):
+        _fake_run(out / "runs" / "none" / f"seed{seed}", seed, "none", x, x)
+        _fake_run(out / "runs" / "none@matched-ffn" / f"seed{seed}", seed, "none", y, y)
+    popen = subprocess.Popen
+
+    def no_training(cmd, *a, **k):
+        assert "train" not in cmd, f"trained in a snapshot: {cmd}"
+        return popen(cmd, *a, **k)
+
+    monkeypatch.setattr(subprocess, "Popen", no_training)
+    argv = ["--config", "zinc", "--seeds", "0-3", "--gates", "none,none@matched", "--budget", "60",
+            "--out", str(out), "--no-progress", "--aggregate-only"]
+    assert _compare(argv) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["missing"] == [{"gate": "none", "seed": 3}, {"gate": "none@matched-ffn", "seed": 3}]
+    assert res["n"] == {"none": 3, "none@matched-ffn": 3} and res["failed"] == []
+    assert (res["epochs"], res["warmup_epochs"]) == (60, 2)  # zinc: 50 of 2000 epochs -> round(1.5)
+    assert res["arms"]["none@matched-ffn"]["overrides"] == ["model.gate=none", "model.param_match=ffn"]
+    assert "FFN hidden width 160" in res["arms"]["none@matched-ffn"]["rule"]
+    assert "--budget 60" in res["command"] and "--aggregate-only" not in res["command"]
+    md = (out / "results.md").read_text()
+    assert "Runs not finished yet" in md and "FFN hidden width 160" in md
+    assert _compare(argv[:-1] + ["--epochs", "60"]) == 2  # --epochs and --budget: one of them
 
 
 def test_compare_end_to_end(tmp_path, monkeypatch):

@@ -111,3 +111,79 @@ def test_summarize():
     assert s["comparisons"]["other"]["better"] == "a"
     with pytest.raises(KeyError):
         summarize({"x": A}, baseline="y", higher_is_better=True)
+
+
+# ----------------------------------------------------------------- intervals, effect size, Holm
+
+
+from siggate.analysis.stats import BOOTSTRAP_RESAMPLES, all_pairs, holm, paired_effect, wilcoxon_min_p  # noqa: E402
+
+
+def test_t_interval_and_effect_size_match_scipy_and_hand_values():
+    seeds = sorted(A)
+    d = _arr(B, seeds) - _arr(A, seeds)
+    r = paired_effect(d)
+    ci = stats.ttest_rel(_arr(B, seeds), _arr(A, seeds)).confidence_interval(0.95)
+    assert r["diff_mean"] == pytest.approx(np.mean(d))
+    assert r["ci95"] == pytest.approx([ci.low, ci.high])
+    assert r["cohen_dz"] == pytest.approx(np.mean(d) / np.std(d, ddof=1))
+    # by hand: d = [1, 2, 3]: mean 2, sd 1, t_{0.975, 2} = 4.302653, half-width 4.302653 / sqrt(3)
+    r = paired_effect([1.0, 2.0, 3.0])
+    assert r["cohen_dz"] == pytest.approx(2.0)
+    assert r["ci95"] == pytest.approx([2 - 4.302653 / math.sqrt(3), 2 + 4.302653 / math.sqrt(3)], abs=1e-6)
+
+
+def test_bootstrap_interval():
+    # two pairs d = [0, 1]: resampled means are 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4
+    assert paired_effect([0.0, 1.0])["ci95_bootstrap"] == [0.0, 1.0]
+    # identical differences: every resample has the same mean; d_z undefined
+    r = paired_effect([0.3, 0.3, 0.3])
+    assert r["ci95_bootstrap"] == pytest.approx([0.3, 0.3]) and math.isnan(r["cohen_dz"])
+    # against scipy's percentile bootstrap (another generator: agree to Monte-Carlo error)
+    d = np.array([0.12, -0.05, 0.3, 0.08, 0.21, -0.02, 0.15, 0.04, 0.11, 0.27])
+    ref = stats.bootstrap((d,), np.mean, n_resamples=BOOTSTRAP_RESAMPLES, method="percentile",
+                          random_state=np.random.default_rng(1)).confidence_interval
+    got = paired_effect(d)["ci95_bootstrap"]
+    assert got == pytest.approx([ref.low, ref.high], abs=0.01)
+    assert got == paired_effect(d)["ci95_bootstrap"]  # fixed seed: reproducible
+    # undefined with fewer than two pairs
+    one = paired_effect([0.5])
+    assert one["diff_mean"] == 0.5 and all(math.isnan(x) for x in one["ci95"] + one["ci95_bootstrap"])
+
+
+def test_holm_by_hand():
+    # sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> max(0.06, 0.04) = 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    out = holm([0.02, float("nan"), None, 0.04])  # undefined p-values stay undefined and do not count
+    assert out[0] == pytest.approx(0.04) and out[3] == pytest.approx(0.04)
+    assert math.isnan(out[1]) and math.isnan(out[2])
+    assert holm([]) == []
+
+
+def test_wilcoxon_floor_matches_the_exact_test():
+    for n in range(1, 9):
+        d = np.arange(1, n + 1, dtype=float)  # all positive, no ties: the most extreme sample
+        if n >= 2:
+            assert wilcoxon_min_p(n) == pytest.approx(stats.wilcoxon(d, method="exact").pvalue)
+    assert wilcoxon_min_p(5) == pytest.approx(0.0625) and wilcoxon_min_p(6) == pytest.approx(0.03125)
+
+
+def test_all_pairs_holds_every_pair_and_adjusts_over_them():
+    C = {0: 0.60, 1: 0.65, 2: 0.62, 3: 0.70, 4: 0.66}
+    per_seed = {"base": A, "gate": B, "other": C}
+    pairs = all_pairs(per_seed, ["base", "gate", "other"], higher_is_better=True)
+    assert [(c["a"], c["b"]) for c in pairs] == [("base", "gate"), ("base", "other"), ("gate", "other")]
+    for c in pairs:
+        for key in ("a", "b", "diff_mean", "ci95", "cohen_dz", "p_paired_t", "p_wilcoxon", "p_holm"):
+            assert key in c
+        seeds = sorted(per_seed[c["a"]])
+        a, b = _arr(per_seed[c["a"]], seeds), _arr(per_seed[c["b"]], seeds)
+        assert c["diff_mean"] == pytest.approx(np.mean(b - a))
+        assert c["p_paired_t"] == pytest.approx(stats.ttest_rel(b, a).pvalue)
+        assert c["p_wilcoxon"] == pytest.approx(stats.wilcoxon(b, a).pvalue)
+        assert any("cannot reach p < 0.05" in n for n in c["notes"])  # 5 pairs
+    raw = sorted(c["p_paired_t"] for c in pairs)
+    by_hand = [min(1, 3 * raw[0]), max(min(1, 3 * raw[0]), min(1, 2 * raw[1]))]
+    by_hand.append(max(by_hand[1], raw[2]))
+    assert sorted(c["p_holm"] for c in pairs) == pytest.approx(by_hand)

@@ -56,6 +56,9 @@ class ModelConfig:
     gate: str = "elementwise"
     gate_position: str = "output"
     gate_bias_init: float = 0.0
+    gate_weight_std: float | None = None   # None: Xavier-uniform gate weights; else N(0, std^2)
+    ffn_dim: int = 0                        # FFN hidden width; 0: GraphGPS's 2 * dim
+    param_match: str = "none"               # "ffn": ungated control widened to the elementwise gate's size
     dropout: float = 0.0
     attn_dropout: float = 0.5
     pe: str = "rwse"
@@ -107,9 +110,11 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.gate_position": _choice(*GATE_POSITIONS),
     "model.pe": _choice("none", "rwse", "lappe"),
     "model.pooling": _choice("add", "mean"),
+    "model.param_match": _choice("none", "ffn"),
     "train.loss": _choice("auto", "l1", "mse", "bce"),
     "train.on_nan": _choice("stop", "skip"),
     "model.dim": {"min": 1},
+    "model.ffn_dim": {"min": 0},
     "model.layers": {"min": 1},
     "model.heads": {"min": 1},
     "model.head_layers": {"min": 1},
@@ -172,6 +177,8 @@ def _coerce(path: str, value: Any, default: Any, annotation: str) -> Any:
         if "None" in ann:
             return None
         raise ConfigError(f"{path}: null is not allowed; expected {ann}")
+    if ann == "float | None":
+        ann = "float"
     if ann == "bool":
         if isinstance(value, bool):
             return value
@@ -294,6 +301,18 @@ def _check(cfg: Config) -> None:
             )
         if m.pe_steps < 1:
             raise ConfigError(f"model.pe_steps: must be >= 1 when model.pe={m.pe!r}, got {m.pe_steps}")
+    if m.gate_weight_std is not None and m.gate_weight_std < 0:
+        raise ConfigError(f"model.gate_weight_std: {m.gate_weight_std!r} is out of range; allowed values: >= 0, "
+                          "or null for Xavier-uniform gate weights.")
+    if m.param_match != "none":
+        if m.gate != "none":
+            raise ConfigError(
+                f"model.param_match: {m.param_match!r} widens an ungated model to the elementwise gate's size, "
+                f"but model.gate={m.gate!r}; set model.gate=none or model.param_match=none.")
+        if m.ffn_dim:
+            raise ConfigError(
+                f"model.param_match: {m.param_match!r} sets the FFN width itself; remove model.ffn_dim={m.ffn_dim} "
+                "or set model.param_match=none.")
     if m.local == "none" and not m.attn:
         raise ConfigError("model.local='none' with model.attn=false leaves no branch; enable one of them")
     if m.dim >> (m.head_layers - 1) < 1:

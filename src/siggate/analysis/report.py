@@ -404,7 +404,8 @@ def render(found: dict, md_path: Path) -> tuple[str, list[dict]]:
                     common = [k for k in b if k in a and a[k] is not None and b[k] is not None]
                     if common:
                         diff = sum(b[k] - a[k] for k in common) / len(common)
-                p = c["comparisons"].get(lab, {}).get("p_paired_t")
+                vs_base = c.get("vs_baseline", c["comparisons"])  # results before the all-pairs list
+                p = vs_base.get(lab, {}).get("p_paired_t") if isinstance(vs_base, dict) else None
                 rows.append([label, c["n"].get(lab), c["mean"].get(lab), c["std"].get(lab), c["val_mean"].get(lab),
                              c["params"].get(lab), c.get("epochs"), diff, p, f"`{path}`"])
         sections.append("\n".join([

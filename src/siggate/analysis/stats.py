@@ -16,7 +16,11 @@ from typing import Dict, Hashable, Iterable, List, Mapping, Tuple, Union
 import numpy as np
 from scipy import stats as _st
 
-__all__ = ["mean_std", "compare_paired", "summarize"]
+__all__ = ["mean_std", "compare_paired", "summarize", "paired_effect", "holm", "wilcoxon_min_p",
+           "all_pairs", "BOOTSTRAP_RESAMPLES"]
+
+#: resamples of the paired bootstrap (percentile interval, fixed seed: the interval is reproducible)
+BOOTSTRAP_RESAMPLES = 10_000
 
 Number = Union[int, float]
 
@@ -204,3 +208,96 @@ def summarize(
         "variants": variants,
         "comparisons": comparisons,
     }
+
+
+def wilcoxon_min_p(n: int) -> float:
+    """Smallest two-sided p-value the exact Wilcoxon signed-rank test can give with ``n``
+    non-zero, untied differences: ``2 / 2**n`` (every difference with the same sign).
+    ``n = 5`` gives 0.0625, so at least 6 pairs are needed to reach p < 0.05."""
+    return min(1.0, 2.0 / 2.0 ** n) if n > 0 else 1.0
+
+
+def paired_effect(diff, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> Dict[str, object]:
+    """Mean paired difference with 95% intervals and the standardised effect.
+
+    Args:
+        diff: the paired differences ``b - a`` (finite values).
+        resamples: bootstrap resamples.
+        seed: seed of the bootstrap's generator (``numpy.random.default_rng``).
+
+    Returns:
+        ``diff_mean``; ``ci95``: the t interval ``mean +- t_{0.975, n-1} * sd / sqrt(n)``;
+        ``ci95_bootstrap``: the percentile interval (2.5th and 97.5th percentile) of the
+        means of ``resamples`` resamples of the pairs with replacement; ``cohen_dz``:
+        ``mean / sd`` of the differences (Cohen's d_z, ``sd`` with ``ddof=1``). Undefined
+        values are ``nan`` (no pairs; one pair; zero variance for ``cohen_dz``, where the t
+        interval collapses to the mean).
+    """
+    d = np.asarray(list(diff), dtype=np.float64).reshape(-1)
+    n = d.size
+    nan = float("nan")
+    out: Dict[str, object] = {"diff_mean": nan, "ci95": [nan, nan], "ci95_bootstrap": [nan, nan], "cohen_dz": nan}
+    if n == 0:
+        return out
+    mean = float(d.mean())
+    out["diff_mean"] = mean
+    if n < 2:
+        return out
+    sd = float(d.std(ddof=1))
+    half = float(_st.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    out["ci95"] = [mean - half, mean + half]
+    out["cohen_dz"] = mean / sd if sd > 0 else nan
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, n, size=(resamples, n))].mean(axis=1)
+    out["ci95_bootstrap"] = [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]
+    return out
+
+
+def holm(pvalues) -> List[float]:
+    """Holm-Bonferroni adjusted p-values, in the input order.
+
+    With the ``m`` finite p-values sorted ascending, ``p_(i)`` becomes
+    ``max_{j <= i} min(1, (m - j + 1) p_(j))`` (the step-down adjustment, monotone).
+    ``nan`` entries stay ``nan`` and do not count in ``m``.
+    """
+    p = [float(x) if x is not None else float("nan") for x in pvalues]
+    idx = sorted((i for i, x in enumerate(p) if math.isfinite(x)), key=lambda i: p[i])
+    m = len(idx)
+    out = [float("nan")] * len(p)
+    running = 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+def all_pairs(
+    per_seed: Mapping[str, Mapping[Hashable, Number]],
+    labels: List[str],
+    higher_is_better: bool,
+) -> List[Dict[str, object]]:
+    """Every pair of arms ``(a, b)`` with ``a`` listed before ``b``, compared on their
+    common seeds (``diff = b - a``), with Holm-adjusted paired-t p-values over the whole list.
+
+    Each entry holds :func:`compare_paired`'s keys, :func:`paired_effect`'s keys, ``a``,
+    ``b``, ``p_holm`` (the paired t p-value adjusted over all the pairs of the list),
+    ``p_holm_wilcoxon`` (the same for Wilcoxon) and ``wilcoxon_min_p`` (the smallest p the
+    exact Wilcoxon test can reach with these pairs; a note says when it is not below 0.05).
+    """
+    out: List[Dict[str, object]] = []
+    for i, a in enumerate(labels):
+        for b in labels[i + 1:]:
+            c = compare_paired(per_seed[a], per_seed[b], higher_is_better)
+            diff = [float(per_seed[b][s]) - float(per_seed[a][s]) for s in c["seeds"]]
+            c.update(paired_effect(diff))
+            nz = int(np.count_nonzero(diff))
+            c["wilcoxon_min_p"] = wilcoxon_min_p(nz)
+            if nz > 0 and c["wilcoxon_min_p"] >= 0.05:
+                c["notes"].append(
+                    f"{nz} non-zero pair(s): the exact two-sided Wilcoxon test cannot go below "
+                    f"{c['wilcoxon_min_p']:.4g}, so it cannot reach p < 0.05 (6 pairs are needed)")
+            out.append({"a": a, "b": b, **c})
+    for key, src in (("p_holm", "p_paired_t"), ("p_holm_wilcoxon", "p_wilcoxon")):
+        for c, adj in zip(out, holm([c[src] for c in out])):
+            c[key] = adj
+    return out

@@ -78,22 +78,29 @@ class LapPEEncoder(nn.Module):
     """Laplacian eigenvector encoding with a DeepSet over the ``m`` (eigvec, eigval) pairs
     (GraphGPS ``LapPE`` with ``model: DeepSet``).
 
-    Each pair ``(u_i[v], lambda_i)`` goes through ``Linear(2, pe_dim)`` and a 2-layer ReLU MLP;
-    pairs that are padding (NaN, for graphs with fewer than ``m`` nodes) are zeroed; the
-    ``m`` results are summed. In training, each eigenvector's sign is flipped at random per
-    graph (eigenvectors are only defined up to sign).
+    Each pair ``(u_i[v], lambda_i)`` goes through GraphGPS's DeepSet MLP: for ``layers = 2``
+    ``Linear(2, 2 pe_dim) -> ReLU -> Linear(2 pe_dim, pe_dim) -> ReLU``; each extra layer
+    adds a ``Linear(2 pe_dim, 2 pe_dim) -> ReLU`` in the middle, and ``layers = 1`` is
+    ``Linear(2, pe_dim) -> ReLU``. Pairs that are padding (NaN, for graphs with fewer than
+    ``m`` nodes) are zeroed; the ``m`` results are summed. In training, each eigenvector's
+    sign is flipped at random per graph (eigenvectors are only defined up to sign).
 
     Shapes: ``lap_vec [N, m]``, ``lap_val [N, m]`` -> ``[N, pe_dim]``.
     """
 
     def __init__(self, m: int, pe_dim: int, layers: int = 2) -> None:
         super().__init__()
+        if layers < 1:
+            raise ValueError(f"layers must be >= 1, got {layers}")
         self.m = m
-        self.lin_in = nn.Linear(2, pe_dim)
-        mlp = []
-        for _ in range(layers):
-            mlp += [nn.ReLU(), nn.Linear(pe_dim, pe_dim)]
-        self.mlp = nn.Sequential(*mlp, nn.ReLU())
+        wide = pe_dim if layers == 1 else 2 * pe_dim
+        self.lin_in = nn.Linear(2, wide)
+        mlp: list[nn.Module] = [nn.ReLU()]
+        for _ in range(layers - 2):
+            mlp += [nn.Linear(wide, wide), nn.ReLU()]
+        if layers > 1:
+            mlp += [nn.Linear(wide, pe_dim), nn.ReLU()]
+        self.mlp = nn.Sequential(*mlp)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

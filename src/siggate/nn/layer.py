@@ -228,9 +228,13 @@ class GPSLayer(nn.Module):
             :class:`GatedMultiheadAttention`. (default: ``"elementwise"``)
         gate_position (str): ``"output"``, ``"value"`` or ``"post"``. (default: ``"output"``)
         gate_bias_init (float): initial gate bias. (default: ``0.0``)
+        gate_weight_std (float, optional): std of the gate weights' normal initialisation;
+            ``None`` for Xavier-uniform. (default: ``None``)
         dropout (float): dropout after each branch and in the FFN. (default: ``0.0``)
         attn_dropout (float): dropout on attention probabilities. (default: ``0.0``)
         fused (bool): fused ``scaled_dot_product_attention`` path. (default: ``True``)
+        ffn_dim (int, optional): hidden width of the feed-forward block; ``None`` for
+            GraphGPS's ``2 * dim``. (default: ``None``)
 
     Shapes:
         ``x [N, d]``, ``edge_index [2, E]``, ``edge_attr [E, d]``, ``batch [N]`` ->
@@ -249,6 +253,8 @@ class GPSLayer(nn.Module):
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         fused: bool = True,
+        gate_weight_std: float | None = None,
+        ffn_dim: int | None = None,
     ) -> None:
         super().__init__()
         if local != "none" and local not in LOCAL_MODELS:
@@ -263,14 +269,15 @@ class GPSLayer(nn.Module):
         self.attn = (
             GatedMultiheadAttention(
                 dim, heads, gate=gate, gate_position=gate_position, gate_bias_init=gate_bias_init,
-                attn_dropout=attn_dropout, fused=fused,
+                gate_weight_std=gate_weight_std, attn_dropout=attn_dropout, fused=fused,
             )
             if attn
             else None
         )
         self.norm_attn = nn.BatchNorm1d(dim) if attn else None
-        self.ff1 = nn.Linear(dim, 2 * dim)
-        self.ff2 = nn.Linear(2 * dim, dim)
+        ffn_dim = 2 * dim if ffn_dim is None else ffn_dim
+        self.ff1 = nn.Linear(dim, ffn_dim)
+        self.ff2 = nn.Linear(ffn_dim, dim)
         self.norm_ff = nn.BatchNorm1d(dim)
         self._fold_key = None
         self._fold = None

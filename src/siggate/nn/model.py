@@ -12,6 +12,31 @@ from .layer import DenseIndex, GPSLayer
 
 POOLING = {"add": global_add_pool, "mean": global_mean_pool}
 
+#: ``param_match`` rules: how an ungated model is widened to the elementwise gate's size
+PARAM_MATCH_RULES = ("none", "ffn")
+
+
+def matched_ffn_dim(dim: int) -> int:
+    """FFN hidden width that gives an ungated GPS layer the parameters of an elementwise gate.
+
+    The elementwise gate adds ``d * d + d`` parameters per layer (a ``d x d`` weight and a
+    bias). Widening the FFN ``d -> h -> d`` by ``k`` hidden units adds ``k * (2d + 1)``
+    (``k`` columns of ``W1``, ``k`` biases, ``k`` rows of ``W2``). The rule ``"ffn"`` takes
+    ``h = 2d + round(d (d + 1) / (2d + 1))``; for ``d = 64`` that is ``160`` (gate 4,160
+    parameters, wider FFN 4,128, per layer).
+    """
+    return 2 * dim + round(dim * (dim + 1) / (2 * dim + 1))
+
+
+def resolve_ffn_dim(cfg: dict) -> int | None:
+    """The FFN width a model config asks for: ``model.ffn_dim`` if set (> 0), the
+    ``param_match`` rule's width for a matched ungated control, else ``None`` (``2 * dim``)."""
+    if cfg.get("ffn_dim"):
+        return int(cfg["ffn_dim"])
+    if cfg.get("param_match", "none") == "ffn":
+        return matched_ffn_dim(int(cfg["dim"]))
+    return None
+
 
 class SigGateGT(nn.Module):
     r"""Graph-level SigGate-GT model: encoders, ``layers`` GPS layers, pooling and an MLP head.
@@ -41,6 +66,10 @@ class SigGateGT(nn.Module):
         head_layers (int): layers of the prediction MLP, halving the width each time
             (GraphGPS ``san_graph`` head). (default: ``3``)
         fused (bool): fused attention kernel. (default: ``True``)
+        gate_weight_std (float, optional): std of the gate weights' normal initialisation;
+            ``None`` for Xavier-uniform. (default: ``None``)
+        ffn_dim (int, optional): hidden width of each layer's feed-forward block; ``None``
+            for GraphGPS's ``2 * dim``. (default: ``None``)
 
     Shapes: a PyG ``Batch`` with ``G`` graphs -> ``[G, T]``.
     """
@@ -67,6 +96,8 @@ class SigGateGT(nn.Module):
         pooling: str = "add",
         head_layers: int = 3,
         fused: bool = True,
+        gate_weight_std: float | None = None,
+        ffn_dim: int | None = None,
     ) -> None:
         super().__init__()
         if pooling not in POOLING:
@@ -77,7 +108,8 @@ class SigGateGT(nn.Module):
         self.edge_encoder = make_edge_encoder(node_features, dim, num_edge_types)
         self.layers = nn.ModuleList(
             GPSLayer(dim, heads, local=local, attn=attn, gate=gate, gate_position=gate_position,
-                     gate_bias_init=gate_bias_init, dropout=dropout, attn_dropout=attn_dropout, fused=fused)
+                     gate_bias_init=gate_bias_init, gate_weight_std=gate_weight_std, dropout=dropout,
+                     attn_dropout=attn_dropout, fused=fused, ffn_dim=ffn_dim)
             for _ in range(layers)
         )
         head = []
@@ -142,8 +174,10 @@ class SigGateGT(nn.Module):
         :class:`siggate.data.base.TaskInfo`."""
         cfg = model_cfg if isinstance(model_cfg, dict) else model_cfg.to_dict()
         keys = ("dim", "layers", "heads", "local", "attn", "gate", "gate_position", "gate_bias_init",
-                "dropout", "attn_dropout", "pe", "pe_steps", "pe_dim", "pooling", "head_layers", "fused")
+                "gate_weight_std", "dropout", "attn_dropout", "pe", "pe_steps", "pe_dim", "pooling", "head_layers",
+                "fused")
         kwargs = {k: cfg[k] for k in keys if k in cfg}
+        kwargs["ffn_dim"] = resolve_ffn_dim(cfg)
         return cls(
             num_tasks=info.num_tasks,
             node_features=info.node_features,

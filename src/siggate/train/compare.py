@@ -53,13 +53,21 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+#: ``--gates`` suffixes that make a parameter-matched ungated control, and the
+#: ``model.param_match`` rule each stands for (``none@matched`` is short for ``none@matched-ffn``)
+MATCH_RULES = {"matched-ffn": "ffn", "matched": "ffn"}
+
+
 @dataclass(frozen=True)
 class GateSpec:
-    """A variant: gate kind and, optionally, its position (``elementwise@value``)."""
+    """An arm: gate kind and, optionally, its position (``elementwise@value``), or an
+    ungated control matched in parameters to the elementwise gate (``none@matched-ffn``,
+    see :func:`siggate.nn.model.matched_ffn_dim`)."""
 
     label: str
     gate: str
     position: str | None = None
+    match: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> "GateSpec":
@@ -69,16 +77,23 @@ class GateSpec:
         gate, _, pos = text.partition("@")
         if gate not in GATE_KINDS:
             raise ValueError(f"--gates: unknown gate {gate!r} in {text!r}; gates: {', '.join(GATE_KINDS)}")
+        if gate == "none" and pos in MATCH_RULES:
+            rule = MATCH_RULES[pos]
+            return cls(f"none@matched-{rule}", "none", None, rule)
         if pos and pos not in GATE_POSITIONS:
-            raise ValueError(f"--gates: unknown position {pos!r} in {text!r}; positions: {', '.join(GATE_POSITIONS)}")
+            raise ValueError(f"--gates: unknown position {pos!r} in {text!r}; positions: {', '.join(GATE_POSITIONS)}"
+                             + (" (or none@matched-ffn for the parameter-matched control)" if gate == "none" else ""))
         if pos and gate == "none":
-            raise ValueError(f"--gates: {text!r}: the baseline without gate has no position")
+            raise ValueError(f"--gates: {text!r}: the baseline without gate has no position; "
+                             "none@matched-ffn is the parameter-matched control")
         return cls(text, gate, pos or None)
 
     def overrides(self) -> list[str]:
         out = [f"model.gate={self.gate}"]
         if self.position:
             out.append(f"model.gate_position={self.position}")
+        if self.match:
+            out.append(f"model.param_match={self.match}")
         return out
 
 
@@ -114,6 +129,8 @@ def _config_args(args, spec: GateSpec, seed: int) -> list[str]:
         out += ["--set", o]
     if args.epochs is not None:
         out += ["--epochs", str(args.epochs)]
+    if getattr(args, "budget", None) is not None:
+        out += ["--budget", str(args.budget)]
     if args.data_root:
         out += ["--data-root", str(args.data_root)]
     if args.cache_dir:
@@ -237,8 +254,10 @@ def _jsonable(obj):
 
 
 def aggregate(pairs: list[Pair], specs: list[GateSpec], seeds: list[int]) -> dict:
-    """Per-seed scores, mean ± std and the paired comparisons with the baseline (first gate)."""
-    from ..analysis.stats import mean_std, summarize
+    """Per-seed scores, mean ± std, the paired comparisons of every arm with the baseline
+    (first gate; ``vs_baseline``, with today's top-level p-values) and of every pair of arms
+    (``comparisons``: intervals, effect size, Holm-adjusted p-values over the list)."""
+    from ..analysis.stats import all_pairs, mean_std, summarize
     from .metrics import higher_is_better
 
     labels = [s.label for s in specs]
@@ -277,17 +296,25 @@ def aggregate(pairs: list[Pair], specs: list[GateSpec], seeds: list[int]) -> dic
         "params": params,
         "gate_params": gate_params,
         "val_curves": curves,
-        "comparisons": summary["comparisons"] if summary else {},
+        "vs_baseline": summary["comparisons"] if summary else {},
+        "comparisons": all_pairs(per_seed, labels, bool(hib)) if metric else [],
         "failed": [{"gate": p.spec.label, "seed": p.seed, "returncode": p.returncode, "error": p.error}
                    for p in pairs if p.status == "failed"],
+        "missing": [{"gate": p.spec.label, "seed": p.seed} for p in pairs if p.status in ("pending", "resume")],
     }
-    comps = res["comparisons"]
+    comps = res["vs_baseline"]
     for key in ("p_paired_t", "p_wilcoxon", "p_welch"):
         if len(labels) == 2:
             res[key] = comps[labels[1]][key] if labels[1] in comps else float("nan")
         else:
             res[key] = {lab: c[key] for lab, c in comps.items()}
     return res
+
+
+def _ffn_width(model_cfg: dict) -> int:
+    from ..nn.model import resolve_ffn_dim
+
+    return resolve_ffn_dim(model_cfg) or 2 * int(model_cfg["dim"])
 
 
 def _fmt(x, digits: int = 4) -> str:
@@ -322,7 +349,12 @@ def render_markdown(res: dict) -> str:
             f"{_fmt(res['val_mean'][lab])} ± {_fmt(res['val_std'][lab])} | {res['params'].get(lab, 'n/a')} | "
             f"{res['gate_params'].get(lab, 'n/a')} | {(sum(secs) / len(secs)) if secs else float('nan'):.0f} |")
     lines.append("")
-    for lab, c in res["comparisons"].items():
+    for lab, arm in (res.get("arms") or {}).items():
+        if arm.get("rule"):
+            lines.append(f"- `{lab}`: {arm['rule']}.")
+    lines.append("")
+    lines += render_pairs_table(res, name)
+    for lab, c in res["vs_baseline"].items():
         lines += [f"## `{lab}` vs `{base}`: paired differences by seed (test {name}, Δ = `{lab}` − `{base}`)", ""]
         lines += [f"| seed | `{base}` | `{lab}` | Δ | better |", "|---|---|---|---|---|"]
         a, b = res["per_seed"][base], res["per_seed"][lab]
@@ -345,12 +377,58 @@ def render_markdown(res: dict) -> str:
         for note in c.get("notes", []):
             lines.append(f"- note: {note}")
         lines.append("")
+    if res.get("missing"):
+        lines += ["## Runs not finished yet", "",
+                  ", ".join(f"`{m['gate']}` seed {m['seed']}" for m in res["missing"]), ""]
     if res["failed"]:
         lines += ["## Failed runs", ""]
         for f in res["failed"]:
             lines.append(f"- `{f['gate']}` seed {f['seed']}: {f['error'].splitlines()[0] if f['error'] else 'failed'}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _fmt_ci(ci) -> str:
+    lo, hi = (ci or [None, None])[:2]
+    return f"[{_fmt(lo)}, {_fmt(hi)}]"
+
+
+def wilcoxon_warnings(res: dict) -> list[str]:
+    """One line per distinct pair count too small for the exact Wilcoxon test to reach 0.05."""
+    seen, out = set(), []
+    for c in res["comparisons"]:
+        n, floor = c["n_pairs"], c.get("wilcoxon_min_p", 0.0)
+        if n and floor >= 0.05 and n not in seen:
+            seen.add(n)
+            out.append(f"with {n} pair(s) the exact two-sided Wilcoxon p-value cannot go below {floor:.4g} "
+                       f"(2/2^{n}), so the Wilcoxon test cannot reach p < 0.05; 6 pairs are the minimum")
+    return out
+
+
+def render_pairs_table(res: dict, name: str) -> list[str]:
+    """The all-pairs table of ``results.md``: difference, intervals, effect size and p-values."""
+    if not res["comparisons"]:
+        return []
+    lines = [f"## All pairs of arms (Δ = b − a, test {name}; Holm over the {len(res['comparisons'])} pair(s))", "",
+             "| a | b | pairs | mean Δ | 95% CI (t) | 95% CI (bootstrap) | Cohen's d_z | p paired t | p Wilcoxon "
+             "| p Holm (t) | p Holm (Wilcoxon) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in res["comparisons"]:
+        lines.append(
+            f"| `{c['a']}` | `{c['b']}` | {c['n_pairs']} | {_fmt(c['diff_mean'])} | {_fmt_ci(c['ci95'])} | "
+            f"{_fmt_ci(c['ci95_bootstrap'])} | {_fmt(c['cohen_dz'], 2)} | {_fmt_p(c['p_paired_t'])} | "
+            f"{_fmt_p(c['p_wilcoxon'])} | {_fmt_p(c['p_holm'])} | {_fmt_p(c['p_holm_wilcoxon'])} |")
+    lines += ["", f"The bootstrap interval is the percentile interval of "
+              f"{_bootstrap_resamples()} paired resamples (seed 0). Holm adjusts the p-values over all the "
+              "pairs above, so a pair counts as significant when its Holm p-value is below 0.05."]
+    lines += [f"- **Note:** {w}." for w in wilcoxon_warnings(res)]
+    return lines + [""]
+
+
+def _bootstrap_resamples() -> str:
+    from ..analysis.stats import BOOTSTRAP_RESAMPLES
+
+    return f"{BOOTSTRAP_RESAMPLES:,}"
 
 
 def plot_val_curves(res: dict, path: Path) -> None:
@@ -393,6 +471,8 @@ def command_line(args) -> str:
         parts += ["--set", o]
     if args.epochs is not None:
         parts += ["--epochs", str(args.epochs)]
+    if getattr(args, "budget", None) is not None:
+        parts += ["--budget", str(args.budget)]
     if args.data_root:
         parts += ["--data-root", str(args.data_root)]
     if args.cache_dir:
@@ -410,8 +490,13 @@ def compare(args) -> int:
         seeds, specs = parse_seeds(args.seeds), parse_gates(args.gates)
     except ValueError as exc:
         raise CompareError(str(exc)) from None
-    if any(o.split("=", 1)[0].strip() in ("model.gate", "model.gate_position", "train.seed") for o in args.overrides):
-        raise CompareError("--set model.gate/model.gate_position/train.seed: these come from --gates and --seeds")
+    if any(o.split("=", 1)[0].strip() in ("model.gate", "model.gate_position", "model.param_match", "train.seed")
+           for o in args.overrides):
+        raise CompareError("--set model.gate/model.gate_position/model.param_match/train.seed: these come from "
+                           "--gates and --seeds")
+    if args.epochs is not None and getattr(args, "budget", None) is not None:
+        raise CompareError("--epochs and --budget both set the number of epochs; give one (--budget also scales "
+                           "the warmup)")
     if args.jobs < 1:
         raise CompareError(f"--jobs must be >= 1, got {args.jobs}")
     out = Path(args.out)
@@ -438,12 +523,22 @@ def compare(args) -> int:
     print(f"siggate compare: {len(specs)} gate(s) x {len(seeds)} seed(s) = {len(pairs)} runs "
           f"({n_done} already done, {n_resume} to resume), {args.jobs} at a time, {threads} thread(s) each -> {out}",
           flush=True)
-    run_pairs(pairs, args, threads, progress=not args.no_progress)
+    if getattr(args, "aggregate_only", False):
+        print("siggate compare: --aggregate-only: nothing is trained; unfinished runs are listed as missing",
+              flush=True)
+    else:
+        run_pairs(pairs, args, threads, progress=not args.no_progress)
 
     res = aggregate(pairs, specs, seeds)
     res.update({
         "command": command_line(args),
         "epochs": expected[specs[0].label]["train"]["epochs"],
+        "warmup_epochs": expected[specs[0].label]["train"]["warmup_epochs"],
+        "arms": {spec.label: {"overrides": spec.overrides(),
+                              "rule": (f"no gate; FFN widened to match the elementwise gate's parameters "
+                                       f"(model.param_match={spec.match}, FFN hidden width "
+                                       f"{_ffn_width(expected[spec.label]['model'])})") if spec.match else None}
+                 for spec in specs},
         "config": expected[specs[0].label],
         "jobs": args.jobs,
         "threads": threads,
@@ -461,9 +556,12 @@ def compare(args) -> int:
     for lab in res["gates"]:
         print(f"  {lab:24s} test {res['metric']} {_fmt(res['mean'][lab])} ± {_fmt(res['std'][lab])}  "
               f"(n={res['n'][lab]})")
-    for lab, c in res["comparisons"].items():
-        print(f"  {lab} vs {res['baseline']}: mean diff {_fmt(c['mean_diff'])}, p paired t {_fmt_p(c['p_paired_t'])}, "
-              f"Wilcoxon {_fmt_p(c['p_wilcoxon'])}, Welch {_fmt_p(c['p_welch'])}")
+    for c in res["comparisons"]:
+        print(f"  {c['b']} - {c['a']}: mean diff {_fmt(c['diff_mean'])} 95% CI {_fmt_ci(c['ci95'])}, "
+              f"d_z {_fmt(c['cohen_dz'], 2)}, p paired t {_fmt_p(c['p_paired_t'])}, Wilcoxon {_fmt_p(c['p_wilcoxon'])}, "
+              f"Holm {_fmt_p(c['p_holm'])}")
+    for w in wilcoxon_warnings(res):
+        print(f"  note: {w}")
     print(f"siggate compare: wrote {out / 'results.json'}, {out / 'results.md'}", flush=True)
     if res["failed"]:
         print(f"siggate compare: {len(res['failed'])} run(s) FAILED:", file=sys.stderr)
@@ -495,6 +593,9 @@ def register(subparsers) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="config override applied to every run (repeatable)")
     p.add_argument("--epochs", type=int, default=None, help="epochs of every run (train.epochs)")
+    p.add_argument("--budget", type=int, default=None, metavar="EPOCHS",
+                   help="short run of the config's protocol: EPOCHS epochs with the warmup scaled by "
+                        "EPOCHS / train.epochs (the cosine decay then spans the budget)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (default: 1)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per run (default: CPU cores / jobs)")
@@ -502,4 +603,7 @@ def register(subparsers) -> None:
     p.add_argument("--cache-dir", default=None, help="cache for processed data")
     p.add_argument("--out", required=True, help="output folder (runs/, results.json, results.md, val_curves.png)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--aggregate-only", action="store_true",
+                   help="train nothing: write results from the runs already finished (a snapshot of a "
+                        "comparison still under way; the others are listed as missing)")
     p.set_defaults(func=_cmd)

@@ -1,0 +1,87 @@
+"""Model options behind the evidence study: the parameter-matched ungated control, the gate's
+weight-initialisation scale and GraphGPS's LapPE DeepSet."""
+
+import pytest
+import torch
+from torch import nn
+
+from siggate.config import ConfigError, load_config
+from siggate.data.base import TaskInfo
+from siggate.nn.encoders import LapPEEncoder
+from siggate.nn.model import SigGateGT, matched_ffn_dim
+
+ZINC_INFO = TaskInfo(name="zinc", task="regression", num_tasks=1, metric="mae", node_features="typed",
+                     num_node_types=28, num_edge_types=4)
+HIV_INFO = TaskInfo(name="molhiv", task="binary", num_tasks=1, metric="rocauc")
+
+
+def _params(config: str, sets: list[str], info) -> int:
+    cfg = load_config(config, sets)
+    return sum(p.numel() for p in SigGateGT.from_config(cfg.model, info).parameters())
+
+
+@pytest.mark.parametrize("config,info", [("zinc", ZINC_INFO), ("molhiv", HIV_INFO), ("nci5k", HIV_INFO)])
+def test_matched_control_has_the_elementwise_parameter_count(config, info):
+    none = _params(config, ["model.gate=none"], info)
+    gated = _params(config, ["model.gate=elementwise"], info)
+    matched = _params(config, ["model.gate=none", "model.param_match=ffn"], info)
+    assert gated > none * 1.01  # the gate adds more than 1% ...
+    assert abs(matched - gated) / gated < 0.01  # ... and the control closes the gap to within 1%
+
+
+def test_matched_ffn_rule():
+    # d = 64: the gate adds 64*64 + 64 = 4160 per layer; 32 more hidden units add 32 * 129 = 4128
+    assert matched_ffn_dim(64) == 160
+    for d in (16, 64, 96, 256):
+        k = matched_ffn_dim(d) - 2 * d
+        assert abs(k * (2 * d + 1) - d * (d + 1)) <= (2 * d + 1) / 2
+    cfg = load_config("zinc", ["model.gate=none", "model.param_match=ffn"])
+    layer = SigGateGT.from_config(cfg.model, ZINC_INFO).layers[0]
+    assert layer.ff1.weight.shape == (160, 64) and layer.ff2.weight.shape == (64, 160)
+    assert load_config("zinc", ["model.gate=none", "model.ffn_dim=100"]).model.ffn_dim == 100
+    with pytest.raises(ConfigError, match="model.param_match.*model.gate='elementwise'"):
+        load_config("zinc", ["model.param_match=ffn"])
+    with pytest.raises(ConfigError, match="remove model.ffn_dim"):
+        load_config("zinc", ["model.gate=none", "model.param_match=ffn", "model.ffn_dim=128"])
+    with pytest.raises(ConfigError, match="model.param_match"):
+        load_config("zinc", ["model.gate=none", "model.param_match=width"])
+
+
+def test_gate_weight_std_reaches_the_gate():
+    cfg = load_config("zinc", ["model.gate_weight_std=0", "model.gate_bias_init=0.5"])
+    assert cfg.model.gate_weight_std == 0.0
+    model = SigGateGT.from_config(cfg.model, ZINC_INFO)
+    for attn in model.attention_modules():
+        w, b = attn.in_proj.weight[3 * attn.dim:], attn.in_proj.bias[3 * attn.dim:]
+        assert torch.count_nonzero(w) == 0 and torch.all(b == 0.5)  # the gate starts at sigmoid(0.5)
+    torch.manual_seed(0)
+    cfg = load_config("zinc", ["model.gate_weight_std=0.02"])
+    w = SigGateGT.from_config(cfg.model, ZINC_INFO).attention_modules()[0].in_proj.weight[3 * 64:].detach()
+    assert 0.015 < float(w.std()) < 0.025
+    assert load_config("zinc").model.gate_weight_std is None  # default: Xavier-uniform, as q, k, v
+    with pytest.raises(ConfigError, match="gate_weight_std"):
+        load_config("zinc", ["model.gate_weight_std=-1"])
+    with pytest.raises(ConfigError, match="gate_weight_std"):
+        load_config("zinc", ["model.gate_weight_std=wide"])
+
+
+def test_lappe_deepset_matches_graphgps():
+    enc = LapPEEncoder(m=3, pe_dim=8, layers=2)
+    linears = [enc.lin_in] + [m for m in enc.mlp if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(2, 16), (16, 8)]
+    assert [type(m).__name__ for m in enc.mlp] == ["ReLU", "Linear", "ReLU"]
+    assert [(m.in_features, m.out_features) for m in [LapPEEncoder(3, 8, layers=1).lin_in]] == [(2, 8)]
+    three = LapPEEncoder(3, 8, layers=3)
+    assert [(m.in_features, m.out_features) for m in three.mlp if isinstance(m, nn.Linear)] == [(16, 16), (16, 8)]
+    # values: sum over the (eigvec, eigval) pairs of ReLU(W2 ReLU(W1 [u, l] + b1) + b2); NaN pairs count as absent
+    enc.eval()
+    vec = torch.tensor([[0.5, -0.2, float("nan")], [0.1, 0.3, float("nan")]])
+    val = torch.tensor([[0.0, 1.0, float("nan")], [0.0, 1.0, float("nan")]])
+    data = type("D", (), {"lap_vec": vec, "lap_val": val, "batch": None})()
+    w1, b1, w2, b2 = enc.lin_in.weight, enc.lin_in.bias, enc.mlp[1].weight, enc.mlp[1].bias
+    want = torch.zeros(2, 8)
+    for i in range(2):
+        for j in range(2):
+            h = torch.relu(w1 @ torch.stack([vec[i, j], val[i, j]]) + b1)
+            want[i] += torch.relu(w2 @ h + b2)
+    torch.testing.assert_close(enc(data), want)
