@@ -8,7 +8,8 @@ Sub-commands (each writes ``OUT/<name>.json`` and ``OUT/<name>.png`` and prints 
 * ``entropy``    attention entropy per layer and head over training;
 * ``lr-sweep``   final metric and divergence over learning rates; stable LR range;
 * ``overhead``   extra parameters and forward+backward time of each gate kind;
-* ``report``     one Markdown report of all results with a verdict per claim.
+* ``report``     one Markdown report of all results with a verdict per claim;
+* ``claims``     the paper's claims against committed compare and analysis results, one table.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ SUBCOMMANDS = {
     "lr-sweep": "siggate.analysis.lrsweep",
     "overhead": "siggate.analysis.overhead",
     "report": "siggate.analysis.report",
+    "claims": "siggate.analysis.claims",
 }
 
 

@@ -1,0 +1,197 @@
+"""``siggate analyze claims``: the paper's claims next to what we measured, as one table.
+
+The table is generated from committed result files, never typed by hand:
+
+- ``siggate compare`` results (``results.json``; the short-budget runner's ``results.json``
+  with one entry per dataset is read too) give the accuracy claims. The statistics are
+  recomputed here from ``per_seed`` with :func:`siggate.analysis.stats.all_pairs`.
+- analysis results (``smoothing.json``, ``rank.json``, ...) give the mechanism claims,
+  judged by the rules of :mod:`siggate.analysis.report`.
+
+Each row has one of three verdicts: ``holds``; ``not at this budget`` (the runs are shorter
+than the paper's protocol, or the evidence is inconclusive); ``contradicted`` (the claim
+fails at the full protocol, or for budget-free claims such as parameter counts). With
+``--readme FILE`` the table replaces the text between the ``<!-- claims:start -->`` and
+``<!-- claims:end -->`` markers of FILE; a test checks that the README holds exactly what
+this command generates from the committed results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from . import report
+from .common import fmt, table
+from .stats import mean_std
+
+HOLDS, BUDGET, CONTRADICTED = "holds", "not at this budget", "contradicted"
+START, END = "<!-- claims:start -->", "<!-- claims:end -->"
+
+#: the paper's headline accuracy per dataset: (metric as a fraction, text)
+PAPER_ACCURACY = {"zinc": (0.059, "ZINC test MAE 0.059"), "molhiv": (0.8247, "ogbg-molhiv ROC-AUC 82.47")}
+#: tolerance of the accuracy verdict: the measured mean may miss the paper's figure by this much
+ACCURACY_TOLERANCE = 0.10
+GATED, UNGATED, MATCHED = "elementwise", "none", "none@matched-ffn"
+
+
+def _protocol_epochs(dataset: str) -> int | None:
+    from ..config import ConfigError, load_config
+
+    try:
+        return load_config(dataset).train.epochs
+    except ConfigError:
+        return None
+
+
+def comparison_sources(path: Path, data: dict) -> list[dict]:
+    """Normalised accuracy results from one results file: a list of dicts with ``dataset``,
+    ``metric``, ``hib``, ``per_seed``, ``epochs``, ``protocol``, ``deviation`` and ``path``."""
+    entries = data["datasets"].values() if "datasets" in data else [data]
+    out = []
+    for e in entries:
+        if not e.get("per_seed") or not e.get("metric"):
+            continue
+        epochs = e.get("epochs")
+        dev = ", ".join(f"{k} {v['used']} (protocol {v['protocol']})" for k, v in (e.get("deviations") or {}).items())
+        out.append({"dataset": e["dataset"], "metric": e["metric"], "hib": bool(e["higher_is_better"]),
+                    "per_seed": {arm: {str(k): v for k, v in s.items()} for arm, s in e["per_seed"].items()},
+                    "epochs": epochs, "protocol": e.get("protocol_epochs") or _protocol_epochs(e["dataset"]),
+                    "deviation": dev, "path": path})
+    return out
+
+
+def _budget(src: dict) -> str:
+    n = max((len(s) for s in src["per_seed"].values()), default=0)
+    text = f"{src['epochs']} of {src['protocol']} epochs, {n} seed(s)"
+    return text + (f"; {src['deviation']}" if src["deviation"] else "")
+
+
+def _full(src: dict) -> bool:
+    return src["protocol"] is not None and src["epochs"] is not None and src["epochs"] >= src["protocol"]
+
+
+def _pair(src: dict, a: str, b: str) -> dict | None:
+    from .stats import all_pairs
+
+    arms = [x for x in src["per_seed"] if src["per_seed"][x]]
+    if a not in arms or b not in arms:
+        return None
+    return next(c for c in all_pairs(src["per_seed"], arms, src["hib"]) if {c["a"], c["b"]} == {a, b})
+
+
+def _gain_text(c: dict, a: str, b: str, hib: bool) -> tuple[str, bool, bool]:
+    """``(text, b significantly better, b significantly worse)`` for ``b`` against ``a``
+    (significant: Holm-adjusted paired t p < 0.05 over all the pairs of the results set)."""
+    sign = 1.0 if c["b"] == b else -1.0  # the pair holds c["b"] - c["a"]
+    mean, lo, hi = (sign * x for x in (c["diff_mean"], *c["ci95"]))
+    lo, hi = min(lo, hi), max(lo, hi)
+    sig = c["p_holm"] is not None and math.isfinite(c["p_holm"]) and c["p_holm"] < 0.05
+    better = (mean > 0) == hib
+    text = (f"`{b}` − `{a}` = {fmt(mean)} (95% CI {fmt(lo)} to {fmt(hi)}, Holm p = {fmt(c['p_holm'], 3)}, "
+            f"{c['n_pairs']} pairs)")
+    return text, sig and better, sig and not better
+
+
+def accuracy_rows(sources: list[dict]) -> list[dict]:
+    """Rows for the accuracy claims: headline figures, wins over GraphGPS, and whether a win
+    survives the parameter-matched control."""
+    rows = []
+    for src in sources:
+        ds, budget, full = src["dataset"], _budget(src), _full(src)
+        where = f"`{src['path']}`"
+        if ds in PAPER_ACCURACY and src["per_seed"].get(GATED):
+            target, text = PAPER_ACCURACY[ds]
+            mean, std = mean_std(src["per_seed"][GATED])
+            ok = mean >= target * (1 - ACCURACY_TOLERANCE) if src["hib"] else mean <= target * (1 + ACCURACY_TOLERANCE)
+            rows.append({"claim": text, "measured": f"`{GATED}` test {src['metric']} {fmt(mean)} ± {fmt(std)} (mean ± std)",
+                         "budget": budget, "source": where,
+                         "verdict": HOLDS if ok else (CONTRADICTED if full else BUDGET)})
+        c = _pair(src, UNGATED, GATED)
+        if c is not None:
+            text, win, _ = _gain_text(c, UNGATED, GATED, src["hib"])
+            verdict = HOLDS if win else (CONTRADICTED if full else BUDGET)
+            rows.append({"claim": f"the gate beats GraphGPS on {ds} (p < 0.05)", "measured": text, "budget": budget,
+                         "source": where, "verdict": verdict})
+        m = _pair(src, MATCHED, GATED)
+        if m is not None:
+            text, win, _ = _gain_text(m, MATCHED, GATED, src["hib"])
+            rows.append({"claim": f"on {ds}, the gain comes from gating, not from the extra parameters "
+                                  f"(against `{MATCHED}`)", "measured": text, "budget": budget, "source": where,
+                         "verdict": HOLDS if win else (CONTRADICTED if full else BUDGET)})
+    return rows
+
+
+def _analysis_budget(name: str, data: dict) -> str:
+    if name in ("smoothing", "entropy", "lrsweep"):
+        proto = data.get("protocol_epochs") or data.get("meta", {}).get("config", {}).get("train", {}).get("epochs")
+        seeds = data.get("seeds")
+        return f"{data.get('epochs')} of {proto} epochs" + (f", seeds {seeds}" if seeds is not None else "")
+    if name == "overhead":
+        return f"{data.get('threads')} thread(s); parameters are exact"
+    if name == "rank":
+        return "one trained checkpoint (see measured)"
+    return "synthetic draws, random weights"
+
+
+def mechanism_rows(found: dict) -> list[dict]:
+    """Rows for the mechanism claims, judged by :mod:`siggate.analysis.report`'s rules."""
+    to3 = {report.HOLDS: HOLDS, report.INCONCLUSIVE: BUDGET, report.FAILS: CONTRADICTED}
+    judges = {"synthetic": report.verdict_synthetic, "rank": report.verdict_rank,
+              "smoothing": report.verdict_smoothing, "entropy": report.verdict_entropy, "lrsweep": report.verdict_lr,
+              "overhead": report.verdict_overhead}
+    rows = []
+    for name, judge in judges.items():
+        for path, data in found.get(name, []):
+            out = judge(data)
+            # the rules already say "inconclusive" where a short budget cannot decide
+            for r in out if isinstance(out, list) else [out]:
+                rows.append({"claim": r["claim"], "measured": r["measured"], "budget": _analysis_budget(name, data),
+                             "source": f"`{path}`", "verdict": to3[r["verdict"]]})
+    return rows
+
+
+def claims_table(dirs) -> tuple[str, list[dict]]:
+    """The Markdown claims table for the result files under ``dirs``, and its rows."""
+    sources, paths = [], []
+    for d in dirs:
+        d = Path(d)
+        paths += [d] if d.is_file() else sorted(p for p in d.rglob("results.json") if "runs" not in p.parts)
+    for p in paths:
+        sources += comparison_sources(p, json.loads(p.read_text()))
+    rows = accuracy_rows(sources) + mechanism_rows(report.find_results([d for d in dirs if Path(d).is_dir()]))
+    md = table(["paper's claim", "what we measured", "budget", "source", "verdict"],
+               [[r["claim"], r["measured"], r["budget"], r["source"], f"**{r['verdict']}**"] for r in rows],
+               markdown=True)
+    return md, rows
+
+
+def replace_between_markers(text: str, block: str) -> str:
+    """``text`` with the part between :data:`START` and :data:`END` replaced by ``block``."""
+    if START not in text or END not in text or text.index(START) > text.index(END):
+        raise ValueError(f"the file has no '{START}' ... '{END}' section to fill")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{block.strip()}\n{END}{tail}"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("claims", help="the paper's claims against the committed results, as one table")
+    p.add_argument("dirs", nargs="+", help="folders (or results.json files) with compare and analysis results")
+    p.add_argument("--out", default=None, help="write the table to this Markdown file")
+    p.add_argument("--readme", default=None, help=f"replace the {START} ... {END} section of this file")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    md, rows = claims_table(args.dirs)
+    if not rows:
+        raise FileNotFoundError(f"no compare or analysis results under {', '.join(args.dirs)}")
+    if args.out:
+        Path(args.out).write_text(md + "\n")
+    if args.readme:
+        path = Path(args.readme)
+        path.write_text(replace_between_markers(path.read_text(), md))
+    print(table(["claim", "verdict"], [[r["claim"], r["verdict"]] for r in rows]))
+    return 0

@@ -1,0 +1,68 @@
+"""``siggate analyze claims``: verdict rules on hand-made results, and the README's claims table
+is exactly what the command generates from the committed results."""
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from siggate.analysis.claims import (BUDGET, CONTRADICTED, END, HOLDS, START, accuracy_rows, claims_table,
+                                     comparison_sources, replace_between_markers)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _results(per_seed: dict, epochs: int, dataset: str = "zinc") -> dict:
+    return {"dataset": dataset, "metric": "mae", "higher_is_better": False, "per_seed": per_seed, "epochs": epochs}
+
+
+def _rows(per_seed, epochs):
+    return {r["claim"]: r for r in accuracy_rows(comparison_sources(Path("r.json"), _results(per_seed, epochs)))}
+
+
+NONE = {str(s): 0.30 + 0.01 * s for s in range(6)}
+WIN = {str(s): 0.20 + 0.01 * s + 0.001 * (s % 2) for s in range(6)}  # 0.1 lower every seed: a clear win
+MATCHED = {str(s): 0.29 + 0.01 * s - 0.002 * (s % 3) for s in range(6)}
+
+
+def test_a_clear_win_holds_at_any_budget_and_survives_the_matched_control():
+    rows = _rows({"none": NONE, "elementwise": WIN, "none@matched-ffn": MATCHED}, epochs=60)
+    assert rows["the gate beats GraphGPS on zinc (p < 0.05)"]["verdict"] == HOLDS
+    matched = rows["on zinc, the gain comes from gating, not from the extra parameters (against `none@matched-ffn`)"]
+    assert matched["verdict"] == HOLDS and "`elementwise` − `none@matched-ffn` = -0.0875 " in matched["measured"]
+    assert rows["ZINC test MAE 0.059"]["verdict"] == BUDGET  # 0.225 after 60 of 2000 epochs
+    assert rows["ZINC test MAE 0.059"]["budget"] == "60 of 2000 epochs, 6 seed(s)"
+
+
+def test_no_win_is_not_at_this_budget_when_short_and_contradicted_at_the_full_protocol():
+    noise = {str(s): v + (0.004 if s % 2 else -0.004) for s, v in enumerate(NONE.values())}
+    for epochs, verdict in ((60, BUDGET), (2000, CONTRADICTED)):
+        row = _rows({"none": NONE, "elementwise": noise}, epochs)["the gate beats GraphGPS on zinc (p < 0.05)"]
+        assert row["verdict"] == verdict
+        assert "95% CI" in row["measured"] and "Holm p" in row["measured"]
+    hit = {str(s): 0.059 for s in range(3)}
+    assert _rows({"elementwise": hit}, 2000)["ZINC test MAE 0.059"]["verdict"] == HOLDS
+
+
+def test_markers():
+    text = f"a\n{START}\nold\n{END}\nb\n"
+    assert replace_between_markers(text, "| new |") == f"a\n{START}\n| new |\n{END}\nb\n"
+    with pytest.raises(ValueError, match="claims:start"):
+        replace_between_markers("no markers", "x")
+
+
+def test_readme_table_is_generated_from_the_committed_results(monkeypatch):
+    readme = (ROOT / "README.md").read_text()
+    [cmd] = [line for line in readme.splitlines() if line.startswith("siggate analyze claims ")]
+    args = shlex.split(cmd)[3:]
+    dirs = args[: args.index("--readme")]
+    monkeypatch.chdir(ROOT)
+    md, rows = claims_table(dirs)
+    assert rows, "no results found"
+    section = re.search(re.escape(START) + r"\n(.*)\n" + re.escape(END), readme, re.S).group(1)
+    assert section == md.strip(), f"README claims table is stale: rerun `{cmd}`"
+    for r in rows:  # every row names a committed file that exists
+        assert (ROOT / r["source"].strip("`")).is_file()
+    json.dumps(rows, default=str)
