@@ -21,13 +21,14 @@ import math
 import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from .executor import ExecutorError, add_executor_args, read_metrics
 
 log = logging.getLogger("siggate.compare")
 
@@ -148,13 +149,6 @@ def config_for(args, spec: GateSpec, seed: int):
     return config_from_args(parser.parse_args(_config_args(args, spec, seed)))
 
 
-def train_command(args, pair: Pair, resume: bool) -> list[str]:
-    """The ``python -m siggate train`` command line of one pair."""
-    cmd = [sys.executable, "-m", "siggate", "train", *_config_args(args, pair.spec, pair.seed),
-           "--out", str(pair.run_dir), "--no-progress"]
-    return cmd + (["--resume"] if resume else [])
-
-
 def _stale_reason(run_dir: Path, expected: dict) -> str:
     """Why a finished run in ``run_dir`` does not belong to this comparison ('' if it does)."""
     from .checkpoint import describe_incompatibility
@@ -168,72 +162,32 @@ def _stale_reason(run_dir: Path, expected: dict) -> str:
     return "; ".join(diffs)
 
 
-def _read_metrics(run_dir: Path) -> dict | None:
-    try:
-        return json.loads((run_dir / "metrics.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _log_tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
 def run_pairs(pairs: list[Pair], args, threads: int, progress: bool = True) -> None:
-    """Run the pending pairs, ``args.jobs`` at a time, each as its own process."""
+    """Run the pending pairs on the executor chosen by ``--backend`` (``--jobs`` local
+    processes, or Ray tasks), each a ``siggate train`` process in its own run folder."""
     from tqdm.auto import tqdm
 
-    todo = [p for p in pairs if p.status in ("pending", "resume")]
-    done_before = len(pairs) - len(todo)
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = str(threads)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    running: list[tuple[Pair, subprocess.Popen, object]] = []
-    bar = tqdm(total=len(pairs), initial=done_before, desc="compare", unit="run", disable=not progress)
+    from .executor import RunRequest, executor_from_args
+
+    executor = executor_from_args(args)
+    todo = {f"{p.spec.label}/seed{p.seed}": p for p in pairs if p.status in ("pending", "resume")}
+    requests = [RunRequest(key, _config_args(args, p.spec, p.seed), p.run_dir, threads) for key, p in todo.items()]
+    bar = tqdm(total=len(pairs), initial=len(pairs) - len(todo), desc="compare", unit="run", disable=not progress)
+
+    def finished(r) -> None:
+        pair = todo[r.key]
+        pair.returncode = r.returncode
+        if r.ok:
+            pair.status, pair.metrics = "done", r.metrics
+            bar.set_postfix_str(f"{pair.spec.label} seed {pair.seed}: test {_fmt(r.metrics.get('test'))}")
+        else:
+            pair.status, pair.error = "failed", r.error
+            tqdm.write(f"siggate compare: FAILED {pair.spec.label} seed {pair.seed} ({r.error.splitlines()[0]}); "
+                       f"log: {pair.run_dir / 'train.log'}", file=sys.stderr)
+        bar.update(1)
+
     try:
-        while todo or running:
-            while todo and len(running) < max(1, args.jobs):
-                pair = todo.pop(0)
-                pair.run_dir.mkdir(parents=True, exist_ok=True)
-                cmd = train_command(args, pair, resume=pair.status == "resume")
-                fh = open(pair.run_dir / "train.log", "a")
-                fh.write(f"$ {shlex.join(cmd)}\n")
-                fh.flush()
-                proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
-                running.append((pair, proc, fh))
-            time.sleep(0.2)
-            for item in list(running):
-                pair, proc, fh = item
-                if proc.poll() is None:
-                    continue
-                running.remove(item)
-                fh.close()
-                pair.returncode = proc.returncode
-                metrics = _read_metrics(pair.run_dir)
-                if proc.returncode == 0 and metrics is not None:
-                    pair.status, pair.metrics = "done", metrics
-                    bar.set_postfix_str(f"{pair.spec.label} seed {pair.seed}: test {_fmt(metrics.get('test'))}")
-                else:
-                    pair.status = "failed"
-                    pair.error = (f"exit status {proc.returncode}; see {pair.run_dir / 'train.log'}:\n"
-                                  + _log_tail(pair.run_dir / "train.log"))
-                    tqdm.write(f"siggate compare: FAILED {pair.spec.label} seed {pair.seed} "
-                               f"(exit status {proc.returncode}); log: {pair.run_dir / 'train.log'}", file=sys.stderr)
-                bar.update(1)
-    except BaseException:
-        for _, proc, fh in running:
-            proc.terminate()
-        for _, proc, fh in running:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            fh.close()
-        raise
+        executor.run(requests, finished)
     finally:
         bar.close()
 
@@ -478,6 +432,8 @@ def command_line(args) -> str:
     if args.cache_dir:
         parts += ["--cache-dir", str(args.cache_dir)]
     parts += ["--jobs", str(args.jobs)]
+    if getattr(args, "backend", "local") != "local":
+        parts += ["--backend", args.backend]
     if args.threads:
         parts += ["--threads", str(args.threads)]
     parts += ["--out", str(args.out)]
@@ -508,7 +464,7 @@ def compare(args) -> int:
         for spec in specs:
             pair = Pair(spec, seed, out / "runs" / spec.label / f"seed{seed}")
             stale = _stale_reason(pair.run_dir, config_for(args, spec, seed).to_dict())
-            metrics = _read_metrics(pair.run_dir)
+            metrics = read_metrics(pair.run_dir)
             if stale:
                 pair.status = "failed"
                 pair.error = (f"{pair.run_dir} holds a run of another config ({stale}); "
@@ -576,7 +532,7 @@ def _cmd(args) -> int:
 
     try:
         return compare(args)
-    except CompareError as exc:
+    except (CompareError, ExecutorError) as exc:
         raise CLIError(str(exc)) from None
 
 
@@ -596,12 +552,13 @@ def register(subparsers) -> None:
     p.add_argument("--budget", type=int, default=None, metavar="EPOCHS",
                    help="short run of the config's protocol: EPOCHS epochs with the warmup scaled by "
                         "EPOCHS / train.epochs (the cosine decay then spans the budget)")
-    p.add_argument("--jobs", type=int, default=1, help="runs at a time (default: 1)")
+    p.add_argument("--jobs", type=int, default=1, help="local back-end: runs at a time (default: 1)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per run (default: CPU cores / jobs)")
     p.add_argument("--data-root", default=None, help="benchmark data root")
     p.add_argument("--cache-dir", default=None, help="cache for processed data")
     p.add_argument("--out", required=True, help="output folder (runs/, results.json, results.md, val_curves.png)")
+    add_executor_args(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--aggregate-only", action="store_true",
                    help="train nothing: write results from the runs already finished (a snapshot of a "

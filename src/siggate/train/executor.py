@@ -1,0 +1,272 @@
+"""Where the training runs of a sweep execute: one interface, a local and a Ray back-end.
+
+A sweep (``siggate compare``, the analysis sweeps) describes each training run as a
+:class:`RunRequest`: the ``siggate train`` arguments and the run's folder. An executor runs
+the requests and reports each :class:`RunResult` as it finishes. Every run is one
+``python -m siggate train`` process, whichever the back-end, so a run computes the same
+numbers on both. Whether a run resumes is decided when it starts, from the ``last.pt`` in
+its folder: a run that was interrupted (a killed worker, a stopped sweep) continues from its
+last epoch, exactly (see :mod:`siggate.train.loop`).
+
+- :class:`LocalExecutor`: ``jobs`` processes at a time on this machine (the default; needs
+  nothing extra).
+- :class:`RayExecutor`: each run is one Ray task with declared resources (CPUs, GPUs),
+  retried up to ``max_retries`` times when its worker dies. It starts an embedded local Ray
+  instance, or joins a cluster with ``address="auto"`` or ``"HOST:PORT"``. Run folders must
+  be on a filesystem every node sees (a shared or synced path): a retried run may resume on
+  another node. Install with ``pip install siggate[ray]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+BACKENDS = ("local", "ray")
+
+
+class ExecutorError(RuntimeError):
+    """An executor that cannot start (a missing extra, an unreachable cluster)."""
+
+
+@dataclass
+class RunRequest:
+    """One training run: ``siggate train ARGV --out RUN_DIR`` with ``threads`` torch threads."""
+
+    key: str
+    argv: list[str]
+    run_dir: Path
+    threads: int = 1
+    env: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    """What came back from a run: its exit status, its ``metrics.json`` (``None`` if it wrote
+    none) and, for a failed run, the reason with the end of its log."""
+
+    key: str
+    returncode: int | None
+    metrics: dict | None
+    error: str = ""
+    attempts: int = 1
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and self.metrics is not None
+
+
+def train_command(req: RunRequest, resume: bool) -> list[str]:
+    """The ``python -m siggate train`` command line of a request."""
+    cmd = [sys.executable, "-m", "siggate", "train", *req.argv, "--out", str(req.run_dir), "--no-progress"]
+    return cmd + (["--resume"] if resume else [])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the training process gets SIGKILL when the process that started it dies, so a
+    killed Ray worker leaves no orphan writing into the run folder."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def read_metrics(run_dir: Path) -> dict | None:
+    """A finished run's ``metrics.json``, or ``None``."""
+    try:
+        return json.loads((Path(run_dir) / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_one(req: RunRequest, started: Callable[[subprocess.Popen], None] | None = None) -> RunResult:
+    """Run one request to the end in a child process (its output appended to
+    ``RUN_DIR/train.log``); resume when the folder holds a ``last.pt``."""
+    run_dir = Path(req.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "worker.pid").write_text(f"{os.getpid()}\n")
+    cmd = train_command(req, resume=(run_dir / "last.pt").exists())
+    env = {**os.environ, **req.env, "OMP_NUM_THREADS": str(req.threads), "MKL_NUM_THREADS": str(req.threads)}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    log = run_dir / "train.log"
+    with open(log, "a") as fh:
+        fh.write(f"$ {shlex.join(cmd)}\n")
+        fh.flush()
+        preexec = _die_with_parent if sys.platform.startswith("linux") else None
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, preexec_fn=preexec)
+        if started is not None:
+            started(proc)
+        rc = proc.wait()
+    metrics = read_metrics(run_dir)
+    if rc == 0 and metrics is not None:
+        return RunResult(req.key, rc, metrics)
+    return RunResult(req.key, rc, None, f"exit status {rc}; see {log}:\n" + _log_tail(log))
+
+
+class LocalExecutor:
+    """Up to ``jobs`` runs at a time, each a child process of this one."""
+
+    def __init__(self, jobs: int = 1) -> None:
+        if jobs < 1:
+            raise ExecutorError(f"--jobs must be >= 1, got {jobs}")
+        self.jobs = jobs
+        self._procs: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+
+    def _started(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.add(proc)
+
+    def run(self, requests: Iterable[RunRequest], on_done: Callable[[RunResult], None]) -> None:
+        """Run every request; call ``on_done`` in this thread as each one finishes. An
+        interrupt stops the running children (they resume on the next call)."""
+        requests = list(requests)
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            pending = {pool.submit(run_one, r, self._started) for r in requests}
+            try:
+                while pending:
+                    done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        on_done(fut.result())
+            except BaseException:
+                for fut in pending:
+                    fut.cancel()
+                self.stop()
+                raise
+
+    def stop(self) -> None:
+        with self._lock:
+            procs = list(self._procs)
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _ray_run(req: RunRequest) -> RunResult:
+    return run_one(req)
+
+
+class RayExecutor:
+    """Each run is one Ray task with ``num_cpus=cpus_per_run`` and ``num_gpus=gpus_per_run``,
+    retried up to ``max_retries`` times if its worker dies (it then resumes from its last
+    checkpoint). ``address=None`` starts an embedded local instance; ``"auto"`` or
+    ``"HOST:PORT"`` joins a running cluster. The dashboard is off unless ``dashboard``."""
+
+    def __init__(self, address: str | None = None, cpus_per_run: float = 1, gpus_per_run: float | None = None,
+                 max_retries: int = 3, dashboard: bool = False) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ExecutorError("--backend ray needs Ray, an optional extra: pip install 'siggate[ray]'") from None
+        self.ray = ray
+        if cpus_per_run <= 0:
+            raise ExecutorError(f"--cpus-per-run must be > 0, got {cpus_per_run}")
+        if max_retries < 0:
+            raise ExecutorError(f"--max-retries must be >= 0, got {max_retries}")
+        self.address, self.cpus, self.gpus_requested = address, cpus_per_run, gpus_per_run
+        self.max_retries, self.dashboard = max_retries, dashboard
+        self._owns = False
+
+    def _start(self) -> None:
+        ray = self.ray
+        if ray.is_initialized():
+            return
+        # the workers must import the same siggate as this process (a source checkout too)
+        here = str(Path(__file__).resolve().parents[2])
+        env = {"PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)}
+        try:
+            ray.init(address=self.address, include_dashboard=self.dashboard, log_to_driver=False,
+                     runtime_env={"env_vars": env}, configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = self.address or "a local instance"
+            raise ExecutorError(f"cannot start Ray ({where}): {exc}") from None
+        self._owns = True
+
+    def gpus_per_run(self) -> float:
+        """``gpus_per_run`` as given, else 1 when the cluster has GPUs, else 0."""
+        if self.gpus_requested is not None:
+            return self.gpus_requested
+        return 1.0 if self.ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+
+    def run(self, requests: Iterable[RunRequest], on_done: Callable[[RunResult], None]) -> None:
+        """Submit every request as a task; call ``on_done`` on the driver as each finishes.
+        A task that still fails after its retries becomes a failed :class:`RunResult`."""
+        self._start()
+        ray = self.ray
+        task = ray.remote(_ray_run).options(num_cpus=self.cpus, num_gpus=self.gpus_per_run(),
+                                             max_retries=self.max_retries, retry_exceptions=False)
+        refs = {task.remote(r): r for r in requests}
+        try:
+            while refs:
+                done, _ = ray.wait(list(refs), num_returns=1)
+                for ref in done:
+                    req = refs.pop(ref)
+                    try:
+                        on_done(ray.get(ref))
+                    except ray.exceptions.RayError as exc:
+                        on_done(RunResult(req.key, None, read_metrics(req.run_dir),
+                                          f"Ray task failed after {self.max_retries} retries: "
+                                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+        except BaseException:
+            for ref in refs:
+                ray.cancel(ref, force=True)
+            raise
+        finally:
+            if self._owns:
+                ray.shutdown()
+                self._owns = False
+
+
+def make_executor(backend: str, jobs: int = 1, address: str | None = None, cpus_per_run: float = 1,
+                  gpus_per_run: float | None = None, max_retries: int = 3, dashboard: bool = False):
+    """The executor for ``--backend``: ``local`` (``jobs`` at a time) or ``ray``."""
+    if backend == "local":
+        return LocalExecutor(jobs)
+    if backend == "ray":
+        return RayExecutor(address, cpus_per_run, gpus_per_run, max_retries, dashboard)
+    raise ExecutorError(f"--backend: unknown back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def add_executor_args(p) -> None:
+    """The back-end flags shared by ``siggate compare`` and the analysis sweeps."""
+    p.add_argument("--backend", choices=BACKENDS, default="local",
+                   help="where runs execute: local processes (default) or Ray tasks (pip install 'siggate[ray]')")
+    p.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
+                   help="join a running Ray cluster (default: start an embedded local instance)")
+    p.add_argument("--cpus-per-run", type=float, default=1, help="Ray: CPUs declared per run (default: 1)")
+    p.add_argument("--gpus-per-run", type=float, default=None,
+                   help="Ray: GPUs declared per run (default: 1 if the cluster has GPUs, else 0)")
+    p.add_argument("--max-retries", type=int, default=3,
+                   help="Ray: retries of a run whose worker died; it resumes from its last checkpoint (default: 3)")
+    p.add_argument("--ray-dashboard", action="store_true", help="Ray: start the dashboard (off by default)")
+
+
+def executor_from_args(args):
+    """:func:`make_executor` from parsed :func:`add_executor_args` arguments."""
+    if args.backend != "ray" and (args.ray_address or args.ray_dashboard):
+        raise ExecutorError("--ray-address and --ray-dashboard need --backend ray")
+    return make_executor(args.backend, getattr(args, "jobs", 1), args.ray_address, args.cpus_per_run,
+                         args.gpus_per_run, args.max_retries, args.ray_dashboard)

@@ -1,0 +1,96 @@
+"""``siggate compare --backend ray``: the same per-seed numbers as the local back-end, a killed
+worker's run retried and resumed, and a clear error when Ray is not installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_engine import TINY, _float32, subprocess_env, write_tiny_csv  # noqa: F401
+
+
+
+def _compare(argv: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "siggate", "compare", *argv], env=env, capture_output=True,
+                          text=True, timeout=900, **kw)
+
+
+def test_ray_gives_the_local_numbers_on_nci5k(tmp_path):
+    env = subprocess_env()
+    common = ["--config", "nci5k", "--seeds", "0-1", "--gates", "none,elementwise", "--epochs", "1", "--threads", "1",
+              "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    local = _compare(common + ["--out", str(tmp_path / "local")], env)
+    assert local.returncode == 0, local.stderr
+    ray = _compare(common + ["--out", str(tmp_path / "ray"), "--backend", "ray", "--cpus-per-run", "1"], env)
+    assert ray.returncode == 0, ray.stderr
+    a = json.loads((tmp_path / "local" / "results.json").read_text())
+    b = json.loads((tmp_path / "ray" / "results.json").read_text())
+    assert a["per_seed"] == b["per_seed"] and a["per_seed_val"] == b["per_seed_val"]  # exactly, not approximately
+    assert sorted(a["per_seed"]["elementwise"]) == ["0", "1"]
+    assert "--backend ray" in b["command"]
+    for seed in (0, 1):  # per-run logs land in each run's folder, as with the local back-end
+        log = (tmp_path / "ray" / "runs" / "elementwise" / f"seed{seed}" / "train.log").read_text()
+        assert "siggate train" in log and "test" in log
+
+
+def test_a_killed_worker_is_retried_and_resumes(tmp_path):
+    """Kill the Ray worker of a run after its first epoch: the run is retried, resumes from
+    its last checkpoint, and ends with the numbers of an uninterrupted run."""
+    csv_path = write_tiny_csv(tmp_path / "tiny.csv", n=200)
+    sets = ["data.name=csv", f"data.csv={csv_path}", "data.target_cols=logp", "data.split=column:split", *TINY,
+            "train.warmup_epochs=0", "train.batch_size=8"]
+    common = ["--seeds", "0", "--gates", "elementwise", "--epochs", "6", "--threads", "1",
+              "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    for s in sets:
+        common += ["--set", s]
+    env = subprocess_env()
+    out = tmp_path / "ray"
+    run = out / "runs" / "elementwise" / "seed0"
+    proc = subprocess.Popen([sys.executable, "-m", "siggate", "compare", *common, "--out", str(out), "--backend", "ray",
+                             "--max-retries", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline:  # wait for the first finished epoch
+        log = run / "log.csv"
+        if log.exists() and len(log.read_text().splitlines()) >= 2 and (run / "last.pt").exists():
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the run never finished an epoch")
+    victim = int((run / "worker.pid").read_text())
+    os.kill(victim, signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    assert int((run / "worker.pid").read_text()) != victim  # a new worker ran it again
+    log = (run / "train.log").read_text()
+    assert log.count("$ ") == 2 and "--resume" in log.split("$ ")[2]
+    res = json.loads((out / "results.json").read_text())
+    local = _compare(common + ["--out", str(tmp_path / "local")], env)
+    assert local.returncode == 0, local.stderr
+    ref = json.loads((tmp_path / "local" / "results.json").read_text())
+    assert res["per_seed"] == ref["per_seed"] and res["val_curves"] == ref["val_curves"]
+
+
+def test_without_ray_the_error_names_the_extra(tmp_path):
+    fake = tmp_path / "no_ray" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    env = subprocess_env()
+    env["PYTHONPATH"] = str(fake.parent) + os.pathsep + env["PYTHONPATH"]
+    ok = subprocess.run([sys.executable, "-c", "import siggate.cli, siggate.train.compare, siggate.train.executor"],
+                        env=env, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr  # importing siggate does not need Ray
+    r = _compare(["--seeds", "0", "--gates", "none", "--epochs", "1", "--out", str(tmp_path / "x"), "--backend",
+                  "ray", "--no-progress"], env)
+    assert r.returncode == 2
+    assert "pip install 'siggate[ray]'" in r.stderr and "Traceback" not in r.stderr
+    r = _compare(["--seeds", "0", "--gates", "none", "--out", str(tmp_path / "y"), "--ray-address", "auto"], env)
+    assert r.returncode == 2 and "need --backend ray" in r.stderr
