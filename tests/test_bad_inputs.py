@@ -372,7 +372,7 @@ def _damaged_root(tmp_path: Path, files: list[str], victim: str, how: str) -> Pa
 
 @pytest.mark.parametrize("name, files, victim, how", TRUNCATION_CASES, ids=["molhiv-cut", "molhiv-bitflip", "peptides-cut"])
 def test_damaged_raw_file_leaves_no_processed_cache(tmp_path, name, files, victim, how):
-    from siggate.data.registry import get_dataset
+    from siggate.data.catalog import get_dataset
 
     root = _damaged_root(tmp_path, files, victim, how)
     cache = tmp_path / "cache"

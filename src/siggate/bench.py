@@ -257,8 +257,6 @@ def load_graphs(config: str, dataset: str, n_graphs: int, seed: int, data_root=N
     """
     import random
 
-    from .data.pe import add_pe
-
     def sample(graphs):
         rng = random.Random(seed)
         return [graphs[i].clone() for i in rng.sample(range(len(graphs)), min(n_graphs, len(graphs)))]
@@ -270,7 +268,7 @@ def load_graphs(config: str, dataset: str, n_graphs: int, seed: int, data_root=N
                   for i in range(n_graphs)]
         info, source = _synthetic_info(config), "synthetic molecule-like chains"
     else:
-        from .data.registry import get_dataset
+        from .data.catalog import get_dataset
 
         if config == "peptides":
             ds = get_dataset("peptides-func", root=data_root, cache_dir=cache_dir)

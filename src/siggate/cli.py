@@ -83,14 +83,51 @@ def cmd_train(args) -> int:
     if args.on_nan:
         cfg.train.on_nan = args.on_nan
     if args.ddp:
-        from .train.distributed import train_ddp
-
-        return train_ddp(cfg, args)
-    out = Path(args.out) if args.out else Path("runs") / f"{cfg.data.name}-{cfg.model.gate}-seed{cfg.train.seed}"
+        return _train_ddp(cfg, args)
+    out = default_out_dir(cfg, args.out)
     print(f"siggate train: dataset={cfg.data.name} gate={cfg.model.gate} layers={cfg.model.layers} "
           f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
     m = train(cfg, out, resume=args.resume, progress=not args.no_progress)
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
+    return 0
+
+
+def default_out_dir(cfg, out: str | None = None) -> Path:
+    """``out`` if given, else ``runs/<dataset>-<gate>-seed<seed>`` (``siggate train``'s default)."""
+    if out:
+        return Path(out)
+    return Path("runs") / f"{cfg.data.name}-{cfg.model.gate}-seed{cfg.train.seed}"
+
+
+def _train_ddp(cfg, args) -> int:
+    """``siggate train --ddp``: join the torchrun process group and run
+    :func:`siggate.train.loop.train` on it. Only rank 0 prints, logs and writes files."""
+    import torch.distributed as dist
+
+    from .train.distributed import init_distributed
+    from .train.loop import train
+
+    try:
+        ctx = init_distributed()
+    except RuntimeError as exc:
+        print(f"siggate train: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        out = default_out_dir(cfg, args.out)
+        if ctx.is_main:
+            print(f"siggate train --ddp: world_size={ctx.world_size} device={ctx.device} dataset={cfg.data.name} "
+                  f"gate={cfg.model.gate} global_batch={cfg.train.batch_size} epochs={cfg.train.epochs} "
+                  f"seed={cfg.train.seed} -> {out}", flush=True)
+        else:
+            logging.getLogger("siggate").setLevel(logging.WARNING)
+        m = train(cfg, out, resume=args.resume, progress=ctx.is_main and not args.no_progress, dist=ctx)
+        if ctx.is_main:
+            print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params",
+                                                "seconds", "world_size")}, indent=2))
+        ctx.barrier()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
     return 0
 
 
@@ -129,7 +166,7 @@ def cmd_predict(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from .data.registry import get_dataset, list_datasets
+    from .data.catalog import list_datasets
 
     if args.action == "list":
         for d in list_datasets():
@@ -137,15 +174,9 @@ def cmd_data(args) -> int:
         return 0
     if not args.name:
         raise CLIError("siggate data verify NAME [--data-root DIR]")
-    try:
-        from .data.benchmarks import verify
-    except ImportError:
-        verify = None
-    if verify is not None:
-        res = verify(args.name, root=args.data_root, cache_dir=args.cache_dir)
-    else:
-        ds = get_dataset(args.name, root=args.data_root, cache_dir=args.cache_dir)
-        res = {"name": args.name, "splits": ds.sizes(), "invalid": len(ds.invalid), "info": ds.info.to_dict()}
+    from .data.verify import verify
+
+    res = verify(args.name, root=args.data_root, cache_dir=args.cache_dir)
     print(json.dumps(res, indent=2, default=str))
     return 0
 

@@ -18,9 +18,7 @@ from typing import Any
 
 import yaml
 
-from .data.chem import SPLITS
-from .nn.attention import GATE_KINDS, GATE_POSITIONS
-from .nn.layer import LOCAL_MODELS
+from .options import GATE_KINDS, GATE_POSITIONS, LOCAL_MODEL_NAMES, SPLITS
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -105,7 +103,7 @@ for _cls in (DataConfig, ModelConfig, TrainConfig):
 # Constraints checked by ``_check``: choices and ranges per key path.
 CONSTRAINTS: dict[str, dict[str, Any]] = {
     "data.task": _choice("regression", "binary", "multilabel"),
-    "model.local": _choice(*sorted(LOCAL_MODELS), "none"),
+    "model.local": _choice(*sorted(LOCAL_MODEL_NAMES), "none"),
     "model.gate": _choice(*GATE_KINDS),
     "model.gate_position": _choice(*GATE_POSITIONS),
     "model.pe": _choice("none", "rwse", "lappe"),
@@ -339,7 +337,7 @@ def _check(cfg: Config) -> None:
                 + ("auto, l1, mse" if task == "regression" else "auto, bce") + "."
             )
     else:
-        from .data.registry import DATASETS
+        from .data.catalog import DATASETS
 
         if cfg.data.name not in DATASETS:
             raise ConfigError(

@@ -22,7 +22,6 @@ from .common import (
     add_model_args,
     config_from,
     finish_parser,
-    fmt,
     forward_details,
     load_dataset,
     meta,

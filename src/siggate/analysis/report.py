@@ -8,7 +8,6 @@ decided by the rule written next to it (the rules are fixed here, not tuned to r
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 

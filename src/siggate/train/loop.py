@@ -74,8 +74,8 @@ def seed_everything(seed: int) -> None:
 
 def prepare_data(cfg: Config, progress: bool = True) -> GraphDataset:
     """Load the dataset named in ``cfg.data`` and add the positional encodings the model needs."""
+    from ..data.catalog import get_dataset
     from ..data.pe import cached_pe
-    from ..data.registry import get_dataset
 
     d = cfg.data
     if d.name == "csv":

@@ -55,7 +55,7 @@ from pathlib import Path
 import torch
 from torch_geometric.data import Batch
 
-from ..data.chem import InvalidSmiles, mol_to_graph, parse_smiles
+from ..data.chem import InvalidSmiles, mol_to_graph, parse_smiles, quiet_rdkit
 
 DEFAULT_MAX_ATOMS = 1000
 
@@ -71,16 +71,6 @@ _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 class InputError(ValueError):
     """An input file that cannot be read as SMILES rows."""
-
-
-def _rdkit_quiet():
-    """Silence RDKit's warning log (reasons still reach :class:`InvalidSmiles`)."""
-    try:
-        from rdkit import rdBase
-
-        return rdBase.BlockLogs()
-    except Exception:  # pragma: no cover - very old RDKit
-        return contextlib.nullcontext()
 
 
 class Predictor:
@@ -155,7 +145,7 @@ class Predictor:
             raise InvalidSmiles(
                 f"contains a non-ASCII character ({wide.group()!r}) at position {wide.start() + 1}; SMILES are plain ASCII"
             )
-        with _rdkit_quiet():
+        with quiet_rdkit():
             if len(s) > self.max_atoms:  # cheap count before sanitizing a possibly huge molecule
                 from rdkit import Chem
 
@@ -216,7 +206,7 @@ class Predictor:
         smiles = list(smiles)
         rows, ok, graphs = [], [], []
         empty = {c: "" for c in self.columns}
-        with _rdkit_quiet():
+        with quiet_rdkit():
             for i, s in enumerate(smiles):
                 row = {"smiles": s, **empty, "error": ""}
                 try:
