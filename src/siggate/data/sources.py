@@ -56,6 +56,7 @@ __all__ = [
 BUILD_VERSION = 1
 
 def md5(path: Path) -> str:
+    """MD5 hex digest of the file ``path`` (read in 1 MiB blocks)."""
     h = hashlib.md5()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -64,6 +65,7 @@ def md5(path: Path) -> str:
 
 
 def offline() -> bool:
+    """Whether ``SIGGATE_OFFLINE`` forbids network access (``1``, ``true`` or ``yes``)."""
     return os.environ.get("SIGGATE_OFFLINE", "").strip().lower() in ("1", "true", "yes")
 
 
@@ -81,6 +83,7 @@ def network_ok(url: str, timeout: float = 5.0) -> bool:
 
 
 def download_url(url: str, folder: Path, filename: str) -> Path:
+    """Download ``url`` to ``folder/filename`` (PyG's ``download_url``); returns the path."""
     from torch_geometric.data import download_url
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -137,6 +140,7 @@ class Layout:
 
 
 def resolve_dirs(root, cache_dir) -> tuple[Path | None, Path]:
+    """The data root (default :func:`default_data_root`, may be None) and the cache folder."""
     if root is None:
         root = default_data_root()
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -144,18 +148,21 @@ def resolve_dirs(root, cache_dir) -> tuple[Path | None, Path]:
 
 
 def fingerprints(base: Path, files: list[str]) -> dict:
+    """``{relative path: fingerprint}`` of ``files`` under ``base`` (cache-key parts)."""
     from .cache import fingerprint_file
 
     return {f: fingerprint_file(base / f) for f in files}
 
 
 def cache_graphs(cache_dir: Path, name: str, parts: dict, build: Callable[[], list]) -> list[Data]:
+    """Graphs cached under ``<cache_dir>/datasets/<name>`` keyed by ``parts``, built by ``build()`` on a miss."""
     from .cache import cached, load_graphs, save_graphs
 
     return cached(cache_dir / "datasets", name, parts, build, save=save_graphs, load=load_graphs)
 
 
 def check_kwargs(loader: str, kw: dict) -> None:
+    """Warn about loader options nobody reads (a typo would otherwise pass silently)."""
     if kw:
         warnings.warn(f"{loader}: ignoring unknown options {sorted(kw)}", stacklevel=3)
 
@@ -200,6 +207,7 @@ def invalid_rows(smiles: list[str], indices, allow_unsanitized: bool) -> list[In
 
 
 def split_graphs(graphs: list[Data], split_idx: dict) -> tuple[dict, set]:
+    """Cut ``graphs`` (by their ``idx``) into the splits; also returns the split rows without a graph."""
     by_idx = {int(g.idx): g for g in graphs}
     splits, missing = {}, set()
     for key, idx in split_idx.items():
@@ -233,6 +241,8 @@ def finish(
     lap_dim: int,
     progress: bool,
 ) -> GraphDataset:
+    """The :class:`GraphDataset` of ``splits``, with positional encodings added (and cached)
+    when ``rwse_steps`` or ``lap_dim`` is positive."""
     ds = GraphDataset(info=info, splits=splits, invalid=invalid, source=source)
     if rwse_steps > 0 or lap_dim > 0:
         from .cache import cache_key
@@ -302,6 +312,7 @@ def read_csv(path, *args, **kwargs):
 
 
 def read_index_csv(path: Path) -> np.ndarray:
+    """The first column of a header-less CSV of row indices (the OGB split files), as int64."""
 
     return read_csv(path, header=None).iloc[:, 0].to_numpy(dtype=np.int64)
 

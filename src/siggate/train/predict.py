@@ -39,15 +39,12 @@ column, a wrong delimiter, an empty, binary, UTF-16 or truncated file raises
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import difflib
 import gzip
 import io
-import os
 import re
 import sys
-import tempfile
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -56,6 +53,7 @@ import torch
 from torch_geometric.data import Batch
 
 from ..data.chem import InvalidSmiles, mol_to_graph, parse_smiles, quiet_rdkit
+from ..files import AtomicFile
 
 DEFAULT_MAX_ATOMS = 1000
 
@@ -425,14 +423,13 @@ def predict_to_csv(predictor: Predictor, chunks: Iterable[list[str]], output: st
     is done, so a run that stops (a corrupt input, Ctrl-C) never leaves a partial file that
     looks complete. Input bytes that were not UTF-8 are written back escaped (``\\xff``).
     """
-    tmp = None
+    sink = None
     if output:
-        output = Path(output)
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent if str(output.parent) else ".")
+            sink = AtomicFile(output, make_parents=False)
         except OSError as exc:
             raise InputError(f"cannot write output {output}: {exc.strerror or exc}") from None
-        out_fh = io.TextIOWrapper(os.fdopen(fd, "wb"), encoding="utf-8", errors="backslashreplace", newline="")
+        out_fh = io.TextIOWrapper(open(sink.tmp, "wb"), encoding="utf-8", errors="backslashreplace", newline="")
     else:
         out_fh = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", errors="backslashreplace", newline="",
                                   write_through=True)
@@ -449,16 +446,14 @@ def predict_to_csv(predictor: Predictor, chunks: Iterable[list[str]], output: st
             out_fh.flush()
             n += len(rows)
             bad += sum(1 for r in rows if r["error"])
-        if tmp is not None:
+        if sink is not None:
             out_fh.close()
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, output)
-            tmp = None
+            sink.commit()
+            sink = None
     finally:
-        if tmp is not None:
+        if sink is not None:
             out_fh.close()
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            sink.discard()
         elif not output:
             out_fh.detach()
     return n, bad
@@ -467,9 +462,3 @@ def predict_to_csv(predictor: Predictor, chunks: Iterable[list[str]], output: st
 def _escape_bytes(s: str) -> str:
     """Undecodable input bytes (surrogate escapes) as ``\\xff`` text."""
     return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
