@@ -20,6 +20,7 @@ import csv
 import gzip
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -41,7 +42,7 @@ from test_predict import (
     train_tiny,
 )
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("SIGGATE_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 @pytest.fixture(scope="module")
