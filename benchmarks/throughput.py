@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Throughput and peak memory of SigGate-GT against PyG's GPSConv.
 
-A thin wrapper: the logic lives in :mod:`siggate.bench` so that the installed
+A thin wrapper: the logic lives in :mod:`siggate.perf.bench` so that the installed
 ``siggate bench`` command works too. Same options, e.g.::
 
     python benchmarks/throughput.py --config zinc --threads 1 --out benchmarks/results
@@ -12,7 +12,7 @@ See benchmarks/README.md.
 
 import sys
 
-from siggate.bench import main
+from siggate.perf.bench import main
 
 if __name__ == "__main__":
     sys.exit(main())

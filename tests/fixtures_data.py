@@ -1,8 +1,8 @@
 """Small fake benchmark datasets written in the official on-disk layouts.
 
 Each ``make_*`` helper writes files under ``root`` exactly where the loaders in
-:mod:`siggate.data.benchmarks` look for them (OGB ``ogbg_*`` folders, LRGB
-``peptides-*`` folders, PyG ``ZINC/subset/processed``) and returns what it wrote,
+:mod:`siggate.data.zinc`, :mod:`siggate.data.ogb_mol` and :mod:`siggate.data.peptides`
+look for them (OGB ``ogbg_*`` folders, LRGB ``peptides-*`` folders, PyG ``ZINC/subset/processed``) and returns what it wrote,
 so tests can compare the loaded graphs with the source values.
 """
 

@@ -20,6 +20,7 @@ import csv
 import gzip
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -41,7 +42,7 @@ from test_predict import (
     train_tiny,
 )
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("SIGGATE_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 @pytest.fixture(scope="module")
@@ -372,7 +373,7 @@ def _damaged_root(tmp_path: Path, files: list[str], victim: str, how: str) -> Pa
 
 @pytest.mark.parametrize("name, files, victim, how", TRUNCATION_CASES, ids=["molhiv-cut", "molhiv-bitflip", "peptides-cut"])
 def test_damaged_raw_file_leaves_no_processed_cache(tmp_path, name, files, victim, how):
-    from siggate.data.registry import get_dataset
+    from siggate.data.catalog import get_dataset
 
     root = _damaged_root(tmp_path, files, victim, how)
     cache = tmp_path / "cache"

@@ -23,9 +23,10 @@ import torch
 from rdkit import Chem
 
 import fixtures_data as fx
-from siggate.data import benchmarks
+from siggate.data import ogb_mol, peptides, sources, zinc
 from siggate.data.base import GraphDataset, default_data_root
 from siggate.data.cache import cached
+from siggate.data.verify import verify
 
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 
@@ -53,26 +54,26 @@ def real_cache() -> Path:
 @pytest.fixture(scope="session")
 def zinc_ds(real_cache) -> GraphDataset:
     root = need_real("ZINC/subset/processed/train.pt", "ZINC/subset/processed/val.pt", "ZINC/subset/processed/test.pt")
-    return benchmarks.zinc(root=root, cache_dir=real_cache, download=False)
+    return zinc.zinc(root=root, cache_dir=real_cache, download=False)
 
 
 @pytest.fixture(scope="session")
 def molhiv_ds(real_cache) -> GraphDataset:
     root = need_real("ogbg_molhiv/mapping/mol.csv.gz", "ogbg_molhiv/split/scaffold/train.csv.gz")
-    return benchmarks.molhiv(root=root, cache_dir=real_cache, download=False)
+    return ogb_mol.molhiv(root=root, cache_dir=real_cache, download=False)
 
 
 @pytest.fixture(scope="session")
 def pepfunc_ds(real_cache) -> GraphDataset:
     root = need_real("peptides-functional/raw/peptide_multi_class_dataset.csv.gz")
-    return benchmarks.peptides_func(root=root, cache_dir=real_cache, download=False)
+    return peptides.peptides_func(root=root, cache_dir=real_cache, download=False)
 
 
 def no_network(monkeypatch):
     def fail(url, timeout=5.0):
         return False
 
-    monkeypatch.setattr(benchmarks, "_network_ok", fail)
+    monkeypatch.setattr(sources, "network_ok", fail)
 
 
 # ============================================================================ real data: ZINC
@@ -131,9 +132,9 @@ def test_zinc_real_matches_independent_csv(zinc_ds):
 def test_zinc_real_cache_hit_and_read_only_root(real_cache):
     root = need_real("ZINC/subset/processed/train.pt")
     before = fx.snapshot(root / "ZINC")
-    benchmarks.zinc(root=root, cache_dir=real_cache, download=False)
+    zinc.zinc(root=root, cache_dir=real_cache, download=False)
     t0 = time.perf_counter()
-    ds = benchmarks.zinc(root=root, cache_dir=real_cache, download=False)
+    ds = zinc.zinc(root=root, cache_dir=real_cache, download=False)
     assert cached.last_hit is True
     assert time.perf_counter() - t0 < 30
     assert len(ds.train) == 10000
@@ -153,7 +154,7 @@ def test_zinc_real_pe(zinc_ds, tmp_path):
 
 def test_verify_zinc_real(real_cache):
     root = need_real("ZINC/subset/processed/train.pt")
-    v = benchmarks.verify("zinc", root=root, cache_dir=real_cache, download=False)
+    v = verify("zinc", root=root, cache_dir=real_cache, download=False)
     assert v["splits"] == {"train": 10000, "val": 1000, "test": 1000}
     assert v["num_graphs"] == 12000 and v["num_tasks"] == 1
     assert v["node_feature_dim"] == 1 and v["edge_feature_dim"] == 1
@@ -263,7 +264,7 @@ def test_molpcba_real_missing_is_clear_error(tmp_path, monkeypatch):
     before = fx.snapshot(root)
     for download in (None, False):
         with pytest.raises(FileNotFoundError) as err:
-            benchmarks.molpcba(root=root, cache_dir=tmp_path, download=download)
+            ogb_mol.molpcba(root=root, cache_dir=tmp_path, download=download)
         msg = str(err.value)
         assert str(root / "ogbg_molpcba" / "mapping" / "mol.csv.gz") in msg
         assert str(root / "ogbg_molpcba" / "split" / "scaffold" / "train.csv.gz") in msg
@@ -280,7 +281,7 @@ def test_peptides_struct_real_missing_is_clear_error(tmp_path, monkeypatch):
         pytest.skip("this data root has Peptides-struct files")
     no_network(monkeypatch)
     with pytest.raises(FileNotFoundError) as err:
-        benchmarks.peptides_struct(root=root, cache_dir=tmp_path)
+        peptides.peptides_struct(root=root, cache_dir=tmp_path)
     msg = str(err.value)
     assert str(root / "peptides-structural" / "raw" / "peptide_structure_normalized_dataset.csv.gz") in msg
     assert str(root / "peptides-structural" / "splits_random_stratified_peptide_structure.pickle") in msg
@@ -293,7 +294,7 @@ def test_peptides_struct_real_missing_is_clear_error(tmp_path, monkeypatch):
 def test_molpcba_fixture(tmp_path):
     root = tmp_path / "data"
     src = fx.make_molpcba(root, n=16)
-    ds = benchmarks.molpcba(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+    ds = ogb_mol.molpcba(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
     assert ds.sizes() == {k: len(v) for k, v in src["split"].items()}
     assert ds.info.task == "multilabel" and ds.info.num_tasks == 128 and ds.info.metric == "ap"
     assert ds.info.target_names == src["task_names"]
@@ -312,7 +313,7 @@ def test_molpcba_fixture(tmp_path):
 def test_molpcba_fixture_column_order_and_no_raw(tmp_path):
     root = tmp_path / "data"
     fx.make_molpcba(root, n=8, raw=False, label_first=False)
-    ds = benchmarks.molpcba(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+    ds = ogb_mol.molpcba(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
     assert sum(ds.sizes().values()) == 8 and ds.info.num_tasks == 128
 
 
@@ -323,7 +324,7 @@ def test_ogb_count_mismatch_raises(tmp_path):
     counts[3] += 1
     fx.write_index_csv_gz(root / "ogbg_molpcba" / "raw" / "num-node-list.csv.gz", counts)
     with pytest.raises(ValueError, match="row 3"):
-        benchmarks.molpcba(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+        ogb_mol.molpcba(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
 
 
 def test_ogb_label_mismatch_raises(tmp_path):
@@ -333,23 +334,23 @@ def test_ogb_label_mismatch_raises(tmp_path):
     labels[5, 0] = 1 - labels[5, 0]
     fx.write_csv_gz(root / "ogbg_molhiv" / "raw" / "graph-label.csv.gz", pd.DataFrame(labels), header=False)
     with pytest.raises(ValueError, match="row 5"):
-        benchmarks.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+        ogb_mol.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
 
 
 def test_molhiv_fixture_unsanitizable_and_invalid(tmp_path):
     root = tmp_path / "data"
     smiles = fx.SMILES[:8] + [fx.UNSANITIZABLE, fx.UNPARSABLE]
     fx.make_molhiv(root, smiles=smiles, split={"train": range(0, 6), "val": [6, 7], "test": [8, 9]})
-    ds = benchmarks.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+    ds = ogb_mol.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
     assert [g.idx for g in ds.test] == [8]  # unsanitizable kept, unparsable dropped
     assert ds.test[0].num_nodes == 6
     assert len(ds.invalid) == 1 and ds.invalid[0].index == 9 and ds.invalid[0].smiles == fx.UNPARSABLE
     assert "parse" in ds.invalid[0].reason.lower()
     # on a cache hit the invalid rows are reported the same way
-    ds2 = benchmarks.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+    ds2 = ogb_mol.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
     assert cached.last_hit is True
     assert [(r.index, r.reason) for r in ds2.invalid] == [(r.index, r.reason) for r in ds.invalid]
-    strict = benchmarks.molhiv(
+    strict = ogb_mol.molhiv(
         root=root, cache_dir=tmp_path / "cache", download=False, progress=False, allow_unsanitized=False
     )
     assert sorted(r.index for r in strict.invalid) == [8, 9]
@@ -364,14 +365,14 @@ def test_cache_hit_does_not_rebuild_and_root_untouched(tmp_path, monkeypatch):
     before = fx.snapshot(root)
     os.chmod(root / "ogbg_molhiv", 0o555)
     try:
-        first = benchmarks.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+        first = ogb_mol.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
         assert cached.last_hit is False
 
         def boom(*a, **k):
             raise AssertionError("rebuilt despite a cache hit")
 
-        monkeypatch.setattr(benchmarks, "_featurize", boom)
-        second = benchmarks.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+        monkeypatch.setattr(ogb_mol, "featurize", boom)
+        second = ogb_mol.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
         assert cached.last_hit is True
     finally:
         os.chmod(root / "ogbg_molhiv", 0o755)
@@ -384,9 +385,9 @@ def test_cache_hit_does_not_rebuild_and_root_untouched(tmp_path, monkeypatch):
 def test_changed_source_file_rebuilds(tmp_path):
     root = tmp_path / "data"
     fx.make_molhiv(root, seed=0)
-    a = benchmarks.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+    a = ogb_mol.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
     src = fx.make_molhiv(root, seed=1)  # new labels -> new fingerprint
-    b = benchmarks.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+    b = ogb_mol.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
     assert cached.last_hit is False
     got = {g.idx: g.y.item() for s in ("train", "val", "test") for g in b.splits[s]}
     assert got == {i: float(src["labels"][i, 0]) for i in range(len(src["smiles"]))}
@@ -396,10 +397,10 @@ def test_changed_source_file_rebuilds(tmp_path):
 def test_pe_options(tmp_path):
     root = tmp_path / "data"
     fx.make_zinc(root)
-    ds = benchmarks.zinc(root=root, cache_dir=tmp_path / "cache", download=False, rwse_steps=4, lap_dim=3, progress=False)
+    ds = zinc.zinc(root=root, cache_dir=tmp_path / "cache", download=False, rwse_steps=4, lap_dim=3, progress=False)
     for g in ds.train + ds.val + ds.test:
         assert g.rwse.shape == (g.num_nodes, 4) and g.lap_vec.shape == (g.num_nodes, 3)
-    ds2 = benchmarks.zinc(root=root, cache_dir=tmp_path / "cache", download=False, rwse_steps=4, lap_dim=3, progress=False)
+    ds2 = zinc.zinc(root=root, cache_dir=tmp_path / "cache", download=False, rwse_steps=4, lap_dim=3, progress=False)
     assert cached.last_hit is True  # the PE cache
     torch.testing.assert_close(ds.val[1].rwse, ds2.val[1].rwse)
 
@@ -408,7 +409,7 @@ def test_unknown_option_warns(tmp_path):
     root = tmp_path / "data"
     fx.make_zinc(root)
     with pytest.warns(UserWarning, match="bogus"):
-        benchmarks.zinc(root=root, cache_dir=tmp_path / "cache", download=False, bogus=1)
+        zinc.zinc(root=root, cache_dir=tmp_path / "cache", download=False, bogus=1)
 
 
 # ============================================================================ fixtures: ZINC
@@ -417,7 +418,7 @@ def test_unknown_option_warns(tmp_path):
 def test_zinc_fixture_both_pyg_formats(tmp_path):
     root = tmp_path / "data"
     src = fx.make_zinc(root, sizes=(9, 3, 4), old_format=("val",))  # train, test: new 3-tuple
-    ds = benchmarks.zinc(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+    ds = zinc.zinc(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
     assert ds.sizes() == {"train": 9, "val": 3, "test": 4}
     for split in ("train", "val", "test"):
         for i, (g, ref) in enumerate(zip(ds.splits[split], src[split])):
@@ -431,7 +432,7 @@ def test_zinc_fixture_both_pyg_formats(tmp_path):
 def test_zinc_missing_files_message(tmp_path, monkeypatch):
     no_network(monkeypatch)
     with pytest.raises(FileNotFoundError) as err:
-        benchmarks.zinc(root=tmp_path / "empty", cache_dir=tmp_path / "cache")
+        zinc.zinc(root=tmp_path / "empty", cache_dir=tmp_path / "cache")
     msg = str(err.value)
     for split in ("train", "val", "test"):
         assert str(tmp_path / "empty" / "ZINC" / "subset" / "processed" / f"{split}.pt") in msg
@@ -440,9 +441,9 @@ def test_zinc_missing_files_message(tmp_path, monkeypatch):
 
 def test_no_root_message(tmp_path, monkeypatch):
     no_network(monkeypatch)
-    monkeypatch.setattr(benchmarks, "default_data_root", lambda: None)
+    monkeypatch.setattr(sources, "default_data_root", lambda: None)
     with pytest.raises(FileNotFoundError, match="SIGGATE_DATA"):
-        benchmarks.peptides_func(cache_dir=tmp_path / "cache")
+        peptides.peptides_func(cache_dir=tmp_path / "cache")
 
 
 # ============================================================================ fixtures: Peptides
@@ -451,7 +452,7 @@ def test_no_root_message(tmp_path, monkeypatch):
 def test_peptides_func_fixture(tmp_path):
     root = tmp_path / "data"
     src = fx.make_peptides_func(root)
-    ds = benchmarks.peptides_func(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+    ds = peptides.peptides_func(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
     assert ds.info.num_tasks == 10 and ds.info.task == "multilabel"
     assert ds.sizes() == {k: len(v) for k, v in src["split"].items()}
     for split in ("train", "val", "test"):
@@ -464,7 +465,7 @@ def test_peptides_func_fixture(tmp_path):
 def test_peptides_struct_fixture_normalized(tmp_path):
     root = tmp_path / "data"
     src = fx.make_peptides_struct(root)
-    ds = benchmarks.peptides_struct(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+    ds = peptides.peptides_struct(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
     info = ds.info
     assert (info.task, info.num_tasks, info.metric) == ("regression", 11, "mae")
     assert info.target_names == fx.PEPTIDES_STRUCT_TARGETS
@@ -480,19 +481,19 @@ def test_peptides_struct_fixture_normalized(tmp_path):
 def test_peptides_struct_unnormalized_is_standardized_like_lrgb(tmp_path):
     norm = fx.make_peptides_struct(tmp_path / "a", normalized=True)
     fx.make_peptides_struct(tmp_path / "b", normalized=False)
-    a = benchmarks.peptides_struct(root=tmp_path / "a", cache_dir=tmp_path / "cache", download=False, progress=False)
-    b = benchmarks.peptides_struct(root=tmp_path / "b", cache_dir=tmp_path / "cache", download=False, progress=False)
+    a = peptides.peptides_struct(root=tmp_path / "a", cache_dir=tmp_path / "cache", download=False, progress=False)
+    b = peptides.peptides_struct(root=tmp_path / "b", cache_dir=tmp_path / "cache", download=False, progress=False)
     for split in ("train", "val", "test"):
         for ga, gb in zip(a.splits[split], b.splits[split]):
             torch.testing.assert_close(ga.y, gb.y, atol=1e-5, rtol=0)
-    np.testing.assert_allclose(benchmarks.standardize_targets(norm["raw"]), norm["standardized"], atol=1e-12)
+    np.testing.assert_allclose(peptides.standardize_targets(norm["raw"]), norm["standardized"], atol=1e-12)
 
 
 def test_peptides_struct_not_normalized_raises(tmp_path):
     root = tmp_path / "data"
     fx.make_peptides_struct(root, break_normalization=True)
     with pytest.raises(ValueError, match="not standardized"):
-        benchmarks.peptides_struct(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+        peptides.peptides_struct(root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
 
 
 def test_peptides_struct_uses_functional_split_with_official_md5(tmp_path, monkeypatch):
@@ -502,10 +503,10 @@ def test_peptides_struct_uses_functional_split_with_official_md5(tmp_path, monke
     fx.write_split_pickle(root / "peptides-functional" / "splits_random_stratified_peptide.pickle", split)
     no_network(monkeypatch)
     with pytest.raises(FileNotFoundError):  # MD5 is not the official one
-        benchmarks.peptides_struct(root=root, cache_dir=tmp_path / "cache", progress=False)
-    md5 = benchmarks._md5(root / "peptides-functional" / "splits_random_stratified_peptide.pickle")
-    monkeypatch.setattr(benchmarks, "_PEP_SPLIT_MD5", md5)
-    ds = benchmarks.peptides_struct(root=root, cache_dir=tmp_path / "cache", progress=False)
+        peptides.peptides_struct(root=root, cache_dir=tmp_path / "cache", progress=False)
+    md5 = sources.md5(root / "peptides-functional" / "splits_random_stratified_peptide.pickle")
+    monkeypatch.setattr(peptides, "_PEP_SPLIT_MD5", md5)
+    ds = peptides.peptides_struct(root=root, cache_dir=tmp_path / "cache", progress=False)
     assert ds.sizes() == {"train": 10, "val": 3, "test": 3}
     assert len(src["smiles"]) == 16
 
@@ -523,22 +524,22 @@ def test_download_branch_uses_cache_dir(tmp_path, monkeypatch):
 
         return fetch
 
-    monkeypatch.setattr(benchmarks, "_fetch_peptides", fake_fetch_factory)
-    monkeypatch.setattr(benchmarks, "_network_ok", lambda url, timeout=5.0: True)
+    monkeypatch.setattr(peptides, "_fetch_peptides", fake_fetch_factory)
+    monkeypatch.setattr(sources, "network_ok", lambda url, timeout=5.0: True)
     root = tmp_path / "root"
     root.mkdir()
-    ds = benchmarks.peptides_func(root=root, cache_dir=tmp_path / "cache", progress=False)
+    ds = peptides.peptides_func(root=root, cache_dir=tmp_path / "cache", progress=False)
     assert calls == [tmp_path / "cache" / "downloads"]
     assert sum(ds.sizes().values()) == len(fx.SMILES)
     assert list(root.iterdir()) == []
     no_network(monkeypatch)  # second time: the earlier download is reused offline
-    ds = benchmarks.peptides_func(root=root, cache_dir=tmp_path / "cache", progress=False)
+    ds = peptides.peptides_func(root=root, cache_dir=tmp_path / "cache", progress=False)
     assert len(calls) == 1 and sum(ds.sizes().values()) == len(fx.SMILES)
 
 
 def test_offline_env_disables_network(monkeypatch):
     monkeypatch.setenv("SIGGATE_OFFLINE", "1")
-    assert benchmarks._network_ok("http://example.invalid/x") is False
+    assert sources.network_ok("http://example.invalid/x") is False
 
 
 # ============================================================================ verify / registry
@@ -547,7 +548,7 @@ def test_offline_env_disables_network(monkeypatch):
 def test_verify_fixture(tmp_path, monkeypatch):
     root = tmp_path / "data"
     fx.make_molpcba(root, n=12)
-    v = benchmarks.verify("molpcba", root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
+    v = verify("molpcba", root=root, cache_dir=tmp_path / "cache", download=False, progress=False)
     assert v["num_graphs"] == 12 and v["num_tasks"] == 128
     assert v["node_feature_dim"] == 9 and v["edge_feature_dim"] == 3
     total = sum(fx.atom_bond_counts(s)[0] for s in fx.SMILES[:12])
@@ -555,15 +556,13 @@ def test_verify_fixture(tmp_path, monkeypatch):
     assert 0.2 < v["labels"]["train"]["missing_fraction"] < 0.6
     assert len(v["labels"]["train"]["positive_rate"]) == 128
     with pytest.raises(KeyError):
-        benchmarks.verify("nope")
+        verify("nope")
 
 
 def test_loaders_are_registered():
-    from siggate.data import registry
+    from siggate.data import catalog
 
     names = {"zinc", "molhiv", "molpcba", "peptides-func", "peptides-struct"}
-    assert names <= set(benchmarks.LOADERS)
-    known = set(getattr(registry, "DATASETS", {}))
-    if not known and hasattr(registry, "list_datasets"):
-        known = {d["name"] for d in registry.list_datasets()}
+    assert names <= set(catalog.DATASETS)  # one registry: no second table of loaders
+    known = {d["name"] for d in catalog.list_datasets()}
     assert names <= known

@@ -325,8 +325,8 @@ def _compare(argv: list[str]) -> int:
     """``siggate compare ARGV`` through its own argument parser."""
     import argparse
 
-    from siggate.cli import CLIError
     from siggate.config import ConfigError
+    from siggate.config_args import CLIError
 
     parser = argparse.ArgumentParser(prog="siggate")
     cmp.register(parser.add_subparsers(dest="command"))

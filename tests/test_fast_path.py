@@ -388,7 +388,7 @@ def test_bench_smoke_writes_documented_keys(tmp_path):
 
 
 def test_bench_scaling_smoke(tmp_path):
-    from siggate.bench import main
+    from siggate.perf.bench import main
 
     assert main(["--scaling", "--sizes", "8,16", "--variants", "none,pyg", "--repeats", "1", "--layers", "1",
                  "--dim", "16", "--threads", "1", "--out", str(tmp_path)]) == 0

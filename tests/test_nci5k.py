@@ -12,9 +12,10 @@ from rdkit.Chem.Scaffolds import MurckoScaffold
 
 from siggate.data.base import GraphDataset, InvalidRow, TaskInfo
 from siggate.data.cache import cached
+from siggate.data.catalog import DATASETS, get_dataset, list_datasets
 from siggate.data.chem import penalized_logp
 from siggate.data.nci5k import load_nci5k, nci5k_cache_path, nci5k_source
-from siggate.data.registry import DATASETS, get_dataset, list_datasets, register_dataset
+from siggate.data.registry import register_dataset
 
 EXPECTED_INVALID = [2097, 2897, 3226, 3369, 4508, 4595, 4596, 4780]
 EXPECTED_SIZES = {"train": 3992, "val": 499, "test": 500}

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from siggate.analysis.stats import compare_paired, mean_std, summarize
+from siggate.stats import compare_paired, mean_std, summarize
 
 A = {0: 0.70, 1: 0.72, 2: 0.69, 3: 0.75, 4: 0.71}
 B = {0: 0.74, 1: 0.73, 2: 0.72, 3: 0.74, 4: 0.76}
@@ -116,7 +116,7 @@ def test_summarize():
 # ----------------------------------------------------------------- intervals, effect size, Holm
 
 
-from siggate.analysis.stats import BOOTSTRAP_RESAMPLES, all_pairs, holm, paired_effect, wilcoxon_min_p  # noqa: E402
+from siggate.stats import BOOTSTRAP_RESAMPLES, all_pairs, holm, paired_effect, wilcoxon_min_p  # noqa: E402
 
 
 def test_t_interval_and_effect_size_match_scipy_and_hand_values():

@@ -14,66 +14,14 @@ import logging
 import sys
 from pathlib import Path
 
+from .config_args import CLIError, add_config_args, config_from_args
+
 # name -> module exposing ``register(subparsers)``; each sets ``func`` on its parser.
 EXTRA_COMMANDS = {
     "compare": "siggate.train.compare",
     "analyze": "siggate.analysis.cli",
-    "bench": "siggate.bench",
+    "bench": "siggate.perf.bench",
 }
-
-
-class CLIError(Exception):
-    """An error to print as one clean message (exit code 2)."""
-
-
-def add_config_args(p: argparse.ArgumentParser) -> None:
-    """``--config``, ``--set``, ``--seed``, ``--epochs``, ``--data-root`` and the CSV options."""
-    p.add_argument("--config", default=None, help="built-in config name (nci5k, zinc, molhiv, ...) or a YAML path (default: nci5k)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set model.gate=none (repeatable)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (train.seed)")
-    p.add_argument("--epochs", type=int, default=None, help="number of epochs (train.epochs)")
-    p.add_argument("--budget", type=int, default=None, metavar="EPOCHS",
-                   help="short run of the same protocol: alias of --epochs, warmup scaled to fit")
-    p.add_argument("--data-root", default=None, help="benchmark data root (default: $SIGGATE_DATA or ../shared/data)")
-    p.add_argument("--cache-dir", default=None, help="writable cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
-    p.add_argument("--data", default=None, metavar="FILE.csv", help="train on your own CSV of SMILES")
-    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --data (default: smiles)")
-    p.add_argument("--target-col", default=None, help="target column(s) of --data, comma-separated")
-    p.add_argument("--task", default=None, choices=["regression", "binary", "multilabel"], help="task of --data")
-    p.add_argument("--split", default=None, help="split of --data: scaffold (default), scaffold_balanced, random or column:NAME")
-
-
-def config_from_args(args):
-    """Resolve the config from ``--config``/``--set`` and the shortcut flags; validated."""
-    from .config import load_config
-
-    overrides = list(args.overrides)
-    if args.seed is not None:
-        overrides.append(f"train.seed={args.seed}")
-    epochs = args.epochs if args.epochs is not None else args.budget
-    if args.data_root:
-        overrides.append(f"data.root={args.data_root}")
-    if args.cache_dir:
-        overrides.append(f"data.cache_dir={args.cache_dir}")
-    if args.data:
-        if not args.target_col:
-            raise CLIError("--data needs --target-col COL[,COL...] (and usually --task)")
-        overrides += ["data.name=csv", f"data.csv={args.data}", f"data.smiles_col={args.smiles_col}",
-                      f"data.target_cols={args.target_col}"]
-        overrides.append(f"data.task={args.task or 'regression'}")
-        if args.split:
-            overrides.append(f"data.split={args.split}")
-    cfg = load_config(args.config, overrides)
-    if epochs is not None:
-        if epochs < 1:
-            raise CLIError(f"--epochs/--budget must be >= 1, got {epochs}")
-        if args.budget is not None and args.epochs is None and cfg.train.epochs > 0:
-            # keep the protocol's warmup fraction in a short run
-            cfg.train.warmup_epochs = round(cfg.train.warmup_epochs * epochs / cfg.train.epochs)
-        cfg.train.epochs = epochs
-        cfg.validate()
-    return cfg
 
 
 def cmd_train(args) -> int:
@@ -83,14 +31,51 @@ def cmd_train(args) -> int:
     if args.on_nan:
         cfg.train.on_nan = args.on_nan
     if args.ddp:
-        from .train.distributed import train_ddp
-
-        return train_ddp(cfg, args)
-    out = Path(args.out) if args.out else Path("runs") / f"{cfg.data.name}-{cfg.model.gate}-seed{cfg.train.seed}"
+        return _train_ddp(cfg, args)
+    out = default_out_dir(cfg, args.out)
     print(f"siggate train: dataset={cfg.data.name} gate={cfg.model.gate} layers={cfg.model.layers} "
           f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
     m = train(cfg, out, resume=args.resume, progress=not args.no_progress)
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
+    return 0
+
+
+def default_out_dir(cfg, out: str | None = None) -> Path:
+    """``out`` if given, else ``runs/<dataset>-<gate>-seed<seed>`` (``siggate train``'s default)."""
+    if out:
+        return Path(out)
+    return Path("runs") / f"{cfg.data.name}-{cfg.model.gate}-seed{cfg.train.seed}"
+
+
+def _train_ddp(cfg, args) -> int:
+    """``siggate train --ddp``: join the torchrun process group and run
+    :func:`siggate.train.loop.train` on it. Only rank 0 prints, logs and writes files."""
+    import torch.distributed as dist
+
+    from .train.distributed import init_distributed
+    from .train.loop import train
+
+    try:
+        ctx = init_distributed()
+    except RuntimeError as exc:
+        print(f"siggate train: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        out = default_out_dir(cfg, args.out)
+        if ctx.is_main:
+            print(f"siggate train --ddp: world_size={ctx.world_size} device={ctx.device} dataset={cfg.data.name} "
+                  f"gate={cfg.model.gate} global_batch={cfg.train.batch_size} epochs={cfg.train.epochs} "
+                  f"seed={cfg.train.seed} -> {out}", flush=True)
+        else:
+            logging.getLogger("siggate").setLevel(logging.WARNING)
+        m = train(cfg, out, resume=args.resume, progress=ctx.is_main and not args.no_progress, dist=ctx)
+        if ctx.is_main:
+            print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params",
+                                                "seconds", "world_size")}, indent=2))
+        ctx.barrier()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
     return 0
 
 
@@ -129,7 +114,7 @@ def cmd_predict(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from .data.registry import get_dataset, list_datasets
+    from .data.catalog import list_datasets
 
     if args.action == "list":
         for d in list_datasets():
@@ -137,15 +122,9 @@ def cmd_data(args) -> int:
         return 0
     if not args.name:
         raise CLIError("siggate data verify NAME [--data-root DIR]")
-    try:
-        from .data.benchmarks import verify
-    except ImportError:
-        verify = None
-    if verify is not None:
-        res = verify(args.name, root=args.data_root, cache_dir=args.cache_dir)
-    else:
-        ds = get_dataset(args.name, root=args.data_root, cache_dir=args.cache_dir)
-        res = {"name": args.name, "splits": ds.sizes(), "invalid": len(ds.invalid), "info": ds.info.to_dict()}
+    from .data.verify import verify
+
+    res = verify(args.name, root=args.data_root, cache_dir=args.cache_dir)
     print(json.dumps(res, indent=2, default=str))
     return 0
 

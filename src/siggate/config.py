@@ -18,9 +18,7 @@ from typing import Any
 
 import yaml
 
-from .data.chem import SPLITS
-from .nn.attention import GATE_KINDS, GATE_POSITIONS
-from .nn.layer import LOCAL_MODELS
+from .options import GATE_KINDS, GATE_POSITIONS, LOCAL_MODEL_NAMES, SPLITS
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -105,7 +103,7 @@ for _cls in (DataConfig, ModelConfig, TrainConfig):
 # Constraints checked by ``_check``: choices and ranges per key path.
 CONSTRAINTS: dict[str, dict[str, Any]] = {
     "data.task": _choice("regression", "binary", "multilabel"),
-    "model.local": _choice(*sorted(LOCAL_MODELS), "none"),
+    "model.local": _choice(*sorted(LOCAL_MODEL_NAMES), "none"),
     "model.gate": _choice(*GATE_KINDS),
     "model.gate_position": _choice(*GATE_POSITIONS),
     "model.pe": _choice("none", "rwse", "lappe"),
@@ -269,6 +267,14 @@ def from_dict(raw: dict) -> Config:
 
 
 def _check(cfg: Config) -> None:
+    """Validate ``cfg``: value ranges, then the model, then the data (first error raised)."""
+    _check_ranges(cfg)
+    _check_model(cfg.model)
+    _check_data(cfg)
+
+
+def _check_ranges(cfg: Config) -> None:
+    """Each key of :data:`CONSTRAINTS` against its choices or range."""
     for path, rule in CONSTRAINTS.items():
         sec, key = path.split(".")
         value = getattr(getattr(cfg, sec), key)
@@ -287,7 +293,10 @@ def _check(cfg: Config) -> None:
         )
         if out:
             raise ConfigError(f"{path}: {value!r} is out of range; allowed values: {_range_text(rule)}.")
-    m = cfg.model
+
+
+def _check_model(m) -> None:
+    """Combinations of model options that cannot work."""
     if m.dim % m.heads != 0:
         raise ConfigError(
             f"model.heads: {m.heads} does not divide model.dim={m.dim}. Allowed values: divisors of "
@@ -321,6 +330,10 @@ def _check(cfg: Config) -> None:
             f"the width at each layer, so at most {m.dim.bit_length()} layers fit; lower model.head_layers "
             "or raise model.dim."
         )
+
+
+def _check_data(cfg: Config) -> None:
+    """The dataset name, its split and the CSV options."""
     split = cfg.data.split
     if split is not None and split not in SPLITS and not (split.startswith("column:") and split[len("column:"):].strip()):
         raise ConfigError(
@@ -339,7 +352,7 @@ def _check(cfg: Config) -> None:
                 + ("auto, l1, mse" if task == "regression" else "auto, bce") + "."
             )
     else:
-        from .data.registry import DATASETS
+        from .data.catalog import DATASETS
 
         if cfg.data.name not in DATASETS:
             raise ConfigError(

@@ -4,7 +4,7 @@ The table is generated from committed result files, never typed by hand:
 
 - ``siggate compare`` results (``results.json``; the short-budget runner's ``results.json``
   with one entry per dataset is read too) give the accuracy claims. The statistics are
-  recomputed here from ``per_seed`` with :func:`siggate.analysis.stats.all_pairs`.
+  recomputed here from ``per_seed`` with :func:`siggate.stats.all_pairs`.
 - analysis results (``smoothing.json``, ``rank.json``, ...) give the mechanism claims,
   judged by the rules of :mod:`siggate.analysis.report`.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import report
 from .common import fmt, table
-from .stats import mean_std
+from ..stats import mean_std
 
 HOLDS, BUDGET, CONTRADICTED = "holds", "not at this budget", "contradicted"
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
@@ -73,7 +73,7 @@ def _full(src: dict) -> bool:
 
 
 def _pair(src: dict, a: str, b: str) -> dict | None:
-    from .stats import all_pairs
+    from ..stats import all_pairs
 
     arms = [x for x in src["per_seed"] if src["per_seed"][x]]
     if a not in arms or b not in arms:

@@ -23,6 +23,7 @@ import torch
 import siggate
 
 from ..config import Config, load_config
+from ..files import atomic_write_bytes
 
 # --------------------------------------------------------------------------- CLI
 
@@ -246,10 +247,7 @@ def meta(args=None, cfg: Config | None = None) -> dict:
 def write_json(obj: dict, path: Path) -> Path:
     """Write ``obj`` as JSON (NaN/inf -> null) atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_clean(obj), indent=2, default=_json_default))
-    tmp.replace(path)
+    atomic_write_bytes(path, json.dumps(_clean(obj), indent=2, default=_json_default).encode())
     return path
 
 

@@ -1,10 +1,8 @@
 """Attention entropy per layer and head, tracked over training, gated vs ungated.
 
-The training loop here is a plain copy of the protocol of :func:`siggate.train.loop.train`
-built from the same parts (``prepare_data``, ``build_model``, AdamW, the warmup-cosine
-schedule of :mod:`siggate.train.schedule`, ``loss_fn``, target normalisation, gradient
-clipping, the ``(seed, epoch)`` data order), with a measurement on the validation graphs
-before training (epoch 0) and after every epoch. It writes no checkpoints.
+The runs use the training loop of ``siggate train`` itself (:func:`siggate.train.loop.fit`),
+with a measurement on the validation graphs before training (epoch 0) and after every
+epoch (its epoch hook). They write no checkpoints.
 """
 
 from __future__ import annotations
@@ -15,14 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch_geometric.loader import DataLoader
-from tqdm.auto import tqdm
 
 from .common import (
     add_model_args,
     config_from,
     finish_parser,
-    fmt,
     forward_details,
     load_dataset,
     meta,
@@ -75,65 +70,31 @@ def entropy_stats(model, graphs, batch_size: int = 64) -> dict:
     }
 
 
-def _epoch_loader(graphs, batch_size: int, seed: int, epoch: int):
-    """The training loader of ``siggate train`` for ``epoch`` (data order from ``(seed, epoch)``)."""
-    try:
-        from ..train.loop import epoch_loader
-    except ImportError:  # older loop: a shuffling loader seeded by (seed, epoch)
-        g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        return DataLoader(graphs, batch_size=batch_size, shuffle=True, generator=g)
-    return epoch_loader(graphs, batch_size, seed, epoch)
-
-
 def train_tracked(cfg, ds, eval_graphs, measure, progress: bool = True, desc: str = "") -> dict:
-    """Train ``cfg`` on ``ds`` with the protocol of ``siggate train`` and call
-    ``measure(model)`` before training and after every epoch. Returns per-epoch lists."""
-    from ..train.loop import build_model, evaluate_split, loss_fn, seed_everything, target_stats
-    from ..train.schedule import make_scheduler
+    """Train ``cfg`` on ``ds`` with the training loop of ``siggate train``
+    (:func:`siggate.train.loop.setup_run` and :func:`~siggate.train.loop.fit`, skipping
+    batches with a non-finite loss, writing no files) and call ``measure(model)`` before
+    training and after every epoch (the epoch hook). Returns per-epoch lists."""
+    from ..train.loop import evaluate_split, fit, setup_run
 
-    t = cfg.train
-    info = ds.info
-    seed_everything(t.seed)
-    model = build_model(cfg, info)
-    # as in train(): the training random stream (dropout) restarts from a seed-only state
-    torch.manual_seed(t.seed * 1_000_003 + 1)
-    opt = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
-    sched = make_scheduler(opt, t.warmup_epochs, t.epochs)
-    if info.task == "regression" and t.normalize_targets:
-        mean, std = target_stats(ds.train, info.num_tasks)
-    else:
-        mean, std = torch.zeros(info.num_tasks), torch.ones(info.num_tasks)
-    crit = loss_fn(t.loss, info.task)
+    run = setup_run(cfg, ds)
+    run.on_nan = "skip"
+    info, t = ds.info, cfg.train
     hist = {"epoch": [0], "train_loss": [None], "skipped_batches": [0],
-            "val": [evaluate_split(model, ds.val, info, mean, std, t.eval_batch_size)], "stats": [measure(model)]}
-    for epoch in tqdm(range(t.epochs), desc=desc or "epochs", disable=not progress, leave=False):
-        model.train()
-        loader = _epoch_loader(ds.train, t.batch_size, t.seed, epoch)
-        total = count = skipped = 0
-        for batch in loader:
-            opt.zero_grad(set_to_none=True)
-            pred = model(batch)
-            loss = crit(pred, (batch.y.view(pred.shape) - mean) / std)
-            if not torch.isfinite(loss):
-                skipped += 1
-                continue
-            loss.backward()
-            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip if t.clip > 0 else float("inf"))
-            if not torch.isfinite(gn):
-                opt.zero_grad(set_to_none=True)
-                skipped += 1
-                continue
-            opt.step()
-            total += loss.item() * batch.num_graphs
-            count += batch.num_graphs
-        sched.step()
-        hist["epoch"].append(epoch + 1)
-        hist["train_loss"].append(total / count if count else math.nan)
-        hist["skipped_batches"].append(skipped)
-        hist["val"].append(evaluate_split(model, ds.val, info, mean, std, t.eval_batch_size))
-        hist["stats"].append(measure(model))
-        log.info("%s epoch %d/%d  loss %.4f  val %s %.4f", desc or "entropy", epoch + 1, t.epochs,
-                 hist["train_loss"][-1], info.metric, hist["val"][-1])
+            "val": [evaluate_split(run.model, ds.val, info, run.mean, run.std, t.eval_batch_size)],
+            "stats": [measure(run.model)]}
+
+    def record(run, end) -> None:
+        row = end.row
+        hist["epoch"].append(row["epoch"])
+        hist["train_loss"].append(row["train_loss"] if end.train_graphs else math.nan)
+        hist["skipped_batches"].append(end.skipped)
+        hist["val"].append(row["val"])
+        hist["stats"].append(measure(run.model))
+        log.info("%s epoch %d/%d  loss %.4f  val %s %.4f", desc or "entropy", row["epoch"], t.epochs,
+                 hist["train_loss"][-1], info.metric, row["val"])
+
+    fit(run, progress, on_epoch_end=record, full_eval=False)
     return hist
 
 

@@ -155,7 +155,6 @@ def plot(res: dict, path: Path) -> Path:
     a.set_title(f"x = diverged; band = within {int(res['tolerance'] * 100)}% of best")
     a.legend(fontsize=7)
     a = ax[0, 1]
-    lrs = res["lrs"]
     for i, (g, pts) in enumerate(res["per_lr"].items()):
         for k, p in enumerate(pts):
             for c in p["curves"]:

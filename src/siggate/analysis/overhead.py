@@ -12,13 +12,14 @@ the per-measurement paired ratios is reported too.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..options import parse_gate_spec
+from ..perf.timer import interleaved_round
 from .common import (
     add_model_args,
     batches,
@@ -38,7 +39,7 @@ from .plots import color, save, subplots
 
 def parse_variant(spec: str) -> dict:
     """``"elementwise"`` or ``"elementwise@value"`` -> config changes."""
-    gate, _, pos = spec.partition("@")
+    gate, pos = parse_gate_spec(spec)
     out = {"model__gate": gate}
     if pos:
         out["model__gate_position"] = pos
@@ -56,25 +57,25 @@ def count_params(model) -> int:
 
 
 def time_variants(models: dict, data, reps: int, warmup: int, criterion, progress: bool = True) -> dict:
-    """Interleaved timing; returns ``{name: [seconds per measurement]}`` in matching order."""
+    """Interleaved timing (:func:`siggate.perf.timer.interleaved_round`, the order rotating
+    from round to round); returns ``{name: [seconds per measurement]}`` in matching order."""
     names = list(models)
     for m in models.values():
         m.train()
+
+    def measure(name, batch) -> None:
+        model = models[name]
+        model.zero_grad(set_to_none=True)
+        pred = model(batch)
+        criterion(pred, batch.y.view(pred.shape)).backward()
+
     times = {n: [] for n in names}
-    total = warmup + reps
-    for r in tqdm(range(total), desc="timing rounds", disable=not progress, leave=False):
-        for batch in data:
-            order = names[r % len(names):] + names[: r % len(names)]
-            for n in order:
-                model = models[n]
-                t0 = time.perf_counter()
-                model.zero_grad(set_to_none=True)
-                pred = model(batch)
-                loss = criterion(pred, batch.y.view(pred.shape))
-                loss.backward()
-                dt = time.perf_counter() - t0
-                if r >= warmup:
-                    times[n].append(dt)
+    for r in tqdm(range(warmup + reps), desc="timing rounds", disable=not progress, leave=False):
+        per_batch = interleaved_round(names, data, measure, first=r, rotate_per_job=False)
+        if r >= warmup:
+            for per in per_batch:
+                for n in names:
+                    times[n].append(per[n][0])
     return times
 
 

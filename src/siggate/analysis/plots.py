@@ -9,11 +9,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..options import parse_gate_spec  # noqa: E402
+
 GATE_COLORS = {"none": "tab:gray", "headwise": "tab:blue", "elementwise": "tab:red"}
 
 
 def color(name: str, i: int = 0) -> str:
-    base = str(name).split("@")[0]
+    base, _ = parse_gate_spec(name)
     return GATE_COLORS.get(base, f"C{i % 10}")
 
 

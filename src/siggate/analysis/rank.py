@@ -97,7 +97,7 @@ def obtain_models(args, cfg, ds, out: Path, progress: bool):
             continue
         c = variant(cfg, epochs=args.epochs, train__seed=seed)
         run = out / "runs" / f"{c.model.gate}-L{c.model.layers}-s{seed}"
-        m = train_run(c, run, ds, progress)
+        train_run(c, run, ds, progress)
         model, _, _, _ = load_trained(run / "last.pt")
         models.append((seed, model, f"trained {c.train.epochs} epochs ({run}/last.pt, final weights)"))
     return models
@@ -145,8 +145,8 @@ def main(args) -> int:
     if args.epochs is not None and args.epochs < 0:
         raise ValueError("--epochs must be >= 0")
     if args.checkpoint:
-        from ..train.checkpoint import load_checkpoint
         from ..config import from_dict
+        from ..train.checkpoint import load_checkpoint
 
         cfg = from_dict(load_checkpoint(args.checkpoint)["config"])
         if args.data_root:

@@ -8,7 +8,6 @@ decided by the rule written next to it (the rules are fixed here, not tuned to r
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 
@@ -312,109 +311,156 @@ def _claims_table(rows: list[dict]) -> str:
                  markdown=True)
 
 
-def render(found: dict, md_path: Path) -> tuple[str, list[dict]]:
-    md_path = Path(md_path)
-    sections, all_rows = [], []
+class _Report:
+    """Sections of the report and the claim rows they add, in order."""
 
-    def add(title: str, paper: str, rows: list[dict], extra: str = "", images=()):
-        nonlocal sections
-        all_rows.extend(rows)
+    def __init__(self, md_path: Path) -> None:
+        self.md_path = Path(md_path)
+        self.sections: list[str] = []
+        self.rows: list[dict] = []
+
+    def add(self, title: str, paper: str, rows: list[dict], extra: str = "", images=()) -> None:
+        """One section: the paper's claim, the verdict table, the rules, extra text and images."""
+        self.rows.extend(rows)
         body = [f"## {title}", "", f"*Paper:* {paper}", "", _claims_table(rows), ""]
         body += [f"- rule for *{r['claim']}*: {r['rule']}" for r in rows]
         if extra:
             body += ["", extra]
         body += list(images)
-        sections.append("\n".join(body))
+        self.sections.append("\n".join(body))
 
-    for path, s in found["synthetic"]:
-        st = s["setting"]
-        bt = table(["family/gate/attention", "draws", "SR ungated", "SR gated", "mean ratio", "median excess ratio",
-                    "frac draws higher", "frac heads lower"],
-                   [[k, v["n_draws"], v["mean_ungated"], v["mean_gated"], v["mean_ratio"], v.get("median_excess_ratio"),
-                     v["frac_gated_higher"], v["frac_heads_gated_lower"]]
-                    for k, v in s["by_family_gate_attention"].items()], markdown=True)
-        bias = table(["gate bias", "family", "gate", "gate mean", "mean ratio", "frac draws higher"],
-                     [[r["bias"], r["family"], r["gate"], r["gate_mean"], r["mean_ratio"], r["frac_gated_higher"]]
-                      for r in s["bias_sweep"]], markdown=True)
-        add("Stable rank: synthetic graphs", "the gate strictly increases the stable rank of each head's output; "
-            "the effect is strongest on graphs with no natural anchor node.", verdict_synthetic(s),
-            f"Setting: {st['draws']} draws per family and attention mode, n={st['nodes']} nodes, d={st['dim']}, "
-            f"H={st['heads']}, noise {st['noise']}, seed {st['seed']} (`{path}`).\n\n{bt}\n\nEffect of the gate bias "
-            f"(global attention):\n\n{bias}\n", [_img(md_path, path, "synthetic")])
-    for path, r in found["rank"]:
-        rows = [[l + 1, " ".join(fmt(v, 3) for v in r["before"][l]), " ".join(fmt(v, 3) for v in r["after"][l]),
-                 None if r.get("gate_mean") is None else r["gate_mean"][l]] for l in range(len(r["before"]))]
-        add(f"Stable rank in a model on {r.get('dataset')} (gate={r.get('gate')})", "the gate raises each head's "
-            "stable rank.", [verdict_rank(r)],
-            f"Pooling: {r['pooling']} (`{path}`).\n\n" + table(["layer", "SR before (per head)", "SR after (per head)",
-                                                                "gate mean"], rows, markdown=True),
-            [_img(md_path, path, "rank")])
-    for path, s in found["smoothing"]:
-        rows = []
-        for L, d in s["per_depth"].items():
-            for g, e in d.items():
-                gain = s["relative_mad_gain"].get(g, {}).get(L) if g != "none" else None
-                rows.append([L, g, e["mad"][-1], e["dirichlet"][-1], e.get("dirichlet_rel", [None])[-1], e["rank"][-1],
-                             e["stable_rank"][-1], e["val"],
-                             None if gain is None else _pct(gain)])
-        defs = "\n".join(f"- {k}: {v}" for k, v in s["definitions"].items())
-        add("Over-smoothing versus depth", "gating slows over-smoothing, with a 30% mean relative gain in "
-            "representation diversity across 4-16 layers.", verdict_smoothing(s),
-            f"Last layer, validation split (`{path}`):\n\n" + table(
-                ["depth", "gate", "MAD", "Dirichlet", "Dirichlet rel.", "num. rank", "stable rank", f"val {s['metric']}",
-                 "MAD gain"],
-                rows, markdown=True) + f"\n\nDefinitions:\n{defs}\n", [_img(md_path, path, "smoothing")])
-    for path, e in found["entropy"]:
-        rows = [[g, x["initial_mean_entropy"], x["final_mean_entropy"], x["initial_mean_normalized"],
-                 x["final_mean_normalized"], x["final_min_normalized"], f"{x['collapsed_heads']}/{x['heads_total']}",
-                 x["final_val"]] for g, x in e["summary"].items()]
-        add("Attention entropy over training", "attention entropy does not collapse.", [verdict_entropy(e)],
-            f"`{path}`, {e['epochs']} epochs, seeds {e['seeds']}:\n\n" + table(
-                ["gate", "H initial", "H final", "H/log n initial", "H/log n final", "min head final", "collapsed",
-                 f"final val {e['metric']}"], rows, markdown=True), [_img(md_path, path, "entropy")])
-    for path, l in found["lrsweep"]:
-        rows = [[g, f"{p['lr']:g}", p["score"], p["score_std"], f"{p['n_diverged']}/{len(l['seeds'])}",
-                 sum(p["skipped_batches"]), "yes" if l["stable_range"][g]["within"][i] else "no"]
-                for g in l["gates"] for i, p in enumerate(l["per_lr"][g])]
-        add("Learning-rate robustness", "training stays stable across a 10x learning-rate range (the gate widens "
-            "the stable range).", verdict_lr(l),
-            f"`{path}`, {l['epochs']} epochs, seeds {l['seeds']}, tolerance {100 * l['tolerance']:.0f}%:\n\n" + table(
-                ["gate", "lr", f"best val {l['metric']}", "std", "diverged", "skipped batches", "within tolerance"],
-                rows, markdown=True), [_img(md_path, path, "lrsweep")])
-    for path, o in found["overhead"]:
-        rows = [[n, o["params"][n], o["param_overhead_abs"][n], _pct(o["param_overhead"][n]),
-                 1000 * o["median_seconds"][n], _pct(o["time_overhead"][n])] for n in o["variants"]]
-        add("Cost", "about 1% extra parameters on OGB and under 3% extra wall-clock time.", verdict_overhead(o),
-            f"`{path}`:\n\n" + table(["variant", "params", "extra", "extra %", "median ms fwd+bwd", "time"], rows,
-                                      markdown=True), [_img(md_path, path, "overhead")])
+
+def _synthetic_section(rep: _Report, path, s: dict) -> None:
+    """Stable rank on synthetic graphs (``siggate analyze synthetic``)."""
+    st = s["setting"]
+    bt = table(["family/gate/attention", "draws", "SR ungated", "SR gated", "mean ratio", "median excess ratio",
+                "frac draws higher", "frac heads lower"],
+               [[k, v["n_draws"], v["mean_ungated"], v["mean_gated"], v["mean_ratio"], v.get("median_excess_ratio"),
+                 v["frac_gated_higher"], v["frac_heads_gated_lower"]]
+                for k, v in s["by_family_gate_attention"].items()], markdown=True)
+    bias = table(["gate bias", "family", "gate", "gate mean", "mean ratio", "frac draws higher"],
+                 [[r["bias"], r["family"], r["gate"], r["gate_mean"], r["mean_ratio"], r["frac_gated_higher"]]
+                  for r in s["bias_sweep"]], markdown=True)
+    rep.add("Stable rank: synthetic graphs", "the gate strictly increases the stable rank of each head's output; "
+        "the effect is strongest on graphs with no natural anchor node.", verdict_synthetic(s),
+        f"Setting: {st['draws']} draws per family and attention mode, n={st['nodes']} nodes, d={st['dim']}, "
+        f"H={st['heads']}, noise {st['noise']}, seed {st['seed']} (`{path}`).\n\n{bt}\n\nEffect of the gate bias "
+        f"(global attention):\n\n{bias}\n", [_img(rep.md_path, path, "synthetic")])
+
+
+def _rank_section(rep: _Report, path, r: dict) -> None:
+    """Stable rank in a trained model (``siggate analyze rank``)."""
+    rows = [[l + 1, " ".join(fmt(v, 3) for v in r["before"][l]), " ".join(fmt(v, 3) for v in r["after"][l]),
+             None if r.get("gate_mean") is None else r["gate_mean"][l]] for l in range(len(r["before"]))]
+    rep.add(f"Stable rank in a model on {r.get('dataset')} (gate={r.get('gate')})", "the gate raises each head's "
+        "stable rank.", [verdict_rank(r)],
+        f"Pooling: {r['pooling']} (`{path}`).\n\n" + table(["layer", "SR before (per head)", "SR after (per head)",
+                                                            "gate mean"], rows, markdown=True),
+        [_img(rep.md_path, path, "rank")])
+
+
+def _smoothing_section(rep: _Report, path, s: dict) -> None:
+    """Over-smoothing versus depth (``siggate analyze smoothing``)."""
+    rows = []
+    for L, d in s["per_depth"].items():
+        for g, e in d.items():
+            gain = s["relative_mad_gain"].get(g, {}).get(L) if g != "none" else None
+            rows.append([L, g, e["mad"][-1], e["dirichlet"][-1], e.get("dirichlet_rel", [None])[-1], e["rank"][-1],
+                         e["stable_rank"][-1], e["val"],
+                         None if gain is None else _pct(gain)])
+    defs = "\n".join(f"- {k}: {v}" for k, v in s["definitions"].items())
+    rep.add("Over-smoothing versus depth", "gating slows over-smoothing, with a 30% mean relative gain in "
+        "representation diversity across 4-16 layers.", verdict_smoothing(s),
+        f"Last layer, validation split (`{path}`):\n\n" + table(
+            ["depth", "gate", "MAD", "Dirichlet", "Dirichlet rel.", "num. rank", "stable rank", f"val {s['metric']}",
+             "MAD gain"],
+            rows, markdown=True) + f"\n\nDefinitions:\n{defs}\n", [_img(rep.md_path, path, "smoothing")])
+
+
+def _entropy_section(rep: _Report, path, e: dict) -> None:
+    """Attention entropy over training (``siggate analyze entropy``)."""
+    rows = [[g, x["initial_mean_entropy"], x["final_mean_entropy"], x["initial_mean_normalized"],
+             x["final_mean_normalized"], x["final_min_normalized"], f"{x['collapsed_heads']}/{x['heads_total']}",
+             x["final_val"]] for g, x in e["summary"].items()]
+    rep.add("Attention entropy over training", "attention entropy does not collapse.", [verdict_entropy(e)],
+        f"`{path}`, {e['epochs']} epochs, seeds {e['seeds']}:\n\n" + table(
+            ["gate", "H initial", "H final", "H/log n initial", "H/log n final", "min head final", "collapsed",
+             f"final val {e['metric']}"], rows, markdown=True), [_img(rep.md_path, path, "entropy")])
+
+
+def _lrsweep_section(rep: _Report, path, l: dict) -> None:
+    """Learning-rate robustness (``siggate analyze lr-sweep``)."""
+    rows = [[g, f"{p['lr']:g}", p["score"], p["score_std"], f"{p['n_diverged']}/{len(l['seeds'])}",
+             sum(p["skipped_batches"]), "yes" if l["stable_range"][g]["within"][i] else "no"]
+            for g in l["gates"] for i, p in enumerate(l["per_lr"][g])]
+    rep.add("Learning-rate robustness", "training stays stable across a 10x learning-rate range (the gate widens "
+        "the stable range).", verdict_lr(l),
+        f"`{path}`, {l['epochs']} epochs, seeds {l['seeds']}, tolerance {100 * l['tolerance']:.0f}%:\n\n" + table(
+            ["gate", "lr", f"best val {l['metric']}", "std", "diverged", "skipped batches", "within tolerance"],
+            rows, markdown=True), [_img(rep.md_path, path, "lrsweep")])
+
+
+def _overhead_section(rep: _Report, path, o: dict) -> None:
+    """Parameter and time cost (``siggate analyze overhead``)."""
+    rows = [[n, o["params"][n], o["param_overhead_abs"][n], _pct(o["param_overhead"][n]),
+             1000 * o["median_seconds"][n], _pct(o["time_overhead"][n])] for n in o["variants"]]
+    rep.add("Cost", "about 1% extra parameters on OGB and under 3% extra wall-clock time.", verdict_overhead(o),
+        f"`{path}`:\n\n" + table(["variant", "params", "extra", "extra %", "median ms fwd+bwd", "time"], rows,
+                                  markdown=True), [_img(rep.md_path, path, "overhead")])
+
+
+def _compare_section(compare: list) -> str:
+    """The ablation table of ``siggate compare`` results, each variant against the ungated
+    baseline of the same epochs."""
+    # comparisons that hold the ungated baseline first; the others are compared with that
+    # baseline on common seeds when their epochs match
+    comps = sorted(compare, key=lambda pc: ("none" not in pc[1]["gates"], str(pc[0])))
+    base = next((c for _, c in comps if "none" in c["gates"]), None)
+    rows = []
+    for path, c in comps:
+        name = c.get("metric") or "metric"
+        bias = (c.get("config") or {}).get("model", {}).get("gate_bias_init")
+        for lab in c["gates"]:
+            label = lab + (f" (gate_bias_init={bias:g})" if bias not in (None, 0, 0.0) and lab != "none" else "")
+            diff = None
+            if base is not None and lab != "none" and base.get("epochs") == c.get("epochs"):
+                a, b = base["per_seed"].get("none", {}), c["per_seed"].get(lab, {})
+                common = [k for k in b if k in a and a[k] is not None and b[k] is not None]
+                if common:
+                    diff = sum(b[k] - a[k] for k in common) / len(common)
+            vs_base = c.get("vs_baseline", c["comparisons"])  # results before the all-pairs list
+            p = vs_base.get(lab, {}).get("p_paired_t") if isinstance(vs_base, dict) else None
+            rows.append([label, c["n"].get(lab), c["mean"].get(lab), c["std"].get(lab), c["val_mean"].get(lab),
+                         c["params"].get(lab), c.get("epochs"), diff, p, f"`{path}`"])
+    return "\n".join([
+        "## Ablations (`siggate compare`)", "",
+        f"Score = test {name} at the epoch of best validation {name}; 'diff vs none' is the mean over common "
+        "seeds of (variant - none) with the ungated run of the same epochs; p from the paired t-test "
+        "(undefined for one seed).", "",
+        table(["variant", "seeds", f"test {name}", "std", f"val {name}", "params", "epochs", "diff vs none",
+               "p (paired t)", "source"], rows, markdown=True), ""])
+
+
+_SECTIONS = {
+    "synthetic": _synthetic_section,
+    "rank": _rank_section,
+    "smoothing": _smoothing_section,
+    "entropy": _entropy_section,
+    "lrsweep": _lrsweep_section,
+    "overhead": _overhead_section,
+}
+
+
+def render(found: dict, md_path: Path) -> tuple[str, list[dict]]:
+    """The Markdown report of the results in ``found`` (``{kind: [(path, result)]}``) with
+    image links relative to ``md_path``; returns ``(text, claim rows)``."""
+    rep = _Report(md_path)
+    for kind, section in _SECTIONS.items():
+        for path, res in found[kind]:
+            section(rep, path, res)
     if found["compare"]:
-        # comparisons that hold the ungated baseline first; the others are compared with that
-        # baseline on common seeds when their epochs match
-        comps = sorted(found["compare"], key=lambda pc: ("none" not in pc[1]["gates"], str(pc[0])))
-        base = next((c for _, c in comps if "none" in c["gates"]), None)
-        rows = []
-        for path, c in comps:
-            name = c.get("metric") or "metric"
-            bias = (c.get("config") or {}).get("model", {}).get("gate_bias_init")
-            for lab in c["gates"]:
-                label = lab + (f" (gate_bias_init={bias:g})" if bias not in (None, 0, 0.0) and lab != "none" else "")
-                diff = None
-                if base is not None and lab != "none" and base.get("epochs") == c.get("epochs"):
-                    a, b = base["per_seed"].get("none", {}), c["per_seed"].get(lab, {})
-                    common = [k for k in b if k in a and a[k] is not None and b[k] is not None]
-                    if common:
-                        diff = sum(b[k] - a[k] for k in common) / len(common)
-                vs_base = c.get("vs_baseline", c["comparisons"])  # results before the all-pairs list
-                p = vs_base.get(lab, {}).get("p_paired_t") if isinstance(vs_base, dict) else None
-                rows.append([label, c["n"].get(lab), c["mean"].get(lab), c["std"].get(lab), c["val_mean"].get(lab),
-                             c["params"].get(lab), c.get("epochs"), diff, p, f"`{path}`"])
-        sections.append("\n".join([
-            "## Ablations (`siggate compare`)", "",
-            f"Score = test {name} at the epoch of best validation {name}; 'diff vs none' is the mean over common "
-            "seeds of (variant - none) with the ungated run of the same epochs; p from the paired t-test "
-            "(undefined for one seed).", "",
-            table(["variant", "seeds", f"test {name}", "std", f"val {name}", "params", "epochs", "diff vs none",
-                   "p (paired t)", "source"], rows, markdown=True), ""]))
+        rep.sections.append(_compare_section(found["compare"]))
+    sections, all_rows = rep.sections, rep.rows
 
     head = ["# SigGate-GT mechanism analyses: what we measured", "",
             "Generated by `siggate analyze report`. Each claim of the paper is checked against our own measurements; "

@@ -34,15 +34,18 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..nn.attention import GatedMultiheadAttention
 from .common import fmt, meta, parse_list, start, table, write_outputs
 from .metrics import stable_rank_batched
 from .plots import color, save, subplots
+
+if TYPE_CHECKING:  # imported where used: siggate.nn loads PyG, and `siggate --help` must not
+    from ..nn.attention import GatedMultiheadAttention
 
 FAMILIES = ("er", "cycle", "regular")
 ATTENTION_MODES = ("global", "graph")
@@ -100,6 +103,8 @@ def propagate(x: torch.Tensor, A: torch.Tensor, steps: int) -> torch.Tensor:
 
 def matched_pair(dim: int, heads: int, gate: str, bias: float, weight_std: float | None, seed: int):
     """An ungated and a gated attention sharing all ``q, k, v, out`` weights (float64)."""
+    from ..nn.attention import GatedMultiheadAttention
+
     torch.manual_seed(seed)
     plain = GatedMultiheadAttention(dim, heads, gate="none", fused=False).double().eval()
     gated = GatedMultiheadAttention(dim, heads, gate=gate, gate_bias_init=bias, gate_weight_std=weight_std,
@@ -213,6 +218,73 @@ def group(entries: list[dict], *keys: str) -> dict:
     return {k: summarize(v) for k, v in out.items()}
 
 
+def _sanity_constant_gate(seed: int, families, gates, sweep_n: int, common: dict, progress: bool) -> dict:
+    """Constant gate (weights 0): output scaled by a scalar, so the stable rank is unchanged."""
+    sanity = []
+    for b in tqdm((-3.0, 0.0, 3.0), desc="synthetic: constant gate", disable=not progress, leave=False):
+        for f in families:
+            for i in range(min(sweep_n, 20)):
+                sanity += [dict(e, bias=b) for e in
+                           one_draw(seed + 1, i, f, "global", gates, bias=b, weight_std=0.0, **common)]
+    rel = [abs(g - u) / u for e in sanity for g, u in zip(e["gated"], e["ungated"]) if u > 0]
+    sanity_res = {
+        "description": "gate weights 0: G = sigmoid(b) is a constant, O*G = sigmoid(b)*O, so the "
+                       "stable rank must be unchanged (up to float64 rounding)",
+        "n_cases": len(rel), "max_rel_diff": float(max(rel)), "holds": bool(max(rel) < 1e-9),
+    }
+    return sanity_res
+
+
+def _noise_sweep(seed: int, families, modes, gates, noises, sweep_n: int, common: dict, progress: bool) -> list:
+    """How "anchor-free" the graph is: the feature noise sets how much the nodes differ."""
+    noise_sweep = []
+    free = [f for f in families if f != "er"]
+    for nz in tqdm(noises, desc="synthetic: noise sweep", disable=not progress, leave=False):
+        ent = []
+        for f in free:
+            for m in modes:
+                for i in range(sweep_n):
+                    ent += [dict(e) for e in one_draw(seed + 4, i, f, m, gates, **{**common, "noise": nz})]
+        for key, st in group(ent, "family", "gate", "attention").items():
+            fam, gate, mode = key.split("/")
+            noise_sweep.append({"noise": nz, "family": fam, "gate": gate, "attention": mode, **st})
+    return noise_sweep
+
+
+def _not_raised(by_fgm: dict, bias_sweep: list) -> list:
+    """Cases (main grid and bias sweep) where the gate did not raise the stable rank everywhere."""
+    not_raised = [
+        {"case": k, "frac_gated_higher": v["frac_gated_higher"], "frac_heads_gated_lower": v["frac_heads_gated_lower"],
+         "mean_ratio": v["mean_ratio"]}
+        for k, v in by_fgm.items() if v["frac_heads_gated_lower"] > 0 or v["frac_gated_higher"] < 1.0
+    ]
+    not_raised += [
+        {"case": f"bias={r['bias']}/{r['family']}/{r['gate']}/global", "frac_gated_higher": r["frac_gated_higher"],
+         "frac_heads_gated_lower": r["frac_heads_gated_lower"], "mean_ratio": r["mean_ratio"]}
+        for r in bias_sweep if r["frac_heads_gated_lower"] > 0 or r["frac_gated_higher"] < 1.0
+    ]
+    return not_raised
+
+
+def _definitions(avg_degree: float, noise: float, propagate_steps: int) -> dict:
+    """What each reported quantity and setting means."""
+    return {
+        "stable_rank": "||O_k||_F^2 / ||O_k||_2^2 of head k's output O_k [n_nodes, d_head] (float64)",
+        "gated": "O_k * sigmoid(X W_Gk + b_G) with the gate at the head output (gate_position=output)",
+        "frac_gated_higher": "fraction of draws with mean-over-heads gated stable rank > ungated (rel tol 1e-9)",
+        "draw": "new graph, features, q/k/v/out and gate weights; gated and ungated share q/k/v/out",
+        "families": {"er": f"Erdos-Renyi, p = {avg_degree}/(n-1), iid N(0,1) features",
+                     "cycle": f"n-cycle, one shared N(0,1) feature vector + {noise}*N(0,1) noise per node",
+                     "regular": f"random 3-regular graph, shared feature + {noise}*N(0,1) noise"},
+        "propagation": f"{propagate_steps} x (X <- X + D^-1 A X) before attention",
+        "attention": {"global": "all nodes attend to all nodes (GraphGPS)",
+                      "graph": "each node attends to its neighbours and itself"},
+        "gate_init": "Xavier-uniform gate weights, bias b_G = 0 unless swept",
+        "median_excess_ratio": "median over (draw, head) of (SR_gated - 1) / (SR_ungated - 1)",
+        "noise_sweep": "anchor-free families only; the noise sets how different the nodes' inputs are",
+    }
+
+
 def run_synthetic(draws: int = 200, nodes: int = 32, dim: int = 64, heads: int = 4, noise: float = 0.05,
                   propagate_steps: int = 1, families=FAMILIES, modes=ATTENTION_MODES, gates=GATES,
                   seed: int = 0, avg_degree: float = 4.0, biases=(-4.0, -2.0, 0.0, 2.0, 4.0),
@@ -232,19 +304,7 @@ def run_synthetic(draws: int = 200, nodes: int = 32, dim: int = 64, heads: int =
     sweep_n = sweep_draws or max(1, min(draws, 50))
     sweep_fams = [f for f in families if f in ("er", "cycle")] or list(families)
 
-    # Sanity: constant gate (weights 0) -> output scaled by a scalar -> stable rank unchanged.
-    sanity = []
-    for b in tqdm((-3.0, 0.0, 3.0), desc="synthetic: constant gate", disable=not progress, leave=False):
-        for f in families:
-            for i in range(min(sweep_n, 20)):
-                sanity += [dict(e, bias=b) for e in
-                           one_draw(seed + 1, i, f, "global", gates, bias=b, weight_std=0.0, **common)]
-    rel = [abs(g - u) / u for e in sanity for g, u in zip(e["gated"], e["ungated"]) if u > 0]
-    sanity_res = {
-        "description": "gate weights 0: G = sigmoid(b) is a constant, O*G = sigmoid(b)*O, so the "
-                       "stable rank must be unchanged (up to float64 rounding)",
-        "n_cases": len(rel), "max_rel_diff": float(max(rel)), "holds": bool(max(rel) < 1e-9),
-    }
+    sanity_res = _sanity_constant_gate(seed, families, gates, sweep_n, common, progress)
 
     # Effect of the gate bias (gate centre) and of the gate weight scale (gate variation).
     def global_sweep(values, desc: str, draw_seed: int, param: str, stat: str):
@@ -268,48 +328,14 @@ def run_synthetic(draws: int = 200, nodes: int = 32, dim: int = 64, heads: int =
                  for w, fam, gate, gs, s in global_sweep(weight_stds, "synthetic: gate-weight sweep", seed + 3,
                                                          "weight_std", "gate_node_std")]
 
-    # How "anchor-free" the graph is: the feature noise sets how much the nodes differ.
-    noise_sweep = []
-    free = [f for f in families if f != "er"]
-    for nz in tqdm(noises, desc="synthetic: noise sweep", disable=not progress, leave=False):
-        ent = []
-        for f in free:
-            for m in modes:
-                for i in range(sweep_n):
-                    ent += [dict(e) for e in one_draw(seed + 4, i, f, m, gates, **{**common, "noise": nz})]
-        for key, st in group(ent, "family", "gate", "attention").items():
-            fam, gate, mode = key.split("/")
-            noise_sweep.append({"noise": nz, "family": fam, "gate": gate, "attention": mode, **st})
+    noise_sweep = _noise_sweep(seed, families, modes, gates, noises, sweep_n, common, progress)
 
     overall = summarize(per_draw)
     by_fgm = group(per_draw, "family", "gate", "attention")
-    not_raised = [
-        {"case": k, "frac_gated_higher": v["frac_gated_higher"], "frac_heads_gated_lower": v["frac_heads_gated_lower"],
-         "mean_ratio": v["mean_ratio"]}
-        for k, v in by_fgm.items() if v["frac_heads_gated_lower"] > 0 or v["frac_gated_higher"] < 1.0
-    ]
-    not_raised += [
-        {"case": f"bias={r['bias']}/{r['family']}/{r['gate']}/global", "frac_gated_higher": r["frac_gated_higher"],
-         "frac_heads_gated_lower": r["frac_heads_gated_lower"], "mean_ratio": r["mean_ratio"]}
-        for r in bias_sweep if r["frac_heads_gated_lower"] > 0 or r["frac_gated_higher"] < 1.0
-    ]
+    not_raised = _not_raised(by_fgm, bias_sweep)
     return {
         "analysis": "synthetic",
-        "definitions": {
-            "stable_rank": "||O_k||_F^2 / ||O_k||_2^2 of head k's output O_k [n_nodes, d_head] (float64)",
-            "gated": "O_k * sigmoid(X W_Gk + b_G) with the gate at the head output (gate_position=output)",
-            "frac_gated_higher": "fraction of draws with mean-over-heads gated stable rank > ungated (rel tol 1e-9)",
-            "draw": "new graph, features, q/k/v/out and gate weights; gated and ungated share q/k/v/out",
-            "families": {"er": f"Erdos-Renyi, p = {avg_degree}/(n-1), iid N(0,1) features",
-                         "cycle": f"n-cycle, one shared N(0,1) feature vector + {noise}*N(0,1) noise per node",
-                         "regular": f"random 3-regular graph, shared feature + {noise}*N(0,1) noise"},
-            "propagation": f"{propagate_steps} x (X <- X + D^-1 A X) before attention",
-            "attention": {"global": "all nodes attend to all nodes (GraphGPS)",
-                          "graph": "each node attends to its neighbours and itself"},
-            "gate_init": "Xavier-uniform gate weights, bias b_G = 0 unless swept",
-            "median_excess_ratio": "median over (draw, head) of (SR_gated - 1) / (SR_ungated - 1)",
-            "noise_sweep": "anchor-free families only; the noise sets how different the nodes' inputs are",
-        },
+        "definitions": _definitions(avg_degree, noise, propagate_steps),
         "setting": {"draws": draws, "nodes": nodes, "dim": dim, "heads": heads, "noise": noise,
                     "propagate": propagate_steps, "families": list(families), "attention": list(modes),
                     "gates": list(gates), "seed": seed, "avg_degree": avg_degree, "sweep_draws": sweep_n},

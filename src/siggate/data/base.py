@@ -23,13 +23,11 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..options import HIGHER_IS_BETTER
+
 TASK_TYPES = ("regression", "binary", "multilabel")
-METRICS = {
-    # name: higher_is_better
-    "mae": False,
-    "rocauc": True,
-    "ap": True,
-}
+#: metric name -> higher_is_better (one table for the package: :data:`siggate.options.HIGHER_IS_BETTER`)
+METRICS = HIGHER_IS_BETTER
 
 
 class DataError(ValueError):

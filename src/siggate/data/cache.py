@@ -21,7 +21,6 @@ import io
 import json
 import logging
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -31,6 +30,7 @@ import torch
 from filelock import FileLock, Timeout
 from torch_geometric.data import Data
 
+from ..files import AtomicFile, atomic_write, atomic_write_bytes
 from .base import GraphDataset, InvalidRow, TaskInfo
 
 __all__ = [
@@ -97,78 +97,12 @@ def cache_key(parts: dict) -> str:
 # ------------------------------------------------------------------ atomic writes
 
 
-def _fsync_dir(folder: Path) -> None:
-    if os.name == "nt":  # directories cannot be opened for fsync on Windows
-        return
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_FILE_MODE = 0o666 & ~_current_umask()  # what open() would give; mkstemp uses 0o600
-
-
-def _make_temp(folder: Path, name: str) -> str:
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        os.chmod(tmp, _FILE_MODE)
-    except OSError:
-        pass
-    return tmp
-
-
-def _replace_via_temp(path: Path, fill: Callable[[str], None]) -> None:
-    """Call ``fill(tmp)`` (write and fsync) on a temp file next to ``path``, then move it
-    in place atomically; on failure the temp file is removed and ``path`` is untouched."""
-    tmp = _make_temp(path.parent, path.name)
-    try:
-        fill(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(path.parent)
-
-
-def _atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
-    """Call ``write(fileobj)`` on a temp file next to ``path`` and move it in place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-
-    def fill(tmp: str) -> None:
-        with open(tmp, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-
-    _replace_via_temp(path, fill)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically; on failure the old file is untouched."""
-    _atomic_write(path, lambda fh: fh.write(data))
+# atomic_write_bytes is re-exported from :mod:`siggate.files`, the one implementation.
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save(obj, path)`` atomically; on failure the old file is untouched."""
-    _atomic_write(path, lambda fh: torch.save(obj, fh))
+    atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 # ------------------------------------------------------------------ graph storage
@@ -476,12 +410,8 @@ def cached(
         obj = build()
         built_s = time.perf_counter() - t0
 
-        def fill(tmp: str) -> None:
-            save(obj, Path(tmp))
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-
-        _replace_via_temp(path, fill)
+        with AtomicFile(path) as out:
+            save(obj, Path(out.tmp))
         try:
             meta = {"parts": parts, "featurization_version": FEATURIZATION_VERSION, "key": key}
             atomic_write_bytes(

@@ -25,6 +25,8 @@ from rdkit.Chem import Descriptors
 from rdkit.Chem.Scaffolds import MurckoScaffold
 from torch_geometric.data import Data
 
+from ..options import SPLITS  # names of the computed splits (:func:`split_indices`)
+
 __all__ = [
     "InvalidSmiles",
     "parse_smiles",
@@ -37,6 +39,7 @@ __all__ = [
     "random_split",
     "split_indices",
     "SPLITS",
+    "quiet_rdkit",
 ]
 
 
@@ -80,7 +83,9 @@ class _Capture:
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def quiet_rdkit() -> Iterator[None]:
+    """Block RDKit's warning/error log while active (the one helper for this in siggate;
+    the reasons of failures still reach :class:`InvalidSmiles`)."""
     with rdBase.BlockLogs():
         yield
 
@@ -100,7 +105,7 @@ def _parse_error_reason(lines: list[str]) -> str:
 def _sanitize_reason(raw: Chem.Mol, exc: Exception | None = None) -> str:
     """RDKit's explanation of why ``raw`` (parsed with ``sanitize=False``) does not sanitize."""
     try:
-        with _quiet():
+        with quiet_rdkit():
             problems = Chem.DetectChemistryProblems(Chem.Mol(raw))
         msgs = [p.Message() for p in problems]
     except Exception:  # pragma: no cover - defensive
@@ -126,7 +131,7 @@ _PARTIAL_SANITIZE_OPS = (
 def _partial_sanitize(raw: Chem.Mol) -> Chem.Mol:
     """Best-effort sanitization of a molecule that fails full sanitization."""
     mol = Chem.Mol(raw)
-    with _quiet():
+    with quiet_rdkit():
         mol.UpdatePropertyCache(strict=False)
         try:
             Chem.SanitizeMol(mol, _PARTIAL_SANITIZE_OPS, catchErrors=True)
@@ -257,7 +262,7 @@ def _get_sascorer():
 
 def sa_score(mol: Chem.Mol) -> float:
     """Synthetic accessibility score (Ertl & Schuffenhauer), 1 (easy) .. 10 (hard)."""
-    with _quiet():
+    with quiet_rdkit():
         return float(_get_sascorer().calculateScore(mol))
 
 
@@ -271,7 +276,7 @@ def penalized_logp(mol: Chem.Mol) -> float:
 
     Un-normalized (no JT-VAE mean/std constants).
     """
-    with _quiet():
+    with quiet_rdkit():
         logp = Descriptors.MolLogP(mol)
     cycle_penalty = max(_largest_ring_size(mol) - 6, 0)
     return float(logp - sa_score(mol) - cycle_penalty)
@@ -291,7 +296,7 @@ def _check_frac(frac: Sequence[float]) -> tuple[float, float, float]:
 
 def murcko_scaffold(mol: Chem.Mol) -> str:
     """Bemis-Murcko scaffold SMILES without chirality ("" for acyclic molecules)."""
-    with _quiet():
+    with quiet_rdkit():
         return MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=False)
 
 
@@ -350,8 +355,6 @@ def split_by_groups(
     return {"train": sorted(train), "val": sorted(val), "test": sorted(test)}
 
 
-SPLITS = ("scaffold", "scaffold_balanced", "random")
-"""Names of the computed splits (:func:`split_indices`)."""
 
 
 def split_indices(split: str, keys: Sequence[str], frac: Sequence[float] = (0.8, 0.1, 0.1),

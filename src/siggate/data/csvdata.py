@@ -223,28 +223,7 @@ def load_csv(
         FileNotFoundError: no such file.
     """
     path = Path(path)
-    if isinstance(target_cols, str):
-        target_cols = [target_cols]
-    target_cols = [str(c) for c in target_cols]
-    if task not in TASK_TYPES:
-        raise ValueError(f"task must be one of {TASK_TYPES}, got {task!r}")
-    if not target_cols:
-        raise ValueError("target_cols: name at least one target column")
-    if len(set(target_cols)) != len(target_cols):
-        raise ValueError(f"target_cols has repeated columns: {target_cols}")
-    if task == "binary" and len(target_cols) != 1:
-        raise ValueError(
-            f"task 'binary' takes exactly one target column, got {len(target_cols)}; use task='multilabel'"
-        )
-    split_col = _parse_split(split)
-    if not path.is_file():
-        raise FileNotFoundError(f"CSV file not found: {path}")
-    columns = _read_header(path, sep)
-    wanted = [("SMILES", smiles_col)] + [("target", c) for c in target_cols]
-    if split_col:
-        wanted.append(("split", split_col))
-    _check_columns(path, columns, wanted, sep)
-
+    target_cols = _check_arguments(path, smiles_col, target_cols, task, split, sep)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     parts = {
         "dataset": "csv",
@@ -272,7 +251,39 @@ def load_csv(
         load=load_dataset,
         rebuild=rebuild,
     )
-    fresh = cached.last_hit is False
+    _report(path, ds, fresh=cached.last_hit is False)
+    return ds
+
+
+def _check_arguments(path: Path, smiles_col: str, target_cols, task: str, split: str, sep: str) -> list[str]:
+    """Check :func:`load_csv`'s arguments and the file's header; returns the target columns
+    as a list of strings.  Raises ``ValueError`` / ``FileNotFoundError`` as documented there."""
+    if isinstance(target_cols, str):
+        target_cols = [target_cols]
+    target_cols = [str(c) for c in target_cols]
+    if task not in TASK_TYPES:
+        raise ValueError(f"task must be one of {TASK_TYPES}, got {task!r}")
+    if not target_cols:
+        raise ValueError("target_cols: name at least one target column")
+    if len(set(target_cols)) != len(target_cols):
+        raise ValueError(f"target_cols has repeated columns: {target_cols}")
+    if task == "binary" and len(target_cols) != 1:
+        raise ValueError(
+            f"task 'binary' takes exactly one target column, got {len(target_cols)}; use task='multilabel'"
+        )
+    split_col = _parse_split(split)
+    if not path.is_file():
+        raise FileNotFoundError(f"CSV file not found: {path}")
+    columns = _read_header(path, sep)
+    wanted = [("SMILES", smiles_col)] + [("target", c) for c in target_cols]
+    if split_col:
+        wanted.append(("split", split_col))
+    _check_columns(path, columns, wanted, sep)
+    return target_cols
+
+
+def _report(path: Path, ds: GraphDataset, fresh: bool) -> None:
+    """Log the invalid rows (written next to the cache file) and any empty split."""
     log_path = None
     if ds.invalid:
         try:
@@ -284,4 +295,3 @@ def load_csv(
     for name, graphs in ds.splits.items():
         if not graphs:
             logger.warning("%s: the %s split is empty", path.name, name)
-    return ds

@@ -32,8 +32,9 @@ import torch
 from rdkit import RDConfig
 
 from .base import GraphDataset, InvalidRow, TaskInfo, default_cache_dir
-from .cache import cached, cache_key, fingerprint_file, load_dataset, report_invalid, save_dataset, write_invalid_rows
+from .cache import cache_key, cached, fingerprint_file, load_dataset, report_invalid, save_dataset, write_invalid_rows
 from .chem import SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, penalized_logp, split_indices
+from .registry import register_dataset
 
 __all__ = ["NCI5K_PATH", "nci5k_source", "nci5k_cache_path", "load_nci5k", "build_nci5k"]
 
@@ -109,6 +110,11 @@ def build_nci5k(source: str | os.PathLike | None = None, frac=(0.8, 0.1, 0.1),
     )
 
 
+@register_dataset(
+    "nci5k",
+    "NCI first 5K molecules shipped with RDKit: penalized logP regression, balanced scaffold split (no download)",
+    needs_root=False,
+)
 def load_nci5k(
     root=None,
     cache_dir=None,

@@ -1,15 +1,15 @@
 """Registry of named datasets.
 
->>> from siggate.data.registry import get_dataset, list_datasets
+>>> from siggate.data.catalog import get_dataset, list_datasets
 >>> [d["name"] for d in list_datasets()]  # doctest: +SKIP
 ['molhiv', 'molpcba', 'nci5k', 'peptides-func', 'peptides-struct', 'zinc']
 >>> ds = get_dataset("nci5k")  # doctest: +SKIP
 
 Loaders are registered with :func:`register_dataset`; each is called as
 ``loader(root=..., cache_dir=..., **kw)`` and returns a
-:class:`~siggate.data.base.GraphDataset`.  ``nci5k`` is registered here; the
-downloadable benchmarks register themselves in :mod:`siggate.data.benchmarks`,
-imported at the bottom of this module when it is available.
+:class:`~siggate.data.base.GraphDataset`.  This module holds only the registry: every
+loader module registers itself on import, and :mod:`siggate.data.catalog` imports them
+all (use ``siggate.data.catalog.get_dataset`` to see every built-in dataset).
 """
 
 from __future__ import annotations
@@ -95,20 +95,3 @@ def get_dataset(name: str, root=None, cache_dir=None, **kw) -> GraphDataset:
         cache_dir = default_cache_dir()
     root = Path(root) if root is not None else None
     return DATASETS[key](root=root, cache_dir=Path(cache_dir), **kw)
-
-
-# ------------------------------------------------------------------ registrations
-
-from .nci5k import load_nci5k  # noqa: E402
-
-register_dataset(
-    "nci5k",
-    "NCI first 5K molecules shipped with RDKit: penalized logP regression, balanced scaffold split (no download)",
-    needs_root=False,
-)(load_nci5k)
-
-try:  # the downloadable benchmarks register themselves on import
-    import siggate.data.benchmarks  # noqa: E402,F401
-except ModuleNotFoundError as _exc:  # only "the file does not exist yet", never its own missing deps
-    if _exc.name != "siggate.data.benchmarks":
-        raise

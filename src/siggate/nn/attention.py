@@ -34,8 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-GATE_KINDS = ("none", "headwise", "elementwise")
-GATE_POSITIONS = ("output", "value", "post")
+from ..options import GATE_KINDS, GATE_POSITIONS  # shared with siggate.config
 
 #: Cost of one extra attention call, in units of attention scores per head; used to
 #: decide how many size groups a :class:`PackedLayout` uses (``benchmarks/README.md``).

@@ -7,11 +7,9 @@ pickle payload) is refused without running it.
 
 from __future__ import annotations
 
-import os
 import pickle
 import random
 import re
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -19,6 +17,8 @@ import numpy as np
 import torch
 
 import siggate
+
+from ..files import atomic_write
 
 FORMAT_VERSION = 1
 
@@ -37,52 +37,23 @@ class CheckpointWriteError(OSError, CheckpointError):
         return str(self.strerror)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def atomic_save(obj, path: str | Path) -> None:
-    """``torch.save`` to a temporary file in the same folder, fsync, then rename over ``path``.
+    """``torch.save`` to ``path`` atomically (:func:`siggate.files.atomic_write`: a temporary
+    file in the same folder, fsync, rename, usual permissions).
 
     If anything fails (including a full disk) the temporary file is removed and the
     previous file at ``path`` is left untouched; an ``OSError`` is raised as
-    :class:`CheckpointWriteError` naming the file. The file gets the usual permissions
-    (``0666`` less the umask), not the private ``0600`` of a temporary file.
+    :class:`CheckpointWriteError` naming the file.
     """
     path = Path(path)
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-        tmp = None
-        try:
-            dfd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
+        atomic_write(path, lambda fh: torch.save(obj, fh))
     except OSError as exc:
         kept = "the previous checkpoint there is intact" if path.exists() else "no checkpoint was written"
         err = CheckpointWriteError(
             exc.errno, f"could not write checkpoint {path}: {exc.strerror or exc}; {kept}"
         )
         raise err from exc
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 #: Entries every checkpoint written by ``siggate train`` holds.

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from ..options import GATE_KINDS, GATE_POSITIONS, parse_gate_spec
 from .executor import ExecutorError, add_executor_args, read_metrics
 
 log = logging.getLogger("siggate.compare")
@@ -72,10 +73,8 @@ class GateSpec:
 
     @classmethod
     def parse(cls, text: str) -> "GateSpec":
-        from ..nn.attention import GATE_KINDS, GATE_POSITIONS
-
         text = text.strip()
-        gate, _, pos = text.partition("@")
+        gate, pos = parse_gate_spec(text)
         if gate not in GATE_KINDS:
             raise ValueError(f"--gates: unknown gate {gate!r} in {text!r}; gates: {', '.join(GATE_KINDS)}")
         if gate == "none" and pos in MATCH_RULES:
@@ -142,7 +141,7 @@ def _config_args(args, spec: GateSpec, seed: int) -> list[str]:
 def config_for(args, spec: GateSpec, seed: int):
     """The config a pair's ``siggate train`` process resolves (validated), read by the
     same code as ``siggate train``."""
-    from ..cli import add_config_args, config_from_args
+    from ..config_args import add_config_args, config_from_args
 
     parser = argparse.ArgumentParser()
     add_config_args(parser)
@@ -211,7 +210,7 @@ def aggregate(pairs: list[Pair], specs: list[GateSpec], seeds: list[int]) -> dic
     """Per-seed scores, mean ± std, the paired comparisons of every arm with the baseline
     (first gate; ``vs_baseline``, with today's top-level p-values) and of every pair of arms
     (``comparisons``: intervals, effect size, Holm-adjusted p-values over the list)."""
-    from ..analysis.stats import all_pairs, mean_std, summarize
+    from ..stats import all_pairs, mean_std, summarize
     from .metrics import higher_is_better
 
     labels = [s.label for s in specs]
@@ -380,7 +379,7 @@ def render_pairs_table(res: dict, name: str) -> list[str]:
 
 
 def _bootstrap_resamples() -> str:
-    from ..analysis.stats import BOOTSTRAP_RESAMPLES
+    from ..stats import BOOTSTRAP_RESAMPLES
 
     return f"{BOOTSTRAP_RESAMPLES:,}"
 
@@ -440,12 +439,8 @@ def command_line(args) -> str:
     return shlex.join(parts)
 
 
-def compare(args) -> int:
-    """Run the comparison described by the parsed ``siggate compare`` arguments."""
-    try:
-        seeds, specs = parse_seeds(args.seeds), parse_gates(args.gates)
-    except ValueError as exc:
-        raise CompareError(str(exc)) from None
+def _check_args(args) -> None:
+    """Refuse options that contradict the comparison (``CompareError``)."""
     if any(o.split("=", 1)[0].strip() in ("model.gate", "model.gate_position", "model.param_match", "train.seed")
            for o in args.overrides):
         raise CompareError("--set model.gate/model.gate_position/model.param_match/train.seed: these come from "
@@ -455,10 +450,11 @@ def compare(args) -> int:
                            "the warmup)")
     if args.jobs < 1:
         raise CompareError(f"--jobs must be >= 1, got {args.jobs}")
-    out = Path(args.out)
-    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
-    t0 = time.time()
-    expected = {spec.label: config_for(args, spec, seeds[0]).to_dict() for spec in specs}  # validates
+
+
+def _plan_pairs(args, specs: list[GateSpec], seeds: list[int], out: Path) -> list[Pair]:
+    """Every (arm, seed) run under ``OUT/runs``: done (metrics.json), to resume (last.pt),
+    to run, or failed when its folder holds a run of another config."""
     pairs = []
     for seed in seeds:
         for spec in specs:
@@ -474,6 +470,34 @@ def compare(args) -> int:
             elif (pair.run_dir / "last.pt").exists():
                 pair.status = "resume"
             pairs.append(pair)
+    return pairs
+
+
+def _print_summary(res: dict) -> None:
+    """Per arm mean ± std, every pair's statistics and the Wilcoxon notes, on stdout."""
+    for lab in res["gates"]:
+        print(f"  {lab:24s} test {res['metric']} {_fmt(res['mean'][lab])} ± {_fmt(res['std'][lab])}  "
+              f"(n={res['n'][lab]})")
+    for c in res["comparisons"]:
+        print(f"  {c['b']} - {c['a']}: mean diff {_fmt(c['diff_mean'])} 95% CI {_fmt_ci(c['ci95'])}, "
+              f"d_z {_fmt(c['cohen_dz'], 2)}, p paired t {_fmt_p(c['p_paired_t'])}, Wilcoxon {_fmt_p(c['p_wilcoxon'])}, "
+              f"Holm {_fmt_p(c['p_holm'])}")
+    for w in wilcoxon_warnings(res):
+        print(f"  note: {w}")
+
+
+def compare(args) -> int:
+    """Run the comparison described by the parsed ``siggate compare`` arguments."""
+    try:
+        seeds, specs = parse_seeds(args.seeds), parse_gates(args.gates)
+    except ValueError as exc:
+        raise CompareError(str(exc)) from None
+    _check_args(args)
+    out = Path(args.out)
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    t0 = time.time()
+    expected = {spec.label: config_for(args, spec, seeds[0]).to_dict() for spec in specs}  # validates
+    pairs = _plan_pairs(args, specs, seeds, out)
     n_done = sum(p.status == "done" for p in pairs)
     n_resume = sum(p.status == "resume" for p in pairs)
     print(f"siggate compare: {len(specs)} gate(s) x {len(seeds)} seed(s) = {len(pairs)} runs "
@@ -509,15 +533,7 @@ def compare(args) -> int:
     (out / "results.md").write_text(render_markdown(res))
     if any(res["val_curves"][lab] for lab in res["gates"]):
         plot_val_curves(res, out / "val_curves.png")
-    for lab in res["gates"]:
-        print(f"  {lab:24s} test {res['metric']} {_fmt(res['mean'][lab])} ± {_fmt(res['std'][lab])}  "
-              f"(n={res['n'][lab]})")
-    for c in res["comparisons"]:
-        print(f"  {c['b']} - {c['a']}: mean diff {_fmt(c['diff_mean'])} 95% CI {_fmt_ci(c['ci95'])}, "
-              f"d_z {_fmt(c['cohen_dz'], 2)}, p paired t {_fmt_p(c['p_paired_t'])}, Wilcoxon {_fmt_p(c['p_wilcoxon'])}, "
-              f"Holm {_fmt_p(c['p_holm'])}")
-    for w in wilcoxon_warnings(res):
-        print(f"  note: {w}")
+    _print_summary(res)
     print(f"siggate compare: wrote {out / 'results.json'}, {out / 'results.md'}", flush=True)
     if res["failed"]:
         print(f"siggate compare: {len(res['failed'])} run(s) FAILED:", file=sys.stderr)
@@ -528,7 +544,7 @@ def compare(args) -> int:
 
 
 def _cmd(args) -> int:
-    from ..cli import CLIError
+    from ..config_args import CLIError
 
     try:
         return compare(args)

@@ -1,5 +1,8 @@
 """Distributed data-parallel training (``torchrun ... -m siggate train --ddp``).
 
+This module holds the process group and the collectives; :func:`siggate.train.loop.train`
+runs on them, and ``siggate train --ddp`` (:mod:`siggate.cli`) starts both.
+
 One process per device: ``gloo`` on CPU, ``nccl`` on GPU (``cuda:LOCAL_RANK``). Every rank
 builds the same model (same seed), wraps it in ``DistributedDataParallel`` and reads its
 share of each global batch from a seeded ``DistributedSampler`` (``set_epoch`` every epoch),
@@ -24,7 +27,6 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import sys
 from dataclasses import dataclass
 
 import torch
@@ -199,35 +201,3 @@ def has_unused_parameters(model: nn.Module, batch) -> bool:
     finally:
         model.train(was_training)
     return any(g is None for g in grads)
-
-
-def train_ddp(cfg, args) -> int:
-    """``siggate train --ddp``: join the torchrun process group and run :func:`train` on it.
-    Only rank 0 prints, logs and writes files."""
-    import json
-    from pathlib import Path
-
-    from .loop import train
-
-    try:
-        ctx = init_distributed()
-    except RuntimeError as exc:
-        print(f"siggate train: error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        out = Path(args.out) if args.out else Path("runs") / f"{cfg.data.name}-{cfg.model.gate}-seed{cfg.train.seed}"
-        if ctx.is_main:
-            print(f"siggate train --ddp: world_size={ctx.world_size} device={ctx.device} dataset={cfg.data.name} "
-                  f"gate={cfg.model.gate} global_batch={cfg.train.batch_size} epochs={cfg.train.epochs} "
-                  f"seed={cfg.train.seed} -> {out}", flush=True)
-        else:
-            logging.getLogger("siggate").setLevel(logging.WARNING)
-        m = train(cfg, out, resume=args.resume, progress=ctx.is_main and not args.no_progress, dist=ctx)
-        if ctx.is_main:
-            print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params",
-                                                "seconds", "world_size")}, indent=2))
-        ctx.barrier()
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    return 0

@@ -26,8 +26,9 @@ import os
 import random
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -42,7 +43,7 @@ import siggate
 
 from ..config import Config, ConfigError, from_dict
 from ..data.base import GraphDataset, TaskInfo
-from ..data.cache import atomic_write_bytes
+from ..files import atomic_write_bytes
 from ..nn.model import SigGateGT
 from .checkpoint import (
     FORMAT_VERSION,
@@ -61,12 +62,17 @@ from .tblog import TBLogger
 
 log = logging.getLogger("siggate.train")
 
+#: Multiplier that spreads run seeds apart before offsets (rank, epoch) are added: the one
+#: seed-mixing constant of siggate (sampler seeds, training random streams).
+SEED_STRIDE = 1_000_003
+
 
 class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss or gradient."""
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators with ``seed``."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -74,8 +80,8 @@ def seed_everything(seed: int) -> None:
 
 def prepare_data(cfg: Config, progress: bool = True) -> GraphDataset:
     """Load the dataset named in ``cfg.data`` and add the positional encodings the model needs."""
+    from ..data.catalog import get_dataset
     from ..data.pe import cached_pe
-    from ..data.registry import get_dataset
 
     d = cfg.data
     if d.name == "csv":
@@ -109,6 +115,8 @@ def target_stats(train, num_tasks: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def loss_fn(name: str, task: str):
+    """The training loss ``fn(pred, y)`` over the labelled entries (NaN labels masked):
+    ``"l1"``, ``"mse"`` or ``"bce"`` (logits); ``"auto"`` is L1 for regression, BCE otherwise."""
     if name == "auto":
         name = "l1" if task == "regression" else "bce"
 
@@ -150,7 +158,7 @@ def epoch_loader(graphs, batch_size: int, seed: int, epoch: int, rank: int = 0, 
     last step when ``len(graphs)`` is not a multiple of ``world_size``).
     """
     sampler = DistributedSampler(graphs, num_replicas=world_size, rank=rank, shuffle=True,
-                                 seed=seed * 1_000_003, drop_last=False)
+                                 seed=seed * SEED_STRIDE, drop_last=False)
     sampler.set_epoch(epoch)
     return DataLoader(graphs, batch_size=batch_size // world_size, sampler=sampler, generator=_loader_generator())
 
@@ -171,6 +179,7 @@ def predict(model, loader, mean=None, std=None, task: str = "regression", device
 
 
 def evaluate_split(model, graphs, info: TaskInfo, mean, std, batch_size: int = 256, device=None) -> float:
+    """The official metric ``info.metric`` of ``model`` on ``graphs`` (predictions in target units)."""
     loader = DataLoader(graphs, batch_size=batch_size, shuffle=False, generator=_loader_generator())
     pred = predict(model, loader, mean, std, info.task, device=device)
     y = torch.cat([g.y.view(1, -1) for g in graphs])
@@ -192,6 +201,7 @@ def gate_means(model, graphs, n: int = 64, device=None) -> list[float]:
 
 
 def git_commit() -> str | None:
+    """The git commit of the siggate source tree, or None outside a checkout."""
     try:
         here = Path(__file__).resolve().parent
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
@@ -202,6 +212,8 @@ def git_commit() -> str | None:
 
 @dataclass
 class RunState:
+    """Progress of a run, saved in every checkpoint: next epoch, best epoch and scores, skipped batches."""
+
     epoch: int = 0  # next epoch to run
     best_epoch: int = -1
     best_val: float | None = None
@@ -258,43 +270,64 @@ def _load_resume(path: Path, ctx: DistContext) -> dict | None:
     return ckpt
 
 
-def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool = True,
-          dataset: GraphDataset | None = None, dist: DistContext | None = None) -> dict:
-    """Train ``cfg`` and write ``metrics.json``, ``best.pt``, ``last.pt``, ``config.yaml``,
-    ``log.csv`` and TensorBoard events (``tb/``) under ``out_dir``. Returns the metrics dict.
+def stream_seed(seed: int, rank: int = 0, epoch: int = 0) -> int:
+    """Seed of the training random stream (dropout, LapPE sign flips) of ``rank``: a function
+    of the run's seed only, not of how many numbers the initialisation drew, so runs that
+    differ only in the gate draw the same dropout masks. ``epoch`` re-seeds a rank that
+    resumes without its own saved generator state."""
+    return seed * SEED_STRIDE + 7919 * rank + 1 + epoch
 
-    ``dist`` is the process's place in a ``torchrun`` job (see
-    :func:`siggate.train.distributed.init_distributed`); by default a single process on CPU.
-    """
-    ctx = dist or DistContext()
-    main = ctx.is_main
-    out = Path(out_dir)
-    t_cfg = cfg.train
-    if t_cfg.batch_size % ctx.world_size:
-        raise ConfigError(f"train.batch_size: {t_cfg.batch_size} is the global batch and must be a multiple "
-                          f"of the world size {ctx.world_size} (each rank takes batch_size / world_size)")
-    if main:
-        out.mkdir(parents=True, exist_ok=True)
-    if t_cfg.threads:
-        torch.set_num_threads(t_cfg.threads)
-    if dataset is not None:
-        ds = dataset
-    else:
-        # rank 0 builds the caches first; the other ranks then read them
-        if not main:
-            ctx.barrier()
-        ds = prepare_data(cfg, progress)
-        if main:
-            ctx.barrier()
-    info = ds.info
-    device = ctx.device
+
+@dataclass
+class Run:
+    """Everything one training run holds between its steps (see :func:`setup_run`)."""
+
+    cfg: Config
+    ctx: DistContext
+    ds: GraphDataset
+    model: SigGateGT
+    net: torch.nn.Module  # the model, or its DistributedDataParallel wrapper
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    criterion: Callable
+    mean: torch.Tensor
+    std: torch.Tensor
+    params: int
+    on_nan: str
+    state: RunState = field(default_factory=RunState)
+    history: list = field(default_factory=list)
+
+    @property
+    def info(self) -> TaskInfo:
+        """The dataset's task description."""
+        return self.ds.info
+
+    @property
+    def device(self) -> torch.device:
+        """This process's device."""
+        return self.ctx.device
+
+
+@dataclass
+class EpochEnd:
+    """What :func:`fit` hands its ``on_epoch_end`` hook after each epoch."""
+
+    row: dict  # the epoch's history row (also written to log.csv)
+    improved: bool  # the validation metric is the best so far
+    train_graphs: int  # graphs whose loss counted (all ranks)
+    skipped: int  # batches skipped this epoch (non-finite loss or gradient, on_nan="skip")
+    rng_ranks: list  # every rank's RNG states after the epoch (for the checkpoint)
+
+
+def setup_run(cfg: Config, ds: GraphDataset, ctx: DistContext | None = None) -> Run:
+    """Set-up step: seeded model (gate initialised last), training stream seed, DDP wrapper,
+    AdamW, the warmup-cosine schedule, target normalisation and the loss."""
+    ctx = ctx or DistContext()
+    t_cfg, info, device = cfg.train, ds.info, ctx.device
     seed_everything(t_cfg.seed)
     model = build_model(cfg, info)
     params = sum(p.numel() for p in model.parameters())
-    # The training random stream (dropout, LapPE sign flips) starts from a state that depends
-    # only on the seed and the rank, not on how many numbers the initialisation drew: runs
-    # that differ only in the gate then draw the same dropout masks. Each rank has its own.
-    torch.manual_seed(t_cfg.seed * 1_000_003 + 7919 * ctx.rank + 1)
+    torch.manual_seed(stream_seed(t_cfg.seed, ctx.rank))
     model.to(device)
     if ctx.distributed:
         model = convert_sync_batchnorm(model, device)
@@ -309,142 +342,245 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
         mean, std = target_stats(ds.train, info.num_tasks)
     else:
         mean, std = torch.zeros(info.num_tasks), torch.ones(info.num_tasks)
-    mean, std = mean.to(device), std.to(device)
-    criterion = loss_fn(t_cfg.loss, info.task)
-    state, history = RunState(), []
-    last_path, best_path = out / "last.pt", out / "best.pt"
-    ckpt = _load_resume(last_path, ctx) if resume else None
-    if ckpt is not None:
-        diffs = [d for d in describe_incompatibility(ckpt["config"], cfg.to_dict())
-                 if not d.startswith("train.epochs")]
-        if diffs:
-            raise CheckpointError(f"cannot resume from {last_path}: the config differs:\n  " + "\n  ".join(diffs))
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        ranks = ckpt.get("rng_ranks") or []
-        if len(ranks) == ctx.world_size:
-            _set_process_rng(ranks[ctx.rank], device)
-        else:
-            set_rng_state(ckpt["rng"])
-            if ctx.rank:
-                torch.manual_seed(t_cfg.seed * 1_000_003 + 7919 * ctx.rank + 1 + ckpt["state"]["epoch"])
-            if ctx.world_size != ckpt.get("world_size", 1):
-                log.warning("resuming a %d-process run on %d processes: the global batches stay the same, "
-                            "the dropout random streams do not", ckpt.get("world_size", 1), ctx.world_size)
-        state = RunState(**ckpt["state"])
-        history = list(ckpt["history"])
-        if main:
-            log.info("resumed from %s at epoch %d", last_path, state.epoch)
-    del ckpt
-    writer = tb = None
-    if main:
+    return Run(cfg, ctx, ds, model, net, optimizer, scheduler, loss_fn(t_cfg.loss, info.task),
+               mean.to(device), std.to(device), params, t_cfg.on_nan)
+
+
+def resume_run(run: Run, path: Path) -> bool:
+    """Restore ``run`` from the checkpoint ``path`` (if it exists): weights, optimizer,
+    schedule, RNG streams, best scores and history. Returns whether it resumed.
+
+    Raises:
+        CheckpointError: the checkpoint's config differs from the run's (``train.epochs`` aside).
+    """
+    ctx, t_cfg = run.ctx, run.cfg.train
+    ckpt = _load_resume(path, ctx)
+    if ckpt is None:
+        return False
+    diffs = [d for d in describe_incompatibility(ckpt["config"], run.cfg.to_dict())
+             if not d.startswith("train.epochs")]
+    if diffs:
+        raise CheckpointError(f"cannot resume from {path}: the config differs:\n  " + "\n  ".join(diffs))
+    run.model.load_state_dict(ckpt["model"])
+    run.optimizer.load_state_dict(ckpt["optimizer"])
+    run.scheduler.load_state_dict(ckpt["scheduler"])
+    ranks = ckpt.get("rng_ranks") or []
+    if len(ranks) == ctx.world_size:
+        _set_process_rng(ranks[ctx.rank], run.device)
+    else:
+        set_rng_state(ckpt["rng"])
+        if ctx.rank:
+            torch.manual_seed(stream_seed(t_cfg.seed, ctx.rank, ckpt["state"]["epoch"]))
+        if ctx.world_size != ckpt.get("world_size", 1):
+            log.warning("resuming a %d-process run on %d processes: the global batches stay the same, "
+                        "the dropout random streams do not", ckpt.get("world_size", 1), ctx.world_size)
+    run.state = RunState(**ckpt["state"])
+    run.history = list(ckpt["history"])
+    if ctx.is_main:
+        log.info("resumed from %s at epoch %d", path, run.state.epoch)
+    return True
+
+
+def _non_finite(what: str, epoch: int, step: int, checkpoint: Path | None, hint: str) -> NonFiniteLossError:
+    kept = checkpoint if checkpoint is not None and checkpoint.exists() else "(none yet)"
+    return NonFiniteLossError(f"{what} at epoch {epoch + 1}, step {step + 1}. The last good checkpoint "
+                              f"is kept at {kept}. {hint}")
+
+
+def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | None = None) -> dict:
+    """One epoch of training steps (forward, normalised loss, backward, clipping, AdamW).
+
+    A non-finite loss or gradient norm raises :class:`NonFiniteLossError` (naming
+    ``checkpoint``), or skips the batch when ``run.on_nan == "skip"``. Returns the summed
+    loss and graph count of this rank, the summed gradient norms and the number of steps.
+    """
+    t_cfg, ctx, model, opt = run.cfg.train, run.ctx, run.model, run.optimizer
+    run.net.train()
+    loader = epoch_loader(run.ds.train, t_cfg.batch_size, t_cfg.seed, epoch, ctx.rank, ctx.world_size)
+    total, count, gnorm_sum, skipped = 0.0, 0, 0.0, 0
+    bar = tqdm(loader, desc=f"epoch {epoch + 1}/{t_cfg.epochs}", leave=False, disable=not progress)
+    for step, batch in enumerate(bar):
+        batch = batch.to(run.device)
+        opt.zero_grad(set_to_none=True)
+        pred = run.net(batch)
+        loss = run.criterion(pred, (batch.y.view(pred.shape) - run.mean) / run.std)
+        finite = bool(torch.isfinite(loss))
+        if ctx.distributed:
+            finite = not ctx.any(not finite)  # every rank takes the same decision
+        if not finite:
+            if run.on_nan == "skip":
+                if ctx.distributed:  # DDP expects the backward of every forward
+                    loss.backward()
+                    opt.zero_grad(set_to_none=True)
+                skipped += 1
+                continue
+            raise _non_finite(f"non-finite loss ({loss.item()})", epoch, step, checkpoint,
+                              "Lower train.lr, check the data for NaN features, or pass --on-nan skip "
+                              "to skip such batches.")
+        loss.backward()
+        # DDP has averaged the gradients: the norm is the same on every rank
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), t_cfg.clip if t_cfg.clip > 0 else float("inf"))
+        if not torch.isfinite(gnorm):
+            if run.on_nan == "skip":
+                opt.zero_grad(set_to_none=True)
+                skipped += 1
+                continue
+            raise _non_finite("non-finite gradient norm", epoch, step, checkpoint,
+                              "Lower train.lr or pass --on-nan skip.")
+        opt.step()
+        total += loss.item() * batch.num_graphs
+        count += batch.num_graphs
+        gnorm_sum += float(gnorm)
+        bar.set_postfix(loss=f"{total / max(count, 1):.4f}")
+    return {"loss_sum": total, "graphs": count, "grad_norm_sum": gnorm_sum, "steps": len(loader),
+            "skipped": skipped}
+
+
+def evaluate_epoch(run: Run, full: bool = True) -> tuple[float, float | None, list[float]]:
+    """Evaluation step: ``(val, test, gate means)`` computed on rank 0 and broadcast;
+    ``full=False`` evaluates the validation split only (``test`` None, no gate means)."""
+    val = test = None
+    gates: list[float] = []
+    if run.ctx.is_main:
+        bs, info, dev = run.cfg.train.eval_batch_size, run.info, run.device
+        val = evaluate_split(run.model, run.ds.val, info, run.mean, run.std, bs, device=dev)
+        if full:
+            test = evaluate_split(run.model, run.ds.test, info, run.mean, run.std, bs, device=dev)
+            gates = gate_means(run.model, run.ds.val, device=dev)
+    return run.ctx.broadcast((val, test, gates))
+
+
+def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd], None] | None = None,
+        checkpoint: Path | None = None, full_eval: bool = True) -> Run:
+    """Run the remaining epochs of ``run``: :func:`train_epoch`, the schedule step,
+    :func:`evaluate_epoch`, best-score tracking and one history row per epoch, then
+    ``on_epoch_end(run, EpochEnd)`` (on every rank) -- where :func:`train` writes its
+    checkpoints and logs, and analyses take their measurements."""
+    t_cfg, state = run.cfg.train, run.state
+    for epoch in range(state.epoch, t_cfg.epochs):
+        t_ep = time.time()
+        stats = train_epoch(run, epoch, progress, checkpoint)
+        state.skipped_batches += stats["skipped"]
+        total, count = run.ctx.all_reduce_sum([stats["loss_sum"], stats["graphs"]])
+        lr = run.optimizer.param_groups[0]["lr"]
+        run.scheduler.step()
+        val, test, gates = evaluate_epoch(run, full_eval)
+        improved = state.best_val is None or (math.isfinite(val) and is_better(run.info.metric, val, state.best_val))
+        if improved:
+            state.best_val, state.best_test, state.best_epoch = val, test, epoch
+        row = {
+            "epoch": epoch + 1, "train_loss": total / max(count, 1), "val": val, "test": test, "lr": lr,
+            "grad_norm": stats["grad_norm_sum"] / max(stats["steps"], 1), "seconds": time.time() - t_ep,
+            "gate_mean": gates,
+        }
+        run.history.append(row)
+        state.epoch = epoch + 1
+        rng_ranks = run.ctx.all_gather(_process_rng(run.device))
+        if on_epoch_end is not None:
+            on_epoch_end(run, EpochEnd(row, improved, int(count), stats["skipped"], rng_ranks))
+    return run
+
+
+def _prepare_data_ranked(cfg: Config, ctx: DistContext, progress: bool) -> GraphDataset:
+    """Rank 0 builds the caches first; the other ranks then read them."""
+    if not ctx.is_main:
+        ctx.barrier()
+    ds = prepare_data(cfg, progress)
+    if ctx.is_main:
+        ctx.barrier()
+    return ds
+
+
+class _RunFiles:
+    """Checkpoint step and logs of :func:`train` (rank 0): ``config.yaml``, ``log.csv``,
+    TensorBoard events, ``best.pt`` and ``last.pt`` after every epoch."""
+
+    def __init__(self, run: Run, out: Path, progress: bool) -> None:
+        cfg = run.cfg
         (out / "config.yaml").write_text(yaml.safe_dump(
             {**cfg.to_dict(), "_meta": {"siggate_version": siggate.__version__, "git_commit": git_commit()}},
             sort_keys=False))
-        writer = _EpochLog(out / "log.csv", history)
-        tb = TBLogger(out / "tb", purge_step=state.epoch + 1 if state.epoch else None)
-    t0 = time.time() - sum(h.get("seconds", 0.0) for h in history)
-    try:
-        for epoch in range(state.epoch, t_cfg.epochs):
-            net.train()
-            loader = epoch_loader(ds.train, t_cfg.batch_size, t_cfg.seed, epoch, ctx.rank, ctx.world_size)
-            t_ep = time.time()
-            total, count, gnorm_sum = 0.0, 0, 0.0
-            bar = tqdm(loader, desc=f"epoch {epoch + 1}/{t_cfg.epochs}", leave=False, disable=not progress)
-            for step, batch in enumerate(bar):
-                batch = batch.to(device)
-                optimizer.zero_grad(set_to_none=True)
-                pred = net(batch)
-                y = (batch.y.view(pred.shape) - mean) / std
-                loss = criterion(pred, y)
-                finite = bool(torch.isfinite(loss))
-                if ctx.distributed:
-                    finite = not ctx.any(not finite)  # every rank takes the same decision
-                if not finite:
-                    if t_cfg.on_nan == "skip":
-                        if ctx.distributed:  # DDP expects the backward of every forward
-                            loss.backward()
-                            optimizer.zero_grad(set_to_none=True)
-                        state.skipped_batches += 1
-                        continue
-                    raise NonFiniteLossError(
-                        f"non-finite loss ({loss.item()}) at epoch {epoch + 1}, step {step + 1}. "
-                        f"The last good checkpoint is kept at {last_path if last_path.exists() else '(none yet)'}. "
-                        f"Lower train.lr, check the data for NaN features, or pass --on-nan skip to skip such batches."
-                    )
-                loss.backward()
-                # DDP has averaged the gradients: the norm is the same on every rank
-                gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), t_cfg.clip if t_cfg.clip > 0 else float("inf"))
-                if not torch.isfinite(gnorm):
-                    if t_cfg.on_nan == "skip":
-                        optimizer.zero_grad(set_to_none=True)
-                        state.skipped_batches += 1
-                        continue
-                    raise NonFiniteLossError(
-                        f"non-finite gradient norm at epoch {epoch + 1}, step {step + 1}. The last good checkpoint "
-                        f"is kept at {last_path if last_path.exists() else '(none yet)'}. Lower train.lr or pass --on-nan skip."
-                    )
-                optimizer.step()
-                total += loss.item() * batch.num_graphs
-                count += batch.num_graphs
-                gnorm_sum += float(gnorm)
-                bar.set_postfix(loss=f"{total / max(count, 1):.4f}")
-            total, count = ctx.all_reduce_sum([total, count])
-            lr = optimizer.param_groups[0]["lr"]
-            scheduler.step()
-            val = test = None
-            gates: list[float] = []
-            if main:
-                val = evaluate_split(model, ds.val, info, mean, std, t_cfg.eval_batch_size, device=device)
-                test = evaluate_split(model, ds.test, info, mean, std, t_cfg.eval_batch_size, device=device)
-                gates = gate_means(model, ds.val, device=device)
-            val, test, gates = ctx.broadcast((val, test, gates))
-            improved = state.best_val is None or (math.isfinite(val) and is_better(info.metric, val, state.best_val))
-            if improved:
-                state.best_val, state.best_test, state.best_epoch = val, test, epoch
-            row = {
-                "epoch": epoch + 1, "train_loss": total / max(count, 1), "val": val, "test": test, "lr": lr,
-                "grad_norm": gnorm_sum / max(len(loader), 1), "seconds": time.time() - t_ep,
-                "gate_mean": gates,
-            }
-            history.append(row)
-            state.epoch = epoch + 1
-            rng_ranks = ctx.all_gather(_process_rng(device))
-            if not main:
-                continue
-            writer.write(row)
-            ckpt = _checkpoint(model, optimizer, scheduler, cfg, info, mean, std, state, history, params, rng_ranks)
-            if improved:
-                atomic_save(ckpt, best_path)
-            atomic_save(ckpt, last_path)
-            tb.log_epoch(row, info.metric)
-            msg = (f"epoch {epoch + 1:4d}/{t_cfg.epochs}  loss {row['train_loss']:.4f}  "
-                   f"val {info.metric} {val:.4f}  test {info.metric} {test:.4f}  lr {lr:.2e}  "
-                   f"{row['seconds']:.1f}s{'  *' if improved else ''}")
-            tqdm.write(msg) if progress else log.info(msg)
-    finally:
-        if tb is not None:
-            tb.close()
-    metrics = {
-        "dataset": info.name,
-        "metric": info.metric,
-        "higher_is_better": info.higher_is_better,
+        self.out, self.progress = out, progress
+        self.writer = _EpochLog(out / "log.csv", run.history)
+        self.tb = TBLogger(out / "tb", purge_step=run.state.epoch + 1 if run.state.epoch else None)
+
+    def __call__(self, run: Run, end: EpochEnd) -> None:
+        """Write the epoch: log row, checkpoints, TensorBoard, one line on the console."""
+        row, info = end.row, run.info
+        self.writer.write(row)
+        ckpt = _checkpoint(run.model, run.optimizer, run.scheduler, run.cfg, info, run.mean, run.std, run.state,
+                           run.history, run.params, end.rng_ranks)
+        if end.improved:
+            atomic_save(ckpt, self.out / "best.pt")
+        atomic_save(ckpt, self.out / "last.pt")
+        self.tb.log_epoch(row, info.metric)
+        msg = (f"epoch {row['epoch']:4d}/{run.cfg.train.epochs}  loss {row['train_loss']:.4f}  "
+               f"val {info.metric} {row['val']:.4f}  test {info.metric} {row['test']:.4f}  lr {row['lr']:.2e}  "
+               f"{row['seconds']:.1f}s{'  *' if end.improved else ''}")
+        tqdm.write(msg) if self.progress else log.info(msg)
+
+    def close(self) -> None:
+        """Flush and close the TensorBoard writer."""
+        self.tb.close()
+
+
+def _final_metrics(run: Run, seconds: float) -> dict:
+    """``metrics.json``: best epoch and scores, sizes, timing and the whole history."""
+    cfg, state = run.cfg, run.state
+    return {
+        "dataset": run.info.name,
+        "metric": run.info.metric,
+        "higher_is_better": run.info.higher_is_better,
         "best_epoch": state.best_epoch + 1,
         "val": state.best_val,
         "test": state.best_test,
-        "params": params,
-        "gate_params": model.gate_parameter_count(),
-        "seconds": time.time() - t0,
-        "epochs": t_cfg.epochs,
-        "seed": t_cfg.seed,
+        "params": run.params,
+        "gate_params": run.model.gate_parameter_count(),
+        "seconds": seconds,
+        "epochs": cfg.train.epochs,
+        "seed": cfg.train.seed,
         "gate": cfg.model.gate,
         "skipped_batches": state.skipped_batches,
-        "world_size": ctx.world_size,
-        "splits": ds.sizes(),
-        "history": history,
+        "world_size": run.ctx.world_size,
+        "splits": run.ds.sizes(),
+        "history": run.history,
     }
-    if main:
+
+
+def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool = True,
+          dataset: GraphDataset | None = None, dist: DistContext | None = None) -> dict:
+    """Train ``cfg`` and write ``metrics.json``, ``best.pt``, ``last.pt``, ``config.yaml``,
+    ``log.csv`` and TensorBoard events (``tb/``) under ``out_dir``. Returns the metrics dict.
+
+    The steps: :func:`setup_run`, :func:`resume_run` (with ``resume``), then :func:`fit`
+    with the checkpoint step as its epoch hook. ``dist`` is the process's place in a
+    ``torchrun`` job (see :func:`siggate.train.distributed.init_distributed`); by default a
+    single process on CPU.
+    """
+    ctx = dist or DistContext()
+    out = Path(out_dir)
+    t_cfg = cfg.train
+    if t_cfg.batch_size % ctx.world_size:
+        raise ConfigError(f"train.batch_size: {t_cfg.batch_size} is the global batch and must be a multiple "
+                          f"of the world size {ctx.world_size} (each rank takes batch_size / world_size)")
+    if ctx.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+    if t_cfg.threads:
+        torch.set_num_threads(t_cfg.threads)
+    ds = dataset if dataset is not None else _prepare_data_ranked(cfg, ctx, progress)
+    run = setup_run(cfg, ds, ctx)
+    last_path = out / "last.pt"
+    if resume:
+        resume_run(run, last_path)
+    files = _RunFiles(run, out, progress) if ctx.is_main else None
+    t0 = time.time() - sum(h.get("seconds", 0.0) for h in run.history)
+    try:
+        fit(run, progress, on_epoch_end=files, checkpoint=last_path)
+    finally:
+        if files is not None:
+            files.close()
+    metrics = _final_metrics(run, time.time() - t0)
+    if ctx.is_main:
         # atomic: ``siggate compare`` skips runs whose metrics.json exists
         atomic_write_bytes(out / "metrics.json", json.dumps(metrics, indent=2).encode())
     return metrics

@@ -42,6 +42,8 @@ from typing import Callable, Dict
 import numpy as np
 from sklearn.metrics import average_precision_score, roc_auc_score
 
+from ..options import HIGHER_IS_BETTER  # direction of each metric: True when larger is better
+
 __all__ = [
     "MetricUndefinedError",
     "mae",
@@ -157,8 +159,6 @@ METRIC_FNS: Dict[str, Callable[..., float]] = {
     "ap": average_precision,
 }
 
-#: Direction of each metric: ``True`` when larger values are better.
-HIGHER_IS_BETTER: Dict[str, bool] = {"mae": False, "rocauc": True, "ap": True}
 
 
 def _check_name(name: str) -> str:

@@ -39,15 +39,12 @@ column, a wrong delimiter, an empty, binary, UTF-16 or truncated file raises
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import difflib
 import gzip
 import io
-import os
 import re
 import sys
-import tempfile
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -55,7 +52,8 @@ from pathlib import Path
 import torch
 from torch_geometric.data import Batch
 
-from ..data.chem import InvalidSmiles, mol_to_graph, parse_smiles
+from ..data.chem import InvalidSmiles, mol_to_graph, parse_smiles, quiet_rdkit
+from ..files import AtomicFile
 
 DEFAULT_MAX_ATOMS = 1000
 
@@ -71,16 +69,6 @@ _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 class InputError(ValueError):
     """An input file that cannot be read as SMILES rows."""
-
-
-def _rdkit_quiet():
-    """Silence RDKit's warning log (reasons still reach :class:`InvalidSmiles`)."""
-    try:
-        from rdkit import rdBase
-
-        return rdBase.BlockLogs()
-    except Exception:  # pragma: no cover - very old RDKit
-        return contextlib.nullcontext()
 
 
 class Predictor:
@@ -155,7 +143,7 @@ class Predictor:
             raise InvalidSmiles(
                 f"contains a non-ASCII character ({wide.group()!r}) at position {wide.start() + 1}; SMILES are plain ASCII"
             )
-        with _rdkit_quiet():
+        with quiet_rdkit():
             if len(s) > self.max_atoms:  # cheap count before sanitizing a possibly huge molecule
                 from rdkit import Chem
 
@@ -216,7 +204,7 @@ class Predictor:
         smiles = list(smiles)
         rows, ok, graphs = [], [], []
         empty = {c: "" for c in self.columns}
-        with _rdkit_quiet():
+        with quiet_rdkit():
             for i, s in enumerate(smiles):
                 row = {"smiles": s, **empty, "error": ""}
                 try:
@@ -435,14 +423,13 @@ def predict_to_csv(predictor: Predictor, chunks: Iterable[list[str]], output: st
     is done, so a run that stops (a corrupt input, Ctrl-C) never leaves a partial file that
     looks complete. Input bytes that were not UTF-8 are written back escaped (``\\xff``).
     """
-    tmp = None
+    sink = None
     if output:
-        output = Path(output)
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent if str(output.parent) else ".")
+            sink = AtomicFile(output, make_parents=False)
         except OSError as exc:
             raise InputError(f"cannot write output {output}: {exc.strerror or exc}") from None
-        out_fh = io.TextIOWrapper(os.fdopen(fd, "wb"), encoding="utf-8", errors="backslashreplace", newline="")
+        out_fh = io.TextIOWrapper(open(sink.tmp, "wb"), encoding="utf-8", errors="backslashreplace", newline="")
     else:
         out_fh = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", errors="backslashreplace", newline="",
                                   write_through=True)
@@ -459,16 +446,14 @@ def predict_to_csv(predictor: Predictor, chunks: Iterable[list[str]], output: st
             out_fh.flush()
             n += len(rows)
             bad += sum(1 for r in rows if r["error"])
-        if tmp is not None:
+        if sink is not None:
             out_fh.close()
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, output)
-            tmp = None
+            sink.commit()
+            sink = None
     finally:
-        if tmp is not None:
+        if sink is not None:
             out_fh.close()
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            sink.discard()
         elif not output:
             out_fh.detach()
     return n, bad
@@ -477,9 +462,3 @@ def predict_to_csv(predictor: Predictor, chunks: Iterable[list[str]], output: st
 def _escape_bytes(s: str) -> str:
     """Undecodable input bytes (surrogate escapes) as ``\\xff`` text."""
     return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -51,6 +51,51 @@ def _f(x) -> float:
     return float(x)
 
 
+def _common_finite_seeds(a: Mapping[Hashable, Number], b: Mapping[Hashable, Number], notes: List[str]) -> list:
+    """Seeds present in both with finite scores (sorted when sortable); notes what was dropped."""
+    common = set(a.keys()) & set(b.keys())
+    only = (set(a.keys()) | set(b.keys())) - common
+    if only:
+        notes.append(f"{len(only)} seed(s) present in only one variant were ignored")
+    try:
+        seeds = sorted(common)
+    except TypeError:
+        seeds = list(common)
+    finite = [s for s in seeds if math.isfinite(float(a[s])) and math.isfinite(float(b[s]))]
+    if len(finite) < len(seeds):
+        notes.append(f"{len(seeds) - len(finite)} seed(s) with non-finite scores were dropped")
+    return finite
+
+
+def _paired_tests(va: np.ndarray, vb: np.ndarray, res: Dict[str, object], notes: List[str]) -> None:
+    """Fill ``p_paired_t``, ``p_wilcoxon`` and ``p_welch`` of ``res`` (``n >= 2`` pairs),
+    noting each test that is undefined for these samples."""
+    diff = vb - va
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        # Paired t-test.
+        if np.all(diff == diff[0]):
+            notes.append("all differences are identical (zero variance): paired t-test undefined (nan)")
+        else:
+            res["p_paired_t"] = _f(_st.ttest_rel(vb, va).pvalue)
+
+        # Wilcoxon signed-rank.
+        nz = int(np.count_nonzero(diff))
+        if nz == 0:
+            notes.append("all differences are zero: Wilcoxon test undefined (nan)")
+        elif nz < 2:
+            notes.append("fewer than 2 non-zero differences: Wilcoxon test undefined (nan)")
+        else:
+            res["p_wilcoxon"] = _f(_st.wilcoxon(vb, va).pvalue)
+
+        # Welch's unequal-variance t-test.
+        if np.all(va == va[0]) and np.all(vb == vb[0]):
+            notes.append("both samples have zero variance: Welch t-test undefined (nan)")
+        else:
+            res["p_welch"] = _f(_st.ttest_ind(vb, va, equal_var=False).pvalue)
+
+
+# About 85 lines, 40 of them the docstring that defines every returned key.
 def compare_paired(
     a: Mapping[Hashable, Number],
     b: Mapping[Hashable, Number],
@@ -90,19 +135,7 @@ def compare_paired(
     all coincide (zero variance) yields ``nan`` with a note.
     """
     notes: List[str] = []
-    common = set(a.keys()) & set(b.keys())
-    only = (set(a.keys()) | set(b.keys())) - common
-    if only:
-        notes.append(f"{len(only)} seed(s) present in only one variant were ignored")
-    try:
-        seeds = sorted(common)
-    except TypeError:
-        seeds = list(common)
-    finite = [s for s in seeds if math.isfinite(float(a[s])) and math.isfinite(float(b[s]))]
-    if len(finite) < len(seeds):
-        notes.append(f"{len(seeds) - len(finite)} seed(s) with non-finite scores were dropped")
-    seeds = finite
-
+    seeds = _common_finite_seeds(a, b, notes)
     va = np.array([float(a[s]) for s in seeds], dtype=np.float64)
     vb = np.array([float(b[s]) for s in seeds], dtype=np.float64)
     diff = vb - va
@@ -146,28 +179,7 @@ def compare_paired(
         notes.append("n_pairs < 2: paired t, Wilcoxon and Welch tests are undefined (nan)")
         return res
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        # Paired t-test.
-        if np.all(diff == diff[0]):
-            notes.append("all differences are identical (zero variance): paired t-test undefined (nan)")
-        else:
-            res["p_paired_t"] = _f(_st.ttest_rel(vb, va).pvalue)
-
-        # Wilcoxon signed-rank.
-        nz = int(np.count_nonzero(diff))
-        if nz == 0:
-            notes.append("all differences are zero: Wilcoxon test undefined (nan)")
-        elif nz < 2:
-            notes.append("fewer than 2 non-zero differences: Wilcoxon test undefined (nan)")
-        else:
-            res["p_wilcoxon"] = _f(_st.wilcoxon(vb, va).pvalue)
-
-        # Welch's unequal-variance t-test.
-        if np.all(va == va[0]) and np.all(vb == vb[0]):
-            notes.append("both samples have zero variance: Welch t-test undefined (nan)")
-        else:
-            res["p_welch"] = _f(_st.ttest_ind(vb, va, equal_var=False).pvalue)
+    _paired_tests(va, vb, res, notes)
     return res
 
 

@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from .train.loop import loss_fn
+from .timer import interleaved_round, rotated, timed
 
 VARIANTS = ("none", "headwise", "elementwise", "pyg")
 GATES = ("none", "headwise", "elementwise")
@@ -117,8 +117,8 @@ class PyGReference(nn.Module):
         super().__init__()
         from torch_geometric.nn import GINEConv, GPSConv
 
-        from .nn.encoders import NodeEncoder, make_edge_encoder
-        from .nn.model import POOLING
+        from ..nn.encoders import NodeEncoder, make_edge_encoder
+        from ..nn.model import POOLING
 
         self.pool = POOLING[pooling]
         self.node_encoder = NodeEncoder(node_features, dim, num_node_types, pe, pe_steps, pe_dim)
@@ -145,7 +145,7 @@ class PyGReference(nn.Module):
 
 def model_kwargs(cfg_name: str, info, overrides: dict | None = None) -> dict:
     """Model hyper-parameters of a protocol config, with the dataset's feature layout."""
-    from .config import load_config
+    from ..config import load_config
 
     m = load_config(cfg_name).model.to_dict()
     keys = ("dim", "layers", "heads", "local", "dropout", "attn_dropout", "pe", "pe_steps", "pe_dim", "pooling",
@@ -162,7 +162,7 @@ def model_kwargs(cfg_name: str, info, overrides: dict | None = None) -> dict:
 
 def build_model(variant: str, kw: dict, seed: int = 0) -> nn.Module:
     """``variant`` in :data:`VARIANTS`; ``kw`` from :func:`model_kwargs`."""
-    from .nn import SigGateGT
+    from ..nn import SigGateGT
 
     torch.manual_seed(seed)
     if variant == "pyg":
@@ -215,7 +215,7 @@ def synthetic_molecule(n: int, seed: int, node_features: str = "ogb", num_node_t
 
 
 def _synthetic_info(kind: str):
-    from .data.base import TaskInfo
+    from ..data.base import TaskInfo
 
     if kind == "peptides":
         return TaskInfo(name="synthetic-peptides", task="multilabel", num_tasks=10, metric="ap")
@@ -228,8 +228,8 @@ def _nci5k_fallback(n_graphs: int, seed: int):
 
     from rdkit import RDConfig
 
-    from .data.base import TaskInfo
-    from .data.chem import InvalidSmiles, smiles_to_graph
+    from ..data.base import TaskInfo
+    from ..data.chem import InvalidSmiles, smiles_to_graph
 
     path = Path(RDConfig.RDDataDir) / "NCI" / "first_5K.smi"
     lines = [ln.split()[0] for ln in path.read_text().splitlines() if ln.strip()]
@@ -257,8 +257,6 @@ def load_graphs(config: str, dataset: str, n_graphs: int, seed: int, data_root=N
     """
     import random
 
-    from .data.pe import add_pe
-
     def sample(graphs):
         rng = random.Random(seed)
         return [graphs[i].clone() for i in rng.sample(range(len(graphs)), min(n_graphs, len(graphs)))]
@@ -270,7 +268,7 @@ def load_graphs(config: str, dataset: str, n_graphs: int, seed: int, data_root=N
                   for i in range(n_graphs)]
         info, source = _synthetic_info(config), "synthetic molecule-like chains"
     else:
-        from .data.registry import get_dataset
+        from ..data.catalog import get_dataset
 
         if config == "peptides":
             ds = get_dataset("peptides-func", root=data_root, cache_dir=cache_dir)
@@ -430,97 +428,84 @@ def _r(x: dict, nd: int = 4) -> dict:
 # ----------------------------------------------------------------------------- throughput
 
 
-def bench_config(config: str, args, device: torch.device) -> dict:
-    """Interleaved timing and memory of every variant on one config; returns a dict."""
-    cfg_name = CONFIGS[config]
-    from .config import load_config
+class _Setup:
+    """What one config's benchmark runs on: batches, models, optimizers and the loss."""
 
-    cfg = load_config(cfg_name)
-    batch_size = args.batch_size or cfg.train.batch_size
-    overrides = {k: v for k, v in (("layers", args.layers), ("dim", args.dim)) if v}
-    n_graphs = max(batch_size * args.batches, 256) if args.dataset != "synthetic" else batch_size * args.batches
-    graphs, info, source = load_graphs(config, args.dataset, n_graphs, args.seed, args.data_root, args.cache_dir)
-    kw = model_kwargs(cfg_name, info, overrides)
-    from .data.pe import add_pe
+    def __init__(self, config: str, args, device: torch.device) -> None:
+        from ..config import load_config
+        from ..data.pe import add_pe
+        from ..train.loop import loss_fn
 
-    if kw["pe"] == "rwse":
-        add_pe(graphs, rwse_steps=kw["pe_steps"])
-    elif kw["pe"] == "lappe":
-        add_pe(graphs, lap_dim=kw["pe_steps"])
-    batches = [b.to(device) for b in make_batches(graphs, batch_size, args.batches, args.seed)]
-    crit = loss_fn(cfg.train.loss, info.task)  # the training loop's loss (labels masked where missing)
-    variants = list(args.variants)
-    models = {v: build_model(v, kw, args.seed).to(device) for v in variants}
-    opts = {v: make_optimizer(models[v], args.optimizer, cfg.train.lr, cfg.train.weight_decay) for v in variants}
-    params = {v: count_params(m) for v, m in models.items()}
-    bf16 = args.bf16
+        self.cfg_name = CONFIGS[config]
+        cfg = load_config(self.cfg_name)
+        batch_size = args.batch_size or cfg.train.batch_size
+        overrides = {k: v for k, v in (("layers", args.layers), ("dim", args.dim)) if v}
+        n_graphs = max(batch_size * args.batches, 256) if args.dataset != "synthetic" else batch_size * args.batches
+        graphs, info, self.source = load_graphs(config, args.dataset, n_graphs, args.seed, args.data_root,
+                                                args.cache_dir)
+        self.kw = kw = model_kwargs(self.cfg_name, info, overrides)
+        if kw["pe"] == "rwse":
+            add_pe(graphs, rwse_steps=kw["pe_steps"])
+        elif kw["pe"] == "lappe":
+            add_pe(graphs, lap_dim=kw["pe_steps"])
+        self.batches = [b.to(device) for b in make_batches(graphs, batch_size, args.batches, args.seed)]
+        self.crit = loss_fn(cfg.train.loss, info.task)  # the training loop's loss (labels masked where missing)
+        self.variants = list(args.variants)
+        self.models = {v: build_model(v, kw, args.seed).to(device) for v in self.variants}
+        self.opts = {v: make_optimizer(self.models[v], args.optimizer, cfg.train.lr, cfg.train.weight_decay)
+                     for v in self.variants}
+        self.params = {v: count_params(m) for v, m in self.models.items()}
+        self.device, self.bf16 = device, args.bf16
 
-    def step(kind, v, b):
-        m = models[v]
+    def step(self, kind: str, v: str, b) -> None:
+        """One training step (``kind="train"``) or inference pass of variant ``v`` on batch ``b``."""
+        m = self.models[v]
         if kind == "train":
             m.train()
-            train_step(m, opts[v], b, crit, device, bf16)
+            train_step(m, self.opts[v], b, self.crit, self.device, self.bf16)
         else:
             m.eval()
-            infer_step(m, b, device, bf16)
-        _sync(device)
+            infer_step(m, b, self.device, self.bf16)
+        _sync(self.device)
 
-    for v in variants:  # warm-up: allocator, lazy optimizer state, first-call paths
-        for _ in range(args.warmup):
-            for b in batches[: min(len(batches), 2)]:
-                step("train", v, b)
-                step("infer", v, b)
+    def memory(self) -> dict:
+        """Peak and resident memory of every variant on the largest batch."""
+        big = max(self.batches, key=lambda b: b.num_nodes)
+        mem = {}
+        for v in self.variants:
+            m, opt = self.models[v], self.opts[v]
+            mem[v] = {
+                "train_peak_bytes": peak_train_memory(m, opt, big, self.crit, self.device, self.bf16),
+                "infer_peak_bytes": peak_infer_memory(m, big, self.device, self.bf16),
+                "resident_bytes": resident_bytes(m, opt),
+                "batch_nodes": int(big.num_nodes),
+            }
+        return mem
 
-    # Interleaved at the step level: for every batch each variant runs once, the order
-    # rotating, so drift of a shared machine hits all variants alike; a round is one
-    # pass over the batches, and gives one throughput per variant (wall clock and CPU).
-    n_g = sum(b.num_graphs for b in batches)
-    wall = {(k, v): [0.0] * args.repeats for k in ("train", "infer") for v in variants}
-    cpu = {(k, v): [0.0] * args.repeats for k in ("train", "infer") for v in variants}
-    t_start, i = time.time(), 0
-    for r in range(args.repeats):
+
+def _time_interleaved(setup: _Setup, repeats: int) -> tuple[dict, dict]:
+    """Interleaved at the step level: for every batch each variant runs once, the order
+    rotating (:func:`siggate.perf.timer.interleaved_round`); a round is one pass over the
+    batches, training then inference, and gives one total time per variant and kind.
+    Returns ``(wall, cpu)``, each ``{(kind, variant): [seconds per round]}``."""
+    wall = {(k, v): [0.0] * repeats for k in ("train", "infer") for v in setup.variants}
+    cpu = {(k, v): [0.0] * repeats for k in ("train", "infer") for v in setup.variants}
+    i = 0
+    for r in range(repeats):
         for kind in ("train", "infer"):
-            for b in batches:
-                i += 1
-                order = variants[i % len(variants):] + variants[: i % len(variants)]
-                for v in order:
-                    c0, t0 = time.process_time(), time.perf_counter()
-                    step(kind, v, b)
-                    wall[kind, v][r] += time.perf_counter() - t0
-                    cpu[kind, v][r] += time.process_time() - c0
-    timed = time.time() - t_start
-    times = wall
+            per_job = interleaved_round(setup.variants, setup.batches, lambda v, b: setup.step(kind, v, b), first=i + 1)
+            i += len(setup.batches)
+            for times in per_job:
+                for v, (w, c) in times.items():
+                    wall[kind, v][r] += w
+                    cpu[kind, v][r] += c
+    return wall, cpu
 
-    big = max(batches, key=lambda b: b.num_nodes)
-    mem = {}
-    for v in variants:
-        mem[v] = {
-            "train_peak_bytes": peak_train_memory(models[v], opts[v], big, crit, device, bf16),
-            "infer_peak_bytes": peak_infer_memory(models[v], big, device, bf16),
-            "resident_bytes": resident_bytes(models[v], opts[v]),
-            "batch_nodes": int(big.num_nodes),
-        }
 
-    res = {
-        "config": cfg_name,
-        "data": source,
-        "batches": batch_stats(batches),
-        "model": {k: kw[k] for k in ("dim", "layers", "heads", "local", "attn_dropout", "dropout", "pe", "pe_steps",
-                                     "pe_dim", "pooling", "head_layers", "node_features")},
-        "reference_local": "gine",
-        "optimizer": f"AdamW ({args.optimizer})",
-        "loss": crit.__name__,
-        "repeats": args.repeats,
-        "batches_per_round": len(batches),
-        "warmup": args.warmup,
-        "timed_seconds": round(timed, 1),
-        "clock": "wall (perf_counter); cpu_* entries use process_time",
-        "params": params,
-        "graphs_per_s": {},
-        "memory": mem,
-    }
+def _ratios(res: dict, variants: list, wall: dict, cpu: dict, n_g: int) -> None:
+    """Add throughputs, paired speed ratios and gate overheads (wall and CPU clocks) to ``res``."""
     for kind in ("train", "infer"):
-        res["graphs_per_s"][kind] = {v: _r(summarize([n_g / t for t in times[kind, v]]), 2) for v in variants}
+        res["graphs_per_s"][kind] = {v: _r(summarize([n_g / t for t in wall[kind, v]]), 2) for v in variants}
     for name, clock in (("ratios", wall), ("cpu_ratios", cpu)):
         res[name] = {}
         for base in ("pyg", "none"):
@@ -537,10 +522,44 @@ def bench_config(config: str, args, device: torch.device) -> dict:
     if "none" in variants:
         for v in ("headwise", "elementwise"):
             if v in variants:
-                over = [tv / tn - 1 for tv, tn in zip(times["train", v], times["train", "none"])]
+                over = [tv / tn - 1 for tv, tn in zip(wall["train", v], wall["train", "none"])]
                 res[f"overhead_{v}"] = _r(summarize(over))
                 over = [tv / tn - 1 for tv, tn in zip(cpu["train", v], cpu["train", "none"])]
                 res[f"cpu_overhead_{v}"] = _r(summarize(over))
+
+
+def bench_config(config: str, args, device: torch.device) -> dict:
+    """Interleaved timing and memory of every variant on one config; returns a dict."""
+    setup = _Setup(config, args, device)
+    variants, kw, params = setup.variants, setup.kw, setup.params
+    for v in variants:  # warm-up: allocator, lazy optimizer state, first-call paths
+        for _ in range(args.warmup):
+            for b in setup.batches[: min(len(setup.batches), 2)]:
+                setup.step("train", v, b)
+                setup.step("infer", v, b)
+    t_start = time.time()
+    wall, cpu = _time_interleaved(setup, args.repeats)
+    timed_s = time.time() - t_start
+    mem = setup.memory()
+    res = {
+        "config": setup.cfg_name,
+        "data": setup.source,
+        "batches": batch_stats(setup.batches),
+        "model": {k: kw[k] for k in ("dim", "layers", "heads", "local", "attn_dropout", "dropout", "pe", "pe_steps",
+                                     "pe_dim", "pooling", "head_layers", "node_features")},
+        "reference_local": "gine",
+        "optimizer": f"AdamW ({args.optimizer})",
+        "loss": setup.crit.__name__,
+        "repeats": args.repeats,
+        "batches_per_round": len(setup.batches),
+        "warmup": args.warmup,
+        "timed_seconds": round(timed_s, 1),
+        "clock": "wall (perf_counter); cpu_* entries use process_time",
+        "params": params,
+        "graphs_per_s": {},
+        "memory": mem,
+    }
+    _ratios(res, variants, wall, cpu, sum(b.num_graphs for b in setup.batches))
     if "pyg" in variants and "none" in variants:
         res["peak_mem_ratio_vs_pyg"] = round(mem["none"]["train_peak_bytes"] / max(1, mem["pyg"]["train_peak_bytes"]), 4)
         res["param_rel_diff_none_vs_pyg"] = round(
@@ -597,9 +616,10 @@ def run_scaling(args, device: torch.device) -> dict:
     """Batch of one graph of each size: seconds per training step / inference, peak memory."""
     from torch_geometric.data import Batch
 
-    from .config import load_config
-    from .data.base import TaskInfo
-    from .data.pe import add_pe
+    from ..config import load_config
+    from ..data.base import TaskInfo
+    from ..data.pe import add_pe
+    from ..train.loop import loss_fn
 
     cfg = load_config("zinc")
     info = TaskInfo(name="synthetic", task="regression", num_tasks=1, metric="mae")
@@ -622,18 +642,12 @@ def run_scaling(args, device: torch.device) -> dict:
         t_infer = {v: [] for v in variants}
         reps = max(1, args.repeats if n <= 500 else max(1, args.repeats // 3))
         for r in range(reps):
-            order = variants[r % len(variants):] + variants[: r % len(variants)]
-            for v in order:
+            for v in rotated(variants, r):
                 models[v].train()
-                t0 = time.perf_counter()
-                train_step(models[v], opts[v], batch, crit, device, args.bf16)
-                _sync(device)
-                t_train[v].append(time.perf_counter() - t0)
+                t_train[v].append(timed(lambda: (train_step(models[v], opts[v], batch, crit, device, args.bf16),
+                                                 _sync(device)))[0])
                 models[v].eval()
-                t0 = time.perf_counter()
-                infer_step(models[v], batch, device, args.bf16)
-                _sync(device)
-                t_infer[v].append(time.perf_counter() - t0)
+                t_infer[v].append(timed(lambda: (infer_step(models[v], batch, device, args.bf16), _sync(device)))[0])
         for v in variants:
             row = {
                 "nodes": n,

@@ -1,0 +1,66 @@
+"""Command-line options that select a config (``--config``, ``--set``, ``--seed``, ...),
+shared by ``siggate train`` and ``siggate compare``.
+
+A low module: it imports only :mod:`siggate.config`, so the commands of any package can
+build their parsers from it without importing :mod:`siggate.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .config import load_config
+
+__all__ = ["CLIError", "add_config_args", "config_from_args"]
+
+
+class CLIError(Exception):
+    """An error to print as one clean message (exit code 2)."""
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    """``--config``, ``--set``, ``--seed``, ``--epochs``, ``--data-root`` and the CSV options."""
+    p.add_argument("--config", default=None, help="built-in config name (nci5k, zinc, molhiv, ...) or a YAML path (default: nci5k)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set model.gate=none (repeatable)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (train.seed)")
+    p.add_argument("--epochs", type=int, default=None, help="number of epochs (train.epochs)")
+    p.add_argument("--budget", type=int, default=None, metavar="EPOCHS",
+                   help="short run of the same protocol: alias of --epochs, warmup scaled to fit")
+    p.add_argument("--data-root", default=None, help="benchmark data root (default: $SIGGATE_DATA or ../shared/data)")
+    p.add_argument("--cache-dir", default=None, help="writable cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
+    p.add_argument("--data", default=None, metavar="FILE.csv", help="train on your own CSV of SMILES")
+    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --data (default: smiles)")
+    p.add_argument("--target-col", default=None, help="target column(s) of --data, comma-separated")
+    p.add_argument("--task", default=None, choices=["regression", "binary", "multilabel"], help="task of --data")
+    p.add_argument("--split", default=None, help="split of --data: scaffold (default), scaffold_balanced, random or column:NAME")
+
+
+def config_from_args(args):
+    """Resolve the config from ``--config``/``--set`` and the shortcut flags; validated."""
+    overrides = list(args.overrides)
+    if args.seed is not None:
+        overrides.append(f"train.seed={args.seed}")
+    epochs = args.epochs if args.epochs is not None else args.budget
+    if args.data_root:
+        overrides.append(f"data.root={args.data_root}")
+    if args.cache_dir:
+        overrides.append(f"data.cache_dir={args.cache_dir}")
+    if args.data:
+        if not args.target_col:
+            raise CLIError("--data needs --target-col COL[,COL...] (and usually --task)")
+        overrides += ["data.name=csv", f"data.csv={args.data}", f"data.smiles_col={args.smiles_col}",
+                      f"data.target_cols={args.target_col}"]
+        overrides.append(f"data.task={args.task or 'regression'}")
+        if args.split:
+            overrides.append(f"data.split={args.split}")
+    cfg = load_config(args.config, overrides)
+    if epochs is not None:
+        if epochs < 1:
+            raise CLIError(f"--epochs/--budget must be >= 1, got {epochs}")
+        if args.budget is not None and args.epochs is None and cfg.train.epochs > 0:
+            # keep the protocol's warmup fraction in a short run
+            cfg.train.warmup_epochs = round(cfg.train.warmup_epochs * epochs / cfg.train.epochs)
+        cfg.train.epochs = epochs
+        cfg.validate()
+    return cfg

@@ -1,0 +1,318 @@
+"""Shared code of the downloadable benchmark loaders (:mod:`siggate.data.zinc`,
+:mod:`siggate.data.ogb_mol`, :mod:`siggate.data.peptides`): where their files are, how
+they are downloaded and checked, and how SMILES become cached, split graphs.
+
+Every loader is offline-first.  It looks for the official files under a data root
+(``root=``, default :func:`siggate.data.base.default_data_root`, i.e. ``$SIGGATE_DATA``)
+in the official folder layout, and never writes there (the root is read-only in
+CI).  Processed graphs are cached under ``cache_dir`` (default
+:func:`siggate.data.base.default_cache_dir`) with :func:`siggate.data.cache.cached`,
+keyed by fingerprints of the source files, so the slow SMILES featurization runs once.
+
+When the files are not under the root, a previous download under
+``<cache_dir>/downloads`` is used; failing that, the files are downloaded there
+(from the official URLs, through PyG/OGB helpers) if the network is reachable,
+and otherwise a :class:`FileNotFoundError` names every expected file and where it
+comes from.  ``download=False`` forbids downloading, ``download=True`` forces the
+attempt; the default ``None`` downloads only when the source host answers
+(``SIGGATE_OFFLINE=1`` turns this off).
+
+Common keyword arguments of every loader (``fn(root=None, cache_dir=None, **kw)``):
+
+* ``download``: see above;
+* ``progress`` (``True``): tqdm bars while building;
+* ``rwse_steps`` / ``lap_dim`` (``0``): add positional encodings with
+  :func:`siggate.data.pe.cached_pe` (cached as well);
+* ``allow_unsanitized`` (molecule loaders, ``True``): keep molecules that fail RDKit
+  sanitization by building them from a partially sanitized molecule, so the
+  official molecule set is kept whole (ogbg-molhiv has 7 such molecules).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import urllib.error
+import urllib.request
+import warnings
+import zlib
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+from tqdm.auto import tqdm
+
+from .base import DataError, GraphDataset, InvalidRow, TaskInfo, default_cache_dir, default_data_root
+
+__all__ = [
+    "BUILD_VERSION", "Layout", "md5", "network_ok", "download_url", "resolve_dirs", "fingerprints",
+    "cache_graphs", "check_kwargs", "featurize", "invalid_rows", "split_graphs", "check_split", "finish",
+    "mol_parts", "graphs_by_split", "read_csv", "read_index_csv",
+]
+
+#: Bump when the graphs a loader builds change, so older caches are not reused.
+BUILD_VERSION = 1
+
+def md5(path: Path) -> str:
+    """MD5 hex digest of the file ``path`` (read in 1 MiB blocks)."""
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def offline() -> bool:
+    """Whether ``SIGGATE_OFFLINE`` forbids network access (``1``, ``true`` or ``yes``)."""
+    return os.environ.get("SIGGATE_OFFLINE", "").strip().lower() in ("1", "true", "yes")
+
+
+def network_ok(url: str, timeout: float = 5.0) -> bool:
+    """Whether ``url``'s host answers (any HTTP status counts); honours proxy settings."""
+    if offline():
+        return False
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+        return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def download_url(url: str, folder: Path, filename: str) -> Path:
+    """Download ``url`` to ``folder/filename`` (PyG's ``download_url``); returns the path."""
+    from torch_geometric.data import download_url
+
+    folder.mkdir(parents=True, exist_ok=True)
+    return Path(download_url(url, str(folder), log=True, filename=filename))
+
+
+
+class Layout:
+    """A dataset's expected files, relative to a data root, and how to fetch them."""
+
+    def __init__(self, name: str, files: list[str], origin: str, url: str, fetch: Callable[[Path], None]):
+        self.name = name
+        self.files = files
+        self.origin = origin
+        self.url = url
+        self.fetch = fetch
+
+    def locate(self, root, cache_dir: Path, download: bool | None, extra_hint: str = "") -> Path:
+        """Return the base folder holding every file (the root or the download cache)."""
+        dl_root = cache_dir / "downloads"
+        bases = ([Path(root)] if root is not None else []) + [dl_root]
+        for base in bases:
+            if all((base / f).is_file() for f in self.files):
+                return base
+        want = download if download is not None else network_ok(self.url)
+        if want:
+            from filelock import FileLock
+
+            dl_root.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(dl_root / f".{self.name}.lock")):
+                if not all((dl_root / f).is_file() for f in self.files):
+                    self.fetch(dl_root)
+            missing = [str(dl_root / f) for f in self.files if not (dl_root / f).is_file()]
+            if missing:
+                raise FileNotFoundError(f"{self.name}: download finished but these files are missing: {missing}")
+            return dl_root
+        shown = Path(root) if root is not None else None
+        why = "downloads are disabled (download=False)" if download is False else (
+            "the download source is not reachable (no network, or SIGGATE_OFFLINE=1)"
+        )
+        lines = [f"{self.name}: required files not found, and {why}."]
+        if shown is not None:
+            lines.append(f"Expected under the data root {shown}:")
+            lines += [f"  {shown / f}" + ("" if (shown / f).is_file() else "   (missing)") for f in self.files]
+        else:
+            lines.append(
+                "No data root: pass root=... or set SIGGATE_DATA to a folder holding " + ", ".join(self.files) + "."
+            )
+        lines.append(f"(a download would go to {dl_root})")
+        lines.append(f"Source: {self.origin}")
+        if extra_hint:
+            lines.append(extra_hint)
+        raise FileNotFoundError("\n".join(lines))
+
+
+def resolve_dirs(root, cache_dir) -> tuple[Path | None, Path]:
+    """The data root (default :func:`default_data_root`, may be None) and the cache folder."""
+    if root is None:
+        root = default_data_root()
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return (Path(root) if root is not None else None), cache_dir
+
+
+def fingerprints(base: Path, files: list[str]) -> dict:
+    """``{relative path: fingerprint}`` of ``files`` under ``base`` (cache-key parts)."""
+    from .cache import fingerprint_file
+
+    return {f: fingerprint_file(base / f) for f in files}
+
+
+def cache_graphs(cache_dir: Path, name: str, parts: dict, build: Callable[[], list]) -> list[Data]:
+    """Graphs cached under ``<cache_dir>/datasets/<name>`` keyed by ``parts``, built by ``build()`` on a miss."""
+    from .cache import cached, load_graphs, save_graphs
+
+    return cached(cache_dir / "datasets", name, parts, build, save=save_graphs, load=load_graphs)
+
+
+def check_kwargs(loader: str, kw: dict) -> None:
+    """Warn about loader options nobody reads (a typo would otherwise pass silently)."""
+    if kw:
+        warnings.warn(f"{loader}: ignoring unknown options {sorted(kw)}", stacklevel=3)
+
+
+def featurize(
+    smiles: list[str], labels: np.ndarray, allow_unsanitized: bool, progress: bool, desc: str
+) -> tuple[list[Data], list[InvalidRow]]:
+    """SMILES -> OGB graphs with ``y [1, T]`` and ``idx``; failures become :class:`InvalidRow`."""
+    from .chem import InvalidSmiles, quiet_rdkit, smiles_to_graph
+
+    y_all = torch.as_tensor(np.asarray(labels, dtype=np.float32).reshape(len(smiles), -1))
+    graphs, invalid = [], []
+    with quiet_rdkit():
+        for i, smi in enumerate(tqdm(smiles, desc=desc, unit="mol", disable=not progress, mininterval=1.0)):
+            try:
+                g = smiles_to_graph(smi, allow_unsanitized=allow_unsanitized)
+            except InvalidSmiles as exc:
+                invalid.append(InvalidRow(index=i, smiles=str(smi), reason=str(exc)))
+                continue
+            g.y = y_all[i : i + 1].clone()
+            g.idx = i
+            graphs.append(g)
+    return graphs, invalid
+
+
+def invalid_rows(smiles: list[str], indices, allow_unsanitized: bool) -> list[InvalidRow]:
+    """Recompute the reasons for rows that produced no graph (cheap: only those rows)."""
+    from .chem import InvalidSmiles, quiet_rdkit, smiles_to_graph
+
+    out = []
+    with quiet_rdkit():
+        for i in sorted(indices):
+            if not 0 <= i < len(smiles):
+                raise ValueError(f"split index {i} is beyond the {len(smiles)} rows of the source file")
+            try:
+                smiles_to_graph(smiles[i], allow_unsanitized=allow_unsanitized)
+                reason = "no graph in the cache for this row"
+            except InvalidSmiles as exc:
+                reason = str(exc)
+            out.append(InvalidRow(index=int(i), smiles=str(smiles[i]), reason=reason))
+    return out
+
+
+def split_graphs(graphs: list[Data], split_idx: dict) -> tuple[dict, set]:
+    """Cut ``graphs`` (by their ``idx``) into the splits; also returns the split rows without a graph."""
+    by_idx = {int(g.idx): g for g in graphs}
+    splits, missing = {}, set()
+    for key, idx in split_idx.items():
+        splits[key] = [by_idx[int(i)] for i in idx if int(i) in by_idx]
+        missing.update(int(i) for i in idx if int(i) not in by_idx)
+    return splits, missing
+
+
+def check_split(split_idx: dict, name: str) -> None:
+    """Splits must hold non-negative, distinct, pairwise disjoint row indices."""
+    seen = set()
+    for key, idx in split_idx.items():
+        idx = np.asarray(idx)
+        if idx.size and idx.min() < 0:
+            raise ValueError(f"{name}: split {key!r} has negative indices")
+        s = set(idx.tolist())
+        if len(s) != idx.size or seen & s:
+            raise ValueError(f"{name}: split {key!r} has repeated or overlapping indices")
+        seen |= s
+
+
+def finish(
+    name: str,
+    info: TaskInfo,
+    splits: dict,
+    invalid: list,
+    source: str,
+    parts: dict,
+    cache_dir: Path,
+    rwse_steps: int,
+    lap_dim: int,
+    progress: bool,
+) -> GraphDataset:
+    """The :class:`GraphDataset` of ``splits``, with positional encodings added (and cached)
+    when ``rwse_steps`` or ``lap_dim`` is positive."""
+    ds = GraphDataset(info=info, splits=splits, invalid=invalid, source=source)
+    if rwse_steps > 0 or lap_dim > 0:
+        from .cache import cache_key
+        from .pe import cached_pe
+
+        everything = [g for key in ("train", "val", "test") for g in splits[key]]
+        cached_pe(
+            everything,
+            f"{name}-{cache_key(parts)}",
+            cache_dir,
+            rwse_steps=rwse_steps,
+            lap_dim=lap_dim,
+            progress=progress,
+        )
+    return ds
+
+
+def mol_parts(name: str, allow_unsanitized: bool, base: Path, files: list[str]) -> dict:
+    """Cache-key parts of a loader that builds graphs from SMILES in ``files`` (under ``base``)."""
+    return {
+        "loader": name,
+        "version": BUILD_VERSION,
+        "allow_unsanitized": bool(allow_unsanitized),
+        "files": fingerprints(base, files),
+    }
+
+
+def graphs_by_split(
+    name: str,
+    csv_path: Path,
+    parts: dict,
+    cache_dir: Path,
+    build: Callable[[object], list[Data]],
+    split_idx_of: Callable[[], dict],
+    allow_unsanitized: bool,
+) -> tuple[dict, list[InvalidRow]]:
+    """Graphs of the SMILES CSV ``csv_path``, built by ``build(dataframe)`` and cached under
+    ``parts``, cut by the split ``split_idx_of()`` (checked); rows of the split without a
+    graph become :class:`InvalidRow`.  The CSV is read at most once, and only when needed."""
+    frame: dict = {}
+
+    def read():
+        if "df" not in frame:
+            frame["df"] = read_csv(csv_path)
+        return frame["df"]
+
+    graphs = cache_graphs(cache_dir, name, parts, lambda: build(read()))
+    split_idx = split_idx_of()
+    check_split(split_idx, name)
+    splits, missing = split_graphs(graphs, split_idx)
+    invalid = invalid_rows(read()["smiles"].astype(str).tolist(), missing, allow_unsanitized) if missing else []
+    return splits, invalid
+
+
+def read_csv(path, *args, **kwargs):
+    """``pandas.read_csv`` that reports a damaged file by name instead of a bare
+    ``EOFError``/``zlib.error`` (a cut download, a flipped bit)."""
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path, *args, **kwargs)
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise DataError(
+            f"{path}: the file is truncated or corrupt ({type(exc).__name__}: {exc}). "
+            "Restore it from the official release (or delete it so it is downloaded again)."
+        ) from None
+
+
+def read_index_csv(path: Path) -> np.ndarray:
+    """The first column of a header-less CSV of row indices (the OGB split files), as int64."""
+
+    return read_csv(path, header=None).iloc[:, 0].to_numpy(dtype=np.int64)
+

@@ -1,0 +1,39 @@
+"""Names of the choices a config can take, importable without torch_geometric or RDKit.
+
+:mod:`siggate.config` validates against these tuples, and the modules that implement
+the choices (:mod:`siggate.nn.attention`, :mod:`siggate.nn.layer`, :mod:`siggate.data.chem`,
+:mod:`siggate.train.metrics`) import them from here, so the two never drift apart.
+This module imports nothing from ``siggate``: every package may use it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "GATE_KINDS",
+    "GATE_POSITIONS",
+    "LOCAL_MODEL_NAMES",
+    "SPLITS",
+    "HIGHER_IS_BETTER",
+    "parse_gate_spec",
+]
+
+#: ``model.gate``: no gate, one gate per head, one gate per channel.
+GATE_KINDS = ("none", "headwise", "elementwise")
+#: ``model.gate_position``: where the gate multiplies (attention output, values, after the projection).
+GATE_POSITIONS = ("output", "value", "post")
+#: ``model.local``: the message-passing branches of :data:`siggate.nn.layer.LOCAL_MODELS` (or ``"none"``).
+LOCAL_MODEL_NAMES = ("gine", "gatedgcn")
+#: ``data.split`` of the datasets built from SMILES (see :func:`siggate.data.chem.split_indices`).
+SPLITS = ("scaffold", "scaffold_balanced", "random")
+#: metric name -> whether a higher value is better.
+HIGHER_IS_BETTER = {"mae": False, "rocauc": True, "ap": True}
+
+
+def parse_gate_spec(text: str) -> tuple[str, str | None]:
+    """``"elementwise@value"`` -> ``("elementwise", "value")``; ``"none"`` -> ``("none", None)``.
+
+    Only splits the text; callers check the names against :data:`GATE_KINDS` and
+    :data:`GATE_POSITIONS` (``siggate compare`` also accepts ``none@matched-ffn``).
+    """
+    gate, _, position = str(text).strip().partition("@")
+    return gate, (position or None)

@@ -1,0 +1,193 @@
+"""The package's shape: no import cycles between files of ``src/siggate`` (imports inside
+functions and modules named in strings for ``importlib`` included), the import layers,
+light entry points, and ``siggate data verify`` for every registered dataset."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PKG = SRC / "siggate"
+HEAVY = ("torch_geometric", "rdkit", "ogb", "pandas", "sklearn")
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``module -> modules of siggate it imports``: every ``import``/``from ... import``
+    anywhere in the file (functions included), resolved relative imports, and string
+    constants naming a siggate module (``importlib.import_module`` tables)."""
+    mods = _modules()
+    graph = {}
+    for name, (path, is_pkg) in mods.items():
+        here = name.split(".") if is_pkg else name.split(".")[:-1]
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here[: len(here) - (node.level - 1)]
+                    mod = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("siggate."):
+                targets = [node.value]
+            deps.update(t for t in targets if t in mods and t != name)
+        graph[name] = deps
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles():
+    assert find_cycles(import_graph()) == []
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (PKG / parts[1]).is_dir()) else module
+
+
+#: package -> siggate packages/modules it must not import (the data flow goes one way:
+#: data/nn -> train -> analysis/perf -> cli)
+FORBIDDEN = {
+    "data": ("train", "analysis", "perf", "siggate.cli", "nn"),
+    "nn": ("train", "analysis", "perf", "siggate.cli", "data"),
+    "train": ("analysis", "perf", "siggate.cli"),
+    "analysis": ("siggate.cli",),
+    "perf": ("analysis", "siggate.cli"),
+}
+LEAVES = ("siggate.options", "siggate.stats", "siggate.perf.timer")
+
+
+def test_import_layers():
+    graph = import_graph()
+    bad = []
+    for mod, deps in graph.items():
+        rules = FORBIDDEN.get(_package(mod), ())
+        for dep in deps:
+            if _package(dep) in rules or dep in rules:
+                bad.append(f"{mod} -> {dep}")
+    for leaf in LEAVES:
+        bad += [f"{leaf} (a leaf) -> {dep}" for dep in graph[leaf] if dep != "siggate"]
+    assert bad == []
+
+
+@pytest.mark.parametrize("code", [
+    "import siggate.config",
+    "import sys; from siggate.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
+], ids=["import-config", "siggate-help"])
+def test_entry_points_stay_light(code):
+    probe = code + (
+        "\nimport sys, json\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(HEAVY)!r}))))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_one_registry_and_light_registry_module():
+    from siggate.data import catalog, registry
+
+    assert catalog.DATASETS is registry.DATASETS
+    assert {"nci5k", "zinc", "molhiv", "molpcba", "peptides-func", "peptides-struct"} <= set(catalog.DATASETS)
+    assert not any(isinstance(v, dict) and v is not registry.DATASETS and v is not registry.DATASET_META
+                   for k, v in vars(catalog).items() if k.isupper() and k not in ("DATASETS", "DATASET_META"))
+
+
+def test_option_names_match_the_implementations():
+    from siggate import options
+    from siggate.nn.attention import GATE_KINDS, GATE_POSITIONS
+    from siggate.nn.layer import LOCAL_MODELS
+
+    assert GATE_KINDS == options.GATE_KINDS and GATE_POSITIONS == options.GATE_POSITIONS
+    assert set(LOCAL_MODELS) == set(options.LOCAL_MODEL_NAMES)
+    assert options.parse_gate_spec("elementwise@value") == ("elementwise", "value")
+    assert options.parse_gate_spec(" none ") == ("none", None)
+
+
+def _registered() -> list[str]:
+    from siggate.data.catalog import DATASETS
+
+    return sorted(DATASETS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _registered())
+def test_data_verify_every_registered_dataset(name, capsys, monkeypatch):
+    """``siggate data verify NAME`` for each registered dataset whose data is present
+    (nci5k ships with RDKit, so it always runs). Offline: a dataset whose files are not
+    under the data root is skipped. Builds go to the benchmark tests' shared cache."""
+    from siggate.cli import main
+
+    env = os.environ.get("SIGGATE_TEST_CACHE")
+    cache = Path(env) if env else Path(tempfile.gettempdir()) / "siggate-test-cache"
+    monkeypatch.setenv("SIGGATE_OFFLINE", "1")
+    rc = main(["data", "verify", name, "--cache-dir", str(cache)])
+    out, err = capsys.readouterr()
+    if rc == 2 and "required files not found" in err:
+        pytest.skip(f"{name}: data not present ({err.splitlines()[0]})")
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["name"] == name and res["num_graphs"] == sum(res["splits"].values()) > 0
+
+
+def test_data_verify_unknown_name_is_one_line(capsys):
+    from siggate.cli import main
+
+    assert main(["data", "verify", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown dataset 'nope'" in err and "Traceback" not in err
