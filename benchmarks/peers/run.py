@@ -346,7 +346,10 @@ def cmd_run(args) -> int:
                        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
                 try:
                     r = runners[tool].run(task, tdir, out, seed, epochs)
-                    value = score(task.metric, test_smiles, test_y, r.pop("pred_smiles"), r.pop("pred"))
+                    pred_smiles, pred = r.pop("pred_smiles"), r.pop("pred")
+                    value = score(task.metric, test_smiles, test_y, pred_smiles, pred)
+                    if task.metric == "mae":  # same code for both tools; cross-checks chemprop's own test/mse
+                        r["test_mse"] = sum((a - b) ** 2 for a, b in zip(test_y, pred)) / len(test_y)
                     row.update(status="ok", value=value, n_test=len(test_y), **r)
                     progress(f"done {tool} {name} seed {seed}: {task.metric}={value:.4f} "
                              f"wall={r['wall_s']:.0f}s params={r['params']}")
@@ -394,15 +397,16 @@ def report_markdown(res: dict) -> str:
                 continue
             metric = rr[0]["metric"]
             better = "lower is better" if metric == "mae" else "higher is better"
+            label = {"mae": "MAE", "rocauc": "ROC-AUC"}.get(metric, metric)
             params = sorted({r["params"] for r in rr})
             lines.append(
-                f"| {name} | {meta.get('task', '?')} | {metric.upper()} ({better}) | {tool} | "
+                f"| {name} | {meta.get('task', '?')} | {label} ({better}) | {tool} | "
                 f"{', '.join(sorted({r['tool_version'] for r in rr}))} | {_fmt([r['value'] for r in rr], 3)} | "
                 f"{','.join(str(r['seed']) for r in rr)} | {_fmt([r['wall_s'] for r in rr], 0)} | "
                 f"{', '.join(f'{p:,}' for p in params)} |"
             )
     lines += ["", "Tasks as run (built locally by `tasks.py`):", "",
-              "| task | size | train/val/test | split | source sha256 of data.csv |", "|---|---|---|---|---|"]
+              "| task | size | train/val/test | split | sha256 of data.csv |", "|---|---|---|---|---|"]
     for name in order:
         m = res["tasks"].get(name, {})
         s = m.get("split_sizes", {})
