@@ -156,8 +156,8 @@ class Siggate:
         out = subprocess.run([self.exe, "--version"], capture_output=True, text=True).stdout.strip()
         return out.replace("siggate ", "") or "?"
 
-    def train_args(self, task: T.Task, data: Path, out: Path, seed: int, epochs: int | None) -> list[str]:
-        argv = ["train", "--data", str(data), "--smiles-col", "smiles", "--target-col", "y", "--task", task.task,
+    def train_args(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> list[str]:
+        argv = ["train", "--data", str(tdir / "data.csv"), "--smiles-col", "smiles", "--target-col", "y", "--task", task.task,
                 "--split", "column:split", "--seed", str(seed), "--out", str(out / "model"),
                 "--cache-dir", str(out / "cache"), "--no-progress"]
         if epochs is not None:
@@ -166,7 +166,7 @@ class Siggate:
 
     def run(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> dict:
         env = _env()
-        argv = self.train_args(task, tdir / "data.csv", out, seed, epochs)
+        argv = self.train_args(task, tdir, out, seed, epochs)
         rc, wall = _run([self.exe, *argv], out / "train.log", env)
         if rc != 0:
             raise RuntimeError(f"siggate train exited {rc}:\n{_tail(out / 'train.log')}")
@@ -344,8 +344,11 @@ def cmd_run(args) -> int:
                        "data_sha256": meta["data_sha256"], "splits_sha256": meta["splits_sha256"],
                        "cpu": _cpu_model(), "threads": 1,
                        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                runner = runners[tool]
+                train_argv = runner.train_args(task, tdir, out, seed, epochs)
+                row["command"] = " ".join([tool, *map(shlex.quote, train_argv)])  # also kept when the run fails
                 try:
-                    r = runners[tool].run(task, tdir, out, seed, epochs)
+                    r = runner.run(task, tdir, out, seed, epochs)
                     pred_smiles, pred = r.pop("pred_smiles"), r.pop("pred")
                     value = score(task.metric, test_smiles, test_y, pred_smiles, pred)
                     if task.metric == "mae":  # same code for both tools; cross-checks chemprop's own test/mse
@@ -357,7 +360,7 @@ def cmd_run(args) -> int:
                     failures += 1
                     row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
                     print(f"peers: {tool} {name} seed {seed} failed: {exc}", file=sys.stderr)
-                row["command"] = _tilde(row.get("command", ""))
+                row["command"] = _tilde(row["command"])
                 if "predict_command" in row:
                     row["predict_command"] = _tilde(row["predict_command"])
                 row["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
