@@ -1,0 +1,469 @@
+"""Side-by-side benchmark: siggate vs chemprop 2.x on the same CSVs and the same splits.
+
+What a new user gets: each tool runs its own CLI with its DEFAULT settings; only the
+data, the split, the training seed and the hardware (CPU, one thread) are set. Per
+(tool, task, seed) the runner records the test metric, computed HERE from each tool's
+test predictions with one implementation for both (MAE for regression, ROC-AUC for
+binary tasks), the wall time of the whole train command, the parameter count and the
+exact command.
+
+    python benchmarks/peers/run.py                      # all tasks, both tools, seeds 0,1,2
+    python benchmarks/peers/run.py --tasks nci5k --tools chemprop --seeds 0
+    python benchmarks/peers/run.py --smoke --tasks freesolv,molhiv4k --seeds 0   # 2 epochs each
+    python benchmarks/peers/run.py --report             # README table from results.json only
+
+Run it from siggate's venv (it builds the tasks with siggate's code). chemprop runs
+from its own venv (``benchmarks/peers/setup_chemprop.sh``; ``--chemprop-venv`` or
+``$CHEMPROP_VENV``). Finished runs are kept in ``results/results.json`` and skipped on
+rerun, so an interrupted benchmark resumes where it stopped. ``--smoke`` rows are
+marked ``"smoke": true`` and never enter the README table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import tasks as T  # noqa: E402
+
+TOOLS = ("siggate", "chemprop")
+DEFAULT_RESULTS = HERE / "results" / "results.json"
+DEFAULT_WORK = Path(os.environ.get("SIGGATE_PEERS_WORK", "~/.cache/siggate/peers/runs")).expanduser()
+DEFAULT_CHEMPROP_VENV = Path(os.environ.get("CHEMPROP_VENV", "~/.cache/siggate/peers/chemprop-venv")).expanduser()
+README = HERE / "README.md"
+TABLE_START, TABLE_END = "<!-- peers-table:start -->", "<!-- peers-table:end -->"
+SMOKE_EPOCHS = 3  # chemprop refuses --epochs <= its 2 default warmup epochs
+
+#: one intra-op thread for both tools (set in the environment of every tool command)
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+TTY = sys.stderr.isatty()
+
+
+def progress(msg: str) -> None:
+    """Progress lines: only on a terminal."""
+    if TTY:
+        print(f"[peers {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def mae(y_true: list[float], y_pred: list[float]) -> float:
+    return sum(abs(a - b) for a, b in zip(y_true, y_pred)) / len(y_true)
+
+
+def roc_auc(y_true: list[float], score: list[float]) -> float:
+    """ROC-AUC as the Mann-Whitney U statistic with average ranks for ties."""
+    n = len(score)
+    order = sorted(range(n), key=lambda i: score[i])
+    ranks = [0.0] * n
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n and score[order[j + 1]] == score[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    pos = [r for r, t in zip(ranks, y_true) if t == 1]
+    n_pos, n_neg = len(pos), n - len(pos)
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    return (sum(pos) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+
+
+METRICS = {"mae": mae, "rocauc": roc_auc}
+
+
+def score(metric: str, smiles_true: list[str], y_true: list[float], smiles_pred: list[str], y_pred: list[float]) -> float:
+    """The test metric; predictions must be for exactly the test rows, in the same order."""
+    if smiles_pred != smiles_true:
+        bad = next((i for i, (a, b) in enumerate(zip(smiles_true, smiles_pred)) if a != b), min(len(smiles_true), len(smiles_pred)))
+        raise RuntimeError(
+            f"predictions do not match the test rows ({len(smiles_pred)} vs {len(smiles_true)} rows; first difference at row {bad})"
+        )
+    if any(not math.isfinite(v) for v in y_pred):
+        raise RuntimeError("non-finite test predictions")
+    return METRICS[metric](y_true, y_pred)
+
+
+# ----------------------------------------------------------------------------- tools
+
+
+def _tilde(s: str) -> str:
+    home = str(Path.home())
+    return s.replace(home + "/", "~/") if home not in ("", "/") else s
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _run(argv: list[str], log: Path, env: dict) -> tuple[int, float]:
+    """Run ``argv`` with stdout+stderr to ``log``; (returncode, wall seconds)."""
+    t0 = time.perf_counter()
+    with open(log, "w") as fh:
+        rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env).returncode
+    return rc, time.perf_counter() - t0
+
+
+def _tail(log: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.update(ONE_THREAD)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Siggate:
+    name = "siggate"
+
+    def __init__(self, exe: str | None = None):
+        self.exe = exe or str(Path(sys.executable).with_name("siggate"))
+        if not Path(self.exe).exists() and shutil.which("siggate"):
+            self.exe = shutil.which("siggate")
+
+    def version(self) -> str:
+        out = subprocess.run([self.exe, "--version"], capture_output=True, text=True).stdout.strip()
+        return out.replace("siggate ", "") or "?"
+
+    def train_args(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> list[str]:
+        argv = ["train", "--data", str(tdir / "data.csv"), "--smiles-col", "smiles", "--target-col", "y", "--task", task.task,
+                "--split", "column:split", "--seed", str(seed), "--out", str(out / "model"),
+                "--cache-dir", str(out / "cache"), "--no-progress"]
+        if epochs is not None:
+            argv += ["--epochs", str(epochs)]
+        return argv
+
+    def run(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> dict:
+        env = _env()
+        argv = self.train_args(task, tdir, out, seed, epochs)
+        rc, wall = _run([self.exe, *argv], out / "train.log", env)
+        if rc != 0:
+            raise RuntimeError(f"siggate train exited {rc}:\n{_tail(out / 'train.log')}")
+        metrics = json.loads((out / "model" / "metrics.json").read_text())
+        pred_argv = ["predict", "--checkpoint", str(out / "model" / "best.pt"), "--input", str(tdir / "test.csv"),
+                     "--output", str(out / "test_predictions.csv")]
+        t0 = time.perf_counter()
+        with open(out / "predict.log", "w") as fh:
+            prc = subprocess.run([self.exe, *pred_argv], stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
+        predict_s = time.perf_counter() - t0
+        if prc != 0:
+            raise RuntimeError(f"siggate predict exited {prc}:\n{_tail(out / 'predict.log')}")
+        with open(out / "test_predictions.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        col = [c for c in rows[0] if c not in ("smiles", "error")][0] if rows else "y"
+        errors = [r["error"] for r in rows if r.get("error")]
+        if errors:
+            raise RuntimeError(f"siggate predict failed on {len(errors)} test rows, e.g. {errors[0]}")
+        return {
+            "wall_s": wall,
+            "predict_s": predict_s,
+            "params": int(metrics["params"]),
+            "pred_smiles": [r["smiles"] for r in rows],
+            "pred": [float(r[col]) for r in rows],
+            "tool_reported_test": metrics.get("test"),
+            "best_epoch": metrics.get("best_epoch"),
+            "command": " ".join(["siggate", *map(shlex.quote, argv)]),
+            "predict_command": " ".join(["siggate", *map(shlex.quote, pred_argv)]),
+            "split_check": _siggate_split_check(out, tdir),
+        }
+
+
+def _siggate_split_check(out: Path, tdir: Path) -> dict:
+    """Sizes of the split siggate trained on, from its processed-data cache."""
+    try:
+        import torch  # noqa: F401
+
+        from siggate.data.cache import load_dataset
+
+        files = sorted((out / "cache" / "csv").rglob("*.pt"))
+        ds = load_dataset(files[0])
+        sizes = ds.sizes()
+        test_idx = sorted(int(g.idx) for g in ds.splits["test"])
+        want = json.loads((tdir / "splits.json").read_text())[0]
+        return {"sizes": sizes, "test_rows_equal_splits_json": test_idx == sorted(want["test"]),
+                "train_rows_equal_splits_json": sorted(int(g.idx) for g in ds.splits["train"]) == sorted(want["train"]),
+                "val_rows_equal_splits_json": sorted(int(g.idx) for g in ds.splits["val"]) == sorted(want["val"])}
+    except Exception as exc:  # a check only: never fail a finished run on it
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+class Chemprop:
+    name = "chemprop"
+
+    def __init__(self, venv: Path):
+        self.venv = Path(venv)
+        self.exe = str(self.venv / "bin" / "chemprop")
+        self.python = str(self.venv / "bin" / "python")
+        if not Path(self.exe).exists():
+            raise SystemExit(f"chemprop not found at {self.exe}: run benchmarks/peers/setup_chemprop.sh "
+                             f"(or pass --chemprop-venv / set CHEMPROP_VENV)")
+
+    def version(self) -> str:
+        code = "import chemprop; print(chemprop.__version__)"
+        return subprocess.run([self.python, "-c", code], capture_output=True, text=True, env=_env()).stdout.strip() or "?"
+
+    def train_args(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> list[str]:
+        argv = ["train", "--data-path", str(tdir / "data.csv"), "--smiles-columns", "smiles", "--target-columns", "y",
+                "--task-type", task.chemprop_task, "--splits-file", str(tdir / "splits.json"),
+                "--output-dir", str(out / "model"), "--pytorch-seed", str(seed), "--data-seed", str(seed),
+                "--accelerator", "cpu", "--devices", "1", "--num-workers", "0"]
+        if epochs is not None:
+            argv += ["--epochs", str(epochs)]
+        return argv
+
+    def run(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> dict:
+        env = _env()
+        argv = self.train_args(task, tdir, out, seed, epochs)
+        rc, wall = _run([self.exe, *argv], out / "train.log", env)
+        if rc != 0:
+            raise RuntimeError(f"chemprop train exited {rc}:\n{_tail(out / 'train.log')}")
+        mdir = out / "model" / "model_0"
+        with open(mdir / "test_predictions.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        used = json.loads((out / "model" / "splits.json").read_text())
+        want = json.loads((tdir / "splits.json").read_text())
+        code = ("import sys, torch; from chemprop.models import MPNN; "
+                "m = MPNN.load_from_file(sys.argv[1], map_location='cpu'); "
+                "print(sum(p.numel() for p in m.parameters()))")
+        params = subprocess.run([self.python, "-c", code, str(mdir / "best.pt")], capture_output=True, text=True, env=env)
+        if params.returncode != 0:
+            raise RuntimeError(f"could not count chemprop's parameters:\n{params.stderr[-2000:]}")
+        reported = None
+        m = re.findall(r"test/(mae|mse|rmse|roc|prc)\S*:\s*([-+0-9.eE]+|nan)", (out / "train.log").read_text(errors="replace"))
+        if m:
+            reported = {k: float(v) for k, v in m}
+        return {
+            "wall_s": wall,
+            "params": int(params.stdout.strip().splitlines()[-1]),
+            "pred_smiles": [r["smiles"] for r in rows],
+            "pred": [float(r["y"]) for r in rows],
+            "tool_reported_test": reported,
+            "command": " ".join(["chemprop", *map(shlex.quote, argv)]),
+            "split_check": {"splits_json_used_equals_task": used == want,
+                            "sizes": {k: len(used[0][k]) for k in ("train", "val", "test")}},
+        }
+
+
+# ----------------------------------------------------------------------------- results
+
+
+def load_results(path: Path) -> dict:
+    if path.is_file():
+        return json.loads(path.read_text())
+    return {"schema": 1, "runs": [], "tasks": {}}
+
+
+def save_results(path: Path, res: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(res, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def run_key(tool: str, task: str, seed: int, smoke: bool, epochs: int | None = None) -> tuple:
+    """What makes two runs the same run (the epochs override is None outside --smoke)."""
+    return (tool, task, int(seed), bool(smoke), epochs)
+
+
+def row_key(r: dict) -> tuple:
+    return run_key(r["tool"], r["task"], r["seed"], r.get("smoke", False), r.get("epochs"))
+
+
+def cmd_run(args) -> int:
+    names = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else list(T.TASKS)
+    unknown = [n for n in names if n not in T.TASKS]
+    if unknown:
+        raise SystemExit(f"unknown task(s) {unknown}; tasks: {', '.join(T.TASKS)}")
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    if any(t not in TOOLS for t in tools):
+        raise SystemExit(f"--tools: choose from {', '.join(TOOLS)}")
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    epochs = SMOKE_EPOCHS if args.smoke else None
+
+    runners = {}
+    if "siggate" in tools:
+        runners["siggate"] = Siggate(args.siggate)
+    if "chemprop" in tools:
+        runners["chemprop"] = Chemprop(args.chemprop_venv)
+    versions = {k: r.version() for k, r in runners.items()}
+
+    res = load_results(args.results)
+    done = {row_key(r) for r in res["runs"] if r.get("status") == "ok"}
+    failures = 0
+    for name in names:
+        progress(f"building task {name}")
+        meta = T.build(name, args.data_dir)
+        res["tasks"][name] = {k: v for k, v in meta.items() if k not in ("builder_version",)}
+        save_results(args.results, res)
+        task, tdir = T.TASKS[name], T.task_dir(name, args.data_dir)
+        test_smiles, test_y, _ = T.read_task_csv(tdir / "test.csv")
+        for seed in seeds:
+            for tool in tools:
+                key = run_key(tool, name, seed, args.smoke, epochs)
+                if key in done:
+                    progress(f"skip {tool} {name} seed {seed}: done")
+                    continue
+                out = args.work_dir / ("smoke" if args.smoke else "full") / name / tool / f"seed{seed}"
+                if out.exists():
+                    shutil.rmtree(out)
+                out.mkdir(parents=True)
+                progress(f"run  {tool} {name} seed {seed} -> {out}")
+                row = {"tool": tool, "task": name, "seed": seed, "smoke": bool(args.smoke), "epochs": epochs,
+                       "metric": task.metric, "tool_version": versions[tool],
+                       "data_sha256": meta["data_sha256"], "splits_sha256": meta["splits_sha256"],
+                       "cpu": _cpu_model(), "threads": 1,
+                       "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                runner = runners[tool]
+                train_argv = runner.train_args(task, tdir, out, seed, epochs)
+                row["command"] = " ".join([tool, *map(shlex.quote, train_argv)])  # also kept when the run fails
+                try:
+                    r = runner.run(task, tdir, out, seed, epochs)
+                    pred_smiles, pred = r.pop("pred_smiles"), r.pop("pred")
+                    value = score(task.metric, test_smiles, test_y, pred_smiles, pred)
+                    if task.metric == "mae":  # same code for both tools; cross-checks chemprop's own test/mse
+                        r["test_mse"] = sum((a - b) ** 2 for a, b in zip(test_y, pred)) / len(test_y)
+                    row.update(status="ok", value=value, n_test=len(test_y), **r)
+                    progress(f"done {tool} {name} seed {seed}: {task.metric}={value:.4f} "
+                             f"wall={r['wall_s']:.0f}s params={r['params']}")
+                except Exception as exc:
+                    failures += 1
+                    row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+                    print(f"peers: {tool} {name} seed {seed} failed: {exc}", file=sys.stderr)
+                row["command"] = _tilde(row["command"])
+                if "predict_command" in row:
+                    row["predict_command"] = _tilde(row["predict_command"])
+                row["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+                res["runs"] = [x for x in res["runs"] if row_key(x) != key]
+                res["runs"].append(row)
+                save_results(args.results, res)
+    if args.results.resolve() == DEFAULT_RESULTS.resolve():
+        write_readme(res, README)
+    return 1 if failures else 0
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _fmt(vals: list[float], digits: int) -> str:
+    if not vals:
+        return "–"
+    if len(vals) == 1:
+        return f"{vals[0]:.{digits}f}"
+    return f"{statistics.mean(vals):.{digits}f} ± {statistics.stdev(vals):.{digits}f}"
+
+
+def report_markdown(res: dict) -> str:
+    rows = [r for r in res.get("runs", []) if r.get("status") == "ok" and not r.get("smoke")]
+    if not rows:
+        return "_Not run yet: no finished non-smoke runs in `results/results.json`._"
+    lines = [
+        "| task | type | metric | tool | version | test metric (mean ± std) | seeds | wall time per run, s | params |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    order = [n for n in T.TASKS if any(r["task"] == n for r in rows)]
+    for name in order:
+        meta = res.get("tasks", {}).get(name, {})
+        for tool in TOOLS:
+            rr = sorted((r for r in rows if r["task"] == name and r["tool"] == tool), key=lambda r: r["seed"])
+            if not rr:
+                continue
+            metric = rr[0]["metric"]
+            better = "lower is better" if metric == "mae" else "higher is better"
+            label = {"mae": "MAE", "rocauc": "ROC-AUC"}.get(metric, metric)
+            params = sorted({r["params"] for r in rr})
+            lines.append(
+                f"| {name} | {meta.get('task', '?')} | {label} ({better}) | {tool} | "
+                f"{', '.join(sorted({r['tool_version'] for r in rr}))} | {_fmt([r['value'] for r in rr], 3)} | "
+                f"{','.join(str(r['seed']) for r in rr)} | {_fmt([r['wall_s'] for r in rr], 0)} | "
+                f"{', '.join(f'{p:,}' for p in params)} |"
+            )
+    lines += ["", "Tasks as run (built locally by `tasks.py`):", "",
+              "| task | size | train/val/test | split | sha256 of data.csv |", "|---|---|---|---|---|"]
+    for name in order:
+        m = res["tasks"].get(name, {})
+        s = m.get("split_sizes", {})
+        lines.append(f"| {name} | {m.get('size', '?')} | {s.get('train')}/{s.get('val')}/{s.get('test')} | "
+                     f"{m.get('split_rule', '?')} | `{m.get('data_sha256', '?')[:16]}…` |")
+    cpus = sorted({r.get("cpu", "?") for r in rows})
+    lines += ["", f"CPU: {'; '.join(cpus)}; one thread per run (`OMP_NUM_THREADS=1`, `MKL_NUM_THREADS=1`).", "",
+              "Exact commands (seed 0 shown; the other seeds differ only in the seed values):", ""]
+    for name in order:
+        for tool in TOOLS:
+            r = next((r for r in sorted(rows, key=lambda r: r["seed"]) if r["task"] == name and r["tool"] == tool), None)
+            if r is None:
+                continue
+            lines.append(f"- {name}, {tool}: `{r['command']}`")
+            if r.get("predict_command"):
+                lines.append(f"  then `{r['predict_command']}`")
+    return "\n".join(lines)
+
+
+def write_readme(res: dict, path: Path) -> bool:
+    """Replace the generated section of the README; True if it changed."""
+    text = path.read_text()
+    if TABLE_START not in text or TABLE_END not in text:
+        raise SystemExit(f"{path}: markers {TABLE_START} / {TABLE_END} not found")
+    head, rest = text.split(TABLE_START, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    new = f"{head}{TABLE_START}\n{report_markdown(res)}\n{TABLE_END}{tail}"
+    if new != text:
+        path.write_text(new)
+        return True
+    return False
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="siggate vs chemprop on the same CSVs and splits (issue 13, item 1)")
+    p.add_argument("--tasks", default=None, help=f"comma-separated tasks (default: all: {','.join(T.TASKS)})")
+    p.add_argument("--tools", default=",".join(TOOLS), help="comma-separated tools (default: siggate,chemprop)")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated training seeds (default: 0,1,2)")
+    p.add_argument("--smoke", action="store_true",
+                   help=f"tiny budget ({SMOKE_EPOCHS} epochs per tool) to test the pipeline; rows marked smoke, kept out of the table")
+    p.add_argument("--report", action="store_true", help="only regenerate the README table from the results JSON")
+    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results JSON (default: results/results.json)")
+    p.add_argument("--data-dir", type=Path, default=T.DEFAULT_DATA_DIR, help="task cache (default: ~/.cache/siggate/peers/data)")
+    p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK, help="run outputs (default: ~/.cache/siggate/peers/runs)")
+    p.add_argument("--chemprop-venv", type=Path, default=DEFAULT_CHEMPROP_VENV,
+                   help="chemprop's venv (default: $CHEMPROP_VENV or ~/.cache/siggate/peers/chemprop-venv)")
+    p.add_argument("--siggate", default=None, help="siggate executable (default: the one next to this Python)")
+    args = p.parse_args(argv)
+    if args.report:
+        changed = write_readme(load_results(args.results), README)
+        print(f"{README}: {'updated' if changed else 'unchanged'}")
+        return 0
+    return cmd_run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
