@@ -94,3 +94,24 @@ def test_without_ray_the_error_names_the_extra(tmp_path):
     assert "pip install 'siggate[ray]'" in r.stderr and "Traceback" not in r.stderr
     r = _compare(["--seeds", "0", "--gates", "none", "--out", str(tmp_path / "y"), "--ray-address", "auto"], env)
     assert r.returncode == 2 and "need --backend ray" in r.stderr
+
+
+def test_analysis_sweep_on_ray_gives_the_local_numbers(tmp_path):
+    """``siggate analyze lr-sweep --backend ray``: each training run is a Ray task that loads the
+    (cut) dataset itself; the sweep's numbers equal the in-process ones."""
+    env = subprocess_env()
+    argv = ["analyze", "lr-sweep", "--config", "nci5k", "--lrs", "1e-3,1e-2", "--gates", "none,elementwise",
+            "--epochs", "1", "--max-graphs", "64", "--threads", "1", "--cache-dir", str(tmp_path / "cache"),
+            "--no-progress"]
+    for s in TINY:
+        argv += ["--set", s]
+    res = {}
+    for backend in ("local", "ray"):
+        out = tmp_path / backend
+        r = subprocess.run([sys.executable, "-m", "siggate", *argv, "--backend", backend, "--out", str(out)],
+                           env=env, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr
+        res[backend] = json.loads((out / "lrsweep.json").read_text())
+        assert (out / "runs" / "lr0.01-elementwise-s0" / "metrics.json").exists()
+    for g in ("none", "elementwise"):
+        assert [p["scores"] for p in res["ray"]["per_lr"][g]] == [p["scores"] for p in res["local"]["per_lr"][g]]

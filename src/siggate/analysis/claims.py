@@ -22,9 +22,9 @@ import json
 import math
 from pathlib import Path
 
+from ..stats import mean_std
 from . import report
 from .common import fmt, table
-from ..stats import mean_std
 
 HOLDS, BUDGET, CONTRADICTED = "holds", "not at this budget", "contradicted"
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"

@@ -172,6 +172,48 @@ def train_run(cfg: Config, run_dir: Path, dataset, progress: bool = True) -> dic
     return m
 
 
+def train_remote(cfg: dict, run_dir: str, max_graphs: int | None = None) -> dict:
+    """:func:`train_run` on a Ray worker: the worker loads the (cached) dataset itself, cut
+    to ``max_graphs`` as the driver's is, so the run computes what it would locally."""
+    from ..config import from_dict
+
+    c = from_dict(cfg)
+    return train_run(c, Path(run_dir), load_dataset(c, max_graphs, progress=False), progress=False)
+
+
+def train_many(runs: dict, dataset, args, progress: bool = True, desc: str = "runs") -> dict:
+    """Train every ``{key: (cfg, run_dir)}`` and return ``{key: metrics}`` (see
+    :func:`train_run`). ``--backend local`` (the default) trains them here one after the
+    other; ``--backend ray`` makes each one a Ray task (see :mod:`siggate.train.executor`)."""
+    from tqdm.auto import tqdm
+
+    if getattr(args, "backend", "local") == "local":
+        return {k: train_run(c, run, dataset, progress) for k, (c, run) in tqdm(runs.items(), desc=desc,
+                                                                                  disable=not progress)}
+    from ..train.executor import CallRequest, executor_from_args
+
+    requests = [CallRequest(k, "siggate.analysis.common:train_remote",
+                            {"cfg": c.to_dict(), "run_dir": str(run), "max_graphs": args.max_graphs}, run)
+                for k, (c, run) in runs.items()]
+    out, failed = {}, []
+    bar = tqdm(total=len(requests), desc=desc, unit="run", disable=not progress)
+
+    def done(r) -> None:
+        if r.metrics is None:
+            failed.append(f"{r.key}: {r.error}")
+        else:
+            out[r.key] = r.metrics
+        bar.update(1)
+
+    try:
+        executor_from_args(args).run(requests, done)
+    finally:
+        bar.close()
+    if failed:
+        raise RuntimeError("runs failed on Ray:\n" + "\n".join(failed))
+    return out
+
+
 def load_run_model(run_dir: Path, which: str = "last"):
     from ..train.loop import load_trained
 

@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from ..train.executor import add_executor_args
 from .common import (
     add_model_args,
     config_from,
@@ -24,7 +24,7 @@ from .common import (
     parse_list,
     start,
     table,
-    train_run,
+    train_many,
     variant,
     write_outputs,
 )
@@ -175,6 +175,7 @@ def register(sub) -> None:
     p.add_argument("--lrs", default="1e-4,3e-4,1e-3,3e-3,1e-2", help="learning rates (default: 1e-4..1e-2)")
     p.add_argument("--gates", default="none,elementwise")
     p.add_argument("--tolerance", type=float, default=0.10, help="relative tolerance X (default: 0.10)")
+    add_executor_args(p)
     finish_parser(p, main)
 
 
@@ -184,11 +185,10 @@ def main(args) -> int:
     lrs = sorted(parse_list(args.lrs, float))
     gates, seeds = parse_list(args.gates), parse_list(args.seeds, int)
     ds = load_dataset(cfg, args.max_graphs, progress)
-    runs = {}
-    jobs = [(lr, g, s) for lr in lrs for g in gates for s in seeds]
-    for lr, g, s in tqdm(jobs, desc="lr sweep", disable=not progress):
-        c = variant(cfg, epochs=args.epochs, train__lr=lr, model__gate=g, train__seed=s, train__on_nan="skip")
-        runs[(lr, g, s)] = train_run(c, out / "runs" / f"lr{lr:g}-{g}-s{s}", ds, progress)
+    todo = {(lr, g, s): (variant(cfg, epochs=args.epochs, train__lr=lr, model__gate=g, train__seed=s,
+                                 train__on_nan="skip"), out / "runs" / f"lr{lr:g}-{g}-s{s}")
+            for lr in lrs for g in gates for s in seeds}
+    runs = train_many(todo, ds, args, progress, desc="lr sweep")
     hib = ds.info.higher_is_better
     res = analyse(runs, lrs, gates, seeds, args.tolerance, hib)
     rng = res["stable_range"]

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from matplotlib.ticker import MaxNLocator
-from tqdm.auto import tqdm
 
+from ..train.executor import add_executor_args
 from .common import (
     add_model_args,
     config_from,
@@ -26,7 +26,7 @@ from .common import (
     parse_list,
     start,
     table,
-    train_run,
+    train_many,
     variant,
     write_outputs,
 )
@@ -178,6 +178,7 @@ def register(sub) -> None:
     p.add_argument("--gates", default="none,elementwise", help="gate kinds; 'none' first is the baseline")
     p.add_argument("--rank-tol", type=float, default=1e-3, help="relative singular-value threshold (default: 1e-3)")
     p.add_argument("--batch-size", type=int, default=64)
+    add_executor_args(p)
     finish_parser(p, main, "output directory (runs go to OUT/runs)")
 
 
@@ -187,18 +188,20 @@ def main(args) -> int:
     depths, gates, seeds = parse_list(args.depths, int), parse_list(args.gates), parse_list(args.seeds, int)
     ds = load_dataset(cfg, args.max_graphs, progress)
     per_seed, sources = {}, {}
-    jobs = [(L, g, s) for L in depths for g in gates for s in seeds]
-    for L, g, s in tqdm(jobs, desc="smoothing runs", disable=not progress):
-        key = f"L{L}-{g}-s{s}"
+    keys = {(L, g, s): f"L{L}-{g}-s{s}" for L in depths for g in gates for s in seeds}
+    trained = {}
+    if args.epochs != 0:
+        todo = {key: (variant(cfg, epochs=args.epochs, model__layers=L, model__gate=g, train__seed=s),
+                      out / "runs" / key) for (L, g, s), key in keys.items()}
+        trained = train_many(todo, ds, args, progress, desc="smoothing runs")
+    for (L, g, s), key in keys.items():
         if args.epochs == 0:
             from ..train.loop import build_model
 
             c = variant(cfg, model__layers=L, model__gate=g, train__seed=s)
             model, val, src = build_model(c, ds.info), None, "untrained"
         else:
-            c = variant(cfg, epochs=args.epochs, model__layers=L, model__gate=g, train__seed=s)
-            run = out / "runs" / key
-            m = train_run(c, run, ds, progress)
+            m, run = trained[key], out / "runs" / key
             if m.get("diverged"):
                 raise RuntimeError(f"run {key} diverged: {m['error']}")
             model = load_run_model(run)[0]

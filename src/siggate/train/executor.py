@@ -50,6 +50,19 @@ class RunRequest:
 
 
 @dataclass
+class CallRequest:
+    """One run done by a function instead of a ``siggate train`` process: ``fn``
+    (``"module:function"``, importable on every worker) called with ``kwargs``. It must be
+    safe to call again after an interruption (resume from ``run_dir``) and return a dict.
+    Used by the analysis sweeps, whose runs train on an in-memory (e.g. truncated) dataset."""
+
+    key: str
+    fn: str
+    kwargs: dict
+    run_dir: Path
+
+
+@dataclass
 class RunResult:
     """What came back from a run: its exit status, its ``metrics.json`` (``None`` if it wrote
     none) and, for a failed run, the reason with the end of its log."""
@@ -121,6 +134,20 @@ def run_one(req: RunRequest, started: Callable[[subprocess.Popen], None] | None 
     return RunResult(req.key, rc, None, f"exit status {rc}; see {log}:\n" + _log_tail(log))
 
 
+def run_call(req: CallRequest) -> RunResult:
+    """Import and call a :class:`CallRequest`'s function; its dict is the result's ``metrics``."""
+    import importlib
+
+    module, _, name = req.fn.partition(":")
+    Path(req.run_dir).mkdir(parents=True, exist_ok=True)
+    (Path(req.run_dir) / "worker.pid").write_text(f"{os.getpid()}\n")
+    return RunResult(req.key, 0, getattr(importlib.import_module(module), name)(**req.kwargs))
+
+
+def _execute(req, started=None) -> RunResult:
+    return run_call(req) if isinstance(req, CallRequest) else run_one(req, started)
+
+
 class LocalExecutor:
     """Up to ``jobs`` runs at a time, each a child process of this one."""
 
@@ -137,10 +164,12 @@ class LocalExecutor:
 
     def run(self, requests: Iterable[RunRequest], on_done: Callable[[RunResult], None]) -> None:
         """Run every request; call ``on_done`` in this thread as each one finishes. An
-        interrupt stops the running children (they resume on the next call)."""
+        interrupt stops the running children (they resume on the next call). Function
+        requests run in threads of this process: give them ``jobs=1`` unless they are
+        thread-safe (the analysis sweeps run them one at a time, as before)."""
         requests = list(requests)
         with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            pending = {pool.submit(run_one, r, self._started) for r in requests}
+            pending = {pool.submit(_execute, r, self._started) for r in requests}
             try:
                 while pending:
                     done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
@@ -165,8 +194,8 @@ class LocalExecutor:
                 p.kill()
 
 
-def _ray_run(req: RunRequest) -> RunResult:
-    return run_one(req)
+def _ray_run(req) -> RunResult:
+    return _execute(req)
 
 
 class RayExecutor:
