@@ -572,3 +572,111 @@ def test_predict_with_bad_checkpoint(ckpt, tmp_path, capsys, kind, expected):
     assert expected in err
     assert stdout == ""
     assert not (tmp_path / "pwned").exists()
+
+
+# =========================================================================== 6. the train command on bad CSVs
+
+
+def _csv(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def _train_csv(tmp_path, capsys, data: Path, *extra) -> tuple[int, str]:
+    rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "1", "--out",
+                          str(tmp_path / "run"), "--cache-dir", str(tmp_path / "c"), *extra], capsys)
+    return rc, err
+
+
+def _rows(sep: str, n: int = 60) -> str:
+    """A valid training CSV with ``sep`` between fields."""
+    lines = [sep.join(["smiles", "y", "split"])]
+    for i, s in enumerate(nci_smiles(n)):
+        split = "train" if i < 2 * n // 3 else ("val" if i < 5 * n // 6 else "test")
+        lines.append(sep.join([s, str(len(s) / 10), split]))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("sep", [";", "\t", "|"], ids=["semicolon", "tab", "pipe"])
+def test_the_delimiter_is_detected(tmp_path, capsys, sep):
+    rc, err = _train_csv(tmp_path, capsys, _csv(tmp_path / "d.csv", _rows(sep)))
+    assert rc == 0, err
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["epochs"] == 1
+
+
+def test_sep_overrides_detection(tmp_path, capsys):
+    data = _csv(tmp_path / "d.csv", _rows(";"))
+    rc, err = _train_csv(tmp_path, capsys, data, "--sep", ",")
+    assert rc == 2 and "Traceback" not in err
+    assert "looks delimited by ';', not ','" in err and "--sep ';'" in err
+    rc, err = _train_csv(tmp_path, capsys, data, "--sep", "';;'")
+    assert rc == 2 and "--sep: \"';;'\" is not one character" in err
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", ["the file is empty (no header row)"]),
+        ("smiles,y,split\n", ["the file has a header but no data rows"]),
+        ("smiles,y,split\nCCO,high,train\nCCC,low,val\nCCN,mid,test\n",
+         ["target column 'y' holds no numeric value (first values: 'high', 'low', 'mid')", "--target-col"]),
+        ("smiles,y,split\nxx,1,train\nyy,2,val\n",
+         ["none of the 2 rows can be used", "line 2: SMILES parse error", "--smiles-col"]),
+        ("smiles,y,split\nCCO,1,train\nCCC,2,train\n", ["the val and test splits are empty (2 usable rows)"]),
+        ("smi,y,split\nCCO,1,train\n", ["SMILES column 'smiles' not found", "available columns: ['smi', 'y', 'split']",
+                                        "--smiles-col"]),
+    ],
+    ids=["empty", "header-only", "words", "all-invalid", "empty-split", "missing-smiles-col"],
+)
+def test_bad_csv_gives_one_line_and_exit_2(tmp_path, capsys, text, expected):
+    rc, err = _train_csv(tmp_path, capsys, _csv(tmp_path / "d.csv", text))
+    assert rc == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for e in expected:
+        assert e in err
+    assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_missing_target_column(tmp_path, capsys):
+    data = _csv(tmp_path / "d.csv", _rows(","))
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "logS", "--out", str(tmp_path / "r")], capsys)
+    assert rc == 2 and "target column 'logS' not found" in err and "--target-col" in err
+
+
+def test_out_that_cannot_be_a_folder(tmp_path, capsys):
+    data = _csv(tmp_path / "d.csv", _rows(","))
+    blocker = _csv(tmp_path / "taken", "a file")
+    for out, expected in ((blocker, "is an existing file, not a folder"), (blocker / "sub", "is a file, so the folder")):
+        rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--out", str(out)], capsys)
+        assert rc == 2 and expected in err and "Traceback" not in err
+    assert blocker.read_text() == "a file"
+
+
+def test_unwritable_out_is_refused(tmp_path, capsys, monkeypatch):
+    from siggate import cli
+
+    data = _csv(tmp_path / "d.csv", _rows(","))
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(cli.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode))
+    rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--out", str(locked / "run")], capsys)
+    assert rc == 2 and f"{locked} is not writable" in err
+
+
+def test_piped_logs_hold_one_line_per_epoch(tmp_path):
+    """Not a terminal: no progress bars (no carriage returns), one log line per epoch;
+    ``--progress`` turns the bars back on."""
+    data = _csv(tmp_path / "d.csv", _rows(","))
+    args = [a for a in _TRAIN_ARGS if a != "--no-progress"]
+    base = [sys.executable, "-m", "siggate", "train", "--data", str(data), *args, "--epochs", "3",
+            "--cache-dir", str(tmp_path / "c")]
+    quiet = subprocess.run(base + ["--out", str(tmp_path / "a")], capture_output=True, text=True,
+                           env=subprocess_env(), timeout=600)
+    assert quiet.returncode == 0, quiet.stderr
+    log = quiet.stdout + quiet.stderr
+    assert "\r" not in log and "it/s" not in log
+    assert [line.split()[3] for line in log.splitlines() if " epoch " in line] == ["1/3", "2/3", "3/3"]
+    bars = subprocess.run(base + ["--out", str(tmp_path / "b"), "--progress"], capture_output=True, text=True,
+                          env=subprocess_env(), timeout=600)
+    assert bars.returncode == 0 and "it/s" in bars.stderr

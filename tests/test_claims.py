@@ -8,8 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from siggate.analysis.claims import (BUDGET, CONTRADICTED, END, HOLDS, START, accuracy_rows, claims_table,
-                                     comparison_sources, replace_between_markers)
+from siggate.analysis.claims import (
+    BUDGET,
+    CONTRADICTED,
+    END,
+    HOLDS,
+    START,
+    accuracy_rows,
+    claims_table,
+    comparison_sources,
+    replace_between_markers,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

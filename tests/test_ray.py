@@ -9,12 +9,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from test_engine import TINY, _float32, subprocess_env, write_tiny_csv  # noqa: F401
-
 
 
 def _compare(argv: list[str], env: dict, **kw) -> subprocess.CompletedProcess:

@@ -11,10 +11,12 @@ import importlib
 import importlib.util
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
 from .config_args import CLIError, add_config_args, config_from_args
+from .options import add_progress_flag, progress_enabled
 
 # name -> module exposing ``register(subparsers)``; each sets ``func`` on its parser.
 EXTRA_COMMANDS = {
@@ -33,9 +35,10 @@ def cmd_train(args) -> int:
     if args.ddp:
         return _train_ddp(cfg, args)
     out = default_out_dir(cfg, args.out)
+    check_out_dir(out)
     print(f"siggate train: dataset={cfg.data.name} gate={cfg.model.gate} layers={cfg.model.layers} "
           f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
-    m = train(cfg, out, resume=args.resume, progress=not args.no_progress)
+    m = train(cfg, out, resume=args.resume, progress=progress_enabled(args))
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
     return 0
 
@@ -45,6 +48,21 @@ def default_out_dir(cfg, out: str | None = None) -> Path:
     if out:
         return Path(out)
     return Path("runs") / f"{cfg.data.name}-{cfg.model.gate}-seed{cfg.train.seed}"
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse an output folder that cannot be one before any work starts: an existing file,
+    or a place where the folder cannot be created or written."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"--out {out}: this is an existing file, not a folder; choose a folder path for the run")
+    probe = out
+    while not probe.exists():  # the deepest existing ancestor decides whether we may create it
+        probe = probe.parent
+    if not probe.is_dir():
+        raise CLIError(f"--out {out}: {probe} is a file, so the folder cannot be created; choose another path")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise CLIError(f"--out {out}: {probe} is not writable; choose a folder you can write to")
 
 
 def _train_ddp(cfg, args) -> int:
@@ -68,7 +86,7 @@ def _train_ddp(cfg, args) -> int:
                   f"seed={cfg.train.seed} -> {out}", flush=True)
         else:
             logging.getLogger("siggate").setLevel(logging.WARNING)
-        m = train(cfg, out, resume=args.resume, progress=ctx.is_main and not args.no_progress, dist=ctx)
+        m = train(cfg, out, resume=args.resume, progress=ctx.is_main and progress_enabled(args), dist=ctx)
         if ctx.is_main:
             print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params",
                                                 "seconds", "world_size")}, indent=2))
@@ -143,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--on-nan", choices=["stop", "skip"], default=None, help="on a non-finite loss: stop (default) or skip the batch")
     p.add_argument("--ddp", action="store_true", help="distributed data parallel (under torchrun)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_progress_flag(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="evaluate a checkpoint on a split")

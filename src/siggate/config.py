@@ -42,6 +42,7 @@ class DataConfig:
     target_cols: list = field(default_factory=list)
     task: str = "regression"
     split: str | None = None   # None: the dataset's own default split
+    sep: str | None = None     # CSV field delimiter; None: detected from the file
 
 
 @dataclass

@@ -33,6 +33,8 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--smiles-col", default="smiles", help="SMILES column of --data (default: smiles)")
     p.add_argument("--target-col", default=None, help="target column(s) of --data, comma-separated")
     p.add_argument("--task", default=None, choices=["regression", "binary", "multilabel"], help="task of --data")
+    p.add_argument("--sep", default=None, metavar="CHAR",
+                   help="field delimiter of --data (default: detected; ',' ';' tab '|'); 'tab' or \\t for a tab")
     p.add_argument("--split", default=None, help="split of --data: scaffold (default), scaffold_balanced, random or column:NAME")
 
 
@@ -54,7 +56,15 @@ def config_from_args(args):
         overrides.append(f"data.task={args.task or 'regression'}")
         if args.split:
             overrides.append(f"data.split={args.split}")
+    elif getattr(args, "sep", None):
+        raise CLIError("--sep applies to --data FILE.csv only")
     cfg = load_config(args.config, overrides)
+    sep = getattr(args, "sep", None)
+    if args.data and sep:
+        sep = {"tab": "\t", "\\t": "\t"}.get(sep, sep)
+        if len(sep) != 1:
+            raise CLIError(f"--sep: {args.sep!r} is not one character; use e.g. --sep ';' or --sep tab")
+        cfg.data.sep = sep
     if epochs is not None:
         if epochs < 1:
             raise CLIError(f"--epochs/--budget must be >= 1, got {epochs}")

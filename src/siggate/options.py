@@ -37,3 +37,20 @@ def parse_gate_spec(text: str) -> tuple[str, str | None]:
     """
     gate, _, position = str(text).strip().partition("@")
     return gate, (position or None)
+
+
+def add_progress_flag(p) -> None:
+    """``--progress/--no-progress``: progress bars; by default on only when stderr is a
+    terminal, so logs piped to a file stay one line per event."""
+    import argparse
+
+    p.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bars (default: on when the output is a terminal)")
+
+
+def progress_enabled(args) -> bool:
+    """Whether to draw progress bars for parsed :func:`add_progress_flag` arguments."""
+    import sys
+
+    value = getattr(args, "progress", None)
+    return sys.stderr.isatty() if value is None else bool(value)

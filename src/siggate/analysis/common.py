@@ -24,6 +24,7 @@ import siggate
 
 from ..config import Config, load_config
 from ..files import atomic_write_bytes
+from ..options import add_progress_flag, progress_enabled
 
 # --------------------------------------------------------------------------- CLI
 
@@ -43,7 +44,7 @@ def add_model_args(p, default_epochs: int | None) -> None:
     p.add_argument("--data-root", default=None)
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_progress_flag(p)
 
 
 def finish_parser(p, main, out_help: str | None = None) -> None:
@@ -55,7 +56,7 @@ def finish_parser(p, main, out_help: str | None = None) -> None:
 def start(args) -> tuple[Path, bool]:
     """Apply ``--threads``; return the ``--out`` directory and whether progress bars are on."""
     set_threads(args.threads)
-    return Path(args.out), not args.no_progress
+    return Path(args.out), progress_enabled(args)
 
 
 def parse_list(text: str | Sequence, cast=str) -> list:

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..options import add_progress_flag
 from .common import fmt, meta, parse_list, start, table, write_outputs
 from .metrics import stable_rank_batched
 from .plots import color, save, subplots
@@ -443,7 +444,7 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default: 1; the matrices are tiny, more threads only add overhead)")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--no-progress", action="store_true")
+    add_progress_flag(p)
     p.set_defaults(func=main)
 
 

@@ -12,6 +12,8 @@ file's SHA-256 and every argument.
 
 from __future__ import annotations
 
+import csv
+import gzip
 import logging
 import os
 import re
@@ -22,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .base import TASK_TYPES, GraphDataset, InvalidRow, TaskInfo, default_cache_dir
+from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, TaskInfo, default_cache_dir
 from .cache import cached, fingerprint_file, load_dataset, report_invalid, save_dataset, write_invalid_rows
 from .chem import SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
 
@@ -46,11 +48,34 @@ def _parse_split(split: str) -> str | None:
     raise ValueError(f"split must be 'scaffold', 'scaffold_balanced', 'random' or 'column:NAME', got {split!r}")
 
 
+#: delimiters :func:`detect_sep` chooses from
+DELIMITERS = (",", ";", "\t", "|")
+
+
+def detect_sep(path: Path) -> str:
+    """The field delimiter of a CSV file, guessed by ``csv.Sniffer`` from its first 64 KiB
+    among :data:`DELIMITERS` (``","`` when it cannot tell, e.g. a one-column file)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="") as fh:
+            sample = fh.read(65536)
+    except (OSError, EOFError):
+        return ","
+    lines = sample.splitlines()
+    if len(lines) > 1 and not sample.endswith(("\n", "\r")):
+        sample = "\n".join(lines[:-1])  # drop a line cut by the sample's end
+    try:
+        return csv.Sniffer().sniff(sample, delimiters="".join(DELIMITERS)).delimiter
+    except csv.Error:
+        return ","
+
+
 def _read_header(path: Path, sep: str) -> list[str]:
     try:
         header = pd.read_csv(path, sep=sep, nrows=0, encoding="utf-8-sig")
     except pd.errors.EmptyDataError:
-        raise ValueError(f"{path}: the file is empty (no header row)") from None
+        raise DataError(f"{path}: the file is empty (no header row); give a CSV whose first line names the "
+                        "columns, e.g. smiles,y") from None
     return [str(c) for c in header.columns]
 
 
@@ -66,14 +91,17 @@ def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]]
             if delim != sep and delim in columns[0]:
                 msg += (
                     f". The header was read as a single column containing {label}: "
-                    f"the file looks delimited by {label}, not {sep!r} (wrong delimiter? pass sep={delim!r})"
+                    f"the file looks delimited by {label}, not {sep!r} (wrong delimiter? pass sep={delim!r}, "
+                    f"--sep {delim!r} on the command line)"
                 )
                 break
     stripped = {c.strip(): c for c in columns}
     near = [f"{col!r} (found {stripped[col.strip()]!r} with spaces)" for _, col in missing if col.strip() in stripped]
     if near:
         msg += "; note: " + ", ".join(near)
-    raise ValueError(msg)
+    flags = {"SMILES": "--smiles-col", "target": "--target-col", "split": "--split column:NAME"}
+    msg += "; name the right column with " + ", ".join(dict.fromkeys(flags[role] for role, _ in missing))
+    raise DataError(msg)
 
 
 def _targets(frame: pd.DataFrame, target_cols: list[str], task: str) -> tuple[np.ndarray, list[str | None]]:
@@ -104,6 +132,36 @@ def _targets(frame: pd.DataFrame, target_cols: list[str], task: str) -> tuple[np
     return y, errors
 
 
+def _check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y: np.ndarray) -> None:
+    """A target column in which no row holds a number is a wrong column, not bad rows."""
+    for t, col in enumerate(target_cols):
+        if np.isfinite(y[:, t]).any():
+            continue
+        raw = [v for v in frame[col].astype(str).str.strip() if v.lower() not in _MISSING]
+        if not raw:
+            raise DataError(f"{path}: target column {col!r} is empty in every row; name the column that holds "
+                            "the values with --target-col")
+        first = ", ".join(repr(v) for v in list(dict.fromkeys(raw))[:3])
+        raise DataError(f"{path}: target column {col!r} holds no numeric value (first values: {first}); "
+                        "targets must be numbers (0/1 for classification): choose another --target-col or "
+                        "encode the labels as numbers")
+
+
+def _check_usable(path: Path, ds: GraphDataset) -> None:
+    """Every row invalid, or an empty split, stops here with the reason (training cannot start)."""
+    n_valid = sum(ds.sizes().values())
+    if n_valid == 0 and not ds.invalid:
+        raise DataError(f"{path}: the file has a header but no data rows; add one row per molecule")
+    if n_valid == 0:
+        reasons = "; ".join(f"line {r.index + 2}: {r.reason}" for r in ds.invalid[:3])
+        raise DataError(f"{path}: none of the {len(ds.invalid)} rows can be used ({reasons}); check the SMILES "
+                        "column (--smiles-col) and the targets")
+    empty = [name for name, graphs in ds.splits.items() if not graphs]
+    if empty:
+        raise DataError(f"{path}: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty "
+                        f"({n_valid} usable rows); add rows, or choose another --split")
+
+
 def build_csv(
     path: str | os.PathLike,
     smiles_col: str,
@@ -123,7 +181,10 @@ def build_csv(
     frame = pd.read_csv(
         path, sep=sep, dtype=str, keep_default_na=False, na_filter=False, usecols=usecols, encoding="utf-8-sig"
     )
+    if frame.empty:
+        raise DataError(f"{path}: the file has a header but no data rows; add one row per molecule")
     y_all, errors = _targets(frame, target_cols, task)
+    _check_any_numeric(path, frame, target_cols, y_all)
     smiles_all = frame[smiles_col].astype(str).tolist()
     split_all = frame[split_col].astype(str).tolist() if split_col else None
 
@@ -193,7 +254,7 @@ def load_csv(
     seed: int = 0,
     *,
     frac: Sequence[float] = (0.8, 0.1, 0.1),
-    sep: str = ",",
+    sep: str | None = None,
     allow_unsanitized: bool = False,
     rebuild: bool = False,
 ) -> GraphDataset:
@@ -212,17 +273,22 @@ def load_csv(
         cache_dir: cache root; defaults to :func:`default_cache_dir`.
         seed: seed of the random split and of the balanced scaffold order.
         frac: train/val/test fractions for the scaffold and random splits.
-        sep: field delimiter.
+        sep: field delimiter; ``None`` detects it (:func:`detect_sep`).
         allow_unsanitized: keep molecules that only fail RDKit sanitization
             (partially sanitized) instead of reporting them as invalid rows.
         rebuild: ignore an existing cache file.
 
     Raises:
-        ValueError: bad arguments, or missing columns (the message lists the
-            available columns and hints at a wrong delimiter).
+        ValueError: bad arguments. :class:`~siggate.data.base.DataError` (a
+            ``ValueError``): an empty file, missing columns (the message lists the
+            available columns and hints at a wrong delimiter), no data rows, a target
+            column without a single number, no usable row, or an empty split.
         FileNotFoundError: no such file.
     """
     path = Path(path)
+    if path.is_file() and sep is None:
+        sep = detect_sep(path)
+    sep = sep or ","
     target_cols = _check_arguments(path, smiles_col, target_cols, task, split, sep)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     parts = {
@@ -252,6 +318,7 @@ def load_csv(
         rebuild=rebuild,
     )
     _report(path, ds, fresh=cached.last_hit is False)
+    _check_usable(path, ds)
     return ds
 
 
@@ -273,7 +340,7 @@ def _check_arguments(path: Path, smiles_col: str, target_cols, task: str, split:
         )
     split_col = _parse_split(split)
     if not path.is_file():
-        raise FileNotFoundError(f"CSV file not found: {path}")
+        raise FileNotFoundError(f"CSV file not found: {path}" + (" (it is a folder)" if path.is_dir() else ""))
     columns = _read_header(path, sep)
     wanted = [("SMILES", smiles_col)] + [("target", c) for c in target_cols]
     if split_col:

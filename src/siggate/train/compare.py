@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from ..options import GATE_KINDS, GATE_POSITIONS, parse_gate_spec
+from ..options import GATE_KINDS, GATE_POSITIONS, add_progress_flag, parse_gate_spec, progress_enabled
 from .executor import ExecutorError, add_executor_args, read_metrics
 
 log = logging.getLogger("siggate.compare")
@@ -507,7 +507,7 @@ def compare(args) -> int:
         print("siggate compare: --aggregate-only: nothing is trained; unfinished runs are listed as missing",
               flush=True)
     else:
-        run_pairs(pairs, args, threads, progress=not args.no_progress)
+        run_pairs(pairs, args, threads, progress=progress_enabled(args))
 
     res = aggregate(pairs, specs, seeds)
     res.update({
@@ -575,7 +575,7 @@ def register(subparsers) -> None:
     p.add_argument("--cache-dir", default=None, help="cache for processed data")
     p.add_argument("--out", required=True, help="output folder (runs/, results.json, results.md, val_curves.png)")
     add_executor_args(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_flag(p)
     p.add_argument("--aggregate-only", action="store_true",
                    help="train nothing: write results from the runs already finished (a snapshot of a "
                         "comparison still under way; the others are listed as missing)")
