@@ -101,9 +101,9 @@ def propagate(x: torch.Tensor, A: torch.Tensor, steps: int) -> torch.Tensor:
 def matched_pair(dim: int, heads: int, gate: str, bias: float, weight_std: float | None, seed: int):
     """An ungated and a gated attention sharing all ``q, k, v, out`` weights (float64)."""
     torch.manual_seed(seed)
-    plain = GatedMultiheadAttention(dim, heads, gate="none", fused=False).double().eval()
+    plain = GatedMultiheadAttention(dim, heads, gate="none", impl="reference").double().eval()
     gated = GatedMultiheadAttention(dim, heads, gate=gate, gate_bias_init=bias, gate_weight_std=weight_std,
-                                    fused=False).double().eval()
+                                    impl="reference").double().eval()
     d = dim
     with torch.no_grad():
         gated.in_proj.weight[: 3 * d].copy_(plain.in_proj.weight)
