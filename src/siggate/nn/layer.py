@@ -257,8 +257,11 @@ class GPSLayer(nn.Module):
     ):
         """``layout``: the batch layout shared by all layers, built once per batch
         (``PackedLayout.from_batch(batch)`` for ``"packed"``, a :class:`DenseIndex` for
-        ``"reference"``/``"sdpa"``); ``None``: built here from ``batch``. With
-        ``return_details`` also the attention details (runs ``"reference"``)."""
+        ``"reference"``/``"sdpa"``); ``None``: built here from ``batch``. ``"reference"``
+        and ``"sdpa"`` given a ``PackedLayout`` build their ``DenseIndex`` from ``batch``
+        (so ``SIGGATE_ATTN_IMPL=reference`` works on fast-path code); ``"packed"`` given
+        a ``DenseIndex`` raises. With ``return_details`` also the attention details
+        (runs ``"reference"``)."""
         impl = "reference" if return_details else resolve_impl(self.impl)
         if impl == "packed":
             return self._forward_fast(x, edge_index, edge_attr, batch, layout)
