@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from .attention import GatedMultiheadAttention, resolve_impl
