@@ -1,7 +1,7 @@
 """The optimized paths of siggate.nn pinned to the readable one, and a `siggate bench` smoke test.
 
-The readable path is the model built with ``fused=False`` (padded ``(B, N_max, d)`` batch,
-``q k^T``/mask/softmax spelled out, plain autograd); the fast path (``fused=True``) uses the
+The readable path is the model built with ``impl="reference"`` (padded ``(B, N_max, d)`` batch,
+``q k^T``/mask/softmax spelled out, plain autograd); the fast path (``impl="packed"``) uses the
 size-grouped packed layout, the hand-written attention/GINE/FFN backwards and, in eval,
 BatchNorm folding. Everything here runs in float64 with explicit dtypes.
 """
@@ -16,10 +16,12 @@ import torch
 from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
 from torch_geometric.data import Batch, Data
 
-import siggate.nn.attention as A
-from siggate.nn import GINELocal, GPSLayer, SigGateGT
-from siggate.nn.attention import PackedLayout, grouped_attention
-from siggate.nn.layer import _GINEResidual, _MLPResidual
+import siggate.nn.kernels.attention_cpu as K
+import siggate.nn.kernels.layout as L
+import siggate.nn.kernels.packed as P
+from siggate.nn import GINELocal, GPSLayer, PackedLayout, SigGateGT
+from siggate.nn.kernels.fused_blocks import _GINEResidual, _MLPResidual
+from siggate.nn.kernels.packed import grouped_attention
 
 DT = torch.float64
 SIZES = [6, 13, 3, 21, 9, 13, 1, 5, 21]  # padding, repeated sizes, a one-node graph
@@ -46,11 +48,11 @@ def batch(sizes=SIZES) -> Batch:
     return Batch.from_data_list([graph(n, s) for s, n in enumerate(sizes)])
 
 
-def twin_models(seed=0, **kw):
+def twin_models(seed=0, impl="packed", **kw):
     torch.manual_seed(seed)
-    fast = SigGateGT(2, dim=16, layers=2, heads=4, attn_dropout=0.0, fused=True, **kw).to(DT)
+    fast = SigGateGT(2, dim=16, layers=2, heads=4, attn_dropout=0.0, impl=impl, **kw).to(DT)
     torch.manual_seed(seed)
-    slow = SigGateGT(2, dim=16, layers=2, heads=4, attn_dropout=0.0, fused=False, **kw).to(DT)
+    slow = SigGateGT(2, dim=16, layers=2, heads=4, attn_dropout=0.0, impl="reference", **kw).to(DT)
     return fast, slow
 
 
@@ -73,12 +75,12 @@ def groups(request, monkeypatch):
     """``many``: one group per distinct size; ``one``: a single padded group;
     ``chunked``: default grouping, every group through the chunked kernel."""
     if request.param == "many":
-        monkeypatch.setattr(A, "GROUP_CALL_COST", 0.0)
+        monkeypatch.setattr(L, "GROUP_CALL_COST", 0.0)
     elif request.param == "one":
-        monkeypatch.setattr(A, "GROUP_CALL_COST", 1e12)
+        monkeypatch.setattr(L, "GROUP_CALL_COST", 1e12)
     elif request.param == "chunked":
-        monkeypatch.setattr(A, "CHUNKED_MIN_NODES", 1)
-        monkeypatch.setattr(A, "CHUNK_ROWS", 4)
+        monkeypatch.setattr(K, "CHUNKED_MIN_NODES", 1)
+        monkeypatch.setattr(K, "CHUNK_ROWS", 4)
     return request.param
 
 
@@ -87,6 +89,15 @@ def groups(request, monkeypatch):
 @pytest.mark.parametrize("position", ["output", "value", "post"])
 def test_training_step_fast_equals_readable(gate, position, groups):
     fast, slow = twin_models(gate=gate, gate_position=position, local="gine", pe="rwse", pe_steps=8, pe_dim=4)
+    assert_same_training_step(fast, slow, batch())
+
+
+@pytest.mark.parametrize("gate", ["none", "headwise", "elementwise"])
+@pytest.mark.parametrize("position", ["output", "value", "post"])
+def test_training_step_sdpa_equals_readable(gate, position):
+    """``impl="sdpa"`` (padded batch, ``scaled_dot_product_attention``) for the whole model."""
+    fast, slow = twin_models(impl="sdpa", gate=gate, gate_position=position, local="gine", pe="rwse", pe_steps=8,
+                             pe_dim=4)
     assert_same_training_step(fast, slow, batch())
 
 
@@ -157,17 +168,17 @@ def test_headwise_gate_with_unaligned_projection():
     """d = 32, H = 4: the projection width 3d + H is not a multiple of d_head (the
     ZINC/Peptides case); the q/k/v columns take the copy path."""
     torch.manual_seed(0)
-    fast = SigGateGT(1, dim=32, layers=2, heads=4, gate="headwise", attn_dropout=0.0, fused=True).to(DT)
+    fast = SigGateGT(1, dim=32, layers=2, heads=4, gate="headwise", attn_dropout=0.0, impl="packed").to(DT)
     torch.manual_seed(0)
-    slow = SigGateGT(1, dim=32, layers=2, heads=4, gate="headwise", attn_dropout=0.0, fused=False).to(DT)
+    slow = SigGateGT(1, dim=32, layers=2, heads=4, gate="headwise", attn_dropout=0.0, impl="reference").to(DT)
     assert_same_training_step(fast, slow, batch())
 
 
 def test_gps_layer_alone_builds_its_layout():
     torch.manual_seed(0)
-    fast = GPSLayer(16, 4, gate="elementwise", fused=True).to(DT)
+    fast = GPSLayer(16, 4, gate="elementwise", impl="packed").to(DT)
     torch.manual_seed(0)
-    slow = GPSLayer(16, 4, gate="elementwise", fused=False).to(DT)
+    slow = GPSLayer(16, 4, gate="elementwise", impl="reference").to(DT)
     b = batch()
     x = torch.randn(b.num_nodes, 16, dtype=DT, requires_grad=True)
     e = torch.randn(b.edge_index.size(1), 16, dtype=DT)
@@ -235,10 +246,10 @@ def _fix_dropout_masks(monkeypatch, chunked: bool) -> None:
         g = torch.Generator().manual_seed(int(sum(shape)))
         return (torch.rand(shape, generator=g, dtype=like.dtype) >= p).to(like.dtype) / (1 - p)
 
-    monkeypatch.setattr(A, "_dropout_keep", fixed_keep)
+    monkeypatch.setattr(K, "_dropout_keep", fixed_keep)
     if chunked:
-        monkeypatch.setattr(A, "CHUNKED_MIN_NODES", 1)
-        monkeypatch.setattr(A, "CHUNK_ROWS", 2)
+        monkeypatch.setattr(K, "CHUNKED_MIN_NODES", 1)
+        monkeypatch.setattr(K, "CHUNK_ROWS", 2)
 
 
 @pytest.mark.parametrize("d,gate_dim,gate_output", [
@@ -279,14 +290,14 @@ def test_attention_branch_gradcheck_with_dropout(monkeypatch, d, gate_dim, chunk
     b_out = torch.randn(d, generator=g, dtype=DT, requires_grad=True)
     for residual in (True, False):
         def f(*t):
-            return A._AttentionBranch.apply(*t, lay, 4, 0.5, gate_dim, residual)
+            return K._AttentionBranch.apply(*t, lay, 4, 0.5, gate_dim, residual)
 
         assert torch.autograd.gradcheck(f, (x, w_in, b_in, w_out, b_out), eps=1e-6, atol=1e-6, fast_mode=True)
 
 
 def test_dropout_keep_is_bernoulli():
     torch.manual_seed(0)
-    keep = A._dropout_keep((200_000,), 0.3, torch.empty(0, dtype=DT))
+    keep = K._dropout_keep((200_000,), 0.3, torch.empty(0, dtype=DT))
     assert set(keep.unique().tolist()) == {0.0, 1 / 0.7}
     assert abs((keep == 0).double().mean().item() - 0.3) < 0.005
 
@@ -322,7 +333,7 @@ def test_gine_and_mlp_blocks_gradcheck():
 def test_chunked_training_memory_is_not_quadratic(monkeypatch):
     """A 600-node graph in training with dropout: no saved tensor has n^2 entries."""
     n = 600
-    assert n >= A.CHUNKED_MIN_NODES
+    assert n >= K.CHUNKED_MIN_NODES
     lay = PackedLayout.from_batch(torch.zeros(n, dtype=torch.long), 1)
     proj = torch.randn(n, 48, requires_grad=True)
     sizes = []
@@ -340,7 +351,7 @@ def test_accelerator_kernel_matches_cpu_kernel():
     lay = PackedLayout.from_batch(b, len(sizes), call_cost=1.0)
     proj = _proj(b.numel(), 16, 0)
     ref, _ = grouped_attention(proj, lay, 4, 0.0)
-    out = A._grouped_attention_sdpa(proj, lay, 4, 0.0, 16, 4)
+    out = P._grouped_attention_sdpa(proj, lay, 4, 0.0, 16, 4)
     assert torch.allclose(out, ref, atol=1e-12)
     g1, = torch.autograd.grad((ref**2).sum(), proj)
     g2, = torch.autograd.grad((out**2).sum(), proj)

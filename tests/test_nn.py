@@ -3,8 +3,8 @@
 import math
 
 import pytest
-from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
 import torch
+from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
 from torch_geometric.data import Batch, Data
 
 from siggate.nn import GatedGCNLocal, GatedMultiheadAttention, GINELocal, GPSLayer, SigGateGT
@@ -39,9 +39,9 @@ def load_into_mha(att: GatedMultiheadAttention) -> torch.nn.MultiheadAttention:
     return mha.eval()
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_ungated_equals_torch_multihead_attention(fused):
-    att = GatedMultiheadAttention(16, 4, gate="none", fused=fused).eval()
+@pytest.mark.parametrize("impl", ["auto", "reference", "sdpa", "packed"])
+def test_ungated_equals_torch_multihead_attention(impl):
+    att = GatedMultiheadAttention(16, 4, gate="none", impl=impl).eval()
     with torch.no_grad():  # non-zero biases so they are checked too
         att.in_proj.bias.normal_()
         att.out_proj.bias.normal_()
@@ -84,11 +84,14 @@ def test_gate_parameter_counts(d, H):
     assert head - base == d * H + H
 
 
+@pytest.mark.parametrize("impl", ["sdpa", "packed"])
 @pytest.mark.parametrize("gate", ["none", "headwise", "elementwise"])
 @pytest.mark.parametrize("position", ["output", "value", "post"])
-def test_fused_path_matches_readable_path_outputs_and_grads(gate, position):
+def test_every_impl_matches_reference(impl, gate, position):
+    """Each implementation against ``impl="reference"`` (``return_details`` runs it):
+    outputs on real nodes, input and parameter gradients."""
     torch.manual_seed(0)
-    att = GatedMultiheadAttention(16, 4, gate=gate, gate_position=position, attn_dropout=0.0)
+    att = GatedMultiheadAttention(16, 4, gate=gate, gate_position=position, attn_dropout=0.0, impl=impl)
     x, mask = padded_input()
     x1 = x.clone().requires_grad_(True)
     x2 = x.clone().requires_grad_(True)
@@ -290,3 +293,93 @@ def test_lappe_nan_padding_is_safe():
 def test_stable_softmax_scaling_constant():
     att = GatedMultiheadAttention(16, 4, gate="none")
     assert att.head_dim == 4 and math.isclose(1 / math.sqrt(att.head_dim), 0.5)
+
+
+# ----------------------------------------------------------------------------- impl switch
+
+
+def test_resolve_impl_auto_and_environment_override(monkeypatch):
+    from siggate.nn import resolve_impl
+
+    monkeypatch.delenv("SIGGATE_ATTN_IMPL", raising=False)
+    assert resolve_impl("auto") == "packed" and resolve_impl("auto", padded=True) == "sdpa"
+    for impl in ("reference", "sdpa", "packed"):
+        assert resolve_impl(impl) == impl == resolve_impl(impl, padded=True)
+        monkeypatch.setenv("SIGGATE_ATTN_IMPL", impl)
+        assert resolve_impl("auto") == impl == resolve_impl("auto", padded=True)
+        assert resolve_impl("sdpa") == "sdpa"  # an explicit choice wins
+    monkeypatch.setenv("SIGGATE_ATTN_IMPL", "flash")
+    with pytest.raises(ValueError, match="SIGGATE_ATTN_IMPL must be one of"):
+        resolve_impl("auto")
+    with pytest.raises(ValueError, match="impl must be one of"):
+        GatedMultiheadAttention(16, 4, impl="fused")
+    with pytest.raises(ValueError, match="impl must be one of"):
+        GPSLayer(16, 4, impl=True)
+
+
+def test_environment_override_switches_the_model_to_reference(monkeypatch):
+    """``SIGGATE_ATTN_IMPL=reference`` turns an ``impl="auto"`` model into the readable one."""
+    torch.manual_seed(0)
+    model = SigGateGT(1, dim=16, layers=2, heads=4, attn_dropout=0.0).train()
+    b = Batch.from_data_list([random_graph(n, s) for s, n in enumerate([5, 9, 3])])
+    calls = []
+    model.layers[0].attn.register_forward_hook(lambda m, i, o: calls.append(i[0].dim()))
+    fast = model(b)
+    monkeypatch.setenv("SIGGATE_ATTN_IMPL", "reference")
+    slow = model(b)
+    assert calls == [3]  # the packed run never calls the padded forward; the reference run does
+    assert torch.allclose(fast, slow, atol=1e-10)
+
+
+def test_packed_layer_refuses_a_dense_index():
+    from siggate.nn import DenseIndex
+
+    layer = GPSLayer(16, 4, impl="packed")
+    x, e = torch.randn(4, 16), torch.randn(2, 16)
+    ei, batch = torch.tensor([[0, 1], [1, 0]]), torch.zeros(4, dtype=torch.long)
+    with pytest.raises(ValueError, match="needs a PackedLayout"):
+        layer(x, ei, e, batch, DenseIndex.from_batch(batch))
+
+
+def test_config_impl_and_old_fused_key():
+    from siggate.config import ConfigError, from_dict, upgrade_config_dict
+
+    assert upgrade_config_dict({"model": {"fused": True}})["model"] == {"impl": "auto"}
+    assert upgrade_config_dict({"model": {"fused": False, "dim": 8}})["model"] == {"impl": "reference", "dim": 8}
+    assert from_dict(upgrade_config_dict({"model": {"fused": False}})).model.impl == "reference"
+    with pytest.raises(ConfigError, match="model.impl"):
+        from_dict({"model": {"impl": "fast"}})
+
+
+def test_mlp_head_halves_the_width():
+    from siggate.nn import mlp_head
+
+    head = mlp_head(64, 3, 2)
+    assert [m.out_features for m in head if isinstance(m, torch.nn.Linear)] == [32, 16, 2]
+    assert len(mlp_head(8, 1, 1)) == 1
+
+
+def test_readme_own_model_example_runs_on_the_fast_path():
+    """The README's "use the layer in your own model" code, executed as written."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("## Use the layer in your own model"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    ns: dict = {}
+    exec(code, ns)
+    torch.manual_seed(0)
+    model = ns["MyModel"](in_dim=3, edge_dim=2, dim=16, layers=2)
+    graphs = [Data(x=torch.randn(n, 3), edge_index=torch.tensor([[0, 1], [1, 0]]), edge_attr=torch.randn(2, 2))
+              for n in (4, 7, 2)]
+    b = Batch.from_data_list(graphs)
+    calls = []
+    model.layers[0].attn.register_forward_hook(lambda m, i, o: calls.append(1))
+    model(b).sum().backward()  # trains
+    out = model.eval()(b)
+    assert out.shape == (3, 1) and not calls  # the padded forward never ran: packed path
+    model.layers[0].impl = model.layers[1].impl = "reference"
+    for layer in model.layers:
+        layer.attn.impl = "reference"
+    assert torch.allclose(model(b), out, atol=1e-10) and calls

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from .options import GATE_KINDS, GATE_POSITIONS, LOCAL_MODEL_NAMES, SPLITS
+from .options import ATTN_IMPLS, GATE_KINDS, GATE_POSITIONS, LOCAL_MODEL_NAMES, SPLITS
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -65,7 +65,7 @@ class ModelConfig:
     pe_dim: int = 16
     pooling: str = "add"
     head_layers: int = 3
-    fused: bool = True
+    impl: str = "auto"                     # attention implementation (siggate.nn.attention.resolve_impl)
 
 
 @dataclass
@@ -107,6 +107,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.local": _choice(*sorted(LOCAL_MODEL_NAMES), "none"),
     "model.gate": _choice(*GATE_KINDS),
     "model.gate_position": _choice(*GATE_POSITIONS),
+    "model.impl": _choice(*ATTN_IMPLS),
     "model.pe": _choice("none", "rwse", "lappe"),
     "model.pooling": _choice("add", "mean"),
     "model.param_match": _choice("none", "ffn"),
@@ -418,6 +419,8 @@ def upgrade_config_dict(raw: dict) -> dict:
       every dataset and the benchmarks with an official split ignored it. For those it
       becomes unset (what it always meant); for nci5k and CSV data it stays
       ``"scaffold"``, the OGB-order split those runs really used.
+    - ``model.fused`` (a bool) became ``model.impl``: ``true`` is ``"auto"``, ``false``
+      ``"reference"``.
     """
     if not isinstance(raw, dict):
         return raw
@@ -425,6 +428,10 @@ def upgrade_config_dict(raw: dict) -> dict:
     data = out.get("data")
     if isinstance(data, dict) and data.get("split") == "scaffold" and data.get("name", "nci5k") not in ("nci5k", "csv"):
         data["split"] = None
+    model = out.get("model")
+    if isinstance(model, dict) and "fused" in model:
+        fused = model.pop("fused")
+        model.setdefault("impl", "auto" if fused else "reference")
     return out
 
 

@@ -9,6 +9,7 @@ This module imports nothing from ``siggate``: every package may use it.
 from __future__ import annotations
 
 __all__ = [
+    "ATTN_IMPLS",
     "GATE_KINDS",
     "GATE_POSITIONS",
     "LOCAL_MODEL_NAMES",
@@ -21,6 +22,9 @@ __all__ = [
 GATE_KINDS = ("none", "headwise", "elementwise")
 #: ``model.gate_position``: where the gate multiplies (attention output, values, after the projection).
 GATE_POSITIONS = ("output", "value", "post")
+#: ``model.impl``: attention implementations, all computing the same function
+#: (:func:`siggate.nn.attention.resolve_impl` says what ``auto`` picks).
+ATTN_IMPLS = ("auto", "reference", "sdpa", "packed")
 #: ``model.local``: the message-passing branches of :data:`siggate.nn.layer.LOCAL_MODELS` (or ``"none"``).
 LOCAL_MODEL_NAMES = ("gine", "gatedgcn")
 #: ``data.split`` of the datasets built from SMILES (see :func:`siggate.data.chem.split_indices`).

@@ -154,7 +154,7 @@ def main(args) -> int:
     ratio = {n: np.asarray(times[n]) / t_base for n in specs}
     res = {
         "analysis": "overhead", "dataset": info.name, "baseline": base, "variants": specs,
-        "model": {k: getattr(cfg.model, k) for k in ("dim", "layers", "heads", "local", "pe", "fused")},
+        "model": {k: getattr(cfg.model, k) for k in ("dim", "layers", "heads", "local", "pe", "impl")},
         "batch_size": bs, "batches": len(data), "reps": args.reps, "warmup": args.warmup,
         "threads": torch.get_num_threads(),
         "params": params, "gate_params": gate_params, "expected_gate_params": expected,

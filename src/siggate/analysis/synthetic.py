@@ -107,9 +107,9 @@ def matched_pair(dim: int, heads: int, gate: str, bias: float, weight_std: float
     from ..nn.attention import GatedMultiheadAttention
 
     torch.manual_seed(seed)
-    plain = GatedMultiheadAttention(dim, heads, gate="none", fused=False).double().eval()
+    plain = GatedMultiheadAttention(dim, heads, gate="none", impl="reference").double().eval()
     gated = GatedMultiheadAttention(dim, heads, gate=gate, gate_bias_init=bias, gate_weight_std=weight_std,
-                                    fused=False).double().eval()
+                                    impl="reference").double().eval()
     d = dim
     with torch.no_grad():
         gated.in_proj.weight[: 3 * d].copy_(plain.in_proj.weight)

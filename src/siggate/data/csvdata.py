@@ -28,7 +28,7 @@ from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, TaskInfo, def
 from .cache import cached, fingerprint_file, load_dataset, report_invalid, save_dataset, write_invalid_rows
 from .chem import SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
 
-__all__ = ["load_csv", "TASK_METRIC"]
+__all__ = ["load_csv", "check_trainable", "detect_sep", "TASK_METRIC"]
 
 logger = logging.getLogger(__name__)
 
@@ -147,8 +147,9 @@ def _check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], 
                         "encode the labels as numbers")
 
 
-def _check_usable(path: Path, ds: GraphDataset) -> None:
-    """Every row invalid, or an empty split, stops here with the reason (training cannot start)."""
+def check_trainable(path: Path, ds: GraphDataset) -> None:
+    """Raise :class:`DataError` when a model cannot be trained on ``ds``: no usable row, or an
+    empty split (``siggate train`` calls this; :func:`load_csv` itself only warns)."""
     n_valid = sum(ds.sizes().values())
     if n_valid == 0 and not ds.invalid:
         raise DataError(f"{path}: the file has a header but no data rows; add one row per molecule")
@@ -254,7 +255,7 @@ def load_csv(
     seed: int = 0,
     *,
     frac: Sequence[float] = (0.8, 0.1, 0.1),
-    sep: str | None = None,
+    sep: str | None = ",",
     allow_unsanitized: bool = False,
     rebuild: bool = False,
 ) -> GraphDataset:
@@ -273,7 +274,8 @@ def load_csv(
         cache_dir: cache root; defaults to :func:`default_cache_dir`.
         seed: seed of the random split and of the balanced scaffold order.
         frac: train/val/test fractions for the scaffold and random splits.
-        sep: field delimiter; ``None`` detects it (:func:`detect_sep`).
+        sep: field delimiter; ``None`` detects it (:func:`detect_sep`; ``siggate train``
+            passes ``None`` unless ``--sep`` is given).
         allow_unsanitized: keep molecules that only fail RDKit sanitization
             (partially sanitized) instead of reporting them as invalid rows.
         rebuild: ignore an existing cache file.
@@ -286,9 +288,8 @@ def load_csv(
         FileNotFoundError: no such file.
     """
     path = Path(path)
-    if path.is_file() and sep is None:
-        sep = detect_sep(path)
-    sep = sep or ","
+    if sep is None:
+        sep = detect_sep(path) if path.is_file() else ","
     target_cols = _check_arguments(path, smiles_col, target_cols, task, split, sep)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     parts = {
@@ -318,7 +319,6 @@ def load_csv(
         rebuild=rebuild,
     )
     _report(path, ds, fresh=cached.last_hit is False)
-    _check_usable(path, ds)
     return ds
 
 

@@ -7,9 +7,8 @@ produces ``pe_dim`` channels; the two are concatenated, as in GraphGPS.
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
-
 from ogb.graphproppred.mol_encoder import AtomEncoder, BondEncoder
+from torch import Tensor, nn
 
 
 class TypeEncoder(nn.Module):

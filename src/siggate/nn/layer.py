@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import GatedMultiheadAttention, PackedLayout
+from .attention import ATTN_IMPLS, GatedMultiheadAttention, resolve_impl
+from .kernels.fused_blocks import _GINEResidual, _MLPResidual, foldable, forward_folded
+from .kernels.layout import PackedLayout
 
 
 @dataclass
@@ -53,68 +55,6 @@ class DenseIndex:
     def to_sparse(self, x: Tensor) -> Tensor:
         """``[B, N_max, d] -> [num_nodes, d]``."""
         return x.reshape(self.batch_size * self.max_nodes, -1)[self.flat]
-
-
-def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-    return torch.addmm(b, x, w.t()) if b is not None else x.mm(w.t())
-
-
-def _linear_backward(dy: Tensor, x: Tensor, w: Tensor, has_bias: bool, need_x: bool = True):
-    """Gradients of ``x w^T + b``: ``(dx, dw, db)``."""
-    return (dy.mm(w) if need_x else None), dy.t().mm(x), (dy.sum(0) if has_bias else None)
-
-
-class _MLPResidual(torch.autograd.Function):
-    """``res + W2 ReLU(W1 x + b1) + b2`` (a residual two-layer MLP), one autograd node.
-
-    The same operations as ``res + Linear(ReLU(Linear(x)))`` with autograd, with the
-    backward written out: ``dh = (dy W2) * [h > 0]``, ``dx = dh W1``, ``dW = dy^T h`` and
-    ``dh^T x``, ``db`` the column sums, ``dres = dy``. It replaces seven autograd nodes
-    (two ``addmm``, two transposes, ReLU, the residual add) by one.
-    """
-
-    @staticmethod
-    def forward(ctx, x, res, w1, b1, w2, b2):
-        h = _linear(x, w1, b1).relu_()
-        y = _linear(h, w2, b2).add_(res)
-        ctx.save_for_backward(x, h, w1, w2)
-        ctx.bias = (b1 is not None, b2 is not None)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, h, w1, w2 = ctx.saved_tensors
-        dh, dw2, db2 = _linear_backward(dy, h, w2, ctx.bias[1])
-        dh = torch.ops.aten.threshold_backward(dh, h, 0)
-        dx, dw1, db1 = _linear_backward(dh, x, w1, ctx.bias[0], ctx.needs_input_grad[0])
-        return dx, dy, dw1, db1, dw2, db2
-
-
-class _GINEResidual(torch.autograd.Function):
-    """``x + MLP((1 + eps) x_i + sum_j ReLU(x_j + e_ji))``, GINE plus its residual, as one
-    autograd node (the same operations as :meth:`GINELocal.forward` and the residual,
-    backward written out; replaces about a dozen autograd nodes)."""
-
-    @staticmethod
-    def forward(ctx, x, src, dst, e, eps, w1, b1, w2, b2):
-        msg = torch.add(x.index_select(0, src), e).relu_()  # E, d
-        agg = torch.addcmul(x, x, eps).index_add_(0, dst, msg)  # (1 + eps) x + sum
-        h = _linear(agg, w1, b1).relu_()
-        y = _linear(h, w2, b2).add_(x)
-        ctx.save_for_backward(x, src, dst, eps, msg, agg, h, w1, w2)
-        ctx.bias = (b1 is not None, b2 is not None)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, src, dst, eps, msg, agg, h, w1, w2 = ctx.saved_tensors
-        dh, dw2, db2 = _linear_backward(dy, h, w2, ctx.bias[1])
-        dh = torch.ops.aten.threshold_backward(dh, h, 0)
-        dagg, dw1, db1 = _linear_backward(dh, agg, w1, ctx.bias[0])
-        d_eps = (dagg * x).sum().view(1) if ctx.needs_input_grad[4] else None
-        dmsg = torch.ops.aten.threshold_backward(dagg.index_select(0, dst), msg, 0)  # E, d
-        dx = torch.add(dy, dagg).addcmul_(dagg, eps).index_add_(0, src, dmsg)
-        return dx, None, None, dmsg, d_eps, dw1, db1, dw2, db2
 
 
 def _scatter_sum(src: Tensor, index: Tensor, num: int) -> Tensor:
@@ -209,6 +149,12 @@ class GatedGCNLocal(nn.Module):
 LOCAL_MODELS = {"gine": GINELocal, "gatedgcn": GatedGCNLocal}
 
 
+
+def _batch_vector(x: Tensor, batch: Tensor | None) -> Tensor:
+    """``batch``, or all nodes in one graph when it is ``None``."""
+    return x.new_zeros(x.size(0), dtype=torch.long) if batch is None else batch
+
+
 class GPSLayer(nn.Module):
     r"""One GraphGPS layer with SigGate-GT attention.
 
@@ -228,11 +174,14 @@ class GPSLayer(nn.Module):
             :class:`GatedMultiheadAttention`. (default: ``"elementwise"``)
         gate_position (str): ``"output"``, ``"value"`` or ``"post"``. (default: ``"output"``)
         gate_bias_init (float): initial gate bias. (default: ``0.0``)
-        gate_weight_std (float, optional): std of the gate weights' normal initialisation;
-            ``None`` for Xavier-uniform. (default: ``None``)
         dropout (float): dropout after each branch and in the FFN. (default: ``0.0``)
         attn_dropout (float): dropout on attention probabilities. (default: ``0.0``)
-        fused (bool): fused ``scaled_dot_product_attention`` path. (default: ``True``)
+        impl (str): ``"auto"``, ``"reference"``, ``"sdpa"`` or ``"packed"``; see
+            :func:`~siggate.nn.attention.resolve_impl`. ``"packed"`` (what ``"auto"``
+            runs) also fuses the GINE and FFN blocks and folds the BatchNorms in
+            inference (:meth:`_forward_fast`). (default: ``"auto"``)
+        gate_weight_std (float, optional): std of the gate weights' normal initialisation;
+            ``None`` for Xavier-uniform. (default: ``None``)
         ffn_dim (int, optional): hidden width of the feed-forward block; ``None`` for
             GraphGPS's ``2 * dim``. (default: ``None``)
 
@@ -252,7 +201,7 @@ class GPSLayer(nn.Module):
         gate_bias_init: float = 0.0,
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
-        fused: bool = True,
+        impl: str = "auto",
         gate_weight_std: float | None = None,
         ffn_dim: int | None = None,
     ) -> None:
@@ -261,15 +210,18 @@ class GPSLayer(nn.Module):
             raise ValueError(f"local must be one of {sorted(LOCAL_MODELS) + ['none']}, got {local!r}")
         if local == "none" and not attn:
             raise ValueError("a GPS layer needs at least one branch (local or attention)")
+        if impl not in ATTN_IMPLS:
+            raise ValueError(f"impl must be one of {ATTN_IMPLS}, got {impl!r}")
         self.dim = dim
         self.local_kind = local
         self.dropout = dropout
+        self.impl = impl
         self.local = None if local == "none" else LOCAL_MODELS[local](dim, dropout=dropout)
         self.norm_local = nn.BatchNorm1d(dim) if self.local is not None else None
         self.attn = (
             GatedMultiheadAttention(
                 dim, heads, gate=gate, gate_position=gate_position, gate_bias_init=gate_bias_init,
-                gate_weight_std=gate_weight_std, attn_dropout=attn_dropout, fused=fused,
+                gate_weight_std=gate_weight_std, attn_dropout=attn_dropout, impl=impl,
             )
             if attn
             else None
@@ -279,7 +231,7 @@ class GPSLayer(nn.Module):
         self.ff1 = nn.Linear(dim, ffn_dim)
         self.ff2 = nn.Linear(ffn_dim, dim)
         self.norm_ff = nn.BatchNorm1d(dim)
-        self._fold_key = None
+        self._fold_key = None  # cache of the BatchNorm-folded parameters (kernels.fused_blocks)
         self._fold = None
         self.reset_parameters()
 
@@ -300,147 +252,79 @@ class GPSLayer(nn.Module):
         edge_index: Tensor,
         edge_attr: Tensor,
         batch: Tensor | None = None,
-        dense: DenseIndex | PackedLayout | None = None,
+        layout: DenseIndex | PackedLayout | None = None,
         return_details: bool = False,
     ):
-        """``dense`` is the batch layout shared by all layers (``None``: built here). The
-        packed fast path (:meth:`GatedMultiheadAttention.forward_packed`) runs when the
-        attention is fused, no details are requested and ``dense`` is not a
-        :class:`DenseIndex`; otherwise the padded readable/SDPA path runs."""
+        """``layout``: the batch layout shared by all layers, built once per batch
+        (``PackedLayout.from_batch(batch)`` for ``"packed"``, a :class:`DenseIndex` for
+        ``"reference"``/``"sdpa"``); ``None``: built here from ``batch``. ``"reference"``
+        and ``"sdpa"`` given a ``PackedLayout`` build their ``DenseIndex`` from ``batch``
+        (so ``SIGGATE_ATTN_IMPL=reference`` works on fast-path code); ``"packed"`` given
+        a ``DenseIndex`` raises. With ``return_details`` also the attention details
+        (runs ``"reference"``)."""
+        impl = "reference" if return_details else resolve_impl(self.impl)
+        if impl == "packed":
+            return self._forward_fast(x, edge_index, edge_attr, batch, layout)
+        branches, details = [], None
+        if self.local is not None:  # local MPNN, residual, norm
+            h, edge_attr = self.local(x, edge_index, edge_attr)
+            if not self.local.updates_edges:  # GatedGCN adds its own dropout and residual
+                h = x + self._drop(h)
+            branches.append(self.norm_local(h))
+        if self.attn is not None:  # global attention on the padded batch, residual, norm
+            if not isinstance(layout, DenseIndex):
+                layout = DenseIndex.from_batch(_batch_vector(x, batch))
+            h = self.attn(layout.to_dense(x), layout.mask, return_details=return_details, impl=impl)
+            if return_details:
+                h, details = h
+            h = x + self._drop(layout.to_sparse(h))
+            branches.append(self.norm_attn(h))
+        out = branches[0] if len(branches) == 1 else branches[0] + branches[1]  # the sum
+        ff = self.ff2(self._drop(F.relu(self.ff1(out))))  # FFN, residual, norm
+        x = self.norm_ff(out + self._drop(ff))
+        return (x, edge_attr, details) if return_details else (x, edge_attr)
+
+    def _forward_fast(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None,
+                      layout: PackedLayout | None):
+        """:meth:`forward` with ``impl="packed"``: the same layer on node rows over a
+        :class:`PackedLayout`. In inference without autograd the BatchNorms are folded
+        (:func:`~siggate.nn.kernels.fused_blocks.forward_folded`); otherwise the GINE,
+        attention and FFN blocks with their residuals run as single autograd nodes
+        (:mod:`siggate.nn.kernels`) unless dropout sits between them or autocast is on."""
+        if layout is None and self.attn is not None:
+            layout = PackedLayout.from_batch(_batch_vector(x, batch))
+        elif layout is not None and not isinstance(layout, PackedLayout):
+            raise ValueError(f"impl 'packed' needs a PackedLayout, got {type(layout).__name__}: pass "
+                             "PackedLayout.from_batch(batch), or None to build it here, or use impl='sdpa'")
+        gine = isinstance(self.local, GINELocal)
         autocast = torch.is_autocast_enabled(x.device.type)  # the fused blocks run in one dtype
-        if (not self.training and not torch.is_grad_enabled() and not return_details and not autocast
-                and isinstance(dense, PackedLayout) and self._foldable()):
-            return self._forward_folded(x, edge_index, edge_attr, dense)
+        if not self.training and not torch.is_grad_enabled() and not autocast and foldable(self):
+            return forward_folded(self, x, edge_index, edge_attr, layout, gine)
+        fuse = self.attn is not None and (self.dropout == 0.0 or not self.training) and not autocast
         branches = []
-        details = None
-        fast = self.attn is not None and self.attn.fused and not return_details and not isinstance(dense, DenseIndex)
-        # fused blocks (one autograd node each) need the dropout between them to be off
-        fuse = fast and (self.dropout == 0.0 or not self.training) and not autocast
         if self.local is not None:
-            if fuse and isinstance(self.local, GINELocal):
+            if fuse and gine:
                 h = self.local.forward_residual(x, edge_index, edge_attr)
             else:
                 h, edge_attr = self.local(x, edge_index, edge_attr)
                 if not self.local.updates_edges:
                     h = x + self._drop(h)
             branches.append(self.norm_local(h))
-        if fast:
-            if dense is None:
-                if batch is None:
-                    batch = x.new_zeros(x.size(0), dtype=torch.long)
-                dense = PackedLayout.from_batch(batch)
+        if self.attn is not None:
             if fuse:
-                h = self.attn.forward_packed(x, dense, residual=True)
+                h = self.attn.forward_packed(x, layout, residual=True)
             else:
-                h = x + self._drop(self.attn.forward_packed(x, dense))
-            branches.append(self.norm_attn(h))
-        elif self.attn is not None:
-            if not isinstance(dense, DenseIndex):  # None or a PackedLayout
-                if batch is None:
-                    batch = x.new_zeros(x.size(0), dtype=torch.long)
-                dense = DenseIndex.from_batch(batch)
-            xd = dense.to_dense(x)
-            res = self.attn(xd, dense.mask, return_details=return_details)
-            if return_details:
-                res, details = res
-            h = x + self._drop(dense.to_sparse(res))
+                h = x + self._drop(self.attn.forward_packed(x, layout))
             branches.append(self.norm_attn(h))
         out = branches[0] if len(branches) == 1 else branches[0] + branches[1]
         if fuse:
-            x = self.norm_ff(_MLPResidual.apply(out, out, self.ff1.weight, self.ff1.bias, self.ff2.weight,
-                                                self.ff2.bias))
-        else:
-            ff = self.ff2(self._drop(F.relu(self.ff1(out))))
-            x = self.norm_ff(out + self._drop(ff))
-        if return_details:
-            return x, edge_attr, details
-        return x, edge_attr
-
-    # ------------------------------------------------------------------ eval fast path
-
-    def _norms(self) -> list:
-        return [m for m in (self.norm_local, self.norm_attn, self.norm_ff) if m is not None]
-
-    def _foldable(self) -> bool:
-        return all(bn.track_running_stats and bn.running_var is not None for bn in self._norms())
-
-    @staticmethod
-    def _bn_affine(bn: nn.BatchNorm1d) -> tuple[Tensor, Tensor]:
-        """Eval BatchNorm as ``z * s + t``."""
-        s = torch.rsqrt(bn.running_var + bn.eps)
-        if bn.weight is not None:
-            s = s * bn.weight
-        t = -bn.running_mean * s
-        if bn.bias is not None:
-            t = t + bn.bias
-        return s, t
-
-    def _folded(self) -> dict:
-        """Eval BatchNorms folded into the linear maps before them (cached until any of
-        the parameters or statistics changes).
-
-        ``BN_L(x + g) + BN_A(x + a) = x (s_L + s_A) + g' + a' + (t_L + t_A)`` where ``g'``
-        (GINE's last linear) and ``a'`` (the output projection) carry the scales ``s``;
-        ``BN_F(h + f) = h s_F + f'`` likewise. Same math as the unfolded layer, reassociated.
-        """
-        mods = [self.ff2, *self._norms()]
-        if self.attn is not None:
-            mods.append(self.attn.out_proj)
-        if isinstance(self.local, GINELocal):
-            mods.append(self.local.mlp[-1])
-        tensors = [t for m in mods for t in list(m.parameters(recurse=False)) + list(m.buffers(recurse=False))]
-        key = tuple((t.data_ptr(), t._version) for t in tensors)
-        if key == self._fold_key:
-            return self._fold
-        f: dict = {}
-        x_scale, const = None, None
-        if self.local is not None:
-            s, t = self._bn_affine(self.norm_local)
-            const = t
-            if isinstance(self.local, GINELocal):
-                lin = self.local.mlp[-1]
-                f["local_w"], f["local_b"] = lin.weight * s[:, None], lin.bias * s
-                x_scale = s
-            else:
-                f["local_s"] = s
-        if self.attn is not None:
-            s, t = self._bn_affine(self.norm_attn)
-            lin = self.attn.out_proj
-            f["attn_w"] = lin.weight * s[:, None]
-            f["attn_b"] = lin.bias * s if lin.bias is not None else None
-            x_scale = s if x_scale is None else x_scale + s
-            const = t if const is None else const + t
-        if "local_b" in f:  # the constant rides on GINE's bias
-            f["local_b"], const = f["local_b"] + const, None
-        f["x_scale"], f["const"] = x_scale, const
-        s, t = self._bn_affine(self.norm_ff)
-        f["ff_w"], f["ff_b"], f["ff_s"] = self.ff2.weight * s[:, None], self.ff2.bias * s + t, s
-        self._fold_key, self._fold = key, f
-        return f
-
-    def _forward_folded(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, layout: PackedLayout):
-        """Inference with the BatchNorms folded (:meth:`_folded`): two fused
-        multiply-adds replace three normalisations and four additions."""
-        f = self._folded()
-        acc = None
-        if isinstance(self.local, GINELocal):
-            h = self.local.aggregate(x, edge_index, edge_attr)
-            acc = F.linear(F.relu(self.local.mlp[0](h)), f["local_w"], f["local_b"])
-        elif self.local is not None:
-            h, edge_attr = self.local(x, edge_index, edge_attr)
-            acc = h * f["local_s"]
-        if self.attn is not None:
-            a = self.attn.forward_packed(x, layout, f["attn_w"], f["attn_b"])
-            acc = a if acc is None else acc.add_(a)
-        if f["const"] is not None:
-            acc = acc.add_(f["const"])
-        if f["x_scale"] is not None:
-            acc = acc.addcmul_(x, f["x_scale"])
-        ff = F.linear(F.relu(self.ff1(acc)), f["ff_w"], f["ff_b"])
-        return ff.addcmul_(acc, f["ff_s"]), edge_attr
+            ff1, ff2 = self.ff1, self.ff2
+            return self.norm_ff(_MLPResidual.apply(out, out, ff1.weight, ff1.bias, ff2.weight, ff2.bias)), edge_attr
+        ff = self.ff2(self._drop(F.relu(self.ff1(out))))
+        return self.norm_ff(out + self._drop(ff)), edge_attr
 
     def _drop(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.dropout, self.training) if self.dropout > 0.0 else x
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, local={self.local_kind!r}, dropout={self.dropout}"
+        return f"dim={self.dim}, local={self.local_kind!r}, dropout={self.dropout}, impl={self.impl!r}"

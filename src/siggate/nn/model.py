@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
-from .attention import GatedMultiheadAttention, PackedLayout
+from .attention import GatedMultiheadAttention, resolve_impl
 from .encoders import NodeEncoder, make_edge_encoder
+from .kernels.layout import PackedLayout
 from .layer import DenseIndex, GPSLayer
 
 POOLING = {"add": global_add_pool, "mean": global_mean_pool}
@@ -38,6 +39,20 @@ def resolve_ffn_dim(cfg: dict) -> int | None:
     return None
 
 
+def mlp_head(dim: int, layers: int, out: int) -> nn.Sequential:
+    """The prediction MLP of GraphGPS's ``san_graph`` head: ``layers - 1`` blocks
+    ``Linear(w, w // 2), ReLU`` halving the width from ``dim``, then ``Linear(w, out)``.
+
+    Shapes: ``[G, dim]`` -> ``[G, out]``.
+    """
+    head, width = [], dim
+    for _ in range(layers - 1):
+        head += [nn.Linear(width, width // 2), nn.ReLU()]
+        width //= 2
+    head.append(nn.Linear(width, out))
+    return nn.Sequential(*head)
+
+
 class SigGateGT(nn.Module):
     r"""Graph-level SigGate-GT model: encoders, ``layers`` GPS layers, pooling and an MLP head.
 
@@ -65,7 +80,8 @@ class SigGateGT(nn.Module):
         pooling (str): ``"add"`` or ``"mean"``. (default: ``"add"``)
         head_layers (int): layers of the prediction MLP, halving the width each time
             (GraphGPS ``san_graph`` head). (default: ``3``)
-        fused (bool): fused attention kernel. (default: ``True``)
+        impl (str): attention implementation, ``"auto"``, ``"reference"``, ``"sdpa"`` or
+            ``"packed"``; see :func:`~siggate.nn.attention.resolve_impl`. (default: ``"auto"``)
         gate_weight_std (float, optional): std of the gate weights' normal initialisation;
             ``None`` for Xavier-uniform. (default: ``None``)
         ffn_dim (int, optional): hidden width of each layer's feed-forward block; ``None``
@@ -95,7 +111,7 @@ class SigGateGT(nn.Module):
         pe_dim: int = 0,
         pooling: str = "add",
         head_layers: int = 3,
-        fused: bool = True,
+        impl: str = "auto",
         gate_weight_std: float | None = None,
         ffn_dim: int | None = None,
     ) -> None:
@@ -104,21 +120,16 @@ class SigGateGT(nn.Module):
             raise ValueError(f"pooling must be one of {sorted(POOLING)}, got {pooling!r}")
         self.num_tasks = num_tasks
         self.pooling = pooling
+        self.impl = impl
         self.node_encoder = NodeEncoder(node_features, dim, num_node_types, pe, pe_steps, pe_dim)
         self.edge_encoder = make_edge_encoder(node_features, dim, num_edge_types)
         self.layers = nn.ModuleList(
             GPSLayer(dim, heads, local=local, attn=attn, gate=gate, gate_position=gate_position,
                      gate_bias_init=gate_bias_init, gate_weight_std=gate_weight_std, dropout=dropout,
-                     attn_dropout=attn_dropout, fused=fused, ffn_dim=ffn_dim)
+                     attn_dropout=attn_dropout, impl=impl, ffn_dim=ffn_dim)
             for _ in range(layers)
         )
-        head = []
-        width = dim
-        for _ in range(head_layers - 1):
-            head += [nn.Linear(width, width // 2), nn.ReLU()]
-            width //= 2
-        head.append(nn.Linear(width, num_tasks))
-        self.head = nn.Sequential(*head)
+        self.head = mlp_head(dim, head_layers, num_tasks)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -150,23 +161,23 @@ class SigGateGT(nn.Module):
         if batch is None:
             batch = data.x.new_zeros(data.x.size(0), dtype=torch.long)
         num_graphs = int(getattr(data, "num_graphs", None) or (int(batch.max()) + 1))
-        fast = not return_details and all(m.fused for m in self.attention_modules())
-        dense = (PackedLayout if fast else DenseIndex).from_batch(batch, num_graphs)
+        impl = "reference" if return_details else resolve_impl(self.impl)
+        layout = (PackedLayout if impl == "packed" else DenseIndex).from_batch(batch, num_graphs)  # once for all layers
         x = self.node_encoder(data)
         e = self.edge_encoder(data.edge_attr)
         hidden, attn = [x], []
         for layer in self.layers:
             if return_details:
-                x, e, det = layer(x, data.edge_index, e, batch, dense, return_details=True)
+                x, e, det = layer(x, data.edge_index, e, batch, layout, return_details=True)
                 hidden.append(x)
                 attn.append(det)
             else:
-                x, e = layer(x, data.edge_index, e, batch, dense)
+                x, e = layer(x, data.edge_index, e, batch, layout)
         g = POOLING[self.pooling](x, batch, size=num_graphs)
         out = self.head(g)
         if not return_details:
             return out
-        return out, {"hidden": hidden, "attn": attn, "mask": dense.mask, "graph_emb": g}
+        return out, {"hidden": hidden, "attn": attn, "mask": layout.mask, "graph_emb": g}
 
     @classmethod
     def from_config(cls, model_cfg, info) -> "SigGateGT":
@@ -175,7 +186,7 @@ class SigGateGT(nn.Module):
         cfg = model_cfg if isinstance(model_cfg, dict) else model_cfg.to_dict()
         keys = ("dim", "layers", "heads", "local", "attn", "gate", "gate_position", "gate_bias_init",
                 "gate_weight_std", "dropout", "attn_dropout", "pe", "pe_steps", "pe_dim", "pooling", "head_layers",
-                "fused")
+                "impl")
         kwargs = {k: cfg[k] for k in keys if k in cfg}
         kwargs["ffn_dim"] = resolve_ffn_dim(cfg)
         return cls(

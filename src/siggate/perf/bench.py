@@ -118,7 +118,7 @@ class PyGReference(nn.Module):
         from torch_geometric.nn import GINEConv, GPSConv
 
         from ..nn.encoders import NodeEncoder, make_edge_encoder
-        from ..nn.model import POOLING
+        from ..nn.model import POOLING, mlp_head
 
         self.pool = POOLING[pooling]
         self.node_encoder = NodeEncoder(node_features, dim, num_node_types, pe, pe_steps, pe_dim)
@@ -128,12 +128,7 @@ class PyGReference(nn.Module):
                     dropout=dropout, attn_type="multihead", attn_kwargs={"dropout": attn_dropout})
             for _ in range(layers)
         )
-        head, width = [], dim
-        for _ in range(head_layers - 1):
-            head += [nn.Linear(width, width // 2), nn.ReLU()]
-            width //= 2
-        head.append(nn.Linear(width, num_tasks))
-        self.head = nn.Sequential(*head)
+        self.head = mlp_head(dim, head_layers, num_tasks)
 
     def forward(self, data) -> Tensor:
         x = self.node_encoder(data)

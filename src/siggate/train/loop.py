@@ -85,10 +85,11 @@ def prepare_data(cfg: Config, progress: bool = True) -> GraphDataset:
 
     d = cfg.data
     if d.name == "csv":
-        from ..data.csvdata import load_csv
+        from ..data.csvdata import check_trainable, load_csv
 
         ds = load_csv(d.csv, d.smiles_col, list(d.target_cols), d.task, split=d.split or "scaffold",
                       cache_dir=Path(d.cache_dir) if d.cache_dir else None, seed=cfg.train.seed, sep=d.sep)
+        check_trainable(Path(d.csv), ds)
     else:  # the benchmarks have official splits; validate() lets data.split through for nci5k only
         extra = {"split": d.split} if d.split is not None else {}
         ds = get_dataset(d.name, root=d.root, cache_dir=d.cache_dir, **extra)

@@ -1,0 +1,155 @@
+"""A drop-in for PyG's :class:`torch_geometric.nn.GPSConv` with SigGate-GT's gated attention."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn.inits import reset
+from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
+from torch_geometric.utils import to_dense_batch
+
+from .attention import GatedMultiheadAttention, resolve_impl
+from .kernels.layout import PackedLayout
+
+#: Keys of ``attn_kwargs`` understood with ``attn_type="multihead"`` (``nn.MultiheadAttention``
+#: names); anything else is refused rather than ignored.
+MULTIHEAD_KWARGS = ("dropout", "bias")
+
+
+class GatedGPSConv(nn.Module):
+    r"""The GPS layer of PyG's :class:`~torch_geometric.nn.GPSConv` (Rampášek et al.,
+    "Recipe for a General, Powerful, Scalable Graph Transformer",
+    https://arxiv.org/abs/2205.12454) with SigGate-GT's gated attention
+    (:class:`~siggate.nn.GatedMultiheadAttention`).
+
+    Same arguments, forward and sub-module names (``conv``, ``attn``, ``mlp``, ``norm1``,
+    ``norm2``, ``norm3``) as ``GPSConv``, so that changing the import is enough:
+
+    .. math::
+        h_L = \mathrm{N_1}(x + \mathrm{Drop}(\mathrm{conv}(x))),\quad
+        h_A = \mathrm{N_2}(x + \mathrm{Drop}(\mathrm{Attn}(x))),\quad
+        h = h_L + h_A,\quad x' = \mathrm{N_3}(h + \mathrm{MLP}(h))
+
+    with ``MLP = Linear(c, 2c), act, Dropout, Linear(2c, c), Dropout``. With
+    ``gate="none"`` it computes what ``GPSConv`` computes and has its parameter count;
+    a gate adds :meth:`GatedMultiheadAttention.gate_parameters` parameters.
+
+    Args:
+        channels (int): size of each node representation ``c``.
+        conv (MessagePassing, optional): the local message-passing layer, called as
+            ``conv(x, edge_index, **kwargs)``; ``None`` for attention only.
+        heads (int): attention heads. (default: ``1``)
+        dropout (float): dropout after each branch and in the MLP. (default: ``0.0``)
+        act (str or Callable): activation of the MLP. (default: ``"relu"``)
+        act_kwargs (dict, optional): arguments of the activation. (default: ``None``)
+        norm (str or Callable, optional): normalisation after each residual.
+            (default: ``"batch_norm"``)
+        norm_kwargs (dict, optional): arguments of the normalisation. (default: ``None``)
+        attn_type (str): only ``"multihead"`` for now. (default: ``"multihead"``)
+        attn_kwargs (dict, optional): ``dropout`` (on the attention probabilities) and
+            ``bias``, as for ``nn.MultiheadAttention``. (default: ``None``)
+        gate (str): ``"none"``, ``"headwise"`` or ``"elementwise"``. (default: ``"elementwise"``)
+        gate_position (str): ``"output"``, ``"value"`` or ``"post"``. (default: ``"output"``)
+        gate_bias_init (float): initial gate bias; the gate starts near
+            ``sigmoid(gate_bias_init)`` (0.5 by default). (default: ``0.0``)
+        impl (str): attention implementation; see
+            :func:`~siggate.nn.attention.resolve_impl`. (default: ``"auto"``)
+
+    Shapes:
+        ``x [N, c]``, ``edge_index [2, E]``, ``batch [N]`` (optional) -> ``[N, c]``.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        conv: nn.Module | None,
+        heads: int = 1,
+        dropout: float = 0.0,
+        act: str | Callable = "relu",
+        act_kwargs: dict[str, Any] | None = None,
+        norm: str | Callable | None = "batch_norm",
+        norm_kwargs: dict[str, Any] | None = None,
+        attn_type: str = "multihead",
+        attn_kwargs: dict[str, Any] | None = None,
+        gate: str = "elementwise",
+        gate_position: str = "output",
+        gate_bias_init: float = 0.0,
+        impl: str = "auto",
+    ) -> None:
+        super().__init__()
+        if attn_type != "multihead":
+            raise ValueError(f"attn_type {attn_type!r} is not supported by GatedGPSConv (only 'multihead')")
+        attn_kwargs = dict(attn_kwargs or {})
+        unknown = sorted(set(attn_kwargs) - set(MULTIHEAD_KWARGS))
+        if unknown:
+            raise ValueError(f"attn_kwargs {unknown} are not supported (supported: {list(MULTIHEAD_KWARGS)})")
+        self.channels = channels
+        self.conv = conv
+        self.heads = heads
+        self.dropout = dropout
+        self.attn_type = attn_type
+        self.attn = GatedMultiheadAttention(
+            channels, heads, gate=gate, gate_position=gate_position, gate_bias_init=gate_bias_init,
+            attn_dropout=attn_kwargs.get("dropout", 0.0), bias=attn_kwargs.get("bias", True), impl=impl,
+        )
+        self.mlp = nn.Sequential(
+            nn.Linear(channels, channels * 2),
+            activation_resolver(act, **(act_kwargs or {})),
+            nn.Dropout(dropout),
+            nn.Linear(channels * 2, channels),
+            nn.Dropout(dropout),
+        )
+        norm_kwargs = norm_kwargs or {}
+        self.norm1 = normalization_resolver(norm, channels, **norm_kwargs)
+        self.norm2 = normalization_resolver(norm, channels, **norm_kwargs)
+        self.norm3 = normalization_resolver(norm, channels, **norm_kwargs)
+        self.norm_with_batch = (self.norm1 is not None
+                                and "batch" in inspect.signature(self.norm1.forward).parameters)
+
+    def reset_parameters(self) -> None:
+        """Re-initialise the local conv, the attention (gate last), the MLP and the norms."""
+        if self.conv is not None:
+            self.conv.reset_parameters()
+        self.attn.reset_parameters()
+        reset(self.mlp)
+        for norm in (self.norm1, self.norm2, self.norm3):
+            if norm is not None:
+                norm.reset_parameters()
+
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, **kwargs) -> Tensor:
+        """``x [N, c]``, ``edge_index [2, E]``, ``batch [N]`` -> ``[N, c]``; ``kwargs``
+        (e.g. ``edge_attr``) go to ``conv``."""
+        hs = []
+        if self.conv is not None:  # local MPNN, residual, norm
+            h = self.conv(x, edge_index, **kwargs)
+            h = F.dropout(h, p=self.dropout, training=self.training)
+            hs.append(self._norm(self.norm1, h + x, batch))
+        h = self._attend(x, batch)  # global attention, residual, norm
+        h = F.dropout(h, p=self.dropout, training=self.training)
+        hs.append(self._norm(self.norm2, h + x, batch))
+        out = hs[0] if len(hs) == 1 else hs[0] + hs[1]  # the sum
+        return self._norm(self.norm3, out + self.mlp(out), batch)  # MLP, residual, norm
+
+    def _attend(self, x: Tensor, batch: Tensor | None) -> Tensor:
+        """Attention of each graph with itself on node rows: packed over a layout of
+        ``batch``, or on the padded ``to_dense_batch`` form for ``"reference"``/``"sdpa"``."""
+        impl = resolve_impl(self.attn.impl)
+        if impl == "packed":
+            if batch is None:
+                batch = x.new_zeros(x.size(0), dtype=torch.long)
+            return self.attn.forward_packed(x, PackedLayout.from_batch(batch))
+        h, mask = to_dense_batch(x, batch)
+        return self.attn(h, mask, impl=impl)[mask]
+
+    def _norm(self, norm: nn.Module | None, h: Tensor, batch: Tensor | None) -> Tensor:
+        if norm is None:
+            return h
+        return norm(h, batch=batch) if self.norm_with_batch else norm(h)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.channels}, conv={self.conv}, heads={self.heads}, "
+                f"attn_type={self.attn_type}, gate={self.attn.gate}, gate_position={self.attn.gate_position})")

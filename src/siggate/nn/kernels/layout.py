@@ -1,0 +1,266 @@
+"""The packed layout: the graphs of a PyG batch regrouped by size for attention.
+
+What it computes: from a PyG ``batch`` vector, a partition of the graphs (sorted by node
+count) into contiguous size groups, each padded only to its own largest graph, and the
+index tensors that gather ``q, k, v`` of every group from node rows and scatter the
+attention output back to node order (:class:`PackedLayout`).
+
+Reference: the padded ``(B, N_max)`` layout of :class:`siggate.nn.DenseIndex` (PyG's
+``to_dense_batch``); attention over a packed layout must equal attention over the padded
+batch on every real node. Pinned by ``tests/test_fast_path.py``
+(``test_packed_layout_covers_every_node_once``, ``test_batch_of_one_has_no_padding_and_no_mask``
+and, through the kernels, every ``*_fast_equals_readable`` test). How the grouping costs
+were calibrated: ``benchmarks/README.md`` (step 1 and 10).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+#: Cost of one extra attention call, in units of attention scores per head; used to
+#: decide how many size groups a :class:`PackedLayout` uses (``benchmarks/README.md``).
+GROUP_CALL_COST = 4096
+#: Per-row cost (in scores) of a padded row: the gather/scatter and softmax row overhead.
+GROUP_ROW_COST = 16
+
+
+def _partition_sizes(sizes: list[int], call_cost: float, row_cost: float) -> list[int]:
+    """Split ascending ``sizes`` into contiguous groups minimising
+    ``sum_groups count * n_max * (n_max + row_cost) + call_cost``; returns group ends.
+
+    Dynamic programming over the distinct sizes (a group never splits equal sizes)."""
+    if not sizes:
+        return []
+    ends_u, vals = [], []
+    for i, s in enumerate(sizes):  # last index of each distinct size
+        if i + 1 == len(sizes) or sizes[i + 1] != s:
+            ends_u.append(i + 1)
+            vals.append(s * (s + row_cost))
+    u = len(ends_u)
+    best = [0.0] * (u + 1)
+    prev = [0] * (u + 1)
+    for j in range(1, u + 1):
+        end, w = ends_u[j - 1], vals[j - 1]
+        b, arg = None, 0
+        for i in range(j):
+            c = best[i] + (end - (ends_u[i - 1] if i else 0)) * w + call_cost
+            if b is None or c < b:
+                b, arg = c, i
+        best[j], prev[j] = b, arg
+    out, j = [], u
+    while j > 0:
+        out.append(ends_u[j - 1])
+        j = prev[j]
+    return out[::-1]
+
+
+class PackedLayout:
+    """Graphs of a PyG batch regrouped for attention (the layout of the fast path).
+
+    Graphs are sorted by node count and split into contiguous groups (dynamic programming
+    over the sorted sizes, trading padding against the per-call cost, see
+    :data:`GROUP_CALL_COST`). Group ``k`` holds ``g_k`` graphs padded to its largest one,
+    ``n_k`` nodes. Node features never take this padded form: the attention gathers
+    ``q, k, v`` of each group straight from the node rows (:meth:`gather_index`) and
+    gathers its output back (:meth:`out_index`). Built once per forward pass and shared
+    by every layer; index tensors are built (with NumPy, on the host) on first use and
+    cached.
+
+    Attributes:
+        num_nodes (int): nodes of the batch.
+        groups (list): ``(g_k, n_k)`` per group.
+        nodes (list): per group ``[g_k, n_k]`` node ids (padding points at node 0).
+        valid (list): per group ``[g_k, n_k]`` bool, ``True`` for real nodes, or ``None``
+            when the group has no padding (all its graphs have ``n_k`` nodes).
+    """
+
+    def __init__(self, num_nodes: int, groups: list, nodes_np: list, valid_np: list, device) -> None:
+        self.num_nodes = num_nodes
+        self.groups = groups
+        self.device = torch.device(device)
+        self._nodes = nodes_np  # per group (g, n) int64 arrays
+        self._valid = valid_np  # per group (g, n) bool arrays or None
+        self._cache: dict = {}
+
+    @classmethod
+    def from_batch(cls, batch: Tensor, batch_size: int | None = None, call_cost: float | None = None,
+                   row_cost: float | None = None) -> "PackedLayout":
+        """Layout of a PyG ``batch`` vector; ``call_cost``/``row_cost`` default to
+        :data:`GROUP_CALL_COST`/:data:`GROUP_ROW_COST` (``call_cost=0`` gives one group per
+        distinct size, a huge value one padded group)."""
+        call_cost = GROUP_CALL_COST if call_cost is None else call_cost
+        row_cost = GROUP_ROW_COST if row_cost is None else row_cost
+        b = batch.detach().cpu().numpy()
+        if batch_size is None:
+            batch_size = int(b.max()) + 1 if b.size else 0
+        counts = np.bincount(b, minlength=batch_size)
+        ptr = np.concatenate([[0], np.cumsum(counts)])
+        order = np.argsort(counts, kind="stable")
+        order = order[counts[order] > 0]
+        sizes = counts[order]
+        ends = _partition_sizes(sizes.tolist(), call_cost, row_cost)
+        groups, nodes, valid, start = [], [], [], 0
+        for end in ends:
+            members, msz = order[start:end], sizes[start:end]
+            n = int(msz[-1])
+            ar = np.arange(n)
+            ids = ptr[members][:, None] + ar[None, :]  # g, n
+            if msz[0] == n:
+                valid.append(None)
+            else:
+                ok = ar[None, :] < msz[:, None]
+                ids[~ok] = 0
+                valid.append(ok)
+            groups.append((len(members), n))
+            nodes.append(ids)
+            start = end
+        return cls(int(b.size), groups, nodes, valid, batch.device)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _tensor(self, key, build):
+        """Cached host-built array as a tensor on the layout's device."""
+        if key not in self._cache:
+            arr = build()
+            t = torch.from_numpy(np.ascontiguousarray(arr))
+            self._cache[key] = t.to(self.device) if self.device.type != "cpu" else t
+        return self._cache[key]
+
+    @property
+    def nodes(self) -> list:
+        return [self._tensor(("nodes", k), lambda k=k: self._nodes[k]) for k in range(len(self.groups))]
+
+    @property
+    def valid(self) -> list:
+        return [None if v is None else self._tensor(("valid", k), lambda v=v: v) for k, v in enumerate(self._valid)]
+
+    def padded_rows(self) -> int:
+        """Rows of all groups together (real nodes plus padding)."""
+        return sum(g * n for g, n in self.groups)
+
+    def _bias_np(self, k: int, dtype: torch.dtype, heads: int) -> np.ndarray:
+        v = self._valid[k]
+        np_dtype = {torch.float64: np.float64, torch.float16: np.float16}.get(dtype, np.float32)
+        low = torch.finfo(dtype).min if dtype in (torch.float64, torch.float16, torch.float32) else np.finfo(np.float32).min
+        b = np.where(v, np_dtype(0), np_dtype(low))  # g, n
+        return np.repeat(b[:, None, :], heads, axis=1) if heads else b
+
+    def bias(self, k: int, dtype: torch.dtype) -> Tensor | None:
+        """Additive key mask ``[g_k, 1, 1, n_k]`` of group ``k``: 0 for real keys and the
+        most negative finite value for padding, so that ``exp`` gives exactly 0 while a
+        padded query row (whose output is discarded) stays finite. ``None`` without padding."""
+        if self._valid[k] is None:
+            return None
+        t = self._tensor(("bias", k, dtype), lambda: self._bias_np(k, dtype, 0))
+        if t.dtype != dtype:  # bfloat16: no NumPy type
+            self._cache[("bias", k, dtype)] = t = t.to(dtype).clamp_(min=torch.finfo(dtype).min)
+        g, n = self.groups[k]
+        return t.view(g, 1, 1, n)
+
+    def bias_bmm(self, k: int, heads: int, dtype: torch.dtype) -> Tensor | None:
+        """:meth:`bias` repeated to ``[g_k * H, 1, n_k]`` (the batched-matmul layout)."""
+        if self._valid[k] is None:
+            return None
+        t = self._tensor(("bias_bmm", k, heads, dtype), lambda: self._bias_np(k, dtype, heads))
+        if t.dtype != dtype:
+            self._cache[("bias_bmm", k, heads, dtype)] = t = t.to(dtype).clamp_(min=torch.finfo(dtype).min)
+        g, n = self.groups[k]
+        return t.view(g * heads, 1, n)
+
+    def _gather_np(self, k: int, heads: int, stride: int, heads_inner: bool) -> np.ndarray:
+        ids = self._nodes[k]
+        j = np.arange(3)[:, None, None, None]
+        h = np.arange(heads)
+        if heads_inner:
+            return (ids[None, :, :, None] * stride + j * heads + h[None, None, None, :]).reshape(-1)  # 3, g, n, H
+        return (ids[None, :, None, :] * stride + j * heads + h[None, None, :, None]).reshape(-1)  # 3, g, H, n
+
+    def gather_index(self, k: int, heads: int, stride: int, heads_inner: bool = False) -> Tensor:
+        """``[3 * g_k * H * n_k]``: rows of a projection viewed as ``[num_nodes * stride,
+        d_head]`` (``stride`` rows per node, ``q | k | v`` first) that form group ``k``'s
+        ``q, k, v`` as one ``(3, g_k, H, n_k, d_head)`` block, or ``(3, g_k, n_k, H,
+        d_head)`` with ``heads_inner``."""
+        return self._tensor(("gather", k, heads, stride, heads_inner),
+                            lambda: self._gather_np(k, heads, stride, heads_inner))
+
+    def gather_all(self, heads: int, stride: int) -> Tensor:
+        """:meth:`gather_index` of all groups, concatenated (the blocks of :meth:`block_offsets`)."""
+        return self._tensor(("gather_all", heads, stride), lambda: np.concatenate(
+            [self._gather_np(k, heads, stride, False) for k in range(len(self.groups))]))
+
+    def out_offsets(self, heads: int) -> list[int]:
+        """Start row of each group in the concatenated output ``[sum_k g_k H n_k, d_head]``."""
+        off, out = 0, []
+        for g, n in self.groups:
+            out.append(off)
+            off += g * heads * n
+        return out + [off]
+
+    def block_offsets(self, heads: int) -> list[int]:
+        """Start row of each group's ``(3, g_k H, n_k, d_head)`` block in the
+        concatenation of all groups' blocks (rows of ``d_head``)."""
+        return [3 * o for o in self.out_offsets(heads)]
+
+    def _nodes_or_dummy(self, k: int) -> np.ndarray:
+        """Node ids of group ``k`` with padding mapped to ``num_nodes`` (a dummy row)."""
+        v = self._valid[k]
+        return self._nodes[k] if v is None else np.where(v, self._nodes[k], self.num_nodes)
+
+    def out_index(self, heads: int, heads_inner: bool = False) -> Tensor:
+        """``[num_nodes * H]``: for node ``i`` and head ``h``, its row in the concatenated
+        output (row ``i * H + h`` of the node-order result). Each group's output is laid
+        out ``(g, H, n)`` (batched matmul), or ``(g, n, H)`` with ``heads_inner`` (the
+        memory order of the CPU flash kernel's output)."""
+        def build():
+            idx = np.empty((self.num_nodes + 1) * heads, dtype=np.int64)
+            offs = self.out_offsets(heads)
+            for k, (g, n) in enumerate(self.groups):
+                node = self._nodes_or_dummy(k)  # g, n
+                if heads_inner:
+                    dst = node[:, :, None] * heads + np.arange(heads)  # g, n, H
+                else:
+                    dst = node[:, None, :] * heads + np.arange(heads)[None, :, None]  # g, H, n
+                idx[dst.reshape(-1)] = np.arange(offs[k], offs[k + 1])
+            return idx[: self.num_nodes * heads]
+        return self._tensor(("out", heads, heads_inner), build)
+
+    def out_source(self, heads: int) -> tuple[Tensor, Tensor | None]:
+        """Inverse of :meth:`out_index`: for each concatenated-output row its node-order
+        row (padding points at row 0), and the padding rows (or ``None``)."""
+        h = np.arange(heads)[None, :, None]
+        src = self._tensor(("src", heads), lambda: np.concatenate(
+            [(self._nodes[k][:, None, :] * heads + h).reshape(-1) for k in range(len(self.groups))]))
+        if all(v is None for v in self._valid):
+            return src, None
+
+        def build_pad():
+            offs, pad = self.out_offsets(heads), []
+            for k, (g, n) in enumerate(self.groups):
+                if self._valid[k] is not None:
+                    bad = np.repeat(~self._valid[k][:, None, :], heads, axis=1).reshape(-1)
+                    pad.append(np.flatnonzero(bad) + offs[k])
+            return np.concatenate(pad)
+        return src, self._tensor(("pad", heads), build_pad)
+
+    def block_source(self, heads: int, stride: int) -> Tensor:
+        """``[num_nodes * stride]``: for each row of a projection viewed as
+        ``[num_nodes * stride, d_head]``, its row in the concatenated blocks of
+        :meth:`block_offsets`; rows past ``q | k | v`` (gate rows, ``stride > 3H``) map
+        to rows appended after the blocks, ``node * (stride - 3H) + r``. The backward
+        gathers its ``q, k, v`` gradients with it (a gather, not a scatter-add)."""
+        def build():
+            boffs = self.block_offsets(heads)
+            extra = stride - 3 * heads
+            idx = np.empty(((self.num_nodes + 1) * stride), dtype=np.int64)
+            col = (np.arange(3)[:, None, None, None] * heads + np.arange(heads)[None, None, :, None])  # 3, 1, H, 1
+            for k, (g, n) in enumerate(self.groups):
+                node = self._nodes_or_dummy(k)[None, :, None, :]  # 1, g, 1, n
+                idx[(node * stride + col).reshape(-1)] = np.arange(boffs[k], boffs[k + 1])  # order 3, g, H, n
+            idx = idx.reshape(self.num_nodes + 1, stride)[: self.num_nodes]
+            if extra:
+                idx[:, 3 * heads :] = boffs[-1] + np.arange(self.num_nodes * extra).reshape(-1, extra)
+            return idx.reshape(-1)
+        return self._tensor(("block_src", heads, stride), build)
+
