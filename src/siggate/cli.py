@@ -32,10 +32,14 @@ def cmd_train(args) -> int:
     cfg = config_from_args(args)
     if args.on_nan:
         cfg.train.on_nan = args.on_nan
+    if args.ddp and args.ensemble is not None:
+        raise CLIError("--ensemble trains its members one after the other; it does not combine with --ddp")
     if args.ddp:
         return _train_ddp(cfg, args)
     out = default_out_dir(cfg, args.out)
     check_out_dir(out)
+    if args.ensemble is not None:
+        return _train_ensemble(cfg, out, args)
     print(f"siggate train: dataset={cfg.data.name} gate={cfg.model.gate} layers={cfg.model.layers} "
           f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
     m = train(cfg, out, resume=args.resume, progress=progress_enabled(args))
@@ -48,6 +52,19 @@ def default_out_dir(cfg, out: str | None = None) -> Path:
     if out:
         return Path(out)
     return Path("runs") / f"{cfg.data.name}-{cfg.model.gate}-seed{cfg.train.seed}"
+
+
+def _train_ensemble(cfg, out: Path, args) -> int:
+    """``siggate train --ensemble N``: N members (seeds seed..seed+N-1) in OUT/member*/."""
+    from .train.ensemble import train_ensemble
+
+    if args.ensemble < 1:
+        raise CLIError(f"--ensemble must be >= 1, got {args.ensemble}")
+    print(f"siggate train: ensemble of {args.ensemble} on dataset={cfg.data.name} gate={cfg.model.gate} "
+          f"seeds {cfg.train.seed}..{cfg.train.seed + args.ensemble - 1} -> {out}", flush=True)
+    res = train_ensemble(cfg, out, args.ensemble, resume=args.resume, progress=progress_enabled(args))
+    print(json.dumps({k: res[k] for k in ("metric", "seeds", "member_test", "val", "test")}, indent=2))
+    return 0
 
 
 def check_out_dir(out: Path) -> None:
@@ -159,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_args(p)
     p.add_argument("--out", default=None, help="output directory (default: runs/<dataset>-<gate>-seed<seed>)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    p.add_argument("--ensemble", type=int, default=None, metavar="N",
+                   help="train N members with seeds seed..seed+N-1 into OUT/member*/; siggate predict on OUT "
+                        "averages them and adds an uncertainty column (their std)")
     p.add_argument("--on-nan", choices=["stop", "skip"], default=None, help="on a non-finite loss: stop (default) or skip the batch")
     p.add_argument("--ddp", action="store_true", help="distributed data parallel (under torchrun)")
     add_progress_flag(p)

@@ -75,7 +75,10 @@ class Predictor:
     """Wraps a trained model: SMILES in, predictions (in target units) out.
 
     Args:
-        checkpoint: path to ``best.pt``/``last.pt`` from ``siggate train``.
+        checkpoint: path to ``best.pt``/``last.pt`` from ``siggate train``, a run folder
+            (its ``best.pt``) or an ensemble folder from ``siggate train --ensemble N``: the
+            members' mean is the prediction and their standard deviation goes to the
+            ``uncertainty`` column(s).
         max_atoms: molecules with more atoms are refused with a reason (attention is
             quadratic in the number of atoms). (default: ``1000``)
         batch_size: graphs per forward pass at most; fewer when molecules are large.
@@ -87,11 +90,22 @@ class Predictor:
             raise InputError(f"max_atoms (--max-atoms) must be a positive integer, got {max_atoms!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        from .ensemble import ENSEMBLE_FILE, EnsembleError, checkpoints
         from .loop import load_trained
 
-        self.model, ckpt, self.cfg, self.info = load_trained(checkpoint)
-        self.mean = ckpt["target_mean"]
-        self.std = ckpt["target_std"]
+        try:
+            paths = checkpoints(checkpoint)
+        except EnsembleError as exc:
+            raise InputError(str(exc)) from None
+        self.ensemble = (Path(checkpoint) / ENSEMBLE_FILE).is_file()
+        self.members = []
+        for path in paths:
+            model, ckpt, cfg, info = load_trained(path)
+            if self.members and (cfg.model != self.cfg.model or info != self.info):
+                raise InputError(f"{path}: this ensemble member has another model or task than {paths[0]}; "
+                                 "members must differ only in their seed")
+            self.model, self.cfg, self.info = model, cfg, info
+            self.members.append((model, ckpt["target_mean"], ckpt["target_std"], info.task))
         self.max_atoms = max_atoms
         self.batch_size = batch_size
         m = self.cfg.model
@@ -104,11 +118,18 @@ class Predictor:
             )
 
     @property
-    def columns(self) -> list[str]:
+    def prediction_columns(self) -> list[str]:
         names = self.info.target_names
-        if len(names) == 1:
-            return ["prediction"]
-        return [f"prediction_{n}" for n in names]
+        return ["prediction"] if len(names) == 1 else [f"prediction_{n}" for n in names]
+
+    @property
+    def uncertainty_columns(self) -> list[str]:
+        """``uncertainty`` (``uncertainty_<target>``) for ensembles, none for one model."""
+        return [c.replace("prediction", "uncertainty", 1) for c in self.prediction_columns] if self.ensemble else []
+
+    @property
+    def columns(self) -> list[str]:
+        return self.prediction_columns + self.uncertainty_columns
 
     def featurize(self, smiles: str):
         """SMILES -> graph with positional encodings; raises ``InvalidSmiles`` with a reason
@@ -177,12 +198,11 @@ class Predictor:
 
     @torch.no_grad()
     def _predict_graphs(self, graphs) -> torch.Tensor:
-        out = self.model(Batch.from_data_list(graphs))
-        if self.info.task == "regression":
-            out = out * self.std + self.mean
-        else:
-            out = torch.sigmoid(out)
-        return out
+        """``[G, T]`` predictions, then ``[G, T]`` uncertainties for an ensemble (concatenated)."""
+        from .ensemble import ensemble_predict
+
+        mean, std = ensemble_predict(self.members, Batch.from_data_list(graphs))
+        return torch.cat([mean, std], dim=1) if self.ensemble else mean
 
     def _batches(self, sizes: list[int]) -> Iterator[list[int]]:
         """Positions into ``sizes`` grouped into batches of similar size whose padded atom

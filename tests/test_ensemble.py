@@ -1,0 +1,93 @@
+"""``siggate train --ensemble N`` and ``siggate predict`` on the ensemble folder: the prediction
+is the members' mean and the uncertainty their standard deviation (0 for one member)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_bad_inputs import _TRAIN_ARGS, _write_train_csv
+from test_predict import nci_smiles, run_cli
+
+QUERIES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "not-a-smiles"]
+
+
+def _read(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def ensemble3(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ens")
+    data = tmp / "d.csv"
+    _write_train_csv(data, n=60)
+    out = tmp / "ens"
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from siggate.cli import main
+
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+        rc = main(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "2", "--ensemble", "3", "--out", str(out),
+                   "--cache-dir", str(tmp / "c")])
+    assert rc == 0
+    return out, data, tmp
+
+
+def test_members_differ_only_in_their_seed(ensemble3):
+    out, _, _ = ensemble3
+    man = json.loads((out / "ensemble.json").read_text())
+    assert man["members"] == ["member0/best.pt", "member1/best.pt", "member2/best.pt"] and man["seeds"] == [0, 1, 2]
+    for i in range(3):
+        m = json.loads((out / f"member{i}" / "metrics.json").read_text())
+        assert m["seed"] == i and man["member_test"][i] == m["test"]
+    assert man["metric"] == "mae" and man["test"] > 0
+
+
+def test_prediction_is_the_member_mean_and_uncertainty_their_std(ensemble3, tmp_path, capsys):
+    out, _, _ = ensemble3
+    rc, _, _ = run_cli(["predict", "--checkpoint", str(out), *QUERIES, "--output", str(tmp_path / "e.csv")], capsys)
+    assert rc == 1  # one invalid row
+    rows = _read(tmp_path / "e.csv")
+    assert list(rows[0]) == ["smiles", "prediction", "uncertainty", "error"]
+    members = []
+    for i in range(3):
+        run_cli(["predict", "--checkpoint", str(out / f"member{i}" / "best.pt"), *QUERIES, "--output",
+                 str(tmp_path / f"m{i}.csv")], capsys)
+        members.append(_read(tmp_path / f"m{i}.csv"))
+    for k, row in enumerate(rows):
+        if k == 3:
+            assert row["prediction"] == "" and row["uncertainty"] == "" and "SMILES parse error" in row["error"]
+            continue
+        vals = torch.tensor([float(m[k]["prediction"]) for m in members], dtype=torch.float64)
+        assert float(row["prediction"]) == pytest.approx(float(vals.mean()), rel=1e-5, abs=1e-5)
+        assert float(row["uncertainty"]) == pytest.approx(float(vals.std(correction=0)), rel=1e-4, abs=1e-5)
+        assert float(row["uncertainty"]) > 0  # seeds differ, so the members disagree
+
+
+def test_one_member_has_zero_uncertainty(tmp_path, capsys):
+    data = tmp_path / "d.csv"
+    _write_train_csv(data, n=60)
+    out = tmp_path / "one"
+    rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "1", "--ensemble", "1", "--out",
+                          str(out), "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    smiles = nci_smiles(5)
+    run_cli(["predict", "--checkpoint", str(out), *smiles, "--output", str(tmp_path / "e.csv")], capsys)
+    run_cli(["predict", "--checkpoint", str(out / "member0" / "best.pt"), *smiles, "--output",
+             str(tmp_path / "m.csv")], capsys)
+    ens, single = _read(tmp_path / "e.csv"), _read(tmp_path / "m.csv")
+    assert [float(r["uncertainty"]) for r in ens] == [0.0] * 5
+    assert [r["prediction"] for r in ens] == [r["prediction"] for r in single]
+
+
+def test_a_folder_that_is_no_run(tmp_path, capsys):
+    rc, _, err = run_cli(["predict", "--checkpoint", str(tmp_path), "CCO"], capsys)
+    assert rc == 2 and "neither ensemble.json nor best.pt" in err and "Traceback" not in err
+    rc, _, err = run_cli(["train", "--ensemble", "0", "--out", str(tmp_path / "x")], capsys)
+    assert rc == 2 and "--ensemble must be >= 1" in err
