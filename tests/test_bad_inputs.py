@@ -653,13 +653,13 @@ def test_out_that_cannot_be_a_folder(tmp_path, capsys):
 
 
 def test_unwritable_out_is_refused(tmp_path, capsys, monkeypatch):
-    from siggate import cli
+    from siggate import files
 
     data = _csv(tmp_path / "d.csv", _rows(","))
     locked = tmp_path / "locked"
     locked.mkdir()
     real = os.access
-    monkeypatch.setattr(cli.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode))
+    monkeypatch.setattr(files.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode))
     rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--out", str(locked / "run")], capsys)
     assert rc == 2 and f"{locked} is not writable" in err
 
@@ -680,3 +680,13 @@ def test_piped_logs_hold_one_line_per_epoch(tmp_path):
     bars = subprocess.run(base + ["--out", str(tmp_path / "b"), "--progress"], capture_output=True, text=True,
                           env=subprocess_env(), timeout=600)
     assert bars.returncode == 0 and "it/s" in bars.stderr
+
+
+def test_compare_refuses_a_bad_out_and_unknown_flags(tmp_path, capsys):
+    blocker = _csv(tmp_path / "taken", "a file")
+    rc, _, err = run_cli(["compare", "--seeds", "0", "--gates", "none", "--epochs", "1", "--out", str(blocker)], capsys)
+    assert rc == 2 and "is an existing file, not a folder" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exc:  # not read as --data-root (no abbreviations)
+        run_cli(["compare", "--data", "x.csv", "--out", str(tmp_path / "c")], capsys)
+    assert exc.value.code == 2 and "unrecognized arguments: --data" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()

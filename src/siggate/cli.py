@@ -11,11 +11,11 @@ import importlib
 import importlib.util
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
 from .config_args import CLIError, add_config_args, config_from_args
+from .files import out_dir_problem
 from .options import add_progress_flag, progress_enabled
 
 # name -> module exposing ``register(subparsers)``; each sets ``func`` on its parser.
@@ -70,16 +70,9 @@ def _train_ensemble(cfg, out: Path, args) -> int:
 def check_out_dir(out: Path) -> None:
     """Refuse an output folder that cannot be one before any work starts: an existing file,
     or a place where the folder cannot be created or written."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise CLIError(f"--out {out}: this is an existing file, not a folder; choose a folder path for the run")
-    probe = out
-    while not probe.exists():  # the deepest existing ancestor decides whether we may create it
-        probe = probe.parent
-    if not probe.is_dir():
-        raise CLIError(f"--out {out}: {probe} is a file, so the folder cannot be created; choose another path")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise CLIError(f"--out {out}: {probe} is not writable; choose a folder you can write to")
+    problem = out_dir_problem(out)
+    if problem:
+        raise CLIError(f"--out {problem} for the run")
 
 
 def _train_ddp(cfg, args) -> int:

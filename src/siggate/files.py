@@ -111,3 +111,19 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically; on failure the old file is untouched."""
     atomic_write(path, lambda fh: fh.write(data))
+
+
+def out_dir_problem(out: str | os.PathLike) -> str | None:
+    """Why ``out`` cannot be an output folder (an existing file, a file on its path, or an
+    ancestor that cannot be written), or ``None`` when it can be one."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        return f"{out}: this is an existing file, not a folder; choose a folder path"
+    probe = out
+    while not probe.exists():  # the deepest existing ancestor decides whether we may create it
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{out}: {probe} is a file, so the folder cannot be created; choose another path"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{out}: {probe} is not writable; choose a folder you can write to"
+    return None

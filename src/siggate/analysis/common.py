@@ -173,11 +173,14 @@ def train_run(cfg: Config, run_dir: Path, dataset, progress: bool = True) -> dic
     return m
 
 
-def train_remote(cfg: dict, run_dir: str, max_graphs: int | None = None) -> dict:
+def train_remote(cfg: dict, run_dir: str, max_graphs: int | None = None, threads: int = 0) -> dict:
     """:func:`train_run` on a Ray worker: the worker loads the (cached) dataset itself, cut
-    to ``max_graphs`` as the driver's is, so the run computes what it would locally."""
+    to ``max_graphs`` as the driver's is, so the run computes what it would locally;
+    ``threads`` torch threads (0: torch's default)."""
     from ..config import from_dict
 
+    if threads:
+        set_threads(threads)
     c = from_dict(cfg)
     return train_run(c, Path(run_dir), load_dataset(c, max_graphs, progress=False), progress=False)
 
@@ -194,7 +197,8 @@ def train_many(runs: dict, dataset, args, progress: bool = True, desc: str = "ru
     from ..train.executor import CallRequest, executor_from_args
 
     requests = [CallRequest(k, "siggate.analysis.common:train_remote",
-                            {"cfg": c.to_dict(), "run_dir": str(run), "max_graphs": args.max_graphs}, run)
+                            {"cfg": c.to_dict(), "run_dir": str(run), "max_graphs": args.max_graphs,
+                             "threads": args.threads}, run)
                 for k, (c, run) in runs.items()]
     out, failed = {}, []
     bar = tqdm(total=len(requests), desc=desc, unit="run", disable=not progress)

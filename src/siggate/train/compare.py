@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from ..files import out_dir_problem
 from ..options import GATE_KINDS, GATE_POSITIONS, add_progress_flag, parse_gate_spec, progress_enabled
 from .executor import ExecutorError, add_executor_args, read_metrics
 
@@ -494,6 +495,9 @@ def compare(args) -> int:
         raise CompareError(str(exc)) from None
     _check_args(args)
     out = Path(args.out)
+    problem = out_dir_problem(out)
+    if problem:
+        raise CompareError(f"--out {problem} for the comparison")
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     t0 = time.time()
     expected = {spec.label: config_for(args, spec, seeds[0]).to_dict() for spec in specs}  # validates
@@ -554,7 +558,7 @@ def _cmd(args) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "compare", help="train every (gate, seed) pair and compare the gates with paired tests",
+        "compare", allow_abbrev=False,  # '--data x.csv' must not be read as '--data-root x.csv'  help="train every (gate, seed) pair and compare the gates with paired tests",
         description="Train each gate on each seed (one process per run) and compare every gate with the "
                     "first one listed (the baseline): mean ± std, paired t, Wilcoxon and Welch p-values.")
     p.add_argument("--config", default=None, help="built-in config name or YAML path (default: nci5k)")
