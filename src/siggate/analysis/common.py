@@ -204,7 +204,7 @@ def train_many(runs: dict, dataset, args, progress: bool = True, desc: str = "ru
     bar = tqdm(total=len(requests), desc=desc, unit="run", disable=not progress)
 
     def done(r) -> None:
-        if r.metrics is None:
+        if not r.ok:
             failed.append(f"{r.key}: {r.error}")
         else:
             out[r.key] = r.metrics

@@ -327,7 +327,8 @@ def render_markdown(res: dict) -> str:
         p = c["p_paired_t"]
         sig = (p is not None and isinstance(p, float) and math.isfinite(p) and p < 0.05)
         lines.append(f"- Verdict ({direction}): {verdict[c['better']]}; the difference is "
-                     f"{'' if sig else 'not '}significant at p < 0.05 (paired t).")
+                     f"{'' if sig else 'not '}significant at p < 0.05 (paired t, unadjusted; the all-pairs table "
+                     "above gives the Holm-adjusted p).")
         for note in c.get("notes", []):
             lines.append(f"- note: {note}")
         lines.append("")
@@ -498,7 +499,12 @@ def compare(args) -> int:
     problem = out_dir_problem(out)
     if problem:
         raise CompareError(f"--out {problem} for the comparison")
-    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    if args.threads:
+        threads = args.threads
+    elif getattr(args, "backend", "local") == "ray":  # each Ray task owns --cpus-per-run cores
+        threads = max(1, int(args.cpus_per_run))
+    else:
+        threads = max(1, (os.cpu_count() or 1) // args.jobs)
     t0 = time.time()
     expected = {spec.label: config_for(args, spec, seeds[0]).to_dict() for spec in specs}  # validates
     pairs = _plan_pairs(args, specs, seeds, out)
@@ -558,7 +564,8 @@ def _cmd(args) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "compare", allow_abbrev=False,  # '--data x.csv' must not be read as '--data-root x.csv'  help="train every (gate, seed) pair and compare the gates with paired tests",
+        "compare", allow_abbrev=False,  # '--data x.csv' must not be read as '--data-root x.csv'
+        help="train every (gate, seed) pair and compare the gates with paired tests",
         description="Train each gate on each seed (one process per run) and compare every gate with the "
                     "first one listed (the baseline): mean ± std, paired t, Wilcoxon and Welch p-values.")
     p.add_argument("--config", default=None, help="built-in config name or YAML path (default: nci5k)")

@@ -87,13 +87,15 @@ def train_ensemble(cfg, out: Path, n: int, resume: bool = False, progress: bool 
     if n < 1:
         raise EnsembleError(f"--ensemble must be >= 1, got {n}")
     out = Path(out)
+    # one dataset (split drawn from the base seed) for every member: a member's seed must not
+    # move molecules between train, val and test, or the ensemble's test set would leak
+    ds = prepare_data(cfg, progress=False)
     runs = []
     for i in range(n):
         c = copy.deepcopy(cfg)
         c.train.seed = cfg.train.seed + i
         d = member_dir(out, i)
-        runs.append(train(c, d, resume=resume and (d / "last.pt").exists(), progress=progress))
-    ds = prepare_data(cfg, progress=False)
+        runs.append(train(c, d, resume=resume and (d / "last.pt").exists(), progress=progress, dataset=ds))
     members = []
     for i in range(n):
         model, ckpt, _, info = load_trained(member_dir(out, i) / "best.pt")

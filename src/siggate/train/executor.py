@@ -256,9 +256,10 @@ class RayExecutor:
                     try:
                         on_done(ray.get(ref))
                     except ray.exceptions.RayError as exc:
-                        on_done(RunResult(req.key, None, read_metrics(req.run_dir),
-                                          f"Ray task failed after {self.max_retries} retries: "
-                                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+                        why = ("its worker died more often than --max-retries allows"
+                               if not isinstance(exc, ray.exceptions.RayTaskError) else "the run raised an error")
+                        first = str(exc).splitlines()[0] if str(exc) else ""
+                        on_done(RunResult(req.key, None, None, f"Ray task failed ({why}): {type(exc).__name__}: {first}"))
         except BaseException:
             for ref in refs:
                 ray.cancel(ref, force=True)
