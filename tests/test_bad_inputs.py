@@ -522,6 +522,22 @@ def test_resume_with_a_different_config_says_what_differs(tmp_path):
     assert "model.gate: checkpoint has 'elementwise', current config has 'headwise'" in str(exc.value)
 
 
+def test_resume_ignores_where_and_how_the_run_executes(tmp_path):
+    """A run moved to another data root or cache, or given other thread counts, resumes
+    (the same keys compare ignores); the epoch count may grow; anything else is refused."""
+    ds = tiny_dataset(48)
+    first = train_tiny(tmp_path, tiny_config(), ds)
+    moved = tiny_config(data={"root": str(tmp_path / "elsewhere"), "cache_dir": str(tmp_path / "cache")},
+                        train={"threads": 2, "epochs": 2})
+    second = train_tiny(tmp_path, moved, ds, resume=True)
+    assert len(first["history"]) == 1 and len(second["history"]) == 2
+    assert second["history"][0] == first["history"][0]  # epoch 1 was resumed, not retrained
+    from siggate.train.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match=r"model.dim: checkpoint has 16, current config has 32"):
+        train_tiny(tmp_path, tiny_config(model={"dim": 32}, train={"epochs": 3}), ds, resume=True)
+
+
 # =========================================================================== 5. checkpoints via the CLI
 
 

@@ -187,3 +187,19 @@ def test_all_pairs_holds_every_pair_and_adjusts_over_them():
     by_hand = [min(1, 3 * raw[0]), max(min(1, 3 * raw[0]), min(1, 2 * raw[1]))]
     by_hand.append(max(by_hand[1], raw[2]))
     assert sorted(c["p_holm"] for c in pairs) == pytest.approx(by_hand)
+
+
+def test_wilcoxon_floor_counts_only_non_zero_differences():
+    # 7 pairs, 2 of them tied (difference 0): the exact test ranks 5 differences, so its
+    # floor is 2/2^5 = 0.0625 and the note must say 5, not 7
+    a = {s: 1.0 for s in range(7)}
+    b = {0: 1.0, 1: 1.0, 2: 1.1, 3: 1.2, 4: 1.3, 5: 1.4, 6: 1.5}
+    (c,) = all_pairs({"a": a, "b": b}, ["a", "b"], higher_is_better=True)
+    assert c["n_pairs"] == 7 and c["n_nonzero"] == 5
+    assert c["wilcoxon_min_p"] == pytest.approx(0.0625)
+    d = np.array([b[s] - a[s] for s in range(7)])
+    assert stats.wilcoxon(d[d != 0], method="exact").pvalue == pytest.approx(0.0625)
+    from siggate.train.compare import wilcoxon_warnings
+
+    (note,) = wilcoxon_warnings({"comparisons": [c]})
+    assert note.startswith("with 5 pair(s) of non-zero difference") and "0.0625" in note

@@ -122,12 +122,18 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _run(argv: list[str], log: Path, env: dict) -> tuple[int, float]:
-    """Run ``argv`` with stdout+stderr to ``log``; (returncode, wall seconds)."""
+def _run(argv: list[str], log: Path, env: dict) -> tuple[int, float, float]:
+    """Run ``argv`` with stdout+stderr to ``log``; (returncode, wall seconds, CPU seconds).
+
+    CPU seconds are the user + system time of the process and the children it waited for
+    (``wait4``'s resource usage): with one thread per tool they measure the work done and,
+    unlike wall time, barely move when other processes share the cores."""
     t0 = time.perf_counter()
     with open(log, "w") as fh:
-        rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env).returncode
-    return rc, time.perf_counter() - t0
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, time.perf_counter() - t0, usage.ru_utime + usage.ru_stime
 
 
 def _tail(log: Path, n: int = 15) -> str:
@@ -147,7 +153,8 @@ def _env() -> dict:
 class Siggate:
     name = "siggate"
 
-    def __init__(self, exe: str | None = None):
+    def __init__(self, exe: str | None = None, extra: str = ""):
+        self.extra = shlex.split(extra)
         self.exe = exe or str(Path(sys.executable).with_name("siggate"))
         if not Path(self.exe).exists() and shutil.which("siggate"):
             self.exe = shutil.which("siggate")
@@ -159,7 +166,7 @@ class Siggate:
     def train_args(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> list[str]:
         argv = ["train", "--data", str(tdir / "data.csv"), "--smiles-col", "smiles", "--target-col", "y", "--task", task.task,
                 "--split", "column:split", "--seed", str(seed), "--out", str(out / "model"),
-                "--cache-dir", str(out / "cache"), "--no-progress"]
+                "--cache-dir", str(out / "cache"), "--no-progress", *self.extra]
         if epochs is not None:
             argv += ["--epochs", str(epochs)]
         return argv
@@ -167,7 +174,7 @@ class Siggate:
     def run(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> dict:
         env = _env()
         argv = self.train_args(task, tdir, out, seed, epochs)
-        rc, wall = _run([self.exe, *argv], out / "train.log", env)
+        rc, wall, cpu = _run([self.exe, *argv], out / "train.log", env)
         if rc != 0:
             raise RuntimeError(f"siggate train exited {rc}:\n{_tail(out / 'train.log')}")
         metrics = json.loads((out / "model" / "metrics.json").read_text())
@@ -187,6 +194,7 @@ class Siggate:
             raise RuntimeError(f"siggate predict failed on {len(errors)} test rows, e.g. {errors[0]}")
         return {
             "wall_s": wall,
+            "cpu_s": cpu,
             "predict_s": predict_s,
             "params": int(metrics["params"]),
             "pred_smiles": [r["smiles"] for r in rows],
@@ -245,7 +253,7 @@ class Chemprop:
     def run(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> dict:
         env = _env()
         argv = self.train_args(task, tdir, out, seed, epochs)
-        rc, wall = _run([self.exe, *argv], out / "train.log", env)
+        rc, wall, cpu = _run([self.exe, *argv], out / "train.log", env)
         if rc != 0:
             raise RuntimeError(f"chemprop train exited {rc}:\n{_tail(out / 'train.log')}")
         mdir = out / "model" / "model_0"
@@ -265,6 +273,7 @@ class Chemprop:
             reported = {k: float(v) for k, v in m}
         return {
             "wall_s": wall,
+            "cpu_s": cpu,
             "params": int(params.stdout.strip().splitlines()[-1]),
             "pred_smiles": [r["smiles"] for r in rows],
             "pred": [float(r["y"]) for r in rows],
@@ -291,13 +300,19 @@ def save_results(path: Path, res: dict) -> None:
     os.replace(tmp, path)
 
 
-def run_key(tool: str, task: str, seed: int, smoke: bool, epochs: int | None = None) -> tuple:
-    """What makes two runs the same run (the epochs override is None outside --smoke)."""
-    return (tool, task, int(seed), bool(smoke), epochs)
+def _slug(text: str) -> str:
+    """A folder name for a --siggate-args variant."""
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")[:80] or "default"
+
+
+def run_key(tool: str, task: str, seed: int, smoke: bool, epochs: int | None = None, variant: str = "") -> tuple:
+    """What makes two runs the same run (the epochs override is None outside --smoke; the
+    variant is siggate's --siggate-args, '' for its defaults)."""
+    return (tool, task, int(seed), bool(smoke), epochs, variant)
 
 
 def row_key(r: dict) -> tuple:
-    return run_key(r["tool"], r["task"], r["seed"], r.get("smoke", False), r.get("epochs"))
+    return run_key(r["tool"], r["task"], r["seed"], r.get("smoke", False), r.get("epochs"), r.get("variant", ""))
 
 
 def cmd_run(args) -> int:
@@ -313,7 +328,7 @@ def cmd_run(args) -> int:
 
     runners = {}
     if "siggate" in tools:
-        runners["siggate"] = Siggate(args.siggate)
+        runners["siggate"] = Siggate(args.siggate, args.siggate_args)
     if "chemprop" in tools:
         runners["chemprop"] = Chemprop(args.chemprop_venv)
     versions = {k: r.version() for k, r in runners.items()}
@@ -330,19 +345,22 @@ def cmd_run(args) -> int:
         test_smiles, test_y, _ = T.read_task_csv(tdir / "test.csv")
         for seed in seeds:
             for tool in tools:
-                key = run_key(tool, name, seed, args.smoke, epochs)
+                variant = args.siggate_args.strip() if tool == "siggate" else ""
+                key = run_key(tool, name, seed, args.smoke, epochs, variant)
                 if key in done:
                     progress(f"skip {tool} {name} seed {seed}: done")
                     continue
-                out = args.work_dir / ("smoke" if args.smoke else "full") / name / tool / f"seed{seed}"
+                out = (args.work_dir / ("smoke" if args.smoke else "full") / name / tool
+                       / (f"variant-{_slug(variant)}" if variant else "") / f"seed{seed}")
                 if out.exists():
                     shutil.rmtree(out)
                 out.mkdir(parents=True)
                 progress(f"run  {tool} {name} seed {seed} -> {out}")
                 row = {"tool": tool, "task": name, "seed": seed, "smoke": bool(args.smoke), "epochs": epochs,
+                       **({"variant": variant} if variant else {}),
                        "metric": task.metric, "tool_version": versions[tool],
                        "data_sha256": meta["data_sha256"], "splits_sha256": meta["splits_sha256"],
-                       "cpu": _cpu_model(), "threads": 1,
+                       "cpu": _cpu_model(), "threads": 1, "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
                        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
                 runner = runners[tool]
                 train_argv = runner.train_args(task, tdir, out, seed, epochs)
@@ -355,7 +373,7 @@ def cmd_run(args) -> int:
                         r["test_mse"] = sum((a - b) ** 2 for a, b in zip(test_y, pred)) / len(test_y)
                     row.update(status="ok", value=value, n_test=len(test_y), **r)
                     progress(f"done {tool} {name} seed {seed}: {task.metric}={value:.4f} "
-                             f"wall={r['wall_s']:.0f}s params={r['params']}")
+                             f"wall={r['wall_s']:.0f}s cpu={r['cpu_s']:.0f}s params={r['params']}")
                 except Exception as exc:
                     failures += 1
                     row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
@@ -384,12 +402,13 @@ def _fmt(vals: list[float], digits: int) -> str:
 
 
 def report_markdown(res: dict) -> str:
-    rows = [r for r in res.get("runs", []) if r.get("status") == "ok" and not r.get("smoke")]
+    rows = [r for r in res.get("runs", []) if r.get("status") == "ok" and not r.get("smoke") and not r.get("variant")]
     if not rows:
         return "_Not run yet: no finished non-smoke runs in `results/results.json`._"
     lines = [
-        "| task | type | metric | tool | version | test metric (mean ± std) | seeds | wall time per run, s | params |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| task | type | metric | tool | version | test metric (mean ± std) | seeds | wall time per run, s "
+        "| CPU time per run, s | params |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     order = [n for n in T.TASKS if any(r["task"] == n for r in rows)]
     for name in order:
@@ -406,6 +425,7 @@ def report_markdown(res: dict) -> str:
                 f"| {name} | {meta.get('task', '?')} | {label} ({better}) | {tool} | "
                 f"{', '.join(sorted({r['tool_version'] for r in rr}))} | {_fmt([r['value'] for r in rr], 3)} | "
                 f"{','.join(str(r['seed']) for r in rr)} | {_fmt([r['wall_s'] for r in rr], 0)} | "
+                f"{_fmt([r['cpu_s'] for r in rr if 'cpu_s' in r], 0)} | "
                 f"{', '.join(f'{p:,}' for p in params)} |"
             )
     lines += ["", "Tasks as run (built locally by `tasks.py`):", "",
@@ -457,6 +477,9 @@ def main(argv=None) -> int:
     p.add_argument("--chemprop-venv", type=Path, default=DEFAULT_CHEMPROP_VENV,
                    help="chemprop's venv (default: $CHEMPROP_VENV or ~/.cache/siggate/peers/chemprop-venv)")
     p.add_argument("--siggate", default=None, help="siggate executable (default: the one next to this Python)")
+    p.add_argument("--siggate-args", default="", metavar="ARGS",
+                   help="extra arguments for siggate train, e.g. \"--set model.attn=false\" (recipe experiments; "
+                        "recorded in each row's command, and rows with them never enter the README table)")
     args = p.parse_args(argv)
     if args.report:
         changed = write_readme(load_results(args.results), README)

@@ -292,7 +292,8 @@ def all_pairs(
     common seeds (``diff = b - a``), with Holm-adjusted paired-t p-values over the whole list.
 
     Each entry holds :func:`compare_paired`'s keys, :func:`paired_effect`'s keys, ``a``,
-    ``b``, ``p_holm`` (the paired t p-value adjusted over all the pairs of the list),
+    ``b``, ``n_nonzero`` (pairs with a non-zero difference, the Wilcoxon test's n),
+    ``p_holm`` (the paired t p-value adjusted over all the pairs of the list),
     ``p_holm_wilcoxon`` (the same for Wilcoxon) and ``wilcoxon_min_p`` (the smallest p the
     exact Wilcoxon test can reach with these pairs; a note says when it is not below 0.05).
     """
@@ -303,6 +304,7 @@ def all_pairs(
             diff = [float(per_seed[b][s]) - float(per_seed[a][s]) for s in c["seeds"]]
             c.update(paired_effect(diff))
             nz = int(np.count_nonzero(diff))
+            c["n_nonzero"] = nz
             c["wilcoxon_min_p"] = wilcoxon_min_p(nz)
             if nz > 0 and c["wilcoxon_min_p"] >= 0.05:
                 c["notes"].append(

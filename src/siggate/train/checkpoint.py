@@ -213,6 +213,17 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
+#: config keys that say where and how a run executes, not what it computes: a run may resume
+#: (or a finished run count as the same run) when only these differ
+RUN_LOCAL_KEYS = ("data.root", "data.cache_dir", "train.threads")
+
+
+def config_differences(saved_cfg: dict, current_cfg: dict, ignore: tuple = ()) -> list[str]:
+    """:func:`describe_incompatibility` without :data:`RUN_LOCAL_KEYS` and ``ignore``."""
+    skip = RUN_LOCAL_KEYS + tuple(ignore)
+    return [d for d in describe_incompatibility(saved_cfg, current_cfg) if d.split(":", 1)[0] not in skip]
+
+
 def describe_incompatibility(saved_cfg: dict, current_cfg: dict, prefix: str = "") -> list[str]:
     """Human-readable list of config values that differ between two nested dicts."""
     diffs = []

@@ -34,8 +34,6 @@ from .executor import ExecutorError, add_executor_args, read_metrics
 
 log = logging.getLogger("siggate.compare")
 
-#: config keys that may differ between a finished run and a rerun of the same comparison
-_IGNORED_KEYS = ("data.root", "data.cache_dir", "train.threads")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -151,14 +149,14 @@ def config_for(args, spec: GateSpec, seed: int):
 
 def _stale_reason(run_dir: Path, expected: dict) -> str:
     """Why a finished run in ``run_dir`` does not belong to this comparison ('' if it does)."""
-    from .checkpoint import describe_incompatibility
+    from .checkpoint import config_differences
 
     path = run_dir / "config.yaml"
     if not path.exists():
         return ""
     saved = yaml.safe_load(path.read_text()) or {}
     saved.pop("_meta", None)
-    diffs = [d for d in describe_incompatibility(saved, expected) if not d.startswith(_IGNORED_KEYS)]
+    diffs = config_differences(saved, expected)
     return "; ".join(diffs)
 
 
@@ -349,14 +347,15 @@ def _fmt_ci(ci) -> str:
 
 
 def wilcoxon_warnings(res: dict) -> list[str]:
-    """One line per distinct pair count too small for the exact Wilcoxon test to reach 0.05."""
+    """One line per distinct count of non-zero pairs too small for the exact Wilcoxon test
+    to reach 0.05 (pairs with a zero difference do not count: the test drops them)."""
     seen, out = set(), []
     for c in res["comparisons"]:
-        n, floor = c["n_pairs"], c.get("wilcoxon_min_p", 0.0)
+        n, floor = c.get("n_nonzero", c["n_pairs"]), c.get("wilcoxon_min_p", 0.0)
         if n and floor >= 0.05 and n not in seen:
             seen.add(n)
-            out.append(f"with {n} pair(s) the exact two-sided Wilcoxon p-value cannot go below {floor:.4g} "
-                       f"(2/2^{n}), so the Wilcoxon test cannot reach p < 0.05; 6 pairs are the minimum")
+            out.append(f"with {n} pair(s) of non-zero difference the exact two-sided Wilcoxon p-value cannot go "
+                       f"below {floor:.4g} (2/2^{n}), so the Wilcoxon test cannot reach p < 0.05; 6 are the minimum")
     return out
 
 

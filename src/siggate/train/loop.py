@@ -49,7 +49,7 @@ from .checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
     atomic_save,
-    describe_incompatibility,
+    config_differences,
     describe_weight_mismatch,
     load_checkpoint,
     rng_state,
@@ -358,8 +358,7 @@ def resume_run(run: Run, path: Path) -> bool:
     ckpt = _load_resume(path, ctx)
     if ckpt is None:
         return False
-    diffs = [d for d in describe_incompatibility(ckpt["config"], run.cfg.to_dict())
-             if not d.startswith("train.epochs")]
+    diffs = config_differences(ckpt["config"], run.cfg.to_dict(), ignore=("train.epochs",))
     if diffs:
         raise CheckpointError(f"cannot resume from {path}: the config differs:\n  " + "\n  ".join(diffs))
     run.model.load_state_dict(ckpt["model"])
