@@ -436,3 +436,5 @@ def test_data_verify_prints_node_counts(tmp_path, capsys):
     assert sum(bal["class_fraction"]) == pytest.approx(1.0, abs=1e-3)
     rc, _, err = _cli(["data", "verify", "zinc", "--num-nodes", "5"], capsys)
     assert rc == 2 and "--num-nodes does not apply to zinc" in err
+    rc, _, err = _cli(["data", "verify", "sbm-large", "--num-nodes", "5"], capsys)
+    assert rc == 2 and "data.num_nodes=5" in err and len(err.strip().splitlines()) == 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import GraphDataset, TaskInfo
+from .base import DataError, GraphDataset, TaskInfo
 from .registry import register_dataset
 from .sources import check_kwargs
 
@@ -37,7 +37,10 @@ def sbm_large(root=None, cache_dir=None, *, num_nodes: int = 0, seed: int = 0, p
 
     check_kwargs("sbm-large", kw)
     n = int(num_nodes) or DEFAULT_NUM_NODES
-    g = sbm_large_graph(n, seed=seed)
+    try:
+        g = sbm_large_graph(n, seed=seed)
+    except ValueError as exc:
+        raise DataError(f"sbm-large cannot have data.num_nodes={n}: {exc}") from None
     for key in ("train_mask", "val_mask", "test_mask"):
         if key not in g or g[key].dtype != torch.bool or g[key].shape != (n,):
             raise ValueError(f"sbm_large_graph must return a boolean {key} of shape [{n}]")

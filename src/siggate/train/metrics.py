@@ -203,7 +203,9 @@ def weighted_accuracy(y_true, y_pred) -> float:
     matrix by class id, which equals the class's row only when the classes present are
     ``0..|K|-1``; here each class is counted by id, so a gap in the ids does not shift the
     rows.) Computed over all rows at once, as GraphGPS does for a split (Benchmarking-GNNs
-    averaged it over batches). Non-finite scores give ``nan`` with a warning.
+    averaged it over batches), and in percent as Benchmarking-GNNs returns it and both papers
+    report it (GraphGPS's copy, ``graphgps/logger.py``, returns the fraction). Non-finite
+    scores give ``nan`` with a warning.
     """
     yt, pred = _classes(y_true, y_pred)
     if pred is None:
