@@ -110,7 +110,8 @@ def test_all_builtin_configs_load():
     names = sorted(p.stem for p in Path(CONFIG_DIR).glob("*.yaml"))
     base = ["molhiv", "molpcba", "nci5k", "peptides-func", "peptides-struct", "zinc"]
     paper = [n + "-paper" for n in base if n != "nci5k"]  # the public SigGate-GT code's settings
-    assert names == sorted(base + paper)
+    node = ["cluster", "pattern", "sbm-large"]  # node-level datasets (GraphGPS's settings; ours for sbm-large)
+    assert names == sorted(base + paper + node)
     for n in names:
         cfg = load_config(n)
         assert cfg.data.name == n.removesuffix("-paper")
@@ -123,3 +124,8 @@ def test_all_builtin_configs_load():
     assert (z.model.layers, z.model.dim, z.model.heads, z.model.local, z.model.pe_dim) == (10, 64, 4, "gine", 28)
     p = load_config("peptides-func")
     assert (p.model.layers, p.model.dim, p.model.local, p.model.pe, p.train.batch_size) == (4, 96, "gatedgcn", "lappe", 128)
+    pat, clu = load_config("pattern"), load_config("cluster")  # GraphGPS pattern-GPS.yaml / cluster-GPS.yaml
+    assert (pat.model.layers, pat.model.dim, pat.model.heads, pat.model.pe, pat.model.pe_steps, pat.train.batch_size,
+            pat.train.lr, pat.train.loss) == (6, 64, 4, "lappe", 16, 32, 0.0005, "weighted_ce")
+    assert (clu.model.layers, clu.model.dim, clu.model.heads, clu.model.dropout, clu.model.pe_steps,
+            clu.train.batch_size) == (16, 48, 8, 0.1, 10, 16)

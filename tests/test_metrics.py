@@ -9,12 +9,14 @@ from sklearn.metrics import average_precision_score, mean_absolute_error, roc_au
 from siggate.train.metrics import (
     METRIC_FNS,
     MetricUndefinedError,
+    accuracy,
     average_precision,
     compute_metric,
     higher_is_better,
     is_better,
     mae,
     rocauc,
+    weighted_accuracy,
 )
 
 
@@ -136,12 +138,14 @@ def test_ap_equals_ogb_molpcba(seed):
 
 # ---------------------------------------------------------- registry / order
 def test_registry_and_direction():
-    assert METRIC_FNS == {"mae": mae, "rocauc": rocauc, "ap": average_precision}
+    assert METRIC_FNS == {"mae": mae, "rocauc": rocauc, "ap": average_precision, "accuracy": accuracy,
+                          "weighted_accuracy": weighted_accuracy}
     assert compute_metric("mae", [[1.0]], [[3.0]]) == pytest.approx(2.0)
     with pytest.raises(ValueError):
-        compute_metric("accuracy", [[1.0]], [[1.0]])
+        compute_metric("f1", [[1.0]], [[1.0]])
     assert not higher_is_better("mae")
     assert higher_is_better("rocauc") and higher_is_better("ap")
+    assert higher_is_better("accuracy") and higher_is_better("weighted_accuracy")
 
 
 def test_is_better():

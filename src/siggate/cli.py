@@ -34,6 +34,11 @@ def cmd_train(args) -> int:
         cfg.train.on_nan = args.on_nan
     if args.ddp and args.ensemble is not None:
         raise CLIError("--ensemble trains its members one after the other; it does not combine with --ddp")
+    from .data.catalog import DATASET_META
+
+    if args.ensemble is not None and DATASET_META.get(cfg.data.name, {}).get("level") == "node":
+        raise CLIError(f"--ensemble averages graph-level predictions; {cfg.data.name} is a node-level dataset. "
+                       "Train its seeds one by one, or compare them with siggate compare.")
     if args.ddp:
         return _train_ddp(cfg, args)
     out = default_out_dir(cfg, args.out)
@@ -110,7 +115,7 @@ def _train_ddp(cfg, args) -> int:
 def cmd_evaluate(args) -> int:
     from torch_geometric.loader import DataLoader  # noqa: F401  (import check)
 
-    from .train.loop import evaluate_split, load_trained, prepare_data
+    from .train.loop import evaluate_splits, load_trained, prepare_data
 
     model, ckpt, cfg, info = load_trained(args.checkpoint)
     if args.data_root:
@@ -119,18 +124,30 @@ def cmd_evaluate(args) -> int:
         cfg.data.cache_dir = args.cache_dir
     ds = prepare_data(cfg)
     splits = list(ds.splits) if args.split == "all" else [args.split]
-    res = {"checkpoint": str(args.checkpoint), "dataset": info.name, "metric": info.metric}
-    for s in splits:
-        if s not in ds.splits:
-            raise CLIError(f"unknown split {s!r}; available: {', '.join(ds.splits)}, all")
-        res[s] = evaluate_split(model, ds.splits[s], info, ckpt["target_mean"], ckpt["target_std"])
+    unknown = [s for s in splits if s not in ds.splits]
+    if unknown:
+        raise CLIError(f"unknown split {unknown[0]!r}; available: {', '.join(ds.splits)}, all")
+    res = {"checkpoint": str(args.checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric}
+    res.update(evaluate_splits(model, ds, splits, ckpt["target_mean"], ckpt["target_std"]))
     print(json.dumps(res, indent=2))
     return 0
 
 
 def cmd_predict(args) -> int:
     from .train.predict import Predictor, predict_to_csv, read_smiles
+    from .train.predict_nodes import checkpoint_level, predict_nodes_to_csv
 
+    if checkpoint_level(args.checkpoint) == "node":
+        if args.smiles or args.input:
+            raise CLIError("this checkpoint predicts per node of its dataset's graphs, not from SMILES; "
+                           "drop the SMILES/--input and choose graphs with --split")
+        n = predict_nodes_to_csv(args.checkpoint, args.split or "test", args.output,
+                                 data_root=args.data_root, cache_dir=args.cache_dir)
+        print(f"siggate predict: {n} node rows" + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
+        return 0
+    if args.split:
+        raise CLIError("--split applies to node-level checkpoints (pattern, cluster, sbm-large); "
+                       "give SMILES as arguments or --input FILE")
     if not args.smiles and not args.input:
         raise CLIError("give SMILES as arguments or --input FILE")
     pred = Predictor(args.checkpoint, max_atoms=args.max_atoms)
@@ -150,9 +167,17 @@ def cmd_data(args) -> int:
         return 0
     if not args.name:
         raise CLIError("siggate data verify NAME [--data-root DIR]")
+    from .data.catalog import DATASET_META
     from .data.verify import verify
 
-    res = verify(args.name, root=args.data_root, cache_dir=args.cache_dir)
+    options = {k: getattr(args, k) for k in ("max_graphs", "num_nodes") if getattr(args, k)}
+    meta = DATASET_META.get(str(args.name).strip().lower())
+    refused = [k for k in options if meta is not None and k not in meta["options"]]
+    if refused:
+        flag = "--" + refused[0].replace("_", "-")
+        raise CLIError(f"{flag} does not apply to {args.name}; it applies to "
+                       + ", ".join(sorted(n for n, m in DATASET_META.items() if refused[0] in m["options"])))
+    res = verify(args.name, root=args.data_root, cache_dir=args.cache_dir, **options)
     print(json.dumps(res, indent=2, default=str))
     return 0
 
@@ -184,9 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", default=None)
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("predict", help="predict properties of molecules from SMILES")
+    p = sub.add_parser("predict", help="predict properties of molecules from SMILES, or per node of a "
+                                         "node-level dataset's graphs")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("smiles", nargs="*", help="SMILES strings")
+    p.add_argument("--split", default=None,
+                   help="node-level checkpoints: the dataset split to predict, train, val, test or all (default: test)")
+    p.add_argument("--data-root", default=None, help="node-level checkpoints: benchmark data root")
+    p.add_argument("--cache-dir", default=None, help="node-level checkpoints: cache for processed data")
     p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
     p.add_argument("--smiles-col", default="smiles")
     p.add_argument("--output", default=None, help="output CSV (default: stdout)")
@@ -199,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?")
     p.add_argument("--data-root", default=None)
     p.add_argument("--cache-dir", default=None)
+    p.add_argument("--max-graphs", type=int, default=0, metavar="N",
+                   help="generated datasets (pattern, cluster): only the first N graphs of each split")
+    p.add_argument("--num-nodes", type=int, default=0, metavar="N", help="sbm-large: nodes of its graph")
     p.set_defaults(func=cmd_data)
 
     for name, module in EXTRA_COMMANDS.items():

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from .options import ATTN_IMPLS, GATE_KINDS, GATE_POSITIONS, LOCAL_MODEL_NAMES, SPLITS
+from .options import ATTN_IMPLS, GATE_KINDS, GATE_POSITIONS, LOCAL_MODEL_NAMES, SPLITS, TASK_LOSSES
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -43,6 +43,8 @@ class DataConfig:
     task: str = "regression"
     split: str | None = None   # None: the dataset's own default split
     sep: str | None = None     # CSV field delimiter; None: detected from the file
+    max_graphs: int = 0        # > 0: only the first N graphs of each split (quick runs, tests)
+    num_nodes: int = 0         # sbm-large: nodes of its one graph; 0: the dataset's default
 
 
 @dataclass
@@ -111,7 +113,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.pe": _choice("none", "rwse", "lappe"),
     "model.pooling": _choice("add", "mean"),
     "model.param_match": _choice("none", "ffn"),
-    "train.loss": _choice("auto", "l1", "mse", "bce"),
+    "train.loss": _choice("auto", *dict.fromkeys(loss for losses in TASK_LOSSES.values() for loss in losses)),
     "train.on_nan": _choice("stop", "skip"),
     "model.dim": {"min": 1},
     "model.ffn_dim": {"min": 0},
@@ -130,6 +132,8 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "train.warmup_epochs": {"min": 0},
     "train.clip": {"min": 0.0},
     "train.threads": {"min": 0},
+    "data.max_graphs": {"min": 0},
+    "data.num_nodes": {"min": 0},
     "train.seed": {"min": 0, "max": 2**32 - 1},
 }
 
@@ -348,19 +352,26 @@ def _check_data(cfg: Config) -> None:
         if not cfg.data.target_cols:
             raise ConfigError("data.target_cols: name at least one target column (--target-col)")
         loss, task = cfg.train.loss, cfg.data.task
-        if (loss == "bce") != (task != "regression") and loss != "auto":
+        if loss != "auto" and loss not in TASK_LOSSES[task]:
             raise ConfigError(
                 f"train.loss: {loss!r} does not fit data.task={task!r}; allowed values: "
-                + ("auto, l1, mse" if task == "regression" else "auto, bce") + "."
+                + ", ".join(("auto",) + TASK_LOSSES[task]) + "."
             )
+        if cfg.data.num_nodes:
+            raise ConfigError(f"data.num_nodes: {cfg.data.num_nodes} applies to generated single-graph datasets "
+                              "(sbm-large), not to CSV data; remove it.")
     else:
-        from .data.catalog import DATASETS
+        from .data.catalog import DATASET_META, DATASETS
 
         if cfg.data.name not in DATASETS:
             raise ConfigError(
                 f"data.name: unknown dataset {cfg.data.name!r}. Allowed values: {', '.join(sorted(DATASETS))}, csv."
                 + _suggest(cfg.data.name, sorted(DATASETS))
             )
+        if cfg.data.num_nodes and "num_nodes" not in DATASET_META[cfg.data.name]["options"]:
+            takers = sorted(n for n, meta in DATASET_META.items() if "num_nodes" in meta["options"])
+            raise ConfigError(f"data.num_nodes: {cfg.data.num_nodes} applies to {', '.join(takers)} (the size of "
+                              f"its one graph), not to {cfg.data.name}; remove it.")
         if split is not None and cfg.data.name != "nci5k":
             raise ConfigError(
                 f"data.split: {cfg.data.name} comes with its official split, which siggate always uses; "

@@ -14,6 +14,8 @@ __all__ = [
     "GATE_POSITIONS",
     "LOCAL_MODEL_NAMES",
     "SPLITS",
+    "TASK_LEVELS",
+    "TASK_LOSSES",
     "HIGHER_IS_BETTER",
     "parse_gate_spec",
 ]
@@ -29,8 +31,13 @@ ATTN_IMPLS = ("auto", "reference", "sdpa", "packed")
 LOCAL_MODEL_NAMES = ("gine", "gatedgcn")
 #: ``data.split`` of the datasets built from SMILES (see :func:`siggate.data.chem.split_indices`).
 SPLITS = ("scaffold", "scaffold_balanced", "random")
+#: what one prediction is for: a whole graph (pooled), or each node (no pooling).
+TASK_LEVELS = ("graph", "node")
+#: task -> the ``train.loss`` values that fit it, the first being what ``"auto"`` picks.
+TASK_LOSSES = {"regression": ("l1", "mse"), "binary": ("bce",), "multilabel": ("bce",),
+               "multiclass": ("ce", "weighted_ce")}
 #: metric name -> whether a higher value is better.
-HIGHER_IS_BETTER = {"mae": False, "rocauc": True, "ap": True}
+HIGHER_IS_BETTER = {"mae": False, "rocauc": True, "ap": True, "accuracy": True, "weighted_accuracy": True}
 
 
 def parse_gate_spec(text: str) -> tuple[str, str | None]:

@@ -12,6 +12,14 @@ Each graph ``Data`` carries:
 * ``y``: ``FloatTensor [1, T]`` targets, ``NaN`` where a label is missing;
 * ``smiles`` (optional, ``str``) and ``idx`` (``int``, row in the source).
 
+Node-level datasets (``TaskInfo.level == "node"``) carry one label per node instead:
+``y`` ``LongTensor [N]`` class ids (``task="multiclass"``) or ``FloatTensor [N, T]``
+(``task="regression"``). Their ``x`` may be ``LongTensor [N, 1]`` types (``"typed"``) or
+``FloatTensor [N, F]`` (``node_features="dense"``), and ``edge_attr`` may be absent (the
+model then gives every edge one learned type, GraphGPS's ``DummyEdge``). A *transductive*
+dataset is one graph whose nodes are split by boolean ``train_mask``/``val_mask``/``test_mask``
+``[N]``: its three splits hold that same graph, and each split scores the nodes of its mask.
+
 Positional encodings, when asked for, are added by :mod:`siggate.data.pe`:
 ``rwse`` ``[N, k]``, ``lap_vec`` ``[N, m]`` and ``lap_val`` ``[N, m]`` (NaN-padded
 where a graph has fewer than ``m`` nodes).
@@ -23,9 +31,10 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..options import HIGHER_IS_BETTER
+from ..options import HIGHER_IS_BETTER, TASK_LEVELS
 
-TASK_TYPES = ("regression", "binary", "multilabel")
+TASK_TYPES = ("regression", "binary", "multilabel", "multiclass")
+NODE_FEATURES = ("ogb", "typed", "dense")
 #: metric name -> higher_is_better (one table for the package: :data:`siggate.options.HIGHER_IS_BETTER`)
 METRICS = HIGHER_IS_BETTER
 
@@ -40,13 +49,20 @@ class TaskInfo:
 
     Args:
         name: registry name (``"nci5k"``, ``"zinc"``, ...).
-        task: ``"regression"``, ``"binary"`` or ``"multilabel"``.
-        num_tasks: number of targets ``T``.
-        metric: ``"mae"``, ``"rocauc"`` or ``"ap"``.
-        node_features: ``"ogb"`` (9 OGB atom columns) or ``"typed"`` (one type column).
+        task: ``"regression"``, ``"binary"``, ``"multilabel"`` or ``"multiclass"`` (one class
+            id per graph or node, ``num_classes`` logits).
+        num_tasks: number of targets ``T`` (``1`` for ``"multiclass"``).
+        metric: a key of :data:`siggate.options.HIGHER_IS_BETTER` (``"mae"``, ``"rocauc"``,
+            ``"ap"``, ``"accuracy"``, ``"weighted_accuracy"``).
+        node_features: ``"ogb"`` (9 OGB atom columns), ``"typed"`` (one type column) or
+            ``"dense"`` (``num_node_features`` float columns).
         num_node_types: number of node types when ``node_features="typed"``.
-        num_edge_types: number of edge types when ``node_features="typed"``.
+        num_edge_types: number of edge types when ``node_features`` is not ``"ogb"``.
         target_names: one name per target.
+        level: ``"graph"`` (one prediction per graph, pooled) or ``"node"`` (one per node).
+        transductive: one graph split by ``train_mask``/``val_mask``/``test_mask``.
+        num_classes: classes of a ``"multiclass"`` task (``0`` otherwise).
+        num_node_features: float feature columns when ``node_features="dense"``.
     """
 
     name: str
@@ -57,18 +73,37 @@ class TaskInfo:
     num_node_types: int = 0
     num_edge_types: int = 0
     target_names: list[str] = field(default_factory=list)
+    level: str = "graph"
+    transductive: bool = False
+    num_classes: int = 0
+    num_node_features: int = 0
 
     def __post_init__(self) -> None:
         if self.task not in TASK_TYPES:
             raise ValueError(f"task must be one of {TASK_TYPES}, got {self.task!r}")
         if self.metric not in METRICS:
             raise ValueError(f"metric must be one of {sorted(METRICS)}, got {self.metric!r}")
+        if self.level not in TASK_LEVELS:
+            raise ValueError(f"level must be one of {TASK_LEVELS}, got {self.level!r}")
+        if self.node_features not in NODE_FEATURES:
+            raise ValueError(f"node_features must be one of {NODE_FEATURES}, got {self.node_features!r}")
+        if (self.task == "multiclass") != (self.num_classes >= 2):
+            raise ValueError(f"num_classes must be >= 2 for a multiclass task and 0 otherwise, got "
+                             f"{self.num_classes} for task {self.task!r}")
+        if self.transductive and self.level != "node":
+            raise ValueError("a transductive dataset (one graph split by node masks) must have level 'node'")
         if not self.target_names:
             self.target_names = ["y"] if self.num_tasks == 1 else [f"y{i}" for i in range(self.num_tasks)]
 
     @property
     def higher_is_better(self) -> bool:
         return METRICS[self.metric]
+
+    @property
+    def num_outputs(self) -> int:
+        """Model outputs per graph or node: ``num_classes`` logits for ``"multiclass"``,
+        else one per target."""
+        return self.num_classes if self.task == "multiclass" else self.num_tasks
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -105,7 +140,34 @@ class GraphDataset:
         return self.splits["test"]
 
     def sizes(self) -> dict:
+        """Graphs per split (``1`` each for a transductive dataset)."""
         return {k: len(v) for k, v in self.splits.items()}
+
+    def node_counts(self) -> dict:
+        """Nodes per split: all nodes of the split's graphs, or of its mask for a
+        transductive dataset."""
+        if self.info.transductive:
+            return {k: int(sum(int(g[f"{k}_mask"].sum()) for g in v)) for k, v in self.splits.items()}
+        return {k: int(sum(int(g.num_nodes) for g in v)) for k, v in self.splits.items()}
+
+
+def split_mask(data, info: TaskInfo, split: str | None):
+    """Boolean ``[N]`` mask of the nodes ``split`` scores in a transductive dataset (from
+    ``data``, one graph or a PyG batch); ``None`` for every other dataset."""
+    if not info.transductive:
+        return None
+    if split is None:
+        raise ValueError(f"{info.name} is one graph split by node masks: name the split whose mask to use")
+    return data[f"{split}_mask"]
+
+
+def label_rows(data, info: TaskInfo, split: str | None = None):
+    """The labels of ``data`` (one graph or a PyG batch), one row per prediction: ``[G, T]``
+    for a graph-level task, ``[N, T]`` per node, and class ids ``[G]``/``[N]`` for
+    ``"multiclass"``; for a transductive dataset only the rows of ``split``'s mask."""
+    y = data.y.reshape(-1) if info.task == "multiclass" else data.y.reshape(-1, info.num_tasks)
+    mask = split_mask(data, info, split)
+    return y if mask is None else y[mask]
 
 
 def default_cache_dir() -> Path:

@@ -9,7 +9,7 @@ here.
 
 from __future__ import annotations
 
-from . import nci5k, ogb_mol, peptides, zinc  # noqa: F401  (imported to register their loaders)
+from . import nci5k, ogb_mol, peptides, sbm_benchmarks, sbm_large, zinc  # noqa: F401  (imported to register their loaders)
 from .registry import DATASET_META, DATASETS, get_dataset, list_datasets
 
 __all__ = ["DATASETS", "DATASET_META", "get_dataset", "list_datasets"]

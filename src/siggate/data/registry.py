@@ -24,7 +24,7 @@ __all__ = ["DATASETS", "DATASET_META", "register_dataset", "get_dataset", "list_
 
 #: name -> loader ``(root=None, cache_dir=None, **kw) -> GraphDataset``
 DATASETS: dict[str, Callable[..., GraphDataset]] = {}
-#: name -> {"name", "description", "needs_root"}
+#: name -> {"name", "description", "needs_root", "options", "level"}
 DATASET_META: dict[str, dict] = {}
 
 
@@ -33,13 +33,19 @@ def _same_loader(a: Callable, b: Callable) -> bool:
     return a is b or ident(a) == ident(b)
 
 
-def register_dataset(name: str, description: str, needs_root: bool) -> Callable[[Callable], Callable]:
+def register_dataset(name: str, description: str, needs_root: bool,
+                     options: tuple[str, ...] = (), level: str = "graph") -> Callable[[Callable], Callable]:
     """Decorator registering ``loader(root=None, cache_dir=None, **kw)`` under ``name``.
 
     Args:
         name: registry name (lower case, e.g. ``"zinc"``).
         description: one line for ``siggate data list``.
         needs_root: whether the loader reads files from a data root.
+        options: ``data.*`` config keys the loader takes as keyword arguments of the same
+            name (e.g. ``("num_nodes",)``); the training loop passes those that are set, and
+            the config refuses them for datasets that do not list them.
+        level: ``"graph"`` or ``"node"``: what one prediction is for (also in the
+            dataset's :class:`~siggate.data.base.TaskInfo`; here it is known without loading).
 
     Re-registering the same function (e.g. after a module reload) is allowed;
     registering a different function under a taken name raises ``ValueError``.
@@ -57,7 +63,8 @@ def register_dataset(name: str, description: str, needs_root: bool) -> Callable[
                 f"dataset {key!r} is already registered to {old.__module__}.{old.__qualname__}"
             )
         DATASETS[key] = loader
-        DATASET_META[key] = {"name": key, "description": str(description), "needs_root": bool(needs_root)}
+        DATASET_META[key] = {"name": key, "description": str(description), "needs_root": bool(needs_root),
+                             "options": tuple(options), "level": str(level)}
         loader.dataset_meta = DATASET_META[key]
         return loader
 
@@ -65,7 +72,7 @@ def register_dataset(name: str, description: str, needs_root: bool) -> Callable[
 
 
 def list_datasets() -> list[dict]:
-    """``[{"name", "description", "needs_root"}, ...]`` sorted by name."""
+    """``[{"name", "description", "needs_root", "options", "level"}, ...]`` sorted by name."""
     return [dict(DATASET_META[k]) for k in sorted(DATASETS)]
 
 

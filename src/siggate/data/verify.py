@@ -1,11 +1,12 @@
 """``siggate data verify NAME``: load any registered dataset and summarize it (counts,
-feature widths, invalid rows, label statistics per split)."""
+feature widths, invalid rows, label statistics per split; for node-level datasets the nodes
+and the class balance of each split)."""
 
 from __future__ import annotations
 
 import torch
 
-from .base import DataError
+from .base import DataError, label_rows
 from .catalog import DATASETS, get_dataset
 
 __all__ = ["UnknownDatasetError", "verify"]
@@ -45,31 +46,45 @@ def _label_stats(y: torch.Tensor, task: str) -> dict:
     return stats
 
 
+def _class_balance(y: torch.Tensor, num_classes: int) -> dict:
+    """Node count, and count and fraction of each class, of the class ids ``y [n]``."""
+    counts = torch.bincount(y.view(-1).long(), minlength=num_classes)
+    total = int(counts.sum())
+    return {"nodes": total, "class_count": counts.tolist(),
+            "class_fraction": [round(float(c) / max(total, 1), 4) for c in counts]}
+
+
 def verify(name: str, root=None, cache_dir=None, **kw) -> dict:
     """Load ``name`` and return its counts, for ``siggate data verify NAME``.
 
-    Keys: name, source, task, metric, num_tasks, num_graphs, splits (sizes),
-    node_feature_dim, edge_feature_dim, total_nodes (atoms), total_edges (directed),
-    total_bonds, nodes_per_graph (min/mean/max), invalid (count and rows), labels
-    (per split: regression mean/std/min/max per task, or positive rates).
+    Keys: name, source, task, level, metric, num_tasks, num_graphs, splits (graphs per
+    split), node_feature_dim, edge_feature_dim, total_nodes (atoms), total_edges (directed),
+    total_bonds, nodes_per_graph (min/mean/max), edges_per_graph (mean, directed), invalid
+    (count and rows), labels (per split: regression mean/std/min/max per task, positive
+    rates, or for node classification the node count and each class's count and fraction).
+    A transductive dataset (one graph, split by node masks) is counted once.
     """
     if str(name).strip().lower() not in DATASETS:
         raise UnknownDatasetError(f"unknown dataset {name!r}; known: {sorted(DATASETS)}")
     ds = get_dataset(name, root=root, cache_dir=cache_dir, **kw)
-    graphs = [g for key in ("train", "val", "test") for g in ds.splits[key]]
+    info = ds.info
+    keys = ("train",) if info.transductive else ("train", "val", "test")
+    graphs = [g for key in keys for g in ds.splits[key]]
     nodes = torch.tensor([int(g.num_nodes) for g in graphs], dtype=torch.float64)
     edges = sum(int(g.edge_index.shape[1]) for g in graphs)
     out = {
         "name": name,
         "source": ds.source,
         "task": ds.info.task,
+        "level": info.level,
+        "transductive": info.transductive,
         "metric": ds.info.metric,
         "num_tasks": ds.info.num_tasks,
         "num_graphs": len(graphs),
         "splits": ds.sizes(),
         "node_features": ds.info.node_features,
         "node_feature_dim": int(graphs[0].x.shape[1]) if graphs else 0,
-        "edge_feature_dim": int(graphs[0].edge_attr.shape[1]) if graphs else 0,
+        "edge_feature_dim": int(graphs[0].edge_attr.shape[1]) if graphs and "edge_attr" in graphs[0] else 0,
         "total_nodes": int(nodes.sum()),
         "total_edges": edges,
         "total_bonds": edges // 2,
@@ -78,11 +93,15 @@ def verify(name: str, root=None, cache_dir=None, **kw) -> dict:
             "mean": round(float(nodes.mean()), 3) if graphs else 0.0,
             "max": int(nodes.max()) if graphs else 0,
         },
+        "edges_per_graph": {"mean": round(edges / len(graphs), 3) if graphs else 0.0},
         "invalid": {"count": len(ds.invalid), "rows": [r.index for r in ds.invalid]},
         "labels": {},
     }
+    if info.level == "node":
+        out["split_nodes"] = ds.node_counts()
     for key in ("train", "val", "test"):
         if ds.splits[key]:
-            y = torch.cat([g.y.reshape(1, -1) for g in ds.splits[key]], dim=0)
-            out["labels"][key] = _label_stats(y, ds.info.task)
+            y = torch.cat([label_rows(g, info, key) for g in ds.splits[key]])
+            out["labels"][key] = (_class_balance(y, info.num_classes) if info.task == "multiclass"
+                                  else _label_stats(y, ds.info.task))
     return out

@@ -32,6 +32,24 @@ class TypeEncoder(nn.Module):
         return self.emb(x)
 
 
+class DenseEncoder(nn.Module):
+    """Linear map of float node features (``node_features="dense"``), GraphGPS's ``LinearNode``.
+
+    Shapes: ``[N, F]`` float -> ``[N, dim]``.
+    """
+
+    def __init__(self, num_features: int, dim: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(num_features, dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin.reset_parameters()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.lin(x.float())
+
+
 class OGBAtomEncoder(AtomEncoder):
     """OGB ``AtomEncoder`` (sum of 9 categorical embeddings), with ``reset_parameters``.
 
@@ -124,29 +142,41 @@ class LapPEEncoder(nn.Module):
 PE_ENCODERS = {"rwse": RWSEEncoder, "lappe": LapPEEncoder}
 
 
+#: ``node_features`` -> ``(width, num_node_types, num_node_features) -> encoder of data.x``
+FEATURE_ENCODERS = {
+    "ogb": lambda width, types, features: OGBAtomEncoder(width),
+    "typed": lambda width, types, features: TypeEncoder(types, width),
+    "dense": lambda width, types, features: DenseEncoder(features, width),
+}
+
+
 class NodeEncoder(nn.Module):
-    """Atom embedding (``dim - pe_dim`` channels) concatenated with a positional encoding.
+    """Node feature embedding (``dim - pe_dim`` channels) concatenated with a positional encoding.
 
     Args:
-        node_features (str): ``"ogb"`` (OGB 9-column atoms) or ``"typed"`` (type index).
+        node_features (str): ``"ogb"`` (OGB 9-column atoms), ``"typed"`` (type index) or
+            ``"dense"`` (float columns, a linear map).
         dim (int): output width.
         num_node_types (int): number of types for ``"typed"``.
         pe (str): ``"none"``, ``"rwse"`` or ``"lappe"``.
         pe_steps (int): RWSE steps ``k`` or LapPE eigenvectors ``m``.
         pe_dim (int): channels of the positional part.
+        num_node_features (int): float columns of ``x`` for ``"dense"``.
 
     Shapes: ``data.x`` (+ ``data.rwse`` or ``data.lap_vec``/``lap_val``) -> ``[N, dim]``.
     """
 
     def __init__(self, node_features: str, dim: int, num_node_types: int = 0, pe: str = "none",
-                 pe_steps: int = 0, pe_dim: int = 0) -> None:
+                 pe_steps: int = 0, pe_dim: int = 0, num_node_features: int = 0) -> None:
         super().__init__()
+        if node_features not in FEATURE_ENCODERS:
+            raise ValueError(f"node_features must be one of {sorted(FEATURE_ENCODERS)}, got {node_features!r}")
         if pe != "none" and pe not in PE_ENCODERS:
             raise ValueError(f"pe must be one of {sorted(PE_ENCODERS) + ['none']}, got {pe!r}")
         if pe != "none" and not 0 < pe_dim < dim:
             raise ValueError(f"pe_dim must be in (0, dim={dim}) when pe={pe!r}, got {pe_dim}")
         atom_dim = dim - (pe_dim if pe != "none" else 0)
-        self.atom = OGBAtomEncoder(atom_dim) if node_features == "ogb" else TypeEncoder(num_node_types, atom_dim)
+        self.atom = FEATURE_ENCODERS[node_features](atom_dim, num_node_types, num_node_features)
         self.pe = PE_ENCODERS[pe](pe_steps, pe_dim) if pe != "none" else None
 
     def reset_parameters(self) -> None:
@@ -162,5 +192,6 @@ class NodeEncoder(nn.Module):
 
 
 def make_edge_encoder(node_features: str, dim: int, num_edge_types: int = 0) -> nn.Module:
-    """OGB ``BondEncoder`` for ``"ogb"`` features, a type embedding for ``"typed"``."""
+    """OGB ``BondEncoder`` for ``"ogb"`` features, else a type embedding of ``num_edge_types``
+    (one type for graphs without edge features: GraphGPS's ``DummyEdge``)."""
     return OGBBondEncoder(dim) if node_features == "ogb" else TypeEncoder(num_edge_types, dim)

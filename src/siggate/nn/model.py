@@ -12,6 +12,8 @@ from .kernels.layout import PackedLayout
 from .layer import DenseIndex, GPSLayer
 
 POOLING = {"add": global_add_pool, "mean": global_mean_pool}
+#: what one prediction is for (:data:`siggate.options.TASK_LEVELS`)
+LEVELS = ("graph", "node")
 
 #: ``param_match`` rules: how an ungated model is widened to the elementwise gate's size
 PARAM_MATCH_RULES = ("none", "ffn")
@@ -39,28 +41,34 @@ def resolve_ffn_dim(cfg: dict) -> int | None:
     return None
 
 
-def mlp_head(dim: int, layers: int, out: int) -> nn.Sequential:
-    """The prediction MLP of GraphGPS's ``san_graph`` head: ``layers - 1`` blocks
-    ``Linear(w, w // 2), ReLU`` halving the width from ``dim``, then ``Linear(w, out)``.
+def mlp_head(dim: int, layers: int, out: int, halve: bool = True, norm: bool = False) -> nn.Sequential:
+    """A prediction MLP: ``layers - 1`` blocks ``Linear(w, w'), [BatchNorm(w'),] ReLU``, then
+    ``Linear(w, out)``.
 
-    Shapes: ``[G, dim]`` -> ``[G, out]``.
+    With the defaults (``halve=True``: ``w' = w // 2``, no norm) this is GraphGPS's
+    ``san_graph`` graph head. ``halve=False, norm=True`` is GraphGym's ``MLP`` as GraphGPS's
+    ``inductive_node`` head builds it (width ``dim`` throughout, ``gnn.batchnorm: True``).
+
+    Shapes: ``[G, dim]`` (or ``[N, dim]``) -> ``[G, out]``.
     """
     head, width = [], dim
     for _ in range(layers - 1):
-        head += [nn.Linear(width, width // 2), nn.ReLU()]
-        width //= 2
+        nxt = width // 2 if halve else width
+        head += [nn.Linear(width, nxt)] + ([nn.BatchNorm1d(nxt)] if norm else []) + [nn.ReLU()]
+        width = nxt
     head.append(nn.Linear(width, out))
     return nn.Sequential(*head)
 
 
 class SigGateGT(nn.Module):
-    r"""Graph-level SigGate-GT model: encoders, ``layers`` GPS layers, pooling and an MLP head.
+    r"""SigGate-GT model: encoders, ``layers`` GPS layers, then pooling and an MLP head per
+    graph (``level="graph"``) or an MLP head per node (``level="node"``, no pooling).
 
     With ``gate="none"`` this is the GraphGPS model (Rampášek et al. 2022,
     https://arxiv.org/abs/2205.12454).
 
     Args:
-        num_tasks (int): outputs per graph ``T``.
+        num_tasks (int): outputs per graph (or node) ``T``: targets, or class logits.
         dim (int): hidden width. (default: ``64``)
         layers (int): number of GPS layers. (default: ``10``)
         heads (int): attention heads. (default: ``4``)
@@ -71,23 +79,30 @@ class SigGateGT(nn.Module):
         gate_bias_init (float): initial gate bias (gate starts near ``sigmoid`` of it). (default: ``0.0``)
         dropout (float): dropout in the layers. (default: ``0.0``)
         attn_dropout (float): attention-probability dropout. (default: ``0.5``)
-        node_features (str): ``"ogb"`` or ``"typed"``. (default: ``"ogb"``)
+        node_features (str): ``"ogb"``, ``"typed"`` or ``"dense"``. (default: ``"ogb"``)
         num_node_types (int): node types for ``"typed"``. (default: ``0``)
-        num_edge_types (int): edge types for ``"typed"``. (default: ``0``)
+        num_edge_types (int): edge types when ``node_features`` is not ``"ogb"``; a graph
+            without ``edge_attr`` gives all its edges type 0. (default: ``0``)
         pe (str): ``"none"``, ``"rwse"`` or ``"lappe"``. (default: ``"none"``)
         pe_steps (int): RWSE steps or LapPE eigenvectors. (default: ``0``)
         pe_dim (int): channels given to the positional encoding. (default: ``0``)
-        pooling (str): ``"add"`` or ``"mean"``. (default: ``"add"``)
-        head_layers (int): layers of the prediction MLP, halving the width each time
-            (GraphGPS ``san_graph`` head). (default: ``3``)
+        pooling (str): ``"add"`` or ``"mean"``; graph level only. (default: ``"add"``)
+        head_layers (int): layers of the prediction MLP: per graph halving the width each
+            time (GraphGPS ``san_graph``), per node at width ``dim`` with BatchNorm (GraphGPS
+            ``inductive_node``); see :func:`mlp_head`. (default: ``3``)
         impl (str): attention implementation, ``"auto"``, ``"reference"``, ``"sdpa"`` or
             ``"packed"``; see :func:`~siggate.nn.attention.resolve_impl`. (default: ``"auto"``)
         gate_weight_std (float, optional): std of the gate weights' normal initialisation;
             ``None`` for Xavier-uniform. (default: ``None``)
         ffn_dim (int, optional): hidden width of each layer's feed-forward block; ``None``
             for GraphGPS's ``2 * dim``. (default: ``None``)
+        level (str): ``"graph"`` or ``"node"``. (default: ``"graph"``)
+        num_node_features (int): float columns of ``x`` for ``"dense"``. (default: ``0``)
 
-    Shapes: a PyG ``Batch`` with ``G`` graphs -> ``[G, T]``.
+    Shapes: a PyG ``Batch`` with ``G`` graphs and ``N`` nodes -> ``[G, T]`` (graph level) or
+    ``[N, T]`` (node level). Node predictions are equivariant to node permutations and, in
+    eval mode, independent of the other graphs in the batch (attention stays within a graph,
+    BatchNorm uses its running statistics).
     """
 
     def __init__(
@@ -114,14 +129,19 @@ class SigGateGT(nn.Module):
         impl: str = "auto",
         gate_weight_std: float | None = None,
         ffn_dim: int | None = None,
+        level: str = "graph",
+        num_node_features: int = 0,
     ) -> None:
         super().__init__()
         if pooling not in POOLING:
             raise ValueError(f"pooling must be one of {sorted(POOLING)}, got {pooling!r}")
+        if level not in LEVELS:
+            raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
         self.num_tasks = num_tasks
         self.pooling = pooling
+        self.level = level
         self.impl = impl
-        self.node_encoder = NodeEncoder(node_features, dim, num_node_types, pe, pe_steps, pe_dim)
+        self.node_encoder = NodeEncoder(node_features, dim, num_node_types, pe, pe_steps, pe_dim, num_node_features)
         self.edge_encoder = make_edge_encoder(node_features, dim, num_edge_types)
         self.layers = nn.ModuleList(
             GPSLayer(dim, heads, local=local, attn=attn, gate=gate, gate_position=gate_position,
@@ -129,7 +149,8 @@ class SigGateGT(nn.Module):
                      attn_dropout=attn_dropout, impl=impl, ffn_dim=ffn_dim)
             for _ in range(layers)
         )
-        self.head = mlp_head(dim, head_layers, num_tasks)
+        per_node = level == "node"
+        self.head = mlp_head(dim, head_layers, num_tasks, halve=not per_node, norm=per_node)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -141,7 +162,7 @@ class SigGateGT(nn.Module):
         for layer in self.layers:
             layer.reset_parameters(reset_gate=False)
         for mod in self.head:
-            if isinstance(mod, nn.Linear):
+            if hasattr(mod, "reset_parameters"):  # Linear, BatchNorm
                 mod.reset_parameters()
         for mod in self.attention_modules():
             mod.reset_gate()
@@ -153,10 +174,11 @@ class SigGateGT(nn.Module):
         return sum(m.gate_parameters() for m in self.attention_modules())
 
     def forward(self, data, return_details: bool = False):
-        """Predict ``[G, T]``. With ``return_details=True`` also return a dict with
-        ``hidden`` (node representations after the encoder and after each layer, ``[N, d]``
-        each), ``attn`` (per-layer attention details, see
-        :class:`GatedMultiheadAttention`), ``mask`` ``[G, N_max]`` and ``graph_emb`` ``[G, d]``."""
+        """Predict ``[G, T]`` (graph level) or ``[N, T]`` (node level). With
+        ``return_details=True`` also return a dict with ``hidden`` (node representations after
+        the encoder and after each layer, ``[N, d]`` each), ``attn`` (per-layer attention
+        details, see :class:`GatedMultiheadAttention`), ``mask`` ``[G, N_max]`` and
+        ``graph_emb`` ``[G, d]`` (``None`` at node level)."""
         batch = getattr(data, "batch", None)
         if batch is None:
             batch = data.x.new_zeros(data.x.size(0), dtype=torch.long)
@@ -164,7 +186,10 @@ class SigGateGT(nn.Module):
         impl = "reference" if return_details else resolve_impl(self.impl)
         layout = (PackedLayout if impl == "packed" else DenseIndex).from_batch(batch, num_graphs)  # once for all layers
         x = self.node_encoder(data)
-        e = self.edge_encoder(data.edge_attr)
+        edge_attr = data.edge_attr
+        if edge_attr is None:  # no edge features: one edge type (GraphGPS's DummyEdge)
+            edge_attr = data.edge_index.new_zeros(data.edge_index.size(1))
+        e = self.edge_encoder(edge_attr)
         hidden, attn = [x], []
         for layer in self.layers:
             if return_details:
@@ -173,8 +198,8 @@ class SigGateGT(nn.Module):
                 attn.append(det)
             else:
                 x, e = layer(x, data.edge_index, e, batch, layout)
-        g = POOLING[self.pooling](x, batch, size=num_graphs)
-        out = self.head(g)
+        g = POOLING[self.pooling](x, batch, size=num_graphs) if self.level == "graph" else None
+        out = self.head(x if g is None else g)
         if not return_details:
             return out
         return out, {"hidden": hidden, "attn": attn, "mask": layout.mask, "graph_emb": g}
@@ -190,9 +215,11 @@ class SigGateGT(nn.Module):
         kwargs = {k: cfg[k] for k in keys if k in cfg}
         kwargs["ffn_dim"] = resolve_ffn_dim(cfg)
         return cls(
-            num_tasks=info.num_tasks,
+            num_tasks=info.num_outputs,
             node_features=info.node_features,
             num_node_types=info.num_node_types,
             num_edge_types=info.num_edge_types,
+            level=info.level,
+            num_node_features=info.num_node_features,
             **kwargs,
         )

@@ -281,13 +281,18 @@ def _fmt_p(p) -> str:
     return f"{p:.3g}"
 
 
+#: how ``results.md`` names each metric
+METRIC_NAMES = {"mae": "MAE", "ap": "AP", "rocauc": "ROC-AUC", "accuracy": "accuracy (%)",
+                "weighted_accuracy": "weighted accuracy (%)"}
+
+
 def render_markdown(res: dict) -> str:
     """``results.md``: mean ± std per variant, paired differences by seed and the tests."""
     metric = res["metric"] or "metric"
     hib = res["higher_is_better"]
     direction = "higher is better" if hib else "lower is better"
     base = res["baseline"]
-    name = metric.upper() if metric in ("mae", "ap") else ("ROC-AUC" if metric == "rocauc" else metric)
+    name = METRIC_NAMES.get(metric, metric)
     lines = [f"# siggate compare: {res.get('dataset') or '?'}, test {name} ({direction})", ""]
     lines += [f"Command: `{res['command']}`", ""]
     lines += [f"Seeds: {', '.join(map(str, res['seeds']))}; baseline: `{base}`; epochs: {res.get('epochs')}; "

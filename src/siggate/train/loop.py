@@ -42,9 +42,10 @@ from tqdm.auto import tqdm
 import siggate
 
 from ..config import Config, ConfigError, from_dict
-from ..data.base import GraphDataset, TaskInfo
+from ..data.base import GraphDataset, TaskInfo, label_rows, split_mask
 from ..files import atomic_write_bytes
 from ..nn.model import SigGateGT
+from ..options import TASK_LOSSES
 from .checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
@@ -71,6 +72,10 @@ class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss or gradient."""
 
 
+#: Largest graph for which :func:`prepare_data` computes RWSE/LapPE (dense ``N x N`` algebra).
+MAX_PE_NODES = 5000
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python's, NumPy's and torch's global generators with ``seed``."""
     random.seed(seed)
@@ -91,14 +96,23 @@ def prepare_data(cfg: Config, progress: bool = True) -> GraphDataset:
                       cache_dir=Path(d.cache_dir) if d.cache_dir else None, seed=cfg.train.seed, sep=d.sep)
         check_trainable(Path(d.csv), ds)
     else:  # the benchmarks have official splits; validate() lets data.split through for nci5k only
+        from ..data.catalog import DATASET_META
+
         extra = {"split": d.split} if d.split is not None else {}
+        extra.update({k: getattr(d, k) for k in DATASET_META[d.name]["options"] if getattr(d, k)})
         ds = get_dataset(d.name, root=d.root, cache_dir=d.cache_dir, **extra)
+    if d.max_graphs:
+        ds.splits = {k: v[:d.max_graphs] for k, v in ds.splits.items()}
     m = cfg.model
     rwse = m.pe_steps if m.pe == "rwse" else 0
     lap = m.pe_steps if m.pe == "lappe" else 0
     if rwse or lap:
         from ..data.base import default_cache_dir
 
+        largest = max((int(g.num_nodes) for v in ds.splits.values() for g in v), default=0)
+        if largest > MAX_PE_NODES:
+            raise ConfigError(f"model.pe: {m.pe!r} takes a dense eigendecomposition of each graph, and "
+                              f"{ds.info.name} has a graph of {largest} nodes (limit {MAX_PE_NODES}); set model.pe=none.")
         cache_dir = Path(d.cache_dir) if d.cache_dir else default_cache_dir()
         key = ds.source or d.name
         for split in list(ds.splits):
@@ -107,29 +121,62 @@ def prepare_data(cfg: Config, progress: bool = True) -> GraphDataset:
     return ds
 
 
-def target_stats(train, num_tasks: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-target mean and std over the training graphs (NaN labels ignored)."""
-    y = torch.cat([g.y.view(1, -1) for g in train]).double()
+def target_stats(train, info: TaskInfo) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-target mean and std over the training labels (graphs, or nodes of the train
+    split; NaN labels ignored)."""
+    y = torch.cat([label_rows(g, info, "train") for g in train]).double()
     mean = torch.nanmean(y, dim=0)
     std = torch.sqrt(torch.nanmean((y - mean) ** 2, dim=0)).clamp_min(1e-8)
     return mean.float(), std.float()
 
 
-def loss_fn(name: str, task: str):
-    """The training loss ``fn(pred, y)`` over the labelled entries (NaN labels masked):
-    ``"l1"``, ``"mse"`` or ``"bce"`` (logits); ``"auto"`` is L1 for regression, BCE otherwise."""
-    if name == "auto":
-        name = "l1" if task == "regression" else "bce"
+def sbm_class_weights(y: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Benchmarking-GNNs' class weights for the SBM tasks (their GatedGCN ``loss``, GraphGPS's
+    ``weighted_cross_entropy``), from the labels ``y [n]`` of one batch: ``w_c = (n - n_c) / n``
+    for a class present ``n_c > 0`` times, ``0`` for an absent class; ``[num_classes]``. When
+    only one class is present its weight is 1 (their formula gives 0 and the loss 0/0)."""
+    counts = torch.bincount(y, minlength=num_classes).to(torch.float32)
+    n = float(y.numel())
+    weight = (n - counts) / max(n, 1.0) * (counts > 0)
+    return weight if bool(weight.any()) else (counts > 0).to(torch.float32)
 
+
+def _masked(loss):
+    """``loss(pred, y)`` over the entries whose label is not NaN."""
     def fn(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         valid = ~torch.isnan(y)
-        if name == "bce":
-            return F.binary_cross_entropy_with_logits(pred[valid], y[valid])
-        if name == "mse":
-            return F.mse_loss(pred[valid], y[valid])
-        return F.l1_loss(pred[valid], y[valid])
+        return loss(pred[valid], y[valid])
 
     return fn
+
+
+#: ``train.loss`` -> ``fn(pred, y)``; regression and binary labels may be NaN (missing)
+LOSSES = {
+    "l1": _masked(F.l1_loss),
+    "mse": _masked(F.mse_loss),
+    "bce": _masked(F.binary_cross_entropy_with_logits),
+    "ce": lambda pred, y: F.cross_entropy(pred, y),
+    "weighted_ce": lambda pred, y: F.cross_entropy(pred, y, weight=sbm_class_weights(y, pred.shape[1])),
+}
+
+
+def loss_fn(name: str, task: str):
+    """The training loss ``fn(pred, y)``: ``"l1"``, ``"mse"`` (regression) or ``"bce"``
+    (binary/multilabel logits) over the labelled entries (NaN labels masked); ``"ce"`` or
+    ``"weighted_ce"`` (multiclass: logits ``[n, C]``, class ids ``[n]``; weighted by
+    :func:`sbm_class_weights` of each batch). ``"auto"``: L1, BCE or CE (first of
+    :data:`siggate.options.TASK_LOSSES`).
+
+    Raises:
+        ConfigError: a loss that does not fit ``task``.
+    """
+    allowed = TASK_LOSSES[task]
+    if name == "auto":
+        name = allowed[0]
+    if name not in allowed:
+        raise ConfigError(f"train.loss: {name!r} does not fit a {task} task; allowed values: "
+                          + ", ".join(("auto",) + allowed) + ".")
+    return LOSSES[name]
 
 
 def build_model(cfg: Config, info: TaskInfo) -> SigGateGT:
@@ -166,7 +213,9 @@ def epoch_loader(graphs, batch_size: int, seed: int, epoch: int, rank: int = 0, 
 
 @torch.no_grad()
 def predict(model, loader, mean=None, std=None, task: str = "regression", device=None) -> torch.Tensor:
-    """Raw model outputs in target units (denormalised for regression) ``[G, T]``, on CPU."""
+    """Raw model outputs in target units (denormalised for regression), on CPU: ``[G, T]``
+    per graph, or ``[N, T]`` per node of every graph, in loader order (logits for
+    classification)."""
     model.eval()
     outs = []
     for batch in loader:
@@ -179,18 +228,52 @@ def predict(model, loader, mean=None, std=None, task: str = "regression", device
     return torch.cat(outs) if outs else torch.empty(0)
 
 
-def evaluate_split(model, graphs, info: TaskInfo, mean, std, batch_size: int = 256, device=None) -> float:
-    """The official metric ``info.metric`` of ``model`` on ``graphs`` (predictions in target units)."""
+def predict_graphs(model, graphs, info: TaskInfo, mean, std, batch_size: int = 256, device=None) -> torch.Tensor:
+    """:func:`predict` on the list ``graphs``, in order, ``batch_size`` graphs at a time."""
     loader = DataLoader(graphs, batch_size=batch_size, shuffle=False, generator=_loader_generator())
-    pred = predict(model, loader, mean, std, info.task, device=device)
-    y = torch.cat([g.y.view(1, -1) for g in graphs])
+    return predict(model, loader, mean, std, info.task, device=device)
+
+
+def _score(info: TaskInfo, graphs, pred: torch.Tensor, split: str | None) -> float:
+    """``info.metric`` of the predictions ``pred`` for ``graphs`` (rows of ``split``'s mask
+    for a transductive dataset)."""
+    y = torch.cat([label_rows(g, info, split) for g in graphs])
+    if info.transductive:
+        pred = pred[torch.cat([split_mask(g, info, split) for g in graphs])]
     return float(compute_metric(info.metric, y.numpy(), pred.numpy()))
+
+
+def evaluate_split(model, graphs, info: TaskInfo, mean, std, batch_size: int = 256, device=None,
+                   split: str | None = None) -> float:
+    """The official metric ``info.metric`` of ``model`` on ``graphs`` (predictions in target
+    units); for a transductive dataset on the nodes of ``split``'s mask."""
+    return _score(info, graphs, predict_graphs(model, graphs, info, mean, std, batch_size, device), split)
+
+
+def evaluate_splits(model, ds: GraphDataset, splits, mean, std, batch_size: int = 256, device=None) -> dict:
+    """``{split: metric}`` of ``model`` on each of ``splits`` of ``ds``. A transductive
+    dataset's graph is predicted once and each split scored on its mask."""
+    if not ds.info.transductive:
+        return {s: evaluate_split(model, ds.splits[s], ds.info, mean, std, batch_size, device) for s in splits}
+    graphs = ds.splits[splits[0]]  # every split holds the same graph
+    pred = predict_graphs(model, graphs, ds.info, mean, std, batch_size, device)
+    return {s: _score(ds.info, graphs, pred, s) for s in splits}
+
+
+#: Most nodes :func:`gate_means` reads at once (it runs the reference attention, ``O(N^2)``).
+GATE_MEANS_MAX_NODES = 8192
 
 
 @torch.no_grad()
 def gate_means(model, graphs, n: int = 64, device=None) -> list[float]:
-    """Mean gate value per layer on the first ``n`` graphs (empty for ``gate='none'``)."""
+    """Mean gate value per layer on the first ``n`` graphs, as many as fit in
+    :data:`GATE_MEANS_MAX_NODES` nodes (empty for ``gate='none'``, or when the first graph
+    alone is larger, e.g. a large transductive graph)."""
     if not model.attention_modules() or model.attention_modules()[0].gate == "none":
+        return []
+    sizes = np.cumsum([int(g.num_nodes) for g in graphs[:n]])
+    n = int(np.searchsorted(sizes, GATE_MEANS_MAX_NODES, side="right"))
+    if n == 0:
         return []
     model.eval()
     batch = next(iter(DataLoader(graphs[:n], batch_size=n, generator=_loader_generator())))
@@ -315,7 +398,7 @@ class EpochEnd:
 
     row: dict  # the epoch's history row (also written to log.csv)
     improved: bool  # the validation metric is the best so far
-    train_graphs: int  # graphs whose loss counted (all ranks)
+    train_graphs: int  # labels whose loss counted, graphs or nodes (all ranks)
     skipped: int  # batches skipped this epoch (non-finite loss or gradient, on_nan="skip")
     rng_ranks: list  # every rank's RNG states after the epoch (for the checkpoint)
 
@@ -339,11 +422,12 @@ def setup_run(cfg: Config, ds: GraphDataset, ctx: DistContext | None = None) -> 
         net = model
     optimizer = torch.optim.AdamW(model.parameters(), lr=t_cfg.lr, weight_decay=t_cfg.weight_decay)
     scheduler = make_scheduler(optimizer, t_cfg.warmup_epochs, t_cfg.epochs)
+    criterion = loss_fn(t_cfg.loss, info.task)
     if info.task == "regression" and t_cfg.normalize_targets:
-        mean, std = target_stats(ds.train, info.num_tasks)
+        mean, std = target_stats(ds.train, info)
     else:
         mean, std = torch.zeros(info.num_tasks), torch.ones(info.num_tasks)
-    return Run(cfg, ctx, ds, model, net, optimizer, scheduler, loss_fn(t_cfg.loss, info.task),
+    return Run(cfg, ctx, ds, model, net, optimizer, scheduler, criterion,
                mean.to(device), std.to(device), params, t_cfg.on_nan)
 
 
@@ -387,12 +471,29 @@ def _non_finite(what: str, epoch: int, step: int, checkpoint: Path | None, hint:
                               f"is kept at {kept}. {hint}")
 
 
+def train_batch_loss(run: Run, batch) -> tuple[torch.Tensor, int]:
+    """Forward ``batch`` and return ``(loss, rows)``: the loss over its training labels
+    (normalised for regression) and how many labels it counted (graphs, or nodes; for a
+    transductive dataset only the train mask's nodes: no other label enters the loss)."""
+    pred = run.net(batch)
+    info = run.info
+    y = label_rows(batch, info, "train")
+    mask = split_mask(batch, info, "train")
+    if mask is not None:
+        pred = pred[mask]
+    if info.task == "regression":
+        y = (y - run.mean) / run.std
+    return run.criterion(pred, y), int(y.shape[0])
+
+
 def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | None = None) -> dict:
     """One epoch of training steps (forward, normalised loss, backward, clipping, AdamW).
+    A transductive dataset (one graph) takes one full-graph step per epoch.
 
     A non-finite loss or gradient norm raises :class:`NonFiniteLossError` (naming
     ``checkpoint``), or skips the batch when ``run.on_nan == "skip"``. Returns the summed
-    loss and graph count of this rank, the summed gradient norms and the number of steps.
+    loss and label count (graphs or nodes) of this rank, the summed gradient norms and the
+    number of steps.
     """
     t_cfg, ctx, model, opt = run.cfg.train, run.ctx, run.model, run.optimizer
     run.net.train()
@@ -402,8 +503,7 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
     for step, batch in enumerate(bar):
         batch = batch.to(run.device)
         opt.zero_grad(set_to_none=True)
-        pred = run.net(batch)
-        loss = run.criterion(pred, (batch.y.view(pred.shape) - run.mean) / run.std)
+        loss, rows = train_batch_loss(run, batch)
         finite = bool(torch.isfinite(loss))
         if ctx.distributed:
             finite = not ctx.any(not finite)  # every rank takes the same decision
@@ -428,11 +528,11 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
             raise _non_finite("non-finite gradient norm", epoch, step, checkpoint,
                               "Lower train.lr or pass --on-nan skip.")
         opt.step()
-        total += loss.item() * batch.num_graphs
-        count += batch.num_graphs
+        total += loss.item() * rows
+        count += rows
         gnorm_sum += float(gnorm)
         bar.set_postfix(loss=f"{total / max(count, 1):.4f}")
-    return {"loss_sum": total, "graphs": count, "grad_norm_sum": gnorm_sum, "steps": len(loader),
+    return {"loss_sum": total, "rows": count, "grad_norm_sum": gnorm_sum, "steps": len(loader),
             "skipped": skipped}
 
 
@@ -442,10 +542,10 @@ def evaluate_epoch(run: Run, full: bool = True) -> tuple[float, float | None, li
     val = test = None
     gates: list[float] = []
     if run.ctx.is_main:
-        bs, info, dev = run.cfg.train.eval_batch_size, run.info, run.device
-        val = evaluate_split(run.model, run.ds.val, info, run.mean, run.std, bs, device=dev)
+        bs, dev = run.cfg.train.eval_batch_size, run.device
+        scores = evaluate_splits(run.model, run.ds, ["val", "test"] if full else ["val"], run.mean, run.std, bs, dev)
+        val, test = scores["val"], scores.get("test")
         if full:
-            test = evaluate_split(run.model, run.ds.test, info, run.mean, run.std, bs, device=dev)
             gates = gate_means(run.model, run.ds.val, device=dev)
     return run.ctx.broadcast((val, test, gates))
 
@@ -461,7 +561,7 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
         t_ep = time.time()
         stats = train_epoch(run, epoch, progress, checkpoint)
         state.skipped_batches += stats["skipped"]
-        total, count = run.ctx.all_reduce_sum([stats["loss_sum"], stats["graphs"]])
+        total, count = run.ctx.all_reduce_sum([stats["loss_sum"], stats["rows"]])
         lr = run.optimizer.param_groups[0]["lr"]
         run.scheduler.step()
         val, test, gates = evaluate_epoch(run, full_eval)
@@ -498,7 +598,8 @@ class _RunFiles:
     def __init__(self, run: Run, out: Path, progress: bool) -> None:
         cfg = run.cfg
         (out / "config.yaml").write_text(yaml.safe_dump(
-            {**cfg.to_dict(), "_meta": {"siggate_version": siggate.__version__, "git_commit": git_commit()}},
+            {**cfg.to_dict(), "_meta": {"siggate_version": siggate.__version__, "git_commit": git_commit(),
+                                        "task": run.info.to_dict()}},
             sort_keys=False))
         self.out, self.progress = out, progress
         self.writer = _EpochLog(out / "log.csv", run.history)
@@ -529,6 +630,8 @@ def _final_metrics(run: Run, seconds: float) -> dict:
     cfg, state = run.cfg, run.state
     return {
         "dataset": run.info.name,
+        "level": run.info.level,
+        "task": run.info.task,
         "metric": run.info.metric,
         "higher_is_better": run.info.higher_is_better,
         "best_epoch": state.best_epoch + 1,
@@ -543,6 +646,7 @@ def _final_metrics(run: Run, seconds: float) -> dict:
         "skipped_batches": state.skipped_batches,
         "world_size": run.ctx.world_size,
         "splits": run.ds.sizes(),
+        **({"split_nodes": run.ds.node_counts()} if run.info.level == "node" else {}),
         "history": run.history,
     }
 

@@ -26,6 +26,12 @@ Metrics
     ``sklearn.metrics.average_precision_score``, unweighted mean over tasks.
     This is also the LRGB Peptides-func metric.
 
+``accuracy`` / ``weighted_accuracy`` (node and graph classification, ``task="multiclass"``)
+    take class ids ``y_true [n]`` and scores ``y_pred [n, C]`` (logits; the predicted class is
+    the argmax); both are percentages. ``weighted_accuracy`` is Benchmarking-GNNs'
+    ``accuracy_SBM``, the PATTERN/CLUSTER metric GraphGPS reports: each class's recall,
+    averaged over classes (see :func:`weighted_accuracy`).
+
 For ``rocauc`` / ``ap`` a :class:`MetricUndefinedError` is raised when no
 task has both classes. If a prediction needed for a metric is non-finite
 (e.g. a diverged model) the metric returns ``nan`` with a warning instead of
@@ -49,6 +55,8 @@ __all__ = [
     "mae",
     "rocauc",
     "average_precision",
+    "accuracy",
+    "weighted_accuracy",
     "METRIC_FNS",
     "HIGHER_IS_BETTER",
     "compute_metric",
@@ -153,10 +161,67 @@ def average_precision(y_true, y_pred) -> float:
     return _per_task_binary(yt, yp, average_precision_score, "average precision")
 
 
+def _classes(y_true, y_pred) -> tuple[np.ndarray, np.ndarray]:
+    """Class ids ``[n]`` and predicted classes ``[n]`` (argmax of scores ``[n, C]``); a
+    missing (NaN) label is not allowed."""
+    def conv(a):
+        if hasattr(a, "detach"):
+            a = a.detach().cpu().double().numpy()
+        return np.asarray(a, dtype=np.float64)
+
+    yt, yp = conv(y_true).reshape(-1), conv(y_pred)
+    if yp.ndim != 2 or yp.shape[0] != yt.shape[0]:
+        raise ValueError(f"y_pred must be scores [n, C] for the {yt.shape[0]} labels, got shape {yp.shape}")
+    if np.isnan(yt).any():
+        raise ValueError("class labels must not be NaN")
+    if not yt.size:
+        raise MetricUndefinedError("no labels; cannot compute an accuracy")
+    if not np.all(np.isfinite(yp)):
+        return yt.astype(np.int64), None
+    return yt.astype(np.int64), yp.argmax(axis=1)
+
+
+def accuracy(y_true, y_pred) -> float:
+    """Percentage of rows whose argmax score is the label: ``100 * mean(argmax(y_pred) == y_true)``.
+
+    Non-finite scores give ``nan`` with a warning."""
+    yt, pred = _classes(y_true, y_pred)
+    if pred is None:
+        warnings.warn("accuracy: non-finite scores; returning nan", RuntimeWarning, stacklevel=2)
+        return float("nan")
+    return float(100.0 * np.mean(pred == yt))
+
+
+def weighted_accuracy(y_true, y_pred) -> float:
+    """Benchmarking-GNNs' ``accuracy_SBM`` (``train/metrics.py``; GraphGPS's ``accuracy-SBM``):
+    the mean over classes of each class's recall, in percent.
+
+    ``100 / |K| * sum_{c in K} #{i : y_i = c, argmax_i = c} / #{i : y_i = c}``, where ``K`` is
+    every class that occurs as a label or as a prediction (the rows of sklearn's confusion
+    matrix); a class only ever predicted counts with recall 0. On PATTERN and CLUSTER, where
+    every class is labelled, it is plain balanced accuracy. (Their code indexes the confusion
+    matrix by class id, which equals the class's row only when the classes present are
+    ``0..|K|-1``; here each class is counted by id, so a gap in the ids does not shift the
+    rows.) Computed over all rows at once, as GraphGPS does for a split (Benchmarking-GNNs
+    averaged it over batches), and in percent as Benchmarking-GNNs returns it and both papers
+    report it (GraphGPS's copy, ``graphgps/logger.py``, returns the fraction). Non-finite
+    scores give ``nan`` with a warning.
+    """
+    yt, pred = _classes(y_true, y_pred)
+    if pred is None:
+        warnings.warn("weighted_accuracy: non-finite scores; returning nan", RuntimeWarning, stacklevel=2)
+        return float("nan")
+    classes = np.union1d(yt, pred)
+    recall = [np.mean(pred[yt == c] == c) if np.any(yt == c) else 0.0 for c in classes]
+    return float(100.0 * np.sum(recall) / len(classes))
+
+
 METRIC_FNS: Dict[str, Callable[..., float]] = {
     "mae": mae,
     "rocauc": rocauc,
     "ap": average_precision,
+    "accuracy": accuracy,
+    "weighted_accuracy": weighted_accuracy,
 }
 
 
@@ -173,7 +238,7 @@ def compute_metric(name: str, y_true, y_pred) -> float:
 
 
 def higher_is_better(name: str) -> bool:
-    """``True`` for ``rocauc`` / ``ap``, ``False`` for ``mae``."""
+    """``True`` for ``rocauc``, ``ap`` and the accuracies, ``False`` for ``mae``."""
     return HIGHER_IS_BETTER[_check_name(name)]
 
 

@@ -39,6 +39,7 @@ column, a wrong delimiter, an empty, binary, UTF-16 or truncated file raises
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import difflib
 import gzip
@@ -435,6 +436,39 @@ def _smi_rows(fh, path: Path, first: str, smiles_col: str, chunk: int) -> Iterat
 # -------------------------------------------------------------------------- output
 
 
+@contextlib.contextmanager
+def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
+    """A UTF-8 text handle for CSV rows: on ``output`` written atomically (a temporary file
+    next to it, renamed when the block ends normally, removed if it raises, so a run that
+    stops never leaves a partial file that looks complete), or on stdout when ``output`` is
+    empty. Characters that cannot be encoded are written escaped (``\\xff``).
+
+    Raises:
+        InputError: ``output`` cannot be written.
+    """
+    if not output:
+        fh = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", errors="backslashreplace", newline="",
+                              write_through=True)
+        try:
+            yield fh
+        finally:
+            fh.detach()
+        return
+    try:
+        sink = AtomicFile(output, make_parents=False)
+    except OSError as exc:
+        raise InputError(f"cannot write output {output}: {exc.strerror or exc}") from None
+    fh = io.TextIOWrapper(open(sink.tmp, "wb"), encoding="utf-8", errors="backslashreplace", newline="")
+    try:
+        yield fh
+    except BaseException:
+        fh.close()
+        sink.discard()
+        raise
+    fh.close()
+    sink.commit()
+
+
 def predict_to_csv(predictor: Predictor, chunks: Iterable[list[str]], output: str | Path | None) -> tuple[int, int]:
     """Write predictions as CSV (``smiles``, prediction column(s), ``error``) to ``output``
     (or stdout), chunk by chunk. Returns ``(rows, failed_rows)``.
@@ -443,18 +477,8 @@ def predict_to_csv(predictor: Predictor, chunks: Iterable[list[str]], output: st
     is done, so a run that stops (a corrupt input, Ctrl-C) never leaves a partial file that
     looks complete. Input bytes that were not UTF-8 are written back escaped (``\\xff``).
     """
-    sink = None
-    if output:
-        try:
-            sink = AtomicFile(output, make_parents=False)
-        except OSError as exc:
-            raise InputError(f"cannot write output {output}: {exc.strerror or exc}") from None
-        out_fh = io.TextIOWrapper(open(sink.tmp, "wb"), encoding="utf-8", errors="backslashreplace", newline="")
-    else:
-        out_fh = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", errors="backslashreplace", newline="",
-                                  write_through=True)
     n = bad = 0
-    try:
+    with csv_output(output) as out_fh:
         w = csv.DictWriter(out_fh, fieldnames=["smiles", *predictor.columns, "error"])
         w.writeheader()
         for chunk in chunks:
@@ -466,16 +490,6 @@ def predict_to_csv(predictor: Predictor, chunks: Iterable[list[str]], output: st
             out_fh.flush()
             n += len(rows)
             bad += sum(1 for r in rows if r["error"])
-        if sink is not None:
-            out_fh.close()
-            sink.commit()
-            sink = None
-    finally:
-        if sink is not None:
-            out_fh.close()
-            sink.discard()
-        elif not output:
-            out_fh.detach()
     return n, bad
 
 

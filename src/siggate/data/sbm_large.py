@@ -1,0 +1,54 @@
+"""``sbm-large``: one large stochastic-block-model graph, for full-batch (transductive) node
+classification at scale.
+
+The graph comes from :func:`siggate.data.sbm.sbm_large_graph` with its defaults (10 blocks,
+average degree 10, intra/inter odds 4, 16 noisy features) and ``num_nodes`` nodes (config key
+``data.num_nodes``; default :data:`DEFAULT_NUM_NODES`). Its nodes are split by the graph's
+``train_mask``/``val_mask``/``test_mask``; each split of the :class:`GraphDataset` holds that
+one graph. It is built in memory on each load (seconds, even for 10^6 nodes) and not cached,
+so a new generator never meets a stale cache.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import DataError, GraphDataset, TaskInfo
+from .registry import register_dataset
+from .sources import check_kwargs
+
+__all__ = ["DEFAULT_NUM_NODES", "sbm_large"]
+
+#: nodes of ``sbm-large`` when ``data.num_nodes`` is 0
+DEFAULT_NUM_NODES = 10_000
+
+
+@register_dataset(
+    "sbm-large",
+    "one large SBM graph (data.num_nodes nodes, default 10,000; 10 blocks), full-batch node "
+    "classification on train/val/test masks, accuracy",
+    needs_root=False, options=("num_nodes",), level="node",
+)
+def sbm_large(root=None, cache_dir=None, *, num_nodes: int = 0, seed: int = 0, progress: bool = True,
+              **kw) -> GraphDataset:
+    """The ``sbm-large`` graph with ``num_nodes`` nodes (``0``: :data:`DEFAULT_NUM_NODES`),
+    drawn with ``seed``. ``root`` and ``cache_dir`` are not read."""
+    from .sbm import sbm_large_graph
+
+    check_kwargs("sbm-large", kw)
+    n = int(num_nodes) or DEFAULT_NUM_NODES
+    try:
+        g = sbm_large_graph(n, seed=seed)
+    except ValueError as exc:
+        raise DataError(f"sbm-large cannot have data.num_nodes={n}: {exc}") from None
+    for key in ("train_mask", "val_mask", "test_mask"):
+        if key not in g or g[key].dtype != torch.bool or g[key].shape != (n,):
+            raise ValueError(f"sbm_large_graph must return a boolean {key} of shape [{n}]")
+    info = TaskInfo(
+        name="sbm-large", task="multiclass", num_tasks=1, metric="accuracy", node_features="dense",
+        num_node_features=int(g.x.shape[1]), num_edge_types=1, level="node", transductive=True,
+        num_classes=int(g.y.max()) + 1, target_names=["block"],
+    )
+    return GraphDataset(info=info, splits={"train": [g], "val": [g], "test": [g]},
+                        source=f"sbm-large, {n} nodes, seed {seed} (siggate.data.sbm.sbm_large_graph)")
+

@@ -1,0 +1,136 @@
+"""``siggate predict`` for node-level checkpoints: one CSV row per node of a dataset split.
+
+A node-level model predicts for the nodes of its dataset's graphs (PATTERN, CLUSTER,
+sbm-large), so its input is a split of that dataset, rebuilt (or read from the cache) from
+the checkpoint's config, not SMILES. The CSV has a header and these columns:
+
+``split``
+    the split the node is scored in: ``train``, ``val`` or ``test`` (for a transductive
+    dataset, the mask the node is in; empty for a node in no mask);
+``graph``
+    the graph's position in its split (``0`` for the one graph of a transductive dataset);
+``node``
+    the node's index in its graph (``edge_index`` numbering);
+``label``
+    the node's label (``label_<target>`` per target for several regression targets);
+``prediction``
+    the predicted class id (argmax) for classification, the value in target units for
+    regression (``prediction_<target>`` per target);
+``prob_<c>``
+    classification only: the softmax probability of each class ``c``.
+
+Rows come split by split, graph by graph, node by node. ``--split all`` writes every split
+(for a transductive dataset: every node once). The file is written atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import torch
+
+from .predict import InputError, csv_output
+
+SPLITS = ("train", "val", "test")
+
+
+def _checkpoint_path(checkpoint) -> Path:
+    from .ensemble import EnsembleError, checkpoints
+
+    try:
+        paths = checkpoints(checkpoint)
+    except EnsembleError as exc:
+        raise InputError(str(exc)) from None
+    return paths[0]
+
+
+def checkpoint_level(checkpoint) -> str:
+    """``"graph"`` or ``"node"``: what the checkpoint (a ``.pt`` file, a run folder or an
+    ensemble folder) predicts for."""
+    from .checkpoint import load_checkpoint
+
+    return load_checkpoint(_checkpoint_path(checkpoint))["info"].get("level", "graph")
+
+
+def columns(info) -> list[str]:
+    """The CSV header for a node-level task ``info`` (see the module docstring)."""
+    if info.task == "multiclass":
+        return ["split", "graph", "node", "label", "prediction"] + [f"prob_{c}" for c in range(info.num_classes)]
+    names = info.target_names
+    labels = ["label"] if len(names) == 1 else [f"label_{n}" for n in names]
+    preds = ["prediction"] if len(names) == 1 else [f"prediction_{n}" for n in names]
+    return ["split", "graph", "node", *labels, *preds]
+
+
+def _rows(model, info, graphs: list, split: str, mean, std, batch_size: int):
+    """``(split column, graph, node, label row, prediction row)`` of every node of ``graphs``
+    that ``split`` scores (for a transductive graph: its mask's nodes, or every node in a
+    mask for ``"all"``)."""
+    from .loop import predict_graphs
+
+    out = predict_graphs(model, graphs, info, mean, std, batch_size, None)
+    if info.task == "multiclass":
+        out = torch.cat([out.argmax(1, keepdim=True).to(out.dtype), out.softmax(1)], dim=1)
+    start = 0
+    for gi, g in enumerate(graphs):
+        n = int(g.num_nodes)
+        pred = out[start:start + n].tolist()
+        start += n
+        y = g.y.view(n, -1).tolist()
+        if info.transductive:
+            masks = torch.stack([g[f"{s}_mask"] for s in SPLITS], 1)  # N, 3
+            keep = masks.any(1) if split == "all" else g[f"{split}_mask"]
+            where = [SPLITS[i] if m else "" for i, m in zip(masks.float().argmax(1).tolist(), masks.any(1).tolist())]
+            nodes = torch.nonzero(keep).view(-1).tolist()
+        else:
+            where, nodes = [split] * n, range(n)
+        for v in nodes:
+            yield where[v], gi, v, y[v], pred[v]
+
+
+def _fmt(row: list, multiclass: bool) -> list:
+    if multiclass:
+        return [int(row[0])] + [f"{v:.6g}" for v in row[1:]]
+    return [f"{v:.6g}" for v in row]
+
+
+def predict_nodes_to_csv(checkpoint, split: str, output: str | Path | None, data_root=None, cache_dir=None,
+                         batch_size: int = 64) -> int:
+    """Write one CSV row per node of ``split`` (``train``, ``val``, ``test`` or ``all``) of the
+    checkpoint's dataset to ``output`` (or stdout); returns the number of rows.
+
+    Raises:
+        InputError: an unknown split, an ensemble folder, or an unwritable ``output``.
+    """
+    from .loop import load_trained, prepare_data
+
+    if split not in SPLITS + ("all",):
+        raise InputError(f"--split: unknown split {split!r}; choose train, val, test or all")
+    path = _checkpoint_path(checkpoint)
+    if Path(checkpoint).is_dir() and path.name != "best.pt":
+        raise InputError(f"{checkpoint} is an ensemble; node-level predictions take one run folder or checkpoint")
+    model, ckpt, cfg, info = load_trained(path)
+    if data_root:
+        cfg.data.root = str(data_root)
+    if cache_dir:
+        cfg.data.cache_dir = str(cache_dir)
+    ds = prepare_data(cfg, progress=False)
+    if info.transductive:
+        names = [split]  # one graph: one pass covers the split's mask (or every node for "all")
+    else:
+        names = list(SPLITS) if split == "all" else [split]
+    multiclass = info.task == "multiclass"
+    n = 0
+    with csv_output(output) as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(columns(info))
+        for name in names:
+            graphs = ds.splits["test" if name == "all" else name]  # a transductive graph is in every split
+            for where, gi, v, y, pred in _rows(model, info, graphs, name, ckpt["target_mean"], ckpt["target_std"],
+                                               batch_size):
+                label = [int(y[0])] if multiclass else [f"{t:.6g}" for t in y]
+                w.writerow([where, gi, v, *label, *_fmt(pred, multiclass)])
+                n += 1
+    return n
+
