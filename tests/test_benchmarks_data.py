@@ -356,6 +356,20 @@ def test_molhiv_fixture_unsanitizable_and_invalid(tmp_path):
     assert sorted(r.index for r in strict.invalid) == [8, 9]
 
 
+def test_every_molecule_loader_takes_the_same_options_and_names_unknown_ones(tmp_path):
+    """One set of keyword options (LoadOptions) for every benchmark molecule loader; a typo
+    is named in a warning that points at the caller's line, and the load still happens."""
+    from siggate.data.sources import LoadOptions
+
+    root = tmp_path / "data"
+    fx.make_molhiv(root, smiles=fx.SMILES[:10])
+    with pytest.warns(UserWarning, match=r"molhiv: ignoring unknown options \['rwse_step'\]") as rec:
+        ds = ogb_mol.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False, rwse_step=4)
+    assert rec[0].filename == __file__ and len(ds.train) + len(ds.val) + len(ds.test) == 10
+    opts = LoadOptions.take("x", {"download": False, "lap_dim": 3})
+    assert (opts.download, opts.progress, opts.allow_unsanitized, opts.rwse_steps, opts.lap_dim) == (False, True, True, 0, 3)
+
+
 # ============================================================================ fixtures: caching, read-only root
 
 

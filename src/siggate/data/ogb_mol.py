@@ -16,7 +16,7 @@ from .base import GraphDataset, TaskInfo
 from .registry import register_dataset
 from .sources import (
     Layout,
-    check_kwargs,
+    LoadOptions,
     download_url,
     featurize,
     finish,
@@ -93,13 +93,10 @@ def _load_ogb_mol(
     metric: str,
     root,
     cache_dir,
-    download,
-    progress: bool,
-    allow_unsanitized: bool,
-    rwse_steps: int,
-    lap_dim: int,
+    opts: LoadOptions,
     extra_hint: str = "",
 ) -> GraphDataset:
+    download, progress, allow_unsanitized = opts.download, opts.progress, opts.allow_unsanitized
 
     root, cache_dir = resolve_dirs(root, cache_dir)
     split_files = [f"{folder}/split/scaffold/{s}.csv.gz" for s in _OGB_SPLITS.values()]
@@ -132,7 +129,7 @@ def _load_ogb_mol(
 
     splits, invalid = graphs_by_split(name, mol_csv, parts, cache_dir, build, lambda: split_idx, allow_unsanitized)
     info = TaskInfo(name=name, task=task, num_tasks=num_tasks, metric=metric, target_names=task_cols)
-    return finish(name, info, splits, invalid, str(ddir), parts, cache_dir, rwse_steps, lap_dim, progress)
+    return finish(name, info, splits, invalid, str(ddir), parts, cache_dir, opts.rwse_steps, opts.lap_dim, progress)
 
 
 @register_dataset(
@@ -140,27 +137,17 @@ def _load_ogb_mol(
     "ogbg-molhiv (OGB): HIV inhibition, binary, ROC-AUC; graphs built from the SMILES mapping",
     needs_root=True,
 )
-def molhiv(
-    root=None,
-    cache_dir=None,
-    *,
-    download: bool | None = None,
-    progress: bool = True,
-    allow_unsanitized: bool = True,
-    rwse_steps: int = 0,
-    lap_dim: int = 0,
-    **kw,
-) -> GraphDataset:
+def molhiv(root=None, cache_dir=None, **options) -> GraphDataset:
     """ogbg-molhiv from ``<root>/ogbg_molhiv/mapping/mol.csv.gz`` + the official scaffold split.
 
     Graphs are built from the SMILES (OGB features); the per-molecule atom and bond
     counts and labels are checked against ``raw/num-{node,edge}-list.csv.gz`` and
     ``raw/graph-label.csv.gz`` when present (a mismatch raises ``ValueError``).
+    Options: :class:`~siggate.data.sources.LoadOptions`.
     """
-    check_kwargs("molhiv", kw)
     return _load_ogb_mol(
         "molhiv", "ogbg_molhiv", "hiv", 1, "binary", "rocauc",
-        root, cache_dir, download, progress, allow_unsanitized, rwse_steps, lap_dim,
+        root, cache_dir, LoadOptions.take("molhiv", options),
     )  # fmt: skip
 
 
@@ -169,21 +156,11 @@ def molhiv(
     "ogbg-molpcba (OGB): 128 bioassays, multilabel with missing labels, AP",
     needs_root=True,
 )
-def molpcba(
-    root=None,
-    cache_dir=None,
-    *,
-    download: bool | None = None,
-    progress: bool = True,
-    allow_unsanitized: bool = True,
-    rwse_steps: int = 0,
-    lap_dim: int = 0,
-    **kw,
-) -> GraphDataset:
+def molpcba(root=None, cache_dir=None, **options) -> GraphDataset:
     """ogbg-molpcba from ``<root>/ogbg_molpcba/mapping/mol.csv.gz`` (128 task columns,
-    ``smiles``, ``mol_id``) + the official scaffold split; missing labels stay NaN."""
-    check_kwargs("molpcba", kw)
+    ``smiles``, ``mol_id``) + the official scaffold split; missing labels stay NaN.
+    Options: :class:`~siggate.data.sources.LoadOptions`."""
     return _load_ogb_mol(
         "molpcba", "ogbg_molpcba", "pcba", 128, "multilabel", "ap",
-        root, cache_dir, download, progress, allow_unsanitized, rwse_steps, lap_dim,
+        root, cache_dir, LoadOptions.take("molpcba", options),
     )  # fmt: skip

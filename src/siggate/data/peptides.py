@@ -17,7 +17,7 @@ from .base import DataError, GraphDataset, TaskInfo
 from .registry import register_dataset
 from .sources import (
     Layout,
-    check_kwargs,
+    LoadOptions,
     download_url,
     featurize,
     fingerprints,
@@ -94,13 +94,11 @@ def _load_peptides(
     targets: Callable[[object, Path], np.ndarray],
     info: TaskInfo,
     cache_dir: Path,
-    progress: bool,
-    allow_unsanitized: bool,
-    rwse_steps: int,
-    lap_dim: int,
+    opts: LoadOptions,
 ) -> GraphDataset:
     """A Peptides dataset once its files are found under ``base``: graphs from the CSV's
     SMILES with the targets ``targets(dataframe, csv_path)``, cut by the LRGB split pickle."""
+    progress, allow_unsanitized = opts.progress, opts.allow_unsanitized
     parts = mol_parts(name, allow_unsanitized, base, [csv_rel])
 
     def build(df) -> list[Data]:
@@ -113,7 +111,8 @@ def _load_peptides(
 
     splits, invalid = graphs_by_split(name, base / csv_rel, parts, cache_dir, build, split_idx_of, allow_unsanitized)
     parts = dict(parts, split=fingerprints(base, [split_rel]))
-    return finish(name, info, splits, invalid, str(base / folder), parts, cache_dir, rwse_steps, lap_dim, progress)
+    return finish(name, info, splits, invalid, str(base / folder), parts, cache_dir, opts.rwse_steps, opts.lap_dim,
+                  progress)
 
 
 def _peptides_func_labels(df, csv: Path) -> np.ndarray:
@@ -129,20 +128,10 @@ def _peptides_func_labels(df, csv: Path) -> np.ndarray:
     "Peptides-func (LRGB): 10 peptide functions, multilabel, AP",
     needs_root=True,
 )
-def peptides_func(
-    root=None,
-    cache_dir=None,
-    *,
-    download: bool | None = None,
-    progress: bool = True,
-    allow_unsanitized: bool = True,
-    rwse_steps: int = 0,
-    lap_dim: int = 0,
-    **kw,
-) -> GraphDataset:
+def peptides_func(root=None, cache_dir=None, **options) -> GraphDataset:
     """Peptides-func from ``<root>/peptides-functional/raw/peptide_multi_class_dataset.csv.gz``
     and ``<root>/peptides-functional/splits_random_stratified_peptide.pickle``."""
-    check_kwargs("peptides-func", kw)
+    opts = LoadOptions.take("peptides-func", options)
     root, cache_dir = resolve_dirs(root, cache_dir)
     csv_rel = "peptides-functional/raw/peptide_multi_class_dataset.csv.gz"
     split_rel = "peptides-functional/splits_random_stratified_peptide.pickle"
@@ -152,12 +141,12 @@ def peptides_func(
     )  # fmt: skip
     origin = f"LRGB (Dwivedi et al. 2022) via GraphGPS PeptidesFunctionalDataset: {_PEP_FUNC_CSV_URL} and {_PEP_FUNC_SPLIT_URL}"
     base = Layout("peptides-func", [csv_rel, split_rel], origin, _PEP_FUNC_CSV_URL, fetch).locate(
-        root, cache_dir, download
+        root, cache_dir, opts.download
     )
     info = TaskInfo(name="peptides-func", task="multilabel", num_tasks=10, metric="ap")
     return _load_peptides(
         "peptides-func", "peptides-functional", base, csv_rel, split_rel, _peptides_func_labels, info, cache_dir,
-        progress, allow_unsanitized, rwse_steps, lap_dim,
+        opts,
     )  # fmt: skip
 
 
@@ -198,17 +187,7 @@ def _peptides_struct_targets(df, csv: Path, normalized: bool) -> np.ndarray:
     "Peptides-struct (LRGB): 11 standardized 3D-shape targets, regression, MAE",
     needs_root=True,
 )
-def peptides_struct(
-    root=None,
-    cache_dir=None,
-    *,
-    download: bool | None = None,
-    progress: bool = True,
-    allow_unsanitized: bool = True,
-    rwse_steps: int = 0,
-    lap_dim: int = 0,
-    **kw,
-) -> GraphDataset:
+def peptides_struct(root=None, cache_dir=None, **options) -> GraphDataset:
     """Peptides-struct (LRGB), 11 regression targets.
 
     Files: ``<root>/peptides-structural/raw/peptide_structure_normalized_dataset.csv.gz``
@@ -228,7 +207,7 @@ def peptides_struct(
     functional one; when it is absent, ``peptides-functional``'s split is used if its
     MD5 is that official value.
     """
-    check_kwargs("peptides-struct", kw)
+    opts = LoadOptions.take("peptides-struct", options)
     root, cache_dir = resolve_dirs(root, cache_dir)
     fetch = _fetch_peptides(
         _STRUCT_DIR, "peptide_structure_normalized_dataset.csv.gz", _PEP_STRUCT_CSV_URL, _PEP_STRUCT_CSV_MD5,
@@ -255,7 +234,7 @@ def peptides_struct(
         )
         base = Layout(
             "peptides-struct", [_STRUCT_NORM_REL, _STRUCT_SPLIT_REL], origin, _PEP_STRUCT_CSV_URL, fetch
-        ).locate(root, cache_dir, download, hint)
+        ).locate(root, cache_dir, opts.download, hint)
     normalized = csv_rel == _STRUCT_NORM_REL
     info = TaskInfo(
         name="peptides-struct",
@@ -267,5 +246,5 @@ def peptides_struct(
     return _load_peptides(
         "peptides-struct", _STRUCT_DIR, base, csv_rel, split_rel,
         lambda df, csv: _peptides_struct_targets(df, csv, normalized), info, cache_dir,
-        progress, allow_unsanitized, rwse_steps, lap_dim,
+        opts,
     )  # fmt: skip

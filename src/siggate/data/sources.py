@@ -36,6 +36,7 @@ import urllib.error
 import urllib.request
 import warnings
 import zlib
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
@@ -48,7 +49,7 @@ from .base import DataError, GraphDataset, InvalidRow, TaskInfo, default_cache_d
 
 __all__ = [
     "BUILD_VERSION", "Layout", "md5", "network_ok", "download_url", "resolve_dirs", "fingerprints",
-    "cache_graphs", "check_kwargs", "featurize", "invalid_rows", "split_graphs", "check_split", "finish",
+    "LoadOptions", "cache_graphs", "check_kwargs", "featurize", "invalid_rows", "split_graphs", "check_split", "finish",
     "mol_parts", "graphs_by_split", "read_csv", "read_index_csv",
 ]
 
@@ -161,10 +162,39 @@ def cache_graphs(cache_dir: Path, name: str, parts: dict, build: Callable[[], li
     return cached(cache_dir / "datasets", name, parts, build, save=save_graphs, load=load_graphs)
 
 
-def check_kwargs(loader: str, kw: dict) -> None:
+def check_kwargs(loader: str, kw: dict, stacklevel: int = 3) -> None:
     """Warn about loader options nobody reads (a typo would otherwise pass silently)."""
     if kw:
-        warnings.warn(f"{loader}: ignoring unknown options {sorted(kw)}", stacklevel=3)
+        warnings.warn(f"{loader}: ignoring unknown options {sorted(kw)}", stacklevel=stacklevel)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """The keyword options every benchmark molecule loader takes
+    (``get_dataset(name, root, cache_dir, **options)``).
+
+    Attributes:
+        download: fetch missing raw files (None: unless ``SIGGATE_OFFLINE`` is set).
+        progress: show featurization progress (on a terminal).
+        allow_unsanitized: keep molecules RDKit parses only without sanitization (OGB's
+            rule; loaders of pre-featurized graphs, e.g. ZINC, ignore it).
+        rwse_steps: add RWSE with this many steps (0: none).
+        lap_dim: add LapPE with this many eigenvectors (0: none).
+    """
+
+    download: bool | None = None
+    progress: bool = True
+    allow_unsanitized: bool = True
+    rwse_steps: int = 0
+    lap_dim: int = 0
+
+    @classmethod
+    def take(cls, loader: str, kw: dict) -> "LoadOptions":
+        """The options in ``kw`` (a loader's ``**kw``); a warning names any other key."""
+        known = {f.name for f in fields(cls)}
+        rest = {k: v for k, v in kw.items() if k not in known}
+        check_kwargs(loader, rest, stacklevel=4)
+        return cls(**{k: v for k, v in kw.items() if k in known})
 
 
 def featurize(

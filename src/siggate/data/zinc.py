@@ -15,8 +15,8 @@ from .registry import register_dataset
 from .sources import (
     BUILD_VERSION,
     Layout,
+    LoadOptions,
     cache_graphs,
-    check_kwargs,
     fingerprints,
     finish,
     resolve_dirs,
@@ -85,23 +85,17 @@ _ZINC_SPLITS = {"train": "train", "val": "val", "test": "test"}
     "ZINC-12k subset (benchmarking-gnns / PyG ZINC(subset=True)), penalized logP regression, MAE",
     needs_root=True,
 )
-def zinc(
-    root=None,
-    cache_dir=None,
-    *,
-    download: bool | None = None,
-    progress: bool = True,
-    rwse_steps: int = 0,
-    lap_dim: int = 0,
-    **kw,
-) -> GraphDataset:
+def zinc(root=None, cache_dir=None, **options) -> GraphDataset:
     """ZINC-12k from PyG's processed files ``<root>/ZINC/subset/processed/{train,val,test}.pt``.
 
     The files are read directly (PyG's ``ZINC`` class insists on the raw pickles).
     ``x`` is ``[N, 1]`` atom types (28), ``edge_attr`` ``[E, 1]`` bond types 1..3,
     ``y`` ``[1, 1]``; ``idx`` is the graph's position in its split file.
+    Options: :class:`~siggate.data.sources.LoadOptions` (``allow_unsanitized`` does not apply:
+    the graphs come featurized).
     """
-    check_kwargs("zinc", kw)
+    opts = LoadOptions.take("zinc", options)
+    download, progress, rwse_steps, lap_dim = opts.download, opts.progress, opts.rwse_steps, opts.lap_dim
     root, cache_dir = resolve_dirs(root, cache_dir)
     files = [f"ZINC/subset/processed/{s}.pt" for s in _ZINC_SPLITS.values()]
     layout = Layout(
