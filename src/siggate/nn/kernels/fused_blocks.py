@@ -23,7 +23,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .layout import PackedLayout
-from .packed import packed_attention
 
 
 def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
@@ -169,7 +168,7 @@ def forward_folded(layer, x: Tensor, edge_index: Tensor, edge_attr: Tensor, layo
         h, edge_attr = layer.local(x, edge_index, edge_attr)
         acc = h * f["local_s"]
     if layer.attn is not None:
-        a = packed_attention(layer.attn, x, layout, f["attn_w"], f["attn_b"])
+        a = layer.attn.forward_nodes(x, layout, impl="packed", out_weight=f["attn_w"], out_bias=f["attn_b"])
         acc = a if acc is None else acc.add_(a)
     if f["const"] is not None:
         acc = acc.add_(f["const"])
