@@ -18,7 +18,7 @@ import siggate.nn.kernels.linear_attention as LA
 from siggate.nn import GatedGPSConv, GPSLayer, SigGateGT
 from siggate.nn.attention_types import ATTENTION_TYPES, make_attention
 from siggate.nn.exphormer import attention_graph, expander_edges
-from siggate.nn.kernels.edge_attention import _PairAggregate, _PairDot
+from siggate.nn.kernels.edge_attention import _PairSoftmax, _row_blocks
 from siggate.nn.kernels.layout import GraphSegments
 from siggate.nn.performer import favor_features, linear_attention_reference, orthogonal_gaussian
 from siggate.options import ATTN_TYPES
@@ -97,14 +97,22 @@ def test_fast_path_equals_reference(kind, gate, position, dropout):
         assert torch.allclose(a, b, atol=1e-12, rtol=0), name
 
 
-def test_pair_kernels_gradcheck():
+@pytest.mark.parametrize("dropout", [False, True])
+def test_pair_softmax_gradcheck(dropout):
+    """The fused pairs' kernel against finite differences, both outputs (``o`` and the
+    log-sum-exp) carrying gradient, over several blocks of rows."""
     g = torch.Generator().manual_seed(0)
-    src = torch.randint(0, 6, (13,), generator=g)
-    dst = torch.sort(torch.randint(0, 6, (13,), generator=g)).values
-    a, b = (torch.randn(6, 2, 3, generator=g, requires_grad=True) for _ in range(2))
-    w = torch.randn(13, 2, generator=g, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda a, b: _PairDot.apply(a, b, src, dst, 0.7), (a, b))
-    assert torch.autograd.gradcheck(lambda w, b: _PairAggregate.apply(w, b, src, dst, 6), (w, b))
+    x, ei, batch = batch_graph([5, 1, 6], d=6)
+    graph = attention_graph(ei, GraphSegments(batch), degree=2)
+    q, k, v = (torch.randn(x.size(0), 2, 3, generator=g, requires_grad=True) for _ in range(3))
+    keep = (torch.rand(graph.src.numel(), 2, generator=g) > 0.3) / 0.7 if dropout else None
+
+    def f(q, k, v):
+        o, lse = _PairSoftmax.apply(q, k, v, keep, graph, 0.6)
+        return o, lse.sin()
+
+    assert len(_row_blocks(graph)) > 2
+    assert torch.autograd.gradcheck(f, (q, k, v))
 
 
 @pytest.mark.parametrize("kind", SPARSE)

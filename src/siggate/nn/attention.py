@@ -215,8 +215,9 @@ class GatedAttentionBase(nn.Module):
         ``(..., H, d_head|1)`` (``None`` without a gate)."""
         lead = proj.shape[:-1]
         d, H, dh = self.dim, self.heads, self.head_dim
-        q, k, v = (proj[..., i * d : (i + 1) * d].view(*lead, H, dh) for i in range(3))
-        gate = torch.sigmoid(proj[..., 3 * d :]).view(*lead, H, -1) if self.gate_dim else None
+        parts = proj.split([d, d, d, self.gate_dim], dim=-1)  # one backward (a cat), not four zero-filled slices
+        q, k, v = (t.view(*lead, H, dh) for t in parts[:3])
+        gate = torch.sigmoid(parts[3]).view(*lead, H, -1) if self.gate_dim else None
         return q, k, v, gate
 
     def _gated_rows(self, x: Tensor, core, out_weight: Tensor | None = None, out_bias: Tensor | None = None,

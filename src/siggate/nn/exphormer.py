@@ -29,16 +29,15 @@ graph of ``n`` nodes it depends only on ``(expander_seed, n)`` (the permutations
 generator seeded with both and are cached), so it is the same in every epoch, in a batch
 and alone, and for every graph of that size.
 
-:func:`sparse_attention` is the readable definition of (a)-(d) and the test oracle; with
-``fast=True`` it swaps its pair-wise gathers for the chunked kernels of
-:mod:`siggate.nn.kernels.edge_attention` and must give the same result
+:func:`sparse_attention` is the readable definition of (a)-(d) and the test oracle;
+:func:`siggate.nn.kernels.edge_attention.sparse_attention_fast` must equal it
 (``tests/test_attention_types.py``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache, partial
 
 import torch
@@ -46,7 +45,7 @@ from torch import Tensor, nn
 
 from .attention import GatedAttentionBase, check_node_impl, resolve_impl
 from .kernels.attention_cpu import _dropout_keep
-from .kernels.edge_attention import pair_aggregate, pair_dot, pair_max
+from .kernels.edge_attention import sparse_attention_fast
 from .kernels.layout import GraphSegments
 
 __all__ = ["GatedExphormerAttention", "AttentionGraph", "attention_graph", "expander_edges", "sparse_attention"]
@@ -88,7 +87,8 @@ class AttentionGraph:
     """The (query, key) pairs of an Exphormer layer for one batch, shared by every layer.
 
     ``src [P]`` keys and ``dst [P]`` queries, sorted by ``dst`` then ``src``, each pair once;
-    ``row_ptr [N + 1]`` where each query's pairs start (CSR); ``segments`` the graphs.
+    ``row_ptr [N + 1]`` where each query's pairs start (CSR); ``segments`` the graphs;
+    ``cache`` what the fast path derives from them once.
     """
 
     src: Tensor
@@ -97,6 +97,7 @@ class AttentionGraph:
     segments: GraphSegments
     degree: int
     seed: int
+    cache: dict = field(default_factory=dict, repr=False)
 
     @property
     def num_nodes(self) -> int:
@@ -119,7 +120,7 @@ def attention_graph(edge_index: Tensor, segments: GraphSegments, degree: int, se
 
 def sparse_attention(q: Tensor, k: Tensor, v: Tensor, graph: AttentionGraph, extra_logits: Tensor | None = None,
                      extra_values: Tensor | None = None, edge_keep: Tensor | None = None,
-                     extra_keep: Tensor | None = None, fast: bool = False) -> Tensor:
+                     extra_keep: Tensor | None = None) -> Tensor:
     r"""Softmax attention over the pairs of ``graph`` plus extra keys per node (the definition).
 
     Query ``i`` scores key ``j`` of each pair ``(j, i)`` with ``q_i . k_j / sqrt(d_head)``
@@ -127,20 +128,16 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, graph: AttentionGraph, ext
     ``extra_values[i, :, r]``); one softmax over both per node and head, dropout
     multipliers ``edge_keep [P, H]`` and ``extra_keep [N, H, r]`` on the probabilities.
 
-    The pair-wise products are plain gathers (``fast=False``: all ``P`` pairs at once, the
-    readable reference), or the chunked kernels with hand-written backwards of
-    :mod:`siggate.nn.kernels.edge_attention` (``fast=True``); nothing else differs.
-
     Shapes: ``q, k, v [N, H, d_head]``, ``extra_logits [N, H, r]``,
     ``extra_values [N, H, r, d_head]`` -> ``[N, H, d_head]``.
     """
-    dot, aggregate, maximum = (pair_dot, pair_aggregate, pair_max) if fast else (_dot, _aggregate, _max)
-    dst = graph.dst
+    src, dst = graph.src, graph.dst
     N, H, dh = q.shape
-    logits = dot(q, k, graph, 1.0 / math.sqrt(dh))  # P, H
-    m = maximum(logits.detach(), graph)  # N, H: a stabiliser, cancels in the softmax
+    logits = (q[dst] * k[src]).sum(-1) / math.sqrt(dh)  # P, H
+    index = dst[:, None].expand(-1, H)
+    m = logits.detach().new_full((N, H), -math.inf).scatter_reduce(0, index, logits.detach(), "amax")
     if extra_logits is not None:
-        m = torch.maximum(m, extra_logits.detach().amax(-1))
+        m = torch.maximum(m, extra_logits.detach().amax(-1))  # a stabiliser: cancels in the softmax
     e = torch.exp(logits - m[dst])
     z = e.new_zeros(N, H).index_add(0, dst, e)
     if extra_logits is not None:
@@ -149,26 +146,13 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, graph: AttentionGraph, ext
     alpha = e / z[dst]  # P, H
     if edge_keep is not None:
         alpha = alpha * edge_keep
-    out = aggregate(alpha, v, graph)  # N, H, dh
+    out = v.new_zeros(N, H, dh).index_add(0, dst, alpha[..., None] * v[src])
     if extra_logits is not None:
         beta = e_extra / z[..., None]
         if extra_keep is not None:
             beta = beta * extra_keep
         out = out + torch.einsum("nhr,nhrd->nhd", beta, extra_values)
     return out
-
-
-def _dot(a: Tensor, b: Tensor, graph: AttentionGraph, scale: float) -> Tensor:
-    return (a[graph.dst] * b[graph.src]).sum(-1) * scale  # P, H
-
-
-def _aggregate(w: Tensor, b: Tensor, graph: AttentionGraph) -> Tensor:
-    return b.new_zeros(graph.num_nodes, *b.shape[1:]).index_add(0, graph.dst, w[..., None] * b[graph.src])
-
-
-def _max(logits: Tensor, graph: AttentionGraph) -> Tensor:
-    index = graph.dst[:, None].expand_as(logits)
-    return logits.new_full((graph.num_nodes, logits.size(1)), -math.inf).scatter_reduce(0, index, logits, "amax")
 
 
 class GatedExphormerAttention(GatedAttentionBase):
@@ -253,17 +237,19 @@ class GatedExphormerAttention(GatedAttentionBase):
             p, H = self.attn_dropout, self.heads
             edge_keep = _dropout_keep((layout.src.numel(), H), p, x)
             extra_keep = _dropout_keep((x.size(0), H, self.num_virtual_nodes), p, x) if self.virtual is not None else None
-        core = partial(self._attend, graph=layout, fast=impl == "packed", edge_keep=edge_keep, extra_keep=extra_keep)
+        attend = sparse_attention_fast if impl == "packed" else sparse_attention
+        core = partial(self._attend, graph=layout, attend=attend, edge_keep=edge_keep, extra_keep=extra_keep)
         return self._gated_rows(x, core, out_weight, out_bias, residual, return_details)
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, graph: AttentionGraph, fast: bool, edge_keep,
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, graph: AttentionGraph, attend, edge_keep,
                 extra_keep) -> Tensor:
         """``q, k, v [N, H, d_head]`` -> ``[N, H, d_head]``: the virtual nodes' keys and
-        values (:meth:`virtual_keys`), then :func:`sparse_attention` over the pairs and them."""
+        values (:meth:`virtual_keys`), then ``attend`` (:func:`sparse_attention` or its
+        fast path) over the pairs and them."""
         logits = values = None
         if self.virtual is not None:
             logits, values = self.virtual_keys(q, k, v, graph.segments)
-        return sparse_attention(q, k, v, graph, logits, values, edge_keep, extra_keep, fast=fast)
+        return attend(q, k, v, graph, logits, values, edge_keep, extra_keep)
 
     def virtual_keys(self, q: Tensor, k: Tensor, v: Tensor, segments: GraphSegments) -> tuple[Tensor, Tensor]:
         r"""The virtual nodes as extra keys of every node: ``(logits [N, H, r], values
@@ -282,10 +268,13 @@ class GatedExphormerAttention(GatedAttentionBase):
         e = torch.exp(s - m[batch])
         e_self = torch.exp(s_self - m)  # G, H, r
         z = e_self + e.new_zeros(m.shape).index_add(0, batch, e)
-        pooled = e.new_zeros(G, *s.shape[1:], v.size(-1)).index_add(0, batch, e[..., None] * v[:, :, None, :])
+        if G == 1:  # one graph (node-level tasks): a matmul, no [N, H, r, d_head] products
+            pooled = torch.einsum("nhr,nhd->hrd", e, v)[None]
+        else:
+            pooled = e.new_zeros(G, *s.shape[1:], v.size(-1)).index_add(0, batch, e[..., None] * v[:, :, None, :])
         u = (pooled + e_self[..., None] * vz.transpose(0, 1)) / z[..., None]  # G, H, r, dh
         logits = torch.einsum("nhc,rhc->nhr", q, kz) * scale
-        return logits, u[batch]
+        return logits, (u.expand(q.size(0), -1, -1, -1) if G == 1 else u[batch])  # a view for one graph
 
     def extra_repr(self) -> str:
         return (super().extra_repr() + f", expander_degree={self.expander_degree}, "

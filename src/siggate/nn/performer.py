@@ -31,8 +31,9 @@ them; it drops keys instead: in training each key's term in the numerator is kep
 probability ``1 - p`` and scaled by ``1 / (1 - p)`` (the same key for every query of its
 graph), the denominator unchanged, so the expected output is the undropped one.
 
-:func:`linear_attention_reference` is the readable definition and the test oracle;
-:func:`siggate.nn.kernels.linear_attention.linear_attention_fast` must equal it
+:func:`performer_reference` (:func:`favor_features`, then
+:func:`linear_attention_reference`) is the readable definition and the test oracle;
+:func:`siggate.nn.kernels.linear_attention.performer_fast` must equal it
 (``tests/test_attention_types.py``).
 """
 
@@ -47,9 +48,10 @@ from torch import Tensor
 from .attention import GatedAttentionBase, check_node_impl, resolve_impl
 from .kernels.attention_cpu import _dropout_keep
 from .kernels.layout import GraphSegments
-from .kernels.linear_attention import linear_attention_fast
+from .kernels.linear_attention import performer_fast
 
-__all__ = ["GatedPerformerAttention", "orthogonal_gaussian", "favor_features", "linear_attention_reference"]
+__all__ = ["GatedPerformerAttention", "orthogonal_gaussian", "favor_features", "performer_reference",
+           "linear_attention_reference"]
 
 
 def orthogonal_gaussian(num_features: int, dim: int, dtype: torch.dtype = torch.float32,
@@ -85,6 +87,20 @@ def favor_features(x: Tensor, omega: Tensor, batch: Tensor | None = None, num_gr
     return torch.exp(z - c) / math.sqrt(omega.size(0))
 
 
+def performer_reference(q: Tensor, k: Tensor, v: Tensor, omega: Tensor, segments: GraphSegments,
+                        key_keep: Tensor | None = None) -> Tensor:
+    """FAVOR+ attention of each graph with itself (the definition): :func:`favor_features`
+    of the queries and keys (already scaled by ``d_head^{-1/4}``), then
+    :func:`linear_attention_reference`.
+
+    Shapes: ``q, k, v [N, H, d_head]``, ``omega [m, d_head]``, ``key_keep [N, H]``
+    (optional) -> ``[N, H, d_head]``.
+    """
+    phi_q = favor_features(q, omega)
+    phi_k = favor_features(k, omega, segments.batch, segments.num_graphs)
+    return linear_attention_reference(phi_q, phi_k, v, segments, key_keep)
+
+
 def linear_attention_reference(phi_q: Tensor, phi_k: Tensor, v: Tensor, segments: GraphSegments,
                                key_keep: Tensor | None = None) -> Tensor:
     r"""Linear attention of each graph with itself (the definition).
@@ -115,7 +131,7 @@ class GatedPerformerAttention(GatedAttentionBase):
             drops keys, see the module docstring).
         impl (str): ``"auto"``/``"packed"`` (the fast path,
             :mod:`siggate.nn.kernels.linear_attention`) or ``"reference"``
-            (:func:`linear_attention_reference`). (default: ``"auto"``)
+            (:func:`performer_reference`). (default: ``"auto"``)
         num_features (int): random features ``m`` per head (shared by the heads).
             (default: ``64``)
         redraw_interval (int): training forward passes between two draws of the
@@ -191,17 +207,16 @@ class GatedPerformerAttention(GatedAttentionBase):
         keep = None
         if self.training and self.attn_dropout > 0:
             keep = _dropout_keep((x.size(0), self.heads), self.attn_dropout, x)
-        linear = linear_attention_fast if impl == "packed" else linear_attention_reference
-        core = partial(self._attend, linear=linear, segments=layout, key_keep=keep)
+        attend = partial(performer_fast, features=favor_features) if impl == "packed" else performer_reference
+        core = partial(self._attend, attend=attend, segments=layout, key_keep=keep)
         return self._gated_rows(x, core, out_weight, out_bias, residual, return_details)
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, linear, segments: GraphSegments,
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, attend, segments: GraphSegments,
                 key_keep: Tensor | None) -> Tensor:
-        """``q, k, v [N, H, d_head]`` -> ``[N, H, d_head]``: features, then ``linear``."""
+        """``q, k, v [N, H, d_head]`` -> ``[N, H, d_head]``: ``attend`` on the scaled
+        queries and keys (:func:`performer_reference` or its fast path)."""
         scale = self.head_dim ** -0.25
-        phi_q = favor_features(q * scale, self.omega)
-        phi_k = favor_features(k * scale, self.omega, segments.batch, segments.num_graphs)
-        return linear(phi_q, phi_k, v, segments, key_keep)
+        return attend(q * scale, k * scale, v, self.omega, segments, key_keep)
 
     def extra_repr(self) -> str:
         return (super().extra_repr()
