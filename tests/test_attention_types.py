@@ -487,3 +487,33 @@ def test_config_builds_the_type_and_a_checkpoint_reloads_it(tmp_path):
         loaded, *_ = load_trained(path)
         assert type(loaded.layers[0].attn) is ATTENTION_TYPES[kind]
         assert torch.equal(loaded(b), model(b))
+
+
+@pytest.mark.parametrize("kind", SPARSE)
+def test_details_are_padded_like_the_full_attention(kind):
+    """``return_details`` gives the same padded ``(B, N_max, H, ...)`` layout as ``"full"``
+    (what the analyses and the trainer's gate means read); no attention probabilities."""
+    from siggate.train.loop import gate_means
+
+    b = _molecules([5, 8, 3])
+    torch.manual_seed(0)
+    model = SigGateGT(1, dim=D, layers=2, heads=H, pe="none", attn_type=kind, attn_kwargs=OWN[kind]).eval()
+    out, det = model(b, return_details=True)
+    assert torch.allclose(out, model(b), atol=1e-10)
+    mask = det["mask"]
+    for a in det["attn"]:
+        assert a["attn"] is None
+        assert a["head_out"].shape == (*mask.shape, H, D // H) == a["gate"].shape
+        assert not a["head_out"][~mask].any() and a["head_out"][mask].abs().sum() > 0
+    assert len(gate_means(model, b.to_data_list())) == 2
+
+
+def test_config_refuses_bad_attention_options():
+    from siggate.config import ConfigError, from_dict
+
+    for model, match in (({"attn_type": "performr"}, "Did you mean 'performer'"),
+                         ({"attn_type": "exphormer", "expander_degree": 3}, "model.expander_degree: 3 is odd"),
+                         ({"attn_type": "performer", "impl": "sdpa"}, "'sdpa' runs only with model.attn_type=full"),
+                         ({"performer_features": 0}, "model.performer_features: 0 is out of range")):
+        with pytest.raises(ConfigError, match=match):
+            from_dict({"data": {"name": "nci5k"}, "model": model})

@@ -210,9 +210,13 @@ class GatedAttentionBase(nn.Module):
         """Number of parameters the gate adds (``d*d + d``, ``d*H + H`` or 0)."""
         return self.gate_dim * (self.dim + (1 if self.in_proj.bias is not None else 0))
 
-    def _split(self, proj: Tensor):
-        """Input projection ``(..., 3d + g)`` -> ``q, k, v (..., H, d_head)`` and the gate
-        ``(..., H, d_head|1)`` (``None`` without a gate)."""
+    def _split(self, x: Tensor):
+        """Input ``x (..., d)`` -> ``q, k, v (..., H, d_head)`` and the gate ``(..., H, d_head|1)``
+        (``None`` without a gate), from one input projection."""
+        return self._heads(self.in_proj(x))
+
+    def _heads(self, proj: Tensor):
+        """:meth:`_split` of the input projection ``(..., 3d + g)``."""
         lead = proj.shape[:-1]
         d, H, dh = self.dim, self.heads, self.head_dim
         parts = proj.split([d, d, d, self.gate_dim], dim=-1)  # one backward (a cat), not four zero-filled slices
@@ -221,15 +225,17 @@ class GatedAttentionBase(nn.Module):
         return q, k, v, gate
 
     def _gated_rows(self, x: Tensor, core, out_weight: Tensor | None = None, out_bias: Tensor | None = None,
-                    residual: bool = False, return_details: bool = False):
+                    residual: bool = False, return_details: bool = False, batch: Tensor | None = None):
         """The gated multi-head pipeline on node rows around ``core(q, k, v) -> o``, all
         ``[N, H, d_head]``: input projection, value gate, ``core``, output gate (each
         head before the concatenation), output projection (``out_weight``/``out_bias``
         replace its parameters, e.g. BatchNorm-folded), post gate, ``+ x`` if
         ``residual``. Returns ``[N, d]``, or ``(out, details)`` with ``head_out`` and
-        ``head_out_gated`` ``[N, H, d_head]`` and ``gate`` ``[N, H, d_head|1]`` (or ``None``)."""
+        ``head_out_gated`` ``(B, N_max, H, d_head)`` and ``gate`` ``(B, N_max, H, d_head|1)``
+        (or ``None``), padded by graph (``batch [N]``) as the ``"full"`` type returns them,
+        and ``attn`` ``None`` (only ``"full"`` forms the attention probabilities)."""
         n, d, H, dh = x.size(0), self.dim, self.heads, self.head_dim
-        q, k, v, gate = self._split(self.in_proj(x))  # N, H, dh; gate N, H, dh|1 or None
+        q, k, v, gate = self._split(x)  # N, H, dh; gate N, H, dh|1 or None
         if gate is not None and self.gate_position == "value":
             v = v * gate
         head_out = o = core(q, k, v)  # N, H, dh
@@ -243,7 +249,12 @@ class GatedAttentionBase(nn.Module):
             out = out + x
         if not return_details:
             return out
-        return out, {"attn": None, "head_out": head_out, "head_out_gated": o, "gate": gate}
+        index = DenseIndex.from_batch(x.new_zeros(n, dtype=torch.long) if batch is None else batch)
+
+        def padded(t):
+            return None if t is None else index.to_dense(t.reshape(n, -1)).view(*index.mask.shape, *t.shape[1:])
+
+        return out, {"attn": None, "head_out": padded(head_out), "head_out_gated": padded(o), "gate": padded(gate)}
 
     def make_layout(self, batch: Tensor, edge_index: Tensor | None = None, num_graphs: int | None = None,
                     impl: str | None = None):
@@ -332,7 +343,7 @@ class GatedMultiheadAttention(GatedAttentionBase):
             return packed_from_padded(self, x, mask)
         B, N, _ = x.shape
         d, H, dh = self.dim, self.heads, self.head_dim
-        q, k, v, gate = self._split(self.in_proj(x))  # B, N, H, dh; gate B, N, H, dh|1 or None
+        q, k, v, gate = self._split(x)  # B, N, H, dh; gate B, N, H, dh|1 or None
         if gate is not None and self.gate_position == "value":
             v = v * gate
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # B, H, N, dh

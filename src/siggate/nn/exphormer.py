@@ -239,7 +239,7 @@ class GatedExphormerAttention(GatedAttentionBase):
             extra_keep = _dropout_keep((x.size(0), H, self.num_virtual_nodes), p, x) if self.virtual is not None else None
         attend = sparse_attention_fast if impl == "packed" else sparse_attention
         core = partial(self._attend, graph=layout, attend=attend, edge_keep=edge_keep, extra_keep=extra_keep)
-        return self._gated_rows(x, core, out_weight, out_bias, residual, return_details)
+        return self._gated_rows(x, core, out_weight, out_bias, residual, return_details, layout.segments.batch)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, graph: AttentionGraph, attend, edge_keep,
                 extra_keep) -> Tensor:
@@ -258,7 +258,7 @@ class GatedExphormerAttention(GatedAttentionBase):
         ``q_i . k(z_r) / sqrt(d_head)``. ``O(N r)``; plain autograd."""
         batch, G = segments.batch, segments.num_graphs
         scale = 1.0 / math.sqrt(self.head_dim)
-        qz, kz, vz, gz = self._split(self.in_proj(self.virtual))  # r, H, dh; gate r, H, dh|1
+        qz, kz, vz, gz = self._split(self.virtual)  # r, H, dh; gate r, H, dh|1
         if gz is not None and self.gate_position == "value":
             vz = vz * gz
         s = torch.einsum("nhc,rhc->nhr", k, qz) * scale  # N, H, r: virtual r scores node n

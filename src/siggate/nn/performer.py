@@ -209,7 +209,7 @@ class GatedPerformerAttention(GatedAttentionBase):
             keep = _dropout_keep((x.size(0), self.heads), self.attn_dropout, x)
         attend = partial(performer_fast, features=favor_features) if impl == "packed" else performer_reference
         core = partial(self._attend, attend=attend, segments=layout, key_keep=keep)
-        return self._gated_rows(x, core, out_weight, out_bias, residual, return_details)
+        return self._gated_rows(x, core, out_weight, out_bias, residual, return_details, layout.batch)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, attend, segments: GraphSegments,
                 key_keep: Tensor | None) -> Tensor:
