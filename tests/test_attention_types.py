@@ -517,3 +517,24 @@ def test_config_refuses_bad_attention_options():
                          ({"performer_features": 0}, "model.performer_features: 0 is out of range")):
         with pytest.raises(ConfigError, match=match):
             from_dict({"data": {"name": "nci5k"}, "model": model})
+
+
+@pytest.mark.parametrize("kind", SPARSE)
+def test_layer_inference_with_folded_batchnorms_equals_reference(kind):
+    """In eval without autograd the fast layer folds its BatchNorms into the output
+    projection it hands the attention (``out_weight``); same result as the reference."""
+    x, ei, batch = batch_graph()
+    e = torch.randn(ei.size(1), D)
+    torch.manual_seed(0)
+    fast = GPSLayer(D, H, attn_dropout=0.0, attn_type=kind, attn_kwargs=OWN[kind])
+    slow = GPSLayer(D, H, attn_dropout=0.0, attn_type=kind, attn_kwargs=OWN[kind], impl="reference")
+    with torch.no_grad():
+        for bn in (fast.norm_local, fast.norm_attn, fast.norm_ff):
+            bn.running_mean.normal_()
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.normal_()
+    slow.load_state_dict(fast.state_dict())
+    fast.eval()
+    slow.eval()
+    with torch.no_grad():
+        assert torch.allclose(fast(x, ei, e, batch)[0], slow(x, ei, e, batch)[0], atol=1e-12)

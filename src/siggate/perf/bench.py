@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -766,7 +767,7 @@ def _command_line(args) -> str:
         if val == defaults[key] or val is None or val is False:
             continue
         flag = "--" + key.replace("_", "-")
-        parts.append(flag if val is True else f"{flag} {val}")
+        parts.append(flag if val is True else f"{flag} {shlex.quote(str(val))}")
     return " ".join(parts)
 
 
