@@ -8,8 +8,13 @@ training; it imports nothing from :mod:`siggate.nn`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
 __all__ = ["sbm_large_graph", "sbm_edge_probabilities"]
 
@@ -49,7 +54,7 @@ def _sample_pairs(rng: np.random.Generator, counts: np.ndarray, pair_a: np.ndarr
 
 
 def sbm_large_graph(num_nodes: int, num_blocks: int = 10, avg_degree: float = 10.0, p_ratio: float = 4.0,
-                    num_features: int = 16, feature_noise: float = 1.0, seed: int = 0):
+                    num_features: int = 16, feature_noise: float = 1.0, seed: int = 0) -> Data:
     r"""One stochastic-block-model graph with a planted node-classification task.
 
     Nodes are split into ``num_blocks`` blocks of (almost) equal size, at random. Each
