@@ -312,7 +312,10 @@ def test_dropout_is_active_in_training_and_off_in_eval():
     assert torch.allclose(model(b), model(b))
 
 
-def test_gine_and_mlp_blocks_gradcheck():
+@pytest.mark.parametrize("edge_chunk", [None, 2])
+def test_gine_and_mlp_blocks_gradcheck(edge_chunk, monkeypatch):
+    if edge_chunk:  # several chunks of edges
+        monkeypatch.setattr("siggate.nn.kernels.fused_blocks.GINE_EDGE_CHUNK", edge_chunk)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(6, 3, dtype=DT, generator=g, requires_grad=True)
     e = torch.randn(9, 3, dtype=DT, generator=g, requires_grad=True)

@@ -140,7 +140,11 @@ def test_reset_parameters_and_repr():
 
 
 def test_unsupported_attention_is_refused():
-    with pytest.raises(ValueError, match="'performer' is not supported"):
-        GatedGPSConv(C, None, attn_type="performer")
+    with pytest.raises(ValueError, match="'bigbird' is not supported"):
+        GatedGPSConv(C, None, attn_type="bigbird")
     with pytest.raises(ValueError, match="add_bias_kv"):
         GatedGPSConv(C, None, attn_kwargs={"add_bias_kv": True})
+    with pytest.raises(ValueError, match=r"\['kernel'\] are not supported with attn_type 'performer'"):
+        GatedGPSConv(C, None, attn_type="performer", attn_kwargs={"kernel": torch.nn.ReLU()})
+    with pytest.raises(ValueError, match="num_features"):  # another type's option
+        GatedGPSConv(C, None, attn_type="exphormer", attn_kwargs={"num_features": 8})

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from .options import ATTN_IMPLS, GATE_KINDS, GATE_POSITIONS, LOCAL_MODEL_NAMES, SPLITS, TASK_LOSSES
+from .options import ATTN_IMPLS, ATTN_TYPES, GATE_KINDS, GATE_POSITIONS, LOCAL_MODEL_NAMES, SPLITS, TASK_LOSSES
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -68,6 +68,11 @@ class ModelConfig:
     pooling: str = "add"
     head_layers: int = 3
     impl: str = "auto"                     # attention implementation (siggate.nn.attention.resolve_impl)
+    attn_type: str = "full"                # global attention: full softmax, performer or exphormer
+    performer_features: int = 64           # performer: random features per head
+    performer_redraw: int = 1000           # performer: training steps between feature redraws; 0: never
+    expander_degree: int = 4               # exphormer: degree of the random expander (even; 0: none)
+    virtual_nodes: int = 1                 # exphormer: virtual nodes per graph
 
 
 @dataclass
@@ -110,6 +115,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.gate": _choice(*GATE_KINDS),
     "model.gate_position": _choice(*GATE_POSITIONS),
     "model.impl": _choice(*ATTN_IMPLS),
+    "model.attn_type": _choice(*ATTN_TYPES),
     "model.pe": _choice("none", "rwse", "lappe"),
     "model.pooling": _choice("add", "mean"),
     "model.param_match": _choice("none", "ffn"),
@@ -124,6 +130,10 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.pe_dim": {"min": 0},
     "model.dropout": {"min": 0.0, "max_excl": 1.0},
     "model.attn_dropout": {"min": 0.0, "max_excl": 1.0},
+    "model.performer_features": {"min": 1},
+    "model.performer_redraw": {"min": 0},
+    "model.expander_degree": {"min": 0},
+    "model.virtual_nodes": {"min": 0},
     "train.epochs": {"min": 1},
     "train.batch_size": {"min": 1},
     "train.eval_batch_size": {"min": 1},
@@ -328,6 +338,12 @@ def _check_model(m) -> None:
             raise ConfigError(
                 f"model.param_match: {m.param_match!r} sets the FFN width itself; remove model.ffn_dim={m.ffn_dim} "
                 "or set model.param_match=none.")
+    if m.expander_degree % 2:
+        raise ConfigError(f"model.expander_degree: {m.expander_degree} is odd; allowed values: even numbers >= 0 "
+                          f"(the expander is built from degree/2 random permutations), e.g. {m.expander_degree + 1}.")
+    if m.attn_type != "full" and m.impl == "sdpa":
+        raise ConfigError(f"model.impl: 'sdpa' runs only with model.attn_type=full, not {m.attn_type!r}; "
+                          "allowed values: auto, reference, packed.")
     if m.local == "none" and not m.attn:
         raise ConfigError("model.local='none' with model.attn=false leaves no branch; enable one of them")
     if m.dim >> (m.head_layers - 1) < 1:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "ATTN_IMPLS",
+    "ATTN_TYPES",
     "GATE_KINDS",
     "GATE_POSITIONS",
     "LOCAL_MODEL_NAMES",
@@ -27,6 +28,9 @@ GATE_POSITIONS = ("output", "value", "post")
 #: ``model.impl``: attention implementations, all computing the same function
 #: (:func:`siggate.nn.attention.resolve_impl` says what ``auto`` picks).
 ATTN_IMPLS = ("auto", "reference", "sdpa", "packed")
+#: ``model.attn_type``: the global attention of each layer (:data:`siggate.nn.attention_types.ATTENTION_TYPES`):
+#: softmax over all nodes of a graph, Performer's FAVOR+ linear attention, Exphormer's sparse attention.
+ATTN_TYPES = ("full", "performer", "exphormer")
 #: ``model.local``: the message-passing branches of :data:`siggate.nn.layer.LOCAL_MODELS` (or ``"none"``).
 LOCAL_MODEL_NAMES = ("gine", "gatedgcn")
 #: ``data.split`` of the datasets built from SMILES (see :func:`siggate.data.chem.split_indices`).

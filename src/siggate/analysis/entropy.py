@@ -54,6 +54,9 @@ def entropy_stats(model, graphs, batch_size: int = 64) -> dict:
         keep = sizes >= 2
         if not bool(keep.any()):
             continue
+        if any(a["attn"] is None for a in det["attn"]):
+            raise ValueError("attention entropy needs the attention probabilities, which only model.attn_type=full "
+                             "forms (performer and exphormer never build them)")
         e = torch.stack([attention_entropy(a["attn"], mask).double() for a in det["attn"]])  # L, B, H
         e = e[:, keep]
         ne = e / torch.log(sizes[keep].double())[None, :, None]

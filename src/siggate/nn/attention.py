@@ -12,6 +12,13 @@ gated-attention language-model code): one column per head for ``gate="headwise"`
 (``d*d + d`` extra parameters). ``gate="none"`` is exactly ungated multi-head attention,
 i.e. what GraphGPS uses.
 
+:class:`GatedAttentionBase` holds what every attention type shares (the projections, the
+gate and its initialisation, the node-row pipeline around an attention core); the types
+are its subclasses, chosen by name in :mod:`siggate.nn.attention_types`:
+:class:`GatedMultiheadAttention` (``"full"``, softmax over all nodes of a graph, here),
+:class:`~siggate.nn.performer.GatedPerformerAttention` and
+:class:`~siggate.nn.exphormer.GatedExphormerAttention`.
+
 :meth:`GatedMultiheadAttention.forward` spells the math out (``impl="reference"``): it is
 the test oracle and what analyses read. The other implementations (``"sdpa"``,
 ``"packed"``, in :mod:`siggate.nn.kernels`) must equal it; :func:`resolve_impl` is the one
@@ -28,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..options import ATTN_IMPLS, GATE_KINDS, GATE_POSITIONS  # shared with siggate.config
-from .kernels.layout import PackedLayout
+from .kernels.layout import DenseIndex, PackedLayout
 from .kernels.packed import packed_attention, packed_from_padded
 
 #: Environment variable that replaces ``impl="auto"`` everywhere (for debugging).
@@ -65,6 +72,10 @@ def resolve_impl(impl: str, padded: bool = False) -> str:
     Every implementation serves every gate kind and position (on CPU, gates at
     ``"value"`` and ``"post"`` take the per-core kernel :class:`_GroupedAttention`
     instead of the whole-branch one). ``benchmarks/README.md`` has the measurements.
+
+    For the attention types ``"performer"`` and ``"exphormer"`` (node rows only),
+    ``"packed"`` (what ``"auto"`` runs) means their fast path in :mod:`siggate.nn.kernels`
+    and any other implementation their readable reference; they refuse ``impl="sdpa"``.
     """
     if impl == "auto":
         impl = os.environ.get(IMPL_ENV) or "auto"
@@ -77,12 +88,26 @@ def resolve_impl(impl: str, padded: bool = False) -> str:
     return impl
 
 
-class GatedMultiheadAttention(nn.Module):
-    r"""Multi-head self-attention with an optional input-conditioned sigmoid gate.
+def check_node_impl(impl: str) -> None:
+    """The implementations an attention type on node rows only takes: every one but the
+    padded ``"sdpa"``."""
+    if impl not in ATTN_IMPLS or impl == "sdpa":
+        allowed = tuple(i for i in ATTN_IMPLS if i != "sdpa")
+        raise ValueError(f"impl must be one of {allowed} for this attention type, got {impl!r}")
 
-    From "SigGate-GT" (a GraphGPS graph transformer with sigmoid-gated attention); the gate
-    follows the gated attention of Qiu et al., "Gated Attention for Large Language Models"
-    (https://arxiv.org/abs/2505.06708).
+
+class GatedAttentionBase(nn.Module):
+    r"""What every attention type shares: projections, the per-head sigmoid gate and the
+    node-row pipeline around an attention core.
+
+    One matmul ``X W_in + b_in`` gives ``q, k, v`` and the gate logits of every node (the
+    logits are extra output columns, see the module docstring); the gate
+    ``G = sigmoid(X W_G + b_G)`` multiplies each head's output before the heads are
+    concatenated and projected (``gate_position="output"``), or the values, or the
+    projected output. Subclasses define the attention itself
+    (:meth:`forward_nodes` runs ``attention core -> gate -> out_proj`` through
+    :meth:`_gated_rows`) and say which layout of a batch they need (:meth:`make_layout`).
+    With ``gate="none"`` no gate column or parameter exists.
 
     Args:
         dim (int): model width ``d``; must be divisible by ``heads``.
@@ -103,11 +128,10 @@ class GatedMultiheadAttention(nn.Module):
             (default: ``None``)
         attn_dropout (float): dropout on the attention probabilities. (default: ``0.0``)
         bias (bool): biases in the projections. (default: ``True``)
-        impl (str): ``"auto"``, ``"reference"`` (the math below, spelled out),
-            ``"sdpa"`` (``F.scaled_dot_product_attention`` on the padded batch) or
-            ``"packed"`` (node rows over a size-grouped layout,
-            :mod:`siggate.nn.kernels`); see :func:`resolve_impl`. (default: ``"auto"``)
     """
+
+    #: the name of the type in :data:`siggate.nn.attention_types.ATTENTION_TYPES`
+    attn_type = ""
 
     def __init__(
         self,
@@ -119,7 +143,6 @@ class GatedMultiheadAttention(nn.Module):
         gate_weight_std: float | None = None,
         attn_dropout: float = 0.0,
         bias: bool = True,
-        impl: str = "auto",
     ) -> None:
         super().__init__()
         if dim % heads != 0:
@@ -130,8 +153,6 @@ class GatedMultiheadAttention(nn.Module):
             raise ValueError(f"gate_position must be one of {GATE_POSITIONS}, got {gate_position!r}")
         if not 0.0 <= attn_dropout < 1.0:
             raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
-        if impl not in ATTN_IMPLS:
-            raise ValueError(f"impl must be one of {ATTN_IMPLS}, got {impl!r}")
         self.dim = dim
         self.heads = heads
         self.head_dim = dim // heads
@@ -140,17 +161,17 @@ class GatedMultiheadAttention(nn.Module):
         self.gate_bias_init = float(gate_bias_init)
         self.gate_weight_std = gate_weight_std
         self.attn_dropout = attn_dropout
-        self.impl = impl
         self.gate_dim = {"none": 0, "headwise": heads, "elementwise": dim}[gate]
         # One matmul computes q, k, v and the gate logits.
         self.in_proj = nn.Linear(dim, 3 * dim + self.gate_dim, bias=bias)
         self.out_proj = nn.Linear(dim, dim, bias=bias)
-        self.reset_parameters()
+        # subclasses register their own parameters and buffers, then call reset_parameters()
 
     def reset_parameters(self, reset_gate: bool = True) -> None:
         """Re-initialise ``q, k, v`` and output projections like ``nn.MultiheadAttention``,
-        then (if ``reset_gate``) the gate. The gate comes last so that gated and ungated
-        models built from the same seed share every other initial weight."""
+        then what the type adds (:meth:`reset_attention`), then (if ``reset_gate``) the
+        gate. The gate comes last so that gated and ungated models built from the same
+        seed share every other initial weight."""
         d = self.dim
         w = self.in_proj.weight
         with torch.no_grad():
@@ -162,8 +183,12 @@ class GatedMultiheadAttention(nn.Module):
         self.out_proj.reset_parameters()
         if self.out_proj.bias is not None:
             nn.init.zeros_(self.out_proj.bias)
+        self.reset_attention()
         if reset_gate:
             self.reset_gate()
+
+    def reset_attention(self) -> None:
+        """Re-initialise what the attention type adds (random features, virtual nodes)."""
 
     def reset_gate(self) -> None:
         """Re-initialise the gate weights and set the gate bias to ``gate_bias_init``."""
@@ -186,14 +211,112 @@ class GatedMultiheadAttention(nn.Module):
         return self.gate_dim * (self.dim + (1 if self.in_proj.bias is not None else 0))
 
     def _split(self, x: Tensor):
-        """``x (B, N, d)`` -> ``q, k, v (B, N, H, d_head)`` and the gate ``(B, N, H, d_head|1)``
+        """Input ``x (..., d)`` -> ``q, k, v (..., H, d_head)`` and the gate ``(..., H, d_head|1)``
         (``None`` without a gate), from one input projection."""
-        B, N, _ = x.shape
+        return self._heads(self.in_proj(x))
+
+    def _heads(self, proj: Tensor):
+        """:meth:`_split` of the input projection ``(..., 3d + g)``."""
+        lead = proj.shape[:-1]
         d, H, dh = self.dim, self.heads, self.head_dim
-        proj = self.in_proj(x)  # B, N, 3d + g
-        q, k, v = (proj[..., i * d : (i + 1) * d].view(B, N, H, dh) for i in range(3))
-        gate = torch.sigmoid(proj[..., 3 * d :]).view(B, N, H, -1) if self.gate_dim else None
+        parts = proj.split([d, d, d, self.gate_dim], dim=-1)  # one backward (a cat), not four zero-filled slices
+        q, k, v = (t.view(*lead, H, dh) for t in parts[:3])
+        gate = torch.sigmoid(parts[3]).view(*lead, H, -1) if self.gate_dim else None
         return q, k, v, gate
+
+    def _gated_rows(self, x: Tensor, core, out_weight: Tensor | None = None, out_bias: Tensor | None = None,
+                    residual: bool = False, return_details: bool = False, batch: Tensor | None = None):
+        """The gated multi-head pipeline on node rows around ``core(q, k, v) -> o``, all
+        ``[N, H, d_head]``: input projection, value gate, ``core``, output gate (each
+        head before the concatenation), output projection (``out_weight``/``out_bias``
+        replace its parameters, e.g. BatchNorm-folded), post gate, ``+ x`` if
+        ``residual``. Returns ``[N, d]``, or ``(out, details)`` with ``head_out`` and
+        ``head_out_gated`` ``(B, N_max, H, d_head)`` and ``gate`` ``(B, N_max, H, d_head|1)``
+        (or ``None``), padded by graph (``batch [N]``) as the ``"full"`` type returns them,
+        and ``attn`` ``None`` (only ``"full"`` forms the attention probabilities)."""
+        n, d, H, dh = x.size(0), self.dim, self.heads, self.head_dim
+        q, k, v, gate = self._split(x)  # N, H, dh; gate N, H, dh|1 or None
+        if gate is not None and self.gate_position == "value":
+            v = v * gate
+        head_out = o = core(q, k, v)  # N, H, dh
+        if gate is not None and self.gate_position == "output":
+            o = o * gate
+        w, b = (self.out_proj.weight, self.out_proj.bias) if out_weight is None else (out_weight, out_bias)
+        out = F.linear(o.reshape(n, d), w, b)  # N, d
+        if gate is not None and self.gate_position == "post":
+            out = (out.view(n, H, dh) * gate).view(n, d)
+        if residual:
+            out = out + x
+        if not return_details:
+            return out
+        index = DenseIndex.from_batch(x.new_zeros(n, dtype=torch.long) if batch is None else batch)
+
+        def padded(t):
+            return None if t is None else index.to_dense(t.reshape(n, -1)).view(*index.mask.shape, *t.shape[1:])
+
+        return out, {"attn": None, "head_out": padded(head_out), "head_out_gated": padded(o), "gate": padded(gate)}
+
+    def make_layout(self, batch: Tensor, edge_index: Tensor | None = None, num_graphs: int | None = None,
+                    impl: str | None = None):
+        """What :meth:`forward_nodes` needs to know about a batch, built once per batch and
+        shared by every layer (``batch [N]``, ``edge_index [2, E]``)."""
+        raise NotImplementedError
+
+    def ensure_layout(self, layout, batch: Tensor, edge_index: Tensor | None = None, impl: str | None = None):
+        """``layout`` if :meth:`forward_nodes` can use it with ``impl``, else one built
+        by :meth:`make_layout`."""
+        raise NotImplementedError
+
+    def forward_nodes(self, x: Tensor, layout, impl: str | None = None, return_details: bool = False,
+                      out_weight: Tensor | None = None, out_bias: Tensor | None = None, residual: bool = False):
+        """Attention of each graph's nodes on node rows ``x [N, d]`` -> ``[N, d]`` (see
+        :meth:`_gated_rows` for the other arguments)."""
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, heads={self.heads}, gate={self.gate!r}, "
+            f"gate_position={self.gate_position!r}, gate_bias_init={self.gate_bias_init}, "
+            f"attn_dropout={self.attn_dropout}, impl={self.impl!r}"
+        )
+
+
+class GatedMultiheadAttention(GatedAttentionBase):
+    r"""Multi-head self-attention with an optional input-conditioned sigmoid gate
+    (attention type ``"full"``: softmax over all nodes of a graph).
+
+    From "SigGate-GT" (a GraphGPS graph transformer with sigmoid-gated attention); the gate
+    follows the gated attention of Qiu et al., "Gated Attention for Large Language Models"
+    (https://arxiv.org/abs/2505.06708).
+
+    Args:
+        dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout,
+            bias: see :class:`GatedAttentionBase`.
+        impl (str): ``"auto"``, ``"reference"`` (the math below, spelled out),
+            ``"sdpa"`` (``F.scaled_dot_product_attention`` on the padded batch) or
+            ``"packed"`` (node rows over a size-grouped layout,
+            :mod:`siggate.nn.kernels`); see :func:`resolve_impl`. (default: ``"auto"``)
+    """
+
+    attn_type = "full"
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int = 4,
+        gate: str = "elementwise",
+        gate_position: str = "output",
+        gate_bias_init: float = 0.0,
+        gate_weight_std: float | None = None,
+        attn_dropout: float = 0.0,
+        bias: bool = True,
+        impl: str = "auto",
+    ) -> None:
+        super().__init__(dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout, bias)
+        if impl not in ATTN_IMPLS:
+            raise ValueError(f"impl must be one of {ATTN_IMPLS}, got {impl!r}")
+        self.impl = impl
+        self.reset_parameters()
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_details: bool = False,
                 impl: str | None = None):
@@ -253,9 +376,43 @@ class GatedMultiheadAttention(nn.Module):
         replace the output projection's parameters; ``residual`` adds ``x``)."""
         return packed_attention(self, x, layout, out_weight, out_bias, residual)
 
-    def extra_repr(self) -> str:
-        return (
-            f"dim={self.dim}, heads={self.heads}, gate={self.gate!r}, "
-            f"gate_position={self.gate_position!r}, gate_bias_init={self.gate_bias_init}, "
-            f"attn_dropout={self.attn_dropout}, impl={self.impl!r}"
-        )
+    def make_layout(self, batch: Tensor, edge_index: Tensor | None = None, num_graphs: int | None = None,
+                    impl: str | None = None) -> DenseIndex | PackedLayout:
+        """A :class:`PackedLayout` when ``impl`` resolves to ``"packed"``, else the padded
+        batch's :class:`DenseIndex` (``edge_index`` is not used)."""
+        packed = resolve_impl(impl or self.impl) == "packed"
+        return (PackedLayout if packed else DenseIndex).from_batch(batch, num_graphs)
+
+    def ensure_layout(self, layout, batch: Tensor, edge_index: Tensor | None = None,
+                      impl: str | None = None) -> DenseIndex | PackedLayout:
+        """``"packed"`` needs a :class:`PackedLayout` (``None``: built here; a
+        :class:`DenseIndex` raises, since that would be the slow path); the other
+        implementations a :class:`DenseIndex`, built from ``batch`` if ``layout`` is not one
+        (so ``SIGGATE_ATTN_IMPL=reference`` works on fast-path code)."""
+        if resolve_impl(impl or self.impl) == "packed":
+            if layout is None:
+                return PackedLayout.from_batch(batch)
+            if not isinstance(layout, PackedLayout):
+                raise ValueError(f"impl 'packed' needs a PackedLayout, got {type(layout).__name__}: pass "
+                                 "PackedLayout.from_batch(batch), or None to build it here, or use impl='sdpa'")
+            return layout
+        return layout if isinstance(layout, DenseIndex) else DenseIndex.from_batch(batch)
+
+    def forward_nodes(self, x: Tensor, layout: DenseIndex | PackedLayout, impl: str | None = None,
+                      return_details: bool = False, out_weight: Tensor | None = None, out_bias: Tensor | None = None,
+                      residual: bool = False):
+        """Node rows ``x [N, d]`` -> ``[N, d]``: :meth:`forward_packed` over a
+        :class:`PackedLayout`, or :meth:`forward` on the padded batch of a
+        :class:`DenseIndex` (``"reference"``, ``"sdpa"``, and ``return_details``, which
+        also returns the padded details)."""
+        impl = "reference" if return_details else resolve_impl(impl or self.impl)
+        if impl == "packed":
+            return self.forward_packed(x, layout, out_weight, out_bias, residual)
+        if out_weight is not None:
+            raise ValueError("out_weight/out_bias replace the output projection only with impl 'packed'")
+        h = self(layout.to_dense(x), layout.mask, return_details=return_details, impl=impl)  # module call: hooks run
+        h, details = h if return_details else (h, None)
+        h = layout.to_sparse(h)
+        if residual:
+            h = x + h
+        return (h, details) if return_details else h

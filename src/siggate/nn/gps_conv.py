@@ -10,14 +10,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.inits import reset
 from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
-from torch_geometric.utils import to_dense_batch
 
-from .attention import GatedMultiheadAttention, resolve_impl
-from .kernels.layout import PackedLayout
+from .attention_types import ATTENTION_TYPES, make_attention, type_options
 
-#: Keys of ``attn_kwargs`` understood with ``attn_type="multihead"`` (``nn.MultiheadAttention``
-#: names); anything else is refused rather than ignored.
-MULTIHEAD_KWARGS = ("dropout", "bias")
+#: ``attn_type`` names of PyG's ``GPSConv`` -> siggate's attention types
+PYG_ATTN_TYPES = {"multihead": "full", "performer": "performer"}
+#: ``attn_kwargs`` keys named as in ``nn.MultiheadAttention`` -> siggate's arguments; with
+#: the type's own options (:func:`~siggate.nn.attention_types.type_options`) the only
+#: keys accepted: anything else is refused rather than ignored.
+SHARED_KWARGS = {"dropout": "attn_dropout", "bias": "bias"}
 
 
 class GatedGPSConv(nn.Module):
@@ -49,9 +50,16 @@ class GatedGPSConv(nn.Module):
         norm (str or Callable, optional): normalisation after each residual.
             (default: ``"batch_norm"``)
         norm_kwargs (dict, optional): arguments of the normalisation. (default: ``None``)
-        attn_type (str): only ``"multihead"`` for now. (default: ``"multihead"``)
+        attn_type (str): the global attention: ``"multihead"`` (PyG's name for softmax
+            over all nodes; ``"full"`` is the same), ``"performer"`` or ``"exphormer"``
+            (:mod:`siggate.nn.attention_types`); each is gated the same way.
+            (default: ``"multihead"``)
         attn_kwargs (dict, optional): ``dropout`` (on the attention probabilities) and
-            ``bias``, as for ``nn.MultiheadAttention``. (default: ``None``)
+            ``bias``, as for ``nn.MultiheadAttention``, plus the type's own options:
+            ``num_features``, ``redraw_interval`` (``"performer"``; PyG's
+            ``PerformerAttention`` options such as ``kernel`` are refused),
+            ``expander_degree``, ``num_virtual_nodes``, ``expander_seed``
+            (``"exphormer"``). (default: ``None``)
         gate (str): ``"none"``, ``"headwise"`` or ``"elementwise"``. (default: ``"elementwise"``)
         gate_position (str): ``"output"``, ``"value"`` or ``"post"``. (default: ``"output"``)
         gate_bias_init (float): initial gate bias; the gate starts near
@@ -81,21 +89,23 @@ class GatedGPSConv(nn.Module):
         impl: str = "auto",
     ) -> None:
         super().__init__()
-        if attn_type != "multihead":
-            raise ValueError(f"attn_type {attn_type!r} is not supported by GatedGPSConv (only 'multihead')")
-        attn_kwargs = dict(attn_kwargs or {})
-        unknown = sorted(set(attn_kwargs) - set(MULTIHEAD_KWARGS))
+        kind = PYG_ATTN_TYPES.get(attn_type, attn_type)
+        if kind not in ATTENTION_TYPES:
+            raise ValueError(f"attn_type {attn_type!r} is not supported by GatedGPSConv "
+                             f"(supported: {sorted(set(PYG_ATTN_TYPES) | set(ATTENTION_TYPES))})")
+        own = dict(attn_kwargs or {})
+        shared = {SHARED_KWARGS[k]: own.pop(k) for k in list(own) if k in SHARED_KWARGS}
+        unknown = sorted(set(own) - set(type_options(kind)))
         if unknown:
-            raise ValueError(f"attn_kwargs {unknown} are not supported (supported: {list(MULTIHEAD_KWARGS)})")
+            raise ValueError(f"attn_kwargs {unknown} are not supported with attn_type {attn_type!r} "
+                             f"(supported: {sorted(SHARED_KWARGS) + type_options(kind)})")
         self.channels = channels
         self.conv = conv
         self.heads = heads
         self.dropout = dropout
         self.attn_type = attn_type
-        self.attn = GatedMultiheadAttention(
-            channels, heads, gate=gate, gate_position=gate_position, gate_bias_init=gate_bias_init,
-            attn_dropout=attn_kwargs.get("dropout", 0.0), bias=attn_kwargs.get("bias", True), impl=impl,
-        )
+        self.attn = make_attention(kind, channels, heads, own, gate=gate, gate_position=gate_position,
+                                   gate_bias_init=gate_bias_init, impl=impl, **shared)
         self.mlp = nn.Sequential(
             nn.Linear(channels, channels * 2),
             activation_resolver(act, **(act_kwargs or {})),
@@ -128,22 +138,19 @@ class GatedGPSConv(nn.Module):
             h = self.conv(x, edge_index, **kwargs)
             h = F.dropout(h, p=self.dropout, training=self.training)
             hs.append(self._norm(self.norm1, h + x, batch))
-        h = self._attend(x, batch)  # global attention, residual, norm
+        h = self._attend(x, edge_index, batch)  # global attention, residual, norm
         h = F.dropout(h, p=self.dropout, training=self.training)
         hs.append(self._norm(self.norm2, h + x, batch))
         out = hs[0] if len(hs) == 1 else hs[0] + hs[1]  # the sum
         return self._norm(self.norm3, out + self.mlp(out), batch)  # MLP, residual, norm
 
-    def _attend(self, x: Tensor, batch: Tensor | None) -> Tensor:
-        """Attention of each graph with itself on node rows: packed over a layout of
-        ``batch``, or on the padded ``to_dense_batch`` form for ``"reference"``/``"sdpa"``."""
-        impl = resolve_impl(self.attn.impl)
-        if impl == "packed":
-            if batch is None:
-                batch = x.new_zeros(x.size(0), dtype=torch.long)
-            return self.attn.forward_packed(x, PackedLayout.from_batch(batch))
-        h, mask = to_dense_batch(x, batch)
-        return self.attn(h, mask, impl=impl)[mask]
+    def _attend(self, x: Tensor, edge_index: Tensor, batch: Tensor | None) -> Tensor:
+        """Attention of each graph with itself on node rows, over the layout the attention
+        type builds from ``batch`` (and ``edge_index``): for ``"multihead"`` packed, or the
+        padded batch for ``"reference"``/``"sdpa"``."""
+        if batch is None:
+            batch = x.new_zeros(x.size(0), dtype=torch.long)
+        return self.attn.forward_nodes(x, self.attn.make_layout(batch, edge_index))
 
     def _norm(self, norm: nn.Module | None, h: Tensor, batch: Tensor | None) -> Tensor:
         if norm is None:

@@ -8,53 +8,14 @@ a feed-forward block ``d -> 2d -> d`` with a residual and BatchNorm.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import ATTN_IMPLS, GatedMultiheadAttention, resolve_impl
+from .attention import ATTN_IMPLS, resolve_impl
+from .attention_types import make_attention
 from .kernels.fused_blocks import _GINEResidual, _MLPResidual, foldable, forward_folded
-from .kernels.layout import PackedLayout
-
-
-@dataclass
-class DenseIndex:
-    """Where each node of a PyG batch sits in the padded ``(B, N_max)`` layout.
-
-    Computed once per forward pass and shared by every layer (PyG's ``to_dense_batch``
-    recomputes it in each layer).
-    """
-
-    flat: Tensor  # [num_nodes] position in the flattened (B * N_max) layout
-    mask: Tensor  # [B, N_max] True for real nodes
-    batch_size: int
-    max_nodes: int
-
-    @classmethod
-    def from_batch(cls, batch: Tensor, batch_size: int | None = None) -> "DenseIndex":
-        if batch_size is None:
-            batch_size = int(batch.max()) + 1 if batch.numel() else 0
-        counts = torch.bincount(batch, minlength=batch_size)
-        max_nodes = int(counts.max()) if counts.numel() else 0
-        ptr = torch.zeros(batch_size + 1, dtype=torch.long, device=batch.device)
-        ptr[1:] = counts.cumsum(0)
-        pos = torch.arange(batch.numel(), device=batch.device) - ptr[batch]
-        flat = batch * max_nodes + pos
-        mask = torch.zeros(batch_size * max_nodes, dtype=torch.bool, device=batch.device)
-        mask[flat] = True
-        return cls(flat, mask.view(batch_size, max_nodes), batch_size, max_nodes)
-
-    def to_dense(self, x: Tensor) -> Tensor:
-        """``[num_nodes, d] -> [B, N_max, d]`` (zeros at padding)."""
-        out = x.new_zeros(self.batch_size * self.max_nodes, x.size(-1))
-        out[self.flat] = x
-        return out.view(self.batch_size, self.max_nodes, -1)
-
-    def to_sparse(self, x: Tensor) -> Tensor:
-        """``[B, N_max, d] -> [num_nodes, d]``."""
-        return x.reshape(self.batch_size * self.max_nodes, -1)[self.flat]
+from .kernels.layout import DenseIndex  # noqa: F401 (re-exported: siggate.nn.layer.DenseIndex)
 
 
 def _scatter_sum(src: Tensor, index: Tensor, num: int) -> Tensor:
@@ -184,6 +145,11 @@ class GPSLayer(nn.Module):
             ``None`` for Xavier-uniform. (default: ``None``)
         ffn_dim (int, optional): hidden width of the feed-forward block; ``None`` for
             GraphGPS's ``2 * dim``. (default: ``None``)
+        attn_type (str): the global attention, ``"full"``, ``"performer"`` or
+            ``"exphormer"`` (:mod:`siggate.nn.attention_types`); every type is gated the
+            same way. (default: ``"full"``)
+        attn_kwargs (dict, optional): the type's own options, e.g.
+            ``{"num_features": 64}`` for ``"performer"``. (default: ``None``)
 
     Shapes:
         ``x [N, d]``, ``edge_index [2, E]``, ``edge_attr [E, d]``, ``batch [N]`` ->
@@ -204,6 +170,8 @@ class GPSLayer(nn.Module):
         impl: str = "auto",
         gate_weight_std: float | None = None,
         ffn_dim: int | None = None,
+        attn_type: str = "full",
+        attn_kwargs: dict | None = None,
     ) -> None:
         super().__init__()
         if local != "none" and local not in LOCAL_MODELS:
@@ -219,9 +187,9 @@ class GPSLayer(nn.Module):
         self.local = None if local == "none" else LOCAL_MODELS[local](dim, dropout=dropout)
         self.norm_local = nn.BatchNorm1d(dim) if self.local is not None else None
         self.attn = (
-            GatedMultiheadAttention(
-                dim, heads, gate=gate, gate_position=gate_position, gate_bias_init=gate_bias_init,
-                gate_weight_std=gate_weight_std, attn_dropout=attn_dropout, impl=impl,
+            make_attention(
+                attn_type, dim, heads, attn_kwargs, gate=gate, gate_position=gate_position,
+                gate_bias_init=gate_bias_init, gate_weight_std=gate_weight_std, attn_dropout=attn_dropout, impl=impl,
             )
             if attn
             else None
@@ -252,16 +220,17 @@ class GPSLayer(nn.Module):
         edge_index: Tensor,
         edge_attr: Tensor,
         batch: Tensor | None = None,
-        layout: DenseIndex | PackedLayout | None = None,
+        layout=None,
         return_details: bool = False,
     ):
-        """``layout``: the batch layout shared by all layers, built once per batch
-        (``PackedLayout.from_batch(batch)`` for ``"packed"``, a :class:`DenseIndex` for
-        ``"reference"``/``"sdpa"``); ``None``: built here from ``batch``. ``"reference"``
-        and ``"sdpa"`` given a ``PackedLayout`` build their ``DenseIndex`` from ``batch``
-        (so ``SIGGATE_ATTN_IMPL=reference`` works on fast-path code); ``"packed"`` given
-        a ``DenseIndex`` raises. With ``return_details`` also the attention details
-        (runs ``"reference"``)."""
+        """``layout``: the batch layout shared by all layers, built once per batch by
+        ``layer.attn.make_layout(batch, edge_index)`` (for ``"full"``:
+        ``PackedLayout.from_batch(batch)`` for ``"packed"``, a :class:`DenseIndex` for
+        ``"reference"``/``"sdpa"``); ``None``: built here from ``batch`` (and
+        ``edge_index``). ``"reference"`` and ``"sdpa"`` given a ``PackedLayout`` build
+        their ``DenseIndex`` from ``batch`` (so ``SIGGATE_ATTN_IMPL=reference`` works on
+        fast-path code); ``"packed"`` given a ``DenseIndex`` raises. With
+        ``return_details`` also the attention details (runs ``"reference"``)."""
         impl = "reference" if return_details else resolve_impl(self.impl)
         if impl == "packed":
             return self._forward_fast(x, edge_index, edge_attr, batch, layout)
@@ -271,31 +240,27 @@ class GPSLayer(nn.Module):
             if not self.local.updates_edges:  # GatedGCN adds its own dropout and residual
                 h = x + self._drop(h)
             branches.append(self.norm_local(h))
-        if self.attn is not None:  # global attention on the padded batch, residual, norm
-            if not isinstance(layout, DenseIndex):
-                layout = DenseIndex.from_batch(_batch_vector(x, batch))
-            h = self.attn(layout.to_dense(x), layout.mask, return_details=return_details, impl=impl)
+        if self.attn is not None:  # global attention, residual, norm
+            layout = self.attn.ensure_layout(layout, _batch_vector(x, batch), edge_index, impl)
+            h = self.attn.forward_nodes(x, layout, impl=impl, return_details=return_details)
             if return_details:
                 h, details = h
-            h = x + self._drop(layout.to_sparse(h))
+            h = x + self._drop(h)
             branches.append(self.norm_attn(h))
         out = branches[0] if len(branches) == 1 else branches[0] + branches[1]  # the sum
         ff = self.ff2(self._drop(F.relu(self.ff1(out))))  # FFN, residual, norm
         x = self.norm_ff(out + self._drop(ff))
         return (x, edge_attr, details) if return_details else (x, edge_attr)
 
-    def _forward_fast(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None,
-                      layout: PackedLayout | None):
-        """:meth:`forward` with ``impl="packed"``: the same layer on node rows over a
-        :class:`PackedLayout`. In inference without autograd the BatchNorms are folded
-        (:func:`~siggate.nn.kernels.fused_blocks.forward_folded`); otherwise the GINE,
-        attention and FFN blocks with their residuals run as single autograd nodes
-        (:mod:`siggate.nn.kernels`) unless dropout sits between them or autocast is on."""
-        if layout is None and self.attn is not None:
-            layout = PackedLayout.from_batch(_batch_vector(x, batch))
-        elif layout is not None and not isinstance(layout, PackedLayout):
-            raise ValueError(f"impl 'packed' needs a PackedLayout, got {type(layout).__name__}: pass "
-                             "PackedLayout.from_batch(batch), or None to build it here, or use impl='sdpa'")
+    def _forward_fast(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None, layout):
+        """:meth:`forward` with ``impl="packed"``: the same layer on node rows (for
+        ``"full"`` over a :class:`PackedLayout`). In inference without autograd the
+        BatchNorms are folded (:func:`~siggate.nn.kernels.fused_blocks.forward_folded`);
+        otherwise the GINE, attention and FFN blocks with their residuals run as single
+        autograd nodes (:mod:`siggate.nn.kernels`) unless dropout sits between them or
+        autocast is on."""
+        if self.attn is not None:
+            layout = self.attn.ensure_layout(layout, _batch_vector(x, batch), edge_index, "packed")
         gine = isinstance(self.local, GINELocal)
         autocast = torch.is_autocast_enabled(x.device.type)  # the fused blocks run in one dtype
         if not self.training and not torch.is_grad_enabled() and not autocast and foldable(self):
@@ -312,9 +277,9 @@ class GPSLayer(nn.Module):
             branches.append(self.norm_local(h))
         if self.attn is not None:
             if fuse:
-                h = self.attn.forward_packed(x, layout, residual=True)
+                h = self.attn.forward_nodes(x, layout, impl="packed", residual=True)
             else:
-                h = x + self._drop(self.attn.forward_packed(x, layout))
+                h = x + self._drop(self.attn.forward_nodes(x, layout, impl="packed"))
             branches.append(self.norm_attn(h))
         out = branches[0] if len(branches) == 1 else branches[0] + branches[1]
         if fuse:

@@ -6,10 +6,11 @@ import torch
 from torch import nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
-from .attention import GatedMultiheadAttention, resolve_impl
+from .attention import GatedAttentionBase, resolve_impl
+from .attention_types import attn_kwargs_from_config
 from .encoders import NodeEncoder, make_edge_encoder
-from .kernels.layout import PackedLayout
-from .layer import DenseIndex, GPSLayer
+from .kernels.layout import DenseIndex
+from .layer import GPSLayer
 
 POOLING = {"add": global_add_pool, "mean": global_mean_pool}
 #: what one prediction is for (:data:`siggate.options.TASK_LEVELS`)
@@ -98,6 +99,9 @@ class SigGateGT(nn.Module):
             for GraphGPS's ``2 * dim``. (default: ``None``)
         level (str): ``"graph"`` or ``"node"``. (default: ``"graph"``)
         num_node_features (int): float columns of ``x`` for ``"dense"``. (default: ``0``)
+        attn_type (str): global attention of every layer, ``"full"``, ``"performer"`` or
+            ``"exphormer"`` (:mod:`siggate.nn.attention_types`). (default: ``"full"``)
+        attn_kwargs (dict, optional): the type's own options. (default: ``None``)
 
     Shapes: a PyG ``Batch`` with ``G`` graphs and ``N`` nodes -> ``[G, T]`` (graph level) or
     ``[N, T]`` (node level). Node predictions are equivariant to node permutations and, in
@@ -131,6 +135,8 @@ class SigGateGT(nn.Module):
         ffn_dim: int | None = None,
         level: str = "graph",
         num_node_features: int = 0,
+        attn_type: str = "full",
+        attn_kwargs: dict | None = None,
     ) -> None:
         super().__init__()
         if pooling not in POOLING:
@@ -146,7 +152,8 @@ class SigGateGT(nn.Module):
         self.layers = nn.ModuleList(
             GPSLayer(dim, heads, local=local, attn=attn, gate=gate, gate_position=gate_position,
                      gate_bias_init=gate_bias_init, gate_weight_std=gate_weight_std, dropout=dropout,
-                     attn_dropout=attn_dropout, impl=impl, ffn_dim=ffn_dim)
+                     attn_dropout=attn_dropout, impl=impl, ffn_dim=ffn_dim, attn_type=attn_type,
+                     attn_kwargs=attn_kwargs)
             for _ in range(layers)
         )
         per_node = level == "node"
@@ -167,7 +174,7 @@ class SigGateGT(nn.Module):
         for mod in self.attention_modules():
             mod.reset_gate()
 
-    def attention_modules(self) -> list[GatedMultiheadAttention]:
+    def attention_modules(self) -> list[GatedAttentionBase]:
         return [layer.attn for layer in self.layers if layer.attn is not None]
 
     def gate_parameter_count(self) -> int:
@@ -184,7 +191,8 @@ class SigGateGT(nn.Module):
             batch = data.x.new_zeros(data.x.size(0), dtype=torch.long)
         num_graphs = int(getattr(data, "num_graphs", None) or (int(batch.max()) + 1))
         impl = "reference" if return_details else resolve_impl(self.impl)
-        layout = (PackedLayout if impl == "packed" else DenseIndex).from_batch(batch, num_graphs)  # once for all layers
+        attns = self.attention_modules()
+        layout = attns[0].make_layout(batch, data.edge_index, num_graphs, impl) if attns else None  # once for all layers
         x = self.node_encoder(data)
         edge_attr = data.edge_attr
         if edge_attr is None:  # no edge features: one edge type (GraphGPS's DummyEdge)
@@ -202,7 +210,8 @@ class SigGateGT(nn.Module):
         out = self.head(x if g is None else g)
         if not return_details:
             return out
-        return out, {"hidden": hidden, "attn": attn, "mask": layout.mask, "graph_emb": g}
+        mask = layout.mask if isinstance(layout, DenseIndex) else DenseIndex.from_batch(batch, num_graphs).mask
+        return out, {"hidden": hidden, "attn": attn, "mask": mask, "graph_emb": g}
 
     @classmethod
     def from_config(cls, model_cfg, info) -> "SigGateGT":
@@ -211,9 +220,10 @@ class SigGateGT(nn.Module):
         cfg = model_cfg if isinstance(model_cfg, dict) else model_cfg.to_dict()
         keys = ("dim", "layers", "heads", "local", "attn", "gate", "gate_position", "gate_bias_init",
                 "gate_weight_std", "dropout", "attn_dropout", "pe", "pe_steps", "pe_dim", "pooling", "head_layers",
-                "impl")
+                "impl", "attn_type")
         kwargs = {k: cfg[k] for k in keys if k in cfg}
         kwargs["ffn_dim"] = resolve_ffn_dim(cfg)
+        kwargs["attn_kwargs"] = attn_kwargs_from_config(cfg)
         return cls(
             num_tasks=info.num_outputs,
             node_features=info.node_features,

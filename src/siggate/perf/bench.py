@@ -28,6 +28,10 @@ caching) or ``tracemalloc`` (blind to torch).
 ``--scaling``: one graph per batch, growing node counts; time and peak memory of a
 training step and an inference pass, plotted to ``scaling.png``.
 
+``--scaling-large``: one large graph (10^3 to 10^5 or 10^6 nodes), a training step of a
+node classifier per attention type and PyG's Performer ``GPSConv``, each size in a fresh
+subprocess (:mod:`siggate.perf.scaling_large`), to ``scaling_large.json`` and ``.png``.
+
 The logic lives here so that the installed CLI works; ``benchmarks/throughput.py`` is a
 thin script calling :func:`main`.
 """
@@ -38,6 +42,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -47,6 +52,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ..options import ATTN_TYPES, GATE_KINDS, add_progress_flag, progress_enabled
+from .scaling_large import FULL_MAX_NODES, LARGE_SIZES, PYG_HEAD_CHANNELS
 from .timer import interleaved_round, rotated, timed
 
 VARIANTS = ("none", "headwise", "elementwise", "pyg")
@@ -575,7 +582,8 @@ def _top_level(zinc: dict) -> dict:
     }
 
 
-def print_table(res: dict, file=sys.stdout) -> None:
+def print_table(res: dict, file=None) -> None:
+    file = file or sys.stdout  # looked up per call: a default bound at import outlives a captured stdout
     gps = res["graphs_per_s"]
     print(f"\n{res['config']} on {res['data']}: {res['batches']}", file=file)
     print(f"{'variant':12s} {'train g/s':>10s} {'[q25,q75]':>17s} {'infer g/s':>10s} {'[q25,q75]':>17s} "
@@ -675,12 +683,9 @@ def run_scaling(args, device: torch.device) -> dict:
 
 
 def plot_scaling(res: dict, path: Path) -> None:
-    import matplotlib
+    from .plots import figure, loglog_panels, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = figure(2)
     variants = list(dict.fromkeys(r["variant"] for r in res["rows"]))
     for v in variants:
         rows = [r for r in res["rows"] if r["variant"] == v]
@@ -692,23 +697,14 @@ def plot_scaling(res: dict, path: Path) -> None:
                      label=f"{v} train step")
         axes[1].plot(n, [r["infer_peak_bytes"] / 2**20 for r in rows], "s--", color=line.get_color(), alpha=0.6,
                      label=f"{v} inference")
-    for ax, title, unit in ((axes[0], "time per graph (batch of one)", "seconds"),
-                            (axes[1], "peak tensor memory per graph", "MiB")):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("nodes")
-        ax.set_ylabel(unit)
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
+    loglog_panels(axes, [("time per graph (batch of one)", "seconds"), ("peak tensor memory per graph", "MiB")],
+                  "nodes")
     axes[1].axhline(4096, color="k", lw=0.8, ls=":")
     axes[1].text(res["sizes"][0], 4096 * 1.1, "4 GiB", fontsize=8)
     axes[0].legend(fontsize=7)
     m = res["model"]
-    fig.suptitle(f"SigGate-GT scaling: {m['layers']} layers, dim {m['dim']}, {m['heads']} heads, "
-                 f"attn dropout {m['attn_dropout']}, torch threads: {res['machine']['threads']}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, f"SigGate-GT scaling: {m['layers']} layers, dim {m['dim']}, {m['heads']} heads, "
+                f"attn dropout {m['attn_dropout']}, torch threads: {res['machine']['threads']}")
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -722,22 +718,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="graphs for the zinc config: ZINC if it loads from the data root, else NCI-5K (auto)")
     p.add_argument("--data-root", default=None, help="benchmark data root (ZINC, Peptides-func)")
     p.add_argument("--cache-dir", default=None, help="processed-data cache")
-    p.add_argument("--repeats", type=int, default=10, help="interleaved timing rounds (default: 10)")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up steps per variant (default: 3)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="interleaved timing rounds (default: 10; 3 with --scaling-large)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="warm-up steps per variant (default: 3; 1 with --scaling-large, where it measures memory)")
     p.add_argument("--batches", type=int, default=8, help="batches per round (default: 8)")
     p.add_argument("--batch-size", type=int, default=None, help="override the config's batch size")
-    p.add_argument("--layers", type=int, default=None, help="override the number of layers (tests)")
-    p.add_argument("--dim", type=int, default=None, help="override the width (tests)")
+    p.add_argument("--layers", type=int, default=None, help="override the number of layers (--scaling-large: 4)")
+    p.add_argument("--dim", type=int, default=None, help="override the width (--scaling-large: 64)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {','.join(VARIANTS)}")
     p.add_argument("--optimizer", choices=["fused", "foreach", "forloop"], default="fused",
                    help="AdamW implementation, the same for every variant (default: fused)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch.set_num_threads (default: torch's choice; 1 with --scaling-large)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="write OUT/bench.json (OUT/scaling.json + scaling.png with --scaling)")
+    p.add_argument("--out", default=None, help="write OUT/bench.json (OUT/scaling.json + scaling.png with --scaling, "
+                   "OUT/scaling_large.json + .png with --scaling-large)")
     p.add_argument("--scaling", action="store_true", help="time/memory per graph as graph size grows, batch of one")
-    p.add_argument("--sizes", default=",".join(map(str, SCALING_SIZES)), help="node counts for --scaling")
+    p.add_argument("--sizes", default=None, help=f"node counts for --scaling (default: "
+                   f"{','.join(map(str, SCALING_SIZES))}) or --scaling-large (default: {','.join(map(str, LARGE_SIZES))})")
+    g = p.add_argument_group("--scaling-large: one SBM graph per size, a training step per attention type")
+    g.add_argument("--scaling-large", action="store_true",
+                   help="time and peak memory of a training step of a node classifier on one large graph")
+    g.add_argument("--attn-types", default=",".join(ATTN_TYPES), help="siggate attention types (default: all)")
+    g.add_argument("--pyg-head-channels", default=",".join(map(str, PYG_HEAD_CHANNELS)),
+                   help="PyG GPSConv(attn_type='performer') models, one per head_channels (PyG's default 64; "
+                        "16 = dim / heads); empty for none")
+    g.add_argument("--full-max-nodes", type=int, default=FULL_MAX_NODES,
+                   help=f"largest graph for the quadratic full attention (default: {FULL_MAX_NODES})")
+    g.add_argument("--heads", type=int, default=4, help="attention heads (default: 4)")
+    g.add_argument("--gate", choices=GATE_KINDS, default="elementwise", help="siggate's gate (default: elementwise)")
+    g.add_argument("--note", default=None, help="free text recorded in the JSON (e.g. what else ran on the machine)")
+    add_progress_flag(p)
+
 
 
 def _command_line(args) -> str:
@@ -752,7 +767,7 @@ def _command_line(args) -> str:
         if val == defaults[key] or val is None or val is False:
             continue
         flag = "--" + key.replace("_", "-")
-        parts.append(flag if val is True else f"{flag} {val}")
+        parts.append(flag if val is True else f"{flag} {shlex.quote(str(val))}")
     return " ".join(parts)
 
 
@@ -768,7 +783,19 @@ def run(args) -> dict:
     bad = [v for v in args.variants if v not in VARIANTS]
     if bad:
         raise ValueError(f"unknown variants {bad}; choose from {VARIANTS}")
-    args.sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
+    large = args.scaling_large
+    args.sizes = _ints(args.sizes) if args.sizes else list(LARGE_SIZES if large else SCALING_SIZES)
+    args.repeats = args.repeats if args.repeats is not None else (3 if large else 10)
+    args.warmup = args.warmup if args.warmup is not None else (1 if large else 3)
+    if large:
+        args.attn_types = [t.strip() for t in str(args.attn_types).split(",") if t.strip()]
+        bad = [t for t in args.attn_types if t not in ATTN_TYPES]
+        if bad:
+            raise ValueError(f"unknown attention types {bad}; choose from {ATTN_TYPES}")
+        args.pyg_head_channels = _ints(args.pyg_head_channels)
+        args.threads = args.threads or 1
+        args.layers, args.dim = args.layers or 4, args.dim or 64
+        args.progress = progress_enabled(args)
     threads = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -776,6 +803,10 @@ def run(args) -> dict:
         return _run(args)
     finally:
         torch.set_num_threads(threads)
+
+
+def _ints(text) -> list[int]:
+    return [int(s) for s in str(text).split(",") if s.strip()]
 
 
 def _loadavg() -> list | None:
@@ -791,6 +822,8 @@ def _run(args) -> dict:
     if out:
         out.mkdir(parents=True, exist_ok=True)
     command = _command_line(args)
+    if args.scaling_large:
+        return _run_scaling_large(args, device, out, command, load_start)
     if args.scaling:
         res = run_scaling(args, device)
         res["machine"] = dict(machine_info(device), loadavg_start=load_start, loadavg_end=_loadavg())
@@ -814,6 +847,37 @@ def _run(args) -> dict:
     if out:
         (out / "bench.json").write_text(json.dumps(res, indent=2) + "\n")
         print(f"siggate bench: wrote {out / 'bench.json'}")
+    return res
+
+
+def _run_scaling_large(args, device: torch.device, out: Path | None, command: str, load_start) -> dict:
+    from .scaling_large import plot_scaling_large, run_scaling_large
+
+    if device.type != "cpu":
+        raise ValueError("--scaling-large measures the CPU (RSS); run it without --device cuda")
+    res = run_scaling_large(args)
+    res["model"] = {"dim": args.dim, "layers": args.layers, "heads": args.heads, "gate": args.gate, "local": "gine",
+                    "dropout": 0.0, "attn_dropout": 0.0, "optimizer": "AdamW (lr 1e-3)", "loss": "cross-entropy, "
+                    "training nodes", "attn_kwargs": "siggate defaults: performer 64 features, exphormer expander "
+                    "degree 4 and 1 virtual node"}
+    res["graph"] = "siggate.data.sbm.sbm_large_graph(n, seed): 10 blocks, average degree 10, p_ratio 4, 16 features"
+    res["memory"] = ("RSS high-water mark of the first (warm-up) step above the RSS before it, in a fresh process per "
+                     "size (malloc_trim, then /proc/self/clear_refs resets VmHWM)")
+    res["timing"] = (f"median wall-clock seconds of {args.repeats} steps per model after {args.warmup} warm-up "
+                     "step(s), models alternating with rotating order; cpu_s: median process CPU time")
+    res["machine"] = dict(machine_info(device), threads=args.threads, loadavg_start=load_start,
+                          loadavg_end=_loadavg())
+    if args.note:
+        res["note"] = args.note
+    res["command"] = command
+    for r in res["rows"]:
+        print(f"  n={r['nodes']:>8d} {r['attn']:10s} {r['impl']:8s} {r.get('pyg_head_channels', ''):>3} "
+              f"train {r['train_s']:8.3f} s  peak {r['peak_bytes'] / 2**20:8.0f} MiB")
+    print(f"  exponents 10^4 -> 10^5: {res['exponent']}")
+    if out:
+        (out / "scaling_large.json").write_text(json.dumps(res, indent=2) + "\n")
+        plot_scaling_large(res, out / "scaling_large.png")
+        print(f"siggate bench: wrote {out / 'scaling_large.json'} and {out / 'scaling_large.png'}")
     return res
 
 

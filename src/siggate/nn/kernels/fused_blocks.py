@@ -4,7 +4,8 @@ What it computes:
 
 * :class:`_MLPResidual`: ``res + W2 ReLU(W1 x + b1) + b2`` (the FFN with its residual) and
   :class:`_GINEResidual`: ``x + MLP((1 + eps) x_i + sum_j ReLU(x_j + e_ji))`` (GINE with its
-  residual), each as one autograd node with the backward written out;
+  residual, messages in chunks of edges, recomputed in the backward), each as one autograd
+  node with the backward written out;
 * :func:`forward_folded`: a whole GPS layer in inference with its eval BatchNorms folded
   into the linear maps before them (:func:`folded_params`).
 
@@ -23,7 +24,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .layout import PackedLayout
-from .packed import packed_attention
 
 
 def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
@@ -61,32 +61,52 @@ class _MLPResidual(torch.autograd.Function):
         return dx, dy, dw1, db1, dw2, db2
 
 
+#: Edges per chunk in :class:`_GINEResidual` (gathers and scatters that stay in cache).
+GINE_EDGE_CHUNK = 16384
+
+
+def _edge_chunks(num_edges: int):
+    for s in range(0, num_edges, GINE_EDGE_CHUNK):
+        yield slice(s, min(s + GINE_EDGE_CHUNK, num_edges))
+
+
 class _GINEResidual(torch.autograd.Function):
     """``x + MLP((1 + eps) x_i + sum_j ReLU(x_j + e_ji))``, GINE plus its residual, as one
     autograd node (the same operations as :meth:`GINELocal.forward` and the residual,
-    backward written out; replaces about a dozen autograd nodes)."""
+    backward written out; replaces about a dozen autograd nodes).
+
+    Messages are formed and summed :data:`GINE_EDGE_CHUNK` edges at a time and never kept:
+    the backward recomputes each chunk's ``x_j + e_ji`` for ReLU's mask, so no ``[E, d]``
+    tensor lives between forward and backward (the only one formed is ``e``'s gradient,
+    when ``e`` needs it)."""
 
     @staticmethod
     def forward(ctx, x, src, dst, e, eps, w1, b1, w2, b2):
-        msg = torch.add(x.index_select(0, src), e).relu_()  # E, d
-        agg = torch.addcmul(x, x, eps).index_add_(0, dst, msg)  # (1 + eps) x + sum
+        agg = torch.addcmul(x, x, eps)  # (1 + eps) x
+        for c in _edge_chunks(src.numel()):
+            agg.index_add_(0, dst[c], torch.add(x.index_select(0, src[c]), e[c]).relu_())  # + sum of messages
         h = _linear(agg, w1, b1).relu_()
         y = _linear(h, w2, b2).add_(x)
-        ctx.save_for_backward(x, src, dst, eps, msg, agg, h, w1, w2)
+        ctx.save_for_backward(x, src, dst, e, eps, agg, h, w1, w2)
         ctx.bias = (b1 is not None, b2 is not None)
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, src, dst, eps, msg, agg, h, w1, w2 = ctx.saved_tensors
+        x, src, dst, e, eps, agg, h, w1, w2 = ctx.saved_tensors
         dh, dw2, db2 = _linear_backward(dy, h, w2, ctx.bias[1])
         dh = torch.ops.aten.threshold_backward(dh, h, 0)
         dagg, dw1, db1 = _linear_backward(dh, agg, w1, ctx.bias[0])
         d_eps = (dagg * x).sum().view(1) if ctx.needs_input_grad[4] else None
-        dmsg = torch.ops.aten.threshold_backward(dagg.index_select(0, dst), msg, 0)  # E, d
-        dx = torch.add(dy, dagg).addcmul_(dagg, eps).index_add_(0, src, dmsg)
-        return dx, None, None, dmsg, d_eps, dw1, db1, dw2, db2
-
+        dx = torch.add(dy, dagg).addcmul_(dagg, eps)
+        de = x.new_empty(src.numel(), x.size(1)) if ctx.needs_input_grad[3] else None
+        for c in _edge_chunks(src.numel()):
+            pre = torch.add(x.index_select(0, src[c]), e[c])  # the message before ReLU, recomputed
+            dmsg = torch.ops.aten.threshold_backward(dagg.index_select(0, dst[c]), pre, 0)
+            dx.index_add_(0, src[c], dmsg)
+            if de is not None:
+                de[c] = dmsg
+        return dx, None, None, de, d_eps, dw1, db1, dw2, db2
 
 
 # ----------------------------------------------------------------------------- BatchNorm folding
@@ -169,7 +189,7 @@ def forward_folded(layer, x: Tensor, edge_index: Tensor, edge_attr: Tensor, layo
         h, edge_attr = layer.local(x, edge_index, edge_attr)
         acc = h * f["local_s"]
     if layer.attn is not None:
-        a = packed_attention(layer.attn, x, layout, f["attn_w"], f["attn_b"])
+        a = layer.attn.forward_nodes(x, layout, impl="packed", out_weight=f["attn_w"], out_bias=f["attn_b"])
         acc = a if acc is None else acc.add_(a)
     if f["const"] is not None:
         acc = acc.add_(f["const"])

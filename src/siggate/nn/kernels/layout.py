@@ -5,7 +5,7 @@ count) into contiguous size groups, each padded only to its own largest graph, a
 index tensors that gather ``q, k, v`` of every group from node rows and scatter the
 attention output back to node order (:class:`PackedLayout`).
 
-Reference: the padded ``(B, N_max)`` layout of :class:`siggate.nn.DenseIndex` (PyG's
+Reference: the padded ``(B, N_max)`` layout of :class:`DenseIndex` (below; PyG's
 ``to_dense_batch``); attention over a packed layout must equal attention over the padded
 batch on every real node. Pinned by ``tests/test_fast_path.py``
 (``test_packed_layout_covers_every_node_once``, ``test_batch_of_one_has_no_padding_and_no_mask``
@@ -14,6 +14,8 @@ were calibrated: ``benchmarks/README.md`` (step 1 and 10).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -264,3 +266,86 @@ class PackedLayout:
             return idx.reshape(-1)
         return self._tensor(("block_src", heads, stride), build)
 
+
+@dataclass
+class DenseIndex:
+    """Where each node of a PyG batch sits in the padded ``(B, N_max)`` layout.
+
+    Computed once per forward pass and shared by every layer (PyG's ``to_dense_batch``
+    recomputes it in each layer).
+    """
+
+    flat: Tensor  # [num_nodes] position in the flattened (B * N_max) layout
+    mask: Tensor  # [B, N_max] True for real nodes
+    batch_size: int
+    max_nodes: int
+
+    @classmethod
+    def from_batch(cls, batch: Tensor, batch_size: int | None = None) -> "DenseIndex":
+        if batch_size is None:
+            batch_size = int(batch.max()) + 1 if batch.numel() else 0
+        counts = torch.bincount(batch, minlength=batch_size)
+        max_nodes = int(counts.max()) if counts.numel() else 0
+        ptr = torch.zeros(batch_size + 1, dtype=torch.long, device=batch.device)
+        ptr[1:] = counts.cumsum(0)
+        pos = torch.arange(batch.numel(), device=batch.device) - ptr[batch]
+        flat = batch * max_nodes + pos
+        mask = torch.zeros(batch_size * max_nodes, dtype=torch.bool, device=batch.device)
+        mask[flat] = True
+        return cls(flat, mask.view(batch_size, max_nodes), batch_size, max_nodes)
+
+    def to_dense(self, x: Tensor) -> Tensor:
+        """``[num_nodes, d] -> [B, N_max, d]`` (zeros at padding)."""
+        out = x.new_zeros(self.batch_size * self.max_nodes, x.size(-1))
+        out[self.flat] = x
+        return out.view(self.batch_size, self.max_nodes, -1)
+
+    def to_sparse(self, x: Tensor) -> Tensor:
+        """``[B, N_max, d] -> [num_nodes, d]``."""
+        return x.reshape(self.batch_size * self.max_nodes, -1)[self.flat]
+
+
+class GraphSegments:
+    """The graphs of a PyG batch as contiguous runs of node rows (the layout of the
+    ``"performer"`` attention, and part of ``"exphormer"``'s).
+
+    PyG's ``Batch`` stores each graph's nodes contiguously and in graph order, so graph
+    ``g`` is rows ``ptr[g]:ptr[g + 1]``. :attr:`is_sorted` says whether ``batch`` really is
+    ordered like that (the readable references use only ``batch`` and work either way;
+    the fast paths need it).
+
+    Attributes:
+        batch (Tensor): ``[N]`` graph of each node.
+        ptr (Tensor): ``[G + 1]`` first row of each graph (valid when :attr:`is_sorted`).
+        num_graphs (int): ``G``.
+        sizes (list): nodes per graph (host ints).
+        is_sorted (bool): ``batch`` is non-decreasing.
+    """
+
+    def __init__(self, batch: Tensor, num_graphs: int | None = None) -> None:
+        if num_graphs is None:
+            num_graphs = int(batch.max()) + 1 if batch.numel() else 0
+        counts = torch.bincount(batch, minlength=num_graphs)
+        self.batch = batch
+        self.num_graphs = int(num_graphs)
+        self.num_nodes = int(batch.numel())
+        self.ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+        self.sizes = counts.tolist()
+        self.is_sorted = bool((batch[1:] >= batch[:-1]).all()) if batch.numel() > 1 else True
+
+    @classmethod
+    def from_batch(cls, batch: Tensor, num_graphs: int | None = None) -> "GraphSegments":
+        return cls(batch, num_graphs)
+
+    def runs(self, min_nodes: int) -> tuple[list[tuple[int, int, int]], Tensor | None]:
+        """``(big, small)``: ``(graph, first row, end row)`` of every graph with at least
+        ``min_nodes`` nodes, and the rows of all other graphs (``None`` if none)."""
+        if not self.is_sorted:
+            raise ValueError("the fast path needs a batch vector sorted by graph, as PyG's Batch stores it; "
+                             "sort the nodes or use impl='reference'")
+        starts = self.ptr.tolist()
+        big = [(g, starts[g], starts[g + 1]) for g, n in enumerate(self.sizes) if n >= min_nodes]
+        if len(big) == self.num_graphs:
+            return big, None
+        is_small = torch.tensor([n < min_nodes for n in self.sizes], device=self.batch.device)
+        return big, is_small[self.batch].nonzero().view(-1)

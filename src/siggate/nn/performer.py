@@ -1,0 +1,224 @@
+r"""Performer attention (FAVOR+), gated per head: attention type ``"performer"``.
+
+Choromanski et al., "Rethinking Attention with Performers" (ICLR 2021,
+https://arxiv.org/abs/2009.14794). The softmax kernel ``exp(q . k / sqrt(d_head))`` is
+estimated without bias by positive random features: with ``q' = q d_head^{-1/4}``,
+``k' = k d_head^{-1/4}`` and rows ``w_1..w_m ~ N(0, I)`` (orthogonal within blocks,
+:func:`orthogonal_gaussian`),
+
+.. math::
+    \phi(x) = \frac{1}{\sqrt m}\left(e^{w_r^\top x - \|x\|^2/2}\right)_{r=1..m},\qquad
+    \mathbb E[\phi(q')^\top \phi(k')] = e^{q' \cdot k'} = e^{q \cdot k / \sqrt{d_{head}}}.
+
+Each node attends to the nodes of its own graph ``g``:
+
+.. math::
+    o_i = \frac{\phi(q_i')^\top \sum_{j \in g} \phi(k_j') v_j^\top}
+               {\phi(q_i')^\top \sum_{j \in g} \phi(k_j')},
+
+so time and memory are linear in the number of nodes: the per-graph sums
+``K'^T V [G, H, m, d_head]`` and ``K'^T 1 [G, H, m]`` are segment sums over the batch
+vector, never a padded ``(B, N_max)`` batch. Stabilisers (a per-query and a per-graph
+maximum, subtracted in the exponent) cancel in the ratio and carry no gradient.
+
+Random features: drawn at initialisation and redrawn every ``redraw_interval`` training
+forward passes (as Performer does; never in eval), from torch's global RNG, so a run is
+deterministic given ``torch.manual_seed``. They are a buffer (``omega``), saved in
+checkpoints with the pass counter.
+
+Dropout (``attn_dropout``) cannot drop single ``(i, j)`` probabilities without forming
+them; it drops keys instead: in training each key's term in the numerator is kept with
+probability ``1 - p`` and scaled by ``1 / (1 - p)`` (the same key for every query of its
+graph), the denominator unchanged, so the expected output is the undropped one.
+
+:func:`performer_reference` (:func:`favor_features`, then
+:func:`linear_attention_reference`) is the readable definition and the test oracle;
+:func:`siggate.nn.kernels.linear_attention.performer_fast` must equal it
+(``tests/test_attention_types.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+from torch import Tensor
+
+from .attention import GatedAttentionBase, check_node_impl, resolve_impl
+from .kernels.attention_cpu import _dropout_keep
+from .kernels.layout import GraphSegments
+from .kernels.linear_attention import performer_fast
+
+__all__ = ["GatedPerformerAttention", "orthogonal_gaussian", "favor_features", "performer_reference",
+           "linear_attention_reference"]
+
+
+def orthogonal_gaussian(num_features: int, dim: int, dtype: torch.dtype = torch.float32,
+                        device: torch.device | str | None = None) -> Tensor:
+    """``[num_features, dim]`` random rows, each marginally ``N(0, I_dim)``, orthogonal
+    within blocks of ``dim`` rows (Performer's "ORF"): each block is the ``Q`` of a
+    Gaussian matrix's QR decomposition (signs fixed by ``R``'s diagonal, which makes it
+    Haar-distributed), each row then scaled by the norm of an independent
+    ``N(0, I_dim)`` vector. Drawn from torch's global RNG (on the CPU, in float64)."""
+    blocks = []
+    for _ in range(-(-num_features // dim)):
+        q, r = torch.linalg.qr(torch.randn(dim, dim, dtype=torch.float64))
+        blocks.append((q * torch.sign(torch.diagonal(r))).t())
+    rows = torch.cat(blocks)[:num_features]
+    norms = torch.randn(num_features, dim, dtype=torch.float64).norm(dim=1, keepdim=True)
+    return (rows * norms).to(dtype=dtype, device=device)
+
+
+def favor_features(x: Tensor, omega: Tensor, batch: Tensor | None = None, num_graphs: int = 0) -> Tensor:
+    r"""Positive random features ``phi(x) = exp(w_r . x - |x|^2 / 2 - c) / sqrt(m)``.
+
+    ``x [N, H, d_head]`` (already scaled by ``d_head^{-1/4}``), ``omega [m, d_head]`` ->
+    ``[N, H, m]``. The stabiliser ``c`` (no gradient) is the row's own maximum for
+    queries (``batch=None``), and for keys the maximum over the nodes of each graph and
+    head (``batch [N]``, ``num_graphs``), so that it cancels in the attention ratio."""
+    z = x @ omega.t() - x.pow(2).sum(-1, keepdim=True) / 2  # N, H, m
+    if batch is None:
+        c = z.detach().amax(-1, keepdim=True)  # N, H, 1
+    else:
+        row_max = z.detach().amax(-1)  # N, H
+        c = row_max.new_full((num_graphs, row_max.size(1)), -math.inf)
+        c = c.scatter_reduce(0, batch[:, None].expand_as(row_max), row_max, "amax")[batch].unsqueeze(-1)
+    return torch.exp(z - c) / math.sqrt(omega.size(0))
+
+
+def performer_reference(q: Tensor, k: Tensor, v: Tensor, omega: Tensor, segments: GraphSegments,
+                        key_keep: Tensor | None = None) -> Tensor:
+    """FAVOR+ attention of each graph with itself (the definition): :func:`favor_features`
+    of the queries and keys (already scaled by ``d_head^{-1/4}``), then
+    :func:`linear_attention_reference`.
+
+    Shapes: ``q, k, v [N, H, d_head]``, ``omega [m, d_head]``, ``key_keep [N, H]``
+    (optional) -> ``[N, H, d_head]``.
+    """
+    phi_q = favor_features(q, omega)
+    phi_k = favor_features(k, omega, segments.batch, segments.num_graphs)
+    return linear_attention_reference(phi_q, phi_k, v, segments, key_keep)
+
+
+def linear_attention_reference(phi_q: Tensor, phi_k: Tensor, v: Tensor, segments: GraphSegments,
+                               key_keep: Tensor | None = None) -> Tensor:
+    r"""Linear attention of each graph with itself (the definition).
+
+    ``o_i = phi_q_i^T S_g / (phi_q_i^T z_g)`` with ``S_g = sum_{j in g} keep_j phi_k_j v_j^T``
+    and ``z_g = sum_{j in g} phi_k_j`` (``g`` the graph of node ``i``), as segment sums
+    over ``segments.batch``.
+
+    Shapes: ``phi_q, phi_k [N, H, m]``, ``v [N, H, d_head]``, ``key_keep [N, H]`` (dropout
+    multipliers, optional) -> ``[N, H, d_head]``.
+    """
+    batch, G = segments.batch, segments.num_graphs
+    N, H, m = phi_k.shape
+    weighted = phi_k if key_keep is None else phi_k * key_keep[..., None]
+    kv = phi_k.new_zeros(G, H, m, v.size(-1)).index_add(0, batch, weighted[..., :, None] * v[..., None, :])
+    z = phi_k.new_zeros(G, H, m).index_add(0, batch, phi_k)  # G, H, m
+    num = torch.einsum("nhm,nhmd->nhd", phi_q, kv[batch])  # N, H, dh
+    den = torch.einsum("nhm,nhm->nh", phi_q, z[batch])  # N, H
+    return num / den[..., None]
+
+
+class GatedPerformerAttention(GatedAttentionBase):
+    r"""Gated multi-head Performer attention (FAVOR+) on node rows; see the module docstring.
+
+    Args:
+        dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout,
+            bias: see :class:`~siggate.nn.attention.GatedAttentionBase` (``attn_dropout``
+            drops keys, see the module docstring).
+        impl (str): ``"auto"``/``"packed"`` (the fast path,
+            :mod:`siggate.nn.kernels.linear_attention`) or ``"reference"``
+            (:func:`performer_reference`). (default: ``"auto"``)
+        num_features (int): random features ``m`` per head (shared by the heads).
+            (default: ``64``)
+        redraw_interval (int): training forward passes between two draws of the
+            features; ``0`` never redraws. (default: ``1000``)
+
+    Shapes: ``x [N, d]``, ``batch [N]`` -> ``[N, d]``.
+    """
+
+    attn_type = "performer"
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int = 4,
+        gate: str = "elementwise",
+        gate_position: str = "output",
+        gate_bias_init: float = 0.0,
+        gate_weight_std: float | None = None,
+        attn_dropout: float = 0.0,
+        bias: bool = True,
+        impl: str = "auto",
+        num_features: int = 64,
+        redraw_interval: int = 1000,
+    ) -> None:
+        super().__init__(dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout, bias)
+        check_node_impl(impl)
+        if num_features < 1:
+            raise ValueError(f"num_features must be >= 1, got {num_features}")
+        if redraw_interval < 0:
+            raise ValueError(f"redraw_interval must be >= 0 (0: never), got {redraw_interval}")
+        self.impl = impl
+        self.num_features = num_features
+        self.redraw_interval = redraw_interval
+        self.register_buffer("omega", torch.empty(num_features, self.head_dim))  # random feature rows
+        self.register_buffer("forward_count", torch.zeros((), dtype=torch.long))  # training passes since the draw
+        self.reset_parameters()
+
+    def reset_attention(self) -> None:
+        self.redraw_features()
+
+    @torch.no_grad()
+    def redraw_features(self) -> None:
+        """Draw new random features (:func:`orthogonal_gaussian`) and restart the count."""
+        self.omega.copy_(orthogonal_gaussian(self.num_features, self.head_dim, self.omega.dtype, self.omega.device))
+        self.forward_count.zero_()
+
+    def _redraw_schedule(self) -> None:
+        if self.training and self.redraw_interval:
+            if int(self.forward_count) >= self.redraw_interval:
+                self.redraw_features()
+            self.forward_count += 1
+
+    def make_layout(self, batch: Tensor, edge_index: Tensor | None = None, num_graphs: int | None = None,
+                    impl: str | None = None) -> GraphSegments:
+        """The batch's :class:`GraphSegments` (``edge_index`` is not used)."""
+        return GraphSegments.from_batch(batch, num_graphs)
+
+    def ensure_layout(self, layout, batch: Tensor, edge_index: Tensor | None = None,
+                      impl: str | None = None) -> GraphSegments:
+        return layout if isinstance(layout, GraphSegments) else self.make_layout(batch)
+
+    def forward(self, x: Tensor, batch: Tensor | None = None, layout: GraphSegments | None = None,
+                return_details: bool = False, impl: str | None = None):
+        """``x [N, d]``, ``batch [N]`` (``None``: one graph) -> ``[N, d]`` (with
+        ``return_details``, ``(out, details)``, see :meth:`_gated_rows`)."""
+        batch = x.new_zeros(x.size(0), dtype=torch.long) if batch is None else batch
+        return self.forward_nodes(x, self.ensure_layout(layout, batch), impl, return_details)
+
+    def forward_nodes(self, x: Tensor, layout: GraphSegments, impl: str | None = None, return_details: bool = False,
+                      out_weight: Tensor | None = None, out_bias: Tensor | None = None, residual: bool = False):
+        impl = "reference" if return_details else resolve_impl(impl or self.impl)
+        self._redraw_schedule()
+        keep = None
+        if self.training and self.attn_dropout > 0:
+            keep = _dropout_keep((x.size(0), self.heads), self.attn_dropout, x)
+        attend = partial(performer_fast, features=favor_features) if impl == "packed" else performer_reference
+        core = partial(self._attend, attend=attend, segments=layout, key_keep=keep)
+        return self._gated_rows(x, core, out_weight, out_bias, residual, return_details, layout.batch)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, attend, segments: GraphSegments,
+                key_keep: Tensor | None) -> Tensor:
+        """``q, k, v [N, H, d_head]`` -> ``[N, H, d_head]``: ``attend`` on the scaled
+        queries and keys (:func:`performer_reference` or its fast path)."""
+        scale = self.head_dim ** -0.25
+        return attend(q * scale, k * scale, v, self.omega, segments, key_keep)
+
+    def extra_repr(self) -> str:
+        return (super().extra_repr()
+                + f", num_features={self.num_features}, redraw_interval={self.redraw_interval}")
+

@@ -1,0 +1,540 @@
+"""The attention types ``performer`` and ``exphormer`` (and ``full`` where it shares the
+contract): fast paths pinned to the readable references, values against independent dense
+computations, invariances, the gate's place, parameters, config and checkpoints.
+
+Everything runs in float64 on tiny batches of graphs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch_geometric.data import Data
+from torch_geometric.nn import GINEConv
+
+import siggate.nn.kernels.edge_attention as EA
+import siggate.nn.kernels.linear_attention as LA
+from siggate.nn import GatedGPSConv, GPSLayer, SigGateGT
+from siggate.nn.attention_types import ATTENTION_TYPES, make_attention
+from siggate.nn.exphormer import attention_graph, expander_edges
+from siggate.nn.kernels.edge_attention import _PairSoftmax, _row_blocks
+from siggate.nn.kernels.layout import GraphSegments
+from siggate.nn.performer import favor_features, linear_attention_reference, orthogonal_gaussian
+from siggate.options import ATTN_TYPES
+
+DT = torch.float64
+D, H = 16, 4
+SIZES = [5, 1, 9, 3, 7]  # a one-node graph, graphs on both sides of the kernels' size thresholds
+OWN = {"full": {}, "performer": {"num_features": 16}, "exphormer": {"num_virtual_nodes": 2}}
+SPARSE = ["performer", "exphormer"]
+
+
+@pytest.fixture(autouse=True)
+def _double_and_small_kernels(monkeypatch):
+    """float64 here only; kernel thresholds small enough that these tiny batches take every
+    branch (big and small graphs, several chunks, chunks across graph boundaries)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(DT)
+    monkeypatch.setattr(LA, "BIG_GRAPH", 6)
+    monkeypatch.setattr(LA, "CHUNK_ROWS", 4)
+    monkeypatch.setattr(EA, "PAIR_CHUNK", 5)
+    yield
+    torch.set_default_dtype(old)
+
+
+def batch_graph(sizes=SIZES, seed=0, d=D):
+    """``x [N, d]``, ``edge_index`` (a path and a few chords inside each graph, both
+    directions), ``batch [N]``."""
+    g = torch.Generator().manual_seed(seed)
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    ptr = [0] + torch.tensor(sizes).cumsum(0).tolist()
+    edges = []
+    for a, n in zip(ptr, sizes):
+        edges += [(a + i, a + i + 1) for i in range(n - 1)]
+        if n > 3:
+            edges += [(a + int(i), a + int(j)) for i, j in torch.randint(0, n, (n // 2, 2), generator=g) if i != j]
+    ei = torch.tensor(edges, dtype=torch.long).t() if edges else torch.empty(2, 0, dtype=torch.long)
+    ei = torch.cat([ei, ei.flip(0)], 1)
+    return torch.randn(batch.numel(), d, generator=g), ei, batch
+
+
+def make(kind, gate="elementwise", position="output", seed=0, d=D, heads=H, attn_dropout=0.0, **own):
+    torch.manual_seed(seed)
+    return make_attention(kind, d, heads, {**OWN[kind], **own}, gate=gate, gate_position=position,
+                          attn_dropout=attn_dropout)
+
+
+def run(attn, x, ei, batch, impl):
+    return attn.forward_nodes(x, attn.make_layout(batch, ei, impl=impl), impl=impl)
+
+
+def test_type_names_are_the_config_names():
+    assert tuple(ATTENTION_TYPES) == ATTN_TYPES
+
+
+# ----------------------------------------------------------------------------- fast == reference
+
+
+@pytest.mark.parametrize("kind", SPARSE)
+@pytest.mark.parametrize("gate", ["none", "headwise", "elementwise"])
+@pytest.mark.parametrize("position", ["output", "value", "post"])
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_fast_path_equals_reference(kind, gate, position, dropout):
+    """Outputs and every gradient (input and parameters), in training with dropout (the
+    same masks: drawn before the implementation is chosen)."""
+    x, ei, batch = batch_graph()
+    attn = make(kind, gate, position, attn_dropout=dropout).train()
+    results = []
+    for impl in ("reference", "packed"):
+        xi = x.clone().requires_grad_()
+        attn.zero_grad()
+        torch.manual_seed(1)
+        out = run(attn, xi, ei, batch, impl)
+        (out.sin() * torch.arange(out.numel()).view_as(out).cos()).sum().backward()
+        results.append([out.detach(), xi.grad] + [p.grad for p in attn.parameters()])
+    for name, a, b in zip(["out", "x"] + [n for n, _ in attn.named_parameters()], *results):
+        assert torch.allclose(a, b, atol=1e-12, rtol=0), name
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_pair_softmax_gradcheck(dropout):
+    """The fused pairs' kernel against finite differences, both outputs (``o`` and the
+    log-sum-exp) carrying gradient, over several blocks of rows."""
+    g = torch.Generator().manual_seed(0)
+    x, ei, batch = batch_graph([5, 1, 6], d=6)
+    graph = attention_graph(ei, GraphSegments(batch), degree=2)
+    q, k, v = (torch.randn(x.size(0), 2, 3, generator=g, requires_grad=True) for _ in range(3))
+    keep = (torch.rand(graph.src.numel(), 2, generator=g) > 0.3) / 0.7 if dropout else None
+
+    def f(q, k, v):
+        o, lse = _PairSoftmax.apply(q, k, v, keep, graph, 0.6)
+        return o, lse.sin()
+
+    assert len(_row_blocks(graph)) > 2
+    assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+@pytest.mark.parametrize("kind", SPARSE)
+def test_fast_path_gradcheck_finite_differences(kind):
+    """Finite differences of the whole fast path (eval: no dropout, no redraw) with
+    respect to the input and every parameter."""
+    x, ei, batch = batch_graph([4, 1, 7], d=8)
+    attn = make(kind, "elementwise", d=8, heads=2).eval()
+    call = _NodeCall(attn, attn.make_layout(batch, ei, impl="packed"))
+    names = [n for n, _ in call.named_parameters()]
+
+    def f(x, *params):
+        return torch.func.functional_call(call, dict(zip(names, params)), (x,))
+
+    inputs = (x.requires_grad_(),) + tuple(p.detach().clone().requires_grad_() for _, p in call.named_parameters())
+    assert torch.autograd.gradcheck(f, inputs, fast_mode=True)
+
+
+class _NodeCall(torch.nn.Module):
+    """``attn.forward_nodes(x, layout, impl="packed")`` as a module call (for functional_call)."""
+
+    def __init__(self, attn, layout):
+        super().__init__()
+        self.attn, self.layout = attn, layout
+
+    def forward(self, x):
+        return self.attn.forward_nodes(x, self.layout, impl="packed")
+
+
+# ----------------------------------------------------------------------------- invariances
+
+
+def _permute_within_graphs(batch, seed=0):
+    """A node permutation that keeps every graph's nodes together (batch stays sorted)."""
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.cat([idx[torch.randperm(idx.numel(), generator=g)] for idx in
+                      [torch.nonzero(batch == b).view(-1) for b in range(int(batch.max()) + 1)]])
+    return perm
+
+
+@pytest.mark.parametrize("kind", ATTN_TYPES)
+@pytest.mark.parametrize("impl", ["reference", "packed"])
+def test_node_permutation_equivariance(kind, impl):
+    """``f(P x) = P f(x)``. The expander is a random graph on node positions, so for
+    exphormer the permuted batch gets the permuted attention graph (the layout is data)."""
+    x, ei, batch = batch_graph()
+    attn = make(kind).eval()
+    perm = _permute_within_graphs(batch)
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(perm.numel())
+    layout = attn.make_layout(batch, ei, impl=impl)
+    if kind == "exphormer":
+        pairs = torch.stack([inv[layout.src], inv[layout.dst]])  # node ids of the permuted batch
+        p_layout = attention_graph(pairs, GraphSegments(batch), degree=0)
+    else:
+        p_layout = attn.make_layout(batch, inv[ei], impl=impl)
+    out = attn.forward_nodes(x, layout, impl=impl)
+    p_out = attn.forward_nodes(x[perm], p_layout, impl=impl)
+    assert torch.allclose(p_out, out[perm], atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ATTN_TYPES)
+@pytest.mark.parametrize("impl", ["reference", "packed"])
+def test_no_cross_graph_leakage(kind, impl):
+    """Changing graph 2's features leaves every other graph's output bit for bit unchanged,
+    and the batch equals each graph run alone."""
+    x, ei, batch = batch_graph()
+    attn = make(kind).eval()
+    out = run(attn, x, ei, batch, impl)
+    x2 = x.clone()
+    x2[batch == 2] = torch.randn(int((batch == 2).sum()), D) * 5
+    out2 = run(attn, x2, ei, batch, impl)
+    assert torch.equal(out[batch != 2], out2[batch != 2])
+    assert not torch.allclose(out[batch == 2], out2[batch == 2])
+    for b in range(len(SIZES)):
+        nodes = torch.nonzero(batch == b).view(-1)
+        keep = (batch[ei[0]] == b)
+        alone = run(attn, x[nodes], ei[:, keep] - nodes[0], torch.zeros(nodes.numel(), dtype=torch.long), impl)
+        assert torch.allclose(alone, out[nodes], atol=1e-12), b
+
+
+# ----------------------------------------------------------------------------- gradients
+
+
+@pytest.mark.parametrize("kind", ATTN_TYPES)
+def test_gradients_reach_every_parameter(kind):
+    """A training step of two GPS layers (fast path): every trainable parameter gets a
+    non-zero gradient, the gate and the virtual nodes included."""
+    x, ei, batch = batch_graph()
+    torch.manual_seed(0)
+    layers = torch.nn.ModuleList(GPSLayer(D, H, attn_dropout=0.0, attn_type=kind, attn_kwargs=OWN[kind])
+                                 for _ in range(2)).train()
+    e = torch.randn(ei.size(1), D)
+    h = x
+    for layer in layers:
+        h, e = layer(h, ei, e, batch)
+    (h.sin().sum()).backward()
+    for name, p in layers.named_parameters():
+        if p.requires_grad:
+            assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+# ----------------------------------------------------------------------------- values
+
+
+def _exact_softmax_attention(q, k, v):
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1) @ v
+
+
+def test_performer_error_shrinks_with_the_number_of_features():
+    """FAVOR+ against exact softmax attention on a 24-node graph: the relative error
+    (mean over 6 draws of the features) falls at every step m = 16, 64, 256, 1024, by
+    about 2x per 4x features (Monte Carlo: 1/sqrt(m)). (With larger ``|q|, |k|`` the
+    estimator's heavy tail makes it converge more slowly at these ``m``.)"""
+    g = torch.Generator().manual_seed(0)
+    n, heads, dh = 24, 2, 8
+    q, k, v = (torch.randn(n, heads, dh, generator=g) * 0.3 for _ in range(3))
+    exact = _exact_softmax_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)).transpose(0, 1)
+    seg = GraphSegments(torch.zeros(n, dtype=torch.long))
+    scale = dh ** -0.25
+    errors = []
+    for m in (16, 64, 256, 1024):
+        errs = []
+        for draw in range(6):
+            torch.manual_seed(draw)
+            omega = orthogonal_gaussian(m, dh, DT)
+            phi_q = favor_features(q * scale, omega)
+            phi_k = favor_features(k * scale, omega, seg.batch, 1)
+            approx = linear_attention_reference(phi_q, phi_k, v, seg)
+            errs.append(float((approx - exact).norm() / exact.norm()))
+        errors.append(sum(errs) / len(errs))
+    assert all(b < 0.75 * a for a, b in zip(errors, errors[1:])), errors
+    assert errors[-1] < errors[0] / 5, errors
+
+
+def test_random_features_are_orthogonal_blocks_of_gaussian_rows():
+    torch.manual_seed(0)
+    w = orthogonal_gaussian(40, 8, DT)
+    block = w[:8] / w[:8].norm(dim=1, keepdim=True)
+    assert torch.allclose(block @ block.t(), torch.eye(8), atol=1e-12)
+    torch.manual_seed(1)
+    norms = torch.cat([orthogonal_gaussian(64, 8, DT).pow(2).sum(1) for _ in range(50)])
+    assert abs(float(norms.mean()) - 8.0) < 0.3  # E|w|^2 = dim for w ~ N(0, I)
+
+
+def _dense_exphormer(attn, x, allowed):
+    """Independent dense computation of an Exphormer layer's output on one graph: ``allowed
+    [N, N]`` (query, key) mask; virtual nodes pooled by a dense softmax over all nodes and
+    themselves, then one softmax per query over its allowed keys and the virtual nodes."""
+    d, heads = attn.dim, attn.heads
+    dh = d // heads
+    W, b = attn.in_proj.weight, attn.in_proj.bias
+    P, Pz = x @ W.t() + b, attn.virtual @ W.t() + b
+    outs = []
+    for h in range(heads):
+        cols = [slice(i * d + h * dh, i * d + (h + 1) * dh) for i in range(3)]
+        q, k, v = (P[:, c] for c in cols)
+        qz, kz, vz = (Pz[:, c] for c in cols)
+        u = []
+        for r in range(qz.size(0)):  # virtual node r attends to the graph and itself
+            keys, vals = torch.cat([k, kz[r : r + 1]]), torch.cat([v, vz[r : r + 1]])
+            u.append(torch.softmax(qz[r] @ keys.t() / math.sqrt(dh), -1) @ vals)
+        u = torch.stack(u)
+        s = torch.cat([(q @ k.t()).masked_fill(~allowed, -math.inf), q @ kz.t()], 1) / math.sqrt(dh)
+        outs.append(torch.softmax(s, -1) @ torch.cat([v, u]))
+    o = torch.stack(outs, 1)  # N, H, dh
+    gate = torch.sigmoid(x @ W[3 * d :].t() + b[3 * d :]).view(x.size(0), heads, -1)
+    return (o * gate).reshape(x.size(0), d) @ attn.out_proj.weight.t() + attn.out_proj.bias
+
+
+@pytest.mark.parametrize("impl", ["reference", "packed"])
+def test_exphormer_on_a_complete_graph_is_dense_softmax_with_virtual_nodes(impl):
+    """All pairs are edges, so the pattern is everything: the layer must equal dense
+    softmax attention over all nodes plus the virtual nodes, whatever the expander."""
+    n = 6
+    x = torch.randn(n, D, generator=torch.Generator().manual_seed(3))
+    ei = torch.tensor([(i, j) for i in range(n) for j in range(n) if i != j]).t()
+    attn = make("exphormer", "headwise", num_virtual_nodes=2).eval()
+    with torch.no_grad():
+        attn.in_proj.bias.normal_()  # non-zero biases are checked too
+    out = run(attn, x, ei, torch.zeros(n, dtype=torch.long), impl)
+    assert torch.allclose(out, _dense_exphormer(attn, x, torch.ones(n, n, dtype=torch.bool)), atol=1e-12)
+
+
+@pytest.mark.parametrize("impl", ["reference", "packed"])
+def test_exphormer_equals_dense_masked_softmax(impl):
+    """A sparse graph: the mask is the graph's edges, the expander's and self-loops."""
+    x, ei, batch = batch_graph([9])
+    attn = make("exphormer", "headwise", expander_degree=2, num_virtual_nodes=1).eval()
+    allowed = torch.eye(9, dtype=torch.bool)
+    for j, i in torch.cat([ei, expander_edges(GraphSegments(batch), 2)], 1).t().tolist():
+        allowed[i, j] = True  # i attends to j
+    assert not allowed.all()
+    assert torch.allclose(run(attn, x, ei, batch, impl), _dense_exphormer(attn, x, allowed), atol=1e-12)
+
+
+def test_expander_is_regular_within_each_graph_and_a_function_of_the_graph_size():
+    sizes = [7, 1, 7, 12]
+    seg = GraphSegments(torch.repeat_interleave(torch.arange(4), torch.tensor(sizes)))
+    src, dst = expander_edges(seg, 4, seed=3)
+    n = seg.num_nodes
+    assert torch.equal(torch.bincount(src, minlength=n), torch.full((n,), 4))  # 4-regular, with multiplicity
+    assert torch.equal(seg.batch[src], seg.batch[dst])  # inside graphs
+    pairs = set(zip(src.tolist(), dst.tolist()))
+    assert all((j, i) in pairs for i, j in pairs)  # symmetric
+    local = lambda g: sorted(zip((src[seg.batch[src] == g] - seg.ptr[g]).tolist(),  # noqa: E731
+                                 (dst[seg.batch[src] == g] - seg.ptr[g]).tolist()))
+    assert local(0) == local(2)  # same size, same expander: the batch around it does not matter
+    alone = expander_edges(GraphSegments(torch.zeros(12, dtype=torch.long)), 4, seed=3)
+    assert sorted(zip(*alone.tolist())) == local(3)
+    other = expander_edges(GraphSegments(torch.zeros(12, dtype=torch.long)), 4, seed=4)
+    assert not torch.equal(alone, other)
+
+
+# ----------------------------------------------------------------------------- the gate
+
+
+@pytest.mark.parametrize("kind", ATTN_TYPES)
+def test_gate_none_adds_no_parameters(kind):
+    """``gate="none"``: exactly the projections (``4 d^2 + 4 d``), plus the virtual nodes
+    for exphormer; each gate adds exactly :meth:`gate_parameters`."""
+    extra = OWN[kind].get("num_virtual_nodes", 1 if kind == "exphormer" else 0) * D
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    none = make(kind, "none")
+    assert none.gate_parameters() == 0
+    assert count(none) == 4 * D * D + 4 * D + extra
+    for gate, added in (("headwise", H * (D + 1)), ("elementwise", D * (D + 1))):
+        gated = make(kind, gate)
+        assert count(gated) - count(none) == gated.gate_parameters() == added
+    layer = lambda g: GPSLayer(D, H, gate=g, attn_type=kind, attn_kwargs=OWN[kind])  # noqa: E731
+    full = lambda g: GPSLayer(D, H, gate=g)  # noqa: E731
+    assert count(layer("none")) == count(full("none")) + extra
+
+
+@pytest.mark.parametrize("kind", ATTN_TYPES)
+@pytest.mark.parametrize("gate", ["headwise", "elementwise"])
+def test_gate_multiplies_each_head_before_the_output_projection(kind, gate):
+    """By hand: ``out = concat_h(head_out_h * sigmoid(X W_Gh + b_Gh)) W_out^T + b_out``,
+    where ``head_out`` is what the same attention without a gate computes per head."""
+    x, ei, batch = batch_graph([8])
+    attn = make(kind, gate).eval()
+    plain = make(kind, "none").eval()
+    plain.load_state_dict({k: (v[: 3 * D] if k.startswith("in_proj") else v) for k, v in attn.state_dict().items()})
+    with torch.no_grad():
+        attn.in_proj.bias.normal_()
+        plain.in_proj.bias.copy_(attn.in_proj.bias[: 3 * D])
+    layout = attn.make_layout(batch, ei, impl="reference")
+    out, det = attn.forward_nodes(x, layout, return_details=True)
+    plain_out, plain_det = plain.forward_nodes(x, layout, return_details=True)
+    head_out = plain_det["head_out"].reshape(8, H, D // H)  # full: (1, N, H, dh) padded batch of one graph
+    W, b = attn.in_proj.weight[3 * D :], attn.in_proj.bias[3 * D :]
+    g = torch.sigmoid(x @ W.t() + b).view(8, H, -1)  # one value per head, or per head dimension
+    by_hand = (head_out * g).reshape(8, D) @ attn.out_proj.weight.t() + attn.out_proj.bias
+    assert torch.allclose(out.reshape(8, D), by_hand, atol=1e-12)
+    assert torch.allclose(plain_out.reshape(8, D), head_out.reshape(8, D) @ attn.out_proj.weight.t()
+                          + attn.out_proj.bias, atol=1e-12)
+    post = (plain_out.reshape(8, H, -1) * g).reshape(8, D)  # gating after the projection differs
+    assert not torch.allclose(out.reshape(8, D), post, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- Performer's features
+
+
+def test_performer_redraws_on_schedule_and_never_in_eval():
+    x, ei, batch = batch_graph([6])
+    a = make("performer", redraw_interval=3).train()
+    b = make("performer", redraw_interval=3).train()
+    seen = []
+    for _ in range(7):
+        torch.manual_seed(len(seen))
+        run(a, x, ei, batch, "packed")
+        seen.append(a.omega.clone())
+    changes = [not torch.equal(p, q) for p, q in zip(seen, seen[1:])]
+    assert changes == [False, False, True, False, False, True]  # passes 4 and 7 use new features
+    for i in range(7):  # deterministic given torch's RNG
+        torch.manual_seed(i)
+        run(b, x, ei, batch, "packed")
+    assert torch.equal(a.omega, b.omega) and int(a.forward_count) == int(b.forward_count) == 1
+    a.eval()
+    before = a.omega.clone()
+    for _ in range(5):
+        run(a, x, ei, batch, "packed")
+    assert torch.equal(a.omega, before)
+    assert {"omega", "forward_count"} <= set(a.state_dict())
+
+
+# ----------------------------------------------------------------------------- layers, model, config
+
+
+@pytest.mark.parametrize("kind", SPARSE)
+def test_gps_conv_takes_the_attention_type(kind):
+    x, ei, batch = batch_graph()
+    e = torch.randn(ei.size(1), D)
+
+    def conv(impl):
+        torch.manual_seed(0)
+        mlp = torch.nn.Sequential(torch.nn.Linear(D, D), torch.nn.ReLU(), torch.nn.Linear(D, D))
+        return GatedGPSConv(D, GINEConv(mlp), heads=H, attn_type=kind, attn_kwargs={"dropout": 0.0, **OWN[kind]},
+                            impl=impl).eval()
+
+    fast, slow = conv("auto"), conv("reference")
+    assert type(fast.attn) is ATTENTION_TYPES[kind] and f"attn_type={kind}" in repr(fast)
+    out = fast(x, ei, batch, edge_attr=e)
+    assert out.shape == (x.size(0), D)
+    assert torch.allclose(out, slow(x, ei, batch, edge_attr=e), atol=1e-12)
+
+
+def _molecules(sizes, seed=0):
+    from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
+    from torch_geometric.data import Batch
+
+    x, ei, batch = batch_graph(sizes, seed)
+    g = torch.Generator().manual_seed(seed)
+    graphs = []
+    for b in range(len(sizes)):
+        nodes = torch.nonzero(batch == b).view(-1)
+        e = ei[:, batch[ei[0]] == b] - nodes[0]
+        graphs.append(Data(
+            x=torch.stack([torch.randint(0, k, (nodes.numel(),), generator=g) for k in get_atom_feature_dims()], 1),
+            edge_index=e, y=torch.zeros(1, 1),
+            edge_attr=torch.stack([torch.randint(0, k, (e.size(1),), generator=g) for k in get_bond_feature_dims()],
+                                  1)))
+    return Batch.from_data_list(graphs)
+
+
+@pytest.mark.parametrize("kind", SPARSE)
+def test_model_fast_training_step_equals_reference(kind):
+    b = _molecules(SIZES)
+    models = []
+    for impl in ("packed", "reference"):
+        torch.manual_seed(0)
+        models.append(SigGateGT(1, dim=D, layers=2, heads=H, attn_dropout=0.0, pe="none", impl=impl,
+                                attn_type=kind, attn_kwargs=OWN[kind]).train())
+    outs = [m(b) for m in models]
+    assert torch.allclose(outs[0], outs[1], atol=1e-10)
+    for o in outs:
+        o.pow(2).sum().backward()
+    for (name, p1), p2 in zip(models[0].named_parameters(), models[1].parameters()):
+        assert (p1.grad is None) == (p2.grad is None), name
+        if p1.grad is not None:
+            assert torch.allclose(p1.grad, p2.grad, atol=1e-10), name
+
+
+def test_config_builds_the_type_and_a_checkpoint_reloads_it(tmp_path):
+    import siggate
+    from siggate.config import from_dict
+    from siggate.data.base import TaskInfo
+    from siggate.train.checkpoint import FORMAT_VERSION, atomic_save
+    from siggate.train.loop import load_trained
+
+    info = TaskInfo(name="nci5k", task="regression", num_tasks=1, metric="mae")
+    b = _molecules([5, 8])
+    for kind, keys, expect in (
+        ("performer", {"performer_features": 8, "performer_redraw": 5}, {"num_features": 8, "redraw_interval": 5}),
+        ("exphormer", {"expander_degree": 2, "virtual_nodes": 3}, {"expander_degree": 2, "num_virtual_nodes": 3}),
+    ):
+        cfg = from_dict({"data": {"name": "nci5k"}, "model": {"dim": D, "layers": 2, "pe": "none", "attn_type": kind,
+                                                             **keys}})
+        torch.manual_seed(0)
+        model = SigGateGT.from_config(cfg.model, info)
+        for attn in model.attention_modules():
+            assert type(attn) is ATTENTION_TYPES[kind]
+            assert {k: getattr(attn, k) for k in expect} == expect
+        model.train()
+        for _ in range(2):  # a counter and features that are not the initial ones are saved too
+            model(b)
+        model.eval()
+        path = tmp_path / f"{kind}.pt"
+        atomic_save({"format": FORMAT_VERSION, "siggate_version": siggate.__version__, "config": cfg.to_dict(),
+                     "info": info.to_dict(), "model": model.state_dict(), "target_mean": torch.zeros(1),
+                     "target_std": torch.ones(1)}, path)
+        loaded, *_ = load_trained(path)
+        assert type(loaded.layers[0].attn) is ATTENTION_TYPES[kind]
+        assert torch.equal(loaded(b), model(b))
+
+
+@pytest.mark.parametrize("kind", SPARSE)
+def test_details_are_padded_like_the_full_attention(kind):
+    """``return_details`` gives the same padded ``(B, N_max, H, ...)`` layout as ``"full"``
+    (what the analyses and the trainer's gate means read); no attention probabilities."""
+    from siggate.train.loop import gate_means
+
+    b = _molecules([5, 8, 3])
+    torch.manual_seed(0)
+    model = SigGateGT(1, dim=D, layers=2, heads=H, pe="none", attn_type=kind, attn_kwargs=OWN[kind]).eval()
+    out, det = model(b, return_details=True)
+    assert torch.allclose(out, model(b), atol=1e-10)
+    mask = det["mask"]
+    for a in det["attn"]:
+        assert a["attn"] is None
+        assert a["head_out"].shape == (*mask.shape, H, D // H) == a["gate"].shape
+        assert not a["head_out"][~mask].any() and a["head_out"][mask].abs().sum() > 0
+    assert len(gate_means(model, b.to_data_list())) == 2
+
+
+def test_config_refuses_bad_attention_options():
+    from siggate.config import ConfigError, from_dict
+
+    for model, match in (({"attn_type": "performr"}, "Did you mean 'performer'"),
+                         ({"attn_type": "exphormer", "expander_degree": 3}, "model.expander_degree: 3 is odd"),
+                         ({"attn_type": "performer", "impl": "sdpa"}, "'sdpa' runs only with model.attn_type=full"),
+                         ({"performer_features": 0}, "model.performer_features: 0 is out of range")):
+        with pytest.raises(ConfigError, match=match):
+            from_dict({"data": {"name": "nci5k"}, "model": model})
+
+
+@pytest.mark.parametrize("kind", SPARSE)
+def test_layer_inference_with_folded_batchnorms_equals_reference(kind):
+    """In eval without autograd the fast layer folds its BatchNorms into the output
+    projection it hands the attention (``out_weight``); same result as the reference."""
+    x, ei, batch = batch_graph()
+    e = torch.randn(ei.size(1), D)
+    torch.manual_seed(0)
+    fast = GPSLayer(D, H, attn_dropout=0.0, attn_type=kind, attn_kwargs=OWN[kind])
+    slow = GPSLayer(D, H, attn_dropout=0.0, attn_type=kind, attn_kwargs=OWN[kind], impl="reference")
+    with torch.no_grad():
+        for bn in (fast.norm_local, fast.norm_attn, fast.norm_ff):
+            bn.running_mean.normal_()
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.normal_()
+    slow.load_state_dict(fast.state_dict())
+    fast.eval()
+    slow.eval()
+    with torch.no_grad():
+        assert torch.allclose(fast(x, ei, e, batch)[0], slow(x, ei, e, batch)[0], atol=1e-12)
