@@ -48,6 +48,9 @@ DEFAULT_WORK = Path(os.environ.get("SIGGATE_PEERS_WORK", "~/.cache/siggate/peers
 DEFAULT_CHEMPROP_VENV = Path(os.environ.get("CHEMPROP_VENV", "~/.cache/siggate/peers/chemprop-venv")).expanduser()
 README = HERE / "README.md"
 TABLE_START, TABLE_END = "<!-- peers-table:start -->", "<!-- peers-table:end -->"
+RECIPE_START, RECIPE_END = "<!-- peers-recipe:start -->", "<!-- peers-recipe:end -->"
+#: recipe experiments: siggate with --siggate-args variants (and its defaults), next to chemprop
+DEFAULT_RECIPE_RESULTS = HERE / "results" / "recipe.json"
 SMOKE_EPOCHS = 3  # chemprop refuses --epochs <= its 2 default warmup epochs
 
 #: one intra-op thread for both tools (set in the environment of every tool command)
@@ -449,14 +452,46 @@ def report_markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
-def write_readme(res: dict, path: Path) -> bool:
-    """Replace the generated section of the README; True if it changed."""
+def recipe_markdown(recipe: dict, res: dict) -> str:
+    """Per task, siggate's recipe variants (rows of ``recipe``; no variant = its defaults)
+    beside chemprop's rows of ``res``: mean ± std of the test metric and CPU time, seeds."""
+    ok = lambda r: r.get("status") == "ok" and not r.get("smoke")  # noqa: E731
+    rows = [r for r in recipe.get("runs", []) if ok(r) and r["tool"] == "siggate"]
+    rows += [r for r in res.get("runs", []) if ok(r) and r["tool"] == "chemprop"]
+    if not rows:
+        return "_No recipe experiment yet._"
+    lines = ["| task | metric | tool | variant | test metric (mean ± std) | seeds | CPU time per run, s |",
+             "|---|---|---|---|---|---|---|"]
+    for name in (n for n in T.TASKS if any(r["task"] == n for r in rows)):
+        groups: dict = {}
+        for r in sorted(rows, key=lambda r: (r["tool"] != "chemprop", r.get("variant", ""), r["seed"])):
+            if r["task"] == name:
+                groups.setdefault((r["tool"], r.get("variant", "")), []).append(r)
+        for (tool, variant), rr in groups.items():
+            label = {"mae": "MAE ↓", "rocauc": "ROC-AUC ↑"}.get(rr[0]["metric"], rr[0]["metric"])
+            cpu = [r["cpu_s"] for r in rr if "cpu_s" in r]
+            lines.append(f"| {name} | {label} | {tool} | {f'`{variant}`' if variant else 'defaults'} | "
+                         f"{_fmt([r['value'] for r in rr], 3)} | {','.join(str(r['seed']) for r in rr)} | "
+                         f"{_fmt(cpu, 0) if cpu else 'not recorded'}"
+                         f"{f' ({len(cpu)} of {len(rr)} runs recorded)' if cpu and len(cpu) < len(rr) else ''} |")
+    return "\n".join(lines)
+
+
+def _replace_section(text: str, start: str, end: str, body: str, path: Path) -> str:
+    if start not in text or end not in text:
+        raise SystemExit(f"{path}: markers {start} / {end} not found")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
+def write_readme(res: dict, path: Path, recipe: dict | None = None) -> bool:
+    """Replace the generated sections of the README (the results table, and the recipe
+    experiments when ``recipe`` is given); True if it changed."""
     text = path.read_text()
-    if TABLE_START not in text or TABLE_END not in text:
-        raise SystemExit(f"{path}: markers {TABLE_START} / {TABLE_END} not found")
-    head, rest = text.split(TABLE_START, 1)
-    _, tail = rest.split(TABLE_END, 1)
-    new = f"{head}{TABLE_START}\n{report_markdown(res)}\n{TABLE_END}{tail}"
+    new = _replace_section(text, TABLE_START, TABLE_END, report_markdown(res), path)
+    if recipe is not None:
+        new = _replace_section(new, RECIPE_START, RECIPE_END, recipe_markdown(recipe, res), path)
     if new != text:
         path.write_text(new)
         return True
@@ -472,6 +507,8 @@ def main(argv=None) -> int:
                    help=f"tiny budget ({SMOKE_EPOCHS} epochs per tool) to test the pipeline; rows marked smoke, kept out of the table")
     p.add_argument("--report", action="store_true", help="only regenerate the README table from the results JSON")
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results JSON (default: results/results.json)")
+    p.add_argument("--recipe-results", type=Path, default=DEFAULT_RECIPE_RESULTS,
+                   help="recipe experiments' JSON that --report renders (default: results/recipe.json)")
     p.add_argument("--data-dir", type=Path, default=T.DEFAULT_DATA_DIR, help="task cache (default: ~/.cache/siggate/peers/data)")
     p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK, help="run outputs (default: ~/.cache/siggate/peers/runs)")
     p.add_argument("--chemprop-venv", type=Path, default=DEFAULT_CHEMPROP_VENV,
@@ -482,7 +519,8 @@ def main(argv=None) -> int:
                         "recorded in each row's command, and rows with them never enter the README table)")
     args = p.parse_args(argv)
     if args.report:
-        changed = write_readme(load_results(args.results), README)
+        recipe = load_results(args.recipe_results) if args.recipe_results.exists() else None
+        changed = write_readme(load_results(args.results), README, recipe)
         print(f"{README}: {'updated' if changed else 'unchanged'}")
         return 0
     return cmd_run(args)
