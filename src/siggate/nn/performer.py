@@ -48,7 +48,7 @@ from torch import Tensor
 from .attention import GatedAttentionBase, check_node_impl, resolve_impl
 from .kernels.attention_cpu import _dropout_keep
 from .kernels.layout import GraphSegments
-from .kernels.linear_attention import performer_fast
+from .kernels.linear_attention import DEN_FLOOR, performer_fast
 
 __all__ = ["GatedPerformerAttention", "orthogonal_gaussian", "favor_features", "performer_reference",
            "linear_attention_reference"]
@@ -119,7 +119,7 @@ def linear_attention_reference(phi_q: Tensor, phi_k: Tensor, v: Tensor, segments
     z = phi_k.new_zeros(G, H, m).index_add(0, batch, phi_k)  # G, H, m
     num = torch.einsum("nhm,nhmd->nhd", phi_q, kv[batch])  # N, H, dh
     den = torch.einsum("nhm,nhm->nh", phi_q, z[batch])  # N, H
-    return num / den[..., None]
+    return num / den.clamp_min(DEN_FLOOR)[..., None]  # DEN_FLOOR: 0/0 -> 0, see there
 
 
 class GatedPerformerAttention(GatedAttentionBase):

@@ -38,6 +38,13 @@ BIG_GRAPH = 64
 CHUNK_ROWS = 2048
 
 
+#: floor of the linear-attention denominator. With large inputs the stabilised features of a
+#: query and of every key of its graph can sit in disjoint exponent ranges, so that
+#: ``phi_q . z`` underflows to exactly 0 (and so does the numerator): 0 / 0. The floor makes
+#: such a row's output 0 (no global information) instead of NaN; it never binds otherwise.
+DEN_FLOOR = 1e-30
+
+
 def _blocks(n: int):
     for s in range(0, n, CHUNK_ROWS):
         yield slice(s, min(s + CHUNK_ROWS, n))
@@ -73,8 +80,9 @@ class _GraphFavor(torch.autograd.Function):
         r = torch.empty_like(vt)  # H, n, dh + 1: numerator | denominator
         for b in _blocks(n):
             torch.bmm(_query_features(qt[:, b], wt), s, out=r[:, b])
-        out = r[..., :dh] / r[..., dh:]
-        ctx.save_for_backward(qt, kt, vt, omega, keep, c, s, out, r[..., dh:])
+        den = r[..., dh:].clamp_min(DEN_FLOOR)
+        out = r[..., :dh] / den
+        ctx.save_for_backward(qt, kt, vt, omega, keep, c, s, out, den)
         return out.transpose(0, 1)
 
     @staticmethod
@@ -165,5 +173,5 @@ def _small_graphs(phi_q: Tensor, phi_k: Tensor, weighted: Tensor, v: Tensor, bat
         g = batch[r]
         num = torch.einsum("nhm,nhmd->nhd", phi_q[r], s[g])
         den = torch.einsum("nhm,nhm->nh", phi_q[r], z[g])
-        outs.append(num / den[..., None])
+        outs.append(num / den.clamp_min(DEN_FLOOR)[..., None])
     return torch.cat(outs)
