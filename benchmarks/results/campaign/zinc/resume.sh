@@ -5,7 +5,7 @@
 # runs committed here into the study's output folder (compare skips them), and starts compare,
 # which resumes any run that has a last.pt. Log: STUDY_DIR/zinc.log
 set -euo pipefail
-STUDY=${1:-/root/siggate-study}
+STUDY=${1:-$(git rev-parse --show-toplevel)/.study}
 COMMIT=d4e68f1
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$STUDY/zinc/runs"

@@ -5,7 +5,7 @@
 #   bash benchmarks/results/campaign/zinc/snapshot.sh [STUDY_DIR]
 # STUDY_DIR holds the study's git worktree (wt/, at the fixed commit) and its output (zinc/).
 set -euo pipefail
-STUDY=${1:-/root/siggate-study}
+STUDY=${1:-$(git rev-parse --show-toplevel)/.study}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ( cd "$STUDY/wt" && . .venv/bin/activate && SIGGATE_DATA=${SIGGATE_DATA:-/work/shared/data} \
   siggate compare --config zinc --seeds 0-9 --gates none,headwise,elementwise,none@matched-ffn \
