@@ -46,7 +46,7 @@ from torch import Tensor, nn
 from .attention import GatedAttentionBase, check_node_impl, resolve_impl
 from .kernels.attention_cpu import _dropout_keep
 from .kernels.edge_attention import sparse_attention_fast
-from .kernels.layout import GraphSegments
+from .kernels.layout import GraphSegments, seeded_generator, segment_amax
 
 __all__ = ["GatedExphormerAttention", "AttentionGraph", "attention_graph", "expander_edges", "sparse_attention"]
 
@@ -54,7 +54,7 @@ __all__ = ["GatedExphormerAttention", "AttentionGraph", "attention_graph", "expa
 @lru_cache(maxsize=512)
 def _permutations(n: int, count: int, seed: int) -> Tensor:
     """``[count, n]`` random permutations of ``range(n)``, a function of ``(n, seed)`` only."""
-    gen = torch.Generator().manual_seed((seed * 0x9E3779B97F4A7C15 + n) % 2**63)
+    gen = seeded_generator(seed, n)
     return torch.stack([torch.randperm(n, generator=gen) for _ in range(count)])
 
 
@@ -65,6 +65,8 @@ def expander_edges(segments: GraphSegments, degree: int, seed: int = 0) -> Tenso
     pair; :func:`attention_graph` merges them). ``degree`` must be even."""
     if degree % 2 or degree < 0:
         raise ValueError(f"expander degree must be even and >= 0, got {degree}")
+    if not segments.is_sorted:
+        raise ValueError("the expander needs a batch vector sorted by graph, as PyG's Batch stores it; sort the nodes")
     device = segments.batch.device
     if degree == 0:
         return torch.empty(2, 0, dtype=torch.long, device=device)
@@ -134,8 +136,7 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, graph: AttentionGraph, ext
     src, dst = graph.src, graph.dst
     N, H, dh = q.shape
     logits = (q[dst] * k[src]).sum(-1) / math.sqrt(dh)  # P, H
-    index = dst[:, None].expand(-1, H)
-    m = logits.detach().new_full((N, H), -math.inf).scatter_reduce(0, index, logits.detach(), "amax")
+    m = segment_amax(logits.detach(), dst, N)
     if extra_logits is not None:
         m = torch.maximum(m, extra_logits.detach().amax(-1))  # a stabiliser: cancels in the softmax
     e = torch.exp(logits - m[dst])
@@ -263,7 +264,7 @@ class GatedExphormerAttention(GatedAttentionBase):
             vz = vz * gz
         s = torch.einsum("nhc,rhc->nhr", k, qz) * scale  # N, H, r: virtual r scores node n
         s_self = (qz * kz).sum(-1).t() * scale  # H, r
-        m = s.new_full((G,) + s.shape[1:], -math.inf).scatter_reduce(0, batch[:, None, None].expand_as(s), s, "amax")
+        m = segment_amax(s, batch, G)
         m = torch.maximum(m, s_self).detach()  # G, H, r
         e = torch.exp(s - m[batch])
         e_self = torch.exp(s_self - m)  # G, H, r

@@ -18,13 +18,18 @@ Each node attends to the nodes of its own graph ``g``:
 
 so time and memory are linear in the number of nodes: the per-graph sums
 ``K'^T V [G, H, m, d_head]`` and ``K'^T 1 [G, H, m]`` are segment sums over the batch
-vector, never a padded ``(B, N_max)`` batch. Stabilisers (a per-query and a per-graph
-maximum, subtracted in the exponent) cancel in the ratio and carry no gradient.
+vector, never a padded ``(B, N_max)`` batch. Stabilisers (per graph, head and feature for
+the keys, per row for the queries, see :func:`favor_features`) cancel in the ratio and carry
+no gradient; they keep every feature in ``(0, 1]`` and every denominator away from 0 at any
+input scale.
 
 Random features: drawn at initialisation and redrawn every ``redraw_interval`` training
-forward passes (as Performer does; never in eval), from torch's global RNG, so a run is
-deterministic given ``torch.manual_seed``. They are a buffer (``omega``), saved in
-checkpoints with the pass counter.
+forward passes (as Performer does; never in eval). Draw ``t`` comes from a generator seeded
+with ``(feature_seed, t)``, ``feature_seed`` itself drawn from torch's global RNG at
+initialisation: a run is deterministic given ``torch.manual_seed``, and the replicas of a
+DDP run (which share the buffers of rank 0) draw the same features at the same step. The
+features (``omega``), the seed, the draw and the pass counter are buffers, saved in
+checkpoints.
 
 Dropout (``attn_dropout``) cannot drop single ``(i, j)`` probabilities without forming
 them; it drops keys instead: in training each key's term in the numerator is kept with
@@ -47,44 +52,54 @@ from torch import Tensor
 
 from .attention import GatedAttentionBase, check_node_impl, resolve_impl
 from .kernels.attention_cpu import _dropout_keep
-from .kernels.layout import GraphSegments
-from .kernels.linear_attention import DEN_FLOOR, performer_fast
+from .kernels.layout import GraphSegments, seeded_generator, segment_amax
+from .kernels.linear_attention import performer_fast
 
 __all__ = ["GatedPerformerAttention", "orthogonal_gaussian", "favor_features", "performer_reference",
            "linear_attention_reference"]
 
 
 def orthogonal_gaussian(num_features: int, dim: int, dtype: torch.dtype = torch.float32,
-                        device: torch.device | str | None = None) -> Tensor:
+                        device: torch.device | str | None = None,
+                        generator: torch.Generator | None = None) -> Tensor:
     """``[num_features, dim]`` random rows, each marginally ``N(0, I_dim)``, orthogonal
     within blocks of ``dim`` rows (Performer's "ORF"): each block is the ``Q`` of a
     Gaussian matrix's QR decomposition (signs fixed by ``R``'s diagonal, which makes it
     Haar-distributed), each row then scaled by the norm of an independent
-    ``N(0, I_dim)`` vector. Drawn from torch's global RNG (on the CPU, in float64)."""
+    ``N(0, I_dim)`` vector. Drawn from ``generator`` (default: torch's global RNG), on the
+    CPU, in float64."""
     blocks = []
     for _ in range(-(-num_features // dim)):
-        q, r = torch.linalg.qr(torch.randn(dim, dim, dtype=torch.float64))
+        q, r = torch.linalg.qr(torch.randn(dim, dim, dtype=torch.float64, generator=generator))
         blocks.append((q * torch.sign(torch.diagonal(r))).t())
     rows = torch.cat(blocks)[:num_features]
-    norms = torch.randn(num_features, dim, dtype=torch.float64).norm(dim=1, keepdim=True)
+    norms = torch.randn(num_features, dim, dtype=torch.float64, generator=generator).norm(dim=1, keepdim=True)
     return (rows * norms).to(dtype=dtype, device=device)
 
 
-def favor_features(x: Tensor, omega: Tensor, batch: Tensor | None = None, num_graphs: int = 0) -> Tensor:
-    r"""Positive random features ``phi(x) = exp(w_r . x - |x|^2 / 2 - c) / sqrt(m)``.
+def favor_features(q: Tensor, k: Tensor, omega: Tensor, batch: Tensor, num_graphs: int) -> tuple[Tensor, Tensor]:
+    r"""Positive random features of queries and keys, stabilised so that nothing under- or
+    overflows: ``(phi_q, phi_k)``, each ``[N, H, m]``.
 
-    ``x [N, H, d_head]`` (already scaled by ``d_head^{-1/4}``), ``omega [m, d_head]`` ->
-    ``[N, H, m]``. The stabiliser ``c`` (no gradient) is the row's own maximum for
-    queries (``batch=None``), and for keys the maximum over the nodes of each graph and
-    head (``batch [N]``, ``num_graphs``), so that it cancels in the attention ratio."""
-    z = x @ omega.t() - x.pow(2).sum(-1, keepdim=True) / 2  # N, H, m
-    if batch is None:
-        c = z.detach().amax(-1, keepdim=True)  # N, H, 1
-    else:
-        row_max = z.detach().amax(-1)  # N, H
-        c = row_max.new_full((num_graphs, row_max.size(1)), -math.inf)
-        c = c.scatter_reduce(0, batch[:, None].expand_as(row_max), row_max, "amax")[batch].unsqueeze(-1)
-    return torch.exp(z - c) / math.sqrt(omega.size(0))
+    ``q, k [N, H, d_head]`` (already scaled by ``d_head^{-1/4}``), ``omega [m, d_head]``,
+    ``batch [N]`` the graph of each node. With ``z(x)_r = w_r . x - |x|^2 / 2``:
+
+    * ``phi_k = exp(z(k) - c) / sqrt(m)``, ``c [G, H, m]`` the maximum of ``z(k)`` over the
+      keys of each graph, per head and feature;
+    * ``phi_q = exp(z(q) + c - a) / sqrt(m)``, ``a`` the row's maximum of ``z(q) + c``.
+
+    ``c`` multiplies ``phi_q`` and divides ``phi_k`` feature by feature, and ``a`` scales a
+    whole query row, so both cancel in the attention ratio (no gradient flows through
+    them). Every feature is in ``(0, 1 / sqrt(m)]``, and a query's denominator
+    ``phi_q . sum_j phi_k_j`` is at least ``1 / m`` (the feature where ``phi_q`` is
+    largest meets the key where ``phi_k`` is largest), whatever the scale of the inputs."""
+    zq = q @ omega.t() - q.pow(2).sum(-1, keepdim=True) / 2  # N, H, m
+    zk = k @ omega.t() - k.pow(2).sum(-1, keepdim=True) / 2
+    c = segment_amax(zk.detach(), batch, num_graphs)[batch]  # N, H, m
+    zq = zq + c
+    scale = math.sqrt(omega.size(0))
+    phi_q = torch.exp(zq - zq.detach().amax(-1, keepdim=True)) / scale
+    return phi_q, torch.exp(zk - c) / scale
 
 
 def performer_reference(q: Tensor, k: Tensor, v: Tensor, omega: Tensor, segments: GraphSegments,
@@ -96,8 +111,7 @@ def performer_reference(q: Tensor, k: Tensor, v: Tensor, omega: Tensor, segments
     Shapes: ``q, k, v [N, H, d_head]``, ``omega [m, d_head]``, ``key_keep [N, H]``
     (optional) -> ``[N, H, d_head]``.
     """
-    phi_q = favor_features(q, omega)
-    phi_k = favor_features(k, omega, segments.batch, segments.num_graphs)
+    phi_q, phi_k = favor_features(q, k, omega, segments.batch, segments.num_graphs)
     return linear_attention_reference(phi_q, phi_k, v, segments, key_keep)
 
 
@@ -119,7 +133,7 @@ def linear_attention_reference(phi_q: Tensor, phi_k: Tensor, v: Tensor, segments
     z = phi_k.new_zeros(G, H, m).index_add(0, batch, phi_k)  # G, H, m
     num = torch.einsum("nhm,nhmd->nhd", phi_q, kv[batch])  # N, H, dh
     den = torch.einsum("nhm,nhm->nh", phi_q, z[batch])  # N, H
-    return num / den.clamp_min(DEN_FLOOR)[..., None]  # DEN_FLOOR: 0/0 -> 0, see there
+    return num / den[..., None]
 
 
 class GatedPerformerAttention(GatedAttentionBase):
@@ -167,15 +181,23 @@ class GatedPerformerAttention(GatedAttentionBase):
         self.redraw_interval = redraw_interval
         self.register_buffer("omega", torch.empty(num_features, self.head_dim))  # random feature rows
         self.register_buffer("forward_count", torch.zeros((), dtype=torch.long))  # training passes since the draw
+        self.register_buffer("feature_seed", torch.zeros((), dtype=torch.long))  # seeds every draw
+        self.register_buffer("draws", torch.zeros((), dtype=torch.long))  # draws so far
         self.reset_parameters()
 
     def reset_attention(self) -> None:
+        self.feature_seed.fill_(int(torch.randint(2**62, ())))
+        self.draws.zero_()
         self.redraw_features()
 
     @torch.no_grad()
     def redraw_features(self) -> None:
-        """Draw new random features (:func:`orthogonal_gaussian`) and restart the count."""
-        self.omega.copy_(orthogonal_gaussian(self.num_features, self.head_dim, self.omega.dtype, self.omega.device))
+        """Draw new random features (:func:`orthogonal_gaussian`, seeded with
+        ``(feature_seed, draws)``), count the draw and restart the pass count."""
+        gen = seeded_generator(int(self.feature_seed), int(self.draws))
+        self.omega.copy_(orthogonal_gaussian(self.num_features, self.head_dim, self.omega.dtype, self.omega.device,
+                                             generator=gen))
+        self.draws += 1
         self.forward_count.zero_()
 
     def _redraw_schedule(self) -> None:

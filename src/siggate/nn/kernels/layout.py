@@ -15,11 +15,25 @@ were calibrated: ``benchmarks/README.md`` (step 1 and 10).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
+
+
+def segment_amax(x: Tensor, index: Tensor, size: int) -> Tensor:
+    """``[size, ...]``: the maximum of the rows of ``x [N, ...]`` with each value of
+    ``index [N]`` (``-inf`` where there are none)."""
+    out = x.new_full((size,) + x.shape[1:], -math.inf)
+    return out.scatter_reduce(0, index.view((-1,) + (1,) * (x.dim() - 1)).expand_as(x), x, "amax")
+
+
+def seeded_generator(seed: int, salt: int) -> torch.Generator:
+    """A CPU generator that is a function of ``(seed, salt)`` only."""
+    return torch.Generator().manual_seed((int(seed) * 0x9E3779B97F4A7C15 + int(salt)) % 2**63)
+
 
 #: Cost of one extra attention call, in units of attention scores per head; used to
 #: decide how many size groups a :class:`PackedLayout` uses (``benchmarks/README.md``).
@@ -348,4 +362,5 @@ class GraphSegments:
         if len(big) == self.num_graphs:
             return big, None
         is_small = torch.tensor([n < min_nodes for n in self.sizes], device=self.batch.device)
-        return big, is_small[self.batch].nonzero().view(-1)
+        small = is_small[self.batch].nonzero().view(-1)
+        return big, small if small.numel() else None  # None also when the small graphs are empty

@@ -8,12 +8,11 @@ What it computes: exactly :func:`siggate.nn.performer.performer_reference` (feat
 (``[N, H, m]`` features, one ``[m, d_head]`` outer product per node and head, gathered back
 to every node, plain autograd); here
 
-* the features are one autograd node, :class:`_Features`, in the head-major layout
-  ``[H, N, m]`` (the ``exp`` written in place, backward ``dx = (dphi * phi) W - rowsum(dphi *
-  phi) x``);
 * a graph with at least :data:`BIG_GRAPH` nodes (a node-level graph, or large ones in a
-  batch) takes batched matmuls over its contiguous rows, ``S_g = Phi_K^T V`` and
-  ``Phi_Q S_g`` per head: BLAS, and nothing of size ``N m d_head``;
+  batch) is one autograd node, :class:`_GraphFavor`: head-major batched matmuls over its
+  contiguous rows, ``S_g = Phi_K^T V`` and ``Phi_Q S_g`` per head (BLAS, nothing of size
+  ``N m d_head``), features recomputed in the backward
+  (``dx = (dphi * phi) W - rowsum(dphi * phi) x`` for keys);
 * the other graphs run in chunks of :data:`CHUNK_ROWS` rows (outer products summed per
   graph, then gathered back), so memory stays bounded.
 
@@ -38,13 +37,6 @@ BIG_GRAPH = 64
 CHUNK_ROWS = 2048
 
 
-#: floor of the linear-attention denominator. With large inputs the stabilised features of a
-#: query and of every key of its graph can sit in disjoint exponent ranges, so that
-#: ``phi_q . z`` underflows to exactly 0 (and so does the numerator): 0 / 0. The floor makes
-#: such a row's output 0 (no global information) instead of NaN; it never binds otherwise.
-DEN_FLOOR = 1e-30
-
-
 def _blocks(n: int):
     for s in range(0, n, CHUNK_ROWS):
         yield slice(s, min(s + CHUNK_ROWS, n))
@@ -55,9 +47,10 @@ class _GraphFavor(torch.autograd.Function):
 
     ``q, k`` (scaled by ``d_head^{-1/4}``), ``v [n, H, d_head]``, ``omega [m, d_head]``,
     ``keep [n, H]`` or ``None`` -> ``[n, H, d_head]``. With ``u = x W^T``:
-    ``phi_q = exp(u_q - max_r u_q)`` (the reference's query features times a per-row
-    constant: ``|q|^2 / 2``, its stabiliser and ``1 / sqrt(m)`` cancel in the ratio) and
-    ``phi_k = exp(u_k - |k|^2 / 2 - c)``, ``c`` the graph's maximum per head. One pass over
+    ``phi_k = exp(u_k - |k|^2 / 2 - c)``, ``c [H, 1, m]`` the graph's maximum per head and
+    feature, and ``phi_q = exp(u_q + c - max_r(u_q + c))`` (the reference's query features
+    times a per-row constant: ``|q|^2 / 2`` and ``1 / sqrt(m)`` cancel in the ratio); so the
+    denominator is at least 1. One pass over
     key blocks sums ``S = sum_j phi_k_j [keep_j v_j | 1]`` (``[H, m, d_head + 1]``: numerator
     and denominator in one matmul), one over query blocks gives ``phi_q S``. Blocks are
     head-major (``[H, rows, m]``, batched matmuls over heads); no ``[n, H, m]`` tensor is
@@ -70,17 +63,17 @@ class _GraphFavor(torch.autograd.Function):
         qt, kt = q.transpose(0, 1).contiguous(), k.transpose(0, 1).contiguous()  # H, n, dh
         vt = _values(v, keep)  # H, n, dh + 1
         wt = omega.t()
-        c = q.new_full((H, 1, 1), -math.inf)  # key stabiliser
+        c = q.new_full((H, 1, omega.size(0)), -math.inf)  # key stabiliser per head and feature
         for b in _blocks(n):
             kb = kt[:, b]
-            c = torch.maximum(c, (kb @ wt).amax(-1).sub_(kb.pow(2).sum(-1).mul_(0.5)).amax(1)[:, None, None])
+            c = torch.maximum(c, (kb @ wt).sub_(kb.pow(2).sum(-1, keepdim=True).mul_(0.5)).amax(1, keepdim=True))
         s = q.new_zeros(H, omega.size(0), dh + 1)
         for b in _blocks(n):
             s.baddbmm_(_key_features(kt[:, b], wt, c).transpose(1, 2), vt[:, b])
         r = torch.empty_like(vt)  # H, n, dh + 1: numerator | denominator
         for b in _blocks(n):
-            torch.bmm(_query_features(qt[:, b], wt), s, out=r[:, b])
-        den = r[..., dh:].clamp_min(DEN_FLOOR)
+            torch.bmm(_query_features(qt[:, b], wt, c), s, out=r[:, b])
+        den = r[..., dh:]
         out = r[..., :dh] / den
         ctx.save_for_backward(qt, kt, vt, omega, keep, c, s, out, den)
         return out.transpose(0, 1)
@@ -95,7 +88,7 @@ class _GraphFavor(torch.autograd.Function):
         dq, dk, dv = torch.empty_like(qt), torch.empty_like(kt), torch.empty_like(vt)
         ds = torch.zeros_like(s)
         for b in _blocks(n):
-            phi = _query_features(qt[:, b], wt)  # H, rows, m
+            phi = _query_features(qt[:, b], wt, c)  # H, rows, m
             ds.baddbmm_(phi.transpose(1, 2), g[:, b])
             torch.bmm(torch.bmm(g[:, b], s.transpose(1, 2)).mul_(phi), omega.expand(H, -1, -1), out=dq[:, b])
         for b in _blocks(n):
@@ -109,8 +102,8 @@ class _GraphFavor(torch.autograd.Function):
         return dq.transpose(0, 1), dk.transpose(0, 1), dv, None, None
 
 
-def _query_features(x: Tensor, wt: Tensor) -> Tensor:
-    u = x @ wt  # H, rows, m
+def _query_features(x: Tensor, wt: Tensor, c: Tensor) -> Tensor:
+    u = (x @ wt).add_(c)  # H, rows, m
     return u.sub_(u.amax(-1, keepdim=True)).exp_()
 
 
@@ -131,7 +124,7 @@ def performer_fast(q: Tensor, k: Tensor, v: Tensor, omega: Tensor, segments: Gra
     ``q, k`` (scaled by ``d_head^{-1/4}``), ``v [N, H, d_head]``, ``omega [m, d_head]``,
     ``key_keep [N, H]`` (optional) -> ``[N, H, d_head]``. ``features``: the reference's
     feature map (:func:`~siggate.nn.performer.favor_features`), used for the graphs below
-    :data:`BIG_GRAPH` nodes."""
+    :data:`BIG_GRAPH` nodes; needed only when there are such graphs."""
     big, small = segments.runs(BIG_GRAPH)
     pieces, rows = [], []
     for _, a, b in big:
@@ -143,8 +136,7 @@ def performer_fast(q: Tensor, k: Tensor, v: Tensor, omega: Tensor, segments: Gra
     order = [torch.arange(a, b, device=v.device) for a, b in rows]
     if small is not None:
         batch = segments.batch[small]
-        phi_q = features(q[small], omega)
-        phi_k = features(k[small], omega, batch, segments.num_graphs)
+        phi_q, phi_k = features(q[small], k[small], omega, batch, segments.num_graphs)
         weighted = phi_k if key_keep is None else phi_k * key_keep[small][..., None]
         pieces.append(_small_graphs(phi_q, phi_k, weighted, v[small], batch, segments.num_graphs))
         order.append(small)
@@ -173,5 +165,5 @@ def _small_graphs(phi_q: Tensor, phi_k: Tensor, weighted: Tensor, v: Tensor, bat
         g = batch[r]
         num = torch.einsum("nhm,nhmd->nhd", phi_q[r], s[g])
         den = torch.einsum("nhm,nhm->nh", phi_q[r], z[g])
-        outs.append(num / den.clamp_min(DEN_FLOOR)[..., None])
+        outs.append(num / den[..., None])
     return torch.cat(outs)
