@@ -73,11 +73,16 @@ class MetricUndefinedError(RuntimeError, ValueError):
     """
 
 
+def _float64(a) -> np.ndarray:
+    """A float64 array of ``a`` (a torch tensor of any dtype, bf16/int/bool included, or array-like)."""
+    if hasattr(a, "detach"):
+        a = a.detach().cpu().double().numpy()
+    return np.asarray(a, dtype=np.float64)
+
+
 def _to_numpy_2d(y_true, y_pred):
     def conv(a, name):
-        if hasattr(a, "detach"):  # torch.Tensor (incl. bf16 / int / bool)
-            a = a.detach().cpu().double().numpy()
-        a = np.asarray(a, dtype=np.float64)
+        a = _float64(a)
         if a.ndim == 1:
             a = a.reshape(-1, 1)
         if a.ndim != 2:
@@ -164,12 +169,7 @@ def average_precision(y_true, y_pred) -> float:
 def _classes(y_true, y_pred) -> tuple[np.ndarray, np.ndarray]:
     """Class ids ``[n]`` and predicted classes ``[n]`` (argmax of scores ``[n, C]``); a
     missing (NaN) label is not allowed."""
-    def conv(a):
-        if hasattr(a, "detach"):
-            a = a.detach().cpu().double().numpy()
-        return np.asarray(a, dtype=np.float64)
-
-    yt, yp = conv(y_true).reshape(-1), conv(y_pred)
+    yt, yp = _float64(y_true).reshape(-1), _float64(y_pred)
     if yp.ndim != 2 or yp.shape[0] != yt.shape[0]:
         raise ValueError(f"y_pred must be scores [n, C] for the {yt.shape[0]} labels, got shape {yp.shape}")
     if np.isnan(yt).any():

@@ -6,7 +6,7 @@ the checkpoint's config, not SMILES. The CSV has a header and these columns:
 
 ``split``
     the split the node is scored in: ``train``, ``val`` or ``test`` (for a transductive
-    dataset, the mask the node is in; empty for a node in no mask);
+    dataset, the mask the node is in);
 ``graph``
     the graph's position in its split (``0`` for the one graph of a transductive dataset);
 ``node``
@@ -20,7 +20,8 @@ the checkpoint's config, not SMILES. The CSV has a header and these columns:
     classification only: the softmax probability of each class ``c``.
 
 Rows come split by split, graph by graph, node by node. ``--split all`` writes every split
-(for a transductive dataset: every node once). The file is written atomically.
+(for a transductive dataset: every node in one of the masks, once; a node in no mask has no
+label to score and is left out). The file is written atomically.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from ..data.base import split_mask
 from .predict import InputError, csv_output
 
 SPLITS = ("train", "val", "test")
@@ -79,9 +81,9 @@ def _rows(model, info, graphs: list, split: str, mean, std, batch_size: int):
         start += n
         y = g.y.view(n, -1).tolist()
         if info.transductive:
-            masks = torch.stack([g[f"{s}_mask"] for s in SPLITS], 1)  # N, 3
-            keep = masks.any(1) if split == "all" else g[f"{split}_mask"]
-            where = [SPLITS[i] if m else "" for i, m in zip(masks.float().argmax(1).tolist(), masks.any(1).tolist())]
+            masks = torch.stack([split_mask(g, info, s) for s in SPLITS], 1)  # N, 3
+            keep = masks.any(1) if split == "all" else split_mask(g, info, split)
+            where = [SPLITS[i] for i in masks.float().argmax(1).tolist()]  # read for kept nodes only
             nodes = torch.nonzero(keep).view(-1).tolist()
         else:
             where, nodes = [split] * n, range(n)
