@@ -61,6 +61,13 @@ def test_no_significant_difference_is_never_contradicted_and_a_significant_loss_
     assert _rows(nan, 60)["the gate beats GraphGPS on zinc (p < 0.05)"]["verdict"] == HOLDS
 
 
+def test_one_pair_gives_no_interval_and_no_verdict():
+    rows = _rows({"none": {"0": 0.30}, "elementwise": {"0": 0.20}, "none@matched-ffn": {"0": 0.25}}, epochs=60)
+    row = rows["the gate beats GraphGPS on zinc (p < 0.05)"]
+    assert row["verdict"] == BUDGET and "(1 pair: no interval or test yet)" in row["measured"]
+    assert "nan" not in row["measured"]
+
+
 def test_markers():
     text = f"a\n{START}\nold\n{END}\nb\n"
     assert replace_between_markers(text, "| new |") == f"a\n{START}\n| new |\n{END}\nb\n"

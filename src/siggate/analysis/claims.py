@@ -91,6 +91,8 @@ def _gain_text(c: dict, a: str, b: str, hib: bool) -> tuple[str, bool, bool]:
     lo, hi = min(lo, hi), max(lo, hi)
     sig = c["p_holm"] is not None and math.isfinite(c["p_holm"]) and c["p_holm"] < 0.05
     better = (mean > 0) == hib
+    if c["n_pairs"] < 2:  # no spread between pairs yet: no interval, no test
+        return f"`{b}` − `{a}` = {fmt(mean)} ({c['n_pairs']} pair: no interval or test yet)", False, False
     text = (f"`{b}` − `{a}` = {fmt(mean)} (95% CI {fmt(lo)} to {fmt(hi)}, Holm p = {fmt(c['p_holm'], 3)}, "
             f"{c['n_pairs']} pairs)")
     return text, sig and better, sig and not better
