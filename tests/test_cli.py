@@ -111,9 +111,9 @@ def test_all_builtin_configs_load():
     base = ["molhiv", "molpcba", "nci5k", "peptides-func", "peptides-struct", "zinc"]
     paper = [n + "-paper" for n in base if n != "nci5k"]  # the public SigGate-GT code's settings
     node = ["cluster", "pattern", "sbm-large"]  # node-level datasets (GraphGPS's settings; ours for sbm-large)
-    assert names == sorted(base + paper + node)
+    assert names == sorted(base + paper + node + ["csv"])  # csv: the recipe of --data
     for n in names:
-        cfg = load_config(n)
+        cfg = load_config(n, ["data.csv=x.csv", "data.target_cols=[y]"] if n == "csv" else [])
         assert cfg.data.name == n.removesuffix("-paper")
     for n in paper:  # 8 heads, no attention dropout, gate bias 0.5, no warmup in every paper variant
         m, t = load_config(n).model, load_config(n).train
@@ -129,3 +129,25 @@ def test_all_builtin_configs_load():
             pat.train.lr, pat.train.loss) == (6, 64, 4, "lappe", 16, 32, 0.0005, "weighted_ce")
     assert (clu.model.layers, clu.model.dim, clu.model.heads, clu.model.dropout, clu.model.pe_steps,
             clu.train.batch_size) == (16, 48, 8, 0.1, 10, 16)
+
+
+def test_data_without_config_takes_the_csv_recipe(tmp_path):
+    """``--data`` alone trains configs/csv.yaml's recipe (no attention, 150 epochs); an explicit
+    ``--config`` wins; the csv recipe without a file says what is missing."""
+    import argparse
+
+    from siggate.config import ConfigError, load_config
+    from siggate.config_args import add_config_args, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    data = ["--data", str(tmp_path / "my.csv"), "--target-col", "y"]
+    cfg = config_from_args(parser.parse_args(data))
+    csv_recipe = load_config("csv", [f"data.csv={tmp_path / 'my.csv'}", "data.target_cols=[y]"])
+    assert (cfg.model.attn, cfg.train.epochs, cfg.data.name, cfg.data.target_cols) == (False, 150, "csv", ["y"])
+    assert cfg.model.to_dict() == csv_recipe.model.to_dict() and cfg.train.to_dict() == csv_recipe.train.to_dict()
+    nci = config_from_args(parser.parse_args(["--config", "nci5k", *data]))
+    assert (nci.model.attn, nci.train.epochs, nci.data.name) == (True, 60, "csv")
+    assert config_from_args(parser.parse_args([])).data.name == "nci5k"  # no --data: the nci5k default
+    with pytest.raises(ConfigError, match="data.csv: a CSV path is required"):
+        load_config("csv")

@@ -453,18 +453,19 @@ def report_markdown(res: dict) -> str:
 
 
 def recipe_markdown(recipe: dict, res: dict) -> str:
-    """Per task, siggate's recipe variants (rows of ``recipe``; no variant = its defaults)
-    beside chemprop's rows of ``res``: mean ± std of the test metric and CPU time, seeds."""
+    """Per task, siggate's recipe variants (rows of ``recipe``) beside both tools' default rows
+    of ``res``: mean ± std of the test metric and CPU time, seeds."""
     ok = lambda r: r.get("status") == "ok" and not r.get("smoke")  # noqa: E731
-    rows = [r for r in recipe.get("runs", []) if ok(r) and r["tool"] == "siggate"]
-    rows += [r for r in res.get("runs", []) if ok(r) and r["tool"] == "chemprop"]
+    rows = [r for r in recipe.get("runs", []) if ok(r) and r["tool"] == "siggate" and r.get("variant")]
+    rows += [r for r in res.get("runs", []) if ok(r) and not r.get("variant")]
     if not rows:
         return "_No recipe experiment yet._"
     lines = ["| task | metric | tool | variant | test metric (mean ± std) | seeds | CPU time per run, s |",
              "|---|---|---|---|---|---|---|"]
     for name in (n for n in T.TASKS if any(r["task"] == n for r in rows)):
         groups: dict = {}
-        for r in sorted(rows, key=lambda r: (r["tool"] != "chemprop", r.get("variant", ""), r["seed"])):
+        for r in sorted(rows, key=lambda r: (r["tool"] != "chemprop", bool(r.get("variant")), r.get("variant", ""),
+                                             r["seed"])):
             if r["task"] == name:
                 groups.setdefault((r["tool"], r.get("variant", "")), []).append(r)
         for (tool, variant), rr in groups.items():

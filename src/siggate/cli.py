@@ -26,6 +26,11 @@ EXTRA_COMMANDS = {
 }
 
 
+def _attention(cfg) -> str:
+    """``gate=...`` for the banner, or ``attention=off`` when the model has no attention branch."""
+    return f"gate={cfg.model.gate}" if cfg.model.attn else "attention=off"
+
+
 def cmd_train(args) -> int:
     from .train.loop import train
 
@@ -45,7 +50,7 @@ def cmd_train(args) -> int:
     check_out_dir(out)
     if args.ensemble is not None:
         return _train_ensemble(cfg, out, args)
-    print(f"siggate train: dataset={cfg.data.name} gate={cfg.model.gate} layers={cfg.model.layers} "
+    print(f"siggate train: dataset={cfg.data.name} {_attention(cfg)} layers={cfg.model.layers} "
           f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
     m = train(cfg, out, resume=args.resume, progress=progress_enabled(args))
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
@@ -65,7 +70,7 @@ def _train_ensemble(cfg, out: Path, args) -> int:
 
     if args.ensemble < 1:
         raise CLIError(f"--ensemble must be >= 1, got {args.ensemble}")
-    print(f"siggate train: ensemble of {args.ensemble} on dataset={cfg.data.name} gate={cfg.model.gate} "
+    print(f"siggate train: ensemble of {args.ensemble} on dataset={cfg.data.name} {_attention(cfg)} "
           f"seeds {cfg.train.seed}..{cfg.train.seed + args.ensemble - 1} -> {out}", flush=True)
     res = train_ensemble(cfg, out, args.ensemble, resume=args.resume, progress=progress_enabled(args))
     print(json.dumps({k: res[k] for k in ("metric", "seeds", "member_test", "val", "test")}, indent=2))
@@ -97,7 +102,7 @@ def _train_ddp(cfg, args) -> int:
         out = default_out_dir(cfg, args.out)
         if ctx.is_main:
             print(f"siggate train --ddp: world_size={ctx.world_size} device={ctx.device} dataset={cfg.data.name} "
-                  f"gate={cfg.model.gate} global_batch={cfg.train.batch_size} epochs={cfg.train.epochs} "
+                  f"{_attention(cfg)} global_batch={cfg.train.batch_size} epochs={cfg.train.epochs} "
                   f"seed={cfg.train.seed} -> {out}", flush=True)
         else:
             logging.getLogger("siggate").setLevel(logging.WARNING)

@@ -20,7 +20,8 @@ class CLIError(Exception):
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
     """``--config``, ``--set``, ``--seed``, ``--epochs``, ``--data-root`` and the CSV options."""
-    p.add_argument("--config", default=None, help="built-in config name (nci5k, zinc, molhiv, ...) or a YAML path (default: nci5k)")
+    p.add_argument("--config", default=None, help="built-in config name (nci5k, zinc, molhiv, ...) or a YAML path "
+                   "(default: nci5k; csv with --data)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set model.gate=none (repeatable)")
     p.add_argument("--seed", type=int, default=None, help="random seed (train.seed)")
@@ -58,7 +59,7 @@ def config_from_args(args):
             overrides.append(f"data.split={args.split}")
     elif getattr(args, "sep", None):
         raise CLIError("--sep applies to --data FILE.csv only")
-    cfg = load_config(args.config, overrides)
+    cfg = load_config(args.config or ("csv" if args.data else None), overrides)  # --data: configs/csv.yaml
     sep = getattr(args, "sep", None)
     if args.data and sep:
         sep = {"tab": "\t", "\\t": "\t"}.get(sep, sep)
