@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# A comparison campaign that outlives sessions: siggate compare runs from a git worktree at a
+# fixed commit (so that later work does not change the code under it), in the background,
+# resuming finished and interrupted runs. From the repository root:
+#
+#   bash benchmarks/results/campaign/study.sh resume NAME     # (re)start; JOBS=2 for two runs at once
+#   bash benchmarks/results/campaign/study.sh snapshot NAME   # results so far -> this folder (trains nothing)
+#
+# benchmarks/results/campaign/NAME/study.conf sets COMMIT (the fixed code) and PARTS, a bash
+# array of "SUBDIR|compare arguments" run one after the other, each into STUDY/NAME/SUBDIR
+# (SUBDIR "." for one part). STUDY is $STUDY_DIR or .study/ in the clone (git-ignored: the
+# worktree wt-COMMIT with its venv, and every run's checkpoints, so an interrupted run resumes
+# wherever the clone persists). resume copies the finished runs committed under NAME/ back into
+# STUDY first (compare skips them); snapshot copies results.json, results.md, val_curves.png and
+# each finished run's metrics.json, config.yaml and log.csv (never checkpoints) into NAME/.
+set -euo pipefail
+ACTION=${1:?resume or snapshot}
+NAME=${2:?campaign name, a folder of benchmarks/results/campaign}
+ROOT=$(git rev-parse --show-toplevel)
+STUDY=${STUDY_DIR:-$ROOT/.study}
+HERE=$ROOT/benchmarks/results/campaign/$NAME
+# shellcheck source=/dev/null
+source "$HERE/study.conf"
+WT=$STUDY/wt-$COMMIT
+export SIGGATE_DATA=${SIGGATE_DATA:-$ROOT/../shared/data}
+
+if [ ! -d "$WT" ]; then
+  git -C "$ROOT" worktree add --detach "$WT" "$COMMIT"
+  ( cd "$WT" && python3 -m venv .venv && . .venv/bin/activate && pip install -q -r requirements-cpu.txt -e . )
+fi
+
+outdir() { [ "$1" = . ] && echo "$STUDY/$NAME" || echo "$STUDY/$NAME/$1"; }
+
+compare_cmds() {  # one "siggate compare ..." line per part; $1: extra arguments
+  for part in "${PARTS[@]}"; do
+    echo "siggate compare ${part#*|} $1 --threads 1 --out $(outdir "${part%%|*}") --no-progress"
+  done
+}
+
+case $ACTION in
+  resume)
+    for part in "${PARTS[@]}"; do
+      sub=${part%%|*}; out=$(outdir "$sub")
+      mkdir -p "$out/runs"
+      if [ -d "$HERE/$sub/runs" ]; then cp -rn "$HERE/$sub/runs/." "$out/runs/"; fi
+    done
+    ( cd "$WT" && . .venv/bin/activate && nohup bash -c "$(compare_cmds "--jobs ${JOBS:-1}" | paste -sd';')" \
+        >> "$STUDY/$NAME.log" 2>&1 & echo "campaign $NAME restarted (pid $!), log: $STUDY/$NAME.log" )
+    ;;
+  snapshot)
+    ( cd "$WT" && . .venv/bin/activate && bash -c "$(compare_cmds "--jobs 1 --aggregate-only" | paste -sd';')" )
+    for part in "${PARTS[@]}"; do
+      sub=${part%%|*}; src=$(outdir "$sub"); dst=$HERE/$sub
+      mkdir -p "$dst"
+      cp "$src/results.json" "$src/results.md" "$dst/"
+      if [ -f "$src/val_curves.png" ]; then cp "$src/val_curves.png" "$dst/"; fi
+      for m in "$src"/runs/*/seed*/metrics.json; do
+        [ -f "$m" ] || continue
+        run=$(dirname "$m"); rel=${run#"$src"/}
+        mkdir -p "$dst/$rel"
+        cp "$run/metrics.json" "$run/config.yaml" "$run/log.csv" "$dst/$rel/"
+      done
+    done
+    echo "snapshot of $NAME written to $HERE"
+    ;;
+  *) echo "unknown action $ACTION: resume or snapshot" >&2; exit 2 ;;
+esac
