@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..options import ATTN_IMPLS, GATE_KINDS, GATE_POSITIONS  # shared with siggate.config
-from .kernels.layout import DenseIndex, PackedLayout
+from .kernels.layout import DenseIndex, PackedLayout, batch_vector
 from .kernels.packed import packed_attention, packed_from_padded
 
 #: Environment variable that replaces ``impl="auto"`` everywhere (for debugging).
@@ -210,6 +210,11 @@ class GatedAttentionBase(nn.Module):
         """Number of parameters the gate adds (``d*d + d``, ``d*H + H`` or 0)."""
         return self.gate_dim * (self.dim + (1 if self.in_proj.bias is not None else 0))
 
+    def _impl(self, impl: str | None, return_details: bool) -> str:
+        """The implementation a call runs: ``"reference"`` when the details are asked for,
+        else ``impl`` (or the module's own) resolved (:func:`resolve_impl`)."""
+        return "reference" if return_details else resolve_impl(impl or self.impl)
+
     def _split(self, x: Tensor):
         """Input ``x (..., d)`` -> ``q, k, v (..., H, d_head)`` and the gate ``(..., H, d_head|1)``
         (``None`` without a gate), from one input projection."""
@@ -249,7 +254,7 @@ class GatedAttentionBase(nn.Module):
             out = out + x
         if not return_details:
             return out
-        index = DenseIndex.from_batch(x.new_zeros(n, dtype=torch.long) if batch is None else batch)
+        index = DenseIndex.from_batch(batch_vector(x, batch))
 
         def padded(t):
             return None if t is None else index.to_dense(t.reshape(n, -1)).view(*index.mask.shape, *t.shape[1:])
@@ -405,7 +410,7 @@ class GatedMultiheadAttention(GatedAttentionBase):
         :class:`PackedLayout`, or :meth:`forward` on the padded batch of a
         :class:`DenseIndex` (``"reference"``, ``"sdpa"``, and ``return_details``, which
         also returns the padded details)."""
-        impl = "reference" if return_details else resolve_impl(impl or self.impl)
+        impl = self._impl(impl, return_details)
         if impl == "packed":
             return self.forward_packed(x, layout, out_weight, out_bias, residual)
         if out_weight is not None:

@@ -43,10 +43,10 @@ from functools import lru_cache, partial
 import torch
 from torch import Tensor, nn
 
-from .attention import GatedAttentionBase, check_node_impl, resolve_impl
+from .attention import GatedAttentionBase, check_node_impl
 from .kernels.attention_cpu import _dropout_keep
 from .kernels.edge_attention import sparse_attention_fast
-from .kernels.layout import GraphSegments, seeded_generator, segment_amax
+from .kernels.layout import GraphSegments, batch_vector, seeded_generator, segment_amax
 
 __all__ = ["GatedExphormerAttention", "AttentionGraph", "attention_graph", "expander_edges", "sparse_attention"]
 
@@ -227,12 +227,11 @@ class GatedExphormerAttention(GatedAttentionBase):
                 layout: AttentionGraph | None = None, return_details: bool = False, impl: str | None = None):
         """``x [N, d]``, ``edge_index [2, E]``, ``batch [N]`` (``None``: one graph) ->
         ``[N, d]`` (with ``return_details``, ``(out, details)``, see :meth:`_gated_rows`)."""
-        batch = x.new_zeros(x.size(0), dtype=torch.long) if batch is None else batch
-        return self.forward_nodes(x, self.ensure_layout(layout, batch, edge_index), impl, return_details)
+        return self.forward_nodes(x, self.ensure_layout(layout, batch_vector(x, batch), edge_index), impl, return_details)
 
     def forward_nodes(self, x: Tensor, layout: AttentionGraph, impl: str | None = None, return_details: bool = False,
                       out_weight: Tensor | None = None, out_bias: Tensor | None = None, residual: bool = False):
-        impl = "reference" if return_details else resolve_impl(impl or self.impl)
+        impl = self._impl(impl, return_details)
         edge_keep = extra_keep = None
         if self.training and self.attn_dropout > 0:
             p, H = self.attn_dropout, self.heads

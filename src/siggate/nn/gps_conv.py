@@ -5,13 +5,13 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.inits import reset
 from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
 
 from .attention_types import ATTENTION_TYPES, make_attention, type_options
+from .kernels.layout import batch_vector
 
 #: ``attn_type`` names of PyG's ``GPSConv`` -> siggate's attention types
 PYG_ATTN_TYPES = {"multihead": "full", "performer": "performer"}
@@ -148,9 +148,7 @@ class GatedGPSConv(nn.Module):
         """Attention of each graph with itself on node rows, over the layout the attention
         type builds from ``batch`` (and ``edge_index``): for ``"multihead"`` packed, or the
         padded batch for ``"reference"``/``"sdpa"``."""
-        if batch is None:
-            batch = x.new_zeros(x.size(0), dtype=torch.long)
-        return self.attn.forward_nodes(x, self.attn.make_layout(batch, edge_index))
+        return self.attn.forward_nodes(x, self.attn.make_layout(batch_vector(x, batch), edge_index))
 
     def _norm(self, norm: nn.Module | None, h: Tensor, batch: Tensor | None) -> Tensor:
         if norm is None:

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from .attention import ATTN_IMPLS, resolve_impl
 from .attention_types import make_attention
 from .kernels.fused_blocks import _GINEResidual, _MLPResidual, foldable, forward_folded
-from .kernels.layout import DenseIndex  # noqa: F401 (re-exported: siggate.nn.layer.DenseIndex)
+from .kernels.layout import DenseIndex, batch_vector  # noqa: F401 (DenseIndex re-exported: siggate.nn.layer.DenseIndex)
 
 
 def _scatter_sum(src: Tensor, index: Tensor, num: int) -> Tensor:
@@ -109,11 +109,6 @@ class GatedGCNLocal(nn.Module):
 
 LOCAL_MODELS = {"gine": GINELocal, "gatedgcn": GatedGCNLocal}
 
-
-
-def _batch_vector(x: Tensor, batch: Tensor | None) -> Tensor:
-    """``batch``, or all nodes in one graph when it is ``None``."""
-    return x.new_zeros(x.size(0), dtype=torch.long) if batch is None else batch
 
 
 class GPSLayer(nn.Module):
@@ -241,7 +236,7 @@ class GPSLayer(nn.Module):
                 h = x + self._drop(h)
             branches.append(self.norm_local(h))
         if self.attn is not None:  # global attention, residual, norm
-            layout = self.attn.ensure_layout(layout, _batch_vector(x, batch), edge_index, impl)
+            layout = self.attn.ensure_layout(layout, batch_vector(x, batch), edge_index, impl)
             h = self.attn.forward_nodes(x, layout, impl=impl, return_details=return_details)
             if return_details:
                 h, details = h
@@ -260,7 +255,7 @@ class GPSLayer(nn.Module):
         autograd nodes (:mod:`siggate.nn.kernels`) unless dropout sits between them or
         autocast is on."""
         if self.attn is not None:
-            layout = self.attn.ensure_layout(layout, _batch_vector(x, batch), edge_index, "packed")
+            layout = self.attn.ensure_layout(layout, batch_vector(x, batch), edge_index, "packed")
         gine = isinstance(self.local, GINELocal)
         autocast = torch.is_autocast_enabled(x.device.type)  # the fused blocks run in one dtype
         if not self.training and not torch.is_grad_enabled() and not autocast and foldable(self):

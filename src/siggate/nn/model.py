@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from .attention import GatedAttentionBase, resolve_impl
 from .attention_types import attn_kwargs_from_config
 from .encoders import NodeEncoder, make_edge_encoder
-from .kernels.layout import DenseIndex
+from .kernels.layout import DenseIndex, batch_vector
 from .layer import GPSLayer
 
 POOLING = {"add": global_add_pool, "mean": global_mean_pool}
@@ -186,9 +185,7 @@ class SigGateGT(nn.Module):
         the encoder and after each layer, ``[N, d]`` each), ``attn`` (per-layer attention
         details, see :class:`GatedMultiheadAttention`), ``mask`` ``[G, N_max]`` and
         ``graph_emb`` ``[G, d]`` (``None`` at node level)."""
-        batch = getattr(data, "batch", None)
-        if batch is None:
-            batch = data.x.new_zeros(data.x.size(0), dtype=torch.long)
+        batch = batch_vector(data.x, getattr(data, "batch", None))
         num_graphs = int(getattr(data, "num_graphs", None) or (int(batch.max()) + 1))
         impl = "reference" if return_details else resolve_impl(self.impl)
         attns = self.attention_modules()

@@ -50,9 +50,9 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from .attention import GatedAttentionBase, check_node_impl, resolve_impl
+from .attention import GatedAttentionBase, check_node_impl
 from .kernels.attention_cpu import _dropout_keep
-from .kernels.layout import GraphSegments, seeded_generator, segment_amax
+from .kernels.layout import GraphSegments, batch_vector, seeded_generator, segment_amax
 from .kernels.linear_attention import performer_fast
 
 __all__ = ["GatedPerformerAttention", "orthogonal_gaussian", "favor_features", "performer_reference",
@@ -219,12 +219,11 @@ class GatedPerformerAttention(GatedAttentionBase):
                 return_details: bool = False, impl: str | None = None):
         """``x [N, d]``, ``batch [N]`` (``None``: one graph) -> ``[N, d]`` (with
         ``return_details``, ``(out, details)``, see :meth:`_gated_rows`)."""
-        batch = x.new_zeros(x.size(0), dtype=torch.long) if batch is None else batch
-        return self.forward_nodes(x, self.ensure_layout(layout, batch), impl, return_details)
+        return self.forward_nodes(x, self.ensure_layout(layout, batch_vector(x, batch)), impl, return_details)
 
     def forward_nodes(self, x: Tensor, layout: GraphSegments, impl: str | None = None, return_details: bool = False,
                       out_weight: Tensor | None = None, out_bias: Tensor | None = None, residual: bool = False):
-        impl = "reference" if return_details else resolve_impl(impl or self.impl)
+        impl = self._impl(impl, return_details)
         self._redraw_schedule()
         keep = None
         if self.training and self.attn_dropout > 0:

@@ -30,6 +30,11 @@ def segment_amax(x: Tensor, index: Tensor, size: int) -> Tensor:
     return out.scatter_reduce(0, index.view((-1,) + (1,) * (x.dim() - 1)).expand_as(x), x, "amax")
 
 
+def batch_vector(x: Tensor, batch: Tensor | None) -> Tensor:
+    """``batch [N]``, or every row of ``x [N, ...]`` in graph 0 when it is ``None``."""
+    return x.new_zeros(x.size(0), dtype=torch.long) if batch is None else batch
+
+
 def seeded_generator(seed: int, salt: int) -> torch.Generator:
     """A CPU generator that is a function of ``(seed, salt)`` only."""
     return torch.Generator().manual_seed((int(seed) * 0x9E3779B97F4A7C15 + int(salt)) % 2**63)
