@@ -65,6 +65,9 @@ def test_one_pair_gives_no_interval_and_no_verdict():
     rows = _rows({"none": {"0": 0.30}, "elementwise": {"0": 0.20}, "none@matched-ffn": {"0": 0.25}}, epochs=60)
     row = rows["the gate beats GraphGPS on zinc (p < 0.05)"]
     assert row["verdict"] == BUDGET and "(1 pair: no interval or test yet)" in row["measured"]
+    uneven = _rows({"none": {"0": 0.30, "1": 0.31}, "elementwise": {"0": 0.20}}, epochs=60)
+    assert uneven["ZINC test MAE 0.059"]["budget"] == "60 of 2000 epochs, 1 seed(s)"  # the arm's own seeds
+    assert uneven["the gate beats GraphGPS on zinc (p < 0.05)"]["budget"] == "60 of 2000 epochs, 1 seed(s)"  # shared
     assert "nan" not in row["measured"]
 
 
