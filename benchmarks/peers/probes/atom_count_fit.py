@@ -8,7 +8,6 @@ bonded neighbours: "1-hop". A target that is a sum of such atom contributions is
 exactly by the 1-hop counts (test MAE ~ 0); prints one JSON line per typing.
 """
 
-import csv
 import json
 import sys
 from collections import Counter
@@ -36,15 +35,13 @@ def atom_types(mol, hop: int) -> Counter:
 
 def main(task: str = "zincmr4k") -> None:
     tasks.build(task)
-    with open(tasks.task_dir(task) / "data.csv", newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    y = np.array([float(r["y"]) for r in rows])
-    split = np.array([r["split"] for r in rows])
-    mols = [Chem.MolFromSmiles(r["smiles"]) for r in rows]
+    smiles, targets, splits = tasks.read_task_csv(tasks.task_dir(task) / "data.csv")
+    y, split = np.array(targets), np.array(splits)
+    mols = [Chem.MolFromSmiles(s) for s in smiles]
     for hop in (0, 1):
         counts = [atom_types(m, hop) for m in mols]
         keys = {k: i for i, k in enumerate(sorted({k for c in counts for k in c}, key=str))}
-        X = np.zeros((len(rows), len(keys) + 1))
+        X = np.zeros((len(mols), len(keys) + 1))
         X[:, -1] = 1.0
         for i, c in enumerate(counts):
             for k, v in c.items():
