@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 TINY = ["--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.pe_dim=4",
         "--set", "model.pe_steps=4", "--set", "train.batch_size=128", "--set", "train.warmup_epochs=0"]
@@ -151,3 +152,27 @@ def test_data_without_config_takes_the_csv_recipe(tmp_path):
     assert config_from_args(parser.parse_args([])).data.name == "nci5k"  # no --data: the nci5k default
     with pytest.raises(ConfigError, match="data.csv: a CSV path is required"):
         load_config("csv")
+
+
+def test_csv_recipe_pools_over_the_training_molecules_mean_size(tmp_path):
+    """The csv recipe's ``pool_norm: 0`` becomes the training graphs' mean node count in the
+    run's config and checkpoint (which rebuild the same model); other configs are untouched,
+    and no training graphs is a config error."""
+    from siggate.config import ConfigError, load_config
+    from siggate.train.checkpoint import load_checkpoint
+    from siggate.train.loop import load_trained, resolve_pool_norm
+    from test_predict import tiny_config, tiny_dataset, train_tiny
+
+    assert load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]"]).model.pooling == "norm"
+    ds = tiny_dataset(40)
+    want = round(sum(int(g.num_nodes) for g in ds.train) / len(ds.train), 2)
+    cfg = tiny_config(model={"pooling": "norm", "pool_norm": 0.0}, train={"epochs": 1})
+    train_tiny(tmp_path, cfg, ds)
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())["model"]
+    assert (saved["pooling"], saved["pool_norm"]) == ("norm", want)
+    assert load_checkpoint(tmp_path / "best.pt")["config"]["model"]["pool_norm"] == want
+    assert load_trained(tmp_path / "best.pt")[0].pool_norm == want
+    fixed, plain = tiny_config(model={"pooling": "norm", "pool_norm": 3.0}), tiny_config()
+    assert resolve_pool_norm(fixed, ds.train) is fixed and resolve_pool_norm(plain, []) is plain
+    with pytest.raises(ConfigError, match="no training graphs; set model.pool_norm"):
+        resolve_pool_norm(cfg, [])

@@ -212,6 +212,7 @@ MODEL_VARIANTS = [
     dict(local="gine", gate="elementwise", pe="rwse", pe_steps=8, pe_dim=4, pooling="add"),
     dict(local="gatedgcn", gate="headwise", pe="lappe", pe_steps=4, pe_dim=4, pooling="mean"),
     dict(local="none", gate="none", pe="none", pooling="mean"),
+    dict(local="gine", gate="none", pe="rwse", pe_steps=8, pe_dim=4, pooling="norm", pool_norm=7.5),
 ]
 
 
@@ -383,3 +384,35 @@ def test_readme_own_model_example_runs_on_the_fast_path():
     for layer in model.layers:
         layer.attn.impl = "reference"
     assert torch.allclose(model(b), out, atol=1e-10) and calls
+
+
+def test_pool_graphs_against_per_graph_loops():
+    """add: each graph's sum; mean: its mean; norm: its sum over the constant (not its size)."""
+    from siggate.nn.model import pool_graphs
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(10, 3, generator=g)
+    batch = torch.tensor([0, 0, 0, 2, 2, 2, 2, 2, 3, 3])  # graph 1 is empty
+    sums = torch.stack([x[batch == i].sum(0) for i in range(4)])
+    means = torch.stack([x[batch == i].mean(0) if (batch == i).any() else torch.zeros(3) for i in range(4)])
+    assert torch.allclose(pool_graphs(x, batch, 4, "add"), sums)
+    assert torch.allclose(pool_graphs(x, batch, 4, "mean"), means)
+    assert torch.allclose(pool_graphs(x, batch, 4, "norm", 2.5), sums / 2.5)
+    # additive in the nodes: a graph's pooled vector is the sum of its halves' pooled vectors
+    halves = pool_graphs(x[3:8], torch.tensor([0, 0, 1, 1, 1]), 2, "norm", 2.5)
+    assert torch.allclose(halves.sum(0), pool_graphs(x, batch, 4, "norm", 2.5)[2])
+
+
+def test_norm_pooling_model_is_the_add_model_with_a_scaled_head():
+    """pooling="norm" with divisor c predicts what the add-pooled model predicts once its
+    first head weight is divided by c; a divisor <= 0 is refused."""
+    graphs = Batch.from_data_list([random_graph(n, s) for s, n in enumerate([6, 13, 3])])
+    torch.manual_seed(0)
+    add = SigGateGT(1, dim=16, layers=2, gate="none", pooling="add").eval()
+    torch.manual_seed(0)
+    norm = SigGateGT(1, dim=16, layers=2, gate="none", pooling="norm", pool_norm=4.0).eval()
+    with torch.no_grad():
+        add.head[0].weight.div_(4.0)
+    assert torch.allclose(norm(graphs), add(graphs), atol=1e-12)
+    with pytest.raises(ValueError, match="pool_norm must be > 0"):
+        SigGateGT(1, dim=16, layers=2, pooling="norm", pool_norm=0.0)

@@ -204,10 +204,18 @@ class Siggate:
             "pred": [float(r[col]) for r in rows],
             "tool_reported_test": metrics.get("test"),
             "best_epoch": metrics.get("best_epoch"),
+            "git_commit": _siggate_commit(out / "model" / "config.yaml"),
             "command": " ".join(["siggate", *map(shlex.quote, argv)]),
             "predict_command": " ".join(["siggate", *map(shlex.quote, pred_argv)]),
             "split_check": _siggate_split_check(out, tdir),
         }
+
+
+def _siggate_commit(config_yaml: Path) -> str | None:
+    """The siggate commit a run trained at, from the ``_meta`` its ``config.yaml`` records."""
+    import yaml
+
+    return (yaml.safe_load(config_yaml.read_text()).get("_meta") or {}).get("git_commit")
 
 
 def _siggate_split_check(out: Path, tdir: Path) -> dict:

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from .options import ATTN_IMPLS, ATTN_TYPES, GATE_KINDS, GATE_POSITIONS, LOCAL_MODEL_NAMES, SPLITS, TASK_LOSSES
+from .options import ATTN_IMPLS, ATTN_TYPES, GATE_KINDS, GATE_POSITIONS, LOCAL_MODEL_NAMES, POOLING, SPLITS, TASK_LOSSES
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -66,6 +66,7 @@ class ModelConfig:
     pe_steps: int = 20
     pe_dim: int = 16
     pooling: str = "add"
+    pool_norm: float = 0.0                  # pooling "norm": sum / pool_norm; 0: the training graphs' mean size
     head_layers: int = 3
     impl: str = "auto"                     # attention implementation (siggate.nn.attention.resolve_impl)
     attn_type: str = "full"                # global attention: full softmax, performer or exphormer
@@ -117,7 +118,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.impl": _choice(*ATTN_IMPLS),
     "model.attn_type": _choice(*ATTN_TYPES),
     "model.pe": _choice("none", "rwse", "lappe"),
-    "model.pooling": _choice("add", "mean"),
+    "model.pooling": _choice(*POOLING),
     "model.param_match": _choice("none", "ffn"),
     "train.loss": _choice("auto", *dict.fromkeys(loss for losses in TASK_LOSSES.values() for loss in losses)),
     "train.on_nan": _choice("stop", "skip"),
@@ -126,6 +127,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.layers": {"min": 1},
     "model.heads": {"min": 1},
     "model.head_layers": {"min": 1},
+    "model.pool_norm": {"min": 0.0},
     "model.pe_steps": {"min": 0},
     "model.pe_dim": {"min": 0},
     "model.dropout": {"min": 0.0, "max_excl": 1.0},

@@ -14,6 +14,7 @@ __all__ = [
     "GATE_KINDS",
     "GATE_POSITIONS",
     "LOCAL_MODEL_NAMES",
+    "POOLING",
     "SPLITS",
     "TASK_LEVELS",
     "TASK_LOSSES",
@@ -33,6 +34,8 @@ ATTN_IMPLS = ("auto", "reference", "sdpa", "packed")
 ATTN_TYPES = ("full", "performer", "exphormer")
 #: ``model.local``: the message-passing branches of :data:`siggate.nn.layer.LOCAL_MODELS` (or ``"none"``).
 LOCAL_MODEL_NAMES = ("gine", "gatedgcn")
+#: ``model.pooling``: the sum, the mean, or the sum over a constant (:func:`siggate.nn.model.pool_graphs`).
+POOLING = ("add", "mean", "norm")
 #: ``data.split`` of the datasets built from SMILES (see :func:`siggate.data.chem.split_indices`).
 SPLITS = ("scaffold", "scaffold_balanced", "random")
 #: what one prediction is for: a whole graph (pooled), or each node (no pooling).

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from torch import nn
+from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
+from ..options import POOLING  # shared with siggate.config
 from .attention import GatedAttentionBase, resolve_impl
 from .attention_types import attn_kwargs_from_config
 from .encoders import NodeEncoder, make_edge_encoder
 from .kernels.layout import DenseIndex, batch_vector
 from .layer import GPSLayer
 
-POOLING = {"add": global_add_pool, "mean": global_mean_pool}
 #: what one prediction is for (:data:`siggate.options.TASK_LEVELS`)
 LEVELS = ("graph", "node")
 
@@ -39,6 +39,22 @@ def resolve_ffn_dim(cfg: dict) -> int | None:
     if cfg.get("param_match", "none") == "ffn":
         return matched_ffn_dim(int(cfg["dim"]))
     return None
+
+
+def pool_graphs(x: Tensor, batch: Tensor, num_graphs: int, pooling: str = "add", norm: float = 1.0) -> Tensor:
+    """Node features ``[N, d]`` -> one vector per graph ``[G, d]``.
+
+    ``"add"``: the sum over the graph's nodes; ``"mean"``: their mean; ``"norm"``: the sum
+    divided by the constant ``norm`` (chemprop's ``norm`` aggregation divides by 100). A
+    constant divisor keeps the readout additive in the nodes, as a property summed over
+    atoms needs, while a graph of about ``norm`` nodes pools to the scale of one node:
+    with Adam, whose steps have a fixed size whatever the input scale, the head then
+    learns the sum without weights a graph size smaller than the rest.
+    """
+    if pooling == "mean":
+        return global_mean_pool(x, batch, size=num_graphs)
+    g = global_add_pool(x, batch, size=num_graphs)
+    return g / norm if pooling == "norm" else g
 
 
 def mlp_head(dim: int, layers: int, out: int, halve: bool = True, norm: bool = False) -> nn.Sequential:
@@ -86,7 +102,9 @@ class SigGateGT(nn.Module):
         pe (str): ``"none"``, ``"rwse"`` or ``"lappe"``. (default: ``"none"``)
         pe_steps (int): RWSE steps or LapPE eigenvectors. (default: ``0``)
         pe_dim (int): channels given to the positional encoding. (default: ``0``)
-        pooling (str): ``"add"`` or ``"mean"``; graph level only. (default: ``"add"``)
+        pooling (str): ``"add"``, ``"mean"`` or ``"norm"`` (the sum divided by
+            ``pool_norm``, see :func:`pool_graphs`); graph level only. (default: ``"add"``)
+        pool_norm (float): the divisor of ``pooling="norm"``, > 0. (default: ``1.0``)
         head_layers (int): layers of the prediction MLP: per graph halving the width each
             time (GraphGPS ``san_graph``), per node at width ``dim`` with BatchNorm (GraphGPS
             ``inductive_node``); see :func:`mlp_head`. (default: ``3``)
@@ -136,14 +154,18 @@ class SigGateGT(nn.Module):
         num_node_features: int = 0,
         attn_type: str = "full",
         attn_kwargs: dict | None = None,
+        pool_norm: float = 1.0,
     ) -> None:
         super().__init__()
         if pooling not in POOLING:
-            raise ValueError(f"pooling must be one of {sorted(POOLING)}, got {pooling!r}")
+            raise ValueError(f"pooling must be one of {POOLING}, got {pooling!r}")
+        if pooling == "norm" and not pool_norm > 0:
+            raise ValueError(f"pool_norm must be > 0 for pooling='norm', got {pool_norm!r}")
         if level not in LEVELS:
             raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
         self.num_tasks = num_tasks
         self.pooling = pooling
+        self.pool_norm = float(pool_norm)
         self.level = level
         self.impl = impl
         self.node_encoder = NodeEncoder(node_features, dim, num_node_types, pe, pe_steps, pe_dim, num_node_features)
@@ -203,7 +225,7 @@ class SigGateGT(nn.Module):
                 attn.append(det)
             else:
                 x, e = layer(x, data.edge_index, e, batch, layout)
-        g = POOLING[self.pooling](x, batch, size=num_graphs) if self.level == "graph" else None
+        g = pool_graphs(x, batch, num_graphs, self.pooling, self.pool_norm) if self.level == "graph" else None
         out = self.head(x if g is None else g)
         if not return_details:
             return out
@@ -217,8 +239,10 @@ class SigGateGT(nn.Module):
         cfg = model_cfg if isinstance(model_cfg, dict) else model_cfg.to_dict()
         keys = ("dim", "layers", "heads", "local", "attn", "gate", "gate_position", "gate_bias_init",
                 "gate_weight_std", "dropout", "attn_dropout", "pe", "pe_steps", "pe_dim", "pooling", "head_layers",
-                "impl", "attn_type")
+                "impl", "attn_type", "pool_norm")
         kwargs = {k: cfg[k] for k in keys if k in cfg}
+        if kwargs.get("pooling") != "norm":
+            kwargs.pop("pool_norm", None)  # 0 ("the training set's mean size") is resolved by training only
         kwargs["ffn_dim"] = resolve_ffn_dim(cfg)
         kwargs["attn_kwargs"] = attn_kwargs_from_config(cfg)
         return cls(

@@ -47,6 +47,7 @@ import statistics
 import sys
 import time
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -125,9 +126,9 @@ class PyGReference(nn.Module):
         from torch_geometric.nn import GINEConv, GPSConv
 
         from ..nn.encoders import NodeEncoder, make_edge_encoder
-        from ..nn.model import POOLING, mlp_head
+        from ..nn.model import mlp_head, pool_graphs
 
-        self.pool = POOLING[pooling]
+        self.pool = partial(pool_graphs, pooling=pooling)
         self.node_encoder = NodeEncoder(node_features, dim, num_node_types, pe, pe_steps, pe_dim)
         self.edge_encoder = make_edge_encoder(node_features, dim, num_edge_types)
         self.layers = nn.ModuleList(
@@ -142,7 +143,7 @@ class PyGReference(nn.Module):
         e = self.edge_encoder(data.edge_attr)
         for layer in self.layers:
             x = layer(x, data.edge_index, data.batch, edge_attr=e)
-        return self.head(self.pool(x, data.batch, size=data.num_graphs))
+        return self.head(self.pool(x, data.batch, data.num_graphs))
 
 
 def model_kwargs(cfg_name: str, info, overrides: dict | None = None) -> dict:

@@ -26,7 +26,7 @@ import os
 import random
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -177,6 +177,21 @@ def loss_fn(name: str, task: str):
         raise ConfigError(f"train.loss: {name!r} does not fit a {task} task; allowed values: "
                           + ", ".join(("auto",) + allowed) + ".")
     return LOSSES[name]
+
+
+def resolve_pool_norm(cfg: Config, train_graphs) -> Config:
+    """``pooling: norm`` with ``pool_norm: 0``: the divisor becomes the mean number of nodes of
+    the training graphs (rounded to 0.01, at least 1), in a copy of ``cfg``, so the checkpoint's config
+    rebuilds the same model. Any other config is returned as it is."""
+    m = cfg.model
+    if m.pooling != "norm" or m.pool_norm > 0:
+        return cfg
+    if not len(train_graphs):
+        raise ConfigError("model.pool_norm: 0 takes the training graphs' mean size, and there are no training "
+                          "graphs; set model.pool_norm to a positive number")
+    mean_nodes = sum(int(g.num_nodes) for g in train_graphs) / len(train_graphs)
+    model = replace(m, pool_norm=max(round(mean_nodes, 2), 1.0))
+    return replace(cfg, model=model)
 
 
 def build_model(cfg: Config, info: TaskInfo) -> SigGateGT:
@@ -407,6 +422,7 @@ def setup_run(cfg: Config, ds: GraphDataset, ctx: DistContext | None = None) -> 
     """Set-up step: seeded model (gate initialised last), training stream seed, DDP wrapper,
     AdamW, the warmup-cosine schedule, target normalisation and the loss."""
     ctx = ctx or DistContext()
+    cfg = resolve_pool_norm(cfg, ds.train)
     t_cfg, info, device = cfg.train, ds.info, ctx.device
     seed_everything(t_cfg.seed)
     model = build_model(cfg, info)
