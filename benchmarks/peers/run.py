@@ -153,7 +153,26 @@ def _env() -> dict:
     return env
 
 
-class Siggate:
+class Tool:
+    """A command-line tool under test: ``exe``, its ``train_args`` and a ``run`` that scores it."""
+
+    name = "tool"
+    exe = ""
+
+    def train_args(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> list[str]:
+        raise NotImplementedError
+
+    def train(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None):
+        """Run the train command, its output in ``out/train.log``: (argv, wall s, CPU s, env)."""
+        env = _env()
+        argv = self.train_args(task, tdir, out, seed, epochs)
+        rc, wall, cpu = _run([self.exe, *argv], out / "train.log", env)
+        if rc != 0:
+            raise RuntimeError(f"{self.name} train exited {rc}:\n{_tail(out / 'train.log')}")
+        return argv, wall, cpu, env
+
+
+class Siggate(Tool):
     name = "siggate"
 
     def __init__(self, exe: str | None = None, extra: str = ""):
@@ -175,11 +194,7 @@ class Siggate:
         return argv
 
     def run(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> dict:
-        env = _env()
-        argv = self.train_args(task, tdir, out, seed, epochs)
-        rc, wall, cpu = _run([self.exe, *argv], out / "train.log", env)
-        if rc != 0:
-            raise RuntimeError(f"siggate train exited {rc}:\n{_tail(out / 'train.log')}")
+        argv, wall, cpu, env = self.train(task, tdir, out, seed, epochs)
         metrics = json.loads((out / "model" / "metrics.json").read_text())
         pred_argv = ["predict", "--checkpoint", str(out / "model" / "best.pt"), "--input", str(tdir / "test.csv"),
                      "--output", str(out / "test_predictions.csv")]
@@ -237,7 +252,7 @@ def _siggate_split_check(out: Path, tdir: Path) -> dict:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-class Chemprop:
+class Chemprop(Tool):
     name = "chemprop"
 
     def __init__(self, venv: Path):
@@ -262,11 +277,7 @@ class Chemprop:
         return argv
 
     def run(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> dict:
-        env = _env()
-        argv = self.train_args(task, tdir, out, seed, epochs)
-        rc, wall, cpu = _run([self.exe, *argv], out / "train.log", env)
-        if rc != 0:
-            raise RuntimeError(f"chemprop train exited {rc}:\n{_tail(out / 'train.log')}")
+        argv, wall, cpu, env = self.train(task, tdir, out, seed, epochs)
         mdir = out / "model" / "model_0"
         with open(mdir / "test_predictions.csv", newline="") as fh:
             rows = list(csv.DictReader(fh))
