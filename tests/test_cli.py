@@ -160,7 +160,7 @@ def test_csv_recipe_pools_over_the_training_molecules_mean_size(tmp_path):
     and no training graphs is a config error."""
     from siggate.config import ConfigError, load_config
     from siggate.train.checkpoint import load_checkpoint
-    from siggate.train.loop import load_trained, resolve_pool_norm
+    from siggate.train.loop import build_model, load_trained, resolve_pool_norm
     from test_predict import tiny_config, tiny_dataset, train_tiny
 
     assert load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]"]).model.pooling == "norm"
@@ -176,3 +176,5 @@ def test_csv_recipe_pools_over_the_training_molecules_mean_size(tmp_path):
     assert resolve_pool_norm(fixed, ds.train) is fixed and resolve_pool_norm(plain, []) is plain
     with pytest.raises(ConfigError, match="no training graphs; set model.pool_norm"):
         resolve_pool_norm(cfg, [])
+    with pytest.raises(ConfigError, match="only training resolves; set model.pool_norm"):
+        build_model(cfg, ds.info)  # an analysis building the csv recipe's model without training
