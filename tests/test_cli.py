@@ -176,5 +176,31 @@ def test_csv_recipe_pools_over_the_training_molecules_mean_size(tmp_path):
     assert resolve_pool_norm(fixed, ds.train) is fixed and resolve_pool_norm(plain, []) is plain
     with pytest.raises(ConfigError, match="no training graphs; set model.pool_norm"):
         resolve_pool_norm(cfg, [])
-    with pytest.raises(ConfigError, match="only training resolves; set model.pool_norm"):
+    with pytest.raises(ConfigError, match="only training resolves; set model.pool_norm to a positive number"):
         build_model(cfg, ds.info)  # an analysis building the csv recipe's model without training
+    assert build_model(cfg, ds.info, ds.train).pool_norm == want  # ... or with its training graphs
+
+
+def test_runs_of_a_resolved_pool_norm_count_as_runs_of_their_config(tmp_path):
+    """A run saves ``pool_norm: 0`` resolved (e.g. 23.47); compare and the analyses rebuild the
+    config with 0 and must still recognise the run as theirs (skip or resume it), and still
+    refuse a run of another config. An old config without the key reads as 0."""
+    from siggate.analysis.common import run_finished
+    from siggate.config import load_config, upgrade_config_dict, with_resolved
+    from siggate.train.compare import _stale_reason
+
+    cfg = load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]"])
+    saved = cfg.to_dict()
+    saved["model"]["pool_norm"] = 23.47
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({**saved, "_meta": {"git_commit": "x"}}))
+    (run / "metrics.json").write_text("{}")
+    (run / "last.pt").write_bytes(b"")
+    assert _stale_reason(run, cfg.to_dict()) == "" and run_finished(run, cfg)
+    assert with_resolved(cfg.to_dict(), saved) == saved and cfg.model.pool_norm == 0.0  # expected not mutated
+    other = load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]", "model.pooling=add"])
+    assert "model.pooling" in _stale_reason(run, other.to_dict()) and not run_finished(run, other)
+    fixed = load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]", "model.pool_norm=25"])
+    assert "model.pool_norm" in _stale_reason(run, fixed.to_dict()) and not run_finished(run, fixed)
+    assert upgrade_config_dict({"model": {"pooling": "add"}})["model"]["pool_norm"] == 0.0

@@ -345,8 +345,9 @@ def test_packed_layer_refuses_a_dense_index():
 def test_config_impl_and_old_fused_key():
     from siggate.config import ConfigError, from_dict, upgrade_config_dict
 
-    assert upgrade_config_dict({"model": {"fused": True}})["model"] == {"impl": "auto"}
-    assert upgrade_config_dict({"model": {"fused": False, "dim": 8}})["model"] == {"impl": "reference", "dim": 8}
+    assert upgrade_config_dict({"model": {"fused": True}})["model"] == {"impl": "auto", "pool_norm": 0.0}
+    assert upgrade_config_dict({"model": {"fused": False, "dim": 8}})["model"] == {
+        "impl": "reference", "dim": 8, "pool_norm": 0.0}
     assert from_dict(upgrade_config_dict({"model": {"fused": False}})).model.impl == "reference"
     with pytest.raises(ConfigError, match="model.impl"):
         from_dict({"model": {"impl": "fast"}})

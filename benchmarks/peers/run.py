@@ -220,6 +220,7 @@ class Siggate(Tool):
             "tool_reported_test": metrics.get("test"),
             "best_epoch": metrics.get("best_epoch"),
             "git_commit": _siggate_commit(out / "model" / "config.yaml"),
+            "git_src_modified": _src_modified(),
             "command": " ".join(["siggate", *map(shlex.quote, argv)]),
             "predict_command": " ".join(["siggate", *map(shlex.quote, pred_argv)]),
             "split_check": _siggate_split_check(out, tdir),
@@ -231,6 +232,16 @@ def _siggate_commit(config_yaml: Path) -> str | None:
     import yaml
 
     return (yaml.safe_load(config_yaml.read_text()).get("_meta") or {}).get("git_commit")
+
+
+def _src_modified() -> bool | None:
+    """Whether siggate's ``src/`` differs from its commit (the recorded commit is then not the code that ran)."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=HERE.parents[1],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(out.stdout.strip()) if out.returncode == 0 else None
 
 
 def _siggate_split_check(out: Path, tdir: Path) -> dict:

@@ -450,6 +450,8 @@ def upgrade_config_dict(raw: dict) -> dict:
       ``"scaffold"``, the OGB-order split those runs really used.
     - ``model.fused`` (a bool) became ``model.impl``: ``true`` is ``"auto"``, ``false``
       ``"reference"``.
+    - ``model.pool_norm`` came with ``pooling: norm``; older configs pool ``add`` or
+      ``mean``, where it is unused: ``0``.
     """
     if not isinstance(raw, dict):
         return raw
@@ -461,7 +463,20 @@ def upgrade_config_dict(raw: dict) -> dict:
     if isinstance(model, dict) and "fused" in model:
         fused = model.pop("fused")
         model.setdefault("impl", "auto" if fused else "reference")
+    if isinstance(model, dict):
+        model.setdefault("pool_norm", 0.0)
     return out
+
+
+def with_resolved(expected: dict, saved: dict) -> dict:
+    """``expected`` (a config dict) with the values that training resolves taken from a
+    run's ``saved`` config, so the two compare equal when the run is of ``expected``:
+    ``model.pool_norm: 0`` with ``pooling: norm`` stands for the training graphs' mean
+    size, which the run saved as a number (:func:`siggate.train.loop.resolve_pool_norm`)."""
+    m, s = expected.get("model") or {}, saved.get("model") or {}
+    if m.get("pooling") == "norm" and not m.get("pool_norm") and s.get("pooling") == "norm":
+        return {**expected, "model": {**m, "pool_norm": s.get("pool_norm")}}
+    return expected
 
 
 def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> Config:

@@ -22,7 +22,7 @@ import torch
 
 import siggate
 
-from ..config import Config, load_config
+from ..config import Config, load_config, with_resolved
 from ..files import atomic_write_bytes
 from ..options import add_progress_flag, progress_enabled
 
@@ -146,7 +146,13 @@ def run_finished(run_dir: Path, cfg: Config) -> bool:
     ``config.yaml`` equals ``cfg``."""
     if not ((run_dir / "metrics.json").exists() and (run_dir / "last.pt").exists()):
         return False
-    return _saved_config(run_dir) == cfg.to_dict()
+    return _same_config(_saved_config(run_dir), cfg)
+
+
+def _same_config(saved: dict | None, cfg: Config) -> bool:
+    """``saved`` (a run's config.yaml) is a run of ``cfg``, once training's resolved values
+    are taken into account (:func:`siggate.config.with_resolved`)."""
+    return saved is not None and saved == with_resolved(cfg.to_dict(), saved)
 
 
 def train_run(cfg: Config, run_dir: Path, dataset, progress: bool = True) -> dict:
@@ -163,7 +169,7 @@ def train_run(cfg: Config, run_dir: Path, dataset, progress: bool = True) -> dic
         m["reused"] = True
         return m
     saved = _saved_config(run_dir)
-    if saved is not None and saved != cfg.to_dict():
+    if saved is not None and not _same_config(saved, cfg):
         raise RunConflict(f"{run_dir} holds a run of another config; remove it or choose another --out")
     try:
         m = train(cfg, run_dir, resume=True, progress=progress, dataset=dataset)

@@ -133,7 +133,7 @@ def main(args) -> int:
     models, params, gate_params, expected = {}, {}, {}, {}
     for spec in specs:
         c = variant(cfg, **parse_variant(spec))
-        m = build_model(c, info)
+        m = build_model(c, info, ds.train)
         models[spec] = m
         params[spec] = count_params(m)
         gate_params[spec] = m.gate_parameter_count()

@@ -93,7 +93,7 @@ def obtain_models(args, cfg, ds, out: Path, progress: bool):
     for seed in parse_list(args.seeds, int):
         if args.epochs == 0:
             c = variant(cfg, train__seed=seed)
-            models.append((seed, build_model(c, ds.info), f"untrained (initialisation of seed {seed})"))
+            models.append((seed, build_model(c, ds.info, ds.train), f"untrained (initialisation of seed {seed})"))
             continue
         c = variant(cfg, epochs=args.epochs, train__seed=seed)
         run = out / "runs" / f"{c.model.gate}-L{c.model.layers}-s{seed}"

@@ -199,7 +199,7 @@ def main(args) -> int:
             from ..train.loop import build_model
 
             c = variant(cfg, model__layers=L, model__gate=g, train__seed=s)
-            model, val, src = build_model(c, ds.info), None, "untrained"
+            model, val, src = build_model(c, ds.info, ds.train), None, "untrained"
         else:
             m, run = trained[key], out / "runs" / key
             if m.get("diverged"):

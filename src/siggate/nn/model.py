@@ -51,6 +51,8 @@ def pool_graphs(x: Tensor, batch: Tensor, num_graphs: int, pooling: str = "add",
     with Adam, whose steps have a fixed size whatever the input scale, the head then
     learns the sum without weights a graph size smaller than the rest.
     """
+    if pooling not in POOLING:
+        raise ValueError(f"pooling must be one of {POOLING}, got {pooling!r}")
     if pooling == "mean":
         return global_mean_pool(x, batch, size=num_graphs)
     g = global_add_pool(x, batch, size=num_graphs)

@@ -194,11 +194,14 @@ def resolve_pool_norm(cfg: Config, train_graphs) -> Config:
     return replace(cfg, model=model)
 
 
-def build_model(cfg: Config, info: TaskInfo) -> SigGateGT:
-    """Build the model for ``info`` with seed-controlled, gate-last initialisation."""
+def build_model(cfg: Config, info: TaskInfo, train_graphs=None) -> SigGateGT:
+    """Build the model for ``info`` with seed-controlled, gate-last initialisation;
+    ``train_graphs`` resolve ``model.pool_norm: 0`` (:func:`resolve_pool_norm`) as training does."""
+    if train_graphs is not None:
+        cfg = resolve_pool_norm(cfg, train_graphs)
     if cfg.model.pooling == "norm" and not cfg.model.pool_norm > 0:
         raise ConfigError("model.pool_norm: 0 stands for the training graphs' mean size, which only training "
-                          "resolves; set model.pool_norm to a positive number to build this model here")
+                          "resolves; set model.pool_norm to a positive number to build this model without data")
     torch.manual_seed(cfg.train.seed)
     model = SigGateGT.from_config(cfg.model, info)
     # Re-seed and re-initialise so that models that differ only in the gate share every
