@@ -22,6 +22,7 @@ marked ``"smoke": true`` and never enter the README table.
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import json
 import math
@@ -469,7 +470,10 @@ def report_markdown(res: dict) -> str:
         lines.append(f"| {name} | {m.get('size', '?')} | {s.get('train')}/{s.get('val')}/{s.get('test')} | "
                      f"{m.get('split_rule', '?')} | `{m.get('data_sha256', '?')[:16]}…` |")
     cpus = sorted({r.get("cpu", "?") for r in rows})
-    lines += ["", f"CPU: {'; '.join(cpus)}; one thread per run (`OMP_NUM_THREADS=1`, `MKL_NUM_THREADS=1`).", "",
+    commits = collections.Counter((r.get("git_commit") or "not recorded")[:7] for r in rows if r["tool"] == "siggate")
+    lines += ["", f"CPU: {'; '.join(cpus)}; one thread per run (`OMP_NUM_THREADS=1`, `MKL_NUM_THREADS=1`).",
+              "", "siggate commits of these rows (runs each; `git_commit` per row in the JSON): "
+              + ", ".join(f"`{c}` ({n})" for c, n in sorted(commits.items())) + ".", "",
               "Exact commands (seed 0 shown; the other seeds differ only in the seed values):", ""]
     for name in order:
         for tool in TOOLS:
