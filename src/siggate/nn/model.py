@@ -47,9 +47,9 @@ def pool_graphs(x: Tensor, batch: Tensor, num_graphs: int, pooling: str = "add",
     ``"add"``: the sum over the graph's nodes; ``"mean"``: their mean; ``"norm"``: the sum
     divided by the constant ``norm`` (chemprop's ``norm`` aggregation divides by 100). A
     constant divisor keeps the readout additive in the nodes, as a property summed over
-    atoms needs, while a graph of about ``norm`` nodes pools to the scale of one node:
-    with Adam, whose steps have a fixed size whatever the input scale, the head then
-    learns the sum without weights a graph size smaller than the rest.
+    atoms needs, while a graph of about ``norm`` nodes pools to the scale of one node. The
+    head's first weights then need not be a graph size smaller than the others, which
+    Adam's steps, of a fixed size whatever the input scale, would move too coarsely.
     """
     if pooling not in POOLING:
         raise ValueError(f"pooling must be one of {POOLING}, got {pooling!r}")
