@@ -498,8 +498,7 @@ def recipe_markdown(recipe: dict, res: dict) -> str:
              "|---|---|---|---|---|---|---|"]
     for name in (n for n in T.TASKS if any(r["task"] == n for r in rows)):
         groups: dict = {}
-        for r in sorted(rows, key=lambda r: (r["tool"] != "chemprop", bool(r.get("variant")), r.get("variant", ""),
-                                             r["seed"])):
+        for r in sorted(rows, key=lambda r: (r["tool"] != "chemprop", r.get("variant", ""), r["seed"])):
             if r["task"] == name:
                 groups.setdefault((r["tool"], r.get("variant", "")), []).append(r)
         for (tool, variant), rr in groups.items():

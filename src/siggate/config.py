@@ -75,6 +75,12 @@ class ModelConfig:
     expander_degree: int = 4               # exphormer: degree of the random expander (even; 0: none)
     virtual_nodes: int = 1                 # exphormer: virtual nodes per graph
 
+    @property
+    def pool_norm_unresolved(self) -> bool:
+        """``pooling: norm`` with ``pool_norm: 0``: the divisor is the training graphs' mean
+        size, which training resolves (:func:`siggate.train.loop.resolve_pool_norm`)."""
+        return self.pooling == "norm" and not self.pool_norm > 0
+
 
 @dataclass
 class TrainConfig:

@@ -243,8 +243,6 @@ class SigGateGT(nn.Module):
                 "gate_weight_std", "dropout", "attn_dropout", "pe", "pe_steps", "pe_dim", "pooling", "head_layers",
                 "impl", "attn_type", "pool_norm")
         kwargs = {k: cfg[k] for k in keys if k in cfg}
-        if kwargs.get("pooling") != "norm":
-            kwargs.pop("pool_norm", None)  # 0 ("the training set's mean size") is resolved by training only
         kwargs["ffn_dim"] = resolve_ffn_dim(cfg)
         kwargs["attn_kwargs"] = attn_kwargs_from_config(cfg)
         return cls(

@@ -184,7 +184,7 @@ def resolve_pool_norm(cfg: Config, train_graphs) -> Config:
     the training graphs (rounded to 0.01, at least 1), in a copy of ``cfg``, so the checkpoint's config
     rebuilds the same model. Any other config is returned as it is."""
     m = cfg.model
-    if m.pooling != "norm" or m.pool_norm > 0:
+    if not m.pool_norm_unresolved:
         return cfg
     if not len(train_graphs):
         raise ConfigError("model.pool_norm: 0 takes the training graphs' mean size, and there are no training "
@@ -199,7 +199,7 @@ def build_model(cfg: Config, info: TaskInfo, train_graphs=None) -> SigGateGT:
     ``train_graphs`` resolve ``model.pool_norm: 0`` (:func:`resolve_pool_norm`) as training does."""
     if train_graphs is not None:
         cfg = resolve_pool_norm(cfg, train_graphs)
-    if cfg.model.pooling == "norm" and not cfg.model.pool_norm > 0:
+    if cfg.model.pool_norm_unresolved:
         raise ConfigError("model.pool_norm: 0 stands for the training graphs' mean size, which only training "
                           "resolves; set model.pool_norm to a positive number to build this model without data")
     torch.manual_seed(cfg.train.seed)
