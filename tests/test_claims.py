@@ -17,6 +17,7 @@ from siggate.analysis.claims import (
     accuracy_rows,
     claims_table,
     comparison_sources,
+    config_deviations,
     replace_between_markers,
 )
 
@@ -31,6 +32,9 @@ def _rows(per_seed, epochs):
     return {r["claim"]: r for r in accuracy_rows(comparison_sources(Path("r.json"), _results(per_seed, epochs)))}
 
 
+BEATS = "the elementwise gate beats GraphGPS on zinc (p < 0.05)"
+MATCHED_CLAIM = ("on zinc, the elementwise gate's gain comes from gating, not from the extra parameters "
+                 "(against `none@matched-ffn`)")
 NONE = {str(s): 0.30 + 0.01 * s for s in range(6)}
 WIN = {str(s): 0.20 + 0.01 * s + 0.001 * (s % 2) for s in range(6)}  # 0.1 lower every seed: a clear win
 MATCHED = {str(s): 0.29 + 0.01 * s - 0.002 * (s % 3) for s in range(6)}
@@ -38,8 +42,8 @@ MATCHED = {str(s): 0.29 + 0.01 * s - 0.002 * (s % 3) for s in range(6)}
 
 def test_a_clear_win_holds_at_any_budget_and_survives_the_matched_control():
     rows = _rows({"none": NONE, "elementwise": WIN, "none@matched-ffn": MATCHED}, epochs=60)
-    assert rows["the gate beats GraphGPS on zinc (p < 0.05)"]["verdict"] == HOLDS
-    matched = rows["on zinc, the gain comes from gating, not from the extra parameters (against `none@matched-ffn`)"]
+    assert rows[BEATS]["verdict"] == HOLDS
+    matched = rows[MATCHED_CLAIM]
     assert matched["verdict"] == HOLDS and "`elementwise` − `none@matched-ffn` = -0.0875 " in matched["measured"]
     assert rows["ZINC test MAE 0.059"]["verdict"] == BUDGET  # 0.225 after 60 of 2000 epochs
     assert rows["ZINC test MAE 0.059"]["budget"] == "60 of 2000 epochs, 6 seed(s)"
@@ -48,26 +52,26 @@ def test_a_clear_win_holds_at_any_budget_and_survives_the_matched_control():
 def test_no_significant_difference_is_never_contradicted_and_a_significant_loss_is_at_full_protocol():
     noise = {str(s): v + (0.004 if s % 2 else -0.004) for s, v in enumerate(NONE.values())}
     for epochs in (60, 2000):  # an undecided comparison stays undecided, even at the full protocol
-        row = _rows({"none": NONE, "elementwise": noise}, epochs)["the gate beats GraphGPS on zinc (p < 0.05)"]
+        row = _rows({"none": NONE, "elementwise": noise}, epochs)[BEATS]
         assert row["verdict"] == BUDGET
         assert "95% CI" in row["measured"] and "Holm p" in row["measured"]
     for epochs, verdict in ((60, BUDGET), (2000, CONTRADICTED)):
         worse = {s: v + 0.2 + 0.001 * (int(s) % 2) for s, v in NONE.items()}  # MAE 0.2 higher: clearly worse
         row = _rows({"none": NONE, "elementwise": worse}, epochs)
-        assert row["the gate beats GraphGPS on zinc (p < 0.05)"]["verdict"] == verdict
+        assert row[BEATS]["verdict"] == verdict
     hit = {str(s): 0.059 for s in range(3)}
     assert _rows({"elementwise": hit}, 2000)["ZINC test MAE 0.059"]["verdict"] == HOLDS
     nan = {"none": {**NONE, "9": None}, "elementwise": {**WIN, "9": None}}  # results.json writes NaN as null
-    assert _rows(nan, 60)["the gate beats GraphGPS on zinc (p < 0.05)"]["verdict"] == HOLDS
+    assert _rows(nan, 60)[BEATS]["verdict"] == HOLDS
 
 
 def test_one_pair_gives_no_interval_and_no_verdict():
     rows = _rows({"none": {"0": 0.30}, "elementwise": {"0": 0.20}, "none@matched-ffn": {"0": 0.25}}, epochs=60)
-    row = rows["the gate beats GraphGPS on zinc (p < 0.05)"]
+    row = rows[BEATS]
     assert row["verdict"] == BUDGET and "(1 pair: no interval or test yet)" in row["measured"]
     uneven = _rows({"none": {"0": 0.30, "1": 0.31}, "elementwise": {"0": 0.20}}, epochs=60)
     assert uneven["ZINC test MAE 0.059"]["budget"] == "60 of 2000 epochs, 1 seed(s)"  # the arm's own seeds
-    assert uneven["the gate beats GraphGPS on zinc (p < 0.05)"]["budget"] == "60 of 2000 epochs, 1 seed(s)"  # shared
+    assert uneven[BEATS]["budget"] == "60 of 2000 epochs, 1 seed(s)"  # shared
     assert "nan" not in row["measured"]
 
 
@@ -91,3 +95,43 @@ def test_readme_table_is_generated_from_the_committed_results(monkeypatch):
     for r in rows:  # every row names a committed file that exists
         assert (ROOT / r["source"].strip("`")).is_file()
     json.dumps(rows, default=str)
+
+
+def test_an_undecided_pair_says_how_large_a_gain_could_hide():
+    # diff = elementwise - none = -0.01, +0.01, +0.03: mean 0.01, sd 0.02, n 3;
+    # t(0.975, 2) = 4.302653 from tables -> CI 0.01 -/+ 4.302653 * 0.02 / sqrt(3) = -0.039683 .. 0.059683
+    none = {"0": 0.30, "1": 0.31, "2": 0.32}
+    gated = {"0": 0.29, "1": 0.32, "2": 0.35}
+    row = _rows({"none": none, "elementwise": gated}, 60)[BEATS]
+    assert "95% CI -0.03968 to 0.05968" in row["measured"]
+    # MAE: the largest gain inside the interval is 0.03968, 12.8% of none's mean 0.31
+    assert row["measured"].endswith("the interval rules out a gain above 0.03968 (13% of `none`'s mean)")
+    worse = {s: v + 0.2 + 0.001 * (int(s) % 2) for s, v in NONE.items()}
+    assert _rows({"none": NONE, "elementwise": worse}, 60)[BEATS]["measured"].endswith("rules out any gain")
+    assert "rules out" not in _rows({"none": NONE, "elementwise": WIN}, 60)[BEATS]["measured"]  # a win is a win
+
+
+def test_every_gate_gets_its_rows():
+    rows = _rows({"none": NONE, "headwise": WIN, "elementwise": NONE, "none@matched-ffn": MATCHED}, 60)
+    assert rows["the headwise gate beats GraphGPS on zinc (p < 0.05)"]["verdict"] == HOLDS
+    assert rows[MATCHED_CLAIM.replace("elementwise", "headwise")]["verdict"] == HOLDS
+    assert rows[BEATS]["verdict"] == BUDGET  # identical to none: no win
+    order = [r["claim"] for r in accuracy_rows(comparison_sources(Path("r.json"), _results(
+        {"none": NONE, "headwise": WIN, "elementwise": NONE}, 60)))]
+    assert order == ["ZINC test MAE 0.059", BEATS, "the headwise gate beats GraphGPS on zinc (p < 0.05)"]
+
+
+def test_a_results_set_off_the_protocol_says_so_in_its_budget():
+    from siggate.config import load_config
+
+    cfg = load_config("zinc", ["model.layers=16", "model.gate=none", "train.epochs=60", "train.warmup_epochs=2",
+                               "train.seed=3", "train.threads=1"]).to_dict()
+    arms = {"none@matched-ffn": {"overrides": ["model.gate=none", "model.param_match=ffn"]}}
+    res = {**_results({"none": NONE, "elementwise": WIN}, 60), "config": cfg, "arms": arms}
+    assert config_deviations(res) == {"model.layers": {"protocol": 10, "used": 16}}
+    rows = {r["claim"]: r for r in accuracy_rows(comparison_sources(Path("r.json"), res))}
+    assert rows[BEATS]["budget"] == "60 of 2000 epochs, 6 seed(s); model.layers 16 (protocol 10)"
+    protocol = {**res, "config": load_config("zinc", ["train.epochs=60"]).to_dict()}
+    assert config_deviations(protocol) == {}
+    stated = {**res, "deviations": {"model.layers": {"protocol": 10, "used": 1}}}  # the short-budget runner's
+    assert config_deviations(stated) == stated["deviations"]
