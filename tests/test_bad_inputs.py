@@ -244,6 +244,8 @@ SET_CASES = [
     (["data.name=zinc", "data.split=random"], ["data.split: zinc comes with its official split", "Remove data.split"]),
     (["model.pe_dim=64"], ["model.pe_dim: 64 is out of range when model.pe='rwse'; allowed values: 1..63"]),
     (["model.head_layers=9"], ["model.head_layers: 9 is too many for model.dim=64", "at most 7 layers"]),
+    (["model.pool_norm=25"], ["model.pool_norm: 25.0 divides the pooled sum only with model.pooling=norm, not 'add'",
+                              "set model.pooling=norm or model.pool_norm=0"]),
     (["model.local=none", "model.attn=false"], ["leaves no branch"]),
 ]
 

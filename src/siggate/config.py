@@ -346,6 +346,9 @@ def _check_model(m) -> None:
             raise ConfigError(
                 f"model.param_match: {m.param_match!r} sets the FFN width itself; remove model.ffn_dim={m.ffn_dim} "
                 "or set model.param_match=none.")
+    if m.pool_norm and m.pooling != "norm":
+        raise ConfigError(f"model.pool_norm: {m.pool_norm!r} divides the pooled sum only with model.pooling=norm, "
+                          f"not {m.pooling!r}; set model.pooling=norm or model.pool_norm=0.")
     if m.expander_degree % 2:
         raise ConfigError(f"model.expander_degree: {m.expander_degree} is odd; allowed values: even numbers >= 0 "
                           f"(the expander is built from degree/2 random permutations), e.g. {m.expander_degree + 1}.")

@@ -121,14 +121,14 @@ class PyGReference(nn.Module):
 
     def __init__(self, num_tasks: int, dim: int, layers: int, heads: int, dropout: float, attn_dropout: float,
                  node_features: str, num_node_types: int, num_edge_types: int, pe: str, pe_steps: int,
-                 pe_dim: int, pooling: str, head_layers: int) -> None:
+                 pe_dim: int, pooling: str, head_layers: int, pool_norm: float = 1.0) -> None:
         super().__init__()
         from torch_geometric.nn import GINEConv, GPSConv
 
         from ..nn.encoders import NodeEncoder, make_edge_encoder
         from ..nn.model import mlp_head, pool_graphs
 
-        self.pool = partial(pool_graphs, pooling=pooling)
+        self.pool = partial(pool_graphs, pooling=pooling, norm=pool_norm)
         self.node_encoder = NodeEncoder(node_features, dim, num_node_types, pe, pe_steps, pe_dim)
         self.edge_encoder = make_edge_encoder(node_features, dim, num_edge_types)
         self.layers = nn.ModuleList(
@@ -152,7 +152,7 @@ def model_kwargs(cfg_name: str, info, overrides: dict | None = None) -> dict:
 
     m = load_config(cfg_name).model.to_dict()
     keys = ("dim", "layers", "heads", "local", "dropout", "attn_dropout", "pe", "pe_steps", "pe_dim", "pooling",
-            "head_layers")
+            "pool_norm", "head_layers")
     kw = {k: m[k] for k in keys}
     overrides = dict(overrides or {})
     if "dim" in overrides and kw["pe"] != "none":  # keep the positional share of the width
