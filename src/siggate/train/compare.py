@@ -392,33 +392,46 @@ def _bootstrap_resamples() -> str:
 
 
 def plot_val_curves(res: dict, path: Path) -> None:
-    """Validation metric per epoch: mean ± std over seeds, one band per variant."""
+    """Validation metric per epoch: mean ± std over seeds, one band per variant. The left
+    panel shows every epoch (log scale when the curve falls by more than 4x, as a loss
+    does from its first epoch); the right one the second half of the budget, where the arms
+    are told apart, on a linear scale."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, MaxNLocator, NullFormatter
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    bands = {}
     for lab in res["gates"]:
         curves = [c for c in res["val_curves"][lab].values() if c]
-        if not curves:
-            continue
-        n = min(len(c) for c in curves)
-        arr = np.array([c[:n] for c in curves], dtype=float)
-        mean = arr.mean(0)
-        std = arr.std(0, ddof=1) if len(arr) > 1 else np.zeros(n)
-        ep = np.arange(1, n + 1)
-        ax.plot(ep, mean, label=f"{lab} (n={len(arr)})")
-        ax.fill_between(ep, mean - std, mean + std, alpha=0.25)
+        if curves:
+            n = min(len(c) for c in curves)
+            arr = np.array([c[:n] for c in curves], dtype=float)
+            bands[lab] = (arr.mean(0), arr.std(0, ddof=1) if len(arr) > 1 else np.zeros(n), len(arr))
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.2))
     metric = res["metric"] or "metric"
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("epoch")
-    ax.set_ylabel(f"validation {metric} ({'higher' if res['higher_is_better'] else 'lower'} is better)")
-    ax.set_title(f"{res.get('dataset') or ''}: validation {metric}, mean ± std over seeds")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    for k, ax in enumerate(axes):
+        for lab, (mean, std, runs) in bands.items():
+            ep = np.arange(1, len(mean) + 1)
+            keep = ep > len(mean) // 2 if k else ep > 0
+            ax.plot(ep[keep], mean[keep], label=f"{lab} (n={runs})")
+            ax.fill_between(ep[keep], (mean - std)[keep], (mean + std)[keep], alpha=0.25)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+    low = [m.min() for m, _, _ in bands.values()]
+    if bands and min(low) > 0 and max(m.max() for m, _, _ in bands.values()) > 4 * min(low):
+        axes[0].set_yscale("log")
+        axes[0].yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # 0.1, 0.2, 0.5, 1, 2, ...
+        axes[0].yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        axes[0].yaxis.set_minor_formatter(NullFormatter())
+    axes[0].set_ylabel(f"validation {metric} ({'higher' if res['higher_is_better'] else 'lower'} is better)")
+    axes[0].set_title("every epoch")
+    axes[1].set_title("second half of the budget")
+    axes[1].legend()
+    fig.suptitle(f"{res.get('dataset') or ''}: validation {metric}, mean ± std over seeds")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
