@@ -12,7 +12,9 @@
 # worktree wt-COMMIT with its venv, and every run's checkpoints, so an interrupted run resumes
 # wherever the clone persists). resume copies the finished runs committed under NAME/ back into
 # STUDY first (compare skips them); snapshot copies results.json, results.md, val_curves.png and
-# each finished run's metrics.json, config.yaml and log.csv (never checkpoints) into NAME/.
+# each finished run's metrics.json, config.yaml and log.csv (never checkpoints) into NAME/. The
+# numbers come from the study's commit; val_curves.png is redrawn from them by this checkout's
+# siggate when its .venv exists, so a campaign's plot gains later plotting fixes.
 set -euo pipefail
 ACTION=${1:?resume or snapshot}
 NAME=${2:?campaign name, a folder of benchmarks/results/campaign}
@@ -54,6 +56,11 @@ case $ACTION in
       mkdir -p "$dst"
       cp "$src/results.json" "$src/results.md" "$dst/"
       if [ -f "$src/val_curves.png" ]; then cp "$src/val_curves.png" "$dst/"; fi
+      if [ -x "$ROOT/.venv/bin/python" ]; then  # the plot in this checkout's style; its numbers are results.json's
+        "$ROOT/.venv/bin/python" -c 'import json, sys; from pathlib import Path
+from siggate.train.compare import plot_val_curves
+plot_val_curves(json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2]))' "$dst/results.json" "$dst/val_curves.png"
+      fi
       for m in "$src"/runs/*/seed*/metrics.json; do
         [ -f "$m" ] || continue
         run=$(dirname "$m"); rel=${run#"$src"/}
