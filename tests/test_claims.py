@@ -15,6 +15,7 @@ from siggate.analysis.claims import (
     HOLDS,
     START,
     accuracy_rows,
+    answer,
     claims_table,
     comparison_sources,
     config_deviations,
@@ -135,3 +136,21 @@ def test_a_results_set_off_the_protocol_says_so_in_its_budget():
     assert config_deviations(protocol) == {}
     stated = {**res, "deviations": {"model.layers": {"protocol": 10, "used": 1}}}  # the short-budget runner's
     assert config_deviations(stated) == stated["deviations"]
+
+
+def test_the_answer_names_wins_their_fate_against_the_matched_control_and_hidden_gains():
+    def ans(per_seed, epochs=60):
+        return answer(comparison_sources(Path("r.json"), _results(per_seed, epochs))[0])
+
+    survives = ans({"none": NONE, "elementwise": WIN, "none@matched-ffn": MATCHED})
+    assert "`elementwise` beats `none` and still beats `none@matched-ffn`" in survives
+    assert "60 of 2000 epochs, at least 6 seeds per arm" in survives and survives.endswith("is not excluded.")
+    capacity = {s: v - 0.0005 * (int(s) % 2) for s, v in WIN.items()}  # the matched control does as well
+    assert "`elementwise` beats `none` and does not beat `none@matched-ffn`" in ans(
+        {"none": NONE, "elementwise": WIN, "none@matched-ffn": capacity})
+    # the hand-computed pair of the test above: gain bound 0.03968, 12.8% of none's 0.31
+    text = ans({"none": {"0": 0.30, "1": 0.31, "2": 0.32}, "elementwise": {"0": 0.29, "1": 0.32, "2": 0.35},
+                "none@matched-ffn": {"0": 0.30, "1": 0.31, "2": 0.33}}, epochs=2000)
+    assert "`elementwise` does not beat `none`: its 95% interval rules out a gain above 0.04 mae (13% of" in text
+    assert "not excluded" not in text  # at the full protocol
+    assert ans({"none": NONE, "elementwise": WIN}) is None  # no matched control: not a study of the question

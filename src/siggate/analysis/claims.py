@@ -116,28 +116,76 @@ def _pair(src: dict, a: str, b: str) -> dict | None:
     return next(c for c in all_pairs(src["per_seed"], arms, src["hib"]) if {c["a"], c["b"]} == {a, b})
 
 
+def _oriented(c: dict, a: str, b: str) -> tuple[float, float, float]:
+    """``(mean, lo, hi)`` of ``b - a`` from a pair that holds ``c["b"] - c["a"]``."""
+    sign = 1.0 if c["b"] == b else -1.0
+    mean, lo, hi = (sign * x for x in (c["diff_mean"], *c["ci95"]))
+    return mean, min(lo, hi), max(lo, hi)
+
+
+def _significant(c: dict) -> bool:
+    return c["p_holm"] is not None and math.isfinite(c["p_holm"]) and c["p_holm"] < 0.05
+
+
+def largest_gain(c: dict, a: str, b: str, hib: bool) -> tuple[float, float]:
+    """The largest improvement of ``b`` over ``a`` inside the pair's 95% t interval, and
+    that gain relative to ``a``'s mean (a fraction). An improvement is a lower value when
+    lower is better. Negative: the interval holds no gain at all."""
+    _, lo, hi = _oriented(c, a, b)
+    gain = hi if hib else -lo
+    return gain, gain / abs(c["mean_a"] if c["a"] == a else c["mean_b"])
+
+
 def _gain_text(c: dict, a: str, b: str, hib: bool) -> tuple[str, bool, bool]:
     """``(text, b significantly better, b significantly worse)`` for ``b`` against ``a``
     (significant: Holm-adjusted paired t p < 0.05 over all the pairs of the results set).
     Without a significant win the text also says how large a gain the 95% interval leaves
     room for: the gain that could be hiding at this number of seeds."""
-    sign = 1.0 if c["b"] == b else -1.0  # the pair holds c["b"] - c["a"]
-    mean, lo, hi = (sign * x for x in (c["diff_mean"], *c["ci95"]))
-    lo, hi = min(lo, hi), max(lo, hi)
-    sig = c["p_holm"] is not None and math.isfinite(c["p_holm"]) and c["p_holm"] < 0.05
+    mean, lo, hi = _oriented(c, a, b)
     better = (mean > 0) == hib
     if c["n_pairs"] < 2:  # no spread between pairs yet: no interval, no test
         return f"`{b}` − `{a}` = {fmt(mean)} ({c['n_pairs']} pair: no interval or test yet)", False, False
     text = (f"`{b}` − `{a}` = {fmt(mean)} (95% CI {fmt(lo)} to {fmt(hi)}, Holm p = {fmt(c['p_holm'], 3)}, "
             f"{c['n_pairs']} pairs)")
-    if not (sig and better):
-        largest = hi if hib else -lo  # the largest improvement of b over a inside the interval
-        base = c["mean_a"] if c["a"] == a else c["mean_b"]
-        if largest <= 0:
-            text += "; the interval rules out any gain"
-        else:
-            text += f"; the interval rules out a gain above {fmt(largest)} ({fmt(100 * largest / abs(base), 2)}% of `{a}`'s mean)"
-    return text, sig and better, sig and not better
+    if not (_significant(c) and better):
+        gain, rel = largest_gain(c, a, b, hib)
+        text += ("; the interval rules out any gain" if gain <= 0 else
+                 f"; the interval rules out a gain above {fmt(gain)} ({fmt(100 * rel, 2)}% of `{a}`'s mean)")
+    return text, _significant(c) and better, _significant(c) and not better
+
+
+def answer(src: dict) -> str | None:
+    """The plain answer to "does the gate help?" from one results set that has the
+    parameter-matched control (a study designed to answer it): which gates beat GraphGPS at
+    Holm-adjusted p < 0.05, whether those wins survive the matched control, and, for a gate
+    that does not win, the largest gain its 95% interval leaves room for."""
+    if not src["per_seed"].get(MATCHED) or not src["per_seed"].get(UNGATED):
+        return None
+    parts = []
+    for gate in _gate_arms(src):
+        c = _pair(src, UNGATED, gate)
+        if c is None or c["n_pairs"] < 2:
+            continue
+        _, win, loss = _gain_text(c, UNGATED, gate, src["hib"])
+        if win:
+            m = _pair(src, MATCHED, gate)
+            survives = m is not None and m["n_pairs"] >= 2 and _gain_text(m, MATCHED, gate, src["hib"])[1]
+            parts.append(f"`{gate}` beats `{UNGATED}` and " + ("still beats" if survives else "does not beat")
+                         + f" `{MATCHED}`, the ungated model with its parameter count")
+            continue
+        gain, rel = largest_gain(c, UNGATED, gate, src["hib"])
+        hidden = ("its 95% interval holds no gain" if gain <= 0 else
+                  f"its 95% interval rules out a gain above {fmt(gain, 2)} {src['metric']} ({fmt(100 * rel, 2)}% of "
+                  f"`{UNGATED}`'s mean)")
+        parts.append(f"`{gate}` does not beat `{UNGATED}`" + (" (it is significantly worse)" if loss else "")
+                     + f": {hidden}")
+    if not parts:
+        return None
+    n = min(sum(math.isfinite(v) for v in s.values()) for s in src["per_seed"].values() if s)
+    return (f"**Does the gate help on {src['dataset']}?** (`{src['path']}`, {src['epochs']} of {src['protocol']} "
+            f"epochs, at least {n} seeds per arm{'; ' + src['deviation'] if src['deviation'] else ''}; wins are "
+            f"judged at Holm-adjusted paired t p < 0.05.) " + "; ".join(parts) + "."
+            + ("" if _full(src) else " A gain that needs the full protocol is not excluded."))
 
 
 def _gate_arms(src: dict) -> list[str]:
@@ -204,7 +252,8 @@ def mechanism_rows(found: dict) -> list[dict]:
 
 
 def claims_table(dirs) -> tuple[str, list[dict]]:
-    """The Markdown claims table for the result files under ``dirs``, and its rows."""
+    """The Markdown claims table for the result files under ``dirs`` followed by the
+    :func:`answer` of each results set with a matched control, and the table's rows."""
     sources, paths = [], []
     for d in dirs:
         d = Path(d)
@@ -215,7 +264,8 @@ def claims_table(dirs) -> tuple[str, list[dict]]:
     md = table(["paper's claim", "what we measured", "budget", "source", "verdict"],
                [[r["claim"], r["measured"], r["budget"], r["source"], f"**{r['verdict']}**"] for r in rows],
                markdown=True)
-    return md, rows
+    answers = [a for a in map(answer, sources) if a]
+    return "\n\n".join([md, *answers]), rows
 
 
 def replace_between_markers(text: str, block: str) -> str:
@@ -245,4 +295,6 @@ def main(args) -> int:
         path = Path(args.readme)
         path.write_text(replace_between_markers(path.read_text(), md))
     print(table(["claim", "verdict"], [[r["claim"], r["verdict"]] for r in rows]))
+    for text in md.split("\n\n")[1:]:  # the answers under the table
+        print("\n" + text.replace("**", "").replace("`", ""))
     return 0
