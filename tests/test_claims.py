@@ -112,14 +112,33 @@ def test_an_undecided_pair_says_how_large_a_gain_could_hide():
     assert "rules out" not in _rows({"none": NONE, "elementwise": WIN}, 60)[BEATS]["measured"]  # a win is a win
 
 
-def test_every_gate_gets_its_rows():
+def test_every_gate_gets_its_rows_and_the_matched_control_only_the_gate_it_matches():
     rows = _rows({"none": NONE, "headwise": WIN, "elementwise": NONE, "none@matched-ffn": MATCHED}, 60)
     assert rows["the headwise gate beats GraphGPS on zinc (p < 0.05)"]["verdict"] == HOLDS
-    assert rows[MATCHED_CLAIM.replace("elementwise", "headwise")]["verdict"] == HOLDS
     assert rows[BEATS]["verdict"] == BUDGET  # identical to none: no win
-    order = [r["claim"] for r in accuracy_rows(comparison_sources(Path("r.json"), _results(
-        {"none": NONE, "headwise": WIN, "elementwise": NONE}, 60)))]
-    assert order == ["ZINC test MAE 0.059", BEATS, "the headwise gate beats GraphGPS on zinc (p < 0.05)"]
+    assert MATCHED_CLAIM in rows and MATCHED_CLAIM.replace("elementwise", "headwise") not in rows  # no params: elementwise
+    per_seed = {"none": NONE, "headwise": WIN, "elementwise": NONE, "none@matched-ffn": MATCHED}
+    res = {**_results(per_seed, 60), "params": {"none": 100, "headwise": 101, "elementwise": 110, "none@matched-ffn": 110}}
+    claims = [r["claim"] for r in accuracy_rows(comparison_sources(Path("r.json"), res))]
+    assert claims == ["ZINC test MAE 0.059", BEATS, MATCHED_CLAIM, "the headwise gate beats GraphGPS on zinc (p < 0.05)"]
+    res["params"]["none@matched-ffn"] = 101.5  # now within 1% of headwise, 7.7% off elementwise
+    claims = [r["claim"] for r in accuracy_rows(comparison_sources(Path("r.json"), res))]
+    assert claims == ["ZINC test MAE 0.059", BEATS, "the headwise gate beats GraphGPS on zinc (p < 0.05)",
+                      MATCHED_CLAIM.replace("elementwise", "headwise")]
+
+
+def test_largest_gain_for_a_higher_is_better_metric_and_a_zero_mean():
+    # ROC-AUC: diff = gate - none = +0.01, -0.01, +0.03 -> CI -0.039683 .. 0.059683 (see above); the
+    # largest gain is the upper end, 0.059683, 8.29% of none's mean 0.72
+    none = {"0": 0.70, "1": 0.72, "2": 0.74}
+    gate = {"0": 0.71, "1": 0.71, "2": 0.77}
+    src = comparison_sources(Path("r.json"), {**_results({"none": none, "elementwise": gate}, 1, "molhiv"),
+                                              "metric": "rocauc", "higher_is_better": True})[0]
+    row = accuracy_rows([src])[1]
+    assert row["measured"].endswith("the interval rules out a gain above 0.05968 (8.3% of `none`'s mean)")
+    zero = {"0": 0.0, "1": 0.0, "2": 0.0}
+    src = comparison_sources(Path("r.json"), _results({"none": zero, "elementwise": {"0": 0.01, "1": -0.01, "2": 0.03}}, 60))
+    assert accuracy_rows(src)[1]["measured"].endswith("rules out a gain above 0.03968")  # no share of a zero mean
 
 
 def test_a_results_set_off_the_protocol_says_so_in_its_budget():
@@ -136,6 +155,14 @@ def test_a_results_set_off_the_protocol_says_so_in_its_budget():
     assert config_deviations(protocol) == {}
     stated = {**res, "deviations": {"model.layers": {"protocol": 10, "used": 1}}}  # the short-budget runner's
     assert config_deviations(stated) == stated["deviations"]
+    # a compare of the paper's setting is measured against that config, and says which it is
+    paper = load_config("zinc-paper", ["model.layers=16", "model.gate=none", "train.epochs=60"]).to_dict()
+    res = {**res, "config": paper, "command": "siggate compare --config zinc-paper --set model.layers=16 --budget 60"}
+    assert config_deviations(res) == {"model.layers": {"protocol": load_config("zinc-paper").model.layers, "used": 16}}
+    src = comparison_sources(Path("r.json"), res)[0]
+    assert src["deviation"] == f"config zinc-paper, model.layers 16 (protocol {load_config('zinc-paper').model.layers})"
+    other = {**res, "config": {**paper, "data": {**paper["data"], "name": "nci5k"}}}
+    assert config_deviations(other) == {}  # not a run of the config its command names
 
 
 def test_the_answer_names_wins_their_fate_against_the_matched_control_and_hidden_gains():
@@ -143,14 +170,36 @@ def test_the_answer_names_wins_their_fate_against_the_matched_control_and_hidden
         return answer(comparison_sources(Path("r.json"), _results(per_seed, epochs))[0])
 
     survives = ans({"none": NONE, "elementwise": WIN, "none@matched-ffn": MATCHED})
-    assert "`elementwise` beats `none` and still beats `none@matched-ffn`" in survives
+    assert re.search(r"`elementwise` beats `none` \(Holm p = [0-9.e-]+\) and still beats `none@matched-ffn` "
+                     r"\(Holm p = [0-9.e-]+\), the ungated model of its parameter count", survives)
     assert "60 of 2000 epochs, at least 6 seeds per arm" in survives and survives.endswith("is not excluded.")
     capacity = {s: v - 0.0005 * (int(s) % 2) for s, v in WIN.items()}  # the matched control does as well
-    assert "`elementwise` beats `none` and does not beat `none@matched-ffn`" in ans(
-        {"none": NONE, "elementwise": WIN, "none@matched-ffn": capacity})
+    assert "and is not shown to beat `none@matched-ffn`" in ans({"none": NONE, "elementwise": WIN,
+                                                               "none@matched-ffn": capacity})
+    one = ans({"none": NONE, "elementwise": WIN, "none@matched-ffn": {"0": 0.29, "7": 0.3}})  # 1 common seed
+    assert "cannot be tested against `none@matched-ffn` yet (1 pair)" in one
     # the hand-computed pair of the test above: gain bound 0.03968, 12.8% of none's 0.31
     text = ans({"none": {"0": 0.30, "1": 0.31, "2": 0.32}, "elementwise": {"0": 0.29, "1": 0.32, "2": 0.35},
                 "none@matched-ffn": {"0": 0.30, "1": 0.31, "2": 0.33}}, epochs=2000)
-    assert "`elementwise` does not beat `none`: its 95% interval rules out a gain above 0.04 mae (13% of" in text
+    assert "`elementwise` is not shown to beat `none` (Holm p = 1): its 95% interval rules out a mae gain above " \
+           "0.04 (13% of `none`'s mean)" in text
     assert "not excluded" not in text  # at the full protocol
     assert ans({"none": NONE, "elementwise": WIN}) is None  # no matched control: not a study of the question
+    null = {str(s): None for s in range(6)}  # results.json writes a diverged run's NaN as null
+    assert ans({"none": NONE, "elementwise": WIN, "none@matched-ffn": null}) is None
+
+
+def test_a_win_the_holm_correction_withholds_is_not_called_a_bound():
+    from scipy import stats
+
+    # the gate is better on every seed: the unadjusted interval excludes 0, but with 3 pairs of
+    # arms Holm multiplies the smallest p-value by 3
+    none = {str(s): 0.30 + 0.01 * s for s in range(5)}
+    gate = {s: v - d for (s, v), d in zip(none.items(), (0.001, 0.012, 0.004, 0.009, 0.003))}
+    matched = {s: v + (0.02 if int(s) % 2 else -0.02) for s, v in none.items()}
+    raw = stats.ttest_rel(list(gate.values()), list(none.values())).pvalue
+    assert raw < 0.05 < 3 * raw
+    rows = _rows({"none": none, "elementwise": gate, "none@matched-ffn": matched}, 60)
+    assert rows[BEATS]["verdict"] == BUDGET
+    assert rows[BEATS]["measured"].endswith("the unadjusted interval holds only gains, but the Holm correction over "
+                                            "all the pairs of the set withholds the win")

@@ -413,9 +413,9 @@ def test_compare_aggregates_finished_runs_without_training(tmp_path, monkeypatch
     assert "## All pairs of arms" in (out / "results.md").read_text()
 
 
-def test_val_curve_plot_scales_to_what_it_shows(tmp_path):
+def test_val_curve_plot_scales_to_what_it_shows(tmp_path, monkeypatch):
     """A loss that falls 10x gets a log axis on the full panel; a flat curve keeps a linear one;
-    one-epoch and missing curves still draw."""
+    the right panel starts after half the epochs; one-epoch and missing curves still draw."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -427,24 +427,25 @@ def test_val_curve_plot_scales_to_what_it_shows(tmp_path):
     real_savefig = plt.Figure.savefig
 
     def savefig(fig, path, **kw):
-        shown[Path(path).name] = [(ax.get_yscale(), ax.get_title(), len(ax.get_lines())) for ax in fig.axes]
+        shown[Path(path).name] = [(ax.get_yscale(), ax.get_title(), [list(line.get_xdata()) for line in ax.get_lines()])
+                                  for ax in fig.axes]
         return real_savefig(fig, path, **kw)
 
     def res(curves):
         return {"gates": list(curves), "val_curves": curves, "metric": "mae", "higher_is_better": False,
                 "dataset": "zinc"}
 
-    falling = {"none": {"0": [2.0, 1.0, 0.5, 0.2], "1": [2.1, 0.9, 0.4, 0.2]}, "elementwise": {"0": [], "1": []}}
+    monkeypatch.setattr(plt.Figure, "savefig", savefig)
+    falling = {"none": {"0": [2.0, 1.0, 0.5, 0.2, 0.2], "1": [2.1, 0.9, 0.4, 0.2]}, "elementwise": {"0": [], "1": []}}
     flat = {"none": {"0": [0.30, 0.29]}, "elementwise": {"0": [0.31]}}
-    plt.Figure.savefig = savefig
-    try:
-        for name, curves in (("falling.png", falling), ("flat.png", flat), ("empty.png", {"none": {"0": []}})):
-            plot_val_curves(res(curves), tmp_path / name)
-    finally:
-        plt.Figure.savefig = real_savefig
-    assert shown["falling.png"] == [("log", "every epoch", 1), ("linear", "second half of the budget", 1)]
-    assert shown["flat.png"] == [("linear", "every epoch", 2), ("linear", "second half of the budget", 2)]
-    assert shown["empty.png"][0][2] == 0 and (tmp_path / "empty.png").read_bytes()[:4] == b"\x89PNG"
+    for name, curves in (("falling.png", falling), ("flat.png", flat), ("empty.png", {"none": {"0": []}})):
+        plot_val_curves(res(curves), tmp_path / name)
+    # the common 4 epochs of the two seeds; the right panel shows epochs 3-4
+    assert shown["falling.png"] == [("log", "every epoch", [[1, 2, 3, 4]]),
+                                    ("linear", "second half of the budget", [[3, 4]])]
+    assert shown["flat.png"] == [("linear", "every epoch", [[1, 2], [1]]),
+                                 ("linear", "second half of the budget", [[2], [1]])]
+    assert shown["empty.png"][0][2] == [] and (tmp_path / "empty.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_compare_snapshot_and_budget(tmp_path, monkeypatch):

@@ -55,11 +55,14 @@ case $ACTION in
       sub=${part%%|*}; src=$(outdir "$sub"); dst=$HERE/$sub
       mkdir -p "$dst"
       cp "$src/results.json" "$src/results.md" "$dst/"
-      if [ -f "$src/val_curves.png" ]; then cp "$src/val_curves.png" "$dst/"; fi
-      if [ -x "$ROOT/.venv/bin/python" ]; then  # the plot in this checkout's style; its numbers are results.json's
-        "$ROOT/.venv/bin/python" -c 'import json, sys; from pathlib import Path
+      if [ -f "$src/val_curves.png" ]; then
+        cp "$src/val_curves.png" "$dst/"
+        if [ -x "$ROOT/.venv/bin/python" ]; then  # the plot in this checkout's style; its numbers are results.json's
+          "$ROOT/.venv/bin/python" -c 'import json, sys; from pathlib import Path
 from siggate.train.compare import plot_val_curves
-plot_val_curves(json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2]))' "$dst/results.json" "$dst/val_curves.png"
+plot_val_curves(json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2]))' "$dst/results.json" \
+            "$dst/val_curves.png" || echo "warning: val_curves.png not redrawn; the study's own plot is kept" >&2
+        fi
       fi
       for m in "$src"/runs/*/seed*/metrics.json; do
         [ -f "$m" ] || continue

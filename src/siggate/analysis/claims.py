@@ -15,6 +15,10 @@ claim such as a parameter count fails). With
 ``--readme FILE`` the table replaces the text between the ``<!-- claims:start -->`` and
 ``<!-- claims:end -->`` markers of FILE; a test checks that the README holds exactly what
 this command generates from the committed results.
+
+Under the table, each results set that has the parameter-matched control (a study designed
+to ask "does the gate help?") gets its plain answer (:func:`answer`): which gate wins, whether
+the win survives the matched control, and how large a gain the intervals leave room for.
 """
 
 from __future__ import annotations
@@ -56,22 +60,36 @@ def _flat(cfg: dict) -> dict:
     return {f"{sec}.{k}": v for sec, keys in cfg.items() if isinstance(keys, dict) for k, v in keys.items()}
 
 
+def config_name(entry: dict) -> str:
+    """The config a compare result ran: its command's ``--config`` (compare always writes
+    it), else the dataset's built-in config."""
+    import shlex
+
+    words = shlex.split(entry.get("command") or "")
+    return words[words.index("--config") + 1] if "--config" in words[:-1] else entry["dataset"]
+
+
 def config_deviations(entry: dict) -> dict:
     """``{key: {"protocol": ..., "used": ...}}`` for a compare result: the keys where the
-    config its runs shared (``entry["config"]``) differs from the dataset's built-in config,
-    the protocol. The gate and the keys an arm sets (``entry["arms"]``' overrides), the budget, seeds, threads
-    and paths are not deviations. An entry that states ``deviations`` itself keeps them."""
+    config its runs shared (``entry["config"]``) differs from the config it names
+    (:func:`config_name`: ``zinc`` for the published model, ``zinc-paper`` for the paper's
+    setting), i.e. its ``--set`` overrides. The keys compare's arms set (the gate, its
+    position, the matched control's rule, ``entry["arms"]``' overrides), the budget, seeds,
+    threads and paths are not deviations. An entry that states ``deviations`` itself keeps
+    them; one whose config cannot be loaded (a CSV) or is of another dataset has none."""
     if "deviations" in entry or not entry.get("config"):
         return entry.get("deviations") or {}
     from ..config import ConfigError, from_dict, load_config, upgrade_config_dict, with_resolved
 
     try:
-        protocol = load_config(entry["dataset"]).to_dict()
+        protocol = load_config(config_name(entry)).to_dict()
         used = from_dict(upgrade_config_dict(entry["config"])).to_dict()
     except ConfigError:
         return {}
+    if protocol["data"]["name"] != used["data"]["name"]:
+        return {}
     protocol = with_resolved(protocol, used)
-    by_arm = {"model.gate", "model.param_match"}  # what compare's arms set (older results name no arms)
+    by_arm = {"model.gate", "model.gate_position", "model.param_match"}  # compare's arms (older results name none)
     by_arm |= {o.split("=", 1)[0] for arm in (entry.get("arms") or {}).values() for o in arm.get("overrides", [])}
     p, u = _flat(protocol), _flat(used)
     return {k: {"protocol": p[k], "used": u[k]} for k in p
@@ -80,19 +98,22 @@ def config_deviations(entry: dict) -> dict:
 
 def comparison_sources(path: Path, data: dict) -> list[dict]:
     """Normalised accuracy results from one results file: a list of dicts with ``dataset``,
-    ``metric``, ``hib``, ``per_seed``, ``epochs``, ``protocol``, ``deviation`` and ``path``."""
+    ``metric``, ``hib``, ``per_seed``, ``epochs``, ``protocol``, ``deviation``, ``params``
+    (per arm, where the file has them) and ``path``."""
     entries = data["datasets"].values() if "datasets" in data else [data]
     out = []
     for e in entries:
         if not e.get("per_seed") or not e.get("metric"):
             continue
         epochs = e.get("epochs")
-        dev = ", ".join(f"{k} {v['used']} (protocol {v['protocol']})" for k, v in config_deviations(e).items())
+        dev = [f"{k} {v['used']} (protocol {v['protocol']})" for k, v in config_deviations(e).items()]
+        if e.get("config") and config_name(e) != e["dataset"]:
+            dev.insert(0, f"config {config_name(e)}")
         out.append({"dataset": e["dataset"], "metric": e["metric"], "hib": bool(e["higher_is_better"]),
                     "per_seed": {arm: {str(k): (float("nan") if v is None else v) for k, v in s.items()}
                                  for arm, s in e["per_seed"].items()},  # results.json writes NaN as null
                     "epochs": epochs, "protocol": e.get("protocol_epochs") or _protocol_epochs(e["dataset"]),
-                    "deviation": dev, "path": path})
+                    "deviation": ", ".join(dev), "params": e.get("params") or {}, "path": path})
     return out
 
 
@@ -133,7 +154,22 @@ def largest_gain(c: dict, a: str, b: str, hib: bool) -> tuple[float, float]:
     lower is better. Negative: the interval holds no gain at all."""
     _, lo, hi = _oriented(c, a, b)
     gain = hi if hib else -lo
-    return gain, gain / abs(c["mean_a"] if c["a"] == a else c["mean_b"])
+    base = c["mean_a"] if c["a"] == a else c["mean_b"]
+    return gain, (gain / abs(base) if base and math.isfinite(base) else float("nan"))
+
+
+def _hidden_gain(c: dict, a: str, b: str, hib: bool, digits: int = 4) -> str:
+    """What the 95% t interval of ``b - a`` (not adjusted for multiple comparisons) says
+    about a gain of ``b`` that the Holm-adjusted test did not show."""
+    gain, rel = largest_gain(c, a, b, hib)
+    mean, lo, hi = _oriented(c, a, b)
+    if gain <= 0:
+        return "the interval rules out any gain"
+    if (lo > 0) if hib else (hi < 0):
+        return ("the unadjusted interval holds only gains, but the Holm correction over all the pairs of the set "
+                "withholds the win")
+    share = f" ({fmt(100 * rel, 2)}% of `{a}`'s mean)" if math.isfinite(rel) else ""
+    return f"the interval rules out a gain above {fmt(gain, digits)}{share}"
 
 
 def _gain_text(c: dict, a: str, b: str, hib: bool) -> tuple[str, bool, bool]:
@@ -147,19 +183,29 @@ def _gain_text(c: dict, a: str, b: str, hib: bool) -> tuple[str, bool, bool]:
         return f"`{b}` − `{a}` = {fmt(mean)} ({c['n_pairs']} pair: no interval or test yet)", False, False
     text = (f"`{b}` − `{a}` = {fmt(mean)} (95% CI {fmt(lo)} to {fmt(hi)}, Holm p = {fmt(c['p_holm'], 3)}, "
             f"{c['n_pairs']} pairs)")
-    if not (_significant(c) and better):
-        gain, rel = largest_gain(c, a, b, hib)
-        text += ("; the interval rules out any gain" if gain <= 0 else
-                 f"; the interval rules out a gain above {fmt(gain)} ({fmt(100 * rel, 2)}% of `{a}`'s mean)")
+    if not (_significant(c) and better) and c["std_diff"] > 0:  # equal differences: a point, not an interval
+        text += "; " + _hidden_gain(c, a, b, hib)
     return text, _significant(c) and better, _significant(c) and not better
+
+
+def _matched_to(src: dict, gate: str) -> bool:
+    """Whether the matched control has ``gate``'s parameter count (within 1%); the control
+    is sized to the elementwise gate, so a headwise arm is not matched by it. Without
+    parameter counts in the file, only the elementwise arm counts as matched."""
+    p = src["params"]
+    if p.get(MATCHED) and p.get(gate):
+        return abs(p[MATCHED] - p[gate]) <= 0.01 * p[gate]
+    return gate == GATED
 
 
 def answer(src: dict) -> str | None:
     """The plain answer to "does the gate help?" from one results set that has the
     parameter-matched control (a study designed to answer it): which gates beat GraphGPS at
-    Holm-adjusted p < 0.05, whether those wins survive the matched control, and, for a gate
-    that does not win, the largest gain its 95% interval leaves room for."""
-    if not src["per_seed"].get(MATCHED) or not src["per_seed"].get(UNGATED):
+    Holm-adjusted p < 0.05, whether those wins survive the matched control (for the gates it
+    matches), and, for a gate not shown to win, the largest gain its 95% interval leaves
+    room for."""
+    finite = {arm: sum(math.isfinite(v) for v in s.values()) for arm, s in src["per_seed"].items()}
+    if finite.get(MATCHED, 0) < 2 or finite.get(UNGATED, 0) < 2:
         return None
     parts = []
     for gate in _gate_arms(src):
@@ -167,24 +213,30 @@ def answer(src: dict) -> str | None:
         if c is None or c["n_pairs"] < 2:
             continue
         _, win, loss = _gain_text(c, UNGATED, gate, src["hib"])
+        p = f"Holm p = {fmt(c['p_holm'], 2)}"
         if win:
-            m = _pair(src, MATCHED, gate)
-            survives = m is not None and m["n_pairs"] >= 2 and _gain_text(m, MATCHED, gate, src["hib"])[1]
-            parts.append(f"`{gate}` beats `{UNGATED}` and " + ("still beats" if survives else "does not beat")
-                         + f" `{MATCHED}`, the ungated model with its parameter count")
+            m = _pair(src, MATCHED, gate) if _matched_to(src, gate) else None
+            if m is None:
+                fate = f"has no control matched to its {src['params'].get(gate, '?')} parameters"
+            elif m["n_pairs"] < 2:
+                fate = f"cannot be tested against `{MATCHED}` yet ({m['n_pairs']} pair)"
+            else:
+                _, m_win, m_loss = _gain_text(m, MATCHED, gate, src["hib"])
+                fate = ("still beats" if m_win else "is significantly worse than" if m_loss else "is not shown to beat")
+                fate += f" `{MATCHED}` (Holm p = {fmt(m['p_holm'], 2)}), the ungated model of its parameter count"
+            parts.append(f"`{gate}` beats `{UNGATED}` ({p}) and {fate}")
             continue
-        gain, rel = largest_gain(c, UNGATED, gate, src["hib"])
-        hidden = ("its 95% interval holds no gain" if gain <= 0 else
-                  f"its 95% interval rules out a gain above {fmt(gain, 2)} {src['metric']} ({fmt(100 * rel, 2)}% of "
-                  f"`{UNGATED}`'s mean)")
-        parts.append(f"`{gate}` does not beat `{UNGATED}`" + (" (it is significantly worse)" if loss else "")
-                     + f": {hidden}")
+        verb = "is significantly worse than" if loss else "is not shown to beat"
+        tail = _hidden_gain(c, UNGATED, gate, src["hib"], digits=2) if c["std_diff"] > 0 else ""
+        tail = tail.replace("the interval", "its 95% interval").replace("a gain above", f"a {src['metric']} gain above")
+        parts.append(f"`{gate}` {verb} `{UNGATED}` ({p})" + (f": {tail}" if tail else ""))
     if not parts:
         return None
-    n = min(sum(math.isfinite(v) for v in s.values()) for s in src["per_seed"].values() if s)
+    n = min(v for v in finite.values() if v)
     return (f"**Does the gate help on {src['dataset']}?** (`{src['path']}`, {src['epochs']} of {src['protocol']} "
             f"epochs, at least {n} seeds per arm{'; ' + src['deviation'] if src['deviation'] else ''}; wins are "
-            f"judged at Holm-adjusted paired t p < 0.05.) " + "; ".join(parts) + "."
+            f"judged at Holm-adjusted paired t p < 0.05 over all the pairs of arms, the intervals are 95% t "
+            f"intervals, unadjusted.) " + "; ".join(parts) + "."
             + ("" if _full(src) else " A gain that needs the full protocol is not excluded."))
 
 
@@ -213,6 +265,8 @@ def accuracy_rows(sources: list[dict]) -> list[dict]:
             for control, claim in ((UNGATED, f"the {gate} gate beats GraphGPS on {ds} (p < 0.05)"),
                                    (MATCHED, f"on {ds}, the {gate} gate's gain comes from gating, not from the "
                                              f"extra parameters (against `{MATCHED}`)")):
+                if control == MATCHED and not _matched_to(src, gate):
+                    continue
                 c = _pair(src, control, gate)
                 if c is None:
                     continue

@@ -393,8 +393,8 @@ def _bootstrap_resamples() -> str:
 
 def plot_val_curves(res: dict, path: Path) -> None:
     """Validation metric per epoch: mean ± std over seeds, one band per variant. The left
-    panel shows every epoch (log scale when the curve falls by more than 4x, as a loss
-    does from its first epoch); the right one the second half of the budget, where the arms
+    panel shows every epoch (log scale when the curves span more than 4x, as a loss falling
+    from its first epoch does); the right one the second half of the budget, where the arms
     are told apart, on a linear scale."""
     import matplotlib
 
@@ -430,7 +430,8 @@ def plot_val_curves(res: dict, path: Path) -> None:
     axes[0].set_ylabel(f"validation {metric} ({'higher' if res['higher_is_better'] else 'lower'} is better)")
     axes[0].set_title("every epoch")
     axes[1].set_title("second half of the budget")
-    axes[1].legend()
+    if bands:
+        axes[1].legend()
     fig.suptitle(f"{res.get('dataset') or ''}: validation {metric}, mean ± std over seeds")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
