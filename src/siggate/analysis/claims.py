@@ -158,34 +158,41 @@ def largest_gain(c: dict, a: str, b: str, hib: bool) -> tuple[float, float]:
     return gain, (gain / abs(base) if base and math.isfinite(base) else float("nan"))
 
 
-def _hidden_gain(c: dict, a: str, b: str, hib: bool, digits: int = 4) -> str:
+def _outcome(c: dict, a: str, b: str, hib: bool) -> tuple[bool, bool]:
+    """``(b significantly better, b significantly worse)`` than ``a``: Holm-adjusted paired t
+    p < 0.05 over all the pairs of the results set."""
+    mean = _oriented(c, a, b)[0]
+    return _significant(c) and (mean > 0) == hib, _significant(c) and (mean > 0) != hib
+
+
+def _hidden_gain(c: dict, a: str, b: str, hib: bool, digits: int = 4, subject: str = "the interval",
+                 unit: str = "") -> str:
     """What the 95% t interval of ``b - a`` (not adjusted for multiple comparisons) says
     about a gain of ``b`` that the Holm-adjusted test did not show."""
+    _, lo, hi = _oriented(c, a, b)
     gain, rel = largest_gain(c, a, b, hib)
-    mean, lo, hi = _oriented(c, a, b)
     if gain <= 0:
-        return "the interval rules out any gain"
+        return f"{subject} rules out any gain"
     if (lo > 0) if hib else (hi < 0):
         return ("the unadjusted interval holds only gains, but the Holm correction over all the pairs of the set "
                 "withholds the win")
     share = f" ({fmt(100 * rel, 2)}% of `{a}`'s mean)" if math.isfinite(rel) else ""
-    return f"the interval rules out a gain above {fmt(gain, digits)}{share}"
+    return f"{subject} rules out a {unit + ' ' if unit else ''}gain above {fmt(gain, digits)}{share}"
 
 
 def _gain_text(c: dict, a: str, b: str, hib: bool) -> tuple[str, bool, bool]:
     """``(text, b significantly better, b significantly worse)`` for ``b`` against ``a``
-    (significant: Holm-adjusted paired t p < 0.05 over all the pairs of the results set).
-    Without a significant win the text also says how large a gain the 95% interval leaves
-    room for: the gain that could be hiding at this number of seeds."""
+    (:func:`_outcome`). Without a significant win the text also says how large a gain the
+    95% interval leaves room for: the gain that could be hiding at this number of seeds."""
     mean, lo, hi = _oriented(c, a, b)
-    better = (mean > 0) == hib
     if c["n_pairs"] < 2:  # no spread between pairs yet: no interval, no test
         return f"`{b}` − `{a}` = {fmt(mean)} ({c['n_pairs']} pair: no interval or test yet)", False, False
+    win, loss = _outcome(c, a, b, hib)
     text = (f"`{b}` − `{a}` = {fmt(mean)} (95% CI {fmt(lo)} to {fmt(hi)}, Holm p = {fmt(c['p_holm'], 3)}, "
             f"{c['n_pairs']} pairs)")
-    if not (_significant(c) and better) and c["std_diff"] > 0:  # equal differences: a point, not an interval
+    if not win and c["std_diff"] > 0:  # equal differences: a point, not an interval
         text += "; " + _hidden_gain(c, a, b, hib)
-    return text, _significant(c) and better, _significant(c) and not better
+    return text, win, loss
 
 
 def _matched_to(src: dict, gate: str) -> bool:
@@ -212,7 +219,7 @@ def answer(src: dict) -> str | None:
         c = _pair(src, UNGATED, gate)
         if c is None or c["n_pairs"] < 2:
             continue
-        _, win, loss = _gain_text(c, UNGATED, gate, src["hib"])
+        win, loss = _outcome(c, UNGATED, gate, src["hib"])
         p = f"Holm p = {fmt(c['p_holm'], 2)}"
         if win:
             m = _pair(src, MATCHED, gate) if _matched_to(src, gate) else None
@@ -221,14 +228,14 @@ def answer(src: dict) -> str | None:
             elif m["n_pairs"] < 2:
                 fate = f"cannot be tested against `{MATCHED}` yet ({m['n_pairs']} pair)"
             else:
-                _, m_win, m_loss = _gain_text(m, MATCHED, gate, src["hib"])
+                m_win, m_loss = _outcome(m, MATCHED, gate, src["hib"])
                 fate = ("still beats" if m_win else "is significantly worse than" if m_loss else "is not shown to beat")
                 fate += f" `{MATCHED}` (Holm p = {fmt(m['p_holm'], 2)}), the ungated model of its parameter count"
             parts.append(f"`{gate}` beats `{UNGATED}` ({p}) and {fate}")
             continue
         verb = "is significantly worse than" if loss else "is not shown to beat"
-        tail = _hidden_gain(c, UNGATED, gate, src["hib"], digits=2) if c["std_diff"] > 0 else ""
-        tail = tail.replace("the interval", "its 95% interval").replace("a gain above", f"a {src['metric']} gain above")
+        tail = _hidden_gain(c, UNGATED, gate, src["hib"], digits=2, subject="its 95% interval",
+                            unit=src["metric"]) if c["std_diff"] > 0 else ""
         parts.append(f"`{gate}` {verb} `{UNGATED}` ({p})" + (f": {tail}" if tail else ""))
     if not parts:
         return None
