@@ -93,7 +93,11 @@ def roc_auc(y_true: list[float], score: list[float]) -> float:
     return (sum(pos) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 
 
-METRICS = {"mae": mae, "rocauc": roc_auc}
+def rmse(y_true: list[float], y_pred: list[float]) -> float:
+    return math.sqrt(sum((a - b) ** 2 for a, b in zip(y_true, y_pred)) / len(y_true))
+
+
+METRICS = {"mae": mae, "rocauc": roc_auc, "rmse": rmse}
 
 
 def score(metric: str, smiles_true: list[str], y_true: list[float], smiles_pred: list[str], y_pred: list[float]) -> float:
