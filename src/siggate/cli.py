@@ -163,6 +163,29 @@ def cmd_predict(args) -> int:
     return 1 if bad else 0
 
 
+def cmd_pretrain(args) -> int:
+    from .train.pretrain import pretrain
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    source = args.smiles
+    if source == "moses":
+        from .data.corpus import moses_train_path
+
+        source = moses_train_path()
+    print(f"siggate pretrain: {args.molecules} molecules of {source}, {args.epochs} epochs, "
+          f"config {args.config or 'csv'} -> {args.out}", flush=True)
+    rec = pretrain(source, args.out, molecules=args.molecules, epochs=args.epochs, seed=args.seed, config=args.config,
+                   overrides=args.overrides, data_root=args.data_root, exclude_files=args.exclude,
+                   smiles_col=args.smiles_col, resume=args.resume, progress=progress_enabled(args))
+    print(json.dumps({k: rec[k] for k in ("corpus_molecules", "removed_test_molecules", "best_epoch", "val_mae",
+                                          "train_seconds")}, indent=2))
+    print(f"fine-tune with: siggate train --data FILE.csv --target-col COL --init {Path(args.out) / 'pretrained.pt'}")
+    return 0
+
+
 def cmd_data(args) -> int:
     from .data.catalog import list_datasets
 
@@ -228,6 +251,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-atoms", type=int, default=1000)
     p.add_argument("--chunk-size", type=int, default=1000)
     p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("pretrain", help="pretrain a backbone on unlabelled SMILES (RDKit descriptor regression)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog="""examples:
+  siggate pretrain --smiles moses --out runs/pretrain --molecules 100000 --epochs 20
+  siggate pretrain --smiles my_library.smi --out runs/pt --exclude my_test.csv
+  siggate pretrain --smiles moses --out runs/pretrain --resume        # continue an interrupted run""")
+    p.add_argument("--smiles", required=True, metavar="FILE",
+                   help="unlabelled molecules: a CSV with a SMILES column, a .smi/.txt file (gzip allowed), or 'moses' "
+                        "for the MOSES training set inside an installed molsets==0.3.1 wheel")
+    p.add_argument("--smiles-col", default=None, help="SMILES column of a CSV corpus (default: smiles/SMILES)")
+    p.add_argument("--out", required=True, help="pretraining folder: corpus/, model/ and pretrained.pt")
+    p.add_argument("--molecules", type=int, default=100_000, help="molecules drawn from the corpus (default: 100000)")
+    p.add_argument("--epochs", type=int, default=20, help="training epochs (default: 20)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draw, the split and the training (default: 0)")
+    p.add_argument("--config", default=None, help="model config to pretrain (default: csv, the --data recipe)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set model.attn=true (repeatable)")
+    p.add_argument("--exclude", action="append", default=[], metavar="FILE",
+                   help="also drop the molecules of this SMILES file or CSV (repeatable); the test sets of ZINC, "
+                        "molhiv, NCI-5K and MoleculeACE are always dropped where their files are found")
+    p.add_argument("--data-root", default=None, help="benchmark data root, for the ZINC and molhiv test sets")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads (default: 1)")
+    add_progress_flag(p)
+    p.set_defaults(func=cmd_pretrain)
 
     p = sub.add_parser("data", help="list datasets or verify one")
     p.add_argument("action", choices=["list", "verify"])

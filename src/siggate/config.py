@@ -96,6 +96,7 @@ class TrainConfig:
     normalize_targets: bool = True
     on_nan: str = "stop"
     threads: int = 0
+    init: str = ""                          # start from these weights: "pretrained", a pretrained.pt or a checkpoint
 
 
 @dataclass

@@ -28,6 +28,9 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=None, help="number of epochs (train.epochs)")
     p.add_argument("--budget", type=int, default=None, metavar="EPOCHS",
                    help="short run of the same protocol: alias of --epochs, warmup scaled to fit")
+    p.add_argument("--init", default=None, metavar="WEIGHTS",
+                   help="start from pretrained weights: 'pretrained' (shipped with siggate), a pretrained.pt "
+                        "written by siggate pretrain, or a checkpoint (train.init)")
     p.add_argument("--data-root", default=None, help="benchmark data root (default: $SIGGATE_DATA or ../shared/data)")
     p.add_argument("--cache-dir", default=None, help="writable cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
     p.add_argument("--data", default=None, metavar="FILE.csv", help="train on your own CSV of SMILES")
@@ -45,6 +48,8 @@ def config_from_args(args):
     if args.seed is not None:
         overrides.append(f"train.seed={args.seed}")
     epochs = args.epochs if args.epochs is not None else args.budget
+    if getattr(args, "init", None):
+        overrides.append(f"train.init={args.init}")
     if args.data_root:
         overrides.append(f"data.root={args.data_root}")
     if args.cache_dir:

