@@ -51,9 +51,10 @@ def _sha256(path: Path) -> str:
 
 
 def _excluded_keys(data_root, exclude_files: list[str], progress: bool) -> tuple[set, dict]:
+    from ..data.base import default_data_root
     from ..data.corpus import benchmark_test_smiles, inchikey, read_smiles
 
-    sets, missing = benchmark_test_smiles(data_root)
+    sets, missing = benchmark_test_smiles(data_root or default_data_root())
     for f in exclude_files:
         sets[f"file:{f}"] = read_smiles(f)
     keys: dict[str, set] = {}
@@ -128,7 +129,13 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
     meta_path, csv_path = out / "meta.json", out / "corpus.csv"
     if meta_path.is_file() and csv_path.is_file():
         meta = json.loads(meta_path.read_text())
-        if {k: meta.get(k) for k in want} == want and meta.get("csv_sha256") == _sha256(csv_path):
+        from ..data.base import default_data_root
+        from ..data.corpus import benchmark_test_smiles
+
+        # the same test sets must be readable now as when the corpus was built
+        now = sorted(benchmark_test_smiles(data_root or default_data_root())[0])
+        built = sorted(k for k, v in meta.get("test_sets", {}).items() if "skipped" not in v and not k.startswith("file:"))
+        if {k: meta.get(k) for k in want} == want and meta.get("csv_sha256") == _sha256(csv_path) and now == built:
             log.info("pretrain: reusing the corpus in %s (%d molecules)", out, meta["kept"])
             return meta
     t0 = time.time()
