@@ -14,12 +14,14 @@ __all__ = [
     "GATE_KINDS",
     "GATE_POSITIONS",
     "LOCAL_MODEL_NAMES",
+    "MOL_FEATURES",
     "POOLING",
     "SPLITS",
     "TASK_LEVELS",
     "TASK_LOSSES",
     "HIGHER_IS_BETTER",
     "parse_gate_spec",
+    "parse_mol_features",
 ]
 
 #: ``model.gate``: no gate, one gate per head, one gate per channel.
@@ -36,6 +38,10 @@ ATTN_TYPES = ("full", "performer", "exphormer")
 LOCAL_MODEL_NAMES = ("gine", "gatedgcn")
 #: ``model.pooling``: the sum, the mean, or the sum over a constant (:func:`siggate.nn.model.pool_graphs`).
 POOLING = ("add", "mean", "norm")
+#: ``model.mol_features``: molecule-level features concatenated to the pooled embedding
+#: (:mod:`siggate.data.molfeatures`): none, Morgan count fingerprint, RDKit 2D descriptors.
+#: Kinds can be joined with ``+`` (``morgan_count+rdkit2d``), see :func:`parse_mol_features`.
+MOL_FEATURES = ("none", "morgan_count", "rdkit2d")
 #: ``data.split`` of the datasets built from SMILES (see :func:`siggate.data.chem.split_indices`).
 SPLITS = ("scaffold", "scaffold_balanced", "random")
 #: what one prediction is for: a whole graph (pooled), or each node (no pooling).
@@ -72,3 +78,24 @@ def progress_enabled(args) -> bool:
 
     value = getattr(args, "progress", None)
     return sys.stderr.isatty() if value is None else bool(value)
+
+
+def parse_mol_features(text: str) -> tuple[str, ...]:
+    """``"none"`` -> ``()``; ``"rdkit2d"`` -> ``("rdkit2d",)``; ``"morgan_count+rdkit2d"`` ->
+    ``("morgan_count", "rdkit2d")`` (the order of the concatenated columns).
+
+    Raises:
+        ValueError: naming the unknown or repeated part and the allowed names.
+    """
+    text = str(text).strip()
+    if text == "none":
+        return ()
+    parts = tuple(p.strip() for p in text.split("+"))
+    allowed = [k for k in MOL_FEATURES if k != "none"]
+    for p in parts:
+        if p not in allowed:
+            raise ValueError(f"unknown molecule feature {p!r} in {text!r}; choose 'none' or one or more of "
+                             f"{allowed} joined with '+'")
+    if len(set(parts)) != len(parts):
+        raise ValueError(f"molecule feature kinds repeat in {text!r}; name each once")
+    return parts
