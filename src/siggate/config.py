@@ -18,7 +18,18 @@ from typing import Any
 
 import yaml
 
-from .options import ATTN_IMPLS, ATTN_TYPES, GATE_KINDS, GATE_POSITIONS, LOCAL_MODEL_NAMES, POOLING, SPLITS, TASK_LOSSES
+from .options import (
+    ATTN_IMPLS,
+    ATTN_TYPES,
+    GATE_KINDS,
+    GATE_POSITIONS,
+    LOCAL_MODEL_NAMES,
+    MOL_FEATURES,
+    POOLING,
+    SPLITS,
+    TASK_LOSSES,
+    parse_mol_features,
+)
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -74,6 +85,7 @@ class ModelConfig:
     performer_redraw: int = 1000           # performer: training steps between feature redraws; 0: never
     expander_degree: int = 4               # exphormer: degree of the random expander (even; 0: none)
     virtual_nodes: int = 1                 # exphormer: virtual nodes per graph
+    mol_features: str = "none"             # molecule features beside the pooled embedding (siggate.data.molfeatures)
 
     @property
     def pool_norm_unresolved(self) -> bool:
@@ -356,6 +368,12 @@ def _check_model(m) -> None:
     if m.attn_type != "full" and m.impl == "sdpa":
         raise ConfigError(f"model.impl: 'sdpa' runs only with model.attn_type=full, not {m.attn_type!r}; "
                           "allowed values: auto, reference, packed.")
+    try:
+        parse_mol_features(m.mol_features)
+    except ValueError:
+        raise ConfigError(f"model.mol_features: {m.mol_features!r} is not allowed. Allowed values: "
+                          f"{', '.join(MOL_FEATURES)}, or kinds joined with '+' (morgan_count+rdkit2d)."
+                          + _suggest(str(m.mol_features), list(MOL_FEATURES))) from None
     if m.local == "none" and not m.attn:
         raise ConfigError("model.local='none' with model.attn=false leaves no branch; enable one of them")
     if m.dim >> (m.head_layers - 1) < 1:
@@ -400,6 +418,9 @@ def _check_data(cfg: Config) -> None:
             takers = sorted(n for n, meta in DATASET_META.items() if "num_nodes" in meta["options"])
             raise ConfigError(f"data.num_nodes: {cfg.data.num_nodes} applies to {', '.join(takers)} (the size of "
                               f"its one graph), not to {cfg.data.name}; remove it.")
+        if cfg.model.mol_features != "none" and DATASET_META[cfg.data.name]["level"] != "graph":
+            raise ConfigError(f"model.mol_features: {cfg.model.mol_features!r} adds one vector per molecule to "
+                              f"a graph-level readout; {cfg.data.name} predicts per node. Set model.mol_features=none.")
         if split is not None and cfg.data.name != "nci5k":
             raise ConfigError(
                 f"data.split: {cfg.data.name} comes with its official split, which siggate always uses; "
@@ -462,6 +483,7 @@ def upgrade_config_dict(raw: dict) -> dict:
       ``"reference"``.
     - ``model.pool_norm`` came with ``pooling: norm``; older configs pool ``add`` or
       ``mean``, where it is unused: ``0``.
+    - ``model.mol_features`` came later; older models have none: ``"none"``.
     """
     if not isinstance(raw, dict):
         return raw
@@ -475,6 +497,7 @@ def upgrade_config_dict(raw: dict) -> dict:
         model.setdefault("impl", "auto" if fused else "reference")
     if isinstance(model, dict):
         model.setdefault("pool_norm", 0.0)
+        model.setdefault("mol_features", "none")
     return out
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "GATE_POSITIONS",
     "LOCAL_MODEL_NAMES",
     "MOL_FEATURES",
+    "MOL_FEATURE_DIMS",
     "POOLING",
     "SPLITS",
     "TASK_LEVELS",
@@ -22,6 +23,7 @@ __all__ = [
     "HIGHER_IS_BETTER",
     "parse_gate_spec",
     "parse_mol_features",
+    "mol_features_dim",
 ]
 
 #: ``model.gate``: no gate, one gate per head, one gate per channel.
@@ -42,6 +44,8 @@ POOLING = ("add", "mean", "norm")
 #: (:mod:`siggate.data.molfeatures`): none, Morgan count fingerprint, RDKit 2D descriptors.
 #: Kinds can be joined with ``+`` (``morgan_count+rdkit2d``), see :func:`parse_mol_features`.
 MOL_FEATURES = ("none", "morgan_count", "rdkit2d")
+#: columns F of each kind (checked against the computed features by ``tests/test_molfeatures.py``).
+MOL_FEATURE_DIMS = {"none": 0, "morgan_count": 2048, "rdkit2d": 217}
 #: ``data.split`` of the datasets built from SMILES (see :func:`siggate.data.chem.split_indices`).
 SPLITS = ("scaffold", "scaffold_balanced", "random")
 #: what one prediction is for: a whole graph (pooled), or each node (no pooling).
@@ -99,3 +103,8 @@ def parse_mol_features(text: str) -> tuple[str, ...]:
     if len(set(parts)) != len(parts):
         raise ValueError(f"molecule feature kinds repeat in {text!r}; name each once")
     return parts
+
+
+def mol_features_dim(text: str) -> int:
+    """F of ``model.mol_features`` (``"none"`` -> 0, ``"morgan_count+rdkit2d"`` -> 2265)."""
+    return sum(MOL_FEATURE_DIMS[k] for k in parse_mol_features(text))

@@ -34,14 +34,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..options import parse_mol_features
+from ..options import MOL_FEATURE_DIMS, mol_features_dim, parse_mol_features
 
-__all__ = ["RDKIT2D_NAMES", "MORGAN_BITS", "MORGAN_RADIUS", "CLIP_AT", "feature_dim", "compute",
-           "FeatureScaler"]
+__all__ = ["RDKIT2D_NAMES", "MORGAN_BITS", "MORGAN_RADIUS", "CLIP_AT", "MOLFEATURES_VERSION", "feature_dim",
+           "compute", "cached_mol_features", "FeatureScaler"]
 
 #: Morgan count fingerprint size and radius of ``morgan_count``.
 MORGAN_BITS = 2048
 MORGAN_RADIUS = 2
+#: bump when the computed values change: every cache key of :func:`cached_mol_features` changes.
+MOLFEATURES_VERSION = 1
 #: magnitude above which raw descriptor values are compressed logarithmically (module docstring).
 CLIP_AT = 1e4
 
@@ -79,16 +81,14 @@ fr_prisulfonamd fr_pyridine fr_quatN fr_sulfide fr_sulfonamd fr_sulfone fr_term_
 fr_tetrazole fr_thiazole fr_thiocyan fr_thiophene fr_unbrch_alkane fr_urea qed
 """.split())
 
-_DIMS = {"morgan_count": MORGAN_BITS, "rdkit2d": len(RDKIT2D_NAMES)}
-
-
 def feature_dim(kind: str) -> int:
-    """F of a kind (``"none"`` -> 0, ``"morgan_count+rdkit2d"`` -> 2265).
+    """F of a kind (``"none"`` -> 0, ``"morgan_count+rdkit2d"`` -> 2265;
+    :data:`siggate.options.MOL_FEATURE_DIMS`).
 
     Raises:
         ValueError: an unknown kind (:func:`siggate.options.parse_mol_features`).
     """
-    return sum(_DIMS[k] for k in parse_mol_features(kind))
+    return mol_features_dim(kind)
 
 
 def _as_mol(item: Any):
@@ -163,6 +163,7 @@ def _rdkit2d(mols: list) -> np.ndarray:
 
 
 _COMPUTE = {"morgan_count": _morgan_count, "rdkit2d": _rdkit2d}
+assert len(RDKIT2D_NAMES) == MOL_FEATURE_DIMS["rdkit2d"] and MORGAN_BITS == MOL_FEATURE_DIMS["morgan_count"]
 
 
 def compute(mols_or_smiles: Sequence[Any], kind: str) -> np.ndarray:
@@ -182,6 +183,53 @@ def compute(mols_or_smiles: Sequence[Any], kind: str) -> np.ndarray:
     if not blocks:
         return np.zeros((len(mols), 0), dtype=np.float32)
     return np.concatenate(blocks, axis=1) if len(blocks) > 1 else blocks[0]
+
+
+def cached_mol_features(graphs: list, kind: str, dataset_key: str, cache_dir, progress: bool = False) -> list:
+    """Set ``g.mol_x`` (float32 ``[1, F]``, raw: not scaled) on each graph from its ``smiles``,
+    computed once and cached on disk; the graphs are modified in place and returned.
+
+    The cache file ``cache_dir/molfeatures/<key>.pt`` (plain tensors, ``weights_only``) is
+    keyed by ``dataset_key``, ``kind``, :data:`MOLFEATURES_VERSION` and a digest of the
+    graphs' SMILES in order, so another kind or a changed dataset never reuses it. SMILES are
+    parsed as the datasets parse them (:func:`siggate.data.chem.parse_smiles`, partially
+    sanitized molecules allowed). ``kind="none"`` leaves the graphs untouched.
+
+    Raises:
+        ValueError: a graph without ``smiles`` (a dataset of typed atoms such as ZINC).
+    """
+    import hashlib
+    from pathlib import Path
+
+    import torch
+
+    from .cache import cached
+    from .chem import parse_smiles, quiet_rdkit
+
+    if not parse_mol_features(kind):
+        return graphs
+    smiles = [getattr(g, "smiles", None) for g in graphs]
+    if any(not isinstance(s, str) for s in smiles):
+        raise ValueError(f"model.mol_features={kind!r} computes features from SMILES, and the graphs of "
+                         f"{dataset_key} carry none; set model.mol_features=none for this dataset")
+    digest = hashlib.sha256("\n".join(smiles).encode()).hexdigest()
+    parts = {"dataset": str(dataset_key), "kind": kind, "version": MOLFEATURES_VERSION, "smiles": digest}
+
+    def build() -> dict:
+        from tqdm.auto import tqdm
+
+        with quiet_rdkit():
+            mols = [parse_smiles(s, allow_unsanitized=True)
+                    for s in tqdm(smiles, desc=f"{kind} features", unit="mol", disable=not progress)]
+        return {"mol_x": torch.from_numpy(compute(mols, kind))}
+
+    x = cached(Path(cache_dir), "molfeatures", parts, build)["mol_x"]
+    if x.shape != (len(graphs), feature_dim(kind)):
+        raise RuntimeError(f"molecule-feature cache holds shape {tuple(x.shape)}, expected "
+                           f"{(len(graphs), feature_dim(kind))}")
+    for i, g in enumerate(graphs):
+        g.mol_x = x[i : i + 1].clone()
+    return graphs
 
 
 class FeatureScaler:

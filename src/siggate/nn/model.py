@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
-from ..options import POOLING  # shared with siggate.config
+from ..options import POOLING, mol_features_dim  # shared with siggate.config
 from .attention import GatedAttentionBase, resolve_impl
 from .attention_types import attn_kwargs_from_config
 from .encoders import NodeEncoder, make_edge_encoder
@@ -59,22 +60,24 @@ def pool_graphs(x: Tensor, batch: Tensor, num_graphs: int, pooling: str = "add",
     return g / norm if pooling == "norm" else g
 
 
-def mlp_head(dim: int, layers: int, out: int, halve: bool = True, norm: bool = False) -> nn.Sequential:
+def mlp_head(dim: int, layers: int, out: int, halve: bool = True, norm: bool = False,
+             extra_in: int = 0) -> nn.Sequential:
     """A prediction MLP: ``layers - 1`` blocks ``Linear(w, w'), [BatchNorm(w'),] ReLU``, then
-    ``Linear(w, out)``.
+    ``Linear(w, out)``. ``extra_in`` more input columns (molecule features) widen only the
+    first layer's input: ``Linear(dim + extra_in, w')``, the widths after it stay those of ``dim``.
 
     With the defaults (``halve=True``: ``w' = w // 2``, no norm) this is GraphGPS's
     ``san_graph`` graph head. ``halve=False, norm=True`` is GraphGym's ``MLP`` as GraphGPS's
     ``inductive_node`` head builds it (width ``dim`` throughout, ``gnn.batchnorm: True``).
 
-    Shapes: ``[G, dim]`` (or ``[N, dim]``) -> ``[G, out]``.
+    Shapes: ``[G, dim + extra_in]`` (or ``[N, dim]``) -> ``[G, out]``.
     """
     head, width = [], dim
-    for _ in range(layers - 1):
+    for i in range(layers - 1):
         nxt = width // 2 if halve else width
-        head += [nn.Linear(width, nxt)] + ([nn.BatchNorm1d(nxt)] if norm else []) + [nn.ReLU()]
+        head += [nn.Linear(width + (extra_in if i == 0 else 0), nxt)] + ([nn.BatchNorm1d(nxt)] if norm else []) + [nn.ReLU()]
         width = nxt
-    head.append(nn.Linear(width, out))
+    head.append(nn.Linear(width + (extra_in if layers == 1 else 0), out))
     return nn.Sequential(*head)
 
 
@@ -121,6 +124,12 @@ class SigGateGT(nn.Module):
         attn_type (str): global attention of every layer, ``"full"``, ``"performer"`` or
             ``"exphormer"`` (:mod:`siggate.nn.attention_types`). (default: ``"full"``)
         attn_kwargs (dict, optional): the type's own options. (default: ``None``)
+        mol_features_dim (int): ``F`` molecule-level features per graph (chemprop's
+            ``--features-generators``, :mod:`siggate.data.molfeatures`), read from
+            ``data.mol_x [G, F]``, standardized with the buffers ``mol_mean``/``mol_std``
+            ``[F]`` (set from the training rows by :meth:`set_mol_feature_scaling`; saved in
+            the state dict) and concatenated to the pooled embedding before the head; graph
+            level only. ``0``: no features, no buffers. (default: ``0``)
 
     Shapes: a PyG ``Batch`` with ``G`` graphs and ``N`` nodes -> ``[G, T]`` (graph level) or
     ``[N, T]`` (node level). Node predictions are equivariant to node permutations and, in
@@ -157,6 +166,7 @@ class SigGateGT(nn.Module):
         attn_type: str = "full",
         attn_kwargs: dict | None = None,
         pool_norm: float = 1.0,
+        mol_features_dim: int = 0,
     ) -> None:
         super().__init__()
         if pooling not in POOLING:
@@ -165,6 +175,9 @@ class SigGateGT(nn.Module):
             raise ValueError(f"pool_norm must be > 0 for pooling='norm', got {pool_norm!r}")
         if level not in LEVELS:
             raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+        if mol_features_dim < 0 or (mol_features_dim and level != "graph"):
+            raise ValueError(f"mol_features_dim must be >= 0, and 0 at node level; got {mol_features_dim!r} "
+                             f"at level {level!r}")
         self.num_tasks = num_tasks
         self.pooling = pooling
         self.pool_norm = float(pool_norm)
@@ -180,7 +193,12 @@ class SigGateGT(nn.Module):
             for _ in range(layers)
         )
         per_node = level == "node"
-        self.head = mlp_head(dim, head_layers, num_tasks, halve=not per_node, norm=per_node)
+        self.mol_features_dim = int(mol_features_dim)
+        if self.mol_features_dim:  # data statistics, not parameters: reset_parameters keeps them
+            self.register_buffer("mol_mean", torch.zeros(self.mol_features_dim))
+            self.register_buffer("mol_std", torch.ones(self.mol_features_dim))
+        self.head = mlp_head(dim, head_layers, num_tasks, halve=not per_node, norm=per_node,
+                             extra_in=self.mol_features_dim)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -196,6 +214,32 @@ class SigGateGT(nn.Module):
                 mod.reset_parameters()
         for mod in self.attention_modules():
             mod.reset_gate()
+
+    @torch.no_grad()
+    def set_mol_feature_scaling(self, mean: Tensor, std: Tensor) -> None:
+        """Standardize the molecule features as ``(mol_x - mean) / std`` (``[F]`` each, std > 0;
+        the training rows' statistics, e.g. :class:`siggate.data.molfeatures.FeatureScaler`)."""
+        mean, std = torch.as_tensor(mean).reshape(-1), torch.as_tensor(std).reshape(-1)
+        if mean.numel() != self.mol_features_dim or std.numel() != self.mol_features_dim:
+            raise ValueError(f"the model takes {self.mol_features_dim} molecule features, got statistics of "
+                             f"{mean.numel()} and {std.numel()} columns")
+        if not bool((std > 0).all()):
+            raise ValueError("molecule feature std must be > 0")
+        self.mol_mean.copy_(mean)
+        self.mol_std.copy_(std)
+
+    def readout_input(self, g: Tensor, data) -> Tensor:
+        """The head's input ``[G, d + F]``: the pooled embedding ``g [G, d]`` and the
+        standardized molecule features ``data.mol_x [G, F]`` (just ``g`` when F = 0)."""
+        if not self.mol_features_dim:
+            return g
+        mol_x = getattr(data, "mol_x", None)
+        if mol_x is None or tuple(mol_x.shape) != (g.size(0), self.mol_features_dim):
+            got = "none" if mol_x is None else f"shape {tuple(mol_x.shape)}"
+            raise ValueError(f"the model takes molecule features mol_x [{g.size(0)}, {self.mol_features_dim}] "
+                             f"per batch, got {got}; build the graphs with the model's model.mol_features")
+        scaled = (mol_x.to(g.dtype) - self.mol_mean.to(g.dtype)) / self.mol_std.to(g.dtype)
+        return torch.cat([g, scaled], dim=1)
 
     def attention_modules(self) -> list[GatedAttentionBase]:
         return [layer.attn for layer in self.layers if layer.attn is not None]
@@ -228,7 +272,7 @@ class SigGateGT(nn.Module):
             else:
                 x, e = layer(x, data.edge_index, e, batch, layout)
         g = pool_graphs(x, batch, num_graphs, self.pooling, self.pool_norm) if self.level == "graph" else None
-        out = self.head(x if g is None else g)
+        out = self.head(x if g is None else self.readout_input(g, data))
         if not return_details:
             return out
         mask = layout.mask if isinstance(layout, DenseIndex) else DenseIndex.from_batch(batch, num_graphs).mask
@@ -243,6 +287,7 @@ class SigGateGT(nn.Module):
                 "gate_weight_std", "dropout", "attn_dropout", "pe", "pe_steps", "pe_dim", "pooling", "head_layers",
                 "impl", "attn_type", "pool_norm")
         kwargs = {k: cfg[k] for k in keys if k in cfg}
+        kwargs["mol_features_dim"] = mol_features_dim(cfg.get("mol_features", "none"))
         kwargs["ffn_dim"] = resolve_ffn_dim(cfg)
         kwargs["attn_kwargs"] = attn_kwargs_from_config(cfg)
         return cls(

@@ -85,12 +85,13 @@ def load_init(model: torch.nn.Module, source: str, model_cfg: dict) -> dict:
     copied, fresh = [], []
     for name, tensor in own.items():
         src = saved.get(name)
-        if name.startswith(last) or src is None or src.shape != tensor.shape:
+        # the head's last layer is the new task's; mol_mean/mol_std scale the new data's features
+        if name.startswith((last, "mol_")) or src is None or src.shape != tensor.shape:
             fresh.append(name)
             continue
         tensor.copy_(src)
         copied.append(name)
-    backbone_fresh = [n for n in fresh if not n.startswith("head.")]
+    backbone_fresh = [n for n in fresh if not n.startswith(("head.", "mol_"))]
     if backbone_fresh:
         raise ConfigError(f"train.init: {path} lacks {len(backbone_fresh)} backbone tensors of this model "
                           f"(e.g. {backbone_fresh[0]}); it was written for another model")

@@ -104,17 +104,25 @@ def prepare_data(cfg: Config, progress: bool = True) -> GraphDataset:
     if d.max_graphs:
         ds.splits = {k: v[:d.max_graphs] for k, v in ds.splits.items()}
     m = cfg.model
+    from ..data.base import default_cache_dir
+
+    cache_dir = Path(d.cache_dir) if d.cache_dir else default_cache_dir()
+    key = ds.source or d.name
+    if m.mol_features != "none":
+        from ..data.molfeatures import cached_mol_features
+
+        for split in list(ds.splits):
+            try:
+                cached_mol_features(ds.splits[split], m.mol_features, f"{key}:{split}", cache_dir, progress=progress)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
     rwse = m.pe_steps if m.pe == "rwse" else 0
     lap = m.pe_steps if m.pe == "lappe" else 0
     if rwse or lap:
-        from ..data.base import default_cache_dir
-
         largest = max((int(g.num_nodes) for v in ds.splits.values() for g in v), default=0)
         if largest > MAX_PE_NODES:
             raise ConfigError(f"model.pe: {m.pe!r} takes a dense eigendecomposition of each graph, and "
                               f"{ds.info.name} has a graph of {largest} nodes (limit {MAX_PE_NODES}); set model.pe=none.")
-        cache_dir = Path(d.cache_dir) if d.cache_dir else default_cache_dir()
-        key = ds.source or d.name
         for split in list(ds.splits):
             ds.splits[split] = cached_pe(ds.splits[split], f"{key}:{split}", cache_dir,
                                          rwse_steps=rwse, lap_dim=lap, progress=progress)
@@ -194,9 +202,27 @@ def resolve_pool_norm(cfg: Config, train_graphs) -> Config:
     return replace(cfg, model=model)
 
 
+def fit_mol_feature_scaling(model: SigGateGT, train_graphs) -> SigGateGT:
+    """Standardize the model's molecule features with the training graphs' ``mol_x``
+    (:class:`siggate.data.molfeatures.FeatureScaler`); the statistics are buffers of the model,
+    so its checkpoint carries them to ``predict``, ``evaluate``, ensembles and resume."""
+    if not model.mol_features_dim:
+        return model
+    from ..data.molfeatures import FeatureScaler
+
+    if not len(train_graphs) or any(getattr(g, "mol_x", None) is None for g in train_graphs):
+        raise ConfigError("model.mol_features: the training graphs carry no molecule features (mol_x) to fit "
+                          "their scaling on; load the data with siggate.train.loop.prepare_data")
+    state = FeatureScaler.fit(torch.cat([g.mol_x for g in train_graphs]).numpy()).state_dict()
+    model.set_mol_feature_scaling(state["mean"], state["std"])
+    return model
+
+
 def build_model(cfg: Config, info: TaskInfo, train_graphs=None) -> SigGateGT:
     """Build the model for ``info`` with seed-controlled, gate-last initialisation;
-    ``train_graphs`` resolve ``model.pool_norm: 0`` (:func:`resolve_pool_norm`) as training does."""
+    ``train_graphs`` resolve ``model.pool_norm: 0`` (:func:`resolve_pool_norm`) and fit the
+    molecule features' scaling (:func:`fit_mol_feature_scaling`) as training does; without
+    them the features are left unscaled."""
     if train_graphs is not None:
         cfg = resolve_pool_norm(cfg, train_graphs)
     if cfg.model.pool_norm_unresolved:
@@ -208,7 +234,7 @@ def build_model(cfg: Config, info: TaskInfo, train_graphs=None) -> SigGateGT:
     # other initial weight (the gate parameters are initialised last).
     torch.manual_seed(cfg.train.seed)
     model.reset_parameters()
-    return model
+    return model if train_graphs is None else fit_mol_feature_scaling(model, train_graphs)
 
 
 def _loader_generator() -> torch.Generator:
@@ -432,7 +458,7 @@ def setup_run(cfg: Config, ds: GraphDataset, ctx: DistContext | None = None) -> 
     cfg = resolve_pool_norm(cfg, ds.train)
     t_cfg, info, device = cfg.train, ds.info, ctx.device
     seed_everything(t_cfg.seed)
-    model = build_model(cfg, info)
+    model = build_model(cfg, info, ds.train)
     init = None
     if t_cfg.init:
         from .init_weights import load_init

@@ -191,6 +191,10 @@ class Predictor:
             if len(atoms) > self.max_atoms:
                 raise InvalidSmiles(self._too_large(len(atoms), "atoms"))
             g = mol_to_graph(mol)
+            if self.cfg.model.mol_features != "none":  # raw, as the datasets store them; the model scales
+                from ..data.molfeatures import compute
+
+                g.mol_x = torch.from_numpy(compute([mol], self.cfg.model.mol_features))
         g.smiles = s
         return g
 
