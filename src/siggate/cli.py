@@ -39,11 +39,12 @@ def cmd_train(args) -> int:
     saved = None
     if resume is not None:
         path = rundir.saved_config_path(resume, ensemble=args.ensemble is not None)
-        if not path.is_file():
+        if path.is_file():
+            saved = rundir.read_saved_config(path)
+            if args.config is None:  # the run's own config; flags given again must agree with it
+                args.config = str(path)
+        elif not (resume / "last.pt").is_file():  # a last.pt alone: the flags and its checkpoint must agree
             raise CLIError(_no_run_to_resume(resume, args.ensemble is not None))
-        saved = rundir.read_saved_config(path)
-        if args.config is None:  # the run's own config; flags given again must agree with it
-            args.config = str(path)
     cfg = config_from_args(args)
     if saved is not None:
         cfg = rundir.keep_run_schedule(cfg, saved, set_keys(args))
