@@ -14,8 +14,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .config_args import CLIError, add_config_args, config_from_args
-from .files import out_dir_problem
+from .config_args import CLIError, add_config_args, check_out_folder, config_from_args, set_keys
 from .options import add_progress_flag, progress_enabled
 
 # name -> module exposing ``register(subparsers)``; each sets ``func`` on its parser.
@@ -32,9 +31,27 @@ def _attention(cfg) -> str:
 
 
 def cmd_train(args) -> int:
-    from .train.loop import train
+    from .train import rundir
 
+    if args.resume and args.overwrite:
+        raise CLIError("--resume continues the run in the folder and --overwrite replaces it; give one")
+    resume = _resume_dir(args)
+    saved = None
+    if resume is not None:
+        path = rundir.saved_config_path(resume, ensemble=args.ensemble is not None)
+        if path.is_file():
+            saved = rundir.read_saved_config(path)
+            if args.config is None:  # the run's own config; flags given again must agree with it
+                args.config = str(path)
+        elif not (resume / "last.pt").is_file():  # a last.pt alone: the flags and its checkpoint must agree
+            raise CLIError(_no_run_to_resume(resume, args.ensemble is not None))
     cfg = config_from_args(args)
+    if saved is not None:
+        cfg = rundir.keep_run_schedule(cfg, saved, set_keys(args))
+        diffs = rundir.resume_differences(saved, cfg.to_dict())
+        if diffs:
+            raise CLIError(f"--resume {resume}: the flags differ from the run's config ({'; '.join(diffs)}); "
+                           f"drop them to continue the run as it was, or start a new run with another --out")
     if args.on_nan:
         cfg.train.on_nan = args.on_nan
     if args.ddp and args.ensemble is not None:
@@ -46,25 +63,74 @@ def cmd_train(args) -> int:
                        "Train its seeds one by one, or compare them with siggate compare.")
     if args.ddp:
         return _train_ddp(cfg, args)
-    out = default_out_dir(cfg, args.out)
-    check_out_dir(out)
-    if args.ensemble is not None:
-        return _train_ensemble(cfg, out, args)
-    print(f"siggate train: dataset={cfg.data.name} {_attention(cfg)} layers={cfg.model.layers} "
-          f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
-    m = train(cfg, out, resume=args.resume, progress=progress_enabled(args))
+    out = resume if resume is not None else default_out_dir(cfg, args.out)
+    check_out_dir(out, resume=resume is not None, overwrite=args.overwrite)
+    try:
+        if args.ensemble is not None:
+            return _train_ensemble(cfg, out, args, resume is not None)
+        from .train.loop import train
+
+        print(f"siggate train: dataset={cfg.data.name} {_attention(cfg)} layers={cfg.model.layers} "
+              f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
+        m = train(cfg, out, resume=resume is not None, progress=progress_enabled(args))
+    except KeyboardInterrupt:
+        print(f"siggate train: interrupted; {_resume_hint(out, args.ensemble)}", file=sys.stderr)
+        return 130
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
     return 0
 
 
+def _resume_dir(args) -> Path | None:
+    """The run folder ``--resume`` continues (``--resume RUN``, else ``--out``, else the default
+    folder's first name), or None without ``--resume``."""
+    if not args.resume:
+        return None
+    if isinstance(args.resume, str):
+        if args.out and Path(args.out) != Path(args.resume):
+            raise CLIError(f"--resume {args.resume} and --out {args.out} name two folders; give the run once")
+        return Path(args.resume)
+    if args.out:
+        return Path(args.out)
+    raise CLIError("--resume needs the run folder: siggate train --resume RUN (or --resume --out RUN)")
+
+
+def _no_run_to_resume(out: Path, ensemble: bool) -> str:
+    """Why ``--resume`` finds nothing to continue in ``out``."""
+    if not out.exists():
+        return f"--resume {out}: no such folder, so there is no run to resume; check the path"
+    if not ensemble and (out / "member0").is_dir():
+        return f"--resume {out}: this is an ensemble folder; resume it with --ensemble N, N as it was trained"
+    missing = "member0/config.yaml" if ensemble else "config.yaml"
+    return (f"--resume {out}: the folder holds no run to resume (no {missing}); check the path, "
+            "or drop --resume to start a new run there")
+
+
+def _resume_hint(out: Path, ensemble: int | None) -> str:
+    """The command that continues an interrupted run in ``out`` (or why there is none)."""
+    import shlex
+
+    from .train import rundir
+
+    if not rundir.holds_run(out):
+        return "no epoch had started, nothing was saved; run the same command again"
+    return f"resume with: siggate train --resume {shlex.quote(str(out))}" + (
+        f" --ensemble {ensemble}" if ensemble is not None else "")
+
+
 def default_out_dir(cfg, out: str | None = None) -> Path:
-    """``out`` if given, else ``runs/<dataset>-<gate>-seed<seed>`` (``siggate train``'s default)."""
+    """``out`` if given, else ``runs/<name>-seed<seed>`` (``siggate train``'s default), where
+    the name is the dataset's, or ``<file stem>-csv`` for ``--data``, then the gate (``attnoff``
+    without an attention branch); ``-2``, ``-3``, ... is appended when that folder holds a run."""
+    from .train.rundir import free_run_dir
+
     if out:
         return Path(out)
-    return Path("runs") / f"{cfg.data.name}-{cfg.model.gate}-seed{cfg.train.seed}"
+    data = f"{Path(cfg.data.csv).stem}-csv" if cfg.data.name == "csv" and cfg.data.csv else cfg.data.name
+    arm = cfg.model.gate if cfg.model.attn else "attnoff"
+    return free_run_dir(Path("runs") / f"{data}-{arm}-seed{cfg.train.seed}")
 
 
-def _train_ensemble(cfg, out: Path, args) -> int:
+def _train_ensemble(cfg, out: Path, args, resume: bool) -> int:
     """``siggate train --ensemble N``: N members (seeds seed..seed+N-1) in OUT/member*/."""
     from .train.ensemble import train_ensemble
 
@@ -72,17 +138,24 @@ def _train_ensemble(cfg, out: Path, args) -> int:
         raise CLIError(f"--ensemble must be >= 1, got {args.ensemble}")
     print(f"siggate train: ensemble of {args.ensemble} on dataset={cfg.data.name} {_attention(cfg)} "
           f"seeds {cfg.train.seed}..{cfg.train.seed + args.ensemble - 1} -> {out}", flush=True)
-    res = train_ensemble(cfg, out, args.ensemble, resume=args.resume, progress=progress_enabled(args))
+    res = train_ensemble(cfg, out, args.ensemble, resume=resume, progress=progress_enabled(args))
     print(json.dumps({k: res[k] for k in ("metric", "seeds", "member_test", "val", "test")}, indent=2))
     return 0
 
 
-def check_out_dir(out: Path) -> None:
+def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> None:
     """Refuse an output folder that cannot be one before any work starts: an existing file,
-    or a place where the folder cannot be created or written."""
-    problem = out_dir_problem(out)
-    if problem:
-        raise CLIError(f"--out {problem} for the run")
+    or a place where the folder cannot be created or written; and a folder that holds a run
+    (:func:`siggate.train.rundir.holds_run`) unless it is resumed, or cleared with ``overwrite``."""
+    from .train import rundir
+
+    check_out_folder(out, "the run")
+    found = rundir.run_files(out)
+    if found and not resume:
+        if not overwrite:
+            raise CLIError(f"--out {out} holds a run ({', '.join(found[:4])}); pass --resume to continue it, "
+                           "--overwrite to replace it, or choose another --out")
+        rundir.clear_run(out)
 
 
 def _train_ddp(cfg, args) -> int:
@@ -220,8 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a model (default: the nci5k config)")
     add_config_args(p)
-    p.add_argument("--out", default=None, help="output directory (default: runs/<dataset>-<gate>-seed<seed>)")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    p.add_argument("--out", default=None, help="output directory (default: runs/<dataset>-<gate>-seed<seed>, "
+                   "runs/<file>-csv-<gate>-seed<seed> for --data, <gate> 'attnoff' without attention; -2, -3, ... "
+                   "appended when taken). A folder that holds a run is refused without --resume or --overwrite")
+    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN",
+                   help="continue the run in RUN (or --out) from its last.pt, with its saved config.yaml; "
+                        "flags given again must agree with it (--epochs may grow the run)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the run in --out: its checkpoints, logs and TensorBoard events are removed first")
     p.add_argument("--ensemble", type=int, default=None, metavar="N",
                    help="train N members with seeds seed..seed+N-1 into OUT/member*/; siggate predict on OUT "
                         "averages them and adds an uncertainty column (their std)")

@@ -102,6 +102,9 @@ class TrainConfig:
     lr: float = 1e-3
     weight_decay: float = 1e-5
     warmup_epochs: int = 3
+    # learning-rate factor of the first warmup epoch, rising linearly to 1 at epoch
+    # warmup_epochs (train/schedule.py); 0 is GraphGPS's published schedule (floored at 1e-6)
+    warmup_start: float = 0.0
     clip: float = 1.0
     seed: int = 0
     loss: str = "auto"
@@ -161,6 +164,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "train.lr": {"min_excl": 0.0},
     "train.weight_decay": {"min": 0.0},
     "train.warmup_epochs": {"min": 0},
+    "train.warmup_start": {"min": 0.0, "max": 1.0},
     "train.clip": {"min": 0.0},
     "train.threads": {"min": 0},
     "data.max_graphs": {"min": 0},
@@ -484,6 +488,9 @@ def upgrade_config_dict(raw: dict) -> dict:
     - ``model.pool_norm`` came with ``pooling: norm``; older configs pool ``add`` or
       ``mean``, where it is unused: ``0``.
     - ``model.mol_features`` came later; older models have none: ``"none"``.
+    - ``train.init`` came with ``siggate pretrain``; older runs started fresh: ``""``.
+    - ``train.warmup_start`` came with ``siggate train``'s 1% warmup start; older runs
+      warmed up from GraphGPS's ``0``.
     """
     if not isinstance(raw, dict):
         return raw
@@ -498,6 +505,10 @@ def upgrade_config_dict(raw: dict) -> dict:
     if isinstance(model, dict):
         model.setdefault("pool_norm", 0.0)
         model.setdefault("mol_features", "none")
+    train = out.get("train")
+    if isinstance(train, dict):
+        train.setdefault("warmup_start", 0.0)
+        train.setdefault("init", "")
     return out
 
 
@@ -514,7 +525,8 @@ def with_resolved(expected: dict, saved: dict) -> dict:
 
 def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> Config:
     """Load a built-in config by name (default ``nci5k``) or a YAML path, apply ``--set``
-    overrides, and validate."""
+    overrides, and validate. A run's saved ``config.yaml`` loads too: its ``_meta``
+    section is ignored and an older schema upgraded (:func:`upgrade_config_dict`)."""
     path = resolve_config_path(name_or_path or "nci5k")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -528,6 +540,8 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
         raise ConfigError(
             f"{path}: a config must be a mapping with sections data/model/train, got {type(raw).__name__}"
         )
+    raw.pop("_meta", None)  # written by siggate train next to the config (version, commit, task)
+    raw = upgrade_config_dict(raw)
     for item in overrides or []:
         (sec, key), value = parse_override(item)
         if raw.get(sec) is None:

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import argparse
 
-from .config import load_config
+from .config import load_config, parse_override
+from .files import out_dir_problem
 
-__all__ = ["CLIError", "add_config_args", "config_from_args"]
+__all__ = ["CLIError", "WARMUP_START", "add_config_args", "check_out_folder", "config_from_args", "set_keys"]
+
+#: Learning-rate factor of the first warmup epoch of a ``siggate train`` run (``train.warmup_start``):
+#: no epoch trains below 1% of the base. ``--budget`` (a benchmark protocol run) keeps GraphGPS's
+#: published start, 0 (the first epoch at 1e-6 of the base).
+WARMUP_START = 0.01
 
 
 class CLIError(Exception):
@@ -25,9 +31,11 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set model.gate=none (repeatable)")
     p.add_argument("--seed", type=int, default=None, help="random seed (train.seed)")
-    p.add_argument("--epochs", type=int, default=None, help="number of epochs (train.epochs)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="number of epochs (train.epochs); the config's warmup keeps its fraction of the run")
     p.add_argument("--budget", type=int, default=None, metavar="EPOCHS",
-                   help="short run of the same protocol: alias of --epochs, warmup scaled to fit")
+                   help="short run of the same benchmark protocol: --epochs with GraphGPS's published "
+                        "warmup start (lr x 1e-6 in the first epoch instead of 1%%)")
     p.add_argument("--init", default=None, metavar="WEIGHTS",
                    help="start from pretrained weights: 'pretrained' (shipped with siggate), a pretrained.pt "
                         "written by siggate pretrain, or a checkpoint (train.init)")
@@ -42,11 +50,33 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", default=None, help="split of --data: scaffold (default), scaffold_balanced, random or column:NAME")
 
 
+def check_out_folder(out, what: str) -> None:
+    """Refuse, before any work, an ``--out`` folder ``out`` that cannot be created or written
+    (:func:`siggate.files.out_dir_problem`); ``what`` ends the message (``"the run"``)."""
+    problem = out_dir_problem(out)
+    if problem:
+        raise CLIError(f"--out {problem} for {what}")
+
+
+def set_keys(args) -> set[str]:
+    """The config keys that ``--set`` gives explicitly (``{"train.warmup_epochs", ...}``)."""
+    return {".".join(parse_override(item)[0]) for item in args.overrides}
+
+
 def config_from_args(args):
-    """Resolve the config from ``--config``/``--set`` and the shortcut flags; validated."""
+    """Resolve the config from ``--config``/``--set`` and the shortcut flags; validated.
+
+    ``--epochs``/``--budget`` N scale the config's warmup to ``round(warmup * N / epochs)``
+    (unless ``--set train.warmup_epochs`` gives it); the warmup starts at :data:`WARMUP_START`
+    of the base learning rate, or at GraphGPS's 0 with ``--budget`` (unless ``--set
+    train.warmup_start`` gives it). A warmup that leaves no epoch after it is refused.
+    """
     overrides = list(args.overrides)
     if args.seed is not None:
         overrides.append(f"train.seed={args.seed}")
+    if args.epochs is not None and args.budget is not None:
+        raise CLIError("--epochs and --budget both set the number of epochs; give one (--budget runs the "
+                       "benchmark protocol's schedule)")
     epochs = args.epochs if args.epochs is not None else args.budget
     if getattr(args, "init", None):
         overrides.append(f"train.init={args.init}")
@@ -71,12 +101,18 @@ def config_from_args(args):
         if len(sep) != 1:
             raise CLIError(f"--sep: {args.sep!r} is not one character; use e.g. --sep ';' or --sep tab")
         cfg.data.sep = sep
+    given = set_keys(args)
+    t = cfg.train
+    if "train.warmup_start" not in given:
+        t.warmup_start = 0.0 if args.budget is not None else WARMUP_START
     if epochs is not None:
         if epochs < 1:
             raise CLIError(f"--epochs/--budget must be >= 1, got {epochs}")
-        if args.budget is not None and args.epochs is None and cfg.train.epochs > 0:
-            # keep the protocol's warmup fraction in a short run
-            cfg.train.warmup_epochs = round(cfg.train.warmup_epochs * epochs / cfg.train.epochs)
-        cfg.train.epochs = epochs
-        cfg.validate()
-    return cfg
+        if "train.warmup_epochs" not in given and t.epochs > 0:
+            t.warmup_epochs = round(t.warmup_epochs * epochs / t.epochs)  # the protocol's warmup fraction
+        t.epochs = epochs
+    if t.warmup_epochs and t.warmup_epochs >= t.epochs:
+        raise CLIError(f"train.warmup_epochs={t.warmup_epochs} leaves no epoch after the warmup of a "
+                       f"{t.epochs}-epoch run; train for more epochs or lower it "
+                       f"(--set train.warmup_epochs=N with N < {t.epochs})")
+    return cfg.validate()

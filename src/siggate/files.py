@@ -126,4 +126,8 @@ def out_dir_problem(out: str | os.PathLike) -> str | None:
         return f"{out}: {probe} is a file, so the folder cannot be created; choose another path"
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"{out}: {probe} is not writable; choose a folder you can write to"
+    try:  # os.access says yes to root everywhere, also on read-only and pseudo filesystems (/sys)
+        os.rmdir(tempfile.mkdtemp(prefix=".siggate-probe-", dir=probe))
+    except OSError as exc:
+        return f"{out}: {probe} is not writable ({exc.strerror or exc}); choose a folder you can write to"
     return None

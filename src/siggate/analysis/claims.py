@@ -27,6 +27,7 @@ import json
 import math
 from pathlib import Path
 
+from ..config_args import check_out_folder
 from ..stats import mean_std
 from . import report
 from .common import fmt, table
@@ -347,6 +348,9 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
+    for dest in (args.out, args.readme):
+        if dest:
+            check_out_folder(Path(dest).parent, "the claims table")
     md, rows = claims_table(args.dirs)
     if not rows:
         raise FileNotFoundError(f"no compare or analysis results under {', '.join(args.dirs)}")

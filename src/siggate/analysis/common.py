@@ -22,7 +22,8 @@ import torch
 
 import siggate
 
-from ..config import Config, load_config, with_resolved
+from ..config import Config, load_config, upgrade_config_dict, with_resolved
+from ..config_args import check_out_folder
 from ..files import atomic_write_bytes
 from ..options import add_progress_flag, progress_enabled
 
@@ -55,6 +56,7 @@ def finish_parser(p, main, out_help: str | None = None) -> None:
 
 def start(args) -> tuple[Path, bool]:
     """Apply ``--threads``; return the ``--out`` directory and whether progress bars are on."""
+    check_out_folder(args.out, "the analysis")
     set_threads(args.threads)
     return Path(args.out), progress_enabled(args)
 
@@ -138,7 +140,7 @@ def _saved_config(run_dir: Path) -> dict | None:
         return None
     saved = yaml.safe_load(c.read_text()) or {}
     saved.pop("_meta", None)
-    return saved
+    return upgrade_config_dict(saved)
 
 
 def run_finished(run_dir: Path, cfg: Config) -> bool:

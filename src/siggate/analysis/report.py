@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+from ..config_args import check_out_folder
 from .common import fmt, table
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this budget"
@@ -481,6 +482,7 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
+    check_out_folder(Path(args.out).parent, "the report")
     found = find_results(args.dirs)
     if not any(found.values()):
         raise FileNotFoundError(f"no analysis results (synthetic.json, rank.json, ...) under {', '.join(args.dirs)}")

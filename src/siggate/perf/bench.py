@@ -53,6 +53,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ..config_args import check_out_folder
 from ..options import ATTN_TYPES, GATE_KINDS, add_progress_flag, progress_enabled
 from .scaling_large import FULL_MAX_NODES, LARGE_SIZES, PYG_HEAD_CHANNELS
 from .timer import interleaved_round, rotated, timed
@@ -821,6 +822,7 @@ def _run(args) -> dict:
     device = torch.device(args.device)
     out = Path(args.out) if args.out else None
     if out:
+        check_out_folder(out, "the benchmark")
         out.mkdir(parents=True, exist_ok=True)
     command = _command_line(args)
     if args.scaling_large:

@@ -149,7 +149,7 @@ def config_for(args, spec: GateSpec, seed: int):
 
 def _stale_reason(run_dir: Path, expected: dict) -> str:
     """Why a finished run in ``run_dir`` does not belong to this comparison ('' if it does)."""
-    from ..config import with_resolved
+    from ..config import upgrade_config_dict, with_resolved
     from .checkpoint import config_differences
 
     path = run_dir / "config.yaml"
@@ -157,6 +157,7 @@ def _stale_reason(run_dir: Path, expected: dict) -> str:
         return ""
     saved = yaml.safe_load(path.read_text()) or {}
     saved.pop("_meta", None)
+    saved = upgrade_config_dict(saved)  # a run of an older schema reads as what it ran
     diffs = config_differences(saved, with_resolved(expected, saved))
     return "; ".join(diffs)
 

@@ -4,7 +4,7 @@ A sweep (``siggate compare``, the analysis sweeps) describes each training run a
 :class:`RunRequest`: the ``siggate train`` arguments and the run's folder. An executor runs
 the requests and reports each :class:`RunResult` as it finishes. Every run is one
 ``python -m siggate train`` process, whichever the back-end, so a run computes the same
-numbers on both. Whether a run resumes is decided when it starts, from the ``last.pt`` in
+numbers on both. Whether a run resumes is decided when it starts, from the run files (``config.yaml``, ``last.pt``) in
 its folder: a run that was interrupted (a killed worker, a stopped sweep) continues from its
 last epoch, exactly (see :mod:`siggate.train.loop`).
 
@@ -30,6 +30,8 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
+
+from .rundir import holds_run
 
 BACKENDS = ("local", "ray")
 
@@ -112,11 +114,13 @@ def read_metrics(run_dir: Path) -> dict | None:
 
 def run_one(req: RunRequest, started: Callable[[subprocess.Popen], None] | None = None) -> RunResult:
     """Run one request to the end in a child process (its output appended to
-    ``RUN_DIR/train.log``); resume when the folder holds a ``last.pt``."""
+    ``RUN_DIR/train.log``); resume when the folder holds a run (:func:`~siggate.train.rundir.holds_run`)."""
     run_dir = Path(req.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "worker.pid").write_text(f"{os.getpid()}\n")
-    cmd = train_command(req, resume=(run_dir / "last.pt").exists())
+    # a folder with a config.yaml but no last.pt yet (stopped in its first epoch) is a run too:
+    # siggate train refuses it without --resume, and --resume starts it at epoch 1
+    cmd = train_command(req, resume=holds_run(run_dir))
     env = {**os.environ, **req.env, "OMP_NUM_THREADS": str(req.threads), "MKL_NUM_THREADS": str(req.threads)}
     env.setdefault("PYTHONUNBUFFERED", "1")
     log = run_dir / "train.log"

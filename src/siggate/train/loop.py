@@ -477,7 +477,7 @@ def setup_run(cfg: Config, ds: GraphDataset, ctx: DistContext | None = None) -> 
     else:
         net = model
     optimizer = torch.optim.AdamW(model.parameters(), lr=t_cfg.lr, weight_decay=t_cfg.weight_decay)
-    scheduler = make_scheduler(optimizer, t_cfg.warmup_epochs, t_cfg.epochs)
+    scheduler = make_scheduler(optimizer, t_cfg.warmup_epochs, t_cfg.epochs, t_cfg.warmup_start)
     criterion = loss_fn(t_cfg.loss, info.task)
     if info.task == "regression" and t_cfg.normalize_targets:
         mean, std = target_stats(ds.train, info)
@@ -698,7 +698,8 @@ def _final_metrics(run: Run, seconds: float) -> dict:
         "seconds": seconds,
         "epochs": cfg.train.epochs,
         "seed": cfg.train.seed,
-        "gate": cfg.model.gate,
+        "attn": cfg.model.attn,
+        "gate": cfg.model.gate if cfg.model.attn else None,  # no attention branch, no gate
         "skipped_batches": state.skipped_batches,
         "world_size": run.ctx.world_size,
         "splits": run.ds.sizes(),

@@ -1,0 +1,328 @@
+"""Run folders of ``siggate train`` (issue 24, items 1, 2 and 5): no run is overwritten
+without ``--overwrite``, CSV runs get a free default folder named after the file, a run
+resumes from its folder alone, Ctrl-C prints the resume command, schedules start at 1% of
+the learning rate, and an unwritable ``--out`` is one line with exit code 2 in every command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_bad_inputs import _TRAIN_ARGS, _rows
+from test_predict import run_cli
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "solubility.csv"
+    path.write_text(_rows(","))
+    return path
+
+
+def _train(capsys, data: Path, *extra) -> tuple[int, str, str]:
+    cache = data.parent / "cache"
+    return run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--cache-dir", str(cache), *extra], capsys)
+
+
+def _one_line(err: str) -> str:
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+# ----------------------------------------------------------------- no run is lost
+
+
+def test_out_holding_a_run_is_refused_and_overwrite_replaces_it(tmp_path, capsys, data):
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out))
+    assert rc == 0, err
+    last = (out / "last.pt").read_bytes()
+    events = sorted(p.name for p in (out / "tb").iterdir())
+    assert events
+    (out / "notes.txt").write_text("mine")
+    rc, stdout, err = _train(capsys, data, "--epochs", "1", "--out", str(out))
+    assert rc == 2 and stdout == ""
+    assert f"--out {out} holds a run (config.yaml, last.pt, metrics.json)" in _one_line(err)
+    assert "pass --resume to continue it, --overwrite to replace it" in err
+    assert (out / "last.pt").read_bytes() == last
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out), "--resume", "--overwrite")
+    assert rc == 2 and "give one" in _one_line(err)
+
+    rc, _, err = _train(capsys, data, "--epochs", "2", "--out", str(out), "--overwrite")
+    assert rc == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["epochs"] == 2 and [h["epoch"] for h in m["history"]] == [1, 2]  # trained anew, not resumed
+    assert len((out / "log.csv").read_text().splitlines()) == 3
+    assert not set(events) & {p.name for p in (out / "tb").iterdir()}  # the old TensorBoard events are gone
+    assert (out / "notes.txt").read_text() == "mine"  # what siggate did not write stays
+
+
+def test_default_csv_folder_is_named_after_file_and_recipe_and_never_collides(tmp_path, capsys, data, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        rc, _, err = _train(capsys, data, "--epochs", "1")
+        assert rc == 0, err
+    first, second = Path("runs/solubility-csv-attnoff-seed0"), Path("runs/solubility-csv-attnoff-seed0-2")
+    assert sorted(Path("runs").iterdir()) == [first, second]
+    for run in (first, second):
+        m = json.loads((run / "metrics.json").read_text())
+        assert (m["attn"], m["gate"]) == (False, None)  # no attention branch: no gate either
+    assert json.loads((first / "metrics.json").read_text())["test"] == json.loads(
+        (second / "metrics.json").read_text())["test"]  # the same run twice, both kept
+
+
+def test_default_folder_names_the_gate_or_attention_off(tmp_path):
+    from siggate.cli import default_out_dir
+    from siggate.config import load_config
+
+    assert default_out_dir(load_config("nci5k")) == Path("runs/nci5k-elementwise-seed0")
+    assert default_out_dir(load_config("zinc", ["model.attn=false", "train.seed=3"])) == Path("runs/zinc-attnoff-seed3")
+    csv = load_config("csv", ["data.csv=some/dir/my.data.csv", "data.target_cols=[y]", "model.attn=true",
+                              "model.gate=headwise"])
+    assert default_out_dir(csv) == Path("runs/my.data-csv-headwise-seed0")
+    assert default_out_dir(csv, str(tmp_path / "x")) == tmp_path / "x"
+
+
+def test_free_run_dir_skips_folders_that_hold_runs(tmp_path):
+    from siggate.train.rundir import free_run_dir, holds_run
+
+    base = tmp_path / "r"
+    assert free_run_dir(base) == base
+    base.mkdir()
+    (base / "tb").mkdir()  # no run files: still free
+    assert free_run_dir(base) == base and not holds_run(base)
+    for path, marker in ((base, "config.yaml"), (tmp_path / "r-2", "metrics.json")):
+        path.mkdir(exist_ok=True)
+        (path / marker).write_text("")
+    assert free_run_dir(base) == tmp_path / "r-3"
+    ens = tmp_path / "e" / "member1"
+    ens.mkdir(parents=True)
+    (ens / "last.pt").write_bytes(b"")
+    assert holds_run(tmp_path / "e")  # an ensemble folder holds runs in its members
+
+
+def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
+    out = tmp_path / "ens"
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out))
+    assert rc == 0, err
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out))
+    assert rc == 2 and "ensemble.json" in _one_line(err) and "--overwrite" in err
+    rc, _, err = run_cli(["train", "--resume", str(out)], capsys)
+    assert rc == 2 and "this is an ensemble folder; resume it with --ensemble N" in _one_line(err)
+    rc, _, err = run_cli(["train", "--resume", str(out), "--ensemble", "2", "--no-progress"], capsys)
+    assert rc == 0, err
+    stale = (out / "member1" / "last.pt").stat().st_mtime_ns
+    (out / "member2").mkdir()  # a member of an earlier, larger ensemble
+    (out / "member2" / "best.pt").write_bytes(b"")
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out), "--overwrite")
+    assert rc == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["ensemble.json", "member0", "member1"]
+    assert (out / "member1" / "last.pt").stat().st_mtime_ns != stale
+
+
+# ---------------------------------------------------------- resume from the folder
+
+
+def test_resume_needs_only_the_folder(tmp_path, capsys, data):
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--epochs", "2", "--set", "train.warmup_epochs=1", "--out", str(out))
+    assert rc == 0, err
+    first = json.loads((out / "metrics.json").read_text())
+    base_lr = yaml.safe_load((out / "config.yaml").read_text())["train"]["lr"]
+    assert first["history"][0]["lr"] == pytest.approx(0.01 * base_lr)  # the warmup starts at 1%, not 1e-6
+    assert first["history"][1]["lr"] == pytest.approx(base_lr)
+
+    rc, _, err = run_cli(["train", "--resume", str(out), "--epochs", "3", "--no-progress"], capsys)
+    assert rc == 0, err
+    got = json.loads((out / "metrics.json").read_text())
+    assert got["epochs"] == 3 and got["history"][:2] == first["history"]  # continued, not retrained
+    rc, _, err = run_cli(["train", "--resume", "--out", str(out), "--epochs", "4", "--no-progress"], capsys)
+    assert rc == 0, err
+    assert json.loads((out / "metrics.json").read_text())["epochs"] == 4
+    rc, _, err = _train(capsys, data, "--set", "train.warmup_epochs=1", "--resume", "--out", str(out),
+                        "--epochs", "4")  # every flag again: they agree
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--set", "model.dim=32"], "model.dim: checkpoint has 16, current config has 32"),
+        (["--seed", "5"], "train.seed: checkpoint has 0, current config has 5"),
+        (["--set", "train.warmup_epochs=0"], "train.warmup_epochs: checkpoint has 1, current config has 0"),
+    ],
+    ids=["set", "seed", "schedule"],
+)
+def test_resume_names_a_flag_that_differs(tmp_path, capsys, data, extra, expected):
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--epochs", "2", "--set", "train.warmup_epochs=1", "--out", str(out))
+    assert rc == 0, err
+    last = (out / "last.pt").read_bytes()
+    rc, _, err = run_cli(["train", "--resume", str(out), "--epochs", "3", *extra], capsys)
+    assert rc == 2 and f"--resume {out}: the flags differ from the run's config" in _one_line(err)
+    assert expected in err and "drop them to continue the run" in err
+    assert (out / "last.pt").read_bytes() == last
+
+
+def test_resume_of_a_folder_without_a_run_fails(tmp_path, capsys):
+    missing = tmp_path / "typo"
+    rc, _, err = run_cli(["train", "--resume", str(missing)], capsys)
+    assert rc == 2 and f"--resume {missing}: no such folder, so there is no run to resume" in _one_line(err)
+    assert not missing.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rc, _, err = run_cli(["train", "--resume", "--out", str(empty)], capsys)
+    assert rc == 2 and "holds no run to resume (no config.yaml)" in _one_line(err)
+    assert list(empty.iterdir()) == []
+    rc, _, err = run_cli(["train", "--resume", str(empty), "--out", str(missing)], capsys)
+    assert rc == 2 and "name two folders" in _one_line(err)
+    rc, _, err = run_cli(["train", "--resume"], capsys)
+    assert rc == 2 and "--resume needs the run folder" in _one_line(err)
+
+
+def test_saved_config_is_a_config(tmp_path, capsys, data):
+    from siggate.config import load_config
+
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out))
+    assert rc == 0, err
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert "_meta" in saved
+    del saved["_meta"]
+    assert load_config(str(out / "config.yaml")).to_dict() == saved
+    rc, _, err = run_cli(["train", "--config", str(out / "config.yaml"), "--out", str(tmp_path / "again"),
+                          "--no-progress"], capsys)
+    assert rc == 0, err
+    again = json.loads((tmp_path / "again" / "metrics.json").read_text())
+    assert again["test"] == json.loads((out / "metrics.json").read_text())["test"]
+
+
+def test_interrupt_prints_the_command_that_resumes(tmp_path, capsys, data, monkeypatch):
+    import siggate.train.loop as loop
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    out = tmp_path / "my run"
+    monkeypatch.setattr(loop, "fit", interrupted)  # Ctrl-C after config.yaml, before the first epoch ends
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out))
+    assert rc == 130
+    assert _one_line(err).strip() == f"siggate train: interrupted; resume with: siggate train --resume '{out}'"
+    monkeypatch.undo()
+    argv = shlex.split(err.split("resume with: ")[1])
+    rc, _, err = run_cli(argv[1:] + ["--no-progress"], capsys)  # the printed command, as it is
+    assert rc == 0, err
+    assert json.loads((out / "metrics.json").read_text())["epochs"] == 1
+
+    monkeypatch.setattr(loop, "prepare_data", interrupted)  # Ctrl-C while featurizing: nothing to resume
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(tmp_path / "early"))
+    assert rc == 130 and "nothing was saved; run the same command again" in _one_line(err)
+
+
+# ------------------------------------------------------------------- schedules
+
+
+def _config(*argv):
+    from siggate.config_args import add_config_args, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    return config_from_args(parser.parse_args(list(argv)))
+
+
+def test_epochs_scale_the_warmup_as_budget_does():
+    from siggate.config_args import CLIError
+
+    epochs, budget = _config("--config", "zinc", "--epochs", "50").train, _config("--config", "zinc", "--budget", "50").train
+    assert (epochs.epochs, epochs.warmup_epochs, epochs.warmup_start) == (50, 1, 0.01)  # round(50 * 50 / 2000)
+    assert (budget.epochs, budget.warmup_epochs, budget.warmup_start) == (50, 1, 0.0)  # the published start
+    assert _config("--config", "zinc", "--epochs", "400").train.warmup_epochs == 10
+    full = _config("--config", "zinc").train
+    assert (full.epochs, full.warmup_epochs, full.warmup_start) == (2000, 50, 0.01)
+    given = _config("--config", "zinc", "--epochs", "50", "--set", "train.warmup_epochs=7",
+                    "--set", "train.warmup_start=0.2").train
+    assert (given.warmup_epochs, given.warmup_start) == (7, 0.2)  # --set wins over the rules
+    with pytest.raises(CLIError, match=r"train.warmup_epochs=5 leaves no epoch after the warmup of a 5-epoch run"):
+        _config("--epochs", "5", "--set", "train.warmup_epochs=5")
+    with pytest.raises(CLIError, match="--epochs and --budget both set the number of epochs"):
+        _config("--epochs", "5", "--budget", "5")
+
+
+@pytest.mark.parametrize("warmup", [1, 3, 50, 200, 1000])
+def test_no_warmup_epoch_trains_below_one_percent(warmup):
+    from siggate.train.schedule import warmup_cosine_factor
+
+    factors = [warmup_cosine_factor(e, warmup, warmup + 10, 0.01) for e in range(warmup + 1)]
+    assert factors[0] == pytest.approx(0.01) and factors[warmup] == 1.0
+    assert all(0.01 <= a < b for a, b in zip(factors, factors[1:]))  # rising from 1% to the base
+    # start 0 is GraphGPS's cosine_with_warmup, unchanged: epoch / warmup floored at 1e-6
+    assert [warmup_cosine_factor(e, warmup, warmup + 10) for e in range(warmup)] == [
+        max(1e-6, e / warmup) for e in range(warmup)]
+
+
+def test_resume_keeps_the_runs_schedule():
+    from siggate.config import load_config
+    from siggate.train.rundir import keep_run_schedule
+
+    saved = load_config("zinc", ["train.warmup_epochs=50", "train.warmup_start=0"]).to_dict()
+    longer = load_config("zinc", ["train.epochs=4000", "train.warmup_epochs=100", "train.warmup_start=0.01"])
+    kept = keep_run_schedule(longer, saved, set()).train
+    assert (kept.epochs, kept.warmup_epochs, kept.warmup_start) == (4000, 50, 0.0)
+    assert keep_run_schedule(longer, saved, {"train.warmup_epochs"}).train.warmup_epochs == 100
+
+
+def test_older_saved_configs_read_as_the_published_schedule():
+    from siggate.config import upgrade_config_dict
+
+    assert upgrade_config_dict({"train": {"epochs": 3}})["train"] == {"epochs": 3, "warmup_start": 0.0}
+
+
+# -------------------------------------------------------- --out that cannot be one
+
+
+def _blocked(monkeypatch, folder: Path) -> None:
+    """``folder`` behaves as /sys does for root: os.access says yes, creating anything fails."""
+    import tempfile
+
+    from siggate import files
+
+    real = tempfile.mkdtemp
+
+    def mkdtemp(prefix=None, dir=None):
+        if dir is not None and Path(dir) == folder:
+            raise PermissionError(1, "Operation not permitted")
+        return real(prefix=prefix, dir=dir)
+
+    monkeypatch.setattr(files.tempfile, "mkdtemp", mkdtemp)
+
+
+@pytest.mark.parametrize(
+    "argv, what",
+    [
+        (["train", "--epochs", "1", "--out", "{x}/run"], "for the run"),
+        (["compare", "--seeds", "0", "--gates", "none", "--epochs", "1", "--out", "{x}/cmp"], "for the comparison"),
+        (["analyze", "synthetic", "--out", "{x}/syn"], "for the analysis"),
+        (["analyze", "report", "{x}", "--out", "{x}/report.md"], "for the report"),
+        (["analyze", "claims", "{x}", "--out", "{x}/claims.md"], "for the claims table"),
+        (["bench", "--out", "{x}/bench"], "for the benchmark"),
+    ],
+    ids=["train", "compare", "synthetic", "report", "claims", "bench"],
+)
+def test_unwritable_out_is_one_line_in_every_command(tmp_path, capsys, monkeypatch, argv, what):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    _blocked(monkeypatch, locked)
+    rc, stdout, err = run_cli([a.replace("{x}", str(locked)) for a in argv], capsys)
+    assert rc == 2, err
+    assert f"{locked} is not writable (Operation not permitted); choose a folder you can write to {what}" in _one_line(err)
+    assert list(locked.iterdir()) == []
+
+
+def test_out_under_sys_is_refused(capsys):
+    rc, _, err = run_cli(["train", "--epochs", "1", "--out", "/sys/siggate-run"], capsys)
+    assert rc == 2 and "/sys" in _one_line(err) and "choose a folder you can write to" in err
