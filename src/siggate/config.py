@@ -78,7 +78,8 @@ class ModelConfig:
     @property
     def pool_norm_unresolved(self) -> bool:
         """``pooling: norm`` with ``pool_norm: 0``: the divisor is the training graphs' mean
-        size, which training resolves (:func:`siggate.train.loop.resolve_pool_norm`)."""
+        size, which training resolves (:func:`siggate.train.loop.resolve_pool_norm`) into the
+        run's checkpoint and metadata; the config keeps its ``0``."""
         return self.pooling == "norm" and not self.pool_norm > 0
 
 
@@ -475,17 +476,6 @@ def upgrade_config_dict(raw: dict) -> dict:
     if isinstance(model, dict):
         model.setdefault("pool_norm", 0.0)
     return out
-
-
-def with_resolved(expected: dict, saved: dict) -> dict:
-    """``expected`` (a config dict) with the values that training resolves taken from a
-    run's ``saved`` config, so the two compare equal when the run is of ``expected``:
-    ``model.pool_norm: 0`` with ``pooling: norm`` stands for the training graphs' mean
-    size, which the run saved as a number (:func:`siggate.train.loop.resolve_pool_norm`)."""
-    m, s = expected.get("model") or {}, saved.get("model") or {}
-    if m.get("pooling") == "norm" and not m.get("pool_norm") and s.get("pooling") == "norm":
-        return {**expected, "model": {**m, "pool_norm": s.get("pool_norm")}}
-    return expected
 
 
 def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> Config:

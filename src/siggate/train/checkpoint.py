@@ -20,7 +20,8 @@ import siggate
 
 from ..files import atomic_write
 
-FORMAT_VERSION = 1
+#: 2: the values resolved from the data (``model.pool_norm: 0``) moved out of ``config`` into ``resolved``
+FORMAT_VERSION = 2
 
 
 class CheckpointError(RuntimeError):
@@ -143,7 +144,26 @@ def _check_structure(ckpt, path: Path) -> None:
         from ..config import upgrade_config_dict
 
         ckpt["config"] = upgrade_config_dict(ckpt["config"])
+        ckpt["config"], ckpt["resolved"] = split_resolved(ckpt["config"], ckpt.get("resolved"))
     _check_config(ckpt["config"], path, written_by)
+
+
+def split_resolved(config: dict, resolved: dict | None) -> tuple[dict, dict]:
+    """A run record's config as the user gave it and the values training resolved from the data
+    (``{"model.pool_norm": x}``, see :func:`siggate.train.loop.resolve_pool_norm`).
+
+    ``resolved`` is the record's own entry (the checkpoint's ``"resolved"``, ``config.yaml``'s
+    ``_meta.resolved``). Records written before siggate kept the two apart (checkpoint format 1)
+    have none and saved the resolved number inside the config: with ``pooling: norm`` their
+    positive ``pool_norm`` moves to ``resolved`` and the config gets back its ``0`` (such a
+    record does not say whether the number was given or resolved; it reads as resolved, the
+    csv recipe's case)."""
+    if resolved is not None:
+        return config, dict(resolved)
+    m = config.get("model") if isinstance(config.get("model"), dict) else {}
+    if m.get("pooling") == "norm" and m.get("pool_norm"):
+        return {**config, "model": {**m, "pool_norm": 0.0}}, {"model.pool_norm": m["pool_norm"]}
+    return config, {}
 
 
 def _check_info(info, path: Path, written_by: str) -> None:
