@@ -156,10 +156,12 @@ def test_data_without_config_takes_the_csv_recipe(tmp_path):
 
 def test_csv_recipe_pools_over_the_training_molecules_mean_size(tmp_path):
     """The csv recipe's ``pool_norm: 0`` becomes the training graphs' mean node count in the
-    run's config and checkpoint (which rebuild the same model); other configs are untouched,
-    and no training graphs is a config error."""
+    run's checkpoint and metadata (``resolved``), never in its config, which stays as the user
+    gave it; the checkpoint rebuilds the same model, resumes, and refuses to resume on data
+    that resolves another number; other configs resolve nothing, and no training graphs is a
+    config error."""
     from siggate.config import ConfigError, load_config
-    from siggate.train.checkpoint import load_checkpoint
+    from siggate.train.checkpoint import CheckpointError, atomic_save, load_checkpoint
     from siggate.train.loop import build_model, load_trained, resolve_pool_norm
     from test_predict import tiny_config, tiny_dataset, train_tiny
 
@@ -167,40 +169,65 @@ def test_csv_recipe_pools_over_the_training_molecules_mean_size(tmp_path):
     ds = tiny_dataset(40)
     want = round(sum(int(g.num_nodes) for g in ds.train) / len(ds.train), 2)
     cfg = tiny_config(model={"pooling": "norm", "pool_norm": 0.0}, train={"epochs": 1})
-    train_tiny(tmp_path, cfg, ds)
-    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())["model"]
-    assert (saved["pooling"], saved["pool_norm"]) == ("norm", want)
-    assert load_checkpoint(tmp_path / "best.pt")["config"]["model"]["pool_norm"] == want
-    assert load_trained(tmp_path / "best.pt")[0].pool_norm == want
+    metrics = train_tiny(tmp_path, cfg, ds)
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert (saved["model"]["pooling"], saved["model"]["pool_norm"]) == ("norm", 0.0)
+    assert saved["_meta"]["resolved"] == {"model.pool_norm": want} == metrics["resolved"]
+    assert json.loads((tmp_path / "metrics.json").read_text())["resolved"] == {"model.pool_norm": want}
+    ckpt = load_checkpoint(tmp_path / "best.pt")
+    assert ckpt["config"] == cfg.to_dict() and ckpt["resolved"] == {"model.pool_norm": want}
+    model, _, loaded_cfg, _ = load_trained(tmp_path / "best.pt")
+    assert model.pool_norm == want and loaded_cfg == cfg
+    legacy = {**ckpt, "format": 1, "config": {**cfg.to_dict(), "model": {**cfg.to_dict()["model"], "pool_norm": want}}}
+    del legacy["resolved"]  # written before the resolved number left the config
+    atomic_save(legacy, tmp_path / "legacy.pt")
+    model, old, loaded_cfg, _ = load_trained(tmp_path / "legacy.pt")
+    assert (model.pool_norm, loaded_cfg, old["resolved"]) == (want, cfg, {"model.pool_norm": want})
+    assert all(torch.equal(v, ckpt["model"][k]) for k, v in model.state_dict().items())
+    assert train_tiny(tmp_path, tiny_config(model={"pooling": "norm"}, train={"epochs": 2}), ds,
+                      resume=True)["history"][0] == metrics["history"][0]  # resumed, not restarted
+    with pytest.raises(CheckpointError, match=rf"model.pool_norm \(resolved from the training data\): checkpoint "
+                                              rf"has {want}, this run has"):
+        train_tiny(tmp_path, tiny_config(model={"pooling": "norm"}, train={"epochs": 3}), tiny_dataset(60),
+                   resume=True)
     fixed, plain = tiny_config(model={"pooling": "norm", "pool_norm": 3.0}), tiny_config()
-    assert resolve_pool_norm(fixed, ds.train) is fixed and resolve_pool_norm(plain, []) is plain
+    assert resolve_pool_norm(fixed, ds.train) == {} and resolve_pool_norm(plain, []) == {}
+    assert build_model(fixed, ds.info).pool_norm == 3.0
     with pytest.raises(ConfigError, match="no training graphs; set model.pool_norm"):
         resolve_pool_norm(cfg, [])
     with pytest.raises(ConfigError, match="only training resolves; set model.pool_norm to a positive number"):
         build_model(cfg, ds.info)  # an analysis building the csv recipe's model without training
     assert build_model(cfg, ds.info, ds.train).pool_norm == want  # ... or with its training graphs
+    assert cfg.model.pool_norm == 0.0  # nothing wrote the resolved number back
 
 
 def test_runs_of_a_resolved_pool_norm_count_as_runs_of_their_config(tmp_path):
-    """A run saves ``pool_norm: 0`` resolved (e.g. 23.47); compare and the analyses rebuild the
-    config with 0 and must still recognise the run as theirs (skip or resume it), and still
-    refuse a run of another config. An old config without the key reads as 0."""
-    from siggate.analysis.common import run_finished
-    from siggate.config import load_config, upgrade_config_dict, with_resolved
-    from siggate.train.compare import _stale_reason
+    """A run keeps ``pool_norm: 0`` in its config.yaml and the resolved number in ``_meta``;
+    the one reuse rule (:func:`siggate.train.study.reuse_status`) recognises it as a run of
+    the config with 0 and refuses it for another config. A run written before the two were
+    kept apart (the number in the config, no ``_meta.resolved``) reads the same way. An old
+    config without the key reads as 0."""
+    from siggate.config import load_config, upgrade_config_dict
+    from siggate.train.checkpoint import split_resolved
+    from siggate.train.study import reuse_status, saved_run_config
 
     cfg = load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]"])
-    saved = cfg.to_dict()
-    saved["model"]["pool_norm"] = 23.47
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.yaml").write_text(yaml.safe_dump({**saved, "_meta": {"git_commit": "x"}}))
-    (run / "metrics.json").write_text("{}")
-    (run / "last.pt").write_bytes(b"")
-    assert _stale_reason(run, cfg.to_dict()) == "" and run_finished(run, cfg)
-    assert with_resolved(cfg.to_dict(), saved) == saved and cfg.model.pool_norm == 0.0  # expected not mutated
+    legacy = cfg.to_dict()
+    legacy["model"]["pool_norm"] = 23.47
+    records = {"new": {**cfg.to_dict(), "_meta": {"git_commit": "x", "resolved": {"model.pool_norm": 23.47}}},
+               "legacy": {**legacy, "_meta": {"git_commit": "x"}}}
     other = load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]", "model.pooling=add"])
-    assert "model.pooling" in _stale_reason(run, other.to_dict()) and not run_finished(run, other)
     fixed = load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]", "model.pool_norm=25"])
-    assert "model.pool_norm" in _stale_reason(run, fixed.to_dict()) and not run_finished(run, fixed)
+    for name, record in records.items():
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.yaml").write_text(yaml.safe_dump(record))
+        (run / "metrics.json").write_text('{"test": 1.5}')
+        assert saved_run_config(run) == (cfg.to_dict(), {"model.pool_norm": 23.47}), name
+        status = reuse_status(run, cfg.to_dict())
+        assert (status.state, status.metrics) == ("done", {"test": 1.5}), name
+        assert reuse_status(run, other.to_dict()).state == "conflict"
+        assert "model.pooling: checkpoint has 'norm', current config has 'add'" in reuse_status(run, other.to_dict()).reason
+        assert "model.pool_norm: checkpoint has 0.0, current config has 25.0" in reuse_status(run, fixed.to_dict()).reason
+    assert split_resolved(other.to_dict(), None) == (other.to_dict(), {})  # pooling add: nothing was resolved
     assert upgrade_config_dict({"model": {"pooling": "add"}})["model"]["pool_norm"] == 0.0

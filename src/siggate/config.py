@@ -90,7 +90,8 @@ class ModelConfig:
     @property
     def pool_norm_unresolved(self) -> bool:
         """``pooling: norm`` with ``pool_norm: 0``: the divisor is the training graphs' mean
-        size, which training resolves (:func:`siggate.train.loop.resolve_pool_norm`)."""
+        size, which training resolves (:func:`siggate.train.loop.resolve_pool_norm`) into the
+        run's checkpoint and metadata; the config keeps its ``0``."""
         return self.pooling == "norm" and not self.pool_norm > 0
 
 
@@ -512,17 +513,6 @@ def upgrade_config_dict(raw: dict) -> dict:
     return out
 
 
-def with_resolved(expected: dict, saved: dict) -> dict:
-    """``expected`` (a config dict) with the values that training resolves taken from a
-    run's ``saved`` config, so the two compare equal when the run is of ``expected``:
-    ``model.pool_norm: 0`` with ``pooling: norm`` stands for the training graphs' mean
-    size, which the run saved as a number (:func:`siggate.train.loop.resolve_pool_norm`)."""
-    m, s = expected.get("model") or {}, saved.get("model") or {}
-    if m.get("pooling") == "norm" and not m.get("pool_norm") and s.get("pooling") == "norm":
-        return {**expected, "model": {**m, "pool_norm": s.get("pool_norm")}}
-    return expected
-
-
 def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> Config:
     """Load a built-in config by name (default ``nci5k``) or a YAML path, apply ``--set``
     overrides, and validate. A run's saved ``config.yaml`` loads too: its ``_meta``
@@ -550,3 +540,21 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
             raise ConfigError(f"{path}: section '{sec}' must be a mapping of keys, got {raw[sec]!r}")
         raw[sec][key] = value
     return from_dict(raw)
+
+
+def split_resolved(config: dict, resolved: dict | None) -> tuple[dict, dict]:
+    """A run record's config as the user gave it and the values training resolved from the data
+    (``{"model.pool_norm": x}``, see :func:`siggate.train.loop.resolve_pool_norm`).
+
+    ``resolved`` is the record's own entry (the checkpoint's ``"resolved"``, ``config.yaml``'s
+    ``_meta.resolved``). Records written before siggate kept the two apart (checkpoint format 1)
+    have none and saved the resolved number inside the config: with ``pooling: norm`` their
+    positive ``pool_norm`` moves to ``resolved`` and the config gets back its ``0`` (such a
+    record does not say whether the number was given or resolved; it reads as resolved, the
+    csv recipe's case)."""
+    if resolved is not None:
+        return config, dict(resolved)
+    m = config.get("model") if isinstance(config.get("model"), dict) else {}
+    if m.get("pooling") == "norm" and m.get("pool_norm"):
+        return {**config, "model": {**m, "pool_norm": 0.0}}, {"model.pool_norm": m["pool_norm"]}
+    return config, {}

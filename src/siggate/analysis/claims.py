@@ -80,7 +80,7 @@ def config_deviations(entry: dict) -> dict:
     them; one whose config cannot be loaded (a CSV) or is of another dataset has none."""
     if "deviations" in entry or not entry.get("config"):
         return entry.get("deviations") or {}
-    from ..config import ConfigError, from_dict, load_config, upgrade_config_dict, with_resolved
+    from ..config import ConfigError, from_dict, load_config, upgrade_config_dict
 
     try:
         protocol = load_config(config_name(entry)).to_dict()
@@ -89,7 +89,6 @@ def config_deviations(entry: dict) -> dict:
         return {}
     if protocol["data"]["name"] != used["data"]["name"]:
         return {}
-    protocol = with_resolved(protocol, used)
     by_arm = {"model.gate", "model.gate_position", "model.param_match"}  # compare's arms (older results name none)
     by_arm |= {o.split("=", 1)[0] for arm in (entry.get("arms") or {}).values() for o in arm.get("overrides", [])}
     p, u = _flat(protocol), _flat(used)

@@ -22,7 +22,7 @@ import torch
 
 import siggate
 
-from ..config import Config, load_config, upgrade_config_dict, with_resolved
+from ..config import Config, load_config
 from ..config_args import check_out_folder
 from ..files import atomic_write_bytes
 from ..options import add_progress_flag, progress_enabled
@@ -132,47 +132,23 @@ class RunConflict(RuntimeError):
     """A run directory holds a run of a different config."""
 
 
-def _saved_config(run_dir: Path) -> dict | None:
-    import yaml
-
-    c = run_dir / "config.yaml"
-    if not c.exists():
-        return None
-    saved = yaml.safe_load(c.read_text()) or {}
-    saved.pop("_meta", None)
-    return upgrade_config_dict(saved)
-
-
-def run_finished(run_dir: Path, cfg: Config) -> bool:
-    """A run counts as done when its ``metrics.json`` and ``last.pt`` exist and its
-    ``config.yaml`` equals ``cfg``."""
-    if not ((run_dir / "metrics.json").exists() and (run_dir / "last.pt").exists()):
-        return False
-    return _same_config(_saved_config(run_dir), cfg)
-
-
-def _same_config(saved: dict | None, cfg: Config) -> bool:
-    """``saved`` (a run's config.yaml) is a run of ``cfg``, once training's resolved values
-    are taken into account (:func:`siggate.config.with_resolved`)."""
-    return saved is not None and saved == with_resolved(cfg.to_dict(), saved)
-
-
 def train_run(cfg: Config, run_dir: Path, dataset, progress: bool = True) -> dict:
-    """Train ``cfg`` into ``run_dir`` unless an identical finished run is there; returns
-    its ``metrics.json`` (plus ``"reused": bool``). An unfinished run of the same config
-    is resumed (exactly, see :mod:`siggate.train.loop`); a run of another config raises
-    :class:`RunConflict` rather than being mixed in. A run that stops on a non-finite
-    loss returns ``{"diverged": True, "error": ...}`` instead of raising."""
+    """Train ``cfg`` into ``run_dir`` unless its finished run is there
+    (:func:`siggate.train.study.reuse_status`, the rule every sweep uses); returns its
+    ``metrics.json`` (plus ``"reused": bool``). An unfinished run of the same config is
+    resumed (exactly, see :mod:`siggate.train.loop`); a run of another config raises
+    :class:`RunConflict` rather than being mixed in. A run that stops on a non-finite loss
+    returns ``{"diverged": True, "error": ...}`` instead of raising."""
     from ..train.loop import NonFiniteLossError, train
+    from ..train.study import reuse_status
 
     run_dir = Path(run_dir)
-    if run_finished(run_dir, cfg):
-        m = json.loads((run_dir / "metrics.json").read_text())
-        m["reused"] = True
-        return m
-    saved = _saved_config(run_dir)
-    if saved is not None and not _same_config(saved, cfg):
-        raise RunConflict(f"{run_dir} holds a run of another config; remove it or choose another --out")
+    status = reuse_status(run_dir, cfg.to_dict())
+    if status.state == "conflict":
+        raise RunConflict(f"{run_dir} holds a run of another config ({status.reason}); "
+                          "remove it or choose another --out")
+    if status.state == "done":
+        return {**status.metrics, "reused": True}
     try:
         m = train(cfg, run_dir, resume=True, progress=progress, dataset=dataset)
     except NonFiniteLossError as exc:
@@ -194,37 +170,39 @@ def train_remote(cfg: dict, run_dir: str, max_graphs: int | None = None, threads
 
 
 def train_many(runs: dict, dataset, args, progress: bool = True, desc: str = "runs") -> dict:
-    """Train every ``{key: (cfg, run_dir)}`` and return ``{key: metrics}`` (see
-    :func:`train_run`). ``--backend local`` (the default) trains them here one after the
-    other; ``--backend ray`` makes each one a Ray task (see :mod:`siggate.train.executor`)."""
-    from tqdm.auto import tqdm
+    """Train every ``{key: (cfg, run_dir)}`` as one study (:mod:`siggate.train.study`) and
+    return ``{key: metrics}`` (see :func:`train_run`). ``--backend local`` (the default) trains
+    them here one after the other on ``dataset``; ``--backend ray`` makes each one a Ray task
+    that loads the dataset itself (see :mod:`siggate.train.executor`).
 
-    if getattr(args, "backend", "local") == "local":
-        return {k: train_run(c, run, dataset, progress) for k, (c, run) in tqdm(runs.items(), desc=desc,
-                                                                                  disable=not progress)}
-    from ..train.executor import CallRequest, executor_from_args
+    Raises:
+        RunConflict: a run folder holds a run of another config (before anything trains).
+        RuntimeError: runs failed.
+    """
+    from ..train.executor import CallRequest, InlineExecutor, executor_from_args
+    from ..train.study import StudyRun, execute, finished, plan
 
-    requests = [CallRequest(k, "siggate.analysis.common:train_remote",
-                            {"cfg": c.to_dict(), "run_dir": str(run), "max_graphs": args.max_graphs,
-                             "threads": args.threads}, run)
-                for k, (c, run) in runs.items()]
-    out, failed = {}, []
-    bar = tqdm(total=len(requests), desc=desc, unit="run", disable=not progress)
-
-    def done(r) -> None:
-        if not r.ok:
-            failed.append(f"{r.key}: {r.error}")
+    local = getattr(args, "backend", "local") == "local"
+    study = []
+    for key, (c, run_dir) in runs.items():
+        if local:
+            request = CallRequest(key, "siggate.analysis.common:train_run",
+                                  {"cfg": c, "run_dir": Path(run_dir), "dataset": dataset, "progress": progress},
+                                  run_dir)
         else:
-            out[r.key] = r.metrics
-        bar.update(1)
-
-    try:
-        executor_from_args(args).run(requests, done)
-    finally:
-        bar.close()
+            request = CallRequest(key, "siggate.analysis.common:train_remote",
+                                  {"cfg": c.to_dict(), "run_dir": str(run_dir), "max_graphs": args.max_graphs,
+                                   "threads": args.threads}, run_dir)
+        study.append(StudyRun(key, Path(run_dir), c.to_dict(), request))
+    conflicts = [r.error for r in plan(study) if r.state == "conflict"]
+    if conflicts:
+        raise RunConflict("\n".join(conflicts))
+    reused = {r.key for r in study if r.state == "done"}
+    execute(study, InlineExecutor() if local else executor_from_args(args), desc=desc, progress=progress)
+    failed = [f"{r.key}: {r.error}" for r in study if r.state == "failed"]
     if failed:
-        raise RuntimeError("runs failed on Ray:\n" + "\n".join(failed))
-    return out
+        raise RuntimeError("runs failed" + ("" if local else " on Ray") + ":\n" + "\n".join(failed))
+    return {k: {**m, "reused": m.get("reused", k in reused)} for k, m in finished(study).items()}
 
 
 def load_run_model(run_dir: Path, which: str = "last"):

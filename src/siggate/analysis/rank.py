@@ -26,7 +26,7 @@ from .common import (
     parse_list,
     start,
     table,
-    train_run,
+    train_many,
     variant,
     write_outputs,
 )
@@ -89,18 +89,17 @@ def obtain_models(args, cfg, ds, out: Path, progress: bool):
         st = ckpt.get("state", {})
         return [(ckpt["config"]["train"]["seed"], model,
                  f"checkpoint {args.checkpoint} (after epoch {st.get('epoch')}, best epoch {st.get('best_epoch', -1) + 1})")]
-    models = []
-    for seed in parse_list(args.seeds, int):
-        if args.epochs == 0:
-            c = variant(cfg, train__seed=seed)
-            models.append((seed, build_model(c, ds.info, ds.train), f"untrained (initialisation of seed {seed})"))
-            continue
+    seeds = parse_list(args.seeds, int)
+    if args.epochs == 0:
+        return [(seed, build_model(variant(cfg, train__seed=seed), ds.info, ds.train),
+                 f"untrained (initialisation of seed {seed})") for seed in seeds]
+    todo = {}
+    for seed in seeds:
         c = variant(cfg, epochs=args.epochs, train__seed=seed)
-        run = out / "runs" / f"{c.model.gate}-L{c.model.layers}-s{seed}"
-        train_run(c, run, ds, progress)
-        model, _, _, _ = load_trained(run / "last.pt")
-        models.append((seed, model, f"trained {c.train.epochs} epochs ({run}/last.pt, final weights)"))
-    return models
+        todo[seed] = (c, out / "runs" / f"{c.model.gate}-L{c.model.layers}-s{seed}")
+    train_many(todo, ds, args, progress, desc="rank runs")
+    return [(seed, load_trained(run / "last.pt")[0], f"trained {c.train.epochs} epochs ({run}/last.pt, final weights)")
+            for seed, (c, run) in todo.items()]
 
 
 def plot(res: dict, path: Path) -> Path:

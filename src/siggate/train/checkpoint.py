@@ -20,7 +20,8 @@ import siggate
 
 from ..files import atomic_write
 
-FORMAT_VERSION = 1
+#: 2: the values resolved from the data (``model.pool_norm: 0``) moved out of ``config`` into ``resolved``
+FORMAT_VERSION = 2
 
 
 class CheckpointError(RuntimeError):
@@ -140,9 +141,10 @@ def _check_structure(ckpt, path: Path) -> None:
             raise CheckpointError(f"{path}: {key!r} must be a tensor, got {type(ckpt[key]).__name__}.")
     _check_info(ckpt["info"], path, written_by)
     if isinstance(ckpt["config"], dict):  # configs of older siggate versions -> current schema
-        from ..config import upgrade_config_dict
+        from ..config import split_resolved, upgrade_config_dict
 
         ckpt["config"] = upgrade_config_dict(ckpt["config"])
+        ckpt["config"], ckpt["resolved"] = split_resolved(ckpt["config"], ckpt.get("resolved"))
     _check_config(ckpt["config"], path, written_by)
 
 

@@ -23,14 +23,12 @@ import re
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
 
 from ..files import out_dir_problem
 from ..options import GATE_KINDS, GATE_POSITIONS, add_progress_flag, parse_gate_spec, progress_enabled
-from .executor import ExecutorError, add_executor_args, read_metrics
+from .executor import ExecutorError, add_executor_args
 
 log = logging.getLogger("siggate.compare")
 
@@ -106,17 +104,6 @@ def parse_gates(text: str) -> list[GateSpec]:
     return specs
 
 
-@dataclass
-class Pair:
-    spec: GateSpec
-    seed: int
-    run_dir: Path
-    status: str = "pending"  # pending | resume | done | failed
-    returncode: int | None = None
-    error: str = ""
-    metrics: dict = field(default_factory=dict)
-
-
 class CompareError(RuntimeError):
     """A comparison that cannot start (bad arguments or config)."""
 
@@ -147,49 +134,22 @@ def config_for(args, spec: GateSpec, seed: int):
     return config_from_args(parser.parse_args(_config_args(args, spec, seed)))
 
 
-def _stale_reason(run_dir: Path, expected: dict) -> str:
-    """Why a finished run in ``run_dir`` does not belong to this comparison ('' if it does)."""
-    from ..config import upgrade_config_dict, with_resolved
-    from .checkpoint import config_differences
-
-    path = run_dir / "config.yaml"
-    if not path.exists():
-        return ""
-    saved = yaml.safe_load(path.read_text()) or {}
-    saved.pop("_meta", None)
-    saved = upgrade_config_dict(saved)  # a run of an older schema reads as what it ran
-    diffs = config_differences(saved, with_resolved(expected, saved))
-    return "; ".join(diffs)
-
-
-def run_pairs(pairs: list[Pair], args, threads: int, progress: bool = True) -> None:
-    """Run the pending pairs on the executor chosen by ``--backend`` (``--jobs`` local
-    processes, or Ray tasks), each a ``siggate train`` process in its own run folder."""
+def run_pairs(pairs: list, args, progress: bool = True) -> None:
+    """Run the pending pairs (:class:`~.study.StudyRun` tagged ``(arm, seed)``) on the executor
+    chosen by ``--backend`` (``--jobs`` local processes, or Ray tasks), each a ``siggate train``
+    process in its own run folder."""
     from tqdm.auto import tqdm
 
-    from .executor import RunRequest, executor_from_args
+    from .executor import executor_from_args
+    from .study import execute
 
-    executor = executor_from_args(args)
-    todo = {f"{p.spec.label}/seed{p.seed}": p for p in pairs if p.status in ("pending", "resume")}
-    requests = [RunRequest(key, _config_args(args, p.spec, p.seed), p.run_dir, threads) for key, p in todo.items()]
-    bar = tqdm(total=len(pairs), initial=len(pairs) - len(todo), desc="compare", unit="run", disable=not progress)
+    def report(r) -> None:
+        if r.state == "failed":
+            spec, seed = r.tag
+            tqdm.write(f"siggate compare: FAILED {spec.label} seed {seed} ({r.error.splitlines()[0]}); "
+                       f"log: {r.run_dir / 'train.log'}", file=sys.stderr)
 
-    def finished(r) -> None:
-        pair = todo[r.key]
-        pair.returncode = r.returncode
-        if r.ok:
-            pair.status, pair.metrics = "done", r.metrics
-            bar.set_postfix_str(f"{pair.spec.label} seed {pair.seed}: test {_fmt(r.metrics.get('test'))}")
-        else:
-            pair.status, pair.error = "failed", r.error
-            tqdm.write(f"siggate compare: FAILED {pair.spec.label} seed {pair.seed} ({r.error.splitlines()[0]}); "
-                       f"log: {pair.run_dir / 'train.log'}", file=sys.stderr)
-        bar.update(1)
-
-    try:
-        executor.run(requests, finished)
-    finally:
-        bar.close()
+    execute(pairs, executor_from_args(args), desc="compare", progress=progress, on_result=report)
 
 
 def _finite(x):
@@ -207,7 +167,7 @@ def _jsonable(obj):
     return _finite(obj)
 
 
-def aggregate(pairs: list[Pair], specs: list[GateSpec], seeds: list[int]) -> dict:
+def aggregate(pairs: list, specs: list[GateSpec], seeds: list[int]) -> dict:
     """Per-seed scores, mean ± std, the paired comparisons of every arm with the baseline
     (first gate; ``vs_baseline``, with today's top-level p-values) and of every pair of arms
     (``comparisons``: intervals, effect size, Holm-adjusted p-values over the list)."""
@@ -215,21 +175,21 @@ def aggregate(pairs: list[Pair], specs: list[GateSpec], seeds: list[int]) -> dic
     from .metrics import higher_is_better
 
     labels = [s.label for s in specs]
-    finished = [p for p in pairs if p.status == "done"]
+    finished = [p for p in pairs if p.state == "done"]
     metric = finished[0].metrics.get("metric") if finished else None
     hib = higher_is_better(metric) if metric else None
     per_seed = {lab: {} for lab in labels}
     per_seed_val, best_epoch, seconds, curves = ({lab: {} for lab in labels} for _ in range(4))
     params, gate_params = {}, {}
     for p in finished:
-        m = p.metrics
-        per_seed[p.spec.label][p.seed] = m["test"]
-        per_seed_val[p.spec.label][p.seed] = m["val"]
-        best_epoch[p.spec.label][p.seed] = m.get("best_epoch")
-        seconds[p.spec.label][p.seed] = m.get("seconds")
-        curves[p.spec.label][p.seed] = [h["val"] for h in m.get("history", [])]
-        params[p.spec.label] = m.get("params")
-        gate_params[p.spec.label] = m.get("gate_params")
+        m, (spec, seed) = p.metrics, p.tag
+        per_seed[spec.label][seed] = m["test"]
+        per_seed_val[spec.label][seed] = m["val"]
+        best_epoch[spec.label][seed] = m.get("best_epoch")
+        seconds[spec.label][seed] = m.get("seconds")
+        curves[spec.label][seed] = [h["val"] for h in m.get("history", [])]
+        params[spec.label] = m.get("params")
+        gate_params[spec.label] = m.get("gate_params")
     summary = summarize(per_seed, labels[0], bool(hib)) if metric else None
     res = {
         "dataset": finished[0].metrics.get("dataset") if finished else None,
@@ -252,9 +212,9 @@ def aggregate(pairs: list[Pair], specs: list[GateSpec], seeds: list[int]) -> dic
         "val_curves": curves,
         "vs_baseline": summary["comparisons"] if summary else {},
         "comparisons": all_pairs(per_seed, labels, bool(hib)) if metric else [],
-        "failed": [{"gate": p.spec.label, "seed": p.seed, "returncode": p.returncode, "error": p.error}
-                   for p in pairs if p.status == "failed"],
-        "missing": [{"gate": p.spec.label, "seed": p.seed} for p in pairs if p.status in ("pending", "resume")],
+        "failed": [{"gate": p.tag[0].label, "seed": p.tag[1], "returncode": p.returncode, "error": p.error}
+                   for p in pairs if p.state in ("failed", "conflict")],
+        "missing": [{"gate": p.tag[0].label, "seed": p.tag[1]} for p in pairs if p.state in ("new", "resume")],
     }
     comps = res["vs_baseline"]
     for key in ("p_paired_t", "p_wilcoxon", "p_welch"):
@@ -474,25 +434,20 @@ def _check_args(args) -> None:
         raise CompareError(f"--jobs must be >= 1, got {args.jobs}")
 
 
-def _plan_pairs(args, specs: list[GateSpec], seeds: list[int], out: Path) -> list[Pair]:
-    """Every (arm, seed) run under ``OUT/runs``: done (metrics.json), to resume (last.pt),
-    to run, or failed when its folder holds a run of another config."""
-    pairs = []
+def _plan_pairs(args, specs: list[GateSpec], seeds: list[int], out: Path, threads: int) -> list:
+    """Every (arm, seed) run under ``OUT/runs/<arm>/seed<seed>``, planned
+    (:func:`siggate.train.study.plan`: done, to resume, new, or a conflict when its folder holds
+    a run of another config)."""
+    from .executor import RunRequest
+    from .study import StudyRun, plan
+
+    runs = []
     for seed in seeds:
         for spec in specs:
-            pair = Pair(spec, seed, out / "runs" / spec.label / f"seed{seed}")
-            stale = _stale_reason(pair.run_dir, config_for(args, spec, seed).to_dict())
-            metrics = read_metrics(pair.run_dir)
-            if stale:
-                pair.status = "failed"
-                pair.error = (f"{pair.run_dir} holds a run of another config ({stale}); "
-                              f"delete it or choose another --out")
-            elif metrics is not None:
-                pair.status, pair.metrics = "done", metrics
-            elif (pair.run_dir / "last.pt").exists():
-                pair.status = "resume"
-            pairs.append(pair)
-    return pairs
+            key, run_dir = f"{spec.label}/seed{seed}", out / "runs" / spec.label / f"seed{seed}"
+            request = RunRequest(key, _config_args(args, spec, seed), run_dir, threads)
+            runs.append(StudyRun(key, run_dir, config_for(args, spec, seed).to_dict(), request, tag=(spec, seed)))
+    return plan(runs)
 
 
 def _print_summary(res: dict) -> None:
@@ -527,9 +482,9 @@ def compare(args) -> int:
         threads = max(1, (os.cpu_count() or 1) // args.jobs)
     t0 = time.time()
     expected = {spec.label: config_for(args, spec, seeds[0]).to_dict() for spec in specs}  # validates
-    pairs = _plan_pairs(args, specs, seeds, out)
-    n_done = sum(p.status == "done" for p in pairs)
-    n_resume = sum(p.status == "resume" for p in pairs)
+    pairs = _plan_pairs(args, specs, seeds, out, threads)
+    n_done = sum(p.state == "done" for p in pairs)
+    n_resume = sum(p.state == "resume" for p in pairs)
     print(f"siggate compare: {len(specs)} gate(s) x {len(seeds)} seed(s) = {len(pairs)} runs "
           f"({n_done} already done, {n_resume} to resume), {args.jobs} at a time, {threads} thread(s) each -> {out}",
           flush=True)
@@ -537,7 +492,7 @@ def compare(args) -> int:
         print("siggate compare: --aggregate-only: nothing is trained; unfinished runs are listed as missing",
               flush=True)
     else:
-        run_pairs(pairs, args, threads, progress=progress_enabled(args))
+        run_pairs(pairs, args, progress=progress_enabled(args))
 
     res = aggregate(pairs, specs, seeds)
     res.update({

@@ -198,6 +198,17 @@ class LocalExecutor:
                 p.kill()
 
 
+class InlineExecutor:
+    """Each request in this thread, one after another: function requests that use this
+    process's memory (an analysis sweep's in-memory, possibly truncated, dataset). An
+    interrupt stops the sweep at once; the run in progress resumes on the next call."""
+
+    def run(self, requests: Iterable, on_done: Callable[[RunResult], None]) -> None:
+        """Run every request in turn and call ``on_done`` with each result."""
+        for req in requests:
+            on_done(_execute(req))
+
+
 def _ray_run(req) -> RunResult:
     return _execute(req)
 

@@ -187,19 +187,20 @@ def loss_fn(name: str, task: str):
     return LOSSES[name]
 
 
-def resolve_pool_norm(cfg: Config, train_graphs) -> Config:
-    """``pooling: norm`` with ``pool_norm: 0``: the divisor becomes the mean number of nodes of
-    the training graphs (rounded to 0.01, at least 1), in a copy of ``cfg``, so the checkpoint's config
-    rebuilds the same model. Any other config is returned as it is."""
+def resolve_pool_norm(cfg: Config, train_graphs) -> dict:
+    """The values training resolves from the data, as ``{"model.pool_norm": x}``: with
+    ``pooling: norm`` and ``pool_norm: 0`` the divisor is the mean number of nodes of the
+    training graphs (rounded to 0.01, at least 1); any other config resolves nothing (``{}``).
+    They live in the checkpoint (``"resolved"``), ``config.yaml``'s ``_meta.resolved`` and
+    ``metrics.json``; the config itself stays as the user gave it."""
     m = cfg.model
     if not m.pool_norm_unresolved:
-        return cfg
+        return {}
     if not len(train_graphs):
         raise ConfigError("model.pool_norm: 0 takes the training graphs' mean size, and there are no training "
                           "graphs; set model.pool_norm to a positive number")
     mean_nodes = sum(int(g.num_nodes) for g in train_graphs) / len(train_graphs)
-    model = replace(m, pool_norm=max(round(mean_nodes, 2), 1.0))
-    return replace(cfg, model=model)
+    return {"model.pool_norm": max(round(mean_nodes, 2), 1.0)}
 
 
 def fit_mol_feature_scaling(model: SigGateGT, train_graphs) -> SigGateGT:
@@ -218,18 +219,30 @@ def fit_mol_feature_scaling(model: SigGateGT, train_graphs) -> SigGateGT:
     return model
 
 
-def build_model(cfg: Config, info: TaskInfo, train_graphs=None) -> SigGateGT:
-    """Build the model for ``info`` with seed-controlled, gate-last initialisation;
-    ``train_graphs`` resolve ``model.pool_norm: 0`` (:func:`resolve_pool_norm`) and fit the
-    molecule features' scaling (:func:`fit_mol_feature_scaling`) as training does; without
-    them the features are left unscaled."""
-    if train_graphs is not None:
-        cfg = resolve_pool_norm(cfg, train_graphs)
-    if cfg.model.pool_norm_unresolved:
+def resolved_model_config(cfg: Config, resolved: dict):
+    """``cfg.model`` with the ``model.*`` values of ``resolved`` (:func:`resolve_pool_norm`)
+    filled in: the model config a run built its model from.
+
+    Raises:
+        ConfigError: ``model.pool_norm: 0`` and nothing resolved it.
+    """
+    model = replace(cfg.model, **{k.split(".", 1)[1]: v for k, v in resolved.items() if k.startswith("model.")})
+    if model.pool_norm_unresolved:
         raise ConfigError("model.pool_norm: 0 stands for the training graphs' mean size, which only training "
                           "resolves; set model.pool_norm to a positive number to build this model without data")
+    return model
+
+
+def build_model(cfg: Config, info: TaskInfo, train_graphs=None, resolved: dict | None = None) -> SigGateGT:
+    """Build the model for ``info`` with seed-controlled, gate-last initialisation; the values
+    resolved from the data are ``resolved``, or resolved from ``train_graphs`` as training does
+    (:func:`resolve_pool_norm`); ``train_graphs`` also fit the molecule features' scaling
+    (:func:`fit_mol_feature_scaling`); without them the features are left unscaled."""
+    if resolved is None:
+        resolved = resolve_pool_norm(cfg, train_graphs) if train_graphs is not None else {}
+    model_cfg = resolved_model_config(cfg, resolved)
     torch.manual_seed(cfg.train.seed)
-    model = SigGateGT.from_config(cfg.model, info)
+    model = SigGateGT.from_config(model_cfg, info)
     # Re-seed and re-initialise so that models that differ only in the gate share every
     # other initial weight (the gate parameters are initialised last).
     torch.manual_seed(cfg.train.seed)
@@ -353,11 +366,12 @@ class RunState:
 
 
 def _checkpoint(model, optimizer, scheduler, cfg, info, mean, std, state: RunState, history, params,
-                rng_ranks: list) -> dict:
+                rng_ranks: list, resolved: dict) -> dict:
     return {
         "format": FORMAT_VERSION,
         "siggate_version": siggate.__version__,
         "config": cfg.to_dict(),
+        "resolved": dict(resolved),  # values resolved from the data (resolve_pool_norm)
         "info": info.to_dict(),
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -455,10 +469,10 @@ def setup_run(cfg: Config, ds: GraphDataset, ctx: DistContext | None = None) -> 
     """Set-up step: seeded model (gate initialised last), training stream seed, DDP wrapper,
     AdamW, the warmup-cosine schedule, target normalisation and the loss."""
     ctx = ctx or DistContext()
-    cfg = resolve_pool_norm(cfg, ds.train)
+    resolved = resolve_pool_norm(cfg, ds.train)
     t_cfg, info, device = cfg.train, ds.info, ctx.device
     seed_everything(t_cfg.seed)
-    model = build_model(cfg, info, ds.train)
+    model = build_model(cfg, info, ds.train, resolved=resolved)
     init = None
     if t_cfg.init:
         from .init_weights import load_init
@@ -484,7 +498,7 @@ def setup_run(cfg: Config, ds: GraphDataset, ctx: DistContext | None = None) -> 
     else:
         mean, std = torch.zeros(info.num_tasks), torch.ones(info.num_tasks)
     return Run(cfg, ctx, ds, model, net, optimizer, scheduler, criterion,
-               mean.to(device), std.to(device), params, t_cfg.on_nan, init=init)
+               mean.to(device), std.to(device), params, t_cfg.on_nan, init=init, resolved=resolved)
 
 
 def resume_run(run: Run, path: Path) -> bool:
@@ -499,6 +513,9 @@ def resume_run(run: Run, path: Path) -> bool:
     if ckpt is None:
         return False
     diffs = config_differences(ckpt["config"], run.cfg.to_dict(), ignore=("train.epochs",))
+    saved = ckpt["resolved"]
+    diffs += [f"{k} (resolved from the training data): checkpoint has {saved.get(k)!r}, this run has "
+              f"{run.resolved.get(k)!r}" for k in sorted(set(saved) | set(run.resolved)) if saved.get(k) != run.resolved.get(k)]
     if diffs:
         raise CheckpointError(f"cannot resume from {path}: the config differs:\n  " + "\n  ".join(diffs))
     run.model.load_state_dict(ckpt["model"])
@@ -655,7 +672,7 @@ class _RunFiles:
         cfg = run.cfg
         (out / "config.yaml").write_text(yaml.safe_dump(
             {**cfg.to_dict(), "_meta": {"siggate_version": siggate.__version__, "git_commit": git_commit(),
-                                        "task": run.info.to_dict()}},
+                                        "task": run.info.to_dict(), "resolved": dict(run.resolved)}},
             sort_keys=False))
         self.out, self.progress = out, progress
         self.writer = _EpochLog(out / "log.csv", run.history)
@@ -666,7 +683,7 @@ class _RunFiles:
         row, info = end.row, run.info
         self.writer.write(row)
         ckpt = _checkpoint(run.model, run.optimizer, run.scheduler, run.cfg, info, run.mean, run.std, run.state,
-                           run.history, run.params, end.rng_ranks)
+                           run.history, run.params, end.rng_ranks, run.resolved)
         if end.improved:
             atomic_save(ckpt, self.out / "best.pt")
         atomic_save(ckpt, self.out / "last.pt")
@@ -700,6 +717,7 @@ def _final_metrics(run: Run, seconds: float) -> dict:
         "seed": cfg.train.seed,
         "attn": cfg.model.attn,
         "gate": cfg.model.gate if cfg.model.attn else None,  # no attention branch, no gate
+        "resolved": dict(run.resolved),
         "skipped_batches": state.skipped_batches,
         "world_size": run.ctx.world_size,
         "splits": run.ds.sizes(),
@@ -779,7 +797,11 @@ def load_trained(path: str | Path):
     except Exception as exc:  # incompatible config from another version
         raise CheckpointError(f"{path}: its config does not fit this siggate version: {exc}") from None
     info = TaskInfo(**ckpt["info"])
-    model = SigGateGT.from_config(cfg.model, info)
+    try:
+        model_cfg = resolved_model_config(cfg, ckpt["resolved"])
+    except ConfigError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+    model = SigGateGT.from_config(model_cfg, info)
     diffs = describe_weight_mismatch(model.state_dict(), ckpt["model"])
     if diffs:
         raise CheckpointError(

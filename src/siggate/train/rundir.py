@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config import upgrade_config_dict, with_resolved
+from ..config import split_resolved, upgrade_config_dict
 
 #: Files whose presence makes a folder a run.
 RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json")
@@ -85,8 +85,8 @@ def saved_config_path(out: str | Path, ensemble: bool = False) -> Path:
 def read_saved_config(path: str | Path) -> dict:
     """A run's saved ``config.yaml`` as a config dict: ``_meta`` dropped, older schemas upgraded."""
     saved = yaml.safe_load(Path(path).read_text()) or {}
-    saved.pop("_meta", None)
-    return upgrade_config_dict(saved)
+    meta = saved.pop("_meta", None) or {}
+    return split_resolved(upgrade_config_dict(saved), meta.get("resolved"))[0]
 
 
 def resume_differences(saved: dict, current: dict) -> list[str]:
@@ -96,7 +96,7 @@ def resume_differences(saved: dict, current: dict) -> list[str]:
     (where data lies, threads) may differ."""
     from .checkpoint import config_differences  # torch; only when resuming
 
-    return config_differences(saved, with_resolved(current, saved), ignore=("train.epochs",))
+    return config_differences(saved, current, ignore=("train.epochs",))
 
 
 #: What ``--resume`` keeps from the run unless ``--set`` gives it again: the warmup is the run's

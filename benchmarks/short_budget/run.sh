@@ -3,13 +3,13 @@
 # gate none (GraphGPS) vs elementwise (SigGate-GT), seeds 0,1,2, run one after the other.
 #
 # Usage (from the repository root):
-#   benchmarks/results/short_budget/run.sh DATASET BUDGET [EXTRA --set ARGS...]
+#   benchmarks/short_budget/run.sh DATASET BUDGET [EXTRA --set ARGS...]
 # e.g.
-#   benchmarks/results/short_budget/run.sh molhiv 1 --set model.layers=2
+#   benchmarks/short_budget/run.sh molhiv 1 --set model.layers=2
 #
 # Each run writes benchmarks/results/short_budget/runs/DATASET/GATE/seedS/ (not in git) plus
 # command.txt (the exact command) and wall.txt (wall seconds incl. start-up and data loading).
-# A run whose metrics.json exists is skipped. Then: python benchmarks/results/short_budget/summarize.py
+# A run whose metrics.json exists is skipped. Then: python benchmarks/short_budget/summarize.py
 set -u
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 DATASET=$1; BUDGET=$2; shift 2

@@ -5,7 +5,7 @@ depths and extrapolates one epoch (train batches + forward-only val/test passes)
 for choosing the budget; the reported per-epoch times are the measured ones in the runs' log.csv.
 
     SIGGATE_CACHE=/tmp/siggate-test-cache /work/venv/bin/python \
-        benchmarks/results/short_budget/timing_probe.py molhiv 10,2,1 [THREADS]
+        benchmarks/short_budget/timing_probe.py molhiv 10,2,1 [THREADS]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Deviations from the protocol config (any resolved config key that differs from t
 config, other than seed, gate, epochs/warmup and data paths) are detected from each run's
 config.yaml and labelled in the output.
 
-    /work/venv/bin/python benchmarks/results/short_budget/summarize.py
+    python benchmarks/short_budget/summarize.py
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from pathlib import Path
 
 import yaml
 
-from siggate.analysis.stats import compare_paired, mean_std
+from siggate.stats import compare_paired, mean_std
 from siggate.config import load_config
 
-HERE = Path(__file__).resolve().parent
+# the result set this script writes (benchmarks/results/short_budget/), apart from the script
+HERE = Path(__file__).resolve().parents[1] / "results" / "short_budget"
 RUNS = HERE / "runs"
 DATASETS = ["molhiv", "peptides-func"]
 GATES = ["none", "elementwise"]  # baseline (GraphGPS) first

@@ -1,0 +1,115 @@
+"""The study API (``siggate.train.study``): the one reuse rule, planning and execution."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from siggate.config import load_config
+from siggate.train.executor import CallRequest, InlineExecutor, RunResult
+from siggate.train.study import StudyRun, execute, finished, plan, reuse_status
+
+
+def _cfg(*sets):
+    return load_config("nci5k", ["model.dim=32", *sets]).to_dict()
+
+
+def _write_run(run: Path, cfg: dict | None, metrics: dict | None = None, last: bool = False) -> Path:
+    run.mkdir(parents=True, exist_ok=True)
+    if cfg is not None:
+        (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "_meta": {"git_commit": "x", "resolved": {}}}))
+    if metrics is not None:
+        (run / "metrics.json").write_text(json.dumps(metrics))
+    if last:
+        (run / "last.pt").write_bytes(b"")
+    return run
+
+
+def test_reuse_status_is_one_rule_with_four_states(tmp_path):
+    """new (nothing there), resume (last.pt), done (metrics.json, whether or not the weights
+    were kept), conflict (another config, even when finished); the keys that say where a run
+    executes (data.root, data.cache_dir, train.threads) are not a conflict."""
+    cfg = _cfg()
+    assert reuse_status(tmp_path / "absent", cfg).state == "new"
+    assert reuse_status(_write_run(tmp_path / "started", cfg), cfg).state == "new"
+    assert reuse_status(_write_run(tmp_path / "cut", cfg, last=True), cfg).state == "resume"
+    done = reuse_status(_write_run(tmp_path / "done", cfg, {"test": 0.5}), cfg)
+    assert (done.state, done.metrics, done.reason) == ("done", {"test": 0.5}, "")
+    assert reuse_status(_write_run(tmp_path / "snapshot", None, {"test": 0.5}), cfg).state == "done"
+    other = reuse_status(tmp_path / "done", _cfg("model.layers=3"))
+    assert other.state == "conflict" and other.metrics is None
+    assert other.reason.startswith("model.layers: checkpoint has ") and other.reason.endswith("current config has 3")
+    moved = _cfg("data.root=/elsewhere", "data.cache_dir=/c", "train.threads=4")
+    assert reuse_status(tmp_path / "done", moved).state == "done"
+
+
+def _call(key, run_dir, value):
+    return CallRequest(key, "test_study:_answer", {"value": value}, run_dir)
+
+
+def _answer(value):
+    if value is None:
+        raise AssertionError("not reached: a planned-done run is never executed")
+    return {"test": value}
+
+
+class _Failing:
+    """An executor whose every run fails, recording what it was given."""
+
+    def __init__(self):
+        self.keys = []
+
+    def run(self, requests, on_done):
+        for r in requests:
+            self.keys.append(r.key)
+            on_done(RunResult(r.key, 3, None, "exit status 3"))
+
+
+def test_plan_then_execute_trains_only_what_is_left(tmp_path):
+    """plan() states each run by reuse_status; execute() hands only new/resume runs to the
+    executor, records done/failed, and calls on_result once per executed run; finished()
+    gives the metrics of the done ones, reused or new."""
+    cfg = _cfg()
+    _write_run(tmp_path / "a", cfg, {"test": 1.0})
+    _write_run(tmp_path / "b", cfg, last=True)
+    _write_run(tmp_path / "c", _cfg("model.layers=3"), {"test": 9.0})
+    runs = plan([StudyRun(k, tmp_path / k, cfg, _call(k, tmp_path / k, None if k == "a" else 2.0), tag=k)
+                 for k in ("a", "b", "c", "d")])
+    assert [r.state for r in runs] == ["done", "resume", "conflict", "new"]
+    assert str(tmp_path / "c") in runs[2].error and "model.layers" in runs[2].error and "delete it" in runs[2].error
+    seen = []
+    execute(runs, InlineExecutor(), progress=False, on_result=lambda r: seen.append((r.tag, r.state)))
+    assert seen == [("b", "done"), ("d", "done")]
+    assert finished(runs) == {"a": {"test": 1.0}, "b": {"test": 2.0}, "d": {"test": 2.0}}
+    assert runs[2].state == "conflict"  # never executed, never overwritten
+    _write_run(tmp_path / "f", cfg, last=True)
+    again = plan([StudyRun(k, tmp_path / k, cfg, _call(k, tmp_path / k, 0.0)) for k in ("a", "f", "e")])
+    failing = _Failing()
+    execute(again, failing, progress=False)
+    assert failing.keys == ["f", "e"] and [(r.state, r.returncode, r.error) for r in again[1:]] == [
+        ("failed", 3, "exit status 3")] * 2
+
+
+def test_analysis_sweep_refuses_a_conflict_before_training(tmp_path, monkeypatch):
+    """train_many plans the whole sweep first: a folder holding another config stops it
+    before any run trains, with the folder and the differing value in the message."""
+    import argparse
+
+    from siggate.analysis import common
+
+    trained = []
+    monkeypatch.setattr(common, "train_run", lambda **kw: trained.append(kw) or {"test": 0.0})
+    cfg = load_config("nci5k", ["model.dim=32"])
+    _write_run(tmp_path / "x", _cfg("model.layers=3"), {"test": 9.0})
+    with pytest.raises(common.RunConflict, match=r"x holds a run of another config \(model.layers"):
+        common.train_many({"ok": (cfg, tmp_path / "ok"), "x": (cfg, tmp_path / "x")}, None,
+                          argparse.Namespace(backend="local"), progress=False)
+    assert trained == []
+    _write_run(tmp_path / "done", _cfg(), {"test": 0.25})
+    out = common.train_many({"done": (cfg, tmp_path / "done"), "ok": (cfg, tmp_path / "ok")}, "DATA",
+                            argparse.Namespace(backend="local"), progress=False)
+    assert out == {"done": {"test": 0.25, "reused": True}, "ok": {"test": 0.0, "reused": False}}
+    assert [kw["dataset"] for kw in trained] == ["DATA"] and trained[0]["run_dir"] == tmp_path / "ok"
