@@ -72,7 +72,9 @@ class ModelConfig:
     attn_type: str = "full"                # global attention: full softmax, performer or exphormer
     performer_features: int = 64           # performer: random features per head
     performer_redraw: int = 1000           # performer: training steps between feature redraws; 0: never
-    expander_degree: int = 4               # exphormer: degree of the random expander (even; 0: none)
+    expander_degree_total: int = 6         # exphormer: total degree of the random expander (even; 0: none);
+                                           # twice Exphormer's exp_deg (its permutations): 6 is its exp_deg 3
+    expander_seed: int = 0                 # exphormer: seed of the expanders (with each graph's index and size)
     virtual_nodes: int = 1                 # exphormer: virtual nodes per graph
 
     @property
@@ -140,7 +142,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.attn_dropout": {"min": 0.0, "max_excl": 1.0},
     "model.performer_features": {"min": 1},
     "model.performer_redraw": {"min": 0},
-    "model.expander_degree": {"min": 0},
+    "model.expander_degree_total": {"min": 0},
     "model.virtual_nodes": {"min": 0},
     "train.epochs": {"min": 1},
     "train.batch_size": {"min": 1},
@@ -349,9 +351,10 @@ def _check_model(m) -> None:
     if m.pool_norm and m.pooling != "norm":
         raise ConfigError(f"model.pool_norm: {m.pool_norm!r} divides the pooled sum only with model.pooling=norm, "
                           f"not {m.pooling!r}; set model.pooling=norm or model.pool_norm=0.")
-    if m.expander_degree % 2:
-        raise ConfigError(f"model.expander_degree: {m.expander_degree} is odd; allowed values: even numbers >= 0 "
-                          f"(the expander is built from degree/2 random permutations), e.g. {m.expander_degree + 1}.")
+    if m.expander_degree_total % 2:
+        raise ConfigError(f"model.expander_degree_total: {m.expander_degree_total} is odd; allowed values: even "
+                          f"numbers >= 0 (the expander is built from degree/2 random permutations, Exphormer's "
+                          f"exp_deg), e.g. {m.expander_degree_total + 1}.")
     if m.attn_type != "full" and m.impl == "sdpa":
         raise ConfigError(f"model.impl: 'sdpa' runs only with model.attn_type=full, not {m.attn_type!r}; "
                           "allowed values: auto, reference, packed.")
@@ -461,6 +464,9 @@ def upgrade_config_dict(raw: dict) -> dict:
       ``"reference"``.
     - ``model.pool_norm`` came with ``pooling: norm``; older configs pool ``add`` or
       ``mean``, where it is unused: ``0``.
+    - ``model.expander_degree`` (the expander's total degree) became
+      ``model.expander_degree_total``, the same number (Exphormer's ``exp_deg`` counts
+      permutations, half of it; the new name says which).
     """
     if not isinstance(raw, dict):
         return raw
@@ -474,6 +480,8 @@ def upgrade_config_dict(raw: dict) -> dict:
         model.setdefault("impl", "auto" if fused else "reference")
     if isinstance(model, dict):
         model.setdefault("pool_norm", 0.0)
+        if "expander_degree" in model:
+            model.setdefault("expander_degree_total", model.pop("expander_degree"))
     return out
 
 
