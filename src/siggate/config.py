@@ -45,6 +45,7 @@ class DataConfig:
     sep: str | None = None     # CSV field delimiter; None: detected from the file
     max_graphs: int = 0        # > 0: only the first N graphs of each split (quick runs, tests)
     num_nodes: int = 0         # sbm-large: nodes of its one graph; 0: the dataset's default
+    seed: int = 0              # generated graph sets (pattern, cluster): the generator's draw of the recipe
 
 
 @dataclass
@@ -154,6 +155,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "train.threads": {"min": 0},
     "data.max_graphs": {"min": 0},
     "data.num_nodes": {"min": 0},
+    "data.seed": {"min": 0, "max": 2**32 - 1},
     "train.seed": {"min": 0, "max": 2**32 - 1},
 }
 
@@ -162,6 +164,10 @@ SECTIONS = ("data", "model", "train")
 
 def _known_keys(cls) -> list[str]:
     return [f.name for f in fields(cls)]
+
+
+#: ``data.*`` keys only some generated datasets take (their loaders' ``options``), and what each sets
+_GENERATOR_KEYS = {"num_nodes": "the size of its one graph", "seed": "the generator's draw of the recipe"}
 
 
 def _suggest(key: str, options: list[str], prefix: str = "") -> str:
@@ -387,9 +393,10 @@ def _check_data(cfg: Config) -> None:
                 f"train.loss: {loss!r} does not fit data.task={task!r}; allowed values: "
                 + ", ".join(("auto",) + TASK_LOSSES[task]) + "."
             )
-        if cfg.data.num_nodes:
-            raise ConfigError(f"data.num_nodes: {cfg.data.num_nodes} applies to generated single-graph datasets "
-                              "(sbm-large), not to CSV data; remove it.")
+        for key, what in _GENERATOR_KEYS.items():
+            if getattr(cfg.data, key):
+                raise ConfigError(f"data.{key}: {getattr(cfg.data, key)} applies to generated datasets ({what}), "
+                                  "not to CSV data; remove it.")
     else:
         from .data.catalog import DATASET_META, DATASETS
 
@@ -398,10 +405,11 @@ def _check_data(cfg: Config) -> None:
                 f"data.name: unknown dataset {cfg.data.name!r}. Allowed values: {', '.join(sorted(DATASETS))}, csv."
                 + _suggest(cfg.data.name, sorted(DATASETS))
             )
-        if cfg.data.num_nodes and "num_nodes" not in DATASET_META[cfg.data.name]["options"]:
-            takers = sorted(n for n, meta in DATASET_META.items() if "num_nodes" in meta["options"])
-            raise ConfigError(f"data.num_nodes: {cfg.data.num_nodes} applies to {', '.join(takers)} (the size of "
-                              f"its one graph), not to {cfg.data.name}; remove it.")
+        for key, what in _GENERATOR_KEYS.items():
+            if getattr(cfg.data, key) and key not in DATASET_META[cfg.data.name]["options"]:
+                takers = sorted(n for n, meta in DATASET_META.items() if key in meta["options"])
+                raise ConfigError(f"data.{key}: {getattr(cfg.data, key)} applies to {', '.join(takers)} ({what}), "
+                                  f"not to {cfg.data.name}; remove it.")
         if split is not None and cfg.data.name != "nci5k":
             raise ConfigError(
                 f"data.split: {cfg.data.name} comes with its official split, which siggate always uses; "

@@ -669,6 +669,7 @@ def _final_metrics(run: Run, seconds: float) -> dict:
         "world_size": run.ctx.world_size,
         "splits": run.ds.sizes(),
         **({"split_nodes": run.ds.node_counts()} if run.info.level == "node" else {}),
+        **({"dataset_stats": run.ds.stats} if run.ds.stats else {}),
         "history": run.history,
     }
 
