@@ -588,7 +588,8 @@ def test_config_builds_the_type_and_a_checkpoint_reloads_it(tmp_path):
     info = TaskInfo(name="nci5k", task="regression", num_tasks=1, metric="mae")
     b = _molecules([5, 8])
     for kind, keys, expect in (
-        ("performer", {"performer_features": 8, "performer_redraw": 5}, {"num_features": 8, "redraw_interval": 5}),
+        ("performer", {"performer_features": 8, "performer_redraw": 5, "performer_kernel": "relu"},
+         {"num_features": 8, "redraw_interval": 5, "kernel": "relu"}),
         ("exphormer", {"expander_degree_total": 2, "virtual_nodes": 3, "expander_seed": 5},
          {"expander_degree_total": 2, "num_virtual_nodes": 3, "expander_seed": 5}),
     ):
@@ -745,3 +746,35 @@ def test_exphormer_refuses_a_batch_not_sorted_by_graph():
     batch = torch.tensor([0, 1, 0, 1, 0, 1, 0, 1])
     with pytest.raises(ValueError, match="sorted by graph"):
         expander_edges(GraphSegments(batch), 2)
+
+
+@pytest.mark.parametrize("impl", ["reference", "packed"])
+def test_performer_relu_kernel_equals_an_exact_computation(impl):
+    """``kernel="relu"``: each query's weights are ``phi(q_i) . phi(k_j)`` normalised over its
+    graph, ``phi(x) = relu(x d_head^{-1/4} W^T) + 1e-3`` (PyG's ``generalized_kernel``),
+    computed densely per graph and head; the fast path equals the reference in gradients."""
+    x, ei, batch = batch_graph()
+    attn = make("performer", "headwise", kernel="relu").eval()
+    out = run(attn, x, ei, batch, impl)
+    d, heads = attn.dim, attn.heads
+    dh = d // heads
+    W, b = attn.in_proj.weight, attn.in_proj.bias
+    P = x @ W.t() + b
+    gate = torch.sigmoid(P[:, 3 * d:]).view(-1, heads, 1)
+    expect = torch.zeros(x.size(0), heads, dh)
+    phi = lambda t: torch.relu(t * dh ** -0.25 @ attn.omega.t()) + 1e-3  # noqa: E731
+    for g in range(len(SIZES)):
+        nodes = torch.nonzero(batch == g).view(-1)
+        for h in range(heads):
+            q, k, v = (P[nodes, i * d + h * dh:i * d + (h + 1) * dh] for i in range(3))
+            w = phi(q) @ phi(k).t()  # n, n
+            expect[nodes, h] = (w / w.sum(1, keepdim=True)) @ v
+    expect = (expect * gate).reshape(-1, d) @ attn.out_proj.weight.t() + attn.out_proj.bias
+    assert torch.allclose(out, expect, atol=1e-12)
+    xi = [x.clone().requires_grad_() for _ in range(2)]
+    grads = [torch.autograd.grad(run(attn, xx, ei, batch, i).sin().sum(), xx)[0] for xx, i in
+             zip(xi, ("reference", "packed"))]
+    assert torch.allclose(*grads, atol=1e-12)
+    assert "kernel='relu'" in repr(attn)
+    with pytest.raises(ValueError, match=r"kernel must be one of \('softmax', 'relu'\)"):
+        make("performer", kernel="exp")

@@ -18,7 +18,17 @@ from typing import Any
 
 import yaml
 
-from .options import ATTN_IMPLS, ATTN_TYPES, GATE_KINDS, GATE_POSITIONS, LOCAL_MODEL_NAMES, POOLING, SPLITS, TASK_LOSSES
+from .options import (
+    ATTN_IMPLS,
+    ATTN_TYPES,
+    GATE_KINDS,
+    GATE_POSITIONS,
+    LOCAL_MODEL_NAMES,
+    PERFORMER_KERNELS,
+    POOLING,
+    SPLITS,
+    TASK_LOSSES,
+)
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -73,6 +83,7 @@ class ModelConfig:
     attn_type: str = "full"                # global attention: full softmax, performer or exphormer
     performer_features: int = 64           # performer: random features per head
     performer_redraw: int = 1000           # performer: training steps between feature redraws; 0: never
+    performer_kernel: str = "softmax"      # performer: "softmax" (FAVOR+) or "relu" (PyG's PerformerAttention)
     expander_degree_total: int = 6         # exphormer: total degree of the random expander (even; 0: none);
                                            # twice Exphormer's exp_deg (its permutations): 6 is its exp_deg 3
     expander_seed: int = 0                 # exphormer: seed of the expanders (with each graph's index and size)
@@ -126,6 +137,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.gate_position": _choice(*GATE_POSITIONS),
     "model.impl": _choice(*ATTN_IMPLS),
     "model.attn_type": _choice(*ATTN_TYPES),
+    "model.performer_kernel": _choice(*PERFORMER_KERNELS),
     "model.pe": _choice("none", "rwse", "lappe"),
     "model.pooling": _choice(*POOLING),
     "model.param_match": _choice("none", "ffn"),

@@ -36,7 +36,8 @@ ATTENTION_TYPES: dict[str, type[GatedAttentionBase]] = {
 
 #: model config key -> ``attn_kwargs`` key, per attention type (:func:`attn_kwargs_from_config`)
 CONFIG_KEYS = {
-    "performer": {"performer_features": "num_features", "performer_redraw": "redraw_interval"},
+    "performer": {"performer_features": "num_features", "performer_redraw": "redraw_interval",
+                  "performer_kernel": "kernel"},
     "exphormer": {"expander_degree_total": "expander_degree_total", "virtual_nodes": "num_virtual_nodes",
                   "expander_seed": "expander_seed"},
 }

@@ -56,8 +56,8 @@ class GatedGPSConv(nn.Module):
             (default: ``"multihead"``)
         attn_kwargs (dict, optional): ``dropout`` (on the attention probabilities) and
             ``bias``, as for ``nn.MultiheadAttention``, plus the type's own options:
-            ``num_features``, ``redraw_interval`` (``"performer"``; PyG's
-            ``PerformerAttention`` options such as ``kernel`` are refused),
+            ``num_features``, ``redraw_interval``, ``kernel`` (``"performer"``: ``"softmax"`` or
+            ``"relu"``, PyG's ``PerformerAttention`` kernel; a module is refused),
             ``expander_degree_total``, ``num_virtual_nodes``, ``expander_seed``
             (``"exphormer"``). (default: ``None``)
         gate (str): ``"none"``, ``"headwise"`` or ``"elementwise"``. (default: ``"elementwise"``)
