@@ -11,7 +11,7 @@ from functools import partial
 
 import pytest
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Batch, Data
 from torch_geometric.nn import GINEConv
 
 import siggate.nn.kernels.edge_attention as EA
@@ -106,14 +106,15 @@ def test_pair_softmax_gradcheck(dropout):
     x, ei, batch = batch_graph([5, 1, 6], d=6)
     graph = attention_graph(ei, GraphSegments(batch), degree=2)
     q, k, v = (torch.randn(x.size(0), 2, 3, generator=g, requires_grad=True) for _ in range(3))
+    w = torch.randn(graph.num_edges + 2, 2, 3, generator=g, requires_grad=True)  # the edge scales
     keep = (torch.rand(graph.src.numel(), 2, generator=g) > 0.3) / 0.7 if dropout else None
 
-    def f(q, k, v):
-        o, lse = _PairSoftmax.apply(q, k, v, keep, graph, 0.6)
+    def f(q, k, v, w):
+        o, lse = _PairSoftmax.apply(q, k, v, w, keep, graph, 0.6)
         return o, lse.sin()
 
     assert len(_row_blocks(graph)) > 2
-    assert torch.autograd.gradcheck(f, (q, k, v))
+    assert torch.autograd.gradcheck(f, (q, k, v, w))
 
 
 @pytest.mark.parametrize("kind", SPARSE)
@@ -165,9 +166,9 @@ def test_node_permutation_equivariance(kind, impl):
     inv = torch.empty_like(perm)
     inv[perm] = torch.arange(perm.numel())
     layout = attn.make_layout(batch, ei, impl=impl)
-    if kind == "exphormer":
-        pairs = torch.stack([inv[layout.src], inv[layout.dst]])  # node ids of the permuted batch
-        p_layout = attention_graph(pairs, GraphSegments(batch), degree=0)
+    if kind == "exphormer":  # the same expander, in node ids of the permuted batch
+        seg = GraphSegments(batch)
+        p_layout = attention_graph(inv[ei], seg, 0, expander=inv[expander_edges(seg, attn.expander_degree_total)])
     else:
         p_layout = attn.make_layout(batch, inv[ei], impl=impl)
     out = attn.forward_nodes(x, layout, impl=impl)
@@ -191,7 +192,10 @@ def test_no_cross_graph_leakage(kind, impl):
     for b in range(len(SIZES)):
         nodes = torch.nonzero(batch == b).view(-1)
         keep = (batch[ei[0]] == b)
-        alone = run(attn, x[nodes], ei[:, keep] - nodes[0], torch.zeros(nodes.numel(), dtype=torch.long), impl)
+        one = torch.zeros(nodes.numel(), dtype=torch.long)
+        # exphormer: the graph keeps its index, the seed of its expander (its position in the batch here)
+        ids = {"graph_index": torch.tensor([b])} if kind == "exphormer" else {}
+        alone = attn.forward_nodes(x[nodes], attn.make_layout(one, ei[:, keep] - nodes[0], impl=impl, **ids), impl=impl)
         assert torch.allclose(alone, out[nodes], atol=1e-12), b
 
 
@@ -258,58 +262,88 @@ def test_random_features_are_orthogonal_blocks_of_gaussian_rows():
     assert abs(float(norms.mean()) - 8.0) < 0.3  # E|w|^2 = dim for w ~ N(0, I)
 
 
-def _dense_exphormer(attn, x, allowed):
-    """Independent dense computation of an Exphormer layer's output on one graph: ``allowed
-    [N, N]`` (query, key) mask; virtual nodes pooled by a dense softmax over all nodes and
-    themselves, then one softmax per query over its allowed keys and the virtual nodes."""
+def _dense_exphormer(attn, x, pairs, edge_attr=None):
+    """Independent loop computation of an Exphormer layer's output on one graph: ``pairs``
+    a list of ``(key j, query i, kind)`` with kind ``("edge", e)``, ``"expander"`` or
+    ``"loop"``; each pair's score ``sum(q_i * k_j * E(vector)) / sqrt(dh)`` (Exphormer's
+    edge-aware score); virtual node ``r`` pooled by a softmax over all nodes (vector
+    ``virtual_edges_in[r]``) and itself (the loop vector), then one softmax per query over
+    its pairs and the virtual nodes (vector ``virtual_edges_out[r]``)."""
     d, heads = attn.dim, attn.heads
     dh = d // heads
     W, b = attn.in_proj.weight, attn.in_proj.bias
     P, Pz = x @ W.t() + b, attn.virtual @ W.t() + b
-    outs = []
+    Ew, Eb = attn.edge_proj.weight, attn.edge_proj.bias
+    proj = lambda vec, h: (vec @ Ew.t() + Eb)[h * dh:(h + 1) * dh]  # noqa: E731
+    vecs = {"expander": attn.edge_vectors[1], "loop": attn.edge_vectors[2]}
+    n, outs = x.size(0), []
     for h in range(heads):
         cols = [slice(i * d + h * dh, i * d + (h + 1) * dh) for i in range(3)]
         q, k, v = (P[:, c] for c in cols)
         qz, kz, vz = (Pz[:, c] for c in cols)
         u = []
         for r in range(qz.size(0)):  # virtual node r attends to the graph and itself
-            keys, vals = torch.cat([k, kz[r : r + 1]]), torch.cat([v, vz[r : r + 1]])
-            u.append(torch.softmax(qz[r] @ keys.t() / math.sqrt(dh), -1) @ vals)
-        u = torch.stack(u)
-        s = torch.cat([(q @ k.t()).masked_fill(~allowed, -math.inf), q @ kz.t()], 1) / math.sqrt(dh)
-        outs.append(torch.softmax(s, -1) @ torch.cat([v, u]))
+            s = [(qz[r] * k[j] * proj(attn.virtual_edges_in[r], h)).sum() for j in range(n)]
+            s.append((qz[r] * kz[r] * proj(vecs["loop"], h)).sum())
+            p = torch.softmax(torch.stack(s) / math.sqrt(dh), 0)
+            u.append(p[:n] @ v + p[n] * vz[r])
+        rows = []
+        for i in range(n):
+            mine = [(j, kind) for j, i2, kind in pairs if i2 == i]
+            s, vals = [], []
+            for j, kind in mine:
+                vec = (attn.edge_vectors[0] if edge_attr is None else edge_attr[kind[1]]) if kind != "expander" \
+                    and kind != "loop" else vecs[kind]
+                s.append((q[i] * k[j] * proj(vec, h)).sum())
+                vals.append(v[j])
+            for r in range(qz.size(0)):
+                s.append((q[i] * kz[r] * proj(attn.virtual_edges_out[r], h)).sum())
+                vals.append(u[r])
+            p = torch.softmax(torch.stack(s) / math.sqrt(dh), 0)
+            rows.append(p @ torch.stack(vals))
+        outs.append(torch.stack(rows))
     o = torch.stack(outs, 1)  # N, H, dh
     gate = torch.sigmoid(x @ W[3 * d :].t() + b[3 * d :]).view(x.size(0), heads, -1)
     return (o * gate).reshape(x.size(0), d) @ attn.out_proj.weight.t() + attn.out_proj.bias
 
 
+def _pairs(ei, n, expander=None):
+    """The ``(key, query, kind)`` list of :func:`_dense_exphormer`: edges, expander, self-loops."""
+    out = [(j, i, ("edge", e)) for e, (j, i) in enumerate(ei.t().tolist())]
+    out += [] if expander is None else [(j, i, "expander") for j, i in expander.t().tolist()]
+    return out + [(i, i, "loop") for i in range(n)]
+
+
 @pytest.mark.parametrize("impl", ["reference", "packed"])
-def test_exphormer_on_a_complete_graph_is_dense_softmax_with_virtual_nodes(impl):
-    """All pairs are edges, so the pattern is everything: the layer must equal dense
-    softmax attention over all nodes plus the virtual nodes, whatever the expander."""
+def test_exphormer_on_a_complete_graph_equals_a_loop_computation_with_virtual_nodes(impl):
+    """All pairs are edges and there is no expander: the layer must equal the loop
+    computation over the edges, the self-loops and the virtual nodes, with edge_attr."""
     n = 6
     x = torch.randn(n, D, generator=torch.Generator().manual_seed(3))
     ei = torch.tensor([(i, j) for i in range(n) for j in range(n) if i != j]).t()
-    attn = make("exphormer", "headwise", num_virtual_nodes=2).eval()
+    edge_attr = torch.randn(ei.size(1), D, generator=torch.Generator().manual_seed(4))
+    attn = make("exphormer", "headwise", num_virtual_nodes=2, expander_degree_total=0).eval()
     with torch.no_grad():
         attn.in_proj.bias.normal_()  # non-zero biases are checked too
-    out = run(attn, x, ei, torch.zeros(n, dtype=torch.long), impl)
-    assert torch.allclose(out, _dense_exphormer(attn, x, torch.ones(n, n, dtype=torch.bool)), atol=1e-12)
+        attn.edge_proj.bias.normal_()
+    layout = attn.make_layout(torch.zeros(n, dtype=torch.long), ei)
+    out = attn.forward_nodes(x, layout, impl=impl, edge_attr=edge_attr)
+    assert torch.allclose(out, _dense_exphormer(attn, x, _pairs(ei, n), edge_attr), atol=1e-12)
 
 
 @pytest.mark.parametrize("impl", ["reference", "packed"])
-def test_exphormer_equals_dense_masked_softmax(impl):
-    """A sparse graph: the mask is the graph's edges, the expander's and self-loops."""
+def test_exphormer_equals_the_loop_computation_on_a_sparse_graph(impl):
+    """A sparse graph: the pairs are the graph's edges, the expander's (a pair that is both
+    counts twice) and self-loops; without edge_attr the graph edges share one vector."""
     x, ei, batch = batch_graph([9])
-    attn = make("exphormer", "headwise", expander_degree=2, num_virtual_nodes=1).eval()
-    allowed = torch.eye(9, dtype=torch.bool)
-    for j, i in torch.cat([ei, expander_edges(GraphSegments(batch), 2)], 1).t().tolist():
-        allowed[i, j] = True  # i attends to j
-    assert not allowed.all()
-    assert torch.allclose(run(attn, x, ei, batch, impl), _dense_exphormer(attn, x, allowed), atol=1e-12)
+    attn = make("exphormer", "headwise", expander_degree_total=4, num_virtual_nodes=1).eval()
+    expander = expander_edges(GraphSegments(batch), 4)
+    pairs = _pairs(ei, 9, expander)
+    assert len({(j, i) for j, i, _ in pairs}) < len(pairs) < 81  # repeated pairs, and not dense
+    assert torch.allclose(run(attn, x, ei, batch, impl), _dense_exphormer(attn, x, pairs), atol=1e-12)
 
 
-def test_expander_is_regular_within_each_graph_and_a_function_of_the_graph_size():
+def test_expander_is_regular_within_each_graph_and_differs_between_graphs_of_one_size():
     sizes = [7, 1, 7, 12]
     seg = GraphSegments(torch.repeat_interleave(torch.arange(4), torch.tensor(sizes)))
     src, dst = expander_edges(seg, 4, seed=3)
@@ -318,13 +352,85 @@ def test_expander_is_regular_within_each_graph_and_a_function_of_the_graph_size(
     assert torch.equal(seg.batch[src], seg.batch[dst])  # inside graphs
     pairs = set(zip(src.tolist(), dst.tolist()))
     assert all((j, i) in pairs for i, j in pairs)  # symmetric
-    local = lambda g: sorted(zip((src[seg.batch[src] == g] - seg.ptr[g]).tolist(),  # noqa: E731
-                                 (dst[seg.batch[src] == g] - seg.ptr[g]).tolist()))
-    assert local(0) == local(2)  # same size, same expander: the batch around it does not matter
-    alone = expander_edges(GraphSegments(torch.zeros(12, dtype=torch.long)), 4, seed=3)
-    assert sorted(zip(*alone.tolist())) == local(3)
-    other = expander_edges(GraphSegments(torch.zeros(12, dtype=torch.long)), 4, seed=4)
+
+    def local(edges, g, s=seg):
+        a, b = edges
+        keep = s.batch[a] == g
+        return sorted(zip((a[keep] - s.ptr[g]).tolist(), (b[keep] - s.ptr[g]).tolist()))
+
+    assert local((src, dst), 0) != local((src, dst), 2)  # two graphs of 7 nodes: two expanders
+    # a graph's expander is a function of (seed, its size, its index): the batch around it does not matter
+    alone = expander_edges(GraphSegments(torch.zeros(12, dtype=torch.long)), 4, seed=3, graph_index=torch.tensor([3]))
+    assert sorted(zip(*alone.tolist())) == local((src, dst), 3)
+    ids = torch.tensor([40, 41, 40, 7])  # dataset indices: graphs 0 and 2 are the same graph
+    by_id = expander_edges(seg, 4, seed=3, graph_index=ids)
+    assert local(by_id, 0) == local(by_id, 2) and local(by_id, 0) != local((src, dst), 0)
+    other = expander_edges(GraphSegments(torch.zeros(12, dtype=torch.long)), 4, seed=4, graph_index=torch.tensor([3]))
     assert not torch.equal(alone, other)
+
+
+def _edge_batch(sizes=SIZES):
+    x, ei, batch = batch_graph(sizes)
+    return x, ei, batch, torch.randn(ei.size(1), D, generator=torch.Generator().manual_seed(5))
+
+
+@pytest.mark.parametrize("impl", ["reference", "packed"])
+def test_exphormer_scores_read_edge_attr_and_only_inside_the_edge_s_graph(impl):
+    """A changed edge_attr row changes the attention output of its graph (at the edge's
+    query) and no other graph's output, bit for bit."""
+    x, ei, batch, ea = _edge_batch()
+    attn = make("exphormer").eval()
+    layout = attn.make_layout(batch, ei)
+    out = attn.forward_nodes(x, layout, impl=impl, edge_attr=ea)
+    e = int(torch.nonzero(batch[ei[1]] == 2)[0])  # an edge of graph 2
+    ea2 = ea.clone()
+    ea2[e] += 1.0
+    out2 = attn.forward_nodes(x, layout, impl=impl, edge_attr=ea2)
+    assert not torch.allclose(out2[ei[1, e]], out[ei[1, e]])
+    assert torch.equal(out2[batch != 2], out[batch != 2])
+    assert not torch.allclose(out, attn.forward_nodes(x, layout, impl=impl))  # without edge_attr: another score
+    with pytest.raises(ValueError, match=r"edge_attr must be \[num_edges, dim\]"):
+        attn.forward_nodes(x, layout, impl=impl, edge_attr=ea[:-1])
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_exphormer_fast_path_with_edge_attr_equals_reference(dropout):
+    """Outputs and gradients (input, edge_attr, every parameter) with edge_attr."""
+    x, ei, batch, ea = _edge_batch()
+    attn = make("exphormer", attn_dropout=dropout).train()
+    layout = attn.make_layout(batch, ei)
+    results = []
+    for impl in ("reference", "packed"):
+        xi, eai = x.clone().requires_grad_(), ea.clone().requires_grad_()
+        attn.zero_grad()
+        torch.manual_seed(1)
+        out = attn.forward_nodes(xi, layout, impl=impl, edge_attr=eai)
+        (out.sin() * torch.arange(out.numel()).view_as(out).cos()).sum().backward()
+        results.append([out.detach(), xi.grad, eai.grad] + [p.grad for p in attn.parameters()])
+    for name, a, b in zip(["out", "x", "edge_attr"] + [n for n, _ in attn.named_parameters()], *results):
+        assert torch.allclose(a, b, atol=1e-12, rtol=0), name
+
+
+def test_the_layer_and_the_model_give_exphormer_edge_attr_and_dataset_indices():
+    """A GPS layer hands its input edge_attr to the attention (both paths); the model seeds
+    each graph's expander with its ``data.idx``, so the same graph in another batch keeps
+    its expander and output."""
+    x, ei, batch, ea = _edge_batch()
+    for impl in ("reference", "packed"):
+        torch.manual_seed(0)
+        layer = GPSLayer(D, H, local="none", attn_type="exphormer", attn_kwargs=OWN["exphormer"], impl=impl).eval()
+        ea2 = ea.clone()
+        ea2[0] += 1.0
+        assert not torch.allclose(layer(x, ei, ea, batch)[0], layer(x, ei, ea2, batch)[0])
+    b = _molecules([5, 8, 5])
+    torch.manual_seed(0)
+    model = SigGateGT(1, dim=D, layers=1, heads=H, pe="none", attn_type="exphormer", attn_kwargs=OWN["exphormer"]).eval()
+    graphs = b.to_data_list()
+    for i, g in enumerate(graphs):
+        g.idx = 10 + i
+    pair = Batch.from_data_list([graphs[2], graphs[1]])
+    full = model(Batch.from_data_list(graphs))
+    assert torch.allclose(model(pair), full[[2, 1]], atol=1e-12)  # graph 2 keeps its expander in position 0
 
 
 # ----------------------------------------------------------------------------- the gate
@@ -334,7 +440,9 @@ def test_expander_is_regular_within_each_graph_and_a_function_of_the_graph_size(
 def test_gate_none_adds_no_parameters(kind):
     """``gate="none"``: exactly the projections (``4 d^2 + 4 d``), plus the virtual nodes
     for exphormer; each gate adds exactly :meth:`gate_parameters`."""
-    extra = OWN[kind].get("num_virtual_nodes", 1 if kind == "exphormer" else 0) * D
+    # exphormer: the virtual nodes and their in/out edge vectors, the edge projection and 3 edge vectors
+    r = OWN[kind].get("num_virtual_nodes", 1)
+    extra = 3 * r * D + D * D + D + 3 * D if kind == "exphormer" else 0
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     none = make(kind, "none")
     assert none.gate_parameters() == 0
@@ -480,8 +588,10 @@ def test_config_builds_the_type_and_a_checkpoint_reloads_it(tmp_path):
     info = TaskInfo(name="nci5k", task="regression", num_tasks=1, metric="mae")
     b = _molecules([5, 8])
     for kind, keys, expect in (
-        ("performer", {"performer_features": 8, "performer_redraw": 5}, {"num_features": 8, "redraw_interval": 5}),
-        ("exphormer", {"expander_degree": 2, "virtual_nodes": 3}, {"expander_degree": 2, "num_virtual_nodes": 3}),
+        ("performer", {"performer_features": 8, "performer_redraw": 5, "performer_kernel": "relu"},
+         {"num_features": 8, "redraw_interval": 5, "kernel": "relu"}),
+        ("exphormer", {"expander_degree_total": 2, "virtual_nodes": 3, "expander_seed": 5},
+         {"expander_degree_total": 2, "num_virtual_nodes": 3, "expander_seed": 5}),
     ):
         cfg = from_dict({"data": {"name": "nci5k"}, "model": {"dim": D, "layers": 2, "pe": "none", "attn_type": kind,
                                                              **keys}})
@@ -526,7 +636,9 @@ def test_config_refuses_bad_attention_options():
     from siggate.config import ConfigError, from_dict
 
     for model, match in (({"attn_type": "performr"}, "Did you mean 'performer'"),
-                         ({"attn_type": "exphormer", "expander_degree": 3}, "model.expander_degree: 3 is odd"),
+                         ({"attn_type": "exphormer", "expander_degree_total": 3},
+                          "model.expander_degree_total: 3 is odd"),
+                         ({"expander_degree": 4}, "expander_degree_total"),
                          ({"attn_type": "performer", "impl": "sdpa"}, "'sdpa' runs only with model.attn_type=full"),
                          ({"performer_features": 0}, "model.performer_features: 0 is out of range")):
         with pytest.raises(ConfigError, match=match):
@@ -634,3 +746,35 @@ def test_exphormer_refuses_a_batch_not_sorted_by_graph():
     batch = torch.tensor([0, 1, 0, 1, 0, 1, 0, 1])
     with pytest.raises(ValueError, match="sorted by graph"):
         expander_edges(GraphSegments(batch), 2)
+
+
+@pytest.mark.parametrize("impl", ["reference", "packed"])
+def test_performer_relu_kernel_equals_an_exact_computation(impl):
+    """``kernel="relu"``: each query's weights are ``phi(q_i) . phi(k_j)`` normalised over its
+    graph, ``phi(x) = relu(x d_head^{-1/4} W^T) + 1e-3`` (PyG's ``generalized_kernel``),
+    computed densely per graph and head; the fast path equals the reference in gradients."""
+    x, ei, batch = batch_graph()
+    attn = make("performer", "headwise", kernel="relu").eval()
+    out = run(attn, x, ei, batch, impl)
+    d, heads = attn.dim, attn.heads
+    dh = d // heads
+    W, b = attn.in_proj.weight, attn.in_proj.bias
+    P = x @ W.t() + b
+    gate = torch.sigmoid(P[:, 3 * d:]).view(-1, heads, 1)
+    expect = torch.zeros(x.size(0), heads, dh)
+    phi = lambda t: torch.relu(t * dh ** -0.25 @ attn.omega.t()) + 1e-3  # noqa: E731
+    for g in range(len(SIZES)):
+        nodes = torch.nonzero(batch == g).view(-1)
+        for h in range(heads):
+            q, k, v = (P[nodes, i * d + h * dh:i * d + (h + 1) * dh] for i in range(3))
+            w = phi(q) @ phi(k).t()  # n, n
+            expect[nodes, h] = (w / w.sum(1, keepdim=True)) @ v
+    expect = (expect * gate).reshape(-1, d) @ attn.out_proj.weight.t() + attn.out_proj.bias
+    assert torch.allclose(out, expect, atol=1e-12)
+    xi = [x.clone().requires_grad_() for _ in range(2)]
+    grads = [torch.autograd.grad(run(attn, xx, ei, batch, i).sin().sum(), xx)[0] for xx, i in
+             zip(xi, ("reference", "packed"))]
+    assert torch.allclose(*grads, atol=1e-12)
+    assert "kernel='relu'" in repr(attn)
+    with pytest.raises(ValueError, match=r"kernel must be one of \('softmax', 'relu'\)"):
+        make("performer", kernel="exp")

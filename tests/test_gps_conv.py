@@ -144,7 +144,10 @@ def test_unsupported_attention_is_refused():
         GatedGPSConv(C, None, attn_type="bigbird")
     with pytest.raises(ValueError, match="add_bias_kv"):
         GatedGPSConv(C, None, attn_kwargs={"add_bias_kv": True})
-    with pytest.raises(ValueError, match=r"\['kernel'\] are not supported with attn_type 'performer'"):
+    with pytest.raises(ValueError, match=r"\['feature_redraw_interval'\] are not supported with attn_type 'performer'"):
+        GatedGPSConv(C, None, attn_type="performer", attn_kwargs={"feature_redraw_interval": 10})
+    # PyG's kernel is a module; here it is named: "relu" gives PyG's features
+    with pytest.raises(ValueError, match=r"kernel must be one of \('softmax', 'relu'\), got ReLU\(\)"):
         GatedGPSConv(C, None, attn_type="performer", attn_kwargs={"kernel": torch.nn.ReLU()})
     with pytest.raises(ValueError, match="num_features"):  # another type's option
         GatedGPSConv(C, None, attn_type="exphormer", attn_kwargs={"num_features": 8})

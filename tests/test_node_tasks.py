@@ -151,7 +151,7 @@ def test_node_predictions_do_not_depend_on_the_rest_of_the_batch(impl):
 
 
 def _stub(i: int) -> Data:
-    return Data(idx=i, num_nodes=1, edge_index=torch.zeros(2, 0, dtype=torch.long))
+    return Data(idx=i, num_nodes=1, edge_index=torch.zeros(2, 0, dtype=torch.long), y=torch.zeros(1, dtype=torch.long))
 
 
 def test_generated_split_sizes_are_the_benchmarks(tmp_path, monkeypatch):
@@ -170,6 +170,31 @@ def test_generated_split_sizes_are_the_benchmarks(tmp_path, monkeypatch):
         assert ds.sizes() == recipe.split_sizes
         assert ds.info.level == "node" and ds.info.metric == "weighted_accuracy" and not ds.info.transductive
     assert [c[2] for c in calls] == [10_000, 2_000, 2_000, 10_000, 1_000, 1_000]
+
+
+def test_data_seed_chooses_the_draw_and_the_dataset_states_its_statistics(tmp_path):
+    from siggate.data.sbm_benchmarks import PUBLISHED
+    from siggate.train.loop import prepare_data
+
+    cfg = lambda *sets: load_config("pattern", ["data.max_graphs=10", f"data.cache_dir={tmp_path}", *sets])  # noqa: E731
+    a, b = prepare_data(cfg(), progress=False), prepare_data(cfg("data.seed=1"), progress=False)
+    assert not torch.equal(a.train[0].edge_index, b.train[0].edge_index)
+    assert torch.equal(a.train[0].edge_index, generate(PATTERN, "train", 0, 1)[0].edge_index)
+    assert torch.equal(b.train[0].edge_index, generate(PATTERN, "train", 1, 1)[0].edge_index)
+    for ds, seed in ((a, 0), (b, 1)):  # the statistics, computed again by hand over the 30 graphs
+        graphs = [g for v in ds.splits.values() for g in v]
+        st = ds.stats
+        assert st["seed"] == seed and st["graphs"] == 30 and st["published"] == PUBLISHED["pattern"]
+        assert st["mean_nodes"] == round(np.mean([g.num_nodes for g in graphs]), 2)
+        assert st["mean_edges"] == round(np.mean([g.edge_index.size(1) for g in graphs]), 1)
+        positives = sum(int(g.y.sum()) for g in graphs)
+        assert st["mean_pattern_nodes"] == round(positives / 30, 2)
+        assert st["class_balance"][1] == round(positives / sum(g.num_nodes for g in graphs), 4)
+    assert a.stats["mean_nodes"] != b.stats["mean_nodes"]
+    c = prepare_data(load_config("cluster", ["data.max_graphs=5", f"data.cache_dir={tmp_path}"]), progress=False)
+    assert len(c.stats["class_balance"]) == 6 and "mean_pattern_nodes" not in c.stats
+    with pytest.raises(ConfigError, match=r"data.seed: 3 applies to cluster, pattern, sbm-large .* not to zinc"):
+        load_config("zinc", ["data.seed=3"])
 
 
 def _undirected_simple(g: Data) -> bool:
@@ -336,6 +361,9 @@ def test_pattern_train_evaluate_predict_through_the_cli(tmp_path, capsys):
     assert m["splits"] == {"train": 12, "val": 12, "test": 12} and m["best_epoch"] == 1
     assert 0.0 <= m["test"] <= 100.0 and m["split_nodes"]["test"] > 12 * 29
     assert "level: node" in (out / "config.yaml").read_text()
+    stats = m["dataset_stats"]  # the draw's realised statistics next to the released dataset's
+    assert stats["seed"] == 0 and stats["graphs"] == 36 and stats["published"]["mean_nodes"] == 118.9
+    assert "not the released dataset" in stats["note"]
     rc, stdout, err = _cli(["evaluate", "--checkpoint", str(out / "best.pt"), "--split", "all",
                             "--cache-dir", str(tmp_path / "cache")], capsys)
     assert rc == 0, err

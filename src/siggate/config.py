@@ -25,6 +25,7 @@ from .options import (
     GATE_POSITIONS,
     LOCAL_MODEL_NAMES,
     MOL_FEATURES,
+    PERFORMER_KERNELS,
     POOLING,
     SPLITS,
     TASK_LOSSES,
@@ -56,6 +57,7 @@ class DataConfig:
     sep: str | None = None     # CSV field delimiter; None: detected from the file
     max_graphs: int = 0        # > 0: only the first N graphs of each split (quick runs, tests)
     num_nodes: int = 0         # sbm-large: nodes of its one graph; 0: the dataset's default
+    seed: int = 0              # generated graph sets (pattern, cluster): the generator's draw of the recipe
 
 
 @dataclass
@@ -83,7 +85,10 @@ class ModelConfig:
     attn_type: str = "full"                # global attention: full softmax, performer or exphormer
     performer_features: int = 64           # performer: random features per head
     performer_redraw: int = 1000           # performer: training steps between feature redraws; 0: never
-    expander_degree: int = 4               # exphormer: degree of the random expander (even; 0: none)
+    performer_kernel: str = "softmax"      # performer: "softmax" (FAVOR+) or "relu" (PyG's PerformerAttention)
+    expander_degree_total: int = 6         # exphormer: total degree of the random expander (even; 0: none);
+                                           # twice Exphormer's exp_deg (its permutations): 6 is its exp_deg 3
+    expander_seed: int = 0                 # exphormer: seed of the expanders (with each graph's index and size)
     virtual_nodes: int = 1                 # exphormer: virtual nodes per graph
     mol_features: str = "none"             # molecule features beside the pooled embedding (siggate.data.molfeatures)
 
@@ -140,6 +145,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.gate_position": _choice(*GATE_POSITIONS),
     "model.impl": _choice(*ATTN_IMPLS),
     "model.attn_type": _choice(*ATTN_TYPES),
+    "model.performer_kernel": _choice(*PERFORMER_KERNELS),
     "model.pe": _choice("none", "rwse", "lappe"),
     "model.pooling": _choice(*POOLING),
     "model.param_match": _choice("none", "ffn"),
@@ -157,7 +163,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.attn_dropout": {"min": 0.0, "max_excl": 1.0},
     "model.performer_features": {"min": 1},
     "model.performer_redraw": {"min": 0},
-    "model.expander_degree": {"min": 0},
+    "model.expander_degree_total": {"min": 0},
     "model.virtual_nodes": {"min": 0},
     "train.epochs": {"min": 1},
     "train.batch_size": {"min": 1},
@@ -170,6 +176,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "train.threads": {"min": 0},
     "data.max_graphs": {"min": 0},
     "data.num_nodes": {"min": 0},
+    "data.seed": {"min": 0, "max": 2**32 - 1},
     "train.seed": {"min": 0, "max": 2**32 - 1},
 }
 
@@ -178,6 +185,10 @@ SECTIONS = ("data", "model", "train")
 
 def _known_keys(cls) -> list[str]:
     return [f.name for f in fields(cls)]
+
+
+#: ``data.*`` keys only some generated datasets take (their loaders' ``options``), and what each sets
+_GENERATOR_KEYS = {"num_nodes": "the size of its one graph", "seed": "the generator's draw of the recipe"}
 
 
 def _suggest(key: str, options: list[str], prefix: str = "") -> str:
@@ -367,9 +378,10 @@ def _check_model(m) -> None:
     if m.pool_norm and m.pooling != "norm":
         raise ConfigError(f"model.pool_norm: {m.pool_norm!r} divides the pooled sum only with model.pooling=norm, "
                           f"not {m.pooling!r}; set model.pooling=norm or model.pool_norm=0.")
-    if m.expander_degree % 2:
-        raise ConfigError(f"model.expander_degree: {m.expander_degree} is odd; allowed values: even numbers >= 0 "
-                          f"(the expander is built from degree/2 random permutations), e.g. {m.expander_degree + 1}.")
+    if m.expander_degree_total % 2:
+        raise ConfigError(f"model.expander_degree_total: {m.expander_degree_total} is odd; allowed values: even "
+                          f"numbers >= 0 (the expander is built from degree/2 random permutations, Exphormer's "
+                          f"exp_deg), e.g. {m.expander_degree_total + 1}.")
     if m.attn_type != "full" and m.impl == "sdpa":
         raise ConfigError(f"model.impl: 'sdpa' runs only with model.attn_type=full, not {m.attn_type!r}; "
                           "allowed values: auto, reference, packed.")
@@ -408,9 +420,10 @@ def _check_data(cfg: Config) -> None:
                 f"train.loss: {loss!r} does not fit data.task={task!r}; allowed values: "
                 + ", ".join(("auto",) + TASK_LOSSES[task]) + "."
             )
-        if cfg.data.num_nodes:
-            raise ConfigError(f"data.num_nodes: {cfg.data.num_nodes} applies to generated single-graph datasets "
-                              "(sbm-large), not to CSV data; remove it.")
+        for key, what in _GENERATOR_KEYS.items():
+            if getattr(cfg.data, key):
+                raise ConfigError(f"data.{key}: {getattr(cfg.data, key)} applies to generated datasets ({what}), "
+                                  "not to CSV data; remove it.")
     else:
         from .data.catalog import DATASET_META, DATASETS
 
@@ -419,10 +432,11 @@ def _check_data(cfg: Config) -> None:
                 f"data.name: unknown dataset {cfg.data.name!r}. Allowed values: {', '.join(sorted(DATASETS))}, csv."
                 + _suggest(cfg.data.name, sorted(DATASETS))
             )
-        if cfg.data.num_nodes and "num_nodes" not in DATASET_META[cfg.data.name]["options"]:
-            takers = sorted(n for n, meta in DATASET_META.items() if "num_nodes" in meta["options"])
-            raise ConfigError(f"data.num_nodes: {cfg.data.num_nodes} applies to {', '.join(takers)} (the size of "
-                              f"its one graph), not to {cfg.data.name}; remove it.")
+        for key, what in _GENERATOR_KEYS.items():
+            if getattr(cfg.data, key) and key not in DATASET_META[cfg.data.name]["options"]:
+                takers = sorted(n for n, meta in DATASET_META.items() if key in meta["options"])
+                raise ConfigError(f"data.{key}: {getattr(cfg.data, key)} applies to {', '.join(takers)} ({what}), "
+                                  f"not to {cfg.data.name}; remove it.")
         if cfg.model.mol_features != "none" and DATASET_META[cfg.data.name]["level"] != "graph":
             raise ConfigError(f"model.mol_features: {cfg.model.mol_features!r} adds one vector per molecule to "
                               f"a graph-level readout; {cfg.data.name} predicts per node. Set model.mol_features=none.")
@@ -492,6 +506,9 @@ def upgrade_config_dict(raw: dict) -> dict:
     - ``train.init`` came with ``siggate pretrain``; older runs started fresh: ``""``.
     - ``train.warmup_start`` came with ``siggate train``'s 1% warmup start; older runs
       warmed up from GraphGPS's ``0``.
+    - ``model.expander_degree`` (the expander's total degree) became
+      ``model.expander_degree_total``, the same number (Exphormer's ``exp_deg`` counts
+      permutations, half of it; the new name says which).
     """
     if not isinstance(raw, dict):
         return raw
@@ -510,6 +527,8 @@ def upgrade_config_dict(raw: dict) -> dict:
     if isinstance(train, dict):
         train.setdefault("warmup_start", 0.0)
         train.setdefault("init", "")
+        if "expander_degree" in model:
+            model.setdefault("expander_degree_total", model.pop("expander_degree"))
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "ATTN_IMPLS",
     "ATTN_TYPES",
+    "PERFORMER_KERNELS",
     "GATE_KINDS",
     "GATE_POSITIONS",
     "LOCAL_MODEL_NAMES",
@@ -36,6 +37,9 @@ ATTN_IMPLS = ("auto", "reference", "sdpa", "packed")
 #: ``model.attn_type``: the global attention of each layer (:data:`siggate.nn.attention_types.ATTENTION_TYPES`):
 #: softmax over all nodes of a graph, Performer's FAVOR+ linear attention, Exphormer's sparse attention.
 ATTN_TYPES = ("full", "performer", "exphormer")
+#: ``model.performer_kernel``: FAVOR+'s positive random features of the softmax kernel, or
+#: PyG ``PerformerAttention``'s ReLU features (:mod:`siggate.nn.performer`).
+PERFORMER_KERNELS = ("softmax", "relu")
 #: ``model.local``: the message-passing branches of :data:`siggate.nn.layer.LOCAL_MODELS` (or ``"none"``).
 LOCAL_MODEL_NAMES = ("gine", "gatedgcn")
 #: ``model.pooling``: the sum, the mean, or the sum over a constant (:func:`siggate.nn.model.pool_graphs`).

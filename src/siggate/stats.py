@@ -17,7 +17,7 @@ import numpy as np
 from scipy import stats as _st
 
 __all__ = ["mean_std", "compare_paired", "summarize", "paired_effect", "holm", "wilcoxon_min_p",
-           "all_pairs", "BOOTSTRAP_RESAMPLES"]
+           "all_pairs", "compared_pairs", "BOOTSTRAP_RESAMPLES"]
 
 #: resamples of the paired bootstrap (percentile interval, fixed seed: the interval is reproducible)
 BOOTSTRAP_RESAMPLES = 10_000
@@ -288,29 +288,41 @@ def all_pairs(
     labels: List[str],
     higher_is_better: bool,
 ) -> List[Dict[str, object]]:
-    """Every pair of arms ``(a, b)`` with ``a`` listed before ``b``, compared on their
-    common seeds (``diff = b - a``), with Holm-adjusted paired-t p-values over the whole list.
+    """Every pair of arms ``(a, b)`` with ``a`` listed before ``b``: :func:`compared_pairs`
+    over all of them (the Holm family is the whole list)."""
+    return compared_pairs(per_seed, [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:]],
+                          higher_is_better)
+
+
+def compared_pairs(
+    per_seed: Mapping[str, Mapping[Hashable, Number]],
+    pairs: List[Tuple[str, str]],
+    higher_is_better: bool,
+) -> List[Dict[str, object]]:
+    """Each pair of arms ``(a, b)`` of ``pairs``, compared on their common seeds
+    (``diff = b - a``), with Holm-adjusted paired-t p-values over exactly these pairs (the
+    Holm family is ``pairs``, in that order).
 
     Each entry holds :func:`compare_paired`'s keys, :func:`paired_effect`'s keys, ``a``,
     ``b``, ``n_nonzero`` (pairs with a non-zero difference, the Wilcoxon test's n),
-    ``p_holm`` (the paired t p-value adjusted over all the pairs of the list),
-    ``p_holm_wilcoxon`` (the same for Wilcoxon) and ``wilcoxon_min_p`` (the smallest p the
-    exact Wilcoxon test can reach with these pairs; a note says when it is not below 0.05).
+    ``p_holm`` (the paired t p-value adjusted over the pairs of the list),
+    ``p_holm_wilcoxon`` (the same for Wilcoxon), ``holm_family`` (the list's length) and
+    ``wilcoxon_min_p`` (the smallest p the exact Wilcoxon test can reach with these pairs;
+    a note says when it is not below 0.05).
     """
     out: List[Dict[str, object]] = []
-    for i, a in enumerate(labels):
-        for b in labels[i + 1:]:
-            c = compare_paired(per_seed[a], per_seed[b], higher_is_better)
-            diff = [float(per_seed[b][s]) - float(per_seed[a][s]) for s in c["seeds"]]
-            c.update(paired_effect(diff))
-            nz = int(np.count_nonzero(diff))
-            c["n_nonzero"] = nz
-            c["wilcoxon_min_p"] = wilcoxon_min_p(nz)
-            if nz > 0 and c["wilcoxon_min_p"] >= 0.05:
-                c["notes"].append(
-                    f"{nz} non-zero pair(s): the exact two-sided Wilcoxon test cannot go below "
-                    f"{c['wilcoxon_min_p']:.4g}, so it cannot reach p < 0.05 (6 pairs are needed)")
-            out.append({"a": a, "b": b, **c})
+    for a, b in pairs:
+        c = compare_paired(per_seed[a], per_seed[b], higher_is_better)
+        diff = [float(per_seed[b][s]) - float(per_seed[a][s]) for s in c["seeds"]]
+        c.update(paired_effect(diff))
+        nz = int(np.count_nonzero(diff))
+        c["n_nonzero"] = nz
+        c["wilcoxon_min_p"] = wilcoxon_min_p(nz)
+        if nz > 0 and c["wilcoxon_min_p"] >= 0.05:
+            c["notes"].append(
+                f"{nz} non-zero pair(s): the exact two-sided Wilcoxon test cannot go below "
+                f"{c['wilcoxon_min_p']:.4g}, so it cannot reach p < 0.05 (6 pairs are needed)")
+        out.append({"a": a, "b": b, **c, "holm_family": len(pairs)})
     for key, src in (("p_holm", "p_paired_t"), ("p_holm_wilcoxon", "p_wilcoxon")):
         for c, adj in zip(out, holm([c[src] for c in out])):
             c[key] = adj

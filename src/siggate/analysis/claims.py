@@ -4,14 +4,18 @@ The table is generated from committed result files, never typed by hand:
 
 - ``siggate compare`` results (``results.json``; the short-budget runner's ``results.json``
   with one entry per dataset is read too) give the accuracy claims. The statistics are
-  recomputed here from ``per_seed`` with :func:`siggate.stats.all_pairs`.
+  recomputed here from ``per_seed`` with :func:`siggate.stats.compared_pairs`, Holm-adjusted
+  over the claims' own questions (:func:`claim_questions`: each gate against ``none`` and
+  against its matched control), not over every pair of arms.
 - analysis results (``smoothing.json``, ``rank.json``, ...) give the mechanism claims,
   judged by the rules of :mod:`siggate.analysis.report`.
 
-Each row has one of three verdicts: ``holds``; ``not at this budget`` (the runs are shorter
-than the paper's protocol, or the evidence is inconclusive); ``contradicted`` (at the full
-protocol the gate is significantly worse, or the headline figure is missed; or a budget-free
-claim such as a parameter count fails). With
+Each row has one of four verdicts: ``holds`` (the claim's own test rejects at p < 0.05 in the
+claimed direction, over the claimed range); ``not at this budget`` (no such rejection, and the
+runs are shorter than the paper's protocol or do not cover the claimed range); ``not
+supported`` (no such rejection at the full protocol); ``contradicted`` (at the full protocol
+the gate is significantly worse, or the headline figure is missed; or a budget-free claim such
+as a parameter count fails). The p-value is shown in each row. With
 ``--readme FILE`` the table replaces the text between the ``<!-- claims:start -->`` and
 ``<!-- claims:end -->`` markers of FILE; a test checks that the README holds exactly what
 this command generates from the committed results.
@@ -32,7 +36,7 @@ from ..stats import mean_std
 from . import report
 from .common import fmt, table
 
-HOLDS, BUDGET, CONTRADICTED = "holds", "not at this budget", "contradicted"
+HOLDS, BUDGET, NOT_SUPPORTED, CONTRADICTED = "holds", "not at this budget", "not supported", "contradicted"
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
 
 #: the paper's headline accuracy per dataset: (metric as a fraction, text)
@@ -128,13 +132,33 @@ def _full(src: dict) -> bool:
     return src["protocol"] is not None and src["epochs"] is not None and src["epochs"] >= src["protocol"]
 
 
-def _pair(src: dict, a: str, b: str) -> dict | None:
-    from ..stats import all_pairs
+def claim_questions(src: dict) -> list[tuple[str, str]]:
+    """The comparisons the claims ask of a results set, ``(control, gate)``: each gated arm
+    against ``none``, and each gated arm against the parameter-matched control it matches
+    (:func:`_matched_to`). This is the Holm family: pairs of arms no claim asks about (two
+    gates, or ``none`` against the control) are not tested and do not dilute it."""
+    arms = {x for x in src["per_seed"] if src["per_seed"][x]}
+    out = []
+    for gate in _gate_arms(src):
+        if gate not in arms:
+            continue
+        out += [(UNGATED, gate)] if UNGATED in arms else []
+        out += [(MATCHED, gate)] if MATCHED in arms and _matched_to(src, gate) else []
+    return out
 
-    arms = [x for x in src["per_seed"] if src["per_seed"][x]]
-    if a not in arms or b not in arms:
-        return None
-    return next(c for c in all_pairs(src["per_seed"], arms, src["hib"]) if {c["a"], c["b"]} == {a, b})
+
+def claim_comparisons(src: dict) -> list[dict]:
+    """:func:`siggate.stats.compared_pairs` over :func:`claim_questions` (computed once per
+    results set)."""
+    if "_comparisons" not in src:
+        from ..stats import compared_pairs
+
+        src["_comparisons"] = compared_pairs(src["per_seed"], claim_questions(src), src["hib"])
+    return src["_comparisons"]
+
+
+def _pair(src: dict, a: str, b: str) -> dict | None:
+    return next((c for c in claim_comparisons(src) if (c["a"], c["b"]) == (a, b)), None)
 
 
 def _oriented(c: dict, a: str, b: str) -> tuple[float, float, float]:
@@ -160,7 +184,7 @@ def largest_gain(c: dict, a: str, b: str, hib: bool) -> tuple[float, float]:
 
 def _outcome(c: dict, a: str, b: str, hib: bool) -> tuple[bool, bool]:
     """``(b significantly better, b significantly worse)`` than ``a``: Holm-adjusted paired t
-    p < 0.05 over all the pairs of the results set."""
+    p < 0.05 over the results set's claim questions (:func:`claim_questions`)."""
     mean = _oriented(c, a, b)[0]
     return _significant(c) and (mean > 0) == hib, _significant(c) and (mean > 0) != hib
 
@@ -174,8 +198,8 @@ def _hidden_gain(c: dict, a: str, b: str, hib: bool, digits: int = 4, subject: s
     if gain <= 0:
         return f"{subject} rules out any gain"
     if (lo > 0) if hib else (hi < 0):
-        return ("the unadjusted interval holds only gains, but the Holm correction over all the pairs of the set "
-                "withholds the win")
+        return ("the unadjusted interval holds only gains, but the Holm correction over the set's claim "
+                "questions withholds the win")
     share = f" ({fmt(100 * rel, 2)}% of `{a}`'s mean)" if math.isfinite(rel) else ""
     return f"{subject} rules out a {unit + ' ' if unit else ''}gain above {fmt(gain, digits)}{share}"
 
@@ -193,6 +217,17 @@ def _gain_text(c: dict, a: str, b: str, hib: bool) -> tuple[str, bool, bool]:
     if not win and c["std_diff"] > 0:  # equal differences: a point, not an interval
         text += "; " + _hidden_gain(c, a, b, hib)
     return text, win, loss
+
+
+def _test_verdict(win: bool, loss: bool, full: bool) -> str:
+    """A claim's verdict from its own test: **holds** only when the test rejects at p < 0.05
+    in the claimed direction; a rejection the other way at the full protocol contradicts it;
+    no rejection is "not supported" at the full protocol and "not at this budget" before."""
+    if win:
+        return HOLDS
+    if not full:
+        return BUDGET
+    return CONTRADICTED if loss else NOT_SUPPORTED
 
 
 def _matched_to(src: dict, gate: str) -> bool:
@@ -242,7 +277,8 @@ def answer(src: dict) -> str | None:
     n = min(v for v in finite.values() if v)
     return (f"**Does the gate help on {src['dataset']}?** (`{src['path']}`, {src['epochs']} of {src['protocol']} "
             f"epochs, at least {n} seeds per arm{'; ' + src['deviation'] if src['deviation'] else ''}; wins are "
-            f"judged at Holm-adjusted paired t p < 0.05 over all the pairs of arms, the intervals are 95% t "
+            f"judged at Holm-adjusted paired t p < 0.05 over the {len(claim_questions(src))} claim questions "
+            f"(each gate against `{UNGATED}` and against its matched control), the intervals are 95% t "
             f"intervals, unadjusted.) " + "; ".join(parts) + "."
             + ("" if _full(src) else " A gain that needs the full protocol is not excluded."))
 
@@ -279,7 +315,7 @@ def accuracy_rows(sources: list[dict]) -> list[dict]:
                     continue
                 text, win, loss = _gain_text(c, control, gate, src["hib"])
                 rows.append({"claim": claim, "measured": text, "budget": _budget(src, c["n_pairs"]), "source": where,
-                             "verdict": HOLDS if win else (CONTRADICTED if full and loss else BUDGET)})
+                             "verdict": _test_verdict(win, loss, full and c["n_pairs"] >= 2)})
     return rows
 
 
@@ -297,7 +333,8 @@ def _analysis_budget(name: str, data: dict) -> str:
 
 def mechanism_rows(found: dict) -> list[dict]:
     """Rows for the mechanism claims, judged by :mod:`siggate.analysis.report`'s rules."""
-    to3 = {report.HOLDS: HOLDS, report.INCONCLUSIVE: BUDGET, report.FAILS: CONTRADICTED}
+    to3 = {report.HOLDS: HOLDS, report.INCONCLUSIVE: BUDGET, report.NOT_SUPPORTED: NOT_SUPPORTED,
+           report.FAILS: CONTRADICTED}
     judges = {"synthetic": report.verdict_synthetic, "rank": report.verdict_rank,
               "smoothing": report.verdict_smoothing, "entropy": report.verdict_entropy, "lrsweep": report.verdict_lr,
               "overhead": report.verdict_overhead}

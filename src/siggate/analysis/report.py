@@ -1,8 +1,10 @@
 """``siggate analyze report DIR... --out FILE.md``: one Markdown report of the analysis
 results found in the given folders, with a verdict for each of the paper's claims.
 
-Each verdict is one of ``holds``, ``does not hold`` or ``inconclusive at this budget``,
-decided by the rule written next to it (the rules are fixed here, not tuned to results).
+Each verdict is one of ``holds``, ``does not hold``, ``not supported`` or ``inconclusive at
+this budget``, decided by the rule written next to it (the rules are fixed here, not tuned to
+results). Where a claim has a statistical test (the smoothing claims), **holds** needs that
+test to reject at p < 0.05 in the claimed direction over the claimed range.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 from ..config_args import check_out_folder
 from .common import fmt, table
 
-HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this budget"
+HOLDS, FAILS, INCONCLUSIVE, NOT_SUPPORTED = "holds", "does not hold", "inconclusive at this budget", "not supported"
 RESULT_FILES = ("synthetic", "rank", "smoothing", "entropy", "lrsweep", "overhead")
 
 
@@ -148,49 +150,85 @@ def verdict_rank(r: dict) -> dict:
     }
 
 
+#: the depths the paper's smoothing claims are about ("across 4-16 layers"), the grid of
+#: ``siggate analyze smoothing``: a verdict needs (depth, seed) pairs at every one of them
+CLAIMED_DEPTHS = (4, 8, 12, 16)
+#: the paper's mean relative diversity gain
+CLAIMED_GAIN = 0.30
+
+
+def one_sided_tests(gains, target: float = 0.0) -> dict:
+    """The claim tests of (depth, seed) gains ``x``: the sign test (exact binomial) of
+    ``x > target`` and the one-sample t-test of ``mean(x) > target``, each one-sided in the
+    claimed direction (``p_up``) and in the other (``p_down``). ``None`` where a test is
+    undefined (no non-tied pair; fewer than 2 pairs or no spread)."""
+    import numpy as np
+    from scipy import stats as st
+
+    x = np.asarray([g for g in gains if g is not None], dtype=float)
+    up, down = int((x > target).sum()), int((x < target).sum())
+    out = {"n": int(x.size), "n_above": up, "n_below": down, "sign_up": None, "sign_down": None,
+           "t_up": None, "t_down": None}
+    if up + down:
+        out["sign_up"] = float(st.binomtest(up, up + down, 0.5, alternative="greater").pvalue)
+        out["sign_down"] = float(st.binomtest(up, up + down, 0.5, alternative="less").pvalue)
+    if x.size >= 2 and x.std() > 0:
+        out["t_up"] = float(st.ttest_1samp(x, target, alternative="greater").pvalue)
+        out["t_down"] = float(st.ttest_1samp(x, target, alternative="less").pvalue)
+    return out
+
+
+def _tested_verdict(p_up, p_down, covered: bool, short: bool) -> str:
+    """**holds** only when the claim's own one-sided test rejects (``p_up < 0.05``) over the
+    claimed range (``covered``); the opposite rejection after the full protocol does not hold;
+    otherwise inconclusive at this budget (short, or the range not covered) or not supported."""
+    if covered and p_up is not None and p_up < 0.05:
+        return HOLDS
+    if short or not covered:
+        return INCONCLUSIVE
+    return FAILS if p_down is not None and p_down < 0.05 else NOT_SUPPORTED
+
+
 def verdict_smoothing(s: dict) -> list[dict]:
-    g = s.get("mean_relative_mad_gain")
+    """The two smoothing claims, each judged by its own one-sided test over the (depth,
+    seed) pairs at the claimed depths 4-16 (:data:`CLAIMED_DEPTHS`, all of which must have
+    pairs): the sign test of gain > 0 for "gating slows over-smoothing", the t-test of mean
+    gain > +30% for "+30% on average across 4-16 layers"."""
     prim = s.get("primary_gate")
-    pairs = [p["gain"] for p in s.get("paired_gains", {}).get(prim, []) if p["gain"] is not None]
-    tests = s.get("gain_tests", {}).get(prim, {})
+    pairs = [p for p in s.get("paired_gains", {}).get(prim, [])
+             if p["gain"] is not None and CLAIMED_DEPTHS[0] <= int(p["depth"]) <= CLAIMED_DEPTHS[-1]]
+    missing = [d for d in CLAIMED_DEPTHS if d not in {int(p["depth"]) for p in pairs}]
+    covered = not missing
+    gains = [p["gain"] for p in pairs]
     proto = s.get("protocol_epochs") or s.get("meta", {}).get("config", {}).get("train", {}).get("epochs")
-    short = proto is not None and s.get("epochs", 0) < proto
+    short = proto is None or s.get("epochs", 0) < proto
     budget = f"{s.get('epochs')} epochs (protocol: {proto}), seeds {s.get('seeds')}"
+    if missing:
+        budget += f"; no pairs at depth(s) {', '.join(map(str, missing))} of the claimed 4-16"
     per = s.get("relative_mad_gain", {}).get(prim, {})
-    out = []
-    p_sign = tests.get("p_sign")
-    if g is None or p_sign is None:
-        v = INCONCLUSIVE
-    elif p_sign < 0.05:
-        v = HOLDS if g > 0 else (INCONCLUSIVE if short else FAILS)
-    else:
-        v = INCONCLUSIVE
-    out.append({
+    zero, target = one_sided_tests(gains), one_sided_tests(gains, CLAIMED_GAIN)
+    mean = sum(gains) / len(gains) if gains else None
+    out = [{
         "claim": "gating slows over-smoothing (more diverse last-layer representations than without the gate)",
-        "measured": f"last-layer MAD higher with {prim} in {tests.get('n_positive')}/{tests.get('n_pairs')} (depth, seed) "
-                    f"pairs, lower in {tests.get('n_negative')}; sign test p = {fmt(p_sign, 3)}; {budget}",
-        "rule": "holds if the gain is positive and the two-sided sign test over (depth, seed) pairs gives p < 0.05; "
-                "does not hold if it is negative with p < 0.05 after the protocol's full epochs; inconclusive otherwise",
-        "verdict": v,
-    })
-    if g is None:
-        v = INCONCLUSIVE
-    elif g >= 0.30:
-        v = HOLDS
-    elif g <= 0 or (len(pairs) >= 4 and max(pairs) < 0.30):
-        v = INCONCLUSIVE if short else FAILS
-    else:
-        v = INCONCLUSIVE
-    out.append({
+        "measured": f"last-layer MAD higher with {prim} in {zero['n_above']}/{zero['n']} (depth, seed) pairs at "
+                    f"depths 4-16, lower in {zero['n_below']}; one-sided sign test p = {fmt(zero['sign_up'], 3)}; "
+                    f"{budget}",
+        "rule": "holds if the one-sided sign test of gain > 0 over the (depth, seed) pairs at depths 4, 8, 12 and 16 "
+                "(all present) gives p < 0.05; does not hold if the test of gain < 0 does, after the protocol's full "
+                "epochs; not supported if neither does after them; inconclusive at this budget otherwise",
+        "verdict": _tested_verdict(zero["sign_up"], zero["sign_down"], covered, short),
+    }, {
         "claim": "the diversity gain is +30% on average across 4-16 layers",
-        "measured": f"mean relative last-layer MAD gain of {prim} over none: {_pct(g)} "
-                    f"(per depth: {', '.join(f'{d}: {_pct(x)}' for d, x in per.items())}); t-test of mean = +30%: "
-                    f"p = {fmt(tests.get('p_t_vs_target'), 3)}; {budget}",
-        "rule": "holds if the mean gain >= +30%; does not hold if it is <= 0, or if all of >= 4 (depth, seed) "
-                "pairs are below +30%, after the protocol's full epochs (inconclusive after fewer); inconclusive "
+        "measured": f"mean relative last-layer MAD gain of {prim} over none: {_pct(mean)} over {target['n']} (depth, "
+                    f"seed) pairs (per depth: {', '.join(f'{d}: {_pct(x)}' for d, x in per.items())}); one-sided "
+                    f"t-test of mean gain > +30%: p = {fmt(target['t_up'], 3)} (< +30%: p = "
+                    f"{fmt(target['t_down'], 3)}); {budget}",
+        "rule": "holds if the one-sided t-test of mean gain > +30% over the (depth, seed) pairs at depths 4, 8, 12 "
+                "and 16 (all present) gives p < 0.05; does not hold if the test of mean gain < +30% does, after the "
+                "protocol's full epochs; not supported if neither does after them; inconclusive at this budget "
                 "otherwise",
-        "verdict": v,
-    })
+        "verdict": _tested_verdict(target["t_up"], target["t_down"], covered, short),
+    }]
     return out
 
 

@@ -120,12 +120,15 @@ class InvalidRow:
 
 @dataclass
 class GraphDataset:
-    """A dataset split into ``train``/``val``/``test`` lists of ``Data``."""
+    """A dataset split into ``train``/``val``/``test`` lists of ``Data``; ``stats``: what a
+    generated dataset's draw realised, next to the published figures (written to each run's
+    ``metrics.json`` as ``dataset_stats``; empty for the others)."""
 
     info: TaskInfo
     splits: dict
     invalid: list = field(default_factory=list)
     source: str = ""
+    stats: dict = field(default_factory=dict)
 
     @property
     def train(self):

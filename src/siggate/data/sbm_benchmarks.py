@@ -20,11 +20,19 @@ The recipe is the one of the benchmark's generation notebooks
 
 Randomness: graph ``i`` of a split draws from its own generator, seeded by ``(seed, dataset,
 split, i)`` (and pattern ``k`` by ``(seed, dataset, "pattern", k)``), so a dataset is a pure
-function of ``seed``, the first ``n`` graphs of a split are the same whatever ``n``
-(``max_graphs``), and graphs could be drawn in any order. The benchmark's notebook drew the
-train graphs pattern by pattern; here graph ``i`` of a split plants pattern ``i % 100``, so
-that any prefix of a split mixes patterns. The numbers differ from the released files (another
-random stream), the distribution does not.
+function of ``seed`` (the config's ``data.seed``), the first ``n`` graphs of a split are the
+same whatever ``n`` (``max_graphs``), and graphs could be drawn in any order. The benchmark's
+notebook drew the train graphs pattern by pattern; here graph ``i`` of a split plants pattern
+``i % 100``, so that any prefix of a split mixes patterns.
+
+A regeneration is a new draw of the recipe, not the released dataset. PATTERN's 100 patterns
+are drawn once per dataset, so their sizes (and with them the graphs' sizes and the share of
+pattern nodes) are a property of the draw: seed 0 gives about 115.3 nodes, 5,686 directed
+edges and 15.6% pattern nodes per graph, where the released files have about 118.9 nodes,
+6,099 edges and 18%. Results on a regeneration are therefore not like-for-like with published
+PATTERN or CLUSTER numbers. Each loaded dataset states its draw in ``GraphDataset.stats``
+(:func:`realised_stats`: the realised statistics next to :data:`PUBLISHED`), which every
+training run writes to its ``metrics.json`` as ``dataset_stats``.
 
 Each graph: ``x`` ``LongTensor [N, 1]`` (feature ids), ``edge_index`` ``[2, E]`` (both
 directions, sorted, no self-loops), ``y`` ``LongTensor [N]``, ``idx`` (position in its
@@ -47,7 +55,7 @@ from .base import GraphDataset, TaskInfo
 from .registry import register_dataset
 from .sources import BUILD_VERSION, check_kwargs, resolve_dirs
 
-__all__ = ["SBMRecipe", "PATTERN", "CLUSTER", "pattern_graph", "cluster_graph", "generate", "pattern", "cluster"]
+__all__ = ["SBMRecipe", "PATTERN", "CLUSTER", "PUBLISHED", "realised_stats", "pattern_graph", "cluster_graph", "generate", "pattern", "cluster"]
 
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
 _PATTERN_STREAM = 3  # the split id of the patterns' own random streams
@@ -98,6 +106,36 @@ CLUSTER = SBMRecipe("cluster", blocks=6, block_size=(5, 35), p=0.55, q=0.25,
                     splits=(("train", 10_000), ("val", 1_000), ("test", 1_000)))
 
 _DATASET_IDS = {"pattern": 1, "cluster": 2}
+
+#: the released datasets' statistics, per graph (Dwivedi et al., the dataset table; edges are
+#: directed, both directions of each undirected edge, as ``edge_index`` holds them); PATTERN's
+#: share of pattern nodes is read from the released files (about 18%)
+PUBLISHED = {
+    "pattern": {"graphs": 14_000, "mean_nodes": 118.9, "mean_edges": 6098.9, "class_balance": [0.82, 0.18]},
+    "cluster": {"graphs": 12_000, "mean_nodes": 117.2, "mean_edges": 4303.9},
+}
+
+
+def realised_stats(recipe: SBMRecipe, seed: int, splits: dict) -> dict:
+    """What a draw realised, next to :data:`PUBLISHED`: ``{"seed", "graphs", "mean_nodes",
+    "mean_edges"`` (directed), ``"mean_pattern_nodes"`` (PATTERN), ``"class_balance"`` (the
+    share of nodes per class), ``"published": {...}``, ``"note"}`` over the graphs of
+    ``splits`` (``{split: [Data]}``)."""
+    graphs = [g for v in splits.values() for g in v]
+    n = max(len(graphs), 1)
+    counts = np.zeros(2 if recipe.patterns else recipe.blocks)
+    for g in graphs:
+        counts += np.bincount(g.y.numpy(), minlength=len(counts))
+    out = {"seed": int(seed), "graphs": len(graphs),
+           "mean_nodes": round(sum(int(g.num_nodes) for g in graphs) / n, 2),
+           "mean_edges": round(sum(int(g.edge_index.size(1)) for g in graphs) / n, 1)}
+    if recipe.patterns:
+        out["mean_pattern_nodes"] = round(float(counts[1]) / n, 2)
+    out["class_balance"] = [round(float(c), 4) for c in counts / max(counts.sum(), 1)]
+    out["published"] = PUBLISHED[recipe.name]
+    out["note"] = (f"{recipe.name} regenerated with seed {seed}: a new draw of the Benchmarking-GNNs recipe, not "
+                   "the released dataset; results are not like-for-like with published numbers")
+    return out
 
 
 def _rng(seed: int, recipe: SBMRecipe, stream: int, i: int) -> np.random.Generator:
@@ -240,14 +278,14 @@ def _load(recipe: SBMRecipe, cache_dir, seed: int, max_graphs: int, progress: bo
         target_names=["in_pattern" if recipe.patterns else "community"],
     )
     source = f"{recipe.name} regenerated with seed {seed} (Benchmarking-GNNs SBM recipe)"
-    return GraphDataset(info=info, splits=splits, source=source)
+    return GraphDataset(info=info, splits=splits, source=source, stats=realised_stats(recipe, seed, splits))
 
 
 @register_dataset(
     "pattern",
     "PATTERN, regenerated from the Benchmarking-GNNs SBM recipe (10,000/2,000/2,000 graphs), "
     "node classification (in the planted pattern or not), weighted accuracy",
-    needs_root=False, options=("max_graphs",), level="node",
+    needs_root=False, options=("max_graphs", "seed"), level="node",
 )
 def pattern(root=None, cache_dir=None, *, seed: int = 0, max_graphs: int = 0, progress: bool = False,
             **kw) -> GraphDataset:
@@ -260,7 +298,7 @@ def pattern(root=None, cache_dir=None, *, seed: int = 0, max_graphs: int = 0, pr
     "cluster",
     "CLUSTER, regenerated from the Benchmarking-GNNs SBM recipe (10,000/1,000/1,000 graphs), "
     "node classification (6 communities), weighted accuracy",
-    needs_root=False, options=("max_graphs",), level="node",
+    needs_root=False, options=("max_graphs", "seed"), level="node",
 )
 def cluster(root=None, cache_dir=None, *, seed: int = 0, max_graphs: int = 0, progress: bool = False,
             **kw) -> GraphDataset:

@@ -27,7 +27,7 @@ DEFAULT_NUM_NODES = 10_000
     "sbm-large",
     "one large SBM graph (data.num_nodes nodes, default 10,000; 10 blocks), full-batch node "
     "classification on train/val/test masks, accuracy",
-    needs_root=False, options=("num_nodes",), level="node",
+    needs_root=False, options=("num_nodes", "seed"), level="node",
 )
 def sbm_large(root=None, cache_dir=None, *, num_nodes: int = 0, seed: int = 0, progress: bool = True,
               **kw) -> GraphDataset:

@@ -132,6 +132,10 @@ class GatedAttentionBase(nn.Module):
 
     #: the name of the type in :data:`siggate.nn.attention_types.ATTENTION_TYPES`
     attn_type = ""
+    #: whether the type reads the batch's graph data: ``forward_nodes(..., edge_attr=)`` (the
+    #: layer's input edge features ``[E, d]``) and ``make_layout(..., graph_index=)`` (the
+    #: graphs' dataset indices ``[G]``); the layer and the model pass them only then
+    uses_graph_data = False
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ type       attends to                                cost per graph of n nodes `
 full       every node of the graph (softmax)         ``O(n^2)``                ``impl``
 performer  every node, FAVOR+ random-feature kernel  ``O(n m)``                ``num_features``,
                                                                                ``redraw_interval``
-exphormer  edges, expander neighbours, self, virtual ``O(E + n degree)``       ``expander_degree``,
+exphormer  edges, expander neighbours, self, virtual ``O(E + n degree)``       ``expander_degree_total``,
            nodes (sparse softmax)                                              ``num_virtual_nodes``,
                                                                                ``expander_seed``
 ========== ========================================= ========================= =====================
@@ -36,8 +36,10 @@ ATTENTION_TYPES: dict[str, type[GatedAttentionBase]] = {
 
 #: model config key -> ``attn_kwargs`` key, per attention type (:func:`attn_kwargs_from_config`)
 CONFIG_KEYS = {
-    "performer": {"performer_features": "num_features", "performer_redraw": "redraw_interval"},
-    "exphormer": {"expander_degree": "expander_degree", "virtual_nodes": "num_virtual_nodes"},
+    "performer": {"performer_features": "num_features", "performer_redraw": "redraw_interval",
+                  "performer_kernel": "kernel"},
+    "exphormer": {"expander_degree_total": "expander_degree_total", "virtual_nodes": "num_virtual_nodes",
+                  "expander_seed": "expander_seed"},
 }
 
 

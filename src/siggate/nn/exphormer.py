@@ -5,29 +5,44 @@ https://arxiv.org/abs/2303.06147). Softmax attention, but each node ``i`` attend
 
 (a) the sources ``j`` of the graph's edges ``j -> i``,
 (b) its neighbours in a random expander on the nodes of its graph
-    (:func:`expander_edges`: ``expander_degree / 2`` random permutations ``pi`` of the
-    graph's nodes, each adding ``i <-> pi(i)``, Friedman's random regular graphs, as
-    Exphormer's ``Random-d`` builds them),
+    (:func:`expander_edges`: ``expander_degree_total / 2`` random permutations ``pi`` of
+    the graph's nodes, each adding ``i <-> pi(i)``, Friedman's random regular graphs, as
+    Exphormer's ``Random-d`` builds them; Exphormer's ``exp_deg`` counts the permutations,
+    so its ``exp_deg: 3`` is ``expander_degree_total=6``, the default here),
 (c) itself (so every node attends at least to itself), and
 (d) the graph's ``num_virtual_nodes`` virtual nodes.
 
-(a)-(c) are merged as a set of (query, key) pairs (:func:`attention_graph`), so a pair
-counts once even when it is an edge and an expander edge. Time and memory are
-``O(E + N (degree + virtual nodes))``.
+Edge-aware scores, as Exphormer's: every (key ``j``, query ``i``) pair ``p`` carries an
+edge vector ``e_p``, mapped by the layer's edge projection ``E`` (a linear map, per head
+``[H, d_head]``), and scores ``sum_c q_ic k_jc E(e_p)_c / sqrt(d_head)``. A graph edge's
+``e_p`` is its row of ``edge_attr`` (the layer's input edge features; without them, one
+learned vector for every graph edge); expander edges share one learned vector, self-loops
+another, and the edges into and out of virtual node ``r`` one each (``virtual_edges_in``,
+``virtual_edges_out``). (a)-(c) are kept as a list of pairs (:func:`attention_graph`), not a
+set: a pair that is an edge and an expander edge counts twice, with each vector, as in
+Exphormer's concatenated edge lists. Time and memory are ``O(E + N (degree + virtual
+nodes))``.
 
 Virtual nodes. Virtual node ``r`` is a learnable vector ``z_r`` of the layer (each graph
-gets its own copy). It attends to every node of its graph and to itself,
-``u_{g,r} = softmax_{j in g + {r}}(q(z_r) . k_j / sqrt(d_head)) v_j`` (per head), and every
-node of the graph attends to it with key ``k(z_r)`` and value ``u_{g,r}``. In Exphormer
-the virtual nodes are extra rows that carry this pooled state to the next layer; here both
-hops happen inside the layer, so only node rows enter and leave it and the layer keeps
-``GPSConv``'s signature. ``q, k, v`` (and the value gate) of ``z_r`` come from the layer's
-own projections.
+gets its own copy). It attends to every node of its graph (edge vector
+``virtual_edges_in[r]``) and to itself (the self-loop vector), ``u_{g,r}``, and every node
+of the graph attends to it with key ``k(z_r)``, edge vector ``virtual_edges_out[r]`` and
+value ``u_{g,r}``. In Exphormer the virtual nodes are extra rows that carry this pooled
+state to the next layer; here both hops happen inside the layer, so only node rows enter
+and leave it and the layer keeps ``GPSConv``'s signature. ``q, k, v`` (and the value gate)
+of ``z_r`` come from the layer's own projections.
 
-The expander is generated in the layer from the batch vector, with no preprocessing: for a
-graph of ``n`` nodes it depends only on ``(expander_seed, n)`` (the permutations come from a
-generator seeded with both and are cached), so it is the same in every epoch, in a batch
-and alone, and for every graph of that size.
+The expander is generated in the layer from the batch vector, with no preprocessing: graph
+``g`` of ``n`` nodes gets permutations from a generator seeded with ``(expander_seed, n,
+index of g)``, so graphs of one size get different expanders. The index is the graph's
+index in its dataset where the batch carries one (``data.idx``, passed by
+:class:`~siggate.nn.model.SigGateGT` as ``graph_index``): then a graph keeps its expander
+in every epoch and batch, as Exphormer's precomputed expanders. Without it the index is the
+graph's position in the batch.
+
+Other differences from Exphormer: no best-of-k selection by spectral gap; self-loops are
+always added; the scores are an exact softmax (max-stabilised) where Exphormer clamps them
+to ``[-5, 5]``; the virtual nodes' two hops happen in one layer (above).
 
 :func:`sparse_attention` is the readable definition of (a)-(d) and the test oracle;
 :func:`siggate.nn.kernels.edge_attention.sparse_attention_fast` must equal it
@@ -38,7 +53,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -51,33 +66,37 @@ from .kernels.layout import GraphSegments, batch_vector, seeded_generator, segme
 __all__ = ["GatedExphormerAttention", "AttentionGraph", "attention_graph", "expander_edges", "sparse_attention"]
 
 
-@lru_cache(maxsize=512)
-def _permutations(n: int, count: int, seed: int) -> Tensor:
-    """``[count, n]`` random permutations of ``range(n)``, a function of ``(n, seed)`` only."""
-    gen = seeded_generator(seed, n)
+def _permutations(n: int, count: int, seed: int, index: int) -> Tensor:
+    """``[count, n]`` random permutations of ``range(n)``, a function of ``(n, seed,
+    index)`` only."""
+    gen = seeded_generator(seed, int(index) * 1_000_003 + n)
     return torch.stack([torch.randperm(n, generator=gen) for _ in range(count)])
 
 
-def expander_edges(segments: GraphSegments, degree: int, seed: int = 0) -> Tensor:
-    """``[2, N * degree]`` (source, target) edges of a random ``degree``-regular expander
-    on each graph's nodes: ``degree / 2`` random permutations ``pi`` of the graph, each
-    giving ``i -> pi(i)`` and ``pi(i) -> i`` (so a node may get a self-pair or a repeated
-    pair; :func:`attention_graph` merges them). ``degree`` must be even."""
-    if degree % 2 or degree < 0:
-        raise ValueError(f"expander degree must be even and >= 0, got {degree}")
+def expander_edges(segments: GraphSegments, degree_total: int, seed: int = 0,
+                   graph_index: Tensor | None = None) -> Tensor:
+    """``[2, N * degree_total]`` (source, target) edges of a random ``degree_total``-regular
+    expander on each graph's nodes: ``degree_total / 2`` random permutations ``pi`` of the
+    graph, each giving ``i -> pi(i)`` and ``pi(i) -> i`` (so a node may get a self-pair or a
+    repeated pair). Graph ``g``'s permutations depend on ``(seed, its size, graph_index[g])``;
+    ``graph_index [G]`` defaults to the graphs' positions ``0..G-1``. ``degree_total`` must
+    be even."""
+    if degree_total % 2 or degree_total < 0:
+        raise ValueError(f"expander degree must be even and >= 0, got {degree_total}")
     if not segments.is_sorted:
         raise ValueError("the expander needs a batch vector sorted by graph, as PyG's Batch stores it; sort the nodes")
     device = segments.batch.device
-    if degree == 0:
-        return torch.empty(2, 0, dtype=torch.long, device=device)
-    ptr = segments.ptr.cpu()
+    ids = range(segments.num_graphs) if graph_index is None else graph_index.view(-1).tolist()
+    if graph_index is not None and len(ids) != segments.num_graphs:
+        raise ValueError(f"graph_index has {len(ids)} entries for {segments.num_graphs} graphs")
+    ptr = segments.ptr.cpu().tolist()
     out = []
-    sizes = torch.tensor(segments.sizes)
-    for n in sorted(set(segments.sizes) - {0}):
-        starts = ptr[:-1][sizes == n][:, None, None]  # graphs of this size, 1, 1
-        perm = _permutations(n, degree // 2, seed)[None]  # 1, k, n
-        a = (starts + torch.arange(n)).expand(-1, perm.size(1), -1).reshape(-1)
-        b = (starts + perm).reshape(-1)
+    for g, n in enumerate(segments.sizes):
+        if n == 0 or degree_total == 0:
+            continue
+        perm = _permutations(n, degree_total // 2, seed, ids[g]) + ptr[g]  # k, n
+        a = (torch.arange(n) + ptr[g]).expand_as(perm).reshape(-1)
+        b = perm.reshape(-1)
         out.append(torch.stack([torch.cat([a, b]), torch.cat([b, a])]))
     if not out:
         return torch.empty(2, 0, dtype=torch.long, device=device)
@@ -86,17 +105,21 @@ def expander_edges(segments: GraphSegments, degree: int, seed: int = 0) -> Tenso
 
 @dataclass
 class AttentionGraph:
-    """The (query, key) pairs of an Exphormer layer for one batch, shared by every layer.
+    """The (key, query) pairs of an Exphormer layer for one batch, shared by every layer.
 
-    ``src [P]`` keys and ``dst [P]`` queries, sorted by ``dst`` then ``src``, each pair once;
-    ``row_ptr [N + 1]`` where each query's pairs start (CSR); ``segments`` the graphs;
-    ``cache`` what the fast path derives from them once.
+    ``src [P]`` keys and ``dst [P]`` queries, sorted by ``dst`` (a list: a pair may repeat
+    with another edge vector); ``edge_id [P]`` which edge vector each pair carries: ``e <
+    num_edges`` graph edge ``e`` (a row of ``edge_attr``), ``num_edges`` the expander's,
+    ``num_edges + 1`` the self-loops'; ``row_ptr [N + 1]`` where each query's pairs start
+    (CSR); ``segments`` the graphs; ``cache`` what the fast path derives from them once.
     """
 
     src: Tensor
     dst: Tensor
+    edge_id: Tensor
     row_ptr: Tensor
     segments: GraphSegments
+    num_edges: int
     degree: int
     seed: int
     cache: dict = field(default_factory=dict, repr=False)
@@ -106,36 +129,47 @@ class AttentionGraph:
         return self.segments.num_nodes
 
 
-def attention_graph(edge_index: Tensor, segments: GraphSegments, degree: int, seed: int = 0) -> AttentionGraph:
+def attention_graph(edge_index: Tensor, segments: GraphSegments, degree: int, seed: int = 0,
+                    graph_index: Tensor | None = None, expander: Tensor | None = None) -> AttentionGraph:
     """The pairs (a)-(c) of the module docstring: the graph's edges ``edge_index [2, E]``
-    (``j -> i``: ``i`` attends to ``j``), the expander (:func:`expander_edges`) and self-loops,
-    as a set."""
-    n = segments.num_nodes
-    loops = torch.arange(n, device=edge_index.device).expand(2, -1)
-    pairs = torch.cat([edge_index, expander_edges(segments, degree, seed), loops], 1)
-    key = torch.unique(pairs[1] * n + pairs[0])  # sorted by query, then key
-    src, dst = key % n, key // n
-    row_ptr = torch.zeros(n + 1, dtype=torch.long, device=key.device)
+    (``j -> i``: ``i`` attends to ``j``), the expander (:func:`expander_edges` of total
+    degree ``degree``, or the given ``expander [2, X]``) and self-loops, each with its
+    ``edge_id``."""
+    n, E, dev = segments.num_nodes, edge_index.size(1), edge_index.device
+    if expander is None:
+        expander = expander_edges(segments, degree, seed, graph_index).to(dev)
+    loops = torch.arange(n, device=dev).expand(2, -1)
+    pairs = torch.cat([edge_index, expander, loops], 1)
+    ids = torch.cat([torch.arange(E, device=dev), torch.full((expander.size(1),), E, device=dev),
+                     torch.full((n,), E + 1, device=dev)])
+    order = torch.sort(pairs[1] * n + pairs[0], stable=True).indices  # by query, then key
+    src, dst, ids = pairs[0, order], pairs[1, order], ids[order]
+    row_ptr = torch.zeros(n + 1, dtype=torch.long, device=dev)
     row_ptr[1:] = torch.bincount(dst, minlength=n).cumsum(0)
-    return AttentionGraph(src, dst, row_ptr, segments, degree, seed)
+    return AttentionGraph(src, dst, ids, row_ptr, segments, E, degree, seed)
 
 
 def sparse_attention(q: Tensor, k: Tensor, v: Tensor, graph: AttentionGraph, extra_logits: Tensor | None = None,
                      extra_values: Tensor | None = None, edge_keep: Tensor | None = None,
-                     extra_keep: Tensor | None = None) -> Tensor:
+                     extra_keep: Tensor | None = None, edge_scale: Tensor | None = None) -> Tensor:
     r"""Softmax attention over the pairs of ``graph`` plus extra keys per node (the definition).
 
-    Query ``i`` scores key ``j`` of each pair ``(j, i)`` with ``q_i . k_j / sqrt(d_head)``
-    and each of its ``r`` extra keys with ``extra_logits[i, :, r]`` (value
-    ``extra_values[i, :, r]``); one softmax over both per node and head, dropout
-    multipliers ``edge_keep [P, H]`` and ``extra_keep [N, H, r]`` on the probabilities.
+    Query ``i`` scores key ``j`` of each pair ``p = (j, i)`` with
+    ``sum_c q_ic k_jc w_pc / sqrt(d_head)``, ``w_p = edge_scale[edge_id_p]`` (``None``: all
+    ones, plain ``q_i . k_j``), and each of its ``r`` extra keys with
+    ``extra_logits[i, :, r]`` (value ``extra_values[i, :, r]``); one softmax over both per
+    node and head, dropout multipliers ``edge_keep [P, H]`` and ``extra_keep [N, H, r]`` on
+    the probabilities.
 
-    Shapes: ``q, k, v [N, H, d_head]``, ``extra_logits [N, H, r]``,
-    ``extra_values [N, H, r, d_head]`` -> ``[N, H, d_head]``.
+    Shapes: ``q, k, v [N, H, d_head]``, ``edge_scale [num_edges + 2, H, d_head]``,
+    ``extra_logits [N, H, r]``, ``extra_values [N, H, r, d_head]`` -> ``[N, H, d_head]``.
     """
     src, dst = graph.src, graph.dst
     N, H, dh = q.shape
-    logits = (q[dst] * k[src]).sum(-1) / math.sqrt(dh)  # P, H
+    qk = q[dst] * k[src]  # P, H, dh
+    if edge_scale is not None:
+        qk = qk * edge_scale[graph.edge_id]
+    logits = qk.sum(-1) / math.sqrt(dh)  # P, H
     m = segment_amax(logits.detach(), dst, N)
     if extra_logits is not None:
         m = torch.maximum(m, extra_logits.detach().amax(-1))  # a stabiliser: cancels in the softmax
@@ -162,19 +196,22 @@ class GatedExphormerAttention(GatedAttentionBase):
     Args:
         dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout,
             bias: see :class:`~siggate.nn.attention.GatedAttentionBase` (``attn_dropout``
-            drops attention probabilities of edges and virtual nodes).
+            drops attention probabilities of edges and virtual nodes; ``bias`` is also the
+            edge projection's).
         impl (str): ``"auto"``/``"packed"`` (the fast path,
             :mod:`siggate.nn.kernels.edge_attention`) or ``"reference"``
             (:func:`sparse_attention` spelled out). (default: ``"auto"``)
-        expander_degree (int): degree of the random expander, even; ``0``: none.
-            (default: ``4``)
+        expander_degree_total (int): total degree of the random expander, even (twice
+            Exphormer's ``exp_deg``, the number of permutations); ``0``: none. (default: ``6``)
         num_virtual_nodes (int): virtual nodes per graph; ``0``: none. (default: ``1``)
         expander_seed (int): seed of the expanders. (default: ``0``)
 
-    Shapes: ``x [N, d]``, ``edge_index [2, E]``, ``batch [N]`` -> ``[N, d]``.
+    Shapes: ``x [N, d]``, ``edge_index [2, E]``, ``edge_attr [E, d]`` (optional),
+    ``batch [N]`` -> ``[N, d]``.
     """
 
     attn_type = "exphormer"
+    uses_graph_data = True  # forward_nodes takes edge_attr=, make_layout graph_index=
 
     def __init__(
         self,
@@ -187,50 +224,64 @@ class GatedExphormerAttention(GatedAttentionBase):
         attn_dropout: float = 0.0,
         bias: bool = True,
         impl: str = "auto",
-        expander_degree: int = 4,
+        expander_degree_total: int = 6,
         num_virtual_nodes: int = 1,
         expander_seed: int = 0,
     ) -> None:
         super().__init__(dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout, bias)
         check_node_impl(impl)
-        if expander_degree < 0 or expander_degree % 2:
-            raise ValueError(f"expander_degree must be even and >= 0, got {expander_degree}")
+        if expander_degree_total < 0 or expander_degree_total % 2:
+            raise ValueError(f"expander_degree_total must be even and >= 0, got {expander_degree_total}")
         if num_virtual_nodes < 0:
             raise ValueError(f"num_virtual_nodes must be >= 0, got {num_virtual_nodes}")
         self.impl = impl
-        self.expander_degree = expander_degree
+        self.expander_degree_total = expander_degree_total
         self.num_virtual_nodes = num_virtual_nodes
         self.expander_seed = expander_seed
         self.virtual = nn.Parameter(torch.empty(num_virtual_nodes, dim)) if num_virtual_nodes else None
+        self.edge_proj = nn.Linear(dim, dim, bias=bias)  # Exphormer's E
+        #: edge vectors of graph edges without edge_attr (0), expander edges (1), self-loops (2)
+        self.edge_vectors = nn.Parameter(torch.empty(3, dim))
+        self.virtual_edges_in = nn.Parameter(torch.empty(num_virtual_nodes, dim)) if num_virtual_nodes else None
+        self.virtual_edges_out = nn.Parameter(torch.empty(num_virtual_nodes, dim)) if num_virtual_nodes else None
         self.reset_parameters()
 
     def reset_attention(self) -> None:
-        if self.virtual is not None:
-            nn.init.normal_(self.virtual)
+        self.edge_proj.reset_parameters()
+        for p in (self.virtual, self.edge_vectors, self.virtual_edges_in, self.virtual_edges_out):
+            if p is not None:
+                nn.init.normal_(p)
 
     def make_layout(self, batch: Tensor, edge_index: Tensor | None = None, num_graphs: int | None = None,
-                    impl: str | None = None) -> AttentionGraph:
-        """The batch's :class:`AttentionGraph` (:func:`attention_graph`)."""
+                    impl: str | None = None, graph_index: Tensor | None = None) -> AttentionGraph:
+        """The batch's :class:`AttentionGraph` (:func:`attention_graph`); ``graph_index
+        [G]``: the graphs' indices in their dataset (seeds of their expanders)."""
         if edge_index is None:
             raise ValueError("the exphormer attention needs the batch's edge_index")
-        return attention_graph(edge_index, GraphSegments.from_batch(batch, num_graphs), self.expander_degree,
-                               self.expander_seed)
+        return attention_graph(edge_index, GraphSegments.from_batch(batch, num_graphs), self.expander_degree_total,
+                               self.expander_seed, graph_index)
 
     def ensure_layout(self, layout, batch: Tensor, edge_index: Tensor | None = None,
                       impl: str | None = None) -> AttentionGraph:
-        if (isinstance(layout, AttentionGraph) and layout.degree == self.expander_degree
+        if (isinstance(layout, AttentionGraph) and layout.degree == self.expander_degree_total
                 and layout.seed == self.expander_seed):
             return layout
         return self.make_layout(batch, edge_index)
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None,
-                layout: AttentionGraph | None = None, return_details: bool = False, impl: str | None = None):
-        """``x [N, d]``, ``edge_index [2, E]``, ``batch [N]`` (``None``: one graph) ->
-        ``[N, d]`` (with ``return_details``, ``(out, details)``, see :meth:`_gated_rows`)."""
-        return self.forward_nodes(x, self.ensure_layout(layout, batch_vector(x, batch), edge_index), impl, return_details)
+                layout: AttentionGraph | None = None, return_details: bool = False, impl: str | None = None,
+                edge_attr: Tensor | None = None):
+        """``x [N, d]``, ``edge_index [2, E]``, ``batch [N]`` (``None``: one graph),
+        ``edge_attr [E, d]`` (optional) -> ``[N, d]`` (with ``return_details``, ``(out,
+        details)``, see :meth:`_gated_rows`)."""
+        layout = self.ensure_layout(layout, batch_vector(x, batch), edge_index)
+        return self.forward_nodes(x, layout, impl, return_details, edge_attr=edge_attr)
 
     def forward_nodes(self, x: Tensor, layout: AttentionGraph, impl: str | None = None, return_details: bool = False,
-                      out_weight: Tensor | None = None, out_bias: Tensor | None = None, residual: bool = False):
+                      out_weight: Tensor | None = None, out_bias: Tensor | None = None, residual: bool = False,
+                      edge_attr: Tensor | None = None):
+        """See :meth:`GatedAttentionBase.forward_nodes`; ``edge_attr [E, d]``: the graph
+        edges' vectors, in the order of the ``edge_index`` the layout was built from."""
         impl = self._impl(impl, return_details)
         edge_keep = extra_keep = None
         if self.training and self.attn_dropout > 0:
@@ -238,31 +289,55 @@ class GatedExphormerAttention(GatedAttentionBase):
             edge_keep = _dropout_keep((layout.src.numel(), H), p, x)
             extra_keep = _dropout_keep((x.size(0), H, self.num_virtual_nodes), p, x) if self.virtual is not None else None
         attend = sparse_attention_fast if impl == "packed" else sparse_attention
-        core = partial(self._attend, graph=layout, attend=attend, edge_keep=edge_keep, extra_keep=extra_keep)
+        core = partial(self._attend, graph=layout, attend=attend, edge_keep=edge_keep, extra_keep=extra_keep,
+                       edge_attr=edge_attr)
         return self._gated_rows(x, core, out_weight, out_bias, residual, return_details, layout.segments.batch)
 
+    def _edge_vectors(self, vectors: Tensor) -> Tensor:
+        """``[M, d]`` edge vectors -> ``[M, H, d_head]`` score scales (the edge projection)."""
+        return self.edge_proj(vectors).view(vectors.size(0), self.heads, self.head_dim)
+
+    def edge_scale(self, graph: AttentionGraph, edge_attr: Tensor | None) -> Tensor:
+        """``[num_edges + 2, H, d_head]``: the projected vectors of the graph edges
+        (``edge_attr [E, d]``, or the learned graph-edge vector), the expander and self-loops,
+        indexed by ``graph.edge_id``."""
+        E = graph.num_edges
+        if edge_attr is None:
+            graph_edges = self.edge_vectors[:1].expand(E, -1)
+        elif edge_attr.dim() != 2 or edge_attr.shape != (E, self.dim):
+            raise ValueError(f"edge_attr must be [num_edges, dim] = [{E}, {self.dim}], got {list(edge_attr.shape)}")
+        else:
+            graph_edges = edge_attr
+        return self._edge_vectors(torch.cat([graph_edges.to(self.edge_vectors.dtype), self.edge_vectors[1:]]))
+
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, graph: AttentionGraph, attend, edge_keep,
-                extra_keep) -> Tensor:
+                extra_keep, edge_attr) -> Tensor:
         """``q, k, v [N, H, d_head]`` -> ``[N, H, d_head]``: the virtual nodes' keys and
         values (:meth:`virtual_keys`), then ``attend`` (:func:`sparse_attention` or its
-        fast path) over the pairs and them."""
+        fast path) over the pairs, with their edge scales, and them."""
         logits = values = None
+        scale = self.edge_scale(graph, edge_attr)
         if self.virtual is not None:
-            logits, values = self.virtual_keys(q, k, v, graph.segments)
-        return attend(q, k, v, graph, logits, values, edge_keep, extra_keep)
+            logits, values = self.virtual_keys(q, k, v, graph.segments, scale[-1])
+        return attend(q, k, v, graph, logits, values, edge_keep, extra_keep, edge_scale=scale)
 
-    def virtual_keys(self, q: Tensor, k: Tensor, v: Tensor, segments: GraphSegments) -> tuple[Tensor, Tensor]:
+    def virtual_keys(self, q: Tensor, k: Tensor, v: Tensor, segments: GraphSegments,
+                     loop_scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r"""The virtual nodes as extra keys of every node: ``(logits [N, H, r], values
         [N, H, r, d_head])``. Value of virtual node ``r`` in graph ``g``: its attention over
-        the graph's nodes and itself, ``u_{g,r}``; logit of node ``i`` for it:
-        ``q_i . k(z_r) / sqrt(d_head)``. ``O(N r)``; plain autograd."""
+        the graph's nodes (edge scale ``E(virtual_edges_in[r])``) and itself (``loop_scale
+        [H, d_head]``), ``u_{g,r}``; logit of node ``i`` for it:
+        ``sum_c q_ic k(z_r)_c E(virtual_edges_out[r])_c / sqrt(d_head)``. ``O(N r)``; plain
+        autograd."""
         batch, G = segments.batch, segments.num_graphs
         scale = 1.0 / math.sqrt(self.head_dim)
         qz, kz, vz, gz = self._split(self.virtual)  # r, H, dh; gate r, H, dh|1
         if gz is not None and self.gate_position == "value":
             vz = vz * gz
-        s = torch.einsum("nhc,rhc->nhr", k, qz) * scale  # N, H, r: virtual r scores node n
-        s_self = (qz * kz).sum(-1).t() * scale  # H, r
+        w_in, w_out = self._edge_vectors(self.virtual_edges_in), self._edge_vectors(self.virtual_edges_out)
+        loop = torch.ones_like(qz[0]) if loop_scale is None else loop_scale
+        s = torch.einsum("nhc,rhc->nhr", k, qz * w_in) * scale  # N, H, r: virtual r scores node n
+        s_self = (qz * kz * loop).sum(-1).t() * scale  # H, r
         m = segment_amax(s, batch, G)
         m = torch.maximum(m, s_self).detach()  # G, H, r
         e = torch.exp(s - m[batch])
@@ -273,10 +348,9 @@ class GatedExphormerAttention(GatedAttentionBase):
         else:
             pooled = e.new_zeros(G, *s.shape[1:], v.size(-1)).index_add(0, batch, e[..., None] * v[:, :, None, :])
         u = (pooled + e_self[..., None] * vz.transpose(0, 1)) / z[..., None]  # G, H, r, dh
-        logits = torch.einsum("nhc,rhc->nhr", q, kz) * scale
+        logits = torch.einsum("nhc,rhc->nhr", q, kz * w_out) * scale
         return logits, (u.expand(q.size(0), -1, -1, -1) if G == 1 else u[batch])  # a view for one graph
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", expander_degree={self.expander_degree}, "
+        return (super().extra_repr() + f", expander_degree_total={self.expander_degree_total}, "
                 f"num_virtual_nodes={self.num_virtual_nodes}, expander_seed={self.expander_seed}")
-

@@ -56,9 +56,9 @@ class GatedGPSConv(nn.Module):
             (default: ``"multihead"``)
         attn_kwargs (dict, optional): ``dropout`` (on the attention probabilities) and
             ``bias``, as for ``nn.MultiheadAttention``, plus the type's own options:
-            ``num_features``, ``redraw_interval`` (``"performer"``; PyG's
-            ``PerformerAttention`` options such as ``kernel`` are refused),
-            ``expander_degree``, ``num_virtual_nodes``, ``expander_seed``
+            ``num_features``, ``redraw_interval``, ``kernel`` (``"performer"``: ``"softmax"`` or
+            ``"relu"``, PyG's ``PerformerAttention`` kernel; a module is refused),
+            ``expander_degree_total``, ``num_virtual_nodes``, ``expander_seed``
             (``"exphormer"``). (default: ``None``)
         gate (str): ``"none"``, ``"headwise"`` or ``"elementwise"``. (default: ``"elementwise"``)
         gate_position (str): ``"output"``, ``"value"`` or ``"post"``. (default: ``"output"``)
@@ -138,17 +138,19 @@ class GatedGPSConv(nn.Module):
             h = self.conv(x, edge_index, **kwargs)
             h = F.dropout(h, p=self.dropout, training=self.training)
             hs.append(self._norm(self.norm1, h + x, batch))
-        h = self._attend(x, edge_index, batch)  # global attention, residual, norm
+        h = self._attend(x, edge_index, batch, kwargs.get("edge_attr"))  # global attention, residual, norm
         h = F.dropout(h, p=self.dropout, training=self.training)
         hs.append(self._norm(self.norm2, h + x, batch))
         out = hs[0] if len(hs) == 1 else hs[0] + hs[1]  # the sum
         return self._norm(self.norm3, out + self.mlp(out), batch)  # MLP, residual, norm
 
-    def _attend(self, x: Tensor, edge_index: Tensor, batch: Tensor | None) -> Tensor:
+    def _attend(self, x: Tensor, edge_index: Tensor, batch: Tensor | None, edge_attr: Tensor | None = None) -> Tensor:
         """Attention of each graph with itself on node rows, over the layout the attention
         type builds from ``batch`` (and ``edge_index``): for ``"multihead"`` packed, or the
-        padded batch for ``"reference"``/``"sdpa"``."""
-        return self.attn.forward_nodes(x, self.attn.make_layout(batch_vector(x, batch), edge_index))
+        padded batch for ``"reference"``/``"sdpa"``. ``edge_attr`` reaches a type that reads
+        it (``uses_graph_data``: Exphormer)."""
+        extra = {"edge_attr": edge_attr} if self.attn.uses_graph_data else {}
+        return self.attn.forward_nodes(x, self.attn.make_layout(batch_vector(x, batch), edge_index), **extra)
 
     def _norm(self, norm: nn.Module | None, h: Tensor, batch: Tensor | None) -> Tensor:
         if norm is None:

@@ -229,7 +229,7 @@ class GPSLayer(nn.Module):
         impl = "reference" if return_details else resolve_impl(self.impl)
         if impl == "packed":
             return self._forward_fast(x, edge_index, edge_attr, batch, layout)
-        branches, details = [], None
+        branches, details, graph_data = [], None, self._graph_data(edge_attr)
         if self.local is not None:  # local MPNN, residual, norm
             h, edge_attr = self.local(x, edge_index, edge_attr)
             if not self.local.updates_edges:  # GatedGCN adds its own dropout and residual
@@ -237,7 +237,7 @@ class GPSLayer(nn.Module):
             branches.append(self.norm_local(h))
         if self.attn is not None:  # global attention, residual, norm
             layout = self.attn.ensure_layout(layout, batch_vector(x, batch), edge_index, impl)
-            h = self.attn.forward_nodes(x, layout, impl=impl, return_details=return_details)
+            h = self.attn.forward_nodes(x, layout, impl=impl, return_details=return_details, **graph_data)
             if return_details:
                 h, details = h
             h = x + self._drop(h)
@@ -261,7 +261,7 @@ class GPSLayer(nn.Module):
         if not self.training and not torch.is_grad_enabled() and not autocast and foldable(self):
             return forward_folded(self, x, edge_index, edge_attr, layout, gine)
         fuse = self.attn is not None and (self.dropout == 0.0 or not self.training) and not autocast
-        branches = []
+        branches, graph_data = [], self._graph_data(edge_attr)
         if self.local is not None:
             if fuse and gine:
                 h = self.local.forward_residual(x, edge_index, edge_attr)
@@ -272,9 +272,9 @@ class GPSLayer(nn.Module):
             branches.append(self.norm_local(h))
         if self.attn is not None:
             if fuse:
-                h = self.attn.forward_nodes(x, layout, impl="packed", residual=True)
+                h = self.attn.forward_nodes(x, layout, impl="packed", residual=True, **graph_data)
             else:
-                h = x + self._drop(self.attn.forward_nodes(x, layout, impl="packed"))
+                h = x + self._drop(self.attn.forward_nodes(x, layout, impl="packed", **graph_data))
             branches.append(self.norm_attn(h))
         out = branches[0] if len(branches) == 1 else branches[0] + branches[1]
         if fuse:
@@ -282,6 +282,11 @@ class GPSLayer(nn.Module):
             return self.norm_ff(_MLPResidual.apply(out, out, ff1.weight, ff1.bias, ff2.weight, ff2.bias)), edge_attr
         ff = self.ff2(self._drop(F.relu(self.ff1(out))))
         return self.norm_ff(out + self._drop(ff)), edge_attr
+
+    def _graph_data(self, edge_attr: Tensor) -> dict:
+        """The layer's input ``edge_attr`` for an attention type that reads it
+        (``uses_graph_data``: Exphormer's edge-aware scores), else nothing."""
+        return {"edge_attr": edge_attr} if self.attn is not None and self.attn.uses_graph_data else {}
 
     def _drop(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.dropout, self.training) if self.dropout > 0.0 else x

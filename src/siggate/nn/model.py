@@ -257,7 +257,9 @@ class SigGateGT(nn.Module):
         num_graphs = int(getattr(data, "num_graphs", None) or (int(batch.max()) + 1))
         impl = "reference" if return_details else resolve_impl(self.impl)
         attns = self.attention_modules()
-        layout = attns[0].make_layout(batch, data.edge_index, num_graphs, impl) if attns else None  # once for all layers
+        ids = getattr(data, "idx", None)  # the graphs' dataset indices: seeds of Exphormer's expanders
+        extra = {"graph_index": ids} if attns and attns[0].uses_graph_data and isinstance(ids, Tensor) else {}
+        layout = attns[0].make_layout(batch, data.edge_index, num_graphs, impl, **extra) if attns else None  # once
         x = self.node_encoder(data)
         edge_attr = data.edge_attr
         if edge_attr is None:  # no edge features: one edge type (GraphGPS's DummyEdge)

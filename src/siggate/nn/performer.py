@@ -36,6 +36,17 @@ them; it drops keys instead: in training each key's term in the numerator is kep
 probability ``1 - p`` and scaled by ``1 / (1 - p)`` (the same key for every query of its
 graph), the denominator unchanged, so the expected output is the undropped one.
 
+What this is, next to the other Performers of graph transformers: softmax FAVOR+ (above)
+with head width ``d / H``, ``num_features = 64`` orthogonal features shared by the heads, a
+redraw every ``redraw_interval = 1000`` training passes and key dropout. PyG's
+``PerformerAttention`` (``GPSConv(attn_type="performer")``) uses the ReLU kernel with a head
+width of 64 whatever ``d / H``; GraphGPS's Performer uses softmax features with 266 of them
+and no redraw. ``kernel="relu"`` gives PyG's features, ``relu(x W^T) + 10^{-3}`` on the
+``d_head^{-1/4}``-scaled queries and keys (:func:`relu_features`; the head width stays
+``d / H``); with ``"relu"`` both implementations take the per-graph outer products (the
+fused FAVOR+ kernel is for the softmax features). A full-batch config (one graph per step)
+reaches the redraw interval only after that many steps; set ``redraw_interval`` to fit.
+
 :func:`performer_reference` (:func:`favor_features`, then
 :func:`linear_attention_reference`) is the readable definition and the test oracle;
 :func:`siggate.nn.kernels.linear_attention.performer_fast` must equal it
@@ -55,7 +66,7 @@ from .kernels.attention_cpu import _dropout_keep
 from .kernels.layout import GraphSegments, batch_vector, seeded_generator, segment_amax
 from .kernels.linear_attention import performer_fast
 
-__all__ = ["GatedPerformerAttention", "orthogonal_gaussian", "favor_features", "performer_reference",
+__all__ = ["GatedPerformerAttention", "orthogonal_gaussian", "favor_features", "relu_features", "performer_reference",
            "linear_attention_reference"]
 
 
@@ -102,16 +113,36 @@ def favor_features(q: Tensor, k: Tensor, omega: Tensor, batch: Tensor, num_graph
     return phi_q, torch.exp(zk - c) / scale
 
 
+#: the ReLU kernel's additive floor (PyG's ``generalized_kernel`` ``epsilon``): keeps every
+#: feature, and so every denominator, positive
+RELU_EPSILON = 1e-3
+
+
+def relu_features(q: Tensor, k: Tensor, omega: Tensor, batch: Tensor | None = None,
+                  num_graphs: int | None = None) -> tuple[Tensor, Tensor]:
+    r"""PyG ``PerformerAttention``'s features: ``phi(x) = relu(x W^T) + 1e-3``
+    (:data:`RELU_EPSILON`) for ``q, k [N, H, d_head]`` (already scaled by
+    ``d_head^{-1/4}``), ``omega [m, d_head]`` -> ``(phi_q, phi_k)``, each ``[N, H, m]``. Not
+    an estimator of the softmax kernel: attention weights are ``phi(q_i) . phi(k_j)``
+    normalised per query. ``batch`` and ``num_graphs`` are unused (the signature of
+    :func:`favor_features`)."""
+    return torch.relu(q @ omega.t()) + RELU_EPSILON, torch.relu(k @ omega.t()) + RELU_EPSILON
+
+
+#: ``kernel`` -> its feature map
+KERNEL_FEATURES = {"softmax": favor_features, "relu": relu_features}
+
+
 def performer_reference(q: Tensor, k: Tensor, v: Tensor, omega: Tensor, segments: GraphSegments,
-                        key_keep: Tensor | None = None) -> Tensor:
+                        key_keep: Tensor | None = None, features=favor_features) -> Tensor:
     """FAVOR+ attention of each graph with itself (the definition): :func:`favor_features`
-    of the queries and keys (already scaled by ``d_head^{-1/4}``), then
-    :func:`linear_attention_reference`.
+    (or ``features``, e.g. :func:`relu_features`) of the queries and keys (already scaled by
+    ``d_head^{-1/4}``), then :func:`linear_attention_reference`.
 
     Shapes: ``q, k, v [N, H, d_head]``, ``omega [m, d_head]``, ``key_keep [N, H]``
     (optional) -> ``[N, H, d_head]``.
     """
-    phi_q, phi_k = favor_features(q, k, omega, segments.batch, segments.num_graphs)
+    phi_q, phi_k = features(q, k, omega, segments.batch, segments.num_graphs)
     return linear_attention_reference(phi_q, phi_k, v, segments, key_keep)
 
 
@@ -150,6 +181,9 @@ class GatedPerformerAttention(GatedAttentionBase):
             (default: ``64``)
         redraw_interval (int): training forward passes between two draws of the
             features; ``0`` never redraws. (default: ``1000``)
+        kernel (str): ``"softmax"``: FAVOR+'s positive random features, an unbiased
+            estimate of softmax attention; ``"relu"``: PyG ``PerformerAttention``'s
+            ``relu(x W^T) + 1e-3`` features (:func:`relu_features`). (default: ``"softmax"``)
 
     Shapes: ``x [N, d]``, ``batch [N]`` -> ``[N, d]``.
     """
@@ -169,6 +203,7 @@ class GatedPerformerAttention(GatedAttentionBase):
         impl: str = "auto",
         num_features: int = 64,
         redraw_interval: int = 1000,
+        kernel: str = "softmax",
     ) -> None:
         super().__init__(dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout, bias)
         check_node_impl(impl)
@@ -176,7 +211,10 @@ class GatedPerformerAttention(GatedAttentionBase):
             raise ValueError(f"num_features must be >= 1, got {num_features}")
         if redraw_interval < 0:
             raise ValueError(f"redraw_interval must be >= 0 (0: never), got {redraw_interval}")
+        if kernel not in KERNEL_FEATURES:
+            raise ValueError(f"kernel must be one of {tuple(KERNEL_FEATURES)}, got {kernel!r}")
         self.impl = impl
+        self.kernel = kernel
         self.num_features = num_features
         self.redraw_interval = redraw_interval
         self.register_buffer("omega", torch.empty(num_features, self.head_dim))  # random feature rows
@@ -228,7 +266,11 @@ class GatedPerformerAttention(GatedAttentionBase):
         keep = None
         if self.training and self.attn_dropout > 0:
             keep = _dropout_keep((x.size(0), self.heads), self.attn_dropout, x)
-        attend = partial(performer_fast, features=favor_features) if impl == "packed" else performer_reference
+        features = KERNEL_FEATURES[self.kernel]
+        if impl == "packed":  # the fused per-graph kernel is FAVOR+'s; the ReLU features take the outer products
+            attend = partial(performer_fast, features=features, big_graph=None if self.kernel == "softmax" else 2**62)
+        else:
+            attend = partial(performer_reference, features=features)
         core = partial(self._attend, attend=attend, segments=layout, key_keep=keep)
         return self._gated_rows(x, core, out_weight, out_bias, residual, return_details, layout.batch)
 
@@ -241,5 +283,6 @@ class GatedPerformerAttention(GatedAttentionBase):
 
     def extra_repr(self) -> str:
         return (super().extra_repr()
-                + f", num_features={self.num_features}, redraw_interval={self.redraw_interval}")
+                + f", num_features={self.num_features}, redraw_interval={self.redraw_interval}, "
+                  f"kernel={self.kernel!r}")
 

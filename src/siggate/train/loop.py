@@ -723,6 +723,7 @@ def _final_metrics(run: Run, seconds: float) -> dict:
         "splits": run.ds.sizes(),
         **({"split_nodes": run.ds.node_counts()} if run.info.level == "node" else {}),
         **({"init": {k: run.init[k] for k in ("source", "path", "sha256", "copied")}} if run.init else {}),
+        **({"dataset_stats": run.ds.stats} if run.ds.stats else {}),
         "history": run.history,
     }
 

@@ -3,12 +3,12 @@
 What it computes: exactly :func:`siggate.nn.exphormer.sparse_attention`. The reference
 gathers ``q[dst]``, ``k[src]`` and ``v[src]`` for all ``P`` pairs at once and leaves the
 softmax to autograd (``[P, d]`` and several ``[P, H]`` tensors kept for the backward).
-Here the pairs' part is one autograd node, :class:`_PairSoftmax`, that works like a flash
-attention on sparse rows: the pairs are sorted by query, so it walks blocks of whole query
+Here the pairs' part (with each pair's edge scale ``w[edge_id]`` on its score) is one
+autograd node, :class:`_PairSoftmax`, that works like a flash attention on sparse rows: the pairs are sorted by query, so it walks blocks of whole query
 rows (about :data:`PAIR_CHUNK` pairs each), computes scores, softmax and the weighted sum
 of values per block, and keeps only the output and each row's log-sum-exp ``[N, H]``.
 The backward recomputes a block's probabilities from the log-sum-exp and uses
-``dS = P * (keep * dP - rowsum(do * o) + dlse)``, so no ``[P, d]`` or ``[P, H]`` tensor
+``dS = P * (keep * dP - rowsum(do * o) + dlse)`` (and ``dw[edge_id] += dS q k``), so no ``[P, d]`` or ``[P, H]`` tensor
 lives between forward and backward (the dropout multipliers apart). The extra keys of
 each query (the virtual nodes) join through the log-sum-exp:
 ``out = exp(lse_pairs - L) o_pairs + sum_r exp(s_r - L) w_r`` with ``L`` the log-sum-exp
@@ -46,18 +46,22 @@ def _row_blocks(graph) -> list[tuple[int, int, int, int]]:
 
 class _PairSoftmax(torch.autograd.Function):
     """For queries ``i`` and their pairs ``p = (src_p, i)``: ``o_i = sum_p P_p keep_p
-    v[src_p]`` and ``lse_i = log sum_p exp(s_p)``, with ``s_p = scale * <q_i, k[src_p]>`` and
-    ``P_p = exp(s_p - lse_i)``, per head. ``q, k, v [N, H, d_head]``, ``keep [P, H]`` or
-    ``None`` -> ``(o [N, H, d_head], lse [N, H])``."""
+    v[src_p]`` and ``lse_i = log sum_p exp(s_p)``, with ``s_p = scale * sum_c q_ic
+    k[src_p]_c w_pc`` (``w_p = w[edge_id_p]``; ``w`` ``None``: ones) and ``P_p = exp(s_p -
+    lse_i)``, per head. ``q, k, v [N, H, d_head]``, ``w [T, H, d_head]`` or ``None``,
+    ``keep [P, H]`` or ``None`` -> ``(o [N, H, d_head], lse [N, H])``."""
 
     @staticmethod
-    def forward(ctx, q, k, v, keep, graph, scale):
+    def forward(ctx, q, k, v, w, keep, graph, scale):
         N, H, dh = q.shape
         o = v.new_empty(N, H, dh)
         lse = q.new_empty(N, H)
         for r0, r1, p0, p1 in _row_blocks(graph):
             local, src = graph.dst[p0:p1] - r0, graph.src[p0:p1]
-            s = (q[r0:r1].index_select(0, local) * k.index_select(0, src)).sum(-1).mul_(scale)  # c, H
+            qk = q[r0:r1].index_select(0, local) * k.index_select(0, src)  # c, H, dh
+            if w is not None:
+                qk.mul_(w.index_select(0, graph.edge_id[p0:p1]))
+            s = qk.sum(-1).mul_(scale)  # c, H
             offsets = graph.row_ptr[r0 : r1 + 1] - p0
             m = torch.segment_reduce(s, "max", offsets=offsets, axis=0, unsafe=True)  # rows, H
             e = s.sub_(m.index_select(0, local)).exp_()
@@ -67,42 +71,49 @@ class _PairSoftmax(torch.autograd.Function):
             if keep is not None:
                 p.mul_(keep[p0:p1])
             o[r0:r1] = v.new_zeros(r1 - r0, H, dh).index_add_(0, local, v.index_select(0, src).mul_(p[..., None]))
-        ctx.save_for_backward(q, k, v, keep, o, lse)
+        ctx.save_for_backward(q, k, v, w, keep, o, lse)
         ctx.graph, ctx.scale = graph, scale
         return o, lse
 
     @staticmethod
     def backward(ctx, do, dlse):
-        q, k, v, keep, o, lse = ctx.saved_tensors
+        q, k, v, w, keep, o, lse = ctx.saved_tensors
         graph, scale = ctx.graph, ctx.scale
         do = do.contiguous()
         delta = (do * o).sum(-1)  # N, H: rowsum(P keep dP)
         if dlse is not None:
             delta = delta - dlse
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        dw = None if w is None else torch.zeros_like(w)
         for r0, r1, p0, p1 in _row_blocks(graph):
             local, src = graph.dst[p0:p1] - r0, graph.src[p0:p1]
             q_p, k_p, v_p = q[r0:r1].index_select(0, local), k.index_select(0, src), v.index_select(0, src)
+            w_p = None if w is None else w.index_select(0, graph.edge_id[p0:p1])
+            qk = q_p * k_p  # c, H, dh
+            p = (qk if w_p is None else qk * w_p).sum(-1).mul_(scale).sub_(lse[r0:r1].index_select(0, local)).exp_()
             do_p = do[r0:r1].index_select(0, local)
-            p = (q_p * k_p).sum(-1).mul_(scale).sub_(lse[r0:r1].index_select(0, local)).exp_()  # c, H
             dp = (do_p * v_p).sum(-1)
             pk = p if keep is None else p * keep[p0:p1]
             dv.index_add_(0, src, do_p.mul_(pk[..., None]))
             if keep is not None:
                 dp.mul_(keep[p0:p1])
-            ds = dp.sub_(delta[r0:r1].index_select(0, local)).mul_(p).mul_(scale)  # c, H
-            dq[r0:r1].index_add_(0, local, k_p.mul_(ds[..., None]))
-            dk.index_add_(0, src, q_p.mul_(ds[..., None]))
-        return dq, dk, dv, None, None, None
+            ds = dp.sub_(delta[r0:r1].index_select(0, local)).mul_(p).mul_(scale)[..., None]  # c, H, 1
+            if w_p is not None:
+                dw.index_add_(0, graph.edge_id[p0:p1], qk.mul_(ds))
+                k_p.mul_(w_p)
+                q_p.mul_(w_p)
+            dq[r0:r1].index_add_(0, local, k_p.mul_(ds))
+            dk.index_add_(0, src, q_p.mul_(ds))
+        return dq, dk, dv, dw, None, None, None
 
 
 def sparse_attention_fast(q: Tensor, k: Tensor, v: Tensor, graph, extra_logits: Tensor | None = None,
                           extra_values: Tensor | None = None, edge_keep: Tensor | None = None,
-                          extra_keep: Tensor | None = None) -> Tensor:
+                          extra_keep: Tensor | None = None, edge_scale: Tensor | None = None) -> Tensor:
     """Same arguments and result as :func:`siggate.nn.exphormer.sparse_attention` (``graph``
     an :class:`~siggate.nn.exphormer.AttentionGraph`: ``src``, ``dst`` sorted by query,
-    ``row_ptr``, ``cache``)."""
-    o, lse = _PairSoftmax.apply(q, k, v, edge_keep, graph, 1.0 / math.sqrt(q.size(-1)))
+    ``edge_id``, ``row_ptr``, ``cache``)."""
+    o, lse = _PairSoftmax.apply(q, k, v, edge_scale, edge_keep, graph, 1.0 / math.sqrt(q.size(-1)))
     if extra_logits is None:
         return o
     total = torch.logaddexp(lse, extra_logits.logsumexp(-1))  # N, H: over pairs and extra keys

@@ -181,7 +181,7 @@ def forward_folded(layer, x: Tensor, edge_index: Tensor, edge_attr: Tensor, layo
     (:func:`folded_params`): two fused multiply-adds replace three normalisations and four
     additions. Shapes as :meth:`GPSLayer.forward`."""
     f = folded_params(layer, gine)
-    acc = None
+    acc, graph_data = None, layer._graph_data(edge_attr)
     if gine:
         h = layer.local.aggregate(x, edge_index, edge_attr)
         acc = F.linear(F.relu(layer.local.mlp[0](h)), f["local_w"], f["local_b"])
@@ -189,7 +189,8 @@ def forward_folded(layer, x: Tensor, edge_index: Tensor, edge_attr: Tensor, layo
         h, edge_attr = layer.local(x, edge_index, edge_attr)
         acc = h * f["local_s"]
     if layer.attn is not None:
-        a = layer.attn.forward_nodes(x, layout, impl="packed", out_weight=f["attn_w"], out_bias=f["attn_b"])
+        a = layer.attn.forward_nodes(x, layout, impl="packed", out_weight=f["attn_w"], out_bias=f["attn_b"],
+                                     **graph_data)
         acc = a if acc is None else acc.add_(a)
     if f["const"] is not None:
         acc = acc.add_(f["const"])

@@ -119,13 +119,15 @@ def _values(v: Tensor, keep: Tensor | None) -> Tensor:
 
 
 def performer_fast(q: Tensor, k: Tensor, v: Tensor, omega: Tensor, segments: GraphSegments,
-                   key_keep: Tensor | None = None, features=None) -> Tensor:
+                   key_keep: Tensor | None = None, features=None, big_graph: int | None = None) -> Tensor:
     """Same arguments and result as :func:`siggate.nn.performer.performer_reference`:
     ``q, k`` (scaled by ``d_head^{-1/4}``), ``v [N, H, d_head]``, ``omega [m, d_head]``,
     ``key_keep [N, H]`` (optional) -> ``[N, H, d_head]``. ``features``: the reference's
     feature map (:func:`~siggate.nn.performer.favor_features`), used for the graphs below
-    :data:`BIG_GRAPH` nodes; needed only when there are such graphs."""
-    big, small = segments.runs(BIG_GRAPH)
+    :data:`BIG_GRAPH` nodes (``big_graph``, if given); needed only when there are such graphs.
+    Graphs from ``big_graph`` nodes on take :class:`_GraphFavor` (softmax features only: a
+    ``big_graph`` beyond every graph's size sends all graphs through ``features``)."""
+    big, small = segments.runs(BIG_GRAPH if big_graph is None else big_graph)
     pieces, rows = [], []
     for _, a, b in big:
         keep = None if key_keep is None else key_keep[a:b]
