@@ -347,6 +347,19 @@ def _checkpoint(model, optimizer, scheduler, cfg, info, mean, std, state: RunSta
     }
 
 
+def data_source(cfg: Config) -> dict | None:
+    """Where a CSV run's data came from, ``{"csv": absolute path, "sha256": the file's hash}``,
+    stored in its checkpoints so that ``siggate evaluate`` finds the file from any directory and
+    notices an edit (:func:`siggate.train.evaluate.stored_csv`); ``None`` for a named dataset
+    (or a dataset handed to :func:`train` whose config names no existing file)."""
+    if cfg.data.name != "csv" or not cfg.data.csv or not Path(cfg.data.csv).is_file():
+        return None
+    from ..data.cache import fingerprint_file
+
+    path = Path(cfg.data.csv).resolve()
+    return {"csv": str(path), "sha256": fingerprint_file(path)}
+
+
 def _process_rng(device: torch.device) -> dict:
     """This process's RNG states (CPU generators, and the CUDA one of ``device``)."""
     state = {"cpu": rng_state()}
@@ -624,6 +637,7 @@ class _RunFiles:
                                         "task": run.info.to_dict()}},
             sort_keys=False))
         self.out, self.progress = out, progress
+        self.source = data_source(cfg)
         self.writer = _EpochLog(out / "log.csv", run.history)
         self.tb = TBLogger(out / "tb", purge_step=run.state.epoch + 1 if run.state.epoch else None)
 
@@ -633,6 +647,7 @@ class _RunFiles:
         self.writer.write(row)
         ckpt = _checkpoint(run.model, run.optimizer, run.scheduler, run.cfg, info, run.mean, run.std, run.state,
                            run.history, run.params, end.rng_ranks)
+        ckpt["data_source"] = self.source
         if end.improved:
             atomic_save(ckpt, self.out / "best.pt")
         atomic_save(ckpt, self.out / "last.pt")
