@@ -201,7 +201,7 @@ def cmd_predict(args) -> int:
                        "give SMILES as arguments or --input FILE")
     if not args.smiles and not args.input:
         raise CLIError("give SMILES as arguments or --input FILE")
-    pred = Predictor(args.checkpoint, max_atoms=args.max_atoms)
+    pred = Predictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device))
     chunks = [list(args.smiles)] if args.smiles else read_smiles(args.input, args.smiles_col, args.chunk_size)
     n, bad = predict_to_csv(pred, chunks, args.output)
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
@@ -228,7 +228,7 @@ def cmd_data(args) -> int:
         flag = "--" + refused[0].replace("_", "-")
         raise CLIError(f"{flag} does not apply to {args.name}; it applies to "
                        + ", ".join(sorted(n for n, m in DATASET_META.items() if refused[0] in m["options"])))
-    res = verify(args.name, root=args.data_root, cache_dir=args.cache_dir, **options)
+    res = verify(args.name, root=args.data_root, cache_dir=args.cache_dir, progress=progress_enabled(args), **options)
     print(json.dumps(res, indent=2, default=str))
     return 0
 

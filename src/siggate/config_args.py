@@ -9,6 +9,7 @@ build their parsers from it without importing :mod:`siggate.cli`, torch or PyG.
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from .config import load_config
 
@@ -20,19 +21,23 @@ class CLIError(Exception):
     """An error to print as one clean message (exit code 2)."""
 
 
-def examples_epilog(examples: list[str]) -> dict:
-    """``epilog`` and ``formatter_class`` arguments of a parser whose ``--help`` ends with
-    ``examples`` (1-3 command lines, each optionally followed by ``  # comment``), laid out as written."""
-    return {"epilog": "examples:\n" + "\n".join(f"  {line}" for line in examples),
-            "formatter_class": argparse.RawDescriptionHelpFormatter}
+def examples_epilog(examples: list[str], description: str | None = None) -> dict:
+    """``epilog``, ``formatter_class`` (and ``description``, its paragraphs wrapped) arguments of a
+    parser whose ``--help`` ends with ``examples`` (1-3 command lines, each optionally followed by
+    ``  # comment``), laid out as written."""
+    out = {"epilog": "examples:\n" + "\n".join(f"  {line}" for line in examples),
+           "formatter_class": argparse.RawDescriptionHelpFormatter}
+    if description:
+        out["description"] = "\n\n".join(textwrap.fill(" ".join(par.split()), 88) for par in description.split("\n\n"))
+    return out
 
 
 def add_command(subparsers, name: str, help: str, examples: list[str], description: str | None = None,
                 **kw) -> argparse.ArgumentParser:
     """``subparsers.add_parser(name)`` with a one-line ``help``, a ``description`` (default: the
     help as a sentence) and :func:`examples_epilog`."""
-    return subparsers.add_parser(name, help=help, description=description or help[:1].upper() + help[1:] + ".",
-                                 **examples_epilog(examples), **kw)
+    return subparsers.add_parser(name, help=help, **examples_epilog(examples, description or help[:1].upper()
+                                                                    + help[1:] + "."), **kw)
 
 
 def add_threads_flag(p: argparse.ArgumentParser, default: int | None = None, default_text: str = "torch's choice") -> None:

@@ -100,7 +100,7 @@ def prepare_data(cfg: Config, progress: bool = True) -> GraphDataset:
 
         extra = {"split": d.split} if d.split is not None else {}
         extra.update({k: getattr(d, k) for k in DATASET_META[d.name]["options"] if getattr(d, k)})
-        ds = get_dataset(d.name, root=d.root, cache_dir=d.cache_dir, **extra)
+        ds = get_dataset(d.name, root=d.root, cache_dir=d.cache_dir, progress=progress, **extra)
     if d.max_graphs:
         ds.splits = {k: v[:d.max_graphs] for k, v in ds.splits.items()}
     m = cfg.model
