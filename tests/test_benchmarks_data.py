@@ -356,18 +356,29 @@ def test_molhiv_fixture_unsanitizable_and_invalid(tmp_path):
     assert sorted(r.index for r in strict.invalid) == [8, 9]
 
 
-def test_every_molecule_loader_takes_the_same_options_and_names_unknown_ones(tmp_path):
+def test_every_molecule_loader_takes_the_same_options_and_names_unknown_ones(tmp_path, monkeypatch):
     """One set of keyword options (LoadOptions) for every benchmark molecule loader; a typo
-    is named in a warning that points at the caller's line, and the load still happens."""
+    is named in a warning that points at the caller's line, and the load still happens.
+    Progress bars default to on only when stderr is a terminal (none in a piped log)."""
+    import io
+    import sys
+
     from siggate.data.sources import LoadOptions
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
 
     root = tmp_path / "data"
     fx.make_molhiv(root, smiles=fx.SMILES[:10])
     with pytest.warns(UserWarning, match=r"molhiv: ignoring unknown options \['rwse_step'\]") as rec:
         ds = ogb_mol.molhiv(root=root, cache_dir=tmp_path / "cache", download=False, progress=False, rwse_step=4)
     assert rec[0].filename == __file__ and len(ds.train) + len(ds.val) + len(ds.test) == 10
+    monkeypatch.setattr(sys, "stderr", Terminal())
     opts = LoadOptions.take("x", {"download": False, "lap_dim": 3})
     assert (opts.download, opts.progress, opts.allow_unsanitized, opts.rwse_steps, opts.lap_dim) == (False, True, True, 0, 3)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # a pipe
+    assert LoadOptions.take("x", {}).progress is False and LoadOptions.take("x", {"progress": True}).progress is True
 
 
 # ============================================================================ fixtures: caching, read-only root

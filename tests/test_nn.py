@@ -417,3 +417,51 @@ def test_norm_pooling_model_is_the_add_model_with_a_scaled_head():
     assert torch.allclose(norm(graphs), add(graphs), atol=1e-12)
     with pytest.raises(ValueError, match="pool_norm must be > 0"):
         SigGateGT(1, dim=16, layers=2, pooling="norm", pool_norm=0.0)
+
+
+@pytest.mark.parametrize("ours, ogb_name, dims", [
+    ("OGBAtomEncoder", "AtomEncoder", get_atom_feature_dims()),
+    ("OGBBondEncoder", "BondEncoder", get_bond_feature_dims()),
+])
+def test_ogb_encoders_equal_ogbs_own(ours, ogb_name, dims):
+    """Our embedding sums (written so that siggate.nn needs no ogb.graphproppred) build the same
+    parameters from a seed as OGB's classes, load their state dicts and give the same outputs."""
+    from ogb.graphproppred import mol_encoder
+
+    from siggate.nn import encoders
+
+    torch.manual_seed(3)
+    mine = getattr(encoders, ours)(12)
+    torch.manual_seed(3)
+    ref = getattr(mol_encoder, ogb_name)(12)
+    assert list(mine.state_dict()) == list(ref.state_dict())
+    for (name, a), b in zip(mine.state_dict().items(), ref.state_dict().values()):
+        assert torch.equal(a, b), name
+    g = torch.Generator().manual_seed(0)
+    x = torch.stack([torch.randint(0, d, (40,), generator=g) for d in dims], dim=1)
+    torch.testing.assert_close(mine(x), ref(x), rtol=0, atol=0)
+    with torch.no_grad():  # different weights, loaded from OGB's module: same function
+        for p in ref.parameters():
+            p.normal_()
+    mine.load_state_dict(ref.state_dict())
+    torch.testing.assert_close(mine(x), ref(x), rtol=0, atol=0)
+    before = [p.clone() for p in mine.parameters()]
+    mine.reset_parameters()
+    assert all(not torch.equal(a, b) for a, b in zip(before, mine.parameters()))
+
+
+def test_import_nn_loads_no_sklearn_or_ogb_graphproppred():
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = ("import sys, json, siggate.nn\n"
+             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn' "
+             "or m.startswith('ogb.graphproppred'))))")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": src})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -31,7 +31,8 @@ def _modules() -> dict[str, tuple[Path, bool]]:
 def import_graph() -> dict[str, set[str]]:
     """``module -> modules of siggate it imports``: every ``import``/``from ... import``
     anywhere in the file (functions included), resolved relative imports, and string
-    constants naming a siggate module (``importlib.import_module`` tables)."""
+    constants naming a siggate module (``importlib.import_module`` tables, ``"module:function"``
+    entry points of the light parsers)."""
     mods = _modules()
     graph = {}
     for name, (path, is_pkg) in mods.items():
@@ -49,7 +50,7 @@ def import_graph() -> dict[str, set[str]]:
                     mod = node.module or ""
                 targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("siggate."):
-                targets = [node.value]
+                targets = [node.value.split(":")[0]]  # "module" or a parser's "module:function" entry
             deps.update(t for t in targets if t in mods and t != name)
         graph[name] = deps
     return graph

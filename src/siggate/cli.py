@@ -1,7 +1,9 @@
 """``siggate`` command line: wires configs, data, training and analyses together.
 
 Sub-commands: ``train``, ``evaluate``, ``predict``, ``data`` here; ``compare``, ``analyze``
-and ``bench`` are registered by their own modules (see ``EXTRA_COMMANDS``).
+and ``bench`` are registered by their own light modules (see ``EXTRA_COMMANDS``). Building the
+parser imports no torch, PyG, RDKit, SciPy or matplotlib (``tests/test_cli_help.py``): a
+parser's ``func`` may be ``"module:function"``, imported only when that command runs.
 """
 
 from __future__ import annotations
@@ -14,14 +16,53 @@ import logging
 import sys
 from pathlib import Path
 
-from .config_args import CLIError, add_config_args, check_out_folder, config_from_args, set_keys
+from .config_args import (
+    CLIError,
+    add_command,
+    add_config_args,
+    add_device_flag,
+    add_threads_flag,
+    check_device,
+    check_out_folder,
+    config_from_args,
+    set_keys,
+)
 from .options import add_progress_flag, progress_enabled
 
-# name -> module exposing ``register(subparsers)``; each sets ``func`` on its parser.
+# name -> light module exposing ``register(subparsers)``; each sets ``func`` on its parser.
 EXTRA_COMMANDS = {
     "compare": "siggate.train.compare",
     "analyze": "siggate.analysis.cli",
-    "bench": "siggate.perf.bench",
+    "bench": "siggate.perf.cli",
+}
+
+#: the examples at the end of each sub-command's ``--help``
+EXAMPLES = {
+    "train": [
+        "siggate train --config zinc --epochs 50 --seed 1 --out runs/zinc-s1",
+        "siggate train --data my.csv --target-col logS --task regression   # your own CSV of SMILES",
+        "siggate train --data my.csv --target-col logS --ensemble 5 --out runs/logS",
+    ],
+    "evaluate": [
+        "siggate evaluate --checkpoint runs/x --split all          # the run's own splits",
+        "siggate evaluate --checkpoint runs/x --data external.csv --output scores.json",
+        "siggate evaluate --checkpoint runs/logS --data test.csv --target-col logS   # an ensemble folder",
+    ],
+    "predict": [
+        'siggate predict --checkpoint runs/x "CCO" "c1ccccc1O"',
+        "siggate predict --checkpoint runs/x --input molecules.csv --output preds.csv",
+        "siggate predict --checkpoint runs/pattern-elementwise-seed0 --split test --output nodes.csv",
+    ],
+    "pretrain": [
+        "siggate pretrain --smiles moses --out runs/pretrain --molecules 100000 --epochs 15",
+        "siggate pretrain --smiles my_library.smi --out runs/pt --exclude my_test.csv",
+        "siggate pretrain --smiles moses --out runs/pretrain --resume        # continue an interrupted run",
+    ],
+    "data": [
+        "siggate data list",
+        "siggate data verify zinc --data-root ../shared/data",
+        "siggate data verify pattern --max-graphs 100",
+    ],
 }
 
 
@@ -190,25 +231,37 @@ def _train_ddp(cfg, args) -> int:
     return 0
 
 
+def _set_threads(args) -> None:
+    """Apply ``--threads`` (where the command has it) before any work."""
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
 def cmd_evaluate(args) -> int:
-    from torch_geometric.loader import DataLoader  # noqa: F401  (import check)
+    from .files import atomic_write_bytes
+    from .train.evaluate import EvaluationError, evaluate
 
-    from .train.loop import evaluate_splits, load_trained, prepare_data
-
-    model, ckpt, cfg, info = load_trained(args.checkpoint)
-    if args.data_root:
-        cfg.data.root = args.data_root
-    if args.cache_dir:
-        cfg.data.cache_dir = args.cache_dir
-    ds = prepare_data(cfg)
-    splits = list(ds.splits) if args.split == "all" else [args.split]
-    unknown = [s for s in splits if s not in ds.splits]
-    if unknown:
-        raise CLIError(f"unknown split {unknown[0]!r}; available: {', '.join(ds.splits)}, all")
-    res = {"checkpoint": str(args.checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric}
-    res.update(evaluate_splits(model, ds, splits, ckpt["target_mean"], ckpt["target_std"]))
-    print(json.dumps(res, indent=2))
+    if args.data is None and (args.target_col or args.smiles_col != "smiles"):
+        raise CLIError("--smiles-col/--target-col name the columns of --data FILE.csv; give --data too")
+    if args.data is not None and args.split is not None:
+        raise CLIError(f"--split applies to the run's own data; --data {args.data} is scored whole (drop --split)")
+    device = check_device(args.device)
+    targets = [c.strip() for c in args.target_col.split(",") if c.strip()] if args.target_col else None
+    try:
+        res = evaluate(args.checkpoint, split=args.split or "test", data=args.data, smiles_col=args.smiles_col,
+                       target_cols=targets, allow_changed=args.allow_changed, data_root=args.data_root,
+                       cache_dir=args.cache_dir, device=device, progress=progress_enabled(args))
+    except EvaluationError as exc:
+        raise CLIError(str(exc)) from None
+    text = json.dumps(res, indent=2)
+    print(text)
+    if args.output:
+        atomic_write_bytes(Path(args.output), (text + "\n").encode())
+        print(f"siggate evaluate: wrote {args.output}", file=sys.stderr)
     return 0
+
 
 
 def cmd_predict(args) -> int:
@@ -228,7 +281,7 @@ def cmd_predict(args) -> int:
                        "give SMILES as arguments or --input FILE")
     if not args.smiles and not args.input:
         raise CLIError("give SMILES as arguments or --input FILE")
-    pred = Predictor(args.checkpoint, max_atoms=args.max_atoms)
+    pred = Predictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device))
     chunks = [list(args.smiles)] if args.smiles else read_smiles(args.input, args.smiles_col, args.chunk_size)
     n, bad = predict_to_csv(pred, chunks, args.output)
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
@@ -239,10 +292,6 @@ def cmd_predict(args) -> int:
 def cmd_pretrain(args) -> int:
     from .train.pretrain import pretrain
 
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     source = args.smiles
     if source == "moses":
         from .data.corpus import moses_train_path
@@ -278,7 +327,7 @@ def cmd_data(args) -> int:
         flag = "--" + refused[0].replace("_", "-")
         raise CLIError(f"{flag} does not apply to {args.name}; it applies to "
                        + ", ".join(sorted(n for n, m in DATASET_META.items() if refused[0] in m["options"])))
-    res = verify(args.name, root=args.data_root, cache_dir=args.cache_dir, **options)
+    res = verify(args.name, root=args.data_root, cache_dir=args.cache_dir, progress=progress_enabled(args), **options)
     print(json.dumps(res, indent=2, default=str))
     return 0
 
@@ -291,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("train", help="train a model (default: the nci5k config)")
+    p = add_command(sub, "train", "train a model (default: the nci5k config)", EXAMPLES["train"])
     add_config_args(p)
     p.add_argument("--out", default=None, help="output directory (default: runs/<dataset>-<gate>-seed<seed>, "
                    "runs/<file>-csv-<gate>-seed<seed> for --data, <gate> 'attnoff' without attention; -2, -3, ... "
@@ -307,35 +356,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--on-nan", choices=["stop", "skip"], default=None, help="on a non-finite loss: stop (default) or skip the batch")
     p.add_argument("--ddp", action="store_true", help="distributed data parallel (under torchrun)")
     add_progress_flag(p)
+    add_threads_flag(p, default_text="train.threads, else torch's choice")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("evaluate", help="evaluate a checkpoint on a split")
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--split", default="test", help="train, val, test or all (default: test)")
-    p.add_argument("--data-root", default=None)
-    p.add_argument("--cache-dir", default=None)
+    p = add_command(sub, "evaluate", "score a run or ensemble on its splits or on a labelled CSV", EXAMPLES["evaluate"],
+                    description="Score a trained run (a folder or a .pt) or an ensemble folder (the mean of its "
+                                "members) on its own data's splits, or on your own labelled CSV with --data, "
+                                "featurized as in training. Prints the metric per split and per target as JSON.")
+    p.add_argument("--checkpoint", required=True, metavar="RUN",
+                   help="run folder (its best.pt), ensemble folder (OUT/ensemble.json) or .pt checkpoint")
+    p.add_argument("--split", default=None, help="split of the run's own data: train, val, test or all (default: test)")
+    p.add_argument("--data", default=None, metavar="FILE.csv",
+                   help="score this labelled CSV of SMILES instead (every row; invalid SMILES and empty labels are counted)")
+    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --data (default: smiles)")
+    p.add_argument("--target-col", default=None, metavar="COL[,COL...]",
+                   help="label column(s) of --data, in the model's target order (default: the training targets' names)")
+    p.add_argument("--allow-changed", action="store_true",
+                   help="score the run's training CSV even if it changed since training (re-split; default: refuse)")
+    p.add_argument("--output", default=None, metavar="FILE.json", help="also write the scores to this JSON file")
+    p.add_argument("--data-root", default=None, help="benchmark data root (default: as in training, or $SIGGATE_DATA)")
+    p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE)")
+    add_device_flag(p)
+    add_threads_flag(p)
+    add_progress_flag(p)
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("predict", help="predict properties of molecules from SMILES, or per node of a "
-                                         "node-level dataset's graphs")
-    p.add_argument("--checkpoint", required=True)
+    p = add_command(sub, "predict", "predict properties of molecules from SMILES, or per node of a "
+                                    "node-level dataset's graphs", EXAMPLES["predict"])
+    p.add_argument("--checkpoint", required=True, metavar="RUN",
+                   help="run folder (its best.pt), ensemble folder (mean and uncertainty) or .pt checkpoint")
     p.add_argument("smiles", nargs="*", help="SMILES strings")
     p.add_argument("--split", default=None,
                    help="node-level checkpoints: the dataset split to predict, train, val, test or all (default: test)")
     p.add_argument("--data-root", default=None, help="node-level checkpoints: benchmark data root")
     p.add_argument("--cache-dir", default=None, help="node-level checkpoints: cache for processed data")
     p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
-    p.add_argument("--smiles-col", default="smiles")
+    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --input (default: smiles)")
     p.add_argument("--output", default=None, help="output CSV (default: stdout)")
-    p.add_argument("--max-atoms", type=int, default=1000)
-    p.add_argument("--chunk-size", type=int, default=1000)
+    p.add_argument("--max-atoms", type=int, default=1000,
+                   help="refuse molecules with more atoms, with a reason per row (default: 1000; attention is quadratic)")
+    p.add_argument("--chunk-size", type=int, default=1000,
+                   help="rows of --input read, predicted and written at a time (default: 1000)")
+    add_device_flag(p)
+    add_threads_flag(p)
     p.set_defaults(func=cmd_predict)
 
-    p = sub.add_parser("pretrain", help="pretrain a backbone on unlabelled SMILES (RDKit descriptor regression)",
-                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog="""examples:
-  siggate pretrain --smiles moses --out runs/pretrain --molecules 100000 --epochs 20
-  siggate pretrain --smiles my_library.smi --out runs/pt --exclude my_test.csv
-  siggate pretrain --smiles moses --out runs/pretrain --resume        # continue an interrupted run""")
+    p = add_command(sub, "pretrain", "pretrain a backbone on unlabelled SMILES (RDKit descriptor regression)",
+                    EXAMPLES["pretrain"])
     p.add_argument("--smiles", required=True, metavar="FILE",
                    help="unlabelled molecules: a CSV with a SMILES column, a .smi/.txt file (gzip allowed), or 'moses' "
                         "for the MOSES training set inside an installed molsets==0.3.1 wheel")
@@ -352,24 +419,42 @@ def build_parser() -> argparse.ArgumentParser:
                         "molhiv, NCI-5K and MoleculeACE are always dropped where their files are found")
     p.add_argument("--data-root", default=None, help="benchmark data root, for the ZINC and molhiv test sets")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads (default: 1)")
+    add_threads_flag(p, default=1, default_text="1")
     add_progress_flag(p)
     p.set_defaults(func=cmd_pretrain)
 
-    p = sub.add_parser("data", help="list datasets or verify one")
-    p.add_argument("action", choices=["list", "verify"])
-    p.add_argument("name", nargs="?")
-    p.add_argument("--data-root", default=None)
-    p.add_argument("--cache-dir", default=None)
+    p = add_command(sub, "data", "list datasets or verify one", EXAMPLES["data"])
+    p.add_argument("action", choices=["list", "verify"], help="list: the registered datasets; verify: load one, print its counts")
+    p.add_argument("name", nargs="?", help="dataset to verify (see siggate data list)")
+    p.add_argument("--data-root", default=None, help="benchmark data root (default: $SIGGATE_DATA)")
+    p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE)")
     p.add_argument("--max-graphs", type=int, default=0, metavar="N",
                    help="generated datasets (pattern, cluster): only the first N graphs of each split")
     p.add_argument("--num-nodes", type=int, default=0, metavar="N", help="sbm-large: nodes of its graph")
+    add_threads_flag(p)
+    add_progress_flag(p)
     p.set_defaults(func=cmd_data)
 
     for name, module in EXTRA_COMMANDS.items():
         if importlib.util.find_spec(module) is not None:
             importlib.import_module(module).register(sub)
     return parser
+
+
+#: the commands whose ``--threads`` :func:`main` applies (compare and analyze apply their own)
+THREADED = ("train", "evaluate", "predict", "data")
+
+
+def _user_errors() -> tuple:
+    """The errors :func:`main` prints as one line with exit code 2, imported only once one was
+    raised (so that light commands such as ``siggate data list`` never import torch)."""
+    from .config import ConfigError
+    from .data.base import DataError
+    from .train.checkpoint import CheckpointError
+    from .train.loop import NonFiniteLossError
+    from .train.predict import InputError
+
+    return CLIError, ConfigError, DataError, CheckpointError, InputError, NonFiniteLossError, FileNotFoundError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,15 +464,17 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from .config import ConfigError
-    from .data.base import DataError
-    from .train.checkpoint import CheckpointError
-    from .train.loop import NonFiniteLossError
-    from .train.predict import InputError
-
+    func = args.func
+    if isinstance(func, str):  # "module:function" of a light parser, imported now
+        module, _, name = func.partition(":")
+        func = getattr(importlib.import_module(module), name)
     try:
-        return int(args.func(args) or 0)
-    except (CLIError, ConfigError, DataError, CheckpointError, InputError, NonFiniteLossError, FileNotFoundError) as exc:
+        if args.command in THREADED:
+            _set_threads(args)
+        return int(func(args) or 0)
+    except Exception as exc:
+        if not isinstance(exc, _user_errors()):
+            raise
         print(f"siggate {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,18 +1,21 @@
-"""Command-line options that select a config (``--config``, ``--set``, ``--seed``, ...),
-shared by ``siggate train`` and ``siggate compare``.
+"""Command-line options shared by the ``siggate`` sub-commands: the ones that select a config
+(``--config``, ``--set``, ``--seed``, ...), ``--threads`` and ``--device``, and
+:func:`add_command`, which gives every sub-command its examples.
 
 A low module: it imports only :mod:`siggate.config`, so the commands of any package can
-build their parsers from it without importing :mod:`siggate.cli`.
+build their parsers from it without importing :mod:`siggate.cli`, torch or PyG.
 """
 
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from .config import load_config, parse_override
 from .files import out_dir_problem
 
-__all__ = ["CLIError", "WARMUP_START", "add_config_args", "check_out_folder", "config_from_args", "set_keys"]
+__all__ = ["CLIError", "WARMUP_START", "add_command", "add_config_args", "add_device_flag", "add_threads_flag",
+           "check_device", "check_out_folder", "config_from_args", "examples_epilog", "set_keys"]
 
 #: Learning-rate factor of the first warmup epoch of a ``siggate train`` run (``train.warmup_start``):
 #: no epoch trains below 1% of the base. ``--budget`` (a benchmark protocol run) keeps GraphGPS's
@@ -22,6 +25,48 @@ WARMUP_START = 0.01
 
 class CLIError(Exception):
     """An error to print as one clean message (exit code 2)."""
+
+
+def examples_epilog(examples: list[str], description: str | None = None) -> dict:
+    """``epilog``, ``formatter_class`` (and ``description``, its paragraphs wrapped) arguments of a
+    parser whose ``--help`` ends with ``examples`` (1-3 command lines, each optionally followed by
+    ``  # comment``), laid out as written."""
+    out = {"epilog": "examples:\n" + "\n".join(f"  {line}" for line in examples),
+           "formatter_class": argparse.RawDescriptionHelpFormatter}
+    if description:
+        out["description"] = "\n\n".join(textwrap.fill(" ".join(par.split()), 88) for par in description.split("\n\n"))
+    return out
+
+
+def add_command(subparsers, name: str, help: str, examples: list[str], description: str | None = None,
+                **kw) -> argparse.ArgumentParser:
+    """``subparsers.add_parser(name)`` with a one-line ``help``, a ``description`` (default: the
+    help as a sentence) and :func:`examples_epilog`."""
+    return subparsers.add_parser(name, help=help, **examples_epilog(examples, description or help[:1].upper()
+                                                                    + help[1:] + "."), **kw)
+
+
+def add_threads_flag(p: argparse.ArgumentParser, default: int | None = None, default_text: str = "torch's choice") -> None:
+    """``--threads N``: torch threads of this process (``args.threads``)."""
+    p.add_argument("--threads", type=int, default=default, metavar="N",
+                   help=f"torch threads (default: {default_text})")
+
+
+def add_device_flag(p: argparse.ArgumentParser) -> None:
+    """``--device cpu|cuda`` (``args.device``, default ``cpu``); see :func:`check_device`."""
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the model runs: cpu (default) or cuda (a GPU visible to torch)")
+
+
+def check_device(name: str) -> str:
+    """``name`` if torch can run on it, else a :class:`CLIError` naming the cause and the fix."""
+    if name == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise CLIError("--device cuda: torch sees no CUDA device here (torch "
+                           f"{torch.__version__}, CUDA build {torch.version.cuda or 'none'}); use --device cpu")
+    return name
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:

@@ -375,13 +375,6 @@ def replace_between_markers(text: str, block: str) -> str:
     return f"{head}{START}\n{block.strip()}\n{END}{tail}"
 
 
-def register(sub) -> None:
-    p = sub.add_parser("claims", help="the paper's claims against the committed results, as one table")
-    p.add_argument("dirs", nargs="+", help="folders (or results.json files) with compare and analysis results")
-    p.add_argument("--out", default=None, help="write the table to this Markdown file")
-    p.add_argument("--readme", default=None, help=f"replace the {START} ... {END} section of this file")
-    p.set_defaults(func=main)
-
 
 def main(args) -> int:
     for dest in (args.out, args.readme):

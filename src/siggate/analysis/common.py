@@ -25,33 +25,9 @@ import siggate
 from ..config import Config, load_config
 from ..config_args import check_out_folder
 from ..files import atomic_write_bytes
-from ..options import add_progress_flag, progress_enabled
+from ..options import progress_enabled
 
 # --------------------------------------------------------------------------- CLI
-
-
-def add_model_args(p, default_epochs: int | None) -> None:
-    """``--config``, ``--set``, ``--epochs``, ``--seeds``, ``--max-graphs``, ``--data-root``,
-    ``--cache-dir``, ``--threads``, ``--no-progress``."""
-    p.add_argument("--config", default=None, help="built-in config name or YAML path (default: nci5k)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set model.dim=32 (repeatable)")
-    p.add_argument("--epochs", type=int, default=default_epochs,
-                   help=f"training epochs per run (default: {default_epochs}; the warmup is scaled "
-                        "by epochs / config epochs, as with `siggate train --budget`)")
-    p.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
-    p.add_argument("--max-graphs", type=int, default=None,
-                   help="keep only the first N graphs of every split (quick runs and tests)")
-    p.add_argument("--data-root", default=None)
-    p.add_argument("--cache-dir", default=None)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
-    add_progress_flag(p)
-
-
-def finish_parser(p, main, out_help: str | None = None) -> None:
-    """The required ``--out`` directory (last option) and the sub-command's entry point."""
-    p.add_argument("--out", required=True, help=out_help)
-    p.set_defaults(func=main)
 
 
 def start(args) -> tuple[Path, bool]:

@@ -15,9 +15,7 @@ import numpy as np
 import torch
 
 from .common import (
-    add_model_args,
     config_from,
-    finish_parser,
     forward_details,
     load_dataset,
     meta,
@@ -146,15 +144,6 @@ def plot(res: dict, path: Path) -> Path:
     a.legend(fontsize=7)
     return save(fig, path)
 
-
-def register(sub) -> None:
-    p = sub.add_parser("entropy", help="attention entropy per layer/head over training, gated vs ungated")
-    add_model_args(p, default_epochs=5)
-    p.add_argument("--gates", default="none,elementwise", help="gate kinds (default: none,elementwise)")
-    p.add_argument("--collapse", type=float, default=0.2,
-                   help="normalized entropy below which a head counts as collapsed (default: 0.2)")
-    p.add_argument("--batch-size", type=int, default=64)
-    finish_parser(p, main)
 
 
 def main(args) -> int:

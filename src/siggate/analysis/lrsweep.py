@@ -13,11 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..train.executor import add_executor_args
 from .common import (
-    add_model_args,
     config_from,
-    finish_parser,
     fmt,
     load_dataset,
     meta,
@@ -168,15 +165,6 @@ def plot(res: dict, path: Path) -> Path:
     a.legend(fontsize=6, ncol=2)
     return save(fig, path)
 
-
-def register(sub) -> None:
-    p = sub.add_parser("lr-sweep", help="final metric, divergence and stable range over learning rates")
-    add_model_args(p, default_epochs=3)
-    p.add_argument("--lrs", default="1e-4,3e-4,1e-3,3e-3,1e-2", help="learning rates (default: 1e-4..1e-2)")
-    p.add_argument("--gates", default="none,elementwise")
-    p.add_argument("--tolerance", type=float, default=0.10, help="relative tolerance X (default: 0.10)")
-    add_executor_args(p)
-    finish_parser(p, main)
 
 
 def main(args) -> int:

@@ -21,10 +21,8 @@ from tqdm.auto import tqdm
 from ..options import parse_gate_spec
 from ..perf.timer import interleaved_round
 from .common import (
-    add_model_args,
     batches,
     config_from,
-    finish_parser,
     fmt,
     load_dataset,
     meta,
@@ -109,17 +107,6 @@ def plot(res: dict, path: Path) -> Path:
     a.tick_params(axis="x", rotation=20)
     return save(fig, path)
 
-
-def register(sub) -> None:
-    p = sub.add_parser("overhead", help="extra parameters and forward+backward time of each gate kind")
-    add_model_args(p, default_epochs=None)
-    p.set_defaults(threads=1)
-    p.add_argument("--gates", default="none,headwise,elementwise",
-                   help="variants, 'gate' or 'gate@position'; the first is the baseline (default: none,headwise,elementwise)")
-    p.add_argument("--batches", type=int, default=8, help="distinct training batches (default: 8)")
-    p.add_argument("--reps", type=int, default=20, help="measured rounds over the batches (default: 20)")
-    p.add_argument("--warmup", type=int, default=3, help="unmeasured warm-up rounds (default: 3)")
-    finish_parser(p, main)
 
 
 def main(args) -> int:

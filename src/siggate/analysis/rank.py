@@ -16,10 +16,8 @@ import torch
 from tqdm.auto import tqdm
 
 from .common import (
-    add_model_args,
     batches,
     config_from,
-    finish_parser,
     fmt,
     load_dataset,
     meta,
@@ -129,14 +127,6 @@ def plot(res: dict, path: Path) -> Path:
     a.legend(fontsize=7)
     return save(fig, path)
 
-
-def register(sub) -> None:
-    p = sub.add_parser("rank", help="per-layer, per-head stable rank before/after the gate on a split")
-    p.add_argument("--checkpoint", default=None, help="best.pt/last.pt of a trained run (else --config)")
-    add_model_args(p, default_epochs=5)
-    p.add_argument("--split", default="val", help="train, val or test (default: val)")
-    p.add_argument("--batch-size", type=int, default=64)
-    finish_parser(p, main, "output directory")
 
 
 def main(args) -> int:

@@ -512,12 +512,6 @@ def render(found: dict, md_path: Path) -> tuple[str, list[dict]]:
     return "\n".join(head + sections) + "\n", all_rows
 
 
-def register(sub) -> None:
-    p = sub.add_parser("report", help="gather analysis results into one Markdown report with verdicts")
-    p.add_argument("dirs", nargs="+", help="folders (or JSON files) with analysis results")
-    p.add_argument("--out", required=True, help="Markdown file to write")
-    p.set_defaults(func=main)
-
 
 def main(args) -> int:
     check_out_folder(Path(args.out).parent, "the report")

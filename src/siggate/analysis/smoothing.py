@@ -13,11 +13,8 @@ import numpy as np
 import torch
 from matplotlib.ticker import MaxNLocator
 
-from ..train.executor import add_executor_args
 from .common import (
-    add_model_args,
     config_from,
-    finish_parser,
     fmt,
     forward_details,
     load_dataset,
@@ -170,16 +167,6 @@ def plot(res: dict, path: Path) -> Path:
             ax[r, j].legend(fontsize=7)
     return save(fig, path)
 
-
-def register(sub) -> None:
-    p = sub.add_parser("smoothing", help="Dirichlet energy, MAD and rank of node representations vs depth")
-    add_model_args(p, default_epochs=3)
-    p.add_argument("--depths", default="4,8,12,16", help="numbers of layers (default: 4,8,12,16)")
-    p.add_argument("--gates", default="none,elementwise", help="gate kinds; 'none' first is the baseline")
-    p.add_argument("--rank-tol", type=float, default=1e-3, help="relative singular-value threshold (default: 1e-3)")
-    p.add_argument("--batch-size", type=int, default=64)
-    add_executor_args(p)
-    finish_parser(p, main, "output directory (runs go to OUT/runs)")
 
 
 def main(args) -> int:

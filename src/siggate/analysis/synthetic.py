@@ -40,7 +40,6 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..options import add_progress_flag
 from .common import fmt, meta, parse_list, start, table, write_outputs
 from .metrics import stable_rank_batched
 from .plots import color, save, subplots
@@ -426,35 +425,14 @@ def plot(res: dict, path: Path) -> Path:
 # --------------------------------------------------------------------------- CLI
 
 
-def register(sub) -> None:
-    p = sub.add_parser("synthetic", help="stable rank of gated vs ungated heads on random graphs")
-    p.add_argument("--draws", type=int, default=200, help="draws per graph family and attention mode (default: 200)")
-    p.add_argument("--nodes", type=int, default=32, help="nodes per graph (default: 32)")
-    p.add_argument("--dim", type=int, default=64, help="model width d (default: 64)")
-    p.add_argument("--heads", type=int, default=4, help="heads H (default: 4)")
-    p.add_argument("--noise", type=float, default=0.05, help="feature noise of the anchor-free graphs (default: 0.05)")
-    p.add_argument("--propagate", type=int, default=1, help="aggregation steps before attention (default: 1)")
-    p.add_argument("--families", default=",".join(FAMILIES), help=f"graph families (default: {','.join(FAMILIES)})")
-    p.add_argument("--attention", default=",".join(ATTENTION_MODES), help="global,graph (default: both)")
-    p.add_argument("--gates", default=",".join(GATES), help="gate kinds (default: elementwise,headwise)")
-    p.add_argument("--biases", default="-4,-2,0,2,4", help="gate biases of the bias sweep (default: -4,-2,0,2,4)")
-    p.add_argument("--noises", default="0.01,0.05,0.2,1.0", help="noise levels of the noise sweep")
-    p.add_argument("--sweep-draws", type=int, default=None, help="draws per sweep point (default: min(draws, 50))")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (default: 1; the matrices are tiny, more threads only add overhead)")
-    p.add_argument("--out", required=True, help="output directory")
-    add_progress_flag(p)
-    p.set_defaults(func=main)
-
 
 def main(args) -> int:
     out, progress = start(args)
     res = run_synthetic(
         draws=args.draws, nodes=args.nodes, dim=args.dim, heads=args.heads, noise=args.noise,
-        propagate_steps=args.propagate, families=parse_list(args.families), modes=parse_list(args.attention),
-        gates=parse_list(args.gates), seed=args.seed, biases=parse_list(args.biases, float),
-        noises=parse_list(args.noises, float),
+        propagate_steps=args.propagate, families=parse_list(args.families or FAMILIES),
+        modes=parse_list(args.attention or ATTENTION_MODES), gates=parse_list(args.gates or GATES), seed=args.seed,
+        biases=parse_list(args.biases, float), noises=parse_list(args.noises, float),
         sweep_draws=args.sweep_draws, progress=progress,
     )
     res["meta"] = meta(args)

@@ -28,15 +28,11 @@ import os
 import warnings
 from pathlib import Path
 
-import torch
-from rdkit import RDConfig
-
+from ..options import SPLITS
 from .base import GraphDataset, InvalidRow, TaskInfo, default_cache_dir
-from .cache import cache_key, cached, fingerprint_file, load_dataset, report_invalid, save_dataset, write_invalid_rows
-from .chem import SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, penalized_logp, split_indices
 from .registry import register_dataset
 
-__all__ = ["NCI5K_PATH", "nci5k_source", "nci5k_cache_path", "load_nci5k", "build_nci5k"]
+__all__ = ["nci5k_source", "nci5k_cache_path", "load_nci5k", "build_nci5k"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,10 +48,9 @@ def _check_split(split: str) -> str:
 
 def nci5k_source() -> Path:
     """Path of RDKit's ``NCI/first_5K.smi``."""
+    from rdkit import RDConfig
+
     return Path(RDConfig.RDDataDir) / "NCI" / "first_5K.smi"
-
-
-NCI5K_PATH = nci5k_source()
 
 
 def nci5k_info() -> TaskInfo:
@@ -72,6 +67,10 @@ def nci5k_info() -> TaskInfo:
 def build_nci5k(source: str | os.PathLike | None = None, frac=(0.8, 0.1, 0.1),
                 split: str = DEFAULT_SPLIT) -> GraphDataset:
     """Featurize the .smi file (no caching); see :func:`load_nci5k`."""
+    import torch
+
+    from .chem import InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, penalized_logp, split_indices
+
     _check_split(split)
     source = Path(source) if source is not None else nci5k_source()
     graphs = []
@@ -122,6 +121,7 @@ def load_nci5k(
     frac=(0.8, 0.1, 0.1),
     split: str | None = None,
     rebuild: bool = False,
+    progress: bool = False,
     **kw,
 ) -> GraphDataset:
     """Load NCI-5K (built once, then cached).
@@ -134,11 +134,14 @@ def load_nci5k(
             ``"scaffold"`` (OGB order) or ``"random"`` (seed 0); all three fixed, so
             every training seed sees the same split.  See the module docstring.
         rebuild: ignore an existing cache file and rebuild it.
+        progress: accepted as every loader takes it; NCI-5K builds in seconds, without a bar.
 
     Returns:
         A :class:`GraphDataset`; ``dataset.invalid`` lists the 8 rows RDKit rejects,
         also written to ``<cache_dir>/nci5k/invalid.csv``.
     """
+    from .cache import cached, load_dataset, report_invalid, save_dataset, write_invalid_rows
+
     if kw:
         warnings.warn(f"load_nci5k: ignoring unknown arguments {sorted(kw)}", stacklevel=2)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -168,6 +171,8 @@ def load_nci5k(
 
 
 def _key_parts(source: Path, frac, split: str) -> dict:
+    from .cache import fingerprint_file
+
     return {
         "dataset": NAME,
         "source_sha256": fingerprint_file(source),
@@ -180,6 +185,8 @@ def _key_parts(source: Path, frac, split: str) -> dict:
 
 def nci5k_cache_path(cache_dir=None, frac=(0.8, 0.1, 0.1), split: str | None = None) -> Path:
     """Where :func:`load_nci5k` keeps its cache file."""
+    from .cache import cache_key
+
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     parts = _key_parts(nci5k_source(), frac, _check_split(split or DEFAULT_SPLIT))
     return cache_dir / NAME / f"{cache_key(parts)}.pt"

@@ -8,13 +8,15 @@ from __future__ import annotations
 import ast
 import pickle
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-from torch_geometric.data import Data
 
 from .base import DataError, GraphDataset, TaskInfo
 from .registry import register_dataset
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 from .sources import (
     Layout,
     LoadOptions,

@@ -45,15 +45,17 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from .base import GraphDataset, TaskInfo
 from .registry import register_dataset
 from .sources import BUILD_VERSION, check_kwargs, resolve_dirs
+
+if TYPE_CHECKING:  # torch and PyG load when graphs are generated, not when the loaders register
+    from torch_geometric.data import Data
 
 __all__ = ["SBMRecipe", "PATTERN", "CLUSTER", "PUBLISHED", "realised_stats", "pattern_graph", "cluster_graph", "generate", "pattern", "cluster"]
 
@@ -175,6 +177,9 @@ def _graph(src: np.ndarray, dst: np.ndarray, perm: np.ndarray, x: np.ndarray, y:
     s, d = new[src], new[dst]
     s, d = np.concatenate([s, d]), np.concatenate([d, s])
     order = np.lexsort((d, s))
+    import torch
+    from torch_geometric.data import Data
+
     edge_index = torch.from_numpy(np.stack([s[order], d[order]]))
     return Data(x=torch.from_numpy(x[perm].astype(np.int64)).view(-1, 1), edge_index=edge_index,
                 y=torch.from_numpy(y[perm].astype(np.int64)), idx=int(idx), num_nodes=n)
@@ -239,6 +244,8 @@ def generate(recipe: SBMRecipe, split: str, seed: int = 0, count: int | None = N
 
 def _save_compact(graphs: list[Data], path) -> None:
     """Store graphs with ``int16`` edge ids (nodes < 32768), a quarter of the bytes."""
+    import torch
+
     from .cache import save_graphs
 
     slim = []

@@ -11,8 +11,6 @@ so a new generator never meets a stale cache.
 
 from __future__ import annotations
 
-import torch
-
 from .base import DataError, GraphDataset, TaskInfo
 from .registry import register_dataset
 from .sources import check_kwargs
@@ -33,6 +31,8 @@ def sbm_large(root=None, cache_dir=None, *, num_nodes: int = 0, seed: int = 0, p
               **kw) -> GraphDataset:
     """The ``sbm-large`` graph with ``num_nodes`` nodes (``0``: :data:`DEFAULT_NUM_NODES`),
     drawn with ``seed``. ``root`` and ``cache_dir`` are not read."""
+    import torch
+
     from .sbm import sbm_large_graph
 
     check_kwargs("sbm-large", kw)

@@ -20,7 +20,7 @@ attempt; the default ``None`` downloads only when the source host answers
 Common keyword arguments of every loader (``fn(root=None, cache_dir=None, **kw)``):
 
 * ``download``: see above;
-* ``progress`` (``True``): tqdm bars while building;
+* ``progress`` (``None``: on a terminal only): tqdm bars while building;
 * ``rwse_steps`` / ``lap_dim`` (``0``): add positional encodings with
   :func:`siggate.data.pe.cached_pe` (cached as well);
 * ``allow_unsanitized`` (molecule loaders, ``True``): keep molecules that fail RDKit
@@ -32,20 +32,22 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import urllib.error
 import urllib.request
 import warnings
 import zlib
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import torch
-from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from .base import DataError, GraphDataset, InvalidRow, TaskInfo, default_cache_dir, default_data_root
+
+if TYPE_CHECKING:  # torch and PyG load when a dataset is built, not when its loader registers
+    from torch_geometric.data import Data
 
 __all__ = [
     "BUILD_VERSION", "Layout", "md5", "network_ok", "download_url", "resolve_dirs", "fingerprints",
@@ -175,7 +177,8 @@ class LoadOptions:
 
     Attributes:
         download: fetch missing raw files (None: unless ``SIGGATE_OFFLINE`` is set).
-        progress: show featurization progress (on a terminal).
+        progress: show featurization progress (None: only when stderr is a terminal, so that
+            no bar is written into a piped log).
         allow_unsanitized: keep molecules RDKit parses only without sanitization (OGB's
             rule; loaders of pre-featurized graphs, e.g. ZINC, ignore it).
         rwse_steps: add RWSE with this many steps (0: none).
@@ -183,7 +186,7 @@ class LoadOptions:
     """
 
     download: bool | None = None
-    progress: bool = True
+    progress: bool | None = None
     allow_unsanitized: bool = True
     rwse_steps: int = 0
     lap_dim: int = 0
@@ -196,11 +199,17 @@ class LoadOptions:
         check_kwargs(loader, rest, stacklevel=4)
         return cls(**{k: v for k, v in kw.items() if k in known})
 
+    def __post_init__(self) -> None:
+        if self.progress is None:
+            object.__setattr__(self, "progress", sys.stderr.isatty())
+
 
 def featurize(
     smiles: list[str], labels: np.ndarray, allow_unsanitized: bool, progress: bool, desc: str
 ) -> tuple[list[Data], list[InvalidRow]]:
     """SMILES -> OGB graphs with ``y [1, T]`` and ``idx``; failures become :class:`InvalidRow`."""
+    import torch
+
     from .chem import InvalidSmiles, quiet_rdkit, smiles_to_graph
 
     y_all = torch.as_tensor(np.asarray(labels, dtype=np.float32).reshape(len(smiles), -1))

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-
-import torch
-from torch_geometric.data import Data
+from typing import TYPE_CHECKING
 
 from .base import GraphDataset, TaskInfo
 from .registry import register_dataset
@@ -22,6 +20,9 @@ from .sources import (
     resolve_dirs,
 )
 
+if TYPE_CHECKING:  # torch and PyG load when the dataset is built, not when its loader registers
+    from torch_geometric.data import Data
+
 __all__ = ["zinc"]
 
 _ZINC_URL = "https://www.dropbox.com/s/feo9qle74kg48gy/molecules.zip?dl=1"  # torch_geometric.datasets.ZINC.url
@@ -34,6 +35,8 @@ def _read_pyg_processed(path: Path) -> list[Data]:
     cls)`` / ``(dict, slices, sizes, cls)`` tuples.  ``edge_index`` is stored per graph
     with local node ids (``InMemoryDataset.collate`` does not increment it).
     """
+    import torch
+    from torch_geometric.data import Data
     from torch_geometric.io import fs
 
     with warnings.catch_warnings():

@@ -6,8 +6,10 @@ produces ``pe_dim`` channels; the two are concatenated, as in GraphGPS.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
-from ogb.graphproppred.mol_encoder import AtomEncoder, BondEncoder
+from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
 from torch import Tensor, nn
 
 
@@ -50,23 +52,62 @@ class DenseEncoder(nn.Module):
         return self.lin(x.float())
 
 
-class OGBAtomEncoder(AtomEncoder):
-    """OGB ``AtomEncoder`` (sum of 9 categorical embeddings), with ``reset_parameters``.
+class _EmbeddingSum(nn.Module):
+    """Sum of one ``nn.Embedding(dims[i], dim)`` per column of an integer feature matrix,
+    each initialised with ``xavier_uniform_``: OGB's ``AtomEncoder``/``BondEncoder``
+    (``ogb.graphproppred.mol_encoder``), written here so that ``import siggate.nn`` does not
+    load ``ogb.graphproppred`` (and scikit-learn through it). The embeddings are built and
+    initialised in OGB's order and stored under OGB's attribute name, so a seed gives the
+    same parameters as OGB's class and old checkpoints load (``tests/test_nn.py`` pins both).
+
+    Shapes: ``[N, len(dims)]`` long -> ``[N, dim]``.
+    """
+
+    _list_name = "embedding_list"
+
+    def __init__(self, dims: Sequence[int], dim: int) -> None:
+        super().__init__()
+        embeddings = nn.ModuleList()
+        for size in dims:
+            emb = nn.Embedding(size, dim)
+            nn.init.xavier_uniform_(emb.weight.data)
+            embeddings.append(emb)
+        setattr(self, self._list_name, embeddings)
+
+    def reset_parameters(self) -> None:
+        for emb in getattr(self, self._list_name):
+            nn.init.xavier_uniform_(emb.weight.data)
+
+    def forward(self, x: Tensor) -> Tensor:
+        embeddings = getattr(self, self._list_name)
+        out = 0
+        for i in range(x.shape[1]):
+            out = out + embeddings[i](x[:, i])
+        return out
+
+
+class OGBAtomEncoder(_EmbeddingSum):
+    """OGB's ``AtomEncoder``: sum of 9 categorical embeddings (``get_atom_feature_dims()``).
 
     Shapes: ``[N, 9]`` long -> ``[N, dim]``.
     """
 
-    def reset_parameters(self) -> None:
-        for emb in self.atom_embedding_list:
-            nn.init.xavier_uniform_(emb.weight.data)
+    _list_name = "atom_embedding_list"
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(get_atom_feature_dims(), dim)
 
 
-class OGBBondEncoder(BondEncoder):
-    """OGB ``BondEncoder`` (sum of 3 categorical embeddings). Shapes: ``[E, 3]`` -> ``[E, dim]``."""
+class OGBBondEncoder(_EmbeddingSum):
+    """OGB's ``BondEncoder``: sum of 3 categorical embeddings (``get_bond_feature_dims()``).
 
-    def reset_parameters(self) -> None:
-        for emb in self.bond_embedding_list:
-            nn.init.xavier_uniform_(emb.weight.data)
+    Shapes: ``[E, 3]`` long -> ``[E, dim]``.
+    """
+
+    _list_name = "bond_embedding_list"
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(get_bond_feature_dims(), dim)
 
 
 class RWSEEncoder(nn.Module):

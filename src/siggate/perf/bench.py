@@ -38,7 +38,6 @@ thin script calling :func:`main`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -54,14 +53,12 @@ import torch
 from torch import Tensor, nn
 
 from ..config_args import check_out_folder
-from ..options import ATTN_TYPES, GATE_KINDS, add_progress_flag, progress_enabled
-from .scaling_large import FULL_MAX_NODES, LARGE_SIZES, PYG_HEAD_CHANNELS
+from ..options import ATTN_TYPES, progress_enabled
+from .args import LARGE_SIZES, SCALING_SIZES, VARIANTS, build_parser
 from .timer import interleaved_round, rotated, timed
 
-VARIANTS = ("none", "headwise", "elementwise", "pyg")
 GATES = ("none", "headwise", "elementwise")
 CONFIGS = {"zinc": "zinc", "peptides": "peptides-func"}
-SCALING_SIZES = (25, 50, 100, 200, 500, 1000, 2000)
 GIB = 1024**3
 
 
@@ -712,51 +709,6 @@ def plot_scaling(res: dict, path: Path) -> None:
 # ----------------------------------------------------------------------------- CLI
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", choices=["zinc", "peptides", "both"], default="zinc",
-                   help="zinc: GraphGPS ZINC config (10 layers, dim 64, batch 32, RWSE); peptides: GraphGPS "
-                        "Peptides-func config (4 layers, dim 96, batch 128, LapPE, GatedGCN); both")
-    p.add_argument("--dataset", choices=["auto", "zinc", "nci5k", "synthetic"], default="auto",
-                   help="graphs for the zinc config: ZINC if it loads from the data root, else NCI-5K (auto)")
-    p.add_argument("--data-root", default=None, help="benchmark data root (ZINC, Peptides-func)")
-    p.add_argument("--cache-dir", default=None, help="processed-data cache")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="interleaved timing rounds (default: 10; 3 with --scaling-large)")
-    p.add_argument("--warmup", type=int, default=None,
-                   help="warm-up steps per variant (default: 3; 1 with --scaling-large, where it measures memory)")
-    p.add_argument("--batches", type=int, default=8, help="batches per round (default: 8)")
-    p.add_argument("--batch-size", type=int, default=None, help="override the config's batch size")
-    p.add_argument("--layers", type=int, default=None, help="override the number of layers (--scaling-large: 4)")
-    p.add_argument("--dim", type=int, default=None, help="override the width (--scaling-large: 64)")
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {','.join(VARIANTS)}")
-    p.add_argument("--optimizer", choices=["fused", "foreach", "forloop"], default="fused",
-                   help="AdamW implementation, the same for every variant (default: fused)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch.set_num_threads (default: torch's choice; 1 with --scaling-large)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="write OUT/bench.json (OUT/scaling.json + scaling.png with --scaling, "
-                   "OUT/scaling_large.json + .png with --scaling-large)")
-    p.add_argument("--scaling", action="store_true", help="time/memory per graph as graph size grows, batch of one")
-    p.add_argument("--sizes", default=None, help=f"node counts for --scaling (default: "
-                   f"{','.join(map(str, SCALING_SIZES))}) or --scaling-large (default: {','.join(map(str, LARGE_SIZES))})")
-    g = p.add_argument_group("--scaling-large: one SBM graph per size, a training step per attention type")
-    g.add_argument("--scaling-large", action="store_true",
-                   help="time and peak memory of a training step of a node classifier on one large graph")
-    g.add_argument("--attn-types", default=",".join(ATTN_TYPES), help="siggate attention types (default: all)")
-    g.add_argument("--pyg-head-channels", default=",".join(map(str, PYG_HEAD_CHANNELS)),
-                   help="PyG GPSConv(attn_type='performer') models, one per head_channels (PyG's default 64; "
-                        "16 = dim / heads); empty for none")
-    g.add_argument("--full-max-nodes", type=int, default=FULL_MAX_NODES,
-                   help=f"largest graph for the quadratic full attention (default: {FULL_MAX_NODES})")
-    g.add_argument("--heads", type=int, default=4, help="attention heads (default: 4)")
-    g.add_argument("--gate", choices=GATE_KINDS, default="elementwise", help="siggate's gate (default: elementwise)")
-    g.add_argument("--note", default=None, help="free text recorded in the JSON (e.g. what else ran on the machine)")
-    add_progress_flag(p)
-
-
-
 def _command_line(args) -> str:
     """The ``siggate bench`` command that reproduces ``args``."""
     defaults = vars(build_parser().parse_args([]))
@@ -771,12 +723,6 @@ def _command_line(args) -> str:
         flag = "--" + key.replace("_", "-")
         parts.append(flag if val is True else f"{flag} {shlex.quote(str(val))}")
     return " ".join(parts)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="siggate bench", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    return parser
 
 
 def run(args) -> dict:
@@ -887,14 +833,6 @@ def _run_scaling_large(args, device: torch.device, out: Path | None, command: st
 def _cmd(args) -> int:
     run(args)
     return 0
-
-
-def register(subparsers) -> None:
-    """Add ``bench`` to the ``siggate`` CLI."""
-    p = subparsers.add_parser("bench", help="throughput and peak memory vs PyG's GPSConv",
-                              description=__doc__.split("\n\n")[0])
-    add_arguments(p)
-    p.set_defaults(func=_cmd)
 
 
 def main(argv: list[str] | None = None) -> int:

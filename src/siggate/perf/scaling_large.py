@@ -50,9 +50,6 @@ from torch import Tensor, nn
 
 from .timer import rotated, timed
 
-LARGE_SIZES = (1_000, 10_000, 100_000)
-FULL_MAX_NODES = 10_000
-PYG_HEAD_CHANNELS = (64, 16)
 NUM_FEATURES, NUM_CLASSES = 16, 10
 
 

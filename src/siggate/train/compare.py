@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config_args import add_command
 from ..files import out_dir_problem
 from ..options import GATE_KINDS, GATE_POSITIONS, add_progress_flag, parse_gate_spec, progress_enabled
 from .executor import ExecutorError, add_executor_args
@@ -538,11 +539,16 @@ def _cmd(args) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "compare", allow_abbrev=False,  # '--data x.csv' must not be read as '--data-root x.csv'
-        help="train every (gate, seed) pair and compare the gates with paired tests",
+    p = add_command(
+        subparsers, "compare", "train every (gate, seed) pair and compare the gates with paired tests", [
+            "siggate compare --config nci5k --seeds 0-9 --gates none,elementwise --jobs 1 --threads 1 --out runs/cmp",
+            "siggate compare --config zinc --gates none,headwise,elementwise,none@matched-ffn --budget 100 --out runs/z",
+            "siggate compare --out runs/cmp --aggregate-only   # results from the runs finished so far",
+        ],
         description="Train each gate on each seed (one process per run) and compare every gate with the "
-                    "first one listed (the baseline): mean ± std, paired t, Wilcoxon and Welch p-values.")
+                    "first one listed (the baseline): mean ± std, paired t, Wilcoxon and Welch p-values.",
+        allow_abbrev=False)  # '--data x.csv' must not be read as '--data-root x.csv'
+
     p.add_argument("--config", default=None, help="built-in config name or YAML path (default: nci5k)")
     p.add_argument("--seeds", default="0-4", help="seeds, e.g. 0-9 or 0,2,5 (default: 0-4)")
     p.add_argument("--gates", default="none,elementwise",

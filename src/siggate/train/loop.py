@@ -100,7 +100,7 @@ def prepare_data(cfg: Config, progress: bool = True) -> GraphDataset:
 
         extra = {"split": d.split} if d.split is not None else {}
         extra.update({k: getattr(d, k) for k in DATASET_META[d.name]["options"] if getattr(d, k)})
-        ds = get_dataset(d.name, root=d.root, cache_dir=d.cache_dir, **extra)
+        ds = get_dataset(d.name, root=d.root, cache_dir=d.cache_dir, progress=progress, **extra)
     if d.max_graphs:
         ds.splits = {k: v[:d.max_graphs] for k, v in ds.splits.items()}
     m = cfg.model
@@ -385,6 +385,19 @@ def _checkpoint(model, optimizer, scheduler, cfg, info, mean, std, state: RunSta
         "history": history,
         "params": params,
     }
+
+
+def data_source(cfg: Config) -> dict | None:
+    """Where a CSV run's data came from, ``{"csv": absolute path, "sha256": the file's hash}``,
+    stored in its checkpoints so that ``siggate evaluate`` finds the file from any directory and
+    notices an edit (:func:`siggate.train.evaluate.stored_csv`); ``None`` for a named dataset
+    (or a dataset handed to :func:`train` whose config names no existing file)."""
+    if cfg.data.name != "csv" or not cfg.data.csv or not Path(cfg.data.csv).is_file():
+        return None
+    from ..data.cache import fingerprint_file
+
+    path = Path(cfg.data.csv).resolve()
+    return {"csv": str(path), "sha256": fingerprint_file(path)}
 
 
 def _process_rng(device: torch.device) -> dict:
@@ -675,6 +688,7 @@ class _RunFiles:
                                         "task": run.info.to_dict(), "resolved": dict(run.resolved)}},
             sort_keys=False))
         self.out, self.progress = out, progress
+        self.source = data_source(cfg)
         self.writer = _EpochLog(out / "log.csv", run.history)
         self.tb = TBLogger(out / "tb", purge_step=run.state.epoch + 1 if run.state.epoch else None)
 
@@ -684,6 +698,7 @@ class _RunFiles:
         self.writer.write(row)
         ckpt = _checkpoint(run.model, run.optimizer, run.scheduler, run.cfg, info, run.mean, run.std, run.state,
                            run.history, run.params, end.rng_ranks, run.resolved)
+        ckpt["data_source"] = self.source
         if end.improved:
             atomic_save(ckpt, self.out / "best.pt")
         atomic_save(ckpt, self.out / "last.pt")

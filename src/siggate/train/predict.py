@@ -84,9 +84,11 @@ class Predictor:
             quadratic in the number of atoms). (default: ``1000``)
         batch_size: graphs per forward pass at most; fewer when molecules are large.
             (default: ``128``)
+        device: where the model runs, ``"cpu"`` or ``"cuda"``. (default: ``"cpu"``)
     """
 
-    def __init__(self, checkpoint: str | Path, max_atoms: int = DEFAULT_MAX_ATOMS, batch_size: int = 128) -> None:
+    def __init__(self, checkpoint: str | Path, max_atoms: int = DEFAULT_MAX_ATOMS, batch_size: int = 128,
+                 device: str = "cpu") -> None:
         if isinstance(max_atoms, bool) or not isinstance(max_atoms, int) or max_atoms < 1:
             raise InputError(f"max_atoms (--max-atoms) must be a positive integer, got {max_atoms!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -106,7 +108,9 @@ class Predictor:
                 raise InputError(f"{path}: this ensemble member has another model or task than {paths[0]}; "
                                  "members must differ only in their seed")
             self.model, self.cfg, self.info = model, cfg, info
-            self.members.append((model, ckpt["target_mean"], ckpt["target_std"], info.task))
+            self.members.append((model.to(device), ckpt["target_mean"].to(device), ckpt["target_std"].to(device),
+                                 info.task))
+        self.device = device
         self.max_atoms = max_atoms
         self.batch_size = batch_size
         m = self.cfg.model
@@ -206,8 +210,8 @@ class Predictor:
         """``[G, T]`` predictions, then ``[G, T]`` uncertainties for an ensemble (concatenated)."""
         from .ensemble import ensemble_predict
 
-        mean, std = ensemble_predict(self.members, Batch.from_data_list(graphs))
-        return torch.cat([mean, std], dim=1) if self.ensemble else mean
+        mean, std = ensemble_predict(self.members, Batch.from_data_list(graphs).to(self.device))
+        return (torch.cat([mean, std], dim=1) if self.ensemble else mean).cpu()
 
     def _batches(self, sizes: list[int]) -> Iterator[list[int]]:
         """Positions into ``sizes`` grouped into batches of similar size whose padded atom

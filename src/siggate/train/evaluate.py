@@ -1,0 +1,213 @@
+"""``siggate evaluate``: score a trained run, or an ensemble, on labelled graphs.
+
+Two sources of labels:
+
+* the run's own data (default): the dataset named in the checkpoint's config, split as in
+  training. A CSV run finds its file by the absolute path and SHA-256 recorded in the
+  checkpoint (``data_source``), so it works from any directory; a file whose content changed
+  since training is refused, naming both hashes, before anything is scored (its splits and
+  scores would silently differ), unless ``allow_changed``.
+* an external labelled CSV (``data=FILE``): every row is featurized as ``siggate predict``
+  featurizes SMILES (the checkpoint's atom features and positional encodings) and scored as
+  one set named ``"data"``; rows that cannot be featurized or have no label are counted, not
+  scored.
+
+An ensemble folder (``OUT/ensemble.json``) is scored on the mean of its members' predictions
+(target units for regression, probabilities for classification), as ``siggate predict``
+averages them. Each split gets the dataset's metric over all targets and per target.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from ..data.base import DataError, TaskInfo, label_rows, split_mask
+from .metrics import MetricUndefinedError, compute_metric
+
+log = logging.getLogger("siggate.evaluate")
+
+#: the split name of an external ``--data`` file
+EXTERNAL_SPLIT = "data"
+
+
+class EvaluationError(ValueError):
+    """A run, ensemble or file that cannot be scored as asked (the message says how to fix it)."""
+
+
+def _members(checkpoint, device: str) -> tuple[list, object, TaskInfo, list[dict]]:
+    """``(members, cfg, info, ckpts)``: ``(model, target_mean, target_std)`` per member on
+    ``device``, the shared config and task, and each member's checkpoint dict."""
+    from .ensemble import EnsembleError, checkpoints
+    from .loop import load_trained
+
+    try:
+        paths = checkpoints(checkpoint)
+    except EnsembleError as exc:
+        raise EvaluationError(str(exc)) from None
+    members, ckpts, cfg, info = [], [], None, None
+    for path in paths:
+        model, ckpt, c, i = load_trained(path)
+        if cfg is not None and (c.model != cfg.model or i != info):
+            raise EvaluationError(f"{path}: this ensemble member has another model or task than {paths[0]}")
+        cfg, info = c, i
+        members.append((model.to(device), ckpt["target_mean"], ckpt["target_std"]))
+        ckpts.append(ckpt)
+    return members, cfg, info, ckpts
+
+
+@torch.no_grad()
+def predict_mean(members: list, graphs: list, info: TaskInfo, device: str = "cpu", batch_size: int = 256):
+    """Predictions for ``graphs`` on CPU: one member's outputs as :func:`~siggate.train.loop.predict`
+    gives them (logits for classification), or for an ensemble the mean over members of target
+    units / probabilities. ``[G, T]`` per graph or ``[N, T]`` per node."""
+    from .loop import predict_graphs
+
+    outs = [predict_graphs(m, graphs, info, mean, std, batch_size, device) for m, mean, std in members]
+    if len(outs) == 1:
+        return outs[0]
+    if info.task != "regression":
+        outs = [torch.sigmoid(o) for o in outs]
+    return torch.stack(outs).mean(0)
+
+
+def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None) -> dict:
+    """``{"metric", "per_target", "n"}``: ``info.metric`` of ``pred`` over all targets, for
+    each target (by name; for ``"multiclass"`` the one class target), and the rows scored."""
+    y = torch.cat([label_rows(g, info, split) for g in graphs])
+    if info.transductive:
+        pred = pred[torch.cat([split_mask(g, info, split) for g in graphs])]
+    y_np, p_np = y.numpy(), pred.numpy()
+    names = info.target_names or [f"target{t}" for t in range(info.num_tasks)]
+    overall = float(compute_metric(info.metric, y_np, p_np))
+    if info.task == "multiclass" or info.num_tasks == 1:
+        per_target = {names[0]: overall}
+    else:
+        per_target = {n: _metric_or_none(info.metric, y_np[:, t:t + 1], p_np[:, t:t + 1]) for t, n in enumerate(names)}
+    return {"metric": overall, "per_target": per_target, "n": int(y.shape[0])}
+
+
+def _metric_or_none(name: str, y, pred) -> float | None:
+    """The metric of one target, ``None`` where it is undefined (e.g. a ROC-AUC of a target
+    whose labels here are all one class)."""
+    try:
+        return float(compute_metric(name, y, pred))
+    except MetricUndefinedError:
+        return None
+
+
+def _add_scores(res: dict, split: str, scores: dict) -> None:
+    """``res[split]`` the metric (the layout ``siggate evaluate`` always printed), and the split's
+    ``per_target`` metrics and scored rows ``n``."""
+    res[split] = scores["metric"]
+    res.setdefault("per_target", {})[split] = scores["per_target"]
+    res.setdefault("n", {})[split] = scores["n"]
+
+
+def stored_csv(cfg, ckpt: dict, allow_changed: bool = False) -> Path:
+    """The training CSV of a CSV run: the absolute path recorded in the checkpoint (else the
+    config's path), checked against the SHA-256 recorded at training time."""
+    from ..data.cache import fingerprint_file
+
+    source = ckpt.get("data_source") or {}
+    path = Path(source.get("csv") or cfg.data.csv)
+    if not path.is_file():
+        raise EvaluationError(f"the training CSV {path} recorded in the run is not found; score a file with "
+                              "--data FILE.csv (and --target-col if its columns are named differently)")
+    recorded = source.get("sha256")
+    if recorded:
+        now = fingerprint_file(path)
+        if now != recorded:
+            msg = (f"{path} changed since training: sha256 {recorded[:16]}... at training, {now[:16]}... now; "
+                   "its splits and scores would differ from the run's")
+            if not allow_changed:
+                raise EvaluationError(msg + f". Score it as an external set with --data {path}, or pass "
+                                      "--allow-changed to re-split and score the changed file")
+            log.warning("%s (--allow-changed: scoring it anyway)", msg)
+    else:
+        log.warning("%s: the run records no hash of its training CSV (trained before siggate recorded it); "
+                    "scores assume the file is unchanged", path)
+    return path
+
+
+def external_graphs(checkpoint, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo) -> tuple[list, dict]:
+    """Graphs of the labelled CSV ``path`` featurized as the checkpoint's inputs, each with its
+    labels ``y [1, T]``, and ``{"rows", "scored", "invalid", "unlabelled"}`` counts."""
+    import numpy as np
+    import pandas as pd
+
+    from ..data.chem import InvalidSmiles
+    from ..data.csvdata import detect_sep
+    from .predict import Predictor
+
+    path = Path(path)
+    if not path.is_file():
+        raise EvaluationError(f"--data {path}: no such file")
+    if info.level != "graph" or info.node_features != "ogb":
+        raise EvaluationError(f"--data: this checkpoint scores {info.name!r} graphs, not molecules from SMILES; "
+                              "evaluate it on its own splits (drop --data)")
+    table = pd.read_csv(path, sep=detect_sep(path), dtype=str, keep_default_na=False)
+    cols = list(target_cols or info.target_names)
+    missing = [c for c in [smiles_col, *cols] if c not in table.columns]
+    if missing:
+        raise EvaluationError(f"--data {path}: no column {missing[0]!r}; its columns are {', '.join(table.columns)} "
+                              "(name them with --smiles-col / --target-col)")
+    if len(cols) != info.num_tasks:
+        raise EvaluationError(f"--target-col: the model predicts {info.num_tasks} target(s) "
+                              f"({', '.join(info.target_names)}), got {len(cols)} column(s)")
+    labels = table[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
+    featurizer = Predictor(checkpoint)
+    graphs, invalid, unlabelled = [], 0, 0
+    for smiles, y in zip(table[smiles_col], labels):
+        if np.isnan(y).all():
+            unlabelled += 1
+            continue
+        try:
+            g = featurizer.featurize(smiles)
+        except InvalidSmiles:
+            invalid += 1
+            continue
+        g.y = torch.tensor(y, dtype=torch.float32).reshape(1, -1)
+        graphs.append(g)
+    if not graphs:
+        raise DataError(f"--data {path}: no row with a valid SMILES and a label to score "
+                        f"({invalid} invalid SMILES, {unlabelled} without a label)")
+    return graphs, {"rows": len(table), "scored": len(graphs), "invalid": invalid, "unlabelled": unlabelled}
+
+
+def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smiles", target_cols=None,
+             allow_changed: bool = False, data_root=None, cache_dir=None, device: str = "cpu",
+             progress: bool = False) -> dict:
+    """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or an ensemble
+    folder) on ``split`` (a split name or ``"all"``) of its own data, or on the labelled CSV
+    ``data``: ``{"checkpoint", "dataset", "level", "metric", "members", <split>: metric, ...,
+    "per_target": {split: {target: metric}}, "n": {split: rows scored}}``, plus ``"data_file"``
+    (and ``"rows"``, its row counts, for an external file; its split is named ``"data"``)."""
+    from .loop import prepare_data
+
+    members, cfg, info, ckpts = _members(checkpoint, device)
+    res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
+           "members": len(members)}
+    if data is not None:
+        graphs, counts = external_graphs(checkpoint, data, smiles_col, target_cols, info)
+        res.update({"data_file": str(Path(data).resolve()), "rows": counts})
+        _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, predict_mean(members, graphs, info, device), None))
+        return res
+    if data_root:
+        cfg.data.root = data_root
+    if cache_dir:
+        cfg.data.cache_dir = cache_dir
+    if cfg.data.name == "csv":
+        cfg.data.csv = str(stored_csv(cfg, ckpts[0], allow_changed))
+        res["data_file"] = cfg.data.csv
+    ds = prepare_data(cfg, progress)
+    splits = list(ds.splits) if split == "all" else [split]
+    unknown = [s for s in splits if s not in ds.splits]
+    if unknown:
+        raise EvaluationError(f"unknown split {unknown[0]!r}; available: {', '.join(ds.splits)}, all")
+    for s in splits:
+        graphs = ds.splits[s]
+        _add_scores(res, s, score(info, graphs, predict_mean(members, graphs, info, device), s))
+    return res

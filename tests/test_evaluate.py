@@ -1,0 +1,163 @@
+"""``siggate evaluate``: a run's own splits from any directory, a changed training CSV named with
+both hashes before anything is scored, an external labelled CSV (``--data``), ensembles (the
+members' mean) and per-target metrics, each checked against predictions made independently
+by ``siggate predict``."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from test_bad_inputs import _TRAIN_ARGS, _write_train_csv
+from test_ensemble import _read
+from test_predict import nci_smiles, run_cli
+
+
+@pytest.fixture(scope="module")
+def ensemble2(tmp_path_factory):
+    """An ensemble of two members trained on ``d.csv`` given by a *relative* path."""
+    import os
+
+    from siggate.cli import main
+
+    tmp = tmp_path_factory.mktemp("evalrun")
+    _write_train_csv(tmp / "d.csv", n=60)
+    old = os.getcwd()
+    os.chdir(tmp)
+    try:
+        with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+            rc = main(["train", "--data", "d.csv", *_TRAIN_ARGS, "--epochs", "1", "--ensemble", "2",
+                       "--out", "ens", "--cache-dir", "c"])
+    finally:
+        os.chdir(old)
+    assert rc == 0
+    return tmp / "ens", tmp / "d.csv", tmp
+
+
+def _predict(run: Path, smiles: list[str], tmp: Path, capsys) -> list[float]:
+    """Predictions of ``siggate predict`` (its own featurization and averaging)."""
+    out = tmp / "pred.csv"
+    run_cli(["predict", "--checkpoint", str(run), *smiles, "--output", str(out)], capsys)
+    return [float(r["prediction"]) if r["prediction"] else float("nan") for r in _read(out)]
+
+
+def test_own_split_from_another_directory_matches_the_run(ensemble2, tmp_path, capsys, monkeypatch):
+    ens, data, _ = ensemble2
+    member = ens / "member0"
+    monkeypatch.chdir(tmp_path)  # the run stored d.csv relative to its own directory
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(member), "--split", "all",
+                            "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    res = json.loads(out)
+    m = json.loads((member / "metrics.json").read_text())
+    assert res["test"] == pytest.approx(m["test"], rel=1e-5) and res["val"] == pytest.approx(m["val"], rel=1e-5)
+    assert res["data_file"] == str(data.resolve()) and res["members"] == 1
+    assert res["per_target"]["test"] == {"y": pytest.approx(res["test"])}
+    assert res["n"] == {"train": 40, "val": 10, "test": 10}
+
+
+def test_ensemble_on_its_test_split_scores_the_members_mean(ensemble2, tmp_path, capsys):
+    ens, data, _ = ensemble2
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--cache-dir", str(tmp_path / "c"),
+                            "--output", str(tmp_path / "s.json")], capsys)
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["members"] == 2 and json.loads((tmp_path / "s.json").read_text()) == res
+    rows = [r for r in _read(data) if r["split"] == "test"]
+    pred = np.array(_predict(ens, [r["smiles"] for r in rows], tmp_path, capsys))
+    want = float(np.mean(np.abs(pred - np.array([float(r["y"]) for r in rows]))))
+    assert res["test"] == pytest.approx(want, rel=1e-4, abs=1e-5)
+    singles = [json.loads((ens / f"member{i}" / "metrics.json").read_text())["test"] for i in range(2)]
+    assert all(abs(res["test"] - s) > 1e-7 for s in singles)  # the mean, not one member
+
+
+@pytest.mark.parametrize("which", ["member0", "ensemble"])
+def test_external_csv_with_bad_and_unlabelled_rows(ensemble2, tmp_path, capsys, which):
+    ens, _, _ = ensemble2
+    run = ens / "member0" if which == "member0" else ens
+    smiles = nci_smiles(80)[60:72]
+    labels = [0.1 * (i + 5) for i in range(len(smiles))]
+    ext = tmp_path / "external.csv"
+    with open(ext, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "mol", "logS"])
+        for i, (s, y) in enumerate(zip(smiles, labels)):
+            w.writerow([f"m{i}", s, y])
+        w.writerow(["bad", "not-a-smiles", 1.0])
+        w.writerow(["nolabel", "CCO", ""])
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(ext), "--smiles-col", "mol",
+                            "--target-col", "logS"], capsys)
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["rows"] == {"rows": 14, "scored": 12, "invalid": 1, "unlabelled": 1}
+    pred = np.array(_predict(run, smiles, tmp_path, capsys))
+    want = float(np.mean(np.abs(pred - np.array(labels))))
+    assert res["data"] == pytest.approx(want, rel=1e-4, abs=1e-5) and res["n"] == {"data": 12}
+    assert res["members"] == (1 if which == "member0" else 2)
+
+
+def test_changed_training_csv_is_named_with_both_hashes(ensemble2, tmp_path, capsys, caplog):
+    ens, data, _ = ensemble2
+    member = ens / "member1"
+    recorded = torch.load(member / "best.pt", weights_only=True)["data_source"]
+    assert recorded == {"csv": str(data.resolve()), "sha256": hashlib.sha256(data.read_bytes()).hexdigest()}
+    original = data.read_bytes()
+    try:
+        data.write_bytes(original.replace(b",0.", b",9.", 1))
+        now = hashlib.sha256(data.read_bytes()).hexdigest()
+        rc, out, err = run_cli(["evaluate", "--checkpoint", str(member), "--cache-dir", str(tmp_path / "c")], capsys)
+        assert rc == 2 and out == "" and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
+        assert recorded["sha256"][:16] in err and now[:16] in err and "--allow-changed" in err and "--data" in err
+        rc, out, err = run_cli(["evaluate", "--checkpoint", str(member), "--cache-dir", str(tmp_path / "c"),
+                                "--allow-changed"], capsys)
+        assert rc == 0 and json.loads(out)["test"] >= 0
+        assert any("changed since training" in r.getMessage() and "--allow-changed" in r.getMessage()
+                   for r in caplog.records if r.levelname == "WARNING")
+    finally:
+        data.write_bytes(original)
+
+
+def test_refusals_are_one_line(ensemble2, tmp_path, capsys):
+    ens, data, _ = ensemble2
+    member = str(ens / "member0")
+    cases = [
+        (["--target-col", "y"], "give --data too"),
+        (["--data", str(data), "--split", "val"], "drop --split"),
+        (["--data", str(tmp_path / "none.csv")], "no such file"),
+        (["--data", str(data), "--target-col", "nope"], "no column 'nope'"),
+        (["--data", str(data), "--target-col", "y,split"], "predicts 1 target(s)"),
+        (["--split", "dev"], "unknown split 'dev'"),
+    ]
+    for argv, needle in cases:
+        rc, _, err = run_cli(["evaluate", "--checkpoint", member, "--cache-dir", str(tmp_path / "c"), *argv], capsys)
+        assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+def test_score_per_target_against_numpy():
+    from torch_geometric.data import Data
+
+    from siggate.data.base import TaskInfo
+    from siggate.train.evaluate import score
+
+    info = TaskInfo(name="toy", task="regression", num_tasks=2, metric="mae", target_names=["a", "b"])
+    g = torch.Generator().manual_seed(0)
+    y = torch.randn(7, 2, generator=g) * torch.tensor([1.0, 100.0])
+    y[2, 1] = float("nan")  # a missing label
+    pred = torch.randn(7, 2, generator=g)
+    graphs = [Data(y=y[i:i + 1]) for i in range(7)]
+    res = score(info, graphs, pred, None)
+    yn, pn = y.numpy(), pred.numpy()
+    a = np.mean(np.abs(yn[:, 0] - pn[:, 0]))
+    ok = ~np.isnan(yn[:, 1])
+    b = np.mean(np.abs(yn[ok, 1] - pn[ok, 1]))
+    assert res["per_target"] == {"a": pytest.approx(a, rel=1e-6), "b": pytest.approx(b, rel=1e-6)}
+    assert res["n"] == 7 and np.isfinite(res["metric"])
