@@ -211,7 +211,7 @@ class Siggate(Tool):
             raise RuntimeError(f"siggate predict exited {prc}:\n{_tail(out / 'predict.log')}")
         with open(out / "test_predictions.csv", newline="") as fh:
             rows = list(csv.DictReader(fh))
-        col = [c for c in rows[0] if c not in ("smiles", "error")][0] if rows else "y"
+        col = prediction_column(tdir / "test.csv", rows)
         errors = [r["error"] for r in rows if r.get("error")]
         if errors:
             raise RuntimeError(f"siggate predict failed on {len(errors)} test rows, e.g. {errors[0]}")
@@ -230,6 +230,18 @@ class Siggate(Tool):
             "predict_command": " ".join(["siggate", *map(shlex.quote, pred_argv)]),
             "split_check": _siggate_split_check(out, tdir),
         }
+
+
+def prediction_column(input_csv: Path, rows: list[dict]) -> str:
+    """The column ``siggate predict`` wrote its prediction into: the one that is neither an input
+    column carried through nor ``error``/``*uncertainty*`` (so a prediction named after the target,
+    ``y``, next to the input's own ``y`` column, is not mistaken for the label)."""
+    with open(input_csv, newline="") as fh:
+        inputs = set(next(csv.reader(fh)))
+    cols = [c for c in (rows[0] if rows else []) if c not in inputs and c != "error" and "uncertainty" not in c]
+    if len(cols) != 1:
+        raise RuntimeError(f"cannot tell siggate's prediction column among {list(rows[0]) if rows else []}")
+    return cols[0]
 
 
 def _siggate_commit(config_yaml: Path) -> str | None:

@@ -118,8 +118,8 @@ def _moleculeace_test(root: Path | None) -> list[str]:
     dist_files = importlib.metadata.distribution("MoleculeACE").files or []
     out = []
     for f in sorted(str(p) for p in dist_files if str(p).endswith(".csv") and "benchmark_data" in str(p)):
-        path = _wheel_file("MoleculeACE", "3.0.0", f)
-        out += [r["smiles"] for r in csv.DictReader(open(path, newline="", encoding="utf-8")) if r["split"] == "test"]
+        with open(_wheel_file("MoleculeACE", "3.0.0", f), newline="", encoding="utf-8") as fh:
+            out += [r["smiles"] for r in csv.DictReader(fh) if r["split"] == "test"]
     return out
 
 

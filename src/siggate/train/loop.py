@@ -455,6 +455,7 @@ class Run:
     state: RunState = field(default_factory=RunState)
     history: list = field(default_factory=list)
     init: dict | None = None  # what train.init copied (siggate.train.init_weights.load_init's report)
+    resolved: dict = field(default_factory=dict)  # values resolved from the data (resolve_pool_norm)
 
     @property
     def info(self) -> TaskInfo:

@@ -37,7 +37,8 @@ __all__ = ["build_corpus", "pretrain_config", "pretrain", "export_pretrained", "
 
 #: standardized descriptor targets are clipped to this many standard deviations
 CLIP_Z = 6.0
-SPLIT_FRAC = (0.98, 0.01, 0.01)
+SPLIT_FRAC = (0.98, 0.01, 0.01)  # train / val / test; val and test get at least one molecule each
+MIN_MOLECULES = 10
 FORMAT = "siggate-pretrained-1"
 CORPUS_VERSION = 1
 
@@ -50,11 +51,11 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _excluded_keys(data_root, exclude_files: list[str], progress: bool) -> tuple[set, dict]:
+def _excluded_keys(data_root, exclude_files: list[str], test_sets) -> tuple[set, dict]:
     from ..data.base import default_data_root
     from ..data.corpus import benchmark_test_smiles, inchikey, read_smiles
 
-    sets, missing = benchmark_test_smiles(data_root or default_data_root())
+    sets, missing = benchmark_test_smiles(data_root or default_data_root(), test_sets)
     for f in exclude_files:
         sets[f"file:{f}"] = read_smiles(f)
     keys: dict[str, set] = {}
@@ -115,12 +116,16 @@ def _descriptor_targets(smiles: list[str], train_rows: np.ndarray, progress: boo
 
 
 def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, data_root=None,
-                 exclude_files: list[str] = (), smiles_col: str | None = None, progress: bool = True) -> dict:
+                 exclude_files: list[str] = (), smiles_col: str | None = None, progress: bool = True,
+                 test_sets=None) -> dict:
     """Write ``out/corpus.csv`` and ``out/meta.json`` (see the module docstring); the meta dict.
 
-    A corpus already in ``out`` with the same source file (sha256), size, seed and exclusions is
-    reused as it is."""
-    from ..data.corpus import read_smiles
+    ``test_sets`` names the benchmarks whose test molecules are dropped (default: all of
+    :data:`siggate.data.corpus.TEST_SETS`). A corpus already in ``out`` with the same source file
+    (sha256), size, seed and exclusions is reused as it is."""
+    from ..data.corpus import TEST_SETS, read_smiles
+
+    test_sets = tuple(TEST_SETS) if test_sets is None else tuple(test_sets)
 
     source = Path(source)
     src_sha = _sha256(source)
@@ -133,20 +138,23 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         from ..data.corpus import benchmark_test_smiles
 
         # the same test sets must be readable now as when the corpus was built
-        now = sorted(benchmark_test_smiles(data_root or default_data_root())[0])
+        now = sorted(benchmark_test_smiles(data_root or default_data_root(), test_sets)[0])
         built = sorted(k for k, v in meta.get("test_sets", {}).items() if "skipped" not in v and not k.startswith("file:"))
         if {k: meta.get(k) for k in want} == want and meta.get("csv_sha256") == _sha256(csv_path) and now == built:
             log.info("pretrain: reusing the corpus in %s (%d molecules)", out, meta["kept"])
             return meta
     t0 = time.time()
     smiles = read_smiles(source, smiles_col)
-    excluded, test_sets = _excluded_keys(data_root, list(exclude_files), progress)
+    excluded, read_sets = _excluded_keys(data_root, list(exclude_files), test_sets)
     kept, counts = _select(smiles, molecules, seed, excluded, progress)
-    if len(kept) < 100:
-        raise ConfigError(f"pretrain: only {len(kept)} usable molecules in {source}; a corpus needs at least 100")
-    rng = np.random.default_rng(seed + 1)
-    u = rng.random(len(kept))
-    split = np.where(u < SPLIT_FRAC[0], "train", np.where(u < SPLIT_FRAC[0] + SPLIT_FRAC[1], "val", "test"))
+    if len(kept) < MIN_MOLECULES:
+        raise ConfigError(f"pretrain: only {len(kept)} usable molecules in {source}; a corpus needs at least "
+                          f"{MIN_MOLECULES}")
+    n = len(kept)
+    n_val, n_test = (max(1, round(f * n)) for f in SPLIT_FRAC[1:])
+    split = np.full(n, "train", dtype=object)
+    perm = np.random.default_rng(seed + 1).permutation(n)
+    split[perm[:n_val]], split[perm[n_val:n_val + n_test]] = "val", "test"
     z, names, scaler = _descriptor_targets(kept, np.nonzero(split == "train")[0], progress)
     out.mkdir(parents=True, exist_ok=True)
     tmp = csv_path.with_suffix(".csv.tmp")
@@ -158,7 +166,7 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
     tmp.replace(csv_path)
     meta = {**want, "source": str(source), "source_smiles": len(smiles), **counts, "kept": len(kept),
             "split_sizes": {k: int((split == k).sum()) for k in ("train", "val", "test")},
-            "test_sets": test_sets, "descriptors": names, "clip_z": CLIP_Z, "scaler": scaler,
+            "test_sets": read_sets, "descriptors": names, "clip_z": CLIP_Z, "scaler": scaler,
             "csv_sha256": _sha256(csv_path), "seconds": round(time.time() - t0, 1)}
     atomic_write_bytes(meta_path, json.dumps(meta, indent=1).encode())
     log.info("pretrain: corpus of %d molecules (%d read; %d removed as benchmark test molecules, %d duplicates, "
@@ -203,7 +211,7 @@ def export_pretrained(run_dir: Path, dest: Path, corpus: dict, extra: dict | Non
 
 def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epochs: int = 20, seed: int = 0,
              config: str | None = None, overrides: list[str] = (), data_root=None, exclude_files: list[str] = (),
-             smiles_col: str | None = None, resume: bool = False, progress: bool = True) -> dict:
+             smiles_col: str | None = None, resume: bool = False, progress: bool = True, test_sets=None) -> dict:
     """Corpus, training and export (module docstring); returns the export's ``pretraining`` record."""
     from .loop import train
 
@@ -211,7 +219,8 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
     model_dir = out / "model"
     if not resume and (model_dir / "last.pt").exists():
         raise ConfigError(f"{out} holds a pretraining run; pass --resume to continue it, or another --out")
-    corpus = build_corpus(source, out / "corpus", molecules, seed, data_root, exclude_files, smiles_col, progress)
+    corpus = build_corpus(source, out / "corpus", molecules, seed, data_root, exclude_files, smiles_col, progress,
+                          test_sets)
     cfg = pretrain_config(config, out / "corpus" / "corpus.csv", corpus["descriptors"], epochs, seed, overrides,
                           cache_dir=str(out / "cache"))
     t0 = time.time()

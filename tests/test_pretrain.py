@@ -1,0 +1,163 @@
+"""siggate pretrain, train.init and the shipped pretrained weights (issue 22, item 3)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from siggate.config import ConfigError, load_config
+from siggate.data.corpus import benchmark_test_smiles, inchikey, moses_train_path, read_smiles
+from siggate.train import init_weights
+from siggate.train.pretrain import CLIP_Z, build_corpus, pretrain
+
+IN_CI = os.environ.get("CI", "").strip().lower() == "true"
+ROOT = Path(__file__).resolve().parents[1]
+
+# 60 distinct small molecules (a few written twice in another form, and one bad line)
+BASE = ["CCO", "CCN", "CCC", "CCCC", "CCCCC", "CCCCCC", "c1ccccc1", "Cc1ccccc1", "CCc1ccccc1", "Oc1ccccc1",
+        "Nc1ccccc1", "Clc1ccccc1", "Brc1ccccc1", "CC(=O)O", "CC(=O)N", "CC(=O)OC", "CCOC(=O)C", "C1CCCCC1",
+        "C1CCNCC1", "C1CCOCC1", "c1ccncc1", "c1ccoc1", "c1ccsc1", "c1cc[nH]c1", "CC(C)O", "CC(C)N", "CC(C)C",
+        "CC(C)(C)O", "OCCO", "NCCN", "OCCN", "CC#N", "C=CC", "C=CC=C", "CC=O", "O=CO", "NC(N)=O", "CS(C)=O",
+        "CSC", "CCS", "FC(F)F", "ClCCl", "OC(=O)CC(=O)O", "c1ccc2ccccc2c1", "c1ccc(cc1)O", "COc1ccccc1",
+        "CC(=O)c1ccccc1", "O=C(O)c1ccccc1", "Cc1ccncc1", "CCCCCCCC", "CCCCO", "CCCCN", "OC1CCCCC1",
+        "NC1CCCCC1", "CC1CCCCC1", "c1ccc(N)nc1", "CNC", "CN(C)C", "COC", "CCOCC"]
+
+
+def _corpus_file(tmp_path: Path, gz: bool = False) -> Path:
+    lines = ["SMILES"] + BASE + ["OCC", "C(C)O", "not_a_smiles"]  # OCC and C(C)O are ethanol again
+    path = tmp_path / ("corpus.csv.gz" if gz else "corpus.csv")
+    data = ("\n".join(lines) + "\n").encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def test_read_smiles_csv_gz_and_smi(tmp_path):
+    csv_path = _corpus_file(tmp_path, gz=True)
+    got = read_smiles(csv_path)
+    assert got[:3] == ["CCO", "CCN", "CCC"] and len(got) == len(BASE) + 3
+    smi = tmp_path / "x.smi"
+    smi.write_text("CCO id1\n\nc1ccccc1\tbenzene\n")
+    assert read_smiles(smi) == ["CCO", "c1ccccc1"]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,value\na,1\n")
+    with pytest.raises(ValueError, match="no SMILES column.*--smiles-col"):
+        read_smiles(bad)
+
+
+def test_inchikey_identifies_one_molecule_across_spellings():
+    assert inchikey("CCO") == inchikey("OCC") == inchikey("C(C)O") == "LFQSCWFLJHTTHZ-UHFFFAOYSA-N"
+    assert inchikey("not_a_smiles") is None
+
+
+def test_corpus_drops_invalid_duplicates_and_excluded(tmp_path):
+    exclude = tmp_path / "test_set.smi"
+    exclude.write_text("c1ccccc1\nOc1ccccc1\n")  # two corpus molecules are another benchmark's test molecules
+    meta = build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=1000, seed=0, data_root=tmp_path / "none",
+                        exclude_files=[str(exclude)], progress=False, test_sets=())
+    assert meta["read"] == len(BASE) + 3
+    # OCC and C(C)O are ethanol again; BASE spells phenol twice (Oc1ccccc1, c1ccc(cc1)O), and
+    # whichever spelling comes second is a duplicate of an excluded molecule, not a new one
+    assert (meta["invalid"], meta["duplicate"], meta["in_test_set"]) == (1, 3, 2)
+    assert meta["kept"] == len(BASE) - 1 - 2
+    assert meta["test_sets"][f"file:{exclude}"] == {"molecules": 2, "inchikeys": 2}
+    import csv
+
+    rows = list(csv.DictReader(open(tmp_path / "c" / "corpus.csv")))
+    assert len(rows) == meta["kept"] and set(rows[0]) == {"smiles", "split", *meta["descriptors"]}
+    keys = {inchikey(r["smiles"]) for r in rows}
+    assert inchikey("c1ccccc1") not in keys and len(keys) == len(rows)
+    train = [r for r in rows if r["split"] == "train"]
+    for name in ("MolWt", "TPSA"):
+        col = torch.tensor([float(r[name]) for r in train], dtype=torch.float64)
+        assert abs(col.mean().item()) < 1e-3 and col.std(unbiased=False).item() == pytest.approx(1.0, abs=1e-3)
+    assert max(abs(float(r[n])) for r in rows for n in meta["descriptors"]) <= CLIP_Z
+    # the same call again reuses the corpus; another seed draws it anew
+    again = build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=1000, seed=0, data_root=tmp_path / "none",
+                         exclude_files=[str(exclude)], progress=False, test_sets=())
+    assert again["csv_sha256"] == meta["csv_sha256"] and again["seconds"] == meta["seconds"]
+
+
+def test_benchmark_test_sets_named_when_missing(tmp_path):
+    found, missing = benchmark_test_smiles(tmp_path / "nowhere", names=("zinc", "nci5k"))
+    assert "zinc" in missing and len(found["nci5k"]) > 400
+
+
+def test_pretrain_then_finetune_copies_the_backbone(tmp_path):
+    out = tmp_path / "pt"
+    rec = pretrain(_corpus_file(tmp_path), out, molecules=1000, epochs=1, seed=0, data_root=tmp_path / "none",
+                   overrides=["model.layers=2", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4"], progress=False,
+                   test_sets=())
+    assert rec["corpus_molecules"] == len(BASE) - 1 and rec["epochs"] == 1
+    blob = torch.load(out / "pretrained.pt", map_location="cpu", weights_only=True)
+    assert blob["format"] == "siggate-pretrained-1" and blob["pretraining"]["corpus_sha256"]
+    with pytest.raises(ConfigError, match="--resume"):
+        pretrain(_corpus_file(tmp_path), out, molecules=1000, epochs=1, data_root=tmp_path / "none", progress=False,
+                 test_sets=())
+
+    from siggate.data.base import TaskInfo
+    from siggate.train.loop import build_model
+
+    cfg = load_config("csv", ["model.layers=2", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4",
+                              "model.pool_norm=5"])
+    model = build_model(cfg, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae"))
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}
+    report = init_weights.load_init(model, str(out), cfg.model.to_dict())
+    state = model.state_dict()
+    last = max(int(k.split(".")[1]) for k in state if k.startswith("head."))
+    for name, tensor in state.items():
+        if name.startswith(f"head.{last}."):
+            assert torch.equal(tensor, fresh[name]), name  # the new task's layer keeps its initialisation
+        else:
+            assert torch.equal(tensor, blob["model"][name]), name
+    assert report["copied"] == len(state) - 2 and report["path"].endswith("pretrained.pt")
+
+    other = load_config("csv", ["model.layers=3", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4",
+                                "model.pool_norm=5"])
+    with pytest.raises(ConfigError, match=r"model\.layers: pretrained 2, this run 3"):
+        init_weights.load_init(build_model(other, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae")),
+                               str(out / "pretrained.pt"), other.model.to_dict())
+    with pytest.raises(ConfigError, match="does not exist"):
+        init_weights.resolve_init(str(tmp_path / "nothing.pt"))
+
+
+def test_shipped_weights_load_and_fit_the_csv_recipe():
+    path = init_weights.resolve_init("pretrained")
+    assert path.stat().st_size < 8 * 2**20
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    rec = blob["pretraining"]
+    assert rec["corpus_source"] == "train.csv.gz" and len(rec["corpus_sha256"]) == 64
+    assert rec["corpus_molecules"] > 10_000 and rec["removed_test_molecules"] >= 0
+    cfg = load_config("csv")
+    saved = blob["config"]["model"]
+    assert {k: saved[k] for k in init_weights.ARCH_KEYS if k in saved} == \
+        {k: getattr(cfg.model, k) for k in init_weights.ARCH_KEYS if k in saved}
+
+
+def test_train_init_pretrained_from_the_cli(tmp_path):
+    csv = tmp_path / "d.csv"
+    csv.write_text("smiles,y\n" + "".join(f"{s},{len(s) * 0.1:.2f}\n" for s in BASE))
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "siggate", "train", "--data", str(csv), "--target-col", "y",
+                        "--split", "random", "--epochs", "2", "--init", "pretrained", "--out", str(out),
+                        "--no-progress"], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    init = json.loads((out / "metrics.json").read_text())["init"]
+    assert init["source"] == "pretrained" and init["copied"] > 50
+
+
+def test_moses_corpus_is_read_from_the_wheel():
+    try:
+        path = moses_train_path()
+    except FileNotFoundError as exc:
+        if IN_CI:
+            pytest.fail(f"{exc} (the README's test command installs it)")
+        pytest.skip(str(exc))
+    with gzip.open(path, "rt") as fh:
+        assert next(fh).strip() == "SMILES" and sum(1 for _ in fh) == 1_584_663
