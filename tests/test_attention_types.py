@@ -67,7 +67,7 @@ def make(kind, gate="elementwise", position="output", seed=0, d=D, heads=H, attn
 
 
 def run(attn, x, ei, batch, impl):
-    return attn.forward_nodes(x, attn.make_layout(batch, ei, impl=impl), impl=impl)
+    return attn.forward_nodes(x, attn.make_layout(batch, ei, impl=impl))
 
 
 def test_type_names_are_the_config_names():
@@ -133,14 +133,14 @@ def test_fast_path_gradcheck_finite_differences(kind):
 
 
 class _NodeCall(torch.nn.Module):
-    """``attn.forward_nodes(x, layout, impl="packed")`` as a module call (for functional_call)."""
+    """``attn.forward_nodes(x, layout)`` as a module call (for functional_call)."""
 
     def __init__(self, attn, layout):
         super().__init__()
         self.attn, self.layout = attn, layout
 
     def forward(self, x):
-        return self.attn.forward_nodes(x, self.layout, impl="packed")
+        return self.attn.forward_nodes(x, self.layout)
 
 
 # ----------------------------------------------------------------------------- invariances
@@ -170,8 +170,8 @@ def test_node_permutation_equivariance(kind, impl):
         p_layout = attention_graph(pairs, GraphSegments(batch), degree=0)
     else:
         p_layout = attn.make_layout(batch, inv[ei], impl=impl)
-    out = attn.forward_nodes(x, layout, impl=impl)
-    p_out = attn.forward_nodes(x[perm], p_layout, impl=impl)
+    out = attn.forward_nodes(x, layout)
+    p_out = attn.forward_nodes(x[perm], p_layout)
     assert torch.allclose(p_out, out[perm], atol=1e-12)
 
 
@@ -535,8 +535,8 @@ def test_config_refuses_bad_attention_options():
 
 @pytest.mark.parametrize("kind", SPARSE)
 def test_layer_inference_with_folded_batchnorms_equals_reference(kind):
-    """In eval without autograd the fast layer folds its BatchNorms into the output
-    projection it hands the attention (``out_weight``); same result as the reference."""
+    """``GPSLayer.for_inference()`` folds the BatchNorms around the attention branch
+    (its output scaled by the attention BatchNorm); same result as the reference in eval."""
     x, ei, batch = batch_graph()
     e = torch.randn(ei.size(1), D)
     torch.manual_seed(0)
@@ -551,6 +551,8 @@ def test_layer_inference_with_folded_batchnorms_equals_reference(kind):
     fast.eval()
     slow.eval()
     with torch.no_grad():
+        folded = fast.for_inference()
+        assert torch.allclose(folded(x, ei, e, batch)[0], slow(x, ei, e, batch)[0], atol=1e-5)
         assert torch.allclose(fast(x, ei, e, batch)[0], slow(x, ei, e, batch)[0], atol=1e-12)
 
 
@@ -622,7 +624,7 @@ def test_fast_path_handles_empty_graphs(kind, sizes):
     results = []
     for impl in ("reference", "packed"):
         xi = x.clone().requires_grad_()
-        out = attn.forward_nodes(xi, attn.make_layout(batch, ei, len(sizes) + 1, impl=impl), impl=impl)
+        out = attn.forward_nodes(xi, attn.make_layout(batch, ei, len(sizes) + 1, impl=impl))
         results.append((out, torch.autograd.grad(out.sin().sum(), xi)[0]))
     (a, ga), (b, gb) = results
     assert torch.allclose(a, b, atol=1e-12) and torch.allclose(ga, gb, atol=1e-12)

@@ -44,9 +44,8 @@ import torch
 from torch import Tensor, nn
 
 from .attention import GatedAttentionBase, check_node_impl
-from .kernels.attention_cpu import _dropout_keep
 from .kernels.edge_attention import sparse_attention_fast
-from .kernels.layout import GraphSegments, batch_vector, seeded_generator, segment_amax
+from .kernels.layout import GraphSegments, batch_vector, dropout_keep, seeded_generator, segment_amax
 
 __all__ = ["GatedExphormerAttention", "AttentionGraph", "attention_graph", "expander_edges", "sparse_attention"]
 
@@ -104,6 +103,15 @@ class AttentionGraph:
     @property
     def num_nodes(self) -> int:
         return self.segments.num_nodes
+
+    @property
+    def batch(self) -> Tensor:
+        return self.segments.batch
+
+    @property
+    def impl(self) -> str:
+        """The implementation the layout serves (its segments carry it)."""
+        return self.segments.impl
 
 
 def attention_graph(edge_index: Tensor, segments: GraphSegments, degree: int, seed: int = 0) -> AttentionGraph:
@@ -208,38 +216,32 @@ class GatedExphormerAttention(GatedAttentionBase):
         if self.virtual is not None:
             nn.init.normal_(self.virtual)
 
-    def make_layout(self, batch: Tensor, edge_index: Tensor | None = None, num_graphs: int | None = None,
-                    impl: str | None = None) -> AttentionGraph:
-        """The batch's :class:`AttentionGraph` (:func:`attention_graph`)."""
+    def build_layout(self, batch: Tensor, edge_index: Tensor | None, num_graphs: int | None,
+                     impl: str) -> AttentionGraph:
+        """The batch's :class:`AttentionGraph` (:func:`attention_graph`), carrying ``impl``."""
         if edge_index is None:
             raise ValueError("the exphormer attention needs the batch's edge_index")
-        return attention_graph(edge_index, GraphSegments.from_batch(batch, num_graphs), self.expander_degree,
+        return attention_graph(edge_index, GraphSegments.from_batch(batch, num_graphs, impl), self.expander_degree,
                                self.expander_seed)
-
-    def ensure_layout(self, layout, batch: Tensor, edge_index: Tensor | None = None,
-                      impl: str | None = None) -> AttentionGraph:
-        if (isinstance(layout, AttentionGraph) and layout.degree == self.expander_degree
-                and layout.seed == self.expander_seed):
-            return layout
-        return self.make_layout(batch, edge_index)
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None,
                 layout: AttentionGraph | None = None, return_details: bool = False, impl: str | None = None):
         """``x [N, d]``, ``edge_index [2, E]``, ``batch [N]`` (``None``: one graph) ->
-        ``[N, d]`` (with ``return_details``, ``(out, details)``, see :meth:`_gated_rows`)."""
-        return self.forward_nodes(x, self.ensure_layout(layout, batch_vector(x, batch), edge_index), impl, return_details)
+        ``[N, d]`` (with ``return_details``, ``(out, details)``, see :meth:`forward_nodes`)."""
+        if layout is None:
+            layout = self.make_layout(batch_vector(x, batch), edge_index, impl=impl, details=return_details)
+        return self.forward_nodes(x, layout, return_details)
 
-    def forward_nodes(self, x: Tensor, layout: AttentionGraph, impl: str | None = None, return_details: bool = False,
-                      out_weight: Tensor | None = None, out_bias: Tensor | None = None, residual: bool = False):
-        impl = self._impl(impl, return_details)
+    def attention_core(self, x: Tensor, layout: AttentionGraph):
+        """``(q, k, v) -> o`` for :meth:`gated`: :meth:`_attend` with the fast path
+        (``layout.impl == "packed"``) or :func:`sparse_attention`, and the dropout draws."""
         edge_keep = extra_keep = None
         if self.training and self.attn_dropout > 0:
             p, H = self.attn_dropout, self.heads
-            edge_keep = _dropout_keep((layout.src.numel(), H), p, x)
-            extra_keep = _dropout_keep((x.size(0), H, self.num_virtual_nodes), p, x) if self.virtual is not None else None
-        attend = sparse_attention_fast if impl == "packed" else sparse_attention
-        core = partial(self._attend, graph=layout, attend=attend, edge_keep=edge_keep, extra_keep=extra_keep)
-        return self._gated_rows(x, core, out_weight, out_bias, residual, return_details, layout.segments.batch)
+            edge_keep = dropout_keep((layout.src.numel(), H), p, x)
+            extra_keep = dropout_keep((x.size(0), H, self.num_virtual_nodes), p, x) if self.virtual is not None else None
+        attend = sparse_attention_fast if layout.impl == "packed" else sparse_attention
+        return partial(self._attend, graph=layout, attend=attend, edge_keep=edge_keep, extra_keep=extra_keep)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, graph: AttentionGraph, attend, edge_keep,
                 extra_keep) -> Tensor:
@@ -258,7 +260,7 @@ class GatedExphormerAttention(GatedAttentionBase):
         ``q_i . k(z_r) / sqrt(d_head)``. ``O(N r)``; plain autograd."""
         batch, G = segments.batch, segments.num_graphs
         scale = 1.0 / math.sqrt(self.head_dim)
-        qz, kz, vz, gz = self._split(self.virtual)  # r, H, dh; gate r, H, dh|1
+        qz, kz, vz, gz = self.split(self.virtual)  # r, H, dh; gate r, H, dh|1
         if gz is not None and self.gate_position == "value":
             vz = vz * gz
         s = torch.einsum("nhc,rhc->nhr", k, qz) * scale  # N, H, r: virtual r scores node n

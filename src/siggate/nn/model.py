@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from ..options import POOLING  # shared with siggate.config
-from .attention import GatedAttentionBase, resolve_impl
+from .attention import GatedAttentionBase
 from .attention_types import attn_kwargs_from_config
 from .encoders import NodeEncoder, make_edge_encoder
 from .kernels.layout import DenseIndex, batch_vector
@@ -211,9 +213,9 @@ class SigGateGT(nn.Module):
         ``graph_emb`` ``[G, d]`` (``None`` at node level)."""
         batch = batch_vector(data.x, getattr(data, "batch", None))
         num_graphs = int(getattr(data, "num_graphs", None) or (int(batch.max()) + 1))
-        impl = "reference" if return_details else resolve_impl(self.impl)
         attns = self.attention_modules()
-        layout = attns[0].make_layout(batch, data.edge_index, num_graphs, impl) if attns else None  # once for all layers
+        # the one layout (and with it the implementation) of this forward, shared by every layer
+        layout = attns[0].make_layout(batch, data.edge_index, num_graphs, self.impl, return_details) if attns else None
         x = self.node_encoder(data)
         edge_attr = data.edge_attr
         if edge_attr is None:  # no edge features: one edge type (GraphGPS's DummyEdge)
@@ -233,6 +235,20 @@ class SigGateGT(nn.Module):
             return out
         mask = layout.mask if isinstance(layout, DenseIndex) else DenseIndex.from_batch(batch, num_graphs).mask
         return out, {"hidden": hidden, "attn": attn, "mask": mask, "graph_emb": g}
+
+    def for_inference(self) -> "SigGateGT":
+        """This model, trained, as an inference model: put in eval mode, and returned with
+        every layer's BatchNorms folded (:meth:`GPSLayer.for_inference`). Its eval outputs
+        equal this model's (up to float rounding); it shares this model's modules and
+        snapshots the folded ones, so build it again after the weights or statistics
+        change. It refuses training and ``return_details``.
+
+        Example: ``model.for_inference()(batch)``, under ``torch.inference_mode()``."""
+        self.eval()
+        folded = copy.copy(self)
+        folded._modules = dict(self._modules)  # a module dict of its own: the layers are replaced, not shared
+        folded.layers = nn.ModuleList(layer.for_inference() for layer in self.layers)
+        return folded
 
     @classmethod
     def from_config(cls, model_cfg, info) -> "SigGateGT":

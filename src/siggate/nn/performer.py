@@ -51,8 +51,7 @@ import torch
 from torch import Tensor
 
 from .attention import GatedAttentionBase, check_node_impl
-from .kernels.attention_cpu import _dropout_keep
-from .kernels.layout import GraphSegments, batch_vector, seeded_generator, segment_amax
+from .kernels.layout import GraphSegments, batch_vector, dropout_keep, seeded_generator, segment_amax
 from .kernels.linear_attention import performer_fast
 
 __all__ = ["GatedPerformerAttention", "orthogonal_gaussian", "favor_features", "performer_reference",
@@ -206,31 +205,29 @@ class GatedPerformerAttention(GatedAttentionBase):
                 self.redraw_features()
             self.forward_count += 1
 
-    def make_layout(self, batch: Tensor, edge_index: Tensor | None = None, num_graphs: int | None = None,
-                    impl: str | None = None) -> GraphSegments:
-        """The batch's :class:`GraphSegments` (``edge_index`` is not used)."""
-        return GraphSegments.from_batch(batch, num_graphs)
-
-    def ensure_layout(self, layout, batch: Tensor, edge_index: Tensor | None = None,
-                      impl: str | None = None) -> GraphSegments:
-        return layout if isinstance(layout, GraphSegments) else self.make_layout(batch)
+    def build_layout(self, batch: Tensor, edge_index: Tensor | None, num_graphs: int | None,
+                     impl: str) -> GraphSegments:
+        """The batch's :class:`GraphSegments`, carrying ``impl`` (``edge_index`` is not used)."""
+        return GraphSegments.from_batch(batch, num_graphs, impl)
 
     def forward(self, x: Tensor, batch: Tensor | None = None, layout: GraphSegments | None = None,
                 return_details: bool = False, impl: str | None = None):
         """``x [N, d]``, ``batch [N]`` (``None``: one graph) -> ``[N, d]`` (with
-        ``return_details``, ``(out, details)``, see :meth:`_gated_rows`)."""
-        return self.forward_nodes(x, self.ensure_layout(layout, batch_vector(x, batch)), impl, return_details)
+        ``return_details``, ``(out, details)``, see :meth:`forward_nodes`)."""
+        if layout is None:
+            layout = self.make_layout(batch_vector(x, batch), impl=impl, details=return_details)
+        return self.forward_nodes(x, layout, return_details)
 
-    def forward_nodes(self, x: Tensor, layout: GraphSegments, impl: str | None = None, return_details: bool = False,
-                      out_weight: Tensor | None = None, out_bias: Tensor | None = None, residual: bool = False):
-        impl = self._impl(impl, return_details)
+    def attention_core(self, x: Tensor, layout: GraphSegments):
+        """``(q, k, v) -> o`` for :meth:`gated`: :meth:`_attend` with the fast path
+        (``layout.impl == "packed"``) or :func:`performer_reference`; redraws the features
+        on schedule and draws the key dropout."""
         self._redraw_schedule()
         keep = None
         if self.training and self.attn_dropout > 0:
-            keep = _dropout_keep((x.size(0), self.heads), self.attn_dropout, x)
-        attend = partial(performer_fast, features=favor_features) if impl == "packed" else performer_reference
-        core = partial(self._attend, attend=attend, segments=layout, key_keep=keep)
-        return self._gated_rows(x, core, out_weight, out_bias, residual, return_details, layout.batch)
+            keep = dropout_keep((x.size(0), self.heads), self.attn_dropout, x)
+        attend = partial(performer_fast, features=favor_features) if layout.impl == "packed" else performer_reference
+        return partial(self._attend, attend=attend, segments=layout, key_keep=keep)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, attend, segments: GraphSegments,
                 key_keep: Tensor | None) -> Tensor:
