@@ -205,8 +205,9 @@ def qkv_rows(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, int]:
     es = q.element_size()
     w = q.stride(0)
     tracked = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if (n > 1 and not tracked and q.stride()[1:] == (dh, 1)  # (a size-1 dimension's stride says nothing) and k.stride() == q.stride() == v.stride() and w % dh == 0
-            and k.data_ptr() == q.data_ptr() + H * dh * es and v.data_ptr() == q.data_ptr() + 2 * H * dh * es):
+    # n > 1: a size-1 dimension's stride says nothing about the memory
+    if (n > 1 and not tracked and q.stride()[1:] == (dh, 1) and k.stride() == q.stride() == v.stride()
+            and w % dh == 0 and k.data_ptr() == q.data_ptr() + H * dh * es and v.data_ptr() == q.data_ptr() + 2 * H * dh * es):
         return q.as_strided((n * (w // dh), dh), (dh, 1)), w // dh
     return torch.stack([q, k, v], 1).view(n * 3 * H, dh), 3 * H
 
