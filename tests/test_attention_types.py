@@ -480,8 +480,10 @@ def test_config_builds_the_type_and_a_checkpoint_reloads_it(tmp_path):
     info = TaskInfo(name="nci5k", task="regression", num_tasks=1, metric="mae")
     b = _molecules([5, 8])
     for kind, keys, expect in (
-        ("performer", {"performer_features": 8, "performer_redraw": 5}, {"num_features": 8, "redraw_interval": 5}),
-        ("exphormer", {"expander_degree": 2, "virtual_nodes": 3}, {"expander_degree": 2, "num_virtual_nodes": 3}),
+        ("performer", {"attention": {"performer": {"num_features": 8, "redraw_interval": 5}}},
+         {"num_features": 8, "redraw_interval": 5}),
+        ("exphormer", {"attention": {"exphormer": {"expander_degree": 2, "num_virtual_nodes": 3}}},
+         {"expander_degree": 2, "num_virtual_nodes": 3}),
     ):
         cfg = from_dict({"data": {"name": "nci5k"}, "model": {"dim": D, "layers": 2, "pe": "none", "attn_type": kind,
                                                              **keys}})
@@ -526,11 +528,52 @@ def test_config_refuses_bad_attention_options():
     from siggate.config import ConfigError, from_dict
 
     for model, match in (({"attn_type": "performr"}, "Did you mean 'performer'"),
-                         ({"attn_type": "exphormer", "expander_degree": 3}, "model.expander_degree: 3 is odd"),
+                         ({"attn_type": "exphormer", "attention": {"exphormer": {"expander_degree": 3}}},
+                          "model.attention.exphormer.expander_degree: 3 is odd"),
                          ({"attn_type": "performer", "impl": "sdpa"}, "'sdpa' runs only with model.attn_type=full"),
-                         ({"performer_features": 0}, "model.performer_features: 0 is out of range")):
+                         ({"attention": {"performer": {"num_features": 0}}},
+                          "model.attention.performer.num_features: 0 is out of range"),
+                         ({"attention": {"performer": {"num_feature": 8}}},
+                          "unknown config key 'model.attention.performer.num_feature'.*Did you mean "
+                          "'model.attention.performer.num_features'")):
         with pytest.raises(ConfigError, match=match):
             from_dict({"data": {"name": "nci5k"}, "model": model})
+
+
+def test_old_flat_attention_keys_are_read_with_a_deprecation_message():
+    from siggate.config import from_dict, load_config, upgrade_config_dict
+
+    with pytest.warns(FutureWarning, match=r"model.performer_features is deprecated: write "
+                                           r"model.attention.performer.num_features"):
+        cfg = from_dict({"model": {"performer_features": 8, "virtual_nodes": 3}})
+    assert cfg.model.attention.performer.num_features == 8 and cfg.model.attention.exphormer.num_virtual_nodes == 3
+    with pytest.warns(FutureWarning, match="model.expander_degree is deprecated"):
+        assert load_config("nci5k", ["model.expander_degree=2"]).model.attention.exphormer.expander_degree == 2
+    nested = load_config("nci5k", ["model.attention.performer.redraw_interval=7"])
+    assert nested.model.attention.performer.redraw_interval == 7
+    saved = upgrade_config_dict({"model": {"performer_redraw": 5}})  # an old checkpoint's config: silent
+    assert saved["model"]["attention"] == {"performer": {"redraw_interval": 5}} and "performer_redraw" not in saved["model"]
+
+
+def test_defaults_are_the_same_in_the_config_and_the_constructors():
+    """One source of defaults: each type's options dataclass, its constructor and
+    ``model.attention``; and every ``model.*`` key that ``SigGateGT`` takes."""
+    import dataclasses
+    import inspect
+
+    from siggate.config import ModelConfig
+    from siggate.options import ATTENTION_OPTIONS
+
+    cfg = ModelConfig()
+    for kind, options in ATTENTION_OPTIONS.items():
+        params = inspect.signature(ATTENTION_TYPES[kind].__init__).parameters
+        for f in dataclasses.fields(options):
+            assert params[f.name].default == f.default == getattr(getattr(cfg.attention, kind), f.name), (kind, f)
+    params = inspect.signature(SigGateGT.__init__).parameters
+    shared = [f.name for f in dataclasses.fields(ModelConfig) if f.name in params and f.name != "ffn_dim"]
+    assert {"layers", "pe", "pe_steps", "pe_dim", "pool_norm", "attn_dropout"} <= set(shared)
+    for name in shared:
+        assert params[name].default == getattr(cfg, name), name
 
 
 @pytest.mark.parametrize("kind", SPARSE)

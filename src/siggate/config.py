@@ -12,13 +12,26 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .options import ATTN_IMPLS, ATTN_TYPES, GATE_KINDS, GATE_POSITIONS, LOCAL_MODEL_NAMES, POOLING, SPLITS, TASK_LOSSES
+from .options import (
+    ATTN_IMPLS,
+    ATTN_TYPES,
+    FLAT_ATTENTION_KEYS,
+    GATE_KINDS,
+    GATE_POSITIONS,
+    LOCAL_MODEL_NAMES,
+    POOLING,
+    SPLITS,
+    TASK_LOSSES,
+    ExphormerOptions,
+    PerformerOptions,
+)
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -48,9 +61,21 @@ class DataConfig:
 
 
 @dataclass
+class AttentionConfig:
+    """``model.attention``: each attention type's own options, one dataclass per type
+    (:mod:`siggate.options`), the same defaults as the constructors."""
+
+    performer: PerformerOptions = field(default_factory=PerformerOptions)
+    exphormer: ExphormerOptions = field(default_factory=ExphormerOptions)
+
+
+@dataclass
 class ModelConfig:
+    """The model's keys; the defaults are :class:`siggate.nn.SigGateGT`'s (a test keeps
+    them equal)."""
+
     dim: int = 64
-    layers: int = 6
+    layers: int = 10
     heads: int = 4
     local: str = "gine"
     attn: bool = True
@@ -62,18 +87,15 @@ class ModelConfig:
     param_match: str = "none"               # "ffn": ungated control widened to the elementwise gate's size
     dropout: float = 0.0
     attn_dropout: float = 0.5
-    pe: str = "rwse"
-    pe_steps: int = 20
-    pe_dim: int = 16
+    pe: str = "none"
+    pe_steps: int = 0
+    pe_dim: int = 0
     pooling: str = "add"
     pool_norm: float = 0.0                  # pooling "norm": sum / pool_norm; 0: the training graphs' mean size
     head_layers: int = 3
     impl: str = "auto"                     # attention implementation (siggate.nn.attention.resolve_impl)
     attn_type: str = "full"                # global attention: full softmax, performer or exphormer
-    performer_features: int = 64           # performer: random features per head
-    performer_redraw: int = 1000           # performer: training steps between feature redraws; 0: never
-    expander_degree: int = 4               # exphormer: degree of the random expander (even; 0: none)
-    virtual_nodes: int = 1                 # exphormer: virtual nodes per graph
+    attention: AttentionConfig = field(default_factory=AttentionConfig)  # the types' own options
 
     @property
     def pool_norm_unresolved(self) -> bool:
@@ -138,10 +160,10 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.pe_dim": {"min": 0},
     "model.dropout": {"min": 0.0, "max_excl": 1.0},
     "model.attn_dropout": {"min": 0.0, "max_excl": 1.0},
-    "model.performer_features": {"min": 1},
-    "model.performer_redraw": {"min": 0},
-    "model.expander_degree": {"min": 0},
-    "model.virtual_nodes": {"min": 0},
+    "model.attention.performer.num_features": {"min": 1},
+    "model.attention.performer.redraw_interval": {"min": 0},
+    "model.attention.exphormer.expander_degree": {"min": 0},
+    "model.attention.exphormer.num_virtual_nodes": {"min": 0},
     "train.epochs": {"min": 1},
     "train.batch_size": {"min": 1},
     "train.eval_batch_size": {"min": 1},
@@ -259,13 +281,17 @@ def _build_section(cls, raw: dict, prefix: str):
     kwargs = {}
     for key, value in raw.items():
         if key not in known:
+            hint = _suggest_key(prefix, str(key)) if prefix in SECTIONS else _suggest(str(key), list(known), f"{prefix}.")
             raise ConfigError(
-                f"unknown config key '{prefix}.{key}' (value {value!r}).{_suggest_key(prefix, str(key))} "
+                f"unknown config key '{prefix}.{key}' (value {value!r}).{hint} "
                 f"Valid keys in '{prefix}': {', '.join(known)}."
             )
         f = known[key]
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        kwargs[key] = _coerce(f"{prefix}.{key}", value, default, f.type)
+        if dataclasses.is_dataclass(default):  # a nested section: model.attention, model.attention.performer
+            kwargs[key] = _build_section(type(default), value or {}, f"{prefix}.{key}")
+        else:
+            kwargs[key] = _coerce(f"{prefix}.{key}", value, default, f.type)
     return cls(**kwargs)
 
 
@@ -286,8 +312,31 @@ def from_dict(raw: dict) -> Config:
                 f"unknown config section '{key}'.{hint} "
                 f"Valid sections: {', '.join(sections)}."
             )
+    raw = _nest_flat_attention_keys(raw, warn=True)
     cfg = Config(**{k: _build_section(cls, raw.get(k, {}) or {}, k) for k, cls in sections.items()})
     return cfg.validate()
+
+
+def _nest_flat_attention_keys(raw: dict, warn: bool) -> dict:
+    """``raw`` with the flat ``model.performer_*``/``model.expander_*`` keys of older
+    configs moved into ``model.attention.<type>`` (:data:`siggate.options.FLAT_ATTENTION_KEYS`),
+    with a deprecation message when ``warn``; a new dict when anything moved."""
+    model = raw.get("model")
+    if not isinstance(model, dict) or not set(model) & set(FLAT_ATTENTION_KEYS):
+        return raw
+    model = dict(model)
+    attention = {k: dict(v) if isinstance(v, dict) else v for k, v in (model.get("attention") or {}).items()}
+    for old in [k for k in model if k in FLAT_ATTENTION_KEYS]:
+        kind, name = FLAT_ATTENTION_KEYS[old]
+        section = attention.setdefault(kind, {})
+        if isinstance(section, dict):
+            section.setdefault(name, model[old])
+        if warn:
+            warnings.warn(f"model.{old} is deprecated: write model.attention.{kind}.{name} "
+                          f"(it was read as that)", FutureWarning, stacklevel=3)
+        del model[old]
+    model["attention"] = attention
+    return {**raw, "model": model}
 
 
 def _check(cfg: Config) -> None:
@@ -300,8 +349,9 @@ def _check(cfg: Config) -> None:
 def _check_ranges(cfg: Config) -> None:
     """Each key of :data:`CONSTRAINTS` against its choices or range."""
     for path, rule in CONSTRAINTS.items():
-        sec, key = path.split(".")
-        value = getattr(getattr(cfg, sec), key)
+        value = cfg
+        for part in path.split("."):
+            value = getattr(value, part)
         if "choices" in rule and value not in rule["choices"]:
             raise ConfigError(
                 f"{path}: {value!r} is not allowed. Allowed values: {', '.join(map(str, rule['choices']))}."
@@ -349,9 +399,10 @@ def _check_model(m) -> None:
     if m.pool_norm and m.pooling != "norm":
         raise ConfigError(f"model.pool_norm: {m.pool_norm!r} divides the pooled sum only with model.pooling=norm, "
                           f"not {m.pooling!r}; set model.pooling=norm or model.pool_norm=0.")
-    if m.expander_degree % 2:
-        raise ConfigError(f"model.expander_degree: {m.expander_degree} is odd; allowed values: even numbers >= 0 "
-                          f"(the expander is built from degree/2 random permutations), e.g. {m.expander_degree + 1}.")
+    degree = m.attention.exphormer.expander_degree
+    if degree % 2:
+        raise ConfigError(f"model.attention.exphormer.expander_degree: {degree} is odd; allowed values: even numbers "
+                          f">= 0 (the expander is built from degree/2 random permutations), e.g. {degree + 1}.")
     if m.attn_type != "full" and m.impl == "sdpa":
         raise ConfigError(f"model.impl: 'sdpa' runs only with model.attn_type=full, not {m.attn_type!r}; "
                           "allowed values: auto, reference, packed.")
@@ -414,7 +465,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         raise ConfigError(f"--set expects key.path=value, got {item!r}")
     key, value = item.split("=", 1)
     parts = key.strip().split(".")
-    if len(parts) != 2 or not all(parts):
+    if len(parts) < 2 or not all(parts):
         hint = ""
         if len(parts) == 1 and parts[0]:
             owners = [s for s, cls in _section_classes().items() if parts[0] in _known_keys(cls)]
@@ -461,6 +512,8 @@ def upgrade_config_dict(raw: dict) -> dict:
       ``"reference"``.
     - ``model.pool_norm`` came with ``pooling: norm``; older configs pool ``add`` or
       ``mean``, where it is unused: ``0``.
+    - ``model.performer_features``, ``performer_redraw``, ``expander_degree`` and
+      ``virtual_nodes`` moved into ``model.attention.performer``/``.exphormer``.
     """
     if not isinstance(raw, dict):
         return raw
@@ -474,7 +527,7 @@ def upgrade_config_dict(raw: dict) -> dict:
         model.setdefault("impl", "auto" if fused else "reference")
     if isinstance(model, dict):
         model.setdefault("pool_norm", 0.0)
-    return out
+    return _nest_flat_attention_keys(out, warn=False)
 
 
 def with_resolved(expected: dict, saved: dict) -> dict:
@@ -505,10 +558,14 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
             f"{path}: a config must be a mapping with sections data/model/train, got {type(raw).__name__}"
         )
     for item in overrides or []:
-        (sec, key), value = parse_override(item)
-        if raw.get(sec) is None:
-            raw[sec] = {}
-        if not isinstance(raw[sec], dict):
-            raise ConfigError(f"{path}: section '{sec}' must be a mapping of keys, got {raw[sec]!r}")
-        raw[sec][key] = value
+        parts, value = parse_override(item)  # section.key or, nested, model.attention.performer.num_features
+        node = raw
+        for depth, part in enumerate(parts[:-1]):
+            if node.get(part) is None:
+                node[part] = {}
+            if not isinstance(node[part], dict):
+                where = ".".join(parts[: depth + 1])
+                raise ConfigError(f"{path}: '{where}' must be a mapping of keys, got {node[part]!r}")
+            node = node[part]
+        node[parts[-1]] = value
     return from_dict(raw)

@@ -8,7 +8,13 @@ This module imports nothing from ``siggate``: every package may use it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 __all__ = [
+    "ATTENTION_OPTIONS",
+    "ExphormerOptions",
+    "FLAT_ATTENTION_KEYS",
+    "PerformerOptions",
     "ATTN_IMPLS",
     "ATTN_TYPES",
     "GATE_KINDS",
@@ -32,6 +38,37 @@ ATTN_IMPLS = ("auto", "reference", "sdpa", "packed")
 #: ``model.attn_type``: the global attention of each layer (:data:`siggate.nn.attention_types.ATTENTION_TYPES`):
 #: softmax over all nodes of a graph, Performer's FAVOR+ linear attention, Exphormer's sparse attention.
 ATTN_TYPES = ("full", "performer", "exphormer")
+
+
+@dataclass(frozen=True)
+class PerformerOptions:
+    """The ``"performer"`` attention's own options (``model.attention.performer``), read by
+    :class:`siggate.config.ModelConfig` and :class:`siggate.nn.GatedPerformerAttention`."""
+
+    num_features: int = 64        # random features per head
+    redraw_interval: int = 1000   # training forward passes between feature redraws; 0: never
+
+
+@dataclass(frozen=True)
+class ExphormerOptions:
+    """The ``"exphormer"`` attention's own options (``model.attention.exphormer``), read by
+    :class:`siggate.config.ModelConfig` and :class:`siggate.nn.GatedExphormerAttention`."""
+
+    expander_degree: int = 4      # degree of the random expander (even; 0: none)
+    num_virtual_nodes: int = 1    # virtual nodes per graph
+    expander_seed: int = 0        # seed of the expanders
+
+
+#: attention type -> its options (types without options are absent)
+ATTENTION_OPTIONS = {"performer": PerformerOptions, "exphormer": ExphormerOptions}
+#: the flat ``model.*`` keys of older configs -> ``(type, option)`` in ``model.attention``
+FLAT_ATTENTION_KEYS = {
+    "performer_features": ("performer", "num_features"),
+    "performer_redraw": ("performer", "redraw_interval"),
+    "expander_degree": ("exphormer", "expander_degree"),
+    "virtual_nodes": ("exphormer", "num_virtual_nodes"),
+}
+
 #: ``model.local``: the message-passing branches of :data:`siggate.nn.layer.LOCAL_MODELS` (or ``"none"``).
 LOCAL_MODEL_NAMES = ("gine", "gatedgcn")
 #: ``model.pooling``: the sum, the mean, or the sum over a constant (:func:`siggate.nn.model.pool_graphs`).

@@ -43,6 +43,7 @@ from functools import lru_cache, partial
 import torch
 from torch import Tensor, nn
 
+from ..options import ExphormerOptions
 from .attention import GatedAttentionBase, check_node_impl
 from .kernels.edge_attention import sparse_attention_fast
 from .kernels.layout import GraphSegments, batch_vector, dropout_keep, seeded_generator, segment_amax
@@ -195,9 +196,9 @@ class GatedExphormerAttention(GatedAttentionBase):
         attn_dropout: float = 0.0,
         bias: bool = True,
         impl: str = "auto",
-        expander_degree: int = 4,
-        num_virtual_nodes: int = 1,
-        expander_seed: int = 0,
+        expander_degree: int = ExphormerOptions.expander_degree,
+        num_virtual_nodes: int = ExphormerOptions.num_virtual_nodes,
+        expander_seed: int = ExphormerOptions.expander_seed,
     ) -> None:
         super().__init__(dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout, bias)
         check_node_impl(impl)

@@ -108,7 +108,8 @@ class SigGateGT(nn.Module):
         pe_dim (int): channels given to the positional encoding. (default: ``0``)
         pooling (str): ``"add"``, ``"mean"`` or ``"norm"`` (the sum divided by
             ``pool_norm``, see :func:`pool_graphs`); graph level only. (default: ``"add"``)
-        pool_norm (float): the divisor of ``pooling="norm"``, > 0. (default: ``1.0``)
+        pool_norm (float): the divisor of ``pooling="norm"``, which needs it > 0; unused by
+            the other poolings. (default: ``0.0``, the config's "not set")
         head_layers (int): layers of the prediction MLP: per graph halving the width each
             time (GraphGPS ``san_graph``), per node at width ``dim`` with BatchNorm (GraphGPS
             ``inductive_node``); see :func:`mlp_head`. (default: ``3``)
@@ -158,7 +159,7 @@ class SigGateGT(nn.Module):
         num_node_features: int = 0,
         attn_type: str = "full",
         attn_kwargs: dict | None = None,
-        pool_norm: float = 1.0,
+        pool_norm: float = 0.0,
     ) -> None:
         super().__init__()
         if pooling not in POOLING:

@@ -50,6 +50,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from ..options import PerformerOptions
 from .attention import GatedAttentionBase, check_node_impl
 from .kernels.layout import GraphSegments, batch_vector, dropout_keep, seeded_generator, segment_amax
 from .kernels.linear_attention import performer_fast
@@ -166,8 +167,8 @@ class GatedPerformerAttention(GatedAttentionBase):
         attn_dropout: float = 0.0,
         bias: bool = True,
         impl: str = "auto",
-        num_features: int = 64,
-        redraw_interval: int = 1000,
+        num_features: int = PerformerOptions.num_features,
+        redraw_interval: int = PerformerOptions.redraw_interval,
     ) -> None:
         super().__init__(dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout, bias)
         check_node_impl(impl)
