@@ -93,7 +93,7 @@ class ModelConfig:
     pooling: str = "add"
     pool_norm: float = 0.0                  # pooling "norm": sum / pool_norm; 0: the training graphs' mean size
     head_layers: int = 3
-    impl: str = "auto"                     # attention implementation (siggate.nn.attention.resolve_impl)
+    impl: str = "auto"                     # attention implementation (siggate.nn.impl.resolve_impl)
     attn_type: str = "full"                # global attention: full softmax, performer or exphormer
     attention: AttentionConfig = field(default_factory=AttentionConfig)  # the types' own options
 

@@ -33,7 +33,7 @@ GATE_KINDS = ("none", "headwise", "elementwise")
 #: ``model.gate_position``: where the gate multiplies (attention output, values, after the projection).
 GATE_POSITIONS = ("output", "value", "post")
 #: ``model.impl``: attention implementations, all computing the same function
-#: (:func:`siggate.nn.attention.resolve_impl` says what ``auto`` picks).
+#: (:func:`siggate.nn.impl.resolve_impl` says what ``auto`` picks).
 ATTN_IMPLS = ("auto", "reference", "sdpa", "packed")
 #: ``model.attn_type``: the global attention of each layer (:data:`siggate.nn.attention_types.ATTENTION_TYPES`):
 #: softmax over all nodes of a graph, Performer's FAVOR+ linear attention, Exphormer's sparse attention.

@@ -67,7 +67,7 @@ class GatedGPSConv(nn.Module):
         gate_bias_init (float): initial gate bias; the gate starts near
             ``sigmoid(gate_bias_init)`` (0.5 by default). (default: ``0.0``)
         impl (str): attention implementation; see
-            :func:`~siggate.nn.attention.resolve_impl`. (default: ``"auto"``)
+            :func:`~siggate.nn.impl.resolve_impl`. (default: ``"auto"``)
 
     Shapes:
         ``x [N, c]``, ``edge_index [2, E]``, ``batch [N]`` (optional) -> ``[N, c]``.

@@ -158,7 +158,7 @@ class GPSLayer(nn.Module):
         dropout (float): dropout after each branch and in the FFN. (default: ``0.0``)
         attn_dropout (float): dropout on attention probabilities. (default: ``0.0``)
         impl (str): ``"auto"``, ``"reference"``, ``"sdpa"`` or ``"packed"``, used when the
-            layer builds its own layout; see :func:`~siggate.nn.attention.resolve_impl`.
+            layer builds its own layout; see :func:`~siggate.nn.impl.resolve_impl`.
             On ``"packed"`` (what ``"auto"`` runs) the GINE and FFN blocks also run fused
             (:meth:`_fused`). (default: ``"auto"``)
         gate_weight_std (float, optional): std of the gate weights' normal initialisation;
@@ -260,7 +260,7 @@ class GPSLayer(nn.Module):
         """Whether the GINE and FFN blocks with their residuals run as single autograd
         nodes (:mod:`siggate.nn.kernels.fused_blocks`): on the fast path
         (``layout.impl == "packed"``), when the branch dropout is inactive, and not under
-        autocast (they run in one dtype); see :func:`~siggate.nn.attention.resolve_impl`."""
+        autocast (they run in one dtype); see :func:`~siggate.nn.impl.resolve_impl`."""
         return (layout is not None and layout.impl == "packed" and (self.dropout == 0.0 or not self.training)
                 and not torch.is_autocast_enabled(x.device.type))
 
@@ -276,7 +276,8 @@ class GPSLayer(nn.Module):
         """This layer in eval with its BatchNorms folded
         (:class:`~siggate.nn.kernels.fused_blocks.FoldedGPSLayer`): equal outputs in eval,
         inference only, sharing this layer's modules (build it again after they change)."""
-        self.eval()
+        if self.training:
+            self.eval()
         return FoldedGPSLayer(self)
 
     def _drop(self, x: Tensor) -> Tensor:

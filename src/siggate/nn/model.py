@@ -114,7 +114,7 @@ class SigGateGT(nn.Module):
             time (GraphGPS ``san_graph``), per node at width ``dim`` with BatchNorm (GraphGPS
             ``inductive_node``); see :func:`mlp_head`. (default: ``3``)
         impl (str): attention implementation, ``"auto"``, ``"reference"``, ``"sdpa"`` or
-            ``"packed"``; see :func:`~siggate.nn.attention.resolve_impl`. (default: ``"auto"``)
+            ``"packed"``; see :func:`~siggate.nn.impl.resolve_impl`. (default: ``"auto"``)
         gate_weight_std (float, optional): std of the gate weights' normal initialisation;
             ``None`` for Xavier-uniform. (default: ``None``)
         ffn_dim (int, optional): hidden width of each layer's feed-forward block; ``None``
@@ -245,7 +245,8 @@ class SigGateGT(nn.Module):
         change. It refuses training and ``return_details``.
 
         Example: ``model.for_inference()(batch)``, under ``torch.inference_mode()``."""
-        self.eval()
+        if self.training:
+            self.eval()
         folded = copy.copy(self)
         folded._modules = dict(self._modules)  # a module dict of its own: the layers are replaced, not shared
         folded.layers = nn.ModuleList(layer.for_inference() for layer in self.layers)

@@ -165,7 +165,7 @@ class FoldedGPSLayer(nn.Module):
             self.register_buffer("ff_w", layer.ff2.weight * s[:, None])
             self.register_buffer("ff_b", layer.ff2.bias * s + t)
             self.register_buffer("ff_s", s)
-        self.train(False)
+        self.training = False  # its modules are the layer's, already in eval (no recursion: it is built per call)
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None = None, layout=None,
                 return_details: bool = False):

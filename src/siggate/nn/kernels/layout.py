@@ -107,7 +107,7 @@ class PackedLayout:
             when the group has no padding (all its graphs have ``n_k`` nodes).
     """
 
-    #: the implementation this layout serves (:func:`siggate.nn.attention.resolve_impl`)
+    #: the implementation this layout serves (:func:`siggate.nn.impl.resolve_impl`)
     impl = "packed"
 
     def __init__(self, num_nodes: int, groups: list, nodes_np: list, valid_np: list, device) -> None:

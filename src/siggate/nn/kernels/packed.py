@@ -6,7 +6,7 @@ same attention as the reference core of :class:`~siggate.nn.GatedMultiheadAttent
 (padded batch, ``softmax(q k^T / sqrt(d_head) + mask) v``), but only each size group of
 the layout sees a padded shape. The projections and the gate stay outside, in
 :meth:`siggate.nn.attention.GatedAttentionBase.gated`. The kernel depends on where it
-runs (the table is in :func:`siggate.nn.attention.resolve_impl`):
+runs (the table is in :func:`siggate.nn.impl.resolve_impl`):
 
 * CPU: :func:`~siggate.nn.kernels.attention_cpu.packed_core_cpu` (hand-written backward
   under autograd, batched matmuls without);
