@@ -67,7 +67,7 @@ def make(kind, gate="elementwise", position="output", seed=0, d=D, heads=H, attn
 
 
 def run(attn, x, ei, batch, impl):
-    return attn.forward_nodes(x, attn.make_layout(batch, ei, impl=impl), impl=impl)
+    return attn.forward_nodes(x, attn.make_layout(batch, ei, impl=impl))
 
 
 def test_type_names_are_the_config_names():
@@ -134,14 +134,14 @@ def test_fast_path_gradcheck_finite_differences(kind):
 
 
 class _NodeCall(torch.nn.Module):
-    """``attn.forward_nodes(x, layout, impl="packed")`` as a module call (for functional_call)."""
+    """``attn.forward_nodes(x, layout)`` as a module call (for functional_call)."""
 
     def __init__(self, attn, layout):
         super().__init__()
         self.attn, self.layout = attn, layout
 
     def forward(self, x):
-        return self.attn.forward_nodes(x, self.layout, impl="packed")
+        return self.attn.forward_nodes(x, self.layout)
 
 
 # ----------------------------------------------------------------------------- invariances
@@ -171,8 +171,8 @@ def test_node_permutation_equivariance(kind, impl):
         p_layout = attention_graph(inv[ei], seg, 0, expander=inv[expander_edges(seg, attn.expander_degree_total)])
     else:
         p_layout = attn.make_layout(batch, inv[ei], impl=impl)
-    out = attn.forward_nodes(x, layout, impl=impl)
-    p_out = attn.forward_nodes(x[perm], p_layout, impl=impl)
+    out = attn.forward_nodes(x, layout)
+    p_out = attn.forward_nodes(x[perm], p_layout)
     assert torch.allclose(p_out, out[perm], atol=1e-12)
 
 
@@ -195,7 +195,7 @@ def test_no_cross_graph_leakage(kind, impl):
         one = torch.zeros(nodes.numel(), dtype=torch.long)
         # exphormer: the graph keeps its index, the seed of its expander (its position in the batch here)
         ids = {"graph_index": torch.tensor([b])} if kind == "exphormer" else {}
-        alone = attn.forward_nodes(x[nodes], attn.make_layout(one, ei[:, keep] - nodes[0], impl=impl, **ids), impl=impl)
+        alone = attn.forward_nodes(x[nodes], attn.make_layout(one, ei[:, keep] - nodes[0], impl=impl, **ids))
         assert torch.allclose(alone, out[nodes], atol=1e-12), b
 
 
@@ -326,8 +326,8 @@ def test_exphormer_on_a_complete_graph_equals_a_loop_computation_with_virtual_no
     with torch.no_grad():
         attn.in_proj.bias.normal_()  # non-zero biases are checked too
         attn.edge_proj.bias.normal_()
-    layout = attn.make_layout(torch.zeros(n, dtype=torch.long), ei)
-    out = attn.forward_nodes(x, layout, impl=impl, edge_attr=edge_attr)
+    layout = attn.make_layout(torch.zeros(n, dtype=torch.long), ei, impl=impl)
+    out = attn.forward_nodes(x, layout, edge_attr=edge_attr)
     assert torch.allclose(out, _dense_exphormer(attn, x, _pairs(ei, n), edge_attr), atol=1e-12)
 
 
@@ -380,17 +380,17 @@ def test_exphormer_scores_read_edge_attr_and_only_inside_the_edge_s_graph(impl):
     query) and no other graph's output, bit for bit."""
     x, ei, batch, ea = _edge_batch()
     attn = make("exphormer").eval()
-    layout = attn.make_layout(batch, ei)
-    out = attn.forward_nodes(x, layout, impl=impl, edge_attr=ea)
+    layout = attn.make_layout(batch, ei, impl=impl)
+    out = attn.forward_nodes(x, layout, edge_attr=ea)
     e = int(torch.nonzero(batch[ei[1]] == 2)[0])  # an edge of graph 2
     ea2 = ea.clone()
     ea2[e] += 1.0
-    out2 = attn.forward_nodes(x, layout, impl=impl, edge_attr=ea2)
+    out2 = attn.forward_nodes(x, layout, edge_attr=ea2)
     assert not torch.allclose(out2[ei[1, e]], out[ei[1, e]])
     assert torch.equal(out2[batch != 2], out[batch != 2])
-    assert not torch.allclose(out, attn.forward_nodes(x, layout, impl=impl))  # without edge_attr: another score
+    assert not torch.allclose(out, attn.forward_nodes(x, layout))  # without edge_attr: another score
     with pytest.raises(ValueError, match=r"edge_attr must be \[num_edges, dim\]"):
-        attn.forward_nodes(x, layout, impl=impl, edge_attr=ea[:-1])
+        attn.forward_nodes(x, layout, edge_attr=ea[:-1])
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
@@ -398,13 +398,13 @@ def test_exphormer_fast_path_with_edge_attr_equals_reference(dropout):
     """Outputs and gradients (input, edge_attr, every parameter) with edge_attr."""
     x, ei, batch, ea = _edge_batch()
     attn = make("exphormer", attn_dropout=dropout).train()
-    layout = attn.make_layout(batch, ei)
     results = []
     for impl in ("reference", "packed"):
+        layout = attn.make_layout(batch, ei, impl=impl)
         xi, eai = x.clone().requires_grad_(), ea.clone().requires_grad_()
         attn.zero_grad()
         torch.manual_seed(1)
-        out = attn.forward_nodes(xi, layout, impl=impl, edge_attr=eai)
+        out = attn.forward_nodes(xi, layout, edge_attr=eai)
         (out.sin() * torch.arange(out.numel()).view_as(out).cos()).sum().backward()
         results.append([out.detach(), xi.grad, eai.grad] + [p.grad for p in attn.parameters()])
     for name, a, b in zip(["out", "x", "edge_attr"] + [n for n, _ in attn.named_parameters()], *results):
@@ -412,16 +412,22 @@ def test_exphormer_fast_path_with_edge_attr_equals_reference(dropout):
 
 
 def test_the_layer_and_the_model_give_exphormer_edge_attr_and_dataset_indices():
-    """A GPS layer hands its input edge_attr to the attention (both paths); the model seeds
-    each graph's expander with its ``data.idx``, so the same graph in another batch keeps
-    its expander and output."""
+    """A GPS layer hands its input edge_attr to the attention (both paths, and folded for
+    inference), and so does GatedGPSConv; the model seeds each graph's expander with its ``data.idx``, so the same
+    graph in another batch keeps its expander and output."""
     x, ei, batch, ea = _edge_batch()
+    ea2 = ea.clone()
+    ea2[0] += 1.0
     for impl in ("reference", "packed"):
         torch.manual_seed(0)
         layer = GPSLayer(D, H, local="none", attn_type="exphormer", attn_kwargs=OWN["exphormer"], impl=impl).eval()
-        ea2 = ea.clone()
-        ea2[0] += 1.0
-        assert not torch.allclose(layer(x, ei, ea, batch)[0], layer(x, ei, ea2, batch)[0])
+        out = layer(x, ei, ea, batch)[0]
+        assert not torch.allclose(out, layer(x, ei, ea2, batch)[0])
+        folded = layer.for_inference()
+        assert torch.allclose(folded(x, ei, ea, batch)[0], out, atol=1e-10)
+        assert torch.allclose(folded(x, ei, ea2, batch)[0], layer(x, ei, ea2, batch)[0], atol=1e-10)
+    conv = GatedGPSConv(D, None, heads=H, attn_type="exphormer", attn_kwargs=OWN["exphormer"]).eval()
+    assert not torch.allclose(conv(x, ei, batch, edge_attr=ea), conv(x, ei, batch, edge_attr=ea2))
     b = _molecules([5, 8, 5])
     torch.manual_seed(0)
     model = SigGateGT(1, dim=D, layers=1, heads=H, pe="none", attn_type="exphormer", attn_kwargs=OWN["exphormer"]).eval()
@@ -588,9 +594,10 @@ def test_config_builds_the_type_and_a_checkpoint_reloads_it(tmp_path):
     info = TaskInfo(name="nci5k", task="regression", num_tasks=1, metric="mae")
     b = _molecules([5, 8])
     for kind, keys, expect in (
-        ("performer", {"performer_features": 8, "performer_redraw": 5, "performer_kernel": "relu"},
+        ("performer", {"attention": {"performer": {"num_features": 8, "redraw_interval": 5, "kernel": "relu"}}},
          {"num_features": 8, "redraw_interval": 5, "kernel": "relu"}),
-        ("exphormer", {"expander_degree_total": 2, "virtual_nodes": 3, "expander_seed": 5},
+        ("exphormer", {"attention": {"exphormer": {"expander_degree_total": 2, "num_virtual_nodes": 3,
+                                                   "expander_seed": 5}}},
          {"expander_degree_total": 2, "num_virtual_nodes": 3, "expander_seed": 5}),
     ):
         cfg = from_dict({"data": {"name": "nci5k"}, "model": {"dim": D, "layers": 2, "pe": "none", "attn_type": kind,
@@ -636,19 +643,70 @@ def test_config_refuses_bad_attention_options():
     from siggate.config import ConfigError, from_dict
 
     for model, match in (({"attn_type": "performr"}, "Did you mean 'performer'"),
-                         ({"attn_type": "exphormer", "expander_degree_total": 3},
-                          "model.expander_degree_total: 3 is odd"),
-                         ({"expander_degree": 4}, "expander_degree_total"),
+                         ({"attn_type": "exphormer", "attention": {"exphormer": {"expander_degree_total": 3}}},
+                          "model.attention.exphormer.expander_degree_total: 3 is odd"),
+                         ({"attention": {"performer": {"kernel": "relux"}}},
+                          "model.attention.performer.kernel: 'relux' is not allowed"),
                          ({"attn_type": "performer", "impl": "sdpa"}, "'sdpa' runs only with model.attn_type=full"),
-                         ({"performer_features": 0}, "model.performer_features: 0 is out of range")):
+                         ({"attention": {"performer": {"num_features": 0}}},
+                          "model.attention.performer.num_features: 0 is out of range"),
+                         ({"attention": {"performer": {"num_feature": 8}}},
+                          "unknown config key 'model.attention.performer.num_feature'.*Did you mean "
+                          "'model.attention.performer.num_features'")):
         with pytest.raises(ConfigError, match=match):
             from_dict({"data": {"name": "nci5k"}, "model": model})
 
 
+def test_old_flat_attention_keys_are_read_with_a_deprecation_message():
+    from siggate.config import from_dict, load_config, upgrade_config_dict
+
+    with pytest.warns(FutureWarning, match=r"model.performer_features is deprecated: write "
+                                           r"model.attention.performer.num_features"):
+        cfg = from_dict({"model": {"performer_features": 8, "virtual_nodes": 3}})
+    assert cfg.model.attention.performer.num_features == 8 and cfg.model.attention.exphormer.num_virtual_nodes == 3
+    # expander_degree was renamed expander_degree_total (the same number, the expander's total degree)
+    with pytest.warns(FutureWarning, match="model.expander_degree is deprecated: write "
+                                           "model.attention.exphormer.expander_degree_total"):
+        old = load_config("nci5k", ["model.expander_degree=2"])
+    assert old.model.attention.exphormer.expander_degree_total == 2
+    flat = {"expander_degree_total": 4, "expander_seed": 9, "performer_kernel": "relu"}
+    with pytest.warns(FutureWarning) as caught:
+        cfg = from_dict({"model": flat})
+    assert sorted(str(w.message).split(" is deprecated")[0] for w in caught) == sorted(f"model.{k}" for k in flat)
+    assert (cfg.model.attention.exphormer.expander_degree_total, cfg.model.attention.exphormer.expander_seed,
+            cfg.model.attention.performer.kernel) == (4, 9, "relu")
+    nested = load_config("nci5k", ["model.attention.performer.redraw_interval=7"])
+    assert nested.model.attention.performer.redraw_interval == 7
+    saved = upgrade_config_dict({"model": {"performer_redraw": 5, "expander_degree": 4}})  # an old record: silent
+    assert saved["model"]["attention"] == {"performer": {"redraw_interval": 5}, "exphormer": {"expander_degree_total": 4}}
+    assert not {"performer_redraw", "expander_degree"} & set(saved["model"])
+
+
+def test_defaults_are_the_same_in_the_config_and_the_constructors():
+    """One source of defaults: each type's options dataclass, its constructor and
+    ``model.attention``; and every ``model.*`` key that ``SigGateGT`` takes."""
+    import dataclasses
+    import inspect
+
+    from siggate.config import ModelConfig
+    from siggate.options import ATTENTION_OPTIONS
+
+    cfg = ModelConfig()
+    for kind, options in ATTENTION_OPTIONS.items():
+        params = inspect.signature(ATTENTION_TYPES[kind].__init__).parameters
+        for f in dataclasses.fields(options):
+            assert params[f.name].default == f.default == getattr(getattr(cfg.attention, kind), f.name), (kind, f)
+    params = inspect.signature(SigGateGT.__init__).parameters
+    shared = [f.name for f in dataclasses.fields(ModelConfig) if f.name in params and f.name != "ffn_dim"]
+    assert {"layers", "pe", "pe_steps", "pe_dim", "pool_norm", "attn_dropout"} <= set(shared)
+    for name in shared:
+        assert params[name].default == getattr(cfg, name), name
+
+
 @pytest.mark.parametrize("kind", SPARSE)
 def test_layer_inference_with_folded_batchnorms_equals_reference(kind):
-    """In eval without autograd the fast layer folds its BatchNorms into the output
-    projection it hands the attention (``out_weight``); same result as the reference."""
+    """``GPSLayer.for_inference()`` folds the BatchNorms around the attention branch
+    (its output scaled by the attention BatchNorm); same result as the reference in eval."""
     x, ei, batch = batch_graph()
     e = torch.randn(ei.size(1), D)
     torch.manual_seed(0)
@@ -663,6 +721,8 @@ def test_layer_inference_with_folded_batchnorms_equals_reference(kind):
     fast.eval()
     slow.eval()
     with torch.no_grad():
+        folded = fast.for_inference()
+        assert torch.allclose(folded(x, ei, e, batch)[0], slow(x, ei, e, batch)[0], atol=1e-5)
         assert torch.allclose(fast(x, ei, e, batch)[0], slow(x, ei, e, batch)[0], atol=1e-12)
 
 
@@ -734,7 +794,7 @@ def test_fast_path_handles_empty_graphs(kind, sizes):
     results = []
     for impl in ("reference", "packed"):
         xi = x.clone().requires_grad_()
-        out = attn.forward_nodes(xi, attn.make_layout(batch, ei, len(sizes) + 1, impl=impl), impl=impl)
+        out = attn.forward_nodes(xi, attn.make_layout(batch, ei, len(sizes) + 1, impl=impl))
         results.append((out, torch.autograd.grad(out.sin().sum(), xi)[0]))
     (a, ga), (b, gb) = results
     assert torch.allclose(a, b, atol=1e-12) and torch.allclose(ga, gb, atol=1e-12)

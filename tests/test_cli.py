@@ -207,8 +207,7 @@ def test_runs_of_a_resolved_pool_norm_count_as_runs_of_their_config(tmp_path):
     the config with 0 and refuses it for another config. A run written before the two were
     kept apart (the number in the config, no ``_meta.resolved``) reads the same way. An old
     config without the key reads as 0."""
-    from siggate.config import load_config, upgrade_config_dict
-    from siggate.train.checkpoint import split_resolved
+    from siggate.config import load_config, split_resolved, upgrade_config_dict
     from siggate.train.study import reuse_status, saved_run_config
 
     cfg = load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]"])

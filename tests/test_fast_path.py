@@ -2,8 +2,8 @@
 
 The readable path is the model built with ``impl="reference"`` (padded ``(B, N_max, d)`` batch,
 ``q k^T``/mask/softmax spelled out, plain autograd); the fast path (``impl="packed"``) uses the
-size-grouped packed layout, the hand-written attention/GINE/FFN backwards and, in eval,
-BatchNorm folding. Everything here runs in float64 with explicit dtypes.
+size-grouped packed layout and the hand-written attention/GINE/FFN backwards; the inference
+transform ``for_inference()`` (BatchNorm folding) is pinned to the model in eval. Everything here runs in float64 with explicit dtypes.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from torch_geometric.data import Batch, Data
 
 import siggate.nn.kernels.attention_cpu as K
 import siggate.nn.kernels.layout as L
-import siggate.nn.kernels.packed as P
 from siggate.nn import GINELocal, GPSLayer, PackedLayout, SigGateGT
-from siggate.nn.kernels.fused_blocks import _GINEResidual, _MLPResidual
-from siggate.nn.kernels.packed import grouped_attention
+from siggate.nn.kernels.fused_blocks import GINEResidual, MLPResidual
+from siggate.nn.kernels.packed import packed_core, sdpa_groups
 
 DT = torch.float64
 SIZES = [6, 13, 3, 21, 9, 13, 1, 5, 21]  # padding, repeated sizes, a one-node graph
@@ -144,7 +143,8 @@ def _random_running_stats(model, seed=0):
     dict(local="none", gate="headwise"),
 ])
 def test_inference_fast_equals_readable(kw, groups):
-    """Eval: BatchNorm folded into the linear maps, batched-matmul/flash attention."""
+    """Eval: batched-matmul/flash attention, and ``for_inference()`` (BatchNorms folded
+    into the linear maps) against the readable model in eval."""
     fast, slow = twin_models(**kw)
     for m in (fast, slow):
         _random_running_stats(m)
@@ -152,12 +152,14 @@ def test_inference_fast_equals_readable(kw, groups):
     b = batch()
     with torch.no_grad():
         assert torch.allclose(fast(b), slow(b), atol=1e-10, rtol=0)
-        for m in (fast, slow):  # the folded parameters follow changes of the statistics
+        assert torch.allclose(fast.for_inference()(b), slow(b), atol=1e-10, rtol=0)
+        for m in (fast, slow):  # a new transform follows changes of the statistics
             for layer in m.layers:
                 layer.norm_ff.running_mean.add_(0.5)
                 layer.norm_attn.running_var.mul_(2.0)
-        assert torch.allclose(fast(b), slow(b), atol=1e-10, rtol=0)
+        assert torch.allclose(fast.for_inference()(b), slow(b), atol=1e-10, rtol=0)
     with torch.inference_mode():
+        assert torch.allclose(fast.for_inference()(b), slow(b), atol=1e-10, rtol=0)
         assert torch.allclose(fast(b), slow(b), atol=1e-10, rtol=0)
     # eval with gradients on (e.g. saliency) takes the unfolded fast path
     x1, x2 = fast(b), slow(b)
@@ -246,18 +248,18 @@ def _fix_dropout_masks(monkeypatch, chunked: bool) -> None:
         g = torch.Generator().manual_seed(int(sum(shape)))
         return (torch.rand(shape, generator=g, dtype=like.dtype) >= p).to(like.dtype) / (1 - p)
 
-    monkeypatch.setattr(K, "_dropout_keep", fixed_keep)
+    monkeypatch.setattr(K, "dropout_keep", fixed_keep)
     if chunked:
         monkeypatch.setattr(K, "CHUNKED_MIN_NODES", 1)
         monkeypatch.setattr(K, "CHUNK_ROWS", 2)
 
 
-@pytest.mark.parametrize("d,gate_dim,gate_output", [
-    (16, 0, False), (16, 4, True), (16, 16, True), (16, 16, False),
-    (32, 4, True),  # 3d + H is not a multiple of d_head: q, k, v are copied out first
+@pytest.mark.parametrize("d,gate_dim", [
+    (16, 0), (16, 16), (16, 4),  # q, k, v read in place from the projection
+    (32, 4),  # 3d + H is not a multiple of d_head: q, k, v are stacked first
 ])
 @pytest.mark.parametrize("chunked", [False, True])
-def test_grouped_attention_gradcheck_with_dropout(monkeypatch, d, gate_dim, gate_output, chunked):
+def test_packed_core_gradcheck_with_dropout(monkeypatch, d, gate_dim, chunked):
     """The hand-written backward, dropout included: a fixed mask per shape makes the
     function deterministic, so it can be checked against numerical derivatives."""
     _fix_dropout_masks(monkeypatch, chunked)
@@ -265,39 +267,23 @@ def test_grouped_attention_gradcheck_with_dropout(monkeypatch, d, gate_dim, gate
     b = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
     lay = PackedLayout.from_batch(b, len(sizes), call_cost=1.0)
     proj = _proj(b.numel(), d, gate_dim)
+    n = b.numel()
 
     def f(p):
-        o, gate = grouped_attention(p, lay, 4, 0.5, gate_dim, gate_output)
-        return o if gate is None else (o, gate)
+        q, k, v = (t.view(n, 4, -1) for t in p.split([d, d, d, gate_dim], 1)[:3])
+        return packed_core(q, k, v, lay, 0.5)
 
+    with torch.no_grad():  # as inside the autograd node
+        rows, stride = K.qkv_rows(*(t.view(n, 4, -1) for t in proj.split([d, d, d, gate_dim], 1)[:3]))
+    width, dh = 3 * d + gate_dim, d // 4
+    assert stride == (width // dh if width % dh == 0 else 12)
+    assert (rows.data_ptr() == proj.data_ptr()) == (width % dh == 0)
     assert torch.autograd.gradcheck(f, (proj,), eps=1e-6, atol=1e-6, fast_mode=True)
-
-
-@pytest.mark.parametrize("d,gate_dim", [(16, 0), (16, 16), (32, 4), (16, 4)])
-@pytest.mark.parametrize("chunked", [False, True])
-def test_attention_branch_gradcheck_with_dropout(monkeypatch, d, gate_dim, chunked):
-    """The whole branch (projections, gate, residual) as one node: checked against
-    numerical derivatives, dropout on (fixed masks), aligned and padded projection strides."""
-    _fix_dropout_masks(monkeypatch, chunked)
-    sizes = [3, 1, 4]
-    b = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
-    lay = PackedLayout.from_batch(b, len(sizes), call_cost=1.0)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(b.numel(), d, generator=g, dtype=DT, requires_grad=True)
-    w_in = (torch.randn(3 * d + gate_dim, d, generator=g, dtype=DT) / d**0.5).requires_grad_()
-    b_in = torch.randn(3 * d + gate_dim, generator=g, dtype=DT, requires_grad=True)
-    w_out = (torch.randn(d, d, generator=g, dtype=DT) / d**0.5).requires_grad_()
-    b_out = torch.randn(d, generator=g, dtype=DT, requires_grad=True)
-    for residual in (True, False):
-        def f(*t):
-            return K._AttentionBranch.apply(*t, lay, 4, 0.5, gate_dim, residual)
-
-        assert torch.autograd.gradcheck(f, (x, w_in, b_in, w_out, b_out), eps=1e-6, atol=1e-6, fast_mode=True)
 
 
 def test_dropout_keep_is_bernoulli():
     torch.manual_seed(0)
-    keep = K._dropout_keep((200_000,), 0.3, torch.empty(0, dtype=DT))
+    keep = K.dropout_keep((200_000,), 0.3, torch.empty(0, dtype=DT))
     assert set(keep.unique().tolist()) == {0.0, 1 / 0.7}
     assert abs((keep == 0).double().mean().item() - 0.3) < 0.005
 
@@ -324,9 +310,9 @@ def test_gine_and_mlp_blocks_gradcheck(edge_chunk, monkeypatch):
     eps = torch.tensor([0.3], dtype=DT, requires_grad=True)
     w1, w2 = (torch.randn(3, 3, dtype=DT, generator=g, requires_grad=True) for _ in range(2))
     b1, b2 = (torch.randn(3, dtype=DT, generator=g, requires_grad=True) for _ in range(2))
-    assert torch.autograd.gradcheck(lambda *a: _GINEResidual.apply(a[0], src, dst, *a[1:]), (x, e, eps, w1, b1, w2, b2))
+    assert torch.autograd.gradcheck(lambda *a: GINEResidual.apply(a[0], src, dst, *a[1:]), (x, e, eps, w1, b1, w2, b2))
     r = torch.randn(6, 3, dtype=DT, generator=g, requires_grad=True)
-    assert torch.autograd.gradcheck(_MLPResidual.apply, (x, r, w1, b1, w2, b2))
+    assert torch.autograd.gradcheck(MLPResidual.apply, (x, r, w1, b1, w2, b2))
     # and it is the module's computation
     conv = GINELocal(3, train_eps=True).to(DT)
     ei = torch.stack([src, dst])
@@ -341,7 +327,7 @@ def test_chunked_training_memory_is_not_quadratic(monkeypatch):
     proj = torch.randn(n, 48, requires_grad=True)
     sizes = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
-        out, _ = grouped_attention(proj, lay, 4, 0.5)
+        out = packed_core(*proj.view(n, 3, 4, 4).unbind(1), lay, 0.5)
     assert max(sizes) < n * n
     out.sum().backward()
     assert torch.isfinite(proj.grad).all()
@@ -353,8 +339,8 @@ def test_accelerator_kernel_matches_cpu_kernel():
     b = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
     lay = PackedLayout.from_batch(b, len(sizes), call_cost=1.0)
     proj = _proj(b.numel(), 16, 0)
-    ref, _ = grouped_attention(proj, lay, 4, 0.0)
-    out = P._grouped_attention_sdpa(proj, lay, 4, 0.0, 16, 4)
+    ref = packed_core(*proj.view(-1, 3, 4, 4).unbind(1), lay, 0.0)
+    out = sdpa_groups(*proj.view(-1, 3, 4, 4).unbind(1), lay, 0.0)
     assert torch.allclose(out, ref, atol=1e-12)
     g1, = torch.autograd.grad((ref**2).sum(), proj)
     g2, = torch.autograd.grad((out**2).sum(), proj)

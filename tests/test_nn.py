@@ -332,22 +332,33 @@ def test_environment_override_switches_the_model_to_reference(monkeypatch):
     assert torch.allclose(fast, slow, atol=1e-10)
 
 
-def test_packed_layer_refuses_a_dense_index():
-    from siggate.nn import DenseIndex
+def test_the_layout_carries_the_implementation():
+    """The layout built at the entry decides what runs: a packed layer given a reference
+    ``DenseIndex`` runs the padded reference (and equals its own packed run)."""
+    from siggate.nn import DenseIndex, PackedLayout
 
-    layer = GPSLayer(16, 4, impl="packed")
+    torch.manual_seed(0)
+    layer = GPSLayer(16, 4, impl="packed").eval()
     x, e = torch.randn(4, 16), torch.randn(2, 16)
     ei, batch = torch.tensor([[0, 1], [1, 0]]), torch.zeros(4, dtype=torch.long)
-    with pytest.raises(ValueError, match="needs a PackedLayout"):
-        layer(x, ei, e, batch, DenseIndex.from_batch(batch))
+    assert isinstance(layer.attn.make_layout(batch), PackedLayout) and layer.attn.make_layout(batch).impl == "packed"
+    calls = []
+    layer.attn.register_forward_hook(lambda m, i, o: calls.append(i[0].dim()))
+    dense = DenseIndex.from_batch(batch)
+    assert dense.impl == "reference"
+    out = layer(x, ei, e, batch, dense)[0]
+    assert calls == [3]
+    assert torch.allclose(out, layer(x, ei, e, batch)[0], atol=1e-6)
+    assert calls == [3]
 
 
 def test_config_impl_and_old_fused_key():
     from siggate.config import ConfigError, from_dict, upgrade_config_dict
 
-    assert upgrade_config_dict({"model": {"fused": True}})["model"] == {"impl": "auto", "pool_norm": 0.0}
+    added = {"pool_norm": 0.0, "mol_features": "none"}  # keys older configs lack, at their old meaning
+    assert upgrade_config_dict({"model": {"fused": True}})["model"] == {"impl": "auto", **added}
     assert upgrade_config_dict({"model": {"fused": False, "dim": 8}})["model"] == {
-        "impl": "reference", "dim": 8, "pool_norm": 0.0}
+        "impl": "reference", "dim": 8, **added}
     assert from_dict(upgrade_config_dict({"model": {"fused": False}})).model.impl == "reference"
     with pytest.raises(ConfigError, match="model.impl"):
         from_dict({"model": {"impl": "fast"}})
@@ -381,10 +392,12 @@ def test_readme_own_model_example_runs_on_the_fast_path():
     model(b).sum().backward()  # trains
     out = model.eval()(b)
     assert out.shape == (3, 1) and not calls  # the padded forward never ran: packed path
-    model.layers[0].impl = model.layers[1].impl = "reference"
-    for layer in model.layers:
-        layer.attn.impl = "reference"
-    assert torch.allclose(model(b), out, atol=1e-10) and calls
+    from types import SimpleNamespace
+
+    from siggate.nn import DenseIndex
+
+    ns["PackedLayout"] = SimpleNamespace(from_batch=DenseIndex.from_batch)  # the layout decides: reference
+    assert torch.allclose(model(b), out, atol=1e-6) and calls
 
 
 def test_pool_graphs_against_per_graph_loops():

@@ -412,7 +412,7 @@ def test_predict_transductive_rows_per_mask(tmp_path, capsys):
 
 @pytest.mark.parametrize("config, sets", [
     ("pattern", ["data.max_graphs=8", "train.batch_size=4", "model.dropout=0.2", "model.attn_dropout=0.2"]),
-    ("sbm-large", ["data.num_nodes=150", "model.dropout=0.2", "model.performer_redraw=1"]),  # redraws cross the cut
+    ("sbm-large", ["data.num_nodes=150", "model.dropout=0.2", "model.attention.performer.redraw_interval=1"]),  # redraws cross the cut
 ], ids=["pattern", "sbm-large"])
 def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, config, sets):
     from siggate.train import loop

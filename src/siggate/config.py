@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import yaml
 from .options import (
     ATTN_IMPLS,
     ATTN_TYPES,
+    FLAT_ATTENTION_KEYS,
     GATE_KINDS,
     GATE_POSITIONS,
     LOCAL_MODEL_NAMES,
@@ -29,6 +31,8 @@ from .options import (
     POOLING,
     SPLITS,
     TASK_LOSSES,
+    ExphormerOptions,
+    PerformerOptions,
     parse_mol_features,
 )
 
@@ -61,9 +65,21 @@ class DataConfig:
 
 
 @dataclass
+class AttentionConfig:
+    """``model.attention``: each attention type's own options, one dataclass per type
+    (:mod:`siggate.options`), the same defaults as the constructors."""
+
+    performer: PerformerOptions = field(default_factory=PerformerOptions)
+    exphormer: ExphormerOptions = field(default_factory=ExphormerOptions)
+
+
+@dataclass
 class ModelConfig:
+    """The model's keys; the defaults are :class:`siggate.nn.SigGateGT`'s (a test keeps
+    them equal)."""
+
     dim: int = 64
-    layers: int = 6
+    layers: int = 10
     heads: int = 4
     local: str = "gine"
     attn: bool = True
@@ -75,21 +91,15 @@ class ModelConfig:
     param_match: str = "none"               # "ffn": ungated control widened to the elementwise gate's size
     dropout: float = 0.0
     attn_dropout: float = 0.5
-    pe: str = "rwse"
-    pe_steps: int = 20
-    pe_dim: int = 16
+    pe: str = "none"
+    pe_steps: int = 0
+    pe_dim: int = 0
     pooling: str = "add"
     pool_norm: float = 0.0                  # pooling "norm": sum / pool_norm; 0: the training graphs' mean size
     head_layers: int = 3
-    impl: str = "auto"                     # attention implementation (siggate.nn.attention.resolve_impl)
+    impl: str = "auto"                     # attention implementation (siggate.nn.impl.resolve_impl)
     attn_type: str = "full"                # global attention: full softmax, performer or exphormer
-    performer_features: int = 64           # performer: random features per head
-    performer_redraw: int = 1000           # performer: training steps between feature redraws; 0: never
-    performer_kernel: str = "softmax"      # performer: "softmax" (FAVOR+) or "relu" (PyG's PerformerAttention)
-    expander_degree_total: int = 6         # exphormer: total degree of the random expander (even; 0: none);
-                                           # twice Exphormer's exp_deg (its permutations): 6 is its exp_deg 3
-    expander_seed: int = 0                 # exphormer: seed of the expanders (with each graph's index and size)
-    virtual_nodes: int = 1                 # exphormer: virtual nodes per graph
+    attention: AttentionConfig = field(default_factory=AttentionConfig)  # the types' own options
     mol_features: str = "none"             # molecule features beside the pooled embedding (siggate.data.molfeatures)
 
     @property
@@ -145,7 +155,6 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.gate_position": _choice(*GATE_POSITIONS),
     "model.impl": _choice(*ATTN_IMPLS),
     "model.attn_type": _choice(*ATTN_TYPES),
-    "model.performer_kernel": _choice(*PERFORMER_KERNELS),
     "model.pe": _choice("none", "rwse", "lappe"),
     "model.pooling": _choice(*POOLING),
     "model.param_match": _choice("none", "ffn"),
@@ -161,10 +170,11 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.pe_dim": {"min": 0},
     "model.dropout": {"min": 0.0, "max_excl": 1.0},
     "model.attn_dropout": {"min": 0.0, "max_excl": 1.0},
-    "model.performer_features": {"min": 1},
-    "model.performer_redraw": {"min": 0},
-    "model.expander_degree_total": {"min": 0},
-    "model.virtual_nodes": {"min": 0},
+    "model.attention.performer.num_features": {"min": 1},
+    "model.attention.performer.redraw_interval": {"min": 0},
+    "model.attention.performer.kernel": _choice(*PERFORMER_KERNELS),
+    "model.attention.exphormer.expander_degree_total": {"min": 0},
+    "model.attention.exphormer.num_virtual_nodes": {"min": 0},
     "train.epochs": {"min": 1},
     "train.batch_size": {"min": 1},
     "train.eval_batch_size": {"min": 1},
@@ -288,13 +298,17 @@ def _build_section(cls, raw: dict, prefix: str):
     kwargs = {}
     for key, value in raw.items():
         if key not in known:
+            hint = _suggest_key(prefix, str(key)) if prefix in SECTIONS else _suggest(str(key), list(known), f"{prefix}.")
             raise ConfigError(
-                f"unknown config key '{prefix}.{key}' (value {value!r}).{_suggest_key(prefix, str(key))} "
+                f"unknown config key '{prefix}.{key}' (value {value!r}).{hint} "
                 f"Valid keys in '{prefix}': {', '.join(known)}."
             )
         f = known[key]
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        kwargs[key] = _coerce(f"{prefix}.{key}", value, default, f.type)
+        if dataclasses.is_dataclass(default):  # a nested section: model.attention, model.attention.performer
+            kwargs[key] = _build_section(type(default), value or {}, f"{prefix}.{key}")
+        else:
+            kwargs[key] = _coerce(f"{prefix}.{key}", value, default, f.type)
     return cls(**kwargs)
 
 
@@ -315,8 +329,31 @@ def from_dict(raw: dict) -> Config:
                 f"unknown config section '{key}'.{hint} "
                 f"Valid sections: {', '.join(sections)}."
             )
+    raw = _nest_flat_attention_keys(raw, warn=True)
     cfg = Config(**{k: _build_section(cls, raw.get(k, {}) or {}, k) for k, cls in sections.items()})
     return cfg.validate()
+
+
+def _nest_flat_attention_keys(raw: dict, warn: bool) -> dict:
+    """``raw`` with the flat ``model.performer_*``/``model.expander_*`` keys of older
+    configs moved into ``model.attention.<type>`` (:data:`siggate.options.FLAT_ATTENTION_KEYS`),
+    with a deprecation message when ``warn``; a new dict when anything moved."""
+    model = raw.get("model")
+    if not isinstance(model, dict) or not set(model) & set(FLAT_ATTENTION_KEYS):
+        return raw
+    model = dict(model)
+    attention = {k: dict(v) if isinstance(v, dict) else v for k, v in (model.get("attention") or {}).items()}
+    for old in [k for k in model if k in FLAT_ATTENTION_KEYS]:
+        kind, name = FLAT_ATTENTION_KEYS[old]
+        section = attention.setdefault(kind, {})
+        if isinstance(section, dict):
+            section.setdefault(name, model[old])
+        if warn:
+            warnings.warn(f"model.{old} is deprecated: write model.attention.{kind}.{name} "
+                          f"(it was read as that)", FutureWarning, stacklevel=3)
+        del model[old]
+    model["attention"] = attention
+    return {**raw, "model": model}
 
 
 def _check(cfg: Config) -> None:
@@ -329,8 +366,9 @@ def _check(cfg: Config) -> None:
 def _check_ranges(cfg: Config) -> None:
     """Each key of :data:`CONSTRAINTS` against its choices or range."""
     for path, rule in CONSTRAINTS.items():
-        sec, key = path.split(".")
-        value = getattr(getattr(cfg, sec), key)
+        value = cfg
+        for part in path.split("."):
+            value = getattr(value, part)
         if "choices" in rule and value not in rule["choices"]:
             raise ConfigError(
                 f"{path}: {value!r} is not allowed. Allowed values: {', '.join(map(str, rule['choices']))}."
@@ -378,10 +416,11 @@ def _check_model(m) -> None:
     if m.pool_norm and m.pooling != "norm":
         raise ConfigError(f"model.pool_norm: {m.pool_norm!r} divides the pooled sum only with model.pooling=norm, "
                           f"not {m.pooling!r}; set model.pooling=norm or model.pool_norm=0.")
-    if m.expander_degree_total % 2:
-        raise ConfigError(f"model.expander_degree_total: {m.expander_degree_total} is odd; allowed values: even "
+    degree = m.attention.exphormer.expander_degree_total
+    if degree % 2:
+        raise ConfigError(f"model.attention.exphormer.expander_degree_total: {degree} is odd; allowed values: even "
                           f"numbers >= 0 (the expander is built from degree/2 random permutations, Exphormer's "
-                          f"exp_deg), e.g. {m.expander_degree_total + 1}.")
+                          f"exp_deg), e.g. {degree + 1}.")
     if m.attn_type != "full" and m.impl == "sdpa":
         raise ConfigError(f"model.impl: 'sdpa' runs only with model.attn_type=full, not {m.attn_type!r}; "
                           "allowed values: auto, reference, packed.")
@@ -455,7 +494,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         raise ConfigError(f"--set expects key.path=value, got {item!r}")
     key, value = item.split("=", 1)
     parts = key.strip().split(".")
-    if len(parts) != 2 or not all(parts):
+    if len(parts) < 2 or not all(parts):
         hint = ""
         if len(parts) == 1 and parts[0]:
             owners = [s for s, cls in _section_classes().items() if parts[0] in _known_keys(cls)]
@@ -506,9 +545,12 @@ def upgrade_config_dict(raw: dict) -> dict:
     - ``train.init`` came with ``siggate pretrain``; older runs started fresh: ``""``.
     - ``train.warmup_start`` came with ``siggate train``'s 1% warmup start; older runs
       warmed up from GraphGPS's ``0``.
-    - ``model.expander_degree`` (the expander's total degree) became
-      ``model.expander_degree_total``, the same number (Exphormer's ``exp_deg`` counts
-      permutations, half of it; the new name says which).
+    - ``model.performer_features``, ``performer_redraw``, ``performer_kernel``,
+      ``expander_degree``, ``expander_degree_total``, ``expander_seed`` and ``virtual_nodes``
+      moved into ``model.attention.performer``/``.exphormer``
+      (:data:`siggate.options.FLAT_ATTENTION_KEYS`); ``expander_degree`` (the expander's
+      total degree) is ``expander_degree_total`` there, the same number (Exphormer's
+      ``exp_deg`` counts permutations, half of it; the new name says which).
     """
     if not isinstance(raw, dict):
         return raw
@@ -527,9 +569,7 @@ def upgrade_config_dict(raw: dict) -> dict:
     if isinstance(train, dict):
         train.setdefault("warmup_start", 0.0)
         train.setdefault("init", "")
-        if "expander_degree" in model:
-            model.setdefault("expander_degree_total", model.pop("expander_degree"))
-    return out
+    return _nest_flat_attention_keys(out, warn=False)
 
 
 def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> Config:
@@ -550,14 +590,18 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
             f"{path}: a config must be a mapping with sections data/model/train, got {type(raw).__name__}"
         )
     raw.pop("_meta", None)  # written by siggate train next to the config (version, commit, task)
-    raw = upgrade_config_dict(raw)
+    raw = upgrade_config_dict(_nest_flat_attention_keys(raw, warn=True))  # a file's flat keys are named
     for item in overrides or []:
-        (sec, key), value = parse_override(item)
-        if raw.get(sec) is None:
-            raw[sec] = {}
-        if not isinstance(raw[sec], dict):
-            raise ConfigError(f"{path}: section '{sec}' must be a mapping of keys, got {raw[sec]!r}")
-        raw[sec][key] = value
+        parts, value = parse_override(item)  # section.key or, nested, model.attention.performer.num_features
+        node = raw
+        for depth, part in enumerate(parts[:-1]):
+            if node.get(part) is None:
+                node[part] = {}
+            if not isinstance(node[part], dict):
+                where = ".".join(parts[: depth + 1])
+                raise ConfigError(f"{path}: '{where}' must be a mapping of keys, got {node[part]!r}")
+            node = node[part]
+        node[parts[-1]] = value
     return from_dict(raw)
 
 

@@ -8,7 +8,13 @@ This module imports nothing from ``siggate``: every package may use it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 __all__ = [
+    "ATTENTION_OPTIONS",
+    "ExphormerOptions",
+    "FLAT_ATTENTION_KEYS",
+    "PerformerOptions",
     "ATTN_IMPLS",
     "ATTN_TYPES",
     "PERFORMER_KERNELS",
@@ -32,14 +38,50 @@ GATE_KINDS = ("none", "headwise", "elementwise")
 #: ``model.gate_position``: where the gate multiplies (attention output, values, after the projection).
 GATE_POSITIONS = ("output", "value", "post")
 #: ``model.impl``: attention implementations, all computing the same function
-#: (:func:`siggate.nn.attention.resolve_impl` says what ``auto`` picks).
+#: (:func:`siggate.nn.impl.resolve_impl` says what ``auto`` picks).
 ATTN_IMPLS = ("auto", "reference", "sdpa", "packed")
 #: ``model.attn_type``: the global attention of each layer (:data:`siggate.nn.attention_types.ATTENTION_TYPES`):
 #: softmax over all nodes of a graph, Performer's FAVOR+ linear attention, Exphormer's sparse attention.
 ATTN_TYPES = ("full", "performer", "exphormer")
-#: ``model.performer_kernel``: FAVOR+'s positive random features of the softmax kernel, or
+#: ``model.attention.performer.kernel``: FAVOR+'s positive random features of the softmax kernel, or
 #: PyG ``PerformerAttention``'s ReLU features (:mod:`siggate.nn.performer`).
 PERFORMER_KERNELS = ("softmax", "relu")
+
+
+@dataclass(frozen=True)
+class PerformerOptions:
+    """The ``"performer"`` attention's own options (``model.attention.performer``), read by
+    :class:`siggate.config.ModelConfig` and :class:`siggate.nn.GatedPerformerAttention`."""
+
+    num_features: int = 64        # random features per head
+    redraw_interval: int = 1000   # training forward passes between feature redraws; 0: never
+    kernel: str = "softmax"       # one of PERFORMER_KERNELS: "softmax" (FAVOR+) or "relu" (PyG's PerformerAttention)
+
+
+@dataclass(frozen=True)
+class ExphormerOptions:
+    """The ``"exphormer"`` attention's own options (``model.attention.exphormer``), read by
+    :class:`siggate.config.ModelConfig` and :class:`siggate.nn.GatedExphormerAttention`."""
+
+    expander_degree_total: int = 6  # total degree of the random expander (even; 0: none): twice
+                                    # Exphormer's exp_deg (its permutations), 6 is its exp_deg 3
+    num_virtual_nodes: int = 1      # virtual nodes per graph
+    expander_seed: int = 0          # seed of the expanders (with each graph's index and size)
+
+
+#: attention type -> its options (types without options are absent)
+ATTENTION_OPTIONS = {"performer": PerformerOptions, "exphormer": ExphormerOptions}
+#: the flat ``model.*`` keys of older configs -> ``(type, option)`` in ``model.attention``
+FLAT_ATTENTION_KEYS = {
+    "performer_features": ("performer", "num_features"),
+    "performer_redraw": ("performer", "redraw_interval"),
+    "performer_kernel": ("performer", "kernel"),
+    "expander_degree": ("exphormer", "expander_degree_total"),  # the total degree, renamed
+    "expander_degree_total": ("exphormer", "expander_degree_total"),
+    "expander_seed": ("exphormer", "expander_seed"),
+    "virtual_nodes": ("exphormer", "num_virtual_nodes"),
+}
+
 #: ``model.local``: the message-passing branches of :data:`siggate.nn.layer.LOCAL_MODELS` (or ``"none"``).
 LOCAL_MODEL_NAMES = ("gine", "gatedgcn")
 #: ``model.pooling``: the sum, the mean, or the sum over a constant (:func:`siggate.nn.model.pool_graphs`).

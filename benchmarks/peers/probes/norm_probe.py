@@ -28,5 +28,4 @@ if __name__ == "__main__":
     patched = types.SimpleNamespace(**{n: getattr(torch.nn, n) for n in dir(torch.nn) if not n.startswith("__")})
     patched.BatchNorm1d = _norm(sys.argv[1])
     layer_module.nn = patched
-    layer_module.foldable = lambda layer: False
     sys.exit(main(sys.argv[2:]))

@@ -130,7 +130,7 @@ def head_outputs(att: GatedMultiheadAttention, x: torch.Tensor, adj: torch.Tenso
         before, after, gate = det["head_out"][0], det["head_out_gated"][0], det["gate"]
     else:
         n = x.shape[0]
-        q, k, v, gate = att._split(x[None])  # 1, n, H, dh
+        q, k, v, gate = att.split(x[None])  # 1, n, H, dh
         q, k, v = (t[0].transpose(0, 1) for t in (q, k, v))  # H, n, dh
         scores = q @ k.transpose(-2, -1) / math.sqrt(att.head_dim)  # H, n, n
         allowed = adj | torch.eye(n, dtype=torch.bool)

@@ -13,7 +13,8 @@ type       attends to                                cost per graph of n nodes `
 ========== ========================================= ========================= =====================
 full       every node of the graph (softmax)         ``O(n^2)``                ``impl``
 performer  every node, FAVOR+ random-feature kernel  ``O(n m)``                ``num_features``,
-                                                                               ``redraw_interval``
+                                                                               ``redraw_interval``,
+                                                                               ``kernel``
 exphormer  edges, expander neighbours, self, virtual ``O(E + n degree)``       ``expander_degree_total``,
            nodes (sparse softmax)                                              ``num_virtual_nodes``,
                                                                                ``expander_seed``
@@ -34,13 +35,6 @@ ATTENTION_TYPES: dict[str, type[GatedAttentionBase]] = {
     "exphormer": GatedExphormerAttention,
 }
 
-#: model config key -> ``attn_kwargs`` key, per attention type (:func:`attn_kwargs_from_config`)
-CONFIG_KEYS = {
-    "performer": {"performer_features": "num_features", "performer_redraw": "redraw_interval",
-                  "performer_kernel": "kernel"},
-    "exphormer": {"expander_degree_total": "expander_degree_total", "virtual_nodes": "num_virtual_nodes",
-                  "expander_seed": "expander_seed"},
-}
 
 
 def make_attention(attn_type: str, dim: int, heads: int = 4, attn_kwargs: dict[str, Any] | None = None,
@@ -69,7 +63,7 @@ def type_options(attn_type: str) -> list[str]:
 
 
 def attn_kwargs_from_config(cfg: dict) -> dict[str, Any]:
-    """The type's ``attn_kwargs`` from a model config dict (``model.performer_features``,
-    ...; keys of other types are ignored)."""
-    keys = CONFIG_KEYS.get(cfg.get("attn_type", "full"), {})
-    return {arg: cfg[key] for key, arg in keys.items() if key in cfg}
+    """The type's ``attn_kwargs`` from a model config dict: its section of
+    ``model.attention`` (:data:`siggate.options.ATTENTION_OPTIONS`, whose fields are the
+    constructor's argument names); the sections of other types are ignored."""
+    return dict((cfg.get("attention") or {}).get(cfg.get("attn_type", "full")) or {})

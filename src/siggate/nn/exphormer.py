@@ -58,10 +58,10 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
+from ..options import ExphormerOptions
 from .attention import GatedAttentionBase, check_node_impl
-from .kernels.attention_cpu import _dropout_keep
 from .kernels.edge_attention import sparse_attention_fast
-from .kernels.layout import GraphSegments, batch_vector, seeded_generator, segment_amax
+from .kernels.layout import GraphSegments, batch_vector, dropout_keep, seeded_generator, segment_amax
 
 __all__ = ["GatedExphormerAttention", "AttentionGraph", "attention_graph", "expander_edges", "sparse_attention"]
 
@@ -127,6 +127,15 @@ class AttentionGraph:
     @property
     def num_nodes(self) -> int:
         return self.segments.num_nodes
+
+    @property
+    def batch(self) -> Tensor:
+        return self.segments.batch
+
+    @property
+    def impl(self) -> str:
+        """The implementation the layout serves (its segments carry it)."""
+        return self.segments.impl
 
 
 def attention_graph(edge_index: Tensor, segments: GraphSegments, degree: int, seed: int = 0,
@@ -211,7 +220,6 @@ class GatedExphormerAttention(GatedAttentionBase):
     """
 
     attn_type = "exphormer"
-    uses_graph_data = True  # forward_nodes takes edge_attr=, make_layout graph_index=
 
     def __init__(
         self,
@@ -224,9 +232,9 @@ class GatedExphormerAttention(GatedAttentionBase):
         attn_dropout: float = 0.0,
         bias: bool = True,
         impl: str = "auto",
-        expander_degree_total: int = 6,
-        num_virtual_nodes: int = 1,
-        expander_seed: int = 0,
+        expander_degree_total: int = ExphormerOptions.expander_degree_total,
+        num_virtual_nodes: int = ExphormerOptions.num_virtual_nodes,
+        expander_seed: int = ExphormerOptions.expander_seed,
     ) -> None:
         super().__init__(dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout, bias)
         check_node_impl(impl)
@@ -252,46 +260,38 @@ class GatedExphormerAttention(GatedAttentionBase):
             if p is not None:
                 nn.init.normal_(p)
 
-    def make_layout(self, batch: Tensor, edge_index: Tensor | None = None, num_graphs: int | None = None,
-                    impl: str | None = None, graph_index: Tensor | None = None) -> AttentionGraph:
-        """The batch's :class:`AttentionGraph` (:func:`attention_graph`); ``graph_index
-        [G]``: the graphs' indices in their dataset (seeds of their expanders)."""
+    def build_layout(self, batch: Tensor, edge_index: Tensor | None, num_graphs: int | None, impl: str,
+                     graph_index: Tensor | None = None) -> AttentionGraph:
+        """The batch's :class:`AttentionGraph` (:func:`attention_graph`), carrying ``impl``;
+        ``graph_index [G]``: the graphs' indices in their dataset (seeds of their expanders)."""
         if edge_index is None:
             raise ValueError("the exphormer attention needs the batch's edge_index")
-        return attention_graph(edge_index, GraphSegments.from_batch(batch, num_graphs), self.expander_degree_total,
+        return attention_graph(edge_index, GraphSegments.from_batch(batch, num_graphs, impl), self.expander_degree_total,
                                self.expander_seed, graph_index)
-
-    def ensure_layout(self, layout, batch: Tensor, edge_index: Tensor | None = None,
-                      impl: str | None = None) -> AttentionGraph:
-        if (isinstance(layout, AttentionGraph) and layout.degree == self.expander_degree_total
-                and layout.seed == self.expander_seed):
-            return layout
-        return self.make_layout(batch, edge_index)
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None,
                 layout: AttentionGraph | None = None, return_details: bool = False, impl: str | None = None,
                 edge_attr: Tensor | None = None):
         """``x [N, d]``, ``edge_index [2, E]``, ``batch [N]`` (``None``: one graph),
         ``edge_attr [E, d]`` (optional) -> ``[N, d]`` (with ``return_details``, ``(out,
-        details)``, see :meth:`_gated_rows`)."""
-        layout = self.ensure_layout(layout, batch_vector(x, batch), edge_index)
-        return self.forward_nodes(x, layout, impl, return_details, edge_attr=edge_attr)
+        details)``, see :meth:`forward_nodes`)."""
+        if layout is None:
+            layout = self.make_layout(batch_vector(x, batch), edge_index, impl=impl, details=return_details)
+        return self.forward_nodes(x, layout, return_details, edge_attr=edge_attr)
 
-    def forward_nodes(self, x: Tensor, layout: AttentionGraph, impl: str | None = None, return_details: bool = False,
-                      out_weight: Tensor | None = None, out_bias: Tensor | None = None, residual: bool = False,
-                      edge_attr: Tensor | None = None):
-        """See :meth:`GatedAttentionBase.forward_nodes`; ``edge_attr [E, d]``: the graph
-        edges' vectors, in the order of the ``edge_index`` the layout was built from."""
-        impl = self._impl(impl, return_details)
+    def attention_core(self, x: Tensor, layout: AttentionGraph, edge_attr: Tensor | None = None):
+        """``(q, k, v) -> o`` for :meth:`gated`: :meth:`_attend` with the fast path
+        (``layout.impl == "packed"``) or :func:`sparse_attention`, the dropout draws and the
+        edge scales of ``edge_attr [E, d]`` (the graph edges' vectors, in the order of the
+        ``edge_index`` the layout was built from; ``None``: the learned graph-edge vector)."""
         edge_keep = extra_keep = None
         if self.training and self.attn_dropout > 0:
             p, H = self.attn_dropout, self.heads
-            edge_keep = _dropout_keep((layout.src.numel(), H), p, x)
-            extra_keep = _dropout_keep((x.size(0), H, self.num_virtual_nodes), p, x) if self.virtual is not None else None
-        attend = sparse_attention_fast if impl == "packed" else sparse_attention
-        core = partial(self._attend, graph=layout, attend=attend, edge_keep=edge_keep, extra_keep=extra_keep,
+            edge_keep = dropout_keep((layout.src.numel(), H), p, x)
+            extra_keep = dropout_keep((x.size(0), H, self.num_virtual_nodes), p, x) if self.virtual is not None else None
+        attend = sparse_attention_fast if layout.impl == "packed" else sparse_attention
+        return partial(self._attend, graph=layout, attend=attend, edge_keep=edge_keep, extra_keep=extra_keep,
                        edge_attr=edge_attr)
-        return self._gated_rows(x, core, out_weight, out_bias, residual, return_details, layout.segments.batch)
 
     def _edge_vectors(self, vectors: Tensor) -> Tensor:
         """``[M, d]`` edge vectors -> ``[M, H, d_head]`` score scales (the edge projection)."""
@@ -331,7 +331,7 @@ class GatedExphormerAttention(GatedAttentionBase):
         autograd."""
         batch, G = segments.batch, segments.num_graphs
         scale = 1.0 / math.sqrt(self.head_dim)
-        qz, kz, vz, gz = self._split(self.virtual)  # r, H, dh; gate r, H, dh|1
+        qz, kz, vz, gz = self.split(self.virtual)  # r, H, dh; gate r, H, dh|1
         if gz is not None and self.gate_position == "value":
             vz = vz * gz
         w_in, w_out = self._edge_vectors(self.virtual_edges_in), self._edge_vectors(self.virtual_edges_out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from functools import partial
 from typing import Any, Callable
 
 import torch.nn.functional as F
@@ -12,6 +13,7 @@ from torch_geometric.nn.resolver import activation_resolver, normalization_resol
 
 from .attention_types import ATTENTION_TYPES, make_attention, type_options
 from .kernels.layout import batch_vector
+from .layer import gps_update
 
 #: ``attn_type`` names of PyG's ``GPSConv`` -> siggate's attention types
 PYG_ATTN_TYPES = {"multihead": "full", "performer": "performer"}
@@ -65,7 +67,7 @@ class GatedGPSConv(nn.Module):
         gate_bias_init (float): initial gate bias; the gate starts near
             ``sigmoid(gate_bias_init)`` (0.5 by default). (default: ``0.0``)
         impl (str): attention implementation; see
-            :func:`~siggate.nn.attention.resolve_impl`. (default: ``"auto"``)
+            :func:`~siggate.nn.impl.resolve_impl`. (default: ``"auto"``)
 
     Shapes:
         ``x [N, c]``, ``edge_index [2, E]``, ``batch [N]`` (optional) -> ``[N, c]``.
@@ -132,27 +134,18 @@ class GatedGPSConv(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, **kwargs) -> Tensor:
         """``x [N, c]``, ``edge_index [2, E]``, ``batch [N]`` -> ``[N, c]``; ``kwargs``
-        (e.g. ``edge_attr``) go to ``conv``."""
-        hs = []
-        if self.conv is not None:  # local MPNN, residual, norm
-            h = self.conv(x, edge_index, **kwargs)
-            h = F.dropout(h, p=self.dropout, training=self.training)
-            hs.append(self._norm(self.norm1, h + x, batch))
-        h = self._attend(x, edge_index, batch, kwargs.get("edge_attr"))  # global attention, residual, norm
-        h = F.dropout(h, p=self.dropout, training=self.training)
-        hs.append(self._norm(self.norm2, h + x, batch))
-        out = hs[0] if len(hs) == 1 else hs[0] + hs[1]  # the sum
-        return self._norm(self.norm3, out + self.mlp(out), batch)  # MLP, residual, norm
+        (e.g. ``edge_attr``) go to ``conv``; ``edge_attr [E, c]`` also to the attention (an
+        edge-aware type such as Exphormer scores with it). The recipe is
+        :func:`~siggate.nn.layer.gps_update`, the attention runs over the layout its type builds
+        from ``batch`` (and ``edge_index``)."""
+        local = None if self.conv is None else (self.conv(x, edge_index, **kwargs), False)
+        layout = self.attn.make_layout(batch_vector(x, batch), edge_index)
+        attn = self.attn.forward_nodes(x, layout, edge_attr=kwargs.get("edge_attr"))
+        norms = [partial(self._norm, norm, batch=batch) for norm in (self.norm1, self.norm2, self.norm3)]
+        drop = partial(F.dropout, p=self.dropout, training=self.training)
+        return gps_update(x, local, attn, norms, lambda h: h + self.mlp(h), drop)
 
-    def _attend(self, x: Tensor, edge_index: Tensor, batch: Tensor | None, edge_attr: Tensor | None = None) -> Tensor:
-        """Attention of each graph with itself on node rows, over the layout the attention
-        type builds from ``batch`` (and ``edge_index``): for ``"multihead"`` packed, or the
-        padded batch for ``"reference"``/``"sdpa"``. ``edge_attr`` reaches a type that reads
-        it (``uses_graph_data``: Exphormer)."""
-        extra = {"edge_attr": edge_attr} if self.attn.uses_graph_data else {}
-        return self.attn.forward_nodes(x, self.attn.make_layout(batch_vector(x, batch), edge_index), **extra)
-
-    def _norm(self, norm: nn.Module | None, h: Tensor, batch: Tensor | None) -> Tensor:
+    def _norm(self, norm: nn.Module | None, h: Tensor, batch: Tensor | None = None) -> Tensor:
         if norm is None:
             return h
         return norm(h, batch=batch) if self.norm_with_batch else norm(h)

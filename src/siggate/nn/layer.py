@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import ATTN_IMPLS, resolve_impl
+from .attention import ATTN_IMPLS
 from .attention_types import make_attention
-from .kernels.fused_blocks import _GINEResidual, _MLPResidual, foldable, forward_folded
+from .kernels.fused_blocks import FoldedGPSLayer, GINEResidual, MLPResidual
 from .kernels.layout import DenseIndex, batch_vector  # noqa: F401 (DenseIndex re-exported: siggate.nn.layer.DenseIndex)
 
 
@@ -57,10 +57,11 @@ class GINELocal(nn.Module):
         return self.mlp(self.aggregate(x, edge_index, edge_attr)), edge_attr
 
     def forward_residual(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> Tensor:
-        """``x + forward(x)[0]`` as one autograd node (:class:`_GINEResidual`), for the
-        GPS layer's fast path; ``[N, d]``."""
+        """``x + forward(x)[0]`` as one autograd node
+        (:class:`~siggate.nn.kernels.fused_blocks.GINEResidual`), for the GPS layer's fast
+        path; ``[N, d]``."""
         l1, l2 = self.mlp[0], self.mlp[2]
-        return _GINEResidual.apply(x, edge_index[0], edge_index[1], edge_attr, self.eps, l1.weight, l1.bias,
+        return GINEResidual.apply(x, edge_index[0], edge_index[1], edge_attr, self.eps, l1.weight, l1.bias,
                                    l2.weight, l2.bias)
 
 
@@ -110,6 +111,30 @@ class GatedGCNLocal(nn.Module):
 LOCAL_MODELS = {"gine": GINELocal, "gatedgcn": GatedGCNLocal}
 
 
+def gps_update(x: Tensor, local: tuple[Tensor, bool] | None, attn: Tensor | None, norms, ffn_residual,
+               drop) -> Tensor:
+    r"""The GPS layer's recipe, written once (:class:`GPSLayer` and
+    :class:`~siggate.nn.GatedGPSConv` call it):
+
+    .. math::
+        h_L = N_L(x + \mathrm{drop}(\mathrm{local})),\quad h_A = N_A(x + \mathrm{drop}(\mathrm{attn})),\quad
+        h = h_L + h_A,\quad x' = N_F(h + \mathrm{FFN}(h))
+
+    ``local``: the local branch's output ``[N, d]`` and whether it already holds its
+    residual (GatedGCN adds its own dropout and residual, as in GraphGPS), or ``None``;
+    ``attn``: the attention branch's output ``[N, d]`` or ``None``; ``norms``:
+    ``(N_L, N_A, N_F)``; ``ffn_residual(h) = h + FFN(h)``; ``drop``: the branch dropout.
+    """
+    branches = []
+    if local is not None:
+        h, with_residual = local
+        branches.append(norms[0](h if with_residual else x + drop(h)))
+    if attn is not None:
+        branches.append(norms[1](x + drop(attn)))
+    h = branches[0] if len(branches) == 1 else branches[0] + branches[1]  # the sum
+    return norms[2](ffn_residual(h))
+
+
 
 class GPSLayer(nn.Module):
     r"""One GraphGPS layer with SigGate-GT attention.
@@ -132,10 +157,10 @@ class GPSLayer(nn.Module):
         gate_bias_init (float): initial gate bias. (default: ``0.0``)
         dropout (float): dropout after each branch and in the FFN. (default: ``0.0``)
         attn_dropout (float): dropout on attention probabilities. (default: ``0.0``)
-        impl (str): ``"auto"``, ``"reference"``, ``"sdpa"`` or ``"packed"``; see
-            :func:`~siggate.nn.attention.resolve_impl`. ``"packed"`` (what ``"auto"``
-            runs) also fuses the GINE and FFN blocks and folds the BatchNorms in
-            inference (:meth:`_forward_fast`). (default: ``"auto"``)
+        impl (str): ``"auto"``, ``"reference"``, ``"sdpa"`` or ``"packed"``, used when the
+            layer builds its own layout; see :func:`~siggate.nn.impl.resolve_impl`.
+            On ``"packed"`` (what ``"auto"`` runs) the GINE and FFN blocks also run fused
+            (:meth:`_fused`). (default: ``"auto"``)
         gate_weight_std (float, optional): std of the gate weights' normal initialisation;
             ``None`` for Xavier-uniform. (default: ``None``)
         ffn_dim (int, optional): hidden width of the feed-forward block; ``None`` for
@@ -194,8 +219,6 @@ class GPSLayer(nn.Module):
         self.ff1 = nn.Linear(dim, ffn_dim)
         self.ff2 = nn.Linear(ffn_dim, dim)
         self.norm_ff = nn.BatchNorm1d(dim)
-        self._fold_key = None  # cache of the BatchNorm-folded parameters (kernels.fused_blocks)
-        self._fold = None
         self.reset_parameters()
 
     def reset_parameters(self, reset_gate: bool = True) -> None:
@@ -209,84 +232,54 @@ class GPSLayer(nn.Module):
         self.ff2.reset_parameters()
         self.norm_ff.reset_parameters()
 
-    def forward(
-        self,
-        x: Tensor,
-        edge_index: Tensor,
-        edge_attr: Tensor,
-        batch: Tensor | None = None,
-        layout=None,
-        return_details: bool = False,
-    ):
-        """``layout``: the batch layout shared by all layers, built once per batch by
-        ``layer.attn.make_layout(batch, edge_index)`` (for ``"full"``:
-        ``PackedLayout.from_batch(batch)`` for ``"packed"``, a :class:`DenseIndex` for
-        ``"reference"``/``"sdpa"``); ``None``: built here from ``batch`` (and
-        ``edge_index``). ``"reference"`` and ``"sdpa"`` given a ``PackedLayout`` build
-        their ``DenseIndex`` from ``batch`` (so ``SIGGATE_ATTN_IMPL=reference`` works on
-        fast-path code); ``"packed"`` given a ``DenseIndex`` raises. With
-        ``return_details`` also the attention details (runs ``"reference"``)."""
-        impl = "reference" if return_details else resolve_impl(self.impl)
-        if impl == "packed":
-            return self._forward_fast(x, edge_index, edge_attr, batch, layout)
-        branches, details, graph_data = [], None, self._graph_data(edge_attr)
-        if self.local is not None:  # local MPNN, residual, norm
-            h, edge_attr = self.local(x, edge_index, edge_attr)
-            if not self.local.updates_edges:  # GatedGCN adds its own dropout and residual
-                h = x + self._drop(h)
-            branches.append(self.norm_local(h))
-        if self.attn is not None:  # global attention, residual, norm
-            layout = self.attn.ensure_layout(layout, batch_vector(x, batch), edge_index, impl)
-            h = self.attn.forward_nodes(x, layout, impl=impl, return_details=return_details, **graph_data)
-            if return_details:
-                h, details = h
-            h = x + self._drop(h)
-            branches.append(self.norm_attn(h))
-        out = branches[0] if len(branches) == 1 else branches[0] + branches[1]  # the sum
-        ff = self.ff2(self._drop(F.relu(self.ff1(out))))  # FFN, residual, norm
-        x = self.norm_ff(out + self._drop(ff))
-        return (x, edge_attr, details) if return_details else (x, edge_attr)
-
-    def _forward_fast(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None, layout):
-        """:meth:`forward` with ``impl="packed"``: the same layer on node rows (for
-        ``"full"`` over a :class:`PackedLayout`). In inference without autograd the
-        BatchNorms are folded (:func:`~siggate.nn.kernels.fused_blocks.forward_folded`);
-        otherwise the GINE, attention and FFN blocks with their residuals run as single
-        autograd nodes (:mod:`siggate.nn.kernels`) unless dropout sits between them or
-        autocast is on."""
-        if self.attn is not None:
-            layout = self.attn.ensure_layout(layout, batch_vector(x, batch), edge_index, "packed")
-        gine = isinstance(self.local, GINELocal)
-        autocast = torch.is_autocast_enabled(x.device.type)  # the fused blocks run in one dtype
-        if not self.training and not torch.is_grad_enabled() and not autocast and foldable(self):
-            return forward_folded(self, x, edge_index, edge_attr, layout, gine)
-        fuse = self.attn is not None and (self.dropout == 0.0 or not self.training) and not autocast
-        branches, graph_data = [], self._graph_data(edge_attr)
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None = None, layout=None,
+                return_details: bool = False):
+        """``layout``: the batch layout shared by all layers, built once per forward by
+        ``layer.attn.make_layout(batch, edge_index)`` at the model's entry; it carries
+        the implementation (``layout.impl``). ``None``: built here from ``batch`` (and
+        ``edge_index``) with this layer's ``impl``. With ``return_details`` also the
+        attention details (the layout must then be built with ``details=True``)."""
+        if layout is None and self.attn is not None:
+            layout = self.attn.make_layout(batch_vector(x, batch), edge_index, impl=self.impl, details=return_details)
+        fused = self._fused(x, layout)
+        local = details = attn = None
+        edge_in = edge_attr  # the attention reads the layer's input edges (Exphormer's edge-aware scores)
         if self.local is not None:
-            if fuse and gine:
-                h = self.local.forward_residual(x, edge_index, edge_attr)
+            if fused and isinstance(self.local, GINELocal):
+                local = self.local.forward_residual(x, edge_index, edge_attr), True
             else:
                 h, edge_attr = self.local(x, edge_index, edge_attr)
-                if not self.local.updates_edges:
-                    h = x + self._drop(h)
-            branches.append(self.norm_local(h))
+                local = h, self.local.updates_edges
         if self.attn is not None:
-            if fuse:
-                h = self.attn.forward_nodes(x, layout, impl="packed", residual=True, **graph_data)
-            else:
-                h = x + self._drop(self.attn.forward_nodes(x, layout, impl="packed", **graph_data))
-            branches.append(self.norm_attn(h))
-        out = branches[0] if len(branches) == 1 else branches[0] + branches[1]
-        if fuse:
-            ff1, ff2 = self.ff1, self.ff2
-            return self.norm_ff(_MLPResidual.apply(out, out, ff1.weight, ff1.bias, ff2.weight, ff2.bias)), edge_attr
-        ff = self.ff2(self._drop(F.relu(self.ff1(out))))
-        return self.norm_ff(out + self._drop(ff)), edge_attr
+            attn = self.attn.forward_nodes(x, layout, return_details, edge_attr=edge_in)
+            attn, details = attn if return_details else (attn, None)
+        ffn_residual = self._ffn_fused if fused else self._ffn_residual
+        x = gps_update(x, local, attn, (self.norm_local, self.norm_attn, self.norm_ff), ffn_residual, self._drop)
+        return (x, edge_attr, details) if return_details else (x, edge_attr)
 
-    def _graph_data(self, edge_attr: Tensor) -> dict:
-        """The layer's input ``edge_attr`` for an attention type that reads it
-        (``uses_graph_data``: Exphormer's edge-aware scores), else nothing."""
-        return {"edge_attr": edge_attr} if self.attn is not None and self.attn.uses_graph_data else {}
+    def _fused(self, x: Tensor, layout) -> bool:
+        """Whether the GINE and FFN blocks with their residuals run as single autograd
+        nodes (:mod:`siggate.nn.kernels.fused_blocks`): on the fast path
+        (``layout.impl == "packed"``), when the branch dropout is inactive, and not under
+        autocast (they run in one dtype); see :func:`~siggate.nn.impl.resolve_impl`."""
+        return (layout is not None and layout.impl == "packed" and (self.dropout == 0.0 or not self.training)
+                and not torch.is_autocast_enabled(x.device.type))
+
+    def _ffn_residual(self, h: Tensor) -> Tensor:
+        """``h + FFN(h)``, the FFN ``d -> ffn_dim -> d`` with ReLU and dropout."""
+        return h + self._drop(self.ff2(self._drop(F.relu(self.ff1(h)))))
+
+    def _ffn_fused(self, h: Tensor) -> Tensor:
+        """:meth:`_ffn_residual` without dropout as one autograd node."""
+        return MLPResidual.apply(h, h, self.ff1.weight, self.ff1.bias, self.ff2.weight, self.ff2.bias)
+
+    def for_inference(self) -> FoldedGPSLayer:
+        """This layer in eval with its BatchNorms folded
+        (:class:`~siggate.nn.kernels.fused_blocks.FoldedGPSLayer`): equal outputs in eval,
+        inference only, sharing this layer's modules (build it again after they change)."""
+        if self.training:
+            self.eval()
+        return FoldedGPSLayer(self)
 
     def _drop(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.dropout, self.training) if self.dropout > 0.0 else x

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from ..options import POOLING, mol_features_dim  # shared with siggate.config
-from .attention import GatedAttentionBase, resolve_impl
+from .attention import GatedAttentionBase
 from .attention_types import attn_kwargs_from_config
 from .encoders import NodeEncoder, make_edge_encoder
 from .kernels.layout import DenseIndex, batch_vector
@@ -81,6 +83,19 @@ def mlp_head(dim: int, layers: int, out: int, halve: bool = True, norm: bool = F
     return nn.Sequential(*head)
 
 
+def _check_readout(pooling: str, pool_norm: float, level: str, mol_features_dim: int) -> None:
+    """:class:`SigGateGT`'s readout arguments, each refused with what is allowed."""
+    if pooling not in POOLING:
+        raise ValueError(f"pooling must be one of {POOLING}, got {pooling!r}")
+    if pooling == "norm" and not pool_norm > 0:
+        raise ValueError(f"pool_norm must be > 0 for pooling='norm', got {pool_norm!r}")
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+    if mol_features_dim < 0 or (mol_features_dim and level != "graph"):
+        raise ValueError(f"mol_features_dim must be >= 0, and 0 at node level; got {mol_features_dim!r} "
+                         f"at level {level!r}")
+
+
 class SigGateGT(nn.Module):
     r"""SigGate-GT model: encoders, ``layers`` GPS layers, then pooling and an MLP head per
     graph (``level="graph"``) or an MLP head per node (``level="node"``, no pooling).
@@ -109,12 +124,13 @@ class SigGateGT(nn.Module):
         pe_dim (int): channels given to the positional encoding. (default: ``0``)
         pooling (str): ``"add"``, ``"mean"`` or ``"norm"`` (the sum divided by
             ``pool_norm``, see :func:`pool_graphs`); graph level only. (default: ``"add"``)
-        pool_norm (float): the divisor of ``pooling="norm"``, > 0. (default: ``1.0``)
+        pool_norm (float): the divisor of ``pooling="norm"``, which needs it > 0; unused by
+            the other poolings. (default: ``0.0``, the config's "not set")
         head_layers (int): layers of the prediction MLP: per graph halving the width each
             time (GraphGPS ``san_graph``), per node at width ``dim`` with BatchNorm (GraphGPS
             ``inductive_node``); see :func:`mlp_head`. (default: ``3``)
         impl (str): attention implementation, ``"auto"``, ``"reference"``, ``"sdpa"`` or
-            ``"packed"``; see :func:`~siggate.nn.attention.resolve_impl`. (default: ``"auto"``)
+            ``"packed"``; see :func:`~siggate.nn.impl.resolve_impl`. (default: ``"auto"``)
         gate_weight_std (float, optional): std of the gate weights' normal initialisation;
             ``None`` for Xavier-uniform. (default: ``None``)
         ffn_dim (int, optional): hidden width of each layer's feed-forward block; ``None``
@@ -165,19 +181,11 @@ class SigGateGT(nn.Module):
         num_node_features: int = 0,
         attn_type: str = "full",
         attn_kwargs: dict | None = None,
-        pool_norm: float = 1.0,
+        pool_norm: float = 0.0,
         mol_features_dim: int = 0,
     ) -> None:
         super().__init__()
-        if pooling not in POOLING:
-            raise ValueError(f"pooling must be one of {POOLING}, got {pooling!r}")
-        if pooling == "norm" and not pool_norm > 0:
-            raise ValueError(f"pool_norm must be > 0 for pooling='norm', got {pool_norm!r}")
-        if level not in LEVELS:
-            raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
-        if mol_features_dim < 0 or (mol_features_dim and level != "graph"):
-            raise ValueError(f"mol_features_dim must be >= 0, and 0 at node level; got {mol_features_dim!r} "
-                             f"at level {level!r}")
+        _check_readout(pooling, pool_norm, level, mol_features_dim)
         self.num_tasks = num_tasks
         self.pooling = pooling
         self.pool_norm = float(pool_norm)
@@ -255,11 +263,12 @@ class SigGateGT(nn.Module):
         ``graph_emb`` ``[G, d]`` (``None`` at node level)."""
         batch = batch_vector(data.x, getattr(data, "batch", None))
         num_graphs = int(getattr(data, "num_graphs", None) or (int(batch.max()) + 1))
-        impl = "reference" if return_details else resolve_impl(self.impl)
         attns = self.attention_modules()
         ids = getattr(data, "idx", None)  # the graphs' dataset indices: seeds of Exphormer's expanders
-        extra = {"graph_index": ids} if attns and attns[0].uses_graph_data and isinstance(ids, Tensor) else {}
-        layout = attns[0].make_layout(batch, data.edge_index, num_graphs, impl, **extra) if attns else None  # once
+        ids = ids if isinstance(ids, Tensor) else None
+        # the one layout (and with it the implementation) of this forward, shared by every layer
+        layout = (attns[0].make_layout(batch, data.edge_index, num_graphs, self.impl, return_details, graph_index=ids)
+                  if attns else None)
         x = self.node_encoder(data)
         edge_attr = data.edge_attr
         if edge_attr is None:  # no edge features: one edge type (GraphGPS's DummyEdge)
@@ -279,6 +288,21 @@ class SigGateGT(nn.Module):
             return out
         mask = layout.mask if isinstance(layout, DenseIndex) else DenseIndex.from_batch(batch, num_graphs).mask
         return out, {"hidden": hidden, "attn": attn, "mask": mask, "graph_emb": g}
+
+    def for_inference(self) -> "SigGateGT":
+        """This model, trained, as an inference model: put in eval mode, and returned with
+        every layer's BatchNorms folded (:meth:`GPSLayer.for_inference`). Its eval outputs
+        equal this model's (up to float rounding); it shares this model's modules and
+        snapshots the folded ones, so build it again after the weights or statistics
+        change. It refuses training and ``return_details``.
+
+        Example: ``model.for_inference()(batch)``, under ``torch.inference_mode()``."""
+        if self.training:
+            self.eval()
+        folded = copy.copy(self)
+        folded._modules = dict(self._modules)  # a module dict of its own: the layers are replaced, not shared
+        folded.layers = nn.ModuleList(layer.for_inference() for layer in self.layers)
+        return folded
 
     @classmethod
     def from_config(cls, model_cfg, info) -> "SigGateGT":

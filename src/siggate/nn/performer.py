@@ -61,9 +61,9 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from ..options import PerformerOptions
 from .attention import GatedAttentionBase, check_node_impl
-from .kernels.attention_cpu import _dropout_keep
-from .kernels.layout import GraphSegments, batch_vector, seeded_generator, segment_amax
+from .kernels.layout import GraphSegments, batch_vector, dropout_keep, seeded_generator, segment_amax
 from .kernels.linear_attention import performer_fast
 
 __all__ = ["GatedPerformerAttention", "orthogonal_gaussian", "favor_features", "relu_features", "performer_reference",
@@ -201,9 +201,9 @@ class GatedPerformerAttention(GatedAttentionBase):
         attn_dropout: float = 0.0,
         bias: bool = True,
         impl: str = "auto",
-        num_features: int = 64,
-        redraw_interval: int = 1000,
-        kernel: str = "softmax",
+        num_features: int = PerformerOptions.num_features,
+        redraw_interval: int = PerformerOptions.redraw_interval,
+        kernel: str = PerformerOptions.kernel,
     ) -> None:
         super().__init__(dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout, bias)
         check_node_impl(impl)
@@ -244,35 +244,34 @@ class GatedPerformerAttention(GatedAttentionBase):
                 self.redraw_features()
             self.forward_count += 1
 
-    def make_layout(self, batch: Tensor, edge_index: Tensor | None = None, num_graphs: int | None = None,
-                    impl: str | None = None) -> GraphSegments:
-        """The batch's :class:`GraphSegments` (``edge_index`` is not used)."""
-        return GraphSegments.from_batch(batch, num_graphs)
-
-    def ensure_layout(self, layout, batch: Tensor, edge_index: Tensor | None = None,
-                      impl: str | None = None) -> GraphSegments:
-        return layout if isinstance(layout, GraphSegments) else self.make_layout(batch)
+    def build_layout(self, batch: Tensor, edge_index: Tensor | None, num_graphs: int | None, impl: str,
+                     graph_index: Tensor | None = None) -> GraphSegments:
+        """The batch's :class:`GraphSegments`, carrying ``impl`` (``edge_index`` and
+        ``graph_index`` are not used)."""
+        return GraphSegments.from_batch(batch, num_graphs, impl)
 
     def forward(self, x: Tensor, batch: Tensor | None = None, layout: GraphSegments | None = None,
                 return_details: bool = False, impl: str | None = None):
         """``x [N, d]``, ``batch [N]`` (``None``: one graph) -> ``[N, d]`` (with
-        ``return_details``, ``(out, details)``, see :meth:`_gated_rows`)."""
-        return self.forward_nodes(x, self.ensure_layout(layout, batch_vector(x, batch)), impl, return_details)
+        ``return_details``, ``(out, details)``, see :meth:`forward_nodes`)."""
+        if layout is None:
+            layout = self.make_layout(batch_vector(x, batch), impl=impl, details=return_details)
+        return self.forward_nodes(x, layout, return_details)
 
-    def forward_nodes(self, x: Tensor, layout: GraphSegments, impl: str | None = None, return_details: bool = False,
-                      out_weight: Tensor | None = None, out_bias: Tensor | None = None, residual: bool = False):
-        impl = self._impl(impl, return_details)
+    def attention_core(self, x: Tensor, layout: GraphSegments, edge_attr: Tensor | None = None):
+        """``(q, k, v) -> o`` for :meth:`gated`: :meth:`_attend` with the fast path
+        (``layout.impl == "packed"``) or :func:`performer_reference`; redraws the features
+        on schedule and draws the key dropout (``edge_attr`` is not used)."""
         self._redraw_schedule()
         keep = None
         if self.training and self.attn_dropout > 0:
-            keep = _dropout_keep((x.size(0), self.heads), self.attn_dropout, x)
+            keep = dropout_keep((x.size(0), self.heads), self.attn_dropout, x)
         features = KERNEL_FEATURES[self.kernel]
-        if impl == "packed":  # the fused per-graph kernel is FAVOR+'s; the ReLU features take the outer products
+        if layout.impl == "packed":  # the fused per-graph kernel is FAVOR+'s; the ReLU features take the outer products
             attend = partial(performer_fast, features=features, big_graph=None if self.kernel == "softmax" else 2**62)
         else:
             attend = partial(performer_reference, features=features)
-        core = partial(self._attend, attend=attend, segments=layout, key_keep=keep)
-        return self._gated_rows(x, core, out_weight, out_bias, residual, return_details, layout.batch)
+        return partial(self._attend, attend=attend, segments=layout, key_keep=keep)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, attend, segments: GraphSegments,
                 key_keep: Tensor | None) -> Tensor:

@@ -34,7 +34,7 @@ STATES = ("new", "resume", "done", "conflict", "failed")
 
 def saved_run_config(run_dir: str | Path) -> tuple[dict, dict] | None:
     """A run folder's ``config.yaml``: ``(config as the user gave it, values resolved from
-    the data)`` (see :func:`siggate.train.checkpoint.split_resolved`), or ``None`` without one."""
+    the data)`` (see :func:`siggate.config.split_resolved`), or ``None`` without one."""
     path = Path(run_dir) / "config.yaml"
     if not path.exists():
         return None

@@ -8,7 +8,7 @@
   layer with its BatchNorms folded in inference.
 
 Each module's docstring names the reference it must equal and the test that pins it.
-:func:`siggate.nn.attention.resolve_impl` decides when these run.
+:func:`siggate.nn.impl.resolve_impl` decides when these run.
 """
 
 from .layout import PackedLayout

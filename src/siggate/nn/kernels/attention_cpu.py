@@ -11,17 +11,16 @@ the input-projection rows of the nodes:
   gather back to projection rows. Groups of :data:`CHUNKED_MIN_NODES` nodes or more run
   chunked (:func:`_chunk_forward` / :func:`_chunk_backward`: memory ``O(n * chunk)``,
   probabilities and dropout masks recomputed in the backward from a seed);
-* :class:`_GroupedAttention`: the core on a given projection (optionally gated) as one
-  autograd node (gate positions ``"value"`` and ``"post"``, and autocast);
-* :class:`_AttentionBranch`: the whole branch ``[x +] out_proj(attention(in_proj(x)) * gate)``
-  as one autograd node (no gate or the output gate).
+* :class:`PackedCore`: that attention on ``q, k, v [N, H, d_head]`` as one autograd node
+  (:func:`packed_core_cpu` picks it under autograd). ``q, k, v`` are read in place when
+  they are column blocks of one projection (:func:`qkv_rows`). Nothing here knows the
+  gate: :meth:`siggate.nn.attention.GatedAttentionBase.gated` applies it around the core.
 
 Reference: :meth:`siggate.nn.GatedMultiheadAttention.forward` with ``impl="reference"``
 (padded batch, ``q k^T``, mask, softmax spelled out, plain autograd). Pinned by
 ``tests/test_fast_path.py``: ``test_training_step_fast_equals_readable`` (outputs and
 every gradient, every gate kind and position, several groupings, chunked),
-``test_grouped_attention_gradcheck_with_dropout``,
-``test_attention_branch_gradcheck_with_dropout``, ``test_dropout_keep_is_bernoulli`` and
+``test_packed_core_gradcheck_with_dropout``, ``test_dropout_keep_is_bernoulli`` and
 ``test_chunked_training_memory_is_not_quadratic``. What each piece bought:
 ``benchmarks/README.md`` (steps 3, 5, 7, 9 and 11).
 """
@@ -34,22 +33,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .layout import PackedLayout
+from .layout import PackedLayout, dropout_keep
 
 #: On CPU in training, groups with more nodes than this use the chunked kernel
 #: (memory ``O(n * chunk)`` instead of ``O(n^2)``, see :func:`_chunk_forward`).
 CHUNKED_MIN_NODES = 384
 #: Query rows per chunk of the chunked kernel.
 CHUNK_ROWS = 128
-
-
-def _dropout_keep(shape, p: float, like: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Dropout multiplier: ``1 / (1 - p)`` with probability ``1 - p``, else 0.
-
-    ``rand >= p`` is the same Bernoulli(1 - p) draw as ``bernoulli_``, but cheaper on CPU
-    (measured in ``benchmarks/README.md``, step 3)."""
-    u = torch.rand(shape, dtype=like.dtype, device=like.device, generator=generator)
-    return u.ge_(p).mul_(1.0 / (1.0 - p))
 
 
 def _chunk_forward(q, k, v, bias, p, scale, chunk, gen, out):
@@ -66,7 +56,7 @@ def _chunk_forward(q, k, v, bias, p, scale, chunk, gen, out):
         lse[:, s : s + chunk] = m.squeeze(-1)
         a = sc.sub_(m).exp_()
         if p > 0.0:
-            a.mul_(_dropout_keep(a.shape, p, a, gen))
+            a.mul_(dropout_keep(a.shape, p, a, gen))
         torch.bmm(a, v, out=out[:, s : s + chunk])
     return lse
 
@@ -88,7 +78,7 @@ def _chunk_backward(q, k, v, bias, out, lse, d_out, p, scale, chunk, gen, dq, dk
         do = d_out[:, sl]
         dp = torch.bmm(do, v.transpose(1, 2))  # B, c, n
         if p > 0.0:
-            keep = _dropout_keep(a.shape, p, a, gen)
+            keep = dropout_keep(a.shape, p, a, gen)
             dv.baddbmm_((a * keep).transpose(1, 2), do)
             dp.mul_(keep)
         else:
@@ -107,24 +97,6 @@ def _qkv_rows(proj: Tensor, d: int, dh: int) -> tuple[Tensor, int, bool]:
     if proj.is_contiguous() and width % dh == 0:
         return proj.view(n * (width // dh), dh), width // dh, False
     return proj[:, : 3 * d].contiguous().view(n * (3 * d // dh), dh), 3 * d // dh, True
-
-
-def _project(x: Tensor, weight: Tensor, bias: Tensor | None, dh: int) -> tuple[Tensor, Tensor, int]:
-    """The input projection ``x W^T + b`` ``[N, 3d + g]`` written with a row stride that is
-    a multiple of ``d_head`` (padding columns when needed, e.g. a headwise gate), so that
-    it is also ``rows [N * stride, d_head]`` without a copy. Returns ``(proj, rows, stride)``."""
-    n, width = x.size(0), weight.size(0)
-    stride = -(-width // dh)
-    if stride * dh == width:
-        proj = torch.addmm(bias, x, weight.t()) if bias is not None else x.mm(weight.t())
-        return proj, proj.view(n * stride, dh), stride
-    buf = x.new_empty(n, stride * dh)
-    proj = buf[:, :width]
-    if bias is not None:
-        torch.addmm(bias, x, weight.t(), out=proj)
-    else:
-        torch.mm(x, weight.t(), out=proj)
-    return proj, buf.view(n * stride, dh), stride
 
 
 def _core_forward(rows: Tensor, stride: int, layout: PackedLayout, heads: int, p: float, scale: float,
@@ -169,7 +141,7 @@ def _core_forward(rows: Tensor, stride: int, layout: PackedLayout, heads: int, p
             s = torch.baddbmm(bias, q, kk.transpose(1, 2), alpha=scale)  # gH, n, n
         a = torch.softmax(s, dim=-1)
         if p > 0.0:
-            ad = a * _dropout_keep(a.shape, p, a) if train else a.mul_(_dropout_keep(a.shape, p, a))
+            ad = a * dropout_keep(a.shape, p, a) if train else a.mul_(dropout_keep(a.shape, p, a))
         else:
             ad = a
         torch.bmm(ad, v, out=o)
@@ -219,136 +191,62 @@ def _core_backward(d_o: Tensor, layout: PackedLayout, heads: int, p: float, scal
     return d_blks
 
 
-def _gate_apply(o: Tensor, gate: Tensor, heads: int) -> Tensor:
-    n, d = o.shape
-    return (o.view(n, heads, d // heads) * gate.view(n, heads, -1)).view(n, d)
+def qkv_rows(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, int]:
+    """``q, k, v [N, H, d_head]`` as rows of ``d_head`` values: ``(rows, stride)`` with part
+    ``j`` (q, k, v), head ``h`` of node ``i`` at row ``i * stride + j H + h``.
+
+    When the three are the adjacent column blocks of one projection ``[N, W]`` (what
+    :meth:`~siggate.nn.attention.GatedAttentionBase.split` returns) and ``W`` is a multiple
+    of ``d_head`` (no gate, an elementwise gate), the rows are a view of that projection
+    (``stride = W / d_head``); otherwise (a headwise gate: ``W = 3d + H``), or when
+    autograd would have to see through the view (it cannot split it back into ``q, k, v``),
+    they are stacked into a copy (``stride = 3H``)."""
+    n, H, dh = q.shape
+    es = q.element_size()
+    w = q.stride(0)
+    tracked = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    # n > 1: a size-1 dimension's stride says nothing about the memory
+    if (n > 1 and not tracked and q.stride()[1:] == (dh, 1) and k.stride() == q.stride() == v.stride()
+            and w % dh == 0 and k.data_ptr() == q.data_ptr() + H * dh * es and v.data_ptr() == q.data_ptr() + 2 * H * dh * es):
+        return q.as_strided((n * (w // dh), dh), (dh, 1)), w // dh
+    return torch.stack([q, k, v], 1).view(n * 3 * H, dh), 3 * H
 
 
-def _gate_backward(d_og: Tensor, o: Tensor, gate: Tensor, heads: int) -> tuple[Tensor, Tensor]:
-    """Gradients of ``o * gate`` (gate per head or per head dimension): ``(d_o, d_gate)``."""
-    n, d = o.shape
-    go = d_og.view(n, heads, d // heads)
-    dg = go * o.view(n, heads, d // heads)
-    dg = dg.sum(-1) if gate.size(1) == heads and d // heads > 1 else dg.view(n, -1)
-    return (go * gate.view(n, heads, -1)).view(n, d), dg.view(n, -1)
+class PackedCore(torch.autograd.Function):
+    """Softmax attention of every graph with itself over a
+    :class:`~siggate.nn.kernels.layout.PackedLayout`, as one autograd node:
+    :func:`_core_forward` forward, :func:`_core_backward` backward.
 
-
-class _GroupedAttention(torch.autograd.Function):
-    """:func:`_core_forward` on a given projection, optionally gated, as one autograd
-    node with the backward written out (:func:`_core_backward`).
-
-    Input ``proj [num_nodes, 3d + g]`` (``q | k | v | gate logits``); outputs the
-    attention ``[num_nodes, d]`` (multiplied by the gate when ``gate_output``) and the
-    gate ``sigmoid(logits) [num_nodes, g]``. Used for the ``"value"`` and ``"post"`` gate
-    positions; the output gate and no gate take :class:`_AttentionBranch`.
+    ``q, k, v [N, H, d_head]``, dropout ``p``, ``scale`` -> ``o [N, H, d_head]``; the
+    gradients of ``q, k, v`` come back as views of one buffer (one gather, no scatter-add).
     """
 
     @staticmethod
-    def forward(ctx, proj, layout, heads, p, scale, gate_dim, gate_output):
-        n_nodes, width = proj.shape
-        d = (width - gate_dim) // 3
-        dh = d // heads
-        rows, stride, copied = _qkv_rows(proj, d, dh)
-        o, state = _core_forward(rows, stride, layout, heads, p, scale, True)
-        out = o.view(n_nodes, d)
-        gate = o_plain = None
-        if gate_dim:
-            gate = torch.sigmoid(proj[:, 3 * d :])
-            if gate_output:
-                o_plain, out = out, _gate_apply(out, gate, heads)
+    def forward(ctx, q, k, v, layout, p, scale):
+        n, H, dh = q.shape
+        rows, stride = qkv_rows(q, k, v)
+        o, state = _core_forward(rows, stride, layout, H, p, scale, True)
         blks, outs, saved, plan, seed = state
-        ctx.save_for_backward(blks, outs, gate, o_plain, *saved)
-        ctx.layout, ctx.heads, ctx.p, ctx.scale, ctx.plan, ctx.seed = layout, heads, p, scale, plan, seed
-        ctx.dims = (n_nodes, width, d, dh, stride, copied, gate_dim)
-        if gate is None:
-            return out, proj.new_empty(n_nodes, 0)
-        return out, gate
+        ctx.save_for_backward(blks, outs, *saved)
+        ctx.layout, ctx.p, ctx.scale, ctx.plan, ctx.seed = layout, p, scale, plan, seed
+        return o.view(n, H, dh)
 
     @staticmethod
-    def backward(ctx, grad_out, grad_gate):
-        layout, heads = ctx.layout, ctx.heads
-        blks, outs, gate, o_plain, *saved = ctx.saved_tensors
-        n_nodes, width, d, dh, stride, copied, gate_dim = ctx.dims
-        grad_out = grad_out.contiguous()
-        d_gate = grad_gate if gate_dim else None
-        if o_plain is not None:
-            grad_out, dg = _gate_backward(grad_out, o_plain, gate, heads)
-            d_gate = dg if d_gate is None else d_gate + dg
-        extra = 0 if copied else stride - 3 * heads  # gate rows carried through the gather
+    def backward(ctx, d_o):
+        blks, outs, *saved = ctx.saved_tensors
+        n, H, dh = d_o.shape
         state = (blks, outs, saved, ctx.plan, ctx.seed)
-        d_blks = _core_backward(grad_out.view(n_nodes * heads, dh), layout, heads, ctx.p, ctx.scale, state,
-                                n_nodes * extra)
-        d_logits = None
-        if gate_dim:
-            d_logits = (torch.ops.aten.sigmoid_backward(d_gate, gate) if d_gate is not None
-                        else gate.new_zeros(gate.shape))
-            if extra:
-                d_blks[-n_nodes * extra :].view(n_nodes, gate_dim).copy_(d_logits)
-        d_rows = d_blks.index_select(0, layout.block_source(heads, stride))  # n_nodes * stride, dh
-        if not copied:
-            return d_rows.view(n_nodes, width), None, None, None, None, None, None
-        d_proj = d_rows.view(n_nodes, 3 * d)
-        if gate_dim:
-            d_proj = torch.cat([d_proj, d_logits], 1)
-        return d_proj, None, None, None, None, None, None
+        d_blks = _core_backward(d_o.contiguous().view(n * H, dh), ctx.layout, H, ctx.p, ctx.scale, state)
+        d = d_blks.index_select(0, ctx.layout.block_source(H, 3 * H)).view(n, 3, H, dh)
+        return d[:, 0], d[:, 1], d[:, 2], None, None, None
 
 
-class _AttentionBranch(torch.autograd.Function):
-    """The whole attention branch ``[x +] out_proj(attention(in_proj(x)) * gate)`` as one
-    autograd node (no gate, or the output gate), with the backward written out.
-
-    Replaces the autograd nodes and bookkeeping of two linear layers with their
-    transposes, the slices and views of ``q, k, v`` and of the gate, sigmoid, product and
-    residual by one; the projection is written with a ``d_head``-aligned row
-    stride (:func:`_project`), so even a headwise gate needs no copy of ``q, k, v``.
-    """
-
-    @staticmethod
-    def forward(ctx, x, w_in, b_in, w_out, b_out, layout, heads, p, gate_dim, residual):
-        n_nodes, d = x.size(0), w_out.size(0)
-        dh = d // heads
-        scale = 1.0 / math.sqrt(dh)
-        proj, rows, stride = _project(x, w_in, b_in, dh)
-        o, state = _core_forward(rows, stride, layout, heads, p, scale, True)
-        o = o.view(n_nodes, d)
-        gate = None
-        og = o
-        if gate_dim:
-            gate = torch.sigmoid(proj[:, 3 * d :])
-            og = _gate_apply(o, gate, heads)
-        y = torch.addmm(b_out, og, w_out.t()) if b_out is not None else og.mm(w_out.t())
-        if residual:
-            y.add_(x)
-        blks, outs, saved, plan, seed = state
-        ctx.save_for_backward(x, w_in, w_out, og, o if gate_dim else None, gate, blks, outs, *saved)
-        ctx.layout, ctx.heads, ctx.p, ctx.scale, ctx.plan, ctx.seed = layout, heads, p, scale, plan, seed
-        ctx.dims = (n_nodes, d, dh, stride, gate_dim, residual, b_in is not None, b_out is not None)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, w_in, w_out, og, o, gate, blks, outs, *saved = ctx.saved_tensors
-        n_nodes, d, dh, stride, gate_dim, residual, has_b_in, has_b_out = ctx.dims
-        heads = ctx.heads
-        width = 3 * d + gate_dim
-        dy = dy.contiguous()
-        d_og = dy.mm(w_out)
-        dw_out = dy.t().mm(og)
-        db_out = dy.sum(0) if has_b_out else None
-        d_o, d_logits = d_og, None
-        if gate_dim:
-            d_o, dg = _gate_backward(d_og, o, gate, heads)
-            d_logits = torch.ops.aten.sigmoid_backward(dg, gate)
-        extra = stride - 3 * heads
-        state = (blks, outs, saved, ctx.plan, ctx.seed)
-        d_blks = _core_backward(d_o.view(n_nodes * heads, dh), ctx.layout, heads, ctx.p, ctx.scale, state,
-                                n_nodes * extra)
-        if extra:
-            d_blks[-n_nodes * extra :].view(n_nodes, extra * dh)[:, :gate_dim].copy_(d_logits)
-        d_proj = d_blks.index_select(0, ctx.layout.block_source(heads, stride)).view(n_nodes, stride * dh)
-        if stride * dh != width:
-            d_proj = d_proj[:, :width]
-        dw_in = d_proj.t().mm(x)
-        db_in = d_proj.sum(0) if has_b_in else None
-        dx = torch.addmm(dy, d_proj, w_in) if residual else d_proj.mm(w_in)
-        return dx, dw_in, db_in, dw_out, db_out, None, None, None, None, None
+def packed_core_cpu(q: Tensor, k: Tensor, v: Tensor, layout: PackedLayout, p: float) -> Tensor:
+    """The CPU attention core: :class:`PackedCore` under autograd, else the batched matmuls
+    of :func:`_core_forward` alone. ``q, k, v [N, H, d_head]`` -> ``[N, H, d_head]``."""
+    n, H, dh = q.shape
+    scale = 1.0 / math.sqrt(dh)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return PackedCore.apply(q, k, v, layout, p, scale)
+    rows, stride = qkv_rows(q, k, v)
+    return _core_forward(rows, stride, layout, H, p, scale, False)[0].view(n, H, dh)

@@ -2,18 +2,18 @@
 
 What it computes:
 
-* :class:`_MLPResidual`: ``res + W2 ReLU(W1 x + b1) + b2`` (the FFN with its residual) and
-  :class:`_GINEResidual`: ``x + MLP((1 + eps) x_i + sum_j ReLU(x_j + e_ji))`` (GINE with its
+* :class:`MLPResidual`: ``res + W2 ReLU(W1 x + b1) + b2`` (the FFN with its residual) and
+  :class:`GINEResidual`: ``x + MLP((1 + eps) x_i + sum_j ReLU(x_j + e_ji))`` (GINE with its
   residual, messages in chunks of edges, recomputed in the backward), each as one autograd
   node with the backward written out;
-* :func:`forward_folded`: a whole GPS layer in inference with its eval BatchNorms folded
-  into the linear maps before them (:func:`folded_params`).
+* :class:`FoldedGPSLayer`: a trained GPS layer for inference with its eval BatchNorms
+  folded into the maps before them (the transform ``GPSLayer.for_inference``).
 
 Reference: :class:`siggate.nn.GPSLayer` with ``impl="reference"`` (plain modules and
 autograd; the same operations, reassociated in the folded case). Pinned by
 ``tests/test_fast_path.py``: ``test_gine_and_mlp_blocks_gradcheck``,
 ``test_training_step_fast_equals_readable`` (training) and
-``test_inference_fast_equals_readable`` (folding, including cache invalidation). What
+``test_for_inference_equals_eval`` (folding). What
 each bought: ``benchmarks/README.md`` (steps 6 and 8).
 """
 
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .layout import PackedLayout
+from .layout import batch_vector
 
 
 def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
@@ -35,7 +35,7 @@ def _linear_backward(dy: Tensor, x: Tensor, w: Tensor, has_bias: bool, need_x: b
     return (dy.mm(w) if need_x else None), dy.t().mm(x), (dy.sum(0) if has_bias else None)
 
 
-class _MLPResidual(torch.autograd.Function):
+class MLPResidual(torch.autograd.Function):
     """``res + W2 ReLU(W1 x + b1) + b2`` (a residual two-layer MLP), one autograd node.
 
     The same operations as ``res + Linear(ReLU(Linear(x)))`` with autograd, with the
@@ -61,7 +61,7 @@ class _MLPResidual(torch.autograd.Function):
         return dx, dy, dw1, db1, dw2, db2
 
 
-#: Edges per chunk in :class:`_GINEResidual` (gathers and scatters that stay in cache).
+#: Edges per chunk in :class:`GINEResidual` (gathers and scatters that stay in cache).
 GINE_EDGE_CHUNK = 16384
 
 
@@ -70,7 +70,7 @@ def _edge_chunks(num_edges: int):
         yield slice(s, min(s + GINE_EDGE_CHUNK, num_edges))
 
 
-class _GINEResidual(torch.autograd.Function):
+class GINEResidual(torch.autograd.Function):
     """``x + MLP((1 + eps) x_i + sum_j ReLU(x_j + e_ji))``, GINE plus its residual, as one
     autograd node (the same operations as :meth:`GINELocal.forward` and the residual,
     backward written out; replaces about a dozen autograd nodes).
@@ -112,17 +112,10 @@ class _GINEResidual(torch.autograd.Function):
 # ----------------------------------------------------------------------------- BatchNorm folding
 
 
-def _norms(layer) -> list:
-    return [m for m in (layer.norm_local, layer.norm_attn, layer.norm_ff) if m is not None]
-
-
-def foldable(layer) -> bool:
-    """Whether every BatchNorm of ``layer`` has running statistics to fold."""
-    return all(bn.track_running_stats and bn.running_var is not None for bn in _norms(layer))
-
-
 def bn_affine(bn: nn.BatchNorm1d) -> tuple[Tensor, Tensor]:
     """Eval BatchNorm as ``z * s + t``."""
+    if not (bn.track_running_stats and bn.running_var is not None):
+        raise ValueError("folding a BatchNorm needs its running statistics (track_running_stats=True)")
     s = torch.rsqrt(bn.running_var + bn.eps)
     if bn.weight is not None:
         s = s * bn.weight
@@ -132,69 +125,63 @@ def bn_affine(bn: nn.BatchNorm1d) -> tuple[Tensor, Tensor]:
     return s, t
 
 
-def folded_params(layer, gine: bool) -> dict:
-    """Eval BatchNorms of a :class:`~siggate.nn.GPSLayer` folded into the linear maps
-    before them (cached on the layer until any of the parameters or statistics changes).
+class FoldedGPSLayer(nn.Module):
+    r"""A trained :class:`~siggate.nn.GPSLayer` for inference, its eval BatchNorms folded
+    into the maps before them (built by :meth:`GPSLayer.for_inference`).
 
-    ``BN_L(x + g) + BN_A(x + a) = x (s_L + s_A) + g' + a' + (t_L + t_A)`` where ``g'``
-    (GINE's last linear, when ``gine``) and ``a'`` (the output projection) carry the scales
-    ``s``; ``BN_F(h + f) = h s_F + f'`` likewise. Same math as the unfolded layer, reassociated.
+    ``BN_L(x + g) + BN_A(x + a) = x (s_L + s_A) + g' + s_A a + (t_L + t_A)``, where ``g'`` is
+    GINE's last linear carrying ``s_L`` (a GatedGCN branch is scaled by ``s_L``), and
+    ``BN_F(h + f) = h s_F + f'`` with ``s_F`` folded into the FFN's second linear: two fused
+    multiply-adds replace three normalisations and four additions. Same math as the layer
+    in eval, reassociated. The local branch, the attention and the FFN's first linear are
+    the layer's own modules (shared, not copied); the folded tensors are a snapshot of the
+    parameters and statistics when it was built. Shapes as :meth:`GPSLayer.forward`.
     """
-    mods = [layer.ff2, *_norms(layer)]
-    if layer.attn is not None:
-        mods.append(layer.attn.out_proj)
-    if gine:
-        mods.append(layer.local.mlp[-1])
-    tensors = [t for m in mods for t in list(m.parameters(recurse=False)) + list(m.buffers(recurse=False))]
-    key = tuple((t.data_ptr(), t._version) for t in tensors)
-    if key == layer._fold_key:
-        return layer._fold
-    f: dict = {}
-    x_scale, const = None, None
-    if layer.local is not None:
-        s, t = bn_affine(layer.norm_local)
-        const = t
-        if gine:
-            lin = layer.local.mlp[-1]
-            f["local_w"], f["local_b"] = lin.weight * s[:, None], lin.bias * s
-            x_scale = s
-        else:
-            f["local_s"] = s
-    if layer.attn is not None:
-        s, t = bn_affine(layer.norm_attn)
-        lin = layer.attn.out_proj
-        f["attn_w"] = lin.weight * s[:, None]
-        f["attn_b"] = lin.bias * s if lin.bias is not None else None
-        x_scale = s if x_scale is None else x_scale + s
-        const = t if const is None else const + t
-    if "local_b" in f:  # the constant rides on GINE's bias
-        f["local_b"], const = f["local_b"] + const, None
-    f["x_scale"], f["const"] = x_scale, const
-    s, t = bn_affine(layer.norm_ff)
-    f["ff_w"], f["ff_b"], f["ff_s"] = layer.ff2.weight * s[:, None], layer.ff2.bias * s + t, s
-    layer._fold_key, layer._fold = key, f
-    return f
 
+    def __init__(self, layer) -> None:
+        super().__init__()
+        self.local, self.attn, self.ff1, self.impl = layer.local, layer.attn, layer.ff1, layer.impl
+        self.gine = hasattr(layer.local, "aggregate")
+        zero = torch.zeros_like(layer.ff2.bias)
+        with torch.no_grad():
+            x_scale, const = zero.clone(), zero.clone()
+            if self.local is not None:
+                s, t = bn_affine(layer.norm_local)
+                const += t
+                if self.gine:  # BN_L(x + g): g's last linear carries s_L, x gets s_L
+                    lin = layer.local.mlp[-1]
+                    self.register_buffer("local_w", lin.weight * s[:, None])
+                    const += lin.bias * s
+                    x_scale += s
+                else:  # GatedGCN holds its residual: BN_L(h) = h s_L + t_L
+                    self.register_buffer("local_s", s)
+            if self.attn is not None:
+                s, t = bn_affine(layer.norm_attn)
+                self.register_buffer("attn_s", s)
+                x_scale, const = x_scale + s, const + t
+            self.register_buffer("x_scale", x_scale)
+            self.register_buffer("const", const)
+            s, t = bn_affine(layer.norm_ff)
+            self.register_buffer("ff_w", layer.ff2.weight * s[:, None])
+            self.register_buffer("ff_b", layer.ff2.bias * s + t)
+            self.register_buffer("ff_s", s)
+        self.training = False  # its modules are the layer's, already in eval (no recursion: it is built per call)
 
-def forward_folded(layer, x: Tensor, edge_index: Tensor, edge_attr: Tensor, layout: PackedLayout, gine: bool):
-    """A :class:`~siggate.nn.GPSLayer` in inference with the BatchNorms folded
-    (:func:`folded_params`): two fused multiply-adds replace three normalisations and four
-    additions. Shapes as :meth:`GPSLayer.forward`."""
-    f = folded_params(layer, gine)
-    acc, graph_data = None, layer._graph_data(edge_attr)
-    if gine:
-        h = layer.local.aggregate(x, edge_index, edge_attr)
-        acc = F.linear(F.relu(layer.local.mlp[0](h)), f["local_w"], f["local_b"])
-    elif layer.local is not None:
-        h, edge_attr = layer.local(x, edge_index, edge_attr)
-        acc = h * f["local_s"]
-    if layer.attn is not None:
-        a = layer.attn.forward_nodes(x, layout, impl="packed", out_weight=f["attn_w"], out_bias=f["attn_b"],
-                                     **graph_data)
-        acc = a if acc is None else acc.add_(a)
-    if f["const"] is not None:
-        acc = acc.add_(f["const"])
-    if f["x_scale"] is not None:
-        acc = acc.addcmul_(x, f["x_scale"])
-    ff = F.linear(F.relu(layer.ff1(acc)), f["ff_w"], f["ff_b"])
-    return ff.addcmul_(acc, f["ff_s"]), edge_attr
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None = None, layout=None,
+                return_details: bool = False):
+        if self.training or return_details:
+            raise ValueError("a folded GPS layer is for inference only: train, or ask for details, on the layer "
+                             "it was built from")
+        if layout is None and self.attn is not None:
+            layout = self.attn.make_layout(batch_vector(x, batch), edge_index, impl=self.impl)
+        acc, edge_in = torch.addcmul(self.const, x, self.x_scale), edge_attr
+        if self.gine:
+            h = F.relu(self.local.mlp[0](self.local.aggregate(x, edge_index, edge_attr)))
+            acc = acc.addmm_(h, self.local_w.t())
+        elif self.local is not None:
+            h, edge_attr = self.local(x, edge_index, edge_attr)
+            acc = acc.addcmul_(h, self.local_s)
+        if self.attn is not None:
+            acc = acc.addcmul_(self.attn.forward_nodes(x, layout, edge_attr=edge_in), self.attn_s)
+        ff = F.linear(F.relu(self.ff1(acc)), self.ff_w, self.ff_b)
+        return ff.addcmul_(acc, self.ff_s), edge_attr

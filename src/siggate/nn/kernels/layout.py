@@ -40,6 +40,16 @@ def seeded_generator(seed: int, salt: int) -> torch.Generator:
     return torch.Generator().manual_seed((int(seed) * 0x9E3779B97F4A7C15 + int(salt)) % 2**63)
 
 
+def dropout_keep(shape, p: float, like: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Dropout multiplier of ``shape`` (dtype and device of ``like``): ``1 / (1 - p)`` with
+    probability ``1 - p``, else 0; shared by the readable attention types and the kernels.
+
+    ``rand >= p`` is the same Bernoulli(1 - p) draw as ``bernoulli_``, but cheaper on CPU
+    (measured in ``benchmarks/README.md``, step 3)."""
+    u = torch.rand(shape, dtype=like.dtype, device=like.device, generator=generator)
+    return u.ge_(p).mul_(1.0 / (1.0 - p))
+
+
 #: Cost of one extra attention call, in units of attention scores per head; used to
 #: decide how many size groups a :class:`PackedLayout` uses (``benchmarks/README.md``).
 GROUP_CALL_COST = 4096
@@ -96,6 +106,9 @@ class PackedLayout:
         valid (list): per group ``[g_k, n_k]`` bool, ``True`` for real nodes, or ``None``
             when the group has no padding (all its graphs have ``n_k`` nodes).
     """
+
+    #: the implementation this layout serves (:func:`siggate.nn.impl.resolve_impl`)
+    impl = "packed"
 
     def __init__(self, num_nodes: int, groups: list, nodes_np: list, valid_np: list, device) -> None:
         self.num_nodes = num_nodes
@@ -298,9 +311,10 @@ class DenseIndex:
     mask: Tensor  # [B, N_max] True for real nodes
     batch_size: int
     max_nodes: int
+    impl: str = "reference"  # the padded implementation it serves: "reference" or "sdpa"
 
     @classmethod
-    def from_batch(cls, batch: Tensor, batch_size: int | None = None) -> "DenseIndex":
+    def from_batch(cls, batch: Tensor, batch_size: int | None = None, impl: str = "reference") -> "DenseIndex":
         if batch_size is None:
             batch_size = int(batch.max()) + 1 if batch.numel() else 0
         counts = torch.bincount(batch, minlength=batch_size)
@@ -311,7 +325,7 @@ class DenseIndex:
         flat = batch * max_nodes + pos
         mask = torch.zeros(batch_size * max_nodes, dtype=torch.bool, device=batch.device)
         mask[flat] = True
-        return cls(flat, mask.view(batch_size, max_nodes), batch_size, max_nodes)
+        return cls(flat, mask.view(batch_size, max_nodes), batch_size, max_nodes, impl)
 
     def to_dense(self, x: Tensor) -> Tensor:
         """``[num_nodes, d] -> [B, N_max, d]`` (zeros at padding)."""
@@ -339,9 +353,11 @@ class GraphSegments:
         num_graphs (int): ``G``.
         sizes (list): nodes per graph (host ints).
         is_sorted (bool): ``batch`` is non-decreasing.
+        impl (str): the implementation it serves: ``"packed"`` (the fast path) or
+            ``"reference"``.
     """
 
-    def __init__(self, batch: Tensor, num_graphs: int | None = None) -> None:
+    def __init__(self, batch: Tensor, num_graphs: int | None = None, impl: str = "packed") -> None:
         if num_graphs is None:
             num_graphs = int(batch.max()) + 1 if batch.numel() else 0
         counts = torch.bincount(batch, minlength=num_graphs)
@@ -351,10 +367,11 @@ class GraphSegments:
         self.ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
         self.sizes = counts.tolist()
         self.is_sorted = bool((batch[1:] >= batch[:-1]).all()) if batch.numel() > 1 else True
+        self.impl = impl
 
     @classmethod
-    def from_batch(cls, batch: Tensor, num_graphs: int | None = None) -> "GraphSegments":
-        return cls(batch, num_graphs)
+    def from_batch(cls, batch: Tensor, num_graphs: int | None = None, impl: str = "packed") -> "GraphSegments":
+        return cls(batch, num_graphs, impl)
 
     def runs(self, min_nodes: int) -> tuple[list[tuple[int, int, int]], Tensor | None]:
         """``(big, small)``: ``(graph, first row, end row)`` of every graph with at least
