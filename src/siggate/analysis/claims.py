@@ -17,8 +17,8 @@ supported`` (no such rejection at the full protocol); ``contradicted`` (at the f
 the gate is significantly worse, or the headline figure is missed; or a budget-free claim such
 as a parameter count fails). The p-value is shown in each row. With
 ``--readme FILE`` the table replaces the text between the ``<!-- claims:start -->`` and
-``<!-- claims:end -->`` markers of FILE; a test checks that the README holds exactly what
-this command generates from the committed results.
+``<!-- claims:end -->`` markers of FILE; a test checks that the results page, ``benchmarks/RESULTS.md``,
+holds exactly what this command generates from the committed results.
 
 Under the table, each results set that has the parameter-matched control (a study designed
 to ask "does the gate help?") gets its plain answer (:func:`answer`): which gate wins, whether

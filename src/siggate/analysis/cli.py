@@ -144,7 +144,7 @@ def _report(sub) -> None:
 def _claims(sub) -> None:
     p = add_command(sub, "claims", "the paper's claims against the committed results, as one table", [
         "siggate analyze claims benchmarks/results/compare/zinc benchmarks/results/analysis/zinc",
-        "siggate analyze claims benchmarks/results/compare/zinc --readme README.md   # refresh the README's table",
+        "siggate analyze claims benchmarks/results/compare/zinc --readme benchmarks/RESULTS.md   # refresh a page's table",
     ])
     p.add_argument("dirs", nargs="+", help="folders (or results.json files) with compare and analysis results")
     p.add_argument("--out", default=None, help="write the table to this Markdown file")
