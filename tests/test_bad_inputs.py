@@ -105,9 +105,9 @@ def test_row_reason(predictor, smiles, reason):
     assert row["smiles"] == smiles
     assert row["error"].startswith(reason) if reason else row["error"] == ""
     if reason:
-        assert row["prediction"] == ""
+        assert row["y"] == ""
     else:
-        assert math.isfinite(float(row["prediction"]))
+        assert math.isfinite(float(row["y"]))
 
 
 def test_all_rows_together_keep_order_and_reasons(predictor):
@@ -708,3 +708,65 @@ def test_compare_refuses_a_bad_out_and_unknown_flags(tmp_path, capsys):
         run_cli(["compare", "--data", "x.csv", "--out", str(tmp_path / "c")], capsys)
     assert exc.value.code == 2 and "unrecognized arguments: --data" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+# --------------------------------------------------------------------------- CSV run outputs and data checks
+
+
+def test_csv_run_writes_predictions_splits_report_and_metrics(tmp_path, capsys, caplog):
+    """test_predictions.csv holds the test rows at the best epoch (its MAE is metrics.json's
+    test), splits.csv every input row, data_report.csv the dropped row; all on the terminal."""
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    with open(data, "a") as fh:
+        fh.write("CCO,,train\n")  # row 60: missing target
+    out = tmp_path / "run"
+    rc, stdout, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "2", "--out", str(out),
+                               "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    assert any("skipped 1 of 61 rows (1 missing target): line 62 'CCO': missing target" in r.getMessage()
+               for r in caplog.records)
+    m = json.loads((out / "metrics.json").read_text())
+    preds = read_output(out / "test_predictions.csv")
+    assert list(preds[0]) == ["row", "smiles", "y", "y_pred"]
+    assert [int(r["row"]) for r in preds] == list(range(50, 60))  # the split column's test rows
+    err_abs = [abs(float(r["y"]) - float(r["y_pred"])) for r in preds]
+    y = [float(r["y"]) for r in preds]
+    mae = sum(err_abs) / len(err_abs)
+    rmse = math.sqrt(sum(e * e for e in err_abs) / len(err_abs))
+    r2 = 1 - sum(e * e for e in err_abs) / sum((v - sum(y) / len(y)) ** 2 for v in y)
+    t = m["test_metrics"]["per_target"]["y"]
+    assert t["mae"] == pytest.approx(mae, rel=1e-4) and m["test"] == pytest.approx(mae, rel=1e-4)
+    assert t["rmse"] == pytest.approx(rmse, rel=1e-4) and t["r2"] == pytest.approx(r2, rel=1e-3, abs=1e-4)
+    assert m["test_metrics"]["mean"] == t and m["val_metrics"]["mean"]["mae"] == pytest.approx(m["val"], rel=1e-6)
+    assert f"test  y  MAE {t['mae']:.4g}  RMSE {t['rmse']:.4g}  R2 {t['r2']:.4g}" in stdout
+    splits = read_output(out / "splits.csv")
+    assert [int(r["row"]) for r in splits] == list(range(61))
+    assert [r["split"] for r in splits].count("train") == 40 and splits[60]["split"] == "dropped"
+    assert splits[60]["reason"] == "missing target"
+    assert read_output(out / "data_report.csv") == [{"row": "60", "smiles": "CCO", "issue": "missing target",
+                                                     "detail": "missing target"}]
+
+
+@pytest.mark.parametrize("text, args, expected", [
+    ("smiles,y\nCCO,3\nCCN,3\nCCC,3\nCCCl,3\n", ["--split", "random"],
+     "target column 'y' has the same value (3) in all 4 labelled rows, so there is nothing to learn"),
+    ("smiles;y\nCCO;-5,49\nCCN;1,5\n", [], "holds 2 number(s) written with a decimal comma ('-5,49' on line 2); "
+                                           "pass --decimal , (data.decimal) to read them"),
+    ("smiles,y\nCCO,1\nCCN,0\n", ["--task", "binary", "--duplicates", "average"],
+     "data.duplicates: 'average' merges regression labels into their mean; a binary label has no mean"),
+])
+def test_suspicious_csv_is_refused_in_one_line(tmp_path, capsys, text, args, expected):
+    data = tmp_path / "d.csv"
+    data.write_text(text)
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", *args, "--epochs", "1",
+                          "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 2
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("siggate train: error:")]
+    assert len(lines) == 1 and expected in lines[0] and "Traceback" not in err
+    assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_csv_only_flags_need_data(capsys):
+    rc, _, err = run_cli(["train", "--duplicates", "first"], capsys)
+    assert rc == 2 and "--duplicates applies to --data FILE.csv only" in err

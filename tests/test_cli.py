@@ -65,14 +65,14 @@ def test_predict_mix_of_valid_and_invalid_smiles(trained, tmp_path):
     assert proc.returncode == 1  # some rows failed
     rows = list(csv.DictReader(open(dest)))
     assert [r["smiles"] for r in rows] == smiles
-    assert list(rows[0]) == ["smiles", "prediction", "error"]
+    assert list(rows[0]) == ["smiles", "penalized_logp", "error"]
     for r in (rows[0], rows[2]):
-        assert r["error"] == "" and float(r["prediction"]) == float(r["prediction"])
+        assert r["error"] == "" and float(r["penalized_logp"]) == float(r["penalized_logp"])
     assert "SMILES Parse Error" in rows[1]["error"] or "parse" in rows[1]["error"].lower()
     assert "empty" in rows[3]["error"].lower()
     assert "ring" in rows[4]["error"].lower() or "unclosed" in rows[4]["error"].lower()
     for r in (rows[1], rows[3], rows[4]):
-        assert r["prediction"] == ""
+        assert r["penalized_logp"] == ""
 
 
 def test_prediction_matches_model_in_python(trained):
@@ -84,8 +84,8 @@ def test_prediction_matches_model_in_python(trained):
     b = p.predict_rows(["c1ccccc1O"])
     # independent of batch composition, up to float32 summation order (the packed layout
     # groups graphs by size, so other batch-mates change the order of some reductions)
-    assert float(a[1]["prediction"]) == pytest.approx(float(b[0]["prediction"]), rel=1e-5, abs=1e-5)
-    assert a[1]["prediction"] != a[0]["prediction"]
+    assert float(a[1]["penalized_logp"]) == pytest.approx(float(b[0]["penalized_logp"]), rel=1e-5, abs=1e-5)
+    assert a[1]["penalized_logp"] != a[0]["penalized_logp"]
 
 
 def test_all_valid_predict_exits_zero(trained, tmp_path):

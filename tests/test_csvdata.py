@@ -76,7 +76,7 @@ def test_regression_scaffold(csv_file, tmp_path):
     assert bad[3] == "empty SMILES"
     assert bad[5] == "Explicit valence for atom # 1 N, 5, is greater than permitted"
     assert "'abc' is not a number" in bad[6] and "y1" in bad[6]
-    assert bad[7] == "no target value" and bad[11] == "no target value"
+    assert bad[7] == "missing target" and bad[11] == "missing target"
     graphs = _all(ds)
     assert sorted(g.idx for g in graphs) == [0, 2, 4, 8, 9, 10, 12, 13, 14]
     by_idx = {g.idx: g for g in graphs}
@@ -120,7 +120,7 @@ def test_binary_metric_and_missing(tmp_path):
     ds = load_csv(path, "smiles", ["label"], "binary", split="random", cache_dir=tmp_path / "c")
     assert ds.info.metric == "rocauc" and ds.info.task == "binary"
     bad = {r.index: r.reason for r in ds.invalid}
-    assert bad[2] == "no target value" and "not 0 or 1" in bad[3]
+    assert bad[2] == "missing target" and "not 0 or 1" in bad[3]
     assert sum(ds.sizes().values()) == 3
     with pytest.raises(ValueError, match="multilabel"):
         load_csv(path, "smiles", ["label", "label2"], "binary", cache_dir=tmp_path / "c")
@@ -203,3 +203,117 @@ def test_cache_hit_and_file_change(csv_file, tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_csv(tmp_path / "nope.csv", "smiles", ["y"], "regression", cache_dir=tmp_path)
+
+
+# --------------------------------------------------------------------------- suspicious data
+
+#: 6 distinct molecules, then row 6 repeats row 0 (ethanol written another way) 5 units higher,
+#: row 7 repeats row 1 with the same label, row 8 repeats row 2 three units lower
+DUP_ROWS = [("CCO", 1.0), ("c1ccccc1O", 2.0), ("CCN", 3.0), ("CCCl", 4.0), ("CCCC", 5.0), ("c1ccncc1", 6.0),
+            ("OCC", 6.0), ("Oc1ccccc1", 2.0), ("NCC", 0.0)]
+
+
+def _dup_file(tmp_path):
+    path = tmp_path / "dup.csv"
+    path.write_text("smiles,y\n" + "".join(f"{s},{y}\n" for s, y in DUP_ROWS))
+    return path
+
+
+def test_conflicting_duplicates_are_kept_with_a_warning(tmp_path, caplog):
+    caplog.set_level("WARNING", logger="siggate.data.csvdata")
+    ds = load_csv(_dup_file(tmp_path), "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
+    assert sum(ds.sizes().values()) == 9 and ds.invalid == []
+    notes = [(n.index, n.issue, n.detail) for n in ds.notes]
+    assert notes == [(0, "conflicting duplicate", "same molecule as row(s) 6; y spread 5"),
+                     (2, "conflicting duplicate", "same molecule as row(s) 8; y spread 3"),
+                     (6, "conflicting duplicate", "same molecule as row(s) 0; y spread 5"),
+                     (8, "conflicting duplicate", "same molecule as row(s) 2; y spread 3")]  # rows 1/7 agree
+    warning = [r.getMessage() for r in caplog.records if "several rows" in r.getMessage()]
+    assert len(warning) == 1
+    assert warning[0].startswith("dup.csv: 2 molecules appear in several rows (4 rows) with labels that differ")
+    assert "spread up to 5, median 4" in warning[0] and "--duplicates average" in warning[0]
+
+
+def test_duplicates_average_merges_before_splitting_and_first_keeps_the_first(tmp_path):
+    path = _dup_file(tmp_path)
+    avg = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c", duplicates="average")
+    y = {g.idx: g.y.item() for g in _all(avg)}
+    assert y == {0: 3.5, 1: 2.0, 2: 1.5, 3: 4.0, 4: 5.0, 5: 6.0}
+    assert [(r.index, r.reason) for r in avg.invalid] == [(6, "merged into row 0 (--duplicates average)"),
+                                                           (7, "merged into row 1 (--duplicates average)"),
+                                                           (8, "merged into row 2 (--duplicates average)")]
+    first = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c", duplicates="first")
+    assert {g.idx: g.y.item() for g in _all(first)} == {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0, 4: 5.0, 5: 6.0}
+    assert [r.reason for r in first.invalid] == [f"duplicate of row {k} (--duplicates first)" for k in (0, 1, 2)]
+    with pytest.raises(ValueError, match="has no mean"):
+        load_csv(path, "smiles", ["y"], "binary", cache_dir=tmp_path / "c", duplicates="average")
+
+
+def test_zero_one_regression_target_suggests_binary(tmp_path, caplog):
+    caplog.set_level("WARNING", logger="siggate.data.csvdata")
+    path = tmp_path / "b.csv"
+    path.write_text("smiles,active\n" + "".join(f"{s},{i % 2}\n" for i, s in enumerate(GOOD)))
+    load_csv(path, "smiles", ["active"], "regression", split="random", cache_dir=tmp_path / "c")
+    msgs = [r.getMessage() for r in caplog.records]
+    assert "b.csv: target column 'active' holds only 0 and 1, and is trained as regression (MAE); if it is a " \
+           "class label, pass --task binary" in msgs
+    caplog.clear()
+    load_csv(path, "smiles", ["active"], "binary", split="random", cache_dir=tmp_path / "c")
+    assert not any("holds only 0 and 1" in r.getMessage() for r in caplog.records)
+
+
+def test_constant_target_is_refused(tmp_path):
+    from siggate.data.base import DataError
+    from siggate.data.csvdata import check_trainable
+
+    path = tmp_path / "k.csv"
+    path.write_text("smiles,y\n" + "".join(f"{s},2.5\n" for s in GOOD))
+    ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
+    with pytest.raises(DataError) as exc:
+        check_trainable(path, ds)
+    assert str(exc.value) == (f"{path}: target column 'y' has the same value (2.5) in all 12 labelled rows, so there "
+                              "is nothing to learn (every error would be 0); choose the --target-col that holds "
+                              "the property")
+
+
+def test_decimal_comma_is_named_and_read_with_decimal(tmp_path):
+    from siggate.data.base import DataError
+
+    path = tmp_path / "eu.csv"
+    path.write_text("smiles;logS\nCCO;-5,49\nCCN;0,5\nCCC;2\nCCCl;1,25e-1\n")
+    with pytest.raises(DataError) as exc:
+        load_csv(path, "smiles", ["logS"], "regression", sep=None, cache_dir=tmp_path / "c")
+    assert str(exc.value) == (f"{path}: target column 'logS' holds 3 number(s) written with a decimal comma "
+                              "('-5,49' on line 2); pass --decimal , (data.decimal) to read them, or save the file "
+                              "with '.' as the decimal mark")
+    ds = load_csv(path, "smiles", ["logS"], "regression", sep=None, split="random", cache_dir=tmp_path / "c",
+                  decimal=",")
+    assert sorted(round(g.y.item(), 4) for g in _all(ds)) == [-5.49, 0.125, 0.5, 2.0]
+
+
+def test_large_molecules_are_noted_and_warned(tmp_path, caplog):
+    caplog.set_level("WARNING", logger="siggate.data.csvdata")
+    path = tmp_path / "big.csv"
+    path.write_text("smiles,y\n" + "".join(f"{s},{i}\n" for i, s in enumerate(GOOD)) + "C" * 1200 + ",3\n")
+    ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
+    assert [(n.index, n.issue, n.detail) for n in ds.notes] == [
+        (12, "large molecule", "1200 atoms, above siggate predict's limit of 1000 (--max-atoms)")]
+    msgs = [r.getMessage() for r in caplog.records if "atoms" in r.getMessage()]
+    assert len(msgs) == 1 and msgs[0].startswith("big.csv: 1 molecules have more than 1000 atoms (largest 1200)")
+
+
+def test_run_tables_list_every_row(csv_file, tmp_path):
+    from siggate.data.csvdata import write_run_tables
+
+    ds = load_csv(csv_file, "smiles", ["y1"], "regression", split="column:fold", cache_dir=tmp_path / "c")
+    write_run_tables(ds, tmp_path)
+    with open(tmp_path / "splits.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["row"]) for r in rows] == list(range(len(ROWS)))
+    assert [r["split"] for r in rows] == ["train", "dropped", "train", "dropped", "train", "dropped", "dropped",
+                                          "dropped", "val", "test", "train", "dropped", "train", "test", "val"]
+    assert rows[7]["reason"] == "missing target" and rows[0]["smiles"] == "CCO"
+    with open(tmp_path / "data_report.csv", newline="") as fh:
+        report = [(int(r["row"]), r["issue"]) for r in csv.DictReader(fh)]
+    assert report == [(1, "invalid molecule"), (3, "invalid molecule"), (5, "invalid molecule"), (6, "bad target"),
+                      (7, "missing target"), (11, "missing target")]

@@ -54,7 +54,7 @@ def test_prediction_is_the_member_mean_and_uncertainty_their_std(ensemble3, tmp_
     rc, _, _ = run_cli(["predict", "--checkpoint", str(out), *QUERIES, "--output", str(tmp_path / "e.csv")], capsys)
     assert rc == 1  # one invalid row
     rows = _read(tmp_path / "e.csv")
-    assert list(rows[0]) == ["smiles", "prediction", "uncertainty", "error"]
+    assert list(rows[0]) == ["smiles", "y", "y_uncertainty", "error"]
     members = []
     for i in range(3):
         run_cli(["predict", "--checkpoint", str(out / f"member{i}" / "best.pt"), *QUERIES, "--output",
@@ -62,12 +62,12 @@ def test_prediction_is_the_member_mean_and_uncertainty_their_std(ensemble3, tmp_
         members.append(_read(tmp_path / f"m{i}.csv"))
     for k, row in enumerate(rows):
         if k == 3:
-            assert row["prediction"] == "" and row["uncertainty"] == "" and "SMILES parse error" in row["error"]
+            assert row["y"] == "" and row["y_uncertainty"] == "" and "SMILES parse error" in row["error"]
             continue
-        vals = torch.tensor([float(m[k]["prediction"]) for m in members], dtype=torch.float64)
-        assert float(row["prediction"]) == pytest.approx(float(vals.mean()), rel=1e-5, abs=1e-5)
-        assert float(row["uncertainty"]) == pytest.approx(float(vals.std(correction=0)), rel=1e-4, abs=1e-5)
-        assert float(row["uncertainty"]) > 0  # seeds differ, so the members disagree
+        vals = torch.tensor([float(m[k]["y"]) for m in members], dtype=torch.float64)
+        assert float(row["y"]) == pytest.approx(float(vals.mean()), rel=1e-5, abs=1e-5)
+        assert float(row["y_uncertainty"]) == pytest.approx(float(vals.std(correction=0)), rel=1e-4, abs=1e-5)
+        assert float(row["y_uncertainty"]) > 0  # seeds differ, so the members disagree
 
 
 def test_one_member_has_zero_uncertainty(tmp_path, capsys):
@@ -82,8 +82,8 @@ def test_one_member_has_zero_uncertainty(tmp_path, capsys):
     run_cli(["predict", "--checkpoint", str(out / "member0" / "best.pt"), *smiles, "--output",
              str(tmp_path / "m.csv")], capsys)
     ens, single = _read(tmp_path / "e.csv"), _read(tmp_path / "m.csv")
-    assert [float(r["uncertainty"]) for r in ens] == [0.0] * 5
-    assert [r["prediction"] for r in ens] == [r["prediction"] for r in single]
+    assert [float(r["y_uncertainty"]) for r in ens] == [0.0] * 5
+    assert [r["y"] for r in ens] == [r["y"] for r in single]
 
 
 def test_a_folder_that_is_no_run(tmp_path, capsys):
@@ -91,3 +91,16 @@ def test_a_folder_that_is_no_run(tmp_path, capsys):
     assert rc == 2 and "neither ensemble.json nor best.pt" in err and "Traceback" not in err
     rc, _, err = run_cli(["train", "--ensemble", "0", "--out", str(tmp_path / "x")], capsys)
     assert rc == 2 and "--ensemble must be >= 1" in err
+
+
+def test_ensemble_writes_its_own_test_predictions_at_the_top(ensemble3):
+    out, _, _ = ensemble3
+    rows = _read(out / "test_predictions.csv")
+    assert list(rows[0]) == ["row", "smiles", "y", "y_pred", "y_pred_uncertainty"]
+    assert [int(r["row"]) for r in rows] == list(range(50, 60))
+    mae = sum(abs(float(r["y"]) - float(r["y_pred"])) for r in rows) / len(rows)
+    man = json.loads((out / "ensemble.json").read_text())
+    assert man["test"] == pytest.approx(mae, rel=1e-4)
+    assert man["test_metrics"]["per_target"]["y"]["mae"] == pytest.approx(man["test"], rel=1e-6)
+    assert all(float(r["y_pred_uncertainty"]) > 0 for r in rows)
+    assert (out / "splits.csv").is_file() and (out / "data_report.csv").is_file()

@@ -46,7 +46,7 @@ def _predict(run: Path, smiles: list[str], tmp: Path, capsys) -> list[float]:
     """Predictions of ``siggate predict`` (its own featurization and averaging)."""
     out = tmp / "pred.csv"
     run_cli(["predict", "--checkpoint", str(run), *smiles, "--output", str(out)], capsys)
-    return [float(r["prediction"]) if r["prediction"] else float("nan") for r in _read(out)]
+    return [float(r["y"]) if r["y"] else float("nan") for r in _read(out)]
 
 
 def test_own_split_from_another_directory_matches_the_run(ensemble2, tmp_path, capsys, monkeypatch):

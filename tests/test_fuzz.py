@@ -102,7 +102,7 @@ def test_valid_molecules_featurize_and_predict(predictor, smiles):
     assert mol is not None, smiles  # the generator only builds valid molecules
     _check_graph(smiles_to_graph(smiles), mol.GetNumAtoms())
     (row,) = predictor.predict_rows([smiles])
-    assert row["error"] == "" and float(row["prediction"]) == float(row["prediction"])  # finite, not NaN
+    assert row["error"] == "" and float(row["y"]) == float(row["y"])  # finite, not NaN
 
 
 @FUZZ
@@ -129,8 +129,8 @@ def test_predict_rows_one_to_one(predictor, smiles):
     assert len(rows) == len(smiles)
     assert [r["smiles"] for r in rows] == smiles  # same order, same strings
     for r in rows:
-        assert set(r) == {"smiles", "prediction", "error"}
-        assert (r["prediction"] == "") != (r["error"] == "")  # a prediction or a reason, never both
+        assert set(r) == {"smiles", "y", "error"}
+        assert (r["y"] == "") != (r["error"] == "")  # a prediction or a reason, never both
 
 
 _NO_CONTROL = st.characters(blacklist_categories=("Cs", "Cc"))

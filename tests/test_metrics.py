@@ -158,3 +158,36 @@ def test_is_better():
     assert is_better("mae", 10.0, nan)
     assert not is_better("mae", nan, 10.0)
     assert not is_better("rocauc", nan, nan)
+
+
+def test_summary_per_target_and_mean_against_hand_computation():
+    from siggate.train.metrics import format_summary, summary
+
+    y = np.array([[1.0, 10.0], [2.0, np.nan], [3.0, 30.0], [4.0, 20.0]])
+    p = np.array([[1.5, 12.0], [2.0, 99.0], [2.0, 30.0], [4.0, 14.0]])
+    res = summary("regression", y, p, ["a", "b"])
+    a, b = res["per_target"]["a"], res["per_target"]["b"]
+    assert a["mae"] == pytest.approx((0.5 + 0 + 1 + 0) / 4) and a["rmse"] == pytest.approx(np.sqrt(1.25 / 4))
+    assert a["r2"] == pytest.approx(1 - 1.25 / 5.0)  # sum (y - 2.5)^2 = 5
+    assert b["mae"] == pytest.approx(8 / 3) and b["rmse"] == pytest.approx(np.sqrt(40 / 3))  # the NaN row skipped
+    assert b["r2"] == pytest.approx(1 - 40 / 200)
+    assert res["mean"] == pytest.approx({k: (a[k] + b[k]) / 2 for k in ("mae", "rmse", "r2")})
+    assert summary("regression", [[2.0], [2.0]], [[1.0], [3.0]])["per_target"]["target0"]["r2"] is None
+    lines = format_summary("test", res)
+    assert lines[0] == f"test  a  MAE {a['mae']:.4g}  RMSE {a['rmse']:.4g}  R2 {a['r2']:.4g}"
+    assert lines[-1].startswith("test  mean over targets  MAE ") and len(lines) == 3
+
+
+def test_summary_classification_against_sklearn():
+    from siggate.train.metrics import summary
+
+    y = np.array([[1, 0], [0, 0], [1, np.nan], [0, 0], [1, 0]], dtype=float)
+    p = np.array([[0.9, 0.2], [0.6, 0.1], [0.4, 0.7], [0.2, 0.3], [0.5, 0.4]])
+    res = summary("multilabel", y, p, ["x", "z"])
+    x = res["per_target"]["x"]
+    assert x["rocauc"] == pytest.approx(roc_auc_score(y[:, 0], p[:, 0]))
+    assert x["prauc"] == pytest.approx(average_precision_score(y[:, 0], p[:, 0]))
+    assert x["accuracy"] == pytest.approx(3 / 5)  # 0.9, 0.6 (wrong), 0.4 (wrong), 0.2, 0.5 (>= 0.5: right)
+    z = res["per_target"]["z"]  # one class only: ranking metrics undefined, accuracy over the 4 labels
+    assert z["rocauc"] is None and z["prauc"] is None and z["accuracy"] == pytest.approx(1.0)
+    assert res["mean"]["rocauc"] == x["rocauc"] and res["mean"]["accuracy"] == pytest.approx((0.6 + 1.0) / 2)

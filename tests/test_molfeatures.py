@@ -205,6 +205,6 @@ def test_csv_round_trip_train_checkpoint_predict(tmp_path, capsys):
     with open(dest, newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["smiles"] for r in rows] == train_smiles and all(r["error"] == "" for r in rows)
-    got = torch.tensor([float(r["prediction"]) for r in rows])
+    got = torch.tensor([float(r["y"]) for r in rows])
     assert torch.allclose(got, own, rtol=1e-5, atol=1e-5)
     assert own.std() > 0  # the predictions differ per molecule

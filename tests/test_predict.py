@@ -12,6 +12,7 @@ import contextlib
 import copy
 import csv
 import gzip
+import importlib.util
 import json
 import math
 import os
@@ -164,17 +165,17 @@ def test_good_rows_are_predicted_in_order_with_finite_values(predictor):
     rows = predictor.predict_rows(smiles)
     assert [r["smiles"] for r in rows] == smiles
     assert all(r["error"] == "" for r in rows)
-    assert all(math.isfinite(float(r["prediction"])) for r in rows)
-    assert predictor.columns == ["prediction"]
+    assert all(math.isfinite(float(r["y"])) for r in rows)
+    assert predictor.columns == ["y"]
 
 
 def test_prediction_does_not_depend_on_batch_company(predictor):
     """A molecule predicted alone, or inside a chunk with big and small neighbours
     (regrouped by size internally), gets the same number."""
     smiles = nci_smiles(30)
-    alone = [predictor.predict_rows([s])[0]["prediction"] for s in smiles[:5]]
+    alone = [predictor.predict_rows([s])[0]["y"] for s in smiles[:5]]
     mixed = predictor.predict_rows(["C" * 300] + smiles[:5] + ["C1CC", "CC" * 100])
-    together = [r["prediction"] for r in mixed[1:6]]
+    together = [r["y"] for r in mixed[1:6]]
     assert [float(a) for a in alone] == pytest.approx([float(t) for t in together], rel=1e-4, abs=1e-5)
 
 
@@ -189,7 +190,7 @@ def test_bad_rows_get_reasons_and_good_rows_still_predicted(predictor):
     assert "no heavy atoms" in errors[4]
     assert "Explicit valence" in errors[5]
     for r in rows:
-        assert (r["prediction"] == "") == (r["error"] != "")
+        assert (r["y"] == "") == (r["error"] != "")
 
 
 def test_disconnected_fragments_are_one_graph_with_components(predictor):
@@ -201,7 +202,7 @@ def test_disconnected_fragments_are_one_graph_with_components(predictor):
     rows = predictor.predict_rows(["C.C", "CC(=O)[O-].[Na+]", "CC(=O)O"])
     assert all(r["error"] == "" for r in rows)
     # the sum pooling sees both fragments: 'C.C' is not the same as 'C'
-    assert rows[0]["prediction"] != predictor.predict_rows(["C"])[0]["prediction"]
+    assert rows[0]["y"] != predictor.predict_rows(["C"])[0]["y"]
 
 
 def test_unusual_elements_map_to_ogb_vocabulary(predictor):
@@ -225,7 +226,7 @@ def test_large_molecules_batched_alone_and_limit_is_a_reason(ckpt):
     pred = Predictor(ckpt, max_atoms=600, batch_size=16)
     big = "C" * 550  # 550 atoms: under the limit, predicted
     rows = pred.predict_rows(["CCO", big, "C" * 601, "CCN"])
-    assert rows[1]["error"] == "" and math.isfinite(float(rows[1]["prediction"]))
+    assert rows[1]["error"] == "" and math.isfinite(float(rows[1]["y"]))
     assert rows[2]["error"] == "molecule has 601 heavy atoms, above the limit of 600 (--max-atoms)"
     assert rows[0]["error"] == rows[3]["error"] == ""
     # big molecules do not share a forward pass with many others
@@ -316,7 +317,7 @@ def test_predict_cli_exit_codes_and_one_row_per_input(ckpt, tmp_path, capsys):
     assert rc == 1
     rows = read_output(out)
     assert [r["smiles"] for r in rows] == ["CCO", "not_a_molecule", "CCN"]
-    assert rows[1]["error"].startswith("SMILES parse error") and rows[1]["prediction"] == ""
+    assert rows[1]["error"].startswith("SMILES parse error") and rows[1]["y"] == ""
     assert "3 rows, 2 predicted, 1 failed" in err
 
     # SMILES on the command line, CSV on stdout
@@ -371,21 +372,23 @@ _STREAM_SCRIPT = textwrap.dedent(
     from siggate.cli import main
 
     marks = {}
-    real = P.read_smiles
+    real = P.read_input
 
     def peak_mb():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     def tracked(*a, **k):
-        chunks = real(*a, **k)
+        rows = real(*a, **k)
+        chunks = rows.chunks
         def gen():
             for i, c in enumerate(chunks):
                 if i == 10:
                     marks["early"] = peak_mb()
                 yield c
-        return gen()
+        rows.chunks = gen()
+        return rows
 
-    P.read_smiles = tracked
+    P.read_input = tracked
     rc = main(sys.argv[1:])
     print(json.dumps({"rc": rc, "early": marks.get("early"), "end": peak_mb()}))
     """
@@ -431,6 +434,45 @@ def test_100k_rows_stream_with_flat_memory(tmp_path):
     rows = read_output(out)
     assert len(rows) == n
     assert [r["smiles"] for r in rows] == expected
+    assert [r["id"] for r in rows] == [str(i) for i in range(n)]  # the input's other columns come through
     failed = [i for i, r in enumerate(rows) if r["error"]]
     assert failed == list(range(0, n, bad_every))
-    assert all(r["prediction"] for i, r in enumerate(rows) if i % bad_every)
+    assert all(r["y"] for i, r in enumerate(rows) if i % bad_every)
+
+
+# --------------------------------------------------------------------------- output columns
+
+
+def test_input_columns_come_through_in_order_and_a_label_column_gets_pred(ckpt, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text("id,y,smiles,note\nm1,0.5,CCO,a\nm2,,not_a_smiles,\"b, c\"\nm3,1.5,c1ccccc1O,\n")
+    out = tmp_path / "out.csv"
+    rc, _, _ = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(src), "--output", str(out)], capsys)
+    assert rc == 1  # one bad row
+    with open(out, newline="") as fh:
+        header = next(csv.reader(fh))
+    assert header == ["id", "y", "smiles", "note", "y_pred", "error"]  # no two columns named y
+    rows = read_output(out)
+    assert [(r["id"], r["y"], r["note"]) for r in rows] == [("m1", "0.5", "a"), ("m2", "", "b, c"), ("m3", "1.5", "")]
+    assert rows[1]["y_pred"] == "" and rows[1]["error"].startswith("SMILES parse error")
+    from siggate.train.predict import Predictor
+
+    direct = Predictor(ckpt).predict_rows(["CCO"])[0]["y"]
+    assert rows[0]["y_pred"] == direct and rows[0]["error"] == ""
+    rc, stdout, _ = run_cli(["predict", "--checkpoint", str(ckpt), "CCO"], capsys)
+    assert stdout.splitlines()[0] == "smiles,y,error"  # SMILES on the command line
+    # the peer benchmark's runner reads the prediction column as the one that is not an input column
+    spec = importlib.util.spec_from_file_location(
+        "peers_run", Path(__file__).resolve().parents[1] / "benchmarks" / "peers" / "run.py")
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+    assert peers.prediction_column(src, rows) == "y_pred"
+
+
+def test_ensemble_columns_are_named_after_the_targets(predictor):
+    ens = copy.copy(predictor)
+    ens.ensemble = True
+    assert ens.output_columns(["smiles"]) == ["y", "y_uncertainty"]
+    assert ens.output_columns(["smiles", "y"]) == ["y_pred", "y_pred_uncertainty"]
+    assert ens.output_columns(["smiles", "y_uncertainty"]) == ["y_pred", "y_pred_uncertainty"]
+    assert predictor.output_columns(["smiles", "error"]) == ["y"]

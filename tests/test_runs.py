@@ -121,7 +121,8 @@ def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
     (out / "member2" / "best.pt").write_bytes(b"")
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out), "--overwrite")
     assert rc == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["ensemble.json", "member0", "member1"]
+    assert sorted(p.name for p in out.iterdir()) == ["data_report.csv", "ensemble.json", "member0", "member1",
+                                                     "splits.csv", "test_predictions.csv"]
     assert (out / "member1" / "last.pt").stat().st_mtime_ns != stale
 
 

@@ -118,7 +118,21 @@ def cmd_train(args) -> int:
         print(f"siggate train: interrupted; {_resume_hint(out, args.ensemble)}", file=sys.stderr)
         return 130
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
+    _print_summaries(m, out)
     return 0
+
+
+def _print_summaries(m: dict, out: Path | None = None, file=None) -> None:
+    """The best epoch's ``val_metrics``/``test_metrics`` of ``m``, one line per target, and the
+    row-level files a CSV run wrote into ``out``."""
+    from .train.metrics import format_summary
+
+    for key, scores in m.items():
+        if key.endswith("_metrics") and isinstance(scores, dict) and "per_target" in scores:
+            print("\n".join(format_summary(key[:-len("_metrics")], scores)), file=file or sys.stdout)
+    if out is not None and (out / "test_predictions.csv").is_file():
+        print(f"test predictions: {out / 'test_predictions.csv'}; every row's split: {out / 'splits.csv'}; "
+              f"dropped and suspicious rows: {out / 'data_report.csv'}", file=file or sys.stdout)
 
 
 def _resume_dir(args) -> Path | None:
@@ -181,6 +195,7 @@ def _train_ensemble(cfg, out: Path, args, resume: bool) -> int:
           f"seeds {cfg.train.seed}..{cfg.train.seed + args.ensemble - 1} -> {out}", flush=True)
     res = train_ensemble(cfg, out, args.ensemble, resume=resume, progress=progress_enabled(args))
     print(json.dumps({k: res[k] for k in ("metric", "seeds", "member_test", "val", "test")}, indent=2))
+    _print_summaries(res, out)
     return 0
 
 
@@ -257,6 +272,7 @@ def cmd_evaluate(args) -> int:
         raise CLIError(str(exc)) from None
     text = json.dumps(res, indent=2)
     print(text)
+    _print_summaries({f"{k}_metrics": v for k, v in res.get("metrics", {}).items()}, file=sys.stderr)
     if args.output:
         atomic_write_bytes(Path(args.output), (text + "\n").encode())
         print(f"siggate evaluate: wrote {args.output}", file=sys.stderr)
@@ -265,7 +281,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from .train.predict import Predictor, predict_to_csv, read_smiles
+    from .train.predict import Predictor, predict_to_csv, read_input
     from .train.predict_nodes import checkpoint_level, predict_nodes_to_csv
 
     if checkpoint_level(args.checkpoint) == "node":
@@ -282,7 +298,7 @@ def cmd_predict(args) -> int:
     if not args.smiles and not args.input:
         raise CLIError("give SMILES as arguments or --input FILE")
     pred = Predictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device))
-    chunks = [list(args.smiles)] if args.smiles else read_smiles(args.input, args.smiles_col, args.chunk_size)
+    chunks = [list(args.smiles)] if args.smiles else read_input(args.input, args.smiles_col, args.chunk_size)
     n, bad = predict_to_csv(pred, chunks, args.output)
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
           + (f" -> {args.output}" if args.output else ""), file=sys.stderr)

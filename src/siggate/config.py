@@ -22,6 +22,7 @@ import yaml
 from .options import (
     ATTN_IMPLS,
     ATTN_TYPES,
+    DUPLICATES,
     FLAT_ATTENTION_KEYS,
     GATE_KINDS,
     GATE_POSITIONS,
@@ -59,6 +60,8 @@ class DataConfig:
     task: str = "regression"
     split: str | None = None   # None: the dataset's own default split
     sep: str | None = None     # CSV field delimiter; None: detected from the file
+    decimal: str = "."         # CSV decimal mark of the targets: "." or "," (European spreadsheets)
+    duplicates: str = "keep"   # CSV rows of one molecule: keep, average (regression) or first
     max_graphs: int = 0        # > 0: only the first N graphs of each split (quick runs, tests)
     num_nodes: int = 0         # sbm-large: nodes of its one graph; 0: the dataset's default
     seed: int = 0              # generated graph sets (pattern, cluster): the generator's draw of the recipe
@@ -150,6 +153,8 @@ for _cls in (DataConfig, ModelConfig, TrainConfig):
 # Constraints checked by ``_check``: choices and ranges per key path.
 CONSTRAINTS: dict[str, dict[str, Any]] = {
     "data.task": _choice("regression", "binary", "multilabel"),
+    "data.decimal": _choice(".", ","),
+    "data.duplicates": _choice(*DUPLICATES),
     "model.local": _choice(*sorted(LOCAL_MODEL_NAMES), "none"),
     "model.gate": _choice(*GATE_KINDS),
     "model.gate_position": _choice(*GATE_POSITIONS),
@@ -454,6 +459,9 @@ def _check_data(cfg: Config) -> None:
         if not cfg.data.target_cols:
             raise ConfigError("data.target_cols: name at least one target column (--target-col)")
         loss, task = cfg.train.loss, cfg.data.task
+        if cfg.data.duplicates == "average" and task != "regression":
+            raise ConfigError(f"data.duplicates: 'average' merges regression labels into their mean; a {task} "
+                              "label has no mean, use --duplicates first or keep")
         if loss != "auto" and loss not in TASK_LOSSES[task]:
             raise ConfigError(
                 f"train.loss: {loss!r} does not fit data.task={task!r}; allowed values: "

@@ -13,6 +13,7 @@ import textwrap
 
 from .config import load_config, parse_override
 from .files import out_dir_problem
+from .options import DUPLICATES
 
 __all__ = ["CLIError", "WARMUP_START", "add_command", "add_config_args", "add_device_flag", "add_threads_flag",
            "check_device", "check_out_folder", "config_from_args", "examples_epilog", "set_keys"]
@@ -93,6 +94,13 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sep", default=None, metavar="CHAR",
                    help="field delimiter of --data (default: detected; ',' ';' tab '|'); 'tab' or \\t for a tab")
     p.add_argument("--split", default=None, help="split of --data: scaffold (default), scaffold_balanced, random or column:NAME")
+    p.add_argument("--duplicates", default=None, choices=DUPLICATES,
+                   help="rows of --data holding one molecule (same canonical SMILES): keep them as rows (default; "
+                        "a warning when their labels differ), average them into one row before splitting "
+                        "(regression), or keep the first (data.duplicates)")
+    p.add_argument("--decimal", default=None, choices=[".", ","],
+                   help="decimal mark of the targets in --data: '.' (default) or ',' for files such as "
+                        "'smiles;y' with values like -5,49 (data.decimal)")
 
 
 def check_out_folder(out, what: str) -> None:
@@ -137,8 +145,13 @@ def config_from_args(args):
         overrides.append(f"data.task={args.task or 'regression'}")
         if args.split:
             overrides.append(f"data.split={args.split}")
-    elif getattr(args, "sep", None):
-        raise CLIError("--sep applies to --data FILE.csv only")
+        for flag in ("duplicates", "decimal"):
+            if getattr(args, flag, None):
+                overrides.append(f"data.{flag}={getattr(args, flag)}")
+    else:
+        for flag in ("sep", "duplicates", "decimal"):
+            if getattr(args, flag, None):
+                raise CLIError(f"--{flag} applies to --data FILE.csv only")
     cfg = load_config(args.config or ("csv" if args.data else None), overrides)  # --data: configs/csv.yaml
     sep = getattr(args, "sep", None)
     if args.data and sep:

@@ -28,6 +28,8 @@ __all__ = [
     "TASK_LEVELS",
     "TASK_LOSSES",
     "HIGHER_IS_BETTER",
+    "PREDICT_MAX_ATOMS",
+    "DUPLICATES",
     "parse_gate_spec",
     "parse_mol_features",
     "mol_features_dim",
@@ -101,6 +103,12 @@ TASK_LOSSES = {"regression": ("l1", "mse"), "binary": ("bce",), "multilabel": ("
                "multiclass": ("ce", "weighted_ce")}
 #: metric name -> whether a higher value is better.
 HIGHER_IS_BETTER = {"mae": False, "rocauc": True, "ap": True, "accuracy": True, "weighted_accuracy": True}
+#: ``siggate predict``'s default ``--max-atoms``: larger molecules are refused (attention is
+#: quadratic); training on a CSV warns about molecules above it.
+PREDICT_MAX_ATOMS = 1000
+#: ``data.duplicates`` (``--duplicates``): what a CSV's repeated molecules become: kept as
+#: separate rows, merged into one row with their mean label (regression), or the first row kept.
+DUPLICATES = ("keep", "average", "first")
 
 
 def parse_gate_spec(text: str) -> tuple[str, str | None]:

@@ -119,16 +119,31 @@ class InvalidRow:
 
 
 @dataclass
+class RowNote:
+    """A source row that was kept (or merged) but deserves a look: ``issue`` names the kind
+    (``"conflicting duplicate"``, ``"large molecule"``, ...), ``detail`` says what was found."""
+
+    index: int
+    smiles: str
+    issue: str
+    detail: str
+
+
+@dataclass
 class GraphDataset:
     """A dataset split into ``train``/``val``/``test`` lists of ``Data``; ``stats``: what a
     generated dataset's draw realised, next to the published figures (written to each run's
-    ``metrics.json`` as ``dataset_stats``; empty for the others)."""
+    ``metrics.json`` as ``dataset_stats``; empty for the others); ``notes``: :class:`RowNote`
+    rows of a user's CSV that were used but look suspicious (duplicates, large molecules);
+    ``rows``: the source's data rows (0 when unknown)."""
 
     info: TaskInfo
     splits: dict
     invalid: list = field(default_factory=list)
     source: str = ""
     stats: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    rows: int = 0
 
     @property
     def train(self):

@@ -31,7 +31,7 @@ from filelock import FileLock, Timeout
 from torch_geometric.data import Data
 
 from ..files import AtomicFile, atomic_write, atomic_write_bytes
-from .base import GraphDataset, InvalidRow, TaskInfo
+from .base import GraphDataset, InvalidRow, RowNote, TaskInfo
 
 __all__ = [
     "FEATURIZATION_VERSION",
@@ -267,6 +267,8 @@ def dataset_to_dict(ds: GraphDataset) -> dict:
         "splits": {name: graphs_to_dict(graphs) for name, graphs in ds.splits.items()},
         "invalid": [[r.index, r.smiles, r.reason] for r in ds.invalid],
         "source": ds.source,
+        "notes": [[r.index, r.smiles, r.issue, r.detail] for r in ds.notes],
+        "rows": int(ds.rows),
     }
 
 
@@ -279,6 +281,8 @@ def dataset_from_dict(blob: dict) -> GraphDataset:
         splits={name: graphs_from_dict(b) for name, b in blob["splits"].items()},
         invalid=[InvalidRow(int(i), s, r) for i, s, r in blob["invalid"]],
         source=blob.get("source", ""),
+        notes=[RowNote(int(i), s, issue, detail) for i, s, issue, detail in blob.get("notes", [])],
+        rows=int(blob.get("rows", 0)),
     )
 
 

@@ -2,21 +2,40 @@
 
 >>> ds = load_csv("solubility.csv", "smiles", ["logS"], task="regression")  # doctest: +SKIP
 
-Rows that cannot become a graph (bad SMILES, non-numeric targets, no target at
-all for regression/binary, unknown split label) are never fatal: they are
+Rows that cannot become a graph (bad SMILES, non-numeric targets, a missing target
+for regression/binary, unknown split label) are never fatal: they are
 collected as :class:`~siggate.data.base.InvalidRow` in ``dataset.invalid``,
 written to ``<cache_dir>/csv/<file stem>/<key>.invalid.csv`` and summarized in
-one logged warning.  The processed dataset is cached under a key made of the
-file's SHA-256 and every argument.
+one logged warning by kind (:func:`row_issue`).  The processed dataset is cached
+under a key made of the file's SHA-256 and every argument.
+
+Suspicious data is named before training, each case with its fix:
+
+* the same molecule (canonical SMILES) in several rows: ``duplicates="keep"`` (default)
+  keeps them and warns when their labels differ by more than :data:`DUPLICATE_TOLERANCE`
+  of the target's standard deviation (count and spread); ``"average"`` merges each group
+  into its first row with the mean label (regression), ``"first"`` keeps the first row.
+  Merged or dropped rows are listed in ``dataset.invalid``, conflicting ones in
+  ``dataset.notes``;
+* a regression target that holds only 0 and 1: a warning suggesting ``--task binary``;
+* a constant target: refused by :func:`check_trainable`;
+* molecules above ``siggate predict``'s atom limit (:data:`~siggate.options.PREDICT_MAX_ATOMS`):
+  a warning with their count (they train, but predict would refuse them), and a note each;
+* numbers written with a decimal comma (``-5,49``): refused naming the fix, ``decimal=","``.
+
+:func:`write_run_tables` writes ``splits.csv`` (every row's split or why it was dropped)
+and ``data_report.csv`` (every dropped row and every note) into a run folder.
 """
 
 from __future__ import annotations
 
 import csv
 import gzip
+import io
 import logging
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -24,11 +43,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, TaskInfo, default_cache_dir
-from .cache import cached, fingerprint_file, load_dataset, report_invalid, save_dataset, write_invalid_rows
+from ..files import atomic_write_bytes
+from ..options import DUPLICATES, PREDICT_MAX_ATOMS
+from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, RowNote, TaskInfo, default_cache_dir
+from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
 from .chem import SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
 
-__all__ = ["load_csv", "check_trainable", "detect_sep", "TASK_METRIC"]
+__all__ = ["load_csv", "check_trainable", "detect_sep", "row_issue", "write_run_tables", "TASK_METRIC",
+           "DUPLICATE_TOLERANCE"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +59,13 @@ TASK_METRIC = {"regression": "mae", "binary": "rocauc", "multilabel": "ap"}
 
 _SPLIT_LABELS = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
 _MISSING = {"", "nan", "na", "n/a", "none", "null"}
+#: a number written with a decimal comma, e.g. ``-5,49`` or ``1,5e-3``
+_DECIMAL_COMMA = re.compile(r"^[+-]?\d*,\d+([eE][+-]?\d+)?$")
+#: labels of one molecule conflict when they differ by more than this fraction of the
+#: target's standard deviation over the file
+DUPLICATE_TOLERANCE = 0.01
+#: the reason of a row whose target(s) are missing
+MISSING_TARGET = "missing target"
 
 
 def _parse_split(split: str) -> str | None:
@@ -104,15 +133,22 @@ def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]]
     raise DataError(msg)
 
 
-def _targets(frame: pd.DataFrame, target_cols: list[str], task: str) -> tuple[np.ndarray, list[str | None]]:
-    """Parse target columns: float array [n, T] (NaN = missing) and a per-row error (or None)."""
+def _targets(path: Path, frame: pd.DataFrame, target_cols: list[str], task: str,
+             decimal: str = ".") -> tuple[np.ndarray, list[str | None]]:
+    """Parse target columns: float array [n, T] (NaN = missing) and a per-row error (or None).
+
+    Raises:
+        DataError: numbers written with a decimal comma while ``decimal`` is ``"."``.
+    """
     n = len(frame)
     y = np.full((n, len(target_cols)), np.nan, dtype=np.float64)
     errors: list[str | None] = [None] * n
     for t, col in enumerate(target_cols):
         raw = frame[col].astype(str).str.strip()
         missing = raw.str.lower().isin(_MISSING).to_numpy()
-        values = np.array(pd.to_numeric(raw.where(~missing, None), errors="coerce"), dtype=np.float64)
+        text = raw.str.replace(",", ".", regex=False) if decimal == "," else raw
+        values = np.array(pd.to_numeric(text.where(~missing, None), errors="coerce"), dtype=np.float64)
+        _check_decimal_comma(path, col, raw, ~missing & np.isnan(values), decimal)
         for i in np.flatnonzero(~missing & np.isnan(values)):
             errors[i] = errors[i] or f"target column {col!r}: {raw.iat[i]!r} is not a number"
         values[missing] = np.nan
@@ -127,9 +163,36 @@ def _targets(frame: pd.DataFrame, target_cols: list[str], task: str) -> tuple[np
     if task in ("regression", "binary"):
         for i in np.flatnonzero(np.isnan(y).all(axis=1)):
             errors[i] = errors[i] or (
-                "no target value" if len(target_cols) == 1 else f"no target value in any of {target_cols}"
+                MISSING_TARGET if len(target_cols) == 1 else f"{MISSING_TARGET} (all of {target_cols} are empty)"
             )
     return y, errors
+
+
+def _check_decimal_comma(path: Path, col: str, raw: pd.Series, bad: np.ndarray, decimal: str) -> None:
+    """Refuse a target column whose unreadable values are numbers with a decimal comma."""
+    if decimal == ",":
+        return
+    comma = [i for i in np.flatnonzero(bad) if _DECIMAL_COMMA.match(raw.iat[i])]
+    if comma:
+        i = comma[0]
+        raise DataError(f"{path}: target column {col!r} holds {len(comma)} number(s) written with a decimal comma "
+                        f"({raw.iat[i]!r} on line {i + 2}); pass --decimal , (data.decimal) to read them, or save "
+                        "the file with '.' as the decimal mark")
+
+
+def row_issue(reason: str) -> str:
+    """The kind of a dropped row from its reason: ``"missing target"``, ``"bad target"``,
+    ``"bad split label"``, ``"duplicate"`` (merged or dropped by ``duplicates``) or
+    ``"invalid molecule"``."""
+    if reason.startswith(MISSING_TARGET):
+        return MISSING_TARGET
+    if reason.startswith("target column"):
+        return "bad target"
+    if reason.startswith("split column"):
+        return "bad split label"
+    if reason.startswith(("merged into row", "duplicate of row")):
+        return "duplicate"
+    return "invalid molecule"
 
 
 def _check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y: np.ndarray) -> None:
@@ -148,8 +211,8 @@ def _check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], 
 
 
 def check_trainable(path: Path, ds: GraphDataset) -> None:
-    """Raise :class:`DataError` when a model cannot be trained on ``ds``: no usable row, or an
-    empty split (``siggate train`` calls this; :func:`load_csv` itself only warns)."""
+    """Raise :class:`DataError` when a model cannot be trained on ``ds``: no usable row, a
+    constant target, or an empty split (``siggate train`` calls this; :func:`load_csv` itself only warns)."""
     n_valid = sum(ds.sizes().values())
     if n_valid == 0 and not ds.invalid:
         raise DataError(f"{path}: the file has a header but no data rows; add one row per molecule")
@@ -157,10 +220,26 @@ def check_trainable(path: Path, ds: GraphDataset) -> None:
         reasons = "; ".join(f"line {r.index + 2}: {r.reason}" for r in ds.invalid[:3])
         raise DataError(f"{path}: none of the {len(ds.invalid)} rows can be used ({reasons}); check the SMILES "
                         "column (--smiles-col) and the targets")
+    y = _labels(ds)
+    for t, name in enumerate(ds.info.target_names):
+        col = y[~np.isnan(y[:, t]), t]
+        if col.size > 1 and np.all(col == col[0]):
+            fix = ("drop it from --target-col" if len(ds.info.target_names) > 1
+                   else "choose the --target-col that holds the property")
+            raise DataError(f"{path}: target column {name!r} has the same value ({col[0]:g}) in all {col.size} "
+                            f"labelled rows, so there is nothing to learn (every error would be 0); {fix}")
     empty = [name for name, graphs in ds.splits.items() if not graphs]
     if empty:
         raise DataError(f"{path}: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty "
                         f"({n_valid} usable rows); add rows, or choose another --split")
+
+
+def _labels(ds: GraphDataset) -> np.ndarray:
+    """Labels ``[G, T]`` of every graph of every split (NaN: missing)."""
+    graphs = [g for v in ds.splits.values() for g in v]
+    if not graphs:
+        return np.zeros((0, ds.info.num_tasks))
+    return torch.cat([g.y.reshape(1, -1) for g in graphs]).double().numpy()
 
 
 def build_csv(
@@ -174,6 +253,8 @@ def build_csv(
     frac: Sequence[float] = (0.8, 0.1, 0.1),
     sep: str = ",",
     allow_unsanitized: bool = False,
+    decimal: str = ".",
+    duplicates: str = "keep",
 ) -> GraphDataset:
     """Featurize a CSV (no caching); see :func:`load_csv`."""
     path = Path(path)
@@ -184,12 +265,12 @@ def build_csv(
     )
     if frame.empty:
         raise DataError(f"{path}: the file has a header but no data rows; add one row per molecule")
-    y_all, errors = _targets(frame, target_cols, task)
+    y_all, errors = _targets(path, frame, target_cols, task, decimal)
     _check_any_numeric(path, frame, target_cols, y_all)
     smiles_all = frame[smiles_col].astype(str).tolist()
     split_all = frame[split_col].astype(str).tolist() if split_col else None
 
-    graphs, keys, invalid = [], [], []
+    graphs, keys, canon, invalid = [], [], [], []
     for i, smi in enumerate(smiles_all):
         smi = smi.strip()
         try:
@@ -218,11 +299,22 @@ def build_csv(
         except Exception as exc:  # never let one odd row stop the whole file
             invalid.append(InvalidRow(i, smi, f"{type(exc).__name__}: {exc}"))
             continue
-        data.y = torch.from_numpy(y_all[i : i + 1].astype(np.float32))
         data.smiles = smi
         data.idx = i
         graphs.append(data)
         keys.append(key)
+        canon.append(_canonical(mol, smi))
+
+    keep, notes, merged = _duplicates(canon, graphs, y_all, target_cols, duplicates)
+    invalid += merged
+    for j, g in enumerate(graphs):
+        g.y = torch.from_numpy(y_all[g.idx : g.idx + 1].astype(np.float32))
+        if g.num_nodes > PREDICT_MAX_ATOMS:
+            notes.append(RowNote(g.idx, g.smiles, "large molecule", f"{g.num_nodes} atoms, above siggate predict's "
+                                 f"limit of {PREDICT_MAX_ATOMS} (--max-atoms)"))
+    graphs, keys = [graphs[j] for j in keep], [keys[j] for j in keep]
+    invalid.sort(key=lambda r: r.index)
+    notes.sort(key=lambda r: r.index)
 
     if split in SPLITS:
         idx = split_indices(split, keys, frac, seed)
@@ -242,7 +334,62 @@ def build_csv(
         splits={k: [graphs[j] for j in idx[k]] for k in ("train", "val", "test")},
         invalid=invalid,
         source=str(path),
+        notes=notes,
+        rows=len(frame),
     )
+
+
+def _canonical(mol, smiles: str) -> str:
+    """RDKit's canonical SMILES of ``mol`` (the input text if RDKit cannot write it)."""
+    from rdkit import Chem
+
+    try:
+        return Chem.MolToSmiles(mol)
+    except Exception:
+        return smiles
+
+
+def _duplicates(canon: list[str], graphs: list, y: np.ndarray, target_cols: list[str],
+                mode: str) -> tuple[list[int], list[RowNote], list[InvalidRow]]:
+    """Handle the rows that hold one molecule (equal canonical SMILES ``canon``, one per graph).
+
+    Returns the positions of ``graphs`` to keep, a note for every row of a group whose labels
+    conflict (spread above :data:`DUPLICATE_TOLERANCE` of the target's std over ``y [n, T]``), and
+    the rows ``mode`` merged (``"average"``: the group's mean label goes to its first row, which
+    ``y`` is updated in place for) or dropped (``"first"``).
+    """
+    if mode not in DUPLICATES:
+        raise ValueError(f"duplicates must be one of {DUPLICATES}, got {mode!r}")
+    groups: dict[str, list[int]] = {}
+    for j, c in enumerate(canon):
+        groups.setdefault(c, []).append(j)
+    with np.errstate(all="ignore"):
+        tol = DUPLICATE_TOLERANCE * np.nan_to_num(np.nanstd(y, axis=0)) if len(y) else np.zeros(y.shape[1])
+    drop, notes, merged = set(), [], []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        rows = [graphs[j].idx for j in members]
+        labels = y[rows]
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing target of the group
+            spread = np.nan_to_num(np.nanmax(labels, axis=0) - np.nanmin(labels, axis=0))
+            mean = np.nanmean(labels, axis=0)
+        if np.any(spread > tol):
+            text = ", ".join(f"{c} spread {v:.4g}" for c, v in zip(target_cols, spread) if v > tol[target_cols.index(c)])
+            for j, r in zip(members, rows):
+                others = ", ".join(str(o) for o in rows if o != r)
+                notes.append(RowNote(r, graphs[j].smiles, "conflicting duplicate", f"same molecule as row(s) {others}; {text}"))
+        if mode == "keep":
+            continue
+        if mode == "average":
+            y[rows[0]] = mean
+        for j, r in zip(members[1:], rows[1:]):
+            drop.add(j)
+            reason = (f"merged into row {rows[0]} (--duplicates average)" if mode == "average"
+                      else f"duplicate of row {rows[0]} (--duplicates first)")
+            merged.append(InvalidRow(r, graphs[j].smiles, reason))
+    return [j for j in range(len(graphs)) if j not in drop], notes, merged
 
 
 def load_csv(
@@ -258,6 +405,8 @@ def load_csv(
     sep: str | None = ",",
     allow_unsanitized: bool = False,
     rebuild: bool = False,
+    decimal: str = ".",
+    duplicates: str = "keep",
 ) -> GraphDataset:
     """Load a CSV of SMILES and targets as a :class:`GraphDataset` (cached).
 
@@ -279,18 +428,30 @@ def load_csv(
         allow_unsanitized: keep molecules that only fail RDKit sanitization
             (partially sanitized) instead of reporting them as invalid rows.
         rebuild: ignore an existing cache file.
+        decimal: the targets' decimal mark, ``"."`` or ``","`` (``-5,49``; ``--decimal``).
+        duplicates: rows of one molecule (canonical SMILES): ``"keep"`` them (a warning
+            when their labels conflict), ``"average"`` them into the first row (regression),
+            or keep the ``"first"`` (see the module docstring).
 
     Raises:
         ValueError: bad arguments. :class:`~siggate.data.base.DataError` (a
             ``ValueError``): an empty file, missing columns (the message lists the
             available columns and hints at a wrong delimiter), no data rows, a target
-            column without a single number, no usable row, or an empty split.
+            column without a single number, numbers with a decimal comma while
+            ``decimal="."``.
         FileNotFoundError: no such file.
     """
     path = Path(path)
     if sep is None:
         sep = detect_sep(path) if path.is_file() else ","
     target_cols = _check_arguments(path, smiles_col, target_cols, task, split, sep)
+    if decimal not in (".", ","):
+        raise ValueError(f"decimal must be '.' or ',', got {decimal!r}")
+    if duplicates not in DUPLICATES:
+        raise ValueError(f"duplicates must be one of {DUPLICATES}, got {duplicates!r}")
+    if duplicates == "average" and task != "regression":
+        raise ValueError(f"duplicates='average' merges regression labels into their mean; a {task} label has "
+                         "no mean, use 'first' or 'keep'")
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     parts = {
         "dataset": "csv",
@@ -304,6 +465,9 @@ def load_csv(
         "frac": [float(f) for f in frac],
         "sep": sep,
         "allow_unsanitized": bool(allow_unsanitized),
+        "decimal": decimal,
+        "duplicates": duplicates,
+        "notes": 1,  # the datasets carry their row notes and row count
     }
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.name.split(".")[0]) or "data"
     folder = f"csv/{stem}"
@@ -312,7 +476,8 @@ def load_csv(
         folder,
         parts,
         lambda: build_csv(
-            path, smiles_col, target_cols, task, split, seed, frac=frac, sep=sep, allow_unsanitized=allow_unsanitized
+            path, smiles_col, target_cols, task, split, seed, frac=frac, sep=sep,
+            allow_unsanitized=allow_unsanitized, decimal=decimal, duplicates=duplicates,
         ),
         save=save_dataset,
         load=load_dataset,
@@ -350,15 +515,90 @@ def _check_arguments(path: Path, smiles_col: str, target_cols, task: str, split:
 
 
 def _report(path: Path, ds: GraphDataset, fresh: bool) -> None:
-    """Log the invalid rows (written next to the cache file) and any empty split."""
+    """Log the dropped rows by kind (the list written next to the cache file), conflicting
+    duplicates, large molecules, a 0/1 regression target and any empty split: warnings when
+    the dataset was freshly built or when the data itself is suspicious."""
     log_path = None
     if ds.invalid:
         try:
             log_path = write_invalid_rows(Path(cached.last_path).with_suffix(".invalid.csv"), ds.invalid)
         except OSError as exc:
             logger.warning("%s: could not write the invalid-row log: %s", path, exc)
-    total = sum(ds.sizes().values()) + len(ds.invalid)
-    report_invalid(path.name, ds.invalid, total, log_path, fresh, logger)
-    for name, graphs in ds.splits.items():
+    name = path.name
+    if ds.invalid:
+        kinds: dict[str, int] = {}
+        for r in ds.invalid:
+            kinds[row_issue(r.reason)] = kinds.get(row_issue(r.reason), 0) + 1
+        total = ds.rows or sum(ds.sizes().values()) + len(ds.invalid)
+        examples = "; ".join(f"line {r.index + 2} {r.smiles!r}: {r.reason}" for r in ds.invalid[:3])
+        more = f" (+{len(ds.invalid) - 3} more)" if len(ds.invalid) > 3 else ""
+        where = f"; full list in {log_path}" if log_path else ""
+        logger.log(logging.WARNING if fresh else logging.INFO, "%s: skipped %d of %d rows (%s): %s%s%s", name,
+                   len(ds.invalid), total, ", ".join(f"{n} {k}" for k, n in kinds.items()), examples, more, where)
+    _warn_notes(name, ds)
+    if ds.info.task == "regression":
+        y = _labels(ds)
+        for t, col in enumerate(ds.info.target_names):
+            v = y[~np.isnan(y[:, t]), t]
+            if v.size and np.all((v == 0) | (v == 1)) and np.any(v == 0) and np.any(v == 1):
+                task = "binary" if ds.info.num_tasks == 1 else "multilabel"
+                logger.warning("%s: target column %r holds only 0 and 1, and is trained as regression (MAE); if it "
+                               "is a class label, pass --task %s", name, col, task)
+    for split, graphs in ds.splits.items():
         if not graphs:
-            logger.warning("%s: the %s split is empty", path.name, name)
+            logger.warning("%s: the %s split is empty", name, split)
+
+
+def _warn_notes(name: str, ds: GraphDataset) -> None:
+    """One warning per kind of :attr:`GraphDataset.notes` (conflicting duplicates, large molecules)."""
+    groups: dict[frozenset, float] = {}  # rows of one molecule -> its largest label spread
+    for n in ds.notes:
+        if n.issue == "conflicting duplicate":
+            same, _, spread = n.detail.partition(";")
+            rows = frozenset([n.index, *map(int, re.findall(r"\d+", same))])
+            groups[rows] = max(float(v) for v in re.findall(r"spread ([0-9.eE+-]+)", spread))
+    handled = [r for r in ds.invalid if row_issue(r.reason) == "duplicate"]
+    if groups and handled:
+        logger.info("%s: %d molecules appear in several rows with labels that differ; %d rows were merged or "
+                    "dropped (--duplicates)", name, len(groups), len(handled))
+    elif groups:
+        spreads = list(groups.values())
+        logger.warning("%s: %d molecules appear in several rows (%d rows) with labels that differ by more than %g "
+                       "of the target's std (spread up to %.4g, median %.4g); kept as separate rows: pass "
+                       "--duplicates average to merge each into its mean, or --duplicates first to keep the first "
+                       "row (data_report.csv in the run folder lists them)", name, len(groups),
+                       sum(len(g) for g in groups), DUPLICATE_TOLERANCE, max(spreads), float(np.median(spreads)))
+    large = [n for n in ds.notes if n.issue == "large molecule"]
+    if large:
+        sizes = [int(n.detail.split()[0]) for n in large]
+        logger.warning("%s: %d molecules have more than %d atoms (largest %d): they train, but siggate predict "
+                       "refuses them unless --max-atoms is raised, and they enlarge the mean size that pooling "
+                       "'norm' divides by; drop them if they are not what the model is for", name, len(large),
+                       PREDICT_MAX_ATOMS, max(sizes))
+
+
+def write_run_tables(ds: GraphDataset, out: str | os.PathLike) -> list[Path]:
+    """Write ``splits.csv`` and ``data_report.csv`` of a CSV dataset into the run folder ``out``.
+
+    ``splits.csv``: one row per input row (``row`` is the 0-based data row, line ``row + 2`` of
+    the file), ``row,smiles,split,reason``: the split (``train``/``val``/``test``), or
+    ``dropped`` and why. ``data_report.csv``: ``row,smiles,issue,detail`` for every dropped
+    row (issue from :func:`row_issue`) and every note (conflicting duplicates, large
+    molecules), in row order. Returns the paths written.
+    """
+    out = Path(out)
+    table = {g.idx: [g.idx, g.smiles, split, ""] for split, graphs in ds.splits.items() for g in graphs}
+    table.update({r.index: [r.index, r.smiles, "dropped", r.reason] for r in ds.invalid})
+    report = [[r.index, r.smiles, row_issue(r.reason), r.reason] for r in ds.invalid]
+    report += [[n.index, n.smiles, n.issue, n.detail] for n in ds.notes]
+    report.sort(key=lambda r: r[0])
+    paths = []
+    for name, header, rows in (("splits.csv", ["row", "smiles", "split", "reason"], [table[k] for k in sorted(table)]),
+                               ("data_report.csv", ["row", "smiles", "issue", "detail"], report)):
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(header)
+        w.writerows(rows)
+        atomic_write_bytes(out / name, buf.getvalue().encode("utf-8"))
+        paths.append(out / name)
+    return paths

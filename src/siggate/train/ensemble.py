@@ -5,6 +5,8 @@ Layout of an ensemble folder::
 
     OUT/ensemble.json        members (checkpoint paths relative to OUT), seeds, per-member and
                              ensemble val/test metrics
+    OUT/test_predictions.csv the ensemble's test predictions (CSV runs; also splits.csv and
+                             data_report.csv)
     OUT/member0/ ... member{N-1}/   ordinary ``siggate train`` run folders (best.pt, ...)
 
 Member ``i`` trains with seed ``train.seed + i``. The ensemble predicts the mean of its
@@ -78,10 +80,13 @@ def ensemble_predict(members: list[tuple], batch) -> tuple[torch.Tensor, torch.T
 
 def train_ensemble(cfg, out: Path, n: int, resume: bool = False, progress: bool = True) -> dict:
     """Train ``n`` members (seeds ``train.seed + i``) into ``out/member{i}`` and write
-    ``out/ensemble.json`` with each member's and the ensemble's val/test metrics."""
+    ``out/ensemble.json`` with each member's and the ensemble's val/test metrics (and the
+    ensemble's ``val_metrics``/``test_metrics`` summaries); a CSV ensemble also writes its
+    ``test_predictions.csv`` (mean and standard deviation over members), ``splits.csv`` and
+    ``data_report.csv`` into ``out``."""
     from torch_geometric.loader import DataLoader
 
-    from .loop import load_trained, prepare_data, train
+    from .loop import load_trained, prepare_data, split_summary, train, write_csv_run_tables
     from .metrics import compute_metric
 
     if n < 1:
@@ -101,13 +106,17 @@ def train_ensemble(cfg, out: Path, n: int, resume: bool = False, progress: bool 
         model, ckpt, _, info = load_trained(member_dir(out, i) / "best.pt")
         model.eval()
         members.append((model, ckpt["target_mean"], ckpt["target_std"], info.task))
-    scores = {}
+    scores, summaries, test_mean, test_std = {}, {}, None, None
     with torch.no_grad():
         for split in ("val", "test"):
             graphs = ds.splits[split]
-            preds = [ensemble_predict(members, b)[0] for b in DataLoader(graphs, batch_size=256, shuffle=False)]
+            parts = [ensemble_predict(members, b) for b in DataLoader(graphs, batch_size=256, shuffle=False)]
+            mean, std = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
             y = torch.cat([g.y.view(1, -1) for g in graphs])
-            scores[split] = float(compute_metric(ds.info.metric, y.numpy(), torch.cat(preds).numpy()))
+            scores[split] = float(compute_metric(ds.info.metric, y.numpy(), mean.numpy()))
+            summaries[split] = split_summary(ds.info, graphs, mean, split)
+            if split == "test":
+                test_mean, test_std = mean, std
     res = {
         "members": [f"member{i}/best.pt" for i in range(n)],
         "seeds": [cfg.train.seed + i for i in range(n)],
@@ -116,6 +125,10 @@ def train_ensemble(cfg, out: Path, n: int, resume: bool = False, progress: bool 
         "member_test": [r["test"] for r in runs],
         "val": scores["val"],
         "test": scores["test"],
+        "val_metrics": summaries["val"],
+        "test_metrics": summaries["test"],
     }
+    if cfg.data.name == "csv":  # the ensemble's own test predictions, with their spread over members
+        write_csv_run_tables(out, ds, test_mean, test_std)
     atomic_write_bytes(out / ENSEMBLE_FILE, (json.dumps(res, indent=2) + "\n").encode())
     return res

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.base import DataError, TaskInfo, label_rows, split_mask
+from ..data.base import DataError, TaskInfo
 from .metrics import MetricUndefinedError, compute_metric
 
 log = logging.getLogger("siggate.evaluate")
@@ -73,20 +73,25 @@ def predict_mean(members: list, graphs: list, info: TaskInfo, device: str = "cpu
     return torch.stack(outs).mean(0)
 
 
-def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None) -> dict:
-    """``{"metric", "per_target", "n"}``: ``info.metric`` of ``pred`` over all targets, for
-    each target (by name; for ``"multiclass"`` the one class target), and the rows scored."""
-    y = torch.cat([label_rows(g, info, split) for g in graphs])
-    if info.transductive:
-        pred = pred[torch.cat([split_mask(g, info, split) for g in graphs])]
-    y_np, p_np = y.numpy(), pred.numpy()
+def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None, probabilities: bool = False) -> dict:
+    """``{"metric", "per_target", "n", "metrics"}``: ``info.metric`` of ``pred`` over all
+    targets, for each target (by name; for ``"multiclass"`` the one class target), the rows
+    scored, and :func:`~siggate.train.loop.split_summary` (MAE, RMSE, R² or ROC-AUC, PR-AUC,
+    accuracy per target and their mean). ``pred``: target units, and logits for
+    classification unless ``probabilities`` (an ensemble's mean)."""
+    from .loop import probabilities as to_probabilities
+    from .loop import scored_rows, split_summary
+
+    y_np, p_np = scored_rows(info, graphs, pred, split)
     names = info.target_names or [f"target{t}" for t in range(info.num_tasks)]
     overall = float(compute_metric(info.metric, y_np, p_np))
     if info.task == "multiclass" or info.num_tasks == 1:
         per_target = {names[0]: overall}
     else:
         per_target = {n: _metric_or_none(info.metric, y_np[:, t:t + 1], p_np[:, t:t + 1]) for t, n in enumerate(names)}
-    return {"metric": overall, "per_target": per_target, "n": int(y.shape[0])}
+    readable = pred if probabilities else to_probabilities(pred, info.task)
+    return {"metric": overall, "per_target": per_target, "n": int(y_np.shape[0]),
+            "metrics": split_summary(info, graphs, readable, split)}
 
 
 def _metric_or_none(name: str, y, pred) -> float | None:
@@ -104,6 +109,7 @@ def _add_scores(res: dict, split: str, scores: dict) -> None:
     res[split] = scores["metric"]
     res.setdefault("per_target", {})[split] = scores["per_target"]
     res.setdefault("n", {})[split] = scores["n"]
+    res.setdefault("metrics", {})[split] = scores["metrics"]
 
 
 def stored_csv(cfg, ckpt: dict, allow_changed: bool = False) -> Path:
@@ -183,7 +189,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smil
     """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or an ensemble
     folder) on ``split`` (a split name or ``"all"``) of its own data, or on the labelled CSV
     ``data``: ``{"checkpoint", "dataset", "level", "metric", "members", <split>: metric, ...,
-    "per_target": {split: {target: metric}}, "n": {split: rows scored}}``, plus ``"data_file"``
+    "per_target": {split: {target: metric}}, "n": {split: rows scored}, "metrics": {split:
+    summary}}`` (the summary as in ``metrics.json``'s ``test_metrics``), plus ``"data_file"``
     (and ``"rows"``, its row counts, for an external file; its split is named ``"data"``)."""
     from .loop import prepare_data
 
@@ -193,7 +200,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smil
     if data is not None:
         graphs, counts = external_graphs(checkpoint, data, smiles_col, target_cols, info)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
-        _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, predict_mean(members, graphs, info, device), None))
+        _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, predict_mean(members, graphs, info, device), None,
+                                               probabilities=len(members) > 1))
         return res
     if data_root:
         cfg.data.root = data_root
@@ -209,5 +217,6 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smil
         raise EvaluationError(f"unknown split {unknown[0]!r}; available: {', '.join(ds.splits)}, all")
     for s in splits:
         graphs = ds.splits[s]
-        _add_scores(res, s, score(info, graphs, predict_mean(members, graphs, info, device), s))
+        _add_scores(res, s, score(info, graphs, predict_mean(members, graphs, info, device), s,
+                                  probabilities=len(members) > 1))
     return res

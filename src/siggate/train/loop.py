@@ -18,6 +18,7 @@ every global batch, rank 0 evaluates and writes every file.
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import logging
@@ -57,7 +58,7 @@ from .checkpoint import (
     set_rng_state,
 )
 from .distributed import DistContext, convert_sync_batchnorm, has_unused_parameters
-from .metrics import compute_metric, is_better
+from .metrics import compute_metric, is_better, summary
 from .schedule import make_scheduler
 from .tblog import TBLogger
 
@@ -93,7 +94,8 @@ def prepare_data(cfg: Config, progress: bool = True) -> GraphDataset:
         from ..data.csvdata import check_trainable, load_csv
 
         ds = load_csv(d.csv, d.smiles_col, list(d.target_cols), d.task, split=d.split or "scaffold",
-                      cache_dir=Path(d.cache_dir) if d.cache_dir else None, seed=cfg.train.seed, sep=d.sep)
+                      cache_dir=Path(d.cache_dir) if d.cache_dir else None, seed=cfg.train.seed, sep=d.sep,
+                      decimal=d.decimal, duplicates=d.duplicates)
         check_trainable(Path(d.csv), ds)
     else:  # the benchmarks have official splits; validate() lets data.split through for nci5k only
         from ..data.catalog import DATASET_META
@@ -294,13 +296,32 @@ def predict_graphs(model, graphs, info: TaskInfo, mean, std, batch_size: int = 2
     return predict(model, loader, mean, std, info.task, device=device)
 
 
-def _score(info: TaskInfo, graphs, pred: torch.Tensor, split: str | None) -> float:
-    """``info.metric`` of the predictions ``pred`` for ``graphs`` (rows of ``split``'s mask
-    for a transductive dataset)."""
+def scored_rows(info: TaskInfo, graphs, pred: torch.Tensor, split: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(labels, predictions)`` as numpy arrays, one row per prediction that ``split`` scores:
+    every graph (or node), or the rows of ``split``'s mask for a transductive dataset."""
     y = torch.cat([label_rows(g, info, split) for g in graphs])
     if info.transductive:
         pred = pred[torch.cat([split_mask(g, info, split) for g in graphs])]
-    return float(compute_metric(info.metric, y.numpy(), pred.numpy()))
+    return y.numpy(), pred.numpy()
+
+
+def _score(info: TaskInfo, graphs, pred: torch.Tensor, split: str | None) -> float:
+    """``info.metric`` of the predictions ``pred`` for ``graphs`` (rows of ``split``'s mask
+    for a transductive dataset)."""
+    return float(compute_metric(info.metric, *scored_rows(info, graphs, pred, split)))
+
+
+def probabilities(pred: torch.Tensor, task: str) -> torch.Tensor:
+    """Model outputs as people read them: unchanged for regression (already in target units)
+    and multiclass (scores), the sigmoid of the logits for binary and multilabel tasks."""
+    return torch.sigmoid(pred) if task in ("binary", "multilabel") else pred
+
+
+def split_summary(info: TaskInfo, graphs, pred: torch.Tensor, split: str | None) -> dict:
+    """:func:`siggate.train.metrics.summary` of ``pred`` (target units, or probabilities for
+    classification) on the rows ``split`` scores."""
+    y, p = scored_rows(info, graphs, pred, split)
+    return summary(info.task, y, p, info.target_names or None)
 
 
 def evaluate_split(model, graphs, info: TaskInfo, mean, std, batch_size: int = 256, device=None,
@@ -777,10 +798,41 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
         if files is not None:
             files.close()
     metrics = _final_metrics(run, time.time() - t0)
+    if ctx.is_main and (out / "best.pt").is_file():
+        preds = best_predictions(run, out / "best.pt")
+        metrics.update({f"{split}_metrics": split_summary(run.info, run.ds.splits[split], p, split)
+                        for split, p in preds.items()})
+        if cfg.data.name == "csv":
+            write_csv_run_tables(out, run.ds, preds["test"])
     if ctx.is_main:
         # atomic: ``siggate compare`` skips runs whose metrics.json exists
         atomic_write_bytes(out / "metrics.json", json.dumps(metrics, indent=2).encode())
     return metrics
+
+
+def best_predictions(run: Run, best_path: Path, splits=("val", "test")) -> dict:
+    """``{split: predictions}`` of the best epoch's weights (``best_path``) on ``splits``, in
+    target units (probabilities for classification, :func:`probabilities`)."""
+    model = copy.deepcopy(run.model)
+    model.load_state_dict(load_checkpoint(best_path)["model"])
+    bs, dev = run.cfg.train.eval_batch_size, run.device
+    return {s: probabilities(predict_graphs(model, run.ds.splits[s], run.info, run.mean, run.std, bs, dev), run.info.task)
+            for s in splits}
+
+
+def write_csv_run_tables(out: Path, ds: GraphDataset, test_pred: torch.Tensor, test_std: torch.Tensor | None = None) -> None:
+    """A CSV run's row-level files in ``out``: ``test_predictions.csv`` (the test molecules'
+    rows, SMILES, labels and ``test_pred`` ``[G, T]``, and an ensemble's ``test_std``),
+    ``splits.csv`` and ``data_report.csv`` (:func:`siggate.data.csvdata.write_run_tables`)."""
+    from ..data.csvdata import write_run_tables
+    from .rundir import TEST_PREDICTIONS, write_test_predictions
+
+    test = ds.test
+    labels = torch.cat([g.y.reshape(1, -1) for g in test]).tolist() if test else []
+    write_test_predictions(out / TEST_PREDICTIONS, [int(g.idx) for g in test], [str(g.smiles) for g in test],
+                           list(ds.info.target_names), labels, test_pred.tolist(),
+                           None if test_std is None else test_std.tolist())
+    write_run_tables(ds, out)
 
 
 class _EpochLog:

@@ -32,6 +32,11 @@ Metrics
     ``accuracy_SBM``, the PATTERN/CLUSTER metric GraphGPS reports: each class's recall,
     averaged over classes (see :func:`weighted_accuracy`).
 
+:func:`summary` (the metrics a run or an evaluation reports next to its selection metric)
+    regression: ``mae``, ``rmse`` and ``r2`` per target, in target units; classification:
+    ``rocauc``, ``prauc`` (average precision, as ``ap``) and ``accuracy`` (the fraction of
+    labels matched by ``probability >= 0.5``) per target; each also as the mean over targets.
+
 For ``rocauc`` / ``ap`` a :class:`MetricUndefinedError` is raised when no
 task has both classes. If a prediction needed for a metric is non-finite
 (e.g. a diverged model) the metric returns ``nan`` with a warning instead of
@@ -62,6 +67,9 @@ __all__ = [
     "compute_metric",
     "higher_is_better",
     "is_better",
+    "SUMMARY_METRICS",
+    "summary",
+    "format_summary",
 ]
 
 
@@ -257,3 +265,81 @@ def is_better(name: str, a: float, b: float) -> bool:
     if math.isnan(b):
         return True
     return a > b if hib else a < b
+
+
+#: the metrics :func:`summary` reports for each task type (``multiclass``: percentages)
+SUMMARY_METRICS = {"regression": ("mae", "rmse", "r2"), "binary": ("rocauc", "prauc", "accuracy"),
+                   "multilabel": ("rocauc", "prauc", "accuracy"), "multiclass": ("accuracy", "weighted_accuracy")}
+
+#: how :func:`format_summary` names each metric
+SUMMARY_LABELS = {"mae": "MAE", "rmse": "RMSE", "r2": "R2", "rocauc": "ROC-AUC", "prauc": "PR-AUC",
+                  "accuracy": "accuracy", "weighted_accuracy": "weighted accuracy"}
+
+
+def _one_target(task: str, y: np.ndarray, p: np.ndarray) -> dict:
+    """The :data:`SUMMARY_METRICS` of one target: labels ``y [n]`` (NaN: missing) and
+    predictions ``p [n]`` in target units, or probabilities for classification. A metric that
+    is undefined here (no label, one class only, constant labels for R²) is ``None``."""
+    keep = ~np.isnan(y)
+    y, p = y[keep], p[keep]
+    if not y.size or not np.all(np.isfinite(p)):
+        return dict.fromkeys(SUMMARY_METRICS[task])
+    if task == "regression":
+        err = p - y
+        ss_tot = float(np.sum((y - y.mean()) ** 2))
+        return {"mae": float(np.mean(np.abs(err))), "rmse": float(np.sqrt(np.mean(err ** 2))),
+                "r2": 1.0 - float(np.sum(err ** 2)) / ss_tot if ss_tot > 0 else None}
+    both = bool(np.any(y == 1) and np.any(y == 0))
+    return {"rocauc": float(roc_auc_score(y, p)) if both else None,
+            "prauc": float(average_precision_score(y, p)) if both else None,
+            "accuracy": float(np.mean((p >= 0.5) == (y == 1)))}
+
+
+def summary(task: str, y_true, y_pred, names: list[str] | None = None) -> dict:
+    """The metrics people read off a model, per target and averaged: ``{"per_target": {name:
+    {metric: value}}, "mean": {metric: value}}`` with the metrics of :data:`SUMMARY_METRICS`.
+
+    Args:
+        task: ``"regression"``, ``"binary"``, ``"multilabel"`` or ``"multiclass"``.
+        y_true: labels ``[G, T]`` in target units, ``NaN`` where missing (``multiclass``:
+            class ids ``[n]``).
+        y_pred: predictions ``[G, T]`` in target units for regression, probabilities in
+            ``[0, 1]`` for classification (``accuracy`` thresholds them at 0.5; ROC-AUC and
+            PR-AUC depend on the ranking only); ``multiclass``: scores ``[n, C]``.
+        names: one name per target (default ``target0``, ...).
+
+    Definitions per target, over its labelled rows: ``mae = mean|p - y|``, ``rmse =
+    sqrt(mean (p - y)^2)``, ``r2 = 1 - sum (p - y)^2 / sum (y - mean y)^2`` (``None`` for
+    constant labels); ``rocauc`` and ``prauc`` (average precision) as sklearn computes them
+    (``None`` unless both classes occur); ``accuracy`` the fraction of rows with ``(p >= 0.5)
+    == y``. ``mean`` averages each metric over the targets where it is defined (``None`` if
+    none). ``multiclass`` reports :func:`accuracy` and :func:`weighted_accuracy` (percent) for
+    its one target. Non-finite predictions make a target's metrics ``None``.
+    """
+    if task == "multiclass":
+        name = (names or ["target0"])[0]
+        scores = {"accuracy": accuracy(y_true, y_pred), "weighted_accuracy": weighted_accuracy(y_true, y_pred)}
+        return {"per_target": {name: scores}, "mean": dict(scores)}
+    if task not in SUMMARY_METRICS:
+        raise ValueError(f"unknown task {task!r}; expected one of {sorted(SUMMARY_METRICS)}")
+    yt, yp = _to_numpy_2d(y_true, y_pred)
+    names = list(names) if names else [f"target{t}" for t in range(yt.shape[1])]
+    per_target = {n: _one_target(task, yt[:, t], yp[:, t]) for t, n in enumerate(names)}
+    mean = {}
+    for k in SUMMARY_METRICS[task]:
+        vals = [m[k] for m in per_target.values() if m[k] is not None]
+        mean[k] = float(np.mean(vals)) if vals else None
+    return {"per_target": per_target, "mean": mean}
+
+
+def format_summary(split: str, res: dict) -> list[str]:
+    """Terminal lines for a :func:`summary` ``res`` of ``split``: one per target, and the mean
+    when there are several, e.g. ``test  logS  MAE 0.512  RMSE 0.701  R2 0.813``."""
+    def line(label: str, scores: dict) -> str:
+        parts = [f"{SUMMARY_LABELS.get(k, k)} {'n/a' if v is None else f'{v:.4g}'}" for k, v in scores.items()]
+        return f"{split:5s} {label}  " + "  ".join(parts)
+
+    lines = [line(name, scores) for name, scores in res["per_target"].items()]
+    if len(res["per_target"]) > 1:
+        lines.append(line("mean over targets", res["mean"]))
+    return lines

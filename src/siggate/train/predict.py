@@ -55,8 +55,7 @@ from torch_geometric.data import Batch
 
 from ..data.chem import InvalidSmiles, mol_to_graph, parse_smiles, quiet_rdkit
 from ..files import AtomicFile
-
-DEFAULT_MAX_ATOMS = 1000
+from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
 
 #: Padded atom pairs per forward pass (graphs x largest graph squared): bounds the memory of
 #: dense attention when large molecules are predicted. ``batch_size`` graphs of up to 64 atoms
@@ -79,7 +78,7 @@ class Predictor:
         checkpoint: path to ``best.pt``/``last.pt`` from ``siggate train``, a run folder
             (its ``best.pt``) or an ensemble folder from ``siggate train --ensemble N``: the
             members' mean is the prediction and their standard deviation goes to the
-            ``uncertainty`` column(s).
+            ``<target>_uncertainty`` column(s).
         max_atoms: molecules with more atoms are refused with a reason (attention is
             quadratic in the number of atoms). (default: ``1000``)
         batch_size: graphs per forward pass at most; fewer when molecules are large.
@@ -122,19 +121,25 @@ class Predictor:
                 "not SMILES-derived OGB features; it cannot predict from SMILES"
             )
 
-    @property
-    def prediction_columns(self) -> list[str]:
-        names = self.info.target_names
-        return ["prediction"] if len(names) == 1 else [f"prediction_{n}" for n in names]
-
-    @property
-    def uncertainty_columns(self) -> list[str]:
-        """``uncertainty`` (``uncertainty_<target>``) for ensembles, none for one model."""
-        return [c.replace("prediction", "uncertainty", 1) for c in self.prediction_columns] if self.ensemble else []
+    def output_columns(self, input_columns: list[str]) -> list[str]:
+        """The prediction columns written after ``input_columns``: each target's name
+        (``data.target_cols``; probabilities for classification), then ``<target>_uncertainty``
+        for an ensemble. A target whose name (or its uncertainty's) is already an input column,
+        e.g. the label column of a labelled file, is written as ``<target>_pred`` (and
+        ``<target>_pred_uncertainty``), so no output has two columns of one name."""
+        taken = set(input_columns) | {"error"}
+        names = []
+        for n in self.info.target_names or [f"target{t}" for t in range(self.info.num_tasks)]:
+            if n in taken or (self.ensemble and f"{n}_uncertainty" in taken):
+                n = f"{n}_pred"
+            names.append(n)
+        return names + ([f"{n}_uncertainty" for n in names] if self.ensemble else [])
 
     @property
     def columns(self) -> list[str]:
-        return self.prediction_columns + self.uncertainty_columns
+        """The prediction columns of :meth:`predict_rows` (after ``smiles``): :meth:`output_columns`
+        of an input with only a ``smiles`` column."""
+        return self.output_columns(["smiles"])
 
     def featurize(self, smiles: str):
         """SMILES -> graph with positional encodings; raises ``InvalidSmiles`` with a reason
@@ -326,9 +331,22 @@ def _delimiter_hint(header_line: str, delim: str) -> str:
     return ""
 
 
-def read_smiles(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) -> Iterator[list[str]]:
-    """Stream SMILES from a CSV (with a ``smiles_col`` header) or a ``.smi``/text file (first
-    whitespace-separated token of each line), ``chunk`` at a time.
+class InputRows:
+    """The rows of an input file, streamed: ``columns`` (the file's header; ``["smiles"]`` for a
+    ``.smi``/text file), ``smiles_index`` (the SMILES column's position) and ``chunks``, an
+    iterator of lists of records (each a list of ``len(columns)`` strings)."""
+
+    def __init__(self, columns: list[str], smiles_index: int, chunks: Iterator[list[list[str]]]) -> None:
+        self.columns, self.smiles_index, self.chunks = columns, smiles_index, chunks
+
+    def __iter__(self) -> Iterator[list[list[str]]]:
+        return iter(self.chunks)
+
+
+def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) -> InputRows:
+    """Stream the rows of a CSV (with a ``smiles_col`` header; every column is kept) or a
+    ``.smi``/text file (first whitespace-separated token of each line, as column ``smiles``),
+    ``chunk`` rows at a time.
 
     The file is opened and its header checked when this is called, so a missing file or
     column, a wrong delimiter or an unreadable file raises :class:`InputError` before any
@@ -368,8 +386,15 @@ def read_smiles(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000)
                 f"column {smiles_col!r} not found in {path}. Available columns: {header}. "
                 f"Pass --smiles-col NAME.{hint}"
             )
-        return _csv_rows(fh, path, header.index(smiles_col), delim, chunk)
-    return _smi_rows(fh, path, first, smiles_col, chunk)
+        return InputRows(header, header.index(smiles_col), _csv_rows(fh, path, header.index(smiles_col), len(header),
+                                                                     delim, chunk))
+    return InputRows(["smiles"], 0, _smi_rows(fh, path, first, smiles_col, chunk))
+
+
+def read_smiles(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) -> Iterator[list[str]]:
+    """The SMILES of :func:`read_input`, ``chunk`` at a time (the other columns dropped)."""
+    rows = read_input(path, smiles_col, chunk)
+    return ([rec[rows.smiles_index] for rec in recs] for recs in rows)
 
 
 def _sniff_csv(first: str, smiles_col: str, suffix: str) -> str | None:
@@ -392,7 +417,8 @@ def _raise_field_limit() -> None:
         csv.field_size_limit(limit)
 
 
-def _csv_rows(fh, path: Path, col: int, delim: str, chunk: int) -> Iterator[list[str]]:
+def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int) -> Iterator[list[list[str]]]:
+    """Records of ``width`` fields (short rows padded with ``""``), the SMILES field ``col`` stripped."""
     _raise_field_limit()
     try:
         reader = csv.reader(fh, delimiter=delim)
@@ -408,7 +434,9 @@ def _csv_rows(fh, path: Path, col: int, delim: str, chunk: int) -> Iterator[list
                 raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
             if not rec:  # a blank line is not a record
                 continue
-            buf.append(rec[col].strip() if col < len(rec) else "")
+            rec = (rec + [""] * width)[:width]
+            rec[col] = rec[col].strip()
+            buf.append(rec)
             if len(buf) >= chunk:
                 yield buf
                 buf = []
@@ -418,18 +446,18 @@ def _csv_rows(fh, path: Path, col: int, delim: str, chunk: int) -> Iterator[list
         fh.close()
 
 
-def _smi_rows(fh, path: Path, first: str, smiles_col: str, chunk: int) -> Iterator[list[str]]:
+def _smi_rows(fh, path: Path, first: str, smiles_col: str, chunk: int) -> Iterator[list[list[str]]]:
     try:
         parts = first.split()
-        buf: list[str] = []
+        buf: list[list[str]] = []
         if not (parts and parts[0].lower() == smiles_col.lower()):  # else: a header line
-            buf.append(parts[0])
+            buf.append([parts[0]])
         try:
             for line in fh:
                 parts = line.split()
                 if not parts:
                     continue
-                buf.append(parts[0])
+                buf.append([parts[0]])
                 if len(buf) >= chunk:
                     yield buf
                     buf = []
@@ -477,24 +505,29 @@ def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
     sink.commit()
 
 
-def predict_to_csv(predictor: Predictor, chunks: Iterable[list[str]], output: str | Path | None) -> tuple[int, int]:
-    """Write predictions as CSV (``smiles``, prediction column(s), ``error``) to ``output``
-    (or stdout), chunk by chunk. Returns ``(rows, failed_rows)``.
+def predict_to_csv(predictor: Predictor, chunks: InputRows | Iterable[list[str]],
+                   output: str | Path | None) -> tuple[int, int]:
+    """Write predictions as CSV to ``output`` (or stdout), chunk by chunk: the input's columns
+    in their order (``chunks`` from :func:`read_input`; chunks of SMILES strings give one
+    ``smiles`` column), the prediction columns (:meth:`Predictor.output_columns`), then
+    ``error``. Returns ``(rows, failed_rows)``.
 
     A file is written to a temporary name next to ``output`` and renamed when every chunk
     is done, so a run that stops (a corrupt input, Ctrl-C) never leaves a partial file that
     looks complete. Input bytes that were not UTF-8 are written back escaped (``\\xff``).
     """
+    if not isinstance(chunks, InputRows):
+        chunks = InputRows(["smiles"], 0, ([[s] for s in chunk] for chunk in chunks))
+    columns, at = chunks.columns, chunks.smiles_index
     n = bad = 0
     with csv_output(output) as out_fh:
-        w = csv.DictWriter(out_fh, fieldnames=["smiles", *predictor.columns, "error"])
-        w.writeheader()
-        for chunk in chunks:
-            rows = predictor.predict_rows(chunk)
-            for r in rows:
-                if isinstance(r["smiles"], str) and _SURROGATE.search(r["smiles"]):
-                    r["smiles"] = _escape_bytes(r["smiles"])
-            w.writerows(rows)
+        w = csv.writer(out_fh, lineterminator="\r\n")
+        w.writerow([*columns, *predictor.output_columns(columns), "error"])
+        for recs in chunks:
+            rows = predictor.predict_rows([rec[at] for rec in recs])
+            for rec, r in zip(recs, rows):
+                fields = [*rec, *(r[c] for c in predictor.columns), r["error"]]
+                w.writerow([_escape_bytes(f) if isinstance(f, str) and _SURROGATE.search(f) else f for f in fields])
             out_fh.flush()
             n += len(rows)
             bad += sum(1 for r in rows if r["error"])

@@ -11,6 +11,9 @@ ensemble folder (``ensemble.json``, or ``member{i}/`` folders holding runs; see
 from __future__ import annotations
 
 import copy
+import csv
+import io
+import math
 import re
 import shutil
 from pathlib import Path
@@ -18,12 +21,14 @@ from pathlib import Path
 import yaml
 
 from ..config import split_resolved, upgrade_config_dict
+from ..files import atomic_write_bytes
 
 #: Files whose presence makes a folder a run.
 RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json")
 #: Everything ``siggate train`` writes into a run folder (files, and the TensorBoard folder
 #: ``tb``); ``--overwrite`` removes these and the ``member{i}`` folders of an ensemble.
-RUN_OUTPUTS = RUN_MARKERS + ("best.pt", "log.csv", "ensemble.json", "test_predictions.csv", "splits.csv")
+RUN_OUTPUTS = RUN_MARKERS + ("best.pt", "log.csv", "ensemble.json", "test_predictions.csv", "splits.csv",
+                              "data_report.csv")
 RUN_FOLDERS = ("tb",)
 _MEMBER = re.compile(r"member\d+")
 
@@ -112,3 +117,32 @@ def keep_run_schedule(cfg, saved: dict, given: set[str]):
         if f"train.{key}" not in given and key in (saved.get("train") or {}):
             setattr(cfg.train, key, saved["train"][key])
     return cfg.validate()
+
+
+#: a run's test-set predictions at its best epoch (``siggate train --data``)
+TEST_PREDICTIONS = "test_predictions.csv"
+
+
+def write_test_predictions(path: str | Path, rows: list[int], smiles: list[str], names: list[str],
+                           labels: list[list[float]], preds: list[list[float]],
+                           uncertainty: list[list[float]] | None = None) -> Path:
+    """Write ``row,smiles,<t>,<t>_pred[,<t>_pred_uncertainty]...`` per test molecule: its data
+    row in the input file (0-based), its SMILES, then per target its label (empty where
+    missing) and prediction, in target units (probabilities for classification), and an
+    ensemble's standard deviation over members. ``labels``/``preds``/``uncertainty``: ``[G, T]``."""
+    def fmt(v: float) -> str:
+        return "" if v is None or math.isnan(v) else f"{v:.6g}"
+
+    header = ["row", "smiles"]
+    for n in names:
+        header += [n, f"{n}_pred"] + ([f"{n}_pred_uncertainty"] if uncertainty is not None else [])
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for g, (r, s) in enumerate(zip(rows, smiles)):
+        fields = [r, s]
+        for t in range(len(names)):
+            fields += [fmt(labels[g][t]), fmt(preds[g][t])] + ([fmt(uncertainty[g][t])] if uncertainty is not None else [])
+        w.writerow(fields)
+    atomic_write_bytes(Path(path), buf.getvalue().encode("utf-8"))
+    return Path(path)
