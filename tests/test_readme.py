@@ -29,7 +29,8 @@ def _key_table() -> dict:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) != 3 or not cells[0].startswith("`"):
             continue
-        keys = re.findall(r"`([a-z]+\.[a-z_]+)`", cells[0])
+        keys = re.findall(r"`([a-z]+(?:\.[a-z_]+)+)`", cells[0])
+        keys = [k for k in keys if k.split(".")[0] in ("data", "model", "train")]
         defaults = re.findall(r"`([^`]*)`", cells[1])
         assert len(keys) == len(defaults), f"row {cells[0]}: {len(keys)} keys, {len(defaults)} defaults"
         for key, default in zip(keys, defaults):
@@ -40,10 +41,17 @@ def _key_table() -> dict:
 
 def _config_defaults() -> dict:
     out = {}
-    for section, cls in (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig)):
+
+    def walk(prefix: str, cls) -> None:
         for f in dataclasses.fields(cls):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            out[f"{section}.{f.name}"] = default
+            if dataclasses.is_dataclass(default):  # model.attention.<type>: one row per option
+                walk(f"{prefix}.{f.name}", type(default))
+            else:
+                out[f"{prefix}.{f.name}"] = default
+
+    for section, cls in (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig)):
+        walk(section, cls)
     return out
 
 
