@@ -19,6 +19,7 @@ from siggate.train.pretrain import CLIP_Z, build_corpus, pretrain
 
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 ROOT = Path(__file__).resolve().parents[1]
+CSV = ["data.csv=data.csv", "data.target_cols=y"]  # a csv config names its file (not read here)
 
 # 60 distinct small molecules (a few written twice in another form, and one bad line)
 BASE = ["CCO", "CCN", "CCC", "CCCC", "CCCCC", "CCCCCC", "c1ccccc1", "Cc1ccccc1", "CCc1ccccc1", "Oc1ccccc1",
@@ -105,7 +106,7 @@ def test_pretrain_then_finetune_copies_the_backbone(tmp_path):
     from siggate.train.loop import build_model
 
     cfg = load_config("csv", ["model.layers=2", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4",
-                              "model.pool_norm=5"])
+                              "model.pool_norm=5", *CSV])
     model = build_model(cfg, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae"))
     fresh = {k: v.clone() for k, v in model.state_dict().items()}
     report = init_weights.load_init(model, str(out), cfg.model.to_dict())
@@ -119,7 +120,7 @@ def test_pretrain_then_finetune_copies_the_backbone(tmp_path):
     assert report["copied"] == len(state) - 2 and report["path"].endswith("pretrained.pt")
 
     other = load_config("csv", ["model.layers=3", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4",
-                                "model.pool_norm=5"])
+                                "model.pool_norm=5", *CSV])
     with pytest.raises(ConfigError, match=r"model\.layers: pretrained 2, this run 3"):
         init_weights.load_init(build_model(other, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae")),
                                str(out / "pretrained.pt"), other.model.to_dict())
@@ -134,7 +135,7 @@ def test_shipped_weights_load_and_fit_the_csv_recipe():
     rec = blob["pretraining"]
     assert rec["corpus_source"] == "train.csv.gz" and len(rec["corpus_sha256"]) == 64
     assert rec["corpus_molecules"] > 10_000 and rec["removed_test_molecules"] >= 0
-    cfg = load_config("csv")
+    cfg = load_config("csv", CSV)
     saved = blob["config"]["model"]
     assert {k: saved[k] for k in init_weights.ARCH_KEYS if k in saved} == \
         {k: getattr(cfg.model, k) for k in init_weights.ARCH_KEYS if k in saved}
