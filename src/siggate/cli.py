@@ -103,17 +103,22 @@ def cmd_train(args) -> int:
         raise CLIError(f"--ensemble averages graph-level predictions; {cfg.data.name} is a node-level dataset. "
                        "Train its seeds one by one, or compare them with siggate compare.")
     if args.ddp:
+        if args.device != "cpu":
+            raise CLIError("--device with --ddp: torchrun gives each rank its device (nccl on GPU); drop --device")
         return _train_ddp(cfg, args)
+    device = check_device(args.device)
     out = resume if resume is not None else default_out_dir(cfg, args.out)
     check_out_dir(out, resume=resume is not None, overwrite=args.overwrite)
     try:
         if args.ensemble is not None:
-            return _train_ensemble(cfg, out, args, resume is not None)
+            return _train_ensemble(cfg, out, args, resume is not None, device)
+        from .train.distributed import DistContext
         from .train.loop import train
 
         print(f"siggate train: dataset={cfg.data.name} {_attention(cfg)} layers={cfg.model.layers} "
               f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
-        m = train(cfg, out, resume=resume is not None, progress=progress_enabled(args))
+        m = train(cfg, out, resume=resume is not None, progress=progress_enabled(args),
+                  dist=DistContext(device=_torch_device(device)))
     except KeyboardInterrupt:
         print(f"siggate train: interrupted; {_resume_hint(out, args.ensemble)}", file=sys.stderr)
         return 130
@@ -185,7 +190,13 @@ def default_out_dir(cfg, out: str | None = None) -> Path:
     return free_run_dir(Path("runs") / f"{data}-{arm}-seed{cfg.train.seed}")
 
 
-def _train_ensemble(cfg, out: Path, args, resume: bool) -> int:
+def _torch_device(name: str):
+    import torch
+
+    return torch.device(name)
+
+
+def _train_ensemble(cfg, out: Path, args, resume: bool, device: str = "cpu") -> int:
     """``siggate train --ensemble N``: N members (seeds seed..seed+N-1) in OUT/member*/."""
     from .train.ensemble import train_ensemble
 
@@ -193,7 +204,8 @@ def _train_ensemble(cfg, out: Path, args, resume: bool) -> int:
         raise CLIError(f"--ensemble must be >= 1, got {args.ensemble}")
     print(f"siggate train: ensemble of {args.ensemble} on dataset={cfg.data.name} {_attention(cfg)} "
           f"seeds {cfg.train.seed}..{cfg.train.seed + args.ensemble - 1} -> {out}", flush=True)
-    res = train_ensemble(cfg, out, args.ensemble, resume=resume, progress=progress_enabled(args))
+    res = train_ensemble(cfg, out, args.ensemble, resume=resume, progress=progress_enabled(args),
+                         device=_torch_device(device))
     print(json.dumps({k: res[k] for k in ("metric", "seeds", "member_test", "val", "test")}, indent=2))
     _print_summaries(res, out)
     return 0
@@ -373,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ddp", action="store_true", help="distributed data parallel (under torchrun)")
     add_progress_flag(p)
     add_threads_flag(p, default_text="train.threads, else torch's choice")
+    add_device_flag(p)
     p.set_defaults(func=cmd_train)
 
     p = add_command(sub, "evaluate", "score a run or ensemble on its splits or on a labelled CSV", EXAMPLES["evaluate"],

@@ -78,7 +78,7 @@ def ensemble_predict(members: list[tuple], batch) -> tuple[torch.Tensor, torch.T
     return stacked.mean(0), stacked.std(0, correction=0)
 
 
-def train_ensemble(cfg, out: Path, n: int, resume: bool = False, progress: bool = True) -> dict:
+def train_ensemble(cfg, out: Path, n: int, resume: bool = False, progress: bool = True, device=None) -> dict:
     """Train ``n`` members (seeds ``train.seed + i``) into ``out/member{i}`` and write
     ``out/ensemble.json`` with each member's and the ensemble's val/test metrics (and the
     ensemble's ``val_metrics``/``test_metrics`` summaries); a CSV ensemble also writes its
@@ -86,6 +86,7 @@ def train_ensemble(cfg, out: Path, n: int, resume: bool = False, progress: bool 
     ``data_report.csv`` into ``out``."""
     from torch_geometric.loader import DataLoader
 
+    from .distributed import DistContext
     from .loop import load_trained, prepare_data, split_summary, train, write_csv_run_tables
     from .metrics import compute_metric
 
@@ -100,7 +101,8 @@ def train_ensemble(cfg, out: Path, n: int, resume: bool = False, progress: bool 
         c = copy.deepcopy(cfg)
         c.train.seed = cfg.train.seed + i
         d = member_dir(out, i)
-        runs.append(train(c, d, resume=resume and (d / "last.pt").exists(), progress=progress, dataset=ds))
+        runs.append(train(c, d, resume=resume and (d / "last.pt").exists(), progress=progress, dataset=ds,
+                          dist=DistContext(device=device) if device is not None else None))
     members = []
     for i in range(n):
         model, ckpt, _, info = load_trained(member_dir(out, i) / "best.pt")
