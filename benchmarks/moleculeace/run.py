@@ -92,19 +92,13 @@ class Target:
 
 def source_csv(target: str) -> Path:
     """The target's CSV inside the installed wheel (the package is located, never imported)."""
+    from siggate.data.corpus import wheel_file
+
     check_public(target)
     try:
-        dist = importlib.metadata.distribution(PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        raise SystemExit(f"{PACKAGE} is not installed: pip install --no-deps {PACKAGE}=={VERSION}") from None
-    if dist.version != VERSION:
-        raise SystemExit(f"{PACKAGE} {dist.version} is installed; this benchmark reads {VERSION}: "
-                         f"pip install --no-deps {PACKAGE}=={VERSION}")
-    path = Path(dist.locate_file(f"{DATA_IN_WHEEL}/{target}.csv"))
-    if not path.is_file():
-        raise SystemExit(f"{path} is missing from the {PACKAGE} wheel: reinstall it (pip install --no-deps "
-                         f"--force-reinstall {PACKAGE}=={VERSION})")
-    return path
+        return wheel_file(PACKAGE, VERSION, f"{DATA_IN_WHEEL}/{target}.csv")
+    except FileNotFoundError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def check_public(target: str) -> None:

@@ -131,3 +131,14 @@ def out_dir_problem(out: str | os.PathLike) -> str | None:
     except OSError as exc:
         return f"{out}: {probe} is not writable ({exc.strerror or exc}); choose a folder you can write to"
     return None
+
+
+def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's bytes (read in 1 MiB blocks); ``algorithm`` as :func:`hashlib.new` names it."""
+    import hashlib
+
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

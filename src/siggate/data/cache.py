@@ -30,7 +30,7 @@ import torch
 from filelock import FileLock, Timeout
 from torch_geometric.data import Data
 
-from ..files import AtomicFile, atomic_write, atomic_write_bytes
+from ..files import AtomicFile, atomic_write, atomic_write_bytes, file_digest
 from .base import GraphDataset, InvalidRow, RowNote, TaskInfo
 
 __all__ = [
@@ -68,11 +68,7 @@ _DATASET_FORMAT = "siggate.dataset"
 
 def fingerprint_file(path: str | os.PathLike) -> str:
     """SHA-256 hex digest of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_digest(path)
 
 
 def _jsonable(obj: Any) -> Any:

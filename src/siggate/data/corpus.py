@@ -21,7 +21,7 @@ import io
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["read_smiles", "moses_train_path", "inchikey", "benchmark_test_smiles", "MOSES_TRAIN"]
+__all__ = ["read_smiles", "wheel_file", "moses_train_path", "inchikey", "benchmark_test_smiles", "MOSES_TRAIN"]
 
 #: the MOSES training set inside the molsets wheel
 MOSES_TRAIN = ("molsets", "0.3.1", "moses/dataset/data/train.csv.gz")
@@ -61,7 +61,7 @@ def read_smiles(path: str | Path, smiles_col: str | None = None) -> list[str]:
         return [line.split()[0] for line in fh if line.strip()]
 
 
-def _wheel_file(package: str, version: str, member: str) -> Path:
+def wheel_file(package: str, version: str, member: str) -> Path:
     try:
         dist = importlib.metadata.distribution(package)
     except importlib.metadata.PackageNotFoundError:
@@ -78,7 +78,7 @@ def _wheel_file(package: str, version: str, member: str) -> Path:
 
 def moses_train_path() -> Path:
     """``train.csv.gz`` of the MOSES benchmark inside the installed ``molsets`` 0.3.1 wheel."""
-    return _wheel_file(*MOSES_TRAIN)
+    return wheel_file(*MOSES_TRAIN)
 
 
 def inchikey(smiles: str) -> str | None:
@@ -118,7 +118,7 @@ def _moleculeace_test(root: Path | None) -> list[str]:
     dist_files = importlib.metadata.distribution("MoleculeACE").files or []
     out = []
     for f in sorted(str(p) for p in dist_files if str(p).endswith(".csv") and "benchmark_data" in str(p)):
-        with open(_wheel_file("MoleculeACE", "3.0.0", f), newline="", encoding="utf-8") as fh:
+        with open(wheel_file("MoleculeACE", "3.0.0", f), newline="", encoding="utf-8") as fh:
             out += [r["smiles"] for r in csv.DictReader(fh) if r["split"] == "test"]
     return out
 

@@ -30,7 +30,6 @@ Common keyword arguments of every loader (``fn(root=None, cache_dir=None, **kw)`
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import urllib.error
@@ -44,6 +43,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..files import file_digest
 from .base import DataError, GraphDataset, InvalidRow, TaskInfo, default_cache_dir, default_data_root
 
 if TYPE_CHECKING:  # torch and PyG load when a dataset is built, not when its loader registers
@@ -59,12 +59,8 @@ __all__ = [
 BUILD_VERSION = 1
 
 def md5(path: Path) -> str:
-    """MD5 hex digest of the file ``path`` (read in 1 MiB blocks)."""
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """MD5 hex digest of the file ``path``."""
+    return file_digest(path, "md5")
 
 
 def offline() -> bool:

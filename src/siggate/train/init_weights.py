@@ -11,12 +11,12 @@ config's architecture keys are compared first and a difference is named.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
 
 from ..config import ConfigError
+from ..files import file_digest
 
 __all__ = ["SHIPPED", "resolve_init", "load_init", "ARCH_KEYS"]
 
@@ -46,13 +46,6 @@ def resolve_init(source: str) -> Path:
         raise ConfigError(f"train.init: {path} does not exist; give 'pretrained', a pretrained.pt or a checkpoint")
     return path
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _head_last(state: dict) -> str:
@@ -95,5 +88,5 @@ def load_init(model: torch.nn.Module, source: str, model_cfg: dict) -> dict:
     if backbone_fresh:
         raise ConfigError(f"train.init: {path} lacks {len(backbone_fresh)} backbone tensors of this model "
                           f"(e.g. {backbone_fresh[0]}); it was written for another model")
-    return {"source": source, "path": str(path), "sha256": _sha256(path), "copied": len(copied),
+    return {"source": source, "path": str(path), "sha256": file_digest(path), "copied": len(copied),
             "fresh": fresh, "pretraining": blob.get("pretraining")}

@@ -20,7 +20,6 @@ Steps, each resumable (``OUT`` is the pretraining folder):
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import logging
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import Config, ConfigError, load_config
-from ..files import atomic_write_bytes
+from ..files import atomic_write_bytes, file_digest
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +41,6 @@ MIN_MOLECULES = 10
 FORMAT = "siggate-pretrained-1"
 CORPUS_VERSION = 1
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _excluded_keys(data_root, exclude_files: list[str], test_sets) -> tuple[set, dict]:
@@ -128,7 +120,7 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
     test_sets = tuple(TEST_SETS) if test_sets is None else tuple(test_sets)
 
     source = Path(source)
-    src_sha = _sha256(source)
+    src_sha = file_digest(source)
     want = {"version": CORPUS_VERSION, "source_sha256": src_sha, "molecules": molecules, "seed": seed,
             "exclude_files": sorted(map(str, exclude_files))}
     meta_path, csv_path = out / "meta.json", out / "corpus.csv"
@@ -140,7 +132,7 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         # the same test sets must be readable now as when the corpus was built
         now = sorted(benchmark_test_smiles(data_root or default_data_root(), test_sets)[0])
         built = sorted(k for k, v in meta.get("test_sets", {}).items() if "skipped" not in v and not k.startswith("file:"))
-        if {k: meta.get(k) for k in want} == want and meta.get("csv_sha256") == _sha256(csv_path) and now == built:
+        if {k: meta.get(k) for k in want} == want and meta.get("csv_sha256") == file_digest(csv_path) and now == built:
             log.info("pretrain: reusing the corpus in %s (%d molecules)", out, meta["kept"])
             return meta
     t0 = time.time()
@@ -167,7 +159,7 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
     meta = {**want, "source": str(source), "source_smiles": len(smiles), **counts, "kept": len(kept),
             "split_sizes": {k: int((split == k).sum()) for k in ("train", "val", "test")},
             "test_sets": read_sets, "descriptors": names, "clip_z": CLIP_Z, "scaler": scaler,
-            "csv_sha256": _sha256(csv_path), "seconds": round(time.time() - t0, 1)}
+            "csv_sha256": file_digest(csv_path), "seconds": round(time.time() - t0, 1)}
     atomic_write_bytes(meta_path, json.dumps(meta, indent=1).encode())
     log.info("pretrain: corpus of %d molecules (%d read; %d removed as benchmark test molecules, %d duplicates, "
              "%d invalid) in %.0f s", len(kept), counts["read"], counts["in_test_set"], counts["duplicate"],
