@@ -420,9 +420,10 @@ def table_markdown(res: dict) -> str:
     lines = ["Mean over the 20 public targets of each target's mean over seeds (test RMSE, lower is better):", "",
              "| tool | recipe | source | RMSE | cliff RMSE | non-cliff RMSE | targets | seeds | CPU s per run |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for s in sorted(summary, key=lambda s: (s.get("rmse", 9), s["tool"])):
+    for s in sorted(summary, key=lambda s: (not s["complete"], s.get("rmse", 9), s["tool"])):
+        targets = s["targets"] if s["complete"] else f"{s['targets']} of {len(PUBLIC)} (partial: not comparable)"
         lines.append(f"| {s['tool']} | {s['recipe']} | {s['source']} | {_fmt(s['rmse'])} | {_fmt(s['rmse_cliff'])} | "
-                     f"{_fmt(s['rmse_noncliff'])} | {s['targets']} | {','.join(map(str, s['seeds']))} | "
+                     f"{_fmt(s['rmse_noncliff'])} | {targets} | {','.join(map(str, s['seeds']))} | "
                      f"{_fmt(s.get('cpu_s'), 0)} |")
     if cal.get("status") != "not run":
         lines += ["", f"Calibration (local RF against the published RF row, tolerance {cal['tolerance']}): "
