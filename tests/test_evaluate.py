@@ -161,3 +161,25 @@ def test_score_per_target_against_numpy():
     b = np.mean(np.abs(yn[ok, 1] - pn[ok, 1]))
     assert res["per_target"] == {"a": pytest.approx(a, rel=1e-6), "b": pytest.approx(b, rel=1e-6)}
     assert res["n"] == 7 and np.isfinite(res["metric"])
+
+
+def test_random_split_ensemble_is_evaluated_on_the_split_it_trained_on(tmp_path, capsys):
+    """The members of an ensemble share the split drawn with its first seed; a member's own
+    checkpoint records seed+i, and evaluate must not re-split with that (its 'test' would then
+    hold molecules the member trained on)."""
+    _write_train_csv(tmp_path / "d.csv", n=60)
+    args = [a if a != "column:split" else "random" for a in _TRAIN_ARGS]
+    rc, _, err = run_cli(["train", "--data", str(tmp_path / "d.csv"), *args, "--epochs", "1", "--ensemble", "2",
+                          "--out", str(tmp_path / "ens"), "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    ens = json.loads((tmp_path / "ens" / "ensemble.json").read_text())
+    for member in ("member0", "member1"):
+        rc, out, err = run_cli(["evaluate", "--checkpoint", str(tmp_path / "ens" / member), "--split", "all",
+                                "--cache-dir", str(tmp_path / "c")], capsys)
+        assert rc == 0, err
+        m = json.loads((tmp_path / "ens" / member / "metrics.json").read_text())
+        assert json.loads(out)["test"] == pytest.approx(m["test"], rel=1e-5), member
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(tmp_path / "ens"), "--cache-dir", str(tmp_path / "c")],
+                           capsys)
+    assert rc == 0, err
+    assert json.loads(out)["test"] == pytest.approx(ens["test"], rel=1e-5)

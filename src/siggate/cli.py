@@ -105,7 +105,11 @@ def cmd_train(args) -> int:
     if args.ddp:
         if args.device != "cpu":
             raise CLIError("--device with --ddp: torchrun gives each rank its device (nccl on GPU); drop --device")
-        return _train_ddp(cfg, args)
+        ddp_out = resume if resume is not None else (Path(args.out) if args.out else None)
+        if ddp_out is None:
+            raise CLIError("--ddp needs --out DIR (or --resume RUN): every rank must write to the same folder, "
+                           "so it cannot be a default name that the ranks pick one by one")
+        return _train_ddp(cfg, args, ddp_out, resume is not None)
     device = check_device(args.device)
     out = resume if resume is not None else default_out_dir(cfg, args.out)
     check_out_dir(out, resume=resume is not None, overwrite=args.overwrite)
@@ -226,7 +230,7 @@ def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> N
         rundir.clear_run(out)
 
 
-def _train_ddp(cfg, args) -> int:
+def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
     """``siggate train --ddp``: join the torchrun process group and run
     :func:`siggate.train.loop.train` on it. Only rank 0 prints, logs and writes files."""
     import torch.distributed as dist
@@ -240,14 +244,16 @@ def _train_ddp(cfg, args) -> int:
         print(f"siggate train: error: {exc}", file=sys.stderr)
         return 2
     try:
-        out = default_out_dir(cfg, args.out)
+        if ctx.is_main:  # rank 0 alone checks (and with --overwrite clears) the folder; the others wait
+            check_out_dir(out, resume=resume, overwrite=args.overwrite)
+        ctx.barrier()
         if ctx.is_main:
             print(f"siggate train --ddp: world_size={ctx.world_size} device={ctx.device} dataset={cfg.data.name} "
                   f"{_attention(cfg)} global_batch={cfg.train.batch_size} epochs={cfg.train.epochs} "
                   f"seed={cfg.train.seed} -> {out}", flush=True)
         else:
             logging.getLogger("siggate").setLevel(logging.WARNING)
-        m = train(cfg, out, resume=args.resume, progress=ctx.is_main and progress_enabled(args), dist=ctx)
+        m = train(cfg, out, resume=resume, progress=ctx.is_main and progress_enabled(args), dist=ctx)
         if ctx.is_main:
             print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params",
                                                 "seconds", "world_size")}, indent=2))
@@ -320,16 +326,31 @@ def cmd_predict(args) -> int:
 def cmd_pretrain(args) -> int:
     from .train.pretrain import pretrain
 
+    check_out_folder(args.out, "the pretraining")
+    if args.molecules < 1 or args.epochs < 1:
+        raise CLIError("--molecules and --epochs must be at least 1")
     source = args.smiles
     if source == "moses":
         from .data.corpus import moses_train_path
 
         source = moses_train_path()
+    elif not Path(source).is_file():
+        raise CLIError(f"--smiles {source}: no such file; give a CSV or .smi file, or 'moses'")
+    overrides = [*args.overrides, *([f"train.threads={args.threads}"] if args.threads else [])]
     print(f"siggate pretrain: {args.molecules} molecules of {source}, {args.epochs} epochs, "
           f"config {args.config or 'csv'} -> {args.out}", flush=True)
-    rec = pretrain(source, args.out, molecules=args.molecules, epochs=args.epochs, seed=args.seed, config=args.config,
-                   overrides=args.overrides, data_root=args.data_root, exclude_files=args.exclude,
-                   smiles_col=args.smiles_col, resume=args.resume, progress=progress_enabled(args))
+    try:
+        rec = pretrain(source, args.out, molecules=args.molecules, epochs=args.epochs, seed=args.seed,
+                       config=args.config, overrides=overrides, data_root=args.data_root, exclude_files=args.exclude,
+                       smiles_col=args.smiles_col, resume=args.resume, progress=progress_enabled(args))
+    except KeyboardInterrupt:
+        print(f"siggate pretrain: interrupted; resume with: siggate pretrain --smiles {args.smiles} --out "
+              f"{args.out} --resume (and the same options)", file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as exc:  # an unreadable corpus or exclude file: name it, no traceback
+        if type(exc).__name__ in ("ConfigError", "DataError"):
+            raise
+        raise CLIError(str(exc)) from None
     print(json.dumps({k: rec[k] for k in ("corpus_molecules", "removed_test_molecules", "best_epoch", "val_mae",
                                           "train_seconds")}, indent=2))
     print(f"fine-tune with: siggate train --data FILE.csv --target-col COL --init {Path(args.out) / 'pretrained.pt'}")
@@ -471,7 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: the commands whose ``--threads`` :func:`main` applies (compare and analyze apply their own)
-THREADED = ("train", "evaluate", "predict", "data")
+THREADED = ("train", "evaluate", "predict", "data", "pretrain")
 
 
 def _user_errors() -> tuple:

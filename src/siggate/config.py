@@ -597,7 +597,9 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
         raise ConfigError(
             f"{path}: a config must be a mapping with sections data/model/train, got {type(raw).__name__}"
         )
-    raw.pop("_meta", None)  # written by siggate train next to the config (version, commit, task)
+    meta = raw.pop("_meta", None)  # written by siggate train next to the config (version, commit, task)
+    if isinstance(meta, dict):  # a run's config as the user gave it (older runs saved resolved values in it)
+        raw = split_resolved(raw, meta.get("resolved"))[0]
     raw = upgrade_config_dict(_nest_flat_attention_keys(raw, warn=True))  # a file's flat keys are named
     for item in overrides or []:
         parts, value = parse_override(item)  # section.key or, nested, model.attention.performer.num_features

@@ -116,13 +116,26 @@ def set_keys(args) -> set[str]:
     return {".".join(parse_override(item)[0]) for item in args.overrides}
 
 
+def _file_sets(name_or_path: str | None, section: str, key: str) -> bool:
+    """Whether the config file itself (built-in or a path) writes ``section.key``."""
+    import yaml
+
+    from .config import resolve_config_path
+
+    try:
+        raw = yaml.safe_load(resolve_config_path(name_or_path or "nci5k").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return False  # load_config has already named what is wrong with the file
+    return isinstance(raw, dict) and isinstance(raw.get(section), dict) and key in raw[section]
+
+
 def config_from_args(args):
     """Resolve the config from ``--config``/``--set`` and the shortcut flags; validated.
 
     ``--epochs``/``--budget`` N scale the config's warmup to ``round(warmup * N / epochs)``
     (unless ``--set train.warmup_epochs`` gives it); the warmup starts at :data:`WARMUP_START`
     of the base learning rate, or at GraphGPS's 0 with ``--budget`` (unless ``--set
-    train.warmup_start`` gives it). A warmup that leaves no epoch after it is refused.
+    train.warmup_start`` or the config file gives it). A warmup that leaves no epoch after it is refused.
     """
     overrides = list(args.overrides)
     if args.seed is not None:
@@ -161,7 +174,8 @@ def config_from_args(args):
         cfg.data.sep = sep
     given = set_keys(args)
     t = cfg.train
-    if "train.warmup_start" not in given:
+    if "train.warmup_start" not in given and not _file_sets(args.config or ("csv" if args.data else None),
+                                                            "train", "warmup_start"):
         t.warmup_start = 0.0 if args.budget is not None else WARMUP_START
     if epochs is not None:
         if epochs < 1:

@@ -54,7 +54,7 @@ def read_smiles(path: str | Path, smiles_col: str | None = None) -> list[str]:
             header = next(reader, [])
             col = smiles_col or next((c for c in _SMILES_NAMES if c in header), None)
             if col is None or col not in header:
-                raise ValueError(f"{path}: no SMILES column {'named ' + repr(col) if col else ''} among "
+                raise ValueError(f"{path}: no SMILES column{' named ' + repr(col) if col else ''} among "
                                  f"{header[:10]}; name it with --smiles-col")
             j = header.index(col)
             return [row[j].strip() for row in reader if len(row) > j and row[j].strip()]
@@ -109,9 +109,11 @@ def _molhiv_test(root: Path) -> list[str]:
 
 
 def _nci5k_test(root: Path | None) -> list[str]:
+    """The test molecules of every split NCI-5K offers (``data.split``), not only its default."""
+    from ..options import SPLITS
     from .nci5k import load_nci5k
 
-    return [g.smiles for g in load_nci5k().splits["test"]]
+    return sorted({g.smiles for split in SPLITS for g in load_nci5k(split=split).splits["test"]})
 
 
 def _moleculeace_test(root: Path | None) -> list[str]:

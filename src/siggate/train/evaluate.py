@@ -37,6 +37,22 @@ class EvaluationError(ValueError):
     """A run, ensemble or file that cannot be scored as asked (the message says how to fix it)."""
 
 
+def _ensemble_split_seed(checkpoint) -> int | None:
+    """The seed an ensemble's shared split was drawn with (its first member's, ``ensemble.json``'s
+    first seed), when ``checkpoint`` is an ensemble folder or one of its members; else None."""
+    import json
+
+    path = Path(checkpoint)
+    for folder in (path, path.parent, path.parent.parent):
+        f = folder / "ensemble.json"
+        if f.is_file():
+            try:
+                return int(json.loads(f.read_text())["seeds"][0])
+            except (ValueError, KeyError, IndexError, TypeError):
+                return None
+    return None
+
+
 def _members(checkpoint, device: str) -> tuple[list, object, TaskInfo, list[dict]]:
     """``(members, cfg, info, ckpts)``: ``(model, target_mean, target_std)`` per member on
     ``device``, the shared config and task, and each member's checkpoint dict."""
@@ -52,7 +68,8 @@ def _members(checkpoint, device: str) -> tuple[list, object, TaskInfo, list[dict
         model, ckpt, c, i = load_trained(path)
         if cfg is not None and (c.model != cfg.model or i != info):
             raise EvaluationError(f"{path}: this ensemble member has another model or task than {paths[0]}")
-        cfg, info = c, i
+        if cfg is None:
+            cfg, info = c, i  # the first member's config: an ensemble's data were split with its seed
         members.append((model.to(device), ckpt["target_mean"], ckpt["target_std"]))
         ckpts.append(ckpt)
     return members, cfg, info, ckpts
@@ -207,6 +224,9 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smil
         cfg.data.root = data_root
     if cache_dir:
         cfg.data.cache_dir = cache_dir
+    split_seed = _ensemble_split_seed(checkpoint)
+    if split_seed is not None:  # a member of an ensemble: its data were split with the ensemble's first seed
+        cfg.train.seed = split_seed
     if cfg.data.name == "csv":
         cfg.data.csv = str(stored_csv(cfg, ckpts[0], allow_changed))
         res["data_file"] = cfg.data.csv

@@ -39,7 +39,7 @@ CLIP_Z = 6.0
 SPLIT_FRAC = (0.98, 0.01, 0.01)  # train / val / test; val and test get at least one molecule each
 MIN_MOLECULES = 10
 FORMAT = "siggate-pretrained-1"
-CORPUS_VERSION = 1
+CORPUS_VERSION = 2  # 2: val and test are fixed counts of a seeded permutation (1: a seeded draw per row)
 
 
 
@@ -122,7 +122,7 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
     source = Path(source)
     src_sha = file_digest(source)
     want = {"version": CORPUS_VERSION, "source_sha256": src_sha, "molecules": molecules, "seed": seed,
-            "exclude_files": sorted(map(str, exclude_files))}
+            "exclude_files": sorted(f"{f}:{file_digest(f)}" for f in exclude_files)}
     meta_path, csv_path = out / "meta.json", out / "corpus.csv"
     if meta_path.is_file() and csv_path.is_file():
         meta = json.loads(meta_path.read_text())
