@@ -327,3 +327,18 @@ def test_unwritable_out_is_one_line_in_every_command(tmp_path, capsys, monkeypat
 def test_out_under_sys_is_refused(capsys):
     rc, _, err = run_cli(["train", "--epochs", "1", "--out", "/sys/siggate-run"], capsys)
     assert rc == 2 and "/sys" in _one_line(err) and "choose a folder you can write to" in err
+
+
+def test_no_epoch_of_the_whole_schedule_trains_below_the_start():
+    """The cosine tail stops at ``start`` too (1% for siggate train); ``start=0`` (--budget, the
+    published protocol) decays to 0 as GraphGPS's does."""
+    import math
+
+    from siggate.train.schedule import warmup_cosine_factor
+
+    total, warmup = 150, 3
+    tail = [warmup_cosine_factor(e, warmup, total, 0.01) for e in range(total)]
+    assert min(tail) == pytest.approx(0.01) and tail[-1] == pytest.approx(0.01)
+    graphgps = [warmup_cosine_factor(e, warmup, total) for e in range(warmup, total)]
+    assert graphgps == [0.5 * (1 + math.cos(math.pi * (e - warmup) / (total - warmup))) for e in range(warmup, total)]
+    assert graphgps[-1] < 0.001
