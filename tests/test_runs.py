@@ -340,5 +340,6 @@ def test_no_epoch_of_the_whole_schedule_trains_below_the_start():
     tail = [warmup_cosine_factor(e, warmup, total, 0.01) for e in range(total)]
     assert min(tail) == pytest.approx(0.01) and tail[-1] == pytest.approx(0.01)
     graphgps = [warmup_cosine_factor(e, warmup, total) for e in range(warmup, total)]
-    assert graphgps == [0.5 * (1 + math.cos(math.pi * (e - warmup) / (total - warmup))) for e in range(warmup, total)]
+    assert graphgps == pytest.approx([0.5 * (1 + math.cos(math.pi * (e - warmup) / (total - warmup)))
+                                      for e in range(warmup, total)], rel=1e-12, abs=1e-15)
     assert graphgps[-1] < 0.001
