@@ -342,7 +342,8 @@ def cmd_pretrain(args) -> int:
     try:
         rec = pretrain(source, args.out, molecules=args.molecules, epochs=args.epochs, seed=args.seed,
                        config=args.config, overrides=overrides, data_root=args.data_root, exclude_files=args.exclude,
-                       smiles_col=args.smiles_col, resume=args.resume, progress=progress_enabled(args))
+                       smiles_col=args.smiles_col, resume=args.resume, progress=progress_enabled(args),
+                       device=check_device(args.device))
     except KeyboardInterrupt:
         print(f"siggate pretrain: interrupted; resume with: siggate pretrain --smiles {args.smiles} --out "
               f"{args.out} --resume (and the same options)", file=sys.stderr)
@@ -470,6 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root", default=None, help="benchmark data root, for the ZINC and molhiv test sets")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     add_threads_flag(p, default=1, default_text="1")
+    add_device_flag(p)
     add_progress_flag(p)
     p.set_defaults(func=cmd_pretrain)
 

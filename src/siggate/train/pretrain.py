@@ -203,7 +203,8 @@ def export_pretrained(run_dir: Path, dest: Path, corpus: dict, extra: dict | Non
 
 def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epochs: int = 20, seed: int = 0,
              config: str | None = None, overrides: list[str] = (), data_root=None, exclude_files: list[str] = (),
-             smiles_col: str | None = None, resume: bool = False, progress: bool = True, test_sets=None) -> dict:
+             smiles_col: str | None = None, resume: bool = False, progress: bool = True, test_sets=None,
+             device: str = "cpu") -> dict:
     """Corpus, training and export (module docstring); returns the export's ``pretraining`` record."""
     from .loop import train
 
@@ -216,5 +217,10 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
     cfg = pretrain_config(config, out / "corpus" / "corpus.csv", corpus["descriptors"], epochs, seed, overrides,
                           cache_dir=str(out / "cache"))
     t0 = time.time()
-    train(cfg, model_dir, resume=resume and (model_dir / "last.pt").exists(), progress=progress)
+    import torch
+
+    from .distributed import DistContext
+
+    train(cfg, model_dir, resume=resume and (model_dir / "last.pt").exists(), progress=progress,
+          dist=DistContext(device=torch.device(device)))
     return export_pretrained(model_dir, out / "pretrained.pt", corpus, {"wall_seconds_this_call": round(time.time() - t0)})
