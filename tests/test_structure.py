@@ -105,6 +105,7 @@ def _package(module: str) -> str:
 FORBIDDEN = {
     "data": ("train", "analysis", "perf", "siggate.cli", "nn"),
     "nn": ("train", "analysis", "perf", "siggate.cli", "data"),
+    "predictors": ("train", "analysis", "perf", "siggate.cli", "nn"),
     "train": ("analysis", "perf", "siggate.cli"),
     "analysis": ("siggate.cli",),
     "perf": ("analysis", "siggate.cli"),

@@ -1,0 +1,152 @@
+"""The one interface shared by every model a run can hold, and its safe storage.
+
+A *predictor* is a GNN run (``siggate.train``'s GNN member), a fingerprint kernel or tree model,
+or a weighted combination of predictors. It follows scikit-learn's conventions where they fit
+(the constructor only stores options; :meth:`Predictor.fit` learns and returns ``self``), but its
+data is siggate's: a :class:`~siggate.data.base.GraphDataset` to learn from, and a list of PyG
+``Data`` graphs (each with ``smiles`` where the member reads SMILES) to predict.
+
+Contract of a predictor ``p``:
+
+* ``p.kind`` (class attribute): its name in the folder's ``predictor.json``; :func:`read_manifest`
+  tells a loader which class to build.
+* ``p.info``: the :class:`~siggate.data.base.TaskInfo` it predicts (targets, task type).
+* ``p.fit(ds)``: learn from ``ds.train``. ``ds.val`` may choose among options (early stopping,
+  a hyperparameter grid, combination weights); ``ds.test`` is never read. Returns ``p``.
+* ``p.predict(graphs)``: a :class:`Prediction` for the graphs, in their order.
+* ``p.save(folder)``: ``folder/predictor.json`` (:func:`write_manifest`: kind, task, options and
+  what was learned that fits in JSON) and plain arrays (:func:`save_arrays`). Nothing is pickled.
+* ``type(p).load(folder)``: the predictor back, equal in its predictions.
+
+Regression predictions are in target units; ``binary``/``multilabel`` predictions are
+probabilities. Missing labels (NaN) are skipped per target when fitting.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Protocol, Sequence, runtime_checkable
+
+from ..files import atomic_write, atomic_write_bytes
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..data.base import GraphDataset, TaskInfo
+
+MANIFEST = "predictor.json"
+#: version of the ``predictor.json`` layout; a newer one is refused by name
+MANIFEST_FORMAT = 1
+
+
+class PredictorFileError(ValueError):
+    """A predictor folder or array file that cannot be loaded (missing, corrupt, unsafe, newer)."""
+
+
+@dataclass
+class Prediction:
+    """What a predictor returns for ``G`` graphs.
+
+    Attributes:
+        mean: ``[G, T]`` float tensor: target units (regression) or probabilities (classification).
+        spread: ``[G, T]`` standard deviation over a combination's members, or ``None`` for a
+            single model.
+    """
+
+    mean: "torch.Tensor"
+    spread: "torch.Tensor | None" = None
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    """See the module docstring for the contract."""
+
+    kind: ClassVar[str]
+    info: "TaskInfo"
+
+    def fit(self, ds: "GraphDataset") -> "Predictor": ...
+
+    def predict(self, graphs: Sequence) -> Prediction: ...
+
+    def save(self, folder: str | Path) -> None: ...
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "Predictor": ...
+
+
+def write_manifest(folder: str | Path, kind: str, info: "TaskInfo", **fields) -> Path:
+    """Write ``folder/predictor.json``: ``format``, ``kind``, ``info`` (the task) and ``fields``
+    (JSON values only), atomically. Returns its path."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"format": MANIFEST_FORMAT, "kind": kind, "info": info.to_dict(), **fields}
+    path = folder / MANIFEST
+    atomic_write_bytes(path, json.dumps(doc, indent=2).encode())
+    return path
+
+
+def read_manifest(folder: str | Path) -> dict:
+    """``folder/predictor.json`` as a dict, checked for ``format`` and ``kind``.
+
+    Raises:
+        PredictorFileError: no manifest, unreadable JSON, or a format newer than this siggate's.
+    """
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        raise PredictorFileError(f"{folder}: no {MANIFEST}; give a run folder written by 'siggate train'")
+    try:
+        doc = json.loads(path.read_text())
+        fmt = int(doc["format"])
+        doc["kind"] = str(doc["kind"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PredictorFileError(f"{path}: not a siggate predictor manifest ({type(exc).__name__}: {exc})") from None
+    if fmt > MANIFEST_FORMAT:
+        raise PredictorFileError(f"{path}: written by a newer siggate (format {fmt}, this one reads {MANIFEST_FORMAT}); "
+                                 "upgrade siggate")
+    return doc
+
+
+def task_info(doc: dict) -> "TaskInfo":
+    """The :class:`TaskInfo` stored in a manifest."""
+    from ..data.base import TaskInfo
+
+    return TaskInfo(**doc["info"])
+
+
+def save_arrays(path: str | Path, arrays: dict) -> None:
+    """Save ``{name: array or tensor}`` (numpy arrays become tensors) with ``torch.save``,
+    atomically; :func:`load_arrays` reads it back with ``weights_only=True``."""
+    import numpy as np
+    import torch
+
+    out = {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
+    atomic_write(Path(path), lambda fh: torch.save(out, fh))
+
+
+def load_arrays(path: str | Path) -> dict:
+    """Load a file written by :func:`save_arrays` (or any ``torch.save`` of tensors and plain
+    containers) with ``weights_only=True``: a file holding other Python objects is refused before
+    anything in it runs.
+
+    Raises:
+        PredictorFileError: missing, truncated or corrupt, or holding objects other than tensors.
+    """
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise PredictorFileError(f"{path}: file not found")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise PredictorFileError(
+            f"refused to load {path}: it holds Python objects other than tensors and plain containers, which could "
+            f"run code when unpickled; siggate never writes such files. Nothing in it was run. "
+            f"({str(exc).splitlines()[0][:200]})") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, KeyError, AttributeError,
+            TypeError, IndexError, UnicodeDecodeError) as exc:
+        raise PredictorFileError(f"cannot read {path}: truncated or corrupt ({type(exc).__name__})") from None
