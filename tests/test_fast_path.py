@@ -166,6 +166,45 @@ def test_inference_fast_equals_readable(kw, groups):
     assert torch.allclose(x1, x2, atol=1e-10, rtol=0)
 
 
+def test_for_inference_folds_again_only_after_a_change():
+    """``for_inference()`` per batch folds once per change of the weights: the same folded
+    layers while nothing changed; new ones, equal to the model in eval, after an optimizer
+    step, a training forward (running statistics), ``load_state_dict`` or a dtype change."""
+    fast, slow = twin_models(gate="elementwise")
+    b = batch()
+    for m in (fast, slow):
+        _random_running_stats(m)
+    fast.eval()
+    first = fast.for_inference()
+    assert all(a is c for a, c in zip(first.layers, fast.for_inference().layers))
+
+    def changed(check_equal=True, layers=(0, 1)):
+        folded = fast.for_inference()
+        assert [i for i, (a, c) in enumerate(zip(first.layers, folded.layers)) if a is not c] == list(layers)
+        if check_equal:
+            slow.load_state_dict(fast.state_dict())
+            slow.eval()
+            with torch.no_grad():
+                assert torch.allclose(folded(b), slow(b), atol=1e-10, rtol=0)
+        return folded
+
+    opt = torch.optim.SGD(fast.parameters(), lr=0.1)
+    fast.train()
+    fast(b).sum().backward()  # a training forward moves the running statistics, the step the weights
+    opt.step()
+    first = changed()
+    with torch.no_grad():
+        fast.layers[0].ff2.weight.mul_(2.0)
+    first = changed(layers=[0])  # layer 1 is unchanged: its folded form is reused
+    fast.load_state_dict({k: v.clone() for k, v in fast.state_dict().items()})
+    first = changed()
+    fast.to(torch.float32)
+    changed(check_equal=False)
+    with torch.inference_mode():  # inference tensors have no version: never reused
+        inf = SigGateGT(2, dim=16, layers=1, heads=4).eval()
+        assert inf.for_inference().layers[0] is not inf.for_inference().layers[0]
+
+
 def test_headwise_gate_with_unaligned_projection():
     """d = 32, H = 4: the projection width 3d + H is not a multiple of d_head (the
     ZINC/Peptides case); the q/k/v columns take the copy path."""

@@ -276,10 +276,17 @@ class GPSLayer(nn.Module):
     def for_inference(self) -> FoldedGPSLayer:
         """This layer in eval with its BatchNorms folded
         (:class:`~siggate.nn.kernels.fused_blocks.FoldedGPSLayer`): equal outputs in eval,
-        inference only, sharing this layer's modules (build it again after they change)."""
+        inference only, sharing this layer's modules. A snapshot: call this again after
+        the weights or statistics change. While the tensors it folds are unchanged
+        (:meth:`FoldedGPSLayer.is_current`) the call returns the one it built last, so
+        ``model.for_inference()(batch)`` for each batch folds once per change of the weights."""
         if self.training:
             self.eval()
-        return FoldedGPSLayer(self)
+        folded = self.__dict__.get("_folded")
+        if folded is None or not folded.is_current(self):
+            folded = FoldedGPSLayer(self)
+            self.__dict__["_folded"] = folded  # a plain attribute: in no state dict, no sub-module
+        return folded
 
     def _drop(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.dropout, self.training) if self.dropout > 0.0 else x

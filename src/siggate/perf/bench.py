@@ -351,8 +351,9 @@ def train_step(model, opt, batch, crit, device, bf16: bool) -> None:
 
 def infer_step(model, batch, device, bf16: bool) -> None:
     """One inference pass; a siggate model runs as its inference transform
-    (``for_inference()``: BatchNorms folded, built from the current weights each time), the
-    same model in float32 (``for_inference`` folds in one dtype, so not under ``--bf16``)."""
+    (``for_inference()``: BatchNorms folded; folded again only when the weights changed, so
+    once per round, after its training steps), the same model in float32
+    (``for_inference`` folds in one dtype, so not under ``--bf16``)."""
     with torch.inference_mode(), _autocast(device, bf16):
         fold = getattr(model, "for_inference", None)
         (fold() if fold is not None and not bf16 else model)(batch)

@@ -125,6 +125,20 @@ def bn_affine(bn: nn.BatchNorm1d) -> tuple[Tensor, Tensor]:
     return s, t
 
 
+def _snapshot_key(layer) -> tuple | None:
+    """The tensors of a GPS layer that :class:`FoldedGPSLayer` snapshots (the norms'
+    parameters and statistics, GINE's last linear, the FFN's second linear), each with its
+    storage and version; ``None`` if one is an inference tensor (it has no version)."""
+    mods = [layer.norm_local, layer.norm_attn, layer.norm_ff, layer.ff2]
+    if hasattr(layer.local, "aggregate"):
+        mods.append(layer.local.mlp[-1])
+    try:
+        return tuple((t, t.data_ptr(), t._version) for m in mods if m is not None
+                     for ts in (m._parameters, m._buffers) for t in ts.values() if t is not None)
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return None
+
+
 class FoldedGPSLayer(nn.Module):
     r"""A trained :class:`~siggate.nn.GPSLayer` for inference, its eval BatchNorms folded
     into the maps before them (built by :meth:`GPSLayer.for_inference`).
@@ -140,6 +154,7 @@ class FoldedGPSLayer(nn.Module):
 
     def __init__(self, layer) -> None:
         super().__init__()
+        self._source = _snapshot_key(layer)
         self.local, self.attn, self.ff1, self.impl = layer.local, layer.attn, layer.ff1, layer.impl
         self.gine = hasattr(layer.local, "aggregate")
         zero = torch.zeros_like(layer.ff2.bias)
@@ -165,7 +180,16 @@ class FoldedGPSLayer(nn.Module):
             self.register_buffer("ff_w", layer.ff2.weight * s[:, None])
             self.register_buffer("ff_b", layer.ff2.bias * s + t)
             self.register_buffer("ff_s", s)
-        self.training = False  # its modules are the layer's, already in eval (no recursion: it is built per call)
+        self.training = False  # its modules are the layer's, already in eval (set directly: no recursion into them)
+
+    def is_current(self, layer) -> bool:
+        """Whether ``layer`` still holds the tensors this snapshot was folded from, unchanged:
+        the same tensors, storages and versions (an optimizer step, new running statistics,
+        ``load_state_dict`` or ``.to()`` each change one). Never for inference tensors,
+        which have no version."""
+        now = _snapshot_key(layer)
+        return (now is not None and self._source is not None and len(now) == len(self._source)
+                and all(a[0] is b[0] and a[1:] == b[1:] for a, b in zip(now, self._source)))
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None = None, layout=None,
                 return_details: bool = False):
