@@ -16,7 +16,7 @@ from torch_geometric.nn import GINEConv
 
 import siggate.nn.kernels.edge_attention as EA
 import siggate.nn.kernels.linear_attention as LA
-from siggate.nn import GatedGPSConv, GPSLayer, SigGateGT
+from siggate.nn import GatedAttentionBase, GatedGPSConv, GPSLayer, SigGateGT
 from siggate.nn.attention_types import ATTENTION_TYPES, make_attention
 from siggate.nn.exphormer import attention_graph, expander_edges
 from siggate.nn.kernels.edge_attention import _PairSoftmax, _row_blocks
@@ -696,9 +696,12 @@ def test_defaults_are_the_same_in_the_config_and_the_constructors():
         params = inspect.signature(ATTENTION_TYPES[kind].__init__).parameters
         for f in dataclasses.fields(options):
             assert params[f.name].default == f.default == getattr(getattr(cfg.attention, kind), f.name), (kind, f)
-    params = inspect.signature(SigGateGT.__init__).parameters
+    # SigGateGT passes its layer options to GPSLayer, which passes the attention's to it
+    params = {}
+    for fn in (GatedAttentionBase.__init__, GPSLayer.__init__, SigGateGT.__init__):
+        params.update(inspect.signature(fn).parameters)
     shared = [f.name for f in dataclasses.fields(ModelConfig) if f.name in params and f.name != "ffn_dim"]
-    assert {"layers", "pe", "pe_steps", "pe_dim", "pool_norm", "attn_dropout"} <= set(shared)
+    assert {"layers", "pe", "pe_steps", "pe_dim", "pool_norm", "attn_dropout", "gate", "heads", "local"} <= set(shared)
     for name in shared:
         assert params[name].default == getattr(cfg, name), name
 

@@ -85,3 +85,91 @@ def test_lappe_deepset_matches_graphgps():
             h = torch.relu(w1 @ torch.stack([vec[i, j], val[i, j]]) + b1)
             want[i] += torch.relu(w2 @ h + b2)
     torch.testing.assert_close(enc(data), want)
+
+
+def _module_signatures() -> dict:
+    """``{qualified name: {parameter: default}}`` of every ``nn.Module`` constructor defined
+    in ``siggate.nn`` and ``siggate.perf``, and of ``make_attention``."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import siggate.nn
+    import siggate.perf
+    from siggate.nn.attention_types import make_attention
+
+    out = {"siggate.nn.attention_types.make_attention": make_attention}
+    for pkg in (siggate.nn, siggate.perf):
+        for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+            mod = importlib.import_module(info.name)
+            for name, obj in vars(mod).items():
+                if (inspect.isclass(obj) and issubclass(obj, nn.Module) and obj.__module__ == mod.__name__
+                        and "__init__" in obj.__dict__):
+                    out[f"{mod.__name__}.{name}"] = obj.__init__
+    return {k: {n: p.default for n, p in inspect.signature(fn).parameters.items()
+                if p.default is not inspect.Parameter.empty} for k, fn in out.items()}
+
+
+#: the same name with another meaning, not a shared option (why, per constructor)
+OTHER_MEANING = {
+    ("layers", "siggate.nn.encoders.LapPEEncoder"): "the layers of LapPE's DeepSet, not GPS layers",
+    ("layers", "siggate.perf.scaling_large.NodeClassifier"): "the --scaling-large benchmark's depth",
+    ("layers", "siggate.perf.scaling_large.PyGPerformerClassifier"): "the --scaling-large benchmark's depth",
+    ("pool_norm", "siggate.perf.bench.PyGReference"): "the resolved divisor (1.0: none), not the config's 0 = unset",
+}
+
+
+def test_shared_defaults_are_written_once():
+    """A default that several signatures share has one value: the options of
+    ``GPSOptions`` have its defaults everywhere (and in ``ModelConfig``); any other name in
+    two constructors has one default; ``GatedGPSConv``'s PyG arguments have PyG's."""
+    import dataclasses
+    import inspect
+
+    from torch_geometric.nn import GPSConv
+
+    from siggate.config import ModelConfig
+    from siggate.options import GPSOptions
+
+    sigs = _module_signatures()
+    pyg = {n: p.default for n, p in inspect.signature(GPSConv.__init__).parameters.items()}
+    ours = "siggate.nn.gps_conv.GatedGPSConv"
+    for name in set(pyg) & set(sigs[ours]):
+        assert sigs[ours][name] == pyg[name], (name, sigs[ours][name], pyg[name])
+    seen: dict = {}
+    for where, defaults in sigs.items():
+        for name, value in defaults.items():
+            if (name, where) in OTHER_MEANING or (where == ours and name in pyg):
+                continue
+            seen.setdefault(name, {})[where] = value
+    options = {f.name: f.default for f in dataclasses.fields(GPSOptions)}
+    counted = {name: len(places) for name, places in seen.items() if name in options}
+    assert counted["heads"] >= 5 and counted["impl"] >= 5 and counted["gate"] >= 2, counted
+    for name, places in seen.items():
+        values = {repr(v) for v in places.values()}
+        expected = {repr(options[name])} if name in options else values
+        assert len(values) == 1 and values == expected, (name, places)
+    cfg = ModelConfig()
+    for name, value in options.items():
+        assert getattr(cfg, name) == value, name
+
+
+def test_layer_options_pass_through_and_misspelt_ones_are_refused():
+    """``SigGateGT`` writes no layer option again: it passes them to every ``GPSLayer``,
+    which passes the attention's on; a name none of them takes fails where it was given."""
+    model = SigGateGT(1, dim=16, layers=2, heads=2, local="gatedgcn", gate="headwise", gate_position="value",
+                      gate_bias_init=1.5, gate_weight_std=0.0, attn_dropout=0.25, dropout=0.1, ffn_dim=24,
+                      attn_type="performer", attn_kwargs={"num_features": 8})
+    for layer in model.layers:
+        a = layer.attn
+        assert (a.heads, a.gate, a.gate_position, a.gate_bias_init, a.gate_weight_std, a.attn_dropout,
+                a.num_features) == (2, "headwise", "value", 1.5, 0.0, 0.25, 8)
+        assert (layer.local_kind, layer.dropout, layer.ff1.out_features) == ("gatedgcn", 0.1, 24)
+    with pytest.raises(TypeError, match="unknown layer option 'gate_bias'; did you mean 'gate_bias_init'"):
+        SigGateGT(1, gate_bias=1.0)
+    from siggate.nn import GatedGPSConv, GPSLayer
+
+    with pytest.raises(TypeError, match="unknown attention option 'gat'; did you mean 'gate'"):
+        GPSLayer(16, 4, gat="none")
+    with pytest.raises(TypeError, match=r"takes \['attn_dropout'\] as attn_kwargs \['dropout'\]"):
+        GatedGPSConv(16, None, heads=4, attn_dropout=0.5)

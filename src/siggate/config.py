@@ -33,6 +33,7 @@ from .options import (
     SPLITS,
     TASK_LOSSES,
     ExphormerOptions,
+    GPSOptions,
     PerformerOptions,
     parse_mol_features,
 )
@@ -78,29 +79,30 @@ class AttentionConfig:
 
 @dataclass
 class ModelConfig:
-    """The model's keys; the defaults are :class:`siggate.nn.SigGateGT`'s (a test keeps
+    """The model's keys; the defaults are :class:`siggate.nn.SigGateGT`'s, those the layers
+    and the attention share read from :class:`siggate.options.GPSOptions` (a test keeps
     them equal)."""
 
     dim: int = 64
     layers: int = 10
-    heads: int = 4
+    heads: int = GPSOptions.heads
     local: str = "gine"
     attn: bool = True
-    gate: str = "elementwise"
-    gate_position: str = "output"
-    gate_bias_init: float = 0.0
-    gate_weight_std: float | None = None   # None: Xavier-uniform gate weights; else N(0, std^2)
+    gate: str = GPSOptions.gate
+    gate_position: str = GPSOptions.gate_position
+    gate_bias_init: float = GPSOptions.gate_bias_init
+    gate_weight_std: float | None = GPSOptions.gate_weight_std  # None: Xavier-uniform gate weights; else N(0, std^2)
     ffn_dim: int = 0                        # FFN hidden width; 0: GraphGPS's 2 * dim
     param_match: str = "none"               # "ffn": ungated control widened to the elementwise gate's size
-    dropout: float = 0.0
-    attn_dropout: float = 0.5
+    dropout: float = GPSOptions.dropout
+    attn_dropout: float = GPSOptions.attn_dropout
     pe: str = "none"
     pe_steps: int = 0
     pe_dim: int = 0
     pooling: str = "add"
     pool_norm: float = 0.0                  # pooling "norm": sum / pool_norm; 0: the training graphs' mean size
     head_layers: int = 3
-    impl: str = "auto"                     # attention implementation (siggate.nn.impl.resolve_impl)
+    impl: str = GPSOptions.impl            # attention implementation (siggate.nn.impl.resolve_impl)
     attn_type: str = "full"                # global attention: full softmax, performer or exphormer
     attention: AttentionConfig = field(default_factory=AttentionConfig)  # the types' own options
     mol_features: str = "none"             # molecule features beside the pooled embedding (siggate.data.molfeatures)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "ATTENTION_OPTIONS",
+    "GPSOptions",
     "ExphormerOptions",
     "FLAT_ATTENTION_KEYS",
     "PerformerOptions",
@@ -48,6 +49,25 @@ ATTN_TYPES = ("full", "performer", "exphormer")
 #: ``model.attention.performer.kernel``: FAVOR+'s positive random features of the softmax kernel, or
 #: PyG ``PerformerAttention``'s ReLU features (:mod:`siggate.nn.performer`).
 PERFORMER_KERNELS = ("softmax", "relu")
+
+
+@dataclass(frozen=True)
+class GPSOptions:
+    """The defaults of the options that the GPS layer, its attention and the model share,
+    written once: the constructors of :mod:`siggate.nn` (``GatedAttentionBase`` and its
+    types, ``make_attention``, ``GPSLayer``, ``SigGateGT``, the gate of ``GatedGPSConv``) and
+    the config's ``model.*`` keys of the same names (:class:`siggate.config.ModelConfig`)
+    take their defaults from here. ``GatedGPSConv``'s PyG arguments (``heads``, ``dropout``
+    and ``attn_kwargs["dropout"]``) keep ``torch_geometric.nn.GPSConv``'s defaults instead."""
+
+    heads: int = 4                   # attention heads H (d_head = d / H)
+    gate: str = "elementwise"        # one of GATE_KINDS
+    gate_position: str = "output"    # one of GATE_POSITIONS
+    gate_bias_init: float = 0.0      # initial gate bias: the gate starts near sigmoid(0) = 0.5
+    gate_weight_std: float | None = None  # gate weights N(0, std^2); None: Xavier-uniform like q, k, v
+    attn_dropout: float = 0.0        # dropout on the attention probabilities
+    dropout: float = 0.0             # dropout after each branch of the layer and in its FFN
+    impl: str = "auto"               # one of ATTN_IMPLS (siggate.nn.impl.resolve_impl)
 
 
 @dataclass(frozen=True)

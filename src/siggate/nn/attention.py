@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..options import ATTN_IMPLS, GATE_KINDS, GATE_POSITIONS  # shared with siggate.config
+from ..options import ATTN_IMPLS, GATE_KINDS, GATE_POSITIONS, GPSOptions  # shared with siggate.config
 from .impl import IMPL_ENV, check_node_impl, resolve_impl  # noqa: F401 (IMPL_ENV, check_node_impl re-exported)
 from .kernels.layout import DenseIndex, PackedLayout
 from .kernels.packed import packed_core
@@ -52,6 +52,9 @@ class GatedAttentionBase(nn.Module):
     projected output. A subclass supplies :meth:`build_layout` (what it needs to know about
     a batch) and :meth:`attention_core` (``(q, k, v) -> o``, all ``[N, H, d_head]``).
     With ``gate="none"`` no gate column or parameter exists.
+
+    The defaults are :class:`siggate.options.GPSOptions`' (the subclasses, the GPS layer and
+    the model pass these arguments down as keywords and write none of them again).
 
     Args:
         dim (int): model width ``d``; must be divisible by ``heads``.
@@ -73,9 +76,10 @@ class GatedAttentionBase(nn.Module):
     #: the name of the type in :data:`siggate.nn.attention_types.ATTENTION_TYPES`
     attn_type = ""
 
-    def __init__(self, dim: int, heads: int = 4, gate: str = "elementwise", gate_position: str = "output",
-                 gate_bias_init: float = 0.0, gate_weight_std: float | None = None, attn_dropout: float = 0.0,
-                 bias: bool = True) -> None:
+    def __init__(self, dim: int, heads: int = GPSOptions.heads, gate: str = GPSOptions.gate,
+                 gate_position: str = GPSOptions.gate_position, gate_bias_init: float = GPSOptions.gate_bias_init,
+                 gate_weight_std: float | None = GPSOptions.gate_weight_std,
+                 attn_dropout: float = GPSOptions.attn_dropout, bias: bool = True) -> None:
         super().__init__()
         if dim % heads != 0:
             raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
@@ -221,21 +225,19 @@ class GatedMultiheadAttention(GatedAttentionBase):
     (https://arxiv.org/abs/2505.06708).
 
     Args:
-        dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout,
-            bias: see :class:`GatedAttentionBase`.
+        dim, heads: see :class:`GatedAttentionBase`.
         impl (str): ``"auto"``, ``"reference"`` (:meth:`reference_core`, spelled out),
             ``"sdpa"`` (``F.scaled_dot_product_attention`` on the padded batch) or
             ``"packed"`` (node rows over a :class:`PackedLayout`,
             :func:`~siggate.nn.kernels.packed.packed_core`); see :func:`resolve_impl`.
             (default: ``"auto"``)
+        **kwargs: the gate, ``attn_dropout`` and ``bias``: see :class:`GatedAttentionBase`.
     """
 
     attn_type = "full"
 
-    def __init__(self, dim: int, heads: int = 4, gate: str = "elementwise", gate_position: str = "output",
-                 gate_bias_init: float = 0.0, gate_weight_std: float | None = None, attn_dropout: float = 0.0,
-                 bias: bool = True, impl: str = "auto") -> None:
-        super().__init__(dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout, bias)
+    def __init__(self, dim: int, heads: int = GPSOptions.heads, impl: str = GPSOptions.impl, **kwargs) -> None:
+        super().__init__(dim, heads, **kwargs)
         if impl not in ATTN_IMPLS:
             raise ValueError(f"impl must be one of {ATTN_IMPLS}, got {impl!r}")
         self.impl = impl

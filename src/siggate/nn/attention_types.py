@@ -23,8 +23,11 @@ exphormer  edges, expander neighbours, self, virtual ``O(E + n degree)``       `
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from typing import Any
 
+from ..options import GPSOptions
 from .attention import GatedAttentionBase, GatedMultiheadAttention
 from .exphormer import GatedExphormerAttention
 from .performer import GatedPerformerAttention
@@ -37,11 +40,12 @@ ATTENTION_TYPES: dict[str, type[GatedAttentionBase]] = {
 
 
 
-def make_attention(attn_type: str, dim: int, heads: int = 4, attn_kwargs: dict[str, Any] | None = None,
+def make_attention(attn_type: str, dim: int, heads: int = GPSOptions.heads, attn_kwargs: dict[str, Any] | None = None,
                    **kwargs) -> GatedAttentionBase:
     """``ATTENTION_TYPES[attn_type](dim, heads, **kwargs, **attn_kwargs)``; ``kwargs`` are
-    the shared arguments (gate, dropout, ``impl``), ``attn_kwargs`` the type's own.
-    Unknown names and keys are refused with the allowed ones."""
+    the shared arguments (:func:`shared_options`: the gate, ``attn_dropout``, ``bias``,
+    ``impl``), ``attn_kwargs`` the type's own (:func:`type_options`). Unknown names and keys
+    are refused with the allowed ones."""
     if attn_type not in ATTENTION_TYPES:
         raise ValueError(f"attn_type must be one of {tuple(ATTENTION_TYPES)}, got {attn_type!r}")
     cls = ATTENTION_TYPES[attn_type]
@@ -50,16 +54,43 @@ def make_attention(attn_type: str, dim: int, heads: int = 4, attn_kwargs: dict[s
     unknown = sorted(set(attn_kwargs) - set(own))
     if unknown:
         raise ValueError(f"attn_kwargs {unknown} are not options of attn_type {attn_type!r} (its options: {own})")
+    check_shared_options(kwargs)
     return cls(dim, heads, **kwargs, **attn_kwargs)
+
+
+def params(fn) -> list[str]:
+    """The named parameters of ``fn`` after ``self`` (no ``*args``/``**kwargs``)."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [n for n, p in inspect.signature(fn).parameters.items() if p.kind in kinds and n != "self"]
+
+
+def shared_options() -> list[str]:
+    """The keyword arguments every attention type takes besides ``dim`` and ``heads``:
+    :class:`GatedAttentionBase`'s (the gate, ``attn_dropout``, ``bias``) and ``impl``."""
+    return [n for n in params(GatedAttentionBase.__init__) if n not in ("dim", "heads")] + ["impl"]
+
+
+def check_shared_options(kwargs: dict) -> None:
+    """Refuse a keyword that is no shared attention option (:func:`shared_options`); a
+    layer forwarding ``**kwargs`` to its attention calls this first, so that a misspelt
+    option fails where it was given."""
+    check_options(kwargs, shared_options(), "attention option")
+
+
+def check_options(kwargs: dict, allowed: list[str], what: str) -> None:
+    """``TypeError`` for the first key of ``kwargs`` not in ``allowed``, naming the closest
+    and all of them."""
+    for key in kwargs:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"unknown {what} {key!r}{hint} (the options: {', '.join(allowed)})")
 
 
 def type_options(attn_type: str) -> list[str]:
     """The constructor arguments an attention type adds to the shared ones."""
-    import inspect
-
-    shared = set(inspect.signature(GatedAttentionBase.__init__).parameters) | {"impl"}
-    params = inspect.signature(ATTENTION_TYPES[attn_type].__init__).parameters
-    return [p for p in params if p not in shared]
+    shared = {"dim", "heads", *shared_options()}
+    return [p for p in params(ATTENTION_TYPES[attn_type].__init__) if p not in shared]
 
 
 def attn_kwargs_from_config(cfg: dict) -> dict[str, Any]:

@@ -58,7 +58,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from ..options import ExphormerOptions
+from ..options import ExphormerOptions, GPSOptions
 from .attention import GatedAttentionBase, check_node_impl
 from .kernels.edge_attention import sparse_attention_fast
 from .kernels.layout import GraphSegments, batch_vector, dropout_keep, seeded_generator, segment_amax
@@ -203,10 +203,7 @@ class GatedExphormerAttention(GatedAttentionBase):
     r"""Gated multi-head Exphormer attention on node rows; see the module docstring.
 
     Args:
-        dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout,
-            bias: see :class:`~siggate.nn.attention.GatedAttentionBase` (``attn_dropout``
-            drops attention probabilities of edges and virtual nodes; ``bias`` is also the
-            edge projection's).
+        dim, heads: see :class:`~siggate.nn.attention.GatedAttentionBase`.
         impl (str): ``"auto"``/``"packed"`` (the fast path,
             :mod:`siggate.nn.kernels.edge_attention`) or ``"reference"``
             (:func:`sparse_attention` spelled out). (default: ``"auto"``)
@@ -214,6 +211,9 @@ class GatedExphormerAttention(GatedAttentionBase):
             Exphormer's ``exp_deg``, the number of permutations); ``0``: none. (default: ``6``)
         num_virtual_nodes (int): virtual nodes per graph; ``0``: none. (default: ``1``)
         expander_seed (int): seed of the expanders. (default: ``0``)
+        **kwargs: the gate, ``attn_dropout`` and ``bias``: see
+            :class:`~siggate.nn.attention.GatedAttentionBase` (``attn_dropout`` drops attention
+            probabilities of edges and virtual nodes; ``bias`` is also the edge projection's).
 
     Shapes: ``x [N, d]``, ``edge_index [2, E]``, ``edge_attr [E, d]`` (optional),
     ``batch [N]`` -> ``[N, d]``.
@@ -224,19 +224,14 @@ class GatedExphormerAttention(GatedAttentionBase):
     def __init__(
         self,
         dim: int,
-        heads: int = 4,
-        gate: str = "elementwise",
-        gate_position: str = "output",
-        gate_bias_init: float = 0.0,
-        gate_weight_std: float | None = None,
-        attn_dropout: float = 0.0,
-        bias: bool = True,
-        impl: str = "auto",
+        heads: int = GPSOptions.heads,
+        impl: str = GPSOptions.impl,
         expander_degree_total: int = ExphormerOptions.expander_degree_total,
         num_virtual_nodes: int = ExphormerOptions.num_virtual_nodes,
         expander_seed: int = ExphormerOptions.expander_seed,
+        **kwargs,
     ) -> None:
-        super().__init__(dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout, bias)
+        super().__init__(dim, heads, **kwargs)
         check_node_impl(impl)
         if expander_degree_total < 0 or expander_degree_total % 2:
             raise ValueError(f"expander_degree_total must be even and >= 0, got {expander_degree_total}")
@@ -247,7 +242,7 @@ class GatedExphormerAttention(GatedAttentionBase):
         self.num_virtual_nodes = num_virtual_nodes
         self.expander_seed = expander_seed
         self.virtual = nn.Parameter(torch.empty(num_virtual_nodes, dim)) if num_virtual_nodes else None
-        self.edge_proj = nn.Linear(dim, dim, bias=bias)  # Exphormer's E
+        self.edge_proj = nn.Linear(dim, dim, bias=self.in_proj.bias is not None)  # Exphormer's E (biased as the projections)
         #: edge vectors of graph edges without edge_attr (0), expander edges (1), self-loops (2)
         self.edge_vectors = nn.Parameter(torch.empty(3, dim))
         self.virtual_edges_in = nn.Parameter(torch.empty(num_virtual_nodes, dim)) if num_virtual_nodes else None

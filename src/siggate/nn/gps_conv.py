@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torch_geometric.nn.inits import reset
 from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
 
-from .attention_types import ATTENTION_TYPES, make_attention, type_options
+from .attention_types import ATTENTION_TYPES, check_shared_options, make_attention, type_options
 from .kernels.layout import batch_vector
 from .layer import gps_update
 
@@ -62,12 +62,18 @@ class GatedGPSConv(nn.Module):
             ``"relu"``, PyG's ``PerformerAttention`` kernel; a module is refused),
             ``expander_degree_total``, ``num_virtual_nodes``, ``expander_seed``
             (``"exphormer"``). (default: ``None``)
-        gate (str): ``"none"``, ``"headwise"`` or ``"elementwise"``. (default: ``"elementwise"``)
-        gate_position (str): ``"output"``, ``"value"`` or ``"post"``. (default: ``"output"``)
-        gate_bias_init (float): initial gate bias; the gate starts near
-            ``sigmoid(gate_bias_init)`` (0.5 by default). (default: ``0.0``)
-        impl (str): attention implementation; see
-            :func:`~siggate.nn.impl.resolve_impl`. (default: ``"auto"``)
+        **attention_options: the gate and the implementation, passed to the attention:
+            ``gate`` (``"none"``, ``"headwise"`` or ``"elementwise"``), ``gate_position``
+            (``"output"``, ``"value"`` or ``"post"``), ``gate_bias_init`` (the gate starts
+            near ``sigmoid(gate_bias_init)``), ``gate_weight_std``, ``impl``
+            (:func:`~siggate.nn.impl.resolve_impl`); see
+            :class:`~siggate.nn.attention.GatedAttentionBase`. Defaults:
+            :class:`siggate.options.GPSOptions` (the elementwise gate at the output, starting
+            at 0.5). The attention dropout and bias are ``attn_kwargs``' ``dropout`` and
+            ``bias``, as in ``GPSConv``.
+
+    ``heads``, ``dropout`` and ``attn_kwargs["dropout"]`` default to ``GPSConv``'s ``1``,
+    ``0.0`` and ``0.0`` (PyG's, not :class:`~siggate.options.GPSOptions`' 4 heads).
 
     Shapes:
         ``x [N, c]``, ``edge_index [2, E]``, ``batch [N]`` (optional) -> ``[N, c]``.
@@ -85,16 +91,18 @@ class GatedGPSConv(nn.Module):
         norm_kwargs: dict[str, Any] | None = None,
         attn_type: str = "multihead",
         attn_kwargs: dict[str, Any] | None = None,
-        gate: str = "elementwise",
-        gate_position: str = "output",
-        gate_bias_init: float = 0.0,
-        impl: str = "auto",
+        **attention_options,
     ) -> None:
         super().__init__()
         kind = PYG_ATTN_TYPES.get(attn_type, attn_type)
         if kind not in ATTENTION_TYPES:
             raise ValueError(f"attn_type {attn_type!r} is not supported by GatedGPSConv "
                              f"(supported: {sorted(set(PYG_ATTN_TYPES) | set(ATTENTION_TYPES))})")
+        given = sorted(set(attention_options) & set(SHARED_KWARGS.values()))
+        if given:
+            raise TypeError(f"GatedGPSConv takes {given} as attn_kwargs "
+                            f"{[k for k, v in SHARED_KWARGS.items() if v in given]}, as PyG's GPSConv")
+        check_shared_options(attention_options)
         own = dict(attn_kwargs or {})
         shared = {SHARED_KWARGS[k]: own.pop(k) for k in list(own) if k in SHARED_KWARGS}
         unknown = sorted(set(own) - set(type_options(kind)))
@@ -106,8 +114,7 @@ class GatedGPSConv(nn.Module):
         self.heads = heads
         self.dropout = dropout
         self.attn_type = attn_type
-        self.attn = make_attention(kind, channels, heads, own, gate=gate, gate_position=gate_position,
-                                   gate_bias_init=gate_bias_init, impl=impl, **shared)
+        self.attn = make_attention(kind, channels, heads, own, **attention_options, **shared)
         self.mlp = nn.Sequential(
             nn.Linear(channels, channels * 2),
             activation_resolver(act, **(act_kwargs or {})),

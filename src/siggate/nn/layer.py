@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..options import GPSOptions
 from .attention import ATTN_IMPLS
-from .attention_types import make_attention
+from .attention_types import check_shared_options, make_attention, params, shared_options
 from .kernels.fused_blocks import FoldedGPSLayer, GINEResidual, MLPResidual
 from .kernels.layout import DenseIndex, batch_vector  # noqa: F401 (DenseIndex re-exported: siggate.nn.layer.DenseIndex)
 
@@ -151,18 +152,11 @@ class GPSLayer(nn.Module):
         heads (int): attention heads. (default: ``4``)
         local (str): ``"gine"``, ``"gatedgcn"`` or ``"none"``. (default: ``"gine"``)
         attn (bool): use the global attention branch. (default: ``True``)
-        gate (str): ``"none"``, ``"headwise"`` or ``"elementwise"``; see
-            :class:`GatedMultiheadAttention`. (default: ``"elementwise"``)
-        gate_position (str): ``"output"``, ``"value"`` or ``"post"``. (default: ``"output"``)
-        gate_bias_init (float): initial gate bias. (default: ``0.0``)
         dropout (float): dropout after each branch and in the FFN. (default: ``0.0``)
-        attn_dropout (float): dropout on attention probabilities. (default: ``0.0``)
         impl (str): ``"auto"``, ``"reference"``, ``"sdpa"`` or ``"packed"``, used when the
             layer builds its own layout; see :func:`~siggate.nn.impl.resolve_impl`.
             On ``"packed"`` (what ``"auto"`` runs) the GINE and FFN blocks also run fused
             (:meth:`_fused`). (default: ``"auto"``)
-        gate_weight_std (float, optional): std of the gate weights' normal initialisation;
-            ``None`` for Xavier-uniform. (default: ``None``)
         ffn_dim (int, optional): hidden width of the feed-forward block; ``None`` for
             GraphGPS's ``2 * dim``. (default: ``None``)
         attn_type (str): the global attention, ``"full"``, ``"performer"`` or
@@ -170,6 +164,13 @@ class GPSLayer(nn.Module):
             same way. (default: ``"full"``)
         attn_kwargs (dict, optional): the type's own options, e.g.
             ``{"num_features": 64}`` for ``"performer"``. (default: ``None``)
+        **attention_options: the attention's shared options, passed to it as given:
+            ``gate``, ``gate_position``, ``gate_bias_init``, ``gate_weight_std``,
+            ``attn_dropout``, ``bias`` (:class:`~siggate.nn.attention.GatedAttentionBase`;
+            defaults :class:`siggate.options.GPSOptions`, ``gate="elementwise"``). A name
+            that is none of them is refused here.
+
+    The defaults of ``heads``, ``dropout`` and ``impl`` are :class:`siggate.options.GPSOptions`'.
 
     Shapes:
         ``x [N, d]``, ``edge_index [2, E]``, ``edge_attr [E, d]``, ``batch [N]`` ->
@@ -179,19 +180,15 @@ class GPSLayer(nn.Module):
     def __init__(
         self,
         dim: int,
-        heads: int = 4,
+        heads: int = GPSOptions.heads,
         local: str = "gine",
         attn: bool = True,
-        gate: str = "elementwise",
-        gate_position: str = "output",
-        gate_bias_init: float = 0.0,
-        dropout: float = 0.0,
-        attn_dropout: float = 0.0,
-        impl: str = "auto",
-        gate_weight_std: float | None = None,
+        dropout: float = GPSOptions.dropout,
+        impl: str = GPSOptions.impl,
         ffn_dim: int | None = None,
         attn_type: str = "full",
         attn_kwargs: dict | None = None,
+        **attention_options,
     ) -> None:
         super().__init__()
         if local != "none" and local not in LOCAL_MODELS:
@@ -206,20 +203,21 @@ class GPSLayer(nn.Module):
         self.impl = impl
         self.local = None if local == "none" else LOCAL_MODELS[local](dim, dropout=dropout)
         self.norm_local = nn.BatchNorm1d(dim) if self.local is not None else None
-        self.attn = (
-            make_attention(
-                attn_type, dim, heads, attn_kwargs, gate=gate, gate_position=gate_position,
-                gate_bias_init=gate_bias_init, gate_weight_std=gate_weight_std, attn_dropout=attn_dropout, impl=impl,
-            )
-            if attn
-            else None
-        )
+        check_shared_options(attention_options)
+        self.attn = make_attention(attn_type, dim, heads, attn_kwargs, impl=impl, **attention_options) if attn else None
         self.norm_attn = nn.BatchNorm1d(dim) if attn else None
         ffn_dim = 2 * dim if ffn_dim is None else ffn_dim
         self.ff1 = nn.Linear(dim, ffn_dim)
         self.ff2 = nn.Linear(ffn_dim, dim)
         self.norm_ff = nn.BatchNorm1d(dim)
         self.reset_parameters()
+
+    @staticmethod
+    def options() -> list[str]:
+        """The keywords a layer takes besides ``dim`` and ``impl`` (what a model may pass
+        down): its own arguments and the attention's shared options."""
+        return ([n for n in params(GPSLayer.__init__) if n not in ("dim", "impl")]
+                + [n for n in shared_options() if n != "impl"])
 
     def reset_parameters(self, reset_gate: bool = True) -> None:
         if self.local is not None:

@@ -8,9 +8,9 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
-from ..options import POOLING, mol_features_dim  # shared with siggate.config
+from ..options import POOLING, GPSOptions, mol_features_dim  # shared with siggate.config
 from .attention import GatedAttentionBase
-from .attention_types import attn_kwargs_from_config
+from .attention_types import attn_kwargs_from_config, check_options
 from .encoders import NodeEncoder, make_edge_encoder
 from .kernels.layout import DenseIndex, batch_vector
 from .layer import GPSLayer
@@ -107,14 +107,6 @@ class SigGateGT(nn.Module):
         num_tasks (int): outputs per graph (or node) ``T``: targets, or class logits.
         dim (int): hidden width. (default: ``64``)
         layers (int): number of GPS layers. (default: ``10``)
-        heads (int): attention heads. (default: ``4``)
-        local (str): ``"gine"``, ``"gatedgcn"`` or ``"none"``. (default: ``"gine"``)
-        attn (bool): global attention branch on/off. (default: ``True``)
-        gate (str): ``"none"``, ``"headwise"`` or ``"elementwise"``. (default: ``"elementwise"``)
-        gate_position (str): ``"output"``, ``"value"`` or ``"post"``. (default: ``"output"``)
-        gate_bias_init (float): initial gate bias (gate starts near ``sigmoid`` of it). (default: ``0.0``)
-        dropout (float): dropout in the layers. (default: ``0.0``)
-        attn_dropout (float): attention-probability dropout. (default: ``0.5``)
         node_features (str): ``"ogb"``, ``"typed"`` or ``"dense"``. (default: ``"ogb"``)
         num_node_types (int): node types for ``"typed"``. (default: ``0``)
         num_edge_types (int): edge types when ``node_features`` is not ``"ogb"``; a graph
@@ -129,23 +121,23 @@ class SigGateGT(nn.Module):
         head_layers (int): layers of the prediction MLP: per graph halving the width each
             time (GraphGPS ``san_graph``), per node at width ``dim`` with BatchNorm (GraphGPS
             ``inductive_node``); see :func:`mlp_head`. (default: ``3``)
-        impl (str): attention implementation, ``"auto"``, ``"reference"``, ``"sdpa"`` or
-            ``"packed"``; see :func:`~siggate.nn.impl.resolve_impl`. (default: ``"auto"``)
-        gate_weight_std (float, optional): std of the gate weights' normal initialisation;
-            ``None`` for Xavier-uniform. (default: ``None``)
-        ffn_dim (int, optional): hidden width of each layer's feed-forward block; ``None``
-            for GraphGPS's ``2 * dim``. (default: ``None``)
         level (str): ``"graph"`` or ``"node"``. (default: ``"graph"``)
         num_node_features (int): float columns of ``x`` for ``"dense"``. (default: ``0``)
-        attn_type (str): global attention of every layer, ``"full"``, ``"performer"`` or
-            ``"exphormer"`` (:mod:`siggate.nn.attention_types`). (default: ``"full"``)
-        attn_kwargs (dict, optional): the type's own options. (default: ``None``)
         mol_features_dim (int): ``F`` molecule-level features per graph (chemprop's
             ``--features-generators``, :mod:`siggate.data.molfeatures`), read from
             ``data.mol_x [G, F]``, standardized with the buffers ``mol_mean``/``mol_std``
             ``[F]`` (set from the training rows by :meth:`set_mol_feature_scaling`; saved in
             the state dict) and concatenated to the pooled embedding before the head; graph
             level only. ``0``: no features, no buffers. (default: ``0``)
+        impl (str): attention implementation, ``"auto"``, ``"reference"``, ``"sdpa"`` or
+            ``"packed"``, chosen once per forward; see :func:`~siggate.nn.impl.resolve_impl`.
+            (default: ``"auto"``)
+        **layer_options: every layer's options, passed to :class:`GPSLayer` as given (PyG's
+            convention): ``heads``, ``local``, ``attn``, ``dropout``, ``ffn_dim``, ``attn_type``,
+            ``attn_kwargs`` and the attention's ``gate``, ``gate_position``,
+            ``gate_bias_init``, ``gate_weight_std``, ``attn_dropout``; their defaults are
+            :class:`GPSLayer`'s and :class:`siggate.options.GPSOptions`' (4 heads, GINE,
+            attention on, the elementwise gate at the output, no dropout).
 
     Shapes: a PyG ``Batch`` with ``G`` graphs and ``N`` nodes -> ``[G, T]`` (graph level) or
     ``[N, T]`` (node level). Node predictions are equivariant to node permutations and, in
@@ -158,14 +150,6 @@ class SigGateGT(nn.Module):
         num_tasks: int,
         dim: int = 64,
         layers: int = 10,
-        heads: int = 4,
-        local: str = "gine",
-        attn: bool = True,
-        gate: str = "elementwise",
-        gate_position: str = "output",
-        gate_bias_init: float = 0.0,
-        dropout: float = 0.0,
-        attn_dropout: float = 0.5,
         node_features: str = "ogb",
         num_node_types: int = 0,
         num_edge_types: int = 0,
@@ -173,16 +157,13 @@ class SigGateGT(nn.Module):
         pe_steps: int = 0,
         pe_dim: int = 0,
         pooling: str = "add",
+        pool_norm: float = 0.0,
         head_layers: int = 3,
-        impl: str = "auto",
-        gate_weight_std: float | None = None,
-        ffn_dim: int | None = None,
         level: str = "graph",
         num_node_features: int = 0,
-        attn_type: str = "full",
-        attn_kwargs: dict | None = None,
-        pool_norm: float = 0.0,
         mol_features_dim: int = 0,
+        impl: str = GPSOptions.impl,
+        **layer_options,
     ) -> None:
         super().__init__()
         _check_readout(pooling, pool_norm, level, mol_features_dim)
@@ -193,13 +174,8 @@ class SigGateGT(nn.Module):
         self.impl = impl
         self.node_encoder = NodeEncoder(node_features, dim, num_node_types, pe, pe_steps, pe_dim, num_node_features)
         self.edge_encoder = make_edge_encoder(node_features, dim, num_edge_types)
-        self.layers = nn.ModuleList(
-            GPSLayer(dim, heads, local=local, attn=attn, gate=gate, gate_position=gate_position,
-                     gate_bias_init=gate_bias_init, gate_weight_std=gate_weight_std, dropout=dropout,
-                     attn_dropout=attn_dropout, impl=impl, ffn_dim=ffn_dim, attn_type=attn_type,
-                     attn_kwargs=attn_kwargs)
-            for _ in range(layers)
-        )
+        check_options(layer_options, GPSLayer.options(), "layer option")
+        self.layers = nn.ModuleList(GPSLayer(dim, impl=impl, **layer_options) for _ in range(layers))
         per_node = level == "node"
         self.mol_features_dim = int(mol_features_dim)
         if self.mol_features_dim:  # data statistics, not parameters: reset_parameters keeps them

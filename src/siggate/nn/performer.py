@@ -61,7 +61,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from ..options import PerformerOptions
+from ..options import GPSOptions, PerformerOptions
 from .attention import GatedAttentionBase, check_node_impl
 from .kernels.layout import GraphSegments, batch_vector, dropout_keep, seeded_generator, segment_amax
 from .kernels.linear_attention import performer_fast
@@ -171,9 +171,7 @@ class GatedPerformerAttention(GatedAttentionBase):
     r"""Gated multi-head Performer attention (FAVOR+) on node rows; see the module docstring.
 
     Args:
-        dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout,
-            bias: see :class:`~siggate.nn.attention.GatedAttentionBase` (``attn_dropout``
-            drops keys, see the module docstring).
+        dim, heads: see :class:`~siggate.nn.attention.GatedAttentionBase`.
         impl (str): ``"auto"``/``"packed"`` (the fast path,
             :mod:`siggate.nn.kernels.linear_attention`) or ``"reference"``
             (:func:`performer_reference`). (default: ``"auto"``)
@@ -184,6 +182,9 @@ class GatedPerformerAttention(GatedAttentionBase):
         kernel (str): ``"softmax"``: FAVOR+'s positive random features, an unbiased
             estimate of softmax attention; ``"relu"``: PyG ``PerformerAttention``'s
             ``relu(x W^T) + 1e-3`` features (:func:`relu_features`). (default: ``"softmax"``)
+        **kwargs: the gate, ``attn_dropout`` and ``bias``: see
+            :class:`~siggate.nn.attention.GatedAttentionBase` (``attn_dropout`` drops keys,
+            see the module docstring).
 
     Shapes: ``x [N, d]``, ``batch [N]`` -> ``[N, d]``.
     """
@@ -193,19 +194,14 @@ class GatedPerformerAttention(GatedAttentionBase):
     def __init__(
         self,
         dim: int,
-        heads: int = 4,
-        gate: str = "elementwise",
-        gate_position: str = "output",
-        gate_bias_init: float = 0.0,
-        gate_weight_std: float | None = None,
-        attn_dropout: float = 0.0,
-        bias: bool = True,
-        impl: str = "auto",
+        heads: int = GPSOptions.heads,
+        impl: str = GPSOptions.impl,
         num_features: int = PerformerOptions.num_features,
         redraw_interval: int = PerformerOptions.redraw_interval,
         kernel: str = PerformerOptions.kernel,
+        **kwargs,
     ) -> None:
-        super().__init__(dim, heads, gate, gate_position, gate_bias_init, gate_weight_std, attn_dropout, bias)
+        super().__init__(dim, heads, **kwargs)
         check_node_impl(impl)
         if num_features < 1:
             raise ValueError(f"num_features must be >= 1, got {num_features}")

@@ -48,6 +48,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ..options import GPSOptions
 from .timer import rotated, timed
 
 NUM_FEATURES, NUM_CLASSES = 16, 10
@@ -85,7 +86,7 @@ class NodeClassifier(_NodeStack):
     """
 
     def __init__(self, in_dim: int, num_classes: int, attn_type: str, dim: int = 64, layers: int = 4,
-                 heads: int = 4, gate: str = "elementwise", attn_kwargs: dict | None = None) -> None:
+                 heads: int = GPSOptions.heads, gate: str = GPSOptions.gate, attn_kwargs: dict | None = None) -> None:
         from ..nn import GPSLayer
 
         super().__init__(in_dim, num_classes, dim, nn.ModuleList(
@@ -107,7 +108,7 @@ class PyGPerformerClassifier(_NodeStack):
     Shapes: ``data.x [N, in]``, ``data.edge_index [2, E]`` -> ``[N, classes]``.
     """
 
-    def __init__(self, in_dim: int, num_classes: int, dim: int = 64, layers: int = 4, heads: int = 4,
+    def __init__(self, in_dim: int, num_classes: int, dim: int = 64, layers: int = 4, heads: int = GPSOptions.heads,
                  head_channels: int = 64) -> None:
         from torch_geometric.nn import GINEConv, GPSConv
 

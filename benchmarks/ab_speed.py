@@ -1,0 +1,112 @@
+"""Old code against new code, ``siggate bench`` alternated on one machine.
+
+Each commit's ``src/`` is exported (``git archive``) into a scratch folder and imported by
+its own ``siggate bench`` subprocess (``PYTHONPATH``), so both run in this environment with
+the same torch and PyG. The runs alternate (old, new, new, old, old, new, ...: each side
+goes first equally often), each a full ``siggate bench`` whose speed ratios to PyG's
+``GPSConv`` are paired within its own rounds, which cancels most of a shared machine's
+drift. The JSON holds every run's ratios and load average, and per side the median and
+IQR over runs of each ratio's median, with the paired change new/old per alternation.
+
+Example (issue 31, item 6)::
+
+    python benchmarks/ab_speed.py --old 1873647 --new HEAD --alternations 10 \\
+        --out benchmarks/results/redesign/ab_1873647_vs_new.json -- --config zinc --threads 1 --repeats 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: the ratios the summary reports (keys of ``bench.json``'s ``configs[*].ratios``)
+KEYS = ("train_none_vs_pyg", "train_headwise_vs_pyg", "train_elementwise_vs_pyg",
+        "infer_none_vs_pyg", "infer_headwise_vs_pyg", "infer_elementwise_vs_pyg")
+
+
+def export(commit: str, dest: Path) -> str:
+    """``src/`` of ``commit`` into ``dest``; returns the full hash."""
+    full = subprocess.run(["git", "-C", str(ROOT), "rev-parse", commit], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", full, "src"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return full
+
+
+def run_bench(src: Path, out: Path, bench_args: list[str], nice: int) -> dict:
+    """One ``siggate bench`` importing ``src``; its ratios and the load average before it."""
+    env = dict(os.environ, PYTHONPATH=str(src))
+    load = os.getloadavg()
+    t0 = time.time()
+    cmd = ["nice", "-n", str(nice), sys.executable, "-m", "siggate", "bench", *bench_args, "--out", str(out)]
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    res = json.loads((out / "bench.json").read_text())
+    cfg = next(iter(res["configs"].values()))
+    return {"ratios": {k: cfg["ratios"][k]["median"] for k in KEYS if k in cfg["ratios"]},
+            "ratios_iqr": {k: [cfg["ratios"][k]["q25"], cfg["ratios"][k]["q75"]] for k in KEYS if k in cfg["ratios"]},
+            "loadavg_start": [round(x, 2) for x in load], "seconds": round(time.time() - t0, 1)}
+
+
+def median_iqr(values: list[float]) -> dict:
+    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
+    return {"median": round(statistics.median(values), 4), "q25": round(q[0], 4), "q75": round(q[2], 4),
+            "n": len(values)}
+
+
+def summarize(runs: list[dict]) -> dict:
+    out: dict = {}
+    for side in ("old", "new"):
+        rows = [r for r in runs if r["side"] == side]
+        out[side] = {k: median_iqr([r["ratios"][k] for r in rows]) for k in KEYS if k in rows[0]["ratios"]}
+    pairs: dict = {}
+    for r in runs:
+        pairs.setdefault(r["alternation"], {})[r["side"]] = r["ratios"]
+    out["new_over_old"] = {k: median_iqr([p["new"][k] / p["old"][k] for p in pairs.values()])
+                           for k in KEYS if all(k in s for p in pairs.values() for s in p.values())}
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--old", required=True, help="commit of the old code")
+    p.add_argument("--new", default="HEAD", help="commit of the new code (default: HEAD)")
+    p.add_argument("--alternations", type=int, default=10, help="runs per side (default: 10)")
+    p.add_argument("--nice", type=int, default=0, help="nice level of the bench runs (default: 0)")
+    p.add_argument("--out", required=True, help="the JSON to write")
+    p.add_argument("bench_args", nargs="*", help="after --: siggate bench's flags (not --out)")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="ab_speed_") as tmp:
+        tmp = Path(tmp)
+        commits = {side: export(c, tmp / side) for side, c in (("old", args.old), ("new", args.new))}
+        runs = []
+        for i in range(args.alternations):
+            order = ("old", "new") if i % 4 in (0, 3) else ("new", "old")  # ABBA: each side first equally often
+            for side in order:
+                r = run_bench(tmp / side / "src", tmp / f"{side}{i}", args.bench_args, args.nice)
+                runs.append({"side": side, "alternation": i, **r})
+                print(f"{side}{i}: " + " ".join(f"{k}={v:.3f}" for k, v in r["ratios"].items())
+                      + f" load={r['loadavg_start'][0]}", flush=True)
+            res = {
+                "what": "siggate bench, old and new code alternated (ABBA) on one machine; each run's ratios to PyG "
+                        "are medians over its own interleaved rounds",
+                "command": "python benchmarks/ab_speed.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+                "commits": commits, "alternations_done": i + 1, "nice": args.nice,
+                "cpu_count": os.cpu_count(), "summary": summarize(runs), "runs": runs,
+            }
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+    print(json.dumps(res["summary"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
