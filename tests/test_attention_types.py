@@ -262,17 +262,21 @@ def test_random_features_are_orthogonal_blocks_of_gaussian_rows():
     assert abs(float(norms.mean()) - 8.0) < 0.3  # E|w|^2 = dim for w ~ N(0, I)
 
 
-def _dense_exphormer(attn, x, pairs, edge_attr=None):
+def _dense_exphormer(attn, x, pairs, edge_attr=None, position="output"):
     """Independent loop computation of an Exphormer layer's output on one graph: ``pairs``
     a list of ``(key j, query i, kind)`` with kind ``("edge", e)``, ``"expander"`` or
     ``"loop"``; each pair's score ``sum(q_i * k_j * E(vector)) / sqrt(dh)`` (Exphormer's
     edge-aware score); virtual node ``r`` pooled by a softmax over all nodes (vector
     ``virtual_edges_in[r]``) and itself (the loop vector), then one softmax per query over
-    its pairs and the virtual nodes (vector ``virtual_edges_out[r]``)."""
+    its pairs and the virtual nodes (vector ``virtual_edges_out[r]``). The gate, from each
+    row's own input, multiplies at ``position``: the values (the virtual nodes' too), each
+    head's output, or the projected output."""
     d, heads = attn.dim, attn.heads
     dh = d // heads
     W, b = attn.in_proj.weight, attn.in_proj.bias
     P, Pz = x @ W.t() + b, attn.virtual @ W.t() + b
+    gate = torch.sigmoid(x @ W[3 * d :].t() + b[3 * d :]).view(x.size(0), heads, -1)
+    gate_z = torch.sigmoid(attn.virtual @ W[3 * d :].t() + b[3 * d :]).view(-1, heads, gate.size(-1))
     Ew, Eb = attn.edge_proj.weight, attn.edge_proj.bias
     proj = lambda vec, h: (vec @ Ew.t() + Eb)[h * dh:(h + 1) * dh]  # noqa: E731
     vecs = {"expander": attn.edge_vectors[1], "loop": attn.edge_vectors[2]}
@@ -281,6 +285,8 @@ def _dense_exphormer(attn, x, pairs, edge_attr=None):
         cols = [slice(i * d + h * dh, i * d + (h + 1) * dh) for i in range(3)]
         q, k, v = (P[:, c] for c in cols)
         qz, kz, vz = (Pz[:, c] for c in cols)
+        if position == "value":
+            v, vz = v * gate[:, h], vz * gate_z[:, h]
         u = []
         for r in range(qz.size(0)):  # virtual node r attends to the graph and itself
             s = [(qz[r] * k[j] * proj(attn.virtual_edges_in[r], h)).sum() for j in range(n)]
@@ -303,8 +309,10 @@ def _dense_exphormer(attn, x, pairs, edge_attr=None):
             rows.append(p @ torch.stack(vals))
         outs.append(torch.stack(rows))
     o = torch.stack(outs, 1)  # N, H, dh
-    gate = torch.sigmoid(x @ W[3 * d :].t() + b[3 * d :]).view(x.size(0), heads, -1)
-    return (o * gate).reshape(x.size(0), d) @ attn.out_proj.weight.t() + attn.out_proj.bias
+    if position == "output":
+        o = o * gate
+    out = o.reshape(x.size(0), d) @ attn.out_proj.weight.t() + attn.out_proj.bias
+    return (out.view(x.size(0), heads, dh) * gate).reshape(x.size(0), d) if position == "post" else out
 
 
 def _pairs(ei, n, expander=None):
@@ -315,20 +323,22 @@ def _pairs(ei, n, expander=None):
 
 
 @pytest.mark.parametrize("impl", ["reference", "packed"])
-def test_exphormer_on_a_complete_graph_equals_a_loop_computation_with_virtual_nodes(impl):
+@pytest.mark.parametrize("position", ["output", "value", "post"])
+def test_exphormer_on_a_complete_graph_equals_a_loop_computation_with_virtual_nodes(impl, position):
     """All pairs are edges and there is no expander: the layer must equal the loop
-    computation over the edges, the self-loops and the virtual nodes, with edge_attr."""
+    computation over the edges, the self-loops and the virtual nodes, with edge_attr, the
+    gate at each position (on the values, the virtual nodes' values are gated too)."""
     n = 6
     x = torch.randn(n, D, generator=torch.Generator().manual_seed(3))
     ei = torch.tensor([(i, j) for i in range(n) for j in range(n) if i != j]).t()
     edge_attr = torch.randn(ei.size(1), D, generator=torch.Generator().manual_seed(4))
-    attn = make("exphormer", "headwise", num_virtual_nodes=2, expander_degree_total=0).eval()
+    attn = make("exphormer", "headwise", position, num_virtual_nodes=2, expander_degree_total=0).eval()
     with torch.no_grad():
         attn.in_proj.bias.normal_()  # non-zero biases are checked too
         attn.edge_proj.bias.normal_()
     layout = attn.make_layout(torch.zeros(n, dtype=torch.long), ei, impl=impl)
     out = attn.forward_nodes(x, layout, edge_attr=edge_attr)
-    assert torch.allclose(out, _dense_exphormer(attn, x, _pairs(ei, n), edge_attr), atol=1e-12)
+    assert torch.allclose(out, _dense_exphormer(attn, x, _pairs(ei, n), edge_attr, position), atol=1e-12)
 
 
 @pytest.mark.parametrize("impl", ["reference", "packed"])
@@ -841,3 +851,32 @@ def test_performer_relu_kernel_equals_an_exact_computation(impl):
     assert "kernel='relu'" in repr(attn)
     with pytest.raises(ValueError, match=r"kernel must be one of \('softmax', 'relu'\)"):
         make("performer", kernel="exp")
+
+
+def test_the_gate_is_applied_in_one_function():
+    """Only ``GatedAttentionBase.gated`` splits the projection into q, k, v and the gate and
+    asks where the gate sits (the constructor stores it, reprs print it); Exphormer's virtual
+    nodes go through it as ``extra_rows``."""
+    import ast
+    from pathlib import Path
+
+    import siggate.nn
+
+    allowed = {"gate_position": {"attention.py:GatedAttentionBase.__init__", "attention.py:GatedAttentionBase.gated",
+                                 "attention.py:GatedAttentionBase.extra_repr", "gps_conv.py:GatedGPSConv.__repr__"},
+               "split": {"attention.py:GatedAttentionBase.gated"}}
+    found = {name: set() for name in allowed}
+    root = Path(siggate.nn.__file__).parent
+    for path in root.rglob("*.py"):
+        def visit(node, where):
+            for child in ast.iter_child_nodes(node):
+                inner = f"{where}.{child.name}" if isinstance(child, (ast.ClassDef, ast.FunctionDef)) else where
+                if isinstance(child, ast.Attribute) and child.attr == "gate_position":
+                    found["gate_position"].add(f"{path.relative_to(root)}:{where.lstrip('.')}")
+                if (isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr == "split"
+                        and isinstance(child.func.value, ast.Name) and child.func.value.id == "self"):
+                    found["split"].add(f"{path.relative_to(root)}:{where.lstrip('.')}")
+                visit(child, inner)
+
+        visit(ast.parse(path.read_text()), "")
+    assert found == allowed

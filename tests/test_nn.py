@@ -190,6 +190,71 @@ def test_gine_matches_pyg_gineconv():
     assert torch.allclose(ours(x, ei, e)[0], ref(x, ei, e), atol=1e-10)
 
 
+class MeanLocal(torch.nn.Module):
+    """A local MPNN written from ARCHITECTURE.md's recipe: the mean of ``x_j + e_ji`` over
+    the in-neighbours, then a linear map; the edges pass through (``updates_edges = False``)."""
+
+    updates_edges = False
+
+    def __init__(self, dim: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(dim, dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin.reset_parameters()
+
+    def forward(self, x, edge_index, edge_attr):
+        src, dst = edge_index
+        total = x.new_zeros(x.shape).index_add_(0, dst, x[src] + edge_attr)
+        count = x.new_zeros(x.size(0)).index_add_(0, dst, x.new_ones(dst.numel())).clamp(min=1)
+        return self.lin(total / count[:, None]), edge_attr
+
+
+class EdgeMeanLocal(MeanLocal):
+    """The recipe's other kind (``updates_edges = True``): it updates the edges and adds
+    its own residual, ``(x + MeanLocal(x), e + tanh(e))``."""
+
+    updates_edges = True
+
+    def forward(self, x, edge_index, edge_attr):
+        h, _ = super().forward(x, edge_index, edge_attr)
+        return x + h, edge_attr + torch.tanh(edge_attr)
+
+
+@pytest.mark.parametrize("cls", [MeanLocal, EdgeMeanLocal])
+def test_a_local_mpnn_built_from_the_recipe(cls, monkeypatch):
+    """A class with the recipe's constructor, forward, reset_parameters and updates_edges,
+    registered in LOCAL_MODELS and LOCAL_MODEL_NAMES, works in SigGateGT: the GPS layer in
+    eval is GraphGPS's recipe around it (computed here by hand), training reaches its
+    weights, and for_inference() equals the model in eval."""
+    import siggate.options as options
+    from siggate.nn import LOCAL_MODELS
+
+    monkeypatch.setitem(LOCAL_MODELS, "mine", cls)
+    monkeypatch.setattr(options, "LOCAL_MODEL_NAMES", (*options.LOCAL_MODEL_NAMES, "mine"))
+    torch.manual_seed(0)
+    model = SigGateGT(1, dim=16, layers=2, heads=4, local="mine", gate="elementwise", dropout=0.1)
+    batch = Batch.from_data_list([random_graph(n, s) for s, n in enumerate([6, 13, 3, 9])])
+    model.train()
+    model(batch).sum().backward()
+    assert all(layer.local.lin.weight.grad.abs().sum() > 0 for layer in model.layers)
+    _trained_bn(model, batch)
+    layer = model.layers[0]
+    x = torch.randn(batch.num_nodes, 16)
+    e = torch.randn(batch.edge_index.size(1), 16)
+    with torch.no_grad():
+        h, e_out = layer(x, batch.edge_index, e, batch.batch)
+        mine, e_mine = layer.local(x, batch.edge_index, e)
+        local = layer.norm_local(mine if cls.updates_edges else x + mine)
+        attn = layer.norm_attn(x + layer.attn.forward_nodes(x, layer.attn.make_layout(batch.batch, batch.edge_index)))
+        hid = local + attn
+        expected = layer.norm_ff(hid + layer.ff2(torch.relu(layer.ff1(hid))))
+        assert torch.allclose(h, expected, atol=1e-10)
+        assert torch.equal(e_out, e_mine) and torch.equal(e_out, e) != cls.updates_edges
+        assert torch.allclose(model.for_inference()(batch), model(batch), atol=1e-10)
+
+
 def random_graph(n, seed, feat="ogb"):
     g = torch.Generator().manual_seed(seed)
     src = torch.arange(n - 1)

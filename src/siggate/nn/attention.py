@@ -175,21 +175,33 @@ class GatedAttentionBase(nn.Module):
         gate = torch.sigmoid(parts[3]).view(*lead, H, -1) if self.gate_dim else None
         return q, k, v, gate
 
+    def extra_rows(self) -> Tensor | None:
+        """Rows besides the nodes' that the type's core attends with (Exphormer's virtual
+        nodes, ``[r, d]``), or ``None``: :meth:`gated` projects and gates them with the nodes."""
+        return None
+
     def gated(self, x: Tensor, core):
-        """The gated multi-head pipeline, for every type and gate position: input
-        projection, value gate, ``core(q, k, v) -> o`` (``(..., H, d_head)`` each), output
-        gate (each head before the concatenation), output projection, post gate.
+        """The gated multi-head pipeline, for every type and gate position, and the one
+        place that applies the gate: input projection, value gate, ``core(q, k, v) -> o``
+        (``(..., H, d_head)`` each), output gate (each head before the concatenation), output
+        projection, post gate.
+
+        The type's :meth:`extra_rows` (node rows only) are projected and value-gated with
+        ``x``: the core receives their ``q, k, v`` after the nodes' and returns the nodes' rows.
 
         ``x (..., d)`` -> ``(out (..., d), (head_out, head_out_gated, gate))``, the last
         three ``(..., H, d_head)`` and ``(..., H, d_head|1)`` or ``None``."""
-        q, k, v, gate = self.split(x)
-        at = {p: gate if p == self.gate_position else None for p in GATE_POSITIONS}  # the gate at its position
-        head_out = o = core(q, k, v if at["value"] is None else v * at["value"])  # ..., H, dh
-        if at["output"] is not None:
-            o = o * at["output"]
+        extra = self.extra_rows()
+        q, k, v, gate = self.split(x if extra is None else torch.cat([x, extra.to(x.dtype)]))
+        at = None if gate is None else self.gate_position
+        head_out = o = core(q, k, v * gate if at == "value" else v)  # ..., H, dh
+        if extra is not None and gate is not None:
+            gate = gate[: x.size(0)]  # the nodes' rows
+        if at == "output":
+            o = o * gate
         out = self.out_proj(o.flatten(-2))  # ..., d
-        if at["post"] is not None:
-            out = (out.unflatten(-1, (self.heads, self.head_dim)) * at["post"]).flatten(-2)
+        if at == "post":
+            out = (out.unflatten(-1, (self.heads, self.head_dim)) * gate).flatten(-2)
         return out, (head_out, o, gate)
 
     def forward_nodes(self, x: Tensor, layout, return_details: bool = False, edge_attr: Tensor | None = None):

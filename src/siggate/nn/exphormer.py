@@ -305,30 +305,38 @@ class GatedExphormerAttention(GatedAttentionBase):
             graph_edges = edge_attr
         return self._edge_vectors(torch.cat([graph_edges.to(self.edge_vectors.dtype), self.edge_vectors[1:]]))
 
+    def extra_rows(self) -> Tensor | None:
+        """The virtual nodes ``z [r, d]``: :meth:`gated` projects (and value-gates) them with
+        the nodes, so the core receives their ``q, k, v`` after the nodes'."""
+        return self.virtual
+
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, graph: AttentionGraph, attend, edge_keep,
                 extra_keep, edge_attr) -> Tensor:
-        """``q, k, v [N, H, d_head]`` -> ``[N, H, d_head]``: the virtual nodes' keys and
-        values (:meth:`virtual_keys`), then ``attend`` (:func:`sparse_attention` or its
-        fast path) over the pairs, with their edge scales, and them."""
+        """``q, k, v [N + r, H, d_head]`` (the nodes', then the virtual nodes', see
+        :meth:`extra_rows`) -> ``[N, H, d_head]``: the virtual nodes' keys and values
+        (:meth:`virtual_keys`), then ``attend`` (:func:`sparse_attention` or its fast path)
+        over the pairs, with their edge scales, and them."""
         logits = values = None
         scale = self.edge_scale(graph, edge_attr)
         if self.virtual is not None:
-            logits, values = self.virtual_keys(q, k, v, graph.segments, scale[-1])
+            n = graph.num_nodes
+            logits, values = self.virtual_keys(q[:n], k[:n], v[:n], graph.segments, (q[n:], k[n:], v[n:]), scale[-1])
+            q, k, v = q[:n], k[:n], v[:n]
         return attend(q, k, v, graph, logits, values, edge_keep, extra_keep, edge_scale=scale)
 
     def virtual_keys(self, q: Tensor, k: Tensor, v: Tensor, segments: GraphSegments,
-                     loop_scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                     virtual: tuple[Tensor, Tensor, Tensor], loop_scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r"""The virtual nodes as extra keys of every node: ``(logits [N, H, r], values
-        [N, H, r, d_head])``. Value of virtual node ``r`` in graph ``g``: its attention over
-        the graph's nodes (edge scale ``E(virtual_edges_in[r])``) and itself (``loop_scale
-        [H, d_head]``), ``u_{g,r}``; logit of node ``i`` for it:
+        [N, H, r, d_head])``, from the nodes' ``q, k, v [N, H, d_head]`` and the virtual
+        nodes' ``virtual = (q, k, v)`` ``[r, H, d_head]`` each (their values gated where the
+        gate sits on the values, by :meth:`gated`). Value of virtual node ``r`` in graph ``g``:
+        its attention over the graph's nodes (edge scale ``E(virtual_edges_in[r])``) and
+        itself (``loop_scale [H, d_head]``), ``u_{g,r}``; logit of node ``i`` for it:
         ``sum_c q_ic k(z_r)_c E(virtual_edges_out[r])_c / sqrt(d_head)``. ``O(N r)``; plain
         autograd."""
+        qz, kz, vz = virtual  # r, H, dh
         batch, G = segments.batch, segments.num_graphs
         scale = 1.0 / math.sqrt(self.head_dim)
-        qz, kz, vz, gz = self.split(self.virtual)  # r, H, dh; gate r, H, dh|1
-        if gz is not None and self.gate_position == "value":
-            vz = vz * gz
         w_in, w_out = self._edge_vectors(self.virtual_edges_in), self._edge_vectors(self.virtual_edges_out)
         loop = torch.ones_like(qz[0]) if loop_scale is None else loop_scale
         s = torch.einsum("nhc,rhc->nhr", k, qz * w_in) * scale  # N, H, r: virtual r scores node n

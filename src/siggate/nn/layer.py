@@ -31,6 +31,7 @@ class GINELocal(nn.Module):
     the edge stream is passed through unchanged (GraphGPS).
     """
 
+    #: the branch's output is the layer's to add (with dropout and the residual); edges pass through
     updates_edges = False
 
     def __init__(self, dim: int, dropout: float = 0.0, train_eps: bool = False) -> None:
@@ -77,6 +78,7 @@ class GatedGCNLocal(nn.Module):
     Shapes: ``x [N, d]``, ``edge_index [2, E]``, ``edge_attr [E, d]`` -> ``(x' [N, d], edge_attr' [E, d])``.
     """
 
+    #: updated edges, and the branch applies its own dropout and residual (GraphGPS's GatedGCN)
     updates_edges = True
 
     def __init__(self, dim: int, dropout: float = 0.0) -> None:
@@ -109,6 +111,10 @@ class GatedGCNLocal(nn.Module):
         return x + h, edge_attr + e
 
 
+#: ``model.local`` -> the branch: built as ``cls(dim, dropout=dropout)``, called as
+#: ``forward(x, edge_index, edge_attr) -> (h, edge_attr)``; ``cls.updates_edges`` says whether
+#: ``h`` already holds its dropout and residual and ``edge_attr`` is updated (ARCHITECTURE.md,
+#: "Where to add things")
 LOCAL_MODELS = {"gine": GINELocal, "gatedgcn": GatedGCNLocal}
 
 

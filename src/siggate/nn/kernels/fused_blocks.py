@@ -144,7 +144,8 @@ class FoldedGPSLayer(nn.Module):
     into the maps before them (built by :meth:`GPSLayer.for_inference`).
 
     ``BN_L(x + g) + BN_A(x + a) = x (s_L + s_A) + g' + s_A a + (t_L + t_A)``, where ``g'`` is
-    GINE's last linear carrying ``s_L`` (a GatedGCN branch is scaled by ``s_L``), and
+    GINE's last linear carrying ``s_L`` (another branch is scaled by ``s_L``; one that holds
+    its residual, ``updates_edges`` as GatedGCN, adds no ``x s_L``), and
     ``BN_F(h + f) = h s_F + f'`` with ``s_F`` folded into the FFN's second linear: two fused
     multiply-adds replace three normalisations and four additions. Same math as the layer
     in eval, reassociated. The local branch, the attention and the FFN's first linear are
@@ -168,8 +169,10 @@ class FoldedGPSLayer(nn.Module):
                     self.register_buffer("local_w", lin.weight * s[:, None])
                     const += lin.bias * s
                     x_scale += s
-                else:  # GatedGCN holds its residual: BN_L(h) = h s_L + t_L
+                else:  # BN_L(h) = h s_L + t_L when h holds its residual (GatedGCN), else BN_L(x + h)
                     self.register_buffer("local_s", s)
+                    if not layer.local.updates_edges:
+                        x_scale += s
             if self.attn is not None:
                 s, t = bn_affine(layer.norm_attn)
                 self.register_buffer("attn_s", s)
