@@ -18,7 +18,7 @@ import siggate.nn.kernels.edge_attention as EA
 import siggate.nn.kernels.linear_attention as LA
 from siggate.nn import GatedAttentionBase, GatedGPSConv, GPSLayer, SigGateGT
 from siggate.nn.attention_types import ATTENTION_TYPES, make_attention
-from siggate.nn.exphormer import attention_graph, expander_edges
+from siggate.nn.exphormer import COMPLETE_MAX_NODES, attention_graph, expander_edges, graph_keys
 from siggate.nn.kernels.edge_attention import _PairSoftmax, _row_blocks
 from siggate.nn.kernels.layout import GraphSegments
 from siggate.nn.performer import favor_features, linear_attention_reference, orthogonal_gaussian, performer_reference
@@ -26,7 +26,8 @@ from siggate.options import ATTN_TYPES
 
 DT = torch.float64
 D, H = 16, 4
-SIZES = [5, 1, 9, 3, 7]  # a one-node graph, graphs on both sides of the kernels' size thresholds
+# a one-node graph, graphs on both sides of the kernels' size thresholds and of Exphormer's complete-graph rule
+SIZES = [5, 1, 12, 3, 7]
 OWN = {"full": {}, "performer": {"num_features": 16}, "exphormer": {"num_virtual_nodes": 2}}
 SPARSE = ["performer", "exphormer"]
 
@@ -168,7 +169,8 @@ def test_node_permutation_equivariance(kind, impl):
     layout = attn.make_layout(batch, ei, impl=impl)
     if kind == "exphormer":  # the same expander, in node ids of the permuted batch
         seg = GraphSegments(batch)
-        p_layout = attention_graph(inv[ei], seg, 0, expander=inv[expander_edges(seg, attn.expander_degree_total)])
+        expander = expander_edges(seg, attn.expander_degree_total, graph_index=graph_keys(ei, seg))
+        p_layout = attention_graph(inv[ei], seg, 0, expander=inv[expander])
     else:
         p_layout = attn.make_layout(batch, inv[ei], impl=impl)
     out = attn.forward_nodes(x, layout)
@@ -193,9 +195,8 @@ def test_no_cross_graph_leakage(kind, impl):
         nodes = torch.nonzero(batch == b).view(-1)
         keep = (batch[ei[0]] == b)
         one = torch.zeros(nodes.numel(), dtype=torch.long)
-        # exphormer: the graph keeps its index, the seed of its expander (its position in the batch here)
-        ids = {"graph_index": torch.tensor([b])} if kind == "exphormer" else {}
-        alone = attn.forward_nodes(x[nodes], attn.make_layout(one, ei[:, keep] - nodes[0], impl=impl, **ids))
+        # exphormer: the graph alone keeps its expander (a function of the graph itself)
+        alone = attn.forward_nodes(x[nodes], attn.make_layout(one, ei[:, keep] - nodes[0], impl=impl))
         assert torch.allclose(alone, out[nodes], atol=1e-12), b
 
 
@@ -342,23 +343,32 @@ def test_exphormer_on_a_complete_graph_equals_a_loop_computation_with_virtual_no
 
 
 @pytest.mark.parametrize("impl", ["reference", "packed"])
-def test_exphormer_equals_the_loop_computation_on_a_sparse_graph(impl):
+@pytest.mark.parametrize("n", [9, 13])
+def test_exphormer_equals_the_loop_computation_on_a_sparse_graph(impl, n):
     """A sparse graph: the pairs are the graph's edges, the expander's (a pair that is both
-    counts twice) and self-loops; without edge_attr the graph edges share one vector."""
-    x, ei, batch = batch_graph([9])
+    counts twice) and self-loops; without edge_attr the graph edges share one vector. 9
+    nodes: the expander is the complete graph; 13: random permutations, seeded by the graph."""
+    x, ei, batch = batch_graph([n])
     attn = make("exphormer", "headwise", expander_degree_total=4, num_virtual_nodes=1).eval()
-    expander = expander_edges(GraphSegments(batch), 4)
-    pairs = _pairs(ei, 9, expander)
-    assert len({(j, i) for j, i, _ in pairs}) < len(pairs) < 81  # repeated pairs, and not dense
+    seg = GraphSegments(batch)
+    expander = expander_edges(seg, 4, graph_index=graph_keys(ei, seg))
+    pairs = _pairs(ei, n, expander)
+    if n <= COMPLETE_MAX_NODES:
+        assert sorted(zip(*expander.tolist())) == [(j, i) for j in range(n) for i in range(n) if i != j]
+    else:
+        assert len({(j, i) for j, i, _ in pairs}) < len(pairs) < n * n  # repeated pairs, and not dense
     assert torch.allclose(run(attn, x, ei, batch, impl), _dense_exphormer(attn, x, pairs), atol=1e-12)
 
 
 def test_expander_is_regular_within_each_graph_and_differs_between_graphs_of_one_size():
-    sizes = [7, 1, 7, 12]
-    seg = GraphSegments(torch.repeat_interleave(torch.arange(4), torch.tensor(sizes)))
+    sizes = [13, 1, 13, 16]
+    x, ei, batch = batch_graph(sizes, seed=1)
+    seg = GraphSegments(batch)
     src, dst = expander_edges(seg, 4, seed=3)
     n = seg.num_nodes
-    assert torch.equal(torch.bincount(src, minlength=n), torch.full((n,), 4))  # 4-regular, with multiplicity
+    degree = torch.bincount(src, minlength=n)
+    assert torch.equal(degree[seg.batch != 1], torch.full((n - 1,), 4))  # 4-regular, with multiplicity
+    assert degree[seg.batch == 1].item() == 0  # a one-node graph: the complete graph has no pair
     assert torch.equal(seg.batch[src], seg.batch[dst])  # inside graphs
     pairs = set(zip(src.tolist(), dst.tolist()))
     assert all((j, i) in pairs for i, j in pairs)  # symmetric
@@ -368,15 +378,47 @@ def test_expander_is_regular_within_each_graph_and_differs_between_graphs_of_one
         keep = s.batch[a] == g
         return sorted(zip((a[keep] - s.ptr[g]).tolist(), (b[keep] - s.ptr[g]).tolist()))
 
-    assert local((src, dst), 0) != local((src, dst), 2)  # two graphs of 7 nodes: two expanders
+    assert local((src, dst), 0) != local((src, dst), 2)  # two graphs of 13 nodes: two expanders
     # a graph's expander is a function of (seed, its size, its index): the batch around it does not matter
-    alone = expander_edges(GraphSegments(torch.zeros(12, dtype=torch.long)), 4, seed=3, graph_index=torch.tensor([3]))
+    alone = expander_edges(GraphSegments(torch.zeros(16, dtype=torch.long)), 4, seed=3, graph_index=torch.tensor([3]))
     assert sorted(zip(*alone.tolist())) == local((src, dst), 3)
     ids = torch.tensor([40, 41, 40, 7])  # dataset indices: graphs 0 and 2 are the same graph
     by_id = expander_edges(seg, 4, seed=3, graph_index=ids)
     assert local(by_id, 0) == local(by_id, 2) and local(by_id, 0) != local((src, dst), 0)
-    other = expander_edges(GraphSegments(torch.zeros(12, dtype=torch.long)), 4, seed=4, graph_index=torch.tensor([3]))
+    other = expander_edges(GraphSegments(torch.zeros(16, dtype=torch.long)), 4, seed=4, graph_index=torch.tensor([3]))
     assert not torch.equal(alone, other)
+
+
+def test_small_graphs_get_the_complete_graph_as_exphormer_does():
+    """Exphormer's ``generate_random_expander``: a graph of at most 10 nodes gets every
+    ordered pair ``i != j`` once (no self-pair, no repeat), whatever the degree and seed;
+    from 11 nodes on, ``degree / 2`` permutations (``n * degree`` pairs)."""
+    sizes = [1, 2, 7, 10, 11]
+    seg = GraphSegments(torch.repeat_interleave(torch.arange(5), torch.tensor(sizes)))
+    for degree, seed in ((2, 0), (6, 5), (20, 1)):
+        src, dst = expander_edges(seg, degree, seed=seed)
+        for g, n in enumerate(sizes):
+            keep = seg.batch[dst] == g
+            got = sorted(zip((src[keep] - seg.ptr[g]).tolist(), (dst[keep] - seg.ptr[g]).tolist()))
+            if n <= 10:
+                assert got == [(j, i) for j in range(n) for i in range(n) if i != j], (n, degree)
+            else:
+                assert len(got) == n * degree
+    assert expander_edges(seg, 0).size(1) == 0  # degree 0: no expander, small graphs included
+
+
+def test_graph_keys_depend_on_the_graph_alone():
+    """The same graph gets the same key at any position and in any batch (edges in any
+    order); another graph of the same size gets another key."""
+    sizes = [13, 4, 13, 13]
+    x, ei, batch = batch_graph(sizes, seed=2)
+    seg = GraphSegments(batch)
+    keys = graph_keys(ei, seg)
+    x1, ei1, b1 = batch_graph([13], seed=2)  # graph 0 alone (the same generator draws)
+    assert graph_keys(ei1, GraphSegments(b1)).tolist() == keys[:1].tolist()
+    shuffled = ei[:, torch.randperm(ei.size(1), generator=torch.Generator().manual_seed(0))]
+    assert torch.equal(graph_keys(shuffled, seg), keys)
+    assert len(set(keys[[0, 2, 3]].tolist())) == 3
 
 
 def _edge_batch(sizes=SIZES):
@@ -421,10 +463,12 @@ def test_exphormer_fast_path_with_edge_attr_equals_reference(dropout):
         assert torch.allclose(a, b, atol=1e-12, rtol=0), name
 
 
-def test_the_layer_and_the_model_give_exphormer_edge_attr_and_dataset_indices():
+def test_the_layer_and_the_model_give_exphormer_edge_attr_and_graph_identity():
     """A GPS layer hands its input edge_attr to the attention (both paths, and folded for
-    inference), and so does GatedGPSConv; the model seeds each graph's expander with its ``data.idx``, so the same
-    graph in another batch keeps its expander and output."""
+    inference), and so does GatedGPSConv, whose ``graph_index`` seeds the expanders instead
+    of the graphs' content; the model seeds each graph's expander with the graph itself, so
+    the same graph in another batch, at another position, with or without a ``data.idx``,
+    keeps its expander and output."""
     x, ei, batch, ea = _edge_batch()
     ea2 = ea.clone()
     ea2[0] += 1.0
@@ -438,15 +482,20 @@ def test_the_layer_and_the_model_give_exphormer_edge_attr_and_dataset_indices():
         assert torch.allclose(folded(x, ei, ea2, batch)[0], layer(x, ei, ea2, batch)[0], atol=1e-10)
     conv = GatedGPSConv(D, None, heads=H, attn_type="exphormer", attn_kwargs=OWN["exphormer"]).eval()
     assert not torch.allclose(conv(x, ei, batch, edge_attr=ea), conv(x, ei, batch, edge_attr=ea2))
-    b = _molecules([5, 8, 5])
+    big = batch == 2  # the graph above COMPLETE_MAX_NODES: a random expander
+    by_id = conv(x, ei, batch, graph_index=torch.arange(len(SIZES)) + 100, edge_attr=ea)
+    assert not torch.allclose(by_id[big], conv(x, ei, batch, edge_attr=ea)[big])
+    assert torch.allclose(by_id[~big], conv(x, ei, batch, edge_attr=ea)[~big], atol=1e-12)  # complete graphs
+    b = _molecules([12, 15, 12, 13])
     torch.manual_seed(0)
     model = SigGateGT(1, dim=D, layers=1, heads=H, pe="none", attn_type="exphormer", attn_kwargs=OWN["exphormer"]).eval()
     graphs = b.to_data_list()
-    for i, g in enumerate(graphs):
-        g.idx = 10 + i
-    pair = Batch.from_data_list([graphs[2], graphs[1]])
     full = model(Batch.from_data_list(graphs))
+    for i, g in enumerate(graphs):
+        g.idx = 10 + i  # a dataset index changes nothing
+    pair = Batch.from_data_list([graphs[2], graphs[1]])
     assert torch.allclose(model(pair), full[[2, 1]], atol=1e-12)  # graph 2 keeps its expander in position 0
+    assert torch.allclose(model(Batch.from_data_list(graphs[::-1])), full.flip(0), atol=1e-12)
 
 
 # ----------------------------------------------------------------------------- the gate

@@ -147,8 +147,9 @@ class GatedAttentionBase(nn.Module):
     def make_layout(self, batch: Tensor, edge_index: Tensor | None = None, num_graphs: int | None = None,
                     impl: str | None = None, details: bool = False, graph_index: Tensor | None = None):
         """What :meth:`forward_nodes` needs to know about a batch (``batch [N]``,
-        ``edge_index [2, E]``, ``graph_index [G]``: the graphs' dataset indices, which
-        Exphormer seeds its expanders with), built once per forward at the model's entry and
+        ``edge_index [2, E]``, ``graph_index [G]``: an identity per graph, e.g. its dataset
+        index, that Exphormer seeds its expanders with instead of the graphs' own content;
+        the other types ignore it), built once per forward at the model's entry and
         shared by every layer; it carries the implementation (:meth:`choose_impl`) as ``.impl``."""
         impl = self.choose_impl(impl, details=details)
         return self.build_layout(batch, edge_index, num_graphs, impl, graph_index=graph_index)

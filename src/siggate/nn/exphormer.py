@@ -8,7 +8,11 @@ https://arxiv.org/abs/2303.06147). Softmax attention, but each node ``i`` attend
     (:func:`expander_edges`: ``expander_degree_total / 2`` random permutations ``pi`` of
     the graph's nodes, each adding ``i <-> pi(i)``, Friedman's random regular graphs, as
     Exphormer's ``Random-d`` builds them; Exphormer's ``exp_deg`` counts the permutations,
-    so its ``exp_deg: 3`` is ``expander_degree_total=6``, the default here),
+    so its ``exp_deg: 3`` is ``expander_degree_total=6``, the default here). A graph of at
+    most :data:`COMPLETE_MAX_NODES` (10) nodes gets the complete graph on its nodes instead,
+    every ordered pair ``i != j`` once, as Exphormer's ``generate_random_expander`` gives
+    graphs too small for a random one (as there, a larger graph's permutations may pair a
+    node with itself or repeat a pair),
 (c) itself (so every node attends at least to itself), and
 (d) the graph's ``num_virtual_nodes`` virtual nodes.
 
@@ -32,15 +36,17 @@ state to the next layer; here both hops happen inside the layer, so only node ro
 and leave it and the layer keeps ``GPSConv``'s signature. ``q, k, v`` (and the value gate)
 of ``z_r`` come from the layer's own projections.
 
-The expander is generated in the layer from the batch vector, with no preprocessing: graph
-``g`` of ``n`` nodes gets permutations from a generator seeded with ``(expander_seed, n,
-index of g)``, so graphs of one size get different expanders. The index is the graph's
-index in its dataset where the batch carries one (``data.idx``, passed by
-:class:`~siggate.nn.model.SigGateGT` as ``graph_index``): then a graph keeps its expander
-in every epoch and batch, as Exphormer's precomputed expanders. Without it the index is the
-graph's position in the batch.
+The expander is generated in the layer from the batch, with no preprocessing: graph ``g``
+of ``n`` nodes gets permutations from a generator seeded with ``(expander_seed, n, key of
+g)``. The key is a function of the graph alone (:func:`graph_keys`: its edges, numbered
+within the graph), so a molecule keeps its expander, and its output, in every batch, at any
+position, in training, evaluation and prediction alike, and two graphs of one size mostly
+get different expanders. A caller with its own identity for each graph (a dataset index)
+may pass it as ``graph_index`` (:meth:`~GatedExphormerAttention.make_layout`,
+:meth:`siggate.nn.GatedGPSConv.forward`) to seed with it instead.
 
-Other differences from Exphormer: no best-of-k selection by spectral gap; self-loops are
+Other differences from Exphormer: expanders are drawn per graph from its key, not once
+for the dataset from one generator; no best-of-k selection by spectral gap; self-loops are
 always added; the scores are an exact softmax (max-stabilised) where Exphormer clamps them
 to ``[-5, 5]``; the virtual nodes' two hops happen in one layer (above).
 
@@ -63,7 +69,8 @@ from .attention import GatedAttentionBase, check_node_impl
 from .kernels.edge_attention import sparse_attention_fast
 from .kernels.layout import GraphSegments, batch_vector, dropout_keep, seeded_generator, segment_amax
 
-__all__ = ["GatedExphormerAttention", "AttentionGraph", "attention_graph", "expander_edges", "sparse_attention"]
+__all__ = ["GatedExphormerAttention", "AttentionGraph", "attention_graph", "expander_edges", "graph_keys",
+           "sparse_attention"]
 
 
 def _permutations(n: int, count: int, seed: int, index: int) -> Tensor:
@@ -73,14 +80,46 @@ def _permutations(n: int, count: int, seed: int, index: int) -> Tensor:
     return torch.stack([torch.randperm(n, generator=gen) for _ in range(count)])
 
 
+#: graphs of at most this many nodes get the complete graph as their expander (Exphormer's rule)
+COMPLETE_MAX_NODES = 10
+#: a prime below 2**31: keys and their products with the mixing constants stay far from int64's end
+_KEY_PRIME = 2_147_483_647
+
+
+def graph_keys(edge_index: Tensor, segments: GraphSegments) -> Tensor:
+    """``[G]`` int64 keys, each a function of one graph only: its size and the multiset of
+    its edges ``(j, i)`` in its own node numbering (``j - ptr[g]``, ``i - ptr[g]``), hashed
+    and summed (the edges' order does not matter). The same graph gets the same key in any
+    batch and at any position; two different graphs rarely share one. ``edge_index [2, E]``
+    inside the graphs of ``segments`` (sorted by graph)."""
+    P, G = _KEY_PRIME, segments.num_graphs
+    ptr = segments.ptr.to(edge_index.device)
+    g = segments.batch.to(edge_index.device)[edge_index[1]]
+    local = edge_index - ptr[g]
+    code = (local[0] * 1_000_003 + local[1] * 7_919 + 1) % P
+    code = (code * 48_271) % P  # < 2**47: no overflow
+    keys = torch.zeros(G, dtype=torch.long, device=edge_index.device).index_add_(0, g, code) % P
+    sizes = torch.as_tensor(segments.sizes, dtype=torch.long, device=edge_index.device)
+    return (keys * 69_621 + sizes) % P
+
+
+def _complete_pairs(n: int) -> tuple[Tensor, Tensor]:
+    """Every ordered pair ``(j, i)``, ``i != j``, of ``range(n)``: ``n (n - 1)`` pairs."""
+    j, i = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+    keep = j != i
+    return j[keep], i[keep]
+
+
 def expander_edges(segments: GraphSegments, degree_total: int, seed: int = 0,
                    graph_index: Tensor | None = None) -> Tensor:
-    """``[2, N * degree_total]`` (source, target) edges of a random ``degree_total``-regular
-    expander on each graph's nodes: ``degree_total / 2`` random permutations ``pi`` of the
-    graph, each giving ``i -> pi(i)`` and ``pi(i) -> i`` (so a node may get a self-pair or a
-    repeated pair). Graph ``g``'s permutations depend on ``(seed, its size, graph_index[g])``;
-    ``graph_index [G]`` defaults to the graphs' positions ``0..G-1``. ``degree_total`` must
-    be even."""
+    """``[2, X]`` (source, target) expander edges of each graph: for a graph of ``n >``
+    :data:`COMPLETE_MAX_NODES` nodes, a random ``degree_total``-regular expander,
+    ``degree_total / 2`` random permutations ``pi`` of the graph, each giving ``i -> pi(i)``
+    and ``pi(i) -> i`` (a node may get a self-pair or a repeated pair); for a smaller graph
+    the complete graph (every ordered pair ``i != j`` once), as Exphormer's preprocessing.
+    Graph ``g``'s permutations depend on ``(seed, its size, graph_index[g])``; ``graph_index
+    [G]`` (a key or index per graph, e.g. :func:`graph_keys`) defaults to the graphs'
+    positions ``0..G-1``. ``degree_total`` must be even; ``0``: no expander."""
     if degree_total % 2 or degree_total < 0:
         raise ValueError(f"expander degree must be even and >= 0, got {degree_total}")
     if not segments.is_sorted:
@@ -93,6 +132,10 @@ def expander_edges(segments: GraphSegments, degree_total: int, seed: int = 0,
     out = []
     for g, n in enumerate(segments.sizes):
         if n == 0 or degree_total == 0:
+            continue
+        if n <= COMPLETE_MAX_NODES:
+            a, b = _complete_pairs(n)
+            out.append(torch.stack([a, b]) + ptr[g])
             continue
         perm = _permutations(n, degree_total // 2, seed, ids[g]) + ptr[g]  # k, n
         a = (torch.arange(n) + ptr[g]).expand_as(perm).reshape(-1)
@@ -142,10 +185,13 @@ def attention_graph(edge_index: Tensor, segments: GraphSegments, degree: int, se
                     graph_index: Tensor | None = None, expander: Tensor | None = None) -> AttentionGraph:
     """The pairs (a)-(c) of the module docstring: the graph's edges ``edge_index [2, E]``
     (``j -> i``: ``i`` attends to ``j``), the expander (:func:`expander_edges` of total
-    degree ``degree``, or the given ``expander [2, X]``) and self-loops, each with its
+    degree ``degree``, each graph's seeded by ``graph_index [G]`` or else its
+    :func:`graph_keys`; or the given ``expander [2, X]``) and self-loops, each with its
     ``edge_id``."""
     n, E, dev = segments.num_nodes, edge_index.size(1), edge_index.device
     if expander is None:
+        if graph_index is None and degree > 0 and max(segments.sizes, default=0) > COMPLETE_MAX_NODES:
+            graph_index = graph_keys(edge_index, segments)
         expander = expander_edges(segments, degree, seed, graph_index).to(dev)
     loops = torch.arange(n, device=dev).expand(2, -1)
     pairs = torch.cat([edge_index, expander, loops], 1)
@@ -258,7 +304,8 @@ class GatedExphormerAttention(GatedAttentionBase):
     def build_layout(self, batch: Tensor, edge_index: Tensor | None, num_graphs: int | None, impl: str,
                      graph_index: Tensor | None = None) -> AttentionGraph:
         """The batch's :class:`AttentionGraph` (:func:`attention_graph`), carrying ``impl``;
-        ``graph_index [G]``: the graphs' indices in their dataset (seeds of their expanders)."""
+        ``graph_index [G]``: an identity of each graph that seeds its expander (e.g. its
+        dataset index); ``None``: its :func:`graph_keys`, a function of the graph itself."""
         if edge_index is None:
             raise ValueError("the exphormer attention needs the batch's edge_index")
         return attention_graph(edge_index, GraphSegments.from_batch(batch, num_graphs, impl), self.expander_degree_total,
@@ -266,12 +313,14 @@ class GatedExphormerAttention(GatedAttentionBase):
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None,
                 layout: AttentionGraph | None = None, return_details: bool = False, impl: str | None = None,
-                edge_attr: Tensor | None = None):
+                edge_attr: Tensor | None = None, graph_index: Tensor | None = None):
         """``x [N, d]``, ``edge_index [2, E]``, ``batch [N]`` (``None``: one graph),
-        ``edge_attr [E, d]`` (optional) -> ``[N, d]`` (with ``return_details``, ``(out,
-        details)``, see :meth:`forward_nodes`)."""
+        ``edge_attr [E, d]`` (optional), ``graph_index [G]`` (optional, see
+        :meth:`build_layout`) -> ``[N, d]`` (with ``return_details``, ``(out, details)``, see
+        :meth:`forward_nodes`)."""
         if layout is None:
-            layout = self.make_layout(batch_vector(x, batch), edge_index, impl=impl, details=return_details)
+            layout = self.make_layout(batch_vector(x, batch), edge_index, impl=impl, details=return_details,
+                                      graph_index=graph_index)
         return self.forward_nodes(x, layout, return_details, edge_attr=edge_attr)
 
     def attention_core(self, x: Tensor, layout: AttentionGraph, edge_attr: Tensor | None = None):

@@ -139,14 +139,17 @@ class GatedGPSConv(nn.Module):
             if norm is not None:
                 norm.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, **kwargs) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None,
+                graph_index: Tensor | None = None, **kwargs) -> Tensor:
         """``x [N, c]``, ``edge_index [2, E]``, ``batch [N]`` -> ``[N, c]``; ``kwargs``
         (e.g. ``edge_attr``) go to ``conv``; ``edge_attr [E, c]`` also to the attention (an
-        edge-aware type such as Exphormer scores with it). The recipe is
+        edge-aware type such as Exphormer scores with it). ``graph_index [G]`` (optional): an
+        identity of each graph (e.g. its dataset index) that seeds Exphormer's expanders
+        instead of the graphs' own content (the other types ignore it). The recipe is
         :func:`~siggate.nn.layer.gps_update`, the attention runs over the layout its type builds
         from ``batch`` (and ``edge_index``)."""
         local = None if self.conv is None else (self.conv(x, edge_index, **kwargs), False)
-        layout = self.attn.make_layout(batch_vector(x, batch), edge_index)
+        layout = self.attn.make_layout(batch_vector(x, batch), edge_index, graph_index=graph_index)
         attn = self.attn.forward_nodes(x, layout, edge_attr=kwargs.get("edge_attr"))
         norms = [partial(self._norm, norm, batch=batch) for norm in (self.norm1, self.norm2, self.norm3)]
         drop = partial(F.dropout, p=self.dropout, training=self.training)

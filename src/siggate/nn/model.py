@@ -240,11 +240,10 @@ class SigGateGT(nn.Module):
         batch = batch_vector(data.x, getattr(data, "batch", None))
         num_graphs = int(getattr(data, "num_graphs", None) or (int(batch.max()) + 1))
         attns = self.attention_modules()
-        ids = getattr(data, "idx", None)  # the graphs' dataset indices: seeds of Exphormer's expanders
-        ids = ids if isinstance(ids, Tensor) else None
-        # the one layout (and with it the implementation) of this forward, shared by every layer
-        layout = (attns[0].make_layout(batch, data.edge_index, num_graphs, self.impl, return_details, graph_index=ids)
-                  if attns else None)
+        # the one layout (and with it the implementation) of this forward, shared by every layer; no graph
+        # identity from the data (data.idx): Exphormer seeds each graph's expander with the graph itself, so a
+        # molecule scores the same in training, evaluation and prediction, in any batch
+        layout = attns[0].make_layout(batch, data.edge_index, num_graphs, self.impl, return_details) if attns else None
         x = self.node_encoder(data)
         edge_attr = data.edge_attr
         if edge_attr is None:  # no edge features: one edge type (GraphGPS's DummyEdge)
