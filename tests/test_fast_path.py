@@ -320,6 +320,37 @@ def test_packed_core_gradcheck_with_dropout(monkeypatch, d, gate_dim, chunked):
     assert torch.autograd.gradcheck(f, (proj,), eps=1e-6, atol=1e-6, fast_mode=True)
 
 
+@pytest.mark.parametrize("d,gate_dim", [(16, 0), (16, 16), (32, 4)])  # aligned, aligned with a gate, copied
+@pytest.mark.parametrize("chunked", [False, True])
+def test_projected_core_gradcheck_and_equals_projection_then_core(monkeypatch, d, gate_dim, chunked):
+    """``ProjectedCore`` (the input projection and the packed core as one node) equals the
+    projection followed by ``packed_core`` and returns the other columns untouched; its
+    backward, the gate columns' gradient included, passes gradcheck."""
+    _fix_dropout_masks(monkeypatch, chunked)
+    sizes = [3, 1, 4, 4]
+    b = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    lay = PackedLayout.from_batch(b, len(sizes), call_cost=1.0)
+    n, width = b.numel(), 3 * d + gate_dim
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, d, generator=g, dtype=DT, requires_grad=True)
+    w = torch.randn(width, d, generator=g, dtype=DT, requires_grad=True)
+    bias = torch.randn(width, generator=g, dtype=DT, requires_grad=True)
+    scale = 1.0 / math.sqrt(d // 4)
+
+    def fused(x, w, bias):
+        o, rest = K.ProjectedCore.apply(x, w, bias, d, lay, 4, 0.5, scale)
+        return o, rest.sin()  # the rest's gradient reaches the projection too
+
+    def separate(x, w, bias):
+        proj = x @ w.t() + bias
+        q, k, v, rest = proj.split([d, d, d, gate_dim], 1)
+        return packed_core(q.view(n, 4, -1), k.view(n, 4, -1), v.view(n, 4, -1), lay, 0.5), rest.sin()
+
+    for a, c in zip(fused(x, w, bias), separate(x, w, bias)):
+        assert torch.allclose(a, c, atol=1e-12)
+    assert torch.autograd.gradcheck(fused, (x, w, bias), eps=1e-6, atol=1e-6, fast_mode=True)
+
+
 def test_dropout_keep_is_bernoulli():
     torch.manual_seed(0)
     keep = K.dropout_keep((200_000,), 0.3, torch.empty(0, dtype=DT))

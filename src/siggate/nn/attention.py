@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from ..options import ATTN_IMPLS, GATE_KINDS, GATE_POSITIONS, GPSOptions  # shared with siggate.config
 from .impl import IMPL_ENV, check_node_impl, resolve_impl  # noqa: F401 (IMPL_ENV, check_node_impl re-exported)
 from .kernels.layout import DenseIndex, PackedLayout
-from .kernels.packed import packed_core
+from .kernels.packed import PackedAttend
 
 
 class GatedAttentionBase(nn.Module):
@@ -181,7 +181,7 @@ class GatedAttentionBase(nn.Module):
         nodes, ``[r, d]``), or ``None``: :meth:`gated` projects and gates them with the nodes."""
         return None
 
-    def gated(self, x: Tensor, core):
+    def gated(self, x: Tensor, core, fused: bool = False):
         """The gated multi-head pipeline, for every type and gate position, and the one
         place that applies the gate: input projection, value gate, ``core(q, k, v) -> o``
         (``(..., H, d_head)`` each), output gate (each head before the concatenation), output
@@ -190,12 +190,25 @@ class GatedAttentionBase(nn.Module):
         The type's :meth:`extra_rows` (node rows only) are projected and value-gated with
         ``x``: the core receives their ``q, k, v`` after the nodes' and returns the nodes' rows.
 
+        ``fused`` (node rows on the fast path, :meth:`_fused`): a core that offers
+        ``core.projected(x, W, b, dim, heads) -> (o, rest)`` (the input projection and the
+        core in one step, one autograd node in training, e.g.
+        :class:`~siggate.nn.kernels.packed.PackedAttend`) gets the projection too, unless the
+        gate sits on the values or there are extra rows; ``rest``, the projection's columns
+        after ``q | k | v``, are the gate logits. The same operations, fewer autograd nodes.
+
         ``x (..., d)`` -> ``(out (..., d), (head_out, head_out_gated, gate))``, the last
         three ``(..., H, d_head)`` and ``(..., H, d_head|1)`` or ``None``."""
         extra = self.extra_rows()
-        q, k, v, gate = self.split(x if extra is None else torch.cat([x, extra.to(x.dtype)]))
-        at = None if gate is None else self.gate_position
-        head_out = o = core(q, k, v * gate if at == "value" else v)  # ..., H, dh
+        at = None if self.gate_dim == 0 else self.gate_position
+        projected = getattr(core, "projected", None) if fused and extra is None and at != "value" else None
+        both = projected(x, self.in_proj.weight, self.in_proj.bias, self.dim, self.heads) if projected else None
+        if both is not None:  # the projection and the core as one node; the rest of the projection: gate logits
+            head_out = o = both[0]
+            gate = torch.sigmoid(both[1]).view(x.size(0), self.heads, -1) if at else None
+        else:
+            q, k, v, gate = self.split(x if extra is None else torch.cat([x, extra.to(x.dtype)]))
+            head_out = o = core(q, k, v * gate if at == "value" else v)  # ..., H, dh
         if extra is not None and gate is not None:
             gate = gate[: x.size(0)]  # the nodes' rows
         if at == "output":
@@ -211,7 +224,7 @@ class GatedAttentionBase(nn.Module):
         ``return_details``, ``(out, details)``: ``head_out``, ``head_out_gated``
         ``(B, N_max, H, d_head)`` and ``gate`` padded by graph (``layout.batch``) as the
         ``"full"`` type returns them, and ``attn`` ``None`` (only ``"full"`` forms it)."""
-        out, parts = self.gated(x, self.attention_core(x, layout, edge_attr))
+        out, parts = self.gated(x, self.attention_core(x, layout, edge_attr), self._fused(x, layout))
         if not return_details:
             return out
         index = DenseIndex.from_batch(layout.batch)
@@ -220,6 +233,13 @@ class GatedAttentionBase(nn.Module):
             return None if t is None else index.to_dense(t.flatten(1)).view(*index.mask.shape, *t.shape[1:])
 
         return out, dict(zip(("head_out", "head_out_gated", "gate"), map(padded, parts)), attn=None)
+
+    def _fused(self, x: Tensor, layout) -> bool:
+        """Whether :meth:`gated` may hand the input projection to the core (one step, one
+        autograd node in training): on the fast path (``layout.impl == "packed"``), on node
+        rows and not under autocast (the kernel runs in one dtype); see
+        :func:`~siggate.nn.impl.resolve_impl`."""
+        return layout.impl == "packed" and x.dim() == 2 and not torch.is_autocast_enabled(x.device.type)
 
     def _dropout_p(self) -> float:
         return self.attn_dropout if self.training else 0.0
@@ -313,8 +333,10 @@ class GatedMultiheadAttention(GatedAttentionBase):
         return DenseIndex.from_batch(batch, num_graphs, impl)
 
     def attention_core(self, x: Tensor, layout: PackedLayout, edge_attr: Tensor | None = None):
-        """:func:`~siggate.nn.kernels.packed.packed_core` over ``layout`` (no edge scores)."""
-        return partial(packed_core, layout=layout, dropout_p=self._dropout_p())
+        """:func:`~siggate.nn.kernels.packed.packed_core` over ``layout`` (no edge scores), with
+        the input projection fused into it where a kernel allows
+        (:class:`~siggate.nn.kernels.packed.PackedAttend`)."""
+        return PackedAttend(layout, self._dropout_p())
 
     def forward_nodes(self, x: Tensor, layout: DenseIndex | PackedLayout, return_details: bool = False,
                       edge_attr: Tensor | None = None):

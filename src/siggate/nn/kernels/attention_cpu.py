@@ -13,14 +13,19 @@ the input-projection rows of the nodes:
   probabilities and dropout masks recomputed in the backward from a seed);
 * :class:`PackedCore`: that attention on ``q, k, v [N, H, d_head]`` as one autograd node
   (:func:`packed_core_cpu` picks it under autograd). ``q, k, v`` are read in place when
-  they are column blocks of one projection (:func:`qkv_rows`). Nothing here knows the
-  gate: :meth:`siggate.nn.attention.GatedAttentionBase.gated` applies it around the core.
+  they are column blocks of one projection (:func:`qkv_rows`);
+* :class:`ProjectedCore`: the input projection and that attention as one autograd node
+  (what :meth:`siggate.nn.attention.GatedAttentionBase.gated` runs in training on the fast
+  path, through :class:`~siggate.nn.kernels.packed.PackedAttend`), returning the
+  projection's other columns untouched. Nothing here knows the gate: ``gated`` applies it
+  around the core.
 
 Reference: :meth:`siggate.nn.GatedMultiheadAttention.forward` with ``impl="reference"``
 (padded batch, ``q k^T``, mask, softmax spelled out, plain autograd). Pinned by
 ``tests/test_fast_path.py``: ``test_training_step_fast_equals_readable`` (outputs and
 every gradient, every gate kind and position, several groupings, chunked),
-``test_packed_core_gradcheck_with_dropout``, ``test_dropout_keep_is_bernoulli`` and
+``test_packed_core_gradcheck_with_dropout``,
+``test_projected_core_gradcheck_and_equals_projection_then_core``, ``test_dropout_keep_is_bernoulli`` and
 ``test_chunked_training_memory_is_not_quadratic``. What each piece bought:
 ``benchmarks/README.md`` (steps 3, 5, 7, 9 and 11).
 """
@@ -88,21 +93,10 @@ def _chunk_backward(q, k, v, bias, out, lse, d_out, p, scale, chunk, gen, dq, dk
         dk.baddbmm_(ds.transpose(1, 2), q[:, sl], alpha=scale)
 
 
-def _qkv_rows(proj: Tensor, d: int, dh: int) -> tuple[Tensor, int, bool]:
-    """``proj [num_nodes, 3d + g]`` as rows of ``d_head`` values: ``(rows, stride, copied)``
-    with ``q, k, v`` of node ``i``, part ``j``, head ``h`` at row ``i * stride + j H + h``.
-    Without a copy when the width is a multiple of ``d_head`` (no gate, elementwise gate);
-    otherwise (headwise gate) the ``q | k | v`` columns are copied out first."""
-    n, width = proj.shape
-    if proj.is_contiguous() and width % dh == 0:
-        return proj.view(n * (width // dh), dh), width // dh, False
-    return proj[:, : 3 * d].contiguous().view(n * (3 * d // dh), dh), 3 * d // dh, True
-
-
 def _core_forward(rows: Tensor, stride: int, layout: PackedLayout, heads: int, p: float, scale: float,
                   train: bool):
     """Softmax attention (with dropout ``p``) of every size group of ``layout``, reading
-    ``q, k, v`` from projection ``rows`` (see :func:`_qkv_rows`).
+    ``q, k, v`` from projection ``rows`` (see :func:`qkv_rows`, :func:`_project`).
 
     One gather builds every group's ``(3, g H, n, d_head)`` block; per group a
     ``baddbmm`` (scale and key mask in one call), softmax, dropout and ``bmm`` write into
@@ -239,6 +233,76 @@ class PackedCore(torch.autograd.Function):
         d_blks = _core_backward(d_o.contiguous().view(n * H, dh), ctx.layout, H, ctx.p, ctx.scale, state)
         d = d_blks.index_select(0, ctx.layout.block_source(H, 3 * H)).view(n, 3, H, dh)
         return d[:, 0], d[:, 1], d[:, 2], None, None, None
+
+
+def _project(x: Tensor, weight: Tensor, bias: Tensor | None, dh: int) -> tuple[Tensor, Tensor, int]:
+    """The input projection ``x W^T + b`` ``[N, W]`` written with a row stride that is a
+    multiple of ``d_head`` (spare columns after ``W`` when needed, e.g. a headwise gate's
+    ``W = 3d + H``), so that it is also ``rows [N * stride, d_head]`` without a copy.
+    Returns ``(proj, rows, stride)``."""
+    n, width = x.size(0), weight.size(0)
+    stride = -(-width // dh)
+    if stride * dh == width:
+        proj = torch.addmm(bias, x, weight.t()) if bias is not None else x.mm(weight.t())
+        return proj, proj.view(n * stride, dh), stride
+    buf = x.new_empty(n, stride * dh)
+    proj = buf[:, :width]
+    if bias is not None:
+        torch.addmm(bias, x, weight.t(), out=proj)
+    else:
+        torch.mm(x, weight.t(), out=proj)
+    return proj, buf.view(n * stride, dh), stride
+
+
+class ProjectedCore(torch.autograd.Function):
+    """The input projection ``proj = x W^T + b`` (``[N, 3d + r]``: ``q | k | v`` and ``r``
+    more columns) and :class:`PackedCore`'s attention on its ``q, k, v`` as one autograd
+    node. Returns ``o [N, H, d_head]`` and the other ``r`` columns ``[N, r]`` untouched (the
+    attention's gate logits; nothing here knows what they are). The same operations as the
+    projection followed by :class:`PackedCore`; the projection is written ``d_head``-aligned
+    (:func:`_project`), so ``q, k, v`` are read in place, and the backward gathers the
+    projection's gradient, the ``r`` columns' included, in one go before
+    ``dx = dproj W``, ``dW = dproj^T x``, ``db``."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, d, layout, heads, p, scale):
+        n, width, dh = x.size(0), w.size(0), d // heads
+        proj, rows, stride = _project(x, w, b, dh)
+        o, state = _core_forward(rows, stride, layout, heads, p, scale, True)
+        blks, outs, saved, plan, seed = state
+        ctx.save_for_backward(x, w, blks, outs, *saved)
+        ctx.layout, ctx.p, ctx.scale, ctx.plan, ctx.seed = layout, p, scale, plan, seed
+        ctx.dims = (n, width, d, heads, stride, b is not None)
+        return o.view(n, heads, dh), proj[:, 3 * d :]
+
+    @staticmethod
+    def backward(ctx, d_o, d_rest):
+        x, w, blks, outs, *saved = ctx.saved_tensors
+        n, width, d, heads, stride, has_bias = ctx.dims
+        dh, extra = d // heads, stride - 3 * heads  # rows of the other columns, carried through the gather
+        state = (blks, outs, saved, ctx.plan, ctx.seed)
+        d_blks = _core_backward(d_o.contiguous().view(n * heads, dh), ctx.layout, heads, ctx.p, ctx.scale, state,
+                                n * extra)
+        if extra:
+            d_blks[-n * extra :].view(n, extra * dh)[:, : width - 3 * d].copy_(d_rest)
+        dy = d_blks.index_select(0, ctx.layout.block_source(heads, stride)).view(n, stride * dh)
+        if stride * dh != width:
+            dy = dy[:, :width]
+        dx = dy.mm(w) if ctx.needs_input_grad[0] else None
+        return dx, dy.t().mm(x), (dy.sum(0) if has_bias else None), None, None, None, None, None
+
+
+def projected_core_cpu(x: Tensor, weight: Tensor, bias: Tensor | None, d: int, layout: PackedLayout, heads: int,
+                       p: float) -> tuple[Tensor, Tensor]:
+    """The input projection and the CPU attention core: :class:`ProjectedCore` under
+    autograd, else :func:`_project` and :func:`_core_forward`'s batched matmuls.
+    ``x [N, d_in]`` -> ``(o [N, H, d_head], the projection's columns after q | k | v [N, r])``."""
+    scale = 1.0 / math.sqrt(d // heads)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return ProjectedCore.apply(x, weight, bias, d, layout, heads, p, scale)
+    proj, rows, stride = _project(x, weight, bias, d // heads)
+    o = _core_forward(rows, stride, layout, heads, p, scale, False)[0]
+    return o.view(x.size(0), heads, d // heads), proj[:, 3 * d :]
 
 
 def packed_core_cpu(q: Tensor, k: Tensor, v: Tensor, layout: PackedLayout, p: float) -> Tensor:

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .attention_cpu import packed_core_cpu, qkv_rows
+from .attention_cpu import packed_core_cpu, projected_core_cpu, qkv_rows
 from .layout import PackedLayout
 
 
@@ -36,6 +36,28 @@ def packed_core(q: Tensor, k: Tensor, v: Tensor, layout: PackedLayout, dropout_p
     if q.device.type == "cpu":
         return packed_core_cpu(q, k, v, layout, dropout_p)
     return sdpa_groups(q, k, v, layout, dropout_p)
+
+
+class PackedAttend:
+    """The core :meth:`~siggate.nn.attention.GatedAttentionBase.gated` calls over a
+    :class:`PackedLayout`: ``(q, k, v) -> o`` is :func:`packed_core`; :meth:`projected`
+    offers the input projection and the core as one autograd node where a kernel has one."""
+
+    def __init__(self, layout: PackedLayout, dropout_p: float = 0.0) -> None:
+        self.layout, self.dropout_p = layout, dropout_p
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return packed_core(q, k, v, self.layout, self.dropout_p)
+
+    def projected(self, x: Tensor, weight: Tensor, bias: Tensor | None, dim: int, heads: int):
+        """``x W^T + b`` (``[N, 3 dim + r]``), then :func:`packed_core` on its ``q | k | v``,
+        in one step on CPU (:func:`~siggate.nn.kernels.attention_cpu.projected_core_cpu`: one
+        autograd node in training, no copy of ``q, k, v`` for any width): ``(o [N, H,
+        d_head], the other r columns [N, r])``; ``None`` elsewhere (the caller projects, then
+        calls the core)."""
+        if x.device.type != "cpu" or not self.layout.groups:
+            return None
+        return projected_core_cpu(x, weight, bias, dim, self.layout, heads, self.dropout_p)
 
 
 def sdpa_groups(q: Tensor, k: Tensor, v: Tensor, layout: PackedLayout, dropout_p: float = 0.0) -> Tensor:
