@@ -53,6 +53,7 @@ def run_bench(src: Path, out: Path, bench_args: list[str], nice: int) -> dict:
     res = json.loads((out / "bench.json").read_text())
     cfg = next(iter(res["configs"].values()))
     return {"ratios": {k: cfg["ratios"][k]["median"] for k in KEYS if k in cfg["ratios"]},
+            "cpu_ratios": {k: cfg["cpu_ratios"][k]["median"] for k in KEYS if k in cfg.get("cpu_ratios", {})},
             "ratios_iqr": {k: [cfg["ratios"][k]["q25"], cfg["ratios"][k]["q75"]] for k in KEYS if k in cfg["ratios"]},
             "loadavg_start": [round(x, 2) for x in load], "seconds": round(time.time() - t0, 1)}
 
@@ -63,16 +64,19 @@ def median_iqr(values: list[float]) -> dict:
             "n": len(values)}
 
 
-def summarize(runs: list[dict]) -> dict:
+def summarize(runs: list[dict], clock: str = "ratios") -> dict:
+    """Per side, the median and IQR over runs of each ratio (``clock``: ``"ratios"``, wall
+    clock, or ``"cpu_ratios"``, CPU time), and of new / old per alternation (runs of both sides)."""
     out: dict = {}
     for side in ("old", "new"):
         rows = [r for r in runs if r["side"] == side]
-        out[side] = {k: median_iqr([r["ratios"][k] for r in rows]) for k in KEYS if k in rows[0]["ratios"]}
+        out[side] = {k: median_iqr([r[clock][k] for r in rows]) for k in KEYS if k in rows[0][clock]}
     pairs: dict = {}
     for r in runs:
-        pairs.setdefault(r["alternation"], {})[r["side"]] = r["ratios"]
+        pairs.setdefault(r["alternation"], {})[r["side"]] = r[clock]
+    pairs = {i: p for i, p in pairs.items() if len(p) == 2}
     out["new_over_old"] = {k: median_iqr([p["new"][k] / p["old"][k] for p in pairs.values()])
-                           for k in KEYS if all(k in s for p in pairs.values() for s in p.values())}
+                           for k in KEYS if pairs and all(k in s for p in pairs.values() for s in p.values())}
     return out
 
 
@@ -101,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
                         "are medians over its own interleaved rounds",
                 "command": "python benchmarks/ab_speed.py " + shlex.join(sys.argv[1:] if argv is None else argv),
                 "commits": commits, "alternations_done": i + 1, "nice": args.nice,
-                "cpu_count": os.cpu_count(), "summary": summarize(runs), "runs": runs,
+                "cpu_count": os.cpu_count(), "summary": summarize(runs),
+                "summary_cpu_time": summarize(runs, "cpu_ratios"), "runs": runs,
             }
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
