@@ -191,7 +191,7 @@ def test_entropy_tracker_matches_train_loop(tmp_path, tiny_dataset):
     """The analysis' own epoch loop follows the protocol of ``siggate train`` exactly."""
     from siggate.analysis import entropy
     from siggate.config import load_config
-    from siggate.train.loop import train
+    from siggate.train.pipeline import train
 
     torch.set_num_threads(1)  # restored by _restore_threads
     cfg = common.variant(load_config("nci5k", [v for v in TINY[1:-3:2]]), epochs=2)

@@ -93,7 +93,7 @@ def tiny_dataset(n: int = 96, targets=None, pe_steps: int = 4) -> GraphDataset:
 
 
 def train_tiny(out_dir, cfg=None, dataset=None, resume: bool = False) -> dict:
-    from siggate.train.loop import train
+    from siggate.train.pipeline import train
 
     with one_thread():
         return train(cfg or tiny_config(), out_dir, resume=resume, progress=False,

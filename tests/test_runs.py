@@ -204,13 +204,14 @@ def test_saved_config_is_a_config(tmp_path, capsys, data):
 
 
 def test_interrupt_prints_the_command_that_resumes(tmp_path, capsys, data, monkeypatch):
-    import siggate.train.loop as loop
+    import siggate.train.dataprep as dataprep
+    import siggate.train.pipeline as pipeline
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     out = tmp_path / "my run"
-    monkeypatch.setattr(loop, "fit", interrupted)  # Ctrl-C after config.yaml, before the first epoch ends
+    monkeypatch.setattr(pipeline, "fit", interrupted)  # Ctrl-C after config.yaml, before the first epoch ends
     rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out))
     assert rc == 130
     assert _one_line(err).strip() == f"siggate train: interrupted; resume with: siggate train --resume '{out}'"
@@ -220,7 +221,7 @@ def test_interrupt_prints_the_command_that_resumes(tmp_path, capsys, data, monke
     assert rc == 0, err
     assert json.loads((out / "metrics.json").read_text())["epochs"] == 1
 
-    monkeypatch.setattr(loop, "prepare_data", interrupted)  # Ctrl-C while featurizing: nothing to resume
+    monkeypatch.setattr(dataprep, "prepare_data", interrupted)  # Ctrl-C while featurizing: nothing to resume
     rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(tmp_path / "early"))
     assert rc == 130 and "nothing was saved; run the same command again" in _one_line(err)
 

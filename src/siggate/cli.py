@@ -117,7 +117,7 @@ def cmd_train(args) -> int:
         if args.ensemble is not None:
             return _train_ensemble(cfg, out, args, resume is not None, device)
         from .train.distributed import DistContext
-        from .train.loop import train
+        from .train.pipeline import train
 
         print(f"siggate train: dataset={cfg.data.name} {_attention(cfg)} layers={cfg.model.layers} "
               f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
@@ -232,11 +232,11 @@ def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> N
 
 def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
     """``siggate train --ddp``: join the torchrun process group and run
-    :func:`siggate.train.loop.train` on it. Only rank 0 prints, logs and writes files."""
+    :func:`siggate.train.pipeline.train` on it. Only rank 0 prints, logs and writes files."""
     import torch.distributed as dist
 
     from .train.distributed import init_distributed
-    from .train.loop import train
+    from .train.pipeline import train
 
     try:
         ctx = init_distributed()

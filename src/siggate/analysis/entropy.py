@@ -76,9 +76,10 @@ def train_tracked(cfg, ds, eval_graphs, measure, progress: bool = True, desc: st
     (:func:`siggate.train.loop.setup_run` and :func:`~siggate.train.loop.fit`, skipping
     batches with a non-finite loss, writing no files) and call ``measure(model)`` before
     training and after every epoch (the epoch hook). Returns per-epoch lists."""
-    from ..train.loop import evaluate_split, fit, setup_run
+    from ..train.loop import fit, setup_run
+    from ..train.scoring import evaluate_split
 
-    run = setup_run(cfg, ds)
+    run = setup_run(cfg.model, cfg.train, ds)
     run.on_nan = "skip"
     info, t = ds.info, cfg.train
     hist = {"epoch": [0], "train_loss": [None], "skipped_batches": [0],

@@ -86,16 +86,20 @@ def train_ensemble(cfg, out: Path, n: int, resume: bool = False, progress: bool 
     ``data_report.csv`` into ``out``."""
     from torch_geometric.loader import DataLoader
 
+    from .dataprep import prepare_data
     from .distributed import DistContext
-    from .loop import load_trained, prepare_data, split_summary, train, write_csv_run_tables
     from .metrics import compute_metric
+    from .modelprep import load_trained
+    from .pipeline import train
+    from .record import write_csv_run_tables
+    from .scoring import split_summary
 
     if n < 1:
         raise EnsembleError(f"--ensemble must be >= 1, got {n}")
     out = Path(out)
     # one dataset (split drawn from the base seed) for every member: a member's seed must not
     # move molecules between train, val and test, or the ensemble's test set would leak
-    ds = prepare_data(cfg, progress=False)
+    ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False)
     runs = []
     for i in range(n):
         c = copy.deepcopy(cfg)

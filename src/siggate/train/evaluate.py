@@ -57,7 +57,7 @@ def _members(checkpoint, device: str) -> tuple[list, object, TaskInfo, list[dict
     """``(members, cfg, info, ckpts)``: ``(model, target_mean, target_std)`` per member on
     ``device``, the shared config and task, and each member's checkpoint dict."""
     from .ensemble import EnsembleError, checkpoints
-    from .loop import load_trained
+    from .modelprep import load_trained
 
     try:
         paths = checkpoints(checkpoint)
@@ -77,10 +77,10 @@ def _members(checkpoint, device: str) -> tuple[list, object, TaskInfo, list[dict
 
 @torch.no_grad()
 def predict_mean(members: list, graphs: list, info: TaskInfo, device: str = "cpu", batch_size: int = 256):
-    """Predictions for ``graphs`` on CPU: one member's outputs as :func:`~siggate.train.loop.predict`
+    """Predictions for ``graphs`` on CPU: one member's outputs as :func:`~siggate.train.scoring.predict`
     gives them (logits for classification), or for an ensemble the mean over members of target
     units / probabilities. ``[G, T]`` per graph or ``[N, T]`` per node."""
-    from .loop import predict_graphs
+    from .scoring import predict_graphs
 
     outs = [predict_graphs(m, graphs, info, mean, std, batch_size, device) for m, mean, std in members]
     if len(outs) == 1:
@@ -93,11 +93,11 @@ def predict_mean(members: list, graphs: list, info: TaskInfo, device: str = "cpu
 def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None, probabilities: bool = False) -> dict:
     """``{"metric", "per_target", "n", "metrics"}``: ``info.metric`` of ``pred`` over all
     targets, for each target (by name; for ``"multiclass"`` the one class target), the rows
-    scored, and :func:`~siggate.train.loop.split_summary` (MAE, RMSE, R² or ROC-AUC, PR-AUC,
+    scored, and :func:`~siggate.train.scoring.split_summary` (MAE, RMSE, R² or ROC-AUC, PR-AUC,
     accuracy per target and their mean). ``pred``: target units, and logits for
     classification unless ``probabilities`` (an ensemble's mean)."""
-    from .loop import probabilities as to_probabilities
-    from .loop import scored_rows, split_summary
+    from .scoring import probabilities as to_probabilities
+    from .scoring import scored_rows, split_summary
 
     y_np, p_np = scored_rows(info, graphs, pred, split)
     names = info.target_names or [f"target{t}" for t in range(info.num_tasks)]
@@ -209,7 +209,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smil
     "per_target": {split: {target: metric}}, "n": {split: rows scored}, "metrics": {split:
     summary}}`` (the summary as in ``metrics.json``'s ``test_metrics``), plus ``"data_file"``
     (and ``"rows"``, its row counts, for an external file; its split is named ``"data"``)."""
-    from .loop import prepare_data
+    from .dataprep import prepare_data
 
     members, cfg, info, ckpts = _members(checkpoint, device)
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
@@ -230,7 +230,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smil
     if cfg.data.name == "csv":
         cfg.data.csv = str(stored_csv(cfg, ckpts[0], allow_changed))
         res["data_file"] = cfg.data.csv
-    ds = prepare_data(cfg, progress)
+    ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress)
     splits = list(ds.splits) if split == "all" else [split]
     unknown = [s for s in splits if s not in ds.splits]
     if unknown:

@@ -93,7 +93,7 @@ class Predictor:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
         from .ensemble import ENSEMBLE_FILE, EnsembleError, checkpoints
-        from .loop import load_trained
+        from .modelprep import load_trained
 
         try:
             paths = checkpoints(checkpoint)

@@ -69,7 +69,7 @@ def _rows(model, info, graphs: list, split: str, mean, std, batch_size: int):
     """``(split column, graph, node, label row, prediction row)`` of every node of ``graphs``
     that ``split`` scores (for a transductive graph: its mask's nodes, or every node in a
     mask for ``"all"``)."""
-    from .loop import predict_graphs
+    from .scoring import predict_graphs
 
     out = predict_graphs(model, graphs, info, mean, std, batch_size, None)
     if info.task == "multiclass":
@@ -105,7 +105,8 @@ def predict_nodes_to_csv(checkpoint, split: str, output: str | Path | None, data
     Raises:
         InputError: an unknown split, an ensemble folder, or an unwritable ``output``.
     """
-    from .loop import load_trained, prepare_data
+    from .dataprep import prepare_data
+    from .modelprep import load_trained
 
     if split not in SPLITS + ("all",):
         raise InputError(f"--split: unknown split {split!r}; choose train, val, test or all")
@@ -117,7 +118,7 @@ def predict_nodes_to_csv(checkpoint, split: str, output: str | Path | None, data
         cfg.data.root = str(data_root)
     if cache_dir:
         cfg.data.cache_dir = str(cache_dir)
-    ds = prepare_data(cfg, progress=False)
+    ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False)
     if info.transductive:
         names = [split]  # one graph: one pass covers the split's mask (or every node for "all")
     else:
