@@ -76,10 +76,10 @@ def test_predict_mix_of_valid_and_invalid_smiles(trained, tmp_path):
 
 
 def test_prediction_matches_model_in_python(trained):
-    from siggate.train.predict import Predictor
+    from siggate.train.predict import SmilesPredictor
 
     out, _ = trained
-    p = Predictor(out / "best.pt")
+    p = SmilesPredictor(out / "best.pt")
     a = p.predict_rows(["CCO", "c1ccccc1O"])
     b = p.predict_rows(["c1ccccc1O"])
     # independent of batch composition, up to float32 summation order (the packed layout

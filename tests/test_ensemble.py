@@ -41,12 +41,18 @@ def ensemble3(tmp_path_factory):
 
 def test_members_differ_only_in_their_seed(ensemble3):
     out, _, _ = ensemble3
-    man = json.loads((out / "ensemble.json").read_text())
-    assert man["members"] == ["member0/best.pt", "member1/best.pt", "member2/best.pt"] and man["seeds"] == [0, 1, 2]
+    man = json.loads((out / "predictor.json").read_text())
+    assert man["kind"] == "combination" and man["members"] == ["member0", "member1", "member2"]
+    assert man["weighting"] == "equal" and man["weights"] is None and man["split_seed"] == 0
+    res = json.loads((out / "metrics.json").read_text())
+    assert [(m["name"], m["kind"], m["seed"]) for m in res["members"]] == [
+        ("member0", "gnn", 0), ("member1", "gnn", 1), ("member2", "gnn", 2)]
     for i in range(3):
         m = json.loads((out / f"member{i}" / "metrics.json").read_text())
-        assert m["seed"] == i and man["member_test"][i] == m["test"]
-    assert man["metric"] == "mae" and man["test"] > 0
+        assert m["seed"] == i and res["members"][i]["test"] == m["test"] and res["members"][i]["val"] == m["val"]
+        assert res["members"][i]["test_metrics"] == m["test_metrics"]
+        assert json.loads((out / f"member{i}" / "predictor.json").read_text())["split_seed"] == 0
+    assert res["metric"] == "mae" and res["test"] > 0
 
 
 def test_prediction_is_the_member_mean_and_uncertainty_their_std(ensemble3, tmp_path, capsys):
@@ -89,6 +95,7 @@ def test_one_member_has_zero_uncertainty(tmp_path, capsys):
 def test_a_folder_that_is_no_run(tmp_path, capsys):
     rc, _, err = run_cli(["predict", "--checkpoint", str(tmp_path), "CCO"], capsys)
     assert rc == 2 and "neither ensemble.json nor best.pt" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
     rc, _, err = run_cli(["train", "--ensemble", "0", "--out", str(tmp_path / "x")], capsys)
     assert rc == 2 and "--ensemble must be >= 1" in err
 
@@ -99,7 +106,7 @@ def test_ensemble_writes_its_own_test_predictions_at_the_top(ensemble3):
     assert list(rows[0]) == ["row", "smiles", "y", "y_pred", "y_pred_uncertainty"]
     assert [int(r["row"]) for r in rows] == list(range(50, 60))
     mae = sum(abs(float(r["y"]) - float(r["y_pred"])) for r in rows) / len(rows)
-    man = json.loads((out / "ensemble.json").read_text())
+    man = json.loads((out / "metrics.json").read_text())
     assert man["test"] == pytest.approx(mae, rel=1e-4)
     assert man["test_metrics"]["per_target"]["y"]["mae"] == pytest.approx(man["test"], rel=1e-6)
     assert all(float(r["y_pred_uncertainty"]) > 0 for r in rows)

@@ -111,7 +111,7 @@ def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out))
     assert rc == 0, err
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out))
-    assert rc == 2 and "ensemble.json" in _one_line(err) and "--overwrite" in err
+    assert rc == 2 and "metrics.json, member0/config.yaml" in _one_line(err) and "--overwrite" in err
     rc, _, err = run_cli(["train", "--resume", str(out)], capsys)
     assert rc == 2 and "this is an ensemble folder; resume it with --ensemble N" in _one_line(err)
     rc, _, err = run_cli(["train", "--resume", str(out), "--ensemble", "2", "--no-progress"], capsys)
@@ -121,8 +121,8 @@ def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
     (out / "member2" / "best.pt").write_bytes(b"")
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out), "--overwrite")
     assert rc == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["data_report.csv", "ensemble.json", "member0", "member1",
-                                                     "splits.csv", "test_predictions.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["data_report.csv", "member0", "member1", "metrics.json",
+                                                     "predictor.json", "splits.csv", "test_predictions.csv"]
     assert (out / "member1" / "last.pt").stat().st_mtime_ns != stale
 
 
