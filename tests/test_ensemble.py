@@ -111,3 +111,35 @@ def test_ensemble_writes_its_own_test_predictions_at_the_top(ensemble3):
     assert man["test_metrics"]["per_target"]["y"]["mae"] == pytest.approx(man["test"], rel=1e-6)
     assert all(float(r["y_pred_uncertainty"]) > 0 for r in rows)
     assert (out / "splits.csv").is_file() and (out / "data_report.csv").is_file()
+
+
+def test_val_weights_and_the_members_table(tmp_path, capsys):
+    """``--weights val``: per-target weights fitted on the validation split (non-negative, summing
+    to one), each member's and the combination's scores on the terminal and in metrics.json, and
+    ``siggate predict`` giving the weighted mean and weighted spread of the members."""
+    data = tmp_path / "d.csv"
+    _write_train_csv(data, n=60)
+    out = tmp_path / "w"
+    rc, stdout, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "1", "--ensemble", "2",
+                               "--members", "gnn", "--weights", "val", "--out", str(out),
+                               "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    res = json.loads((out / "metrics.json").read_text())
+    (w0,), (w1,) = res["weights"]
+    assert res["weighting"] == "val" and w0 >= 0 and w1 >= 0 and w0 + w1 == pytest.approx(1.0, abs=1e-9)
+    lines = [line.split() for line in stdout.splitlines() if line.strip().startswith(("member", "combined"))]
+    assert [row[:2] for row in lines] == [["member0", "gnn"], ["member1", "gnn"], ["combined", "val"]]
+    assert float(lines[2][-1]) == pytest.approx(res["test"], abs=5e-5)
+    smiles = nci_smiles(4)
+    run_cli(["predict", "--checkpoint", str(out), *smiles, "--output", str(tmp_path / "e.csv")], capsys)
+    members = []
+    for i in range(2):
+        run_cli(["predict", "--checkpoint", str(out / f"member{i}"), *smiles, "--output", str(tmp_path / f"m{i}.csv")],
+                capsys)
+        members.append([float(r["y"]) for r in _read(tmp_path / f"m{i}.csv")])
+    for k, row in enumerate(_read(tmp_path / "e.csv")):
+        a, b = members[0][k], members[1][k]
+        mean = w0 * a + w1 * b
+        assert float(row["y"]) == pytest.approx(mean, rel=1e-4, abs=1e-5)
+        assert float(row["y_uncertainty"]) == pytest.approx((w0 * (a - mean) ** 2 + w1 * (b - mean) ** 2) ** 0.5,
+                                                            rel=1e-3, abs=1e-5)
