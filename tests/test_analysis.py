@@ -197,8 +197,8 @@ def test_entropy_tracker_matches_train_loop(tmp_path, tiny_dataset):
     cfg = common.variant(load_config("nci5k", [v for v in TINY[1:-3:2]]), epochs=2)
     m = train(cfg, tmp_path, progress=False, dataset=tiny_dataset)
     # measuring between epochs must not disturb the run (no draws from the global RNG)
-    h = entropy.train_tracked(cfg, tiny_dataset, tiny_dataset.val, lambda model: entropy.entropy_stats(model, tiny_dataset.val),
-                              progress=False)
+    h = entropy.train_tracked(cfg.model, cfg.train, tiny_dataset, tiny_dataset.val,
+                              lambda model: entropy.entropy_stats(model, tiny_dataset.val), progress=False)
     np.testing.assert_allclose(h["val"][1:], [r["val"] for r in m["history"]], rtol=1e-6)
     np.testing.assert_allclose(h["train_loss"][1:], [r["train_loss"] for r in m["history"]], rtol=1e-6)
 
