@@ -172,7 +172,9 @@ def test_csv_round_trip_train_checkpoint_predict(tmp_path, capsys):
     """2 epochs with rdkit2d features through ``siggate train``; the checkpoint loads with
     ``weights_only`` and holds the training rows' statistics; ``siggate predict`` on the
     training SMILES gives the model's own predictions for the training graphs."""
-    from siggate.train.loop import load_trained, predict_graphs, prepare_data
+    from siggate.train.dataprep import prepare_data
+    from siggate.train.modelprep import load_trained
+    from siggate.train.scoring import predict_graphs
     from test_predict import nci_smiles, run_cli
 
     smiles = nci_smiles(48)
@@ -192,7 +194,7 @@ def test_csv_round_trip_train_checkpoint_predict(tmp_path, capsys):
     ckpt = torch.load(out / "best.pt", weights_only=True)
     assert ckpt["config"]["model"]["mol_features"] == "rdkit2d"
     model, _, cfg, info = load_trained(out / "best.pt")
-    ds = prepare_data(cfg, progress=False)
+    ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False)
     train_smiles = [g.smiles for g in ds.train]
     ref = mf.FeatureScaler.fit(mf.compute(train_smiles, "rdkit2d"))
     assert torch.allclose(ckpt["model"]["mol_mean"], torch.from_numpy(ref.mean).float())

@@ -103,11 +103,11 @@ def test_pretrain_then_finetune_copies_the_backbone(tmp_path):
                  test_sets=())
 
     from siggate.data.base import TaskInfo
-    from siggate.train.loop import build_model
+    from siggate.train.modelprep import build_model
 
     cfg = load_config("csv", ["model.layers=2", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4",
                               "model.pool_norm=5", *CSV])
-    model = build_model(cfg, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae"))
+    model = build_model(cfg.model, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae"))
     fresh = {k: v.clone() for k, v in model.state_dict().items()}
     report = init_weights.load_init(model, str(out), cfg.model.to_dict())
     state = model.state_dict()
@@ -122,7 +122,7 @@ def test_pretrain_then_finetune_copies_the_backbone(tmp_path):
     other = load_config("csv", ["model.layers=3", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4",
                                 "model.pool_norm=5", *CSV])
     with pytest.raises(ConfigError, match=r"model\.layers: pretrained 2, this run 3"):
-        init_weights.load_init(build_model(other, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae")),
+        init_weights.load_init(build_model(other.model, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae")),
                                str(out / "pretrained.pt"), other.model.to_dict())
     with pytest.raises(ConfigError, match="does not exist"):
         init_weights.resolve_init(str(tmp_path / "nothing.pt"))

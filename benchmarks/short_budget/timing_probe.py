@@ -17,14 +17,17 @@ import time
 import torch
 
 from siggate.config import load_config
-from siggate.train.loop import build_model, epoch_loader, loss_fn, prepare_data
+from siggate.train.dataprep import prepare_data
+from siggate.train.loop import epoch_loader
+from siggate.train.losses import loss_fn
+from siggate.train.modelprep import build_model
 
 
 def probe(name: str, layers: int, steps: int = 6) -> dict:
     cfg = load_config(name, [f"model.layers={layers}"])
-    ds = prepare_data(cfg, progress=False)
+    ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False)
     torch.manual_seed(0)
-    model = build_model(cfg, ds.info)
+    model = build_model(cfg.model, ds.info, cfg.train.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
     crit = loss_fn(cfg.train.loss, ds.info.task)
     loader = epoch_loader(ds.train, cfg.train.batch_size, 0, 0)

@@ -76,16 +76,18 @@ def cmd_train(args) -> int:
 
     if args.resume and args.overwrite:
         raise CLIError("--resume continues the run in the folder and --overwrite replaces it; give one")
+    kinds = _member_kinds(args)
+    several = args.ensemble is not None or kinds != ["gnn"]
     resume = _resume_dir(args)
     saved = None
     if resume is not None:
-        path = rundir.saved_config_path(resume, ensemble=args.ensemble is not None)
+        path = rundir.saved_config_path(resume, ensemble=several)
         if path.is_file():
             saved = rundir.read_saved_config(path)
             if args.config is None:  # the run's own config; flags given again must agree with it
                 args.config = str(path)
         elif not (resume / "last.pt").is_file():  # a last.pt alone: the flags and its checkpoint must agree
-            raise CLIError(_no_run_to_resume(resume, args.ensemble is not None))
+            raise CLIError(_no_run_to_resume(resume, several))
     cfg = config_from_args(args)
     if saved is not None:
         cfg = rundir.keep_run_schedule(cfg, saved, set_keys(args))
@@ -95,13 +97,13 @@ def cmd_train(args) -> int:
                            f"drop them to continue the run as it was, or start a new run with another --out")
     if args.on_nan:
         cfg.train.on_nan = args.on_nan
-    if args.ddp and args.ensemble is not None:
-        raise CLIError("--ensemble trains its members one after the other; it does not combine with --ddp")
+    if args.ddp and several:
+        raise CLIError("--ensemble/--members train their members one after the other; they do not combine with --ddp")
     from .data.catalog import DATASET_META
 
-    if args.ensemble is not None and DATASET_META.get(cfg.data.name, {}).get("level") == "node":
-        raise CLIError(f"--ensemble averages graph-level predictions; {cfg.data.name} is a node-level dataset. "
-                       "Train its seeds one by one, or compare them with siggate compare.")
+    if several and DATASET_META.get(cfg.data.name, {}).get("level") == "node":
+        raise CLIError(f"--ensemble/--members average graph-level predictions; {cfg.data.name} is a node-level "
+                       "dataset. Train its seeds one by one, or compare them with siggate compare.")
     if args.ddp:
         if args.device != "cpu":
             raise CLIError("--device with --ddp: torchrun gives each rank its device (nccl on GPU); drop --device")
@@ -114,17 +116,19 @@ def cmd_train(args) -> int:
     out = resume if resume is not None else default_out_dir(cfg, args.out)
     check_out_dir(out, resume=resume is not None, overwrite=args.overwrite)
     try:
-        if args.ensemble is not None:
-            return _train_ensemble(cfg, out, args, resume is not None, device)
+        if several:
+            return _train_members(cfg, out, args, kinds, resume is not None, device)
         from .train.distributed import DistContext
-        from .train.loop import train
+        from .train.gnn_member import mark_run
+        from .train.pipeline import train
 
         print(f"siggate train: dataset={cfg.data.name} {_attention(cfg)} layers={cfg.model.layers} "
               f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
         m = train(cfg, out, resume=resume is not None, progress=progress_enabled(args),
                   dist=DistContext(device=_torch_device(device)))
+        mark_run(out)
     except KeyboardInterrupt:
-        print(f"siggate train: interrupted; {_resume_hint(out, args.ensemble)}", file=sys.stderr)
+        print(f"siggate train: interrupted; {_resume_hint(out, args)}", file=sys.stderr)
         return 130
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
     _print_summaries(m, out)
@@ -158,18 +162,29 @@ def _resume_dir(args) -> Path | None:
     raise CLIError("--resume needs the run folder: siggate train --resume RUN (or --resume --out RUN)")
 
 
+def _member_kinds(args) -> list[str]:
+    """``--members`` as a list of known member kinds (default: ``gnn``)."""
+    from .train.members import MemberError, parse_kinds
+
+    try:
+        return parse_kinds(args.members or "gnn")
+    except MemberError as exc:
+        raise CLIError(str(exc)) from None
+
+
 def _no_run_to_resume(out: Path, ensemble: bool) -> str:
     """Why ``--resume`` finds nothing to continue in ``out``."""
     if not out.exists():
         return f"--resume {out}: no such folder, so there is no run to resume; check the path"
     if not ensemble and (out / "member0").is_dir():
-        return f"--resume {out}: this is an ensemble folder; resume it with --ensemble N, N as it was trained"
+        return (f"--resume {out}: this is an ensemble folder; resume it with --ensemble N, N as it was trained "
+                "(and --members as it was trained)")
     missing = "member0/config.yaml" if ensemble else "config.yaml"
     return (f"--resume {out}: the folder holds no run to resume (no {missing}); check the path, "
             "or drop --resume to start a new run there")
 
 
-def _resume_hint(out: Path, ensemble: int | None) -> str:
+def _resume_hint(out: Path, args) -> str:
     """The command that continues an interrupted run in ``out`` (or why there is none)."""
     import shlex
 
@@ -177,8 +192,10 @@ def _resume_hint(out: Path, ensemble: int | None) -> str:
 
     if not rundir.holds_run(out):
         return "no epoch had started, nothing was saved; run the same command again"
-    return f"resume with: siggate train --resume {shlex.quote(str(out))}" + (
-        f" --ensemble {ensemble}" if ensemble is not None else "")
+    return (f"resume with: siggate train --resume {shlex.quote(str(out))}"
+            + (f" --ensemble {args.ensemble}" if args.ensemble is not None else "")
+            + (f" --members {shlex.quote(args.members)}" if args.members else "")
+            + (f" --weights {args.weights}" if args.weights != "equal" else ""))
 
 
 def default_out_dir(cfg, out: str | None = None) -> Path:
@@ -200,17 +217,24 @@ def _torch_device(name: str):
     return torch.device(name)
 
 
-def _train_ensemble(cfg, out: Path, args, resume: bool, device: str = "cpu") -> int:
-    """``siggate train --ensemble N``: N members (seeds seed..seed+N-1) in OUT/member*/."""
-    from .train.ensemble import train_ensemble
+def _train_members(cfg, out: Path, args, kinds: list[str], resume: bool, device: str = "cpu") -> int:
+    """``siggate train --ensemble N`` / ``--members KIND,...``: the members (N GNN members with seeds
+    seed..seed+N-1, then the other kinds) in OUT/member*/, combined into one predictor in OUT."""
+    from .train.ensemble import member_lines, train_members
 
-    if args.ensemble < 1:
+    n = 1 if args.ensemble is None else args.ensemble
+    if n < 1:
         raise CLIError(f"--ensemble must be >= 1, got {args.ensemble}")
-    print(f"siggate train: ensemble of {args.ensemble} on dataset={cfg.data.name} {_attention(cfg)} "
-          f"seeds {cfg.train.seed}..{cfg.train.seed + args.ensemble - 1} -> {out}", flush=True)
-    res = train_ensemble(cfg, out, args.ensemble, resume=resume, progress=progress_enabled(args),
-                         device=_torch_device(device))
-    print(json.dumps({k: res[k] for k in ("metric", "seeds", "member_test", "val", "test")}, indent=2))
+    gnn = f"{n} GNN member(s) {_attention(cfg)} seeds {cfg.train.seed}..{cfg.train.seed + n - 1}" if "gnn" in kinds else ""
+    others = ", ".join(k for k in kinds if k != "gnn")
+    print(f"siggate train: ensemble of {', '.join(x for x in (gnn, others) if x)} on dataset={cfg.data.name} "
+          f"-> {out}", flush=True)
+    res = train_members(cfg, out, kinds, n, weights=None if args.weights == "equal" else args.weights, resume=resume,
+                        progress=progress_enabled(args), device=_torch_device(device))
+    print(json.dumps({"metric": res["metric"], "members": [{k: m[k] for k in ("name", "kind", "seed", "val", "test")}
+                                                          for m in res["members"]],
+                      "weighting": res["weighting"], "val": res["val"], "test": res["test"]}, indent=2))
+    print("\n".join(member_lines(res)))
     _print_summaries(res, out)
     return 0
 
@@ -232,11 +256,11 @@ def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> N
 
 def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
     """``siggate train --ddp``: join the torchrun process group and run
-    :func:`siggate.train.loop.train` on it. Only rank 0 prints, logs and writes files."""
+    :func:`siggate.train.pipeline.train` on it. Only rank 0 prints, logs and writes files."""
     import torch.distributed as dist
 
     from .train.distributed import init_distributed
-    from .train.loop import train
+    from .train.pipeline import train
 
     try:
         ctx = init_distributed()
@@ -299,7 +323,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from .train.predict import Predictor, predict_to_csv, read_input
+    from .train.predict import SmilesPredictor, predict_to_csv, read_input
     from .train.predict_nodes import checkpoint_level, predict_nodes_to_csv
 
     if checkpoint_level(args.checkpoint) == "node":
@@ -315,7 +339,7 @@ def cmd_predict(args) -> int:
                        "give SMILES as arguments or --input FILE")
     if not args.smiles and not args.input:
         raise CLIError("give SMILES as arguments or --input FILE")
-    pred = Predictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device))
+    pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device))
     chunks = [list(args.smiles)] if args.smiles else read_input(args.input, args.smiles_col, args.chunk_size)
     n, bad = predict_to_csv(pred, chunks, args.output)
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
@@ -401,8 +425,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run in --out: its checkpoints, logs and TensorBoard events are removed first")
     p.add_argument("--ensemble", type=int, default=None, metavar="N",
-                   help="train N members with seeds seed..seed+N-1 into OUT/member*/; siggate predict on OUT "
+                   help="train N GNN members with seeds seed..seed+N-1 into OUT/member*/; siggate predict on OUT "
                         "averages them and adds an uncertainty column (their std)")
+    p.add_argument("--members", default=None, metavar="KIND[,KIND...]",
+                   help="the kinds of model the run holds, combined into one (default: gnn); --ensemble N "
+                        "multiplies the GNN members")
+    p.add_argument("--weights", choices=["equal", "val"], default="equal",
+                   help="how several members are combined: equal weights, or weights fitted on the validation "
+                        "split (non-negative, summing to one per target) (default: equal)")
     p.add_argument("--on-nan", choices=["stop", "skip"], default=None, help="on a non-finite loss: stop (default) or skip the batch")
     p.add_argument("--ddp", action="store_true", help="distributed data parallel (under torchrun)")
     add_progress_flag(p)
@@ -502,11 +532,13 @@ def _user_errors() -> tuple:
     raised (so that light commands such as ``siggate data list`` never import torch)."""
     from .config import ConfigError
     from .data.base import DataError
+    from .predictors.base import PredictorFileError
     from .train.checkpoint import CheckpointError
     from .train.loop import NonFiniteLossError
     from .train.predict import InputError
 
-    return CLIError, ConfigError, DataError, CheckpointError, InputError, NonFiniteLossError, FileNotFoundError
+    return (CLIError, ConfigError, DataError, CheckpointError, InputError, NonFiniteLossError, PredictorFileError,
+            FileNotFoundError)
 
 
 def main(argv: list[str] | None = None) -> int:

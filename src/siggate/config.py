@@ -108,7 +108,7 @@ class ModelConfig:
     @property
     def pool_norm_unresolved(self) -> bool:
         """``pooling: norm`` with ``pool_norm: 0``: the divisor is the training graphs' mean
-        size, which training resolves (:func:`siggate.train.loop.resolve_pool_norm`) into the
+        size, which training resolves (:func:`siggate.train.modelprep.resolve_pool_norm`) into the
         run's checkpoint and metadata; the config keeps its ``0``."""
         return self.pooling == "norm" and not self.pool_norm > 0
 
@@ -617,7 +617,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
 
 def split_resolved(config: dict, resolved: dict | None) -> tuple[dict, dict]:
     """A run record's config as the user gave it and the values training resolved from the data
-    (``{"model.pool_norm": x}``, see :func:`siggate.train.loop.resolve_pool_norm`).
+    (``{"model.pool_norm": x}``, see :func:`siggate.train.modelprep.resolve_pool_norm`).
 
     ``resolved`` is the record's own entry (the checkpoint's ``"resolved"``, ``config.yaml``'s
     ``_meta.resolved``). Records written before siggate kept the two apart (checkpoint format 1)

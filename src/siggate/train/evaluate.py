@@ -12,9 +12,10 @@ Two sources of labels:
   one set named ``"data"``; rows that cannot be featurized or have no label are counted, not
   scored.
 
-An ensemble folder (``OUT/ensemble.json``) is scored on the mean of its members' predictions
-(target units for regression, probabilities for classification), as ``siggate predict``
-averages them. Each split gets the dataset's metric over all targets and per target.
+Any saved predictor is scored through its own ``predict`` (:mod:`siggate.predictors`): a run, or
+a folder of several members on their combination (target units for regression, probabilities
+for classification), as ``siggate predict`` gives them. Each split gets the dataset's metric
+over all targets and per target.
 """
 
 from __future__ import annotations
@@ -37,67 +38,27 @@ class EvaluationError(ValueError):
     """A run, ensemble or file that cannot be scored as asked (the message says how to fix it)."""
 
 
-def _ensemble_split_seed(checkpoint) -> int | None:
-    """The seed an ensemble's shared split was drawn with (its first member's, ``ensemble.json``'s
-    first seed), when ``checkpoint`` is an ensemble folder or one of its members; else None."""
-    import json
-
-    path = Path(checkpoint)
-    for folder in (path, path.parent, path.parent.parent):
-        f = folder / "ensemble.json"
-        if f.is_file():
-            try:
-                return int(json.loads(f.read_text())["seeds"][0])
-            except (ValueError, KeyError, IndexError, TypeError):
-                return None
-    return None
-
-
-def _members(checkpoint, device: str) -> tuple[list, object, TaskInfo, list[dict]]:
-    """``(members, cfg, info, ckpts)``: ``(model, target_mean, target_std)`` per member on
-    ``device``, the shared config and task, and each member's checkpoint dict."""
-    from .ensemble import EnsembleError, checkpoints
-    from .loop import load_trained
+def _load(checkpoint, device: str):
+    """The predictor saved at ``checkpoint`` (:func:`~siggate.train.members.load_predictor`) and its task."""
+    from ..predictors.base import PredictorFileError
+    from .members import load_predictor
 
     try:
-        paths = checkpoints(checkpoint)
-    except EnsembleError as exc:
+        predictor = load_predictor(checkpoint, device)
+        return predictor, predictor.info
+    except PredictorFileError as exc:
         raise EvaluationError(str(exc)) from None
-    members, ckpts, cfg, info = [], [], None, None
-    for path in paths:
-        model, ckpt, c, i = load_trained(path)
-        if cfg is not None and (c.model != cfg.model or i != info):
-            raise EvaluationError(f"{path}: this ensemble member has another model or task than {paths[0]}")
-        if cfg is None:
-            cfg, info = c, i  # the first member's config: an ensemble's data were split with its seed
-        members.append((model.to(device), ckpt["target_mean"], ckpt["target_std"]))
-        ckpts.append(ckpt)
-    return members, cfg, info, ckpts
+    except ValueError as exc:  # members of different tasks
+        raise EvaluationError(f"{checkpoint}: {exc}") from None
 
 
-@torch.no_grad()
-def predict_mean(members: list, graphs: list, info: TaskInfo, device: str = "cpu", batch_size: int = 256):
-    """Predictions for ``graphs`` on CPU: one member's outputs as :func:`~siggate.train.loop.predict`
-    gives them (logits for classification), or for an ensemble the mean over members of target
-    units / probabilities. ``[G, T]`` per graph or ``[N, T]`` per node."""
-    from .loop import predict_graphs
-
-    outs = [predict_graphs(m, graphs, info, mean, std, batch_size, device) for m, mean, std in members]
-    if len(outs) == 1:
-        return outs[0]
-    if info.task != "regression":
-        outs = [torch.sigmoid(o) for o in outs]
-    return torch.stack(outs).mean(0)
-
-
-def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None, probabilities: bool = False) -> dict:
+def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None) -> dict:
     """``{"metric", "per_target", "n", "metrics"}``: ``info.metric`` of ``pred`` over all
     targets, for each target (by name; for ``"multiclass"`` the one class target), the rows
-    scored, and :func:`~siggate.train.loop.split_summary` (MAE, RMSE, R² or ROC-AUC, PR-AUC,
-    accuracy per target and their mean). ``pred``: target units, and logits for
-    classification unless ``probabilities`` (an ensemble's mean)."""
-    from .loop import probabilities as to_probabilities
-    from .loop import scored_rows, split_summary
+    scored, and :func:`~siggate.train.scoring.split_summary` (MAE, RMSE, R² or ROC-AUC, PR-AUC,
+    accuracy per target and their mean). ``pred``: a predictor's prediction, in target units
+    (probabilities for classification)."""
+    from .scoring import scored_rows, split_summary
 
     y_np, p_np = scored_rows(info, graphs, pred, split)
     names = info.target_names or [f"target{t}" for t in range(info.num_tasks)]
@@ -106,9 +67,8 @@ def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None, p
         per_target = {names[0]: overall}
     else:
         per_target = {n: _metric_or_none(info.metric, y_np[:, t:t + 1], p_np[:, t:t + 1]) for t, n in enumerate(names)}
-    readable = pred if probabilities else to_probabilities(pred, info.task)
     return {"metric": overall, "per_target": per_target, "n": int(y_np.shape[0]),
-            "metrics": split_summary(info, graphs, readable, split)}
+            "metrics": split_summary(info, graphs, pred, split)}
 
 
 def _metric_or_none(name: str, y, pred) -> float | None:
@@ -129,13 +89,14 @@ def _add_scores(res: dict, split: str, scores: dict) -> None:
     res.setdefault("metrics", {})[split] = scores["metrics"]
 
 
-def stored_csv(cfg, ckpt: dict, allow_changed: bool = False) -> Path:
-    """The training CSV of a CSV run: the absolute path recorded in the checkpoint (else the
-    config's path), checked against the SHA-256 recorded at training time."""
+def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
+    """The training CSV of a CSV run: the absolute path its record ``source`` holds
+    (:func:`~siggate.train.record.data_source`, else the ``data`` config's path), checked against
+    the SHA-256 recorded at training time."""
     from ..data.cache import fingerprint_file
 
-    source = ckpt.get("data_source") or {}
-    path = Path(source.get("csv") or cfg.data.csv)
+    source = source or {}
+    path = Path(source.get("csv") or data.csv)
     if not path.is_file():
         raise EvaluationError(f"the training CSV {path} recorded in the run is not found; score a file with "
                               "--data FILE.csv (and --target-col if its columns are named differently)")
@@ -155,15 +116,16 @@ def stored_csv(cfg, ckpt: dict, allow_changed: bool = False) -> Path:
     return path
 
 
-def external_graphs(checkpoint, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo) -> tuple[list, dict]:
-    """Graphs of the labelled CSV ``path`` featurized as the checkpoint's inputs, each with its
-    labels ``y [1, T]``, and ``{"rows", "scored", "invalid", "unlabelled"}`` counts."""
+def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo) -> tuple[list, dict]:
+    """Graphs of the labelled CSV ``path`` featurized as ``predictor``'s inputs (as ``siggate
+    predict`` featurizes SMILES), each with its labels ``y [1, T]``, and ``{"rows", "scored",
+    "invalid", "unlabelled"}`` counts."""
     import numpy as np
     import pandas as pd
 
     from ..data.chem import InvalidSmiles
     from ..data.csvdata import detect_sep
-    from .predict import Predictor
+    from .predict import SmilesPredictor
 
     path = Path(path)
     if not path.is_file():
@@ -181,7 +143,7 @@ def external_graphs(checkpoint, path, smiles_col: str, target_cols: list[str] | 
         raise EvaluationError(f"--target-col: the model predicts {info.num_tasks} target(s) "
                               f"({', '.join(info.target_names)}), got {len(cols)} column(s)")
     labels = table[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
-    featurizer = Predictor(checkpoint)
+    featurizer = SmilesPredictor(predictor)
     graphs, invalid, unlabelled = [], 0, 0
     for smiles, y in zip(table[smiles_col], labels):
         if np.isnan(y).all():
@@ -203,40 +165,46 @@ def external_graphs(checkpoint, path, smiles_col: str, target_cols: list[str] | 
 def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smiles", target_cols=None,
              allow_changed: bool = False, data_root=None, cache_dir=None, device: str = "cpu",
              progress: bool = False) -> dict:
-    """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or an ensemble
-    folder) on ``split`` (a split name or ``"all"``) of its own data, or on the labelled CSV
-    ``data``: ``{"checkpoint", "dataset", "level", "metric", "members", <split>: metric, ...,
+    """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or a folder of
+    several members) on ``split`` (a split name or ``"all"``) of its own data, or on the labelled
+    CSV ``data``: ``{"checkpoint", "dataset", "level", "metric", "members", <split>: metric, ...,
     "per_target": {split: {target: metric}}, "n": {split: rows scored}, "metrics": {split:
     summary}}`` (the summary as in ``metrics.json``'s ``test_metrics``), plus ``"data_file"``
     (and ``"rows"``, its row counts, for an external file; its split is named ``"data"``)."""
-    from .loop import prepare_data
+    import copy
 
-    members, cfg, info, ckpts = _members(checkpoint, device)
+    from ..predictors.base import PredictorFileError
+    from .dataprep import prepare_data
+    from .members import encodings_of, members_of, run_data
+
+    predictor, info = _load(checkpoint, device)
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
-           "members": len(members)}
+           "members": len(members_of(predictor))}
     if data is not None:
-        graphs, counts = external_graphs(checkpoint, data, smiles_col, target_cols, info)
+        graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
-        _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, predict_mean(members, graphs, info, device), None,
-                                               probabilities=len(members) > 1))
+        _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, predictor.predict(graphs).mean, None))
         return res
+    try:
+        trained_on = run_data(predictor)
+        encodings = encodings_of(predictor)
+    except PredictorFileError as exc:
+        raise EvaluationError(str(exc)) from None
+    d = copy.deepcopy(trained_on.data)
     if data_root:
-        cfg.data.root = data_root
+        d.root = data_root
     if cache_dir:
-        cfg.data.cache_dir = cache_dir
-    split_seed = _ensemble_split_seed(checkpoint)
-    if split_seed is not None:  # a member of an ensemble: its data were split with the ensemble's first seed
-        cfg.train.seed = split_seed
-    if cfg.data.name == "csv":
-        cfg.data.csv = str(stored_csv(cfg, ckpts[0], allow_changed))
-        res["data_file"] = cfg.data.csv
-    ds = prepare_data(cfg, progress)
+        d.cache_dir = cache_dir
+    if d.name == "csv":
+        d.csv = str(stored_csv(d, trained_on.source, allow_changed))
+        res["data_file"] = d.csv
+    # a member of an ensemble: its data were split with the ensemble's first seed
+    ds = prepare_data(d, encodings, trained_on.split_seed, progress)
     splits = list(ds.splits) if split == "all" else [split]
     unknown = [s for s in splits if s not in ds.splits]
     if unknown:
         raise EvaluationError(f"unknown split {unknown[0]!r}; available: {', '.join(ds.splits)}, all")
     for s in splits:
         graphs = ds.splits[s]
-        _add_scores(res, s, score(info, graphs, predict_mean(members, graphs, info, device), s,
-                                  probabilities=len(members) > 1))
+        _add_scores(res, s, score(info, graphs, predictor.predict(graphs).mean, s))
     return res

@@ -51,7 +51,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
-from torch_geometric.data import Batch
 
 from ..data.chem import InvalidSmiles, mol_to_graph, parse_smiles, quiet_rdkit
 from ..files import AtomicFile
@@ -71,14 +70,14 @@ class InputError(ValueError):
     """An input file that cannot be read as SMILES rows."""
 
 
-class Predictor:
-    """Wraps a trained model: SMILES in, predictions (in target units) out.
+class SmilesPredictor:
+    """SMILES in, one row of predictions (in target units) out, from a saved predictor.
 
     Args:
-        checkpoint: path to ``best.pt``/``last.pt`` from ``siggate train``, a run folder
-            (its ``best.pt``) or an ensemble folder from ``siggate train --ensemble N``: the
-            members' mean is the prediction and their standard deviation goes to the
-            ``<target>_uncertainty`` column(s).
+        checkpoint: what ``siggate train`` saved (:func:`~siggate.train.members.load_predictor`:
+            a run folder, a checkpoint file ``best.pt``/``last.pt``, or a folder of several
+            members, whose combination is the prediction and whose spread over members goes to
+            the ``<target>_uncertainty`` column(s)), or a predictor already loaded.
         max_atoms: molecules with more atoms are refused with a reason (attention is
             quadratic in the number of atoms). (default: ``1000``)
         batch_size: graphs per forward pass at most; fewer when molecules are large.
@@ -86,35 +85,32 @@ class Predictor:
         device: where the model runs, ``"cpu"`` or ``"cuda"``. (default: ``"cpu"``)
     """
 
-    def __init__(self, checkpoint: str | Path, max_atoms: int = DEFAULT_MAX_ATOMS, batch_size: int = 128,
+    def __init__(self, checkpoint, max_atoms: int = DEFAULT_MAX_ATOMS, batch_size: int = 128,
                  device: str = "cpu") -> None:
         if isinstance(max_atoms, bool) or not isinstance(max_atoms, int) or max_atoms < 1:
             raise InputError(f"max_atoms (--max-atoms) must be a positive integer, got {max_atoms!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
-        from .ensemble import ENSEMBLE_FILE, EnsembleError, checkpoints
-        from .loop import load_trained
+        from ..predictors.base import PredictorFileError
+        from ..predictors.combine import Combination
+        from .members import encodings_of, load_predictor, members_of
 
         try:
-            paths = checkpoints(checkpoint)
-        except EnsembleError as exc:
+            self.predictor = load_predictor(checkpoint, device) if isinstance(checkpoint, (str, Path)) else checkpoint
+            self.info = self.predictor.info
+            encodings = encodings_of(self.predictor)
+        except PredictorFileError as exc:
             raise InputError(str(exc)) from None
-        self.ensemble = (Path(checkpoint) / ENSEMBLE_FILE).is_file()
-        self.members = []
-        for path in paths:
-            model, ckpt, cfg, info = load_trained(path)
-            if self.members and (cfg.model != self.cfg.model or info != self.info):
-                raise InputError(f"{path}: this ensemble member has another model or task than {paths[0]}; "
-                                 "members must differ only in their seed")
-            self.model, self.cfg, self.info = model, cfg, info
-            self.members.append((model.to(device), ckpt["target_mean"].to(device), ckpt["target_std"].to(device),
-                                 info.task))
+        except ValueError as exc:  # members of different tasks
+            raise InputError(f"{checkpoint}: {exc}") from None
+        self.ensemble = isinstance(self.predictor, Combination)  # its spread is the uncertainty
+        for member in members_of(self.predictor):  # a chunk is one forward pass, as _batches sized it
+            if getattr(member, "batch_size", None) is not None:
+                member.batch_size = max(member.batch_size, batch_size)
         self.device = device
         self.max_atoms = max_atoms
         self.batch_size = batch_size
-        m = self.cfg.model
-        self.rwse = m.pe_steps if m.pe == "rwse" else 0
-        self.lap = m.pe_steps if m.pe == "lappe" else 0
+        self.rwse, self.lap, self.mol_features = encodings.rwse_steps, encodings.lap_dim, encodings.mol_features
         if self.info.node_features != "ogb":
             raise InputError(
                 f"this checkpoint was trained on {self.info.name!r}, whose graphs use integer atom types, "
@@ -200,10 +196,10 @@ class Predictor:
             if len(atoms) > self.max_atoms:
                 raise InvalidSmiles(self._too_large(len(atoms), "atoms"))
             g = mol_to_graph(mol)
-            if self.cfg.model.mol_features != "none":  # raw, as the datasets store them; the model scales
+            if self.mol_features != "none":  # raw, as the datasets store them; the model scales
                 from ..data.molfeatures import compute
 
-                g.mol_x = torch.from_numpy(compute([mol], self.cfg.model.mol_features))
+                g.mol_x = torch.from_numpy(compute([mol], self.mol_features))
         g.smiles = s
         return g
 
@@ -213,10 +209,8 @@ class Predictor:
     @torch.no_grad()
     def _predict_graphs(self, graphs) -> torch.Tensor:
         """``[G, T]`` predictions, then ``[G, T]`` uncertainties for an ensemble (concatenated)."""
-        from .ensemble import ensemble_predict
-
-        mean, std = ensemble_predict(self.members, Batch.from_data_list(graphs).to(self.device))
-        return (torch.cat([mean, std], dim=1) if self.ensemble else mean).cpu()
+        pred = self.predictor.predict(graphs)
+        return (torch.cat([pred.mean, pred.spread], dim=1) if self.ensemble else pred.mean).cpu()
 
     def _batches(self, sizes: list[int]) -> Iterator[list[int]]:
         """Positions into ``sizes`` grouped into batches of similar size whose padded atom
@@ -505,11 +499,11 @@ def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
     sink.commit()
 
 
-def predict_to_csv(predictor: Predictor, chunks: InputRows | Iterable[list[str]],
+def predict_to_csv(predictor: SmilesPredictor, chunks: InputRows | Iterable[list[str]],
                    output: str | Path | None) -> tuple[int, int]:
     """Write predictions as CSV to ``output`` (or stdout), chunk by chunk: the input's columns
     in their order (``chunks`` from :func:`read_input`; chunks of SMILES strings give one
-    ``smiles`` column), the prediction columns (:meth:`Predictor.output_columns`), then
+    ``smiles`` column), the prediction columns (:meth:`SmilesPredictor.output_columns`), then
     ``error``. Returns ``(rows, failed_rows)``.
 
     A file is written to a temporary name next to ``output`` and renamed when every chunk
@@ -537,3 +531,15 @@ def predict_to_csv(predictor: Predictor, chunks: InputRows | Iterable[list[str]]
 def _escape_bytes(s: str) -> str:
     """Undecodable input bytes (surrogate escapes) as ``\\xff`` text."""
     return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def __getattr__(name: str):
+    """``Predictor``: the old name of :class:`SmilesPredictor` (deprecated: it clashes with
+    :class:`siggate.predictors.base.Predictor`, the interface every model implements)."""
+    if name == "Predictor":
+        import warnings
+
+        warnings.warn("siggate.train.predict.Predictor is deprecated; use siggate.train.predict.SmilesPredictor",
+                      DeprecationWarning, stacklevel=2)
+        return SmilesPredictor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -206,7 +206,7 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
              smiles_col: str | None = None, resume: bool = False, progress: bool = True, test_sets=None,
              device: str = "cpu") -> dict:
     """Corpus, training and export (module docstring); returns the export's ``pretraining`` record."""
-    from .loop import train
+    from .pipeline import train
 
     out = Path(out)
     model_dir = out / "model"

@@ -4,8 +4,8 @@ default name that is free, clearing it for ``--overwrite``, and the run's saved 
 
 A folder *holds a run* when it has any of :data:`RUN_MARKERS` (``config.yaml`` is written
 before the first epoch, ``last.pt`` after each, ``metrics.json`` at the end), or is an
-ensemble folder (``ensemble.json``, or ``member{i}/`` folders holding runs; see
-:mod:`siggate.train.ensemble`).
+folder of several members (its ``metrics.json``, ``ensemble.json`` of older ensembles, or
+``member{i}/`` folders holding runs; see :mod:`siggate.train.ensemble`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from ..files import atomic_write_bytes
 RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json")
 #: Everything ``siggate train`` writes into a run folder (files, and the TensorBoard folder
 #: ``tb``); ``--overwrite`` removes these and the ``member{i}`` folders of an ensemble.
-RUN_OUTPUTS = RUN_MARKERS + ("best.pt", "log.csv", "ensemble.json", "test_predictions.csv", "splits.csv",
-                              "data_report.csv")
+RUN_OUTPUTS = RUN_MARKERS + ("best.pt", "log.csv", "ensemble.json", "predictor.json", "test_predictions.csv",
+                              "splits.csv", "data_report.csv")
 RUN_FOLDERS = ("tb",)
 _MEMBER = re.compile(r"member\d+")
 
