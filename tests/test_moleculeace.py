@@ -297,3 +297,29 @@ def test_report_reads_the_rows_the_earlier_harness_wrote(tmp_path):
     ours = {(s["tool"], s["recipe"]) for s in res["summary"] if s["recipe"] != "published"}
     assert ours == {(r["tool"], r["recipe"]) for r in committed["rows"] if r.get("status") == "ok"}
     assert {t for t, s in res["calibration"].items() if t != "tolerance"} == set(mace.CALIBRATED)
+
+
+def test_import_rows_adds_new_rows_keeps_done_ones_and_refuses_conflicts(tmp_path, capsys):
+    """Rows made in another worktree join the main results file by the study's rule."""
+    ours, theirs = tmp_path / "ours.json", tmp_path / "theirs.json"
+    meta = {"target": "CHEMBL1871_Ki", "size": 659}
+    mace.results_store(ours).put({**_rows("rf_morgan", "default", {"CHEMBL1871_Ki": [0.7]})[0], "epochs": None})
+    mace.results_store(ours).update(lambda res: res.setdefault("targets", {}).update(CHEMBL1871_Ki=meta))
+    new = [{**r, "epochs": None} for r in _rows("svm_ecfp", "default", {"CHEMBL1871_Ki": [0.6, 0.6], "CHEMBL2034_Ki": [0.5]})]
+    failed = {**new[0], "seed": 7, "status": "failed"}
+    mace.results_store(theirs).update(lambda res: res.update(
+        rows=[*new, failed, {**_rows("rf_morgan", "default", {"CHEMBL1871_Ki": [0.7]})[0], "epochs": None}],
+        targets={"CHEMBL1871_Ki": meta, "CHEMBL2034_Ki": {"target": "CHEMBL2034_Ki", "size": 750}}))
+    assert mace.import_rows(theirs, ours) == (3, 1)
+    res = json.loads(ours.read_text())
+    assert [(r["tool"], r["target"], r["seed"]) for r in res["rows"]] == [
+        ("rf_morgan", "CHEMBL1871_Ki", 0), ("svm_ecfp", "CHEMBL1871_Ki", 0), ("svm_ecfp", "CHEMBL1871_Ki", 1),
+        ("svm_ecfp", "CHEMBL2034_Ki", 0)]
+    assert res["targets"]["CHEMBL2034_Ki"] == {"target": "CHEMBL2034_Ki", "size": 750}
+    assert mace.import_rows(theirs, ours) == (0, 4)
+    mace.results_store(theirs).put({**new[2], "epochs": 3})
+    with pytest.raises(SystemExit) as exc:
+        mace.import_rows(theirs, ours)
+    assert exc.value.code == 2
+    assert "holds another run of ('svm_ecfp', 'default', 'CHEMBL2034_Ki', 0): epochs: the results file has None, " \
+           "this run has 3" in capsys.readouterr().err

@@ -424,6 +424,32 @@ def cmd_run(args) -> int:
     return status
 
 
+def import_rows(source: Path, results: Path) -> tuple[int, int]:
+    """Add the ``ok`` rows of ``source`` to ``results`` with their targets' data records: a row
+    whose key is ``new`` there (:func:`~siggate.train.study.reuse_status`) is added, a ``done``
+    one is kept as it is, and a ``conflict`` (the same key run with other arguments) refuses the
+    whole import (exit 2). Returns ``(added, already there)``."""
+    src = load_results(source)
+    rows = [r for r in src["rows"] if r.get("status") == "ok"]
+    store = results_store(results)
+    states = [reuse_status(results, {f: r.get(f) for f in IDENTITY}, store, row_key(r)) for r in rows]
+    conflicts = [f"{row_key(r)}: {s.reason}" for r, s in zip(rows, states) if s.state == "conflict"]
+    if conflicts:
+        for line in conflicts:
+            print(f"moleculeace: {results} holds another run of {line}", file=sys.stderr)
+        raise SystemExit(2)
+    new = [r for r, s in zip(rows, states) if s.state == "new"]
+
+    def add(res: dict) -> None:
+        for r in new:
+            res.setdefault("targets", {}).setdefault(r["target"], src["targets"].get(r["target"]))
+            res["rows"] = [x for x in res["rows"] if row_key(x) != row_key(r)] + [r]
+        res["rows"].sort(key=store.order)
+
+    store.update(add)
+    return len(new), len(rows) - len(new)
+
+
 def parse_targets(text: str | None) -> list[str]:
     targets = [t.strip() for t in text.split(",") if t.strip()] if text else list(PUBLIC)
     for t in targets:
@@ -611,18 +637,25 @@ def main(argv=None) -> int:
     p.add_argument("--targets", default=None, help="comma-separated public targets (default: all 20)")
     p.add_argument("--tools", default="rf_morgan,siggate", help=f"comma-separated, from {', '.join(TOOLS)}")
     p.add_argument("--seeds", default="0,1,2", help="training seeds (default: 0,1,2)")
-    p.add_argument("--recipe", default=None, help="name of siggate's recipe (default: 'default', or 'custom' "
-                                                   "with --siggate-args)")
-    p.add_argument("--siggate-args", default="", metavar="ARGS", help="extra arguments for siggate train")
+    p.add_argument("--recipe", default=None, metavar="NAME",
+                   help="name of siggate's rows (default: 'default'; required with --siggate-args), e.g. svr_minmax")
+    p.add_argument("--siggate-args", default="", metavar="ARGS",
+                   help="arguments added to siggate train, e.g. \"--members svr\" (a recipe; needs --recipe)")
     p.add_argument("--siggate", default=None, help="siggate executable (default: the one next to this Python)")
     p.add_argument("--chemprop-venv", type=Path, default=peers.DEFAULT_CHEMPROP_VENV)
     p.add_argument("--smoke", action="store_true", help=f"{peers.SMOKE_EPOCHS} epochs per tool, recipe 'smoke'")
     p.add_argument("--report", action="store_true", help="only recompute the summary, tests and README table")
+    p.add_argument("--import-rows", type=Path, default=None, metavar="FILE",
+                   help="add the ok rows of another results file (e.g. one written in another worktree) to "
+                        "--results, by the study's reuse rule: rows already there are kept, conflicts refused")
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     p.add_argument("--data-dir", type=Path, default=CACHE / "data")
     p.add_argument("--work-dir", type=Path, default=CACHE / "runs")
     args = p.parse_args(argv)
-    if args.report:
+    if args.import_rows is not None:
+        added, kept = import_rows(args.import_rows, args.results)
+        print(f"{args.results}: {added} rows added from {args.import_rows}, {kept} already there")
+    if args.report or args.import_rows is not None:
         res = report(args.results)
         print(table_markdown(res))
         return 0
