@@ -4,31 +4,23 @@ calibration, summary and the gate study's statistics (issue 22, item 1)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats as st
 
+from benchmark_scripts import load
+
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-mace = _load("mace_run", ROOT / "benchmarks" / "moleculeace" / "run.py")
-anchors_mod = _load("mace_anchors", ROOT / "benchmarks" / "moleculeace" / "anchors.py")
+mace = load("mace_run", "moleculeace/run.py")
+anchors_mod = load("mace_anchors", "moleculeace/anchors.py")
 
 
 def _need_wheel():

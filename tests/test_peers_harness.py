@@ -5,25 +5,14 @@ siggate's data root (issue 30 item 7)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_scripts import load
 
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-peers = _load("peers_run", ROOT / "benchmarks" / "peers" / "run.py")
+peers = load("peers_run", "peers/run.py")
 
 TEST = [("CCO", 1.0), ("CCN", 2.0), ("CCC", 4.0)]
 

@@ -4,7 +4,6 @@ hold (issue 30 item 7, issue 31 item 4)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmark_scripts import load
 from siggate.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,9 +22,7 @@ COMMITTED = ROOT / "benchmarks" / "results" / "short_budget"
 
 def _summarize(tmp_path, monkeypatch):
     """summarize.py over a copy of the committed result set in ``tmp_path``."""
-    spec = importlib.util.spec_from_file_location("short_budget_summarize", ROOT / "benchmarks" / "short_budget" / "summarize.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load("short_budget_summarize", "short_budget/summarize.py")
     here = tmp_path / "short_budget"
     shutil.copytree(COMMITTED, here)
     monkeypatch.setattr(mod, "HERE", here)
