@@ -1,5 +1,6 @@
-"""MoleculeACE benchmark: siggate beside a random forest on Morgan fingerprints, chemprop and the
-published results of CheMeleon, RF, minimol and chemprop (van Tilborg et al., JCIM 2022).
+"""MoleculeACE benchmark: siggate beside fingerprint models (a random forest and MoleculeACE's own
+SVM), chemprop and the published results of CheMeleon, RF, SVM, minimol, chemprop and ACANet
+(van Tilborg et al., JCIM 2022).
 
 * **Data.** The 30 CSVs inside the installed ``MoleculeACE==3.0.0`` wheel
   (``pip install --no-deps MoleculeACE==3.0.0``), found through the package's file list and read
@@ -7,20 +8,26 @@ published results of CheMeleon, RF, minimol and chemprop (van Tilborg et al., JC
 * **Protocol.** The file's ``split`` column is train/test. Validation is 10% of train, drawn with a
   fixed seed per target (``crc32`` of the target's name), the same for every tool and training seed.
   The random forest has no use for a validation set and trains on the whole train split, as the
-  published RF rows do.
+  published RF rows do; the SVM chooses its grid point on the validation rows, then refits on
+  the whole train split.
 * **Metrics.** Test RMSE overall, on ``cliff_mol == 1`` compounds and on the rest, per target and as
-  the mean over targets (of each target's mean over seeds).
+  the mean over targets (of each target's mean over seeds). A (tool, recipe) is complete only when
+  every target has the same seeds.
 * **Targets.** The 20 public targets only; the 10 reserved ones are refused everywhere.
 
-    python benchmarks/moleculeace/run.py --tools rf_morgan --seeds 0,1,2     # calibration row (minutes)
+    python benchmarks/moleculeace/run.py --tools rf_morgan,svm_ecfp --seeds 0,1,2   # calibration rows
     python benchmarks/moleculeace/run.py --tools siggate --seeds 0,1,2       # siggate train --data defaults
     python benchmarks/moleculeace/run.py --tools siggate --recipe gate-none \\
         --siggate-args "--set model.attn=true --set model.gate=none"          # a named recipe
     python benchmarks/moleculeace/run.py --report                              # summary, tests and README table
 
-Runs resume: a (tool, recipe, target, seed) row with ``"status": "ok"`` is skipped. Several
-processes may run at once on one results file (it is updated under a lock). It shares its runner
-and metric code with ``benchmarks/peers/run.py``.
+The runs are one study (:mod:`siggate.train.study`): every (tool, recipe, target, seed) is planned
+against the results file (a :class:`~siggate.train.study.RowStore` of ``rows``) by the study's
+reuse rule (an ``ok`` row is skipped, a failed one tried again, a recipe name with other
+arguments refused), then executed one after another here, each row recorded under the file's
+lock as it finishes; earlier versions of this script take the same lock, so several processes
+may add rows to one file. It shares its runners, metric code and study driver with
+``benchmarks/peers/run.py``.
 """
 
 from __future__ import annotations
