@@ -315,3 +315,6 @@ def test_import_rows_adds_new_rows_keeps_done_ones_and_refuses_conflicts(tmp_pat
     assert exc.value.code == 2
     assert "holds another run of ('svm_ecfp', 'default', 'CHEMBL2034_Ki', 0): epochs: the results file has None, " \
            "this run has 3" in capsys.readouterr().err
+    mace.results_store(theirs).update(lambda res: res["rows"].append({**new[0], "target": mace.RESERVED[0]}))
+    with pytest.raises(SystemExit, match="reserved"):
+        mace.import_rows(theirs, ours)

@@ -438,6 +438,8 @@ def import_rows(source: Path, results: Path) -> tuple[int, int]:
     whole import (exit 2). Returns ``(added, already there)``."""
     src = load_results(source)
     rows = [r for r in src["rows"] if r.get("status") == "ok"]
+    for r in rows:
+        check_public(r["target"])
     store = results_store(results)
     states = [reuse_status(results, {f: r.get(f) for f in IDENTITY}, store, row_key(r)) for r in rows]
     conflicts = [f"{row_key(r)}: {s.reason}" for r, s in zip(rows, states) if s.state == "conflict"]
