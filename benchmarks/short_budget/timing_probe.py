@@ -4,8 +4,7 @@ Times a few training steps (forward + backward + AdamW step) of the protocol mod
 depths and extrapolates one epoch (train batches + forward-only val/test passes). Only a guide
 for choosing the budget; the reported per-epoch times are the measured ones in the runs' log.csv.
 
-    SIGGATE_CACHE=/tmp/siggate-test-cache /work/venv/bin/python \
-        benchmarks/short_budget/timing_probe.py molhiv 10,2,1 [THREADS]
+    python benchmarks/short_budget/timing_probe.py molhiv 10,2,1 [THREADS]     # siggate's environment active
 """
 
 from __future__ import annotations
