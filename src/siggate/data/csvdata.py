@@ -49,8 +49,8 @@ from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, RowNote, Task
 from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
 from .chem import SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
 
-__all__ = ["load_csv", "check_trainable", "detect_sep", "row_issue", "write_run_tables", "TASK_METRIC",
-           "DUPLICATE_TOLERANCE"]
+__all__ = ["load_csv", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns", "row_issue", "write_run_tables", "TASK_METRIC",
+           "DUPLICATE_TOLERANCE", "SAVE_AS_CSV"]
 
 logger = logging.getLogger(__name__)
 
@@ -99,13 +99,111 @@ def detect_sep(path: Path) -> str:
         return ","
 
 
-def _read_header(path: Path, sep: str) -> list[str]:
+#: what to tell a user whose file is not a text CSV: (first bytes, what the file is)
+_NOT_TEXT = ((b"\xd0\xcf\x11\xe0", "an Excel 97-2003 workbook (.xls)"), (b"\xff\xfe", "UTF-16 text"),
+             (b"\xfe\xff", "UTF-16 text"))
+#: the fix named for every file that is not UTF-8 CSV text
+SAVE_AS_CSV = "save it as UTF-8 CSV (in Excel: File > Save As > 'CSV UTF-8 (Comma delimited)')"
+
+
+def _file_bytes(path: Path) -> bytes:
+    """The bytes of ``path`` as a CSV reader sees them: decompressed when the file is gzip,
+    bzip2, xz or a zip archive of one file. Raises :class:`DataError` naming the fix for an
+    Excel or OpenDocument workbook, UTF-16 text, a binary file and a damaged archive."""
+    import bz2
+    import lzma
+    import zipfile
+
+    data = path.read_bytes()
     try:
-        header = pd.read_csv(path, sep=sep, nrows=0, encoding="utf-8-sig")
-    except pd.errors.EmptyDataError:
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        elif data[:3] == b"BZh":
+            data = bz2.decompress(data)
+        elif data[:6] == b"\xfd7zXZ\x00":
+            data = lzma.decompress(data)
+        elif data[:4] == b"PK\x03\x04":
+            with zipfile.ZipFile(io.BytesIO(data)) as z:
+                names = z.namelist()
+                if any(n.startswith("xl/") for n in names):
+                    raise DataError(f"{path} is an Excel workbook (.xlsx), not a CSV file; {SAVE_AS_CSV}")
+                if "content.xml" in names:
+                    raise DataError(f"{path} is an OpenDocument spreadsheet, not a CSV file; {SAVE_AS_CSV}")
+                files = [n for n in names if not n.endswith("/")]
+                if len(files) != 1:
+                    raise DataError(f"{path} is a zip archive of {len(files)} files; unzip it and give the CSV file")
+                data = z.read(files[0])
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile, lzma.LZMAError) as exc:
+        if isinstance(exc, DataError):
+            raise
+        raise DataError(f"{path}: the compressed file is truncated or corrupt ({exc})") from None
+    for magic, what in _NOT_TEXT:
+        if data.startswith(magic):
+            raise DataError(f"{path} is {what}, not a UTF-8 CSV file; {SAVE_AS_CSV}")
+    if b"\x00" in data[:65536]:
+        raise DataError(f"{path} looks like a binary file (it contains NUL bytes), not a CSV file; {SAVE_AS_CSV}")
+    return data
+
+
+def _decode(path: Path, data: bytes) -> str:
+    """``data`` as UTF-8 text (an initial BOM dropped); else a :class:`DataError` naming the
+    first byte that is not UTF-8, its line, and the fix."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise DataError(f"{path} is not UTF-8 text: byte 0x{data[exc.start]:02x} on line {line} (a Latin-1 or "
+                        f"Windows-1252 export?); {SAVE_AS_CSV}") from None
+
+
+def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[str]]]:
+    """The header and the data records of the CSV file ``path`` with delimiter ``sep``: each
+    record a list of fields as written (quotes removed; a record may have more or fewer fields
+    than the header, which the caller judges), blank lines skipped, so record ``i`` is data
+    row ``i`` (line ``i + 2`` of a file without blank or multi-line records).
+
+    Raises:
+        DataError: an empty file, a file that is not UTF-8 CSV text (an Excel workbook, UTF-16,
+            Latin-1, binary; the message says to save it as UTF-8 CSV), a damaged compressed
+            file, or malformed CSV quoting.
+    """
+    path = Path(path)
+    text = _decode(path, _file_bytes(path))
+    if csv.field_size_limit() < 2**31 - 1:
+        csv.field_size_limit(2**31 - 1)  # a long SMILES is a row to judge, not a reader error
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    records = []
+    try:
+        for rec in reader:
+            if rec:
+                records.append(rec)
+    except csv.Error as exc:
+        raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({exc}); check the quoting of that "
+                        "line") from None
+    if not records:
         raise DataError(f"{path}: the file is empty (no header row); give a CSV whose first line names the "
-                        "columns, e.g. smiles,y") from None
-    return [str(c) for c in header.columns]
+                        "columns, e.g. smiles,y")
+    return records[0], records[1:]
+
+
+def _read_header(path: Path, sep: str) -> list[str]:
+    return read_table(path, sep)[0]
+
+
+def check_unique_columns(path: Path, columns: list[str], wanted: list[str]) -> None:
+    """Refuse a header that names a column the run reads more than once (``smiles,y,y``):
+    which copy is meant cannot be known."""
+    for col in dict.fromkeys(wanted):
+        where = [i + 1 for i, c in enumerate(columns) if c == col]
+        if len(where) > 1:
+            raise DataError(f"{path}: the header names column {col!r} {len(where)} times (columns "
+                            f"{', '.join(map(str, where))}); rename the copies so that each name is unique")
+
+
+def _extra_fields(line: int, got: int, width: int) -> str:
+    """The reason of a row with more fields than the header."""
+    return (f"line {line} has {got} fields but the header has {width}: a delimiter inside an unquoted field? "
+            "quote that field or remove the extra one")
 
 
 def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]], sep: str) -> None:
@@ -182,8 +280,10 @@ def _check_decimal_comma(path: Path, col: str, raw: pd.Series, bad: np.ndarray, 
 
 def row_issue(reason: str) -> str:
     """The kind of a dropped row from its reason: ``"missing target"``, ``"bad target"``,
-    ``"bad split label"``, ``"duplicate"`` (merged or dropped by ``duplicates``) or
-    ``"invalid molecule"``."""
+    ``"bad split label"``, ``"duplicate"`` (merged or dropped by ``duplicates``),
+    ``"malformed row"`` (more fields than the header) or ``"invalid molecule"``."""
+    if reason.startswith("line ") and " fields but the header has " in reason:
+        return "malformed row"
     if reason.startswith(MISSING_TARGET):
         return MISSING_TARGET
     if reason.startswith("target column"):
@@ -260,9 +360,9 @@ def build_csv(
     path = Path(path)
     split_col = _parse_split(split)
     usecols = list(dict.fromkeys([smiles_col, *target_cols, *([split_col] if split_col else [])]))
-    frame = pd.read_csv(
-        path, sep=sep, dtype=str, keep_default_na=False, na_filter=False, usecols=usecols, encoding="utf-8-sig"
-    )
+    header, records = read_table(path, sep)
+    frame = table_frame(header, records, usecols)
+    width = len(header)
     if frame.empty:
         raise DataError(f"{path}: the file has a header but no data rows; add one row per molecule")
     y_all, errors = _targets(path, frame, target_cols, task, decimal)
@@ -274,6 +374,8 @@ def build_csv(
     for i, smi in enumerate(smiles_all):
         smi = smi.strip()
         try:
+            if len(records[i]) > width:  # its fields cannot be matched to the columns
+                raise InvalidSmiles(_extra_fields(i + 2, len(records[i]), width))
             if errors[i] is not None:
                 raise InvalidSmiles(errors[i])
             label = None
@@ -337,6 +439,14 @@ def build_csv(
         notes=notes,
         rows=len(frame),
     )
+
+
+def table_frame(header: list[str], records: list[list[str]], columns: list[str]) -> pd.DataFrame:
+    """The ``columns`` of :func:`read_table`'s records as a frame of strings (a short record's
+    missing trailing fields are empty, as every CSV reader reads them)."""
+    at = {c: header.index(c) for c in columns}
+    return pd.DataFrame({c: [rec[i] if i < len(rec) else "" for rec in records] for c, i in at.items()},
+                        columns=columns, dtype=str)
 
 
 def _canonical(mol, smiles: str) -> str:
@@ -511,6 +621,7 @@ def _check_arguments(path: Path, smiles_col: str, target_cols, task: str, split:
     if split_col:
         wanted.append(("split", split_col))
     _check_columns(path, columns, wanted, sep)
+    check_unique_columns(path, columns, [c for _, c in wanted])
     return target_cols
 
 

@@ -157,12 +157,13 @@ def stored_csv(cfg, ckpt: dict, allow_changed: bool = False) -> Path:
 
 def external_graphs(checkpoint, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo) -> tuple[list, dict]:
     """Graphs of the labelled CSV ``path`` featurized as the checkpoint's inputs, each with its
-    labels ``y [1, T]``, and ``{"rows", "scored", "invalid", "unlabelled"}`` counts."""
+    labels ``y [1, T]``, and ``{"rows", "scored", "invalid", "unlabelled", "malformed"}`` counts
+    (``malformed``: rows with more fields than the header, not scored)."""
     import numpy as np
     import pandas as pd
 
     from ..data.chem import InvalidSmiles
-    from ..data.csvdata import detect_sep
+    from ..data.csvdata import check_unique_columns, detect_sep, read_table, table_frame
     from .predict import Predictor
 
     path = Path(path)
@@ -171,19 +172,29 @@ def external_graphs(checkpoint, path, smiles_col: str, target_cols: list[str] | 
     if info.level != "graph" or info.node_features != "ogb":
         raise EvaluationError(f"--data: this checkpoint scores {info.name!r} graphs, not molecules from SMILES; "
                               "evaluate it on its own splits (drop --data)")
-    table = pd.read_csv(path, sep=detect_sep(path), dtype=str, keep_default_na=False)
+    header, records = read_table(path, detect_sep(path))
     cols = list(target_cols or info.target_names)
-    missing = [c for c in [smiles_col, *cols] if c not in table.columns]
+    missing = [c for c in [smiles_col, *cols] if c not in header]
     if missing:
-        raise EvaluationError(f"--data {path}: no column {missing[0]!r}; its columns are {', '.join(table.columns)} "
+        raise EvaluationError(f"--data {path}: no column {missing[0]!r}; its columns are {', '.join(header)} "
                               "(name them with --smiles-col / --target-col)")
+    check_unique_columns(path, header, [smiles_col, *cols])
+    table = table_frame(header, records, list(dict.fromkeys([smiles_col, *cols])))
+    ragged = [i for i, r in enumerate(records) if len(r) > len(header)]
     if len(cols) != info.num_tasks:
         raise EvaluationError(f"--target-col: the model predicts {info.num_tasks} target(s) "
                               f"({', '.join(info.target_names)}), got {len(cols)} column(s)")
     labels = table[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
     featurizer = Predictor(checkpoint)
+    if ragged:  # their fields cannot be matched to the columns: counted, not scored
+        log.warning("--data %s: %d rows have more fields than the header (first: line %d), so their fields cannot "
+                    "be matched to the columns; they are not scored (quote fields that hold the delimiter)",
+                    path, len(ragged), ragged[0] + 2)
     graphs, invalid, unlabelled = [], 0, 0
-    for smiles, y in zip(table[smiles_col], labels):
+    skip = set(ragged)
+    for i, (smiles, y) in enumerate(zip(table[smiles_col], labels)):
+        if i in skip:
+            continue
         if np.isnan(y).all():
             unlabelled += 1
             continue
@@ -197,7 +208,8 @@ def external_graphs(checkpoint, path, smiles_col: str, target_cols: list[str] | 
     if not graphs:
         raise DataError(f"--data {path}: no row with a valid SMILES and a label to score "
                         f"({invalid} invalid SMILES, {unlabelled} without a label)")
-    return graphs, {"rows": len(table), "scored": len(graphs), "invalid": invalid, "unlabelled": unlabelled}
+    return graphs, {"rows": len(table), "scored": len(graphs), "invalid": invalid, "unlabelled": unlabelled,
+                    "malformed": len(ragged)}
 
 
 def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smiles", target_cols=None,

@@ -1,0 +1,137 @@
+"""Input that used to be misread in silence, or to end in a traceback (issue 30): each case is
+now read as meant, reported per row, or refused in one line with exit code 2 and the fix.
+
+Sections: files that are not UTF-8 CSV text (train and evaluate); ambiguous headers and
+rows with extra fields; flags that only make sense with ``--data``; ``--threads``; outputs
+and caches that cannot be written.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from test_predict import nci_smiles, one_thread, read_output, run_cli, shared_checkpoint
+
+_TINY = ["--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.pe=none", "--set", "model.heads=2", "--set", "model.head_layers=2",
+         "--set", "train.warmup_epochs=0", "--set", "train.batch_size=16", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return shared_checkpoint(tmp_path_factory)
+
+
+@pytest.fixture(autouse=True)
+def _single_thread(monkeypatch):
+    monkeypatch.setenv("SIGGATE_OFFLINE", "1")
+    with one_thread():
+        yield
+
+
+def _table(n: int = 30, extra: str = "") -> str:
+    """``smiles,y,split`` rows of NCI molecules (2/3 train, then val, then test)."""
+    lines = ["smiles,y,split" + extra]
+    for i, s in enumerate(nci_smiles(n)):
+        split = "train" if i < 2 * n // 3 else ("val" if i < 5 * n // 6 else "test")
+        lines.append(f"{s},{len(s) / 10},{split}" + ("," + f"id{i}" if extra else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _one_error_line(err: str, command: str) -> str:
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith(f"siggate {command}: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def _xlsx_bytes() -> bytes:
+    """The members by which a spreadsheet program's .xlsx is recognised (a zip with ``xl/``)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("[Content_Types].xml", "<Types/>")
+        z.writestr("xl/workbook.xml", "<workbook/>")
+        z.writestr("xl/worksheets/sheet1.xml", "<worksheet/>")
+    return buf.getvalue()
+
+
+#: (id, file bytes, what the message must say besides "save it as UTF-8 CSV")
+NOT_UTF8_CSV = [
+    ("xlsx", _xlsx_bytes(), "is an Excel workbook (.xlsx), not a CSV file"),
+    ("xls", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 64, "is an Excel 97-2003 workbook (.xls)"),
+    ("latin1", "smiles,y,name\nCCO,1.0,B\u00e9lier\nCCN,2.0,x\n".encode("latin-1"),
+     "is not UTF-8 text: byte 0xe9 on line 2"),
+    ("utf16", "smiles,y\nCCO,1\n".encode("utf-16"), "is UTF-16 text, not a UTF-8 CSV file"),
+]
+
+
+@pytest.mark.parametrize("content, expected", [c[1:] for c in NOT_UTF8_CSV], ids=[c[0] for c in NOT_UTF8_CSV])
+def test_train_refuses_a_file_that_is_not_utf8_csv(tmp_path, capsys, content, expected):
+    data = tmp_path / "mols.csv"
+    data.write_bytes(content)
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--epochs", "1", "--out",
+                          str(tmp_path / "run"), "--cache-dir", str(tmp_path / "c"), *_TINY], capsys)
+    assert rc == 2
+    line = _one_error_line(err, "train")
+    assert expected in line and "save it as UTF-8 CSV" in line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("content, expected", [c[1:] for c in NOT_UTF8_CSV] + [(b"", "the file is empty")],
+                         ids=[c[0] for c in NOT_UTF8_CSV] + ["empty"])
+def test_evaluate_refuses_a_file_that_is_not_utf8_csv(ckpt, tmp_path, capsys, content, expected):
+    data = tmp_path / "ext.csv"
+    data.write_bytes(content)
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data), "--target-col", "y"], capsys)
+    assert rc == 2 and out == ""
+    assert expected in _one_error_line(err, "evaluate")
+
+
+def test_duplicate_header_is_refused_in_train_and_evaluate(ckpt, tmp_path, capsys):
+    """``smiles,y,y``: which ``y`` is meant cannot be known (pandas read the first one)."""
+    data = tmp_path / "d.csv"
+    data.write_text("smiles,y,y\nCCO,1,5\nCCN,2,6\nCCC,3,7\n")
+    want = "the header names column 'y' 2 times (columns 2, 3); rename the copies"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "random", "--epochs", "1",
+                          "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "c"), *_TINY], capsys)
+    assert rc == 2 and want in _one_error_line(err, "train")
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data)], capsys)
+    assert rc == 2 and want in _one_error_line(err, "evaluate")
+    data.write_text("smiles,y,note,note\nCCO,1,a,b\nCCN,2,c,d\n")  # a repeated column nobody reads is fine
+    from siggate.data.csvdata import read_table
+
+    assert read_table(data, ",")[0] == ["smiles", "y", "note", "note"]
+
+
+def test_a_row_with_an_extra_field_is_reported_not_shifted(tmp_path):
+    """``CCO,1.5,train,oops`` under ``smiles,y,split``: the row is dropped with its reason
+    (pandas dropped the extra field and trained the row), the others load."""
+    from siggate.data.csvdata import load_csv, row_issue
+
+    text = _table(30)
+    lines = text.splitlines()
+    lines[4] = lines[4] + ",oops"  # data row 3
+    lines[5] = lines[5].rsplit(",", 1)[0]  # data row 4: the split field missing (empty), read as before
+    data = tmp_path / "d.csv"
+    data.write_text("\n".join(lines) + "\n")
+    ds = load_csv(data, "smiles", ["y"], "regression", split="column:split", cache_dir=tmp_path / "c")
+    assert [(r.index, r.reason) for r in ds.invalid] == [
+        (3, "line 5 has 4 fields but the header has 3: a delimiter inside an unquoted field? quote that field or "
+            "remove the extra one"),
+        (4, "split column 'split': unknown value '' (expected train, val, valid or test)")]
+    assert row_issue(ds.invalid[0].reason) == "malformed row"
+    assert sum(ds.sizes().values()) == 28
+
+
+def test_evaluate_counts_rows_with_extra_fields_apart(ckpt, tmp_path, capsys, caplog):
+    data = tmp_path / "ext.csv"
+    data.write_text("smiles,y\nCCO,1.0\nCCN,2.0,9.9\nCCC,3.0\n")
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data)], capsys)
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["rows"] == {"rows": 3, "scored": 2, "invalid": 0, "unlabelled": 0, "malformed": 1}
+    assert any("1 rows have more fields than the header (first: line 3)" in r.getMessage() for r in caplog.records)
