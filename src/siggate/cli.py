@@ -112,7 +112,9 @@ def cmd_train(args) -> int:
         return _train_ddp(cfg, args, ddp_out, resume is not None)
     device = check_device(args.device)
     out = resume if resume is not None else default_out_dir(cfg, args.out)
-    check_out_dir(out, resume=resume is not None, overwrite=args.overwrite)
+    lock = claim_out_dir(out, resume=resume is not None, overwrite=args.overwrite,
+                         default_name=resume is None and not args.out, cfg=cfg)
+    out = lock.folder
     try:
         if args.ensemble is not None:
             return _train_ensemble(cfg, out, args, resume is not None, device)
@@ -126,6 +128,8 @@ def cmd_train(args) -> int:
     except KeyboardInterrupt:
         print(f"siggate train: interrupted; {_resume_hint(out, args.ensemble)}", file=sys.stderr)
         return 130
+    finally:
+        lock.release()
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
     _print_summaries(m, out)
     return 0
@@ -181,17 +185,18 @@ def _resume_hint(out: Path, ensemble: int | None) -> str:
         f" --ensemble {ensemble}" if ensemble is not None else "")
 
 
-def default_out_dir(cfg, out: str | None = None) -> Path:
+def default_out_dir(cfg, out: str | None = None, taken: Path | None = None) -> Path:
     """``out`` if given, else ``runs/<name>-seed<seed>`` (``siggate train``'s default), where
     the name is the dataset's, or ``<file stem>-csv`` for ``--data``, then the gate (``attnoff``
-    without an attention branch); ``-2``, ``-3``, ... is appended when that folder holds a run."""
+    without an attention branch); ``-2``, ``-3``, ... is appended when that folder holds a run
+    or another run is writing into it (or it is ``taken``)."""
     from .train.rundir import free_run_dir
 
     if out:
         return Path(out)
     data = f"{Path(cfg.data.csv).stem}-csv" if cfg.data.name == "csv" and cfg.data.csv else cfg.data.name
     arm = cfg.model.gate if cfg.model.attn else "attnoff"
-    return free_run_dir(Path("runs") / f"{data}-{arm}-seed{cfg.train.seed}")
+    return free_run_dir(Path("runs") / f"{data}-{arm}-seed{cfg.train.seed}", taken=taken)
 
 
 def _torch_device(name: str):
@@ -213,6 +218,37 @@ def _train_ensemble(cfg, out: Path, args, resume: bool, device: str = "cpu") -> 
     print(json.dumps({k: res[k] for k in ("metric", "seeds", "member_test", "val", "test")}, indent=2))
     _print_summaries(res, out)
     return 0
+
+
+def claim_out_dir(out: Path, resume: bool = False, overwrite: bool = False, default_name: bool = False,
+                  cfg=None, what: str = "the run"):
+    """Check ``out`` (:func:`check_out_dir`) and claim it for this process: the held
+    :class:`siggate.files.FolderLock` (release it when the run ends). A folder another live run
+    holds is refused in one line; with ``default_name`` (no ``--out`` given) the next free
+    default name (``-2``, ``-3``, ...) is taken instead."""
+    from .files import FolderBusy, FolderLock
+
+    for _ in range(100):
+        check_out_folder(out, what)
+        lock = FolderLock(out)
+        try:
+            lock.acquire()
+        except FolderBusy as exc:
+            if default_name:  # a concurrent run took this default name first
+                out = default_out_dir(cfg, None, taken=out)
+                continue
+            raise CLIError(f"--out {out}: {exc}; two runs must not write into one folder: wait for it to end, or "
+                           "choose another --out") from None
+        except OSError as exc:
+            raise CLIError(f"--out {out}: cannot create the folder ({exc.strerror or exc}); choose a folder you can "
+                           f"write to for {what}") from None
+        try:
+            check_out_dir(out, resume=resume, overwrite=overwrite)
+        except BaseException:
+            lock.release()
+            raise
+        return lock
+    raise CLIError(f"--out {out}: no free default folder; name one with --out")
 
 
 def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> None:
@@ -243,10 +279,17 @@ def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
     except RuntimeError as exc:
         print(f"siggate train: error: {exc}", file=sys.stderr)
         return 2
+    lock = None
     try:
-        if ctx.is_main:  # rank 0 alone checks (and with --overwrite clears) the folder; the others wait
-            check_out_dir(out, resume=resume, overwrite=args.overwrite)
-        ctx.barrier()
+        problem = None
+        if ctx.is_main:  # rank 0 alone claims, checks (and with --overwrite clears) the folder; the others wait
+            try:
+                lock = claim_out_dir(out, resume=resume, overwrite=args.overwrite)
+            except CLIError as exc:
+                problem = str(exc)
+        problem = ctx.broadcast(problem)
+        if problem:
+            raise CLIError(problem)
         if ctx.is_main:
             print(f"siggate train --ddp: world_size={ctx.world_size} device={ctx.device} dataset={cfg.data.name} "
                   f"{_attention(cfg)} global_batch={cfg.train.batch_size} epochs={cfg.train.epochs} "
@@ -259,6 +302,8 @@ def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
                                                 "seconds", "world_size")}, indent=2))
         ctx.barrier()
     finally:
+        if lock is not None:
+            lock.release()
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0
@@ -326,9 +371,16 @@ def cmd_predict(args) -> int:
 def cmd_pretrain(args) -> int:
     from .train.pretrain import pretrain
 
-    check_out_folder(args.out, "the pretraining")
     if args.molecules < 1 or args.epochs < 1:
         raise CLIError("--molecules and --epochs must be at least 1")
+    lock = claim_out_dir(Path(args.out), resume=True, what="the pretraining")  # pretrain() guards its own run
+    try:
+        return _pretrain(args)
+    finally:
+        lock.release()
+
+
+def _pretrain(args) -> int:
     source = args.smiles
     if source == "moses":
         from .data.corpus import moses_train_path

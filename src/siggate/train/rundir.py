@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from ..config import split_resolved, upgrade_config_dict
-from ..files import atomic_write_bytes
+from ..files import atomic_write_bytes, folder_busy
 
 #: Files whose presence makes a folder a run.
 RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json")
@@ -53,11 +53,13 @@ def holds_run(out: str | Path) -> bool:
     return bool(run_files(out))
 
 
-def free_run_dir(base: str | Path) -> Path:
-    """``base`` if it holds no run, else the first of ``base-2``, ``base-3``, ... that holds none."""
+def free_run_dir(base: str | Path, taken: str | Path | None = None) -> Path:
+    """``base`` if it holds no run, else the first of ``base-2``, ``base-3``, ... that holds none;
+    a folder another live run is writing into (:func:`siggate.files.folder_busy`) and ``taken``
+    are skipped too."""
     base = Path(base)
     path, n = base, 1
-    while holds_run(path):
+    while holds_run(path) or folder_busy(path) or (taken is not None and path == Path(taken)):
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
