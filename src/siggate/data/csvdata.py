@@ -66,6 +66,10 @@ _DECIMAL_COMMA = re.compile(r"^[+-]?\d*,\d+([eE][+-]?\d+)?$")
 DUPLICATE_TOLERANCE = 0.01
 #: the reason of a row whose target(s) are missing
 MISSING_TARGET = "missing target"
+#: bump when the same file and arguments build another dataset (part of every cache key). 2: rows of
+#: one molecule share a split (random split; merged only within a split column's split), rows with
+#: extra fields are dropped with a reason
+CSV_VERSION = 2
 
 
 def _parse_split(split: str) -> str | None:
@@ -388,11 +392,12 @@ def build_csv(
                     )
             mol = parse_smiles(smi, allow_unsanitized=allow_unsanitized)
             data = mol_to_graph(mol)
+            same = _canonical(mol, smi)
             if split in ("scaffold", "scaffold_balanced"):
                 try:
                     key = murcko_scaffold(mol)
-                except Exception:  # partially sanitized molecules: own group
-                    key = "\x00row:" + str(i)
+                except Exception:  # partially sanitized molecules: a group of their own molecule
+                    key = "\x00mol:" + same
             else:
                 key = label
         except InvalidSmiles as exc:
@@ -405,21 +410,24 @@ def build_csv(
         data.idx = i
         graphs.append(data)
         keys.append(key)
-        canon.append(_canonical(mol, smi))
+        canon.append(same)
 
-    keep, notes, merged = _duplicates(canon, graphs, y_all, target_cols, duplicates)
+    # a split column is the user's: rows of one molecule are merged only within a split
+    keep, notes, merged = _duplicates(canon, graphs, y_all, target_cols, duplicates,
+                                      split_of=keys if split_col else None)
     invalid += merged
     for j, g in enumerate(graphs):
         g.y = torch.from_numpy(y_all[g.idx : g.idx + 1].astype(np.float32))
         if g.num_nodes > PREDICT_MAX_ATOMS:
             notes.append(RowNote(g.idx, g.smiles, "large molecule", f"{g.num_nodes} atoms, above siggate predict's "
                                  f"limit of {PREDICT_MAX_ATOMS} (--max-atoms)"))
-    graphs, keys = [graphs[j] for j in keep], [keys[j] for j in keep]
+    graphs, keys, canon = [graphs[j] for j in keep], [keys[j] for j in keep], [canon[j] for j in keep]
     invalid.sort(key=lambda r: r.index)
     notes.sort(key=lambda r: r.index)
 
     if split in SPLITS:
-        idx = split_indices(split, keys, frac, seed)
+        # rows of one molecule in one split (the scaffold splits group them already)
+        idx = _together(split_indices(split, keys, frac, seed), canon)
     else:
         idx = {name: [j for j, k in enumerate(keys) if k == name] for name in ("train", "val", "test")}
 
@@ -459,14 +467,19 @@ def _canonical(mol, smiles: str) -> str:
         return smiles
 
 
-def _duplicates(canon: list[str], graphs: list, y: np.ndarray, target_cols: list[str],
-                mode: str) -> tuple[list[int], list[RowNote], list[InvalidRow]]:
+def _duplicates(canon: list[str], graphs: list, y: np.ndarray, target_cols: list[str], mode: str,
+                split_of: list[str] | None = None) -> tuple[list[int], list[RowNote], list[InvalidRow]]:
     """Handle the rows that hold one molecule (equal canonical SMILES ``canon``, one per graph).
 
     Returns the positions of ``graphs`` to keep, a note for every row of a group whose labels
     conflict (spread above :data:`DUPLICATE_TOLERANCE` of the target's std over ``y [n, T]``), and
     the rows ``mode`` merged (``"average"``: the group's mean label goes to its first row, which
     ``y`` is updated in place for) or dropped (``"first"``).
+
+    ``split_of`` (a split column's label per graph) keeps the splits apart: rows are merged only
+    with rows of their own split, so no test label is averaged into a training row and no test
+    row is dropped for a training one; a molecule in several splits gets a ``"duplicate across
+    splits"`` note on each of its rows (the user's split puts it on both sides).
     """
     if mode not in DUPLICATES:
         raise ValueError(f"duplicates must be one of {DUPLICATES}, got {mode!r}")
@@ -480,26 +493,57 @@ def _duplicates(canon: list[str], graphs: list, y: np.ndarray, target_cols: list
         if len(members) < 2:
             continue
         rows = [graphs[j].idx for j in members]
-        labels = y[rows]
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing target of the group
-            spread = np.nan_to_num(np.nanmax(labels, axis=0) - np.nanmin(labels, axis=0))
-            mean = np.nanmean(labels, axis=0)
+        spread = _spread(y[rows])
         if np.any(spread > tol):
             text = ", ".join(f"{c} spread {v:.4g}" for c, v in zip(target_cols, spread) if v > tol[target_cols.index(c)])
             for j, r in zip(members, rows):
                 others = ", ".join(str(o) for o in rows if o != r)
                 notes.append(RowNote(r, graphs[j].smiles, "conflicting duplicate", f"same molecule as row(s) {others}; {text}"))
+        parts: dict[str | None, list[int]] = {}
+        for j in members:
+            parts.setdefault(split_of[j] if split_of is not None else None, []).append(j)
+        if len(parts) > 1:
+            for j in members:
+                elsewhere = "; ".join(f"{name}: row(s) {', '.join(str(graphs[k].idx) for k in part)}"
+                                      for name, part in parts.items() if name != split_of[j])
+                notes.append(RowNote(graphs[j].idx, graphs[j].smiles, CROSS_SPLIT,
+                                     f"{split_of[j]} row; the same molecule is in {elsewhere}"))
         if mode == "keep":
             continue
-        if mode == "average":
-            y[rows[0]] = mean
-        for j, r in zip(members[1:], rows[1:]):
-            drop.add(j)
-            reason = (f"merged into row {rows[0]} (--duplicates average)" if mode == "average"
-                      else f"duplicate of row {rows[0]} (--duplicates first)")
-            merged.append(InvalidRow(r, graphs[j].smiles, reason))
+        for part in parts.values():
+            first = graphs[part[0]].idx
+            if mode == "average" and len(part) > 1:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing target of the group
+                    y[first] = np.nanmean(y[[graphs[j].idx for j in part]], axis=0)
+            for j in part[1:]:
+                drop.add(j)
+                reason = (f"merged into row {first} (--duplicates average)" if mode == "average"
+                          else f"duplicate of row {first} (--duplicates first)")
+                merged.append(InvalidRow(graphs[j].idx, graphs[j].smiles, reason))
     return [j for j in range(len(graphs)) if j not in drop], notes, merged
+
+
+#: the issue of a row whose molecule a split column also puts into another split
+CROSS_SPLIT = "duplicate across splits"
+
+
+def _spread(labels: np.ndarray) -> np.ndarray:
+    """Per target, the largest minus the smallest label of ``labels [n, T]`` (0 where missing)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing target of the group
+        return np.nan_to_num(np.nanmax(labels, axis=0) - np.nanmin(labels, axis=0))
+
+
+def _together(idx: dict[str, list[int]], canon: list[str]) -> dict[str, list[int]]:
+    """``idx`` with every row of one molecule (equal ``canon``) moved into the split of its first
+    row, so that a molecule written twice never has one row in training and one in test."""
+    where = {j: name for name, rows in idx.items() for j in rows}
+    home: dict[str, str] = {}
+    out: dict[str, list[int]] = {name: [] for name in idx}
+    for j in sorted(where):
+        out[home.setdefault(canon[j], where[j])].append(j)
+    return out
 
 
 def load_csv(
@@ -578,6 +622,7 @@ def load_csv(
         "decimal": decimal,
         "duplicates": duplicates,
         "notes": 1,  # the datasets carry their row notes and row count
+        "version": CSV_VERSION,
     }
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.name.split(".")[0]) or "data"
     folder = f"csv/{stem}"
@@ -679,6 +724,12 @@ def _warn_notes(name: str, ds: GraphDataset) -> None:
                        "--duplicates average to merge each into its mean, or --duplicates first to keep the first "
                        "row (data_report.csv in the run folder lists them)", name, len(groups),
                        sum(len(g) for g in groups), DUPLICATE_TOLERANCE, max(spreads), float(np.median(spreads)))
+    cross = [n for n in ds.notes if n.issue == CROSS_SPLIT]
+    if cross:
+        logger.warning("%s: %d rows hold a molecule that the split column also puts into another split (first: row "
+                       "%d, %s; %s), so its val/test scores are optimistic; rows are merged (--duplicates) only within "
+                       "a split. Give each molecule one split (data_report.csv lists them)", name, len(cross),
+                       cross[0].index, cross[0].smiles, cross[0].detail)
     large = [n for n in ds.notes if n.issue == "large molecule"]
     if large:
         sizes = [int(n.detail.split()[0]) for n in large]
