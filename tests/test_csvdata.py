@@ -306,6 +306,43 @@ def test_random_and_scaffold_splits_keep_one_molecule_in_one_split(tmp_path):
             assert all(len(h) == 1 for h in homes.values()), (split, seed)
 
 
+def test_val_fraction_draws_validation_rows_from_a_train_test_column(tmp_path):
+    """A split column of train and test only was refused (an empty val split) with no way to
+    draw validation rows; --val-fraction takes them from train: whole molecules, seeded, never
+    from test."""
+    from siggate.data.base import DataError
+    from siggate.data.csvdata import check_trainable
+    from test_predict import nci_smiles
+
+    smiles = nci_smiles(30)
+    rows = [(s, i, "test" if i >= 24 else "train") for i, s in enumerate(smiles)] + [(smiles[0], 99, "train")]
+    path = tmp_path / "tt.csv"
+    path.write_text("smiles,y,fold\n" + "".join(f"{s},{y},{f}\n" for s, y, f in rows))
+    plain = load_csv(path, "smiles", ["y"], "regression", split="column:fold", cache_dir=tmp_path / "c")
+    with pytest.raises(DataError, match=r"the val split is empty \(31 usable rows\); add rows, or choose another "
+                                        r"--split \(a split column without val rows: --val-fraction 0.1 draws them"):
+        check_trainable(path, plain)
+    got = {}
+    for seed in (0, 1):
+        ds = load_csv(path, "smiles", ["y"], "regression", split="column:fold", seed=seed, cache_dir=tmp_path / "c",
+                      val_fraction=0.2)
+        check_trainable(path, ds)
+        where = _split_of(ds)
+        assert [r for r in range(31) if where[r] == "test"] == list(range(24, 30))  # test untouched
+        val = sorted(r for r in range(31) if where[r] == "val")
+        assert len(val) in (5, 6) and where[0] == where[30]  # 20% of 25, the two rows of smiles[0] together
+        got[seed] = val
+    assert got[0] != got[1]
+    again = load_csv(path, "smiles", ["y"], "regression", split="column:fold", seed=0, cache_dir=tmp_path / "c",
+                     val_fraction=0.2, rebuild=True)
+    assert sorted(r for r, name in _split_of(again).items() if name == "val") == got[0]
+    path.write_text("smiles,y,fold\nCCO,1,train\nCCN,2,val\nCCC,3,test\n")
+    with pytest.raises(DataError, match="already names 1 val rows; --val-fraction draws val rows from train only"):
+        load_csv(path, "smiles", ["y"], "regression", split="column:fold", cache_dir=tmp_path / "c", val_fraction=0.2)
+    with pytest.raises(ValueError, match="needs split='column:NAME'"):
+        load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c", val_fraction=0.2)
+
+
 def test_zero_one_regression_target_suggests_binary(tmp_path, caplog):
     caplog.set_level("WARNING", logger="siggate.data.csvdata")
     path = tmp_path / "b.csv"

@@ -135,3 +135,33 @@ def test_evaluate_counts_rows_with_extra_fields_apart(ckpt, tmp_path, capsys, ca
     res = json.loads(out)
     assert res["rows"] == {"rows": 3, "scored": 2, "invalid": 0, "unlabelled": 0, "malformed": 1}
     assert any("1 rows have more fields than the header (first: line 3)" in r.getMessage() for r in caplog.records)
+
+
+# --------------------------------------------------------------------------- flags of --data without --data
+
+
+@pytest.mark.parametrize("flags", [["--target-col", "y"], ["--smiles-col", "smi"], ["--task", "binary"],
+                                   ["--split", "random"], ["--val-fraction", "0.1"]],
+                         ids=["target-col", "smiles-col", "task", "split", "val-fraction"])
+def test_csv_flags_without_data_are_refused(tmp_path, capsys, flags):
+    """``--target-col`` without ``--data`` trained nci5k, ignoring the flag."""
+    rc, _, err = run_cli(["train", *flags, "--epochs", "1", "--out", str(tmp_path / "run")], capsys)
+    assert rc == 2
+    assert (f"{flags[0]} applies to --data FILE.csv only; give --data too (without it siggate trains nci5k)"
+            in _one_error_line(err, "train"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_val_fraction_through_the_command_line(tmp_path, capsys):
+    data = tmp_path / "tt.csv"
+    data.write_text(_table(30).replace(",val\n", ",train\n"))
+    args = ["train", "--data", str(data), "--target-col", "y", "--epochs", "1", "--cache-dir", str(tmp_path / "c"),
+            *_TINY]
+    rc, _, err = run_cli([*args, "--split", "column:split", "--out", str(tmp_path / "a")], capsys)
+    assert rc == 2 and "--val-fraction 0.1 draws them from its train rows" in _one_error_line(err, "train")
+    rc, _, err = run_cli([*args, "--split", "random", "--val-fraction", "0.1", "--out", str(tmp_path / "b")], capsys)
+    assert rc == 2 and "data.val_fraction: 0.1 draws validation rows from the train rows of a split column" in err
+    rc, _, err = run_cli([*args, "--split", "column:split", "--val-fraction", "0.2", "--out", str(tmp_path / "c")],
+                         capsys)
+    assert rc == 0, err
+    assert json.loads((tmp_path / "c" / "metrics.json").read_text())["splits"] == {"train": 20, "val": 5, "test": 5}

@@ -334,8 +334,10 @@ def check_trainable(path: Path, ds: GraphDataset) -> None:
                             f"labelled rows, so there is nothing to learn (every error would be 0); {fix}")
     empty = [name for name, graphs in ds.splits.items() if not graphs]
     if empty:
+        hint = (" (a split column without val rows: --val-fraction 0.1 draws them from its train rows)"
+                if "val" in empty else "")
         raise DataError(f"{path}: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty "
-                        f"({n_valid} usable rows); add rows, or choose another --split")
+                        f"({n_valid} usable rows); add rows, or choose another --split{hint}")
 
 
 def _labels(ds: GraphDataset) -> np.ndarray:
@@ -359,6 +361,7 @@ def build_csv(
     allow_unsanitized: bool = False,
     decimal: str = ".",
     duplicates: str = "keep",
+    val_fraction: float = 0.0,
 ) -> GraphDataset:
     """Featurize a CSV (no caching); see :func:`load_csv`."""
     path = Path(path)
@@ -430,6 +433,11 @@ def build_csv(
         idx = _together(split_indices(split, keys, frac, seed), canon)
     else:
         idx = {name: [j for j, k in enumerate(keys) if k == name] for name in ("train", "val", "test")}
+        if val_fraction:
+            if idx["val"]:
+                raise DataError(f"{path}: the split column {split_col!r} already names {len(idx['val'])} val rows; "
+                                "--val-fraction draws val rows from train only for a column without them: drop it")
+            idx = _draw_val(idx, canon, val_fraction, seed)
 
     info = TaskInfo(
         name="csv",
@@ -535,6 +543,23 @@ def _spread(labels: np.ndarray) -> np.ndarray:
         return np.nan_to_num(np.nanmax(labels, axis=0) - np.nanmin(labels, axis=0))
 
 
+def _draw_val(idx: dict[str, list[int]], canon: list[str], fraction: float, seed: int) -> dict[str, list[int]]:
+    """``idx`` with about ``fraction`` of its train rows (at least one) moved to val: whole
+    molecules (equal ``canon``) in an order shuffled with ``seed``."""
+    groups: dict[str, list[int]] = {}
+    for j in idx["train"]:
+        groups.setdefault(canon[j], []).append(j)
+    order = list(groups.values())
+    want = max(1, round(fraction * len(idx["train"])))
+    val: list[int] = []
+    for g in np.random.default_rng(seed).permutation(len(order)):
+        if len(val) >= want:
+            break
+        val += order[g]
+    moved = set(val)
+    return {"train": [j for j in idx["train"] if j not in moved], "val": sorted(val), "test": idx["test"]}
+
+
 def _together(idx: dict[str, list[int]], canon: list[str]) -> dict[str, list[int]]:
     """``idx`` with every row of one molecule (equal ``canon``) moved into the split of its first
     row, so that a molecule written twice never has one row in training and one in test."""
@@ -561,6 +586,7 @@ def load_csv(
     rebuild: bool = False,
     decimal: str = ".",
     duplicates: str = "keep",
+    val_fraction: float = 0.0,
 ) -> GraphDataset:
     """Load a CSV of SMILES and targets as a :class:`GraphDataset` (cached).
 
@@ -586,6 +612,9 @@ def load_csv(
         duplicates: rows of one molecule (canonical SMILES): ``"keep"`` them (a warning
             when their labels conflict), ``"average"`` them into the first row (regression),
             or keep the ``"first"`` (see the module docstring).
+        val_fraction: with ``split="column:NAME"`` whose column names no val row: this
+            fraction of the train rows (at least one; whole molecules, drawn with ``seed``)
+            becomes the val split (``--val-fraction``). A column with val rows is refused.
 
     Raises:
         ValueError: bad arguments. :class:`~siggate.data.base.DataError` (a
@@ -603,6 +632,9 @@ def load_csv(
         raise ValueError(f"decimal must be '.' or ',', got {decimal!r}")
     if duplicates not in DUPLICATES:
         raise ValueError(f"duplicates must be one of {DUPLICATES}, got {duplicates!r}")
+    if not 0.0 <= float(val_fraction) < 1.0 or (val_fraction and _parse_split(split) is None):
+        raise ValueError(f"val_fraction must be in [0, 1) and needs split='column:NAME', got {val_fraction!r} "
+                         f"with split {split!r}")
     if duplicates == "average" and task != "regression":
         raise ValueError(f"duplicates='average' merges regression labels into their mean; a {task} label has "
                          "no mean, use 'first' or 'keep'")
@@ -621,6 +653,7 @@ def load_csv(
         "allow_unsanitized": bool(allow_unsanitized),
         "decimal": decimal,
         "duplicates": duplicates,
+        "val_fraction": float(val_fraction),
         "notes": 1,  # the datasets carry their row notes and row count
         "version": CSV_VERSION,
     }
@@ -632,7 +665,7 @@ def load_csv(
         parts,
         lambda: build_csv(
             path, smiles_col, target_cols, task, split, seed, frac=frac, sep=sep,
-            allow_unsanitized=allow_unsanitized, decimal=decimal, duplicates=duplicates,
+            allow_unsanitized=allow_unsanitized, decimal=decimal, duplicates=duplicates, val_fraction=val_fraction,
         ),
         save=save_dataset,
         load=load_dataset,
