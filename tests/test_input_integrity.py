@@ -165,3 +165,91 @@ def test_val_fraction_through_the_command_line(tmp_path, capsys):
                          capsys)
     assert rc == 0, err
     assert json.loads((tmp_path / "c" / "metrics.json").read_text())["splits"] == {"train": 20, "val": 5, "test": 5}
+
+
+# --------------------------------------------------------------------------- --threads, outputs and caches
+
+
+@pytest.mark.parametrize("command", [["train", "--epochs", "1"], ["evaluate", "--checkpoint", "x"],
+                                     ["predict", "--checkpoint", "x", "CCO"], ["data", "list"]],
+                         ids=["train", "evaluate", "predict", "data"])
+def test_negative_threads_is_one_line(capsys, command):
+    rc, _, err = run_cli([*command, "--threads", "-1"], capsys)
+    assert rc == 2
+    assert "--threads -1: give a number of threads >= 1" in _one_error_line(err, command[0])
+
+
+def test_evaluate_output_that_cannot_be_written_is_refused_before_scoring(ckpt, tmp_path, capsys, monkeypatch):
+    data = tmp_path / "ext.csv"
+    data.write_text("smiles,y\nCCO,1.0\nCCN,2.0\nCCC,3.0\n")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for output, why in ((blocker / "scores.json", "is a file, so the folder cannot be created"),
+                        (tmp_path, "is a folder; give a file name")):
+        rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data), "--output", str(output)],
+                               capsys)
+        assert rc == 2 and out == "" and why in _one_error_line(err, "evaluate")
+    # the folder is writable when checked, and fails when written (full disk, a read-only remount):
+    # the scores are on stdout and the failure is one line
+    from siggate import files
+
+    def full(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files, "atomic_write_bytes", full)
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data), "--output",
+                            str(tmp_path / "s.json")], capsys)
+    assert rc == 2 and json.loads(out)["n"] == {"data": 3}
+    assert ("cannot write it (No space left on device); the scores are printed above"
+            in _one_error_line(err, "evaluate"))
+
+
+def test_unwritable_cache_is_one_line(tmp_path, capsys, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    monkeypatch.setenv("SIGGATE_CACHE", str(blocker / "cache"))
+    data = tmp_path / "d.csv"
+    data.write_text(_table(30))
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--epochs",
+                          "1", "--out", str(tmp_path / "run"), *_TINY], capsys)
+    assert rc == 2
+    line = _one_error_line(err, "train")
+    assert f"cannot write the cache folder {blocker / 'cache'}" in line and "set SIGGATE_CACHE" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_reads_the_training_runs_smiles_column_by_default(tmp_path, capsys):
+    """The README promised it; the default was 'smiles' whatever the run was trained on."""
+    data = tmp_path / "d.csv"
+    data.write_text(_table(30).replace("smiles,y,split", "mol,y,split"))
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--smiles-col", "mol", "--target-col", "y", "--split",
+                          "column:split", "--epochs", "1", "--out", str(run), "--cache-dir", str(tmp_path / "c"),
+                          *_TINY], capsys)
+    assert rc == 0, err
+    ext = tmp_path / "ext.csv"
+    ext.write_text("mol,y\nCCO,1.0\nCCN,2.0\n")
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(ext)], capsys)
+    assert rc == 0, err
+    assert json.loads(out)["rows"]["scored"] == 2
+
+
+def test_predict_dash_reads_standard_input(ckpt, tmp_path, capsys, monkeypatch):
+    """``siggate predict --checkpoint RUN -`` predicted the SMILES '-' (a failed row)."""
+    import sys
+
+    class Stdin:
+        buffer = io.BytesIO(b"smiles,id\nCCO,a\nc1ccccc1O,b\n")
+
+    monkeypatch.setattr(sys, "stdin", Stdin())
+    out = tmp_path / "p.csv"
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "-", "--output", str(out)], capsys)
+    assert rc == 0, err
+    rows = read_output(out)
+    assert [(r["smiles"], r["id"], r["error"]) for r in rows] == [("CCO", "a", ""), ("c1ccccc1O", "b", "")]
+    for argv in (["CCO", "-"], ["-", "--input", str(out)]):
+        rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), *argv], capsys)
+        assert rc == 2 and "'-' reads the molecules from standard input; give it alone" in _one_error_line(err,
+                                                                                                           "predict")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--input", str(out)], capsys)
+    assert rc == 2 and "not both" in _one_error_line(err, "predict")  # --input was ignored

@@ -309,6 +309,13 @@ def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
     return 0
 
 
+def _check_threads(args) -> None:
+    """Refuse a negative ``--threads`` (any command that has the flag) before any work."""
+    threads = getattr(args, "threads", None)
+    if isinstance(threads, int) and not isinstance(threads, bool) and threads < 0:
+        raise CLIError(f"--threads {threads}: give a number of threads >= 1 (0, or no --threads: torch's choice)")
+
+
 def _set_threads(args) -> None:
     """Apply ``--threads`` (where the command has it) before any work."""
     if getattr(args, "threads", None):
@@ -321,10 +328,12 @@ def cmd_evaluate(args) -> int:
     from .files import atomic_write_bytes
     from .train.evaluate import EvaluationError, evaluate
 
-    if args.data is None and (args.target_col or args.smiles_col != "smiles"):
+    if args.data is None and (args.target_col or args.smiles_col is not None):
         raise CLIError("--smiles-col/--target-col name the columns of --data FILE.csv; give --data too")
     if args.data is not None and args.split is not None:
         raise CLIError(f"--split applies to the run's own data; --data {args.data} is scored whole (drop --split)")
+    if args.output:
+        _check_output_file(Path(args.output))
     device = check_device(args.device)
     targets = [c.strip() for c in args.target_col.split(",") if c.strip()] if args.target_col else None
     try:
@@ -337,9 +346,30 @@ def cmd_evaluate(args) -> int:
     print(text)
     _print_summaries({f"{k}_metrics": v for k, v in res.get("metrics", {}).items()}, file=sys.stderr)
     if args.output:
-        atomic_write_bytes(Path(args.output), (text + "\n").encode())
+        try:
+            atomic_write_bytes(Path(args.output), (text + "\n").encode())
+        except OSError as exc:
+            raise CLIError(f"--output {args.output}: cannot write it ({exc.strerror or exc}); the scores are printed "
+                           "above, or choose a path you can write to") from None
         print(f"siggate evaluate: wrote {args.output}", file=sys.stderr)
     return 0
+
+
+def _check_output_file(path: Path) -> None:
+    """Refuse, before any work, an output file that cannot be written: a folder, or a place
+    whose folder cannot be created or written."""
+    from .files import out_dir_problem
+
+    if path.is_dir():
+        raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / 'scores.json'}")
+    probe = path.parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise CLIError(f"--output {path}: {probe} is a file, so the folder cannot be created; choose another path")
+    problem = out_dir_problem(path.parent)
+    if problem:
+        raise CLIError(f"--output {path}: cannot write there ({problem})")
 
 
 
@@ -360,8 +390,16 @@ def cmd_predict(args) -> int:
                        "give SMILES as arguments or --input FILE")
     if not args.smiles and not args.input:
         raise CLIError("give SMILES as arguments or --input FILE")
+    source = args.input
+    if "-" in args.smiles:  # the shell's name for standard input, not a SMILES
+        if len(args.smiles) > 1 or args.input:
+            raise CLIError("'-' reads the molecules from standard input; give it alone, without other SMILES or "
+                           "--input")
+        source = "-"
+    elif args.smiles and args.input:
+        raise CLIError("give SMILES as arguments or --input FILE, not both")
     pred = Predictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device))
-    chunks = [list(args.smiles)] if args.smiles else read_input(args.input, args.smiles_col, args.chunk_size)
+    chunks = read_input(source, args.smiles_col, args.chunk_size) if source else [list(args.smiles)]
     n, bad = predict_to_csv(pred, chunks, args.output)
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
           + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
@@ -471,7 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None, help="split of the run's own data: train, val, test or all (default: test)")
     p.add_argument("--data", default=None, metavar="FILE.csv",
                    help="score this labelled CSV of SMILES instead (every row; invalid SMILES and empty labels are counted)")
-    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --data (default: smiles)")
+    p.add_argument("--smiles-col", default=None,
+                   help="SMILES column of --data (default: the training run's SMILES column, else smiles)")
     p.add_argument("--target-col", default=None, metavar="COL[,COL...]",
                    help="label column(s) of --data, in the model's target order (default: the training targets' names)")
     p.add_argument("--allow-changed", action="store_true",
@@ -488,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "node-level dataset's graphs", EXAMPLES["predict"])
     p.add_argument("--checkpoint", required=True, metavar="RUN",
                    help="run folder (its best.pt), ensemble folder (mean and uncertainty) or .pt checkpoint")
-    p.add_argument("smiles", nargs="*", help="SMILES strings")
+    p.add_argument("smiles", nargs="*", help="SMILES strings, or - to read them from standard input")
     p.add_argument("--split", default=None,
                    help="node-level checkpoints: the dataset split to predict, train, val, test or all (default: test)")
     p.add_argument("--data-root", default=None, help="node-level checkpoints: benchmark data root")
@@ -573,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
         module, _, name = func.partition(":")
         func = getattr(importlib.import_module(module), name)
     try:
+        _check_threads(args)
         if args.command in THREADED:
             _set_threads(args)
         return int(func(args) or 0)

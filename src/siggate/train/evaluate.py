@@ -212,7 +212,7 @@ def external_graphs(checkpoint, path, smiles_col: str, target_cols: list[str] | 
                     "malformed": len(ragged)}
 
 
-def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smiles", target_cols=None,
+def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None = None, target_cols=None,
              allow_changed: bool = False, data_root=None, cache_dir=None, device: str = "cpu",
              progress: bool = False) -> dict:
     """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or an ensemble
@@ -220,13 +220,17 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smil
     ``data``: ``{"checkpoint", "dataset", "level", "metric", "members", <split>: metric, ...,
     "per_target": {split: {target: metric}}, "n": {split: rows scored}, "metrics": {split:
     summary}}`` (the summary as in ``metrics.json``'s ``test_metrics``), plus ``"data_file"``
-    (and ``"rows"``, its row counts, for an external file; its split is named ``"data"``)."""
+    (and ``"rows"``, its row counts, for an external file; its split is named ``"data"``).
+    ``smiles_col`` and ``target_cols`` name the columns of ``data``; by default the training
+    run's (``data.smiles_col``, else ``smiles``, and its target names)."""
     from .loop import prepare_data
 
     members, cfg, info, ckpts = _members(checkpoint, device)
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
            "members": len(members)}
     if data is not None:
+        if smiles_col is None:
+            smiles_col = cfg.data.smiles_col if cfg.data.name == "csv" else "smiles"
         graphs, counts = external_graphs(checkpoint, data, smiles_col, target_cols, info)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
         _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, predict_mean(members, graphs, info, device), None,
