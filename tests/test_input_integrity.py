@@ -253,3 +253,38 @@ def test_predict_dash_reads_standard_input(ckpt, tmp_path, capsys, monkeypatch):
                                                                                                            "predict")
     rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--input", str(out)], capsys)
     assert rc == 2 and "not both" in _one_error_line(err, "predict")  # --input was ignored
+
+
+def test_evaluate_names_a_renamed_or_implausible_target(ckpt, tmp_path, capsys, caplog):
+    """An nci5k model scored with --target-col y on another property gave R2 -33 and no word
+    that the names differ; now the renaming and labels far from the training targets' mean and
+    spread are named (stderr and the JSON's ``warnings``); the model's own property is not."""
+    import torch
+
+    from rdkit import Chem
+
+    smiles = nci_smiles(20)
+    atoms = [Chem.MolFromSmiles(s).GetNumAtoms() / 10 for s in smiles]  # what the tiny model learned, as 'y'
+    plain, other = tmp_path / "plain.csv", tmp_path / "other.csv"
+    plain.write_text("smiles,y\n" + "".join(f"{s},{a}\n" for s, a in zip(smiles, atoms)))
+    other.write_text("smiles,logS\n" + "".join(f"{s},{a * 100 + 40}\n" for s, a in zip(smiles, atoms)))
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(plain)], capsys)
+    assert rc == 0, err
+    assert "warnings" not in json.loads(out)
+    caplog.clear()
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(other), "--target-col", "logS"],
+                           capsys)
+    assert rc == 0, err
+    res = json.loads(out)
+    from siggate.train.loop import load_trained
+
+    ck = load_trained(ckpt)[1]
+    mean, std = float(ck["target_mean"][0]), float(ck["target_std"][0])
+    labels = torch.tensor([a * 100 + 40 for a in atoms], dtype=torch.float32).double()
+    assert res["warnings"] == [
+        "scored column 'logS' as the model's target 'y': the names differ, so make sure each is the same property "
+        "in the same units",
+        f"the labels of 'logS' (mean {float(labels.mean()):.4g}, std {float(labels.std(correction=0)):.4g}) are far "
+        f"from the training targets 'y' (mean {mean:.4g}, std {std:.4g}): another property, or other units?"]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"--data {other}: {w}" for w in res["warnings"]]

@@ -111,6 +111,42 @@ def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None, p
             "metrics": split_summary(info, graphs, readable, split)}
 
 
+#: an external file's labels are implausible for a target when their mean lies more than this
+#: many training standard deviations from the training mean, or their spread differs by this factor
+SUSPECT_SHIFT = 3.0
+SUSPECT_SCALE = 5.0
+
+
+def label_warnings(info: TaskInfo, columns: list[str], graphs: list, target_mean, target_std) -> list[str]:
+    """What makes scores on an external file suspect, one sentence each: a label column named
+    otherwise than the model's target (scored as that target all the same), and regression
+    labels (``graphs``' ``y [1, T]``) whose mean or spread is far from the training targets'
+    (``target_mean``/``target_std [T]``, :data:`SUSPECT_SHIFT`, :data:`SUSPECT_SCALE`), the mark of
+    another property or other units. A run trained without target normalization records no
+    statistics (mean 0, std 1) and gets no spread check."""
+    import numpy as np
+
+    out = []
+    names = info.target_names or [f"target{t}" for t in range(info.num_tasks)]
+    renamed = [(c, n) for c, n in zip(columns, names) if c != n]
+    if renamed:
+        out.append("scored " + ", ".join(f"column {c!r} as the model's target {n!r}" for c, n in renamed)
+                   + ": the names differ, so make sure each is the same property in the same units")
+    mean, std = np.asarray(target_mean, dtype=float).reshape(-1), np.asarray(target_std, dtype=float).reshape(-1)
+    if info.task != "regression" or not graphs or (np.all(mean == 0) and np.all(std == 1)):
+        return out
+    y = torch.cat([g.y.reshape(1, -1) for g in graphs]).double().numpy()
+    for t, (c, n) in enumerate(zip(columns, names)):
+        v = y[~np.isnan(y[:, t]), t]
+        if v.size < 3:
+            continue
+        m, s = float(v.mean()), float(v.std())
+        if abs(m - mean[t]) > SUSPECT_SHIFT * std[t] or not std[t] / SUSPECT_SCALE <= s <= std[t] * SUSPECT_SCALE:
+            out.append(f"the labels of {c!r} (mean {m:.4g}, std {s:.4g}) are far from the training targets "
+                       f"{n!r} (mean {mean[t]:.4g}, std {std[t]:.4g}): another property, or other units?")
+    return out
+
+
 def _metric_or_none(name: str, y, pred) -> float | None:
     """The metric of one target, ``None`` where it is undefined (e.g. a ROC-AUC of a target
     whose labels here are all one class)."""
@@ -235,6 +271,11 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
         _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, predict_mean(members, graphs, info, device), None,
                                                probabilities=len(members) > 1))
+        warnings = label_warnings(info, list(target_cols or info.target_names), graphs, *members[0][1:])
+        for w in warnings:
+            log.warning("--data %s: %s", data, w)
+        if warnings:
+            res["warnings"] = warnings
         return res
     if data_root:
         cfg.data.root = data_root
