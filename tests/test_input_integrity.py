@@ -288,3 +288,39 @@ def test_evaluate_names_a_renamed_or_implausible_target(ckpt, tmp_path, capsys, 
         f"from the training targets 'y' (mean {mean:.4g}, std {std:.4g}): another property, or other units?"]
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
         f"--data {other}: {w}" for w in res["warnings"]]
+
+
+# --------------------------------------------------------------------------- predict's input file
+
+
+def test_predict_reads_a_latin1_text_column_as_text(ckpt, tmp_path, capsys, caplog):
+    """A name column exported as Latin-1 came out as ``B\\xe9lier``; it is read as Windows-1252
+    and the output, UTF-8, says ``Bélier``, with one warning naming the fix."""
+    src = tmp_path / "in.csv"
+    src.write_bytes("smiles,name\nCCO,B\u00e9lier\nCCN,na\u00efve \u2013 \u20ac\n".encode("cp1252"))
+    out = tmp_path / "out.csv"
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(src), "--output", str(out)], capsys)
+    assert rc == 0, err
+    rows = read_output(out)
+    assert [(r["name"], r["error"]) for r in rows] == [("B\u00e9lier", ""), ("na\u00efve \u2013 \u20ac", "")]
+    assert all(float(r["y"]) == float(r["y"]) for r in rows)
+    assert [r.getMessage() for r in caplog.records if "not UTF-8" in r.getMessage()] == [
+        "the input is not UTF-8: 2 text fields (first: row 0, column 'name') were read as Windows-1252 (Latin-1) and "
+        "written as UTF-8; save the input as UTF-8 to be sure they read as meant"]
+
+
+def test_predict_fails_a_row_with_an_extra_field_and_refuses_a_repeated_smiles_column(ckpt, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text("id,smiles\na,CCO\nb,CCN,oops\nc,CCC\n")
+    out = tmp_path / "out.csv"
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(src), "--output", str(out)], capsys)
+    assert rc == 1, err
+    rows = read_output(out)
+    assert list(rows[0]) == ["id", "smiles", "y", "error"]
+    assert [(r["id"], r["error"]) for r in rows] == [
+        ("a", ""), ("b", "line 3 has 3 fields but the header has 2: a delimiter inside an unquoted field? quote that "
+                         "field or remove the extra one"), ("c", "")]
+    assert rows[1]["y"] == "" and rows[0]["y"] and rows[2]["y"]
+    src.write_text("smiles,name,smiles\nCCO,x,CCN\n")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(src), "--output", str(out)], capsys)
+    assert rc == 2 and "the header names column 'smiles' 2 times (columns 1, 3)" in _one_error_line(err, "predict")

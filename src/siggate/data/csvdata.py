@@ -49,7 +49,7 @@ from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, RowNote, Task
 from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
 from .chem import SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
 
-__all__ = ["load_csv", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns", "row_issue", "write_run_tables", "TASK_METRIC",
+__all__ = ["load_csv", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns", "extra_fields_reason", "row_issue", "write_run_tables", "TASK_METRIC",
            "DUPLICATE_TOLERANCE", "SAVE_AS_CSV"]
 
 logger = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ def check_unique_columns(path: Path, columns: list[str], wanted: list[str]) -> N
                             f"{', '.join(map(str, where))}); rename the copies so that each name is unique")
 
 
-def _extra_fields(line: int, got: int, width: int) -> str:
+def extra_fields_reason(line: int, got: int, width: int) -> str:
     """The reason of a row with more fields than the header."""
     return (f"line {line} has {got} fields but the header has {width}: a delimiter inside an unquoted field? "
             "quote that field or remove the extra one")
@@ -382,7 +382,7 @@ def build_csv(
         smi = smi.strip()
         try:
             if len(records[i]) > width:  # its fields cannot be matched to the columns
-                raise InvalidSmiles(_extra_fields(i + 2, len(records[i]), width))
+                raise InvalidSmiles(extra_fields_reason(i + 2, len(records[i]), width))
             if errors[i] is not None:
                 raise InvalidSmiles(errors[i])
             label = None
