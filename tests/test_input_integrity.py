@@ -324,3 +324,31 @@ def test_predict_fails_a_row_with_an_extra_field_and_refuses_a_repeated_smiles_c
     src.write_text("smiles,name,smiles\nCCO,x,CCN\n")
     rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(src), "--output", str(out)], capsys)
     assert rc == 2 and "the header names column 'smiles' 2 times (columns 1, 3)" in _one_error_line(err, "predict")
+
+
+# --------------------------------------------------------------------------- the run's row tables
+
+
+def test_run_tables_carry_the_inputs_other_columns_and_name_predictions_as_predict(tmp_path, capsys):
+    """test_predictions.csv and splits.csv lacked the input's ID columns; they carry every
+    column but the SMILES, the targets and the split column, and test_predictions.csv names its
+    predictions by predict's own rule (``y_pred`` beside the labels ``y``)."""
+    data = tmp_path / "d.csv"
+    lines = _table(30).splitlines()
+    data.write_text("\n".join([f"id,{lines[0]},note,row"]
+                              + [f"m{i},{ln},n{i},{i * 10}" for i, ln in enumerate(lines[1:])]) + "\n")
+    out = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--epochs", "1",
+                          "--out", str(out), "--cache-dir", str(tmp_path / "c"), *_TINY], capsys)
+    assert rc == 0, err
+    preds = read_output(out / "test_predictions.csv")
+    assert list(preds[0]) == ["row", "smiles", "id", "note", "input_row", "y", "y_pred"]
+    assert [(r["row"], r["id"], r["note"], r["input_row"]) for r in preds] == [
+        (str(i), f"m{i}", f"n{i}", str(i * 10)) for i in range(25, 30)]
+    splits = read_output(out / "splits.csv")
+    assert list(splits[0]) == ["row", "smiles", "id", "note", "input_row", "split", "reason"]
+    assert [(r["id"], r["split"]) for r in splits][19:21] == [("m19", "train"), ("m20", "val")]
+    from siggate.train.predict import Predictor
+
+    header = list(preds[0])[:-1]
+    assert Predictor(out).output_columns(header) == ["y_pred"]  # the name predict gives beside the labels

@@ -49,7 +49,7 @@ from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, RowNote, Task
 from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
 from .chem import SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
 
-__all__ = ["load_csv", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns", "extra_fields_reason", "row_issue", "write_run_tables", "TASK_METRIC",
+__all__ = ["load_csv", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns", "extra_fields_reason", "carried_columns", "row_issue", "write_run_tables", "TASK_METRIC",
            "DUPLICATE_TOLERANCE", "SAVE_AS_CSV"]
 
 logger = logging.getLogger(__name__)
@@ -772,23 +772,64 @@ def _warn_notes(name: str, ds: GraphDataset) -> None:
                        PREDICT_MAX_ATOMS, max(sizes))
 
 
-def write_run_tables(ds: GraphDataset, out: str | os.PathLike) -> list[Path]:
+#: the columns a run's row tables write themselves; an input column of one of these names is
+#: carried as ``input_<name>``
+_OWN_COLUMNS = ("row", "smiles", "split", "reason", "issue", "detail")
+
+
+def carried_columns(ds: GraphDataset, sep: str | None, smiles_col: str, split: str | None = None
+                    ) -> tuple[list[str], dict[int, list[str]]]:
+    """The input's columns other than the SMILES, the targets and a split column, as the run's
+    row tables carry them (IDs, names, notes): ``(names, {row: values})``, re-read from
+    ``ds.source`` (delimiter ``sep``, detected when None). Names that a table writes itself
+    (``row``, ``smiles``, ``split``, ...) or that repeat get the prefix ``input_``. Empty, with a
+    warning, when the file is gone or no longer has the dataset's rows."""
+    if not ds.source:  # a dataset built in memory: no file to carry columns from
+        return [], {}
+    path = Path(ds.source)
+    try:
+        header, records = read_table(path, sep or detect_sep(path))
+    except (OSError, DataError) as exc:
+        logger.warning("%s: cannot read it again for its other columns (%s); the run's row tables hold none", path, exc)
+        return [], {}
+    if ds.rows and len(records) != ds.rows:
+        logger.warning("%s: it has %d data rows now, %d at loading; the run's row tables hold none of its other "
+                       "columns", path, len(records), ds.rows)
+        return [], {}
+    skip = {smiles_col, *ds.info.target_names, *([_parse_split(split)] if split and _parse_split(split) else [])}
+    keep = [i for i, c in enumerate(header) if c not in skip]
+    names, seen = [], set(_OWN_COLUMNS) | set(ds.info.target_names)
+    for i in keep:
+        name = header[i] if header[i] not in seen else f"input_{header[i]}"
+        while name in seen:
+            name = f"input_{name}"
+        seen.add(name)
+        names.append(name)
+    return names, {r: [rec[i] if i < len(rec) else "" for i in keep] for r, rec in enumerate(records)}
+
+
+def write_run_tables(ds: GraphDataset, out: str | os.PathLike,
+                     carried: tuple[list[str], dict[int, list[str]]] | None = None) -> list[Path]:
     """Write ``splits.csv`` and ``data_report.csv`` of a CSV dataset into the run folder ``out``.
 
     ``splits.csv``: one row per input row (``row`` is the 0-based data row, line ``row + 2`` of
-    the file), ``row,smiles,split,reason``: the split (``train``/``val``/``test``), or
-    ``dropped`` and why. ``data_report.csv``: ``row,smiles,issue,detail`` for every dropped
-    row (issue from :func:`row_issue`) and every note (conflicting duplicates, large
+    the file), ``row,smiles,<carried columns>,split,reason``: the input's ``carried`` columns
+    (:func:`carried_columns`, e.g. IDs), the split (``train``/``val``/``test``), or ``dropped``
+    and why. ``data_report.csv``: ``row,smiles,issue,detail`` for every dropped row (issue from
+    :func:`row_issue`) and every note (conflicting duplicates, duplicates across splits, large
     molecules), in row order. Returns the paths written.
     """
     out = Path(out)
+    extra, values = carried or ([], {})
     table = {g.idx: [g.idx, g.smiles, split, ""] for split, graphs in ds.splits.items() for g in graphs}
     table.update({r.index: [r.index, r.smiles, "dropped", r.reason] for r in ds.invalid})
+    table = {k: v[:2] + values.get(k, [""] * len(extra)) + v[2:] for k, v in table.items()}
     report = [[r.index, r.smiles, row_issue(r.reason), r.reason] for r in ds.invalid]
     report += [[n.index, n.smiles, n.issue, n.detail] for n in ds.notes]
     report.sort(key=lambda r: r[0])
     paths = []
-    for name, header, rows in (("splits.csv", ["row", "smiles", "split", "reason"], [table[k] for k in sorted(table)]),
+    for name, header, rows in (("splits.csv", ["row", "smiles", *extra, "split", "reason"],
+                                [table[k] for k in sorted(table)]),
                                ("data_report.csv", ["row", "smiles", "issue", "detail"], report)):
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")

@@ -131,6 +131,6 @@ def train_ensemble(cfg, out: Path, n: int, resume: bool = False, progress: bool 
         "test_metrics": summaries["test"],
     }
     if cfg.data.name == "csv":  # the ensemble's own test predictions, with their spread over members
-        write_csv_run_tables(out, ds, test_mean, test_std)
+        write_csv_run_tables(out, ds, test_mean, test_std, data=cfg.data)
     atomic_write_bytes(out / ENSEMBLE_FILE, (json.dumps(res, indent=2) + "\n").encode())
     return res

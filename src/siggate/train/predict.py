@@ -134,13 +134,10 @@ class Predictor:
         for an ensemble. A target whose name (or its uncertainty's) is already an input column,
         e.g. the label column of a labelled file, is written as ``<target>_pred`` (and
         ``<target>_pred_uncertainty``), so no output has two columns of one name."""
-        taken = set(input_columns) | {"error"}
-        names = []
-        for n in self.info.target_names or [f"target{t}" for t in range(self.info.num_tasks)]:
-            if n in taken or (self.ensemble and f"{n}_uncertainty" in taken):
-                n = f"{n}_pred"
-            names.append(n)
-        return names + ([f"{n}_uncertainty" for n in names] if self.ensemble else [])
+        from .rundir import prediction_columns
+
+        targets = self.info.target_names or [f"target{t}" for t in range(self.info.num_tasks)]
+        return prediction_columns(targets, input_columns, self.ensemble)
 
     @property
     def columns(self) -> list[str]:
