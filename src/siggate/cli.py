@@ -407,8 +407,6 @@ def cmd_predict(args) -> int:
 
 
 def cmd_pretrain(args) -> int:
-    from .train.pretrain import pretrain
-
     if args.molecules < 1 or args.epochs < 1:
         raise CLIError("--molecules and --epochs must be at least 1")
     lock = claim_out_dir(Path(args.out), resume=True, what="the pretraining")  # pretrain() guards its own run
@@ -419,6 +417,8 @@ def cmd_pretrain(args) -> int:
 
 
 def _pretrain(args) -> int:
+    from .train.pretrain import pretrain
+
     source = args.smiles
     if source == "moses":
         from .data.corpus import moses_train_path

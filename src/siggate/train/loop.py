@@ -208,7 +208,10 @@ def resolve_pool_norm(cfg: Config, train_graphs) -> dict:
 def fit_mol_feature_scaling(model: SigGateGT, train_graphs) -> SigGateGT:
     """Standardize the model's molecule features with the training graphs' ``mol_x``
     (:class:`siggate.data.molfeatures.FeatureScaler`); the statistics are buffers of the model,
-    so its checkpoint carries them to ``predict``, ``evaluate``, ensembles and resume."""
+    so its checkpoint carries them to ``predict``, ``evaluate``, ensembles and resume. A column
+    constant on the training rows teaches the model nothing, and its weights stay untrained: its
+    std is set to infinity, so it enters the head as 0 for every molecule (a held-out value would
+    otherwise meet random weights)."""
     if not model.mol_features_dim:
         return model
     from ..data.molfeatures import FeatureScaler
@@ -216,8 +219,10 @@ def fit_mol_feature_scaling(model: SigGateGT, train_graphs) -> SigGateGT:
     if not len(train_graphs) or any(getattr(g, "mol_x", None) is None for g in train_graphs):
         raise ConfigError("model.mol_features: the training graphs carry no molecule features (mol_x) to fit "
                           "their scaling on; load the data with siggate.train.loop.prepare_data")
-    state = FeatureScaler.fit(torch.cat([g.mol_x for g in train_graphs]).numpy()).state_dict()
-    model.set_mol_feature_scaling(state["mean"], state["std"])
+    x = torch.cat([g.mol_x for g in train_graphs]).numpy()
+    state = FeatureScaler.fit(x).state_dict()
+    constant = torch.from_numpy(np.ptp(x, axis=0) == 0)
+    model.set_mol_feature_scaling(state["mean"], state["std"].masked_fill(constant, float("inf")))
     return model
 
 
@@ -505,6 +510,10 @@ def setup_run(cfg: Config, ds: GraphDataset, ctx: DistContext | None = None) -> 
     AdamW, the warmup-cosine schedule, target normalisation and the loss."""
     ctx = ctx or DistContext()
     resolved = resolve_pool_norm(cfg, ds.train)
+    if cfg.train.init:  # pretrained layers keep the pool_norm they were trained with
+        from .init_weights import init_resolved
+
+        resolved = init_resolved(cfg.train.init, cfg.model, resolved)
     t_cfg, info, device = cfg.train, ds.info, ctx.device
     seed_everything(t_cfg.seed)
     model = build_model(cfg, info, ds.train, resolved=resolved)
