@@ -352,3 +352,38 @@ def test_run_tables_carry_the_inputs_other_columns_and_name_predictions_as_predi
 
     header = list(preds[0])[:-1]
     assert Predictor(out).output_columns(header) == ["y_pred"]  # the name predict gives beside the labels
+
+
+# --------------------------------------------------------------------------- very long SMILES
+
+
+#: 100,000 characters of linked benzene rings: RDKit took 45 s to read it unsanitized, minutes to sanitize
+HUGE = "c1ccccc1" * 12_500
+
+
+def test_predict_refuses_a_huge_smiles_unread(ckpt, tmp_path, capsys):
+    import time
+
+    out = tmp_path / "p.csv"
+    t0 = time.perf_counter()
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", HUGE, "--output", str(out)], capsys)
+    assert time.perf_counter() - t0 < 20
+    assert rc == 1
+    rows = read_output(out)
+    assert rows[0]["error"] == "" and rows[1]["error"] == (
+        "SMILES of 100,000 characters, above the limit of 10,000 (10 per atom of a 1,000-atom molecule); not parsed")
+    from siggate.train.predict import Predictor
+
+    with pytest.raises(Exception, match="above the limit of 20,000 .* 2,000-atom"):
+        Predictor(ckpt, max_atoms=2000).featurize("C" * 20_001)  # --max-atoms raises the length limit with it
+
+
+def test_a_training_row_with_a_huge_smiles_is_dropped_with_its_reason(tmp_path):
+    from siggate.data.csvdata import load_csv
+
+    data = tmp_path / "d.csv"
+    data.write_text(_table(30) + "c1ccccc1" * 2_000 + ",1.0,train\n")
+    ds = load_csv(data, "smiles", ["y"], "regression", split="column:split", cache_dir=tmp_path / "c")
+    assert [(r.index, r.reason) for r in ds.invalid] == [
+        (30, "SMILES of 16,000 characters, above the limit of 10,000 (10 per atom of a 1,000-atom molecule); "
+             "not parsed")]

@@ -47,7 +47,7 @@ from ..files import atomic_write_bytes
 from ..options import DUPLICATES, PREDICT_MAX_ATOMS
 from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, RowNote, TaskInfo, default_cache_dir
 from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
-from .chem import SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
+from .chem import MAX_SMILES_LENGTH, SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
 
 __all__ = ["load_csv", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns", "extra_fields_reason", "carried_columns", "row_issue", "write_run_tables", "TASK_METRIC",
            "DUPLICATE_TOLERANCE", "SAVE_AS_CSV"]
@@ -393,7 +393,7 @@ def build_csv(
                         f"split column {split_col!r}: unknown value {split_all[i]!r} "
                         "(expected train, val, valid or test)"
                     )
-            mol = parse_smiles(smi, allow_unsanitized=allow_unsanitized)
+            mol = parse_smiles(smi, allow_unsanitized=allow_unsanitized, max_length=MAX_SMILES_LENGTH)
             data = mol_to_graph(mol)
             same = _canonical(mol, smi)
             if split in ("scaffold", "scaffold_balanced"):

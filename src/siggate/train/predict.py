@@ -16,6 +16,9 @@ What happens to unusual molecules (one rule each, applied the same way everywher
 * no heavy atoms (``[H][H]``, ``[H+]``: RDKit keeps lone hydrogens as atoms): refused,
   ``"no heavy atoms ..."``; such species are outside every training set;
 * wildcard/dummy atoms (``*``, atomic number 0): refused, ``"contains a wildcard atom ..."``;
+* a SMILES longer than 10 characters per atom of ``max_atoms`` (10,000 at the default):
+  refused unread, ``"SMILES of N characters, above the limit ..."`` (RDKit's time grows
+  faster than the length: a 100,000-character string took minutes);
 * more than ``max_atoms`` atoms (``--max-atoms``, default 1000): refused with the count.
   Molecules up to the limit are predicted (large ones are batched on their own, since
   attention memory grows with the square of the atom count);
@@ -57,7 +60,14 @@ from pathlib import Path
 import torch
 from torch_geometric.data import Batch
 
-from ..data.chem import InvalidSmiles, mol_to_graph, parse_smiles, quiet_rdkit
+from ..data.chem import (
+    SMILES_CHARS_PER_ATOM,
+    InvalidSmiles,
+    check_smiles_length,
+    mol_to_graph,
+    parse_smiles,
+    quiet_rdkit,
+)
 from ..files import AtomicFile
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
 
@@ -178,6 +188,8 @@ class Predictor:
             raise InvalidSmiles(
                 f"contains a non-ASCII character ({wide.group()!r}) at position {wide.start() + 1}; SMILES are plain ASCII"
             )
+        max_length = SMILES_CHARS_PER_ATOM * max(self.max_atoms, DEFAULT_MAX_ATOMS)
+        check_smiles_length(s, max_length)  # before RDKit, whose time grows faster than the length
         with quiet_rdkit():
             if len(s) > self.max_atoms:  # cheap count before sanitizing a possibly huge molecule
                 from rdkit import Chem
