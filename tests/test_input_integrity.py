@@ -8,18 +8,17 @@ and caches that cannot be written.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import zipfile
-from pathlib import Path
 
 import pytest
 
 from test_predict import nci_smiles, one_thread, read_output, run_cli, shared_checkpoint
 
-_TINY = ["--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.pe=none", "--set", "model.heads=2", "--set", "model.head_layers=2",
-         "--set", "train.warmup_epochs=0", "--set", "train.batch_size=16", "--no-progress"]
+_TINY = ["--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.pe=none", "--set", "model.heads=2",
+         "--set", "model.head_layers=2", "--set", "train.warmup_epochs=0", "--set", "train.batch_size=16",
+         "--no-progress"]
 
 
 @pytest.fixture(scope="module")
@@ -260,7 +259,6 @@ def test_evaluate_names_a_renamed_or_implausible_target(ckpt, tmp_path, capsys, 
     that the names differ; now the renaming and labels far from the training targets' mean and
     spread are named (stderr and the JSON's ``warnings``); the model's own property is not."""
     import torch
-
     from rdkit import Chem
 
     smiles = nci_smiles(20)

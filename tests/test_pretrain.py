@@ -190,7 +190,8 @@ def test_init_copies_a_layer_whole_or_not_at_all():
     report = init_weights.load_init(model, "pretrained", cfg.model.to_dict())
     blob = torch.load(init_weights.resolve_init("pretrained"), map_location="cpu", weights_only=True)
     state = model.state_dict()
-    assert {"head.0.weight", "head.0.bias", "head.4.weight", "head.4.bias", "mol_mean", "mol_std"} == set(report["fresh"])
+    assert set(report["fresh"]) == {"head.0.weight", "head.0.bias", "head.4.weight", "head.4.bias", "mol_mean",
+                                    "mol_std"}
     for name in report["fresh"]:
         assert torch.equal(state[name], fresh[name]), name
     assert torch.equal(state["head.2.weight"], blob["model"]["head.2.weight"])  # a layer of the same shape is copied

@@ -202,7 +202,8 @@ class FolderLock:
             except BlockingIOError:
                 os.close(fd)
                 self._remove_created()
-                raise FolderBusy(f"another siggate process ({_holder(self.path)}) is writing into {self.folder}") from None
+                raise FolderBusy(f"another siggate process ({_holder(self.path)}) is writing into "
+                                 f"{self.folder}") from None
             try:  # the holder before us may have removed the file we locked: lock the one in place
                 same = os.path.samestat(os.fstat(fd), os.stat(self.path))
             except FileNotFoundError:

@@ -49,8 +49,9 @@ from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, RowNote, Task
 from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
 from .chem import MAX_SMILES_LENGTH, SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
 
-__all__ = ["load_csv", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns", "extra_fields_reason", "carried_columns", "row_issue", "write_run_tables", "TASK_METRIC",
-           "DUPLICATE_TOLERANCE", "SAVE_AS_CSV"]
+__all__ = ["load_csv", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns",
+           "extra_fields_reason", "carried_columns", "row_issue", "write_run_tables", "TASK_METRIC",
+           "DUPLICATE_TOLERANCE", "SAVE_AS_CSV", "CSV_VERSION"]
 
 logger = logging.getLogger(__name__)
 
