@@ -97,7 +97,8 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duplicates", default=None, choices=DUPLICATES,
                    help="rows of --data holding one molecule (same canonical SMILES): keep them as rows (default; "
                         "a warning when their labels differ), average them into one row before splitting "
-                        "(regression), or keep the first (data.duplicates)")
+                        "(regression), or keep the first (data.duplicates); with --split column:NAME only rows "
+                        "of one split are merged")
     p.add_argument("--val-fraction", default=None, type=float, metavar="F",
                    help="with --split column:NAME whose column has no val rows: draw this fraction of the train "
                         "rows (seeded, a molecule's rows together) as the validation split (data.val_fraction)")
