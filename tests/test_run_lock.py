@@ -156,3 +156,38 @@ def test_the_lock_names_its_holder_and_is_free_after_release(tmp_path):
         with pytest.raises(FolderBusy, match=f"pid {os.getpid()}"):
             FolderLock(folder).acquire()  # one process, two claims: refused as well
     assert folder_busy(folder) is None and not folder.exists()
+
+
+def test_a_run_of_several_members_holds_its_folder(tmp_path, capsys, monkeypatch):
+    """``--members``, ``--ensemble`` and ``--weights`` (issue 31) go through the same claim:
+    refused in one line while another process holds OUT, and the folder is this process's for
+    the whole of ``train_members`` (seen from inside it), free again when it ends."""
+    import siggate.train.ensemble as ensemble
+    from siggate.files import folder_busy
+
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    out = tmp_path / "run"
+    holder = _holder(out)
+    try:
+        for extra in (["--members", "gnn", "--weights", "val"], ["--ensemble", "2", "--weights", "val"]):
+            rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "1", "--out", str(out),
+                                  "--cache-dir", str(tmp_path / "c"), *extra], capsys)
+            assert rc == 2
+            _refusal(err, "train", out, holder.pid)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    seen = []
+
+    def inside(cfg, folder, kinds, *args, **kwargs):  # stands in for the members' training
+        seen.append((folder, list(kinds), args[0], kwargs["weights"], folder_busy(folder)))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ensemble, "train_members", inside)
+    rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "1", "--out", str(out),
+                          "--cache-dir", str(tmp_path / "c"), "--members", "gnn", "--ensemble", "2", "--weights", "val"],
+                          capsys)
+    assert rc == 130, err
+    assert seen == [(out, ["gnn"], 2, "val", f"pid {os.getpid()} on {socket.gethostname()}")]
+    assert folder_busy(out) is None and not (out / ".siggate.lock").exists()
