@@ -116,9 +116,13 @@ def test_ensemble_writes_its_own_test_predictions_at_the_top(ensemble3):
 def test_val_weights_and_the_members_table(tmp_path, capsys):
     """``--weights val``: per-target weights fitted on the validation split (non-negative, summing
     to one), each member's and the combination's scores on the terminal and in metrics.json, and
-    ``siggate predict`` giving the weighted mean and weighted spread of the members."""
+    ``siggate predict`` giving the weighted mean and weighted spread of the members. The input's
+    ID column is carried into the combination's ``test_predictions.csv`` and ``splits.csv``, and
+    ``evaluate --data`` on the combination names a renamed label column."""
     data = tmp_path / "d.csv"
     _write_train_csv(data, n=60)
+    lines = data.read_text().splitlines()
+    data.write_text("\n".join([lines[0] + ",id", *(f"{line},m{i}" for i, line in enumerate(lines[1:]))]) + "\n")
     out = tmp_path / "w"
     rc, stdout, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "1", "--ensemble", "2",
                                "--members", "gnn", "--weights", "val", "--out", str(out),
@@ -143,3 +147,17 @@ def test_val_weights_and_the_members_table(tmp_path, capsys):
         assert float(row["y"]) == pytest.approx(mean, rel=1e-4, abs=1e-5)
         assert float(row["y_uncertainty"]) == pytest.approx((w0 * (a - mean) ** 2 + w1 * (b - mean) ** 2) ** 0.5,
                                                             rel=1e-3, abs=1e-5)
+    rows = _read(out / "test_predictions.csv")
+    assert list(rows[0]) == ["row", "smiles", "id", "y", "y_pred", "y_pred_uncertainty"]
+    assert [(r["row"], r["id"]) for r in rows] == [(str(i), f"m{i}") for i in range(50, 60)]
+    splits = _read(out / "splits.csv")
+    assert list(splits[0]) == ["row", "smiles", "id", "split", "reason"] and splits[7]["id"] == "m7"
+    ext = tmp_path / "ext.csv"
+    ext.write_text("smiles,logS\n" + "".join(f"{s},{i}\n" for i, s in enumerate(smiles)))
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(ext), "--target-col", "logS"],
+                              capsys)
+    assert rc == 0, err
+    res = json.loads(stdout)
+    assert res["members"] == 2 and res["rows"]["scored"] == 4
+    assert res["warnings"] == ["scored column 'logS' as the model's target 'y': the names differ, so make sure each "
+                               "is the same property in the same units"]  # trained without target statistics

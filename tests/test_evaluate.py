@@ -97,7 +97,7 @@ def test_external_csv_with_bad_and_unlabelled_rows(ensemble2, tmp_path, capsys, 
                             "--target-col", "logS"], capsys)
     assert rc == 0, err
     res = json.loads(out)
-    assert res["rows"] == {"rows": 14, "scored": 12, "invalid": 1, "unlabelled": 1}
+    assert res["rows"] == {"rows": 14, "scored": 12, "invalid": 1, "unlabelled": 1, "malformed": 0}
     pred = np.array(_predict(run, smiles, tmp_path, capsys))
     want = float(np.mean(np.abs(pred - np.array(labels))))
     assert res["data"] == pytest.approx(want, rel=1e-4, abs=1e-5) and res["n"] == {"data": 12}

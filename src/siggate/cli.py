@@ -114,7 +114,9 @@ def cmd_train(args) -> int:
         return _train_ddp(cfg, args, ddp_out, resume is not None)
     device = check_device(args.device)
     out = resume if resume is not None else default_out_dir(cfg, args.out)
-    check_out_dir(out, resume=resume is not None, overwrite=args.overwrite)
+    lock = claim_out_dir(out, resume=resume is not None, overwrite=args.overwrite,
+                         default_name=resume is None and not args.out, cfg=cfg)
+    out = lock.folder
     try:
         if several:
             return _train_members(cfg, out, args, kinds, resume is not None, device)
@@ -130,6 +132,8 @@ def cmd_train(args) -> int:
     except KeyboardInterrupt:
         print(f"siggate train: interrupted; {_resume_hint(out, args)}", file=sys.stderr)
         return 130
+    finally:
+        lock.release()
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
     _print_summaries(m, out)
     return 0
@@ -198,17 +202,18 @@ def _resume_hint(out: Path, args) -> str:
             + (f" --weights {args.weights}" if args.weights != "equal" else ""))
 
 
-def default_out_dir(cfg, out: str | None = None) -> Path:
+def default_out_dir(cfg, out: str | None = None, taken: Path | None = None) -> Path:
     """``out`` if given, else ``runs/<name>-seed<seed>`` (``siggate train``'s default), where
     the name is the dataset's, or ``<file stem>-csv`` for ``--data``, then the gate (``attnoff``
-    without an attention branch); ``-2``, ``-3``, ... is appended when that folder holds a run."""
+    without an attention branch); ``-2``, ``-3``, ... is appended when that folder holds a run
+    or another run is writing into it (or it is ``taken``)."""
     from .train.rundir import free_run_dir
 
     if out:
         return Path(out)
     data = f"{Path(cfg.data.csv).stem}-csv" if cfg.data.name == "csv" and cfg.data.csv else cfg.data.name
     arm = cfg.model.gate if cfg.model.attn else "attnoff"
-    return free_run_dir(Path("runs") / f"{data}-{arm}-seed{cfg.train.seed}")
+    return free_run_dir(Path("runs") / f"{data}-{arm}-seed{cfg.train.seed}", taken=taken)
 
 
 def _torch_device(name: str):
@@ -239,6 +244,37 @@ def _train_members(cfg, out: Path, args, kinds: list[str], resume: bool, device:
     return 0
 
 
+def claim_out_dir(out: Path, resume: bool = False, overwrite: bool = False, default_name: bool = False,
+                  cfg=None, what: str = "the run"):
+    """Check ``out`` (:func:`check_out_dir`) and claim it for this process: the held
+    :class:`siggate.files.FolderLock` (release it when the run ends). A folder another live run
+    holds is refused in one line; with ``default_name`` (no ``--out`` given) the next free
+    default name (``-2``, ``-3``, ...) is taken instead."""
+    from .files import FolderBusy, FolderLock
+
+    for _ in range(100):
+        check_out_folder(out, what)
+        lock = FolderLock(out)
+        try:
+            lock.acquire()
+        except FolderBusy as exc:
+            if default_name:  # a concurrent run took this default name first
+                out = default_out_dir(cfg, None, taken=out)
+                continue
+            raise CLIError(f"--out {out}: {exc}; two runs must not write into one folder: wait for it to end, or "
+                           "choose another --out") from None
+        except OSError as exc:
+            raise CLIError(f"--out {out}: cannot create the folder ({exc.strerror or exc}); choose a folder you can "
+                           f"write to for {what}") from None
+        try:
+            check_out_dir(out, resume=resume, overwrite=overwrite)
+        except BaseException:
+            lock.release()
+            raise
+        return lock
+    raise CLIError(f"--out {out}: no free default folder; name one with --out")
+
+
 def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> None:
     """Refuse an output folder that cannot be one before any work starts: an existing file,
     or a place where the folder cannot be created or written; and a folder that holds a run
@@ -267,10 +303,17 @@ def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
     except RuntimeError as exc:
         print(f"siggate train: error: {exc}", file=sys.stderr)
         return 2
+    lock = None
     try:
-        if ctx.is_main:  # rank 0 alone checks (and with --overwrite clears) the folder; the others wait
-            check_out_dir(out, resume=resume, overwrite=args.overwrite)
-        ctx.barrier()
+        problem = None
+        if ctx.is_main:  # rank 0 alone claims, checks (and with --overwrite clears) the folder; the others wait
+            try:
+                lock = claim_out_dir(out, resume=resume, overwrite=args.overwrite)
+            except CLIError as exc:
+                problem = str(exc)
+        problem = ctx.broadcast(problem)
+        if problem:
+            raise CLIError(problem)
         if ctx.is_main:
             print(f"siggate train --ddp: world_size={ctx.world_size} device={ctx.device} dataset={cfg.data.name} "
                   f"{_attention(cfg)} global_batch={cfg.train.batch_size} epochs={cfg.train.epochs} "
@@ -283,9 +326,18 @@ def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
                                                 "seconds", "world_size")}, indent=2))
         ctx.barrier()
     finally:
+        if lock is not None:
+            lock.release()
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0
+
+
+def _check_threads(args) -> None:
+    """Refuse a negative ``--threads`` (any command that has the flag) before any work."""
+    threads = getattr(args, "threads", None)
+    if isinstance(threads, int) and not isinstance(threads, bool) and threads < 0:
+        raise CLIError(f"--threads {threads}: give a number of threads >= 1 (0, or no --threads: torch's choice)")
 
 
 def _set_threads(args) -> None:
@@ -300,10 +352,12 @@ def cmd_evaluate(args) -> int:
     from .files import atomic_write_bytes
     from .train.evaluate import EvaluationError, evaluate
 
-    if args.data is None and (args.target_col or args.smiles_col != "smiles"):
+    if args.data is None and (args.target_col or args.smiles_col is not None):
         raise CLIError("--smiles-col/--target-col name the columns of --data FILE.csv; give --data too")
     if args.data is not None and args.split is not None:
         raise CLIError(f"--split applies to the run's own data; --data {args.data} is scored whole (drop --split)")
+    if args.output:
+        _check_output_file(Path(args.output))
     device = check_device(args.device)
     targets = [c.strip() for c in args.target_col.split(",") if c.strip()] if args.target_col else None
     try:
@@ -316,9 +370,30 @@ def cmd_evaluate(args) -> int:
     print(text)
     _print_summaries({f"{k}_metrics": v for k, v in res.get("metrics", {}).items()}, file=sys.stderr)
     if args.output:
-        atomic_write_bytes(Path(args.output), (text + "\n").encode())
+        try:
+            atomic_write_bytes(Path(args.output), (text + "\n").encode())
+        except OSError as exc:
+            raise CLIError(f"--output {args.output}: cannot write it ({exc.strerror or exc}); the scores are printed "
+                           "above, or choose a path you can write to") from None
         print(f"siggate evaluate: wrote {args.output}", file=sys.stderr)
     return 0
+
+
+def _check_output_file(path: Path) -> None:
+    """Refuse, before any work, an output file that cannot be written: a folder, or a place
+    whose folder cannot be created or written."""
+    from .files import out_dir_problem
+
+    if path.is_dir():
+        raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / 'scores.json'}")
+    probe = path.parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise CLIError(f"--output {path}: {probe} is a file, so the folder cannot be created; choose another path")
+    problem = out_dir_problem(path.parent)
+    if problem:
+        raise CLIError(f"--output {path}: cannot write there ({problem})")
 
 
 
@@ -339,8 +414,16 @@ def cmd_predict(args) -> int:
                        "give SMILES as arguments or --input FILE")
     if not args.smiles and not args.input:
         raise CLIError("give SMILES as arguments or --input FILE")
+    source = args.input
+    if "-" in args.smiles:  # the shell's name for standard input, not a SMILES
+        if len(args.smiles) > 1 or args.input:
+            raise CLIError("'-' reads the molecules from standard input; give it alone, without other SMILES or "
+                           "--input")
+        source = "-"
+    elif args.smiles and args.input:
+        raise CLIError("give SMILES as arguments or --input FILE, not both")
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device))
-    chunks = [list(args.smiles)] if args.smiles else read_input(args.input, args.smiles_col, args.chunk_size)
+    chunks = read_input(source, args.smiles_col, args.chunk_size) if source else [list(args.smiles)]
     n, bad = predict_to_csv(pred, chunks, args.output)
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
           + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
@@ -348,11 +431,18 @@ def cmd_predict(args) -> int:
 
 
 def cmd_pretrain(args) -> int:
-    from .train.pretrain import pretrain
-
-    check_out_folder(args.out, "the pretraining")
     if args.molecules < 1 or args.epochs < 1:
         raise CLIError("--molecules and --epochs must be at least 1")
+    lock = claim_out_dir(Path(args.out), resume=True, what="the pretraining")  # pretrain() guards its own run
+    try:
+        return _pretrain(args)
+    finally:
+        lock.release()
+
+
+def _pretrain(args) -> int:
+    from .train.pretrain import pretrain
+
     source = args.smiles
     if source == "moses":
         from .data.corpus import moses_train_path
@@ -449,7 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None, help="split of the run's own data: train, val, test or all (default: test)")
     p.add_argument("--data", default=None, metavar="FILE.csv",
                    help="score this labelled CSV of SMILES instead (every row; invalid SMILES and empty labels are counted)")
-    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --data (default: smiles)")
+    p.add_argument("--smiles-col", default=None,
+                   help="SMILES column of --data (default: the training run's SMILES column, else smiles)")
     p.add_argument("--target-col", default=None, metavar="COL[,COL...]",
                    help="label column(s) of --data, in the model's target order (default: the training targets' names)")
     p.add_argument("--allow-changed", action="store_true",
@@ -466,7 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "node-level dataset's graphs", EXAMPLES["predict"])
     p.add_argument("--checkpoint", required=True, metavar="RUN",
                    help="run folder (its best.pt), ensemble folder (mean and uncertainty) or .pt checkpoint")
-    p.add_argument("smiles", nargs="*", help="SMILES strings")
+    p.add_argument("smiles", nargs="*", help="SMILES strings, or - to read them from standard input")
     p.add_argument("--split", default=None,
                    help="node-level checkpoints: the dataset split to predict, train, val, test or all (default: test)")
     p.add_argument("--data-root", default=None, help="node-level checkpoints: benchmark data root")
@@ -553,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         module, _, name = func.partition(":")
         func = getattr(importlib.import_module(module), name)
     try:
+        _check_threads(args)
         if args.command in THREADED:
             _set_threads(args)
         return int(func(args) or 0)

@@ -72,7 +72,7 @@ def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encoding
 
         ds = load_csv(d.csv, d.smiles_col, list(d.target_cols), d.task, split=d.split or "scaffold",
                       cache_dir=Path(d.cache_dir) if d.cache_dir else None, seed=seed, sep=d.sep,
-                      decimal=d.decimal, duplicates=d.duplicates)
+                      decimal=d.decimal, duplicates=d.duplicates, val_fraction=d.val_fraction)
         check_trainable(Path(d.csv), ds)
     else:  # the benchmarks have official splits; validate() lets data.split through for nci5k only
         from ..data.catalog import DATASET_META

@@ -78,7 +78,7 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     }
     combo.save(out)
     if cfg.data.name == "csv":  # the combination's own test predictions, with their spread over members
-        write_csv_run_tables(out, ds, both["test"].mean, both["test"].spread)
+        write_csv_run_tables(out, ds, both["test"].mean, both["test"].spread, data=cfg.data)
     write_metrics(out, metrics)
     return metrics
 

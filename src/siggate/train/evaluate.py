@@ -71,6 +71,42 @@ def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None) -
             "metrics": split_summary(info, graphs, pred, split)}
 
 
+#: an external file's labels are implausible for a target when their mean lies more than this
+#: many training standard deviations from the training mean, or their spread differs by this factor
+SUSPECT_SHIFT = 3.0
+SUSPECT_SCALE = 5.0
+
+
+def label_warnings(info: TaskInfo, columns: list[str], graphs: list, target_mean, target_std) -> list[str]:
+    """What makes scores on an external file suspect, one sentence each: a label column named
+    otherwise than the model's target (scored as that target all the same), and regression
+    labels (``graphs``' ``y [1, T]``) whose mean or spread is far from the training targets'
+    (``target_mean``/``target_std [T]``, :data:`SUSPECT_SHIFT`, :data:`SUSPECT_SCALE`), the mark of
+    another property or other units. A run trained without target normalization records no
+    statistics (mean 0, std 1) and gets no spread check."""
+    import numpy as np
+
+    out = []
+    names = info.target_names or [f"target{t}" for t in range(info.num_tasks)]
+    renamed = [(c, n) for c, n in zip(columns, names) if c != n]
+    if renamed:
+        out.append("scored " + ", ".join(f"column {c!r} as the model's target {n!r}" for c, n in renamed)
+                   + ": the names differ, so make sure each is the same property in the same units")
+    mean, std = np.asarray(target_mean, dtype=float).reshape(-1), np.asarray(target_std, dtype=float).reshape(-1)
+    if info.task != "regression" or not graphs or (np.all(mean == 0) and np.all(std == 1)):
+        return out
+    y = torch.cat([g.y.reshape(1, -1) for g in graphs]).double().numpy()
+    for t, (c, n) in enumerate(zip(columns, names)):
+        v = y[~np.isnan(y[:, t]), t]
+        if v.size < 3:
+            continue
+        m, s = float(v.mean()), float(v.std())
+        if abs(m - mean[t]) > SUSPECT_SHIFT * std[t] or not std[t] / SUSPECT_SCALE <= s <= std[t] * SUSPECT_SCALE:
+            out.append(f"the labels of {c!r} (mean {m:.4g}, std {s:.4g}) are far from the training targets "
+                       f"{n!r} (mean {mean[t]:.4g}, std {std[t]:.4g}): another property, or other units?")
+    return out
+
+
 def _metric_or_none(name: str, y, pred) -> float | None:
     """The metric of one target, ``None`` where it is undefined (e.g. a ROC-AUC of a target
     whose labels here are all one class)."""
@@ -119,12 +155,13 @@ def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
 def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo) -> tuple[list, dict]:
     """Graphs of the labelled CSV ``path`` featurized as ``predictor``'s inputs (as ``siggate
     predict`` featurizes SMILES), each with its labels ``y [1, T]``, and ``{"rows", "scored",
-    "invalid", "unlabelled"}`` counts."""
+    "invalid", "unlabelled", "malformed"}`` counts (``malformed``: rows with more fields than the
+    header, not scored)."""
     import numpy as np
     import pandas as pd
 
     from ..data.chem import InvalidSmiles
-    from ..data.csvdata import detect_sep
+    from ..data.csvdata import check_unique_columns, detect_sep, read_table, table_frame
     from .predict import SmilesPredictor
 
     path = Path(path)
@@ -133,19 +170,29 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     if info.level != "graph" or info.node_features != "ogb":
         raise EvaluationError(f"--data: this checkpoint scores {info.name!r} graphs, not molecules from SMILES; "
                               "evaluate it on its own splits (drop --data)")
-    table = pd.read_csv(path, sep=detect_sep(path), dtype=str, keep_default_na=False)
+    header, records = read_table(path, detect_sep(path))
     cols = list(target_cols or info.target_names)
-    missing = [c for c in [smiles_col, *cols] if c not in table.columns]
+    missing = [c for c in [smiles_col, *cols] if c not in header]
     if missing:
-        raise EvaluationError(f"--data {path}: no column {missing[0]!r}; its columns are {', '.join(table.columns)} "
+        raise EvaluationError(f"--data {path}: no column {missing[0]!r}; its columns are {', '.join(header)} "
                               "(name them with --smiles-col / --target-col)")
+    check_unique_columns(path, header, [smiles_col, *cols])
+    table = table_frame(header, records, list(dict.fromkeys([smiles_col, *cols])))
+    ragged = [i for i, r in enumerate(records) if len(r) > len(header)]
     if len(cols) != info.num_tasks:
         raise EvaluationError(f"--target-col: the model predicts {info.num_tasks} target(s) "
                               f"({', '.join(info.target_names)}), got {len(cols)} column(s)")
     labels = table[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
     featurizer = SmilesPredictor(predictor)
+    if ragged:  # their fields cannot be matched to the columns: counted, not scored
+        log.warning("--data %s: %d rows have more fields than the header (first: line %d), so their fields cannot "
+                    "be matched to the columns; they are not scored (quote fields that hold the delimiter)",
+                    path, len(ragged), ragged[0] + 2)
     graphs, invalid, unlabelled = [], 0, 0
-    for smiles, y in zip(table[smiles_col], labels):
+    skip = set(ragged)
+    for i, (smiles, y) in enumerate(zip(table[smiles_col], labels)):
+        if i in skip:
+            continue
         if np.isnan(y).all():
             unlabelled += 1
             continue
@@ -159,10 +206,11 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     if not graphs:
         raise DataError(f"--data {path}: no row with a valid SMILES and a label to score "
                         f"({invalid} invalid SMILES, {unlabelled} without a label)")
-    return graphs, {"rows": len(table), "scored": len(graphs), "invalid": invalid, "unlabelled": unlabelled}
+    return graphs, {"rows": len(table), "scored": len(graphs), "invalid": invalid, "unlabelled": unlabelled,
+                    "malformed": len(ragged)}
 
 
-def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smiles", target_cols=None,
+def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None = None, target_cols=None,
              allow_changed: bool = False, data_root=None, cache_dir=None, device: str = "cpu",
              progress: bool = False) -> dict:
     """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or a folder of
@@ -170,7 +218,10 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smil
     CSV ``data``: ``{"checkpoint", "dataset", "level", "metric", "members", <split>: metric, ...,
     "per_target": {split: {target: metric}}, "n": {split: rows scored}, "metrics": {split:
     summary}}`` (the summary as in ``metrics.json``'s ``test_metrics``), plus ``"data_file"``
-    (and ``"rows"``, its row counts, for an external file; its split is named ``"data"``)."""
+    (and ``"rows"``, its row counts, for an external file; its split is named ``"data"``, and
+    ``"warnings"``, :func:`label_warnings`, when its labels look like another property).
+    ``smiles_col`` and ``target_cols`` name the columns of ``data``; by default the training
+    run's (``data.smiles_col``, else ``smiles``, and its target names)."""
     import copy
 
     from ..predictors.base import PredictorFileError
@@ -181,9 +232,17 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smil
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
            "members": len(members_of(predictor))}
     if data is not None:
+        if smiles_col is None:
+            smiles_col = _trained_smiles_col(predictor)
         graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
         _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, predictor.predict(graphs).mean, None))
+        warnings = label_warnings(info, list(target_cols or info.target_names), graphs,
+                                  *_training_target_stats(predictor, info))
+        for w in warnings:
+            log.warning("--data %s: %s", data, w)
+        if warnings:
+            res["warnings"] = warnings
         return res
     try:
         trained_on = run_data(predictor)
@@ -208,3 +267,29 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smil
         graphs = ds.splits[s]
         _add_scores(res, s, score(info, graphs, predictor.predict(graphs).mean, s))
     return res
+
+
+def _trained_smiles_col(predictor) -> str:
+    """The SMILES column of the CSV ``predictor`` was trained on (:func:`~.members.run_data`),
+    else ``smiles`` (a benchmark run, or a predictor that records no data)."""
+    from ..predictors.base import PredictorFileError
+    from .members import run_data
+
+    try:
+        data = run_data(predictor).data
+    except PredictorFileError:
+        return "smiles"
+    return data.smiles_col if data.name == "csv" and data.smiles_col else "smiles"
+
+
+def _training_target_stats(predictor, info: TaskInfo) -> tuple:
+    """The training targets' mean and std ``[T]`` that ``predictor``'s first GNN member
+    normalised with (its ``target_mean_``/``target_std_``); mean 0 and std 1, which
+    :func:`label_warnings` reads as no statistics, when no member records them."""
+    from .members import members_of
+
+    for member in members_of(predictor):
+        mean, std = getattr(member, "target_mean_", None), getattr(member, "target_std_", None)
+        if mean is not None and std is not None:
+            return torch.as_tensor(mean).cpu(), torch.as_tensor(std).cpu()
+    return torch.zeros(info.num_tasks), torch.ones(info.num_tasks)

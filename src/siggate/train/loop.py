@@ -211,6 +211,10 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
     and the loss of ``train_cfg``."""
     ctx = ctx or DistContext()
     resolved = resolve_pool_norm(model_cfg, ds.train)
+    if train_cfg.init:  # pretrained layers keep the pool_norm they were trained with
+        from .init_weights import init_resolved
+
+        resolved = init_resolved(train_cfg.init, model_cfg, resolved)
     t_cfg, info, device = train_cfg, ds.info, ctx.device
     seed_everything(t_cfg.seed)
     model = build_model(model_cfg, info, t_cfg.seed, ds.train, resolved=resolved)

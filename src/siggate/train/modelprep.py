@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import siggate
@@ -36,7 +37,10 @@ def resolve_pool_norm(model: ModelConfig, train_graphs) -> dict:
 def fit_mol_feature_scaling(model: SigGateGT, train_graphs) -> SigGateGT:
     """Standardize the model's molecule features with the training graphs' ``mol_x``
     (:class:`siggate.data.molfeatures.FeatureScaler`); the statistics are buffers of the model,
-    so its checkpoint carries them to ``predict``, ``evaluate``, ensembles and resume."""
+    so its checkpoint carries them to ``predict``, ``evaluate``, ensembles and resume. A column
+    constant on the training rows teaches the model nothing, and its weights stay untrained: its
+    std is set to infinity, so it enters the head as 0 for every molecule (a held-out value would
+    otherwise meet random weights)."""
     if not model.mol_features_dim:
         return model
     from ..data.molfeatures import FeatureScaler
@@ -44,8 +48,10 @@ def fit_mol_feature_scaling(model: SigGateGT, train_graphs) -> SigGateGT:
     if not len(train_graphs) or any(getattr(g, "mol_x", None) is None for g in train_graphs):
         raise ConfigError("model.mol_features: the training graphs carry no molecule features (mol_x) to fit "
                           "their scaling on; load the data with siggate.train.dataprep.prepare_data")
-    state = FeatureScaler.fit(torch.cat([g.mol_x for g in train_graphs]).numpy()).state_dict()
-    model.set_mol_feature_scaling(state["mean"], state["std"])
+    x = torch.cat([g.mol_x for g in train_graphs]).numpy()
+    state = FeatureScaler.fit(x).state_dict()
+    constant = torch.from_numpy(np.ptp(x, axis=0) == 0)
+    model.set_mol_feature_scaling(state["mean"], state["std"].masked_fill(constant, float("inf")))
     return model
 
 

@@ -51,7 +51,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
         metrics.update({f"{split}_metrics": split_summary(run.info, run.ds.splits[split], p, split)
                         for split, p in preds.items()})
         if cfg.data.name == "csv":
-            write_csv_run_tables(out, run.ds, preds["test"])
+            write_csv_run_tables(out, run.ds, preds["test"], data=cfg.data)
     if ctx.is_main:
         write_metrics(out, metrics)
     return metrics

@@ -16,6 +16,9 @@ What happens to unusual molecules (one rule each, applied the same way everywher
 * no heavy atoms (``[H][H]``, ``[H+]``: RDKit keeps lone hydrogens as atoms): refused,
   ``"no heavy atoms ..."``; such species are outside every training set;
 * wildcard/dummy atoms (``*``, atomic number 0): refused, ``"contains a wildcard atom ..."``;
+* a SMILES longer than 10 characters per atom of ``max_atoms`` (10,000 at the default):
+  refused unread, ``"SMILES of N characters, above the limit ..."`` (RDKit's time grows
+  faster than the length: a 100,000-character string took minutes);
 * more than ``max_atoms`` atoms (``--max-atoms``, default 1000): refused with the count.
   Molecules up to the limit are predicted (large ones are batched on their own, since
   attention memory grows with the square of the atom count);
@@ -33,8 +36,11 @@ Input files (:func:`read_smiles`): a CSV (or ``.tsv``) with a header naming the 
 column, or a ``.smi``/text file with the SMILES as the first whitespace-separated token of
 each line (an optional first line ``smiles ...`` is taken as a header). ``.gz`` files are
 read transparently and ``-`` reads standard input. Blank lines are skipped. A missing
-column, a wrong delimiter, an empty, binary, UTF-16 or truncated file raises
-:class:`InputError` (exit code 2) before any output is written.
+column, a SMILES column named twice, a wrong delimiter, an empty, binary, UTF-16 or truncated
+file raises :class:`InputError` (exit code 2) before any output is written. A row with more
+fields than the header fails with that reason (its fields cannot be matched to the columns).
+Other columns whose bytes are not UTF-8 (a Latin-1 spreadsheet export) are read as
+Windows-1252 and written as UTF-8, with one warning.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import csv
 import difflib
 import gzip
 import io
+import logging
 import re
 import sys
 import zlib
@@ -52,7 +59,14 @@ from pathlib import Path
 
 import torch
 
-from ..data.chem import InvalidSmiles, mol_to_graph, parse_smiles, quiet_rdkit
+from ..data.chem import (
+    SMILES_CHARS_PER_ATOM,
+    InvalidSmiles,
+    check_smiles_length,
+    mol_to_graph,
+    parse_smiles,
+    quiet_rdkit,
+)
 from ..files import AtomicFile
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
 
@@ -64,6 +78,9 @@ PAIRS_PER_ATOM_BUDGET = 64 * 64
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _SURROGATE = re.compile("[\udc80-\udcff]")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+log = logging.getLogger("siggate.predict")
 
 
 class InputError(ValueError):
@@ -123,13 +140,10 @@ class SmilesPredictor:
         for an ensemble. A target whose name (or its uncertainty's) is already an input column,
         e.g. the label column of a labelled file, is written as ``<target>_pred`` (and
         ``<target>_pred_uncertainty``), so no output has two columns of one name."""
-        taken = set(input_columns) | {"error"}
-        names = []
-        for n in self.info.target_names or [f"target{t}" for t in range(self.info.num_tasks)]:
-            if n in taken or (self.ensemble and f"{n}_uncertainty" in taken):
-                n = f"{n}_pred"
-            names.append(n)
-        return names + ([f"{n}_uncertainty" for n in names] if self.ensemble else [])
+        from .rundir import prediction_columns
+
+        targets = self.info.target_names or [f"target{t}" for t in range(self.info.num_tasks)]
+        return prediction_columns(targets, input_columns, self.ensemble)
 
     @property
     def columns(self) -> list[str]:
@@ -170,6 +184,8 @@ class SmilesPredictor:
             raise InvalidSmiles(
                 f"contains a non-ASCII character ({wide.group()!r}) at position {wide.start() + 1}; SMILES are plain ASCII"
             )
+        max_length = SMILES_CHARS_PER_ATOM * max(self.max_atoms, DEFAULT_MAX_ATOMS)
+        check_smiles_length(s, max_length)  # before RDKit, whose time grows faster than the length
         with quiet_rdkit():
             if len(s) > self.max_atoms:  # cheap count before sanitizing a possibly huge molecule
                 from rdkit import Chem
@@ -353,9 +369,9 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) 
     fh, _ = _open_text(path)
     try:
         try:
-            first = fh.readline()
+            first, consumed = fh.readline(), 1
             while first and not first.strip():  # leading blank lines
-                first = fh.readline()
+                first, consumed = fh.readline(), consumed + 1
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
         if not first:
@@ -368,6 +384,11 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) 
         raise
     if delim is not None:
         header = [h.strip() for h in next(csv.reader([first], delimiter=delim), [])]
+        if header.count(smiles_col) > 1:
+            fh.close()
+            where = ", ".join(str(i + 1) for i, h in enumerate(header) if h == smiles_col)
+            raise InputError(f"{path}: the header names column {smiles_col!r} {header.count(smiles_col)} times "
+                             f"(columns {where}); rename the copies so that each name is unique")
         if smiles_col not in header:
             fh.close()
             close = difflib.get_close_matches(smiles_col, header, n=1, cutoff=0.6)
@@ -381,7 +402,7 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) 
                 f"Pass --smiles-col NAME.{hint}"
             )
         return InputRows(header, header.index(smiles_col), _csv_rows(fh, path, header.index(smiles_col), len(header),
-                                                                     delim, chunk))
+                                                                     delim, chunk, consumed))
     return InputRows(["smiles"], 0, _smi_rows(fh, path, first, smiles_col, chunk))
 
 
@@ -411,8 +432,11 @@ def _raise_field_limit() -> None:
         csv.field_size_limit(limit)
 
 
-def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int) -> Iterator[list[list[str]]]:
-    """Records of ``width`` fields (short rows padded with ``""``), the SMILES field ``col`` stripped."""
+def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int,
+              consumed: int = 1) -> Iterator[list[list[str]]]:
+    """Records of ``width`` fields (short rows padded with ``""``), the SMILES field ``col``
+    stripped; a record with more fields carries an ``error``. ``consumed``: the lines read
+    before ``fh``'s position (the header), so that messages name the file's line numbers."""
     _raise_field_limit()
     try:
         reader = csv.reader(fh, delimiter=delim)
@@ -423,13 +447,18 @@ def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int) -> I
             except StopIteration:
                 break
             except csv.Error as exc:
-                raise InputError(f"{path}, line {reader.line_num + 1}: malformed CSV ({exc})") from None
+                raise InputError(f"{path}, line {reader.line_num + consumed}: malformed CSV ({exc})") from None
             except (OSError, EOFError, zlib.error) as exc:
                 raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
             if not rec:  # a blank line is not a record
                 continue
-            rec = (rec + [""] * width)[:width]
+            extra = len(rec) - width
+            rec = _Record((rec + [""] * width)[:width])
             rec[col] = rec[col].strip()
+            if extra > 0:  # its fields cannot be matched to the columns: the row fails, the others go on
+                from ..data.csvdata import extra_fields_reason
+
+                rec.error = extra_fields_reason(reader.line_num + consumed, width + extra, width)
             buf.append(rec)
             if len(buf) >= chunk:
                 yield buf
@@ -438,6 +467,12 @@ def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int) -> I
             yield buf
     finally:
         fh.close()
+
+
+class _Record(list):
+    """An input record; ``error`` says why the row cannot be predicted whatever its SMILES."""
+
+    error = ""
 
 
 def _smi_rows(fh, path: Path, first: str, smiles_col: str, chunk: int) -> Iterator[list[list[str]]]:
@@ -514,18 +549,42 @@ def predict_to_csv(predictor: SmilesPredictor, chunks: InputRows | Iterable[list
         chunks = InputRows(["smiles"], 0, ([[s] for s in chunk] for chunk in chunks))
     columns, at = chunks.columns, chunks.smiles_index
     n = bad = 0
+    legacy: list[tuple[int, str]] = []  # (row, column) of text fields read as Windows-1252
     with csv_output(output) as out_fh:
         w = csv.writer(out_fh, lineterminator="\r\n")
         w.writerow([*columns, *predictor.output_columns(columns), "error"])
         for recs in chunks:
-            rows = predictor.predict_rows([rec[at] for rec in recs])
-            for rec, r in zip(recs, rows):
-                fields = [*rec, *(r[c] for c in predictor.columns), r["error"]]
-                w.writerow([_escape_bytes(f) if isinstance(f, str) and _SURROGATE.search(f) else f for f in fields])
+            rows = predictor.predict_rows([rec[at] if not getattr(rec, "error", "") else "" for rec in recs])
+            for k, (rec, r) in enumerate(zip(recs, rows)):
+                if getattr(rec, "error", ""):
+                    r.update({c: "" for c in predictor.columns}, error=rec.error)
+                fields = list(rec)
+                for j, f in enumerate(fields):
+                    if isinstance(f, str) and _SURROGATE.search(f):
+                        if j == at:  # a SMILES is ASCII: its row failed, the bytes are echoed as \xff
+                            fields[j] = _escape_bytes(f)
+                        else:
+                            fields[j] = _legacy_text(f)
+                            legacy.append((n + k, columns[j]))
+                w.writerow([*fields, *(r[c] for c in predictor.columns), r["error"]])
             out_fh.flush()
             n += len(rows)
             bad += sum(1 for r in rows if r["error"])
+    if legacy:
+        log.warning("the input is not UTF-8: %d text fields (first: row %d, column %r) were read as Windows-1252 "
+                    "(Latin-1) and written as UTF-8; save the input as UTF-8 to be sure they read as meant",
+                    len(legacy), legacy[0][0], legacy[0][1])
     return n, bad
+
+
+def _legacy_text(s: str) -> str:
+    """Text whose bytes were not UTF-8 (surrogate escapes), decoded as Windows-1252, the encoding
+    of spreadsheet exports that are not UTF-8 (a byte Windows-1252 leaves undefined as Latin-1)."""
+    raw = s.encode("utf-8", "surrogateescape")
+    try:
+        return raw.decode("cp1252")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
 
 
 def _escape_bytes(s: str) -> str:
