@@ -4,6 +4,7 @@ split is never read), missing labels, the Nyström path, and storage without pic
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import numpy as np
@@ -158,7 +159,7 @@ def test_target_without_val_labels_falls_back_to_the_first_grid_point(make):
     first, second = member.models_
     assert first.meta["choice"] == "val" and len(first.meta["scores"]) > 1
     assert second.meta["choice"] == "fallback: no labelled val row" and second.meta["n_val"] == 0
-    assert len(second.meta["scores"]) == 1 and np.isnan(second.meta["scores"][0]["val_score"])
+    assert len(second.meta["scores"]) == 1 and second.meta["scores"][0]["val_score"] is None
     assert second.meta["chosen"] == {k: v[0] for k, v in member.grid.to_dict().items()
                                      if not (isinstance(member, KernelSVR) and k == "epsilon")} | (
         {"epsilon": member.grid.epsilon[0]} if isinstance(member, KernelSVR) else {})
@@ -213,12 +214,16 @@ def test_classification_probabilities_are_a_fitted_kernel_logistic_regression():
 
 
 @pytest.mark.parametrize("make", [KernelSVR, lambda: RandomForest(n_estimators=3)])
-def test_one_class_target_is_the_smoothed_rate(make):
+def test_one_class_target_is_the_smoothed_rate(make, tmp_path):
     y = np.stack([(LOGP > 1).astype(float), np.ones(len(SMILES))], axis=1)
     ds = make_ds(y, task="multilabel")
-    got = make().fit(ds).predict(ds.test).mean
+    member = make().fit(ds)
+    got = member.predict(ds.test).mean
     n = len(ds.train)
     assert torch.allclose(got[:, 1], torch.full((len(ds.test),), (n + 0.5) / (n + 1)))
+    assert member.models_[1].meta == {"why": "one class among the training rows"}
+    member.save(tmp_path)
+    assert torch.equal(type(member).load(tmp_path).predict(ds.test).mean, got)
 
 
 # ----------------------------------------------------------------------------- large sets: Nyström
@@ -268,6 +273,9 @@ def test_save_load_round_trip_predicts_exactly_the_same(tmp_path, task, make):
     member.save(tmp_path / "m")
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["arrays.pt", "predictor.json"]
     doc = read_manifest(tmp_path / "m")
+    strict = json.loads((tmp_path / "m" / "predictor.json").read_text(),
+                        parse_constant=lambda c: pytest.fail(f"non-JSON constant {c} in the manifest"))
+    assert strict == doc
     assert doc["kind"] == member.kind and doc["info"]["task"] == task and len(doc["targets"]) == 2
     loaded = type(member).load(tmp_path / "m")
     assert repr(loaded) == repr(member)

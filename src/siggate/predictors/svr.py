@@ -33,41 +33,38 @@ members learns its weights on the validation split. The test split is never read
 **Every model** predicts ``f(x) = Σ_i coef_i K(x, s_i) + intercept`` over stored count
 fingerprints ``s_i`` (support vectors, or Nyström landmarks with ``coef = W w``), then
 ``y_mean + y_std · f`` (regression) or ``sigmoid(f)`` (classification). A target with fewer than
-two labelled training rows, or one class only, is a constant: the mean, or the smoothed rate
-``(positives + 0.5) / (rows + 1)``.
+two labelled training rows, or one class only, is a constant (:class:`.fpmember.ConstantModel`).
 
-**Storage** (no pickle): ``predictor.json`` holds the options and, per target, the chosen point,
-the mode, ``intercept``, ``y_mean``/``y_std`` and the val scores of every grid point;
-``arrays.pt`` holds, per target ``j``, ``t{j}.support.{indptr,indices,counts}`` (CSR int64, int64,
-int32 counts of the stored fingerprints) and ``t{j}.coef`` (float64).
+**Storage** (no pickle, :class:`.fpmember.FingerprintMember`): ``predictor.json`` holds the options
+and, per target, ``mode`` (``svr``, ``ridge``, ``klr`` or ``constant``), ``radius``, ``size``,
+``intercept``, ``y_mean``/``y_std`` and ``meta`` (the chosen point, the val scores of every grid
+point, the basis: ``exact`` or ``nystrom m``); ``arrays.pt`` holds, per target ``j``,
+``t{j}.support.{indptr,indices,counts}`` (CSR int64, int64, int32 counts of the stored
+fingerprints) and ``t{j}.coef`` (float64).
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import ClassVar, Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 
-from .base import Prediction, PredictorFileError, load_arrays, read_manifest, save_arrays, task_info, write_manifest
-from .fpinputs import (
+from .base import PredictorFileError
+from .fpmember import (
+    FingerprintMember,
     FingerprintTable,
     Grid,
-    check_task,
+    Selection,
+    TargetData,
     csr_from_arrays,
     csr_to_arrays,
-    graph_labels,
-    graph_smiles,
     sigmoid,
     standardizer,
-    target_rows,
-    val_score,
 )
 from .kernel import minmax_kernel, nystrom_projection
 
-ARRAYS = "arrays.pt"
 #: rows of Nyström features computed at once (bounds the ``[rows, landmarks]`` scratch kernel)
 _ROW_BLOCK = 4096
 
@@ -92,10 +89,9 @@ class SVRGrid(Grid):
 
 @dataclass
 class KernelModel:
-    """One target's fitted model: ``f(x) = K(x, support) @ coef + intercept`` (module docstring).
-
-    ``mode`` is ``"svr"`` (exact SVR), ``"ridge"`` (Nyström ridge), ``"klr"`` (kernel logistic
-    regression, exact or Nyström) or ``"constant"``."""
+    """One target's fitted model: ``f(x) = K(x, support) @ coef + intercept`` (module docstring);
+    ``mode`` is ``"svr"`` (exact SVR), ``"ridge"`` (Nyström ridge) or ``"klr"`` (kernel logistic
+    regression, exact or Nyström)."""
 
     mode: str
     radius: int
@@ -105,29 +101,22 @@ class KernelModel:
     intercept: float
     y_mean: float = 0.0
     y_std: float = 1.0
-    classify: bool = False
     meta: dict = field(default_factory=dict)
 
     def decision(self, x) -> np.ndarray:
         """``f`` for count fingerprints ``x [n, size]`` (float64 [n])."""
-        if self.coef.size == 0:
-            return np.full(x.shape[0], self.intercept)
         return minmax_kernel(x, self.support) @ self.coef + self.intercept
 
-    def output(self, f: np.ndarray) -> np.ndarray:
-        return sigmoid(f) if self.classify else self.y_mean + self.y_std * f
+    def output(self, table: FingerprintTable) -> np.ndarray:
+        f = self.decision(table.get(self.radius, self.size))
+        return sigmoid(f) if self.mode == "klr" else self.y_mean + self.y_std * f
 
+    def fields(self) -> dict:
+        return {"mode": self.mode, "radius": self.radius, "size": self.size, "intercept": self.intercept,
+                "y_mean": self.y_mean, "y_std": self.y_std}
 
-def _constant(y: np.ndarray, classify: bool, radius: int, size: int, why: str) -> KernelModel:
-    import scipy.sparse as sp
-
-    if classify:
-        p = (float(np.sum(y)) + 0.5) / (y.size + 1.0)
-        intercept, mean = float(np.log(p / (1 - p))), 0.0
-    else:
-        intercept, mean = 0.0, float(np.mean(y))
-    return KernelModel("constant", radius, size, sp.csr_matrix((0, size), dtype=np.int32), np.zeros(0), intercept,
-                       y_mean=mean, classify=classify, meta={"why": why})
+    def arrays(self, prefix: str) -> dict:
+        return {**csr_to_arrays(f"{prefix}.support", self.support), f"{prefix}.coef": np.asarray(self.coef, np.float64)}
 
 
 def _nystrom_features(x, landmarks, w: np.ndarray) -> np.ndarray:
@@ -136,7 +125,7 @@ def _nystrom_features(x, landmarks, w: np.ndarray) -> np.ndarray:
                            for lo in range(0, x.shape[0], _ROW_BLOCK)] or [np.zeros((0, w.shape[1]))])
 
 
-class KernelSVR:
+class KernelSVR(FingerprintMember):
     """MinMax-kernel SVR (regression) / kernel logistic regression (classification) on count Morgan
     fingerprints, one model per target, options chosen on validation (module docstring).
 
@@ -148,75 +137,44 @@ class KernelSVR:
         seed: seeds the landmarks' draw (the exact fits are deterministic).
     """
 
-    kind: ClassVar[str] = "svr"
+    kind = "svr"
 
     def __init__(self, grid: SVRGrid | Mapping | None = None, exact_max: int = 5000, landmarks: int = 2000,
                  seed: int = 0) -> None:
+        super().__init__()
         self.grid = SVRGrid.make(grid)
         if exact_max < 1 or landmarks < 1:
             raise ValueError(f"exact_max and landmarks must be >= 1, got {exact_max} and {landmarks}")
         self.exact_max, self.landmarks, self.seed = int(exact_max), int(landmarks), int(seed)
-        self.info = None
-        self.models_: list[KernelModel] = []
-
-    def __repr__(self) -> str:
-        return (f"KernelSVR(grid={self.grid.to_dict()}, exact_max={self.exact_max}, landmarks={self.landmarks}, "
-                f"seed={self.seed})")
 
     def options(self) -> dict:
         return {"grid": self.grid.to_dict(), "exact_max": self.exact_max, "landmarks": self.landmarks,
                 "seed": self.seed}
 
-    # ------------------------------------------------------------------------------------- fit
-
-    def fit(self, ds) -> "KernelSVR":
-        """Learn each target from ``ds.train``'s labelled rows; choose its options on ``ds.val``'s."""
-        check_task(ds.info, self.kind)
-        self.info = ds.info
-        classify = ds.info.task != "regression"
-        train, val = list(ds.train), list(ds.val)
-        fp_tr, fp_va = FingerprintTable(graph_smiles(train, self.kind)), FingerprintTable(graph_smiles(val, self.kind))
-        y_tr, y_va = graph_labels(train, ds.info), graph_labels(val, ds.info)
-        if classify:
-            labels = np.concatenate([y_tr[np.isfinite(y_tr)], y_va[np.isfinite(y_va)]])
-            if not np.all((labels == 0) | (labels == 1)):
-                raise ValueError(f"the {self.kind} member needs 0/1 labels for a {ds.info.task} task")
-        self.models_ = [self._fit_target(j, fp_tr, y_tr, fp_va, y_va, classify) for j in range(ds.info.num_tasks)]
-        return self
-
-    def _fit_target(self, j: int, fp_tr, y_tr, fp_va, y_va, classify: bool) -> KernelModel:
-        name = self.info.target_names[j]
-        rows, vrows = target_rows(y_tr, j), target_rows(y_va, j)
-        if rows.size == 0:
-            raise ValueError(f"target {name!r} has no labelled training row; the {self.kind} member cannot learn it")
-        y, yv = y_tr[rows, j], y_va[vrows, j]
-        first = self.grid.fallback()
-        if rows.size < 2 or (classify and np.unique(y).size < 2):
-            why = "one labelled training row" if rows.size < 2 else "one class among the training rows"
-            return _constant(y, classify, first["radius"], first["size"], why)
-        mean, std = (0.0, 1.0) if classify else standardizer(y)
-        ys = y if classify else (y - mean) / std
-        points = self.grid.points() if vrows.size else [first]
-        mode = "klr" if classify else ("svr" if rows.size <= self.exact_max else "ridge")
+    def _fit_target(self, data: TargetData) -> KernelModel:
+        mean, std = (0.0, 1.0) if data.classify else standardizer(data.y)
+        ys = data.y if data.classify else (data.y - mean) / std
+        points = self.grid.points() if data.val_rows.size else [self.grid.fallback()]
+        mode = "klr" if data.classify else ("svr" if data.rows.size <= self.exact_max else "ridge")
         if mode != "svr":  # epsilon is an SVR option: keep one point per (radius, size, C)
-            points = [p for p in points if p["epsilon"] == self.grid.epsilon[0]]
-        best, best_at, best_score, scores = None, 0, np.inf, []
+            points = [{**p, "epsilon": None} for p in points if p["epsilon"] == self.grid.epsilon[0]]
+        pick = self._basis(data.rows.size, data.index)
+        choice = Selection(data)
         for (radius, size), group in _by_fingerprint(points):
-            x = fp_tr.get(radius, size)[rows]
-            xv = fp_va.get(radius, size)[vrows]
-            for p, model in zip(group, self._fit_points(mode, x, ys, group, j)):
-                model.radius, model.size, model.y_mean, model.y_std, model.classify = radius, size, mean, std, classify
-                score = val_score(self.info.task, yv, model.output(model.decision(xv))) if vrows.size else np.nan
-                scores.append({**p, "epsilon": p["epsilon"] if mode == "svr" else None, "val_score": score})
-                if best is None or score < best_score:  # strict: the earlier point wins ties; NaN never wins
-                    best, best_at, best_score = model, len(scores) - 1, score
-        best.meta = {**best.meta, "chosen": {k: v for k, v in scores[best_at].items() if k != "val_score"}, "scores": scores,
-                     "n_train": int(rows.size), "n_val": int(vrows.size),
-                     "choice": "val" if vrows.size else "fallback: no labelled val row"}
-        return best
+            for p, (mode_, support, coef, icpt, basis) in zip(group, self._fit_points(mode, data.x(radius, size), ys,
+                                                                                       group, pick)):
+                choice.offer(KernelModel(mode_, radius, size, support, coef, icpt, mean, std, {"basis": basis}), p)
+        return choice.result()
 
-    def _fit_points(self, mode: str, x, ys: np.ndarray, points: list[dict], j: int) -> list[KernelModel]:
-        """One model per grid point sharing one fingerprint (the kernel work is done once)."""
+    def _basis(self, n: int, j: int) -> np.ndarray | None:
+        """Landmark rows above ``exact_max`` (drawn with ``(seed, target)``), else ``None``."""
+        if n <= self.exact_max:
+            return None
+        return np.sort(np.random.default_rng([self.seed, j]).choice(n, size=min(self.landmarks, n), replace=False))
+
+    def _fit_points(self, mode: str, x, ys: np.ndarray, points: list[dict], pick) -> list[tuple]:
+        """``(mode, support, coef, intercept, basis)`` per grid point sharing one fingerprint (the
+        kernel work is done once)."""
         if mode == "svr":
             from sklearn.svm import SVR
 
@@ -225,17 +183,14 @@ class KernelSVR:
             for p in points:
                 svr = SVR(kernel="precomputed", C=float(p["C"]), epsilon=float(p["epsilon"]), cache_size=500).fit(k, ys)
                 sup = np.asarray(svr.support_, dtype=np.int64)
-                out.append(KernelModel("svr", 0, 0, x[sup], np.asarray(svr.dual_coef_, dtype=np.float64).ravel().copy(),
-                                       float(svr.intercept_[0]), meta={"basis": "exact"}))
+                out.append(("svr", x[sup], np.asarray(svr.dual_coef_, dtype=np.float64).ravel().copy(),
+                            float(svr.intercept_[0]), "exact"))
             return out
-        exact = x.shape[0] <= self.exact_max
-        pick = (np.arange(x.shape[0]) if exact else
-                np.sort(np.random.default_rng([self.seed, j]).choice(x.shape[0], size=self.landmarks, replace=False)))
-        land = x[pick]
+        land = x if pick is None else x[pick]
+        basis = "exact" if pick is None else f"nystrom {pick.size}"
         w = nystrom_projection(minmax_kernel(land, land))
-        basis = "exact" if exact else f"nystrom {pick.size}"
         if mode == "ridge":
-            return [KernelModel("ridge", 0, 0, land, w @ coef, icpt, meta={"basis": basis})
+            return [("ridge", land, w @ coef, icpt, basis)
                     for coef, icpt in _ridge_path(x, land, w, ys, [1.0 / float(p["C"]) for p in points])]
         from sklearn.exceptions import ConvergenceWarning
         from sklearn.linear_model import LogisticRegression
@@ -246,75 +201,28 @@ class KernelSVR:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 lr = LogisticRegression(C=float(p["C"]), tol=1e-6, max_iter=2000).fit(phi, ys.astype(np.int64))
-            out.append(KernelModel("klr", 0, 0, land, w @ lr.coef_.ravel().astype(np.float64),
-                                   float(lr.intercept_[0]), meta={"basis": basis}))
+            out.append(("klr", land, w @ lr.coef_.ravel().astype(np.float64), float(lr.intercept_[0]), basis))
         return out
 
-    # ------------------------------------------------------------------------------------- predict
-
     def decision_and_output(self, smiles: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """``f`` and the predictions (float64 ``[G, T]``) for SMILES."""
-        if not self.models_:
-            raise RuntimeError("KernelSVR: call fit (or load) before predict")
-        table = FingerprintTable(smiles)
-        f = np.empty((len(smiles), len(self.models_)))
-        out = np.empty_like(f)
+        """``f`` (NaN for a constant target) and the predictions, float64 ``[G, T]``, for SMILES."""
+        out = self.predict_array(smiles)
+        table = FingerprintTable(list(smiles))
+        f = np.full_like(out, np.nan)
         for j, m in enumerate(self.models_):
-            f[:, j] = m.decision(table.get(m.radius, m.size))
-            out[:, j] = m.output(f[:, j])
+            if isinstance(m, KernelModel):
+                f[:, j] = m.decision(table.get(m.radius, m.size))
         return f, out
 
-    def predict(self, graphs: Sequence) -> Prediction:
-        import torch
-
-        _, out = self.decision_and_output(graph_smiles(graphs, self.kind))
-        return Prediction(mean=torch.from_numpy(out.astype(np.float32)))
-
-    # ------------------------------------------------------------------------------------- storage
-
-    def save(self, folder: str | Path) -> None:
-        if not self.models_:
-            raise RuntimeError("KernelSVR: nothing to save before fit")
-        folder = Path(folder)
-        arrays, targets = {}, []
-        for j, m in enumerate(self.models_):
-            arrays.update(csr_to_arrays(f"t{j}.support", m.support))
-            arrays[f"t{j}.coef"] = np.asarray(m.coef, dtype=np.float64)
-            targets.append({"name": self.info.target_names[j], "mode": m.mode, "radius": m.radius, "size": m.size,
-                            "intercept": m.intercept, "y_mean": m.y_mean, "y_std": m.y_std, **m.meta})
-        folder.mkdir(parents=True, exist_ok=True)
-        save_arrays(folder / ARRAYS, arrays)
-        write_manifest(folder, self.kind, self.info, options=self.options(), arrays=ARRAYS, targets=targets)
-
-    @classmethod
-    def load(cls, folder: str | Path) -> "KernelSVR":
-        doc = read_manifest(folder)
-        if doc["kind"] != cls.kind:
-            raise PredictorFileError(f"{folder}: holds a {doc['kind']!r} predictor, not {cls.kind!r}")
-        arrays = load_arrays(Path(folder) / ARRAYS)
-        self = cls(**doc["options"])
-        self.info = task_info(doc)
-        classify = self.info.task != "regression"
-        try:
-            for j, t in enumerate(doc["targets"]):
-                support = csr_from_arrays(arrays, f"t{j}.support", int(t["size"]))
-                coef = np.asarray(arrays[f"t{j}.coef"], dtype=np.float64)
-                if coef.shape != (support.shape[0],):
-                    raise PredictorFileError(f"{folder}: target {j} has {coef.size} coefficients for "
-                                             f"{support.shape[0]} stored fingerprints")
-                meta = {k: v for k, v in t.items()
-                        if k not in ("name", "mode", "radius", "size", "intercept", "y_mean", "y_std")}
-                self.models_.append(KernelModel(t["mode"], int(t["radius"]), int(t["size"]), support, coef,
-                                                float(t["intercept"]), float(t["y_mean"]), float(t["y_std"]),
-                                                classify, meta))
-        except (KeyError, TypeError, ValueError) as exc:
-            if isinstance(exc, PredictorFileError):
-                raise
-            raise PredictorFileError(f"{folder}: {cls.kind} manifest or arrays incomplete ({type(exc).__name__}: "
-                                     f"{exc})") from None
-        if len(self.models_) != self.info.num_tasks:
-            raise PredictorFileError(f"{folder}: {len(self.models_)} target models for {self.info.num_tasks} targets")
-        return self
+    def _restore(self, t: dict, arrays: Mapping, prefix: str) -> KernelModel:
+        if t["mode"] not in ("svr", "ridge", "klr"):
+            raise PredictorFileError(f"unknown {self.kind} target mode {t['mode']!r}")
+        support = csr_from_arrays(arrays, f"{prefix}.support", int(t["size"]))
+        coef = np.asarray(arrays[f"{prefix}.coef"], dtype=np.float64)
+        if coef.shape != (support.shape[0],):
+            raise PredictorFileError(f"{prefix} has {coef.size} coefficients for {support.shape[0]} stored fingerprints")
+        return KernelModel(t["mode"], int(t["radius"]), int(t["size"]), support, coef, float(t["intercept"]),
+                           float(t["y_mean"]), float(t["y_std"]))
 
 
 def _by_fingerprint(points: list[dict]) -> list[tuple[tuple[int, int], list[dict]]]:
