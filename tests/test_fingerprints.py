@@ -61,6 +61,9 @@ def test_bit_atoms_one_environment_per_count_centre_first_within_radius():
 
 
 def test_unparsable_smiles_named_with_position():
+    # parses but fails sanitization (5-valent carbon): kept as the datasets keep it (allow_unsanitized)
+    # 6 atoms at radius 0, 6 at radius 1; at radius 2 no environment covers a new bond
+    assert fp.morgan_counts(["C(C)(C)(C)(C)C"]).sum() == 6 + 6
     with pytest.raises(ValueError, match=r"molecule 1 \('C1CC'\) is not a valid SMILES.*drop invalid molecules"):
         fp.morgan_counts(["CCO", "C1CC"])
     with pytest.raises(ValueError, match="item 0 is a int"):
