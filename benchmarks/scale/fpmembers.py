@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from siggate.train.loop import git_commit  # at the top: a move breaks tests/test_benchmarks_import.py
+from siggate.train.record import git_commit  # at the top: a move breaks tests/test_benchmarks_import.py
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "scale" / "fpmembers.json"
