@@ -12,6 +12,9 @@ Example (issue 31, item 6)::
 
     python benchmarks/ab_speed.py --old 1873647 --new HEAD --alternations 10 \\
         --out benchmarks/results/redesign/ab_1873647_vs_new.json -- --config zinc --threads 1 --repeats 10
+
+``--markdown FILE.md`` also writes the summary as a table (written from the JSON, never by
+hand); ``--table-only`` rewrites that table from an existing ``--out`` JSON without running.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def export(commit: str, dest: Path) -> str:
 def run_bench(src: Path, out: Path, bench_args: list[str], nice: int) -> dict:
     """One ``siggate bench`` importing ``src``; its ratios and the load average before it."""
     env = dict(os.environ, PYTHONPATH=str(src))
-    load = os.getloadavg()
+    load = os.getloadavg()  # what `uptime` prints
     t0 = time.time()
     cmd = ["nice", "-n", str(nice), sys.executable, "-m", "siggate", "bench", *bench_args, "--out", str(out)]
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -55,7 +58,8 @@ def run_bench(src: Path, out: Path, bench_args: list[str], nice: int) -> dict:
     return {"ratios": {k: cfg["ratios"][k]["median"] for k in KEYS if k in cfg["ratios"]},
             "cpu_ratios": {k: cfg["cpu_ratios"][k]["median"] for k in KEYS if k in cfg.get("cpu_ratios", {})},
             "ratios_iqr": {k: [cfg["ratios"][k]["q25"], cfg["ratios"][k]["q75"]] for k in KEYS if k in cfg["ratios"]},
-            "loadavg_start": [round(x, 2) for x in load], "seconds": round(time.time() - t0, 1)}
+            "loadavg_start": [round(x, 2) for x in load], "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+            "seconds": round(time.time() - t0, 1)}
 
 
 def median_iqr(values: list[float]) -> dict:
@@ -80,6 +84,30 @@ def summarize(runs: list[dict], clock: str = "ratios") -> dict:
     return out
 
 
+def _cell(m: dict) -> str:
+    return f"{m['median']:.3f} [{m['q25']:.3f}, {m['q75']:.3f}]"
+
+
+def markdown(res: dict) -> str:
+    """The summary of an ``ab_speed`` JSON as a markdown table: per ratio to PyG, each side's
+    median [IQR] over runs and the paired new / old, on the wall and the CPU clock."""
+    c = res["commits"]
+    loads = [r["loadavg_start"][0] for r in res["runs"]]
+    lines = [f"old `{c['old'][:7]}`, new `{c['new'][:7]}`; {res['alternations_done']} runs per side, alternated "
+             f"(ABBA); 1-minute load average at the runs' starts {min(loads):.2f} to {max(loads):.2f} "
+             f"on {res['cpu_count']} CPUs. Speed ratio to PyG's GPSConv (higher is faster), median [IQR] over runs.",
+             f"Command: `{res['command']}`", "",
+             "| clock | ratio | old | new | new / old (paired) |", "|---|---|---|---|---|"]
+    for clock, key in (("wall", "summary"), ("CPU", "summary_cpu_time")):
+        summ = res[key]
+        for k in KEYS:
+            if k in summ["old"] and k in summ["new"]:
+                ratio = summ["new_over_old"].get(k)
+                lines.append(f"| {clock} | `{k}` | {_cell(summ['old'][k])} | {_cell(summ['new'][k])} | "
+                             f"{_cell(ratio) if ratio else '-'} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--old", required=True, help="commit of the old code")
@@ -87,8 +115,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--alternations", type=int, default=10, help="runs per side (default: 10)")
     p.add_argument("--nice", type=int, default=0, help="nice level of the bench runs (default: 0)")
     p.add_argument("--out", required=True, help="the JSON to write")
+    p.add_argument("--markdown", default=None, help="also write the summary table here")
+    p.add_argument("--table-only", action="store_true", help="only rewrite --markdown from the --out JSON")
     p.add_argument("bench_args", nargs="*", help="after --: siggate bench's flags (not --out)")
     args = p.parse_args(argv)
+    if args.table_only:
+        if not args.markdown:
+            p.error("--table-only needs --markdown")
+        Path(args.markdown).write_text(markdown(json.loads(Path(args.out).read_text())))
+        return
     with tempfile.TemporaryDirectory(prefix="ab_speed_") as tmp:
         tmp = Path(tmp)
         commits = {side: export(c, tmp / side) for side, c in (("old", args.old), ("new", args.new))}
@@ -110,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
             }
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+            if args.markdown:
+                Path(args.markdown).write_text(markdown(res))
     print(json.dumps(res["summary"], indent=2))
 
 
