@@ -21,6 +21,9 @@ Layout of the folder::
                               (``members``), as the terminal shows them
     OUT/test_predictions.csv  the combination's test predictions with their spread over members
                               (CSV runs; also splits.csv and data_report.csv)
+    OUT/calibration.json      the combination's split-conformal calibration (``predict --coverage``)
+    OUT/domain.json, OUT/domain_fingerprints.npz   the training molecules' applicability domain
+    OUT/parity.png, learning_curves.png, residuals.png   pictures (CSV runs)
     OUT/member0/ ...          the members' folders (a GNN member's is an ordinary run folder)
 
 Member ``i`` of ``--ensemble N`` trains with seed ``train.seed + i``. The combination predicts the
@@ -41,7 +44,7 @@ from ..data.base import GraphDataset
 from ..predictors.combine import Combination
 from .dataprep import prepare_data
 from .members import build_members, fit_member
-from .record import data_source, write_csv_run_tables, write_metrics
+from .record import data_source, record_results, write_csv_run_tables, write_metrics
 from .scoring import split_metric, split_summary
 
 SPLITS = ("val", "test")
@@ -77,10 +80,22 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
         "splits": ds.sizes(),
     }
     combo.save(out)
+    metrics.update(record_results(out, ds, {s: both[s].mean for s in SPLITS}, {s: both[s].spread for s in SPLITS},
+                                  _histories(fitted, [name for name, _, _ in built]), cfg.data.name == "csv"))
     if cfg.data.name == "csv":  # the combination's own test predictions, with their spread over members
         write_csv_run_tables(out, ds, both["test"].mean, both["test"].spread)
     write_metrics(out, metrics)
     return metrics
+
+
+def _histories(members, names) -> dict:
+    """``{name: history}`` of the members that trained epoch by epoch (the GNN members)."""
+    out = {}
+    for name, member in zip(names, members):
+        history = (getattr(member, "metrics_", None) or {}).get("history")
+        if history:
+            out[name] = history
+    return out
 
 
 def _scores(ds, preds: dict) -> dict:

@@ -6,7 +6,8 @@ the config.
    :func:`.loop.setup_run`, :mod:`.modelprep`), resumed from ``last.pt`` if asked;
 3. fit (:func:`.loop.fit`), the run record's checkpoint step as its epoch hook (:mod:`.record`);
 4. score the best epoch's weights on val and test (:mod:`.scoring`);
-5. record ``metrics.json`` and a CSV run's tables (:mod:`.record`).
+5. record ``metrics.json``, the split-conformal calibration, the applicability domain, and a CSV
+   run's tables and pictures (:mod:`.record`).
 
 A run of several members (``--ensemble``, ``--members``) is :mod:`siggate.train.ensemble`.
 """
@@ -25,7 +26,16 @@ from .checkpoint import load_checkpoint
 from .dataprep import prepare_data_ranked
 from .distributed import DistContext
 from .loop import Run, fit, resume_run, setup_run
-from .record import BEST, LAST, RunFiles, data_source, final_metrics, write_csv_run_tables, write_metrics
+from .record import (
+    BEST,
+    LAST,
+    RunFiles,
+    data_source,
+    final_metrics,
+    record_results,
+    write_csv_run_tables,
+    write_metrics,
+)
 from .scoring import split_probabilities, split_summary
 
 
@@ -50,6 +60,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
         preds = best_predictions(run, out / BEST)
         metrics.update({f"{split}_metrics": split_summary(run.info, run.ds.splits[split], p, split)
                         for split, p in preds.items()})
+        metrics.update(record_results(out, run.ds, preds, None, {"gnn": run.history}, cfg.data.name == "csv"))
         if cfg.data.name == "csv":
             write_csv_run_tables(out, run.ds, preds["test"])
     if ctx.is_main:

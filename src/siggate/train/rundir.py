@@ -21,14 +21,19 @@ from pathlib import Path
 import yaml
 
 from ..config import split_resolved, upgrade_config_dict
+from ..data.similarity import DOMAIN_FILE, FINGERPRINTS_FILE
 from ..files import atomic_write_bytes
+from .plots import LEARNING, PARITY, RESIDUALS
 
 #: Files whose presence makes a folder a run.
 RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json")
+#: a run's split-conformal calibration (``record.write_calibration``), read by ``siggate predict --coverage``
+CALIBRATION = "calibration.json"
 #: Everything ``siggate train`` writes into a run folder (files, and the TensorBoard folder
 #: ``tb``); ``--overwrite`` removes these and the ``member{i}`` folders of an ensemble.
 RUN_OUTPUTS = RUN_MARKERS + ("best.pt", "log.csv", "ensemble.json", "predictor.json", "test_predictions.csv",
-                              "splits.csv", "data_report.csv")
+                              "splits.csv", "data_report.csv", CALIBRATION, DOMAIN_FILE, FINGERPRINTS_FILE,
+                              PARITY, LEARNING, RESIDUALS)
 RUN_FOLDERS = ("tb",)
 _MEMBER = re.compile(r"member\d+")
 
