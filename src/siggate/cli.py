@@ -1,6 +1,6 @@
 """``siggate`` command line: wires configs, data, training and analyses together.
 
-Sub-commands: ``train``, ``evaluate``, ``predict``, ``data`` here; ``compare``, ``analyze``
+Sub-commands: ``train``, ``evaluate``, ``predict``, ``explain``, ``pretrain``, ``data`` here; ``compare``, ``analyze``
 and ``bench`` are registered by their own light modules (see ``EXTRA_COMMANDS``). Building the
 parser imports no torch, PyG, RDKit, SciPy or matplotlib (``tests/test_cli_help.py``): a
 parser's ``func`` may be ``"module:function"``, imported only when that command runs.
@@ -50,8 +50,12 @@ EXAMPLES = {
     ],
     "predict": [
         'siggate predict --checkpoint runs/x "CCO" "c1ccccc1O"',
-        "siggate predict --checkpoint runs/x --input molecules.csv --output preds.csv",
+        "siggate predict --checkpoint runs/x --input molecules.csv --output preds.csv --coverage 0.9",
         "siggate predict --checkpoint runs/pattern-elementwise-seed0 --split test --output nodes.csv",
+    ],
+    "explain": [
+        'siggate explain --checkpoint runs/x "CCO" "c1ccccc1O" --out explained/',
+        "siggate explain --checkpoint runs/x --input molecules.csv --out explained/ --steps 100",
     ],
     "pretrain": [
         "siggate pretrain --smiles moses --out runs/pretrain --molecules 100000 --epochs 15",
@@ -339,11 +343,40 @@ def cmd_predict(args) -> int:
                        "give SMILES as arguments or --input FILE")
     if not args.smiles and not args.input:
         raise CLIError("give SMILES as arguments or --input FILE")
-    pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device))
+    pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device),
+                           coverage=args.coverage)
     chunks = [list(args.smiles)] if args.smiles else read_input(args.input, args.smiles_col, args.chunk_size)
     n, bad = predict_to_csv(pred, chunks, args.output)
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
           + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
+    return 1 if bad else 0
+
+
+def cmd_explain(args) -> int:
+    from .train.explain import explain_to_folder
+    from .train.predict import SmilesPredictor, read_input
+    from .train.predict_nodes import checkpoint_level
+
+    if checkpoint_level(args.checkpoint) == "node":
+        raise CLIError("this checkpoint predicts per node of a dataset's graphs; explain takes molecule-level "
+                       "(SMILES) checkpoints")
+    if not args.smiles and not args.input:
+        raise CLIError("give SMILES as arguments or --input FILE")
+    if args.smiles and args.input:
+        raise CLIError("give SMILES as arguments or --input FILE, not both")
+    if args.steps < 1:
+        raise CLIError(f"--steps must be at least 1, got {args.steps}")
+    check_out_folder(args.out, "the explanations")
+    pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False)
+    chunks = [list(args.smiles)] if args.smiles else read_input(args.input, args.smiles_col, args.chunk_size)
+    try:
+        n, bad = explain_to_folder(pred, chunks, args.out, steps=args.steps)
+    except ValueError as exc:
+        if type(exc).__name__ in ("InputError", "DataError", "ConfigError"):
+            raise
+        raise CLIError(f"{args.checkpoint}: {exc}") from None
+    print(f"siggate explain: {n} rows, {n - bad} explained, {bad} failed -> {args.out} (molecules.csv, atoms.csv, "
+          "one SVG and PNG per molecule)", file=sys.stderr)
     return 1 if bad else 0
 
 
@@ -478,9 +511,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse molecules with more atoms, with a reason per row (default: 1000; attention is quadratic)")
     p.add_argument("--chunk-size", type=int, default=1000,
                    help="rows of --input read, predicted and written at a time (default: 1000)")
+    p.add_argument("--coverage", type=float, default=None, metavar="C",
+                   help="add split-conformal intervals holding the label with probability C (e.g. 0.9), calibrated "
+                        "on the run's validation molecules: <target>_lower/_upper (regression) or <target>_set "
+                        "(binary/multilabel: {0}, {1} or {0,1})")
     add_device_flag(p)
     add_threads_flag(p)
     p.set_defaults(func=cmd_predict)
+
+    p = add_command(sub, "explain", "draw each atom's contribution to a molecule's prediction (integrated "
+                                    "gradients), with a CSV of per-atom values", EXAMPLES["explain"])
+    p.add_argument("--checkpoint", required=True, metavar="RUN",
+                   help="run folder (its best.pt), folder of several members (their weighted contributions) or .pt")
+    p.add_argument("smiles", nargs="*", help="SMILES strings")
+    p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
+    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --input (default: smiles)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="folder for molecules.csv, atoms.csv and one SVG and PNG per molecule (and target)")
+    p.add_argument("--steps", type=int, default=50,
+                   help="Riemann points of the integrated-gradients path integral (default: 50; more: the atoms' "
+                        "sum closer to prediction minus baseline)")
+    p.add_argument("--max-atoms", type=int, default=1000,
+                   help="refuse molecules with more atoms, with a reason per row (default: 1000)")
+    p.add_argument("--chunk-size", type=int, default=1000, help="rows of --input read and explained at a time (default: 1000)")
+    add_device_flag(p)
+    add_threads_flag(p)
+    p.set_defaults(func=cmd_explain)
 
     p = add_command(sub, "pretrain", "pretrain a backbone on unlabelled SMILES (RDKit descriptor regression)",
                     EXAMPLES["pretrain"])
@@ -524,7 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: the commands whose ``--threads`` :func:`main` applies (compare and analyze apply their own)
-THREADED = ("train", "evaluate", "predict", "data", "pretrain")
+THREADED = ("train", "evaluate", "predict", "explain", "data", "pretrain")
 
 
 def _user_errors() -> tuple:
