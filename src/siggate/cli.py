@@ -310,15 +310,21 @@ def cmd_evaluate(args) -> int:
         raise CLIError(f"--split applies to the run's own data; --data {args.data} is scored whole (drop --split)")
     device = check_device(args.device)
     targets = [c.strip() for c in args.target_col.split(",") if c.strip()] if args.target_col else None
+    parity = None
+    if args.data is not None:  # the file's parity plot next to the scores (or the file scored)
+        beside = Path(args.output) if args.output else Path(args.data)
+        parity = beside.with_name(f"{beside.name.split('.')[0]}_parity.png")
     try:
         res = evaluate(args.checkpoint, split=args.split or "test", data=args.data, smiles_col=args.smiles_col,
                        target_cols=targets, allow_changed=args.allow_changed, data_root=args.data_root,
-                       cache_dir=args.cache_dir, device=device, progress=progress_enabled(args))
+                       cache_dir=args.cache_dir, device=device, progress=progress_enabled(args), parity=parity)
     except EvaluationError as exc:
         raise CLIError(str(exc)) from None
     text = json.dumps(res, indent=2)
     print(text)
     _print_summaries({f"{k}_metrics": v for k, v in res.get("metrics", {}).items()}, file=sys.stderr)
+    if res.get("parity_plot"):
+        print(f"siggate evaluate: parity plot {res['parity_plot']}", file=sys.stderr)
     if args.output:
         atomic_write_bytes(Path(args.output), (text + "\n").encode())
         print(f"siggate evaluate: wrote {args.output}", file=sys.stderr)
@@ -440,7 +446,7 @@ def cmd_data(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .version import __version__
 
     parser = argparse.ArgumentParser(prog="siggate", description="SigGate-GT: gated graph transformers")
     parser.add_argument("--version", action="version", version=f"siggate {__version__}")
@@ -481,7 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run folder (its best.pt), ensemble folder (OUT/ensemble.json) or .pt checkpoint")
     p.add_argument("--split", default=None, help="split of the run's own data: train, val, test or all (default: test)")
     p.add_argument("--data", default=None, metavar="FILE.csv",
-                   help="score this labelled CSV of SMILES instead (every row; invalid SMILES and empty labels are counted)")
+                   help="score this labelled CSV of SMILES instead (every row; invalid SMILES and empty labels are "
+                        "counted) and draw its parity plot, <stem>_parity.png next to --output (else next to the file)")
     p.add_argument("--smiles-col", default="smiles", help="SMILES column of --data (default: smiles)")
     p.add_argument("--target-col", default=None, metavar="COL[,COL...]",
                    help="label column(s) of --data, in the model's target order (default: the training targets' names)")
