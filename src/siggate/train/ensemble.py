@@ -67,22 +67,23 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     fitted = [fit_member(member, out / name, ds, resume, device) for name, _, member in built]
     record = {"config": cfg.to_dict(), "split_seed": cfg.train.seed, "data_source": data_source(cfg.data)}
     combo = Combination(fitted, weights, [name for name, _, _ in built], record).fit_weights(ds)
-    preds = {s: [m.predict(ds.splits[s]) for m in fitted] for s in SPLITS}
-    both = {s: combo.combine(preds[s]) for s in SPLITS}
+    splits = [s for s in SPLITS if ds.splits.get(s)]  # no test split: the scikit-learn estimators' fit
+    preds = {s: [m.predict(ds.splits[s]) for m in fitted] for s in splits}
+    both = {s: combo.combine(preds[s]) for s in splits}
     metrics = {
         "dataset": ds.info.name, "level": ds.info.level, "task": ds.info.task, "metric": ds.info.metric,
         "higher_is_better": ds.info.higher_is_better, "seed": cfg.train.seed,
         "members": [{"name": name, "kind": member.kind, "seed": seed,
-                     **_scores(ds, {s: preds[s][i].mean for s in SPLITS})}
+                     **_scores(ds, {s: preds[s][i].mean for s in splits})}
                     for i, (name, seed, member) in enumerate(built)],
         "weighting": combo.weighting, "weights": None if combo.weights_ is None else combo.weights_.tolist(),
-        **_scores(ds, {s: both[s].mean for s in SPLITS}),
+        **_scores(ds, {s: both[s].mean for s in splits}),
         "splits": ds.sizes(),
     }
     combo.save(out)
-    metrics.update(record_results(out, ds, {s: both[s].mean for s in SPLITS}, {s: both[s].spread for s in SPLITS},
+    metrics.update(record_results(out, ds, {s: both[s].mean for s in splits}, {s: both[s].spread for s in splits},
                                   _histories(fitted, [name for name, _, _ in built]), cfg.data.name == "csv"))
-    if cfg.data.name == "csv":  # the combination's own test predictions, with their spread over members
+    if cfg.data.name == "csv" and "test" in both:  # the combination's test predictions, with their spread
         write_csv_run_tables(out, ds, both["test"].mean, both["test"].spread)
     write_metrics(out, metrics)
     return metrics
@@ -100,8 +101,8 @@ def _histories(members, names) -> dict:
 
 def _scores(ds, preds: dict) -> dict:
     """``{split: metric, <split>_metrics: summary}`` of the predictions ``preds`` per split
-    (target units, or probabilities for classification)."""
-    out = {s: split_metric(ds.info, ds.splits[s], p, s) for s, p in preds.items()}
+    (target units, or probabilities for classification); ``test`` is ``None`` without a test split."""
+    out = {"test": None, **{s: split_metric(ds.info, ds.splits[s], p, s) for s, p in preds.items()}}
     out.update({f"{s}_metrics": split_summary(ds.info, ds.splits[s], p, s) for s, p in preds.items()})
     return out
 

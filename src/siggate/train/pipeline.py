@@ -57,11 +57,11 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     seconds = _fit_recorded(run, out, cfg.to_dict(), data_source(cfg.data), progress)
     metrics = final_metrics(run, seconds)
     if ctx.is_main and (out / BEST).is_file():
-        preds = best_predictions(run, out / BEST)
+        preds = best_predictions(run, out / BEST, [s for s in ("val", "test") if run.ds.splits.get(s)])
         metrics.update({f"{split}_metrics": split_summary(run.info, run.ds.splits[split], p, split)
                         for split, p in preds.items()})
         metrics.update(record_results(out, run.ds, preds, None, {"gnn": run.history}, cfg.data.name == "csv"))
-        if cfg.data.name == "csv":
+        if cfg.data.name == "csv" and "test" in preds:
             write_csv_run_tables(out, run.ds, preds["test"])
     if ctx.is_main:
         write_metrics(out, metrics)

@@ -18,11 +18,10 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-import siggate
-
 from ..config import DataConfig
 from ..data.base import GraphDataset
 from ..files import atomic_write_bytes
+from ..version import __version__
 from .checkpoint import atomic_save
 from .loop import EpochEnd, Run, checkpoint_dict
 from .tblog import TBLogger
@@ -65,7 +64,7 @@ class RunFiles:
 
     def __init__(self, run: Run, out: Path, config: dict, source: dict | None, progress: bool) -> None:
         (out / "config.yaml").write_text(yaml.safe_dump(
-            {**config, "_meta": {"siggate_version": siggate.__version__, "git_commit": git_commit(),
+            {**config, "_meta": {"siggate_version": __version__, "git_commit": git_commit(),
                                  "task": run.info.to_dict(), "resolved": dict(run.resolved)}},
             sort_keys=False))
         self.out, self.config, self.source, self.progress = out, config, source, progress
@@ -82,8 +81,9 @@ class RunFiles:
             atomic_save(ckpt, self.out / BEST)
         atomic_save(ckpt, self.out / LAST)
         self.tb.log_epoch(row, info.metric)
+        test = "" if row["test"] is None else f"test {info.metric} {row['test']:.4f}  "
         msg = (f"epoch {row['epoch']:4d}/{run.train_cfg.epochs}  loss {row['train_loss']:.4f}  "
-               f"val {info.metric} {row['val']:.4f}  test {info.metric} {row['test']:.4f}  lr {row['lr']:.2e}  "
+               f"val {info.metric} {row['val']:.4f}  {test}lr {row['lr']:.2e}  "
                f"{row['seconds']:.1f}s{'  *' if end.improved else ''}")
         tqdm.write(msg) if self.progress else log.info(msg)
 
@@ -246,6 +246,6 @@ def record_results(out: Path, ds: GraphDataset, preds: dict, spreads: dict | Non
     ``metrics.json`` entries ``calibration`` and ``domain`` (those that apply)."""
     spreads = spreads or {}
     entries = {"calibration": write_calibration(out, ds, preds, spreads), "domain": write_domain(out, ds)}
-    if pictures:
+    if pictures and "test" in preds:
         write_pictures(out, ds, preds["test"], spreads.get("test"), histories)
     return {k: v for k, v in entries.items() if v is not None}
