@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from siggate.stats import compare_paired, mean_std
 from siggate.config import load_config
+from siggate.stats import compare_paired, mean_std
 
 # the result set this script writes (benchmarks/results/short_budget/), apart from the script
 HERE = Path(__file__).resolve().parents[1] / "results" / "short_budget"
