@@ -66,7 +66,14 @@ def draw_contributions(mol, values, legend: str, caption: str, png: bool = False
     for x, text in ((left, f"{-scale:+.3g}"), (WIDTH / 2, "0"), (right, f"{scale:+.3g}")):
         d.DrawString(text, Point2D(x, top + 34), 0, True)
     d.FinishDrawing()
-    return d.GetDrawingText()
+    text = d.GetDrawingText()
+    if png:
+        return text
+    from xml.sax.saxutils import escape
+
+    # RDKit draws text as outlines: the legend and scale also as text, for search and screen readers
+    desc = f"<desc>{escape(legend)}; {escape(caption)}, from {-scale:+.6g} to {scale:+.6g}</desc>"
+    return text.replace("<!-- END OF HEADER -->", "<!-- END OF HEADER -->\n" + desc, 1)
 
 
 def _stem(row: int, target: str, several: bool) -> str:
