@@ -190,6 +190,22 @@ def test_the_domain_threshold_comes_from_the_validation_molecules_and_predict_fl
     assert rows[2]["outside_domain"] == ("false" if nearest[1] >= dom["threshold"] else "true")
 
 
+def test_counts_see_size_where_bits_do_not():
+    """What similarity.py and the README say: the 900-carbon alkane and hexane share nearly all
+    bits, but not their counts."""
+    from rdkit import DataStructs
+
+    from siggate.data.similarity import count_fingerprints, nearest_similarity
+
+    gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=2048)
+    hexane, alkane = Chem.MolFromSmiles("CCCCCC"), Chem.MolFromSmiles("C" * 900)
+    assert DataStructs.TanimotoSimilarity(gen.GetFingerprint(hexane), gen.GetFingerprint(alkane)) > 0.85
+    count = nearest_similarity(count_fingerprints(["C" * 900]), count_fingerprints(["CCCCCC", "CCO"]))[0]
+    want = _count_tanimoto(gen.GetCountFingerprint(alkane).GetNonzeroElements(),
+                           gen.GetCountFingerprint(hexane).GetNonzeroElements())
+    assert count == pytest.approx(want) and count < 0.01
+
+
 # ------------------------------------------------------------------ pictures
 
 
