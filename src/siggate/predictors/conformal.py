@@ -138,8 +138,8 @@ class Calibration:
         """
         if task not in CALIBRATED_TASKS:
             raise CalibrationError(f"a {task} task is not calibrated (only {', '.join(CALIBRATED_TASKS)})")
-        y, mean = _2d(y), _2d(mean)
-        spread = None if spread is None else _2d(spread)
+        y, mean = as_2d(y), as_2d(mean)
+        spread = None if spread is None else as_2d(spread)
         out, normalized = {}, False
         for t, name in enumerate(names):
             ok = ~np.isnan(y[:, t])
@@ -163,8 +163,8 @@ class Calibration:
     def intervals(self, mean, spread, coverage: float) -> tuple[np.ndarray, np.ndarray]:
         """Regression: ``(lower, upper)`` ``[G, T]`` at ``coverage`` around ``mean [G, T]``
         (``-inf``/``inf`` where the calibration has too few molecules for it)."""
-        mean = _2d(mean)
-        spread = None if spread is None else _2d(spread)
+        mean = as_2d(mean)
+        spread = None if spread is None else as_2d(spread)
         lower, upper = np.empty_like(mean), np.empty_like(mean)
         for t, cal in enumerate(self.targets.values()):
             sigma = cal.sigma(None if spread is None else spread[:, t])
@@ -175,7 +175,7 @@ class Calibration:
     def sets(self, prob, coverage: float) -> list[list[str]]:
         """Binary/multilabel: per row and target the prediction set at ``coverage`` as text,
         ``"{0}"``, ``"{1}"``, ``"{0,1}"`` or ``"{}"``."""
-        prob = _2d(prob)
+        prob = as_2d(prob)
         out = [[""] * prob.shape[1] for _ in range(prob.shape[0])]
         for t, cal in enumerate(self.targets.values()):
             q = cal.quantile(coverage)
@@ -188,7 +188,7 @@ class Calibration:
         """``{target: {"n", "coverage", "mean_width" | "mean_set_size"}}`` of the labelled rows of
         ``y [n, T]``: the fraction whose label falls in its interval (set) at ``coverage``, and
         the intervals' mean width (``inf`` when infinite) or the sets' mean size."""
-        y, mean = _2d(y), _2d(mean)
+        y, mean = as_2d(y), as_2d(mean)
         res = {}
         if self.task == "regression":
             lower, upper = self.intervals(mean, spread, coverage)
@@ -234,6 +234,7 @@ class Calibration:
             raise CalibrationError(f"not a siggate calibration ({type(exc).__name__}: {exc})") from None
 
 
-def _2d(a) -> np.ndarray:
+def as_2d(a) -> np.ndarray:
+    """``[n]`` or ``[n, T]`` values as a float64 ``[n, T]`` array."""
     a = np.asarray(a, dtype=np.float64)
     return a.reshape(len(a), -1) if a.ndim != 2 else a

@@ -22,6 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..predictors.conformal import as_2d
+
 #: the run folder's pictures
 PARITY, LEARNING, RESIDUALS = "parity.png", "learning_curves.png", "residuals.png"
 #: CSV columns that mark activity-cliff compounds (first found is used), truthy values below
@@ -49,11 +51,6 @@ def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
     return path
 
 
-def _2d(a) -> np.ndarray:
-    a = np.asarray(a, dtype=np.float64)
-    return a.reshape(len(a), -1) if a.ndim != 2 else a
-
-
 def parity_figure(labels, preds, names: Sequence[str], cliff=None, title: str = "test"):
     """Predictions against labels, one panel per target (its labelled rows only).
 
@@ -64,7 +61,7 @@ def parity_figure(labels, preds, names: Sequence[str], cliff=None, title: str = 
         title: the set the points come from.
     """
     plt = _pyplot()
-    y, p = _2d(labels), _2d(preds)
+    y, p = as_2d(labels), as_2d(preds)
     fig, axes = plt.subplots(1, y.shape[1], figsize=(4.4 * y.shape[1], 4.2), squeeze=False)
     for t, ax in enumerate(axes[0]):
         ok = ~np.isnan(y[:, t]) & np.isfinite(p[:, t])
@@ -119,7 +116,7 @@ def residual_figure(labels, preds, spread, names: Sequence[str], title: str = "t
     the lines ``|error| = sigma`` and ``2 sigma`` (a calibrated Gaussian spread leaves about
     68% and 95% of the points below them)."""
     plt = _pyplot()
-    y, p, s = _2d(labels), _2d(preds), _2d(spread)
+    y, p, s = as_2d(labels), as_2d(preds), as_2d(spread)
     fig, axes = plt.subplots(1, y.shape[1], figsize=(4.4 * y.shape[1], 4.2), squeeze=False)
     for t, ax in enumerate(axes[0]):
         ok = ~np.isnan(y[:, t]) & np.isfinite(p[:, t]) & np.isfinite(s[:, t])
