@@ -143,7 +143,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         raise EvaluationError(f"--target-col: the model predicts {info.num_tasks} target(s) "
                               f"({', '.join(info.target_names)}), got {len(cols)} column(s)")
     labels = table[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
-    featurizer = SmilesPredictor(predictor)
+    featurizer = SmilesPredictor(predictor, domain=False)
     graphs, invalid, unlabelled = [], 0, 0
     for row, (smiles, y) in enumerate(zip(table[smiles_col], labels)):
         if np.isnan(y).all():

@@ -98,6 +98,9 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
         raise ValueError(f"a {getattr(inner, 'kind', type(inner).__name__)} predictor cannot attribute its "
                          "predictions to atoms")
     info = inner.info
+    if info.level != "graph" or info.task == "multiclass":
+        raise ValueError(f"atom contributions are drawn for graph-level regression and binary/multilabel models; "
+                         f"this one is a {info.level}-level {info.task} model")
     names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
     several = len(names) > 1
     what = "P({})" if info.task in ("binary", "multilabel") else "{}"
