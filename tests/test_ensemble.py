@@ -60,7 +60,7 @@ def test_prediction_is_the_member_mean_and_uncertainty_their_std(ensemble3, tmp_
     rc, _, _ = run_cli(["predict", "--checkpoint", str(out), *QUERIES, "--output", str(tmp_path / "e.csv")], capsys)
     assert rc == 1  # one invalid row
     rows = _read(tmp_path / "e.csv")
-    assert list(rows[0]) == ["smiles", "y", "y_uncertainty", "error"]
+    assert list(rows[0]) == ["smiles", "y", "y_uncertainty", "nearest_train_similarity", "outside_domain", "error"]
     members = []
     for i in range(3):
         run_cli(["predict", "--checkpoint", str(out / f"member{i}" / "best.pt"), *QUERIES, "--output",

@@ -121,8 +121,10 @@ def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
     (out / "member2" / "best.pt").write_bytes(b"")
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out), "--overwrite")
     assert rc == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["data_report.csv", "member0", "member1", "metrics.json",
-                                                     "predictor.json", "splits.csv", "test_predictions.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["calibration.json", "data_report.csv", "domain.json",
+                                                     "domain_fingerprints.npz", "learning_curves.png", "member0",
+                                                     "member1", "metrics.json", "parity.png", "predictor.json",
+                                                     "residuals.png", "splits.csv", "test_predictions.csv"]
     assert (out / "member1" / "last.pt").stat().st_mtime_ns != stale
 
 

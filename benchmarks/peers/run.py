@@ -242,11 +242,13 @@ class Siggate(Tool):
 
 def prediction_column(input_csv: Path, rows: list[dict]) -> str:
     """The column ``siggate predict`` wrote its prediction into: the one that is neither an input
-    column carried through nor ``error``/``*uncertainty*`` (so a prediction named after the target,
-    ``y``, next to the input's own ``y`` column, is not mistaken for the label)."""
+    column carried through nor ``error``/``*uncertainty*`` nor the applicability domain's columns (so
+    a prediction named after the target, ``y``, next to the input's own ``y`` column, is not
+    mistaken for the label)."""
     with open(input_csv, newline="") as fh:
         inputs = set(next(csv.reader(fh)))
-    cols = [c for c in (rows[0] if rows else []) if c not in inputs and c != "error" and "uncertainty" not in c]
+    extra = ("error", "nearest_train_similarity", "outside_domain")
+    cols = [c for c in (rows[0] if rows else []) if c not in inputs and c not in extra and "uncertainty" not in c]
     if len(cols) != 1:
         raise RuntimeError(f"cannot tell siggate's prediction column among {list(rows[0]) if rows else []}")
     return cols[0]

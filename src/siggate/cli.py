@@ -1,6 +1,6 @@
 """``siggate`` command line: wires configs, data, training and analyses together.
 
-Sub-commands: ``train``, ``evaluate``, ``predict``, ``data`` here; ``compare``, ``analyze``
+Sub-commands: ``train``, ``evaluate``, ``predict``, ``explain``, ``pretrain``, ``data`` here; ``compare``, ``analyze``
 and ``bench`` are registered by their own light modules (see ``EXTRA_COMMANDS``). Building the
 parser imports no torch, PyG, RDKit, SciPy or matplotlib (``tests/test_cli_help.py``): a
 parser's ``func`` may be ``"module:function"``, imported only when that command runs.
@@ -50,8 +50,12 @@ EXAMPLES = {
     ],
     "predict": [
         'siggate predict --checkpoint runs/x "CCO" "c1ccccc1O"',
-        "siggate predict --checkpoint runs/x --input molecules.csv --output preds.csv",
+        "siggate predict --checkpoint runs/x --input molecules.csv --output preds.csv --coverage 0.9",
         "siggate predict --checkpoint runs/pattern-elementwise-seed0 --split test --output nodes.csv",
+    ],
+    "explain": [
+        'siggate explain --checkpoint runs/x "CCO" "c1ccccc1O" --out explained/',
+        "siggate explain --checkpoint runs/x --input molecules.csv --out explained/ --steps 100",
     ],
     "pretrain": [
         "siggate pretrain --smiles moses --out runs/pretrain --molecules 100000 --epochs 15",
@@ -360,15 +364,21 @@ def cmd_evaluate(args) -> int:
         _check_output_file(Path(args.output))
     device = check_device(args.device)
     targets = [c.strip() for c in args.target_col.split(",") if c.strip()] if args.target_col else None
+    parity = None
+    if args.data is not None:  # the file's parity plot next to the scores (or the file scored)
+        beside = Path(args.output) if args.output else Path(args.data)
+        parity = beside.with_name(f"{beside.name.split('.')[0]}_parity.png")
     try:
         res = evaluate(args.checkpoint, split=args.split or "test", data=args.data, smiles_col=args.smiles_col,
                        target_cols=targets, allow_changed=args.allow_changed, data_root=args.data_root,
-                       cache_dir=args.cache_dir, device=device, progress=progress_enabled(args))
+                       cache_dir=args.cache_dir, device=device, progress=progress_enabled(args), parity=parity)
     except EvaluationError as exc:
         raise CLIError(str(exc)) from None
     text = json.dumps(res, indent=2)
     print(text)
     _print_summaries({f"{k}_metrics": v for k, v in res.get("metrics", {}).items()}, file=sys.stderr)
+    if res.get("parity_plot"):
+        print(f"siggate evaluate: parity plot {res['parity_plot']}", file=sys.stderr)
     if args.output:
         try:
             atomic_write_bytes(Path(args.output), (text + "\n").encode())
@@ -396,6 +406,20 @@ def _check_output_file(path: Path) -> None:
         raise CLIError(f"--output {path}: cannot write there ({problem})")
 
 
+def _smiles_source(args) -> str | None:
+    """Where ``predict``/``explain`` read molecules: ``--input FILE``, ``"-"`` (standard input,
+    given as the only SMILES) or ``None`` (the SMILES arguments)."""
+    if not args.smiles and not args.input:
+        raise CLIError("give SMILES as arguments or --input FILE")
+    if "-" in args.smiles:  # the shell's name for standard input, not a SMILES
+        if len(args.smiles) > 1 or args.input:
+            raise CLIError("'-' reads the molecules from standard input; give it alone, without other SMILES or "
+                           "--input")
+        return "-"
+    if args.smiles and args.input:
+        raise CLIError("give SMILES as arguments or --input FILE, not both")
+    return args.input
+
 
 def cmd_predict(args) -> int:
     from .train.predict import SmilesPredictor, predict_to_csv, read_input
@@ -412,21 +436,38 @@ def cmd_predict(args) -> int:
     if args.split:
         raise CLIError("--split applies to node-level checkpoints (pattern, cluster, sbm-large); "
                        "give SMILES as arguments or --input FILE")
-    if not args.smiles and not args.input:
-        raise CLIError("give SMILES as arguments or --input FILE")
-    source = args.input
-    if "-" in args.smiles:  # the shell's name for standard input, not a SMILES
-        if len(args.smiles) > 1 or args.input:
-            raise CLIError("'-' reads the molecules from standard input; give it alone, without other SMILES or "
-                           "--input")
-        source = "-"
-    elif args.smiles and args.input:
-        raise CLIError("give SMILES as arguments or --input FILE, not both")
-    pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device))
+    source = _smiles_source(args)
+    pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device),
+                           coverage=args.coverage)
     chunks = read_input(source, args.smiles_col, args.chunk_size) if source else [list(args.smiles)]
     n, bad = predict_to_csv(pred, chunks, args.output)
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
           + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
+    return 1 if bad else 0
+
+
+def cmd_explain(args) -> int:
+    from .train.explain import explain_to_folder
+    from .train.predict import SmilesPredictor, read_input
+    from .train.predict_nodes import checkpoint_level
+
+    if checkpoint_level(args.checkpoint) == "node":
+        raise CLIError("this checkpoint predicts per node of a dataset's graphs; explain takes molecule-level "
+                       "(SMILES) checkpoints")
+    source = _smiles_source(args)
+    if args.steps < 1:
+        raise CLIError(f"--steps must be at least 1, got {args.steps}")
+    check_out_folder(args.out, "the explanations")
+    pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False)
+    chunks = read_input(source, args.smiles_col, args.chunk_size) if source else [list(args.smiles)]
+    try:
+        n, bad = explain_to_folder(pred, chunks, args.out, steps=args.steps)
+    except ValueError as exc:
+        if type(exc).__name__ in ("InputError", "DataError", "ConfigError"):
+            raise
+        raise CLIError(f"{args.checkpoint}: {exc}") from None
+    print(f"siggate explain: {n} rows, {n - bad} explained, {bad} failed -> {args.out} (molecules.csv, atoms.csv, "
+          "one SVG and PNG per molecule)", file=sys.stderr)
     return 1 if bad else 0
 
 
@@ -497,7 +538,7 @@ def cmd_data(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .version import __version__
 
     parser = argparse.ArgumentParser(prog="siggate", description="SigGate-GT: gated graph transformers")
     parser.add_argument("--version", action="version", version=f"siggate {__version__}")
@@ -538,7 +579,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run folder (its best.pt), ensemble folder (OUT/ensemble.json) or .pt checkpoint")
     p.add_argument("--split", default=None, help="split of the run's own data: train, val, test or all (default: test)")
     p.add_argument("--data", default=None, metavar="FILE.csv",
-                   help="score this labelled CSV of SMILES instead (every row; invalid SMILES and empty labels are counted)")
+                   help="score this labelled CSV of SMILES instead (every row; invalid SMILES and empty labels are "
+                        "counted) and draw its parity plot, <stem>_parity.png next to --output (else next to the file)")
     p.add_argument("--smiles-col", default=None,
                    help="SMILES column of --data (default: the training run's SMILES column, else smiles)")
     p.add_argument("--target-col", default=None, metavar="COL[,COL...]",
@@ -569,9 +611,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse molecules with more atoms, with a reason per row (default: 1000; attention is quadratic)")
     p.add_argument("--chunk-size", type=int, default=1000,
                    help="rows of --input read, predicted and written at a time (default: 1000)")
+    p.add_argument("--coverage", type=float, default=None, metavar="C",
+                   help="add split-conformal intervals holding the label with probability C (e.g. 0.9), calibrated "
+                        "on the run's validation molecules: <target>_lower/_upper (regression) or <target>_set "
+                        "(binary/multilabel: {0}, {1} or {0,1})")
     add_device_flag(p)
     add_threads_flag(p)
     p.set_defaults(func=cmd_predict)
+
+    p = add_command(sub, "explain", "draw each atom's contribution to a molecule's prediction (integrated "
+                                    "gradients), with a CSV of per-atom values", EXAMPLES["explain"])
+    p.add_argument("--checkpoint", required=True, metavar="RUN",
+                   help="run folder (its best.pt), folder of several members (their weighted contributions) or .pt")
+    p.add_argument("smiles", nargs="*", help="SMILES strings")
+    p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
+    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --input (default: smiles)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="folder for molecules.csv, atoms.csv and one SVG and PNG per molecule (and target)")
+    p.add_argument("--steps", type=int, default=50,
+                   help="Riemann points of the integrated-gradients path integral (default: 50; more: the atoms' "
+                        "sum closer to prediction minus baseline)")
+    p.add_argument("--max-atoms", type=int, default=1000,
+                   help="refuse molecules with more atoms, with a reason per row (default: 1000)")
+    p.add_argument("--chunk-size", type=int, default=1000, help="rows of --input read and explained at a time (default: 1000)")
+    add_device_flag(p)
+    add_threads_flag(p)
+    p.set_defaults(func=cmd_explain)
 
     p = add_command(sub, "pretrain", "pretrain a backbone on unlabelled SMILES (RDKit descriptor regression)",
                     EXAMPLES["pretrain"])
@@ -615,7 +680,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: the commands whose ``--threads`` :func:`main` applies (compare and analyze apply their own)
-THREADED = ("train", "evaluate", "predict", "data", "pretrain")
+THREADED = ("train", "evaluate", "predict", "explain", "data", "pretrain")
 
 
 def _user_errors() -> tuple:

@@ -17,6 +17,10 @@ Contract of a predictor ``p``:
 * ``p.save(folder)``: ``folder/predictor.json`` (:func:`write_manifest`: kind, task, options and
   what was learned that fits in JSON) and plain arrays (:func:`save_arrays`). Nothing is pickled.
 * ``type(p).load(folder)``: the predictor back, equal in its predictions.
+* optional, ``p.atom_contributions(graphs, steps)``: an :class:`AtomContributions` (``siggate
+  explain``): each atom's share of the prediction relative to a reference. The GNN uses
+  integrated gradients; a fingerprint member maps each bit's contribution to the atoms that set
+  it; a combination takes its members' weighted sum.
 
 Regression predictions are in target units; ``binary``/``multilabel`` predictions are
 probabilities. Missing labels (NaN) are skipped per target when fitting.
@@ -59,6 +63,25 @@ class Prediction:
 
     mean: "torch.Tensor"
     spread: "torch.Tensor | None" = None
+
+
+@dataclass
+class AtomContributions:
+    """How much each atom of each of ``G`` molecules contributes to a prediction, relative to a
+    reference: per molecule and target, ``atoms[g].sum(0) == prediction[g] - baseline[g]`` (up
+    to the method's numerical error).
+
+    Attributes:
+        atoms: per molecule ``[n_atoms, T]`` (float64, target units or probabilities).
+        baseline: ``[G, T]`` the reference prediction the contributions are measured from.
+        prediction: ``[G, T]`` the prediction (as :meth:`Predictor.predict`'s ``mean``).
+        method: how they were computed, for the reader (e.g. ``"integrated gradients ..."``).
+    """
+
+    atoms: list
+    baseline: "torch.Tensor"
+    prediction: "torch.Tensor"
+    method: str
 
 
 @runtime_checkable

@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .base import Prediction, PredictorFileError, read_manifest, task_info, write_manifest
+from .base import AtomContributions, Prediction, PredictorFileError, read_manifest, task_info, write_manifest
 
 #: how a combination's weights were set
 WEIGHTINGS = ("equal", "fixed", "val")
@@ -174,6 +174,37 @@ class Combination:
     def predict(self, graphs) -> Prediction:
         """:meth:`combine` of every member's prediction for ``graphs``."""
         return self.combine([m.predict(graphs) for m in self.members])
+
+    def member_weights(self) -> torch.Tensor:
+        """``[M, T]`` the members' weights per target (equal: ``1/M``)."""
+        if self.weights_ is not None:
+            return torch.as_tensor(self.weights_, dtype=torch.float64)
+        if self.weighting == "val":
+            raise ValueError("weights='val': fit the weights (fit or fit_weights) before predicting")
+        m = len(self.members)
+        return torch.full((m, self.info.num_outputs), 1.0 / m, dtype=torch.float64)
+
+    def atom_contributions(self, graphs, **options) -> AtomContributions:
+        """The weighted sum of the members' atom contributions (and of their baselines and
+        predictions): the combined mean is linear in the members', so the contributions still
+        add up to the combination's prediction minus its baseline. ``options`` go to every
+        member's ``atom_contributions`` (e.g. ``steps``).
+
+        Raises:
+            ValueError: a member kind that cannot attribute its predictions to atoms.
+        """
+        parts = []
+        for name, member in zip(self.names, self.members):
+            if not hasattr(member, "atom_contributions"):
+                raise ValueError(f"member {name} ({getattr(member, 'kind', type(member).__name__)}) cannot attribute "
+                                 "its predictions to atoms; explain the other members' folders one by one")
+            parts.append(member.atom_contributions(graphs, **options))
+        w = self.member_weights()  # M, T
+        atoms = [sum(w[i] * p.atoms[g].double() for i, p in enumerate(parts)) for g in range(len(parts[0].atoms))]
+        baseline = sum(w[i] * p.baseline.double() for i, p in enumerate(parts))
+        prediction = sum(w[i] * p.prediction.double() for i, p in enumerate(parts))
+        methods = sorted({p.method for p in parts})
+        return AtomContributions(atoms, baseline, prediction, "; ".join(methods))
 
     def save(self, folder: str | Path) -> None:
         """Each member into ``folder/<name>``, then ``folder/predictor.json``."""

@@ -21,6 +21,9 @@ Layout of the folder::
                               (``members``), as the terminal shows them
     OUT/test_predictions.csv  the combination's test predictions with their spread over members
                               (CSV runs; also splits.csv and data_report.csv)
+    OUT/calibration.json      the combination's split-conformal calibration (``predict --coverage``)
+    OUT/domain.json, OUT/domain_fingerprints.npz   the training molecules' applicability domain
+    OUT/parity.png, learning_curves.png, residuals.png   pictures (CSV runs)
     OUT/member0/ ...          the members' folders (a GNN member's is an ordinary run folder)
 
 Member ``i`` of ``--ensemble N`` trains with seed ``train.seed + i``. The combination predicts the
@@ -41,7 +44,7 @@ from ..data.base import GraphDataset
 from ..predictors.combine import Combination
 from .dataprep import prepare_data
 from .members import build_members, fit_member
-from .record import data_source, write_csv_run_tables, write_metrics
+from .record import data_source, record_results, write_csv_run_tables, write_metrics
 from .scoring import split_metric, split_summary
 
 SPLITS = ("val", "test")
@@ -64,29 +67,42 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     fitted = [fit_member(member, out / name, ds, resume, device) for name, _, member in built]
     record = {"config": cfg.to_dict(), "split_seed": cfg.train.seed, "data_source": data_source(cfg.data)}
     combo = Combination(fitted, weights, [name for name, _, _ in built], record).fit_weights(ds)
-    preds = {s: [m.predict(ds.splits[s]) for m in fitted] for s in SPLITS}
-    both = {s: combo.combine(preds[s]) for s in SPLITS}
+    splits = [s for s in SPLITS if ds.splits.get(s)]  # no test split: the scikit-learn estimators' fit
+    preds = {s: [m.predict(ds.splits[s]) for m in fitted] for s in splits}
+    both = {s: combo.combine(preds[s]) for s in splits}
     metrics = {
         "dataset": ds.info.name, "level": ds.info.level, "task": ds.info.task, "metric": ds.info.metric,
         "higher_is_better": ds.info.higher_is_better, "seed": cfg.train.seed,
         "members": [{"name": name, "kind": member.kind, "seed": seed,
-                     **_scores(ds, {s: preds[s][i].mean for s in SPLITS})}
+                     **_scores(ds, {s: preds[s][i].mean for s in splits})}
                     for i, (name, seed, member) in enumerate(built)],
         "weighting": combo.weighting, "weights": None if combo.weights_ is None else combo.weights_.tolist(),
-        **_scores(ds, {s: both[s].mean for s in SPLITS}),
+        **_scores(ds, {s: both[s].mean for s in splits}),
         "splits": ds.sizes(),
     }
     combo.save(out)
-    if cfg.data.name == "csv":  # the combination's own test predictions, with their spread over members
+    metrics.update(record_results(out, ds, {s: both[s].mean for s in splits}, {s: both[s].spread for s in splits},
+                                  _histories(fitted, [name for name, _, _ in built]), cfg.data.name == "csv"))
+    if cfg.data.name == "csv" and "test" in both:  # the combination's test predictions, with their spread
         write_csv_run_tables(out, ds, both["test"].mean, both["test"].spread, data=cfg.data)
     write_metrics(out, metrics)
     return metrics
 
 
+def _histories(members, names) -> dict:
+    """``{name: history}`` of the members that trained epoch by epoch (the GNN members)."""
+    out = {}
+    for name, member in zip(names, members):
+        history = (getattr(member, "metrics_", None) or {}).get("history")
+        if history:
+            out[name] = history
+    return out
+
+
 def _scores(ds, preds: dict) -> dict:
     """``{split: metric, <split>_metrics: summary}`` of the predictions ``preds`` per split
-    (target units, or probabilities for classification)."""
-    out = {s: split_metric(ds.info, ds.splits[s], p, s) for s, p in preds.items()}
+    (target units, or probabilities for classification); ``test`` is ``None`` without a test split."""
+    out = {"test": None, **{s: split_metric(ds.info, ds.splits[s], p, s) for s, p in preds.items()}}
     out.update({f"{s}_metrics": split_summary(ds.info, ds.splits[s], p, s) for s, p in preds.items()})
     return out
 

@@ -21,10 +21,14 @@ from pathlib import Path
 import yaml
 
 from ..config import split_resolved, upgrade_config_dict
+from ..data.similarity import DOMAIN_FILE, FINGERPRINTS_FILE
 from ..files import atomic_write_bytes, folder_busy
+from .plots import LEARNING, PARITY, RESIDUALS
 
 #: Files whose presence makes a folder a run.
 RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json")
+#: a run's split-conformal calibration (``record.write_calibration``), read by ``siggate predict --coverage``
+CALIBRATION = "calibration.json"
 #: Everything ``siggate train`` writes into a run folder (files, and the TensorBoard folder
 #: ``tb``): a run's checkpoints, log and metrics, the ``predictor.json`` of a GNN run or of a
 #: combination of members, an older ensemble's ``ensemble.json`` and a CSV run's tables;
@@ -32,7 +36,8 @@ RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json")
 #: run's lock (:class:`siggate.files.FolderLock`, ``.siggate.lock``) is not one of them: the
 #: overwriting run holds it, and a lock file removed while held would let a second run in.
 RUN_OUTPUTS = RUN_MARKERS + ("best.pt", "log.csv", "ensemble.json", "predictor.json", "test_predictions.csv",
-                              "splits.csv", "data_report.csv")
+                              "splits.csv", "data_report.csv", CALIBRATION, DOMAIN_FILE, FINGERPRINTS_FILE,
+                              PARITY, LEARNING, RESIDUALS)
 RUN_FOLDERS = ("tb",)
 _MEMBER = re.compile(r"member\d+")
 
@@ -129,14 +134,20 @@ def keep_run_schedule(cfg, saved: dict, given: set[str]):
 TEST_PREDICTIONS = "test_predictions.csv"
 
 
-def prediction_columns(targets: list[str], before: list[str], ensemble: bool = False) -> list[str]:
+def prediction_columns(targets: list[str], before: list[str], ensemble: bool = False, suffixes=(),
+                       after=()) -> list[str]:
     """The names of the prediction columns written after the columns ``before``, the one rule of
     ``siggate predict`` and ``test_predictions.csv``: each target's name, or ``<target>_pred``
-    where a column of that name (or of its uncertainty's) is already there, e.g. the labels;
-    then, for an ensemble, ``<name>_uncertainty`` of each. No output has two columns of one name."""
+    where a column of that name (or of one of its per-target columns) is already there, e.g. the
+    labels; then, for an ensemble, ``<name>_uncertainty`` of each; then ``<name><suffix>`` of
+    each per-target ``suffixes`` (``predict --coverage``'s ``_lower``/``_upper`` or ``_set``);
+    then the columns ``after`` (the domain columns), ``<column>_pred`` where taken. No output has
+    two columns of one name."""
     taken = set(before) | {"error"}
-    names = [f"{n}_pred" if n in taken or (ensemble and f"{n}_uncertainty" in taken) else n for n in targets]
-    return names + ([f"{n}_uncertainty" for n in names] if ensemble else [])
+    suffixes = (["_uncertainty"] if ensemble else []) + list(suffixes)
+    names = [f"{n}_pred" if n in taken or any(f"{n}{x}" in taken for x in suffixes) else n for n in targets]
+    cols = names + [f"{n}{x}" for x in suffixes for n in names]
+    return cols + [f"{c}_pred" if c in taken else c for c in after]
 
 
 def write_test_predictions(path: str | Path, rows: list[int], smiles: list[str], names: list[str],
