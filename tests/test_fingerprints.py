@@ -1,5 +1,6 @@
-"""Morgan fingerprints (``data/fingerprints.py``) against RDKit called directly, and the MinMax
-kernel and Nyström map (``predictors/kernel.py``) against their definitions."""
+"""Morgan fingerprints and the MinMax kernel (``data/fingerprints.py``) against RDKit called
+directly and their definitions, the Nyström map (``predictors/kernel.py``), and the applicability
+domain's similarity (``data/similarity.py``), which is that kernel of those fingerprints."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rdkit.Chem import rdFingerprintGenerator
 
 from siggate.data import fingerprints as fp
 from siggate.data import molfeatures
+from siggate.data import similarity as sim
 from siggate.predictors.kernel import minmax_kernel, nystrom_projection
 
 SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "[Na+].[Cl-]", "CCCCCCCCCCCCCCCCCCCC", "C[C@H](N)C(=O)O",
@@ -118,3 +120,36 @@ def test_nystrom_with_every_row_a_landmark_is_the_exact_kernel_map():
     w = nystrom_projection(k[np.ix_(land, land)])
     phi = k[:, land] @ w
     np.testing.assert_allclose((phi @ phi.T)[np.ix_(land, land)], k[np.ix_(land, land)], atol=1e-10)
+
+
+def test_the_members_kernel_is_the_fingerprints_module_s():
+    assert minmax_kernel is fp.minmax_kernel  # one home: the members and the domain share it
+
+
+def test_the_domain_s_similarity_is_the_minmax_kernel_of_morgan_counts(tmp_path):
+    """The applicability domain reads data/fingerprints (one home): its fingerprints are
+    morgan_counts', its nearest-training similarity the count Tanimoto by definition, an
+    unparsable SMILES is similar to nothing, and the stored arrays load back equal."""
+    train, query = SMILES[:5], [SMILES[5], "C1CC", "C" * 60, SMILES[2]]
+    ref = sim.count_fingerprints(train)
+    assert np.array_equal(ref.toarray(), fp.morgan_counts(train, sim.RADIUS, sim.N_BITS))
+    q = sim.count_fingerprints(query)
+    assert q.shape == (4, sim.N_BITS) and q[1].nnz == 0
+    assert np.array_equal(q[[0, 2, 3]].toarray(), fp.morgan_counts([query[i] for i in (0, 2, 3)]))
+    want = reference_minmax(q.toarray(), ref.toarray()).max(axis=1)
+    want[1] = 0.0
+    got = sim.nearest_similarity(q, ref)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    assert got[3] == 1.0 and got[1] == 0.0  # a training molecule; the unparsable one
+    assert np.array_equal(sim.nearest_similarity(q, ref[:0]), np.zeros(4))
+    dom = sim.Domain.fit(train, [SMILES[6], SMILES[7]])
+    dom.save(tmp_path)
+    back = sim.Domain.load(tmp_path)
+    assert back.threshold == dom.threshold and np.array_equal(back.reference.toarray(), ref.toarray())
+    np.testing.assert_array_equal(back.similarity(query), got)
+    with np.load(tmp_path / sim.FINGERPRINTS_FILE) as z:
+        arrays = dict(z)
+    arrays["bits"][0] = sim.N_BITS  # a bin beyond the fingerprint
+    np.savez(tmp_path / sim.FINGERPRINTS_FILE, **arrays)
+    with pytest.raises(sim.DomainError, match="cannot read the applicability domain.*inconsistent"):
+        sim.Domain.load(tmp_path)

@@ -2,12 +2,13 @@
 on, and whether that is too far to trust the prediction.
 
 Similarity is the Tanimoto similarity of Morgan *count* fingerprints (radius 2, folded to 2048
-bits; RDKit's ``BulkTanimotoSimilarity`` on count vectors: ``sum min(a, b) / sum max(a, b)``,
-which equals the bit Tanimoto on 0/1 vectors). Counts, not bits: a bit fingerprint does not see
-size. A 900-carbon alkane sets nearly the same few bits as hexane (bit Tanimoto above 0.85) but
-has 150 times its counts (count Tanimoto below 0.01; ``tests/test_run_record.py`` pins both),
-and it is exactly the kind of molecule a model trained on drug-sized molecules extrapolates
-wildly on.
+bins): ``sum min(a, b) / sum max(a, b)``, which equals the bit Tanimoto on 0/1 vectors. Both the
+fingerprints (:func:`siggate.data.fingerprints.morgan_counts`) and the similarity
+(:func:`siggate.data.fingerprints.minmax_kernel`, the kernel members' MinMax kernel) are those of
+:mod:`siggate.data.fingerprints`. Counts, not bits: a bit fingerprint does not see size. A
+900-carbon alkane sets nearly the same few bits as hexane (bit Tanimoto above 0.85) but has 150
+times its counts (count Tanimoto below 0.01; ``tests/test_run_record.py`` pins both), and it is
+exactly the kind of molecule a model trained on drug-sized molecules extrapolates wildly on.
 
 :class:`Domain` is fitted at training time: the training molecules' fingerprints (stored as
 three integer arrays, :meth:`Domain.save`, read back with ``allow_pickle=False``) and a
@@ -16,9 +17,6 @@ nearest-training similarities. About 95% of molecules as novel as the validation
 inside; a molecule below it is more novel than nearly all of them. Because the default CSV
 split is by scaffold, the validation molecules are already out-of-scaffold, so the threshold
 flags only molecules stranger than a new scaffold.
-
-The fingerprint itself is one function, :func:`count_fingerprints` (the fingerprint members'
-featurization can take its place).
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from ..files import atomic_write, atomic_write_bytes
+from .fingerprints import minmax_kernel, morgan_counts, to_mols
 
 #: Morgan radius and folded length of the domain's fingerprints
 RADIUS, N_BITS = 2, 2048
@@ -39,64 +38,73 @@ DOMAIN_PERCENTILE = 5.0
 #: files of a run folder: the record (JSON) and the training fingerprints (arrays)
 DOMAIN_FILE, FINGERPRINTS_FILE = "domain.json", "domain_fingerprints.npz"
 DOMAIN_FORMAT = 1
+#: query molecules compared with the training set at once (bounds the ``[rows, n_train]`` similarities)
+_QUERY_BLOCK = 256
 
 
 class DomainError(ValueError):
     """A stored domain that cannot be read."""
 
 
-def count_fingerprints(smiles: Sequence[str], radius: int = RADIUS, n_bits: int = N_BITS) -> list:
-    """Morgan count fingerprints (RDKit ``UIntSparseIntVect`` of ``n_bits``) of ``smiles``;
-    a SMILES RDKit cannot parse gets an empty fingerprint (similarity 0 to everything)."""
-    from rdkit import Chem, DataStructs
-    from rdkit.Chem import rdFingerprintGenerator
+def count_fingerprints(smiles: Sequence[str], radius: int = RADIUS, n_bits: int = N_BITS):
+    """Morgan count fingerprints of ``smiles`` (:func:`~siggate.data.fingerprints.morgan_counts`,
+    a CSR matrix ``[n, n_bits]`` of int32 counts); a SMILES RDKit cannot parse gets an empty row
+    (similarity 0 to every molecule)."""
+    import scipy.sparse as sp
 
-    from .chem import quiet_rdkit
+    mols, at = [], []
+    for i, s in enumerate(smiles):
+        try:
+            mols.append(to_mols([str(s)])[0])
+            at.append(i)
+        except ValueError:
+            continue
+    fps = morgan_counts(mols, radius, n_bits, sparse=True)
+    if len(at) == len(smiles):
+        return fps
+    place = sp.csr_matrix((np.ones(len(at), dtype=np.int32), (np.asarray(at, dtype=np.int64), np.arange(len(at)))),
+                          shape=(len(smiles), len(at)))
+    return sp.csr_matrix(place @ fps, dtype=np.int32)
 
-    gen = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=n_bits)
-    out = []
-    with quiet_rdkit():
-        for s in smiles:
-            mol = Chem.MolFromSmiles(str(s))
-            out.append(gen.GetCountFingerprint(mol) if mol is not None else DataStructs.UIntSparseIntVect(n_bits))
+
+def pack(fps) -> dict[str, np.ndarray]:
+    """Count fingerprints (CSR) as arrays: ``bits`` and ``counts`` of every fingerprint's set bins,
+    one after the other, and ``offsets [n + 1]`` (fingerprint ``i`` is ``offsets[i]:offsets[i+1]``)."""
+    fps.sort_indices()
+    return {"bits": np.asarray(fps.indices, dtype=np.int32), "counts": np.asarray(fps.data, dtype=np.int32),
+            "offsets": np.asarray(fps.indptr, dtype=np.int64)}
+
+
+def unpack(arrays: dict, n_bits: int):
+    """The fingerprints :func:`pack` stored, checked for shape and bounds.
+
+    Raises:
+        ValueError: arrays that do not describe count fingerprints of ``n_bits`` bins."""
+    import scipy.sparse as sp
+
+    bits, counts, offsets = (np.asarray(arrays[k]) for k in ("bits", "counts", "offsets"))
+    ok = (bits.ndim == counts.ndim == offsets.ndim == 1 and offsets.size >= 1 and offsets[0] == 0
+          and offsets[-1] == bits.size == counts.size and bool(np.all(np.diff(offsets) >= 0))
+          and (bits.size == 0 or (bits.min() >= 0 and bits.max() < n_bits and counts.min() >= 0)))
+    if not ok:
+        raise ValueError("the stored fingerprints are inconsistent (bits/counts/offsets)")
+    return sp.csr_matrix((counts.astype(np.int32), bits.astype(np.int64), offsets.astype(np.int64)),
+                         shape=(offsets.size - 1, int(n_bits)))
+
+
+def nearest_similarity(query, reference) -> np.ndarray:
+    """``[len(query)]``: each query fingerprint's largest count Tanimoto similarity to the rows of
+    ``reference`` (CSR count fingerprints; 0 when ``reference`` has none)."""
+    n = query.shape[0]
+    if reference.shape[0] == 0:
+        return np.zeros(n)
+    out = np.empty(n, dtype=np.float64)
+    for lo in range(0, n, _QUERY_BLOCK):
+        hi = min(lo + _QUERY_BLOCK, n)
+        out[lo:hi] = minmax_kernel(query[lo:hi], reference).max(axis=1)
+    empty = np.diff(query.indptr) == 0  # an unparsable molecule: similarity 0 (the kernel says 1 to an empty row)
+    out[empty] = 0.0
     return out
-
-
-def pack(fps: list) -> dict[str, np.ndarray]:
-    """Count fingerprints as arrays: ``bits`` and ``counts`` of every fingerprint's set bits, one
-    after the other, and ``offsets [n + 1]`` (fingerprint ``i`` is ``offsets[i]:offsets[i+1]``)."""
-    bits, counts, offsets = [], [], [0]
-    for fp in fps:
-        items = sorted(fp.GetNonzeroElements().items())
-        bits += [b for b, _ in items]
-        counts += [c for _, c in items]
-        offsets.append(len(bits))
-    return {"bits": np.asarray(bits, dtype=np.int32), "counts": np.asarray(counts, dtype=np.int32),
-            "offsets": np.asarray(offsets, dtype=np.int64)}
-
-
-def unpack(arrays: dict, n_bits: int) -> list:
-    """The fingerprints :func:`pack` stored."""
-    from rdkit import DataStructs
-
-    bits, counts, offsets = arrays["bits"], arrays["counts"], arrays["offsets"]
-    out = []
-    for i in range(len(offsets) - 1):
-        fp = DataStructs.UIntSparseIntVect(n_bits)
-        for b, c in zip(bits[offsets[i]:offsets[i + 1]].tolist(), counts[offsets[i]:offsets[i + 1]].tolist()):
-            fp[b] = c
-        out.append(fp)
-    return out
-
-
-def nearest_similarity(query: list, reference: list) -> np.ndarray:
-    """``[len(query)]``: each query fingerprint's largest Tanimoto similarity to ``reference``
-    (0 when ``reference`` is empty)."""
-    from rdkit import DataStructs
-
-    if not reference:
-        return np.zeros(len(query))
-    return np.asarray([max(DataStructs.BulkTanimotoSimilarity(fp, reference)) for fp in query], dtype=np.float64)
 
 
 @dataclass
@@ -105,12 +113,12 @@ class Domain:
     the domain (see the module docstring).
 
     Attributes:
-        reference: the training molecules' count fingerprints.
+        reference: the training molecules' count fingerprints (CSR ``[n_train, n_bits]``).
         threshold: nearest-training similarity below which a molecule is outside.
         record: what :meth:`fit` measured (``percentile``, the validation similarities' quantiles).
     """
 
-    reference: list
+    reference: object
     threshold: float
     radius: int = RADIUS
     n_bits: int = N_BITS
@@ -124,7 +132,7 @@ class Domain:
         reference = count_fingerprints(train_smiles, radius, n_bits)
         val = nearest_similarity(count_fingerprints(val_smiles, radius, n_bits), reference)
         threshold = float(np.percentile(val, percentile)) if len(val) else 0.0
-        record = {"percentile": float(percentile), "n_train": len(reference), "n_val": int(len(val)),
+        record = {"percentile": float(percentile), "n_train": int(reference.shape[0]), "n_val": int(len(val)),
                   "val_similarity": {f"p{p:g}": float(np.percentile(val, p)) if len(val) else None
                                      for p in (1, 5, 25, 50)}}
         return cls(reference, threshold, radius, n_bits, record)
