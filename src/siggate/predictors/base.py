@@ -17,6 +17,10 @@ Contract of a predictor ``p``:
 * ``p.save(folder)``: ``folder/predictor.json`` (:func:`write_manifest`: kind, task, options and
   what was learned that fits in JSON) and plain arrays (:func:`save_arrays`). Nothing is pickled.
 * ``type(p).load(folder)``: the predictor back, equal in its predictions.
+* optional, ``p.held_out_``: ``{split: array [G, T]}``, the predictions for a split made before
+  ``p`` refitted on it (a fingerprint member chooses its options on ``ds.val``, then learns from
+  train and val). Whatever must see out-of-sample predictions of ``ds.val`` (the combination's
+  weights, the conformal calibration, the val metrics) reads :func:`out_of_sample`.
 * optional, ``p.atom_contributions(graphs, steps)``: an :class:`AtomContributions` (``siggate
   explain``): each atom's share of the prediction relative to a reference. The GNN uses
   integrated gradients; a fingerprint member maps each bit's contribution to the atoms that set
@@ -99,6 +103,26 @@ class Predictor(Protocol):
 
     @classmethod
     def load(cls, folder: str | Path) -> "Predictor": ...
+
+
+def out_of_sample(member, split: str, graphs: Sequence) -> Prediction:
+    """``member``'s prediction for ``graphs``, the molecules of ``split`` it was fitted with, as
+    the combination and the calibration must see it: the predictions it kept before refitting on
+    ``split`` (``held_out_``), else :meth:`Predictor.predict`.
+
+    Raises:
+        ValueError: kept predictions for another number of molecules than ``graphs``.
+    """
+    kept = getattr(member, "held_out_", {}).get(split)
+    if kept is None:
+        return member.predict(graphs)
+    import numpy as np
+    import torch
+
+    if len(kept) != len(graphs):
+        raise ValueError(f"{member.kind}: kept {len(kept)} out-of-sample {split} predictions for {len(graphs)} molecules; "
+                         "the split changed since the member was fitted")
+    return Prediction(mean=torch.from_numpy(np.asarray(kept, dtype=np.float32)))
 
 
 def write_manifest(folder: str | Path, kind: str, info: "TaskInfo", **fields) -> Path:

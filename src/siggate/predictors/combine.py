@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .base import AtomContributions, Prediction, PredictorFileError, read_manifest, task_info, write_manifest
+from .base import AtomContributions, Prediction, PredictorFileError, out_of_sample, read_manifest, task_info, write_manifest
 
 #: how a combination's weights were set
 WEIGHTINGS = ("equal", "fixed", "val")
@@ -134,13 +134,15 @@ class Combination:
 
     def fit_weights(self, ds) -> "Combination":
         """With ``weights="val"``: fit the weights on ``ds.val`` from the (fitted) members'
-        predictions (module docstring); otherwise nothing to fit. Returns ``self``."""
+        out-of-sample predictions (:func:`~.base.out_of_sample`: a member refitted on train+val
+        answers with the predictions it made before; module docstring); otherwise nothing to fit.
+        Returns ``self``."""
         if self.weighting != "val":
             return self
         from ..data.base import label_rows, split_mask
 
         info, graphs = self.info, ds.val
-        preds = torch.stack([m.predict(graphs).mean for m in self.members]).double()  # M, rows, T
+        preds = torch.stack([out_of_sample(m, "val", graphs).mean for m in self.members]).double()  # M, rows, T
         y = torch.cat([label_rows(g, info, "val") for g in graphs])
         if info.transductive:
             preds = preds[:, torch.cat([split_mask(g, info, "val") for g in graphs])]

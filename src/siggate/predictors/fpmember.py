@@ -10,6 +10,16 @@ with a :class:`TargetData`. A target is refused when it has no labelled training
 (:func:`val_score`), the earlier on ties; a target without labelled val rows is fitted with the
 grid's first point only (:meth:`Grid.fallback`).
 
+**Refit** (``refit=True``, the members' default): once a target's options are chosen on val, the
+chosen option is fitted again on the target's labelled train *and* val rows (``_fit_target`` with
+that one point), so the val molecules teach the model that predicts test and new molecules (on the
+20 public MoleculeACE targets this lowered the svr member's mean test RMSE, ``members_check.py``).
+The predictions the train-only fit made for the val molecules are kept in ``held_out_["val"]``
+(saved with the arrays): they are the member's out-of-sample val predictions, which the
+combination's weights, the conformal calibration and the reported val metric read
+(:func:`~.base.out_of_sample`). The refitted model's ``meta`` keeps the selection record and says
+``refit``.
+
 Every per-target model answers ``output(table) -> float64 [n]`` (target units or probabilities)
 for a :class:`FingerprintTable` of the molecules to predict, ``fields()`` (JSON, into the manifest's
 ``targets`` list, with ``mode``) and ``arrays(prefix)`` (plain arrays, into ``arrays.pt`` under
@@ -128,8 +138,9 @@ class Grid:
 
 @dataclass
 class FingerprintTable:
-    """Count fingerprints of a fixed list of SMILES, computed once per ``(radius, size)`` and kept
-    (CSR ``int32``, :func:`~siggate.data.fingerprints.morgan_counts`)."""
+    """Count fingerprints of a fixed list of SMILES, computed once per ``(radius, size, fingerprint)``
+    and kept (CSR ``int32``, :func:`~siggate.data.fingerprints.count_fingerprints`: ``fingerprint``
+    names the kinds side by side, ``"morgan"`` by default)."""
 
     smiles: list[str]
     _cache: dict = field(default_factory=dict)
@@ -137,13 +148,23 @@ class FingerprintTable:
     def __len__(self) -> int:
         return len(self.smiles)
 
-    def get(self, radius: int, size: int):
-        from ..data.fingerprints import morgan_counts
+    def get(self, radius: int, size: int, fingerprint: str = "morgan"):
+        from ..data.fingerprints import count_fingerprints
 
-        key = (int(radius), int(size))
+        key = (int(radius), int(size), fingerprint)
         if key not in self._cache:
-            self._cache[key] = morgan_counts(self.smiles, radius=key[0], size=key[1], sparse=True)
+            self._cache[key] = count_fingerprints(self.smiles, fingerprint, key[0], key[1], sparse=True)
         return self._cache[key]
+
+    @classmethod
+    def joined(cls, first: "FingerprintTable", second: "FingerprintTable") -> "FingerprintTable":
+        """The table of ``first``'s molecules then ``second``'s, reusing the fingerprints both hold."""
+        import scipy.sparse as sp
+
+        out = cls(first.smiles + second.smiles)
+        for key in first._cache.keys() & second._cache.keys():
+            out._cache[key] = sp.vstack([first._cache[key], second._cache[key]], format="csr", dtype=np.int32)
+        return out
 
 
 def csr_to_arrays(prefix: str, x) -> dict:
@@ -214,9 +235,9 @@ class TargetData:
     def classify(self) -> bool:
         return self.task != "regression"
 
-    def x(self, radius: int, size: int):
+    def x(self, radius: int, size: int, fingerprint: str = "morgan"):
         """Count fingerprints (CSR) of the labelled training rows."""
-        return self.train.get(radius, size)[self.rows]
+        return self.train.get(radius, size, fingerprint)[self.rows]
 
 
 class Selection:
@@ -253,8 +274,8 @@ class _Rows:
     def __len__(self) -> int:
         return int(self.rows.size)
 
-    def get(self, radius: int, size: int):
-        return self.parent.get(radius, size)[self.rows]
+    def get(self, radius: int, size: int, fingerprint: str = "morgan"):
+        return self.parent.get(radius, size, fingerprint)[self.rows]
 
 
 class FingerprintMember:
@@ -264,9 +285,14 @@ class FingerprintMember:
 
     kind: ClassVar[str] = ""
 
-    def __init__(self) -> None:
+    def __init__(self, refit: bool = True) -> None:
         self.info = None
         self.models_: list = []
+        self.refit = bool(refit)
+        #: ``{"val": float64 [n_val, T]}``: the predictions for the validation molecules made before
+        #: refitting on them (out of sample: what the combination's weights, the calibration and the
+        #: val metrics read, :func:`~.base.out_of_sample`); empty without a refit
+        self.held_out_: dict = {}
 
     def options(self) -> dict:
         raise NotImplementedError
@@ -285,7 +311,8 @@ class FingerprintMember:
             seen = np.concatenate([y_tr[np.isfinite(y_tr)], y_va[np.isfinite(y_va)]])
             if not np.all((seen == 0) | (seen == 1)):
                 raise ValueError(f"the {self.kind} member needs 0/1 labels for a {ds.info.task} task")
-        self.models_ = []
+        self.models_, self.held_out_ = [], {}
+        held, both = np.empty((len(val), len(ds.info.target_names))), None
         for j, name in enumerate(ds.info.target_names):
             rows, vrows = np.flatnonzero(np.isfinite(y_tr[:, j])), np.flatnonzero(np.isfinite(y_va[:, j]))
             data = TargetData(j, name, ds.info.task, fp_tr, fp_va, rows, y_tr[rows, j], vrows, y_va[vrows, j])
@@ -297,9 +324,26 @@ class FingerprintMember:
                 self.models_.append(ConstantModel.of(data.y, data.classify, why))
             else:
                 self.models_.append(self._fit_target(data))
+            held[:, j] = self.models_[j].output(fp_va)
+            if self.refit and vrows.size and not isinstance(self.models_[j], ConstantModel):
+                both = both or FingerprintTable.joined(fp_tr, fp_va)
+                self.models_[j] = self._refit(self.models_[j], TargetData(
+                    j, name, ds.info.task, both, FingerprintTable([]), np.concatenate([rows, len(train) + vrows]),
+                    np.concatenate([data.y, data.val_y]), vrows[:0], data.val_y[:0]))
+        if self.refit:
+            self.held_out_ = {"val": held}
         return self
 
-    def _fit_target(self, data: TargetData):
+    def _refit(self, model, data: TargetData):
+        """``model``'s chosen options fitted again on ``data`` (the train and val rows), its
+        selection record kept in ``meta`` with ``refit``: the rows it was refitted on."""
+        again = self._fit_target(data, [model.meta["chosen"]])
+        again.meta = {**model.meta, "refit": {"rows": "train+val", "n": int(data.rows.size)}}
+        return again
+
+    def _fit_target(self, data: TargetData, points: list[dict] | None = None):
+        """The target's model, the val-best of ``points`` (``None``: the grid's, or its fallback
+        without labelled val rows; with one point, that point's model)."""
         raise NotImplementedError
 
     def predict_array(self, smiles: list[str]) -> np.ndarray:
@@ -326,6 +370,7 @@ class FingerprintMember:
         for j, m in enumerate(self.models_):
             arrays.update(m.arrays(f"t{j}"))
             targets.append({"name": self.info.target_names[j], **m.fields(), "meta": m.meta})
+        arrays.update({f"held_out.{split}": np.asarray(v, dtype=np.float64) for split, v in self.held_out_.items()})
         folder.mkdir(parents=True, exist_ok=True)
         save_arrays(folder / ARRAYS, arrays)
         write_manifest(folder, self.kind, self.info, options=self.options(), arrays=ARRAYS, targets=targets)
@@ -349,6 +394,12 @@ class FingerprintMember:
                 model = ConstantModel(float(t["value"])) if t["mode"] == "constant" else self._restore(t, arrays, f"t{j}")
                 model.meta = dict(t["meta"])
                 self.models_.append(model)
+            for key, value in arrays.items():
+                if key.startswith("held_out."):
+                    held = np.asarray(value, dtype=np.float64)
+                    if held.ndim != 2 or held.shape[1] != self.info.num_tasks:
+                        raise PredictorFileError(f"{key} has shape {held.shape} for {self.info.num_tasks} targets")
+                    self.held_out_[key.split(".", 1)[1]] = held
         except PredictorFileError as exc:
             raise PredictorFileError(f"{folder}: {exc}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

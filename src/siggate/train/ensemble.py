@@ -41,6 +41,7 @@ import torch
 
 from ..config import Config
 from ..data.base import GraphDataset
+from ..predictors.base import out_of_sample
 from ..predictors.combine import Combination
 from .dataprep import prepare_data
 from .members import build_members, fit_member
@@ -68,7 +69,7 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     record = {"config": cfg.to_dict(), "split_seed": cfg.train.seed, "data_source": data_source(cfg.data)}
     combo = Combination(fitted, weights, [name for name, _, _ in built], record).fit_weights(ds)
     splits = [s for s in SPLITS if ds.splits.get(s)]  # no test split: the scikit-learn estimators' fit
-    preds = {s: [m.predict(ds.splits[s]) for m in fitted] for s in splits}
+    preds = {s: [out_of_sample(m, s, ds.splits[s]) for m in fitted] for s in splits}  # val: as the weights saw it
     both = {s: combo.combine(preds[s]) for s in splits}
     metrics = {
         "dataset": ds.info.name, "level": ds.info.level, "task": ds.info.task, "metric": ds.info.metric,
