@@ -32,7 +32,15 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .base import AtomContributions, Prediction, PredictorFileError, out_of_sample, read_manifest, task_info, write_manifest
+from .base import (
+    AtomContributions,
+    Prediction,
+    PredictorFileError,
+    out_of_sample,
+    read_manifest,
+    task_info,
+    write_manifest,
+)
 
 #: how a combination's weights were set
 WEIGHTINGS = ("equal", "fixed", "val")

@@ -60,6 +60,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..data.fingerprints import parse_kinds
 from .base import PredictorFileError
 from .fpmember import (
     FingerprintMember,
@@ -72,7 +73,6 @@ from .fpmember import (
     sigmoid,
     standardizer,
 )
-from ..data.fingerprints import parse_kinds
 from .kernel import minmax_kernel, nystrom_projection
 
 #: rows of Nyström features computed at once (bounds the ``[rows, landmarks]`` scratch kernel)
