@@ -17,10 +17,11 @@ Contract of a predictor ``p``:
 * ``p.save(folder)``: ``folder/predictor.json`` (:func:`write_manifest`: kind, task, options and
   what was learned that fits in JSON) and plain arrays (:func:`save_arrays`). Nothing is pickled.
 * ``type(p).load(folder)``: the predictor back, equal in its predictions.
-* optional, ``p.atom_contributions(graphs, steps)``: an :class:`AtomContributions` (``siggate
-  explain``): each atom's share of the prediction relative to a reference. The GNN uses
-  integrated gradients; a fingerprint member maps each bit's contribution to the atoms that set
-  it; a combination takes its members' weighted sum.
+* optional, ``p.atom_contributions(graphs, **options)``: an :class:`AtomContributions`
+  (``siggate explain``): each atom's share of the prediction relative to a reference. The GNN
+  uses integrated gradients (``steps``); a fingerprint member occludes each bin of its fingerprint
+  and shares the change over the atoms that set the bin (:mod:`.fpmember`; options it does not
+  use are ignored); a combination takes its members' weighted sum.
 
 Regression predictions are in target units; ``binary``/``multilabel`` predictions are
 probabilities. Missing labels (NaN) are skipped per target when fitting.
@@ -68,8 +69,12 @@ class Prediction:
 @dataclass
 class AtomContributions:
     """How much each atom of each of ``G`` molecules contributes to a prediction, relative to a
-    reference: per molecule and target, ``atoms[g].sum(0) == prediction[g] - baseline[g]`` (up
-    to the method's numerical error).
+    reference. For a *complete* method (integrated gradients, an exact additive model), per
+    molecule and target ``atoms[g].sum(0) == prediction[g] - baseline[g]`` up to the method's
+    numerical error; occlusion (the fingerprint members) measures each bin's effect with the
+    others present, so its sum differs from ``prediction - baseline`` by the model's interactions
+    between bins, and ``method`` says which was used (a combination's sum holds for the share of
+    its complete members).
 
     Attributes:
         atoms: per molecule ``[n_atoms, T]`` (float64, target units or probabilities).

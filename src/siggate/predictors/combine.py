@@ -186,9 +186,10 @@ class Combination:
 
     def atom_contributions(self, graphs, **options) -> AtomContributions:
         """The weighted sum of the members' atom contributions (and of their baselines and
-        predictions): the combined mean is linear in the members', so the contributions still
-        add up to the combination's prediction minus its baseline. ``options`` go to every
-        member's ``atom_contributions`` (e.g. ``steps``).
+        predictions): the combined mean is linear in the members', so where every member's
+        contributions add up to its prediction minus its baseline (integrated gradients), the
+        combination's do too (occlusion, the fingerprint members', does not). ``options`` go to
+        every member's ``atom_contributions`` (e.g. ``steps``; a member ignores those it does not use).
 
         Raises:
             ValueError: a member kind that cannot attribute its predictions to atoms.
