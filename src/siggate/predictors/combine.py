@@ -207,10 +207,12 @@ class Combination:
         methods = sorted({p.method for p in parts})
         return AtomContributions(atoms, baseline, prediction, "; ".join(methods))
 
-    def save(self, folder: str | Path) -> None:
-        """Each member into ``folder/<name>``, then ``folder/predictor.json``."""
+    def save(self, folder: str | Path, members: bool = True) -> None:
+        """Each member into ``folder/<name>`` (unless ``members`` is false: the members saved
+        themselves there, as ``siggate train`` does when it fits each, and a finished member's
+        files are never written again), then ``folder/predictor.json``."""
         folder = Path(folder)
-        for name, m in zip(self.names, self.members):
+        for name, m in zip(self.names, self.members) if members else ():
             m.save(folder / name)
         write_manifest(folder, self.kind, self.info, members=self.names, weighting=self.weighting,
                        weights=None if self.weights_ is None else self.weights_.tolist(), **self.record)

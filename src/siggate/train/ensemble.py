@@ -91,7 +91,7 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
         **_scores(ds, {s: both[s].mean for s in splits}),
         "splits": ds.sizes(),
     }
-    combo.save(out)
+    combo.save(out, members=False)  # fit_member saved each member; a reused one is not rewritten
     metrics.update(record_results(out, ds, {s: both[s].mean for s in splits}, {s: both[s].spread for s in splits},
                                   _histories(fitted, [name for name, _, _ in built]), cfg.data.name == "csv"))
     if cfg.data.name == "csv" and "test" in both:  # the combination's test predictions, with their spread
