@@ -660,7 +660,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_predict)
 
     p = add_command(sub, "explain", "draw each atom's contribution to a molecule's prediction (integrated "
-                                    "gradients), with a CSV of per-atom values", EXAMPLES["explain"])
+                                    "gradients for the GNN, occlusion of fingerprint bins for svr and rf), with a CSV "
+                                    "of per-atom values", EXAMPLES["explain"])
     p.add_argument("--checkpoint", required=True, metavar="RUN",
                    help="run folder (its best.pt), folder of several members (their weighted contributions) or .pt")
     p.add_argument("smiles", nargs="*", help="SMILES strings")
@@ -669,8 +670,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR",
                    help="folder for molecules.csv, atoms.csv and one SVG and PNG per molecule (and target)")
     p.add_argument("--steps", type=int, default=50,
-                   help="Riemann points of the integrated-gradients path integral (default: 50; more: the atoms' "
-                        "sum closer to prediction minus baseline)")
+                   help="Riemann points of the GNN's integrated-gradients path integral (default: 50; more: the "
+                        "atoms' sum closer to prediction minus baseline; the fingerprint members do not use it)")
     p.add_argument("--max-atoms", type=int, default=1000,
                    help="refuse molecules with more atoms, with a reason per row (default: 1000)")
     p.add_argument("--chunk-size", type=int, default=1000, help="rows of --input read and explained at a time (default: 1000)")
