@@ -14,7 +14,7 @@ from rdkit import Chem
 from rdkit.Chem import Descriptors
 from torch_geometric.data import Data
 
-from siggate.data.base import GraphDataset, TaskInfo
+from siggate.data.base import DataError, GraphDataset, TaskInfo
 from siggate.data.fingerprints import morgan_counts
 from siggate.predictors.base import Predictor, PredictorFileError, read_manifest
 from siggate.predictors.forest import RandomForest, flatten_trees, forest_predict
@@ -349,12 +349,15 @@ def test_refusals_name_the_cause():
         SVRGrid(C=())
     ds = make_ds(LOGP)
     ds.splits["train"][0].smiles = None
-    with pytest.raises(ValueError, match="graph 0 carries none"):
+    with pytest.raises(DataError, match="graph 0 carries none"):  # DataError: the CLI's one line, exit 2
         rf_member(n_estimators=1).fit(ds)
     info = TaskInfo(name="mc", task="multiclass", num_tasks=1, metric="accuracy", num_classes=3)
-    with pytest.raises(ValueError, match="not 'multiclass'"):
+    with pytest.raises(DataError, match="not 'multiclass'"):
         svr_member().fit(GraphDataset(info=info, splits={"train": [], "val": [], "test": []}))
-    with pytest.raises(ValueError, match="needs 0/1 labels"):
+    node = TaskInfo(name="nodes", task="regression", num_tasks=1, metric="mae", level="node")
+    with pytest.raises(DataError, match="the rf member predicts one value per molecule; nodes is a node-level task"):
+        rf_member().fit(GraphDataset(info=node, splits={"train": [], "val": [], "test": []}))
+    with pytest.raises(DataError, match="needs 0/1 labels"):
         svr_member(grid=ONE).fit(make_ds(LOGP, task="binary"))
     with pytest.raises(RuntimeError, match="call fit"):
         rf_member().predict(ds.test)

@@ -27,7 +27,7 @@ from .config_args import (
     config_from_args,
     set_keys,
 )
-from .options import add_progress_flag, progress_enabled
+from .options import DEFAULT_MEMBERS, MEMBER_KIND_NAMES, add_progress_flag, progress_enabled
 
 # name -> light module exposing ``register(subparsers)``; each sets ``func`` on its parser.
 EXTRA_COMMANDS = {
@@ -85,6 +85,10 @@ def cmd_train(args) -> int:
     resume = _resume_dir(args)
     saved = None
     if resume is not None:
+        if not several and rundir.is_members_folder(resume):
+            raise CLIError(_no_run_to_resume(resume, several))
+        if several:
+            _check_saved_members(resume, kinds, args)
         path = rundir.saved_config_path(resume, ensemble=several)
         if path.is_file():
             saved = rundir.read_saved_config(path)
@@ -105,6 +109,11 @@ def cmd_train(args) -> int:
         raise CLIError("--ensemble/--members train their members one after the other; they do not combine with --ddp")
     from .data.catalog import DATASET_META
 
+    fingerprint = [k for k in kinds if k != "gnn"]
+    if fingerprint and DATASET_META.get(cfg.data.name, {}).get("level") == "node":
+        who = f"the {' and '.join(fingerprint)} member" + (" predicts" if len(fingerprint) == 1 else "s predict")
+        raise CLIError(f"--members {','.join(kinds)}: {who} one value per molecule, and {cfg.data.name} is a "
+                       "node-level dataset; train it with the GNN alone (drop --members)")
     if several and DATASET_META.get(cfg.data.name, {}).get("level") == "node":
         raise CLIError(f"--ensemble/--members average graph-level predictions; {cfg.data.name} is a node-level "
                        "dataset. Train its seeds one by one, or compare them with siggate compare.")
@@ -171,23 +180,55 @@ def _resume_dir(args) -> Path | None:
 
 
 def _member_kinds(args) -> list[str]:
-    """``--members`` as a list of known member kinds (default: ``gnn``)."""
-    from .train.members import MemberError, parse_kinds
+    """``--members`` as a list of known member kinds (default: :data:`~siggate.options.DEFAULT_MEMBERS`),
+    checked against ``--ensemble``."""
+    from .train.members import MemberError, check_copies, parse_kinds
 
     try:
-        return parse_kinds(args.members or "gnn")
+        kinds = parse_kinds(args.members or DEFAULT_MEMBERS)
+        check_copies(kinds, 1 if args.ensemble is None else args.ensemble)
+        return kinds
     except MemberError as exc:
         raise CLIError(str(exc)) from None
 
 
+def _members_flags(members: dict) -> str:
+    """The flags that name the recorded ``members`` of a run (``rundir.saved_members``)."""
+    kinds = list(members.get("kinds") or [])
+    return " ".join(([f"--members {','.join(kinds)}"] if kinds != ["gnn"] else [])
+                    + ([f"--ensemble {members['ensemble']}"] if "gnn" in kinds else [])
+                    + ([f"--weights {members['weights']}"] if members.get("weights", "equal") != "equal" else []))
+
+
+def _check_saved_members(out: Path, kinds: list[str], args) -> None:
+    """Refuse ``--resume`` of a run of several members with other members, ``--ensemble`` or
+    ``--weights`` than it records (a folder written before the record is not checked)."""
+    from .train import rundir
+
+    saved = rundir.saved_members(out)
+    if saved is None:
+        return
+    given = {"kinds": kinds, "ensemble": 1 if args.ensemble is None else args.ensemble, "weights": args.weights}
+    if "gnn" not in kinds:
+        given["ensemble"] = saved.get("ensemble")  # --ensemble applies to GNN members only
+    diffs = [k for k in ("kinds", "ensemble", "weights") if saved.get(k) != given[k]]
+    if diffs:
+        raise CLIError(f"--resume {out}: the run was trained with {_members_flags(saved)}, not "
+                       f"{_members_flags(given)}; give them as it was trained, or start a new run with another --out")
+
+
 def _no_run_to_resume(out: Path, ensemble: bool) -> str:
     """Why ``--resume`` finds nothing to continue in ``out``."""
+    from .train import rundir
+
     if not out.exists():
         return f"--resume {out}: no such folder, so there is no run to resume; check the path"
-    if not ensemble and (out / "member0").is_dir():
-        return (f"--resume {out}: this is an ensemble folder; resume it with --ensemble N, N as it was trained "
-                "(and --members as it was trained)")
-    missing = "member0/config.yaml" if ensemble else "config.yaml"
+    if not ensemble and rundir.is_members_folder(out):
+        saved = rundir.saved_members(out)
+        how = (_members_flags(saved) if saved else
+               "--ensemble N, N as it was trained (and --members as it was trained)")
+        return f"--resume {out}: this is an ensemble folder of several members; resume it with {how}"
+    missing = f"{rundir.MEMBERS_RECORD} or member0/config.yaml" if ensemble else "config.yaml"
     return (f"--resume {out}: the folder holds no run to resume (no {missing}); check the path, "
             "or drop --resume to start a new run there")
 
@@ -231,12 +272,10 @@ def _train_members(cfg, out: Path, args, kinds: list[str], resume: bool, device:
     seed..seed+N-1, then the other kinds) in OUT/member*/, combined into one predictor in OUT."""
     from .train.ensemble import member_lines, train_members
 
-    n = 1 if args.ensemble is None else args.ensemble
-    if n < 1:
-        raise CLIError(f"--ensemble must be >= 1, got {args.ensemble}")
+    n = 1 if args.ensemble is None else args.ensemble  # checked by _member_kinds
     gnn = f"{n} GNN member(s) {_attention(cfg)} seeds {cfg.train.seed}..{cfg.train.seed + n - 1}" if "gnn" in kinds else ""
     others = ", ".join(k for k in kinds if k != "gnn")
-    print(f"siggate train: ensemble of {', '.join(x for x in (gnn, others) if x)} on dataset={cfg.data.name} "
+    print(f"siggate train: members {', '.join(x for x in (gnn, others) if x)} on dataset={cfg.data.name} "
           f"-> {out}", flush=True)
     res = train_members(cfg, out, kinds, n, weights=None if args.weights == "equal" else args.weights, resume=resume,
                         progress=progress_enabled(args), device=_torch_device(device))
@@ -559,7 +598,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train N GNN members with seeds seed..seed+N-1 into OUT/member*/; siggate predict on OUT "
                         "averages them and adds an uncertainty column (their std)")
     p.add_argument("--members", default=None, metavar="KIND[,KIND...]",
-                   help="the kinds of model the run holds, combined into one (default: gnn); --ensemble N "
+                   help=f"the kinds of model the run holds, combined into one (default: {DEFAULT_MEMBERS}; "
+                        + "; ".join(f"{k}: {v}" for k, v in MEMBER_KIND_NAMES.items()) + "); --ensemble N "
                         "multiplies the GNN members")
     p.add_argument("--weights", choices=["equal", "val"], default="equal",
                    help="how several members are combined: equal weights, or weights fitted on the validation "
@@ -620,7 +660,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_predict)
 
     p = add_command(sub, "explain", "draw each atom's contribution to a molecule's prediction (integrated "
-                                    "gradients), with a CSV of per-atom values", EXAMPLES["explain"])
+                                    "gradients for the GNN, occlusion of fingerprint bins for svr and rf), with a CSV "
+                                    "of per-atom values", EXAMPLES["explain"])
     p.add_argument("--checkpoint", required=True, metavar="RUN",
                    help="run folder (its best.pt), folder of several members (their weighted contributions) or .pt")
     p.add_argument("smiles", nargs="*", help="SMILES strings")
@@ -629,8 +670,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR",
                    help="folder for molecules.csv, atoms.csv and one SVG and PNG per molecule (and target)")
     p.add_argument("--steps", type=int, default=50,
-                   help="Riemann points of the integrated-gradients path integral (default: 50; more: the atoms' "
-                        "sum closer to prediction minus baseline)")
+                   help="Riemann points of the GNN's integrated-gradients path integral (default: 50; more: the "
+                        "atoms' sum closer to prediction minus baseline; the fingerprint members do not use it)")
     p.add_argument("--max-atoms", type=int, default=1000,
                    help="refuse molecules with more atoms, with a reason per row (default: 1000)")
     p.add_argument("--chunk-size", type=int, default=1000, help="rows of --input read and explained at a time (default: 1000)")

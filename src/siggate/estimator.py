@@ -36,6 +36,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
+from .options import DEFAULT_MEMBERS
+
 #: the CSV columns :meth:`_SigGateEstimator.fit` writes
 _SMILES, _SPLIT = "smiles", "split"
 
@@ -58,7 +60,8 @@ class _SigGateEstimator(BaseEstimator):
 
     Args:
         epochs: training epochs (``None``: the config's, 150 for the ``csv`` recipe).
-        members: the kinds of model combined, ``"gnn"`` or e.g. ``"gnn,svr"`` (``--members``).
+        members: the kinds of model combined (``--members``): ``"gnn"``, ``"svr"``, ``"rf"`` or several,
+            e.g. ``"gnn,svr,rf"`` (default: the command line's, :data:`~siggate.options.DEFAULT_MEMBERS`).
         ensemble: GNN members with seeds ``seed..seed+ensemble-1`` (``--ensemble``).
         config: a config name or file (``None``: ``csv``, the ``--data`` recipe).
         overrides: ``"section.key=value"`` strings (``--set``), e.g. ``("model.layers=2",)``.
@@ -73,7 +76,7 @@ class _SigGateEstimator(BaseEstimator):
 
     _task = "regression"
 
-    def __init__(self, epochs=None, members="gnn", ensemble=1, config=None, overrides=None, seed=0,
+    def __init__(self, epochs=None, members=DEFAULT_MEMBERS, ensemble=1, config=None, overrides=None, seed=0,
                  val_fraction=0.1, threads=1, device="cpu", out_dir=None, verbose=False):
         self.epochs = epochs
         self.members = members
@@ -129,7 +132,7 @@ class _SigGateEstimator(BaseEstimator):
         from .config_args import config_from_args
         from .train.dataprep import prepare_data
         from .train.ensemble import train_members
-        from .train.members import load_predictor, parse_kinds
+        from .train.members import load_predictor, parse_kinds, run_encodings
         from .train.predict import SmilesPredictor
 
         data = work / "data.csv"
@@ -147,7 +150,8 @@ class _SigGateEstimator(BaseEstimator):
             argv += ["--set", str(item)]
         cfg = config_from_args(build_parser().parse_args(argv))
         kinds = parse_kinds(self.members)
-        ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False, require_test=False)
+        ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,
+                          require_test=False)
         import torch
 
         train_members(cfg, out, kinds, int(self.ensemble), progress=False, device=torch.device(self.device), dataset=ds)

@@ -21,10 +21,11 @@ Contract of a predictor ``p``:
   ``p`` refitted on it (a fingerprint member chooses its options on ``ds.val``, then learns from
   train and val). Whatever must see out-of-sample predictions of ``ds.val`` (the combination's
   weights, the conformal calibration, the val metrics) reads :func:`out_of_sample`.
-* optional, ``p.atom_contributions(graphs, steps)``: an :class:`AtomContributions` (``siggate
-  explain``): each atom's share of the prediction relative to a reference. The GNN uses
-  integrated gradients; a fingerprint member maps each bit's contribution to the atoms that set
-  it; a combination takes its members' weighted sum.
+* optional, ``p.atom_contributions(graphs, **options)``: an :class:`AtomContributions`
+  (``siggate explain``): each atom's share of the prediction relative to a reference. The GNN
+  uses integrated gradients (``steps``); a fingerprint member occludes each bin of its fingerprint
+  and shares the change over the atoms that set the bin (:mod:`.fpmember`; options it does not
+  use are ignored); a combination takes its members' weighted sum.
 
 Regression predictions are in target units; ``binary``/``multilabel`` predictions are
 probabilities. Missing labels (NaN) are skipped per target when fitting.
@@ -72,8 +73,12 @@ class Prediction:
 @dataclass
 class AtomContributions:
     """How much each atom of each of ``G`` molecules contributes to a prediction, relative to a
-    reference: per molecule and target, ``atoms[g].sum(0) == prediction[g] - baseline[g]`` (up
-    to the method's numerical error).
+    reference. For a *complete* method (integrated gradients, an exact additive model), per
+    molecule and target ``atoms[g].sum(0) == prediction[g] - baseline[g]`` up to the method's
+    numerical error; occlusion (the fingerprint members) measures each bin's effect with the
+    others present, so its sum differs from ``prediction - baseline`` by the model's interactions
+    between bins, and ``method`` says which was used (a combination's sum holds for the share of
+    its complete members).
 
     Attributes:
         atoms: per molecule ``[n_atoms, T]`` (float64, target units or probabilities).

@@ -196,9 +196,10 @@ class Combination:
 
     def atom_contributions(self, graphs, **options) -> AtomContributions:
         """The weighted sum of the members' atom contributions (and of their baselines and
-        predictions): the combined mean is linear in the members', so the contributions still
-        add up to the combination's prediction minus its baseline. ``options`` go to every
-        member's ``atom_contributions`` (e.g. ``steps``).
+        predictions): the combined mean is linear in the members', so where every member's
+        contributions add up to its prediction minus its baseline (integrated gradients), the
+        combination's do too (occlusion, the fingerprint members', does not). ``options`` go to
+        every member's ``atom_contributions`` (e.g. ``steps``; a member ignores those it does not use).
 
         Raises:
             ValueError: a member kind that cannot attribute its predictions to atoms.
@@ -216,10 +217,12 @@ class Combination:
         methods = sorted({p.method for p in parts})
         return AtomContributions(atoms, baseline, prediction, "; ".join(methods))
 
-    def save(self, folder: str | Path) -> None:
-        """Each member into ``folder/<name>``, then ``folder/predictor.json``."""
+    def save(self, folder: str | Path, members: bool = True) -> None:
+        """Each member into ``folder/<name>`` (unless ``members`` is false: the members saved
+        themselves there, as ``siggate train`` does when it fits each, and a finished member's
+        files are never written again), then ``folder/predictor.json``."""
         folder = Path(folder)
-        for name, m in zip(self.names, self.members):
+        for name, m in zip(self.names, self.members) if members else ():
             m.save(folder / name)
         write_manifest(folder, self.kind, self.info, members=self.names, weighting=self.weighting,
                        weights=None if self.weights_ is None else self.weights_.tolist(), **self.record)

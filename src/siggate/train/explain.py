@@ -3,13 +3,16 @@
 For every input SMILES, read and refused exactly as ``siggate predict`` does
 (:meth:`~siggate.train.predict.SmilesPredictor.featurize_rows`), the predictor's
 ``atom_contributions`` (:class:`~siggate.predictors.base.AtomContributions`; for the GNN,
-integrated gradients from a zero atom-embedding baseline, :mod:`siggate.train.attribution`)
-is written to ``OUT``:
+integrated gradients from a zero atom-embedding baseline, :mod:`siggate.train.attribution`; for
+the fingerprint members (svr, rf), occlusion of fingerprint bins shared among the atoms that set
+them, from the empty fingerprint, :mod:`siggate.predictors.fpmember`; for a combination, its
+members' weighted sum) is written to ``OUT``:
 
 * ``molecules.csv``: one row per input row, in order: ``row`` (0-based), ``smiles``, per target
   the prediction, ``<target>_baseline`` (the reference prediction) and ``<target>_atoms_sum``
-  (the sum of the atoms' contributions, equal to prediction minus baseline up to the
-  integral's numerical error), the pictures' stem, and ``error``;
+  (the sum of the atoms' contributions: for the GNN equal to prediction minus baseline up to
+  the integral's numerical error; occlusion is not complete, and its sum differs from it by the
+  model's interactions between bins), the pictures' stem, and ``error``;
 * ``atoms.csv``: one row per atom of each predicted molecule: ``row``, ``atom`` (RDKit's atom
   index in the SMILES as written), ``element`` and one contribution column per target;
 * ``mol<row>.svg`` and ``mol<row>.png`` (``mol<row>_<target>.*`` for several targets): the

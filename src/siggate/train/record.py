@@ -57,16 +57,21 @@ def data_source(data: DataConfig) -> dict | None:
     return {"csv": str(path), "sha256": fingerprint_file(path)}
 
 
+def write_config(path: str | Path, config: dict, **meta) -> None:
+    """A run's config (``config``, the whole config as a dict) as YAML at ``path``, with ``_meta``:
+    the siggate version, the git commit and ``meta`` (what ``--resume`` and the readers of the
+    run need beyond the config). Atomic."""
+    doc = {**config, "_meta": {"siggate_version": __version__, "git_commit": git_commit(), **meta}}
+    atomic_write_bytes(Path(path), yaml.safe_dump(doc, sort_keys=False).encode("utf-8"))
+
+
 class RunFiles:
     """Checkpoint step and logs of a run (rank 0): ``config.yaml`` (``config``, the run's whole
     config as a dict, with ``_meta``), ``log.csv``, TensorBoard events, ``best.pt`` and
     ``last.pt`` after every epoch; the checkpoints also record ``source`` (:func:`data_source`)."""
 
     def __init__(self, run: Run, out: Path, config: dict, source: dict | None, progress: bool) -> None:
-        (out / "config.yaml").write_text(yaml.safe_dump(
-            {**config, "_meta": {"siggate_version": __version__, "git_commit": git_commit(),
-                                 "task": run.info.to_dict(), "resolved": dict(run.resolved)}},
-            sort_keys=False))
+        write_config(out / "config.yaml", config, task=run.info.to_dict(), resolved=dict(run.resolved))
         self.out, self.config, self.source, self.progress = out, config, source, progress
         self.writer = EpochLog(out / "log.csv", run.history)
         self.tb = TBLogger(out / "tb", purge_step=run.state.epoch + 1 if run.state.epoch else None)

@@ -3,9 +3,10 @@ default name that is free, clearing it for ``--overwrite``, and the run's saved 
 ``--resume``. Light: no torch.
 
 A folder *holds a run* when it has any of :data:`RUN_MARKERS` (``config.yaml`` is written
-before the first epoch, ``last.pt`` after each, ``metrics.json`` at the end), or is an
-folder of several members (its ``metrics.json``, ``ensemble.json`` of older ensembles, or
-``member{i}/`` folders holding runs; see :mod:`siggate.train.ensemble`).
+before the first epoch, ``last.pt`` after each, ``metrics.json`` at the end; a run of several
+members writes ``members.yaml`` before its first member), or is a folder of several members
+(``ensemble.json`` of older ensembles, or ``member{i}/`` folders holding runs; see
+:mod:`siggate.train.ensemble`).
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from ..data.similarity import DOMAIN_FILE, FINGERPRINTS_FILE
 from ..files import atomic_write_bytes, folder_busy
 from .plots import LEARNING, PARITY, RESIDUALS
 
+#: a run of several members' config and the members it holds (``siggate train --members/--ensemble``,
+#: :func:`siggate.train.ensemble.write_members_record`), written before its first member is fitted
+MEMBERS_RECORD = "members.yaml"
 #: Files whose presence makes a folder a run.
-RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json")
+RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json", MEMBERS_RECORD)
 #: a run's split-conformal calibration (``record.write_calibration``), read by ``siggate predict --coverage``
 CALIBRATION = "calibration.json"
 #: Everything ``siggate train`` writes into a run folder (files, and the TensorBoard folder
@@ -92,10 +96,32 @@ def clear_run(out: str | Path) -> None:
 
 
 def saved_config_path(out: str | Path, ensemble: bool = False) -> Path:
-    """The ``config.yaml`` that ``--resume`` reads: ``out``'s own, or its first member's for an
-    ensemble (members differ only in their seed)."""
+    """The config that ``--resume`` reads: ``out``'s own ``config.yaml``, or for a run of several
+    members its :data:`MEMBERS_RECORD` (or, in a folder written before it, the first member's
+    ``config.yaml``: the members of an ``--ensemble`` differ only in their seed)."""
     out = Path(out)
-    return out / "member0" / "config.yaml" if ensemble else out / "config.yaml"
+    if not ensemble:
+        return out / "config.yaml"
+    return out / MEMBERS_RECORD if (out / MEMBERS_RECORD).is_file() else out / "member0" / "config.yaml"
+
+
+def is_members_folder(out: str | Path) -> bool:
+    """Whether ``out`` is the folder of a run of several members (its :data:`MEMBERS_RECORD`, an
+    older ``ensemble.json``, or a ``member0/`` folder)."""
+    out = Path(out)
+    return any((out / name).exists() for name in (MEMBERS_RECORD, "ensemble.json", "member0"))
+
+
+def saved_members(out: str | Path) -> dict | None:
+    """The members a run of several members records in its :data:`MEMBERS_RECORD`
+    (``{"kinds": [...], "ensemble": N, "weights": "equal" | "val"}``), or None where none is
+    recorded (another folder, or one written before the record)."""
+    path = Path(out) / MEMBERS_RECORD
+    if not path.is_file():
+        return None
+    saved = yaml.safe_load(path.read_text()) or {}
+    members = (saved.get("_meta") or {}).get("members")
+    return members if isinstance(members, dict) else None
 
 
 def read_saved_config(path: str | Path) -> dict:
