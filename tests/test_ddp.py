@@ -69,9 +69,10 @@ def test_two_rank_ddp_matches_one_process_and_writes_once(tmp_path):
 
     # rank 0 alone wrote: one set of files, no leftovers of atomic writes, one event file,
     # one log row per epoch
-    assert sorted(p.name for p in out.iterdir()) == ["best.pt", "config.yaml", "data_report.csv", "last.pt",
-                                                     "log.csv", "metrics.json", "splits.csv", "tb",
-                                                     "test_predictions.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["best.pt", "calibration.json", "config.yaml", "data_report.csv",
+                                                     "domain.json", "domain_fingerprints.npz", "last.pt",
+                                                     "learning_curves.png", "log.csv", "metrics.json", "parity.png",
+                                                     "splits.csv", "tb", "test_predictions.csv"]
     assert len(list((out / "tb").iterdir())) == 1
     with open(out / "log.csv") as fh:
         assert [int(r["epoch"]) for r in csv.DictReader(fh)] == list(range(1, EPOCHS + 1))

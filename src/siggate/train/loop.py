@@ -35,11 +35,10 @@ from torch.utils.data import DistributedSampler
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
-import siggate
-
 from ..config import ModelConfig, TrainConfig
 from ..data.base import GraphDataset, TaskInfo, label_rows, split_mask
 from ..nn.model import SigGateGT
+from ..version import __version__
 from .checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
@@ -107,7 +106,7 @@ def checkpoint_dict(run: Run, config: dict, rng_ranks: list) -> dict:
     the model from), and every rank's RNG states ``rng_ranks``."""
     return {
         "format": FORMAT_VERSION,
-        "siggate_version": siggate.__version__,
+        "siggate_version": __version__,
         "config": config,
         "resolved": dict(run.resolved),  # values resolved from the data (resolve_pool_norm)
         "info": run.info.to_dict(),
@@ -357,12 +356,14 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
 
 def evaluate_epoch(run: Run, full: bool = True) -> tuple[float, float | None, list[float]]:
     """Evaluation step: ``(val, test, gate means)`` computed on rank 0 and broadcast;
-    ``full=False`` evaluates the validation split only (``test`` None, no gate means)."""
+    ``full=False`` evaluates the validation split only (``test`` None, no gate means), and so
+    does a dataset without a test split (the scikit-learn estimators train on all they are given)."""
     val = test = None
     gates: list[float] = []
     if run.ctx.is_main:
         bs, dev = run.train_cfg.eval_batch_size, run.device
-        scores = evaluate_splits(run.model, run.ds, ["val", "test"] if full else ["val"], run.mean, run.std, bs, dev)
+        splits = ["val", "test"] if full and run.ds.splits.get("test") else ["val"]
+        scores = evaluate_splits(run.model, run.ds, splits, run.mean, run.std, bs, dev)
         val, test = scores["val"], scores.get("test")
         if full:
             gates = gate_means(run.model, run.ds.val, device=dev)
