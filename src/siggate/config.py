@@ -23,6 +23,7 @@ from .options import (
     ATTN_IMPLS,
     ATTN_TYPES,
     DUPLICATES,
+    EVAL_NORMS,
     FLAT_ATTENTION_KEYS,
     GATE_KINDS,
     GATE_POSITIONS,
@@ -130,6 +131,9 @@ class TrainConfig:
     normalize_targets: bool = True
     on_nan: str = "stop"
     threads: int = 0
+    # BatchNorm statistics an evaluation uses: "running" (PyTorch's running averages over the last
+    # training batches) or "train" (recomputed on the training set first, train/bn_stats.py)
+    eval_norm: str = "running"
     init: str = ""                          # start from these weights: "pretrained", a pretrained.pt or a checkpoint
 
 
@@ -165,6 +169,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.param_match": _choice("none", "ffn"),
     "train.loss": _choice("auto", *dict.fromkeys(loss for losses in TASK_LOSSES.values() for loss in losses)),
     "train.on_nan": _choice("stop", "skip"),
+    "train.eval_norm": _choice(*EVAL_NORMS),
     "model.dim": {"min": 1},
     "model.ffn_dim": {"min": 0},
     "model.layers": {"min": 1},

@@ -30,6 +30,7 @@ __all__ = [
     "HIGHER_IS_BETTER",
     "PREDICT_MAX_ATOMS",
     "DUPLICATES",
+    "EVAL_NORMS",
     "parse_gate_spec",
     "parse_mol_features",
     "mol_features_dim",
@@ -109,6 +110,10 @@ PREDICT_MAX_ATOMS = 1000
 #: ``data.duplicates`` (``--duplicates``): what a CSV's repeated molecules become: kept as
 #: separate rows, merged into one row with their mean label (regression), or the first row kept.
 DUPLICATES = ("keep", "average", "first")
+#: ``train.eval_norm``: the BatchNorm statistics an evaluation uses: the running averages that
+#: training keeps (PyTorch's, momentum 0.1), or recomputed on the training set first
+#: (:func:`siggate.train.bn_stats.recompute_bn_stats`).
+EVAL_NORMS = ("running", "train")
 
 
 def parse_gate_spec(text: str) -> tuple[str, str | None]:

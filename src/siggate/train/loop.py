@@ -47,6 +47,7 @@ from ..data.base import GraphDataset, TaskInfo, label_rows, split_mask
 from ..files import atomic_write_bytes
 from ..nn.model import SigGateGT
 from ..options import TASK_LOSSES
+from .bn_stats import recompute_bn_stats
 from .checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
@@ -290,10 +291,15 @@ def predict(model, loader, mean=None, std=None, task: str = "regression", device
     return torch.cat(outs) if outs else torch.empty(0)
 
 
+def eval_loader(graphs, batch_size: int = 256) -> DataLoader:
+    """``graphs`` in order, ``batch_size`` at a time, drawing nothing from the global random
+    generator (evaluation never moves a run's random streams)."""
+    return DataLoader(graphs, batch_size=batch_size, shuffle=False, generator=_loader_generator())
+
+
 def predict_graphs(model, graphs, info: TaskInfo, mean, std, batch_size: int = 256, device=None) -> torch.Tensor:
     """:func:`predict` on the list ``graphs``, in order, ``batch_size`` graphs at a time."""
-    loader = DataLoader(graphs, batch_size=batch_size, shuffle=False, generator=_loader_generator())
-    return predict(model, loader, mean, std, info.task, device=device)
+    return predict(model, eval_loader(graphs, batch_size), mean, std, info.task, device=device)
 
 
 def scored_rows(info: TaskInfo, graphs, pred: torch.Tensor, split: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -646,11 +652,16 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
 
 def evaluate_epoch(run: Run, full: bool = True) -> tuple[float, float | None, list[float]]:
     """Evaluation step: ``(val, test, gate means)`` computed on rank 0 and broadcast;
-    ``full=False`` evaluates the validation split only (``test`` None, no gate means)."""
+    ``full=False`` evaluates the validation split only (``test`` None, no gate means).
+    With ``train.eval_norm: train`` the BatchNorm statistics are first recomputed on the
+    training set (:func:`siggate.train.bn_stats.recompute_bn_stats`; the weights and the
+    training trajectory are unchanged, the checkpoints carry the new statistics)."""
     val = test = None
     gates: list[float] = []
     if run.ctx.is_main:
         bs, dev = run.cfg.train.eval_batch_size, run.device
+        if run.cfg.train.eval_norm == "train":
+            recompute_bn_stats(run.model, eval_loader(run.ds.train, bs), dev)
         scores = evaluate_splits(run.model, run.ds, ["val", "test"] if full else ["val"], run.mean, run.std, bs, dev)
         val, test = scores["val"], scores.get("test")
         if full:

@@ -1,0 +1,197 @@
+"""Which BatchNorm statistics should an evaluation use? (issue 30, item 4)
+
+One training run of ``siggate train --data`` (the csv recipe, a peer task's split), scored
+after every epoch in several ways on the very same weights. The running statistics never
+enter a training step (BatchNorm normalises a training batch with its own statistics), so
+every way shares one training trajectory, and one run compares them all:
+
+* ``running``: what ``siggate train`` scored until now (PyTorch's running averages,
+  momentum 0.1: in effect the last 10-20 batches of the epoch); the run's own ``val``/``test``;
+* ``train``: the statistics recomputed on the whole training set first
+  (:func:`siggate.train.bn_stats.recompute_bn_stats`, ``train.eval_norm: train``);
+* ``epoch``: the cumulative average of every batch's statistics over the epoch (BatchNorm
+  with ``momentum=None`` reset at each epoch's start), recorded here by hooks;
+* ``ema``: an exponential moving average of the weights (``--ema-decay`` per step), with
+  the statistics recomputed on the training set for those weights.
+
+For each way: the validation curve, its best epoch (the first best, as ``fit`` selects) and
+the test metric there, and the time the extra pass costs. Writes one JSON (``--out``) with
+the command, commit, seed and every epoch's scores.
+
+    python benchmarks/stable_eval/probe.py --task zincmr4k --seed 0 \\
+        --out benchmarks/results/stable_eval/probe_zincmr4k_seed0.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks" / "peers"))
+
+WAYS = ("running", "train", "epoch", "ema")
+
+
+class EpochAverage:
+    """Per BatchNorm layer, the cumulative average of the training batches' means and unbiased
+    variances since the last :meth:`reset` (what ``momentum=None`` keeps in ``running_*``)."""
+
+    def __init__(self, norms) -> None:
+        self.norms = norms
+        self.hooks = [bn.register_forward_pre_hook(self._record) for bn in norms]
+        self.reset()
+
+    def reset(self) -> None:
+        self.sums = {bn: [0.0, 0.0, 0] for bn in self.norms}
+
+    def _record(self, bn, inputs) -> None:
+        if not bn.training:
+            return
+        x = inputs[0].detach()
+        s = self.sums[bn]
+        s[0] = s[0] + x.mean(0)
+        s[1] = s[1] + x.var(0, unbiased=True)
+        s[2] += 1
+
+    def apply_to(self, model) -> None:
+        """Copy the averages into the BatchNorm layers of ``model`` (a deep copy of the
+        trained model: its layers correspond to :attr:`norms` in module order)."""
+        from siggate.train.bn_stats import batch_norms
+
+        for bn, target in zip(self.norms, batch_norms(model)):
+            mean, var, n = self.sums[bn]
+            if n:
+                target.running_mean.copy_(mean / n)
+                target.running_var.copy_(var / n)
+
+
+def parse_args(argv=None):
+    import tasks as T
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--task", required=True, choices=sorted(T.TASKS))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=None, help="override the recipe's epochs (a quick look)")
+    p.add_argument("--ema-decay", type=float, default=0.999, help="per-step decay of the weight average (0.999)")
+    p.add_argument("--data-dir", type=Path, default=T.DEFAULT_DATA_DIR)
+    p.add_argument("--cache-dir", type=Path, default=Path("/tmp/siggate-stable-eval-cache"))
+    p.add_argument("--siggate-args", default="", help="extra siggate train flags, e.g. \"--set train.lr=0.001\"")
+    p.add_argument("--out", type=Path, required=True)
+    return p.parse_args(argv)
+
+
+def build_config(args):
+    """The config ``siggate train --data`` builds for the task (the peer benchmark's flags)."""
+    import tasks as T
+
+    from siggate.cli import build_parser
+    from siggate.config_args import config_from_args
+
+    task = T.TASKS[args.task]
+    folder = args.data_dir / args.task
+    if not (folder / "data.csv").is_file():
+        raise SystemExit(f"{folder / 'data.csv'} is missing; build it: python benchmarks/peers/tasks.py --build {args.task}")
+    argv = ["train", "--data", str(folder / "data.csv"), "--smiles-col", "smiles", "--target-col", "y",
+            "--task", task.task, "--split", "column:split", "--seed", str(args.seed),
+            "--cache-dir", str(args.cache_dir / args.task), *shlex.split(args.siggate_args)]
+    if args.epochs:
+        argv += ["--epochs", str(args.epochs)]
+    return config_from_args(build_parser().parse_args(argv)), argv
+
+
+def best_epoch(vals: list[float], higher: bool) -> int:
+    """0-based index of the first best finite value (``fit``'s rule)."""
+    best = None
+    for i, v in enumerate(vals):
+        if best is None or (math.isfinite(v) and (v > vals[best] if higher else v < vals[best])):
+            best = i
+    return best
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from siggate.train.bn_stats import batch_norms, recompute_bn_stats
+    from siggate.train.loop import eval_loader, evaluate_splits, fit, git_commit, prepare_data, setup_run
+
+    cfg, train_argv = build_config(args)
+    torch.set_num_threads(cfg.train.threads or 1)
+    ds = prepare_data(cfg, progress=False)
+    run = setup_run(cfg, ds)
+    model, bs = run.model, cfg.train.eval_batch_size
+    scratch = copy.deepcopy(model)  # scored in each way; copied before any hook is registered
+    average = EpochAverage(batch_norms(model))
+    ema = [p.detach().clone() for p in model.parameters()]
+    decay = args.ema_decay
+
+    def ema_step(*_):
+        with torch.no_grad():
+            for e, p in zip(ema, model.parameters()):
+                e.mul_(decay).add_(p.detach(), alpha=1 - decay)
+
+    run.optimizer.register_step_post_hook(ema_step)
+    rows = []
+
+    def score(m) -> tuple[float, float]:
+        s = evaluate_splits(m, ds, ["val", "test"], run.mean, run.std, bs)
+        return s["val"], s["test"]
+
+    def on_epoch_end(run, end):
+        row = {"epoch": end.row["epoch"], "lr": end.row["lr"], "train_loss": end.row["train_loss"],
+               "seconds_epoch": end.row["seconds"], "running": [end.row["val"], end.row["test"]]}
+        m = scratch
+        m.load_state_dict(model.state_dict())
+        t0 = time.process_time()
+        recompute_bn_stats(m, eval_loader(ds.train, bs))
+        row["seconds_recompute"] = time.process_time() - t0
+        row["train"] = list(score(m))
+        m.load_state_dict(model.state_dict())
+        average.apply_to(m)
+        row["epoch_avg"] = list(score(m))
+        average.reset()
+        with torch.no_grad():
+            for p, e in zip(m.parameters(), ema):
+                p.copy_(e)
+        recompute_bn_stats(m, eval_loader(ds.train, bs))
+        row["ema"] = list(score(m))
+        rows.append(row)
+        print(json.dumps({k: (v if not isinstance(v, float) else round(v, 4)) for k, v in row.items()}), flush=True)
+
+    t0 = time.time()
+    fit(run, progress=False, on_epoch_end=on_epoch_end)
+    higher = run.info.higher_is_better
+    summary = {}
+    for way, key in (("running", "running"), ("train", "train"), ("epoch", "epoch_avg"), ("ema", "ema")):
+        vals = [r[key][0] for r in rows]
+        b = best_epoch(vals, higher)
+        tail = vals[-20:]
+        summary[way] = {"best_epoch": b + 1, "val": vals[b], "test": rows[b][key][1],
+                        "tail20_mean_abs_step": sum(abs(a - c) for a, c in zip(tail, tail[1:])) / max(len(tail) - 1, 1),
+                        "tail20_range": max(tail) - min(tail)}
+    result = {
+        "what": "val/test per epoch of one csv-recipe run scored with four kinds of BatchNorm statistics "
+                "(benchmarks/stable_eval/probe.py)",
+        "command": " ".join(["python", "benchmarks/stable_eval/probe.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]),
+        "siggate_train_equivalent": "siggate " + " ".join(map(shlex.quote, train_argv)),
+        "git_commit": git_commit(), "task": args.task, "seed": args.seed, "metric": run.info.metric,
+        "higher_is_better": higher, "ema_decay": decay, "epochs": cfg.train.epochs, "lr": cfg.train.lr,
+        "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "wall_seconds": time.time() - t0, "summary": summary, "history": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
