@@ -558,6 +558,8 @@ def upgrade_config_dict(raw: dict) -> dict:
     - ``train.init`` came with ``siggate pretrain``; older runs started fresh: ``""``.
     - ``train.warmup_start`` came with ``siggate train``'s 1% warmup start; older runs
       warmed up from GraphGPS's ``0``.
+    - ``train.eval_norm`` came with the BatchNorm statistics recomputed before evaluation;
+      older runs were scored with the running statistics: ``"running"``.
     - ``model.performer_features``, ``performer_redraw``, ``performer_kernel``,
       ``expander_degree``, ``expander_degree_total``, ``expander_seed`` and ``virtual_nodes``
       moved into ``model.attention.performer``/``.exphormer``
@@ -582,6 +584,7 @@ def upgrade_config_dict(raw: dict) -> dict:
     if isinstance(train, dict):
         train.setdefault("warmup_start", 0.0)
         train.setdefault("init", "")
+        train.setdefault("eval_norm", "running")
     return _nest_flat_attention_keys(out, warn=False)
 
 

@@ -90,6 +90,8 @@ def recompute_bn_stats(model: nn.Module, batches, device=None) -> int:
     def batch_stats(bn: _BatchNorm, inputs, _output):
         x = inputs[0]
         moments[bn].add(x)
+        if x.size(0) < 2:  # a batch of one row has no variance: the layer's eval output stands
+            return None
         # what the layer computes in training: normalised with this batch's statistics
         return F.batch_norm(x, None, None, bn.weight, bn.bias, True, 0.0, bn.eps)
 
