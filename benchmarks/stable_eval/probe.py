@@ -11,8 +11,9 @@ every way shares one training trajectory, and one run compares them all:
   (:func:`siggate.train.bn_stats.recompute_bn_stats`, ``train.eval_norm: train``);
 * ``epoch``: the cumulative average of every batch's statistics over the epoch (BatchNorm
   with ``momentum=None`` reset at each epoch's start), recorded here by hooks;
-* ``ema``: an exponential moving average of the weights (``--ema-decay`` per step), with
-  the statistics recomputed on the training set for those weights.
+* ``ema<H>``: an exponential moving average of the weights over about ``H`` epochs
+  (``--ema-epochs``; per step ``w_avg <- d w_avg + (1 - d) w`` with ``d = 1 - 1 / (H * steps
+  per epoch)``), with the statistics recomputed on the training set for those weights.
 
 For each way: the validation curve, its best epoch (the first best, as ``fit`` selects) and
 the test metric there, and the time the extra pass costs. Writes one JSON (``--out``) with
@@ -37,7 +38,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks" / "peers"))
 
-WAYS = ("running", "train", "epoch", "ema")
 
 
 class EpochAverage:
@@ -80,7 +80,7 @@ def parse_args(argv=None):
     p.add_argument("--task", required=True, choices=sorted(T.TASKS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", type=int, default=None, help="override the recipe's epochs (a quick look)")
-    p.add_argument("--ema-decay", type=float, default=0.999, help="per-step decay of the weight average (0.999)")
+    p.add_argument("--ema-epochs", default="3,10", help="horizons of the weight averages in epochs (3,10)")
     p.add_argument("--data-dir", type=Path, default=T.DEFAULT_DATA_DIR)
     p.add_argument("--cache-dir", type=Path, default=Path("/tmp/siggate-stable-eval-cache"))
     p.add_argument("--siggate-args", default="", help="extra siggate train flags, e.g. \"--set train.lr=0.001\"")
@@ -130,13 +130,16 @@ def main(argv=None) -> int:
     model, bs = run.model, cfg.train.eval_batch_size
     scratch = copy.deepcopy(model)  # scored in each way; copied before any hook is registered
     average = EpochAverage(batch_norms(model))
-    ema = [p.detach().clone() for p in model.parameters()]
-    decay = args.ema_decay
+    steps = math.ceil(len(ds.train) / cfg.train.batch_size)
+    horizons = [float(h) for h in args.ema_epochs.split(",") if h]
+    decays = {f"ema{h:g}": 1 - 1 / (h * steps) for h in horizons}
+    emas = {name: [p.detach().clone() for p in model.parameters()] for name in decays}
 
     def ema_step(*_):
         with torch.no_grad():
-            for e, p in zip(ema, model.parameters()):
-                e.mul_(decay).add_(p.detach(), alpha=1 - decay)
+            for name, decay in decays.items():
+                for e, p in zip(emas[name], model.parameters()):
+                    e.mul_(decay).add_(p.detach(), alpha=1 - decay)
 
     run.optimizer.register_step_post_hook(ema_step)
     rows = []
@@ -158,11 +161,12 @@ def main(argv=None) -> int:
         average.apply_to(m)
         row["epoch_avg"] = list(score(m))
         average.reset()
-        with torch.no_grad():
-            for p, e in zip(m.parameters(), ema):
-                p.copy_(e)
-        recompute_bn_stats(m, eval_loader(ds.train, bs))
-        row["ema"] = list(score(m))
+        for name, ema in emas.items():
+            with torch.no_grad():
+                for p, e in zip(m.parameters(), ema):
+                    p.copy_(e)
+            recompute_bn_stats(m, eval_loader(ds.train, bs))
+            row[name] = list(score(m))
         rows.append(row)
         print(json.dumps({k: (v if not isinstance(v, float) else round(v, 4)) for k, v in row.items()}), flush=True)
 
@@ -170,20 +174,26 @@ def main(argv=None) -> int:
     fit(run, progress=False, on_epoch_end=on_epoch_end)
     higher = run.info.higher_is_better
     summary = {}
-    for way, key in (("running", "running"), ("train", "train"), ("epoch", "epoch_avg"), ("ema", "ema")):
+    # the schedule's floor (train.warmup_start of the base rate): the epochs where the weights barely move
+    floor_lr = min(r["lr"] for r in rows if r["epoch"] > cfg.train.warmup_epochs)
+    for way, key in (("running", "running"), ("train", "train"), ("epoch", "epoch_avg"), *((k, k) for k in emas)):
         vals = [r[key][0] for r in rows]
         b = best_epoch(vals, higher)
         tail = vals[-20:]
+        floor = [v for v, r in zip(vals, rows) if r["epoch"] > cfg.train.warmup_epochs and r["lr"] <= floor_lr * 1.0001]
         summary[way] = {"best_epoch": b + 1, "val": vals[b], "test": rows[b][key][1],
+                        "last_val": vals[-1], "last_test": rows[-1][key][1],
                         "tail20_mean_abs_step": sum(abs(a - c) for a, c in zip(tail, tail[1:])) / max(len(tail) - 1, 1),
-                        "tail20_range": max(tail) - min(tail)}
+                        "tail20_range": max(tail) - min(tail),
+                        "floor_epochs": len(floor), "floor_min": min(floor, default=None),
+                        "floor_max": max(floor, default=None)}
     result = {
-        "what": "val/test per epoch of one csv-recipe run scored with four kinds of BatchNorm statistics "
-                "(benchmarks/stable_eval/probe.py)",
+        "what": "val/test per epoch of one csv-recipe run scored with several kinds of BatchNorm statistics "
+                "and weight averages (benchmarks/stable_eval/probe.py)",
         "command": " ".join(["python", "benchmarks/stable_eval/probe.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]),
         "siggate_train_equivalent": "siggate " + " ".join(map(shlex.quote, train_argv)),
         "git_commit": git_commit(), "task": args.task, "seed": args.seed, "metric": run.info.metric,
-        "higher_is_better": higher, "ema_decay": decay, "epochs": cfg.train.epochs, "lr": cfg.train.lr,
+        "higher_is_better": higher, "ema_decay_per_step": decays, "steps_per_epoch": steps, "epochs": cfg.train.epochs, "lr": cfg.train.lr,
         "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
         "wall_seconds": time.time() - t0, "summary": summary, "history": rows,
     }
