@@ -13,7 +13,9 @@ every way shares one training trajectory, and one run compares them all:
   with ``momentum=None`` reset at each epoch's start), recorded here by hooks;
 * ``ema<H>``: an exponential moving average of the weights over about ``H`` epochs
   (``--ema-epochs``; per step ``w_avg <- d w_avg + (1 - d) w`` with ``d = 1 - 1 / (H * steps
-  per epoch)``), with the statistics recomputed on the training set for those weights.
+  per epoch)``), with the statistics recomputed on the training set for those weights;
+* ``ema<H>b``: the same average taken of the BatchNorm running statistics too (as timm's
+  ``ModelEmaV2`` averages the whole state), no extra pass: free.
 
 For each way: the validation curve, its best epoch (the first best, as ``fit`` selects) and
 the test metric there, and the time the extra pass costs. Writes one JSON (``--out``) with
@@ -134,11 +136,13 @@ def main(argv=None) -> int:
     horizons = [float(h) for h in args.ema_epochs.split(",") if h]
     decays = {f"ema{h:g}": 1 - 1 / (h * steps) for h in horizons}
     emas = {name: [p.detach().clone() for p in model.parameters()] for name in decays}
+    stats = [b for bn in batch_norms(model) for b in (bn.running_mean, bn.running_var)]
+    ema_stats = {name: [b.clone() for b in stats] for name in decays}
 
     def ema_step(*_):
         with torch.no_grad():
             for name, decay in decays.items():
-                for e, p in zip(emas[name], model.parameters()):
+                for e, p in zip(emas[name] + ema_stats[name], list(model.parameters()) + stats):
                     e.mul_(decay).add_(p.detach(), alpha=1 - decay)
 
     run.optimizer.register_step_post_hook(ema_step)
@@ -165,6 +169,10 @@ def main(argv=None) -> int:
             with torch.no_grad():
                 for p, e in zip(m.parameters(), ema):
                     p.copy_(e)
+                for b, e in zip([b for bn in batch_norms(m) for b in (bn.running_mean, bn.running_var)],
+                                ema_stats[name]):
+                    b.copy_(e)
+            row[name + "b"] = list(score(m))
             recompute_bn_stats(m, eval_loader(ds.train, bs))
             row[name] = list(score(m))
         rows.append(row)
@@ -176,7 +184,7 @@ def main(argv=None) -> int:
     summary = {}
     # the schedule's floor (train.warmup_start of the base rate): the epochs where the weights barely move
     floor_lr = min(r["lr"] for r in rows if r["epoch"] > cfg.train.warmup_epochs)
-    for way, key in (("running", "running"), ("train", "train"), ("epoch", "epoch_avg"), *((k, k) for k in emas)):
+    for way, key in (("running", "running"), ("train", "train"), ("epoch", "epoch_avg"), *((k, k) for k in emas), *((k + "b", k + "b") for k in emas)):
         vals = [r[key][0] for r in rows]
         b = best_epoch(vals, higher)
         tail = vals[-20:]
