@@ -45,7 +45,8 @@ def test_stats_equal_the_moments_of_all_rows_over_uneven_batches():
     rows = torch.cat(batches).double()
     first = model[0]
     assert torch.allclose(first.running_mean.double(), rows.mean(0), rtol=1e-6, atol=1e-6)
-    assert torch.allclose(first.running_var.double(), rows.var(0, unbiased=True), rtol=1e-6)
+    # channel 3 (mean 100, std 0.1) defeats a float32 sum of squares; a merge of per-batch moments holds
+    assert torch.allclose(first.running_var.double(), rows.var(0, unbiased=True), rtol=1e-5)
     # the second norm reads the first one's output normalised per batch, as in training
     with torch.no_grad():
         after = torch.cat([model[2](model[1](nn.functional.batch_norm(b, None, None, first.weight, first.bias,

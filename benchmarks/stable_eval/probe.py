@@ -125,6 +125,7 @@ def main(argv=None) -> int:
     from siggate.train.bn_stats import batch_norms, recompute_bn_stats
     from siggate.train.loop import eval_loader, evaluate_splits, fit, git_commit, prepare_data, setup_run
 
+    commit = git_commit()  # the code this process runs (read before the checkout can move)
     cfg, train_argv = build_config(args)
     torch.set_num_threads(cfg.train.threads or 1)
     ds = prepare_data(cfg, progress=False)
@@ -200,7 +201,7 @@ def main(argv=None) -> int:
                 "and weight averages (benchmarks/stable_eval/probe.py)",
         "command": " ".join(["python", "benchmarks/stable_eval/probe.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]),
         "siggate_train_equivalent": "siggate " + " ".join(map(shlex.quote, train_argv)),
-        "git_commit": git_commit(), "task": args.task, "seed": args.seed, "metric": run.info.metric,
+        "git_commit": commit, "task": args.task, "seed": args.seed, "metric": run.info.metric,
         "higher_is_better": higher, "ema_decay_per_step": decays, "steps_per_epoch": steps, "epochs": cfg.train.epochs, "lr": cfg.train.lr,
         "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
         "wall_seconds": time.time() - t0, "summary": summary, "history": rows,

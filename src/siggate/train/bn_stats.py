@@ -16,9 +16,9 @@ with and ``predict``, ``evaluate`` and ``for_inference()`` use them as they use 
 The pass runs the model in eval mode (no dropout, no LapPE sign flip, no random number
 drawn, no cross-rank synchronisation of ``SyncBatchNorm``), except that every BatchNorm
 normalises with its batch's own statistics, as in training, and accumulates the mean and
-variance of its inputs over all training nodes (edges, for a norm over edges) exactly
-(float64, Chan's pairwise merge). The result does not depend on the running statistics it
-replaces, hence not on which batches training saw last.
+variance of its inputs over all training nodes (edges, for a norm over edges): each
+batch's in its own dtype, merged in float64 (Chan's pairwise merge). The result does not
+depend on the running statistics it replaces, hence not on which batches training saw last.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 class _Moments:
     """Count, mean and sum of squared deviations of the rows of ``[n, C]`` batches, merged
-    exactly in float64 (Chan, Golub & LeVeque 1979)."""
+    in float64 (Chan, Golub & LeVeque 1979)."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -39,12 +39,11 @@ class _Moments:
         self.m2: torch.Tensor | None = None
 
     def add(self, x: torch.Tensor) -> None:
-        x = x.detach().double()
         nb = x.size(0)
         if nb == 0:
             return
-        mb = x.mean(0)
-        m2b = ((x - mb) ** 2).sum(0)
+        var, mean = torch.var_mean(x.detach(), dim=0, correction=0)  # the batch's own, in its dtype
+        mb, m2b = mean.double(), var.double() * nb
         if self.mean is None:
             self.n, self.mean, self.m2 = nb, mb, m2b
             return
