@@ -91,7 +91,9 @@ def parse_args(argv=None):
 
 
 def build_config(args):
-    """The config ``siggate train --data`` builds for the task (the peer benchmark's flags)."""
+    """The config ``siggate train --data`` builds for the task (the peer benchmark's flags);
+    the run itself scores with the running statistics (the ``running`` way), whatever the
+    recipe's default, so that no evaluation touches the model being trained."""
     import tasks as T
 
     from siggate.cli import build_parser
@@ -103,7 +105,8 @@ def build_config(args):
         raise SystemExit(f"{folder / 'data.csv'} is missing; build it: python benchmarks/peers/tasks.py --build {args.task}")
     argv = ["train", "--data", str(folder / "data.csv"), "--smiles-col", "smiles", "--target-col", "y",
             "--task", task.task, "--split", "column:split", "--seed", str(args.seed),
-            "--cache-dir", str(args.cache_dir / args.task), *shlex.split(args.siggate_args)]
+            "--cache-dir", str(args.cache_dir / args.task), "--set", "train.eval_norm=running",
+            *shlex.split(args.siggate_args)]
     if args.epochs:
         argv += ["--epochs", str(args.epochs)]
     return config_from_args(build_parser().parse_args(argv)), argv
