@@ -199,3 +199,12 @@ def test_a_run_without_the_key_loads_evaluates_and_resumes_as_it_was(tmp_path, m
     assert loop.evaluate_split(model, ds.val, info, ckpt["target_mean"], ckpt["target_std"]) == whole["history"][0]["val"]
     resumed = train(tiny_cfg(*COMMON), tmp_path / "old", resume=True, progress=False, dataset=ds)
     assert [h["val"] for h in resumed["history"]] == [h["val"] for h in whole["history"]]
+
+
+def test_the_csv_recipe_recomputes_and_the_benchmark_protocols_keep_their_running_statistics():
+    from siggate.config import CONFIG_DIR, load_config
+
+    assert load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]"]).train.eval_norm == "train"
+    protocols = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if p.stem != "csv")
+    assert len(protocols) >= 5
+    assert {name: load_config(name).train.eval_norm for name in protocols} == dict.fromkeys(protocols, "running")
