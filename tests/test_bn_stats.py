@@ -16,7 +16,7 @@ from siggate.train import loop
 from siggate.train.bn_stats import batch_norms, recompute_bn_stats
 from siggate.train.distributed import CPUSyncBatchNorm, convert_sync_batchnorm
 from siggate.train.loop import build_model, eval_loader, load_trained, train
-from test_engine import _float32, synthetic_dataset, tiny_cfg  # noqa: F401
+from test_engine import _float32, synthetic_dataset, tiny_cfg, train_until_a_crash_after_epoch_one  # noqa: F401
 
 NO_DROPOUT = ["model.dropout=0", "model.attn_dropout=0"]
 
@@ -150,29 +150,11 @@ def test_training_is_unchanged_and_the_best_checkpoint_holds_the_statistics_it_w
         assert torch.allclose(model.for_inference()(batch), model.eval()(batch), rtol=1e-4, atol=1e-5)
 
 
-def _interrupted_after_the_first_epoch(monkeypatch, cfg, out, ds) -> None:
-    """Train ``cfg`` into ``out`` until the first epoch's checkpoints are written, then crash."""
-    original = loop._RunFiles.__call__
-
-    class Crash(Exception):
-        pass
-
-    def crash_after_first_epoch(self, run, end):
-        original(self, run, end)
-        if end.row["epoch"] == 1:
-            raise Crash
-
-    with monkeypatch.context() as m:
-        m.setattr(loop._RunFiles, "__call__", crash_after_first_epoch)
-        with pytest.raises(Crash):
-            train(cfg, out, progress=False, dataset=ds)
-
-
 def test_resume_with_recomputed_statistics_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     ds = synthetic_dataset()
     cfg = tiny_cfg(*COMMON, "train.eval_norm=train")
     whole = train(cfg, tmp_path / "whole", progress=False, dataset=ds)
-    _interrupted_after_the_first_epoch(monkeypatch, cfg, tmp_path / "cut", ds)
+    train_until_a_crash_after_epoch_one(monkeypatch, cfg, tmp_path / "cut", dataset=ds)
     resumed = train(cfg, tmp_path / "cut", resume=True, progress=False, dataset=ds)
     keys = ("train_loss", "val", "test", "grad_norm")
     assert [[h[k] for k in keys] for h in resumed["history"]] == [[h[k] for k in keys] for h in whole["history"]]
@@ -188,7 +170,7 @@ def test_a_run_without_the_key_loads_evaluates_and_resumes_as_it_was(tmp_path, m
     and the run resumes."""
     ds = synthetic_dataset()
     whole = train(tiny_cfg(*COMMON), tmp_path / "whole", progress=False, dataset=ds)
-    _interrupted_after_the_first_epoch(monkeypatch, tiny_cfg(*COMMON), tmp_path / "old", ds)
+    train_until_a_crash_after_epoch_one(monkeypatch, tiny_cfg(*COMMON), tmp_path / "old", dataset=ds)
     for name in ("best.pt", "last.pt"):
         path = tmp_path / "old" / name
         ckpt = torch.load(path, weights_only=True)
