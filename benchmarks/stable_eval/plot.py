@@ -5,9 +5,10 @@ item 4): the whole run (log scale) and its low-learning-rate tail, the learning 
         --run "running statistics (before)=RUN_A" --run "recomputed on train (after)=RUN_B" \\
         --title "zincmr4k, seed 0" --out benchmarks/results/stable_eval/val_curves_zincmr4k_seed0
 
-``RUN`` is a run folder (its ``metrics.json`` and ``config.yaml``). Writes ``OUT.png`` and
-``OUT.json`` (the command, this checkout's commit, each run's commit, seed, command-line
-config, per-epoch val/test/lr and the spread of its tail).
+``RUN`` is a run folder (its ``metrics.json`` and ``config.yaml``). ``--probe PROBE.json
+--ways running,train,ema3`` draws ways of scoring one run from a ``probe.py`` result instead.
+Writes ``OUT.png`` and ``OUT.json`` (the command, this checkout's commit, each curve's commit,
+seed, config, per-epoch val/test/lr and the spread of its tail).
 """
 
 from __future__ import annotations
@@ -43,9 +44,27 @@ def read_run(folder: Path, tail: int) -> dict:
             "val_curve": vals, "test_curve": [r["test"] for r in h], "train_loss": [r["train_loss"] for r in h]}
 
 
+def read_probe(path: Path, ways: list[str], tail: int) -> dict:
+    """The curves of ``ways`` (keys of a ``probe.py`` history row) as :func:`read_run` gives a run's."""
+    d = json.loads(path.read_text())
+    h = d["history"]
+    out = {}
+    for way in ways:
+        key = "epoch_avg" if way == "epoch" else way
+        vals = [r[key][0] for r in h]
+        s = d["summary"][way]
+        out[way] = {"probe": str(path), "git_commit": d["git_commit"], "seed": d["seed"], "dataset": d["task"],
+                    "metric": d["metric"], "command": d["command"], "best_epoch": s["best_epoch"], "val": s["val"],
+                    "test": s["test"], "tail": tail_stats(vals, tail), "epoch": [r["epoch"] for r in h],
+                    "lr": [r["lr"] for r in h], "val_curve": vals, "test_curve": [r[key][1] for r in h]}
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--run", action="append", required=True, metavar="LABEL=FOLDER")
+    p.add_argument("--run", action="append", default=[], metavar="LABEL=FOLDER")
+    p.add_argument("--probe", type=Path, help="a probe.py result: draw its --ways instead of runs")
+    p.add_argument("--ways", default="running,train", help="with --probe: ways of scoring to draw")
     p.add_argument("--title", default="")
     p.add_argument("--tail", type=int, default=30, help="epochs in the right panel (30)")
     p.add_argument("--out", type=Path, required=True, help="OUT.png and OUT.json")
@@ -55,7 +74,9 @@ def main(argv=None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = {}
+    if not args.run and not args.probe:
+        p.error("give --run LABEL=FOLDER (repeatable) or --probe PROBE.json")
+    runs = read_probe(args.probe, args.ways.split(","), args.tail) if args.probe else {}
     for item in args.run:
         label, _, folder = item.partition("=")
         runs[label] = read_run(Path(folder).expanduser(), args.tail)

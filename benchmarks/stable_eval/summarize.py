@@ -1,8 +1,12 @@
-"""One table of the probes' results (``probe.py``): per task and way of scoring, the selected
-epoch, its val and test metric, the last epoch's test metric and the spread of the validation
-metric over the schedule's floor (where the weights barely move).
+"""Tables of the stable-evaluation results: the probes (``probe.py``: per task and way of
+scoring, the selected epoch, its val and test metric, the last epoch's test metric and the
+spread of the validation metric over the schedule's floor, where the weights barely move) and,
+with ``--peers``, the peer benchmark's runs before and after (``benchmarks/peers/run.py
+--results``: per task and seed, the test metric scored from ``siggate predict``, the selected
+epoch and the CPU time).
 
-    python benchmarks/stable_eval/summarize.py benchmarks/results/stable_eval/probe_*_seed0.json
+    python benchmarks/stable_eval/summarize.py benchmarks/results/stable_eval/probe_*_seed0.json \
+        --peers benchmarks/results/stable_eval/peers.json
 """
 
 from __future__ import annotations
@@ -39,11 +43,35 @@ def table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def peers_table(path: Path) -> str:
+    """Before/after per task and seed from a peer-benchmark results JSON: the rows whose variant
+    is ``--set train.eval_norm=running`` are the old scoring, the recipe's default the new."""
+    runs = [r for r in json.loads(path.read_text())["runs"] if r.get("status") == "ok" and r["tool"] == "siggate"]
+    lines = ["| task | metric | seed | running statistics (before) | recomputed on train (after, default) | "
+             "selected epoch before / after | CPU s before / after | commit |", "|---|---|---|---|---|---|---|---|"]
+    by = {(r["task"], r["seed"], r.get("variant", "")): r for r in runs}
+    for task, seed in sorted({(r["task"], r["seed"]) for r in runs}, key=lambda k: (TASK_ORDER.index(k[0]), k[1])):
+        a, b = by.get((task, seed, "--set train.eval_norm=running")), by.get((task, seed, ""))
+        if not (a and b):
+            continue
+        lines.append(f"| {task} | {a['metric']} | {seed} | {a['value']:.3f} | {b['value']:.3f} | "
+                     f"{a['best_epoch']} / {b['best_epoch']} | {a['cpu_s']:.0f} / {b['cpu_s']:.0f} | "
+                     f"`{(a.get('git_commit') or '?')[:7]}`, `{(b.get('git_commit') or '?')[:7]}` |")
+    return "\n".join(lines)
+
+
+TASK_ORDER = ["nci5k", "zinc2k", "molhiv4k", "zincmr4k", "freesolv", "solubility"]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("probes", nargs="+", type=Path)
+    p.add_argument("probes", nargs="*", type=Path)
+    p.add_argument("--peers", type=Path, help="a peer-benchmark results JSON with both variants")
     args = p.parse_args(argv)
-    print(table(args.probes))
+    if args.probes:
+        print(table(args.probes))
+    if args.peers:
+        print(peers_table(args.peers))
     return 0
 
 
