@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from siggate.train import loop
-from siggate.train.bn_stats import batch_norms, recompute_bn_stats
+from siggate.train.bn_stats import batch_norms, graph_batches, recompute_bn_stats
 from siggate.train.distributed import CPUSyncBatchNorm, convert_sync_batchnorm
 from siggate.train.loop import build_model, eval_loader, load_trained, train
 from test_engine import _float32, synthetic_dataset, tiny_cfg, train_until_a_crash_after_epoch_one  # noqa: F401
@@ -72,11 +72,25 @@ def test_stats_of_the_model_equal_pytorch_batchnorm_over_the_whole_training_set(
     with torch.no_grad():
         reference(_batch_of(ds.train))
     model.eval()
-    assert recompute_bn_stats(model, eval_loader(ds.train, len(ds.train))) == len(batch_norms(model)) >= 3
+    assert recompute_bn_stats(model, graph_batches(ds.train)) == len(batch_norms(model)) >= 3
     for bn, ref in zip(batch_norms(model), batch_norms(reference)):
         assert torch.allclose(bn.running_mean, ref.running_mean, rtol=1e-5, atol=1e-6)
         assert torch.allclose(bn.running_var, ref.running_var, rtol=1e-5, atol=1e-6)
     assert not model.training  # left in the mode it was in
+
+
+def test_graph_batches_hold_consecutive_graphs_within_the_node_budget():
+    ds = synthetic_dataset(40)
+    graphs = ds.train
+    assert [b.num_graphs for b in graph_batches(graphs)] == [len(graphs)]  # the whole set fits the default
+    sizes = [int(g.num_nodes) for g in graphs]
+    batches = list(graph_batches(graphs, max_nodes=20))
+    assert [int(i) for b in batches for i in b.idx] == [int(g.idx) for g in graphs]  # every graph once, in order
+    assert all(b.num_nodes <= 20 for b in batches)
+    assert all(b.num_nodes + sizes[sum(c.num_graphs for c in batches[:k + 1])] > 20  # each batch is as full as it can be
+               for k, b in enumerate(batches[:-1]))
+    assert [b.num_graphs for b in graph_batches(graphs, max_nodes=1)] == [1] * len(graphs)  # larger graphs alone
+    assert list(graph_batches([])) == []
 
 
 def test_eval_output_does_not_depend_on_the_batches_seen_last():
@@ -101,7 +115,7 @@ def test_the_pass_changes_nothing_but_the_statistics():
     params = {k: v.clone() for k, v in model.named_parameters()}
     tracked = [int(bn.num_batches_tracked) for bn in batch_norms(model)]
     rng = torch.get_rng_state()
-    recompute_bn_stats(model, eval_loader(ds.train, 8))
+    recompute_bn_stats(model, graph_batches(ds.train, max_nodes=50))
     assert torch.equal(torch.get_rng_state(), rng)  # no dropout mask and no loader seed drawn
     assert model.training  # left in training mode
     assert all(torch.equal(v, params[k]) for k, v in model.named_parameters())
@@ -138,7 +152,7 @@ def test_training_is_unchanged_and_the_best_checkpoint_holds_the_statistics_it_w
     model, ckpt, cfg, info = load_trained(tmp_path / "train" / "best.pt")
     assert cfg.train.eval_norm == "train"
     saved = [(bn.running_mean.clone(), bn.running_var.clone()) for bn in batch_norms(model)]
-    recompute_bn_stats(model, eval_loader(ds.train, cfg.train.eval_batch_size))
+    recompute_bn_stats(model, graph_batches(ds.train))
     assert all(torch.equal(m, bn.running_mean) and torch.equal(v, bn.running_var)
                for (m, v), bn in zip(saved, batch_norms(model)))
     val = loop.evaluate_split(model, ds.val, info, ckpt["target_mean"], ckpt["target_std"])

@@ -125,8 +125,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from siggate.train.bn_stats import batch_norms, recompute_bn_stats
-    from siggate.train.loop import eval_loader, evaluate_splits, fit, git_commit, prepare_data, setup_run
+    from siggate.train.bn_stats import batch_norms, graph_batches, recompute_bn_stats
+    from siggate.train.loop import evaluate_splits, fit, git_commit, prepare_data, setup_run
 
     commit = git_commit()  # the code this process runs (read before the checkout can move)
     cfg, train_argv = build_config(args)
@@ -162,7 +162,7 @@ def main(argv=None) -> int:
         m = scratch
         m.load_state_dict(model.state_dict())
         t0 = time.process_time()
-        recompute_bn_stats(m, eval_loader(ds.train, bs))
+        recompute_bn_stats(m, graph_batches(ds.train))
         row["seconds_recompute"] = time.process_time() - t0
         row["train"] = list(score(m))
         m.load_state_dict(model.state_dict())
@@ -177,7 +177,7 @@ def main(argv=None) -> int:
                                 ema_stats[name]):
                     b.copy_(e)
             row[name + "b"] = list(score(m))
-            recompute_bn_stats(m, eval_loader(ds.train, bs))
+            recompute_bn_stats(m, graph_batches(ds.train))
             row[name] = list(score(m))
         rows.append(row)
         print(json.dumps({k: (v if not isinstance(v, float) else round(v, 4)) for k, v in row.items()}), flush=True)

@@ -27,6 +27,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch_geometric.data import Batch
+
+#: Most nodes in one forward pass of the recompute (:func:`graph_batches`): about 1,400
+#: molecules of 23 heavy atoms per batch (about 8 MB per activation at width 64). On the peer
+#: tasks the statistics no longer change with the batch beyond this size, and one larger batch
+#: runs slower on CPU (benchmarks/results/stable_eval/README.md).
+BN_STATS_NODES = 32_768
 
 
 class _Moments:
@@ -58,6 +65,27 @@ class _Moments:
         return self.m2 / max(self.n - 1, 1)
 
 
+def graph_batches(graphs, max_nodes: int = BN_STATS_NODES):
+    """``graphs`` in order as PyG batches of consecutive graphs holding at most ``max_nodes``
+    nodes together (a larger graph alone), built without a loader (no random number drawn).
+
+    The batches are as large as memory allows because the pass normalises each batch with its
+    own statistics: with the whole training set in one batch those are the statistics being
+    recomputed, so every layer's input is what it receives in eval; smaller batches shift the
+    deeper layers' statistics (their inputs were normalised with noisy batch statistics).
+    """
+    chunk, nodes = [], 0
+    for g in graphs:
+        n = int(g.num_nodes)
+        if chunk and nodes + n > max_nodes:
+            yield Batch.from_data_list(chunk)
+            chunk, nodes = [], 0
+        chunk.append(g)
+        nodes += n
+    if chunk:
+        yield Batch.from_data_list(chunk)
+
+
 def batch_norms(model: nn.Module) -> list[_BatchNorm]:
     """The BatchNorm layers of ``model`` that keep running statistics (``BatchNorm1d``,
     ``SyncBatchNorm``, :class:`~siggate.train.distributed.CPUSyncBatchNorm`), in module order."""
@@ -72,9 +100,8 @@ def recompute_bn_stats(model: nn.Module, batches, device=None) -> int:
 
     Args:
         model: the model (not a DDP wrapper); it is left in the train/eval mode it was in.
-        batches: an iterable of batches of the training graphs, in a fixed order
-            (:func:`siggate.train.loop.eval_loader` over ``train.eval_batch_size`` graphs:
-            a loader that draws nothing from the global random generator).
+        batches: an iterable of batches of the training graphs in a fixed order, as large
+            as memory allows (:func:`graph_batches`), drawing no random number.
         device: where to run (default: where the batches are).
 
     Returns:

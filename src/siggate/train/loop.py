@@ -47,7 +47,7 @@ from ..data.base import GraphDataset, TaskInfo, label_rows, split_mask
 from ..files import atomic_write_bytes
 from ..nn.model import SigGateGT
 from ..options import TASK_LOSSES
-from .bn_stats import recompute_bn_stats
+from .bn_stats import graph_batches, recompute_bn_stats
 from .checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
@@ -661,7 +661,7 @@ def evaluate_epoch(run: Run, full: bool = True) -> tuple[float, float | None, li
     if run.ctx.is_main:
         bs, dev = run.cfg.train.eval_batch_size, run.device
         if run.cfg.train.eval_norm == "train":
-            recompute_bn_stats(run.model, eval_loader(run.ds.train, bs), dev)
+            recompute_bn_stats(run.model, graph_batches(run.ds.train), dev)
         scores = evaluate_splits(run.model, run.ds, ["val", "test"] if full else ["val"], run.mean, run.std, bs, dev)
         val, test = scores["val"], scores.get("test")
         if full:
