@@ -12,17 +12,23 @@ every way shares one training trajectory, and one run compares them all:
 * ``epoch``: the cumulative average of every batch's statistics over the epoch (BatchNorm
   with ``momentum=None`` reset at each epoch's start), recorded here by hooks;
 * ``ema<H>``: an exponential moving average of the weights over about ``H`` epochs
-  (``--ema-epochs``; per step ``w_avg <- d w_avg + (1 - d) w`` with ``d = 1 - 1 / (H * steps
-  per epoch)``), with the statistics recomputed on the training set for those weights;
+  (per step ``w_avg <- d w_avg + (1 - d) w`` with ``d = 1 - 1 / (H * steps per epoch)``),
+  with the statistics recomputed on the training set for those weights;
 * ``ema<H>b``: the same average taken of the BatchNorm running statistics too (as timm's
   ``ModelEmaV2`` averages the whole state), no extra pass: free.
 
-For each way: the validation curve, its best epoch (the first best, as ``fit`` selects) and
-the test metric there, and the time the extra pass costs. Writes one JSON (``--out``) with
-the command, commit, seed and every epoch's scores.
+``--ways`` picks them (default: all of the above with ``H`` = 3 and 10). For each way: the
+validation curve, its best epoch (the first best, as ``fit`` selects) and the test metric
+there, the last epoch's test metric, and the time the extra pass costs. With
+``--test-at-best`` a way's test metric is computed only at the epochs where its validation
+metric improves and at the last one (the rest are ``null``): the same selection and scores for
+a third of the scoring. Writes one JSON (``--out``) with the command, commit, seed and every
+epoch's scores.
 
     python benchmarks/stable_eval/probe.py --task zincmr4k --seed 0 \\
         --out benchmarks/results/stable_eval/probe_zincmr4k_seed0.json
+    python benchmarks/stable_eval/probe.py --task nci5k --seed 1 --ways running,train,ema3,ema3b \\
+        --test-at-best --out benchmarks/results/stable_eval/probe_nci5k_seed1.json
 """
 
 from __future__ import annotations
@@ -82,12 +88,32 @@ def parse_args(argv=None):
     p.add_argument("--task", required=True, choices=sorted(T.TASKS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", type=int, default=None, help="override the recipe's epochs (a quick look)")
-    p.add_argument("--ema-epochs", default="3,10", help="horizons of the weight averages in epochs (3,10)")
+    p.add_argument("--ways", default="running,train,epoch,ema3,ema10,ema3b,ema10b",
+                   help="ways of scoring: running, train, epoch, ema<H> and ema<H>b (H epochs; default: all, H = 3, 10)")
+    p.add_argument("--test-at-best", action="store_true",
+                   help="score a way's test split only where its val improves and at the last epoch")
     p.add_argument("--data-dir", type=Path, default=T.DEFAULT_DATA_DIR)
     p.add_argument("--cache-dir", type=Path, default=Path("/tmp/siggate-stable-eval-cache"))
     p.add_argument("--siggate-args", default="", help="extra siggate train flags, e.g. \"--set train.lr=0.001\"")
     p.add_argument("--out", type=Path, required=True)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.ways = args.ways.split(",")
+    bad = [w for w in args.ways if w not in ("running", "train", "epoch") and parse_ema(w) is None]
+    if bad or "running" not in args.ways:
+        p.error(f"--ways: {', '.join(bad) or 'running is missing'}: give running (the run's own scores) and any "
+                "of train, epoch, ema<H>, ema<H>b")
+    return args
+
+
+def parse_ema(way: str) -> float | None:
+    """The horizon ``H`` of an ``ema<H>`` or ``ema<H>b`` way, None for another name."""
+    if not way.startswith("ema"):
+        return None
+    try:
+        h = float(way[3:].removesuffix("b"))
+    except ValueError:
+        return None
+    return h if h > 0 else None
 
 
 def build_config(args):
@@ -135,9 +161,9 @@ def main(argv=None) -> int:
     run = setup_run(cfg, ds)
     model, bs = run.model, cfg.train.eval_batch_size
     scratch = copy.deepcopy(model)  # scored in each way; copied before any hook is registered
-    average = EpochAverage(batch_norms(model))
+    average = EpochAverage(batch_norms(model)) if "epoch" in args.ways else None
     steps = math.ceil(len(ds.train) / cfg.train.batch_size)
-    horizons = [float(h) for h in args.ema_epochs.split(",") if h]
+    horizons = sorted({parse_ema(w) for w in args.ways if w.startswith("ema")})
     decays = {f"ema{h:g}": 1 - 1 / (h * steps) for h in horizons}
     emas = {name: [p.detach().clone() for p in model.parameters()] for name in decays}
     stats = [b for bn in batch_norms(model) for b in (bn.running_mean, bn.running_var)]
@@ -149,26 +175,39 @@ def main(argv=None) -> int:
                 for e, p in zip(emas[name] + ema_stats[name], list(model.parameters()) + stats):
                     e.mul_(decay).add_(p.detach(), alpha=1 - decay)
 
-    run.optimizer.register_step_post_hook(ema_step)
+    if decays:
+        run.optimizer.register_step_post_hook(ema_step)
+    higher = run.info.higher_is_better
     rows = []
+    best_val: dict[str, float] = {}
 
-    def score(m) -> tuple[float, float]:
-        s = evaluate_splits(m, ds, ["val", "test"], run.mean, run.std, bs)
-        return s["val"], s["test"]
+    def score(way: str, m, last: bool) -> list:
+        """``[val, test]`` of ``m``; with --test-at-best the test only where val improves or at the end."""
+        val = evaluate_splits(m, ds, ["val"], run.mean, run.std, bs)["val"]
+        b = best_val.get(way)
+        improved = b is None or (math.isfinite(val) and (val > b if higher else val < b))
+        if improved:
+            best_val[way] = val
+        if args.test_at_best and not (improved or last):
+            return [val, None]
+        return [val, evaluate_splits(m, ds, ["test"], run.mean, run.std, bs)["test"]]
 
     def on_epoch_end(run, end):
+        last = end.row["epoch"] == cfg.train.epochs
         row = {"epoch": end.row["epoch"], "lr": end.row["lr"], "train_loss": end.row["train_loss"],
                "seconds_epoch": end.row["seconds"], "running": [end.row["val"], end.row["test"]]}
         m = scratch
-        m.load_state_dict(model.state_dict())
-        t0 = time.process_time()
-        recompute_bn_stats(m, graph_batches(ds.train))
-        row["seconds_recompute"] = time.process_time() - t0
-        row["train"] = list(score(m))
-        m.load_state_dict(model.state_dict())
-        average.apply_to(m)
-        row["epoch_avg"] = list(score(m))
-        average.reset()
+        if "train" in args.ways:
+            m.load_state_dict(model.state_dict())
+            t0 = time.process_time()
+            recompute_bn_stats(m, graph_batches(ds.train))
+            row["seconds_recompute"] = time.process_time() - t0
+            row["train"] = score("train", m, last)
+        if average is not None:
+            m.load_state_dict(model.state_dict())
+            average.apply_to(m)
+            row["epoch_avg"] = score("epoch", m, last)
+            average.reset()
         for name, ema in emas.items():
             with torch.no_grad():
                 for p, e in zip(m.parameters(), ema):
@@ -176,19 +215,21 @@ def main(argv=None) -> int:
                 for b, e in zip([b for bn in batch_norms(m) for b in (bn.running_mean, bn.running_var)],
                                 ema_stats[name]):
                     b.copy_(e)
-            row[name + "b"] = list(score(m))
-            recompute_bn_stats(m, graph_batches(ds.train))
-            row[name] = list(score(m))
+            if name + "b" in args.ways:
+                row[name + "b"] = score(name + "b", m, last)
+            if name in args.ways:
+                recompute_bn_stats(m, graph_batches(ds.train))
+                row[name] = score(name, m, last)
         rows.append(row)
         print(json.dumps({k: (v if not isinstance(v, float) else round(v, 4)) for k, v in row.items()}), flush=True)
 
     t0 = time.time()
     fit(run, progress=False, on_epoch_end=on_epoch_end)
-    higher = run.info.higher_is_better
     summary = {}
     # the schedule's floor (train.warmup_start of the base rate): the epochs where the weights barely move
     floor_lr = min(r["lr"] for r in rows if r["epoch"] > cfg.train.warmup_epochs)
-    for way, key in (("running", "running"), ("train", "train"), ("epoch", "epoch_avg"), *((k, k) for k in emas), *((k + "b", k + "b") for k in emas)):
+    for way in args.ways:
+        key = "epoch_avg" if way == "epoch" else way
         vals = [r[key][0] for r in rows]
         b = best_epoch(vals, higher)
         tail = vals[-20:]
