@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 LABELS = {
@@ -30,16 +31,53 @@ def label(way: str) -> str:
             ("its running statistics averaged too" if way.endswith("b") else "statistics recomputed on train"))
 
 
-def table(paths: list[Path]) -> str:
-    lines = ["| task | seed | scoring | selected epoch | val | test | last-epoch test | floor val min..max |",
-             "|---|---|---|---|---|---|---|---|"]
+def read_probes(paths: list[Path]) -> list[dict]:
+    """The ``probe.py`` results among ``paths`` (a glob also matches ``plot.py``'s
+    ``probe_curves_*.json``, which holds curves, not a probe: skipped with a note)."""
+    probes = []
     for path in paths:
         d = json.loads(path.read_text())
+        if "summary" not in d or "task" not in d:
+            print(f"summarize.py: {path} is not a probe.py result (no summary): skipped", file=sys.stderr)
+            continue
+        probes.append(d)
+    return probes
+
+
+def table(probes: list[dict]) -> str:
+    lines = ["| task | seed | scoring | selected epoch | val | test | last-epoch test | floor val min..max |",
+             "|---|---|---|---|---|---|---|---|"]
+    for d in probes:
         for way, s in d["summary"].items():
             floor = (f"{s['floor_min']:.3f}..{s['floor_max']:.3f} ({s['floor_epochs']} ep.)"
                      if s.get("floor_epochs") else "")
             lines.append(f"| {d['task']} | {d['seed']} | {label(way)} | {s['best_epoch']} | {s['val']:.3f} | "
                          f"{s['test']:.3f} | {s['last_test']:.3f} | {floor} |")
+    return "\n".join(lines)
+
+
+def compare_table(probes: list[dict]) -> str:
+    """Per task, each way's test metric at its selected epoch, seed by seed and averaged over
+    the seeds every way has, beside the width of its validation floor (max - min over the
+    schedule's floor epochs, averaged over those seeds)."""
+    ways = list(dict.fromkeys(w for d in probes for w in d["summary"]))
+    lines = [", ".join(f"`{w}`: {label(w)}" for w in ways) + ".", "",
+             "| task | metric | seeds | " + " | ".join(f"`{w}`" for w in ways) + " |",
+             "|---|---|---|" + "---|" * len(ways)]
+    tasks = sorted({d["task"] for d in probes}, key=lambda t: (TASK_ORDER.index(t) if t in TASK_ORDER else 99, t))
+    for task in tasks:
+        runs = sorted((d for d in probes if d["task"] == task), key=lambda d: d["seed"])
+        cells = []
+        for way in ways:
+            have = [d for d in runs if way in d["summary"]]
+            tests = [d["summary"][way]["test"] for d in have]
+            widths = [d["summary"][way]["floor_max"] - d["summary"][way]["floor_min"] for d in have
+                      if d["summary"][way].get("floor_epochs")]
+            per_seed = ", ".join(f"{t:.3f}" for t in tests)
+            cells.append(f"{sum(tests) / len(tests):.3f} ({per_seed}); floor {sum(widths) / len(widths):.3f}"
+                         if tests and widths else "")
+        seeds = ",".join(str(d["seed"]) for d in runs)
+        lines.append(f"| {task} | {runs[0]['metric']} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -68,8 +106,11 @@ def main(argv=None) -> int:
     p.add_argument("probes", nargs="*", type=Path)
     p.add_argument("--peers", type=Path, help="a peer-benchmark results JSON with both variants")
     args = p.parse_args(argv)
-    if args.probes:
-        print(table(args.probes))
+    probes = read_probes(args.probes)
+    if probes:
+        print(table(probes))
+        print()
+        print(compare_table(probes))
     if args.peers:
         print(peers_table(args.peers))
     return 0
