@@ -191,14 +191,14 @@ def test_entropy_tracker_matches_train_loop(tmp_path, tiny_dataset):
     """The analysis' own epoch loop follows the protocol of ``siggate train`` exactly."""
     from siggate.analysis import entropy
     from siggate.config import load_config
-    from siggate.train.loop import train
+    from siggate.train.pipeline import train
 
     torch.set_num_threads(1)  # restored by _restore_threads
     cfg = common.variant(load_config("nci5k", [v for v in TINY[1:-3:2]]), epochs=2)
     m = train(cfg, tmp_path, progress=False, dataset=tiny_dataset)
     # measuring between epochs must not disturb the run (no draws from the global RNG)
-    h = entropy.train_tracked(cfg, tiny_dataset, tiny_dataset.val, lambda model: entropy.entropy_stats(model, tiny_dataset.val),
-                              progress=False)
+    h = entropy.train_tracked(cfg.model, cfg.train, tiny_dataset, tiny_dataset.val,
+                              lambda model: entropy.entropy_stats(model, tiny_dataset.val), progress=False)
     np.testing.assert_allclose(h["val"][1:], [r["val"] for r in m["history"]], rtol=1e-6)
     np.testing.assert_allclose(h["train_loss"][1:], [r["train_loss"] for r in m["history"]], rtol=1e-6)
 

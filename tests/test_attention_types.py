@@ -589,7 +589,7 @@ def test_config_builds_the_type_and_a_checkpoint_reloads_it(tmp_path):
     from siggate.config import from_dict
     from siggate.data.base import TaskInfo
     from siggate.train.checkpoint import FORMAT_VERSION, atomic_save
-    from siggate.train.loop import load_trained
+    from siggate.train.modelprep import load_trained
 
     info = TaskInfo(name="nci5k", task="regression", num_tasks=1, metric="mae")
     b = _molecules([5, 8])
@@ -624,7 +624,7 @@ def test_config_builds_the_type_and_a_checkpoint_reloads_it(tmp_path):
 def test_details_are_padded_like_the_full_attention(kind):
     """``return_details`` gives the same padded ``(B, N_max, H, ...)`` layout as ``"full"``
     (what the analyses and the trainer's gate means read); no attention probabilities."""
-    from siggate.train.loop import gate_means
+    from siggate.train.scoring import gate_means
 
     b = _molecules([5, 8, 3])
     torch.manual_seed(0)

@@ -52,9 +52,9 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def predictor(ckpt):
-    from siggate.train.predict import Predictor
+    from siggate.train.predict import SmilesPredictor
 
-    return Predictor(ckpt)
+    return SmilesPredictor(ckpt)
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ with ``bash -n``."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +53,13 @@ def test_benchmark_shell_script_parses(path):
     """``bash -n``: the shell scripts parse (they are not run)."""
     out = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_no_script_names_a_path_of_one_machine():
+    """Scripts find siggate, its data and its venv from the environment (``python`` on PATH,
+    ``$SIGGATE_DATA``, ``$SIGGATE_CACHE``), never at an absolute path of the machine they were
+    written on."""
+    found = [f"{p.relative_to(BENCHMARKS)}:{i}: {line.strip()}" for p in SCRIPTS + SHELL
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"(?<![\w.~$])/(work|home|root|Users)/", line)]
+    assert found == []

@@ -12,17 +12,19 @@ import pytest
 import torch
 from torch import nn
 
-from siggate.train import loop
 from siggate.train.bn_stats import batch_norms, graph_batches, recompute_bn_stats
+from siggate.train.dataprep import graph_loader
 from siggate.train.distributed import CPUSyncBatchNorm, convert_sync_batchnorm
-from siggate.train.loop import build_model, eval_loader, load_trained, train
+from siggate.train.modelprep import build_model, load_trained
+from siggate.train.pipeline import train
+from siggate.train.scoring import evaluate_split
 from test_engine import _float32, synthetic_dataset, tiny_cfg, train_until_a_crash_after_epoch_one  # noqa: F401
 
 NO_DROPOUT = ["model.dropout=0", "model.attn_dropout=0"]
 
 
 def _batch_of(graphs):
-    return next(iter(eval_loader(graphs, len(graphs))))
+    return next(iter(graph_loader(graphs, len(graphs))))
 
 
 def _trained_a_little(model, graphs, steps: int = 3, order=None):
@@ -31,7 +33,7 @@ def _trained_a_little(model, graphs, steps: int = 3, order=None):
     graphs = [graphs[i] for i in order] if order is not None else list(graphs)
     model.train()
     with torch.no_grad():
-        for batch, _ in zip(eval_loader(graphs, 8), range(steps)):
+        for batch, _ in zip(graph_loader(graphs, 8), range(steps)):
             model(batch)
     return model
 
@@ -63,7 +65,7 @@ def test_stats_of_the_model_equal_pytorch_batchnorm_over_the_whole_training_set(
     """One batch holding every training graph: each layer's statistics are what PyTorch's own
     BatchNorm records with momentum 1 in one training-mode pass over that batch."""
     ds = synthetic_dataset(48)
-    model = build_model(tiny_cfg(*NO_DROPOUT), ds.info)
+    model = build_model(tiny_cfg(*NO_DROPOUT).model, ds.info)
     _trained_a_little(model, ds.train)
     reference = copy.deepcopy(model)
     for bn in batch_norms(reference):
@@ -95,7 +97,7 @@ def test_graph_batches_hold_consecutive_graphs_within_the_node_budget():
 
 def test_eval_output_does_not_depend_on_the_batches_seen_last():
     ds = synthetic_dataset(48)
-    base = build_model(tiny_cfg(*NO_DROPOUT), ds.info)
+    base = build_model(tiny_cfg(*NO_DROPOUT).model, ds.info)
     a = _trained_a_little(copy.deepcopy(base), ds.train)
     b = _trained_a_little(copy.deepcopy(base), ds.train, order=list(reversed(range(len(ds.train)))))
     val = _batch_of(ds.val)
@@ -103,7 +105,7 @@ def test_eval_output_does_not_depend_on_the_batches_seen_last():
     with torch.no_grad():
         assert not torch.allclose(a(val), b(val), atol=1e-4)  # the running statistics differ
         for m in (a, b):
-            recompute_bn_stats(m, eval_loader(ds.train, 8))
+            recompute_bn_stats(m, graph_loader(ds.train, 8))
         assert torch.equal(a(val), b(val))
     for x, y in zip(batch_norms(a), batch_norms(b)):
         assert torch.equal(x.running_mean, y.running_mean) and torch.equal(x.running_var, y.running_var)
@@ -111,7 +113,7 @@ def test_eval_output_does_not_depend_on_the_batches_seen_last():
 
 def test_the_pass_changes_nothing_but_the_statistics():
     ds = synthetic_dataset(32)
-    model = _trained_a_little(build_model(tiny_cfg("model.dropout=0.3"), ds.info), ds.train)
+    model = _trained_a_little(build_model(tiny_cfg("model.dropout=0.3").model, ds.info), ds.train)
     params = {k: v.clone() for k, v in model.named_parameters()}
     tracked = [int(bn.num_batches_tracked) for bn in batch_norms(model)]
     rng = torch.get_rng_state()
@@ -126,11 +128,11 @@ def test_the_pass_changes_nothing_but_the_statistics():
 
 def test_sync_batchnorm_layers_get_the_same_statistics_without_a_process_group():
     ds = synthetic_dataset(32)
-    model = build_model(tiny_cfg(*NO_DROPOUT), ds.info)
+    model = build_model(tiny_cfg(*NO_DROPOUT).model, ds.info)
     synced = convert_sync_batchnorm(copy.deepcopy(model), torch.device("cpu"))
     assert any(isinstance(m, CPUSyncBatchNorm) for m in synced.modules())
     for m in (model, synced):
-        recompute_bn_stats(m, eval_loader(ds.train, 8))
+        recompute_bn_stats(m, graph_loader(ds.train, 8))
     for x, y in zip(batch_norms(model), batch_norms(synced)):
         assert torch.equal(x.running_mean, y.running_mean) and torch.equal(x.running_var, y.running_var)
 
@@ -155,7 +157,7 @@ def test_training_is_unchanged_and_the_best_checkpoint_holds_the_statistics_it_w
     recompute_bn_stats(model, graph_batches(ds.train))
     assert all(torch.equal(m, bn.running_mean) and torch.equal(v, bn.running_var)
                for (m, v), bn in zip(saved, batch_norms(model)))
-    val = loop.evaluate_split(model, ds.val, info, ckpt["target_mean"], ckpt["target_std"])
+    val = evaluate_split(model, ds.val, info, ckpt["target_mean"], ckpt["target_std"])
     assert val == pytest.approx(recomputed["val"], rel=1e-6)
     assert recomputed["val"] == recomputed["history"][recomputed["best_epoch"] - 1]["val"]
     # BatchNorm folding reads the saved statistics like any others
@@ -192,7 +194,7 @@ def test_a_run_without_the_key_loads_evaluates_and_resumes_as_it_was(tmp_path, m
         torch.save(ckpt, path)
     model, ckpt, cfg, info = load_trained(tmp_path / "old" / "best.pt")
     assert cfg.train.eval_norm == "running"
-    assert loop.evaluate_split(model, ds.val, info, ckpt["target_mean"], ckpt["target_std"]) == whole["history"][0]["val"]
+    assert evaluate_split(model, ds.val, info, ckpt["target_mean"], ckpt["target_std"]) == whole["history"][0]["val"]
     resumed = train(tiny_cfg(*COMMON), tmp_path / "old", resume=True, progress=False, dataset=ds)
     assert [h["val"] for h in resumed["history"]] == [h["val"] for h in whole["history"]]
 

@@ -191,7 +191,7 @@ def test_model_entry_must_be_tensors(tmp_path, good):
 
 
 def test_weights_missing_a_parameter(tmp_path, good):
-    from siggate.train.loop import load_trained
+    from siggate.train.modelprep import load_trained
 
     name = next(k for k in good["model"] if k.startswith("head."))
     del good["model"][name]

@@ -76,10 +76,10 @@ def test_predict_mix_of_valid_and_invalid_smiles(trained, tmp_path):
 
 
 def test_prediction_matches_model_in_python(trained):
-    from siggate.train.predict import Predictor
+    from siggate.train.predict import SmilesPredictor
 
     out, _ = trained
-    p = Predictor(out / "best.pt")
+    p = SmilesPredictor(out / "best.pt")
     a = p.predict_rows(["CCO", "c1ccccc1O"])
     b = p.predict_rows(["c1ccccc1O"])
     # independent of batch composition, up to float32 summation order (the packed layout
@@ -162,7 +162,7 @@ def test_csv_recipe_pools_over_the_training_molecules_mean_size(tmp_path):
     config error."""
     from siggate.config import ConfigError, load_config
     from siggate.train.checkpoint import CheckpointError, atomic_save, load_checkpoint
-    from siggate.train.loop import build_model, load_trained, resolve_pool_norm
+    from siggate.train.modelprep import build_model, load_trained, resolve_pool_norm
     from test_predict import tiny_config, tiny_dataset, train_tiny
 
     assert load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]"]).model.pooling == "norm"
@@ -191,13 +191,13 @@ def test_csv_recipe_pools_over_the_training_molecules_mean_size(tmp_path):
         train_tiny(tmp_path, tiny_config(model={"pooling": "norm"}, train={"epochs": 3}), tiny_dataset(60),
                    resume=True)
     fixed, plain = tiny_config(model={"pooling": "norm", "pool_norm": 3.0}), tiny_config()
-    assert resolve_pool_norm(fixed, ds.train) == {} and resolve_pool_norm(plain, []) == {}
-    assert build_model(fixed, ds.info).pool_norm == 3.0
+    assert resolve_pool_norm(fixed.model, ds.train) == {} and resolve_pool_norm(plain.model, []) == {}
+    assert build_model(fixed.model, ds.info).pool_norm == 3.0
     with pytest.raises(ConfigError, match="no training graphs; set model.pool_norm"):
-        resolve_pool_norm(cfg, [])
+        resolve_pool_norm(cfg.model, [])
     with pytest.raises(ConfigError, match="only training resolves; set model.pool_norm to a positive number"):
-        build_model(cfg, ds.info)  # an analysis building the csv recipe's model without training
-    assert build_model(cfg, ds.info, ds.train).pool_norm == want  # ... or with its training graphs
+        build_model(cfg.model, ds.info)  # an analysis building the csv recipe's model without training
+    assert build_model(cfg.model, ds.info, 0, ds.train).pool_norm == want  # ... or with its training graphs
     assert cfg.model.pool_norm == 0.0  # nothing wrote the resolved number back
 
 

@@ -249,6 +249,100 @@ def test_duplicates_average_merges_before_splitting_and_first_keeps_the_first(tm
         load_csv(path, "smiles", ["y"], "binary", cache_dir=tmp_path / "c", duplicates="average")
 
 
+def _split_of(ds) -> dict[int, str]:
+    return {g.idx: name for name, graphs in ds.splits.items() for g in graphs}
+
+
+@pytest.mark.parametrize("mode", ["average", "first", "keep"])
+def test_a_split_column_is_never_merged_across(tmp_path, caplog, mode):
+    """Train ``CCO`` (y=1) and test ``OCC`` (y=5) are one molecule: merging them before the
+    split column was applied made one training row of y=3 and let the test row vanish. Rows
+    merge only within their split; the molecule in both splits is named on each row."""
+    caplog.set_level("WARNING", logger="siggate.data.csvdata")
+    path = tmp_path / "fold.csv"
+    rows = [("CCO", 1.0, "train"), ("c1ccccc1O", 2.0, "train"), ("OCC", 5.0, "test"), ("CCN", 3.0, "val"),
+            ("NCC", 4.0, "val"), ("CCCl", 6.0, "train"), ("C(C)O", 7.0, "test"), ("CCCC", 8.0, "test")]
+    path.write_text("smiles,y,fold\n" + "".join(f"{s},{y},{f}\n" for s, y, f in rows))
+    ds = load_csv(path, "smiles", ["y"], "regression", split="column:fold", cache_dir=tmp_path / "c", duplicates=mode)
+    where, y = _split_of(ds), {g.idx: g.y.item() for g in _all(ds)}
+    assert {r: where.get(r) for r in range(8)} == {r: f if mode == "keep" or r not in (4, 6) else None
+                                                   for r, (_, _, f) in enumerate(rows)}
+    assert y[0] == 1.0  # the training row keeps its own label, whatever the test rows say
+    if mode == "average":  # merged within a split: val 3 and 4, test 5 and 7
+        assert (y[3], y[2]) == (3.5, 6.0)
+        assert [(r.index, r.reason) for r in ds.invalid] == [(4, "merged into row 3 (--duplicates average)"),
+                                                             (6, "merged into row 2 (--duplicates average)")]
+    elif mode == "first":
+        assert (y[3], y[2]) == (3.0, 5.0)
+        assert [r.reason for r in ds.invalid] == ["duplicate of row 3 (--duplicates first)",
+                                                  "duplicate of row 2 (--duplicates first)"]
+    cross = {n.index: n.detail for n in ds.notes if n.issue == "duplicate across splits"}
+    assert cross == {0: "train row; the same molecule is in test: row(s) 2, 6",
+                     2: "test row; the same molecule is in train: row(s) 0",
+                     6: "test row; the same molecule is in train: row(s) 0"}
+    warning = [r.getMessage() for r in caplog.records if "also puts into another split" in r.getMessage()]
+    assert len(warning) == 1 and warning[0].startswith("fold.csv: 3 rows hold a molecule that the split column")
+
+
+def test_random_and_scaffold_splits_keep_one_molecule_in_one_split(tmp_path):
+    """With --duplicates keep, the rows of one molecule (written differently) land in one
+    split for every seed; the random split drew each row on its own."""
+    from test_predict import nci_smiles
+
+    base = nci_smiles(40)
+    again = [Chem.MolToSmiles(Chem.MolFromSmiles(s), doRandom=True, canonical=False) for s in base[:20]]
+    path = tmp_path / "dups.csv"
+    path.write_text("smiles,y\n" + "".join(f"{s},{i % 7}\n" for i, s in enumerate(base + again)))
+    canon = [Chem.MolToSmiles(Chem.MolFromSmiles(s)) for s in base + again]
+    assert len(set(canon)) == 40
+    for split in ("random", "scaffold", "scaffold_balanced"):
+        for seed in range(5):
+            ds = load_csv(path, "smiles", ["y"], "regression", split=split, seed=seed, cache_dir=tmp_path / "c")
+            where = _split_of(ds)
+            assert len(where) == 60
+            homes = {}
+            for r, name in where.items():
+                homes.setdefault(canon[r], set()).add(name)
+            assert all(len(h) == 1 for h in homes.values()), (split, seed)
+
+
+def test_val_fraction_draws_validation_rows_from_a_train_test_column(tmp_path):
+    """A split column of train and test only was refused (an empty val split) with no way to
+    draw validation rows; --val-fraction takes them from train: whole molecules, seeded, never
+    from test."""
+    from siggate.data.base import DataError
+    from siggate.data.csvdata import check_trainable
+    from test_predict import nci_smiles
+
+    smiles = nci_smiles(30)
+    rows = [(s, i, "test" if i >= 24 else "train") for i, s in enumerate(smiles)] + [(smiles[0], 99, "train")]
+    path = tmp_path / "tt.csv"
+    path.write_text("smiles,y,fold\n" + "".join(f"{s},{y},{f}\n" for s, y, f in rows))
+    plain = load_csv(path, "smiles", ["y"], "regression", split="column:fold", cache_dir=tmp_path / "c")
+    with pytest.raises(DataError, match=r"the val split is empty \(31 usable rows\); add rows, or choose another "
+                                        r"--split \(a split column without val rows: --val-fraction 0.1 draws them"):
+        check_trainable(path, plain)
+    got = {}
+    for seed in (0, 1):
+        ds = load_csv(path, "smiles", ["y"], "regression", split="column:fold", seed=seed, cache_dir=tmp_path / "c",
+                      val_fraction=0.2)
+        check_trainable(path, ds)
+        where = _split_of(ds)
+        assert [r for r in range(31) if where[r] == "test"] == list(range(24, 30))  # test untouched
+        val = sorted(r for r in range(31) if where[r] == "val")
+        assert len(val) in (5, 6) and where[0] == where[30]  # 20% of 25, the two rows of smiles[0] together
+        got[seed] = val
+    assert got[0] != got[1]
+    again = load_csv(path, "smiles", ["y"], "regression", split="column:fold", seed=0, cache_dir=tmp_path / "c",
+                     val_fraction=0.2, rebuild=True)
+    assert sorted(r for r, name in _split_of(again).items() if name == "val") == got[0]
+    path.write_text("smiles,y,fold\nCCO,1,train\nCCN,2,val\nCCC,3,test\n")
+    with pytest.raises(DataError, match="already names 1 val rows; --val-fraction draws val rows from train only"):
+        load_csv(path, "smiles", ["y"], "regression", split="column:fold", cache_dir=tmp_path / "c", val_fraction=0.2)
+    with pytest.raises(ValueError, match="needs split='column:NAME'"):
+        load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c", val_fraction=0.2)
+
+
 def test_zero_one_regression_target_suggests_binary(tmp_path, caplog):
     caplog.set_level("WARNING", logger="siggate.data.csvdata")
     path = tmp_path / "b.csv"

@@ -42,7 +42,7 @@ def _free_port() -> int:
 @pytest.mark.parametrize("eval_norm, eval_rtol", [("running", EVAL_RTOL), ("train", EVAL_RTOL_RECOMPUTED)])
 def test_two_rank_ddp_matches_one_process_and_writes_once(tmp_path, eval_norm, eval_rtol):
     from siggate.config_args import add_config_args, config_from_args
-    from siggate.train.loop import train
+    from siggate.train.pipeline import train
 
     csv_path = write_tiny_csv(tmp_path / "tiny.csv", n=120)  # 96 training graphs
     sets = TINY + ["model.dropout=0", "model.attn_dropout=0", "train.batch_size=16", "train.warmup_epochs=0",

@@ -26,7 +26,9 @@ from siggate.config import load_config
 from siggate.data.base import GraphDataset, TaskInfo
 from siggate.train import compare as cmp
 from siggate.train.distributed import CPUSyncBatchNorm, DistContext, convert_sync_batchnorm
-from siggate.train.loop import build_model, epoch_loader, train
+from siggate.train.loop import epoch_loader
+from siggate.train.modelprep import build_model
+from siggate.train.pipeline import train
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -111,11 +113,11 @@ def tiny_cfg(*extra: str):
 
 
 def train_until_a_crash_after_epoch_one(monkeypatch, cfg, out: Path, **kwargs) -> None:
-    """``train(cfg, out, **kwargs)`` that crashes right after the first epoch's checkpoints
-    are written, leaving a run to resume."""
-    from siggate.train import loop
+    """``train(cfg, out, **kwargs)`` that crashes right after the first epoch's files and
+    checkpoints are written, leaving a run to resume."""
+    from siggate.train import record
 
-    original = loop._RunFiles.__call__
+    original = record.RunFiles.__call__
 
     class Crash(Exception):
         pass
@@ -126,9 +128,9 @@ def train_until_a_crash_after_epoch_one(monkeypatch, cfg, out: Path, **kwargs) -
             raise Crash
 
     with monkeypatch.context() as m:
-        m.setattr(loop._RunFiles, "__call__", crash_after_first_epoch)
+        m.setattr(record.RunFiles, "__call__", crash_after_first_epoch)
         with pytest.raises(Crash):
-            loop.train(cfg, out, progress=False, **kwargs)
+            train(cfg, out, progress=False, **kwargs)
 
 
 # --------------------------------------------------------------------------- gate-only differences
@@ -144,19 +146,23 @@ def _shared_state(model) -> dict:
     return out
 
 
+def _build(cfg, info):
+    return build_model(cfg.model, info, cfg.train.seed)
+
+
 @pytest.mark.parametrize("gate,position", [("elementwise", "output"), ("headwise", "output"),
                                            ("elementwise", "value"), ("headwise", "post")])
 def test_gated_and_ungated_models_share_all_non_gate_initial_weights(gate, position):
     info = synthetic_dataset(8).info
-    base = _shared_state(build_model(tiny_cfg("model.layers=2", "model.gate=none"), info))
+    base = _shared_state(_build(tiny_cfg("model.layers=2", "model.gate=none"), info))
     torch.manual_seed(1234)  # the global RNG state before building must not matter
-    gated_model = build_model(tiny_cfg("model.layers=2", f"model.gate={gate}", f"model.gate_position={position}"), info)
+    gated_model = _build(tiny_cfg("model.layers=2", f"model.gate={gate}", f"model.gate_position={position}"), info)
     gated = _shared_state(gated_model)
     assert gated.keys() == base.keys()
     for name in base:
         assert torch.equal(base[name], gated[name]), name
     assert gated_model.gate_parameter_count() > 0
-    other_seed = _shared_state(build_model(tiny_cfg("model.layers=2", "model.gate=none", "train.seed=1"), info))
+    other_seed = _shared_state(_build(tiny_cfg("model.layers=2", "model.gate=none", "train.seed=1"), info))
     assert not torch.equal(other_seed["layers.0.ff1.weight"], base["layers.0.ff1.weight"])
 
 
@@ -295,13 +301,13 @@ def test_unused_parameters_are_detected_for_ddp():
 
     ds = synthetic_dataset(8)
     batch = next(iter(DataLoader(ds.train[:2], batch_size=2)))
-    gine = build_model(tiny_cfg("model.local=gine"), ds.info).train()
+    gine = _build(tiny_cfg("model.local=gine"), ds.info).train()
     rng = torch.get_rng_state()
     assert not has_unused_parameters(gine, batch)
     assert gine.training and all(p.grad is None for p in gine.parameters())
     assert torch.equal(torch.get_rng_state(), rng)
     # GatedGCN updates edge features; the last layer's updated edges feed nothing
-    assert has_unused_parameters(build_model(tiny_cfg("model.local=gatedgcn"), ds.info), batch)
+    assert has_unused_parameters(_build(tiny_cfg("model.local=gatedgcn"), ds.info), batch)
 
 
 def test_ddp_refuses_to_run_outside_torchrun(monkeypatch):

@@ -41,12 +41,18 @@ def ensemble3(tmp_path_factory):
 
 def test_members_differ_only_in_their_seed(ensemble3):
     out, _, _ = ensemble3
-    man = json.loads((out / "ensemble.json").read_text())
-    assert man["members"] == ["member0/best.pt", "member1/best.pt", "member2/best.pt"] and man["seeds"] == [0, 1, 2]
+    man = json.loads((out / "predictor.json").read_text())
+    assert man["kind"] == "combination" and man["members"] == ["member0", "member1", "member2"]
+    assert man["weighting"] == "equal" and man["weights"] is None and man["split_seed"] == 0
+    res = json.loads((out / "metrics.json").read_text())
+    assert [(m["name"], m["kind"], m["seed"]) for m in res["members"]] == [
+        ("member0", "gnn", 0), ("member1", "gnn", 1), ("member2", "gnn", 2)]
     for i in range(3):
         m = json.loads((out / f"member{i}" / "metrics.json").read_text())
-        assert m["seed"] == i and man["member_test"][i] == m["test"]
-    assert man["metric"] == "mae" and man["test"] > 0
+        assert m["seed"] == i and res["members"][i]["test"] == m["test"] and res["members"][i]["val"] == m["val"]
+        assert res["members"][i]["test_metrics"] == m["test_metrics"]
+        assert json.loads((out / f"member{i}" / "predictor.json").read_text())["split_seed"] == 0
+    assert res["metric"] == "mae" and res["test"] > 0
 
 
 def test_prediction_is_the_member_mean_and_uncertainty_their_std(ensemble3, tmp_path, capsys):
@@ -89,6 +95,7 @@ def test_one_member_has_zero_uncertainty(tmp_path, capsys):
 def test_a_folder_that_is_no_run(tmp_path, capsys):
     rc, _, err = run_cli(["predict", "--checkpoint", str(tmp_path), "CCO"], capsys)
     assert rc == 2 and "neither ensemble.json nor best.pt" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
     rc, _, err = run_cli(["train", "--ensemble", "0", "--out", str(tmp_path / "x")], capsys)
     assert rc == 2 and "--ensemble must be >= 1" in err
 
@@ -99,8 +106,58 @@ def test_ensemble_writes_its_own_test_predictions_at_the_top(ensemble3):
     assert list(rows[0]) == ["row", "smiles", "y", "y_pred", "y_pred_uncertainty"]
     assert [int(r["row"]) for r in rows] == list(range(50, 60))
     mae = sum(abs(float(r["y"]) - float(r["y_pred"])) for r in rows) / len(rows)
-    man = json.loads((out / "ensemble.json").read_text())
+    man = json.loads((out / "metrics.json").read_text())
     assert man["test"] == pytest.approx(mae, rel=1e-4)
     assert man["test_metrics"]["per_target"]["y"]["mae"] == pytest.approx(man["test"], rel=1e-6)
     assert all(float(r["y_pred_uncertainty"]) > 0 for r in rows)
     assert (out / "splits.csv").is_file() and (out / "data_report.csv").is_file()
+
+
+def test_val_weights_and_the_members_table(tmp_path, capsys):
+    """``--weights val``: per-target weights fitted on the validation split (non-negative, summing
+    to one), each member's and the combination's scores on the terminal and in metrics.json, and
+    ``siggate predict`` giving the weighted mean and weighted spread of the members. The input's
+    ID column is carried into the combination's ``test_predictions.csv`` and ``splits.csv``, and
+    ``evaluate --data`` on the combination names a renamed label column."""
+    data = tmp_path / "d.csv"
+    _write_train_csv(data, n=60)
+    lines = data.read_text().splitlines()
+    data.write_text("\n".join([lines[0] + ",id", *(f"{line},m{i}" for i, line in enumerate(lines[1:]))]) + "\n")
+    out = tmp_path / "w"
+    rc, stdout, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "1", "--ensemble", "2",
+                               "--members", "gnn", "--weights", "val", "--out", str(out),
+                               "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    res = json.loads((out / "metrics.json").read_text())
+    (w0,), (w1,) = res["weights"]
+    assert res["weighting"] == "val" and w0 >= 0 and w1 >= 0 and w0 + w1 == pytest.approx(1.0, abs=1e-9)
+    lines = [line.split() for line in stdout.splitlines() if line.strip().startswith(("member", "combined"))]
+    assert [row[:2] for row in lines] == [["member0", "gnn"], ["member1", "gnn"], ["combined", "val"]]
+    assert float(lines[2][-1]) == pytest.approx(res["test"], abs=5e-5)
+    smiles = nci_smiles(4)
+    run_cli(["predict", "--checkpoint", str(out), *smiles, "--output", str(tmp_path / "e.csv")], capsys)
+    members = []
+    for i in range(2):
+        run_cli(["predict", "--checkpoint", str(out / f"member{i}"), *smiles, "--output", str(tmp_path / f"m{i}.csv")],
+                capsys)
+        members.append([float(r["y"]) for r in _read(tmp_path / f"m{i}.csv")])
+    for k, row in enumerate(_read(tmp_path / "e.csv")):
+        a, b = members[0][k], members[1][k]
+        mean = w0 * a + w1 * b
+        assert float(row["y"]) == pytest.approx(mean, rel=1e-4, abs=1e-5)
+        assert float(row["y_uncertainty"]) == pytest.approx((w0 * (a - mean) ** 2 + w1 * (b - mean) ** 2) ** 0.5,
+                                                            rel=1e-3, abs=1e-5)
+    rows = _read(out / "test_predictions.csv")
+    assert list(rows[0]) == ["row", "smiles", "id", "y", "y_pred", "y_pred_uncertainty"]
+    assert [(r["row"], r["id"]) for r in rows] == [(str(i), f"m{i}") for i in range(50, 60)]
+    splits = _read(out / "splits.csv")
+    assert list(splits[0]) == ["row", "smiles", "id", "split", "reason"] and splits[7]["id"] == "m7"
+    ext = tmp_path / "ext.csv"
+    ext.write_text("smiles,logS\n" + "".join(f"{s},{i}\n" for i, s in enumerate(smiles)))
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(ext), "--target-col", "logS"],
+                              capsys)
+    assert rc == 0, err
+    res = json.loads(stdout)
+    assert res["members"] == 2 and res["rows"]["scored"] == 4
+    assert res["warnings"] == ["scored column 'logS' as the model's target 'y': the names differ, so make sure each "
+                               "is the same property in the same units"]  # trained without target statistics

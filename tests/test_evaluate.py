@@ -97,7 +97,7 @@ def test_external_csv_with_bad_and_unlabelled_rows(ensemble2, tmp_path, capsys, 
                             "--target-col", "logS"], capsys)
     assert rc == 0, err
     res = json.loads(out)
-    assert res["rows"] == {"rows": 14, "scored": 12, "invalid": 1, "unlabelled": 1}
+    assert res["rows"] == {"rows": 14, "scored": 12, "invalid": 1, "unlabelled": 1, "malformed": 0}
     pred = np.array(_predict(run, smiles, tmp_path, capsys))
     want = float(np.mean(np.abs(pred - np.array(labels))))
     assert res["data"] == pytest.approx(want, rel=1e-4, abs=1e-5) and res["n"] == {"data": 12}
@@ -172,7 +172,7 @@ def test_random_split_ensemble_is_evaluated_on_the_split_it_trained_on(tmp_path,
     rc, _, err = run_cli(["train", "--data", str(tmp_path / "d.csv"), *args, "--epochs", "1", "--ensemble", "2",
                           "--out", str(tmp_path / "ens"), "--cache-dir", str(tmp_path / "c")], capsys)
     assert rc == 0, err
-    ens = json.loads((tmp_path / "ens" / "ensemble.json").read_text())
+    ens = json.loads((tmp_path / "ens" / "metrics.json").read_text())
     for member in ("member0", "member1"):
         rc, out, err = run_cli(["evaluate", "--checkpoint", str(tmp_path / "ens" / member), "--split", "all",
                                 "--cache-dir", str(tmp_path / "c")], capsys)

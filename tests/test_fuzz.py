@@ -57,9 +57,9 @@ def valid_molecules(draw) -> str:
 
 @pytest.fixture(scope="module")
 def predictor(tmp_path_factory):
-    from siggate.train.predict import Predictor
+    from siggate.train.predict import SmilesPredictor
 
-    return Predictor(shared_checkpoint(tmp_path_factory))
+    return SmilesPredictor(shared_checkpoint(tmp_path_factory))
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -4,31 +4,23 @@ calibration, summary and the gate study's statistics (issue 22, item 1)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats as st
 
+from benchmark_scripts import load
+
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-mace = _load("mace_run", ROOT / "benchmarks" / "moleculeace" / "run.py")
-anchors_mod = _load("mace_anchors", ROOT / "benchmarks" / "moleculeace" / "anchors.py")
+mace = load("mace_run", "moleculeace/run.py")
+anchors_mod = load("mace_anchors", "moleculeace/anchors.py")
 
 
 def _need_wheel():
@@ -121,15 +113,43 @@ def test_anchor_parser_means_over_seeds():
     assert means["CHEMBL1_Ki"]["seeds"] == [1, 2]
 
 
+def test_moleculeace_and_acanet_parsers_take_their_rows_and_refuse_doubles():
+    text = ("dataset,algorithm,descriptor,augmentation,rmse,cliff_rmse\n"
+            "CHEMBL1_Ki,SVM,ECFP,0, 0.5, 0.7\nCHEMBL1_Ki,SVM,MACCS,0,0.9,0.9\nCHEMBL1_Ki,RF,ECFP,0,0.8,0.8\n"
+            "CHEMBL2_Ki,SVM,ECFP,0,0.25,0.5\n")
+    assert anchors_mod.parse_moleculeace_csv(text, "SVM", "ECFP") == {
+        "CHEMBL1_Ki": {"rmse": 0.5, "rmse_cliff": 0.7, "rmse_noncliff": None},
+        "CHEMBL2_Ki": {"rmse": 0.25, "rmse_cliff": 0.5, "rmse_noncliff": None}}
+    with pytest.raises(ValueError, match="CHEMBL2_Ki has two SVM_ECFP rows"):
+        anchors_mod.parse_moleculeace_csv(text + "CHEMBL2_Ki,SVM,ECFP,0,0.3,0.6\n", "SVM", "ECFP")
+    files = {"x/mae_aca_opt_cliff/CHEMBL1_Ki/results.json": '{"dataset": "CHEMBL1_Ki", "rmse": 0.6, "cliff_rmse": 0.8}'}
+    assert anchors_mod.parse_acanet(files) == {"CHEMBL1_Ki": {"rmse": 0.6, "rmse_cliff": 0.8, "rmse_noncliff": None}}
+    with pytest.raises(ValueError, match="holds the results of CHEMBL1_Ki"):
+        anchors_mod.parse_acanet({"x/CHEMBL9_Ki/results.json": files["x/mae_aca_opt_cliff/CHEMBL1_Ki/results.json"]})
+
+
 def test_committed_anchors_cover_every_target_with_the_published_means():
     a = json.loads((ROOT / "benchmarks" / "moleculeace" / "anchors.json").read_text())
-    assert len(a["source"]["commit"]) == 40 and a["source"]["seeds"] == [42, 117, 709, 1701, 9001]
-    for tool in ("chemeleon", "rf_morgan", "minimol", "chemprop"):
-        pt = a["tools"][tool]["per_target"]
-        assert set(pt) == set(mace.PUBLIC) | set(mace.RESERVED)
-    # the issue's 30-target means, recomputed from the file
+    repos = {"chemeleon": "JacksonBurns/chemeleon", "rf_morgan": "JacksonBurns/chemeleon",
+             "minimol": "JacksonBurns/chemeleon", "chemprop": "JacksonBurns/chemeleon", "svm_ecfp": "molML/MoleculeACE",
+             "acanet": "shenwanxiang/ACANet", "acanet_mse": "shenwanxiang/ACANet"}
+    assert set(a["tools"]) == set(repos)
+    for tool, repo in repos.items():
+        src, pt = a["tools"][tool]["source"], a["tools"][tool]["per_target"]
+        assert src["repository"] == repo and len(src["commit"]) == 40 and src["path"], tool
+        assert set(pt) == set(mace.PUBLIC) | set(mace.RESERVED), tool
+    assert a["tools"]["chemeleon"]["source"]["seeds"] == [42, 117, 709, 1701, 9001]
+    assert a["tools"]["svm_ecfp"]["source"]["path"] == "MoleculeACE/Data/results/MoleculeACE_results.csv"
+    assert a["tools"]["acanet"]["source"]["path"].endswith("/mae_aca_opt_cliff/*/results.json")
+    # the issues' means, recomputed from the file: 30 targets (issue 22), the public 20 (issue 32)
     mean30 = {t: np.mean([v["rmse"] for v in a["tools"][t]["per_target"].values()]) for t in a["tools"]}
     assert round(mean30["chemeleon"], 3) == 0.666 and round(mean30["rf_morgan"], 3) == 0.694
+    mean20 = {t: [np.mean([a["tools"][t]["per_target"][g][k] for g in mace.PUBLIC]) for k in ("rmse", "rmse_cliff")]
+              for t in a["tools"]}
+    assert [round(v, 3) for v in mean20["svm_ecfp"]] == [0.677, 0.761]
+    assert [round(v, 3) for v in mean20["acanet"]] == [0.655, 0.746]  # ACANet's default (MAE-based) loss
+    assert [round(v, 3) for v in mean20["acanet_mse"]] == [0.657, 0.748]
+    assert [round(v, 3) for v in mean20["chemeleon"]] == [0.675, 0.777]
 
 
 def _rows(tool, recipe, values: dict[str, list[float]]):
@@ -137,21 +157,54 @@ def _rows(tool, recipe, values: dict[str, list[float]]):
              "rmse_noncliff": v - 0.1, "cpu_s": 10.0} for t, vs in values.items() for s, v in enumerate(vs)]
 
 
-def test_summary_is_the_mean_of_per_target_means_and_calibration_checks_the_tolerance():
-    anchors = json.loads((ROOT / "benchmarks" / "moleculeace" / "anchors.json").read_text())
+def _anchors():
+    return json.loads((ROOT / "benchmarks" / "moleculeace" / "anchors.json").read_text())
+
+
+def test_summary_is_the_mean_of_per_target_means_and_calibration_checks_both_rows():
+    anchors = _anchors()
     pub = np.mean([anchors["tools"]["rf_morgan"]["per_target"][t]["rmse"] for t in mace.PUBLIC])
     rows = _rows("rf_morgan", "default", {t: [pub - 0.002, pub + 0.004, pub] for t in mace.PUBLIC})
-    rows[0]["status"] = "failed"  # a failed row does not count
     summary = mace.summarize(rows, anchors)
     local = next(s for s in summary if s["tool"] == "rf_morgan" and s["recipe"] == "default")
-    first = np.mean([pub + 0.004, pub])
-    assert local["rmse"] == pytest.approx((first + 19 * np.mean([pub - 0.002, pub + 0.004, pub])) / 20)
-    assert local["complete"] and local["runs"] == 59
+    assert local["rmse"] == pytest.approx(np.mean([pub - 0.002, pub + 0.004, pub]))
+    assert local["complete"] and local["runs"] == 60 and local["seeds"] == [0, 1, 2] and local["partial"] == ""
+    svm = next(s for s in summary if s["tool"] == "svm_ecfp" and s["recipe"] == "published")
+    assert svm["rmse_noncliff"] is None and svm["seeds"] is None and svm["source"] == "molML/MoleculeACE@7e6de0b"
     cal = mace.calibration(summary)
-    assert cal["status"] == "pass" and abs(cal["diff"]) < 0.01
-    far = mace.summarize(_rows("rf_morgan", "default", {t: [pub + 0.02] for t in mace.PUBLIC}), anchors)
-    assert mace.calibration(far)["status"] == "fail"
-    assert mace.calibration(mace.summarize(rows[:10], anchors))["status"] == "not run"
+    assert cal["rf_morgan"]["status"] == "pass" and abs(cal["rf_morgan"]["diff"]) < 0.01
+    assert cal["svm_ecfp"] == {"status": "not run"} and cal["tolerance"] == 0.01
+    svm_pub = {t: anchors["tools"]["svm_ecfp"]["per_target"][t]["rmse"] for t in mace.PUBLIC}
+    near = _rows("svm_ecfp", "default", {t: [v + 0.009] * 3 for t, v in svm_pub.items()})
+    far = _rows("svm_ecfp", "default", {t: [v + 0.011] * 3 for t, v in svm_pub.items()})
+    assert mace.calibration(mace.summarize(near, anchors))["svm_ecfp"]["status"] == "pass"
+    assert mace.calibration(mace.summarize(far, anchors))["svm_ecfp"]["status"] == "fail"
+    assert mace.calibration(mace.summarize(rows[:10], anchors))["rf_morgan"]["status"] == "not run"
+
+
+def test_a_recipe_is_complete_only_when_every_target_has_the_same_seeds():
+    """Issue 30 item 6: 2 seeds on 8 targets and 1 on 12 is not a complete row, a failed run
+    leaves its target short of a seed, and the table names the seeds each row covers."""
+    anchors = _anchors()
+    mixed = _rows("siggate", "pretrained", {t: [0.7, 0.8] if i < 8 else [0.7] for i, t in enumerate(mace.PUBLIC)})
+    rows = mixed + _rows("siggate", "default", {t: [0.75, 0.76, 0.77] for t in mace.PUBLIC})
+    cut = rows[-1]
+    cut["status"] = "failed"  # seed 2 of the last target
+    rows += _rows("siggate", "few", {t: [0.9] for t in mace.PUBLIC[:11]})
+    summary = {(s["tool"], s["recipe"]): s for s in mace.summarize(rows, anchors)}
+    pre, default, few = summary["siggate", "pretrained"], summary["siggate", "default"], summary["siggate", "few"]
+    assert not pre["complete"] and pre["partial"] == "seeds differ across targets"
+    assert pre["seeds"] == [0, 1] and pre["seed_targets"] == {"0": 20, "1": 8} and pre["runs"] == 28
+    assert not default["complete"] and default["seed_targets"] == {"0": 20, "1": 20, "2": 19}
+    assert not few["complete"] and few["partial"] == "11 of 20 targets"
+    cut["status"] = "ok"
+    assert next(s for s in mace.summarize(rows, anchors) if s["recipe"] == "default")["complete"]
+    table = mace.table_markdown({"summary": mace.summarize(rows, anchors), "anchors": anchors, "rows": rows})
+    line = lambda recipe: next(x for x in table.splitlines() if x.startswith(f"| siggate | {recipe} |"))  # noqa: E731
+    assert line("default").endswith("| 20 | 0,1,2 | 10 |")
+    assert line("pretrained").endswith("| 20 (partial: seeds differ across targets) | 0 (20 of 20), 1 (8 of 20) | 10 |")
+    assert line("few").endswith("| 11 (partial: 11 of 20 targets) | 0 (11 of 20) | 10 |")
+    assert table.index(line("default")) < table.index("| chemprop | published") < table.index(line("pretrained"))
 
 
 def test_gate_study_pairs_by_target_wilcoxon_and_holm():
@@ -174,3 +227,94 @@ def test_gate_study_pairs_by_target_wilcoxon_and_holm():
     ps = sorted([el["p_wilcoxon"], hw["p_wilcoxon"]])
     assert min(el["p_holm_wilcoxon"], hw["p_holm_wilcoxon"]) == pytest.approx(min(1, 2 * ps[0]))
     assert el["p_holm_wilcoxon"] < 0.05 and el["better"] == "b"
+
+
+def test_the_harness_plans_through_the_study_api_skips_done_rows_and_refuses_conflicts(tmp_path, monkeypatch, capsys):
+    """One real run (the SVM on the smallest public target reproduces MoleculeACE's published
+    RMSE: same data, split, features, kernel and, here, the grid point MoleculeACE chose), then
+    the study's rule: a done row is not run again, a failed run is a failed row (exit 1) tried
+    again next time, and a recipe name run before with other arguments is refused (exit 2)
+    before anything runs."""
+    _need_wheel()
+    target = "CHEMBL2047_EC50"
+    results = tmp_path / "results.json"
+    where = ["--targets", target, "--results", str(results), "--data-dir", str(tmp_path / "data"),
+             "--work-dir", str(tmp_path / "runs")]
+    assert mace.main(["--tools", "svm_ecfp", "--seeds", "0", *where]) == 0
+    (row,) = json.loads(results.read_text())["rows"]
+    pub = _anchors()["tools"]["svm_ecfp"]["per_target"][target]
+    assert (row["tool"], row["recipe"], row["seed"], row["status"]) == ("svm_ecfp", "default", 0, "ok")
+    assert row["selected"] == {"C": 10, "gamma": 0.01, "epsilon": 0.1} and len(row["grid"]) == 30
+    assert row["rmse"] == pytest.approx(pub["rmse"], abs=1e-6) and row["rmse_cliff"] == pytest.approx(pub["rmse_cliff"], abs=1e-6)
+    assert row["fit_rows"] == 503 and row["n_test"] == 128
+
+    monkeypatch.setattr(mace.SvmEcfp, "run", lambda *a, **k: pytest.fail("a done row ran again"))
+    assert mace.main(["--tools", "svm_ecfp", "--seeds", "0", *where]) == 0
+
+    def boom(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(mace.SvmEcfp, "run", boom)
+    assert mace.main(["--tools", "svm_ecfp", "--seeds", "0,1", *where]) == 1
+    rows = {r["seed"]: r for r in json.loads(results.read_text())["rows"]}
+    assert rows[0] == row and rows[1]["status"] == "failed" and rows[1]["error"] == "RuntimeError: boom"
+    assert mace.reuse_status(tmp_path, {"siggate_args": None, "epochs": None}, mace.results_store(results),
+                             ("svm_ecfp", "default", target, 1)).state == "new"
+
+    mace.results_store(results).put({"tool": "siggate", "recipe": "r1", "target": target, "seed": 0, "status": "ok",
+                                      "siggate_args": "--set model.dim=32", "epochs": None, "rmse": 1.0})
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        mace.main(["--tools", "siggate", "--recipe", "r1", "--siggate-args", "--set model.dim=16", "--seeds", "0,1", *where])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"moleculeace: {results} holds a finished run ('siggate', 'r1', '{target}', 0) of another kind "
+                   "(siggate_args: the results file has '--set model.dim=32', this run has '--set model.dim=16'); "
+                   "give this one another name, or delete that row")
+    assert len(json.loads(results.read_text())["rows"]) == 3  # nothing ran
+    with pytest.raises(SystemExit, match="--siggate-args needs --recipe NAME"):
+        mace.main(["--tools", "siggate", "--siggate-args", "--set model.dim=16", *where])
+
+
+def test_report_reads_the_rows_the_earlier_harness_wrote(tmp_path):
+    """The committed results file holds rows written by earlier versions of the harness (the
+    long runs keep adding them): --report reads them as they are and leaves them unchanged."""
+    committed = json.loads((ROOT / "benchmarks" / "moleculeace" / "results" / "results.json").read_text())
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(committed))
+    res = mace.report(path)
+    assert res["rows"] == committed["rows"] and res["targets"] == committed["targets"]
+    keys = [mace.row_key(r) for r in committed["rows"]]
+    assert len(keys) == len(set(keys))
+    ours = {(s["tool"], s["recipe"]) for s in res["summary"] if s["recipe"] != "published"}
+    assert ours == {(r["tool"], r["recipe"]) for r in committed["rows"] if r.get("status") == "ok"}
+    assert {t for t, s in res["calibration"].items() if t != "tolerance"} == set(mace.CALIBRATED)
+
+
+def test_import_rows_adds_new_rows_keeps_done_ones_and_refuses_conflicts(tmp_path, capsys):
+    """Rows made in another worktree join the main results file by the study's rule."""
+    ours, theirs = tmp_path / "ours.json", tmp_path / "theirs.json"
+    meta = {"target": "CHEMBL1871_Ki", "size": 659}
+    mace.results_store(ours).put({**_rows("rf_morgan", "default", {"CHEMBL1871_Ki": [0.7]})[0], "epochs": None})
+    mace.results_store(ours).update(lambda res: res.setdefault("targets", {}).update(CHEMBL1871_Ki=meta))
+    new = [{**r, "epochs": None} for r in _rows("svm_ecfp", "default", {"CHEMBL1871_Ki": [0.6, 0.6], "CHEMBL2034_Ki": [0.5]})]
+    failed = {**new[0], "seed": 7, "status": "failed"}
+    mace.results_store(theirs).update(lambda res: res.update(
+        rows=[*new, failed, {**_rows("rf_morgan", "default", {"CHEMBL1871_Ki": [0.7]})[0], "epochs": None}],
+        targets={"CHEMBL1871_Ki": meta, "CHEMBL2034_Ki": {"target": "CHEMBL2034_Ki", "size": 750}}))
+    assert mace.import_rows(theirs, ours) == (3, 1)
+    res = json.loads(ours.read_text())
+    assert [(r["tool"], r["target"], r["seed"]) for r in res["rows"]] == [
+        ("rf_morgan", "CHEMBL1871_Ki", 0), ("svm_ecfp", "CHEMBL1871_Ki", 0), ("svm_ecfp", "CHEMBL1871_Ki", 1),
+        ("svm_ecfp", "CHEMBL2034_Ki", 0)]
+    assert res["targets"]["CHEMBL2034_Ki"] == {"target": "CHEMBL2034_Ki", "size": 750}
+    assert mace.import_rows(theirs, ours) == (0, 4)
+    mace.results_store(theirs).put({**new[2], "epochs": 3})
+    with pytest.raises(SystemExit) as exc:
+        mace.import_rows(theirs, ours)
+    assert exc.value.code == 2
+    assert "holds another run of ('svm_ecfp', 'default', 'CHEMBL2034_Ki', 0): epochs: the results file has None, " \
+           "this run has 3" in capsys.readouterr().err
+    mace.results_store(theirs).update(lambda res: res["rows"].append({**new[0], "target": mace.RESERVED[0]}))
+    with pytest.raises(SystemExit, match="reserved"):
+        mace.import_rows(theirs, ours)

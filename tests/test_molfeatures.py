@@ -157,7 +157,12 @@ def test_model_concatenates_scaled_features_to_the_pooled_embedding():
     feat.load_state_dict(state)
     mol_x = torch.randn(len(SMILES), 3)
     with torch.no_grad():
-        assert torch.equal(feat(_batch(mol_x)), plain(_batch()))
+        # Not torch.equal: the first head layer is a 19-column product here and a 16-column one
+        # in ``plain``; BLAS may block and accumulate the two in different orders (MKL on AMD
+        # EPYC does), so they agree to float32 rounding of sums of ~16 terms of size ~1, not bit
+        # for bit. 1e-5 is ~100 ulps at these magnitudes; a feature that reached the output
+        # (randn inputs, unit-scale weights) would move it by ~0.1 or more.
+        torch.testing.assert_close(feat(_batch(mol_x)), plain(_batch()), rtol=1e-5, atol=1e-5)
         feat.head[0].weight[:, 16:] = torch.randn(w.size(0), 3)
         g = feat(_batch(mol_x), return_details=True)[1]["graph_emb"]
         want = feat.head(torch.cat([g, (mol_x - state["mol_mean"]) / state["mol_std"]], dim=1))
@@ -168,11 +173,39 @@ def test_model_concatenates_scaled_features_to_the_pooled_embedding():
         SigGateGT(mol_features_dim=3, level="node", **kw)
 
 
+def test_held_out_features_are_clipped_and_constant_columns_ignored():
+    """A column constant on the training rows gave a held-out molecule |z| up to 5,790 through
+    untrained weights; it now enters the head as 0, and every other column is clipped to
+    +-Z_CLIP standard deviations."""
+    from siggate.nn.model import SigGateGT
+    from siggate.options import Z_CLIP
+    from siggate.train.modelprep import fit_mol_feature_scaling
+
+    torch.manual_seed(0)
+    model = SigGateGT(num_tasks=1, dim=16, layers=1, heads=2, head_layers=2, mol_features_dim=3).eval()
+    train = _batch(torch.tensor([[1.0, 0.0, 10.0], [3.0, 0.0, 20.0], [5.0, 0.0, 30.0], [7.0, 0.0, 40.0]]))
+    graphs = train.to_data_list()
+    fit_mol_feature_scaling(model, graphs)
+    assert model.mol_std[1] == float("inf") and torch.isfinite(model.mol_std[[0, 2]]).all()
+    g = torch.zeros(4, 16)
+    held_out = _batch(torch.tensor([[4.0, 5790.0, 25.0], [4.0, -3.0, 25.0], [1e6, 0.0, -1e6], [6.0, 7.0, 35.0]]))
+    x = model.readout_input(g, held_out)[:, 16:]
+    assert x[:, 1].tolist() == [0.0, 0.0, 0.0, 0.0]  # the constant column says nothing, whatever its value
+    assert x[2, 0] == Z_CLIP and x[2, 2] == -Z_CLIP  # far outside the training range: clipped
+    std = torch.tensor([1.0, 3.0, 5.0, 7.0]).std(correction=0)
+    assert torch.allclose(x[3, [0, 2]], torch.stack([2.0 / std, 10.0 / (std * 5)]))  # (x - mean) / std inside
+    same = _batch(torch.tensor([[4.0, 0.0, 25.0], [4.0, 0.0, 25.0], [1e6, 0.0, -1e6], [6.0, 0.0, 35.0]]))
+    with torch.no_grad():  # the same operation on the same shapes: exactly the same predictions
+        assert torch.equal(model(held_out), model(same))
+
+
 def test_csv_round_trip_train_checkpoint_predict(tmp_path, capsys):
     """2 epochs with rdkit2d features through ``siggate train``; the checkpoint loads with
     ``weights_only`` and holds the training rows' statistics; ``siggate predict`` on the
     training SMILES gives the model's own predictions for the training graphs."""
-    from siggate.train.loop import load_trained, predict_graphs, prepare_data
+    from siggate.train.dataprep import prepare_data
+    from siggate.train.modelprep import load_trained
+    from siggate.train.scoring import predict_graphs
     from test_predict import nci_smiles, run_cli
 
     smiles = nci_smiles(48)
@@ -192,11 +225,14 @@ def test_csv_round_trip_train_checkpoint_predict(tmp_path, capsys):
     ckpt = torch.load(out / "best.pt", weights_only=True)
     assert ckpt["config"]["model"]["mol_features"] == "rdkit2d"
     model, _, cfg, info = load_trained(out / "best.pt")
-    ds = prepare_data(cfg, progress=False)
+    ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False)
     train_smiles = [g.smiles for g in ds.train]
-    ref = mf.FeatureScaler.fit(mf.compute(train_smiles, "rdkit2d"))
+    raw = mf.compute(train_smiles, "rdkit2d")
+    ref = mf.FeatureScaler.fit(raw)
     assert torch.allclose(ckpt["model"]["mol_mean"], torch.from_numpy(ref.mean).float())
-    assert torch.allclose(ckpt["model"]["mol_std"], torch.from_numpy(ref.std).float())
+    constant = torch.from_numpy(np.ptp(raw, axis=0) == 0)  # columns that carry nothing: std inf, scaled to 0
+    assert 0 < int(constant.sum()) < 217 and torch.equal(torch.isinf(ckpt["model"]["mol_std"]), constant)
+    assert torch.allclose(ckpt["model"]["mol_std"][~constant], torch.from_numpy(ref.std).float()[~constant])
     own = predict_graphs(model, ds.train, info, ckpt["target_mean"], ckpt["target_std"])[:, 0]
     dest = tmp_path / "pred.csv"
     rc, _, err = run_cli(["predict", "--checkpoint", str(out / "best.pt"), *train_smiles, "--output", str(dest)],

@@ -19,7 +19,8 @@ from siggate.data.base import GraphDataset, TaskInfo
 from siggate.data.sbm import sbm_large_graph
 from siggate.data.sbm_benchmarks import CLUSTER, PATTERN, generate
 from siggate.nn.model import SigGateGT
-from siggate.train.loop import fit, loss_fn, sbm_class_weights, setup_run
+from siggate.train.loop import fit, setup_run
+from siggate.train.losses import loss_fn, sbm_class_weights
 from siggate.train.metrics import accuracy, compute_metric, weighted_accuracy
 from test_engine import train_until_a_crash_after_epoch_one
 
@@ -175,10 +176,13 @@ def test_generated_split_sizes_are_the_benchmarks(tmp_path, monkeypatch):
 
 def test_data_seed_chooses_the_draw_and_the_dataset_states_its_statistics(tmp_path):
     from siggate.data.sbm_benchmarks import PUBLISHED
-    from siggate.train.loop import prepare_data
+    from siggate.train.dataprep import prepare_data
 
-    cfg = lambda *sets: load_config("pattern", ["data.max_graphs=10", f"data.cache_dir={tmp_path}", *sets])  # noqa: E731
-    a, b = prepare_data(cfg(), progress=False), prepare_data(cfg("data.seed=1"), progress=False)
+    def data(*sets):
+        c = load_config("pattern", ["data.max_graphs=10", f"data.cache_dir={tmp_path}", *sets])
+        return prepare_data(c.data, c.model, c.train.seed, progress=False)
+
+    a, b = data(), data("data.seed=1")
     assert not torch.equal(a.train[0].edge_index, b.train[0].edge_index)
     assert torch.equal(a.train[0].edge_index, generate(PATTERN, "train", 0, 1)[0].edge_index)
     assert torch.equal(b.train[0].edge_index, generate(PATTERN, "train", 1, 1)[0].edge_index)
@@ -192,7 +196,8 @@ def test_data_seed_chooses_the_draw_and_the_dataset_states_its_statistics(tmp_pa
         assert st["mean_pattern_nodes"] == round(positives / 30, 2)
         assert st["class_balance"][1] == round(positives / sum(g.num_nodes for g in graphs), 4)
     assert a.stats["mean_nodes"] != b.stats["mean_nodes"]
-    c = prepare_data(load_config("cluster", ["data.max_graphs=5", f"data.cache_dir={tmp_path}"]), progress=False)
+    cluster = load_config("cluster", ["data.max_graphs=5", f"data.cache_dir={tmp_path}"])
+    c = prepare_data(cluster.data, cluster.model, cluster.train.seed, progress=False)
     assert len(c.stats["class_balance"]) == 6 and "mean_pattern_nodes" not in c.stats
     with pytest.raises(ConfigError, match=r"data.seed: 3 applies to cluster, pattern, sbm-large .* not to zinc"):
         load_config("zinc", ["data.seed=3"])
@@ -275,7 +280,7 @@ def _sbm_dataset(graph: Data) -> GraphDataset:
 def _fit_sbm(graph: Data, epochs: int):
     cfg = load_config("sbm-large", TINY + ["model.dim=32", "model.heads=4", "model.dropout=0.1", f"train.epochs={epochs}",
                                            "train.lr=0.01", "data.num_nodes=400"])
-    run = setup_run(cfg, _sbm_dataset(graph))
+    run = setup_run(cfg.model, cfg.train, _sbm_dataset(graph))
     return fit(run, progress=False)
 
 
@@ -297,10 +302,10 @@ def test_full_batch_training_learns_from_train_labels_only():
 
 
 def test_sbm_large_dataset_and_its_config(tmp_path):
-    from siggate.train.loop import prepare_data
+    from siggate.train.dataprep import prepare_data
 
     cfg = load_config("sbm-large", ["data.num_nodes=300", f"data.cache_dir={tmp_path}"])
-    ds = prepare_data(cfg, progress=False)
+    ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False)
     (g,) = ds.splits["val"]
     assert g is ds.splits["train"][0] and g.num_nodes == 300 and ds.info.transductive
     assert ds.node_counts() == {k: int(g[f"{k}_mask"].sum()) for k in ("train", "val", "test")}
@@ -308,12 +313,13 @@ def test_sbm_large_dataset_and_its_config(tmp_path):
     with pytest.raises(ConfigError, match="data.num_nodes"):
         load_config("pattern", ["data.num_nodes=100"])
     with pytest.raises(ConfigError, match="model.pe"):
-        prepare_data(load_config("sbm-large", ["data.num_nodes=6000", "model.pe=rwse", "model.pe_dim=8"]))
+        big = load_config("sbm-large", ["data.num_nodes=6000", "model.pe=rwse", "model.pe_dim=8"])
+        prepare_data(big.data, big.model)
 
 
 def test_node_regression_trains_on_normalised_node_targets():
-    from siggate.train.loop import evaluate_splits
     from siggate.train.predict_nodes import columns
+    from siggate.train.scoring import evaluate_splits
 
     splits = {}
     for split, n in (("train", 24), ("val", 8), ("test", 8)):
@@ -326,7 +332,7 @@ def test_node_regression_trains_on_normalised_node_targets():
     ds = GraphDataset(info=info, splits=splits)
     cfg = load_config("pattern", TINY + ["model.pe=none", "train.loss=mse", "train.epochs=8", "train.lr=0.01",
                                          "train.batch_size=8", "model.dropout=0.0"])
-    run = setup_run(cfg, ds)
+    run = setup_run(cfg.model, cfg.train, ds)
     y = torch.cat([g.y for g in splits["train"]])
     assert torch.allclose(run.mean, y.mean(0)) and torch.allclose(run.std, y.std(0, correction=0))
     before = evaluate_splits(run.model, ds, ["val"], run.mean, run.std)["val"]
@@ -416,12 +422,12 @@ def test_predict_transductive_rows_per_mask(tmp_path, capsys):
     ("sbm-large", ["data.num_nodes=150", "model.dropout=0.2", "model.attention.performer.redraw_interval=1"]),  # redraws cross the cut
 ], ids=["pattern", "sbm-large"])
 def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, config, sets):
-    from siggate.train import loop
+    from siggate.train import pipeline
 
     cfg_sets = TINY + sets + ["train.epochs=3", f"data.cache_dir={tmp_path / 'cache'}"]
-    whole = loop.train(load_config(config, cfg_sets), tmp_path / "whole", progress=False)
+    whole = pipeline.train(load_config(config, cfg_sets), tmp_path / "whole", progress=False)
     train_until_a_crash_after_epoch_one(monkeypatch, load_config(config, cfg_sets), tmp_path / "cut")
-    resumed = loop.train(load_config(config, cfg_sets), tmp_path / "cut", resume=True, progress=False)
+    resumed = pipeline.train(load_config(config, cfg_sets), tmp_path / "cut", resume=True, progress=False)
     keys = ("train_loss", "val", "test", "grad_norm")
     assert [[h[k] for k in keys] for h in resumed["history"]] == [[h[k] for k in keys] for h in whole["history"]]
     a = torch.load(tmp_path / "whole" / "last.pt", weights_only=True)["model"]

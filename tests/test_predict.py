@@ -93,7 +93,7 @@ def tiny_dataset(n: int = 96, targets=None, pe_steps: int = 4) -> GraphDataset:
 
 
 def train_tiny(out_dir, cfg=None, dataset=None, resume: bool = False) -> dict:
-    from siggate.train.loop import train
+    from siggate.train.pipeline import train
 
     with one_thread():
         return train(cfg or tiny_config(), out_dir, resume=resume, progress=False,
@@ -146,9 +146,9 @@ def ckpt(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def predictor(ckpt):
-    from siggate.train.predict import Predictor
+    from siggate.train.predict import SmilesPredictor
 
-    return Predictor(ckpt)
+    return SmilesPredictor(ckpt)
 
 
 @pytest.fixture(autouse=True)
@@ -221,9 +221,9 @@ def test_unusual_elements_map_to_ogb_vocabulary(predictor):
 
 
 def test_large_molecules_batched_alone_and_limit_is_a_reason(ckpt):
-    from siggate.train.predict import Predictor
+    from siggate.train.predict import SmilesPredictor
 
-    pred = Predictor(ckpt, max_atoms=600, batch_size=16)
+    pred = SmilesPredictor(ckpt, max_atoms=600, batch_size=16)
     big = "C" * 550  # 550 atoms: under the limit, predicted
     rows = pred.predict_rows(["CCO", big, "C" * 601, "CCN"])
     assert rows[1]["error"] == "" and math.isfinite(float(rows[1]["y"]))
@@ -455,9 +455,9 @@ def test_input_columns_come_through_in_order_and_a_label_column_gets_pred(ckpt, 
     rows = read_output(out)
     assert [(r["id"], r["y"], r["note"]) for r in rows] == [("m1", "0.5", "a"), ("m2", "", "b, c"), ("m3", "1.5", "")]
     assert rows[1]["y_pred"] == "" and rows[1]["error"].startswith("SMILES parse error")
-    from siggate.train.predict import Predictor
+    from siggate.train.predict import SmilesPredictor
 
-    direct = Predictor(ckpt).predict_rows(["CCO"])[0]["y"]
+    direct = SmilesPredictor(ckpt).predict_rows(["CCO"])[0]["y"]
     assert rows[0]["y_pred"] == direct and rows[0]["error"] == ""
     rc, stdout, _ = run_cli(["predict", "--checkpoint", str(ckpt), "CCO"], capsys)
     assert stdout.splitlines()[0] == "smiles,y,error"  # SMILES on the command line

@@ -98,16 +98,19 @@ def test_pretrain_then_finetune_copies_the_backbone(tmp_path):
     assert rec["corpus_molecules"] == len(BASE) - 1 and rec["epochs"] == 1
     blob = torch.load(out / "pretrained.pt", map_location="cpu", weights_only=True)
     assert blob["format"] == "siggate-pretrained-1" and blob["pretraining"]["corpus_sha256"]
+    run = torch.load(out / "model" / "best.pt", map_location="cpu", weights_only=True)
+    assert blob["resolved"] == run["resolved"] and init_weights.pretrained_pool_norm(blob) == \
+        run["resolved"]["model.pool_norm"] > 1  # the divisor the layers were trained with travels with them
     with pytest.raises(ConfigError, match="--resume"):
         pretrain(_corpus_file(tmp_path), out, molecules=1000, epochs=1, data_root=tmp_path / "none", progress=False,
                  test_sets=())
 
     from siggate.data.base import TaskInfo
-    from siggate.train.loop import build_model
+    from siggate.train.modelprep import build_model
 
     cfg = load_config("csv", ["model.layers=2", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4",
-                              "model.pool_norm=5", *CSV])
-    model = build_model(cfg, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae"))
+                              f"model.pool_norm={init_weights.pretrained_pool_norm(blob)}", *CSV])
+    model = build_model(cfg.model, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae"))
     fresh = {k: v.clone() for k, v in model.state_dict().items()}
     report = init_weights.load_init(model, str(out), cfg.model.to_dict())
     state = model.state_dict()
@@ -122,10 +125,82 @@ def test_pretrain_then_finetune_copies_the_backbone(tmp_path):
     other = load_config("csv", ["model.layers=3", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4",
                                 "model.pool_norm=5", *CSV])
     with pytest.raises(ConfigError, match=r"model\.layers: pretrained 2, this run 3"):
-        init_weights.load_init(build_model(other, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae")),
+        init_weights.load_init(build_model(other.model, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae")),
                                str(out / "pretrained.pt"), other.model.to_dict())
     with pytest.raises(ConfigError, match="does not exist"):
         init_weights.resolve_init(str(tmp_path / "nothing.pt"))
+
+
+def test_pretraining_refuses_its_own_targets_as_inputs(tmp_path, capsys):
+    """``pretrain --set model.mol_features=rdkit2d`` gave the model the descriptors it regresses;
+    refused before the corpus is built. Morgan counts are no target and stay allowed."""
+    from siggate.train.pretrain import pretrain_config
+    from test_predict import run_cli
+
+    for kind in ("rdkit2d", "morgan_count+rdkit2d"):
+        with pytest.raises(ConfigError, match="gives the model the rdkit2d descriptors as inputs, and pretraining "
+                                              "regresses those same descriptors"):
+            pretrain_config(None, tmp_path / "c.csv", ["MolWt"], 1, 0, [f"model.mol_features={kind}"])
+    assert pretrain_config(None, tmp_path / "c.csv", ["MolWt"], 1, 0,
+                           ["model.mol_features=morgan_count"]).model.mol_features == "morgan_count"
+    rc, _, err = run_cli(["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(tmp_path / "pt"),
+                          "--set", "model.mol_features=rdkit2d", "--data-root", str(tmp_path / "none")], capsys)
+    assert rc == 2 and "siggate pretrain: error: model.mol_features: 'rdkit2d' gives the model" in err
+    assert not (tmp_path / "pt").exists()  # refused before the corpus, and nothing left behind
+
+
+def _csv_recipe_dataset():
+    from test_predict import tiny_dataset
+
+    return tiny_dataset(40, pe_steps=16)
+
+
+def test_finetune_keeps_the_pretrained_pool_norm_and_says_so(caplog):
+    """The shipped weights were trained at pool_norm 21.64 (MOSES' mean size); a fine-tune with
+    the csv recipe (pool_norm 0) resolved its own value unannounced. It keeps the pretrained
+    one, says so, and records it where predict and resume read it; another explicit value is
+    refused as an architecture difference."""
+    from siggate.train.loop import setup_run
+    from siggate.train.modelprep import resolve_pool_norm
+
+    caplog.set_level("INFO", logger="siggate.train")
+    ds = _csv_recipe_dataset()
+    cfg = load_config("csv", [*CSV, "train.init=pretrained"])
+    own = resolve_pool_norm(cfg.model, ds.train)["model.pool_norm"]
+    assert own != 21.64
+    run = setup_run(cfg.model, cfg.train, ds)
+    assert run.resolved == {"model.pool_norm": 21.64} and run.model.pool_norm == 21.64
+    assert any(r.getMessage() == f"model.pool_norm: 21.64, the pretrained weights' (pooling 'norm' divides the atom "
+                                 f"sum by it; this run's training molecules average {own:g} atoms)"
+               for r in caplog.records)
+
+    def setup(overrides):
+        c = load_config("csv", overrides)
+        return setup_run(c.model, c.train, ds)
+
+    assert setup([*CSV, "train.init=pretrained", "model.pool_norm=21.64"]).resolved == {}
+    with pytest.raises(ConfigError, match=r"model\.pool_norm: pretrained 21\.64, this run 5\); pooling 'norm'"):
+        setup([*CSV, "train.init=pretrained", "model.pool_norm=5"])
+    assert setup(CSV).resolved == {"model.pool_norm": own}  # no --init: its own
+
+
+def test_init_copies_a_layer_whole_or_not_at_all():
+    """With molecule features the head's first layer reads more columns: its weight has another
+    shape and stayed fresh while its bias was copied. Now the whole layer stays fresh."""
+    from siggate.data.base import TaskInfo
+    from siggate.train.modelprep import build_model
+
+    cfg = load_config("csv", [*CSV, "model.mol_features=rdkit2d", "model.pool_norm=21.64"])
+    model = build_model(cfg.model, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae"))
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}
+    report = init_weights.load_init(model, "pretrained", cfg.model.to_dict())
+    blob = torch.load(init_weights.resolve_init("pretrained"), map_location="cpu", weights_only=True)
+    state = model.state_dict()
+    assert set(report["fresh"]) == {"head.0.weight", "head.0.bias", "head.4.weight", "head.4.bias", "mol_mean",
+                                    "mol_std"}
+    for name in report["fresh"]:
+        assert torch.equal(state[name], fresh[name]), name
+    assert torch.equal(state["head.2.weight"], blob["model"]["head.2.weight"])  # a layer of the same shape is copied
 
 
 def test_shipped_weights_load_and_fit_the_csv_recipe():

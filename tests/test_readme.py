@@ -74,6 +74,19 @@ def test_set_up_starts_with_the_install_command_ci_runs():
     assert install in block and block.startswith("python3 -m venv .venv")
 
 
+def test_the_test_command_is_what_ci_runs():
+    """The README's test command and ``.ci/run`` run the same steps; both lint the whole
+    repository (``ruff check .``, benchmarks included) before the tests."""
+    block = re.search(r"Run the tests \(what CI runs, `\.ci/run`\):\n\n```bash\n(.*?)```", README, re.S).group(1)
+    steps = [s.strip() for s in block.strip().split("&&")]
+    ci = [line.split("#")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    ci = [line for line in ci if line]
+    assert [s for s in steps if s not in ci] == []
+    checks = ("ruff ", "python -m pytest")
+    assert [line for line in ci if line.startswith(checks)] == [s for s in steps if s.startswith(checks)] == [
+        "ruff check .", "python -m pytest -q"]
+
+
 def test_own_graphs_example_trains_and_predicts(tmp_path, monkeypatch):
     code = re.search(r"```python\n(.*?)```", _section("### Train on your own graphs"), re.S).group(1)
     monkeypatch.chdir(tmp_path)

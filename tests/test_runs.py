@@ -111,7 +111,7 @@ def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out))
     assert rc == 0, err
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out))
-    assert rc == 2 and "ensemble.json" in _one_line(err) and "--overwrite" in err
+    assert rc == 2 and "metrics.json, member0/config.yaml" in _one_line(err) and "--overwrite" in err
     rc, _, err = run_cli(["train", "--resume", str(out)], capsys)
     assert rc == 2 and "this is an ensemble folder; resume it with --ensemble N" in _one_line(err)
     rc, _, err = run_cli(["train", "--resume", str(out), "--ensemble", "2", "--no-progress"], capsys)
@@ -121,8 +121,8 @@ def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
     (out / "member2" / "best.pt").write_bytes(b"")
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out), "--overwrite")
     assert rc == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["data_report.csv", "ensemble.json", "member0", "member1",
-                                                     "splits.csv", "test_predictions.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["data_report.csv", "member0", "member1", "metrics.json",
+                                                     "predictor.json", "splits.csv", "test_predictions.csv"]
     assert (out / "member1" / "last.pt").stat().st_mtime_ns != stale
 
 
@@ -204,13 +204,14 @@ def test_saved_config_is_a_config(tmp_path, capsys, data):
 
 
 def test_interrupt_prints_the_command_that_resumes(tmp_path, capsys, data, monkeypatch):
-    import siggate.train.loop as loop
+    import siggate.train.dataprep as dataprep
+    import siggate.train.pipeline as pipeline
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     out = tmp_path / "my run"
-    monkeypatch.setattr(loop, "fit", interrupted)  # Ctrl-C after config.yaml, before the first epoch ends
+    monkeypatch.setattr(pipeline, "fit", interrupted)  # Ctrl-C after config.yaml, before the first epoch ends
     rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out))
     assert rc == 130
     assert _one_line(err).strip() == f"siggate train: interrupted; resume with: siggate train --resume '{out}'"
@@ -220,7 +221,7 @@ def test_interrupt_prints_the_command_that_resumes(tmp_path, capsys, data, monke
     assert rc == 0, err
     assert json.loads((out / "metrics.json").read_text())["epochs"] == 1
 
-    monkeypatch.setattr(loop, "prepare_data", interrupted)  # Ctrl-C while featurizing: nothing to resume
+    monkeypatch.setattr(dataprep, "prepare_data", interrupted)  # Ctrl-C while featurizing: nothing to resume
     rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(tmp_path / "early"))
     assert rc == 130 and "nothing was saved; run the same command again" in _one_line(err)
 

@@ -1,5 +1,6 @@
 """The package's shape: no import cycles between files of ``src/siggate`` (imports inside
-functions and modules named in strings for ``importlib`` included), the import layers,
+functions and modules named in strings for ``importlib`` included), the import layers that
+ARCHITECTURE.md's table states,
 light entry points, and ``siggate data verify`` for every registered dataset."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -100,27 +102,74 @@ def _package(module: str) -> str:
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and (PKG / parts[1]).is_dir()) else module
 
 
-#: package -> siggate packages/modules it must not import (the data flow goes one way:
-#: data/nn -> train -> analysis/perf -> cli)
-FORBIDDEN = {
-    "data": ("train", "analysis", "perf", "siggate.cli", "nn"),
-    "nn": ("train", "analysis", "perf", "siggate.cli", "data"),
-    "predictors": ("train", "analysis", "perf", "siggate.cli", "nn"),
-    "train": ("analysis", "perf", "siggate.cli"),
-    "analysis": ("siggate.cli",),
-    "perf": ("analysis", "siggate.cli"),
-}
-LEAVES = ("siggate.options", "siggate.stats", "siggate.perf.timer")
+ARCHITECTURE = SRC.parent / "ARCHITECTURE.md"
+#: modules that import nothing from siggate but the package root, beside the table's leaves
+LEAVES = ("siggate.perf.timer",)
+
+
+def _table_name(name: str) -> str:
+    """A name of the import table as :func:`_package` spells it (``train``, ``siggate.config``)."""
+    name = name.strip().strip("`")
+    return name if name == "siggate" or (PKG / name).is_dir() else f"siggate.{name}"
+
+
+def import_table(text: str | None = None) -> tuple[dict[str, set[str] | None], set[str]]:
+    """The import table of ARCHITECTURE.md (the code block under "Who may import whom"):
+    ``({package: the packages it may import, None for everything}, leaves)``. A line is
+    ``A, B <- X, Y (comment)``; ``<- nothing`` declares leaves, which every package may import."""
+    text = ARCHITECTURE.read_text() if text is None else text
+    block = text.split("## Who may import whom", 1)[1].split("```", 2)[1]
+    allowed: dict[str, set[str] | None] = {}
+    leaves: set[str] = set()
+    for line in block.strip().splitlines():
+        left, right = (part.strip() for part in re.sub(r"\(.*\)\s*$", "", line).split("<-"))
+        names = [_table_name(n) for n in left.split(",")]
+        if right == "nothing":
+            leaves.update(names)
+            deps: set[str] | None = set()
+        else:
+            deps = None if right == "everything" else {_table_name(n) for n in right.split(",")}
+        allowed.update({n: deps for n in names})
+    return allowed, leaves
+
+
+def layer_violations(graph: dict[str, set[str]], allowed: dict, leaves: set[str]) -> list[str]:
+    """Every import ``module -> dependency`` between two packages that the table does not allow
+    (a leaf may import only the package root)."""
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        a = _package(mod)
+        for dep in sorted(deps):
+            b = _package(dep)
+            if a == b:
+                continue
+            rule = allowed.get(a, set())
+            if a in leaves and b != "siggate":
+                bad.append(f"{mod} (a leaf) -> {dep}")
+            elif a not in leaves and rule is not None and b not in rule and b not in leaves:
+                bad.append(f"{mod} -> {dep}")
+    return bad
+
+
+def test_the_import_table_parses_and_catches_a_forbidden_import():
+    allowed, leaves = import_table()
+    assert leaves == {"siggate", "siggate.options", "siggate.files", "siggate.stats"}
+    assert allowed["siggate.cli"] is None and "train" in allowed["analysis"] and "perf" in allowed["analysis"]
+    assert not {"nn", "train"} & allowed["predictors"] and "analysis" not in allowed["perf"]
+    fake = {"siggate.predictors.combine": {"siggate.train.members", "siggate.options"},
+            "siggate.options": {"siggate.config"}, "siggate.train.loop": {"siggate.predictors.base"}}
+    assert layer_violations(fake, allowed, leaves) == ["siggate.options (a leaf) -> siggate.config",
+                                                       "siggate.predictors.combine -> siggate.train.members"]
+
+
+def test_the_import_table_names_every_package():
+    allowed, _ = import_table()
+    assert {_package(m) for m in _modules()} == set(allowed)
 
 
 def test_import_layers():
     graph = import_graph()
-    bad = []
-    for mod, deps in graph.items():
-        rules = FORBIDDEN.get(_package(mod), ())
-        for dep in deps:
-            if _package(dep) in rules or dep in rules:
-                bad.append(f"{mod} -> {dep}")
+    bad = layer_violations(graph, *import_table())
     for leaf in LEAVES:
         bad += [f"{leaf} (a leaf) -> {dep}" for dep in graph[leaf] if dep != "siggate"]
     assert bad == []

@@ -113,3 +113,96 @@ def test_analysis_sweep_refuses_a_conflict_before_training(tmp_path, monkeypatch
                             argparse.Namespace(backend="local"), progress=False)
     assert out == {"done": {"test": 0.25, "reused": True}, "ok": {"test": 0.0, "reused": False}}
     assert [kw["dataset"] for kw in trained] == ["DATA"] and trained[0]["run_dir"] == tmp_path / "ok"
+
+
+# ---------------------------------------------------------------------- results files (the harnesses)
+
+
+def _store(path):
+    from siggate.train.study import RowStore
+
+    return RowStore(path, key=lambda r: (r["tool"], r["task"], int(r["seed"])), identity=("args",),
+                    order=lambda r: (r["tool"], r["task"], r["seed"]))
+
+
+def _put_rows(path, tool, n):
+    store = _store(path)
+    for i in range(n):
+        store.put({"tool": tool, "task": "t", "seed": i, "status": "ok"})
+
+
+def test_row_store_replaces_a_key_and_keeps_concurrent_writers_rows(tmp_path):
+    """put() replaces the row of its key and keeps the rest sorted; two processes writing
+    one file at once lose no row (every write re-reads the file under PATH.lock)."""
+    import multiprocessing
+
+    path = tmp_path / "results.json"
+    store = _store(path)
+    assert store.load() == {"schema": 1, "rows": []} and not path.exists()
+    store.put({"tool": "b", "task": "t", "seed": 0, "status": "failed", "error": "x"})
+    store.put({"tool": "a", "task": "t", "seed": 0, "status": "ok"})
+    store.put({"tool": "b", "task": "t", "seed": 0, "status": "ok", "args": ""})
+    assert [(r["tool"], r["status"]) for r in store.rows()] == [("a", "ok"), ("b", "ok")]
+    store.update(lambda res: res.setdefault("tasks", {}).update(t={"size": 3}))
+    assert store.load()["tasks"] == {"t": {"size": 3}} and len(store.rows()) == 2
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_put_rows, args=(path, tool, 15)) for tool in ("p", "q")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    rows = store.rows()
+    assert len(rows) == 2 + 30 and {(r["tool"], r["seed"]) for r in rows} >= {(t, i) for t in "pq" for i in range(15)}
+
+
+def test_a_row_is_judged_by_the_one_reuse_rule(tmp_path):
+    """No row or a failed one: new (tried again; never resume, a harness run starts afresh);
+    an ok row with the same identity: done, its metrics the row; an ok row with other identity
+    values (a name run before with other arguments): conflict naming the field."""
+    store = _store(tmp_path / "results.json")
+    key = ("siggate", "t", 0)
+    assert reuse_status(tmp_path / "run", {"args": "--x"}, store, key).state == "new"
+    store.put({"tool": "siggate", "task": "t", "seed": 0, "status": "failed", "args": "--y"})
+    assert reuse_status(tmp_path / "run", {"args": "--x"}, store, key).state == "new"
+    ok = {"tool": "siggate", "task": "t", "seed": 0, "status": "ok", "args": "--x", "value": 0.5}
+    store.put(ok)
+    done = reuse_status(tmp_path / "run", {"args": "--x"}, store, key)
+    assert (done.state, done.metrics) == ("done", ok)
+    other = reuse_status(tmp_path / "run", {"args": "--z"}, store, key)
+    assert other.state == "conflict" and other.reason == "args: the results file has '--x', this run has '--z'"
+
+
+def _row(tool, task, seed, status="ok", args=""):
+    row = {"tool": tool, "task": task, "seed": seed, "status": status, "args": args}
+    return row if status == "ok" else {**row, "error": "RuntimeError: it broke"}
+
+
+def test_plan_and_execute_with_a_store_record_each_row_as_it_finishes(tmp_path):
+    """A run's function returns its row, ok or failed: execute() puts it into the store at
+    once and the run's state follows its status; a done row is not run again; a conflict is
+    named with the file, the key and the fix."""
+    store = _store(tmp_path / "results.json")
+    store.put(_row("a", "t", 0))
+    store.put(_row("c", "t", 0, args="--old"))
+    keys = [("a", "t", 0), ("b", "t", 0), ("b", "t", 1), ("c", "t", 0)]
+    rows = {("b", "t", 0): _row("b", "t", 0), ("b", "t", 1): _row("b", "t", 1, "failed")}
+    runs = plan([StudyRun(k, tmp_path / "_".join(map(str, k)), {"args": ""},
+                          CallRequest(k, "test_study:_row_of", {"row": rows.get(k)}, tmp_path)) for k in keys], store)
+    assert [r.state for r in runs] == ["done", "new", "new", "conflict"]
+    assert runs[3].error.startswith(f"{store.path} holds a finished run ('c', 't', 0) of another kind (args: ")
+    seen = []
+
+    def check(r):  # the row is in the file by the time on_result sees the run
+        seen.append((r.key, r.state, store.row(r.key)["status"]))
+
+    execute(runs[:3], InlineExecutor(), progress=False, on_result=check, store=store)
+    assert seen == [(("b", "t", 0), "done", "ok"), (("b", "t", 1), "failed", "failed")]
+    assert runs[2].error == "RuntimeError: it broke" and finished(runs) == {("a", "t", 0): _row("a", "t", 0),
+                                                                           ("b", "t", 0): _row("b", "t", 0)}
+    assert [r["tool"] for r in store.rows()] == ["a", "b", "b", "c"]
+
+
+def _row_of(row):
+    assert row is not None, "not reached: a done row is never run again"
+    return row

@@ -1,5 +1,6 @@
-"""MoleculeACE benchmark: siggate beside a random forest on Morgan fingerprints, chemprop and the
-published results of CheMeleon, RF, minimol and chemprop (van Tilborg et al., JCIM 2022).
+"""MoleculeACE benchmark: siggate beside fingerprint models (a random forest and MoleculeACE's own
+SVM), chemprop and the published results of CheMeleon, RF, SVM, minimol, chemprop and ACANet
+(van Tilborg et al., JCIM 2022).
 
 * **Data.** The 30 CSVs inside the installed ``MoleculeACE==3.0.0`` wheel
   (``pip install --no-deps MoleculeACE==3.0.0``), found through the package's file list and read
@@ -7,20 +8,26 @@ published results of CheMeleon, RF, minimol and chemprop (van Tilborg et al., JC
 * **Protocol.** The file's ``split`` column is train/test. Validation is 10% of train, drawn with a
   fixed seed per target (``crc32`` of the target's name), the same for every tool and training seed.
   The random forest has no use for a validation set and trains on the whole train split, as the
-  published RF rows do.
+  published RF rows do; the SVM chooses its grid point on the validation rows, then refits on
+  the whole train split.
 * **Metrics.** Test RMSE overall, on ``cliff_mol == 1`` compounds and on the rest, per target and as
-  the mean over targets (of each target's mean over seeds).
+  the mean over targets (of each target's mean over seeds). A (tool, recipe) is complete only when
+  every target has the same seeds.
 * **Targets.** The 20 public targets only; the 10 reserved ones are refused everywhere.
 
-    python benchmarks/moleculeace/run.py --tools rf_morgan --seeds 0,1,2     # calibration row (minutes)
+    python benchmarks/moleculeace/run.py --tools rf_morgan,svm_ecfp --seeds 0,1,2   # calibration rows
     python benchmarks/moleculeace/run.py --tools siggate --seeds 0,1,2       # siggate train --data defaults
     python benchmarks/moleculeace/run.py --tools siggate --recipe gate-none \\
         --siggate-args "--set model.attn=true --set model.gate=none"          # a named recipe
     python benchmarks/moleculeace/run.py --report                              # summary, tests and README table
 
-Runs resume: a (tool, recipe, target, seed) row with ``"status": "ok"`` is skipped. Several
-processes may run at once on one results file (it is updated under a lock). It shares its runner
-and metric code with ``benchmarks/peers/run.py``.
+The runs are one study (:mod:`siggate.train.study`): every (tool, recipe, target, seed) is planned
+against the results file (a :class:`~siggate.train.study.RowStore` of ``rows``) by the study's
+reuse rule (an ``ok`` row is skipped, a failed one tried again, a recipe name with other
+arguments refused), then executed one after another here, each row recorded under the file's
+lock as it finishes; earlier versions of this script take the same lock, so several processes
+may add rows to one file. It shares its runners, metric code and study driver with
+``benchmarks/peers/run.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +38,6 @@ import importlib.metadata
 import json
 import math
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -39,6 +45,9 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+from siggate.train.executor import CallRequest
+from siggate.train.study import RowStore, StudyRun, reuse_status
 
 HERE = Path(__file__).resolve().parent
 
@@ -66,14 +75,14 @@ PUBLIC = ("CHEMBL1871_Ki", "CHEMBL2034_Ki", "CHEMBL2047_EC50", "CHEMBL214_Ki", "
 RESERVED = ("CHEMBL1862_Ki", "CHEMBL204_Ki", "CHEMBL2147_Ki", "CHEMBL218_EC50", "CHEMBL228_Ki", "CHEMBL237_Ki",
             "CHEMBL238_Ki", "CHEMBL244_Ki", "CHEMBL2835_Ki", "CHEMBL287_Ki")
 VAL_FRACTION = 0.1
-TOOLS = ("rf_morgan", "siggate", "chemprop")
+TOOLS = ("rf_morgan", "svm_ecfp", "siggate", "chemprop")
 DEFAULT_RESULTS = HERE / "results" / "results.json"
 ANCHORS = HERE / "anchors.json"
 README = HERE / "README.md"
 CACHE = Path(os.environ.get("SIGGATE_MOLECULEACE_WORK", "~/.cache/siggate/moleculeace")).expanduser()
 TABLE_START, TABLE_END = "<!-- moleculeace-table:start -->", "<!-- moleculeace-table:end -->"
 METRICS = ("rmse", "rmse_cliff", "rmse_noncliff")
-#: the published RF row must be reproduced within this mean RMSE (the data and split check)
+#: the published RF and SVM rows must be reproduced within this mean RMSE (the data and split check)
 CALIBRATION_TOLERANCE = 0.01
 
 
@@ -176,7 +185,26 @@ def cliff_metrics(smiles: list[str], y: list[float], cliff: list[int], pred_smil
     return out
 
 
-# ----------------------------------------------------------------------------- the random forest
+# ----------------------------------------------------------------------------- fingerprint models
+
+
+def morgan_bits(smiles: list[str], size: int):
+    """Radius-2 Morgan (ECFP4) bit vectors of ``size`` bits, ``[n, size]`` uint8 (RDKit's
+    generator; the same bits as ``GetMorganFingerprintAsBitVect(mol, 2, nBits=size)``)."""
+    import numpy as np
+    from rdkit import Chem
+    from rdkit.Chem import rdFingerprintGenerator
+
+    gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=size)
+    return np.stack([gen.GetFingerprintAsNumPy(Chem.MolFromSmiles(s)) for s in smiles]).astype(np.uint8)
+
+
+def _rows_by_split(tdir: Path):
+    """``(smiles, y, {split: row indices})`` of a target's ``data.csv``."""
+    import numpy as np
+
+    smiles, y, split = peers.T.read_task_csv(tdir / "data.csv")
+    return smiles, np.asarray(y, dtype=float), {k: [i for i, s in enumerate(split) if s == k] for k in ("train", "val", "test")}
 
 
 class RandomForestMorgan:
@@ -189,30 +217,23 @@ class RandomForestMorgan:
 
     @staticmethod
     def fingerprints(smiles: list[str]):
-        import numpy as np
-        from rdkit import Chem
-        from rdkit.Chem import rdFingerprintGenerator
-
-        gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=2048)
-        return np.stack([gen.GetFingerprintAsNumPy(Chem.MolFromSmiles(s)) for s in smiles]).astype(np.uint8)
+        return morgan_bits(smiles, 2048)
 
     def version(self) -> str:
         return "scikit-learn " + importlib.metadata.version("scikit-learn")
 
     def run(self, task: Target, tdir: Path, out: Path, seed: int, epochs: int | None) -> dict:
-        import numpy as np
         from sklearn.compose import TransformedTargetRegressor
         from sklearn.ensemble import RandomForestRegressor
         from sklearn.preprocessing import StandardScaler
 
         t0, c0 = time.perf_counter(), time.process_time()
-        smiles, y, split = peers.T.read_task_csv(tdir / "data.csv")
-        fit = [i for i, s in enumerate(split) if s in ("train", "val")]
-        test = [i for i, s in enumerate(split) if s == "test"]
+        smiles, y, rows = _rows_by_split(tdir)
+        fit, test = rows["train"] + rows["val"], rows["test"]
         x = self.fingerprints(smiles)
         model = TransformedTargetRegressor(regressor=RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=1),
                                            transformer=StandardScaler())
-        model.fit(x[fit], np.asarray(y)[fit])
+        model.fit(x[fit], y[fit])
         pred = model.predict(x[test]).ravel().tolist()
         return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
                 "pred_smiles": [smiles[i] for i in test], "pred": pred, "fit_rows": len(fit),
@@ -220,38 +241,106 @@ class RandomForestMorgan:
                            "StandardScaler target, train+val rows"}
 
 
+class SvmEcfp:
+    """MoleculeACE's own best classical model (``SVM_ECFP`` in its results): scikit-learn's
+    ``SVR`` with an RBF kernel on 1,024-bit radius-2 Morgan (ECFP4) bit vectors, on the raw
+    target (MoleculeACE scales nothing for it), ``epsilon`` 0.1, ``C`` and ``gamma`` from
+    MoleculeACE's grid (:data:`GRID`, its ``Data/configures/default/SVM.yml``).
+
+    MoleculeACE picks the grid point by 5-fold cross-validation on its train split and refits
+    on the whole train split. Here the grid point is the one with the lowest RMSE on our
+    validation rows (fitted on the train rows; the first in grid order on a tie), then the model
+    is refitted on train + validation, the whole train split, as MoleculeACE's final model is.
+    Nothing depends on the seed (SVR is deterministic and the validation draw is fixed per
+    target): the seeds repeat one result. The kernel is computed once per target from the
+    bit vectors and handed to ``SVR(kernel="precomputed")``: the same kernel values as
+    ``kernel="rbf"`` (``exp(-gamma * |a - b|^2)``), without recomputing them for every grid
+    point. Runs in this process; CPU time from ``time.process_time`` (one thread)."""
+
+    name = "svm_ecfp"
+    #: MoleculeACE's grid (molML/MoleculeACE, MoleculeACE/Data/configures/default/SVM.yml)
+    GRID = {"C": (1, 10, 100, 1000, 10000), "gamma": (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)}
+    EPSILON = 0.1
+    BITS = 1024
+
+    def version(self) -> str:
+        return "scikit-learn " + importlib.metadata.version("scikit-learn")
+
+    @staticmethod
+    def sq_distances(x):
+        """Squared Euclidean distances between the rows of a 0/1 matrix: ``|a| + |b| - 2 a.b``."""
+        import numpy as np
+
+        x = x.astype(np.float64)
+        n = x.sum(1)
+        return np.maximum(n[:, None] + n[None, :] - 2.0 * (x @ x.T), 0.0)
+
+    def run(self, task: Target, tdir: Path, out: Path, seed: int, epochs: int | None) -> dict:
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(1):  # one thread, as every tool gets
+            return self._run(tdir)
+
+    def _run(self, tdir: Path) -> dict:
+        import numpy as np
+        from sklearn.svm import SVR
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        smiles, y, rows = _rows_by_split(tdir)
+        tr, va, te = (np.asarray(rows[k]) for k in ("train", "val", "test"))
+        fit = np.concatenate([tr, va])
+        d2 = self.sq_distances(morgan_bits(smiles, self.BITS))
+        grid = []
+        for c in self.GRID["C"]:
+            for gamma in self.GRID["gamma"]:
+                k = np.exp(-gamma * d2)
+                model = SVR(kernel="precomputed", C=c, epsilon=self.EPSILON).fit(k[np.ix_(tr, tr)], y[tr])
+                val = float(np.sqrt(np.mean((model.predict(k[np.ix_(va, tr)]) - y[va]) ** 2)))
+                grid.append({"C": c, "gamma": gamma, "val_rmse": val})
+        best = min(grid, key=lambda g: g["val_rmse"])  # the first of equals: grid order
+        k = np.exp(-best["gamma"] * d2)
+        model = SVR(kernel="precomputed", C=best["C"], epsilon=self.EPSILON).fit(k[np.ix_(fit, fit)], y[fit])
+        pred = model.predict(k[np.ix_(te, fit)]).tolist()
+        return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+                "pred_smiles": [smiles[i] for i in te], "pred": pred, "fit_rows": len(fit),
+                "selected": {"C": best["C"], "gamma": best["gamma"], "epsilon": self.EPSILON},
+                "val_rmse": best["val_rmse"], "grid": grid,
+                "command": f"SVR(kernel=rbf, C={best['C']}, gamma={best['gamma']}, epsilon={self.EPSILON}) on ECFP4 "
+                           f"{self.BITS} bits, raw target, C and gamma chosen on the validation rows from MoleculeACE's "
+                           "grid, refitted on train+val rows"}
+
+
+#: the tools that run in this process, by name
+FINGERPRINT_TOOLS = {t.name: t for t in (RandomForestMorgan, SvmEcfp)}
+
+
 # ----------------------------------------------------------------------------- results
-
-
-def _locked(path: Path):
-    from filelock import FileLock
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(path) + ".lock")
-
-
-def load_results(path: Path) -> dict:
-    res = peers.load_results(path)
-    res.setdefault("rows", [])
-    res.pop("runs", None)
-    res.setdefault("targets", {})
-    return res
 
 
 def row_key(r: dict) -> tuple:
     return (r["tool"], r["recipe"], r["target"], int(r["seed"]))
 
 
-def put(path: Path, row: dict | None = None, target_meta: dict | None = None) -> dict:
-    """Merge one row (replacing its key) and/or a target's meta into the results file, under a lock."""
-    with _locked(path):
-        res = load_results(path)
-        if target_meta is not None:
-            res["targets"][target_meta["target"]] = target_meta
-        if row is not None:
-            res["rows"] = [r for r in res["rows"] if row_key(r) != row_key(row)] + [row]
-            res["rows"].sort(key=lambda r: (r["tool"], r["recipe"], PUBLIC.index(r["target"]), r["seed"]))
-        peers.save_results(path, res)
+#: what a row means beyond its key: a recipe name run again with other arguments is a conflict
+IDENTITY = ("siggate_args", "epochs")
+
+
+def identity(extra: dict, epochs: int | None) -> dict:
+    """The values of :data:`IDENTITY` a run's row will hold."""
+    return {"siggate_args": extra.get("siggate_args"), "epochs": epochs}
+
+
+def results_store(path: Path) -> RowStore:
+    """The results file (``rows``: one per tool, recipe, target and seed; ``targets``: each
+    target's data) as a :class:`~siggate.train.study.RowStore`, written under ``PATH.lock`` like
+    the harness's earlier versions, so they can keep adding rows to it."""
+    return RowStore(path, key=row_key, rows_field="rows", identity=IDENTITY,
+                    order=lambda r: (r["tool"], r["recipe"], PUBLIC.index(r["target"]), r["seed"]))
+
+
+def load_results(path: Path) -> dict:
+    res = results_store(path).load()
+    res.setdefault("targets", {})
     return res
 
 
@@ -265,15 +354,20 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def run_one(runner, recipe: str, target: str, seed: int, meta: dict, tdir: Path, work: Path, epochs: int | None) -> dict:
-    out = work / runner.name / recipe / target / f"seed{seed}"
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+def run_row(runner, recipe: str, target: str, seed: int, meta: dict, tdir: str, out: str, epochs: int | None,
+            extra: dict, store: RowStore, key: tuple) -> dict:
+    """One (tool, recipe, target, seed) run in a fresh folder: its row, ``ok`` with the test
+    RMSEs or ``failed`` with the error (``extra``: fields the row carries, e.g. siggate's
+    arguments). Reuses the row another process finished meanwhile."""
+    now = reuse_status(out, identity(extra, epochs), store, key)
+    if now.state == "done":
+        return now.metrics
+    tdir, out = Path(tdir), peers.fresh_dir(Path(out))
     row = {"tool": runner.name, "recipe": recipe, "target": target, "seed": seed, "epochs": epochs,
            "tool_version": runner.version(), "source_sha256": meta["source_sha256"], "data_sha256": meta["data_sha256"],
            "cpu": peers._cpu_model(), "threads": 1, "load_avg_1m_at_start": round(os.getloadavg()[0], 2)}
     smiles, y, cliff = read_test(tdir)
+    peers.progress(f"run  {runner.name} {recipe} {target} seed {seed}")
     try:
         r = runner.run(Target(target), tdir, out, seed, epochs)
         pred_smiles, pred = r.pop("pred_smiles"), r.pop("pred")
@@ -281,12 +375,28 @@ def run_one(runner, recipe: str, target: str, seed: int, meta: dict, tdir: Path,
         row["commit"] = r.get("git_commit") or _git_commit()
     except Exception as exc:
         row.update(status="failed", error=f"{type(exc).__name__}: {exc}", commit=_git_commit())
-        print(f"moleculeace: {runner.name} {recipe} {target} seed {seed} failed: {exc}", file=sys.stderr)
     for k in ("command", "predict_command"):
         if k in row:
             row[k] = peers._tilde(row[k])
+    row.update(extra)
     row["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return row
+
+
+def make_runner(tool: str, args):
+    if tool == "siggate":
+        return peers.Siggate(args.siggate, args.siggate_args)
+    if tool == "chemprop":
+        return peers.Chemprop(args.chemprop_venv)
+    return FINGERPRINT_TOOLS[tool]()
+
+
+def recipe_of(tool: str, args) -> str:
+    """The row's recipe: siggate's ``--recipe`` (``default`` without arguments), ``smoke`` with
+    ``--smoke``, else ``default`` (the other tools have one recipe each)."""
+    if tool == "siggate" and args.recipe:
+        return args.recipe
+    return "smoke" if args.smoke else "default"
 
 
 def cmd_run(args) -> int:
@@ -294,42 +404,59 @@ def cmd_run(args) -> int:
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     if any(t not in TOOLS for t in tools):
         raise SystemExit(f"--tools: choose from {', '.join(TOOLS)}")
+    if args.siggate_args.strip() and not args.recipe:
+        raise SystemExit("--siggate-args needs --recipe NAME: the name of its rows in the table (e.g. svr_minmax)")
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     epochs = peers.SMOKE_EPOCHS if args.smoke else None
-    recipe = args.recipe or ("smoke" if args.smoke else "default")
-    runners = {}
-    for t in tools:
-        if t == "rf_morgan":
-            runners[t] = RandomForestMorgan()
-        elif t == "siggate":
-            runners[t] = peers.Siggate(args.siggate, args.siggate_args)
-        else:
-            runners[t] = peers.Chemprop(args.chemprop_venv)
-    failures = 0
+    runners = {t: make_runner(t, args) for t in tools}
+    store = results_store(args.results)
+    runs = []
     for target in targets:
         meta = build(target, args.data_dir)
-        put(args.results, target_meta=meta)
-        tdir = args.data_dir / target
+        store.update(lambda res, meta=meta: res.setdefault("targets", {}).__setitem__(meta["target"], meta))
         for seed in seeds:
             for tool, runner in runners.items():
-                rec = recipe if tool == "siggate" else ("smoke" if args.smoke else "default")
-                if tool == "siggate" and args.siggate_args:
-                    rec = args.recipe or "custom"
-                done = {row_key(r) for r in load_results(args.results)["rows"] if r.get("status") == "ok"}
-                if (tool, rec, target, seed) in done:
-                    peers.progress(f"skip {tool} {rec} {target} seed {seed}: done")
-                    continue
-                peers.progress(f"run  {tool} {rec} {target} seed {seed}")
-                row = run_one(runner, rec, target, seed, meta, tdir, args.work_dir, epochs)
-                if tool == "siggate":
-                    row["siggate_args"] = args.siggate_args
-                failures += row["status"] != "ok"
-                put(args.results, row)
-                if row["status"] == "ok":
-                    peers.progress(f"done {tool} {rec} {target} seed {seed}: rmse {row['rmse']:.4f} "
-                                   f"cliff {row['rmse_cliff']:.4f} cpu {row['cpu_s']:.0f}s")
+                rec = recipe_of(tool, args)
+                key = (tool, rec, target, seed)
+                extra = {"siggate_args": args.siggate_args} if tool == "siggate" else {}
+                out = args.work_dir / tool / rec / target / f"seed{seed}"
+                request = CallRequest(key, f"{__name__}:run_row", {
+                    "runner": runner, "recipe": rec, "target": target, "seed": seed, "meta": meta,
+                    "tdir": str(args.data_dir / target), "out": str(out), "epochs": epochs, "extra": extra,
+                    "store": store, "key": key}, out)
+                runs.append(StudyRun(key, out, identity(extra, epochs), request, tag=(tool, rec, target, "seed", seed)))
+    status = peers.run_study(runs, store, "moleculeace", lambda r: f"rmse {r['rmse']:.4f} cliff {r['rmse_cliff']:.4f} "
+                                                                   f"cpu {r['cpu_s']:.0f}s")
     report(args.results)
-    return 1 if failures else 0
+    return status
+
+
+def import_rows(source: Path, results: Path) -> tuple[int, int]:
+    """Add the ``ok`` rows of ``source`` to ``results`` with their targets' data records: a row
+    whose key is ``new`` there (:func:`~siggate.train.study.reuse_status`) is added, a ``done``
+    one is kept as it is, and a ``conflict`` (the same key run with other arguments) refuses the
+    whole import (exit 2). Returns ``(added, already there)``."""
+    src = load_results(source)
+    rows = [r for r in src["rows"] if r.get("status") == "ok"]
+    for r in rows:
+        check_public(r["target"])
+    store = results_store(results)
+    states = [reuse_status(results, {f: r.get(f) for f in IDENTITY}, store, row_key(r)) for r in rows]
+    conflicts = [f"{row_key(r)}: {s.reason}" for r, s in zip(rows, states) if s.state == "conflict"]
+    if conflicts:
+        for line in conflicts:
+            print(f"moleculeace: {results} holds another run of {line}", file=sys.stderr)
+        raise SystemExit(2)
+    new = [r for r, s in zip(rows, states) if s.state == "new"]
+
+    def add(res: dict) -> None:
+        for r in new:
+            res.setdefault("targets", {}).setdefault(r["target"], src["targets"].get(r["target"]))
+            res["rows"] = [x for x in res["rows"] if row_key(x) != row_key(r)] + [r]
+        res["rows"].sort(key=store.order)
+
+    store.update(add)
+    return len(new), len(rows) - len(new)
 
 
 def parse_targets(text: str | None) -> list[str]:
@@ -351,39 +478,76 @@ def per_target(rows: list[dict], tool: str, recipe: str, key: str) -> dict[str, 
     return {t: statistics.mean(v) for t, v in by.items()}
 
 
+def seed_coverage(rows: list[dict], tool: str, recipe: str) -> dict[str, list[int]]:
+    """``{target: sorted seeds with an ok row}`` of one (tool, recipe)."""
+    by: dict[str, set[int]] = {}
+    for r in rows:
+        if r["tool"] == tool and r["recipe"] == recipe and r.get("status") == "ok":
+            by.setdefault(r["target"], set()).add(int(r["seed"]))
+    return {t: sorted(v) for t, v in by.items()}
+
+
+def partial_reason(coverage: dict[str, list[int]]) -> str:
+    """Why a (tool, recipe) is not complete: '' when every public target has the same seeds."""
+    missing = len(PUBLIC) - len(coverage)
+    if missing:
+        return f"{len(coverage)} of {len(PUBLIC)} targets"
+    if len({tuple(v) for v in coverage.values()}) > 1:
+        return "seeds differ across targets"
+    return ""
+
+
+def _mean_or_none(values: list) -> float | None:
+    return None if any(v is None for v in values) else statistics.mean(values)
+
+
 def summarize(rows: list[dict], anchors: dict) -> list[dict]:
-    """Per (tool, recipe): the mean over targets of each target's mean over seeds, with the targets
-    and seeds it covers; the published anchors over the same 20 public targets."""
+    """Per (tool, recipe): the mean over targets of each target's mean over seeds, and which
+    seeds it covers. It is ``complete`` only when every public target has the same seeds
+    (``seeds``); otherwise ``partial`` says why and ``seed_targets`` how many targets each seed
+    has. The published anchors follow, over the same 20 public targets."""
     out = []
     for tool, recipe in sorted({(r["tool"], r["recipe"]) for r in rows if r.get("status") == "ok"}):
         entry = {"tool": tool, "recipe": recipe, "source": "measured here"}
         for key in (*METRICS, "cpu_s"):
             pt = per_target(rows, tool, recipe, key)
             entry[key] = statistics.mean(pt.values()) if pt else float("nan")
-        ok = [r for r in rows if r["tool"] == tool and r["recipe"] == recipe and r.get("status") == "ok"]
-        entry["targets"] = len({r["target"] for r in ok})
-        entry["seeds"] = sorted({r["seed"] for r in ok})
-        entry["runs"] = len(ok)
-        entry["complete"] = entry["targets"] == len(PUBLIC)
+        coverage = seed_coverage(rows, tool, recipe)
+        entry["targets"] = len(coverage)
+        entry["seeds"] = sorted({s for v in coverage.values() for s in v})
+        entry["seed_targets"] = {str(s): sum(s in v for v in coverage.values()) for s in entry["seeds"]}
+        entry["runs"] = sum(len(v) for v in coverage.values())
+        entry["partial"] = partial_reason(coverage)
+        entry["complete"] = not entry["partial"]
         out.append(entry)
     for tool, a in anchors.get("tools", {}).items():
-        pt = a["per_target"]
-        out.append({"tool": tool, "recipe": "published", "source": f"{anchors['source']['repository']}@"
-                    f"{anchors['source']['commit'][:7]}", **{k: statistics.mean(pt[t][k] for t in PUBLIC) for k in METRICS},
-                    "targets": len(PUBLIC), "seeds": anchors["source"]["seeds"], "complete": True})
+        pt, src = a["per_target"], a["source"]
+        out.append({"tool": tool, "recipe": "published", "source": f"{src['repository']}@{src['commit'][:7]}",
+                    **{k: _mean_or_none([pt[t].get(k) for t in PUBLIC]) for k in METRICS},
+                    "targets": len(PUBLIC), "seeds": src["seeds"], "complete": True, "partial": ""})
     return out
 
 
+#: local rows that must reproduce the published row of the same model (the data and split check)
+CALIBRATED = ("rf_morgan", "svm_ecfp")
+
+
 def calibration(summary: list[dict]) -> dict:
-    """The local RF row against the published RF row, over the public targets."""
-    local = next((s for s in summary if s["tool"] == "rf_morgan" and s["recipe"] == "default"), None)
-    pub = next((s for s in summary if s["tool"] == "rf_morgan" and s["recipe"] == "published"), None)
-    if local is None or pub is None or not local["complete"]:
-        return {"status": "not run", "tolerance": CALIBRATION_TOLERANCE}
-    diff = local["rmse"] - pub["rmse"]
-    return {"status": "pass" if abs(diff) <= CALIBRATION_TOLERANCE else "fail", "local_rmse": local["rmse"],
-            "published_rmse": pub["rmse"], "diff": diff, "tolerance": CALIBRATION_TOLERANCE,
-            "local_seeds": local["seeds"]}
+    """Each of :data:`CALIBRATED`'s local ``default`` rows against its published row, over the
+    public targets: ``pass`` within :data:`CALIBRATION_TOLERANCE` mean RMSE, ``fail``, or
+    ``not run`` (no complete local row)."""
+    out: dict = {"tolerance": CALIBRATION_TOLERANCE}
+    for tool in CALIBRATED:
+        local = next((s for s in summary if s["tool"] == tool and s["recipe"] == "default"), None)
+        pub = next((s for s in summary if s["tool"] == tool and s["recipe"] == "published"), None)
+        if local is None or pub is None or not local["complete"]:
+            out[tool] = {"status": "not run"}
+            continue
+        diff = local["rmse"] - pub["rmse"]
+        out[tool] = {"status": "pass" if abs(diff) <= CALIBRATION_TOLERANCE else "fail", "local_rmse": local["rmse"],
+                     "published_rmse": pub["rmse"], "diff": diff, "local_seeds": local["seeds"],
+                     "local_cliff_rmse": local["rmse_cliff"], "published_cliff_rmse": pub["rmse_cliff"]}
+    return out
 
 
 def gate_study(rows: list[dict], base: str, arms: list[str]) -> dict:
@@ -413,25 +577,38 @@ def _fmt(v: float | None, d: int = 3) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{d}f}"
 
 
+def _seeds_cell(s: dict) -> str:
+    """The seeds of a summary row: the list when every target has them, else each seed's targets."""
+    if s["seeds"] is None:
+        return "one run"
+    if s["complete"]:
+        return ",".join(map(str, s["seeds"]))
+    return ", ".join(f"{seed} ({n} of {len(PUBLIC)})" for seed, n in s["seed_targets"].items())
+
+
 def table_markdown(res: dict) -> str:
     summary, cal = res.get("summary", []), res.get("calibration", {})
     if not summary:
         return "_Not run yet._"
-    lines = ["Mean over the 20 public targets of each target's mean over seeds (test RMSE, lower is better):", "",
+    lines = ["Mean over the 20 public targets of each target's mean over seeds (test RMSE, lower is better). "
+             "A row is complete only when every target has the same seeds; a partial row is listed last and is "
+             "not comparable:", "",
              "| tool | recipe | source | RMSE | cliff RMSE | non-cliff RMSE | targets | seeds | CPU s per run |",
              "|---|---|---|---|---|---|---|---|---|"]
     for s in sorted(summary, key=lambda s: (not s["complete"], s.get("rmse", 9), s["tool"])):
-        targets = s["targets"] if s["complete"] else f"{s['targets']} of {len(PUBLIC)} (partial: not comparable)"
+        targets = s["targets"] if s["complete"] else f"{s['targets']} (partial: {s['partial']})"
         lines.append(f"| {s['tool']} | {s['recipe']} | {s['source']} | {_fmt(s['rmse'])} | {_fmt(s['rmse_cliff'])} | "
-                     f"{_fmt(s['rmse_noncliff'])} | {targets} | {','.join(map(str, s['seeds']))} | "
-                     f"{_fmt(s.get('cpu_s'), 0)} |")
-    if cal.get("status") != "not run":
-        lines += ["", f"Calibration (local RF against the published RF row, tolerance {cal['tolerance']}): "
-                      f"**{cal['status']}**, {_fmt(cal['local_rmse'], 4)} vs {_fmt(cal['published_rmse'], 4)} "
-                      f"(difference {cal['diff']:+.4f}, local seeds {','.join(map(str, cal['local_seeds']))})."]
+                     f"{_fmt(s['rmse_noncliff'])} | {targets} | {_seeds_cell(s)} | {_fmt(s.get('cpu_s'), 0)} |")
+    checked = [(t, c) for t, c in cal.items() if isinstance(c, dict) and c.get("status") not in (None, "not run")]
+    if checked:
+        lines += ["", f"Calibration (each local row against the published row of the same model, tolerance "
+                      f"{cal['tolerance']} mean RMSE): " + "; ".join(
+                          f"{t} **{c['status']}**, {_fmt(c['local_rmse'], 4)} vs {_fmt(c['published_rmse'], 4)} "
+                          f"(difference {c['diff']:+.4f}, local seeds {','.join(map(str, c['local_seeds']))})"
+                          for t, c in checked) + "."]
     anchors = res.get("anchors", {}).get("tools", {})
     ours = [(s["tool"], s["recipe"]) for s in summary if s["recipe"] != "published"]
-    lines += ["", "Per target (ours: mean over seeds; published: mean over 5 seeds):", "",
+    lines += ["", "Per target (ours: mean over seeds; published: as each source gives it, see `anchors.json`):", "",
               "| target | " + " | ".join(f"{t} (pub.)" for t in anchors) + " | "
               + " | ".join(f"{t}/{r}" for t, r in ours) + " |",
               "|---|" + "---|" * (len(anchors) + len(ours))]
@@ -446,15 +623,16 @@ def table_markdown(res: dict) -> str:
 def report(path: Path, gate_base: str = "gate-none", gate_arms: tuple = ("gate-elementwise", "gate-headwise")) -> dict:
     """Recompute ``anchors``, ``summary``, ``calibration`` and ``gate_study`` in the results file and
     the README table from its rows."""
-    with _locked(path):
-        res = load_results(path)
+    def change(res: dict) -> None:
+        res.setdefault("targets", {})
         res["anchors"] = json.loads(ANCHORS.read_text())
         res["summary"] = summarize(res["rows"], res["anchors"])
         res["calibration"] = calibration(res["summary"])
         recipes = {r["recipe"] for r in res["rows"] if r["tool"] == "siggate"}
         arms = [a for a in gate_arms if a in recipes]
         res["gate_study"] = gate_study(res["rows"], gate_base, arms) if gate_base in recipes and arms else None
-        peers.save_results(path, res)
+
+    res = results_store(path).update(change)
     if path.resolve() == DEFAULT_RESULTS.resolve() and README.exists():
         text = README.read_text()
         new = peers._replace_section(text, TABLE_START, TABLE_END, table_markdown(res), README)
@@ -468,18 +646,25 @@ def main(argv=None) -> int:
     p.add_argument("--targets", default=None, help="comma-separated public targets (default: all 20)")
     p.add_argument("--tools", default="rf_morgan,siggate", help=f"comma-separated, from {', '.join(TOOLS)}")
     p.add_argument("--seeds", default="0,1,2", help="training seeds (default: 0,1,2)")
-    p.add_argument("--recipe", default=None, help="name of siggate's recipe (default: 'default', or 'custom' "
-                                                   "with --siggate-args)")
-    p.add_argument("--siggate-args", default="", metavar="ARGS", help="extra arguments for siggate train")
+    p.add_argument("--recipe", default=None, metavar="NAME",
+                   help="name of siggate's rows (default: 'default'; required with --siggate-args), e.g. svr_minmax")
+    p.add_argument("--siggate-args", default="", metavar="ARGS",
+                   help="arguments added to siggate train, e.g. \"--members svr\" (a recipe; needs --recipe)")
     p.add_argument("--siggate", default=None, help="siggate executable (default: the one next to this Python)")
     p.add_argument("--chemprop-venv", type=Path, default=peers.DEFAULT_CHEMPROP_VENV)
     p.add_argument("--smoke", action="store_true", help=f"{peers.SMOKE_EPOCHS} epochs per tool, recipe 'smoke'")
     p.add_argument("--report", action="store_true", help="only recompute the summary, tests and README table")
+    p.add_argument("--import-rows", type=Path, default=None, metavar="FILE",
+                   help="add the ok rows of another results file (e.g. one written in another worktree) to "
+                        "--results, by the study's reuse rule: rows already there are kept, conflicts refused")
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     p.add_argument("--data-dir", type=Path, default=CACHE / "data")
     p.add_argument("--work-dir", type=Path, default=CACHE / "runs")
     args = p.parse_args(argv)
-    if args.report:
+    if args.import_rows is not None:
+        added, kept = import_rows(args.import_rows, args.results)
+        print(f"{args.results}: {added} rows added from {args.import_rows}, {kept} already there")
+    if args.report or args.import_rows is not None:
         res = report(args.results)
         print(table_markdown(res))
         return 0

@@ -11,12 +11,17 @@ exact command.
     python benchmarks/peers/run.py --tasks nci5k --tools chemprop --seeds 0
     python benchmarks/peers/run.py --smoke --tasks freesolv,molhiv4k --seeds 0   # 2 epochs each
     python benchmarks/peers/run.py --report             # README table from results.json only
+    python benchmarks/peers/run.py --tools siggate --recipe svr_minmax \
+        --siggate-args "--members svr" --results benchmarks/peers/results/recipe.json   # a named recipe
 
 Run it from siggate's venv (it builds the tasks with siggate's code). chemprop runs
 from its own venv (``benchmarks/peers/setup_chemprop.sh``; ``--chemprop-venv`` or
-``$CHEMPROP_VENV``). Finished runs are kept in ``results/results.json`` and skipped on
-rerun, so an interrupted benchmark resumes where it stopped. ``--smoke`` rows are
-marked ``"smoke": true`` and never enter the README table.
+``$CHEMPROP_VENV``). The runs are one study (:mod:`siggate.train.study`): planned against
+the results file (a :class:`~siggate.train.study.RowStore`, ``runs``: one row per tool, task,
+seed and variant, written under a lock), where a run whose ``ok`` row is there is skipped and
+a failed one is tried again, then executed one after another, each row recorded as it
+finishes; an interrupted benchmark resumes where it stopped. ``--smoke`` rows are marked
+``"smoke": true`` and never enter the README table.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from siggate.train.executor import CallRequest, InlineExecutor
+from siggate.train.study import RowStore, StudyRun, execute, plan, reuse_status
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -337,19 +345,6 @@ class Chemprop(Tool):
 # ----------------------------------------------------------------------------- results
 
 
-def load_results(path: Path) -> dict:
-    if path.is_file():
-        return json.loads(path.read_text())
-    return {"schema": 1, "runs": [], "tasks": {}}
-
-
-def save_results(path: Path, res: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(res, indent=1) + "\n")
-    os.replace(tmp, path)
-
-
 def _slug(text: str) -> str:
     """A folder name for a --siggate-args variant."""
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")[:80] or "default"
@@ -363,6 +358,78 @@ def run_key(tool: str, task: str, seed: int, smoke: bool, epochs: int | None = N
 
 def row_key(r: dict) -> tuple:
     return run_key(r["tool"], r["task"], r["seed"], r.get("smoke", False), r.get("epochs"), r.get("variant", ""))
+
+
+def results_store(path: Path) -> RowStore:
+    """The results file (``runs``: one row per tool, task, seed and variant) as a
+    :class:`~siggate.train.study.RowStore`."""
+    return RowStore(path, key=row_key, rows_field="runs")
+
+
+def load_results(path: Path) -> dict:
+    return results_store(path).load()
+
+
+def run_study(runs: list[StudyRun], store: RowStore, what: str, describe=lambda row: "") -> int:
+    """Plan ``runs`` against ``store`` (:func:`siggate.train.study.plan`: a run whose ok row is
+    there is skipped), refuse conflicts before anything runs (exit 2, one line each), then
+    execute the rest one after another in this process, each row added to the store as it
+    finishes (``describe(row)`` says what it measured on the progress line). The exit status: 1
+    if a run failed, else 0. Shared with ``moleculeace/run.py``."""
+    plan(runs, store)
+    conflicts = [r.error for r in runs if r.state == "conflict"]
+    if conflicts:
+        for line in conflicts:
+            print(f"{what}: {line}", file=sys.stderr)
+        raise SystemExit(2)
+    for r in runs:
+        if r.state == "done":
+            progress(f"skip {' '.join(map(str, r.tag))}: done")
+
+    def finished_one(r: StudyRun) -> None:
+        if r.state == "done":
+            progress(f"done {' '.join(map(str, r.tag))}: {describe(r.metrics)}")
+        else:
+            print(f"{what}: {' '.join(map(str, r.tag))} failed: {r.error}", file=sys.stderr)
+
+    execute(runs, InlineExecutor(), desc=what, progress=False, on_result=finished_one, store=store)
+    return 1 if any(r.state == "failed" for r in runs) else 0
+
+
+def fresh_dir(out: Path) -> Path:
+    """An empty run folder (a harness run starts afresh, so its CPU time is the whole run's)."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    return out
+
+
+def run_row(runner: Tool, task: str, seed: int, out: str, data_dir: str, base: dict, store: RowStore,
+            key: tuple) -> dict:
+    """One (tool, task, seed) run: train, predict and score it here; its row (``ok`` with the
+    metric, or ``failed`` with the error). Reuses the row another process finished meanwhile."""
+    now = reuse_status(out, {}, store, key)
+    if now.state == "done":
+        return now.metrics
+    t, tdir, out = T.TASKS[task], T.task_dir(task, Path(data_dir)), fresh_dir(Path(out))
+    test_smiles, test_y, _ = T.read_task_csv(tdir / "test.csv")
+    row = {**base, "load_avg_1m_at_start": round(os.getloadavg()[0], 2)}
+    row["command"] = " ".join([runner.name, *map(shlex.quote, runner.train_args(t, tdir, out, seed, base["epochs"]))])
+    progress(f"run  {runner.name} {task} seed {seed} -> {out}")
+    try:
+        r = runner.run(t, tdir, out, seed, base["epochs"])
+        pred_smiles, pred = r.pop("pred_smiles"), r.pop("pred")
+        value = score(t.metric, test_smiles, test_y, pred_smiles, pred)
+        if t.metric == "mae":  # same code for both tools; cross-checks chemprop's own test/mse
+            r["test_mse"] = sum((a - b) ** 2 for a, b in zip(test_y, pred)) / len(test_y)
+        row.update(status="ok", value=value, n_test=len(test_y), **r)
+    except Exception as exc:
+        row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+    row["command"] = _tilde(row["command"])
+    if "predict_command" in row:
+        row["predict_command"] = _tilde(row["predict_command"])
+    row["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return row
 
 
 def cmd_run(args) -> int:
@@ -383,61 +450,34 @@ def cmd_run(args) -> int:
         runners["chemprop"] = Chemprop(args.chemprop_venv)
     versions = {k: r.version() for k, r in runners.items()}
 
-    res = load_results(args.results)
-    done = {row_key(r) for r in res["runs"] if r.get("status") == "ok"}
-    failures = 0
+    store = results_store(args.results)
+    runs = []
     for name in names:
         progress(f"building task {name}")
         meta = T.build(name, args.data_dir)
-        res["tasks"][name] = {k: v for k, v in meta.items() if k not in ("builder_version",)}
-        save_results(args.results, res)
-        task, tdir = T.TASKS[name], T.task_dir(name, args.data_dir)
-        test_smiles, test_y, _ = T.read_task_csv(tdir / "test.csv")
+        store.update(lambda res, name=name, meta=meta: res.setdefault("tasks", {}).__setitem__(
+            name, {k: v for k, v in meta.items() if k not in ("builder_version",)}))
         for seed in seeds:
             for tool in tools:
                 variant = args.siggate_args.strip() if tool == "siggate" else ""
+                recipe = args.recipe if tool == "siggate" and args.recipe else None
                 key = run_key(tool, name, seed, args.smoke, epochs, variant)
-                if key in done:
-                    progress(f"skip {tool} {name} seed {seed}: done")
-                    continue
                 out = (args.work_dir / ("smoke" if args.smoke else "full") / name / tool
                        / (f"variant-{_slug(variant)}" if variant else "") / f"seed{seed}")
-                if out.exists():
-                    shutil.rmtree(out)
-                out.mkdir(parents=True)
-                progress(f"run  {tool} {name} seed {seed} -> {out}")
-                row = {"tool": tool, "task": name, "seed": seed, "smoke": bool(args.smoke), "epochs": epochs,
-                       **({"variant": variant} if variant else {}),
-                       "metric": task.metric, "tool_version": versions[tool],
-                       "data_sha256": meta["data_sha256"], "splits_sha256": meta["splits_sha256"],
-                       "cpu": _cpu_model(), "threads": 1, "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
-                       "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-                runner = runners[tool]
-                train_argv = runner.train_args(task, tdir, out, seed, epochs)
-                row["command"] = " ".join([tool, *map(shlex.quote, train_argv)])  # also kept when the run fails
-                try:
-                    r = runner.run(task, tdir, out, seed, epochs)
-                    pred_smiles, pred = r.pop("pred_smiles"), r.pop("pred")
-                    value = score(task.metric, test_smiles, test_y, pred_smiles, pred)
-                    if task.metric == "mae":  # same code for both tools; cross-checks chemprop's own test/mse
-                        r["test_mse"] = sum((a - b) ** 2 for a, b in zip(test_y, pred)) / len(test_y)
-                    row.update(status="ok", value=value, n_test=len(test_y), **r)
-                    progress(f"done {tool} {name} seed {seed}: {task.metric}={value:.4f} "
-                             f"wall={r['wall_s']:.0f}s cpu={r['cpu_s']:.0f}s params={r['params']}")
-                except Exception as exc:
-                    failures += 1
-                    row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
-                    print(f"peers: {tool} {name} seed {seed} failed: {exc}", file=sys.stderr)
-                row["command"] = _tilde(row["command"])
-                if "predict_command" in row:
-                    row["predict_command"] = _tilde(row["predict_command"])
-                row["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-                res["runs"] = [x for x in res["runs"] if row_key(x) != key]
-                res["runs"].append(row)
-                save_results(args.results, res)
+                base = {"tool": tool, "task": name, "seed": seed, "smoke": bool(args.smoke), "epochs": epochs,
+                        **({"variant": variant} if variant else {}), **({"recipe": recipe} if recipe else {}),
+                        "metric": T.TASKS[name].metric, "tool_version": versions[tool],
+                        "data_sha256": meta["data_sha256"], "splits_sha256": meta["splits_sha256"],
+                        "cpu": _cpu_model(), "threads": 1}
+                request = CallRequest(key, f"{__name__}:run_row", {
+                    "runner": runners[tool], "task": name, "seed": seed, "out": str(out),
+                    "data_dir": str(args.data_dir), "base": base, "store": store, "key": key}, out)
+                runs.append(StudyRun(key, out, {}, request, tag=(tool, name, "seed", seed)))
+    status = run_study(runs, store, "peers", lambda r: f"{r['metric']}={r['value']:.4f} wall={r['wall_s']:.0f}s "
+                                                       f"cpu={r['cpu_s']:.0f}s params={r['params']}")
     if args.results.resolve() == DEFAULT_RESULTS.resolve():
-        write_readme(res, README)
-    return 1 if failures else 0
+        write_readme(store.load(), README)
+    return status
 
 
 # ----------------------------------------------------------------------------- report
@@ -520,7 +560,9 @@ def recipe_markdown(recipe: dict, res: dict) -> str:
         for (tool, variant), rr in groups.items():
             label = {"mae": "MAE ↓", "rocauc": "ROC-AUC ↑"}.get(rr[0]["metric"], rr[0]["metric"])
             cpu = [r["cpu_s"] for r in rr if "cpu_s" in r]
-            lines.append(f"| {name} | {label} | {tool} | {f'`{variant}`' if variant else 'defaults'} | "
+            named = next((r["recipe"] for r in rr if r.get("recipe")), None)
+            shown = (f"{named}: `{variant}`" if named else f"`{variant}`") if variant else "defaults"
+            lines.append(f"| {name} | {label} | {tool} | {shown} | "
                          f"{_fmt([r['value'] for r in rr], 3)} | {','.join(str(r['seed']) for r in rr)} | "
                          f"{_fmt(cpu, 0) if cpu else 'not recorded'}"
                          f"{f' ({len(cpu)} of {len(rr)} runs recorded)' if cpu and len(cpu) < len(rr) else ''} |")
@@ -567,7 +609,11 @@ def main(argv=None) -> int:
     p.add_argument("--siggate-args", default="", metavar="ARGS",
                    help="extra arguments for siggate train, e.g. \"--set model.attn=false\" (recipe experiments; "
                         "recorded in each row's command, and rows with them never enter the README table)")
+    p.add_argument("--recipe", default=None, metavar="NAME",
+                   help="a name for the --siggate-args variant, shown in the recipe table (e.g. svr_minmax)")
     args = p.parse_args(argv)
+    if args.recipe and not args.siggate_args.strip():
+        p.error("--recipe names a --siggate-args variant; give both (siggate's defaults are the rows without one)")
     if args.report:
         recipe = load_results(args.recipe_results) if args.recipe_results.exists() else None
         changed = write_readme(load_results(args.results), README, recipe)

@@ -43,11 +43,12 @@ from typing import Callable
 
 import numpy as np
 
+from siggate.data.base import default_data_root
+
 #: bump when a builder changes what it writes; a cached task with another version is rebuilt
 BUILDER_VERSION = 1
 
 DEFAULT_DATA_DIR = Path(os.environ.get("SIGGATE_PEERS_DATA", "~/.cache/siggate/peers/data")).expanduser()
-SHARED_DATA = Path(os.environ.get("SIGGATE_SHARED_DATA", "/work/shared/data"))
 SPLIT_SEED = 0  # seed of every task's fixed split (never the training seed)
 FRAC = (0.8, 0.1, 0.1)
 
@@ -71,6 +72,15 @@ class Task:
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def shared_data() -> Path:
+    """The shared benchmark data, where siggate reads it (:func:`siggate.data.base.default_data_root`:
+    ``$SIGGATE_DATA``, else ``shared/data`` beside the checkout)."""
+    root = default_data_root()
+    if root is None:
+        raise SystemExit("no shared data folder found: set $SIGGATE_DATA to the folder that holds ZINC/ and ogbg_molhiv/")
+    return root
 
 
 def _pkg_version(name: str) -> str | None:
@@ -200,7 +210,7 @@ def _read_zinc_csv(path: Path) -> tuple[list[str], list[float]]:
 
 def _build_zinc2k(task: Task):
     """The 2,000 ZINC-12k val+test molecules that carry their original SMILES."""
-    files = [SHARED_DATA / "ZINC/smiles/zinc12k_val_smiles.csv", SHARED_DATA / "ZINC/smiles/zinc12k_test_smiles.csv"]
+    files = [shared_data() / "ZINC/smiles/zinc12k_val_smiles.csv", shared_data() / "ZINC/smiles/zinc12k_test_smiles.csv"]
     smiles, y = [], []
     for f in files:
         s, v = _read_zinc_csv(f)
@@ -209,7 +219,7 @@ def _build_zinc2k(task: Task):
     n_raw = len(smiles)
     smiles, y, dropped = _clean(smiles, y)
     source = {
-        "shared_data": [str(f.relative_to(SHARED_DATA)) for f in files],
+        "shared_data": [str(f.relative_to(shared_data())) for f in files],
         "sha256": {f.name: _sha256(f) for f in files},
         "raw_rows": n_raw,
         "note": "y = ZINC-12k benchmark target (normalized penalized logP, 'logP_SA_cycle_normalized')",
@@ -225,7 +235,7 @@ def _build_zincmr4k(task: Task):
     from rdkit import Chem, rdBase
     from rdkit.Chem import Crippen
 
-    path = SHARED_DATA / "ZINC/smiles/zinc12k_train_smiles_from_graph.csv"
+    path = shared_data() / "ZINC/smiles/zinc12k_train_smiles_from_graph.csv"
     with open(path, newline="", encoding="utf-8") as fh:
         smiles_all = [r["smiles_from_graph"] for r in csv.DictReader(fh)]  # RDKit SMILES rebuilt from the graphs
     n_raw = len(smiles_all)
@@ -235,7 +245,7 @@ def _build_zincmr4k(task: Task):
     with rdBase.BlockLogs():
         y = [Crippen.MolMR(Chem.MolFromSmiles(s)) for s in smiles]  # the target of the sample only
     source = {
-        "shared_data": str(path.relative_to(SHARED_DATA)),
+        "shared_data": str(path.relative_to(shared_data())),
         "sha256": _sha256(path),
         "raw_rows": n_raw,
         "target_code": f"rdkit.Chem.Crippen.MolMR (rdkit {_pkg_version('rdkit')})",
@@ -250,7 +260,7 @@ MOLHIV_ACTIVE_FRACTION = 0.10
 
 def _build_molhiv4k(task: Task):
     """A fixed-seed 4,000-molecule molhiv sample enriched to 10% actives."""
-    path = SHARED_DATA / "ogbg_molhiv/mapping/mol.csv.gz"
+    path = shared_data() / "ogbg_molhiv/mapping/mol.csv.gz"
     with gzip.open(path, "rt", newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     n_raw = len(rows)
@@ -265,7 +275,7 @@ def _build_molhiv4k(task: Task):
     smiles = [smiles_all[i] for i in pick]
     y = [y_all[i] for i in pick]
     source = {
-        "shared_data": str(path.relative_to(SHARED_DATA)),
+        "shared_data": str(path.relative_to(shared_data())),
         "sha256": _sha256(path),
         "raw_rows": n_raw,
         "raw_actives": int(sum(float(r["HIV_active"]) for r in rows)),

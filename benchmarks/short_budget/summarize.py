@@ -1,10 +1,15 @@
 """Summarize the short-budget CPU runs into results.json and results.md (no number typed by hand).
 
-Reads benchmarks/results/short_budget/runs/DATASET/GATE/seedS/{metrics.json,config.yaml,
-command.txt,wall.txt,rc.txt} (written by run.sh) and runs/timing/*/ (the one-epoch timing runs).
+Reads benchmarks/results/short_budget/runs/DATASET/runs/GATE/seedS/{metrics.json,config.yaml,
+train.log} (the `siggate compare` of run.sh) and runs/timing/*/ (the one-epoch timing runs).
 Deviations from the protocol config (any resolved config key that differs from the built-in
 config, other than seed, gate, epochs/warmup and data paths) are detected from each run's
 config.yaml and labelled in the output.
+
+Only what has runs here is recomputed: a dataset (or the timing section) without run folders
+keeps what the committed results.json holds, and with no runs at all nothing is written (exit 2).
+The committed result set was made with an earlier run.sh, one `siggate train` per run, whose
+folders also held command.txt, wall.txt, rc.txt and src_state.txt; they are still read when present.
 
     python benchmarks/short_budget/summarize.py
 """
@@ -15,12 +20,13 @@ import csv
 import json
 import math
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
 
-from siggate.stats import compare_paired, mean_std
 from siggate.config import load_config
+from siggate.stats import compare_paired, mean_std
 
 # the result set this script writes (benchmarks/results/short_budget/), apart from the script
 HERE = Path(__file__).resolve().parents[1] / "results" / "short_budget"
@@ -96,8 +102,18 @@ def timing() -> dict:
     return out
 
 
+def run_command(d: Path) -> str | None:
+    """A run's command: ``command.txt`` (earlier run.sh), else the first ``$ `` line of its
+    ``train.log`` (written by siggate compare's executor)."""
+    cmd = read_text(d / "command.txt")
+    if cmd is None and (d / "train.log").exists():
+        cmd = next((line[2:] for line in (d / "train.log").read_text(errors="replace").splitlines()
+                    if line.startswith("$ ")), None)
+    return cmd
+
+
 def dataset_summary(name: str) -> dict | None:
-    base = RUNS / name
+    base = RUNS / name / "runs"
     if not base.exists():
         return None
     res: dict = {"dataset": name, "per_seed": {}, "val_per_seed": {}, "best_epoch": {}, "seconds": {},
@@ -108,13 +124,13 @@ def dataset_summary(name: str) -> dict | None:
             res[key][gate] = {}
         for seed in SEEDS:
             d = base / gate / f"seed{seed}"
-            cmd = read_text(d / "command.txt")
+            cmd = run_command(d)
             if cmd is not None:
                 res["commands"][gate][seed] = cmd
             if not (d / "metrics.json").exists():
                 if d.exists():
                     res["failed"].append({"gate": gate, "seed": seed, "rc": read_text(d / "rc.txt"),
-                                          "tail": (read_text(d / "stdout.txt") or "")[-800:]})
+                                          "tail": (read_text(d / "stdout.txt") or read_text(d / "train.log") or "")[-800:]})
                 continue
             m = json.loads((d / "metrics.json").read_text())
             cfg = yaml.safe_load((d / "config.yaml").read_text())
@@ -269,12 +285,19 @@ def markdown(results: dict) -> str:
     return "\n".join(L)
 
 
-def main() -> None:
+def main() -> int:
+    committed = json.loads((HERE / "results.json").read_text()) if (HERE / "results.json").exists() else {}
+    fresh = {name: r for name in DATASETS if (r := dataset_summary(name)) is not None}
+    timing_now = timing()
+    if not fresh and not timing_now:
+        print(f"summarize: no runs under {RUNS}: run benchmarks/short_budget/run.sh first "
+              "(the committed results are kept as they are)", file=sys.stderr)
+        return 2
     results = {"description": "short-budget CPU runs, gate none (GraphGPS) vs elementwise (SigGate-GT), seeds 0-2; "
                               "test metric at the best-validation epoch",
-               "datasets": {}, "timing": timing()}
+               "datasets": {}, "timing": timing_now or committed.get("timing", {})}
     for name in DATASETS:
-        r = dataset_summary(name)
+        r = fresh.get(name) or committed.get("datasets", {}).get(name)
         if r is not None:
             results["datasets"][name] = r
             results["git_commit"] = r.get("git_commit")
@@ -302,7 +325,8 @@ def main() -> None:
         md += "\n## Notes\n\n" + "\n".join(f"- {n}" for n in results["notes"]) + "\n"
     (HERE / "results.md").write_text(md)
     print(md)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

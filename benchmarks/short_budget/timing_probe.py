@@ -4,8 +4,7 @@ Times a few training steps (forward + backward + AdamW step) of the protocol mod
 depths and extrapolates one epoch (train batches + forward-only val/test passes). Only a guide
 for choosing the budget; the reported per-epoch times are the measured ones in the runs' log.csv.
 
-    SIGGATE_CACHE=/tmp/siggate-test-cache /work/venv/bin/python \
-        benchmarks/short_budget/timing_probe.py molhiv 10,2,1 [THREADS]
+    python benchmarks/short_budget/timing_probe.py molhiv 10,2,1 [THREADS]     # siggate's environment active
 """
 
 from __future__ import annotations
@@ -17,14 +16,17 @@ import time
 import torch
 
 from siggate.config import load_config
-from siggate.train.loop import build_model, epoch_loader, loss_fn, prepare_data
+from siggate.train.dataprep import prepare_data
+from siggate.train.loop import epoch_loader
+from siggate.train.losses import loss_fn
+from siggate.train.modelprep import build_model
 
 
 def probe(name: str, layers: int, steps: int = 6) -> dict:
     cfg = load_config(name, [f"model.layers={layers}"])
-    ds = prepare_data(cfg, progress=False)
+    ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False)
     torch.manual_seed(0)
-    model = build_model(cfg, ds.info)
+    model = build_model(cfg.model, ds.info, cfg.train.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
     crit = loss_fn(cfg.train.loss, ds.info.task)
     loader = epoch_loader(ds.train, cfg.train.batch_size, 0, 0)

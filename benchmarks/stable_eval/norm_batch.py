@@ -36,14 +36,17 @@ def main(argv=None) -> int:
 
     from siggate.config import load_config
     from siggate.train.bn_stats import graph_batches, recompute_bn_stats
-    from siggate.train.loop import eval_loader, evaluate_split, git_commit, load_trained, prepare_data
+    from siggate.train.dataprep import graph_loader, prepare_data
+    from siggate.train.modelprep import load_trained
+    from siggate.train.record import git_commit
+    from siggate.train.scoring import evaluate_split
 
     torch.set_num_threads(1)
     commit = git_commit()
     rows = []
     for run in args.runs:
         cfg = load_config(str(run / "model" / "config.yaml"))
-        ds = prepare_data(cfg, progress=False)
+        ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False)
         for name in ("last.pt", "best.pt"):
             model, ckpt, _, info = load_trained(run / "model" / name)
             mean, std = ckpt["target_mean"], ckpt["target_std"]
@@ -56,7 +59,7 @@ def main(argv=None) -> int:
                    "run_commit": _run_commit(run), "saved": score(model)}
             for bs in GRAPH_BATCHES:
                 m = copy.deepcopy(model)
-                recompute_bn_stats(m, eval_loader(ds.train, bs))
+                recompute_bn_stats(m, graph_loader(ds.train, bs))
                 row[f"graphs{bs}"] = score(m)
             for nodes in NODE_BUDGETS:
                 m = copy.deepcopy(model)

@@ -152,13 +152,16 @@ def main(argv=None) -> int:
     import torch
 
     from siggate.train.bn_stats import batch_norms, graph_batches, recompute_bn_stats
-    from siggate.train.loop import evaluate_splits, fit, git_commit, prepare_data, setup_run
+    from siggate.train.dataprep import prepare_data
+    from siggate.train.loop import fit, setup_run
+    from siggate.train.record import git_commit
+    from siggate.train.scoring import evaluate_splits
 
     commit = git_commit()  # the code this process runs (read before the checkout can move)
     cfg, train_argv = build_config(args)
     torch.set_num_threads(cfg.train.threads or 1)
-    ds = prepare_data(cfg, progress=False)
-    run = setup_run(cfg, ds)
+    ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False)
+    run = setup_run(cfg.model, cfg.train, ds)
     model, bs = run.model, cfg.train.eval_batch_size
     scratch = copy.deepcopy(model)  # scored in each way; copied before any hook is registered
     average = EpochAverage(batch_norms(model)) if "epoch" in args.ways else None

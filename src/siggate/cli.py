@@ -76,16 +76,18 @@ def cmd_train(args) -> int:
 
     if args.resume and args.overwrite:
         raise CLIError("--resume continues the run in the folder and --overwrite replaces it; give one")
+    kinds = _member_kinds(args)
+    several = args.ensemble is not None or kinds != ["gnn"]
     resume = _resume_dir(args)
     saved = None
     if resume is not None:
-        path = rundir.saved_config_path(resume, ensemble=args.ensemble is not None)
+        path = rundir.saved_config_path(resume, ensemble=several)
         if path.is_file():
             saved = rundir.read_saved_config(path)
             if args.config is None:  # the run's own config; flags given again must agree with it
                 args.config = str(path)
         elif not (resume / "last.pt").is_file():  # a last.pt alone: the flags and its checkpoint must agree
-            raise CLIError(_no_run_to_resume(resume, args.ensemble is not None))
+            raise CLIError(_no_run_to_resume(resume, several))
     cfg = config_from_args(args)
     if saved is not None:
         cfg = rundir.keep_run_schedule(cfg, saved, set_keys(args))
@@ -95,13 +97,13 @@ def cmd_train(args) -> int:
                            f"drop them to continue the run as it was, or start a new run with another --out")
     if args.on_nan:
         cfg.train.on_nan = args.on_nan
-    if args.ddp and args.ensemble is not None:
-        raise CLIError("--ensemble trains its members one after the other; it does not combine with --ddp")
+    if args.ddp and several:
+        raise CLIError("--ensemble/--members train their members one after the other; they do not combine with --ddp")
     from .data.catalog import DATASET_META
 
-    if args.ensemble is not None and DATASET_META.get(cfg.data.name, {}).get("level") == "node":
-        raise CLIError(f"--ensemble averages graph-level predictions; {cfg.data.name} is a node-level dataset. "
-                       "Train its seeds one by one, or compare them with siggate compare.")
+    if several and DATASET_META.get(cfg.data.name, {}).get("level") == "node":
+        raise CLIError(f"--ensemble/--members average graph-level predictions; {cfg.data.name} is a node-level "
+                       "dataset. Train its seeds one by one, or compare them with siggate compare.")
     if args.ddp:
         if args.device != "cpu":
             raise CLIError("--device with --ddp: torchrun gives each rank its device (nccl on GPU); drop --device")
@@ -112,20 +114,26 @@ def cmd_train(args) -> int:
         return _train_ddp(cfg, args, ddp_out, resume is not None)
     device = check_device(args.device)
     out = resume if resume is not None else default_out_dir(cfg, args.out)
-    check_out_dir(out, resume=resume is not None, overwrite=args.overwrite)
+    lock = claim_out_dir(out, resume=resume is not None, overwrite=args.overwrite,
+                         default_name=resume is None and not args.out, cfg=cfg)
+    out = lock.folder
     try:
-        if args.ensemble is not None:
-            return _train_ensemble(cfg, out, args, resume is not None, device)
+        if several:
+            return _train_members(cfg, out, args, kinds, resume is not None, device)
         from .train.distributed import DistContext
-        from .train.loop import train
+        from .train.gnn_member import mark_run
+        from .train.pipeline import train
 
         print(f"siggate train: dataset={cfg.data.name} {_attention(cfg)} layers={cfg.model.layers} "
               f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
         m = train(cfg, out, resume=resume is not None, progress=progress_enabled(args),
                   dist=DistContext(device=_torch_device(device)))
+        mark_run(out)
     except KeyboardInterrupt:
-        print(f"siggate train: interrupted; {_resume_hint(out, args.ensemble)}", file=sys.stderr)
+        print(f"siggate train: interrupted; {_resume_hint(out, args)}", file=sys.stderr)
         return 130
+    finally:
+        lock.release()
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
     _print_summaries(m, out)
     return 0
@@ -158,18 +166,29 @@ def _resume_dir(args) -> Path | None:
     raise CLIError("--resume needs the run folder: siggate train --resume RUN (or --resume --out RUN)")
 
 
+def _member_kinds(args) -> list[str]:
+    """``--members`` as a list of known member kinds (default: ``gnn``)."""
+    from .train.members import MemberError, parse_kinds
+
+    try:
+        return parse_kinds(args.members or "gnn")
+    except MemberError as exc:
+        raise CLIError(str(exc)) from None
+
+
 def _no_run_to_resume(out: Path, ensemble: bool) -> str:
     """Why ``--resume`` finds nothing to continue in ``out``."""
     if not out.exists():
         return f"--resume {out}: no such folder, so there is no run to resume; check the path"
     if not ensemble and (out / "member0").is_dir():
-        return f"--resume {out}: this is an ensemble folder; resume it with --ensemble N, N as it was trained"
+        return (f"--resume {out}: this is an ensemble folder; resume it with --ensemble N, N as it was trained "
+                "(and --members as it was trained)")
     missing = "member0/config.yaml" if ensemble else "config.yaml"
     return (f"--resume {out}: the folder holds no run to resume (no {missing}); check the path, "
             "or drop --resume to start a new run there")
 
 
-def _resume_hint(out: Path, ensemble: int | None) -> str:
+def _resume_hint(out: Path, args) -> str:
     """The command that continues an interrupted run in ``out`` (or why there is none)."""
     import shlex
 
@@ -177,21 +196,24 @@ def _resume_hint(out: Path, ensemble: int | None) -> str:
 
     if not rundir.holds_run(out):
         return "no epoch had started, nothing was saved; run the same command again"
-    return f"resume with: siggate train --resume {shlex.quote(str(out))}" + (
-        f" --ensemble {ensemble}" if ensemble is not None else "")
+    return (f"resume with: siggate train --resume {shlex.quote(str(out))}"
+            + (f" --ensemble {args.ensemble}" if args.ensemble is not None else "")
+            + (f" --members {shlex.quote(args.members)}" if args.members else "")
+            + (f" --weights {args.weights}" if args.weights != "equal" else ""))
 
 
-def default_out_dir(cfg, out: str | None = None) -> Path:
+def default_out_dir(cfg, out: str | None = None, taken: Path | None = None) -> Path:
     """``out`` if given, else ``runs/<name>-seed<seed>`` (``siggate train``'s default), where
     the name is the dataset's, or ``<file stem>-csv`` for ``--data``, then the gate (``attnoff``
-    without an attention branch); ``-2``, ``-3``, ... is appended when that folder holds a run."""
+    without an attention branch); ``-2``, ``-3``, ... is appended when that folder holds a run
+    or another run is writing into it (or it is ``taken``)."""
     from .train.rundir import free_run_dir
 
     if out:
         return Path(out)
     data = f"{Path(cfg.data.csv).stem}-csv" if cfg.data.name == "csv" and cfg.data.csv else cfg.data.name
     arm = cfg.model.gate if cfg.model.attn else "attnoff"
-    return free_run_dir(Path("runs") / f"{data}-{arm}-seed{cfg.train.seed}")
+    return free_run_dir(Path("runs") / f"{data}-{arm}-seed{cfg.train.seed}", taken=taken)
 
 
 def _torch_device(name: str):
@@ -200,19 +222,57 @@ def _torch_device(name: str):
     return torch.device(name)
 
 
-def _train_ensemble(cfg, out: Path, args, resume: bool, device: str = "cpu") -> int:
-    """``siggate train --ensemble N``: N members (seeds seed..seed+N-1) in OUT/member*/."""
-    from .train.ensemble import train_ensemble
+def _train_members(cfg, out: Path, args, kinds: list[str], resume: bool, device: str = "cpu") -> int:
+    """``siggate train --ensemble N`` / ``--members KIND,...``: the members (N GNN members with seeds
+    seed..seed+N-1, then the other kinds) in OUT/member*/, combined into one predictor in OUT."""
+    from .train.ensemble import member_lines, train_members
 
-    if args.ensemble < 1:
+    n = 1 if args.ensemble is None else args.ensemble
+    if n < 1:
         raise CLIError(f"--ensemble must be >= 1, got {args.ensemble}")
-    print(f"siggate train: ensemble of {args.ensemble} on dataset={cfg.data.name} {_attention(cfg)} "
-          f"seeds {cfg.train.seed}..{cfg.train.seed + args.ensemble - 1} -> {out}", flush=True)
-    res = train_ensemble(cfg, out, args.ensemble, resume=resume, progress=progress_enabled(args),
-                         device=_torch_device(device))
-    print(json.dumps({k: res[k] for k in ("metric", "seeds", "member_test", "val", "test")}, indent=2))
+    gnn = f"{n} GNN member(s) {_attention(cfg)} seeds {cfg.train.seed}..{cfg.train.seed + n - 1}" if "gnn" in kinds else ""
+    others = ", ".join(k for k in kinds if k != "gnn")
+    print(f"siggate train: ensemble of {', '.join(x for x in (gnn, others) if x)} on dataset={cfg.data.name} "
+          f"-> {out}", flush=True)
+    res = train_members(cfg, out, kinds, n, weights=None if args.weights == "equal" else args.weights, resume=resume,
+                        progress=progress_enabled(args), device=_torch_device(device))
+    print(json.dumps({"metric": res["metric"], "members": [{k: m[k] for k in ("name", "kind", "seed", "val", "test")}
+                                                          for m in res["members"]],
+                      "weighting": res["weighting"], "val": res["val"], "test": res["test"]}, indent=2))
+    print("\n".join(member_lines(res)))
     _print_summaries(res, out)
     return 0
+
+
+def claim_out_dir(out: Path, resume: bool = False, overwrite: bool = False, default_name: bool = False,
+                  cfg=None, what: str = "the run"):
+    """Check ``out`` (:func:`check_out_dir`) and claim it for this process: the held
+    :class:`siggate.files.FolderLock` (release it when the run ends). A folder another live run
+    holds is refused in one line; with ``default_name`` (no ``--out`` given) the next free
+    default name (``-2``, ``-3``, ...) is taken instead."""
+    from .files import FolderBusy, FolderLock
+
+    for _ in range(100):
+        check_out_folder(out, what)
+        lock = FolderLock(out)
+        try:
+            lock.acquire()
+        except FolderBusy as exc:
+            if default_name:  # a concurrent run took this default name first
+                out = default_out_dir(cfg, None, taken=out)
+                continue
+            raise CLIError(f"--out {out}: {exc}; two runs must not write into one folder: wait for it to end, or "
+                           "choose another --out") from None
+        except OSError as exc:
+            raise CLIError(f"--out {out}: cannot create the folder ({exc.strerror or exc}); choose a folder you can "
+                           f"write to for {what}") from None
+        try:
+            check_out_dir(out, resume=resume, overwrite=overwrite)
+        except BaseException:
+            lock.release()
+            raise
+        return lock
+    raise CLIError(f"--out {out}: no free default folder; name one with --out")
 
 
 def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> None:
@@ -232,21 +292,28 @@ def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> N
 
 def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
     """``siggate train --ddp``: join the torchrun process group and run
-    :func:`siggate.train.loop.train` on it. Only rank 0 prints, logs and writes files."""
+    :func:`siggate.train.pipeline.train` on it. Only rank 0 prints, logs and writes files."""
     import torch.distributed as dist
 
     from .train.distributed import init_distributed
-    from .train.loop import train
+    from .train.pipeline import train
 
     try:
         ctx = init_distributed()
     except RuntimeError as exc:
         print(f"siggate train: error: {exc}", file=sys.stderr)
         return 2
+    lock = None
     try:
-        if ctx.is_main:  # rank 0 alone checks (and with --overwrite clears) the folder; the others wait
-            check_out_dir(out, resume=resume, overwrite=args.overwrite)
-        ctx.barrier()
+        problem = None
+        if ctx.is_main:  # rank 0 alone claims, checks (and with --overwrite clears) the folder; the others wait
+            try:
+                lock = claim_out_dir(out, resume=resume, overwrite=args.overwrite)
+            except CLIError as exc:
+                problem = str(exc)
+        problem = ctx.broadcast(problem)
+        if problem:
+            raise CLIError(problem)
         if ctx.is_main:
             print(f"siggate train --ddp: world_size={ctx.world_size} device={ctx.device} dataset={cfg.data.name} "
                   f"{_attention(cfg)} global_batch={cfg.train.batch_size} epochs={cfg.train.epochs} "
@@ -259,9 +326,18 @@ def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
                                                 "seconds", "world_size")}, indent=2))
         ctx.barrier()
     finally:
+        if lock is not None:
+            lock.release()
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0
+
+
+def _check_threads(args) -> None:
+    """Refuse a negative ``--threads`` (any command that has the flag) before any work."""
+    threads = getattr(args, "threads", None)
+    if isinstance(threads, int) and not isinstance(threads, bool) and threads < 0:
+        raise CLIError(f"--threads {threads}: give a number of threads >= 1 (0, or no --threads: torch's choice)")
 
 
 def _set_threads(args) -> None:
@@ -276,10 +352,12 @@ def cmd_evaluate(args) -> int:
     from .files import atomic_write_bytes
     from .train.evaluate import EvaluationError, evaluate
 
-    if args.data is None and (args.target_col or args.smiles_col != "smiles"):
+    if args.data is None and (args.target_col or args.smiles_col is not None):
         raise CLIError("--smiles-col/--target-col name the columns of --data FILE.csv; give --data too")
     if args.data is not None and args.split is not None:
         raise CLIError(f"--split applies to the run's own data; --data {args.data} is scored whole (drop --split)")
+    if args.output:
+        _check_output_file(Path(args.output))
     device = check_device(args.device)
     targets = [c.strip() for c in args.target_col.split(",") if c.strip()] if args.target_col else None
     try:
@@ -292,14 +370,35 @@ def cmd_evaluate(args) -> int:
     print(text)
     _print_summaries({f"{k}_metrics": v for k, v in res.get("metrics", {}).items()}, file=sys.stderr)
     if args.output:
-        atomic_write_bytes(Path(args.output), (text + "\n").encode())
+        try:
+            atomic_write_bytes(Path(args.output), (text + "\n").encode())
+        except OSError as exc:
+            raise CLIError(f"--output {args.output}: cannot write it ({exc.strerror or exc}); the scores are printed "
+                           "above, or choose a path you can write to") from None
         print(f"siggate evaluate: wrote {args.output}", file=sys.stderr)
     return 0
 
 
+def _check_output_file(path: Path) -> None:
+    """Refuse, before any work, an output file that cannot be written: a folder, or a place
+    whose folder cannot be created or written."""
+    from .files import out_dir_problem
+
+    if path.is_dir():
+        raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / 'scores.json'}")
+    probe = path.parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise CLIError(f"--output {path}: {probe} is a file, so the folder cannot be created; choose another path")
+    problem = out_dir_problem(path.parent)
+    if problem:
+        raise CLIError(f"--output {path}: cannot write there ({problem})")
+
+
 
 def cmd_predict(args) -> int:
-    from .train.predict import Predictor, predict_to_csv, read_input
+    from .train.predict import SmilesPredictor, predict_to_csv, read_input
     from .train.predict_nodes import checkpoint_level, predict_nodes_to_csv
 
     if checkpoint_level(args.checkpoint) == "node":
@@ -315,8 +414,16 @@ def cmd_predict(args) -> int:
                        "give SMILES as arguments or --input FILE")
     if not args.smiles and not args.input:
         raise CLIError("give SMILES as arguments or --input FILE")
-    pred = Predictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device))
-    chunks = [list(args.smiles)] if args.smiles else read_input(args.input, args.smiles_col, args.chunk_size)
+    source = args.input
+    if "-" in args.smiles:  # the shell's name for standard input, not a SMILES
+        if len(args.smiles) > 1 or args.input:
+            raise CLIError("'-' reads the molecules from standard input; give it alone, without other SMILES or "
+                           "--input")
+        source = "-"
+    elif args.smiles and args.input:
+        raise CLIError("give SMILES as arguments or --input FILE, not both")
+    pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device))
+    chunks = read_input(source, args.smiles_col, args.chunk_size) if source else [list(args.smiles)]
     n, bad = predict_to_csv(pred, chunks, args.output)
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
           + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
@@ -324,11 +431,18 @@ def cmd_predict(args) -> int:
 
 
 def cmd_pretrain(args) -> int:
-    from .train.pretrain import pretrain
-
-    check_out_folder(args.out, "the pretraining")
     if args.molecules < 1 or args.epochs < 1:
         raise CLIError("--molecules and --epochs must be at least 1")
+    lock = claim_out_dir(Path(args.out), resume=True, what="the pretraining")  # pretrain() guards its own run
+    try:
+        return _pretrain(args)
+    finally:
+        lock.release()
+
+
+def _pretrain(args) -> int:
+    from .train.pretrain import pretrain
+
     source = args.smiles
     if source == "moses":
         from .data.corpus import moses_train_path
@@ -401,8 +515,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run in --out: its checkpoints, logs and TensorBoard events are removed first")
     p.add_argument("--ensemble", type=int, default=None, metavar="N",
-                   help="train N members with seeds seed..seed+N-1 into OUT/member*/; siggate predict on OUT "
+                   help="train N GNN members with seeds seed..seed+N-1 into OUT/member*/; siggate predict on OUT "
                         "averages them and adds an uncertainty column (their std)")
+    p.add_argument("--members", default=None, metavar="KIND[,KIND...]",
+                   help="the kinds of model the run holds, combined into one (default: gnn); --ensemble N "
+                        "multiplies the GNN members")
+    p.add_argument("--weights", choices=["equal", "val"], default="equal",
+                   help="how several members are combined: equal weights, or weights fitted on the validation "
+                        "split (non-negative, summing to one per target) (default: equal)")
     p.add_argument("--on-nan", choices=["stop", "skip"], default=None, help="on a non-finite loss: stop (default) or skip the batch")
     p.add_argument("--ddp", action="store_true", help="distributed data parallel (under torchrun)")
     add_progress_flag(p)
@@ -419,7 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None, help="split of the run's own data: train, val, test or all (default: test)")
     p.add_argument("--data", default=None, metavar="FILE.csv",
                    help="score this labelled CSV of SMILES instead (every row; invalid SMILES and empty labels are counted)")
-    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --data (default: smiles)")
+    p.add_argument("--smiles-col", default=None,
+                   help="SMILES column of --data (default: the training run's SMILES column, else smiles)")
     p.add_argument("--target-col", default=None, metavar="COL[,COL...]",
                    help="label column(s) of --data, in the model's target order (default: the training targets' names)")
     p.add_argument("--allow-changed", action="store_true",
@@ -436,7 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "node-level dataset's graphs", EXAMPLES["predict"])
     p.add_argument("--checkpoint", required=True, metavar="RUN",
                    help="run folder (its best.pt), ensemble folder (mean and uncertainty) or .pt checkpoint")
-    p.add_argument("smiles", nargs="*", help="SMILES strings")
+    p.add_argument("smiles", nargs="*", help="SMILES strings, or - to read them from standard input")
     p.add_argument("--split", default=None,
                    help="node-level checkpoints: the dataset split to predict, train, val, test or all (default: test)")
     p.add_argument("--data-root", default=None, help="node-level checkpoints: benchmark data root")
@@ -502,11 +623,13 @@ def _user_errors() -> tuple:
     raised (so that light commands such as ``siggate data list`` never import torch)."""
     from .config import ConfigError
     from .data.base import DataError
+    from .predictors.base import PredictorFileError
     from .train.checkpoint import CheckpointError
     from .train.loop import NonFiniteLossError
     from .train.predict import InputError
 
-    return CLIError, ConfigError, DataError, CheckpointError, InputError, NonFiniteLossError, FileNotFoundError
+    return (CLIError, ConfigError, DataError, CheckpointError, InputError, NonFiniteLossError, PredictorFileError,
+            FileNotFoundError)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -521,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         module, _, name = func.partition(":")
         func = getattr(importlib.import_module(module), name)
     try:
+        _check_threads(args)
         if args.command in THREADED:
             _set_threads(args)
         return int(func(args) or 0)

@@ -63,6 +63,7 @@ class DataConfig:
     sep: str | None = None     # CSV field delimiter; None: detected from the file
     decimal: str = "."         # CSV decimal mark of the targets: "." or "," (European spreadsheets)
     duplicates: str = "keep"   # CSV rows of one molecule: keep, average (regression) or first
+    val_fraction: float = 0.0  # a CSV split column without val rows: this fraction of its train rows becomes val
     max_graphs: int = 0        # > 0: only the first N graphs of each split (quick runs, tests)
     num_nodes: int = 0         # sbm-large: nodes of its one graph; 0: the dataset's default
     seed: int = 0              # generated graph sets (pattern, cluster): the generator's draw of the recipe
@@ -109,7 +110,7 @@ class ModelConfig:
     @property
     def pool_norm_unresolved(self) -> bool:
         """``pooling: norm`` with ``pool_norm: 0``: the divisor is the training graphs' mean
-        size, which training resolves (:func:`siggate.train.loop.resolve_pool_norm`) into the
+        size, which training resolves (:func:`siggate.train.modelprep.resolve_pool_norm`) into the
         run's checkpoint and metadata; the config keeps its ``0``."""
         return self.pooling == "norm" and not self.pool_norm > 0
 
@@ -194,6 +195,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "train.warmup_start": {"min": 0.0, "max": 1.0},
     "train.clip": {"min": 0.0},
     "train.threads": {"min": 0},
+    "data.val_fraction": {"min": 0.0, "max_excl": 1.0},
     "data.max_graphs": {"min": 0},
     "data.num_nodes": {"min": 0},
     "data.seed": {"min": 0, "max": 2**32 - 1},
@@ -467,6 +469,10 @@ def _check_data(cfg: Config) -> None:
         if cfg.data.duplicates == "average" and task != "regression":
             raise ConfigError(f"data.duplicates: 'average' merges regression labels into their mean; a {task} "
                               "label has no mean, use --duplicates first or keep")
+        if cfg.data.val_fraction and not (split or "").startswith("column:"):
+            raise ConfigError(f"data.val_fraction: {cfg.data.val_fraction} draws validation rows from the train rows "
+                              "of a split column (--split column:NAME); the other splits take their validation "
+                              "share from the whole file. Remove it, or split by a column.")
         if loss != "auto" and loss not in TASK_LOSSES[task]:
             raise ConfigError(
                 f"train.loss: {loss!r} does not fit data.task={task!r}; allowed values: "
@@ -556,6 +562,8 @@ def upgrade_config_dict(raw: dict) -> dict:
       ``mean``, where it is unused: ``0``.
     - ``model.mol_features`` came later; older models have none: ``"none"``.
     - ``train.init`` came with ``siggate pretrain``; older runs started fresh: ``""``.
+    - ``data.val_fraction`` came with validation rows drawn from a split column's train rows;
+      older runs had none: ``0``.
     - ``train.warmup_start`` came with ``siggate train``'s 1% warmup start; older runs
       warmed up from GraphGPS's ``0``.
     - ``train.eval_norm`` came with the BatchNorm statistics recomputed before evaluation;
@@ -573,6 +581,8 @@ def upgrade_config_dict(raw: dict) -> dict:
     data = out.get("data")
     if isinstance(data, dict) and data.get("split") == "scaffold" and data.get("name", "nci5k") not in ("nci5k", "csv"):
         data["split"] = None
+    if isinstance(data, dict):
+        data.setdefault("val_fraction", 0.0)
     model = out.get("model")
     if isinstance(model, dict) and "fused" in model:
         fused = model.pop("fused")
@@ -625,7 +635,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
 
 def split_resolved(config: dict, resolved: dict | None) -> tuple[dict, dict]:
     """A run record's config as the user gave it and the values training resolved from the data
-    (``{"model.pool_norm": x}``, see :func:`siggate.train.loop.resolve_pool_norm`).
+    (``{"model.pool_norm": x}``, see :func:`siggate.train.modelprep.resolve_pool_norm`).
 
     ``resolved`` is the record's own entry (the checkpoint's ``"resolved"``, ``config.yaml``'s
     ``_meta.resolved``). Records written before siggate kept the two apart (checkpoint format 1)

@@ -88,7 +88,7 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-root", default=None, help="benchmark data root (default: $SIGGATE_DATA or ../shared/data)")
     p.add_argument("--cache-dir", default=None, help="writable cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
     p.add_argument("--data", default=None, metavar="FILE.csv", help="train on your own CSV of SMILES")
-    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --data (default: smiles)")
+    p.add_argument("--smiles-col", default=None, help="SMILES column of --data (default: smiles)")
     p.add_argument("--target-col", default=None, help="target column(s) of --data, comma-separated")
     p.add_argument("--task", default=None, choices=["regression", "binary", "multilabel"], help="task of --data")
     p.add_argument("--sep", default=None, metavar="CHAR",
@@ -97,7 +97,11 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duplicates", default=None, choices=DUPLICATES,
                    help="rows of --data holding one molecule (same canonical SMILES): keep them as rows (default; "
                         "a warning when their labels differ), average them into one row before splitting "
-                        "(regression), or keep the first (data.duplicates)")
+                        "(regression), or keep the first (data.duplicates); with --split column:NAME only rows "
+                        "of one split are merged")
+    p.add_argument("--val-fraction", default=None, type=float, metavar="F",
+                   help="with --split column:NAME whose column has no val rows: draw this fraction of the train "
+                        "rows (seeded, a molecule's rows together) as the validation split (data.val_fraction)")
     p.add_argument("--decimal", default=None, choices=[".", ","],
                    help="decimal mark of the targets in --data: '.' (default) or ',' for files such as "
                         "'smiles;y' with values like -5,49 (data.decimal)")
@@ -153,18 +157,19 @@ def config_from_args(args):
     if args.data:
         if not args.target_col:
             raise CLIError("--data needs --target-col COL[,COL...] (and usually --task)")
-        overrides += ["data.name=csv", f"data.csv={args.data}", f"data.smiles_col={args.smiles_col}",
+        overrides += ["data.name=csv", f"data.csv={args.data}", f"data.smiles_col={args.smiles_col or 'smiles'}",
                       f"data.target_cols={args.target_col}"]
         overrides.append(f"data.task={args.task or 'regression'}")
         if args.split:
             overrides.append(f"data.split={args.split}")
-        for flag in ("duplicates", "decimal"):
-            if getattr(args, flag, None):
+        for flag in ("duplicates", "decimal", "val_fraction"):
+            if getattr(args, flag, None) is not None:
                 overrides.append(f"data.{flag}={getattr(args, flag)}")
     else:
-        for flag in ("sep", "duplicates", "decimal"):
-            if getattr(args, flag, None):
-                raise CLIError(f"--{flag} applies to --data FILE.csv only")
+        for flag in ("sep", "duplicates", "decimal", "val_fraction", "target_col", "task", "split", "smiles_col"):
+            if getattr(args, flag, None) is not None:
+                raise CLIError(f"--{flag.replace('_', '-')} applies to --data FILE.csv only; give --data too (without "
+                               f"it siggate trains {args.config or 'nci5k'})")
     cfg = load_config(args.config or ("csv" if args.data else None), overrides)  # --data: configs/csv.yaml
     sep = getattr(args, "sep", None)
     if args.data and sep:

@@ -11,11 +11,14 @@ untouched.  A leaf module: it imports nothing from ``siggate``.
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-__all__ = ["umask", "file_mode", "fsync_dir", "AtomicFile", "atomic_write", "atomic_write_bytes"]
+__all__ = ["umask", "file_mode", "fsync_dir", "AtomicFile", "atomic_write", "atomic_write_bytes", "FolderBusy",
+           "FolderLock", "folder_busy"]
 
 
 def umask() -> int:
@@ -142,3 +145,131 @@ def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+try:  # POSIX; elsewhere folders are not locked
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+
+class FolderBusy(RuntimeError):
+    """Another live process holds the :class:`FolderLock` of a folder; the message names it."""
+
+
+class FolderLock:
+    """This process's claim on an output folder, so that two runs never write into one.
+
+    :meth:`acquire` creates the folder (and missing parents) and takes an exclusive
+    ``flock`` on ``<folder>/.siggate.lock``, non-blocking: while another process holds it,
+    :class:`FolderBusy` names that process (the pid and host written in the file). The kernel
+    drops the lock when its process ends, however it ends, so a crashed or killed run never
+    leaves a stale lock. :meth:`release` removes the lock file and, when this process created
+    the folder and wrote no file into it (a run refused at its data stage), the folders it
+    created, so a refusal leaves nothing behind. Usable as a context manager.
+
+    Args:
+        folder: the output folder.
+    """
+
+    NAME = ".siggate.lock"
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / self.NAME
+        self._fd: int | None = None
+        self._created: list[Path] = []
+
+    def acquire(self) -> "FolderLock":
+        """Create the folder and take the lock (see the class docstring).
+
+        Raises:
+            FolderBusy: another process holds it.
+            OSError: the folder or lock file cannot be created.
+        """
+        missing, probe = [], self.folder
+        while not probe.exists():
+            missing.append(probe)
+            probe = probe.parent
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._created = [p for p in missing if p.is_dir()]  # deepest first
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, file_mode())
+            if fcntl is None:
+                break
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                self._remove_created()
+                raise FolderBusy(f"another siggate process ({_holder(self.path)}) is writing into "
+                                 f"{self.folder}") from None
+            try:  # the holder before us may have removed the file we locked: lock the one in place
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Remove the lock file and drop the lock; remove the folders :meth:`acquire` created
+        when no file was written into them."""
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.path)  # while still locked: a process that opened it re-checks the inode
+        except OSError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+        self._remove_created()
+
+    def _remove_created(self) -> None:
+        if not self._created or any(p.is_file() for p in self.folder.rglob("*")):
+            return
+        shutil.rmtree(self.folder, ignore_errors=True)
+        for p in self._created[1:]:  # the parents it made, deepest first, while empty
+            try:
+                p.rmdir()
+            except OSError:
+                break
+        self._created = []
+
+    def __enter__(self) -> "FolderLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _holder(path: Path) -> str:
+    """Who holds the lock file ``path``, as written there (``pid 123 on host``)."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        text = ""
+    return text or "pid unknown"
+
+
+def folder_busy(folder: str | os.PathLike) -> str | None:
+    """Who holds ``folder``'s :class:`FolderLock` (``"pid 123 on host"``), or None when no live
+    process does. Creates nothing."""
+    path = Path(folder) / FolderLock.NAME
+    if fcntl is None or not path.is_file():
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(path)
+    finally:
+        os.close(fd)
+    return None

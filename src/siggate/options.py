@@ -23,6 +23,7 @@ __all__ = [
     "LOCAL_MODEL_NAMES",
     "MOL_FEATURES",
     "MOL_FEATURE_DIMS",
+    "Z_CLIP",
     "POOLING",
     "SPLITS",
     "TASK_LEVELS",
@@ -95,6 +96,10 @@ POOLING = ("add", "mean", "norm")
 MOL_FEATURES = ("none", "morgan_count", "rdkit2d")
 #: columns F of each kind (checked against the computed features by ``tests/test_molfeatures.py``).
 MOL_FEATURE_DIMS = {"none": 0, "morgan_count": 2048, "rdkit2d": 217}
+#: standardized descriptor values are clipped to +-this many training standard deviations: the
+#: model's molecule features (a held-out molecule far outside the training range, |z| up to
+#: thousands, would otherwise dominate the head) and the pretraining targets.
+Z_CLIP = 6.0
 #: ``data.split`` of the datasets built from SMILES (see :func:`siggate.data.chem.split_indices`).
 SPLITS = ("scaffold", "scaffold_balanced", "random")
 #: what one prediction is for: a whole graph (pooled), or each node (no pooling).

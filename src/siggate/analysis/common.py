@@ -1,7 +1,7 @@
 """Shared plumbing of the ``siggate analyze`` sub-commands.
 
 Config resolution, dataset loading (with an optional cap on the number of graphs),
-training one run per variant (reusing :func:`siggate.train.loop.train`, skipping runs
+training one run per variant (reusing :func:`siggate.train.pipeline.train`, skipping runs
 that already finished), model-detail collection, JSON/table output.
 Nothing here computes a result; the metric definitions live in
 :mod:`siggate.analysis.metrics`.
@@ -78,10 +78,10 @@ def set_threads(n: int) -> None:
 
 
 def prepare_data(cfg: Config, progress: bool = True):
-    """Indirection over :func:`siggate.train.loop.prepare_data` (tests replace it)."""
-    from ..train.loop import prepare_data as _prepare
+    """Indirection over :func:`siggate.train.dataprep.prepare_data` (tests replace it)."""
+    from ..train.dataprep import prepare_data as _prepare
 
-    return _prepare(cfg, progress)
+    return _prepare(cfg.data, cfg.model, cfg.train.seed, progress)
 
 
 def load_dataset(cfg: Config, max_graphs: int | None = None, progress: bool = True):
@@ -115,7 +115,8 @@ def train_run(cfg: Config, run_dir: Path, dataset, progress: bool = True) -> dic
     resumed (exactly, see :mod:`siggate.train.loop`); a run of another config raises
     :class:`RunConflict` rather than being mixed in. A run that stops on a non-finite loss
     returns ``{"diverged": True, "error": ...}`` instead of raising."""
-    from ..train.loop import NonFiniteLossError, train
+    from ..train.loop import NonFiniteLossError
+    from ..train.pipeline import train
     from ..train.study import reuse_status
 
     run_dir = Path(run_dir)
@@ -182,7 +183,7 @@ def train_many(runs: dict, dataset, args, progress: bool = True, desc: str = "ru
 
 
 def load_run_model(run_dir: Path, which: str = "last"):
-    from ..train.loop import load_trained
+    from ..train.modelprep import load_trained
 
     return load_trained(Path(run_dir) / f"{which}.pt")
 
@@ -233,7 +234,7 @@ def _clean(o):
 
 def meta(args=None, cfg: Config | None = None) -> dict:
     """Provenance block stored in every result JSON."""
-    from ..train.loop import git_commit
+    from ..train.record import git_commit
 
     out = {
         "siggate_version": siggate.__version__,

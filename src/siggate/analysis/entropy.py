@@ -71,16 +71,17 @@ def entropy_stats(model, graphs, batch_size: int = 64) -> dict:
     }
 
 
-def train_tracked(cfg, ds, eval_graphs, measure, progress: bool = True, desc: str = "") -> dict:
-    """Train ``cfg`` on ``ds`` with the training loop of ``siggate train``
+def train_tracked(model_cfg, train_cfg, ds, eval_graphs, measure, progress: bool = True, desc: str = "") -> dict:
+    """Train the model ``model_cfg`` on ``ds`` as ``train_cfg`` says, with the training loop of ``siggate train``
     (:func:`siggate.train.loop.setup_run` and :func:`~siggate.train.loop.fit`, skipping
     batches with a non-finite loss, writing no files) and call ``measure(model)`` before
     training and after every epoch (the epoch hook). Returns per-epoch lists."""
-    from ..train.loop import evaluate_split, fit, setup_run
+    from ..train.loop import fit, setup_run
+    from ..train.scoring import evaluate_split
 
-    run = setup_run(cfg, ds)
+    run = setup_run(model_cfg, train_cfg, ds)
     run.on_nan = "skip"
-    info, t = ds.info, cfg.train
+    info, t = ds.info, train_cfg
     hist = {"epoch": [0], "train_loss": [None], "skipped_batches": [0],
             "val": [evaluate_split(run.model, ds.val, info, run.mean, run.std, t.eval_batch_size)],
             "stats": [measure(run.model)]}
@@ -157,8 +158,8 @@ def main(args) -> int:
     for g in gates:
         for s in seeds:
             c = variant(cfg, epochs=args.epochs, model__gate=g, train__seed=s)
-            h = train_tracked(c, ds, ds.val, lambda m: entropy_stats(m, ds.val, args.batch_size), progress,
-                              desc=f"entropy {g} seed {s}")
+            h = train_tracked(c.model, c.train, ds, ds.val, lambda m: entropy_stats(m, ds.val, args.batch_size),
+                              progress, desc=f"entropy {g} seed {s}")
             per_seed[f"{g}-s{s}"] = h
     per_gate = {}
     for g in gates:

@@ -1,7 +1,7 @@
 """Learning-rate sweep: best validation metric, divergence and seed spread per learning
 rate, and the widest learning-rate range in which each variant stays near its best.
 
-Every point is an ordinary :func:`siggate.train.loop.train` run with ``train.lr``,
+Every point is an ordinary :func:`siggate.train.pipeline.train` run with ``train.lr``,
 ``model.gate``, ``train.seed`` set and ``train.on_nan=skip`` (a non-finite loss or gradient
 skips the batch and is counted), under ``OUT/runs/lr<lr>-<gate>-s<seed>``.
 """

@@ -110,7 +110,8 @@ def plot(res: dict, path: Path) -> Path:
 
 
 def main(args) -> int:
-    from ..train.loop import build_model, loss_fn
+    from ..train.losses import loss_fn
+    from ..train.modelprep import build_model
 
     out, progress = start(args)
     cfg = config_from(args)
@@ -120,7 +121,7 @@ def main(args) -> int:
     models, params, gate_params, expected = {}, {}, {}, {}
     for spec in specs:
         c = variant(cfg, **parse_variant(spec))
-        m = build_model(c, info, ds.train)
+        m = build_model(c.model, info, c.train.seed, ds.train)
         models[spec] = m
         params[spec] = count_params(m)
         gate_params[spec] = m.gate_parameter_count()

@@ -80,7 +80,7 @@ def head_ranks(model, graphs, batch_size: int = 64, progress: bool = False) -> d
 
 def obtain_models(args, cfg, ds, out: Path, progress: bool):
     """``[(seed, model, source text)]`` for ``--checkpoint`` or ``--config`` (+ training)."""
-    from ..train.loop import build_model, load_trained
+    from ..train.modelprep import build_model, load_trained
 
     if args.checkpoint:
         model, ckpt, _, _ = load_trained(args.checkpoint)
@@ -89,7 +89,7 @@ def obtain_models(args, cfg, ds, out: Path, progress: bool):
                  f"checkpoint {args.checkpoint} (after epoch {st.get('epoch')}, best epoch {st.get('best_epoch', -1) + 1})")]
     seeds = parse_list(args.seeds, int)
     if args.epochs == 0:
-        return [(seed, build_model(variant(cfg, train__seed=seed), ds.info, ds.train),
+        return [(seed, build_model(cfg.model, ds.info, seed, ds.train),
                  f"untrained (initialisation of seed {seed})") for seed in seeds]
     todo = {}
     for seed in seeds:

@@ -1,6 +1,6 @@
 """Over-smoothing versus depth: one model per (depth, gate, seed), measured per layer.
 
-Every run is an ordinary :func:`siggate.train.loop.train` run (``model.layers=L``,
+Every run is an ordinary :func:`siggate.train.pipeline.train` run (``model.layers=L``,
 ``model.gate=G``, ``train.seed=S``) under ``OUT/runs/L<L>-<G>-s<S>``; finished runs are
 reused. The final weights (``last.pt``) are measured on the validation split.
 """
@@ -183,10 +183,10 @@ def main(args) -> int:
         trained = train_many(todo, ds, args, progress, desc="smoothing runs")
     for (L, g, s), key in keys.items():
         if args.epochs == 0:
-            from ..train.loop import build_model
+            from ..train.modelprep import build_model
 
             c = variant(cfg, model__layers=L, model__gate=g, train__seed=s)
-            model, val, src = build_model(c, ds.info, ds.train), None, "untrained"
+            model, val, src = build_model(c.model, ds.info, c.train.seed, ds.train), None, "untrained"
         else:
             m, run = trained[key], out / "runs" / key
             if m.get("diverged"):

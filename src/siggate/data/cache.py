@@ -31,7 +31,7 @@ from filelock import FileLock, Timeout
 from torch_geometric.data import Data
 
 from ..files import AtomicFile, atomic_write, atomic_write_bytes, file_digest
-from .base import GraphDataset, InvalidRow, RowNote, TaskInfo
+from .base import DataError, GraphDataset, InvalidRow, RowNote, TaskInfo
 
 __all__ = [
     "FEATURIZATION_VERSION",
@@ -384,13 +384,17 @@ def cached(
             logger.info("cache hit %s (%.2fs)", path, time.perf_counter() - t0)
             return obj
 
-    folder.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(path) + ".lock")
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        logger.info("waiting for another process building %s", path)
-        lock.acquire()
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            logger.info("waiting for another process building %s", path)
+            lock.acquire()
+    except OSError as exc:  # a read-only or misplaced cache (SIGGATE_CACHE, --cache-dir)
+        raise DataError(f"cannot write the cache folder {folder} ({exc.strerror or exc}); set SIGGATE_CACHE "
+                        "(or --cache-dir) to a folder you can write to") from None
     try:
         if path.exists() and not rebuild:
             ok, obj, why = _try_load(path, load)

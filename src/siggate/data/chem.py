@@ -25,7 +25,7 @@ from rdkit.Chem import Descriptors
 from rdkit.Chem.Scaffolds import MurckoScaffold
 from torch_geometric.data import Data
 
-from ..options import SPLITS  # names of the computed splits (:func:`split_indices`)
+from ..options import PREDICT_MAX_ATOMS, SPLITS  # SPLITS: names of the computed splits (:func:`split_indices`)
 
 __all__ = [
     "InvalidSmiles",
@@ -149,7 +149,27 @@ def _partial_sanitize(raw: Chem.Mol) -> Chem.Mol:
     return mol
 
 
-def parse_smiles(smiles: str, allow_unsanitized: bool = False) -> Chem.Mol:
+def check_smiles_length(s: str, limit: int | None) -> None:
+    """Refuse a SMILES longer than ``limit`` characters (None: no limit) before RDKit reads it:
+    RDKit's time grows faster than the length (a 100,000-character string took minutes),
+    and no molecule a model here can take needs that many (:data:`MAX_SMILES_LENGTH`).
+
+    Raises:
+        InvalidSmiles: naming the length and the limit.
+    """
+    if limit is not None and len(s) > limit:
+        raise InvalidSmiles(f"SMILES of {len(s):,} characters, above the limit of {limit:,} ({SMILES_CHARS_PER_ATOM} "
+                            f"per atom of a {limit // SMILES_CHARS_PER_ATOM:,}-atom molecule); not parsed")
+
+
+#: characters a SMILES may spend per atom (bracket atoms, ring bonds, branches) before it is
+#: refused unread; with :data:`~siggate.options.PREDICT_MAX_ATOMS` the length limit of user input
+SMILES_CHARS_PER_ATOM = 10
+#: the longest SMILES a CSV row or ``siggate predict`` reads (at the default ``--max-atoms``)
+MAX_SMILES_LENGTH = SMILES_CHARS_PER_ATOM * PREDICT_MAX_ATOMS
+
+
+def parse_smiles(smiles: str, allow_unsanitized: bool = False, max_length: int | None = None) -> Chem.Mol:
     """Parse a SMILES string into an RDKit molecule.
 
     Args:
@@ -158,6 +178,8 @@ def parse_smiles(smiles: str, allow_unsanitized: bool = False) -> Chem.Mol:
             return a partially sanitized molecule instead of raising (used for
             benchmarks such as ogbg-molhiv whose few metal complexes do not pass
             RDKit's valence rules but must still become graphs).
+        max_length: refuse longer strings unread (:func:`check_smiles_length`; user
+            input passes :data:`MAX_SMILES_LENGTH`). (default: ``None``, no limit)
 
     Raises:
         InvalidSmiles: with RDKit's reason ("SMILES parse error: ...",
@@ -170,6 +192,7 @@ def parse_smiles(smiles: str, allow_unsanitized: bool = False) -> Chem.Mol:
     s = smiles.strip()
     if not s:
         raise InvalidSmiles("empty SMILES")
+    check_smiles_length(s, max_length)
     bad = next((i for i, ch in enumerate(s) if ord(ch) > 127), None)
     if bad is not None:  # RDKit stops silently at the first non-ASCII character ('CCO\u00e9' -> CCO)
         raise InvalidSmiles(f"contains a non-ASCII character ({s[bad]!r}) at position {bad + 1}; SMILES are plain ASCII")

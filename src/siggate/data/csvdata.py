@@ -47,10 +47,11 @@ from ..files import atomic_write_bytes
 from ..options import DUPLICATES, PREDICT_MAX_ATOMS
 from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, RowNote, TaskInfo, default_cache_dir
 from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
-from .chem import SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
+from .chem import MAX_SMILES_LENGTH, SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
 
-__all__ = ["load_csv", "check_trainable", "detect_sep", "row_issue", "write_run_tables", "TASK_METRIC",
-           "DUPLICATE_TOLERANCE"]
+__all__ = ["load_csv", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns",
+           "extra_fields_reason", "carried_columns", "row_issue", "write_run_tables", "TASK_METRIC",
+           "DUPLICATE_TOLERANCE", "SAVE_AS_CSV", "CSV_VERSION"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,10 @@ _DECIMAL_COMMA = re.compile(r"^[+-]?\d*,\d+([eE][+-]?\d+)?$")
 DUPLICATE_TOLERANCE = 0.01
 #: the reason of a row whose target(s) are missing
 MISSING_TARGET = "missing target"
+#: bump when the same file and arguments build another dataset (part of every cache key). 2: rows of
+#: one molecule share a split (random split; merged only within a split column's split), rows with
+#: extra fields are dropped with a reason
+CSV_VERSION = 2
 
 
 def _parse_split(split: str) -> str | None:
@@ -99,13 +104,111 @@ def detect_sep(path: Path) -> str:
         return ","
 
 
-def _read_header(path: Path, sep: str) -> list[str]:
+#: what to tell a user whose file is not a text CSV: (first bytes, what the file is)
+_NOT_TEXT = ((b"\xd0\xcf\x11\xe0", "an Excel 97-2003 workbook (.xls)"), (b"\xff\xfe", "UTF-16 text"),
+             (b"\xfe\xff", "UTF-16 text"))
+#: the fix named for every file that is not UTF-8 CSV text
+SAVE_AS_CSV = "save it as UTF-8 CSV (in Excel: File > Save As > 'CSV UTF-8 (Comma delimited)')"
+
+
+def _file_bytes(path: Path) -> bytes:
+    """The bytes of ``path`` as a CSV reader sees them: decompressed when the file is gzip,
+    bzip2, xz or a zip archive of one file. Raises :class:`DataError` naming the fix for an
+    Excel or OpenDocument workbook, UTF-16 text, a binary file and a damaged archive."""
+    import bz2
+    import lzma
+    import zipfile
+
+    data = path.read_bytes()
     try:
-        header = pd.read_csv(path, sep=sep, nrows=0, encoding="utf-8-sig")
-    except pd.errors.EmptyDataError:
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        elif data[:3] == b"BZh":
+            data = bz2.decompress(data)
+        elif data[:6] == b"\xfd7zXZ\x00":
+            data = lzma.decompress(data)
+        elif data[:4] == b"PK\x03\x04":
+            with zipfile.ZipFile(io.BytesIO(data)) as z:
+                names = z.namelist()
+                if any(n.startswith("xl/") for n in names):
+                    raise DataError(f"{path} is an Excel workbook (.xlsx), not a CSV file; {SAVE_AS_CSV}")
+                if "content.xml" in names:
+                    raise DataError(f"{path} is an OpenDocument spreadsheet, not a CSV file; {SAVE_AS_CSV}")
+                files = [n for n in names if not n.endswith("/")]
+                if len(files) != 1:
+                    raise DataError(f"{path} is a zip archive of {len(files)} files; unzip it and give the CSV file")
+                data = z.read(files[0])
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile, lzma.LZMAError) as exc:
+        if isinstance(exc, DataError):
+            raise
+        raise DataError(f"{path}: the compressed file is truncated or corrupt ({exc})") from None
+    for magic, what in _NOT_TEXT:
+        if data.startswith(magic):
+            raise DataError(f"{path} is {what}, not a UTF-8 CSV file; {SAVE_AS_CSV}")
+    if b"\x00" in data[:65536]:
+        raise DataError(f"{path} looks like a binary file (it contains NUL bytes), not a CSV file; {SAVE_AS_CSV}")
+    return data
+
+
+def _decode(path: Path, data: bytes) -> str:
+    """``data`` as UTF-8 text (an initial BOM dropped); else a :class:`DataError` naming the
+    first byte that is not UTF-8, its line, and the fix."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise DataError(f"{path} is not UTF-8 text: byte 0x{data[exc.start]:02x} on line {line} (a Latin-1 or "
+                        f"Windows-1252 export?); {SAVE_AS_CSV}") from None
+
+
+def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[str]]]:
+    """The header and the data records of the CSV file ``path`` with delimiter ``sep``: each
+    record a list of fields as written (quotes removed; a record may have more or fewer fields
+    than the header, which the caller judges), blank lines skipped, so record ``i`` is data
+    row ``i`` (line ``i + 2`` of a file without blank or multi-line records).
+
+    Raises:
+        DataError: an empty file, a file that is not UTF-8 CSV text (an Excel workbook, UTF-16,
+            Latin-1, binary; the message says to save it as UTF-8 CSV), a damaged compressed
+            file, or malformed CSV quoting.
+    """
+    path = Path(path)
+    text = _decode(path, _file_bytes(path))
+    if csv.field_size_limit() < 2**31 - 1:
+        csv.field_size_limit(2**31 - 1)  # a long SMILES is a row to judge, not a reader error
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    records = []
+    try:
+        for rec in reader:
+            if rec:
+                records.append(rec)
+    except csv.Error as exc:
+        raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({exc}); check the quoting of that "
+                        "line") from None
+    if not records:
         raise DataError(f"{path}: the file is empty (no header row); give a CSV whose first line names the "
-                        "columns, e.g. smiles,y") from None
-    return [str(c) for c in header.columns]
+                        "columns, e.g. smiles,y")
+    return records[0], records[1:]
+
+
+def _read_header(path: Path, sep: str) -> list[str]:
+    return read_table(path, sep)[0]
+
+
+def check_unique_columns(path: Path, columns: list[str], wanted: list[str]) -> None:
+    """Refuse a header that names a column the run reads more than once (``smiles,y,y``):
+    which copy is meant cannot be known."""
+    for col in dict.fromkeys(wanted):
+        where = [i + 1 for i, c in enumerate(columns) if c == col]
+        if len(where) > 1:
+            raise DataError(f"{path}: the header names column {col!r} {len(where)} times (columns "
+                            f"{', '.join(map(str, where))}); rename the copies so that each name is unique")
+
+
+def extra_fields_reason(line: int, got: int, width: int) -> str:
+    """The reason of a row with more fields than the header."""
+    return (f"line {line} has {got} fields but the header has {width}: a delimiter inside an unquoted field? "
+            "quote that field or remove the extra one")
 
 
 def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]], sep: str) -> None:
@@ -182,8 +285,10 @@ def _check_decimal_comma(path: Path, col: str, raw: pd.Series, bad: np.ndarray, 
 
 def row_issue(reason: str) -> str:
     """The kind of a dropped row from its reason: ``"missing target"``, ``"bad target"``,
-    ``"bad split label"``, ``"duplicate"`` (merged or dropped by ``duplicates``) or
-    ``"invalid molecule"``."""
+    ``"bad split label"``, ``"duplicate"`` (merged or dropped by ``duplicates``),
+    ``"malformed row"`` (more fields than the header) or ``"invalid molecule"``."""
+    if reason.startswith("line ") and " fields but the header has " in reason:
+        return "malformed row"
     if reason.startswith(MISSING_TARGET):
         return MISSING_TARGET
     if reason.startswith("target column"):
@@ -230,8 +335,10 @@ def check_trainable(path: Path, ds: GraphDataset) -> None:
                             f"labelled rows, so there is nothing to learn (every error would be 0); {fix}")
     empty = [name for name, graphs in ds.splits.items() if not graphs]
     if empty:
+        hint = (" (a split column without val rows: --val-fraction 0.1 draws them from its train rows)"
+                if "val" in empty else "")
         raise DataError(f"{path}: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty "
-                        f"({n_valid} usable rows); add rows, or choose another --split")
+                        f"({n_valid} usable rows); add rows, or choose another --split{hint}")
 
 
 def _labels(ds: GraphDataset) -> np.ndarray:
@@ -255,14 +362,15 @@ def build_csv(
     allow_unsanitized: bool = False,
     decimal: str = ".",
     duplicates: str = "keep",
+    val_fraction: float = 0.0,
 ) -> GraphDataset:
     """Featurize a CSV (no caching); see :func:`load_csv`."""
     path = Path(path)
     split_col = _parse_split(split)
     usecols = list(dict.fromkeys([smiles_col, *target_cols, *([split_col] if split_col else [])]))
-    frame = pd.read_csv(
-        path, sep=sep, dtype=str, keep_default_na=False, na_filter=False, usecols=usecols, encoding="utf-8-sig"
-    )
+    header, records = read_table(path, sep)
+    frame = table_frame(header, records, usecols)
+    width = len(header)
     if frame.empty:
         raise DataError(f"{path}: the file has a header but no data rows; add one row per molecule")
     y_all, errors = _targets(path, frame, target_cols, task, decimal)
@@ -274,6 +382,8 @@ def build_csv(
     for i, smi in enumerate(smiles_all):
         smi = smi.strip()
         try:
+            if len(records[i]) > width:  # its fields cannot be matched to the columns
+                raise InvalidSmiles(extra_fields_reason(i + 2, len(records[i]), width))
             if errors[i] is not None:
                 raise InvalidSmiles(errors[i])
             label = None
@@ -284,13 +394,14 @@ def build_csv(
                         f"split column {split_col!r}: unknown value {split_all[i]!r} "
                         "(expected train, val, valid or test)"
                     )
-            mol = parse_smiles(smi, allow_unsanitized=allow_unsanitized)
+            mol = parse_smiles(smi, allow_unsanitized=allow_unsanitized, max_length=MAX_SMILES_LENGTH)
             data = mol_to_graph(mol)
+            same = _canonical(mol, smi)
             if split in ("scaffold", "scaffold_balanced"):
                 try:
                     key = murcko_scaffold(mol)
-                except Exception:  # partially sanitized molecules: own group
-                    key = "\x00row:" + str(i)
+                except Exception:  # partially sanitized molecules: a group of their own molecule
+                    key = "\x00mol:" + same
             else:
                 key = label
         except InvalidSmiles as exc:
@@ -303,23 +414,31 @@ def build_csv(
         data.idx = i
         graphs.append(data)
         keys.append(key)
-        canon.append(_canonical(mol, smi))
+        canon.append(same)
 
-    keep, notes, merged = _duplicates(canon, graphs, y_all, target_cols, duplicates)
+    # a split column is the user's: rows of one molecule are merged only within a split
+    keep, notes, merged = _duplicates(canon, graphs, y_all, target_cols, duplicates,
+                                      split_of=keys if split_col else None)
     invalid += merged
     for j, g in enumerate(graphs):
         g.y = torch.from_numpy(y_all[g.idx : g.idx + 1].astype(np.float32))
         if g.num_nodes > PREDICT_MAX_ATOMS:
             notes.append(RowNote(g.idx, g.smiles, "large molecule", f"{g.num_nodes} atoms, above siggate predict's "
                                  f"limit of {PREDICT_MAX_ATOMS} (--max-atoms)"))
-    graphs, keys = [graphs[j] for j in keep], [keys[j] for j in keep]
+    graphs, keys, canon = [graphs[j] for j in keep], [keys[j] for j in keep], [canon[j] for j in keep]
     invalid.sort(key=lambda r: r.index)
     notes.sort(key=lambda r: r.index)
 
     if split in SPLITS:
-        idx = split_indices(split, keys, frac, seed)
+        # rows of one molecule in one split (the scaffold splits group them already)
+        idx = _together(split_indices(split, keys, frac, seed), canon)
     else:
         idx = {name: [j for j, k in enumerate(keys) if k == name] for name in ("train", "val", "test")}
+        if val_fraction:
+            if idx["val"]:
+                raise DataError(f"{path}: the split column {split_col!r} already names {len(idx['val'])} val rows; "
+                                "--val-fraction draws val rows from train only for a column without them: drop it")
+            idx = _draw_val(idx, canon, val_fraction, seed)
 
     info = TaskInfo(
         name="csv",
@@ -339,6 +458,14 @@ def build_csv(
     )
 
 
+def table_frame(header: list[str], records: list[list[str]], columns: list[str]) -> pd.DataFrame:
+    """The ``columns`` of :func:`read_table`'s records as a frame of strings (a short record's
+    missing trailing fields are empty, as every CSV reader reads them)."""
+    at = {c: header.index(c) for c in columns}
+    return pd.DataFrame({c: [rec[i] if i < len(rec) else "" for rec in records] for c, i in at.items()},
+                        columns=columns, dtype=str)
+
+
 def _canonical(mol, smiles: str) -> str:
     """RDKit's canonical SMILES of ``mol`` (the input text if RDKit cannot write it)."""
     from rdkit import Chem
@@ -349,14 +476,19 @@ def _canonical(mol, smiles: str) -> str:
         return smiles
 
 
-def _duplicates(canon: list[str], graphs: list, y: np.ndarray, target_cols: list[str],
-                mode: str) -> tuple[list[int], list[RowNote], list[InvalidRow]]:
+def _duplicates(canon: list[str], graphs: list, y: np.ndarray, target_cols: list[str], mode: str,
+                split_of: list[str] | None = None) -> tuple[list[int], list[RowNote], list[InvalidRow]]:
     """Handle the rows that hold one molecule (equal canonical SMILES ``canon``, one per graph).
 
     Returns the positions of ``graphs`` to keep, a note for every row of a group whose labels
     conflict (spread above :data:`DUPLICATE_TOLERANCE` of the target's std over ``y [n, T]``), and
     the rows ``mode`` merged (``"average"``: the group's mean label goes to its first row, which
     ``y`` is updated in place for) or dropped (``"first"``).
+
+    ``split_of`` (a split column's label per graph) keeps the splits apart: rows are merged only
+    with rows of their own split, so no test label is averaged into a training row and no test
+    row is dropped for a training one; a molecule in several splits gets a ``"duplicate across
+    splits"`` note on each of its rows (the user's split puts it on both sides).
     """
     if mode not in DUPLICATES:
         raise ValueError(f"duplicates must be one of {DUPLICATES}, got {mode!r}")
@@ -370,26 +502,74 @@ def _duplicates(canon: list[str], graphs: list, y: np.ndarray, target_cols: list
         if len(members) < 2:
             continue
         rows = [graphs[j].idx for j in members]
-        labels = y[rows]
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing target of the group
-            spread = np.nan_to_num(np.nanmax(labels, axis=0) - np.nanmin(labels, axis=0))
-            mean = np.nanmean(labels, axis=0)
+        spread = _spread(y[rows])
         if np.any(spread > tol):
             text = ", ".join(f"{c} spread {v:.4g}" for c, v in zip(target_cols, spread) if v > tol[target_cols.index(c)])
             for j, r in zip(members, rows):
                 others = ", ".join(str(o) for o in rows if o != r)
                 notes.append(RowNote(r, graphs[j].smiles, "conflicting duplicate", f"same molecule as row(s) {others}; {text}"))
+        parts: dict[str | None, list[int]] = {}
+        for j in members:
+            parts.setdefault(split_of[j] if split_of is not None else None, []).append(j)
+        if len(parts) > 1:
+            for j in members:
+                elsewhere = "; ".join(f"{name}: row(s) {', '.join(str(graphs[k].idx) for k in part)}"
+                                      for name, part in parts.items() if name != split_of[j])
+                notes.append(RowNote(graphs[j].idx, graphs[j].smiles, CROSS_SPLIT,
+                                     f"{split_of[j]} row; the same molecule is in {elsewhere}"))
         if mode == "keep":
             continue
-        if mode == "average":
-            y[rows[0]] = mean
-        for j, r in zip(members[1:], rows[1:]):
-            drop.add(j)
-            reason = (f"merged into row {rows[0]} (--duplicates average)" if mode == "average"
-                      else f"duplicate of row {rows[0]} (--duplicates first)")
-            merged.append(InvalidRow(r, graphs[j].smiles, reason))
+        for part in parts.values():
+            first = graphs[part[0]].idx
+            if mode == "average" and len(part) > 1:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing target of the group
+                    y[first] = np.nanmean(y[[graphs[j].idx for j in part]], axis=0)
+            for j in part[1:]:
+                drop.add(j)
+                reason = (f"merged into row {first} (--duplicates average)" if mode == "average"
+                          else f"duplicate of row {first} (--duplicates first)")
+                merged.append(InvalidRow(graphs[j].idx, graphs[j].smiles, reason))
     return [j for j in range(len(graphs)) if j not in drop], notes, merged
+
+
+#: the issue of a row whose molecule a split column also puts into another split
+CROSS_SPLIT = "duplicate across splits"
+
+
+def _spread(labels: np.ndarray) -> np.ndarray:
+    """Per target, the largest minus the smallest label of ``labels [n, T]`` (0 where missing)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing target of the group
+        return np.nan_to_num(np.nanmax(labels, axis=0) - np.nanmin(labels, axis=0))
+
+
+def _draw_val(idx: dict[str, list[int]], canon: list[str], fraction: float, seed: int) -> dict[str, list[int]]:
+    """``idx`` with about ``fraction`` of its train rows (at least one) moved to val: whole
+    molecules (equal ``canon``) in an order shuffled with ``seed``."""
+    groups: dict[str, list[int]] = {}
+    for j in idx["train"]:
+        groups.setdefault(canon[j], []).append(j)
+    order = list(groups.values())
+    want = max(1, round(fraction * len(idx["train"])))
+    val: list[int] = []
+    for g in np.random.default_rng(seed).permutation(len(order)):
+        if len(val) >= want:
+            break
+        val += order[g]
+    moved = set(val)
+    return {"train": [j for j in idx["train"] if j not in moved], "val": sorted(val), "test": idx["test"]}
+
+
+def _together(idx: dict[str, list[int]], canon: list[str]) -> dict[str, list[int]]:
+    """``idx`` with every row of one molecule (equal ``canon``) moved into the split of its first
+    row, so that a molecule written twice never has one row in training and one in test."""
+    where = {j: name for name, rows in idx.items() for j in rows}
+    home: dict[str, str] = {}
+    out: dict[str, list[int]] = {name: [] for name in idx}
+    for j in sorted(where):
+        out[home.setdefault(canon[j], where[j])].append(j)
+    return out
 
 
 def load_csv(
@@ -407,6 +587,7 @@ def load_csv(
     rebuild: bool = False,
     decimal: str = ".",
     duplicates: str = "keep",
+    val_fraction: float = 0.0,
 ) -> GraphDataset:
     """Load a CSV of SMILES and targets as a :class:`GraphDataset` (cached).
 
@@ -432,6 +613,9 @@ def load_csv(
         duplicates: rows of one molecule (canonical SMILES): ``"keep"`` them (a warning
             when their labels conflict), ``"average"`` them into the first row (regression),
             or keep the ``"first"`` (see the module docstring).
+        val_fraction: with ``split="column:NAME"`` whose column names no val row: this
+            fraction of the train rows (at least one; whole molecules, drawn with ``seed``)
+            becomes the val split (``--val-fraction``). A column with val rows is refused.
 
     Raises:
         ValueError: bad arguments. :class:`~siggate.data.base.DataError` (a
@@ -449,6 +633,9 @@ def load_csv(
         raise ValueError(f"decimal must be '.' or ',', got {decimal!r}")
     if duplicates not in DUPLICATES:
         raise ValueError(f"duplicates must be one of {DUPLICATES}, got {duplicates!r}")
+    if not 0.0 <= float(val_fraction) < 1.0 or (val_fraction and _parse_split(split) is None):
+        raise ValueError(f"val_fraction must be in [0, 1) and needs split='column:NAME', got {val_fraction!r} "
+                         f"with split {split!r}")
     if duplicates == "average" and task != "regression":
         raise ValueError(f"duplicates='average' merges regression labels into their mean; a {task} label has "
                          "no mean, use 'first' or 'keep'")
@@ -467,7 +654,9 @@ def load_csv(
         "allow_unsanitized": bool(allow_unsanitized),
         "decimal": decimal,
         "duplicates": duplicates,
+        "val_fraction": float(val_fraction),
         "notes": 1,  # the datasets carry their row notes and row count
+        "version": CSV_VERSION,
     }
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.name.split(".")[0]) or "data"
     folder = f"csv/{stem}"
@@ -477,7 +666,7 @@ def load_csv(
         parts,
         lambda: build_csv(
             path, smiles_col, target_cols, task, split, seed, frac=frac, sep=sep,
-            allow_unsanitized=allow_unsanitized, decimal=decimal, duplicates=duplicates,
+            allow_unsanitized=allow_unsanitized, decimal=decimal, duplicates=duplicates, val_fraction=val_fraction,
         ),
         save=save_dataset,
         load=load_dataset,
@@ -511,6 +700,7 @@ def _check_arguments(path: Path, smiles_col: str, target_cols, task: str, split:
     if split_col:
         wanted.append(("split", split_col))
     _check_columns(path, columns, wanted, sep)
+    check_unique_columns(path, columns, [c for _, c in wanted])
     return target_cols
 
 
@@ -568,6 +758,12 @@ def _warn_notes(name: str, ds: GraphDataset) -> None:
                        "--duplicates average to merge each into its mean, or --duplicates first to keep the first "
                        "row (data_report.csv in the run folder lists them)", name, len(groups),
                        sum(len(g) for g in groups), DUPLICATE_TOLERANCE, max(spreads), float(np.median(spreads)))
+    cross = [n for n in ds.notes if n.issue == CROSS_SPLIT]
+    if cross:
+        logger.warning("%s: %d rows hold a molecule that the split column also puts into another split (first: row "
+                       "%d, %s; %s), so its val/test scores are optimistic; rows are merged (--duplicates) only within "
+                       "a split. Give each molecule one split (data_report.csv lists them)", name, len(cross),
+                       cross[0].index, cross[0].smiles, cross[0].detail)
     large = [n for n in ds.notes if n.issue == "large molecule"]
     if large:
         sizes = [int(n.detail.split()[0]) for n in large]
@@ -577,23 +773,64 @@ def _warn_notes(name: str, ds: GraphDataset) -> None:
                        PREDICT_MAX_ATOMS, max(sizes))
 
 
-def write_run_tables(ds: GraphDataset, out: str | os.PathLike) -> list[Path]:
+#: the columns a run's row tables write themselves; an input column of one of these names is
+#: carried as ``input_<name>``
+_OWN_COLUMNS = ("row", "smiles", "split", "reason", "issue", "detail")
+
+
+def carried_columns(ds: GraphDataset, sep: str | None, smiles_col: str, split: str | None = None
+                    ) -> tuple[list[str], dict[int, list[str]]]:
+    """The input's columns other than the SMILES, the targets and a split column, as the run's
+    row tables carry them (IDs, names, notes): ``(names, {row: values})``, re-read from
+    ``ds.source`` (delimiter ``sep``, detected when None). Names that a table writes itself
+    (``row``, ``smiles``, ``split``, ...) or that repeat get the prefix ``input_``. Empty, with a
+    warning, when the file is gone or no longer has the dataset's rows."""
+    if not ds.source:  # a dataset built in memory: no file to carry columns from
+        return [], {}
+    path = Path(ds.source)
+    try:
+        header, records = read_table(path, sep or detect_sep(path))
+    except (OSError, DataError) as exc:
+        logger.warning("%s: cannot read it again for its other columns (%s); the run's row tables hold none", path, exc)
+        return [], {}
+    if ds.rows and len(records) != ds.rows:
+        logger.warning("%s: it has %d data rows now, %d at loading; the run's row tables hold none of its other "
+                       "columns", path, len(records), ds.rows)
+        return [], {}
+    skip = {smiles_col, *ds.info.target_names, *([_parse_split(split)] if split and _parse_split(split) else [])}
+    keep = [i for i, c in enumerate(header) if c not in skip]
+    names, seen = [], set(_OWN_COLUMNS) | set(ds.info.target_names)
+    for i in keep:
+        name = header[i] if header[i] not in seen else f"input_{header[i]}"
+        while name in seen:
+            name = f"input_{name}"
+        seen.add(name)
+        names.append(name)
+    return names, {r: [rec[i] if i < len(rec) else "" for i in keep] for r, rec in enumerate(records)}
+
+
+def write_run_tables(ds: GraphDataset, out: str | os.PathLike,
+                     carried: tuple[list[str], dict[int, list[str]]] | None = None) -> list[Path]:
     """Write ``splits.csv`` and ``data_report.csv`` of a CSV dataset into the run folder ``out``.
 
     ``splits.csv``: one row per input row (``row`` is the 0-based data row, line ``row + 2`` of
-    the file), ``row,smiles,split,reason``: the split (``train``/``val``/``test``), or
-    ``dropped`` and why. ``data_report.csv``: ``row,smiles,issue,detail`` for every dropped
-    row (issue from :func:`row_issue`) and every note (conflicting duplicates, large
+    the file), ``row,smiles,<carried columns>,split,reason``: the input's ``carried`` columns
+    (:func:`carried_columns`, e.g. IDs), the split (``train``/``val``/``test``), or ``dropped``
+    and why. ``data_report.csv``: ``row,smiles,issue,detail`` for every dropped row (issue from
+    :func:`row_issue`) and every note (conflicting duplicates, duplicates across splits, large
     molecules), in row order. Returns the paths written.
     """
     out = Path(out)
+    extra, values = carried or ([], {})
     table = {g.idx: [g.idx, g.smiles, split, ""] for split, graphs in ds.splits.items() for g in graphs}
     table.update({r.index: [r.index, r.smiles, "dropped", r.reason] for r in ds.invalid})
+    table = {k: v[:2] + values.get(k, [""] * len(extra)) + v[2:] for k, v in table.items()}
     report = [[r.index, r.smiles, row_issue(r.reason), r.reason] for r in ds.invalid]
     report += [[n.index, n.smiles, n.issue, n.detail] for n in ds.notes]
     report.sort(key=lambda r: r[0])
     paths = []
-    for name, header, rows in (("splits.csv", ["row", "smiles", "split", "reason"], [table[k] for k in sorted(table)]),
+    for name, header, rows in (("splits.csv", ["row", "smiles", *extra, "split", "reason"],
+                                [table[k] for k in sorted(table)]),
                                ("data_report.csv", ["row", "smiles", "issue", "detail"], report)):
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")

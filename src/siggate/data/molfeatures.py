@@ -9,7 +9,7 @@ kind               F      columns
 =================  =====  ================================================================
 ``none``           0      nothing
 ``morgan_count``   2048   Morgan count fingerprint, radius 2, 2,048 bins
-                          (``rdFingerprintGenerator.GetMorganGenerator``, counts per bin)
+                          (:func:`siggate.data.fingerprints.morgan_counts`)
 ``rdkit2d``        217    RDKit's 2D descriptors, the names of :data:`RDKIT2D_NAMES`
                           (sorted; RDKit 2026.09's ``Descriptors._descList``)
 =================  =====  ================================================================
@@ -107,19 +107,10 @@ def _as_mol(item: Any):
     return mol
 
 
-_MORGAN_GEN = None
-
-
 def _morgan_count(mols: list) -> np.ndarray:
-    global _MORGAN_GEN
-    if _MORGAN_GEN is None:
-        from rdkit.Chem import rdFingerprintGenerator
+    from .fingerprints import morgan_counts
 
-        _MORGAN_GEN = rdFingerprintGenerator.GetMorganGenerator(radius=MORGAN_RADIUS, fpSize=MORGAN_BITS)
-    out = np.zeros((len(mols), MORGAN_BITS), dtype=np.float32)
-    for i, mol in enumerate(mols):
-        out[i] = _MORGAN_GEN.GetCountFingerprintAsNumPy(mol)
-    return out
+    return morgan_counts(mols, radius=MORGAN_RADIUS, size=MORGAN_BITS)
 
 
 def _rdkit2d_functions() -> list:

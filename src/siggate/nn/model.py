@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
-from ..options import POOLING, mol_features_dim  # shared with siggate.config
+from ..options import POOLING, Z_CLIP, mol_features_dim  # shared with siggate.config
 from .attention import GatedAttentionBase
 from .attention_types import attn_kwargs_from_config
 from .encoders import NodeEncoder, make_edge_encoder
@@ -144,8 +144,9 @@ class SigGateGT(nn.Module):
             ``--features-generators``, :mod:`siggate.data.molfeatures`), read from
             ``data.mol_x [G, F]``, standardized with the buffers ``mol_mean``/``mol_std``
             ``[F]`` (set from the training rows by :meth:`set_mol_feature_scaling`; saved in
-            the state dict) and concatenated to the pooled embedding before the head; graph
-            level only. ``0``: no features, no buffers. (default: ``0``)
+            the state dict), clipped to +-:data:`siggate.options.Z_CLIP` and concatenated to the
+            pooled embedding before the head; graph level only. ``0``: no features, no
+            buffers. (default: ``0``)
 
     Shapes: a PyG ``Batch`` with ``G`` graphs and ``N`` nodes -> ``[G, T]`` (graph level) or
     ``[N, T]`` (node level). Node predictions are equivariant to node permutations and, in
@@ -226,7 +227,8 @@ class SigGateGT(nn.Module):
     @torch.no_grad()
     def set_mol_feature_scaling(self, mean: Tensor, std: Tensor) -> None:
         """Standardize the molecule features as ``(mol_x - mean) / std`` (``[F]`` each, std > 0;
-        the training rows' statistics, e.g. :class:`siggate.data.molfeatures.FeatureScaler`)."""
+        the training rows' statistics, e.g. :class:`siggate.data.molfeatures.FeatureScaler`;
+        ``std = inf`` makes a column 0 for every molecule)."""
         mean, std = torch.as_tensor(mean).reshape(-1), torch.as_tensor(std).reshape(-1)
         if mean.numel() != self.mol_features_dim or std.numel() != self.mol_features_dim:
             raise ValueError(f"the model takes {self.mol_features_dim} molecule features, got statistics of "
@@ -238,7 +240,8 @@ class SigGateGT(nn.Module):
 
     def readout_input(self, g: Tensor, data) -> Tensor:
         """The head's input ``[G, d + F]``: the pooled embedding ``g [G, d]`` and the
-        standardized molecule features ``data.mol_x [G, F]`` (just ``g`` when F = 0)."""
+        standardized molecule features ``data.mol_x [G, F]``, clipped to +-``Z_CLIP`` (just
+        ``g`` when F = 0)."""
         if not self.mol_features_dim:
             return g
         mol_x = getattr(data, "mol_x", None)
@@ -247,7 +250,7 @@ class SigGateGT(nn.Module):
             raise ValueError(f"the model takes molecule features mol_x [{g.size(0)}, {self.mol_features_dim}] "
                              f"per batch, got {got}; build the graphs with the model's model.mol_features")
         scaled = (mol_x.to(g.dtype) - self.mol_mean.to(g.dtype)) / self.mol_std.to(g.dtype)
-        return torch.cat([g, scaled], dim=1)
+        return torch.cat([g, scaled.clamp(-Z_CLIP, Z_CLIP)], dim=1)
 
     def attention_modules(self) -> list[GatedAttentionBase]:
         return [layer.attn for layer in self.layers if layer.attn is not None]

@@ -439,7 +439,7 @@ class _Setup:
     def __init__(self, config: str, args, device: torch.device) -> None:
         from ..config import load_config
         from ..data.pe import add_pe
-        from ..train.loop import loss_fn
+        from ..train.losses import loss_fn
 
         self.cfg_name = CONFIGS[config]
         cfg = load_config(self.cfg_name)
@@ -625,7 +625,7 @@ def run_scaling(args, device: torch.device) -> dict:
     from ..config import load_config
     from ..data.base import TaskInfo
     from ..data.pe import add_pe
-    from ..train.loop import loss_fn
+    from ..train.losses import loss_fn
 
     cfg = load_config("zinc")
     info = TaskInfo(name="synthetic", task="regression", num_tasks=1, metric="mae")

@@ -511,7 +511,7 @@ def compare(args) -> int:
         "wall_seconds": time.time() - t0,
     })
     from .. import __version__
-    from .loop import git_commit
+    from .record import git_commit
 
     res["siggate_version"], res["git_commit"] = __version__, git_commit()
     out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Distributed data-parallel training (``torchrun ... -m siggate train --ddp``).
 
-This module holds the process group and the collectives; :func:`siggate.train.loop.train`
+This module holds the process group and the collectives; :func:`siggate.train.pipeline.train`
 runs on them, and ``siggate train --ddp`` (:mod:`siggate.cli`) starts both.
 
 One process per device: ``gloo`` on CPU, ``nccl`` on GPU (``cuda:LOCAL_RANK``). Every rank

@@ -12,9 +12,10 @@ Two sources of labels:
   one set named ``"data"``; rows that cannot be featurized or have no label are counted, not
   scored.
 
-An ensemble folder (``OUT/ensemble.json``) is scored on the mean of its members' predictions
-(target units for regression, probabilities for classification), as ``siggate predict``
-averages them. Each split gets the dataset's metric over all targets and per target.
+Any saved predictor is scored through its own ``predict`` (:mod:`siggate.predictors`): a run, or
+a folder of several members on their combination (target units for regression, probabilities
+for classification), as ``siggate predict`` gives them. Each split gets the dataset's metric
+over all targets and per target.
 """
 
 from __future__ import annotations
@@ -37,67 +38,27 @@ class EvaluationError(ValueError):
     """A run, ensemble or file that cannot be scored as asked (the message says how to fix it)."""
 
 
-def _ensemble_split_seed(checkpoint) -> int | None:
-    """The seed an ensemble's shared split was drawn with (its first member's, ``ensemble.json``'s
-    first seed), when ``checkpoint`` is an ensemble folder or one of its members; else None."""
-    import json
-
-    path = Path(checkpoint)
-    for folder in (path, path.parent, path.parent.parent):
-        f = folder / "ensemble.json"
-        if f.is_file():
-            try:
-                return int(json.loads(f.read_text())["seeds"][0])
-            except (ValueError, KeyError, IndexError, TypeError):
-                return None
-    return None
-
-
-def _members(checkpoint, device: str) -> tuple[list, object, TaskInfo, list[dict]]:
-    """``(members, cfg, info, ckpts)``: ``(model, target_mean, target_std)`` per member on
-    ``device``, the shared config and task, and each member's checkpoint dict."""
-    from .ensemble import EnsembleError, checkpoints
-    from .loop import load_trained
+def _load(checkpoint, device: str):
+    """The predictor saved at ``checkpoint`` (:func:`~siggate.train.members.load_predictor`) and its task."""
+    from ..predictors.base import PredictorFileError
+    from .members import load_predictor
 
     try:
-        paths = checkpoints(checkpoint)
-    except EnsembleError as exc:
+        predictor = load_predictor(checkpoint, device)
+        return predictor, predictor.info
+    except PredictorFileError as exc:
         raise EvaluationError(str(exc)) from None
-    members, ckpts, cfg, info = [], [], None, None
-    for path in paths:
-        model, ckpt, c, i = load_trained(path)
-        if cfg is not None and (c.model != cfg.model or i != info):
-            raise EvaluationError(f"{path}: this ensemble member has another model or task than {paths[0]}")
-        if cfg is None:
-            cfg, info = c, i  # the first member's config: an ensemble's data were split with its seed
-        members.append((model.to(device), ckpt["target_mean"], ckpt["target_std"]))
-        ckpts.append(ckpt)
-    return members, cfg, info, ckpts
+    except ValueError as exc:  # members of different tasks
+        raise EvaluationError(f"{checkpoint}: {exc}") from None
 
 
-@torch.no_grad()
-def predict_mean(members: list, graphs: list, info: TaskInfo, device: str = "cpu", batch_size: int = 256):
-    """Predictions for ``graphs`` on CPU: one member's outputs as :func:`~siggate.train.loop.predict`
-    gives them (logits for classification), or for an ensemble the mean over members of target
-    units / probabilities. ``[G, T]`` per graph or ``[N, T]`` per node."""
-    from .loop import predict_graphs
-
-    outs = [predict_graphs(m, graphs, info, mean, std, batch_size, device) for m, mean, std in members]
-    if len(outs) == 1:
-        return outs[0]
-    if info.task != "regression":
-        outs = [torch.sigmoid(o) for o in outs]
-    return torch.stack(outs).mean(0)
-
-
-def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None, probabilities: bool = False) -> dict:
+def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None) -> dict:
     """``{"metric", "per_target", "n", "metrics"}``: ``info.metric`` of ``pred`` over all
     targets, for each target (by name; for ``"multiclass"`` the one class target), the rows
-    scored, and :func:`~siggate.train.loop.split_summary` (MAE, RMSE, R² or ROC-AUC, PR-AUC,
-    accuracy per target and their mean). ``pred``: target units, and logits for
-    classification unless ``probabilities`` (an ensemble's mean)."""
-    from .loop import probabilities as to_probabilities
-    from .loop import scored_rows, split_summary
+    scored, and :func:`~siggate.train.scoring.split_summary` (MAE, RMSE, R² or ROC-AUC, PR-AUC,
+    accuracy per target and their mean). ``pred``: a predictor's prediction, in target units
+    (probabilities for classification)."""
+    from .scoring import scored_rows, split_summary
 
     y_np, p_np = scored_rows(info, graphs, pred, split)
     names = info.target_names or [f"target{t}" for t in range(info.num_tasks)]
@@ -106,9 +67,44 @@ def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None, p
         per_target = {names[0]: overall}
     else:
         per_target = {n: _metric_or_none(info.metric, y_np[:, t:t + 1], p_np[:, t:t + 1]) for t, n in enumerate(names)}
-    readable = pred if probabilities else to_probabilities(pred, info.task)
     return {"metric": overall, "per_target": per_target, "n": int(y_np.shape[0]),
-            "metrics": split_summary(info, graphs, readable, split)}
+            "metrics": split_summary(info, graphs, pred, split)}
+
+
+#: an external file's labels are implausible for a target when their mean lies more than this
+#: many training standard deviations from the training mean, or their spread differs by this factor
+SUSPECT_SHIFT = 3.0
+SUSPECT_SCALE = 5.0
+
+
+def label_warnings(info: TaskInfo, columns: list[str], graphs: list, target_mean, target_std) -> list[str]:
+    """What makes scores on an external file suspect, one sentence each: a label column named
+    otherwise than the model's target (scored as that target all the same), and regression
+    labels (``graphs``' ``y [1, T]``) whose mean or spread is far from the training targets'
+    (``target_mean``/``target_std [T]``, :data:`SUSPECT_SHIFT`, :data:`SUSPECT_SCALE`), the mark of
+    another property or other units. A run trained without target normalization records no
+    statistics (mean 0, std 1) and gets no spread check."""
+    import numpy as np
+
+    out = []
+    names = info.target_names or [f"target{t}" for t in range(info.num_tasks)]
+    renamed = [(c, n) for c, n in zip(columns, names) if c != n]
+    if renamed:
+        out.append("scored " + ", ".join(f"column {c!r} as the model's target {n!r}" for c, n in renamed)
+                   + ": the names differ, so make sure each is the same property in the same units")
+    mean, std = np.asarray(target_mean, dtype=float).reshape(-1), np.asarray(target_std, dtype=float).reshape(-1)
+    if info.task != "regression" or not graphs or (np.all(mean == 0) and np.all(std == 1)):
+        return out
+    y = torch.cat([g.y.reshape(1, -1) for g in graphs]).double().numpy()
+    for t, (c, n) in enumerate(zip(columns, names)):
+        v = y[~np.isnan(y[:, t]), t]
+        if v.size < 3:
+            continue
+        m, s = float(v.mean()), float(v.std())
+        if abs(m - mean[t]) > SUSPECT_SHIFT * std[t] or not std[t] / SUSPECT_SCALE <= s <= std[t] * SUSPECT_SCALE:
+            out.append(f"the labels of {c!r} (mean {m:.4g}, std {s:.4g}) are far from the training targets "
+                       f"{n!r} (mean {mean[t]:.4g}, std {std[t]:.4g}): another property, or other units?")
+    return out
 
 
 def _metric_or_none(name: str, y, pred) -> float | None:
@@ -129,13 +125,14 @@ def _add_scores(res: dict, split: str, scores: dict) -> None:
     res.setdefault("metrics", {})[split] = scores["metrics"]
 
 
-def stored_csv(cfg, ckpt: dict, allow_changed: bool = False) -> Path:
-    """The training CSV of a CSV run: the absolute path recorded in the checkpoint (else the
-    config's path), checked against the SHA-256 recorded at training time."""
+def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
+    """The training CSV of a CSV run: the absolute path its record ``source`` holds
+    (:func:`~siggate.train.record.data_source`, else the ``data`` config's path), checked against
+    the SHA-256 recorded at training time."""
     from ..data.cache import fingerprint_file
 
-    source = ckpt.get("data_source") or {}
-    path = Path(source.get("csv") or cfg.data.csv)
+    source = source or {}
+    path = Path(source.get("csv") or data.csv)
     if not path.is_file():
         raise EvaluationError(f"the training CSV {path} recorded in the run is not found; score a file with "
                               "--data FILE.csv (and --target-col if its columns are named differently)")
@@ -155,15 +152,17 @@ def stored_csv(cfg, ckpt: dict, allow_changed: bool = False) -> Path:
     return path
 
 
-def external_graphs(checkpoint, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo) -> tuple[list, dict]:
-    """Graphs of the labelled CSV ``path`` featurized as the checkpoint's inputs, each with its
-    labels ``y [1, T]``, and ``{"rows", "scored", "invalid", "unlabelled"}`` counts."""
+def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo) -> tuple[list, dict]:
+    """Graphs of the labelled CSV ``path`` featurized as ``predictor``'s inputs (as ``siggate
+    predict`` featurizes SMILES), each with its labels ``y [1, T]``, and ``{"rows", "scored",
+    "invalid", "unlabelled", "malformed"}`` counts (``malformed``: rows with more fields than the
+    header, not scored)."""
     import numpy as np
     import pandas as pd
 
     from ..data.chem import InvalidSmiles
-    from ..data.csvdata import detect_sep
-    from .predict import Predictor
+    from ..data.csvdata import check_unique_columns, detect_sep, read_table, table_frame
+    from .predict import SmilesPredictor
 
     path = Path(path)
     if not path.is_file():
@@ -171,19 +170,29 @@ def external_graphs(checkpoint, path, smiles_col: str, target_cols: list[str] | 
     if info.level != "graph" or info.node_features != "ogb":
         raise EvaluationError(f"--data: this checkpoint scores {info.name!r} graphs, not molecules from SMILES; "
                               "evaluate it on its own splits (drop --data)")
-    table = pd.read_csv(path, sep=detect_sep(path), dtype=str, keep_default_na=False)
+    header, records = read_table(path, detect_sep(path))
     cols = list(target_cols or info.target_names)
-    missing = [c for c in [smiles_col, *cols] if c not in table.columns]
+    missing = [c for c in [smiles_col, *cols] if c not in header]
     if missing:
-        raise EvaluationError(f"--data {path}: no column {missing[0]!r}; its columns are {', '.join(table.columns)} "
+        raise EvaluationError(f"--data {path}: no column {missing[0]!r}; its columns are {', '.join(header)} "
                               "(name them with --smiles-col / --target-col)")
+    check_unique_columns(path, header, [smiles_col, *cols])
+    table = table_frame(header, records, list(dict.fromkeys([smiles_col, *cols])))
+    ragged = [i for i, r in enumerate(records) if len(r) > len(header)]
     if len(cols) != info.num_tasks:
         raise EvaluationError(f"--target-col: the model predicts {info.num_tasks} target(s) "
                               f"({', '.join(info.target_names)}), got {len(cols)} column(s)")
     labels = table[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
-    featurizer = Predictor(checkpoint)
+    featurizer = SmilesPredictor(predictor)
+    if ragged:  # their fields cannot be matched to the columns: counted, not scored
+        log.warning("--data %s: %d rows have more fields than the header (first: line %d), so their fields cannot "
+                    "be matched to the columns; they are not scored (quote fields that hold the delimiter)",
+                    path, len(ragged), ragged[0] + 2)
     graphs, invalid, unlabelled = [], 0, 0
-    for smiles, y in zip(table[smiles_col], labels):
+    skip = set(ragged)
+    for i, (smiles, y) in enumerate(zip(table[smiles_col], labels)):
+        if i in skip:
+            continue
         if np.isnan(y).all():
             unlabelled += 1
             continue
@@ -197,46 +206,90 @@ def external_graphs(checkpoint, path, smiles_col: str, target_cols: list[str] | 
     if not graphs:
         raise DataError(f"--data {path}: no row with a valid SMILES and a label to score "
                         f"({invalid} invalid SMILES, {unlabelled} without a label)")
-    return graphs, {"rows": len(table), "scored": len(graphs), "invalid": invalid, "unlabelled": unlabelled}
+    return graphs, {"rows": len(table), "scored": len(graphs), "invalid": invalid, "unlabelled": unlabelled,
+                    "malformed": len(ragged)}
 
 
-def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str = "smiles", target_cols=None,
+def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None = None, target_cols=None,
              allow_changed: bool = False, data_root=None, cache_dir=None, device: str = "cpu",
              progress: bool = False) -> dict:
-    """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or an ensemble
-    folder) on ``split`` (a split name or ``"all"``) of its own data, or on the labelled CSV
-    ``data``: ``{"checkpoint", "dataset", "level", "metric", "members", <split>: metric, ...,
+    """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or a folder of
+    several members) on ``split`` (a split name or ``"all"``) of its own data, or on the labelled
+    CSV ``data``: ``{"checkpoint", "dataset", "level", "metric", "members", <split>: metric, ...,
     "per_target": {split: {target: metric}}, "n": {split: rows scored}, "metrics": {split:
     summary}}`` (the summary as in ``metrics.json``'s ``test_metrics``), plus ``"data_file"``
-    (and ``"rows"``, its row counts, for an external file; its split is named ``"data"``)."""
-    from .loop import prepare_data
+    (and ``"rows"``, its row counts, for an external file; its split is named ``"data"``, and
+    ``"warnings"``, :func:`label_warnings`, when its labels look like another property).
+    ``smiles_col`` and ``target_cols`` name the columns of ``data``; by default the training
+    run's (``data.smiles_col``, else ``smiles``, and its target names)."""
+    import copy
 
-    members, cfg, info, ckpts = _members(checkpoint, device)
+    from ..predictors.base import PredictorFileError
+    from .dataprep import prepare_data
+    from .members import encodings_of, members_of, run_data
+
+    predictor, info = _load(checkpoint, device)
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
-           "members": len(members)}
+           "members": len(members_of(predictor))}
     if data is not None:
-        graphs, counts = external_graphs(checkpoint, data, smiles_col, target_cols, info)
+        if smiles_col is None:
+            smiles_col = _trained_smiles_col(predictor)
+        graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
-        _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, predict_mean(members, graphs, info, device), None,
-                                               probabilities=len(members) > 1))
+        _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, predictor.predict(graphs).mean, None))
+        warnings = label_warnings(info, list(target_cols or info.target_names), graphs,
+                                  *_training_target_stats(predictor, info))
+        for w in warnings:
+            log.warning("--data %s: %s", data, w)
+        if warnings:
+            res["warnings"] = warnings
         return res
+    try:
+        trained_on = run_data(predictor)
+        encodings = encodings_of(predictor)
+    except PredictorFileError as exc:
+        raise EvaluationError(str(exc)) from None
+    d = copy.deepcopy(trained_on.data)
     if data_root:
-        cfg.data.root = data_root
+        d.root = data_root
     if cache_dir:
-        cfg.data.cache_dir = cache_dir
-    split_seed = _ensemble_split_seed(checkpoint)
-    if split_seed is not None:  # a member of an ensemble: its data were split with the ensemble's first seed
-        cfg.train.seed = split_seed
-    if cfg.data.name == "csv":
-        cfg.data.csv = str(stored_csv(cfg, ckpts[0], allow_changed))
-        res["data_file"] = cfg.data.csv
-    ds = prepare_data(cfg, progress)
+        d.cache_dir = cache_dir
+    if d.name == "csv":
+        d.csv = str(stored_csv(d, trained_on.source, allow_changed))
+        res["data_file"] = d.csv
+    # a member of an ensemble: its data were split with the ensemble's first seed
+    ds = prepare_data(d, encodings, trained_on.split_seed, progress)
     splits = list(ds.splits) if split == "all" else [split]
     unknown = [s for s in splits if s not in ds.splits]
     if unknown:
         raise EvaluationError(f"unknown split {unknown[0]!r}; available: {', '.join(ds.splits)}, all")
     for s in splits:
         graphs = ds.splits[s]
-        _add_scores(res, s, score(info, graphs, predict_mean(members, graphs, info, device), s,
-                                  probabilities=len(members) > 1))
+        _add_scores(res, s, score(info, graphs, predictor.predict(graphs).mean, s))
     return res
+
+
+def _trained_smiles_col(predictor) -> str:
+    """The SMILES column of the CSV ``predictor`` was trained on (:func:`~.members.run_data`),
+    else ``smiles`` (a benchmark run, or a predictor that records no data)."""
+    from ..predictors.base import PredictorFileError
+    from .members import run_data
+
+    try:
+        data = run_data(predictor).data
+    except PredictorFileError:
+        return "smiles"
+    return data.smiles_col if data.name == "csv" and data.smiles_col else "smiles"
+
+
+def _training_target_stats(predictor, info: TaskInfo) -> tuple:
+    """The training targets' mean and std ``[T]`` that ``predictor``'s first GNN member
+    normalised with (its ``target_mean_``/``target_std_``); mean 0 and std 1, which
+    :func:`label_warnings` reads as no statistics, when no member records them."""
+    from .members import members_of
+
+    for member in members_of(predictor):
+        mean, std = getattr(member, "target_mean_", None), getattr(member, "target_std_", None)
+        if mean is not None and std is not None:
+            return torch.as_tensor(mean).cpu(), torch.as_tensor(std).cpu()
+    return torch.zeros(info.num_tasks), torch.ones(info.num_tasks)

@@ -5,8 +5,11 @@
 file), a file written by ``siggate pretrain`` (``pretrained.pt``) or any ``siggate train``
 checkpoint (``best.pt``/``last.pt``, or the run folder). Every tensor of the model whose name and
 shape match is copied, except the last layer of the prediction head, which is the new task's and
-keeps its fresh initialisation. The backbone (encoders and GPS layers) must match exactly: the
-config's architecture keys are compared first and a difference is named.
+keeps its fresh initialisation; a layer is copied whole or not at all (a head layer that also
+reads molecule features has another weight shape, and keeps its fresh bias as well). The
+backbone (encoders and GPS layers) must match exactly: the config's architecture keys are
+compared first and a difference is named. With pooling ``norm`` the pretrained divisor
+(``model.pool_norm``) is kept (:func:`init_resolved`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 from ..config import ConfigError
 from ..files import file_digest
 
-__all__ = ["SHIPPED", "resolve_init", "load_init", "ARCH_KEYS"]
+__all__ = ["SHIPPED", "resolve_init", "load_init", "init_resolved", "pretrained_pool_norm", "ARCH_KEYS"]
 
 #: the folder of the weights shipped in the package
 SHIPPED = Path(__file__).resolve().parents[1] / "pretrained"
@@ -54,6 +57,53 @@ def _head_last(state: dict) -> str:
     return f"head.{idx[-1]}." if idx else "head.?."
 
 
+def _layer(name: str) -> str:
+    """The module a state-dict entry belongs to (``head.0.weight`` -> ``head.0``)."""
+    return name.rsplit(".", 1)[0]
+
+
+def pretrained_pool_norm(blob: dict) -> float | None:
+    """The divisor of pooling ``norm`` the weights in ``blob`` were trained with: the value their
+    run resolved from its data (``resolved``), or the config's own positive value; None when the
+    blob records none (another pooling, or written before siggate kept it)."""
+    model = (blob.get("config") or {}).get("model", {})
+    if model.get("pooling") != "norm":
+        return None
+    value = (blob.get("resolved") or {}).get("model.pool_norm") or model.get("pool_norm")
+    return float(value) if value else None
+
+
+def init_resolved(source: str, model_cfg, resolved: dict) -> dict:
+    """The values a fine-tuning run resolves (``resolved``, from its own data), with
+    ``model.pool_norm`` taken from the pretrained weights ``source`` names: their layers were
+    trained on atom sums divided by it, so a run whose config leaves it to be resolved
+    (``pool_norm: 0``, the csv recipe) keeps it, and says so. An explicit other value is refused,
+    as any architecture key that differs is.
+
+    Raises:
+        ConfigError: ``model.pool_norm`` set to another value than the pretrained one.
+    """
+    import logging
+
+    if model_cfg.pooling != "norm":
+        return resolved
+    path = resolve_init(source)
+    value = pretrained_pool_norm(torch.load(path, map_location="cpu", weights_only=True))
+    if value is None:
+        return resolved
+    if not model_cfg.pool_norm_unresolved:
+        if abs(model_cfg.pool_norm - value) > 1e-9:
+            raise ConfigError(f"train.init: {path} has another architecture (model.pool_norm: pretrained {value:g}, "
+                              f"this run {model_cfg.pool_norm:g}); pooling 'norm' divides the atom sum by it, and the "
+                              "copied layers were trained at the pretrained value: set it to that, or 0 to take it")
+        return resolved
+    own = resolved.get("model.pool_norm")
+    logging.getLogger("siggate.train").info(
+        "model.pool_norm: %g, the pretrained weights' (pooling 'norm' divides the atom sum by it; this run's "
+        "training molecules average %s atoms)", value, f"{own:g}" if own else "an unknown number of")
+    return {**resolved, "model.pool_norm": value}
+
+
 def load_init(model: torch.nn.Module, source: str, model_cfg: dict) -> dict:
     """Copy the weights ``source`` names into ``model`` (in place); a report of what was copied.
 
@@ -75,14 +125,16 @@ def load_init(model: torch.nn.Module, source: str, model_cfg: dict) -> dict:
                           "use the pretrained model's settings or drop --init")
     saved, own = blob["model"], model.state_dict()
     last = _head_last(own)
+    # the head's last layer is the new task's; mol_mean/mol_std scale the new data's features;
+    # a layer is copied whole or not at all: one whose weight has another shape (a head that
+    # also reads molecule features) keeps its fresh bias too
+    unfit = {_layer(n) for n, t in own.items() if saved.get(n) is None or saved[n].shape != t.shape}
     copied, fresh = [], []
     for name, tensor in own.items():
-        src = saved.get(name)
-        # the head's last layer is the new task's; mol_mean/mol_std scale the new data's features
-        if name.startswith((last, "mol_")) or src is None or src.shape != tensor.shape:
+        if name.startswith((last, "mol_")) or _layer(name) in unfit:
             fresh.append(name)
             continue
-        tensor.copy_(src)
+        tensor.copy_(saved[name])
         copied.append(name)
     backbone_fresh = [n for n in fresh if not n.startswith(("head.", "mol_"))]
     if backbone_fresh:

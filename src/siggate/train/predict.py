@@ -16,6 +16,9 @@ What happens to unusual molecules (one rule each, applied the same way everywher
 * no heavy atoms (``[H][H]``, ``[H+]``: RDKit keeps lone hydrogens as atoms): refused,
   ``"no heavy atoms ..."``; such species are outside every training set;
 * wildcard/dummy atoms (``*``, atomic number 0): refused, ``"contains a wildcard atom ..."``;
+* a SMILES longer than 10 characters per atom of ``max_atoms`` (10,000 at the default):
+  refused unread, ``"SMILES of N characters, above the limit ..."`` (RDKit's time grows
+  faster than the length: a 100,000-character string took minutes);
 * more than ``max_atoms`` atoms (``--max-atoms``, default 1000): refused with the count.
   Molecules up to the limit are predicted (large ones are batched on their own, since
   attention memory grows with the square of the atom count);
@@ -33,8 +36,11 @@ Input files (:func:`read_smiles`): a CSV (or ``.tsv``) with a header naming the 
 column, or a ``.smi``/text file with the SMILES as the first whitespace-separated token of
 each line (an optional first line ``smiles ...`` is taken as a header). ``.gz`` files are
 read transparently and ``-`` reads standard input. Blank lines are skipped. A missing
-column, a wrong delimiter, an empty, binary, UTF-16 or truncated file raises
-:class:`InputError` (exit code 2) before any output is written.
+column, a SMILES column named twice, a wrong delimiter, an empty, binary, UTF-16 or truncated
+file raises :class:`InputError` (exit code 2) before any output is written. A row with more
+fields than the header fails with that reason (its fields cannot be matched to the columns).
+Other columns whose bytes are not UTF-8 (a Latin-1 spreadsheet export) are read as
+Windows-1252 and written as UTF-8, with one warning.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import csv
 import difflib
 import gzip
 import io
+import logging
 import re
 import sys
 import zlib
@@ -51,9 +58,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
-from torch_geometric.data import Batch
 
-from ..data.chem import InvalidSmiles, mol_to_graph, parse_smiles, quiet_rdkit
+from ..data.chem import (
+    SMILES_CHARS_PER_ATOM,
+    InvalidSmiles,
+    check_smiles_length,
+    mol_to_graph,
+    parse_smiles,
+    quiet_rdkit,
+)
 from ..files import AtomicFile
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
 
@@ -67,18 +80,21 @@ _SURROGATE = re.compile("[\udc80-\udcff]")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
+log = logging.getLogger("siggate.predict")
+
+
 class InputError(ValueError):
     """An input file that cannot be read as SMILES rows."""
 
 
-class Predictor:
-    """Wraps a trained model: SMILES in, predictions (in target units) out.
+class SmilesPredictor:
+    """SMILES in, one row of predictions (in target units) out, from a saved predictor.
 
     Args:
-        checkpoint: path to ``best.pt``/``last.pt`` from ``siggate train``, a run folder
-            (its ``best.pt``) or an ensemble folder from ``siggate train --ensemble N``: the
-            members' mean is the prediction and their standard deviation goes to the
-            ``<target>_uncertainty`` column(s).
+        checkpoint: what ``siggate train`` saved (:func:`~siggate.train.members.load_predictor`:
+            a run folder, a checkpoint file ``best.pt``/``last.pt``, or a folder of several
+            members, whose combination is the prediction and whose spread over members goes to
+            the ``<target>_uncertainty`` column(s)), or a predictor already loaded.
         max_atoms: molecules with more atoms are refused with a reason (attention is
             quadratic in the number of atoms). (default: ``1000``)
         batch_size: graphs per forward pass at most; fewer when molecules are large.
@@ -86,35 +102,32 @@ class Predictor:
         device: where the model runs, ``"cpu"`` or ``"cuda"``. (default: ``"cpu"``)
     """
 
-    def __init__(self, checkpoint: str | Path, max_atoms: int = DEFAULT_MAX_ATOMS, batch_size: int = 128,
+    def __init__(self, checkpoint, max_atoms: int = DEFAULT_MAX_ATOMS, batch_size: int = 128,
                  device: str = "cpu") -> None:
         if isinstance(max_atoms, bool) or not isinstance(max_atoms, int) or max_atoms < 1:
             raise InputError(f"max_atoms (--max-atoms) must be a positive integer, got {max_atoms!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
-        from .ensemble import ENSEMBLE_FILE, EnsembleError, checkpoints
-        from .loop import load_trained
+        from ..predictors.base import PredictorFileError
+        from ..predictors.combine import Combination
+        from .members import encodings_of, load_predictor, members_of
 
         try:
-            paths = checkpoints(checkpoint)
-        except EnsembleError as exc:
+            self.predictor = load_predictor(checkpoint, device) if isinstance(checkpoint, (str, Path)) else checkpoint
+            self.info = self.predictor.info
+            encodings = encodings_of(self.predictor)
+        except PredictorFileError as exc:
             raise InputError(str(exc)) from None
-        self.ensemble = (Path(checkpoint) / ENSEMBLE_FILE).is_file()
-        self.members = []
-        for path in paths:
-            model, ckpt, cfg, info = load_trained(path)
-            if self.members and (cfg.model != self.cfg.model or info != self.info):
-                raise InputError(f"{path}: this ensemble member has another model or task than {paths[0]}; "
-                                 "members must differ only in their seed")
-            self.model, self.cfg, self.info = model, cfg, info
-            self.members.append((model.to(device), ckpt["target_mean"].to(device), ckpt["target_std"].to(device),
-                                 info.task))
+        except ValueError as exc:  # members of different tasks
+            raise InputError(f"{checkpoint}: {exc}") from None
+        self.ensemble = isinstance(self.predictor, Combination)  # its spread is the uncertainty
+        for member in members_of(self.predictor):  # a chunk is one forward pass, as _batches sized it
+            if getattr(member, "batch_size", None) is not None:
+                member.batch_size = max(member.batch_size, batch_size)
         self.device = device
         self.max_atoms = max_atoms
         self.batch_size = batch_size
-        m = self.cfg.model
-        self.rwse = m.pe_steps if m.pe == "rwse" else 0
-        self.lap = m.pe_steps if m.pe == "lappe" else 0
+        self.rwse, self.lap, self.mol_features = encodings.rwse_steps, encodings.lap_dim, encodings.mol_features
         if self.info.node_features != "ogb":
             raise InputError(
                 f"this checkpoint was trained on {self.info.name!r}, whose graphs use integer atom types, "
@@ -127,13 +140,10 @@ class Predictor:
         for an ensemble. A target whose name (or its uncertainty's) is already an input column,
         e.g. the label column of a labelled file, is written as ``<target>_pred`` (and
         ``<target>_pred_uncertainty``), so no output has two columns of one name."""
-        taken = set(input_columns) | {"error"}
-        names = []
-        for n in self.info.target_names or [f"target{t}" for t in range(self.info.num_tasks)]:
-            if n in taken or (self.ensemble and f"{n}_uncertainty" in taken):
-                n = f"{n}_pred"
-            names.append(n)
-        return names + ([f"{n}_uncertainty" for n in names] if self.ensemble else [])
+        from .rundir import prediction_columns
+
+        targets = self.info.target_names or [f"target{t}" for t in range(self.info.num_tasks)]
+        return prediction_columns(targets, input_columns, self.ensemble)
 
     @property
     def columns(self) -> list[str]:
@@ -174,6 +184,8 @@ class Predictor:
             raise InvalidSmiles(
                 f"contains a non-ASCII character ({wide.group()!r}) at position {wide.start() + 1}; SMILES are plain ASCII"
             )
+        max_length = SMILES_CHARS_PER_ATOM * max(self.max_atoms, DEFAULT_MAX_ATOMS)
+        check_smiles_length(s, max_length)  # before RDKit, whose time grows faster than the length
         with quiet_rdkit():
             if len(s) > self.max_atoms:  # cheap count before sanitizing a possibly huge molecule
                 from rdkit import Chem
@@ -200,10 +212,10 @@ class Predictor:
             if len(atoms) > self.max_atoms:
                 raise InvalidSmiles(self._too_large(len(atoms), "atoms"))
             g = mol_to_graph(mol)
-            if self.cfg.model.mol_features != "none":  # raw, as the datasets store them; the model scales
+            if self.mol_features != "none":  # raw, as the datasets store them; the model scales
                 from ..data.molfeatures import compute
 
-                g.mol_x = torch.from_numpy(compute([mol], self.cfg.model.mol_features))
+                g.mol_x = torch.from_numpy(compute([mol], self.mol_features))
         g.smiles = s
         return g
 
@@ -213,10 +225,8 @@ class Predictor:
     @torch.no_grad()
     def _predict_graphs(self, graphs) -> torch.Tensor:
         """``[G, T]`` predictions, then ``[G, T]`` uncertainties for an ensemble (concatenated)."""
-        from .ensemble import ensemble_predict
-
-        mean, std = ensemble_predict(self.members, Batch.from_data_list(graphs).to(self.device))
-        return (torch.cat([mean, std], dim=1) if self.ensemble else mean).cpu()
+        pred = self.predictor.predict(graphs)
+        return (torch.cat([pred.mean, pred.spread], dim=1) if self.ensemble else pred.mean).cpu()
 
     def _batches(self, sizes: list[int]) -> Iterator[list[int]]:
         """Positions into ``sizes`` grouped into batches of similar size whose padded atom
@@ -359,9 +369,9 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) 
     fh, _ = _open_text(path)
     try:
         try:
-            first = fh.readline()
+            first, consumed = fh.readline(), 1
             while first and not first.strip():  # leading blank lines
-                first = fh.readline()
+                first, consumed = fh.readline(), consumed + 1
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
         if not first:
@@ -374,6 +384,11 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) 
         raise
     if delim is not None:
         header = [h.strip() for h in next(csv.reader([first], delimiter=delim), [])]
+        if header.count(smiles_col) > 1:
+            fh.close()
+            where = ", ".join(str(i + 1) for i, h in enumerate(header) if h == smiles_col)
+            raise InputError(f"{path}: the header names column {smiles_col!r} {header.count(smiles_col)} times "
+                             f"(columns {where}); rename the copies so that each name is unique")
         if smiles_col not in header:
             fh.close()
             close = difflib.get_close_matches(smiles_col, header, n=1, cutoff=0.6)
@@ -387,7 +402,7 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) 
                 f"Pass --smiles-col NAME.{hint}"
             )
         return InputRows(header, header.index(smiles_col), _csv_rows(fh, path, header.index(smiles_col), len(header),
-                                                                     delim, chunk))
+                                                                     delim, chunk, consumed))
     return InputRows(["smiles"], 0, _smi_rows(fh, path, first, smiles_col, chunk))
 
 
@@ -417,8 +432,11 @@ def _raise_field_limit() -> None:
         csv.field_size_limit(limit)
 
 
-def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int) -> Iterator[list[list[str]]]:
-    """Records of ``width`` fields (short rows padded with ``""``), the SMILES field ``col`` stripped."""
+def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int,
+              consumed: int = 1) -> Iterator[list[list[str]]]:
+    """Records of ``width`` fields (short rows padded with ``""``), the SMILES field ``col``
+    stripped; a record with more fields carries an ``error``. ``consumed``: the lines read
+    before ``fh``'s position (the header), so that messages name the file's line numbers."""
     _raise_field_limit()
     try:
         reader = csv.reader(fh, delimiter=delim)
@@ -429,13 +447,18 @@ def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int) -> I
             except StopIteration:
                 break
             except csv.Error as exc:
-                raise InputError(f"{path}, line {reader.line_num + 1}: malformed CSV ({exc})") from None
+                raise InputError(f"{path}, line {reader.line_num + consumed}: malformed CSV ({exc})") from None
             except (OSError, EOFError, zlib.error) as exc:
                 raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
             if not rec:  # a blank line is not a record
                 continue
-            rec = (rec + [""] * width)[:width]
+            extra = len(rec) - width
+            rec = _Record((rec + [""] * width)[:width])
             rec[col] = rec[col].strip()
+            if extra > 0:  # its fields cannot be matched to the columns: the row fails, the others go on
+                from ..data.csvdata import extra_fields_reason
+
+                rec.error = extra_fields_reason(reader.line_num + consumed, width + extra, width)
             buf.append(rec)
             if len(buf) >= chunk:
                 yield buf
@@ -444,6 +467,12 @@ def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int) -> I
             yield buf
     finally:
         fh.close()
+
+
+class _Record(list):
+    """An input record; ``error`` says why the row cannot be predicted whatever its SMILES."""
+
+    error = ""
 
 
 def _smi_rows(fh, path: Path, first: str, smiles_col: str, chunk: int) -> Iterator[list[list[str]]]:
@@ -505,11 +534,11 @@ def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
     sink.commit()
 
 
-def predict_to_csv(predictor: Predictor, chunks: InputRows | Iterable[list[str]],
+def predict_to_csv(predictor: SmilesPredictor, chunks: InputRows | Iterable[list[str]],
                    output: str | Path | None) -> tuple[int, int]:
     """Write predictions as CSV to ``output`` (or stdout), chunk by chunk: the input's columns
     in their order (``chunks`` from :func:`read_input`; chunks of SMILES strings give one
-    ``smiles`` column), the prediction columns (:meth:`Predictor.output_columns`), then
+    ``smiles`` column), the prediction columns (:meth:`SmilesPredictor.output_columns`), then
     ``error``. Returns ``(rows, failed_rows)``.
 
     A file is written to a temporary name next to ``output`` and renamed when every chunk
@@ -520,20 +549,56 @@ def predict_to_csv(predictor: Predictor, chunks: InputRows | Iterable[list[str]]
         chunks = InputRows(["smiles"], 0, ([[s] for s in chunk] for chunk in chunks))
     columns, at = chunks.columns, chunks.smiles_index
     n = bad = 0
+    legacy: list[tuple[int, str]] = []  # (row, column) of text fields read as Windows-1252
     with csv_output(output) as out_fh:
         w = csv.writer(out_fh, lineterminator="\r\n")
         w.writerow([*columns, *predictor.output_columns(columns), "error"])
         for recs in chunks:
-            rows = predictor.predict_rows([rec[at] for rec in recs])
-            for rec, r in zip(recs, rows):
-                fields = [*rec, *(r[c] for c in predictor.columns), r["error"]]
-                w.writerow([_escape_bytes(f) if isinstance(f, str) and _SURROGATE.search(f) else f for f in fields])
+            rows = predictor.predict_rows([rec[at] if not getattr(rec, "error", "") else "" for rec in recs])
+            for k, (rec, r) in enumerate(zip(recs, rows)):
+                if getattr(rec, "error", ""):
+                    r.update({c: "" for c in predictor.columns}, error=rec.error)
+                fields = list(rec)
+                for j, f in enumerate(fields):
+                    if isinstance(f, str) and _SURROGATE.search(f):
+                        if j == at:  # a SMILES is ASCII: its row failed, the bytes are echoed as \xff
+                            fields[j] = _escape_bytes(f)
+                        else:
+                            fields[j] = _legacy_text(f)
+                            legacy.append((n + k, columns[j]))
+                w.writerow([*fields, *(r[c] for c in predictor.columns), r["error"]])
             out_fh.flush()
             n += len(rows)
             bad += sum(1 for r in rows if r["error"])
+    if legacy:
+        log.warning("the input is not UTF-8: %d text fields (first: row %d, column %r) were read as Windows-1252 "
+                    "(Latin-1) and written as UTF-8; save the input as UTF-8 to be sure they read as meant",
+                    len(legacy), legacy[0][0], legacy[0][1])
     return n, bad
+
+
+def _legacy_text(s: str) -> str:
+    """Text whose bytes were not UTF-8 (surrogate escapes), decoded as Windows-1252, the encoding
+    of spreadsheet exports that are not UTF-8 (a byte Windows-1252 leaves undefined as Latin-1)."""
+    raw = s.encode("utf-8", "surrogateescape")
+    try:
+        return raw.decode("cp1252")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
 
 
 def _escape_bytes(s: str) -> str:
     """Undecodable input bytes (surrogate escapes) as ``\\xff`` text."""
     return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def __getattr__(name: str):
+    """``Predictor``: the old name of :class:`SmilesPredictor` (deprecated: it clashes with
+    :class:`siggate.predictors.base.Predictor`, the interface every model implements)."""
+    if name == "Predictor":
+        import warnings
+
+        warnings.warn("siggate.train.predict.Predictor is deprecated; use siggate.train.predict.SmilesPredictor",
+                      DeprecationWarning, stacklevel=2)
+        return SmilesPredictor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -37,22 +37,27 @@ from .predict import InputError, csv_output
 SPLITS = ("train", "val", "test")
 
 
-def _checkpoint_path(checkpoint) -> Path:
-    from .ensemble import EnsembleError, checkpoints
+def _load(checkpoint, **kwargs):
+    """The saved predictor at ``checkpoint`` (:func:`~siggate.train.members.load_predictor`)."""
+    from ..predictors.base import PredictorFileError
+    from .members import load_predictor
 
     try:
-        paths = checkpoints(checkpoint)
-    except EnsembleError as exc:
+        return load_predictor(checkpoint, **kwargs)
+    except PredictorFileError as exc:
         raise InputError(str(exc)) from None
-    return paths[0]
 
 
 def checkpoint_level(checkpoint) -> str:
-    """``"graph"`` or ``"node"``: what the checkpoint (a ``.pt`` file, a run folder or an
-    ensemble folder) predicts for."""
-    from .checkpoint import load_checkpoint
+    """``"graph"`` or ``"node"``: what the checkpoint (a ``.pt`` file, a run folder or a folder
+    of several members) predicts for."""
+    from ..predictors.base import PredictorFileError
+    from .members import saved_task
 
-    return load_checkpoint(_checkpoint_path(checkpoint))["info"].get("level", "graph")
+    try:
+        return saved_task(checkpoint).level
+    except PredictorFileError as exc:
+        raise InputError(str(exc)) from None
 
 
 def columns(info) -> list[str]:
@@ -65,13 +70,11 @@ def columns(info) -> list[str]:
     return ["split", "graph", "node", *labels, *preds]
 
 
-def _rows(model, info, graphs: list, split: str, mean, std, batch_size: int):
+def _rows(predictor, info, graphs: list, split: str):
     """``(split column, graph, node, label row, prediction row)`` of every node of ``graphs``
     that ``split`` scores (for a transductive graph: its mask's nodes, or every node in a
     mask for ``"all"``)."""
-    from .loop import predict_graphs
-
-    out = predict_graphs(model, graphs, info, mean, std, batch_size, None)
+    out = predictor.predict(graphs).mean
     if info.task == "multiclass":
         out = torch.cat([out.argmax(1, keepdim=True).to(out.dtype), out.softmax(1)], dim=1)
     start = 0
@@ -105,19 +108,23 @@ def predict_nodes_to_csv(checkpoint, split: str, output: str | Path | None, data
     Raises:
         InputError: an unknown split, an ensemble folder, or an unwritable ``output``.
     """
-    from .loop import load_trained, prepare_data
+    from .dataprep import prepare_data
+    from .gnn_member import GNNMember
+    from .members import run_data
 
     if split not in SPLITS + ("all",):
         raise InputError(f"--split: unknown split {split!r}; choose train, val, test or all")
-    path = _checkpoint_path(checkpoint)
-    if Path(checkpoint).is_dir() and path.name != "best.pt":
+    predictor = _load(checkpoint)
+    if not isinstance(predictor, GNNMember):
         raise InputError(f"{checkpoint} is an ensemble; node-level predictions take one run folder or checkpoint")
-    model, ckpt, cfg, info = load_trained(path)
+    predictor.batch_size = batch_size
+    info, trained_on = predictor.info, run_data(predictor)
+    data = trained_on.data
     if data_root:
-        cfg.data.root = str(data_root)
+        data.root = str(data_root)
     if cache_dir:
-        cfg.data.cache_dir = str(cache_dir)
-    ds = prepare_data(cfg, progress=False)
+        data.cache_dir = str(cache_dir)
+    ds = prepare_data(data, predictor.encodings, trained_on.split_seed, progress=False)
     if info.transductive:
         names = [split]  # one graph: one pass covers the split's mask (or every node for "all")
     else:
@@ -129,8 +136,7 @@ def predict_nodes_to_csv(checkpoint, split: str, output: str | Path | None, data
         w.writerow(columns(info))
         for name in names:
             graphs = ds.splits["test" if name == "all" else name]  # a transductive graph is in every split
-            for where, gi, v, y, pred in _rows(model, info, graphs, name, ckpt["target_mean"], ckpt["target_std"],
-                                               batch_size):
+            for where, gi, v, y, pred in _rows(predictor, info, graphs, name):
                 label = [int(y[0])] if multiclass else [f"{t:.6g}" for t in y]
                 w.writerow([where, gi, v, *label, *_fmt(pred, multiclass)])
                 n += 1

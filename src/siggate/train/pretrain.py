@@ -29,13 +29,14 @@ import numpy as np
 
 from ..config import Config, ConfigError, load_config
 from ..files import atomic_write_bytes, file_digest
+from ..options import Z_CLIP, parse_mol_features
 
 log = logging.getLogger(__name__)
 
 __all__ = ["build_corpus", "pretrain_config", "pretrain", "export_pretrained", "CLIP_Z", "FORMAT"]
 
 #: standardized descriptor targets are clipped to this many standard deviations
-CLIP_Z = 6.0
+CLIP_Z = Z_CLIP
 SPLIT_FRAC = (0.98, 0.01, 0.01)  # train / val / test; val and test get at least one molecule each
 MIN_MOLECULES = 10
 FORMAT = "siggate-pretrained-1"
@@ -176,6 +177,10 @@ def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epoc
     cfg = load_config(base or "csv", sets)
     if cfg.train.init:
         raise ConfigError("train.init: pretraining starts from a fresh model; drop --init")
+    if "rdkit2d" in parse_mol_features(cfg.model.mol_features):
+        raise ConfigError(f"model.mol_features: {cfg.model.mol_features!r} gives the model the rdkit2d descriptors "
+                          "as inputs, and pretraining regresses those same descriptors: it would learn to copy its "
+                          "input. Drop rdkit2d from model.mol_features for pretraining (set it when fine-tuning)")
     return cfg
 
 
@@ -195,7 +200,8 @@ def export_pretrained(run_dir: Path, dest: Path, corpus: dict, extra: dict | Non
               "epochs": metrics["epochs"], "best_epoch": metrics["best_epoch"], "val_mae": metrics["val"],
               "train_seconds": metrics["seconds"], "siggate_version": ckpt.get("siggate_version"), **(extra or {})}
     blob = {"format": FORMAT, "model": {k: v.clone() for k, v in ckpt["model"].items()}, "config": ckpt["config"],
-            "info": ckpt["info"], "params": ckpt["params"], "pretraining": record}
+            "resolved": dict(ckpt.get("resolved") or {}), "info": ckpt["info"], "params": ckpt["params"],
+            "pretraining": record}
     atomic_save(blob, dest)
     torch.load(dest, map_location="cpu", weights_only=True)  # the promise: loads without pickled code
     return record
@@ -206,12 +212,14 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
              smiles_col: str | None = None, resume: bool = False, progress: bool = True, test_sets=None,
              device: str = "cpu") -> dict:
     """Corpus, training and export (module docstring); returns the export's ``pretraining`` record."""
-    from .loop import train
+    from .pipeline import train
 
     out = Path(out)
     model_dir = out / "model"
     if not resume and (model_dir / "last.pt").exists():
         raise ConfigError(f"{out} holds a pretraining run; pass --resume to continue it, or another --out")
+    # the config is refused before the corpus is built (minutes to hours), not after
+    pretrain_config(config, out / "corpus" / "corpus.csv", ["descriptor"], epochs, seed, overrides)
     corpus = build_corpus(source, out / "corpus", molecules, seed, data_root, exclude_files, smiles_col, progress,
                           test_sets)
     cfg = pretrain_config(config, out / "corpus" / "corpus.csv", corpus["descriptors"], epochs, seed, overrides,

@@ -4,8 +4,8 @@ default name that is free, clearing it for ``--overwrite``, and the run's saved 
 
 A folder *holds a run* when it has any of :data:`RUN_MARKERS` (``config.yaml`` is written
 before the first epoch, ``last.pt`` after each, ``metrics.json`` at the end), or is an
-ensemble folder (``ensemble.json``, or ``member{i}/`` folders holding runs; see
-:mod:`siggate.train.ensemble`).
+folder of several members (its ``metrics.json``, ``ensemble.json`` of older ensembles, or
+``member{i}/`` folders holding runs; see :mod:`siggate.train.ensemble`).
 """
 
 from __future__ import annotations
@@ -21,14 +21,18 @@ from pathlib import Path
 import yaml
 
 from ..config import split_resolved, upgrade_config_dict
-from ..files import atomic_write_bytes
+from ..files import atomic_write_bytes, folder_busy
 
 #: Files whose presence makes a folder a run.
 RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json")
 #: Everything ``siggate train`` writes into a run folder (files, and the TensorBoard folder
-#: ``tb``); ``--overwrite`` removes these and the ``member{i}`` folders of an ensemble.
-RUN_OUTPUTS = RUN_MARKERS + ("best.pt", "log.csv", "ensemble.json", "test_predictions.csv", "splits.csv",
-                              "data_report.csv")
+#: ``tb``): a run's checkpoints, log and metrics, the ``predictor.json`` of a GNN run or of a
+#: combination of members, an older ensemble's ``ensemble.json`` and a CSV run's tables;
+#: ``--overwrite`` removes these and the ``member{i}`` folders of a run of several members. The
+#: run's lock (:class:`siggate.files.FolderLock`, ``.siggate.lock``) is not one of them: the
+#: overwriting run holds it, and a lock file removed while held would let a second run in.
+RUN_OUTPUTS = RUN_MARKERS + ("best.pt", "log.csv", "ensemble.json", "predictor.json", "test_predictions.csv",
+                              "splits.csv", "data_report.csv")
 RUN_FOLDERS = ("tb",)
 _MEMBER = re.compile(r"member\d+")
 
@@ -53,11 +57,13 @@ def holds_run(out: str | Path) -> bool:
     return bool(run_files(out))
 
 
-def free_run_dir(base: str | Path) -> Path:
-    """``base`` if it holds no run, else the first of ``base-2``, ``base-3``, ... that holds none."""
+def free_run_dir(base: str | Path, taken: str | Path | None = None) -> Path:
+    """``base`` if it holds no run, else the first of ``base-2``, ``base-3``, ... that holds none;
+    a folder another live run is writing into (:func:`siggate.files.folder_busy`) and ``taken``
+    are skipped too."""
     base = Path(base)
     path, n = base, 1
-    while holds_run(path):
+    while holds_run(path) or folder_busy(path) or (taken is not None and path == Path(taken)):
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
@@ -123,26 +129,37 @@ def keep_run_schedule(cfg, saved: dict, given: set[str]):
 TEST_PREDICTIONS = "test_predictions.csv"
 
 
+def prediction_columns(targets: list[str], before: list[str], ensemble: bool = False) -> list[str]:
+    """The names of the prediction columns written after the columns ``before``, the one rule of
+    ``siggate predict`` and ``test_predictions.csv``: each target's name, or ``<target>_pred``
+    where a column of that name (or of its uncertainty's) is already there, e.g. the labels;
+    then, for an ensemble, ``<name>_uncertainty`` of each. No output has two columns of one name."""
+    taken = set(before) | {"error"}
+    names = [f"{n}_pred" if n in taken or (ensemble and f"{n}_uncertainty" in taken) else n for n in targets]
+    return names + ([f"{n}_uncertainty" for n in names] if ensemble else [])
+
+
 def write_test_predictions(path: str | Path, rows: list[int], smiles: list[str], names: list[str],
                            labels: list[list[float]], preds: list[list[float]],
-                           uncertainty: list[list[float]] | None = None) -> Path:
-    """Write ``row,smiles,<t>,<t>_pred[,<t>_pred_uncertainty]...`` per test molecule: its data
-    row in the input file (0-based), its SMILES, then per target its label (empty where
-    missing) and prediction, in target units (probabilities for classification), and an
-    ensemble's standard deviation over members. ``labels``/``preds``/``uncertainty``: ``[G, T]``."""
+                           uncertainty: list[list[float]] | None = None,
+                           carried: tuple[list[str], dict[int, list[str]]] | None = None) -> Path:
+    """Write one row per test molecule: ``row`` (its data row in the input file, 0-based),
+    ``smiles``, the input's ``carried`` columns (``(names, {row: values})``, e.g. IDs), each
+    target's label (empty where missing), then the predictions in target units (probabilities
+    for classification) named by :func:`prediction_columns` (``<target>_pred``, as ``siggate
+    predict`` names them beside a label column) and an ensemble's standard deviation over
+    members (``<target>_pred_uncertainty``). ``labels``/``preds``/``uncertainty``: ``[G, T]``."""
     def fmt(v: float) -> str:
         return "" if v is None or math.isnan(v) else f"{v:.6g}"
 
-    header = ["row", "smiles"]
-    for n in names:
-        header += [n, f"{n}_pred"] + ([f"{n}_pred_uncertainty"] if uncertainty is not None else [])
+    extra, values = carried or ([], {})
+    header = ["row", "smiles", *extra, *names]
+    header += prediction_columns(names, header, ensemble=uncertainty is not None)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
     for g, (r, s) in enumerate(zip(rows, smiles)):
-        fields = [r, s]
-        for t in range(len(names)):
-            fields += [fmt(labels[g][t]), fmt(preds[g][t])] + ([fmt(uncertainty[g][t])] if uncertainty is not None else [])
-        w.writerow(fields)
+        fields = [r, s, *values.get(r, [""] * len(extra)), *(fmt(v) for v in labels[g]), *(fmt(v) for v in preds[g])]
+        w.writerow(fields + ([fmt(v) for v in uncertainty[g]] if uncertainty is not None else []))
     atomic_write_bytes(Path(path), buf.getvalue().encode("utf-8"))
     return Path(path)

@@ -13,10 +13,18 @@ Every sweep of siggate (``siggate compare``, the ``siggate analyze`` sweeps, and
    process) and records what comes back.
 3. **Aggregate.** The caller reads the finished runs (:func:`finished`) and computes its
    statistics (``compare``'s paired tests, an analysis's table).
+
+A run's record is its folder (``config.yaml``, ``last.pt``, ``metrics.json``), or, for the
+benchmark harnesses (``benchmarks/peers/run.py``, ``benchmarks/moleculeace/run.py``), a row of
+a results file (:class:`RowStore`): the one format of their results, one row per run with its
+key, its ``status`` and its metrics, written under a lock so several processes can share one
+file. :func:`plan` and :func:`execute` take the store; :func:`reuse_status` judges a row by the
+same rule as a folder.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -24,6 +32,7 @@ from typing import Callable, Iterable
 import yaml
 
 from ..config import split_resolved, upgrade_config_dict
+from ..files import atomic_write_bytes
 from .checkpoint import config_differences
 from .executor import read_metrics
 
@@ -45,16 +54,81 @@ def saved_run_config(run_dir: str | Path) -> tuple[dict, dict] | None:
 
 @dataclass
 class RunStatus:
-    """What a run folder holds for a config (:func:`reuse_status`)."""
+    """What a run folder (or a results row) holds for a config (:func:`reuse_status`)."""
 
     state: str  # new | resume | done | conflict
     reason: str = ""  # conflict: the config values that differ
-    metrics: dict | None = None  # done: its metrics.json
+    metrics: dict | None = None  # done: its metrics.json (or its row)
 
 
-def reuse_status(run_dir: str | Path, config: dict) -> RunStatus:
-    """The one rule that decides whether the run in ``run_dir`` can be reused for ``config``
-    (a ``Config.to_dict()``, as the user gave it):
+class RowStore:
+    """A harness's results file: a JSON object whose list ``rows_field`` holds one row per run
+    (a dict with the run's key fields, ``"status": "ok"`` or ``"failed"`` with ``error``, its
+    metrics and where it came from), beside whatever the harness keeps next to it (the tasks it
+    built, its summary). Every write re-reads the file under ``PATH.lock`` and replaces it
+    atomically, so several processes (and older versions of a harness, which take the same
+    lock) can add rows to one file.
+
+    Args:
+        path: the JSON file (created on the first write).
+        key: a row's key, e.g. ``lambda r: (r["tool"], r["target"], int(r["seed"]))``.
+        rows_field: the name of the list of rows (``"rows"``; the peers' file says ``"runs"``).
+        identity: row fields a run must share with a finished row of its key to reuse it
+            (what the run means beyond its key, e.g. a recipe's arguments); see
+            :func:`reuse_status`.
+        order: sort key of the rows as written (default: as they came).
+    """
+
+    def __init__(self, path: str | Path, key: Callable[[dict], tuple], rows_field: str = "rows",
+                 identity: tuple[str, ...] = (), order: Callable[[dict], object] | None = None) -> None:
+        self.path, self.key, self.rows_field = Path(path), key, rows_field
+        self.identity, self.order = tuple(identity), order
+
+    def load(self) -> dict:
+        """The file's content (``{"schema": 1, rows_field: []}`` when there is none yet)."""
+        res = json.loads(self.path.read_text()) if self.path.is_file() else {"schema": 1}
+        res.setdefault(self.rows_field, [])
+        return res
+
+    def rows(self) -> list[dict]:
+        return self.load()[self.rows_field]
+
+    def row(self, key: tuple) -> dict | None:
+        """The row of ``key`` as the file holds it now, or ``None``."""
+        return next((r for r in self.rows() if self.key(r) == key), None)
+
+    def _lock(self):
+        from filelock import FileLock
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.path) + ".lock")
+
+    def update(self, change: Callable[[dict], object]) -> dict:
+        """Apply ``change`` to the file's content under the lock and write it back; the new content."""
+        with self._lock():
+            res = self.load()
+            change(res)
+            atomic_write_bytes(self.path, (json.dumps(res, indent=1) + "\n").encode())
+        return res
+
+    def put(self, row: dict) -> dict:
+        """Add ``row``, replacing the row of its key."""
+        def change(res: dict) -> None:
+            rows = [r for r in res[self.rows_field] if self.key(r) != self.key(row)] + [row]
+            res[self.rows_field] = sorted(rows, key=self.order) if self.order else rows
+
+        return self.update(change)
+
+
+def _row_differences(row: dict, config: dict, fields: tuple[str, ...]) -> list[str]:
+    return [f"{f}: the results file has {row.get(f)!r}, this run has {config.get(f)!r}"
+            for f in fields if row.get(f) != config.get(f)]
+
+
+def reuse_status(run_dir: str | Path, config: dict, store: RowStore | None = None, key: tuple | None = None) -> RunStatus:
+    """The one rule that decides whether a run can be reused for ``config``.
+
+    A run folder (``run_dir``; ``config`` is a ``Config.to_dict()``, as the user gave it):
 
     - ``conflict``: its ``config.yaml`` holds another config (values that say where and how a
       run executes aside, :data:`~.checkpoint.RUN_LOCAL_KEYS`). Such a run is never mixed in
@@ -63,7 +137,22 @@ def reuse_status(run_dir: str | Path, config: dict) -> RunStatus:
       it is reused as it is, never trained again.
     - ``resume``: its ``last.pt`` is there: training continues from it, exactly.
     - ``new``: otherwise.
+
+    A run recorded in a results file (``store`` and the run's ``key``; ``config`` holds the
+    values of the store's ``identity`` fields), by the same rule on its row:
+
+    - ``conflict``: the row is ``ok`` but holds other identity values (a recipe name run
+      before with other arguments): never mixed in, never overwritten.
+    - ``done``: the row is ``ok``; ``metrics`` is the row.
+    - ``new``: no row, or a failed one (tried again). A harness run always starts afresh, so
+      that its recorded CPU time is the whole run's: there is no ``resume``.
     """
+    if store is not None:
+        row = store.row(key)
+        if row is None or row.get("status") != "ok":
+            return RunStatus("new")
+        diffs = _row_differences(row, config, store.identity)
+        return RunStatus("conflict", "; ".join(diffs)) if diffs else RunStatus("done", metrics=row)
     run_dir = Path(run_dir)
     saved = saved_run_config(run_dir)
     if saved is not None:
@@ -79,7 +168,8 @@ def reuse_status(run_dir: str | Path, config: dict) -> RunStatus:
 @dataclass
 class StudyRun:
     """One run of a study: ``key`` (unique in the study), its folder, the config it must hold
-    (``Config.to_dict()``), the executor request that trains it and the caller's ``tag``
+    (``Config.to_dict()``; for a run recorded in a :class:`RowStore`, the values of the store's
+    identity fields), the executor request that trains it and the caller's ``tag``
     (``compare``: the arm and the seed). :func:`plan` and :func:`execute` fill in the rest."""
 
     key: object
@@ -93,23 +183,31 @@ class StudyRun:
     returncode: int | None = None
 
 
-def plan(runs: Iterable[StudyRun]) -> list[StudyRun]:
-    """Give every run its state by :func:`reuse_status`; a ``conflict`` gets an ``error``
-    naming the folder, the values that differ and the fix. Returns the runs."""
+def plan(runs: Iterable[StudyRun], store: RowStore | None = None) -> list[StudyRun]:
+    """Give every run its state by :func:`reuse_status` (from its folder, or from its row in
+    ``store``); a ``conflict`` gets an ``error`` naming where, the values that differ and the
+    fix. Returns the runs."""
     runs = list(runs)
     for r in runs:
-        status = reuse_status(r.run_dir, r.config)
+        status = reuse_status(r.run_dir, r.config, store, r.key)
         r.state, r.metrics = status.state, status.metrics
-        if status.state == "conflict":
+        if status.state == "conflict" and store is None:
             r.error = f"{r.run_dir} holds a run of another config ({status.reason}); delete it or choose another --out"
+        elif status.state == "conflict":
+            r.error = (f"{store.path} holds a finished run {r.key} of another kind ({status.reason}); "
+                       "give this one another name, or delete that row")
     return runs
 
 
 def execute(runs: list[StudyRun], executor, desc: str = "runs", progress: bool = True,
-            on_result: Callable[[StudyRun], None] | None = None) -> None:
+            on_result: Callable[[StudyRun], None] | None = None, store: RowStore | None = None) -> None:
     """Train the runs in state ``new`` or ``resume`` on ``executor`` (anything with
     ``run(requests, on_done)``, :mod:`siggate.train.executor`); each becomes ``done`` with its
-    metrics or ``failed`` with the reason, and is handed to ``on_result`` as it finishes."""
+    metrics or ``failed`` with the reason, and is handed to ``on_result`` as it finishes.
+
+    With a ``store``, a run's result is its row (an ``ok`` or a ``failed`` one, returned by the
+    request's function): it is added to the store as soon as the run finishes, and the run's
+    state follows the row's ``status``."""
     from tqdm.auto import tqdm
 
     todo = {r.key: r for r in runs if r.state in ("new", "resume")}
@@ -118,7 +216,12 @@ def execute(runs: list[StudyRun], executor, desc: str = "runs", progress: bool =
     def done(result) -> None:
         r = todo[result.key]
         r.returncode = result.returncode
-        if result.ok:
+        row = result.metrics if store is not None and result.ok else None
+        if row is not None:
+            store.put(row)
+        if row is not None and row.get("status") != "ok":
+            r.state, r.error = "failed", row.get("error", "failed")
+        elif result.ok:
             r.state, r.metrics = "done", result.metrics
         else:
             r.state, r.error = "failed", result.error

@@ -1,0 +1,217 @@
+"""A weighted combination of predictors: ``siggate train --ensemble N`` and ``--members``.
+
+The combination predicts the weighted mean of its members' predictions (target units for
+regression, probabilities for classification) and reports their weighted standard deviation
+(``ddof=0``) as the spread, which ``siggate predict`` writes as ``<target>_uncertainty``.
+
+Weights (``weights=``):
+
+* ``None``: equal weights, ``1/M`` each. The mean and spread are then exactly
+  ``torch.stack(p).mean(0)`` and ``.std(0, correction=0)``, the numbers ``--ensemble`` always gave.
+* ``"val"``: fitted on the validation split, per target: the non-negative weights summing to one
+  that minimise the squared error of the combined prediction on the target's labelled
+  validation rows (least squares on the simplex, for probabilities the Brier score). Per
+  target, because members may be good at different targets and each target has its own scale
+  and missing labels; a target without validation labels keeps equal weights. For
+  ``multiclass`` the classes share one weight vector, so the combination stays a distribution.
+  The test split is never read.
+* a sequence: fixed weights, ``[M]`` (every target) or ``[M][T]``, non-negative, each target's
+  summing to one.
+
+Storage: ``predictor.json`` (kind ``combination``) lists the members' subfolders and the
+weights; each member saves itself into its subfolder. :meth:`Combination.load` takes the
+function that loads a member folder (``siggate.train.members.load_predictor``), so this package
+knows no member kind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from .base import Prediction, PredictorFileError, read_manifest, task_info, write_manifest
+
+#: how a combination's weights were set
+WEIGHTINGS = ("equal", "fixed", "val")
+
+
+def simplex_least_squares(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The weights ``w`` (``[M]``, ``w >= 0``, ``sum(w) == 1``) that minimise ``||a @ w - y||^2``
+    for ``a [n, M]`` (one column per member) and ``y [n]``: a small convex quadratic program,
+    solved with SciPy's SLSQP from equal weights; exactly optimal up to its tolerance."""
+    from scipy.optimize import minimize
+
+    a = np.asarray(a, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    m = a.shape[1]
+    if m == 1:
+        return np.ones(1)
+    scale = max(float(np.mean(y ** 2)), 1e-12)  # a well-scaled objective whatever the target units
+
+    def loss(w):
+        r = a @ w - y
+        return float(r @ r) / (len(y) * scale)
+
+    def grad(w):
+        return 2.0 * (a.T @ (a @ w - y)) / (len(y) * scale)
+
+    res = minimize(loss, np.full(m, 1.0 / m), jac=grad, method="SLSQP", bounds=[(0.0, 1.0)] * m,
+                   constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones(m)}],
+                   options={"ftol": 1e-14, "maxiter": 1000})
+    w = np.clip(res.x, 0.0, None)
+    return w / w.sum()
+
+
+def _check_weights(weights, m: int) -> np.ndarray:
+    """Fixed weights as ``[M, 1]`` or ``[M, T]``; refused unless non-negative and summing to one."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim == 1:
+        w = w[:, None]
+    if w.ndim != 2 or w.shape[0] != m:
+        raise ValueError(f"weights: one per member ({m}), or one row per member with one column per target; "
+                         f"got shape {tuple(np.asarray(weights).shape)}")
+    if not np.isfinite(w).all() or (w < 0).any() or not np.allclose(w.sum(0), 1.0, atol=1e-6):
+        raise ValueError(f"weights must be non-negative and sum to one over the members; got {w.T.tolist()}")
+    return w
+
+
+class Combination:
+    """The weighted mean of predictors (see the module docstring).
+
+    Args:
+        members: fitted or unfitted predictors of one task (same task type and targets).
+        weights: ``None`` (equal), ``"val"`` (fitted on the validation split by :meth:`fit` or
+            :meth:`fit_weights`) or fixed weights ``[M]`` / ``[M][T]``. (default: ``None``)
+        names: the members' subfolders in a saved combination. (default: ``member0``, ...)
+        record: JSON fields saved with the combination and restored by :meth:`load` (``siggate
+            train`` keeps the run's config and data source there). (default: none)
+
+    Attributes:
+        weights_: ``[M, T]`` weights, or ``None`` for equal weights.
+    """
+
+    kind = "combination"
+
+    def __init__(self, members: Sequence, weights: None | str | Sequence = None, names: Sequence[str] | None = None,
+                 record: dict | None = None) -> None:
+        if not members:
+            raise ValueError("a combination needs at least one member")
+        self.members = list(members)
+        self.names = list(names) if names is not None else [f"member{i}" for i in range(len(self.members))]
+        if len(self.names) != len(self.members) or len(set(self.names)) != len(self.names):
+            raise ValueError(f"names: one distinct name per member, got {self.names}")
+        self.record = dict(record or {})
+        if weights is None:
+            self.weighting, self.weights_ = "equal", None
+        elif isinstance(weights, str):
+            if weights != "val":
+                raise ValueError(f"weights: None, 'val' or a list of numbers, got {weights!r}")
+            self.weighting, self.weights_ = "val", None
+        else:
+            self.weighting, self.weights_ = "fixed", _check_weights(weights, len(self.members))
+
+    @property
+    def info(self):
+        """The task of the members (the first member's :class:`~siggate.data.base.TaskInfo`)."""
+        infos = [m.info for m in self.members]
+        first = infos[0]
+        for i, other in enumerate(infos[1:], 1):
+            if (other.task, other.num_tasks, list(other.target_names), other.level) != \
+                    (first.task, first.num_tasks, list(first.target_names), first.level):
+                raise ValueError(f"member {self.names[i]} predicts another task ({other.task}, targets "
+                                 f"{list(other.target_names)}) than {self.names[0]} ({first.task}, "
+                                 f"{list(first.target_names)}); a combination's members share one task")
+        return first
+
+    def fit(self, ds) -> "Combination":
+        """Fit every member on ``ds``, then the weights (:meth:`fit_weights`)."""
+        for m in self.members:
+            m.fit(ds)
+        return self.fit_weights(ds)
+
+    def fit_weights(self, ds) -> "Combination":
+        """With ``weights="val"``: fit the weights on ``ds.val`` from the (fitted) members'
+        predictions (module docstring); otherwise nothing to fit. Returns ``self``."""
+        if self.weighting != "val":
+            return self
+        from ..data.base import label_rows, split_mask
+
+        info, graphs = self.info, ds.val
+        preds = torch.stack([m.predict(graphs).mean for m in self.members]).double()  # M, rows, T
+        y = torch.cat([label_rows(g, info, "val") for g in graphs])
+        if info.transductive:
+            preds = preds[:, torch.cat([split_mask(g, info, "val") for g in graphs])]
+        p, y = preds.numpy(), y.numpy()
+        m, t = p.shape[0], p.shape[2]
+        w = np.full((m, t), 1.0 / m)
+        if info.task == "multiclass":  # one weight vector for all classes (Brier score on one-hot labels)
+            onehot = np.eye(t)[y.astype(int)]
+            w[:] = simplex_least_squares(p.reshape(m, -1).T, onehot.reshape(-1))[:, None]
+        else:
+            y = y.reshape(len(y), -1)
+            for j in range(t):
+                ok = ~np.isnan(y[:, j])
+                if ok.any():
+                    w[:, j] = simplex_least_squares(p[:, ok, j].T, y[ok, j])
+        self.weights_ = w
+        return self
+
+    def combine(self, preds: Sequence[Prediction]) -> Prediction:
+        """The combination of the members' predictions ``preds`` (in member order): the weighted
+        mean and the weighted standard deviation over members (``ddof=0``), ``[G, T]`` each."""
+        stacked = torch.stack([p.mean for p in preds])  # members, G, T
+        if self.weights_ is None:
+            if self.weighting == "val":
+                raise ValueError("weights='val': fit the weights (fit or fit_weights) before predicting")
+            return Prediction(stacked.mean(0), stacked.std(0, correction=0))
+        w = torch.as_tensor(self.weights_, dtype=stacked.dtype)[:, None, :]  # members, 1, T
+        mean = (w * stacked).sum(0)
+        return Prediction(mean, (w * (stacked - mean) ** 2).sum(0).clamp_min(0).sqrt())
+
+    def predict(self, graphs) -> Prediction:
+        """:meth:`combine` of every member's prediction for ``graphs``."""
+        return self.combine([m.predict(graphs) for m in self.members])
+
+    def save(self, folder: str | Path) -> None:
+        """Each member into ``folder/<name>``, then ``folder/predictor.json``."""
+        folder = Path(folder)
+        for name, m in zip(self.names, self.members):
+            m.save(folder / name)
+        write_manifest(folder, self.kind, self.info, members=self.names, weighting=self.weighting,
+                       weights=None if self.weights_ is None else self.weights_.tolist(), **self.record)
+
+    @classmethod
+    def load(cls, folder: str | Path, load_member: Callable[[Path], object]) -> "Combination":
+        """The combination saved in ``folder``; ``load_member(path)`` loads each member folder.
+
+        Raises:
+            PredictorFileError: not a combination's manifest, or unusable weights.
+        """
+        folder = Path(folder)
+        doc = read_manifest(folder)
+        if doc["kind"] != cls.kind:
+            raise PredictorFileError(f"{folder}: a {doc['kind']!r} predictor, not a {cls.kind!r}")
+        try:
+            names = [str(n) for n in doc["members"]]
+            weighting = doc.get("weighting", "equal")
+            if weighting not in WEIGHTINGS:
+                raise ValueError(f"unknown weighting {weighting!r}")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PredictorFileError(f"{folder}: not a combination manifest ({exc})") from None
+        bad = [n for n in names if Path(n).name != n or n in ("", ".", "..")]
+        if bad:
+            raise PredictorFileError(f"{folder}: member folder {bad[0]!r} is not a subfolder name")
+        record = {k: v for k, v in doc.items() if k not in ("format", "kind", "info", "members", "weighting", "weights")}
+        out = cls([load_member(folder / n) for n in names], None, names, record)
+        if weighting != "equal":
+            try:
+                out.weighting, out.weights_ = weighting, _check_weights(doc["weights"], len(names))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise PredictorFileError(f"{folder}: unusable weights ({exc})") from None
+        if task_info(doc).num_tasks != out.info.num_tasks:
+            raise PredictorFileError(f"{folder}: its members predict {out.info.num_tasks} target(s), its manifest "
+                                     f"{task_info(doc).num_tasks}")
+        return out

@@ -1,0 +1,362 @@
+"""What the fingerprint members (:mod:`.svr`, :mod:`.forest`) share: one model per target learned
+from that target's labelled training rows, options chosen on its labelled validation rows, and
+storage as ``predictor.json`` + ``arrays.pt``.
+
+:class:`FingerprintMember` is their base class. ``fit(ds)`` reads the SMILES and labels of
+``ds.train`` and ``ds.val`` (never ``ds.test``) and calls the subclass's ``_fit_target`` per target
+with a :class:`TargetData`. A target is refused when it has no labelled training row, and is a
+:class:`ConstantModel` when it has one row or one class (the mean, or the smoothed rate
+``(positives + 0.5) / (rows + 1)``). :class:`Selection` keeps the option with the lowest val score
+(:func:`val_score`), the earlier on ties; a target without labelled val rows is fitted with the
+grid's first point only (:meth:`Grid.fallback`).
+
+Every per-target model answers ``output(table) -> float64 [n]`` (target units or probabilities)
+for a :class:`FingerprintTable` of the molecules to predict, ``fields()`` (JSON, into the manifest's
+``targets`` list, with ``mode``) and ``arrays(prefix)`` (plain arrays, into ``arrays.pt`` under
+``t{j}.``); the subclass's ``_restore`` builds it back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from .base import Prediction, PredictorFileError, load_arrays, read_manifest, save_arrays, task_info, write_manifest
+
+#: tasks the fingerprint members learn (one model per target; ``multiclass`` and node-level tasks are refused)
+TASKS = ("regression", "binary", "multilabel")
+ARRAYS = "arrays.pt"
+
+
+def check_task(info, kind: str) -> None:
+    """Refuse a task a fingerprint member cannot learn, naming the task and the fix."""
+    if info.level != "graph":
+        raise ValueError(f"the {kind} member predicts one value per molecule; {info.name} is a node-level task "
+                         f"(choose other members)")
+    if info.task not in TASKS:
+        raise ValueError(f"the {kind} member learns {', '.join(TASKS)} tasks, not {info.task!r} ({info.name}); "
+                         f"choose other members")
+
+
+def graph_smiles(graphs: Sequence, kind: str) -> list[str]:
+    """The ``smiles`` of each graph.
+
+    Raises:
+        ValueError: a graph without a SMILES string (a dataset of typed atoms such as ZINC).
+    """
+    out = []
+    for i, g in enumerate(graphs):
+        s = getattr(g, "smiles", None)
+        if not isinstance(s, str):
+            raise ValueError(f"the {kind} member reads molecules from SMILES, and graph {i} carries none; "
+                             "use it on molecule datasets (a CSV of SMILES, MoleculeACE, ...)")
+        out.append(s)
+    return out
+
+
+def graph_labels(graphs: Sequence, info) -> np.ndarray:
+    """Labels ``float64 [G, T]`` of graph-level ``graphs`` (``NaN`` where missing)."""
+    from ..data.base import label_rows
+
+    if not len(graphs):
+        return np.zeros((0, info.num_tasks), dtype=np.float64)
+    return np.concatenate([label_rows(g, info).double().numpy().reshape(-1, info.num_tasks) for g in graphs])
+
+
+def standardizer(y: np.ndarray) -> tuple[float, float]:
+    """``(mean, std)`` of labelled values (population std; ``1`` where it is 0 or not finite)."""
+    mean, std = float(np.mean(y)), float(np.std(y))
+    return mean, (std if std > 0 and math.isfinite(std) else 1.0)
+
+
+def val_score(task: str, y: np.ndarray, pred: np.ndarray) -> float:
+    """The val score options are chosen by (lower is better): RMSE for regression, mean log-loss of
+    the probabilities for classification (a proper score: it rewards calibrated probabilities, and
+    it is defined when the val rows hold one class, where ROC-AUC is not)."""
+    if task == "regression":
+        return float(np.sqrt(np.mean((pred - y) ** 2)))
+    p = np.clip(pred, 1e-12, 1 - 1e-12)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
+
+
+def sigmoid(f: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * f))  # = 1 / (1 + exp(-f)), without overflow
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Options to choose among on the validation split: each field a tuple of values; the grid is
+    their product, in field order, and the first value of every field is the fallback (used alone
+    when a target has no labelled val row, and the winner of ties). Subclasses name the fields."""
+
+    @classmethod
+    def make(cls, grid: "Grid | Mapping | None") -> "Grid":
+        """``grid`` as this class: ``None`` -> the defaults; a mapping -> its fields (lists or scalars)."""
+        if grid is None:
+            return cls()
+        if isinstance(grid, cls):
+            return grid
+        if not isinstance(grid, Mapping):
+            raise TypeError(f"grid must be a {cls.__name__} or a mapping, got {type(grid).__name__}")
+        names = [f.name for f in fields(cls)]
+        bad = sorted(set(grid) - set(names))
+        if bad:
+            raise ValueError(f"unknown grid option(s) {bad}; {cls.__name__} takes {names}")
+        return cls(**{k: tuple(v) if isinstance(v, (list, tuple)) else (v,) for k, v in grid.items()})
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if not getattr(self, f.name):
+                raise ValueError(f"grid option {f.name!r} needs at least one value")
+
+    def points(self) -> list[dict]:
+        """Every combination, in order (the first is the fallback)."""
+        names = [f.name for f in fields(self)]
+        return [dict(zip(names, vals)) for vals in itertools.product(*(getattr(self, n) for n in names))]
+
+    def fallback(self) -> dict:
+        return self.points()[0]
+
+    def to_dict(self) -> dict:
+        return {f.name: list(getattr(self, f.name)) for f in fields(self)}
+
+
+@dataclass
+class FingerprintTable:
+    """Count fingerprints of a fixed list of SMILES, computed once per ``(radius, size)`` and kept
+    (CSR ``int32``, :func:`~siggate.data.fingerprints.morgan_counts`)."""
+
+    smiles: list[str]
+    _cache: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.smiles)
+
+    def get(self, radius: int, size: int):
+        from ..data.fingerprints import morgan_counts
+
+        key = (int(radius), int(size))
+        if key not in self._cache:
+            self._cache[key] = morgan_counts(self.smiles, radius=key[0], size=key[1], sparse=True)
+        return self._cache[key]
+
+
+def csr_to_arrays(prefix: str, x) -> dict:
+    """``{prefix.indptr, prefix.indices, prefix.counts}`` (int64, int64, int32) of a CSR matrix."""
+    return {f"{prefix}.indptr": np.asarray(x.indptr, dtype=np.int64),
+            f"{prefix}.indices": np.asarray(x.indices, dtype=np.int64),
+            f"{prefix}.counts": np.asarray(x.data, dtype=np.int32)}
+
+
+def csr_from_arrays(arrays: Mapping, prefix: str, size: int):
+    """The CSR matrix stored by :func:`csr_to_arrays`, checked for shape and bounds.
+
+    Raises:
+        PredictorFileError: a missing or inconsistent array.
+    """
+    import scipy.sparse as sp
+
+    try:
+        indptr, indices, counts = (np.asarray(arrays[f"{prefix}.{k}"]) for k in ("indptr", "indices", "counts"))
+    except KeyError as exc:
+        raise PredictorFileError(f"stored arrays lack {exc.args[0]!r}") from None
+    ok = (indptr.ndim == indices.ndim == counts.ndim == 1 and indptr.size >= 1 and indptr[0] == 0
+          and indptr[-1] == indices.size == counts.size and bool(np.all(np.diff(indptr) >= 0))
+          and (indices.size == 0 or (indices.min() >= 0 and indices.max() < size)))
+    if not ok:
+        raise PredictorFileError(f"stored fingerprints {prefix!r} are inconsistent (indptr/indices/counts)")
+    return sp.csr_matrix((counts.astype(np.int32), indices, indptr), shape=(indptr.size - 1, int(size)))
+
+
+@dataclass
+class ConstantModel:
+    """A target learned from one labelled row or one class: ``value`` for every molecule."""
+
+    value: float
+    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, y: np.ndarray, classify: bool, why: str) -> "ConstantModel":
+        value = (float(np.sum(y)) + 0.5) / (y.size + 1.0) if classify else float(np.mean(y))
+        return cls(value, {"why": why})
+
+    def output(self, table: FingerprintTable) -> np.ndarray:
+        return np.full(len(table), self.value)
+
+    def fields(self) -> dict:
+        return {"mode": "constant", "value": self.value}
+
+    def arrays(self, prefix: str) -> dict:
+        return {}
+
+
+@dataclass
+class TargetData:
+    """One target's view of the data ``fit`` reads: fingerprints of every train/val molecule and
+    the indices and labels of the rows labelled for this target."""
+
+    index: int
+    name: str
+    task: str
+    train: FingerprintTable
+    val: FingerprintTable
+    rows: np.ndarray
+    y: np.ndarray
+    val_rows: np.ndarray
+    val_y: np.ndarray
+
+    @property
+    def classify(self) -> bool:
+        return self.task != "regression"
+
+    def x(self, radius: int, size: int):
+        """Count fingerprints (CSR) of the labelled training rows."""
+        return self.train.get(radius, size)[self.rows]
+
+
+class Selection:
+    """The val-only choice: :meth:`offer` each fitted option in grid order; :meth:`result` is the
+    one with the lowest val score (the earlier on ties; without labelled val rows the score is
+    ``None`` and the first, the only one offered, is kept), with the scores of all in its ``meta``."""
+
+    def __init__(self, data: TargetData) -> None:
+        self.data, self.scores = data, []
+        self.best, self.best_at, self.best_score = None, 0, math.inf
+
+    def offer(self, model, point: dict) -> None:
+        d = self.data
+        score = (val_score(d.task, d.val_y, model.output(_Rows(d.val, d.val_rows))) if d.val_rows.size else math.nan)
+        self.scores.append({**point, "val_score": score if d.val_rows.size else None})  # JSON has no NaN
+        if self.best is None or score < self.best_score:  # strict: the earlier option wins ties; NaN never wins
+            self.best, self.best_at, self.best_score = model, len(self.scores) - 1, score
+
+    def result(self):
+        d = self.data
+        self.best.meta = {**self.best.meta,
+                          "chosen": {k: v for k, v in self.scores[self.best_at].items() if k != "val_score"},
+                          "scores": self.scores, "n_train": int(d.rows.size), "n_val": int(d.val_rows.size),
+                          "choice": "val" if d.val_rows.size else "fallback: no labelled val row"}
+        return self.best
+
+
+class _Rows:
+    """A :class:`FingerprintTable` restricted to some of its rows (shares the parent's cache)."""
+
+    def __init__(self, parent: FingerprintTable, rows: np.ndarray) -> None:
+        self.parent, self.rows = parent, rows
+
+    def __len__(self) -> int:
+        return int(self.rows.size)
+
+    def get(self, radius: int, size: int):
+        return self.parent.get(radius, size)[self.rows]
+
+
+class FingerprintMember:
+    """Base of the fingerprint members (module docstring). Subclasses set ``kind``, store their
+    options in ``__init__`` (and list them in :meth:`options`, the constructor's keyword arguments),
+    and implement ``_fit_target(data) -> model`` and ``_restore(fields, arrays, prefix) -> model``."""
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        self.info = None
+        self.models_: list = []
+
+    def options(self) -> dict:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.options().items())})"
+
+    def fit(self, ds) -> "FingerprintMember":
+        """Learn each target from ``ds.train``'s labelled rows; choose its options on ``ds.val``'s."""
+        check_task(ds.info, self.kind)
+        self.info = ds.info
+        train, val = list(ds.train), list(ds.val)
+        fp_tr, fp_va = FingerprintTable(graph_smiles(train, self.kind)), FingerprintTable(graph_smiles(val, self.kind))
+        y_tr, y_va = graph_labels(train, ds.info), graph_labels(val, ds.info)
+        if ds.info.task != "regression":
+            seen = np.concatenate([y_tr[np.isfinite(y_tr)], y_va[np.isfinite(y_va)]])
+            if not np.all((seen == 0) | (seen == 1)):
+                raise ValueError(f"the {self.kind} member needs 0/1 labels for a {ds.info.task} task")
+        self.models_ = []
+        for j, name in enumerate(ds.info.target_names):
+            rows, vrows = np.flatnonzero(np.isfinite(y_tr[:, j])), np.flatnonzero(np.isfinite(y_va[:, j]))
+            data = TargetData(j, name, ds.info.task, fp_tr, fp_va, rows, y_tr[rows, j], vrows, y_va[vrows, j])
+            if rows.size == 0:
+                raise ValueError(f"target {name!r} has no labelled training row; the {self.kind} member cannot "
+                                 "learn it")
+            if rows.size < 2 or (data.classify and np.unique(data.y).size < 2):
+                why = "one labelled training row" if rows.size < 2 else "one class among the training rows"
+                self.models_.append(ConstantModel.of(data.y, data.classify, why))
+            else:
+                self.models_.append(self._fit_target(data))
+        return self
+
+    def _fit_target(self, data: TargetData):
+        raise NotImplementedError
+
+    def predict_array(self, smiles: list[str]) -> np.ndarray:
+        """Predictions (float64 ``[G, T]``: target units or probabilities) for SMILES."""
+        if not self.models_:
+            raise RuntimeError(f"{type(self).__name__}: call fit (or load) before predict")
+        table = FingerprintTable(list(smiles))
+        out = np.empty((len(table), len(self.models_)))
+        for j, m in enumerate(self.models_):
+            out[:, j] = m.output(table)
+        return out
+
+    def predict(self, graphs: Sequence) -> Prediction:
+        import torch
+
+        return Prediction(mean=torch.from_numpy(self.predict_array(graph_smiles(graphs, self.kind)).astype(np.float32)))
+
+    def save(self, folder: str | Path) -> None:
+        """``folder/predictor.json`` (options; per target its fields and meta) and ``folder/arrays.pt``."""
+        if not self.models_:
+            raise RuntimeError(f"{type(self).__name__}: nothing to save before fit")
+        folder = Path(folder)
+        arrays, targets = {}, []
+        for j, m in enumerate(self.models_):
+            arrays.update(m.arrays(f"t{j}"))
+            targets.append({"name": self.info.target_names[j], **m.fields(), "meta": m.meta})
+        folder.mkdir(parents=True, exist_ok=True)
+        save_arrays(folder / ARRAYS, arrays)
+        write_manifest(folder, self.kind, self.info, options=self.options(), arrays=ARRAYS, targets=targets)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "FingerprintMember":
+        """The member saved in ``folder``, equal in its predictions.
+
+        Raises:
+            PredictorFileError: another kind, a missing, corrupt or unsafe file (a pickle is refused
+                unrun, :func:`~.base.load_arrays`), or arrays that do not fit the manifest.
+        """
+        doc = read_manifest(folder)
+        if doc["kind"] != cls.kind:
+            raise PredictorFileError(f"{folder}: holds a {doc['kind']!r} predictor, not {cls.kind!r}")
+        arrays = {k: v.numpy() if hasattr(v, "numpy") else v for k, v in load_arrays(Path(folder) / ARRAYS).items()}
+        try:
+            self = cls(**doc["options"])
+            self.info = task_info(doc)
+            for j, t in enumerate(doc["targets"]):
+                model = ConstantModel(float(t["value"])) if t["mode"] == "constant" else self._restore(t, arrays, f"t{j}")
+                model.meta = dict(t["meta"])
+                self.models_.append(model)
+        except PredictorFileError as exc:
+            raise PredictorFileError(f"{folder}: {exc}") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise PredictorFileError(f"{folder}: {cls.kind} manifest or arrays incomplete ({type(exc).__name__}: "
+                                     f"{exc})") from None
+        if len(self.models_) != self.info.num_tasks:
+            raise PredictorFileError(f"{folder}: {len(self.models_)} target models for {self.info.num_tasks} targets")
+        return self
+
+    def _restore(self, fields: dict, arrays: Mapping, prefix: str):
+        raise NotImplementedError

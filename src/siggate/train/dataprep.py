@@ -1,0 +1,141 @@
+"""Data assembly, the first stage of a run: the dataset of a ``data`` config with the per-graph
+encodings its model reads (:class:`Encodings`), the target normalisation and the evaluation
+loaders. Used by training, ``evaluate``, ``predict``, the ensembles and the analyses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch_geometric.loader import DataLoader
+
+from ..config import ConfigError, DataConfig, ModelConfig
+from ..data.base import GraphDataset, TaskInfo, label_rows
+from .distributed import DistContext
+
+#: Largest graph for which :func:`prepare_data` computes RWSE/LapPE (dense ``N x N`` algebra).
+MAX_PE_NODES = 5000
+
+
+@dataclass(frozen=True)
+class Encodings:
+    """What a model reads from its graphs beyond OGB's atom and bond features: a positional
+    encoding (``pe``: ``"none"``, ``"rwse"`` or ``"lappe"``, with ``pe_steps`` random-walk steps or
+    Laplacian eigenvectors) and molecule-level features (``mol_features``, see
+    :mod:`siggate.data.molfeatures`). The model config's keys of the same names set them."""
+
+    pe: str = "none"
+    pe_steps: int = 0
+    mol_features: str = "none"
+
+    @classmethod
+    def of(cls, model: ModelConfig) -> "Encodings":
+        """The encodings a :class:`~siggate.config.ModelConfig` reads."""
+        return cls(model.pe, model.pe_steps, model.mol_features)
+
+    @property
+    def rwse_steps(self) -> int:
+        """Random-walk steps of RWSE (0: none)."""
+        return self.pe_steps if self.pe == "rwse" else 0
+
+    @property
+    def lap_dim(self) -> int:
+        """Eigenvectors of LapPE (0: none)."""
+        return self.pe_steps if self.pe == "lappe" else 0
+
+
+def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encodings(), seed: int = 0,
+                 progress: bool = True) -> GraphDataset:
+    """Load the dataset ``data`` names and add ``encodings`` to its graphs (both cached).
+
+    Args:
+        data: the config's ``data`` section.
+        encodings: what the model reads from the graphs: an :class:`Encodings`, or the model
+            config (``cfg.model``) whose encodings they are.
+        seed: the seed a user CSV's random or scaffold split is drawn with (``cfg.train.seed``,
+            or an ensemble's first seed).
+        progress: progress bars while featurizing.
+
+    Raises:
+        ConfigError: encodings that cannot be computed for these graphs.
+    """
+    from ..data.catalog import get_dataset
+    from ..data.pe import cached_pe
+
+    if not isinstance(encodings, Encodings):
+        encodings = Encodings.of(encodings)
+    d = data
+    if d.name == "csv":
+        from ..data.csvdata import check_trainable, load_csv
+
+        ds = load_csv(d.csv, d.smiles_col, list(d.target_cols), d.task, split=d.split or "scaffold",
+                      cache_dir=Path(d.cache_dir) if d.cache_dir else None, seed=seed, sep=d.sep,
+                      decimal=d.decimal, duplicates=d.duplicates, val_fraction=d.val_fraction)
+        check_trainable(Path(d.csv), ds)
+    else:  # the benchmarks have official splits; validate() lets data.split through for nci5k only
+        from ..data.catalog import DATASET_META
+
+        extra = {"split": d.split} if d.split is not None else {}
+        extra.update({k: getattr(d, k) for k in DATASET_META[d.name]["options"] if getattr(d, k)})
+        ds = get_dataset(d.name, root=d.root, cache_dir=d.cache_dir, progress=progress, **extra)
+    if d.max_graphs:
+        ds.splits = {k: v[:d.max_graphs] for k, v in ds.splits.items()}
+    from ..data.base import default_cache_dir
+
+    cache_dir = Path(d.cache_dir) if d.cache_dir else default_cache_dir()
+    key = ds.source or d.name
+    if encodings.mol_features != "none":
+        from ..data.molfeatures import cached_mol_features
+
+        for split in list(ds.splits):
+            try:
+                cached_mol_features(ds.splits[split], encodings.mol_features, f"{key}:{split}", cache_dir,
+                                    progress=progress)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+    rwse, lap = encodings.rwse_steps, encodings.lap_dim
+    if rwse or lap:
+        largest = max((int(g.num_nodes) for v in ds.splits.values() for g in v), default=0)
+        if largest > MAX_PE_NODES:
+            raise ConfigError(f"model.pe: {encodings.pe!r} takes a dense eigendecomposition of each graph, and "
+                              f"{ds.info.name} has a graph of {largest} nodes (limit {MAX_PE_NODES}); set model.pe=none.")
+        for split in list(ds.splits):
+            ds.splits[split] = cached_pe(ds.splits[split], f"{key}:{split}", cache_dir,
+                                         rwse_steps=rwse, lap_dim=lap, progress=progress)
+    return ds
+
+
+def prepare_data_ranked(data: DataConfig, encodings: Encodings | ModelConfig, seed: int, ctx: DistContext,
+                        progress: bool) -> GraphDataset:
+    """:func:`prepare_data` in a ``torchrun`` job: rank 0 builds the caches first; the other
+    ranks then read them."""
+    if not ctx.is_main:
+        ctx.barrier()
+    ds = prepare_data(data, encodings, seed, progress)
+    if ctx.is_main:
+        ctx.barrier()
+    return ds
+
+
+def target_stats(train, info: TaskInfo) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-target mean and std over the training labels (graphs, or nodes of the train
+    split; NaN labels ignored)."""
+    y = torch.cat([label_rows(g, info, "train") for g in train]).double()
+    mean = torch.nanmean(y, dim=0)
+    std = torch.sqrt(torch.nanmean((y - mean) ** 2, dim=0)).clamp_min(1e-8)
+    return mean.float(), std.float()
+
+
+def loader_generator() -> torch.Generator:
+    """A fixed generator for a loader's worker base seed.
+
+    A DataLoader without a generator draws its worker base seed from the *global* RNG;
+    giving each loader its own keeps dropout's RNG stream independent of data loading."""
+    return torch.Generator().manual_seed(0)
+
+
+def graph_loader(graphs, batch_size: int) -> DataLoader:
+    """``graphs`` in order, ``batch_size`` at a time, drawing nothing from the global RNG."""
+    return DataLoader(graphs, batch_size=batch_size, shuffle=False, generator=loader_generator())

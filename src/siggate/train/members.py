@@ -1,0 +1,287 @@
+"""The kinds of member a run can hold, the factory that builds them, and the one loader of
+saved predictors.
+
+* :data:`MEMBER_KINDS` maps a kind (``siggate train --members KIND,...``) to a
+  :class:`MemberKind`: how to build a new, unfitted member from a :class:`MemberSpec`, and how
+  to load a saved one. Adding a kind is one entry here; its class lives in
+  :mod:`siggate.predictors` (or, for the GNN, :mod:`siggate.train.gnn_member`).
+* :func:`build_members` builds the members of a run: the GNN copies first (``--ensemble N``:
+  seeds ``seed .. seed+N-1``), then the other kinds in the order given, in ``member0``,
+  ``member1``, ... .
+* :func:`load_predictor` loads whatever a run folder holds, by its ``predictor.json``, and
+  every folder written before it existed: a run folder (``best.pt``), a checkpoint file and an
+  ``--ensemble`` folder (``ensemble.json``).
+* :func:`run_data` says which data a loaded predictor was trained on (for ``siggate evaluate``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from ..config import Config, DataConfig, from_dict
+from ..predictors.base import MANIFEST, PredictorFileError, read_manifest, task_info
+from ..predictors.combine import Combination
+from .dataprep import Encodings
+from .gnn_member import GNNMember
+from .record import BEST
+
+#: the manifest of an ``--ensemble`` folder written before ``predictor.json`` (still read)
+ENSEMBLE_FILE = "ensemble.json"
+
+
+class MemberError(ValueError):
+    """Members that cannot be built as asked (an unknown kind, no members)."""
+
+
+@dataclass(frozen=True)
+class MemberSpec:
+    """What a member kind's constructor is given.
+
+    Attributes:
+        cfg: the run's config (``siggate train``'s), ``train.seed`` set to :attr:`seed`.
+        folder: the member's own folder (``OUT/member{i}``).
+        seed: the member's seed.
+        split_seed: the seed the run's data were split with (the run's first seed).
+        progress: progress bars while fitting.
+        device: where the member trains and predicts, if it uses torch.
+        resume: reuse a finished member in :attr:`folder`, resume an interrupted one.
+    """
+
+    cfg: Config
+    folder: Path
+    seed: int
+    split_seed: int
+    progress: bool = True
+    device: torch.device | None = None
+    resume: bool = True
+
+
+@dataclass(frozen=True)
+class MemberKind:
+    """A member kind: ``build(spec)`` returns a new, unfitted predictor; ``load(folder, device)``
+    a saved one (a kind that does not use torch ignores ``device``)."""
+
+    build: Callable[[MemberSpec], object]
+    load: Callable[[Path, torch.device | str | None], object]
+
+
+def _build_gnn(spec: MemberSpec) -> GNNMember:
+    return GNNMember(spec.cfg, spec.folder, spec.split_seed, spec.progress, spec.device, spec.resume)
+
+
+#: member kind -> how to build and load it (``siggate train --members``)
+MEMBER_KINDS: dict[str, MemberKind] = {
+    "gnn": MemberKind(build=_build_gnn, load=lambda folder, device: GNNMember.load(folder, device)),
+}
+
+#: the kind whose copies ``--ensemble N`` multiplies
+GNN = "gnn"
+
+
+def parse_kinds(text: str | Sequence[str]) -> list[str]:
+    """``"gnn,svr"`` (or a list) as distinct member kinds, in order.
+
+    Raises:
+        MemberError: an unknown kind (the message lists the known ones), or none.
+    """
+    kinds = [k.strip() for k in (text.split(",") if isinstance(text, str) else text) if k.strip()]
+    unknown = [k for k in kinds if k not in MEMBER_KINDS]
+    if unknown or not kinds:
+        what = f"unknown member kind {unknown[0]!r}" if unknown else "no member kind given"
+        raise MemberError(f"--members: {what}; known kinds: {', '.join(sorted(MEMBER_KINDS))}")
+    return list(dict.fromkeys(kinds))
+
+
+def build_members(kinds: Sequence[str], cfg: Config, out: str | Path, gnn_copies: int = 1, progress: bool = True,
+                  device: torch.device | None = None, resume: bool = True) -> list[tuple[str, int, object]]:
+    """``[(name, seed, unfitted member)]`` of a run in ``out``: ``gnn_copies`` GNN members (seeds
+    ``cfg.train.seed + i``) if ``kinds`` holds ``"gnn"``, then one member of each other kind
+    (seed ``cfg.train.seed``), named ``member0``, ``member1``, ... (their folders under ``out``).
+
+    Raises:
+        MemberError: an unknown kind, or ``gnn_copies < 1``.
+    """
+    kinds = parse_kinds(kinds)
+    if gnn_copies < 1:
+        raise MemberError(f"--ensemble must be >= 1, got {gnn_copies}")
+    base = cfg.train.seed
+    order = [(GNN, base + i) for i in range(gnn_copies) if GNN in kinds] + [(k, base) for k in kinds if k != GNN]
+    members = []
+    for i, (kind, seed) in enumerate(order):
+        c = copy.deepcopy(cfg)
+        c.train.seed = seed
+        name = f"member{i}"
+        spec = MemberSpec(c, Path(out) / name, seed, base, progress, device, resume)
+        members.append((name, seed, MEMBER_KINDS[kind].build(spec)))
+    return members
+
+
+def fit_member(member, folder: Path, ds, resume: bool = True, device=None):
+    """Fit ``member`` on ``ds`` and save it into ``folder``; returns the fitted member.
+
+    A member that trains into its own folder (the GNN: ``member.folder``) reuses and resumes
+    there itself; any other member whose ``folder`` holds a saved predictor is reused (with
+    ``resume``) instead of being fitted again."""
+    folder = Path(folder)
+    if getattr(member, "folder", None) is None and resume and (folder / MANIFEST).is_file():
+        return load_predictor(folder, device)
+    member.fit(ds)
+    member.save(folder)
+    return member
+
+
+def load_predictor(path: str | Path, device: torch.device | str | None = "cpu"):
+    """The predictor saved at ``path``: a folder with ``predictor.json`` (any kind of
+    :data:`MEMBER_KINDS`, or a combination), a run folder without one (its ``best.pt``), an
+    ``--ensemble`` folder written before ``predictor.json`` (``ensemble.json``: a combination of
+    its members, equal weights) or a checkpoint file (``.pt``).
+
+    Raises:
+        PredictorFileError: a folder that holds none of these, an unknown kind, a broken manifest.
+        CheckpointError: a checkpoint that cannot be loaded (named refusals, nothing unpickled).
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return GNNMember.from_checkpoint(path, device, split_seed=_split_seed_beside(path))
+    if (path / MANIFEST).is_file():
+        kind = read_manifest(path)["kind"]
+        if kind == Combination.kind:
+            return Combination.load(path, lambda folder: load_predictor(folder, device))
+        if kind not in MEMBER_KINDS:
+            raise PredictorFileError(f"{path / MANIFEST}: unknown predictor kind {kind!r} (this siggate knows "
+                                     f"{', '.join(sorted(MEMBER_KINDS))}, {Combination.kind}); upgrade siggate")
+        return MEMBER_KINDS[kind].load(path, device)
+    if (path / ENSEMBLE_FILE).is_file():
+        return _legacy_ensemble(path, device)
+    if (path / BEST).is_file():
+        return GNNMember.from_checkpoint(path / BEST, device, split_seed=_split_seed_beside(path / BEST))
+    raise PredictorFileError(f"{path}: a folder with no {MANIFEST} and neither {ENSEMBLE_FILE} nor {BEST}; give a "
+                             "run folder, an ensemble folder or a .pt checkpoint")
+
+
+def _legacy_members(path: Path) -> tuple[list[Path], int]:
+    """An ``ensemble.json`` folder's member checkpoints and the seed its split was drawn with."""
+    manifest = path / ENSEMBLE_FILE
+    try:
+        doc = json.loads(manifest.read_text())
+        files = [path / str(m) for m in doc["members"]]
+        split_seed = int(doc["seeds"][0])
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise PredictorFileError(f"{manifest}: not a siggate ensemble manifest ({exc}); retrain with "
+                                 "siggate train --ensemble N") from None
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing or not files:
+        raise PredictorFileError(f"{manifest}: member checkpoint(s) missing: {', '.join(missing) or 'none listed'}")
+    return files, split_seed
+
+
+def _legacy_ensemble(path: Path, device) -> Combination:
+    """An ``ensemble.json`` folder: its members' checkpoints, equal weights, the first seed's split."""
+    files, split_seed = _legacy_members(path)
+    members = [GNNMember.from_checkpoint(f, device, split_seed=split_seed) for f in files]
+    names = [f.parent.name if f.parent != path else f.stem for f in files]
+    return Combination(members, names=names if len(set(names)) == len(names) else None,
+                       record={"split_seed": split_seed})
+
+
+def saved_task(path: str | Path):
+    """The :class:`~siggate.data.base.TaskInfo` of what :func:`load_predictor` would load from
+    ``path``, read from its manifest or checkpoint without building a model.
+
+    Raises:
+        PredictorFileError, CheckpointError: as :func:`load_predictor`.
+    """
+    from ..data.base import TaskInfo
+    from .checkpoint import load_checkpoint
+
+    path = Path(path)
+    if path.is_dir():
+        if (path / MANIFEST).is_file():
+            return task_info(read_manifest(path))
+        if (path / ENSEMBLE_FILE).is_file():
+            path = _legacy_members(path)[0][0]
+        elif (path / BEST).is_file():
+            path = path / BEST
+        else:
+            load_predictor(path)  # raises its refusal
+    return TaskInfo(**load_checkpoint(path)["info"])
+
+
+def _split_seed_beside(checkpoint: Path) -> int | None:
+    """The split seed a run's ``predictor.json`` records for the checkpoint ``checkpoint``, or the
+    first seed of an ``ensemble.json`` folder that holds it; None when neither says."""
+    folder = checkpoint.parent
+    if (folder / MANIFEST).is_file():
+        try:
+            seed = read_manifest(folder).get("split_seed")
+            if seed is not None:
+                return int(seed)
+        except (PredictorFileError, TypeError, ValueError):
+            pass
+    for up in (folder, folder.parent):
+        f = up / ENSEMBLE_FILE
+        if f.is_file():
+            try:
+                return int(json.loads(f.read_text())["seeds"][0])
+            except (ValueError, KeyError, IndexError, TypeError):
+                return None
+    return None
+
+
+def members_of(predictor) -> list:
+    """The leaf predictors of ``predictor``: its members, recursively, or itself."""
+    inner = getattr(predictor, "members", None)
+    return [leaf for m in inner for leaf in members_of(m)] if inner else [predictor]
+
+
+def encodings_of(predictor) -> Encodings:
+    """What the graphs given to ``predictor`` must carry beyond atoms and bonds: the union of its
+    members' :attr:`~.gnn_member.GNNMember.encodings` (members that read none, e.g. fingerprint
+    models, add nothing).
+
+    Raises:
+        PredictorFileError: two members that read different positional encodings or molecule features.
+    """
+    found = [m.encodings for m in members_of(predictor) if getattr(m, "encodings", None) is not None]
+    pe = {(e.pe, e.pe_steps) for e in found if e.pe != "none"}
+    mol = {e.mol_features for e in found if e.mol_features != "none"}
+    if len(pe) > 1 or len(mol) > 1:
+        raise PredictorFileError(f"the members read different graph encodings ({sorted(pe)}, {sorted(mol)}); "
+                                 "predict with each member folder on its own")
+    kind, steps = next(iter(pe), ("none", 0))
+    return Encodings(kind, steps, next(iter(mol), "none"))
+
+
+@dataclass(frozen=True)
+class RunData:
+    """The data a predictor was trained on: its ``data`` config, the seed its splits were drawn
+    with, and a CSV run's file record (``{"csv", "sha256"}``, :func:`~.record.data_source`)."""
+
+    data: DataConfig
+    split_seed: int
+    source: dict | None = None
+
+
+def run_data(predictor) -> RunData:
+    """The data ``predictor`` (from :func:`load_predictor`) was trained on: a combination's own
+    record (``config``, ``split_seed``, ``data_source``, written by ``siggate train``), else its
+    first GNN member's checkpoint, split with the combination's or the member's split seed.
+
+    Raises:
+        PredictorFileError: the predictor records no data (no config and no GNN member).
+    """
+    record = getattr(predictor, "record", {}) or {}
+    if "config" in record:
+        cfg = from_dict(record["config"])
+        return RunData(cfg.data, int(record.get("split_seed", cfg.train.seed)), record.get("data_source"))
+    gnn = next((m for m in members_of(predictor) if isinstance(m, GNNMember)), None)
+    if gnn is None:
+        raise PredictorFileError("this predictor records no training data (no config); score it on a labelled file "
+                                 "with --data FILE.csv")
+    return RunData(copy.deepcopy(gnn.cfg.data), int(record.get("split_seed", gnn.split_seed)), gnn.data_source_)

@@ -1,0 +1,120 @@
+"""Morgan fingerprints (``data/fingerprints.py``) against RDKit called directly, and the MinMax
+kernel and Nyström map (``predictors/kernel.py``) against their definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rdkit import Chem
+from rdkit.Chem import rdFingerprintGenerator
+
+from siggate.data import fingerprints as fp
+from siggate.data import molfeatures
+from siggate.predictors.kernel import minmax_kernel, nystrom_projection
+
+SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "[Na+].[Cl-]", "CCCCCCCCCCCCCCCCCCCC", "C[C@H](N)C(=O)O",
+          "O=C1NC(=O)C=C1", "Clc1ccc(Br)cc1"]
+
+
+@pytest.mark.parametrize("radius, size", [(2, 2048), (3, 1024), (0, 64)])
+def test_counts_and_bits_equal_rdkit(radius, size):
+    gen = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=size)
+    mols = [Chem.MolFromSmiles(s) for s in SMILES]
+    want = np.stack([gen.GetCountFingerprintAsNumPy(m) for m in mols]).astype(np.float32)
+    dense = fp.morgan_counts(SMILES, radius, size)
+    assert dense.dtype == np.float32 and dense.shape == (len(SMILES), size)
+    assert np.array_equal(dense, want)
+    sparse = fp.morgan_counts(mols, radius, size, sparse=True)
+    assert sparse.dtype == np.int32 and sparse.has_sorted_indices and np.array_equal(sparse.toarray(), want)
+    bits = fp.ecfp_bits(SMILES, radius, size)
+    assert bits.dtype == np.uint8 and np.array_equal(bits, (want > 0).astype(np.uint8))
+    assert np.array_equal(bits, np.stack([gen.GetFingerprintAsNumPy(m) for m in mols]))
+    assert dense[4].max() > 10  # the long chain: counts, not bits
+
+
+def test_sparse_blocks_join_in_order(monkeypatch):
+    monkeypatch.setattr(fp, "_BLOCK", 3)  # 8 molecules: blocks of 3, 3, 2
+    assert np.array_equal(fp.morgan_counts(SMILES, sparse=True).toarray(), fp.morgan_counts(SMILES))
+    assert fp.morgan_counts([], sparse=True).shape == (0, fp.SIZE)
+
+
+def test_molfeatures_morgan_count_is_the_same_fingerprint():
+    assert np.array_equal(molfeatures.compute(SMILES, "morgan_count"), fp.morgan_counts(SMILES, 2, 2048))
+
+
+def test_bit_atoms_one_environment_per_count_centre_first_within_radius():
+    smiles, radius = "CC(=O)Nc1ccc(O)cc1", 2
+    mol = Chem.MolFromSmiles(smiles)
+    dist = Chem.GetDistanceMatrix(mol)
+    counts = fp.morgan_counts([smiles], radius, 2048)[0]
+    envs = fp.bit_atoms(smiles, radius, 2048)
+    assert sorted(envs) == np.flatnonzero(counts).tolist()
+    centres = []
+    for bit, found in envs.items():
+        assert len(found) == counts[bit]
+        for env in found:
+            centre = env[0]
+            assert all(dist[centre, a] <= radius for a in env) and len(set(env)) == len(env)
+            centres.append(centre)
+    # every atom is the centre of its radius-0 environment, so each appears as a centre
+    assert set(centres) == set(range(mol.GetNumAtoms()))
+
+
+def test_unparsable_smiles_named_with_position():
+    # parses but fails sanitization (5-valent carbon): kept as the datasets keep it (allow_unsanitized)
+    # 6 atoms at radius 0, 6 at radius 1; at radius 2 no environment covers a new bond
+    assert fp.morgan_counts(["C(C)(C)(C)(C)C"]).sum() == 6 + 6
+    with pytest.raises(ValueError, match=r"molecule 1 \('C1CC'\) is not a valid SMILES.*drop invalid molecules"):
+        fp.morgan_counts(["CCO", "C1CC"])
+    with pytest.raises(ValueError, match="item 0 is a int"):
+        fp.ecfp_bits([3])
+    with pytest.raises(ValueError, match="radius must be an integer >= 0"):
+        fp.morgan_counts(["CCO"], radius=-1)
+
+
+def reference_minmax(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The definition, one pair at a time."""
+    out = np.empty((a.shape[0], b.shape[0]))
+    for i in range(a.shape[0]):
+        for j in range(b.shape[0]):
+            hi = np.maximum(a[i], b[j]).sum()
+            out[i, j] = np.minimum(a[i], b[j]).sum() / hi if hi > 0 else 1.0
+    return out
+
+
+def random_counts(rng, n: int, d: int, high: int = 20) -> np.ndarray:
+    x = rng.integers(0, high, size=(n, d)) * (rng.random((n, d)) < 0.3)
+    x[0] = 0  # an empty fingerprint
+    return x
+
+
+@pytest.mark.parametrize("block", [1, 7, 1024])
+def test_minmax_kernel_equals_the_definition(block):
+    rng = np.random.default_rng(0)
+    a, b = random_counts(rng, 13, 40), random_counts(rng, 9, 40, high=60)
+    k = minmax_kernel(a, b, block=block)
+    assert k.dtype == np.float64 and k.shape == (13, 9)
+    np.testing.assert_allclose(k, reference_minmax(a, b), rtol=0, atol=1e-15)
+    assert k[0, 0] == 1.0 and np.all(k[0, 1:] == 0.0)  # two empty fingerprints are identical; empty vs not: 0
+    assert np.array_equal(minmax_kernel(a, b, block=3), k)  # blocks do not change a single value
+
+
+def test_minmax_kernel_on_molecules_symmetric_psd():
+    x = fp.morgan_counts(SMILES, sparse=True)
+    k = minmax_kernel(x, x)
+    np.testing.assert_allclose(k, reference_minmax(x.toarray(), x.toarray()), rtol=0, atol=1e-15)
+    assert np.array_equal(k, k.T) and np.all(np.diag(k) == 1.0)
+    assert np.linalg.eigvalsh(k).min() > -1e-12
+    with pytest.raises(ValueError, match="2048 and 1024 bins"):
+        minmax_kernel(x, fp.morgan_counts(SMILES, size=1024, sparse=True))
+
+
+def test_nystrom_with_every_row_a_landmark_is_the_exact_kernel_map():
+    x = fp.morgan_counts(SMILES, sparse=True)
+    k = minmax_kernel(x, x)
+    phi = k @ nystrom_projection(k)
+    np.testing.assert_allclose(phi @ phi.T, k, atol=1e-10)
+    land = [0, 2, 5]  # fewer landmarks: exact on the landmarks themselves
+    w = nystrom_projection(k[np.ix_(land, land)])
+    phi = k[:, land] @ w
+    np.testing.assert_allclose((phi @ phi.T)[np.ix_(land, land)], k[np.ix_(land, land)], atol=1e-10)

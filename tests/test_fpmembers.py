@@ -1,0 +1,347 @@
+"""The fingerprint members of issue 32 (``predictors/svr.py``: ``KernelSVR``; ``predictors/forest.py``:
+``RandomForest``): against scikit-learn fitted directly, the val-only choice of options (the test
+split is never read), missing labels, the Nyström path, and storage without pickle."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from rdkit import Chem
+from rdkit.Chem import Descriptors
+from torch_geometric.data import Data
+
+from siggate.data.base import GraphDataset, TaskInfo
+from siggate.data.fingerprints import morgan_counts
+from siggate.predictors.base import Predictor, PredictorFileError, read_manifest
+from siggate.predictors.forest import RandomForest, flatten_trees, forest_predict
+from siggate.predictors.kernel import minmax_kernel
+from siggate.predictors.svr import KernelSVR, SVRGrid
+
+SUBST = ["", "C", "O", "N", "Cl", "F", "C(=O)O", "OC", "C#N"]
+#: 81 substituted benzenes and pyridines: small, varied, no data files needed
+SMILES = [f"c1cc({a})ccc1{b}".replace("()", "") for a in SUBST for b in SUBST[:5]] + \
+         [f"c1cnc({a})cc1{b}".replace("()", "") for a in SUBST for b in SUBST[:4]]
+LOGP = np.array([Descriptors.MolLogP(Chem.MolFromSmiles(s)) for s in SMILES])
+TPSA = np.array([Descriptors.TPSA(Chem.MolFromSmiles(s)) for s in SMILES])
+ONE = {"radius": [2], "size": [1024], "C": [5.0], "epsilon": [0.05]}
+
+
+class Forbidden(list):
+    """A split that fails on any read: proof that ``fit`` never looks at it."""
+
+    def _no(self, *a, **k):
+        raise AssertionError("the test split was read")
+
+    __iter__ = __getitem__ = __len__ = __bool__ = _no
+
+
+def make_ds(y: np.ndarray, task: str = "regression", split=(0.6, 0.2), test: list | None = None) -> GraphDataset:
+    y = y.reshape(len(SMILES), -1)
+    rng = np.random.default_rng(1)
+    order = rng.permutation(len(SMILES))
+    a, b = int(split[0] * len(order)), int(sum(split) * len(order))
+    graphs = [Data(smiles=SMILES[i], y=torch.tensor(y[i : i + 1], dtype=torch.float32), idx=int(i)) for i in order]
+    info = TaskInfo(name="toy", task=task, num_tasks=y.shape[1], metric="mae" if task == "regression" else "rocauc")
+    return GraphDataset(info=info, splits={"train": graphs[:a], "val": graphs[a:b],
+                                           "test": graphs[b:] if test is None else test})
+
+
+def labels(graphs) -> np.ndarray:
+    return np.concatenate([g.y.double().numpy() for g in graphs])
+
+
+# ----------------------------------------------------------------------------- the SVR against scikit-learn
+
+
+def test_svr_equals_sklearn_svr_on_a_precomputed_kernel():
+    from sklearn.svm import SVR
+
+    ds = make_ds(LOGP)
+    member = KernelSVR(grid=ONE).fit(ds)
+    assert isinstance(member, Predictor) and member.models_[0].mode == "svr"
+    ytr = labels(ds.train)[:, 0]
+    mean, std = ytr.mean(), ytr.std()
+    xtr = morgan_counts([g.smiles for g in ds.train], 2, 1024).astype(np.float64)
+    xte = morgan_counts([g.smiles for g in ds.test], 2, 1024).astype(np.float64)
+
+    def k(a, b):  # Σmin/Σmax directly, dense
+        return np.minimum(a[:, None], b[None]).sum(-1) / np.maximum(a[:, None], b[None]).sum(-1)
+
+    ref = SVR(kernel="precomputed", C=5.0, epsilon=0.05).fit(k(xtr, xtr), (ytr - mean) / std)
+    want = mean + std * ref.predict(k(xte, xtr))
+    got = member.predict(ds.test)
+    assert got.mean.shape == (len(ds.test), 1) and got.mean.dtype == torch.float32 and got.spread is None
+    f, out = member.decision_and_output([g.smiles for g in ds.test])
+    np.testing.assert_allclose(out[:, 0], want, rtol=0, atol=1e-9)
+    assert member.models_[0].support.shape[0] == ref.support_.size
+
+
+# ----------------------------------------------------------------------------- the forest against scikit-learn
+
+
+@pytest.mark.parametrize("classify", [False, True])
+def test_forest_traversal_equals_sklearn(classify):
+    from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
+
+    rng = np.random.default_rng(0)
+    x = (rng.integers(0, 4, size=(300, 30)) * (rng.random((300, 30)) < 0.4)).astype(np.float32)
+    y = x[:, 0] * 2 - x[:, 3] + rng.normal(size=300)
+    cls = RandomForestClassifier if classify else RandomForestRegressor
+    est = cls(n_estimators=7, max_features=0.5, random_state=0).fit(x[:200], (y[:200] > 0) if classify else y[:200])
+    want = est.predict_proba(x[200:])[:, 1] if classify else est.predict(x[200:])
+    trees = flatten_trees(est.estimators_, classify)
+    assert np.array_equal(forest_predict(x[200:], trees), want)
+    import scipy.sparse as sp
+
+    assert np.array_equal(forest_predict(sp.csr_matrix(x[200:]), trees), want)
+
+
+def test_forest_member_equals_sklearn_forest_on_the_same_fingerprints():
+    from sklearn.ensemble import RandomForestRegressor
+
+    ds = make_ds(LOGP)
+    member = RandomForest(n_estimators=10, size=512, grid={"max_features": [0.5]}).fit(ds)
+    ytr = labels(ds.train)[:, 0]
+    mean, std = ytr.mean(), ytr.std()
+    x = morgan_counts([g.smiles for g in ds.train], 2, 512, sparse=True).astype(np.float32).tocsc()  # as the member fits
+    est = RandomForestRegressor(n_estimators=10, max_features=0.5, random_state=0).fit(x, (ytr - mean) / std)
+    want = mean + std * est.predict(morgan_counts([g.smiles for g in ds.test], 2, 512))
+    np.testing.assert_allclose(member.predict_array([g.smiles for g in ds.test])[:, 0], want, rtol=0, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- the val-only choice
+
+
+@pytest.mark.parametrize("make", [lambda: KernelSVR(grid={"radius": [2, 1], "size": [1024], "C": [5.0, 0.05],
+                                                          "epsilon": [0.05, 0.5]}),
+                                  lambda: RandomForest(n_estimators=5, size=512, grid={"max_features": [1.0, 0.2]})])
+def test_choice_is_the_lowest_val_rmse_and_never_reads_test(make):
+    ds = make_ds(LOGP)
+    member = make().fit(ds)
+    meta = member.models_[0].meta
+    assert meta["choice"] == "val" and meta["n_val"] == len(ds.val)
+    yv = labels(ds.val)[:, 0]
+    # each point fitted alone, scored here: the member picked the lowest, and predicts as that point does
+    best, best_score = None, np.inf
+    for s in meta["scores"]:
+        point = {k: [v] for k, v in s.items() if k != "val_score"}
+        if isinstance(member, KernelSVR):
+            single = KernelSVR(grid=point).fit(ds)
+            pred = single.decision_and_output([g.smiles for g in ds.val])[1][:, 0]
+        else:
+            single = RandomForest(n_estimators=5, size=512, grid=point).fit(ds)
+            pred = single.predict_array([g.smiles for g in ds.val])[:, 0]
+        rmse = float(np.sqrt(np.mean((pred - yv) ** 2)))
+        assert rmse == pytest.approx(s["val_score"], rel=1e-12)
+        if rmse < best_score:
+            best, best_score = single, rmse
+    assert len(meta["scores"]) == (8 if isinstance(member, KernelSVR) else 2)
+    assert torch.equal(member.predict(ds.val).mean, best.predict(ds.val).mean)
+    # the test split: NaN labels change nothing, and a split that cannot be read at all is never read
+    for test in ([Data(smiles=g.smiles, y=torch.full_like(g.y, float("nan"))) for g in ds.test], Forbidden()):
+        other = make().fit(make_ds(LOGP, test=test))
+        assert other.models_[0].meta == meta
+        assert torch.equal(other.predict(ds.val).mean, member.predict(ds.val).mean)
+
+
+@pytest.mark.parametrize("make", [lambda: KernelSVR(grid={"radius": [1, 2], "C": [1.0, 5.0]}),
+                                  lambda: RandomForest(n_estimators=5, size=512, grid={"max_features": [0.5, 1.0]})])
+def test_target_without_val_labels_falls_back_to_the_first_grid_point(make):
+    y = np.stack([LOGP, TPSA], axis=1)
+    ds = make_ds(y)
+    for g in ds.val:
+        g.y[0, 1] = float("nan")
+    member = make().fit(ds)
+    first, second = member.models_
+    assert first.meta["choice"] == "val" and len(first.meta["scores"]) > 1
+    assert second.meta["choice"] == "fallback: no labelled val row" and second.meta["n_val"] == 0
+    assert len(second.meta["scores"]) == 1 and second.meta["scores"][0]["val_score"] is None
+    assert second.meta["chosen"] == {k: v[0] for k, v in member.grid.to_dict().items()
+                                     if not (isinstance(member, KernelSVR) and k == "epsilon")} | (
+        {"epsilon": member.grid.epsilon[0]} if isinstance(member, KernelSVR) else {})
+
+
+# ----------------------------------------------------------------------------- missing labels, several targets
+
+
+@pytest.mark.parametrize("make", [lambda: KernelSVR(grid={"radius": [1, 2], "size": [1024]}),
+                                  lambda: RandomForest(n_estimators=5, size=512)])
+def test_each_target_learns_from_its_labelled_rows_only(make):
+    y = np.stack([LOGP, TPSA], axis=1)
+    rng = np.random.default_rng(3)
+    y[rng.random(len(SMILES)) < 0.4, 1] = np.nan  # target 1: 40% missing, in every split
+    ds = make_ds(y)
+    member = make().fit(ds)
+    # target 1 alone, on only its labelled rows: the same model
+    keep = {s: [g for g in ds.splits[s] if np.isfinite(g.y[0, 1].item())] for s in ("train", "val", "test")}
+    alone_ds = GraphDataset(info=TaskInfo(name="toy", task="regression", num_tasks=1, metric="mae"),
+                            splits={s: [Data(smiles=g.smiles, y=g.y[:, 1:]) for g in v] for s, v in keep.items()})
+    alone = make().fit(alone_ds)
+    assert member.models_[1].meta == alone.models_[0].meta
+    assert member.models_[1].meta["n_train"] == len(keep["train"]) < len(ds.train)
+    got = member.predict(ds.test).mean
+    assert torch.isfinite(got).all()
+    assert torch.equal(got[:, 1:], alone.predict(ds.test).mean)
+
+
+# ----------------------------------------------------------------------------- classification
+
+
+def test_classification_probabilities_are_a_fitted_kernel_logistic_regression():
+    y = (LOGP > np.median(LOGP)).astype(float)
+    ds = make_ds(y, task="binary")
+    member = KernelSVR(grid={"radius": [2], "size": [1024], "C": [2.0]}).fit(ds)
+    m = member.models_[0]
+    assert m.mode == "klr" and m.meta["basis"] == "exact"
+    smiles = [g.smiles for g in ds.train]
+    f, p = member.decision_and_output(smiles)
+    assert np.all((p > 0) & (p < 1))
+    np.testing.assert_allclose(p[:, 0], 1 / (1 + np.exp(-f[:, 0])), rtol=1e-12)
+    # stationarity of C Σ logloss(y, Kβ + b) + ½ βᵀKβ: K(C(p - y) + β) = 0 and Σ(p - y) = 0
+    x = morgan_counts(smiles, 2, 1024, sparse=True)
+    k = minmax_kernel(x, x)
+    assert np.array_equal(m.support.toarray(), x.toarray())  # every training row is a landmark
+    r = p[:, 0] - labels(ds.train)[:, 0]
+    assert np.abs(k @ (2.0 * r + m.coef)).max() < 1e-3 * np.abs(k @ m.coef).max()
+    assert abs(r.sum()) < 1e-3 * len(r)
+    # the forest's probabilities
+    rf = RandomForest(n_estimators=5, size=512).fit(ds).predict(ds.test).mean
+    assert ((rf >= 0) & (rf <= 1)).all()
+
+
+@pytest.mark.parametrize("make", [KernelSVR, lambda: RandomForest(n_estimators=3)])
+def test_one_class_target_is_the_smoothed_rate(make, tmp_path):
+    y = np.stack([(LOGP > 1).astype(float), np.ones(len(SMILES))], axis=1)
+    ds = make_ds(y, task="multilabel")
+    member = make().fit(ds)
+    got = member.predict(ds.test).mean
+    n = len(ds.train)
+    assert torch.allclose(got[:, 1], torch.full((len(ds.test),), (n + 0.5) / (n + 1)))
+    assert member.models_[1].meta == {"why": "one class among the training rows"}
+    member.save(tmp_path)
+    assert torch.equal(type(member).load(tmp_path).predict(ds.test).mean, got)
+
+
+# ----------------------------------------------------------------------------- large sets: Nyström
+
+
+def test_above_exact_max_the_svr_fits_ridge_on_nystrom_features():
+    from sklearn.linear_model import Ridge
+
+    ds = make_ds(LOGP)
+    member = KernelSVR(grid={"radius": [2], "size": [1024], "C": [5.0]}, exact_max=10, landmarks=12, seed=4).fit(ds)
+    m = member.models_[0]
+    assert m.mode == "ridge" and m.meta["basis"] == "nystrom 12" and m.support.shape[0] == 12
+    # independently: the same 12 landmarks' Φ, then scikit-learn's ridge with alpha = 1/C
+    ytr = labels(ds.train)[:, 0]
+    mean, std = ytr.mean(), ytr.std()
+    x = morgan_counts([g.smiles for g in ds.train], 2, 1024)
+    pick = np.sort(np.random.default_rng([4, 0]).choice(len(ds.train), size=12, replace=False))
+    assert np.array_equal(m.support.toarray(), x[pick])
+    kmm = minmax_kernel(x[pick], x[pick])
+    s, u = np.linalg.eigh(kmm)
+    w = u[:, s > 1e-10 * s.max()] / np.sqrt(s[s > 1e-10 * s.max()])
+    xt = morgan_counts([g.smiles for g in ds.test], 2, 1024)
+    ridge = Ridge(alpha=1 / 5.0).fit(minmax_kernel(x, x[pick]) @ w, (ytr - mean) / std)
+    want = mean + std * ridge.predict(minmax_kernel(xt, x[pick]) @ w)
+    np.testing.assert_allclose(member.decision_and_output([g.smiles for g in ds.test])[1][:, 0], want, atol=1e-8)
+    # more landmarks than rows is refused by the draw only above exact_max; classification uses them too
+    yb = (LOGP > np.median(LOGP)).astype(float)
+    klr = KernelSVR(grid={"radius": [2], "size": [1024], "C": [2.0]}, exact_max=10, landmarks=12).fit(make_ds(yb, "binary"))
+    assert klr.models_[0].meta["basis"] == "nystrom 12" and klr.models_[0].support.shape[0] == 12
+
+
+# ----------------------------------------------------------------------------- storage
+
+
+@pytest.mark.parametrize("task", ["regression", "multilabel"])
+@pytest.mark.parametrize("make", [lambda: KernelSVR(grid={"radius": [1, 2], "C": [1.0, 5.0]}),
+                                  lambda: KernelSVR(grid={"C": [1.0]}, exact_max=10, landmarks=8),
+                                  lambda: RandomForest(n_estimators=4, size=1024)])
+def test_save_load_round_trip_predicts_exactly_the_same(tmp_path, task, make):
+    y = np.stack([LOGP, TPSA], axis=1)
+    if task != "regression":
+        y = (y > np.median(y, axis=0)).astype(float)
+    y[::3, 1] = np.nan
+    ds = make_ds(y, task=task)
+    member = make().fit(ds)
+    before = member.predict(ds.test).mean
+    member.save(tmp_path / "m")
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["arrays.pt", "predictor.json"]
+    doc = read_manifest(tmp_path / "m")
+    strict = json.loads((tmp_path / "m" / "predictor.json").read_text(),
+                        parse_constant=lambda c: pytest.fail(f"non-JSON constant {c} in the manifest"))
+    assert strict == doc
+    assert doc["kind"] == member.kind and doc["info"]["task"] == task and len(doc["targets"]) == 2
+    loaded = type(member).load(tmp_path / "m")
+    assert repr(loaded) == repr(member)
+    assert torch.equal(loaded.predict(ds.test).mean, before)
+    assert [m.meta for m in loaded.models_] == [m.meta for m in member.models_]
+    with pytest.raises(PredictorFileError, match="holds a"):
+        (RandomForest if isinstance(member, KernelSVR) else KernelSVR).load(tmp_path / "m")
+
+
+class Payload:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch PWNED_BY_PICKLE",))
+
+
+@pytest.mark.parametrize("make", [lambda: KernelSVR(grid=ONE), lambda: RandomForest(n_estimators=2, size=256)])
+def test_a_crafted_pickle_in_the_member_folder_is_refused_unrun(tmp_path, monkeypatch, make):
+    monkeypatch.chdir(tmp_path)
+    ds = make_ds(LOGP)
+    make().fit(ds).save(tmp_path / "m")
+    arrays = tmp_path / "m" / "arrays.pt"
+    torch.save({"t0.coef": Payload()}, arrays)  # a torch file whose pickle runs code
+    with pytest.raises(PredictorFileError, match="refused to load .*arrays.pt.*Nothing in it was run"):
+        type(make()).load(tmp_path / "m")
+    arrays.write_bytes(pickle.dumps(Payload()))  # a bare pickle
+    with pytest.raises(PredictorFileError):
+        type(make()).load(tmp_path / "m")
+    assert not (tmp_path / "PWNED_BY_PICKLE").exists()
+
+
+def test_corrupt_arrays_are_refused_by_name(tmp_path):
+    ds = make_ds(LOGP)
+    RandomForest(n_estimators=2, size=256).fit(ds).save(tmp_path / "rf")
+    from siggate.predictors.base import load_arrays, save_arrays
+
+    arrays = load_arrays(tmp_path / "rf" / "arrays.pt")
+    arrays["t0.left"][0] = 0  # the root points to itself: a cycle that would never end
+    arrays["t0.left"][1] = 10**9
+    save_arrays(tmp_path / "rf" / "arrays.pt", arrays)
+    with pytest.raises(PredictorFileError, match="left points outside"):
+        RandomForest.load(tmp_path / "rf")
+    KernelSVR(grid=ONE).fit(ds).save(tmp_path / "svr")
+    arrays = load_arrays(tmp_path / "svr" / "arrays.pt")
+    arrays["t0.coef"] = arrays["t0.coef"][:-1]
+    save_arrays(tmp_path / "svr" / "arrays.pt", arrays)
+    with pytest.raises(PredictorFileError, match="coefficients for"):
+        KernelSVR.load(tmp_path / "svr")
+
+
+# ----------------------------------------------------------------------------- what is refused
+
+
+def test_refusals_name_the_cause():
+    with pytest.raises(ValueError, match=r"unknown grid option\(s\) \['gamma'\]"):
+        KernelSVR(grid={"gamma": [1.0]})
+    with pytest.raises(ValueError, match="'C' needs at least one value"):
+        SVRGrid(C=())
+    ds = make_ds(LOGP)
+    ds.splits["train"][0].smiles = None
+    with pytest.raises(ValueError, match="graph 0 carries none"):
+        RandomForest(n_estimators=1).fit(ds)
+    info = TaskInfo(name="mc", task="multiclass", num_tasks=1, metric="accuracy", num_classes=3)
+    with pytest.raises(ValueError, match="not 'multiclass'"):
+        KernelSVR().fit(GraphDataset(info=info, splits={"train": [], "val": [], "test": []}))
+    with pytest.raises(ValueError, match="needs 0/1 labels"):
+        KernelSVR(grid=ONE).fit(make_ds(LOGP, task="binary"))
+    with pytest.raises(RuntimeError, match="call fit"):
+        RandomForest().predict(ds.test)

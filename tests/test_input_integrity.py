@@ -1,0 +1,387 @@
+"""Input that used to be misread in silence, or to end in a traceback (issue 30): each case is
+now read as meant, reported per row, or refused in one line with exit code 2 and the fix.
+
+Sections: files that are not UTF-8 CSV text (train and evaluate); ambiguous headers and
+rows with extra fields; flags that only make sense with ``--data``; ``--threads``; outputs
+and caches that cannot be written.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import pytest
+
+from test_predict import nci_smiles, one_thread, read_output, run_cli, shared_checkpoint
+
+_TINY = ["--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.pe=none", "--set", "model.heads=2",
+         "--set", "model.head_layers=2", "--set", "train.warmup_epochs=0", "--set", "train.batch_size=16",
+         "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return shared_checkpoint(tmp_path_factory)
+
+
+@pytest.fixture(autouse=True)
+def _single_thread(monkeypatch):
+    monkeypatch.setenv("SIGGATE_OFFLINE", "1")
+    with one_thread():
+        yield
+
+
+def _table(n: int = 30, extra: str = "") -> str:
+    """``smiles,y,split`` rows of NCI molecules (2/3 train, then val, then test)."""
+    lines = ["smiles,y,split" + extra]
+    for i, s in enumerate(nci_smiles(n)):
+        split = "train" if i < 2 * n // 3 else ("val" if i < 5 * n // 6 else "test")
+        lines.append(f"{s},{len(s) / 10},{split}" + ("," + f"id{i}" if extra else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _one_error_line(err: str, command: str) -> str:
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith(f"siggate {command}: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def _xlsx_bytes() -> bytes:
+    """The members by which a spreadsheet program's .xlsx is recognised (a zip with ``xl/``)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("[Content_Types].xml", "<Types/>")
+        z.writestr("xl/workbook.xml", "<workbook/>")
+        z.writestr("xl/worksheets/sheet1.xml", "<worksheet/>")
+    return buf.getvalue()
+
+
+#: (id, file bytes, what the message must say besides "save it as UTF-8 CSV")
+NOT_UTF8_CSV = [
+    ("xlsx", _xlsx_bytes(), "is an Excel workbook (.xlsx), not a CSV file"),
+    ("xls", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 64, "is an Excel 97-2003 workbook (.xls)"),
+    ("latin1", "smiles,y,name\nCCO,1.0,B\u00e9lier\nCCN,2.0,x\n".encode("latin-1"),
+     "is not UTF-8 text: byte 0xe9 on line 2"),
+    ("utf16", "smiles,y\nCCO,1\n".encode("utf-16"), "is UTF-16 text, not a UTF-8 CSV file"),
+]
+
+
+@pytest.mark.parametrize("content, expected", [c[1:] for c in NOT_UTF8_CSV], ids=[c[0] for c in NOT_UTF8_CSV])
+def test_train_refuses_a_file_that_is_not_utf8_csv(tmp_path, capsys, content, expected):
+    data = tmp_path / "mols.csv"
+    data.write_bytes(content)
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--epochs", "1", "--out",
+                          str(tmp_path / "run"), "--cache-dir", str(tmp_path / "c"), *_TINY], capsys)
+    assert rc == 2
+    line = _one_error_line(err, "train")
+    assert expected in line and "save it as UTF-8 CSV" in line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("content, expected", [c[1:] for c in NOT_UTF8_CSV] + [(b"", "the file is empty")],
+                         ids=[c[0] for c in NOT_UTF8_CSV] + ["empty"])
+def test_evaluate_refuses_a_file_that_is_not_utf8_csv(ckpt, tmp_path, capsys, content, expected):
+    data = tmp_path / "ext.csv"
+    data.write_bytes(content)
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data), "--target-col", "y"], capsys)
+    assert rc == 2 and out == ""
+    assert expected in _one_error_line(err, "evaluate")
+
+
+def test_duplicate_header_is_refused_in_train_and_evaluate(ckpt, tmp_path, capsys):
+    """``smiles,y,y``: which ``y`` is meant cannot be known (pandas read the first one)."""
+    data = tmp_path / "d.csv"
+    data.write_text("smiles,y,y\nCCO,1,5\nCCN,2,6\nCCC,3,7\n")
+    want = "the header names column 'y' 2 times (columns 2, 3); rename the copies"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "random", "--epochs", "1",
+                          "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "c"), *_TINY], capsys)
+    assert rc == 2 and want in _one_error_line(err, "train")
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data)], capsys)
+    assert rc == 2 and want in _one_error_line(err, "evaluate")
+    data.write_text("smiles,y,note,note\nCCO,1,a,b\nCCN,2,c,d\n")  # a repeated column nobody reads is fine
+    from siggate.data.csvdata import read_table
+
+    assert read_table(data, ",")[0] == ["smiles", "y", "note", "note"]
+
+
+def test_a_row_with_an_extra_field_is_reported_not_shifted(tmp_path):
+    """``CCO,1.5,train,oops`` under ``smiles,y,split``: the row is dropped with its reason
+    (pandas dropped the extra field and trained the row), the others load."""
+    from siggate.data.csvdata import load_csv, row_issue
+
+    text = _table(30)
+    lines = text.splitlines()
+    lines[4] = lines[4] + ",oops"  # data row 3
+    lines[5] = lines[5].rsplit(",", 1)[0]  # data row 4: the split field missing (empty), read as before
+    data = tmp_path / "d.csv"
+    data.write_text("\n".join(lines) + "\n")
+    ds = load_csv(data, "smiles", ["y"], "regression", split="column:split", cache_dir=tmp_path / "c")
+    assert [(r.index, r.reason) for r in ds.invalid] == [
+        (3, "line 5 has 4 fields but the header has 3: a delimiter inside an unquoted field? quote that field or "
+            "remove the extra one"),
+        (4, "split column 'split': unknown value '' (expected train, val, valid or test)")]
+    assert row_issue(ds.invalid[0].reason) == "malformed row"
+    assert sum(ds.sizes().values()) == 28
+
+
+def test_evaluate_counts_rows_with_extra_fields_apart(ckpt, tmp_path, capsys, caplog):
+    data = tmp_path / "ext.csv"
+    data.write_text("smiles,y\nCCO,1.0\nCCN,2.0,9.9\nCCC,3.0\n")
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data)], capsys)
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["rows"] == {"rows": 3, "scored": 2, "invalid": 0, "unlabelled": 0, "malformed": 1}
+    assert any("1 rows have more fields than the header (first: line 3)" in r.getMessage() for r in caplog.records)
+
+
+# --------------------------------------------------------------------------- flags of --data without --data
+
+
+@pytest.mark.parametrize("flags", [["--target-col", "y"], ["--smiles-col", "smi"], ["--task", "binary"],
+                                   ["--split", "random"], ["--val-fraction", "0.1"]],
+                         ids=["target-col", "smiles-col", "task", "split", "val-fraction"])
+def test_csv_flags_without_data_are_refused(tmp_path, capsys, flags):
+    """``--target-col`` without ``--data`` trained nci5k, ignoring the flag."""
+    rc, _, err = run_cli(["train", *flags, "--epochs", "1", "--out", str(tmp_path / "run")], capsys)
+    assert rc == 2
+    assert (f"{flags[0]} applies to --data FILE.csv only; give --data too (without it siggate trains nci5k)"
+            in _one_error_line(err, "train"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_val_fraction_through_the_command_line(tmp_path, capsys):
+    data = tmp_path / "tt.csv"
+    data.write_text(_table(30).replace(",val\n", ",train\n"))
+    args = ["train", "--data", str(data), "--target-col", "y", "--epochs", "1", "--cache-dir", str(tmp_path / "c"),
+            *_TINY]
+    rc, _, err = run_cli([*args, "--split", "column:split", "--out", str(tmp_path / "a")], capsys)
+    assert rc == 2 and "--val-fraction 0.1 draws them from its train rows" in _one_error_line(err, "train")
+    rc, _, err = run_cli([*args, "--split", "random", "--val-fraction", "0.1", "--out", str(tmp_path / "b")], capsys)
+    assert rc == 2 and "data.val_fraction: 0.1 draws validation rows from the train rows of a split column" in err
+    rc, _, err = run_cli([*args, "--split", "column:split", "--val-fraction", "0.2", "--out", str(tmp_path / "c")],
+                         capsys)
+    assert rc == 0, err
+    assert json.loads((tmp_path / "c" / "metrics.json").read_text())["splits"] == {"train": 20, "val": 5, "test": 5}
+
+
+# --------------------------------------------------------------------------- --threads, outputs and caches
+
+
+@pytest.mark.parametrize("command", [["train", "--epochs", "1"], ["evaluate", "--checkpoint", "x"],
+                                     ["predict", "--checkpoint", "x", "CCO"], ["data", "list"]],
+                         ids=["train", "evaluate", "predict", "data"])
+def test_negative_threads_is_one_line(capsys, command):
+    rc, _, err = run_cli([*command, "--threads", "-1"], capsys)
+    assert rc == 2
+    assert "--threads -1: give a number of threads >= 1" in _one_error_line(err, command[0])
+
+
+def test_evaluate_output_that_cannot_be_written_is_refused_before_scoring(ckpt, tmp_path, capsys, monkeypatch):
+    data = tmp_path / "ext.csv"
+    data.write_text("smiles,y\nCCO,1.0\nCCN,2.0\nCCC,3.0\n")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for output, why in ((blocker / "scores.json", "is a file, so the folder cannot be created"),
+                        (tmp_path, "is a folder; give a file name")):
+        rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data), "--output", str(output)],
+                               capsys)
+        assert rc == 2 and out == "" and why in _one_error_line(err, "evaluate")
+    # the folder is writable when checked, and fails when written (full disk, a read-only remount):
+    # the scores are on stdout and the failure is one line
+    from siggate import files
+
+    def full(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files, "atomic_write_bytes", full)
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data), "--output",
+                            str(tmp_path / "s.json")], capsys)
+    assert rc == 2 and json.loads(out)["n"] == {"data": 3}
+    assert ("cannot write it (No space left on device); the scores are printed above"
+            in _one_error_line(err, "evaluate"))
+
+
+def test_unwritable_cache_is_one_line(tmp_path, capsys, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    monkeypatch.setenv("SIGGATE_CACHE", str(blocker / "cache"))
+    data = tmp_path / "d.csv"
+    data.write_text(_table(30))
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--epochs",
+                          "1", "--out", str(tmp_path / "run"), *_TINY], capsys)
+    assert rc == 2
+    line = _one_error_line(err, "train")
+    assert f"cannot write the cache folder {blocker / 'cache'}" in line and "set SIGGATE_CACHE" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_reads_the_training_runs_smiles_column_by_default(tmp_path, capsys):
+    """The README promised it; the default was 'smiles' whatever the run was trained on."""
+    data = tmp_path / "d.csv"
+    data.write_text(_table(30).replace("smiles,y,split", "mol,y,split"))
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--smiles-col", "mol", "--target-col", "y", "--split",
+                          "column:split", "--epochs", "1", "--out", str(run), "--cache-dir", str(tmp_path / "c"),
+                          *_TINY], capsys)
+    assert rc == 0, err
+    ext = tmp_path / "ext.csv"
+    ext.write_text("mol,y\nCCO,1.0\nCCN,2.0\n")
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(ext)], capsys)
+    assert rc == 0, err
+    assert json.loads(out)["rows"]["scored"] == 2
+
+
+def test_predict_dash_reads_standard_input(ckpt, tmp_path, capsys, monkeypatch):
+    """``siggate predict --checkpoint RUN -`` predicted the SMILES '-' (a failed row)."""
+    import sys
+
+    class Stdin:
+        buffer = io.BytesIO(b"smiles,id\nCCO,a\nc1ccccc1O,b\n")
+
+    monkeypatch.setattr(sys, "stdin", Stdin())
+    out = tmp_path / "p.csv"
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "-", "--output", str(out)], capsys)
+    assert rc == 0, err
+    rows = read_output(out)
+    assert [(r["smiles"], r["id"], r["error"]) for r in rows] == [("CCO", "a", ""), ("c1ccccc1O", "b", "")]
+    for argv in (["CCO", "-"], ["-", "--input", str(out)]):
+        rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), *argv], capsys)
+        assert rc == 2 and "'-' reads the molecules from standard input; give it alone" in _one_error_line(err,
+                                                                                                           "predict")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--input", str(out)], capsys)
+    assert rc == 2 and "not both" in _one_error_line(err, "predict")  # --input was ignored
+
+
+def test_evaluate_names_a_renamed_or_implausible_target(ckpt, tmp_path, capsys, caplog):
+    """An nci5k model scored with --target-col y on another property gave R2 -33 and no word
+    that the names differ; now the renaming and labels far from the training targets' mean and
+    spread are named (stderr and the JSON's ``warnings``); the model's own property is not."""
+    import torch
+    from rdkit import Chem
+
+    smiles = nci_smiles(20)
+    atoms = [Chem.MolFromSmiles(s).GetNumAtoms() / 10 for s in smiles]  # what the tiny model learned, as 'y'
+    plain, other = tmp_path / "plain.csv", tmp_path / "other.csv"
+    plain.write_text("smiles,y\n" + "".join(f"{s},{a}\n" for s, a in zip(smiles, atoms)))
+    other.write_text("smiles,logS\n" + "".join(f"{s},{a * 100 + 40}\n" for s, a in zip(smiles, atoms)))
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(plain)], capsys)
+    assert rc == 0, err
+    assert "warnings" not in json.loads(out)
+    caplog.clear()
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(other), "--target-col", "logS"],
+                           capsys)
+    assert rc == 0, err
+    res = json.loads(out)
+    from siggate.train.modelprep import load_trained
+
+    ck = load_trained(ckpt)[1]
+    mean, std = float(ck["target_mean"][0]), float(ck["target_std"][0])
+    labels = torch.tensor([a * 100 + 40 for a in atoms], dtype=torch.float32).double()
+    assert res["warnings"] == [
+        "scored column 'logS' as the model's target 'y': the names differ, so make sure each is the same property "
+        "in the same units",
+        f"the labels of 'logS' (mean {float(labels.mean()):.4g}, std {float(labels.std(correction=0)):.4g}) are far "
+        f"from the training targets 'y' (mean {mean:.4g}, std {std:.4g}): another property, or other units?"]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"--data {other}: {w}" for w in res["warnings"]]
+
+
+# --------------------------------------------------------------------------- predict's input file
+
+
+def test_predict_reads_a_latin1_text_column_as_text(ckpt, tmp_path, capsys, caplog):
+    """A name column exported as Latin-1 came out as ``B\\xe9lier``; it is read as Windows-1252
+    and the output, UTF-8, says ``Bélier``, with one warning naming the fix."""
+    src = tmp_path / "in.csv"
+    src.write_bytes("smiles,name\nCCO,B\u00e9lier\nCCN,na\u00efve \u2013 \u20ac\n".encode("cp1252"))
+    out = tmp_path / "out.csv"
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(src), "--output", str(out)], capsys)
+    assert rc == 0, err
+    rows = read_output(out)
+    assert [(r["name"], r["error"]) for r in rows] == [("B\u00e9lier", ""), ("na\u00efve \u2013 \u20ac", "")]
+    assert all(float(r["y"]) == float(r["y"]) for r in rows)
+    assert [r.getMessage() for r in caplog.records if "not UTF-8" in r.getMessage()] == [
+        "the input is not UTF-8: 2 text fields (first: row 0, column 'name') were read as Windows-1252 (Latin-1) and "
+        "written as UTF-8; save the input as UTF-8 to be sure they read as meant"]
+
+
+def test_predict_fails_a_row_with_an_extra_field_and_refuses_a_repeated_smiles_column(ckpt, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text("id,smiles\na,CCO\nb,CCN,oops\nc,CCC\n")
+    out = tmp_path / "out.csv"
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(src), "--output", str(out)], capsys)
+    assert rc == 1, err
+    rows = read_output(out)
+    assert list(rows[0]) == ["id", "smiles", "y", "error"]
+    assert [(r["id"], r["error"]) for r in rows] == [
+        ("a", ""), ("b", "line 3 has 3 fields but the header has 2: a delimiter inside an unquoted field? quote that "
+                         "field or remove the extra one"), ("c", "")]
+    assert rows[1]["y"] == "" and rows[0]["y"] and rows[2]["y"]
+    src.write_text("smiles,name,smiles\nCCO,x,CCN\n")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(src), "--output", str(out)], capsys)
+    assert rc == 2 and "the header names column 'smiles' 2 times (columns 1, 3)" in _one_error_line(err, "predict")
+
+
+# --------------------------------------------------------------------------- the run's row tables
+
+
+def test_run_tables_carry_the_inputs_other_columns_and_name_predictions_as_predict(tmp_path, capsys):
+    """test_predictions.csv and splits.csv lacked the input's ID columns; they carry every
+    column but the SMILES, the targets and the split column, and test_predictions.csv names its
+    predictions by predict's own rule (``y_pred`` beside the labels ``y``)."""
+    data = tmp_path / "d.csv"
+    lines = _table(30).splitlines()
+    data.write_text("\n".join([f"id,{lines[0]},note,row"]
+                              + [f"m{i},{ln},n{i},{i * 10}" for i, ln in enumerate(lines[1:])]) + "\n")
+    out = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--epochs", "1",
+                          "--out", str(out), "--cache-dir", str(tmp_path / "c"), *_TINY], capsys)
+    assert rc == 0, err
+    preds = read_output(out / "test_predictions.csv")
+    assert list(preds[0]) == ["row", "smiles", "id", "note", "input_row", "y", "y_pred"]
+    assert [(r["row"], r["id"], r["note"], r["input_row"]) for r in preds] == [
+        (str(i), f"m{i}", f"n{i}", str(i * 10)) for i in range(25, 30)]
+    splits = read_output(out / "splits.csv")
+    assert list(splits[0]) == ["row", "smiles", "id", "note", "input_row", "split", "reason"]
+    assert [(r["id"], r["split"]) for r in splits][19:21] == [("m19", "train"), ("m20", "val")]
+    from siggate.train.predict import SmilesPredictor
+
+    header = list(preds[0])[:-1]
+    assert SmilesPredictor(out).output_columns(header) == ["y_pred"]  # the name predict gives beside the labels
+
+
+# --------------------------------------------------------------------------- very long SMILES
+
+
+#: 100,000 characters of linked benzene rings: RDKit took 45 s to read it unsanitized, minutes to sanitize
+HUGE = "c1ccccc1" * 12_500
+
+
+def test_predict_refuses_a_huge_smiles_unread(ckpt, tmp_path, capsys):
+    import time
+
+    out = tmp_path / "p.csv"
+    t0 = time.perf_counter()
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", HUGE, "--output", str(out)], capsys)
+    assert time.perf_counter() - t0 < 20
+    assert rc == 1
+    rows = read_output(out)
+    assert rows[0]["error"] == "" and rows[1]["error"] == (
+        "SMILES of 100,000 characters, above the limit of 10,000 (10 per atom of a 1,000-atom molecule); not parsed")
+    from siggate.train.predict import SmilesPredictor
+
+    with pytest.raises(Exception, match="above the limit of 20,000 .* 2,000-atom"):
+        SmilesPredictor(ckpt, max_atoms=2000).featurize("C" * 20_001)  # --max-atoms raises the length limit with it
+
+
+def test_a_training_row_with_a_huge_smiles_is_dropped_with_its_reason(tmp_path):
+    from siggate.data.csvdata import load_csv
+
+    data = tmp_path / "d.csv"
+    data.write_text(_table(30) + "c1ccccc1" * 2_000 + ",1.0,train\n")
+    ds = load_csv(data, "smiles", ["y"], "regression", split="column:split", cache_dir=tmp_path / "c")
+    assert [(r.index, r.reason) for r in ds.invalid] == [
+        (30, "SMILES of 16,000 characters, above the limit of 10,000 (10 per atom of a 1,000-atom molecule); "
+             "not parsed")]

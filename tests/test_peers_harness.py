@@ -1,0 +1,95 @@
+"""The peers harness (benchmarks/peers/run.py) plans and executes through the study API
+(``siggate.train.study``): one row per run in a locked results file, done rows skipped, failed
+ones tried again, named recipes (issue 31 item 4); and its tasks read the shared data from
+siggate's data root (issue 30 item 7)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmark_scripts import load
+
+peers = load("peers_run", "peers/run.py")
+
+TEST = [("CCO", 1.0), ("CCN", 2.0), ("CCC", 4.0)]
+
+
+def _fake_build(name, data_dir):
+    """A task folder as tasks.build writes one (data.csv, test.csv) and its meta."""
+    d = Path(data_dir) / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "data.csv").write_text("smiles,y,split\nC,0.5,train\nCC,0.7,val\n" + "".join(f"{s},{y},test\n" for s, y in TEST))
+    (d / "test.csv").write_text("smiles,y\n" + "".join(f"{s},{y}\n" for s, y in TEST))
+    return {"name": name, "size": 5, "data_sha256": "d" * 64, "splits_sha256": "s" * 64, "builder_version": 1}
+
+
+class _FakeSiggate(peers.Tool):
+    """siggate's place in the harness, predicting each test label + 0.5 (or failing)."""
+
+    name = "siggate"
+    calls: list = []
+    fail = False
+
+    def __init__(self, exe=None, extra=""):
+        self.extra = extra
+
+    def version(self):
+        return "0.0"
+
+    def train_args(self, task, tdir, out, seed, epochs):
+        return ["train", "--seed", str(seed), *self.extra.split()]
+
+    def run(self, task, tdir, out, seed, epochs):
+        type(self).calls.append((task.name, seed, self.extra))
+        if type(self).fail:
+            raise RuntimeError("boom")
+        smiles, y, _ = peers.T.read_task_csv(tdir / "test.csv")
+        return {"wall_s": 1.0, "cpu_s": 2.0, "params": 7, "pred_smiles": smiles, "pred": [v + 0.5 for v in y]}
+
+
+def test_peers_runs_are_one_study_over_a_locked_results_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(peers.T, "build", _fake_build)
+    monkeypatch.setattr(peers, "Siggate", _FakeSiggate)
+    results = tmp_path / "results.json"
+    where = ["--tools", "siggate", "--tasks", "freesolv", "--results", str(results), "--data-dir", str(tmp_path / "data"),
+             "--work-dir", str(tmp_path / "runs")]
+    assert peers.main([*where, "--seeds", "0,1"]) == 0
+    res = json.loads(results.read_text())
+    assert [(r["task"], r["seed"], r["status"]) for r in res["runs"]] == [("freesolv", 0, "ok"), ("freesolv", 1, "ok")]
+    assert all(r["value"] == pytest.approx(0.5) and r["metric"] == "mae" for r in res["runs"])
+    assert res["tasks"] == {"freesolv": {"name": "freesolv", "size": 5, "data_sha256": "d" * 64,
+                                         "splits_sha256": "s" * 64}}
+    assert _FakeSiggate.calls == [("freesolv", 0, ""), ("freesolv", 1, "")]
+
+    _FakeSiggate.fail = True
+    assert peers.main([*where, "--seeds", "0,1,2"]) == 1  # 0 and 1 are done: only 2 runs, and fails
+    assert _FakeSiggate.calls[2:] == [("freesolv", 2, "")]
+    failed = [r for r in json.loads(results.read_text())["runs"] if r["status"] == "failed"]
+    assert [(r["seed"], r["error"]) for r in failed] == [(2, "RuntimeError: boom")]
+    _FakeSiggate.fail = False
+    assert peers.main([*where, "--seeds", "2"]) == 0  # a failed row is tried again
+    assert [r["status"] for r in json.loads(results.read_text())["runs"]] == ["ok"] * 3
+
+    assert peers.main([*where, "--seeds", "0", "--recipe", "svr_minmax", "--siggate-args", "--members svr"]) == 0
+    row = next(r for r in json.loads(results.read_text())["runs"] if r.get("variant"))
+    assert (row["recipe"], row["variant"], row["command"]) == ("svr_minmax", "--members svr",
+                                                              "siggate train --seed 0 --members svr")
+    table = peers.recipe_markdown(json.loads(results.read_text()), {"runs": []})
+    assert "| freesolv | MAE ↓ | siggate | svr_minmax: `--members svr` | 0.500 | 0 | 2 |" in table
+    with pytest.raises(SystemExit) as exc:
+        peers.main([*where, "--recipe", "x"])
+    assert exc.value.code == 2 and "--recipe names a --siggate-args variant" in capsys.readouterr().err
+
+
+def test_the_shared_data_root_is_siggates(tmp_path, monkeypatch):
+    """The peers' tasks read shared data where siggate does ($SIGGATE_DATA), not at a path of
+    one machine; without a data root a builder says how to set one."""
+    monkeypatch.setenv("SIGGATE_DATA", str(tmp_path))
+    assert peers.T.shared_data() == tmp_path
+    monkeypatch.delenv("SIGGATE_DATA")
+    monkeypatch.setattr(peers.T, "default_data_root", lambda: None)
+    with pytest.raises(SystemExit, match=r"set \$SIGGATE_DATA"):
+        peers.T.shared_data()

@@ -1,0 +1,339 @@
+"""The predictor interface (``siggate.predictors``): the combination's mean, spread and weights
+against independent computations, its storage, the GNN member, the one loader of saved
+predictors (new and old folders), the registry of member kinds and a run of several members
+that resumes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from siggate.data.base import GraphDataset, TaskInfo
+from siggate.predictors.base import (
+    Prediction,
+    PredictorFileError,
+    load_arrays,
+    read_manifest,
+    save_arrays,
+    task_info,
+    write_manifest,
+)
+from siggate.predictors.combine import Combination, simplex_least_squares
+from test_predict import one_thread, tiny_config, tiny_dataset, train_tiny
+
+INFO = TaskInfo(name="toy", task="regression", num_tasks=2, metric="mae", target_names=["a", "b"])
+
+
+class Fixed:
+    """A member that predicts given rows (by the graphs' ``idx``) and counts what it is asked."""
+
+    kind = "fixed"
+
+    def __init__(self, table: torch.Tensor, info: TaskInfo = INFO) -> None:
+        self.table, self.info, self.asked = table, info, []
+
+    def fit(self, ds):
+        return self
+
+    def predict(self, graphs) -> Prediction:
+        idx = [int(g.idx) for g in graphs]
+        self.asked += idx
+        return Prediction(self.table[idx])
+
+    def save(self, folder) -> None:
+        write_manifest(folder, self.kind, self.info)
+        save_arrays(Path(folder) / "table.pt", {"table": self.table})
+
+    @classmethod
+    def load(cls, folder) -> "Fixed":
+        return cls(load_arrays(Path(folder) / "table.pt")["table"], task_info(read_manifest(folder)))
+
+
+def _graphs(y: torch.Tensor, start: int = 0) -> list[Data]:
+    return [Data(y=y[i:i + 1], idx=start + i, num_nodes=1) for i in range(len(y))]
+
+
+def test_equal_weights_give_the_ensembles_mean_and_std_exactly():
+    g = torch.Generator().manual_seed(0)
+    tables = [torch.randn(9, 2, generator=g) for _ in range(3)]
+    combo = Combination([Fixed(t) for t in tables])
+    pred = combo.predict(_graphs(torch.zeros(9, 2)))
+    stacked = torch.stack(tables)
+    assert torch.equal(pred.mean, stacked.mean(0)) and torch.equal(pred.spread, stacked.std(0, correction=0))
+    one = Combination([Fixed(tables[0])]).predict(_graphs(torch.zeros(9, 2)))
+    assert torch.equal(one.mean, tables[0]) and torch.equal(one.spread, torch.zeros(9, 2))
+
+
+def test_fixed_weights_are_a_weighted_mean_and_std():
+    g = torch.Generator().manual_seed(1)
+    tables = [torch.randn(5, 2, generator=g, dtype=torch.float64) for _ in range(3)]
+    w = np.array([[0.2, 0.5], [0.3, 0.5], [0.5, 0.0]])  # per target
+    pred = Combination([Fixed(t) for t in tables], weights=w.tolist()).predict(_graphs(torch.zeros(5, 2)))
+    p = np.stack([t.numpy() for t in tables])  # M, G, T
+    mean = np.einsum("mt,mgt->gt", w, p)
+    std = np.sqrt(np.einsum("mt,mgt->gt", w, (p - mean) ** 2))
+    assert np.allclose(pred.mean.numpy(), mean, atol=1e-12) and np.allclose(pred.spread.numpy(), std, atol=1e-12)
+    shared = Combination([Fixed(t) for t in tables], weights=[0.25, 0.25, 0.5]).predict(_graphs(torch.zeros(5, 2)))
+    assert np.allclose(shared.mean.numpy(), np.tensordot([0.25, 0.25, 0.5], p, 1), atol=1e-12)
+    for bad in ([0.5, 0.6, -0.1], [0.2, 0.2, 0.2], [0.5, 0.5]):
+        with pytest.raises(ValueError, match="weights"):
+            Combination([Fixed(t) for t in tables], weights=bad)
+    with pytest.raises(ValueError, match="'val' or a list"):
+        Combination([Fixed(tables[0])], weights="best")
+
+
+def test_simplex_least_squares_matches_a_grid_search():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(40, 3))
+    y = a @ np.array([0.6, 0.1, 0.3]) + 0.3 * rng.normal(size=40)
+    w = simplex_least_squares(a, y)
+    assert (w >= 0).all() and w.sum() == pytest.approx(1.0, abs=1e-12)
+    step = 0.005
+    grid = [(i * step, j * step, 1 - (i + j) * step) for i in range(201) for j in range(201 - i)]
+    losses = [np.sum((a @ np.array(g) - y) ** 2) for g in grid]
+    best = np.array(grid[int(np.argmin(losses))])
+    assert np.sum((a @ w - y) ** 2) <= min(losses) + 1e-9  # never worse than the grid's best point
+    assert np.abs(w - best).max() <= step
+    # the optimum on an edge: a useless member gets weight 0
+    assert simplex_least_squares(np.stack([y, -y], 1), y) == pytest.approx([1.0, 0.0], abs=1e-9)
+
+
+def test_val_weights_per_target_skip_missing_labels_and_never_read_test():
+    g = torch.Generator().manual_seed(2)
+    y = torch.randn(30, 2, generator=g)
+    y[20:25, 1] = float("nan")  # target b: some validation labels missing
+    good_a = y.clone()
+    good_a[:, 1] = 0.0  # member 0 knows target a, member 1 target b
+    good_b = torch.randn(30, 2, generator=g)
+    good_b[:, 1] = torch.nan_to_num(y[:, 1], nan=5.0)
+    members = [Fixed(good_a), Fixed(good_b)]
+    ds = GraphDataset(info=INFO, splits={"train": _graphs(y[:10]), "val": _graphs(y[10:25], 10),
+                                         "test": _graphs(y[25:], 25)})
+    combo = Combination(members, weights="val").fit(ds)
+    assert combo.weights_ == pytest.approx(np.array([[1.0, 0.0], [0.0, 1.0]]), abs=1e-6)
+    assert all(i < 25 for m in members for i in m.asked)  # the test rows were never predicted
+    no_labels = GraphDataset(info=INFO, splits={"train": [], "val": _graphs(torch.full((4, 2), float("nan")), 10),
+                                                "test": []})
+    assert Combination(members, weights="val").fit_weights(no_labels).weights_ == pytest.approx(np.full((2, 2), 0.5))
+    with pytest.raises(ValueError, match="fit the weights"):
+        Combination(members, weights="val").predict(ds.test)
+
+
+def test_combination_saves_and_loads_and_refuses_crafted_manifests(tmp_path):
+    g = torch.Generator().manual_seed(3)
+    tables = [torch.randn(6, 2, generator=g) for _ in range(2)]
+    combo = Combination([Fixed(t) for t in tables], weights=[[0.25, 1.0], [0.75, 0.0]], names=["gnn", "svr"],
+                        record={"split_seed": 7})
+    combo.save(tmp_path / "c")
+    doc = json.loads((tmp_path / "c" / "predictor.json").read_text())
+    assert (doc["kind"], doc["members"], doc["weighting"], doc["split_seed"]) == ("combination", ["gnn", "svr"],
+                                                                                   "fixed", 7)
+    back = Combination.load(tmp_path / "c", Fixed.load)
+    graphs = _graphs(torch.zeros(6, 2))
+    assert torch.equal(back.predict(graphs).mean, combo.predict(graphs).mean)
+    assert back.record == {"split_seed": 7} and back.names == ["gnn", "svr"]
+    doc["members"] = ["gnn", "../svr"]
+    (tmp_path / "c" / "predictor.json").write_text(json.dumps(doc))
+    with pytest.raises(PredictorFileError, match="not a subfolder name"):
+        Combination.load(tmp_path / "c", Fixed.load)
+    other = TaskInfo(name="toy", task="binary", num_tasks=2, metric="rocauc", target_names=["a", "b"])
+    with pytest.raises(ValueError, match="share one task"):
+        Combination([Fixed(tables[0]), Fixed(tables[1], other)]).info
+
+
+# ------------------------------------------------------------------------ the GNN member
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A one-epoch run folder written by ``train`` (no predictor.json: an older run's layout)."""
+    out = tmp_path_factory.mktemp("gnn") / "run"
+    ds = tiny_dataset()
+    train_tiny(out, dataset=ds)
+    return out, ds
+
+
+def test_gnn_member_predicts_the_best_epochs_model_and_loads_old_and_new_folders(tiny_run, tmp_path):
+    from siggate.train.gnn_member import GNNMember, mark_run
+    from siggate.train.members import load_predictor
+    from siggate.train.modelprep import load_trained
+    from siggate.train.scoring import predict_graphs
+
+    out, ds = tiny_run
+    assert not (out / "predictor.json").exists()
+    model, ckpt, _, info = load_trained(out / "best.pt")
+    want = predict_graphs(model, ds.test, info, ckpt["target_mean"], ckpt["target_std"], 64)
+    for path in (out, out / "best.pt"):  # a run folder without predictor.json, and a checkpoint file
+        member = load_predictor(path)
+        assert isinstance(member, GNNMember) and member.info == info
+        pred = member.predict(ds.test)
+        assert torch.equal(pred.mean, want) and pred.spread is None
+    copy = tmp_path / "copy"
+    load_predictor(out).save(copy)  # another folder: the run's files travel with the manifest
+    assert read_manifest(copy)["kind"] == "gnn" and (copy / "best.pt").is_file()
+    assert torch.equal(load_predictor(copy).predict(ds.test).mean, want)
+    mark_run(out)
+    assert read_manifest(out) == {**read_manifest(copy)}
+    assert torch.equal(GNNMember.load(out).predict(ds.test).mean, want)
+
+
+def test_gnn_member_fit_trains_reuses_and_resumes(tmp_path):
+    from siggate.train.gnn_member import GNNMember
+
+    ds = tiny_dataset()
+    cfg = tiny_config(train={"epochs": 2})
+    with one_thread():
+        member = GNNMember(cfg, tmp_path / "m", progress=False).fit(ds)
+    assert member.metrics_["epochs"] == 2 and member.info == ds.info
+    stamp = (tmp_path / "m" / "best.pt").stat().st_mtime_ns
+    again = GNNMember(cfg, tmp_path / "m", progress=False).fit(ds)  # finished: reused, not trained again
+    assert (tmp_path / "m" / "best.pt").stat().st_mtime_ns == stamp
+    assert torch.equal(again.predict(ds.val).mean, member.predict(ds.val).mean)
+    with pytest.raises(AttributeError, match="not fitted"):
+        GNNMember(cfg, tmp_path / "x").predict(ds.val)
+
+
+# ------------------------------------------------------------------ registry and loader
+
+
+def test_unknown_member_kinds_are_refused_with_the_list(tmp_path, capsys):
+    from siggate.cli import main
+    from siggate.train.members import MEMBER_KINDS, MemberError, parse_kinds
+
+    assert parse_kinds("gnn, gnn") == ["gnn"]
+    with pytest.raises(MemberError, match=r"unknown member kind 'svm'; known kinds: " + ", ".join(sorted(MEMBER_KINDS))):
+        parse_kinds("gnn,svm")
+    rc = main(["train", "--data", str(tmp_path / "d.csv"), "--members", "gnn,svm", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "unknown member kind 'svm'; known kinds: gnn" in err and len(err.strip().splitlines()) == 1
+
+
+def test_old_ensemble_folder_loads_as_equal_weights(tiny_run, tmp_path):
+    from siggate.train.members import load_predictor, run_data, saved_task
+
+    out, ds = tiny_run
+    ens = tmp_path / "old"
+    for i in range(2):
+        (ens / f"member{i}").mkdir(parents=True)
+        (ens / f"member{i}" / "best.pt").write_bytes((out / "best.pt").read_bytes())
+    (ens / "ensemble.json").write_text(json.dumps({"members": ["member0/best.pt", "member1/best.pt"],
+                                                   "seeds": [4, 5]}))
+    combo = load_predictor(ens)
+    assert isinstance(combo, Combination) and combo.weighting == "equal" and combo.names == ["member0", "member1"]
+    pred, single = combo.predict(ds.test), load_predictor(out).predict(ds.test)
+    assert torch.equal(pred.mean, single.mean) and torch.equal(pred.spread, torch.zeros_like(single.mean))
+    assert run_data(combo).split_seed == 4 and run_data(load_predictor(ens / "member1")).split_seed == 4
+    assert saved_task(ens).name == ds.info.name
+    (ens / "member1" / "best.pt").unlink()
+    with pytest.raises(PredictorFileError, match="member checkpoint"):
+        load_predictor(ens)
+
+
+class Sized:
+    """A member kind for the tests: predicts ``a * atoms + b`` fitted by least squares on the
+    training rows; counts its fits."""
+
+    kind = "sized"
+    fits = 0
+
+    def __init__(self, info=None, coef=None) -> None:
+        self.info, self.coef = info, coef
+
+    def fit(self, ds):
+        type(self).fits += 1
+        x = torch.tensor([[float(g.num_nodes), 1.0] for g in ds.train], dtype=torch.float64)
+        y = torch.cat([g.y for g in ds.train]).double()
+        self.info, self.coef = ds.info, torch.linalg.lstsq(x, y).solution
+        return self
+
+    def predict(self, graphs):
+        x = torch.tensor([[float(g.num_nodes), 1.0] for g in graphs], dtype=torch.float64)
+        return Prediction((x @ self.coef).float())
+
+    def save(self, folder):
+        write_manifest(folder, self.kind, self.info)
+        save_arrays(Path(folder) / "coef.pt", {"coef": self.coef})
+
+    @classmethod
+    def load(cls, folder):
+        return cls(task_info(read_manifest(folder)), load_arrays(Path(folder) / "coef.pt")["coef"])
+
+
+def test_a_run_of_several_kinds_records_each_member_and_resumes(tmp_path, monkeypatch):
+    """One registry entry adds a kind; metrics.json holds every member's and the combination's
+    scores; a second call reuses the finished members, and a GNN member stopped after its first
+    epoch resumes to the numbers of an uninterrupted run."""
+    from siggate.train import members as members_mod
+    from siggate.train import record
+    from siggate.train.ensemble import train_members
+    from siggate.train.members import MemberKind, load_predictor
+
+    monkeypatch.setitem(members_mod.MEMBER_KINDS, "sized",
+                        MemberKind(build=lambda spec: Sized(), load=lambda folder, device: Sized.load(folder)))
+    ds, cfg = tiny_dataset(), tiny_config(train={"epochs": 2})
+    with one_thread():
+        whole = train_members(cfg, tmp_path / "whole", ["sized", "gnn"], 2, weights="val", progress=False, dataset=ds)
+    assert [(m["name"], m["kind"], m["seed"]) for m in whole["members"]] == [
+        ("member0", "gnn", 0), ("member1", "gnn", 1), ("member2", "sized", 0)]
+    assert whole["weighting"] == "val" and np.allclose(np.sum(whole["weights"], 0), 1.0)
+    combo = load_predictor(tmp_path / "whole")
+    preds = [m.predict(ds.test).mean for m in combo.members]
+    w = torch.tensor(whole["weights"], dtype=torch.float32)[:, None, :]
+    assert torch.allclose(combo.predict(ds.test).mean, (w * torch.stack(preds)).sum(0), atol=1e-6)
+    y = torch.cat([g.y for g in ds.test])
+    assert whole["test"] == pytest.approx(float((combo.predict(ds.test).mean - y).abs().mean()), rel=1e-5)
+    for m, p in zip(whole["members"], preds):
+        assert m["test"] == pytest.approx(float((p - y).abs().mean()), rel=1e-5)
+
+    original, fits = record.RunFiles.__call__, Sized.fits
+
+    class Crash(Exception):
+        pass
+
+    def crash_in_member1(self, run, end):
+        original(self, run, end)
+        if self.out.name == "member1" and end.row["epoch"] == 1:
+            raise Crash
+
+    monkeypatch.setattr(record.RunFiles, "__call__", crash_in_member1)
+    with one_thread(), pytest.raises(Crash):
+        train_members(cfg, tmp_path / "cut", ["sized", "gnn"], 2, weights="val", progress=False, dataset=ds)
+    monkeypatch.setattr(record.RunFiles, "__call__", original)
+    stamp = (tmp_path / "cut" / "member0" / "best.pt").stat().st_mtime_ns
+    with one_thread():
+        resumed = train_members(cfg, tmp_path / "cut", ["sized", "gnn"], 2, weights="val", resume=True,
+                                progress=False, dataset=ds)
+    assert (tmp_path / "cut" / "member0" / "best.pt").stat().st_mtime_ns == stamp  # finished: reused
+    hist = [json.loads((tmp_path / r / "member1" / "metrics.json").read_text())["history"] for r in ("whole", "cut")]
+    keys = ("train_loss", "val", "test", "grad_norm")
+    assert [[h[k] for k in keys] for h in hist[0]] == [[h[k] for k in keys] for h in hist[1]]
+    assert Sized.fits == fits + 1  # fitted once in the cut run (after the GNN members), never refitted
+    strip = ("seconds",)
+    assert {k: v for k, v in resumed.items() if k not in strip} == {k: v for k, v in whole.items() if k not in strip}
+
+
+def test_old_name_of_the_smiles_predictor_still_works():
+    import siggate.train.predict as predict
+
+    with pytest.warns(DeprecationWarning, match="SmilesPredictor"):
+        assert predict.Predictor is predict.SmilesPredictor
+
+
+def test_encodings_of_members_must_agree(tiny_run):
+    from siggate.train.dataprep import Encodings
+    from siggate.train.members import encodings_of, load_predictor
+
+    out, _ = tiny_run
+    gnn = load_predictor(out)
+    assert encodings_of(Combination([gnn, Sized()])) == Encodings("rwse", 4, "none")
+
+    class Other:
+        encodings = Encodings("lappe", 4, "none")
+
+    with pytest.raises(PredictorFileError, match="different graph encodings"):
+        encodings_of(Combination([gnn, Other()]))
