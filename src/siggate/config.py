@@ -23,6 +23,7 @@ from .options import (
     ATTN_IMPLS,
     ATTN_TYPES,
     DUPLICATES,
+    EVAL_NORMS,
     FLAT_ATTENTION_KEYS,
     GATE_KINDS,
     GATE_POSITIONS,
@@ -131,6 +132,9 @@ class TrainConfig:
     normalize_targets: bool = True
     on_nan: str = "stop"
     threads: int = 0
+    # BatchNorm statistics an evaluation uses: "running" (PyTorch's running averages over the last
+    # training batches) or "train" (recomputed on the training set first, train/bn_stats.py)
+    eval_norm: str = "running"
     init: str = ""                          # start from these weights: "pretrained", a pretrained.pt or a checkpoint
 
 
@@ -166,6 +170,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.param_match": _choice("none", "ffn"),
     "train.loss": _choice("auto", *dict.fromkeys(loss for losses in TASK_LOSSES.values() for loss in losses)),
     "train.on_nan": _choice("stop", "skip"),
+    "train.eval_norm": _choice(*EVAL_NORMS),
     "model.dim": {"min": 1},
     "model.ffn_dim": {"min": 0},
     "model.layers": {"min": 1},
@@ -561,6 +566,8 @@ def upgrade_config_dict(raw: dict) -> dict:
       older runs had none: ``0``.
     - ``train.warmup_start`` came with ``siggate train``'s 1% warmup start; older runs
       warmed up from GraphGPS's ``0``.
+    - ``train.eval_norm`` came with the BatchNorm statistics recomputed before evaluation;
+      older runs were scored with the running statistics: ``"running"``.
     - ``model.performer_features``, ``performer_redraw``, ``performer_kernel``,
       ``expander_degree``, ``expander_degree_total``, ``expander_seed`` and ``virtual_nodes``
       moved into ``model.attention.performer``/``.exphormer``
@@ -587,6 +594,7 @@ def upgrade_config_dict(raw: dict) -> dict:
     if isinstance(train, dict):
         train.setdefault("warmup_start", 0.0)
         train.setdefault("init", "")
+        train.setdefault("eval_norm", "running")
     return _nest_flat_attention_keys(out, warn=False)
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "DUPLICATES",
     "DEFAULT_MEMBERS",
     "MEMBER_KIND_NAMES",
+    "EVAL_NORMS",
     "parse_gate_spec",
     "parse_mol_features",
     "mol_features_dim",
@@ -123,6 +124,10 @@ MEMBER_KIND_NAMES = {"gnn": "the gated graph transformer", "svr": "MinMax-kernel
 #: the members of a run when none are named: ``siggate train --members`` and the scikit-learn
 #: estimators' ``members=``
 DEFAULT_MEMBERS = "gnn"
+#: ``train.eval_norm``: the BatchNorm statistics an evaluation uses: the running averages that
+#: training keeps (PyTorch's, momentum 0.1), or recomputed on the training set first
+#: (:func:`siggate.train.bn_stats.recompute_bn_stats`).
+EVAL_NORMS = ("running", "train")
 
 
 def parse_gate_spec(text: str) -> tuple[str, str | None]:

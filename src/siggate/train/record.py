@@ -22,8 +22,8 @@ from ..config import DataConfig
 from ..data.base import GraphDataset
 from ..files import atomic_write_bytes
 from ..version import __version__
-from .checkpoint import atomic_save
-from .loop import EpochEnd, Run, checkpoint_dict
+from .checkpoint import FORMAT_VERSION, atomic_save, rng_state
+from .loop import EpochEnd, Run
 from .tblog import TBLogger
 
 log = logging.getLogger("siggate.train")
@@ -32,6 +32,32 @@ log = logging.getLogger("siggate.train")
 BEST, LAST = "best.pt", "last.pt"
 #: the record a finished run leaves last (atomically): ``siggate compare`` skips runs that hold it
 METRICS = "metrics.json"
+
+
+
+def checkpoint_dict(run: Run, config: dict, rng_ranks: list) -> dict:
+    """The checkpoint of ``run`` after an epoch (``best.pt``, ``last.pt``): everything
+    :func:`~.loop.resume_run` restores, ``config`` (the run's whole config, as the user gave it), the
+    values resolved from the data and the task (which :func:`~.modelprep.load_trained` rebuilds
+    the model from), and every rank's RNG states ``rng_ranks``."""
+    return {
+        "format": FORMAT_VERSION,
+        "siggate_version": __version__,
+        "config": config,
+        "resolved": dict(run.resolved),  # values resolved from the data (resolve_pool_norm)
+        "info": run.info.to_dict(),
+        "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "rng": rng_state(),
+        "rng_ranks": rng_ranks,  # every rank's generators (CPU, and CUDA on GPU)
+        "world_size": len(rng_ranks),
+        "target_mean": run.mean.cpu(),
+        "target_std": run.std.cpu(),
+        "state": dict(run.state.__dict__),
+        "history": run.history,
+        "params": run.params,
+    }
 
 
 def git_commit() -> str | None:
