@@ -206,3 +206,20 @@ def test_the_csv_recipe_recomputes_and_the_benchmark_protocols_keep_their_runnin
     protocols = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if p.stem != "csv")
     assert len(protocols) >= 5
     assert {name: load_config(name).train.eval_norm for name in protocols} == dict.fromkeys(protocols, "running")
+
+
+def test_select_last_keeps_the_last_epoch_and_scores_it_as_the_run_s(tmp_path):
+    """``train.select: last``: best.pt is the schedule's last epoch whatever its val, so a
+    combination's weights fitted on val read scores the selection never looked at."""
+    ds = synthetic_dataset()
+    best = train(tiny_cfg(*COMMON, "train.epochs=4"), tmp_path / "best", progress=False, dataset=ds)
+    last = train(tiny_cfg(*COMMON, "train.epochs=4", "train.select=last"), tmp_path / "last", progress=False, dataset=ds)
+    assert [h["val"] for h in last["history"]] == [h["val"] for h in best["history"]]  # the same training
+    assert last["best_epoch"] == 4 and last["val"] == last["history"][-1]["val"]
+    a = torch.load(tmp_path / "last" / "best.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "last" / "last.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    vals = [h["val"] for h in best["history"]]
+    assert best["best_epoch"] == 1 + vals.index(min(vals))
+    with pytest.raises(Exception, match="select"):
+        tiny_cfg("train.select=median")

@@ -360,7 +360,8 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
         lr = run.optimizer.param_groups[0]["lr"]
         run.scheduler.step()
         val, test, gates = evaluate_epoch(run, full_eval)
-        improved = state.best_val is None or (math.isfinite(val) and is_better(run.info.metric, val, state.best_val))
+        improved = (state.best_val is None or t_cfg.select == "last"
+                    or (math.isfinite(val) and is_better(run.info.metric, val, state.best_val)))
         if improved:
             state.best_val, state.best_test, state.best_epoch = val, test, epoch
         row = {
