@@ -65,7 +65,7 @@ def test_predict_mix_of_valid_and_invalid_smiles(trained, tmp_path):
     assert proc.returncode == 1  # some rows failed
     rows = list(csv.DictReader(open(dest)))
     assert [r["smiles"] for r in rows] == smiles
-    assert list(rows[0]) == ["smiles", "penalized_logp", "error"]
+    assert list(rows[0]) == ["smiles", "penalized_logp", "nearest_train_similarity", "outside_domain", "error"]
     for r in (rows[0], rows[2]):
         assert r["error"] == "" and float(r["penalized_logp"]) == float(r["penalized_logp"])
     assert "SMILES Parse Error" in rows[1]["error"] or "parse" in rows[1]["error"].lower()

@@ -112,6 +112,27 @@ def tiny_cfg(*extra: str):
     return load_config("nci5k", TINY + ["model.pe=none", "train.batch_size=8", "train.threads=1", *extra])
 
 
+def train_until_a_crash_after_epoch_one(monkeypatch, cfg, out: Path, **kwargs) -> None:
+    """``train(cfg, out, **kwargs)`` that crashes right after the first epoch's files and
+    checkpoints are written, leaving a run to resume."""
+    from siggate.train import record
+
+    original = record.RunFiles.__call__
+
+    class Crash(Exception):
+        pass
+
+    def crash_after_first_epoch(self, run, end):
+        original(self, run, end)
+        if end.row["epoch"] == 1:
+            raise Crash
+
+    with monkeypatch.context() as m:
+        m.setattr(record.RunFiles, "__call__", crash_after_first_epoch)
+        with pytest.raises(Crash):
+            train(cfg, out, progress=False, **kwargs)
+
+
 # --------------------------------------------------------------------------- gate-only differences
 
 

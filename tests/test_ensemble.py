@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,7 @@ def test_prediction_is_the_member_mean_and_uncertainty_their_std(ensemble3, tmp_
     rc, _, _ = run_cli(["predict", "--checkpoint", str(out), *QUERIES, "--output", str(tmp_path / "e.csv")], capsys)
     assert rc == 1  # one invalid row
     rows = _read(tmp_path / "e.csv")
-    assert list(rows[0]) == ["smiles", "y", "y_uncertainty", "error"]
+    assert list(rows[0]) == ["smiles", "y", "y_uncertainty", "nearest_train_similarity", "outside_domain", "error"]
     members = []
     for i in range(3):
         run_cli(["predict", "--checkpoint", str(out / f"member{i}" / "best.pt"), *QUERIES, "--output",
@@ -133,7 +134,11 @@ def test_val_weights_and_the_members_table(tmp_path, capsys):
     assert res["weighting"] == "val" and w0 >= 0 and w1 >= 0 and w0 + w1 == pytest.approx(1.0, abs=1e-9)
     lines = [line.split() for line in stdout.splitlines() if line.strip().startswith(("member", "combined"))]
     assert [row[:2] for row in lines] == [["member0", "gnn"], ["member1", "gnn"], ["combined", "val"]]
-    assert float(lines[2][-1]) == pytest.approx(res["test"], abs=5e-5)
+    for row, m in zip(lines, [*res["members"], res]):  # val and test: MAE, RMSE and R2 (4 significant digits)
+        for split in ("val", "test"):
+            got = re.search(split + r" MAE (\S+)\s+RMSE (\S+)\s+R2 (\S+)", " ".join(row))
+            want = m[f"{split}_metrics"]["mean"]
+            assert [float(v) for v in got.groups()] == pytest.approx([want["mae"], want["rmse"], want["r2"]], rel=1e-3)
     smiles = nci_smiles(4)
     run_cli(["predict", "--checkpoint", str(out), *smiles, "--output", str(tmp_path / "e.csv")], capsys)
     members = []

@@ -1,5 +1,6 @@
-"""Morgan fingerprints (``data/fingerprints.py``) against RDKit called directly, and the MinMax
-kernel and Nyström map (``predictors/kernel.py``) against their definitions."""
+"""Morgan fingerprints and the MinMax kernel (``data/fingerprints.py``) against RDKit called
+directly and their definitions, the Nyström map (``predictors/kernel.py``), and the applicability
+domain's similarity (``data/similarity.py``), which is that kernel of those fingerprints."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rdkit.Chem import rdFingerprintGenerator
 
 from siggate.data import fingerprints as fp
 from siggate.data import molfeatures
+from siggate.data import similarity as sim
 from siggate.predictors.kernel import minmax_kernel, nystrom_projection
 
 SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "[Na+].[Cl-]", "CCCCCCCCCCCCCCCCCCCC", "C[C@H](N)C(=O)O",
@@ -118,3 +120,85 @@ def test_nystrom_with_every_row_a_landmark_is_the_exact_kernel_map():
     w = nystrom_projection(k[np.ix_(land, land)])
     phi = k[:, land] @ w
     np.testing.assert_allclose((phi @ phi.T)[np.ix_(land, land)], k[np.ix_(land, land)], atol=1e-10)
+
+
+def test_the_members_kernel_is_the_fingerprints_module_s():
+    assert minmax_kernel is fp.minmax_kernel  # one home: the members and the domain share it
+
+
+def test_the_domain_s_similarity_is_the_minmax_kernel_of_morgan_counts(tmp_path):
+    """The applicability domain reads data/fingerprints (one home): its fingerprints are
+    morgan_counts', its nearest-training similarity the count Tanimoto by definition, an
+    unparsable SMILES is similar to nothing, and the stored arrays load back equal."""
+    train, query = SMILES[:5], [SMILES[5], "C1CC", "C" * 60, SMILES[2]]
+    ref = sim.count_fingerprints(train)
+    assert np.array_equal(ref.toarray(), fp.morgan_counts(train, sim.RADIUS, sim.N_BITS))
+    q = sim.count_fingerprints(query)
+    assert q.shape == (4, sim.N_BITS) and q[1].nnz == 0
+    assert np.array_equal(q[[0, 2, 3]].toarray(), fp.morgan_counts([query[i] for i in (0, 2, 3)]))
+    want = reference_minmax(q.toarray(), ref.toarray()).max(axis=1)
+    want[1] = 0.0
+    got = sim.nearest_similarity(q, ref)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    assert got[3] == 1.0 and got[1] == 0.0  # a training molecule; the unparsable one
+    assert np.array_equal(sim.nearest_similarity(q, ref[:0]), np.zeros(4))
+    dom = sim.Domain.fit(train, [SMILES[6], SMILES[7]])
+    dom.save(tmp_path)
+    back = sim.Domain.load(tmp_path)
+    assert back.threshold == dom.threshold and np.array_equal(back.reference.toarray(), ref.toarray())
+    np.testing.assert_array_equal(back.similarity(query), got)
+    with np.load(tmp_path / sim.FINGERPRINTS_FILE) as z:
+        arrays = dict(z)
+    arrays["bits"][0] = sim.N_BITS  # a bin beyond the fingerprint
+    np.savez(tmp_path / sim.FINGERPRINTS_FILE, **arrays)
+    with pytest.raises(sim.DomainError, match="cannot read the applicability domain.*inconsistent"):
+        sim.Domain.load(tmp_path)
+
+
+# ----------------------------------------------------------------------------- several kinds side by side
+
+KIND_SMILES = ["CCOc1ccccc1N", "O=C(O)c1ccncc1Cl", "CC(C)(C)NC(=O)C1CC1", "C", "c1ccc2ccccc2c1"]
+
+
+def _generator_of(kind: str, size: int):
+    return {"morgan": lambda: rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=size),
+            "atompair": lambda: rdFingerprintGenerator.GetAtomPairGenerator(fpSize=size),
+            "torsion": lambda: rdFingerprintGenerator.GetTopologicalTorsionGenerator(fpSize=size)}[kind]()
+
+
+def test_count_fingerprints_lay_rdkit_s_kinds_side_by_side():
+    kinds, size = ("torsion", "morgan", "atompair"), 512
+    got = fp.count_fingerprints(KIND_SMILES, "torsion+morgan+atompair", 2, size)
+    sparse = fp.count_fingerprints(KIND_SMILES, kinds, 2, size, sparse=True)
+    assert got.shape == (5, 3 * size) and np.array_equal(sparse.toarray(), got)
+    for k, kind in enumerate(kinds):
+        want = np.stack([_generator_of(kind, size).GetCountFingerprintAsNumPy(Chem.MolFromSmiles(s)) for s in KIND_SMILES])
+        assert np.array_equal(got[:, k * size : (k + 1) * size], want)
+    assert np.array_equal(fp.count_fingerprints(KIND_SMILES, "morgan", 2, size), fp.morgan_counts(KIND_SMILES, 2, size))
+
+
+def test_bit_atoms_of_several_kinds_cover_each_count_with_its_atoms():
+    size = 1024
+    for s in KIND_SMILES:
+        x = fp.count_fingerprints([s], "morgan+atompair+torsion", 2, size)[0]
+        where = fp.bit_atoms(s, 2, size, kinds="morgan+atompair+torsion")
+        assert sorted(where) == np.flatnonzero(x).tolist()
+        assert all(len(envs) == x[b] for b, envs in where.items())
+        for b, envs in where.items():  # an atom pair has 2 atoms, a torsion 4 (the molecule's own indices)
+            assert all(len(e) == {1: 2, 2: 4}.get(b // size, len(e)) for e in envs)
+            assert all(0 <= a < Chem.MolFromSmiles(s).GetNumAtoms() for e in envs for a in e)
+
+
+def test_minmax_kernel_of_parts_is_the_mean_of_each_part_s_kernel():
+    x = fp.count_fingerprints(KIND_SMILES, "morgan+atompair+torsion", 2, 256, sparse=True)
+    parts = [fp.minmax_kernel(x[:, k * 256 : (k + 1) * 256], x[:, k * 256 : (k + 1) * 256]) for k in range(3)]
+    np.testing.assert_allclose(fp.minmax_kernel(x, x, parts=3), sum(parts) / 3, rtol=0, atol=1e-12)
+    assert not np.allclose(fp.minmax_kernel(x, x, parts=3), fp.minmax_kernel(x, x))  # not the pooled kernel
+    with pytest.raises(ValueError, match="do not split into 5 equal fingerprints"):
+        fp.minmax_kernel(x, x, parts=5)
+
+
+@pytest.mark.parametrize("bad", ["morgan+ecfp", "", "morgan+morgan"])
+def test_unknown_or_repeated_kinds_are_refused_by_name(bad):
+    with pytest.raises(ValueError, match="give distinct kinds among morgan, atompair, torsion"):
+        fp.count_fingerprints(KIND_SMILES, bad)

@@ -14,7 +14,7 @@ from rdkit import Chem
 from rdkit.Chem import Descriptors
 from torch_geometric.data import Data
 
-from siggate.data.base import GraphDataset, TaskInfo
+from siggate.data.base import DataError, GraphDataset, TaskInfo
 from siggate.data.fingerprints import morgan_counts
 from siggate.predictors.base import Predictor, PredictorFileError, read_manifest
 from siggate.predictors.forest import RandomForest, flatten_trees, forest_predict
@@ -39,6 +39,19 @@ class Forbidden(list):
     __iter__ = __getitem__ = __len__ = __bool__ = _no
 
 
+def svr_member(grid=None, **options) -> KernelSVR:
+    """The svr member on count Morgan fingerprints alone, fitted on the train rows only: the setting
+    these tests pin against references (the kinds side by side and the refit have their own tests)."""
+    grid = dict(grid) if isinstance(grid, dict) else {}
+    grid.setdefault("fingerprint", ["morgan"])
+    return KernelSVR(grid=grid, **{"refit": False, **options})
+
+
+def rf_member(**options) -> RandomForest:
+    """The rf member fitted on the train rows only (the refit has its own tests)."""
+    return RandomForest(**{"refit": False, **options})
+
+
 def make_ds(y: np.ndarray, task: str = "regression", split=(0.6, 0.2), test: list | None = None) -> GraphDataset:
     y = y.reshape(len(SMILES), -1)
     rng = np.random.default_rng(1)
@@ -61,7 +74,7 @@ def test_svr_equals_sklearn_svr_on_a_precomputed_kernel():
     from sklearn.svm import SVR
 
     ds = make_ds(LOGP)
-    member = KernelSVR(grid=ONE).fit(ds)
+    member = svr_member(grid=ONE).fit(ds)
     assert isinstance(member, Predictor) and member.models_[0].mode == "svr"
     ytr = labels(ds.train)[:, 0]
     mean, std = ytr.mean(), ytr.std()
@@ -104,7 +117,7 @@ def test_forest_member_equals_sklearn_forest_on_the_same_fingerprints():
     from sklearn.ensemble import RandomForestRegressor
 
     ds = make_ds(LOGP)
-    member = RandomForest(n_estimators=10, size=512, grid={"max_features": [0.5]}).fit(ds)
+    member = rf_member(n_estimators=10, size=512, grid={"max_features": [0.5]}).fit(ds)
     ytr = labels(ds.train)[:, 0]
     mean, std = ytr.mean(), ytr.std()
     x = morgan_counts([g.smiles for g in ds.train], 2, 512, sparse=True).astype(np.float32).tocsc()  # as the member fits
@@ -116,9 +129,9 @@ def test_forest_member_equals_sklearn_forest_on_the_same_fingerprints():
 # ----------------------------------------------------------------------------- the val-only choice
 
 
-@pytest.mark.parametrize("make", [lambda: KernelSVR(grid={"radius": [2, 1], "size": [1024], "C": [5.0, 0.05],
+@pytest.mark.parametrize("make", [lambda: svr_member(grid={"radius": [2, 1], "size": [1024], "C": [5.0, 0.05],
                                                           "epsilon": [0.05, 0.5]}),
-                                  lambda: RandomForest(n_estimators=5, size=512, grid={"max_features": [1.0, 0.2]})])
+                                  lambda: rf_member(n_estimators=5, size=512, grid={"max_features": [1.0, 0.2]})])
 def test_choice_is_the_lowest_val_rmse_and_never_reads_test(make):
     ds = make_ds(LOGP)
     member = make().fit(ds)
@@ -130,10 +143,10 @@ def test_choice_is_the_lowest_val_rmse_and_never_reads_test(make):
     for s in meta["scores"]:
         point = {k: [v] for k, v in s.items() if k != "val_score"}
         if isinstance(member, KernelSVR):
-            single = KernelSVR(grid=point).fit(ds)
+            single = svr_member(grid=point).fit(ds)
             pred = single.decision_and_output([g.smiles for g in ds.val])[1][:, 0]
         else:
-            single = RandomForest(n_estimators=5, size=512, grid=point).fit(ds)
+            single = rf_member(n_estimators=5, size=512, grid=point).fit(ds)
             pred = single.predict_array([g.smiles for g in ds.val])[:, 0]
         rmse = float(np.sqrt(np.mean((pred - yv) ** 2)))
         assert rmse == pytest.approx(s["val_score"], rel=1e-12)
@@ -148,8 +161,8 @@ def test_choice_is_the_lowest_val_rmse_and_never_reads_test(make):
         assert torch.equal(other.predict(ds.val).mean, member.predict(ds.val).mean)
 
 
-@pytest.mark.parametrize("make", [lambda: KernelSVR(grid={"radius": [1, 2], "C": [1.0, 5.0]}),
-                                  lambda: RandomForest(n_estimators=5, size=512, grid={"max_features": [0.5, 1.0]})])
+@pytest.mark.parametrize("make", [lambda: svr_member(grid={"radius": [1, 2], "C": [1.0, 5.0]}),
+                                  lambda: rf_member(n_estimators=5, size=512, grid={"max_features": [0.5, 1.0]})])
 def test_target_without_val_labels_falls_back_to_the_first_grid_point(make):
     y = np.stack([LOGP, TPSA], axis=1)
     ds = make_ds(y)
@@ -168,8 +181,8 @@ def test_target_without_val_labels_falls_back_to_the_first_grid_point(make):
 # ----------------------------------------------------------------------------- missing labels, several targets
 
 
-@pytest.mark.parametrize("make", [lambda: KernelSVR(grid={"radius": [1, 2], "size": [1024]}),
-                                  lambda: RandomForest(n_estimators=5, size=512)])
+@pytest.mark.parametrize("make", [lambda: svr_member(grid={"radius": [1, 2], "size": [1024]}),
+                                  lambda: rf_member(n_estimators=5, size=512)])
 def test_each_target_learns_from_its_labelled_rows_only(make):
     y = np.stack([LOGP, TPSA], axis=1)
     rng = np.random.default_rng(3)
@@ -194,7 +207,7 @@ def test_each_target_learns_from_its_labelled_rows_only(make):
 def test_classification_probabilities_are_a_fitted_kernel_logistic_regression():
     y = (LOGP > np.median(LOGP)).astype(float)
     ds = make_ds(y, task="binary")
-    member = KernelSVR(grid={"radius": [2], "size": [1024], "C": [2.0]}).fit(ds)
+    member = svr_member(grid={"radius": [2], "size": [1024], "C": [2.0]}).fit(ds)
     m = member.models_[0]
     assert m.mode == "klr" and m.meta["basis"] == "exact"
     smiles = [g.smiles for g in ds.train]
@@ -209,11 +222,11 @@ def test_classification_probabilities_are_a_fitted_kernel_logistic_regression():
     assert np.abs(k @ (2.0 * r + m.coef)).max() < 1e-3 * np.abs(k @ m.coef).max()
     assert abs(r.sum()) < 1e-3 * len(r)
     # the forest's probabilities
-    rf = RandomForest(n_estimators=5, size=512).fit(ds).predict(ds.test).mean
+    rf = rf_member(n_estimators=5, size=512).fit(ds).predict(ds.test).mean
     assert ((rf >= 0) & (rf <= 1)).all()
 
 
-@pytest.mark.parametrize("make", [KernelSVR, lambda: RandomForest(n_estimators=3)])
+@pytest.mark.parametrize("make", [svr_member, lambda: rf_member(n_estimators=3)])
 def test_one_class_target_is_the_smoothed_rate(make, tmp_path):
     y = np.stack([(LOGP > 1).astype(float), np.ones(len(SMILES))], axis=1)
     ds = make_ds(y, task="multilabel")
@@ -233,7 +246,7 @@ def test_above_exact_max_the_svr_fits_ridge_on_nystrom_features():
     from sklearn.linear_model import Ridge
 
     ds = make_ds(LOGP)
-    member = KernelSVR(grid={"radius": [2], "size": [1024], "C": [5.0]}, exact_max=10, landmarks=12, seed=4).fit(ds)
+    member = svr_member(grid={"radius": [2], "size": [1024], "C": [5.0]}, exact_max=10, landmarks=12, seed=4).fit(ds)
     m = member.models_[0]
     assert m.mode == "ridge" and m.meta["basis"] == "nystrom 12" and m.support.shape[0] == 12
     # independently: the same 12 landmarks' Φ, then scikit-learn's ridge with alpha = 1/C
@@ -251,7 +264,7 @@ def test_above_exact_max_the_svr_fits_ridge_on_nystrom_features():
     np.testing.assert_allclose(member.decision_and_output([g.smiles for g in ds.test])[1][:, 0], want, atol=1e-8)
     # more landmarks than rows is refused by the draw only above exact_max; classification uses them too
     yb = (LOGP > np.median(LOGP)).astype(float)
-    klr = KernelSVR(grid={"radius": [2], "size": [1024], "C": [2.0]}, exact_max=10, landmarks=12).fit(make_ds(yb, "binary"))
+    klr = svr_member(grid={"radius": [2], "size": [1024], "C": [2.0]}, exact_max=10, landmarks=12).fit(make_ds(yb, "binary"))
     assert klr.models_[0].meta["basis"] == "nystrom 12" and klr.models_[0].support.shape[0] == 12
 
 
@@ -259,9 +272,9 @@ def test_above_exact_max_the_svr_fits_ridge_on_nystrom_features():
 
 
 @pytest.mark.parametrize("task", ["regression", "multilabel"])
-@pytest.mark.parametrize("make", [lambda: KernelSVR(grid={"radius": [1, 2], "C": [1.0, 5.0]}),
-                                  lambda: KernelSVR(grid={"C": [1.0]}, exact_max=10, landmarks=8),
-                                  lambda: RandomForest(n_estimators=4, size=1024)])
+@pytest.mark.parametrize("make", [lambda: svr_member(grid={"radius": [1, 2], "C": [1.0, 5.0]}),
+                                  lambda: svr_member(grid={"C": [1.0]}, exact_max=10, landmarks=8),
+                                  lambda: rf_member(n_estimators=4, size=1024)])
 def test_save_load_round_trip_predicts_exactly_the_same(tmp_path, task, make):
     y = np.stack([LOGP, TPSA], axis=1)
     if task != "regression":
@@ -292,7 +305,7 @@ class Payload:
         return (os.system, ("touch PWNED_BY_PICKLE",))
 
 
-@pytest.mark.parametrize("make", [lambda: KernelSVR(grid=ONE), lambda: RandomForest(n_estimators=2, size=256)])
+@pytest.mark.parametrize("make", [lambda: svr_member(grid=ONE), lambda: rf_member(n_estimators=2, size=256)])
 def test_a_crafted_pickle_in_the_member_folder_is_refused_unrun(tmp_path, monkeypatch, make):
     monkeypatch.chdir(tmp_path)
     ds = make_ds(LOGP)
@@ -309,7 +322,7 @@ def test_a_crafted_pickle_in_the_member_folder_is_refused_unrun(tmp_path, monkey
 
 def test_corrupt_arrays_are_refused_by_name(tmp_path):
     ds = make_ds(LOGP)
-    RandomForest(n_estimators=2, size=256).fit(ds).save(tmp_path / "rf")
+    rf_member(n_estimators=2, size=256).fit(ds).save(tmp_path / "rf")
     from siggate.predictors.base import load_arrays, save_arrays
 
     arrays = load_arrays(tmp_path / "rf" / "arrays.pt")
@@ -318,7 +331,7 @@ def test_corrupt_arrays_are_refused_by_name(tmp_path):
     save_arrays(tmp_path / "rf" / "arrays.pt", arrays)
     with pytest.raises(PredictorFileError, match="left points outside"):
         RandomForest.load(tmp_path / "rf")
-    KernelSVR(grid=ONE).fit(ds).save(tmp_path / "svr")
+    svr_member(grid=ONE).fit(ds).save(tmp_path / "svr")
     arrays = load_arrays(tmp_path / "svr" / "arrays.pt")
     arrays["t0.coef"] = arrays["t0.coef"][:-1]
     save_arrays(tmp_path / "svr" / "arrays.pt", arrays)
@@ -331,17 +344,110 @@ def test_corrupt_arrays_are_refused_by_name(tmp_path):
 
 def test_refusals_name_the_cause():
     with pytest.raises(ValueError, match=r"unknown grid option\(s\) \['gamma'\]"):
-        KernelSVR(grid={"gamma": [1.0]})
+        svr_member(grid={"gamma": [1.0]})
     with pytest.raises(ValueError, match="'C' needs at least one value"):
         SVRGrid(C=())
     ds = make_ds(LOGP)
     ds.splits["train"][0].smiles = None
-    with pytest.raises(ValueError, match="graph 0 carries none"):
-        RandomForest(n_estimators=1).fit(ds)
+    with pytest.raises(DataError, match="graph 0 carries none"):  # DataError: the CLI's one line, exit 2
+        rf_member(n_estimators=1).fit(ds)
     info = TaskInfo(name="mc", task="multiclass", num_tasks=1, metric="accuracy", num_classes=3)
-    with pytest.raises(ValueError, match="not 'multiclass'"):
-        KernelSVR().fit(GraphDataset(info=info, splits={"train": [], "val": [], "test": []}))
-    with pytest.raises(ValueError, match="needs 0/1 labels"):
-        KernelSVR(grid=ONE).fit(make_ds(LOGP, task="binary"))
+    with pytest.raises(DataError, match="not 'multiclass'"):
+        svr_member().fit(GraphDataset(info=info, splits={"train": [], "val": [], "test": []}))
+    node = TaskInfo(name="nodes", task="regression", num_tasks=1, metric="mae", level="node")
+    with pytest.raises(DataError, match="the rf member predicts one value per molecule; nodes is a node-level task"):
+        rf_member().fit(GraphDataset(info=node, splits={"train": [], "val": [], "test": []}))
+    with pytest.raises(DataError, match="needs 0/1 labels"):
+        svr_member(grid=ONE).fit(make_ds(LOGP, task="binary"))
     with pytest.raises(RuntimeError, match="call fit"):
-        RandomForest().predict(ds.test)
+        rf_member().predict(ds.test)
+
+
+# ----------------------------------------------------------------------------- kinds side by side, and the refit
+
+
+def _rdkit_counts(smiles: list[str], kind: str) -> np.ndarray:
+    """Count fingerprints (1,024 bins) straight from RDKit's generators: the independent reference."""
+    from rdkit.Chem import rdFingerprintGenerator as gen
+
+    g = {"morgan": lambda: gen.GetMorganGenerator(radius=2, fpSize=1024),
+         "atompair": lambda: gen.GetAtomPairGenerator(fpSize=1024),
+         "torsion": lambda: gen.GetTopologicalTorsionGenerator(fpSize=1024)}[kind]()
+    return np.stack([g.GetCountFingerprintAsNumPy(Chem.MolFromSmiles(s)) for s in smiles]).astype(np.float64)
+
+
+def _dense_minmax(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.minimum(a[:, None], b[None]).sum(-1) / np.maximum(a[:, None], b[None]).sum(-1)
+
+
+def test_svr_on_several_kinds_is_an_svr_on_the_mean_of_their_minmax_kernels():
+    from sklearn.svm import SVR
+
+    kinds = ("morgan", "atompair", "torsion")
+    ds = make_ds(LOGP)
+    member = svr_member(grid={**ONE, "fingerprint": ["+".join(kinds)]}).fit(ds)
+    ytr = labels(ds.train)[:, 0]
+    mean, std = ytr.mean(), ytr.std()
+    tr, te = [g.smiles for g in ds.train], [g.smiles for g in ds.test]
+    k_tr = sum(_dense_minmax(_rdkit_counts(tr, k), _rdkit_counts(tr, k)) for k in kinds) / 3
+    k_te = sum(_dense_minmax(_rdkit_counts(te, k), _rdkit_counts(tr, k)) for k in kinds) / 3
+    want = mean + std * SVR(kernel="precomputed", C=5.0, epsilon=0.05).fit(k_tr, (ytr - mean) / std).predict(k_te)
+    np.testing.assert_allclose(member.predict(ds.test).mean[:, 0].double().numpy(), want, rtol=0, atol=1e-5)
+    model = member.models_[0]
+    assert model.fingerprint == "morgan+atompair+torsion" and model.support.shape[1] == 3 * 1024
+    # the kinds differ from Morgan alone: the kernel is not Morgan's under another name
+    alone = svr_member(grid=ONE).fit(ds).predict(ds.test).mean
+    assert float((alone - member.predict(ds.test).mean).abs().max()) > 1e-3
+
+
+def test_the_default_svr_averages_morgan_atom_pair_and_torsion_kernels_and_refits():
+    member = KernelSVR()
+    assert member.grid.fingerprint == ("morgan+atompair+torsion",) and member.refit
+    assert RandomForest().refit
+
+
+@pytest.mark.parametrize("make", [lambda refit: svr_member(grid={"radius": [1, 2], "C": [1.0, 5.0]}, refit=refit),
+                                  lambda refit: rf_member(n_estimators=5, size=512, refit=refit,
+                                                          grid={"max_features": [0.5, 1.0]})])
+def test_refit_learns_the_val_chosen_option_on_train_and_val_and_keeps_out_of_sample_val(make, tmp_path):
+    from siggate.predictors.base import out_of_sample
+
+    ds = make_ds(np.stack([LOGP, TPSA], 1))
+    once, refit = make(False).fit(ds), make(True).fit(ds)
+    # the held-out val predictions are the train-only fit's; the kept choice is the same
+    np.testing.assert_array_equal(refit.held_out_["val"], once.predict_array([g.smiles for g in ds.val]))
+    assert out_of_sample(refit, "val", ds.val).mean.numpy().tolist() == \
+        torch.from_numpy(refit.held_out_["val"].astype(np.float32)).numpy().tolist()
+    for j in range(2):
+        assert refit.models_[j].meta["chosen"] == once.models_[j].meta["chosen"]
+        assert refit.models_[j].meta["refit"] == {"rows": "train+val", "n": len(ds.train) + len(ds.val)}
+    # the test predictions are those of the chosen option fitted on train+val alone
+    merged = GraphDataset(info=ds.info, splits={"train": list(ds.train) + list(ds.val), "val": [], "test": ds.test})
+    for j in range(2):
+        point = {k: [v] for k, v in once.models_[j].meta["chosen"].items()}
+        alone = (svr_member(grid=point) if refit.kind == "svr" else
+                 rf_member(n_estimators=5, size=512, grid=point)).fit(merged)
+        np.testing.assert_allclose(refit.predict(ds.test).mean[:, j].numpy(), alone.predict(ds.test).mean[:, j].numpy(),
+                                   rtol=0, atol=1e-6)
+    assert float((refit.predict(ds.test).mean - once.predict(ds.test).mean).abs().max()) > 1e-4
+    # saved and loaded: the same predictions and the same held-out val predictions
+    refit.save(tmp_path / "m")
+    back = type(refit).load(tmp_path / "m")
+    np.testing.assert_array_equal(back.held_out_["val"], refit.held_out_["val"])
+    assert torch.equal(back.predict(ds.test).mean, refit.predict(ds.test).mean)
+    with pytest.raises(ValueError, match="out-of-sample val predictions for 3 molecules"):
+        out_of_sample(back, "val", ds.val[:3])
+
+
+def test_a_combination_weighs_refitted_members_by_their_out_of_sample_val_predictions():
+    from siggate.predictors.combine import Combination, simplex_least_squares
+
+    ds = make_ds(LOGP)
+    members = [svr_member(grid=ONE, refit=True).fit(ds), rf_member(n_estimators=5, size=512, refit=True).fit(ds)]
+    combo = Combination(members, "val").fit_weights(ds)
+    y = labels(ds.val)[:, 0]
+    want = simplex_least_squares(np.stack([m.held_out_["val"][:, 0] for m in members], 1), y)
+    np.testing.assert_allclose(combo.weights_[:, 0], want, atol=1e-9)
+    # the weights follow the kept predictions, not a fresh predict: a perfect kept rf takes all the weight
+    members[1].held_out_["val"] = y[:, None].copy()
+    np.testing.assert_allclose(Combination(members, "val").fit_weights(ds).weights_[:, 0], [0.0, 1.0], atol=1e-6)

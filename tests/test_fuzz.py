@@ -129,7 +129,7 @@ def test_predict_rows_one_to_one(predictor, smiles):
     assert len(rows) == len(smiles)
     assert [r["smiles"] for r in rows] == smiles  # same order, same strings
     for r in rows:
-        assert set(r) == {"smiles", "y", "error"}
+        assert set(r) == {"smiles", "y", "nearest_train_similarity", "outside_domain", "error"}
         assert (r["y"] == "") != (r["error"] == "")  # a prediction or a reason, never both
 
 

@@ -314,7 +314,7 @@ def test_predict_fails_a_row_with_an_extra_field_and_refuses_a_repeated_smiles_c
     rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(src), "--output", str(out)], capsys)
     assert rc == 1, err
     rows = read_output(out)
-    assert list(rows[0]) == ["id", "smiles", "y", "error"]
+    assert list(rows[0]) == ["id", "smiles", "y", "nearest_train_similarity", "outside_domain", "error"]
     assert [(r["id"], r["error"]) for r in rows] == [
         ("a", ""), ("b", "line 3 has 3 fields but the header has 2: a delimiter inside an unquoted field? quote that "
                          "field or remove the extra one"), ("c", "")]
@@ -349,7 +349,8 @@ def test_run_tables_carry_the_inputs_other_columns_and_name_predictions_as_predi
     from siggate.train.predict import SmilesPredictor
 
     header = list(preds[0])[:-1]
-    assert SmilesPredictor(out).output_columns(header) == ["y_pred"]  # the name predict gives beside the labels
+    assert SmilesPredictor(out).output_columns(header) == [  # the name predict gives beside the labels
+        "y_pred", "nearest_train_similarity", "outside_domain"]
 
 
 # --------------------------------------------------------------------------- very long SMILES

@@ -22,6 +22,7 @@ from siggate.nn.model import SigGateGT
 from siggate.train.loop import fit, setup_run
 from siggate.train.losses import loss_fn, sbm_class_weights
 from siggate.train.metrics import accuracy, compute_metric, weighted_accuracy
+from test_engine import train_until_a_crash_after_epoch_one
 
 TINY = ["model.layers=2", "model.dim=16", "model.heads=2", "model.pe_dim=4", "model.pe_steps=4",
         "model.head_layers=2", "train.warmup_epochs=0", "train.threads=1"]
@@ -421,24 +422,11 @@ def test_predict_transductive_rows_per_mask(tmp_path, capsys):
     ("sbm-large", ["data.num_nodes=150", "model.dropout=0.2", "model.attention.performer.redraw_interval=1"]),  # redraws cross the cut
 ], ids=["pattern", "sbm-large"])
 def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, config, sets):
-    from siggate.train import pipeline, record
+    from siggate.train import pipeline
 
     cfg_sets = TINY + sets + ["train.epochs=3", f"data.cache_dir={tmp_path / 'cache'}"]
     whole = pipeline.train(load_config(config, cfg_sets), tmp_path / "whole", progress=False)
-    original = record.RunFiles.__call__
-
-    class Crash(Exception):
-        pass
-
-    def crash_after_first_epoch(self, run, end):
-        original(self, run, end)
-        if end.row["epoch"] == 1:
-            raise Crash
-
-    monkeypatch.setattr(record.RunFiles, "__call__", crash_after_first_epoch)
-    with pytest.raises(Crash):
-        pipeline.train(load_config(config, cfg_sets), tmp_path / "cut", progress=False)
-    monkeypatch.setattr(record.RunFiles, "__call__", original)
+    train_until_a_crash_after_epoch_one(monkeypatch, load_config(config, cfg_sets), tmp_path / "cut")
     resumed = pipeline.train(load_config(config, cfg_sets), tmp_path / "cut", resume=True, progress=False)
     keys = ("train_loss", "val", "test", "grad_norm")
     assert [[h[k] for k in keys] for h in resumed["history"]] == [[h[k] for k in keys] for h in whole["history"]]

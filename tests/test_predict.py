@@ -166,7 +166,7 @@ def test_good_rows_are_predicted_in_order_with_finite_values(predictor):
     assert [r["smiles"] for r in rows] == smiles
     assert all(r["error"] == "" for r in rows)
     assert all(math.isfinite(float(r["y"])) for r in rows)
-    assert predictor.columns == ["y"]
+    assert predictor.columns == ["y", "nearest_train_similarity", "outside_domain"]  # the run records its domain
 
 
 def test_prediction_does_not_depend_on_batch_company(predictor):
@@ -237,15 +237,18 @@ def test_large_molecules_batched_alone_and_limit_is_a_reason(ckpt):
 
 
 def test_non_finite_model_output_is_a_row_error(predictor, monkeypatch):
-    orig = predictor._predict_graphs
+    from siggate.predictors.base import Prediction
+
+    orig = predictor.predictor.predict
 
     def nan_out(graphs):
         out = orig(graphs)
-        return torch.full_like(out, float("nan"))
+        return Prediction(torch.full_like(out.mean, float("nan")), out.spread)
 
-    monkeypatch.setattr(predictor, "_predict_graphs", nan_out)
+    monkeypatch.setattr(predictor.predictor, "predict", nan_out)
     rows = predictor.predict_rows(["CCO", "CCN"])
     assert [r["error"] for r in rows] == ["model produced a non-finite prediction"] * 2
+    assert [r["nearest_train_similarity"] for r in rows] == ["", ""]  # a failed row gets no domain either
 
 
 def test_a_failing_batch_is_retried_one_by_one(predictor, monkeypatch):
@@ -451,7 +454,8 @@ def test_input_columns_come_through_in_order_and_a_label_column_gets_pred(ckpt, 
     assert rc == 1  # one bad row
     with open(out, newline="") as fh:
         header = next(csv.reader(fh))
-    assert header == ["id", "y", "smiles", "note", "y_pred", "error"]  # no two columns named y
+    assert header == ["id", "y", "smiles", "note", "y_pred", "nearest_train_similarity", "outside_domain",
+                      "error"]  # no two columns named y
     rows = read_output(out)
     assert [(r["id"], r["y"], r["note"]) for r in rows] == [("m1", "0.5", "a"), ("m2", "", "b, c"), ("m3", "1.5", "")]
     assert rows[1]["y_pred"] == "" and rows[1]["error"].startswith("SMILES parse error")
@@ -460,7 +464,7 @@ def test_input_columns_come_through_in_order_and_a_label_column_gets_pred(ckpt, 
     direct = SmilesPredictor(ckpt).predict_rows(["CCO"])[0]["y"]
     assert rows[0]["y_pred"] == direct and rows[0]["error"] == ""
     rc, stdout, _ = run_cli(["predict", "--checkpoint", str(ckpt), "CCO"], capsys)
-    assert stdout.splitlines()[0] == "smiles,y,error"  # SMILES on the command line
+    assert stdout.splitlines()[0] == "smiles,y,nearest_train_similarity,outside_domain,error"  # SMILES as arguments
     # the peer benchmark's runner reads the prediction column as the one that is not an input column
     spec = importlib.util.spec_from_file_location(
         "peers_run", Path(__file__).resolve().parents[1] / "benchmarks" / "peers" / "run.py")
@@ -472,7 +476,10 @@ def test_input_columns_come_through_in_order_and_a_label_column_gets_pred(ckpt, 
 def test_ensemble_columns_are_named_after_the_targets(predictor):
     ens = copy.copy(predictor)
     ens.ensemble = True
-    assert ens.output_columns(["smiles"]) == ["y", "y_uncertainty"]
-    assert ens.output_columns(["smiles", "y"]) == ["y_pred", "y_pred_uncertainty"]
-    assert ens.output_columns(["smiles", "y_uncertainty"]) == ["y_pred", "y_pred_uncertainty"]
-    assert predictor.output_columns(["smiles", "error"]) == ["y"]
+    domain = ["nearest_train_similarity", "outside_domain"]
+    assert ens.output_columns(["smiles"]) == ["y", "y_uncertainty", *domain]
+    assert ens.output_columns(["smiles", "y"]) == ["y_pred", "y_pred_uncertainty", *domain]
+    assert ens.output_columns(["smiles", "y_uncertainty"]) == ["y_pred", "y_pred_uncertainty", *domain]
+    assert predictor.output_columns(["smiles", "error"]) == ["y", *domain]
+    assert predictor.output_columns(["smiles", "outside_domain"]) == ["y", "nearest_train_similarity",
+                                                                      "outside_domain_pred"]

@@ -111,9 +111,12 @@ def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out))
     assert rc == 0, err
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out))
-    assert rc == 2 and "metrics.json, member0/config.yaml" in _one_line(err) and "--overwrite" in err
+    assert rc == 2 and "metrics.json, members.yaml, member0/config.yaml" in _one_line(err) and "--overwrite" in err
     rc, _, err = run_cli(["train", "--resume", str(out)], capsys)
-    assert rc == 2 and "this is an ensemble folder; resume it with --ensemble N" in _one_line(err)
+    assert rc == 2 and "this is an ensemble folder of several members; resume it with --ensemble 2\n" == (
+        _one_line(err).split(f"--resume {out}: ")[1])
+    rc, _, err = run_cli(["train", "--resume", str(out), "--ensemble", "3"], capsys)
+    assert rc == 2 and "the run was trained with --ensemble 2, not --ensemble 3" in _one_line(err)
     rc, _, err = run_cli(["train", "--resume", str(out), "--ensemble", "2", "--no-progress"], capsys)
     assert rc == 0, err
     stale = (out / "member1" / "last.pt").stat().st_mtime_ns
@@ -121,8 +124,11 @@ def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
     (out / "member2" / "best.pt").write_bytes(b"")
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out), "--overwrite")
     assert rc == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["data_report.csv", "member0", "member1", "metrics.json",
-                                                     "predictor.json", "splits.csv", "test_predictions.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["calibration.json", "data_report.csv", "domain.json",
+                                                     "domain_fingerprints.npz", "learning_curves.png", "member0",
+                                                     "member1", "members.yaml", "metrics.json", "parity.png",
+                                                     "predictor.json",
+                                                     "residuals.png", "splits.csv", "test_predictions.csv"]
     assert (out / "member1" / "last.pt").stat().st_mtime_ns != stale
 
 
@@ -281,7 +287,8 @@ def test_resume_keeps_the_runs_schedule():
 def test_older_saved_configs_read_as_the_published_schedule():
     from siggate.config import upgrade_config_dict
 
-    assert upgrade_config_dict({"train": {"epochs": 3}})["train"] == {"epochs": 3, "warmup_start": 0.0, "init": ""}
+    assert upgrade_config_dict({"train": {"epochs": 3}})["train"] == {"epochs": 3, "warmup_start": 0.0, "init": "",
+                                                                          "eval_norm": "running"}
 
 
 # -------------------------------------------------------- --out that cannot be one

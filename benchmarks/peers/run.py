@@ -208,8 +208,10 @@ class Siggate(Tool):
 
     def run(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> dict:
         argv, wall, cpu, env = self.train(task, tdir, out, seed, epochs)
-        metrics = json.loads((out / "model" / "metrics.json").read_text())
-        pred_argv = ["predict", "--checkpoint", str(out / "model" / "best.pt"), "--input", str(tdir / "test.csv"),
+        model = out / "model"
+        metrics = json.loads((model / "metrics.json").read_text())
+        combined = (model / "predictor.json").exists()  # --members/--ensemble: the folder is the predictor
+        pred_argv = ["predict", "--checkpoint", str(model if combined else model / "best.pt"), "--input", str(tdir / "test.csv"),
                      "--output", str(out / "test_predictions.csv")]
         t0 = time.perf_counter()
         with open(out / "predict.log", "w") as fh:
@@ -227,12 +229,12 @@ class Siggate(Tool):
             "wall_s": wall,
             "cpu_s": cpu,
             "predict_s": predict_s,
-            "params": int(metrics["params"]),
+            "params": int(metrics["params"]) if "params" in metrics else None,  # a GNN's; fingerprint members have none
             "pred_smiles": [r["smiles"] for r in rows],
             "pred": [float(r[col]) for r in rows],
             "tool_reported_test": metrics.get("test"),
             "best_epoch": metrics.get("best_epoch"),
-            "git_commit": _siggate_commit(out / "model" / "config.yaml"),
+            "git_commit": _siggate_commit(model / ("members.yaml" if (model / "members.yaml").exists() else "config.yaml")),
             "git_src_modified": _src_modified(),
             "command": " ".join(["siggate", *map(shlex.quote, argv)]),
             "predict_command": " ".join(["siggate", *map(shlex.quote, pred_argv)]),
@@ -242,11 +244,13 @@ class Siggate(Tool):
 
 def prediction_column(input_csv: Path, rows: list[dict]) -> str:
     """The column ``siggate predict`` wrote its prediction into: the one that is neither an input
-    column carried through nor ``error``/``*uncertainty*`` (so a prediction named after the target,
-    ``y``, next to the input's own ``y`` column, is not mistaken for the label)."""
+    column carried through nor ``error``/``*uncertainty*`` nor the applicability domain's columns (so
+    a prediction named after the target, ``y``, next to the input's own ``y`` column, is not
+    mistaken for the label)."""
     with open(input_csv, newline="") as fh:
         inputs = set(next(csv.reader(fh)))
-    cols = [c for c in (rows[0] if rows else []) if c not in inputs and c != "error" and "uncertainty" not in c]
+    extra = ("error", "nearest_train_similarity", "outside_domain")
+    cols = [c for c in (rows[0] if rows else []) if c not in inputs and c not in extra and "uncertainty" not in c]
     if len(cols) != 1:
         raise RuntimeError(f"cannot tell siggate's prediction column among {list(rows[0]) if rows else []}")
     return cols[0]

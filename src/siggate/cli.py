@@ -1,6 +1,6 @@
 """``siggate`` command line: wires configs, data, training and analyses together.
 
-Sub-commands: ``train``, ``evaluate``, ``predict``, ``data`` here; ``compare``, ``analyze``
+Sub-commands: ``train``, ``evaluate``, ``predict``, ``explain``, ``pretrain``, ``data`` here; ``compare``, ``analyze``
 and ``bench`` are registered by their own light modules (see ``EXTRA_COMMANDS``). Building the
 parser imports no torch, PyG, RDKit, SciPy or matplotlib (``tests/test_cli_help.py``): a
 parser's ``func`` may be ``"module:function"``, imported only when that command runs.
@@ -27,7 +27,7 @@ from .config_args import (
     config_from_args,
     set_keys,
 )
-from .options import add_progress_flag, progress_enabled
+from .options import DEFAULT_MEMBERS, MEMBER_KIND_NAMES, add_progress_flag, progress_enabled
 
 # name -> light module exposing ``register(subparsers)``; each sets ``func`` on its parser.
 EXTRA_COMMANDS = {
@@ -50,8 +50,12 @@ EXAMPLES = {
     ],
     "predict": [
         'siggate predict --checkpoint runs/x "CCO" "c1ccccc1O"',
-        "siggate predict --checkpoint runs/x --input molecules.csv --output preds.csv",
+        "siggate predict --checkpoint runs/x --input molecules.csv --output preds.csv --coverage 0.9",
         "siggate predict --checkpoint runs/pattern-elementwise-seed0 --split test --output nodes.csv",
+    ],
+    "explain": [
+        'siggate explain --checkpoint runs/x "CCO" "c1ccccc1O" --out explained/',
+        "siggate explain --checkpoint runs/x --input molecules.csv --out explained/ --steps 100",
     ],
     "pretrain": [
         "siggate pretrain --smiles moses --out runs/pretrain --molecules 100000 --epochs 15",
@@ -81,6 +85,10 @@ def cmd_train(args) -> int:
     resume = _resume_dir(args)
     saved = None
     if resume is not None:
+        if not several and rundir.is_members_folder(resume):
+            raise CLIError(_no_run_to_resume(resume, several))
+        if several:
+            _check_saved_members(resume, kinds, args)
         path = rundir.saved_config_path(resume, ensemble=several)
         if path.is_file():
             saved = rundir.read_saved_config(path)
@@ -101,6 +109,11 @@ def cmd_train(args) -> int:
         raise CLIError("--ensemble/--members train their members one after the other; they do not combine with --ddp")
     from .data.catalog import DATASET_META
 
+    fingerprint = [k for k in kinds if k != "gnn"]
+    if fingerprint and DATASET_META.get(cfg.data.name, {}).get("level") == "node":
+        who = f"the {' and '.join(fingerprint)} member" + (" predicts" if len(fingerprint) == 1 else "s predict")
+        raise CLIError(f"--members {','.join(kinds)}: {who} one value per molecule, and {cfg.data.name} is a "
+                       "node-level dataset; train it with the GNN alone (drop --members)")
     if several and DATASET_META.get(cfg.data.name, {}).get("level") == "node":
         raise CLIError(f"--ensemble/--members average graph-level predictions; {cfg.data.name} is a node-level "
                        "dataset. Train its seeds one by one, or compare them with siggate compare.")
@@ -167,23 +180,55 @@ def _resume_dir(args) -> Path | None:
 
 
 def _member_kinds(args) -> list[str]:
-    """``--members`` as a list of known member kinds (default: ``gnn``)."""
-    from .train.members import MemberError, parse_kinds
+    """``--members`` as a list of known member kinds (default: :data:`~siggate.options.DEFAULT_MEMBERS`),
+    checked against ``--ensemble``."""
+    from .train.members import MemberError, check_copies, parse_kinds
 
     try:
-        return parse_kinds(args.members or "gnn")
+        kinds = parse_kinds(args.members or DEFAULT_MEMBERS)
+        check_copies(kinds, 1 if args.ensemble is None else args.ensemble)
+        return kinds
     except MemberError as exc:
         raise CLIError(str(exc)) from None
 
 
+def _members_flags(members: dict) -> str:
+    """The flags that name the recorded ``members`` of a run (``rundir.saved_members``)."""
+    kinds = list(members.get("kinds") or [])
+    return " ".join(([f"--members {','.join(kinds)}"] if kinds != ["gnn"] else [])
+                    + ([f"--ensemble {members['ensemble']}"] if "gnn" in kinds else [])
+                    + ([f"--weights {members['weights']}"] if members.get("weights", "equal") != "equal" else []))
+
+
+def _check_saved_members(out: Path, kinds: list[str], args) -> None:
+    """Refuse ``--resume`` of a run of several members with other members, ``--ensemble`` or
+    ``--weights`` than it records (a folder written before the record is not checked)."""
+    from .train import rundir
+
+    saved = rundir.saved_members(out)
+    if saved is None:
+        return
+    given = {"kinds": kinds, "ensemble": 1 if args.ensemble is None else args.ensemble, "weights": args.weights}
+    if "gnn" not in kinds:
+        given["ensemble"] = saved.get("ensemble")  # --ensemble applies to GNN members only
+    diffs = [k for k in ("kinds", "ensemble", "weights") if saved.get(k) != given[k]]
+    if diffs:
+        raise CLIError(f"--resume {out}: the run was trained with {_members_flags(saved)}, not "
+                       f"{_members_flags(given)}; give them as it was trained, or start a new run with another --out")
+
+
 def _no_run_to_resume(out: Path, ensemble: bool) -> str:
     """Why ``--resume`` finds nothing to continue in ``out``."""
+    from .train import rundir
+
     if not out.exists():
         return f"--resume {out}: no such folder, so there is no run to resume; check the path"
-    if not ensemble and (out / "member0").is_dir():
-        return (f"--resume {out}: this is an ensemble folder; resume it with --ensemble N, N as it was trained "
-                "(and --members as it was trained)")
-    missing = "member0/config.yaml" if ensemble else "config.yaml"
+    if not ensemble and rundir.is_members_folder(out):
+        saved = rundir.saved_members(out)
+        how = (_members_flags(saved) if saved else
+               "--ensemble N, N as it was trained (and --members as it was trained)")
+        return f"--resume {out}: this is an ensemble folder of several members; resume it with {how}"
+    missing = f"{rundir.MEMBERS_RECORD} or member0/config.yaml" if ensemble else "config.yaml"
     return (f"--resume {out}: the folder holds no run to resume (no {missing}); check the path, "
             "or drop --resume to start a new run there")
 
@@ -227,12 +272,10 @@ def _train_members(cfg, out: Path, args, kinds: list[str], resume: bool, device:
     seed..seed+N-1, then the other kinds) in OUT/member*/, combined into one predictor in OUT."""
     from .train.ensemble import member_lines, train_members
 
-    n = 1 if args.ensemble is None else args.ensemble
-    if n < 1:
-        raise CLIError(f"--ensemble must be >= 1, got {args.ensemble}")
+    n = 1 if args.ensemble is None else args.ensemble  # checked by _member_kinds
     gnn = f"{n} GNN member(s) {_attention(cfg)} seeds {cfg.train.seed}..{cfg.train.seed + n - 1}" if "gnn" in kinds else ""
     others = ", ".join(k for k in kinds if k != "gnn")
-    print(f"siggate train: ensemble of {', '.join(x for x in (gnn, others) if x)} on dataset={cfg.data.name} "
+    print(f"siggate train: members {', '.join(x for x in (gnn, others) if x)} on dataset={cfg.data.name} "
           f"-> {out}", flush=True)
     res = train_members(cfg, out, kinds, n, weights=None if args.weights == "equal" else args.weights, resume=resume,
                         progress=progress_enabled(args), device=_torch_device(device))
@@ -360,15 +403,21 @@ def cmd_evaluate(args) -> int:
         _check_output_file(Path(args.output))
     device = check_device(args.device)
     targets = [c.strip() for c in args.target_col.split(",") if c.strip()] if args.target_col else None
+    parity = None
+    if args.data is not None:  # the file's parity plot next to the scores (or the file scored)
+        beside = Path(args.output) if args.output else Path(args.data)
+        parity = beside.with_name(f"{beside.name.split('.')[0]}_parity.png")
     try:
         res = evaluate(args.checkpoint, split=args.split or "test", data=args.data, smiles_col=args.smiles_col,
                        target_cols=targets, allow_changed=args.allow_changed, data_root=args.data_root,
-                       cache_dir=args.cache_dir, device=device, progress=progress_enabled(args))
+                       cache_dir=args.cache_dir, device=device, progress=progress_enabled(args), parity=parity)
     except EvaluationError as exc:
         raise CLIError(str(exc)) from None
     text = json.dumps(res, indent=2)
     print(text)
     _print_summaries({f"{k}_metrics": v for k, v in res.get("metrics", {}).items()}, file=sys.stderr)
+    if res.get("parity_plot"):
+        print(f"siggate evaluate: parity plot {res['parity_plot']}", file=sys.stderr)
     if args.output:
         try:
             atomic_write_bytes(Path(args.output), (text + "\n").encode())
@@ -396,6 +445,20 @@ def _check_output_file(path: Path) -> None:
         raise CLIError(f"--output {path}: cannot write there ({problem})")
 
 
+def _smiles_source(args) -> str | None:
+    """Where ``predict``/``explain`` read molecules: ``--input FILE``, ``"-"`` (standard input,
+    given as the only SMILES) or ``None`` (the SMILES arguments)."""
+    if not args.smiles and not args.input:
+        raise CLIError("give SMILES as arguments or --input FILE")
+    if "-" in args.smiles:  # the shell's name for standard input, not a SMILES
+        if len(args.smiles) > 1 or args.input:
+            raise CLIError("'-' reads the molecules from standard input; give it alone, without other SMILES or "
+                           "--input")
+        return "-"
+    if args.smiles and args.input:
+        raise CLIError("give SMILES as arguments or --input FILE, not both")
+    return args.input
+
 
 def cmd_predict(args) -> int:
     from .train.predict import SmilesPredictor, predict_to_csv, read_input
@@ -412,21 +475,38 @@ def cmd_predict(args) -> int:
     if args.split:
         raise CLIError("--split applies to node-level checkpoints (pattern, cluster, sbm-large); "
                        "give SMILES as arguments or --input FILE")
-    if not args.smiles and not args.input:
-        raise CLIError("give SMILES as arguments or --input FILE")
-    source = args.input
-    if "-" in args.smiles:  # the shell's name for standard input, not a SMILES
-        if len(args.smiles) > 1 or args.input:
-            raise CLIError("'-' reads the molecules from standard input; give it alone, without other SMILES or "
-                           "--input")
-        source = "-"
-    elif args.smiles and args.input:
-        raise CLIError("give SMILES as arguments or --input FILE, not both")
-    pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device))
+    source = _smiles_source(args)
+    pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device),
+                           coverage=args.coverage)
     chunks = read_input(source, args.smiles_col, args.chunk_size) if source else [list(args.smiles)]
     n, bad = predict_to_csv(pred, chunks, args.output)
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
           + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
+    return 1 if bad else 0
+
+
+def cmd_explain(args) -> int:
+    from .train.explain import explain_to_folder
+    from .train.predict import SmilesPredictor, read_input
+    from .train.predict_nodes import checkpoint_level
+
+    if checkpoint_level(args.checkpoint) == "node":
+        raise CLIError("this checkpoint predicts per node of a dataset's graphs; explain takes molecule-level "
+                       "(SMILES) checkpoints")
+    source = _smiles_source(args)
+    if args.steps < 1:
+        raise CLIError(f"--steps must be at least 1, got {args.steps}")
+    check_out_folder(args.out, "the explanations")
+    pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False)
+    chunks = read_input(source, args.smiles_col, args.chunk_size) if source else [list(args.smiles)]
+    try:
+        n, bad = explain_to_folder(pred, chunks, args.out, steps=args.steps)
+    except ValueError as exc:
+        if type(exc).__name__ in ("InputError", "DataError", "ConfigError"):
+            raise
+        raise CLIError(f"{args.checkpoint}: {exc}") from None
+    print(f"siggate explain: {n} rows, {n - bad} explained, {bad} failed -> {args.out} (molecules.csv, atoms.csv, "
+          "one SVG and PNG per molecule)", file=sys.stderr)
     return 1 if bad else 0
 
 
@@ -497,7 +577,7 @@ def cmd_data(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .version import __version__
 
     parser = argparse.ArgumentParser(prog="siggate", description="SigGate-GT: gated graph transformers")
     parser.add_argument("--version", action="version", version=f"siggate {__version__}")
@@ -518,7 +598,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train N GNN members with seeds seed..seed+N-1 into OUT/member*/; siggate predict on OUT "
                         "averages them and adds an uncertainty column (their std)")
     p.add_argument("--members", default=None, metavar="KIND[,KIND...]",
-                   help="the kinds of model the run holds, combined into one (default: gnn); --ensemble N "
+                   help=f"the kinds of model the run holds, combined into one (default: {DEFAULT_MEMBERS}; "
+                        + "; ".join(f"{k}: {v}" for k, v in MEMBER_KIND_NAMES.items()) + "); --ensemble N "
                         "multiplies the GNN members")
     p.add_argument("--weights", choices=["equal", "val"], default="equal",
                    help="how several members are combined: equal weights, or weights fitted on the validation "
@@ -538,7 +619,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run folder (its best.pt), ensemble folder (OUT/ensemble.json) or .pt checkpoint")
     p.add_argument("--split", default=None, help="split of the run's own data: train, val, test or all (default: test)")
     p.add_argument("--data", default=None, metavar="FILE.csv",
-                   help="score this labelled CSV of SMILES instead (every row; invalid SMILES and empty labels are counted)")
+                   help="score this labelled CSV of SMILES instead (every row; invalid SMILES and empty labels are "
+                        "counted) and draw its parity plot, <stem>_parity.png next to --output (else next to the file)")
     p.add_argument("--smiles-col", default=None,
                    help="SMILES column of --data (default: the training run's SMILES column, else smiles)")
     p.add_argument("--target-col", default=None, metavar="COL[,COL...]",
@@ -569,9 +651,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse molecules with more atoms, with a reason per row (default: 1000; attention is quadratic)")
     p.add_argument("--chunk-size", type=int, default=1000,
                    help="rows of --input read, predicted and written at a time (default: 1000)")
+    p.add_argument("--coverage", type=float, default=None, metavar="C",
+                   help="add split-conformal intervals holding the label with probability C (e.g. 0.9), calibrated "
+                        "on the run's validation molecules: <target>_lower/_upper (regression) or <target>_set "
+                        "(binary/multilabel: {0}, {1} or {0,1})")
     add_device_flag(p)
     add_threads_flag(p)
     p.set_defaults(func=cmd_predict)
+
+    p = add_command(sub, "explain", "draw each atom's contribution to a molecule's prediction (integrated "
+                                    "gradients for the GNN, occlusion of fingerprint bins for svr and rf), with a CSV "
+                                    "of per-atom values", EXAMPLES["explain"])
+    p.add_argument("--checkpoint", required=True, metavar="RUN",
+                   help="run folder (its best.pt), folder of several members (their weighted contributions) or .pt")
+    p.add_argument("smiles", nargs="*", help="SMILES strings")
+    p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
+    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --input (default: smiles)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="folder for molecules.csv, atoms.csv and one SVG and PNG per molecule (and target)")
+    p.add_argument("--steps", type=int, default=50,
+                   help="Riemann points of the GNN's integrated-gradients path integral (default: 50; more: the "
+                        "atoms' sum closer to prediction minus baseline; the fingerprint members do not use it)")
+    p.add_argument("--max-atoms", type=int, default=1000,
+                   help="refuse molecules with more atoms, with a reason per row (default: 1000)")
+    p.add_argument("--chunk-size", type=int, default=1000, help="rows of --input read and explained at a time (default: 1000)")
+    add_device_flag(p)
+    add_threads_flag(p)
+    p.set_defaults(func=cmd_explain)
 
     p = add_command(sub, "pretrain", "pretrain a backbone on unlabelled SMILES (RDKit descriptor regression)",
                     EXAMPLES["pretrain"])
@@ -615,7 +721,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: the commands whose ``--threads`` :func:`main` applies (compare and analyze apply their own)
-THREADED = ("train", "evaluate", "predict", "data", "pretrain")
+THREADED = ("train", "evaluate", "predict", "explain", "data", "pretrain")
 
 
 def _user_errors() -> tuple:

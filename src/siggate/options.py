@@ -32,6 +32,9 @@ __all__ = [
     "HIGHER_IS_BETTER",
     "PREDICT_MAX_ATOMS",
     "DUPLICATES",
+    "DEFAULT_MEMBERS",
+    "MEMBER_KIND_NAMES",
+    "EVAL_NORMS",
     "parse_gate_spec",
     "parse_mol_features",
     "mol_features_dim",
@@ -134,6 +137,17 @@ PREDICT_MAX_ATOMS = 1000
 #: ``data.duplicates`` (``--duplicates``): what a CSV's repeated molecules become: kept as
 #: separate rows, merged into one row with their mean label (regression), or the first row kept.
 DUPLICATES = ("keep", "average", "first")
+#: ``siggate train --members``: the kinds of member a run can hold, with what each is, for the help
+#: (the kinds of :data:`siggate.train.members.MEMBER_KINDS`; a test keeps the two equal)
+MEMBER_KIND_NAMES = {"gnn": "the gated graph transformer", "svr": "MinMax-kernel SVR on count Morgan fingerprints",
+                     "rf": "random forest on count Morgan fingerprints"}
+#: the members of a run when none are named: ``siggate train --members`` and the scikit-learn
+#: estimators' ``members=``
+DEFAULT_MEMBERS = "gnn"
+#: ``train.eval_norm``: the BatchNorm statistics an evaluation uses: the running averages that
+#: training keeps (PyTorch's, momentum 0.1), or recomputed on the training set first
+#: (:func:`siggate.train.bn_stats.recompute_bn_stats`).
+EVAL_NORMS = ("running", "train")
 
 
 def parse_gate_spec(text: str) -> tuple[str, str | None]:

@@ -20,12 +20,11 @@ from typing import Iterable, Sequence
 
 import torch
 
-import siggate
-
 from ..config import Config, load_config
 from ..config_args import check_out_folder
 from ..files import atomic_write_bytes
 from ..options import progress_enabled
+from ..version import __version__
 
 # --------------------------------------------------------------------------- CLI
 
@@ -237,7 +236,7 @@ def meta(args=None, cfg: Config | None = None) -> dict:
     from ..train.record import git_commit
 
     out = {
-        "siggate_version": siggate.__version__,
+        "siggate_version": __version__,
         "git_commit": git_commit(),
         "torch": torch.__version__,
         "python": platform.python_version(),

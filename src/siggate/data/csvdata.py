@@ -315,9 +315,10 @@ def _check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], 
                         "encode the labels as numbers")
 
 
-def check_trainable(path: Path, ds: GraphDataset) -> None:
+def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> None:
     """Raise :class:`DataError` when a model cannot be trained on ``ds``: no usable row, a
-    constant target, or an empty split (``siggate train`` calls this; :func:`load_csv` itself only warns)."""
+    constant target, or an empty split (``siggate train`` calls this; :func:`load_csv` itself only warns).
+    ``require_test=False`` allows an empty test split (the scikit-learn estimators' ``fit``)."""
     n_valid = sum(ds.sizes().values())
     if n_valid == 0 and not ds.invalid:
         raise DataError(f"{path}: the file has a header but no data rows; add one row per molecule")
@@ -333,7 +334,7 @@ def check_trainable(path: Path, ds: GraphDataset) -> None:
                    else "choose the --target-col that holds the property")
             raise DataError(f"{path}: target column {name!r} has the same value ({col[0]:g}) in all {col.size} "
                             f"labelled rows, so there is nothing to learn (every error would be 0); {fix}")
-    empty = [name for name, graphs in ds.splits.items() if not graphs]
+    empty = [name for name, graphs in ds.splits.items() if not graphs and (require_test or name != "test")]
     if empty:
         hint = (" (a split column without val rows: --val-fraction 0.1 draws them from its train rows)"
                 if "val" in empty else "")

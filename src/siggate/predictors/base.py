@@ -17,6 +17,15 @@ Contract of a predictor ``p``:
 * ``p.save(folder)``: ``folder/predictor.json`` (:func:`write_manifest`: kind, task, options and
   what was learned that fits in JSON) and plain arrays (:func:`save_arrays`). Nothing is pickled.
 * ``type(p).load(folder)``: the predictor back, equal in its predictions.
+* optional, ``p.held_out_``: ``{split: array [G, T]}``, the predictions for a split made before
+  ``p`` refitted on it (a fingerprint member chooses its options on ``ds.val``, then learns from
+  train and val). Whatever must see out-of-sample predictions of ``ds.val`` (the combination's
+  weights, the conformal calibration, the val metrics) reads :func:`out_of_sample`.
+* optional, ``p.atom_contributions(graphs, **options)``: an :class:`AtomContributions`
+  (``siggate explain``): each atom's share of the prediction relative to a reference. The GNN
+  uses integrated gradients (``steps``); a fingerprint member occludes each bin of its fingerprint
+  and shares the change over the atoms that set the bin (:mod:`.fpmember`; options it does not
+  use are ignored); a combination takes its members' weighted sum.
 
 Regression predictions are in target units; ``binary``/``multilabel`` predictions are
 probabilities. Missing labels (NaN) are skipped per target when fitting.
@@ -61,6 +70,29 @@ class Prediction:
     spread: "torch.Tensor | None" = None
 
 
+@dataclass
+class AtomContributions:
+    """How much each atom of each of ``G`` molecules contributes to a prediction, relative to a
+    reference. For a *complete* method (integrated gradients, an exact additive model), per
+    molecule and target ``atoms[g].sum(0) == prediction[g] - baseline[g]`` up to the method's
+    numerical error; occlusion (the fingerprint members) measures each bin's effect with the
+    others present, so its sum differs from ``prediction - baseline`` by the model's interactions
+    between bins, and ``method`` says which was used (a combination's sum holds for the share of
+    its complete members).
+
+    Attributes:
+        atoms: per molecule ``[n_atoms, T]`` (float64, target units or probabilities).
+        baseline: ``[G, T]`` the reference prediction the contributions are measured from.
+        prediction: ``[G, T]`` the prediction (as :meth:`Predictor.predict`'s ``mean``).
+        method: how they were computed, for the reader (e.g. ``"integrated gradients ..."``).
+    """
+
+    atoms: list
+    baseline: "torch.Tensor"
+    prediction: "torch.Tensor"
+    method: str
+
+
 @runtime_checkable
 class Predictor(Protocol):
     """See the module docstring for the contract."""
@@ -76,6 +108,26 @@ class Predictor(Protocol):
 
     @classmethod
     def load(cls, folder: str | Path) -> "Predictor": ...
+
+
+def out_of_sample(member, split: str, graphs: Sequence) -> Prediction:
+    """``member``'s prediction for ``graphs``, the molecules of ``split`` it was fitted with, as
+    the combination and the calibration must see it: the predictions it kept before refitting on
+    ``split`` (``held_out_``), else :meth:`Predictor.predict`.
+
+    Raises:
+        ValueError: kept predictions for another number of molecules than ``graphs``.
+    """
+    kept = getattr(member, "held_out_", {}).get(split)
+    if kept is None:
+        return member.predict(graphs)
+    import numpy as np
+    import torch
+
+    if len(kept) != len(graphs):
+        raise ValueError(f"{member.kind}: kept {len(kept)} out-of-sample {split} predictions for {len(graphs)} molecules; "
+                         "the split changed since the member was fitted")
+    return Prediction(mean=torch.from_numpy(np.asarray(kept, dtype=np.float32)))
 
 
 def write_manifest(folder: str | Path, kind: str, info: "TaskInfo", **fields) -> Path:

@@ -32,7 +32,15 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .base import Prediction, PredictorFileError, read_manifest, task_info, write_manifest
+from .base import (
+    AtomContributions,
+    Prediction,
+    PredictorFileError,
+    out_of_sample,
+    read_manifest,
+    task_info,
+    write_manifest,
+)
 
 #: how a combination's weights were set
 WEIGHTINGS = ("equal", "fixed", "val")
@@ -134,13 +142,15 @@ class Combination:
 
     def fit_weights(self, ds) -> "Combination":
         """With ``weights="val"``: fit the weights on ``ds.val`` from the (fitted) members'
-        predictions (module docstring); otherwise nothing to fit. Returns ``self``."""
+        out-of-sample predictions (:func:`~.base.out_of_sample`: a member refitted on train+val
+        answers with the predictions it made before; module docstring); otherwise nothing to fit.
+        Returns ``self``."""
         if self.weighting != "val":
             return self
         from ..data.base import label_rows, split_mask
 
         info, graphs = self.info, ds.val
-        preds = torch.stack([m.predict(graphs).mean for m in self.members]).double()  # M, rows, T
+        preds = torch.stack([out_of_sample(m, "val", graphs).mean for m in self.members]).double()  # M, rows, T
         y = torch.cat([label_rows(g, info, "val") for g in graphs])
         if info.transductive:
             preds = preds[:, torch.cat([split_mask(g, info, "val") for g in graphs])]
@@ -175,10 +185,44 @@ class Combination:
         """:meth:`combine` of every member's prediction for ``graphs``."""
         return self.combine([m.predict(graphs) for m in self.members])
 
-    def save(self, folder: str | Path) -> None:
-        """Each member into ``folder/<name>``, then ``folder/predictor.json``."""
+    def member_weights(self) -> torch.Tensor:
+        """``[M, T]`` the members' weights per target (equal: ``1/M``)."""
+        if self.weights_ is not None:
+            return torch.as_tensor(self.weights_, dtype=torch.float64)
+        if self.weighting == "val":
+            raise ValueError("weights='val': fit the weights (fit or fit_weights) before predicting")
+        m = len(self.members)
+        return torch.full((m, self.info.num_outputs), 1.0 / m, dtype=torch.float64)
+
+    def atom_contributions(self, graphs, **options) -> AtomContributions:
+        """The weighted sum of the members' atom contributions (and of their baselines and
+        predictions): the combined mean is linear in the members', so where every member's
+        contributions add up to its prediction minus its baseline (integrated gradients), the
+        combination's do too (occlusion, the fingerprint members', does not). ``options`` go to
+        every member's ``atom_contributions`` (e.g. ``steps``; a member ignores those it does not use).
+
+        Raises:
+            ValueError: a member kind that cannot attribute its predictions to atoms.
+        """
+        parts = []
+        for name, member in zip(self.names, self.members):
+            if not hasattr(member, "atom_contributions"):
+                raise ValueError(f"member {name} ({getattr(member, 'kind', type(member).__name__)}) cannot attribute "
+                                 "its predictions to atoms; explain the other members' folders one by one")
+            parts.append(member.atom_contributions(graphs, **options))
+        w = self.member_weights()  # M, T
+        atoms = [sum(w[i] * p.atoms[g].double() for i, p in enumerate(parts)) for g in range(len(parts[0].atoms))]
+        baseline = sum(w[i] * p.baseline.double() for i, p in enumerate(parts))
+        prediction = sum(w[i] * p.prediction.double() for i, p in enumerate(parts))
+        methods = sorted({p.method for p in parts})
+        return AtomContributions(atoms, baseline, prediction, "; ".join(methods))
+
+    def save(self, folder: str | Path, members: bool = True) -> None:
+        """Each member into ``folder/<name>`` (unless ``members`` is false: the members saved
+        themselves there, as ``siggate train`` does when it fits each, and a finished member's
+        files are never written again), then ``folder/predictor.json``."""
         folder = Path(folder)
-        for name, m in zip(self.names, self.members):
+        for name, m in zip(self.names, self.members) if members else ():
             m.save(folder / name)
         write_manifest(folder, self.kind, self.info, members=self.names, weighting=self.weighting,
                        weights=None if self.weights_ is None else self.weights_.tolist(), **self.record)

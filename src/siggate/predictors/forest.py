@@ -8,9 +8,10 @@ features tried at each split by default).
 
 **Options.** :class:`ForestGrid` (``max_features``: the features tried at each split, a fraction or
 ``"sqrt"``) is searched per target on its labelled validation rows (RMSE, or log-loss for
-classification, :func:`.fpinputs.val_score`); the first value is the fallback when there is no
-labelled val row, and wins ties. As for :mod:`.svr`, the winner is not refitted on train+val (its
-val predictions feed the combination's weights) and the test split is never read. A target with
+classification, :func:`.fpmember.val_score`); the first value is the fallback when there is no
+labelled val row, and wins ties. As for :mod:`.svr`, with ``refit`` (the default) the winner is
+fitted again on the train and val rows, its train-only val predictions kept out of sample for the
+combination's weights and the calibration; the test split is never read. A target with
 fewer than two labelled training rows, or one class, is a constant (:class:`.fpmember.ConstantModel`).
 
 **Prediction** runs on the stored arrays with :func:`forest_predict`, a vectorized traversal in
@@ -171,13 +172,15 @@ class RandomForest(FingerprintMember):
         grid: a :class:`ForestGrid` or a mapping of its fields; ``None``: the defaults.
         seed: ``random_state`` of every forest.
         n_jobs: scikit-learn's threads for fitting (predictions do not depend on it).
+        refit: after choosing on val, fit the chosen option again on the train and val rows
+            (:class:`.fpmember.FingerprintMember`).
     """
 
     kind = "rf"
 
     def __init__(self, n_estimators: int = 100, radius: int = 2, size: int = 2048,
-                 grid: ForestGrid | Mapping | None = None, seed: int = 0, n_jobs: int = 1) -> None:
-        super().__init__()
+                 grid: ForestGrid | Mapping | None = None, seed: int = 0, n_jobs: int = 1, refit: bool = True) -> None:
+        super().__init__(refit)
         if n_estimators < 1:
             raise ValueError(f"n_estimators must be >= 1, got {n_estimators}")
         self.n_estimators, self.radius, self.size = int(n_estimators), int(radius), int(size)
@@ -186,9 +189,9 @@ class RandomForest(FingerprintMember):
 
     def options(self) -> dict:
         return {"n_estimators": self.n_estimators, "radius": self.radius, "size": self.size,
-                "grid": self.grid.to_dict(), "seed": self.seed, "n_jobs": self.n_jobs}
+                "grid": self.grid.to_dict(), "seed": self.seed, "n_jobs": self.n_jobs, "refit": self.refit}
 
-    def _fit_target(self, data: TargetData) -> ForestModel:
+    def _fit_target(self, data: TargetData, points: list[dict] | None = None) -> ForestModel:
         from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
         mean, std = (0.0, 1.0) if data.classify else standardizer(data.y)
@@ -196,7 +199,9 @@ class RandomForest(FingerprintMember):
         target = data.y.astype(np.int64) if data.classify else (data.y - mean) / std
         cls = RandomForestClassifier if data.classify else RandomForestRegressor
         choice = Selection(data)
-        for p in self.grid.points() if data.val_rows.size else [self.grid.fallback()]:
+        if points is None:
+            points = self.grid.points() if data.val_rows.size else [self.grid.fallback()]
+        for p in points:
             est = cls(n_estimators=self.n_estimators, max_features=p["max_features"], random_state=self.seed,
                       n_jobs=self.n_jobs).fit(x, target)
             choice.offer(ForestModel(flatten_trees(est.estimators_, data.classify), self.radius, self.size,

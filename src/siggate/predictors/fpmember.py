@@ -10,10 +10,37 @@ with a :class:`TargetData`. A target is refused when it has no labelled training
 (:func:`val_score`), the earlier on ties; a target without labelled val rows is fitted with the
 grid's first point only (:meth:`Grid.fallback`).
 
+**Refit** (``refit=True``, the members' default): once a target's options are chosen on val, the
+chosen option is fitted again on the target's labelled train *and* val rows (``_fit_target`` with
+that one point), so the val molecules teach the model that predicts test and new molecules (on the
+20 public MoleculeACE targets this lowered the svr member's mean test RMSE, ``members_check.py``).
+The predictions the train-only fit made for the val molecules are kept in ``held_out_["val"]``
+(saved with the arrays): they are the member's out-of-sample val predictions, which the
+combination's weights, the conformal calibration and the reported val metric read
+(:func:`~.base.out_of_sample`). The refitted model's ``meta`` keeps the selection record and says
+``refit``.
+
 Every per-target model answers ``output(table) -> float64 [n]`` (target units or probabilities)
 for a :class:`FingerprintTable` of the molecules to predict, ``fields()`` (JSON, into the manifest's
 ``targets`` list, with ``mode``) and ``arrays(prefix)`` (plain arrays, into ``arrays.pt`` under
 ``t{j}.``); the subclass's ``_restore`` builds it back.
+
+**Atom contributions** (``siggate explain``, :meth:`FingerprintMember.atom_contributions`) are
+occlusions of the fingerprint each target's model reads (:func:`fingerprint_of`), in the manner of
+Riniker and Landrum's similarity maps (J. Cheminform. 5, 43 (2013),
+https://doi.org/10.1186/1758-2946-5-43): for a molecule with counts ``c``, bin ``b`` contributes
+``f(c) - f(c with c_b = 0)``, the change in the prediction (target units or probability) when every
+environment that falls into ``b`` is removed (:func:`occlusion`). That change is shared equally by
+the ``c_b`` environments of the bin, and each environment's share equally by its atoms
+(:func:`share_over_atoms`; :func:`~siggate.data.fingerprints.bit_atoms`: a Morgan environment's
+centre and the atoms within the radius, an atom pair's two atoms, a torsion's four), so the
+atoms' total is the bins' total. The baseline reported beside them is the prediction of the
+empty fingerprint. The same rule serves the kernel SVR (whose MinMax kernel is not
+differentiable in the counts) and the forest (a step function of them, whose gradients are
+zero): it needs only predictions, one batch of them per molecule, is exact and deterministic,
+and a bin's number reads in target units. It is not *complete*: the bins' total differs from
+``f(c) - f(empty)`` by the model's interactions between bins (it equals it for a model linear in
+the counts). A constant target contributes nothing (its baseline is its prediction).
 """
 
 from __future__ import annotations
@@ -26,7 +53,17 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from .base import Prediction, PredictorFileError, load_arrays, read_manifest, save_arrays, task_info, write_manifest
+from ..data.base import DataError
+from .base import (
+    AtomContributions,
+    Prediction,
+    PredictorFileError,
+    load_arrays,
+    read_manifest,
+    save_arrays,
+    task_info,
+    write_manifest,
+)
 
 #: tasks the fingerprint members learn (one model per target; ``multiclass`` and node-level tasks are refused)
 TASKS = ("regression", "binary", "multilabel")
@@ -34,12 +71,15 @@ ARRAYS = "arrays.pt"
 
 
 def check_task(info, kind: str) -> None:
-    """Refuse a task a fingerprint member cannot learn, naming the task and the fix."""
+    """Refuse a task a fingerprint member cannot learn, naming the task and the fix.
+
+    Raises:
+        DataError: a node-level or multiclass task."""
     if info.level != "graph":
-        raise ValueError(f"the {kind} member predicts one value per molecule; {info.name} is a node-level task "
+        raise DataError(f"the {kind} member predicts one value per molecule; {info.name} is a node-level task "
                          f"(choose other members)")
     if info.task not in TASKS:
-        raise ValueError(f"the {kind} member learns {', '.join(TASKS)} tasks, not {info.task!r} ({info.name}); "
+        raise DataError(f"the {kind} member learns {', '.join(TASKS)} tasks, not {info.task!r} ({info.name}); "
                          f"choose other members")
 
 
@@ -47,13 +87,13 @@ def graph_smiles(graphs: Sequence, kind: str) -> list[str]:
     """The ``smiles`` of each graph.
 
     Raises:
-        ValueError: a graph without a SMILES string (a dataset of typed atoms such as ZINC).
+        DataError: a graph without a SMILES string (a dataset of typed atoms such as ZINC).
     """
     out = []
     for i, g in enumerate(graphs):
         s = getattr(g, "smiles", None)
         if not isinstance(s, str):
-            raise ValueError(f"the {kind} member reads molecules from SMILES, and graph {i} carries none; "
+            raise DataError(f"the {kind} member reads molecules from SMILES, and graph {i} carries none; "
                              "use it on molecule datasets (a CSV of SMILES, MoleculeACE, ...)")
         out.append(s)
     return out
@@ -128,8 +168,9 @@ class Grid:
 
 @dataclass
 class FingerprintTable:
-    """Count fingerprints of a fixed list of SMILES, computed once per ``(radius, size)`` and kept
-    (CSR ``int32``, :func:`~siggate.data.fingerprints.morgan_counts`)."""
+    """Count fingerprints of a fixed list of SMILES, computed once per ``(radius, size, fingerprint)``
+    and kept (CSR ``int32``, :func:`~siggate.data.fingerprints.count_fingerprints`: ``fingerprint``
+    names the kinds side by side, ``"morgan"`` by default)."""
 
     smiles: list[str]
     _cache: dict = field(default_factory=dict)
@@ -137,13 +178,23 @@ class FingerprintTable:
     def __len__(self) -> int:
         return len(self.smiles)
 
-    def get(self, radius: int, size: int):
-        from ..data.fingerprints import morgan_counts
+    def get(self, radius: int, size: int, fingerprint: str = "morgan"):
+        from ..data.fingerprints import count_fingerprints
 
-        key = (int(radius), int(size))
+        key = (int(radius), int(size), fingerprint)
         if key not in self._cache:
-            self._cache[key] = morgan_counts(self.smiles, radius=key[0], size=key[1], sparse=True)
+            self._cache[key] = count_fingerprints(self.smiles, fingerprint, key[0], key[1], sparse=True)
         return self._cache[key]
+
+    @classmethod
+    def joined(cls, first: "FingerprintTable", second: "FingerprintTable") -> "FingerprintTable":
+        """The table of ``first``'s molecules then ``second``'s, reusing the fingerprints both hold."""
+        import scipy.sparse as sp
+
+        out = cls(first.smiles + second.smiles)
+        for key in first._cache.keys() & second._cache.keys():
+            out._cache[key] = sp.vstack([first._cache[key], second._cache[key]], format="csr", dtype=np.int32)
+        return out
 
 
 def csr_to_arrays(prefix: str, x) -> dict:
@@ -214,9 +265,9 @@ class TargetData:
     def classify(self) -> bool:
         return self.task != "regression"
 
-    def x(self, radius: int, size: int):
+    def x(self, radius: int, size: int, fingerprint: str = "morgan"):
         """Count fingerprints (CSR) of the labelled training rows."""
-        return self.train.get(radius, size)[self.rows]
+        return self.train.get(radius, size, fingerprint)[self.rows]
 
 
 class Selection:
@@ -244,6 +295,96 @@ class Selection:
         return self.best
 
 
+@dataclass(frozen=True)
+class CountFingerprint:
+    """A fingerprint a target's model reads: folded count fingerprints of the ``kinds`` side by
+    side (``"morgan"``, ``"morgan+atompair+torsion"``, ...), Morgan of ``radius``, each kind in
+    ``size`` bins (:func:`~siggate.data.fingerprints.count_fingerprints`). What
+    :meth:`FingerprintMember.atom_contributions` asks of a fingerprint: ``counts(smiles)`` (SciPy
+    CSR ``int32``) and ``bin_atoms(smiles)`` (of one molecule: ``{bin: (environment, ...)}``, one
+    environment per count, each the tuple of its atoms)."""
+
+    radius: int
+    size: int
+    kinds: str = "morgan"
+
+    def counts(self, smiles: Sequence[str]):
+        from ..data.fingerprints import count_fingerprints
+
+        return count_fingerprints(list(smiles), self.kinds, self.radius, self.size, sparse=True)
+
+    def bin_atoms(self, smiles: str) -> dict:
+        from ..data.fingerprints import bit_atoms
+
+        return bit_atoms(smiles, self.radius, self.size, self.kinds)
+
+
+def fingerprint_of(model) -> CountFingerprint:
+    """The fingerprint a target's ``model`` reads: its ``radius``, ``size`` and ``fingerprint``
+    (the kinds; Morgan alone for a model without one, as the forest)."""
+    return CountFingerprint(int(model.radius), int(model.size), getattr(model, "fingerprint", "morgan"))
+
+
+def occlusion_rows(x):
+    """The fingerprints whose predictions :func:`occlusion` needs, for CSR counts ``x [n, size]``:
+    the empty fingerprint (row 0), then per molecule ``i`` its own row followed by one row per
+    non-zero bin of it (in ``x``'s order) with that bin emptied. Returns ``(CSR rows, start)``:
+    molecule ``i``'s own row is ``start[i]``."""
+    import scipy.sparse as sp
+
+    indptr, indices, data, start = [0, 0], [], [], []
+    for i in range(x.shape[0]):
+        cols, vals = x.indices[x.indptr[i]:x.indptr[i + 1]], x.data[x.indptr[i]:x.indptr[i + 1]]
+        start.append(len(indptr) - 1)
+        keep = ~np.eye(cols.size, dtype=bool)  # row k: every bin but the k-th
+        for c, v in [(cols, vals), *((cols[k], vals[k]) for k in keep)]:
+            indices.append(c)
+            data.append(v)
+            indptr.append(indptr[-1] + c.size)
+    rows = sp.csr_matrix((np.concatenate(data or [np.zeros(0)]).astype(np.int32),
+                          np.concatenate(indices or [np.zeros(0)]).astype(np.int64), np.asarray(indptr)),
+                         shape=(len(indptr) - 1, x.shape[1]))
+    return rows, start
+
+
+def occlusion(output, x) -> tuple[np.ndarray, float, list[np.ndarray]]:
+    """Occlusion of fingerprint bins: for CSR counts ``x [n, size]`` and a model ``output(rows)
+    -> float64 [rows]`` of CSR counts, ``(prediction [n], prediction of the empty fingerprint,
+    [per molecule i: f(x_i) - f(x_i with bin b emptied) for its non-zero bins b, in x's order])``.
+    One call of ``output`` on every row at once (:func:`occlusion_rows`)."""
+    rows, start = occlusion_rows(x)
+    out = np.asarray(output(rows), dtype=np.float64)
+    nnz = np.diff(x.indptr)
+    own = out[start] if start else np.zeros(0)
+    return own, float(out[0]), [own[i] - out[s + 1:s + 1 + nnz[i]] for i, s in enumerate(start)]
+
+
+def share_over_atoms(bins: np.ndarray, deltas: np.ndarray, where: Mapping, n_atoms: int) -> np.ndarray:
+    """Per atom ``float64 [n_atoms]``: each bin's ``delta`` shared equally by the environments that
+    set it (``where[bin]``, one per count), each environment's share equally by its atoms. The
+    atoms' total is the bins' total."""
+    atoms = np.zeros(n_atoms)
+    for b, d in zip(np.asarray(bins).tolist(), np.asarray(deltas).tolist()):
+        envs = where[b]
+        for env in envs:
+            np.add.at(atoms, list(env), d / len(envs) / len(env))
+    return atoms
+
+
+class _Fixed:
+    """A :class:`FingerprintTable` stand-in that answers every ``get`` with the fingerprints ``x``
+    (already computed as the one fingerprint its model reads, :func:`fingerprint_of`)."""
+
+    def __init__(self, x) -> None:
+        self.x = x
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+    def get(self, radius: int, size: int, fingerprint: str = "morgan"):
+        return self.x
+
+
 class _Rows:
     """A :class:`FingerprintTable` restricted to some of its rows (shares the parent's cache)."""
 
@@ -253,8 +394,8 @@ class _Rows:
     def __len__(self) -> int:
         return int(self.rows.size)
 
-    def get(self, radius: int, size: int):
-        return self.parent.get(radius, size)[self.rows]
+    def get(self, radius: int, size: int, fingerprint: str = "morgan"):
+        return self.parent.get(radius, size, fingerprint)[self.rows]
 
 
 class FingerprintMember:
@@ -264,9 +405,14 @@ class FingerprintMember:
 
     kind: ClassVar[str] = ""
 
-    def __init__(self) -> None:
+    def __init__(self, refit: bool = True) -> None:
         self.info = None
         self.models_: list = []
+        self.refit = bool(refit)
+        #: ``{"val": float64 [n_val, T]}``: the predictions for the validation molecules made before
+        #: refitting on them (out of sample: what the combination's weights, the calibration and the
+        #: val metrics read, :func:`~.base.out_of_sample`); empty without a refit
+        self.held_out_: dict = {}
 
     def options(self) -> dict:
         raise NotImplementedError
@@ -275,7 +421,12 @@ class FingerprintMember:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.options().items())})"
 
     def fit(self, ds) -> "FingerprintMember":
-        """Learn each target from ``ds.train``'s labelled rows; choose its options on ``ds.val``'s."""
+        """Learn each target from ``ds.train``'s labelled rows; choose its options on ``ds.val``'s.
+
+        Raises:
+            DataError: a task or data the member cannot learn (node level, multiclass, graphs
+                without SMILES, labels other than 0/1 for classification, a target without a
+                labelled training row)."""
         check_task(ds.info, self.kind)
         self.info = ds.info
         train, val = list(ds.train), list(ds.val)
@@ -284,22 +435,40 @@ class FingerprintMember:
         if ds.info.task != "regression":
             seen = np.concatenate([y_tr[np.isfinite(y_tr)], y_va[np.isfinite(y_va)]])
             if not np.all((seen == 0) | (seen == 1)):
-                raise ValueError(f"the {self.kind} member needs 0/1 labels for a {ds.info.task} task")
-        self.models_ = []
+                raise DataError(f"the {self.kind} member needs 0/1 labels for a {ds.info.task} task")
+        self.models_, self.held_out_ = [], {}
+        held, both = np.empty((len(val), len(ds.info.target_names))), None
         for j, name in enumerate(ds.info.target_names):
             rows, vrows = np.flatnonzero(np.isfinite(y_tr[:, j])), np.flatnonzero(np.isfinite(y_va[:, j]))
             data = TargetData(j, name, ds.info.task, fp_tr, fp_va, rows, y_tr[rows, j], vrows, y_va[vrows, j])
             if rows.size == 0:
-                raise ValueError(f"target {name!r} has no labelled training row; the {self.kind} member cannot "
+                raise DataError(f"target {name!r} has no labelled training row; the {self.kind} member cannot "
                                  "learn it")
             if rows.size < 2 or (data.classify and np.unique(data.y).size < 2):
                 why = "one labelled training row" if rows.size < 2 else "one class among the training rows"
                 self.models_.append(ConstantModel.of(data.y, data.classify, why))
             else:
                 self.models_.append(self._fit_target(data))
+            held[:, j] = self.models_[j].output(fp_va)
+            if self.refit and vrows.size and not isinstance(self.models_[j], ConstantModel):
+                both = FingerprintTable.joined(fp_tr, fp_va) if both is None else both
+                self.models_[j] = self._refit(self.models_[j], TargetData(
+                    j, name, ds.info.task, both, FingerprintTable([]), np.concatenate([rows, len(train) + vrows]),
+                    np.concatenate([data.y, data.val_y]), vrows[:0], data.val_y[:0]))
+        if self.refit:
+            self.held_out_ = {"val": held}
         return self
 
-    def _fit_target(self, data: TargetData):
+    def _refit(self, model, data: TargetData):
+        """``model``'s chosen options fitted again on ``data`` (the train and val rows), its
+        selection record kept in ``meta`` with ``refit``: the rows it was refitted on."""
+        again = self._fit_target(data, [model.meta["chosen"]])
+        again.meta = {**model.meta, "refit": {"rows": "train+val", "n": int(data.rows.size)}}
+        return again
+
+    def _fit_target(self, data: TargetData, points: list[dict] | None = None):
+        """The target's model, the val-best of ``points`` (``None``: the grid's, or its fallback
+        without labelled val rows; with one point, that point's model)."""
         raise NotImplementedError
 
     def predict_array(self, smiles: list[str]) -> np.ndarray:
@@ -317,6 +486,45 @@ class FingerprintMember:
 
         return Prediction(mean=torch.from_numpy(self.predict_array(graph_smiles(graphs, self.kind)).astype(np.float32)))
 
+    def atom_contributions(self, graphs: Sequence, **options) -> AtomContributions:
+        """Each atom's share of the prediction for ``graphs`` by occlusion of the bins of the
+        fingerprint each target's model reads (the module docstring says how and why).
+        ``options`` (the GNN's ``steps``) do not apply and are ignored.
+
+        Returns:
+            an :class:`~.base.AtomContributions`: per molecule ``float64 [n_atoms, T]`` (RDKit's
+            atom order of the SMILES as written), the empty fingerprint's prediction as the
+            baseline, and the prediction (:meth:`predict`'s, up to float rounding).
+        """
+        import torch
+
+        from ..data.fingerprints import to_mols
+
+        if not self.models_:
+            raise RuntimeError(f"{type(self).__name__}: call fit (or load) before atom_contributions")
+        smiles = graph_smiles(graphs, self.kind)
+        t = len(self.models_)
+        atoms = [np.zeros((mol.GetNumAtoms(), t)) for mol in to_mols(smiles)]
+        pred, base = np.empty((len(smiles), t)), np.empty((len(smiles), t))
+        counts, where = {}, {}  # per fingerprint: the molecules' counts, and which atoms set each bin
+        for j, m in enumerate(self.models_):
+            if isinstance(m, ConstantModel):
+                pred[:, j] = base[:, j] = m.value
+                continue
+            fp = fingerprint_of(m)
+            x = counts[fp] = counts[fp] if fp in counts else fp.counts(smiles)
+            pred[:, j], base[:, j], deltas = occlusion(lambda rows, m=m: m.output(_Fixed(rows)), x)
+            for i, s in enumerate(smiles):
+                if (fp, i) not in where:
+                    where[fp, i] = fp.bin_atoms(s)
+                atoms[i][:, j] = share_over_atoms(x.indices[x.indptr[i]:x.indptr[i + 1]], deltas[i], where[fp, i],
+                                                  atoms[i].shape[0])
+        method = (f"occlusion of fingerprint bins ({self.kind}): each bin's change in the prediction when it is "
+                  "emptied, shared equally by the atoms of the environments that set it; baseline: the empty "
+                  "fingerprint's prediction")
+        return AtomContributions([torch.from_numpy(a) for a in atoms], torch.from_numpy(base), torch.from_numpy(pred),
+                                 method)
+
     def save(self, folder: str | Path) -> None:
         """``folder/predictor.json`` (options; per target its fields and meta) and ``folder/arrays.pt``."""
         if not self.models_:
@@ -326,6 +534,7 @@ class FingerprintMember:
         for j, m in enumerate(self.models_):
             arrays.update(m.arrays(f"t{j}"))
             targets.append({"name": self.info.target_names[j], **m.fields(), "meta": m.meta})
+        arrays.update({f"held_out.{split}": np.asarray(v, dtype=np.float64) for split, v in self.held_out_.items()})
         folder.mkdir(parents=True, exist_ok=True)
         save_arrays(folder / ARRAYS, arrays)
         write_manifest(folder, self.kind, self.info, options=self.options(), arrays=ARRAYS, targets=targets)
@@ -349,6 +558,12 @@ class FingerprintMember:
                 model = ConstantModel(float(t["value"])) if t["mode"] == "constant" else self._restore(t, arrays, f"t{j}")
                 model.meta = dict(t["meta"])
                 self.models_.append(model)
+            for key, value in arrays.items():
+                if key.startswith("held_out."):
+                    held = np.asarray(value, dtype=np.float64)
+                    if held.ndim != 2 or held.shape[1] != self.info.num_tasks:
+                        raise PredictorFileError(f"{key} has shape {held.shape} for {self.info.num_tasks} targets")
+                    self.held_out_[key.split(".", 1)[1]] = held
         except PredictorFileError as exc:
             raise PredictorFileError(f"{folder}: {exc}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -1,10 +1,16 @@
-"""``svr``: a support-vector regressor with the MinMax kernel on count Morgan fingerprints, and its
+"""``svr``: a support-vector regressor with the MinMax kernel on count fingerprints, and its
 classification twin, kernel logistic regression on the same kernel.
 
+**Kernel.** The MinMax kernel (Tanimoto on counts, :func:`~siggate.predictors.kernel.minmax_kernel`)
+of count fingerprints (:func:`~siggate.data.fingerprints.count_fingerprints`), averaged over the
+kinds a grid point names: by default Morgan (radius 2 or 3), atom pairs and topological torsions,
+each folded into 2,048 bins. Each kind's kernel weighs the same in the mean. Against Morgan alone,
+the mean of the three had the lower mean *validation* RMSE over the 20 public MoleculeACE targets
+(``benchmarks/moleculeace/members_check.py``; its JSON holds every point's val and test figures).
+
 **Regression.** Each target is standardized with its labelled training rows' mean and std, and
-scikit-learn's ``SVR(kernel="precomputed", C, epsilon)`` learns it on the MinMax kernel
-(:func:`~siggate.predictors.kernel.minmax_kernel`) of the count fingerprints
-(:func:`~siggate.data.fingerprints.morgan_counts`); predictions are mapped back to target units.
+scikit-learn's ``SVR(kernel="precomputed", C, epsilon)`` learns it on the kernel; predictions are
+mapped back to target units.
 
 **Classification** (``binary``, ``multilabel``: one model per target): kernel logistic regression,
 the log-loss with an L2 penalty in the kernel's feature space, fitted by scikit-learn's
@@ -22,13 +28,14 @@ rows that ``fit`` keeps for choosing options.
 The features are built in blocks of rows and never held for a regression, so memory is
 ``O(landmarks²)`` plus one block.
 
-**Options.** The grid (:class:`SVRGrid`: radius, size, C, epsilon) is searched per target, each
-point fitted on the training rows and scored on the labelled validation rows of that target (RMSE,
-or log-loss for classification, :func:`.fpinputs.val_score`); the lowest score wins, the earlier
-point on ties. A target without labelled val rows gets the grid's first point (the defaults start
-with the issue's baseline: radius 2, 2,048 bins, C=5, epsilon=0.05). The winner is **not** refitted
-on train+val: the members' val predictions must stay out-of-sample, because the combination of
-members learns its weights on the validation split. The test split is never read.
+**Options.** The grid (:class:`SVRGrid`: fingerprint kinds, radius, size, C, epsilon) is searched
+per target, each point fitted on the training rows and scored on the labelled validation rows of
+that target (RMSE, or log-loss for classification, :func:`.fpmember.val_score`); the lowest score
+wins, the earlier point on ties. A target without labelled val rows gets the grid's first point.
+With ``refit`` (the default) the winner is then fitted again on the train and val rows, and the
+train-only fit's val predictions are kept as the member's out-of-sample val predictions
+(:class:`.fpmember.FingerprintMember`), which the combination's weights and the calibration read.
+The test split is never read.
 
 **Every model** predicts ``f(x) = Σ_i coef_i K(x, s_i) + intercept`` over stored count
 fingerprints ``s_i`` (support vectors, or Nyström landmarks with ``coef = W w``), then
@@ -36,11 +43,13 @@ fingerprints ``s_i`` (support vectors, or Nyström landmarks with ``coef = W w``
 two labelled training rows, or one class only, is a constant (:class:`.fpmember.ConstantModel`).
 
 **Storage** (no pickle, :class:`.fpmember.FingerprintMember`): ``predictor.json`` holds the options
-and, per target, ``mode`` (``svr``, ``ridge``, ``klr`` or ``constant``), ``radius``, ``size``,
+and, per target, ``mode`` (``svr``, ``ridge``, ``klr`` or ``constant``), ``fingerprint`` (the kinds;
+absent in runs saved before kinds: ``morgan``), ``radius``, ``size``,
 ``intercept``, ``y_mean``/``y_std`` and ``meta`` (the chosen point, the val scores of every grid
 point, the basis: ``exact`` or ``nystrom m``); ``arrays.pt`` holds, per target ``j``,
 ``t{j}.support.{indptr,indices,counts}`` (CSR int64, int64, int32 counts of the stored
-fingerprints) and ``t{j}.coef`` (float64).
+fingerprints, the kinds side by side) and ``t{j}.coef`` (float64); ``held_out.val`` (float64
+``[n_val, T]``) holds the out-of-sample val predictions of a refitted member.
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..data.fingerprints import parse_kinds
 from .base import PredictorFileError
 from .fpmember import (
     FingerprintMember,
@@ -74,22 +84,31 @@ class SVRGrid(Grid):
     """The options :class:`KernelSVR` chooses among on validation (first value of each: fallback).
 
     Args:
+        fingerprint: the kinds of count fingerprint the kernel averages, joined by ``+``
+            (:func:`~siggate.data.fingerprints.parse_kinds`).
         radius: Morgan radii.
         size: fingerprint sizes (bins).
         C: SVR / logistic-regression penalty weights (larger: less regularization).
         epsilon: SVR's insensitive-tube half-widths, in standardized target units (regression
             on the exact kernel only).
 
-    The defaults keep, of the wider grid radius {2, 3} x C {5, 1, 20} x epsilon {0.05, 0.2},
-    the points whose mean *validation* RMSE over the 20 public MoleculeACE targets was lowest:
-    C=1 and epsilon=0.2 were worse on val at every other setting
+    The defaults keep, of the wider grid fingerprint {morgan, morgan+atompair+torsion} x radius
+    {2, 3} x C {5, 1, 20} x epsilon {0.05, 0.2}, the points whose mean *validation* RMSE over the
+    20 public MoleculeACE targets was lowest: the three kinds beat Morgan alone, and C=1 and
+    epsilon=0.2 were worse on val at every other setting
     (``benchmarks/moleculeace/members_check.py``; its JSON holds every point's figures).
     """
 
+    fingerprint: tuple = ("morgan+atompair+torsion",)
     radius: tuple = (2, 3)
     size: tuple = (2048,)
     C: tuple = (5.0, 20.0)
     epsilon: tuple = (0.05,)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for f in self.fingerprint:
+            parse_kinds(f)
 
 
 @dataclass
@@ -101,32 +120,41 @@ class KernelModel:
     mode: str
     radius: int
     size: int
-    support: object  # scipy CSR [k, size] int32 counts
+    support: object  # scipy CSR [k, parts * size] int32 counts
     coef: np.ndarray  # float64 [k]
     intercept: float
     y_mean: float = 0.0
     y_std: float = 1.0
     meta: dict = field(default_factory=dict)
+    fingerprint: str = "morgan"
+
+    @property
+    def parts(self) -> int:
+        return len(parse_kinds(self.fingerprint))
 
     def decision(self, x) -> np.ndarray:
-        """``f`` for count fingerprints ``x [n, size]`` (float64 [n])."""
-        return minmax_kernel(x, self.support) @ self.coef + self.intercept
+        """``f`` for count fingerprints ``x [n, parts * size]`` (float64 [n])."""
+        return minmax_kernel(x, self.support, parts=self.parts) @ self.coef + self.intercept
+
+    def fingerprints(self, table: FingerprintTable):
+        """The fingerprints of ``table``'s molecules that this model reads."""
+        return table.get(self.radius, self.size, self.fingerprint)
 
     def output(self, table: FingerprintTable) -> np.ndarray:
-        f = self.decision(table.get(self.radius, self.size))
+        f = self.decision(self.fingerprints(table))
         return sigmoid(f) if self.mode == "klr" else self.y_mean + self.y_std * f
 
     def fields(self) -> dict:
-        return {"mode": self.mode, "radius": self.radius, "size": self.size, "intercept": self.intercept,
-                "y_mean": self.y_mean, "y_std": self.y_std}
+        return {"mode": self.mode, "fingerprint": self.fingerprint, "radius": self.radius, "size": self.size,
+                "intercept": self.intercept, "y_mean": self.y_mean, "y_std": self.y_std}
 
     def arrays(self, prefix: str) -> dict:
         return {**csr_to_arrays(f"{prefix}.support", self.support), f"{prefix}.coef": np.asarray(self.coef, np.float64)}
 
 
-def _nystrom_features(x, landmarks, w: np.ndarray) -> np.ndarray:
+def _nystrom_features(x, landmarks, w: np.ndarray, parts: int) -> np.ndarray:
     """``Φ = K(x, landmarks) W`` in blocks of rows."""
-    return np.concatenate([minmax_kernel(x[lo : lo + _ROW_BLOCK], landmarks) @ w
+    return np.concatenate([minmax_kernel(x[lo : lo + _ROW_BLOCK], landmarks, parts=parts) @ w
                            for lo in range(0, x.shape[0], _ROW_BLOCK)] or [np.zeros((0, w.shape[1]))])
 
 
@@ -140,13 +168,15 @@ class KernelSVR(FingerprintMember):
             it, Nyström features.
         landmarks: Nyström landmarks (training rows drawn with ``seed``) above ``exact_max``.
         seed: seeds the landmarks' draw (the exact fits are deterministic).
+        refit: after choosing on val, fit the chosen point again on the train and val rows
+            (:class:`.fpmember.FingerprintMember`).
     """
 
     kind = "svr"
 
     def __init__(self, grid: SVRGrid | Mapping | None = None, exact_max: int = 5000, landmarks: int = 2000,
-                 seed: int = 0) -> None:
-        super().__init__()
+                 seed: int = 0, refit: bool = True) -> None:
+        super().__init__(refit)
         self.grid = SVRGrid.make(grid)
         if exact_max < 1 or landmarks < 1:
             raise ValueError(f"exact_max and landmarks must be >= 1, got {exact_max} and {landmarks}")
@@ -154,21 +184,26 @@ class KernelSVR(FingerprintMember):
 
     def options(self) -> dict:
         return {"grid": self.grid.to_dict(), "exact_max": self.exact_max, "landmarks": self.landmarks,
-                "seed": self.seed}
+                "seed": self.seed, "refit": self.refit}
 
-    def _fit_target(self, data: TargetData) -> KernelModel:
+    def _fit_target(self, data: TargetData, points: list[dict] | None = None) -> KernelModel:
         mean, std = (0.0, 1.0) if data.classify else standardizer(data.y)
         ys = data.y if data.classify else (data.y - mean) / std
-        points = self.grid.points() if data.val_rows.size else [self.grid.fallback()]
         mode = "klr" if data.classify else ("svr" if data.rows.size <= self.exact_max else "ridge")
-        if mode != "svr":  # epsilon is an SVR option: keep one point per (radius, size, C)
-            points = [{**p, "epsilon": None} for p in points if p["epsilon"] == self.grid.epsilon[0]]
+        if points is None:
+            points = self.grid.points() if data.val_rows.size else [self.grid.fallback()]
+            if mode != "svr":  # epsilon is an SVR option: keep one point per (fingerprint, radius, size, C)
+                points = [p for p in points if p["epsilon"] == self.grid.epsilon[0]]
+        if mode != "svr":
+            points = [{**p, "epsilon": None} for p in points]
         pick = self._basis(data.rows.size, data.index)
         choice = Selection(data)
-        for (radius, size), group in _by_fingerprint(points):
-            for p, (mode_, support, coef, icpt, basis) in zip(group, self._fit_points(mode, data.x(radius, size), ys,
-                                                                                       group, pick)):
-                choice.offer(KernelModel(mode_, radius, size, support, coef, icpt, mean, std, {"basis": basis}), p)
+        for (fingerprint, radius, size), group in _by_fingerprint(points):
+            x = data.x(radius, size, fingerprint)
+            for p, (mode_, support, coef, icpt, basis) in zip(group, self._fit_points(mode, x, ys, group, pick,
+                                                                                       len(parse_kinds(fingerprint)))):
+                choice.offer(KernelModel(mode_, radius, size, support, coef, icpt, mean, std, {"basis": basis},
+                                         fingerprint), p)
         return choice.result()
 
     def _basis(self, n: int, j: int) -> np.ndarray | None:
@@ -177,13 +212,13 @@ class KernelSVR(FingerprintMember):
             return None
         return np.sort(np.random.default_rng([self.seed, j]).choice(n, size=min(self.landmarks, n), replace=False))
 
-    def _fit_points(self, mode: str, x, ys: np.ndarray, points: list[dict], pick) -> list[tuple]:
+    def _fit_points(self, mode: str, x, ys: np.ndarray, points: list[dict], pick, parts: int) -> list[tuple]:
         """``(mode, support, coef, intercept, basis)`` per grid point sharing one fingerprint (the
         kernel work is done once)."""
         if mode == "svr":
             from sklearn.svm import SVR
 
-            k = minmax_kernel(x, x)
+            k = minmax_kernel(x, x, parts=parts)
             out = []
             for p in points:
                 svr = SVR(kernel="precomputed", C=float(p["C"]), epsilon=float(p["epsilon"]), cache_size=500).fit(k, ys)
@@ -193,14 +228,14 @@ class KernelSVR(FingerprintMember):
             return out
         land = x if pick is None else x[pick]
         basis = "exact" if pick is None else f"nystrom {pick.size}"
-        w = nystrom_projection(minmax_kernel(land, land))
+        w = nystrom_projection(minmax_kernel(land, land, parts=parts))
         if mode == "ridge":
             return [("ridge", land, w @ coef, icpt, basis)
-                    for coef, icpt in _ridge_path(x, land, w, ys, [1.0 / float(p["C"]) for p in points])]
+                    for coef, icpt in _ridge_path(x, land, w, ys, [1.0 / float(p["C"]) for p in points], parts)]
         from sklearn.exceptions import ConvergenceWarning
         from sklearn.linear_model import LogisticRegression
 
-        phi = _nystrom_features(x, land, w)
+        phi = _nystrom_features(x, land, w, parts)
         out = []
         for p in points:
             with warnings.catch_warnings():
@@ -216,35 +251,40 @@ class KernelSVR(FingerprintMember):
         f = np.full_like(out, np.nan)
         for j, m in enumerate(self.models_):
             if isinstance(m, KernelModel):
-                f[:, j] = m.decision(table.get(m.radius, m.size))
+                f[:, j] = m.decision(m.fingerprints(table))
         return f, out
 
     def _restore(self, t: dict, arrays: Mapping, prefix: str) -> KernelModel:
         if t["mode"] not in ("svr", "ridge", "klr"):
             raise PredictorFileError(f"unknown {self.kind} target mode {t['mode']!r}")
-        support = csr_from_arrays(arrays, f"{prefix}.support", int(t["size"]))
+        fingerprint = t.get("fingerprint", "morgan")  # runs saved before fingerprint kinds read Morgan counts
+        try:
+            parts = len(parse_kinds(fingerprint))
+        except ValueError as exc:
+            raise PredictorFileError(str(exc)) from None
+        support = csr_from_arrays(arrays, f"{prefix}.support", parts * int(t["size"]))
         coef = np.asarray(arrays[f"{prefix}.coef"], dtype=np.float64)
         if coef.shape != (support.shape[0],):
             raise PredictorFileError(f"{prefix} has {coef.size} coefficients for {support.shape[0]} stored fingerprints")
         return KernelModel(t["mode"], int(t["radius"]), int(t["size"]), support, coef, float(t["intercept"]),
-                           float(t["y_mean"]), float(t["y_std"]))
+                           float(t["y_mean"]), float(t["y_std"]), fingerprint=fingerprint)
 
 
-def _by_fingerprint(points: list[dict]) -> list[tuple[tuple[int, int], list[dict]]]:
-    """Grid points grouped by ``(radius, size)``, groups and points in grid order."""
+def _by_fingerprint(points: list[dict]) -> list[tuple[tuple[str, int, int], list[dict]]]:
+    """Grid points grouped by ``(fingerprint, radius, size)``, groups and points in grid order."""
     groups: dict = {}
     for p in points:
-        groups.setdefault((int(p["radius"]), int(p["size"])), []).append(p)
+        groups.setdefault((str(p.get("fingerprint", "morgan")), int(p["radius"]), int(p["size"])), []).append(p)
     return list(groups.items())
 
 
-def _ridge_path(x, land, w: np.ndarray, ys: np.ndarray, lams: list[float]) -> list[tuple[np.ndarray, float]]:
+def _ridge_path(x, land, w: np.ndarray, ys: np.ndarray, lams: list[float], parts: int) -> list[tuple[np.ndarray, float]]:
     """Ridge regression with an intercept on Nyström features ``Φ = K(x, land) W`` for each penalty
     ``λ`` (``min Σ(y - Φv - b)² + λ‖v‖²``), from ``ΦᵀΦ`` accumulated in blocks of rows; ``(v, b)``."""
     r = w.shape[1]
     gram, rhs, col = np.zeros((r, r)), np.zeros(r), np.zeros(r)
     for lo in range(0, x.shape[0], _ROW_BLOCK):
-        phi = minmax_kernel(x[lo : lo + _ROW_BLOCK], land) @ w
+        phi = minmax_kernel(x[lo : lo + _ROW_BLOCK], land, parts=parts) @ w
         gram += phi.T @ phi
         rhs += phi.T @ ys[lo : lo + _ROW_BLOCK]
         col += phi.sum(axis=0)

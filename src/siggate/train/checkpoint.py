@@ -16,9 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import siggate
-
 from ..files import atomic_write
+from ..version import __version__
 
 #: 2: the values resolved from the data (``model.pool_norm: 0``) moved out of ``config`` into ``resolved``
 FORMAT_VERSION = 2
@@ -122,7 +121,7 @@ def _check_structure(ckpt, path: Path) -> None:
     if fmt > FORMAT_VERSION:
         raise CheckpointError(
             f"{path} was written by a newer siggate (checkpoint format {fmt}, {written_by}); "
-            f"this is siggate {siggate.__version__} (format {FORMAT_VERSION}). Upgrade siggate to load it."
+            f"this is siggate {__version__} (format {FORMAT_VERSION}). Upgrade siggate to load it."
         )
     if fmt < 1:
         raise CheckpointError(f"{path}: unknown checkpoint format {fmt} ({written_by}); this siggate reads format {FORMAT_VERSION}.")
@@ -159,7 +158,7 @@ def _check_info(info, path: Path, written_by: str) -> None:
     unknown = [k for k in info if k not in known]
     if unknown:
         raise CheckpointError(
-            f"{path}: its task description has fields {unknown} that this siggate ({siggate.__version__}) "
+            f"{path}: its task description has fields {unknown} that this siggate ({__version__}) "
             f"does not know (it was written by {written_by}); known fields: {known}."
         )
     try:
@@ -177,7 +176,7 @@ def _check_config(cfg, path: Path, written_by: str) -> None:
         from_dict(cfg)
     except ConfigError as exc:
         raise CheckpointError(
-            f"{path}: its config does not fit this siggate ({siggate.__version__}); it was written by "
+            f"{path}: its config does not fit this siggate ({__version__}); it was written by "
             f"{written_by}. {exc}"
         ) from None
 

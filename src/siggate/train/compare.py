@@ -510,7 +510,7 @@ def compare(args) -> int:
         "threads": threads,
         "wall_seconds": time.time() - t0,
     })
-    from .. import __version__
+    from ..version import __version__
     from .record import git_commit
 
     res["siggate_version"], res["git_commit"] = __version__, git_commit()

@@ -47,7 +47,7 @@ class Encodings:
 
 
 def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encodings(), seed: int = 0,
-                 progress: bool = True) -> GraphDataset:
+                 progress: bool = True, require_test: bool = True) -> GraphDataset:
     """Load the dataset ``data`` names and add ``encodings`` to its graphs (both cached).
 
     Args:
@@ -57,6 +57,8 @@ def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encoding
         seed: the seed a user CSV's random or scaffold split is drawn with (``cfg.train.seed``,
             or an ensemble's first seed).
         progress: progress bars while featurizing.
+        require_test: refuse a CSV whose test split is empty (``False``: the scikit-learn
+            estimators, which train on everything they are given but the validation rows).
 
     Raises:
         ConfigError: encodings that cannot be computed for these graphs.
@@ -73,7 +75,7 @@ def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encoding
         ds = load_csv(d.csv, d.smiles_col, list(d.target_cols), d.task, split=d.split or "scaffold",
                       cache_dir=Path(d.cache_dir) if d.cache_dir else None, seed=seed, sep=d.sep,
                       decimal=d.decimal, duplicates=d.duplicates, val_fraction=d.val_fraction)
-        check_trainable(Path(d.csv), ds)
+        check_trainable(Path(d.csv), ds, require_test)
     else:  # the benchmarks have official splits; validate() lets data.split through for nci5k only
         from ..data.catalog import DATASET_META
 

@@ -4,8 +4,10 @@ members that differ only in their seed) and ``--members KIND,...`` (members of s
 
 :func:`train_members` is a short pipeline:
 
-1. prepare the data once, split with the first seed (``cfg.data``): a member's seed must not
-   move molecules between train, val and test, or the combination's test set would leak;
+1. record the run's config and members (``members.yaml``, what ``--resume`` checks the flags
+   against) and prepare the data once, split with the first seed (``cfg.data``): a member's seed
+   must not move molecules between train, val and test, or the combination's test set would
+   leak; the graphs carry the GNN's encodings only when a GNN member reads them;
 2. build the members (:func:`~siggate.train.members.build_members`);
 3. fit each into its folder (:func:`~siggate.train.members.fit_member`): a finished member is
    reused, an interrupted GNN member resumes from its ``last.pt``;
@@ -15,12 +17,17 @@ members that differ only in their seed) and ``--members KIND,...`` (members of s
 
 Layout of the folder::
 
+    OUT/members.yaml          the run's config, with ``_meta.members``: the kinds, ``--ensemble``
+                              and ``--weights`` (written first)
     OUT/predictor.json        the combination: its members' folders, the weights, the run's
                               config, split seed and data source
     OUT/metrics.json          each member's and the combination's val/test metric and summaries
                               (``members``), as the terminal shows them
     OUT/test_predictions.csv  the combination's test predictions with their spread over members
                               (CSV runs; also splits.csv and data_report.csv)
+    OUT/calibration.json      the combination's split-conformal calibration (``predict --coverage``)
+    OUT/domain.json, OUT/domain_fingerprints.npz   the training molecules' applicability domain
+    OUT/parity.png, learning_curves.png, residuals.png   pictures (CSV runs)
     OUT/member0/ ...          the members' folders (a GNN member's is an ordinary run folder)
 
 Member ``i`` of ``--ensemble N`` trains with seed ``train.seed + i``. The combination predicts the
@@ -38,10 +45,13 @@ import torch
 
 from ..config import Config
 from ..data.base import GraphDataset
+from ..predictors.base import out_of_sample
 from ..predictors.combine import Combination
 from .dataprep import prepare_data
-from .members import build_members, fit_member
-from .record import data_source, write_csv_run_tables, write_metrics
+from .members import build_members, fit_member, parse_kinds, run_encodings
+from .metrics import SUMMARY_LABELS
+from .record import data_source, record_results, write_config, write_csv_run_tables, write_metrics
+from .rundir import MEMBERS_RECORD
 from .scoring import split_metric, split_summary
 
 SPLITS = ("val", "test")
@@ -59,44 +69,68 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
         MemberError: an unknown kind or ``gnn_copies < 1``.
     """
     out = Path(out)
-    ds = dataset if dataset is not None else prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False)
+    kinds = parse_kinds(kinds)
+    out.mkdir(parents=True, exist_ok=True)
+    write_config(out / MEMBERS_RECORD, cfg.to_dict(),
+                 members={"kinds": kinds, "ensemble": int(gnn_copies), "weights": weights or "equal"})
+    ds = dataset if dataset is not None else prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed,
+                                                          progress=False)
     built = build_members(kinds, cfg, out, gnn_copies, progress, device, resume)
     fitted = [fit_member(member, out / name, ds, resume, device) for name, _, member in built]
     record = {"config": cfg.to_dict(), "split_seed": cfg.train.seed, "data_source": data_source(cfg.data)}
     combo = Combination(fitted, weights, [name for name, _, _ in built], record).fit_weights(ds)
-    preds = {s: [m.predict(ds.splits[s]) for m in fitted] for s in SPLITS}
-    both = {s: combo.combine(preds[s]) for s in SPLITS}
+    splits = [s for s in SPLITS if ds.splits.get(s)]  # no test split: the scikit-learn estimators' fit
+    preds = {s: [out_of_sample(m, s, ds.splits[s]) for m in fitted] for s in splits}  # val: as the weights saw it
+    both = {s: combo.combine(preds[s]) for s in splits}
     metrics = {
         "dataset": ds.info.name, "level": ds.info.level, "task": ds.info.task, "metric": ds.info.metric,
         "higher_is_better": ds.info.higher_is_better, "seed": cfg.train.seed,
         "members": [{"name": name, "kind": member.kind, "seed": seed,
-                     **_scores(ds, {s: preds[s][i].mean for s in SPLITS})}
+                     **_scores(ds, {s: preds[s][i].mean for s in splits})}
                     for i, (name, seed, member) in enumerate(built)],
         "weighting": combo.weighting, "weights": None if combo.weights_ is None else combo.weights_.tolist(),
-        **_scores(ds, {s: both[s].mean for s in SPLITS}),
+        **_scores(ds, {s: both[s].mean for s in splits}),
         "splits": ds.sizes(),
     }
-    combo.save(out)
-    if cfg.data.name == "csv":  # the combination's own test predictions, with their spread over members
+    combo.save(out, members=False)  # fit_member saved each member; a reused one is not rewritten
+    metrics.update(record_results(out, ds, {s: both[s].mean for s in splits}, {s: both[s].spread for s in splits},
+                                  _histories(fitted, [name for name, _, _ in built]), cfg.data.name == "csv"))
+    if cfg.data.name == "csv" and "test" in both:  # the combination's test predictions, with their spread
         write_csv_run_tables(out, ds, both["test"].mean, both["test"].spread, data=cfg.data)
     write_metrics(out, metrics)
     return metrics
 
 
+def _histories(members, names) -> dict:
+    """``{name: history}`` of the members that trained epoch by epoch (the GNN members)."""
+    out = {}
+    for name, member in zip(names, members):
+        history = (getattr(member, "metrics_", None) or {}).get("history")
+        if history:
+            out[name] = history
+    return out
+
+
 def _scores(ds, preds: dict) -> dict:
     """``{split: metric, <split>_metrics: summary}`` of the predictions ``preds`` per split
-    (target units, or probabilities for classification)."""
-    out = {s: split_metric(ds.info, ds.splits[s], p, s) for s, p in preds.items()}
+    (target units, or probabilities for classification); ``test`` is ``None`` without a test split."""
+    out = {"test": None, **{s: split_metric(ds.info, ds.splits[s], p, s) for s, p in preds.items()}}
     out.update({f"{s}_metrics": split_summary(ds.info, ds.splits[s], p, s) for s, p in preds.items()})
     return out
 
 
 def member_lines(metrics: dict) -> list[str]:
-    """One line per member and one for the combination: kind, seed and the val and test metric
-    of :func:`train_members`' ``metrics``."""
-    name = metrics["metric"]
-    lines = [f"{m['name']:>9}  {m['kind']:<5} seed {m['seed']:<4} val {name} {m['val']:.4f}  test {name} "
-             f"{m['test']:.4f}" for m in metrics["members"]]
-    weights = metrics.get("weighting", "equal")
-    return lines + [f"{'combined':>9}  {weights + ' weights':<15} val {name} {metrics['val']:.4f}  test {name} "
-                    f"{metrics['test']:.4f}"]
+    """One line per member and one for the combination of :func:`train_members`' ``metrics``:
+    name, kind and seed (or the weighting), then for val and test the mean over targets of the
+    split's summary (MAE, RMSE, R2 or ROC-AUC, PR-AUC, ...; the task's metric where a split has no
+    summary), so that one reads what each member adds."""
+    def scores(m: dict, split: str) -> str:
+        mean = (m.get(f"{split}_metrics") or {}).get("mean")
+        if mean:
+            return f"{split} " + "  ".join(f"{SUMMARY_LABELS.get(k, k)} {'n/a' if v is None else f'{v:.4g}'}"
+                                           for k, v in mean.items())
+        return f"{split} {metrics['metric']} " + ("n/a" if m.get(split) is None else f"{m[split]:.4g}")
+
+    rows = [(m["name"], f"{m['kind']} seed {m['seed']}", m) for m in metrics["members"]]
+    rows.append(("combined", f"{metrics.get('weighting', 'equal')} weights", metrics))
+    return [f"{name:>9}  {what:<13}  {scores(m, 'val')}   {scores(m, 'test')}" for name, what, m in rows]

@@ -183,15 +183,15 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         raise EvaluationError(f"--target-col: the model predicts {info.num_tasks} target(s) "
                               f"({', '.join(info.target_names)}), got {len(cols)} column(s)")
     labels = table[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
-    featurizer = SmilesPredictor(predictor)
+    featurizer = SmilesPredictor(predictor, domain=False)
     if ragged:  # their fields cannot be matched to the columns: counted, not scored
         log.warning("--data %s: %d rows have more fields than the header (first: line %d), so their fields cannot "
                     "be matched to the columns; they are not scored (quote fields that hold the delimiter)",
                     path, len(ragged), ragged[0] + 2)
     graphs, invalid, unlabelled = [], 0, 0
     skip = set(ragged)
-    for i, (smiles, y) in enumerate(zip(table[smiles_col], labels)):
-        if i in skip:
+    for row, (smiles, y) in enumerate(zip(table[smiles_col], labels)):
+        if row in skip:
             continue
         if np.isnan(y).all():
             unlabelled += 1
@@ -202,6 +202,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
             invalid += 1
             continue
         g.y = torch.tensor(y, dtype=torch.float32).reshape(1, -1)
+        g.row = row  # the file's 0-based data row
         graphs.append(g)
     if not graphs:
         raise DataError(f"--data {path}: no row with a valid SMILES and a label to score "
@@ -210,9 +211,20 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
                     "malformed": len(ragged)}
 
 
+def _parity(path, data, info: TaskInfo, graphs: list, pred: torch.Tensor) -> Path:
+    """The parity plot of an external file's scored rows at ``path``."""
+    from .plots import cliff_marks, parity_figure, save_figure
+    from .scoring import scored_rows
+
+    y, p = scored_rows(info, graphs, pred, None)
+    names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
+    cliff = cliff_marks(data, [int(g.row) for g in graphs])
+    return save_figure(parity_figure(y, p, names, cliff, title=Path(data).name), path)
+
+
 def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None = None, target_cols=None,
              allow_changed: bool = False, data_root=None, cache_dir=None, device: str = "cpu",
-             progress: bool = False) -> dict:
+             progress: bool = False, parity: str | Path | None = None) -> dict:
     """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or a folder of
     several members) on ``split`` (a split name or ``"all"``) of its own data, or on the labelled
     CSV ``data``: ``{"checkpoint", "dataset", "level", "metric", "members", <split>: metric, ...,
@@ -221,7 +233,10 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     (and ``"rows"``, its row counts, for an external file; its split is named ``"data"``, and
     ``"warnings"``, :func:`label_warnings`, when its labels look like another property).
     ``smiles_col`` and ``target_cols`` name the columns of ``data``; by default the training
-    run's (``data.smiles_col``, else ``smiles``, and its target names)."""
+    run's (``data.smiles_col``, else ``smiles``, and its target names).
+
+    ``parity``: with ``data``, also draw the file's parity plot there (PNG, :mod:`~siggate.train.plots`;
+    cliff compounds marked when the file has a cliff column) and name it in ``"parity_plot"``."""
     import copy
 
     from ..predictors.base import PredictorFileError
@@ -236,13 +251,19 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
             smiles_col = _trained_smiles_col(predictor)
         graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
-        _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, predictor.predict(graphs).mean, None))
+        pred = predictor.predict(graphs).mean
+        _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, pred, None))
         warnings = label_warnings(info, list(target_cols or info.target_names), graphs,
                                   *_training_target_stats(predictor, info))
         for w in warnings:
             log.warning("--data %s: %s", data, w)
         if warnings:
             res["warnings"] = warnings
+        if parity is not None:
+            try:
+                res["parity_plot"] = str(_parity(parity, data, info, graphs, pred))
+            except OSError as exc:  # the scores still count
+                log.warning("could not write the parity plot %s: %s", parity, exc.strerror or exc)
         return res
     try:
         trained_on = run_data(predictor)

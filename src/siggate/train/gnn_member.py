@@ -16,7 +16,15 @@ from typing import Sequence
 import torch
 
 from ..config import Config
-from ..predictors.base import MANIFEST, Prediction, PredictorFileError, read_manifest, write_manifest
+from ..predictors.base import (
+    MANIFEST,
+    AtomContributions,
+    Prediction,
+    PredictorFileError,
+    read_manifest,
+    write_manifest,
+)
+from .attribution import DEFAULT_STEPS, integrated_gradients
 from .dataprep import Encodings
 from .modelprep import load_trained
 from .record import BEST, LAST
@@ -104,6 +112,17 @@ class GNNMember:
         raw = predict_graphs(self.model_, list(graphs), self.info, self.target_mean_, self.target_std_,
                              self.batch_size, self.device)
         return Prediction(probabilities(raw, self.info.task))
+
+    def atom_contributions(self, graphs: Sequence, steps: int = DEFAULT_STEPS) -> AtomContributions:
+        """Each atom's contribution to the best epoch's prediction for ``graphs``: integrated
+        gradients on the atom embeddings from the zero baseline, ``steps`` Riemann points
+        (:func:`siggate.train.attribution.integrated_gradients`, which says why)."""
+        if self.model_ is None:
+            raise AttributeError("this GNN member is not fitted yet: call fit(ds) or load it")
+        atoms, baseline, prediction = integrated_gradients(self.model_, list(graphs), self.info, self.target_mean_,
+                                                           self.target_std_, steps, self.batch_size, self.device)
+        return AtomContributions(atoms, baseline, prediction,
+                                 f"integrated gradients on the atom embeddings, zero baseline, {steps} steps")
 
     def save(self, folder: str | Path) -> None:
         """Write ``predictor.json`` into ``folder``; a folder other than the run's gets a copy of

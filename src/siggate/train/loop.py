@@ -12,10 +12,8 @@ model's buffers, and the data loaders draw nothing from the global RNG (the shuf
 sampler is seeded by ``(seed, epoch)``, see :func:`epoch_loader`, and every loader gets its
 own generator for the worker base seed).
 
-The same loop runs under ``torchrun`` (``siggate train --ddp``, see
-:mod:`siggate.train.distributed`): each rank reads ``batch_size / world_size`` graphs of
-every global batch, rank 0 evaluates and writes every file. The whole run, with its files,
-is :func:`siggate.train.pipeline.train`.
+Under ``torchrun`` (``--ddp``, :mod:`.distributed`) each rank reads ``batch_size / world_size``
+graphs of every global batch; rank 0 evaluates and writes. The whole run: :func:`.pipeline.train`.
 """
 
 from __future__ import annotations
@@ -35,13 +33,11 @@ from torch.utils.data import DistributedSampler
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
-import siggate
-
 from ..config import ModelConfig, TrainConfig
 from ..data.base import GraphDataset, TaskInfo, label_rows, split_mask
 from ..nn.model import SigGateGT
+from .bn_stats import graph_batches, recompute_bn_stats
 from .checkpoint import (
-    FORMAT_VERSION,
     CheckpointError,
     config_differences,
     load_checkpoint,
@@ -98,31 +94,6 @@ class RunState:
     best_val: float | None = None
     best_test: float | None = None
     skipped_batches: int = 0
-
-
-def checkpoint_dict(run: Run, config: dict, rng_ranks: list) -> dict:
-    """The checkpoint of ``run`` after an epoch (``best.pt``, ``last.pt``): everything
-    :func:`resume_run` restores, ``config`` (the run's whole config, as the user gave it), the
-    values resolved from the data and the task (which :func:`~.modelprep.load_trained` rebuilds
-    the model from), and every rank's RNG states ``rng_ranks``."""
-    return {
-        "format": FORMAT_VERSION,
-        "siggate_version": siggate.__version__,
-        "config": config,
-        "resolved": dict(run.resolved),  # values resolved from the data (resolve_pool_norm)
-        "info": run.info.to_dict(),
-        "model": run.model.state_dict(),
-        "optimizer": run.optimizer.state_dict(),
-        "scheduler": run.scheduler.state_dict(),
-        "rng": rng_state(),
-        "rng_ranks": rng_ranks,  # every rank's generators (CPU, and CUDA on GPU)
-        "world_size": len(rng_ranks),
-        "target_mean": run.mean.cpu(),
-        "target_std": run.std.cpu(),
-        "state": dict(run.state.__dict__),
-        "history": run.history,
-        "params": run.params,
-    }
 
 
 def _process_rng(device: torch.device) -> dict:
@@ -357,12 +328,17 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
 
 def evaluate_epoch(run: Run, full: bool = True) -> tuple[float, float | None, list[float]]:
     """Evaluation step: ``(val, test, gate means)`` computed on rank 0 and broadcast;
-    ``full=False`` evaluates the validation split only (``test`` None, no gate means)."""
+    ``full=False`` (or no test split: the estimators') scores val only (``test`` None, no gate
+    means). ``train.eval_norm: train`` first recomputes the BatchNorm statistics on the training
+    set (:mod:`.bn_stats`; weights unchanged, the checkpoints carry the new statistics)."""
     val = test = None
     gates: list[float] = []
     if run.ctx.is_main:
-        bs, dev = run.train_cfg.eval_batch_size, run.device
-        scores = evaluate_splits(run.model, run.ds, ["val", "test"] if full else ["val"], run.mean, run.std, bs, dev)
+        dev = run.device
+        if run.train_cfg.eval_norm == "train":
+            recompute_bn_stats(run.model, graph_batches(run.ds.train), dev)
+        splits = ["val", "test"] if full and run.ds.splits.get("test") else ["val"]
+        scores = evaluate_splits(run.model, run.ds, splits, run.mean, run.std, run.train_cfg.eval_batch_size, dev)
         val, test = scores["val"], scores.get("test")
         if full:
             gates = gate_means(run.model, run.ds.val, device=dev)
@@ -384,7 +360,8 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
         lr = run.optimizer.param_groups[0]["lr"]
         run.scheduler.step()
         val, test, gates = evaluate_epoch(run, full_eval)
-        improved = state.best_val is None or (math.isfinite(val) and is_better(run.info.metric, val, state.best_val))
+        improved = (state.best_val is None or t_cfg.select == "last"
+                    or (math.isfinite(val) and is_better(run.info.metric, val, state.best_val)))
         if improved:
             state.best_val, state.best_test, state.best_epoch = val, test, epoch
         row = {

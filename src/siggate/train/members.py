@@ -27,6 +27,8 @@ import torch
 from ..config import Config, DataConfig, from_dict
 from ..predictors.base import MANIFEST, PredictorFileError, read_manifest, task_info
 from ..predictors.combine import Combination
+from ..predictors.forest import RandomForest
+from ..predictors.svr import KernelSVR
 from .dataprep import Encodings
 from .gnn_member import GNNMember
 from .record import BEST
@@ -75,9 +77,15 @@ def _build_gnn(spec: MemberSpec) -> GNNMember:
     return GNNMember(spec.cfg, spec.folder, spec.split_seed, spec.progress, spec.device, spec.resume)
 
 
-#: member kind -> how to build and load it (``siggate train --members``)
+#: member kind -> how to build and load it (``siggate train --members``): the GNN, and the
+#: fingerprint members with their default grids chosen on the validation split
+#: (:mod:`siggate.predictors.svr`, :mod:`siggate.predictors.forest`; seeded with the member's seed,
+#: the forest fitted on ``train.threads`` threads)
 MEMBER_KINDS: dict[str, MemberKind] = {
     "gnn": MemberKind(build=_build_gnn, load=lambda folder, device: GNNMember.load(folder, device)),
+    "svr": MemberKind(build=lambda spec: KernelSVR(seed=spec.seed), load=lambda folder, device: KernelSVR.load(folder)),
+    "rf": MemberKind(build=lambda spec: RandomForest(seed=spec.seed, n_jobs=spec.cfg.train.threads or 1),
+                     load=lambda folder, device: RandomForest.load(folder)),
 }
 
 #: the kind whose copies ``--ensemble N`` multiplies
@@ -98,6 +106,26 @@ def parse_kinds(text: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(kinds))
 
 
+def check_copies(kinds: Sequence[str], gnn_copies: int) -> None:
+    """Refuse ``gnn_copies`` (``--ensemble N``) that cannot apply to the members ``kinds``.
+
+    Raises:
+        MemberError: ``gnn_copies < 1``, or several copies of a GNN member that ``kinds`` lacks.
+    """
+    if gnn_copies < 1:
+        raise MemberError(f"--ensemble must be >= 1, got {gnn_copies}")
+    if gnn_copies > 1 and GNN not in kinds:
+        raise MemberError(f"--ensemble {gnn_copies} multiplies the GNN members and --members {','.join(kinds)} holds "
+                          "none; add gnn to --members, or drop --ensemble")
+
+
+def run_encodings(kinds: str | Sequence[str], model) -> Encodings:
+    """What the graphs of a run of the members ``kinds`` must carry: the model config's
+    encodings (:meth:`~.dataprep.Encodings.of`) when a GNN member reads them, none otherwise
+    (the fingerprint members read SMILES; a positional encoding would be computed for nothing)."""
+    return Encodings.of(model) if GNN in parse_kinds(kinds) else Encodings()
+
+
 def build_members(kinds: Sequence[str], cfg: Config, out: str | Path, gnn_copies: int = 1, progress: bool = True,
                   device: torch.device | None = None, resume: bool = True) -> list[tuple[str, int, object]]:
     """``[(name, seed, unfitted member)]`` of a run in ``out``: ``gnn_copies`` GNN members (seeds
@@ -105,11 +133,10 @@ def build_members(kinds: Sequence[str], cfg: Config, out: str | Path, gnn_copies
     (seed ``cfg.train.seed``), named ``member0``, ``member1``, ... (their folders under ``out``).
 
     Raises:
-        MemberError: an unknown kind, or ``gnn_copies < 1``.
+        MemberError: an unknown kind, or ``gnn_copies`` that cannot apply (:func:`check_copies`).
     """
     kinds = parse_kinds(kinds)
-    if gnn_copies < 1:
-        raise MemberError(f"--ensemble must be >= 1, got {gnn_copies}")
+    check_copies(kinds, gnn_copies)
     base = cfg.train.seed
     order = [(GNN, base + i) for i in range(gnn_copies) if GNN in kinds] + [(k, base) for k in kinds if k != GNN]
     members = []

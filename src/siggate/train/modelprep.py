@@ -11,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import siggate
-
 from ..config import ConfigError, ModelConfig, from_dict
 from ..data.base import TaskInfo
 from ..nn.model import SigGateGT
+from ..version import __version__
 from .checkpoint import CheckpointError, describe_weight_mismatch, load_checkpoint
 
 
@@ -107,7 +106,7 @@ def load_trained(path: str | Path):
         raise CheckpointError(
             f"{path}: the weights do not fit the model its config describes: "
             + "; ".join(diffs[:5]) + (f" (+{len(diffs) - 5} more)" if len(diffs) > 5 else "")
-            + f". It was written by siggate {ckpt.get('siggate_version')}; this is {siggate.__version__}."
+            + f". It was written by siggate {ckpt.get('siggate_version')}; this is {__version__}."
         )
     model.load_state_dict(ckpt["model"])
     model.eval()

@@ -6,7 +6,8 @@ the config.
    :func:`.loop.setup_run`, :mod:`.modelprep`), resumed from ``last.pt`` if asked;
 3. fit (:func:`.loop.fit`), the run record's checkpoint step as its epoch hook (:mod:`.record`);
 4. score the best epoch's weights on val and test (:mod:`.scoring`);
-5. record ``metrics.json`` and a CSV run's tables (:mod:`.record`).
+5. record ``metrics.json``, the split-conformal calibration, the applicability domain, and a CSV
+   run's tables and pictures (:mod:`.record`).
 
 A run of several members (``--ensemble``, ``--members``) is :mod:`siggate.train.ensemble`.
 """
@@ -25,7 +26,16 @@ from .checkpoint import load_checkpoint
 from .dataprep import prepare_data_ranked
 from .distributed import DistContext
 from .loop import Run, fit, resume_run, setup_run
-from .record import BEST, LAST, RunFiles, data_source, final_metrics, write_csv_run_tables, write_metrics
+from .record import (
+    BEST,
+    LAST,
+    RunFiles,
+    data_source,
+    final_metrics,
+    record_results,
+    write_csv_run_tables,
+    write_metrics,
+)
 from .scoring import split_probabilities, split_summary
 
 
@@ -47,10 +57,11 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     seconds = _fit_recorded(run, out, cfg.to_dict(), data_source(cfg.data), progress)
     metrics = final_metrics(run, seconds)
     if ctx.is_main and (out / BEST).is_file():
-        preds = best_predictions(run, out / BEST)
+        preds = best_predictions(run, out / BEST, [s for s in ("val", "test") if run.ds.splits.get(s)])
         metrics.update({f"{split}_metrics": split_summary(run.info, run.ds.splits[split], p, split)
                         for split, p in preds.items()})
-        if cfg.data.name == "csv":
+        metrics.update(record_results(out, run.ds, preds, None, {"gnn": run.history}, cfg.data.name == "csv"))
+        if cfg.data.name == "csv" and "test" in preds:
             write_csv_run_tables(out, run.ds, preds["test"], data=cfg.data)
     if ctx.is_main:
         write_metrics(out, metrics)

@@ -82,9 +82,66 @@ _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 log = logging.getLogger("siggate.predict")
 
+#: the applicability-domain columns of :class:`SmilesPredictor` (after the predictions)
+DOMAIN_COLUMNS = ("nearest_train_similarity", "outside_domain")
+
 
 class InputError(ValueError):
     """An input file that cannot be read as SMILES rows."""
+
+
+def run_folder(checkpoint) -> Path | None:
+    """The run folder of ``checkpoint``: a folder itself, a checkpoint file's folder, or a loaded
+    predictor's (a GNN member's checkpoint folder); ``None`` when it has none."""
+    if isinstance(checkpoint, (str, Path)):
+        path = Path(checkpoint)
+        return path if path.is_dir() else path.parent
+    ckpt = getattr(checkpoint, "checkpoint", None)
+    return Path(ckpt).parent if ckpt is not None else getattr(checkpoint, "folder", None)
+
+
+def _calibration(folder: Path | None, coverage, info):
+    """``(coverage, Calibration)`` of the run in ``folder`` for ``--coverage``.
+
+    Raises:
+        InputError: a bad coverage, a run without ``calibration.json``, one that does not fit."""
+    import json
+
+    from ..predictors.conformal import Calibration, CalibrationError, check_coverage
+    from .rundir import CALIBRATION
+
+    try:
+        coverage = check_coverage(coverage)
+    except CalibrationError as exc:
+        raise InputError(f"--coverage: {exc}") from None
+    path = None if folder is None else Path(folder) / CALIBRATION
+    if path is None or not path.is_file():
+        raise InputError(f"--coverage: the run {folder} holds no {CALIBRATION} (trained before siggate calibrated "
+                         "its runs, or a node-level/multiclass task); retrain it, or drop --coverage")
+    try:
+        cal = Calibration.from_dict(json.loads(path.read_text()))
+    except (ValueError, OSError) as exc:
+        raise InputError(f"--coverage: {path}: {exc}") from None
+    names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
+    if list(cal.targets) != names:
+        raise InputError(f"--coverage: {path} calibrates targets {list(cal.targets)}, the model predicts {names}; "
+                         "it belongs to another run")
+    return coverage, cal
+
+
+def _domain(folder: Path | None):
+    """The applicability domain saved in ``folder``, or ``None``.
+
+    Raises:
+        InputError: domain files that cannot be read."""
+    from ..data.similarity import Domain, DomainError
+
+    if folder is None:
+        return None
+    try:
+        return Domain.load(folder)
+    except DomainError as exc:
+        raise InputError(str(exc)) from None
 
 
 class SmilesPredictor:
@@ -100,10 +157,16 @@ class SmilesPredictor:
         batch_size: graphs per forward pass at most; fewer when molecules are large.
             (default: ``128``)
         device: where the model runs, ``"cpu"`` or ``"cuda"``. (default: ``"cpu"``)
+        coverage: add split-conformal intervals at this coverage (``--coverage``, e.g. ``0.9``):
+            ``<target>_lower``/``<target>_upper`` for regression, ``<target>_set`` (``{0}``,
+            ``{1}``, ``{0,1}``) for binary and multilabel tasks, from the run's
+            ``calibration.json`` (:mod:`siggate.predictors.conformal`). (default: none)
+        domain: add ``nearest_train_similarity`` and ``outside_domain`` when the run records its
+            applicability domain (``domain.json``, :mod:`siggate.data.similarity`). (default: ``True``)
     """
 
     def __init__(self, checkpoint, max_atoms: int = DEFAULT_MAX_ATOMS, batch_size: int = 128,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", coverage: float | None = None, domain: bool = True) -> None:
         if isinstance(max_atoms, bool) or not isinstance(max_atoms, int) or max_atoms < 1:
             raise InputError(f"max_atoms (--max-atoms) must be a positive integer, got {max_atoms!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -128,6 +191,11 @@ class SmilesPredictor:
         self.max_atoms = max_atoms
         self.batch_size = batch_size
         self.rwse, self.lap, self.mol_features = encodings.rwse_steps, encodings.lap_dim, encodings.mol_features
+        folder = run_folder(checkpoint if isinstance(checkpoint, (str, Path)) else self.predictor)
+        self.coverage, self.calibration = None, None
+        if coverage is not None:
+            self.coverage, self.calibration = _calibration(folder, coverage, self.info)
+        self.domain = _domain(folder) if domain else None
         if self.info.node_features != "ogb":
             raise InputError(
                 f"this checkpoint was trained on {self.info.name!r}, whose graphs use integer atom types, "
@@ -143,7 +211,14 @@ class SmilesPredictor:
         from .rundir import prediction_columns
 
         targets = self.info.target_names or [f"target{t}" for t in range(self.info.num_tasks)]
-        return prediction_columns(targets, input_columns, self.ensemble)
+        return prediction_columns(targets, input_columns, self.ensemble, self._suffixes(),
+                                  DOMAIN_COLUMNS if self.domain is not None else ())
+
+    def _suffixes(self) -> list[str]:
+        """The per-target columns after the predictions and uncertainties: intervals or sets."""
+        if self.calibration is None:
+            return []
+        return ["_lower", "_upper"] if self.calibration.task == "regression" else ["_set"]
 
     @property
     def columns(self) -> list[str]:
@@ -223,10 +298,23 @@ class SmilesPredictor:
         return f"molecule has {n} {what}, above the limit of {self.max_atoms} (--max-atoms)"
 
     @torch.no_grad()
-    def _predict_graphs(self, graphs) -> torch.Tensor:
-        """``[G, T]`` predictions, then ``[G, T]`` uncertainties for an ensemble (concatenated)."""
+    def _predict_graphs(self, graphs) -> list[list]:
+        """One list of output values per graph, in :attr:`columns` order (domain columns aside):
+        the predictions, an ensemble's uncertainties, then the intervals or sets."""
         pred = self.predictor.predict(graphs)
-        return (torch.cat([pred.mean, pred.spread], dim=1) if self.ensemble else pred.mean).cpu()
+        mean = pred.mean.cpu()
+        spread = None if pred.spread is None else pred.spread.cpu()
+        parts = [mean.tolist()] + ([spread.tolist()] if self.ensemble else [])
+        if self.calibration is not None and self.calibration.task == "regression":
+            lower, upper = self.calibration.intervals(mean.numpy(), None if spread is None else spread.numpy(),
+                                                      self.coverage)
+            parts += [lower.tolist(), upper.tolist()]
+        elif self.calibration is not None:
+            parts.append(self.calibration.sets(mean.numpy(), self.coverage))
+        finite = torch.isfinite(mean).all(dim=1)
+        if spread is not None:
+            finite &= torch.isfinite(spread).all(dim=1)
+        return [[finite[g].item()] + [v for part in parts for v in part[g]] for g in range(len(mean))]
 
     def _batches(self, sizes: list[int]) -> Iterator[list[int]]:
         """Positions into ``sizes`` grouped into batches of similar size whose padded atom
@@ -243,8 +331,11 @@ class SmilesPredictor:
         if cur:
             yield cur
 
-    def predict_rows(self, smiles: Iterable[str]) -> list[dict]:
-        """One dict per input SMILES, in order: ``smiles``, the prediction column(s) and ``error``."""
+    def featurize_rows(self, smiles: Iterable[str]) -> tuple[list[dict], list[int], list]:
+        """The rules of the module docstring applied to each SMILES: ``(rows, ok, graphs)``, one
+        row per SMILES (``smiles``, empty :attr:`columns` and ``error``, the reason a row was
+        refused), the positions of the rows that became graphs, and their graphs with the
+        encodings the predictor reads. ``siggate predict`` and ``siggate explain`` share it."""
         smiles = list(smiles)
         rows, ok, graphs = [], [], []
         empty = {c: "" for c in self.columns}
@@ -270,8 +361,16 @@ class SmilesPredictor:
                 except Exception as exc:
                     rows[i]["error"] = f"featurization failed: {type(exc).__name__}: {exc}"
             graphs, ok = kept, kept_ok
-        sizes = [int(g.num_nodes) for g in graphs]
-        for batch in self._batches(sizes):
+        return rows, ok, graphs
+
+    def batches(self, graphs: list) -> Iterator[list[int]]:
+        """Positions into ``graphs`` grouped into forward passes (:meth:`_batches`)."""
+        return self._batches([int(g.num_nodes) for g in graphs])
+
+    def predict_rows(self, smiles: Iterable[str]) -> list[dict]:
+        """One dict per input SMILES, in order: ``smiles``, the prediction column(s) and ``error``."""
+        rows, ok, graphs = self.featurize_rows(smiles)
+        for batch in self.batches(graphs):
             chunk = [graphs[k] for k in batch]
             idx = [ok[k] for k in batch]
             try:
@@ -279,24 +378,30 @@ class SmilesPredictor:
             except Exception:  # e.g. a molecule the model cannot handle: retry one by one
                 preds = None
             if preds is not None:
-                finite = torch.isfinite(preds).all(dim=1).tolist()
-                for j, p, f in zip(idx, preds.tolist(), finite):
-                    self._fill(rows[j], p, f)
+                for j, p in zip(idx, preds):
+                    self._fill(rows[j], p)
                 continue
             for j, g in zip(idx, chunk):
                 try:
-                    p = self._predict_graphs([g])[0]
-                    self._fill(rows[j], p.tolist(), bool(torch.isfinite(p).all()))
+                    self._fill(rows[j], self._predict_graphs([g])[0])
                 except Exception as exc:
                     rows[j]["error"] = f"prediction failed: {type(exc).__name__}: {exc}"
+        if self.domain is not None:
+            done = [i for i in ok if not rows[i]["error"]]
+            graph_of = dict(zip(ok, graphs))
+            similarity = self.domain.similarity([graph_of[i].smiles for i in done])
+            sim_col, out_col = self.columns[-2:]
+            for i, sim, inside in zip(done, similarity, self.domain.inside(similarity)):
+                rows[i][sim_col], rows[i][out_col] = f"{sim:.4f}", "false" if inside else "true"
         return rows
 
-    def _fill(self, row: dict, values: list[float], finite: bool) -> None:
-        if not finite:
+    def _fill(self, row: dict, values: list) -> None:
+        """Write one graph's :meth:`_predict_graphs` values (its finiteness first) into ``row``."""
+        if not values[0]:
             row["error"] = "model produced a non-finite prediction"
             return
-        for c, v in zip(self.columns, values):
-            row[c] = f"{v:.6g}"
+        for c, v in zip(self.columns, values[1:]):
+            row[c] = v if isinstance(v, str) else f"{v:.6g}"
 
 
 # --------------------------------------------------------------------------- input

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -17,13 +18,12 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-import siggate
-
 from ..config import DataConfig
 from ..data.base import GraphDataset
 from ..files import atomic_write_bytes
-from .checkpoint import atomic_save
-from .loop import EpochEnd, Run, checkpoint_dict
+from ..version import __version__
+from .checkpoint import FORMAT_VERSION, atomic_save, rng_state
+from .loop import EpochEnd, Run
 from .tblog import TBLogger
 
 log = logging.getLogger("siggate.train")
@@ -32,6 +32,32 @@ log = logging.getLogger("siggate.train")
 BEST, LAST = "best.pt", "last.pt"
 #: the record a finished run leaves last (atomically): ``siggate compare`` skips runs that hold it
 METRICS = "metrics.json"
+
+
+
+def checkpoint_dict(run: Run, config: dict, rng_ranks: list) -> dict:
+    """The checkpoint of ``run`` after an epoch (``best.pt``, ``last.pt``): everything
+    :func:`~.loop.resume_run` restores, ``config`` (the run's whole config, as the user gave it), the
+    values resolved from the data and the task (which :func:`~.modelprep.load_trained` rebuilds
+    the model from), and every rank's RNG states ``rng_ranks``."""
+    return {
+        "format": FORMAT_VERSION,
+        "siggate_version": __version__,
+        "config": config,
+        "resolved": dict(run.resolved),  # values resolved from the data (resolve_pool_norm)
+        "info": run.info.to_dict(),
+        "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "rng": rng_state(),
+        "rng_ranks": rng_ranks,  # every rank's generators (CPU, and CUDA on GPU)
+        "world_size": len(rng_ranks),
+        "target_mean": run.mean.cpu(),
+        "target_std": run.std.cpu(),
+        "state": dict(run.state.__dict__),
+        "history": run.history,
+        "params": run.params,
+    }
 
 
 def git_commit() -> str | None:
@@ -57,16 +83,21 @@ def data_source(data: DataConfig) -> dict | None:
     return {"csv": str(path), "sha256": fingerprint_file(path)}
 
 
+def write_config(path: str | Path, config: dict, **meta) -> None:
+    """A run's config (``config``, the whole config as a dict) as YAML at ``path``, with ``_meta``:
+    the siggate version, the git commit and ``meta`` (what ``--resume`` and the readers of the
+    run need beyond the config). Atomic."""
+    doc = {**config, "_meta": {"siggate_version": __version__, "git_commit": git_commit(), **meta}}
+    atomic_write_bytes(Path(path), yaml.safe_dump(doc, sort_keys=False).encode("utf-8"))
+
+
 class RunFiles:
     """Checkpoint step and logs of a run (rank 0): ``config.yaml`` (``config``, the run's whole
     config as a dict, with ``_meta``), ``log.csv``, TensorBoard events, ``best.pt`` and
     ``last.pt`` after every epoch; the checkpoints also record ``source`` (:func:`data_source`)."""
 
     def __init__(self, run: Run, out: Path, config: dict, source: dict | None, progress: bool) -> None:
-        (out / "config.yaml").write_text(yaml.safe_dump(
-            {**config, "_meta": {"siggate_version": siggate.__version__, "git_commit": git_commit(),
-                                 "task": run.info.to_dict(), "resolved": dict(run.resolved)}},
-            sort_keys=False))
+        write_config(out / "config.yaml", config, task=run.info.to_dict(), resolved=dict(run.resolved))
         self.out, self.config, self.source, self.progress = out, config, source, progress
         self.writer = EpochLog(out / "log.csv", run.history)
         self.tb = TBLogger(out / "tb", purge_step=run.state.epoch + 1 if run.state.epoch else None)
@@ -81,8 +112,9 @@ class RunFiles:
             atomic_save(ckpt, self.out / BEST)
         atomic_save(ckpt, self.out / LAST)
         self.tb.log_epoch(row, info.metric)
+        test = "" if row["test"] is None else f"test {info.metric} {row['test']:.4f}  "
         msg = (f"epoch {row['epoch']:4d}/{run.train_cfg.epochs}  loss {row['train_loss']:.4f}  "
-               f"val {info.metric} {row['val']:.4f}  test {info.metric} {row['test']:.4f}  lr {row['lr']:.2e}  "
+               f"val {info.metric} {row['val']:.4f}  {test}lr {row['lr']:.2e}  "
                f"{row['seconds']:.1f}s{'  *' if end.improved else ''}")
         tqdm.write(msg) if self.progress else log.info(msg)
 
@@ -167,3 +199,87 @@ def write_csv_run_tables(out: Path, ds: GraphDataset, test_pred: torch.Tensor, t
                            list(ds.info.target_names), labels, test_pred.tolist(),
                            None if test_std is None else test_std.tolist(), carried=carried)
     write_run_tables(ds, out, carried=carried)
+
+
+def _finite_or_none(doc):
+    """``doc`` with every non-finite float replaced by ``None`` (JSON has no infinity)."""
+    if isinstance(doc, dict):
+        return {k: _finite_or_none(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_finite_or_none(v) for v in doc]
+    return None if isinstance(doc, float) and not math.isfinite(doc) else doc
+
+
+def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | None = None) -> dict | None:
+    """Calibrate the predictions ``preds`` (``{split: [G, T]}``, target units or probabilities;
+    ``spreads``: an ensemble's ``{split: [G, T]}``) on the validation split
+    (:class:`~siggate.predictors.conformal.Calibration`) and write ``out/calibration.json``: the
+    validation scores ``siggate predict --coverage`` reads, and ``summary``, the nominal and
+    empirical coverage on val and test at :data:`~siggate.predictors.conformal.RECORDED_COVERAGES`
+    with the intervals' mean width (or the sets' mean size). Returns ``summary`` (for
+    ``metrics.json``), or ``None`` for a run that is not calibrated (node level, multiclass)."""
+    from ..predictors.conformal import CALIBRATED_TASKS, RECORDED_COVERAGES, Calibration
+    from .rundir import CALIBRATION
+    from .scoring import scored_rows
+
+    info, spreads = ds.info, spreads or {}
+    if info.level != "graph" or info.task not in CALIBRATED_TASKS or not ds.val:
+        return None
+    names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
+    rows = {s: scored_rows(info, ds.splits[s], preds[s], s) for s in ("val", "test") if s in preds and ds.splits.get(s)}
+    spread = {s: None if spreads.get(s) is None else spreads[s].numpy() for s in rows}
+    cal = Calibration.fit(info.task, names, *rows["val"], spread["val"])
+    summary = {"method": "split conformal on the validation split", "normalized_by_spread": cal.normalized,
+               "calibration_molecules": {n: c.n for n, c in cal.targets.items()},
+               "coverage": {f"{c:g}": {s: cal.covered(*rows[s], spread[s], c) for s in rows} for c in RECORDED_COVERAGES}}
+    summary = _finite_or_none(summary)
+    atomic_write_bytes(Path(out) / CALIBRATION, json.dumps({**cal.to_dict(), "summary": summary}, indent=2).encode())
+    return summary
+
+
+def write_domain(out: Path, ds: GraphDataset) -> dict | None:
+    """The applicability domain of the training molecules (:class:`~siggate.data.similarity.Domain`:
+    their fingerprints, the threshold from the validation molecules) into ``out``, with the
+    fraction of test molecules outside it. Returns its record (for ``metrics.json``), or ``None``
+    when the graphs carry no SMILES (node-level and benchmark sets without them)."""
+    from ..data.similarity import Domain
+
+    if ds.info.level != "graph" or not ds.train or not ds.val:
+        return None
+    if not all(isinstance(getattr(g, "smiles", None), str) for split in ("train", "val") for g in ds.splits[split]):
+        return None
+    domain = Domain.fit([g.smiles for g in ds.train], [g.smiles for g in ds.val])
+    if ds.test:
+        inside = domain.inside(domain.similarity([str(getattr(g, "smiles", "")) for g in ds.test]))
+        domain.record["test_outside"] = float(1.0 - inside.mean())
+    domain.save(out)
+    return domain.to_dict()
+
+
+def write_pictures(out: Path, ds: GraphDataset, test_pred: torch.Tensor, test_spread: torch.Tensor | None = None,
+                   histories: dict | None = None) -> list[Path]:
+    """A CSV run's pictures (:func:`siggate.train.plots.write_run_plots`): the test parity plot
+    (cliff compounds marked when the CSV has a cliff column), the learning curves of
+    ``histories`` (``{member name: history}``) and, with a spread, the residuals against it."""
+    from .plots import cliff_marks, write_run_plots
+    from .scoring import scored_rows
+
+    if ds.info.level != "graph" or not ds.test:
+        return []
+    y, p = scored_rows(ds.info, ds.test, test_pred, "test")
+    names = list(ds.info.target_names or [f"target{t}" for t in range(ds.info.num_tasks)])
+    cliff = cliff_marks(ds.source, [int(g.idx) for g in ds.test])
+    return write_run_plots(out, names, ds.info.metric, y, p, None if test_spread is None else test_spread.numpy(),
+                           histories, cliff)
+
+
+def record_results(out: Path, ds: GraphDataset, preds: dict, spreads: dict | None, histories: dict | None,
+                   pictures: bool) -> dict:
+    """What a finished run records beside its metrics: :func:`write_calibration`,
+    :func:`write_domain` and, with ``pictures`` (CSV runs), :func:`write_pictures`. Returns the
+    ``metrics.json`` entries ``calibration`` and ``domain`` (those that apply)."""
+    spreads = spreads or {}
+    entries = {"calibration": write_calibration(out, ds, preds, spreads), "domain": write_domain(out, ds)}
+    if pictures and "test" in preds:
+        write_pictures(out, ds, preds["test"], spreads.get("test"), histories)
+    return {k: v for k, v in entries.items() if v is not None}

@@ -3,9 +3,10 @@ default name that is free, clearing it for ``--overwrite``, and the run's saved 
 ``--resume``. Light: no torch.
 
 A folder *holds a run* when it has any of :data:`RUN_MARKERS` (``config.yaml`` is written
-before the first epoch, ``last.pt`` after each, ``metrics.json`` at the end), or is an
-folder of several members (its ``metrics.json``, ``ensemble.json`` of older ensembles, or
-``member{i}/`` folders holding runs; see :mod:`siggate.train.ensemble`).
+before the first epoch, ``last.pt`` after each, ``metrics.json`` at the end; a run of several
+members writes ``members.yaml`` before its first member), or is a folder of several members
+(``ensemble.json`` of older ensembles, or ``member{i}/`` folders holding runs; see
+:mod:`siggate.train.ensemble`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,17 @@ from pathlib import Path
 import yaml
 
 from ..config import split_resolved, upgrade_config_dict
+from ..data.similarity import DOMAIN_FILE, FINGERPRINTS_FILE
 from ..files import atomic_write_bytes, folder_busy
+from .plots import LEARNING, PARITY, RESIDUALS
 
+#: a run of several members' config and the members it holds (``siggate train --members/--ensemble``,
+#: :func:`siggate.train.ensemble.write_members_record`), written before its first member is fitted
+MEMBERS_RECORD = "members.yaml"
 #: Files whose presence makes a folder a run.
-RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json")
+RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json", MEMBERS_RECORD)
+#: a run's split-conformal calibration (``record.write_calibration``), read by ``siggate predict --coverage``
+CALIBRATION = "calibration.json"
 #: Everything ``siggate train`` writes into a run folder (files, and the TensorBoard folder
 #: ``tb``): a run's checkpoints, log and metrics, the ``predictor.json`` of a GNN run or of a
 #: combination of members, an older ensemble's ``ensemble.json`` and a CSV run's tables;
@@ -32,7 +40,8 @@ RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json")
 #: run's lock (:class:`siggate.files.FolderLock`, ``.siggate.lock``) is not one of them: the
 #: overwriting run holds it, and a lock file removed while held would let a second run in.
 RUN_OUTPUTS = RUN_MARKERS + ("best.pt", "log.csv", "ensemble.json", "predictor.json", "test_predictions.csv",
-                              "splits.csv", "data_report.csv")
+                              "splits.csv", "data_report.csv", CALIBRATION, DOMAIN_FILE, FINGERPRINTS_FILE,
+                              PARITY, LEARNING, RESIDUALS)
 RUN_FOLDERS = ("tb",)
 _MEMBER = re.compile(r"member\d+")
 
@@ -87,10 +96,32 @@ def clear_run(out: str | Path) -> None:
 
 
 def saved_config_path(out: str | Path, ensemble: bool = False) -> Path:
-    """The ``config.yaml`` that ``--resume`` reads: ``out``'s own, or its first member's for an
-    ensemble (members differ only in their seed)."""
+    """The config that ``--resume`` reads: ``out``'s own ``config.yaml``, or for a run of several
+    members its :data:`MEMBERS_RECORD` (or, in a folder written before it, the first member's
+    ``config.yaml``: the members of an ``--ensemble`` differ only in their seed)."""
     out = Path(out)
-    return out / "member0" / "config.yaml" if ensemble else out / "config.yaml"
+    if not ensemble:
+        return out / "config.yaml"
+    return out / MEMBERS_RECORD if (out / MEMBERS_RECORD).is_file() else out / "member0" / "config.yaml"
+
+
+def is_members_folder(out: str | Path) -> bool:
+    """Whether ``out`` is the folder of a run of several members (its :data:`MEMBERS_RECORD`, an
+    older ``ensemble.json``, or a ``member0/`` folder)."""
+    out = Path(out)
+    return any((out / name).exists() for name in (MEMBERS_RECORD, "ensemble.json", "member0"))
+
+
+def saved_members(out: str | Path) -> dict | None:
+    """The members a run of several members records in its :data:`MEMBERS_RECORD`
+    (``{"kinds": [...], "ensemble": N, "weights": "equal" | "val"}``), or None where none is
+    recorded (another folder, or one written before the record)."""
+    path = Path(out) / MEMBERS_RECORD
+    if not path.is_file():
+        return None
+    saved = yaml.safe_load(path.read_text()) or {}
+    members = (saved.get("_meta") or {}).get("members")
+    return members if isinstance(members, dict) else None
 
 
 def read_saved_config(path: str | Path) -> dict:
@@ -129,14 +160,20 @@ def keep_run_schedule(cfg, saved: dict, given: set[str]):
 TEST_PREDICTIONS = "test_predictions.csv"
 
 
-def prediction_columns(targets: list[str], before: list[str], ensemble: bool = False) -> list[str]:
+def prediction_columns(targets: list[str], before: list[str], ensemble: bool = False, suffixes=(),
+                       after=()) -> list[str]:
     """The names of the prediction columns written after the columns ``before``, the one rule of
     ``siggate predict`` and ``test_predictions.csv``: each target's name, or ``<target>_pred``
-    where a column of that name (or of its uncertainty's) is already there, e.g. the labels;
-    then, for an ensemble, ``<name>_uncertainty`` of each. No output has two columns of one name."""
+    where a column of that name (or of one of its per-target columns) is already there, e.g. the
+    labels; then, for an ensemble, ``<name>_uncertainty`` of each; then ``<name><suffix>`` of
+    each per-target ``suffixes`` (``predict --coverage``'s ``_lower``/``_upper`` or ``_set``);
+    then the columns ``after`` (the domain columns), ``<column>_pred`` where taken. No output has
+    two columns of one name."""
     taken = set(before) | {"error"}
-    names = [f"{n}_pred" if n in taken or (ensemble and f"{n}_uncertainty" in taken) else n for n in targets]
-    return names + ([f"{n}_uncertainty" for n in names] if ensemble else [])
+    suffixes = (["_uncertainty"] if ensemble else []) + list(suffixes)
+    names = [f"{n}_pred" if n in taken or any(f"{n}{x}" in taken for x in suffixes) else n for n in targets]
+    cols = names + [f"{n}{x}" for x in suffixes for n in names]
+    return cols + [f"{c}_pred" if c in taken else c for c in after]
 
 
 def write_test_predictions(path: str | Path, rows: list[int], smiles: list[str], names: list[str],

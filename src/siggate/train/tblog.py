@@ -67,7 +67,8 @@ class TBLogger:
             w.add_scalar("train/lr", row["lr"], step)
             w.add_scalar("train/grad_norm", row["grad_norm"], step)
             w.add_scalar(f"val/{metric}", row["val"], step)
-            w.add_scalar(f"test/{metric}", row["test"], step)
+            if row.get("test") is not None:  # a run without a test split (scikit-learn's fit) has none
+                w.add_scalar(f"test/{metric}", row["test"], step)
             for i, g in enumerate(row.get("gate_mean") or []):
                 w.add_scalar(f"gate/mean_layer{i}", g, step)
             w.add_scalar("time/epoch_seconds", row["seconds"], step)

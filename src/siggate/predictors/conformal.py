@@ -1,0 +1,240 @@
+"""Split-conformal calibration of a predictor: intervals for regression, prediction sets for
+binary and multilabel tasks, from the validation split's nonconformity scores.
+
+Split conformal prediction (Vovk et al. 2005; Lei et al. 2018, https://arxiv.org/abs/1604.04173;
+the tutorial of Angelopoulos & Bates, https://arxiv.org/abs/2107.07511): with ``n`` calibration
+scores ``s_1..s_n`` of molecules exchangeable with a new one, the interval built from
+
+    ``q = the k-th smallest score, k = ceil((n + 1) * coverage)``   (``q = inf`` when ``k > n``)
+
+holds the new label with probability at least ``coverage`` (and, for continuous scores, at most
+``coverage + 1 / (n + 1)``), marginally over the draw of the calibration and test molecules.
+
+Scores, per target, over the labelled validation rows:
+
+* regression: ``|y - mean| / sigma``: ``sigma`` is the predictor's spread (an ensemble's
+  standard deviation over members) floored at ``SPREAD_FLOOR`` times its median on the
+  validation rows, so that a molecule on which the members happen to agree still gets an
+  interval of finite width; without a spread (one model, or members that never disagree)
+  ``sigma = 1``. The interval is ``mean -/+ q * sigma``: as wide as the members disagree.
+* binary and multilabel (per label, marginally): ``1 - p(true class)`` with ``p`` the predicted
+  probability; the prediction set at ``coverage`` is ``{c in {0, 1}: 1 - p(c) <= q}``:
+  ``{0}``, ``{1}``, both (``{0,1}``: the model cannot tell at this coverage) or, rarely, none.
+* multiclass: not calibrated (node-level benchmarks only).
+
+The calibration split is also the split early stopping and ``--weights val`` chose on, so the
+validation scores are slightly optimistic; the test coverage, recorded beside it, says by how
+much. Functions here are pure numpy; :class:`Calibration` is stored as JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: the spread's floor, as a fraction of its median over the validation rows
+SPREAD_FLOOR = 0.1
+#: the coverages a run records in ``metrics.json`` (``siggate predict --coverage`` takes any)
+RECORDED_COVERAGES = (0.8, 0.9, 0.95)
+#: version of the stored calibration
+CALIBRATION_FORMAT = 1
+#: the task types that are calibrated
+CALIBRATED_TASKS = ("regression", "binary", "multilabel")
+
+
+class CalibrationError(ValueError):
+    """A coverage or stored calibration that cannot be used."""
+
+
+def check_coverage(coverage: float) -> float:
+    """``coverage`` as a float strictly between 0 and 1.
+
+    Raises:
+        CalibrationError: anything else.
+    """
+    try:
+        c = float(coverage)
+    except (TypeError, ValueError):
+        c = float("nan")
+    if not 0.0 < c < 1.0:
+        raise CalibrationError(f"coverage must be a number between 0 and 1 (e.g. 0.9 for 90% intervals), got {coverage!r}")
+    return c
+
+
+def conformal_rank(n: int, coverage: float) -> int:
+    """``k = ceil((n + 1) * coverage)``: the rank (1-based) of the calibration score that bounds
+    a new score with probability ``>= coverage``; ``k > n`` means no finite bound exists."""
+    # the small tolerance keeps (n + 1) * coverage that is an integer in exact arithmetic one
+    return int(math.ceil((n + 1) * check_coverage(coverage) - 1e-9))
+
+
+def conformal_quantile(scores, coverage: float) -> float:
+    """The split-conformal quantile of ``scores`` (``[n]``): the ``ceil((n + 1) * coverage)``-th
+    smallest score, ``inf`` when that exceeds ``n`` (too few calibration molecules for this
+    coverage)."""
+    s = np.sort(np.asarray(scores, dtype=np.float64).reshape(-1))
+    k = conformal_rank(len(s), coverage)
+    return float(s[k - 1]) if k <= len(s) else math.inf
+
+
+def regression_scores(y, mean, sigma=None) -> np.ndarray:
+    """``|y - mean| / sigma`` (``sigma`` 1 when ``None``), elementwise."""
+    y, mean = np.asarray(y, dtype=np.float64), np.asarray(mean, dtype=np.float64)
+    err = np.abs(y - mean)
+    return err if sigma is None else err / np.asarray(sigma, dtype=np.float64)
+
+
+def class_scores(y, prob) -> np.ndarray:
+    """``1 - p(true class)`` for 0/1 labels ``y`` and probabilities of class 1 ``prob``."""
+    y, p = np.asarray(y, dtype=np.float64), np.asarray(prob, dtype=np.float64)
+    return np.where(y == 1, 1.0 - p, p)
+
+
+@dataclass
+class TargetCalibration:
+    """One target's calibration: its sorted validation ``scores`` and, for a normalised
+    regression, the spread ``floor`` (``None``: ``sigma = 1``)."""
+
+    scores: list
+    floor: float | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.scores)
+
+    def quantile(self, coverage: float) -> float:
+        return conformal_quantile(self.scores, coverage)
+
+    def sigma(self, spread) -> np.ndarray | None:
+        """The scale of each row's interval: the spread floored, or ``None`` (1)."""
+        if self.floor is None or spread is None:
+            return None
+        return np.maximum(np.asarray(spread, dtype=np.float64), self.floor)
+
+
+@dataclass
+class Calibration:
+    """A predictor's split-conformal calibration (see the module docstring).
+
+    Attributes:
+        task: ``regression``, ``binary`` or ``multilabel``.
+        targets: ``{target name: TargetCalibration}``, in the predictor's target order.
+        normalized: regression scores divided by the spread (an ensemble).
+    """
+
+    task: str
+    targets: dict = field(default_factory=dict)
+    normalized: bool = False
+
+    @classmethod
+    def fit(cls, task: str, names, y, mean, spread=None) -> "Calibration":
+        """From validation labels ``y [n, T]`` (NaN: missing), predictions ``mean [n, T]``
+        (target units or probabilities) and the spread ``[n, T]`` (or ``None``).
+
+        Raises:
+            CalibrationError: a task that is not calibrated.
+        """
+        if task not in CALIBRATED_TASKS:
+            raise CalibrationError(f"a {task} task is not calibrated (only {', '.join(CALIBRATED_TASKS)})")
+        y, mean = as_2d(y), as_2d(mean)
+        spread = None if spread is None else as_2d(spread)
+        out, normalized = {}, False
+        for t, name in enumerate(names):
+            ok = ~np.isnan(y[:, t])
+            if task != "regression":
+                out[name] = TargetCalibration(sorted(class_scores(y[ok, t], mean[ok, t]).tolist()))
+                continue
+            floor = None
+            if spread is not None and ok.any():
+                median = float(np.median(spread[ok, t]))
+                if median > 0 and np.isfinite(median):
+                    floor = SPREAD_FLOOR * median
+                    normalized = True
+            cal = TargetCalibration([], floor)
+            cal.scores = sorted(regression_scores(y[ok, t], mean[ok, t],
+                                                  cal.sigma(None if spread is None else spread[ok, t])).tolist())
+            out[name] = cal
+        return cls(task, out, normalized)
+
+    # ------------------------------------------------------------------ use
+
+    def intervals(self, mean, spread, coverage: float) -> tuple[np.ndarray, np.ndarray]:
+        """Regression: ``(lower, upper)`` ``[G, T]`` at ``coverage`` around ``mean [G, T]``
+        (``-inf``/``inf`` where the calibration has too few molecules for it)."""
+        mean = as_2d(mean)
+        spread = None if spread is None else as_2d(spread)
+        lower, upper = np.empty_like(mean), np.empty_like(mean)
+        for t, cal in enumerate(self.targets.values()):
+            sigma = cal.sigma(None if spread is None else spread[:, t])
+            half = cal.quantile(coverage) * (1.0 if sigma is None else sigma)
+            lower[:, t], upper[:, t] = mean[:, t] - half, mean[:, t] + half
+        return lower, upper
+
+    def sets(self, prob, coverage: float) -> list[list[str]]:
+        """Binary/multilabel: per row and target the prediction set at ``coverage`` as text,
+        ``"{0}"``, ``"{1}"``, ``"{0,1}"`` or ``"{}"``."""
+        prob = as_2d(prob)
+        out = [[""] * prob.shape[1] for _ in range(prob.shape[0])]
+        for t, cal in enumerate(self.targets.values()):
+            q = cal.quantile(coverage)
+            for g, p in enumerate(prob[:, t]):
+                members = [str(c) for c, score in ((0, p), (1, 1.0 - p)) if score <= q]
+                out[g][t] = "{" + ",".join(members) + "}"
+        return out
+
+    def covered(self, y, mean, spread, coverage: float) -> dict:
+        """``{target: {"n", "coverage", "mean_width" | "mean_set_size"}}`` of the labelled rows of
+        ``y [n, T]``: the fraction whose label falls in its interval (set) at ``coverage``, and
+        the intervals' mean width (``inf`` when infinite) or the sets' mean size."""
+        y, mean = as_2d(y), as_2d(mean)
+        res = {}
+        if self.task == "regression":
+            lower, upper = self.intervals(mean, spread, coverage)
+        for t, (name, cal) in enumerate(self.targets.items()):
+            ok = ~np.isnan(y[:, t])
+            if not ok.any():
+                res[name] = {"n": 0, "coverage": None}
+                continue
+            if self.task == "regression":
+                inside = (y[ok, t] >= lower[ok, t]) & (y[ok, t] <= upper[ok, t])
+                res[name] = {"n": int(ok.sum()), "coverage": float(inside.mean()),
+                             "mean_width": float(np.mean(upper[ok, t] - lower[ok, t]))}
+            else:
+                q = cal.quantile(coverage)
+                p = mean[ok, t]
+                inside = class_scores(y[ok, t], p) <= q
+                size = (p <= q).astype(int) + ((1.0 - p) <= q).astype(int)
+                res[name] = {"n": int(ok.sum()), "coverage": float(inside.mean()), "mean_set_size": float(size.mean())}
+        return res
+
+    # ------------------------------------------------------------------ storage
+
+    def to_dict(self) -> dict:
+        return {"format": CALIBRATION_FORMAT, "task": self.task, "normalized": self.normalized,
+                "spread_floor": SPREAD_FLOOR,
+                "targets": {n: {"scores": c.scores, "floor": c.floor} for n, c in self.targets.items()}}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "Calibration":
+        """Raises:
+            CalibrationError: not a calibration of this siggate's format."""
+        try:
+            if int(doc["format"]) > CALIBRATION_FORMAT:
+                raise CalibrationError(f"calibration format {doc['format']} is newer than this siggate's "
+                                       f"({CALIBRATION_FORMAT}); upgrade siggate")
+            targets = {str(n): TargetCalibration([float(s) for s in t["scores"]],
+                                                 None if t.get("floor") is None else float(t["floor"]))
+                       for n, t in doc["targets"].items()}
+            return cls(str(doc["task"]), targets, bool(doc.get("normalized", False)))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, CalibrationError):
+                raise
+            raise CalibrationError(f"not a siggate calibration ({type(exc).__name__}: {exc})") from None
+
+
+def as_2d(a) -> np.ndarray:
+    """``[n]`` or ``[n, T]`` values as a float64 ``[n, T]`` array."""
+    a = np.asarray(a, dtype=np.float64)
+    return a.reshape(len(a), -1) if a.ndim != 2 else a

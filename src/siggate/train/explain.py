@@ -1,0 +1,160 @@
+"""``siggate explain``: each atom's contribution to a prediction, drawn on the molecule.
+
+For every input SMILES, read and refused exactly as ``siggate predict`` does
+(:meth:`~siggate.train.predict.SmilesPredictor.featurize_rows`), the predictor's
+``atom_contributions`` (:class:`~siggate.predictors.base.AtomContributions`; for the GNN,
+integrated gradients from a zero atom-embedding baseline, :mod:`siggate.train.attribution`; for
+the fingerprint members (svr, rf), occlusion of fingerprint bins shared among the atoms that set
+them, from the empty fingerprint, :mod:`siggate.predictors.fpmember`; for a combination, its
+members' weighted sum) is written to ``OUT``:
+
+* ``molecules.csv``: one row per input row, in order: ``row`` (0-based), ``smiles``, per target
+  the prediction, ``<target>_baseline`` (the reference prediction) and ``<target>_atoms_sum``
+  (the sum of the atoms' contributions: for the GNN equal to prediction minus baseline up to
+  the integral's numerical error; occlusion is not complete, and its sum differs from it by the
+  model's interactions between bins), the pictures' stem, and ``error``;
+* ``atoms.csv``: one row per atom of each predicted molecule: ``row``, ``atom`` (RDKit's atom
+  index in the SMILES as written), ``element`` and one contribution column per target;
+* ``mol<row>.svg`` and ``mol<row>.png`` (``mol<row>_<target>.*`` for several targets): the
+  molecule drawn with RDKit, every atom coloured by its contribution (red raises the
+  prediction, blue lowers it; full colour at the molecule's largest absolute contribution), a
+  colour bar with that scale, and the prediction and baseline in the legend.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import torch
+
+from .attribution import DEFAULT_STEPS
+
+#: picture size in pixels, and the band below the molecule that holds the colour bar
+WIDTH, HEIGHT, BAR_BAND = 460, 440, 80
+
+
+def atom_colour(value: float, scale: float) -> tuple[float, float, float]:
+    """White at 0, pure red at ``+scale``, pure blue at ``-scale`` (RGB in 0..1)."""
+    a = max(-1.0, min(1.0, value / scale)) if scale > 0 else 0.0
+    return (1.0, 1.0 - a, 1.0 - a) if a >= 0 else (1.0 + a, 1.0 + a, 1.0)
+
+
+def draw_contributions(mol, values, legend: str, caption: str, png: bool = False):
+    """The molecule ``mol`` with atom ``i`` highlighted in :func:`atom_colour` of ``values[i]``,
+    ``legend`` under it and a colour bar from ``-scale`` to ``+scale`` (``scale``: the largest
+    absolute value) titled ``caption``. Returns SVG text, or PNG bytes with ``png``."""
+    from rdkit.Chem.Draw import rdMolDraw2D
+    from rdkit.Geometry import Point2D
+
+    values = [float(v) for v in values]
+    scale = max((abs(v) for v in values), default=0.0)
+    cls = rdMolDraw2D.MolDraw2DCairo if png else rdMolDraw2D.MolDraw2DSVG
+    d = cls(WIDTH, HEIGHT, WIDTH, HEIGHT - BAR_BAND)
+    d.drawOptions().legendFontSize = 15
+    colours = {i: atom_colour(v, scale) for i, v in enumerate(values)}
+    rdMolDraw2D.PrepareAndDrawMolecule(d, mol, highlightAtoms=list(colours), highlightAtomColors=colours,
+                                       highlightBonds=[], legend=legend)
+    left, right, top = 60.0, WIDTH - 60.0, HEIGHT - BAR_BAND + 28.0
+    d.SetFillPolys(True)
+    pieces = 48
+    for k in range(pieces):
+        d.SetColour(atom_colour(scale * (-1 + 2 * (k + 0.5) / pieces), scale))
+        x0 = left + (right - left) * k / pieces
+        d.DrawRect(Point2D(x0, top), Point2D(x0 + (right - left) / pieces + 0.5, top + 18), True)
+    d.SetColour((0.0, 0.0, 0.0))
+    d.SetFontSize(13)
+    d.DrawString(caption, Point2D(WIDTH / 2, top - 14), 0, True)
+    for x, text in ((left, f"{-scale:+.3g}"), (WIDTH / 2, "0"), (right, f"{scale:+.3g}")):
+        d.DrawString(text, Point2D(x, top + 34), 0, True)
+    d.FinishDrawing()
+    text = d.GetDrawingText()
+    if png:
+        return text
+    from xml.sax.saxutils import escape
+
+    # RDKit draws text as outlines: the legend and scale also as text, for search and screen readers
+    desc = f"<desc>{escape(legend)}; {escape(caption)}, from {-scale:+.6g} to {scale:+.6g}</desc>"
+    return text.replace("<!-- END OF HEADER -->", "<!-- END OF HEADER -->\n" + desc, 1)
+
+
+def _stem(row: int, target: str, several: bool) -> str:
+    return f"mol{row}" + (f"_{re.sub(r'[^A-Za-z0-9_.-]+', '_', target)}" if several else "")
+
+
+def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_STEPS) -> tuple[int, int]:
+    """Explain every SMILES of ``chunks`` (lists of SMILES, or an ``InputRows`` of
+    :func:`~siggate.train.predict.read_input`) with the :class:`~siggate.train.predict.SmilesPredictor`
+    ``predictor`` into the folder ``out`` (module docstring). Returns ``(rows, failed rows)``.
+
+    Raises:
+        ValueError: a predictor that cannot attribute its predictions to atoms.
+    """
+    from ..data.chem import parse_smiles, quiet_rdkit
+    from .predict import InputRows, csv_output
+
+    if not isinstance(chunks, InputRows):
+        chunks = InputRows(["smiles"], 0, ([[s] for s in chunk] for chunk in chunks))
+    inner = predictor.predictor
+    if not hasattr(inner, "atom_contributions"):
+        raise ValueError(f"a {getattr(inner, 'kind', type(inner).__name__)} predictor cannot attribute its "
+                         "predictions to atoms")
+    info = inner.info
+    if info.level != "graph" or info.task == "multiclass":
+        raise ValueError(f"atom contributions are drawn for graph-level regression and binary/multilabel models; "
+                         f"this one is a {info.level}-level {info.task} model")
+    names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
+    several = len(names) > 1
+    what = "P({})" if info.task in ("binary", "multilabel") else "{}"
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    mol_cols = ["row", "smiles", *[c for n in names for c in (n, f"{n}_baseline", f"{n}_atoms_sum")], "pictures", "error"]
+    n = bad = 0
+    with csv_output(out / "molecules.csv") as mol_fh, csv_output(out / "atoms.csv") as atom_fh:
+        mol_w, atom_w = csv.writer(mol_fh, lineterminator="\n"), csv.writer(atom_fh, lineterminator="\n")
+        mol_w.writerow(mol_cols)
+        atom_w.writerow(["row", "atom", "element", *names])
+        for recs in chunks:
+            rows, ok, graphs = predictor.featurize_rows([rec[chunks.smiles_index] for rec in recs])
+            found = {}
+            for batch in predictor.batches(graphs):
+                chunk = [graphs[k] for k in batch]
+                try:
+                    contrib = inner.atom_contributions(chunk, steps=steps)
+                except Exception as exc:  # one molecule the model cannot handle must not stop the others
+                    for k in batch:
+                        rows[ok[k]]["error"] = f"attribution failed: {type(exc).__name__}: {exc}"
+                    continue
+                for j, k in enumerate(batch):
+                    found[ok[k]] = (contrib.atoms[j], contrib.baseline[j], contrib.prediction[j])
+            for i, row in enumerate(rows):
+                record = [n + i, row["smiles"]]
+                if i in found and not row["error"]:
+                    atoms, base, pred = found[i]
+                    if not (torch.isfinite(atoms).all() and torch.isfinite(pred).all()):
+                        row["error"] = "model produced a non-finite prediction"
+                if i not in found or row["error"]:
+                    mol_w.writerow(record + [""] * (3 * len(names) + 1) + [row["error"] or "not explained"])
+                    bad += 1
+                    continue
+                with quiet_rdkit():
+                    mol = parse_smiles(row["smiles"].strip())
+                elements = [a.GetSymbol() for a in mol.GetAtoms()]
+                for a, (element, values) in enumerate(zip(elements, atoms.tolist())):
+                    atom_w.writerow([n + i, a, element, *[f"{v:.6g}" for v in values]])
+                stems = []
+                for t, name in enumerate(names):
+                    stem = _stem(n + i, name, several)
+                    legend = (f"{what.format(name)} = {float(pred[t]):.4g}   baseline {float(base[t]):.4g}   "
+                              f"atoms sum {float(atoms[:, t].sum()):+.4g}")
+                    caption = f"atom contribution to {what.format(name)} (red raises it, blue lowers it)"
+                    (out / f"{stem}.svg").write_text(draw_contributions(mol, atoms[:, t].tolist(), legend, caption))
+                    (out / f"{stem}.png").write_bytes(draw_contributions(mol, atoms[:, t].tolist(), legend, caption,
+                                                                         png=True))
+                    stems.append(stem)
+                values = [f"{float(v):.6g}" for t in range(len(names))
+                          for v in (pred[t], base[t], atoms[:, t].sum())]
+                mol_w.writerow(record + values + [";".join(stems), ""])
+            n += len(rows)
+    return n, bad

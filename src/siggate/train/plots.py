@@ -1,0 +1,171 @@
+"""The pictures of a run (matplotlib, Agg backend, PNG): what a person looks at before the numbers.
+
+* :func:`parity_figure`: test predictions against labels, one panel per target, the diagonal,
+  MAE and R² in the title; activity-cliff compounds marked when the CSV has a cliff column
+  (:data:`CLIFF_COLUMNS`, e.g. MoleculeACE's ``cliff_mol``).
+* :func:`learning_figure`: training loss and the validation/test metric per epoch, one line per
+  GNN member (overlaid), from each run's ``history``.
+* :func:`residual_figure`: the absolute test error against the ensemble's spread, with the
+  lines ``|error| = sigma`` and ``2 sigma``.
+
+:func:`write_run_plots` writes them into a ``--data`` run folder (``parity.png``,
+``learning_curves.png``, ``residuals.png`` when there is a spread); ``siggate evaluate --data``
+draws its own parity plot. Each ``*_figure`` function returns the figure, so tests can count
+what it holds; :func:`save_figure` writes and closes it. matplotlib is imported inside the
+functions only: ``siggate --help`` never loads it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..predictors.conformal import as_2d
+
+#: the run folder's pictures
+PARITY, LEARNING, RESIDUALS = "parity.png", "learning_curves.png", "residuals.png"
+#: CSV columns that mark activity-cliff compounds (first found is used), truthy values below
+CLIFF_COLUMNS = ("cliff_mol", "cliff")
+_TRUE = {"1", "1.0", "true", "yes", "y", "t"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
+    """Write ``fig`` as a PNG at ``path`` (its folder created) and close it."""
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def parity_figure(labels, preds, names: Sequence[str], cliff=None, title: str = "test"):
+    """Predictions against labels, one panel per target (its labelled rows only).
+
+    Args:
+        labels, preds: ``[n, T]`` in target units (labels NaN where missing).
+        names: the targets' names.
+        cliff: ``[n]`` booleans, activity-cliff compounds (drawn as orange triangles), or ``None``.
+        title: the set the points come from.
+    """
+    plt = _pyplot()
+    y, p = as_2d(labels), as_2d(preds)
+    fig, axes = plt.subplots(1, y.shape[1], figsize=(4.4 * y.shape[1], 4.2), squeeze=False)
+    for t, ax in enumerate(axes[0]):
+        ok = ~np.isnan(y[:, t]) & np.isfinite(p[:, t])
+        marked = np.zeros(len(y), bool) if cliff is None else np.asarray(cliff, bool)
+        plain, sharp = ok & ~marked, ok & marked
+        ax.scatter(y[plain, t], p[plain, t], s=14, alpha=0.7, color="tab:blue", label="molecule")
+        if sharp.any():
+            ax.scatter(y[sharp, t], p[sharp, t], s=26, marker="^", color="tab:orange", edgecolor="k",
+                       linewidth=0.4, label="cliff compound")
+        if ok.any():
+            lo = float(min(y[ok, t].min(), p[ok, t].min()))
+            hi = float(max(y[ok, t].max(), p[ok, t].max()))
+            pad = 0.05 * (hi - lo or 1.0)
+            ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="k", lw=0.8, ls="--", label="y = x")
+            err = p[ok, t] - y[ok, t]
+            ss = float(np.sum((y[ok, t] - y[ok, t].mean()) ** 2))
+            r2 = f"{1 - float(np.sum(err ** 2)) / ss:.3f}" if ss > 0 else "n/a"
+            ax.set_title(f"{title} {names[t]}: n {int(ok.sum())}, MAE {np.mean(np.abs(err)):.3g}, R² {r2}",
+                         fontsize=9)
+        ax.set_xlabel(f"label {names[t]}")
+        ax.set_ylabel(f"prediction {names[t]}")
+        ax.legend(fontsize=7, loc="upper left")
+        ax.grid(alpha=0.3)
+    return fig
+
+
+def learning_figure(histories: dict, metric: str):
+    """Training loss (left) and the validation (solid) and test (dashed) metric (right) per
+    epoch; ``histories`` maps a member's name to its ``history`` (``metrics.json``)."""
+    plt = _pyplot()
+    fig, (loss_ax, metric_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    for i, (name, hist) in enumerate(histories.items()):
+        epochs = [h["epoch"] for h in hist]
+        color = f"C{i % 10}"
+        loss_ax.plot(epochs, [h["train_loss"] for h in hist], color=color, marker=".", label=name)
+        metric_ax.plot(epochs, [h["val"] for h in hist], color=color, marker=".", label=f"{name} val")
+        test = [(e, h["test"]) for e, h in zip(epochs, hist) if h.get("test") is not None]
+        if test:
+            metric_ax.plot(*zip(*test), color=color, ls="--", label=f"{name} test")
+    loss_ax.set_title("training loss (normalised targets)", fontsize=9)
+    metric_ax.set_title(f"{metric} per epoch", fontsize=9)
+    for ax, label in ((loss_ax, "loss"), (metric_ax, metric)):
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return fig
+
+
+def residual_figure(labels, preds, spread, names: Sequence[str], title: str = "test"):
+    """``|prediction - label|`` against the spread over members, one panel per target, with
+    the lines ``|error| = sigma`` and ``2 sigma`` (a calibrated Gaussian spread leaves about
+    68% and 95% of the points below them)."""
+    plt = _pyplot()
+    y, p, s = as_2d(labels), as_2d(preds), as_2d(spread)
+    fig, axes = plt.subplots(1, y.shape[1], figsize=(4.4 * y.shape[1], 4.2), squeeze=False)
+    for t, ax in enumerate(axes[0]):
+        ok = ~np.isnan(y[:, t]) & np.isfinite(p[:, t]) & np.isfinite(s[:, t])
+        err = np.abs(p[ok, t] - y[ok, t])
+        ax.scatter(s[ok, t], err, s=14, alpha=0.7, color="tab:purple", label="molecule")
+        top = float(s[ok, t].max()) if ok.any() else 1.0
+        for k, ls in ((1, "--"), (2, ":")):
+            ax.plot([0, top], [0, k * top], color="k", lw=0.8, ls=ls, label=f"|error| = {k} sigma")
+        if ok.any():
+            ax.set_title(f"{title} {names[t]}: {np.mean(err <= s[ok, t]):.0%} within 1 sigma, "
+                         f"{np.mean(err <= 2 * s[ok, t]):.0%} within 2", fontsize=9)
+        ax.set_xlabel(f"spread over members (sigma) {names[t]}")
+        ax.set_ylabel(f"|prediction - label| {names[t]}")
+        ax.legend(fontsize=7, loc="upper left")
+        ax.grid(alpha=0.3)
+    return fig
+
+
+def cliff_marks(csv_path: str | Path | None, rows: Sequence[int]) -> np.ndarray | None:
+    """``[len(rows)]`` booleans: the CSV rows ``rows`` (0-based data rows) marked in its first
+    :data:`CLIFF_COLUMNS` column (``1``, ``true``, ``yes``); ``None`` when the file has no such
+    column or cannot be read."""
+    if not csv_path or not Path(csv_path).is_file():
+        return None
+    from ..data.base import DataError
+    from ..data.csvdata import detect_sep, read_table
+
+    try:  # the strict reader of training and evaluate, so its data rows are the rows numbered here
+        path = Path(csv_path)
+        header, records = read_table(path, detect_sep(path))
+    except (OSError, DataError):
+        return None
+    col = next((c for c in CLIFF_COLUMNS if c in header), None)
+    if col is None:
+        return None
+    at = header.index(col)
+    flags = [at < len(rec) and rec[at].strip().lower() in _TRUE for rec in records]
+    return np.asarray([bool(flags[r]) if 0 <= r < len(flags) else False for r in rows])
+
+
+def write_run_plots(out: str | Path, names: Sequence[str], metric: str, labels, preds, spread=None,
+                    histories: dict | None = None, cliff=None) -> list[Path]:
+    """A run folder's pictures: :data:`PARITY` (test predictions), :data:`LEARNING` (when
+    ``histories`` holds any) and :data:`RESIDUALS` (when there is a ``spread``). Returns the
+    paths written."""
+    out = Path(out)
+    paths = [save_figure(parity_figure(labels, preds, names, cliff), out / PARITY)]
+    if histories:
+        paths.append(save_figure(learning_figure(histories, metric), out / LEARNING))
+    if spread is not None:
+        paths.append(save_figure(residual_figure(labels, preds, spread, names), out / RESIDUALS))
+    return paths

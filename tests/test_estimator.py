@@ -1,0 +1,172 @@
+"""``siggate.SigGateRegressor`` / ``SigGateClassifier``: scikit-learn estimators on SMILES that
+train through the command line's own path (``train_members``), inside scikit-learn's
+model-selection tools."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from rdkit import Chem
+
+from test_predict import nci_smiles, one_thread, read_output, run_cli
+
+TINY = ("model.layers=1", "model.dim=16", "model.heads=2", "model.pe_steps=4", "model.pe_dim=4",
+        "model.head_layers=2", "train.warmup_epochs=0", "train.batch_size=16")
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+@pytest.fixture(scope="module")
+def molecules():
+    smiles = [s for s in nci_smiles(90) if Chem.MolFromSmiles(s).GetNumAtoms() <= 40][:60]
+    y = np.array([Chem.MolFromSmiles(s).GetNumAtoms() / 10 for s in smiles])
+    return smiles, y
+
+
+def test_import_siggate_stays_light_and_serves_the_estimators_on_first_use():
+    probe = ("import sys, siggate; heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+             "{'torch', 'sklearn', 'rdkit', 'pandas', 'matplotlib'}); print(heavy); "
+             "print(siggate.SigGateRegressor.__module__, siggate.SigGateClassifier.__name__)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[]", "siggate.estimator SigGateClassifier"]
+    import siggate
+
+    with pytest.raises(AttributeError, match="no attribute 'SigGateRegresor'"):
+        siggate.SigGateRegresor  # noqa: B018
+
+
+def test_params_clone_and_set_params():
+    from sklearn.base import clone
+
+    import siggate
+
+    est = siggate.SigGateRegressor(epochs=3, overrides=TINY, ensemble=2, seed=4)
+    params = est.get_params()
+    assert params == {"epochs": 3, "members": "gnn", "ensemble": 2, "config": None, "overrides": TINY, "seed": 4,
+                      "val_fraction": 0.1, "threads": 1, "device": "cpu", "out_dir": None, "verbose": False}
+    copy = clone(est)
+    assert copy is not est and copy.get_params() == params
+    assert copy.set_params(epochs=5).epochs == 5 and est.epochs == 3
+    with pytest.raises(ValueError, match="Invalid parameter 'layers'"):
+        est.set_params(layers=2)
+    assert not hasattr(est, "predictor_")  # __init__ stores, fit learns
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        est.predict(["CCO"])
+
+
+def test_cross_val_score_with_three_folds_trains_through_train_members(molecules, monkeypatch):
+    """3 folds of 60 molecules, 2 epochs: three finite R² scores, each fold one call of the CLI's
+    train_members; the held-out fold is never in the training CSV."""
+    from sklearn.model_selection import KFold, cross_val_score
+
+    import siggate
+    from siggate.train import ensemble
+
+    smiles, y = molecules
+    calls = []
+    real = ensemble.train_members
+
+    def spy(cfg, out, *args, **kw):
+        calls.append([g.smiles for split in kw["dataset"].splits.values() for g in split])
+        assert not kw["dataset"].test  # no test split: the caller holds the test fold
+        return real(cfg, out, *args, **kw)
+
+    monkeypatch.setattr(ensemble, "train_members", spy)
+    folds = KFold(3, shuffle=True, random_state=0)
+    with one_thread():
+        scores = cross_val_score(siggate.SigGateRegressor(epochs=2, overrides=TINY), smiles, y, cv=folds)
+    assert scores.shape == (3,) and np.all(np.isfinite(scores))
+    assert len(calls) == 3
+    for seen, (train_idx, test_idx) in zip(calls, folds.split(smiles)):
+        assert sorted(seen) == sorted(smiles[i] for i in train_idx)
+        assert not set(seen) & {smiles[i] for i in test_idx}
+
+
+def test_grid_search_picks_among_parameters(molecules):
+    from sklearn.model_selection import GridSearchCV
+
+    import siggate
+
+    smiles, y = molecules
+    search = GridSearchCV(siggate.SigGateRegressor(epochs=1, overrides=TINY), {"epochs": [1, 2]}, cv=2,
+                          scoring="neg_mean_absolute_error")
+    with one_thread():
+        search.fit(smiles[:40], y[:40])
+    assert search.best_params_["epochs"] in (1, 2) and len(search.cv_results_["mean_test_score"]) == 2
+    assert search.predict(smiles[40:45]).shape == (5,)
+
+
+def test_a_kept_run_is_a_cli_run_and_predicts_the_same(molecules, tmp_path, capsys):
+    """With out_dir, the fitted run is an ordinary run folder: its config is the command line's
+    resolution of the same flags, siggate predict on it gives the estimator's numbers; two
+    targets with missing labels train, and bad SMILES are refused with predict's reasons."""
+    import siggate
+
+    smiles, y = molecules
+    two = np.stack([y, np.where(np.arange(len(y)) % 4 == 0, np.nan, y * 2)], axis=1)
+    est = siggate.SigGateRegressor(epochs=2, overrides=TINY, ensemble=2, out_dir=str(tmp_path / "run"))
+    with one_thread():
+        est.fit(smiles[:50], two[:50])
+        mean, std = est.predict(smiles[50:], return_std=True)
+    assert mean.shape == std.shape == (10, 2) and np.all(std >= 0) and std.any()
+    cfg = yaml.safe_load((tmp_path / "run" / "member0" / "config.yaml").read_text())
+    assert cfg["data"]["split"] == "column:split" and cfg["data"]["target_cols"] == ["y0", "y1"]
+    assert cfg["train"]["epochs"] == 2 and cfg["model"]["layers"] == 1 and cfg["model"]["dim"] == 16
+    assert cfg["train"]["threads"] == 1 and cfg["model"]["pooling"] == "norm"  # the csv recipe's
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["test"] is None and m["splits"] == {"train": 45, "val": 5, "test": 0}
+    src = tmp_path / "in.csv"
+    src.write_text("smiles\n" + "\n".join(smiles[50:]) + "\n")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(tmp_path / "run"), "--input", str(src), "--output",
+                          str(tmp_path / "p.csv")], capsys)
+    assert rc == 0, err
+    rows = read_output(tmp_path / "p.csv")
+    np.testing.assert_allclose([[float(r["y0"]), float(r["y1"])] for r in rows], mean, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"2 of 3 SMILES cannot be predicted: row 1: SMILES parse error.*row 2: "
+                                         r"empty SMILES"):
+        est.predict(["CCO", "C1CC(", ""])
+    with pytest.raises(ValueError, match="X has 3 SMILES and y 2 rows"):
+        siggate.SigGateRegressor().fit(["C", "CC", "CCC"], [1.0, 2.0])
+
+
+def test_the_classifier_takes_any_two_labels_and_its_run_offers_prediction_sets(molecules, tmp_path, capsys):
+    from sklearn.base import is_classifier
+
+    import siggate
+
+    smiles, y = molecules
+    labels = np.where(y > np.median(y), "large", "small")
+    clf = siggate.SigGateClassifier(epochs=2, overrides=TINY, out_dir=str(tmp_path / "clf"))
+    assert is_classifier(clf)
+    with one_thread():
+        clf.fit(smiles[:50], labels[:50])
+        proba = clf.predict_proba(smiles[50:])
+        pred = clf.predict(smiles[50:])
+    assert list(clf.classes_) == ["large", "small"]
+    assert proba.shape == (10, 2) and np.allclose(proba.sum(1), 1.0) and np.all((proba >= 0) & (proba <= 1))
+    assert list(pred) == [clf.classes_[int(p >= 0.5)] for p in proba[:, 1]]
+    cal = json.loads((tmp_path / "clf" / "calibration.json").read_text())
+    scores = cal["targets"]["y"]["scores"]  # 1 - p(true class) of the validation molecules
+    k = int(np.ceil((len(scores) + 1) * 0.8))
+    q = scores[k - 1] if k <= len(scores) else float("inf")
+    rc, out, err = run_cli(["predict", "--checkpoint", str(tmp_path / "clf"), *smiles[50:], "--coverage", "0.8"], capsys)
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
+    assert list(rows[0])[:4] == ["smiles", "y", "y_uncertainty", "y_set"]  # a run of one member: its spread is 0
+    for row, p in zip(rows, proba[:, 1]):
+        assert float(row["y"]) == pytest.approx(p, abs=1e-5) and float(row["y_uncertainty"]) == 0.0
+        if min(abs(p - q), abs(1 - p - q)) > 1e-4:  # not on the boundary (p is printed to 6 digits)
+            assert row["y_set"] == "{" + ",".join(c for c, s in (("0", p), ("1", 1 - p)) if s <= q) + "}"
+    with pytest.raises(ValueError, match="binary: y must hold two classes, got 3"):
+        siggate.SigGateClassifier().fit(smiles[:3], ["a", "b", "c"])

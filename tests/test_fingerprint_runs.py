@@ -1,0 +1,290 @@
+"""``siggate train --data --members svr,rf`` (no GNN member) and ``--members gnn,svr,rf`` end to end:
+train, the terminal's and metrics.json's per-member scores, resume (finished members are reused, a
+finished run is never overwritten), ``predict`` (``--coverage``, the domain columns), ``evaluate``
+and ``explain`` on the combination; what is refused; the scikit-learn estimators with
+``members="svr"``. Data: y = number of nitrogens + noise on 150 NCI molecules (``test_explain``)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from siggate.data.chem import smiles_to_graph
+from siggate.data.fingerprints import minmax_kernel, morgan_counts
+from siggate.predictors.forest import RandomForest
+from siggate.predictors.svr import KernelSVR
+from test_bad_inputs import _TRAIN_ARGS
+from test_explain import FP_SPLITS, _nitrogen_graphs, _nitrogen_molecules
+from test_predict import run_cli
+
+
+def _rows(path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _one_line(err: str) -> str:
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+@pytest.fixture(scope="module")
+def nitrogen_csv(tmp_path_factory):
+    """The nitrogen CSV: 150 molecules, ``smiles,nN,split`` (100 train, 20 val, 30 test)."""
+    smiles = _nitrogen_molecules(150)
+    graphs = _nitrogen_graphs(smiles)
+    split = {i: k for k, (a, b) in FP_SPLITS.items() for i in range(a, b)}
+    path = tmp_path_factory.mktemp("nitrogen") / "n.csv"
+    path.write_text("smiles,nN,split\n" + "".join(f"{s},{float(g.y):.6f},{split[i]}\n"
+                                                  for i, (s, g) in enumerate(zip(smiles, graphs))))
+    return path
+
+
+def _train(capsys, data, out, *extra, cache=None):
+    args = ["train", "--data", str(data), "--target-col", "nN", "--split", "column:split", "--out", str(out),
+            "--no-progress", *extra]
+    return run_cli(args + (["--cache-dir", str(cache)] if cache else []), capsys)
+
+
+def _member_rows(stdout: str) -> dict:
+    """``{name: (kind or weighting, {split: (MAE, RMSE, R2)})}`` of the terminal's members table."""
+    out = {}
+    for line in stdout.splitlines():
+        m = re.match(r"\s*(member\d+|combined)\s+(\S+)", line)
+        if m:
+            scores = {s: tuple(float(v) for v in re.search(s + r" MAE (\S+)\s+RMSE (\S+)\s+R2 (\S+)", line).groups())
+                      for s in ("val", "test")}
+            out[m.group(1)] = (m.group(2), scores)
+    return out
+
+
+def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv, tmp_path, capsys, monkeypatch):
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    rc, stdout, err = _train(capsys, nitrogen_csv, run, "--members", "svr,rf", cache=cache)
+    assert rc == 0, err
+    res = json.loads((run / "metrics.json").read_text())
+    assert [(m["name"], m["kind"], m["seed"]) for m in res["members"]] == [("member0", "svr", 0), ("member1", "rf", 0)]
+    assert res["weighting"] == "equal" and res["splits"] == {"train": 100, "val": 20, "test": 30}
+    assert not (cache / "pe").exists()  # no GNN member: no positional encoding computed
+    assert sorted(p.name for p in (run / "member0").iterdir()) == ["arrays.pt", "predictor.json"]
+
+    # every member's and the combination's test scores, recomputed from the saved members
+    test = _rows(run / "splits.csv")
+    test_smiles = [r["smiles"] for r in test if r["split"] == "test"]
+    labels = np.array([float(r["nN"]) for r in _rows(nitrogen_csv) if r["split"] == "test"])
+    preds = [KernelSVR.load(run / "member0").predict_array(test_smiles)[:, 0],
+             RandomForest.load(run / "member1").predict_array(test_smiles)[:, 0]]
+    for m, p in zip(res["members"] + [res], preds + [(preds[0] + preds[1]) / 2]):
+        want = {"mae": np.abs(p - labels).mean(), "rmse": math.sqrt(((p - labels) ** 2).mean()),
+                "r2": 1 - ((p - labels) ** 2).sum() / ((labels - labels.mean()) ** 2).sum()}
+        assert m["test_metrics"]["mean"] == pytest.approx(want, rel=1e-5)
+        assert m["test"] == pytest.approx(want["mae"], rel=1e-5)
+    table = _member_rows(stdout)
+    assert list(table) == ["member0", "member1", "combined"] and [table[k][0] for k in table] == ["svr", "rf", "equal"]
+    for name, m in zip(table, res["members"] + [res]):
+        for split in ("val", "test"):
+            mean = m[f"{split}_metrics"]["mean"]
+            assert table[name][1][split] == pytest.approx((mean["mae"], mean["rmse"], mean["r2"]), rel=1e-3)
+    written = _rows(run / "test_predictions.csv")
+    assert [r["smiles"] for r in written] == test_smiles
+    assert [float(r["nN_pred"]) for r in written] == pytest.approx((preds[0] + preds[1]) / 2, rel=1e-5, abs=1e-6)
+    assert [float(r["nN_pred_uncertainty"]) for r in written] == pytest.approx(np.abs(preds[0] - preds[1]) / 2,
+                                                                               rel=1e-4, abs=1e-6)
+
+    # the same command again: refused, nothing touched; --resume: the members are reused, not refitted
+    stamps = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+    rc, _, err = _train(capsys, nitrogen_csv, run, "--members", "svr,rf", cache=cache)
+    assert rc == 2 and "holds a run (metrics.json, members.yaml)" in _one_line(err)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+
+    def refit(self, ds):
+        raise AssertionError("a finished member was fitted again")
+
+    monkeypatch.setattr(KernelSVR, "fit", refit)
+    monkeypatch.setattr(RandomForest, "fit", refit)
+    rc, stdout2, err = _train(capsys, nitrogen_csv, run, "--members", "svr,rf", "--resume", cache=cache)
+    assert rc == 0, err
+    assert json.loads((run / "metrics.json").read_text()) == res and _member_rows(stdout2) == table
+    for p in (run / "member0" / "arrays.pt", run / "member1" / "arrays.pt"):
+        assert p.stat().st_mtime_ns == stamps[p]
+    rc, _, err = _train(capsys, nitrogen_csv, run, "--members", "svr", "--resume", cache=cache)
+    assert rc == 2 and "was trained with --members svr,rf, not --members svr;" in _one_line(err)
+    monkeypatch.undo()
+
+    # predict: the mean of the members, the spread, the conformal interval and the domain columns
+    asked = ["NCCN", "c1ccccc1O", "C1CC", "FC(F)(F)C(F)(F)C(F)(F)C(F)(F)F"]
+    rc, _, err = run_cli(["predict", "--checkpoint", str(run), *asked, "--coverage", "0.9", "--output",
+                          str(tmp_path / "p.csv")], capsys)
+    assert rc == 1 and "4 rows, 3 predicted, 1 failed" in err
+    rows = _rows(tmp_path / "p.csv")
+    assert list(rows[0]) == ["smiles", "nN", "nN_uncertainty", "nN_lower", "nN_upper", "nearest_train_similarity",
+                             "outside_domain", "error"]
+    assert rows[2]["error"].startswith("SMILES parse error") and rows[2]["nN"] == ""
+    good = [asked[i] for i in (0, 1, 3)]
+    mp = [KernelSVR.load(run / "member0").predict_array(good)[:, 0],
+          RandomForest.load(run / "member1").predict_array(good)[:, 0]]
+    mean, spread = (mp[0] + mp[1]) / 2, np.abs(mp[0] - mp[1]) / 2
+    cal = json.loads((run / "calibration.json").read_text())["targets"]["nN"]
+    scores = sorted(cal["scores"])
+    q = scores[math.ceil((len(scores) + 1) * 0.9) - 1]
+    sigma = np.maximum(spread, cal["floor"])
+    domain = json.loads((run / "domain.json").read_text())
+    train = [r["smiles"] for r in test if r["split"] == "train"]
+    sim = minmax_kernel(morgan_counts(good, domain["radius"], domain["n_bits"], sparse=True),
+                        morgan_counts(train, domain["radius"], domain["n_bits"], sparse=True)).max(1)
+    for k, r in enumerate(rows[i] for i in (0, 1, 3)):
+        assert float(r["nN"]) == pytest.approx(mean[k], rel=1e-5, abs=1e-6)
+        assert float(r["nN_uncertainty"]) == pytest.approx(spread[k], rel=1e-4, abs=1e-6)
+        assert float(r["nN_lower"]) == pytest.approx(mean[k] - q * sigma[k], rel=1e-4, abs=1e-5)
+        assert float(r["nN_upper"]) == pytest.approx(mean[k] + q * sigma[k], rel=1e-4, abs=1e-5)
+        assert float(r["nearest_train_similarity"]) == pytest.approx(sim[k], abs=1e-4)
+        assert r["outside_domain"] == ("true" if sim[k] < domain["threshold"] else "false")
+    assert rows[3]["outside_domain"] == "true"  # a perfluoroalkane is far from every training molecule
+
+    # evaluate: the combination on its own splits, and on a labelled file
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(run)], capsys)
+    assert rc == 0, err
+    got = json.loads(stdout[:stdout.rindex("}") + 1])
+    assert got["members"] == 2 and got["test"] == pytest.approx(res["test"], rel=1e-6)
+    assert got["metrics"]["test"]["mean"] == pytest.approx(res["test_metrics"]["mean"], rel=1e-5)
+    ext = tmp_path / "ext.csv"
+    ext.write_text("smiles,activity\n" + "".join(f"{s},{v}\n" for s, v in zip(good, (2.0, 0.0, 0.0))))
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(ext), "--target-col", "activity"],
+                              capsys)
+    assert rc == 0, err
+    assert json.loads(stdout[:stdout.rindex("}") + 1])["metrics"]["data"]["mean"]["mae"] == pytest.approx(
+        np.abs(mean - [2.0, 0.0, 0.0]).mean(), rel=1e-5)
+
+    # explain: the combination's atoms are the equal-weight mean of its members' occlusions
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), *good, "--out", str(tmp_path / "ex")], capsys)
+    assert rc == 0, err
+    parts = [cls.load(run / f"member{i}").atom_contributions([smiles_to_graph(s) for s in good])
+             for i, cls in enumerate((KernelSVR, RandomForest))]
+    atoms = _rows(tmp_path / "ex" / "atoms.csv")
+    for g in range(3):
+        want = (0.5 * parts[0].atoms[g] + 0.5 * parts[1].atoms[g])[:, 0].tolist()
+        assert [float(r["nN"]) for r in atoms if r["row"] == str(g)] == pytest.approx(want, rel=1e-5, abs=1e-9)
+
+
+def test_an_interrupted_fingerprint_run_resumes_to_the_uninterrupted_numbers(nitrogen_csv, tmp_path, capsys,
+                                                                            monkeypatch):
+    """Stopped while the forest fits (Ctrl-C): exit 130 with the command that resumes it; the
+    folder holds the run (the same command without --resume is refused); --resume reuses the
+    finished svr member and ends with the metrics and predictions of an uninterrupted run."""
+    whole, cut, cache = tmp_path / "whole", tmp_path / "cut", tmp_path / "cache"
+    rc, _, err = _train(capsys, nitrogen_csv, whole, "--members", "svr,rf", "--weights", "val", cache=cache)
+    assert rc == 0, err
+
+    def stop(self, ds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RandomForest, "fit", stop)
+    rc, _, err = _train(capsys, nitrogen_csv, cut, "--members", "svr,rf", "--weights", "val", cache=cache)
+    assert rc == 130 and f"resume with: siggate train --resume {cut} --members svr,rf --weights val" in err
+    assert (cut / "member0" / "predictor.json").is_file() and not (cut / "member1").exists()
+    assert not (cut / "metrics.json").exists()
+    monkeypatch.undo()
+    rc, _, err = _train(capsys, nitrogen_csv, cut, "--members", "svr,rf", "--weights", "val", cache=cache)
+    assert rc == 2 and "holds a run (members.yaml)" in _one_line(err)
+    stamp = (cut / "member0" / "arrays.pt").stat().st_mtime_ns
+
+    def refit(self, ds):
+        raise AssertionError("the finished svr member was fitted again")
+
+    monkeypatch.setattr(KernelSVR, "fit", refit)
+    rc, _, err = run_cli(["train", "--resume", str(cut), "--members", "svr,rf", "--weights", "val", "--no-progress"],
+                         capsys)
+    assert rc == 0, err
+    assert (cut / "member0" / "arrays.pt").stat().st_mtime_ns == stamp
+    assert json.loads((cut / "metrics.json").read_text()) == json.loads((whole / "metrics.json").read_text())
+    assert (cut / "test_predictions.csv").read_bytes() == (whole / "test_predictions.csv").read_bytes()
+
+
+def test_gnn_svr_and_rf_in_one_run(nitrogen_csv, tmp_path, capsys):
+    """``--members gnn,svr,rf --ensemble 2``: two GNN members (seeds 0 and 1) then svr and rf, each
+    scored on the terminal and in metrics.json; the combination predicts their mean; --resume
+    reuses all four."""
+    run = tmp_path / "run"
+    tiny = [a for a in _TRAIN_ARGS if a not in ("--target-col", "y", "--split", "column:split", "--no-progress")]
+    rc, stdout, err = _train(capsys, nitrogen_csv, run, "--members", "gnn,svr,rf", "--ensemble", "2", "--epochs", "1",
+                             *tiny, cache=tmp_path / "cache")
+    assert rc == 0, err
+    res = json.loads((run / "metrics.json").read_text())
+    assert [(m["kind"], m["seed"]) for m in res["members"]] == [("gnn", 0), ("gnn", 1), ("svr", 0), ("rf", 0)]
+    assert list(_member_rows(stdout)) == ["member0", "member1", "member2", "member3", "combined"]
+    assert (run / "member0" / "best.pt").is_file() and (run / "member3" / "arrays.pt").is_file()
+    assert (tmp_path / "cache" / "pe").is_dir()  # the GNN members read their positional encoding
+    asked = ["NCCN", "c1ccccc1O"]
+    singles = []
+    for i in range(4):
+        rc, _, err = run_cli(["predict", "--checkpoint", str(run / f"member{i}"), *asked, "--output",
+                              str(tmp_path / f"m{i}.csv")], capsys)
+        assert rc == 0, err
+        singles.append([float(r["nN"]) for r in _rows(tmp_path / f"m{i}.csv")])
+    rc, _, err = run_cli(["predict", "--checkpoint", str(run), *asked, "--output", str(tmp_path / "all.csv")], capsys)
+    assert rc == 0, err
+    rows = _rows(tmp_path / "all.csv")
+    assert [float(r["nN"]) for r in rows] == pytest.approx(np.mean(singles, 0), rel=1e-4, abs=1e-5)
+    assert [float(r["nN_uncertainty"]) for r in rows] == pytest.approx(np.std(singles, 0), rel=1e-3, abs=1e-5)
+    stamps = {p: p.stat().st_mtime_ns for p in (run / "member0" / "best.pt", run / "member1" / "last.pt",
+                                                 run / "member2" / "arrays.pt", run / "member3" / "arrays.pt")}
+    rc, _, err = run_cli(["train", "--resume", str(run), "--members", "gnn,svr,rf", "--ensemble", "2",
+                          "--no-progress"], capsys)
+    assert rc == 0, err
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert json.loads((run / "metrics.json").read_text())["test"] == pytest.approx(res["test"], rel=1e-6)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--config", "pattern", "--members", "svr"],
+     "--members svr: the svr member predicts one value per molecule, and pattern is a node-level dataset; train it "
+     "with the GNN alone (drop --members)"),
+    (["--config", "cluster", "--members", "gnn,svr,rf"],
+     "--members gnn,svr,rf: the svr and rf members predict one value per molecule, and cluster is a node-level "
+     "dataset"),
+    (["--data", "x.csv", "--target-col", "y", "--members", "svr,rf", "--ensemble", "3"],
+     "--ensemble 3 multiplies the GNN members and --members svr,rf holds none; add gnn to --members, or drop "
+     "--ensemble"),
+])
+def test_what_the_fingerprint_members_refuse(tmp_path, capsys, argv, message):
+    """Node-level (multiclass) benchmarks and --ensemble without a GNN: one line, exit 2, before
+    any data is read or folder made."""
+    rc, _, err = run_cli(["train", *argv, "--out", str(tmp_path / "o")], capsys)
+    assert rc == 2 and message in _one_line(err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_member_kinds_the_help_names_are_the_registered_ones():
+    from siggate.options import DEFAULT_MEMBERS, MEMBER_KIND_NAMES
+    from siggate.train.members import MEMBER_KINDS, parse_kinds
+
+    assert list(MEMBER_KIND_NAMES) == list(MEMBER_KINDS) and parse_kinds(DEFAULT_MEMBERS) == ["gnn"]
+
+
+def test_the_estimator_with_the_svr_member(nitrogen_csv):
+    """``SigGateRegressor(members="svr")``: cloneable with its members, a run of the svr member
+    alone (predictions equal to that member's), and inside ``cross_val_score``."""
+    from sklearn.base import clone
+    from sklearn.model_selection import cross_val_score
+
+    from siggate import SigGateRegressor
+    from siggate.options import DEFAULT_MEMBERS
+    from siggate.train.members import members_of
+
+    assert SigGateRegressor().get_params()["members"] == DEFAULT_MEMBERS
+    est = SigGateRegressor(members="svr", seed=3)
+    copy = clone(est)
+    assert copy.get_params() == est.get_params() and copy.members == "svr"
+    rows = _rows(nitrogen_csv)[:60]
+    smiles, y = [r["smiles"] for r in rows], np.array([float(r["nN"]) for r in rows])
+    copy.fit(smiles[:50], y[:50])
+    (member,) = members_of(copy.predictor_)
+    assert member.kind == "svr"
+    assert copy.predict(smiles[50:]) == pytest.approx(member.predict_array(smiles[50:])[:, 0], rel=1e-5, abs=1e-6)
+    scores = cross_val_score(est, smiles, y, cv=3, scoring="neg_mean_absolute_error")
+    assert scores.shape == (3,) and np.all(np.isfinite(scores)) and np.all(scores < 0)

@@ -1,0 +1,256 @@
+"""What a ``siggate train --data`` run records beside its metrics, on one two-target CSV with
+missing labels and a cliff column, trained as an ensemble of two GNN members: per-target
+metrics with the missing cells masked, the split-conformal calibration and ``predict
+--coverage``, the applicability domain and ``predict``'s domain columns, and the pictures
+(also ``evaluate --data``'s parity plot). Every number is recomputed here from the run's
+CSV outputs or from RDKit directly."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from rdkit import Chem
+from rdkit.Chem import rdFingerprintGenerator
+
+from test_predict import nci_smiles, read_output, run_cli
+
+TINY = ["--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.heads=2", "--set", "model.pe_dim=4",
+        "--set", "model.pe_steps=4", "--set", "model.head_layers=2", "--set", "train.warmup_epochs=0",
+        "--set", "train.batch_size=16", "--no-progress"]
+N_TRAIN, N_VAL, N_TEST = 80, 24, 24
+
+
+def _kept(lo: int, hi: int) -> list[int]:
+    """The rows of ``lo..hi-1`` that keep a label (rows 10, 45, 80, 115 lose both and are dropped)."""
+    return [r for r in range(lo, hi) if not (r % 5 == 0 and r % 7 == 3)]
+
+
+def _nitrogens(smiles: str) -> int:
+    return sum(a.GetSymbol() == "N" for a in Chem.MolFromSmiles(smiles).GetAtoms())
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """The CSV (``a`` = nitrogens + noise with every 5th cell empty, ``b`` = atoms / 10 + noise
+    with every 7th empty, ``cliff_mol`` on every 4th row, a split column) and the run folder."""
+    tmp = tmp_path_factory.mktemp("record")
+    smiles = [s for s in nci_smiles(200) if Chem.MolFromSmiles(s).GetNumAtoms() <= 40][:N_TRAIN + N_VAL + N_TEST]
+    rng = np.random.default_rng(3)
+    lines = ["smiles,a,b,cliff_mol,split"]
+    for i, s in enumerate(smiles):
+        a = "" if i % 5 == 0 else f"{_nitrogens(s) + 0.1 * rng.standard_normal():.4f}"
+        b = "" if i % 7 == 3 else f"{Chem.MolFromSmiles(s).GetNumAtoms() / 10 + 0.1 * rng.standard_normal():.4f}"
+        split = "train" if i < N_TRAIN else "val" if i < N_TRAIN + N_VAL else "test"
+        lines.append(f"{s},{a},{b},{int(i % 4 == 0)},{split}")
+    data = tmp / "d.csv"
+    data.write_text("\n".join(lines) + "\n")
+    out = tmp / "run"
+    from siggate.cli import main
+    from test_predict import one_thread
+
+    with one_thread():  # module scope has no capsys: the command's output goes to the log
+        rc = main(["train", "--data", str(data), "--target-col", "a,b", "--split", "column:split", "--ensemble", "2",
+                   "--epochs", "3", "--out", str(out), "--cache-dir", str(tmp / "cache"), *TINY])
+    assert rc == 0
+    return data, out, smiles
+
+
+def _labels(smiles_rows: list[int], data) -> np.ndarray:
+    rows = read_output(data)
+    return np.array([[float(rows[r][c]) if rows[r][c] else np.nan for c in ("a", "b")] for r in smiles_rows])
+
+
+# ------------------------------------------------------------------ multi-target, missing labels
+
+
+def test_two_targets_with_empty_cells_train_and_are_scored_per_target_on_their_labelled_rows(run):
+    from siggate.train.losses import loss_fn
+
+    data, out, _ = run
+    m = json.loads((out / "metrics.json").read_text())
+    preds = read_output(out / "test_predictions.csv")
+    assert list(preds[0]) == ["row", "smiles", "cliff_mol", "a", "b", "a_pred", "b_pred", "a_pred_uncertainty",
+                              "b_pred_uncertainty"]  # the input's other columns (cliff_mol) are carried
+    rows = [int(r["row"]) for r in preds]
+    assert rows == _kept(N_TRAIN + N_VAL, N_TRAIN + N_VAL + N_TEST) != list(range(N_TRAIN + N_VAL, 128))
+    for t in ("a", "b"):
+        pairs = [(float(r[t]), float(r[f"{t}_pred"])) for r in preds if r[t] != ""]
+        assert len(pairs) == sum(1 for r in rows if (r % 5 != 0 if t == "a" else r % 7 != 3)) < len(rows)
+        err = np.array([p - y for y, p in pairs])
+        got = m["test_metrics"]["per_target"][t]
+        assert got["mae"] == pytest.approx(np.abs(err).mean(), rel=1e-4)
+        assert got["rmse"] == pytest.approx(np.sqrt((err ** 2).mean()), rel=1e-4)
+    assert m["test_metrics"]["mean"]["mae"] == pytest.approx(
+        (m["test_metrics"]["per_target"]["a"]["mae"] + m["test_metrics"]["per_target"]["b"]["mae"]) / 2, rel=1e-6)
+    assert m["test"] == pytest.approx(m["test_metrics"]["mean"]["mae"], rel=1e-5)
+    for member in ("member0", "member1"):  # each GNN member: a finite loss every epoch (NaN cells masked)
+        history = json.loads((out / member / "metrics.json").read_text())["history"]
+        assert len(history) == 3 and all(math.isfinite(h["train_loss"]) and math.isfinite(h["val"]) for h in history)
+    y = torch.tensor([[1.0, float("nan")], [float("nan"), 2.0], [3.0, 5.0]])
+    p = torch.tensor([[2.0, 100.0], [100.0, 2.5], [1.0, 5.0]])
+    assert float(loss_fn("auto", "regression")(p, y)) == pytest.approx((1.0 + 0.5 + 2.0 + 0.0) / 4)
+
+
+# ------------------------------------------------------------------ calibration and predict --coverage
+
+
+def _predict(out, smiles, capsys, *extra) -> list[dict]:
+    path = out.parent / "pred.csv"
+    src = out.parent / "pred_in.csv"
+    src.write_text("smiles\n" + "\n".join(smiles) + "\n")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(out), "--input", str(src), "--output", str(path), *extra],
+                         capsys)
+    assert rc == 0, err
+    return read_output(path)
+
+
+def test_the_calibration_is_the_validation_scores_and_predict_coverage_uses_it(run, capsys):
+    """calibration.json's scores are |y - mean| / max(spread, floor) of the validation molecules
+    (recomputed from predict's output); predict --coverage 0.9 gives mean -/+ q sigma with q
+    their ceil((n + 1) 0.9)-th smallest; the test coverage metrics.json records is the fraction of
+    test labels inside those intervals."""
+    data, out, smiles = run
+    cal = json.loads((out / "calibration.json").read_text())
+    assert cal["task"] == "regression" and cal["normalized"] is True
+    val = _predict(out, smiles[N_TRAIN:N_TRAIN + N_VAL], capsys, "--coverage", "0.9")
+    y_val = _labels(list(range(N_TRAIN, N_TRAIN + N_VAL)), data)
+    test = _predict(out, smiles[N_TRAIN + N_VAL:], capsys, "--coverage", "0.9")
+    y_test = _labels(list(range(N_TRAIN + N_VAL, len(smiles))), data)
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["calibration"] == cal["summary"]
+    for t, name in enumerate(("a", "b")):
+        spread = np.array([float(r[f"{name}_uncertainty"]) for r in val])
+        labelled = ~np.isnan(y_val[:, t])
+        floor = 0.1 * np.median(spread[labelled])
+        assert cal["targets"][name]["floor"] == pytest.approx(floor, rel=1e-3)
+        mean = np.array([float(r[name]) for r in val])
+        scores = np.sort(np.abs(y_val[labelled, t] - mean[labelled]) / np.maximum(spread[labelled], floor))
+        assert cal["targets"][name]["scores"] == pytest.approx(scores.tolist(), rel=2e-3, abs=2e-3)
+        n = len(scores)
+        assert m["calibration"]["calibration_molecules"][name] == n
+        q = scores[math.ceil((n + 1) * 0.9) - 1]
+        mean_t = np.array([float(r[name]) for r in test])
+        sigma_t = np.maximum(np.array([float(r[f"{name}_uncertainty"]) for r in test]), floor)
+        lower, upper = np.array([float(r[f"{name}_lower"]) for r in test]), np.array([float(r[f"{name}_upper"]) for r in test])
+        assert lower == pytest.approx(mean_t - q * sigma_t, rel=2e-3, abs=2e-3)
+        assert upper == pytest.approx(mean_t + q * sigma_t, rel=2e-3, abs=2e-3)
+        ok = ~np.isnan(y_test[:, t])
+        inside = (y_test[ok, t] >= lower[ok]) & (y_test[ok, t] <= upper[ok])
+        recorded = m["calibration"]["coverage"]["0.9"]["test"][name]
+        assert recorded["n"] == ok.sum() and recorded["coverage"] == pytest.approx(inside.mean())
+        assert recorded["mean_width"] == pytest.approx(np.mean(upper[ok] - lower[ok]), rel=2e-3)
+        assert m["calibration"]["coverage"]["0.9"]["val"][name]["coverage"] >= 0.9  # in-sample: at least nominal
+    assert list(test[0])[:7] == ["smiles", "a", "b", "a_uncertainty", "b_uncertainty", "a_lower", "b_lower"]
+    rc, _, err = run_cli(["predict", "--checkpoint", str(out), "CCO", "--coverage", "1.5"], capsys)
+    assert rc == 2 and "--coverage: coverage must be a number between 0 and 1" in err and len(err.splitlines()) == 1
+    (out / "member0" / "calibration.json").rename(out / "member0" / "moved.json")
+    try:
+        rc, _, err = run_cli(["predict", "--checkpoint", str(out / "member0"), "CCO", "--coverage", "0.9"], capsys)
+    finally:
+        (out / "member0" / "moved.json").rename(out / "member0" / "calibration.json")
+    assert rc == 2 and "holds no calibration.json" in err and "drop --coverage" in err
+
+
+# ------------------------------------------------------------------ applicability domain
+
+
+def _count_tanimoto(a: dict, b: dict) -> float:
+    keys = set(a) | set(b)
+    return sum(min(a.get(k, 0), b.get(k, 0)) for k in keys) / sum(max(a.get(k, 0), b.get(k, 0)) for k in keys)
+
+
+def test_the_domain_threshold_comes_from_the_validation_molecules_and_predict_flags_a_huge_alkane(run, capsys):
+    _, out, smiles = run
+    gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=2048)
+
+    def counts(s):
+        return gen.GetCountFingerprint(Chem.MolFromSmiles(s)).GetNonzeroElements()
+
+    train = [counts(smiles[r]) for r in _kept(0, N_TRAIN)]
+    val_rows = _kept(N_TRAIN, N_TRAIN + N_VAL)
+    nearest = [max(_count_tanimoto(counts(smiles[r]), t) for t in train) for r in val_rows]
+    dom = json.loads((out / "domain.json").read_text())
+    assert dom["threshold"] == pytest.approx(np.percentile(nearest, 5)) and dom["percentile"] == 5.0
+    assert dom["n_train"] == N_TRAIN - 2 and dom["n_val"] == N_VAL - 1
+    assert json.loads((out / "metrics.json").read_text())["domain"]["threshold"] == dom["threshold"]
+    with np.load(out / "domain_fingerprints.npz", allow_pickle=False) as z:
+        assert len(z["offsets"]) == len(train) + 1 and z["offsets"][-1] == len(z["bits"]) == len(z["counts"])
+        assert dict(zip(z["bits"][:z["offsets"][1]].tolist(), z["counts"][:z["offsets"][1]].tolist())) == train[0]
+    alkane = "C" * 900
+    rows = _predict(out, [alkane, smiles[5], smiles[val_rows[1]]], capsys)
+    assert [r["error"] for r in rows] == ["", "", ""]
+    sims = [float(r["nearest_train_similarity"]) for r in rows]
+    assert sims[0] == pytest.approx(max(_count_tanimoto(counts(alkane), t) for t in train), abs=1e-4)
+    assert sims[0] < 0.05 < dom["threshold"] and rows[0]["outside_domain"] == "true"
+    assert sims[1] == 1.0 and rows[1]["outside_domain"] == "false"  # a training molecule
+    assert sims[2] == pytest.approx(nearest[1], abs=1e-4)
+    assert rows[2]["outside_domain"] == ("false" if nearest[1] >= dom["threshold"] else "true")
+
+
+def test_counts_see_size_where_bits_do_not():
+    """What similarity.py and the README say: the 900-carbon alkane and hexane share nearly all
+    bits, but not their counts."""
+    from rdkit import DataStructs
+
+    from siggate.data.similarity import count_fingerprints, nearest_similarity
+
+    gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=2048)
+    hexane, alkane = Chem.MolFromSmiles("CCCCCC"), Chem.MolFromSmiles("C" * 900)
+    assert DataStructs.TanimotoSimilarity(gen.GetFingerprint(hexane), gen.GetFingerprint(alkane)) > 0.85
+    count = nearest_similarity(count_fingerprints(["C" * 900]), count_fingerprints(["CCCCCC", "CCO"]))[0]
+    want = _count_tanimoto(gen.GetCountFingerprint(alkane).GetNonzeroElements(),
+                           gen.GetCountFingerprint(hexane).GetNonzeroElements())
+    assert count == pytest.approx(want) and count < 0.01
+
+
+# ------------------------------------------------------------------ pictures
+
+
+def test_the_run_folder_holds_its_pictures_and_they_show_the_test_set(run):
+    from PIL import Image
+
+    from siggate.train.plots import LEARNING, PARITY, RESIDUALS, cliff_marks, learning_figure, parity_figure
+
+    data, out, _ = run
+    for folder, names in ((out, (PARITY, LEARNING, RESIDUALS)), (out / "member0", (PARITY, LEARNING))):
+        for name in names:
+            with Image.open(folder / name) as im:
+                assert im.format == "PNG" and im.size[0] > 400 and im.size[1] > 300
+                assert len(im.convert("RGB").getcolors(1 << 16)) > 10  # more than a blank canvas
+    assert not (out / "member0" / RESIDUALS).exists()  # one model: no spread to plot against
+    preds = read_output(out / "test_predictions.csv")
+    rows = [int(r["row"]) for r in preds]
+    cliff = cliff_marks(data, rows)
+    assert cliff.tolist() == [r % 4 == 0 for r in rows]
+    y = np.array([[float(r[t]) if r[t] else np.nan for t in ("a", "b")] for r in preds])
+    p = np.array([[float(r[f"{t}_pred"]) for t in ("a", "b")] for r in preds])
+    fig = parity_figure(y, p, ["a", "b"], cliff)
+    for t, ax in enumerate(fig.axes):
+        ok = ~np.isnan(y[:, t])
+        counts = [len(c.get_offsets()) for c in ax.collections]
+        assert counts == [int((ok & ~cliff).sum()), int((ok & cliff).sum())]
+        assert ax.get_title().startswith(f"test {'ab'[t]}: n {int(ok.sum())}, MAE {np.mean(np.abs(p[ok, t] - y[ok, t])):.3g}")
+    histories = {m: json.loads((out / m / "metrics.json").read_text())["history"] for m in ("member0", "member1")}
+    fig = learning_figure(histories, "mae")
+    loss_ax, metric_ax = fig.axes
+    assert len(loss_ax.lines) == 2 and len(metric_ax.lines) == 4  # val and test per member
+    assert list(loss_ax.lines[0].get_ydata()) == [h["train_loss"] for h in histories["member0"]]
+
+
+def test_evaluate_data_draws_its_parity_plot_next_to_its_output(run, capsys):
+    from PIL import Image
+
+    data, out, _ = run
+    scores = out.parent / "scores.json"
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(data), "--target-col", "a,b",
+                               "--output", str(scores)], capsys)
+    assert rc == 0, err
+    res = json.loads(stdout)
+    png = out.parent / "scores_parity.png"
+    assert res["parity_plot"] == str(png) and f"parity plot {png}" in err
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size[0] > 600
