@@ -288,7 +288,7 @@ def test_older_saved_configs_read_as_the_published_schedule():
     from siggate.config import upgrade_config_dict
 
     assert upgrade_config_dict({"train": {"epochs": 3}})["train"] == {"epochs": 3, "warmup_start": 0.0, "init": "",
-                                                                          "eval_norm": "running"}
+                                                                          "eval_norm": "running", "select": "best"}
 
 
 # -------------------------------------------------------- --out that cannot be one
