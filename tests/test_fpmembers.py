@@ -451,3 +451,40 @@ def test_a_combination_weighs_refitted_members_by_their_out_of_sample_val_predic
     # the weights follow the kept predictions, not a fresh predict: a perfect kept rf takes all the weight
     members[1].held_out_["val"] = y[:, None].copy()
     np.testing.assert_allclose(Combination(members, "val").fit_weights(ds).weights_[:, 0], [0.0, 1.0], atol=1e-6)
+
+
+def test_a_refit_that_crosses_exact_max_records_the_basis_it_was_fitted_on():
+    """Train rows at ``exact_max`` fit the exact SVR; train+val rows above it refit on Nyström
+    landmarks, and the saved meta says so (it kept the train-only fit's ``exact`` before)."""
+    ds = make_ds(LOGP)
+    member = svr_member(grid={"radius": [2], "size": [1024], "C": [5.0]}, exact_max=len(ds.train), landmarks=20,
+                        refit=True).fit(ds)
+    m = member.models_[0]
+    assert m.mode == "ridge" and m.support.shape[0] == 20
+    assert m.meta["basis"] == "nystrom 20" and m.meta["refit"]["n"] == len(ds.train) + len(ds.val)
+    assert m.meta["choice"] == "val" and m.meta["n_train"] == len(ds.train)  # the selection record is the val choice's
+
+
+@pytest.mark.parametrize("make", [lambda: svr_member(grid=ONE), lambda: rf_member(n_estimators=3, size=512)])
+def test_a_member_saved_before_kinds_and_refit_loads_as_it_was_fitted(make, tmp_path):
+    """A folder written before fingerprint kinds and the refit (no ``fingerprint`` per target, no
+    ``refit`` option, no ``held_out.val`` array) loads, predicts with Morgan counts as before, says
+    it was not refitted, and answers out-of-sample val queries with its own (train-only) predictions."""
+    from siggate.predictors.base import load_arrays, out_of_sample, save_arrays
+
+    ds = make_ds(np.stack([LOGP, TPSA], 1))
+    member = make().fit(ds)
+    member.save(tmp_path / "m")
+    doc = json.loads((tmp_path / "m" / "predictor.json").read_text())
+    del doc["options"]["refit"]
+    doc["options"]["grid"].pop("fingerprint", None)
+    for t in doc["targets"]:
+        t.pop("fingerprint", None)
+    (tmp_path / "m" / "predictor.json").write_text(json.dumps(doc))
+    arrays = load_arrays(tmp_path / "m" / "arrays.pt")
+    assert "held_out.val" not in arrays  # fitted with refit=False: nothing kept
+    save_arrays(tmp_path / "m" / "arrays.pt", arrays)
+    old = type(member).load(tmp_path / "m")
+    assert old.refit is False and old.held_out_ == {}
+    assert torch.equal(old.predict(ds.test).mean, member.predict(ds.test).mean)
+    assert torch.equal(out_of_sample(old, "val", ds.val).mean, member.predict(ds.val).mean)

@@ -17,8 +17,11 @@ that one point), so the val molecules teach the model that predicts test and new
 The predictions the train-only fit made for the val molecules are kept in ``held_out_["val"]``
 (saved with the arrays): they are the member's out-of-sample val predictions, which the
 combination's weights, the conformal calibration and the reported val metric read
-(:func:`~.base.out_of_sample`). The refitted model's ``meta`` keeps the selection record and says
-``refit``.
+(:func:`~.base.out_of_sample`). The refitted model's ``meta`` keeps the selection record, its own
+fields (the svr's ``basis``, which moves to Nyström when train and val rows exceed ``exact_max``)
+and says ``refit``. A member saved before the refit (no ``refit`` option) loads with
+``refit=False`` and no kept predictions: it learned from the train rows alone, so its own val
+predictions are out of sample.
 
 Every per-target model answers ``output(table) -> float64 [n]`` (target units or probabilities)
 for a :class:`FingerprintTable` of the molecules to predict, ``fields()`` (JSON, into the manifest's
@@ -275,6 +278,9 @@ class Selection:
     one with the lowest val score (the earlier on ties; without labelled val rows the score is
     ``None`` and the first, the only one offered, is kept), with the scores of all in its ``meta``."""
 
+    #: the keys :meth:`result` adds to the chosen model's ``meta``
+    RECORD = ("chosen", "scores", "n_train", "n_val", "choice")
+
     def __init__(self, data: TargetData) -> None:
         self.data, self.scores = data, []
         self.best, self.best_at, self.best_score = None, 0, math.inf
@@ -463,7 +469,8 @@ class FingerprintMember:
         """``model``'s chosen options fitted again on ``data`` (the train and val rows), its
         selection record kept in ``meta`` with ``refit``: the rows it was refitted on."""
         again = self._fit_target(data, [model.meta["chosen"]])
-        again.meta = {**model.meta, "refit": {"rows": "train+val", "n": int(data.rows.size)}}
+        own = {k: v for k, v in again.meta.items() if k not in Selection.RECORD}  # e.g. the basis it was fitted on
+        again.meta = {**model.meta, **own, "refit": {"rows": "train+val", "n": int(data.rows.size)}}
         return again
 
     def _fit_target(self, data: TargetData, points: list[dict] | None = None):
@@ -552,7 +559,7 @@ class FingerprintMember:
             raise PredictorFileError(f"{folder}: holds a {doc['kind']!r} predictor, not {cls.kind!r}")
         arrays = {k: v.numpy() if hasattr(v, "numpy") else v for k, v in load_arrays(Path(folder) / ARRAYS).items()}
         try:
-            self = cls(**doc["options"])
+            self = cls(**{"refit": False, **doc["options"]})  # saved before the refit: fitted on train alone
             self.info = task_info(doc)
             for j, t in enumerate(doc["targets"]):
                 model = ConstantModel(float(t["value"])) if t["mode"] == "constant" else self._restore(t, arrays, f"t{j}")
