@@ -488,3 +488,35 @@ def test_a_member_saved_before_kinds_and_refit_loads_as_it_was_fitted(make, tmp_
     assert old.refit is False and old.held_out_ == {}
     assert torch.equal(old.predict(ds.test).mean, member.predict(ds.test).mean)
     assert torch.equal(out_of_sample(old, "val", ds.val).mean, member.predict(ds.val).mean)
+
+
+def test_a_run_scores_weighs_and_calibrates_val_on_the_train_only_predictions(tmp_path):
+    """``train_members`` with refitted svr and rf members (the defaults): each member's val metric,
+    the val weights, the combination's val metric and the calibration's scores are those of the
+    members fitted on the train rows alone, not of the refitted members that learned the val rows."""
+    from siggate.config import Config
+    from siggate.predictors.combine import simplex_least_squares
+    from siggate.predictors.conformal import SPREAD_FLOOR
+    from siggate.train.ensemble import train_members
+
+    ds = make_ds(LOGP)
+    cfg = Config()
+    res = train_members(cfg, tmp_path / "run", ["svr", "rf"], weights="val", progress=False, dataset=ds)
+    once = [KernelSVR(refit=False).fit(ds), RandomForest(refit=False).fit(ds)]
+    pv = np.stack([m.predict_array([g.smiles for g in ds.val])[:, 0] for m in once])  # members, val rows
+    y = labels(ds.val)[:, 0]
+    for m, p in zip(res["members"], pv):
+        assert m["val"] == pytest.approx(np.abs(p - y).mean(), rel=1e-6)
+    w = simplex_least_squares(pv.T, y)
+    np.testing.assert_allclose(np.asarray(res["weights"])[:, 0], w, atol=1e-6)
+    w = np.asarray(res["weights"])[:, 0]  # as recorded (a weight of exactly 0 or 1 gives a spread of exactly 0)
+    mean = w @ pv
+    assert res["val"] == pytest.approx(np.abs(mean - y).mean(), rel=1e-5)
+    spread = np.sqrt(w @ (pv - mean) ** 2)
+    sigma = np.maximum(spread, SPREAD_FLOOR * np.median(spread)) if np.median(spread) > 0 else 1.0
+    cal = json.loads((tmp_path / "run" / "calibration.json").read_text())["targets"]["y"]
+    np.testing.assert_allclose(cal["scores"], np.sort(np.abs(y - mean) / sigma), rtol=1e-4, atol=1e-6)
+    # the refitted members predict val better than that: the check above could tell them apart
+    refit = np.stack([m.predict_array([g.smiles for g in ds.val])[:, 0] for m in
+                      (KernelSVR().fit(ds), RandomForest().fit(ds))])
+    assert np.abs(refit - y).mean() < 0.8 * np.abs(pv - y).mean()
