@@ -159,8 +159,9 @@ def _nystrom_features(x, landmarks, w: np.ndarray, parts: int) -> np.ndarray:
 
 
 class KernelSVR(FingerprintMember):
-    """MinMax-kernel SVR (regression) / kernel logistic regression (classification) on count Morgan
-    fingerprints, one model per target, options chosen on validation (module docstring).
+    """MinMax-kernel SVR (regression) / kernel logistic regression (classification) on count
+    fingerprints (by default the mean of the Morgan, atom-pair and torsion kernels), one model per
+    target, options chosen on validation, then refitted on train+val (module docstring).
 
     Args:
         grid: an :class:`SVRGrid` or a mapping of its fields (``{"C": [1, 5]}``); ``None``: the defaults.
