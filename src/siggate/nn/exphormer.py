@@ -88,16 +88,22 @@ _KEY_PRIME = 2_147_483_647
 
 def graph_keys(edge_index: Tensor, segments: GraphSegments) -> Tensor:
     """``[G]`` int64 keys, each a function of one graph only: its size and the multiset of
-    its edges ``(j, i)`` in its own node numbering (``j - ptr[g]``, ``i - ptr[g]``), hashed
-    and summed (the edges' order does not matter). The same graph gets the same key in any
-    batch and at any position; two different graphs rarely share one. ``edge_index [2, E]``
-    inside the graphs of ``segments`` (sorted by graph)."""
+    its edges ``(j, i)`` in its own node numbering (``j - ptr[g]``, ``i - ptr[g]``), each
+    edge hashed and the hashes summed (the edges' order does not matter). The same graph
+    gets the same key in any batch and at any position; two different graphs rarely share
+    one. ``edge_index [2, E]`` inside the graphs of ``segments`` (sorted by graph).
+
+    Each edge's hash is nonlinear in ``(j, i)`` (multiplications modulo a prime with
+    xor-shifts between them): a hash linear in ``j`` and ``i`` would sum to a function of
+    the size, the edge count and ``sum_i deg(i) * i`` alone, which many molecules share."""
     P, G = _KEY_PRIME, segments.num_graphs
     ptr = segments.ptr.to(edge_index.device)
     g = segments.batch.to(edge_index.device)[edge_index[1]]
     local = edge_index - ptr[g]
     code = (local[0] * 1_000_003 + local[1] * 7_919 + 1) % P
-    code = (code * 48_271) % P  # < 2**47: no overflow
+    for mult, shift in ((48_271, 13), (69_621, 16), (40_692, 11)):  # every product < 2**48: no overflow
+        code = (code * mult) % P
+        code = code ^ (code >> shift)  # < 2**31
     keys = torch.zeros(G, dtype=torch.long, device=edge_index.device).index_add_(0, g, code) % P
     sizes = torch.as_tensor(segments.sizes, dtype=torch.long, device=edge_index.device)
     return (keys * 69_621 + sizes) % P
