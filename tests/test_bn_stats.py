@@ -190,10 +190,10 @@ def test_a_run_without_the_key_loads_evaluates_and_resumes_as_it_was(tmp_path, m
     for name in ("best.pt", "last.pt"):
         path = tmp_path / "old" / name
         ckpt = torch.load(path, weights_only=True)
-        del ckpt["config"]["train"]["eval_norm"]
+        del ckpt["config"]["train"]["eval_norm"], ckpt["config"]["train"]["select"]  # neither key existed then
         torch.save(ckpt, path)
     model, ckpt, cfg, info = load_trained(tmp_path / "old" / "best.pt")
-    assert cfg.train.eval_norm == "running"
+    assert cfg.train.eval_norm == "running" and cfg.train.select == "best"
     assert evaluate_split(model, ds.val, info, ckpt["target_mean"], ckpt["target_std"]) == whole["history"][0]["val"]
     resumed = train(tiny_cfg(*COMMON), tmp_path / "old", resume=True, progress=False, dataset=ds)
     assert [h["val"] for h in resumed["history"]] == [h["val"] for h in whole["history"]]

@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_MEMBERS",
     "MEMBER_KIND_NAMES",
     "EVAL_NORMS",
+    "SELECTS",
     "parse_gate_spec",
     "parse_mol_features",
     "mol_features_dim",
@@ -148,6 +149,9 @@ DEFAULT_MEMBERS = "gnn"
 #: training keeps (PyTorch's, momentum 0.1), or recomputed on the training set first
 #: (:func:`siggate.train.bn_stats.recompute_bn_stats`).
 EVAL_NORMS = ("running", "train")
+#: ``train.select``: the epoch whose weights ``best.pt`` keeps: the best validation metric, or the
+#: schedule's last (the validation split then chooses nothing and stays out of sample)
+SELECTS = ("best", "last")
 
 
 def parse_gate_spec(text: str) -> tuple[str, str | None]:
