@@ -520,3 +520,14 @@ def test_a_run_scores_weighs_and_calibrates_val_on_the_train_only_predictions(tm
     refit = np.stack([m.predict_array([g.smiles for g in ds.val])[:, 0] for m in
                       (KernelSVR().fit(ds), RandomForest().fit(ds))])
     assert np.abs(refit - y).mean() < 0.8 * np.abs(pv - y).mean()
+
+
+def test_val_weights_without_validation_molecules_are_refused_by_name():
+    from siggate.predictors.combine import Combination
+
+    ds = make_ds(LOGP, split=(0.8, 0.0))
+    assert len(ds.val) == 0
+    members = [svr_member(grid=ONE).fit(ds), rf_member(n_estimators=3, size=256).fit(ds)]
+    with pytest.raises(ValueError, match="has no validation molecules; give it a val split, or use equal weights"):
+        Combination(members, "val").fit_weights(ds)
+    assert Combination(members).fit_weights(ds).weights_ is None  # equal weights need no val

@@ -150,6 +150,9 @@ class Combination:
         from ..data.base import label_rows, split_mask
 
         info, graphs = self.info, ds.val
+        if not graphs:
+            raise ValueError("weights='val' fits the weights on the validation split, and this dataset has no "
+                             "validation molecules; give it a val split, or use equal weights (weights=None)")
         preds = torch.stack([out_of_sample(m, "val", graphs).mean for m in self.members]).double()  # M, rows, T
         y = torch.cat([label_rows(g, info, "val") for g in graphs])
         if info.transductive:
