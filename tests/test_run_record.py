@@ -196,12 +196,12 @@ def test_counts_see_size_where_bits_do_not():
     bits, but not their counts."""
     from rdkit import DataStructs
 
-    from siggate.data.similarity import count_fingerprints, nearest_similarity
+    from siggate.data.similarity import domain_fingerprints, nearest_similarity
 
     gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=2048)
     hexane, alkane = Chem.MolFromSmiles("CCCCCC"), Chem.MolFromSmiles("C" * 900)
     assert DataStructs.TanimotoSimilarity(gen.GetFingerprint(hexane), gen.GetFingerprint(alkane)) > 0.85
-    count = nearest_similarity(count_fingerprints(["C" * 900]), count_fingerprints(["CCCCCC", "CCO"]))[0]
+    count = nearest_similarity(domain_fingerprints(["C" * 900]), domain_fingerprints(["CCCCCC", "CCO"]))[0]
     want = _count_tanimoto(gen.GetCountFingerprint(alkane).GetNonzeroElements(),
                            gen.GetCountFingerprint(hexane).GetNonzeroElements())
     assert count == pytest.approx(want) and count < 0.01

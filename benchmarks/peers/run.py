@@ -44,6 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from siggate.train.executor import CallRequest, InlineExecutor
+from siggate.train.predict import DOMAIN_COLUMNS
 from siggate.train.study import RowStore, StudyRun, execute, plan, reuse_status
 
 HERE = Path(__file__).resolve().parent
@@ -249,7 +250,7 @@ def prediction_column(input_csv: Path, rows: list[dict]) -> str:
     mistaken for the label)."""
     with open(input_csv, newline="") as fh:
         inputs = set(next(csv.reader(fh)))
-    extra = ("error", "nearest_train_similarity", "outside_domain")
+    extra = ("error", *DOMAIN_COLUMNS)
     cols = [c for c in (rows[0] if rows else []) if c not in inputs and c not in extra and "uncertainty" not in c]
     if len(cols) != 1:
         raise RuntimeError(f"cannot tell siggate's prediction column among {list(rows[0]) if rows else []}")

@@ -46,7 +46,7 @@ class DomainError(ValueError):
     """A stored domain that cannot be read."""
 
 
-def count_fingerprints(smiles: Sequence[str], radius: int = RADIUS, n_bits: int = N_BITS):
+def domain_fingerprints(smiles: Sequence[str], radius: int = RADIUS, n_bits: int = N_BITS):
     """Morgan count fingerprints of ``smiles`` (:func:`~siggate.data.fingerprints.morgan_counts`,
     a CSR matrix ``[n, n_bits]`` of int32 counts); a SMILES RDKit cannot parse gets an empty row
     (similarity 0 to every molecule)."""
@@ -129,8 +129,8 @@ class Domain:
             radius: int = RADIUS, n_bits: int = N_BITS) -> "Domain":
         """The domain of ``train_smiles``, its threshold the ``percentile``-th percentile of
         ``val_smiles``' nearest-training similarities."""
-        reference = count_fingerprints(train_smiles, radius, n_bits)
-        val = nearest_similarity(count_fingerprints(val_smiles, radius, n_bits), reference)
+        reference = domain_fingerprints(train_smiles, radius, n_bits)
+        val = nearest_similarity(domain_fingerprints(val_smiles, radius, n_bits), reference)
         threshold = float(np.percentile(val, percentile)) if len(val) else 0.0
         record = {"percentile": float(percentile), "n_train": int(reference.shape[0]), "n_val": int(len(val)),
                   "val_similarity": {f"p{p:g}": float(np.percentile(val, p)) if len(val) else None
@@ -139,7 +139,7 @@ class Domain:
 
     def similarity(self, smiles: Sequence[str]) -> np.ndarray:
         """``[len(smiles)]`` nearest-training similarities."""
-        return nearest_similarity(count_fingerprints(smiles, self.radius, self.n_bits), self.reference)
+        return nearest_similarity(domain_fingerprints(smiles, self.radius, self.n_bits), self.reference)
 
     def inside(self, similarity) -> np.ndarray:
         """Whether each similarity is at or above the threshold."""

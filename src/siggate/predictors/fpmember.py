@@ -443,7 +443,8 @@ class FingerprintMember:
             if not np.all((seen == 0) | (seen == 1)):
                 raise DataError(f"the {self.kind} member needs 0/1 labels for a {ds.info.task} task")
         self.models_, self.held_out_ = [], {}
-        held, both = np.empty((len(val), len(ds.info.target_names))), None
+        held = np.empty((len(val), len(ds.info.target_names))) if self.refit else None
+        both = None
         for j, name in enumerate(ds.info.target_names):
             rows, vrows = np.flatnonzero(np.isfinite(y_tr[:, j])), np.flatnonzero(np.isfinite(y_va[:, j]))
             data = TargetData(j, name, ds.info.task, fp_tr, fp_va, rows, y_tr[rows, j], vrows, y_va[vrows, j])
@@ -455,7 +456,8 @@ class FingerprintMember:
                 self.models_.append(ConstantModel.of(data.y, data.classify, why))
             else:
                 self.models_.append(self._fit_target(data))
-            held[:, j] = self.models_[j].output(fp_va)
+            if self.refit:  # the train-only fit's val predictions, kept for out_of_sample
+                held[:, j] = self.models_[j].output(fp_va)
             if self.refit and vrows.size and not isinstance(self.models_[j], ConstantModel):
                 both = FingerprintTable.joined(fp_tr, fp_va) if both is None else both
                 self.models_[j] = self._refit(self.models_[j], TargetData(
