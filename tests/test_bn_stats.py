@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from siggate.options import resolve_select
 from siggate.train.bn_stats import batch_norms, graph_batches, recompute_bn_stats
 from siggate.train.dataprep import graph_loader
 from siggate.train.distributed import CPUSyncBatchNorm, convert_sync_batchnorm
@@ -193,7 +194,7 @@ def test_a_run_without_the_key_loads_evaluates_and_resumes_as_it_was(tmp_path, m
         del ckpt["config"]["train"]["eval_norm"], ckpt["config"]["train"]["select"]  # neither key existed then
         torch.save(ckpt, path)
     model, ckpt, cfg, info = load_trained(tmp_path / "old" / "best.pt")
-    assert cfg.train.eval_norm == "running" and cfg.train.select == "best"
+    assert cfg.train.eval_norm == "running" and resolve_select(cfg.train.select, weighs_on_val=False) == "best"
     assert evaluate_split(model, ds.val, info, ckpt["target_mean"], ckpt["target_std"]) == whole["history"][0]["val"]
     resumed = train(tiny_cfg(*COMMON), tmp_path / "old", resume=True, progress=False, dataset=ds)
     assert [h["val"] for h in resumed["history"]] == [h["val"] for h in whole["history"]]

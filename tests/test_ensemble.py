@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from test_bad_inputs import _TRAIN_ARGS, _write_train_csv
 from test_predict import nci_smiles, run_cli
@@ -38,6 +39,15 @@ def ensemble3(tmp_path_factory):
                    "--cache-dir", str(tmp / "c")])
     assert rc == 0
     return out, data, tmp
+
+
+def test_equal_weights_keep_each_member_s_best_epoch(ensemble3):
+    """``train.select: auto`` with equal weights: the validation split chooses each member's
+    epoch (nothing is fitted on it after), as in a run of its own."""
+    out, _, _ = ensemble3
+    assert yaml.safe_load((out / "members.yaml").read_text())["train"]["select"] == "auto"
+    assert [yaml.safe_load((out / f"member{i}" / "config.yaml").read_text())["train"]["select"]
+            for i in range(3)] == ["best"] * 3
 
 
 def test_members_differ_only_in_their_seed(ensemble3):
@@ -132,6 +142,9 @@ def test_val_weights_and_the_members_table(tmp_path, capsys):
     res = json.loads((out / "metrics.json").read_text())
     (w0,), (w1,) = res["weights"]
     assert res["weighting"] == "val" and w0 >= 0 and w1 >= 0 and w0 + w1 == pytest.approx(1.0, abs=1e-9)
+    # train.select "auto": members whose val predictions fit the weights keep their last epoch
+    for i in range(2):
+        assert yaml.safe_load((out / f"member{i}" / "config.yaml").read_text())["train"]["select"] == "last"
     lines = [line.split() for line in stdout.splitlines() if line.strip().startswith(("member", "combined"))]
     assert [row[:2] for row in lines] == [["member0", "gnn"], ["member1", "gnn"], ["combined", "val"]]
     for row, m in zip(lines, [*res["members"], res]):  # val and test: MAE, RMSE and R2 (4 significant digits)

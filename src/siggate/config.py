@@ -141,7 +141,7 @@ class TrainConfig:
     # the epoch whose weights best.pt keeps: "best" (the lowest validation metric) or "last" (the
     # schedule's end; the validation split then chooses nothing, so its scores stay out of
     # sample, e.g. for the weights of a combination of members fitted on it)
-    select: str = "best"
+    select: str = "auto"                    # the epoch best.pt keeps (siggate.options.resolve_select)
     init: str = ""                          # start from these weights: "pretrained", a pretrained.pt or a checkpoint
 
 
@@ -576,7 +576,9 @@ def upgrade_config_dict(raw: dict) -> dict:
       warmed up from GraphGPS's ``0``.
     - ``train.eval_norm`` came with the BatchNorm statistics recomputed before evaluation;
       older runs were scored with the running statistics: ``"running"``.
-    - ``train.select`` came with keeping the last epoch; older runs kept the best: ``"best"``.
+    - ``train.select`` came with keeping the last epoch; older runs kept the best, what the
+      missing key's default ``"auto"`` means for a run of its own (it is left unset: a
+      built-in config without the key gets ``auto`` too).
     - ``model.performer_features``, ``performer_redraw``, ``performer_kernel``,
       ``expander_degree``, ``expander_degree_total``, ``expander_seed`` and ``virtual_nodes``
       moved into ``model.attention.performer``/``.exphormer``
@@ -604,7 +606,6 @@ def upgrade_config_dict(raw: dict) -> dict:
         train.setdefault("warmup_start", 0.0)
         train.setdefault("init", "")
         train.setdefault("eval_norm", "running")
-        train.setdefault("select", "best")
     return _nest_flat_attention_keys(out, warn=False)
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "MEMBER_KIND_NAMES",
     "EVAL_NORMS",
     "SELECTS",
+    "resolve_select",
     "parse_gate_spec",
     "parse_mol_features",
     "mol_features_dim",
@@ -150,8 +151,19 @@ DEFAULT_MEMBERS = "gnn"
 #: (:func:`siggate.train.bn_stats.recompute_bn_stats`).
 EVAL_NORMS = ("running", "train")
 #: ``train.select``: the epoch whose weights ``best.pt`` keeps: the best validation metric, or the
-#: schedule's last (the validation split then chooses nothing and stays out of sample)
-SELECTS = ("best", "last")
+#: schedule's last (the validation split then chooses nothing and stays out of sample); ``auto``
+#: (the default) is ``last`` for a GNN member whose validation predictions weigh a combination
+#: (``--weights val`` with other members) and ``best`` otherwise (:func:`resolve_select`)
+SELECTS = ("auto", "best", "last")
+
+
+def resolve_select(select: str, weighs_on_val: bool) -> str:
+    """``train.select`` made concrete (``best`` or ``last``): ``auto`` is ``last`` when the
+    member's validation predictions fit a combination's weights (a best-of-val epoch would make
+    them in-sample and overweight it), else ``best``; ``best``/``last`` stay as given."""
+    if select == "auto":
+        return "last" if weighs_on_val else "best"
+    return select
 
 
 def parse_gate_spec(text: str) -> tuple[str, str | None]:

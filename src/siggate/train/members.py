@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..config import Config, DataConfig, from_dict
+from ..options import resolve_select
 from ..predictors.base import MANIFEST, PredictorFileError, read_manifest, task_info
 from ..predictors.combine import Combination
 from ..predictors.forest import RandomForest
@@ -127,10 +128,13 @@ def run_encodings(kinds: str | Sequence[str], model) -> Encodings:
 
 
 def build_members(kinds: Sequence[str], cfg: Config, out: str | Path, gnn_copies: int = 1, progress: bool = True,
-                  device: torch.device | None = None, resume: bool = True) -> list[tuple[str, int, object]]:
+                  device: torch.device | None = None, resume: bool = True,
+                  weights: str | None = None) -> list[tuple[str, int, object]]:
     """``[(name, seed, unfitted member)]`` of a run in ``out``: ``gnn_copies`` GNN members (seeds
     ``cfg.train.seed + i``) if ``kinds`` holds ``"gnn"``, then one member of each other kind
     (seed ``cfg.train.seed``), named ``member0``, ``member1``, ... (their folders under ``out``).
+    Each member's ``train.select`` is made concrete (:func:`~siggate.options.resolve_select`):
+    ``auto`` keeps a GNN's last epoch when ``weights`` is ``"val"`` and there are several members.
 
     Raises:
         MemberError: an unknown kind, or ``gnn_copies`` that cannot apply (:func:`check_copies`).
@@ -143,6 +147,7 @@ def build_members(kinds: Sequence[str], cfg: Config, out: str | Path, gnn_copies
     for i, (kind, seed) in enumerate(order):
         c = copy.deepcopy(cfg)
         c.train.seed = seed
+        c.train.select = resolve_select(c.train.select, weighs_on_val=weights == "val" and len(order) > 1)
         name = f"member{i}"
         spec = MemberSpec(c, Path(out) / name, seed, base, progress, device, resume)
         members.append((name, seed, MEMBER_KINDS[kind].build(spec)))
