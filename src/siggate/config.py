@@ -138,10 +138,13 @@ class TrainConfig:
     # BatchNorm statistics an evaluation uses: "running" (PyTorch's running averages over the last
     # training batches) or "train" (recomputed on the training set first, train/bn_stats.py)
     eval_norm: str = "running"
-    # the epoch whose weights best.pt keeps: "best" (the lowest validation metric) or "last" (the
+    # the epoch whose weights best.pt keeps: "best" (the lowest validation metric), "last" (the
     # schedule's end; the validation split then chooses nothing, so its scores stay out of
-    # sample, e.g. for the weights of a combination of members fitted on it)
-    select: str = "auto"                    # the epoch best.pt keeps (siggate.options.resolve_select)
+    # sample, e.g. for the weights of a combination of members fitted on it) or "auto" (last for
+    # a GNN member weighed on val, best otherwise: siggate.options.resolve_select)
+    select: str = "auto"
+    # weight of the activity-cliff term (train/losses.py, CliffPairLoss): 0 trains on the loss alone
+    cliff_weight: float = 0.0
     init: str = ""                          # start from these weights: "pretrained", a pretrained.pt or a checkpoint
 
 
@@ -195,6 +198,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.attention.exphormer.expander_degree_total": {"min": 0},
     "model.attention.exphormer.num_virtual_nodes": {"min": 0},
     "train.epochs": {"min": 1},
+    "train.cliff_weight": {"min": 0.0},
     "train.batch_size": {"min": 1},
     "train.eval_batch_size": {"min": 1},
     "train.lr": {"min_excl": 0.0},
@@ -576,6 +580,7 @@ def upgrade_config_dict(raw: dict) -> dict:
       warmed up from GraphGPS's ``0``.
     - ``train.eval_norm`` came with the BatchNorm statistics recomputed before evaluation;
       older runs were scored with the running statistics: ``"running"``.
+    - ``train.cliff_weight`` came with the activity-cliff term; older runs had none: ``0``.
     - ``train.select`` came with keeping the last epoch; older runs kept the best, what the
       missing key's default ``"auto"`` means for a run of its own (it is left unset: a
       built-in config without the key gets ``auto`` too).
@@ -606,6 +611,7 @@ def upgrade_config_dict(raw: dict) -> dict:
         train.setdefault("warmup_start", 0.0)
         train.setdefault("init", "")
         train.setdefault("eval_norm", "running")
+        train.setdefault("cliff_weight", 0.0)
     return _nest_flat_attention_keys(out, warn=False)
 
 

@@ -33,7 +33,7 @@ from torch.utils.data import DistributedSampler
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
-from ..config import ModelConfig, TrainConfig
+from ..config import ConfigError, ModelConfig, TrainConfig
 from ..data.base import GraphDataset, TaskInfo, label_rows, split_mask
 from ..nn.model import SigGateGT
 from ..options import resolve_select
@@ -47,7 +47,7 @@ from .checkpoint import (
 )
 from .dataprep import graph_loader, loader_generator, target_stats
 from .distributed import DistContext, convert_sync_batchnorm, has_unused_parameters
-from .losses import loss_fn
+from .losses import CliffPairLoss, loss_fn
 from .metrics import is_better
 from .modelprep import build_model, resolve_pool_norm
 from .schedule import make_scheduler
@@ -154,6 +154,7 @@ class Run:
     history: list = field(default_factory=list)
     init: dict | None = None  # what train.init copied (siggate.train.init_weights.load_init's report)
     resolved: dict = field(default_factory=dict)  # values resolved from the data (resolve_pool_norm)
+    cliff: CliffPairLoss | None = None  # train.cliff_weight > 0: the activity-cliff term
 
     @property
     def info(self) -> TaskInfo:
@@ -210,12 +211,19 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
     optimizer = torch.optim.AdamW(model.parameters(), lr=t_cfg.lr, weight_decay=t_cfg.weight_decay)
     scheduler = make_scheduler(optimizer, t_cfg.warmup_epochs, t_cfg.epochs, t_cfg.warmup_start)
     criterion = loss_fn(t_cfg.loss, info.task)
+    cliff = None
+    if t_cfg.cliff_weight > 0:
+        if info.task != "regression" or info.level != "graph" or not all(hasattr(g, "smiles") for g in ds.train[:1]):
+            raise ConfigError(f"train.cliff_weight compares the predictions of similar molecules, so it needs a "
+                              f"graph-level regression task on SMILES (a CSV given with --data); {info.name} is not "
+                              "one: drop --set train.cliff_weight")
+        cliff = CliffPairLoss()
     if info.task == "regression" and t_cfg.normalize_targets:
         mean, std = target_stats(ds.train, info)
     else:
         mean, std = torch.zeros(info.num_tasks), torch.ones(info.num_tasks)
     return Run(model_cfg, t_cfg, ctx, ds, model, net, optimizer, scheduler, criterion,
-               mean.to(device), std.to(device), params, t_cfg.on_nan, init=init, resolved=resolved)
+               mean.to(device), std.to(device), params, t_cfg.on_nan, init=init, resolved=resolved, cliff=cliff)
 
 
 def _select_resolved(config: dict) -> dict:
@@ -284,7 +292,10 @@ def train_batch_loss(run: Run, batch) -> tuple[torch.Tensor, int]:
         pred = pred[mask]
     if info.task == "regression":
         y = (y - run.mean) / run.std
-    return run.criterion(pred, y), int(y.shape[0])
+    loss = run.criterion(pred, y)
+    if run.cliff is not None:
+        loss = loss + run.train_cfg.cliff_weight * run.cliff(pred, y, batch.smiles)
+    return loss, int(y.shape[0])
 
 
 def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | None = None) -> dict:

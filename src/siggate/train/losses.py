@@ -56,3 +56,70 @@ def loss_fn(name: str, task: str):
         raise ConfigError(f"train.loss: {name!r} does not fit a {task} task; allowed values: "
                           + ", ".join(("auto",) + allowed) + ".")
     return LOSSES[name]
+
+
+#: the cliff term's fingerprint (Morgan bits, radius 2, 2,048 bits: ECFP4) and the Tanimoto
+#: similarity above which two molecules of a batch form a pair
+CLIFF_RADIUS, CLIFF_BITS, CLIFF_SIMILARITY = 2, 2048, 0.5
+
+
+class CliffPairLoss:
+    """The activity-cliff term of ``train.cliff_weight``: the error in the *difference* between
+    similar molecules of a batch.
+
+    For labelled molecules ``i < j`` of a batch whose Morgan bit fingerprints (ECFP4, 2,048
+    bits) have Tanimoto similarity ``s_ij`` above ``threshold``, with the weight
+    ``w_ij = (s_ij - threshold) / (1 - threshold)``, the term is
+
+        Σ_ij w_ij |(p_i - p_j) - (y_i - y_j)| / Σ_ij w_ij
+
+    in the units the loss sees (standardized targets), over each target's pairs whose two
+    labels are present; 0 when a batch has no such pair. The pointwise loss sees a pair of near
+    twins as two independent errors; a model that predicts them alike while their activities
+    differ by a lot (an activity cliff) pays the whole difference here. ACANet (Shen et al.,
+    "Online triplet contrastive learning enables efficient cliff awareness in molecular
+    activity prediction", 2024) makes a GNN cliff-aware with a triplet loss on its embeddings
+    of such pairs; this term acts on the predictions instead, so it needs no margin and keeps
+    the target's units.
+
+    Fingerprints are computed once per SMILES (``smiles`` from the batch) and kept.
+    """
+
+    def __init__(self, threshold: float = CLIFF_SIMILARITY) -> None:
+        if not 0.0 <= threshold < 1.0:
+            raise ValueError(f"CliffPairLoss: threshold must be in [0, 1), got {threshold}")
+        self.threshold = threshold
+        self._fps: dict = {}
+        self._gen = None
+
+    def similarity(self, smiles) -> torch.Tensor:
+        """Tanimoto similarities of the molecules' Morgan bit fingerprints, float64 ``[n, n]``."""
+        from rdkit import DataStructs
+        from rdkit.Chem import rdFingerprintGenerator
+
+        from ..data.fingerprints import to_mols
+
+        if self._gen is None:
+            self._gen = rdFingerprintGenerator.GetMorganGenerator(radius=CLIFF_RADIUS, fpSize=CLIFF_BITS)
+        new = [s for s in dict.fromkeys(smiles) if s not in self._fps]
+        for s, mol in zip(new, to_mols(new)):
+            self._fps[s] = self._gen.GetFingerprint(mol)
+        fps = [self._fps[s] for s in smiles]
+        return torch.tensor([DataStructs.BulkTanimotoSimilarity(fp, fps) for fp in fps], dtype=torch.float64)
+
+    def __call__(self, pred: torch.Tensor, y: torch.Tensor, smiles) -> torch.Tensor:
+        """The term for predictions and labels ``[n, T]`` (NaN: missing) of molecules ``smiles``."""
+        pred, y = pred.reshape(len(smiles), -1), y.reshape(len(smiles), -1)
+        sim = self.similarity(list(smiles)).to(pred.device)
+        w = ((sim - self.threshold) / (1.0 - self.threshold)).clamp(min=0.0).triu(diagonal=1)
+        total, weight = pred.sum() * 0.0, 0.0
+        for t in range(y.shape[1]):
+            ok = ~torch.isnan(y[:, t])
+            wt = (w * (ok[:, None] & ok[None, :])).to(pred.dtype)
+            if not bool(wt.any()):
+                continue
+            yt = torch.nan_to_num(y[:, t])
+            err = (pred[:, t, None] - pred[None, :, t]) - (yt[:, None] - yt[None, :])
+            total = total + (wt * err.abs()).sum()
+            weight += float(wt.sum())
+        return total / weight if weight > 0 else total
