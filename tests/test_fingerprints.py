@@ -131,9 +131,9 @@ def test_the_domain_s_similarity_is_the_minmax_kernel_of_morgan_counts(tmp_path)
     morgan_counts', its nearest-training similarity the count Tanimoto by definition, an
     unparsable SMILES is similar to nothing, and the stored arrays load back equal."""
     train, query = SMILES[:5], [SMILES[5], "C1CC", "C" * 60, SMILES[2]]
-    ref = sim.count_fingerprints(train)
+    ref = sim.domain_fingerprints(train)
     assert np.array_equal(ref.toarray(), fp.morgan_counts(train, sim.RADIUS, sim.N_BITS))
-    q = sim.count_fingerprints(query)
+    q = sim.domain_fingerprints(query)
     assert q.shape == (4, sim.N_BITS) and q[1].nnz == 0
     assert np.array_equal(q[[0, 2, 3]].toarray(), fp.morgan_counts([query[i] for i in (0, 2, 3)]))
     want = reference_minmax(q.toarray(), ref.toarray()).max(axis=1)
@@ -161,16 +161,20 @@ KIND_SMILES = ["CCOc1ccccc1N", "O=C(O)c1ccncc1Cl", "CC(C)(C)NC(=O)C1CC1", "C", "
 
 
 def _generator_of(kind: str, size: int):
-    return {"morgan": lambda: rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=size),
-            "atompair": lambda: rdFingerprintGenerator.GetAtomPairGenerator(fpSize=size),
-            "torsion": lambda: rdFingerprintGenerator.GetTopologicalTorsionGenerator(fpSize=size)}[kind]()
+    g = rdFingerprintGenerator
+    return {"morgan": lambda: g.GetMorganGenerator(radius=2, fpSize=size),
+            "fmorgan": lambda: g.GetMorganGenerator(radius=2, fpSize=size,
+                                                    atomInvariantsGenerator=g.GetMorganFeatureAtomInvGen()),
+            "atompair": lambda: g.GetAtomPairGenerator(fpSize=size),
+            "torsion": lambda: g.GetTopologicalTorsionGenerator(fpSize=size),
+            "path": lambda: g.GetRDKitFPGenerator(maxPath=6, fpSize=size)}[kind]()
 
 
 def test_count_fingerprints_lay_rdkit_s_kinds_side_by_side():
-    kinds, size = ("torsion", "morgan", "atompair"), 512
-    got = fp.count_fingerprints(KIND_SMILES, "torsion+morgan+atompair", 2, size)
+    kinds, size = ("torsion", "path", "morgan", "fmorgan", "atompair"), 512
+    got = fp.count_fingerprints(KIND_SMILES, "torsion+path+morgan+fmorgan+atompair", 2, size)
     sparse = fp.count_fingerprints(KIND_SMILES, kinds, 2, size, sparse=True)
-    assert got.shape == (5, 3 * size) and np.array_equal(sparse.toarray(), got)
+    assert got.shape == (5, 5 * size) and np.array_equal(sparse.toarray(), got)
     for k, kind in enumerate(kinds):
         want = np.stack([_generator_of(kind, size).GetCountFingerprintAsNumPy(Chem.MolFromSmiles(s)) for s in KIND_SMILES])
         assert np.array_equal(got[:, k * size : (k + 1) * size], want)
@@ -180,12 +184,15 @@ def test_count_fingerprints_lay_rdkit_s_kinds_side_by_side():
 def test_bit_atoms_of_several_kinds_cover_each_count_with_its_atoms():
     size = 1024
     for s in KIND_SMILES:
-        x = fp.count_fingerprints([s], "morgan+atompair+torsion", 2, size)[0]
-        where = fp.bit_atoms(s, 2, size, kinds="morgan+atompair+torsion")
+        x = fp.count_fingerprints([s], "morgan+atompair+torsion+fmorgan+path", 2, size)[0]
+        where = fp.bit_atoms(s, 2, size, kinds="morgan+atompair+torsion+fmorgan+path")
         assert sorted(where) == np.flatnonzero(x).tolist()
         assert all(len(envs) == x[b] for b, envs in where.items())
-        for b, envs in where.items():  # an atom pair has 2 atoms, a torsion 4 (the molecule's own indices)
+        n_bonds = Chem.MolFromSmiles(s).GetNumBonds()
+        for b, envs in where.items():  # an atom pair has 2 atoms, a torsion 4, a path 2..7 (the molecule's own indices)
             assert all(len(e) == {1: 2, 2: 4}.get(b // size, len(e)) for e in envs)
+            if b // size == 4:
+                assert all(2 <= len(e) <= min(7, n_bonds + 1) for e in envs)
             assert all(0 <= a < Chem.MolFromSmiles(s).GetNumAtoms() for e in envs for a in e)
 
 
@@ -200,5 +207,5 @@ def test_minmax_kernel_of_parts_is_the_mean_of_each_part_s_kernel():
 
 @pytest.mark.parametrize("bad", ["morgan+ecfp", "", "morgan+morgan"])
 def test_unknown_or_repeated_kinds_are_refused_by_name(bad):
-    with pytest.raises(ValueError, match="give distinct kinds among morgan, atompair, torsion"):
+    with pytest.raises(ValueError, match="give distinct kinds among morgan, atompair, torsion, fmorgan, path"):
         fp.count_fingerprints(KIND_SMILES, bad)

@@ -400,9 +400,9 @@ def test_svr_on_several_kinds_is_an_svr_on_the_mean_of_their_minmax_kernels():
     assert float((alone - member.predict(ds.test).mean).abs().max()) > 1e-3
 
 
-def test_the_default_svr_averages_morgan_atom_pair_and_torsion_kernels_and_refits():
+def test_the_default_svr_averages_five_kinds_of_kernel_and_refits():
     member = KernelSVR()
-    assert member.grid.fingerprint == ("morgan+atompair+torsion",) and member.refit
+    assert member.grid.fingerprint == ("morgan+atompair+torsion+fmorgan+path",) and member.refit
     assert RandomForest().refit
 
 

@@ -141,7 +141,7 @@ PREDICT_MAX_ATOMS = 1000
 DUPLICATES = ("keep", "average", "first")
 #: ``siggate train --members``: the kinds of member a run can hold, with what each is, for the help
 #: (the kinds of :data:`siggate.train.members.MEMBER_KINDS`; a test keeps the two equal)
-MEMBER_KIND_NAMES = {"gnn": "the gated graph transformer", "svr": "MinMax-kernel SVR on count Morgan fingerprints",
+MEMBER_KIND_NAMES = {"gnn": "the gated graph transformer", "svr": "MinMax-kernel SVR on five count fingerprints",
                      "rf": "random forest on count Morgan fingerprints"}
 #: the members of a run when none are named: ``siggate train --members`` and the scikit-learn
 #: estimators' ``members=``

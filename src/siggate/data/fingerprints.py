@@ -1,19 +1,23 @@
-"""Count fingerprints of molecules (Morgan, atom pairs, topological torsions), ECFP bit vectors,
+"""Count fingerprints of molecules (Morgan, feature Morgan, atom pairs, topological torsions,
+RDKit subgraph paths), ECFP bit vectors,
 which atoms set each bin, and the MinMax kernel between count fingerprints.
 
 The one home for fingerprints in siggate (the readout's ``morgan_count`` features of
 :mod:`siggate.data.molfeatures`, the kernel and tree members of :mod:`siggate.predictors`, the
 applicability domain of :mod:`siggate.data.similarity`). All use RDKit's generator API
 (``rdFingerprintGenerator``), so a fingerprint is a pure function of the molecule, its kind, the
-radius (Morgan only) and the size:
+radius (the Morgan kinds only) and the size:
 
 * :func:`morgan_counts`: *count* Morgan fingerprints, each environment hashed and folded into
   ``size`` bins, a bin holding how many environments of the molecule fell into it. Dense
   ``float32 [n, size]`` (what a random forest reads) or a SciPy CSR matrix of ``int32`` counts
   (what the MinMax kernel reads: ~40 non-zero bins of 2,048 in a drug-like molecule).
 * :func:`count_fingerprints`: the count fingerprints of several *kinds* (:data:`KINDS`: ``morgan``
-  at a radius; ``atompair``, RDKit's atom pairs at every topological distance; ``torsion``, its
-  topological torsions of four atoms), each folded into ``size`` bins, side by side in one matrix of
+  at a radius; ``fmorgan``, Morgan environments of the same radius over pharmacophoric atom
+  features (donor, acceptor, aromatic, halogen, basic, acidic: FCFP) instead of atom identities;
+  ``atompair``, RDKit's atom pairs at every topological distance; ``torsion``, its topological
+  torsions of four atoms; ``path``, RDKit's fingerprint of the subgraphs of 1 to
+  :data:`PATH_BONDS` bonds), each folded into ``size`` bins, side by side in one matrix of
   ``len(kinds) * size`` columns (kind ``k`` in columns ``k*size`` to ``(k+1)*size``). A kind is
   named in a *fingerprint* string, kinds joined by ``+`` (:func:`parse_kinds`):
   ``"morgan+atompair+torsion"``.
@@ -50,8 +54,11 @@ SIZE = 2048
 #: molecules per block when building a sparse matrix (bounds the dense scratch array to 32 MiB at 2,048 bins)
 _BLOCK = 4096
 
-#: the kinds of count fingerprint (:func:`count_fingerprints`)
-KINDS = ("morgan", "atompair", "torsion")
+#: the kinds of count fingerprint (:func:`count_fingerprints`); the radius applies to the two Morgan kinds
+KINDS = ("morgan", "atompair", "torsion", "fmorgan", "path")
+_RADIUS_KINDS = ("morgan", "fmorgan")
+#: the largest subgraph (in bonds) of the ``path`` kind
+PATH_BONDS = 6
 
 _GENERATORS: dict = {}
 
@@ -77,13 +84,18 @@ def _generator(radius: int, size: int, kind: str = "morgan"):
     if int(size) != size or size < 1:
         raise ValueError(f"fingerprint size must be an integer >= 1, got {size!r}")
     (kind,) = parse_kinds((kind,))
-    key = (kind, int(radius) if kind == "morgan" else 0, int(size))
+    key = (kind, int(radius) if kind in _RADIUS_KINDS else 0, int(size))
     if key not in _GENERATORS:
         from rdkit.Chem import rdFingerprintGenerator as gen
 
-        _GENERATORS[key] = {"morgan": lambda: gen.GetMorganGenerator(radius=key[1], fpSize=key[2]),
-                            "atompair": lambda: gen.GetAtomPairGenerator(fpSize=key[2]),
-                            "torsion": lambda: gen.GetTopologicalTorsionGenerator(fpSize=key[2])}[kind]()
+        _GENERATORS[key] = {
+            "morgan": lambda: gen.GetMorganGenerator(radius=key[1], fpSize=key[2]),
+            "fmorgan": lambda: gen.GetMorganGenerator(radius=key[1], fpSize=key[2],
+                                                      atomInvariantsGenerator=gen.GetMorganFeatureAtomInvGen()),
+            "atompair": lambda: gen.GetAtomPairGenerator(fpSize=key[2]),
+            "torsion": lambda: gen.GetTopologicalTorsionGenerator(fpSize=key[2]),
+            "path": lambda: gen.GetRDKitFPGenerator(maxPath=PATH_BONDS, fpSize=key[2]),
+        }[kind]()
     return _GENERATORS[key]
 
 
@@ -143,7 +155,7 @@ def count_fingerprints(mols_or_smiles: Sequence[Any], kinds: str | Sequence[str]
     Args:
         mols_or_smiles: ``n`` RDKit molecules or SMILES.
         kinds: a fingerprint string (``"morgan+atompair+torsion"``) or a sequence of :data:`KINDS`.
-        radius: Morgan radius (the other kinds have none).
+        radius: radius of the Morgan kinds (the other kinds have none).
         size: number of bins each kind is folded into.
         sparse: return a SciPy ``csr_matrix`` of ``int32`` counts (sorted indices).
 
@@ -199,8 +211,8 @@ def bit_atoms(mol_or_smiles: Any, radius: int = RADIUS, size: int = SIZE,
     Returns:
         ``{bin: (environment, ...)}`` for every non-zero bin: one environment per count (so
         ``len(result[b]) == count_fingerprints([mol], kinds, radius, size)[0, b]``), each the tuple
-        of the atom indices it covers: a Morgan environment's centre first (radius 0: the centre
-        alone), an atom pair's two atoms, a torsion's four.
+        of the atom indices it covers: a Morgan (or feature Morgan) environment's centre first
+        (radius 0: the centre alone), an atom pair's two atoms, a torsion's four, a path's atoms.
 
     Raises:
         ValueError: an unparsable SMILES (:func:`to_mols`), a bad kind, radius or size.

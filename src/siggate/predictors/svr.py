@@ -3,9 +3,10 @@ classification twin, kernel logistic regression on the same kernel.
 
 **Kernel.** The MinMax kernel (Tanimoto on counts, :func:`~siggate.predictors.kernel.minmax_kernel`)
 of count fingerprints (:func:`~siggate.data.fingerprints.count_fingerprints`), averaged over the
-kinds a grid point names: by default Morgan (radius 2 or 3), atom pairs and topological torsions,
-each folded into 2,048 bins. Each kind's kernel weighs the same in the mean. Against Morgan alone,
-the mean of the three had the lower mean *validation* RMSE over the 20 public MoleculeACE targets
+kinds a grid point names: by default Morgan and feature Morgan (radius 2 or 3), atom pairs,
+topological torsions and RDKit subgraph paths, each folded into 2,048 bins. Each kind's kernel
+weighs the same in the mean. Of Morgan alone, Morgan with atom pairs and torsions, and the five,
+the five had the lowest mean *validation* RMSE over the 20 public MoleculeACE targets
 (``benchmarks/moleculeace/members_check.py``; its JSON holds every point's val and test figures).
 
 **Regression.** Each target is standardized with its labelled training rows' mean and std, and
@@ -92,14 +93,15 @@ class SVRGrid(Grid):
         epsilon: SVR's insensitive-tube half-widths, in standardized target units (regression
             on the exact kernel only).
 
-    The defaults keep, of the wider grid fingerprint {morgan, morgan+atompair+torsion} x radius
-    {2, 3} x C {5, 1, 20} x epsilon {0.05, 0.2}, the points whose mean *validation* RMSE over the
-    20 public MoleculeACE targets was lowest: the three kinds beat Morgan alone, and C=1 and
-    epsilon=0.2 were worse on val at every other setting
+    The defaults keep, of the wider grid fingerprint {morgan, morgan+atompair+torsion,
+    morgan+atompair+torsion+fmorgan+path} x radius {2, 3} x C {5, 1, 20} (epsilon 0.2 was worse
+    than 0.05 on val at every setting in an earlier search), the points whose mean *validation*
+    RMSE over the 20 public MoleculeACE targets was lowest: the five kinds beat the three and
+    Morgan alone, and C=1 was worse on val at every other setting
     (``benchmarks/moleculeace/members_check.py``; its JSON holds every point's figures).
     """
 
-    fingerprint: tuple = ("morgan+atompair+torsion",)
+    fingerprint: tuple = ("morgan+atompair+torsion+fmorgan+path",)
     radius: tuple = (2, 3)
     size: tuple = (2048,)
     C: tuple = (5.0, 20.0)
