@@ -318,3 +318,20 @@ def test_import_rows_adds_new_rows_keeps_done_ones_and_refuses_conflicts(tmp_pat
     mace.results_store(theirs).update(lambda res: res["rows"].append({**new[0], "target": mace.RESERVED[0]}))
     with pytest.raises(SystemExit, match="reserved"):
         mace.import_rows(theirs, ours)
+
+
+def test_members_check_report_renders_the_json_and_marks_in_sample_val():
+    check = load("mace_members_check", "moleculeace/members_check.py")
+    pts = [{"point": {"fingerprint": k, "C": c}, "val_rmse": v, "rmse": v + 0.04, "rmse_cliff": v + 0.1}
+           for k, c, v in (("morgan", 5.0, 0.62), ("morgan", 20.0, 0.66), ("morgan+atompair", 5.0, 0.60))]
+    row = {"rmse": 0.6381, "rmse_cliff": 0.74, "val_rmse": 0.15, "median_cpu_s": 2.25}
+    doc = {"command": "python benchmarks/moleculeace/members_check.py ", "commit": "abcdef0123", "targets": {"A": {}},
+           "summary": {"svr_default": {**row, "val_rmse": 0.605}, "svr_fixed_trainval": row, "svr_search": {"points": pts}}}
+    text = check.report_markdown(doc)
+    assert "at commit `abcdef0`" in text and "(1 targets" in text
+    assert "| `svr_default` | the same choice refitted on train+val: the member as `siggate train` runs it | 0.638 | " \
+           "0.740 | 0.605 | 2.2 |" in text
+    assert "| `svr_fixed_trainval` | the same on train+val | 0.638 | 0.740 | (trained on) | 2.2 |" in text
+    assert text.index("`svr_fixed_trainval`") < text.index("`svr_default`")  # the ROWS order
+    assert "| `morgan` | 0.620-0.660 | 0.660-0.700 | 0.720-0.760 |" in text
+    assert "| `morgan+atompair` | 0.600-0.600 | 0.640-0.640 | 0.700-0.700 |" in text
