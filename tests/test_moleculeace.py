@@ -335,3 +335,30 @@ def test_members_check_report_renders_the_json_and_marks_in_sample_val():
     assert text.index("`svr_fixed_trainval`") < text.index("`svr_default`")  # the ROWS order
     assert "| `morgan` | 0.620-0.660 | 0.660-0.700 | 0.720-0.760 |" in text
     assert "| `morgan+atompair` | 0.600-0.600 | 0.640-0.640 | 0.700-0.700 |" in text
+
+
+def test_svr_minmax_is_the_issue_s_baseline_written_out(tmp_path):
+    """``svr_minmax``: SVR(C=5, epsilon=0.05) on the MinMax kernel of 2,048-bit count Morgan r2
+    fingerprints, standardised target, train+val rows; against the same model computed here from
+    RDKit's counts and a dense Σmin/Σmax."""
+    _need_wheel()
+    from rdkit import Chem
+    from rdkit.Chem import rdFingerprintGenerator
+    from sklearn.svm import SVR
+
+    target = "CHEMBL2047_EC50"
+    mace.build(target, tmp_path)
+    r = mace.SvrMinmax().run(mace.Target(target), tmp_path / target, tmp_path / "out", 0, None)
+    smiles, y, rows = mace._rows_by_split(tmp_path / target)
+    fit, te = rows["train"] + rows["val"], rows["test"]
+    gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=2048)
+    x = np.stack([gen.GetCountFingerprintAsNumPy(Chem.MolFromSmiles(s)) for s in smiles]).astype(float)
+
+    def k(a, b):
+        return np.minimum(a[:, None], b[None]).sum(-1) / np.maximum(a[:, None], b[None]).sum(-1)
+
+    m, s = y[fit].mean(), y[fit].std()
+    want = m + s * SVR(kernel="precomputed", C=5.0, epsilon=0.05).fit(k(x[fit], x[fit]), (y[fit] - m) / s).predict(
+        k(x[te], x[fit]))
+    assert r["fit_rows"] == len(fit) == 503 and r["pred_smiles"] == [smiles[i] for i in te]
+    np.testing.assert_allclose(r["pred"], want, rtol=0, atol=1e-9)
