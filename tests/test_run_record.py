@@ -254,3 +254,21 @@ def test_evaluate_data_draws_its_parity_plot_next_to_its_output(run, capsys):
     assert res["parity_plot"] == str(png) and f"parity plot {png}" in err
     with Image.open(png) as im:
         assert im.format == "PNG" and im.size[0] > 600
+
+
+def test_a_run_of_many_targets_draws_its_first_twelve_in_rows_of_four():
+    """A pretraining regresses ~190 descriptors: one panel each was a picture 90,000 pixels wide
+    that took most of a small run's time; the pictures show the first MAX_PANELS and say so."""
+    from siggate.train.plots import MAX_PANELS, PANEL_COLUMNS, parity_figure, residual_figure
+
+    rng = np.random.default_rng(0)
+    y, p = rng.normal(size=(30, 40)), rng.normal(size=(30, 40))
+    names = [f"d{i}" for i in range(40)]
+    for fig in (parity_figure(y, p, names), residual_figure(y, p, np.abs(p), names)):
+        assert len(fig.axes) == MAX_PANELS == 12 and PANEL_COLUMNS == 4
+        assert [ax.get_xlabel().split()[-1] for ax in fig.axes] == names[:12]
+        assert fig._suptitle.get_text() == "the first 12 of 40 targets"
+        w, h = fig.get_size_inches()
+        assert (round(w / 4.4), round(h / 4.2)) == (4, 3)
+    few = parity_figure(y[:, :3], p[:, :3], names[:3])
+    assert len(few.axes) == 3 and few._suptitle is None and round(few.get_size_inches()[0] / 4.4) == 3

@@ -1,6 +1,7 @@
 """The pictures of a run (matplotlib, Agg backend, PNG): what a person looks at before the numbers.
 
-* :func:`parity_figure`: test predictions against labels, one panel per target, the diagonal,
+* :func:`parity_figure`: test predictions against labels, one panel per target (the first
+  :data:`MAX_PANELS` of a run of many), the diagonal,
   MAE and R² in the title; activity-cliff compounds marked when the CSV has a cliff column
   (:data:`CLIFF_COLUMNS`, e.g. MoleculeACE's ``cliff_mol``).
 * :func:`learning_figure`: training loss and the validation/test metric per epoch, one line per
@@ -26,6 +27,9 @@ from ..predictors.conformal import as_2d
 
 #: the run folder's pictures
 PARITY, LEARNING, RESIDUALS = "parity.png", "learning_curves.png", "residuals.png"
+#: targets drawn per picture, in rows of PANEL_COLUMNS: a run of many targets (a pretraining's
+#: ~190 descriptors) shows its first MAX_PANELS, and the picture says so
+MAX_PANELS, PANEL_COLUMNS = 12, 4
 #: CSV columns that mark activity-cliff compounds (first found is used), truthy values below
 CLIFF_COLUMNS = ("cliff_mol", "cliff")
 _TRUE = {"1", "1.0", "true", "yes", "y", "t"}
@@ -51,6 +55,21 @@ def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
     return path
 
 
+def _panels(plt, n_targets: int):
+    """A figure with one panel per target, at most :data:`MAX_PANELS` (the first ones; the figure's
+    title says how many of how many), :data:`PANEL_COLUMNS` per row; ``(fig, [axes])``."""
+    shown = min(n_targets, MAX_PANELS)
+    cols = max(1, min(shown, PANEL_COLUMNS))
+    rows = max(1, -(-shown // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 4.2 * rows), squeeze=False)
+    flat = list(axes.ravel())
+    for ax in flat[shown:]:
+        fig.delaxes(ax)
+    if shown < n_targets:
+        fig.suptitle(f"the first {shown} of {n_targets} targets", fontsize=10)
+    return fig, flat[:shown]
+
+
 def parity_figure(labels, preds, names: Sequence[str], cliff=None, title: str = "test"):
     """Predictions against labels, one panel per target (its labelled rows only).
 
@@ -62,8 +81,8 @@ def parity_figure(labels, preds, names: Sequence[str], cliff=None, title: str = 
     """
     plt = _pyplot()
     y, p = as_2d(labels), as_2d(preds)
-    fig, axes = plt.subplots(1, y.shape[1], figsize=(4.4 * y.shape[1], 4.2), squeeze=False)
-    for t, ax in enumerate(axes[0]):
+    fig, axes = _panels(plt, y.shape[1])
+    for t, ax in enumerate(axes):
         ok = ~np.isnan(y[:, t]) & np.isfinite(p[:, t])
         marked = np.zeros(len(y), bool) if cliff is None else np.asarray(cliff, bool)
         plain, sharp = ok & ~marked, ok & marked
@@ -117,8 +136,8 @@ def residual_figure(labels, preds, spread, names: Sequence[str], title: str = "t
     68% and 95% of the points below them)."""
     plt = _pyplot()
     y, p, s = as_2d(labels), as_2d(preds), as_2d(spread)
-    fig, axes = plt.subplots(1, y.shape[1], figsize=(4.4 * y.shape[1], 4.2), squeeze=False)
-    for t, ax in enumerate(axes[0]):
+    fig, axes = _panels(plt, y.shape[1])
+    for t, ax in enumerate(axes):
         ok = ~np.isnan(y[:, t]) & np.isfinite(p[:, t]) & np.isfinite(s[:, t])
         err = np.abs(p[ok, t] - y[ok, t])
         ax.scatter(s[ok, t], err, s=14, alpha=0.7, color="tab:purple", label="molecule")
