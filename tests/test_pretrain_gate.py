@@ -47,14 +47,11 @@ def runs(tmp_path_factory):
     src = _corpus_file(root)
     corpus = _corpus(root / "shared", src)
     out = {}
-    with pytest.MonkeyPatch.context() as mp:
-        # a run's parity plot draws one panel per descriptor (~40 s): not what is tested here
-        mp.setattr("siggate.train.record.write_pictures", lambda *a, **k: [])
-        for gate in ("elementwise", "none"):
-            shutil.copytree(corpus, root / gate / "corpus")
-            pretrain(src, root / gate, molecules=1000, epochs=2, seed=0, data_root=root / "none",
-                     overrides=[*TINY, f"model.gate={gate}"], progress=False, test_sets=())
-            out[gate] = root / gate
+    for gate in ("elementwise", "none"):
+        shutil.copytree(corpus, root / gate / "corpus")
+        pretrain(src, root / gate, molecules=1000, epochs=2, seed=0, data_root=root / "none",
+                 overrides=[*TINY, f"model.gate={gate}"], progress=False, test_sets=())
+        out[gate] = root / gate
     return out
 
 
