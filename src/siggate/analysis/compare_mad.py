@@ -75,7 +75,8 @@ def measure_run(run_dir: Path, recorded_val: float | None, datasets: dict, batch
     val = evaluate_splits(model, ds, ["val"], ckpt["target_mean"], ckpt["target_std"])["val"]
     if recorded_val is not None and not math.isclose(val, recorded_val, rel_tol=VAL_RTOL, abs_tol=1e-9):
         raise CLIError(f"{path} scores validation {ds.info.metric} {val:.6g} here, its run recorded {recorded_val:.6g}: "
-                       "this siggate does not compute the model that was trained; measure with the run's own commit")
+                       "this checkout computes another model than the run's commit trained (its model code changed), "
+                       "so its MAD would not be the trained model's; nothing was written")
     stats = representation_stats(model, ds.val, batch_size, measures=("mad",))
     return {"mad": stats["mad"][-1], "per_layer": stats["mad"], "n_graphs": stats["n_graphs"],
             "epoch": ckpt.get("state", {}).get("epoch"), "val": val}
