@@ -60,7 +60,7 @@ print(json.dumps({{"heavy": sorted({{m.split('.')[0] for m in sys.modules}} & se
     assert res["heavy"] == []
     assert res["list_rc"] == 0 and "zinc" in res["list"] and "nci5k" in res["list"]
     helps = res["helps"]
-    assert len(helps) == len(_commands()) + 1 == 18  # siggate itself, 9 commands and 8 analyses
+    assert len(helps) == len(_commands()) + 1 == 19  # siggate itself, 9 commands and 9 analyses
     assert all(text.startswith("usage: siggate") for text in helps.values())
 
 

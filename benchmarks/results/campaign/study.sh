@@ -14,13 +14,18 @@
 # STUDY first (compare skips them); snapshot copies results.json, results.md, val_curves.png and
 # each finished run's metrics.json, config.yaml and log.csv (never checkpoints) into NAME/. The
 # numbers come from the study's commit; val_curves.png is redrawn from them by this checkout's
-# siggate when its .venv exists, so a campaign's plot gains later plotting fixes.
+# siggate when its .venv exists, so a campaign's plot gains later plotting fixes. study.conf may
+# also set ANALYZE, a bash array of `siggate analyze` commands that read a compare folder
+# (ANALYZE=(mad): each trained model's last-layer MAD); snapshot runs each with this checkout's
+# siggate (its .venv, required then) on every part's STUDY folder, where the checkpoints are,
+# before copying, so that they add to its results.json and results.md.
 set -euo pipefail
 ACTION=${1:?resume or snapshot}
 NAME=${2:?campaign name, a folder of benchmarks/results/campaign}
 ROOT=$(git rev-parse --show-toplevel)
 STUDY=${STUDY_DIR:-$ROOT/.study}
 HERE=$ROOT/benchmarks/results/campaign/$NAME
+ANALYZE=()
 # shellcheck source=/dev/null
 source "$HERE/study.conf"
 WT=$STUDY/wt-$COMMIT
@@ -51,6 +56,15 @@ case $ACTION in
     ;;
   snapshot)
     ( cd "$WT" && . .venv/bin/activate && bash -c "$(compare_cmds "--jobs 1 --aggregate-only" | paste -sd';')" )
+    if [ ${#ANALYZE[@]} -gt 0 ] && [ ! -x "$ROOT/.venv/bin/python" ]; then
+      echo "error: study.conf sets ANALYZE=(${ANALYZE[*]}), which runs this checkout's siggate: create $ROOT/.venv" >&2
+      exit 2
+    fi
+    for part in "${PARTS[@]}"; do
+      for analysis in "${ANALYZE[@]}"; do  # this checkout's code on the study's runs (checkpoints included)
+        "$ROOT/.venv/bin/python" -m siggate analyze "$analysis" "$(outdir "${part%%|*}")" --threads 1 --no-progress
+      done
+    done
     for part in "${PARTS[@]}"; do
       sub=${part%%|*}; src=$(outdir "$sub"); dst=$HERE/$sub
       mkdir -p "$dst"

@@ -90,6 +90,21 @@ def _smoothing(sub) -> None:
     finish_parser(p, "siggate.analysis.smoothing:main", "output directory (runs go to OUT/runs)")
 
 
+def _mad(sub) -> None:
+    p = add_command(sub, "mad", "last-layer MAD of every trained model of a compare folder, into its results", [
+        "siggate analyze mad runs/cmp   # runs/cmp: a 'siggate compare --out' folder",
+    ], description="Load the best.pt of every finished run of a 'siggate compare' folder, check that it scores the "
+                   "validation metric its run recorded, measure the MAD of the node representations after the last "
+                   "GPS layer on the run's validation split (the smoothing analysis's definition) and write it, per "
+                   "run and per arm with the paired comparisons, into the folder's results.json ('mad') and "
+                   "results.md.")
+    p.add_argument("dir", help="the comparison's folder (results.json and runs/<arm>/seed<seed>/best.pt)")
+    p.add_argument("--batch-size", type=int, default=64, help="graphs per forward pass (default: 64)")
+    add_threads_flag(p, default=0, default_text="0, torch's choice")
+    add_progress_flag(p)
+    p.set_defaults(func="siggate.analysis.compare_mad:main")
+
+
 def _entropy(sub) -> None:
     p = add_command(sub, "entropy", "attention entropy per layer/head over training, gated vs ungated", [
         "siggate analyze entropy --config nci5k --epochs 5 --out runs/an",
@@ -153,7 +168,7 @@ def _claims(sub) -> None:
     p.set_defaults(func="siggate.analysis.claims:main")
 
 
-SUBCOMMANDS = (_synthetic, _rank, _smoothing, _entropy, _lr_sweep, _overhead, _report, _claims)
+SUBCOMMANDS = (_synthetic, _rank, _smoothing, _mad, _entropy, _lr_sweep, _overhead, _report, _claims)
 
 
 def register(subparsers) -> None:

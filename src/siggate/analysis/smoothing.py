@@ -56,42 +56,57 @@ def numerical_rank_batched(X: torch.Tensor, rel_tol: float) -> torch.Tensor:
     return (s > rel_tol * s[..., :1]).sum(-1)
 
 
+#: what :func:`representation_stats` can measure per layer (see :data:`DEFINITIONS`)
+MEASURES = ("mad", "dirichlet", "dirichlet_rel", "rank", "stable_rank")
+
+
 @torch.no_grad()
-def representation_stats(model, graphs, batch_size: int = 64, rank_tol: float = 1e-3) -> dict:
-    """Per-layer means over graphs of MAD, Dirichlet energy, numerical and stable rank."""
+def representation_stats(model, graphs, batch_size: int = 64, rank_tol: float = 1e-3,
+                         measures: tuple[str, ...] = MEASURES) -> dict:
+    """Per-layer means over graphs of MAD, Dirichlet energy, numerical and stable rank
+    (``measures``: which of :data:`MEASURES`; each a list over the layers, index 0 the encoder's
+    output, see :data:`DEFINITIONS`), and ``n_graphs``. ``model`` runs in eval mode over
+    ``graphs``, ``batch_size`` at a time."""
     from torch_geometric.utils import to_dense_batch
 
-    acc = {k: None for k in ("mad", "dirichlet", "dirichlet_rel", "rank", "stable_rank")}
+    unknown = sorted(set(measures) - set(MEASURES))
+    if unknown:
+        raise ValueError(f"representation_stats: unknown measure(s) {unknown}; measures: {', '.join(MEASURES)}")
+    acc = {k: None for k in measures}
     n_mad = n_all = 0
     for batch, det in forward_details(model, graphs, batch_size):
         G = int(batch.num_graphs)
         rows = {k: [] for k in acc}
         valid = None
         for h in det["hidden"]:
-            m = mad_batched(h, batch.batch)  # [G], nan for 1-node graphs
-            valid = ~torch.isnan(m)
-            rows["mad"].append(torch.nan_to_num(m).sum())
-            de = dirichlet_energy_batched(h, batch.edge_index, batch.batch, num_graphs=G)  # [G]
-            sq = torch.zeros(G, dtype=torch.float64).index_add_(0, batch.batch, (h.double() ** 2).sum(-1))
-            cnt = torch.bincount(batch.batch, minlength=G).double().clamp_min(1.0)
-            rows["dirichlet"].append(de.sum())
-            rows["dirichlet_rel"].append(torch.where(sq > 0, de / (sq / cnt).clamp_min(1e-300), torch.zeros_like(de)).sum())
-            dense, _ = to_dense_batch(h.double(), batch.batch, batch_size=G)  # zero rows: no effect on SVD
-            rows["rank"].append(numerical_rank_batched(dense, rank_tol).double().sum())
-            rows["stable_rank"].append(stable_rank_batched(dense).sum())
+            if "mad" in acc:
+                m = mad_batched(h, batch.batch)  # [G], nan for 1-node graphs
+                valid = ~torch.isnan(m)
+                rows["mad"].append(torch.nan_to_num(m).sum())
+            if "dirichlet" in acc or "dirichlet_rel" in acc:
+                de = dirichlet_energy_batched(h, batch.edge_index, batch.batch, num_graphs=G)  # [G]
+                if "dirichlet" in acc:
+                    rows["dirichlet"].append(de.sum())
+                if "dirichlet_rel" in acc:
+                    sq = torch.zeros(G, dtype=torch.float64).index_add_(0, batch.batch, (h.double() ** 2).sum(-1))
+                    cnt = torch.bincount(batch.batch, minlength=G).double().clamp_min(1.0)
+                    rows["dirichlet_rel"].append(
+                        torch.where(sq > 0, de / (sq / cnt).clamp_min(1e-300), torch.zeros_like(de)).sum())
+            if "rank" in acc or "stable_rank" in acc:
+                dense, _ = to_dense_batch(h.double(), batch.batch, batch_size=G)  # zero rows: no effect on SVD
+                if "rank" in acc:
+                    rows["rank"].append(numerical_rank_batched(dense, rank_tol).double().sum())
+                if "stable_rank" in acc:
+                    rows["stable_rank"].append(stable_rank_batched(dense).sum())
         for k in acc:
             t = torch.stack(rows[k]).double()
             acc[k] = t if acc[k] is None else acc[k] + t
-        n_mad += int(valid.sum())
+        if valid is not None:
+            n_mad += int(valid.sum())
         n_all += G
-    return {
-        "mad": (acc["mad"] / max(n_mad, 1)).tolist(),
-        "dirichlet": (acc["dirichlet"] / n_all).tolist(),
-        "dirichlet_rel": (acc["dirichlet_rel"] / n_all).tolist(),
-        "rank": (acc["rank"] / n_all).tolist(),
-        "stable_rank": (acc["stable_rank"] / n_all).tolist(),
-        "n_graphs": n_all,
-    }
+    out = {k: (acc[k] / (max(n_mad, 1) if k == "mad" else n_all)).tolist() for k in acc}
+    out["n_graphs"] = n_all
+    return out
 
 
 def _mean_lists(lists):

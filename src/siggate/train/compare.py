@@ -435,8 +435,14 @@ def _check_args(args) -> None:
         raise CompareError(f"--jobs must be >= 1, got {args.jobs}")
 
 
+def run_folder(out: Path, label: str, seed: int) -> Path:
+    """The folder of the run of arm ``label`` and ``seed`` in the comparison ``out``:
+    ``OUT/runs/<label>/seed<seed>`` (its ``metrics.json``, ``best.pt``, ``last.pt``, ...)."""
+    return Path(out) / "runs" / label / f"seed{seed}"
+
+
 def _plan_pairs(args, specs: list[GateSpec], seeds: list[int], out: Path, threads: int) -> list:
-    """Every (arm, seed) run under ``OUT/runs/<arm>/seed<seed>``, planned
+    """Every (arm, seed) run in its :func:`run_folder`, planned
     (:func:`siggate.train.study.plan`: done, to resume, new, or a conflict when its folder holds
     a run of another config)."""
     from .executor import RunRequest
@@ -445,7 +451,7 @@ def _plan_pairs(args, specs: list[GateSpec], seeds: list[int], out: Path, thread
     runs = []
     for seed in seeds:
         for spec in specs:
-            key, run_dir = f"{spec.label}/seed{seed}", out / "runs" / spec.label / f"seed{seed}"
+            key, run_dir = f"{spec.label}/seed{seed}", run_folder(out, spec.label, seed)
             request = RunRequest(key, _config_args(args, spec, seed), run_dir, threads)
             runs.append(StudyRun(key, run_dir, config_for(args, spec, seed).to_dict(), request, tag=(spec, seed)))
     return plan(runs)

@@ -1,0 +1,201 @@
+"""``siggate analyze mad``: each trained model of a ``siggate compare`` folder gains its
+last-layer MAD in ``results.json``, through the campaign driver's ``snapshot`` as the ZINC
+depth campaign runs it. One tiny comparison (fake ZINC files, ``data.max_graphs``, a 2-layer
+model, 2 arms x 2 seeds, 1 epoch) is trained once for the module."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import fixtures_data as fx
+from siggate.analysis import compare_mad
+from siggate.analysis.smoothing import representation_stats
+from siggate.cli import main
+from test_engine import _float32, subprocess_env  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = "depth-test"
+LAYERS = 2
+VAL_GRAPHS = 6  # data.max_graphs: the first 6 of the 8 validation graphs
+
+
+def _part_args(data: Path, cache: Path) -> str:
+    sets = [f"model.layers={LAYERS}", "model.dim=16", "model.heads=2", "model.pe_steps=4", "model.pe_dim=4",
+            "model.head_layers=2", "train.batch_size=4", "train.warmup_epochs=0", f"data.max_graphs={VAL_GRAPHS}"]
+    return (f"--config zinc --seeds 0-1 --gates none,elementwise --epochs 1 --data-root {data} --cache-dir {cache} "
+            + " ".join(f"--set {s}" for s in sets))
+
+
+def _executable(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    """A checkout (a git repository with the campaign driver and a campaign ``NAME`` whose
+    ``study.conf`` sets ``ANALYZE=(mad)``), its study folder with the pinned commit's worktree
+    stood in by this source tree, and the comparison trained there (its checkpoints)."""
+    tmp = tmp_path_factory.mktemp("campaign")
+    data, cache = tmp / "data", tmp / "cache"
+    fx.make_zinc(data, sizes=(16, 8, 8))
+    part = _part_args(data, cache)
+    root, study = tmp / "checkout", tmp / "study"
+    here = root / "benchmarks" / "results" / "campaign" / NAME
+    here.mkdir(parents=True)
+    shutil.copy(REPO / "benchmarks" / "results" / "campaign" / "study.sh", here.parent / "study.sh")
+    (here / "study.conf").write_text(f'COMMIT=pinned\nPARTS=(".|{part}")\nANALYZE=(mad)\n')
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    # the pinned worktree's venv and this checkout's venv: both this interpreter on this source tree
+    bin_dir = tmp / "bin"
+    _executable(bin_dir / "siggate", f'#!/bin/sh\nexec "{sys.executable}" -m siggate "$@"\n')
+    _executable(study / "wt-pinned" / ".venv" / "bin" / "activate", f'export PATH="{bin_dir}:$PATH"\n')
+    _executable(root / ".venv" / "bin" / "python", f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    env = {**subprocess_env(), "STUDY_DIR": str(study), "SIGGATE_CACHE": str(cache)}
+    out = study / NAME
+    proc = subprocess.run([sys.executable, "-m", "siggate", "compare", *part.split(), "--threads", "1", "--jobs", "2", "--out",
+                           str(out), "--no-progress"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {"root": root, "here": here, "out": out, "env": env, "part": part}
+
+
+def _snapshot(campaign) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(campaign["here"].parent / "study.sh"), "snapshot", NAME], cwd=campaign["root"],
+                          env=campaign["env"], capture_output=True, text=True, timeout=600)
+
+
+def _numpy_mad(x: np.ndarray, batch: np.ndarray) -> float:
+    """MAD written out: per graph with >= 2 nodes, the mean of 1 - cos over ordered pairs i != j; mean over graphs."""
+    per_graph = []
+    for g in np.unique(batch):
+        h = x[batch == g].astype(np.float64)
+        n = len(h)
+        if n < 2:
+            continue
+        unit = h / np.linalg.norm(h, axis=1, keepdims=True)
+        dist = 1.0 - unit @ unit.T
+        per_graph.append((dist.sum() - np.trace(dist)) / (n * (n - 1)))
+    return float(np.mean(per_graph))
+
+
+def _last_layer_by_hook(run: Path):
+    """The run's ``best.pt`` model on its validation graphs, read by a forward hook on its last GPS
+    layer during a plain forward pass (not the analysis's ``return_details`` path)."""
+    from torch_geometric.loader import DataLoader
+
+    from siggate.train.dataprep import prepare_data
+    from siggate.train.modelprep import load_trained
+
+    model, _, cfg, _ = load_trained(run / "best.pt")
+    ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False)
+    seen = []
+    hook = model.layers[-1].register_forward_hook(lambda mod, inp, out: seen.append(out[0].detach()))
+    batch = next(iter(DataLoader(ds.val, batch_size=len(ds.val))))
+    with torch.no_grad():
+        model(batch)
+    hook.remove()
+    assert len(model.layers) == LAYERS and len(seen) == 1
+    return model, ds, seen[0].numpy(), batch.batch.numpy()
+
+
+def test_snapshot_adds_each_trained_models_mad(campaign):
+    proc = _snapshot(campaign)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    here, out = campaign["here"], campaign["out"]
+    res = json.loads((here / "results.json").read_text())
+    mad = res["mad"]
+    # exact counts: 2 arms x 2 seeds, every finished run measured once, on its 6 validation graphs
+    assert res["gates"] == ["none", "elementwise"] and res["n"] == {"none": 2, "elementwise": 2}
+    assert {arm: sorted(v) for arm, v in mad["per_seed"].items()} == {"none": ["0", "1"], "elementwise": ["0", "1"]}
+    assert mad["n"] == {"none": 2, "elementwise": 2}
+    assert mad["n_graphs"] == {arm: {"0": VAL_GRAPHS, "1": VAL_GRAPHS} for arm in ("none", "elementwise")}
+    for arm in ("none", "elementwise"):
+        for seed in ("0", "1"):
+            run = out / "runs" / arm / f"seed{seed}"
+            model, ds, x, batch = _last_layer_by_hook(run)
+            assert len(ds.val) == VAL_GRAPHS
+            assert mad["per_seed"][arm][seed] == pytest.approx(_numpy_mad(x, batch), rel=1e-5)
+            layers = mad["per_layer"][arm][seed]
+            assert len(layers) == LAYERS + 1 and layers[-1] == mad["per_seed"][arm][seed]
+            # the measured weights are the best epoch's: they score the validation metric the run recorded
+            assert mad["val"][arm][seed] == pytest.approx(res["per_seed_val"][arm][seed], rel=1e-6)
+            assert mad["epoch"][arm][seed] == res["best_epoch"][arm][seed] == 1
+            # the smoothing analysis's function measures MAD alone the same way as with every measure
+            full = representation_stats(model, ds.val, 4)
+            assert representation_stats(model, ds.val, 4, measures=("mad",)) == {
+                "mad": full["mad"], "n_graphs": VAL_GRAPHS}
+    [c] = mad["comparisons"]
+    d = [mad["per_seed"]["elementwise"][s] - mad["per_seed"]["none"][s] for s in ("0", "1")]
+    assert (c["a"], c["b"], c["n_pairs"]) == ("none", "elementwise", 2)
+    assert c["diff_mean"] == pytest.approx(np.mean(d)) and c["higher_is_better"] is True
+    assert mad["mean"]["none"] == pytest.approx(np.mean(list(mad["per_seed"]["none"].values())))
+    assert mad["relative_gain"]["elementwise"] == pytest.approx(
+        (mad["mean"]["elementwise"] - mad["mean"]["none"]) / mad["mean"]["none"])
+    assert mad["gain_tests"]["elementwise"]["n_pairs"] == 2
+    assert mad["command"] == f"siggate analyze mad {out}"
+    # the study folder holds the same results; the snapshot copies no checkpoint
+    assert json.loads((out / "results.json").read_text())["mad"]["per_seed"] == mad["per_seed"]
+    assert not list(here.rglob("*.pt")) and len(list(here.glob("runs/*/seed*/metrics.json"))) == 4
+    md = (here / "results.md").read_text()
+    assert md.count(compare_mad.MD_START) == 1 and "## Last-layer diversity (MAD) at the best epoch" in md
+    assert f"| `elementwise` | 2 | {compare_mad.fmt(mad['mean']['elementwise'])} ±" in md
+    # the committed snapshot has no checkpoints to measure: one line, exit 2, nothing written
+    before = (here / "results.json").read_text()
+    assert main(["analyze", "mad", str(here), "--no-progress"]) == 2
+    assert (here / "results.json").read_text() == before
+
+
+def test_a_model_that_does_not_score_its_record_is_refused(campaign, tmp_path, capsys):
+    """The measuring code may be newer than the training code: a best.pt whose validation metric
+    is not the one its run recorded is not measured, and nothing is written."""
+    folder = tmp_path / "cmp"
+    shutil.copytree(campaign["out"], folder)
+    res = json.loads((folder / "results.json").read_text())
+    res.pop("mad", None)
+    res["per_seed_val"]["elementwise"]["1"] *= 1.01
+    (folder / "results.json").write_text(json.dumps(res))
+    before = (folder / "results.json").read_text()
+    assert main(["analyze", "mad", str(folder), "--threads", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "seed1" in err and "recorded" in err and len(err.strip().splitlines()) == 1
+    assert (folder / "results.json").read_text() == before
+
+
+def test_summarize_pairs_the_seeds_both_arms_finished():
+    def run(v):
+        return {"mad": v, "per_layer": [0.5, v], "n_graphs": 10, "epoch": 3, "val": 0.2}
+
+    measured = {"none": {"0": run(0.40), "1": run(0.50), "2": run(0.60)},
+                "elementwise": {"0": run(0.52), "2": run(0.66)}}  # seed 1 unfinished
+    block = compare_mad.summarize(measured, ["none", "elementwise"], ["0", "1", "2"])
+    assert block["n"] == {"none": 3, "elementwise": 2}
+    assert block["mean"]["none"] == pytest.approx(0.5) and block["std"]["none"] == pytest.approx(0.1)
+    [c] = block["comparisons"]
+    assert c["n_pairs"] == 2 and c["diff_mean"] == pytest.approx((0.12 + 0.06) / 2) and c["better"] == "b"
+    assert block["relative_gain"]["elementwise"] == pytest.approx((0.59 - 0.5) / 0.5)
+    t = block["gain_tests"]["elementwise"]
+    assert (t["n_pairs"], t["n_positive"]) == (2, 2) and t["mean"] == pytest.approx((0.3 + 0.1) / 2)
+    empty = compare_mad.summarize({}, ["none", "elementwise"], ["0"])  # a campaign before its first run
+    assert empty["n"] == {"none": 0, "elementwise": 0} and empty["gain_tests"]["elementwise"]["n_pairs"] == 0
+    assert math.isnan(empty["mean"]["none"]) and empty["relative_gain"]["elementwise"] is None
+
+
+def test_the_markdown_section_is_replaced_not_repeated():
+    first = compare_mad.MD_START + "\nold\n" + compare_mad.MD_END + "\n"
+    doc = "# results\n\ntable\n"
+    once = compare_mad.with_section(doc, first)
+    assert once == doc + "\n" + first
+    new = compare_mad.MD_START + "\nnew\n" + compare_mad.MD_END + "\n"
+    twice = compare_mad.with_section(once + "after\n", new)
+    assert twice == doc + "\n" + new + "after\n"
