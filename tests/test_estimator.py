@@ -51,8 +51,9 @@ def test_params_clone_and_set_params():
 
     est = siggate.SigGateRegressor(epochs=3, overrides=TINY, ensemble=2, seed=4)
     params = est.get_params()
-    assert params == {"epochs": 3, "members": "gnn", "ensemble": 2, "config": None, "overrides": TINY, "seed": 4,
-                      "val_fraction": 0.1, "threads": 1, "device": "cpu", "out_dir": None, "verbose": False}
+    assert params == {"epochs": 3, "members": None, "ensemble": 2, "config": None, "overrides": TINY, "seed": 4,
+                      "val_fraction": 0.1, "threads": 1, "device": "cpu", "out_dir": None, "verbose": False,
+                      "weights": None}
     copy = clone(est)
     assert copy is not est and copy.get_params() == params
     assert copy.set_params(epochs=5).epochs == 5 and est.epochs == 3

@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 import pytest
+import yaml
 
 from siggate.data.chem import smiles_to_graph
 from siggate.data.fingerprints import minmax_kernel, morgan_counts
@@ -114,6 +115,9 @@ def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv
         assert p.stat().st_mtime_ns == stamps[p]
     rc, _, err = _train(capsys, nitrogen_csv, run, "--members", "svr", "--resume", cache=cache)
     assert rc == 2 and "was trained with --members svr,rf, not --members svr;" in _one_line(err)
+    rc, stdout3, err = _train(capsys, nitrogen_csv, run, "--resume", cache=cache)  # no flags: the run's own members
+    assert rc == 0, err
+    assert json.loads((run / "metrics.json").read_text()) == res and _member_rows(stdout3) == table
     monkeypatch.undo()
 
     # predict: the mean of the members, the spread, the conformal interval and the domain columns
@@ -259,6 +263,27 @@ def test_what_the_fingerprint_members_refuse(tmp_path, capsys, argv, message):
     assert not (tmp_path / "o").exists()
 
 
+def test_data_runs_take_the_csv_recipe_s_members_and_weights(nitrogen_csv, tmp_path, capsys, monkeypatch):
+    """``siggate train --data`` without --members/--weights holds the members and weights the csv
+    recipe names (``options.RECIPE_MEMBERS``); --members and --weights given win; another config
+    keeps the GNN alone."""
+    from siggate import options
+
+    monkeypatch.setitem(options.RECIPE_MEMBERS, "csv", ("svr,rf", "val"))
+    run = tmp_path / "r"
+    rc, stdout, err = _train(capsys, nitrogen_csv, run, cache=tmp_path / "c")
+    assert rc == 0, err
+    rec = yaml.safe_load((run / "members.yaml").read_text())["_meta"]["members"]
+    assert rec["kinds"] == ["svr", "rf"] and rec["weights"] == "val"
+    assert [row[0] for row in _member_rows(stdout).values()] == ["svr", "rf", "val"]
+    rc, _, err = _train(capsys, nitrogen_csv, tmp_path / "e", "--members", "svr", "--weights", "equal",
+                        cache=tmp_path / "c")
+    assert rc == 0, err
+    rec = yaml.safe_load((tmp_path / "e" / "members.yaml").read_text())["_meta"]["members"]
+    assert rec["kinds"] == ["svr"] and rec["weights"] == "equal"
+    assert options.recipe_members("nci5k") == options.recipe_members(None) == ("gnn", "equal")
+
+
 def test_the_member_kinds_the_help_names_are_the_registered_ones():
     from siggate.options import DEFAULT_MEMBERS, MEMBER_KIND_NAMES
     from siggate.train.members import MEMBER_KINDS, parse_kinds
@@ -276,7 +301,8 @@ def test_the_estimator_with_the_svr_member(nitrogen_csv):
     from siggate.options import DEFAULT_MEMBERS
     from siggate.train.members import members_of
 
-    assert SigGateRegressor().get_params()["members"] == DEFAULT_MEMBERS
+    assert SigGateRegressor().get_params()["members"] is None  # the csv recipe's (recipe_members)
+    assert DEFAULT_MEMBERS == "gnn"
     est = SigGateRegressor(members="svr", seed=3)
     copy = clone(est)
     assert copy.get_params() == est.get_params() and copy.members == "svr"

@@ -112,13 +112,21 @@ def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
     assert rc == 0, err
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out))
     assert rc == 2 and "metrics.json, members.yaml, member0/config.yaml" in _one_line(err) and "--overwrite" in err
-    rc, _, err = run_cli(["train", "--resume", str(out)], capsys)
-    assert rc == 2 and "this is an ensemble folder of several members; resume it with --ensemble 2\n" == (
-        _one_line(err).split(f"--resume {out}: ")[1])
     rc, _, err = run_cli(["train", "--resume", str(out), "--ensemble", "3"], capsys)
     assert rc == 2 and "the run was trained with --ensemble 2, not --ensemble 3" in _one_line(err)
     rc, _, err = run_cli(["train", "--resume", str(out), "--ensemble", "2", "--no-progress"], capsys)
     assert rc == 0, err
+    rc, _, err = run_cli(["train", "--resume", str(out), "--no-progress"], capsys)  # no flags: the run's own
+    assert rc == 0, err
+    record = out / "members.yaml"  # a folder written before the members record: the flags are asked for
+    kept = record.read_text()
+    doc = yaml.safe_load(kept)
+    del doc["_meta"]["members"]
+    record.write_text(yaml.safe_dump(doc))
+    rc, _, err = run_cli(["train", "--resume", str(out)], capsys)
+    assert rc == 2 and "this is an ensemble folder of several members; resume it with --ensemble N, N as it was " \
+        "trained" in _one_line(err)
+    record.write_text(kept)
     stale = (out / "member1" / "last.pt").stat().st_mtime_ns
     (out / "member2").mkdir()  # a member of an earlier, larger ensemble
     (out / "member2" / "best.pt").write_bytes(b"")
@@ -287,8 +295,9 @@ def test_resume_keeps_the_runs_schedule():
 def test_older_saved_configs_read_as_the_published_schedule():
     from siggate.config import upgrade_config_dict
 
+    # select is left unset: its default "auto" keeps the best epoch in a run of its own, as older runs did
     assert upgrade_config_dict({"train": {"epochs": 3}})["train"] == {"epochs": 3, "warmup_start": 0.0, "init": "",
-                                                                          "eval_norm": "running", "select": "best"}
+                                                                          "eval_norm": "running", "cliff_weight": 0.0}
 
 
 # -------------------------------------------------------- --out that cannot be one

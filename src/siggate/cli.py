@@ -27,7 +27,16 @@ from .config_args import (
     config_from_args,
     set_keys,
 )
-from .options import DEFAULT_MEMBERS, MEMBER_KIND_NAMES, add_progress_flag, progress_enabled
+from .options import (
+    DEFAULT_MEMBERS,
+    DEFAULT_WEIGHTS,
+    MEMBER_KIND_NAMES,
+    MEMBER_WEIGHTS,
+    RECIPE_MEMBERS,
+    add_progress_flag,
+    progress_enabled,
+    recipe_members,
+)
 
 # name -> light module exposing ``register(subparsers)``; each sets ``func`` on its parser.
 EXTRA_COMMANDS = {
@@ -80,15 +89,15 @@ def cmd_train(args) -> int:
 
     if args.resume and args.overwrite:
         raise CLIError("--resume continues the run in the folder and --overwrite replaces it; give one")
-    kinds = _member_kinds(args)
-    several = args.ensemble is not None or kinds != ["gnn"]
     resume = _resume_dir(args)
+    kinds, weights = _member_choice(args, resume)
+    several = args.ensemble is not None or kinds != ["gnn"]
     saved = None
     if resume is not None:
         if not several and rundir.is_members_folder(resume):
             raise CLIError(_no_run_to_resume(resume, several))
         if several:
-            _check_saved_members(resume, kinds, args)
+            _check_saved_members(resume, kinds, weights, args)
         path = rundir.saved_config_path(resume, ensemble=several)
         if path.is_file():
             saved = rundir.read_saved_config(path)
@@ -132,7 +141,7 @@ def cmd_train(args) -> int:
     out = lock.folder
     try:
         if several:
-            return _train_members(cfg, out, args, kinds, resume is not None, device)
+            return _train_members(cfg, out, args, kinds, weights, resume is not None, device)
         from .train.distributed import DistContext
         from .train.gnn_member import mark_run
         from .train.pipeline import train
@@ -179,15 +188,26 @@ def _resume_dir(args) -> Path | None:
     raise CLIError("--resume needs the run folder: siggate train --resume RUN (or --resume --out RUN)")
 
 
-def _member_kinds(args) -> list[str]:
-    """``--members`` as a list of known member kinds (default: :data:`~siggate.options.DEFAULT_MEMBERS`),
-    checked against ``--ensemble``."""
-    from .train.members import MemberError, check_copies, parse_kinds
+def _member_choice(args, resume: Path | None) -> tuple[list[str], str]:
+    """The run's member kinds (checked against ``--ensemble``) and weights: ``--members`` and
+    ``--weights`` where given, else the recipe's (:func:`~siggate.options.recipe_members`). A
+    ``--resume`` of a run of several members given neither takes the run's own (and its
+    ``--ensemble``)."""
+    from .config_args import recipe_name
+    from .train import rundir
+    from .train.members import GNN, MemberError, check_copies, parse_kinds
 
+    saved = rundir.saved_members(resume) if resume is not None and rundir.is_members_folder(resume) else None
     try:
-        kinds = parse_kinds(args.members or DEFAULT_MEMBERS)
+        if saved and args.members is None and args.weights is None:
+            kinds, weights = parse_kinds(saved.get("kinds") or ["gnn"]), saved.get("weights", DEFAULT_WEIGHTS)
+            if args.ensemble is None and GNN in kinds and int(saved.get("ensemble", 1)) != 1:
+                args.ensemble = int(saved["ensemble"])
+        else:
+            members, weights = recipe_members(recipe_name(args))
+            kinds, weights = parse_kinds(args.members or members), args.weights or weights
         check_copies(kinds, 1 if args.ensemble is None else args.ensemble)
-        return kinds
+        return kinds, weights
     except MemberError as exc:
         raise CLIError(str(exc)) from None
 
@@ -200,7 +220,7 @@ def _members_flags(members: dict) -> str:
                     + ([f"--weights {members['weights']}"] if members.get("weights", "equal") != "equal" else []))
 
 
-def _check_saved_members(out: Path, kinds: list[str], args) -> None:
+def _check_saved_members(out: Path, kinds: list[str], weights: str, args) -> None:
     """Refuse ``--resume`` of a run of several members with other members, ``--ensemble`` or
     ``--weights`` than it records (a folder written before the record is not checked)."""
     from .train import rundir
@@ -208,7 +228,7 @@ def _check_saved_members(out: Path, kinds: list[str], args) -> None:
     saved = rundir.saved_members(out)
     if saved is None:
         return
-    given = {"kinds": kinds, "ensemble": 1 if args.ensemble is None else args.ensemble, "weights": args.weights}
+    given = {"kinds": kinds, "ensemble": 1 if args.ensemble is None else args.ensemble, "weights": weights}
     if "gnn" not in kinds:
         given["ensemble"] = saved.get("ensemble")  # --ensemble applies to GNN members only
     diffs = [k for k in ("kinds", "ensemble", "weights") if saved.get(k) != given[k]]
@@ -244,7 +264,7 @@ def _resume_hint(out: Path, args) -> str:
     return (f"resume with: siggate train --resume {shlex.quote(str(out))}"
             + (f" --ensemble {args.ensemble}" if args.ensemble is not None else "")
             + (f" --members {shlex.quote(args.members)}" if args.members else "")
-            + (f" --weights {args.weights}" if args.weights != "equal" else ""))
+            + (f" --weights {args.weights}" if args.weights else ""))
 
 
 def default_out_dir(cfg, out: str | None = None, taken: Path | None = None) -> Path:
@@ -267,7 +287,7 @@ def _torch_device(name: str):
     return torch.device(name)
 
 
-def _train_members(cfg, out: Path, args, kinds: list[str], resume: bool, device: str = "cpu") -> int:
+def _train_members(cfg, out: Path, args, kinds: list[str], weights: str, resume: bool, device: str = "cpu") -> int:
     """``siggate train --ensemble N`` / ``--members KIND,...``: the members (N GNN members with seeds
     seed..seed+N-1, then the other kinds) in OUT/member*/, combined into one predictor in OUT."""
     from .train.ensemble import member_lines, train_members
@@ -277,7 +297,7 @@ def _train_members(cfg, out: Path, args, kinds: list[str], resume: bool, device:
     others = ", ".join(k for k in kinds if k != "gnn")
     print(f"siggate train: members {', '.join(x for x in (gnn, others) if x)} on dataset={cfg.data.name} "
           f"-> {out}", flush=True)
-    res = train_members(cfg, out, kinds, n, weights=None if args.weights == "equal" else args.weights, resume=resume,
+    res = train_members(cfg, out, kinds, n, weights=None if weights == "equal" else weights, resume=resume,
                         progress=progress_enabled(args), device=_torch_device(device))
     print(json.dumps({"metric": res["metric"], "members": [{k: m[k] for k in ("name", "kind", "seed", "val", "test")}
                                                           for m in res["members"]],
@@ -598,12 +618,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train N GNN members with seeds seed..seed+N-1 into OUT/member*/; siggate predict on OUT "
                         "averages them and adds an uncertainty column (their std)")
     p.add_argument("--members", default=None, metavar="KIND[,KIND...]",
-                   help=f"the kinds of model the run holds, combined into one (default: {DEFAULT_MEMBERS}; "
+                   help=f"the kinds of model the run holds, combined into one (default: {DEFAULT_MEMBERS}; with --data "
+                        f"{RECIPE_MEMBERS['csv'][0]}; "
                         + "; ".join(f"{k}: {v}" for k, v in MEMBER_KIND_NAMES.items()) + "); --ensemble N "
                         "multiplies the GNN members")
-    p.add_argument("--weights", choices=["equal", "val"], default="equal",
+    p.add_argument("--weights", choices=MEMBER_WEIGHTS, default=None,
                    help="how several members are combined: equal weights, or weights fitted on the validation "
-                        "split (non-negative, summing to one per target) (default: equal)")
+                        f"split (non-negative, summing to one per target) (default: {DEFAULT_WEIGHTS}; with --data "
+                        f"{RECIPE_MEMBERS['csv'][1]}; a --resume of several members: the run's)")
     p.add_argument("--on-nan", choices=["stop", "skip"], default=None, help="on a non-finite loss: stop (default) or skip the batch")
     p.add_argument("--ddp", action="store_true", help="distributed data parallel (under torchrun)")
     add_progress_flag(p)

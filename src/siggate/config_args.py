@@ -133,6 +133,12 @@ def _file_sets(name_or_path: str | None, section: str, key: str) -> bool:
     return isinstance(raw, dict) and isinstance(raw.get(section), dict) and key in raw[section]
 
 
+def recipe_name(args) -> str | None:
+    """The config a command line trains with: ``--config``, else ``csv`` with ``--data``, else
+    ``None`` (the default, nci5k)."""
+    return getattr(args, "config", None) or ("csv" if getattr(args, "data", None) else None)
+
+
 def config_from_args(args):
     """Resolve the config from ``--config``/``--set`` and the shortcut flags; validated.
 
@@ -170,7 +176,7 @@ def config_from_args(args):
             if getattr(args, flag, None) is not None:
                 raise CLIError(f"--{flag.replace('_', '-')} applies to --data FILE.csv only; give --data too (without "
                                f"it siggate trains {args.config or 'nci5k'})")
-    cfg = load_config(args.config or ("csv" if args.data else None), overrides)  # --data: configs/csv.yaml
+    cfg = load_config(recipe_name(args), overrides)  # --data: configs/csv.yaml
     sep = getattr(args, "sep", None)
     if args.data and sep:
         sep = {"tab": "\t", "\\t": "\t"}.get(sep, sep)
@@ -179,8 +185,7 @@ def config_from_args(args):
         cfg.data.sep = sep
     given = set_keys(args)
     t = cfg.train
-    if "train.warmup_start" not in given and not _file_sets(args.config or ("csv" if args.data else None),
-                                                            "train", "warmup_start"):
+    if "train.warmup_start" not in given and not _file_sets(recipe_name(args), "train", "warmup_start"):
         t.warmup_start = 0.0 if args.budget is not None else WARMUP_START
     if epochs is not None:
         if epochs < 1:

@@ -36,7 +36,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .options import DEFAULT_MEMBERS
+from .options import recipe_members
 
 #: the CSV columns :meth:`_SigGateEstimator.fit` writes
 _SMILES, _SPLIT = "smiles", "split"
@@ -61,7 +61,10 @@ class _SigGateEstimator(BaseEstimator):
     Args:
         epochs: training epochs (``None``: the config's, 150 for the ``csv`` recipe).
         members: the kinds of model combined (``--members``): ``"gnn"``, ``"svr"``, ``"rf"`` or several,
-            e.g. ``"gnn,svr,rf"`` (default: the command line's, :data:`~siggate.options.DEFAULT_MEMBERS`).
+            e.g. ``"gnn,svr,rf"`` (``None``: the recipe's, as ``siggate train --data`` without
+            ``--members``: :func:`~siggate.options.recipe_members` of ``config``, ``csv`` by default).
+        weights: how several members combine (``--weights``): ``"equal"`` or ``"val"`` (fitted on the
+            held-out rows); ``None``: the recipe's.
         ensemble: GNN members with seeds ``seed..seed+ensemble-1`` (``--ensemble``).
         config: a config name or file (``None``: ``csv``, the ``--data`` recipe).
         overrides: ``"section.key=value"`` strings (``--set``), e.g. ``("model.layers=2",)``.
@@ -76,10 +79,11 @@ class _SigGateEstimator(BaseEstimator):
 
     _task = "regression"
 
-    def __init__(self, epochs=None, members=DEFAULT_MEMBERS, ensemble=1, config=None, overrides=None, seed=0,
-                 val_fraction=0.1, threads=1, device="cpu", out_dir=None, verbose=False):
+    def __init__(self, epochs=None, members=None, ensemble=1, config=None, overrides=None, seed=0,
+                 val_fraction=0.1, threads=1, device="cpu", out_dir=None, verbose=False, weights=None):
         self.epochs = epochs
         self.members = members
+        self.weights = weights
         self.ensemble = ensemble
         self.config = config
         self.overrides = overrides
@@ -149,12 +153,14 @@ class _SigGateEstimator(BaseEstimator):
         for item in [*(self.overrides or ()), *([f"train.threads={int(self.threads)}"] if self.threads else [])]:
             argv += ["--set", str(item)]
         cfg = config_from_args(build_parser().parse_args(argv))
-        kinds = parse_kinds(self.members)
+        members, weights = recipe_members(str(self.config) if self.config else "csv")
+        kinds, weights = parse_kinds(self.members or members), self.weights or weights
         ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,
                           require_test=False)
         import torch
 
-        train_members(cfg, out, kinds, int(self.ensemble), progress=False, device=torch.device(self.device), dataset=ds)
+        train_members(cfg, out, kinds, int(self.ensemble), weights=None if weights == "equal" else weights,
+                      progress=False, device=torch.device(self.device), dataset=ds)
         self.predictor_ = load_predictor(out, self.device)
         self.smiles_predictor_ = SmilesPredictor(self.predictor_, device=self.device, domain=False)
         self.n_features_in_ = 1

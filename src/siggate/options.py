@@ -33,6 +33,10 @@ __all__ = [
     "PREDICT_MAX_ATOMS",
     "DUPLICATES",
     "DEFAULT_MEMBERS",
+    "DEFAULT_WEIGHTS",
+    "RECIPE_MEMBERS",
+    "MEMBER_WEIGHTS",
+    "recipe_members",
     "MEMBER_KIND_NAMES",
     "EVAL_NORMS",
     "SELECTS",
@@ -143,9 +147,14 @@ DUPLICATES = ("keep", "average", "first")
 #: (the kinds of :data:`siggate.train.members.MEMBER_KINDS`; a test keeps the two equal)
 MEMBER_KIND_NAMES = {"gnn": "the gated graph transformer", "svr": "MinMax-kernel SVR on five count fingerprints",
                      "rf": "random forest on count Morgan fingerprints"}
-#: the members of a run when none are named: ``siggate train --members`` and the scikit-learn
-#: estimators' ``members=``
-DEFAULT_MEMBERS = "gnn"
+#: the members of a run and how several combine (``siggate train --members``/``--weights``, the
+#: scikit-learn estimators' ``members=``/``weights=``) when none are named: by recipe (the config's
+#: name, :func:`recipe_members`), else the GNN alone. ``csv`` is ``siggate train --data``'s recipe
+#: and the estimators'.
+DEFAULT_MEMBERS, DEFAULT_WEIGHTS = "gnn", "equal"
+RECIPE_MEMBERS = {"csv": (DEFAULT_MEMBERS, DEFAULT_WEIGHTS)}
+#: ``--weights``: equal weights, or non-negative weights summing to one fitted on the validation split
+MEMBER_WEIGHTS = ("equal", "val")
 #: ``train.eval_norm``: the BatchNorm statistics an evaluation uses: the running averages that
 #: training keeps (PyTorch's, momentum 0.1), or recomputed on the training set first
 #: (:func:`siggate.train.bn_stats.recompute_bn_stats`).
@@ -155,6 +164,12 @@ EVAL_NORMS = ("running", "train")
 #: (the default) is ``last`` for a GNN member whose validation predictions weigh a combination
 #: (``--weights val`` with other members) and ``best`` otherwise (:func:`resolve_select`)
 SELECTS = ("auto", "best", "last")
+
+
+def recipe_members(recipe: str | None) -> tuple[str, str]:
+    """``(members, weights)`` a run of the config ``recipe`` holds when ``--members``/``--weights``
+    are not given (:data:`RECIPE_MEMBERS`, else the GNN alone with equal weights)."""
+    return RECIPE_MEMBERS.get(recipe or "", (DEFAULT_MEMBERS, DEFAULT_WEIGHTS))
 
 
 def resolve_select(select: str, weighs_on_val: bool) -> str:
