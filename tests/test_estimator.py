@@ -171,3 +171,12 @@ def test_the_classifier_takes_any_two_labels_and_its_run_offers_prediction_sets(
             assert row["y_set"] == "{" + ",".join(c for c, s in (("0", p), ("1", 1 - p)) if s <= q) + "}"
     with pytest.raises(ValueError, match="binary: y must hold two classes, got 3"):
         siggate.SigGateClassifier().fit(smiles[:3], ["a", "b", "c"])
+
+
+def test_unknown_weights_are_refused_before_any_training(tmp_path):
+    import siggate
+
+    est = siggate.SigGateRegressor(members="svr,rf", weights="median", out_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match="weights='median': choose from 'equal', 'val'"):
+        est.fit(["CCO", "CCN", "CCC", "CCCl"], [1.0, 2.0, 3.0, 4.0])
+    assert not (tmp_path / "run").exists()

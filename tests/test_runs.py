@@ -360,3 +360,20 @@ def test_no_epoch_of_the_whole_schedule_trains_below_the_start():
     assert graphgps == pytest.approx([0.5 * (1 + math.cos(math.pi * (e - warmup) / (total - warmup)))
                                       for e in range(warmup, total)], rel=1e-12, abs=1e-15)
     assert graphgps[-1] < 0.001
+
+
+def test_a_single_run_resumes_as_one_whatever_the_recipe_s_default_members(tmp_path, capsys, data, monkeypatch):
+    """``--resume`` of a run of the GNN alone, with ``--data`` given again, stays a run of the GNN
+    alone even when the csv recipe's default is several members (``options.RECIPE_MEMBERS``): no
+    members are trained into a single run's folder."""
+    from siggate import options
+
+    out = tmp_path / "one"
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out))
+    assert rc == 0, err
+    monkeypatch.setitem(options.RECIPE_MEMBERS, "csv", ("gnn,svr", "val"))
+    rc, _, err = _train(capsys, data, "--epochs", "2", "--resume", str(out))
+    assert rc == 0, err
+    assert not (out / "members.yaml").exists() and not (out / "member0").exists()
+    assert json.loads((out / "metrics.json").read_text())["best_epoch"] in (1, 2)
+    assert len(json.loads((out / "metrics.json").read_text())["history"]) == 2

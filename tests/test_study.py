@@ -206,3 +206,31 @@ def test_plan_and_execute_with_a_store_record_each_row_as_it_finishes(tmp_path):
 def _row_of(row):
     assert row is not None, "not reached: a done row is never run again"
     return row
+
+
+def test_a_run_saved_with_select_best_or_without_it_is_the_same_run_under_auto(tmp_path):
+    """``train.select``'s default became ``auto``, which a run of its own applies as ``best``:
+    finished runs saved with ``best`` (or before the key existed) are reused, not conflicts; a
+    run saved with ``last`` is another run."""
+    import yaml
+
+    from siggate.config import load_config
+    from siggate.train.study import reuse_status
+
+    current = load_config("nci5k").to_dict()
+    assert current["train"]["select"] == "auto"
+    for name, select in (("best", "best"), ("missing", None), ("last", "last")):
+        run = tmp_path / name
+        run.mkdir()
+        saved = yaml.safe_load(yaml.safe_dump(current))
+        if select is None:
+            del saved["train"]["select"]
+        else:
+            saved["train"]["select"] = select
+        (run / "config.yaml").write_text(yaml.safe_dump(saved))
+        (run / "metrics.json").write_text("{}")
+        status = reuse_status(run, current)
+        if select == "last":
+            assert status.state == "conflict" and "train.select" in status.reason
+        else:
+            assert status.state == "done", status.reason

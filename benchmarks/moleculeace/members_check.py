@@ -34,6 +34,7 @@ import csv
 import importlib.util
 import json
 import platform
+import re
 import statistics
 import sys
 import time
@@ -56,11 +57,11 @@ REPORT_START, REPORT_END = "<!-- members-check:start -->", "<!-- members-check:e
 ROWS = {
     "svr_fixed": "count Morgan r2 2,048 bins, C=5, epsilon=0.05, train rows only (the issue reports 0.650)",
     "svr_fixed_trainval": "the same on train+val",
-    "svr_default_trainonly": "the member's default grid, chosen per target on val, train rows only",
+    "svr_default_trainonly": "the member's default grid at the commit measured, chosen per target on val, train rows only",
     "svr_default": "the same choice refitted on train+val: the member as `siggate train` runs it",
     "rf_fixed": "100 trees, count Morgan r2 2,048 bins, `max_features=1.0`, train rows (the published RF row: 0.700)",
     "rf_fixed_trainval": "the same on train+val (the published row's rows)",
-    "rf_default_trainonly": "the member's default grid, chosen per target on val, train rows",
+    "rf_default_trainonly": "the member's default grid at the commit measured, chosen per target on val, train rows",
     "rf_default": "the same refitted on train+val",
 }
 
@@ -195,7 +196,8 @@ def report_markdown(doc: dict) -> str:
     """The README block: the rows' means over targets, then each svr fingerprint's range over the
     search's other options (mean val and test RMSE), from ``doc`` (the JSON)."""
     s, n = doc["summary"], len(doc["targets"])
-    lines = [f"Measured by `{doc['command'].strip()}` at commit `{doc['commit'][:7]}` ({n} targets, one thread, "
+    command = re.sub(r"--out \S+", "--out FILE", doc["command"].strip())  # not this machine's paths
+    lines = [f"Measured by `{command}` at commit `{doc['commit'][:7]}` ({n} targets, one thread, "
              "a 2-core CPU shared with other runs). Mean over the targets:", "",
              "| row | what | test RMSE | cliff RMSE | val RMSE | median CPU s |", "|---|---|---|---|---|---|"]
     for name, what in ROWS.items():

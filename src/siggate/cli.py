@@ -119,7 +119,15 @@ def cmd_train(args) -> int:
     from .data.catalog import DATASET_META
 
     fingerprint = [k for k in kinds if k != "gnn"]
-    if fingerprint and DATASET_META.get(cfg.data.name, {}).get("level") == "node":
+    meta = DATASET_META.get(cfg.data.name, {})
+    if cfg.train.cliff_weight > 0:  # refused before a folder is claimed (the loop checks it too)
+        why = (f"the dataset is {cfg.data.name}, not a CSV given with --data" if cfg.data.name != "csv" else
+               f"the task is {cfg.data.task}" if cfg.data.task != "regression" else
+               f"--members {','.join(kinds)} holds no GNN to train with it" if "gnn" not in kinds else None)
+        if why:
+            raise CLIError(f"train.cliff_weight compares a GNN's predictions for similar molecules (SMILES) of a "
+                           f"regression task; here {why}: drop --set train.cliff_weight")
+    if fingerprint and meta.get("level") == "node":
         who = f"the {' and '.join(fingerprint)} member" + (" predicts" if len(fingerprint) == 1 else "s predict")
         raise CLIError(f"--members {','.join(kinds)}: {who} one value per molecule, and {cfg.data.name} is a "
                        "node-level dataset; train it with the GNN alone (drop --members)")
@@ -191,8 +199,8 @@ def _resume_dir(args) -> Path | None:
 def _member_choice(args, resume: Path | None) -> tuple[list[str], str]:
     """The run's member kinds (checked against ``--ensemble``) and weights: ``--members`` and
     ``--weights`` where given, else the recipe's (:func:`~siggate.options.recipe_members`). A
-    ``--resume`` of a run of several members given neither takes the run's own (and its
-    ``--ensemble``)."""
+    ``--resume`` given neither takes the run's own: a run of several members its members, weights
+    and ``--ensemble``, any other folder the GNN alone (whatever the recipe's default)."""
     from .config_args import recipe_name
     from .train import rundir
     from .train.members import GNN, MemberError, check_copies, parse_kinds
@@ -203,6 +211,8 @@ def _member_choice(args, resume: Path | None) -> tuple[list[str], str]:
             kinds, weights = parse_kinds(saved.get("kinds") or ["gnn"]), saved.get("weights", DEFAULT_WEIGHTS)
             if args.ensemble is None and GNN in kinds and int(saved.get("ensemble", 1)) != 1:
                 args.ensemble = int(saved["ensemble"])
+        elif resume is not None and args.members is None and not rundir.is_members_folder(resume):
+            kinds, weights = [GNN], args.weights or DEFAULT_WEIGHTS
         else:
             members, weights = recipe_members(recipe_name(args))
             kinds, weights = parse_kinds(args.members or members), args.weights or weights
@@ -297,7 +307,7 @@ def _train_members(cfg, out: Path, args, kinds: list[str], weights: str, resume:
     others = ", ".join(k for k in kinds if k != "gnn")
     print(f"siggate train: members {', '.join(x for x in (gnn, others) if x)} on dataset={cfg.data.name} "
           f"-> {out}", flush=True)
-    res = train_members(cfg, out, kinds, n, weights=None if weights == "equal" else weights, resume=resume,
+    res = train_members(cfg, out, kinds, n, weights=weights, resume=resume,
                         progress=progress_enabled(args), device=_torch_device(device))
     print(json.dumps({"metric": res["metric"], "members": [{k: m[k] for k in ("name", "kind", "seed", "val", "test")}
                                                           for m in res["members"]],

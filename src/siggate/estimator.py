@@ -36,7 +36,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .options import recipe_members
+from .options import MEMBER_WEIGHTS, recipe_members
 
 #: the CSV columns :meth:`_SigGateEstimator.fit` writes
 _SMILES, _SPLIT = "smiles", "split"
@@ -155,12 +155,14 @@ class _SigGateEstimator(BaseEstimator):
         cfg = config_from_args(build_parser().parse_args(argv))
         members, weights = recipe_members(str(self.config) if self.config else "csv")
         kinds, weights = parse_kinds(self.members or members), self.weights or weights
+        if weights not in MEMBER_WEIGHTS:
+            raise ValueError(f"weights={self.weights!r}: choose from {', '.join(map(repr, MEMBER_WEIGHTS))}")
         ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,
                           require_test=False)
         import torch
 
-        train_members(cfg, out, kinds, int(self.ensemble), weights=None if weights == "equal" else weights,
-                      progress=False, device=torch.device(self.device), dataset=ds)
+        train_members(cfg, out, kinds, int(self.ensemble), weights=weights, progress=False,
+                      device=torch.device(self.device), dataset=ds)
         self.predictor_ = load_predictor(out, self.device)
         self.smiles_predictor_ = SmilesPredictor(self.predictor_, device=self.device, domain=False)
         self.n_features_in_ = 1

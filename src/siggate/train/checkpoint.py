@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..files import atomic_write
+from ..options import resolve_select
 from ..version import __version__
 
 #: 2: the values resolved from the data (``model.pool_norm: 0``) moved out of ``config`` into ``resolved``
@@ -220,9 +221,23 @@ RUN_LOCAL_KEYS = ("data.root", "data.cache_dir", "train.threads")
 
 
 def config_differences(saved_cfg: dict, current_cfg: dict, ignore: tuple = ()) -> list[str]:
-    """:func:`describe_incompatibility` without :data:`RUN_LOCAL_KEYS` and ``ignore``."""
+    """:func:`describe_incompatibility` without :data:`RUN_LOCAL_KEYS` and ``ignore``, with
+    ``train.select`` compared as a run of its own applies it (:func:`_select_applied`)."""
     skip = RUN_LOCAL_KEYS + tuple(ignore)
-    return [d for d in describe_incompatibility(saved_cfg, current_cfg) if d.split(":", 1)[0] not in skip]
+    return [d for d in describe_incompatibility(_select_applied(saved_cfg), _select_applied(current_cfg))
+            if d.split(":", 1)[0] not in skip]
+
+
+def _select_applied(config: dict) -> dict:
+    """``config`` with ``train.select`` as a run of its own applies it (``auto`` is ``best`` there,
+    :func:`~siggate.options.resolve_select`; a config saved before the key existed is ``auto``),
+    so a run saved with ``best``, or without the key, is the same run under the default ``auto``
+    (for resuming it and for reusing it in a study). A member weighed on val is given a concrete
+    ``last`` by :func:`~siggate.train.members.build_members`, which stays a difference."""
+    train = config.get("train") if isinstance(config, dict) else None
+    if not isinstance(train, dict):
+        return config
+    return {**config, "train": {**train, "select": resolve_select(train.get("select", "auto"), weighs_on_val=False)}}
 
 
 def describe_incompatibility(saved_cfg: dict, current_cfg: dict, prefix: str = "") -> list[str]:

@@ -226,16 +226,6 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
                mean.to(device), std.to(device), params, t_cfg.on_nan, init=init, resolved=resolved, cliff=cliff)
 
 
-def _select_resolved(config: dict) -> dict:
-    """``config`` with ``train.select`` as the loop applies it (``auto`` is ``best`` in a run of
-    its own; a config saved before the key existed is ``auto``), so a run saved with ``best`` or
-    without the key resumes under the default ``auto``."""
-    train = config.get("train")
-    if not isinstance(train, dict):
-        return config
-    return {**config, "train": {**train, "select": resolve_select(train.get("select", "auto"), weighs_on_val=False)}}
-
-
 def resume_run(run: Run, path: Path, config: dict) -> bool:
     """Restore ``run`` from the checkpoint ``path`` (if it exists): weights, optimizer,
     schedule, RNG streams, best scores and history. Returns whether it resumed.
@@ -248,7 +238,7 @@ def resume_run(run: Run, path: Path, config: dict) -> bool:
     ckpt = _load_resume(path, ctx)
     if ckpt is None:
         return False
-    diffs = config_differences(_select_resolved(ckpt["config"]), _select_resolved(config), ignore=("train.epochs",))
+    diffs = config_differences(ckpt["config"], config, ignore=("train.epochs",))
     saved = ckpt["resolved"]
     diffs += [f"{k} (resolved from the training data): checkpoint has {saved.get(k)!r}, this run has "
               f"{run.resolved.get(k)!r}" for k in sorted(set(saved) | set(run.resolved)) if saved.get(k) != run.resolved.get(k)]

@@ -80,7 +80,8 @@ class CliffPairLoss:
     "Online triplet contrastive learning enables efficient cliff awareness in molecular
     activity prediction", 2024) makes a GNN cliff-aware with a triplet loss on its embeddings
     of such pairs; this term acts on the predictions instead, so it needs no margin and keeps
-    the target's units.
+    the target's units. Two rows of the same SMILES (duplicates kept) form no pair: the model
+    predicts them alike, and their label difference is noise no model can fit.
 
     Fingerprints are computed once per SMILES (``smiles`` from the batch) and kept.
     """
@@ -110,8 +111,12 @@ class CliffPairLoss:
     def __call__(self, pred: torch.Tensor, y: torch.Tensor, smiles) -> torch.Tensor:
         """The term for predictions and labels ``[n, T]`` (NaN: missing) of molecules ``smiles``."""
         pred, y = pred.reshape(len(smiles), -1), y.reshape(len(smiles), -1)
-        sim = self.similarity(list(smiles)).to(pred.device)
+        smiles = list(smiles)
+        sim = self.similarity(smiles).to(pred.device)
         w = ((sim - self.threshold) / (1.0 - self.threshold)).clamp(min=0.0).triu(diagonal=1)
+        index = {s: i for i, s in enumerate(dict.fromkeys(smiles))}  # rows of one molecule (duplicates kept)
+        ids = torch.tensor([index[s] for s in smiles], device=pred.device)
+        w = w * (ids[:, None] != ids[None, :])  # no model can tell them apart: their pair is no cliff
         total, weight = pred.sum() * 0.0, 0.0
         for t in range(y.shape[1]):
             ok = ~torch.isnan(y[:, t])
