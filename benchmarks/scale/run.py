@@ -126,7 +126,7 @@ def molecules_csv(n: int, seed: int, work: Path) -> Path:
     path = work / f"moses-{n}-seed{seed}.csv"
     if not path.is_file():
         smiles = moses_sample(n, seed)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two invocations may share --work
         with open(tmp, "w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["smiles", "y"])
