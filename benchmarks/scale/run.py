@@ -366,7 +366,7 @@ def train_line(row: dict) -> str:
     rmse = (row.get("test_summary") or {}).get("rmse")
     line = (f"train n={row['n']:6d} [{args}]: {row['status']}, {num(row.get('cpu_s'), 0)} CPU s "
             f"({num(row.get('wall_s'), 0)} wall s), peak {gib(row.get('peak_mib'))} GiB, "
-            f"{row.get('epochs', 0)} epoch(s), test rmse {num(rmse, 3)}")
+            f"{_epochs(row.get('epochs', 0))}, test rmse {num(rmse, 3)}")
     ep, ex = row.get("gnn_epoch"), row.get("extrapolated")
     if ep:
         line += f"; GNN epoch {num(ep['cpu_s'])} CPU s ({num(ep['wall_s'])} wall s)"
@@ -391,18 +391,26 @@ def _commits(rows: list[dict]) -> str:
     return ", ".join(f"`{c[:7]}`" for c in sorted({r.get("commit") or "?" for r in rows}))
 
 
+def _section(title: str, command: str, rows: list[dict], how: str) -> list[str]:
+    """A section's heading and the paragraph that says how its rows were made."""
+    return [f"## {title}", "", f"`{command}` ({_commits(rows)}; seed 0, one thread, each run in a fresh process): "
+            + how, ""]
+
+
+def _epochs(k: int) -> str:
+    return f"{k} epoch{'s' if k != 1 else ''}"
+
+
 def _without_epochs(args: str) -> str:
     return re.sub(r"\s*(--epochs[ =]\d+|--set[ =]train\.epochs=\d+)", "", args).strip()
 
 
 def train_report(doc: dict) -> list[str]:
     rows = doc["runs"]
-    lines = ["## `siggate train --data` at scale", "",
-             f"`python benchmarks/scale/run.py --mode train ...` ({_commits(rows)}; the arguments of each row "
-             "below, seed 0, one thread, each run in a fresh process with a fresh cache): the whole command, "
-             "from reading the CSV to the last file it writes, with siggate's default split. Peak is the "
-             "command's resident memory (`ru_maxrss`). The test RMSE is the run's (the combination's when "
-             "it holds several members), with each member's in the last column.", ""]
+    lines = _section("`siggate train --data` at scale", "python benchmarks/scale/run.py --mode train ...", rows,
+                     "the whole command with each row's arguments and a fresh cache, from reading the CSV to the "
+                     "last file it writes, with siggate's default split. Peak is the command's resident memory "
+                     "(`ru_maxrss`); the test RMSE is the run's (the combination's), each member's beside it.")
     body = []
     for r in rows:
         members = ", ".join(f"{m['kind']} {num((m.get('test_summary') or {}).get('rmse'), 3)}"
@@ -422,7 +430,7 @@ def train_report(doc: dict) -> list[str]:
             if len({r["epochs"] for r in rr}) > 1]
     if same:
         lines += ["", "Peak memory against the number of epochs (same size and arguments otherwise): "
-                  + "; ".join(f"{n:,} molecules: " + ", ".join(f"{r['epochs']} epoch{'s' if r['epochs'] != 1 else ''} {gib(r['peak_mib'])} GiB"
+                  + "; ".join(f"{n:,} molecules: " + ", ".join(f"{_epochs(r['epochs'])} {gib(r['peak_mib'])} GiB"
                                                                for r in rr) for (n, _), rr in same) + "."]
     ex = [r for r in rows if r.get("extrapolated")]
     if ex:
@@ -441,12 +449,10 @@ def train_report(doc: dict) -> list[str]:
 
 def members_report(doc: dict) -> list[str]:
     rows = doc["runs"]
-    lines = ["## The fingerprint members alone", "",
-             f"`python benchmarks/scale/run.py --mode members` ({_commits(rows)}; seed 0, one thread, each run in "
-             "a fresh process): 80/10/10 random split, each member with its defaults (options chosen on the "
-             "validation rows). Fit includes the fingerprints of the train and val molecules; peak is the whole "
-             "process (Python, torch, RDKit and the molecules, `peak after reading` of it before the member "
-             "starts).", ""]
+    lines = _section("The fingerprint members alone", "python benchmarks/scale/run.py --mode members", rows,
+                     "80/10/10 random split, each member with its defaults (options chosen on the validation rows). "
+                     "Fit includes the train and val fingerprints; peak is the whole process (Python, torch, RDKit, "
+                     "the molecules: the `peak after reading` of it before the member starts).")
     body = [[f"`{r['member']}`", f"{r['n']:,}", r["status"],
              f"{r['mode']} {r['basis'] or ''}".strip() if r["status"] == "ok" else "-",
              num(r.get("fit", {}).get("cpu_s")), num(r.get("fit", {}).get("wall_s")),
