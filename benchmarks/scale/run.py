@@ -20,7 +20,8 @@ child's ``ru_maxrss`` starts from the RSS of the process it was forked from (Lin
 pre-exec high-water mark). The wrapper reports ``getrusage(RUSAGE_CHILDREN)``'s deltas: wall
 seconds, CPU seconds (user + system) and the child's peak resident memory (``ru_maxrss``: Python,
 torch, RDKit and the molecules included). ``--timeout`` stops a run that takes longer (status
-``timeout``; what was measured until then is kept).
+``timeout``; what was measured until then is kept: its CPU seconds and peak so far, and in train
+mode the GNN epochs it finished, which are not extrapolated).
 
 Two modes, each with its own JSON under ``benchmarks/results/scale/``:
 
@@ -302,7 +303,8 @@ def train_run(csv_path: Path, train_args: str, work: Path, env: dict, full_epoch
         row = measure(cmd, folder / "train.log", env, timeout)
         if "returncode" in row:  # the command ran: what it left
             row.update(run_summary(run))
-            row["extrapolated"] = extrapolate(row, gnn_logs(run), full_epochs)
+            # a stopped run's times are not a whole run's: its GNN epochs are kept, not extended
+            row["extrapolated"] = extrapolate(row, gnn_logs(run), full_epochs) if row["status"] == "ok" else None
     finally:
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
@@ -422,6 +424,9 @@ def train_report(doc: dict) -> list[str]:
                      gib(r.get("peak_mib")), num((r.get("test_summary") or {}).get("rmse"), 3), members or "-"])
     lines.append(_table(["molecules", "train arguments", "status", "train/val/test", "epochs", "CPU s", "wall s",
                          "peak GiB", "test RMSE", "members' test RMSE"], body))
+    if any(r["status"] == "timeout" for r in rows):
+        lines += ["", "A `timeout` row was stopped by `--timeout` at its wall seconds: its CPU seconds and peak are "
+                  "those until then, its epochs the GNN epochs it finished (it wrote no metrics)."]
     epochs = {}
     for r in rows:
         if r["status"] == "ok":
