@@ -106,7 +106,7 @@ def test_members_mode_fits_a_member_and_rows_merge_by_key(tmp_path, nci_sampler)
     text = scale.report({"train": tmp_path / "absent.json", "members": out})
     assert "| `svr` | 60 | ok | svr exact |" in text
     assert f"{again['test_rmse']:.3f} ({again['target_std']:.3f})" in text
-    assert f"Largest peak measured: {again['peak_mib'] / 1024:.2f} GiB (members mode, 60 molecules)" in text
+    assert f"Largest peak of a finished run: {again['peak_mib'] / 1024:.2f} GiB (members mode, 60 molecules)" in text
 
 
 def test_epoch_cost_and_extrapolation_read_the_log():
@@ -136,3 +136,10 @@ def test_each_measurement_is_a_fresh_process_whose_peak_is_its_own_command(tmp_p
     assert slow["status"] == "timeout" and slow["returncode"] is None and 1 <= slow["wall_s"] < 30
     failed = scale.measure([sys.executable, "-c", "print('the cause'); raise SystemExit(3)"], tmp_path / "d.log", env)
     assert failed["status"] == "failed" and failed["returncode"] == 3 and failed["error"] == "the cause\n"
+
+
+def test_the_readme_is_what_the_report_makes_of_the_committed_results():
+    """``benchmarks/scale/README.md`` holds no number typed by hand: it is ``--report``'s output
+    for the results files (rerun ``python benchmarks/scale/run.py --report`` after a measurement)."""
+    assert all(p.is_file() for p in scale.DEFAULT_OUT.values())
+    assert scale.README.read_text() == scale.report(dict(scale.DEFAULT_OUT))

@@ -484,11 +484,11 @@ def report(paths: dict[str, Path]) -> str:
             doc = load_doc(paths[mode], mode)
             if doc["runs"]:
                 lines += [*part(doc), ""]
-                peaks += [(r["peak_mib"], r["n"], mode) for r in doc["runs"] if r.get("peak_mib")]
+                peaks += [(r["peak_mib"], r["n"], mode) for r in doc["runs"] if r["status"] == "ok"]
     if peaks:
         top = max(peaks)
-        lines += [f"Largest peak measured: {gib(top[0])} GiB ({top[2]} mode, {top[1]:,} molecules); issue 32's "
-                  "limit is 8 GiB at 50,000 molecules.", ""]
+        lines += [f"Largest peak of a finished run: {gib(top[0])} GiB ({top[2]} mode, {top[1]:,} molecules); issue "
+                  "32's limit is 8 GiB at 50,000 molecules.", ""]
     return "\n".join(lines)
 
 
