@@ -46,6 +46,7 @@ def test_train_one_epoch_writes_everything(trained):
     assert set(ckpt) >= {"model", "config", "target_mean", "target_std"}
     rows = list(csv.DictReader(open(out / "log.csv")))
     assert len(rows) == 1 and float(rows[0]["epoch"]) == 1
+    assert float(rows[0]["seconds"]) > 0 and float(rows[0]["cpu_seconds"]) > 0  # wall and CPU time of the epoch
 
 
 def test_evaluate_reproduces_the_reported_test_metric(trained):

@@ -365,7 +365,7 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
     checkpoints and logs, and analyses take their measurements."""
     t_cfg, state = run.train_cfg, run.state
     for epoch in range(state.epoch, t_cfg.epochs):
-        t_ep = time.time()
+        t_ep, c_ep = time.time(), time.process_time()
         stats = train_epoch(run, epoch, progress, checkpoint)
         state.skipped_batches += stats["skipped"]
         total, count = run.ctx.all_reduce_sum([stats["loss_sum"], stats["rows"]])
@@ -379,6 +379,7 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
         row = {
             "epoch": epoch + 1, "train_loss": total / max(count, 1), "val": val, "test": test, "lr": lr,
             "grad_norm": stats["grad_norm_sum"] / max(stats["steps"], 1), "seconds": time.time() - t_ep,
+            "cpu_seconds": time.process_time() - c_ep,  # this process's CPU (all its threads): wall time counts waits
             "gate_mean": gates,
         }
         run.history.append(row)
