@@ -96,12 +96,12 @@ def test_the_term_is_refused_where_it_has_no_meaning(tmp_path, capsys):
     rc, out, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS[:-5], "--task", "binary", "--epochs", "1",
                             "--set", "train.cliff_weight=1", "--members", "gnn,svr", "--out", str(tmp_path / "x"),
                             "--no-progress"], capsys)
-    assert rc == 2 and "here the task is binary: drop --set train.cliff_weight" in err
+    assert rc == 2 and "here the task is graph-level binary: drop --set train.cliff_weight" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "x").exists()  # refused before a folder is claimed: the corrected command runs
     regression = tmp_path / "r.csv"
     _write_train_csv(regression, n=30)
-    for extra, why in ((["--members", "svr"], "here --members svr holds no GNN to train with it"),
+    for extra, why in ((["--members", "svr"], "here no GNN member trains with it"),
                        (["--set", "train.cliff_weight=nan"], "'nan' is not allowed; expected a finite number")):
         rc, out, err = run_cli(["train", "--data", str(regression), *_TRAIN_ARGS, "--epochs", "1", "--set",
                                 "train.cliff_weight=1", *extra, "--out", str(tmp_path / "y")], capsys)

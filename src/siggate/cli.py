@@ -121,12 +121,11 @@ def cmd_train(args) -> int:
     fingerprint = [k for k in kinds if k != "gnn"]
     meta = DATASET_META.get(cfg.data.name, {})
     if cfg.train.cliff_weight > 0:  # refused before a folder is claimed (the loop checks it too)
-        why = (f"the dataset is {cfg.data.name}, not a CSV given with --data" if cfg.data.name != "csv" else
-               f"the task is {cfg.data.task}" if cfg.data.task != "regression" else
-               f"--members {','.join(kinds)} holds no GNN to train with it" if "gnn" not in kinds else None)
+        from .train.losses import cliff_term_refusal
+
+        why = cliff_term_refusal(cfg.data.name == "csv", cfg.data.task, gnn="gnn" in kinds, dataset=cfg.data.name)
         if why:
-            raise CLIError(f"train.cliff_weight compares a GNN's predictions for similar molecules (SMILES) of a "
-                           f"regression task; here {why}: drop --set train.cliff_weight")
+            raise CLIError(why)
     if fingerprint and meta.get("level") == "node":
         who = f"the {' and '.join(fingerprint)} member" + (" predicts" if len(fingerprint) == 1 else "s predict")
         raise CLIError(f"--members {','.join(kinds)}: {who} one value per molecule, and {cfg.data.name} is a "

@@ -47,7 +47,7 @@ from .checkpoint import (
 )
 from .dataprep import graph_loader, loader_generator, target_stats
 from .distributed import DistContext, convert_sync_batchnorm, has_unused_parameters
-from .losses import CliffPairLoss, loss_fn
+from .losses import CliffPairLoss, cliff_term_refusal, loss_fn
 from .metrics import is_better
 from .modelprep import build_model, resolve_pool_norm
 from .schedule import make_scheduler
@@ -213,10 +213,10 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
     criterion = loss_fn(t_cfg.loss, info.task)
     cliff = None
     if t_cfg.cliff_weight > 0:
-        if info.task != "regression" or info.level != "graph" or not all(hasattr(g, "smiles") for g in ds.train[:1]):
-            raise ConfigError(f"train.cliff_weight compares the predictions of similar molecules, so it needs a "
-                              f"graph-level regression task on SMILES (a CSV given with --data); {info.name} is not "
-                              "one: drop --set train.cliff_weight")
+        why = cliff_term_refusal(all(hasattr(g, "smiles") for g in ds.train[:1]), info.task, info.level,
+                                 dataset=info.name)
+        if why:
+            raise ConfigError(why)
         cliff = CliffPairLoss()
     if info.task == "regression" and t_cfg.normalize_targets:
         mean, std = target_stats(ds.train, info)

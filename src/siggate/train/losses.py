@@ -63,6 +63,17 @@ def loss_fn(name: str, task: str):
 CLIFF_RADIUS, CLIFF_BITS, CLIFF_SIMILARITY = 2, 2048, 0.5
 
 
+def cliff_term_refusal(smiles: bool, task: str, level: str = "graph", gnn: bool = True, dataset: str = "") -> str | None:
+    """Why ``train.cliff_weight`` cannot apply (``None`` where it can): it needs SMILES (a CSV
+    given with ``--data``), a graph-level regression task and a GNN to train with it. The one
+    check, made by the CLI before a run folder is claimed and by the training loop."""
+    why = (f"the dataset {dataset or 'given'} has no SMILES (give a CSV with --data)" if not smiles else
+           f"the task is {level}-level {task}" if task != "regression" or level != "graph" else
+           "no GNN member trains with it" if not gnn else None)
+    return None if why is None else (f"train.cliff_weight compares a GNN's predictions for similar molecules of a "
+                                     f"regression task; here {why}: drop --set train.cliff_weight")
+
+
 class CliffPairLoss:
     """The activity-cliff term of ``train.cliff_weight``: the error in the *difference* between
     similar molecules of a batch.
