@@ -179,9 +179,10 @@ def test_finetune_keeps_the_pretrained_pool_norm_and_says_so(caplog):
         return setup_run(c.model, c.train, ds)
 
     assert setup([*CSV, "train.init=pretrained", "model.pool_norm=21.64"]).resolved == {}
-    with pytest.raises(ConfigError, match=r"model\.pool_norm: pretrained 21\.64, this run 5\); pooling 'norm'"):
+    with pytest.raises(ConfigError, match=r"model\.pool_norm: pretrained 21\.64, this run 5 \(0 takes the pretrained value\)\); use the "
+                       r"pretrained model's settings, or train from scratch with --init none$"):
         setup([*CSV, "train.init=pretrained", "model.pool_norm=5"])
-    assert setup(CSV).resolved == {"model.pool_norm": own}  # no --init: its own
+    assert setup([*CSV, "train.init=''"]).resolved == {"model.pool_norm": own}  # from scratch: its own
 
 
 def test_init_copies_a_layer_whole_or_not_at_all():
@@ -216,16 +217,33 @@ def test_shipped_weights_load_and_fit_the_csv_recipe():
         {k: getattr(cfg.model, k) for k in init_weights.ARCH_KEYS if k in saved}
 
 
-def test_train_init_pretrained_from_the_cli(tmp_path):
+def test_init_from_the_cli_refuses_another_architecture_before_the_folder_and_none_trains_from_scratch(tmp_path):
+    """``--init pretrained`` copies the shipped backbone; an architecture the weights do not fit is
+    refused in one line before a folder is claimed, naming the key and ``--init none``, which
+    trains from scratch (``train.init: ''``)."""
     csv = tmp_path / "d.csv"
     csv.write_text("smiles,y\n" + "".join(f"{s},{len(s) * 0.1:.2f}\n" for s in BASE))
-    out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "siggate", "train", "--data", str(csv), "--target-col", "y",
-                        "--split", "random", "--epochs", "2", "--init", "pretrained", "--out", str(out),
-                        "--no-progress"], capture_output=True, text=True, cwd=tmp_path)
+
+    def train(out, *flags):
+        return subprocess.run([sys.executable, "-m", "siggate", "train", "--data", str(csv), "--target-col", "y",
+                               "--split", "random", "--out", str(tmp_path / out), "--no-progress", *flags],
+                              capture_output=True, text=True, cwd=tmp_path)
+
+    r = train("run", "--epochs", "2", "--init", "pretrained")
     assert r.returncode == 0, r.stderr[-2000:]
-    init = json.loads((out / "metrics.json").read_text())["init"]
+    init = json.loads((tmp_path / "run" / "metrics.json").read_text())["init"]
     assert init["source"] == "pretrained" and init["copied"] > 50
+
+    r = train("other", "--epochs", "1", "--init", "pretrained", "--set", "model.layers=2")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().endswith("has another architecture (model.layers: pretrained 4, this run 2); use the "
+                                     "pretrained model's settings, or train from scratch with --init none"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "other").exists()
+
+    r = train("scratch", "--epochs", "1", "--set", "model.layers=2", "--set", "train.init=pretrained", "--init", "none")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "init" not in json.loads((tmp_path / "scratch" / "metrics.json").read_text())
+    assert "init: ''" in (tmp_path / "scratch" / "config.yaml").read_text()
 
 
 def test_moses_corpus_is_read_from_the_wheel():

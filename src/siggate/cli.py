@@ -126,6 +126,12 @@ def cmd_train(args) -> int:
         why = cliff_term_refusal(cfg.data.name == "csv", cfg.data.task, gnn="gnn" in kinds, dataset=cfg.data.name)
         if why:
             raise CLIError(why)
+    if cfg.train.init and "gnn" in kinds:  # refused before a folder is claimed (the loop checks it too)
+        from .train.init_weights import init_refusal
+
+        why = init_refusal(cfg.train.init, cfg.model.to_dict())
+        if why:
+            raise CLIError(why)
     if fingerprint and meta.get("level") == "node":
         who = f"the {' and '.join(fingerprint)} member" + (" predicts" if len(fingerprint) == 1 else "s predict")
         raise CLIError(f"--members {','.join(kinds)}: {who} one value per molecule, and {cfg.data.name} is a "

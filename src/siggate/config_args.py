@@ -13,7 +13,7 @@ import textwrap
 
 from .config import load_config, parse_override
 from .files import out_dir_problem
-from .options import DUPLICATES
+from .options import DUPLICATES, NO_INIT
 
 __all__ = ["CLIError", "WARMUP_START", "add_command", "add_config_args", "add_device_flag", "add_threads_flag",
            "check_device", "check_out_folder", "config_from_args", "examples_epilog", "set_keys"]
@@ -84,7 +84,7 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
                         "warmup start (lr x 1e-6 in the first epoch instead of 1%%)")
     p.add_argument("--init", default=None, metavar="WEIGHTS",
                    help="start from pretrained weights: 'pretrained' (shipped with siggate), a pretrained.pt "
-                        "written by siggate pretrain, or a checkpoint (train.init)")
+                        "written by siggate pretrain, or a checkpoint; 'none' trains from scratch (train.init)")
     p.add_argument("--data-root", default=None, help="benchmark data root (default: $SIGGATE_DATA or ../shared/data)")
     p.add_argument("--cache-dir", default=None, help="writable cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
     p.add_argument("--data", default=None, metavar="FILE.csv", help="train on your own CSV of SMILES")
@@ -155,7 +155,7 @@ def config_from_args(args):
                        "benchmark protocol's schedule)")
     epochs = args.epochs if args.epochs is not None else args.budget
     if getattr(args, "init", None):
-        overrides.append(f"train.init={args.init}")
+        overrides.append("train.init=''" if args.init.lower() == NO_INIT else f"train.init={args.init}")
     if args.data_root:
         overrides.append(f"data.root={args.data_root}")
     if args.cache_dir:

@@ -34,6 +34,7 @@ __all__ = [
     "DUPLICATES",
     "DEFAULT_MEMBERS",
     "DEFAULT_WEIGHTS",
+    "NO_INIT",
     "RECIPE_MEMBERS",
     "MEMBER_WEIGHTS",
     "recipe_members",
@@ -151,6 +152,8 @@ MEMBER_KIND_NAMES = {"gnn": "the gated graph transformer", "svr": "MinMax-kernel
 #: scikit-learn estimators' ``members=``/``weights=``) when none are named: by recipe (the config's
 #: name, :func:`recipe_members`), else the GNN alone. ``csv`` is ``siggate train --data``'s recipe
 #: and the estimators'.
+#: ``--init none``: train from scratch, also where a recipe names weights to start from (``train.init: ""``)
+NO_INIT = "none"
 DEFAULT_MEMBERS, DEFAULT_WEIGHTS = "gnn", "equal"
 RECIPE_MEMBERS = {"csv": (DEFAULT_MEMBERS, DEFAULT_WEIGHTS)}
 #: ``--weights``: equal weights, or non-negative weights summing to one fitted on the validation split

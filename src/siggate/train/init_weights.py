@@ -20,8 +20,9 @@ import torch
 
 from ..config import ConfigError
 from ..files import file_digest
+from ..options import NO_INIT
 
-__all__ = ["SHIPPED", "resolve_init", "load_init", "init_resolved", "pretrained_pool_norm", "ARCH_KEYS"]
+__all__ = ["SHIPPED", "resolve_init", "init_refusal", "load_init", "init_resolved", "pretrained_pool_norm", "ARCH_KEYS"]
 
 #: the folder of the weights shipped in the package
 SHIPPED = Path(__file__).resolve().parents[1] / "pretrained"
@@ -73,6 +74,34 @@ def pretrained_pool_norm(blob: dict) -> float | None:
     return float(value) if value else None
 
 
+def _architecture_refusal(path: Path, blob: dict, model_cfg: dict) -> str | None:
+    """Why the weights ``blob`` (read from ``path``) cannot start a model of ``model_cfg`` (a
+    dict), or None: the architecture keys that differ, and an explicit ``pool_norm`` other than
+    the pretrained one (``0`` takes it). The one wording of the refusal."""
+    saved_cfg = (blob.get("config") or {}).get("model", {})
+    diffs = [f"model.{k}: pretrained {saved_cfg[k]!r}, this run {model_cfg.get(k)!r}"
+             for k in ARCH_KEYS if k in saved_cfg and saved_cfg[k] != model_cfg.get(k)]
+    value = pretrained_pool_norm(blob)
+    own = model_cfg.get("pool_norm") or 0
+    if value is not None and model_cfg.get("pooling") == "norm" and own > 0 and abs(own - value) > 1e-9:
+        diffs.append(f"model.pool_norm: pretrained {value:g}, this run {own:g} (0 takes the pretrained value)")
+    if not diffs:
+        return None
+    return (f"train.init: {path} has another architecture ({'; '.join(diffs)}); use the pretrained model's "
+            f"settings, or train from scratch with --init {NO_INIT}")
+
+
+def init_refusal(source: str, model_cfg: dict) -> str | None:
+    """Why ``train.init`` = ``source`` cannot start a model of ``model_cfg`` (a dict), or None;
+    what :func:`load_init` would refuse, checked by the CLI before a run folder is claimed.
+
+    Raises:
+        ConfigError: ``source`` names no weights (:func:`resolve_init`).
+    """
+    path = resolve_init(source)
+    return _architecture_refusal(path, torch.load(path, map_location="cpu", weights_only=True), model_cfg)
+
+
 def init_resolved(source: str, model_cfg, resolved: dict) -> dict:
     """The values a fine-tuning run resolves (``resolved``, from its own data), with
     ``model.pool_norm`` taken from the pretrained weights ``source`` names: their layers were
@@ -88,14 +117,14 @@ def init_resolved(source: str, model_cfg, resolved: dict) -> dict:
     if model_cfg.pooling != "norm":
         return resolved
     path = resolve_init(source)
-    value = pretrained_pool_norm(torch.load(path, map_location="cpu", weights_only=True))
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    value = pretrained_pool_norm(blob)
     if value is None:
         return resolved
     if not model_cfg.pool_norm_unresolved:
-        if abs(model_cfg.pool_norm - value) > 1e-9:
-            raise ConfigError(f"train.init: {path} has another architecture (model.pool_norm: pretrained {value:g}, "
-                              f"this run {model_cfg.pool_norm:g}); pooling 'norm' divides the atom sum by it, and the "
-                              "copied layers were trained at the pretrained value: set it to that, or 0 to take it")
+        why = _architecture_refusal(path, blob, model_cfg.to_dict())
+        if why:
+            raise ConfigError(why)
         return resolved
     own = resolved.get("model.pool_norm")
     logging.getLogger("siggate.train").info(
@@ -117,12 +146,9 @@ def load_init(model: torch.nn.Module, source: str, model_cfg: dict) -> dict:
     """
     path = resolve_init(source)
     blob = torch.load(path, map_location="cpu", weights_only=True)
-    saved_cfg = (blob.get("config") or {}).get("model", {})
-    diffs = [f"model.{k}: pretrained {saved_cfg[k]!r}, this run {model_cfg.get(k)!r}"
-             for k in ARCH_KEYS if k in saved_cfg and saved_cfg[k] != model_cfg.get(k)]
-    if diffs:
-        raise ConfigError(f"train.init: {path} has another architecture ({'; '.join(diffs)}); "
-                          "use the pretrained model's settings or drop --init")
+    why = _architecture_refusal(path, blob, model_cfg)
+    if why:
+        raise ConfigError(why)
     saved, own = blob["model"], model.state_dict()
     last = _head_last(own)
     # the head's last layer is the new task's; mol_mean/mol_std scale the new data's features;

@@ -173,6 +173,7 @@ def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epoc
     """The training config of a pretraining run: ``base`` (default ``csv``) on the corpus CSV."""
     sets = ["data.name=csv", f"data.csv={corpus_csv}", "data.smiles_col=smiles", f"data.target_cols={','.join(targets)}",
             "data.task=regression", "data.split=column:split", f"train.epochs={epochs}", f"train.seed={seed}",
+            "train.init=''",  # pretraining starts fresh, whatever weights the base recipe names
             *([f"data.cache_dir={cache_dir}"] if cache_dir else []), *overrides]
     cfg = load_config(base or "csv", sets)
     if cfg.train.init:
