@@ -155,7 +155,7 @@ MEMBER_KIND_NAMES = {"gnn": "the gated graph transformer", "svr": "MinMax-kernel
 #: ``--init none``: train from scratch, also where a recipe names weights to start from (``train.init: ""``)
 NO_INIT = "none"
 DEFAULT_MEMBERS, DEFAULT_WEIGHTS = "gnn", "equal"
-RECIPE_MEMBERS = {"csv": (DEFAULT_MEMBERS, DEFAULT_WEIGHTS)}
+RECIPE_MEMBERS = {"csv": ("gnn,svr,rf", "val")}
 #: ``--weights``: equal weights, or non-negative weights summing to one fitted on the validation split
 MEMBER_WEIGHTS = ("equal", "val")
 #: ``train.eval_norm``: the BatchNorm statistics an evaluation uses: the running averages that
