@@ -241,6 +241,12 @@ def test_init_from_the_cli_refuses_another_architecture_before_the_folder_and_no
                                      "pretrained model's settings, or train from scratch with --init none"), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "other").exists()
 
+    r = train("nognn", "--init", "pretrained", "--members", "svr,rf")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "siggate train: error: --init starts a GNN from pretrained weights, and --members svr,rf holds no GNN: drop "
+        "--init, or add gnn to --members"], r.stderr
+    assert not (tmp_path / "nognn").exists()
+
     r = train("notweights", "--epochs", "1", "--init", str(csv))
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "d.csv is not a weights file siggate can read" in r.stderr and "or none" in r.stderr, r.stderr
