@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from siggate.config import ConfigError, load_config
 from siggate.data.corpus import benchmark_test_smiles, inchikey, moses_train_path, read_smiles
 from siggate.train import init_weights
-from siggate.train.pretrain import CLIP_Z, build_corpus, pretrain
+from siggate.train.pretrain import CLIP_Z, build_corpus, pretrain, pretrain_config
 
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,10 +241,36 @@ def test_init_from_the_cli_refuses_another_architecture_before_the_folder_and_no
                                      "pretrained model's settings, or train from scratch with --init none"), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "other").exists()
 
-    r = train("scratch", "--epochs", "1", "--set", "model.layers=2", "--set", "train.init=pretrained", "--init", "none")
+    r = train("nognn", "--init", "pretrained", "--members", "svr,rf")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "siggate train: error: --init starts a GNN from pretrained weights, and --members svr,rf holds no GNN: drop "
+        "--init, or add gnn to --members"], r.stderr
+    assert not (tmp_path / "nognn").exists()
+
+    r = train("notweights", "--epochs", "1", "--init", str(csv))
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "d.csv is not a weights file siggate can read" in r.stderr and "or none" in r.stderr, r.stderr
+    assert not (tmp_path / "notweights").exists()
+
+    r = train("scratch", "--epochs", "1", "--set", "model.layers=2", "--set", "train.init=pretrained", "--init", "NONE")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "init" not in json.loads((tmp_path / "scratch" / "metrics.json").read_text())
     assert "init: ''" in (tmp_path / "scratch" / "config.yaml").read_text()
+
+
+def test_init_none_is_from_scratch_wherever_it_is_given_and_pretraining_clears_a_recipes_init(tmp_path):
+    """``none`` means from scratch in ``--set``, a YAML and the estimator's overrides alike (the
+    config stores ``""``); a pretraining whose base recipe names weights starts fresh."""
+    assert load_config("csv", [*CSV, "train.init=none"]).train.init == ""
+    assert load_config("csv", [*CSV, "train.init=None"]).train.init == ""
+    assert load_config("csv", [*CSV, "train.init=pretrained"]).train.init == "pretrained"
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump({**load_config("csv", CSV).to_dict(), "train": {
+        **load_config("csv", CSV).train.to_dict(), "init": "pretrained"}}))
+    assert load_config(str(base), []).train.init == "pretrained"
+    assert pretrain_config(str(base), tmp_path / "corpus.csv", ["a", "b"], epochs=1, seed=0).train.init == ""
+    with pytest.raises(ConfigError, match=r"^train\.init: pretraining starts from a fresh model; drop --set train\.init$"):
+        pretrain_config(str(base), tmp_path / "corpus.csv", ["a"], epochs=1, seed=0, overrides=["train.init=pretrained"])
 
 
 def test_moses_corpus_is_read_from_the_wheel():

@@ -29,6 +29,7 @@ from .options import (
     GATE_POSITIONS,
     LOCAL_MODEL_NAMES,
     MOL_FEATURES,
+    NO_INIT,
     PERFORMER_KERNELS,
     POOLING,
     SELECTS,
@@ -159,6 +160,8 @@ class Config:
 
     def validate(self) -> "Config":
         _check(self)
+        if isinstance(self.train.init, str) and self.train.init.strip().lower() == NO_INIT:
+            self.train.init = ""  # from scratch: --init none, --set train.init=none or a YAML's init: none
         return self
 
 

@@ -13,7 +13,7 @@ import textwrap
 
 from .config import load_config, parse_override
 from .files import out_dir_problem
-from .options import DUPLICATES, NO_INIT
+from .options import DUPLICATES
 
 __all__ = ["CLIError", "WARMUP_START", "add_command", "add_config_args", "add_device_flag", "add_threads_flag",
            "check_device", "check_out_folder", "config_from_args", "examples_epilog", "set_keys"]
@@ -155,7 +155,7 @@ def config_from_args(args):
                        "benchmark protocol's schedule)")
     epochs = args.epochs if args.epochs is not None else args.budget
     if getattr(args, "init", None):
-        overrides.append("train.init=''" if args.init.lower() == NO_INIT else f"train.init={args.init}")
+        overrides.append(f"train.init={args.init}")  # 'none' (NO_INIT): from scratch, made "" by Config.validate
     if args.data_root:
         overrides.append(f"data.root={args.data_root}")
     if args.cache_dir:

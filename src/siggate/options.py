@@ -144,6 +144,9 @@ PREDICT_MAX_ATOMS = 1000
 #: ``data.duplicates`` (``--duplicates``): what a CSV's repeated molecules become: kept as
 #: separate rows, merged into one row with their mean label (regression), or the first row kept.
 DUPLICATES = ("keep", "average", "first")
+#: ``train.init`` (``--init``) for "from scratch", also where a recipe names weights to start from;
+#: the config stores it as ``""`` (:meth:`siggate.config.Config.validate`)
+NO_INIT = "none"
 #: ``siggate train --members``: the kinds of member a run can hold, with what each is, for the help
 #: (the kinds of :data:`siggate.train.members.MEMBER_KINDS`; a test keeps the two equal)
 MEMBER_KIND_NAMES = {"gnn": "the gated graph transformer", "svr": "MinMax-kernel SVR on five count fingerprints",
@@ -152,8 +155,6 @@ MEMBER_KIND_NAMES = {"gnn": "the gated graph transformer", "svr": "MinMax-kernel
 #: scikit-learn estimators' ``members=``/``weights=``) when none are named: by recipe (the config's
 #: name, :func:`recipe_members`), else the GNN alone. ``csv`` is ``siggate train --data``'s recipe
 #: and the estimators'.
-#: ``--init none``: train from scratch, also where a recipe names weights to start from (``train.init: ""``)
-NO_INIT = "none"
 DEFAULT_MEMBERS, DEFAULT_WEIGHTS = "gnn", "equal"
 RECIPE_MEMBERS = {"csv": ("gnn,svr,rf", "val")}
 #: ``--weights``: equal weights, or non-negative weights summing to one fitted on the validation split

@@ -22,7 +22,7 @@ from ..config import ConfigError
 from ..files import file_digest
 from ..options import NO_INIT
 
-__all__ = ["SHIPPED", "resolve_init", "init_refusal", "load_init", "init_resolved", "pretrained_pool_norm", "ARCH_KEYS"]
+__all__ = ["SHIPPED", "resolve_init", "read_init", "init_refusal", "load_init", "init_resolved", "pretrained_pool_norm", "ARCH_KEYS"]
 
 #: the folder of the weights shipped in the package
 SHIPPED = Path(__file__).resolve().parents[1] / "pretrained"
@@ -47,7 +47,8 @@ def resolve_init(source: str) -> Path:
                 return path / name
         raise ConfigError(f"train.init: {path} holds no pretrained.pt, best.pt or last.pt; name the weights file")
     if not path.is_file():
-        raise ConfigError(f"train.init: {path} does not exist; give 'pretrained', a pretrained.pt or a checkpoint")
+        raise ConfigError(f"train.init: {path} does not exist; give 'pretrained', a pretrained.pt, a checkpoint "
+                          f"or {NO_INIT} (from scratch)")
     return path
 
 
@@ -91,15 +92,34 @@ def _architecture_refusal(path: Path, blob: dict, model_cfg: dict) -> str | None
             f"settings, or train from scratch with --init {NO_INIT}")
 
 
+def read_init(source: str) -> tuple[Path, dict]:
+    """The path ``train.init`` = ``source`` names and the weights read from it
+    (``weights_only``).
+
+    Raises:
+        ConfigError: ``source`` names no weights (:func:`resolve_init`), or the file is not a
+            weights file torch can read without pickled code.
+    """
+    path = resolve_init(source)
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's wrong path
+        raise ConfigError(f"train.init: {path} is not a weights file siggate can read ({type(exc).__name__}); "
+                          f"give 'pretrained', a pretrained.pt, a checkpoint or {NO_INIT}") from None
+    if not isinstance(blob, dict) or not isinstance(blob.get("model"), dict):
+        raise ConfigError(f"train.init: {path} holds no model weights; give 'pretrained', a pretrained.pt, a "
+                          f"checkpoint or {NO_INIT}")
+    return path, blob
+
+
 def init_refusal(source: str, model_cfg: dict) -> str | None:
     """Why ``train.init`` = ``source`` cannot start a model of ``model_cfg`` (a dict), or None;
     what :func:`load_init` would refuse, checked by the CLI before a run folder is claimed.
 
     Raises:
-        ConfigError: ``source`` names no weights (:func:`resolve_init`).
+        ConfigError: ``source`` names no readable weights (:func:`read_init`).
     """
-    path = resolve_init(source)
-    return _architecture_refusal(path, torch.load(path, map_location="cpu", weights_only=True), model_cfg)
+    return _architecture_refusal(*read_init(source), model_cfg)
 
 
 def init_resolved(source: str, model_cfg, resolved: dict) -> dict:
@@ -116,8 +136,7 @@ def init_resolved(source: str, model_cfg, resolved: dict) -> dict:
 
     if model_cfg.pooling != "norm":
         return resolved
-    path = resolve_init(source)
-    blob = torch.load(path, map_location="cpu", weights_only=True)
+    path, blob = read_init(source)
     value = pretrained_pool_norm(blob)
     if value is None:
         return resolved
@@ -144,8 +163,7 @@ def load_init(model: torch.nn.Module, source: str, model_cfg: dict) -> dict:
     Raises:
         ConfigError: the weights' backbone differs (the differing keys are named).
     """
-    path = resolve_init(source)
-    blob = torch.load(path, map_location="cpu", weights_only=True)
+    path, blob = read_init(source)
     why = _architecture_refusal(path, blob, model_cfg)
     if why:
         raise ConfigError(why)

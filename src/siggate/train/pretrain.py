@@ -177,7 +177,7 @@ def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epoc
             *([f"data.cache_dir={cache_dir}"] if cache_dir else []), *overrides]
     cfg = load_config(base or "csv", sets)
     if cfg.train.init:
-        raise ConfigError("train.init: pretraining starts from a fresh model; drop --init")
+        raise ConfigError("train.init: pretraining starts from a fresh model; drop --set train.init")
     if "rdkit2d" in parse_mol_features(cfg.model.mol_features):
         raise ConfigError(f"model.mol_features: {cfg.model.mol_features!r} gives the model the rdkit2d descriptors "
                           "as inputs, and pretraining regresses those same descriptors: it would learn to copy its "
