@@ -14,9 +14,11 @@ import zipfile
 
 import pytest
 
+from recipe_flags import GNN_SCRATCH
 from test_predict import nci_smiles, one_thread, read_output, run_cli, shared_checkpoint
 
-_TINY = ["--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.pe=none", "--set", "model.heads=2",
+# the GNN alone from scratch: a tiny architecture, one run's folder
+_TINY = [*GNN_SCRATCH, "--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.pe=none", "--set", "model.heads=2",
          "--set", "model.head_layers=2", "--set", "train.warmup_epochs=0", "--set", "train.batch_size=16",
          "--no-progress"]
 
