@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from recipe_flags import GNN_SCRATCH
 from test_predict import (
     nci_smiles,
     one_thread,
@@ -454,7 +455,8 @@ def _write_train_csv(path: Path, n: int = 60, huge: float | None = None) -> None
             w.writerow([s, repr(huge) if (huge is not None and i == 0) else y, split])
 
 
-_TRAIN_ARGS = ["--target-col", "y", "--split", "column:split", "--set", "model.layers=1", "--set", "model.dim=16",
+# the GNN alone from scratch: a tiny architecture whose loop (NaN, faults, epochs) the tests watch
+_TRAIN_ARGS = [*GNN_SCRATCH, "--target-col", "y", "--split", "column:split", "--set", "model.layers=1", "--set", "model.dim=16",
                "--set", "model.heads=2", "--set", "model.pe_dim=4", "--set", "model.pe_steps=4",
                "--set", "model.head_layers=2", "--set", "train.warmup_epochs=0", "--set", "train.batch_size=16",
                "--set", "train.normalize_targets=false", "--set", "train.loss=mse", "--no-progress"]
