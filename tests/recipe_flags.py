@@ -9,8 +9,9 @@ explicitly with these, defined once here.
 
 from __future__ import annotations
 
-#: CLI flags: the GNN alone (one run's folder: best.pt, metrics.json), from random weights.
-GNN_SCRATCH = ["--members", "gnn", "--init", "none"]
+#: CLI flags: the GNN alone (one run's folder: best.pt, metrics.json), from random weights; with
+#: ``--ensemble N`` its seeds averaged with equal weights (the recipe's weights are fitted on val).
+GNN_SCRATCH = ["--members", "gnn", "--weights", "equal", "--init", "none"]
 #: ``load_config``/``--set`` override: from random weights (any architecture is allowed).
 SCRATCH_SET = "train.init=none"
 #: The estimators' keyword arguments for the same run (add ``SCRATCH_SET`` to ``overrides``).

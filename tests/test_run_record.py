@@ -16,9 +16,11 @@ import torch
 from rdkit import Chem
 from rdkit.Chem import rdFingerprintGenerator
 
+from recipe_flags import GNN_SCRATCH
 from test_predict import nci_smiles, read_output, run_cli
 
-TINY = ["--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.heads=2", "--set", "model.pe_dim=4",
+# a seed ensemble of the GNN alone from scratch (tiny architecture), not the fine-tuned csv recipe
+TINY = [*GNN_SCRATCH, "--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.heads=2", "--set", "model.pe_dim=4",
         "--set", "model.pe_steps=4", "--set", "model.head_layers=2", "--set", "train.warmup_epochs=0",
         "--set", "train.batch_size=16", "--no-progress"]
 N_TRAIN, N_VAL, N_TEST = 80, 24, 24
