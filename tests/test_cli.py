@@ -134,7 +134,8 @@ def test_all_builtin_configs_load():
 
 
 def test_data_without_config_takes_the_csv_recipe(tmp_path):
-    """``--data`` alone trains configs/csv.yaml's recipe (no attention, 150 epochs); an explicit
+    """``--data`` alone trains configs/csv.yaml's recipe (no attention, 60 epochs, the GNN fine-tuned
+    from the shipped weights); an explicit
     ``--config`` wins; the csv recipe without a file says what is missing."""
     import argparse
 
@@ -146,10 +147,11 @@ def test_data_without_config_takes_the_csv_recipe(tmp_path):
     data = ["--data", str(tmp_path / "my.csv"), "--target-col", "y"]
     cfg = config_from_args(parser.parse_args(data))
     csv_recipe = load_config("csv", [f"data.csv={tmp_path / 'my.csv'}", "data.target_cols=[y]"])
-    assert (cfg.model.attn, cfg.train.epochs, cfg.data.name, cfg.data.target_cols) == (False, 150, "csv", ["y"])
+    assert (cfg.model.attn, cfg.train.epochs, cfg.train.init, cfg.data.name, cfg.data.target_cols) == (
+        False, 60, "pretrained", "csv", ["y"])
     assert cfg.model.to_dict() == csv_recipe.model.to_dict() and cfg.train.to_dict() == csv_recipe.train.to_dict()
     nci = config_from_args(parser.parse_args(["--config", "nci5k", *data]))
-    assert (nci.model.attn, nci.train.epochs, nci.data.name) == (True, 60, "csv")
+    assert (nci.model.attn, nci.train.epochs, nci.train.init, nci.data.name) == (True, 60, "", "csv")
     assert config_from_args(parser.parse_args([])).data.name == "nci5k"  # no --data: the nci5k default
     with pytest.raises(ConfigError, match="data.csv: a CSV path is required"):
         load_config("csv")
