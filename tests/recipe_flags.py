@@ -15,4 +15,4 @@ GNN_SCRATCH = ["--members", "gnn", "--weights", "equal", "--init", "none"]
 #: ``load_config``/``--set`` override: from random weights (any architecture is allowed).
 SCRATCH_SET = "train.init=none"
 #: The estimators' keyword arguments for the same run (add ``SCRATCH_SET`` to ``overrides``).
-ESTIMATOR_GNN_MEMBERS = "gnn"
+ESTIMATOR_GNN = {"members": "gnn", "weights": "equal"}

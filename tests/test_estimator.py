@@ -16,10 +16,12 @@ import pytest
 import yaml
 from rdkit import Chem
 
+from recipe_flags import ESTIMATOR_GNN, SCRATCH_SET
 from test_predict import nci_smiles, one_thread, read_output, run_cli
 
+# the GNN alone from scratch (with ESTIMATOR_GNN): a tiny architecture the fine-tuned recipe refuses
 TINY = ("model.layers=1", "model.dim=16", "model.heads=2", "model.pe_steps=4", "model.pe_dim=4",
-        "model.head_layers=2", "train.warmup_epochs=0", "train.batch_size=16")
+        "model.head_layers=2", "train.warmup_epochs=0", "train.batch_size=16", SCRATCH_SET)
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
@@ -86,7 +88,7 @@ def test_cross_val_score_with_three_folds_trains_through_train_members(molecules
     monkeypatch.setattr(ensemble, "train_members", spy)
     folds = KFold(3, shuffle=True, random_state=0)
     with one_thread():
-        scores = cross_val_score(siggate.SigGateRegressor(epochs=2, overrides=TINY), smiles, y, cv=folds)
+        scores = cross_val_score(siggate.SigGateRegressor(epochs=2, overrides=TINY, **ESTIMATOR_GNN), smiles, y, cv=folds)
     assert scores.shape == (3,) and np.all(np.isfinite(scores))
     assert len(calls) == 3
     for seen, (train_idx, test_idx) in zip(calls, folds.split(smiles)):
@@ -100,7 +102,7 @@ def test_grid_search_picks_among_parameters(molecules):
     import siggate
 
     smiles, y = molecules
-    search = GridSearchCV(siggate.SigGateRegressor(epochs=1, overrides=TINY), {"epochs": [1, 2]}, cv=2,
+    search = GridSearchCV(siggate.SigGateRegressor(epochs=1, overrides=TINY, **ESTIMATOR_GNN), {"epochs": [1, 2]}, cv=2,
                           scoring="neg_mean_absolute_error")
     with one_thread():
         search.fit(smiles[:40], y[:40])
@@ -116,7 +118,7 @@ def test_a_kept_run_is_a_cli_run_and_predicts_the_same(molecules, tmp_path, caps
 
     smiles, y = molecules
     two = np.stack([y, np.where(np.arange(len(y)) % 4 == 0, np.nan, y * 2)], axis=1)
-    est = siggate.SigGateRegressor(epochs=2, overrides=TINY, ensemble=2, out_dir=str(tmp_path / "run"))
+    est = siggate.SigGateRegressor(epochs=2, overrides=TINY, ensemble=2, **ESTIMATOR_GNN, out_dir=str(tmp_path / "run"))
     with one_thread():
         est.fit(smiles[:50], two[:50])
         mean, std = est.predict(smiles[50:], return_std=True)
@@ -148,7 +150,7 @@ def test_the_classifier_takes_any_two_labels_and_its_run_offers_prediction_sets(
 
     smiles, y = molecules
     labels = np.where(y > np.median(y), "large", "small")
-    clf = siggate.SigGateClassifier(epochs=2, overrides=TINY, out_dir=str(tmp_path / "clf"))
+    clf = siggate.SigGateClassifier(epochs=2, overrides=TINY, **ESTIMATOR_GNN, out_dir=str(tmp_path / "clf"))
     assert is_classifier(clf)
     with one_thread():
         clf.fit(smiles[:50], labels[:50])
