@@ -9,9 +9,13 @@ explicitly with these, defined once here.
 
 from __future__ import annotations
 
+#: CLI flags: members averaged with equal weights (the csv recipe fits them on validation).
+EQUAL_WEIGHTS = ["--weights", "equal"]
+#: CLI flags: the GNN from random weights (the csv recipe fine-tunes the shipped ones).
+SCRATCH = ["--init", "none"]
 #: CLI flags: the GNN alone (one run's folder: best.pt, metrics.json), from random weights; with
 #: ``--ensemble N`` its seeds averaged with equal weights (the recipe's weights are fitted on val).
-GNN_SCRATCH = ["--members", "gnn", "--weights", "equal", "--init", "none"]
+GNN_SCRATCH = ["--members", "gnn", *EQUAL_WEIGHTS, *SCRATCH]
 #: ``load_config``/``--set`` override: from random weights (any architecture is allowed).
 SCRATCH_SET = "train.init=none"
 #: The estimators' keyword arguments for the same run (add ``SCRATCH_SET`` to ``overrides``).

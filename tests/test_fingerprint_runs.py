@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
+from recipe_flags import EQUAL_WEIGHTS, GNN_SCRATCH, SCRATCH
 from siggate.data.chem import smiles_to_graph
 from siggate.data.fingerprints import minmax_kernel, morgan_counts
 from siggate.predictors.forest import RandomForest
@@ -66,7 +67,7 @@ def _member_rows(stdout: str) -> dict:
 
 def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv, tmp_path, capsys, monkeypatch):
     run, cache = tmp_path / "run", tmp_path / "cache"
-    rc, stdout, err = _train(capsys, nitrogen_csv, run, "--members", "svr,rf", cache=cache)
+    rc, stdout, err = _train(capsys, nitrogen_csv, run, "--members", "svr,rf", *EQUAL_WEIGHTS, cache=cache)
     assert rc == 0, err
     res = json.loads((run / "metrics.json").read_text())
     assert [(m["name"], m["kind"], m["seed"]) for m in res["members"]] == [("member0", "svr", 0), ("member1", "rf", 0)]
@@ -99,7 +100,7 @@ def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv
 
     # the same command again: refused, nothing touched; --resume: the members are reused, not refitted
     stamps = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
-    rc, _, err = _train(capsys, nitrogen_csv, run, "--members", "svr,rf", cache=cache)
+    rc, _, err = _train(capsys, nitrogen_csv, run, "--members", "svr,rf", *EQUAL_WEIGHTS, cache=cache)
     assert rc == 2 and "holds a run (metrics.json, members.yaml)" in _one_line(err)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
 
@@ -108,12 +109,12 @@ def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv
 
     monkeypatch.setattr(KernelSVR, "fit", refit)
     monkeypatch.setattr(RandomForest, "fit", refit)
-    rc, stdout2, err = _train(capsys, nitrogen_csv, run, "--members", "svr,rf", "--resume", cache=cache)
+    rc, stdout2, err = _train(capsys, nitrogen_csv, run, "--members", "svr,rf", *EQUAL_WEIGHTS, "--resume", cache=cache)
     assert rc == 0, err
     assert json.loads((run / "metrics.json").read_text()) == res and _member_rows(stdout2) == table
     for p in (run / "member0" / "arrays.pt", run / "member1" / "arrays.pt"):
         assert p.stat().st_mtime_ns == stamps[p]
-    rc, _, err = _train(capsys, nitrogen_csv, run, "--members", "svr", "--resume", cache=cache)
+    rc, _, err = _train(capsys, nitrogen_csv, run, "--members", "svr", *EQUAL_WEIGHTS, "--resume", cache=cache)
     assert rc == 2 and "was trained with --members svr,rf, not --members svr;" in _one_line(err)
     rc, stdout3, err = _train(capsys, nitrogen_csv, run, "--resume", cache=cache)  # no flags: the run's own members
     assert rc == 0, err
@@ -214,9 +215,11 @@ def test_gnn_svr_and_rf_in_one_run(nitrogen_csv, tmp_path, capsys):
     scored on the terminal and in metrics.json; the combination predicts their mean; --resume
     reuses all four."""
     run = tmp_path / "run"
-    tiny = [a for a in _TRAIN_ARGS if a not in ("--target-col", "y", "--split", "column:split", "--no-progress")]
+    assert _TRAIN_ARGS[:len(GNN_SCRATCH)] == GNN_SCRATCH  # the tiny GNN's flags without --members gnn
+    tiny = [a for a in _TRAIN_ARGS[len(GNN_SCRATCH):]
+            if a not in ("--target-col", "y", "--split", "column:split", "--no-progress")]
     rc, stdout, err = _train(capsys, nitrogen_csv, run, "--members", "gnn,svr,rf", "--ensemble", "2", "--epochs", "1",
-                             *tiny, cache=tmp_path / "cache")
+                             *EQUAL_WEIGHTS, *SCRATCH, *tiny, cache=tmp_path / "cache")
     assert rc == 0, err
     res = json.loads((run / "metrics.json").read_text())
     assert [(m["kind"], m["seed"]) for m in res["members"]] == [("gnn", 0), ("gnn", 1), ("svr", 0), ("rf", 0)]
@@ -238,7 +241,7 @@ def test_gnn_svr_and_rf_in_one_run(nitrogen_csv, tmp_path, capsys):
     stamps = {p: p.stat().st_mtime_ns for p in (run / "member0" / "best.pt", run / "member1" / "last.pt",
                                                  run / "member2" / "arrays.pt", run / "member3" / "arrays.pt")}
     rc, _, err = run_cli(["train", "--resume", str(run), "--members", "gnn,svr,rf", "--ensemble", "2",
-                          "--no-progress"], capsys)
+                          *EQUAL_WEIGHTS, "--no-progress"], capsys)
     assert rc == 0, err
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert json.loads((run / "metrics.json").read_text())["test"] == pytest.approx(res["test"], rel=1e-6)
