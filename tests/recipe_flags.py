@@ -13,9 +13,11 @@ from __future__ import annotations
 EQUAL_WEIGHTS = ["--weights", "equal"]
 #: CLI flags: the GNN from random weights (the csv recipe fine-tunes the shipped ones).
 SCRATCH = ["--init", "none"]
-#: CLI flags: the GNN alone (one run's folder: best.pt, metrics.json), from random weights; with
-#: ``--ensemble N`` its seeds averaged with equal weights (the recipe's weights are fitted on val).
-GNN_SCRATCH = ["--members", "gnn", *EQUAL_WEIGHTS, *SCRATCH]
+#: CLI flags: the GNN alone (one run's folder: best.pt, metrics.json), started as ``train.init`` says
+#: (GNN_ALONE) or from random weights (GNN_SCRATCH); with ``--ensemble N`` its seeds are averaged
+#: with equal weights (the recipe's weights are fitted on val).
+GNN_ALONE = ["--members", "gnn", *EQUAL_WEIGHTS]
+GNN_SCRATCH = [*GNN_ALONE, *SCRATCH]
 #: ``load_config``/``--set`` override: from random weights (any architecture is allowed).
 SCRATCH_SET = "train.init=none"
 #: The estimators' keyword arguments for the same run (add ``SCRATCH_SET`` to ``overrides``).

@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 
+from recipe_flags import GNN_ALONE
 from siggate.config import ConfigError, load_config
 from siggate.data.corpus import benchmark_test_smiles, inchikey, moses_train_path, read_smiles
 from siggate.train import init_weights
@@ -230,7 +231,7 @@ def test_init_from_the_cli_refuses_another_architecture_before_the_folder_and_no
                                "--split", "random", "--out", str(tmp_path / out), "--no-progress", *flags],
                               capture_output=True, text=True, cwd=tmp_path)
 
-    r = train("run", "--epochs", "2", "--init", "pretrained")
+    r = train("run", *GNN_ALONE, "--epochs", "2", "--init", "pretrained")
     assert r.returncode == 0, r.stderr[-2000:]
     init = json.loads((tmp_path / "run" / "metrics.json").read_text())["init"]
     assert init["source"] == "pretrained" and init["copied"] > 50
@@ -252,7 +253,7 @@ def test_init_from_the_cli_refuses_another_architecture_before_the_folder_and_no
     assert "d.csv is not a weights file siggate can read" in r.stderr and "or none" in r.stderr, r.stderr
     assert not (tmp_path / "notweights").exists()
 
-    r = train("scratch", "--epochs", "1", "--set", "model.layers=2", "--set", "train.init=pretrained", "--init", "NONE")
+    r = train("scratch", *GNN_ALONE, "--epochs", "1", "--set", "model.layers=2", "--set", "train.init=pretrained", "--init", "NONE")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "init" not in json.loads((tmp_path / "scratch" / "metrics.json").read_text())
     assert "init: ''" in (tmp_path / "scratch" / "config.yaml").read_text()
