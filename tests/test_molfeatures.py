@@ -13,6 +13,7 @@ import torch
 from rdkit import Chem
 from rdkit.Chem import Descriptors, rdFingerprintGenerator
 
+from recipe_flags import GNN_SCRATCH
 from siggate.data import molfeatures as mf
 from siggate.options import MOL_FEATURE_DIMS, MOL_FEATURES, mol_features_dim
 
@@ -219,7 +220,7 @@ def test_csv_round_trip_train_checkpoint_predict(tmp_path, capsys):
     tiny = ["model.layers=1", "model.dim=16", "model.heads=2", "model.pe=none", "train.batch_size=16",
             "train.warmup_epochs=0", "model.mol_features=rdkit2d"]
     rc, _, err = run_cli(["train", "--data", str(src), "--target-col", "y", "--epochs", "2", "--out", str(out),
-                          "--no-progress", "--cache-dir", str(tmp_path / "cache"),
+                          "--no-progress", "--cache-dir", str(tmp_path / "cache"), *GNN_SCRATCH,
                           *[a for s in tiny for a in ("--set", s)]], capsys)
     assert rc == 0, err
     ckpt = torch.load(out / "best.pt", weights_only=True)
