@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from recipe_flags import GNN_ALONE
 from test_bad_inputs import _TRAIN_ARGS, _rows
 from test_predict import run_cli
 
@@ -228,7 +229,9 @@ def test_interrupt_prints_the_command_that_resumes(tmp_path, capsys, data, monke
     monkeypatch.setattr(pipeline, "fit", interrupted)  # Ctrl-C after config.yaml, before the first epoch ends
     rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out))
     assert rc == 130
-    assert _one_line(err).strip() == f"siggate train: interrupted; resume with: siggate train --resume '{out}'"
+    # the flags that chose the members come back with the command (_TRAIN_ARGS names the GNN alone)
+    assert _one_line(err).strip() == ("siggate train: interrupted; resume with: siggate train --resume "
+                                      f"'{out}' {' '.join(GNN_ALONE)}")
     monkeypatch.undo()
     argv = shlex.split(err.split("resume with: ")[1])
     rc, _, err = run_cli(argv[1:] + ["--no-progress"], capsys)  # the printed command, as it is
