@@ -15,10 +15,10 @@ EQUAL_WEIGHTS = ["--weights", "equal"]
 SCRATCH = ["--init", "none"]
 #: CLI flags: the GNN alone (one run's folder: best.pt, metrics.json), started as ``train.init`` says
 #: (GNN_ALONE) or from random weights (GNN_SCRATCH); with ``--ensemble N`` its seeds are averaged
-#: with equal weights (the recipe's weights are fitted on val).
-GNN_ALONE = ["--members", "gnn", *EQUAL_WEIGHTS]
+#: with equal weights (members of one kind are, whatever the recipe's weights).
+GNN_ALONE = ["--members", "gnn"]
 GNN_SCRATCH = [*GNN_ALONE, *SCRATCH]
 #: ``load_config``/``--set`` override: from random weights (any architecture is allowed).
 SCRATCH_SET = "train.init=none"
 #: The estimators' keyword arguments for the same run (add ``SCRATCH_SET`` to ``overrides``).
-ESTIMATOR_GNN = {"members": "gnn", "weights": "equal"}
+ESTIMATOR_GNN = {"members": "gnn"}

@@ -116,6 +116,9 @@ def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv
         assert p.stat().st_mtime_ns == stamps[p]
     rc, _, err = _train(capsys, nitrogen_csv, run, "--members", "svr", *EQUAL_WEIGHTS, "--resume", cache=cache)
     assert rc == 2 and "was trained with --members svr,rf, not --members svr;" in _one_line(err)
+    rc, stdout4, err = _train(capsys, nitrogen_csv, run, "--members", "svr,rf", "--resume", cache=cache)
+    assert rc == 0, err  # --members alone: the run's recorded weights (equal), not the recipe's
+    assert _member_rows(stdout4) == table
     rc, stdout3, err = _train(capsys, nitrogen_csv, run, "--resume", cache=cache)  # no flags: the run's own members
     assert rc == 0, err
     assert json.loads((run / "metrics.json").read_text()) == res and _member_rows(stdout3) == table
@@ -268,7 +271,8 @@ def test_what_the_fingerprint_members_refuse(tmp_path, capsys, argv, message):
 
 def test_data_runs_take_the_csv_recipe_s_members_and_weights(nitrogen_csv, tmp_path, capsys, monkeypatch):
     """``siggate train --data`` without --members/--weights holds the members and weights the csv
-    recipe names (``options.RECIPE_MEMBERS``); --members and --weights given win; another config
+    recipe names (``options.RECIPE_MEMBERS``); --members and --weights given win, --members alone
+    keeps the recipe's weights for several kinds and averages one kind equally; another config
     keeps the GNN alone."""
     from siggate import options
 
@@ -279,12 +283,14 @@ def test_data_runs_take_the_csv_recipe_s_members_and_weights(nitrogen_csv, tmp_p
     rec = yaml.safe_load((run / "members.yaml").read_text())["_meta"]["members"]
     assert rec["kinds"] == ["svr", "rf"] and rec["weights"] == "val"
     assert [row[0] for row in _member_rows(stdout).values()] == ["svr", "rf", "val"]
-    rc, _, err = _train(capsys, nitrogen_csv, tmp_path / "e", "--members", "svr", "--weights", "equal",
-                        cache=tmp_path / "c")
+    rc, _, err = _train(capsys, nitrogen_csv, tmp_path / "e", "--members", "svr", cache=tmp_path / "c")
     assert rc == 0, err
     rec = yaml.safe_load((tmp_path / "e" / "members.yaml").read_text())["_meta"]["members"]
     assert rec["kinds"] == ["svr"] and rec["weights"] == "equal"
     assert options.recipe_members("nci5k") == options.recipe_members(None) == ("gnn", "equal")
+    assert options.recipe_members("csv", "rf,svr") == ("rf,svr", "val")
+    assert options.recipe_members("csv", ["gnn"]) == (["gnn"], "equal")
+    assert options.recipe_members("nci5k", "gnn,svr") == ("gnn,svr", "equal")
 
 
 def test_the_member_kinds_the_help_names_are_the_registered_ones():

@@ -207,23 +207,25 @@ def _resume_dir(args) -> Path | None:
 def _member_choice(args, resume: Path | None) -> tuple[list[str], str]:
     """The run's member kinds (checked against ``--ensemble``) and weights: ``--members`` and
     ``--weights`` where given, else the recipe's (:func:`~siggate.options.recipe_members`). A
-    ``--resume`` given neither takes the run's own: a run of several members its members, weights
-    and ``--ensemble``, any other folder the GNN alone (whatever the recipe's default)."""
+    ``--resume`` of a run of several members takes what it recorded for whichever of members,
+    weights and ``--ensemble`` are not given; a ``--resume`` of any other folder without
+    ``--members`` the GNN alone (whatever the recipe's default)."""
     from .config_args import recipe_name
     from .train import rundir
     from .train.members import GNN, MemberError, check_copies, parse_kinds
 
     saved = rundir.saved_members(resume) if resume is not None and rundir.is_members_folder(resume) else None
     try:
-        if saved and args.members is None and args.weights is None:
-            kinds, weights = parse_kinds(saved.get("kinds") or ["gnn"]), saved.get("weights", DEFAULT_WEIGHTS)
+        if saved:
+            kinds = parse_kinds(args.members or saved.get("kinds") or ["gnn"])
+            weights = args.weights or saved.get("weights", DEFAULT_WEIGHTS)
             if args.ensemble is None and GNN in kinds and int(saved.get("ensemble", 1)) != 1:
                 args.ensemble = int(saved["ensemble"])
         elif resume is not None and args.members is None and not rundir.is_members_folder(resume):
             kinds, weights = [GNN], args.weights or DEFAULT_WEIGHTS
         else:
-            members, weights = recipe_members(recipe_name(args))
-            kinds, weights = parse_kinds(args.members or members), args.weights or weights
+            members, weights = recipe_members(recipe_name(args), args.members)
+            kinds, weights = parse_kinds(members), args.weights or weights
         check_copies(kinds, 1 if args.ensemble is None else args.ensemble)
         return kinds, weights
     except MemberError as exc:
@@ -643,7 +645,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", choices=MEMBER_WEIGHTS, default=None,
                    help="how several members are combined: equal weights, or weights fitted on the validation "
                         f"split (non-negative, summing to one per target) (default: {DEFAULT_WEIGHTS}; with --data "
-                        f"{RECIPE_MEMBERS['csv'][1]}; a --resume of several members: the run's)")
+                        f"{RECIPE_MEMBERS['csv'][1]} for members of several kinds, equal for copies of one; a --resume of "
+                        "several members: the run's)")
     p.add_argument("--on-nan", choices=["stop", "skip"], default=None, help="on a non-finite loss: stop (default) or skip the batch")
     p.add_argument("--ddp", action="store_true", help="distributed data parallel (under torchrun)")
     add_progress_flag(p)

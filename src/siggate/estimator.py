@@ -59,12 +59,13 @@ class _SigGateEstimator(BaseEstimator):
     """What both estimators share (see the module docstring).
 
     Args:
-        epochs: training epochs (``None``: the config's, 150 for the ``csv`` recipe).
+        epochs: training epochs (``None``: the config's, 60 for the ``csv`` recipe).
         members: the kinds of model combined (``--members``): ``"gnn"``, ``"svr"``, ``"rf"`` or several,
             e.g. ``"gnn,svr,rf"`` (``None``: the recipe's, as ``siggate train --data`` without
             ``--members``: :func:`~siggate.options.recipe_members` of ``config``, ``csv`` by default).
         weights: how several members combine (``--weights``): ``"equal"`` or ``"val"`` (fitted on the
-            held-out rows); ``None``: the recipe's.
+            held-out rows); ``None``: the recipe's for members of several kinds, ``"equal"`` for
+            copies of one (:func:`~siggate.options.recipe_members`).
         ensemble: GNN members with seeds ``seed..seed+ensemble-1`` (``--ensemble``).
         config: a config name or file (``None``: ``csv``, the ``--data`` recipe).
         overrides: ``"section.key=value"`` strings (``--set``), e.g. ``("model.layers=2",)``.
@@ -153,8 +154,8 @@ class _SigGateEstimator(BaseEstimator):
         for item in [*(self.overrides or ()), *([f"train.threads={int(self.threads)}"] if self.threads else [])]:
             argv += ["--set", str(item)]
         cfg = config_from_args(build_parser().parse_args(argv))
-        members, weights = recipe_members(str(self.config) if self.config else "csv")
-        kinds, weights = parse_kinds(self.members or members), self.weights or weights
+        members, weights = recipe_members(str(self.config) if self.config else "csv", self.members or None)
+        kinds, weights = parse_kinds(members), self.weights or weights
         if weights not in MEMBER_WEIGHTS:
             raise ValueError(f"weights={self.weights!r}: choose from {', '.join(map(repr, MEMBER_WEIGHTS))}")
         ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,

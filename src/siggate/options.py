@@ -8,6 +8,7 @@ This module imports nothing from ``siggate``: every package may use it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -170,10 +171,17 @@ EVAL_NORMS = ("running", "train")
 SELECTS = ("auto", "best", "last")
 
 
-def recipe_members(recipe: str | None) -> tuple[str, str]:
-    """``(members, weights)`` a run of the config ``recipe`` holds when ``--members``/``--weights``
-    are not given (:data:`RECIPE_MEMBERS`, else the GNN alone with equal weights)."""
-    return RECIPE_MEMBERS.get(recipe or "", (DEFAULT_MEMBERS, DEFAULT_WEIGHTS))
+def recipe_members(recipe: str | None, members: str | Sequence[str] | None = None) -> tuple[str | Sequence[str], str]:
+    """``(members, weights)`` a run of the config ``recipe`` holds when ``--weights`` is not given:
+    the recipe's (:data:`RECIPE_MEMBERS`, else the GNN alone with equal weights) when ``members``
+    (``--members``) is not given either. Given ``members`` keep the recipe's weights only when
+    they combine kinds: copies of one kind (``--members gnn --ensemble 2``) average equally, as
+    ``--ensemble`` always did, so a recipe's validation weights never pick among seeds."""
+    own_members, weights = RECIPE_MEMBERS.get(recipe or "", (DEFAULT_MEMBERS, DEFAULT_WEIGHTS))
+    if members is None:
+        return own_members, weights
+    kinds = {str(k).strip() for k in (members.split(",") if isinstance(members, str) else members) if str(k).strip()}
+    return members, weights if len(kinds) > 1 else DEFAULT_WEIGHTS
 
 
 def resolve_select(select: str, weighs_on_val: bool) -> str:

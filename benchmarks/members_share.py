@@ -1,0 +1,165 @@
+"""What each member of a combined recipe adds, read from the run folders that the MoleculeACE and
+peer harnesses left behind (each row's ``--out``): per run, each member's test metric alone, the
+combination's, and the weight the validation split gave the member.
+
+    python benchmarks/members_share.py --recipe cand-ens60 --readme README.md
+
+Prints a markdown table and writes ``benchmarks/results/members/<recipe>.json``:
+
+* MoleculeACE: per member kind, the mean over the public targets of the target's mean over seeds
+  of the member's test RMSE, and of its weight; the combination's RMSE the same way. Only targets
+  with the seeds that every counted target has are used (the seeds and the count are printed).
+* Peers: per task, the same with the task's metric (MAE, or ROC-AUC for molhiv4k), over seeds.
+
+The harnesses' own rows stay the record of the combination's scores (``run.py --report``); this
+adds the split into members, which they do not keep. A run folder that is gone is counted as
+missing and named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = {"moleculeace": ROOT / "benchmarks/moleculeace/results/results.json",
+           "peers": ROOT / "benchmarks/peers/results/recipe.json"}
+
+
+def run_folder(command: str) -> Path:
+    """The ``--out`` folder of a harness row's ``siggate train`` command."""
+    args = shlex.split(command)
+    return Path(os.path.expanduser(args[args.index("--out") + 1]))
+
+
+def member_scores(folder: Path, metric: str) -> dict | None:
+    """``{"combination": value, kind: (value, weight), ...}`` of a run folder's ``metrics.json``
+    (``metric``: ``rmse`` reads the test RMSE, ``task`` the task's own metric); None when the
+    folder or its record is missing."""
+    path = folder / "metrics.json"
+    if not path.is_file():
+        return None
+    m = json.loads(path.read_text())
+    if "members" not in m:
+        return None
+
+    def value(rec):
+        return rec["test_metrics"]["mean"]["rmse"] if metric == "rmse" else rec["test"]
+
+    out = {"combination": value(m)}
+    for i, member in enumerate(m["members"]):
+        weights = m.get("weights")
+        w = statistics.fmean(weights[i]) if weights else 1 / len(m["members"])
+        out[member["kind"]] = (value(member), w)
+    return out
+
+
+def summarize(rows: list[dict], metric: str) -> dict:
+    """Per-member means over the groups (targets or tasks) of each group's mean over seeds."""
+    by_group, missing = defaultdict(dict), []
+    for r in rows:
+        scores = member_scores(run_folder(r["command"]), metric)
+        if scores is None:
+            missing.append(f"{r.get('target') or r.get('task')} seed {r['seed']}")
+            continue
+        by_group[r.get("target") or r.get("task")][r["seed"]] = scores
+    if not by_group:
+        return {"groups": 0, "missing": missing}
+    common = set.intersection(*(set(s) for s in by_group.values()))
+    kinds = list(next(iter(next(iter(by_group.values())).values())))
+    groups = {}
+    for g, seeds in by_group.items():
+        use = [seeds[s] for s in sorted(common)] or list(seeds.values())
+        groups[g] = {"seeds": sorted(common) or sorted(seeds),
+                     **{k: [statistics.fmean((u[k] if k == "combination" else u[k][0]) for u in use)]
+                        + ([statistics.fmean(u[k][1] for u in use)] if k != "combination" else [])
+                        for k in kinds}}
+    full = [g for g in groups if set(groups[g]["seeds"]) == common] if common else list(groups)
+    means = {k: [statistics.fmean(groups[g][k][j] for g in full) for j in range(len(groups[full[0]][k]))]
+             for k in kinds}
+    return {"seeds": sorted(common), "groups": len(full), "mean": means, "per_group": groups,
+            "missing": missing}
+
+
+def table(name: str, summary: dict, label: str, others: dict | None = None) -> list[str]:
+    """Markdown rows: one for ``label`` (the means), else one per group; ``others`` adds a column
+    (``{"chemprop": {group: value}}``)."""
+    kinds = [k for k in summary["mean"] if k != "combination"]
+    others = others or {}
+    lines = [f"| {name} | " + " | ".join(f"{k} alone (weight)" for k in kinds) + " | combination | "
+             + "".join(f"{o} | " for o in others) + "seeds |", "|---" * (len(kinds) + 3 + len(others)) + "|"]
+    rows = [(label, summary["mean"], summary["seeds"])] if label else [
+        (g, v, v["seeds"]) for g, v in sorted(summary["per_group"].items())]
+    for g, v, seeds in rows:
+        lines.append(f"| {g} | " + " | ".join(f"{v[k][0]:.3f} ({v[k][1]:.2f})" for k in kinds)
+                     + f" | **{v['combination'][0]:.3f}** | "
+                     + "".join(f"{o[g]:.3f} | " if g in o else "– | " for o in others.values())
+                     + f"{','.join(map(str, seeds))} |")
+    return lines
+
+
+def chemprop_means(runs: list[dict]) -> dict:
+    """Per peer task, chemprop's test metric (its defaults, the peers' main table), mean over seeds."""
+    got = defaultdict(list)
+    for r in runs:
+        if r.get("tool") == "chemprop" and r.get("status") == "ok" and not r.get("smoke") and not r.get("variant"):
+            got[r["task"]].append(r["value"])
+    return {t: statistics.fmean(v) for t, v in got.items()}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--recipe", required=True, help="the harness rows' recipe name, e.g. cand-ens60")
+    p.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/members/RECIPE.json")
+    p.add_argument("--readme", type=Path, default=None,
+                   help="also write the table between the members-share markers of this file (the README)")
+    args = p.parse_args(argv)
+    result = {"command": "python benchmarks/members_share.py " + " ".join(argv or sys.argv[1:]),
+              "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                       text=True).stdout.strip(), "recipe": args.recipe}
+    lines = []
+    for source, path in SOURCES.items():
+        data = json.loads(path.read_text())
+        rows = [r for r in (data["rows"] if source == "moleculeace" else data["runs"])
+                if r.get("recipe") == args.recipe and r.get("status") == "ok" and r.get("tool") == "siggate"]
+        if not rows:
+            continue
+        s = summarize(rows, "rmse" if source == "moleculeace" else "task")
+        result[source] = s
+        if not s["groups"]:
+            continue
+        if source == "moleculeace":
+            lines += table("MoleculeACE test RMSE", s, f"mean over {s['groups']} public targets")
+        else:
+            metrics = {r["task"]: r["metric"] for r in rows}
+            s["per_group"] = {f"{g} ({metrics[g]})": v for g, v in s["per_group"].items()}
+            main_rows = json.loads((path.parent / "results.json").read_text())["runs"]
+            cp = {f"{t} ({metrics[t]})": v for t, v in chemprop_means(main_rows).items() if t in metrics}
+            lines += ["", *table("peer task (metric)", s, "", {"chemprop": cp})]
+        if s["missing"]:
+            lines.append(f"\nrun folders missing ({source}): {', '.join(s['missing'])}")
+    out = args.out or ROOT / "benchmarks/results/members" / f"{args.recipe}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print("\n".join(lines))
+    print(f"\nwrote {out}")
+    if args.readme:
+        text = args.readme.read_text()
+        start, end = "<!-- members-share:start -->", "<!-- members-share:end -->"
+        if start not in text or end not in text:
+            raise SystemExit(f"{args.readme}: no {start} ... {end} markers; add them where the table goes")
+        head, _, rest = text.partition(start)
+        args.readme.write_text(head + start + "\n" + "\n".join(lines) + "\n" + end + rest.partition(end)[2])
+        print(f"updated {args.readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

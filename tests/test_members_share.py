@@ -1,0 +1,49 @@
+"""``benchmarks/members_share.py``: each member's score and weight from the run folders that the
+harness rows name, averaged per target over the seeds every target has."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from benchmark_scripts import load
+
+share = load("members_share", "members_share.py")
+
+
+def _run(folder, combination, members):
+    """A run folder whose metrics.json holds ``members`` as ``(kind, test_rmse, task_metric, weight)``."""
+    folder.mkdir(parents=True)
+    metrics = {"test": combination + 1, "test_metrics": {"mean": {"rmse": combination}},
+               "weights": [[w, w] for *_, w in members],  # two targets, one weight each
+               "members": [{"kind": k, "test": t, "test_metrics": {"mean": {"rmse": r}}} for k, r, t, _ in members]}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+
+
+def _row(tmp_path, target, seed):
+    out = tmp_path / target / f"seed{seed}"
+    return {"target": target, "seed": seed, "command": f"siggate train --data x.csv --out {out} --members gnn,svr"}, out
+
+
+def test_members_are_averaged_over_the_seeds_every_target_has(tmp_path):
+    rows = []
+    for target, seed, comb, gnn, svr, w in [("A", 0, 0.5, 0.7, 0.6, 0.25), ("A", 1, 0.9, 0.9, 0.9, 0.5),
+                                            ("B", 0, 0.3, 0.2, 0.4, 1.0)]:
+        row, out = _row(tmp_path, target, seed)
+        _run(out, comb, [("gnn", gnn, gnn + 10, w), ("svr", svr, svr + 10, 1 - w)])
+        rows.append(row)
+    gone, _ = _row(tmp_path, "C", 0)
+    s = share.summarize([*rows, gone], "rmse")
+    assert s["seeds"] == [0] and s["groups"] == 2  # A's seed 1 is not counted: B has no seed 1
+    assert s["missing"] == ["C seed 0"]
+    assert s["mean"]["combination"] == pytest.approx([0.4])
+    assert s["mean"]["gnn"] == pytest.approx([0.45, 0.625]) and s["mean"]["svr"] == pytest.approx([0.5, 0.375])
+    task = share.summarize(rows[:1], "task")  # the task's own metric: the record's "test"
+    assert task["mean"]["gnn"] == pytest.approx([10.7, 0.25]) and task["mean"]["combination"] == [1.5]
+    lines = share.table("scores", s, "mean")
+    assert lines[0] == "| scores | gnn alone (weight) | svr alone (weight) | combination | seeds |"
+    assert lines[2] == "| mean | 0.450 (0.62) | 0.500 (0.38) | **0.400** | 0 |"
+
+
+def test_the_run_folder_is_the_command_s_out():
+    assert str(share.run_folder("siggate train --out '/a b/c' --seed 0")) == "/a b/c"
