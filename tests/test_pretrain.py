@@ -157,11 +157,12 @@ def _csv_recipe_dataset():
     return tiny_dataset(40, pe_steps=16)
 
 
-def test_finetune_keeps_the_pretrained_pool_norm_and_says_so(caplog):
+def test_finetune_keeps_the_pretrained_pool_norm_and_says_so(caplog, monkeypatch):
     """The shipped weights were trained at pool_norm 21.64 (MOSES' mean size); a fine-tune with
     the csv recipe (pool_norm 0) resolved its own value unannounced. It keeps the pretrained
     one, says so, and records it where predict and resume read it; another explicit value is
-    refused as an architecture difference."""
+    refused as an architecture difference. The set-up reads the weights file once."""
+    from siggate.train import init_weights
     from siggate.train.loop import setup_run
     from siggate.train.modelprep import resolve_pool_norm
 
@@ -170,7 +171,10 @@ def test_finetune_keeps_the_pretrained_pool_norm_and_says_so(caplog):
     cfg = load_config("csv", [*CSV, "train.init=pretrained"])
     own = resolve_pool_norm(cfg.model, ds.train)["model.pool_norm"]
     assert own != 21.64
+    reads = []
+    monkeypatch.setattr(init_weights, "resolve_init", lambda s, f=init_weights.resolve_init: reads.append(s) or f(s))
     run = setup_run(cfg.model, cfg.train, ds)
+    assert reads == ["pretrained"] and run.init["copied"] > 0
     assert run.resolved == {"model.pool_norm": 21.64} and run.model.pool_norm == 21.64
     assert any(r.getMessage() == f"model.pool_norm: 21.64, the pretrained weights' (pooling 'norm' divides the atom "
                                  f"sum by it; this run's training molecules average {own:g} atoms)"

@@ -160,7 +160,7 @@ class Config:
 
     def validate(self) -> "Config":
         _check(self)
-        if isinstance(self.train.init, str) and self.train.init.strip().lower() == NO_INIT:
+        if self.train.init.strip().lower() == NO_INIT:
             self.train.init = ""  # from scratch: --init none, --set train.init=none or a YAML's init: none
         return self
 

@@ -15,6 +15,7 @@ compared first and a difference is named. With pooling ``norm`` the pretrained d
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -22,7 +23,7 @@ from ..config import ConfigError
 from ..files import file_digest
 from ..options import NO_INIT
 
-__all__ = ["SHIPPED", "resolve_init", "read_init", "init_refusal", "load_init", "init_resolved", "pretrained_pool_norm", "ARCH_KEYS"]
+__all__ = ["SHIPPED", "InitWeights", "resolve_init", "read_init", "init_refusal", "load_init", "init_resolved", "pretrained_pool_norm", "ARCH_KEYS"]
 
 #: the folder of the weights shipped in the package
 SHIPPED = Path(__file__).resolve().parents[1] / "pretrained"
@@ -92,14 +93,24 @@ def _architecture_refusal(path: Path, blob: dict, model_cfg: dict) -> str | None
             f"settings, or train from scratch with --init {NO_INIT}")
 
 
-def read_init(source: str) -> tuple[Path, dict]:
-    """The path ``train.init`` = ``source`` names and the weights read from it
-    (``weights_only``).
+class InitWeights(NamedTuple):
+    """Weights ``train.init`` names, read once (:func:`read_init`) and passed on."""
+
+    source: str  # train.init as given
+    path: Path  # the file it names
+    blob: dict  # what torch.load read from it (weights_only)
+
+
+def read_init(source: str | InitWeights) -> InitWeights:
+    """The weights ``train.init`` = ``source`` names, read from their file (``weights_only``);
+    weights already read are returned as they are.
 
     Raises:
         ConfigError: ``source`` names no weights (:func:`resolve_init`), or the file is not a
             weights file torch can read without pickled code.
     """
+    if isinstance(source, InitWeights):
+        return source
     path = resolve_init(source)
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
@@ -109,20 +120,21 @@ def read_init(source: str) -> tuple[Path, dict]:
     if not isinstance(blob, dict) or not isinstance(blob.get("model"), dict):
         raise ConfigError(f"train.init: {path} holds no model weights; give 'pretrained', a pretrained.pt, a "
                           f"checkpoint or {NO_INIT}")
-    return path, blob
+    return InitWeights(source, path, blob)
 
 
-def init_refusal(source: str, model_cfg: dict) -> str | None:
+def init_refusal(source: str | InitWeights, model_cfg: dict) -> str | None:
     """Why ``train.init`` = ``source`` cannot start a model of ``model_cfg`` (a dict), or None;
     what :func:`load_init` would refuse, checked by the CLI before a run folder is claimed.
 
     Raises:
         ConfigError: ``source`` names no readable weights (:func:`read_init`).
     """
-    return _architecture_refusal(*read_init(source), model_cfg)
+    init = read_init(source)
+    return _architecture_refusal(init.path, init.blob, model_cfg)
 
 
-def init_resolved(source: str, model_cfg, resolved: dict) -> dict:
+def init_resolved(source: str | InitWeights, model_cfg, resolved: dict) -> dict:
     """The values a fine-tuning run resolves (``resolved``, from its own data), with
     ``model.pool_norm`` taken from the pretrained weights ``source`` names: their layers were
     trained on atom sums divided by it, so a run whose config leaves it to be resolved
@@ -136,7 +148,7 @@ def init_resolved(source: str, model_cfg, resolved: dict) -> dict:
 
     if model_cfg.pooling != "norm":
         return resolved
-    path, blob = read_init(source)
+    _, path, blob = read_init(source)
     value = pretrained_pool_norm(blob)
     if value is None:
         return resolved
@@ -152,18 +164,18 @@ def init_resolved(source: str, model_cfg, resolved: dict) -> dict:
     return {**resolved, "model.pool_norm": value}
 
 
-def load_init(model: torch.nn.Module, source: str, model_cfg: dict) -> dict:
+def load_init(model: torch.nn.Module, source: str | InitWeights, model_cfg: dict) -> dict:
     """Copy the weights ``source`` names into ``model`` (in place); a report of what was copied.
 
     Args:
         model: the freshly built model (its own initialisation stays where nothing is copied).
-        source: ``train.init``.
+        source: ``train.init``, or the weights it names already read (:func:`read_init`).
         model_cfg: the fine-tuning run's ``model`` config as a dict, checked against the weights'.
 
     Raises:
         ConfigError: the weights' backbone differs (the differing keys are named).
     """
-    path, blob = read_init(source)
+    source, path, blob = read_init(source)
     why = _architecture_refusal(path, blob, model_cfg)
     if why:
         raise ConfigError(why)

@@ -184,18 +184,20 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
     and the loss of ``train_cfg``."""
     ctx = ctx or DistContext()
     resolved = resolve_pool_norm(model_cfg, ds.train)
-    if train_cfg.init:  # pretrained layers keep the pool_norm they were trained with
-        from .init_weights import init_resolved
+    weights = None
+    if train_cfg.init:  # read once; pretrained layers keep the pool_norm they were trained with
+        from .init_weights import init_resolved, read_init
 
-        resolved = init_resolved(train_cfg.init, model_cfg, resolved)
+        weights = read_init(train_cfg.init)
+        resolved = init_resolved(weights, model_cfg, resolved)
     t_cfg, info, device = train_cfg, ds.info, ctx.device
     seed_everything(t_cfg.seed)
     model = build_model(model_cfg, info, t_cfg.seed, ds.train, resolved=resolved)
     init = None
-    if t_cfg.init:
+    if weights is not None:
         from .init_weights import load_init
 
-        init = load_init(model, t_cfg.init, model_cfg.to_dict())
+        init = load_init(model, weights, model_cfg.to_dict())
         log.info("initialised %d tensors from %s (%d fresh: the head's last layer%s)", init["copied"], init["path"],
                  len(init["fresh"]), " and the head layers of another shape" if len(init["fresh"]) > 2 else "")
     params = sum(p.numel() for p in model.parameters())
