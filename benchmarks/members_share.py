@@ -29,8 +29,10 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = {"moleculeace": ROOT / "benchmarks/moleculeace/results/results.json",
-           "peers": ROOT / "benchmarks/peers/results/recipe.json"}
+#: the harness result files whose rows name a recipe (the peers' default rows are in results.json,
+#: its variants in recipe.json)
+SOURCES = {"moleculeace": [ROOT / "benchmarks/moleculeace/results/results.json"],
+           "peers": [ROOT / "benchmarks/peers/results/results.json", ROOT / "benchmarks/peers/results/recipe.json"]}
 
 
 def run_folder(command: str) -> Path:
@@ -41,8 +43,9 @@ def run_folder(command: str) -> Path:
 
 def member_scores(folder: Path, metric: str) -> dict | None:
     """``{"combination": value, kind: (value, weight), ...}`` of a run folder's ``metrics.json``
-    (``metric``: ``rmse`` reads the test RMSE, ``task`` the task's own metric); None when the
-    folder or its record is missing."""
+    (``metric``: ``rmse`` reads the test RMSE, ``task`` the task's own metric; copies of one kind,
+    ``--ensemble N``: their mean value and their summed weight); None when the folder or its
+    record is missing."""
     path = folder / "metrics.json"
     if not path.is_file():
         return None
@@ -53,16 +56,18 @@ def member_scores(folder: Path, metric: str) -> dict | None:
     def value(rec):
         return rec["test_metrics"]["mean"]["rmse"] if metric == "rmse" else rec["test"]
 
-    out = {"combination": value(m)}
+    copies = defaultdict(list)
     for i, member in enumerate(m["members"]):
         weights = m.get("weights")
-        w = statistics.fmean(weights[i]) if weights else 1 / len(m["members"])
-        out[member["kind"]] = (value(member), w)
-    return out
+        copies[member["kind"]].append((value(member), statistics.fmean(weights[i]) if weights else 1 / len(m["members"])))
+    return {"combination": value(m),
+            **{k: (statistics.fmean(v for v, _ in c), sum(w for _, w in c)) for k, c in copies.items()}}
 
 
-def summarize(rows: list[dict], metric: str) -> dict:
-    """Per-member means over the groups (targets or tasks) of each group's mean over seeds."""
+def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
+    """Per group (target or task), each member kind's and the combination's mean over the seeds
+    every group has; with ``mean``, also their means over the groups (``mean=False`` where the
+    groups' metrics differ, the peer tasks). ``error`` says why nothing was summarized."""
     by_group, missing = defaultdict(dict), []
     for r in rows:
         scores = member_scores(run_folder(r["command"]), metric)
@@ -71,27 +76,29 @@ def summarize(rows: list[dict], metric: str) -> dict:
             continue
         by_group[r.get("target") or r.get("task")][r["seed"]] = scores
     if not by_group:
-        return {"groups": 0, "missing": missing}
-    common = set.intersection(*(set(s) for s in by_group.values()))
+        return {"groups": 0, "missing": missing, "error": "no run folder with members was found"}
+    common = sorted(set.intersection(*(set(s) for s in by_group.values())))
+    if not common:
+        return {"groups": 0, "missing": missing, "error": "no seed is run on every target; nothing is comparable"}
     kinds = list(next(iter(next(iter(by_group.values())).values())))
     groups = {}
     for g, seeds in by_group.items():
-        use = [seeds[s] for s in sorted(common)] or list(seeds.values())
-        groups[g] = {"seeds": sorted(common) or sorted(seeds),
+        use = [seeds[s] for s in common]
+        groups[g] = {"seeds": common,
                      **{k: [statistics.fmean((u[k] if k == "combination" else u[k][0]) for u in use)]
                         + ([statistics.fmean(u[k][1] for u in use)] if k != "combination" else [])
                         for k in kinds}}
-    full = [g for g in groups if set(groups[g]["seeds"]) == common] if common else list(groups)
-    means = {k: [statistics.fmean(groups[g][k][j] for g in full) for j in range(len(groups[full[0]][k]))]
-             for k in kinds}
-    return {"seeds": sorted(common), "groups": len(full), "mean": means, "per_group": groups,
-            "missing": missing}
+    out = {"seeds": common, "groups": len(groups), "kinds": kinds, "per_group": groups, "missing": missing}
+    if mean:
+        out["mean"] = {k: [statistics.fmean(v[k][j] for v in groups.values()) for j in range(len(groups[g][k]))]
+                       for k in kinds}
+    return out
 
 
 def table(name: str, summary: dict, label: str, others: dict | None = None) -> list[str]:
     """Markdown rows: one for ``label`` (the means), else one per group; ``others`` adds a column
     (``{"chemprop": {group: value}}``)."""
-    kinds = [k for k in summary["mean"] if k != "combination"]
+    kinds = [k for k in summary["kinds"] if k != "combination"]
     others = others or {}
     lines = [f"| {name} | " + " | ".join(f"{k} alone (weight)" for k in kinds) + " | combination | "
              + "".join(f"{o} | " for o in others) + "seeds |", "|---" * (len(kinds) + 3 + len(others)) + "|"]
@@ -125,23 +132,23 @@ def main(argv=None) -> int:
               "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                                        text=True).stdout.strip(), "recipe": args.recipe}
     lines = []
-    for source, path in SOURCES.items():
-        data = json.loads(path.read_text())
-        rows = [r for r in (data["rows"] if source == "moleculeace" else data["runs"])
+    for source, paths in SOURCES.items():
+        docs = [json.loads(path.read_text()) for path in paths]
+        rows = [r for data in docs for r in (data["rows"] if source == "moleculeace" else data["runs"])
                 if r.get("recipe") == args.recipe and r.get("status") == "ok" and r.get("tool") == "siggate"]
         if not rows:
             continue
-        s = summarize(rows, "rmse" if source == "moleculeace" else "task")
+        s = summarize(rows, "rmse" if source == "moleculeace" else "task", mean=source == "moleculeace")
         result[source] = s
         if not s["groups"]:
+            lines.append(f"{source}: {s['error']}")
             continue
         if source == "moleculeace":
             lines += table("MoleculeACE test RMSE", s, f"mean over {s['groups']} public targets")
         else:
             metrics = {r["task"]: r["metric"] for r in rows}
             s["per_group"] = {f"{g} ({metrics[g]})": v for g, v in s["per_group"].items()}
-            main_rows = json.loads((path.parent / "results.json").read_text())["runs"]
-            cp = {f"{t} ({metrics[t]})": v for t, v in chemprop_means(main_rows).items() if t in metrics}
+            cp = {f"{t} ({metrics[t]})": v for t, v in chemprop_means(docs[0]["runs"]).items() if t in metrics}
             lines += ["", *table("peer task (metric)", s, "", {"chemprop": cp})]
         if s["missing"]:
             lines.append(f"\nrun folders missing ({source}): {', '.join(s['missing'])}")

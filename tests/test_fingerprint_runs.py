@@ -323,3 +323,22 @@ def test_the_estimator_with_the_svr_member(nitrogen_csv):
     assert copy.predict(smiles[50:]) == pytest.approx(member.predict_array(smiles[50:])[:, 0], rel=1e-5, abs=1e-6)
     scores = cross_val_score(est, smiles, y, cv=3, scoring="neg_mean_absolute_error")
     assert scores.shape == (3,) and np.all(np.isfinite(scores)) and np.all(scores < 0)
+
+
+def test_the_shipped_default_trains_three_members_weighted_on_val_from_the_pretrained_gnn(nitrogen_csv, tmp_path,
+                                                                                          capsys):
+    """``siggate train --data`` with no member flags is the csv recipe as shipped: the GNN
+    fine-tuned from the shipped weights (their pool_norm kept), ``svr`` and ``rf``, with weights
+    fitted on validation that sum to one."""
+    run = tmp_path / "default"
+    rc, stdout, err = _train(capsys, nitrogen_csv, run, "--epochs", "1", cache=tmp_path / "c")
+    assert rc == 0, err
+    rec = yaml.safe_load((run / "members.yaml").read_text())["_meta"]["members"]
+    assert rec == {"kinds": ["gnn", "svr", "rf"], "ensemble": 1, "weights": "val"}
+    gnn = json.loads((run / "member0" / "metrics.json").read_text())
+    assert gnn["init"]["source"] == "pretrained" and gnn["init"]["copied"] > 0
+    assert gnn["resolved"]["model.pool_norm"] == pytest.approx(21.64, abs=0.01)
+    m = json.loads((run / "metrics.json").read_text())
+    assert [x["kind"] for x in m["members"]] == ["gnn", "svr", "rf"] and m["weighting"] == "val"
+    assert np.sum(m["weights"], 0) == pytest.approx([1.0]) and min(min(w) for w in m["weights"]) >= 0
+    assert [row[0] for row in _member_rows(stdout).values()] == ["gnn", "svr", "rf", "val"]

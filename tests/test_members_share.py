@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from benchmark_scripts import load
 
 share = load("members_share", "members_share.py")
@@ -43,6 +44,18 @@ def test_members_are_averaged_over_the_seeds_every_target_has(tmp_path):
     lines = share.table("scores", s, "mean")
     assert lines[0] == "| scores | gnn alone (weight) | svr alone (weight) | combination | seeds |"
     assert lines[2] == "| mean | 0.450 (0.62) | 0.500 (0.38) | **0.400** | 0 |"
+
+
+def test_copies_of_a_kind_are_one_column_and_no_common_seed_is_refused(tmp_path):
+    row, out = _row(tmp_path, "A", 0)
+    _run(out, 0.5, [("gnn", 0.6, 0, 0.2), ("gnn", 0.8, 0, 0.3), ("svr", 0.4, 0, 0.5)])
+    s = share.summarize([row], "rmse")
+    assert s["kinds"] == ["combination", "gnn", "svr"] and s["mean"]["gnn"] == pytest.approx([0.7, 0.5])
+    other, out = _row(tmp_path, "B", 1)
+    _run(out, 0.5, [("gnn", 0.6, 0, 1.0)])
+    none = share.summarize([row, other], "rmse")
+    assert none["groups"] == 0 and none["error"] == "no seed is run on every target; nothing is comparable"
+    assert "mean" not in share.summarize([row], "task", mean=False)
 
 
 def test_the_run_folder_is_the_command_s_out():

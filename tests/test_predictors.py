@@ -264,6 +264,26 @@ class Sized:
         return cls(task_info(read_manifest(folder)), load_arrays(Path(folder) / "coef.pt")["coef"])
 
 
+def test_val_weights_of_a_group_are_fitted_to_its_mean_and_shared_equally():
+    """Copies of one kind (``groups``) are one candidate for the validation weights: the weights
+    are those fitted to the groups' mean predictions, split equally within a group, so the
+    validation rows never choose among seeds (ungrouped, the better copy takes it all)."""
+    g = torch.Generator().manual_seed(3)
+    y = torch.randn(40, 2, generator=g)
+    near, far = y + 0.1 * torch.randn(40, 2, generator=g), y + 0.8 * torch.randn(40, 2, generator=g)
+    other = torch.randn(40, 2, generator=g)
+    ds = GraphDataset(info=INFO, splits={"train": _graphs(y[:10]), "val": _graphs(y[10:30], 10), "test": []})
+    members = [Fixed(near), Fixed(far), Fixed(other)]
+    grouped = Combination(members, weights="val", groups=["gnn", "gnn", "svr"]).fit_weights(ds).weights_
+    mean = Combination([Fixed((near + far) / 2), Fixed(other)], weights="val").fit_weights(ds).weights_
+    assert grouped[0] == pytest.approx(grouped[1]) and grouped[2] == pytest.approx(mean[1])
+    assert grouped[0] + grouped[1] == pytest.approx(mean[0]) and grouped.sum(0) == pytest.approx([1.0, 1.0])
+    alone = Combination(members, weights="val").fit_weights(ds).weights_
+    assert not np.allclose(alone[0], alone[1])  # without groups the copies are weighed apart
+    with pytest.raises(ValueError, match="one label per member"):
+        Combination(members, weights="val", groups=["gnn"])
+
+
 def test_a_run_of_several_kinds_records_each_member_and_resumes(tmp_path, monkeypatch):
     """One registry entry adds a kind; metrics.json holds every member's and the combination's
     scores; a second call reuses the finished members, and a GNN member stopped after its first
@@ -281,6 +301,7 @@ def test_a_run_of_several_kinds_records_each_member_and_resumes(tmp_path, monkey
     assert [(m["name"], m["kind"], m["seed"]) for m in whole["members"]] == [
         ("member0", "gnn", 0), ("member1", "gnn", 1), ("member2", "sized", 0)]
     assert whole["weighting"] == "val" and np.allclose(np.sum(whole["weights"], 0), 1.0)
+    assert whole["weights"][0] == pytest.approx(whole["weights"][1])  # the two GNN seeds share their kind's weight
     combo = load_predictor(tmp_path / "whole")
     preds = [m.predict(ds.test).mean for m in combo.members]
     w = torch.tensor(whole["weights"], dtype=torch.float32)[:, None, :]

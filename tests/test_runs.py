@@ -375,7 +375,11 @@ def test_a_single_run_resumes_as_one_whatever_the_recipe_s_default_members(tmp_p
     rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out))
     assert rc == 0, err
     monkeypatch.setitem(options.RECIPE_MEMBERS, "csv", ("gnn,svr", "val"))
-    rc, _, err = _train(capsys, data, "--epochs", "2", "--resume", str(out))
+    i = _TRAIN_ARGS.index("--members")
+    no_members = _TRAIN_ARGS[:i] + _TRAIN_ARGS[i + 2:]  # the resume names no members: the folder decides
+    assert "--members" not in no_members
+    rc, _, err = run_cli(["train", "--data", str(data), *no_members, "--cache-dir", str(data.parent / "cache"),
+                          "--epochs", "2", "--resume", str(out)], capsys)
     assert rc == 0, err
     assert not (out / "members.yaml").exists() and not (out / "member0").exists()
     assert json.loads((out / "metrics.json").read_text())["best_epoch"] in (1, 2)

@@ -515,13 +515,13 @@ def report_markdown(res: dict) -> str:
             metric = rr[0]["metric"]
             better = "lower is better" if metric == "mae" else "higher is better"
             label = {"mae": "MAE", "rocauc": "ROC-AUC"}.get(metric, metric)
-            params = sorted({r["params"] for r in rr})
+            params = sorted({r["params"] for r in rr if r.get("params") is not None})  # None: several members
             lines.append(
                 f"| {name} | {meta.get('task', '?')} | {label} ({better}) | {tool} | "
                 f"{', '.join(sorted({r['tool_version'] for r in rr}))} | {_fmt([r['value'] for r in rr], 3)} | "
                 f"{','.join(str(r['seed']) for r in rr)} | {_fmt([r['wall_s'] for r in rr], 0)} | "
                 f"{_fmt([r['cpu_s'] for r in rr if 'cpu_s' in r], 0)} | "
-                f"{', '.join(f'{p:,}' for p in params)} |"
+                f"{', '.join(f'{p:,}' for p in params) or '–'} |"
             )
     lines += ["", "Tasks as run (built locally by `tasks.py`):", "",
               "| task | size | train/val/test | split | sha256 of data.csv |", "|---|---|---|---|---|"]

@@ -636,7 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace the run in --out: its checkpoints, logs and TensorBoard events are removed first")
     p.add_argument("--ensemble", type=int, default=None, metavar="N",
                    help="train N GNN members with seeds seed..seed+N-1 into OUT/member*/; siggate predict on OUT "
-                        "averages them and adds an uncertainty column (their std)")
+                        "combines them with the run's other members (sharing one weight with --weights val) and adds an "
+                        "uncertainty column (the members' spread)")
     p.add_argument("--members", default=None, metavar="KIND[,KIND...]",
                    help=f"the kinds of model the run holds, combined into one (default: {DEFAULT_MEMBERS}; with --data "
                         f"{RECIPE_MEMBERS['csv'][0]}; "
@@ -734,7 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the draw, the split and the training (default: 0)")
     p.add_argument("--config", default=None, help="model config to pretrain (default: csv, the --data recipe)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set model.attn=true (repeatable)")
+                   help="override a config value, e.g. --set train.lr=0.001 (repeatable)")
     p.add_argument("--exclude", action="append", default=[], metavar="FILE",
                    help="also drop the molecules of this SMILES file or CSV (repeatable); the test sets of ZINC, "
                         "molhiv, NCI-5K and MoleculeACE are always dropped where their files are found")

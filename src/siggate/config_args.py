@@ -84,7 +84,8 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
                         "warmup start (lr x 1e-6 in the first epoch instead of 1%%)")
     p.add_argument("--init", default=None, metavar="WEIGHTS",
                    help="start from pretrained weights: 'pretrained' (shipped with siggate), a pretrained.pt "
-                        "written by siggate pretrain, or a checkpoint; 'none' trains from scratch (train.init)")
+                        "written by siggate pretrain, or a checkpoint; 'none' trains from scratch (train.init; with --data "
+                        "the recipe's is 'pretrained')")
     p.add_argument("--data-root", default=None, help="benchmark data root (default: $SIGGATE_DATA or ../shared/data)")
     p.add_argument("--cache-dir", default=None, help="writable cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
     p.add_argument("--data", default=None, metavar="FILE.csv", help="train on your own CSV of SMILES")

@@ -8,8 +8,9 @@ array); ``y`` is ``[n]`` or ``[n, T]`` (regression, NaN: missing) or ``[n]`` wit
 
 They are ``siggate train --data FILE.csv`` and ``siggate predict`` behind another front door,
 not a second copy: :meth:`fit` writes the molecules to a CSV (with a ``split`` column: a seeded
-``val_fraction`` of the rows for early stopping, the rest for training; no test split, since the
-caller holds the test data), resolves the config with the command line's own parser and
+``val_fraction`` of the rows for validation (the combination's weights, the fingerprint
+members' options, a GNN's epoch), the rest for training; no test split, since the caller holds
+the test data), resolves the config with the command line's own parser and
 :func:`~siggate.config_args.config_from_args`, trains with
 :func:`siggate.train.ensemble.train_members` (the ``--members``/``--ensemble`` path) and loads
 the result with :func:`~siggate.train.members.load_predictor`; :meth:`predict` featurizes and
@@ -68,9 +69,10 @@ class _SigGateEstimator(BaseEstimator):
             copies of one (:func:`~siggate.options.recipe_members`).
         ensemble: GNN members with seeds ``seed..seed+ensemble-1`` (``--ensemble``).
         config: a config name or file (``None``: ``csv``, the ``--data`` recipe).
-        overrides: ``"section.key=value"`` strings (``--set``), e.g. ``("model.layers=2",)``.
+        overrides: ``"section.key=value"`` strings (``--set``), e.g. ``("train.init=none", "model.layers=2")`` (another
+            architecture than the shipped weights' starts from scratch).
         seed: the seed of the validation draw and of training.
-        val_fraction: the fraction of the rows held out for early stopping (at least one row).
+        val_fraction: the fraction of the rows held out for validation (at least one row).
         threads: torch threads while training (``train.threads``).
         device: ``"cpu"`` or ``"cuda"``.
         out_dir: keep the run there (a ``siggate predict --checkpoint`` folder); ``None``: a
@@ -104,7 +106,7 @@ class _SigGateEstimator(BaseEstimator):
         return y, [f"y{t}" for t in range(y.shape[1])] if y.shape[1] > 1 else ["y"]
 
     def _val_rows(self, y: np.ndarray) -> np.ndarray:
-        """Booleans ``[n]``: the rows held out for early stopping (a seeded draw)."""
+        """Booleans ``[n]``: the rows held out for validation (a seeded draw)."""
         n = len(y)
         rng = np.random.default_rng(self.seed)
         k = min(max(1, int(round(self.val_fraction * n))), n - 1)

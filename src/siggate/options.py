@@ -176,7 +176,8 @@ def recipe_members(recipe: str | None, members: str | Sequence[str] | None = Non
     the recipe's (:data:`RECIPE_MEMBERS`, else the GNN alone with equal weights) when ``members``
     (``--members``) is not given either. Given ``members`` keep the recipe's weights only when
     they combine kinds: copies of one kind (``--members gnn --ensemble 2``) average equally, as
-    ``--ensemble`` always did, so a recipe's validation weights never pick among seeds."""
+    ``--ensemble`` always did (and their GNN members keep their best validation epoch,
+    :func:`resolve_select`)."""
     own_members, weights = RECIPE_MEMBERS.get(recipe or "", (DEFAULT_MEMBERS, DEFAULT_WEIGHTS))
     if members is None:
         return own_members, weights

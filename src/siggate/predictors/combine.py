@@ -96,6 +96,10 @@ class Combination:
         names: the members' subfolders in a saved combination. (default: ``member0``, ...)
         record: JSON fields saved with the combination and restored by :meth:`load` (``siggate
             train`` keeps the run's config and data source there). (default: none)
+        groups: a label per member (``siggate train``: its kind); ``"val"`` weights are fitted
+            to the groups' mean predictions and a group's weight is shared equally by its members,
+            so validation rows never choose among copies of one kind (seeds). (default: each
+            member its own group)
 
     Attributes:
         weights_: ``[M, T]`` weights, or ``None`` for equal weights.
@@ -104,7 +108,7 @@ class Combination:
     kind = "combination"
 
     def __init__(self, members: Sequence, weights: None | str | Sequence = None, names: Sequence[str] | None = None,
-                 record: dict | None = None) -> None:
+                 record: dict | None = None, groups: Sequence[str] | None = None) -> None:
         if not members:
             raise ValueError("a combination needs at least one member")
         self.members = list(members)
@@ -112,6 +116,9 @@ class Combination:
         if len(self.names) != len(self.members) or len(set(self.names)) != len(self.names):
             raise ValueError(f"names: one distinct name per member, got {self.names}")
         self.record = dict(record or {})
+        self.groups = list(groups) if groups is not None else list(self.names)
+        if len(self.groups) != len(self.members):
+            raise ValueError(f"groups: one label per member, got {len(self.groups)} for {len(self.members)} members")
         if weights is None:
             self.weighting, self.weights_ = "equal", None
         elif isinstance(weights, str):
@@ -157,7 +164,10 @@ class Combination:
         y = torch.cat([label_rows(g, info, "val") for g in graphs])
         if info.transductive:
             preds = preds[:, torch.cat([split_mask(g, info, "val") for g in graphs])]
-        p, y = preds.numpy(), y.numpy()
+        labels = list(dict.fromkeys(self.groups))
+        of = np.array([labels.index(g) for g in self.groups])
+        size = np.bincount(of, minlength=len(labels))
+        p, y = np.stack([preds.numpy()[of == g].mean(0) for g in range(len(labels))]), y.numpy()  # groups, rows, T
         m, t = p.shape[0], p.shape[2]
         w = np.full((m, t), 1.0 / m)
         if info.task == "multiclass":  # one weight vector for all classes (Brier score on one-hot labels)
@@ -169,7 +179,7 @@ class Combination:
                 ok = ~np.isnan(y[:, j])
                 if ok.any():
                     w[:, j] = simplex_least_squares(p[:, ok, j].T, y[ok, j])
-        self.weights_ = w
+        self.weights_ = w[of] / size[of, None]  # a group's weight shared equally by its members
         return self
 
     def combine(self, preds: Sequence[Prediction]) -> Prediction:
