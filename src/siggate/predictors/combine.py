@@ -14,6 +14,9 @@ Weights (``weights=``):
   target, because members may be good at different targets and each target has its own scale
   and missing labels; a target without validation labels keeps equal weights. For
   ``multiclass`` the classes share one weight vector, so the combination stays a distribution.
+  Members given one ``groups`` label (``siggate train``: one kind, e.g. the GNN seeds of
+  ``--ensemble N``) are fitted as one, through their mean prediction, and share its weight
+  equally: the validation rows weigh kinds of model, never one seed against another.
   The test split is never read.
 * a sequence: fixed weights, ``[M]`` (every target) or ``[M][T]``, non-negative, each target's
   summing to one.
