@@ -38,6 +38,7 @@ __all__ = [
     "NO_INIT",
     "RECIPE_MEMBERS",
     "MEMBER_WEIGHTS",
+    "member_names",
     "recipe_members",
     "MEMBER_KIND_NAMES",
     "EVAL_NORMS",
@@ -171,6 +172,12 @@ EVAL_NORMS = ("running", "train")
 SELECTS = ("auto", "best", "last")
 
 
+def member_names(text: str | Sequence[str]) -> list[str]:
+    """``"gnn, svr,gnn"`` (or a list) as the distinct names it gives, in order (unchecked:
+    :func:`siggate.train.members.parse_kinds` checks them against the known kinds)."""
+    return list(dict.fromkeys(k.strip() for k in (text.split(",") if isinstance(text, str) else text) if k.strip()))
+
+
 def recipe_members(recipe: str | None, members: str | Sequence[str] | None = None) -> tuple[str | Sequence[str], str]:
     """``(members, weights)`` a run of the config ``recipe`` holds when ``--weights`` is not given:
     the recipe's (:data:`RECIPE_MEMBERS`, else the GNN alone with equal weights) when ``members``
@@ -181,8 +188,7 @@ def recipe_members(recipe: str | None, members: str | Sequence[str] | None = Non
     own_members, weights = RECIPE_MEMBERS.get(recipe or "", (DEFAULT_MEMBERS, DEFAULT_WEIGHTS))
     if members is None:
         return own_members, weights
-    kinds = {str(k).strip() for k in (members.split(",") if isinstance(members, str) else members) if str(k).strip()}
-    return members, weights if len(kinds) > 1 else DEFAULT_WEIGHTS
+    return members, weights if len(member_names(members)) > 1 else DEFAULT_WEIGHTS
 
 
 def resolve_select(select: str, weighs_on_val: bool) -> str:

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..config import Config, DataConfig, from_dict
-from ..options import resolve_select
+from ..options import member_names, resolve_select
 from ..predictors.base import MANIFEST, PredictorFileError, read_manifest, task_info
 from ..predictors.combine import Combination
 from ..predictors.forest import RandomForest
@@ -99,12 +99,12 @@ def parse_kinds(text: str | Sequence[str]) -> list[str]:
     Raises:
         MemberError: an unknown kind (the message lists the known ones), or none.
     """
-    kinds = [k.strip() for k in (text.split(",") if isinstance(text, str) else text) if k.strip()]
+    kinds = member_names(text)
     unknown = [k for k in kinds if k not in MEMBER_KINDS]
     if unknown or not kinds:
         what = f"unknown member kind {unknown[0]!r}" if unknown else "no member kind given"
         raise MemberError(f"--members: {what}; known kinds: {', '.join(sorted(MEMBER_KINDS))}")
-    return list(dict.fromkeys(kinds))
+    return kinds
 
 
 def check_copies(kinds: Sequence[str], gnn_copies: int) -> None:
