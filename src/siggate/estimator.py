@@ -136,7 +136,7 @@ class _SigGateEstimator(BaseEstimator):
     def _fit_in(self, work: Path, out: Path, smiles: list[str], y: np.ndarray, names: list[str]) -> None:
         """Write the CSV into ``work``, train the run into ``out`` and keep its predictor."""
         from .cli import build_parser
-        from .config_args import config_from_args
+        from .config_args import config_from_args, recipe_name
         from .train.dataprep import prepare_data
         from .train.ensemble import train_members
         from .train.members import load_predictor, parse_kinds, run_encodings
@@ -155,8 +155,9 @@ class _SigGateEstimator(BaseEstimator):
         argv += ["--epochs", str(int(self.epochs))] if self.epochs is not None else []
         for item in [*(self.overrides or ()), *([f"train.threads={int(self.threads)}"] if self.threads else [])]:
             argv += ["--set", str(item)]
-        cfg = config_from_args(build_parser().parse_args(argv))
-        members, weights = recipe_members(str(self.config) if self.config else "csv", self.members or None)
+        args = build_parser().parse_args(argv)
+        cfg = config_from_args(args)
+        members, weights = recipe_members(recipe_name(args), self.members or None)
         kinds, weights = parse_kinds(members), self.weights or weights
         if weights not in MEMBER_WEIGHTS:
             raise ValueError(f"weights={self.weights!r}: choose from {', '.join(map(repr, MEMBER_WEIGHTS))}")
