@@ -337,6 +337,28 @@ def test_members_check_report_renders_the_json_and_marks_in_sample_val():
     assert "| `morgan+atompair` | 0.600-0.600 | 0.640-0.640 | 0.700-0.700 |" in text
 
 
+def test_members_check_resumes_the_targets_its_json_holds_at_the_same_commit(tmp_path, monkeypatch, capsys):
+    check = load("mace_members_check_resume", "moleculeace/members_check.py")
+    ran = []
+
+    def run_target(mace_mod, target, data_dir):
+        ran.append(target)
+        return {"fake": target}
+
+    monkeypatch.setattr(check, "run_target", run_target)
+    monkeypatch.setattr(check, "summarize", lambda targets: {})
+    out, two = tmp_path / "m.json", ",".join(mace.PUBLIC[:2])
+    assert check.main(["--targets", mace.PUBLIC[0], "--out", str(out)]) == 0
+    assert check.main(["--targets", two, "--out", str(out), "--resume"]) == 0
+    assert ran == [mace.PUBLIC[0], mace.PUBLIC[1]]  # the first target was not run again
+    assert list(json.loads(out.read_text())["targets"]) == list(mace.PUBLIC[:2])
+    out.write_text(json.dumps({**json.loads(out.read_text()), "commit": "0000000"}))
+    with pytest.raises(SystemExit) as exc:
+        check.main(["--targets", two, "--out", str(out), "--resume"])
+    assert exc.value.code == 2 and "was made at commit 0000000" in capsys.readouterr().err
+    assert ran == list(mace.PUBLIC[:2])
+
+
 def test_svr_minmax_is_the_issue_s_baseline_written_out(tmp_path):
     """``svr_minmax``: SVR(C=5, epsilon=0.05) on the MinMax kernel of 2,048-bit count Morgan r2
     fingerprints, standardised target, train+val rows; against the same model computed here from

@@ -236,6 +236,8 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir", type=Path, default=mace.CACHE / "data")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--report", action="store_true", help="only rewrite the README block from the JSON (--out)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the targets --out already holds (it must have been made at this commit)")
     args = p.parse_args(argv)
     if args.report:
         write_report(args.out)
@@ -247,7 +249,15 @@ def main(argv=None) -> int:
            "commit": mace._git_commit(), "cpu": mace.peers._cpu_model(), "python": platform.python_version(),
            "versions": {k: md.version(k) for k in ("scikit-learn", "rdkit", "numpy")}, "seeds": {"rf": 0},
            "threads": 1, "targets": {}}
+    if args.resume and args.out.is_file():
+        done = json.loads(args.out.read_text())
+        if done.get("commit") != doc["commit"]:
+            p.exit(2, f"members_check.py: error: --resume: {args.out} was made at commit {done.get('commit')}, this "
+                      f"checkout is {doc['commit']}; run it at that commit, or start again without --resume\n")
+        doc["targets"] = {t: r for t, r in done["targets"].items() if t in targets}
     for target in targets:
+        if target in doc["targets"]:
+            continue
         doc["targets"][target] = run_target(mace, target, args.data_dir)
         doc["summary"] = summarize(doc["targets"])
         args.out.parent.mkdir(parents=True, exist_ok=True)
