@@ -90,7 +90,8 @@ def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
                         for k in kinds}}
     out = {"seeds": common, "groups": len(groups), "kinds": kinds, "per_group": groups, "missing": missing}
     if mean:
-        out["mean"] = {k: [statistics.fmean(v[k][j] for v in groups.values()) for j in range(len(groups[g][k]))]
+        first = next(iter(groups.values()))
+        out["mean"] = {k: [statistics.fmean(v[k][j] for v in groups.values()) for j in range(len(first[k]))]
                        for k in kinds}
     return out
 

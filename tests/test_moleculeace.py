@@ -352,11 +352,14 @@ def test_members_check_resumes_the_targets_its_json_holds_at_the_same_commit(tmp
     assert check.main(["--targets", two, "--out", str(out), "--resume"]) == 0
     assert ran == [mace.PUBLIC[0], mace.PUBLIC[1]]  # the first target was not run again
     assert list(json.loads(out.read_text())["targets"]) == list(mace.PUBLIC[:2])
+    assert check.main(["--targets", two, "--out", str(out), "--resume"]) == 0  # nothing left to run
+    assert check.main(["--targets", mace.PUBLIC[2], "--out", str(out), "--resume"]) == 0  # others are kept
+    assert list(json.loads(out.read_text())["targets"]) == list(mace.PUBLIC[:3])
     out.write_text(json.dumps({**json.loads(out.read_text()), "commit": "0000000"}))
     with pytest.raises(SystemExit) as exc:
         check.main(["--targets", two, "--out", str(out), "--resume"])
     assert exc.value.code == 2 and "was made at commit 0000000" in capsys.readouterr().err
-    assert ran == list(mace.PUBLIC[:2])
+    assert ran == list(mace.PUBLIC[:3])
 
 
 def test_svr_minmax_is_the_issue_s_baseline_written_out(tmp_path):
@@ -384,3 +387,14 @@ def test_svr_minmax_is_the_issue_s_baseline_written_out(tmp_path):
         k(x[te], x[fit]))
     assert r["fit_rows"] == len(fit) == 503 and r["pred_smiles"] == [smiles[i] for i in te]
     np.testing.assert_allclose(r["pred"], want, rtol=0, atol=1e-9)
+
+
+def test_a_named_siggate_recipe_without_arguments_is_refused_before_any_run(tmp_path):
+    """Rows of a named recipe with no ``--siggate-args`` are an old default's (``gnn-alone``):
+    extending them today would record another recipe under their name."""
+    with pytest.raises(SystemExit) as exc:
+        mace.main(["--tools", "siggate", "--recipe", "gnn-alone", "--seeds", "3", "--results", str(tmp_path / "r.json"),
+                   "--work-dir", str(tmp_path / "w")])
+    assert str(exc.value) == ("--recipe gnn-alone needs its --siggate-args; siggate's defaults are the recipe 'default' "
+                              "(give no --recipe), whose meaning follows the commit that runs them")
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "w").exists()

@@ -284,6 +284,26 @@ def test_val_weights_of_a_group_are_fitted_to_its_mean_and_shared_equally():
         Combination(members, weights="val", groups=["gnn"])
 
 
+def test_gnn_members_keep_their_last_epoch_only_beside_another_kind(tmp_path, monkeypatch):
+    """``train.select: auto`` keeps the last epoch of GNN members whose validation predictions
+    fit a combination's weights: beside another kind. Copies of the GNN alone share one weight
+    (nothing is fitted among them), so they keep their best epoch even with ``--weights val``."""
+    from siggate.train import members as members_mod
+    from siggate.train.members import MemberKind, build_members
+
+    monkeypatch.setitem(members_mod.MEMBER_KINDS, "sized",
+                        MemberKind(build=lambda spec: Sized(), load=lambda folder, device: Sized.load(folder)))
+    cfg = tiny_config()
+
+    def selects(kinds, weights):
+        return [m.cfg.train.select for _, _, m in build_members(kinds, cfg, tmp_path, 2, weights=weights)
+                if hasattr(m, "cfg")]
+
+    assert selects(["gnn"], "val") == ["best", "best"]
+    assert selects(["gnn", "sized"], "val") == ["last", "last"]
+    assert selects(["gnn", "sized"], None) == ["best", "best"]
+
+
 def test_a_run_of_several_kinds_records_each_member_and_resumes(tmp_path, monkeypatch):
     """One registry entry adds a kind; metrics.json holds every member's and the combination's
     scores; a second call reuses the finished members, and a GNN member stopped after its first

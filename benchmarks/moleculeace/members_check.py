@@ -254,7 +254,7 @@ def main(argv=None) -> int:
         if done.get("commit") != doc["commit"]:
             p.exit(2, f"members_check.py: error: --resume: {args.out} was made at commit {done.get('commit')}, this "
                       f"checkout is {doc['commit']}; run it at that commit, or start again without --resume\n")
-        doc["targets"] = {t: r for t, r in done["targets"].items() if t in targets}
+        doc["targets"] = done["targets"]  # every stored target is kept, asked for this time or not
     for target in targets:
         if target in doc["targets"]:
             continue
@@ -262,6 +262,7 @@ def main(argv=None) -> int:
         doc["summary"] = summarize(doc["targets"])
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    doc["summary"] = summarize(doc["targets"])
     for name, s in doc["summary"].items():
         if "points" in s:
             print(name)

@@ -448,6 +448,10 @@ def cmd_run(args) -> int:
         raise SystemExit(f"--tools: choose from {', '.join(TOOLS)}")
     if args.siggate_args.strip() and not args.recipe:
         raise SystemExit("--siggate-args needs --recipe NAME: the name of its rows in the table (e.g. svr_minmax)")
+    if args.recipe and args.recipe != "default" and not args.siggate_args.strip() and "siggate" in tools:
+        # rows of a named recipe without arguments (gnn-alone) are an old default's: today's would differ
+        raise SystemExit(f"--recipe {args.recipe} needs its --siggate-args; siggate's defaults are the recipe "
+                         "'default' (give no --recipe), whose meaning follows the commit that runs them")
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     epochs = peers.SMOKE_EPOCHS if args.smoke else None
     runners = {t: make_runner(t, args) for t in tools}

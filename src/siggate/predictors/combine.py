@@ -12,11 +12,13 @@ Weights (``weights=``):
   that minimise the squared error of the combined prediction on the target's labelled
   validation rows (least squares on the simplex, for probabilities the Brier score). Per
   target, because members may be good at different targets and each target has its own scale
-  and missing labels; a target without validation labels keeps equal weights. For
+  and missing labels; a target without validation labels keeps equal weights (per group, then
+  split within it). For
   ``multiclass`` the classes share one weight vector, so the combination stays a distribution.
   Members given one ``groups`` label (``siggate train``: one kind, e.g. the GNN seeds of
   ``--ensemble N``) are fitted as one, through their mean prediction, and share its weight
-  equally: the validation rows weigh kinds of model, never one seed against another.
+  equally: the validation rows weigh kinds of model, never one seed against another. The groups
+  are not saved (the fitted weights are): a loaded combination fits its weights member by member.
   The test split is never read.
 * a sequence: fixed weights, ``[M]`` (every target) or ``[M][T]``, non-negative, each target's
   summing to one.

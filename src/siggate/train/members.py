@@ -147,7 +147,7 @@ def build_members(kinds: Sequence[str], cfg: Config, out: str | Path, gnn_copies
     for i, (kind, seed) in enumerate(order):
         c = copy.deepcopy(cfg)
         c.train.seed = seed
-        c.train.select = resolve_select(c.train.select, weighs_on_val=weights == "val" and len(order) > 1)
+        c.train.select = resolve_select(c.train.select, weighs_on_val=weights == "val" and len(kinds) > 1)
         name = f"member{i}"
         spec = MemberSpec(c, Path(out) / name, seed, base, progress, device, resume)
         members.append((name, seed, MEMBER_KINDS[kind].build(spec)))
