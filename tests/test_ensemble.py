@@ -125,8 +125,9 @@ def test_ensemble_writes_its_own_test_predictions_at_the_top(ensemble3):
 
 
 def test_val_weights_and_the_members_table(tmp_path, capsys):
-    """``--weights val``: per-target weights fitted on the validation split (non-negative, summing
-    to one), each member's and the combination's scores on the terminal and in metrics.json, and
+    """``--weights val`` over the seeds of one kind: they share its weight equally (fitted weights
+    across kinds: tests/test_predictors.py), each member's and the combination's scores on the
+    terminal and in metrics.json, and
     ``siggate predict`` giving the weighted mean and weighted spread of the members. The input's
     ID column is carried into the combination's ``test_predictions.csv`` and ``splits.csv``, and
     ``evaluate --data`` on the combination names a renamed label column."""
@@ -141,10 +142,11 @@ def test_val_weights_and_the_members_table(tmp_path, capsys):
     assert rc == 0, err
     res = json.loads((out / "metrics.json").read_text())
     (w0,), (w1,) = res["weights"]
-    assert res["weighting"] == "val" and w0 >= 0 and w1 >= 0 and w0 + w1 == pytest.approx(1.0, abs=1e-9)
-    # train.select "auto": members whose val predictions fit the weights keep their last epoch
+    # one kind: its seeds share the kind's weight (val weights weigh kinds, never seeds), and as
+    # nothing is fitted among them, train.select "auto" keeps each one's best validation epoch
+    assert res["weighting"] == "val" and w0 == pytest.approx(0.5, abs=1e-12) and w1 == pytest.approx(0.5, abs=1e-12)
     for i in range(2):
-        assert yaml.safe_load((out / f"member{i}" / "config.yaml").read_text())["train"]["select"] == "last"
+        assert yaml.safe_load((out / f"member{i}" / "config.yaml").read_text())["train"]["select"] == "best"
     lines = [line.split() for line in stdout.splitlines() if line.strip().startswith(("member", "combined"))]
     assert [row[:2] for row in lines] == [["member0", "gnn"], ["member1", "gnn"], ["combined", "val"]]
     for row, m in zip(lines, [*res["members"], res]):  # val and test: MAE, RMSE and R2 (4 significant digits)
