@@ -128,7 +128,7 @@ def test_combination_saves_and_loads_and_refuses_crafted_manifests(tmp_path):
     g = torch.Generator().manual_seed(3)
     tables = [torch.randn(6, 2, generator=g) for _ in range(2)]
     combo = Combination([Fixed(t) for t in tables], weights=[[0.25, 1.0], [0.75, 0.0]], names=["gnn", "svr"],
-                        record={"split_seed": 7})
+                        record={"split_seed": 7}, groups=["k", "k"])
     combo.save(tmp_path / "c")
     doc = json.loads((tmp_path / "c" / "predictor.json").read_text())
     assert (doc["kind"], doc["members"], doc["weighting"], doc["split_seed"]) == ("combination", ["gnn", "svr"],
@@ -136,7 +136,12 @@ def test_combination_saves_and_loads_and_refuses_crafted_manifests(tmp_path):
     back = Combination.load(tmp_path / "c", Fixed.load)
     graphs = _graphs(torch.zeros(6, 2))
     assert torch.equal(back.predict(graphs).mean, combo.predict(graphs).mean)
-    assert back.record == {"split_seed": 7} and back.names == ["gnn", "svr"]
+    assert back.record == {"split_seed": 7} and back.names == ["gnn", "svr"] and back.groups == ["k", "k"]
+    (tmp_path / "c" / "predictor.json").write_text(json.dumps({k: v for k, v in doc.items() if k != "groups"}))
+    assert Combination.load(tmp_path / "c", Fixed.load).groups == ["gnn", "svr"]  # saved before groups: one each
+    (tmp_path / "c" / "predictor.json").write_text(json.dumps({**doc, "groups": ["k"]}))
+    with pytest.raises(PredictorFileError, match="unusable groups"):
+        Combination.load(tmp_path / "c", Fixed.load)
     doc["members"] = ["gnn", "../svr"]
     (tmp_path / "c" / "predictor.json").write_text(json.dumps(doc))
     with pytest.raises(PredictorFileError, match="not a subfolder name"):

@@ -18,7 +18,7 @@ Weights (``weights=``):
   Members given one ``groups`` label (``siggate train``: one kind, e.g. the GNN seeds of
   ``--ensemble N``) are fitted as one, through their mean prediction, and share its weight
   equally: the validation rows weigh kinds of model, never one seed against another. The groups
-  are not saved (the fitted weights are): a loaded combination fits its weights member by member.
+  are saved with the weights, so a loaded combination refits its weights the same way.
   The test split is never read.
 * a sequence: fixed weights, ``[M]`` (every target) or ``[M][T]``, non-negative, each target's
   summing to one.
@@ -243,7 +243,8 @@ class Combination:
         for name, m in zip(self.names, self.members) if members else ():
             m.save(folder / name)
         write_manifest(folder, self.kind, self.info, members=self.names, weighting=self.weighting,
-                       weights=None if self.weights_ is None else self.weights_.tolist(), **self.record)
+                       weights=None if self.weights_ is None else self.weights_.tolist(), groups=self.groups,
+                       **self.record)
 
     @classmethod
     def load(cls, folder: str | Path, load_member: Callable[[Path], object]) -> "Combination":
@@ -266,8 +267,13 @@ class Combination:
         bad = [n for n in names if Path(n).name != n or n in ("", ".", "..")]
         if bad:
             raise PredictorFileError(f"{folder}: member folder {bad[0]!r} is not a subfolder name")
-        record = {k: v for k, v in doc.items() if k not in ("format", "kind", "info", "members", "weighting", "weights")}
-        out = cls([load_member(folder / n) for n in names], None, names, record)
+        record = {k: v for k, v in doc.items()
+                  if k not in ("format", "kind", "info", "members", "weighting", "weights", "groups")}
+        groups = doc.get("groups")  # absent in combinations saved before groups: one per member
+        if groups is not None and (not isinstance(groups, list) or len(groups) != len(names)):
+            raise PredictorFileError(f"{folder}: unusable groups (one label per member expected)")
+        out = cls([load_member(folder / n) for n in names], None, names, record,
+                  groups=None if groups is None else [str(g) for g in groups])
         if weighting != "equal":
             try:
                 out.weighting, out.weights_ = weighting, _check_weights(doc["weights"], len(names))
