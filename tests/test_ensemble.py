@@ -125,8 +125,8 @@ def test_ensemble_writes_its_own_test_predictions_at_the_top(ensemble3):
 
 
 def test_val_weights_and_the_members_table(tmp_path, capsys):
-    """``--weights val`` over the seeds of one kind: they share its weight equally (fitted weights
-    across kinds: tests/test_predictors.py), each member's and the combination's scores on the
+    """``--weights val`` over the seeds of one kind: they average equally (fitted weights across
+    kinds: tests/test_predictors.py), each member's and the combination's scores on the
     terminal and in metrics.json, and
     ``siggate predict`` giving the weighted mean and weighted spread of the members. The input's
     ID column is carried into the combination's ``test_predictions.csv`` and ``splits.csv``, and
@@ -141,14 +141,16 @@ def test_val_weights_and_the_members_table(tmp_path, capsys):
                                "--cache-dir", str(tmp_path / "c")], capsys)
     assert rc == 0, err
     res = json.loads((out / "metrics.json").read_text())
-    (w0,), (w1,) = res["weights"]
-    # one kind: its seeds share the kind's weight (val weights weigh kinds, never seeds), and as
-    # nothing is fitted among them, train.select "auto" keeps each one's best validation epoch
-    assert res["weighting"] == "val" and w0 == pytest.approx(0.5, abs=1e-12) and w1 == pytest.approx(0.5, abs=1e-12)
+    # one kind: val weights weigh kinds, never seeds, so nothing is fitted among the seeds: they
+    # average equally, the run records equal weights, and train.select "auto" keeps each one's
+    # best validation epoch (options.run_weights)
+    assert res["weighting"] == "equal" and res["weights"] is None
+    assert yaml.safe_load((out / "members.yaml").read_text())["_meta"]["members"]["weights"] == "equal"
+    w0 = w1 = 0.5
     for i in range(2):
         assert yaml.safe_load((out / f"member{i}" / "config.yaml").read_text())["train"]["select"] == "best"
     lines = [line.split() for line in stdout.splitlines() if line.strip().startswith(("member", "combined"))]
-    assert [row[:2] for row in lines] == [["member0", "gnn"], ["member1", "gnn"], ["combined", "val"]]
+    assert [row[:2] for row in lines] == [["member0", "gnn"], ["member1", "gnn"], ["combined", "equal"]]
     for row, m in zip(lines, [*res["members"], res]):  # val and test: MAE, RMSE and R2 (4 significant digits)
         for split in ("val", "test"):
             got = re.search(split + r" MAE (\S+)\s+RMSE (\S+)\s+R2 (\S+)", " ".join(row))

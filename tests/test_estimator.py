@@ -182,3 +182,14 @@ def test_unknown_weights_are_refused_before_any_training(tmp_path):
     with pytest.raises(ValueError, match="weights='median': choose from 'equal', 'val'"):
         est.fit(["CCO", "CCN", "CCC", "CCCl"], [1.0, 2.0, 3.0, 4.0])
     assert not (tmp_path / "run").exists()
+
+
+def test_empty_members_are_refused_as_the_cli_refuses_them(tmp_path):
+    """``members=""`` names no kind (``siggate train --members ""`` is refused the same way); only
+    ``None`` means the recipe's members."""
+    import siggate
+
+    est = siggate.SigGateRegressor(members="", out_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match="--members: no member kind given; known kinds: gnn, rf, svr"):
+        est.fit(["CCO", "CCN", "CCC", "CCCl"], [1.0, 2.0, 3.0, 4.0])
+    assert not (tmp_path / "run").exists()

@@ -289,7 +289,9 @@ def test_data_runs_take_the_csv_recipe_s_members_and_weights(nitrogen_csv, tmp_p
     assert rec["kinds"] == ["svr"] and rec["weights"] == "equal"
     assert options.recipe_members("nci5k") == options.recipe_members(None) == ("gnn", "equal")
     assert options.recipe_members("csv", "rf,svr") == ("rf,svr", "val")
-    assert options.recipe_members("csv", ["gnn"]) == (["gnn"], "equal")
+    assert options.recipe_members("csv", ["gnn"]) == (["gnn"], "val")
+    assert options.run_weights(["gnn"], "val") == options.run_weights("gnn,gnn", "val") == "equal"
+    assert options.run_weights("gnn,svr", "val") == "val" and options.run_weights("gnn,svr", "equal") == "equal"
     assert options.recipe_members("nci5k", "gnn,svr") == ("gnn,svr", "equal")
 
 

@@ -36,6 +36,7 @@ from .options import (
     add_progress_flag,
     progress_enabled,
     recipe_members,
+    run_weights,
 )
 
 # name -> light module exposing ``register(subparsers)``; each sets ``func`` on its parser.
@@ -248,7 +249,9 @@ def _check_saved_members(out: Path, kinds: list[str], weights: str, args) -> Non
     saved = rundir.saved_members(out)
     if saved is None:
         return
-    given = {"kinds": kinds, "ensemble": 1 if args.ensemble is None else args.ensemble, "weights": weights}
+    saved = {**saved, "weights": run_weights(saved.get("kinds") or ["gnn"], saved.get("weights", DEFAULT_WEIGHTS))}
+    given = {"kinds": kinds, "ensemble": 1 if args.ensemble is None else args.ensemble,
+             "weights": run_weights(kinds, weights)}
     if "gnn" not in kinds:
         given["ensemble"] = saved.get("ensemble")  # --ensemble applies to GNN members only
     diffs = [k for k in ("kinds", "ensemble", "weights") if saved.get(k) != given[k]]
@@ -646,7 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", choices=MEMBER_WEIGHTS, default=None,
                    help="how several members are combined: equal weights, or weights fitted on the validation "
                         f"split (non-negative, summing to one per target) (default: {DEFAULT_WEIGHTS}; with --data "
-                        f"{RECIPE_MEMBERS['csv'][1]} for members of several kinds, equal for copies of one; a --resume of "
+                        f"{RECIPE_MEMBERS['csv'][1]}; copies of one kind always average equally; a --resume of "
                         "several members: the run's)")
     p.add_argument("--on-nan", choices=["stop", "skip"], default=None, help="on a non-finite loss: stop (default) or skip the batch")
     p.add_argument("--ddp", action="store_true", help="distributed data parallel (under torchrun)")

@@ -65,8 +65,8 @@ class _SigGateEstimator(BaseEstimator):
             e.g. ``"gnn,svr,rf"`` (``None``: the recipe's, as ``siggate train --data`` without
             ``--members``: :func:`~siggate.options.recipe_members` of ``config``, ``csv`` by default).
         weights: how several members combine (``--weights``): ``"equal"`` or ``"val"`` (fitted on the
-            held-out rows); ``None``: the recipe's for members of several kinds, ``"equal"`` for
-            copies of one (:func:`~siggate.options.recipe_members`).
+            held-out rows); ``None``: the recipe's. Copies of one kind always average equally
+            (:func:`~siggate.options.run_weights`).
         ensemble: GNN members with seeds ``seed..seed+ensemble-1`` (``--ensemble``).
         config: a config name or file (``None``: ``csv``, the ``--data`` recipe).
         overrides: ``"section.key=value"`` strings (``--set``), e.g. ``("train.init=none", "model.layers=2")`` (another
@@ -157,7 +157,7 @@ class _SigGateEstimator(BaseEstimator):
             argv += ["--set", str(item)]
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args)
-        members, weights = recipe_members(recipe_name(args), self.members or None)
+        members, weights = recipe_members(recipe_name(args), self.members)  # "" is no kind, refused as --members "" is
         kinds, weights = parse_kinds(members), self.weights or weights
         if weights not in MEMBER_WEIGHTS:
             raise ValueError(f"weights={self.weights!r}: choose from {', '.join(map(repr, MEMBER_WEIGHTS))}")

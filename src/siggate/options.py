@@ -40,6 +40,7 @@ __all__ = [
     "MEMBER_WEIGHTS",
     "member_names",
     "recipe_members",
+    "run_weights",
     "MEMBER_KIND_NAMES",
     "EVAL_NORMS",
     "SELECTS",
@@ -180,15 +181,20 @@ def member_names(text: str | Sequence[str]) -> list[str]:
 
 def recipe_members(recipe: str | None, members: str | Sequence[str] | None = None) -> tuple[str | Sequence[str], str]:
     """``(members, weights)`` a run of the config ``recipe`` holds when ``--weights`` is not given:
-    the recipe's (:data:`RECIPE_MEMBERS`, else the GNN alone with equal weights) when ``members``
-    (``--members``) is not given either. Given ``members`` keep the recipe's weights only when
-    they combine kinds: copies of one kind (``--members gnn --ensemble 2``) average equally, as
-    ``--ensemble`` always did (and their GNN members keep their best validation epoch,
-    :func:`resolve_select`)."""
+    the recipe's (:data:`RECIPE_MEMBERS`, else the GNN alone with equal weights); given ``members``
+    (``--members``) replace the recipe's members and keep its weights. What a run of one kind
+    then combines with is :func:`run_weights`'s."""
     own_members, weights = RECIPE_MEMBERS.get(recipe or "", (DEFAULT_MEMBERS, DEFAULT_WEIGHTS))
-    if members is None:
-        return own_members, weights
-    return members, weights if len(member_names(members)) > 1 else DEFAULT_WEIGHTS
+    return (own_members if members is None else members), weights
+
+
+def run_weights(kinds: str | Sequence[str], weights: str | None) -> str:
+    """The weights a run of the member ``kinds`` combines with when asked for ``weights``:
+    ``"val"`` only when it holds several kinds. Copies of one kind (``--members gnn --ensemble 3``)
+    average equally: the validation rows weigh kinds, never seeds
+    (:class:`~siggate.predictors.combine.Combination`), so there is nothing to fit, no
+    validation split is needed, and the GNN copies keep their best epoch (:func:`resolve_select`)."""
+    return "val" if weights == "val" and len(member_names(kinds)) > 1 else DEFAULT_WEIGHTS
 
 
 def resolve_select(select: str, weighs_on_val: bool) -> str:

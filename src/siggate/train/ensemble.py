@@ -45,6 +45,7 @@ import torch
 
 from ..config import Config
 from ..data.base import GraphDataset
+from ..options import run_weights
 from ..predictors.base import out_of_sample
 from ..predictors.combine import Combination
 from .dataprep import prepare_data
@@ -61,7 +62,8 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
                   resume: bool = False, progress: bool = True, device: torch.device | None = None,
                   dataset: GraphDataset | None = None) -> dict:
     """Train the members ``kinds`` (``gnn_copies`` GNN members) of ``cfg`` into ``out``, combine
-    them with ``weights`` (``None`` or ``"equal"``: equal; ``"val"``: fitted on the validation split) and write
+    them with ``weights`` (``None`` or ``"equal"``: equal; ``"val"``: fitted on the validation split,
+    for members of several kinds, :func:`~siggate.options.run_weights`) and write
     the folder the module docstring describes. ``dataset``: the prepared data (default: prepared
     from ``cfg.data``). Returns its ``metrics.json``.
 
@@ -70,7 +72,7 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     """
     out = Path(out)
     kinds = parse_kinds(kinds)
-    weights = None if weights == "equal" else weights
+    weights = None if run_weights(kinds, weights) == "equal" else "val"  # copies of one kind: nothing to weigh
     out.mkdir(parents=True, exist_ok=True)
     write_config(out / MEMBERS_RECORD, cfg.to_dict(),
                  members={"kinds": kinds, "ensemble": int(gnn_copies), "weights": weights or "equal"})

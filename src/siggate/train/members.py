@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..config import Config, DataConfig, from_dict
-from ..options import member_names, resolve_select
+from ..options import member_names, resolve_select, run_weights
 from ..predictors.base import MANIFEST, PredictorFileError, read_manifest, task_info
 from ..predictors.combine import Combination
 from ..predictors.forest import RandomForest
@@ -134,7 +134,8 @@ def build_members(kinds: Sequence[str], cfg: Config, out: str | Path, gnn_copies
     ``cfg.train.seed + i``) if ``kinds`` holds ``"gnn"``, then one member of each other kind
     (seed ``cfg.train.seed``), named ``member0``, ``member1``, ... (their folders under ``out``).
     Each member's ``train.select`` is made concrete (:func:`~siggate.options.resolve_select`):
-    ``auto`` keeps a GNN's last epoch when ``weights`` is ``"val"`` and there are several members.
+    ``auto`` keeps a GNN's last epoch when the members combine with ``"val"`` weights
+    (:func:`~siggate.options.run_weights`: several kinds).
 
     Raises:
         MemberError: an unknown kind, or ``gnn_copies`` that cannot apply (:func:`check_copies`).
@@ -147,7 +148,7 @@ def build_members(kinds: Sequence[str], cfg: Config, out: str | Path, gnn_copies
     for i, (kind, seed) in enumerate(order):
         c = copy.deepcopy(cfg)
         c.train.seed = seed
-        c.train.select = resolve_select(c.train.select, weighs_on_val=weights == "val" and len(kinds) > 1)
+        c.train.select = resolve_select(c.train.select, weighs_on_val=run_weights(kinds, weights) == "val")
         name = f"member{i}"
         spec = MemberSpec(c, Path(out) / name, seed, base, progress, device, resume)
         members.append((name, seed, MEMBER_KINDS[kind].build(spec)))
