@@ -2,7 +2,7 @@
 peer harnesses left behind (each row's ``--out``): per run, each member's test metric alone, the
 combination's, and the weight the validation split gave the member.
 
-    python benchmarks/members_share.py --recipe cand-ens60 --readme README.md
+    python benchmarks/members_share.py --recipe cand-ens60,default --readme README.md
 
 Prints a markdown table and writes ``benchmarks/results/members/<recipe>.json``:
 
@@ -33,6 +33,19 @@ ROOT = Path(__file__).resolve().parent.parent
 #: its variants in recipe.json)
 SOURCES = {"moleculeace": [ROOT / "benchmarks/moleculeace/results/results.json"],
            "peers": [ROOT / "benchmarks/peers/results/results.json", ROOT / "benchmarks/peers/results/recipe.json"]}
+#: the name that the rows of siggate's shipped default answer to (``--recipe default``)
+DEFAULT = "default"
+
+
+def recipe_rows(rows: list[dict], names: list[str], defaults: bool = False) -> list[dict]:
+    """siggate's finished rows whose recipe is one of ``names``. ``defaults``: the rows come from a
+    file of default rows (the peers' results.json), where a row without a ``variant`` is the
+    shipped default of its commit and also answers to ``default``, whatever recipe it records."""
+    def named(r):
+        return {r.get("recipe")} | ({DEFAULT} if defaults and not r.get("variant") else set())
+
+    return [r for r in rows if r.get("tool") == "siggate" and r.get("status") == "ok" and not r.get("smoke")
+            and named(r) & set(names)]
 
 
 def run_folder(command: str) -> Path:
@@ -124,8 +137,10 @@ def chemprop_means(runs: list[dict]) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--recipe", required=True, help="the harness rows' recipe name, e.g. cand-ens60")
-    p.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/members/RECIPE.json")
+    p.add_argument("--recipe", required=True,
+                   help="the harness rows' recipe names, comma-separated, e.g. cand-ens60,default (default: the "
+                        "shipped default's rows; a target's later row wins for a seed)")
+    p.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/members/NAME+NAME.json")
     p.add_argument("--readme", type=Path, default=None,
                    help="also write the table between the members-share markers of this file (the README)")
     args = p.parse_args(argv)
@@ -133,10 +148,12 @@ def main(argv=None) -> int:
               "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                                        text=True).stdout.strip(), "recipe": args.recipe}
     lines = []
+    names = [n.strip() for n in args.recipe.split(",") if n.strip()]
     for source, paths in SOURCES.items():
         docs = [json.loads(path.read_text()) for path in paths]
-        rows = [r for data in docs for r in (data["rows"] if source == "moleculeace" else data["runs"])
-                if r.get("recipe") == args.recipe and r.get("status") == "ok" and r.get("tool") == "siggate"]
+        rows = [r for i, data in enumerate(docs)
+                for r in recipe_rows(data["rows"] if source == "moleculeace" else data["runs"], names,
+                                     defaults=source == "peers" and i == 0)]
         if not rows:
             continue
         s = summarize(rows, "rmse" if source == "moleculeace" else "task", mean=source == "moleculeace")
@@ -153,7 +170,7 @@ def main(argv=None) -> int:
             lines += ["", *table("peer task (metric)", s, "", {"chemprop": cp})]
         if s["missing"]:
             lines.append(f"\nrun folders missing ({source}): {', '.join(s['missing'])}")
-    out = args.out or ROOT / "benchmarks/results/members" / f"{args.recipe}.json"
+    out = args.out or ROOT / "benchmarks/results/members" / f"{'+'.join(names)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print("\n".join(lines))

@@ -60,3 +60,16 @@ def test_copies_of_a_kind_are_one_column_and_no_common_seed_is_refused(tmp_path)
 
 def test_the_run_folder_is_the_command_s_out():
     assert str(share.run_folder("siggate train --out '/a b/c' --seed 0")) == "/a b/c"
+
+
+def test_rows_are_chosen_by_recipe_and_the_peers_default_rows_answer_to_default():
+    rows = [{"tool": "siggate", "status": "ok", "recipe": "cand-ens60", "seed": 0},
+            {"tool": "siggate", "status": "ok", "seed": 1},  # a later default row: no recipe recorded
+            {"tool": "siggate", "status": "ok", "variant": "--members gnn", "recipe": "gnn-alone", "seed": 2},
+            {"tool": "siggate", "status": "failed", "recipe": "cand-ens60", "seed": 3},
+            {"tool": "siggate", "status": "ok", "recipe": "cand-ens60", "smoke": True, "seed": 4},
+            {"tool": "chemprop", "status": "ok", "seed": 5}]
+    seeds = lambda names, defaults: [r["seed"] for r in share.recipe_rows(rows, names, defaults)]  # noqa: E731
+    assert seeds(["cand-ens60"], False) == [0]
+    assert seeds(["default"], True) == [0, 1] and seeds(["default"], False) == []
+    assert seeds(["cand-ens60", "default"], True) == [0, 1] and seeds(["gnn-alone"], True) == [2]
