@@ -47,6 +47,11 @@ def svr_member(grid=None, **options) -> KernelSVR:
     return KernelSVR(grid=grid, **{"refit": False, **options})
 
 
+def grid_of(chosen: dict) -> dict:
+    """The grid of one recorded candidate: each field's value, or the values it averaged over."""
+    return {k: (v if isinstance(v, list) else [v]) for k, v in chosen.items()}
+
+
 def rf_member(**options) -> RandomForest:
     """The rf member fitted on the train rows only (the refit has its own tests)."""
     return RandomForest(**{"refit": False, **options})
@@ -129,21 +134,25 @@ def test_forest_member_equals_sklearn_forest_on_the_same_fingerprints():
 # ----------------------------------------------------------------------------- the val-only choice
 
 
-@pytest.mark.parametrize("make", [lambda: svr_member(grid={"radius": [2, 1], "size": [1024], "C": [5.0, 0.05],
-                                                          "epsilon": [0.05, 0.5]}),
-                                  lambda: rf_member(n_estimators=5, size=512, grid={"max_features": [1.0, 0.2]})])
-def test_choice_is_the_lowest_val_rmse_and_never_reads_test(make):
+SVR_GRID = {"radius": [2, 1], "size": [1024], "C": [5.0, 0.05], "epsilon": [0.05, 0.5]}
+
+
+@pytest.mark.parametrize("make, candidates", [(lambda: svr_member(grid=SVR_GRID), 4),  # C averaged, not chosen
+                                              (lambda: svr_member(grid=SVR_GRID, average=()), 8),
+                                              (lambda: rf_member(n_estimators=5, size=512,
+                                                                 grid={"max_features": [1.0, 0.2]}), 2)])
+def test_choice_is_the_lowest_val_rmse_and_never_reads_test(make, candidates):
     ds = make_ds(LOGP)
     member = make().fit(ds)
     meta = member.models_[0].meta
     assert meta["choice"] == "val" and meta["n_val"] == len(ds.val)
     yv = labels(ds.val)[:, 0]
-    # each point fitted alone, scored here: the member picked the lowest, and predicts as that point does
+    # each candidate fitted alone, scored here: the member picked the lowest, and predicts as that one does
     best, best_score = None, np.inf
     for s in meta["scores"]:
-        point = {k: [v] for k, v in s.items() if k != "val_score"}
+        point = grid_of({k: v for k, v in s.items() if k != "val_score"})
         if isinstance(member, KernelSVR):
-            single = svr_member(grid=point).fit(ds)
+            single = svr_member(grid=point, average=member.average).fit(ds)
             pred = single.decision_and_output([g.smiles for g in ds.val])[1][:, 0]
         else:
             single = rf_member(n_estimators=5, size=512, grid=point).fit(ds)
@@ -152,7 +161,7 @@ def test_choice_is_the_lowest_val_rmse_and_never_reads_test(make):
         assert rmse == pytest.approx(s["val_score"], rel=1e-12)
         if rmse < best_score:
             best, best_score = single, rmse
-    assert len(meta["scores"]) == (8 if isinstance(member, KernelSVR) else 2)
+    assert len(meta["scores"]) == candidates
     assert torch.equal(member.predict(ds.val).mean, best.predict(ds.val).mean)
     # the test split: NaN labels change nothing, and a split that cannot be read at all is never read
     for test in ([Data(smiles=g.smiles, y=torch.full_like(g.y, float("nan"))) for g in ds.test], Forbidden()):
@@ -173,9 +182,9 @@ def test_target_without_val_labels_falls_back_to_the_first_grid_point(make):
     assert first.meta["choice"] == "val" and len(first.meta["scores"]) > 1
     assert second.meta["choice"] == "fallback: no labelled val row" and second.meta["n_val"] == 0
     assert len(second.meta["scores"]) == 1 and second.meta["scores"][0]["val_score"] is None
-    assert second.meta["chosen"] == {k: v[0] for k, v in member.grid.to_dict().items()
-                                     if not (isinstance(member, KernelSVR) and k == "epsilon")} | (
-        {"epsilon": member.grid.epsilon[0]} if isinstance(member, KernelSVR) else {})
+    first_values = {k: v[0] for k, v in member.grid.to_dict().items()}
+    # the svr's C is averaged over, not chosen: its fallback holds all the grid's C values
+    assert second.meta["chosen"] == first_values | ({"C": [1.0, 5.0]} if isinstance(member, KernelSVR) else {})
 
 
 # ----------------------------------------------------------------------------- missing labels, several targets
@@ -266,6 +275,50 @@ def test_above_exact_max_the_svr_fits_ridge_on_nystrom_features():
     yb = (LOGP > np.median(LOGP)).astype(float)
     klr = svr_member(grid={"radius": [2], "size": [1024], "C": [2.0]}, exact_max=10, landmarks=12).fit(make_ds(yb, "binary"))
     assert klr.models_[0].meta["basis"] == "nystrom 12" and klr.models_[0].support.shape[0] == 12
+
+
+def test_averaged_c_is_the_mean_of_the_models_fitted_at_each_c(tmp_path):
+    """The default averages the svr over the grid's C values: against scikit-learn SVRs fitted at
+    each C on the dense MinMax kernel (exact), and as the mean decision of single-C members for
+    Nyström ridge and kernel logistic regression, each one model over the union of supports."""
+    from sklearn.svm import SVR
+
+    assert KernelSVR().average == ("C",)
+    ds = make_ds(LOGP)
+    grid = {"fingerprint": ["morgan"], "radius": [2], "size": [1024], "C": [5.0, 0.3], "epsilon": [0.05]}
+    member = svr_member(grid=grid).fit(ds)
+    ytr = labels(ds.train)[:, 0]
+    mean, std = ytr.mean(), ytr.std()
+    xtr = morgan_counts([g.smiles for g in ds.train], 2, 1024).astype(np.float64)
+    xte = morgan_counts([g.smiles for g in ds.test], 2, 1024).astype(np.float64)
+
+    def k(a, b):
+        return np.minimum(a[:, None], b[None]).sum(-1) / np.maximum(a[:, None], b[None]).sum(-1)
+
+    refs = [SVR(kernel="precomputed", C=c, epsilon=0.05).fit(k(xtr, xtr), (ytr - mean) / std) for c in (5.0, 0.3)]
+    want = mean + std * np.mean([r.predict(k(xte, xtr)) for r in refs], axis=0)
+    smiles = [g.smiles for g in ds.test]
+    np.testing.assert_allclose(member.predict_array(smiles)[:, 0], want, rtol=0, atol=1e-9)
+    m = member.models_[0]
+    assert m.meta["chosen"]["C"] == [5.0, 0.3] and len(m.meta["scores"]) == 1
+    assert m.support.shape[0] == np.union1d(refs[0].support_, refs[1].support_).size
+    yb = (LOGP > np.median(LOGP)).astype(float)
+    for data, options in ((ds, {"exact_max": 10, "landmarks": 12}), (make_ds(yb, "binary"), {})):
+        avg = svr_member(grid=grid, **options).fit(data)
+        singles = [svr_member(grid={**grid, "C": [c]}, **options).fit(data) for c in (5.0, 0.3)]
+        assert avg.models_[0].mode == ("ridge" if options else "klr")
+        np.testing.assert_allclose(avg.decision_and_output(smiles)[0],
+                                   np.mean([s.decision_and_output(smiles)[0] for s in singles], axis=0), atol=1e-9)
+    # a member saved before averaging existed loads as one that chose C (its model is what it stored)
+    member.save(tmp_path / "m")
+    doc = json.loads((tmp_path / "m" / "predictor.json").read_text())
+    assert doc["options"]["average"] == ["C"]
+    del doc["options"]["average"]
+    (tmp_path / "m" / "predictor.json").write_text(json.dumps(doc))
+    back = KernelSVR.load(tmp_path / "m")
+    assert back.average == () and np.array_equal(back.predict_array(smiles), member.predict_array(smiles))
+    with pytest.raises(ValueError, match=r"'radius' cannot be averaged over; choose among \['C', 'epsilon'\]"):
+        KernelSVR(average=("radius",))
 
 
 # ----------------------------------------------------------------------------- storage
@@ -424,7 +477,7 @@ def test_refit_learns_the_val_chosen_option_on_train_and_val_and_keeps_out_of_sa
     # the test predictions are those of the chosen option fitted on train+val alone
     merged = GraphDataset(info=ds.info, splits={"train": list(ds.train) + list(ds.val), "val": [], "test": ds.test})
     for j in range(2):
-        point = {k: [v] for k, v in once.models_[j].meta["chosen"].items()}
+        point = grid_of(once.models_[j].meta["chosen"])
         alone = (svr_member(grid=point) if refit.kind == "svr" else
                  rf_member(n_estimators=5, size=512, grid=point)).fit(merged)
         np.testing.assert_allclose(refit.predict(ds.test).mean[:, j].numpy(), alone.predict(ds.test).mean[:, j].numpy(),

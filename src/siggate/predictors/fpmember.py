@@ -410,6 +410,9 @@ class FingerprintMember:
     and implement ``_fit_target(data) -> model`` and ``_restore(fields, arrays, prefix) -> model``."""
 
     kind: ClassVar[str] = ""
+    #: the options a member saved before they existed was fitted with (:meth:`load`): before the
+    #: refit, fitted on the train rows alone
+    SAVED_BEFORE: ClassVar[dict] = {"refit": False}
 
     def __init__(self, refit: bool = True) -> None:
         self.info = None
@@ -561,7 +564,7 @@ class FingerprintMember:
             raise PredictorFileError(f"{folder}: holds a {doc['kind']!r} predictor, not {cls.kind!r}")
         arrays = {k: v.numpy() if hasattr(v, "numpy") else v for k, v in load_arrays(Path(folder) / ARRAYS).items()}
         try:
-            self = cls(**{"refit": False, **doc["options"]})  # saved before the refit: fitted on train alone
+            self = cls(**{**cls.SAVED_BEFORE, **doc["options"]})  # options it was fitted without
             self.info = task_info(doc)
             for j, t in enumerate(doc["targets"]):
                 model = ConstantModel(float(t["value"])) if t["mode"] == "constant" else self._restore(t, arrays, f"t{j}")
