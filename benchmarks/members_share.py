@@ -4,7 +4,8 @@ combination's, and the weight the validation split gave the member.
 
     python benchmarks/members_share.py --recipe cand-ens60,default --readme README.md
 
-Prints a markdown table and writes ``benchmarks/results/members/<recipe>.json``:
+Prints a markdown table and writes ``benchmarks/results/members/<name+name>.json`` (``--recipe``'s
+names joined by ``+``), with the commits of the rows it read:
 
 * MoleculeACE: per member kind, the mean over the public targets of the target's mean over seeds
   of the member's test RMSE, and of its weight; the combination's RMSE the same way. Only targets
@@ -81,13 +82,14 @@ def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
     """Per group (target or task), each member kind's and the combination's mean over the seeds
     every group has; with ``mean``, also their means over the groups (``mean=False`` where the
     groups' metrics differ, the peer tasks). ``error`` says why nothing was summarized."""
-    by_group, missing = defaultdict(dict), []
+    by_group, missing, commits = defaultdict(dict), [], defaultdict(dict)
     for r in rows:
         scores = member_scores(run_folder(r["command"]), metric)
         if scores is None:
             missing.append(f"{r.get('target') or r.get('task')} seed {r['seed']}")
             continue
         by_group[r.get("target") or r.get("task")][r["seed"]] = scores
+        commits[r.get("target") or r.get("task")][r["seed"]] = str(r.get("git_commit") or "unknown")[:7]
     if not by_group:
         return {"groups": 0, "missing": missing, "error": "no run folder with members was found"}
     common = sorted(set.intersection(*(set(s) for s in by_group.values())))
@@ -101,7 +103,9 @@ def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
                      **{k: [statistics.fmean((u[k] if k == "combination" else u[k][0]) for u in use)]
                         + ([statistics.fmean(u[k][1] for u in use)] if k != "combination" else [])
                         for k in kinds}}
-    out = {"seeds": common, "groups": len(groups), "kinds": kinds, "per_group": groups, "missing": missing}
+    used = sorted({commits[g][seed] for g in by_group for seed in common})
+    out = {"seeds": common, "groups": len(groups), "kinds": kinds, "per_group": groups, "missing": missing,
+           "commits": used}
     if mean:
         first = next(iter(groups.values()))
         out["mean"] = {k: [statistics.fmean(v[k][j] for v in groups.values()) for j in range(len(first[k]))]
@@ -138,8 +142,8 @@ def chemprop_means(runs: list[dict]) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--recipe", required=True,
-                   help="the harness rows' recipe names, comma-separated, e.g. cand-ens60,default (default: the "
-                        "shipped default's rows; a target's later row wins for a seed)")
+                   help="the harness rows' recipe names, comma-separated, e.g. cand-ens60,default ('default': the "
+                        "peers' default rows; a target's later row wins for a seed; the table names the rows' commits)")
     p.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/members/NAME+NAME.json")
     p.add_argument("--readme", type=Path, default=None,
                    help="also write the table between the members-share markers of this file (the README)")
@@ -168,6 +172,8 @@ def main(argv=None) -> int:
             s["per_group"] = {f"{g} ({metrics[g]})": v for g, v in s["per_group"].items()}
             cp = {f"{t} ({metrics[t]})": v for t, v in chemprop_means(docs[0]["runs"]).items() if t in metrics}
             lines += ["", *table("peer task (metric)", s, "", {"chemprop": cp})]
+        lines.append(f"\n{source}: rows of commit{'s' if len(s['commits']) > 1 else ''} {', '.join(s['commits'])}"
+                     + (" (several: the rows mix versions of the recipe)" if len(s["commits"]) > 1 else ""))
         if s["missing"]:
             lines.append(f"\nrun folders missing ({source}): {', '.join(s['missing'])}")
     out = args.out or ROOT / "benchmarks/results/members" / f"{'+'.join(names)}.json"

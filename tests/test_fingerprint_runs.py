@@ -292,6 +292,9 @@ def test_data_runs_take_the_csv_recipe_s_members_and_weights(nitrogen_csv, tmp_p
     assert options.recipe_members("csv", ["gnn"]) == (["gnn"], "val")
     assert options.run_weights(["gnn"], "val") == options.run_weights("gnn,gnn", "val") == "equal"
     assert options.run_weights("gnn,svr", "val") == "val" and options.run_weights("gnn,svr", "equal") == "equal"
+    assert options.run_weights("gnn,svr", None) == "equal"
+    with pytest.raises(ValueError, match="weights='Val': choose from 'equal', 'val'"):
+        options.run_weights("gnn,svr", "Val")
     assert options.recipe_members("nci5k", "gnn,svr") == ("gnn,svr", "equal")
 
 
@@ -344,3 +347,20 @@ def test_the_shipped_default_trains_three_members_weighted_on_val_from_the_pretr
     assert [x["kind"] for x in m["members"]] == ["gnn", "svr", "rf"] and m["weighting"] == "val"
     assert np.sum(m["weights"], 0) == pytest.approx([1.0]) and min(min(w) for w in m["weights"]) >= 0
     assert [row[0] for row in _member_rows(stdout).values()] == ["gnn", "svr", "rf", "val"]
+
+
+def test_resume_of_an_older_run_that_recorded_val_weights_for_copies_of_one_kind(tmp_path):
+    """A run of GNN copies saved before options.run_weights recorded ``weights: val``; its copies
+    averaged equally all the same, so a resume without --weights (or with either) is accepted,
+    and another --ensemble is still refused."""
+    import argparse
+
+    from siggate import cli
+    from siggate.train.rundir import MEMBERS_RECORD
+
+    (tmp_path / MEMBERS_RECORD).write_text(yaml.safe_dump({"_meta": {"members": {"kinds": ["gnn"], "ensemble": 2,
+                                                                                 "weights": "val"}}}))
+    for weights in ("equal", "val"):
+        cli._check_saved_members(tmp_path, ["gnn"], weights, argparse.Namespace(ensemble=2))
+    with pytest.raises(cli.CLIError, match="the run was trained with --ensemble 2, not --ensemble 3; give them as it was trained"):
+        cli._check_saved_members(tmp_path, ["gnn"], "equal", argparse.Namespace(ensemble=3))

@@ -23,7 +23,8 @@ def _run(folder, combination, members):
 
 def _row(tmp_path, target, seed):
     out = tmp_path / target / f"seed{seed}"
-    return {"target": target, "seed": seed, "command": f"siggate train --data x.csv --out {out} --members gnn,svr"}, out
+    return {"target": target, "seed": seed, "command": f"siggate train --data x.csv --out {out} --members gnn,svr",
+            **({"git_commit": "abc1234def"} if target == "A" else {})}, out
 
 
 def test_members_are_averaged_over_the_seeds_every_target_has(tmp_path):
@@ -36,6 +37,7 @@ def test_members_are_averaged_over_the_seeds_every_target_has(tmp_path):
     gone, _ = _row(tmp_path, "C", 0)
     s = share.summarize([*rows, gone], "rmse")
     assert s["seeds"] == [0] and s["groups"] == 2  # A's seed 1 is not counted: B has no seed 1
+    assert s["commits"] == ["abc1234", "unknown"]  # the commits of the rows counted (B's records none)
     assert s["missing"] == ["C seed 0"]
     assert s["mean"]["combination"] == pytest.approx([0.4])
     assert s["mean"]["gnn"] == pytest.approx([0.45, 0.625]) and s["mean"]["svr"] == pytest.approx([0.5, 0.375])
@@ -73,3 +75,23 @@ def test_rows_are_chosen_by_recipe_and_the_peers_default_rows_answer_to_default(
     assert seeds(["cand-ens60"], False) == [0]
     assert seeds(["default"], True) == [0, 1] and seeds(["default"], False) == []
     assert seeds(["cand-ens60", "default"], True) == [0, 1] and seeds(["gnn-alone"], True) == [2]
+
+
+def test_main_reads_the_peers_default_rows_from_results_json_only(tmp_path, monkeypatch, capsys):
+    """``--recipe default`` takes the peers' rows without a variant from results.json, not a
+    recipe.json row (whose variants are never defaults), and names the rows' commit."""
+    row, out = _row(tmp_path, "A", 0)
+    _run(out, 0.5, [("gnn", 0.6, 0.7, 0.5), ("svr", 0.4, 0.3, 0.5)])
+    other, out2 = _row(tmp_path, "B", 0)
+    _run(out2, 0.5, [("gnn", 0.6, 0.7, 0.5), ("svr", 0.4, 0.3, 0.5)])
+    peer = {**row, "task": "A", "tool": "siggate", "status": "ok", "metric": "mae"}
+    variant = {**other, "task": "B", "tool": "siggate", "status": "ok", "metric": "mae", "variant": "--members svr"}
+    files = {"results": tmp_path / "results.json", "recipe": tmp_path / "recipe.json", "mace": tmp_path / "m.json"}
+    files["results"].write_text(json.dumps({"runs": [peer]}))
+    files["recipe"].write_text(json.dumps({"runs": [{**variant, "variant": None, "recipe": "x"}, variant]}))
+    files["mace"].write_text(json.dumps({"rows": []}))
+    monkeypatch.setattr(share, "SOURCES", {"moleculeace": [files["mace"]], "peers": [files["results"], files["recipe"]]})
+    assert share.main(["--recipe", "default", "--out", str(tmp_path / "o.json")]) == 0
+    doc = json.loads((tmp_path / "o.json").read_text())
+    assert "moleculeace" not in doc and list(doc["peers"]["per_group"]) == ["A (mae)"]
+    assert doc["peers"]["commits"] == ["abc1234"] and "peers: rows of commit abc1234" in capsys.readouterr().out

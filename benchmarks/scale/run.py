@@ -27,7 +27,7 @@ Two modes, each with its own JSON under ``benchmarks/results/scale/``:
 
 * ``members`` (``fpmembers.json``): the fingerprint members alone (``svr``, ``rf``, defaults). The
   child reads the CSV, splits it 80/10/10 at random (``--seed``), fits the member (its options
-  chosen on the validation rows) and predicts the test rows. Besides the wrapper's figures it
+  chosen on the validation rows; the svr's C averaged since 46a976c) and predicts the test rows. Besides the wrapper's figures it
   reports the wall and CPU seconds of reading and splitting, of the fit (the fingerprints of the
   train and val molecules included) and of the prediction, its peak after reading the molecules
   (``RUSAGE_SELF``), the test RMSE and the member's choices.

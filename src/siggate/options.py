@@ -192,8 +192,15 @@ def run_weights(kinds: str | Sequence[str], weights: str | None) -> str:
     """The weights a run of the member ``kinds`` combines with when asked for ``weights``:
     ``"val"`` only when it holds several kinds. Copies of one kind (``--members gnn --ensemble 3``)
     average equally: the validation rows weigh kinds, never seeds
-    (:class:`~siggate.predictors.combine.Combination`), so there is nothing to fit, no
-    validation split is needed, and the GNN copies keep their best epoch (:func:`resolve_select`)."""
+    (:class:`~siggate.predictors.combine.Combination`), so they choose nothing among the copies,
+    and the GNN copies keep their best validation epoch (:func:`resolve_select`).
+    ``None`` is ``"equal"``.
+
+    Raises:
+        ValueError: ``weights`` is not one of :data:`MEMBER_WEIGHTS` (or ``None``).
+    """
+    if weights is not None and weights not in MEMBER_WEIGHTS:
+        raise ValueError(f"weights={weights!r}: choose from {', '.join(map(repr, MEMBER_WEIGHTS))}")
     return "val" if weights == "val" and len(member_names(kinds)) > 1 else DEFAULT_WEIGHTS
 
 

@@ -8,7 +8,8 @@ with a :class:`TargetData`. A target is refused when it has no labelled training
 :class:`ConstantModel` when it has one row or one class (the mean, or the smoothed rate
 ``(positives + 0.5) / (rows + 1)``). :class:`Selection` keeps the option with the lowest val score
 (:func:`val_score`), the earlier on ties; a target without labelled val rows is fitted with the
-grid's first point only (:meth:`Grid.fallback`).
+first option only (the grid's first point, :meth:`Grid.fallback`; for the svr, whose C is averaged
+over, the first candidate, all C values).
 
 **Refit** (``refit=True``, the members' default): once a target's options are chosen on val, the
 chosen option is fitted again on the target's labelled train *and* val rows (``_fit_target`` with

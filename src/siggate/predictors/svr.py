@@ -58,8 +58,8 @@ two labelled training rows, or one class only, is a constant (:class:`.fpmember.
 **Storage** (no pickle, :class:`.fpmember.FingerprintMember`): ``predictor.json`` holds the options
 and, per target, ``mode`` (``svr``, ``ridge``, ``klr`` or ``constant``), ``fingerprint`` (the kinds;
 absent in runs saved before kinds: ``morgan``), ``radius``, ``size``,
-``intercept``, ``y_mean``/``y_std`` and ``meta`` (the chosen point, the val scores of every grid
-point, the basis: ``exact`` or ``nystrom m``); ``arrays.pt`` holds, per target ``j``,
+``intercept``, ``y_mean``/``y_std`` and ``meta`` (the chosen candidate, its averaged fields as lists;
+the val scores of every candidate; the basis: ``exact`` or ``nystrom m``); ``arrays.pt`` holds, per target ``j``,
 ``t{j}.support.{indptr,indices,counts}`` (CSR int64, int64, int32 counts of the stored
 fingerprints, the kinds side by side) and ``t{j}.coef`` (float64); ``held_out.val`` (float64
 ``[n_val, T]``) holds the out-of-sample val predictions of a refitted member.
@@ -207,7 +207,7 @@ class KernelSVR(FingerprintMember):
         if exact_max < 1 or landmarks < 1:
             raise ValueError(f"exact_max and landmarks must be >= 1, got {exact_max} and {landmarks}")
         self.exact_max, self.landmarks, self.seed = int(exact_max), int(landmarks), int(seed)
-        self.average = tuple(dict.fromkeys(str(a) for a in average))
+        self.average = tuple(dict.fromkeys(str(a) for a in ((average,) if isinstance(average, str) else average)))
         bad = [a for a in self.average if a not in AVERAGEABLE]
         if bad:
             raise ValueError(f"average={list(self.average)}: {bad[0]!r} cannot be averaged over; choose among "
