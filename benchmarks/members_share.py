@@ -89,7 +89,7 @@ def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
             missing.append(f"{r.get('target') or r.get('task')} seed {r['seed']}")
             continue
         by_group[r.get("target") or r.get("task")][r["seed"]] = scores
-        commits[r.get("target") or r.get("task")][r["seed"]] = str(r.get("git_commit") or "unknown")[:7]
+        commits[r.get("target") or r.get("task")][r["seed"]] = str(r.get("git_commit") or r.get("commit") or "unknown")[:7]
     if not by_group:
         return {"groups": 0, "missing": missing, "error": "no run folder with members was found"}
     common = sorted(set.intersection(*(set(s) for s in by_group.values())))
@@ -173,7 +173,8 @@ def main(argv=None) -> int:
             cp = {f"{t} ({metrics[t]})": v for t, v in chemprop_means(docs[0]["runs"]).items() if t in metrics}
             lines += ["", *table("peer task (metric)", s, "", {"chemprop": cp})]
         lines.append(f"\n{source}: rows of commit{'s' if len(s['commits']) > 1 else ''} {', '.join(s['commits'])}"
-                     + (" (several: the rows mix versions of the recipe)" if len(s["commits"]) > 1 else ""))
+                     + (" (several: the rows mix versions of the recipe)"
+                        if len([c for c in s["commits"] if c != "unknown"]) > 1 else ""))
         if s["missing"]:
             lines.append(f"\nrun folders missing ({source}): {', '.join(s['missing'])}")
     out = args.out or ROOT / "benchmarks/results/members" / f"{'+'.join(names)}.json"

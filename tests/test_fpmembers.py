@@ -319,6 +319,7 @@ def test_averaged_c_is_the_mean_of_the_models_fitted_at_each_c(tmp_path):
     assert back.average == () and np.array_equal(back.predict_array(smiles), member.predict_array(smiles))
     with pytest.raises(ValueError, match=r"'radius' cannot be averaged over; choose among \['C', 'epsilon'\]"):
         KernelSVR(average=("radius",))
+    assert KernelSVR(average="epsilon").average == ("epsilon",)  # a bare name, not its letters
 
 
 # ----------------------------------------------------------------------------- storage

@@ -147,7 +147,7 @@ def run_target(mace, target: str, data_dir: Path) -> dict:
         chosen = member.models_[0].meta["chosen"]
         row = {**score(mace, member, ds, tdir), **t, "chosen": chosen, "grid": member.grid.to_dict()}
         if getattr(member, "average", ()):  # a candidate averages over some fields: not one of the search's points
-            scores = member.models_[0].meta["scores"]
+            scores = member.models_[0].meta["scores"]  # the record's own rule restated: guards a NaN or None score
             assert chosen == {k: v for k, v in min(scores, key=lambda c: c["val_score"]).items() if k != "val_score"}
             alone, _ = timed_fit(cls(grid={k: v if isinstance(v, list) else [v] for k, v in chosen.items()}, **kw,
                                      **once), ds)

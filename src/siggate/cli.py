@@ -249,7 +249,11 @@ def _check_saved_members(out: Path, kinds: list[str], weights: str, args) -> Non
     saved = rundir.saved_members(out)
     if saved is None:
         return
-    saved = {**saved, "weights": run_weights(saved.get("kinds") or ["gnn"], saved.get("weights", DEFAULT_WEIGHTS))}
+    try:
+        saved = {**saved, "weights": run_weights(saved.get("kinds") or ["gnn"], saved.get("weights", DEFAULT_WEIGHTS))}
+    except ValueError as exc:
+        raise CLIError(f"--resume {out}: {out / rundir.MEMBERS_RECORD} records {exc}; restore the file, or start a new "
+                       "run with another --out") from None
     given = {"kinds": kinds, "ensemble": 1 if args.ensemble is None else args.ensemble,
              "weights": run_weights(kinds, weights)}
     if "gnn" not in kinds:
