@@ -356,10 +356,11 @@ def test_resume_of_an_older_run_that_recorded_val_weights_for_copies_of_one_kind
     import argparse
 
     from siggate import cli
-    from siggate.train.rundir import MEMBERS_RECORD
+    from siggate.train.rundir import MEMBERS_RECORD, saved_members
 
     (tmp_path / MEMBERS_RECORD).write_text(yaml.safe_dump({"_meta": {"members": {"kinds": ["gnn"], "ensemble": 2,
                                                                                  "weights": "val"}}}))
+    assert saved_members(tmp_path) == {"kinds": ["gnn"], "ensemble": 2, "weights": "equal"}  # what every reader sees
     for weights in ("equal", "val"):
         cli._check_saved_members(tmp_path, ["gnn"], weights, argparse.Namespace(ensemble=2))
     with pytest.raises(cli.CLIError, match="the run was trained with --ensemble 2, not --ensemble 3; give them as it was trained"):
@@ -367,3 +368,5 @@ def test_resume_of_an_older_run_that_recorded_val_weights_for_copies_of_one_kind
     (tmp_path / MEMBERS_RECORD).write_text(yaml.safe_dump({"_meta": {"members": {"kinds": ["gnn"], "weights": "mean"}}}))
     with pytest.raises(cli.CLIError, match=r"members.yaml records weights='mean': choose from 'equal', 'val'; restore"):
         cli._check_saved_members(tmp_path, ["gnn"], "equal", argparse.Namespace(ensemble=None))
+    with pytest.raises(cli.CLIError, match=r"^--resume \S+: \S+members.yaml records weights='mean'"):
+        cli._no_run_to_resume(tmp_path, ensemble=False)

@@ -393,6 +393,14 @@ def test_corrupt_arrays_are_refused_by_name(tmp_path):
         KernelSVR.load(tmp_path / "svr")
 
 
+def test_grid_points_hold_averaged_fields_whole_in_grid_order():
+    grid = SVRGrid(fingerprint=("morgan",), radius=(2, 1), size=(2048,), C=(5.0, 20.0), epsilon=(0.05,))
+    assert [(p["radius"], p["C"]) for p in grid.points()] == [(2, 5.0), (2, 20.0), (1, 5.0), (1, 20.0)]
+    assert [(p["radius"], p["C"]) for p in grid.points(("C",))] == [(2, [5.0, 20.0]), (1, [5.0, 20.0])]
+    assert KernelSVR(grid=grid).candidates() == grid.points(("C",)) and grid.fallback() == grid.points()[0]
+    assert KernelSVR(grid=grid, average=()).candidates() == grid.points()
+
+
 # ----------------------------------------------------------------------------- what is refused
 
 

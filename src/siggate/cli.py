@@ -215,7 +215,7 @@ def _member_choice(args, resume: Path | None) -> tuple[list[str], str]:
     from .train import rundir
     from .train.members import GNN, MemberError, check_copies, parse_kinds
 
-    saved = rundir.saved_members(resume) if resume is not None and rundir.is_members_folder(resume) else None
+    saved = _saved_members(resume) if resume is not None and rundir.is_members_folder(resume) else None
     try:
         if saved:
             kinds = parse_kinds(args.members or saved.get("kinds") or ["gnn"])
@@ -241,19 +241,23 @@ def _members_flags(members: dict) -> str:
                     + ([f"--weights {members['weights']}"] if members.get("weights", "equal") != "equal" else []))
 
 
+def _saved_members(out: Path) -> dict | None:
+    """``rundir.saved_members(out)``; a record with unknown weights is a one-line :class:`CLIError`."""
+    from .train import rundir
+
+    try:
+        return rundir.saved_members(out)
+    except ValueError as exc:
+        raise CLIError(f"--resume {out}: {exc}; restore the file, or start a new run with another --out") from None
+
+
 def _check_saved_members(out: Path, kinds: list[str], weights: str, args) -> None:
     """Refuse ``--resume`` of a run of several members with other members, ``--ensemble`` or
     ``--weights`` than it records (a folder written before the record is not checked)."""
-    from .train import rundir
 
-    saved = rundir.saved_members(out)
+    saved = _saved_members(out)
     if saved is None:
         return
-    try:
-        saved = {**saved, "weights": run_weights(saved.get("kinds") or ["gnn"], saved.get("weights", DEFAULT_WEIGHTS))}
-    except ValueError as exc:
-        raise CLIError(f"--resume {out}: {out / rundir.MEMBERS_RECORD} records {exc}; restore the file, or start a new "
-                       "run with another --out") from None
     given = {"kinds": kinds, "ensemble": 1 if args.ensemble is None else args.ensemble,
              "weights": run_weights(kinds, weights)}
     if "gnn" not in kinds:
@@ -271,7 +275,7 @@ def _no_run_to_resume(out: Path, ensemble: bool) -> str:
     if not out.exists():
         return f"--resume {out}: no such folder, so there is no run to resume; check the path"
     if not ensemble and rundir.is_members_folder(out):
-        saved = rundir.saved_members(out)
+        saved = _saved_members(out)
         how = (_members_flags(saved) if saved else
                "--ensemble N, N as it was trained (and --members as it was trained)")
         return f"--resume {out}: this is an ensemble folder of several members; resume it with {how}"

@@ -37,7 +37,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .options import MEMBER_WEIGHTS, recipe_members
+from .options import recipe_members, run_weights
 
 #: the CSV columns :meth:`_SigGateEstimator.fit` writes
 _SMILES, _SPLIT = "smiles", "split"
@@ -158,9 +158,8 @@ class _SigGateEstimator(BaseEstimator):
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args)
         members, weights = recipe_members(recipe_name(args), self.members)  # "" is no kind, refused as --members "" is
-        kinds, weights = parse_kinds(members), self.weights or weights
-        if weights not in MEMBER_WEIGHTS:
-            raise ValueError(f"weights={self.weights!r}: choose from {', '.join(map(repr, MEMBER_WEIGHTS))}")
+        kinds = parse_kinds(members)
+        weights = run_weights(kinds, self.weights or weights)  # unknown weights raise before any data is read
         ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,
                           require_test=False)
         import torch

@@ -158,10 +158,12 @@ class Grid:
             if not getattr(self, f.name):
                 raise ValueError(f"grid option {f.name!r} needs at least one value")
 
-    def points(self) -> list[dict]:
-        """Every combination, in order (the first is the fallback)."""
+    def points(self, average: Sequence[str] = ()) -> list[dict]:
+        """Every combination, in order (the first is the fallback). A field named in ``average``
+        holds all its values (as a list) in every point instead of being chosen among."""
         names = [f.name for f in fields(self)]
-        return [dict(zip(names, vals)) for vals in itertools.product(*(getattr(self, n) for n in names))]
+        vary = [(getattr(self, n) if n not in average else (list(getattr(self, n)),)) for n in names]
+        return [dict(zip(names, vals)) for vals in itertools.product(*vary)]
 
     def fallback(self) -> dict:
         return self.points()[0]

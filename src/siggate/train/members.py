@@ -144,11 +144,12 @@ def build_members(kinds: Sequence[str], cfg: Config, out: str | Path, gnn_copies
     check_copies(kinds, gnn_copies)
     base = cfg.train.seed
     order = [(GNN, base + i) for i in range(gnn_copies) if GNN in kinds] + [(k, base) for k in kinds if k != GNN]
+    weighs_on_val = run_weights(kinds, weights) == "val"
     members = []
     for i, (kind, seed) in enumerate(order):
         c = copy.deepcopy(cfg)
         c.train.seed = seed
-        c.train.select = resolve_select(c.train.select, weighs_on_val=run_weights(kinds, weights) == "val")
+        c.train.select = resolve_select(c.train.select, weighs_on_val=weighs_on_val)
         name = f"member{i}"
         spec = MemberSpec(c, Path(out) / name, seed, base, progress, device, resume)
         members.append((name, seed, MEMBER_KINDS[kind].build(spec)))

@@ -24,6 +24,7 @@ import yaml
 from ..config import split_resolved, upgrade_config_dict
 from ..data.similarity import DOMAIN_FILE, FINGERPRINTS_FILE
 from ..files import atomic_write_bytes, folder_busy
+from ..options import run_weights
 from .plots import LEARNING, PARITY, RESIDUALS
 
 #: a run of several members' config and the members it holds (``siggate train --members/--ensemble``,
@@ -115,13 +116,24 @@ def is_members_folder(out: str | Path) -> bool:
 def saved_members(out: str | Path) -> dict | None:
     """The members a run of several members records in its :data:`MEMBERS_RECORD`
     (``{"kinds": [...], "ensemble": N, "weights": "equal" | "val"}``), or None where none is
-    recorded (another folder, or one written before the record)."""
+    recorded (another folder, or one written before the record). ``weights`` is the one the run
+    combines with (:func:`~siggate.options.run_weights`: an older record of ``val`` weights for
+    copies of one kind reads ``equal``).
+
+    Raises:
+        ValueError: the record names unknown weights (the message names the file).
+    """
     path = Path(out) / MEMBERS_RECORD
     if not path.is_file():
         return None
     saved = yaml.safe_load(path.read_text()) or {}
     members = (saved.get("_meta") or {}).get("members")
-    return members if isinstance(members, dict) else None
+    if not isinstance(members, dict):
+        return None
+    try:
+        return {**members, "weights": run_weights(members.get("kinds") or ["gnn"], members.get("weights"))}
+    except ValueError as exc:
+        raise ValueError(f"{path} records {exc}") from None
 
 
 def read_saved_config(path: str | Path) -> dict:
