@@ -13,6 +13,7 @@ from siggate.analysis.claims import (
     CONTRADICTED,
     END,
     HOLDS,
+    NOT_SUPPORTED,
     START,
     accuracy_rows,
     answer,
@@ -20,6 +21,7 @@ from siggate.analysis.claims import (
     comparison_sources,
     config_deviations,
     replace_between_markers,
+    study_rows,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,3 +309,38 @@ def test_the_holm_family_is_the_claim_questions_and_matches_a_hand_computation()
     row = {r["claim"]: r for r in accuracy_rows([src])}["the headwise gate beats GraphGPS on zinc (p < 0.05)"]
     assert f"Holm p = {expect[2]:.3g}" in row["measured"]
     assert "over the 3 claim questions" in answer(src)
+
+
+def _gate_test(diff: float, p: float, complete: bool, n: int = 20) -> dict:
+    return {"arm": "gate-elementwise", "base": "gate-none", "n_pairs": n, "wins": 14, "diff_mean": diff,
+            "ci95": [diff - 0.01, diff + 0.01], "p_wilcoxon": p, "p_holm_wilcoxon": p, "run_seeds": [0],
+            "complete": complete}
+
+
+@pytest.mark.parametrize("diff, p, complete, verdict", [(-0.02, 0.01, False, HOLDS), (-0.02, 0.01, True, HOLDS),
+                                                       (-0.01, 0.20, False, BUDGET), (-0.01, 0.20, True, NOT_SUPPORTED),
+                                                       (0.02, 0.01, False, BUDGET), (0.02, 0.01, True, CONTRADICTED)])
+def test_the_moleculeace_gate_study_is_judged_by_its_own_wilcoxon_and_is_full_only_when_complete(diff, p, complete,
+                                                                                                   verdict):
+    data = {"gate_study": {"planned_targets": 20, "tests": [_gate_test(diff, p, complete, 20 if complete else 9)]}}
+    (row,) = study_rows(Path("mace.json"), data)
+    assert row["verdict"] == verdict
+    assert row["claim"] == "the elementwise gate beats GraphGPS on MoleculeACE from scratch (20 public targets, p < 0.05)"
+    assert f"Holm p = {p:.3g}" in row["measured"] and ("20 of 20 targets, seed(s) 0" if complete else "9 of 20") in row["budget"]
+    assert ("incomplete" in row["budget"]) != complete
+
+
+def test_the_pretraining_pair_rows_name_descriptors_parameters_and_seconds():
+    comp = {"a": "none", "b": "elementwise", "n_pairs": 189, "diff_mean": -0.004, "ci95": [-0.006, -0.002],
+            "p_wilcoxon": 0.001, "p_holm_wilcoxon": 0.001}
+    data = {"corpus": {"molecules": 100000, "source": "moses.csv", "seed": 0}, "comparisons": [comp],
+            "runs": [{"label": "none", "gate": "none", "params": 1000, "train_seconds": 50.0, "epochs": 30},
+                     {"label": "elementwise", "gate": "elementwise", "params": 1010, "train_seconds": 51.0, "epochs": 30}]}
+    (row,) = study_rows(Path("pt.json"), data)
+    assert row["verdict"] == HOLDS and "Wilcoxon over 189 descriptors" in row["measured"]
+    assert "1,010 vs 1,000 parameters, 51 vs 50 training s" in row["measured"]
+    assert row["budget"] == "30 epochs on 100000 moses.csv molecules, seed 0"
+    for diff, p, verdict in ((-0.004, 0.3, NOT_SUPPORTED), (0.004, 0.001, CONTRADICTED)):  # its epochs are the protocol
+        (row,) = study_rows(Path("pt.json"), {**data, "comparisons": [{**comp, "diff_mean": diff, "p_holm_wilcoxon": p}]})
+        assert row["verdict"] == verdict
+    assert study_rows(Path("zinc.json"), _results(NONE, 60)) == []  # a compare results file holds no study

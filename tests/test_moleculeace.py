@@ -227,6 +227,13 @@ def test_gate_study_pairs_by_target_wilcoxon_and_holm():
     ps = sorted([el["p_wilcoxon"], hw["p_wilcoxon"]])
     assert min(el["p_holm_wilcoxon"], hw["p_holm_wilcoxon"]) == pytest.approx(min(1, 2 * ps[0]))
     assert el["p_holm_wilcoxon"] < 0.05 and el["better"] == "b"
+    assert el["run_seeds"] == [0, 1, 2] and el["complete"] and g["planned_targets"] == 20
+    # one target's seed 2 missing in one arm: the pairs use the seeds both ran, and the study is not complete
+    cut = [r for r in rows if not (r["recipe"] == "gate-headwise" and r["target"] == mace.PUBLIC[3] and r["seed"] == 2)]
+    el, hw = mace.gate_study(cut, "gate-none", ["gate-elementwise", "gate-headwise"])["tests"]
+    assert el["complete"] and not hw["complete"] and hw["seed_pairs"] == 59 and hw["run_seeds"] == [0, 1, 2]
+    assert next(p for p in hw["pairs"] if p["target"] == mace.PUBLIC[3])["base"] == pytest.approx(
+        np.mean(base[mace.PUBLIC[3]][:2]))
 
 
 def test_the_harness_plans_through_the_study_api_skips_done_rows_and_refuses_conflicts(tmp_path, monkeypatch, capsys):

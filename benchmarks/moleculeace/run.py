@@ -596,10 +596,16 @@ def calibration(summary: list[dict]) -> dict:
     return out
 
 
+#: the seeds the gate study plans on every public target (issue 28: seed 0 first, then 1 and 2)
+GATE_STUDY_SEEDS = (0, 1, 2)
+
+
 def gate_study(rows: list[dict], base: str, arms: list[str]) -> dict:
     """Each gate recipe against ``base`` (``gate=none``), paired by target (each target's mean over
     the seeds both recipes ran), Wilcoxon signed-rank over the targets, Holm over the arms, and the
-    95% t interval of the mean difference (arm - base; negative is a lower RMSE)."""
+    95% t interval of the mean difference (arm - base; negative is a lower RMSE). Each test records
+    the seeds both arms ran (``run_seeds``) and whether it is ``complete``: every public target
+    with all of :data:`GATE_STUDY_SEEDS` in both arms."""
     from siggate import stats
 
     tests = []
@@ -611,12 +617,15 @@ def gate_study(rows: list[dict], base: str, arms: list[str]) -> dict:
         a, b = pick(base), pick(arm)
         c = stats.compare_paired(a, b, higher_is_better=False)
         c.update(stats.paired_effect([b[t] - a[t] for t in c["seeds"]]))
+        by_target = {t: {s for u, s in common if u == t} for t in PUBLIC}
         c.update(arm=arm, base=base, pairs=[{"target": t, "base": a[t], "arm": b[t]} for t in c["seeds"]],
-                 seed_pairs=len(common))
+                 seed_pairs=len(common), run_seeds=sorted({s for _, s in common}),
+                 complete=all(seeds >= set(GATE_STUDY_SEEDS) for seeds in by_target.values()))
         tests.append(c)
     for c, adj in zip(tests, stats.holm([c["p_wilcoxon"] for c in tests])):
         c["p_holm_wilcoxon"] = adj
-    return {"base": base, "arms": arms, "metric": "rmse", "tests": tests}
+    return {"base": base, "arms": arms, "metric": "rmse", "planned_targets": len(PUBLIC),
+            "planned_seeds": list(GATE_STUDY_SEEDS), "tests": tests}
 
 
 def _fmt(v: float | None, d: int = 3) -> str:

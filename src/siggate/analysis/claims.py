@@ -9,6 +9,13 @@ The table is generated from committed result files, never typed by hand:
   against its matched control), not over every pair of arms.
 - analysis results (``smoothing.json``, ``rank.json``, ...) give the mechanism claims,
   judged by the rules of :mod:`siggate.analysis.report`.
+- the gate studies that are not ``siggate compare`` runs add their own question's row
+  (:func:`study_rows`), judged by the test their file records: the from-scratch MoleculeACE
+  gate study (``gate_study`` of ``benchmarks/moleculeace/results/results.json``: paired by
+  target, Wilcoxon over targets, Holm over the gated arms) and the pretraining pair
+  (``benchmarks/results/pretrain_gate/results.json``: paired over the descriptors). A study
+  counts as its full protocol only when it is complete (every public target with the planned
+  seeds in both arms; the pretraining pair at its fixed epochs).
 
 Each row has one of four verdicts: ``holds`` (the claim's own test rejects at p < 0.05 in the
 claimed direction, over the claimed range); ``not at this budget`` (no such rejection, and the
@@ -349,6 +356,76 @@ def mechanism_rows(found: dict) -> list[dict]:
     return rows
 
 
+def _p_text(p) -> str:
+    return fmt(p, 3) if p is not None and math.isfinite(p) else "none"
+
+
+def _study_verdict(c: dict, p_key: str, full: bool) -> str:
+    """A gate study's verdict from the test it records (``p_key``, Holm-adjusted): a lower mean
+    (lower is better in both studies) that the test rejects at p < 0.05 holds."""
+    p = c.get(p_key)
+    sig = p is not None and math.isfinite(p) and p < 0.05 and c.get("n_pairs", 0) >= 2
+    return _test_verdict(sig and c["diff_mean"] < 0, sig and c["diff_mean"] > 0, full)
+
+
+def moleculeace_gate_rows(path: Path, study: dict) -> list[dict]:
+    """Rows for the from-scratch MoleculeACE gate study (``gate_study`` in the harness's
+    ``results.json``): each gated recipe against ``gate=none``, mean RMSE difference over the
+    targets both ran (each target's mean over the seeds both ran)."""
+    rows = []
+    for c in study.get("tests") or []:
+        n, seeds = c["n_pairs"], c.get("run_seeds")
+        lo, hi = c["ci95"]
+        gate = c["arm"].removeprefix("gate-")
+        measured = (f"`{c['arm']}` − `{c['base']}` test RMSE = {fmt(c['diff_mean'])} (95% CI {fmt(lo)} to {fmt(hi)}; "
+                    f"lower on {c['wins']} of {n} targets; Wilcoxon over targets, Holm p = "
+                    f"{_p_text(c.get('p_holm_wilcoxon'))}; its `gate_study`)")
+        planned = study.get("planned_targets")
+        budget = (f"the csv recipe's full schedule, attention on, from scratch; {n}"
+                  + (f" of {planned}" if planned else "") + " targets"
+                  + (f", seed(s) {','.join(map(str, seeds))}" if seeds else "")
+                  + ("" if c.get("complete") else " (incomplete: runs resuming)"))
+        rows.append({"claim": f"the {gate} gate beats GraphGPS on MoleculeACE from scratch (20 public targets, "
+                              "p < 0.05)",
+                     "measured": measured, "budget": budget, "source": f"`{path}`",
+                     "verdict": _study_verdict(c, "p_holm_wilcoxon", bool(c.get("complete")))})
+    return rows
+
+
+def pretrain_gate_rows(path: Path, data: dict) -> list[dict]:
+    """Rows for the pretraining pair (``benchmarks/pretrain_gate/compare.py``'s ``results.json``):
+    each gated pretraining run against ``gate=none``, paired over the descriptors; seconds and
+    parameters side by side."""
+    runs = {r["label"]: r for r in data.get("runs") or []}
+    rows = []
+    for c in data.get("comparisons") or []:
+        a, b = runs.get(c["a"], {}), runs.get(c["b"], {})
+        lo, hi = c["ci95"]
+        cost = ""
+        if a.get("params") and b.get("params") and a.get("train_seconds") and b.get("train_seconds"):
+            cost = (f"; {b['params']:,} vs {a['params']:,} parameters, {fmt(b['train_seconds'], 4)} vs "
+                    f"{fmt(a['train_seconds'], 4)} training s")
+        corpus = data.get("corpus") or {}
+        rows.append({"claim": f"the {b.get('gate', c['b'])} gate lowers the validation MAE of descriptor pretraining "
+                              "(p < 0.05)",
+                     "measured": f"`{c['b']}` − `{c['a']}` val MAE = {fmt(c['diff_mean'])} (95% CI {fmt(lo)} to "
+                                 f"{fmt(hi)}; Wilcoxon over {c['n_pairs']} descriptors, Holm p = "
+                                 f"{_p_text(c.get('p_holm_wilcoxon'))}){cost}",
+                     "budget": f"{b.get('epochs', '?')} epochs on {corpus.get('molecules', '?')} "
+                               f"{corpus.get('source') or 'corpus'} molecules, seed {corpus.get('seed', '?')}",
+                     "source": f"`{path}`",
+                     "verdict": _study_verdict(c, "p_holm_wilcoxon", True)})  # the pair's epochs are its protocol
+    return rows
+
+
+def study_rows(path: Path, data: dict) -> list[dict]:
+    """The rows of the gate studies a results file holds (none for other files)."""
+    rows = moleculeace_gate_rows(path, data["gate_study"]) if isinstance(data.get("gate_study"), dict) else []
+    if isinstance(data.get("comparisons"), list) and isinstance(data.get("runs"), list) and "corpus" in data:
+        rows += pretrain_gate_rows(path, data)
+    return rows
+
+
 def claims_table(dirs) -> tuple[str, list[dict]]:
     """The Markdown claims table for the result files under ``dirs`` followed by the
     :func:`answer` of each results set with a matched control, and the table's rows."""
@@ -356,9 +433,13 @@ def claims_table(dirs) -> tuple[str, list[dict]]:
     for d in dirs:
         d = Path(d)
         paths += [d] if d.is_file() else sorted(p for p in d.rglob("results.json") if "runs" not in p.parts)
+    studies = []
     for p in paths:
-        sources += comparison_sources(p, json.loads(p.read_text()))
-    rows = accuracy_rows(sources) + mechanism_rows(report.find_results([d for d in dirs if Path(d).is_dir()]))
+        data = json.loads(p.read_text())
+        sources += comparison_sources(p, data)
+        studies += study_rows(p, data)
+    rows = (accuracy_rows(sources) + studies
+            + mechanism_rows(report.find_results([d for d in dirs if Path(d).is_dir()])))
     md = table(["paper's claim", "what we measured", "budget", "source", "verdict"],
                [[r["claim"], r["measured"], r["budget"], r["source"], f"**{r['verdict']}**"] for r in rows],
                markdown=True)
