@@ -311,23 +311,37 @@ def test_the_holm_family_is_the_claim_questions_and_matches_a_hand_computation()
     assert "over the 3 claim questions" in answer(src)
 
 
-def _gate_test(diff: float, p: float, complete: bool, n: int = 20) -> dict:
-    return {"arm": "gate-elementwise", "base": "gate-none", "n_pairs": n, "wins": 14, "diff_mean": diff,
-            "ci95": [diff - 0.01, diff + 0.01], "p_wilcoxon": p, "p_holm_wilcoxon": p, "run_seeds": [0],
-            "complete": complete}
+def _gate_test(diff: float, p: float, complete: bool) -> dict:
+    """One arm of a ``gate_study``: complete is 20 targets x seeds 0-2; else 9 targets of seed 0.
+    The unadjusted p is half the Holm p: the rows must read the Holm one."""
+    return {"arm": "gate-elementwise", "base": "gate-none", "n_pairs": 20 if complete else 9, "wins": 14,
+            "diff_mean": diff, "ci95": [diff - 0.01, diff + 0.01], "p_wilcoxon": p / 2, "p_holm_wilcoxon": p,
+            "run_seeds": [0, 1, 2] if complete else [0], "complete": complete}
 
 
 @pytest.mark.parametrize("diff, p, complete, verdict", [(-0.02, 0.01, False, HOLDS), (-0.02, 0.01, True, HOLDS),
-                                                       (-0.01, 0.20, False, BUDGET), (-0.01, 0.20, True, NOT_SUPPORTED),
-                                                       (0.02, 0.01, False, BUDGET), (0.02, 0.01, True, CONTRADICTED)])
+                                                       (-0.01, 0.08, False, BUDGET), (-0.01, 0.08, True, NOT_SUPPORTED),
+                                                       (0.02, 0.01, False, BUDGET), (0.02, 0.01, True, CONTRADICTED),
+                                                       (-0.01, None, True, BUDGET)])
 def test_the_moleculeace_gate_study_is_judged_by_its_own_wilcoxon_and_is_full_only_when_complete(diff, p, complete,
                                                                                                    verdict):
-    data = {"gate_study": {"planned_targets": 20, "tests": [_gate_test(diff, p, complete, 20 if complete else 9)]}}
-    (row,) = study_rows(Path("mace.json"), data)
+    test = _gate_test(diff, 1.0 if p is None else p, complete)
+    test["p_holm_wilcoxon"] = p
+    (row,) = study_rows(Path("mace.json"), {"gate_study": {"planned_targets": 20, "tests": [test]}})
     assert row["verdict"] == verdict
     assert row["claim"] == "the elementwise gate beats GraphGPS on MoleculeACE from scratch (20 public targets, p < 0.05)"
-    assert f"Holm p = {p:.3g}" in row["measured"] and ("20 of 20 targets, seed(s) 0" if complete else "9 of 20") in row["budget"]
-    assert ("incomplete" in row["budget"]) != complete
+    assert f"Holm p = {'none' if p is None else f'{p:.3g}'}" in row["measured"]
+    assert ("20 of 20 targets, seed(s) 0,1,2" if complete else "9 of 20 targets, seed(s) 0 (incomplete") in row["budget"]
+
+
+def test_a_gate_study_written_before_it_recorded_completeness_or_with_one_pair_decides_nothing():
+    old = {k: v for k, v in _gate_test(-0.02, 0.20, True).items() if k not in ("complete", "run_seeds")}
+    (row,) = study_rows(Path("mace.json"), {"gate_study": {"tests": [old]}})
+    assert row["verdict"] == BUDGET and row["budget"].endswith(
+        "20 targets (completeness not recorded: rerun `python benchmarks/moleculeace/run.py --report`)")
+    one = {**_gate_test(-0.02, 0.01, False), "n_pairs": 1, "ci95": [float("nan")] * 2}
+    (row,) = study_rows(Path("mace.json"), {"gate_study": {"tests": [one]}})
+    assert row["verdict"] == BUDGET and "(1 pair(s): no interval or test yet; its `gate_study`)" in row["measured"]
 
 
 def test_the_pretraining_pair_rows_name_descriptors_parameters_and_seconds():
@@ -340,7 +354,8 @@ def test_the_pretraining_pair_rows_name_descriptors_parameters_and_seconds():
     assert row["verdict"] == HOLDS and "Wilcoxon over 189 descriptors" in row["measured"]
     assert "1,010 vs 1,000 parameters, 51 vs 50 training s" in row["measured"]
     assert row["budget"] == "30 epochs on 100000 moses.csv molecules, seed 0"
-    for diff, p, verdict in ((-0.004, 0.3, NOT_SUPPORTED), (0.004, 0.001, CONTRADICTED)):  # its epochs are the protocol
+    for diff, p, verdict in ((-0.004, 0.3, NOT_SUPPORTED), (0.004, 0.001, CONTRADICTED),  # its epochs: the protocol
+                             (0.0, None, BUDGET)):  # every difference zero: no p, nothing decided
         (row,) = study_rows(Path("pt.json"), {**data, "comparisons": [{**comp, "diff_mean": diff, "p_holm_wilcoxon": p}]})
         assert row["verdict"] == verdict
     assert study_rows(Path("zinc.json"), _results(NONE, 60)) == []  # a compare results file holds no study

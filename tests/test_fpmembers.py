@@ -399,6 +399,10 @@ def test_grid_points_hold_averaged_fields_whole_in_grid_order():
     assert [(p["radius"], p["C"]) for p in grid.points(("C",))] == [(2, [5.0, 20.0]), (1, [5.0, 20.0])]
     assert KernelSVR(grid=grid).candidates() == grid.points(("C",)) and grid.fallback() == grid.points()[0]
     assert KernelSVR(grid=grid, average=()).candidates() == grid.points()
+    first, second = grid.points(("C",))
+    assert first["C"] is not second["C"]  # each point owns its list
+    with pytest.raises(ValueError, match=r"cannot average over \['c'\]: SVRGrid has the fields"):
+        grid.points(("c",))
 
 
 # ----------------------------------------------------------------------------- what is refused

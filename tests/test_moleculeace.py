@@ -236,6 +236,31 @@ def test_gate_study_pairs_by_target_wilcoxon_and_holm():
         np.mean(base[mace.PUBLIC[3]][:2]))
 
 
+def test_compare_prints_the_paired_test_of_two_recipes_over_the_seeds_both_ran(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    base = {t: list(0.7 + rng.normal(0, 0.05, 3)) for t in mace.PUBLIC}
+    arm = {t: [v - 0.01 + rng.normal(0, 0.01) for v in vs] for t, vs in base.items()}
+    rows = _rows("siggate", "a", base) + _rows("siggate", "b", arm)
+    rows = [r for r in rows if not (r["recipe"] == "b" and r["seed"] == 2 and r["target"] == mace.PUBLIC[0])]
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"rows": rows}))
+    assert mace.main(["--compare", "a,b", "--results", str(results), "--seeds", "0,1"]) == 0
+    head, rmse, cliff = capsys.readouterr().out.strip().splitlines()
+    d = np.array([np.mean(arm[t][:2]) - np.mean(base[t][:2]) for t in mace.PUBLIC])
+    assert head == "b against a: 20 targets, seeds 0,1 (40 target-seed pairs; complete: every target with seeds 0,1)"
+    assert rmse.startswith(f"rmse: b {np.mean([np.mean(arm[t][:2]) for t in mace.PUBLIC]):.4f} vs a ")
+    assert f"difference {d.mean():+.4f}" in rmse and f"lower on {(d < 0).sum()} of 20 targets" in rmse
+    assert rmse.endswith(f"Wilcoxon p = {st.wilcoxon(d).pvalue:.3g}") and cliff.startswith("rmse_cliff: b ")
+    assert mace.main(["--compare", "a,b", "--results", str(results)]) == 0  # all seeds: the first target lacks b's 2
+    assert "(59 target-seed pairs; incomplete: every target with seeds 0,1,2)" in capsys.readouterr().out
+    for argv, msg in ((["--compare", "a,c"], "has no siggate rows of recipe 'c'; its recipes: a, b"),
+                      (["--compare", "a"], "give two recipe names, BASE,ARM"),
+                      (["--compare", "a,b", "--seeds", "0,x"], "--seeds '0,x': give comma-separated integers")):
+        with pytest.raises(SystemExit) as exc:
+            mace.main([*argv, "--results", str(results)])
+        assert exc.value.code == 2 and msg in capsys.readouterr().err
+
+
 def test_the_harness_plans_through_the_study_api_skips_done_rows_and_refuses_conflicts(tmp_path, monkeypatch, capsys):
     """One real run (the SVM on the smallest public target reproduces MoleculeACE's published
     RMSE: same data, split, features, kernel and, here, the grid point MoleculeACE chose), then

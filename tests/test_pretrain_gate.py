@@ -124,10 +124,12 @@ def test_compare_reports_both_runs_and_the_paired_test(runs, tmp_path, capsys):
 
 
 def test_verdict_holds_only_for_a_significantly_lower_mae():
-    assert cmp.verdict({"p_holm_wilcoxon": 0.01, "diff_mean": -0.1}) == "holds"
-    assert cmp.verdict({"p_holm_wilcoxon": 0.01, "diff_mean": 0.1}) == "not shown"  # significantly worse
-    assert cmp.verdict({"p_holm_wilcoxon": 0.2, "diff_mean": -0.1}) == "not shown"
-    assert cmp.verdict({"p_holm_wilcoxon": float("nan"), "diff_mean": -0.1}) == "not shown"
+    n = {"n_pairs": 189}
+    assert cmp.verdict({"p_holm_wilcoxon": 0.01, "diff_mean": -0.1, **n}) == "holds"
+    assert cmp.verdict({"p_holm_wilcoxon": 0.01, "diff_mean": 0.1, **n}) == "not shown"  # significantly worse
+    assert cmp.verdict({"p_holm_wilcoxon": 0.2, "diff_mean": -0.1, **n}) == "not shown"
+    assert cmp.verdict({"p_holm_wilcoxon": float("nan"), "diff_mean": -0.1, **n}) == "not shown"
+    assert cmp.verdict({"p_holm_wilcoxon": 0.01, "diff_mean": -0.1, "n_pairs": 1}) == "not shown"
 
 
 def _copy(folder: Path, dest: Path, **config) -> Path:

@@ -600,32 +600,61 @@ def calibration(summary: list[dict]) -> dict:
 GATE_STUDY_SEEDS = (0, 1, 2)
 
 
-def gate_study(rows: list[dict], base: str, arms: list[str]) -> dict:
-    """Each gate recipe against ``base`` (``gate=none``), paired by target (each target's mean over
-    the seeds both recipes ran), Wilcoxon signed-rank over the targets, Holm over the arms, and the
-    95% t interval of the mean difference (arm - base; negative is a lower RMSE). Each test records
-    the seeds both arms ran (``run_seeds``) and whether it is ``complete``: every public target
-    with all of :data:`GATE_STUDY_SEEDS` in both arms."""
+def paired_recipes(rows: list[dict], base: str, arm: str, metric: str = "rmse", seeds=None) -> dict:
+    """siggate recipe ``arm`` against recipe ``base``, paired by target: each target's mean over the
+    seeds both ran (of ``seeds``, default all), :func:`siggate.stats.compare_paired` over the targets
+    (``p_wilcoxon``: the Wilcoxon signed-rank test) and the 95% t interval of the mean difference
+    (``arm - base``; negative is lower). Records the pairs, the seeds both ran (``run_seeds``) and
+    whether it is ``complete``: every public target with all of ``seeds`` (default
+    :data:`GATE_STUDY_SEEDS`) in both."""
     from siggate import stats
 
-    tests = []
+    keep = None if seeds is None else {int(s) for s in seeds}
     seeds_of = lambda rec: {(r["target"], r["seed"]) for r in rows  # noqa: E731
-                            if r["tool"] == "siggate" and r["recipe"] == rec and r.get("status") == "ok"}
-    for arm in arms:
-        common = seeds_of(base) & seeds_of(arm)
-        pick = lambda rec: per_target([r for r in rows if (r["target"], r["seed"]) in common], "siggate", rec, "rmse")  # noqa: E731
-        a, b = pick(base), pick(arm)
-        c = stats.compare_paired(a, b, higher_is_better=False)
-        c.update(stats.paired_effect([b[t] - a[t] for t in c["seeds"]]))
-        by_target = {t: {s for u, s in common if u == t} for t in PUBLIC}
-        c.update(arm=arm, base=base, pairs=[{"target": t, "base": a[t], "arm": b[t]} for t in c["seeds"]],
-                 seed_pairs=len(common), run_seeds=sorted({s for _, s in common}),
-                 complete=all(seeds >= set(GATE_STUDY_SEEDS) for seeds in by_target.values()))
-        tests.append(c)
+                            if r["tool"] == "siggate" and r["recipe"] == rec and r.get("status") == "ok"
+                            and not r.get("smoke") and (keep is None or int(r["seed"]) in keep)}
+    common = seeds_of(base) & seeds_of(arm)
+    pick = lambda rec: per_target([r for r in rows if (r["target"], r["seed"]) in common], "siggate", rec, metric)  # noqa: E731
+    a, b = pick(base), pick(arm)
+    c = stats.compare_paired(a, b, higher_is_better=False)
+    c.update(stats.paired_effect([b[t] - a[t] for t in c["seeds"]]))
+    by_target = {t: {s for u, s in common if u == t} for t in PUBLIC}
+    c.update(arm=arm, base=base, metric=metric, pairs=[{"target": t, "base": a[t], "arm": b[t]} for t in c["seeds"]],
+             seed_pairs=len(common), run_seeds=sorted({s for _, s in common}),
+             complete=all(done >= (keep or set(GATE_STUDY_SEEDS)) for done in by_target.values()))
+    return c
+
+
+def gate_study(rows: list[dict], base: str, arms: list[str]) -> dict:
+    """Each gate recipe against ``base`` (``gate=none``) by :func:`paired_recipes` on the test RMSE,
+    Holm over the arms (``p_holm_wilcoxon``)."""
+    from siggate import stats
+
+    tests = [paired_recipes(rows, base, arm) for arm in arms]
     for c, adj in zip(tests, stats.holm([c["p_wilcoxon"] for c in tests])):
         c["p_holm_wilcoxon"] = adj
     return {"base": base, "arms": arms, "metric": "rmse", "planned_targets": len(PUBLIC),
             "planned_seeds": list(GATE_STUDY_SEEDS), "tests": tests}
+
+
+def compare_text(rows: list[dict], base: str, arm: str, seeds=None) -> str:
+    """``--compare BASE,ARM``: :func:`paired_recipes` on the test RMSE and the cliff RMSE, one line each."""
+    out = []
+    for metric in ("rmse", "rmse_cliff"):
+        c = paired_recipes(rows, base, arm, metric, seeds)
+        n = c["n_pairs"]
+        if n == 0:
+            return f"{arm} and {base} have no target with a seed in common; nothing to compare"
+        p = c["p_wilcoxon"]
+        lo, hi = c["ci95"]
+        out.append(f"{metric}: {arm} {c['mean_b']:.4f} vs {base} {c['mean_a']:.4f}, difference {c['diff_mean']:+.4f} "
+                   f"(95% CI {lo:+.4f} to {hi:+.4f}), lower on {c['wins']} of {n} targets, Wilcoxon p = "
+                   + ("–" if p is None or math.isnan(p) else f"{p:.3g}"))
+    coverage = "complete" if c["complete"] else "incomplete"
+    planned = sorted(GATE_STUDY_SEEDS if seeds is None else {int(s) for s in seeds})
+    return (f"{arm} against {base}: {n} targets, seeds {','.join(map(str, c['run_seeds']))} "
+            f"({c['seed_pairs']} target-seed pairs; {coverage}: every target with seeds {','.join(map(str, planned))})\n"
+            + "\n".join(out))
 
 
 def _fmt(v: float | None, d: int = 3) -> str:
@@ -675,17 +704,23 @@ def table_markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
-def report(path: Path, gate_base: str = "gate-none", gate_arms: tuple = ("gate-elementwise", "gate-headwise")) -> dict:
+#: the gate study's arms (issue 28: elementwise against none): its Holm family, fixed in advance so
+#: that a win is not judged before a planned arm has rows
+GATE_STUDY_ARMS = ("gate-elementwise",)
+
+
+def report(path: Path, gate_base: str = "gate-none", gate_arms: tuple = GATE_STUDY_ARMS) -> dict:
     """Recompute ``anchors``, ``summary``, ``calibration`` and ``gate_study`` in the results file and
-    the README table from its rows."""
+    the README table from its rows (``gate_study`` once ``gate_base`` and every one of ``gate_arms``
+    have rows)."""
     def change(res: dict) -> None:
         res.setdefault("targets", {})
         res["anchors"] = json.loads(ANCHORS.read_text())
         res["summary"] = summarize(res["rows"], res["anchors"])
         res["calibration"] = calibration(res["summary"])
         recipes = {r["recipe"] for r in res["rows"] if r["tool"] == "siggate"}
-        arms = [a for a in gate_arms if a in recipes]
-        res["gate_study"] = gate_study(res["rows"], gate_base, arms) if gate_base in recipes and arms else None
+        ready = gate_base in recipes and all(a in recipes for a in gate_arms)
+        res["gate_study"] = gate_study(res["rows"], gate_base, list(gate_arms)) if ready else None
 
     res = results_store(path).update(change)
     if path.resolve() == DEFAULT_RESULTS.resolve() and README.exists():
@@ -709,6 +744,9 @@ def main(argv=None) -> int:
     p.add_argument("--chemprop-venv", type=Path, default=peers.DEFAULT_CHEMPROP_VENV)
     p.add_argument("--smoke", action="store_true", help=f"{peers.SMOKE_EPOCHS} epochs per tool, recipe 'smoke'")
     p.add_argument("--report", action="store_true", help="only recompute the summary, tests and README table")
+    p.add_argument("--compare", default=None, metavar="BASE,ARM",
+                   help="only print ARM's recipe against BASE's, paired by target over the seeds both ran "
+                        "(of --seeds): mean difference, 95%% CI, wins and the Wilcoxon p, for RMSE and cliff RMSE")
     p.add_argument("--import-rows", type=Path, default=None, metavar="FILE",
                    help="add the ok rows of another results file (e.g. one written in another worktree) to "
                         "--results, by the study's reuse rule: rows already there are kept, conflicts refused")
@@ -716,6 +754,22 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir", type=Path, default=CACHE / "data")
     p.add_argument("--work-dir", type=Path, default=CACHE / "runs")
     args = p.parse_args(argv)
+    try:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
+    if args.compare is not None:
+        names = [x.strip() for x in args.compare.split(",")]
+        if len(names) != 2 or not all(names):
+            p.error(f"--compare {args.compare!r}: give two recipe names, BASE,ARM")
+        rows = json.loads(args.results.read_text())["rows"] if args.results.is_file() else []
+        have = {r["recipe"] for r in rows if r["tool"] == "siggate"}
+        missing = [n for n in names if n not in have]
+        if missing:
+            p.error(f"--compare: {args.results} has no siggate rows of recipe {missing[0]!r}; "
+                    f"its recipes: {', '.join(sorted(have)) or 'none'}")
+        print(compare_text(rows, *names, seeds=seeds))
+        return 0
     if args.import_rows is not None:
         added, kept = import_rows(args.import_rows, args.results)
         print(f"{args.results}: {added} rows added from {args.import_rows}, {kept} already there")

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import shlex
 import sys
 from pathlib import Path
@@ -39,6 +38,7 @@ from pathlib import Path
 import yaml
 
 # at the top: a module that moves breaks tests/test_benchmarks_import.py, not the next run
+from siggate.analysis.claims import ALPHA, rejects_lower
 from siggate.analysis.common import meta, write_json
 from siggate.files import file_digest
 from siggate.stats import compared_pairs
@@ -50,7 +50,6 @@ DEFAULT_OUT = ROOT / "benchmarks" / "results" / "pretrain_gate"
 ARM_KEY, BASELINE_GATE = "model.gate", "none"
 #: config keys that may differ between the runs: where each run's files lie, and the thread count
 FREE_KEYS = ("data.csv", "data.cache_dir", "data.root", "train.threads")
-ALPHA = 0.05
 UNITS = ("standardized descriptor units: each descriptor minus its corpus-training-rows mean, over their "
          "standard deviation, clipped to +-CLIP_Z (siggate.train.pretrain)")
 
@@ -159,9 +158,8 @@ def score_val(run: dict, cache_dir: str | None) -> dict:
 
 def verdict(c: dict) -> str:
     """``holds`` when the Wilcoxon test (Holm over the gated runs) rejects at p < ALPHA and the gate's mean
-    MAE is lower; else ``not shown``."""
-    p = c["p_holm_wilcoxon"]
-    return "holds" if p is not None and math.isfinite(p) and p < ALPHA and c["diff_mean"] < 0 else "not shown"
+    MAE is lower (the claims table's rule, :func:`siggate.analysis.claims.rejects_lower`); else ``not shown``."""
+    return "holds" if rejects_lower(c, "p_holm_wilcoxon") else "not shown"
 
 
 def compare_runs(runs: list[dict], base: str) -> list[dict]:

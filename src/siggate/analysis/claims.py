@@ -44,6 +44,8 @@ from . import report
 from .common import fmt, table
 
 HOLDS, BUDGET, NOT_SUPPORTED, CONTRADICTED = "holds", "not at this budget", "not supported", "contradicted"
+#: the level every test here rejects at
+ALPHA = 0.05
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
 
 #: the paper's headline accuracy per dataset: (metric as a fraction, text)
@@ -175,8 +177,16 @@ def _oriented(c: dict, a: str, b: str) -> tuple[float, float, float]:
     return mean, min(lo, hi), max(lo, hi)
 
 
-def _significant(c: dict) -> bool:
-    return c["p_holm"] is not None and math.isfinite(c["p_holm"]) and c["p_holm"] < 0.05
+def _significant(c: dict, p_key: str = "p_holm") -> bool:
+    """Whether the pair's (Holm-adjusted) p under ``p_key`` rejects at :data:`ALPHA`."""
+    p = c.get(p_key)
+    return p is not None and math.isfinite(p) and p < ALPHA
+
+
+def rejects_lower(c: dict, p_key: str = "p_holm_wilcoxon") -> bool:
+    """The gate studies' "holds" (lower is better in both): the recorded test rejects at
+    :data:`ALPHA` over at least two pairs and the mean difference (gate - none) is negative."""
+    return _significant(c, p_key) and c.get("n_pairs", 0) >= 2 and c["diff_mean"] < 0
 
 
 def largest_gain(c: dict, a: str, b: str, hib: bool) -> tuple[float, float]:
@@ -362,29 +372,43 @@ def _p_text(p) -> str:
 
 def _study_verdict(c: dict, p_key: str, full: bool) -> str:
     """A gate study's verdict from the test it records (``p_key``, Holm-adjusted): a lower mean
-    (lower is better in both studies) that the test rejects at p < 0.05 holds."""
+    (lower is better in both studies) that the test rejects holds (:func:`rejects_lower`); fewer
+    than two pairs, or no p-value (every difference zero), decide nothing, whatever the budget."""
     p = c.get(p_key)
-    sig = p is not None and math.isfinite(p) and p < 0.05 and c.get("n_pairs", 0) >= 2
-    return _test_verdict(sig and c["diff_mean"] < 0, sig and c["diff_mean"] > 0, full)
+    decided = c.get("n_pairs", 0) >= 2 and p is not None and math.isfinite(p)
+    sig = decided and _significant(c, p_key)
+    return _test_verdict(rejects_lower(c, p_key), sig and c["diff_mean"] > 0, full and decided)
+
+
+def _study_difference(c: dict, what: str, over: str, p_key: str = "p_holm_wilcoxon") -> str:
+    """``b - a`` of a gate study's pair with its interval, the test over ``over`` and its p; with
+    fewer than two pairs, that there is no interval or test yet."""
+    if c.get("n_pairs", 0) < 2:
+        return f"{what} = {fmt(c.get('diff_mean'))} ({c.get('n_pairs', 0)} pair(s): no interval or test yet"
+    lo, hi = c["ci95"]
+    return (f"{what} = {fmt(c['diff_mean'])} (95% CI {fmt(lo)} to {fmt(hi)}; Wilcoxon over {over}, Holm p = "
+            f"{_p_text(c.get(p_key))}")
 
 
 def moleculeace_gate_rows(path: Path, study: dict) -> list[dict]:
     """Rows for the from-scratch MoleculeACE gate study (``gate_study`` in the harness's
     ``results.json``): each gated recipe against ``gate=none``, mean RMSE difference over the
-    targets both ran (each target's mean over the seeds both ran)."""
+    targets both ran (each target's mean over the seeds both ran). A file written before the
+    study recorded its seeds and completeness is never full protocol, and says so."""
     rows = []
     for c in study.get("tests") or []:
         n, seeds = c["n_pairs"], c.get("run_seeds")
-        lo, hi = c["ci95"]
         gate = c["arm"].removeprefix("gate-")
-        measured = (f"`{c['arm']}` − `{c['base']}` test RMSE = {fmt(c['diff_mean'])} (95% CI {fmt(lo)} to {fmt(hi)}; "
-                    f"lower on {c['wins']} of {n} targets; Wilcoxon over targets, Holm p = "
-                    f"{_p_text(c.get('p_holm_wilcoxon'))}; its `gate_study`)")
+        measured = _study_difference(c, f"`{c['arm']}` − `{c['base']}` test RMSE", "targets")
+        measured += (f"; lower on {c['wins']} of {n} targets" if n >= 2 else "") + "; its `gate_study`)"
         planned = study.get("planned_targets")
+        if "complete" not in c:
+            state = " (completeness not recorded: rerun `python benchmarks/moleculeace/run.py --report`)"
+        else:
+            state = "" if c["complete"] else " (incomplete: runs resuming)"
         budget = (f"the csv recipe's full schedule, attention on, from scratch; {n}"
                   + (f" of {planned}" if planned else "") + " targets"
-                  + (f", seed(s) {','.join(map(str, seeds))}" if seeds else "")
-                  + ("" if c.get("complete") else " (incomplete: runs resuming)"))
+                  + (f", seed(s) {','.join(map(str, seeds))}" if seeds else "") + state)
         rows.append({"claim": f"the {gate} gate beats GraphGPS on MoleculeACE from scratch (20 public targets, "
                               "p < 0.05)",
                      "measured": measured, "budget": budget, "source": f"`{path}`",
@@ -400,7 +424,6 @@ def pretrain_gate_rows(path: Path, data: dict) -> list[dict]:
     rows = []
     for c in data.get("comparisons") or []:
         a, b = runs.get(c["a"], {}), runs.get(c["b"], {})
-        lo, hi = c["ci95"]
         cost = ""
         if a.get("params") and b.get("params") and a.get("train_seconds") and b.get("train_seconds"):
             cost = (f"; {b['params']:,} vs {a['params']:,} parameters, {fmt(b['train_seconds'], 4)} vs "
@@ -408,9 +431,8 @@ def pretrain_gate_rows(path: Path, data: dict) -> list[dict]:
         corpus = data.get("corpus") or {}
         rows.append({"claim": f"the {b.get('gate', c['b'])} gate lowers the validation MAE of descriptor pretraining "
                               "(p < 0.05)",
-                     "measured": f"`{c['b']}` − `{c['a']}` val MAE = {fmt(c['diff_mean'])} (95% CI {fmt(lo)} to "
-                                 f"{fmt(hi)}; Wilcoxon over {c['n_pairs']} descriptors, Holm p = "
-                                 f"{_p_text(c.get('p_holm_wilcoxon'))}){cost}",
+                     "measured": _study_difference(c, f"`{c['b']}` − `{c['a']}` val MAE",
+                                                   f"{c['n_pairs']} descriptors") + f"){cost}",
                      "budget": f"{b.get('epochs', '?')} epochs on {corpus.get('molecules', '?')} "
                                f"{corpus.get('source') or 'corpus'} molecules, seed {corpus.get('seed', '?')}",
                      "source": f"`{path}`",
@@ -463,7 +485,7 @@ def main(args) -> int:
             check_out_folder(Path(dest).parent, "the claims table")
     md, rows = claims_table(args.dirs)
     if not rows:
-        raise FileNotFoundError(f"no compare or analysis results under {', '.join(args.dirs)}")
+        raise FileNotFoundError(f"no compare, analysis or gate-study results under {', '.join(args.dirs)}")
     if args.out:
         Path(args.out).write_text(md + "\n")
     if args.readme:

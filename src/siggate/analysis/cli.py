@@ -161,7 +161,8 @@ def _claims(sub) -> None:
         "siggate analyze claims benchmarks/results/compare/zinc benchmarks/results/analysis/zinc",
         "siggate analyze claims benchmarks/results/compare/zinc --readme benchmarks/RESULTS.md   # refresh a page's table",
     ])
-    p.add_argument("dirs", nargs="+", help="folders (or results.json files) with compare and analysis results")
+    p.add_argument("dirs", nargs="+", help="folders (or results.json files) with compare, analysis or gate-study results "
+                                          "(the MoleculeACE harness's results.json, benchmarks/results/pretrain_gate)")
     p.add_argument("--out", default=None, help="write the table to this Markdown file")
     p.add_argument("--readme", default=None,
                    help="replace the section between the claims:start and claims:end markers of this file")

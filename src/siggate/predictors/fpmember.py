@@ -162,8 +162,12 @@ class Grid:
         """Every combination, in order (the first is the fallback). A field named in ``average``
         holds all its values (as a list) in every point instead of being chosen among."""
         names = [f.name for f in fields(self)]
-        vary = [(getattr(self, n) if n not in average else (list(getattr(self, n)),)) for n in names]
-        return [dict(zip(names, vals)) for vals in itertools.product(*vary)]
+        bad = sorted(set(average) - set(names))
+        if bad:
+            raise ValueError(f"cannot average over {bad}: {type(self).__name__} has the fields {names}")
+        vary = [(getattr(self, n) if n not in average else (None,)) for n in names]
+        return [{n: (list(getattr(self, n)) if n in average else v) for n, v in zip(names, vals)}  # a list per point
+                for vals in itertools.product(*vary)]
 
     def fallback(self) -> dict:
         return self.points()[0]
