@@ -7,6 +7,11 @@ epoch and the CPU time).
 
     python benchmarks/stable_eval/summarize.py benchmarks/results/stable_eval/probe_*_seed0.json \
         --peers benchmarks/results/stable_eval/peers.json
+
+The peer rows pair a run whose variant is ``--set train.eval_norm=running`` (before) with the
+default run of the same task and seed (after); with ``--before RECIPE --after RECIPE`` they pair
+two named recipes of the peers' recipe file instead (the recipe that ships, with and without the
+flag: ``--peers benchmarks/peers/results/recipe.json --before cand-avgc-running --after cand-avgc``).
 """
 
 from __future__ import annotations
@@ -81,19 +86,31 @@ def compare_table(probes: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def peers_table(path: Path) -> str:
-    """Before/after per task and seed from a peer-benchmark results JSON: the rows whose variant
-    is ``--set train.eval_norm=running`` are the old scoring, the recipe's default the new."""
+RUNNING = "--set train.eval_norm=running"
+
+
+def peers_table(path: Path, before: str | None = None, after: str | None = None) -> str:
+    """Before/after per task and seed from a peer-benchmark results JSON: by default the rows whose
+    variant is :data:`RUNNING` are the old scoring and the default rows the new; with ``before``
+    and ``after``, the rows of those two recipes. A run of several members has no selected epoch
+    of its own ("–")."""
     runs = [r for r in json.loads(path.read_text())["runs"] if r.get("status") == "ok" and r["tool"] == "siggate"]
+    if before or after:
+        if not (before and after):
+            raise SystemExit("summarize.py: --before and --after name two recipes; give both")
+        side = lambda r: {before: "before", after: "after"}.get(r.get("recipe"))  # noqa: E731
+    else:
+        side = lambda r: {RUNNING: "before", "": "after", None: "after"}.get(r.get("variant"))  # noqa: E731
     lines = ["| task | metric | seed | running statistics (before) | recomputed on train (after, default) | "
              "selected epoch before / after | CPU s before / after | commit |", "|---|---|---|---|---|---|---|---|"]
-    by = {(r["task"], r["seed"], r.get("variant", "")): r for r in runs}
-    for task, seed in sorted({(r["task"], r["seed"]) for r in runs}, key=lambda k: (TASK_ORDER.index(k[0]), k[1])):
-        a, b = by.get((task, seed, "--set train.eval_norm=running")), by.get((task, seed, ""))
+    by = {(r["task"], r["seed"], side(r)): r for r in runs if side(r)}
+    epoch = lambda r: "–" if r.get("best_epoch") is None else str(r["best_epoch"])  # noqa: E731
+    for task, seed in sorted({(t, s) for t, s, _ in by}, key=lambda k: (TASK_ORDER.index(k[0]), k[1])):
+        a, b = by.get((task, seed, "before")), by.get((task, seed, "after"))
         if not (a and b):
             continue
         lines.append(f"| {task} | {a['metric']} | {seed} | {a['value']:.3f} | {b['value']:.3f} | "
-                     f"{a['best_epoch']} / {b['best_epoch']} | {a['cpu_s']:.0f} / {b['cpu_s']:.0f} | "
+                     f"{epoch(a)} / {epoch(b)} | {a['cpu_s']:.0f} / {b['cpu_s']:.0f} | "
                      f"`{(a.get('git_commit') or '?')[:7]}`, `{(b.get('git_commit') or '?')[:7]}` |")
     return "\n".join(lines)
 
@@ -105,6 +122,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("probes", nargs="*", type=Path)
     p.add_argument("--peers", type=Path, help="a peer-benchmark results JSON with both variants")
+    p.add_argument("--before", default=None, metavar="RECIPE", help="with --peers: the recipe of the before rows")
+    p.add_argument("--after", default=None, metavar="RECIPE", help="with --peers: the recipe of the after rows")
     args = p.parse_args(argv)
     probes = read_probes(args.probes)
     if probes:
@@ -112,7 +131,7 @@ def main(argv=None) -> int:
         print()
         print(compare_table(probes))
     if args.peers:
-        print(peers_table(args.peers))
+        print(peers_table(args.peers, args.before, args.after))
     return 0
 
 
