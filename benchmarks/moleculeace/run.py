@@ -452,7 +452,7 @@ def cmd_run(args) -> int:
         # rows of a named recipe without arguments (gnn-alone) are an old default's: today's would differ
         raise SystemExit(f"--recipe {args.recipe} needs its --siggate-args; siggate's defaults are the recipe "
                          "'default' (give no --recipe), whose meaning follows the commit that runs them")
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    seeds = parse_seeds(args.seeds)
     epochs = peers.SMOKE_EPOCHS if args.smoke else None
     runners = {t: make_runner(t, args) for t in tools}
     store = results_store(args.results)
@@ -515,6 +515,11 @@ def parse_targets(text: str | None) -> list[str]:
 # ----------------------------------------------------------------------------- summary and report
 
 
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds`` (``"0,1,2"``) as integers; ValueError on anything else."""
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
 def per_target(rows: list[dict], tool: str, recipe: str, key: str) -> dict[str, float]:
     """``{target: mean over seeds of key}`` for one (tool, recipe)."""
     by: dict[str, list[float]] = {}
@@ -528,7 +533,7 @@ def seed_coverage(rows: list[dict], tool: str, recipe: str) -> dict[str, list[in
     """``{target: sorted seeds with an ok row}`` of one (tool, recipe)."""
     by: dict[str, set[int]] = {}
     for r in rows:
-        if r["tool"] == tool and r["recipe"] == recipe and r.get("status") == "ok":
+        if r["tool"] == tool and r["recipe"] == recipe and r.get("status") == "ok" and not r.get("smoke"):
             by.setdefault(r["target"], set()).add(int(r["seed"]))
     return {t: sorted(v) for t, v in by.items()}
 
@@ -609,10 +614,9 @@ def paired_recipes(rows: list[dict], base: str, arm: str, metric: str = "rmse", 
     :data:`GATE_STUDY_SEEDS`) in both."""
     from siggate import stats
 
-    keep = None if seeds is None else {int(s) for s in seeds}
-    seeds_of = lambda rec: {(r["target"], r["seed"]) for r in rows  # noqa: E731
-                            if r["tool"] == "siggate" and r["recipe"] == rec and r.get("status") == "ok"
-                            and not r.get("smoke") and (keep is None or int(r["seed"]) in keep)}
+    planned = set(GATE_STUDY_SEEDS) if seeds is None else {int(s) for s in seeds}
+    seeds_of = lambda rec: {(t, s) for t, ss in seed_coverage(rows, "siggate", rec).items()  # noqa: E731
+                            for s in ss if seeds is None or s in planned}
     common = seeds_of(base) & seeds_of(arm)
     pick = lambda rec: per_target([r for r in rows if (r["target"], r["seed"]) in common], "siggate", rec, metric)  # noqa: E731
     a, b = pick(base), pick(arm)
@@ -620,8 +624,8 @@ def paired_recipes(rows: list[dict], base: str, arm: str, metric: str = "rmse", 
     c.update(stats.paired_effect([b[t] - a[t] for t in c["seeds"]]))
     by_target = {t: {s for u, s in common if u == t} for t in PUBLIC}
     c.update(arm=arm, base=base, metric=metric, pairs=[{"target": t, "base": a[t], "arm": b[t]} for t in c["seeds"]],
-             seed_pairs=len(common), run_seeds=sorted({s for _, s in common}),
-             complete=all(done >= (keep or set(GATE_STUDY_SEEDS)) for done in by_target.values()))
+             seed_pairs=len(common), run_seeds=sorted({s for _, s in common}), planned_seeds=sorted(planned),
+             complete=all(done >= planned for done in by_target.values()))
     return c
 
 
@@ -651,9 +655,9 @@ def compare_text(rows: list[dict], base: str, arm: str, seeds=None) -> str:
                    f"(95% CI {lo:+.4f} to {hi:+.4f}), lower on {c['wins']} of {n} targets, Wilcoxon p = "
                    + ("–" if p is None or math.isnan(p) else f"{p:.3g}"))
     coverage = "complete" if c["complete"] else "incomplete"
-    planned = sorted(GATE_STUDY_SEEDS if seeds is None else {int(s) for s in seeds})
     return (f"{arm} against {base}: {n} targets, seeds {','.join(map(str, c['run_seeds']))} "
-            f"({c['seed_pairs']} target-seed pairs; {coverage}: every target with seeds {','.join(map(str, planned))})\n"
+            f"({c['seed_pairs']} target-seed pairs; {coverage}: every target with seeds "
+            f"{','.join(map(str, c['planned_seeds']))})\n"
             + "\n".join(out))
 
 
@@ -755,7 +759,7 @@ def main(argv=None) -> int:
     p.add_argument("--work-dir", type=Path, default=CACHE / "runs")
     args = p.parse_args(argv)
     try:
-        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        seeds = parse_seeds(args.seeds)
     except ValueError:
         p.error(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
     if args.compare is not None:

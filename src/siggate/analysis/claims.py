@@ -376,8 +376,8 @@ def _study_verdict(c: dict, p_key: str, full: bool) -> str:
     than two pairs, or no p-value (every difference zero), decide nothing, whatever the budget."""
     p = c.get(p_key)
     decided = c.get("n_pairs", 0) >= 2 and p is not None and math.isfinite(p)
-    sig = decided and _significant(c, p_key)
-    return _test_verdict(rejects_lower(c, p_key), sig and c["diff_mean"] > 0, full and decided)
+    loss = decided and p < ALPHA and c["diff_mean"] > 0
+    return _test_verdict(rejects_lower(c, p_key), loss, full and decided)
 
 
 def _study_difference(c: dict, what: str, over: str, p_key: str = "p_holm_wilcoxon") -> str:
