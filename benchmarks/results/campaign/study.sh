@@ -3,7 +3,8 @@
 # fixed commit (so that later work does not change the code under it), in the background,
 # resuming finished and interrupted runs. From the repository root:
 #
-#   bash benchmarks/results/campaign/study.sh resume NAME     # (re)start; JOBS=2 for two runs at once
+#   bash benchmarks/results/campaign/study.sh resume NAME     # (re)start; JOBS=2 for two runs at once,
+#                                                             # FOREGROUND=1 to wait for it (benchmarks/lanes.sh)
 #   bash benchmarks/results/campaign/study.sh snapshot NAME   # results so far -> this folder (trains nothing)
 #
 # benchmarks/results/campaign/NAME/study.conf sets COMMIT (the fixed code) and PARTS, a bash
@@ -51,8 +52,12 @@ case $ACTION in
       mkdir -p "$out/runs"
       if [ -d "$HERE/$sub/runs" ]; then cp -rn "$HERE/$sub/runs/." "$out/runs/"; fi
     done
-    ( cd "$WT" && . .venv/bin/activate && nohup bash -c "$(compare_cmds "--jobs ${JOBS:-1}" | paste -sd';')" \
-        >> "$STUDY/$NAME.log" 2>&1 & echo "campaign $NAME restarted (pid $!), log: $STUDY/$NAME.log" )
+    if [ "${FOREGROUND:-0}" = 1 ]; then  # in a queue of long runs (benchmarks/lanes.sh): run here, then return
+      ( cd "$WT" && . .venv/bin/activate && bash -c "$(compare_cmds "--jobs ${JOBS:-1}" | paste -sd';')" )
+    else
+      ( cd "$WT" && . .venv/bin/activate && nohup bash -c "$(compare_cmds "--jobs ${JOBS:-1}" | paste -sd';')" \
+          >> "$STUDY/$NAME.log" 2>&1 & echo "campaign $NAME restarted (pid $!), log: $STUDY/$NAME.log" )
+    fi
     ;;
   snapshot)
     ( cd "$WT" && . .venv/bin/activate && bash -c "$(compare_cmds "--jobs 1 --aggregate-only" | paste -sd';')" )
