@@ -273,7 +273,7 @@ YAML_CASES = [
     ("gate: none\n", ["unknown config section 'gate'", "Did you mean 'model.gate'?"]),
     ("model:\n  dim: [16]\n", ["model.dim: expected an integer, got [16]"]),
     ("model: 5\n", ["model: expected a mapping of keys, got 5"]),
-    ("- model\n- train\n", ["a config must be a mapping with sections data/model/train, got list"]),
+    ("- model\n- train\n", ["a config must be a mapping with sections data/model/train/members, got list"]),
     ("model: {dim: 16\n", ["not valid YAML"]),
     (b"model:\n  gate: \xff\n", ["not a UTF-8 text file"]),
     ("train:\n  lr: .inf\n", ["train.lr: inf is not allowed; expected a finite number"]),

@@ -13,15 +13,17 @@ import re
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from recipe_flags import EQUAL_WEIGHTS, GNN_SCRATCH, SCRATCH
+from siggate.data.base import GraphDataset
 from siggate.data.chem import smiles_to_graph
 from siggate.data.fingerprints import minmax_kernel, morgan_counts
 from siggate.predictors.forest import RandomForest
 from siggate.predictors.svr import KernelSVR
 from test_bad_inputs import _TRAIN_ARGS
-from test_explain import FP_SPLITS, _nitrogen_graphs, _nitrogen_molecules
+from test_explain import FP_SPLITS, N_INFO, _nitrogen_graphs, _nitrogen_molecules
 from test_predict import run_cli
 
 
@@ -370,3 +372,65 @@ def test_resume_of_an_older_run_that_recorded_val_weights_for_copies_of_one_kind
         cli._check_saved_members(tmp_path, ["gnn"], "equal", argparse.Namespace(ensemble=None))
     with pytest.raises(cli.CLIError, match=r"^--resume \S+: \S+members.yaml records weights='mean'"):
         cli._no_run_to_resume(tmp_path, ensemble=False)
+
+
+def test_the_members_section_sets_the_fingerprint_members_options(nitrogen_csv, tmp_path, capsys):
+    """``--set members.svr.*`` / ``members.rf.*`` reach the members: the saved predictors hold the
+    grid given (the svr choosing C on val among the values given, nothing averaged; a forest of 7
+    trees choosing between two max_features), the run's members.yaml records them, and a member
+    refitted from those options by hand predicts what the run's member predicts."""
+    run = tmp_path / "run"
+    rc, _, err = _train(capsys, nitrogen_csv, run, "--members", "svr,rf", *EQUAL_WEIGHTS,
+                        "--set", "members.svr.C=1,8", "--set", "members.svr.average=", "--set",
+                        "members.svr.radius=1", "--set", "members.svr.fingerprint=morgan",
+                        "--set", "members.rf.n_estimators=7", "--set", "members.rf.max_features=0.5,sqrt")
+    assert rc == 0, err
+    svr = KernelSVR.load(run / "member0")
+    rf = RandomForest.load(run / "member1")
+    assert svr.grid.to_dict() == {"fingerprint": ["morgan"], "radius": [1], "size": [2048], "C": [1.0, 8.0],
+                                  "epsilon": [0.05]} and svr.average == ()
+    chosen = svr.models_[0].meta["chosen"]
+    assert chosen["C"] in (1.0, 8.0) and chosen["radius"] == 1  # one C chosen, not a list averaged over
+    assert rf.n_estimators == 7 and rf.grid.to_dict() == {"max_features": [0.5, "sqrt"]}
+    saved = yaml.safe_load((run / "members.yaml").read_text())["members"]
+    assert saved["svr"]["C"] == [1.0, 8.0] and saved["svr"]["average"] == [] and saved["rf"]["n_estimators"] == 7
+
+    # the same options through the Python API give the same predictions (labels as the CSV holds them)
+    graphs = _nitrogen_graphs(_nitrogen_molecules(150))
+    for g in graphs:
+        g.y = torch.tensor([[float(f"{float(g.y):.6f}")]], dtype=g.y.dtype)
+    ds = GraphDataset(info=N_INFO, splits={k: graphs[a:b] for k, (a, b) in FP_SPLITS.items()})
+    hand = KernelSVR({"fingerprint": ["morgan"], "radius": [1], "C": [1.0, 8.0]}, average=()).fit(ds)
+    assert hand.models_[0].meta["chosen"] == chosen
+    smiles = [r["smiles"] for r in _rows(run / "splits.csv") if r["split"] == "test"]
+    assert hand.predict_array(smiles) == pytest.approx(svr.predict_array(smiles), rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("members.svr.C=0,5", "members.svr.C: 0.0 is out of range; allowed values: > 0."),
+    ("members.svr.average=radius", "members.svr.average: 'radius' is not allowed. Allowed values: C, epsilon"),
+    ("members.svr.fingerprint=morgan+ecfp", "members.svr.fingerprint: fingerprint 'morgan+ecfp': give distinct kinds"),
+    ("members.rf.max_features=1.5", "members.rf.max_features: 1.5 is out of range; allowed values: fractions in "
+     "(0, 1] or sqrt / log2."),
+    ("members.svr.radius=2.5", "members.svr.radius: 2.5 is not allowed; expected a list of integers"),
+    ("members.svr.C=", "members.svr.C: give at least one value"),
+    ("members.svm.C=1", "unknown config key 'members.svm' (value {'C': 1}). Did you mean 'members.svr'?"),
+])
+def test_bad_member_options_are_one_line_before_any_work(tmp_path, capsys, setting, message):
+    rc, _, err = run_cli(["train", "--data", "x.csv", "--target-col", "y", "--members", "svr,rf", "--set", setting,
+                          "--out", str(tmp_path / "o")], capsys)
+    assert rc == 2 and message in _one_line(err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_default_members_section_builds_the_members_constructors_defaults(tmp_path):
+    """The config's ``members`` defaults are the constructors' (one home: siggate.options), so a run
+    without ``--set members.*`` holds what ``KernelSVR()`` and ``RandomForest()`` are."""
+    from siggate.config import load_config
+    from siggate.train.members import build_members
+
+    cfg = load_config("csv", ["data.csv=x.csv", "data.target_cols=y", "train.seed=3"])
+    (_, _, svr), (_, _, rf) = build_members(["svr", "rf"], cfg, tmp_path)
+    assert svr.options() == KernelSVR(seed=3).options()
+    assert rf.options() == RandomForest(seed=3, n_jobs=rf.n_jobs).options()
+    assert svr.average == ("C",) and svr.grid.C == (5.0, 20.0) and rf.grid.max_features == (0.3,)

@@ -1,6 +1,7 @@
 """Typed, validated run configuration.
 
-A config has three sections, ``data``, ``model`` and ``train``. It is read from YAML
+A config has four sections, ``data``, ``model``, ``train`` and ``members`` (the fingerprint
+members' options, read only by a run that holds those members). It is read from YAML
 (``configs/<name>.yaml`` or a path), then ``--set key.path=value`` overrides are applied.
 Every key is checked before any work starts: an unknown key, a wrong type or a value out
 of range raises :class:`ConfigError` naming the key path, the bad value, the allowed
@@ -25,6 +26,7 @@ from .options import (
     DUPLICATES,
     EVAL_NORMS,
     FLAT_ATTENTION_KEYS,
+    FOREST_MAX_FEATURES,
     GATE_KINDS,
     GATE_POSITIONS,
     LOCAL_MODEL_NAMES,
@@ -34,10 +36,14 @@ from .options import (
     POOLING,
     SELECTS,
     SPLITS,
+    SVR_AVERAGEABLE,
     TASK_LOSSES,
     ExphormerOptions,
+    ForestMemberOptions,
     GPSOptions,
     PerformerOptions,
+    SVRMemberOptions,
+    parse_fingerprint_kinds,
     parse_mol_features,
 )
 
@@ -150,13 +156,34 @@ class TrainConfig:
 
 
 @dataclass
+class MembersConfig:
+    """``members``: the fingerprint members' own options (``siggate train --members svr,rf``), one
+    dataclass per kind (:mod:`siggate.options`), the same defaults as the members' constructors.
+    A run without that member ignores its section. Grids are lists (``--set members.svr.C=1,5,20``):
+    each target chooses among them on its validation rows."""
+
+    svr: SVRMemberOptions = field(default_factory=SVRMemberOptions)
+    rf: ForestMemberOptions = field(default_factory=ForestMemberOptions)
+
+
+def _plain(value):
+    """``value`` with every tuple as a list (YAML writes lists, and a saved config reads back equal)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    members: MembersConfig = field(default_factory=MembersConfig)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return _plain(dataclasses.asdict(self))
 
     def validate(self) -> "Config":
         _check(self)
@@ -165,8 +192,8 @@ class Config:
         return self
 
 
-for _cls in (DataConfig, ModelConfig, TrainConfig):
-    _cls.to_dict = lambda self: dataclasses.asdict(self)  # type: ignore[attr-defined]
+for _cls in (DataConfig, ModelConfig, TrainConfig, MembersConfig):
+    _cls.to_dict = lambda self: _plain(dataclasses.asdict(self))  # type: ignore[attr-defined]
 
 # Constraints checked by ``_check``: choices and ranges per key path.
 CONSTRAINTS: dict[str, dict[str, Any]] = {
@@ -215,9 +242,14 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "data.num_nodes": {"min": 0},
     "data.seed": {"min": 0, "max": 2**32 - 1},
     "train.seed": {"min": 0, "max": 2**32 - 1},
+    "members.svr.exact_max": {"min": 1},
+    "members.svr.landmarks": {"min": 1},
+    "members.rf.n_estimators": {"min": 1},
+    "members.rf.radius": {"min": 0},
+    "members.rf.size": {"min": 1},
 }
 
-SECTIONS = ("data", "model", "train")
+SECTIONS = ("data", "model", "train", "members")
 
 
 def _known_keys(cls) -> list[str]:
@@ -236,7 +268,7 @@ def _suggest(key: str, options: list[str], prefix: str = "") -> str:
 
 
 def _section_classes() -> dict:
-    return {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+    return {"data": DataConfig, "model": ModelConfig, "train": TrainConfig, "members": MembersConfig}
 
 
 def _suggest_key(prefix: str, key: str) -> str:
@@ -261,6 +293,8 @@ def _range_text(rule: dict) -> str:
 def _coerce(path: str, value: Any, default: Any, annotation: str) -> Any:
     """Convert ``value`` to the type of the field, or raise a ConfigError."""
     ann = str(annotation)
+    if ann.startswith("tuple["):  # a grid: "1,5,20", a YAML list or one value; empty or null: ()
+        return _coerce_tuple(path, [] if value is None else value, ann)
     if value is None:
         if "None" in ann:
             return None
@@ -318,6 +352,29 @@ def _coerce(path: str, value: Any, default: Any, annotation: str) -> Any:
     return value
 
 
+def _coerce_tuple(path: str, value: Any, ann: str) -> tuple:
+    """``value`` as the tuple ``ann`` names (``tuple[float, ...]``, ``tuple[int, ...]``,
+    ``tuple[str, ...]`` or ``tuple[float | str, ...]``): a comma-separated string, a list or one value."""
+    kinds = ann[len("tuple["):].split(",")[0].replace(" ", "").split("|")
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else (
+        list(value) if isinstance(value, (list, tuple)) else [value])
+    if isinstance(value, str) and not value.strip():
+        items = []  # "": the empty tuple (members.svr.average= chooses every field on val)
+    out = []
+    for item in items:
+        for kind in kinds:
+            try:
+                out.append(_coerce(path, item, None, kind))
+                break
+            except ConfigError:
+                continue
+        else:
+            want = {"float": "numbers", "int": "integers", "str": "names"}
+            raise ConfigError(f"{path}: {item!r} is not allowed; expected a list of "
+                              f"{' or '.join(want.get(k, k) for k in kinds)}, e.g. {path}=1,5")
+    return tuple(out)
+
+
 def _build_section(cls, raw: dict, prefix: str):
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix}: expected a mapping of keys, got {raw!r}")
@@ -343,7 +400,7 @@ def from_dict(raw: dict) -> Config:
     """Build and validate a :class:`Config` from a nested dict."""
     raw = raw or {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"a config must be a mapping with sections data/model/train, got {type(raw).__name__}")
+        raise ConfigError(f"a config must be a mapping with sections data/model/train/members, got {type(raw).__name__}")
     sections = _section_classes()
     for key in raw:
         if key not in sections:
@@ -384,10 +441,43 @@ def _nest_flat_attention_keys(raw: dict, warn: bool) -> dict:
 
 
 def _check(cfg: Config) -> None:
-    """Validate ``cfg``: value ranges, then the model, then the data (first error raised)."""
+    """Validate ``cfg``: value ranges, then the model, then the data, then the members (first error raised)."""
     _check_ranges(cfg)
     _check_model(cfg.model)
     _check_data(cfg)
+    _check_members(cfg.members)
+
+
+def _check_members(m: MembersConfig) -> None:
+    """The fingerprint members' grids: at least one value each, every value in range."""
+    svr, rf = m.svr, m.rf
+    grids = {"members.svr.fingerprint": svr.fingerprint, "members.svr.radius": svr.radius,
+             "members.svr.size": svr.size, "members.svr.C": svr.C, "members.svr.epsilon": svr.epsilon,
+             "members.rf.max_features": rf.max_features}
+    for path, values in grids.items():
+        if not values:
+            raise ConfigError(f"{path}: give at least one value (a list is a grid chosen on the validation split)")
+    for f in svr.fingerprint:
+        try:
+            parse_fingerprint_kinds(f)
+        except ValueError as e:
+            raise ConfigError(f"members.svr.fingerprint: {e}") from None
+    rules = [("members.svr.radius", svr.radius, lambda v: v >= 0, ">= 0"),
+             ("members.svr.size", svr.size, lambda v: v >= 1, ">= 1"),
+             ("members.svr.C", svr.C, lambda v: v > 0, "> 0"),
+             ("members.svr.epsilon", svr.epsilon, lambda v: v >= 0, ">= 0"),
+             ("members.rf.max_features", rf.max_features,
+              lambda v: v in FOREST_MAX_FEATURES if isinstance(v, str) else 0 < v <= 1,
+              f"fractions in (0, 1] or {' / '.join(FOREST_MAX_FEATURES)}")]
+    for path, values, ok, allowed in rules:
+        bad = [v for v in values if not ok(v)]
+        if bad:
+            raise ConfigError(f"{path}: {bad[0]!r} is out of range; allowed values: {allowed}.")
+    bad = [a for a in svr.average if a not in SVR_AVERAGEABLE]
+    if bad:
+        raise ConfigError(f"members.svr.average: {bad[0]!r} is not allowed. Allowed values: "
+                          f"{', '.join(SVR_AVERAGEABLE)} (the options that keep the kernel), or empty to choose "
+                          "every option on the validation split." + _suggest(bad[0], list(SVR_AVERAGEABLE)))
 
 
 def _check_ranges(cfg: Config) -> None:
@@ -593,6 +683,9 @@ def upgrade_config_dict(raw: dict) -> dict:
       (:data:`siggate.options.FLAT_ATTENTION_KEYS`); ``expander_degree`` (the expander's
       total degree) is ``expander_degree_total`` there, the same number (Exphormer's
       ``exp_deg`` counts permutations, half of it; the new name says which).
+    - ``members`` (the fingerprint members' options) came after the members; an older run's
+      svr and rf members were built with their defaults, and each member's ``predictor.json``
+      records the options it really used: the section reads as today's defaults.
     """
     if not isinstance(raw, dict):
         return raw
@@ -615,6 +708,8 @@ def upgrade_config_dict(raw: dict) -> dict:
         train.setdefault("init", "")
         train.setdefault("eval_norm", "running")
         train.setdefault("cliff_weight", 0.0)
+    if any(k in out for k in ("data", "model", "train")):  # a whole config, not a loose section
+        out.setdefault("members", MembersConfig().to_dict())
     return _nest_flat_attention_keys(out, warn=False)
 
 
@@ -633,7 +728,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError(
-            f"{path}: a config must be a mapping with sections data/model/train, got {type(raw).__name__}"
+            f"{path}: a config must be a mapping with sections data/model/train/members, got {type(raw).__name__}"
         )
     meta = raw.pop("_meta", None)  # written by siggate train next to the config (version, commit, task)
     if isinstance(meta, dict):  # a run's config as the user gave it (older runs saved resolved values in it)

@@ -42,6 +42,12 @@ __all__ = [
     "recipe_members",
     "run_weights",
     "MEMBER_KIND_NAMES",
+    "FINGERPRINT_KINDS",
+    "SVR_AVERAGEABLE",
+    "FOREST_MAX_FEATURES",
+    "parse_fingerprint_kinds",
+    "SVRMemberOptions",
+    "ForestMemberOptions",
     "EVAL_NORMS",
     "SELECTS",
     "resolve_select",
@@ -162,6 +168,60 @@ DEFAULT_MEMBERS, DEFAULT_WEIGHTS = "gnn", "equal"
 RECIPE_MEMBERS = {"csv": ("gnn,svr,rf", "val")}
 #: ``--weights``: equal weights, or non-negative weights summing to one fitted on the validation split
 MEMBER_WEIGHTS = ("equal", "val")
+#: the kinds of count fingerprint (:func:`siggate.data.fingerprints.count_fingerprints`), joined by
+#: ``+`` where a kernel averages several (:func:`parse_fingerprint_kinds`)
+FINGERPRINT_KINDS = ("morgan", "atompair", "torsion", "fmorgan", "path")
+#: the fields of :class:`SVRMemberOptions` that a fit can average over rather than choose among:
+#: they change the fit, not the kernel, so the mean of the models is one model on the same kernel
+SVR_AVERAGEABLE = ("C", "epsilon")
+#: a forest's ``max_features`` given by name rather than as a fraction of the features
+FOREST_MAX_FEATURES = ("sqrt", "log2")
+
+
+def parse_fingerprint_kinds(fingerprint: str | Sequence[str]) -> tuple[str, ...]:
+    """The kinds named by a fingerprint string (``"morgan+atompair"``) or a sequence of kinds.
+
+    Raises:
+        ValueError: an unknown or repeated kind, or none.
+    """
+    kinds = tuple(k.strip() for k in fingerprint.split("+")) if isinstance(fingerprint, str) else tuple(fingerprint)
+    bad = [k for k in kinds if k not in FINGERPRINT_KINDS]
+    if bad or not kinds or len(set(kinds)) != len(kinds):
+        raise ValueError(f"fingerprint {fingerprint!r}: give distinct kinds among {', '.join(FINGERPRINT_KINDS)} "
+                         "joined by '+' (e.g. 'morgan+atompair+torsion')")
+    return kinds
+
+
+@dataclass(frozen=True)
+class SVRMemberOptions:
+    """The ``svr`` member's options (``members.svr``; ``--set members.svr.C=1,5,20``), read by
+    :class:`siggate.config.MembersConfig` and :mod:`siggate.predictors.svr` (its grid's and
+    :class:`~siggate.predictors.svr.KernelSVR`'s defaults, whose docstrings say why these).
+
+    The tuples are a grid searched on the validation split, except the fields named in
+    ``average`` (of :data:`SVR_AVERAGEABLE`), whose values the fit averages over."""
+
+    fingerprint: tuple[str, ...] = ("morgan+atompair+torsion+fmorgan+path",)  # kernels averaged, kinds joined by +
+    radius: tuple[int, ...] = (2, 3)          # Morgan radii
+    size: tuple[int, ...] = (2048,)           # bins each kind is folded into
+    C: tuple[float, ...] = (5.0, 20.0)        # penalty weights (larger: less regularization)
+    epsilon: tuple[float, ...] = (0.05,)      # SVR tube half-widths, standardized target units
+    average: tuple[str, ...] = ("C",)         # fields averaged over instead of chosen; () chooses all
+    exact_max: int = 5000                     # most training rows on the exact kernel; above: Nystrom
+    landmarks: int = 2000                     # Nystrom landmarks above exact_max
+
+
+@dataclass(frozen=True)
+class ForestMemberOptions:
+    """The ``rf`` member's options (``members.rf``), read by :class:`siggate.config.MembersConfig`
+    and :class:`siggate.predictors.forest.RandomForest` (its defaults; its docstring says why)."""
+
+    n_estimators: int = 100                     # trees per forest
+    radius: int = 2                             # Morgan radius of the count fingerprints
+    size: int = 2048                            # fingerprint bins
+    max_features: tuple[float | str, ...] = (0.3,)  # chosen on val: fractions in (0, 1], or sqrt / log2
+
+
 #: ``train.eval_norm``: the BatchNorm statistics an evaluation uses: the running averages that
 #: training keeps (PyTorch's, momentum 0.1), or recomputed on the training set first
 #: (:func:`siggate.train.bn_stats.recompute_bn_stats`).

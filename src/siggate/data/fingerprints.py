@@ -45,6 +45,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..options import FINGERPRINT_KINDS, parse_fingerprint_kinds
+
 __all__ = ["RADIUS", "SIZE", "KINDS", "parse_kinds", "to_mols", "morgan_counts", "count_fingerprints", "ecfp_bits",
            "bit_atoms", "minmax_kernel"]
 
@@ -55,26 +57,14 @@ SIZE = 2048
 _BLOCK = 4096
 
 #: the kinds of count fingerprint (:func:`count_fingerprints`); the radius applies to the two Morgan kinds
-KINDS = ("morgan", "atompair", "torsion", "fmorgan", "path")
+KINDS = FINGERPRINT_KINDS
+#: the kinds of a fingerprint string (its one home is siggate.options, where the config checks them)
+parse_kinds = parse_fingerprint_kinds
 _RADIUS_KINDS = ("morgan", "fmorgan")
 #: the largest subgraph (in bonds) of the ``path`` kind
 PATH_BONDS = 6
 
 _GENERATORS: dict = {}
-
-
-def parse_kinds(fingerprint: str | Sequence[str]) -> tuple[str, ...]:
-    """The kinds named by a fingerprint string (``"morgan+atompair"``) or a sequence of kinds.
-
-    Raises:
-        ValueError: an unknown or repeated kind, or none.
-    """
-    kinds = tuple(k.strip() for k in fingerprint.split("+")) if isinstance(fingerprint, str) else tuple(fingerprint)
-    bad = [k for k in kinds if k not in KINDS]
-    if bad or not kinds or len(set(kinds)) != len(kinds):
-        raise ValueError(f"fingerprint {fingerprint!r}: give distinct kinds among {', '.join(KINDS)} joined by '+' "
-                         "(e.g. 'morgan+atompair+torsion')")
-    return kinds
 
 
 def _generator(radius: int, size: int, kind: str = "morgan"):

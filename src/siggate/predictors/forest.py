@@ -35,6 +35,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..options import ForestMemberOptions
 from .base import PredictorFileError
 from .fpmember import FingerprintMember, FingerprintTable, Grid, Selection, TargetData, standardizer
 
@@ -57,7 +58,7 @@ class ForestGrid(Grid):
     per-target choice between the two is not worth a second forest. Give more values to choose.
     """
 
-    max_features: tuple = (0.3,)
+    max_features: tuple = ForestMemberOptions.max_features
 
 
 def flatten_trees(estimators, classify: bool) -> dict:
@@ -178,7 +179,8 @@ class RandomForest(FingerprintMember):
 
     kind = "rf"
 
-    def __init__(self, n_estimators: int = 100, radius: int = 2, size: int = 2048,
+    def __init__(self, n_estimators: int = ForestMemberOptions.n_estimators, radius: int = ForestMemberOptions.radius,
+                 size: int = ForestMemberOptions.size,
                  grid: ForestGrid | Mapping | None = None, seed: int = 0, n_jobs: int = 1, refit: bool = True) -> None:
         super().__init__(refit)
         if n_estimators < 1:

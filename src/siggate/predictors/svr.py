@@ -77,6 +77,7 @@ from typing import ClassVar, Mapping, Sequence
 import numpy as np
 
 from ..data.fingerprints import parse_kinds
+from ..options import SVR_AVERAGEABLE, SVRMemberOptions
 from .base import PredictorFileError
 from .fpmember import (
     FingerprintMember,
@@ -92,10 +93,10 @@ from .fpmember import (
 from .kernel import minmax_kernel, nystrom_projection
 
 #: the grid fields averaged over rather than chosen among by default (:class:`KernelSVR`'s ``average``)
-AVERAGED = ("C",)
+AVERAGED = SVRMemberOptions.average
 #: the fields that can be averaged: they change the fit, not the kernel, so the mean of the models
 #: is one model on the same kernel
-AVERAGEABLE = ("C", "epsilon")
+AVERAGEABLE = SVR_AVERAGEABLE
 #: rows of Nyström features computed at once (bounds the ``[rows, landmarks]`` scratch kernel)
 _ROW_BLOCK = 4096
 
@@ -121,11 +122,11 @@ class SVRGrid(Grid):
     the five kinds of the module docstring on their lower validation RMSE.
     """
 
-    fingerprint: tuple = ("morgan+atompair+torsion+fmorgan+path",)
-    radius: tuple = (2, 3)
-    size: tuple = (2048,)
-    C: tuple = (5.0, 20.0)
-    epsilon: tuple = (0.05,)
+    fingerprint: tuple = SVRMemberOptions.fingerprint
+    radius: tuple = SVRMemberOptions.radius
+    size: tuple = SVRMemberOptions.size
+    C: tuple = SVRMemberOptions.C
+    epsilon: tuple = SVRMemberOptions.epsilon
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -201,7 +202,8 @@ class KernelSVR(FingerprintMember):
     #: options a member saved before them was fitted without: no refit, no averaging
     SAVED_BEFORE: ClassVar[dict] = {"refit": False, "average": ()}
 
-    def __init__(self, grid: SVRGrid | Mapping | None = None, exact_max: int = 5000, landmarks: int = 2000,
+    def __init__(self, grid: SVRGrid | Mapping | None = None, exact_max: int = SVRMemberOptions.exact_max,
+                 landmarks: int = SVRMemberOptions.landmarks,
                  seed: int = 0, refit: bool = True, average: Sequence[str] = AVERAGED) -> None:
         super().__init__(refit)
         self.grid = SVRGrid.make(grid)

@@ -78,15 +78,26 @@ def _build_gnn(spec: MemberSpec) -> GNNMember:
     return GNNMember(spec.cfg, spec.folder, spec.split_seed, spec.progress, spec.device, spec.resume)
 
 
+def _build_svr(spec: MemberSpec) -> KernelSVR:
+    o = spec.cfg.members.svr
+    grid = {"fingerprint": o.fingerprint, "radius": o.radius, "size": o.size, "C": o.C, "epsilon": o.epsilon}
+    return KernelSVR(grid, exact_max=o.exact_max, landmarks=o.landmarks, seed=spec.seed, average=o.average)
+
+
+def _build_rf(spec: MemberSpec) -> RandomForest:
+    o = spec.cfg.members.rf
+    return RandomForest(o.n_estimators, o.radius, o.size, {"max_features": o.max_features}, seed=spec.seed,
+                        n_jobs=spec.cfg.train.threads or 1)
+
+
 #: member kind -> how to build and load it (``siggate train --members``): the GNN, and the
-#: fingerprint members with their default grids chosen on the validation split
-#: (:mod:`siggate.predictors.svr`, :mod:`siggate.predictors.forest`; seeded with the member's seed,
-#: the forest fitted on ``train.threads`` threads)
+#: fingerprint members with the options of the config's ``members`` section, their grids chosen on
+#: the validation split (:mod:`siggate.predictors.svr`, :mod:`siggate.predictors.forest`; seeded
+#: with the member's seed, the forest fitted on ``train.threads`` threads)
 MEMBER_KINDS: dict[str, MemberKind] = {
     "gnn": MemberKind(build=_build_gnn, load=lambda folder, device: GNNMember.load(folder, device)),
-    "svr": MemberKind(build=lambda spec: KernelSVR(seed=spec.seed), load=lambda folder, device: KernelSVR.load(folder)),
-    "rf": MemberKind(build=lambda spec: RandomForest(seed=spec.seed, n_jobs=spec.cfg.train.threads or 1),
-                     load=lambda folder, device: RandomForest.load(folder)),
+    "svr": MemberKind(build=lambda spec: _build_svr(spec), load=lambda folder, device: KernelSVR.load(folder)),
+    "rf": MemberKind(build=lambda spec: _build_rf(spec), load=lambda folder, device: RandomForest.load(folder)),
 }
 
 #: the kind whose copies ``--ensemble N`` multiplies
