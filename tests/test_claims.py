@@ -344,6 +344,22 @@ def test_a_gate_study_written_before_it_recorded_completeness_or_with_one_pair_d
     assert row["verdict"] == BUDGET and "(1 pair(s): no interval or test yet; its `gate_study`)" in row["measured"]
 
 
+def test_every_moleculeace_study_becomes_rows_in_its_own_words():
+    """A study the harness records beside ``gate_study`` (its claim per arm and its budget) gives
+    one row per arm, judged by the same rule, naming the study's key; files that are not studies
+    give none."""
+    test = {**_gate_test(-0.03, 0.004, True), "arm": "pt-attn-elementwise", "base": "pretrained-gine",
+            "claim": "the pretrained gated transformer beats the pretrained GINE on MoleculeACE (20 public targets, p < 0.05)"}
+    data = {"gate_study": None, "summary": [], "pretrained_vs_gine": {
+        "planned_targets": 20, "budget": "fine-tuned from its own pretraining", "tests": [test]}}
+    (row,) = study_rows(Path("mace.json"), data)
+    assert row["claim"] == test["claim"] and row["verdict"] == HOLDS
+    assert row["budget"] == "fine-tuned from its own pretraining; 20 of 20 targets, seed(s) 0,1,2"
+    assert "`pt-attn-elementwise` − `pretrained-gine` test RMSE" in row["measured"]
+    assert row["measured"].endswith("; its `pretrained_vs_gine`)")
+    assert study_rows(Path("x.json"), {"tests": [], "runs": {}}) == []
+
+
 def test_the_pretraining_pair_rows_name_descriptors_parameters_and_seconds():
     comp = {"a": "none", "b": "elementwise", "n_pairs": 189, "diff_mean": -0.004, "ci95": [-0.006, -0.002],
             "p_wilcoxon": 0.001, "p_holm_wilcoxon": 0.001}

@@ -236,6 +236,41 @@ def test_gate_study_pairs_by_target_wilcoxon_and_holm():
         np.mean(base[mace.PUBLIC[3]][:2]))
 
 
+def test_report_keeps_each_study_once_its_base_and_every_arm_have_rows(tmp_path):
+    """The fine-tuned studies of issue 28 item 3 (gate against no gate after pretraining; each
+    pretrained transformer against the pretrained GINE, Holm over the two) beside the from-scratch
+    gate study: each is null until its base and all its arms have rows, then the paired test of
+    :func:`gate_study` with the claim and budget the claims table states."""
+    rng = np.random.default_rng(3)
+    gine = {t: list(0.72 + rng.normal(0, 0.05, 3)) for t in mace.PUBLIC}
+    gated = {t: [v - 0.03 + rng.normal(0, 0.004) for v in vs] for t, vs in gine.items()}
+    plain = {t: [v + rng.normal(0, 0.004) for v in vs] for t, vs in gine.items()}
+    path = tmp_path / "results.json"
+    mace.results_store(path).update(lambda res: res.update(rows=_rows("siggate", "pretrained-gine", gine)
+                                                           + _rows("siggate", "pt-attn-elementwise", gated)))
+    res = mace.report(path)
+    assert res["gate_study"] is None and res["pretrained_gate_study"] is None and res["pretrained_vs_gine"] is None
+    mace.results_store(path).update(lambda res: res["rows"].extend(_rows("siggate", "pt-attn-none", plain)))
+    res = mace.report(path)
+    assert res["gate_study"] is None
+    vs = res["pretrained_vs_gine"]
+    assert vs["base"] == "pretrained-gine" and vs["arms"] == ["pt-attn-elementwise", "pt-attn-none"]
+    el, no = vs["tests"]
+    assert el == {**mace.gate_study(res["rows"], "pretrained-gine", ["pt-attn-elementwise", "pt-attn-none"])["tests"][0],
+                  "claim": mace.STUDIES["pretrained_vs_gine"].claims["pt-attn-elementwise"]}
+    ps = sorted([el["p_wilcoxon"], no["p_wilcoxon"]])
+    assert min(el["p_holm_wilcoxon"], no["p_holm_wilcoxon"]) == pytest.approx(2 * ps[0])
+    assert el["better"] == "b" and el["p_holm_wilcoxon"] < 0.05 and el["complete"]
+    gate = res["pretrained_gate_study"]
+    (t,) = gate["tests"]
+    a = np.array([np.mean(plain[k]) for k in mace.PUBLIC])
+    b = np.array([np.mean(gated[k]) for k in mace.PUBLIC])
+    assert t["base"] == "pt-attn-none" and t["mean_diff"] == pytest.approx(float(np.mean(b - a)))
+    assert t["p_holm_wilcoxon"] == pytest.approx(st.wilcoxon(b - a).pvalue)  # a family of one
+    assert gate["budget"] == mace.STUDIES["pretrained_gate_study"].budget
+    assert "after descriptor pretraining" in t["claim"]
+
+
 def test_compare_prints_the_paired_test_of_two_recipes_over_the_seeds_both_ran(tmp_path, capsys):
     rng = np.random.default_rng(1)
     base = {t: list(0.7 + rng.normal(0, 0.05, 3)) for t in mace.PUBLIC}

@@ -629,16 +629,36 @@ def paired_recipes(rows: list[dict], base: str, arm: str, metric: str = "rmse", 
     return c
 
 
-def gate_study(rows: list[dict], base: str, arms: list[str]) -> dict:
-    """Each gate recipe against ``base`` (``gate=none``) by :func:`paired_recipes` on the test RMSE,
-    Holm over the arms (``p_holm_wilcoxon``)."""
+def gate_study(rows: list[dict], base: str, arms: list[str], claims: dict | None = None, budget: str | None = None) -> dict:
+    """Each recipe of ``arms`` against ``base`` (for the gate: ``gate=none``) by
+    :func:`paired_recipes` on the test RMSE, Holm over the arms (``p_holm_wilcoxon``). ``claims``
+    (arm -> the claim a rejection would support) and ``budget`` (how the arms were trained) are
+    recorded for the claims table (:class:`Study`)."""
     from siggate import stats
 
     tests = [paired_recipes(rows, base, arm) for arm in arms]
     for c, adj in zip(tests, stats.holm([c["p_wilcoxon"] for c in tests])):
         c["p_holm_wilcoxon"] = adj
+        if claims and c["arm"] in claims:
+            c["claim"] = claims[c["arm"]]
     return {"base": base, "arms": arms, "metric": "rmse", "planned_targets": len(PUBLIC),
-            "planned_seeds": list(GATE_STUDY_SEEDS), "tests": tests}
+            "planned_seeds": list(GATE_STUDY_SEEDS), **({"budget": budget} if budget else {}), "tests": tests}
+
+
+@dataclass(frozen=True)
+class Study:
+    """A paired study of siggate recipes that :func:`report` keeps in ``results.json`` (issue 28):
+    each arm against ``base``, Holm over the arms, which are fixed in advance (a win is not judged
+    before a planned arm has rows). ``claims``: arm -> the claim a rejection supports, as the
+    claims table states it; ``budget``: how the arms were trained."""
+
+    base: str
+    claims: dict
+    budget: str
+
+    @property
+    def arms(self) -> list[str]:
+        return list(self.claims)
 
 
 def compare_text(rows: list[dict], base: str, arm: str, seeds=None) -> str:
@@ -708,23 +728,39 @@ def table_markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
-#: the gate study's arms (issue 28: elementwise against none): its Holm family, fixed in advance so
-#: that a win is not judged before a planned arm has rows
-GATE_STUDY_ARMS = ("gate-elementwise",)
+_FINE_TUNED = ("the csv recipe's schedule at f285fbd (as `pretrained-gine`), attention on, fine-tuned from each "
+               "transformer's own descriptor pretraining (benchmarks/pretrain_gate)")
+#: the studies :func:`report` keeps, by their key in ``results.json`` (issue 28 items 1 and 3)
+STUDIES = {
+    "gate_study": Study("gate-none", {
+        "gate-elementwise": "the elementwise gate beats GraphGPS on MoleculeACE from scratch (20 public targets, "
+                            "p < 0.05)"}, "the csv recipe's full schedule, attention on, from scratch"),
+    "pretrained_gate_study": Study("pt-attn-none", {
+        "pt-attn-elementwise": "the elementwise gate beats GraphGPS on MoleculeACE after descriptor pretraining "
+                               "(20 public targets, p < 0.05)"}, _FINE_TUNED),
+    "pretrained_vs_gine": Study("pretrained-gine", {
+        "pt-attn-elementwise": "the pretrained gated transformer beats the pretrained GINE on MoleculeACE "
+                               "(20 public targets, p < 0.05)",
+        "pt-attn-none": "the pretrained ungated transformer beats the pretrained GINE on MoleculeACE "
+                        "(20 public targets, p < 0.05)"}, _FINE_TUNED),
+}
+#: the from-scratch gate study's arms (its Holm family)
+GATE_STUDY_ARMS = tuple(STUDIES["gate_study"].arms)
 
 
-def report(path: Path, gate_base: str = "gate-none", gate_arms: tuple = GATE_STUDY_ARMS) -> dict:
-    """Recompute ``anchors``, ``summary``, ``calibration`` and ``gate_study`` in the results file and
-    the README table from its rows (``gate_study`` once ``gate_base`` and every one of ``gate_arms``
-    have rows)."""
+def report(path: Path, studies: dict = STUDIES) -> dict:
+    """Recompute ``anchors``, ``summary``, ``calibration`` and each of ``studies`` in the results
+    file and the README table from its rows (a study once its base and every arm have rows, else
+    ``null``)."""
     def change(res: dict) -> None:
         res.setdefault("targets", {})
         res["anchors"] = json.loads(ANCHORS.read_text())
         res["summary"] = summarize(res["rows"], res["anchors"])
         res["calibration"] = calibration(res["summary"])
         recipes = {r["recipe"] for r in res["rows"] if r["tool"] == "siggate"}
-        ready = gate_base in recipes and all(a in recipes for a in gate_arms)
-        res["gate_study"] = gate_study(res["rows"], gate_base, list(gate_arms)) if ready else None
+        for key, st in studies.items():
+            ready = st.base in recipes and all(a in recipes for a in st.arms)
+            res[key] = gate_study(res["rows"], st.base, st.arms, st.claims, st.budget) if ready else None
 
     res = results_store(path).update(change)
     if path.resolve() == DEFAULT_RESULTS.resolve() and README.exists():

@@ -390,27 +390,30 @@ def _study_difference(c: dict, what: str, over: str, p_key: str = "p_holm_wilcox
             f"{_p_text(c.get(p_key))}")
 
 
-def moleculeace_gate_rows(path: Path, study: dict) -> list[dict]:
-    """Rows for the from-scratch MoleculeACE gate study (``gate_study`` in the harness's
-    ``results.json``): each gated recipe against ``gate=none``, mean RMSE difference over the
-    targets both ran (each target's mean over the seeds both ran). A file written before the
-    study recorded its seeds and completeness is never full protocol, and says so."""
+def moleculeace_gate_rows(path: Path, study: dict, key: str = "gate_study") -> list[dict]:
+    """Rows for a MoleculeACE study of the harness's ``results.json`` (``key``: ``gate_study``,
+    the from-scratch gate study, or another study the harness records, ``run.py``'s ``STUDIES``):
+    each arm against the study's base, mean RMSE difference over the targets both ran (each
+    target's mean over the seeds both ran), in the words of the claim and budget the study
+    records (a file written before it recorded them: the from-scratch gate study's). A file
+    written before the study recorded its seeds and completeness is never full protocol, and
+    says so."""
     rows = []
     for c in study.get("tests") or []:
         n, seeds = c["n_pairs"], c.get("run_seeds")
         gate = c["arm"].removeprefix("gate-")
         measured = _study_difference(c, f"`{c['arm']}` − `{c['base']}` test RMSE", "targets")
-        measured += (f"; lower on {c['wins']} of {n} targets" if n >= 2 else "") + "; its `gate_study`)"
+        measured += (f"; lower on {c['wins']} of {n} targets" if n >= 2 else "") + f"; its `{key}`)"
         planned = study.get("planned_targets")
         if "complete" not in c:
             state = " (completeness not recorded: rerun `python benchmarks/moleculeace/run.py --report`)"
         else:
             state = "" if c["complete"] else " (incomplete: runs resuming)"
-        budget = (f"the csv recipe's full schedule, attention on, from scratch; {n}"
+        budget = (study.get("budget", "the csv recipe's full schedule, attention on, from scratch") + f"; {n}"
                   + (f" of {planned}" if planned else "") + " targets"
                   + (f", seed(s) {','.join(map(str, seeds))}" if seeds else "") + state)
-        rows.append({"claim": f"the {gate} gate beats GraphGPS on MoleculeACE from scratch (20 public targets, "
-                              "p < 0.05)",
+        claim = c.get("claim") or f"the {gate} gate beats GraphGPS on MoleculeACE from scratch (20 public targets, p < 0.05)"
+        rows.append({"claim": claim,
                      "measured": measured, "budget": budget, "source": f"`{path}`",
                      "verdict": _study_verdict(c, "p_holm_wilcoxon", bool(c.get("complete")))})
     return rows
@@ -441,8 +444,13 @@ def pretrain_gate_rows(path: Path, data: dict) -> list[dict]:
 
 
 def study_rows(path: Path, data: dict) -> list[dict]:
-    """The rows of the gate studies a results file holds (none for other files)."""
-    rows = moleculeace_gate_rows(path, data["gate_study"]) if isinstance(data.get("gate_study"), dict) else []
+    """The rows of the gate studies a results file holds (none for other files): the MoleculeACE
+    harness's studies (each a mapping with ``tests`` and ``planned_targets``, ``gate_study`` among
+    them) and the pretraining pair's comparisons."""
+    rows = []
+    for key, study in data.items():
+        if key == "gate_study" or (isinstance(study, dict) and "tests" in study and "planned_targets" in study):
+            rows += moleculeace_gate_rows(path, study, key) if isinstance(study, dict) else []
     if isinstance(data.get("comparisons"), list) and isinstance(data.get("runs"), list) and "corpus" in data:
         rows += pretrain_gate_rows(path, data)
     return rows
