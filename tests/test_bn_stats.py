@@ -224,3 +224,41 @@ def test_select_last_keeps_the_last_epoch_and_scores_it_as_the_run_s(tmp_path):
     assert best["best_epoch"] == 1 + vals.index(min(vals))
     with pytest.raises(Exception, match="select"):
         tiny_cfg("train.select=median")
+
+
+def test_a_run_keeping_its_last_epoch_recomputes_only_before_the_last_evaluation(tmp_path, monkeypatch):
+    """``select: last`` with ``eval_norm: train``: the statistics are recomputed once, after the
+    last epoch (the earlier scores choose nothing); the saved model, its scores and the training
+    equal those of a run that recomputes after every epoch, and log.csv says which statistics
+    each epoch's scores used."""
+    import csv
+
+    import siggate.train.bn_stats as bn_stats
+    import siggate.train.loop as loop
+
+    ds = synthetic_dataset()
+    cfg = tiny_cfg(*COMMON, "train.epochs=4", "train.select=last", "train.eval_norm=train")
+    calls = []
+    real = bn_stats.recompute_bn_stats
+    monkeypatch.setattr(loop, "recompute_bn_stats", lambda *a, **k: calls.append(1) or real(*a, **k))
+    once = train(cfg, tmp_path / "once", progress=False, dataset=ds)
+    assert len(calls) == 1
+    with open(tmp_path / "once" / "log.csv", newline="") as fh:
+        assert [r["eval_norm"] for r in csv.DictReader(fh)] == ["running", "running", "running", "train"]
+    monkeypatch.setattr(loop, "epoch_norm", lambda train_cfg, epoch: "train")  # the rule before: every epoch
+    every = train(cfg, tmp_path / "every", progress=False, dataset=ds)
+    assert len(calls) == 1 + 4
+    for key in ("train_loss", "grad_norm", "lr"):
+        assert [h[key] for h in once["history"]] == [h[key] for h in every["history"]], key
+    assert (once["val"], once["test"], once["best_epoch"]) == (every["val"], every["test"], every["best_epoch"])
+    assert once["history"][-1]["val"] == every["history"][-1]["val"]
+    assert [h["val"] for h in once["history"][:-1]] != [h["val"] for h in every["history"][:-1]]
+    for name in ("best.pt", "last.pt"):
+        a = torch.load(tmp_path / "once" / name, weights_only=True)["model"]
+        b = torch.load(tmp_path / "every" / name, weights_only=True)["model"]
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    # select best, or the running statistics: every epoch as before
+    assert [bn_stats.epoch_norm(tiny_cfg(*COMMON, "train.epochs=4", "train.eval_norm=train").train, e)
+            for e in range(4)] == ["train"] * 4
+    assert [bn_stats.epoch_norm(tiny_cfg(*COMMON, "train.epochs=4", "train.select=last").train, e)
+            for e in range(4)] == ["running"] * 4

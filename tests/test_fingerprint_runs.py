@@ -414,6 +414,8 @@ def test_the_members_section_sets_the_fingerprint_members_options(nitrogen_csv, 
      "(0, 1] or sqrt / log2."),
     ("members.svr.radius=2.5", "members.svr.radius: 2.5 is not allowed; expected a list of integers"),
     ("members.svr.C=", "members.svr.C: give at least one value"),
+    ("members.svr.C=5,5", "members.svr.C: 5.0 is given twice; list each value once"),
+    ("members.svr.epsilon=1e400", "members.svr.epsilon: '1e400' is not allowed; expected a list of finite numbers"),
     ("members.svm.C=1", "unknown config key 'members.svm' (value {'C': 1}). Did you mean 'members.svr'?"),
 ])
 def test_bad_member_options_are_one_line_before_any_work(tmp_path, capsys, setting, message):
@@ -434,3 +436,33 @@ def test_the_default_members_section_builds_the_members_constructors_defaults(tm
     assert svr.options() == KernelSVR(seed=3).options()
     assert rf.options() == RandomForest(seed=3, n_jobs=rf.n_jobs).options()
     assert svr.average == ("C",) and svr.grid.C == (5.0, 20.0) and rf.grid.max_features == (0.3,)
+
+    # every option reaches its member (none left at its default by the factory)
+    sets = ["members.svr.fingerprint=atompair,morgan+path", "members.svr.radius=1", "members.svr.size=512",
+            "members.svr.C=2,3", "members.svr.epsilon=0.1,0.2", "members.svr.average=epsilon",
+            "members.svr.exact_max=77", "members.svr.landmarks=33", "members.rf.n_estimators=9",
+            "members.rf.radius=3", "members.rf.size=256", "members.rf.max_features=log2"]
+    cfg = load_config("csv", ["data.csv=x.csv", "data.target_cols=y", "train.seed=3", *sets])
+    (_, _, svr), (_, _, rf) = build_members(["svr", "rf"], cfg, tmp_path)
+    assert svr.options() == KernelSVR({"fingerprint": ["atompair", "morgan+path"], "radius": [1], "size": [512],
+                                       "C": [2.0, 3.0], "epsilon": [0.1, 0.2]}, exact_max=77, landmarks=33, seed=3,
+                                      average=("epsilon",)).options()
+    assert svr.options()["exact_max"] == 77 and svr.average == ("epsilon",)
+    assert rf.options() == RandomForest(9, 3, 256, {"max_features": ["log2"]}, seed=3, n_jobs=rf.n_jobs).options()
+    assert (rf.n_estimators, rf.radius, rf.size) == (9, 3, 256)
+
+
+def test_a_config_saved_before_the_members_section_or_a_field_of_it_reads_as_the_defaults():
+    """Runs saved before ``members`` existed (or before one of its fields) resume and are reused
+    without a difference; a saved value that differs from the flags is still one."""
+    from siggate.config import load_config, upgrade_config_dict
+    from siggate.train.rundir import resume_differences
+
+    current = load_config("csv", ["data.csv=x.csv", "data.target_cols=y"]).to_dict()
+    old = {k: v for k, v in current.items() if k != "members"}
+    assert resume_differences(upgrade_config_dict(old), current) == []
+    partial = {**old, "members": {"svr": {"C": [5.0, 20.0]}}}  # a field added later is missing here
+    assert resume_differences(upgrade_config_dict(partial), current) == []
+    other = {**old, "members": {"rf": {"n_estimators": 7}}}
+    assert resume_differences(upgrade_config_dict(other), current) == [
+        "members.rf.n_estimators: checkpoint has 7, current config has 100"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from siggate.config import DataConfig, ModelConfig, TrainConfig
+from siggate.config import DataConfig, MembersConfig, ModelConfig, TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -29,8 +29,8 @@ def _key_table() -> dict:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) != 3 or not cells[0].startswith("`"):
             continue
-        keys = re.findall(r"`([a-z]+(?:\.[a-z_]+)+)`", cells[0])
-        keys = [k for k in keys if k.split(".")[0] in ("data", "model", "train")]
+        keys = re.findall(r"`([a-z]+(?:\.[A-Za-z_]+)+)`", cells[0])
+        keys = [k for k in keys if k.split(".")[0] in ("data", "model", "train", "members")]
         defaults = re.findall(r"`([^`]*)`", cells[1])
         assert len(keys) == len(defaults), f"row {cells[0]}: {len(keys)} keys, {len(defaults)} defaults"
         for key, default in zip(keys, defaults):
@@ -48,9 +48,10 @@ def _config_defaults() -> dict:
             if dataclasses.is_dataclass(default):  # model.attention.<type>: one row per option
                 walk(f"{prefix}.{f.name}", type(default))
             else:
-                out[f"{prefix}.{f.name}"] = default
+                out[f"{prefix}.{f.name}"] = list(default) if isinstance(default, tuple) else default  # a grid
 
-    for section, cls in (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig)):
+    for section, cls in (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig),
+                         ("members", MembersConfig)):
         walk(section, cls)
     return out
 

@@ -159,7 +159,8 @@ class TrainConfig:
 class MembersConfig:
     """``members``: the fingerprint members' own options (``siggate train --members svr,rf``), one
     dataclass per kind (:mod:`siggate.options`), the same defaults as the members' constructors.
-    A run without that member ignores its section. Grids are lists (``--set members.svr.C=1,5,20``):
+    A run without that member does not read its section (``--resume`` still compares it, as
+    every key). Grids are lists (``--set members.svr.C=1,5,20``):
     each target chooses among them on its validation rows."""
 
     svr: SVRMemberOptions = field(default_factory=SVRMemberOptions)
@@ -356,10 +357,8 @@ def _coerce_tuple(path: str, value: Any, ann: str) -> tuple:
     """``value`` as the tuple ``ann`` names (``tuple[float, ...]``, ``tuple[int, ...]``,
     ``tuple[str, ...]`` or ``tuple[float | str, ...]``): a comma-separated string, a list or one value."""
     kinds = ann[len("tuple["):].split(",")[0].replace(" ", "").split("|")
-    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else (
-        list(value) if isinstance(value, (list, tuple)) else [value])
-    if isinstance(value, str) and not value.strip():
-        items = []  # "": the empty tuple (members.svr.average= chooses every field on val)
+    items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else (
+        list(value) if isinstance(value, (list, tuple)) else [value])  # "": () (members.svr.average=)
     out = []
     for item in items:
         for kind in kinds:
@@ -369,9 +368,11 @@ def _coerce_tuple(path: str, value: Any, ann: str) -> tuple:
             except ConfigError:
                 continue
         else:
-            want = {"float": "numbers", "int": "integers", "str": "names"}
+            want = {"float": ("finite numbers", "1,5"), "int": ("integers", "1,5"), "str": ("names", "a,b")}
             raise ConfigError(f"{path}: {item!r} is not allowed; expected a list of "
-                              f"{' or '.join(want.get(k, k) for k in kinds)}, e.g. {path}=1,5")
+                              f"{' or '.join(want.get(k, (k,))[0] for k in kinds)}, e.g. {path}={want[kinds[0]][1]}")
+    if len(set(out)) != len(out):
+        raise ConfigError(f"{path}: {next(v for v in out if out.count(v) > 1)!r} is given twice; list each value once")
     return tuple(out)
 
 
@@ -685,7 +686,8 @@ def upgrade_config_dict(raw: dict) -> dict:
       ``exp_deg`` counts permutations, half of it; the new name says which).
     - ``members`` (the fingerprint members' options) came after the members; an older run's
       svr and rf members were built with their defaults, and each member's ``predictor.json``
-      records the options it really used: the section reads as today's defaults.
+      records the options it really used: the section, and any of its keys a config lacks, read
+      as today's defaults (unknown keys stay, to be refused).
     """
     if not isinstance(raw, dict):
         return raw
@@ -709,7 +711,11 @@ def upgrade_config_dict(raw: dict) -> dict:
         train.setdefault("eval_norm", "running")
         train.setdefault("cliff_weight", 0.0)
     if any(k in out for k in ("data", "model", "train")):  # a whole config, not a loose section
-        out.setdefault("members", MembersConfig().to_dict())
+        saved = out.get("members") or {}
+        if isinstance(saved, dict):  # key by key, so that a field added later reads as its default too
+            out["members"] = {**saved, **{kind: {**defaults, **saved[kind]} if isinstance(saved.get(kind), dict)
+                                          else saved.get(kind) or defaults
+                                          for kind, defaults in MembersConfig().to_dict().items()}}
     return _nest_flat_attention_keys(out, warn=False)
 
 

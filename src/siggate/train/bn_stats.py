@@ -10,8 +10,9 @@ chosen by batch order. :func:`recompute_bn_stats` replaces them with the statist
 whole training set under the current weights (Wu & Johnson 2021, "Rethinking 'Batch' in
 BatchNorm", https://arxiv.org/abs/2105.07576, Sec. 3, PreciseBN): a pure function of the
 weights and the training data. ``train.eval_norm: train`` calls it before every evaluation
-(:func:`siggate.train.loop.evaluate_epoch`), so ``best.pt`` holds the statistics it was scored
-with and ``predict``, ``evaluate`` and ``for_inference()`` use them as they use any buffer.
+(:func:`siggate.train.loop.evaluate_epoch`; a run that keeps its last epoch only before the last
+one, :func:`epoch_norm`), so ``best.pt`` holds the statistics it was scored with and
+``predict``, ``evaluate`` and ``for_inference()`` use them as they use any buffer.
 
 The pass runs the model in eval mode (no dropout, no LapPE sign flip, no random number
 drawn, no cross-rank synchronisation of ``SyncBatchNorm``), except that every BatchNorm
@@ -28,6 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch_geometric.data import Batch
+
+from ..options import resolve_select
 
 #: Most nodes in one forward pass of the recompute (:func:`graph_batches`): about 1,400
 #: molecules of 23 heavy atoms per batch (about 8 MB per activation at width 64), which bounds
@@ -140,3 +143,17 @@ def recompute_bn_stats(model: nn.Module, batches, device=None) -> int:
         bn.running_var.copy_(m.unbiased_var().to(bn.running_var.dtype))
         updated += 1
     return updated
+
+
+def epoch_norm(train_cfg, epoch: int) -> str:
+    """The BatchNorm statistics the evaluation after epoch ``epoch`` (0-based) uses:
+    ``train.eval_norm``, except that a run keeping its last epoch (``train.select: last``)
+    recomputes them only after the schedule's last epoch. Its earlier scores choose nothing, and
+    the recompute (a pass over the training set) costs 20-30% of an epoch. The model it saves is
+    the same: the pass changes no weight, draws no random number and replaces the statistics
+    whole (above), and a training step never reads them. The earlier epochs' scores
+    are then the running statistics' (``log.csv``'s ``eval_norm`` says which)."""
+    if (train_cfg.eval_norm == "train" and epoch < train_cfg.epochs - 1
+            and resolve_select(train_cfg.select, weighs_on_val=False) == "last"):
+        return "running"
+    return train_cfg.eval_norm

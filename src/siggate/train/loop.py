@@ -37,7 +37,7 @@ from ..config import ConfigError, ModelConfig, TrainConfig
 from ..data.base import GraphDataset, TaskInfo, label_rows, split_mask
 from ..nn.model import SigGateGT
 from ..options import resolve_select
-from .bn_stats import graph_batches, recompute_bn_stats
+from .bn_stats import epoch_norm, graph_batches, recompute_bn_stats
 from .checkpoint import (
     CheckpointError,
     config_differences,
@@ -340,16 +340,17 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
             "skipped": skipped}
 
 
-def evaluate_epoch(run: Run, full: bool = True) -> tuple[float, float | None, list[float]]:
+def evaluate_epoch(run: Run, full: bool = True, norm: str | None = None) -> tuple[float, float | None, list[float]]:
     """Evaluation step: ``(val, test, gate means)`` computed on rank 0 and broadcast;
     ``full=False`` (or no test split: the estimators') scores val only (``test`` None, no gate
-    means). ``train.eval_norm: train`` first recomputes the BatchNorm statistics on the training
-    set (:mod:`.bn_stats`; weights unchanged, the checkpoints carry the new statistics)."""
+    means). ``norm`` (default ``train.eval_norm``) ``"train"`` first recomputes the BatchNorm
+    statistics on the training set (:mod:`.bn_stats`; weights unchanged, the checkpoints carry
+    the new statistics)."""
     val = test = None
     gates: list[float] = []
     if run.ctx.is_main:
         dev = run.device
-        if run.train_cfg.eval_norm == "train":
+        if (norm or run.train_cfg.eval_norm) == "train":
             recompute_bn_stats(run.model, graph_batches(run.ds.train), dev)
         splits = ["val", "test"] if full and run.ds.splits.get("test") else ["val"]
         scores = evaluate_splits(run.model, run.ds, splits, run.mean, run.std, run.train_cfg.eval_batch_size, dev)
@@ -373,7 +374,8 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
         total, count = run.ctx.all_reduce_sum([stats["loss_sum"], stats["rows"]])
         lr = run.optimizer.param_groups[0]["lr"]
         run.scheduler.step()
-        val, test, gates = evaluate_epoch(run, full_eval)
+        norm = epoch_norm(t_cfg, epoch)
+        val, test, gates = evaluate_epoch(run, full_eval, norm)
         improved = (state.best_val is None or resolve_select(t_cfg.select, weighs_on_val=False) == "last"
                     or (math.isfinite(val) and is_better(run.info.metric, val, state.best_val)))
         if improved:
@@ -382,7 +384,7 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
             "epoch": epoch + 1, "train_loss": total / max(count, 1), "val": val, "test": test, "lr": lr,
             "grad_norm": stats["grad_norm_sum"] / max(stats["steps"], 1), "seconds": time.time() - t_ep,
             "cpu_seconds": time.process_time() - c_ep,  # this process's CPU (all its threads): wall time counts waits
-            "gate_mean": gates,
+            "eval_norm": norm, "gate_mean": gates,
         }
         run.history.append(row)
         state.epoch = epoch + 1
