@@ -77,10 +77,16 @@ pretrain_run() {  # $1: gate; the pair shares one corpus, built by the first run
       --set model.attn=true --set "model.gate=$1"
 }
 
-weights() {  # $1: gate; the finished pretraining's weights under a name holding their hash, so
-  # that rows fine-tuned from other weights (a pretraining redone elsewhere) are refused, not mixed
+weights() {  # $1: gate; the finished pretraining's weights under a name holding the hash of its
+  # tensors (not of the file, whose record holds timings), so that rows fine-tuned from other
+  # weights (a pretraining redone elsewhere that came out different) are refused, not mixed
   local src=$STUDY/pt-gate-$1/pretrained.pt sha
-  sha=$(sha256sum "$src" | cut -c1-12)
+  sha=$("$STUDY/wt-$PT_COMMIT/.venv/bin/python" -c 'import hashlib, sys, torch
+m = torch.load(sys.argv[1], map_location="cpu", weights_only=True)["model"]
+h = hashlib.sha256()
+for k in sorted(m):
+    h.update(k.encode()); h.update(m[k].contiguous().numpy().tobytes())
+print(h.hexdigest()[:12])' "$src")
   [ -f "$STUDY/pt-gate-$1/pretrained-$sha.pt" ] || cp "$src" "$STUDY/pt-gate-$1/pretrained-$sha.pt"
   echo "$STUDY/pt-gate-$1/pretrained-$sha.pt"
 }
