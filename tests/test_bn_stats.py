@@ -262,3 +262,20 @@ def test_a_run_keeping_its_last_epoch_recomputes_only_before_the_last_evaluation
             for e in range(4)] == ["train"] * 4
     assert [bn_stats.epoch_norm(tiny_cfg(*COMMON, "train.epochs=4", "train.select=last").train, e)
             for e in range(4)] == ["running"] * 4
+
+
+def test_a_run_keeping_its_last_epoch_cannot_end_on_running_statistics_by_a_shorter_resume(tmp_path, monkeypatch):
+    """Resumed with train.epochs at or below the epochs it has done, a run keeping its last epoch
+    would end on an epoch scored with the running statistics: refused, naming the fix; a longer
+    schedule resumes and ends recomputed."""
+    from siggate.train.checkpoint import CheckpointError
+
+    ds = synthetic_dataset()
+    cfg = tiny_cfg(*COMMON, "train.epochs=4", "train.select=last", "train.eval_norm=train")
+    train_until_a_crash_after_epoch_one(monkeypatch, cfg, tmp_path / "cut", dataset=ds)
+    short = tiny_cfg(*COMMON, "train.epochs=1", "train.select=last", "train.eval_norm=train")
+    with pytest.raises(CheckpointError, match=r"its epoch 1 was scored with the running BatchNorm statistics .* "
+                                              r"resume with --epochs above 1"):
+        train(short, tmp_path / "cut", resume=True, progress=False, dataset=ds)
+    done = train(cfg, tmp_path / "cut", resume=True, progress=False, dataset=ds)
+    assert [h["eval_norm"] for h in done["history"]] == ["running", "running", "running", "train"]

@@ -241,6 +241,13 @@ def test_the_run_folder_holds_its_pictures_and_they_show_the_test_set(run):
     loss_ax, metric_ax = fig.axes
     assert len(loss_ax.lines) == 2 and len(metric_ax.lines) == 4  # val and test per member
     assert list(loss_ax.lines[0].get_ydata()) == [h["train_loss"] for h in histories["member0"]]
+    # a member scored with running statistics until its last epoch: the recomputed point is circled and named
+    mixed = [{**h, "eval_norm": "running"} for h in histories["member0"]]
+    mixed[-1]["eval_norm"] = "train"
+    _, metric_ax = learning_figure({"member0": mixed}, "mae").axes
+    circled = metric_ax.lines[-1]
+    assert list(circled.get_xdata()) == [mixed[-1]["epoch"]] and list(circled.get_ydata()) == [mixed[-1]["val"]]
+    assert "recomputed BatchNorm statistics" in circled.get_label() and len(metric_ax.lines) == 3
 
 
 def test_evaluate_data_draws_its_parity_plot_next_to_its_output(run, capsys):

@@ -711,11 +711,12 @@ def upgrade_config_dict(raw: dict) -> dict:
         train.setdefault("eval_norm", "running")
         train.setdefault("cliff_weight", 0.0)
     if any(k in out for k in ("data", "model", "train")):  # a whole config, not a loose section
-        saved = out.get("members") or {}
+        saved = {} if out.get("members") is None else out["members"]
         if isinstance(saved, dict):  # key by key, so that a field added later reads as its default too
-            out["members"] = {**saved, **{kind: {**defaults, **saved[kind]} if isinstance(saved.get(kind), dict)
-                                          else saved.get(kind) or defaults
-                                          for kind, defaults in MembersConfig().to_dict().items()}}
+            merged = {kind: defaults if saved.get(kind) is None else
+                      {**defaults, **saved[kind]} if isinstance(saved[kind], dict) else saved[kind]  # else: refused
+                      for kind, defaults in MembersConfig().to_dict().items()}
+            out["members"] = {**saved, **merged}
     return _nest_flat_attention_keys(out, warn=False)
 
 

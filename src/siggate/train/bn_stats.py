@@ -151,8 +151,11 @@ def epoch_norm(train_cfg, epoch: int) -> str:
     recomputes them only after the schedule's last epoch. Its earlier scores choose nothing, and
     the recompute (a pass over the training set) costs 20-30% of an epoch. The model it saves is
     the same: the pass changes no weight, draws no random number and replaces the statistics
-    whole (above), and a training step never reads them. The earlier epochs' scores
-    are then the running statistics' (``log.csv``'s ``eval_norm`` says which)."""
+    whole (above), and a training step never reads them. (One rare exception: a recompute batch
+    that gives a layer a single row passes it on normalised with the running statistics, so the
+    later layers' recomputed statistics, and the saved model, then differ slightly.) The
+    earlier epochs' scores are then the running statistics' (``log.csv``'s ``eval_norm`` says
+    which)."""
     if (train_cfg.eval_norm == "train" and epoch < train_cfg.epochs - 1
             and resolve_select(train_cfg.select, weighs_on_val=False) == "last"):
         return "running"

@@ -261,6 +261,12 @@ def resume_run(run: Run, path: Path, config: dict) -> bool:
                         "the dropout random streams do not", ckpt.get("world_size", 1), ctx.world_size)
     run.state = RunState(**ckpt["state"])
     run.history = list(ckpt["history"])
+    if (run.state.epoch >= t_cfg.epochs and run.history and run.history[-1].get("eval_norm") == "running"
+            and epoch_norm(t_cfg, run.state.epoch - 1) == "train"):  # it would end on the running statistics
+        raise CheckpointError(
+            f"cannot resume from {path} with train.epochs={t_cfg.epochs}: its epoch {run.state.epoch} was scored with "
+            f"the running BatchNorm statistics (a run that keeps its last epoch recomputes them only after the last "
+            f"one), so it cannot end there; resume with --epochs above {run.state.epoch}")
     if ctx.is_main:
         log.info("resumed from %s at epoch %d", path, run.state.epoch)
     return True

@@ -109,7 +109,9 @@ def parity_figure(labels, preds, names: Sequence[str], cliff=None, title: str = 
 
 def learning_figure(histories: dict, metric: str):
     """Training loss (left) and the validation (solid) and test (dashed) metric (right) per
-    epoch; ``histories`` maps a member's name to its ``history`` (``metrics.json``)."""
+    epoch; ``histories`` maps a member's name to its ``history`` (``metrics.json``). Where a
+    member's epochs were scored with both kinds of BatchNorm statistics (a run keeping its last
+    epoch recomputes them only for it), the recomputed points are circled and named."""
     plt = _pyplot()
     fig, (loss_ax, metric_ax) = plt.subplots(1, 2, figsize=(10, 4))
     for i, (name, hist) in enumerate(histories.items()):
@@ -120,6 +122,11 @@ def learning_figure(histories: dict, metric: str):
         test = [(e, h["test"]) for e, h in zip(epochs, hist) if h.get("test") is not None]
         if test:
             metric_ax.plot(*zip(*test), color=color, ls="--", label=f"{name} test")
+        norms = [h.get("eval_norm") for h in hist]
+        if "running" in norms and "train" in norms:  # a run keeping its last epoch (bn_stats.epoch_norm)
+            at = [(e, h["val"]) for e, h in zip(epochs, hist) if h.get("eval_norm") == "train"]
+            metric_ax.plot(*zip(*at), color=color, ls="none", marker="o", mfc="none", ms=8,
+                           label=f"{name}: scored with recomputed BatchNorm statistics (the others: running)")
     loss_ax.set_title("training loss (normalised targets)", fontsize=9)
     metric_ax.set_title(f"{metric} per epoch", fontsize=9)
     for ax, label in ((loss_ax, "loss"), (metric_ax, metric)):

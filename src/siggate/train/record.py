@@ -126,7 +126,7 @@ class RunFiles:
 class EpochLog:
     """One CSV row per epoch (``log.csv``), rewritten from history on resume; ``seconds`` is the
     epoch's wall time (training and evaluation), ``cpu_seconds`` the process's CPU time in it,
-    ``eval_norm`` the BatchNorm statistics its scores used (:func:`~.loop.epoch_norm`); the last
+    ``eval_norm`` the BatchNorm statistics its scores used (:func:`~.bn_stats.epoch_norm`); the last
     two are empty in rows of runs recorded before they were added."""
 
     FIELDS = ["epoch", "train_loss", "val", "test", "lr", "grad_norm", "seconds", "cpu_seconds", "eval_norm"]
