@@ -74,7 +74,9 @@ def test_train_mode_measures_the_command_and_the_report_shows_it(tmp_path, nci_s
     # the wrapper's CPU time is the whole command's: more than its epochs', less than the wall x 2 cores
     assert sum(float(r["cpu_seconds"]) for r in log) < row["cpu_s"] and row["peak_mib"] > 100
     ex = row["extrapolated"]
-    assert "EXTRAPOLATED" in ex["note"] and set(ex) == {"note", "5", "10"}
+    # the GNN member (weighed on val) recomputed the statistics only in its last epoch, the one measured
+    assert [r["eval_norm"] for r in log] == ["running", "train"]
+    assert "EXTRAPOLATED" in ex["note"] and set(ex) == {"note", "upper_bound", "5", "10"} and ex["upper_bound"]
     assert ex["10"]["cpu_s"] == pytest.approx(row["cpu_s"] + 8 * row["gnn_epoch"]["cpu_s"])
     assert ex["5"]["wall_s"] == pytest.approx(row["wall_s"] + 3 * row["gnn_epoch"]["wall_s"])
 
@@ -116,6 +118,11 @@ def test_epoch_cost_and_extrapolation_read_the_log():
             {"epoch": "3", "seconds": "6", "cpu_seconds": "4"}]
     assert scale.epoch_cost(rows) == {"cpu_s": 3.5, "wall_s": 5.0, "from": "log.csv epochs 2-3"}
     assert scale.epoch_cost(rows[:1]) == {"cpu_s": 5.0, "wall_s": 9.0, "from": "log.csv epochs 1-1"}
+    # a GNN member that recomputed the statistics only before its last evaluation: the epochs that did not
+    last = [{**r, "eval_norm": n} for r, n in zip(rows, ("running", "running", "train"))]
+    assert scale.epoch_cost(last) == {"cpu_s": 3.0, "wall_s": 4.0, "from": "log.csv epochs 2"}
+    two = last[:1] + last[2:]  # epoch 1 running, epoch 2 (the last) recomputed: one recompute in the figure
+    assert scale.epoch_cost(two) == {"cpu_s": 4.0, "wall_s": 6.0, "from": "log.csv epochs 3-3", "upper_bound": True}
     old = [{k: v for k, v in r.items() if k != "cpu_seconds"} for r in rows]  # a log written before cpu_seconds
     assert scale.epoch_cost(old)["cpu_s"] is None
     ex = scale.extrapolate({"cpu_s": 20.0, "wall_s": 30.0}, {"member0": rows, "member1": rows[:1]}, [10])

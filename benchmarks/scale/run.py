@@ -88,6 +88,9 @@ FORMAT = 2  # rows carry their own command, commit and versions (format 1: one c
 KEYS = {"members": ("member", "n", "seed"), "train": ("train_args", "n", "seed")}
 PACKAGES = ("siggate", "torch", "torch_geometric", "rdkit", "scikit-learn", "numpy")
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: the keys of an extrapolation that are not a schedule: the rule, and ``upper_bound`` when the GNN epoch
+#: measured after the first was the one that recomputed the BatchNorm statistics (:func:`epoch_cost`)
+EXTRAPOLATION_META = ("note", "upper_bound")
 EXTRAPOLATION_NOTE = ("EXTRAPOLATED, not measured: the measured run + (full epochs - epochs run) x the GNN epoch's "
                       "cpu_seconds/seconds from log.csv (mean over the epochs after the first, summed over GNN members)")
 
@@ -239,14 +242,23 @@ def gnn_logs(run: Path) -> dict[str, list[dict]]:
 
 def epoch_cost(rows: list[dict]) -> dict | None:
     """The CPU and wall seconds of one epoch in ``rows`` (``log.csv``): their mean over the epochs
-    after the first, or the first epoch's alone in a one-epoch run."""
+    after the first, or the first epoch's alone in a one-epoch run. A run that recomputed the
+    BatchNorm statistics only before its last evaluation (``eval_norm`` running, then train: a GNN
+    member weighed on val) repeats its other epochs in a longer schedule, so those are used when
+    there are any after the first; otherwise the figure holds one recompute (``upper_bound``)."""
     use = rows[1:] or rows
     if not use:
         return None
+    norms = {r.get("eval_norm") for r in rows}
+    plain = [r for r in use if r.get("eval_norm") == "running"]
+    if {"running", "train"} <= norms and plain:
+        use = plain
     cpu = [float(r["cpu_seconds"]) for r in use if r.get("cpu_seconds")]
     return {"cpu_s": sum(cpu) / len(cpu) if len(cpu) == len(use) else None,
             "wall_s": sum(float(r["seconds"]) for r in use) / len(use),
-            "from": f"log.csv epochs {int(use[0]['epoch'])}-{int(use[-1]['epoch'])}"}
+            "from": f"log.csv epochs {','.join(str(int(r['epoch'])) for r in use)}"
+                    if use != (rows[1:] or rows) else f"log.csv epochs {int(use[0]['epoch'])}-{int(use[-1]['epoch'])}",
+            **({"upper_bound": True} if {"running", "train"} <= norms and not plain else {})}
 
 
 def extrapolate(measured: dict, logs: dict[str, list[dict]], full_epochs: list[int]) -> dict | None:
@@ -256,6 +268,8 @@ def extrapolate(measured: dict, logs: dict[str, list[dict]], full_epochs: list[i
     if not costs or any(c is None for c in costs.values()):
         return None
     out: dict = {"note": EXTRAPOLATION_NOTE}
+    if any(c.get("upper_bound") for c in costs.values()):  # the epoch measured held the one recompute
+        out["upper_bound"] = True
     for full in full_epochs:
         extra = {name: max(full - len(logs[name]), 0) for name in logs}
         out[str(full)] = {
@@ -375,7 +389,7 @@ def train_line(row: dict) -> str:
     if ex:
         line += "; EXTRAPOLATED (not measured): " + ", ".join(
             f"{e} epochs {num(v['cpu_s'], 0)} CPU s ({num(v['wall_s'], 0)} wall s)"
-            for e, v in ex.items() if e != "note")
+            for e, v in ex.items() if e not in EXTRAPOLATION_META) + (" (upper bounds)" if ex.get("upper_bound") else "")
     if row["status"] != "ok":
         line += f": {row.get('error', '')[-300:]}"
     return line
@@ -439,13 +453,13 @@ def train_report(doc: dict) -> list[str]:
                                                                for r in rr) for (n, _), rr in same) + "."]
     ex = [r for r in rows if r.get("extrapolated")]
     if ex:
-        fulls = [e for e in ex[0]["extrapolated"] if e != "note"]
+        fulls = [e for e in ex[0]["extrapolated"] if e not in EXTRAPOLATION_META]
         lines += ["", "### Extrapolated to the full schedule (not measured)", "",
                   f"{ex[0]['extrapolated']['note']}.", ""]
         body = [[f"{r['n']:,}", f"`{r['train_args']}`" if r["train_args"] else "(default)", str(r["epochs"]),
                  num(r["gnn_epoch"]["cpu_s"]), num(r["gnn_epoch"]["wall_s"]),
                  *[f"{num(r['extrapolated'][e]['cpu_s'], 0)} ({num(r['extrapolated'][e]['wall_s'], 0)})"
-                   for e in fulls]] for r in ex]
+                   + (", an upper bound" if r["extrapolated"].get("upper_bound") else "") for e in fulls]] for r in ex]
         lines.append(_table(["molecules", "train arguments", "epochs run", "CPU s per GNN epoch",
                              "wall s per GNN epoch", *[f"{e} epochs: CPU s (wall s), extrapolated" for e in fulls]],
                             body))
