@@ -415,6 +415,8 @@ def test_the_members_section_sets_the_fingerprint_members_options(nitrogen_csv, 
     ("members.svr.radius=2.5", "members.svr.radius: 2.5 is not allowed; expected a list of integers"),
     ("members.svr.C=", "members.svr.C: give at least one value"),
     ("members.svr.C=5,5", "members.svr.C: 5.0 is given twice; list each value once"),
+    ("members.svr.fingerprint=morgan+path,path+morgan", "members.svr.fingerprint: ['morgan+path', 'path+morgan'] "
+     "names one kernel twice (the same kinds in another order); list each once"),
     ("members.svr.epsilon=1e400", "members.svr.epsilon: '1e400' is not allowed; expected a list of finite numbers"),
     ("members.svm.C=1", "unknown config key 'members.svm' (value {'C': 1}). Did you mean 'members.svr'?"),
 ])

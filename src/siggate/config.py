@@ -458,11 +458,15 @@ def _check_members(m: MembersConfig) -> None:
     for path, values in grids.items():
         if not values:
             raise ConfigError(f"{path}: give at least one value (a list is a grid chosen on the validation split)")
+    kernels = []
     for f in svr.fingerprint:
         try:
-            parse_fingerprint_kinds(f)
+            kernels.append(frozenset(parse_fingerprint_kinds(f)))
         except ValueError as e:
             raise ConfigError(f"members.svr.fingerprint: {e}") from None
+    if len(set(kernels)) != len(kernels):  # the mean of the kinds' kernels does not depend on their order
+        raise ConfigError(f"members.svr.fingerprint: {list(svr.fingerprint)} names one kernel twice (the same kinds "
+                          "in another order); list each once")
     rules = [("members.svr.radius", svr.radius, lambda v: v >= 0, ">= 0"),
              ("members.svr.size", svr.size, lambda v: v >= 1, ">= 1"),
              ("members.svr.C", svr.C, lambda v: v > 0, "> 0"),
