@@ -245,7 +245,7 @@ def test_a_run_keeping_its_last_epoch_recomputes_only_before_the_last_evaluation
     assert len(calls) == 1
     with open(tmp_path / "once" / "log.csv", newline="") as fh:
         assert [r["eval_norm"] for r in csv.DictReader(fh)] == ["running", "running", "running", "train"]
-    monkeypatch.setattr(loop, "epoch_norm", lambda train_cfg, epoch: "train")  # the rule before: every epoch
+    monkeypatch.setattr(loop, "epoch_norm", lambda train_cfg, epoch, last=None: "train")  # the rule before: every epoch
     every = train(cfg, tmp_path / "every", progress=False, dataset=ds)
     assert len(calls) == 1 + 4
     for key in ("train_loss", "grad_norm", "lr"):

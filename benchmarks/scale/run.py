@@ -249,16 +249,17 @@ def epoch_cost(rows: list[dict]) -> dict | None:
     use = rows[1:] or rows
     if not use:
         return None
-    norms = {r.get("eval_norm") for r in rows}
+    mixed = {"running", "train"} <= {r.get("eval_norm") for r in rows}  # recomputed before the last only
     plain = [r for r in use if r.get("eval_norm") == "running"]
-    if {"running", "train"} <= norms and plain:
+    chosen = mixed and bool(plain)  # the epochs without the recompute, named one by one
+    if chosen:
         use = plain
     cpu = [float(r["cpu_seconds"]) for r in use if r.get("cpu_seconds")]
     return {"cpu_s": sum(cpu) / len(cpu) if len(cpu) == len(use) else None,
             "wall_s": sum(float(r["seconds"]) for r in use) / len(use),
             "from": f"log.csv epochs {','.join(str(int(r['epoch'])) for r in use)}"
-                    if use != (rows[1:] or rows) else f"log.csv epochs {int(use[0]['epoch'])}-{int(use[-1]['epoch'])}",
-            **({"upper_bound": True} if {"running", "train"} <= norms and not plain else {})}
+                    if chosen else f"log.csv epochs {int(use[0]['epoch'])}-{int(use[-1]['epoch'])}",
+            **({"upper_bound": True} if mixed and not plain else {})}
 
 
 def extrapolate(measured: dict, logs: dict[str, list[dict]], full_epochs: list[int]) -> dict | None:

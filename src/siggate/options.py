@@ -49,6 +49,7 @@ __all__ = [
     "SVRMemberOptions",
     "ForestMemberOptions",
     "EVAL_NORMS",
+    "keeps_last",
     "SELECTS",
     "resolve_select",
     "parse_gate_spec",
@@ -271,6 +272,14 @@ def resolve_select(select: str, weighs_on_val: bool) -> str:
     if select == "auto":
         return "last" if weighs_on_val else "best"
     return select
+
+
+def keeps_last(train_cfg) -> bool:
+    """Whether a training run keeps its schedule's last epoch (``train.select`` ``last``; ``auto``
+    is ``best`` for a run on its own, :func:`resolve_select`): its validation scores then choose
+    nothing, which the loop's best-epoch tracking and :func:`~siggate.train.bn_stats.epoch_norm`
+    both read from here."""
+    return resolve_select(train_cfg.select, weighs_on_val=False) == "last"
 
 
 def parse_gate_spec(text: str) -> tuple[str, str | None]:

@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch_geometric.data import Batch
 
-from ..options import resolve_select
+from ..options import keeps_last
 
 #: Most nodes in one forward pass of the recompute (:func:`graph_batches`): about 1,400
 #: molecules of 23 heavy atoms per batch (about 8 MB per activation at width 64), which bounds
@@ -145,7 +145,7 @@ def recompute_bn_stats(model: nn.Module, batches, device=None) -> int:
     return updated
 
 
-def epoch_norm(train_cfg, epoch: int) -> str:
+def epoch_norm(train_cfg, epoch: int, last: bool | None = None) -> str:
     """The BatchNorm statistics the evaluation after epoch ``epoch`` (0-based) uses:
     ``train.eval_norm``, except that a run keeping its last epoch (``train.select: last``)
     recomputes them only after the schedule's last epoch. Its earlier scores choose nothing, and
@@ -155,8 +155,10 @@ def epoch_norm(train_cfg, epoch: int) -> str:
     that gives a layer a single row passes it on normalised with the running statistics, so the
     later layers' recomputed statistics, and the saved model, then differ slightly.) The
     earlier epochs' scores are then the running statistics' (``log.csv``'s ``eval_norm`` says
-    which)."""
-    if (train_cfg.eval_norm == "train" and epoch < train_cfg.epochs - 1
-            and resolve_select(train_cfg.select, weighs_on_val=False) == "last"):
+    which). ``last``: :func:`~siggate.options.keeps_last` of ``train_cfg``, when the caller
+    resolved it once for the run."""
+    if last is None:
+        last = keeps_last(train_cfg)
+    if train_cfg.eval_norm == "train" and epoch < train_cfg.epochs - 1 and last:
         return "running"
     return train_cfg.eval_norm

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from ..config import ConfigError, ModelConfig, TrainConfig
 from ..data.base import GraphDataset, TaskInfo, label_rows, split_mask
 from ..nn.model import SigGateGT
-from ..options import resolve_select
+from ..options import keeps_last
 from .bn_stats import epoch_norm, graph_batches, recompute_bn_stats
 from .checkpoint import (
     CheckpointError,
@@ -373,6 +373,7 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
     ``on_epoch_end(run, EpochEnd)`` (on every rank) -- where :func:`train` writes its
     checkpoints and logs, and analyses take their measurements."""
     t_cfg, state = run.train_cfg, run.state
+    last = keeps_last(t_cfg)  # the epoch kept is the last: val scores choose nothing
     for epoch in range(state.epoch, t_cfg.epochs):
         t_ep, c_ep = time.time(), time.process_time()
         stats = train_epoch(run, epoch, progress, checkpoint)
@@ -380,9 +381,9 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
         total, count = run.ctx.all_reduce_sum([stats["loss_sum"], stats["rows"]])
         lr = run.optimizer.param_groups[0]["lr"]
         run.scheduler.step()
-        norm = epoch_norm(t_cfg, epoch)
+        norm = epoch_norm(t_cfg, epoch, last)
         val, test, gates = evaluate_epoch(run, full_eval, norm)
-        improved = (state.best_val is None or resolve_select(t_cfg.select, weighs_on_val=False) == "last"
+        improved = (state.best_val is None or last
                     or (math.isfinite(val) and is_better(run.info.metric, val, state.best_val)))
         if improved:
             state.best_val, state.best_test, state.best_epoch = val, test, epoch

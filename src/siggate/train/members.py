@@ -17,6 +17,7 @@ saved predictors.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from ..options import member_names, resolve_select, run_weights
 from ..predictors.base import MANIFEST, PredictorFileError, read_manifest, task_info
 from ..predictors.combine import Combination
 from ..predictors.forest import RandomForest
-from ..predictors.svr import KernelSVR
+from ..predictors.svr import KernelSVR, SVRGrid
 from .dataprep import Encodings
 from .gnn_member import GNNMember
 from .record import BEST
@@ -80,7 +81,7 @@ def _build_gnn(spec: MemberSpec) -> GNNMember:
 
 def _build_svr(spec: MemberSpec) -> KernelSVR:
     o = spec.cfg.members.svr
-    grid = {"fingerprint": o.fingerprint, "radius": o.radius, "size": o.size, "C": o.C, "epsilon": o.epsilon}
+    grid = {f.name: getattr(o, f.name) for f in dataclasses.fields(SVRGrid)}  # every grid field of the options
     return KernelSVR(grid, exact_max=o.exact_max, landmarks=o.landmarks, seed=spec.seed, average=o.average)
 
 
