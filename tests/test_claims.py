@@ -13,7 +13,9 @@ from siggate.analysis.claims import (
     CONTRADICTED,
     END,
     HOLDS,
+    MOLECULEACE_STUDY,
     NOT_SUPPORTED,
+    PRETRAIN_GATE,
     START,
     accuracy_rows,
     answer,
@@ -351,19 +353,23 @@ def test_every_moleculeace_study_becomes_rows_in_its_own_words():
     test = {**_gate_test(-0.03, 0.004, True), "arm": "pt-attn-elementwise", "base": "pretrained-gine",
             "claim": "the pretrained gated transformer beats the pretrained GINE on MoleculeACE (20 public targets, p < 0.05)"}
     data = {"gate_study": None, "summary": [], "pretrained_vs_gine": {
-        "planned_targets": 20, "budget": "fine-tuned from its own pretraining", "tests": [test]}}
+        "kind": MOLECULEACE_STUDY, "planned_targets": 20, "budget": "fine-tuned from its own pretraining",
+        "tests": [test]}}
     (row,) = study_rows(Path("mace.json"), data)
     assert row["claim"] == test["claim"] and row["verdict"] == HOLDS
     assert row["budget"] == "fine-tuned from its own pretraining; 20 of 20 targets, seed(s) 0,1,2"
     assert "`pt-attn-elementwise` − `pretrained-gine` test RMSE" in row["measured"]
     assert row["measured"].endswith("; its `pretrained_vs_gine`)")
     assert study_rows(Path("x.json"), {"tests": [], "runs": {}}) == []
+    # the kind, not the shape, makes a study: the same mapping without it gives no row
+    del data["pretrained_vs_gine"]["kind"]
+    assert study_rows(Path("mace.json"), data) == []
 
 
 def test_the_pretraining_pair_rows_name_descriptors_parameters_and_seconds():
     comp = {"a": "none", "b": "elementwise", "n_pairs": 189, "diff_mean": -0.004, "ci95": [-0.006, -0.002],
             "p_wilcoxon": 0.001, "p_holm_wilcoxon": 0.001}
-    data = {"corpus": {"molecules": 100000, "source": "moses.csv", "seed": 0}, "comparisons": [comp],
+    data = {"kind": PRETRAIN_GATE, "corpus": {"molecules": 100000, "source": "moses.csv", "seed": 0}, "comparisons": [comp],
             "runs": [{"label": "none", "gate": "none", "params": 1000, "train_seconds": 50.0, "epochs": 30},
                      {"label": "elementwise", "gate": "elementwise", "params": 1010, "train_seconds": 51.0, "epochs": 30}]}
     (row,) = study_rows(Path("pt.json"), data)
@@ -375,3 +381,4 @@ def test_the_pretraining_pair_rows_name_descriptors_parameters_and_seconds():
         (row,) = study_rows(Path("pt.json"), {**data, "comparisons": [{**comp, "diff_mean": diff, "p_holm_wilcoxon": p}]})
         assert row["verdict"] == verdict
     assert study_rows(Path("zinc.json"), _results(NONE, 60)) == []  # a compare results file holds no study
+    assert study_rows(Path("pt.json"), {k: v for k, v in data.items() if k != "kind"}) == []

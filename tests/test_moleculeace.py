@@ -269,6 +269,12 @@ def test_report_keeps_each_study_once_its_base_and_every_arm_have_rows(tmp_path)
     assert t["p_holm_wilcoxon"] == pytest.approx(st.wilcoxon(b - a).pvalue)  # a family of one
     assert gate["budget"] == mace.STUDIES["pretrained_gate_study"].budget
     assert "after descriptor pretraining" in t["claim"]
+    # the claims table reads both studies from the file, one row per arm
+    from siggate.analysis.claims import study_rows
+
+    rows = study_rows(path, json.loads(path.read_text()))
+    assert sorted(r["measured"].rsplit("its ", 1)[1] for r in rows) == [
+        "`pretrained_gate_study`)", "`pretrained_vs_gine`)", "`pretrained_vs_gine`)"]
 
 
 def test_compare_prints_the_paired_test_of_two_recipes_over_the_seeds_both_ran(tmp_path, capsys):

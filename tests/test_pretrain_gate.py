@@ -118,6 +118,11 @@ def test_compare_reports_both_runs_and_the_paired_test(runs, tmp_path, capsys):
     assert c["ci95"] == pytest.approx([diff.mean() - half, diff.mean() + half])
     assert c["p_wilcoxon"] == pytest.approx(st.wilcoxon(diff).pvalue)
     assert c["verdict"] == ("holds" if c["p_wilcoxon"] < 0.05 and diff.mean() < 0 else "not shown")
+    # the claims table finds the pair in the file by its kind
+    from siggate.analysis.claims import study_rows
+
+    (row,) = study_rows(out / "results.json", res)
+    assert row["claim"].startswith("the elementwise gate lowers the validation MAE of descriptor pretraining")
 
     png = (out / "val_curves.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

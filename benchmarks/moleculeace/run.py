@@ -635,13 +635,14 @@ def gate_study(rows: list[dict], base: str, arms: list[str], claims: dict | None
     (arm -> the claim a rejection would support) and ``budget`` (how the arms were trained) are
     recorded for the claims table (:class:`Study`)."""
     from siggate import stats
+    from siggate.analysis.claims import MOLECULEACE_STUDY
 
     tests = [paired_recipes(rows, base, arm) for arm in arms]
     for c, adj in zip(tests, stats.holm([c["p_wilcoxon"] for c in tests])):
         c["p_holm_wilcoxon"] = adj
         if claims and c["arm"] in claims:
             c["claim"] = claims[c["arm"]]
-    return {"base": base, "arms": arms, "metric": "rmse", "planned_targets": len(PUBLIC),
+    return {"kind": MOLECULEACE_STUDY, "base": base, "arms": arms, "metric": "rmse", "planned_targets": len(PUBLIC),
             "planned_seeds": list(GATE_STUDY_SEEDS), **({"budget": budget} if budget else {}), "tests": tests}
 
 

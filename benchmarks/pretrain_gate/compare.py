@@ -38,7 +38,7 @@ from pathlib import Path
 import yaml
 
 # at the top: a module that moves breaks tests/test_benchmarks_import.py, not the next run
-from siggate.analysis.claims import ALPHA, rejects_lower
+from siggate.analysis.claims import ALPHA, PRETRAIN_GATE, rejects_lower
 from siggate.analysis.common import meta, write_json
 from siggate.files import file_digest
 from siggate.stats import compared_pairs
@@ -244,6 +244,7 @@ def main(argv=None) -> int:
     for run in runs:
         del run["corpus_meta"], run["config"]
     res = {
+        "kind": PRETRAIN_GATE,
         "question": "does the output gate lower the validation MAE of descriptor pretraining (issue 28, item 2)?",
         "command": command, "git_commit": provenance["git_commit"], "meta": provenance,
         "metric": {"name": "mae", "units": UNITS,

@@ -443,15 +443,23 @@ def pretrain_gate_rows(path: Path, data: dict) -> list[dict]:
     return rows
 
 
+#: the ``kind`` a study in a results file records, which :func:`study_rows` reads it by: a paired
+#: study of MoleculeACE recipes (``benchmarks/moleculeace/run.py``'s ``STUDIES``, one mapping per
+#: study in its ``results.json``), and the pretraining pair (``benchmarks/pretrain_gate/compare.py``,
+#: the whole file)
+MOLECULEACE_STUDY = "moleculeace-paired-study"
+PRETRAIN_GATE = "pretrain-gate-pair"
+
+
 def study_rows(path: Path, data: dict) -> list[dict]:
-    """The rows of the gate studies a results file holds (none for other files): the MoleculeACE
-    harness's studies (each a mapping with ``tests`` and ``planned_targets``, ``gate_study`` among
-    them) and the pretraining pair's comparisons."""
+    """The rows of the gate studies a results file holds (none for other files), found by their
+    ``kind`` (:data:`MOLECULEACE_STUDY`, :data:`PRETRAIN_GATE`); a MoleculeACE ``gate_study``
+    written before studies recorded a kind is read too."""
     rows = []
     for key, study in data.items():
-        if key == "gate_study" or (isinstance(study, dict) and "tests" in study and "planned_targets" in study):
-            rows += moleculeace_gate_rows(path, study, key) if isinstance(study, dict) else []
-    if isinstance(data.get("comparisons"), list) and isinstance(data.get("runs"), list) and "corpus" in data:
+        if isinstance(study, dict) and (study.get("kind") == MOLECULEACE_STUDY or key == "gate_study"):
+            rows += moleculeace_gate_rows(path, study, key)
+    if data.get("kind") == PRETRAIN_GATE:
         rows += pretrain_gate_rows(path, data)
     return rows
 
