@@ -1,6 +1,7 @@
-"""What each member of a combined recipe adds, read from the run folders that the MoleculeACE and
-peer harnesses left behind (each row's ``--out``): per run, each member's test metric alone, the
-combination's, and the weight the validation split gave the member.
+"""What each member of a combined recipe adds, read from the MoleculeACE and peer harnesses' rows
+(their ``member_shares``), or for rows written before they kept them, from the run folders the
+rows name (each row's ``--out``): per run, each member's test metric alone, the combination's,
+and the weight the validation split gave the member.
 
     python benchmarks/members_share.py --recipe cand-ens60,default --readme README.md
 
@@ -13,8 +14,7 @@ names joined by ``+``), with the commits of the rows it read:
 * Peers: per task, the same with the task's metric (MAE, or ROC-AUC for molhiv4k), over seeds.
 
 The harnesses' own rows stay the record of the combination's scores (``run.py --report``); this
-adds the split into members, which they do not keep. A run folder that is gone is counted as
-missing and named.
+adds the split into members. An old row whose run folder is gone is counted as missing and named.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+from siggate.train.ensemble import member_shares
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the harness result files whose rows name a recipe (the peers' default rows are in results.json,
@@ -55,26 +57,29 @@ def run_folder(command: str) -> Path:
     return Path(os.path.expanduser(args[args.index("--out") + 1]))
 
 
-def member_scores(folder: Path, metric: str) -> dict | None:
-    """``{"combination": value, kind: (value, weight), ...}`` of a run folder's ``metrics.json``
-    (``metric``: ``rmse`` reads the test RMSE, ``task`` the task's own metric; copies of one kind,
-    ``--ensemble N``: their mean value and their summed weight); None when the folder or its
-    record is missing."""
-    path = folder / "metrics.json"
-    if not path.is_file():
-        return None
-    m = json.loads(path.read_text())
-    if "members" not in m:
-        return None
+def member_scores(row: dict, metric: str) -> dict | None:
+    """``{"combination": value, kind: (value, weight), ...}`` of a harness row: the
+    ``member_shares`` the row keeps, or for a row written before it kept them, those of the
+    ``metrics.json`` in its run folder (``metric``: ``rmse`` reads the test RMSE, ``task`` the
+    task's own metric; copies of one kind, ``--ensemble N``: their mean value and their summed
+    weight); None when neither is there."""
+    shares = row.get("member_shares")
+    if shares is None:
+        path = run_folder(row["command"]) / "metrics.json"
+        if not path.is_file():
+            return None
+        m = json.loads(path.read_text())
+        if "members" not in m:
+            return None
+        shares = member_shares(m)
 
     def value(rec):
-        return rec["test_metrics"]["mean"]["rmse"] if metric == "rmse" else rec["test"]
+        return rec["test_summary"]["rmse"] if metric == "rmse" else rec["test"]
 
     copies = defaultdict(list)
-    for i, member in enumerate(m["members"]):
-        weights = m.get("weights")
-        copies[member["kind"]].append((value(member), statistics.fmean(weights[i]) if weights else 1 / len(m["members"])))
-    return {"combination": value(m),
+    for member in shares["members"]:
+        copies[member["kind"]].append((value(member), member["weight"]))
+    return {"combination": value(shares["combination"]),
             **{k: (statistics.fmean(v for v, _ in c), sum(w for _, w in c)) for k, c in copies.items()}}
 
 
@@ -84,7 +89,7 @@ def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
     groups' metrics differ, the peer tasks). ``error`` says why nothing was summarized."""
     by_group, missing, commits = defaultdict(dict), [], defaultdict(dict)
     for r in rows:
-        scores = member_scores(run_folder(r["command"]), metric)
+        scores = member_scores(r, metric)
         if scores is None:
             missing.append(f"{r.get('target') or r.get('task')} seed {r['seed']}")
             continue

@@ -586,6 +586,15 @@ def test_a_run_scores_weighs_and_calibrates_val_on_the_train_only_predictions(tm
     refit = np.stack([m.predict_array([g.smiles for g in ds.val])[:, 0] for m in
                       (KernelSVR().fit(ds), RandomForest().fit(ds))])
     assert np.abs(refit - y).mean() < 0.8 * np.abs(pv - y).mean()
+    # what the harnesses' rows keep of it: each member's scores and weight, and the combination's
+    from siggate.train.ensemble import member_shares
+
+    shares = member_shares(json.loads((tmp_path / "run" / "metrics.json").read_text()))
+    assert shares["weighting"] == "val" and [m["kind"] for m in shares["members"]] == ["svr", "rf"]
+    assert [m["weight"] for m in shares["members"]] == pytest.approx(list(w))
+    assert [m["val"] for m in shares["members"]] == pytest.approx([np.abs(p - y).mean() for p in pv], rel=1e-6)
+    assert shares["members"][0]["val_summary"]["rmse"] == pytest.approx(np.sqrt(((pv[0] - y) ** 2).mean()), rel=1e-6)
+    assert shares["combination"]["val"] == res["val"] and shares["combination"]["test"] == res["test"]
 
 
 def test_val_weights_without_validation_molecules_are_refused_by_name():

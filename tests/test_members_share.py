@@ -95,3 +95,18 @@ def test_main_reads_the_peers_default_rows_from_results_json_only(tmp_path, monk
     doc = json.loads((tmp_path / "o.json").read_text())
     assert "moleculeace" not in doc and list(doc["peers"]["per_group"]) == ["A (mae)"]
     assert doc["peers"]["commits"] == ["abc1234"] and "peers: rows of commit abc1234" in capsys.readouterr().out
+
+
+def test_a_row_that_keeps_its_member_shares_needs_no_run_folder(tmp_path):
+    """The harness rows keep ``member_shares`` (:func:`siggate.train.ensemble.member_shares`), which
+    is read before the folder: a row whose folder is gone still counts, with the same figures as
+    from the folder."""
+    row, out = _row(tmp_path, "A", 0)
+    _run(out, 0.5, [("gnn", 0.7, 10.7, 0.25), ("svr", 0.6, 10.6, 0.75)])
+    from_folder = share.summarize([row], "rmse")
+    kept = {**row, "member_shares": share.member_shares(json.loads((out / "metrics.json").read_text()))}
+    (out / "metrics.json").unlink()
+    assert share.summarize([row], "rmse")["missing"] == ["A seed 0"]
+    from_row = share.summarize([kept], "rmse")
+    assert from_row["mean"] == from_folder["mean"] and from_row["mean"]["gnn"] == pytest.approx([0.7, 0.25])
+    assert share.summarize([kept], "task")["mean"]["combination"] == [1.5]

@@ -93,3 +93,31 @@ def test_the_shared_data_root_is_siggates(tmp_path, monkeypatch):
     monkeypatch.setattr(peers.T, "default_data_root", lambda: None)
     with pytest.raises(SystemExit, match=r"set \$SIGGATE_DATA"):
         peers.T.shared_data()
+
+
+def test_a_siggate_row_keeps_what_each_member_scored_and_weighed(tmp_path):
+    """The real ``siggate`` on a small task with fingerprint members: the row keeps the run's
+    ``member_shares`` (each member's val/test scores and weight, and the combination's), read from
+    the ``metrics.json`` it wrote, so a row outlives its run folder."""
+    from types import SimpleNamespace
+
+    from siggate.train.ensemble import member_shares
+
+    alkanes = ["C" * n for n in range(1, 13)] + ["C" * n + "O" for n in range(1, 13)] + ["C" * n + "N" for n in range(1, 13)]
+    split = ["train"] * 24 + ["val"] * 6 + ["test"] * 6
+    tdir = tmp_path / "task"
+    tdir.mkdir()
+    rows = [(s, 0.5 * len(s) + (0.3 if s.endswith("O") else 0.0), sp) for s, sp in zip(alkanes, split)]
+    (tdir / "data.csv").write_text("smiles,y,split\n" + "".join(f"{s},{y},{sp}\n" for s, y, sp in rows))
+    (tdir / "test.csv").write_text("smiles,y\n" + "".join(f"{s},{y}\n" for s, y, sp in rows if sp == "test"))
+    idx = {k: [i for i, r in enumerate(rows) if r[2] == k] for k in ("train", "val", "test")}
+    (tdir / "splits.json").write_text(json.dumps([idx]))
+    out = tmp_path / "run"
+    out.mkdir()
+    r = peers.Siggate(extra="--members svr,rf --weights val").run(SimpleNamespace(task="regression"), tdir, out, 0, None)
+    metrics = json.loads((out / "model" / "metrics.json").read_text())
+    assert r["member_shares"] == member_shares(metrics)
+    assert [m["kind"] for m in r["member_shares"]["members"]] == ["svr", "rf"]
+    assert sum(m["weight"] for m in r["member_shares"]["members"]) == pytest.approx(1.0)
+    assert r["member_shares"]["combination"]["test"] == r["tool_reported_test"]
+    assert len(r["pred"]) == 6 and r["split_check"]["test_rows_equal_splits_json"]

@@ -43,6 +43,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from siggate.train.ensemble import member_shares
 from siggate.train.executor import CallRequest, InlineExecutor
 from siggate.train.predict import DOMAIN_COLUMNS
 from siggate.train.study import RowStore, StudyRun, execute, plan, reuse_status
@@ -235,6 +236,7 @@ class Siggate(Tool):
             "pred": [float(r[col]) for r in rows],
             "tool_reported_test": metrics.get("test"),
             "best_epoch": metrics.get("best_epoch"),
+            **({"member_shares": member_shares(metrics)} if "members" in metrics else {}),  # what each adds
             "git_commit": _siggate_commit(model / ("members.yaml" if (model / "members.yaml").exists() else "config.yaml")),
             "git_src_modified": _src_modified(),
             "command": " ".join(["siggate", *map(shlex.quote, argv)]),

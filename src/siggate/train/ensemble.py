@@ -138,3 +138,22 @@ def member_lines(metrics: dict) -> list[str]:
     rows = [(m["name"], f"{m['kind']} seed {m['seed']}", m) for m in metrics["members"]]
     rows.append(("combined", f"{metrics.get('weighting', 'equal')} weights", metrics))
     return [f"{name:>9}  {what:<13}  {scores(m, 'val')}   {scores(m, 'test')}" for name, what, m in rows]
+
+
+def member_shares(metrics: dict) -> dict:
+    """What each member of :func:`train_members`' ``metrics`` scored and weighed, and the
+    combination (the harnesses keep this in their rows, so that a member's share outlives the run
+    folder): ``weighting``; ``combination`` and each of ``members`` (in order, with ``name`` and
+    ``kind``) with ``val`` and ``test`` (the task's metric, mean over targets) and
+    ``val_summary``/``test_summary`` (the split summaries' means: MAE, RMSE, R2 or ROC-AUC, ...;
+    ``None`` where a split has none); each member's ``weight`` is its combination weight, mean
+    over targets (``1/n`` under equal weights)."""
+    def scores(m: dict) -> dict:
+        return {"val": m.get("val"), "test": m.get("test"),
+                **{f"{s}_summary": (m.get(f"{s}_metrics") or {}).get("mean") for s in ("val", "test")}}
+
+    weights, members = metrics.get("weights"), metrics["members"]
+    return {"weighting": metrics.get("weighting", "equal"), "combination": scores(metrics),
+            "members": [{"name": m.get("name"), "kind": m["kind"],
+                         "weight": (sum(weights[i]) / len(weights[i])) if weights else 1 / len(members), **scores(m)}
+                        for i, m in enumerate(members)]}
