@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -81,6 +83,53 @@ def member_scores(row: dict, metric: str) -> dict | None:
         copies[member["kind"]].append((value(member), member["weight"]))
     return {"combination": value(shares["combination"]),
             **{k: (statistics.fmean(v for v, _ in c), sum(w for _, w in c)) for k, c in copies.items()}}
+
+
+def rerun_missing(rows: list[dict], exe: str) -> list[str]:
+    """Train again the rows whose run folder is gone (and that keep no ``member_shares``), each
+    with its own recorded command run by ``exe`` (the ``siggate`` of a venv; only the rows of the
+    commit it reports are rerun, e.g. by the lane worktree's venv) on one thread, as the harness ran
+    it. A rerun counts only if it reproduces its row: the same commit recorded in the run's config
+    and the same test metric (``tool_reported_test``); one that does not is moved aside to
+    ``<folder>.unreproduced``, so it is never read, and named. Returns one line per rerun."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("peers_run", ROOT / "benchmarks/peers/run.py")
+    peers = sys.modules.get("peers_run") or importlib.util.module_from_spec(spec)
+    if "peers_run" not in sys.modules:
+        sys.modules["peers_run"] = peers
+        spec.loader.exec_module(peers)
+    python = Path(exe).with_name("python")  # the commit the executable's siggate reports for its runs
+    exe_commit = subprocess.run([str(python), "-c", "from siggate.train.record import git_commit; print(git_commit())"],
+                                capture_output=True, text=True).stdout.strip()
+    notes = []
+    for r in rows:
+        folder = run_folder(r["command"])
+        if r.get("member_shares") is not None or folder.exists():
+            continue
+        if not exe_commit or exe_commit != r.get("git_commit"):  # another commit's row: it would not reproduce
+            continue
+        name = f"{r.get('target') or r.get('task')} seed {r['seed']}"
+        args = [os.path.expanduser(a) for a in shlex.split(r["command"])[1:]]
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        log = folder.parent / "rerun.log"
+        rc, wall, _ = peers._run([exe, *args], log, peers._env())
+        metrics = folder / "metrics.json"
+        if rc != 0 or not metrics.is_file():
+            notes.append(f"{name}: siggate train exited {rc}, see {log}")
+            continue
+        record = folder / ("members.yaml" if (folder / "members.yaml").exists() else "config.yaml")
+        commit, test = peers._siggate_commit(record), json.loads(metrics.read_text()).get("test")
+        want = r.get("tool_reported_test")
+        if commit != exe_commit or want is None or test is None or not math.isclose(test, want, rel_tol=1e-9):
+            aside = folder.with_name(folder.name + ".unreproduced")
+            shutil.rmtree(aside, ignore_errors=True)  # an earlier failed attempt
+            folder.rename(aside)
+            notes.append(f"{name}: NOT reproduced (commit {str(commit)[:7]}, test {test} against the row's {want}); "
+                         "moved aside, not counted")
+            continue
+        notes.append(f"{name}: reproduced (test {test:.6g}, {wall:.0f} s)")
+    return notes
 
 
 def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
@@ -150,6 +199,9 @@ def main(argv=None) -> int:
                    help="the harness rows' recipe names, comma-separated, e.g. cand-ens60,default ('default': the "
                         "peers' default rows; a target's later row wins for a seed; the table names the rows' commits)")
     p.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/members/NAME+NAME.json")
+    p.add_argument("--rerun-missing", metavar="SIGGATE", default=None,
+                   help="train again, with this siggate executable (the one of the rows' commit), the rows whose run "
+                        "folder is gone; a rerun counts only if it reproduces its row's commit and test metric")
     p.add_argument("--readme", type=Path, default=None,
                    help="also write the table between the members-share markers of this file (the README)")
     args = p.parse_args(argv)
@@ -165,6 +217,9 @@ def main(argv=None) -> int:
                                      defaults=source == "peers" and i == 0)]
         if not rows:
             continue
+        if args.rerun_missing:
+            for note in rerun_missing(rows, args.rerun_missing):
+                print(f"{source}: rerun {note}", flush=True)
         s = summarize(rows, "rmse" if source == "moleculeace" else "task", mean=source == "moleculeace")
         result[source] = s
         if not s["groups"]:

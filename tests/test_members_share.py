@@ -110,3 +110,50 @@ def test_a_row_that_keeps_its_member_shares_needs_no_run_folder(tmp_path):
     from_row = share.summarize([kept], "rmse")
     assert from_row["mean"] == from_folder["mean"] and from_row["mean"]["gnn"] == pytest.approx([0.7, 0.25])
     assert share.summarize([kept], "task")["mean"]["combination"] == [1.5]
+
+
+def test_rerun_missing_counts_a_folder_only_when_it_reproduces_its_row(tmp_path):
+    """``--rerun-missing SIGGATE`` trains a lost folder again with the row's own command; the
+    rerun counts only with the row's commit and test metric. A row of another commit is left
+    alone, and a rerun that differs is moved aside, never read."""
+    import stat
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    python = bin_dir / "python"  # this venv's python: the commit its siggate reports is the checkout's
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    commit = subprocess.run([str(bin_dir / "python"), "-c",
+                             "from siggate.train.record import git_commit; print(git_commit())"],
+                            capture_output=True, text=True).stdout.strip()
+    fake = bin_dir / "siggate"  # writes what siggate train would: metrics.json, config.yaml with its commit
+    fake.write_text(f"#!{sys.executable}\n" + f"""
+import json, os, sys
+from pathlib import Path
+out = Path(sys.argv[sys.argv.index("--out") + 1]); out.mkdir(parents=True)
+test = float(sys.argv[sys.argv.index("--test") + 1])
+(out / "config.yaml").write_text("_meta:\\n  git_commit: {commit}\\n")
+(out / "metrics.json").write_text(json.dumps({{"test": test, "test_metrics": {{"mean": {{"rmse": test}}}},
+    "weights": [[1.0]], "members": [{{"kind": "svr", "test": test, "test_metrics": {{"mean": {{"rmse": test}}}}}}]}}))
+assert os.environ["OMP_NUM_THREADS"] == "1"  # as the harness ran it
+""")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+
+    def row(target, test, recorded, row_commit=commit):
+        out = tmp_path / "runs" / target / "seed0" / "model"
+        return {"target": target, "seed": 0, "git_commit": row_commit, "tool_reported_test": recorded,
+                "command": f"siggate train --out {out} --test {test}"}, out
+
+    same, same_out = row("A", 0.5, 0.5)
+    other, other_out = row("B", 0.6, 0.7)
+    old, old_out = row("C", 0.4, 0.4, row_commit="0" * 40)
+    notes = share.rerun_missing([same, other, old], str(fake))
+    assert commit and notes[0].startswith("A seed 0: reproduced (test 0.5, ")
+    assert notes[1].startswith("B seed 0: NOT reproduced") and len(notes) == 2  # C: another commit, not rerun
+    assert (same_out / "metrics.json").is_file() and not other_out.exists() and not old_out.parent.exists()
+    assert (other_out.parent / "model.unreproduced" / "metrics.json").is_file()
+    s = share.summarize([same, other, old], "rmse")
+    assert s["groups"] == 1 and s["missing"] == ["B seed 0", "C seed 0"] and s["mean"]["svr"] == pytest.approx([0.5, 1.0])
+    assert share.rerun_missing([same], str(fake)) == []  # its folder is back: nothing to do
