@@ -11,13 +11,15 @@
 #   bash benchmarks/lanes.sh start [LANE...]   # every lane (default) in the background, resuming
 #   bash benchmarks/lanes.sh status            # which lanes run, and each log's last line
 #   bash benchmarks/lanes.sh pause | cont      # stop / continue every lane's processes (for CI)
+#   bash benchmarks/lanes.sh stop [LANE...]    # end a lane, to start it again after editing its queue
 #   bash benchmarks/lanes.sh snapshot          # this checkout's reports over the rows so far, staged
 #
 # Lanes run side by side, one thread each; within a lane, in the CPU order of DEVELOPERS.md:
 #   recipe:   MoleculeACE `cand-avgc` (the default's flags at 46a976c) seeds 0-2, its peer rows
 #             (molhiv4k, solubility, seeds 0-2), the members' calibration (members_check.py at
-#             2353cb4), then the from-scratch gate study (issue 28 item 1, 1e81f55: seed 0 in
-#             both arms, then seeds 1 and 2)
+#             2353cb4), cand-avgc's lost run folders again (members_share.py --rerun-missing),
+#             then the from-scratch gate study (issue 28 item 1, 1e81f55: seed 0 in both arms,
+#             then seeds 1 and 2)
 #   pretrain: the pretraining pair (issue 28 item 2) at f285fbd, the commit and corpus of the
 #             shipped weights, then both transformers fine-tuned on the 20 targets x 3 seeds at
 #             the same commit as `pretrained-gine` (item 3), then the zinc16 campaign (item 4)
@@ -107,6 +109,13 @@ sys.exit(f"rows of {sys.argv[2]} hold other arguments: {sorted(map(str, other))}
       "$MACE_RESULTS" "$1" "$2"
 }
 
+members_rerun() {  # $1: commit, $2: recipe; this checkout's members_share.py, the commit's siggate
+  local wt; wt=$(worktree "$1") || return 1
+  say "members_share.py --recipe $2 --rerun-missing $wt/.venv/bin/siggate"
+  ( cd "$ROOT" && .venv/bin/python benchmarks/members_share.py --recipe "$2" --rerun-missing "$wt/.venv/bin/siggate" \
+      --out "$STUDY/members-$2.json" )
+}
+
 lane_recipe() {
   step mace 46a976c --tools siggate --recipe cand-avgc --siggate-args "$CAND_AVGC" --seeds 0,1,2
   step in_wt 46a976c python benchmarks/peers/run.py --results "$PEERS_RESULTS" --tools siggate --recipe cand-avgc \
@@ -114,6 +123,9 @@ lane_recipe() {
   # the fingerprint members' calibration with the five-kind kernel (the svr docstring's figures), into
   # .study/ until it covers the 20 targets (snapshot then replaces the committed three-kind file)
   step in_wt 2353cb4 python benchmarks/moleculeace/members_check.py --out "$MCHECK" --resume
+  # cand-avgc's run folders that a new checkout lost, trained again at its commit, so that the
+  # README's members table is the shipped recipe's (counted only where a rerun reproduces its row)
+  step members_rerun 46a976c cand-avgc
   for seed in 0 1 2; do
     for gate in none elementwise; do
       step mace 1e81f55 --tools siggate --recipe "gate-$gate" --seeds "$seed" \
@@ -146,10 +158,11 @@ lane_pid() {  # $1: lane; its pid when that process is this lane (a pid file can
   ps -o args= -p "$pid" 2>/dev/null | grep -q "lanes.sh _run $1\$" && echo "$pid"
 }
 
-lane_pids() {  # every process of the running lanes
+lane_pids() {  # every process of the running lanes (or of the lanes named)
   local lane pid
   tree() { echo "$1"; for c in $(pgrep -P "$1"); do tree "$c"; done; }
-  for lane in "${LANES[@]}"; do
+  [ $# -gt 0 ] || set -- "${LANES[@]}"
+  for lane in "$@"; do
     pid=$(lane_pid "$lane") && tree "$pid"
   done
   return 0
@@ -176,6 +189,13 @@ case $ACTION in
     for lane in "${LANES[@]}"; do
       if pid=$(lane_pid "$lane"); then echo "$lane: running (pid $pid)"; else echo "$lane: stopped"; fi
       if [ -s "$STUDY/lanes/$lane.log" ]; then grep -v '^\s*$' "$STUDY/lanes/$lane.log" | tail -2 | sed 's/^/    /' || true; fi
+    done
+    ;;
+  stop)  # a lane's processes ended, so that `start` runs its queue as this file now says; each item resumes
+    [ $# -gt 0 ] || set -- "${LANES[@]}"
+    for lane in "$@"; do
+      p=$(lane_pids "$lane"); [ -z "$p" ] || kill -TERM $p
+      echo "lane $lane: stopped $(echo $p | wc -w) processes"
     done
     ;;
   pause) p=$(lane_pids); [ -z "$p" ] || kill -STOP $p; echo "paused: $(echo $p | wc -w) processes" ;;
