@@ -109,6 +109,10 @@ sys.exit(f"rows of {sys.argv[2]} hold other arguments: {sorted(map(str, other))}
       "$MACE_RESULTS" "$1" "$2"
 }
 
+mcheck_done() {  # the calibration covers the 20 public targets (2353cb4's --resume fails when nothing is left)
+  [ -f "$MCHECK" ] && python3 -c 'import json, sys; sys.exit(len(json.load(open(sys.argv[1]))["targets"]) < 20)' "$MCHECK"
+}
+
 members_rerun() {  # $1: commit, $2: recipe; this checkout's members_share.py, the commit's siggate
   local wt; wt=$(worktree "$1") || return 1
   say "members_share.py --recipe $2 --rerun-missing $wt/.venv/bin/siggate"
@@ -122,7 +126,7 @@ lane_recipe() {
       --siggate-args "$CAND_AVGC" --tasks molhiv4k,solubility --seeds 0,1,2
   # the fingerprint members' calibration with the five-kind kernel (the svr docstring's figures), into
   # .study/ until it covers the 20 targets (snapshot then replaces the committed three-kind file)
-  step in_wt 2353cb4 python benchmarks/moleculeace/members_check.py --out "$MCHECK" --resume
+  mcheck_done || step in_wt 2353cb4 python benchmarks/moleculeace/members_check.py --out "$MCHECK" --resume
   # cand-avgc's run folders that a new checkout lost, trained again at its commit, so that the
   # README's members table is the shipped recipe's (counted only where a rerun reproduces its row)
   step members_rerun 46a976c cand-avgc
