@@ -85,13 +85,14 @@ def member_scores(row: dict, metric: str) -> dict | None:
             **{k: (statistics.fmean(v for v, _ in c), sum(w for _, w in c)) for k, c in copies.items()}}
 
 
-def rerun_missing(rows: list[dict], exe: str) -> list[str]:
+def rerun_missing(rows: list[dict], exe: str, say=lambda line: None) -> list[str]:
     """Train again the rows whose run folder is gone (and that keep no ``member_shares``), each
     with its own recorded command run by ``exe`` (the ``siggate`` of a venv; only the rows of the
     commit it reports are rerun, e.g. by the lane worktree's venv) on one thread, as the harness ran
     it. A rerun counts only if it reproduces its row: the same commit recorded in the run's config
     and the same test metric (``tool_reported_test``); one that does not is moved aside to
-    ``<folder>.unreproduced``, so it is never read, and named. Returns one line per rerun."""
+    ``<folder>.unreproduced``, so it is never read, and named. Returns one line per rerun, each
+    also given to ``say`` as it is done (the reruns take minutes each)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("peers_run", ROOT / "benchmarks/peers/run.py")
@@ -103,8 +104,15 @@ def rerun_missing(rows: list[dict], exe: str) -> list[str]:
     exe_commit = subprocess.run([str(python), "-c", "from siggate.train.record import git_commit; print(git_commit())"],
                                 capture_output=True, text=True).stdout.strip()
     notes = []
+
+    def note(line: str) -> None:
+        notes.append(line)
+        say(line)
+
     for r in rows:
         folder = run_folder(r["command"])
+        if folder.exists() and not (folder / "metrics.json").is_file() and (folder.parent / "rerun.log").exists():
+            shutil.rmtree(folder)  # a rerun of ours that was stopped: start it again
         if r.get("member_shares") is not None or folder.exists():
             continue
         if not exe_commit or exe_commit != r.get("git_commit"):  # another commit's row: it would not reproduce
@@ -116,7 +124,7 @@ def rerun_missing(rows: list[dict], exe: str) -> list[str]:
         rc, wall, _ = peers._run([exe, *args], log, peers._env())
         metrics = folder / "metrics.json"
         if rc != 0 or not metrics.is_file():
-            notes.append(f"{name}: siggate train exited {rc}, see {log}")
+            note(f"{name}: siggate train exited {rc}, see {log}")
             continue
         record = folder / ("members.yaml" if (folder / "members.yaml").exists() else "config.yaml")
         commit, test = peers._siggate_commit(record), json.loads(metrics.read_text()).get("test")
@@ -125,10 +133,10 @@ def rerun_missing(rows: list[dict], exe: str) -> list[str]:
             aside = folder.with_name(folder.name + ".unreproduced")
             shutil.rmtree(aside, ignore_errors=True)  # an earlier failed attempt
             folder.rename(aside)
-            notes.append(f"{name}: NOT reproduced (commit {str(commit)[:7]}, test {test} against the row's {want}); "
-                         "moved aside, not counted")
+            note(f"{name}: NOT reproduced (commit {str(commit)[:7]}, test {test} against the row's {want}); "
+                 "moved aside, not counted")
             continue
-        notes.append(f"{name}: reproduced (test {test:.6g}, {wall:.0f} s)")
+        note(f"{name}: reproduced (test {test:.6g}, {wall:.0f} s)")
     return notes
 
 
@@ -218,8 +226,7 @@ def main(argv=None) -> int:
         if not rows:
             continue
         if args.rerun_missing:
-            for note in rerun_missing(rows, args.rerun_missing):
-                print(f"{source}: rerun {note}", flush=True)
+            rerun_missing(rows, args.rerun_missing, lambda line, source=source: print(f"{source}: rerun {line}", flush=True))
         s = summarize(rows, "rmse" if source == "moleculeace" else "task", mean=source == "moleculeace")
         result[source] = s
         if not s["groups"]:

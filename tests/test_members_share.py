@@ -157,3 +157,6 @@ assert os.environ["OMP_NUM_THREADS"] == "1"  # as the harness ran it
     s = share.summarize([same, other, old], "rmse")
     assert s["groups"] == 1 and s["missing"] == ["B seed 0", "C seed 0"] and s["mean"]["svr"] == pytest.approx([0.5, 1.0])
     assert share.rerun_missing([same], str(fake)) == []  # its folder is back: nothing to do
+    (same_out / "metrics.json").unlink()  # a rerun that was stopped: done again, and said as it goes
+    said = []
+    assert share.rerun_missing([same], str(fake), said.append) == said and said[0].startswith("A seed 0: reproduced")
