@@ -198,12 +198,20 @@ case $ACTION in
   stop)  # a lane's processes ended, so that `start` runs its queue as this file now says; each item resumes
     [ $# -gt 0 ] || set -- "${LANES[@]}"
     for lane in "$@"; do
-      p=$(lane_pids "$lane"); [ -z "$p" ] || kill -TERM $p
-      echo "lane $lane: stopped $(echo $p | wc -w) processes"
+      declare -F "lane_$lane" >/dev/null || { echo "error: no lane '$lane' (lanes: ${LANES[*]})" >&2; exit 2; }
+      n=0
+      for _ in 1 2 3 4 5 6 7 8 9 10; do  # again until none is left: a child started meanwhile goes too
+        p=$(lane_pids "$lane"); [ -n "$p" ] || break
+        n=$((n + $(echo $p | wc -w)))
+        kill -TERM $p 2>/dev/null || true; kill -CONT $p 2>/dev/null || true  # a paused one ends once continued
+        sleep 1
+      done
+      p=$(lane_pids "$lane"); [ -z "$p" ] || kill -KILL $p 2>/dev/null || true
+      echo "lane $lane: stopped ($n signals sent)"
     done
     ;;
-  pause) p=$(lane_pids); [ -z "$p" ] || kill -STOP $p; echo "paused: $(echo $p | wc -w) processes" ;;
-  cont) p=$(lane_pids); [ -z "$p" ] || kill -CONT $p; echo "continued: $(echo $p | wc -w) processes" ;;
+  pause) p=$(lane_pids); [ -z "$p" ] || kill -STOP $p 2>/dev/null || true; echo "paused: $(echo $p | wc -w) processes" ;;
+  cont) p=$(lane_pids); [ -z "$p" ] || kill -CONT $p 2>/dev/null || true; echo "continued: $(echo $p | wc -w) processes" ;;
   snapshot)
     py=$ROOT/.venv/bin/python
     [ -x "$py" ] || { echo "error: snapshot runs this checkout's code: create $ROOT/.venv (README's install)" >&2; exit 2; }
@@ -217,7 +225,7 @@ case $ACTION in
       "$py" benchmarks/pretrain_gate/compare.py --run "elementwise=$STUDY/pt-gate-elementwise" --run "none=$STUDY/pt-gate-none"
     fi
     if [ -d "$STUDY/zinc16" ]; then bash benchmarks/results/campaign/study.sh snapshot zinc16; fi
-    if [ -f "$MCHECK" ] && "$py" -c 'import json, sys; sys.exit(len(json.load(open(sys.argv[1]))["targets"]) < 20)' "$MCHECK"; then
+    if mcheck_done; then
       cp "$MCHECK" benchmarks/moleculeace/results/members_check.json
       "$py" benchmarks/moleculeace/members_check.py --report
     fi
@@ -229,7 +237,7 @@ case $ACTION in
     "$py" -m pytest -q tests/test_claims.py
     git status --short
     ;;
-  *) echo "error: unknown action '$ACTION' (start, status, pause, cont, snapshot)" >&2; exit 2 ;;
+  *) echo "error: unknown action '$ACTION' (start, status, stop, pause, cont, snapshot)" >&2; exit 2 ;;
 esac
 }
 # a running lane keeps reading this file after its queue ends: the whole call is on one line, so

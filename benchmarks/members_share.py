@@ -20,6 +20,7 @@ adds the split into members. An old row whose run folder is gone is counted as m
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -59,20 +60,53 @@ def run_folder(command: str) -> Path:
     return Path(os.path.expanduser(args[args.index("--out") + 1]))
 
 
-def member_scores(row: dict, metric: str) -> dict | None:
-    """``{"combination": value, kind: (value, weight), ...}`` of a harness row: the
+def _peers():
+    """``benchmarks/peers/run.py`` (its subprocess runner, one-thread environment and run-record
+    reader), loaded once under the name the MoleculeACE harness gives it."""
+    import importlib.util
+
+    if "peers_run" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("peers_run", ROOT / "benchmarks/peers/run.py")
+        sys.modules["peers_run"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["peers_run"])
+    return sys.modules["peers_run"]
+
+
+def folder_metrics(row: dict) -> tuple[dict | None, str]:
+    """``(metrics, "")``: the ``metrics.json`` of the row's run folder when the folder holds the
+    row's own run (the commit its ``members.yaml``/``config.yaml`` records is the row's, and its
+    test metric is the row's ``tool_reported_test``, where the row records them; recipes of the
+    peers harness share folders by their flags, so a later run can stand in another row's
+    folder); else ``(None, why)``."""
+    folder = run_folder(row["command"])
+    path = folder / "metrics.json"
+    if not path.is_file():
+        return None, "gone"
+    m = json.loads(path.read_text())
+    record = folder / ("members.yaml" if (folder / "members.yaml").exists() else "config.yaml")
+    commit = _peers()._siggate_commit(record) if record.is_file() else None
+    want_commit, want_test = row.get("git_commit"), row.get("tool_reported_test")
+    if want_commit and commit != want_commit:
+        return None, f"its folder holds a run of commit {str(commit)[:7]}"
+    if want_test is not None and (m.get("test") is None or not math.isclose(m["test"], want_test, rel_tol=1e-9)):
+        return None, f"its folder holds another run (test {m.get('test')} against the row's {want_test})"
+    return m, ""
+
+
+def member_scores(row: dict, metric: str) -> tuple[dict | None, str]:
+    """``({"combination": value, kind: (value, weight), ...}, "")`` of a harness row: the
     ``member_shares`` the row keeps, or for a row written before it kept them, those of the
-    ``metrics.json`` in its run folder (``metric``: ``rmse`` reads the test RMSE, ``task`` the
-    task's own metric; copies of one kind, ``--ensemble N``: their mean value and their summed
-    weight); None when neither is there."""
+    ``metrics.json`` in its run folder when that is the row's run (:func:`folder_metrics`)
+    (``metric``: ``rmse`` reads the test RMSE, ``task`` the task's own metric; copies of one kind,
+    ``--ensemble N``: their mean value and their summed weight); ``(None, why)`` when neither is
+    there."""
     shares = row.get("member_shares")
     if shares is None:
-        path = run_folder(row["command"]) / "metrics.json"
-        if not path.is_file():
-            return None
-        m = json.loads(path.read_text())
+        m, why = folder_metrics(row)
+        if m is None:
+            return None, why
         if "members" not in m:
-            return None
+            return None, "its run has one member"
         shares = member_shares(m)
 
     def value(rec):
@@ -82,61 +116,79 @@ def member_scores(row: dict, metric: str) -> dict | None:
     for member in shares["members"]:
         copies[member["kind"]].append((value(member), member["weight"]))
     return {"combination": value(shares["combination"]),
-            **{k: (statistics.fmean(v for v, _ in c), sum(w for _, w in c)) for k, c in copies.items()}}
+            **{k: (statistics.fmean(v for v, _ in c), sum(w for _, w in c)) for k, c in copies.items()}}, ""
+
+
+@functools.lru_cache(maxsize=None)
+def _commit_of(python: str) -> str:
+    """The commit that the siggate importable by ``python`` records in its runs ('' if none)."""
+    out = subprocess.run([python, "-c", "from siggate.train.record import git_commit; print(git_commit())"],
+                         capture_output=True, text=True).stdout.strip()
+    return "" if out == "None" else out
+
+
+def _alive(pid_file: Path) -> bool:
+    """Whether the process whose pid ``pid_file`` holds still runs."""
+    try:
+        os.kill(int(pid_file.read_text().strip()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def rerun_missing(rows: list[dict], exe: str, say=lambda line: None) -> list[str]:
-    """Train again the rows whose run folder is gone (and that keep no ``member_shares``), each
-    with its own recorded command run by ``exe`` (the ``siggate`` of a venv; only the rows of the
-    commit it reports are rerun, e.g. by the lane worktree's venv) on one thread, as the harness ran
-    it. A rerun counts only if it reproduces its row: the same commit recorded in the run's config
-    and the same test metric (``tool_reported_test``); one that does not is moved aside to
-    ``<folder>.unreproduced``, so it is never read, and named. Returns one line per rerun, each
-    also given to ``say`` as it is done (the reruns take minutes each)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("peers_run", ROOT / "benchmarks/peers/run.py")
-    peers = sys.modules.get("peers_run") or importlib.util.module_from_spec(spec)
-    if "peers_run" not in sys.modules:
-        sys.modules["peers_run"] = peers
-        spec.loader.exec_module(peers)
-    python = Path(exe).with_name("python")  # the commit the executable's siggate reports for its runs
-    exe_commit = subprocess.run([str(python), "-c", "from siggate.train.record import git_commit; print(git_commit())"],
-                                capture_output=True, text=True).stdout.strip()
+    """Train again the combined runs (``--members``/``--ensemble``) whose run folder is gone and
+    whose row keeps no ``member_shares``, each with its own recorded command run by ``exe`` (the
+    ``siggate`` of a venv: only the rows of the commit it reports are rerun, e.g. by the lane
+    worktree's venv) on one thread, as the harness ran it. A rerun counts only if it reproduces its
+    row (:func:`folder_metrics`: the row's commit and test metric); one that does not, or fails, is
+    moved aside to ``<folder>.unreproduced``, named, and not tried again (delete that folder to
+    retry). A rerun that was stopped (its ``rerun.pid`` names a process that is gone) is started
+    again. Returns one line per rerun, each also given to ``say`` as it ends (they take minutes)."""
+    peers = _peers()
+    python = Path(exe).with_name("python")
+    exe_commit = _commit_of(str(python))
     notes = []
 
     def note(line: str) -> None:
         notes.append(line)
         say(line)
 
+    if not exe_commit:
+        note(f"{exe}: no commit read through {python} (give the siggate of a venv); nothing rerun")
+        return notes
     for r in rows:
+        args = shlex.split(r["command"])
+        if r.get("member_shares") is not None or not {"--members", "--ensemble"} & set(args):
+            continue
         folder = run_folder(r["command"])
-        if folder.exists() and not (folder / "metrics.json").is_file() and (folder.parent / "rerun.log").exists():
-            shutil.rmtree(folder)  # a rerun of ours that was stopped: start it again
-        if r.get("member_shares") is not None or folder.exists():
-            continue
-        if not exe_commit or exe_commit != r.get("git_commit"):  # another commit's row: it would not reproduce
-            continue
+        aside, marker = folder.with_name(folder.name + ".unreproduced"), folder.parent / "rerun.pid"
+        if marker.exists() and not _alive(marker):  # a rerun of ours that was stopped: start it again
+            shutil.rmtree(folder, ignore_errors=True)
+            marker.unlink()
+        if folder.exists() or aside.exists() or exe_commit != r.get("git_commit"):
+            continue  # there (checked when read), tried before, or another commit's row
         name = f"{r.get('target') or r.get('task')} seed {r['seed']}"
-        args = [os.path.expanduser(a) for a in shlex.split(r["command"])[1:]]
+        args = [os.path.expanduser(a) for a in args[1:]]
+        data = Path(args[args.index("--data") + 1]) if "--data" in args else None
+        if data is not None and not data.is_file():
+            note(f"{name}: its data {data} is not on this machine; not rerun")
+            continue
         folder.parent.mkdir(parents=True, exist_ok=True)
         log = folder.parent / "rerun.log"
-        rc, wall, _ = peers._run([exe, *args], log, peers._env())
-        metrics = folder / "metrics.json"
-        if rc != 0 or not metrics.is_file():
-            note(f"{name}: siggate train exited {rc}, see {log}")
+        marker.write_text(str(os.getpid()))
+        try:
+            rc, wall, _ = peers._run([exe, *args], log, peers._env())
+        finally:
+            marker.unlink(missing_ok=True)
+        m, why = folder_metrics(r)
+        if rc != 0 or m is None:
+            shutil.rmtree(aside, ignore_errors=True)
+            folder.rename(aside) if folder.exists() else aside.mkdir(parents=True)
+            note(f"{name}: NOT reproduced ({f'siggate train exited {rc}, see {log}' if rc else why}); "
+                 f"moved aside to {aside.name}, not counted, not tried again")
             continue
-        record = folder / ("members.yaml" if (folder / "members.yaml").exists() else "config.yaml")
-        commit, test = peers._siggate_commit(record), json.loads(metrics.read_text()).get("test")
-        want = r.get("tool_reported_test")
-        if commit != exe_commit or want is None or test is None or not math.isclose(test, want, rel_tol=1e-9):
-            aside = folder.with_name(folder.name + ".unreproduced")
-            shutil.rmtree(aside, ignore_errors=True)  # an earlier failed attempt
-            folder.rename(aside)
-            note(f"{name}: NOT reproduced (commit {str(commit)[:7]}, test {test} against the row's {want}); "
-                 "moved aside, not counted")
-            continue
-        note(f"{name}: reproduced (test {test:.6g}, {wall:.0f} s)")
+        note(f"{name}: reproduced (test {m['test']:.6g}, {wall:.0f} s)")
     return notes
 
 
@@ -146,9 +198,9 @@ def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
     groups' metrics differ, the peer tasks). ``error`` says why nothing was summarized."""
     by_group, missing, commits = defaultdict(dict), [], defaultdict(dict)
     for r in rows:
-        scores = member_scores(r, metric)
+        scores, why = member_scores(r, metric)
         if scores is None:
-            missing.append(f"{r.get('target') or r.get('task')} seed {r['seed']}")
+            missing.append(f"{r.get('target') or r.get('task')} seed {r['seed']}" + ("" if why == "gone" else f" ({why})"))
             continue
         by_group[r.get("target") or r.get("task")][r["seed"]] = scores
         commits[r.get("target") or r.get("task")][r["seed"]] = str(r.get("git_commit") or r.get("commit") or "unknown")[:7]
@@ -225,9 +277,12 @@ def main(argv=None) -> int:
                                      defaults=source == "peers" and i == 0)]
         if not rows:
             continue
-        if args.rerun_missing:
-            rerun_missing(rows, args.rerun_missing, lambda line, source=source: print(f"{source}: rerun {line}", flush=True))
+        reruns = (rerun_missing(rows, args.rerun_missing, lambda line, source=source: print(f"{source}: rerun {line}",
+                                                                                            flush=True))
+                  if args.rerun_missing else None)
         s = summarize(rows, "rmse" if source == "moleculeace" else "task", mean=source == "moleculeace")
+        if reruns is not None:
+            s["reruns"] = reruns  # what was trained again, and what did not reproduce
         result[source] = s
         if not s["groups"]:
             lines.append(f"{source}: {s['error']}")

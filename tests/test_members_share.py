@@ -19,6 +19,7 @@ def _run(folder, combination, members):
                "weights": [[w, w] for *_, w in members],  # two targets, one weight each
                "members": [{"kind": k, "test": t, "test_metrics": {"mean": {"rmse": r}}} for k, r, t, _ in members]}
     (folder / "metrics.json").write_text(json.dumps(metrics))
+    (folder / "members.yaml").write_text("_meta:\n  git_commit: abc1234def\n")  # the commit _row gives A
 
 
 def _row(tmp_path, target, seed):
@@ -144,7 +145,7 @@ assert os.environ["OMP_NUM_THREADS"] == "1"  # as the harness ran it
     def row(target, test, recorded, row_commit=commit):
         out = tmp_path / "runs" / target / "seed0" / "model"
         return {"target": target, "seed": 0, "git_commit": row_commit, "tool_reported_test": recorded,
-                "command": f"siggate train --out {out} --test {test}"}, out
+                "command": f"siggate train --out {out} --members svr --test {test}"}, out
 
     same, same_out = row("A", 0.5, 0.5)
     other, other_out = row("B", 0.6, 0.7)
@@ -157,6 +158,45 @@ assert os.environ["OMP_NUM_THREADS"] == "1"  # as the harness ran it
     s = share.summarize([same, other, old], "rmse")
     assert s["groups"] == 1 and s["missing"] == ["B seed 0", "C seed 0"] and s["mean"]["svr"] == pytest.approx([0.5, 1.0])
     assert share.rerun_missing([same], str(fake)) == []  # its folder is back: nothing to do
-    (same_out / "metrics.json").unlink()  # a rerun that was stopped: done again, and said as it goes
+    assert share.rerun_missing([other], str(fake)) == []  # moved aside: not tried again
+    # a rerun that was stopped (its pid file names a process that is gone) is done again, said as it goes
+    (same_out / "metrics.json").unlink()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (same_out.parent / "rerun.pid").write_text(str(gone.pid))
     said = []
     assert share.rerun_missing([same], str(fake), said.append) == said and said[0].startswith("A seed 0: reproduced")
+    assert not (same_out.parent / "rerun.pid").exists()
+    # a folder without a pid file is someone else's, running or not: left alone
+    (same_out / "metrics.json").unlink()
+    assert share.rerun_missing([same], str(fake)) == [] and same_out.exists()
+    # a single-member run has no shares to give: never rerun
+    single = {**old, "git_commit": commit, "command": old["command"].replace(" --members svr", "")}
+    assert share.rerun_missing([single], str(fake)) == []
+
+
+def test_a_folder_is_read_only_when_it_holds_the_row_s_own_run(tmp_path):
+    """Recipes of the peers harness share folders by their flags, so a later run of another commit
+    can stand in an old row's folder: its figures are not the row's, and the row is counted as
+    missing, saying why."""
+    row, out = _row(tmp_path, "A", 0)
+    _run(out, 0.5, [("gnn", 0.7, 10.7, 0.25), ("svr", 0.6, 10.6, 0.75)])
+    assert share.member_scores(row, "rmse")[0]["svr"] == pytest.approx((0.6, 0.75))
+    other_commit = {**row, "git_commit": "fedcba9876"}
+    assert share.member_scores(other_commit, "rmse") == (None, "its folder holds a run of commit abc1234")
+    other_test = {**row, "tool_reported_test": 1.25}
+    assert share.member_scores(other_test, "rmse") == (
+        None, "its folder holds another run (test 1.5 against the row's 1.25)")
+    assert share.summarize([other_test], "rmse")["missing"] == [
+        "A seed 0 (its folder holds another run (test 1.5 against the row's 1.25))"]
+    assert share.member_scores({**row, "tool_reported_test": 1.5}, "rmse")[1] == ""
+
+
+def test_member_shares_under_equal_weights_give_each_member_one_nth():
+    shares = share.member_shares({"weighting": "equal", "weights": None, "test": 1.0, "val": 2.0,
+                                  "members": [{"name": "m0", "kind": "gnn", "test": 1.1},
+                                              {"name": "m1", "kind": "gnn", "test": 0.9},
+                                              {"name": "m2", "kind": "svr", "test": 1.3, "test_metrics": {"mean": {"rmse": 2}}}]})
+    assert [m["weight"] for m in shares["members"]] == pytest.approx([1 / 3] * 3)
+    assert shares["combination"] == {"val": 2.0, "test": 1.0, "val_summary": None, "test_summary": None}
+    assert shares["members"][2]["test_summary"] == {"rmse": 2} and shares["weighting"] == "equal"

@@ -154,6 +154,6 @@ def member_shares(metrics: dict) -> dict:
 
     weights, members = metrics.get("weights"), metrics["members"]
     return {"weighting": metrics.get("weighting", "equal"), "combination": scores(metrics),
-            "members": [{"name": m.get("name"), "kind": m["kind"],
+            "members": [{"name": m.get("name"), "kind": m.get("kind", "gnn"),  # older --ensemble runs: GNN copies
                          "weight": (sum(weights[i]) / len(weights[i])) if weights else 1 / len(members), **scores(m)}
                         for i, m in enumerate(members)]}

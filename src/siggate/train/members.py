@@ -29,7 +29,7 @@ from ..config import Config, DataConfig, from_dict
 from ..options import member_names, resolve_select, run_weights
 from ..predictors.base import MANIFEST, PredictorFileError, read_manifest, task_info
 from ..predictors.combine import Combination
-from ..predictors.forest import RandomForest
+from ..predictors.forest import ForestGrid, RandomForest
 from ..predictors.svr import KernelSVR, SVRGrid
 from .dataprep import Encodings
 from .gnn_member import GNNMember
@@ -87,7 +87,8 @@ def _build_svr(spec: MemberSpec) -> KernelSVR:
 
 def _build_rf(spec: MemberSpec) -> RandomForest:
     o = spec.cfg.members.rf
-    return RandomForest(o.n_estimators, o.radius, o.size, {"max_features": o.max_features}, seed=spec.seed,
+    grid = {f.name: getattr(o, f.name) for f in dataclasses.fields(ForestGrid)}
+    return RandomForest(o.n_estimators, o.radius, o.size, grid, seed=spec.seed,
                         n_jobs=spec.cfg.train.threads or 1)
 
 
