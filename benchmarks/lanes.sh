@@ -16,7 +16,7 @@
 #
 # Lanes run side by side, one thread each; within a lane, in the CPU order of DEVELOPERS.md:
 #   recipe:   MoleculeACE `cand-avgc` (the default's flags at 46a976c) seeds 0-2, its peer rows
-#             (molhiv4k, solubility, seeds 0-2), the members' calibration (members_check.py at
+#             (the six tasks, seeds 0-2), the members' calibration (members_check.py at
 #             2353cb4), cand-avgc's lost run folders again (members_share.py --rerun-missing),
 #             then the from-scratch gate study (issue 28 item 1, 1e81f55: seed 0 in both arms,
 #             then seeds 1 and 2)
@@ -123,7 +123,7 @@ members_rerun() {  # $1: commit, $2: recipe; this checkout's members_share.py, t
 lane_recipe() {
   step mace 46a976c --tools siggate --recipe cand-avgc --siggate-args "$CAND_AVGC" --seeds 0,1,2
   step in_wt 46a976c python benchmarks/peers/run.py --results "$PEERS_RESULTS" --tools siggate --recipe cand-avgc \
-      --siggate-args "$CAND_AVGC" --tasks molhiv4k,solubility --seeds 0,1,2
+      --siggate-args "$CAND_AVGC" --seeds 0,1,2  # all six tasks: the shipped recipe's peer record
   # the fingerprint members' calibration with the five-kind kernel (the svr docstring's figures), into
   # .study/ until it covers the 20 targets (snapshot then replaces the committed three-kind file)
   mcheck_done || step in_wt 2353cb4 python benchmarks/moleculeace/members_check.py --out "$MCHECK" --resume
