@@ -194,6 +194,13 @@ case $ACTION in
       if pid=$(lane_pid "$lane"); then echo "$lane: running (pid $pid)"; else echo "$lane: stopped"; fi
       if [ -s "$STUDY/lanes/$lane.log" ]; then grep -v '^\s*$' "$STUDY/lanes/$lane.log" | tail -2 | sed 's/^/    /' || true; fi
     done
+    # how far the studies' MoleculeACE recipes are: finished targets per seed
+    if [ -f "$MACE_RESULTS" ]; then python3 -c 'import json, sys, collections
+done = collections.Counter((r.get("recipe"), r.get("seed")) for r in json.load(open(sys.argv[1]))["rows"]
+                           if r.get("tool") == "siggate" and r.get("status") == "ok")
+for recipe in sys.argv[2:]:
+    print(f"  {recipe}: " + ", ".join(f"seed {s} {done[(recipe, s)]}/20" for s in (0, 1, 2)))' \
+        "$MACE_RESULTS" gate-none gate-elementwise pt-attn-elementwise pt-attn-none || true; fi
     ;;
   stop)  # a lane's processes ended, so that `start` runs its queue as this file now says; each item resumes
     [ $# -gt 0 ] || set -- "${LANES[@]}"
