@@ -1,0 +1,43 @@
+"""``benchmarks/lanes.sh``: the actions that start nothing answer as documented (bad input: one
+line and exit 2), against an empty study folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _lanes(tmp_path, *args):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "STUDY_DIR": str(tmp_path / "study")}
+    return subprocess.run(["bash", str(ROOT / "benchmarks/lanes.sh"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_bad_actions_and_lane_names_are_refused_in_one_line(tmp_path):
+    r = _lanes(tmp_path, "frobnicate")
+    assert r.returncode == 2 and r.stderr == ("error: unknown action 'frobnicate' "
+                                              "(start, status, stop, pause, cont, snapshot)\n")
+    for action in ("start", "stop"):
+        r = _lanes(tmp_path, action, "nosuch")
+        assert r.returncode == 2 and r.stderr == "error: no lane 'nosuch' (lanes: recipe pretrain)\n", action
+    assert not (tmp_path / "study" / "lanes" / "nosuch.pid").exists()
+
+
+def test_status_and_stop_of_lanes_that_do_not_run(tmp_path):
+    study = tmp_path / "study"
+    study.mkdir()
+    rows = [{"tool": "siggate", "status": "ok", "recipe": "gate-none", "seed": 0, "target": f"T{i}"} for i in range(3)]
+    rows.append({"tool": "siggate", "status": "failed", "recipe": "gate-none", "seed": 0, "target": "T9"})
+    (study / "moleculeace-results.json").write_text(json.dumps({"rows": rows}))
+    r = _lanes(tmp_path, "status")
+    assert r.returncode == 0, r.stderr
+    assert "recipe: stopped\n" in r.stdout and "pretrain: stopped\n" in r.stdout
+    assert "  gate-none: seed 0 3/20, seed 1 0/20, seed 2 0/20\n" in r.stdout  # the failed row is not counted
+    (study / "lanes").mkdir(exist_ok=True)
+    (study / "lanes" / "recipe.pid").write_text("1\n")  # a stale pid file names another process: left alone
+    r = _lanes(tmp_path, "stop", "recipe")
+    assert r.returncode == 0 and r.stdout == "lane recipe: stopped (0 signals sent)\n"
+    assert _lanes(tmp_path, "pause").stdout == "paused: 0 processes\n"
