@@ -162,12 +162,23 @@ lane_pid() {  # $1: lane; its pid when that process is this lane (a pid file can
   ps -o args= -p "$pid" 2>/dev/null | grep -q "lanes.sh _run $1\$" && echo "$pid"
 }
 
+lane_group() {  # $1: lane; every process that carries the lane's mark in its environment (start
+  # sets it, children inherit it; the study folder in it keeps other checkouts' lanes apart), so
+  # children whose parent has ended are found too
+  local f
+  for f in /proc/[0-9]*/environ; do
+    grep -qzxF "SIGGATE_LANE=$STUDY/$1" "$f" 2>/dev/null && { f=${f#/proc/}; echo "${f%/environ}"; }
+  done
+  return 0
+}
+
+
 lane_pids() {  # every process of the running lanes (or of the lanes named)
   local lane pid
   tree() { echo "$1"; for c in $(pgrep -P "$1"); do tree "$c"; done; }
   [ $# -gt 0 ] || set -- "${LANES[@]}"
   for lane in "$@"; do
-    pid=$(lane_pid "$lane") && tree "$pid"
+    { if pid=$(lane_pid "$lane"); then tree "$pid"; fi; lane_group "$lane"; } | sort -u
   done
   return 0
 }
@@ -183,7 +194,7 @@ case $ACTION in
           || { echo "error: no lane '$lane' (lanes: ${LANES[*]})" >&2; exit 2; }
       if pid=$(lane_pid "$lane"); then echo "lane $lane already runs (pid $pid)"; continue; fi
       log=$STUDY/lanes/$lane.log
-      nohup bash "$0" _run "$lane" >> "$log" 2>&1 &
+      SIGGATE_LANE=$STUDY/$lane nohup bash "$0" _run "$lane" >> "$log" 2>&1 &  # the mark lane_group finds
       echo $! > "$STUDY/lanes/$lane.pid"
       echo "lane $lane started (pid $!), log: $log"
     done
@@ -208,7 +219,7 @@ for recipe in sys.argv[2:]:
       declare -F "lane_$lane" >/dev/null || { echo "error: no lane '$lane' (lanes: ${LANES[*]})" >&2; exit 2; }
       n=0
       for _ in 1 2 3 4 5 6 7 8 9 10; do  # again until none is left: a child started meanwhile goes too
-        p=$(lane_pids "$lane"); [ -n "$p" ] || break
+        p=$(lane_pids "$lane"); [ -n "$p" ] || break  # the mark finds children whose parent has ended
         n=$((n + $(echo $p | wc -w)))
         kill -TERM $p 2>/dev/null || true; kill -CONT $p 2>/dev/null || true  # a paused one ends once continued
         sleep 1

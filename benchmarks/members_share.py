@@ -136,6 +136,12 @@ def _alive(pid_file: Path) -> bool:
     return True
 
 
+def _writing(folder: Path) -> bool:
+    """Whether a running process names ``folder`` on its command line (a training still writing
+    it, e.g. one that outlived the rerun that started it)."""
+    return subprocess.run(["pgrep", "-f", "--", str(folder)], capture_output=True).returncode == 0
+
+
 def rerun_missing(rows: list[dict], exe: str, say=lambda line: None) -> list[str]:
     """Train again the combined runs (``--members``/``--ensemble``) whose run folder is gone and
     whose row keeps no ``member_shares``, each with its own recorded command run by ``exe`` (the
@@ -143,8 +149,9 @@ def rerun_missing(rows: list[dict], exe: str, say=lambda line: None) -> list[str
     worktree's venv) on one thread, as the harness ran it. A rerun counts only if it reproduces its
     row (:func:`folder_metrics`: the row's commit and test metric); one that does not, or fails, is
     moved aside to ``<folder>.unreproduced``, named, and not tried again (delete that folder to
-    retry). A rerun that was stopped (its ``rerun.pid`` names a process that is gone) is started
-    again. Returns one line per rerun, each also given to ``say`` as it ends (they take minutes)."""
+    retry). A rerun that was stopped (ended by a signal, or its ``rerun.pid`` names a process
+    that is gone and no process names its folder) is started again. Returns one line per rerun,
+    each also given to ``say`` as it ends (they take minutes)."""
     peers = _peers()
     python = Path(exe).with_name("python")
     exe_commit = _commit_of(str(python))
@@ -163,8 +170,9 @@ def rerun_missing(rows: list[dict], exe: str, say=lambda line: None) -> list[str
             continue
         folder = run_folder(r["command"])
         aside, marker = folder.with_name(folder.name + ".unreproduced"), folder.parent / "rerun.pid"
-        if marker.exists() and not _alive(marker):  # a rerun of ours that was stopped: start it again
-            shutil.rmtree(folder, ignore_errors=True)
+        if marker.exists() and not _alive(marker) and not _writing(folder):  # a rerun of ours that was stopped
+            if folder_metrics(r)[0] is None:  # unfinished (a finished one stays): start it again
+                shutil.rmtree(folder, ignore_errors=True)
             marker.unlink()
         if folder.exists() or aside.exists() or exe_commit != r.get("git_commit"):
             continue  # there (checked when read), tried before, or another commit's row
@@ -181,6 +189,10 @@ def rerun_missing(rows: list[dict], exe: str, say=lambda line: None) -> list[str
             rc, wall, _ = peers._run([exe, *args], log, peers._env())
         finally:
             marker.unlink(missing_ok=True)
+        if rc < 0:  # ended by a signal (stopped, or out of memory): not a result; done again next time
+            shutil.rmtree(folder, ignore_errors=True)
+            note(f"{name}: stopped by signal {-rc}; it is trained again on the next call")
+            continue
         m, why = folder_metrics(r)
         if rc != 0 or m is None:
             shutil.rmtree(aside, ignore_errors=True)

@@ -41,3 +41,29 @@ def test_status_and_stop_of_lanes_that_do_not_run(tmp_path):
     r = _lanes(tmp_path, "stop", "recipe")
     assert r.returncode == 0 and r.stdout == "lane recipe: stopped (0 signals sent)\n"
     assert _lanes(tmp_path, "pause").stdout == "paused: 0 processes\n"
+
+
+def test_stop_ends_every_process_that_carries_the_lane_s_mark(tmp_path):
+    """A lane's processes carry ``SIGGATE_LANE=<study>/<lane>`` (start sets it, children inherit
+    it), so ``stop`` finds a training whose parent has already ended; another study folder's
+    processes are left alone."""
+    import os
+    import signal
+    import time
+
+    (tmp_path / "study" / "lanes").mkdir(parents=True)
+    mine = subprocess.Popen(["sleep", "60"], env={"SIGGATE_LANE": f"{tmp_path / 'study'}/recipe"})
+    other = subprocess.Popen(["sleep", "60"], env={"SIGGATE_LANE": f"{tmp_path / 'elsewhere'}/recipe"})
+    try:
+        r = _lanes(tmp_path, "stop", "recipe")
+        assert r.returncode == 0 and r.stdout == "lane recipe: stopped (1 signals sent)\n", r.stderr
+        for _ in range(50):
+            if mine.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert mine.returncode == -signal.SIGTERM and other.poll() is None
+    finally:
+        for p in (mine, other):
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait()

@@ -167,6 +167,23 @@ assert os.environ["OMP_NUM_THREADS"] == "1"  # as the harness ran it
     said = []
     assert share.rerun_missing([same], str(fake), said.append) == said and said[0].startswith("A seed 0: reproduced")
     assert not (same_out.parent / "rerun.pid").exists()
+    # a stale pid file beside a finished folder: the folder stays
+    (same_out.parent / "rerun.pid").write_text(str(gone.pid))
+    assert share.rerun_missing([same], str(fake)) == [] and (same_out / "metrics.json").is_file()
+    assert not (same_out.parent / "rerun.pid").exists()
+    # a rerun ended by a signal is no result: removed, said, and trained again next time
+    killed = {**same, "command": same["command"] + " --die"}
+    fake_text = fake.read_text()
+    fake.write_text(fake_text.replace("test = float(", "import signal\nif '--die' in sys.argv: os.kill(os.getpid(), "
+                                      "signal.SIGTERM)\ntest = float("))
+    import shutil as _shutil
+
+    _shutil.rmtree(same_out)
+    said = share.rerun_missing([killed], str(fake))
+    assert said == ["A seed 0: stopped by signal 15; it is trained again on the next call"]
+    assert not same_out.exists() and not (same_out.parent / "model.unreproduced").exists()
+    fake.write_text(fake_text)
+    assert share.rerun_missing([same], str(fake))[0].startswith("A seed 0: reproduced")
     # a folder without a pid file is someone else's, running or not: left alone
     (same_out / "metrics.json").unlink()
     assert share.rerun_missing([same], str(fake)) == [] and same_out.exists()
