@@ -34,6 +34,8 @@ PEERS_RESULTS=$ROOT/benchmarks/peers/results/recipe.json
 MCHECK=$STUDY/members_check-2353cb4.json
 CAND_AVGC="--members gnn,svr,rf --weights val --init pretrained --set train.epochs=60"
 PT_COMMIT=f285fbd
+#: the gate study's arms: recipes gate-GATE (from scratch, lane recipe) and pt-attn-GATE (fine-tuned, lane pretrain)
+STUDY_GATES=(none elementwise)
 PT_SHIPPED="--smiles moses --molecules 100000 --epochs 15 --seed 0"  # src/siggate/pretrained/default.json's command
 #: what snapshot regenerates and stages
 GENERATED=(benchmarks/moleculeace/results benchmarks/moleculeace/README.md benchmarks/peers/results
@@ -131,19 +133,24 @@ lane_recipe() {
   # README's members table is the shipped recipe's (counted only where a rerun reproduces its row)
   step members_rerun 46a976c cand-avgc
   for seed in 0 1 2; do
-    for gate in none elementwise; do
+    for gate in "${STUDY_GATES[@]}"; do
       step mace 1e81f55 --tools siggate --recipe "gate-$gate" --seeds "$seed" \
           --siggate-args "--set model.attn=true --set model.gate=$gate"
     done
   done
 }
 
+pair_pretrained() {  # both pretrainings of the pair are finished
+  local gate
+  for gate in "${STUDY_GATES[@]}"; do [ -f "$STUDY/pt-gate-$gate/pretrained.pt" ] || return 1; done
+}
+
 lane_pretrain() {
-  step pretrain_run elementwise
+  step pretrain_run elementwise  # first: it builds the corpus that the other copies
   step pretrain_run none
-  if [ -f "$STUDY/pt-gate-elementwise/pretrained.pt" ] && [ -f "$STUDY/pt-gate-none/pretrained.pt" ]; then
+  if pair_pretrained; then
     for seed in 0 1 2; do  # both arms seed by seed, so that a stop leaves pairs
-      for gate in elementwise none; do
+      for gate in "${STUDY_GATES[@]}"; do
         w=$(weights "$gate") || { say "no weights of $gate"; continue; }
         args="--init $w --set model.attn=true --set model.gate=$gate"
         if same_args "pt-attn-$gate" "$args"; then
@@ -172,14 +179,10 @@ lane_group() {  # $1: lane; every process that carries the lane's mark in its en
   return 0
 }
 
-
-lane_pids() {  # every process of the running lanes (or of the lanes named)
-  local lane pid
-  tree() { echo "$1"; for c in $(pgrep -P "$1"); do tree "$c"; done; }
+lane_pids() {  # every process of the running lanes (or of the lanes named), found by their mark
+  local lane
   [ $# -gt 0 ] || set -- "${LANES[@]}"
-  for lane in "$@"; do
-    { if pid=$(lane_pid "$lane"); then tree "$pid"; fi; lane_group "$lane"; } | sort -u
-  done
+  for lane in "$@"; do lane_group "$lane"; done
   return 0
 }
 
@@ -211,7 +214,7 @@ done = collections.Counter((r.get("recipe"), r.get("seed")) for r in json.load(o
                            if r.get("tool") == "siggate" and r.get("status") == "ok")
 for recipe in sys.argv[2:]:
     print(f"  {recipe}: " + ", ".join(f"seed {s} {done[(recipe, s)]}/20" for s in (0, 1, 2)))' \
-        "$MACE_RESULTS" gate-none gate-elementwise pt-attn-elementwise pt-attn-none || true; fi
+        "$MACE_RESULTS" "${STUDY_GATES[@]/#/gate-}" "${STUDY_GATES[@]/#/pt-attn-}" || true; fi
     ;;
   stop)  # a lane's processes ended, so that `start` runs its queue as this file now says; each item resumes
     [ $# -gt 0 ] || set -- "${LANES[@]}"
@@ -239,7 +242,7 @@ for recipe in sys.argv[2:]:
     if [ -f "$MACE_RESULTS" ]; then "$py" benchmarks/moleculeace/run.py --import-rows "$MACE_RESULTS"; fi
     "$py" benchmarks/moleculeace/run.py --report
     "$py" benchmarks/peers/run.py --report
-    if [ -f "$STUDY/pt-gate-elementwise/pretrained.pt" ] && [ -f "$STUDY/pt-gate-none/pretrained.pt" ]; then
+    if pair_pretrained; then
       "$py" benchmarks/pretrain_gate/compare.py --run "elementwise=$STUDY/pt-gate-elementwise" --run "none=$STUDY/pt-gate-none"
     fi
     if [ -d "$STUDY/zinc16" ]; then bash benchmarks/results/campaign/study.sh snapshot zinc16; fi

@@ -33,6 +33,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from siggate.train.ensemble import member_shares
+from siggate.train.executor import load_script
+from siggate.train.rundir import run_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the harness result files whose rows name a recipe (the peers' default rows are in results.json,
@@ -61,15 +63,9 @@ def run_folder(command: str) -> Path:
 
 
 def _peers():
-    """``benchmarks/peers/run.py`` (its subprocess runner, one-thread environment and run-record
-    reader), loaded once under the name the MoleculeACE harness gives it."""
-    import importlib.util
-
-    if "peers_run" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("peers_run", ROOT / "benchmarks/peers/run.py")
-        sys.modules["peers_run"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["peers_run"])
-    return sys.modules["peers_run"]
+    """``benchmarks/peers/run.py`` (its subprocess runner and one-thread environment), loaded
+    once under the name the MoleculeACE harness gives it."""
+    return load_script("peers_run", ROOT / "benchmarks/peers/run.py", reuse=True)
 
 
 def folder_metrics(row: dict) -> tuple[dict | None, str]:
@@ -83,8 +79,7 @@ def folder_metrics(row: dict) -> tuple[dict | None, str]:
     if not path.is_file():
         return None, "gone"
     m = json.loads(path.read_text())
-    record = folder / ("members.yaml" if (folder / "members.yaml").exists() else "config.yaml")
-    commit = _peers()._siggate_commit(record) if record.is_file() else None
+    commit = run_commit(folder)
     want_commit, want_test = row.get("git_commit"), row.get("tool_reported_test")
     if want_commit and commit != want_commit:
         return None, f"its folder holds a run of commit {str(commit)[:7]}"

@@ -12,7 +12,6 @@ import contextlib
 import copy
 import csv
 import gzip
-import importlib.util
 import json
 import math
 import os
@@ -29,6 +28,7 @@ from siggate.config import from_dict
 from siggate.data.base import GraphDataset, TaskInfo
 from siggate.data.chem import smiles_to_graph
 from siggate.data.pe import add_pe
+from siggate.train.executor import load_script
 
 NCI_SMI = Path(RDConfig.RDDataDir) / "NCI" / "first_5K.smi"
 
@@ -466,10 +466,7 @@ def test_input_columns_come_through_in_order_and_a_label_column_gets_pred(ckpt, 
     rc, stdout, _ = run_cli(["predict", "--checkpoint", str(ckpt), "CCO"], capsys)
     assert stdout.splitlines()[0] == "smiles,y,nearest_train_similarity,outside_domain,error"  # SMILES as arguments
     # the peer benchmark's runner reads the prediction column as the one that is not an input column
-    spec = importlib.util.spec_from_file_location(
-        "peers_run", Path(__file__).resolve().parents[1] / "benchmarks" / "peers" / "run.py")
-    peers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(peers)
+    peers = load_script("peers_run", Path(__file__).resolve().parents[1] / "benchmarks" / "peers" / "run.py", reuse=True)
     assert peers.prediction_column(src, rows) == "y_pred"
 
 

@@ -107,6 +107,18 @@ def test_free_run_dir_skips_folders_that_hold_runs(tmp_path):
     assert holds_run(tmp_path / "e")  # an ensemble folder holds runs in its members
 
 
+def test_run_commit_reads_the_members_record_first(tmp_path):
+    from siggate.train.rundir import run_commit
+
+    assert run_commit(tmp_path / "none") is None
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"train": {}, "_meta": {"git_commit": "c" * 40}}))
+    assert run_commit(tmp_path) == "c" * 40
+    (tmp_path / "members.yaml").write_text(yaml.safe_dump({"_meta": {"git_commit": "m" * 40}}))
+    assert run_commit(tmp_path) == "m" * 40  # a run of several members: its own record, not a member's config
+    (tmp_path / "members.yaml").write_text(yaml.safe_dump({"train": {}}))
+    assert run_commit(tmp_path) is None  # a record without the commit says none, rather than the config's
+
+
 def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
     out = tmp_path / "ens"
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out))
@@ -119,6 +131,10 @@ def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
     assert rc == 0, err
     rc, _, err = run_cli(["train", "--resume", str(out), "--no-progress"], capsys)  # no flags: the run's own
     assert rc == 0, err
+    from siggate.train.record import git_commit
+    from siggate.train.rundir import run_commit
+
+    assert run_commit(out) == git_commit() == run_commit(out / "member0")  # what the harnesses' rows record
     record = out / "members.yaml"  # a folder written before the members record: the flags are asked for
     kept = record.read_text()
     doc = yaml.safe_load(kept)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,33 @@ def test_a_run_saved_with_select_best_or_without_it_is_the_same_run_under_auto(t
             assert status.state == "conflict" and "train.select" in status.reason
         else:
             assert status.state == "done", status.reason
+
+
+def test_load_script_registers_a_file_for_call_requests_and_reuses_only_the_same_file(tmp_path, monkeypatch):
+    """A script loaded under a name is what a ``"name:function"`` request calls; ``reuse`` gives
+    back the module of the same file without executing it again, a fresh load executes it again,
+    another file under the name replaces it, and a file that fails leaves the registration as it was."""
+    from siggate.train.executor import load_script, run_call
+
+    monkeypatch.delitem(sys.modules, "sg_script", raising=False)
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("WHO = 'a'\n"
+                 "def row(x):\n    return {'who': WHO, 'x': x}\n")
+    b.write_text("WHO = 'b'\n")
+    first = load_script("sg_script", a)
+    assert sys.modules["sg_script"] is first and first.WHO == "a"
+    assert load_script("sg_script", tmp_path / "." / "a.py", reuse=True) is first  # the same file, however named
+    result = run_call(CallRequest("k", "sg_script:row", {"x": 3}, tmp_path / "run"))
+    assert result.ok and result.metrics == {"who": "a", "x": 3}
+    again = load_script("sg_script", a)
+    assert again is not first and sys.modules["sg_script"] is again
+    other = load_script("sg_script", b, reuse=True)
+    assert other.WHO == "b" and sys.modules["sg_script"] is other
+    (tmp_path / "bad.py").write_text("raise ValueError('broken script')\n")
+    with pytest.raises(ValueError, match="broken script"):
+        load_script("sg_script", tmp_path / "bad.py")
+    assert sys.modules["sg_script"] is other
+    with pytest.raises(ImportError, match="no such Python file"):
+        load_script("sg_missing", tmp_path / "missing.py")
+    assert "sg_missing" not in sys.modules
+    monkeypatch.delitem(sys.modules, "sg_script")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -21,10 +20,9 @@ HERE = Path(__file__).resolve().parent
 def main(argv=None) -> int:
     import numpy as np
 
-    spec = importlib.util.spec_from_file_location("mace_run", HERE / "run.py")
-    mace = importlib.util.module_from_spec(spec)
-    sys.modules["mace_run"] = mace
-    spec.loader.exec_module(mace)
+    from siggate.train.executor import load_script
+
+    mace = load_script("mace_run", HERE / "run.py", reuse=True)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--recipe", default="default")
     p.add_argument("--seed", type=int, default=0)

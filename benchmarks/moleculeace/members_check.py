@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import json
 import platform
 import re
@@ -71,13 +70,9 @@ ROWS = {
 
 def load_run():
     """``run.py`` (the harness: targets, ``build``, ``read_test``, ``cliff_metrics``) under its own name."""
-    if "mace_run" in sys.modules:
-        return sys.modules["mace_run"]
-    spec = importlib.util.spec_from_file_location("mace_run", HERE / "run.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["mace_run"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    from siggate.train.executor import load_script
+
+    return load_script("mace_run", HERE / "run.py", reuse=True)
 
 
 def dataset(tdir: Path, target: str, merge_val: bool = False):

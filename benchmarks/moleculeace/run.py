@@ -46,24 +46,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from siggate.train.executor import CallRequest
+from siggate.train.executor import CallRequest, load_script
 from siggate.train.study import RowStore, StudyRun, reuse_status
 
 HERE = Path(__file__).resolve().parent
 
 
-def _load_peers():
-    """``benchmarks/peers/run.py`` (tools, subprocess runner, metrics, results I/O), under its own name."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("peers_run", HERE.parent / "peers" / "run.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["peers_run"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-peers = _load_peers()
+#: ``benchmarks/peers/run.py`` (tools, subprocess runner, metrics, results I/O), under its own name
+peers = load_script("peers_run", HERE.parent / "peers" / "run.py", reuse=True)
 
 PACKAGE, VERSION = "MoleculeACE", "3.0.0"
 DATA_IN_WHEEL = "MoleculeACE/Data/benchmark_data"

@@ -46,6 +46,7 @@ from pathlib import Path
 from siggate.train.ensemble import member_shares
 from siggate.train.executor import CallRequest, InlineExecutor
 from siggate.train.predict import DOMAIN_COLUMNS
+from siggate.train.rundir import run_commit
 from siggate.train.study import RowStore, StudyRun, execute, plan, reuse_status
 
 HERE = Path(__file__).resolve().parent
@@ -237,7 +238,7 @@ class Siggate(Tool):
             "tool_reported_test": metrics.get("test"),
             "best_epoch": metrics.get("best_epoch"),
             **({"member_shares": member_shares(metrics)} if "members" in metrics else {}),  # what each adds
-            "git_commit": _siggate_commit(model / ("members.yaml" if (model / "members.yaml").exists() else "config.yaml")),
+            "git_commit": run_commit(model),
             "git_src_modified": _src_modified(),
             "command": " ".join(["siggate", *map(shlex.quote, argv)]),
             "predict_command": " ".join(["siggate", *map(shlex.quote, pred_argv)]),
@@ -257,13 +258,6 @@ def prediction_column(input_csv: Path, rows: list[dict]) -> str:
     if len(cols) != 1:
         raise RuntimeError(f"cannot tell siggate's prediction column among {list(rows[0]) if rows else []}")
     return cols[0]
-
-
-def _siggate_commit(config_yaml: Path) -> str | None:
-    """The siggate commit a run trained at, from the ``_meta`` its ``config.yaml`` records."""
-    import yaml
-
-    return (yaml.safe_load(config_yaml.read_text()).get("_meta") or {}).get("git_commit")
 
 
 def _src_modified() -> bool | None:

@@ -64,6 +64,35 @@ class CallRequest:
     run_dir: Path
 
 
+def load_script(name: str, path: str | Path, reuse: bool = False):
+    """The module of the Python file at ``path`` that is not part of a package (a benchmark
+    harness), executed and registered in ``sys.modules`` as ``name``, so that a
+    :class:`CallRequest` naming ``"name:function"`` and the scripts that share it find it.
+    ``reuse``: the module already registered as ``name`` when it was loaded from the same file
+    (not executed again); otherwise the file is executed afresh and replaces it. A file that
+    fails to execute leaves ``sys.modules`` as it was."""
+    import importlib.util
+
+    path = Path(path).resolve()
+    have = sys.modules.get(name)
+    if reuse and getattr(have, "__file__", None) and Path(have.__file__).resolve() == path:
+        return have
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise ImportError(f"cannot load {path} as module {name!r}: no such Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        if have is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = have
+        raise
+    return module
+
+
 @dataclass
 class RunResult:
     """What came back from a run: its exit status, its ``metrics.json`` (``None`` if it wrote

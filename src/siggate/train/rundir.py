@@ -62,6 +62,18 @@ def run_files(out: str | Path) -> list[str]:
     return found
 
 
+def run_commit(out: str | Path) -> str | None:
+    """The git commit of siggate that trained the run in ``out``, as its record's ``_meta``
+    says (``members.yaml`` for a run of several members, else ``config.yaml``); ``None``
+    without a record or a recorded commit."""
+    out = Path(out)
+    record = out / (MEMBERS_RECORD if (out / MEMBERS_RECORD).is_file() else "config.yaml")
+    if not record.is_file():
+        return None
+    saved = yaml.safe_load(record.read_text()) or {}
+    return (saved.get("_meta") or {}).get("git_commit")
+
+
 def holds_run(out: str | Path) -> bool:
     """Whether ``out`` holds a run or an ensemble (see the module docstring)."""
     return bool(run_files(out))
