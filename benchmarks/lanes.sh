@@ -14,7 +14,7 @@
 #   bash benchmarks/lanes.sh stop [LANE...]    # end a lane, to start it again after editing its queue
 #   bash benchmarks/lanes.sh snapshot          # this checkout's reports over the rows so far, staged
 #
-# Lanes run side by side, one thread each; within a lane, in the CPU order of DEVELOPERS.md:
+# Lanes run side by side, one thread each; within a lane, in the CPU order of the developers' guide:
 #   recipe:   MoleculeACE `cand-avgc` (the default's flags at 46a976c) seeds 0-2, its peer rows
 #             (the six tasks, seeds 0-2), the members' calibration (members_check.py at
 #             2353cb4), cand-avgc's lost run folders again (members_share.py --rerun-missing),
@@ -25,7 +25,7 @@
 #             the same commit as `pretrained-gine` (item 3), then the zinc16 campaign (item 4)
 set -euo pipefail
 ROOT=$(git rev-parse --show-toplevel)
-STUDY=${STUDY_DIR:-$ROOT/.study}
+STUDY=$(realpath -m "${STUDY_DIR:-$ROOT/.study}")  # one spelling: the lanes' mark holds it
 LANES=(recipe pretrain)
 export SIGGATE_DATA=${SIGGATE_DATA:-$ROOT/../shared/data}
 MACE_COMMITTED=$ROOT/benchmarks/moleculeace/results/results.json
@@ -34,8 +34,10 @@ PEERS_RESULTS=$ROOT/benchmarks/peers/results/recipe.json
 MCHECK=$STUDY/members_check-2353cb4.json
 CAND_AVGC="--members gnn,svr,rf --weights val --init pretrained --set train.epochs=60"
 PT_COMMIT=f285fbd
-#: the gate study's arms: recipes gate-GATE (from scratch, lane recipe) and pt-attn-GATE (fine-tuned, lane pretrain)
-STUDY_GATES=(none elementwise)
+#: the gate study's arms: recipes gate-GATE (from scratch, lane recipe), pretrainings pt-gate-GATE
+#: and their fine-tunes pt-attn-GATE (lane pretrain); within a seed the arms run in this order
+STUDY_GATES=(elementwise none)
+PT_FIRST=elementwise  # the pretraining that builds the corpus the others copy
 PT_SHIPPED="--smiles moses --molecules 100000 --epochs 15 --seed 0"  # src/siggate/pretrained/default.json's command
 #: what snapshot regenerates and stages
 GENERATED=(benchmarks/moleculeace/results benchmarks/moleculeace/README.md benchmarks/peers/results
@@ -74,7 +76,7 @@ mace() {
 }
 
 pretrain_run() {  # $1: gate; the pair shares one corpus, built by the first run and copied
-  local out=$STUDY/pt-gate-$1 first=$STUDY/pt-gate-elementwise
+  local out=$STUDY/pt-gate-$1 first=$STUDY/pt-gate-$PT_FIRST
   [ -f "$out/pretrained.pt" ] && return 0
   if [ "$out" != "$first" ] && [ ! -d "$out/corpus" ]; then
     mkdir -p "$out" && rm -rf "$out/corpus.tmp" && cp -r "$first/corpus" "$out/corpus.tmp" \
@@ -146,9 +148,12 @@ pair_pretrained() {  # both pretrainings of the pair are finished
 }
 
 lane_pretrain() {
-  step pretrain_run elementwise  # first: it builds the corpus that the other copies
-  step pretrain_run none
-  if pair_pretrained; then
+  local gate
+  step pretrain_run "$PT_FIRST"
+  for gate in "${STUDY_GATES[@]}"; do [ "$gate" = "$PT_FIRST" ] || step pretrain_run "$gate"; done
+  if ! pair_pretrained; then
+    say "a pretraining of ${STUDY_GATES[*]} is unfinished: no fine-tunes (start the lane again to resume it)"
+  else
     for seed in 0 1 2; do  # both arms seed by seed, so that a stop leaves pairs
       for gate in "${STUDY_GATES[@]}"; do
         w=$(weights "$gate") || { say "no weights of $gate"; continue; }
@@ -229,6 +234,9 @@ for recipe in sys.argv[2:]:
       done
       p=$(lane_pids "$lane"); [ -z "$p" ] || kill -KILL $p 2>/dev/null || true
       echo "lane $lane: stopped ($n signals sent)"
+      if pid=$(lane_pid "$lane"); then  # its pid file names a live lane that carries no mark of this study folder
+        echo "warning: lane $lane still runs (pid $pid) without the mark SIGGATE_LANE=$STUDY/$lane; end it with kill -- $pid and its children" >&2
+      fi
     done
     ;;
   pause) p=$(lane_pids); [ -z "$p" ] || kill -STOP $p 2>/dev/null || true; echo "paused: $(echo $p | wc -w) processes" ;;
@@ -243,7 +251,8 @@ for recipe in sys.argv[2:]:
     "$py" benchmarks/moleculeace/run.py --report
     "$py" benchmarks/peers/run.py --report
     if pair_pretrained; then
-      "$py" benchmarks/pretrain_gate/compare.py --run "elementwise=$STUDY/pt-gate-elementwise" --run "none=$STUDY/pt-gate-none"
+      runs=(); for gate in "${STUDY_GATES[@]}"; do runs+=(--run "$gate=$STUDY/pt-gate-$gate"); done
+      "$py" benchmarks/pretrain_gate/compare.py "${runs[@]}"
     fi
     if [ -d "$STUDY/zinc16" ]; then bash benchmarks/results/campaign/study.sh snapshot zinc16; fi
     if mcheck_done; then

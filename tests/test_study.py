@@ -239,18 +239,26 @@ def test_a_run_saved_with_select_best_or_without_it_is_the_same_run_under_auto(t
 
 def test_load_script_registers_a_file_for_call_requests_and_reuses_only_the_same_file(tmp_path, monkeypatch):
     """A script loaded under a name is what a ``"name:function"`` request calls; ``reuse`` gives
-    back the module of the same file without executing it again, a fresh load executes it again,
-    another file under the name replaces it, and a file that fails leaves the registration as it was."""
+    back the module of the same file (by any path to it) without executing it again, a fresh load
+    executes it again, another file under the name replaces it, and a file that fails leaves the
+    name's registration as it was (none, or the module before)."""
     from siggate.train.executor import load_script, run_call
 
-    monkeypatch.delitem(sys.modules, "sg_script", raising=False)
+    for name in ("sg_script", "sg_fails"):
+        monkeypatch.setitem(sys.modules, name, None)  # restored (removed) after the test, whatever happens
+        del sys.modules[name]
     a, b = tmp_path / "a.py", tmp_path / "b.py"
     a.write_text("WHO = 'a'\n"
                  "def row(x):\n    return {'who': WHO, 'x': x}\n")
     b.write_text("WHO = 'b'\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.py").symlink_to(a)
     first = load_script("sg_script", a)
     assert sys.modules["sg_script"] is first and first.WHO == "a"
-    assert load_script("sg_script", tmp_path / "." / "a.py", reuse=True) is first  # the same file, however named
+    assert load_script("sg_script", tmp_path / "sub" / ".." / "a.py", reuse=True) is first
+    assert load_script("sg_script", tmp_path / "link.py", reuse=True) is first  # the same file, by a link
+    monkeypatch.chdir(tmp_path)
+    assert load_script("sg_script", "a.py", reuse=True) is first  # and by a relative path
     result = run_call(CallRequest("k", "sg_script:row", {"x": 3}, tmp_path / "run"))
     assert result.ok and result.metrics == {"who": "a", "x": 3}
     again = load_script("sg_script", a)
@@ -261,7 +269,9 @@ def test_load_script_registers_a_file_for_call_requests_and_reuses_only_the_same
     with pytest.raises(ValueError, match="broken script"):
         load_script("sg_script", tmp_path / "bad.py")
     assert sys.modules["sg_script"] is other
+    with pytest.raises(ValueError, match="broken script"):
+        load_script("sg_fails", tmp_path / "bad.py")
+    assert "sg_fails" not in sys.modules
     with pytest.raises(ImportError, match="no such Python file"):
-        load_script("sg_missing", tmp_path / "missing.py")
-    assert "sg_missing" not in sys.modules
-    monkeypatch.delitem(sys.modules, "sg_script")
+        load_script("sg_fails", tmp_path / "missing.py")
+    assert "sg_fails" not in sys.modules

@@ -39,6 +39,7 @@ def main(argv=None) -> int:
     from siggate.train.dataprep import graph_loader, prepare_data
     from siggate.train.modelprep import load_trained
     from siggate.train.record import git_commit
+    from siggate.train.rundir import run_commit
     from siggate.train.scoring import evaluate_split
 
     torch.set_num_threads(1)
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
 
             row = {"run": str(run), "checkpoint": name, "task": cfg.data.csv and Path(cfg.data.csv).parent.name,
                    "epoch": ckpt["state"]["epoch"], "eval_norm": cfg.train.eval_norm,
-                   "run_commit": _run_commit(run), "saved": score(model)}
+                   "run_commit": run_commit(run / "model"), "saved": score(model)}
             for bs in GRAPH_BATCHES:
                 m = copy.deepcopy(model)
                 recompute_bn_stats(m, graph_loader(ds.train, bs))
@@ -76,12 +77,6 @@ def main(argv=None) -> int:
                              *map(shlex.quote, sys.argv[1:] if argv is None else argv)]),
         "git_commit": commit, "threads": 1, "rows": rows}, indent=1))
     return 0
-
-
-def _run_commit(run: Path) -> str | None:
-    import yaml
-
-    return (yaml.safe_load((run / "model" / "config.yaml").read_text()).get("_meta") or {}).get("git_commit")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ class RunRequest:
 @dataclass
 class CallRequest:
     """One run done by a function instead of a ``siggate train`` process: ``fn``
-    (``"module:function"``, importable on every worker) called with ``kwargs``. It must be
+    (``"module:function"``, importable on every worker, or a script :func:`load_script`
+    registered under ``module``) called with ``kwargs``. It must be
     safe to call again after an interruption (resume from ``run_dir``) and return a dict.
     Used by the analysis sweeps, whose runs train on an in-memory (e.g. truncated) dataset."""
 
@@ -70,7 +71,8 @@ def load_script(name: str, path: str | Path, reuse: bool = False):
     :class:`CallRequest` naming ``"name:function"`` and the scripts that share it find it.
     ``reuse``: the module already registered as ``name`` when it was loaded from the same file
     (not executed again); otherwise the file is executed afresh and replaces it. A file that
-    fails to execute leaves ``sys.modules`` as it was."""
+    fails to execute leaves ``name``'s entry as it was (modules the file imported before failing
+    stay imported)."""
     import importlib.util
 
     path = Path(path).resolve()
