@@ -121,7 +121,7 @@ members_rerun() {  # $1: commit, $2: recipe; this checkout's members_share.py, t
   local wt; wt=$(worktree "$1") || return 1
   say "members_share.py --recipe $2 --rerun-missing $wt/.venv/bin/siggate"
   ( cd "$ROOT" && .venv/bin/python benchmarks/members_share.py --recipe "$2" --rerun-missing "$wt/.venv/bin/siggate" \
-      --out "$STUDY/members-$2.json" )
+      --keep --out "$STUDY/members-$2.json" )  # --keep: the shares go into the rows, which snapshot commits
 }
 
 lane_recipe() {

@@ -15,6 +15,11 @@ names joined by ``+``), with the commits of the rows it read:
 
 The harnesses' own rows stay the record of the combination's scores (``run.py --report``); this
 adds the split into members. An old row whose run folder is gone is counted as missing and named.
+``--rerun-missing SIGGATE`` trains such folders again (counted only where they reproduce their
+row), and ``--keep`` writes the shares read from the folders into the rows themselves, so that a
+new checkout, which has no run folders, reads the same table:
+
+    python benchmarks/members_share.py --recipe cand-avgc --rerun-missing .study/wt-46a976c/.venv/bin/siggate --keep
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from pathlib import Path
 from siggate.train.ensemble import member_shares
 from siggate.train.executor import load_script
 from siggate.train.rundir import run_commit
+from siggate.train.study import RowStore
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the harness result files whose rows name a recipe (the peers' default rows are in results.json,
@@ -199,6 +205,36 @@ def rerun_missing(rows: list[dict], exe: str, say=lambda line: None) -> list[str
     return notes
 
 
+def keep_shares(path: Path, rows_field: str, names: list[str], defaults: bool = False) -> int:
+    """Write the ``member_shares`` of their run folder into the rows of ``names`` in the results
+    file ``path`` that keep none, where the folder holds the row's own run (:func:`folder_metrics`)
+    and that run combined several members, so that the table is read from the rows alone (a new
+    checkout has no run folders). Done under the file's lock, as the harnesses write it (one may
+    be adding rows meanwhile); the file is left untouched when no row gains them. Returns how
+    many rows gained them."""
+    def missing(doc: dict) -> list[tuple[dict, dict]]:
+        out = []
+        for r in recipe_rows(doc[rows_field], names, defaults):
+            if r.get("member_shares") is None:
+                m, _ = folder_metrics(r)
+                if m is not None and "members" in m:
+                    out.append((r, m))
+        return out
+
+    store = RowStore(path, key=lambda r: (), rows_field=rows_field)
+    if not missing(store.load()):
+        return 0
+    gained = []
+
+    def change(doc: dict) -> None:  # read again under the lock: the rows as they are now
+        for r, m in missing(doc):
+            r["member_shares"] = member_shares(m)
+            gained.append(r)
+
+    store.update(change)
+    return len(gained)
+
+
 def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
     """Per group (target or task), each member kind's and the combination's mean over the seeds
     every group has; with ``mean``, also their means over the groups (``mean=False`` where the
@@ -269,6 +305,9 @@ def main(argv=None) -> int:
     p.add_argument("--rerun-missing", metavar="SIGGATE", default=None,
                    help="train again, with this siggate executable (the one of the rows' commit), the rows whose run "
                         "folder is gone; a rerun counts only if it reproduces its row's commit and test metric")
+    p.add_argument("--keep", action="store_true",
+                   help="write each row's member shares, from its run folder where that holds the row's own run, into "
+                        "the row in its results file, so that a checkout without the run folders reads them")
     p.add_argument("--readme", type=Path, default=None,
                    help="also write the table between the members-share markers of this file (the README)")
     args = p.parse_args(argv)
@@ -278,15 +317,23 @@ def main(argv=None) -> int:
     lines = []
     names = [n.strip() for n in args.recipe.split(",") if n.strip()]
     for source, paths in SOURCES.items():
-        docs = [json.loads(path.read_text()) for path in paths]
-        rows = [r for i, data in enumerate(docs)
-                for r in recipe_rows(data["rows"] if source == "moleculeace" else data["runs"], names,
-                                     defaults=source == "peers" and i == 0)]
+        field = "rows" if source == "moleculeace" else "runs"  # the peers' first file holds their default rows
+
+        def read(paths=paths, field=field, source=source) -> tuple[list[dict], list[dict]]:
+            docs = [json.loads(path.read_text()) for path in paths]
+            return docs, [r for i, data in enumerate(docs)
+                          for r in recipe_rows(data[field], names, defaults=source == "peers" and i == 0)]
+
+        docs, rows = read()
         if not rows:
             continue
         reruns = (rerun_missing(rows, args.rerun_missing, lambda line, source=source: print(f"{source}: rerun {line}",
                                                                                             flush=True))
                   if args.rerun_missing else None)
+        if args.keep:  # after the reruns, which bring back folders to keep the shares of
+            result.setdefault("kept", {})[source] = sum(
+                keep_shares(path, field, names, defaults=source == "peers" and i == 0) for i, path in enumerate(paths))
+            docs, rows = read()
         s = summarize(rows, "rmse" if source == "moleculeace" else "task", mean=source == "moleculeace")
         if reruns is not None:
             s["reruns"] = reruns  # what was trained again, and what did not reproduce

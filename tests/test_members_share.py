@@ -217,3 +217,44 @@ def test_member_shares_under_equal_weights_give_each_member_one_nth():
     assert [m["weight"] for m in shares["members"]] == pytest.approx([1 / 3] * 3)
     assert shares["combination"] == {"val": 2.0, "test": 1.0, "val_summary": None, "test_summary": None}
     assert shares["members"][2]["test_summary"] == {"rmse": 2} and shares["weighting"] == "equal"
+
+
+def test_keep_writes_the_folders_shares_into_the_rows_so_that_no_folder_is_needed(tmp_path, monkeypatch, capsys):
+    """``--keep`` writes each row's ``member_shares`` from its own run's folder into the results
+    file; a row whose folder holds another run gains none, a row that keeps them is not touched,
+    and the table read afterwards without any folder is the same."""
+    import shutil
+
+    base = {"tool": "siggate", "status": "ok", "recipe": "cand"}
+    rows, folders = [], []
+    for target, comb, gnn in (("A", 0.5, 0.7), ("B", 0.4, 0.6), ("C", 0.3, 0.5)):
+        row, out = _row(tmp_path / "runs", target, 0)
+        _run(out, comb, [("gnn", gnn, gnn + 10, 0.25), ("svr", 0.6, 10.6, 0.75)])
+        rows.append({**base, **row})
+        folders.append(out)
+    rows[1]["tool_reported_test"] = 9.0  # B's folder holds another run than its row's
+    kept_before = share.member_shares(json.loads((folders[2] / "metrics.json").read_text()))
+    rows[2]["member_shares"] = kept_before
+    rows.append({**base, "recipe": "other", **_row(tmp_path / "runs", "D", 0)[0]})  # another recipe: untouched
+    mace, peers = tmp_path / "m.json", tmp_path / "p.json"
+    mace.write_text(json.dumps({"rows": rows, "summary": ["kept as it is"]}, indent=1) + "\n")
+    peers.write_text(json.dumps({"runs": []}))
+    monkeypatch.setattr(share, "SOURCES", {"moleculeace": [mace], "peers": [peers]})
+    assert share.main(["--recipe", "cand", "--out", str(tmp_path / "before.json")]) == 0
+    before = json.loads((tmp_path / "before.json").read_text())
+    assert "kept" not in before and json.loads(mace.read_text())["rows"] == rows  # without --keep: nothing written
+    assert share.main(["--recipe", "cand", "--keep", "--out", str(tmp_path / "kept.json")]) == 0
+    doc = json.loads(mace.read_text())
+    assert json.loads((tmp_path / "kept.json").read_text())["kept"] == {"moleculeace": 1}  # the peers hold no row of it
+    assert doc["summary"] == ["kept as it is"] and [r["target"] for r in doc["rows"]] == ["A", "B", "C", "D"]
+    assert doc["rows"][0]["member_shares"] == share.member_shares(json.loads((folders[0] / "metrics.json").read_text()))
+    assert "member_shares" not in doc["rows"][1] and "member_shares" not in doc["rows"][3]
+    assert doc["rows"][2]["member_shares"] == kept_before
+    for out in folders:
+        shutil.rmtree(out)
+    assert share.main(["--recipe", "cand", "--keep", "--out", str(tmp_path / "after.json")]) == 0
+    after = json.loads((tmp_path / "after.json").read_text())
+    assert after["kept"] == {"moleculeace": 0}
+    assert after["moleculeace"]["per_group"] == {k: v for k, v in before["moleculeace"]["per_group"].items() if k != "B"}
+    assert after["moleculeace"]["missing"] == ["B seed 0"] and before["moleculeace"]["missing"] == [
+        "B seed 0 (its folder holds another run (test 1.4 against the row's 9.0))"]
