@@ -120,7 +120,9 @@ mcheck_done() {  # the calibration covers the 20 public targets (2353cb4's --res
 members_rerun() {  # $1: commit, $2: recipe; this checkout's members_share.py, the commit's siggate
   local wt; wt=$(worktree "$1") || return 1
   say "members_share.py --recipe $2 --rerun-missing $wt/.venv/bin/siggate"
-  ( cd "$ROOT" && .venv/bin/python benchmarks/members_share.py --recipe "$2" --rerun-missing "$wt/.venv/bin/siggate" \
+  # the lane's MoleculeACE rows first into the committed file, which members_share reads and keeps shares in
+  ( cd "$ROOT" && if [ -f "$MACE_RESULTS" ]; then .venv/bin/python benchmarks/moleculeace/run.py --import-rows "$MACE_RESULTS"; fi \
+      && .venv/bin/python benchmarks/members_share.py --recipe "$2" --rerun-missing "$wt/.venv/bin/siggate" \
       --keep --out "$STUDY/members-$2.json" )  # --keep: the shares go into the rows, which snapshot commits
 }
 
@@ -246,7 +248,7 @@ for recipe in sys.argv[2:]:
     [ -x "$py" ] || { echo "error: snapshot runs this checkout's code: create $ROOT/.venv (README's install)" >&2; exit 2; }
     cd "$ROOT"
     edited=$(git status --porcelain -- "${GENERATED[@]}" | grep -v " benchmarks/peers/results/recipe.json$" || true)
-    [ -z "$edited" ] || echo "warning: these hold edits of their own, which are staged with the snapshot:"$'\n'"$edited" >&2
+    [ -z "$edited" ] || echo "warning: these hold edits of their own (members_share.py --keep writes shares into the results files), which are staged with the snapshot:"$'\n'"$edited" >&2
     if [ -f "$MACE_RESULTS" ]; then "$py" benchmarks/moleculeace/run.py --import-rows "$MACE_RESULTS"; fi
     "$py" benchmarks/moleculeace/run.py --report
     "$py" benchmarks/peers/run.py --report

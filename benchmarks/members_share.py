@@ -3,7 +3,7 @@
 rows name (each row's ``--out``): per run, each member's test metric alone, the combination's,
 and the weight the validation split gave the member.
 
-    python benchmarks/members_share.py --recipe cand-ens60,default --readme README.md
+    python benchmarks/members_share.py --recipe cand-avgc --readme README.md
 
 Prints a markdown table and writes ``benchmarks/results/members/<name+name>.json`` (``--recipe``'s
 names joined by ``+``), with the commits of the rows it read:
@@ -207,16 +207,16 @@ def rerun_missing(rows: list[dict], exe: str, say=lambda line: None) -> list[str
 
 def keep_shares(path: Path, rows_field: str, names: list[str], defaults: bool = False) -> int:
     """Write the ``member_shares`` of their run folder into the rows of ``names`` in the results
-    file ``path`` that keep none, where the folder holds the row's own run (:func:`folder_metrics`)
-    and that run combined several members, so that the table is read from the rows alone (a new
+    file ``path`` that keep none, where the folder holds the row's own run (:func:`folder_metrics`,
+    so only rows that record their commit and test metric) and that run combined several members, so that the table is read from the rows alone (a new
     checkout has no run folders). Done under the file's lock, as the harnesses write it (one may
     be adding rows meanwhile); the file is left untouched when no row gains them. Returns how
     many rows gained them."""
     def missing(doc: dict) -> list[tuple[dict, dict]]:
         out = []
         for r in recipe_rows(doc[rows_field], names, defaults):
-            if r.get("member_shares") is None:
-                m, _ = folder_metrics(r)
+            if r.get("member_shares") is None and r.get("git_commit") and r.get("tool_reported_test") is not None:
+                m, _ = folder_metrics(r)  # a row that records both: the folder's run is shown to be the row's
                 if m is not None and "members" in m:
                     out.append((r, m))
         return out
@@ -299,7 +299,7 @@ def chemprop_means(runs: list[dict]) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--recipe", required=True,
-                   help="the harness rows' recipe names, comma-separated, e.g. cand-ens60,default ('default': the "
+                   help="the harness rows' recipe names, comma-separated, e.g. cand-avgc or cand-ens60,default ('default': the "
                         "peers' default rows; a target's later row wins for a seed; the table names the rows' commits)")
     p.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/members/NAME+NAME.json")
     p.add_argument("--rerun-missing", metavar="SIGGATE", default=None,
@@ -358,6 +358,14 @@ def main(argv=None) -> int:
     out.write_text(json.dumps(result, indent=1) + "\n")
     print("\n".join(lines))
     print(f"\nwrote {out}")
+    incomplete = [f"{source}: {', '.join(result[source]['missing']) or result[source].get('error')}"
+                  for source in SOURCES if source in result
+                  and (result[source]["missing"] or not result[source]["groups"])]
+    if args.readme and incomplete:  # the README's table is whole or not written
+        print(f"members_share.py: error: {args.readme} not updated: rows without member shares or their run's folder "
+              f"({'; '.join(incomplete)}); train them again with --rerun-missing SIGGATE (the siggate of the rows' "
+              "commit) and --keep", file=sys.stderr)
+        return 2
     if args.readme:
         text = args.readme.read_text()
         start, end = "<!-- members-share:start -->", "<!-- members-share:end -->"

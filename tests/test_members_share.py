@@ -232,10 +232,15 @@ def test_keep_writes_the_folders_shares_into_the_rows_so_that_no_folder_is_neede
         _run(out, comb, [("gnn", gnn, gnn + 10, 0.25), ("svr", 0.6, 10.6, 0.75)])
         rows.append({**base, **row})
         folders.append(out)
+    for r in rows:
+        r["tool_reported_test"] = 1 + {"A": 0.5, "B": 0.4, "C": 0.3}[r["target"]]  # the folders' test metric
     rows[1]["tool_reported_test"] = 9.0  # B's folder holds another run than its row's
     kept_before = share.member_shares(json.loads((folders[2] / "metrics.json").read_text()))
+    kept_before["members"][0]["weight"] = 0.5  # what the row keeps, unlike its folder: never overwritten
     rows[2]["member_shares"] = kept_before
-    rows.append({**base, "recipe": "other", **_row(tmp_path / "runs", "D", 0)[0]})  # another recipe: untouched
+    other, out = _row(tmp_path / "other", "A", 0)  # another recipe, whose folder would serve: untouched
+    _run(out, 0.5, [("gnn", 0.7, 10.7, 0.25), ("svr", 0.6, 10.6, 0.75)])
+    rows.append({**base, **other, "recipe": "other", "tool_reported_test": 1.5})
     mace, peers = tmp_path / "m.json", tmp_path / "p.json"
     mace.write_text(json.dumps({"rows": rows, "summary": ["kept as it is"]}, indent=1) + "\n")
     peers.write_text(json.dumps({"runs": []}))
@@ -246,15 +251,22 @@ def test_keep_writes_the_folders_shares_into_the_rows_so_that_no_folder_is_neede
     assert share.main(["--recipe", "cand", "--keep", "--out", str(tmp_path / "kept.json")]) == 0
     doc = json.loads(mace.read_text())
     assert json.loads((tmp_path / "kept.json").read_text())["kept"] == {"moleculeace": 1}  # the peers hold no row of it
-    assert doc["summary"] == ["kept as it is"] and [r["target"] for r in doc["rows"]] == ["A", "B", "C", "D"]
+    assert doc["summary"] == ["kept as it is"] and [r["target"] for r in doc["rows"]] == ["A", "B", "C", "A"]
     assert doc["rows"][0]["member_shares"] == share.member_shares(json.loads((folders[0] / "metrics.json").read_text()))
     assert "member_shares" not in doc["rows"][1] and "member_shares" not in doc["rows"][3]
     assert doc["rows"][2]["member_shares"] == kept_before
     for out in folders:
         shutil.rmtree(out)
-    assert share.main(["--recipe", "cand", "--keep", "--out", str(tmp_path / "after.json")]) == 0
+    written = mace.read_bytes()
+    readme = tmp_path / "README.md"
+    readme.write_text("top\n<!-- members-share:start -->\nold\n<!-- members-share:end -->\n")
+    assert share.main(["--recipe", "cand", "--keep", "--out", str(tmp_path / "after.json"), "--readme", str(readme)]) == 2
+    assert "README.md not updated: rows without member shares or their run's folder (moleculeace: B seed 0)" \
+        in capsys.readouterr().err and "old" in readme.read_text()  # a table with a hole is not written
+    assert mace.read_bytes() == written  # no row gained shares: the file is not rewritten
     after = json.loads((tmp_path / "after.json").read_text())
     assert after["kept"] == {"moleculeace": 0}
-    assert after["moleculeace"]["per_group"] == {k: v for k, v in before["moleculeace"]["per_group"].items() if k != "B"}
+    assert after["moleculeace"]["per_group"]["A"] == before["moleculeace"]["per_group"]["A"]  # from the row alone
+    assert after["moleculeace"]["per_group"]["C"]["gnn"][1] == 0.5  # C's kept shares, not its folder's
     assert after["moleculeace"]["missing"] == ["B seed 0"] and before["moleculeace"]["missing"] == [
         "B seed 0 (its folder holds another run (test 1.4 against the row's 9.0))"]
