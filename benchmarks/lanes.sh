@@ -117,12 +117,15 @@ mcheck_done() {  # the calibration covers the 20 public targets (2353cb4's --res
   [ -f "$MCHECK" ] && python3 -c 'import json, sys; sys.exit(len(json.load(open(sys.argv[1]))["targets"]) < 20)' "$MCHECK"
 }
 
+import_mace_rows() {  # the lane's MoleculeACE rows into the committed file, with this checkout's harness
+  if [ -f "$MACE_RESULTS" ]; then "$ROOT/.venv/bin/python" "$ROOT/benchmarks/moleculeace/run.py" --import-rows "$MACE_RESULTS"; fi
+}
+
 members_rerun() {  # $1: commit, $2: recipe; this checkout's members_share.py, the commit's siggate
   local wt; wt=$(worktree "$1") || return 1
   say "members_share.py --recipe $2 --rerun-missing $wt/.venv/bin/siggate"
-  # the lane's MoleculeACE rows first into the committed file, which members_share reads and keeps shares in
-  ( cd "$ROOT" && if [ -f "$MACE_RESULTS" ]; then .venv/bin/python benchmarks/moleculeace/run.py --import-rows "$MACE_RESULTS"; fi \
-      && .venv/bin/python benchmarks/members_share.py --recipe "$2" --rerun-missing "$wt/.venv/bin/siggate" \
+  # the lane's rows first into the committed file, which members_share reads and keeps shares in
+  ( cd "$ROOT" && import_mace_rows && .venv/bin/python benchmarks/members_share.py --recipe "$2" --rerun-missing "$wt/.venv/bin/siggate" \
       --keep --out "$STUDY/members-$2.json" )  # --keep: the shares go into the rows, which snapshot commits
 }
 
@@ -249,7 +252,7 @@ for recipe in sys.argv[2:]:
     cd "$ROOT"
     edited=$(git status --porcelain -- "${GENERATED[@]}" | grep -v " benchmarks/peers/results/recipe.json$" || true)
     [ -z "$edited" ] || echo "warning: these hold edits of their own (members_share.py --keep writes shares into the results files), which are staged with the snapshot:"$'\n'"$edited" >&2
-    if [ -f "$MACE_RESULTS" ]; then "$py" benchmarks/moleculeace/run.py --import-rows "$MACE_RESULTS"; fi
+    import_mace_rows
     "$py" benchmarks/moleculeace/run.py --report
     "$py" benchmarks/peers/run.py --report
     if pair_pretrained; then

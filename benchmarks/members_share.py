@@ -207,32 +207,25 @@ def rerun_missing(rows: list[dict], exe: str, say=lambda line: None) -> list[str
 
 def keep_shares(path: Path, rows_field: str, names: list[str], defaults: bool = False) -> int:
     """Write the ``member_shares`` of their run folder into the rows of ``names`` in the results
-    file ``path`` that keep none, where the folder holds the row's own run (:func:`folder_metrics`,
-    so only rows that record their commit and test metric) and that run combined several members, so that the table is read from the rows alone (a new
-    checkout has no run folders). Done under the file's lock, as the harnesses write it (one may
-    be adding rows meanwhile); the file is left untouched when no row gains them. Returns how
-    many rows gained them."""
-    def missing(doc: dict) -> list[tuple[dict, dict]]:
-        out = []
+    file ``path`` that keep none, where the folder holds the row's own run (:func:`folder_metrics`;
+    so only rows that record their commit and test metric) and that run combined several members,
+    so that the table is read from the rows alone (a new checkout has no run folders). Done under
+    the file's lock, as the harnesses write it (one may be adding rows meanwhile); the file is left
+    untouched when no row gains them. Returns how many rows gained them."""
+    gained = 0
+
+    def change(doc: dict) -> bool:
+        nonlocal gained
         for r in recipe_rows(doc[rows_field], names, defaults):
             if r.get("member_shares") is None and r.get("git_commit") and r.get("tool_reported_test") is not None:
-                m, _ = folder_metrics(r)  # a row that records both: the folder's run is shown to be the row's
+                m, _ = folder_metrics(r)
                 if m is not None and "members" in m:
-                    out.append((r, m))
-        return out
+                    r["member_shares"] = member_shares(m)
+                    gained += 1
+        return gained > 0  # False: nothing to write
 
-    store = RowStore(path, key=lambda r: (), rows_field=rows_field)
-    if not missing(store.load()):
-        return 0
-    gained = []
-
-    def change(doc: dict) -> None:  # read again under the lock: the rows as they are now
-        for r, m in missing(doc):
-            r["member_shares"] = member_shares(m)
-            gained.append(r)
-
-    store.update(change)
-    return len(gained)
+    RowStore(path, key=lambda r: (), rows_field=rows_field).update(change)
+    return gained
 
 
 def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
@@ -317,12 +310,12 @@ def main(argv=None) -> int:
     lines = []
     names = [n.strip() for n in args.recipe.split(",") if n.strip()]
     for source, paths in SOURCES.items():
-        field = "rows" if source == "moleculeace" else "runs"  # the peers' first file holds their default rows
+        field = "rows" if source == "moleculeace" else "runs"
+        defaults = [source == "peers" and i == 0 for i in range(len(paths))]  # the peers' first file: default rows
 
-        def read(paths=paths, field=field, source=source) -> tuple[list[dict], list[dict]]:
+        def read(paths=paths, field=field, defaults=defaults) -> tuple[list[dict], list[dict]]:
             docs = [json.loads(path.read_text()) for path in paths]
-            return docs, [r for i, data in enumerate(docs)
-                          for r in recipe_rows(data[field], names, defaults=source == "peers" and i == 0)]
+            return docs, [r for data, d in zip(docs, defaults) for r in recipe_rows(data[field], names, defaults=d)]
 
         docs, rows = read()
         if not rows:
@@ -331,8 +324,8 @@ def main(argv=None) -> int:
                                                                                             flush=True))
                   if args.rerun_missing else None)
         if args.keep:  # after the reruns, which bring back folders to keep the shares of
-            result.setdefault("kept", {})[source] = sum(
-                keep_shares(path, field, names, defaults=source == "peers" and i == 0) for i, path in enumerate(paths))
+            result.setdefault("kept", {})[source] = sum(keep_shares(path, field, names, defaults=d)
+                                                        for path, d in zip(paths, defaults))
             docs, rows = read()
         s = summarize(rows, "rmse" if source == "moleculeace" else "task", mean=source == "moleculeace")
         if reruns is not None:

@@ -155,6 +155,9 @@ def test_row_store_replaces_a_key_and_keeps_concurrent_writers_rows(tmp_path):
     assert [p.exitcode for p in procs] == [0, 0]
     rows = store.rows()
     assert len(rows) == 2 + 30 and {(r["tool"], r["seed"]) for r in rows} >= {(t, i) for t in "pq" for i in range(15)}
+    before = store.path.read_bytes(), store.path.stat().st_mtime_ns
+    seen = store.update(lambda res: False)  # a change that changed nothing: the file is not rewritten
+    assert len(seen["rows"]) == 32 and (store.path.read_bytes(), store.path.stat().st_mtime_ns) == before
 
 
 def test_a_row_is_judged_by_the_one_reuse_rule(tmp_path):

@@ -104,10 +104,12 @@ class RowStore:
         return FileLock(str(self.path) + ".lock")
 
     def update(self, change: Callable[[dict], object]) -> dict:
-        """Apply ``change`` to the file's content under the lock and write it back; the new content."""
+        """Apply ``change`` to the file's content under the lock and write it back; the new content.
+        A ``change`` that returns ``False`` (it changed nothing) leaves the file untouched."""
         with self._lock():
             res = self.load()
-            change(res)
+            if change(res) is False:
+                return res
             atomic_write_bytes(self.path, (json.dumps(res, indent=1) + "\n").encode())
         return res
 
