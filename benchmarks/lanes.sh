@@ -19,10 +19,12 @@
 #             (the six tasks, seeds 0-2), the members' calibration (members_check.py at
 #             2353cb4), cand-avgc's lost run folders again (members_share.py --rerun-missing),
 #             then the from-scratch gate study (issue 28 item 1, 1e81f55: seed 0 in both arms,
-#             then seeds 1 and 2)
+#             then seeds 1 and 2), then the zinc16 campaign (item 4), when it gets there first
 #   pretrain: the pretraining pair (issue 28 item 2) at f285fbd, the commit and corpus of the
 #             shipped weights, then both transformers fine-tuned on the 20 targets x 3 seeds at
-#             the same commit as `pretrained-gine` (item 3), then the zinc16 campaign (item 4)
+#             the same commit as `pretrained-gine` (item 3), then the zinc16 campaign (item 4);
+#             the lane that reaches zinc16 first runs it (under a lock), the other goes on, so that a
+#             core is not idle while the other lane's items remain
 set -euo pipefail
 ROOT=$(git rev-parse --show-toplevel)
 STUDY=$(realpath -m "${STUDY_DIR:-$ROOT/.study}")  # one spelling: the lanes' mark holds it
@@ -145,6 +147,16 @@ lane_recipe() {
           --siggate-args "--set model.attn=true --set model.gate=$gate"
     done
   done
+  step zinc16
+}
+
+zinc16() {  # issue 28 item 4, in one lane at a time: its commit (d4e68f1) predates the run folders'
+  # lock, so the lane holds one (the kernel drops it when the holder dies); the second lane goes on
+  local rc=0
+  flock -n -E 75 "$STUDY/lanes/zinc16.lock" env FOREGROUND=1 bash "$ROOT/benchmarks/results/campaign/study.sh" \
+      resume zinc16 || rc=$?
+  if [ "$rc" = 75 ]; then say "zinc16 runs in the other lane; this lane goes on"; return 0; fi
+  return "$rc"
 }
 
 pair_pretrained() {  # both pretrainings of the pair are finished
@@ -169,7 +181,7 @@ lane_pretrain() {
       done
     done
   fi
-  step env FOREGROUND=1 bash "$ROOT/benchmarks/results/campaign/study.sh" resume zinc16
+  step zinc16
 }
 
 lane_pid() {  # $1: lane; its pid when that process is this lane (a pid file can outlive it)
