@@ -34,7 +34,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from siggate.train.ensemble import member_shares
@@ -99,16 +99,16 @@ def member_scores(row: dict, metric: str) -> tuple[dict | None, str]:
     ``member_shares`` the row keeps, or for a row written before it kept them, those of the
     ``metrics.json`` in its run folder when that is the row's run (:func:`folder_metrics`)
     (``metric``: ``rmse`` reads the test RMSE, ``task`` the task's own metric; copies of one kind,
-    ``--ensemble N``: their mean value and their summed weight); ``(None, why)`` when neither is
-    there."""
-    shares = row.get("member_shares")
+    ``--ensemble N``: their mean value and their summed weight), with where they were read
+    (``"kept"`` or ``"folder"``); ``(None, why)`` when neither is there."""
+    shares, source = row.get("member_shares"), "kept"
     if shares is None:
         m, why = folder_metrics(row)
         if m is None:
             return None, why
         if "members" not in m:
             return None, "its run has one member"
-        shares = member_shares(m)
+        shares, source = member_shares(m), "folder"
 
     def value(rec):
         return rec["test_summary"]["rmse"] if metric == "rmse" else rec["test"]
@@ -117,7 +117,7 @@ def member_scores(row: dict, metric: str) -> tuple[dict | None, str]:
     for member in shares["members"]:
         copies[member["kind"]].append((value(member), member["weight"]))
     return {"combination": value(shares["combination"]),
-            **{k: (statistics.fmean(v for v, _ in c), sum(w for _, w in c)) for k, c in copies.items()}}, ""
+            **{k: (statistics.fmean(v for v, _ in c), sum(w for _, w in c)) for k, c in copies.items()}}, source
 
 
 @functools.lru_cache(maxsize=None)
@@ -231,15 +231,17 @@ def keep_shares(path: Path, rows_field: str, names: list[str], defaults: bool = 
 def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
     """Per group (target or task), each member kind's and the combination's mean over the seeds
     every group has; with ``mean``, also their means over the groups (``mean=False`` where the
-    groups' metrics differ, the peer tasks). ``error`` says why nothing was summarized."""
-    by_group, missing, commits = defaultdict(dict), [], defaultdict(dict)
+    groups' metrics differ, the peer tasks). ``read_from`` counts the rows summarized by where
+    their shares were read (kept in the row, or its run folder). ``error`` says why nothing was
+    summarized."""
+    by_group, missing, commits, sources = defaultdict(dict), [], defaultdict(dict), defaultdict(dict)
     for r in rows:
-        scores, why = member_scores(r, metric)
+        group, (scores, why) = r.get("target") or r.get("task"), member_scores(r, metric)
         if scores is None:
-            missing.append(f"{r.get('target') or r.get('task')} seed {r['seed']}" + ("" if why == "gone" else f" ({why})"))
+            missing.append(f"{group} seed {r['seed']}" + ("" if why == "gone" else f" ({why})"))
             continue
-        by_group[r.get("target") or r.get("task")][r["seed"]] = scores
-        commits[r.get("target") or r.get("task")][r["seed"]] = str(r.get("git_commit") or r.get("commit") or "unknown")[:7]
+        by_group[group][r["seed"]], sources[group][r["seed"]] = scores, why
+        commits[group][r["seed"]] = str(r.get("git_commit") or r.get("commit") or "unknown")[:7]
     if not by_group:
         return {"groups": 0, "missing": missing, "error": "no run folder with members was found"}
     common = sorted(set.intersection(*(set(s) for s in by_group.values())))
@@ -254,8 +256,9 @@ def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
                         + ([statistics.fmean(u[k][1] for u in use)] if k != "combination" else [])
                         for k in kinds}}
     used = sorted({commits[g][seed] for g in by_group for seed in common})
+    read_from = Counter(sources[g][seed] for g in by_group for seed in common)
     out = {"seeds": common, "groups": len(groups), "kinds": kinds, "per_group": groups, "missing": missing,
-           "commits": used}
+           "commits": used, "read_from": {k: read_from[k] for k in ("kept", "folder")}}
     if mean:
         first = next(iter(groups.values()))
         out["mean"] = {k: [statistics.fmean(v[k][j] for v in groups.values()) for j in range(len(first[k]))]
@@ -343,7 +346,8 @@ def main(argv=None) -> int:
             lines += ["", *table("peer task (metric)", s, "", {"chemprop": cp})]
         lines.append(f"\n{source}: rows of commit{'s' if len(s['commits']) > 1 else ''} {', '.join(s['commits'])}"
                      + (" (several: the rows mix versions of the recipe)"
-                        if len([c for c in s["commits"] if c != "unknown"]) > 1 else ""))
+                        if len([c for c in s["commits"] if c != "unknown"]) > 1 else "")
+                     + f"; shares read from {s['read_from']['kept']} rows, {s['read_from']['folder']} run folders")
         if s["missing"]:
             lines.append(f"\nrun folders missing ({source}): {', '.join(s['missing'])}")
     out = args.out or ROOT / "benchmarks/results/members" / f"{'+'.join(names)}.json"

@@ -40,6 +40,7 @@ def test_members_are_averaged_over_the_seeds_every_target_has(tmp_path):
     assert s["seeds"] == [0] and s["groups"] == 2  # A's seed 1 is not counted: B has no seed 1
     assert s["commits"] == ["abc1234", "unknown"]  # the commits of the rows counted (B's records none)
     assert s["missing"] == ["C seed 0"]
+    assert s["read_from"] == {"kept": 0, "folder": 2}  # the rows counted (A's seed 1 is not)
     assert s["mean"]["combination"] == pytest.approx([0.4])
     assert s["mean"]["gnn"] == pytest.approx([0.45, 0.625]) and s["mean"]["svr"] == pytest.approx([0.5, 0.375])
     task = share.summarize(rows[:1], "task")  # the task's own metric: the record's "test"
@@ -110,6 +111,7 @@ def test_a_row_that_keeps_its_member_shares_needs_no_run_folder(tmp_path):
     assert share.summarize([row], "rmse")["missing"] == ["A seed 0"]
     from_row = share.summarize([kept], "rmse")
     assert from_row["mean"] == from_folder["mean"] and from_row["mean"]["gnn"] == pytest.approx([0.7, 0.25])
+    assert (from_folder["read_from"], from_row["read_from"]) == ({"kept": 0, "folder": 1}, {"kept": 1, "folder": 0})
     assert share.summarize([kept], "task")["mean"]["combination"] == [1.5]
 
 
@@ -206,7 +208,7 @@ def test_a_folder_is_read_only_when_it_holds_the_row_s_own_run(tmp_path):
         None, "its folder holds another run (test 1.5 against the row's 1.25)")
     assert share.summarize([other_test], "rmse")["missing"] == [
         "A seed 0 (its folder holds another run (test 1.5 against the row's 1.25))"]
-    assert share.member_scores({**row, "tool_reported_test": 1.5}, "rmse")[1] == ""
+    assert share.member_scores({**row, "tool_reported_test": 1.5}, "rmse")[1] == "folder"
 
 
 def test_member_shares_under_equal_weights_give_each_member_one_nth():
