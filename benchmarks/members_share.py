@@ -95,7 +95,7 @@ def folder_metrics(row: dict) -> tuple[dict | None, str]:
 
 
 def member_scores(row: dict, metric: str) -> tuple[dict | None, str]:
-    """``({"combination": value, kind: (value, weight), ...}, "")`` of a harness row: the
+    """``({"combination": value, kind: (value, weight), ...}, source)`` of a harness row: the
     ``member_shares`` the row keeps, or for a row written before it kept them, those of the
     ``metrics.json`` in its run folder when that is the row's run (:func:`folder_metrics`)
     (``metric``: ``rmse`` reads the test RMSE, ``task`` the task's own metric; copies of one kind,
@@ -236,11 +236,11 @@ def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
     summarized."""
     by_group, missing, commits, sources = defaultdict(dict), [], defaultdict(dict), defaultdict(dict)
     for r in rows:
-        group, (scores, why) = r.get("target") or r.get("task"), member_scores(r, metric)
-        if scores is None:
-            missing.append(f"{group} seed {r['seed']}" + ("" if why == "gone" else f" ({why})"))
+        group, (scores, said) = r.get("target") or r.get("task"), member_scores(r, metric)
+        if scores is None:  # said: why
+            missing.append(f"{group} seed {r['seed']}" + ("" if said == "gone" else f" ({said})"))
             continue
-        by_group[group][r["seed"]], sources[group][r["seed"]] = scores, why
+        by_group[group][r["seed"]], sources[group][r["seed"]] = scores, said  # said: where the shares were read
         commits[group][r["seed"]] = str(r.get("git_commit") or r.get("commit") or "unknown")[:7]
     if not by_group:
         return {"groups": 0, "missing": missing, "error": "no run folder with members was found"}
@@ -264,6 +264,10 @@ def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
         out["mean"] = {k: [statistics.fmean(v[k][j] for v in groups.values()) for j in range(len(first[k]))]
                        for k in kinds}
     return out
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def table(name: str, summary: dict, label: str, others: dict | None = None) -> list[str]:
@@ -347,7 +351,8 @@ def main(argv=None) -> int:
         lines.append(f"\n{source}: rows of commit{'s' if len(s['commits']) > 1 else ''} {', '.join(s['commits'])}"
                      + (" (several: the rows mix versions of the recipe)"
                         if len([c for c in s["commits"] if c != "unknown"]) > 1 else "")
-                     + f"; shares read from {s['read_from']['kept']} rows, {s['read_from']['folder']} run folders")
+                     + f"; shares read from {_count(s['read_from']['kept'], 'row')}, "
+                       f"{_count(s['read_from']['folder'], 'run folder')}")
         if s["missing"]:
             lines.append(f"\nrun folders missing ({source}): {', '.join(s['missing'])}")
     out = args.out or ROOT / "benchmarks/results/members" / f"{'+'.join(names)}.json"

@@ -96,7 +96,8 @@ def test_main_reads_the_peers_default_rows_from_results_json_only(tmp_path, monk
     assert share.main(["--recipe", "default", "--out", str(tmp_path / "o.json")]) == 0
     doc = json.loads((tmp_path / "o.json").read_text())
     assert "moleculeace" not in doc and list(doc["peers"]["per_group"]) == ["A (mae)"]
-    assert doc["peers"]["commits"] == ["abc1234"] and "peers: rows of commit abc1234" in capsys.readouterr().out
+    assert doc["peers"]["commits"] == ["abc1234"]
+    assert "peers: rows of commit abc1234; shares read from 0 rows, 1 run folder\n" in capsys.readouterr().out
 
 
 def test_a_row_that_keeps_its_member_shares_needs_no_run_folder(tmp_path):
@@ -112,6 +113,10 @@ def test_a_row_that_keeps_its_member_shares_needs_no_run_folder(tmp_path):
     from_row = share.summarize([kept], "rmse")
     assert from_row["mean"] == from_folder["mean"] and from_row["mean"]["gnn"] == pytest.approx([0.7, 0.25])
     assert (from_folder["read_from"], from_row["read_from"]) == ({"kept": 0, "folder": 1}, {"kept": 1, "folder": 0})
+    other, out_b = _row(tmp_path, "B", 0)
+    _run(out_b, 0.3, [("gnn", 0.2, 10.2, 0.5), ("svr", 0.4, 10.4, 0.5)])
+    mixed = share.summarize([kept, other], "rmse")  # one row keeps its shares, the other has its folder
+    assert mixed["read_from"] == {"kept": 1, "folder": 1} and mixed["mean"]["combination"] == pytest.approx([0.4])
     assert share.summarize([kept], "task")["mean"]["combination"] == [1.5]
 
 
