@@ -151,11 +151,13 @@ lane_recipe() {
 }
 
 zinc16() {  # issue 28 item 4, in one lane at a time: its commit (d4e68f1) predates the run folders'
-  # lock, so the lane holds one (the kernel drops it when the holder dies); the second lane goes on
+  # lock, so the lane holds one; every process of the campaign inherits it, so it is free again
+  # only when the last of them has ended (stop ends them all; a campaign that outlives its lane
+  # keeps the other lane out, as it should)
   local rc=0
   flock -n -E 75 "$STUDY/lanes/zinc16.lock" env FOREGROUND=1 bash "$ROOT/benchmarks/results/campaign/study.sh" \
       resume zinc16 || rc=$?
-  if [ "$rc" = 75 ]; then say "zinc16 runs in the other lane; this lane goes on"; return 0; fi
+  if [ "$rc" = 75 ]; then say "zinc16 is locked by another process (the other lane, or a campaign left from an earlier start); skipped here"; return 0; fi
   return "$rc"
 }
 

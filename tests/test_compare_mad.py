@@ -61,6 +61,7 @@ def campaign(tmp_path_factory):
     bin_dir = tmp / "bin"
     _executable(bin_dir / "siggate", f'#!/bin/sh\nexec "{sys.executable}" -m siggate "$@"\n')
     _executable(study / "wt-pinned" / ".venv" / "bin" / "activate", f'export PATH="{bin_dir}:$PATH"\n')
+    (study / "wt-pinned" / ".venv" / "installed").touch()  # study.sh installs a venv without the mark again
     _executable(root / ".venv" / "bin" / "python", f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     env = {**subprocess_env(), "STUDY_DIR": str(study), "SIGGATE_CACHE": str(cache)}
     out = study / NAME
