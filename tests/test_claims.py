@@ -329,7 +329,7 @@ def test_the_moleculeace_gate_study_is_judged_by_its_own_wilcoxon_and_is_full_on
                                                                                                    verdict):
     test = _gate_test(diff, 1.0 if p is None else p, complete)
     test["p_holm_wilcoxon"] = p
-    (row,) = study_rows(Path("mace.json"), {"gate_study": {"kind": MOLECULEACE_STUDY, "planned_targets": 20, "tests": [test]}})
+    (row,) = study_rows(Path("mace.json"), {"gate_study": {"planned_targets": 20, "tests": [test]}})
     assert row["verdict"] == verdict
     assert row["claim"] == "the elementwise gate beats GraphGPS on MoleculeACE from scratch (20 public targets, p < 0.05)"
     assert f"Holm p = {'none' if p is None else f'{p:.3g}'}" in row["measured"]
@@ -338,11 +338,11 @@ def test_the_moleculeace_gate_study_is_judged_by_its_own_wilcoxon_and_is_full_on
 
 def test_a_gate_study_written_before_it_recorded_completeness_or_with_one_pair_decides_nothing():
     old = {k: v for k, v in _gate_test(-0.02, 0.20, True).items() if k not in ("complete", "run_seeds")}
-    (row,) = study_rows(Path("mace.json"), {"gate_study": {"kind": MOLECULEACE_STUDY, "tests": [old]}})
+    (row,) = study_rows(Path("mace.json"), {"gate_study": {"tests": [old]}})
     assert row["verdict"] == BUDGET and row["budget"].endswith(
         "20 targets (completeness not recorded: rerun `python benchmarks/moleculeace/run.py --report`)")
     one = {**_gate_test(-0.02, 0.01, False), "n_pairs": 1, "ci95": [float("nan")] * 2}
-    (row,) = study_rows(Path("mace.json"), {"gate_study": {"kind": MOLECULEACE_STUDY, "tests": [one]}})
+    (row,) = study_rows(Path("mace.json"), {"gate_study": {"tests": [one]}})
     assert row["verdict"] == BUDGET and "(1 pair(s): no interval or test yet; its `gate_study`)" in row["measured"]
 
 
@@ -364,7 +364,6 @@ def test_every_moleculeace_study_becomes_rows_in_its_own_words():
     # the kind, not the shape, makes a study: the same mapping without it gives no row
     del data["pretrained_vs_gine"]["kind"]
     assert study_rows(Path("mace.json"), data) == []
-    assert study_rows(Path("mace.json"), {"gate_study": {"planned_targets": 20, "tests": [test]}}) == []  # by name neither
 
 
 def test_the_pretraining_pair_rows_name_descriptors_parameters_and_seconds():

@@ -453,11 +453,11 @@ PRETRAIN_GATE = "pretrain-gate-pair"
 
 def study_rows(path: Path, data: dict) -> list[dict]:
     """The rows of the gate studies a results file holds (none for other files), found by their
-    ``kind`` (:data:`MOLECULEACE_STUDY`, :data:`PRETRAIN_GATE`) alone: a study without one is an
-    old harness's, which ``python benchmarks/moleculeace/run.py --report`` writes again."""
+    ``kind`` (:data:`MOLECULEACE_STUDY`, :data:`PRETRAIN_GATE`); a MoleculeACE ``gate_study``
+    written before studies recorded a kind is read too."""
     rows = []
     for key, study in data.items():
-        if isinstance(study, dict) and study.get("kind") == MOLECULEACE_STUDY:
+        if isinstance(study, dict) and (study.get("kind") == MOLECULEACE_STUDY or key == "gate_study"):
             rows += moleculeace_gate_rows(path, study, key)
     if data.get("kind") == PRETRAIN_GATE:
         rows += pretrain_gate_rows(path, data)
