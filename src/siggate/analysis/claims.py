@@ -454,7 +454,8 @@ PRETRAIN_GATE = "pretrain-gate-pair"
 def study_rows(path: Path, data: dict) -> list[dict]:
     """The rows of the gate studies a results file holds (none for other files), found by their
     ``kind`` (:data:`MOLECULEACE_STUDY`, :data:`PRETRAIN_GATE`); a MoleculeACE ``gate_study``
-    written before studies recorded a kind is read too."""
+    without one is read too: harnesses older than the kind still write it (``resume.sh`` runs
+    them at their pinned commits, into the results file it is given)."""
     rows = []
     for key, study in data.items():
         if isinstance(study, dict) and (study.get("kind") == MOLECULEACE_STUDY or key == "gate_study"):
