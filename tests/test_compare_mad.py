@@ -55,13 +55,14 @@ def campaign(tmp_path_factory):
     here = root / "benchmarks" / "results" / "campaign" / NAME
     here.mkdir(parents=True)
     shutil.copy(REPO / "benchmarks" / "results" / "campaign" / "study.sh", here.parent / "study.sh")
+    shutil.copy(REPO / "benchmarks" / "worktree.sh", root / "benchmarks" / "worktree.sh")  # which study.sh sources
     (here / "study.conf").write_text(f'COMMIT=pinned\nPARTS=(".|{part}")\nANALYZE=(mad)\n')
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     # the pinned worktree's venv and this checkout's venv: both this interpreter on this source tree
     bin_dir = tmp / "bin"
     _executable(bin_dir / "siggate", f'#!/bin/sh\nexec "{sys.executable}" -m siggate "$@"\n')
     _executable(study / "wt-pinned" / ".venv" / "bin" / "activate", f'export PATH="{bin_dir}:$PATH"\n')
-    (study / "wt-pinned" / ".venv" / "installed").touch()  # study.sh installs a venv without the mark again
+    (study / "wt-pinned" / ".venv" / "installed").write_text("base\n")  # else study.sh installs the venv again
     _executable(root / ".venv" / "bin" / "python", f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     env = {**subprocess_env(), "STUDY_DIR": str(study), "SIGGATE_CACHE": str(cache)}
     out = study / NAME

@@ -12,11 +12,9 @@ COMMIT=${COMMIT:?the fixed commit to run, e.g. COMMIT=1e81f55}
 ROOT=$(git rev-parse --show-toplevel)
 STUDY=${STUDY_DIR:-$ROOT/.study}
 WT=$STUDY/moleculeace-wt-$COMMIT
-if [ ! -d "$WT" ]; then
-  git -C "$ROOT" worktree add --detach "$WT" "$COMMIT"
-  ( cd "$WT" && python3 -m venv .venv && . .venv/bin/activate && pip install -q -r requirements-cpu.txt -e . \
-      && pip install -q --no-deps MoleculeACE==3.0.0 )
-fi
+# shellcheck source=benchmarks/worktree.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../worktree.sh"
+pinned_worktree "$WT" "$COMMIT" MoleculeACE==3.0.0  # made the first time; an install cut short is done again
 LOG=$STUDY/moleculeace-$(date +%Y%m%d-%H%M%S).log
 ( cd "$WT" && . .venv/bin/activate && nohup ${NICE:+nice -n "$NICE"} python benchmarks/moleculeace/run.py \
     --results "$ROOT/benchmarks/moleculeace/results/results.json" "$@" >> "$LOG" 2>&1 &

@@ -32,11 +32,9 @@ source "$HERE/study.conf"
 WT=$STUDY/wt-$COMMIT
 export SIGGATE_DATA=${SIGGATE_DATA:-$ROOT/../shared/data}
 
-if [ ! -f "$WT/.venv/installed" ]; then  # written after the install: a venv cut short is made again
-  [ -d "$WT" ] || git -C "$ROOT" worktree add --detach "$WT" "$COMMIT"
-  ( cd "$WT" && python3 -m venv .venv && . .venv/bin/activate && pip install -q -r requirements-cpu.txt -e . \
-      && touch .venv/installed )
-fi
+# shellcheck source=benchmarks/worktree.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../worktree.sh"
+pinned_worktree "$WT" "$COMMIT"  # made the first time; an install cut short is done again
 
 outdir() { [ "$1" = . ] && echo "$STUDY/$NAME" || echo "$STUDY/$NAME/$1"; }
 

@@ -1,0 +1,34 @@
+# shellcheck shell=bash
+# Sourced, not run: the one way the long-run scripts (benchmarks/lanes.sh, the campaigns'
+# study.sh, moleculeace/resume.sh) make a git worktree at a pinned commit with its own venv.
+#
+#   pinned_worktree FOLDER COMMIT [WHEEL...]
+#
+# FOLDER gets the worktree (git-ignored under .study/) and FOLDER/.venv siggate's CPU install
+# (requirements-cpu.txt, then `pip install -e .`); each WHEEL (e.g. MoleculeACE==3.0.0, a data
+# wheel) is installed without its dependencies. FOLDER/.venv/installed, written after each step,
+# lists what is in: an install cut short is done again, a wheel another script wants is added,
+# and a venv made before the list existed counts as installed once it imports siggate. Scripts
+# that share a commit install under one lock. Install output goes to stderr.
+pinned_worktree() {
+  local wt=$1 commit=$2; shift 2
+  local mark=$wt/.venv/installed
+  mkdir -p "$(dirname "$wt")"
+  (
+    flock 9
+    if [ ! -f "$mark" ] && [ -x "$wt/.venv/bin/python" ] \
+        && "$wt/.venv/bin/python" -c 'import siggate, torch' 2>/dev/null; then
+      echo base > "$mark"  # made by these scripts before they kept the list
+    fi
+    if [ ! -f "$mark" ]; then
+      [ -e "$wt/.git" ] || git -C "$ROOT" worktree add --detach "$wt" "$commit" >&2
+      ( cd "$wt" && python3 -m venv .venv && .venv/bin/pip install -q -r requirements-cpu.txt -e . ) >&2 || exit 1
+      echo base > "$mark"
+    fi
+    for wheel in "$@"; do
+      grep -qxF "$wheel" "$mark" && continue
+      "$wt/.venv/bin/pip" install -q --no-deps "$wheel" >&2 || exit 1
+      echo "$wheel" >> "$mark"
+    done
+  ) 9> "$wt.install.lock"
+}
