@@ -243,7 +243,7 @@ def summarize(rows: list[dict], metric: str, mean: bool = True) -> dict:
         by_group[group][r["seed"]], sources[group][r["seed"]] = scores, said  # said: where the shares were read
         commits[group][r["seed"]] = str(r.get("git_commit") or r.get("commit") or "unknown")[:7]
     if not by_group:
-        return {"groups": 0, "missing": missing, "error": "no run folder with members was found"}
+        return {"groups": 0, "missing": missing, "error": "no row keeps member shares and no run folder with members was found"}
     common = sorted(set.intersection(*(set(s) for s in by_group.values())))
     if not common:
         return {"groups": 0, "missing": missing, "error": "no seed is run on every target; nothing is comparable"}
@@ -354,7 +354,7 @@ def main(argv=None) -> int:
                      + f"; shares read from {_count(s['read_from']['kept'], 'row')}, "
                        f"{_count(s['read_from']['folder'], 'run folder')}")
         if s["missing"]:
-            lines.append(f"\nrun folders missing ({source}): {', '.join(s['missing'])}")
+            lines.append(f"\nrows without shares or their run folder ({source}): {', '.join(s['missing'])}")
     out = args.out or ROOT / "benchmarks/results/members" / f"{'+'.join(names)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
