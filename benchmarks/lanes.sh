@@ -61,7 +61,7 @@ worktree() {  # $1: commit; prints the worktree, creating it and its venv the fi
 }
 
 in_wt() {  # $1: commit, then a command run in its worktree with its venv first on PATH
-  local wt; wt=$(worktree "$1"); shift
+  local wt; wt=$(worktree "$1") || return 1; shift
   say "$(basename "$wt"): $*"
   ( cd "$wt" && PATH=$wt/.venv/bin:$PATH "$@" )
 }
