@@ -13,6 +13,8 @@
 #   bash benchmarks/lanes.sh pause | cont      # stop / continue every lane's processes (for CI)
 #   bash benchmarks/lanes.sh stop [LANE...]    # end a lane, to start it again after editing its queue
 #   bash benchmarks/lanes.sh snapshot          # this checkout's reports over the rows so far, staged
+#   bash benchmarks/lanes.sh run COMMIT ARGS... # one MoleculeACE command (run.py ARGS) at COMMIT, here and
+#                                              # now, into the lanes' results copy that snapshot imports
 #
 # Lanes run side by side, one thread each; within a lane, in the CPU order of the developers' guide:
 #   recipe:   MoleculeACE `cand-avgc` (the default's flags at 46a976c) seeds 0-2, its peer rows
@@ -283,7 +285,14 @@ for recipe in sys.argv[2:]:
     "$py" -m pytest -q tests/test_claims.py
     git status --short
     ;;
-  *) echo "error: unknown action '$ACTION' (start, status, stop, pause, cont, snapshot)" >&2; exit 2 ;;
+  run)  # a one-off MoleculeACE command at a pinned commit, as a lane runs it (its rows reach the
+    # committed file by snapshot, through this checkout's harness, never by an older one's report)
+    [ $# -ge 2 ] || { echo "error: run needs a commit and run.py's arguments: lanes.sh run COMMIT --tools siggate --recipe NAME ..." >&2; exit 2; }
+    git -C "$ROOT" rev-parse --verify -q "$1^{commit}" > /dev/null \
+        || { echo "error: run: '$1' is not a commit of this repository" >&2; exit 2; }
+    mace "$@"
+    ;;
+  *) echo "error: unknown action '$ACTION' (start, status, stop, pause, cont, snapshot, run)" >&2; exit 2 ;;
 esac
 }
 # a running lane keeps reading this file after its queue ends: the whole call is on one line, so

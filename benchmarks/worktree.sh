@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Sourced, not run: the one way the long-run scripts (benchmarks/lanes.sh, the campaigns'
-# study.sh, moleculeace/resume.sh) make a git worktree at a pinned commit with its own venv.
+# study.sh) make a git worktree at a pinned commit with its own venv.
 #
 #   pinned_worktree FOLDER COMMIT [WHEEL...]
 #

@@ -19,11 +19,16 @@ def _lanes(tmp_path, *args):
 def test_bad_actions_and_lane_names_are_refused_in_one_line(tmp_path):
     r = _lanes(tmp_path, "frobnicate")
     assert r.returncode == 2 and r.stderr == ("error: unknown action 'frobnicate' "
-                                              "(start, status, stop, pause, cont, snapshot)\n")
+                                              "(start, status, stop, pause, cont, snapshot, run)\n")
     for action in ("start", "stop"):
         r = _lanes(tmp_path, action, "nosuch")
         assert r.returncode == 2 and r.stderr == "error: no lane 'nosuch' (lanes: recipe pretrain)\n", action
     assert not (tmp_path / "study" / "lanes" / "nosuch.pid").exists()
+    r = _lanes(tmp_path, "run", "1e81f55")
+    assert r.returncode == 2 and r.stderr.startswith("error: run needs a commit and run.py's arguments: ")
+    r = _lanes(tmp_path, "run", "nocommit", "--tools", "siggate")
+    assert r.returncode == 2 and r.stderr == "error: run: 'nocommit' is not a commit of this repository\n"
+    assert not (tmp_path / "study" / "moleculeace-results.json").exists()  # refused before anything
 
 
 def test_status_and_stop_of_lanes_that_do_not_run(tmp_path):
