@@ -107,7 +107,7 @@ print(h.hexdigest()[:12])' "$src") && [ -n "$sha" ] || return 1
 
 same_args() {  # $1: recipe, $2: its --siggate-args; false when rows of the recipe hold other ones
   # (the older harness skips rows by target and seed alone, so rows from other weights would mix)
-  [ ! -f "$MACE_RESULTS" ] || "$STUDY/wt-$PT_COMMIT/.venv/bin/python" -c 'import json, sys
+  [ ! -f "$MACE_RESULTS" ] || python3 -c 'import json, sys
 rows = json.load(open(sys.argv[1]))["rows"]
 other = {r.get("siggate_args") for r in rows if r.get("recipe") == sys.argv[2]} - {sys.argv[3]}
 sys.exit(f"rows of {sys.argv[2]} hold other arguments: {sorted(map(str, other))}; not mixing" if other else 0)' \
@@ -288,9 +288,20 @@ for recipe in sys.argv[2:]:
   run)  # a one-off MoleculeACE command at a pinned commit, as a lane runs it (its rows reach the
     # committed file by snapshot, through this checkout's harness, never by an older one's report)
     [ $# -ge 2 ] || { echo "error: run needs a commit and run.py's arguments: lanes.sh run COMMIT --tools siggate --recipe NAME ..." >&2; exit 2; }
-    git -C "$ROOT" rev-parse --verify -q "$1^{commit}" > /dev/null \
+    c=$(git -C "$ROOT" rev-parse --verify -q "$1^{commit}") \
         || { echo "error: run: '$1' is not a commit of this repository" >&2; exit 2; }
-    mace "$@"
+    git -C "$ROOT" cat-file -e "$c:benchmarks/moleculeace/run.py" 2>/dev/null \
+        || { echo "error: run: $1 has no benchmarks/moleculeace/run.py (the harness came at 1e81f55)" >&2; exit 2; }
+    # the lanes' runs share the harness's work folders (a run starts by emptying its own), so one
+    # command at a time: not beside a running lane
+    [ -z "$(lane_pids)" ] || { echo "error: run: lanes are running (lanes.sh status); their runs would share work folders with this one: add the command to a lane's queue, or stop the lanes first" >&2; exit 2; }
+    shift
+    recipe="" sargs=""; prev=""
+    for a in "$@"; do case $prev in --recipe) recipe=$a ;; --siggate-args) sargs=$a ;; esac; prev=$a; done
+    if [ -n "$recipe" ] && [ -n "$sargs" ]; then  # the older harnesses skip rows by target and seed alone
+      same_args "$recipe" "$sargs" || exit 2
+    fi
+    mace "$(git -C "$ROOT" rev-parse --short=7 "$c")" "$@"  # the worktree named as the lanes name theirs
     ;;
   *) echo "error: unknown action '$ACTION' (start, status, stop, pause, cont, snapshot, run)" >&2; exit 2 ;;
 esac

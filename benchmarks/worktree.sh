@@ -8,10 +8,10 @@
 # (requirements-cpu.txt, then `pip install -e .`); each WHEEL (e.g. MoleculeACE==3.0.0, a data
 # wheel) is installed without its dependencies. FOLDER/.venv/installed, written after each step,
 # lists what is in: an install cut short is done again, a wheel another script wants is added,
-# and a venv made before the list existed counts as installed once it imports siggate. Scripts
-# that share a commit install under one lock. Install output goes to stderr, nothing to stdout.
+# and a venv made before the list existed counts as installed once it imports siggate and its
+# main dependencies. Scripts that share a commit install under one lock. Install output goes to stderr, nothing to stdout.
 # The caller sets ROOT (the repository the worktree belongs to). Every step is checked, since
-# callers run it where `set -e` is off (`pinned_worktree ... || return 1`).
+# lanes.sh calls it where `set -e` is off (`pinned_worktree ... || return 1`).
 pinned_worktree() {
   local wt=$1 commit=$2; shift 2
   local mark=$wt/.venv/installed

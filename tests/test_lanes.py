@@ -28,7 +28,24 @@ def test_bad_actions_and_lane_names_are_refused_in_one_line(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("error: run needs a commit and run.py's arguments: ")
     r = _lanes(tmp_path, "run", "nocommit", "--tools", "siggate")
     assert r.returncode == 2 and r.stderr == "error: run: 'nocommit' is not a commit of this repository\n"
+    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.split()[0]
+    r = _lanes(tmp_path, "run", first, "--tools", "siggate")
+    assert r.returncode == 2 and r.stderr == (f"error: run: {first} has no benchmarks/moleculeace/run.py "
+                                              "(the harness came at 1e81f55)\n")
     assert not (tmp_path / "study" / "moleculeace-results.json").exists()  # refused before anything
+
+
+def test_run_refuses_a_recipe_whose_rows_hold_other_arguments(tmp_path):
+    """The older harnesses skip rows by target and seed alone, so ``run`` refuses to add rows with
+    other ``--siggate-args`` to a recipe (before any worktree is made)."""
+    study = tmp_path / "study"
+    study.mkdir()
+    rows = [{"tool": "siggate", "status": "ok", "recipe": "r", "seed": 0, "target": "T", "siggate_args": "--set a=1"}]
+    (study / "moleculeace-results.json").write_text(json.dumps({"rows": rows}))
+    r = _lanes(tmp_path, "run", "HEAD", "--tools", "siggate", "--recipe", "r", "--siggate-args", "--set a=2")
+    assert r.returncode == 2 and r.stderr == "rows of r hold other arguments: ['--set a=1']; not mixing\n"
+    assert not list(study.glob("wt-*"))
 
 
 def test_status_and_stop_of_lanes_that_do_not_run(tmp_path):

@@ -454,9 +454,9 @@ PRETRAIN_GATE = "pretrain-gate-pair"
 def study_rows(path: Path, data: dict) -> list[dict]:
     """The rows of the gate studies a results file holds (none for other files), found by their
     ``kind`` (:data:`MOLECULEACE_STUDY`, :data:`PRETRAIN_GATE`); a MoleculeACE ``gate_study``
-    without one is read too: harnesses older than the kind write it (the lanes run them at their
-    pinned commits, into a copy that ``lanes.sh snapshot`` re-reports with this checkout's, but a
-    file written by one directly has none)."""
+    without one is read too: harnesses older than the kind still write it (the lanes run them at
+    pinned commits into ``.study/moleculeace-results.json``, whose rows ``lanes.sh snapshot``
+    imports into the committed file with this checkout's harness; the copy keeps the old section)."""
     rows = []
     for key, study in data.items():
         if isinstance(study, dict) and (study.get("kind") == MOLECULEACE_STUDY or key == "gate_study"):
