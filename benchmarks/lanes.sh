@@ -115,6 +115,11 @@ sys.exit(f"rows of {sys.argv[2]} hold other arguments: {sorted(map(str, other))}
 }
 
 mcheck_done() {  # the calibration covers the 20 public targets (2353cb4's --resume fails when nothing is left)
+  # a fresh clone has no .study copy: the committed file stands in when that commit made it
+  if [ ! -f "$MCHECK" ] && python3 -c 'import json, sys; sys.exit(not json.load(open(sys.argv[1])).get("commit", "").startswith("2353cb4"))' \
+      "$ROOT/benchmarks/moleculeace/results/members_check.json" 2>/dev/null; then
+    cp "$ROOT/benchmarks/moleculeace/results/members_check.json" "$MCHECK.tmp" && mv "$MCHECK.tmp" "$MCHECK" || return 1
+  fi
   [ -f "$MCHECK" ] && python3 -c 'import json, sys; sys.exit(len(json.load(open(sys.argv[1]))["targets"]) < 20)' "$MCHECK"
 }
 
@@ -308,4 +313,4 @@ esac
 }
 # a running lane keeps reading this file after its queue ends: the whole call is on one line, so
 # an edit of the script (replace it with mv, never in place) cannot run half-read commands
-main "$@"; exit $?
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then main "$@"; exit $?; fi  # sourced (the tests): functions only

@@ -89,3 +89,26 @@ def test_stop_ends_every_process_that_carries_the_lane_s_mark(tmp_path):
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait()
+
+
+def _lanes_function(tmp_path, script):
+    """``script`` run in bash with lanes.sh's functions loaded (sourced: main does not run)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "STUDY_DIR": str(tmp_path / "study")}
+    return subprocess.run(["bash", "-c", f"source benchmarks/lanes.sh; mkdir -p \"$STUDY\"; {script}"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_the_committed_members_calibration_stands_in_for_a_fresh_clone_s_missing_copy(tmp_path):
+    """A fresh clone has no ``.study`` copy of the members' calibration; the committed file, made
+    at the lane's commit over the 20 targets, counts as done (the lane does not redo ~1 CPU-hour),
+    while a partial copy of the lane's own is kept and resumed, not replaced."""
+    committed = json.loads((ROOT / "benchmarks/moleculeace/results/members_check.json").read_text())
+    assert committed["commit"].startswith("2353cb4") and len(committed["targets"]) == 20
+    r = _lanes_function(tmp_path, "mcheck_done && echo done")
+    assert r.returncode == 0 and r.stdout == "done\n", r.stderr
+    copy = tmp_path / "study" / "members_check-2353cb4.json"
+    assert json.loads(copy.read_text()) == committed
+    partial = {"commit": committed["commit"], "targets": dict(list(committed["targets"].items())[:3])}
+    copy.write_text(json.dumps(partial))
+    r = _lanes_function(tmp_path, "mcheck_done || echo unfinished")
+    assert r.stdout == "unfinished\n" and json.loads(copy.read_text()) == partial
