@@ -23,7 +23,8 @@
 #             then the from-scratch gate study (issue 28 item 1, 1e81f55: seed 0 in both arms,
 #             then seeds 1 and 2), then the zinc16 campaign (item 4), when it gets there first
 #   pretrain: the pretraining pair (issue 28 item 2) at f285fbd, the commit and corpus of the
-#             shipped weights, then both transformers fine-tuned on the 20 targets x 3 seeds at
+#             shipped weights (skipped where snapshot kept both finished weights in
+#             benchmarks/results/pretrain_gate/weights: a fresh clone fine-tunes from those), then both transformers fine-tuned on the 20 targets x 3 seeds at
 #             the same commit as `pretrained-gine` (item 3), then the zinc16 campaign (item 4);
 #             the lane that reaches zinc16 first runs it (under a lock), the other goes on, so that a
 #             core is not idle while the other lane's items remain
@@ -44,6 +45,9 @@ PT_COMMIT=f285fbd
 #: and their fine-tunes pt-attn-GATE (lane pretrain); within a seed the arms run in this order
 STUDY_GATES=(elementwise none)
 PT_FIRST=elementwise  # the pretraining that builds the corpus the others copy
+#: the pair's finished weights, kept in the repository (snapshot adds them) so that a fresh clone
+#: fine-tunes from the very weights its rows name instead of pretraining again (~2 CPU-hours)
+KEPT=${PT_KEPT_DIR:-$ROOT/benchmarks/results/pretrain_gate/weights}
 PT_SHIPPED="--smiles moses --molecules 100000 --epochs 15 --seed 0"  # src/siggate/pretrained/default.json's command
 #: what snapshot regenerates and stages
 GENERATED=(benchmarks/moleculeace/results benchmarks/moleculeace/README.md benchmarks/peers/results
@@ -89,20 +93,49 @@ pretrain_run() {  # $1: gate; the pair shares one corpus, built by the first run
       --set model.attn=true --set "model.gate=$1"
 }
 
-weights() {  # $1: gate; the finished pretraining's weights under a name holding the hash of its
-  # tensors (not of the file, whose record holds timings), so that rows fine-tuned from other
-  # weights (a pretraining redone elsewhere that came out different) are refused, not mixed
-  local src=$STUDY/pt-gate-$1/pretrained.pt sha wt
-  wt=$(worktree "$PT_COMMIT") || return 1
-  sha=$("$wt/.venv/bin/python" -c 'import hashlib, sys, torch
+tensor_sha() {  # $1: a pretraining's weights file; the hash of its tensors (not of the file, whose
+  # record holds timings), first 12 hex digits
+  local py=$STUDY/wt-$PT_COMMIT/.venv/bin/python  # the lane's venv, else this checkout's, else PATH's
+  [ -x "$py" ] || py=$ROOT/.venv/bin/python
+  [ -x "$py" ] || py=python3
+  "$py" -c 'import hashlib, sys, torch
 m = torch.load(sys.argv[1], map_location="cpu", weights_only=True)["model"]
 h = hashlib.sha256()
 for k in sorted(m):
     h.update(k.encode()); h.update(m[k].contiguous().numpy().tobytes())
-print(h.hexdigest()[:12])' "$src") && [ -n "$sha" ] || return 1
-  local dst=$STUDY/pt-gate-$1/pretrained-$sha.pt
-  [ -f "$dst" ] || { cp "$src" "$dst.tmp" && mv "$dst.tmp" "$dst"; } || return 1
-  echo "$dst"
+print(h.hexdigest()[:12])' "$1"
+}
+
+weights() {  # $1: gate; the finished pretraining's weights under a name holding the hash of its
+  # tensors, so that rows fine-tuned from other weights (a pretraining redone elsewhere that came
+  # out different) are refused, not mixed. Without the run (a fresh clone) the kept copy is
+  # restored to the same path, its hash checked against its name.
+  local folder=$STUDY/pt-gate-$1 sha kept
+  if [ -f "$folder/pretrained.pt" ]; then
+    sha=$(tensor_sha "$folder/pretrained.pt") && [ -n "$sha" ] || return 1
+    local dst=$folder/pretrained-$sha.pt
+    [ -f "$dst" ] || { cp "$folder/pretrained.pt" "$dst.tmp" && mv "$dst.tmp" "$dst"; } || return 1
+    echo "$dst"; return 0
+  fi
+  kept=$(compgen -G "$KEPT/pt-gate-$1-*.pt") || return 1
+  [ "$(echo "$kept" | wc -l)" = 1 ] || { echo "error: more than one kept weights file of $1 in $KEPT" >&2; return 1; }
+  sha=${kept##*/pt-gate-$1-}; sha=${sha%.pt}
+  [ "$(tensor_sha "$kept")" = "$sha" ] || { echo "error: $kept: its tensors do not hash to its name" >&2; return 1; }
+  mkdir -p "$folder" && { [ -f "$folder/pretrained-$sha.pt" ] || { cp "$kept" "$folder/pretrained-$sha.pt.tmp" \
+      && mv "$folder/pretrained-$sha.pt.tmp" "$folder/pretrained-$sha.pt"; }; } || return 1
+  echo "$folder/pretrained-$sha.pt"
+}
+
+keep_weights() {  # the pair's finished weights into $KEPT (snapshot stages them)
+  local gate f
+  mkdir -p "$KEPT"
+  for gate in "${STUDY_GATES[@]}"; do
+    [ -f "$STUDY/pt-gate-$gate/pretrained.pt" ] || continue
+    f=$(weights "$gate") || return 1
+    compgen -G "$KEPT/pt-gate-$gate-*.pt" >/dev/null && [ ! -f "$KEPT/pt-gate-$gate-${f##*/pretrained-}" ] \
+        && { echo "warning: $KEPT holds other weights of $gate than $f; both kept, fine-tunes use the run's" >&2; }
+    [ -f "$KEPT/pt-gate-$gate-${f##*/pretrained-}" ] || cp "$f" "$KEPT/pt-gate-$gate-${f##*/pretrained-}"
+  done
 }
 
 same_args() {  # $1: recipe, $2: its --siggate-args; false when rows of the recipe hold other ones
@@ -165,16 +198,25 @@ zinc16() {  # issue 28 item 4, in one lane at a time: its commit (d4e68f1) preda
   return "$rc"
 }
 
-pair_pretrained() {  # both pretrainings of the pair are finished
+pair_pretrained() {  # both pretrainings of the pair are finished (their run folders are here)
   local gate
   for gate in "${STUDY_GATES[@]}"; do [ -f "$STUDY/pt-gate-$gate/pretrained.pt" ] || return 1; done
 }
 
+pair_weights() {  # both arms have weights to fine-tune from: their runs, or the kept copies
+  local gate
+  for gate in "${STUDY_GATES[@]}"; do
+    [ -f "$STUDY/pt-gate-$gate/pretrained.pt" ] || compgen -G "$KEPT/pt-gate-$gate-*.pt" >/dev/null || return 1
+  done
+}
+
 lane_pretrain() {
   local gate
-  step pretrain_run "$PT_FIRST"
-  for gate in "${STUDY_GATES[@]}"; do [ "$gate" = "$PT_FIRST" ] || step pretrain_run "$gate"; done
-  if ! pair_pretrained; then
+  if ! pair_weights; then  # kept weights of both arms (a fresh clone) need no pretraining
+    step pretrain_run "$PT_FIRST"
+    for gate in "${STUDY_GATES[@]}"; do [ "$gate" = "$PT_FIRST" ] || step pretrain_run "$gate"; done
+  fi
+  if ! pair_weights; then
     say "a pretraining of ${STUDY_GATES[*]} is unfinished: no fine-tunes (start the lane again to resume it)"
   else
     for seed in 0 1 2; do  # both arms seed by seed, so that a stop leaves pairs
@@ -273,9 +315,10 @@ for recipe in sys.argv[2:]:
     import_mace_rows
     "$py" benchmarks/moleculeace/run.py --report
     "$py" benchmarks/peers/run.py --report
-    if pair_pretrained; then
+    if pair_pretrained; then  # (from the run folders: a clone with kept weights only keeps the committed report)
       runs=(); for gate in "${STUDY_GATES[@]}"; do runs+=(--run "$gate=$STUDY/pt-gate-$gate"); done
       "$py" benchmarks/pretrain_gate/compare.py "${runs[@]}"
+      keep_weights
     fi
     if [ -d "$STUDY/zinc16" ]; then bash benchmarks/results/campaign/study.sh snapshot zinc16; fi
     if mcheck_done; then

@@ -91,9 +91,9 @@ def test_stop_ends_every_process_that_carries_the_lane_s_mark(tmp_path):
                 p.wait()
 
 
-def _lanes_function(tmp_path, script):
+def _lanes_function(tmp_path, script, **env):
     """``script`` run in bash with lanes.sh's functions loaded (sourced: main does not run)."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "STUDY_DIR": str(tmp_path / "study")}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "STUDY_DIR": str(tmp_path / "study"), **env}
     return subprocess.run(["bash", "-c", f"source benchmarks/lanes.sh; mkdir -p \"$STUDY\"; {script}"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=60)
 
@@ -112,3 +112,47 @@ def test_the_committed_members_calibration_stands_in_for_a_fresh_clone_s_missing
     copy.write_text(json.dumps(partial))
     r = _lanes_function(tmp_path, "mcheck_done || echo unfinished")
     assert r.stdout == "unfinished\n" and json.loads(copy.read_text()) == partial
+
+
+def _weights_file(path, value):
+    """A pretraining's weights file: a ``model`` state dict (and a record, which the hash skips)."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": {"w": torch.full((2, 3), value), "b": torch.zeros(3)}, "record": {"seconds": value}}, path)
+
+
+def _tensor_sha(path):
+    """The hash of a weights file's tensors, restated: keys sorted, each name then its bytes."""
+    import hashlib
+
+    import torch
+
+    m = torch.load(path, map_location="cpu", weights_only=True)["model"]
+    h = hashlib.sha256()
+    for k in sorted(m):
+        h.update(k.encode())
+        h.update(m[k].contiguous().numpy().tobytes())
+    return h.hexdigest()[:12]
+
+
+def test_a_fresh_clone_fine_tunes_from_the_kept_weights_at_the_path_its_rows_name(tmp_path):
+    """snapshot keeps the pair's finished weights under their tensors' hash; without the runs (a
+    fresh clone) ``weights`` restores each to the path the rows' ``--init`` names, checks the hash
+    against the name, and the pretrain lane needs both arms' weights before it skips pretraining."""
+    import sys
+
+    study, kept = tmp_path / "study", tmp_path / "kept"
+    env = {"PT_KEPT_DIR": str(kept), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    _weights_file(study / "pt-gate-elementwise" / "pretrained.pt", 1.0)  # a finished run here
+    sha = _tensor_sha(study / "pt-gate-elementwise" / "pretrained.pt")
+    r = _lanes_function(tmp_path, "pair_weights || echo no-pair; keep_weights; ls \"$KEPT\"", **env)
+    assert r.returncode == 0 and r.stdout == f"no-pair\npt-gate-elementwise-{sha}.pt\n", r.stderr
+    (study / "pt-gate-elementwise").rename(tmp_path / "run-gone")  # a fresh clone: no run folder
+    _weights_file(kept / "pt-gate-none-000000000000.pt", 2.0)  # a name its tensors do not hash to
+    r = _lanes_function(tmp_path, "pair_weights && echo pair; weights elementwise; weights none || echo refused", **env)
+    assert r.stdout == f"pair\n{study}/pt-gate-elementwise/pretrained-{sha}.pt\nrefused\n", r.stderr
+    assert r.stderr.endswith("pt-gate-none-000000000000.pt: its tensors do not hash to its name\n")
+    restored = study / "pt-gate-elementwise" / f"pretrained-{sha}.pt"
+    assert restored.read_bytes() == (kept / f"pt-gate-elementwise-{sha}.pt").read_bytes()
+    assert not (study / "pt-gate-none").exists() or not list((study / "pt-gate-none").glob("pretrained-*"))
