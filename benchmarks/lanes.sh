@@ -24,8 +24,9 @@
 #             then seeds 1 and 2), then the zinc16 campaign (item 4), when it gets there first
 #   pretrain: the pretraining pair (issue 28 item 2) at f285fbd, the commit and corpus of the
 #             shipped weights (skipped where snapshot kept both finished weights in
-#             benchmarks/results/pretrain_gate/weights: a fresh clone fine-tunes from those), then both transformers fine-tuned on the 20 targets x 3 seeds at
-#             the same commit as `pretrained-gine` (item 3), then the zinc16 campaign (item 4);
+#             benchmarks/results/pretrain_gate/weights: a fresh clone fine-tunes from those),
+#             then both transformers fine-tuned on the 20 targets x 3 seeds at the same commit
+#             as `pretrained-gine` (item 3), then the zinc16 campaign (item 4);
 #             the lane that reaches zinc16 first runs it (under a lock), the other goes on, so that a
 #             core is not idle while the other lane's items remain
 set -euo pipefail
