@@ -84,7 +84,7 @@ mace() {
 pretrain_run() {  # $1: gate; the pair shares one corpus, built by the first run and copied
   local out=$STUDY/pt-gate-$1 first=$STUDY/pt-gate-$PT_FIRST
   [ -f "$out/pretrained.pt" ] && return 0
-  if [ "$out" != "$first" ] && [ ! -d "$out/corpus" ]; then
+  if [ "$out" != "$first" ] && [ ! -d "$out/corpus" ] && [ -d "$first/corpus" ]; then  # (else it builds its own)
     mkdir -p "$out" && rm -rf "$out/corpus.tmp" && cp -r "$first/corpus" "$out/corpus.tmp" \
         && mv "$out/corpus.tmp" "$out/corpus" || return 1
   fi
@@ -95,47 +95,66 @@ pretrain_run() {  # $1: gate; the pair shares one corpus, built by the first run
 }
 
 tensor_sha() {  # $1: a pretraining's weights file; the hash of its tensors (not of the file, whose
-  # record holds timings), first 12 hex digits
-  local py=$STUDY/wt-$PT_COMMIT/.venv/bin/python  # the lane's venv, else this checkout's, else PATH's
-  [ -x "$py" ] || py=$ROOT/.venv/bin/python
-  [ -x "$py" ] || py=python3
-  "$py" -c 'import hashlib, sys, torch
+  # record holds timings), first 12 hex digits, by the Python of the pretrainings' worktree
+  # (PT_PYTHON: another one with torch, for the tests)
+  local py=${PT_PYTHON:-} wt sha
+  if [ -z "$py" ]; then wt=$(worktree "$PT_COMMIT") || return 1; py=$wt/.venv/bin/python; fi
+  sha=$("$py" -c 'import hashlib, sys, torch
 m = torch.load(sys.argv[1], map_location="cpu", weights_only=True)["model"]
 h = hashlib.sha256()
 for k in sorted(m):
     h.update(k.encode()); h.update(m[k].contiguous().numpy().tobytes())
-print(h.hexdigest()[:12])' "$1"
+print(h.hexdigest()[:12])' "$1") || { echo "error: $1: its tensors could not be read for their hash" >&2; return 1; }
+  [[ $sha =~ ^[0-9a-f]{12}$ ]] || { echo "error: $1: no hash came back ($sha)" >&2; return 1; }
+  echo "$sha"
+}
+
+copy_into() {  # $1 -> $2, through a temporary file of this process beside $2, so that no reader
+  # (or other writer) ever sees a half-written $2
+  local tmp
+  tmp=$(mktemp "$2.XXXXXX.tmp") && cp "$1" "$tmp" && mv "$tmp" "$2" || { rm -f "${tmp:-}"; return 1; }
+}
+
+kept_file() {  # $1: gate; the one kept weights file of the gate whose tensors hash to its name
+  local kept sha
+  kept=$(compgen -G "$KEPT/pt-gate-$1-*.pt") || { echo "error: no kept weights of $1 in $KEPT" >&2; return 1; }
+  [ "$(echo "$kept" | wc -l)" -eq 1 ] || { echo "error: more than one kept weights file of $1 in $KEPT" >&2; return 1; }
+  sha=${kept##*/pt-gate-$1-}; sha=${sha%.pt}
+  [ "$(tensor_sha "$kept")" = "$sha" ] || { echo "error: $kept: its tensors do not hash to its name" >&2; return 1; }
+  echo "$kept"
 }
 
 weights() {  # $1: gate; the finished pretraining's weights under a name holding the hash of its
   # tensors, so that rows fine-tuned from other weights (a pretraining redone elsewhere that came
   # out different) are refused, not mixed. Without the run (a fresh clone) the kept copy is
-  # restored to the same path, its hash checked against its name.
+  # restored to the same path (the rows' --init names it absolutely: a study folder elsewhere
+  # gets other arguments, which same_args refuses to mix)
   local folder=$STUDY/pt-gate-$1 sha kept
   if [ -f "$folder/pretrained.pt" ]; then
-    sha=$(tensor_sha "$folder/pretrained.pt") && [ -n "$sha" ] || return 1
-    local dst=$folder/pretrained-$sha.pt
-    [ -f "$dst" ] || { cp "$folder/pretrained.pt" "$dst.tmp" && mv "$dst.tmp" "$dst"; } || return 1
-    echo "$dst"; return 0
+    sha=$(tensor_sha "$folder/pretrained.pt") || return 1
+    [ -f "$folder/pretrained-$sha.pt" ] || copy_into "$folder/pretrained.pt" "$folder/pretrained-$sha.pt" || return 1
+    echo "$folder/pretrained-$sha.pt"; return 0
   fi
-  kept=$(compgen -G "$KEPT/pt-gate-$1-*.pt") || return 1
-  [ "$(echo "$kept" | wc -l)" = 1 ] || { echo "error: more than one kept weights file of $1 in $KEPT" >&2; return 1; }
+  kept=$(kept_file "$1") || return 1
   sha=${kept##*/pt-gate-$1-}; sha=${sha%.pt}
-  [ "$(tensor_sha "$kept")" = "$sha" ] || { echo "error: $kept: its tensors do not hash to its name" >&2; return 1; }
-  mkdir -p "$folder" && { [ -f "$folder/pretrained-$sha.pt" ] || { cp "$kept" "$folder/pretrained-$sha.pt.tmp" \
-      && mv "$folder/pretrained-$sha.pt.tmp" "$folder/pretrained-$sha.pt"; }; } || return 1
+  mkdir -p "$folder" || return 1
+  [ -f "$folder/pretrained-$sha.pt" ] || copy_into "$kept" "$folder/pretrained-$sha.pt" || return 1
   echo "$folder/pretrained-$sha.pt"
 }
 
-keep_weights() {  # the pair's finished weights into $KEPT (snapshot stages them)
-  local gate f
-  mkdir -p "$KEPT"
+keep_weights() {  # the pair's finished weights into $KEPT (snapshot stages them); refuses, copying
+  # nothing of that arm, where other weights of an arm are kept (a fresh clone would restore those)
+  local gate f name
+  mkdir -p "$KEPT" || return 1
   for gate in "${STUDY_GATES[@]}"; do
     [ -f "$STUDY/pt-gate-$gate/pretrained.pt" ] || continue
     f=$(weights "$gate") || return 1
-    compgen -G "$KEPT/pt-gate-$gate-*.pt" >/dev/null && [ ! -f "$KEPT/pt-gate-$gate-${f##*/pretrained-}" ] \
-        && { echo "warning: $KEPT holds other weights of $gate than $f; both kept, fine-tunes use the run's" >&2; }
-    [ -f "$KEPT/pt-gate-$gate-${f##*/pretrained-}" ] || cp "$f" "$KEPT/pt-gate-$gate-${f##*/pretrained-}"
+    name=$KEPT/pt-gate-$gate-${f##*/pretrained-}
+    if compgen -G "$KEPT/pt-gate-$gate-*.pt" >/dev/null && [ ! -f "$name" ]; then
+      echo "error: $KEPT holds other weights of $gate than the run's $f; a fresh clone would fine-tune from those: remove the one not meant" >&2
+      return 1
+    fi
+    if [ -f "$name" ]; then kept_file "$gate" >/dev/null || return 1; else copy_into "$f" "$name" || return 1; fi
   done
 }
 
@@ -204,19 +223,20 @@ pair_pretrained() {  # both pretrainings of the pair are finished (their run fol
   for gate in "${STUDY_GATES[@]}"; do [ -f "$STUDY/pt-gate-$gate/pretrained.pt" ] || return 1; done
 }
 
-pair_weights() {  # both arms have weights to fine-tune from: their runs, or the kept copies
+arm_weights() {  # $1: gate; it has weights to fine-tune from: its run's, or one valid kept copy
+  [ -f "$STUDY/pt-gate-$1/pretrained.pt" ] || kept_file "$1" >/dev/null 2>&1
+}
+
+pair_weights() {  # both arms have weights to fine-tune from
   local gate
-  for gate in "${STUDY_GATES[@]}"; do
-    [ -f "$STUDY/pt-gate-$gate/pretrained.pt" ] || compgen -G "$KEPT/pt-gate-$gate-*.pt" >/dev/null || return 1
-  done
+  for gate in "${STUDY_GATES[@]}"; do arm_weights "$gate" || return 1; done
 }
 
 lane_pretrain() {
   local gate
-  if ! pair_weights; then  # kept weights of both arms (a fresh clone) need no pretraining
-    step pretrain_run "$PT_FIRST"
-    for gate in "${STUDY_GATES[@]}"; do [ "$gate" = "$PT_FIRST" ] || step pretrain_run "$gate"; done
-  fi
+  # an arm with kept weights (a fresh clone) is not pretrained again: a redo comes out different
+  arm_weights "$PT_FIRST" || step pretrain_run "$PT_FIRST"
+  for gate in "${STUDY_GATES[@]}"; do [ "$gate" = "$PT_FIRST" ] || arm_weights "$gate" || step pretrain_run "$gate"; done
   if ! pair_weights; then
     say "a pretraining of ${STUDY_GATES[*]} is unfinished: no fine-tunes (start the lane again to resume it)"
   else
@@ -317,9 +337,9 @@ for recipe in sys.argv[2:]:
     "$py" benchmarks/moleculeace/run.py --report
     "$py" benchmarks/peers/run.py --report
     if pair_pretrained; then  # (from the run folders: a clone with kept weights only keeps the committed report)
+      keep_weights  # first: the one thing a lost .study cannot give back
       runs=(); for gate in "${STUDY_GATES[@]}"; do runs+=(--run "$gate=$STUDY/pt-gate-$gate"); done
       "$py" benchmarks/pretrain_gate/compare.py "${runs[@]}"
-      keep_weights
     fi
     if [ -d "$STUDY/zinc16" ]; then bash benchmarks/results/campaign/study.sh snapshot zinc16; fi
     if mcheck_done; then

@@ -138,21 +138,54 @@ def _tensor_sha(path):
 
 def test_a_fresh_clone_fine_tunes_from_the_kept_weights_at_the_path_its_rows_name(tmp_path):
     """snapshot keeps the pair's finished weights under their tensors' hash; without the runs (a
-    fresh clone) ``weights`` restores each to the path the rows' ``--init`` names, checks the hash
-    against the name, and the pretrain lane needs both arms' weights before it skips pretraining."""
+    fresh clone) ``weights`` restores each to the path the rows' ``--init`` names, checking the
+    hash against the name; a kept file that does not hash to its name is refused and does not
+    count as an arm's weights, and other kept weights of an arm make keep_weights refuse."""
     import sys
 
     study, kept = tmp_path / "study", tmp_path / "kept"
-    env = {"PT_KEPT_DIR": str(kept), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    env = {"PT_KEPT_DIR": str(kept), "PT_PYTHON": sys.executable}
     _weights_file(study / "pt-gate-elementwise" / "pretrained.pt", 1.0)  # a finished run here
     sha = _tensor_sha(study / "pt-gate-elementwise" / "pretrained.pt")
-    r = _lanes_function(tmp_path, "pair_weights || echo no-pair; keep_weights; ls \"$KEPT\"", **env)
+    r = _lanes_function(tmp_path, "pair_weights || echo no-pair; keep_weights; keep_weights; ls \"$KEPT\"", **env)
     assert r.returncode == 0 and r.stdout == f"no-pair\npt-gate-elementwise-{sha}.pt\n", r.stderr
     (study / "pt-gate-elementwise").rename(tmp_path / "run-gone")  # a fresh clone: no run folder
     _weights_file(kept / "pt-gate-none-000000000000.pt", 2.0)  # a name its tensors do not hash to
-    r = _lanes_function(tmp_path, "pair_weights && echo pair; weights elementwise; weights none || echo refused", **env)
-    assert r.stdout == f"pair\n{study}/pt-gate-elementwise/pretrained-{sha}.pt\nrefused\n", r.stderr
+    r = _lanes_function(tmp_path, "pair_weights || echo no-pair; arm_weights elementwise && echo arm; "
+                                  "weights elementwise; weights none || echo refused", **env)
+    assert r.stdout == f"no-pair\narm\n{study}/pt-gate-elementwise/pretrained-{sha}.pt\nrefused\n", r.stderr
     assert r.stderr.endswith("pt-gate-none-000000000000.pt: its tensors do not hash to its name\n")
     restored = study / "pt-gate-elementwise" / f"pretrained-{sha}.pt"
     assert restored.read_bytes() == (kept / f"pt-gate-elementwise-{sha}.pt").read_bytes()
-    assert not (study / "pt-gate-none").exists() or not list((study / "pt-gate-none").glob("pretrained-*"))
+    assert not list(study.glob("pt-gate-none/pretrained-*"))
+    # a run of an arm whose kept weights differ (it was pretrained again): keep_weights refuses
+    _weights_file(study / "pt-gate-elementwise" / "pretrained.pt", 3.0)
+    r = _lanes_function(tmp_path, "keep_weights", **env)
+    assert r.returncode == 1 and "holds other weights of elementwise than the run's" in r.stderr
+    assert sorted(p.name for p in kept.iterdir()) == [f"pt-gate-elementwise-{sha}.pt", "pt-gate-none-000000000000.pt"]
+
+
+def test_the_pretrain_lane_pretrains_only_the_arms_without_weights(tmp_path):
+    """The lane's queue with its commands stubbed: an arm with valid kept weights is not pretrained
+    again (a redo comes out different), and the fine-tunes start only once both arms have weights,
+    each from its own restored file."""
+    import sys
+
+    study, kept = tmp_path / "study", tmp_path / "kept"
+    env = {"PT_KEPT_DIR": str(kept), "PT_PYTHON": sys.executable}
+    _weights_file(tmp_path / "w.pt", 1.0)
+    sha = _tensor_sha(tmp_path / "w.pt")
+    kept.mkdir()
+    (tmp_path / "w.pt").rename(kept / f"pt-gate-elementwise-{sha}.pt")
+    stubs = ('pretrain_run() { echo "pretrain $1"; }; mace() { echo "mace ${*: -1}"; }; zinc16() { :; }; '
+             'say() { echo "$*"; }; lane_pretrain')
+    r = _lanes_function(tmp_path, stubs, **env)
+    assert r.returncode == 0 and r.stdout == ("pretrain none\na pretraining of elementwise none is unfinished: "
+                                              "no fine-tunes (start the lane again to resume it)\n"), r.stderr
+    _weights_file(study / "pt-gate-none" / "pretrained.pt", 2.0)  # the none arm's run finished
+    r = _lanes_function(tmp_path, stubs, **env)
+    sha_none = _tensor_sha(study / "pt-gate-none" / "pretrained.pt")
+    tunes = [f"mace --init {study}/pt-gate-elementwise/pretrained-{sha}.pt --set model.attn=true "
+             f"--set model.gate=elementwise",
+             f"mace --init {study}/pt-gate-none/pretrained-{sha_none}.pt --set model.attn=true --set model.gate=none"]
+    assert r.returncode == 0 and r.stdout == "".join(t + "\n" for t in tunes * 3), r.stderr
