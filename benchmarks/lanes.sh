@@ -112,7 +112,7 @@ print(h.hexdigest()[:12])' "$1") || { echo "error: $1: its tensors could not be 
 copy_into() {  # $1 -> $2, through a temporary file of this process beside $2, so that no reader
   # (or other writer) ever sees a half-written $2
   local tmp
-  tmp=$(mktemp "$2.XXXXXX.tmp") && cp "$1" "$tmp" && mv "$tmp" "$2" || { rm -f "${tmp:-}"; return 1; }
+  tmp=$(mktemp "$2.XXXXXX.tmp") && cp "$1" "$tmp" && chmod 644 "$tmp" && mv "$tmp" "$2" || { rm -f "${tmp:-}"; return 1; }
 }
 
 kept_file() {  # $1: gate; the one kept weights file of the gate whose tensors hash to its name
