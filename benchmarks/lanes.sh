@@ -23,8 +23,9 @@
 #             then the from-scratch gate study (issue 28 item 1, 1e81f55: seed 0 in both arms,
 #             then seeds 1 and 2), then the zinc16 campaign (item 4), when it gets there first
 #   pretrain: the pretraining pair (issue 28 item 2) at f285fbd, the commit and corpus of the
-#             shipped weights (skipped where snapshot kept both finished weights in
-#             benchmarks/results/pretrain_gate/weights: a fresh clone fine-tunes from those),
+#             shipped weights (an arm whose finished weights snapshot kept in
+#             benchmarks/results/pretrain_gate/weights is not pretrained again: a fresh clone
+#             fine-tunes from those),
 #             then both transformers fine-tuned on the 20 targets x 3 seeds at the same commit
 #             as `pretrained-gine` (item 3), then the zinc16 campaign (item 4);
 #             the lane that reaches zinc16 first runs it (under a lock), the other goes on, so that a
@@ -136,10 +137,10 @@ weights() {  # $1: gate; the finished pretraining's weights under a name holding
     echo "$folder/pretrained-$sha.pt"; return 0
   fi
   kept=$(kept_file "$1") || return 1
-  sha=${kept##*/pt-gate-$1-}; sha=${sha%.pt}
+  local dst=$folder/pretrained-${kept##*/pt-gate-$1-}  # the kept name's SHA.pt
   mkdir -p "$folder" || return 1
-  [ -f "$folder/pretrained-$sha.pt" ] || copy_into "$kept" "$folder/pretrained-$sha.pt" || return 1
-  echo "$folder/pretrained-$sha.pt"
+  [ -f "$dst" ] || copy_into "$kept" "$dst" || return 1
+  echo "$dst"
 }
 
 keep_weights() {  # the pair's finished weights into $KEPT (snapshot stages them); refuses, copying
@@ -223,8 +224,9 @@ pair_pretrained() {  # both pretrainings of the pair are finished (their run fol
   for gate in "${STUDY_GATES[@]}"; do [ -f "$STUDY/pt-gate-$gate/pretrained.pt" ] || return 1; done
 }
 
-arm_weights() {  # $1: gate; it has weights to fine-tune from: its run's, or one valid kept copy
-  [ -f "$STUDY/pt-gate-$1/pretrained.pt" ] || kept_file "$1" >/dev/null 2>&1
+arm_weights() {  # $1: gate; it has weights to fine-tune from: its run's, or a kept copy (which
+  # `weights` checks, saying in the log why it refuses one: never pretrained again in silence)
+  [ -f "$STUDY/pt-gate-$1/pretrained.pt" ] || compgen -G "$KEPT/pt-gate-$1-*.pt" >/dev/null
 }
 
 pair_weights() {  # both arms have weights to fine-tune from
@@ -240,10 +242,14 @@ lane_pretrain() {
   if ! pair_weights; then
     say "a pretraining of ${STUDY_GATES[*]} is unfinished: no fine-tunes (start the lane again to resume it)"
   else
+    local -A init=()
+    for gate in "${STUDY_GATES[@]}"; do  # each arm's weights once (hashing loads torch)
+      init[$gate]=$(weights "$gate") || { say "no weights of $gate: no fine-tunes of it"; init[$gate]=""; }
+    done
     for seed in 0 1 2; do  # both arms seed by seed, so that a stop leaves pairs
       for gate in "${STUDY_GATES[@]}"; do
-        w=$(weights "$gate") || { say "no weights of $gate"; continue; }
-        args="--init $w --set model.attn=true --set model.gate=$gate"
+        [ -n "${init[$gate]}" ] || continue
+        args="--init ${init[$gate]} --set model.attn=true --set model.gate=$gate"
         if same_args "pt-attn-$gate" "$args"; then
           step mace "$PT_COMMIT" --tools siggate --recipe "pt-attn-$gate" --seeds "$seed" --siggate-args "$args"
         fi
@@ -336,8 +342,8 @@ for recipe in sys.argv[2:]:
     import_mace_rows
     "$py" benchmarks/moleculeace/run.py --report
     "$py" benchmarks/peers/run.py --report
+    keep_weights  # each finished arm's weights, first: the one thing a lost .study cannot give back
     if pair_pretrained; then  # (from the run folders: a clone with kept weights only keeps the committed report)
-      keep_weights  # first: the one thing a lost .study cannot give back
       runs=(); for gate in "${STUDY_GATES[@]}"; do runs+=(--run "$gate=$STUDY/pt-gate-$gate"); done
       "$py" benchmarks/pretrain_gate/compare.py "${runs[@]}"
     fi

@@ -95,7 +95,7 @@ def _lanes_function(tmp_path, script, **env):
     """``script`` run in bash with lanes.sh's functions loaded (sourced: main does not run)."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "STUDY_DIR": str(tmp_path / "study"), **env}
     return subprocess.run(["bash", "-c", f"source benchmarks/lanes.sh; mkdir -p \"$STUDY\"; {script}"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=60)
+                          env=env, capture_output=True, text=True, timeout=300)  # each hash imports torch
 
 
 def test_the_committed_members_calibration_stands_in_for_a_fresh_clone_s_missing_copy(tmp_path):
@@ -139,8 +139,9 @@ def _tensor_sha(path):
 def test_a_fresh_clone_fine_tunes_from_the_kept_weights_at_the_path_its_rows_name(tmp_path):
     """snapshot keeps the pair's finished weights under their tensors' hash; without the runs (a
     fresh clone) ``weights`` restores each to the path the rows' ``--init`` names, checking the
-    hash against the name; a kept file that does not hash to its name is refused and does not
-    count as an arm's weights, and other kept weights of an arm make keep_weights refuse."""
+    hash against the name; a kept file that does not hash to its name is refused there, in one
+    line (the arm is not pretrained again in silence), and other kept weights of an arm make
+    keep_weights refuse."""
     import sys
 
     study, kept = tmp_path / "study", tmp_path / "kept"
@@ -151,9 +152,9 @@ def test_a_fresh_clone_fine_tunes_from_the_kept_weights_at_the_path_its_rows_nam
     assert r.returncode == 0 and r.stdout == f"no-pair\npt-gate-elementwise-{sha}.pt\n", r.stderr
     (study / "pt-gate-elementwise").rename(tmp_path / "run-gone")  # a fresh clone: no run folder
     _weights_file(kept / "pt-gate-none-000000000000.pt", 2.0)  # a name its tensors do not hash to
-    r = _lanes_function(tmp_path, "pair_weights || echo no-pair; arm_weights elementwise && echo arm; "
+    r = _lanes_function(tmp_path, "pair_weights && echo pair; arm_weights elementwise && echo arm; "
                                   "weights elementwise; weights none || echo refused", **env)
-    assert r.stdout == f"no-pair\narm\n{study}/pt-gate-elementwise/pretrained-{sha}.pt\nrefused\n", r.stderr
+    assert r.stdout == f"pair\narm\n{study}/pt-gate-elementwise/pretrained-{sha}.pt\nrefused\n", r.stderr
     assert r.stderr.endswith("pt-gate-none-000000000000.pt: its tensors do not hash to its name\n")
     restored = study / "pt-gate-elementwise" / f"pretrained-{sha}.pt"
     assert restored.read_bytes() == (kept / f"pt-gate-elementwise-{sha}.pt").read_bytes()
@@ -189,3 +190,7 @@ def test_the_pretrain_lane_pretrains_only_the_arms_without_weights(tmp_path):
              f"--set model.gate=elementwise",
              f"mace --init {study}/pt-gate-none/pretrained-{sha_none}.pt --set model.attn=true --set model.gate=none"]
     assert r.returncode == 0 and r.stdout == "".join(t + "\n" for t in tunes * 3), r.stderr
+    # snapshot keeps the one arm this clone pretrained, beside the other arm's kept weights
+    r = _lanes_function(tmp_path, "keep_weights", **env)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in kept.iterdir()) == [f"pt-gate-elementwise-{sha}.pt", f"pt-gate-none-{sha_none}.pt"]
