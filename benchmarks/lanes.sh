@@ -116,9 +116,17 @@ copy_into() {  # $1 -> $2, through a temporary file of this process beside $2, s
   tmp=$(mktemp "$2.XXXXXX.tmp") && cp "$1" "$tmp" && chmod 644 "$tmp" && mv "$tmp" "$2" || { rm -f "${tmp:-}"; return 1; }
 }
 
+pretrained_here() {  # $1: gate; its pretraining finished in this checkout's study folder
+  [ -f "$STUDY/pt-gate-$1/pretrained.pt" ]
+}
+
+kept_files() {  # $1: gate; its kept weights files, one per line (false when there is none)
+  compgen -G "$KEPT/pt-gate-$1-*.pt"
+}
+
 kept_file() {  # $1: gate; the one kept weights file of the gate whose tensors hash to its name
   local kept sha
-  kept=$(compgen -G "$KEPT/pt-gate-$1-*.pt") || { echo "error: no kept weights of $1 in $KEPT" >&2; return 1; }
+  kept=$(kept_files "$1") || { echo "error: no kept weights of $1 in $KEPT" >&2; return 1; }
   [ "$(echo "$kept" | wc -l)" -eq 1 ] || { echo "error: more than one kept weights file of $1 in $KEPT" >&2; return 1; }
   sha=${kept##*/pt-gate-$1-}; sha=${sha%.pt}
   [ "$(tensor_sha "$kept")" = "$sha" ] || { echo "error: $kept: its tensors do not hash to its name" >&2; return 1; }
@@ -131,7 +139,7 @@ weights() {  # $1: gate; the finished pretraining's weights under a name holding
   # restored to the same path (the rows' --init names it absolutely: a study folder elsewhere
   # gets other arguments, which same_args refuses to mix)
   local folder=$STUDY/pt-gate-$1 sha kept
-  if [ -f "$folder/pretrained.pt" ]; then
+  if pretrained_here "$1"; then
     sha=$(tensor_sha "$folder/pretrained.pt") || return 1
     [ -f "$folder/pretrained-$sha.pt" ] || copy_into "$folder/pretrained.pt" "$folder/pretrained-$sha.pt" || return 1
     echo "$folder/pretrained-$sha.pt"; return 0
@@ -148,10 +156,10 @@ keep_weights() {  # the pair's finished weights into $KEPT (snapshot stages them
   local gate f name
   mkdir -p "$KEPT" || return 1
   for gate in "${STUDY_GATES[@]}"; do
-    [ -f "$STUDY/pt-gate-$gate/pretrained.pt" ] || continue
+    pretrained_here "$gate" || continue
     f=$(weights "$gate") || return 1
     name=$KEPT/pt-gate-$gate-${f##*/pretrained-}
-    if compgen -G "$KEPT/pt-gate-$gate-*.pt" >/dev/null && [ ! -f "$name" ]; then
+    if kept_files "$gate" >/dev/null && [ ! -f "$name" ]; then
       echo "error: $KEPT holds other weights of $gate than the run's $f; a fresh clone would fine-tune from those: remove the one not meant" >&2
       return 1
     fi
@@ -221,12 +229,12 @@ zinc16() {  # issue 28 item 4, in one lane at a time: its commit (d4e68f1) preda
 
 pair_pretrained() {  # both pretrainings of the pair are finished (their run folders are here)
   local gate
-  for gate in "${STUDY_GATES[@]}"; do [ -f "$STUDY/pt-gate-$gate/pretrained.pt" ] || return 1; done
+  for gate in "${STUDY_GATES[@]}"; do pretrained_here "$gate" || return 1; done
 }
 
 arm_weights() {  # $1: gate; it has weights to fine-tune from: its run's, or a kept copy (which
   # `weights` checks, saying in the log why it refuses one: never pretrained again in silence)
-  [ -f "$STUDY/pt-gate-$1/pretrained.pt" ] || compgen -G "$KEPT/pt-gate-$1-*.pt" >/dev/null
+  pretrained_here "$1" || kept_files "$1" >/dev/null
 }
 
 pair_weights() {  # both arms have weights to fine-tune from
