@@ -1,9 +1,27 @@
-"""GPU check for a machine with CUDA: the fast model path on the GPU matches the CPU.
+"""GPU check for a machine with CUDA: the model on the GPU computes what it computes on the CPU.
 
-Run: ``python benchmarks/gpu_check.py`` (exits 1 on mismatch, 2 without CUDA). It reuses the
-fixtures of ``tests/test_fast_path.py`` so CPU and GPU are checked on the same batches.
+Run: ``python benchmarks/gpu_check.py [--out FILE.json]`` (exit 0 when every check passes, 1 on a
+mismatch, 2 without CUDA; ``--device cpu`` runs the same checks with the CPU in the GPU's place,
+which is how the test suite keeps this script working). It reuses the fixtures of ``tests/test_fast_path.py`` (float64, explicit
+dtypes), so CPU and GPU are checked on the same batches:
+
+* ``train_*``: one training step of the fast model (``impl="auto"``: on CUDA the packed layout
+  with SDPA per size group) on the GPU against the readable model (``impl="reference"``) on the
+  CPU, for every gate and gate position: outputs and every parameter's gradient;
+* ``eval_*``: the same models in eval mode, and the GPU model's ``for_inference()`` (folded
+  BatchNorms) against the CPU readable model;
+* ``attn_*``: the other attention types (performer, exphormer), the same model on both devices
+  in eval mode (their random features and expanders are drawn once, on the CPU, and moved);
+* ``bf16``: float32 on the GPU under bfloat16 autocast against float32, and finite gradients.
+
+The tolerance is 1e-8 in float64 (0.1 relative and absolute under bf16). The CPU twin of these
+checks is the test suite (``tests/test_fast_path.py``); CI has no GPU, so this is a script.
 """
 
+from __future__ import annotations
+
+import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -11,22 +29,123 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from test_fast_path import batch, twin_models  # noqa: E402
+from siggate.nn import SigGateGT  # noqa: E402
+from test_fast_path import DT, batch, twin_models  # noqa: E402
+
+ATOL = 1e-8
+BF16_TOL = 0.1
+#: the fixture's sizes and a larger batch whose size groups go through SDPA with padding
+SIZES = {"small": None, "large": [23, 5, 40, 40, 17, 1, 33, 9, 26, 40, 12, 3] * 4}
+POSITIONS = {"none": ["output"], "headwise": ["output", "value", "post"], "elementwise": ["output", "value", "post"]}
 
 
-def main() -> int:
-    if not torch.cuda.is_available():
+def _to(b, device: str):
+    """A copy of the batch ``b`` on ``device``; PyG's ``Batch.to()`` moves ``b`` itself."""
+    return b.clone().to(device)
+
+
+def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.detach().cpu() - b.detach().cpu()).abs().max())
+
+
+def train_step_errors(gate: str, position: str, sizes, device: str) -> dict:
+    """Max |GPU fast - CPU readable| over one training step's outputs and gradients."""
+    fast, slow = twin_models(gate=gate, gate_position=position, impl="auto")
+    b = batch() if sizes is None else batch(sizes)
+    fast, bc = fast.to(device), _to(b, device)
+    fast.train()
+    slow.train()
+    o1, o2 = fast(bc), slow(b)
+    (o1**2).sum().backward()
+    (o2**2).sum().backward()
+    grads = [_max_err(p1.grad, p2.grad) for p1, p2 in zip(fast.parameters(), slow.parameters())
+             if p1.grad is not None and p2.grad is not None]
+    missing = sum((p1.grad is None) != (p2.grad is None) for p1, p2 in zip(fast.parameters(), slow.parameters()))
+    return {"out": _max_err(o1, o2), "grad": max(grads), "grad_presence_mismatches": int(missing)}
+
+
+def eval_errors(gate: str, sizes, device: str) -> dict:
+    fast, slow = twin_models(gate=gate, impl="auto")
+    b = batch() if sizes is None else batch(sizes)
+    with torch.no_grad():  # random running statistics, so that the folding has something to fold
+        for m in slow.modules():
+            if isinstance(m, torch.nn.BatchNorm1d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+        fast.load_state_dict(slow.state_dict())
+    fast, slow = fast.to(device).eval(), slow.eval()
+    with torch.inference_mode():
+        ref = slow(b)
+        out = fast(_to(b, device))
+        folded = fast.for_inference()(_to(b, device))
+    return {"out": _max_err(out, ref), "folded": _max_err(folded, ref)}
+
+
+def attn_type_error(attn_type: str, device: str) -> float:
+    torch.manual_seed(0)
+    model = SigGateGT(2, dim=16, layers=2, heads=4, attn_dropout=0.0, attn_type=attn_type).to(DT).eval()
+    b = batch()
+    with torch.inference_mode():
+        ref = model(b)
+        out = model.to(device)(_to(b, device))
+    return _max_err(out, ref)
+
+
+def bf16_check(gate: str, device: str) -> dict:
+    torch.manual_seed(0)
+    model = SigGateGT(2, dim=16, layers=2, heads=4, gate=gate, attn_dropout=0.0).to(device)
+    b = batch().to(device)
+    for key in ("rwse", "lap_vec", "lap_val", "y"):
+        b[key] = b[key].float()
+    ref = model(b)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        out = model(b)
+        out.float().sum().backward()
+    finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
+    close = bool(torch.allclose(out.float(), ref, atol=BF16_TOL, rtol=BF16_TOL))
+    return {"max_err": _max_err(out.float(), ref), "close": close, "grads_finite": finite}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=None, help="also write the results as JSON here")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="the device checked against the CPU (default: cuda; cpu checks this script)")
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: nothing to check")
         return 2
-    fast, _ = twin_models(gate="elementwise")
-    b = batch()
-    fast.eval()
-    with torch.no_grad():
-        ref = fast(b)
-        out = fast.cuda()(b.cuda()).cpu()
-    err = (out - ref).abs().max().item()
-    print(f"max |cuda - cpu| = {err:.3e}")
-    return 0 if torch.allclose(out, ref, atol=1e-8) else 1
+    dev = args.device
+    res = {"device": dev, "gpu": torch.cuda.get_device_name() if dev == "cuda" else None, "torch": torch.__version__, "cuda": torch.version.cuda,
+           "atol": ATOL, "checks": {}}
+    failed = []
+
+    def record(name: str, value: dict, ok: bool) -> None:
+        res["checks"][name] = {**value, "ok": ok}
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: " + ", ".join(f"{k}={v:.3e}" if isinstance(v, float) else f"{k}={v}"
+                                                        for k, v in value.items()), flush=True)
+        if not ok:
+            failed.append(name)
+
+    for label, sizes in SIZES.items():
+        for gate, positions in POSITIONS.items():
+            for position in positions:
+                e = train_step_errors(gate, position, sizes, dev)
+                record(f"train_{gate}_{position}_{label}", e,
+                       e["out"] <= ATOL and e["grad"] <= ATOL and not e["grad_presence_mismatches"])
+            e = eval_errors(gate, sizes, dev)
+            record(f"eval_{gate}_{label}", e, e["out"] <= ATOL and e["folded"] <= ATOL)
+    for attn_type in ("performer", "exphormer"):
+        err = attn_type_error(attn_type, dev)
+        record(f"attn_{attn_type}", {"out": err}, err <= ATOL)
+    for gate in ("none", "elementwise"):
+        e = bf16_check(gate, dev)
+        record(f"bf16_{gate}", e, e["close"] and e["grads_finite"])
+    res["failed"] = failed
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    print(f"{len(res['checks']) - len(failed)} of {len(res['checks'])} checks pass")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

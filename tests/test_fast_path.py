@@ -434,7 +434,30 @@ def test_bf16_autocast_runs_close_to_float32(gate):
 
 
 # The CUDA twin of these checks is benchmarks/gpu_check.py (run it on a GPU machine); it is
-# not a test here because CI has no GPU and a skipped test checks nothing.
+# not a test here because CI has no GPU and a skipped test checks nothing. Its plumbing is
+# checked here with the CPU in the GPU's place, on a subset of its checks.
+
+
+def test_gpu_check_runs_its_checks_with_the_cpu_in_the_gpus_place(tmp_path, monkeypatch, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("siggate_gpu_check", path)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    monkeypatch.setattr(gpu_check, "SIZES", {"small": None})
+    monkeypatch.setattr(gpu_check, "POSITIONS", {"elementwise": ["value"]})
+    out = tmp_path / "gpu_check.json"
+    assert gpu_check.main(["--device", "cpu", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert sorted(res["checks"]) == ["attn_exphormer", "attn_performer", "bf16_elementwise", "bf16_none",
+                                     "eval_elementwise_small", "train_elementwise_value_small"]
+    assert res["failed"] == [] and all(c["ok"] for c in res["checks"].values())
+    assert res["checks"]["train_elementwise_value_small"]["grad"] < 1e-10
+    assert "6 of 6 checks pass" in capsys.readouterr().out
+    if not torch.cuda.is_available():
+        assert gpu_check.main([]) == 2
 
 
 # ----------------------------------------------------------------------------- bench
