@@ -20,6 +20,8 @@
 #   recipe:   MoleculeACE `cand-avgc` (the default's flags at 46a976c) seeds 0-2, its peer rows
 #             (the six tasks, seeds 0-2), the members' calibration (members_check.py at
 #             2353cb4), cand-avgc's lost run folders again (members_share.py --rerun-missing),
+#             issue 32's longer pretraining (the shipped one's commit, corpus and seed at
+#             PT_LONG_EPOCHS epochs) and cand-avgc with it as --init, seed 0 (`cand-ptlong`),
 #             then the from-scratch gate study (issue 28 item 1, 1e81f55: seed 0 in both arms,
 #             then seeds 1 and 2), then the zinc16 campaign (item 4), when it gets there first
 #   pretrain: the pretraining pair (issue 28 item 2) at f285fbd, the commit and corpus of the
@@ -51,6 +53,9 @@ PT_FIRST=elementwise  # the pretraining that builds the corpus the others copy
 #: fine-tunes from the very weights its rows name instead of pretraining again (~2 CPU-hours)
 KEPT=${PT_KEPT_DIR:-$ROOT/benchmarks/results/pretrain_gate/weights}
 PT_SHIPPED="--smiles moses --molecules 100000 --epochs 15 --seed 0"  # src/siggate/pretrained/default.json's command
+#: issue 32: the shipped pretraining ran 15 epochs, its best at the 14th; the same at this many
+PT_LONG_EPOCHS=45
+PT_LONG=$STUDY/pt-gine-long
 #: what snapshot regenerates and stages
 GENERATED=(benchmarks/moleculeace/results benchmarks/moleculeace/README.md benchmarks/peers/results
            benchmarks/peers/README.md benchmarks/RESULTS.md benchmarks/results/pretrain_gate
@@ -82,17 +87,28 @@ mace() {
   in_wt "$c" python benchmarks/moleculeace/run.py --results "$MACE_RESULTS" "$@"
 }
 
-pretrain_run() {  # $1: gate; the pair shares one corpus, built by the first run and copied
-  local out=$STUDY/pt-gate-$1 first=$STUDY/pt-gate-$PT_FIRST
-  [ -f "$out/pretrained.pt" ] && return 0
-  if [ "$out" != "$first" ] && [ ! -d "$out/corpus" ] && [ -d "$first/corpus" ]; then  # (else it builds its own)
+shared_corpus() {  # $1: a pretraining folder; the first arm's corpus copied into it, where it has
+  # none and that one exists (else its run builds its own): every pretraining here shares one
+  local out=$1 first=$STUDY/pt-gate-$PT_FIRST
+  if [ "$out" != "$first" ] && [ ! -d "$out/corpus" ] && [ -d "$first/corpus" ]; then
     mkdir -p "$out" && rm -rf "$out/corpus.tmp" && cp -r "$first/corpus" "$out/corpus.tmp" \
         && mv "$out/corpus.tmp" "$out/corpus" || return 1
   fi
+}
+
+pretrain_at() {  # $1: folder, $2: epochs, then --set options; the shipped pretraining's command at
+  # its commit, resumed where a run was left
+  local out=$1 epochs=$2; shift 2
+  [ -f "$out/pretrained.pt" ] && return 0
+  shared_corpus "$out" || return 1
   local resume=(); [ -f "$out/model/last.pt" ] && resume=(--resume)
   # shellcheck disable=SC2086
-  in_wt "$PT_COMMIT" siggate pretrain $PT_SHIPPED --out "$out" --no-progress "${resume[@]}" \
-      --set model.attn=true --set "model.gate=$1"
+  in_wt "$PT_COMMIT" siggate pretrain ${PT_SHIPPED/--epochs 15/--epochs $epochs} --out "$out" --no-progress \
+      "${resume[@]}" "$@"
+}
+
+pretrain_run() {  # $1: gate; an arm of the pair
+  pretrain_at "$STUDY/pt-gate-$1" 15 --set model.attn=true --set "model.gate=$1"
 }
 
 tensor_sha() {  # $1: a pretraining's weights file; the hash of its tensors (not of the file, whose
@@ -108,6 +124,15 @@ for k in sorted(m):
 print(h.hexdigest()[:12])' "$1") || { echo "error: $1: its tensors could not be read for their hash" >&2; return 1; }
   [[ $sha =~ ^[0-9a-f]{12}$ ]] || { echo "error: $1: no hash came back ($sha)" >&2; return 1; }
   echo "$sha"
+}
+
+hashed() {  # $1: a finished pretraining's pretrained.pt; prints its copy named by the hash of its
+  # tensors (made once), the path fine-tunes name, so that rows from other weights are not mixed
+  local sha dst
+  sha=$(tensor_sha "$1") || return 1
+  dst=${1%.pt}-$sha.pt
+  [ -f "$dst" ] || copy_into "$1" "$dst" || return 1
+  echo "$dst"
 }
 
 copy_into() {  # $1 -> $2, through a temporary file of this process beside $2, so that no reader
@@ -138,12 +163,8 @@ weights() {  # $1: gate; the finished pretraining's weights under a name holding
   # out different) are refused, not mixed. Without the run (a fresh clone) the kept copy is
   # restored to the same path (the rows' --init names it absolutely: a study folder elsewhere
   # gets other arguments, which same_args refuses to mix)
-  local folder=$STUDY/pt-gate-$1 sha kept
-  if pretrained_here "$1"; then
-    sha=$(tensor_sha "$folder/pretrained.pt") || return 1
-    [ -f "$folder/pretrained-$sha.pt" ] || copy_into "$folder/pretrained.pt" "$folder/pretrained-$sha.pt" || return 1
-    echo "$folder/pretrained-$sha.pt"; return 0
-  fi
+  local folder=$STUDY/pt-gate-$1 kept
+  if pretrained_here "$1"; then hashed "$folder/pretrained.pt"; return; fi
   kept=$(kept_file "$1") || return 1
   local dst=$folder/pretrained-${kept##*/pt-gate-$1-}  # the kept name's SHA.pt
   mkdir -p "$folder" || return 1
@@ -207,6 +228,16 @@ lane_recipe() {
   # cand-avgc's run folders that a new checkout lost, trained again at its commit, so that the
   # README's members table is the shipped recipe's (counted only where a rerun reproduces its row)
   step members_rerun 46a976c cand-avgc
+  # issue 32's GNN member pretrained longer, fine-tuned by cand-avgc's flags at its commit with only
+  # --init changed; its seed 0 against cand-avgc's decides whether seeds 1 and 2 follow
+  step pretrain_at "$PT_LONG" "$PT_LONG_EPOCHS"
+  local long args
+  if [ -f "$PT_LONG/pretrained.pt" ] && long=$(hashed "$PT_LONG/pretrained.pt"); then
+    args=${CAND_AVGC/--init pretrained/--init $long}
+    if same_args cand-ptlong "$args"; then step mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args "$args" --seeds 0; fi
+  else
+    say "the longer pretraining ($PT_LONG) is unfinished: no cand-ptlong (start the lane again to resume it)"
+  fi
   for seed in 0 1 2; do
     for gate in "${STUDY_GATES[@]}"; do
       step mace 1e81f55 --tools siggate --recipe "gate-$gate" --seeds "$seed" \
@@ -319,7 +350,7 @@ done = collections.Counter((r.get("recipe"), r.get("seed")) for r in json.load(o
                            if r.get("tool") == "siggate" and r.get("status") == "ok")
 for recipe in sys.argv[2:]:
     print(f"  {recipe}: " + ", ".join(f"seed {s} {done[(recipe, s)]}/20" for s in (0, 1, 2)))' \
-        "$MACE_RESULTS" "${STUDY_GATES[@]/#/gate-}" "${STUDY_GATES[@]/#/pt-attn-}" || true; fi
+        "$MACE_RESULTS" cand-ptlong "${STUDY_GATES[@]/#/gate-}" "${STUDY_GATES[@]/#/pt-attn-}" || true; fi
     ;;
   stop)  # a lane's processes ended, so that `start` runs its queue as this file now says; each item resumes
     [ $# -gt 0 ] || set -- "${LANES[@]}"

@@ -194,3 +194,33 @@ def test_the_pretrain_lane_pretrains_only_the_arms_without_weights(tmp_path):
     r = _lanes_function(tmp_path, "keep_weights", **env)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in kept.iterdir()) == [f"pt-gate-elementwise-{sha}.pt", f"pt-gate-none-{sha_none}.pt"]
+
+
+def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finished(tmp_path):
+    """Issue 32's longer pretraining: the shipped pretraining's command at its commit with only the
+    epochs changed (resumed where a run was left), and `cand-ptlong`, cand-avgc's flags with only
+    --init changed to the weights' hashed copy, queued once the pretraining has finished."""
+    import sys
+
+    study = tmp_path / "study"
+    env = {"PT_PYTHON": sys.executable}
+    stubs = ('in_wt() { echo "in_wt $*"; }; mace() { echo "mace $*"; }; members_rerun() { :; }; mcheck_done() { :; }; '
+             'zinc16() { :; }; say() { echo "$*"; }; lane_recipe 2>&1 | grep -v -e "--recipe gate-" -e "peers/run.py"')
+    r = _lanes_function(tmp_path, stubs, **env)
+    pretrain = (f"in_wt f285fbd siggate pretrain --smiles moses --molecules 100000 --epochs 45 --seed 0 "
+                f"--out {study}/pt-gine-long --no-progress")
+    unfinished = f"the longer pretraining ({study}/pt-gine-long) is unfinished: no cand-ptlong (start the lane again to resume it)"
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and lines[1:] == [pretrain, unfinished], r.stdout + r.stderr
+    (study / "pt-gine-long" / "model").mkdir(parents=True)
+    (study / "pt-gine-long" / "model" / "last.pt").write_bytes(b"")  # a run left unfinished: resumed
+    r = _lanes_function(tmp_path, stubs, **env)
+    assert r.stdout.splitlines()[1:] == [pretrain + " --resume", unfinished], r.stdout + r.stderr
+    _weights_file(study / "pt-gine-long" / "pretrained.pt", 1.0)
+    sha = _tensor_sha(study / "pt-gine-long" / "pretrained.pt")
+    r = _lanes_function(tmp_path, stubs, **env)
+    assert r.returncode == 0 and r.stdout.splitlines()[1:] == [
+        "mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args --members gnn,svr,rf --weights val "
+        f"--init {study}/pt-gine-long/pretrained-{sha}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
+    assert (study / "pt-gine-long" / f"pretrained-{sha}.pt").read_bytes() == \
+        (study / "pt-gine-long" / "pretrained.pt").read_bytes()
