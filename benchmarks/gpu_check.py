@@ -2,8 +2,9 @@
 
 Run: ``python benchmarks/gpu_check.py [--out FILE.json]`` (exit 0 when every check passes, 1 on a
 mismatch, 2 without CUDA; ``--device cpu`` runs the same checks with the CPU in the GPU's place,
-which is how the test suite keeps this script working). It reuses the fixtures of ``tests/test_fast_path.py`` (float64, explicit
-dtypes), so CPU and GPU are checked on the same batches:
+which is how the test suite keeps its checks working, not its device handling). It reuses the
+fixtures of ``tests/test_fast_path.py`` (float64, explicit dtypes), so CPU and GPU are checked on
+the same batches:
 
 * ``train_*``: one training step of the fast model (``impl="auto"``: on CUDA the packed layout
   with SDPA per size group) on the GPU against the readable model (``impl="reference"``) on the
@@ -12,16 +13,20 @@ dtypes), so CPU and GPU are checked on the same batches:
   BatchNorms) against the CPU readable model;
 * ``attn_*``: the other attention types (performer, exphormer), the same model on both devices
   in eval mode (their random features and expanders are drawn once, on the CPU, and moved);
+* ``fp32_*``: the fast model in float32 on the GPU (where SDPA may pick its fused kernels, which
+  float64 never reaches) against the readable model in float64 on the CPU, one training step;
 * ``bf16``: float32 on the GPU under bfloat16 autocast against float32, and finite gradients.
 
-The tolerance is 1e-8 in float64 (0.1 relative and absolute under bf16). The CPU twin of these
-checks is the test suite (``tests/test_fast_path.py``); CI has no GPU, so this is a script.
+The tolerance is 1e-8 in float64, 1e-4 of the largest reference value (at least 1) in float32,
+and 0.1 relative and absolute under bf16. The CPU twin of these checks is the test suite
+(``tests/test_fast_path.py``); CI has no GPU, so this is a script.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -30,9 +35,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from siggate.nn import SigGateGT  # noqa: E402
-from test_fast_path import DT, batch, twin_models  # noqa: E402
+from siggate.nn.impl import IMPL_ENV  # noqa: E402
+from test_fast_path import DT, batch, bf16_against_float32, training_step_errors, twin_models  # noqa: E402
 
 ATOL = 1e-8
+FP32_RTOL = 1e-4
 BF16_TOL = 0.1
 #: the fixture's sizes and a larger batch whose size groups go through SDPA with padding
 SIZES = {"small": None, "large": [23, 5, 40, 40, 17, 1, 33, 9, 26, 40, 12, 3] * 4}
@@ -45,28 +52,33 @@ def _to(b, device: str):
 
 
 def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.detach().cpu() - b.detach().cpu()).abs().max())
+    return float((a.detach().cpu().to(b.dtype) - b.detach().cpu()).abs().max())
 
 
-def train_step_errors(gate: str, position: str, sizes, device: str) -> dict:
-    """Max |GPU fast - CPU readable| over one training step's outputs and gradients."""
+def _batch(sizes):
+    return batch() if sizes is None else batch(sizes)
+
+
+def train_step_errors(gate: str, position: str, sizes, device: str, dtype=DT) -> dict:
+    """One training step, the fast model (``dtype``) on ``device`` against the readable one in
+    float64 on the CPU: max errors of the outputs and over every gradient, and the reference's
+    largest output and gradient (the scale of float32's tolerance)."""
     fast, slow = twin_models(gate=gate, gate_position=position, impl="auto")
-    b = batch() if sizes is None else batch(sizes)
-    fast, bc = fast.to(device), _to(b, device)
-    fast.train()
-    slow.train()
-    o1, o2 = fast(bc), slow(b)
-    (o1**2).sum().backward()
-    (o2**2).sum().backward()
-    grads = [_max_err(p1.grad, p2.grad) for p1, p2 in zip(fast.parameters(), slow.parameters())
-             if p1.grad is not None and p2.grad is not None]
-    missing = sum((p1.grad is None) != (p2.grad is None) for p1, p2 in zip(fast.parameters(), slow.parameters()))
-    return {"out": _max_err(o1, o2), "grad": max(grads), "grad_presence_mismatches": int(missing)}
+    b = _batch(sizes)
+    fb = _to(b, device)
+    if dtype != DT:
+        fb = fb.apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+    e = training_step_errors(fast.to(device=device, dtype=dtype), slow, b, fb)
+    with torch.no_grad():
+        largest_out = float(slow(b).abs().max())
+    scale = max([1.0, largest_out] + [float(p.grad.abs().max()) for p in slow.parameters() if p.grad is not None])
+    return {"out": e["out"], "grad": max(e["grads"].values()), "grad_presence_mismatches": len(e["grad_presence"]),
+            "scale": scale}
 
 
 def eval_errors(gate: str, sizes, device: str) -> dict:
     fast, slow = twin_models(gate=gate, impl="auto")
-    b = batch() if sizes is None else batch(sizes)
+    b = _batch(sizes)
     with torch.no_grad():  # random running statistics, so that the folding has something to fold
         for m in slow.modules():
             if isinstance(m, torch.nn.BatchNorm1d):
@@ -92,18 +104,9 @@ def attn_type_error(attn_type: str, device: str) -> float:
 
 
 def bf16_check(gate: str, device: str) -> dict:
-    torch.manual_seed(0)
-    model = SigGateGT(2, dim=16, layers=2, heads=4, gate=gate, attn_dropout=0.0).to(device)
-    b = batch().to(device)
-    for key in ("rwse", "lap_vec", "lap_val", "y"):
-        b[key] = b[key].float()
-    ref = model(b)
-    with torch.autocast(device, dtype=torch.bfloat16):
-        out = model(b)
-        out.float().sum().backward()
-    finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
-    close = bool(torch.allclose(out.float(), ref, atol=BF16_TOL, rtol=BF16_TOL))
-    return {"max_err": _max_err(out.float(), ref), "close": close, "grads_finite": finite}
+    out, ref, finite = bf16_against_float32(gate, device)
+    close = bool(torch.allclose(out, ref, atol=BF16_TOL, rtol=BF16_TOL))
+    return {"max_err": _max_err(out, ref), "close": close, "grads_finite": finite}
 
 
 def main(argv=None) -> int:
@@ -115,9 +118,12 @@ def main(argv=None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: nothing to check")
         return 2
+    if os.environ.get(IMPL_ENV):
+        print(f"{IMPL_ENV}={os.environ[IMPL_ENV]} replaces impl='auto', so the fast path would not be checked: unset it")
+        return 2
     dev = args.device
-    res = {"device": dev, "gpu": torch.cuda.get_device_name() if dev == "cuda" else None, "torch": torch.__version__, "cuda": torch.version.cuda,
-           "atol": ATOL, "checks": {}}
+    res = {"device": dev, "gpu": torch.cuda.get_device_name() if dev == "cuda" else None, "torch": torch.__version__,
+           "cuda": torch.version.cuda, "atol": ATOL, "fp32_rtol": FP32_RTOL, "bf16_tol": BF16_TOL, "checks": {}}
     failed = []
 
     def record(name: str, value: dict, ok: bool) -> None:
@@ -135,6 +141,10 @@ def main(argv=None) -> int:
                        e["out"] <= ATOL and e["grad"] <= ATOL and not e["grad_presence_mismatches"])
             e = eval_errors(gate, sizes, dev)
             record(f"eval_{gate}_{label}", e, e["out"] <= ATOL and e["folded"] <= ATOL)
+        for gate in POSITIONS:
+            e = train_step_errors(gate, "output", sizes, dev, torch.float32)
+            tol = FP32_RTOL * e["scale"]
+            record(f"fp32_{gate}_{label}", e, e["out"] <= tol and e["grad"] <= tol and not e["grad_presence_mismatches"])
     for attn_type in ("performer", "exphormer"):
         err = attn_type_error(attn_type, dev)
         record(f"attn_{attn_type}", {"out": err}, err <= ATOL)

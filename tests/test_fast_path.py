@@ -55,18 +55,30 @@ def twin_models(seed=0, impl="packed", **kw):
     return fast, slow
 
 
-def assert_same_training_step(fast, slow, b, atol=1e-10):
+def training_step_errors(fast, slow, b, fast_batch=None) -> dict:
+    """One training step of both models (``fast`` on ``fast_batch``, default ``b``): the max
+    absolute difference of the outputs (``out``) and of each parameter's gradient (``grads``, by
+    name, compared on the CPU), and the parameters that have a gradient in one model only
+    (``grad_presence``). ``benchmarks/gpu_check.py`` runs it with ``fast`` on a GPU."""
     fast.train()
     slow.train()
-    o1, o2 = fast(b), slow(b)
-    assert torch.allclose(o1, o2, atol=atol, rtol=0)
+    o1, o2 = fast(b if fast_batch is None else fast_batch), slow(b)
     (o1**2).sum().backward()
     (o2**2).sum().backward()
+    grads, presence = {}, []
     for (name, p1), p2 in zip(fast.named_parameters(), slow.parameters()):
-        if p1.grad is None:
-            assert p2.grad is None, name
-            continue
-        assert torch.allclose(p1.grad, p2.grad, atol=atol, rtol=0), name
+        if (p1.grad is None) != (p2.grad is None):
+            presence.append(name)
+        elif p1.grad is not None:
+            grads[name] = float((p1.grad.detach().cpu().to(p2.grad.dtype) - p2.grad).abs().max())
+    out = float((o1.detach().cpu().to(o2.dtype) - o2.detach()).abs().max())
+    return {"out": out, "grads": grads, "grad_presence": presence}
+
+
+def assert_same_training_step(fast, slow, b, atol=1e-10):
+    e = training_step_errors(fast, slow, b)
+    assert e["out"] <= atol and not e["grad_presence"], e
+    assert all(v <= atol for v in e["grads"].values()), {k: v for k, v in e["grads"].items() if v > atol}
 
 
 @pytest.fixture
@@ -417,20 +429,28 @@ def test_accelerator_kernel_matches_cpu_kernel():
     assert torch.allclose(g1, g2, atol=1e-12)
 
 
-@pytest.mark.parametrize("gate", ["none", "elementwise"])
-def test_bf16_autocast_runs_close_to_float32(gate):
-    """Under autocast the fused single-dtype blocks step aside; results stay close."""
+def bf16_against_float32(gate: str, device: str = "cpu") -> tuple:
+    """A float32 model on ``device`` under bfloat16 autocast and without, on the same batch:
+    ``(out, ref, grads_finite)`` (the autocast output, float32's, and whether the gradients of a
+    backward under autocast are all finite). ``benchmarks/gpu_check.py`` runs it on a GPU."""
     torch.manual_seed(0)
-    model = SigGateGT(2, dim=16, layers=2, heads=4, gate=gate, attn_dropout=0.0)
-    b = batch()
+    model = SigGateGT(2, dim=16, layers=2, heads=4, gate=gate, attn_dropout=0.0).to(device)
+    b = batch().to(device)
     for key in ("rwse", "lap_vec", "lap_val", "y"):
         b[key] = b[key].float()
     ref = model(b)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast(device, dtype=torch.bfloat16):
         out = model(b)
         out.float().sum().backward()
-    assert torch.allclose(out.float(), ref, atol=0.1, rtol=0.1)
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    return out.float(), ref, all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("gate", ["none", "elementwise"])
+def test_bf16_autocast_runs_close_to_float32(gate):
+    """Under autocast the fused single-dtype blocks step aside; results stay close."""
+    out, ref, grads_finite = bf16_against_float32(gate)
+    assert torch.allclose(out, ref, atol=0.1, rtol=0.1)
+    assert grads_finite
 
 
 # The CUDA twin of these checks is benchmarks/gpu_check.py (run it on a GPU machine); it is
@@ -452,10 +472,20 @@ def test_gpu_check_runs_its_checks_with_the_cpu_in_the_gpus_place(tmp_path, monk
     assert gpu_check.main(["--device", "cpu", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     assert sorted(res["checks"]) == ["attn_exphormer", "attn_performer", "bf16_elementwise", "bf16_none",
-                                     "eval_elementwise_small", "train_elementwise_value_small"]
+                                     "eval_elementwise_small", "fp32_elementwise_small",
+                                     "train_elementwise_value_small"]
     assert res["failed"] == [] and all(c["ok"] for c in res["checks"].values())
     assert res["checks"]["train_elementwise_value_small"]["grad"] < 1e-10
-    assert "6 of 6 checks pass" in capsys.readouterr().out
+    assert 1e-9 < res["checks"]["fp32_elementwise_small"]["grad"] < 1e-4  # float32 against float64
+    assert "7 of 7 checks pass" in capsys.readouterr().out
+    monkeypatch.setattr(gpu_check, "ATOL", -1.0)  # no difference passes: every float64 check fails
+    assert gpu_check.main(["--device", "cpu", "--out", str(out)]) == 1
+    failed = json.loads(out.read_text())["failed"]
+    assert sorted(failed) == ["attn_exphormer", "attn_performer", "eval_elementwise_small",
+                              "train_elementwise_value_small"]
+    monkeypatch.setenv("SIGGATE_ATTN_IMPL", "reference")
+    assert gpu_check.main(["--device", "cpu"]) == 2
+    assert "unset it" in capsys.readouterr().out
     if not torch.cuda.is_available():
         assert gpu_check.main([]) == 2
 
