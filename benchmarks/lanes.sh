@@ -21,7 +21,8 @@
 #             (the six tasks, seeds 0-2), the members' calibration (members_check.py at
 #             2353cb4), cand-avgc's lost run folders again (members_share.py --rerun-missing),
 #             issue 32's longer pretraining (the shipped one's commit, corpus and seed at
-#             PT_LONG_EPOCHS epochs) and cand-avgc with it as --init, seed 0 (`cand-ptlong`),
+#             PT_LONG_EPOCHS epochs, its weights kept as the pair's are) and cand-avgc with it
+#             as --init, seed 0 (`cand-ptlong`),
 #             then the from-scratch gate study (issue 28 item 1, 1e81f55: seed 0 in both arms,
 #             then seeds 1 and 2), then the zinc16 campaign (item 4), when it gets there first
 #   pretrain: the pretraining pair (issue 28 item 2) at f285fbd, the commit and corpus of the
@@ -49,13 +50,16 @@ PT_COMMIT=f285fbd
 #: and their fine-tunes pt-attn-GATE (lane pretrain); within a seed the arms run in this order
 STUDY_GATES=(elementwise none)
 PT_FIRST=elementwise  # the pretraining that builds the corpus the others copy
-#: the pair's finished weights, kept in the repository (snapshot adds them) so that a fresh clone
+#: the pretrainings' finished weights (KEPT_RUNS), kept in the repository (snapshot adds them) so that a fresh clone
 #: fine-tunes from the very weights its rows name instead of pretraining again (~2 CPU-hours)
 KEPT=${PT_KEPT_DIR:-$ROOT/benchmarks/results/pretrain_gate/weights}
-PT_SHIPPED="--smiles moses --molecules 100000 --epochs 15 --seed 0"  # src/siggate/pretrained/default.json's command
+PT_SHIPPED_EPOCHS=15
+PT_SHIPPED="--smiles moses --molecules 100000 --epochs $PT_SHIPPED_EPOCHS --seed 0"  # src/siggate/pretrained/default.json's command
 #: issue 32: the shipped pretraining ran 15 epochs, its best at the 14th; the same at this many
 PT_LONG_EPOCHS=45
-PT_LONG=$STUDY/pt-gine-long
+PT_LONG_RUN=pt-gine-long
+#: the pretrainings whose finished weights snapshot keeps (each a folder of the study folder)
+KEPT_RUNS=("${STUDY_GATES[@]/#/pt-gate-}" "$PT_LONG_RUN")
 #: what snapshot regenerates and stages
 GENERATED=(benchmarks/moleculeace/results benchmarks/moleculeace/README.md benchmarks/peers/results
            benchmarks/peers/README.md benchmarks/RESULTS.md benchmarks/results/pretrain_gate
@@ -96,19 +100,20 @@ shared_corpus() {  # $1: a pretraining folder; the first arm's corpus copied int
   fi
 }
 
-pretrain_at() {  # $1: folder, $2: epochs, then --set options; the shipped pretraining's command at
-  # its commit, resumed where a run was left
-  local out=$1 epochs=$2; shift 2
+pretrain_at() {  # $1: run (a folder of the study folder), $2: epochs, then --set options; the shipped
+  # pretraining's command at its commit with those epochs, resumed where a run was left
+  local out=$STUDY/$1 epochs=$2 args; shift 2
   [ -f "$out/pretrained.pt" ] && return 0
   shared_corpus "$out" || return 1
+  args=${PT_SHIPPED/"--epochs $PT_SHIPPED_EPOCHS "/"--epochs $epochs "}
+  [[ $args == *"--epochs $epochs "* ]] || { say "error: no '--epochs $PT_SHIPPED_EPOCHS ' in PT_SHIPPED to replace"; return 1; }
   local resume=(); [ -f "$out/model/last.pt" ] && resume=(--resume)
   # shellcheck disable=SC2086
-  in_wt "$PT_COMMIT" siggate pretrain ${PT_SHIPPED/--epochs 15/--epochs $epochs} --out "$out" --no-progress \
-      "${resume[@]}" "$@"
+  in_wt "$PT_COMMIT" siggate pretrain $args --out "$out" --no-progress "${resume[@]}" "$@"
 }
 
 pretrain_run() {  # $1: gate; an arm of the pair
-  pretrain_at "$STUDY/pt-gate-$1" 15 --set model.attn=true --set "model.gate=$1"
+  pretrain_at "pt-gate-$1" "$PT_SHIPPED_EPOCHS" --set model.attn=true --set "model.gate=$1"
 }
 
 tensor_sha() {  # $1: a pretraining's weights file; the hash of its tensors (not of the file, whose
@@ -141,50 +146,53 @@ copy_into() {  # $1 -> $2, through a temporary file of this process beside $2, s
   tmp=$(mktemp "$2.XXXXXX.tmp") && cp "$1" "$tmp" && chmod 644 "$tmp" && mv "$tmp" "$2" || { rm -f "${tmp:-}"; return 1; }
 }
 
-pretrained_here() {  # $1: gate; its pretraining finished in this checkout's study folder
-  [ -f "$STUDY/pt-gate-$1/pretrained.pt" ]
+# A pretraining is named by its run, its folder in the study folder: pt-gate-GATE for an arm of
+# the pair, $PT_LONG_RUN; its kept weights are $KEPT/RUN-SHA.pt
+
+pretrained_here() {  # $1: run; its pretraining finished in this checkout's study folder
+  [ -f "$STUDY/$1/pretrained.pt" ]
 }
 
-kept_files() {  # $1: gate; its kept weights files, one per line (false when there is none)
-  compgen -G "$KEPT/pt-gate-$1-*.pt"
+kept_files() {  # $1: run; its kept weights files, one per line (false when there is none)
+  compgen -G "$KEPT/$1-*.pt"
 }
 
-kept_file() {  # $1: gate; the one kept weights file of the gate whose tensors hash to its name
+kept_file() {  # $1: run; its one kept weights file, whose tensors hash to its name
   local kept sha
   kept=$(kept_files "$1") || { echo "error: no kept weights of $1 in $KEPT" >&2; return 1; }
   [ "$(echo "$kept" | wc -l)" -eq 1 ] || { echo "error: more than one kept weights file of $1 in $KEPT" >&2; return 1; }
-  sha=${kept##*/pt-gate-$1-}; sha=${sha%.pt}
+  sha=${kept##*/"$1"-}; sha=${sha%.pt}
   [ "$(tensor_sha "$kept")" = "$sha" ] || { echo "error: $kept: its tensors do not hash to its name" >&2; return 1; }
   echo "$kept"
 }
 
-weights() {  # $1: gate; the finished pretraining's weights under a name holding the hash of its
+weights() {  # $1: run; the finished pretraining's weights under a name holding the hash of its
   # tensors, so that rows fine-tuned from other weights (a pretraining redone elsewhere that came
   # out different) are refused, not mixed. Without the run (a fresh clone) the kept copy is
   # restored to the same path (the rows' --init names it absolutely: a study folder elsewhere
   # gets other arguments, which same_args refuses to mix)
-  local folder=$STUDY/pt-gate-$1 kept
+  local folder=$STUDY/$1 kept
   if pretrained_here "$1"; then hashed "$folder/pretrained.pt"; return; fi
   kept=$(kept_file "$1") || return 1
-  local dst=$folder/pretrained-${kept##*/pt-gate-$1-}  # the kept name's SHA.pt
+  local dst=$folder/pretrained-${kept##*/"$1"-}  # the kept name's SHA.pt
   mkdir -p "$folder" || return 1
   [ -f "$dst" ] || copy_into "$kept" "$dst" || return 1
   echo "$dst"
 }
 
-keep_weights() {  # the pair's finished weights into $KEPT (snapshot stages them); refuses, copying
-  # nothing of that arm, where other weights of an arm are kept (a fresh clone would restore those)
-  local gate f name
+keep_weights() {  # the finished weights of KEPT_RUNS into $KEPT (snapshot stages them); refuses,
+  # copying nothing of that run, where other weights of it are kept (a fresh clone would restore those)
+  local run f name
   mkdir -p "$KEPT" || return 1
-  for gate in "${STUDY_GATES[@]}"; do
-    pretrained_here "$gate" || continue
-    f=$(weights "$gate") || return 1
-    name=$KEPT/pt-gate-$gate-${f##*/pretrained-}
-    if kept_files "$gate" >/dev/null && [ ! -f "$name" ]; then
-      echo "error: $KEPT holds other weights of $gate than the run's $f; a fresh clone would fine-tune from those: remove the one not meant" >&2
+  for run in "${KEPT_RUNS[@]}"; do
+    pretrained_here "$run" || continue
+    f=$(weights "$run") || return 1
+    name=$KEPT/$run-${f##*/pretrained-}
+    if kept_files "$run" >/dev/null && [ ! -f "$name" ]; then
+      echo "error: $KEPT holds other weights of $run than the run's $f; a fresh clone would fine-tune from those: remove the one not meant" >&2
       return 1
     fi
-    if [ -f "$name" ]; then kept_file "$gate" >/dev/null || return 1; else copy_into "$f" "$name" || return 1; fi
+    if [ -f "$name" ]; then kept_file "$run" >/dev/null || return 1; else copy_into "$f" "$name" || return 1; fi
   done
 }
 
@@ -229,14 +237,17 @@ lane_recipe() {
   # README's members table is the shipped recipe's (counted only where a rerun reproduces its row)
   step members_rerun 46a976c cand-avgc
   # issue 32's GNN member pretrained longer, fine-tuned by cand-avgc's flags at its commit with only
-  # --init changed; its seed 0 against cand-avgc's decides whether seeds 1 and 2 follow
-  step pretrain_at "$PT_LONG" "$PT_LONG_EPOCHS"
+  # --init changed; its seed 0 against cand-avgc's decides whether seeds 1 and 2 follow. Kept
+  # weights (a fresh clone) are not pretrained again: a redo comes out different
+  arm_weights "$PT_LONG_RUN" || step pretrain_at "$PT_LONG_RUN" "$PT_LONG_EPOCHS"
   local long args
-  if [ -f "$PT_LONG/pretrained.pt" ] && long=$(hashed "$PT_LONG/pretrained.pt"); then
-    args=${CAND_AVGC/--init pretrained/--init $long}
-    if same_args cand-ptlong "$args"; then step mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args "$args" --seeds 0; fi
+  if ! arm_weights "$PT_LONG_RUN"; then
+    say "the longer pretraining ($STUDY/$PT_LONG_RUN) is unfinished: no cand-ptlong (start the lane again to resume it)"
+  elif ! long=$(weights "$PT_LONG_RUN"); then
+    say "no weights of $PT_LONG_RUN (above, why): no cand-ptlong"
   else
-    say "the longer pretraining ($PT_LONG) is unfinished: no cand-ptlong (start the lane again to resume it)"
+    args=${CAND_AVGC/"--init pretrained"/"--init $long"}
+    if same_args cand-ptlong "$args"; then step mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args "$args" --seeds 0; fi
   fi
   for seed in 0 1 2; do
     for gate in "${STUDY_GATES[@]}"; do
@@ -260,30 +271,30 @@ zinc16() {  # issue 28 item 4, in one lane at a time: its commit (d4e68f1) preda
 
 pair_pretrained() {  # both pretrainings of the pair are finished (their run folders are here)
   local gate
-  for gate in "${STUDY_GATES[@]}"; do pretrained_here "$gate" || return 1; done
+  for gate in "${STUDY_GATES[@]}"; do pretrained_here "pt-gate-$gate" || return 1; done
 }
 
-arm_weights() {  # $1: gate; it has weights to fine-tune from: its run's, or a kept copy (which
+arm_weights() {  # $1: run; it has weights to fine-tune from: its own, or a kept copy (which
   # `weights` checks, saying in the log why it refuses one: never pretrained again in silence)
   pretrained_here "$1" || kept_files "$1" >/dev/null
 }
 
 pair_weights() {  # both arms have weights to fine-tune from
   local gate
-  for gate in "${STUDY_GATES[@]}"; do arm_weights "$gate" || return 1; done
+  for gate in "${STUDY_GATES[@]}"; do arm_weights "pt-gate-$gate" || return 1; done
 }
 
 lane_pretrain() {
   local gate
   # an arm with kept weights (a fresh clone) is not pretrained again: a redo comes out different
-  arm_weights "$PT_FIRST" || step pretrain_run "$PT_FIRST"
-  for gate in "${STUDY_GATES[@]}"; do [ "$gate" = "$PT_FIRST" ] || arm_weights "$gate" || step pretrain_run "$gate"; done
+  arm_weights "pt-gate-$PT_FIRST" || step pretrain_run "$PT_FIRST"
+  for gate in "${STUDY_GATES[@]}"; do [ "$gate" = "$PT_FIRST" ] || arm_weights "pt-gate-$gate" || step pretrain_run "$gate"; done
   if ! pair_weights; then
     say "a pretraining of ${STUDY_GATES[*]} is unfinished: no fine-tunes (start the lane again to resume it)"
   else
     local -A init=()
     for gate in "${STUDY_GATES[@]}"; do  # each arm's weights once (hashing loads torch)
-      init[$gate]=$(weights "$gate") || { say "no weights of $gate: no fine-tunes of it"; init[$gate]=""; }
+      init[$gate]=$(weights "pt-gate-$gate") || { say "no weights of $gate: no fine-tunes of it"; init[$gate]=""; }
     done
     for seed in 0 1 2; do  # both arms seed by seed, so that a stop leaves pairs
       for gate in "${STUDY_GATES[@]}"; do

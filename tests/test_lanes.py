@@ -152,8 +152,8 @@ def test_a_fresh_clone_fine_tunes_from_the_kept_weights_at_the_path_its_rows_nam
     assert r.returncode == 0 and r.stdout == f"no-pair\npt-gate-elementwise-{sha}.pt\n", r.stderr
     (study / "pt-gate-elementwise").rename(tmp_path / "run-gone")  # a fresh clone: no run folder
     _weights_file(kept / "pt-gate-none-000000000000.pt", 2.0)  # a name its tensors do not hash to
-    r = _lanes_function(tmp_path, "pair_weights && echo pair; arm_weights elementwise && echo arm; "
-                                  "weights elementwise; weights none || echo refused", **env)
+    r = _lanes_function(tmp_path, "pair_weights && echo pair; arm_weights pt-gate-elementwise && echo arm; "
+                                  "weights pt-gate-elementwise; weights pt-gate-none || echo refused", **env)
     assert r.stdout == f"pair\narm\n{study}/pt-gate-elementwise/pretrained-{sha}.pt\nrefused\n", r.stderr
     assert r.stderr.endswith("pt-gate-none-000000000000.pt: its tensors do not hash to its name\n")
     restored = study / "pt-gate-elementwise" / f"pretrained-{sha}.pt"
@@ -162,7 +162,7 @@ def test_a_fresh_clone_fine_tunes_from_the_kept_weights_at_the_path_its_rows_nam
     # a run of an arm whose kept weights differ (it was pretrained again): keep_weights refuses
     _weights_file(study / "pt-gate-elementwise" / "pretrained.pt", 3.0)
     r = _lanes_function(tmp_path, "keep_weights", **env)
-    assert r.returncode == 1 and "holds other weights of elementwise than the run's" in r.stderr
+    assert r.returncode == 1 and "holds other weights of pt-gate-elementwise than the run's" in r.stderr
     assert sorted(p.name for p in kept.iterdir()) == [f"pt-gate-elementwise-{sha}.pt", "pt-gate-none-000000000000.pt"]
 
 
@@ -202,8 +202,8 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     --init changed to the weights' hashed copy, queued once the pretraining has finished."""
     import sys
 
-    study = tmp_path / "study"
-    env = {"PT_PYTHON": sys.executable}
+    study, kept = tmp_path / "study", tmp_path / "kept"
+    env = {"PT_PYTHON": sys.executable, "PT_KEPT_DIR": str(kept)}
     stubs = ('in_wt() { echo "in_wt $*"; }; mace() { echo "mace $*"; }; members_rerun() { :; }; mcheck_done() { :; }; '
              'zinc16() { :; }; say() { echo "$*"; }; lane_recipe 2>&1 | grep -v -e "--recipe gate-" -e "peers/run.py"')
     r = _lanes_function(tmp_path, stubs, **env)
@@ -212,6 +212,10 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     unfinished = f"the longer pretraining ({study}/pt-gine-long) is unfinished: no cand-ptlong (start the lane again to resume it)"
     lines = r.stdout.splitlines()
     assert r.returncode == 0 and lines[1:] == [pretrain, unfinished], r.stdout + r.stderr
+    # the pair's arms keep the shipped command (15 epochs) with their --set options
+    r = _lanes_function(tmp_path, 'in_wt() { echo "in_wt $*"; }; pretrain_run none', **env)
+    assert r.stdout == (f"in_wt f285fbd siggate pretrain --smiles moses --molecules 100000 --epochs 15 --seed 0 "
+                        f"--out {study}/pt-gate-none --no-progress --set model.attn=true --set model.gate=none\n")
     (study / "pt-gine-long" / "model").mkdir(parents=True)
     (study / "pt-gine-long" / "model" / "last.pt").write_bytes(b"")  # a run left unfinished: resumed
     r = _lanes_function(tmp_path, stubs, **env)
@@ -224,3 +228,11 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
         f"--init {study}/pt-gine-long/pretrained-{sha}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
     assert (study / "pt-gine-long" / f"pretrained-{sha}.pt").read_bytes() == \
         (study / "pt-gine-long" / "pretrained.pt").read_bytes()
+    # snapshot keeps its weights as the pair's; a fresh clone restores them and does not pretrain again
+    r = _lanes_function(tmp_path, "keep_weights", **env)
+    assert r.returncode == 0 and [p.name for p in kept.iterdir()] == [f"pt-gine-long-{sha}.pt"], r.stderr
+    (study / "pt-gine-long").rename(tmp_path / "run-gone")
+    r = _lanes_function(tmp_path, stubs, **env)
+    assert r.returncode == 0 and r.stdout.splitlines()[1:] == [
+        "mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args --members gnn,svr,rf --weights val "
+        f"--init {study}/pt-gine-long/pretrained-{sha}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
