@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from siggate.nn import SigGateGT  # noqa: E402
 from siggate.nn.impl import IMPL_ENV  # noqa: E402
-from test_fast_path import DT, batch, bf16_against_float32, training_step_errors, twin_models  # noqa: E402
+from test_fast_path import DT, batch, bf16_against_float32, random_running_stats, training_step_errors, twin_models  # noqa: E402
 
 ATOL = 1e-8
 FP32_RTOL = 1e-4
@@ -69,21 +69,15 @@ def train_step_errors(gate: str, position: str, sizes, device: str, dtype=DT) ->
     if dtype != DT:
         fb = fb.apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
     e = training_step_errors(fast.to(device=device, dtype=dtype), slow, b, fb)
-    with torch.no_grad():
-        largest_out = float(slow(b).abs().max())
-    scale = max([1.0, largest_out] + [float(p.grad.abs().max()) for p in slow.parameters() if p.grad is not None])
     return {"out": e["out"], "grad": max(e["grads"].values()), "grad_presence_mismatches": len(e["grad_presence"]),
-            "scale": scale}
+            "scale": e["scale"]}
 
 
 def eval_errors(gate: str, sizes, device: str) -> dict:
     fast, slow = twin_models(gate=gate, impl="auto")
     b = _batch(sizes)
     with torch.no_grad():  # random running statistics, so that the folding has something to fold
-        for m in slow.modules():
-            if isinstance(m, torch.nn.BatchNorm1d):
-                m.running_mean.uniform_(-0.5, 0.5)
-                m.running_var.uniform_(0.5, 2.0)
+        random_running_stats(slow)
         fast.load_state_dict(slow.state_dict())
     fast, slow = fast.to(device).eval(), slow.eval()
     with torch.inference_mode():

@@ -59,7 +59,9 @@ def training_step_errors(fast, slow, b, fast_batch=None) -> dict:
     """One training step of both models (``fast`` on ``fast_batch``, default ``b``): the max
     absolute difference of the outputs (``out``) and of each parameter's gradient (``grads``, by
     name, compared on the CPU), and the parameters that have a gradient in one model only
-    (``grad_presence``). ``benchmarks/gpu_check.py`` runs it with ``fast`` on a GPU."""
+    (``grad_presence``), and ``scale``: the largest of 1 and ``slow``'s absolute outputs and
+    gradients (the scale of a lower precision's tolerance). ``benchmarks/gpu_check.py`` runs it
+    with ``fast`` on a GPU."""
     fast.train()
     slow.train()
     o1, o2 = fast(b if fast_batch is None else fast_batch), slow(b)
@@ -72,7 +74,9 @@ def training_step_errors(fast, slow, b, fast_batch=None) -> dict:
         elif p1.grad is not None:
             grads[name] = float((p1.grad.detach().cpu().to(p2.grad.dtype) - p2.grad).abs().max())
     out = float((o1.detach().cpu().to(o2.dtype) - o2.detach()).abs().max())
-    return {"out": out, "grads": grads, "grad_presence": presence}
+    scale = max([1.0, float(o2.detach().abs().max())]
+                + [float(p.grad.abs().max()) for p in slow.parameters() if p.grad is not None])
+    return {"out": out, "grads": grads, "grad_presence": presence, "scale": scale}
 
 
 def assert_same_training_step(fast, slow, b, atol=1e-10):
@@ -136,7 +140,7 @@ def test_training_step_other_models(kw, groups):
             assert torch.allclose(p1.grad, p2.grad, atol=1e-10, rtol=0)
 
 
-def _random_running_stats(model, seed=0):
+def random_running_stats(model, seed=0):
     g = torch.Generator().manual_seed(seed)
     for m in model.modules():
         if isinstance(m, torch.nn.BatchNorm1d):
@@ -159,7 +163,7 @@ def test_inference_fast_equals_readable(kw, groups):
     into the linear maps) against the readable model in eval."""
     fast, slow = twin_models(**kw)
     for m in (fast, slow):
-        _random_running_stats(m)
+        random_running_stats(m)
         m.eval()
     b = batch()
     with torch.no_grad():
@@ -185,7 +189,7 @@ def test_for_inference_folds_again_only_after_a_change():
     fast, slow = twin_models(gate="elementwise")
     b = batch()
     for m in (fast, slow):
-        _random_running_stats(m)
+        random_running_stats(m)
     fast.eval()
     first = fast.for_inference()
     assert all(a is c for a, c in zip(first.layers, fast.for_inference().layers))
