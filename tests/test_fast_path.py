@@ -141,13 +141,23 @@ def test_training_step_other_models(kw, groups):
 
 
 def random_running_stats(model, seed=0):
+    """Random BatchNorm statistics and affine maps, so that folding them has something to fold.
+    The scales stay positive and the shifts small: with N(0, 1) ones every unit of a ReLU can
+    end up negative for every graph, and the model's output is then one constant
+    (:func:`output_spread` guards against that)."""
     g = torch.Generator().manual_seed(seed)
     for m in model.modules():
         if isinstance(m, torch.nn.BatchNorm1d):
             m.running_mean.copy_(torch.randn(m.num_features, generator=g, dtype=DT))
             m.running_var.copy_(torch.rand(m.num_features, generator=g, dtype=DT) + 0.5)
-            m.weight.data.copy_(torch.randn(m.num_features, generator=g, dtype=DT))
-            m.bias.data.copy_(torch.randn(m.num_features, generator=g, dtype=DT))
+            m.weight.data.copy_(torch.rand(m.num_features, generator=g, dtype=DT) + 0.5)
+            m.bias.data.copy_(0.1 * torch.randn(m.num_features, generator=g, dtype=DT))
+
+
+def output_spread(out: torch.Tensor) -> float:
+    """The smallest standard deviation over graphs of any output column: 0 when some output
+    ignores its input, which would let any comparison of two models' outputs pass."""
+    return float(out.detach().std(0).min())
 
 
 @pytest.mark.parametrize("groups", ["default", "many", "chunked"], indirect=True)
@@ -167,6 +177,7 @@ def test_inference_fast_equals_readable(kw, groups):
         m.eval()
     b = batch()
     with torch.no_grad():
+        assert output_spread(slow(b)) > 1e-3
         assert torch.allclose(fast(b), slow(b), atol=1e-10, rtol=0)
         assert torch.allclose(fast.for_inference()(b), slow(b), atol=1e-10, rtol=0)
         for m in (fast, slow):  # a new transform follows changes of the statistics
