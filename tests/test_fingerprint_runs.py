@@ -22,6 +22,7 @@ from siggate.data.chem import smiles_to_graph
 from siggate.data.fingerprints import minmax_kernel, morgan_counts
 from siggate.predictors.forest import RandomForest
 from siggate.predictors.svr import KernelSVR
+from siggate.train.rundir import holds_run
 from test_bad_inputs import _TRAIN_ARGS
 from test_explain import FP_SPLITS, N_INFO, _nitrogen_graphs, _nitrogen_molecules
 from test_predict import run_cli
@@ -468,3 +469,20 @@ def test_a_config_saved_before_the_members_section_or_a_field_of_it_reads_as_the
     other = {**old, "members": {"rf": {"n_estimators": 7}}}
     assert resume_differences(upgrade_config_dict(other), current) == [
         "members.rf.n_estimators: checkpoint has 7, current config has 100"]
+
+
+def test_data_refused_before_any_member_leaves_no_run_behind(nitrogen_csv, tmp_path, capsys):
+    """A run of several members whose data is refused (a split column without val rows) exits 2
+    with one line and leaves no record in its folder, so the same command with the flag mended
+    trains into it without --overwrite (before, ``members.yaml`` was written first and the mended
+    command was refused: "holds a run")."""
+    no_val = tmp_path / "noval.csv"
+    no_val.write_text(nitrogen_csv.read_text().replace(",val\n", ",train\n"))
+    out = tmp_path / "o"
+    rc, _, err = _train(capsys, no_val, out, "--members", "svr,rf", "--weights", "val")
+    assert rc == 2 and "the val split is empty (150 usable rows)" in _one_line(err)
+    assert not holds_run(out)
+    rc, _, err = _train(capsys, no_val, out, "--members", "svr,rf", "--weights", "val", "--val-fraction", "0.2")
+    assert rc == 0, err
+    splits = json.loads((out / "metrics.json").read_text())["splits"]
+    assert splits == {"train": 96, "val": 24, "test": 30}

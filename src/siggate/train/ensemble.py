@@ -4,11 +4,12 @@ members that differ only in their seed) and ``--members KIND,...`` (members of s
 
 :func:`train_members` is a short pipeline:
 
-1. record the run's config and members (``members.yaml``, what ``--resume`` checks the flags
-   against) and prepare the data once, split with the first seed (``cfg.data``): a member's seed
-   must not move molecules between train, val and test, or the combination's test set would
-   leak; the graphs carry the GNN's encodings only when a GNN member reads them;
-2. build the members (:func:`~siggate.train.members.build_members`);
+1. prepare the data once, split with the first seed (``cfg.data``): a member's seed must not
+   move molecules between train, val and test, or the combination's test set would leak; the
+   graphs carry the GNN's encodings only when a GNN member reads them;
+2. build the members (:func:`~siggate.train.members.build_members`), then record the run's
+   config and members (``members.yaml``, what ``--resume`` checks the flags against): data or
+   options refused before this leave the folder as it was;
 3. fit each into its folder (:func:`~siggate.train.members.fit_member`): a finished member is
    reused, an interrupted GNN member resumes from its ``last.pt``;
 4. combine them (:class:`~siggate.predictors.combine.Combination`: equal weights, or weights
@@ -18,7 +19,7 @@ members that differ only in their seed) and ``--members KIND,...`` (members of s
 Layout of the folder::
 
     OUT/members.yaml          the run's config, with ``_meta.members``: the kinds, ``--ensemble``
-                              and ``--weights`` (written first)
+                              and ``--weights`` (written before the first member is fitted)
     OUT/predictor.json        the combination: its members' folders, the weights, the run's
                               config, split seed and data source
     OUT/metrics.json          each member's and the combination's val/test metric and summaries
@@ -73,12 +74,14 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     out = Path(out)
     kinds = parse_kinds(kinds)
     weights = None if run_weights(kinds, weights) == "equal" else "val"  # copies of one kind: nothing to weigh
-    out.mkdir(parents=True, exist_ok=True)
-    write_config(out / MEMBERS_RECORD, cfg.to_dict(),
-                 members={"kinds": kinds, "ensemble": int(gnn_copies), "weights": weights or "equal"})
     ds = dataset if dataset is not None else prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed,
                                                           progress=False)
     built = build_members(kinds, cfg, out, gnn_copies, progress, device, resume, weights)
+    # recorded only now: data that cannot be used leaves no record, so the command with its
+    # flags mended runs without --overwrite
+    out.mkdir(parents=True, exist_ok=True)
+    write_config(out / MEMBERS_RECORD, cfg.to_dict(),
+                 members={"kinds": kinds, "ensemble": int(gnn_copies), "weights": weights or "equal"})
     fitted = [fit_member(member, out / name, ds, resume, device) for name, _, member in built]
     record = {"config": cfg.to_dict(), "split_seed": cfg.train.seed, "data_source": data_source(cfg.data)}
     combo = Combination(fitted, weights, [name for name, _, _ in built], record,
