@@ -17,8 +17,11 @@ The table is generated from committed result files, never typed by hand:
   counts as its full protocol only when it is complete (every public target with the planned
   seeds in both arms; the pretraining pair at its fixed epochs).
 
-Each row has one of four verdicts: ``holds`` (the claim's own test rejects at p < 0.05 in the
-claimed direction, over the claimed range); ``not at this budget`` (no such rejection, and the
+Each row has one of four verdicts, or a gate study's interim reading: ``holds`` (the claim's own
+test rejects at p < 0.05 in the claimed direction, over the claimed range; for a gate study, once
+it is complete); ``rejects so far (interim)`` (a gate study whose runs are still coming in and
+whose test rejects: it is tested again at every snapshot, with no correction for the repeated
+looks); ``not at this budget`` (no such rejection, and the
 runs are shorter than the paper's protocol or do not cover the claimed range); ``not
 supported`` (no such rejection at the full protocol); ``contradicted`` (at the full protocol
 the gate is significantly worse, or the headline figure is missed; or a budget-free claim such
@@ -44,6 +47,9 @@ from . import report
 from .common import fmt, table
 
 HOLDS, BUDGET, NOT_SUPPORTED, CONTRADICTED = "holds", "not at this budget", "not supported", "contradicted"
+#: a gate study whose runs are still coming in and whose test rejects: every snapshot tests again,
+#: with no correction for the repeated looks, so this is a reading, not a verdict
+INTERIM = "rejects so far (interim)"
 #: the level every test here rejects at
 ALPHA = 0.05
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
@@ -372,12 +378,16 @@ def _p_text(p) -> str:
 
 def _study_verdict(c: dict, p_key: str, full: bool) -> str:
     """A gate study's verdict from the test it records (``p_key``, Holm-adjusted): a lower mean
-    (lower is better in both studies) that the test rejects holds (:func:`rejects_lower`); fewer
-    than two pairs, or no p-value (every difference zero), decide nothing, whatever the budget."""
+    (lower is better in both studies) that the test rejects holds (:func:`rejects_lower`) once the
+    study is ``full``, and is :data:`INTERIM` before; fewer than two pairs, or no p-value (every
+    difference zero), decide nothing, whatever the budget."""
     p = c.get(p_key)
     decided = c.get("n_pairs", 0) >= 2 and p is not None and math.isfinite(p)
     loss = decided and p < ALPHA and c["diff_mean"] > 0
-    return _test_verdict(rejects_lower(c, p_key), loss, full and decided)
+    win = rejects_lower(c, p_key)
+    if win and not full:
+        return INTERIM
+    return _test_verdict(win, loss, full and decided)
 
 
 def _study_difference(c: dict, what: str, over: str, p_key: str = "p_holm_wilcoxon") -> str:
