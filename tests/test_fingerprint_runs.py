@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from recipe_flags import EQUAL_WEIGHTS, GNN_SCRATCH, SCRATCH
-from siggate.data.base import GraphDataset
+from siggate.data.base import DataError, GraphDataset
 from siggate.data.chem import smiles_to_graph
 from siggate.data.fingerprints import minmax_kernel, morgan_counts
 from siggate.predictors.forest import RandomForest
@@ -486,3 +486,24 @@ def test_data_refused_before_any_member_leaves_no_run_behind(nitrogen_csv, tmp_p
     assert rc == 0, err
     splits = json.loads((out / "metrics.json").read_text())["splits"]
     assert splits == {"train": 96, "val": 24, "test": 30}
+
+
+def test_a_refusal_while_fitting_forgets_only_a_bare_record(nitrogen_csv, tmp_path, capsys, monkeypatch):
+    """A new run refused while its first member fits (exit 2, one line) leaves no run, so the
+    same command runs afterwards without --overwrite; refused after a member was saved, the folder
+    keeps everything (nothing trained is lost) and holds the run, to resume."""
+    def refuse(self, ds):
+        raise DataError("refused by the test")
+
+    bare, kept = tmp_path / "bare", tmp_path / "kept"
+    monkeypatch.setattr(KernelSVR, "fit", refuse)
+    rc, _, err = _train(capsys, nitrogen_csv, bare, "--members", "svr,rf", "--weights", "val")
+    assert rc == 2 and "refused by the test" in _one_line(err)
+    assert not holds_run(bare) and not (bare.exists() and any(bare.iterdir()))
+    monkeypatch.undo()
+    rc, _, err = _train(capsys, nitrogen_csv, bare, "--members", "svr,rf", "--weights", "val")
+    assert rc == 0, err
+    monkeypatch.setattr(RandomForest, "fit", refuse)
+    rc, _, err = _train(capsys, nitrogen_csv, kept, "--members", "svr,rf", "--weights", "val")
+    assert rc == 2 and "refused by the test" in _one_line(err)
+    assert holds_run(kept) and (kept / "members.yaml").is_file() and (kept / "member0" / "predictor.json").is_file()

@@ -171,6 +171,12 @@ def cmd_train(args) -> int:
     except KeyboardInterrupt:
         print(f"siggate train: interrupted; {_resume_hint(out, args)}", file=sys.stderr)
         return 130
+    except _user_errors():
+        if resume is None:  # refused before it trained anything: the mended command starts afresh
+            from .train.rundir import forget_refused_run
+
+            forget_refused_run(out)
+        raise
     finally:
         lock.release()
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))

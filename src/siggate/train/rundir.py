@@ -28,7 +28,7 @@ from ..options import run_weights
 from .plots import LEARNING, PARITY, RESIDUALS
 
 #: a run of several members' config and the members it holds (``siggate train --members/--ensemble``,
-#: :func:`siggate.train.ensemble.write_members_record`), written before its first member is fitted
+#: :func:`siggate.train.ensemble.train_members`), written before its first member is fitted
 MEMBERS_RECORD = "members.yaml"
 #: Files whose presence makes a folder a run.
 RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json", MEMBERS_RECORD)
@@ -77,6 +77,23 @@ def run_commit(out: str | Path) -> str | None:
 def holds_run(out: str | Path) -> bool:
     """Whether ``out`` holds a run or an ensemble (see the module docstring)."""
     return bool(run_files(out))
+
+
+def forget_refused_run(out: str | Path) -> bool:
+    """After a new run in ``out`` refused its input: remove what it wrote when that is only its
+    record (``config.yaml``, :data:`MEMBERS_RECORD`, the members' ``config.yaml``: no checkpoint,
+    no saved member, no metrics), so that the command with its input mended starts there without
+    ``--overwrite``; a folder holding anything more keeps it all (nothing trained is lost).
+    Returns whether it removed the record."""
+    out = Path(out)
+    files = run_files(out)
+    records = ("config.yaml", MEMBERS_RECORD)
+    if not files or any(Path(f).name not in records for f in files):
+        return False
+    if any((member / "predictor.json").is_file() or (member / "best.pt").is_file() for member in _members(out)):
+        return False
+    clear_run(out)
+    return True
 
 
 def free_run_dir(base: str | Path, taken: str | Path | None = None) -> Path:
