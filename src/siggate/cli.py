@@ -9,6 +9,7 @@ parser's ``func`` may be ``"module:function"``, imported only when that command 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -156,6 +157,8 @@ def cmd_train(args) -> int:
     lock = claim_out_dir(out, resume=resume is not None, overwrite=args.overwrite,
                          default_name=resume is None and not args.out, cfg=cfg)
     out = lock.folder
+    # a refusal may take back what a new run wrote only where the run found the folder empty
+    empty_before = resume is None and all(p.name == lock.NAME for p in out.iterdir())
     try:
         if several:
             return _train_members(cfg, out, args, kinds, weights, resume is not None, device)
@@ -172,10 +175,11 @@ def cmd_train(args) -> int:
         print(f"siggate train: interrupted; {_resume_hint(out, args)}", file=sys.stderr)
         return 130
     except _user_errors():
-        if resume is None:  # refused before it trained anything: the mended command starts afresh
+        if empty_before:  # refused before it trained anything: the mended command starts afresh
             from .train.rundir import forget_refused_run
 
-            forget_refused_run(out)
+            with contextlib.suppress(OSError):  # the refusal, not a failure to tidy up, is the error
+                forget_refused_run(out)
         raise
     finally:
         lock.release()
