@@ -40,18 +40,20 @@ from siggate.nn.impl import IMPL_ENV  # noqa: E402
 from test_fast_path import (  # noqa: E402
     DT,
     batch,
+    batch_as,
     bf16_against_float32,
     output_spread,
     random_running_stats,
     training_step_errors,
     twin_models,
 )
+from test_fast_path import SIZES as FIXTURE_SIZES  # noqa: E402
 
 ATOL = 1e-8
 FP32_RTOL = 1e-4
 BF16_TOL = 0.1
 #: the fixture's sizes and a larger batch whose size groups go through SDPA with padding
-SIZES = {"small": None, "large": [23, 5, 40, 40, 17, 1, 33, 9, 26, 40, 12, 3] * 4}
+SIZES = {"small": FIXTURE_SIZES, "large": [23, 5, 40, 40, 17, 1, 33, 9, 26, 40, 12, 3] * 4}
 POSITIONS = {"none": ["output"], "headwise": ["output", "value", "post"], "elementwise": ["output", "value", "post"]}
 
 
@@ -64,27 +66,20 @@ def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.detach().cpu().to(b.dtype) - b.detach().cpu()).abs().max())
 
 
-def _batch(sizes):
-    return batch() if sizes is None else batch(sizes)
-
-
 def train_step_errors(gate: str, position: str, sizes, device: str, dtype=DT) -> dict:
     """One training step, the fast model (``dtype``) on ``device`` against the readable one in
     float64 on the CPU: max errors of the outputs and over every gradient, and the reference's
     largest output and gradient (the scale of float32's tolerance)."""
     fast, slow = twin_models(gate=gate, gate_position=position, impl="auto")
-    b = _batch(sizes)
-    fb = _to(b, device)
-    if dtype != DT:
-        fb = fb.apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
-    e = training_step_errors(fast.to(device=device, dtype=dtype), slow, b, fb)
+    b = batch(sizes)
+    e = training_step_errors(fast.to(device=device, dtype=dtype), slow, b, batch_as(b, dtype).to(device))
     return {"out": e["out"], "grad": max(e["grads"].values()), "grad_presence_mismatches": len(e["grad_presence"]),
             "scale": e["scale"]}
 
 
 def eval_errors(gate: str, sizes, device: str) -> dict:
     fast, slow = twin_models(gate=gate, impl="auto")
-    b = _batch(sizes)
+    b = batch(sizes)
     with torch.no_grad():  # random BatchNorm statistics and affine maps, so that the folding has something to fold
         random_running_stats(slow)
         fast.load_state_dict(slow.state_dict())

@@ -47,6 +47,12 @@ def batch(sizes=SIZES) -> Batch:
     return Batch.from_data_list([graph(n, s) for s, n in enumerate(sizes)])
 
 
+def batch_as(b: Batch, dtype: torch.dtype) -> Batch:
+    """A copy of ``b`` with every floating tensor (features, encodings, targets) in ``dtype``: the
+    input of a model in that dtype (PyG's ``apply`` changes the batch itself, so it copies first)."""
+    return b.clone().apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+
 def twin_models(seed=0, impl="packed", **kw):
     torch.manual_seed(seed)
     fast = SigGateGT(2, dim=16, layers=2, heads=4, attn_dropout=0.0, impl=impl, **kw).to(DT)
@@ -55,16 +61,23 @@ def twin_models(seed=0, impl="packed", **kw):
     return fast, slow
 
 
-def training_step_errors(fast, slow, b, fast_batch=None) -> dict:
-    """One training step of both models (``fast`` on ``fast_batch``, default ``b``): the max
-    absolute difference of the outputs (``out``) and of each parameter's gradient (``grads``, by
-    name, compared on the CPU), and the parameters that have a gradient in one model only
+def training_step_errors(fast, slow, b, fast_batch=None, seed=None) -> dict:
+    """One training step of both models (``fast`` on ``fast_batch``, default ``b``; with ``seed``,
+    each forward starts from it, for random draws in training such as LapPE's sign flips): the
+    max absolute difference of the outputs (``out``) and of each parameter's gradient (``grads``,
+    by name, compared on the CPU), and the parameters that have a gradient in one model only
     (``grad_presence``), and ``scale``: the largest of 1 and ``slow``'s absolute outputs and
     gradients (the scale of a lower precision's tolerance). ``benchmarks/gpu_check.py`` runs it
     with ``fast`` on a GPU."""
     fast.train()
     slow.train()
-    o1, o2 = fast(b if fast_batch is None else fast_batch), slow(b)
+
+    def forward(model, x):
+        if seed is not None:
+            torch.manual_seed(seed)
+        return model(x)
+
+    o1, o2 = forward(fast, b if fast_batch is None else fast_batch), forward(slow, b)
     (o1**2).sum().backward()
     (o2**2).sum().backward()
     grads, presence = {}, []
@@ -79,8 +92,8 @@ def training_step_errors(fast, slow, b, fast_batch=None) -> dict:
     return {"out": out, "grads": grads, "grad_presence": presence, "scale": scale}
 
 
-def assert_same_training_step(fast, slow, b, atol=1e-10):
-    e = training_step_errors(fast, slow, b)
+def assert_same_training_step(fast, slow, b, atol=1e-10, seed=None):
+    e = training_step_errors(fast, slow, b, seed=seed)
     assert e["out"] <= atol and not e["grad_presence"], e
     assert all(v <= atol for v in e["grads"].values()), {k: v for k, v in e["grads"].items() if v > atol}
 
@@ -125,19 +138,7 @@ def test_training_step_sdpa_equals_readable(gate, position):
 def test_training_step_other_models(kw, groups):
     torch.manual_seed(1)  # LapPE flips signs at random in training: same draws for both
     fast, slow = twin_models(**kw)
-    b = batch()
-    fast.train()
-    slow.train()
-    torch.manual_seed(3)
-    o1 = fast(b)
-    torch.manual_seed(3)
-    o2 = slow(b)
-    assert torch.allclose(o1, o2, atol=1e-10, rtol=0)
-    (o1**2).sum().backward()
-    (o2**2).sum().backward()
-    for p1, p2 in zip(fast.parameters(), slow.parameters()):
-        if p1.grad is not None:
-            assert torch.allclose(p1.grad, p2.grad, atol=1e-10, rtol=0)
+    assert_same_training_step(fast, slow, batch(), seed=3)
 
 
 def random_running_stats(model, seed=0):
@@ -450,9 +451,7 @@ def bf16_against_float32(gate: str, device: str = "cpu") -> tuple:
     backward under autocast are all finite). ``benchmarks/gpu_check.py`` runs it on a GPU."""
     torch.manual_seed(0)
     model = SigGateGT(2, dim=16, layers=2, heads=4, gate=gate, attn_dropout=0.0).to(device)
-    b = batch().to(device)
-    for key in ("rwse", "lap_vec", "lap_val", "y"):
-        b[key] = b[key].float()
+    b = batch_as(batch(), torch.float32).to(device)
     ref = model(b)
     with torch.autocast(device, dtype=torch.bfloat16):
         out = model(b)
@@ -481,7 +480,7 @@ def test_gpu_check_runs_its_checks_with_the_cpu_in_the_gpus_place(tmp_path, monk
     spec = importlib.util.spec_from_file_location("siggate_gpu_check", path)
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)
-    monkeypatch.setattr(gpu_check, "SIZES", {"small": None})
+    monkeypatch.setattr(gpu_check, "SIZES", {"small": SIZES})
     monkeypatch.setattr(gpu_check, "POSITIONS", {"elementwise": ["value"]})
     out = tmp_path / "gpu_check.json"
     assert gpu_check.main(["--device", "cpu", "--out", str(out)]) == 0
