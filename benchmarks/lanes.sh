@@ -50,6 +50,8 @@ PT_COMMIT=f285fbd
 #: and their fine-tunes pt-attn-GATE (lane pretrain); within a seed the arms run in this order
 STUDY_GATES=(elementwise none)
 PT_FIRST=elementwise  # the pretraining that builds the corpus the others copy
+ARM=pt-gate-  # an arm's pretraining is the run $ARM$gate (see arm)
+arm() { echo "$ARM$1"; }  # $1: gate; its pretraining's run
 #: the pretrainings' finished weights (KEPT_RUNS), kept in the repository (snapshot adds them) so that a fresh clone
 #: fine-tunes from the very weights its rows name instead of pretraining again (~2 CPU-hours)
 KEPT=${PT_KEPT_DIR:-$ROOT/benchmarks/results/pretrain_gate/weights}
@@ -59,7 +61,7 @@ PT_SHIPPED="--smiles moses --molecules 100000 --epochs $PT_SHIPPED_EPOCHS --seed
 PT_LONG_EPOCHS=45
 PT_LONG_RUN=pt-gine-long
 #: the pretrainings whose finished weights snapshot keeps (each a folder of the study folder)
-KEPT_RUNS=("${STUDY_GATES[@]/#/pt-gate-}" "$PT_LONG_RUN")
+KEPT_RUNS=("${STUDY_GATES[@]/#/$ARM}" "$PT_LONG_RUN")
 #: what snapshot regenerates and stages
 GENERATED=(benchmarks/moleculeace/results benchmarks/moleculeace/README.md benchmarks/peers/results
            benchmarks/peers/README.md benchmarks/RESULTS.md benchmarks/results/pretrain_gate
@@ -93,7 +95,7 @@ mace() {
 
 shared_corpus() {  # $1: a pretraining folder; the first arm's corpus copied into it, where it has
   # none and that one exists (else its run builds its own): every pretraining here shares one
-  local out=$1 first=$STUDY/pt-gate-$PT_FIRST
+  local out=$1 first=$STUDY/$(arm "$PT_FIRST")
   if [ "$out" != "$first" ] && [ ! -d "$out/corpus" ] && [ -d "$first/corpus" ]; then
     mkdir -p "$out" && rm -rf "$out/corpus.tmp" && cp -r "$first/corpus" "$out/corpus.tmp" \
         && mv "$out/corpus.tmp" "$out/corpus" || return 1
@@ -113,7 +115,7 @@ pretrain_at() {  # $1: run (a folder of the study folder), $2: epochs, then --se
 }
 
 pretrain_run() {  # $1: gate; an arm of the pair
-  pretrain_at "pt-gate-$1" "$PT_SHIPPED_EPOCHS" --set model.attn=true --set "model.gate=$1"
+  pretrain_at "$(arm "$1")" "$PT_SHIPPED_EPOCHS" --set model.attn=true --set "model.gate=$1"
 }
 
 tensor_sha() {  # $1: a pretraining's weights file; the hash of its tensors (not of the file, whose
@@ -271,7 +273,7 @@ zinc16() {  # issue 28 item 4, in one lane at a time: its commit (d4e68f1) preda
 
 pair_pretrained() {  # both pretrainings of the pair are finished (their run folders are here)
   local gate
-  for gate in "${STUDY_GATES[@]}"; do pretrained_here "pt-gate-$gate" || return 1; done
+  for gate in "${STUDY_GATES[@]}"; do pretrained_here "$(arm "$gate")" || return 1; done
 }
 
 arm_weights() {  # $1: run; it has weights to fine-tune from: its own, or a kept copy (which
@@ -281,20 +283,20 @@ arm_weights() {  # $1: run; it has weights to fine-tune from: its own, or a kept
 
 pair_weights() {  # both arms have weights to fine-tune from
   local gate
-  for gate in "${STUDY_GATES[@]}"; do arm_weights "pt-gate-$gate" || return 1; done
+  for gate in "${STUDY_GATES[@]}"; do arm_weights "$(arm "$gate")" || return 1; done
 }
 
 lane_pretrain() {
   local gate
   # an arm with kept weights (a fresh clone) is not pretrained again: a redo comes out different
-  arm_weights "pt-gate-$PT_FIRST" || step pretrain_run "$PT_FIRST"
-  for gate in "${STUDY_GATES[@]}"; do [ "$gate" = "$PT_FIRST" ] || arm_weights "pt-gate-$gate" || step pretrain_run "$gate"; done
+  arm_weights "$(arm "$PT_FIRST")" || step pretrain_run "$PT_FIRST"
+  for gate in "${STUDY_GATES[@]}"; do [ "$gate" = "$PT_FIRST" ] || arm_weights "$(arm "$gate")" || step pretrain_run "$gate"; done
   if ! pair_weights; then
     say "a pretraining of ${STUDY_GATES[*]} is unfinished: no fine-tunes (start the lane again to resume it)"
   else
     local -A init=()
     for gate in "${STUDY_GATES[@]}"; do  # each arm's weights once (hashing loads torch)
-      init[$gate]=$(weights "pt-gate-$gate") || { say "no weights of $gate: no fine-tunes of it"; init[$gate]=""; }
+      init[$gate]=$(weights "$(arm "$gate")") || { say "no weights of $gate: no fine-tunes of it"; init[$gate]=""; }
     done
     for seed in 0 1 2; do  # both arms seed by seed, so that a stop leaves pairs
       for gate in "${STUDY_GATES[@]}"; do
@@ -394,7 +396,7 @@ for recipe in sys.argv[2:]:
     "$py" benchmarks/peers/run.py --report
     keep_weights  # each finished arm's weights, first: the one thing a lost .study cannot give back
     if pair_pretrained; then  # (from the run folders: a clone with kept weights only keeps the committed report)
-      runs=(); for gate in "${STUDY_GATES[@]}"; do runs+=(--run "$gate=$STUDY/pt-gate-$gate"); done
+      runs=(); for gate in "${STUDY_GATES[@]}"; do runs+=(--run "$gate=$STUDY/$(arm "$gate")"); done
       "$py" benchmarks/pretrain_gate/compare.py "${runs[@]}"
     fi
     if [ -d "$STUDY/zinc16" ]; then bash benchmarks/results/campaign/study.sh snapshot zinc16; fi
