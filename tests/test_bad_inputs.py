@@ -475,6 +475,31 @@ def test_huge_target_stops_with_epoch_and_step(tmp_path, capsys):
     assert not (out / "last.pt").exists()
 
 
+def test_ddp_run_refused_before_its_first_checkpoint_leaves_no_run(tmp_path, capsys, monkeypatch):
+    """``--ddp`` (one gloo rank, in this process) whose first epoch meets a non-finite loss exits 2
+    with the one-line refusal and, having saved nothing, takes back its record, as a run without
+    --ddp does: the mended command then trains into the same folder without --overwrite."""
+    from siggate.train.rundir import holds_run
+    from test_ddp import _free_port
+
+    data, out = tmp_path / "d.csv", tmp_path / "run"
+    argv = ["train", "--ddp", "--data", str(data), *_TRAIN_ARGS, "--epochs", "1", "--out", str(out),
+            "--cache-dir", str(tmp_path / "c")]
+    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    _write_train_csv(data, huge=1e38)
+    rc, _, err = run_cli(argv, capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "non-finite loss (inf) at epoch 1, step " in err and "(none yet)" in err
+    assert not holds_run(out) and not (out.exists() and any(out.iterdir()))
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    _write_train_csv(data)
+    rc, _, err = run_cli(argv, capsys)
+    assert rc == 0, err
+    assert holds_run(out) and (out / "best.pt").is_file()
+
+
 def test_on_nan_skip_skips_and_counts(tmp_path, capsys):
     data = tmp_path / "d.csv"
     _write_train_csv(data, huge=1e38)

@@ -157,35 +157,46 @@ def cmd_train(args) -> int:
     lock = claim_out_dir(out, resume=resume is not None, overwrite=args.overwrite,
                          default_name=resume is None and not args.out, cfg=cfg)
     out = lock.folder
-    # a refusal may take back what a new run wrote only where the run found the folder empty
-    empty_before = resume is None and all(p.name == lock.NAME for p in out.iterdir())
     try:
-        if several:
-            return _train_members(cfg, out, args, kinds, weights, resume is not None, device)
-        from .train.distributed import DistContext
-        from .train.gnn_member import mark_run
-        from .train.pipeline import train
+        with _refusal_takes_back(lock):
+            if several:
+                return _train_members(cfg, out, args, kinds, weights, resume is not None, device)
+            from .train.distributed import DistContext
+            from .train.gnn_member import mark_run
+            from .train.pipeline import train
 
-        print(f"siggate train: dataset={cfg.data.name} {_attention(cfg)} layers={cfg.model.layers} "
-              f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
-        m = train(cfg, out, resume=resume is not None, progress=progress_enabled(args),
-                  dist=DistContext(device=_torch_device(device)))
-        mark_run(out)
+            print(f"siggate train: dataset={cfg.data.name} {_attention(cfg)} layers={cfg.model.layers} "
+                  f"dim={cfg.model.dim} epochs={cfg.train.epochs} seed={cfg.train.seed} -> {out}", flush=True)
+            m = train(cfg, out, resume=resume is not None, progress=progress_enabled(args),
+                      dist=DistContext(device=_torch_device(device)))
+            mark_run(out)
     except KeyboardInterrupt:
         print(f"siggate train: interrupted; {_resume_hint(out, args)}", file=sys.stderr)
         return 130
-    except _user_errors():
-        if empty_before:  # refused before it trained anything: the mended command starts afresh
-            from .train.rundir import forget_refused_run
-
-            with contextlib.suppress(OSError):  # the refusal, not a failure to tidy up, is the error
-                forget_refused_run(out)
-        raise
     finally:
         lock.release()
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
     _print_summaries(m, out)
     return 0
+
+
+@contextlib.contextmanager
+def _refusal_takes_back(lock):
+    """A run in the folder that ``lock`` claimed (None: this process claimed none, a DDP rank
+    other than 0), refused on bad input (:func:`_user_errors`) before it saved anything, takes back
+    the record it wrote (:func:`siggate.train.rundir.forget_refused_run`), so that the command
+    with its input mended starts there afresh. Only where the run found the folder empty: a
+    user's own files of a run's names would go with it. A resumed run never finds it empty."""
+    empty = lock is not None and all(p.name == lock.NAME for p in lock.folder.iterdir())
+    try:
+        yield
+    except _user_errors():
+        if empty:
+            from .train.rundir import forget_refused_run
+
+            with contextlib.suppress(OSError):  # the refusal, not a failure to tidy up, is the error
+                forget_refused_run(lock.folder)
+        raise
 
 
 def _print_summaries(m: dict, out: Path | None = None, file=None) -> None:
@@ -424,7 +435,8 @@ def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
                   f"seed={cfg.train.seed} -> {out}", flush=True)
         else:
             logging.getLogger("siggate").setLevel(logging.WARNING)
-        m = train(cfg, out, resume=resume, progress=ctx.is_main and progress_enabled(args), dist=ctx)
+        with _refusal_takes_back(lock):
+            m = train(cfg, out, resume=resume, progress=ctx.is_main and progress_enabled(args), dist=ctx)
         if ctx.is_main:
             print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params",
                                                 "seconds", "world_size")}, indent=2))
