@@ -219,8 +219,10 @@ def test_unwritable_cache_is_one_line(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "run").exists()
 
 
-def test_evaluate_reads_the_training_runs_smiles_column_by_default(tmp_path, capsys):
-    """The README promised it; the default was 'smiles' whatever the run was trained on."""
+def test_evaluate_predict_explain_read_the_training_runs_smiles_column_by_default(tmp_path, capsys):
+    """The README promised it for evaluate, whose default was 'smiles' whatever the run was
+    trained on; predict --input and explain --input defaulted to 'smiles' too, so a file in the
+    training CSV's own layout was refused. --smiles-col still names another column."""
     data = tmp_path / "d.csv"
     data.write_text(_table(30).replace("smiles,y,split", "mol,y,split"))
     run = tmp_path / "run"
@@ -233,6 +235,21 @@ def test_evaluate_reads_the_training_runs_smiles_column_by_default(tmp_path, cap
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(ext)], capsys)
     assert rc == 0, err
     assert json.loads(out)["rows"]["scored"] == 2
+    rc, _, err = run_cli(["predict", "--checkpoint", str(run), "--input", str(ext), "--output",
+                          str(tmp_path / "p.csv")], capsys)
+    assert rc == 0, err
+    assert [(r["mol"], r["error"]) for r in read_output(tmp_path / "p.csv")] == [("CCO", ""), ("CCN", "")]
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "--input", str(ext), "--out", str(tmp_path / "x"),
+                          "--steps", "2"], capsys)
+    assert rc == 0, err
+    assert (tmp_path / "x" / "molecules.csv").read_text().count("\n") == 3  # a header and the two molecules
+    other = tmp_path / "other.csv"
+    other.write_text("smiles\nCCO\n")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(run), "--input", str(other)], capsys)
+    assert rc == 2 and "column 'mol' not found" in _one_error_line(err, "predict")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(run), "--input", str(other), "--smiles-col", "smiles",
+                          "--output", str(tmp_path / "q.csv")], capsys)
+    assert rc == 0, err
 
 
 def test_predict_dash_reads_standard_input(ckpt, tmp_path, capsys, monkeypatch):

@@ -533,6 +533,14 @@ def _smiles_source(args) -> str | None:
     return args.input
 
 
+def _input_smiles_col(args, pred) -> str:
+    """The SMILES column of ``predict``/``explain --input``: ``--smiles-col``, else the column
+    the run was trained on (as for ``evaluate --data``)."""
+    from .train.members import trained_smiles_col
+
+    return args.smiles_col or trained_smiles_col(pred.predictor)
+
+
 def cmd_predict(args) -> int:
     from .train.predict import SmilesPredictor, predict_to_csv, read_input
     from .train.predict_nodes import checkpoint_level, predict_nodes_to_csv
@@ -551,7 +559,7 @@ def cmd_predict(args) -> int:
     source = _smiles_source(args)
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device),
                            coverage=args.coverage)
-    chunks = read_input(source, args.smiles_col, args.chunk_size) if source else [list(args.smiles)]
+    chunks = read_input(source, _input_smiles_col(args, pred), args.chunk_size) if source else [list(args.smiles)]
     n, bad = predict_to_csv(pred, chunks, args.output)
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
           + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
@@ -571,7 +579,7 @@ def cmd_explain(args) -> int:
         raise CLIError(f"--steps must be at least 1, got {args.steps}")
     check_out_folder(args.out, "the explanations")
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False)
-    chunks = read_input(source, args.smiles_col, args.chunk_size) if source else [list(args.smiles)]
+    chunks = read_input(source, _input_smiles_col(args, pred), args.chunk_size) if source else [list(args.smiles)]
     try:
         n, bad = explain_to_folder(pred, chunks, args.out, steps=args.steps)
     except ValueError as exc:
@@ -722,7 +730,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root", default=None, help="node-level checkpoints: benchmark data root")
     p.add_argument("--cache-dir", default=None, help="node-level checkpoints: cache for processed data")
     p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
-    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --input (default: smiles)")
+    p.add_argument("--smiles-col", default=None,
+                   help="SMILES column of --input (default: the training run's SMILES column, else smiles)")
     p.add_argument("--output", default=None, help="output CSV (default: stdout)")
     p.add_argument("--max-atoms", type=int, default=1000,
                    help="refuse molecules with more atoms, with a reason per row (default: 1000; attention is quadratic)")
@@ -743,7 +752,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run folder (its best.pt), folder of several members (their weighted contributions) or .pt")
     p.add_argument("smiles", nargs="*", help="SMILES strings")
     p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
-    p.add_argument("--smiles-col", default="smiles", help="SMILES column of --input (default: smiles)")
+    p.add_argument("--smiles-col", default=None,
+                   help="SMILES column of --input (default: the training run's SMILES column, else smiles)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="folder for molecules.csv, atoms.csv and one SVG and PNG per molecule (and target)")
     p.add_argument("--steps", type=int, default=50,

@@ -241,14 +241,14 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
 
     from ..predictors.base import PredictorFileError
     from .dataprep import prepare_data
-    from .members import encodings_of, members_of, run_data
+    from .members import encodings_of, members_of, run_data, trained_smiles_col
 
     predictor, info = _load(checkpoint, device)
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
            "members": len(members_of(predictor))}
     if data is not None:
         if smiles_col is None:
-            smiles_col = _trained_smiles_col(predictor)
+            smiles_col = trained_smiles_col(predictor)
         graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
         pred = predictor.predict(graphs).mean
@@ -288,19 +288,6 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         graphs = ds.splits[s]
         _add_scores(res, s, score(info, graphs, predictor.predict(graphs).mean, s))
     return res
-
-
-def _trained_smiles_col(predictor) -> str:
-    """The SMILES column of the CSV ``predictor`` was trained on (:func:`~.members.run_data`),
-    else ``smiles`` (a benchmark run, or a predictor that records no data)."""
-    from ..predictors.base import PredictorFileError
-    from .members import run_data
-
-    try:
-        data = run_data(predictor).data
-    except PredictorFileError:
-        return "smiles"
-    return data.smiles_col if data.name == "csv" and data.smiles_col else "smiles"
 
 
 def _training_target_stats(predictor, info: TaskInfo) -> tuple:

@@ -332,3 +332,14 @@ def run_data(predictor) -> RunData:
         raise PredictorFileError("this predictor records no training data (no config); score it on a labelled file "
                                  "with --data FILE.csv")
     return RunData(copy.deepcopy(gnn.cfg.data), int(record.get("split_seed", gnn.split_seed)), gnn.data_source_)
+
+
+def trained_smiles_col(predictor) -> str:
+    """The SMILES column of the CSV ``predictor`` was trained on (:func:`run_data`), else
+    ``smiles`` (a benchmark run, or a predictor that records no data): the column that
+    ``evaluate --data``, ``predict --input`` and ``explain --input`` read by default."""
+    try:
+        data = run_data(predictor).data
+    except PredictorFileError:
+        return "smiles"
+    return data.smiles_col if data.name == "csv" and data.smiles_col else "smiles"
