@@ -670,8 +670,9 @@ def test_sep_overrides_detection(tmp_path, capsys):
         ("smiles,y,split\nCCO,1,train\nCCC,2,train\n", ["the val and test splits are empty (2 usable rows)"]),
         ("smi,y,split\nCCO,1,train\n", ["SMILES column 'smiles' not found", "available columns: ['smi', 'y', 'split']",
                                         "--smiles-col"]),
+        ("SMILES,y,split\nCCO,1,train\n", ["SMILES column 'smiles' not found", "Did you mean --smiles-col SMILES?"]),
     ],
-    ids=["empty", "header-only", "words", "all-invalid", "empty-split", "missing-smiles-col"],
+    ids=["empty", "header-only", "words", "all-invalid", "empty-split", "missing-smiles-col", "smiles-col-case"],
 )
 def test_bad_csv_gives_one_line_and_exit_2(tmp_path, capsys, text, expected):
     rc, err = _train_csv(tmp_path, capsys, _csv(tmp_path / "d.csv", text))
@@ -686,6 +687,10 @@ def test_missing_target_column(tmp_path, capsys):
     data = _csv(tmp_path / "d.csv", _rows(","))
     rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "logS", "--out", str(tmp_path / "r")], capsys)
     assert rc == 2 and "target column 'logS' not found" in err and "--target-col" in err
+    assert "Did you mean" not in err  # no column is near 'logS'
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "Y", "--split", "column:splt", "--out",
+                          str(tmp_path / "r")], capsys)
+    assert rc == 2 and "Did you mean --target-col y, --split column:split?" in err
 
 
 def test_out_that_cannot_be_a_folder(tmp_path, capsys):

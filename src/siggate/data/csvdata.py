@@ -30,6 +30,7 @@ and ``data_report.csv`` (every dropped row and every note) into a run folder.
 from __future__ import annotations
 
 import csv
+import difflib
 import gzip
 import io
 import logging
@@ -233,7 +234,22 @@ def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]]
         msg += "; note: " + ", ".join(near)
     flags = {"SMILES": "--smiles-col", "target": "--target-col", "split": "--split column:NAME"}
     msg += "; name the right column with " + ", ".join(dict.fromkeys(flags[role] for role, _ in missing))
+    spelled = {"SMILES": "--smiles-col {}", "target": "--target-col {}", "split": "--split column:{}"}
+    meant = [spelled[role].format(near) for role, col in missing
+             if col.strip() not in stripped and (near := closest_column(col, columns))]
+    if meant:
+        msg += f". Did you mean {', '.join(meant)}?"
     raise DataError(msg)
+
+
+def closest_column(name: str, columns: Sequence[str]) -> str | None:
+    """The column a user probably meant by the missing ``name``: one that differs only in case,
+    else the closest spelling (:func:`difflib.get_close_matches`), else None."""
+    same_case = [c for c in columns if c.lower() == name.lower()]
+    if same_case:
+        return same_case[0]
+    close = difflib.get_close_matches(name, list(columns), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def _targets(path: Path, frame: pd.DataFrame, target_cols: list[str], task: str,

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import difflib
 import gzip
 import io
 import logging
@@ -496,9 +495,9 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) 
                              f"(columns {where}); rename the copies so that each name is unique")
         if smiles_col not in header:
             fh.close()
-            close = difflib.get_close_matches(smiles_col, header, n=1, cutoff=0.6)
-            same_case = [h for h in header if h.lower() == smiles_col.lower()]
-            sug = same_case[0] if same_case else (close[0] if close else None)
+            from ..data.csvdata import closest_column
+
+            sug = closest_column(smiles_col, header)
             hint = f" Did you mean --smiles-col {sug}?" if sug else ""
             if len(header) == 1:
                 hint += _delimiter_hint(first, delim)
