@@ -683,6 +683,44 @@ def test_bad_csv_gives_one_line_and_exit_2(tmp_path, capsys, text, expected):
     assert not (tmp_path / "run" / "last.pt").exists()
 
 
+@pytest.mark.parametrize("extra, expected", [
+    (["--target-col", "y,z", "--task", "binary"],
+     "data.task: 'binary' takes one target column, got 2 (y, z); several 0/1 targets are --task multilabel"),
+    (["--target-col", "y,y"], "data.target_cols: y, y names a column more than once"),
+    (["--target-col", "y", "--set", "data.target_cols=z"],
+     "--target-col and --set data.target_cols both set data.target_cols; give one"),
+    (["--target-col", "y", "--task", "regression", "--set", "data.task=binary"],
+     "--task and --set data.task both set data.task; give one"),
+    (["--target-col", "y", "--set", "data.csv=other.csv"], "--set data.csv with --data"),
+], ids=["binary-two-targets", "repeated-target", "target-twice", "task-twice", "csv-twice"])
+def test_csv_options_that_contradict_are_refused_in_one_line(tmp_path, capsys, extra, expected):
+    """Two target columns for a binary task and a repeated target column ended in a traceback
+    (the CSV reader's ValueError); a --set data.* key that a --data flag also sets was silently
+    replaced by the flag's value or its default (--set data.task=binary trained a regression)."""
+    data = _csv(tmp_path / "d.csv", _rows(","))
+    rc, _, err = run_cli(["train", "--data", str(data), *extra, "--out", str(tmp_path / "r")], capsys)
+    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert expected in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_set_data_keys_are_kept_with_data(tmp_path):
+    """Where no flag gives it, a --set data.* key holds: the flags' defaults (smiles, regression)
+    apply only where neither gives the key."""
+    import argparse
+
+    from siggate.config_args import add_config_args, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    data = str(_csv(tmp_path / "d.csv", _rows(",")))
+    cfg = config_from_args(parser.parse_args(["--data", data, "--set", "data.target_cols=y,z", "--set",
+                                              "data.task=multilabel", "--set", "data.smiles_col=mol"]))
+    assert (cfg.data.target_cols, cfg.data.task, cfg.data.smiles_col) == (["y", "z"], "multilabel", "mol")
+    cfg = config_from_args(parser.parse_args(["--data", data, "--target-col", "y"]))
+    assert (cfg.data.target_cols, cfg.data.task, cfg.data.smiles_col) == (["y"], "regression", "smiles")
+
+
 def test_missing_target_column(tmp_path, capsys):
     data = _csv(tmp_path / "d.csv", _rows(","))
     rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "logS", "--out", str(tmp_path / "r")], capsys)

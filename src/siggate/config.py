@@ -575,7 +575,13 @@ def _check_data(cfg: Config) -> None:
             raise ConfigError("data.csv: a CSV path is required when data.name='csv' (siggate train --data FILE.csv)")
         if not cfg.data.target_cols:
             raise ConfigError("data.target_cols: name at least one target column (--target-col)")
-        loss, task = cfg.train.loss, cfg.data.task
+        loss, task, cols = cfg.train.loss, cfg.data.task, [str(c) for c in cfg.data.target_cols]
+        if len(set(cols)) != len(cols):
+            raise ConfigError(f"data.target_cols: {', '.join(cols)} names a column more than once; name each "
+                              "target once (--target-col)")
+        if task == "binary" and len(cols) > 1:
+            raise ConfigError(f"data.task: 'binary' takes one target column, got {len(cols)} ({', '.join(cols)}); "
+                              "several 0/1 targets are --task multilabel")
         if cfg.data.duplicates == "average" and task != "regression":
             raise ConfigError(f"data.duplicates: 'average' merges regression labels into their mean; a {task} "
                               "label has no mean, use --duplicates first or keep")

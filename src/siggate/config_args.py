@@ -116,6 +116,14 @@ def check_out_folder(out, what: str) -> None:
         raise CLIError(f"--out {problem} for {what}")
 
 
+#: the flags that describe ``--data FILE.csv`` and the ``data.*`` key each sets: a key is given by
+#: its flag or by ``--set``, not both
+CSV_FLAGS = {"smiles_col": "smiles_col", "target_col": "target_cols", "task": "task", "split": "split",
+             "duplicates": "duplicates", "decimal": "decimal", "val_fraction": "val_fraction", "sep": "sep"}
+#: what ``--data`` assumes where neither the flag nor ``--set`` gives the key
+CSV_FLAG_DEFAULTS = {"smiles_col": "smiles", "task": "regression"}
+
+
 def set_keys(args) -> set[str]:
     """The config keys that ``--set`` gives explicitly (``{"train.warmup_epochs", ...}``)."""
     return {".".join(parse_override(item)[0]) for item in args.overrides}
@@ -162,18 +170,24 @@ def config_from_args(args):
     if args.cache_dir:
         overrides.append(f"data.cache_dir={args.cache_dir}")
     if args.data:
-        if not args.target_col:
+        given = set_keys(args)
+        for key in ("data.name", "data.csv"):
+            if key in given:
+                raise CLIError(f"--set {key} with --data {args.data}: --data sets it; drop the --set")
+        for flag, key in CSV_FLAGS.items():
+            if getattr(args, flag, None) is not None and f"data.{key}" in given:
+                raise CLIError(f"--{flag.replace('_', '-')} and --set data.{key} both set data.{key}; give one")
+        if not args.target_col and "data.target_cols" not in given:
             raise CLIError("--data needs --target-col COL[,COL...] (and usually --task)")
-        overrides += ["data.name=csv", f"data.csv={args.data}", f"data.smiles_col={args.smiles_col or 'smiles'}",
-                      f"data.target_cols={args.target_col}"]
-        overrides.append(f"data.task={args.task or 'regression'}")
-        if args.split:
-            overrides.append(f"data.split={args.split}")
-        for flag in ("duplicates", "decimal", "val_fraction"):
-            if getattr(args, flag, None) is not None:
-                overrides.append(f"data.{flag}={getattr(args, flag)}")
+        overrides += ["data.name=csv", f"data.csv={args.data}"]
+        for flag, key in CSV_FLAGS.items():
+            value = getattr(args, flag, None)
+            if value is None and f"data.{key}" not in given:
+                value = CSV_FLAG_DEFAULTS.get(flag)
+            if value is not None and flag != "sep":  # (sep is set below: a tab does not survive an override)
+                overrides.append(f"data.{key}={value}")
     else:
-        for flag in ("sep", "duplicates", "decimal", "val_fraction", "target_col", "task", "split", "smiles_col"):
+        for flag in CSV_FLAGS:
             if getattr(args, flag, None) is not None:
                 raise CLIError(f"--{flag.replace('_', '-')} applies to --data FILE.csv only; give --data too (without "
                                f"it siggate trains {args.config or 'nci5k'})")
