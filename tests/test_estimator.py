@@ -193,3 +193,132 @@ def test_empty_members_are_refused_as_the_cli_refuses_them(tmp_path):
     with pytest.raises(ValueError, match="--members: no member kind given; known kinds: gnn, rf, svr"):
         est.fit(["CCO", "CCN", "CCC", "CCCl"], [1.0, 2.0, 3.0, 4.0])
     assert not (tmp_path / "run").exists()
+
+
+FP = {"members": "svr,rf", "threads": 1}
+
+
+def test_fit_leaves_the_callers_random_state_and_threads_alone(molecules):
+    """Training seeds Python's, NumPy's and torch's global generators and sets torch's threads;
+    before, every bootstrap draw after a fit repeated the one after the first fit."""
+    import random
+
+    import torch
+
+    import siggate
+
+    smiles, y = molecules
+    threads = torch.get_num_threads()
+    np.random.seed(42), random.seed(42), torch.manual_seed(42)
+    expected = (np.random.rand(3).tolist(), random.random(), torch.rand(2).tolist())
+    np.random.seed(42), random.seed(42), torch.manual_seed(42)
+    siggate.SigGateRegressor(epochs=1, overrides=TINY, **ESTIMATOR_GNN, threads=1).fit(smiles[:30], y[:30])
+    assert (np.random.rand(3).tolist(), random.random(), torch.rand(2).tolist()) == expected
+    assert torch.get_num_threads() == threads
+
+
+def test_rows_of_one_molecule_stay_on_one_side_of_the_validation_draw(molecules, tmp_path):
+    """Two rows of each molecule (written differently: RDKit's canonical SMILES groups them):
+    the validation rows hold no molecule that the training rows hold, so the members' weights
+    and the calibration are fitted out of sample; the classifier's draw keeps both classes."""
+    from rdkit import Chem
+
+    import siggate
+    from siggate.estimator import _held_out
+
+    smiles, y = molecules
+    twice = smiles[:30] + [Chem.MolToSmiles(Chem.MolFromSmiles(s), doRandom=True) for s in smiles[:30]]
+    assert twice[30:] != smiles[:30]
+    val = _held_out(twice, np.zeros(60, int), 0.2, 0, str)
+    canon = np.array([Chem.CanonSmiles(s) for s in twice])
+    assert val.sum() == 12 and not set(canon[val]) & set(canon[~val])
+    classes = np.arange(60) % 2  # the two rows of a molecule in different classes: groups span strata
+    val = _held_out(twice, classes, 0.2, 0, str)
+    assert not set(canon[val]) & set(canon[~val]) and set(classes[val]) == set(classes[~val]) == {0, 1}
+    est = siggate.SigGateRegressor(**FP, out_dir=tmp_path / "run", val_fraction=0.2)
+    est.fit(twice, np.r_[y[:30], y[:30] + 0.01])
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["splits"] == {"train": 48, "val": 12, "test": 0}
+
+
+def test_bad_data_and_parameters_are_named_before_training(molecules, tmp_path):
+    import siggate
+
+    smiles, y = molecules
+    cases = [
+        ({}, smiles[:20], np.r_[np.inf, y[1:20]], r"y holds an infinite label at row\(s\) \[0\]"),
+        ({}, ["CCO"] * 5, y[:5], "the data holds 1 distinct molecule.*at least 2, one to train on and one to validate"),
+        ({"seed": -1}, smiles[:5], y[:5], "seed must be a whole number >= 0, got -1"),
+        ({"seed": None}, smiles[:5], y[:5], "seed must be a whole number >= 0, got None"),
+        ({"val_fraction": "0.2"}, smiles[:5], y[:5], "val_fraction must be a number between 0 and 1, got '0.2'"),
+        ({"overrides": "members.rf.n_estimators=50"}, smiles[:5], y[:5], "overrides must be a sequence of"),
+        ({"device": "gpu"}, smiles[:5], y[:5], "device must be 'cpu' or 'cuda', got 'gpu'"),
+        ({"epochs": 0}, smiles[:5], y[:5], "epochs must be a whole number >= 1 or None, got 0"),
+    ]
+    for params, X, labels, message in cases:
+        with pytest.raises(ValueError, match=message):
+            siggate.SigGateRegressor(**FP, out_dir=tmp_path / "run", **params).fit(X, labels)
+        assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="class 'b' holds 1 distinct molecule"):
+        siggate.SigGateClassifier(**FP).fit(smiles[:20], ["a"] * 19 + ["b"])
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="out_dir .*file is a file; give a folder"):
+        siggate.SigGateRegressor(**FP, out_dir=tmp_path / "file").fit(smiles[:20], y[:20])
+
+
+def test_molecules_left_out_are_named_by_their_place_in_X(molecules):
+    import siggate
+
+    smiles, y = molecules
+    X = list(smiles[:30])
+    X[4], X[9] = "C1CC", "not a smiles"
+    with pytest.warns(UserWarning, match=r"2 of 30 molecules left out \(their positions in X: 4: .*unclosed ring.*; 9: "):
+        est = siggate.SigGateRegressor(**FP).fit(X, y[:30])
+    assert est.predict(smiles[30:33]).shape == (3,)
+
+
+def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, capsys):
+    """A second fit into out_dir replaces the first; a folder that siggate train made is refused
+    (its files were left beside the estimator's before), and so is one another live run holds."""
+    import siggate
+    from siggate.files import FolderLock
+
+    smiles, y = molecules
+    out = tmp_path / "run"
+    siggate.SigGateRegressor(**FP, out_dir=out).fit(smiles[:30], y[:30])
+    first = (out / "predictor.json").read_text()
+    siggate.SigGateRegressor(**FP, out_dir=out, seed=1).fit(smiles[:30], y[:30])
+    assert (out / "predictor.json").read_text() != first and (out / "estimator.json").is_file()
+    data = tmp_path / "d.csv"
+    data.write_text("smiles,y\n" + "".join(f"{s},{v}\n" for s, v in zip(smiles, y)))
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--members", "svr,rf", "--split", "random",
+                          "--out", str(tmp_path / "cli")], capsys)
+    assert rc == 0, err
+    before = sorted(p.name for p in (tmp_path / "cli").iterdir())
+    with pytest.raises(ValueError, match="holds a run that siggate train made; fit would replace it"):
+        siggate.SigGateRegressor(**FP, out_dir=tmp_path / "cli").fit(smiles[:30], y[:30])
+    assert sorted(p.name for p in (tmp_path / "cli").iterdir()) == before
+    with FolderLock(tmp_path / "busy"):
+        with pytest.raises(ValueError, match="busy: .*two runs must not write into one folder"):
+            siggate.SigGateRegressor(**FP, out_dir=tmp_path / "busy").fit(smiles[:30], y[:30])
+
+
+def test_predictions_keep_full_precision_and_score_skips_missing_labels(molecules, tmp_path):
+    """predict read its numbers back from siggate predict's 6-digit text; score refused the
+    [n, T] y with NaN that fit takes (sklearn's r2_score sees no NaN)."""
+    from sklearn.metrics import r2_score
+
+    import siggate
+
+    smiles, y = molecules
+    two = np.stack([y, y * 2], axis=1)
+    est = siggate.SigGateRegressor(**FP).fit(smiles[:40], two[:40])
+    pred = est.predict(smiles[40:])
+    direct = est.predictor_.predict([est.smiles_predictor_.featurize(s) for s in smiles[40:]]).mean.numpy()
+    np.testing.assert_array_equal(pred, direct.astype(np.float64))
+    assert any(len(f"{v:.6g}") < len(repr(float(v))) for v in pred.ravel())  # more than 6 digits survive
+    holes = two[40:].copy()
+    holes[::3, 1] = np.nan
+    ok = ~np.isnan(holes[:, 1])
+    want = (r2_score(holes[:, 0], pred[:, 0]) + r2_score(holes[ok, 1], pred[ok, 1])) / 2
+    assert est.score(smiles[40:], holes) == pytest.approx(want)
+    assert est.score(smiles[40:], two[40:]) == pytest.approx(r2_score(two[40:], pred))

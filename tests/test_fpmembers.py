@@ -606,3 +606,18 @@ def test_val_weights_without_validation_molecules_are_refused_by_name():
     with pytest.raises(ValueError, match="has no validation molecules; give it a val split, or use equal weights"):
         Combination(members, "val").fit_weights(ds)
     assert Combination(members).fit_weights(ds).weights_ is None  # equal weights need no val
+
+
+def test_simplex_weights_leave_a_dominated_member_out_exactly():
+    """A member that only adds error gets weight exactly 0 (the solver's 1e-16 was kept before,
+    so the spread of a combination that val gave to one member was 1e-10, not the README's 0);
+    the weights still solve the problem: the best mix of two partial predictors is found."""
+    from siggate.predictors.combine import simplex_least_squares
+
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=200)
+    w = simplex_least_squares(np.stack([y, y + rng.normal(size=200)], 1), y)
+    assert w.tolist() == [1.0, 0.0]
+    half = rng.normal(size=200)
+    a = np.stack([y + half, y - half], 1)  # each wrong by ±half: the mean is exact
+    np.testing.assert_allclose(simplex_least_squares(a, y), [0.5, 0.5], atol=1e-6)

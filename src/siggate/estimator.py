@@ -28,9 +28,13 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import logging
+import numbers
+import random
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +42,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .options import recipe_members, run_weights
+from .train.rundir import ESTIMATOR_RECORD
 
 #: the CSV columns :meth:`_SigGateEstimator.fit` writes
 _SMILES, _SPLIT = "smiles", "split"
@@ -54,6 +59,88 @@ def _smiles(X) -> list[str]:
     if bad:
         raise ValueError(f"X must hold SMILES strings; row {bad[0]} is {type(arr[bad[0]]).__name__}")
     return [str(s) for s in arr]
+
+
+def _held_out(smiles: list[str], strata: np.ndarray, fraction: float, seed: int, name) -> np.ndarray:
+    """Booleans ``[n]``: the rows held out for validation, a seeded draw of whole molecules (the
+    rows of one canonical SMILES go together, so that no molecule is in both splits) until each
+    stratum has ``fraction`` of its rows there (at least one, never all).
+
+    Raises:
+        ValueError: a stratum (``name(s)`` names it) with too few distinct molecules to hold one out.
+    """
+    from rdkit import Chem, RDLogger
+
+    RDLogger.DisableLog("rdApp.*")
+    try:
+        canon = []
+        for s in smiles:
+            mol = Chem.MolFromSmiles(s)
+            canon.append(Chem.MolToSmiles(mol) if mol is not None else s)
+    finally:
+        RDLogger.EnableLog("rdApp.*")
+    group = np.unique(np.asarray(canon, dtype=object), return_inverse=True)[1].reshape(-1)
+    rng = np.random.default_rng(seed)
+    val = np.zeros(len(smiles), bool)
+    for s in np.unique(strata):
+        rows = strata == s
+        need = min(max(1, int(round(fraction * rows.sum()))), int(rows.sum()) - 1)
+        for g in rng.permutation(np.unique(group[rows])):
+            if (val & rows).sum() >= need:
+                break
+            val[group == g] = True
+    for s in np.unique(strata):
+        rows = strata == s
+        if not val[rows].any() or val[rows].all():
+            n = len(np.unique(group[rows]))
+            raise ValueError(f"{name(s)} holds {n} distinct molecule(s): fit needs at least 2, one to train on "
+                             "and one to validate on")
+    return val
+
+
+@contextlib.contextmanager
+def _kept_global_state():
+    """Python's, NumPy's and torch's global random states and torch's thread count as they were
+    before (training seeds them): a scikit-learn estimator leaves its caller's draws alone."""
+    import torch
+
+    state = (random.getstate(), np.random.get_state(), torch.get_rng_state(), torch.get_num_threads())
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+        torch.set_rng_state(state[2])
+        torch.set_num_threads(state[3])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+@contextlib.contextmanager
+def _claimed(out: Path | None):
+    """``out`` (None: nothing) locked for this fit and cleared of the run an earlier fit left
+    there (its :data:`ESTIMATOR_RECORD`); a run that ``siggate train`` made is refused, and so is
+    a folder another live run writes into."""
+    if out is None:
+        yield None
+        return
+    from .files import FolderBusy, FolderLock
+    from .train.rundir import clear_run, run_files
+
+    lock = FolderLock(out)
+    try:
+        lock.acquire()
+    except FolderBusy as exc:
+        raise ValueError(f"out_dir {out}: {exc}; two runs must not write into one folder") from None
+    try:
+        if run_files(out) and not (out / ESTIMATOR_RECORD).is_file():
+            raise ValueError(f"out_dir {out} holds a run that siggate train made; fit would replace it: choose "
+                             "another out_dir, or remove that run first")
+        clear_run(out)
+        yield out
+    finally:
+        lock.release()
 
 
 class _SigGateEstimator(BaseEstimator):
@@ -105,45 +192,87 @@ class _SigGateEstimator(BaseEstimator):
         y = y.reshape(-1, 1) if y.ndim == 1 else y
         return y, [f"y{t}" for t in range(y.shape[1])] if y.shape[1] > 1 else ["y"]
 
-    def _val_rows(self, y: np.ndarray) -> np.ndarray:
-        """Booleans ``[n]``: the rows held out for validation (a seeded draw)."""
-        n = len(y)
-        rng = np.random.default_rng(self.seed)
-        k = min(max(1, int(round(self.val_fraction * n))), n - 1)
-        val = np.zeros(n, bool)
-        val[rng.permutation(n)[:k]] = True
-        return val
+    def _strata(self, y: np.ndarray) -> np.ndarray:
+        """``[n]``: the groups whose rows :func:`_held_out` draws from separately (one for regression)."""
+        return np.zeros(len(y), int)
 
     def fit(self, X, y):
-        """Train on the SMILES ``X`` and labels ``y``; returns ``self``."""
+        """Train on the SMILES ``X`` and labels ``y``; returns ``self``.
+
+        Rows whose SMILES cannot become a graph are left out with a :class:`UserWarning` naming
+        them (their positions in ``X``); a row whose labels are all NaN has none to learn.
+        scikit-learn's and Python's global random state and torch's thread count are as before.
+
+        Raises:
+            ValueError: bad parameters or data, named (an infinite label, too few molecules or
+                examples of a class to hold one out, an ``out_dir`` that holds another run).
+        """
+        self._check_params()
         smiles = _smiles(X)
         y, names = self._targets(y)
         if len(y) != len(smiles):
             raise ValueError(f"X has {len(smiles)} SMILES and y {len(y)} rows")
-        if not 0.0 < float(self.val_fraction) < 1.0:
-            raise ValueError(f"val_fraction must be between 0 and 1, got {self.val_fraction!r}")
-        if len(smiles) < 2:
-            raise ValueError("fit needs at least 2 molecules (one to train on, one to stop on)")
+        inf = np.flatnonzero(np.isinf(y).any(axis=1))
+        if len(inf):
+            raise ValueError(f"y holds an infinite label at row(s) {inf[:5].tolist()}; give a number, or NaN for a "
+                             "missing label")
+        val = _held_out(smiles, self._strata(y), float(self.val_fraction), int(self.seed), self._stratum_name)
         keep = Path(self.out_dir) if self.out_dir is not None else None
         work = Path(tempfile.mkdtemp(prefix="siggate-fit-"))
         try:
-            with self._quiet():
-                self._fit_in(work, keep or work / "run", smiles, y, names)
+            with _kept_global_state(), self._quiet(), _claimed(keep) as out:
+                self._fit_in(work, out or work / "run", smiles, y, names, val)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return self
 
-    def _fit_in(self, work: Path, out: Path, smiles: list[str], y: np.ndarray, names: list[str]) -> None:
-        """Write the CSV into ``work``, train the run into ``out`` and keep its predictor."""
+    def _stratum_name(self, stratum: int) -> str:
+        return "the data"
+
+    def _check_params(self) -> None:
+        """The hyperparameters' types and ranges, named, before any work."""
+        def whole(name, low, none=False):
+            value = getattr(self, name)
+            if none and value is None:
+                return
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+                raise ValueError(f"{name} must be a whole number >= {low}" + (" or None" if none else "")
+                                 + f", got {value!r}")
+
+        whole("seed", 0)
+        whole("ensemble", 1)
+        whole("threads", 0)
+        whole("epochs", 1, none=True)
+        if (isinstance(self.val_fraction, bool) or not isinstance(self.val_fraction, numbers.Real)
+                or not 0.0 < float(self.val_fraction) < 1.0):
+            raise ValueError(f"val_fraction must be a number between 0 and 1, got {self.val_fraction!r}")
+        if self.overrides is not None and (isinstance(self.overrides, str)
+                                           or not all(isinstance(o, str) for o in self.overrides)):
+            raise ValueError(f"overrides must be a sequence of 'section.key=value' strings, e.g. "
+                             f"('members.rf.n_estimators=50',), got {self.overrides!r}")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ValueError("device='cuda': torch sees no CUDA device here; use device='cpu'")
+        if self.out_dir is not None and Path(self.out_dir).exists() and not Path(self.out_dir).is_dir():
+            raise ValueError(f"out_dir {self.out_dir} is a file; give a folder")
+
+    def _fit_in(self, work: Path, out: Path, smiles: list[str], y: np.ndarray, names: list[str],
+                val: np.ndarray) -> None:
+        """Write the CSV (``val``: the held-out rows) into ``work``, train the run into ``out``
+        and keep its predictor."""
         from .cli import build_parser
         from .config_args import config_from_args, recipe_name
+        from .data.csvdata import MISSING_TARGET
         from .train.dataprep import prepare_data
         from .train.ensemble import train_members
         from .train.members import load_predictor, parse_kinds, run_encodings
         from .train.predict import SmilesPredictor
 
         data = work / "data.csv"
-        val = self._val_rows(y)
         with open(data, "w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow([_SMILES, *names, _SPLIT])
@@ -162,10 +291,17 @@ class _SigGateEstimator(BaseEstimator):
         weights = run_weights(kinds, self.weights or weights)  # unknown weights raise before any data is read
         ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,
                           require_test=False)
+        dropped = [r for r in ds.invalid if r.reason != MISSING_TARGET]
+        if dropped:
+            warnings.warn(f"{len(dropped)} of {len(smiles)} molecules left out (their positions in X: "
+                          + "; ".join(f"{r.index}: {r.reason}" for r in dropped[:3])
+                          + ("; ..." if len(dropped) > 3 else "") + ")", UserWarning, stacklevel=3)
         import torch
 
         train_members(cfg, out, kinds, int(self.ensemble), weights=weights, progress=False,
                       device=torch.device(self.device), dataset=ds)
+        if out != work / "run":
+            (out / ESTIMATOR_RECORD).write_text(json.dumps({"estimator": type(self).__name__}) + "\n")
         self.predictor_ = load_predictor(out, self.device)
         self.smiles_predictor_ = SmilesPredictor(self.predictor_, device=self.device, domain=False)
         self.n_features_in_ = 1
@@ -222,6 +358,24 @@ class SigGateRegressor(RegressorMixin, _SigGateEstimator):
             std = None if std is None else std[:, 0]
         return (values, std) if return_std else values
 
+    def score(self, X, y, sample_weight=None) -> float:
+        """R² of :meth:`predict`, per target over its labelled rows (NaN: a missing label, as in
+        :meth:`fit`), averaged over the targets: scikit-learn's ``r2_score`` where no label is
+        missing. (scikit-learn's named scorers, e.g. ``"neg_mean_absolute_error"``, refuse NaN
+        labels themselves.)"""
+        from sklearn.metrics import r2_score
+
+        y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+        pred = np.asarray(self.predict(X), dtype=np.float64).reshape(len(y), -1)
+        weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        scores = []
+        for t in range(y.shape[1]):
+            ok = ~np.isnan(y[:, t])
+            if ok.sum() < 2:
+                raise ValueError(f"score: target {t} has {int(ok.sum())} label(s); R² needs at least 2")
+            scores.append(r2_score(y[ok, t], pred[ok, t], sample_weight=None if weight is None else weight[ok]))
+        return float(np.mean(scores))
+
 
 class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
     __doc__ = ("SigGate-GT binary classification on SMILES (``siggate train --data ... --task binary``); "
@@ -238,15 +392,13 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
             raise ValueError(f"SigGateClassifier is binary: y must hold two classes, got {len(self.classes_)}")
         return (y == self.classes_[1]).astype(np.float64).reshape(-1, 1), ["y"]
 
-    def _val_rows(self, y: np.ndarray) -> np.ndarray:
+    def _strata(self, y: np.ndarray) -> np.ndarray:
         """Held-out rows drawn per class, so that the validation ROC-AUC is defined."""
-        rng = np.random.default_rng(self.seed)
-        val = np.zeros(len(y), bool)
-        for c in (0.0, 1.0):
-            rows = np.flatnonzero(y[:, 0] == c)
-            k = min(max(1, int(round(self.val_fraction * len(rows)))), len(rows) - 1)
-            val[rng.permutation(rows)[:k]] = True
-        return val
+        return y[:, 0].astype(int)
+
+    def _stratum_name(self, stratum: int) -> str:
+        label = self.classes_[stratum]
+        return f"class {label.item() if isinstance(label, np.generic) else label!r}"
 
     def predict_proba(self, X) -> np.ndarray:
         """``[n, 2]``: the probabilities of ``classes_[0]`` and ``classes_[1]``."""

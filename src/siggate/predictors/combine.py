@@ -47,6 +47,8 @@ from .base import (
     write_manifest,
 )
 
+#: weights below this from :func:`simplex_least_squares` are the solver's rounding, set to 0
+SOLVER_ZERO = 1e-9
 #: how a combination's weights were set
 WEIGHTINGS = ("equal", "fixed", "val")
 
@@ -74,8 +76,8 @@ def simplex_least_squares(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     res = minimize(loss, np.full(m, 1.0 / m), jac=grad, method="SLSQP", bounds=[(0.0, 1.0)] * m,
                    constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones(m)}],
                    options={"ftol": 1e-14, "maxiter": 1000})
-    w = np.clip(res.x, 0.0, None)
-    return w / w.sum()
+    w = np.where(res.x > SOLVER_ZERO, res.x, 0.0)  # the solver's 1e-16s are no share: a member left out
+    return w / w.sum()                               # has weight 0, so its spread counts for nothing
 
 
 def _check_weights(weights, m: int) -> np.ndarray:

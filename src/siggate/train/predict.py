@@ -367,7 +367,9 @@ class SmilesPredictor:
         return self._batches([int(g.num_nodes) for g in graphs])
 
     def predict_rows(self, smiles: Iterable[str]) -> list[dict]:
-        """One dict per input SMILES, in order: ``smiles``, the prediction column(s) and ``error``."""
+        """One dict per input SMILES, in order: ``smiles``, the prediction column(s) (floats at
+        full precision, text for sets and the domain columns; ``""`` for a refused row) and
+        ``error``."""
         rows, ok, graphs = self.featurize_rows(smiles)
         for batch in self.batches(graphs):
             chunk = [graphs[k] for k in batch]
@@ -400,7 +402,7 @@ class SmilesPredictor:
             row["error"] = "model produced a non-finite prediction"
             return
         for c, v in zip(self.columns, values[1:]):
-            row[c] = v if isinstance(v, str) else f"{v:.6g}"
+            row[c] = v if isinstance(v, str) else float(v)  # full precision; written by _cell
 
 
 # --------------------------------------------------------------------------- input
@@ -638,6 +640,11 @@ def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
     sink.commit()
 
 
+def _cell(value) -> str:
+    """A prediction column's value as ``siggate predict`` writes it (numbers to 6 significant digits)."""
+    return f"{value:.6g}" if isinstance(value, float) else value
+
+
 def predict_to_csv(predictor: SmilesPredictor, chunks: InputRows | Iterable[list[str]],
                    output: str | Path | None) -> tuple[int, int]:
     """Write predictions as CSV to ``output`` (or stdout), chunk by chunk: the input's columns
@@ -670,7 +677,7 @@ def predict_to_csv(predictor: SmilesPredictor, chunks: InputRows | Iterable[list
                         else:
                             fields[j] = _legacy_text(f)
                             legacy.append((n + k, columns[j]))
-                w.writerow([*fields, *(r[c] for c in predictor.columns), r["error"]])
+                w.writerow([*fields, *(_cell(r[c]) for c in predictor.columns), r["error"]])
             out_fh.flush()
             n += len(rows)
             bad += sum(1 for r in rows if r["error"])

@@ -40,7 +40,10 @@ CALIBRATION = "calibration.json"
 #: ``--overwrite`` removes these and the ``member{i}`` folders of a run of several members. The
 #: run's lock (:class:`siggate.files.FolderLock`, ``.siggate.lock``) is not one of them: the
 #: overwriting run holds it, and a lock file removed while held would let a second run in.
-RUN_OUTPUTS = RUN_MARKERS + ("best.pt", "log.csv", "ensemble.json", "predictor.json", "test_predictions.csv",
+#: what a scikit-learn estimator's fit writes into its ``out_dir`` beside the run (:mod:`siggate.estimator`),
+#: so that its next fit replaces that run and never one that ``siggate train`` made
+ESTIMATOR_RECORD = "estimator.json"
+RUN_OUTPUTS = RUN_MARKERS + (ESTIMATOR_RECORD, "best.pt", "log.csv", "ensemble.json", "predictor.json", "test_predictions.csv",
                               "splits.csv", "data_report.csv", CALIBRATION, DOMAIN_FILE, FINGERPRINTS_FILE,
                               PARITY, LEARNING, RESIDUALS)
 RUN_FOLDERS = ("tb",)
