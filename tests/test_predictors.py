@@ -146,6 +146,25 @@ def test_combination_saves_and_loads_and_refuses_crafted_manifests(tmp_path):
     (tmp_path / "c" / "predictor.json").write_text(json.dumps(doc))
     with pytest.raises(PredictorFileError, match="not a subfolder name"):
         Combination.load(tmp_path / "c", Fixed.load)
+    # hand edits are named, never a KeyError or TypeError from inside (a reader's hunt found those)
+    doc["members"] = ["gnn", "svr"]
+    edits = [({"members": ["gnn", "svr", "rf"]}, "member folder\\(s\\) rf are missing"),
+             ({"members": []}, "a combination of no members"),
+             ({"info": "x"}, "no usable task description 'info' \\(TypeError"),
+             ({"info": {**doc["info"], "bogus": 1}}, "no usable task description 'info' \\(TypeError: .*bogus"),
+             ({"info": {**doc["info"], "task": "bogus"}}, "no usable task description 'info' \\(ValueError: task"),
+             ({"info": {**doc["info"], "target_names": ["a"]}}, "'info' names 1 target\\(s\\) for 2 task\\(s\\)")]
+    for edit, message in edits:
+        (tmp_path / "c" / "predictor.json").write_text(json.dumps({**doc, **edit}))
+        with pytest.raises(PredictorFileError, match=message):
+            Combination.load(tmp_path / "c", Fixed.load)
+    (tmp_path / "c" / "predictor.json").write_text(json.dumps({k: v for k, v in doc.items() if k != "info"}))
+    with pytest.raises(PredictorFileError, match="no usable task description 'info' \\(KeyError"):
+        Combination.load(tmp_path / "c", Fixed.load)
+    from siggate.train.members import load_predictor
+
+    with pytest.raises(PredictorFileError, match="give the folder that holds it .*, not the manifest itself"):
+        load_predictor(tmp_path / "c" / "predictor.json")  # was: "holds pickle instructions"
     other = TaskInfo(name="toy", task="binary", num_tasks=2, metric="rocauc", target_names=["a", "b"])
     with pytest.raises(ValueError, match="share one task"):
         Combination([Fixed(tables[0]), Fixed(tables[1], other)]).info

@@ -162,11 +162,25 @@ def read_manifest(folder: str | Path) -> dict:
     return doc
 
 
-def task_info(doc: dict) -> "TaskInfo":
-    """The :class:`TaskInfo` stored in a manifest."""
+def task_info(doc: dict, folder: str | Path = "") -> "TaskInfo":
+    """The :class:`TaskInfo` stored in the manifest ``doc`` (of ``folder``, for messages).
+
+    Raises:
+        PredictorFileError: no usable ``info`` (missing, not a mapping, unknown or bad fields,
+            target names that do not match its number of targets).
+    """
     from ..data.base import TaskInfo
 
-    return TaskInfo(**doc["info"])
+    try:
+        info = TaskInfo(**doc["info"])
+        names = list(info.target_names)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PredictorFileError(f"{Path(folder) / MANIFEST}: no usable task description 'info' "
+                                 f"({type(exc).__name__}: {exc})") from None
+    if names and len(names) != info.num_tasks:
+        raise PredictorFileError(f"{Path(folder) / MANIFEST}: 'info' names {len(names)} target(s) for "
+                                 f"{info.num_tasks} task(s)")
+    return info
 
 
 def save_arrays(path: str | Path, arrays: dict) -> None:

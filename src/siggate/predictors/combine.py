@@ -269,6 +269,13 @@ class Combination:
         bad = [n for n in names if Path(n).name != n or n in ("", ".", "..")]
         if bad:
             raise PredictorFileError(f"{folder}: member folder {bad[0]!r} is not a subfolder name")
+        if not names:
+            raise PredictorFileError(f"{folder}: a combination of no members; retrain it")
+        missing = [n for n in names if not (folder / n).is_dir()]
+        if missing:
+            raise PredictorFileError(f"{folder}: its member folder(s) {', '.join(missing)} are missing; copy the "
+                                     "whole run folder, or retrain it")
+        info = task_info(doc, folder)
         record = {k: v for k, v in doc.items()
                   if k not in ("format", "kind", "info", "members", "weighting", "weights", "groups")}
         groups = doc.get("groups")  # absent in combinations saved before groups: one per member
@@ -281,7 +288,7 @@ class Combination:
                 out.weighting, out.weights_ = weighting, _check_weights(doc["weights"], len(names))
             except (KeyError, TypeError, ValueError) as exc:
                 raise PredictorFileError(f"{folder}: unusable weights ({exc})") from None
-        if task_info(doc).num_tasks != out.info.num_tasks:
+        if info.num_tasks != out.info.num_tasks:
             raise PredictorFileError(f"{folder}: its members predict {out.info.num_tasks} target(s), its manifest "
-                                     f"{task_info(doc).num_tasks}")
+                                     f"{info.num_tasks}")
         return out

@@ -572,7 +572,7 @@ class FingerprintMember:
         arrays = {k: v.numpy() if hasattr(v, "numpy") else v for k, v in load_arrays(Path(folder) / ARRAYS).items()}
         try:
             self = cls(**{**cls.SAVED_BEFORE, **doc["options"]})  # options it was fitted without
-            self.info = task_info(doc)
+            self.info = task_info(doc, folder)
             for j, t in enumerate(doc["targets"]):
                 model = ConstantModel(float(t["value"])) if t["mode"] == "constant" else self._restore(t, arrays, f"t{j}")
                 model.meta = dict(t["meta"])

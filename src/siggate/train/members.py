@@ -194,6 +194,8 @@ def load_predictor(path: str | Path, device: torch.device | str | None = "cpu"):
         CheckpointError: a checkpoint that cannot be loaded (named refusals, nothing unpickled).
     """
     path = Path(path)
+    if path.name == MANIFEST and path.is_file():
+        raise PredictorFileError(f"{path}: give the folder that holds it ({path.parent}), not the manifest itself")
     if not path.is_dir():
         return GNNMember.from_checkpoint(path, device, split_seed=_split_seed_beside(path))
     if (path / MANIFEST).is_file():
@@ -250,7 +252,7 @@ def saved_task(path: str | Path):
     path = Path(path)
     if path.is_dir():
         if (path / MANIFEST).is_file():
-            return task_info(read_manifest(path))
+            return task_info(read_manifest(path), path)
         if (path / ENSEMBLE_FILE).is_file():
             path = _legacy_members(path)[0][0]
         elif (path / BEST).is_file():
