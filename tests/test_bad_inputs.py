@@ -84,6 +84,8 @@ ROW_CASES = [
     ("nul-byte", "C\x00C", "contains a control character ('\\x00') at position 2"),
     ("non-ascii-tail", "CCO\u00e9", "contains a non-ASCII character ('\u00e9') at position 4; SMILES are plain ASCII"),
     ("non-ascii-space", "CC\u2003O", "contains a non-ASCII character ('\\u2003') at position 3"),
+    ("space-inside", "CCO CCCC", "contains whitespace at position 4: RDKit would read 'CCO' alone"),
+    ("tab-inside", "CCO\tC", "contains whitespace at position 4"),
     ("above-max-atoms", "C" * 1001, "molecule has 1001 heavy atoms, above the limit of 1000 (--max-atoms)"),
     # predicted, by documented rule (see siggate.train.predict)
     ("two-fragments", "C.C", ""),
@@ -97,6 +99,7 @@ ROW_CASES = [
     ("isotope", "[13CH4]", ""),
     ("stereo", "C/C=C/C[C@H](N)O", ""),
     ("600-atoms", "C" * 600, ""),
+    ("cxsmiles-extension", "C[C@H](F)Cl |&1:1|", ""),
 ]
 
 

@@ -173,7 +173,9 @@ def parse_smiles(smiles: str, allow_unsanitized: bool = False, max_length: int |
     """Parse a SMILES string into an RDKit molecule.
 
     Args:
-        smiles: the SMILES string; surrounding whitespace is ignored.
+        smiles: the SMILES string; surrounding whitespace is ignored, whitespace inside is
+            refused (RDKit reads what follows as the molecule's name) unless a CXSMILES
+            extension (`` |...|``) follows it.
         allow_unsanitized: when full sanitization fails but the string parses,
             return a partially sanitized molecule instead of raising (used for
             benchmarks such as ogbg-molhiv whose few metal complexes do not pass
@@ -196,6 +198,10 @@ def parse_smiles(smiles: str, allow_unsanitized: bool = False, max_length: int |
     bad = next((i for i, ch in enumerate(s) if ord(ch) > 127), None)
     if bad is not None:  # RDKit stops silently at the first non-ASCII character ('CCO\u00e9' -> CCO)
         raise InvalidSmiles(f"contains a non-ASCII character ({s[bad]!r}) at position {bad + 1}; SMILES are plain ASCII")
+    space = next((i for i, ch in enumerate(s) if ch.isspace()), None)
+    if space is not None and not s[space:].lstrip().startswith("|"):  # (a CXSMILES extension " |...|" is kept)
+        raise InvalidSmiles(f"contains whitespace at position {space + 1}: RDKit would read {s[:space]!r} alone and "
+                            "take the rest for a name; give one SMILES per field")
 
     # Full parse exactly like ogb.utils.smiles2graph (MolFromSmiles with sanitize=True
     # also removes explicit hydrogens and cleans stereo, which the features depend on).
