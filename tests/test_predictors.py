@@ -204,6 +204,12 @@ def test_gnn_member_predicts_the_best_epochs_model_and_loads_old_and_new_folders
     mark_run(out)
     assert read_manifest(out) == {**read_manifest(copy)}
     assert torch.equal(GNNMember.load(out).predict(ds.test).mean, want)
+    # no graphs: [0, T] like the fingerprint members (a combination stacks them); SMILES: named
+    assert tuple(member.predict([]).mean.shape) == (0, info.num_tasks)
+    empty = member.atom_contributions([])
+    assert empty.atoms == [] and tuple(empty.baseline.shape) == tuple(empty.prediction.shape) == (0, info.num_tasks)
+    with pytest.raises(TypeError, match="the GNN member predicts graphs, and item 0 is a str; featurize SMILES"):
+        member.predict(["CCO"])
 
 
 def test_gnn_member_fit_trains_reuses_and_resumes(tmp_path):

@@ -107,19 +107,38 @@ class GNNMember:
         """The best epoch's predictions for ``graphs``, ``batch_size`` at a time in their order:
         ``[G, T]`` (``[N, T]`` per node for a node-level run) in target units, probabilities for
         binary/multilabel tasks (multiclass: the class scores)."""
-        if self.model_ is None:
-            raise AttributeError("this GNN member is not fitted yet: call fit(ds) or load it")
-        raw = predict_graphs(self.model_, list(graphs), self.info, self.target_mean_, self.target_std_,
+        graphs = self._graphs(graphs)
+        if not graphs:
+            return Prediction(torch.empty(0, self._width))
+        raw = predict_graphs(self.model_, graphs, self.info, self.target_mean_, self.target_std_,
                              self.batch_size, self.device)
         return Prediction(probabilities(raw, self.info.task))
+
+    @property
+    def _width(self) -> int:
+        """Values per prediction: the targets (a multiclass task: its classes' scores)."""
+        return self.info.num_classes if self.info.task == "multiclass" else self.info.num_tasks
+
+    def _graphs(self, graphs: Sequence) -> list:
+        """``graphs`` as a list, for a fitted member; refused by name when they are not graphs."""
+        if self.model_ is None:
+            raise AttributeError("this GNN member is not fitted yet: call fit(ds) or load it")
+        graphs = list(graphs)
+        bad = next((i for i, g in enumerate(graphs) if not hasattr(g, "num_nodes")), None)
+        if bad is not None:
+            raise TypeError(f"the GNN member predicts graphs, and item {bad} is a {type(graphs[bad]).__name__}; "
+                            "featurize SMILES first (siggate.train.predict.SmilesPredictor(run).featurize)")
+        return graphs
 
     def atom_contributions(self, graphs: Sequence, steps: int = DEFAULT_STEPS) -> AtomContributions:
         """Each atom's contribution to the best epoch's prediction for ``graphs``: integrated
         gradients on the atom embeddings from the zero baseline, ``steps`` Riemann points
         (:func:`siggate.train.attribution.integrated_gradients`, which says why)."""
-        if self.model_ is None:
-            raise AttributeError("this GNN member is not fitted yet: call fit(ds) or load it")
-        atoms, baseline, prediction = integrated_gradients(self.model_, list(graphs), self.info, self.target_mean_,
+        graphs = self._graphs(graphs)
+        if not graphs:
+            empty = torch.empty(0, self._width, dtype=torch.float64)
+            return AtomContributions([], empty, empty.clone(), "integrated gradients (no molecules)")
+        atoms, baseline, prediction = integrated_gradients(self.model_, graphs, self.info, self.target_mean_,
                                                            self.target_std_, steps, self.batch_size, self.device)
         return AtomContributions(atoms, baseline, prediction,
                                  f"integrated gradients on the atom embeddings, zero baseline, {steps} steps")
