@@ -322,3 +322,28 @@ def test_predictions_keep_full_precision_and_score_skips_missing_labels(molecule
     want = (r2_score(holes[:, 0], pred[:, 0]) + r2_score(holes[ok, 1], pred[ok, 1])) / 2
     assert est.score(smiles[40:], holes) == pytest.approx(want)
     assert est.score(smiles[40:], two[40:]) == pytest.approx(r2_score(two[40:], pred))
+
+
+def test_the_run_records_target_names_and_classes(molecules, tmp_path):
+    """A DataFrame's columns (or a Series' name) name the run's targets, so siggate predict's
+    columns say what they are; the classifier's estimator.json says which class the run's
+    probability is of. Labels without a class are refused by row."""
+    import pandas as pd
+
+    import siggate
+
+    smiles, y = molecules
+    frame = pd.DataFrame({"logS": y[:40], "logP": y[:40] * 2})
+    est = siggate.SigGateRegressor(**FP, out_dir=tmp_path / "reg").fit(smiles[:40], frame)
+    assert est.target_names_ == ["logS", "logP"] and est.predict(smiles[40:42]).shape == (2, 2)
+    cfg = yaml.safe_load((tmp_path / "reg" / "members.yaml").read_text())
+    assert cfg["data"]["target_cols"] == ["logS", "logP"]
+    assert siggate.SigGateRegressor(**FP).fit(smiles[:40], pd.Series(y[:40], name="a,b")).target_names_ == ["y"]
+    labels = pd.Series(np.where(y[:40] > np.median(y[:40]), "weak", "potent"), name="activity")
+    siggate.SigGateClassifier(**FP, out_dir=tmp_path / "clf").fit(smiles[:40], labels)
+    record = json.loads((tmp_path / "clf" / "estimator.json").read_text())
+    assert record == {"estimator": "SigGateClassifier", "target_names": ["activity"], "classes": ["potent", "weak"],
+                      "probability_of": "weak"}
+    for bad in ([None] + ["a", "b"] * 10, [float("nan")] + [0.0, 1.0] * 10):
+        with pytest.raises(ValueError, match=r"y has no class at row\(s\) \[0\] \(None or NaN\)"):
+            siggate.SigGateClassifier(**FP).fit(smiles[:21], bad)

@@ -61,6 +61,19 @@ def _smiles(X) -> list[str]:
     return [str(s) for s in arr]
 
 
+def _target_names(y, width: int) -> list[str]:
+    """The names of ``y``'s targets: a DataFrame's columns or a Series' name where they can name
+    CSV columns (unique, no comma, not ``smiles``/``split``), else ``y`` (one target) or
+    ``y0``, ``y1``, ..."""
+    cols = getattr(y, "columns", None)
+    name = getattr(y, "name", None)
+    names = [str(c) for c in cols] if cols is not None else [str(name)] if name is not None and width == 1 else []
+    if (len(names) == width and len(set(names)) == width and not set(names) & {_SMILES, _SPLIT}
+            and all(n.strip() == n and n and "," not in n for n in names)):
+        return names
+    return [f"y{t}" for t in range(width)] if width > 1 else ["y"]
+
+
 def _held_out(smiles: list[str], strata: np.ndarray, fraction: float, seed: int, name) -> np.ndarray:
     """Booleans ``[n]``: the rows held out for validation, a seeded draw of whole molecules (the
     rows of one canonical SMILES go together, so that no molecule is in both splits) until each
@@ -187,10 +200,10 @@ class _SigGateEstimator(BaseEstimator):
     # ------------------------------------------------------------------ fitting
 
     def _targets(self, y) -> tuple[np.ndarray, list[str]]:
-        """``y`` as ``[n, T]`` floats and the target names."""
-        y = np.asarray(y, dtype=np.float64)
-        y = y.reshape(-1, 1) if y.ndim == 1 else y
-        return y, [f"y{t}" for t in range(y.shape[1])] if y.shape[1] > 1 else ["y"]
+        """``y`` as ``[n, T]`` floats and the target names (:func:`_target_names`)."""
+        values = np.asarray(y, dtype=np.float64)
+        values = values.reshape(-1, 1) if values.ndim == 1 else values
+        return values, _target_names(y, values.shape[1])
 
     def _strata(self, y: np.ndarray) -> np.ndarray:
         """``[n]``: the groups whose rows :func:`_held_out` draws from separately (one for regression)."""
@@ -301,11 +314,15 @@ class _SigGateEstimator(BaseEstimator):
         train_members(cfg, out, kinds, int(self.ensemble), weights=weights, progress=False,
                       device=torch.device(self.device), dataset=ds)
         if out != work / "run":
-            (out / ESTIMATOR_RECORD).write_text(json.dumps({"estimator": type(self).__name__}) + "\n")
+            (out / ESTIMATOR_RECORD).write_text(json.dumps(self._record(names), indent=1, default=str) + "\n")
         self.predictor_ = load_predictor(out, self.device)
         self.smiles_predictor_ = SmilesPredictor(self.predictor_, device=self.device, domain=False)
         self.n_features_in_ = 1
         self.target_names_ = names
+
+    def _record(self, names: list[str]) -> dict:
+        """What :data:`ESTIMATOR_RECORD` says of the run beside it: the estimator and its targets."""
+        return {"estimator": type(self).__name__, "target_names": names}
 
     @contextlib.contextmanager
     def _quiet(self):
@@ -383,14 +400,18 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
                "positive one).\n\n" + _SigGateEstimator.__doc__.split("\n\n", 1)[1])
     _task = "binary"
 
-    def _targets(self, y):
-        y = np.asarray(y)
+    def _targets(self, labels):
+        y = np.asarray(labels)
         if y.ndim != 1:
             raise ValueError(f"SigGateClassifier takes one label per molecule ([n]), got shape {y.shape}")
+        missing = [i for i, v in enumerate(y.tolist()) if v is None or (isinstance(v, float) and np.isnan(v))]
+        if missing:
+            raise ValueError(f"y has no class at row(s) {missing[:5]} (None or NaN); the classifier needs a class "
+                             "for every molecule: drop those rows")
         self.classes_ = np.unique(y)
         if len(self.classes_) != 2:
             raise ValueError(f"SigGateClassifier is binary: y must hold two classes, got {len(self.classes_)}")
-        return (y == self.classes_[1]).astype(np.float64).reshape(-1, 1), ["y"]
+        return (y == self.classes_[1]).astype(np.float64).reshape(-1, 1), _target_names(labels, 1)
 
     def _strata(self, y: np.ndarray) -> np.ndarray:
         """Held-out rows drawn per class, so that the validation ROC-AUC is defined."""
@@ -399,6 +420,11 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
     def _stratum_name(self, stratum: int) -> str:
         label = self.classes_[stratum]
         return f"class {label.item() if isinstance(label, np.generic) else label!r}"
+
+    def _record(self, names: list[str]) -> dict:
+        """Also the classes: the run's prediction is the probability of the second."""
+        classes = [c.item() if isinstance(c, np.generic) else c for c in self.classes_]
+        return {**super()._record(names), "classes": classes, "probability_of": classes[1]}
 
     def predict_proba(self, X) -> np.ndarray:
         """``[n, 2]``: the probabilities of ``classes_[0]`` and ``classes_[1]``."""
