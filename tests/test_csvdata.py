@@ -411,3 +411,26 @@ def test_run_tables_list_every_row(csv_file, tmp_path):
         report = [(int(r["row"]), r["issue"]) for r in csv.DictReader(fh)]
     assert report == [(1, "invalid molecule"), (3, "invalid molecule"), (5, "invalid molecule"), (6, "bad target"),
                       (7, "missing target"), (11, "missing target")]
+
+
+def test_val_fraction_of_a_binary_task_draws_from_each_class():
+    """Drawn over all training rows, 10% of 100 rows with 3 positives held no positive at any of
+    five seeds, and the validation ROC-AUC was undefined; drawn per class, each class gives its
+    share (at least one row). A regression draw is the one it was (one stratum)."""
+    from pathlib import Path
+
+    from siggate.data.base import DataError
+    from siggate.data.csvdata import _draw_val
+
+    canon = [f"m{i}" for i in range(100)]
+    labels = [1.0 if i % 40 == 0 else 0.0 for i in range(100)]
+    idx = {"train": list(range(100)), "val": [], "test": []}
+    for seed in range(5):
+        plain = _draw_val(idx, canon, 0.1, seed, Path("d.csv"))
+        assert len(plain["val"]) == 10 and not any(labels[j] for j in plain["val"])
+        drawn = _draw_val(idx, canon, 0.1, seed, Path("d.csv"), strata=labels)
+        assert sum(labels[j] for j in drawn["val"]) == 1 and len(drawn["val"]) == 11
+        assert sorted(drawn["train"] + drawn["val"]) == list(range(100))
+    one = {"train": [0, 1], "val": [], "test": []}
+    with pytest.raises(DataError, match="the training rows of class 0 hold 1 distinct molecule"):
+        _draw_val(one, ["a", "b"], 0.1, 0, Path("d.csv"), strata=[0.0, 1.0])

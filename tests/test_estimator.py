@@ -217,27 +217,34 @@ def test_fit_leaves_the_callers_random_state_and_threads_alone(molecules):
     assert torch.get_num_threads() == threads
 
 
-def test_rows_of_one_molecule_stay_on_one_side_of_the_validation_draw(molecules, tmp_path):
+def test_rows_of_one_molecule_stay_on_one_side_of_the_validation_draw(molecules, tmp_path, capsys):
     """Two rows of each molecule (written differently: RDKit's canonical SMILES groups them):
     the validation rows hold no molecule that the training rows hold, so the members' weights
-    and the calibration are fitted out of sample; the classifier's draw keeps both classes."""
+    and the calibration are fitted out of sample (the estimator drew rows, not molecules);
+    --val-fraction on a binary task draws from each class, in the CLI as in the classifier."""
     from rdkit import Chem
 
     import siggate
-    from siggate.estimator import _held_out
 
     smiles, y = molecules
     twice = smiles[:30] + [Chem.MolToSmiles(Chem.MolFromSmiles(s), doRandom=True) for s in smiles[:30]]
     assert twice[30:] != smiles[:30]
-    val = _held_out(twice, np.zeros(60, int), 0.2, 0, str)
-    canon = np.array([Chem.CanonSmiles(s) for s in twice])
-    assert val.sum() == 12 and not set(canon[val]) & set(canon[~val])
-    classes = np.arange(60) % 2  # the two rows of a molecule in different classes: groups span strata
-    val = _held_out(twice, classes, 0.2, 0, str)
-    assert not set(canon[val]) & set(canon[~val]) and set(classes[val]) == set(classes[~val]) == {0, 1}
     est = siggate.SigGateRegressor(**FP, out_dir=tmp_path / "run", val_fraction=0.2)
     est.fit(twice, np.r_[y[:30], y[:30] + 0.01])
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["splits"] == {"train": 48, "val": 12, "test": 0}
+    data = tmp_path / "d.csv"  # the same rows through the CLI, whose splits.csv names each row's split
+    label = (np.arange(60) % 10 == 0).astype(int)  # class 1: 6 rows of 6 molecules, class 0: 54 rows
+    data.write_text("smiles,y,split\n" + "".join(f"{s},{v},train\n" for s, v in zip(twice, label))
+                    + "".join(f"{s},{i % 2},test\n" for i, s in enumerate(smiles[30:40])))
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--task", "binary", "--split",
+                          "column:split", "--val-fraction", "0.2", "--members", "svr,rf", "--out", str(tmp_path / "cli")],
+                         capsys)
+    assert rc == 0, err
+    with open(tmp_path / "cli" / "splits.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    canon = {split: {Chem.CanonSmiles(r["smiles"]) for r in rows if r["split"] == split} for split in ("train", "val")}
+    assert not canon["val"] & canon["train"]
+    assert {int(label[int(r["row"])]) for r in rows if r["split"] == "val"} == {0, 1}
 
 
 def test_bad_data_and_parameters_are_named_before_training(molecules, tmp_path):
@@ -246,7 +253,7 @@ def test_bad_data_and_parameters_are_named_before_training(molecules, tmp_path):
     smiles, y = molecules
     cases = [
         ({}, smiles[:20], np.r_[np.inf, y[1:20]], r"y holds an infinite label at row\(s\) \[0\]"),
-        ({}, ["CCO"] * 5, y[:5], "the data holds 1 distinct molecule.*at least 2, one to train on and one to validate"),
+        ({}, ["CCO"] * 5, y[:5], "the training rows hold 1 distinct molecule.*at least 2, one to train on and one"),
         ({"seed": -1}, smiles[:5], y[:5], "seed must be a whole number >= 0, got -1"),
         ({"seed": None}, smiles[:5], y[:5], "seed must be a whole number >= 0, got None"),
         ({"val_fraction": "0.2"}, smiles[:5], y[:5], "val_fraction must be a number between 0 and 1, got '0.2'"),
@@ -258,7 +265,7 @@ def test_bad_data_and_parameters_are_named_before_training(molecules, tmp_path):
         with pytest.raises(ValueError, match=message):
             siggate.SigGateRegressor(**FP, out_dir=tmp_path / "run", **params).fit(X, labels)
         assert not (tmp_path / "run").exists()
-    with pytest.raises(ValueError, match="class 'b' holds 1 distinct molecule"):
+    with pytest.raises(ValueError, match="class 'b' has fewer than 2 distinct molecules"):
         siggate.SigGateClassifier(**FP).fit(smiles[:20], ["a"] * 19 + ["b"])
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match="out_dir .*file is a file; give a folder"):

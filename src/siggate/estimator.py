@@ -74,43 +74,6 @@ def _target_names(y, width: int) -> list[str]:
     return [f"y{t}" for t in range(width)] if width > 1 else ["y"]
 
 
-def _held_out(smiles: list[str], strata: np.ndarray, fraction: float, seed: int, name) -> np.ndarray:
-    """Booleans ``[n]``: the rows held out for validation, a seeded draw of whole molecules (the
-    rows of one canonical SMILES go together, so that no molecule is in both splits) until each
-    stratum has ``fraction`` of its rows there (at least one, never all).
-
-    Raises:
-        ValueError: a stratum (``name(s)`` names it) with too few distinct molecules to hold one out.
-    """
-    from rdkit import Chem, RDLogger
-
-    RDLogger.DisableLog("rdApp.*")
-    try:
-        canon = []
-        for s in smiles:
-            mol = Chem.MolFromSmiles(s)
-            canon.append(Chem.MolToSmiles(mol) if mol is not None else s)
-    finally:
-        RDLogger.EnableLog("rdApp.*")
-    group = np.unique(np.asarray(canon, dtype=object), return_inverse=True)[1].reshape(-1)
-    rng = np.random.default_rng(seed)
-    val = np.zeros(len(smiles), bool)
-    for s in np.unique(strata):
-        rows = strata == s
-        need = min(max(1, int(round(fraction * rows.sum()))), int(rows.sum()) - 1)
-        for g in rng.permutation(np.unique(group[rows])):
-            if (val & rows).sum() >= need:
-                break
-            val[group == g] = True
-    for s in np.unique(strata):
-        rows = strata == s
-        if not val[rows].any() or val[rows].all():
-            n = len(np.unique(group[rows]))
-            raise ValueError(f"{name(s)} holds {n} distinct molecule(s): fit needs at least 2, one to train on "
-                             "and one to validate on")
-    return val
-
-
 @contextlib.contextmanager
 def _kept_global_state():
     """Python's, NumPy's and torch's global random states and torch's thread count as they were
@@ -199,15 +162,11 @@ class _SigGateEstimator(BaseEstimator):
 
     # ------------------------------------------------------------------ fitting
 
-    def _targets(self, y) -> tuple[np.ndarray, list[str]]:
-        """``y`` as ``[n, T]`` floats and the target names (:func:`_target_names`)."""
+    def _targets(self, y, smiles: list[str]) -> tuple[np.ndarray, list[str]]:
+        """``y`` (labels of ``smiles``) as ``[n, T]`` floats and the target names (:func:`_target_names`)."""
         values = np.asarray(y, dtype=np.float64)
         values = values.reshape(-1, 1) if values.ndim == 1 else values
         return values, _target_names(y, values.shape[1])
-
-    def _strata(self, y: np.ndarray) -> np.ndarray:
-        """``[n]``: the groups whose rows :func:`_held_out` draws from separately (one for regression)."""
-        return np.zeros(len(y), int)
 
     def fit(self, X, y):
         """Train on the SMILES ``X`` and labels ``y``; returns ``self``.
@@ -222,25 +181,21 @@ class _SigGateEstimator(BaseEstimator):
         """
         self._check_params()
         smiles = _smiles(X)
-        y, names = self._targets(y)
         if len(y) != len(smiles):
             raise ValueError(f"X has {len(smiles)} SMILES and y {len(y)} rows")
+        y, names = self._targets(y, smiles)
         inf = np.flatnonzero(np.isinf(y).any(axis=1))
         if len(inf):
             raise ValueError(f"y holds an infinite label at row(s) {inf[:5].tolist()}; give a number, or NaN for a "
                              "missing label")
-        val = _held_out(smiles, self._strata(y), float(self.val_fraction), int(self.seed), self._stratum_name)
         keep = Path(self.out_dir) if self.out_dir is not None else None
         work = Path(tempfile.mkdtemp(prefix="siggate-fit-"))
         try:
             with _kept_global_state(), self._quiet(), _claimed(keep) as out:
-                self._fit_in(work, out or work / "run", smiles, y, names, val)
+                self._fit_in(work, out or work / "run", smiles, y, names)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return self
-
-    def _stratum_name(self, stratum: int) -> str:
-        return "the data"
 
     def _check_params(self) -> None:
         """The hyperparameters' types and ranges, named, before any work."""
@@ -273,10 +228,8 @@ class _SigGateEstimator(BaseEstimator):
         if self.out_dir is not None and Path(self.out_dir).exists() and not Path(self.out_dir).is_dir():
             raise ValueError(f"out_dir {self.out_dir} is a file; give a folder")
 
-    def _fit_in(self, work: Path, out: Path, smiles: list[str], y: np.ndarray, names: list[str],
-                val: np.ndarray) -> None:
-        """Write the CSV (``val``: the held-out rows) into ``work``, train the run into ``out``
-        and keep its predictor."""
+    def _fit_in(self, work: Path, out: Path, smiles: list[str], y: np.ndarray, names: list[str]) -> None:
+        """Write the CSV into ``work``, train the run into ``out`` and keep its predictor."""
         from .cli import build_parser
         from .config_args import config_from_args, recipe_name
         from .data.csvdata import MISSING_TARGET
@@ -289,10 +242,12 @@ class _SigGateEstimator(BaseEstimator):
         with open(data, "w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow([_SMILES, *names, _SPLIT])
-            for s, label, v in zip(smiles, y, val):
-                w.writerow([s, *["" if np.isnan(x) else repr(float(x)) for x in label], "val" if v else "train"])
+            for s, label in zip(smiles, y):
+                w.writerow([s, *["" if np.isnan(x) else repr(float(x)) for x in label], "train"])
+        # every row a training row, and --val-fraction draws the held-out ones (whole molecules, per class)
         argv = ["train", "--data", str(data), "--target-col", ",".join(names), "--task", self._task,
-                "--split", f"column:{_SPLIT}", "--seed", str(int(self.seed)), "--cache-dir", str(work / "cache")]
+                "--split", f"column:{_SPLIT}", "--val-fraction", repr(float(self.val_fraction)),
+                "--seed", str(int(self.seed)), "--cache-dir", str(work / "cache")]
         argv += ["--config", str(self.config)] if self.config else []
         argv += ["--epochs", str(int(self.epochs))] if self.epochs is not None else []
         for item in [*(self.overrides or ()), *([f"train.threads={int(self.threads)}"] if self.threads else [])]:
@@ -400,7 +355,7 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
                "positive one).\n\n" + _SigGateEstimator.__doc__.split("\n\n", 1)[1])
     _task = "binary"
 
-    def _targets(self, labels):
+    def _targets(self, labels, smiles: list[str]):
         y = np.asarray(labels)
         if y.ndim != 1:
             raise ValueError(f"SigGateClassifier takes one label per molecule ([n]), got shape {y.shape}")
@@ -411,15 +366,11 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
         self.classes_ = np.unique(y)
         if len(self.classes_) != 2:
             raise ValueError(f"SigGateClassifier is binary: y must hold two classes, got {len(self.classes_)}")
+        for c in self.classes_:  # the validation draw takes molecules of each class and leaves some to train on
+            if len({s for s, label in zip(smiles, y) if label == c}) < 2:
+                raise ValueError(f"class {c.item() if isinstance(c, np.generic) else c!r} has fewer than 2 distinct "
+                                 "molecules: fit needs at least 2 of each class, one to train on and one to validate on")
         return (y == self.classes_[1]).astype(np.float64).reshape(-1, 1), _target_names(labels, 1)
-
-    def _strata(self, y: np.ndarray) -> np.ndarray:
-        """Held-out rows drawn per class, so that the validation ROC-AUC is defined."""
-        return y[:, 0].astype(int)
-
-    def _stratum_name(self, stratum: int) -> str:
-        label = self.classes_[stratum]
-        return f"class {label.item() if isinstance(label, np.generic) else label!r}"
 
     def _record(self, names: list[str]) -> dict:
         """Also the classes: the run's prediction is the probability of the second."""

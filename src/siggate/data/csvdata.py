@@ -455,7 +455,8 @@ def build_csv(
             if idx["val"]:
                 raise DataError(f"{path}: the split column {split_col!r} already names {len(idx['val'])} val rows; "
                                 "--val-fraction draws val rows from train only for a column without them: drop it")
-            idx = _draw_val(idx, canon, val_fraction, seed)
+            labels = [float(g.y[0, 0]) for g in graphs] if task == "binary" else None
+            idx = _draw_val(idx, canon, val_fraction, seed, path, strata=labels)
 
     info = TaskInfo(
         name="csv",
@@ -561,21 +562,36 @@ def _spread(labels: np.ndarray) -> np.ndarray:
         return np.nan_to_num(np.nanmax(labels, axis=0) - np.nanmin(labels, axis=0))
 
 
-def _draw_val(idx: dict[str, list[int]], canon: list[str], fraction: float, seed: int) -> dict[str, list[int]]:
+def _draw_val(idx: dict[str, list[int]], canon: list[str], fraction: float, seed: int, path: Path,
+              strata: Sequence | None = None) -> dict[str, list[int]]:
     """``idx`` with about ``fraction`` of its train rows (at least one) moved to val: whole
-    molecules (equal ``canon``) in an order shuffled with ``seed``."""
-    groups: dict[str, list[int]] = {}
-    for j in idx["train"]:
-        groups.setdefault(canon[j], []).append(j)
-    order = list(groups.values())
-    want = max(1, round(fraction * len(idx["train"])))
-    val: list[int] = []
-    for g in np.random.default_rng(seed).permutation(len(order)):
-        if len(val) >= want:
-            break
-        val += order[g]
-    moved = set(val)
-    return {"train": [j for j in idx["train"] if j not in moved], "val": sorted(val), "test": idx["test"]}
+    molecules (equal ``canon``) in an order shuffled with ``seed``; with ``strata`` (a binary
+    task's labels) that share of each stratum's rows, so that validation holds both classes.
+
+    Raises:
+        DataError: a stratum (or all the train rows) with too few molecules to give val rows
+            and keep train rows.
+    """
+    strata = [0] * len(canon) if strata is None else list(strata)
+    rng = np.random.default_rng(seed)
+    val: set[int] = set()
+    for stratum in sorted({strata[j] for j in idx["train"]}):
+        rows = [j for j in idx["train"] if strata[j] == stratum]
+        groups: dict[str, list[int]] = {}
+        for j in rows:
+            groups.setdefault(canon[j], []).append(j)
+        order = list(groups.values())
+        want, got = max(1, round(fraction * len(rows))), 0
+        for g in rng.permutation(len(order)):
+            if got >= want:
+                break
+            val.update(order[g])
+            got += len(order[g])
+        if got == len(rows):
+            what = f"the training rows of class {stratum:g}" if len(set(strata)) > 1 else "the training rows"
+            raise DataError(f"{path}: {what} hold {len(order)} distinct molecule(s); --val-fraction needs at least "
+                            "2, one to train on and one to validate on")
+    return {"train": [j for j in idx["train"] if j not in val], "val": sorted(val), "test": idx["test"]}
 
 
 def _together(idx: dict[str, list[int]], canon: list[str]) -> dict[str, list[int]]:
