@@ -843,3 +843,44 @@ def test_suspicious_csv_is_refused_in_one_line(tmp_path, capsys, text, args, exp
 def test_csv_only_flags_need_data(capsys):
     rc, _, err = run_cli(["train", "--duplicates", "first"], capsys)
     assert rc == 2 and "--duplicates applies to --data FILE.csv only" in err
+
+
+def test_binary_task_with_one_class_in_a_split_is_refused_in_one_line(tmp_path, capsys):
+    """A split with one class left ROC-AUC undefined: train ended in a MetricUndefinedError
+    traceback (exit 1) after fitting, with a bare record behind; evaluate --data on one class
+    did too. Now both refuse in one line (exit 2), train before anything is fitted."""
+    smiles = nci_smiles(60)
+    data = _csv(tmp_path / "b.csv", "smiles,active,split\n" + "".join(
+        f"{s},{int(i % 3 == 0) if i < 50 else 0},{'train' if i < 40 else 'val' if i < 50 else 'test'}\n"
+        for i, s in enumerate(smiles)))
+    out = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "active", "--task", "binary", "--split",
+                          "column:split", "--members", "svr,rf", "--out", str(out)], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "the test split holds only class 0 (10 rows), so its ROC-AUC is undefined; --split random" in err
+    assert not out.exists()
+    mixed = _csv(tmp_path / "m.csv", data.read_text().replace(",0,test\n", ",1,test\n", 4))
+    rc, _, err = run_cli(["train", "--data", str(mixed), "--target-col", "active", "--task", "binary", "--split",
+                          "column:split", "--members", "svr,rf", "--out", str(out)], capsys)
+    assert rc == 0, err
+    one = _csv(tmp_path / "one.csv", "smiles,active\nCCO,1\nCCN,1\n")
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(one)], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"--data {one}: No task has both positive (1) and negative (0) labels" in err and "both classes" in err
+
+
+def test_predict_output_folder_and_a_closed_pipe_end_without_a_traceback(tmp_path, capsys):
+    """--output naming a folder failed after predicting (IsADirectoryError); a reader that
+    closes stdout early (| head -1) gave a BrokenPipeError traceback."""
+    data = _csv(tmp_path / "d.csv", _rows(","))
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
+                          "svr,rf", "--out", str(run)], capsys)
+    assert rc == 0, err
+    rc, _, err = run_cli(["predict", "--checkpoint", str(run), "CCO", "--output", str(tmp_path)], capsys)
+    assert rc == 2 and f"--output {tmp_path} is a folder; give a file name, e.g. {tmp_path / 'predictions.csv'}" in err
+    many = _csv(tmp_path / "many.csv", "smiles\n" + "CCO\n" * 20000)
+    proc = subprocess.run(f"{sys.executable} -m siggate predict --checkpoint {run} --input {many} | head -1",
+                          shell=True, capture_output=True, text=True, env=subprocess_env(), timeout=600)
+    assert proc.stdout == "smiles,y,y_uncertainty,nearest_train_similarity,outside_domain,error\n"
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr

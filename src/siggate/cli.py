@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -467,6 +468,7 @@ def _set_threads(args) -> None:
 def cmd_evaluate(args) -> int:
     from .files import atomic_write_bytes
     from .train.evaluate import EvaluationError, evaluate
+    from .train.metrics import MetricUndefinedError
 
     if args.data is None and (args.target_col or args.smiles_col is not None):
         raise CLIError("--smiles-col/--target-col name the columns of --data FILE.csv; give --data too")
@@ -486,6 +488,9 @@ def cmd_evaluate(args) -> int:
                        cache_dir=args.cache_dir, device=device, progress=progress_enabled(args), parity=parity)
     except EvaluationError as exc:
         raise CLIError(str(exc)) from None
+    except MetricUndefinedError as exc:
+        what = f"--data {args.data}" if args.data else f"the {args.split or 'test'} split"
+        raise CLIError(f"{what}: {str(exc).rstrip('.')}; score rows of both classes") from None
     text = json.dumps(res, indent=2)
     print(text)
     _print_summaries({f"{k}_metrics": v for k, v in res.get("metrics", {}).items()}, file=sys.stderr)
@@ -501,13 +506,13 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-def _check_output_file(path: Path) -> None:
+def _check_output_file(path: Path, example: str = "scores.json") -> None:
     """Refuse, before any work, an output file that cannot be written: a folder, or a place
     whose folder cannot be created or written."""
     from .files import out_dir_problem
 
     if path.is_dir():
-        raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / 'scores.json'}")
+        raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / example}")
     probe = path.parent
     while not probe.exists():
         probe = probe.parent
@@ -557,6 +562,8 @@ def cmd_predict(args) -> int:
         raise CLIError("--split applies to node-level checkpoints (pattern, cluster, sbm-large); "
                        "give SMILES as arguments or --input FILE")
     source = _smiles_source(args)
+    if args.output:
+        _check_output_file(Path(args.output), "predictions.csv")
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device),
                            coverage=args.coverage)
     chunks = read_input(source, _input_smiles_col(args, pred), args.chunk_size) if source else [list(args.smiles)]
@@ -819,10 +826,11 @@ def _user_errors() -> tuple:
     from .predictors.base import PredictorFileError
     from .train.checkpoint import CheckpointError
     from .train.loop import NonFiniteLossError
+    from .train.metrics import MetricUndefinedError
     from .train.predict import InputError
 
     return (CLIError, ConfigError, DataError, CheckpointError, InputError, NonFiniteLossError, PredictorFileError,
-            FileNotFoundError)
+            FileNotFoundError, MetricUndefinedError)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -841,6 +849,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in THREADED:
             _set_threads(args)
         return int(func(args) or 0)
+    except BrokenPipeError:  # the reader of stdout left (siggate predict ... | head): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes nowhere
+        return 1
     except Exception as exc:
         if not isinstance(exc, _user_errors()):
             raise

@@ -34,6 +34,7 @@ import difflib
 import gzip
 import io
 import logging
+import math
 import os
 import re
 import warnings
@@ -356,6 +357,13 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
                 if "val" in empty else "")
         raise DataError(f"{path}: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty "
                         f"({n_valid} usable rows); add rows, or choose another --split{hint}")
+    if ds.info.task == "binary":  # ROC-AUC, the metric that chooses the epoch and scores the run, needs both
+        for name, graphs in ds.splits.items():
+            classes = {float(g.y[0, 0]) for g in graphs if not math.isnan(float(g.y[0, 0]))}
+            if graphs and len(classes) < 2:
+                raise DataError(f"{path}: the {name} split holds only class {int(classes.pop()) if classes else '?'} "
+                                f"({len(graphs)} rows), so its ROC-AUC is undefined; --split random (or a split "
+                                "column with both classes in each split) mixes them")
 
 
 def _labels(ds: GraphDataset) -> np.ndarray:
