@@ -884,3 +884,19 @@ def test_predict_output_folder_and_a_closed_pipe_end_without_a_traceback(tmp_pat
                           shell=True, capture_output=True, text=True, env=subprocess_env(), timeout=600)
     assert proc.stdout == "smiles,y,y_uncertainty,nearest_train_similarity,outside_domain,error\n"
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+
+
+def test_labels_beyond_float32_are_dropped_with_their_reason(tmp_path, capsys):
+    """1e300 passed as a label (float64) and became inf in the float32 graphs: the fingerprint
+    members trained on it with only numpy's overflow warning, and data_report.csv was empty. It
+    is now a dropped row with its reason, as 'inf' already was; 1e38 (float32's range) stays."""
+    data = tmp_path / "d.csv"
+    _write_train_csv(data, huge=1e300)
+    out = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
+                          "svr,rf", "--out", str(out)], capsys)
+    assert rc == 0, err
+    with open(out / "data_report.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 1 and "'1e+300' is beyond float32's range" in str(rows[0])
+    assert json.loads((out / "metrics.json").read_text())["splits"]["train"] == 39

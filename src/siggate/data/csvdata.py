@@ -272,9 +272,11 @@ def _targets(path: Path, frame: pd.DataFrame, target_cols: list[str], task: str,
         for i in np.flatnonzero(~missing & np.isnan(values)):
             errors[i] = errors[i] or f"target column {col!r}: {raw.iat[i]!r} is not a number"
         values[missing] = np.nan
-        bad_inf = np.isinf(values)
+        bad_inf = np.abs(np.nan_to_num(values)) > np.finfo(np.float32).max  # infinite, or so once stored as float32
         for i in np.flatnonzero(bad_inf):
-            errors[i] = errors[i] or f"target column {col!r}: {raw.iat[i]!r} is not finite"
+            errors[i] = errors[i] or (f"target column {col!r}: {raw.iat[i]!r} is not finite" if np.isinf(values[i])
+                                      else f"target column {col!r}: {raw.iat[i]!r} is beyond float32's range "
+                                           "(about ±3.4e38) in which labels are kept")
         if task in ("binary", "multilabel"):
             ok = np.isnan(values) | (values == 0) | (values == 1)
             for i in np.flatnonzero(~ok & ~bad_inf):
