@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from recipe_flags import GNN_SCRATCH
 from test_predict import (
@@ -900,3 +901,22 @@ def test_labels_beyond_float32_are_dropped_with_their_reason(tmp_path, capsys):
         rows = list(csv.DictReader(fh))
     assert len(rows) == 1 and "'1e+300' is beyond float32's range" in str(rows[0])
     assert json.loads((out / "metrics.json").read_text())["splits"]["train"] == 39
+
+
+def test_a_run_on_a_relative_csv_path_resumes_from_another_folder(tmp_path, capsys, monkeypatch):
+    """The config recorded --data as given ('d.csv'), so --resume from another folder was
+    refused ('CSV file not found'), or read another folder's d.csv; it now records the path
+    it was given made absolute."""
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir(), elsewhere.mkdir()
+    _csv(home / "d.csv", _rows(","))
+    _csv(elsewhere / "d.csv", _rows(",").replace(",train\n", ",val\n"))  # a different file of the same name
+    monkeypatch.chdir(home)
+    rc, _, err = run_cli(["train", "--data", "d.csv", "--target-col", "y", "--split", "column:split", "--members",
+                          "svr,rf", "--out", str(tmp_path / "run")], capsys)
+    assert rc == 0, err
+    saved = yaml.safe_load((tmp_path / "run" / "members.yaml").read_text())
+    assert saved["data"]["csv"] == str(home / "d.csv")
+    monkeypatch.chdir(elsewhere)
+    rc, _, err = run_cli(["train", "--resume", str(tmp_path / "run")], capsys)
+    assert rc == 0, err

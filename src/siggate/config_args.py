@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import textwrap
+from pathlib import Path
 
 from .config import load_config, parse_override
 from .files import out_dir_problem
@@ -179,7 +180,7 @@ def config_from_args(args):
                 raise CLIError(f"--{flag.replace('_', '-')} and --set data.{key} both set data.{key}; give one")
         if not args.target_col and "data.target_cols" not in given:
             raise CLIError("--data needs --target-col COL[,COL...] (and usually --task)")
-        overrides += ["data.name=csv", f"data.csv={args.data}"]
+        overrides += ["data.name=csv", f"data.csv={Path(args.data).absolute()}"]  # resumable from any folder
         for flag, key in CSV_FLAGS.items():
             value = getattr(args, flag, None)
             if value is None and f"data.{key}" not in given:
