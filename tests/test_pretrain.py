@@ -85,6 +85,13 @@ def test_corpus_drops_invalid_duplicates_and_excluded(tmp_path):
     again = build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=1000, seed=0, data_root=tmp_path / "none",
                          exclude_files=[str(exclude)], progress=False, test_sets=())
     assert again["csv_sha256"] == meta["csv_sha256"] and again["seconds"] == meta["seconds"]
+    # a resuming run (keep) never replaces the corpus its model was trained on: other arguments are named
+    before = (tmp_path / "c" / "corpus.csv").read_bytes()
+    with pytest.raises(ConfigError, match=r"pretrain --resume: the run's corpus in .* was built otherwise \(molecules "
+                                          r"1000 then, 500 now\); resume with the run's own"):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=500, seed=0, data_root=tmp_path / "none",
+                     exclude_files=[str(exclude)], progress=False, test_sets=(), keep=True)
+    assert (tmp_path / "c" / "corpus.csv").read_bytes() == before
 
 
 def test_benchmark_test_sets_named_when_missing(tmp_path):

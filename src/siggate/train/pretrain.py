@@ -110,12 +110,18 @@ def _descriptor_targets(smiles: list[str], train_rows: np.ndarray, progress: boo
 
 def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, data_root=None,
                  exclude_files: list[str] = (), smiles_col: str | None = None, progress: bool = True,
-                 test_sets=None) -> dict:
+                 test_sets=None, keep: bool = False) -> dict:
     """Write ``out/corpus.csv`` and ``out/meta.json`` (see the module docstring); the meta dict.
 
     ``test_sets`` names the benchmarks whose test molecules are dropped (default: all of
     :data:`siggate.data.corpus.TEST_SETS`). A corpus already in ``out`` with the same source file
-    (sha256), size, seed and exclusions is reused as it is."""
+    (sha256), size, seed and exclusions is reused as it is; ``keep`` (a run resuming on it)
+    refuses to replace one built otherwise.
+
+    Raises:
+        ConfigError: too few usable molecules; with ``keep``, a corpus in ``out`` built from
+            other arguments (named), which a model was trained on.
+    """
     from ..data.corpus import TEST_SETS, read_smiles
 
     test_sets = tuple(TEST_SETS) if test_sets is None else tuple(test_sets)
@@ -136,6 +142,12 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         if {k: meta.get(k) for k in want} == want and meta.get("csv_sha256") == file_digest(csv_path) and now == built:
             log.info("pretrain: reusing the corpus in %s (%d molecules)", out, meta["kept"])
             return meta
+        if keep:
+            differ = [f"{k} {meta.get(k)!r} then, {want[k]!r} now" for k in want if meta.get(k) != want[k]]
+            differ += [] if meta.get("csv_sha256") == file_digest(csv_path) else ["corpus.csv edited since"]
+            differ += [] if now == built else [f"benchmark test sets {built} then, {now} now"]
+            raise ConfigError(f"pretrain --resume: the run's corpus in {out} was built otherwise ({'; '.join(differ)}); "
+                              "resume with the run's own --smiles, --molecules, --seed and --exclude")
     t0 = time.time()
     smiles = read_smiles(source, smiles_col)
     excluded, read_sets = _excluded_keys(data_root, list(exclude_files), test_sets)
@@ -222,7 +234,7 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
     # the config is refused before the corpus is built (minutes to hours), not after
     pretrain_config(config, out / "corpus" / "corpus.csv", ["descriptor"], epochs, seed, overrides)
     corpus = build_corpus(source, out / "corpus", molecules, seed, data_root, exclude_files, smiles_col, progress,
-                          test_sets)
+                          test_sets, keep=resume and (model_dir / "last.pt").exists())
     cfg = pretrain_config(config, out / "corpus" / "corpus.csv", corpus["descriptors"], epochs, seed, overrides,
                           cache_dir=str(out / "cache"))
     t0 = time.time()
