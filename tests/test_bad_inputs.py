@@ -920,3 +920,22 @@ def test_a_run_on_a_relative_csv_path_resumes_from_another_folder(tmp_path, caps
     monkeypatch.chdir(elsewhere)
     rc, _, err = run_cli(["train", "--resume", str(tmp_path / "run")], capsys)
     assert rc == 0, err
+
+
+def test_a_run_grown_on_resume_follows_the_longer_schedule(tmp_path, capsys):
+    """Resumed with more epochs, a run trained its next epoch at the finished schedule's last
+    learning rate (2e-5 after a 2-epoch run where a 4-epoch one has 1e-3); now each epoch's rate
+    is the longer schedule's, as in a run started with that many epochs."""
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    common = ["train", "--data", str(data), *_TRAIN_ARGS, "--cache-dir", str(tmp_path / "c")]
+    rates = {}
+    for name, steps in (("grown", (["--epochs", "2"], ["--epochs", "4", "--resume"])), ("fresh", (["--epochs", "4"],))):
+        for extra in steps:
+            rc, _, err = run_cli(common + ["--out", str(tmp_path / name), *extra], capsys)
+            assert rc == 0, err
+        with open(tmp_path / name / "log.csv") as fh:
+            rates[name] = [float(r["lr"]) for r in csv.DictReader(fh)]
+    assert len(rates["grown"]) == 4
+    assert rates["grown"][2:] == pytest.approx(rates["fresh"][2:], rel=1e-12)
+    assert rates["grown"][:2] != pytest.approx(rates["fresh"][:2])  # the first two followed the 2-epoch schedule
