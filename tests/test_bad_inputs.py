@@ -723,6 +723,10 @@ def test_set_data_keys_are_kept_with_data(tmp_path):
     assert (cfg.data.target_cols, cfg.data.task, cfg.data.smiles_col) == (["y", "z"], "multilabel", "mol")
     cfg = config_from_args(parser.parse_args(["--data", data, "--target-col", "y"]))
     assert (cfg.data.target_cols, cfg.data.task, cfg.data.smiles_col) == (["y"], "regression", "smiles")
+    # the flags' values are the file's names, never YAML (they were True, 1 and null)
+    cfg = config_from_args(parser.parse_args(["--data", data, "--target-col", "yes,1", "--smiles-col", "null",
+                                              "--split", "column:on"]))
+    assert (cfg.data.target_cols, cfg.data.smiles_col, cfg.data.split) == (["yes", "1"], "null", "column:on")
 
 
 def test_missing_target_column(tmp_path, capsys):

@@ -9,6 +9,7 @@ build their parsers from it without importing :mod:`siggate.cli`, torch or PyG.
 from __future__ import annotations
 
 import argparse
+import json
 import textwrap
 from pathlib import Path
 
@@ -121,6 +122,8 @@ def check_out_folder(out, what: str) -> None:
 #: its flag or by ``--set``, not both
 CSV_FLAGS = {"smiles_col": "smiles_col", "target_col": "target_cols", "task": "task", "split": "split",
              "duplicates": "duplicates", "decimal": "decimal", "val_fraction": "val_fraction", "sep": "sep"}
+#: the flags whose values are the CSV's own names (of the columns, of the split column)
+CSV_TEXT_FLAGS = ("smiles_col", "target_col", "split")
 #: what ``--data`` assumes where neither the flag nor ``--set`` gives the key
 CSV_FLAG_DEFAULTS = {"smiles_col": "smiles", "task": "regression"}
 
@@ -180,13 +183,14 @@ def config_from_args(args):
                 raise CLIError(f"--{flag.replace('_', '-')} and --set data.{key} both set data.{key}; give one")
         if not args.target_col and "data.target_cols" not in given:
             raise CLIError("--data needs --target-col COL[,COL...] (and usually --task)")
-        overrides += ["data.name=csv", f"data.csv={Path(args.data).absolute()}"]  # resumable from any folder
+        # the file's own names are text, never YAML ('--target-col yes' is the column 'yes', not True)
+        overrides += ["data.name=csv", f"data.csv={json.dumps(str(Path(args.data).absolute()))}"]  # resumable anywhere
         for flag, key in CSV_FLAGS.items():
             value = getattr(args, flag, None)
             if value is None and f"data.{key}" not in given:
                 value = CSV_FLAG_DEFAULTS.get(flag)
             if value is not None and flag != "sep":  # (sep is set below: a tab does not survive an override)
-                overrides.append(f"data.{key}={value}")
+                overrides.append(f"data.{key}={json.dumps(value) if flag in CSV_TEXT_FLAGS else value}")
     else:
         for flag in CSV_FLAGS:
             if getattr(args, flag, None) is not None:
