@@ -183,3 +183,22 @@ def test_random_split_ensemble_is_evaluated_on_the_split_it_trained_on(tmp_path,
                            capsys)
     assert rc == 0, err
     assert json.loads(out)["test"] == pytest.approx(ens["test"], rel=1e-5)
+
+
+def test_refit_members_scores_on_their_own_rows_are_marked_in_sample(tmp_path, capsys):
+    """svr and rf are refit on train+val, so evaluate --split val gave them val MAE far below
+    metrics.json's without a word; the output now says which scores are in sample (test: none)."""
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
+                          "svr,rf", "--out", str(run)], capsys)
+    assert rc == 0, err
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--split", "val"], capsys)
+    assert rc == 0, err
+    res = json.loads(out[:out.rindex("}") + 1])
+    assert res["warnings"] == ["rf, svr member(s) were refit on the train and val rows, so the train and val scores "
+                               "here are in sample; the run's metrics.json holds the out-of-sample val scores"]
+    assert res["val"] < json.loads((run / "metrics.json").read_text())["val"]  # in sample: lower
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--split", "test"], capsys)
+    assert rc == 0 and "warnings" not in json.loads(out[:out.rindex("}") + 1])
