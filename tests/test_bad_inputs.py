@@ -687,6 +687,18 @@ def test_bad_csv_gives_one_line_and_exit_2(tmp_path, capsys, text, expected):
     assert not (tmp_path / "run" / "last.pt").exists()
 
 
+@pytest.mark.parametrize("flag", [["--epochs", "7"], ["--budget", "7"], ["--on-nan", "skip"]], ids=lambda f: f[0])
+def test_gnn_flags_without_a_gnn_member_are_refused(tmp_path, capsys, flag):
+    """--members svr,rf with --epochs 7 trained and ignored the flag (and --resume --epochs 5
+    rewrote the run's record); like --init, such a flag is now refused by name."""
+    data = _csv(tmp_path / "d.csv", _rows(","))
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--members", "svr,rf", *flag, "--out",
+                          str(tmp_path / "r")], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{flag[0]} applies to a GNN member, and --members svr,rf holds no GNN: drop {flag[0]}" in err
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("extra, expected", [
     (["--target-col", "y,z", "--task", "binary"],
      "data.task: 'binary' takes one target column, got 2 (y, z); several 0/1 targets are --task multilabel"),

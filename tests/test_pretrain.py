@@ -255,7 +255,7 @@ def test_init_from_the_cli_refuses_another_architecture_before_the_folder_and_no
 
     r = train("nognn", "--init", "pretrained", "--members", "svr,rf")
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "siggate train: error: --init starts a GNN from pretrained weights, and --members svr,rf holds no GNN: drop "
+        "siggate train: error: --init applies to a GNN member, and --members svr,rf holds no GNN: drop "
         "--init, or add gnn to --members"], r.stderr
     assert not (tmp_path / "nognn").exists()
 

@@ -129,9 +129,12 @@ def cmd_train(args) -> int:
         why = cliff_term_refusal(cfg.data.name == "csv", cfg.data.task, gnn="gnn" in kinds, dataset=cfg.data.name)
         if why:
             raise CLIError(why)
-    if args.init and cfg.train.init and "gnn" not in kinds:  # a recipe's own init stays quiet: only the flag
-        raise CLIError(f"--init starts a GNN from pretrained weights, and --members {','.join(kinds)} holds no GNN: "
-                       "drop --init, or add gnn to --members")
+    if "gnn" not in kinds:  # a flag that only a GNN reads is refused, not ignored (a recipe's own values stay quiet)
+        given = {"--init": bool(args.init and cfg.train.init), "--epochs": args.epochs is not None,
+                 "--budget": args.budget is not None, "--on-nan": args.on_nan is not None}
+        for flag in (f for f, on in given.items() if on):
+            raise CLIError(f"{flag} applies to a GNN member, and --members {','.join(kinds)} holds no GNN: drop "
+                           f"{flag}, or add gnn to --members")
     if cfg.train.init and "gnn" in kinds:  # refused before a folder is claimed (the loop checks it too)
         from .train.init_weights import init_refusal
 
