@@ -514,3 +514,15 @@ def test_a_refusal_while_fitting_forgets_only_a_bare_record(nitrogen_csv, tmp_pa
     rc, _, err = _train(capsys, nitrogen_csv, kept, "--members", "svr,rf", "--weights", "val")
     assert rc == 2 and "refused by the test" in _one_line(err)
     assert holds_run(kept) and (kept / "members.yaml").is_file() and (kept / "member0" / "predictor.json").is_file()
+
+
+def test_overwrite_clears_the_fingerprint_members_too(nitrogen_csv, tmp_path, capsys):
+    """--overwrite removed the members' manifests but not their arrays.pt, so member0/ and
+    member1/ of an svr,rf run stayed beside the new run's files."""
+    out = tmp_path / "o"
+    rc, _, err = _train(capsys, nitrogen_csv, out, "--members", "svr,rf", "--weights", "val")
+    assert rc == 0, err
+    assert (out / "member1" / "arrays.pt").is_file()
+    rc, _, err = _train(capsys, nitrogen_csv, out, "--members", "rf", "--overwrite")
+    assert rc == 0, err
+    assert not (out / "member1").exists()  # the old rf member: kept before, beside the new run

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from ..data.base import GraphDataset, TaskInfo
 
 MANIFEST = "predictor.json"
+#: a fingerprint member's arrays beside its manifest (:func:`save_arrays`)
+ARRAYS = "arrays.pt"
 #: version of the ``predictor.json`` layout; a newer one is refused by name
 MANIFEST_FORMAT = 1
 

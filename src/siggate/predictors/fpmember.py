@@ -59,6 +59,7 @@ import numpy as np
 
 from ..data.base import DataError
 from .base import (
+    ARRAYS,
     AtomContributions,
     Prediction,
     PredictorFileError,
@@ -71,7 +72,6 @@ from .base import (
 
 #: tasks the fingerprint members learn (one model per target; ``multiclass`` and node-level tasks are refused)
 TASKS = ("regression", "binary", "multilabel")
-ARRAYS = "arrays.pt"
 
 
 def check_task(info, kind: str) -> None:

@@ -25,6 +25,7 @@ from ..config import split_resolved, upgrade_config_dict
 from ..data.similarity import DOMAIN_FILE, FINGERPRINTS_FILE
 from ..files import atomic_write_bytes, folder_busy
 from ..options import run_weights
+from ..predictors.base import ARRAYS, MANIFEST
 from .plots import LEARNING, PARITY, RESIDUALS
 
 #: a run of several members' config and the members it holds (``siggate train --members/--ensemble``,
@@ -34,16 +35,17 @@ MEMBERS_RECORD = "members.yaml"
 RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json", MEMBERS_RECORD)
 #: a run's split-conformal calibration (``record.write_calibration``), read by ``siggate predict --coverage``
 CALIBRATION = "calibration.json"
-#: Everything ``siggate train`` writes into a run folder (files, and the TensorBoard folder
-#: ``tb``): a run's checkpoints, log and metrics, the ``predictor.json`` of a GNN run or of a
-#: combination of members, an older ensemble's ``ensemble.json`` and a CSV run's tables;
-#: ``--overwrite`` removes these and the ``member{i}`` folders of a run of several members. The
-#: run's lock (:class:`siggate.files.FolderLock`, ``.siggate.lock``) is not one of them: the
-#: overwriting run holds it, and a lock file removed while held would let a second run in.
 #: what a scikit-learn estimator's fit writes into its ``out_dir`` beside the run (:mod:`siggate.estimator`),
 #: so that its next fit replaces that run and never one that ``siggate train`` made
 ESTIMATOR_RECORD = "estimator.json"
-RUN_OUTPUTS = RUN_MARKERS + (ESTIMATOR_RECORD, "best.pt", "log.csv", "ensemble.json", "predictor.json", "test_predictions.csv",
+#: Everything ``siggate train`` writes into a run folder (files, and the TensorBoard folder
+#: ``tb``): a run's checkpoints, log and metrics, the ``predictor.json`` of a GNN run or of a
+#: combination of members (and a fingerprint member's ``arrays.pt``), an older ensemble's
+#: ``ensemble.json`` and a CSV run's tables;
+#: ``--overwrite`` removes these and the ``member{i}`` folders of a run of several members. The
+#: run's lock (:class:`siggate.files.FolderLock`, ``.siggate.lock``) is not one of them: the
+#: overwriting run holds it, and a lock file removed while held would let a second run in.
+RUN_OUTPUTS = RUN_MARKERS + (ESTIMATOR_RECORD, "best.pt", "log.csv", "ensemble.json", MANIFEST, ARRAYS, "test_predictions.csv",
                               "splits.csv", "data_report.csv", CALIBRATION, DOMAIN_FILE, FINGERPRINTS_FILE,
                               PARITY, LEARNING, RESIDUALS)
 RUN_FOLDERS = ("tb",)
