@@ -749,6 +749,8 @@ def test_missing_target_column(tmp_path, capsys):
     rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "Y", "--split", "column:splt", "--out",
                           str(tmp_path / "r")], capsys)
     assert rc == 2 and "Did you mean --target-col y, --split column:split?" in err
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "Y,split", "--out", str(tmp_path / "r")], capsys)
+    assert rc == 2 and "Did you mean --target-col y,split?" in err  # the whole list, not y alone
 
 
 def test_out_that_cannot_be_a_folder(tmp_path, capsys):
@@ -935,6 +937,14 @@ def test_a_run_on_a_relative_csv_path_resumes_from_another_folder(tmp_path, caps
     assert saved["data"]["csv"] == str(home / "d.csv")
     monkeypatch.chdir(elsewhere)
     rc, _, err = run_cli(["train", "--resume", str(tmp_path / "run")], capsys)
+    assert rc == 0, err
+    # a run saved before (data.csv as given, relative) resumes with its own command from its folder
+    record = tmp_path / "run" / "members.yaml"
+    record.write_text(record.read_text().replace(f"csv: {home / 'd.csv'}", "csv: d.csv"))
+    assert "csv: d.csv" in record.read_text()
+    monkeypatch.chdir(home)
+    rc, _, err = run_cli(["train", "--data", "d.csv", "--target-col", "y", "--split", "column:split", "--members",
+                          "svr,rf", "--out", str(tmp_path / "run"), "--resume"], capsys)
     assert rc == 0, err
 
 

@@ -258,7 +258,7 @@ def test_bad_data_and_parameters_are_named_before_training(molecules, tmp_path):
         ({"seed": None}, smiles[:5], y[:5], "seed must be a whole number >= 0, got None"),
         ({"val_fraction": "0.2"}, smiles[:5], y[:5], "val_fraction must be a number between 0 and 1, got '0.2'"),
         ({"overrides": "members.rf.n_estimators=50"}, smiles[:5], y[:5], "overrides must be a sequence of"),
-        ({"device": "gpu"}, smiles[:5], y[:5], "device must be 'cpu' or 'cuda', got 'gpu'"),
+        ({"device": "gpu"}, smiles[:5], y[:5], r"device must be 'cpu' or 'cuda' \(or 'cuda:N'\), got 'gpu'"),
         ({"epochs": 0}, smiles[:5], y[:5], "epochs must be a whole number >= 1 or None, got 0"),
     ]
     for params, X, labels, message in cases:
@@ -304,6 +304,22 @@ def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, c
     with pytest.raises(ValueError, match="holds a run that siggate train made; fit would replace it"):
         siggate.SigGateRegressor(**FP, out_dir=tmp_path / "cli").fit(smiles[:30], y[:30])
     assert sorted(p.name for p in (tmp_path / "cli").iterdir()) == before
+    # a fit that fails once the run has started leaves a folder that the next fit still replaces
+    import siggate.train.ensemble as ensemble
+
+    def fail_midway(cfg, out, *args, **kwargs):
+        (out / "members.yaml").write_text("{}\n")
+        raise RuntimeError("stopped by the test")
+
+    real = ensemble.train_members
+    ensemble.train_members = fail_midway
+    try:
+        with pytest.raises(RuntimeError, match="stopped by the test"):
+            siggate.SigGateRegressor(**FP, out_dir=tmp_path / "failed").fit(smiles[:30], y[:30])
+    finally:
+        ensemble.train_members = real
+    siggate.SigGateRegressor(**FP, out_dir=tmp_path / "failed").fit(smiles[:30], y[:30])
+    assert json.loads((tmp_path / "failed" / "estimator.json").read_text())["estimator"] == "SigGateRegressor"
     with FolderLock(tmp_path / "busy"):
         with pytest.raises(ValueError, match="busy: .*two runs must not write into one folder"):
             siggate.SigGateRegressor(**FP, out_dir=tmp_path / "busy").fit(smiles[:30], y[:30])

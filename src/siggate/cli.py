@@ -570,7 +570,14 @@ def cmd_predict(args) -> int:
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device),
                            coverage=args.coverage)
     chunks = read_input(source, _input_smiles_col(args, pred), args.chunk_size) if source else [list(args.smiles)]
-    n, bad = predict_to_csv(pred, chunks, args.output)
+    try:
+        n, bad = predict_to_csv(pred, chunks, args.output)
+    except BrokenPipeError:
+        if args.output:
+            raise
+        # the reader of stdout left (siggate predict ... | head): nothing more to write or say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes nowhere
+        return 1
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
           + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
     return 1 if bad else 0
@@ -852,9 +859,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in THREADED:
             _set_threads(args)
         return int(func(args) or 0)
-    except BrokenPipeError:  # the reader of stdout left (siggate predict ... | head): nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes nowhere
-        return 1
     except Exception as exc:
         if not isinstance(exc, _user_errors()):
             raise

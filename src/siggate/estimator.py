@@ -7,10 +7,10 @@ They follow scikit-learn's conventions, so ``clone``, ``cross_val_score``, ``Gri
 array); ``y`` is ``[n]`` or ``[n, T]`` (regression, NaN: missing) or ``[n]`` with two classes.
 
 They are ``siggate train --data FILE.csv`` and ``siggate predict`` behind another front door,
-not a second copy: :meth:`fit` writes the molecules to a CSV (with a ``split`` column: a seeded
-``val_fraction`` of the rows for validation (the combination's weights, the fingerprint
-members' options, a GNN's epoch), the rest for training; no test split, since the caller holds
-the test data), resolves the config with the command line's own parser and
+not a second copy: :meth:`fit` writes the molecules to a CSV (every row a training row, no test
+split, since the caller holds the test data) and ``--val-fraction`` draws a seeded
+``val_fraction`` of them for validation (whole molecules, per class for the classifier: the
+combination's weights, the fingerprint members' options, a GNN's epoch), resolves the config with the command line's own parser and
 :func:`~siggate.config_args.config_from_args`, trains with
 :func:`siggate.train.ensemble.train_members` (the ``--members``/``--ensemble`` path) and loads
 the result with :func:`~siggate.train.members.load_predictor`; :meth:`predict` featurizes and
@@ -32,6 +32,7 @@ import json
 import logging
 import numbers
 import random
+import re
 import shutil
 import tempfile
 import warnings
@@ -81,7 +82,7 @@ def _kept_global_state():
     import torch
 
     state = (random.getstate(), np.random.get_state(), torch.get_rng_state(), torch.get_num_threads())
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None  # (never starts CUDA itself)
     try:
         yield
     finally:
@@ -114,7 +115,14 @@ def _claimed(out: Path | None):
             raise ValueError(f"out_dir {out} holds a run that siggate train made; fit would replace it: choose "
                              "another out_dir, or remove that run first")
         clear_run(out)
-        yield out
+        marker = out / ESTIMATOR_RECORD
+        marker.write_text(json.dumps({"estimator": "fitting"}) + "\n")  # a fit that fails midway stays ours
+        try:
+            yield out
+        except BaseException:
+            if not run_files(out):  # refused before it wrote a run: nothing of it stays
+                marker.unlink(missing_ok=True)
+            raise
     finally:
         lock.release()
 
@@ -135,7 +143,8 @@ class _SigGateEstimator(BaseEstimator):
         overrides: ``"section.key=value"`` strings (``--set``), e.g. ``("train.init=none", "model.layers=2")`` (another
             architecture than the shipped weights' starts from scratch).
         seed: the seed of the validation draw and of training.
-        val_fraction: the fraction of the rows held out for validation (at least one row).
+        val_fraction: the fraction of the rows held out for validation, by molecule and per class
+            (at least one row).
         threads: torch threads while training (``train.threads``).
         device: ``"cpu"`` or ``"cuda"``.
         out_dir: keep the run there (a ``siggate predict --checkpoint`` folder); ``None``: a
@@ -192,7 +201,13 @@ class _SigGateEstimator(BaseEstimator):
         work = Path(tempfile.mkdtemp(prefix="siggate-fit-"))
         try:
             with _kept_global_state(), self._quiet(), _claimed(keep) as out:
-                self._fit_in(work, out or work / "run", smiles, y, names)
+                try:
+                    self._fit_in(work, out or work / "run", smiles, y, names)
+                except ValueError as exc:  # the CSV reader's words for what fit was given
+                    text = str(exc).replace(f"{work / 'data.csv'}: ", "").replace("--val-fraction", "val_fraction")
+                    if text == str(exc):
+                        raise
+                    raise ValueError(text) from None
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return self
@@ -218,9 +233,9 @@ class _SigGateEstimator(BaseEstimator):
                                            or not all(isinstance(o, str) for o in self.overrides)):
             raise ValueError(f"overrides must be a sequence of 'section.key=value' strings, e.g. "
                              f"('members.rf.n_estimators=50',), got {self.overrides!r}")
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
-        if self.device == "cuda":
+        if not isinstance(self.device, str) or not (self.device == "cpu" or re.fullmatch(r"cuda(:\d+)?", self.device)):
+            raise ValueError(f"device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
+        if self.device != "cpu":
             import torch
 
             if not torch.cuda.is_available():

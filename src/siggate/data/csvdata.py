@@ -236,8 +236,12 @@ def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]]
     flags = {"SMILES": "--smiles-col", "target": "--target-col", "split": "--split column:NAME"}
     msg += "; name the right column with " + ", ".join(dict.fromkeys(flags[role] for role, _ in missing))
     spelled = {"SMILES": "--smiles-col {}", "target": "--target-col {}", "split": "--split column:{}"}
-    meant = [spelled[role].format(near) for role, col in missing
-             if col.strip() not in stripped and (near := closest_column(col, columns))]
+    guess = {col: closest_column(col, columns) for _, col in missing if col.strip() not in stripped}
+    meant = []
+    for role in dict.fromkeys(role for role, _ in missing):  # one suggestion per flag, all of its columns
+        cols = [col for r, col in wanted if r == role]
+        if any(guess.get(col) for col in cols):
+            meant.append(spelled[role].format(",".join(guess.get(col) or col for col in cols)))
     if meant:
         msg += f". Did you mean {', '.join(meant)}?"
     raise DataError(msg)

@@ -224,8 +224,19 @@ def config_differences(saved_cfg: dict, current_cfg: dict, ignore: tuple = ()) -
     """:func:`describe_incompatibility` without :data:`RUN_LOCAL_KEYS` and ``ignore``, with
     ``train.select`` compared as a run of its own applies it (:func:`_select_applied`)."""
     skip = RUN_LOCAL_KEYS + tuple(ignore)
-    return [d for d in describe_incompatibility(_select_applied(saved_cfg), _select_applied(current_cfg))
+    saved_cfg, current_cfg = _select_applied(saved_cfg), _select_applied(current_cfg)
+    return [d for d in describe_incompatibility(_same_csv(saved_cfg, current_cfg), current_cfg)
             if d.split(":", 1)[0] not in skip]
+
+
+def _same_csv(saved: dict, current: dict) -> dict:
+    """``saved`` with its ``data.csv`` written as ``current`` writes it where both name one file:
+    a run saved before ``--data`` was recorded as an absolute path holds it relative to the
+    folder it was started in (the same file when resumed from there)."""
+    a, b = ((c.get("data") or {}).get("csv") if isinstance(c, dict) else None for c in (saved, current))
+    if not (isinstance(a, str) and isinstance(b, str)) or a == b or Path(a).absolute() != Path(b).absolute():
+        return saved
+    return {**saved, "data": {**saved["data"], "csv": b}}
 
 
 def _select_applied(config: dict) -> dict:
