@@ -431,6 +431,14 @@ def test_val_fraction_of_a_binary_task_draws_from_each_class():
         drawn = _draw_val(idx, canon, 0.1, seed, Path("d.csv"), strata=labels)
         assert sum(labels[j] for j in drawn["val"]) == 1 and len(drawn["val"]) == 11
         assert sorted(drawn["train"] + drawn["val"]) == list(range(100))
+    # a regression draw is the one it was before the strata (this list: the draw at 2dd630f)
+    twice = [f"m{i % 50}" for i in range(100)]
+    assert _draw_val(idx, twice, 0.1, 0, Path("d.csv"))["val"] == [2, 4, 18, 23, 36, 52, 54, 68, 73, 86]
+    # a molecule whose rows carry both classes goes whole to its first row's class (never split)
+    mixed = [float(i % 2) if i < 50 else float((i + 1) % 2) for i in range(100)]
+    for seed in range(10):
+        val = set(_draw_val(idx, twice, 0.2, seed, Path("d.csv"), strata=mixed)["val"])
+        assert all((j in val) == (j + 50 in val) for j in range(50))
     one = {"train": [0, 1], "val": [], "test": []}
     with pytest.raises(DataError, match="the training rows of class 0 hold 1 distinct molecule"):
         _draw_val(one, ["a", "b"], 0.1, 0, Path("d.csv"), strata=[0.0, 1.0])

@@ -580,21 +580,22 @@ def _draw_val(idx: dict[str, list[int]], canon: list[str], fraction: float, seed
               strata: Sequence | None = None) -> dict[str, list[int]]:
     """``idx`` with about ``fraction`` of its train rows (at least one) moved to val: whole
     molecules (equal ``canon``) in an order shuffled with ``seed``; with ``strata`` (a binary
-    task's labels) that share of each stratum's rows, so that validation holds both classes.
+    task's labels) that share of each stratum's rows, so that validation holds both classes (a
+    molecule whose rows carry both labels counts in its first row's, and moves whole).
 
     Raises:
         DataError: a stratum (or all the train rows) with too few molecules to give val rows
             and keep train rows.
     """
     strata = [0] * len(canon) if strata is None else list(strata)
+    groups: dict[str, list[int]] = {}
+    for j in idx["train"]:
+        groups.setdefault(canon[j], []).append(j)
     rng = np.random.default_rng(seed)
     val: set[int] = set()
-    for stratum in sorted({strata[j] for j in idx["train"]}):
-        rows = [j for j in idx["train"] if strata[j] == stratum]
-        groups: dict[str, list[int]] = {}
-        for j in rows:
-            groups.setdefault(canon[j], []).append(j)
-        order = list(groups.values())
+    for stratum in sorted({strata[g[0]] for g in groups.values()}):  # a molecule's class: its first row's
+        order = [g for g in groups.values() if strata[g[0]] == stratum]
+        rows = [j for g in order for j in g]
         want, got = max(1, round(fraction * len(rows))), 0
         for g in rng.permutation(len(order)):
             if got >= want:
