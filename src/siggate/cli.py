@@ -115,6 +115,9 @@ def cmd_train(args) -> int:
         if diffs:
             raise CLIError(f"--resume {resume}: the flags differ from the run's config ({'; '.join(diffs)}); "
                            f"drop them to continue the run as it was, or start a new run with another --out")
+        changed = rundir.changed_since(path, cfg.data)
+        if changed:
+            raise CLIError(f"--resume {resume}: {changed}; restore the file, or start a new run with another --out")
     if args.on_nan:
         cfg.train.on_nan = args.on_nan
     if args.ddp and several:

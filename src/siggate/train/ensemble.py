@@ -80,10 +80,11 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     # recorded only now: data that cannot be used leaves no record, so the command with its
     # flags mended runs without --overwrite
     out.mkdir(parents=True, exist_ok=True)
-    write_config(out / MEMBERS_RECORD, cfg.to_dict(),
+    source = data_source(cfg.data)
+    write_config(out / MEMBERS_RECORD, cfg.to_dict(), source=source,
                  members={"kinds": kinds, "ensemble": int(gnn_copies), "weights": weights or "equal"})
     fitted = [fit_member(member, out / name, ds, resume, device) for name, _, member in built]
-    record = {"config": cfg.to_dict(), "split_seed": cfg.train.seed, "data_source": data_source(cfg.data)}
+    record = {"config": cfg.to_dict(), "split_seed": cfg.train.seed, "data_source": source}
     combo = Combination(fitted, weights, [name for name, _, _ in built], record,
                         groups=[member.kind for member in fitted]).fit_weights(ds)
     splits = [s for s in SPLITS if ds.splits.get(s)]  # no test split: the scikit-learn estimators' fit

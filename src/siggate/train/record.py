@@ -97,7 +97,7 @@ class RunFiles:
     ``last.pt`` after every epoch; the checkpoints also record ``source`` (:func:`data_source`)."""
 
     def __init__(self, run: Run, out: Path, config: dict, source: dict | None, progress: bool) -> None:
-        write_config(out / "config.yaml", config, task=run.info.to_dict(), resolved=dict(run.resolved))
+        write_config(out / "config.yaml", config, task=run.info.to_dict(), resolved=dict(run.resolved), source=source)
         self.out, self.config, self.source, self.progress = out, config, source, progress
         self.writer = EpochLog(out / "log.csv", run.history)
         self.tb = TBLogger(out / "tb", purge_step=run.state.epoch + 1 if run.state.epoch else None)

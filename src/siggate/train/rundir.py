@@ -179,6 +179,22 @@ def read_saved_config(path: str | Path) -> dict:
     return split_resolved(upgrade_config_dict(saved), meta.get("resolved"))[0]
 
 
+def changed_since(path: str | Path, data) -> str | None:
+    """Why a CSV run whose record is ``path`` must not resume on ``data`` (its ``DataConfig``
+    now): the file's SHA-256 differs from the one recorded when the run started (``_meta.source``,
+    :func:`~siggate.train.record.data_source`); None when it is the same, or the run records none
+    (saved before siggate recorded it)."""
+    from ..data.cache import fingerprint_file
+
+    meta = (yaml.safe_load(Path(path).read_text()) or {}).get("_meta") or {}
+    recorded = (meta.get("source") or {}).get("sha256")
+    if data.name != "csv" or not recorded or not Path(data.csv).is_file():
+        return None
+    now = fingerprint_file(data.csv)
+    return None if now == recorded else (f"{data.csv} changed since the run started (sha256 {recorded[:16]}... then, "
+                                         f"{now[:16]}... now), so the run would go on with other data")
+
+
 def resume_differences(saved: dict, current: dict) -> list[str]:
     """The config values in which ``current`` (built from the flags given with ``--resume``)
     differs from the run's ``saved`` config, one ``"key: checkpoint has A, current config
