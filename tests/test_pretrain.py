@@ -113,6 +113,11 @@ def test_pretrain_then_finetune_copies_the_backbone(tmp_path):
     with pytest.raises(ConfigError, match="--resume"):
         pretrain(_corpus_file(tmp_path), out, molecules=1000, epochs=1, data_root=tmp_path / "none", progress=False,
                  test_sets=())
+    # --resume where nothing was started is refused (it started a new pretraining in silence)
+    with pytest.raises(ConfigError, match="--resume: .*holds no pretraining to continue"):
+        pretrain(_corpus_file(tmp_path), tmp_path / "typo", molecules=1000, epochs=1, data_root=tmp_path / "none",
+                 progress=False, test_sets=(), resume=True)
+    assert not (tmp_path / "typo").exists()
 
     from siggate.data.base import TaskInfo
     from siggate.train.modelprep import build_model

@@ -231,6 +231,9 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
     model_dir = out / "model"
     if not resume and (model_dir / "last.pt").exists():
         raise ConfigError(f"{out} holds a pretraining run; pass --resume to continue it, or another --out")
+    if resume and not (model_dir / "last.pt").exists() and not (out / "corpus" / "meta.json").exists():
+        raise ConfigError(f"--resume: {out} holds no pretraining to continue (no corpus, no checkpoint); check "
+                          "--out, or drop --resume to start one")
     # the config is refused before the corpus is built (minutes to hours), not after
     pretrain_config(config, out / "corpus" / "corpus.csv", ["descriptor"], epochs, seed, overrides)
     corpus = build_corpus(source, out / "corpus", molecules, seed, data_root, exclude_files, smiles_col, progress,
