@@ -368,6 +368,12 @@ def test_resume_of_an_older_run_that_recorded_val_weights_for_copies_of_one_kind
         cli._check_saved_members(tmp_path, ["gnn"], weights, argparse.Namespace(ensemble=2))
     with pytest.raises(cli.CLIError, match="the run was trained with --ensemble 2, not --ensemble 3; give them as it was trained"):
         cli._check_saved_members(tmp_path, ["gnn"], "equal", argparse.Namespace(ensemble=3))
+    # a run that weighed its members on val, resumed with --weights equal: the message names the flag that differs
+    (tmp_path / MEMBERS_RECORD).write_text(yaml.safe_dump({"_meta": {"members": {"kinds": ["gnn", "svr"], "ensemble": 2,
+                                                                                 "weights": "val"}}}))
+    with pytest.raises(cli.CLIError, match="trained with --members gnn,svr --ensemble 2 --weights val, not --members "
+                                           "gnn,svr --ensemble 2 --weights equal;"):
+        cli._check_saved_members(tmp_path, ["gnn", "svr"], "equal", argparse.Namespace(ensemble=2))
     (tmp_path / MEMBERS_RECORD).write_text(yaml.safe_dump({"_meta": {"members": {"kinds": ["gnn"], "weights": "mean"}}}))
     with pytest.raises(cli.CLIError, match=r"members.yaml records weights='mean': choose from 'equal', 'val'; restore"):
         cli._check_saved_members(tmp_path, ["gnn"], "equal", argparse.Namespace(ensemble=None))

@@ -261,12 +261,14 @@ def _member_choice(args, resume: Path | None) -> tuple[list[str], str]:
         raise CLIError(str(exc)) from None
 
 
-def _members_flags(members: dict) -> str:
-    """The flags that name the recorded ``members`` of a run (``rundir.saved_members``)."""
+def _members_flags(members: dict, weights: bool = False) -> str:
+    """The flags that name the recorded ``members`` of a run (``rundir.saved_members``);
+    ``--weights`` where it is not ``equal``, or always with ``weights`` (the flag that differs)."""
     kinds = list(members.get("kinds") or [])
     return " ".join(([f"--members {','.join(kinds)}"] if kinds != ["gnn"] else [])
                     + ([f"--ensemble {members['ensemble']}"] if "gnn" in kinds else [])
-                    + ([f"--weights {members['weights']}"] if members.get("weights", "equal") != "equal" else []))
+                    + ([f"--weights {members.get('weights', 'equal')}"]
+                       if weights or members.get("weights", "equal") != "equal" else []))
 
 
 def _saved_members(out: Path) -> dict | None:
@@ -292,8 +294,10 @@ def _check_saved_members(out: Path, kinds: list[str], weights: str, args) -> Non
         given["ensemble"] = saved.get("ensemble")  # --ensemble applies to GNN members only
     diffs = [k for k in ("kinds", "ensemble", "weights") if saved.get(k) != given[k]]
     if diffs:
-        raise CLIError(f"--resume {out}: the run was trained with {_members_flags(saved)}, not "
-                       f"{_members_flags(given)}; give them as it was trained, or start a new run with another --out")
+        named = "weights" in diffs
+        raise CLIError(f"--resume {out}: the run was trained with {_members_flags(saved, named)}, not "
+                       f"{_members_flags(given, named)}; give them as it was trained, or start a new run with another "
+                       "--out")
 
 
 def _no_run_to_resume(out: Path, ensemble: bool) -> str:
