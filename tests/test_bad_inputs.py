@@ -516,9 +516,12 @@ def test_on_nan_skip_skips_and_counts(tmp_path, capsys):
     assert math.isfinite(metrics["val"])
 
 
-def test_fault_in_a_later_epoch_keeps_the_last_good_checkpoint(tmp_path, capsys):
-    """Epoch 1 trains on clean data and writes last.pt; resumed on data that now holds a huge
-    target, epoch 2 stops with the epoch and step named and last.pt/best.pt untouched."""
+def test_fault_in_a_later_epoch_keeps_the_last_good_checkpoint(tmp_path, capsys, monkeypatch):
+    """Epoch 1 trains and writes last.pt; resumed with a loss that now overflows, epoch 2 stops
+    with the epoch and step named and last.pt/best.pt untouched. (Resuming on data edited since,
+    a huge target written in, is refused before any epoch: the run's record holds the file's hash.)"""
+    from siggate.train.losses import LOSSES
+
     data = tmp_path / "d.csv"
     _write_train_csv(data)
     out, cache = tmp_path / "run", tmp_path / "c"
@@ -526,7 +529,12 @@ def test_fault_in_a_later_epoch_keeps_the_last_good_checkpoint(tmp_path, capsys)
     rc, _, err = run_cli(common + ["--epochs", "1"], capsys)
     assert rc == 0, err
     last, best = (out / "last.pt").read_bytes(), (out / "best.pt").read_bytes()
+    clean = data.read_bytes()
     _write_train_csv(data, huge=1e38)
+    rc, _, err = run_cli(common + ["--epochs", "2", "--resume"], capsys)
+    assert rc == 2 and "changed since the run started" in err
+    data.write_bytes(clean)
+    monkeypatch.setitem(LOSSES, "mse", lambda pred, y: pred.sum() * 0.0 + float("inf"))
     rc, _, err = run_cli(common + ["--epochs", "2", "--resume"], capsys)
     assert rc == 2
     assert "non-finite loss (inf) at epoch 2, step " in err
