@@ -97,7 +97,7 @@ def test_external_csv_with_bad_and_unlabelled_rows(ensemble2, tmp_path, capsys, 
                             "--target-col", "logS"], capsys)
     assert rc == 0, err
     res = json.loads(out)
-    assert res["rows"] == {"rows": 14, "scored": 12, "invalid": 1, "unlabelled": 1, "malformed": 0}
+    assert res["rows"] == {"rows": 14, "scored": 12, "invalid": 1, "unlabelled": 1, "bad_label": 0, "malformed": 0}
     pred = np.array(_predict(run, smiles, tmp_path, capsys))
     want = float(np.mean(np.abs(pred - np.array(labels))))
     assert res["data"] == pytest.approx(want, rel=1e-4, abs=1e-5) and res["n"] == {"data": 12}
@@ -202,3 +202,63 @@ def test_refit_members_scores_on_their_own_rows_are_marked_in_sample(tmp_path, c
     assert res["val"] < json.loads((run / "metrics.json").read_text())["val"]  # in sample: lower
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--split", "test"], capsys)
     assert rc == 0 and "warnings" not in json.loads(out[:out.rindex("}") + 1])
+
+
+def test_external_labels_are_read_as_training_reads_them(ensemble2, tmp_path, capsys, caplog):
+    """evaluate --data read labels with pandas' to_numeric: 'inf' was scored (an infinite MAE),
+    '5 nM' and '0,55' became missing in silence. Labels are now read as training reads them:
+    a label that is no finite number is counted under ``bad_label`` and named, not scored; a
+    decimal comma is refused naming --decimal, and read with it."""
+    ens, _, _ = ensemble2
+    smiles = nci_smiles(80)[60:70]
+    labels = [0.1 * (i + 5) for i in range(len(smiles))]
+    ext = tmp_path / "ext.csv"
+    rows = [f"{s},{y}" for s, y in zip(smiles, labels)] + ["CCO,inf", "CCN,5 nM", "CCC,"]
+    ext.write_text("smiles,y\n" + "\n".join(rows) + "\n")
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(ext)], capsys)
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["rows"] == {"rows": 13, "scored": 10, "invalid": 0, "unlabelled": 1, "bad_label": 2, "malformed": 0}
+    pred = np.array(_predict(ens, smiles, tmp_path, capsys))
+    assert res["data"] == pytest.approx(float(np.mean(np.abs(pred - np.array(labels)))), rel=1e-4, abs=1e-5)
+    assert [r.getMessage() for r in caplog.records if "cannot be scored" in r.getMessage()] == [
+        f"--data {ext}: 2 row(s) have a label that cannot be scored (first: line 12, target column 'y': 'inf' is not "
+        "finite); they are not scored"]
+    comma = tmp_path / "comma.csv"
+    comma.write_text("smiles;y\n" + "".join(f"{s};{str(y).replace('.', ',')}\n" for s, y in zip(smiles, labels)))
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(comma)], capsys)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "written with a decimal comma" in err and "--decimal ," in err
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(comma), "--decimal", ","], capsys)
+    assert rc == 0, err
+    assert json.loads(out)["data"] == pytest.approx(res["data"], rel=1e-6)
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--decimal", ","], capsys)
+    assert rc == 2 and "--decimal reads the labels of --data FILE.csv; give --data too" in err
+    words = tmp_path / "words.csv"
+    words.write_text("smiles,y\nCCO,active\nCCN,n.d.\n")
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(words)], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "holds no numeric value" in err
+
+
+def test_units_warning_without_a_gnn_member(tmp_path, capsys):
+    """The warning that an external file's labels look like another property or other units read
+    the GNN's normalization only, so an svr run never gave it; the fingerprint members' training
+    statistics serve now."""
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
+                          "svr", "--out", str(run)], capsys)
+    assert rc == 0, err
+    rows = [r for r in _read(data) if r["split"] != "train"]
+    same, other = tmp_path / "same.csv", tmp_path / "other.csv"
+    same.write_text("smiles,y\n" + "".join(f"{r['smiles']},{r['y']}\n" for r in rows))
+    other.write_text("smiles,y\n" + "".join(f"{r['smiles']},{float(r['y']) * 1000}\n" for r in rows))
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(same)], capsys)
+    assert rc == 0 and "warnings" not in json.loads(out), err
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(other)], capsys)
+    assert rc == 0, err
+    train_y = np.array([float(r["y"]) for r in _read(data) if r["split"] != "test"])  # the svr refits on train+val
+    (warning,) = json.loads(out)["warnings"]
+    assert warning.endswith(f"are far from the training targets 'y' (mean {train_y.mean():.4g}, std "
+                            f"{train_y.std():.4g}): another property, or other units?")

@@ -482,6 +482,8 @@ def cmd_evaluate(args) -> int:
 
     if args.data is None and (args.target_col or args.smiles_col is not None):
         raise CLIError("--smiles-col/--target-col name the columns of --data FILE.csv; give --data too")
+    if args.data is None and args.decimal != ".":
+        raise CLIError("--decimal reads the labels of --data FILE.csv; give --data too")
     if args.data is not None and args.split is not None:
         raise CLIError(f"--split applies to the run's own data; --data {args.data} is scored whole (drop --split)")
     if args.output:
@@ -495,7 +497,8 @@ def cmd_evaluate(args) -> int:
     try:
         res = evaluate(args.checkpoint, split=args.split or "test", data=args.data, smiles_col=args.smiles_col,
                        target_cols=targets, allow_changed=args.allow_changed, data_root=args.data_root,
-                       cache_dir=args.cache_dir, device=device, progress=progress_enabled(args), parity=parity)
+                       cache_dir=args.cache_dir, device=device, progress=progress_enabled(args), parity=parity,
+                       decimal=args.decimal)
     except EvaluationError as exc:
         raise CLIError(str(exc)) from None
     except MetricUndefinedError as exc:
@@ -734,6 +737,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SMILES column of --data (default: the training run's SMILES column, else smiles)")
     p.add_argument("--target-col", default=None, metavar="COL[,COL...]",
                    help="label column(s) of --data, in the model's target order (default: the training targets' names)")
+    p.add_argument("--decimal", default=".", choices=[".", ","],
+                   help="decimal mark of the labels in --data: '.' (default) or ',' (-5,49)")
     p.add_argument("--allow-changed", action="store_true",
                    help="score the run's training CSV even if it changed since training (re-split; default: refuse)")
     p.add_argument("--output", default=None, metavar="FILE.json", help="also write the scores to this JSON file")

@@ -257,9 +257,10 @@ def closest_column(name: str, columns: Sequence[str]) -> str | None:
     return close[0] if close else None
 
 
-def _targets(path: Path, frame: pd.DataFrame, target_cols: list[str], task: str,
-             decimal: str = ".") -> tuple[np.ndarray, list[str | None]]:
-    """Parse target columns: float array [n, T] (NaN = missing) and a per-row error (or None).
+def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: str,
+                decimal: str = ".") -> tuple[np.ndarray, list[str | None]]:
+    """Parse target columns: float array [n, T] (NaN = missing) and a per-row error (or None), the
+    one reading of labels for training and for ``siggate evaluate --data``.
 
     Raises:
         DataError: numbers written with a decimal comma while ``decimal`` is ``"."``.
@@ -323,7 +324,7 @@ def row_issue(reason: str) -> str:
     return "invalid molecule"
 
 
-def _check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y: np.ndarray) -> None:
+def check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y: np.ndarray) -> None:
     """A target column in which no row holds a number is a wrong column, not bad rows."""
     for t, col in enumerate(target_cols):
         if np.isfinite(y[:, t]).any():
@@ -404,8 +405,8 @@ def build_csv(
     width = len(header)
     if frame.empty:
         raise DataError(f"{path}: the file has a header but no data rows; add one row per molecule")
-    y_all, errors = _targets(path, frame, target_cols, task, decimal)
-    _check_any_numeric(path, frame, target_cols, y_all)
+    y_all, errors = read_labels(path, frame, target_cols, task, decimal)
+    check_any_numeric(path, frame, target_cols, y_all)
     smiles_all = frame[smiles_col].astype(str).tolist()
     split_all = frame[split_col].astype(str).tolist() if split_col else None
 

@@ -152,16 +152,26 @@ def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
     return path
 
 
-def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo) -> tuple[list, dict]:
+def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo,
+                    decimal: str = ".") -> tuple[list, dict]:
     """Graphs of the labelled CSV ``path`` featurized as ``predictor``'s inputs (as ``siggate
     predict`` featurizes SMILES), each with its labels ``y [1, T]``, and ``{"rows", "scored",
-    "invalid", "unlabelled", "malformed"}`` counts (``malformed``: rows with more fields than the
-    header, not scored)."""
+    "invalid", "unlabelled", "bad_label", "malformed"}`` counts (``bad_label``: a label that is not a
+    number, not finite, or not 0/1 for a classifier, read as training reads labels,
+    :func:`~siggate.data.csvdata.read_labels` with ``decimal``; ``malformed``: rows with more fields
+    than the header). Neither is scored; both are reported."""
     import numpy as np
-    import pandas as pd
 
     from ..data.chem import InvalidSmiles
-    from ..data.csvdata import check_unique_columns, detect_sep, read_table, table_frame
+    from ..data.csvdata import (
+        MISSING_TARGET,
+        check_any_numeric,
+        check_unique_columns,
+        detect_sep,
+        read_labels,
+        read_table,
+        table_frame,
+    )
     from .predict import SmilesPredictor
 
     path = Path(path)
@@ -182,14 +192,20 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     if len(cols) != info.num_tasks:
         raise EvaluationError(f"--target-col: the model predicts {info.num_tasks} target(s) "
                               f"({', '.join(info.target_names)}), got {len(cols)} column(s)")
-    labels = table[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
+    labels, reasons = read_labels(path, table, cols, info.task, decimal)
+    check_any_numeric(path, table, cols, labels)
     featurizer = SmilesPredictor(predictor, domain=False)
     if ragged:  # their fields cannot be matched to the columns: counted, not scored
         log.warning("--data %s: %d rows have more fields than the header (first: line %d), so their fields cannot "
                     "be matched to the columns; they are not scored (quote fields that hold the delimiter)",
                     path, len(ragged), ragged[0] + 2)
-    graphs, invalid, unlabelled = [], 0, 0
     skip = set(ragged)
+    bad = [row for row, why in enumerate(reasons) if why and not why.startswith(MISSING_TARGET) and row not in skip]
+    if bad:
+        log.warning("--data %s: %d row(s) have a label that cannot be scored (first: line %d, %s); they are not "
+                    "scored", path, len(bad), bad[0] + 2, reasons[bad[0]])
+    graphs, invalid, unlabelled = [], 0, 0
+    skip |= set(bad)
     for row, (smiles, y) in enumerate(zip(table[smiles_col], labels)):
         if row in skip:
             continue
@@ -206,9 +222,10 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         graphs.append(g)
     if not graphs:
         raise DataError(f"--data {path}: no row with a valid SMILES and a label to score "
-                        f"({invalid} invalid SMILES, {unlabelled} without a label)")
+                        f"({invalid} invalid SMILES, {unlabelled} without a label, {len(bad)} with a label that is not "
+                        "a number to score)")
     return graphs, {"rows": len(table), "scored": len(graphs), "invalid": invalid, "unlabelled": unlabelled,
-                    "malformed": len(ragged)}
+                    "bad_label": len(bad), "malformed": len(ragged)}
 
 
 def _parity(path, data, info: TaskInfo, graphs: list, pred: torch.Tensor) -> Path:
@@ -224,7 +241,7 @@ def _parity(path, data, info: TaskInfo, graphs: list, pred: torch.Tensor) -> Pat
 
 def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None = None, target_cols=None,
              allow_changed: bool = False, data_root=None, cache_dir=None, device: str = "cpu",
-             progress: bool = False, parity: str | Path | None = None) -> dict:
+             progress: bool = False, parity: str | Path | None = None, decimal: str = ".") -> dict:
     """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or a folder of
     several members) on ``split`` (a split name or ``"all"``) of its own data, or on the labelled
     CSV ``data``: ``{"checkpoint", "dataset", "level", "metric", "members", <split>: metric, ...,
@@ -234,6 +251,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     ``"warnings"``, :func:`label_warnings`, when its labels look like another property).
     ``smiles_col`` and ``target_cols`` name the columns of ``data``; by default the training
     run's (``data.smiles_col``, else ``smiles``, and its target names).
+
+    ``decimal``: the decimal mark of ``data``'s labels, ``"."`` or ``","`` (as ``siggate train --decimal``).
 
     ``parity``: with ``data``, also draw the file's parity plot there (PNG, :mod:`~siggate.train.plots`;
     cliff compounds marked when the file has a cliff column) and name it in ``"parity_plot"``."""
@@ -249,7 +268,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     if data is not None:
         if smiles_col is None:
             smiles_col = trained_smiles_col(predictor)
-        graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info)
+        graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info, decimal)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
         pred = predictor.predict(graphs).mean
         _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, pred, None))
@@ -297,13 +316,17 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
 
 
 def _training_target_stats(predictor, info: TaskInfo) -> tuple:
-    """The training targets' mean and std ``[T]`` that ``predictor``'s first GNN member
-    normalised with (its ``target_mean_``/``target_std_``); mean 0 and std 1, which
-    :func:`label_warnings` reads as no statistics, when no member records them."""
+    """The training targets' mean and std ``[T]`` of ``predictor``'s first member that records them:
+    a GNN's normalization (``target_mean_``/``target_std_``), or a fingerprint member's per-target
+    models (``y_mean``/``y_std``, every target's); mean 0 and std 1, which :func:`label_warnings`
+    reads as no statistics, when none does."""
     from .members import members_of
 
     for member in members_of(predictor):
         mean, std = getattr(member, "target_mean_", None), getattr(member, "target_std_", None)
+        models = getattr(member, "models_", None) or []
+        if (mean is None or std is None) and models and all(hasattr(m, "y_std") for m in models):
+            mean, std = [float(m.y_mean) for m in models], [float(m.y_std) for m in models]
         if mean is not None and std is not None:
             return torch.as_tensor(mean).cpu(), torch.as_tensor(std).cpu()
     return torch.zeros(info.num_tasks), torch.ones(info.num_tasks)
