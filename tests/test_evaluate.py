@@ -185,15 +185,20 @@ def test_random_split_ensemble_is_evaluated_on_the_split_it_trained_on(tmp_path,
     assert json.loads(out)["test"] == pytest.approx(ens["test"], rel=1e-5)
 
 
+def _fingerprint_run(tmp_path: Path, capsys, members: str) -> tuple[Path, Path]:
+    """A run of fingerprint ``members`` on ``_write_train_csv``'s file: (the CSV, the run)."""
+    data, run = tmp_path / "d.csv", tmp_path / "run"
+    _write_train_csv(data)
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
+                          members, "--out", str(run)], capsys)
+    assert rc == 0, err
+    return data, run
+
+
 def test_refit_members_scores_on_their_own_rows_are_marked_in_sample(tmp_path, capsys):
     """svr and rf are refit on train+val, so evaluate --split val gave them val MAE far below
     metrics.json's without a word; the output now says which scores are in sample (test: none)."""
-    data = tmp_path / "d.csv"
-    _write_train_csv(data)
-    run = tmp_path / "run"
-    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
-                          "svr,rf", "--out", str(run)], capsys)
-    assert rc == 0, err
+    data, run = _fingerprint_run(tmp_path, capsys, "svr,rf")
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--split", "val"], capsys)
     assert rc == 0, err
     res = json.loads(out[:out.rindex("}") + 1])
@@ -244,12 +249,7 @@ def test_units_warning_without_a_gnn_member(tmp_path, capsys):
     """The warning that an external file's labels look like another property or other units read
     the GNN's normalization only, so an svr run never gave it; the fingerprint members' training
     statistics serve now."""
-    data = tmp_path / "d.csv"
-    _write_train_csv(data)
-    run = tmp_path / "run"
-    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
-                          "svr", "--out", str(run)], capsys)
-    assert rc == 0, err
+    data, run = _fingerprint_run(tmp_path, capsys, "svr")
     rows = [r for r in _read(data) if r["split"] != "train"]
     same, other = tmp_path / "same.csv", tmp_path / "other.csv"
     same.write_text("smiles,y\n" + "".join(f"{r['smiles']},{r['y']}\n" for r in rows))
