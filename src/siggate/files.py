@@ -147,6 +147,16 @@ def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
     return h.hexdigest()
 
 
+def source_changed(path: str | os.PathLike, recorded: str | None, when: str) -> str | None:
+    """Why the CSV at ``path`` is not the file a run recorded (``recorded``, its SHA-256 in
+    :func:`siggate.train.record.data_source`): ``"PATH changed since WHEN (sha256 A... then, B... now)"``; None when
+    it is the same, or nothing was recorded. The one check of ``--resume`` and ``siggate evaluate``."""
+    if not recorded:
+        return None
+    now = file_digest(path)
+    return None if now == recorded else f"{path} changed since {when} (sha256 {recorded[:16]}... then, {now[:16]}... now)"
+
+
 try:  # POSIX; elsewhere folders are not locked
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -245,6 +255,7 @@ class FolderLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
 
 
 def _holder(path: Path) -> str:

@@ -129,19 +129,17 @@ def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
     """The training CSV of a CSV run: the absolute path its record ``source`` holds
     (:func:`~siggate.train.record.data_source`, else the ``data`` config's path), checked against
     the SHA-256 recorded at training time."""
-    from ..data.cache import fingerprint_file
+    from ..files import source_changed
 
     source = source or {}
     path = Path(source.get("csv") or data.csv)
     if not path.is_file():
         raise EvaluationError(f"the training CSV {path} recorded in the run is not found; score a file with "
                               "--data FILE.csv (and --target-col if its columns are named differently)")
-    recorded = source.get("sha256")
-    if recorded:
-        now = fingerprint_file(path)
-        if now != recorded:
-            msg = (f"{path} changed since training: sha256 {recorded[:16]}... at training, {now[:16]}... now; "
-                   "its splits and scores would differ from the run's")
+    if source.get("sha256"):
+        changed = source_changed(path, source["sha256"], "training")
+        if changed:
+            msg = f"{changed}; its splits and scores would differ from the run's"
             if not allow_changed:
                 raise EvaluationError(msg + f". Score it as an external set with --data {path}, or pass "
                                       "--allow-changed to re-split and score the changed file")

@@ -184,15 +184,13 @@ def changed_since(path: str | Path, data) -> str | None:
     now): the file's SHA-256 differs from the one recorded when the run started (``_meta.source``,
     :func:`~siggate.train.record.data_source`); None when it is the same, or the run records none
     (saved before siggate recorded it)."""
-    from ..data.cache import fingerprint_file
+    from ..files import source_changed
 
     meta = (yaml.safe_load(Path(path).read_text()) or {}).get("_meta") or {}
-    recorded = (meta.get("source") or {}).get("sha256")
-    if data.name != "csv" or not recorded or not Path(data.csv).is_file():
+    if data.name != "csv" or not Path(data.csv).is_file():
         return None
-    now = fingerprint_file(data.csv)
-    return None if now == recorded else (f"{data.csv} changed since the run started (sha256 {recorded[:16]}... then, "
-                                         f"{now[:16]}... now), so the run would go on with other data")
+    why = source_changed(data.csv, (meta.get("source") or {}).get("sha256"), "the run started")
+    return why and f"{why}, so the run would go on with other data"
 
 
 def resume_differences(saved: dict, current: dict) -> list[str]:
