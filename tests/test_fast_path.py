@@ -258,6 +258,34 @@ def test_gps_layer_alone_builds_its_layout():
     assert torch.allclose(g1, g2, atol=1e-10)
 
 
+@pytest.mark.parametrize("impl", ["reference", "sdpa", "packed"])
+def test_full_attention_of_a_batch_in_any_node_order(impl):
+    """A batch vector not sorted by graph (nodes gathered by a sampler) gave full attention
+    across graphs' rows in every implementation, with no error: each layout assumed a graph's
+    rows contiguous. The output of a node now does not depend on the order of the rows, and equals
+    an independent per-graph softmax."""
+    sizes = [5, 1, 9, 3, 7]
+    b = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    perm = torch.randperm(b.numel(), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    layer = GPSLayer(16, 4, gate="elementwise", impl=impl, local="none").to(DT).eval()
+    x = torch.randn(b.numel(), 16, dtype=DT)
+    attn = layer.attn
+    with torch.no_grad():
+        (want, _), (got, _) = layer(x, None, None, b), layer(x[perm], None, None, b[perm])
+        out = attn.forward_nodes(x[perm], attn.make_layout(b[perm], None, impl=impl))
+        q, k, v, gate = (x @ attn.in_proj.weight.T + attn.in_proj.bias).split([16, 16, 16, 16], dim=1)
+        heads = torch.zeros_like(x)
+        for g in range(len(sizes)):
+            m = b == g
+            for h in range(4):
+                c = slice(4 * h, 4 * h + 4)
+                heads[m, c] = torch.softmax(q[m, c] @ k[m, c].T / 2.0, dim=-1) @ v[m, c]
+        ref = (heads * torch.sigmoid(gate)) @ attn.out_proj.weight.T + attn.out_proj.bias
+    assert torch.allclose(out, ref[perm], atol=1e-10)
+    assert torch.allclose(got, want[perm], atol=1e-10)
+
+
 def test_return_details_still_reads_the_padded_attention():
     torch.manual_seed(0)
     model = SigGateGT(1, dim=16, layers=2, heads=4, gate="headwise").to(DT).eval()

@@ -131,6 +131,9 @@ class PackedLayout:
             batch_size = int(b.max()) + 1 if b.size else 0
         counts = np.bincount(b, minlength=batch_size)
         ptr = np.concatenate([[0], np.cumsum(counts)])
+        # node ids in graph order: the rows themselves when the batch is sorted (PyG's Batch), else
+        # each graph's rows gathered in their order in the batch
+        rows = None if b.size < 2 or bool((b[1:] >= b[:-1]).all()) else np.argsort(b, kind="stable")
         order = np.argsort(counts, kind="stable")
         order = order[counts[order] > 0]
         sizes = counts[order]
@@ -141,6 +144,8 @@ class PackedLayout:
             n = int(msz[-1])
             ar = np.arange(n)
             ids = ptr[members][:, None] + ar[None, :]  # g, n
+            if rows is not None:
+                ids = rows[np.minimum(ids, b.size - 1)]  # padding slots are zeroed below
             if msz[0] == n:
                 valid.append(None)
             else:
@@ -322,6 +327,10 @@ class DenseIndex:
         ptr = torch.zeros(batch_size + 1, dtype=torch.long, device=batch.device)
         ptr[1:] = counts.cumsum(0)
         pos = torch.arange(batch.numel(), device=batch.device) - ptr[batch]
+        if batch.numel() > 1 and not bool((batch[1:] >= batch[:-1]).all()):  # a graph's rows not contiguous
+            order = torch.argsort(batch, stable=True)
+            pos = torch.empty_like(batch)
+            pos[order] = torch.arange(batch.numel(), device=batch.device) - ptr[batch[order]]
         flat = batch * max_nodes + pos
         mask = torch.zeros(batch_size * max_nodes, dtype=torch.bool, device=batch.device)
         mask[flat] = True
