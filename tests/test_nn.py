@@ -1,5 +1,6 @@
 """Attention, GPS layer and model: values against independent references and invariances."""
 
+import copy
 import math
 
 import pytest
@@ -543,3 +544,27 @@ def test_import_nn_loads_no_sklearn_or_ogb_graphproppred():
                          env={**os.environ, "PYTHONPATH": src})
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize("pe", ["rwse", "lappe"])
+def test_dense_model_runs_in_float64_as_in_float32(pe):
+    """``model.double()`` with dense node features crashed in every forward (the encoder cast
+    its input to float32, as did the stored positional encodings); the float64 model now
+    computes what the float32 one does, for inputs stored in either dtype."""
+    torch.manual_seed(0)
+    m32 = SigGateGT(1, dim=16, layers=2, heads=4, node_features="dense", num_node_features=6, num_edge_types=1, pe=pe,
+                    pe_steps=8 if pe == "rwse" else 4, pe_dim=4).float().eval()  # (the module's default is float64)
+    m64 = copy.deepcopy(m32).double()
+    graphs = []
+    for n, seed in ((9, 1), (3, 2)):
+        g = random_graph(n, seed)
+        g.x = torch.randn(n, 6, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
+        g.rwse, g.lap_vec, g.lap_val = g.rwse.float(), g.lap_vec.float(), g.lap_val.float()  # as datasets store them
+        del g.edge_attr
+        graphs.append(g)
+    b = Batch.from_data_list(graphs)
+    out32 = m32(b)
+    out64 = m64(b)
+    assert out64.dtype == torch.float64 and torch.allclose(out64.float(), out32, atol=1e-5)
+    b.x = b.x.double()
+    assert torch.equal(m64(b), out64)

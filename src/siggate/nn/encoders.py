@@ -49,7 +49,7 @@ class DenseEncoder(nn.Module):
         self.lin.reset_parameters()
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.lin(x.float())
+        return self.lin(x.to(self.lin.weight.dtype))  # stored features in the model's dtype (float64 too)
 
 
 class _EmbeddingSum(nn.Module):
@@ -129,7 +129,7 @@ class RWSEEncoder(nn.Module):
         self.lin.reset_parameters()
 
     def forward(self, data) -> Tensor:
-        return self.lin(self.norm(data.rwse))
+        return self.lin(self.norm(data.rwse.to(self.lin.weight.dtype)))
 
 
 class LapPEEncoder(nn.Module):
@@ -168,7 +168,7 @@ class LapPEEncoder(nn.Module):
                 mod.reset_parameters()
 
     def forward(self, data) -> Tensor:
-        vec, val = data.lap_vec, data.lap_val
+        vec, val = (t.to(self.lin_in.weight.dtype) for t in (data.lap_vec, data.lap_val))
         if self.training:
             batch = getattr(data, "batch", None)
             num_graphs = int(batch.max()) + 1 if batch is not None and batch.numel() else 1
