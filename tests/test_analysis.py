@@ -286,3 +286,25 @@ def test_report(tmp_path):
 
 def test_report_without_results_fails(tmp_path):
     assert main(["analyze", "report", str(tmp_path), "--out", str(tmp_path / "r.md")]) == 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["rank", "--config", "nci5k", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["rank", "--config", "nci5k", "--epochs", "-1"], "--epochs must be >= 0, got -1"),
+    (["entropy", "--config", "nci5k", "--epochs", "0"], "--epochs must be >= 1, got 0"),
+    (["entropy", "--config", "nci5k", "--set", "model.attn_type=performer"],
+     "only model.attn_type=full forms (performer never builds them); drop --set model.attn_type"),
+    (["smoothing", "--config", "nci5k", "--seeds", "0,x"], "--seeds: 'x' is not an integer"),
+    (["synthetic", "--dim", "10", "--heads", "3"], "--dim 10 must be divisible by --heads 3"),
+    (["synthetic", "--families", "er,foo"], "--families: unknown 'foo'; choose from er, cycle, regular"),
+    (["synthetic", "--draws", "0"], "--draws must be >= 1, got 0"),
+    (["synthetic", "--biases", "0,high"], "--biases: 'high' is not a number"),
+])
+def test_bad_analysis_arguments_are_one_line_refusals(argv, message, tmp_path, capsys):
+    """These ended in ValueError tracebacks (exit 1)."""
+    out = tmp_path / "an"
+    capsys.readouterr()
+    rc = main(["analyze", *argv, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert message in err and not out.exists()

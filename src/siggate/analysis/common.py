@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 import torch
 
 from ..config import Config, load_config
-from ..config_args import check_out_folder
+from ..config_args import CLIError, check_out_folder
 from ..files import atomic_write_bytes
 from ..options import progress_enabled
 from ..version import __version__
@@ -29,17 +29,40 @@ from ..version import __version__
 # --------------------------------------------------------------------------- CLI
 
 
-def start(args) -> tuple[Path, bool]:
-    """Apply ``--threads``; return the ``--out`` directory and whether progress bars are on."""
+#: the analyses' count flags (their argparse ``dest``) and the least value each takes
+COUNT_FLAGS = {"batch_size": 1, "draws": 1, "nodes": 2, "dim": 1, "heads": 1, "max_graphs": 1, "sweep_draws": 1,
+               "propagate": 0, "batches": 1, "reps": 1, "warmup": 0}
+
+
+def start(args, min_epochs: int | None = None) -> tuple[Path, bool]:
+    """Refuse a count flag below its least value (:data:`COUNT_FLAGS`; ``--epochs`` below
+    ``min_epochs``, when given) in one line; apply ``--threads``; return the ``--out``
+    directory and whether progress bars are on."""
+    least = {**COUNT_FLAGS, **({"epochs": min_epochs} if min_epochs is not None else {})}
+    for dest, low in least.items():
+        value = getattr(args, dest, None)
+        if value is not None and value < low:
+            raise CLIError(f"--{dest.replace('_', '-')} must be >= {low}, got {value}")
     check_out_folder(args.out, "the analysis")
     set_threads(args.threads)
     return Path(args.out), progress_enabled(args)
 
 
-def parse_list(text: str | Sequence, cast=str) -> list:
-    if isinstance(text, (list, tuple)):
-        return [cast(t) for t in text]
-    return [cast(t.strip()) for t in str(text).split(",") if t.strip()]
+def parse_list(text: str | Sequence, cast=str, flag: str = "", choices: Sequence | None = None) -> list:
+    """The comma-separated items of ``text`` (or the items of a sequence), each ``cast``; an item
+    that does not cast, or is not one of ``choices``, is refused naming ``flag``
+    (:class:`~siggate.config_args.CLIError`)."""
+    items = list(text) if isinstance(text, (list, tuple)) else [t.strip() for t in str(text).split(",") if t.strip()]
+    out = []
+    for item in items:
+        try:
+            value = cast(item)
+        except ValueError:
+            raise CLIError(f"{flag or 'a list'}: {item!r} is not {'an integer' if cast is int else 'a number'}") from None
+        if choices is not None and value not in choices:
+            raise CLIError(f"{flag or 'a list'}: unknown {item!r}; choose from {', '.join(map(str, choices))}")
+        out.append(value)
+    return out
 
 
 def config_from(args, extra: Iterable[str] = ()) -> Config:

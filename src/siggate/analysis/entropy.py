@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..config_args import CLIError
 from .common import (
     config_from,
     forward_details,
@@ -148,11 +149,12 @@ def plot(res: dict, path: Path) -> Path:
 
 
 def main(args) -> int:
-    out, progress = start(args)
-    if args.epochs is None or args.epochs < 1:
-        raise ValueError("--epochs must be >= 1")
+    out, progress = start(args, min_epochs=1)
     cfg = config_from(args)
-    gates, seeds = parse_list(args.gates), parse_list(args.seeds, int)
+    if cfg.model.attn_type != "full":
+        raise CLIError(f"attention entropy needs the attention probabilities, which only model.attn_type=full forms "
+                       f"({cfg.model.attn_type} never builds them); drop --set model.attn_type")
+    gates, seeds = parse_list(args.gates), parse_list(args.seeds, int, "--seeds")
     ds = load_dataset(cfg, args.max_graphs, progress)
     per_seed = {}
     for g in gates:

@@ -168,10 +168,10 @@ def plot(res: dict, path: Path) -> Path:
 
 
 def main(args) -> int:
-    out, progress = start(args)
+    out, progress = start(args, min_epochs=1)
     cfg = config_from(args)
-    lrs = sorted(parse_list(args.lrs, float))
-    gates, seeds = parse_list(args.gates), parse_list(args.seeds, int)
+    lrs = sorted(parse_list(args.lrs, float, "--lrs"))
+    gates, seeds = parse_list(args.gates), parse_list(args.seeds, int, "--seeds")
     ds = load_dataset(cfg, args.max_graphs, progress)
     todo = {(lr, g, s): (variant(cfg, epochs=args.epochs, train__lr=lr, model__gate=g, train__seed=s,
                                  train__on_nan="skip"), out / "runs" / f"lr{lr:g}-{g}-s{s}")

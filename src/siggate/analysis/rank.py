@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..config_args import CLIError
 from .common import (
     batches,
     config_from,
@@ -87,7 +88,7 @@ def obtain_models(args, cfg, ds, out: Path, progress: bool):
         st = ckpt.get("state", {})
         return [(ckpt["config"]["train"]["seed"], model,
                  f"checkpoint {args.checkpoint} (after epoch {st.get('epoch')}, best epoch {st.get('best_epoch', -1) + 1})")]
-    seeds = parse_list(args.seeds, int)
+    seeds = parse_list(args.seeds, int, "--seeds")
     if args.epochs == 0:
         return [(seed, build_model(cfg.model, ds.info, seed, ds.train),
                  f"untrained (initialisation of seed {seed})") for seed in seeds]
@@ -130,9 +131,7 @@ def plot(res: dict, path: Path) -> Path:
 
 
 def main(args) -> int:
-    out, progress = start(args)
-    if args.epochs is not None and args.epochs < 0:
-        raise ValueError("--epochs must be >= 0")
+    out, progress = start(args, min_epochs=0)
     if args.checkpoint:
         from ..config import from_dict
         from ..train.checkpoint import load_checkpoint
@@ -146,7 +145,7 @@ def main(args) -> int:
         cfg = config_from(args)
     ds = load_dataset(cfg, args.max_graphs, progress)
     if args.split not in ds.splits:
-        raise ValueError(f"unknown split {args.split!r}; available: {', '.join(ds.splits)}")
+        raise CLIError(f"--split: unknown split {args.split!r}; available: {', '.join(ds.splits)}")
     models = obtain_models(args, cfg, ds, out, progress)
     per_seed = {}
     for seed, model, source in models:

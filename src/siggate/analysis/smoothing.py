@@ -185,9 +185,9 @@ def plot(res: dict, path: Path) -> Path:
 
 
 def main(args) -> int:
-    out, progress = start(args)
+    out, progress = start(args, min_epochs=0)
     cfg = config_from(args)
-    depths, gates, seeds = parse_list(args.depths, int), parse_list(args.gates), parse_list(args.seeds, int)
+    depths, gates, seeds = parse_list(args.depths, int, "--depths"), parse_list(args.gates), parse_list(args.seeds, int, "--seeds")
     ds = load_dataset(cfg, args.max_graphs, progress)
     per_seed, sources = {}, {}
     keys = {(L, g, s): f"L{L}-{g}-s{s}" for L in depths for g in gates for s in seeds}

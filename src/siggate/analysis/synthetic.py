@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..config_args import CLIError
 from .common import fmt, meta, parse_list, start, table, write_outputs
 from .metrics import stable_rank_batched
 from .plots import color, save, subplots
@@ -427,12 +428,16 @@ def plot(res: dict, path: Path) -> Path:
 
 
 def main(args) -> int:
+    if args.dim % args.heads:
+        raise CLIError(f"--dim {args.dim} must be divisible by --heads {args.heads}")
+    lists = dict(families=parse_list(args.families or FAMILIES, flag="--families", choices=FAMILIES),
+                 modes=parse_list(args.attention or ATTENTION_MODES, flag="--attention", choices=ATTENTION_MODES),
+                 gates=parse_list(args.gates or GATES, flag="--gates", choices=GATES),
+                 biases=parse_list(args.biases, float, "--biases"), noises=parse_list(args.noises, float, "--noises"))
     out, progress = start(args)
     res = run_synthetic(
         draws=args.draws, nodes=args.nodes, dim=args.dim, heads=args.heads, noise=args.noise,
-        propagate_steps=args.propagate, families=parse_list(args.families or FAMILIES),
-        modes=parse_list(args.attention or ATTENTION_MODES), gates=parse_list(args.gates or GATES), seed=args.seed,
-        biases=parse_list(args.biases, float), noises=parse_list(args.noises, float),
+        propagate_steps=args.propagate, seed=args.seed, **lists,
         sweep_draws=args.sweep_draws, progress=progress,
     )
     res["meta"] = meta(args)
