@@ -21,6 +21,7 @@ import fixtures_data as fx
 from siggate.analysis import compare_mad
 from siggate.analysis.smoothing import representation_stats
 from siggate.cli import main
+from siggate.train.compare import with_mad_section
 from test_engine import _float32, subprocess_env  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,8 +197,42 @@ def test_summarize_pairs_the_seeds_both_arms_finished():
 def test_the_markdown_section_is_replaced_not_repeated():
     first = compare_mad.MD_START + "\nold\n" + compare_mad.MD_END + "\n"
     doc = "# results\n\ntable\n"
-    once = compare_mad.with_section(doc, first)
+    once = with_mad_section(doc, first)
     assert once == doc + "\n" + first
     new = compare_mad.MD_START + "\nnew\n" + compare_mad.MD_END + "\n"
-    twice = compare_mad.with_section(once + "after\n", new)
+    twice = with_mad_section(once + "after\n", new)
     assert twice == doc + "\n" + new + "after\n"
+
+
+def test_aggregate_only_keeps_the_comparison_and_its_mad(campaign, tmp_path, capsys):
+    """`siggate compare --out DIR --aggregate-only`, as the README shows it, rebuilt the comparison
+    from the flags' defaults (nci5k, none,elementwise, seeds 0-4): every run a conflict, results.json
+    rewritten with n=0, and any re-aggregation dropped the MAD block. The flags not given now come
+    from DIR's results.json; flags of another comparison are refused before anything is written;
+    the MAD block stays while it measured the runs finished now, and is dropped by name otherwise."""
+    folder = tmp_path / "cmp"
+    shutil.copytree(campaign["out"], folder)
+    assert main(["analyze", "mad", str(folder), "--threads", "1", "--no-progress"]) == 0
+    before = json.loads((folder / "results.json").read_text())
+    capsys.readouterr()
+    assert main(["compare", "--out", str(folder), "--aggregate-only", "--no-progress"]) == 0
+    after = json.loads((folder / "results.json").read_text())
+    assert after["gates"] == before["gates"] and after["seeds"] == before["seeds"] == [0, 1]
+    assert after["per_seed"] == before["per_seed"] and after["n"] == {"none": 2, "elementwise": 2}
+    assert after["mad"] == before["mad"]
+    md = (folder / "results.md").read_text()
+    assert md.count(compare_mad.MD_START) == 1 and "## Last-layer diversity (MAD) at the best epoch" in md
+    kept = (folder / "results.json").read_text()
+    capsys.readouterr()
+    assert main(["compare", "--out", str(folder), "--aggregate-only", "--config", "nci5k", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "describe another comparison" in err and "siggate compare" in err
+    assert (folder / "results.json").read_text() == kept
+    (folder / "runs" / "elementwise" / "seed1" / "metrics.json").unlink()  # one run no longer finished
+    assert main(["compare", "--out", str(folder), "--aggregate-only", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    res = json.loads((folder / "results.json").read_text())
+    assert res["n"] == {"none": 2, "elementwise": 1} and "mad" not in res
+    assert compare_mad.MD_START not in (folder / "results.md").read_text()
+    assert "the MAD block of the earlier results measured 4 run(s), and 3 are finished now" in out
+    assert f"run 'siggate analyze mad {folder}' again" in out

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import numpy as np
 from ..config_args import CLIError
 from ..files import atomic_write_bytes
 from ..options import progress_enabled
+from ..train.compare import MAD_END, MAD_START, run_folder, with_mad_section
 from .common import finite, fmt, load_dataset, meta, set_threads, write_json
 from .smoothing import DEFINITIONS, gain_tests, representation_stats
 
@@ -36,7 +36,7 @@ from .smoothing import DEFINITIONS, gain_tests, representation_stats
 VAL_RTOL = 1e-4
 
 #: the markers of the MAD section of ``results.md`` (replaced on every run)
-MD_START, MD_END = "<!-- mad:start -->", "<!-- mad:end -->"
+MD_START, MD_END = MAD_START, MAD_END
 
 DEFINITION = (DEFINITIONS["mad"] + ". Measured on the node representations after the last GPS layer (the last "
               "entry of the smoothing analysis's per-layer list), with the weights of best.pt (the epoch of best "
@@ -152,14 +152,6 @@ def render_markdown(block: dict) -> str:
     return "\n".join(lines + [MD_END, ""])
 
 
-def with_section(markdown: str, section: str) -> str:
-    """``markdown`` with its MAD section replaced by ``section`` (appended when it has none)."""
-    pattern = re.compile(re.escape(MD_START) + ".*?" + re.escape(MD_END) + r"\n?", re.S)
-    if pattern.search(markdown):
-        return pattern.sub(lambda _: section, markdown, count=1)
-    return markdown.rstrip("\n") + "\n\n" + section
-
-
 def add_mad(folder: Path, batch_size: int = 64, command: str | None = None, progress: bool = False) -> dict:
     """Measure every run of the comparison ``folder`` (:func:`measure_run`) and write the
     :func:`summarize` block into its ``results.json`` (key ``"mad"``, with ``command``, the
@@ -170,8 +162,6 @@ def add_mad(folder: Path, batch_size: int = 64, command: str | None = None, prog
         CLIError: no ``results.json``, a run without ``best.pt``, or a model that does not
             score what its run recorded (nothing is written).
     """
-    from ..train.compare import run_folder
-
     folder = Path(folder)
     path = folder / "results.json"
     if not path.is_file():
@@ -194,7 +184,7 @@ def add_mad(folder: Path, batch_size: int = 64, command: str | None = None, prog
     res["mad"] = block
     write_json(res, path)
     md = folder / "results.md"
-    atomic_write_bytes(md, with_section(md.read_text() if md.is_file() else "", render_markdown(block)).encode())
+    atomic_write_bytes(md, with_mad_section(md.read_text() if md.is_file() else "", render_markdown(block)).encode())
     return block
 
 

@@ -470,8 +470,70 @@ def _print_summary(res: dict) -> None:
         print(f"  note: {w}")
 
 
+#: what ``siggate compare`` assumes of a flag that defines the comparison when it is not given
+#: (with ``--aggregate-only``, the comparison already in ``--out`` gives it first, :func:`_defaults`)
+DEFINING = {"config": None, "seeds": "0-4", "gates": "none,elementwise", "overrides": [], "epochs": None,
+            "budget": None, "data_root": None, "cache_dir": None}
+#: the MAD section that ``siggate analyze mad`` (:mod:`siggate.analysis.compare_mad`) adds to ``results.md``
+MAD_START, MAD_END = "<!-- mad:start -->", "<!-- mad:end -->"
+_MAD_SECTION = re.compile(re.escape(MAD_START) + ".*?" + re.escape(MAD_END) + r"\n?", re.S)
+
+
+def with_mad_section(markdown: str, section: str) -> str:
+    """``markdown`` with its MAD section replaced by ``section`` (appended when it has none)."""
+    if _MAD_SECTION.search(markdown):
+        return _MAD_SECTION.sub(lambda _: section, markdown, count=1)
+    return markdown.rstrip("\n") + "\n\n" + section
+
+
+def _stored(out: Path) -> tuple[dict, argparse.Namespace | None]:
+    """The results of the comparison already in ``out`` and its flags (parsed from the
+    ``command`` it records); ``({}, None)`` when there is none."""
+    path = out / "results.json"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}, None
+    parser = argparse.ArgumentParser(add_help=False)
+    register(parser.add_subparsers())
+    try:
+        return old, parser.parse_args(shlex.split(old["command"])[1:])
+    except (KeyError, TypeError, ValueError, SystemExit):
+        return old, None
+
+
+def _defaults(args, stored: argparse.Namespace | None) -> None:
+    """Fill each flag of :data:`DEFINING` not given: from ``stored`` (the comparison in
+    ``--out``, for ``--aggregate-only``), else its default."""
+    for name, default in DEFINING.items():
+        if getattr(args, name, None) in (None, []):
+            setattr(args, name, getattr(stored, name) if stored is not None else default)
+
+
+def _carry_mad(old: dict, res: dict, old_md: str, out: Path) -> str:
+    """Keep the MAD block of the results being replaced (``old``, and its section of ``old_md``)
+    when it measured exactly the runs finished now, with the same validation scores: put it into
+    ``res`` and return the section. Otherwise say on stdout that it was dropped; return ``""``."""
+    mad = old.get("mad")
+    if not mad:
+        return ""
+    measured = {(lab, str(s)): v for lab, d in (mad.get("val") or {}).items() for s, v in d.items()}
+    finished = {(lab, str(s)): v for lab, d in res["per_seed_val"].items() for s, v in d.items()}
+    found = _MAD_SECTION.search(old_md)
+    if measured == finished and found:
+        res["mad"] = mad
+        return found.group(0)
+    print(f"siggate compare: the MAD block of the earlier results measured {len(measured)} run(s), and "
+          f"{len(finished)} are finished now with other scores or runs; it was dropped: run 'siggate analyze mad "
+          f"{shlex.quote(str(out))}' again", flush=True)
+    return ""
+
+
 def compare(args) -> int:
     """Run the comparison described by the parsed ``siggate compare`` arguments."""
+    aggregate_only = getattr(args, "aggregate_only", False)
+    old, stored = _stored(Path(args.out))
+    _defaults(args, stored if aggregate_only else None)
     try:
         seeds, specs = parse_seeds(args.seeds), parse_gates(args.gates)
     except ValueError as exc:
@@ -495,7 +557,13 @@ def compare(args) -> int:
     print(f"siggate compare: {len(specs)} gate(s) x {len(seeds)} seed(s) = {len(pairs)} runs "
           f"({n_done} already done, {n_resume} to resume), {args.jobs} at a time, {threads} thread(s) each -> {out}",
           flush=True)
-    if getattr(args, "aggregate_only", False):
+    if aggregate_only:
+        conflict = next((p for p in pairs if p.state == "conflict"), None)
+        if conflict is not None:  # nothing of it would count: the comparison in OUT is not these flags'
+            recorded = f" (it records: {old['command']})" if old.get("command") else ""
+            raise CompareError(f"--aggregate-only: {conflict.error.split('; delete it')[0]}: these flags describe "
+                               f"another comparison than the one in {out}{recorded}; give its flags, or none of "
+                               "--config/--gates/--seeds/--set/--epochs/--budget to take them from its results.json")
         print("siggate compare: --aggregate-only: nothing is trained; unfinished runs are listed as missing",
               flush=True)
     else:
@@ -521,8 +589,10 @@ def compare(args) -> int:
 
     res["siggate_version"], res["git_commit"] = __version__, git_commit()
     out.mkdir(parents=True, exist_ok=True)
+    md = out / "results.md"
+    section = _carry_mad(old, res, md.read_text() if md.is_file() else "", out)
     (out / "results.json").write_text(json.dumps(_jsonable(res), indent=2, allow_nan=False) + "\n")
-    (out / "results.md").write_text(render_markdown(res))
+    md.write_text(with_mad_section(render_markdown(res), section) if section else render_markdown(res))
     if any(res["val_curves"][lab] for lab in res["gates"]):
         plot_val_curves(res, out / "val_curves.png")
     _print_summary(res)
@@ -556,8 +626,8 @@ def register(subparsers) -> None:
         allow_abbrev=False)  # '--data x.csv' must not be read as '--data-root x.csv'
 
     p.add_argument("--config", default=None, help="built-in config name or YAML path (default: nci5k)")
-    p.add_argument("--seeds", default="0-4", help="seeds, e.g. 0-9 or 0,2,5 (default: 0-4)")
-    p.add_argument("--gates", default="none,elementwise",
+    p.add_argument("--seeds", default=None, help="seeds, e.g. 0-9 or 0,2,5 (default: 0-4)")
+    p.add_argument("--gates", default=None,
                    help="comma-separated gates, baseline first; a position may follow @, e.g. "
                         "none,elementwise,headwise,elementwise@value (default: none,elementwise)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -576,5 +646,6 @@ def register(subparsers) -> None:
     add_progress_flag(p)
     p.add_argument("--aggregate-only", action="store_true",
                    help="train nothing: write results from the runs already finished (a snapshot of a "
-                        "comparison still under way; the others are listed as missing)")
+                        "comparison still under way; the others are listed as missing). The flags that define "
+                        "the comparison default to those recorded in OUT/results.json")
     p.set_defaults(func=_cmd)
