@@ -470,6 +470,22 @@ def test_input_columns_come_through_in_order_and_a_label_column_gets_pred(ckpt, 
     assert peers.prediction_column(src, rows) == "y_pred"
 
 
+def test_an_earlier_predictions_file_read_back_gets_no_second_error_column(ckpt, tmp_path, capsys):
+    """A file holding predict's own columns (its output fed back in) got a second 'error'
+    column, which spreadsheets and csv.DictReader read as one; the new one is error_pred."""
+    src = tmp_path / "in.csv"
+    src.write_text("smiles,y,error,error_pred\nCCO,0.5,old,older\nnot_a_smiles,,,\n")
+    out = tmp_path / "out.csv"
+    rc, _, _ = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(src), "--output", str(out)], capsys)
+    assert rc == 1
+    with open(out, newline="") as fh:
+        header, *rows = list(csv.reader(fh))
+    assert header == ["smiles", "y", "error", "error_pred", "y_pred", "nearest_train_similarity", "outside_domain",
+                      "error_pred_pred"]
+    assert [r[2:4] for r in rows] == [["old", "older"], ["", ""]]
+    assert rows[0][-1] == "" and rows[1][-1].startswith("SMILES parse error")
+
+
 def test_ensemble_columns_are_named_after_the_targets(predictor):
     ens = copy.copy(predictor)
     ens.ensemble = True

@@ -650,7 +650,8 @@ def predict_to_csv(predictor: SmilesPredictor, chunks: InputRows | Iterable[list
     """Write predictions as CSV to ``output`` (or stdout), chunk by chunk: the input's columns
     in their order (``chunks`` from :func:`read_input`; chunks of SMILES strings give one
     ``smiles`` column), the prediction columns (:meth:`SmilesPredictor.output_columns`), then
-    ``error``. Returns ``(rows, failed_rows)``.
+    ``error`` (``error_pred`` beside an input's own ``error``, :func:`~.rundir.error_column`).
+    Returns ``(rows, failed_rows)``.
 
     A file is written to a temporary name next to ``output`` and renamed when every chunk
     is done, so a run that stops (a corrupt input, Ctrl-C) never leaves a partial file that
@@ -663,7 +664,9 @@ def predict_to_csv(predictor: SmilesPredictor, chunks: InputRows | Iterable[list
     legacy: list[tuple[int, str]] = []  # (row, column) of text fields read as Windows-1252
     with csv_output(output) as out_fh:
         w = csv.writer(out_fh, lineterminator="\r\n")
-        w.writerow([*columns, *predictor.output_columns(columns), "error"])
+        from .rundir import error_column
+
+        w.writerow([*columns, *predictor.output_columns(columns), error_column(columns)])
         for recs in chunks:
             rows = predictor.predict_rows([rec[at] if not getattr(rec, "error", "") else "" for rec in recs])
             for k, (rec, r) in enumerate(zip(recs, rows)):

@@ -231,11 +231,21 @@ def prediction_columns(targets: list[str], before: list[str], ensemble: bool = F
     each per-target ``suffixes`` (``predict --coverage``'s ``_lower``/``_upper`` or ``_set``);
     then the columns ``after`` (the domain columns), ``<column>_pred`` where taken. No output has
     two columns of one name."""
-    taken = set(before) | {"error"}
+    taken = set(before) | {error_column(before)}
     suffixes = (["_uncertainty"] if ensemble else []) + list(suffixes)
     names = [f"{n}_pred" if n in taken or any(f"{n}{x}" in taken for x in suffixes) else n for n in targets]
     cols = names + [f"{n}{x}" for x in suffixes for n in names]
     return cols + [f"{c}_pred" if c in taken else c for c in after]
+
+
+def error_column(before: list[str]) -> str:
+    """The name of ``siggate predict``'s per-row error column after the columns ``before``:
+    ``error``, or ``error_pred`` where the input already has an ``error`` column (e.g. an earlier
+    prediction read back; ``_pred`` again while the name is taken), :func:`prediction_columns`' rule."""
+    name = "error"
+    while name in before:
+        name += "_pred"
+    return name
 
 
 def write_test_predictions(path: str | Path, rows: list[int], smiles: list[str], names: list[str],
