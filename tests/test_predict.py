@@ -291,7 +291,7 @@ def test_read_smiles_smi_with_header_and_names(tmp_path):
 def test_read_smiles_gzip_and_stdin(tmp_path, monkeypatch):
     import io
 
-    from siggate.train.predict import read_smiles
+    from siggate.train.predict import read_input, read_smiles
 
     p = tmp_path / "in.csv.gz"
     with gzip.open(p, "wt") as fh:
@@ -303,6 +303,30 @@ def test_read_smiles_gzip_and_stdin(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sys, "stdin", FakeStdin())
     assert list(read_smiles("-")) == [["CCO", "CCC"]]
+
+    class GzipStdin:  # `siggate predict --input - < in.smi.gz` was read as garbage rows
+        buffer = io.BufferedReader(io.BytesIO(gzip.compress(b"CCO ethanol\nCCC\n")))
+
+    monkeypatch.setattr(sys, "stdin", GzipStdin())
+    rows = read_input("-")
+    assert rows.columns == ["smiles", "name"] and list(rows) == [[["CCO", "ethanol"], ["CCC", ""]]]
+
+
+def test_a_smi_files_names_come_through(tmp_path):
+    """A .smi file's names (the rest of each line, Daylight's layout) were dropped from the output;
+    they are its ``name`` column now, streamed in chunks as before. A file without names keeps its
+    one column."""
+    from siggate.train.predict import read_input
+
+    p = tmp_path / "in.smi"
+    p.write_text("SMILES Name\nCCO ethanol\n\n  c1ccccc1\tbenzene ring \nCCN\n")
+    rows = read_input(p, chunk=2)
+    assert rows.columns == ["smiles", "name"]
+    assert list(rows) == [[["CCO", "ethanol"], ["c1ccccc1", "benzene ring"]], [["CCN", ""]]]
+    q = tmp_path / "plain.smi"
+    q.write_text("CCO\nCCN\nCCC\n")
+    rows = read_input(q, chunk=2)
+    assert rows.columns == ["smiles"] and list(rows) == [[["CCO"], ["CCN"]], [["CCC"]]]
 
 
 def test_predict_cli_exit_codes_and_one_row_per_input(ckpt, tmp_path, capsys):

@@ -49,6 +49,7 @@ import contextlib
 import csv
 import gzip
 import io
+import itertools
 import logging
 import re
 import sys
@@ -413,7 +414,11 @@ def _open_text(path: Path):
     BOM; undecodable bytes are kept as surrogates so the row can name them."""
     kw = dict(encoding="utf-8-sig", errors="surrogateescape", newline="")
     if str(path) == "-":
-        return io.TextIOWrapper(sys.stdin.buffer, **kw), None
+        raw = sys.stdin.buffer
+        peek = getattr(raw, "peek", None)
+        if peek is not None and peek(2)[:2] == b"\x1f\x8b":  # gzip on stdin (zcat-less pipes), read as a .gz file
+            raw = gzip.GzipFile(fileobj=raw, mode="rb")
+        return io.TextIOWrapper(raw, **kw), None
     if not path.exists():
         raise InputError(f"input file not found: {path}")
     if path.is_dir():
@@ -449,8 +454,9 @@ def _delimiter_hint(header_line: str, delim: str) -> str:
 
 class InputRows:
     """The rows of an input file, streamed: ``columns`` (the file's header; ``["smiles"]`` for a
-    ``.smi``/text file), ``smiles_index`` (the SMILES column's position) and ``chunks``, an
-    iterator of lists of records (each a list of ``len(columns)`` strings)."""
+    ``.smi``/text file, ``["smiles", "name"]`` when it names molecules), ``smiles_index`` (the
+    SMILES column's position) and ``chunks``, an iterator of lists of records (each a list of
+    ``len(columns)`` strings)."""
 
     def __init__(self, columns: list[str], smiles_index: int, chunks: Iterator[list[list[str]]]) -> None:
         self.columns, self.smiles_index, self.chunks = columns, smiles_index, chunks
@@ -461,7 +467,8 @@ class InputRows:
 
 def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) -> InputRows:
     """Stream the rows of a CSV (with a ``smiles_col`` header; every column is kept) or a
-    ``.smi``/text file (first whitespace-separated token of each line, as column ``smiles``),
+    ``.smi``/text file (first whitespace-separated token of each line, as column ``smiles``; the
+    rest of the line as column ``name`` when the first ``chunk`` lines name any molecule),
     ``chunk`` rows at a time.
 
     The file is opened and its header checked when this is called, so a missing file or
@@ -509,7 +516,14 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) 
             )
         return InputRows(header, header.index(smiles_col), _csv_rows(fh, path, header.index(smiles_col), len(header),
                                                                      delim, chunk, consumed))
-    return InputRows(["smiles"], 0, _smi_rows(fh, path, first, smiles_col, chunk))
+    records = _smi_records(fh, path, first, smiles_col)
+    try:
+        head = list(itertools.islice(records, chunk))
+    except BaseException:
+        records.close()
+        raise
+    named = any(name for _, name in head)  # a name column when the first chunk's lines have names
+    return InputRows(["smiles", "name"] if named else ["smiles"], 0, _chunks(head, records, chunk, 2 if named else 1))
 
 
 def read_smiles(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) -> Iterator[list[str]]:
@@ -581,27 +595,35 @@ class _Record(list):
     error = ""
 
 
-def _smi_rows(fh, path: Path, first: str, smiles_col: str, chunk: int) -> Iterator[list[list[str]]]:
+def _smi_records(fh, path: Path, first: str, smiles_col: str) -> Iterator[list[str]]:
+    """``[smiles, name]`` of each non-blank line of a .smi/text file (Daylight's layout: the
+    SMILES, whitespace, then the rest of the line as the molecule's name, ``""`` where none),
+    ``first`` its first line (skipped when it is a header naming ``smiles_col``). Closes ``fh``."""
     try:
-        parts = first.split()
-        buf: list[list[str]] = []
+        parts = first.split(maxsplit=1)
         if not (parts and parts[0].lower() == smiles_col.lower()):  # else: a header line
-            buf.append([parts[0]])
+            yield [parts[0], parts[1].strip() if len(parts) > 1 else ""]
         try:
             for line in fh:
-                parts = line.split()
-                if not parts:
-                    continue
-                buf.append([parts[0]])
-                if len(buf) >= chunk:
-                    yield buf
-                    buf = []
+                parts = line.split(maxsplit=1)
+                if parts:
+                    yield [parts[0], parts[1].strip() if len(parts) > 1 else ""]
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
-        if buf:
-            yield buf
     finally:
         fh.close()
+
+
+def _chunks(head: list[list[str]], records: Iterator[list[str]], chunk: int, width: int) -> Iterator[list[list[str]]]:
+    """``head`` and then the rest of ``records`` in lists of ``chunk``, each record cut to ``width``."""
+    buf = [r[:width] for r in head]
+    for rec in records:
+        if len(buf) >= chunk:
+            yield buf
+            buf = []
+        buf.append(rec[:width])
+    if buf:
+        yield buf
 
 
 # -------------------------------------------------------------------------- output
