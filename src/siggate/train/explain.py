@@ -18,7 +18,8 @@ members' weighted sum) is written to ``OUT``:
 * ``mol<row>.svg`` and ``mol<row>.png`` (``mol<row>_<target>.*`` for several targets): the
   molecule drawn with RDKit, every atom coloured by its contribution (red raises the
   prediction, blue lowers it; full colour at the molecule's largest absolute contribution), a
-  colour bar with that scale, and the prediction and baseline in the legend.
+  colour bar with that scale, and the prediction and baseline in the legend. Pictures of an
+  earlier explanation in ``OUT`` are removed first, so every picture there is of this one.
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ def draw_contributions(mol, values, legend: str, caption: str, png: bool = False
     return text.replace("<!-- END OF HEADER -->", "<!-- END OF HEADER -->\n" + desc, 1)
 
 
+#: the file names of the pictures (:func:`_stem`, then .svg or .png)
+_PICTURE = re.compile(r"mol\d+(_[A-Za-z0-9_.-]+)?\.(svg|png)")
+
+
 def _stem(row: int, target: str, several: bool) -> str:
     return f"mol{row}" + (f"_{re.sub(r'[^A-Za-z0-9_.-]+', '_', target)}" if several else "")
 
@@ -109,6 +114,9 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     what = "P({})" if info.task in ("binary", "multilabel") else "{}"
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    for old in out.iterdir():  # an earlier explanation's pictures: none is left beside this one's
+        if old.is_file() and _PICTURE.fullmatch(old.name):
+            old.unlink()
     mol_cols = ["row", "smiles", *[c for n in names for c in (n, f"{n}_baseline", f"{n}_atoms_sum")], "pictures", "error"]
     n = bad = 0
     with csv_output(out / "molecules.csv") as mol_fh, csv_output(out / "atoms.csv") as atom_fh:
