@@ -234,6 +234,18 @@ def test_conflicting_duplicates_are_kept_with_a_warning(tmp_path, caplog):
     assert "spread up to 5, median 4" in warning[0] and "--duplicates average" in warning[0]
 
 
+def test_a_class_labels_duplicates_warning_offers_only_what_is_allowed(tmp_path, caplog):
+    """For a binary task the warning suggested --duplicates average, which is refused there."""
+    caplog.set_level("WARNING", logger="siggate.data.csvdata")
+    path = tmp_path / "b.csv"
+    labels = [0, 1, 0, 1, 0, 1, 1, 1, 0]  # row 6 (ethanol again) conflicts with row 0
+    path.write_text("smiles,y\n" + "".join(f"{s},{c}\n" for (s, _), c in zip(DUP_ROWS, labels)))
+    load_csv(path, "smiles", ["y"], "binary", split="random", cache_dir=tmp_path / "c")
+    (warning,) = [r.getMessage() for r in caplog.records if "several rows" in r.getMessage()]
+    assert "kept as separate rows: pass --duplicates first to keep the first row" in warning
+    assert "average" not in warning
+
+
 def test_duplicates_average_merges_before_splitting_and_first_keeps_the_first(tmp_path):
     path = _dup_file(tmp_path)
     avg = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c", duplicates="average")

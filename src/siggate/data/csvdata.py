@@ -802,11 +802,13 @@ def _warn_notes(name: str, ds: GraphDataset) -> None:
                     "dropped (--duplicates)", name, len(groups), len(handled))
     elif groups:
         spreads = list(groups.values())
+        average = ("--duplicates average to merge each into its mean, or " if ds.info.task == "regression"
+                   else "")  # a class label has no mean: average is refused for it
         logger.warning("%s: %d molecules appear in several rows (%d rows) with labels that differ by more than %g "
                        "of the target's std (spread up to %.4g, median %.4g); kept as separate rows: pass "
-                       "--duplicates average to merge each into its mean, or --duplicates first to keep the first "
-                       "row (data_report.csv in the run folder lists them)", name, len(groups),
-                       sum(len(g) for g in groups), DUPLICATE_TOLERANCE, max(spreads), float(np.median(spreads)))
+                       "%s--duplicates first to keep the first row (data_report.csv in the run folder lists them)",
+                       name, len(groups), sum(len(g) for g in groups), DUPLICATE_TOLERANCE, max(spreads),
+                       float(np.median(spreads)), average)
     cross = [n for n in ds.notes if n.issue == CROSS_SPLIT]
     if cross:
         logger.warning("%s: %d rows hold a molecule that the split column also puts into another split (first: row "
