@@ -253,7 +253,6 @@ def resume_run(run: Run, path: Path, config: dict) -> bool:
     # (the same number when the epochs did not change: LambdaLR computes it this way)
     for group, base, factor in zip(run.optimizer.param_groups, run.scheduler.base_lrs, run.scheduler.lr_lambdas):
         group["lr"] = base * factor(run.scheduler.last_epoch)
-    run.scheduler._last_lr = [group["lr"] for group in run.optimizer.param_groups]
     ranks = ckpt.get("rng_ranks") or []
     if len(ranks) == ctx.world_size:
         _set_process_rng(ranks[ctx.rank], run.device)
