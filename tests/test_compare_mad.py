@@ -222,17 +222,34 @@ def test_aggregate_only_keeps_the_comparison_and_its_mad(campaign, tmp_path, cap
     assert after["mad"] == before["mad"]
     md = (folder / "results.md").read_text()
     assert md.count(compare_mad.MD_START) == 1 and "## Last-layer diversity (MAD) at the best epoch" in md
+    # the block's own val scores are the analysis's recomputation (equal to the record within
+    # VAL_RTOL, not bit for bit): what decides is the runs' recorded scores, which did not change
+    doc = json.loads((folder / "results.json").read_text())
+    doc["mad"]["val"]["none"]["0"] *= 1 + 1e-9
+    (folder / "results.json").write_text(json.dumps(doc))
+    assert main(["compare", "--out", str(folder), "--aggregate-only", "--no-progress"]) == 0
+    assert json.loads((folder / "results.json").read_text())["mad"] == doc["mad"]
     kept = (folder / "results.json").read_text()
     capsys.readouterr()
-    assert main(["compare", "--out", str(folder), "--aggregate-only", "--config", "nci5k", "--no-progress"]) == 2
+    for flags, why in ((["--seeds", "5-6"], "none of these flags' 4 runs is finished"),
+                       (["--config", "nci5k"], "describe another comparison")):
+        assert main(["compare", "--out", str(folder), "--aggregate-only", *flags, "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and why in err and "siggate compare" in err, err
+        assert (folder / "results.json").read_text() == kept
+    unread = json.loads(kept)
+    unread["command"] = unread["command"] + " --workers 2"  # a flag this siggate does not know
+    (folder / "results.json").write_text(json.dumps(unread))
+    assert main(["compare", "--out", str(folder), "--aggregate-only", "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "describe another comparison" in err and "siggate compare" in err
-    assert (folder / "results.json").read_text() == kept
+    assert "records no command this siggate reads" in err and "give --config, --gates and --seeds" in err
+    (folder / "results.json").write_text(kept)
+    capsys.readouterr()
     (folder / "runs" / "elementwise" / "seed1" / "metrics.json").unlink()  # one run no longer finished
     assert main(["compare", "--out", str(folder), "--aggregate-only", "--no-progress"]) == 0
     out = capsys.readouterr().out
     res = json.loads((folder / "results.json").read_text())
     assert res["n"] == {"none": 2, "elementwise": 1} and "mad" not in res
     assert compare_mad.MD_START not in (folder / "results.md").read_text()
-    assert "the MAD block of the earlier results measured 4 run(s), and 3 are finished now" in out
-    assert f"run 'siggate analyze mad {folder}' again" in out
+    assert ("the MAD block of the earlier results was dropped (it measured 4 run(s), and 3 are finished now, or "
+            f"their scores changed): run 'siggate analyze mad {folder}' again") in out

@@ -486,45 +486,63 @@ def with_mad_section(markdown: str, section: str) -> str:
     return markdown.rstrip("\n") + "\n\n" + section
 
 
-def _stored(out: Path) -> tuple[dict, argparse.Namespace | None]:
-    """The results of the comparison already in ``out`` and its flags (parsed from the
-    ``command`` it records); ``({}, None)`` when there is none."""
+class _Refusal(argparse.ArgumentParser):
+    """A parser that raises ``ValueError`` where argparse would print and exit."""
+
+    def error(self, message):
+        raise ValueError(message)
+
+
+def _stored(out: Path) -> tuple[dict, argparse.Namespace | None, str]:
+    """The results of the comparison already in ``out``, its flags (parsed from the ``command``
+    it records) and why they could not be read (``""`` when they were, or there is no results.json)."""
     path = out / "results.json"
+    if not path.is_file():
+        return {}, None, ""
     try:
         old = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}, None
-    parser = argparse.ArgumentParser(add_help=False)
-    register(parser.add_subparsers())
-    try:
-        return old, parser.parse_args(shlex.split(old["command"])[1:])
-    except (KeyError, TypeError, ValueError, SystemExit):
-        return old, None
+        command = shlex.split(old["command"])
+        if command[:2] != ["siggate", "compare"]:
+            raise ValueError(f"not a siggate compare command: {old['command']!r}")
+        parser = _Refusal(add_help=False)
+        register(parser.add_subparsers(parser_class=_Refusal))
+        return old, parser.parse_args(command[1:]), ""
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return {}, None, f"{path} records no command this siggate reads ({type(exc).__name__}: {exc})"
 
 
 def _defaults(args, stored: argparse.Namespace | None) -> None:
     """Fill each flag of :data:`DEFINING` not given: from ``stored`` (the comparison in
-    ``--out``, for ``--aggregate-only``), else its default."""
+    ``--out``, for ``--aggregate-only``), else its default. ``--epochs`` and ``--budget`` are one
+    choice: either one given, neither is taken from ``stored``."""
+    given = {name for name in DEFINING if getattr(args, name, None) not in (None, [])}
+    if given & {"epochs", "budget"}:
+        given |= {"epochs", "budget"}
     for name, default in DEFINING.items():
-        if getattr(args, name, None) in (None, []):
+        if name not in given:
             setattr(args, name, getattr(stored, name) if stored is not None else default)
 
 
 def _carry_mad(old: dict, res: dict, old_md: str, out: Path) -> str:
     """Keep the MAD block of the results being replaced (``old``, and its section of ``old_md``)
-    when it measured exactly the runs finished now, with the same validation scores: put it into
-    ``res`` and return the section. Otherwise say on stdout that it was dropped; return ``""``."""
+    when it measured exactly the runs finished now, and each of them records the validation
+    score it recorded then: put it into ``res`` and return the section. Otherwise say on stdout
+    why it was dropped; return ``""``."""
     mad = old.get("mad")
     if not mad:
         return ""
-    measured = {(lab, str(s)): v for lab, d in (mad.get("val") or {}).items() for s, v in d.items()}
-    finished = {(lab, str(s)): v for lab, d in res["per_seed_val"].items() for s, v in d.items()}
+    measured = {(lab, str(s)) for lab, d in (mad.get("val") or {}).items() for s in d}
+    then = {(lab, str(s)): v for lab, d in (old.get("per_seed_val") or {}).items() for s, v in d.items()}
+    now = {(lab, str(s)): v for lab, d in res["per_seed_val"].items() for s, v in d.items()}
     found = _MAD_SECTION.search(old_md)
-    if measured == finished and found:
-        res["mad"] = mad
-        return found.group(0)
-    print(f"siggate compare: the MAD block of the earlier results measured {len(measured)} run(s), and "
-          f"{len(finished)} are finished now with other scores or runs; it was dropped: run 'siggate analyze mad "
+    if measured == set(now) and all(then.get(k) == now[k] for k in now):
+        if found:
+            res["mad"] = mad
+            return found.group(0)
+        why = "results.md no longer holds its section"
+    else:
+        why = f"it measured {len(measured)} run(s), and {len(now)} are finished now, or their scores changed"
+    print(f"siggate compare: the MAD block of the earlier results was dropped ({why}): run 'siggate analyze mad "
           f"{shlex.quote(str(out))}' again", flush=True)
     return ""
 
@@ -532,8 +550,13 @@ def _carry_mad(old: dict, res: dict, old_md: str, out: Path) -> str:
 def compare(args) -> int:
     """Run the comparison described by the parsed ``siggate compare`` arguments."""
     aggregate_only = getattr(args, "aggregate_only", False)
-    old, stored = _stored(Path(args.out))
-    _defaults(args, stored if aggregate_only else None)
+    old, stored, unread = _stored(Path(args.out)) if aggregate_only else ({}, None, "")
+    if unread and not ({"config", "gates", "seeds"} <= {n for n in DEFINING if getattr(args, n, None) is not None}):
+        raise CompareError(f"--aggregate-only: {unread}; give --config, --gates and --seeds (and any --set, "
+                           "--epochs or --budget) as the comparison was run")
+    _defaults(args, stored)
+    if stored is not None and args.threads is None:  # the results describe the runs' threads, not this call's
+        args.threads = stored.threads
     try:
         seeds, specs = parse_seeds(args.seeds), parse_gates(args.gates)
     except ValueError as exc:
@@ -559,11 +582,16 @@ def compare(args) -> int:
           flush=True)
     if aggregate_only:
         conflict = next((p for p in pairs if p.state == "conflict"), None)
+        recorded = f" (it records: {old['command']})" if old.get("command") else ""
         if conflict is not None:  # nothing of it would count: the comparison in OUT is not these flags'
-            recorded = f" (it records: {old['command']})" if old.get("command") else ""
-            raise CompareError(f"--aggregate-only: {conflict.error.split('; delete it')[0]}: these flags describe "
-                               f"another comparison than the one in {out}{recorded}; give its flags, or none of "
-                               "--config/--gates/--seeds/--set/--epochs/--budget to take them from its results.json")
+            raise CompareError(f"--aggregate-only: {conflict.run_dir} holds a run of another config than these "
+                               f"flags give: they describe another comparison than the one in {out}{recorded}; give "
+                               "its flags, or none of --config/--gates/--seeds/--set/--epochs/--budget to take them "
+                               "from its results.json")
+        if n_done == 0 and sum((old.get("n") or {}).values()):  # finished runs' results replaced by nothing
+            raise CompareError(f"--aggregate-only: none of these flags' {len(pairs)} runs is finished in {out}, whose "
+                               f"results.json counts finished runs{recorded}; give the comparison's seeds and gates, "
+                               "or none to take them from its results.json")
         print("siggate compare: --aggregate-only: nothing is trained; unfinished runs are listed as missing",
               flush=True)
     else:
