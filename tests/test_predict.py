@@ -312,7 +312,7 @@ def test_read_smiles_gzip_and_stdin(tmp_path, monkeypatch):
     assert rows.columns == ["smiles", "name"] and list(rows) == [[["CCO", "ethanol"], ["CCC", ""]]]
 
 
-def test_a_smi_files_names_come_through(tmp_path):
+def test_a_smi_files_names_come_through(tmp_path, caplog):
     """A .smi file's names (the rest of each line, Daylight's layout) were dropped from the output;
     they are its ``name`` column now, streamed in chunks as before. A file without names keeps its
     one column."""
@@ -327,6 +327,13 @@ def test_a_smi_files_names_come_through(tmp_path):
     q.write_text("CCO\nCCN\nCCC\n")
     rows = read_input(q, chunk=2)
     assert rows.columns == ["smiles"] and list(rows) == [[["CCO"], ["CCN"]], [["CCC"]]]
+    late = tmp_path / "late.smi"  # the name column is decided by the first chunk: a later name is named as lost
+    late.write_text("CCO\nCCN\nCCC propane\nCCCC butane\n")
+    with caplog.at_level("WARNING", logger="siggate.predict"):
+        assert list(read_input(late, chunk=2)) == [[["CCO"], ["CCN"]], [["CCC"], ["CCCC"]]]
+    assert [r.getMessage() for r in caplog.records if "names molecules only after" in r.getMessage()] == [
+        f"{late} names molecules only after its first 2 lines ('propane'): the output has no name column, so names "
+        "are dropped; raise --chunk-size, or name the molecules from the first line"]
 
 
 def test_predict_cli_exit_codes_and_one_row_per_input(ckpt, tmp_path, capsys):
@@ -508,6 +515,20 @@ def test_an_earlier_predictions_file_read_back_gets_no_second_error_column(ckpt,
                       "error_pred_pred"]
     assert [r[2:4] for r in rows] == [["old", "older"], ["", ""]]
     assert rows[0][-1] == "" and rows[1][-1].startswith("SMILES parse error")
+
+
+def test_output_names_read_back_twice_stay_unique():
+    """An output read back a second time holds y, y_pred, error and error_pred: the new columns
+    took y_pred and error_pred again; each name now gets _pred while it is taken."""
+    from siggate.train.rundir import error_column, prediction_columns
+
+    before = ["smiles", "y", "y_pred", "error", "error_pred", "outside_domain"]
+    cols = prediction_columns(["y"], before, True, after=("nearest_train_similarity", "outside_domain"))
+    assert cols == ["y_pred_pred", "y_pred_pred_uncertainty", "nearest_train_similarity", "outside_domain_pred"]
+    assert error_column(before) == "error_pred_pred"
+    every = before + cols + [error_column(before)]
+    assert len(every) == len(set(every))
+    assert prediction_columns(["error"], ["smiles", "error"]) == ["error_pred_pred"]  # error_pred: the errors
 
 
 def test_ensemble_columns_are_named_after_the_targets(predictor):

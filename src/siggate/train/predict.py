@@ -523,7 +523,7 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) 
         records.close()
         raise
     named = any(name for _, name in head)  # a name column when the first chunk's lines have names
-    return InputRows(["smiles", "name"] if named else ["smiles"], 0, _chunks(head, records, chunk, 2 if named else 1))
+    return InputRows(["smiles", "name"] if named else ["smiles"], 0, _chunks(head, records, chunk, 2 if named else 1, path))
 
 
 def read_smiles(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) -> Iterator[list[str]]:
@@ -614,13 +614,20 @@ def _smi_records(fh, path: Path, first: str, smiles_col: str) -> Iterator[list[s
         fh.close()
 
 
-def _chunks(head: list[list[str]], records: Iterator[list[str]], chunk: int, width: int) -> Iterator[list[list[str]]]:
-    """``head`` and then the rest of ``records`` in lists of ``chunk``, each record cut to ``width``."""
-    buf = [r[:width] for r in head]
+def _chunks(head: list[list[str]], records: Iterator[list[str]], chunk: int, width: int,
+            path: Path) -> Iterator[list[list[str]]]:
+    """``head`` and then the rest of ``records`` in lists of ``chunk``, each record cut to
+    ``width`` (1: the names dropped, which a warning says once when a later line has one)."""
+    buf, warned = [r[:width] for r in head], False
     for rec in records:
         if len(buf) >= chunk:
             yield buf
             buf = []
+        if width == 1 and rec[1] and not warned:
+            warned = True
+            log.warning("%s names molecules only after its first %d lines (%r): the output has no name column, "
+                        "so names are dropped; raise --chunk-size, or name the molecules from the first line",
+                        path, len(head), rec[1])
         buf.append(rec[:width])
     if buf:
         yield buf

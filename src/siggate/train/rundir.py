@@ -229,21 +229,32 @@ def prediction_columns(targets: list[str], before: list[str], ensemble: bool = F
     where a column of that name (or of one of its per-target columns) is already there, e.g. the
     labels; then, for an ensemble, ``<name>_uncertainty`` of each; then ``<name><suffix>`` of
     each per-target ``suffixes`` (``predict --coverage``'s ``_lower``/``_upper`` or ``_set``);
-    then the columns ``after`` (the domain columns), ``<column>_pred`` where taken. No output has
+    then the columns ``after`` (the domain columns), ``<column>_pred`` where taken. ``_pred`` is
+    added again while a name is still taken (an earlier output read back twice), so no output has
     two columns of one name."""
     taken = set(before) | {error_column(before)}
     suffixes = (["_uncertainty"] if ensemble else []) + list(suffixes)
-    names = [f"{n}_pred" if n in taken or any(f"{n}{x}" in taken for x in suffixes) else n for n in targets]
+    names = []
+    for name in targets:
+        names.append(_free(name, taken, suffixes))
+        taken |= {names[-1], *(f"{names[-1]}{x}" for x in suffixes)}
     cols = names + [f"{n}{x}" for x in suffixes for n in names]
-    return cols + [f"{c}_pred" if c in taken else c for c in after]
+    for name in after:
+        cols.append(_free(name, taken))
+        taken.add(cols[-1])
+    return cols
 
 
 def error_column(before: list[str]) -> str:
     """The name of ``siggate predict``'s per-row error column after the columns ``before``:
     ``error``, or ``error_pred`` where the input already has an ``error`` column (e.g. an earlier
     prediction read back; ``_pred`` again while the name is taken), :func:`prediction_columns`' rule."""
-    name = "error"
-    while name in before:
+    return _free("error", set(before))
+
+
+def _free(name: str, taken: set, suffixes=()) -> str:
+    """``name`` with ``_pred`` added while it (or ``name + suffix`` for one of ``suffixes``) is ``taken``."""
+    while name in taken or any(f"{name}{x}" in taken for x in suffixes):
         name += "_pred"
     return name
 
