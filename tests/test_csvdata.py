@@ -454,3 +454,22 @@ def test_val_fraction_of_a_binary_task_draws_from_each_class():
     one = {"train": [0, 1], "val": [], "test": []}
     with pytest.raises(DataError, match="the training rows of class 0 hold 1 distinct molecule"):
         _draw_val(one, ["a", "b"], 0.1, 0, Path("d.csv"), strata=[0.0, 1.0])
+
+
+def test_an_empty_target_column_passes_for_evaluate_only_beside_a_labelled_one(tmp_path):
+    """evaluate --data of a two-target model on a file labelled for one target was refused
+    ('empty in every row'), though the metrics skip a target without labels."""
+    import pandas as pd
+
+    from siggate.data.base import DataError
+    from siggate.data.csvdata import check_any_numeric, read_labels
+
+    frame = pd.DataFrame({"a": ["0", "1", "1"], "b": ["", "", ""], "c": ["x", "y", ""]})
+    y, _ = read_labels(tmp_path / "f.csv", frame, ["a", "b", "c"], "multilabel")
+    check_any_numeric(tmp_path / "f.csv", frame, ["a", "b"], y[:, :2], allow_empty=True)
+    with pytest.raises(DataError, match="'b' is empty in every row"):
+        check_any_numeric(tmp_path / "f.csv", frame, ["a", "b"], y[:, :2])
+    with pytest.raises(DataError, match="'b' is empty in every row"):  # nothing to score at all
+        check_any_numeric(tmp_path / "f.csv", frame, ["b"], y[:, 1:2], allow_empty=True)
+    with pytest.raises(DataError, match="'c' holds no numeric value"):  # a wrong column stays refused
+        check_any_numeric(tmp_path / "f.csv", frame, ["a", "c"], y[:, [0, 2]], allow_empty=True)

@@ -380,9 +380,11 @@ def test_explain_on_a_run_of_the_svr_member(tmp_path, capsys):
     assert [float(r["nN"]) for r in predicted] == pytest.approx([float(r["nN"]) for r in mols[:3]], rel=1e-5)
     # explained again into the same folder with fewer molecules: only this explanation's pictures
     (out / "notes.txt").write_text("mine")
+    (out / "mol3_final.png").write_bytes(b"mine too")  # not a name this model's pictures take
     rc, _, err = run_cli(["explain", "--checkpoint", str(run), "C1CC1", "--out", str(out)], capsys)
     assert rc == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["atoms.csv", "mol0.png", "mol0.svg", "molecules.csv", "notes.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["atoms.csv", "mol0.png", "mol0.svg", "mol3_final.png",
+                                                     "molecules.csv", "notes.txt"]
 
 
 def _predict_csv(run, smiles, path, capsys):

@@ -257,7 +257,6 @@ class FolderLock:
         self.release()
 
 
-
 def _holder(path: Path) -> str:
     """Who holds the lock file ``path``, as written there (``pid 123 on host``)."""
     try:

@@ -153,7 +153,7 @@ def main(args) -> int:
     cfg = config_from(args)
     if cfg.model.attn_type != "full":
         raise CLIError(f"attention entropy needs the attention probabilities, which only model.attn_type=full forms "
-                       f"({cfg.model.attn_type} never builds them); drop --set model.attn_type")
+                       f"({cfg.model.attn_type} never builds them); pass --set model.attn_type=full")
     gates, seeds = parse_list(args.gates), parse_list(args.seeds, int, "--seeds")
     ds = load_dataset(cfg, args.max_graphs, progress)
     per_seed = {}

@@ -428,13 +428,13 @@ def plot(res: dict, path: Path) -> Path:
 
 
 def main(args) -> int:
+    out, progress = start(args)  # refuses --heads 0 among the counts (it makes no folder)
     if args.dim % args.heads:
         raise CLIError(f"--dim {args.dim} must be divisible by --heads {args.heads}")
     lists = dict(families=parse_list(args.families or FAMILIES, flag="--families", choices=FAMILIES),
                  modes=parse_list(args.attention or ATTENTION_MODES, flag="--attention", choices=ATTENTION_MODES),
                  gates=parse_list(args.gates or GATES, flag="--gates", choices=GATES),
                  biases=parse_list(args.biases, float, "--biases"), noises=parse_list(args.noises, float, "--noises"))
-    out, progress = start(args)
     res = run_synthetic(
         draws=args.draws, nodes=args.nodes, dim=args.dim, heads=args.heads, noise=args.noise,
         propagate_steps=args.propagate, seed=args.seed, **lists,

@@ -324,12 +324,17 @@ def row_issue(reason: str) -> str:
     return "invalid molecule"
 
 
-def check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y: np.ndarray) -> None:
-    """A target column in which no row holds a number is a wrong column, not bad rows."""
+def check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y: np.ndarray,
+                      allow_empty: bool = False) -> None:
+    """A target column in which no row holds a number is a wrong column, not bad rows.
+    ``allow_empty``: a column empty in every row passes while another holds numbers (a file
+    labelled for some of a multi-target model's targets, ``siggate evaluate --data``)."""
     for t, col in enumerate(target_cols):
         if np.isfinite(y[:, t]).any():
             continue
         raw = [v for v in frame[col].astype(str).str.strip() if v.lower() not in _MISSING]
+        if not raw and allow_empty and np.isfinite(y).any():
+            continue
         if not raw:
             raise DataError(f"{path}: target column {col!r} is empty in every row; name the column that holds "
                             "the values with --target-col")

@@ -83,7 +83,7 @@ def label_warnings(info: TaskInfo, columns: list[str], graphs: list, target_mean
     labels (``graphs``' ``y [1, T]``) whose mean or spread is far from the training targets'
     (``target_mean``/``target_std [T]``, :data:`SUSPECT_SHIFT`, :data:`SUSPECT_SCALE`), the mark of
     another property or other units. A run trained without target normalization records no
-    statistics (mean 0, std 1) and gets no spread check."""
+    statistics (mean 0, std 1) and gets no spread check, nor does a target whose statistics are NaN."""
     import numpy as np
 
     out = []
@@ -98,7 +98,7 @@ def label_warnings(info: TaskInfo, columns: list[str], graphs: list, target_mean
     y = torch.cat([g.y.reshape(1, -1) for g in graphs]).double().numpy()
     for t, (c, n) in enumerate(zip(columns, names)):
         v = y[~np.isnan(y[:, t]), t]
-        if v.size < 3:
+        if v.size < 3 or not np.isfinite(std[t]):  # NaN statistics: a target its members learned as a constant
             continue
         m, s = float(v.mean()), float(v.std())
         if abs(m - mean[t]) > SUSPECT_SHIFT * std[t] or not std[t] / SUSPECT_SCALE <= s <= std[t] * SUSPECT_SCALE:
@@ -191,7 +191,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         raise EvaluationError(f"--target-col: the model predicts {info.num_tasks} target(s) "
                               f"({', '.join(info.target_names)}), got {len(cols)} column(s)")
     labels, reasons = read_labels(path, table, cols, info.task, decimal)
-    check_any_numeric(path, table, cols, labels)
+    check_any_numeric(path, table, cols, labels, allow_empty=True)  # metrics skip a target without labels
     featurizer = SmilesPredictor(predictor, domain=False)
     if ragged:  # their fields cannot be matched to the columns: counted, not scored
         log.warning("--data %s: %d rows have more fields than the header (first: line %d), so their fields cannot "
@@ -220,8 +220,8 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         graphs.append(g)
     if not graphs:
         raise DataError(f"--data {path}: no row with a valid SMILES and a label to score "
-                        f"({invalid} invalid SMILES, {unlabelled} without a label, {len(bad)} with a label that is not "
-                        "a number to score)")
+                        f"({invalid} invalid SMILES, {unlabelled} without a label, {len(bad)} with a label that cannot be "
+                        "scored)")
     return graphs, {"rows": len(table), "scored": len(graphs), "invalid": invalid, "unlabelled": unlabelled,
                     "bad_label": len(bad), "malformed": len(ragged)}
 
@@ -323,8 +323,9 @@ def _training_target_stats(predictor, info: TaskInfo) -> tuple:
     for member in members_of(predictor):
         mean, std = getattr(member, "target_mean_", None), getattr(member, "target_std_", None)
         models = getattr(member, "models_", None) or []
-        if (mean is None or std is None) and models and all(hasattr(m, "y_std") for m in models):
-            mean, std = [float(m.y_mean) for m in models], [float(m.y_std) for m in models]
+        if (mean is None or std is None) and any(hasattr(m, "y_std") for m in models):  # NaN: a constant target
+            mean = [float(getattr(m, "y_mean", "nan")) for m in models]
+            std = [float(getattr(m, "y_std", "nan")) for m in models]
         if mean is not None and std is not None:
             return torch.as_tensor(mean).cpu(), torch.as_tensor(std).cpu()
     return torch.zeros(info.num_tasks), torch.ones(info.num_tasks)

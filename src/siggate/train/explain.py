@@ -80,12 +80,13 @@ def draw_contributions(mol, values, legend: str, caption: str, png: bool = False
     return text.replace("<!-- END OF HEADER -->", "<!-- END OF HEADER -->\n" + desc, 1)
 
 
-#: the file names of the pictures (:func:`_stem`, then .svg or .png)
-_PICTURE = re.compile(r"mol\d+(_[A-Za-z0-9_.-]+)?\.(svg|png)")
+def _tag(target: str) -> str:
+    """A target's name as the pictures' file names carry it."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", target)
 
 
 def _stem(row: int, target: str, several: bool) -> str:
-    return f"mol{row}" + (f"_{re.sub(r'[^A-Za-z0-9_.-]+', '_', target)}" if several else "")
+    return f"mol{row}" + (f"_{_tag(target)}" if several else "")
 
 
 def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_STEPS) -> tuple[int, int]:
@@ -114,8 +115,11 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     what = "P({})" if info.task in ("binary", "multilabel") else "{}"
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.iterdir():  # an earlier explanation's pictures: none is left beside this one's
-        if old.is_file() and _PICTURE.fullmatch(old.name):
+    # an earlier explanation's pictures (named as this model names them): none is left beside this one's
+    tags = f"_({'|'.join(re.escape(_tag(n)) for n in names)})" if several else ""
+    picture = re.compile(r"mol\d+" + tags + r"\.(svg|png)")
+    for old in out.iterdir():
+        if old.is_file() and picture.fullmatch(old.name):
             old.unlink()
     mol_cols = ["row", "smiles", *[c for n in names for c in (n, f"{n}_baseline", f"{n}_atoms_sum")], "pictures", "error"]
     n = bad = 0
