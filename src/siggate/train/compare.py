@@ -496,7 +496,7 @@ class _Refusal(argparse.ArgumentParser):
 def _stored(out: Path) -> tuple[dict, argparse.Namespace | None, str]:
     """The results of the comparison already in ``out``, its flags (parsed from the ``command``
     it records) and why they could not be read (``""`` when they were, or there is no results.json)."""
-    path = out / "results.json"
+    path, old = out / "results.json", {}
     if not path.is_file():
         return {}, None, ""
     try:
@@ -508,7 +508,8 @@ def _stored(out: Path) -> tuple[dict, argparse.Namespace | None, str]:
         register(parser.add_subparsers(parser_class=_Refusal))
         return old, parser.parse_args(command[1:]), ""
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        return {}, None, f"{path} records no command this siggate reads ({type(exc).__name__}: {exc})"
+        return old if isinstance(old, dict) else {}, None, (f"{path} records no command this siggate reads "
+                                                            f"({type(exc).__name__}: {exc})")
 
 
 def _defaults(args, stored: argparse.Namespace | None) -> None:
@@ -550,7 +551,9 @@ def _carry_mad(old: dict, res: dict, old_md: str, out: Path) -> str:
 def compare(args) -> int:
     """Run the comparison described by the parsed ``siggate compare`` arguments."""
     aggregate_only = getattr(args, "aggregate_only", False)
-    old, stored, unread = _stored(Path(args.out)) if aggregate_only else ({}, None, "")
+    old, stored, unread = _stored(Path(args.out))  # its MAD block is kept while the runs are the same
+    if not aggregate_only:
+        stored, unread = None, ""
     if unread and not ({"config", "gates", "seeds"} <= {n for n in DEFINING if getattr(args, n, None) is not None}):
         raise CompareError(f"--aggregate-only: {unread}; give --config, --gates and --seeds (and any --set, "
                            "--epochs or --budget) as the comparison was run")
