@@ -493,14 +493,17 @@ class _Refusal(argparse.ArgumentParser):
         raise ValueError(message)
 
 
-def _stored(out: Path) -> tuple[dict, argparse.Namespace | None, str]:
-    """The results of the comparison already in ``out``, its flags (parsed from the ``command``
-    it records) and why they could not be read (``""`` when they were, or there is no results.json)."""
+def _stored(out: Path, flags: bool) -> tuple[dict, argparse.Namespace | None, str]:
+    """The results of the comparison already in ``out``, with ``flags`` also its flags (parsed from
+    the ``command`` it records) and why they could not be read (``""`` when they were, or there is
+    no results.json)."""
     path, old = out / "results.json", {}
     if not path.is_file():
         return {}, None, ""
     try:
         old = json.loads(path.read_text())
+        if not flags:
+            return old if isinstance(old, dict) else {}, None, ""
         command = shlex.split(old["command"])
         if command[:2] != ["siggate", "compare"]:
             raise ValueError(f"not a siggate compare command: {old['command']!r}")
@@ -551,9 +554,7 @@ def _carry_mad(old: dict, res: dict, old_md: str, out: Path) -> str:
 def compare(args) -> int:
     """Run the comparison described by the parsed ``siggate compare`` arguments."""
     aggregate_only = getattr(args, "aggregate_only", False)
-    old, stored, unread = _stored(Path(args.out))  # its MAD block is kept while the runs are the same
-    if not aggregate_only:
-        stored, unread = None, ""
+    old, stored, unread = _stored(Path(args.out), aggregate_only)  # its MAD block is kept while the runs are the same
     if unread and not ({"config", "gates", "seeds"} <= {n for n in DEFINING if getattr(args, n, None) is not None}):
         raise CompareError(f"--aggregate-only: {unread}; give --config, --gates and --seeds (and any --set, "
                            "--epochs or --budget) as the comparison was run")

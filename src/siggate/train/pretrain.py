@@ -139,12 +139,13 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         # the same test sets must be readable now as when the corpus was built
         now = sorted(benchmark_test_smiles(data_root or default_data_root(), test_sets)[0])
         built = sorted(k for k, v in meta.get("test_sets", {}).items() if "skipped" not in v and not k.startswith("file:"))
-        if {k: meta.get(k) for k in want} == want and meta.get("csv_sha256") == file_digest(csv_path) and now == built:
+        same_csv = meta.get("csv_sha256") == file_digest(csv_path)
+        if {k: meta.get(k) for k in want} == want and same_csv and now == built:
             log.info("pretrain: reusing the corpus in %s (%d molecules)", out, meta["kept"])
             return meta
         if keep:
             differ = [f"{k} {meta.get(k)!r} then, {want[k]!r} now" for k in want if meta.get(k) != want[k]]
-            differ += [] if meta.get("csv_sha256") == file_digest(csv_path) else ["corpus.csv edited since"]
+            differ += [] if same_csv else ["corpus.csv edited since"]
             differ += [] if now == built else [f"benchmark test sets {built} then, {now} now"]
             raise ConfigError(f"pretrain --resume: the run's corpus in {out} was built otherwise ({'; '.join(differ)}); "
                               "resume with the run's own --smiles, --molecules, --seed and --exclude")

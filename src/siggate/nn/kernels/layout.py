@@ -87,6 +87,12 @@ def _partition_sizes(sizes: list[int], call_cost: float, row_cost: float) -> lis
     return out[::-1]
 
 
+def sorted_by_graph(batch) -> bool:
+    """Whether a batch vector (a tensor or a NumPy array) is non-decreasing: each graph's rows
+    contiguous and in graph order, as PyG's ``Batch`` stores them."""
+    return len(batch) < 2 or bool((batch[1:] >= batch[:-1]).all())
+
+
 class PackedLayout:
     """Graphs of a PyG batch regrouped for attention (the layout of the fast path).
 
@@ -133,7 +139,7 @@ class PackedLayout:
         ptr = np.concatenate([[0], np.cumsum(counts)])
         # node ids in graph order: the rows themselves when the batch is sorted (PyG's Batch), else
         # each graph's rows gathered in their order in the batch
-        rows = None if b.size < 2 or bool((b[1:] >= b[:-1]).all()) else np.argsort(b, kind="stable")
+        rows = None if sorted_by_graph(b) else np.argsort(b, kind="stable")
         order = np.argsort(counts, kind="stable")
         order = order[counts[order] > 0]
         sizes = counts[order]
@@ -327,7 +333,7 @@ class DenseIndex:
         ptr = torch.zeros(batch_size + 1, dtype=torch.long, device=batch.device)
         ptr[1:] = counts.cumsum(0)
         pos = torch.arange(batch.numel(), device=batch.device) - ptr[batch]
-        if batch.numel() > 1 and not bool((batch[1:] >= batch[:-1]).all()):  # a graph's rows not contiguous
+        if not sorted_by_graph(batch):  # a graph's rows not contiguous
             order = torch.argsort(batch, stable=True)
             pos = torch.empty_like(batch)
             pos[order] = torch.arange(batch.numel(), device=batch.device) - ptr[batch[order]]
@@ -375,7 +381,7 @@ class GraphSegments:
         self.num_nodes = int(batch.numel())
         self.ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
         self.sizes = counts.tolist()
-        self.is_sorted = bool((batch[1:] >= batch[:-1]).all()) if batch.numel() > 1 else True
+        self.is_sorted = sorted_by_graph(batch)
         self.impl = impl
 
     @classmethod
