@@ -190,9 +190,28 @@ def test_empty_members_are_refused_as_the_cli_refuses_them(tmp_path):
     import siggate
 
     est = siggate.SigGateRegressor(members="", out_dir=tmp_path / "run")
-    with pytest.raises(ValueError, match="--members: no member kind given; known kinds: gnn, rf, svr"):
+    with pytest.raises(ValueError, match="^members: no member kind given; known kinds: gnn, rf, svr$"):
         est.fit(["CCO", "CCN", "CCC", "CCCl"], [1.0, 2.0, 3.0, 4.0])
     assert not (tmp_path / "run").exists()
+
+
+def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp_path):
+    """fit runs ``siggate train``'s checks; their words name the parameter the caller set, and the
+    error keeps its class (a :class:`ValueError` subclass)."""
+    import siggate
+    from siggate.config import ConfigError
+    from siggate.train.members import MemberError
+
+    cases = [({"members": "svr", "ensemble": 2}, MemberError,
+              "ensemble 2 multiplies the GNN members and members svr holds none; add gnn to members, or drop ensemble"),
+             ({"members": "gnn,foo"}, MemberError, "members: unknown member kind 'foo'; known kinds: gnn, rf, svr"),
+             ({"overrides": ("nodot",)}, ConfigError, "overrides expects key.path=value, got 'nodot'")]
+    for params, kind, message in cases:
+        with pytest.raises(kind) as caught:
+            siggate.SigGateRegressor(out_dir=tmp_path / "run", **params).fit(["CCO", "CCN", "CCC", "CCCl"],
+                                                                              [1.0, 2.0, 3.0, 4.0])
+        assert str(caught.value) == message and "--" not in str(caught.value)
+        assert not (tmp_path / "run").exists()
 
 
 FP = {"members": "svr,rf", "threads": 1}

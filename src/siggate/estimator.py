@@ -48,6 +48,18 @@ from .train.rundir import ESTIMATOR_RECORD
 #: the CSV columns :meth:`_SigGateEstimator.fit` writes
 _SMILES, _SPLIT = "smiles", "split"
 
+#: the command line's flags that fit sets, and the estimator parameter each one is
+_PARAM_OF_FLAG = {"--val-fraction": "val_fraction", "--members": "members", "--weights": "weights",
+                  "--ensemble": "ensemble", "--epochs": "epochs", "--seed": "seed", "--set": "overrides",
+                  "--config": "config"}
+
+
+def _in_estimator_words(text: str, data: Path) -> str:
+    """A refusal of ``siggate train`` as fit's caller reads it: the CSV that fit wrote is not named
+    and each flag is the estimator parameter behind it (``--members`` -> ``members``)."""
+    text = text.replace(f"{data}: ", "")
+    return re.sub(r"--[a-z][a-z-]*\b", lambda m: _PARAM_OF_FLAG.get(m.group(0), m.group(0)), text)
+
 
 def _smiles(X) -> list[str]:
     """``X`` as a list of SMILES strings."""
@@ -203,11 +215,15 @@ class _SigGateEstimator(BaseEstimator):
             with _kept_global_state(), self._quiet(), _claimed(keep) as out:
                 try:
                     self._fit_in(work, out or work / "run", smiles, y, names)
-                except ValueError as exc:  # the CSV reader's words for what fit was given
-                    text = str(exc).replace(f"{work / 'data.csv'}: ", "").replace("--val-fraction", "val_fraction")
+                except ValueError as exc:  # the command line's words for what fit was given
+                    text = _in_estimator_words(str(exc), work / "data.csv")
                     if text == str(exc):
                         raise
-                    raise ValueError(text) from None
+                    try:
+                        reworded = type(exc)(text)  # the same class, for callers that catch it
+                    except Exception:
+                        reworded = ValueError(text)
+                    raise reworded from None
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return self
