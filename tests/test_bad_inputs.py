@@ -148,7 +148,8 @@ def _gz(text: str) -> bytes:
 FILE_CASES = [
     ("missing-column", "in.csv", b"smile,y\nCCO,1\n", [], 2,
      ["column 'smiles' not found in", "Available columns: ['smile', 'y']", "Did you mean --smiles-col smile?"]),
-    ("column-case", "in.csv", b"SMILES,y\nCCO,1\n", [], 2, ["Did you mean --smiles-col SMILES?"]),
+    ("column-case", "in.csv", b"SMILES,y\nCCO,1\n", ["--smiles-col", "smiles"], 2, ["Did you mean --smiles-col SMILES?"]),
+    ("column-case-default", "in.csv", b"SMILES,y\nCCO,1\n", [], 0, ["1 rows, 1 predicted"]),  # SMILES read
     ("semicolons", "in.csv", b"smiles;y\nCCO;1\n", [], 2,
      ["single column 'smiles;y'", "delimited by ';', not ','"]),
     ("tabs-in-csv", "in.csv", b"smiles\ty\nCCO\t1\n", [], 2, ["delimited by tabs, not ','"]),

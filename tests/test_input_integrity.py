@@ -219,7 +219,7 @@ def test_unwritable_cache_is_one_line(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "run").exists()
 
 
-def test_evaluate_predict_explain_read_the_training_runs_smiles_column_by_default(tmp_path, capsys):
+def test_evaluate_predict_explain_read_the_training_runs_smiles_column_by_default(tmp_path, capsys, caplog):
     """The README promised it for evaluate, whose default was 'smiles' whatever the run was
     trained on; predict --input and explain --input defaulted to 'smiles' too, so a file in the
     training CSV's own layout was refused. --smiles-col still names another column."""
@@ -243,13 +243,37 @@ def test_evaluate_predict_explain_read_the_training_runs_smiles_column_by_defaul
                           "--steps", "2"], capsys)
     assert rc == 0, err
     assert (tmp_path / "x" / "molecules.csv").read_text().count("\n") == 3  # a header and the two molecules
-    other = tmp_path / "other.csv"
-    other.write_text("smiles\nCCO\n")
-    rc, _, err = run_cli(["predict", "--checkpoint", str(run), "--input", str(other)], capsys)
+    other = tmp_path / "other.txt"  # not .csv: the header decides that it is a CSV
+    other.write_text("id,Smiles,y\na,CCO,1.0\nb,CCN,3.0\n")
+    said = "no column 'mol', the one the run was trained on; reading SMILES from column 'Smiles'"
+
+    def told() -> bool:
+        found = [r.getMessage() for r in caplog.records if said in r.getMessage()]
+        caplog.clear()
+        return len(found) == 1
+
+    caplog.clear()
+    rc, _, err = run_cli(["predict", "--checkpoint", str(run), "--input", str(other), "--output",
+                          str(tmp_path / "q.csv")], capsys)  # a file without the run's column: its "smiles" one
+    assert rc == 0 and told(), err
+    assert [(r["id"], r["Smiles"], r["error"]) for r in read_output(tmp_path / "q.csv")] == [("a", "CCO", ""),
+                                                                                            ("b", "CCN", "")]
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(other)], capsys)
+    assert rc == 0 and told() and json.loads(out)["rows"]["scored"] == 2, err
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "--input", str(other), "--out", str(tmp_path / "x2"),
+                          "--steps", "2"], capsys)
+    assert rc == 0 and told(), err
+    named = tmp_path / "other.csv"
+    named.write_text(other.read_text())
+    rc, _, err = run_cli(["predict", "--checkpoint", str(run), "--input", str(named), "--smiles-col", "smiles"],
+                         capsys)  # a column the user names is never swapped for another
+    assert rc == 2 and "column 'smiles' not found" in _one_error_line(err, "predict") and not told()
+    neither = tmp_path / "neither.csv"
+    neither.write_text("structure\nCCO\n")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(run), "--input", str(neither)], capsys)
     assert rc == 2 and "column 'mol' not found" in _one_error_line(err, "predict")
-    rc, _, err = run_cli(["predict", "--checkpoint", str(run), "--input", str(other), "--smiles-col", "smiles",
-                          "--output", str(tmp_path / "q.csv")], capsys)
-    assert rc == 0, err
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(neither)], capsys)
+    assert rc == 2 and "no column 'mol'" in _one_error_line(err, "evaluate")
 
 
 def test_predict_dash_reads_standard_input(ckpt, tmp_path, capsys, monkeypatch):

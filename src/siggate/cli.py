@@ -551,16 +551,19 @@ def _smiles_source(args) -> str | None:
     return args.input
 
 
-def _input_smiles_col(args, pred) -> str:
-    """The SMILES column of ``predict``/``explain --input``: ``--smiles-col``, else the column
-    the run was trained on (as for ``evaluate --data``)."""
+def _read_input(args, pred, source):
+    """The rows of ``predict``/``explain --input``: the SMILES column ``--smiles-col``, else the
+    column the run was trained on, or ``smiles`` when the file lacks it (as for ``evaluate --data``)."""
     from .train.members import trained_smiles_col
+    from .train.predict import read_input
 
-    return args.smiles_col or trained_smiles_col(pred.predictor)
+    if args.smiles_col:
+        return read_input(source, args.smiles_col, args.chunk_size)
+    return read_input(source, trained_smiles_col(pred.predictor), args.chunk_size, fallback="smiles")
 
 
 def cmd_predict(args) -> int:
-    from .train.predict import SmilesPredictor, predict_to_csv, read_input
+    from .train.predict import SmilesPredictor, predict_to_csv
     from .train.predict_nodes import checkpoint_level, predict_nodes_to_csv
 
     if checkpoint_level(args.checkpoint) == "node":
@@ -579,7 +582,7 @@ def cmd_predict(args) -> int:
         _check_output_file(Path(args.output), "predictions.csv")
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device),
                            coverage=args.coverage)
-    chunks = read_input(source, _input_smiles_col(args, pred), args.chunk_size) if source else [list(args.smiles)]
+    chunks = _read_input(args, pred, source) if source else [list(args.smiles)]
     try:
         n, bad = predict_to_csv(pred, chunks, args.output)
     except BrokenPipeError:
@@ -595,7 +598,7 @@ def cmd_predict(args) -> int:
 
 def cmd_explain(args) -> int:
     from .train.explain import explain_to_folder
-    from .train.predict import SmilesPredictor, read_input
+    from .train.predict import SmilesPredictor
     from .train.predict_nodes import checkpoint_level
 
     if checkpoint_level(args.checkpoint) == "node":
@@ -606,7 +609,7 @@ def cmd_explain(args) -> int:
         raise CLIError(f"--steps must be at least 1, got {args.steps}")
     check_out_folder(args.out, "the explanations")
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False)
-    chunks = read_input(source, _input_smiles_col(args, pred), args.chunk_size) if source else [list(args.smiles)]
+    chunks = _read_input(args, pred, source) if source else [list(args.smiles)]
     try:
         n, bad = explain_to_folder(pred, chunks, args.out, steps=args.steps)
     except ValueError as exc:

@@ -11,7 +11,6 @@ values and, for typos, the closest valid key.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import warnings
 from dataclasses import dataclass, field, fields
@@ -43,6 +42,7 @@ from .options import (
     GPSOptions,
     PerformerOptions,
     SVRMemberOptions,
+    closest_name,
     parse_fingerprint_kinds,
     parse_mol_features,
 )
@@ -262,10 +262,8 @@ _GENERATOR_KEYS = {"num_nodes": "the size of its one graph", "seed": "the genera
 
 
 def _suggest(key: str, options: list[str], prefix: str = "") -> str:
-    close = difflib.get_close_matches(key, options, n=1, cutoff=0.5)
-    if not close:  # case slips: 'Elementwise', 'GATE'
-        close = [o for o in options if o.lower() == str(key).lower()]
-    return f" Did you mean {prefix + close[0]!r}?" if close else ""
+    close = closest_name(key, options, cutoff=0.5)  # case slips too: 'Elementwise', 'GATE'
+    return f" Did you mean {prefix + close!r}?" if close else ""
 
 
 def _section_classes() -> dict:

@@ -8,6 +8,7 @@ This module imports nothing from ``siggate``: every package may use it.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -55,6 +56,7 @@ __all__ = [
     "parse_gate_spec",
     "parse_mol_features",
     "mol_features_dim",
+    "closest_name",
 ]
 
 #: ``model.gate``: no gate, one gate per head, one gate per channel.
@@ -333,3 +335,14 @@ def parse_mol_features(text: str) -> tuple[str, ...]:
 def mol_features_dim(text: str) -> int:
     """F of ``model.mol_features`` (``"none"`` -> 0, ``"morgan_count+rdkit2d"`` -> 2265)."""
     return sum(MOL_FEATURE_DIMS[k] for k in parse_mol_features(text))
+
+
+def closest_name(name: str, options: Sequence[str], cutoff: float = 0.6) -> str | None:
+    """The option a user probably meant by the unknown ``name``: one that differs only in case,
+    else the closest spelling (:func:`difflib.get_close_matches` at ``cutoff``), else None. The one
+    rule behind every "Did you mean" of a key, a choice or a CSV column."""
+    same_case = [o for o in options if o.lower() == str(name).lower()]
+    if same_case:
+        return same_case[0]
+    close = difflib.get_close_matches(str(name), list(options), n=1, cutoff=cutoff)
+    return close[0] if close else None

@@ -30,7 +30,6 @@ and ``data_report.csv`` (every dropped row and every note) into a run folder.
 from __future__ import annotations
 
 import csv
-import difflib
 import gzip
 import io
 import logging
@@ -46,7 +45,7 @@ import pandas as pd
 import torch
 
 from ..files import atomic_write_bytes
-from ..options import DUPLICATES, PREDICT_MAX_ATOMS
+from ..options import DUPLICATES, PREDICT_MAX_ATOMS, closest_name
 from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, RowNote, TaskInfo, default_cache_dir
 from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
 from .chem import MAX_SMILES_LENGTH, SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
@@ -236,7 +235,7 @@ def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]]
     flags = {"SMILES": "--smiles-col", "target": "--target-col", "split": "--split column:NAME"}
     msg += "; name the right column with " + ", ".join(dict.fromkeys(flags[role] for role, _ in missing))
     spelled = {"SMILES": "--smiles-col {}", "target": "--target-col {}", "split": "--split column:{}"}
-    guess = {col: closest_column(col, columns) for _, col in missing if col.strip() not in stripped}
+    guess = {col: closest_name(col, columns) for _, col in missing if col.strip() not in stripped}
     meant = []
     for role in dict.fromkeys(role for role, _ in missing):  # one suggestion per flag, all of its columns
         cols = [col for r, col in wanted if r == role]
@@ -247,14 +246,22 @@ def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]]
     raise DataError(msg)
 
 
-def closest_column(name: str, columns: Sequence[str]) -> str | None:
-    """The column a user probably meant by the missing ``name``: one that differs only in case,
-    else the closest spelling (:func:`difflib.get_close_matches`), else None."""
-    same_case = [c for c in columns if c.lower() == name.lower()]
-    if same_case:
-        return same_case[0]
-    close = difflib.get_close_matches(name, list(columns), n=1, cutoff=0.6)
-    return close[0] if close else None
+def smiles_column(path: Path, header: Sequence[str], wanted: str, fallback: str | None) -> str:
+    """The column of ``header`` to read SMILES from: ``wanted`` when it is there, else
+    ``fallback`` (matched in any case; ``None``: no fallback), with a warning naming both, when
+    the header holds exactly one such column; else ``wanted``, for the caller to refuse.
+
+    ``predict``, ``explain`` and ``evaluate --data`` read the column a run was trained on
+    (``--smiles-col`` then), and a new file naming its SMILES ``smiles`` is read without one.
+    """
+    if wanted in header or fallback is None:
+        return wanted
+    found = [h for h in header if h.lower() == fallback.lower()]
+    if len(found) != 1:
+        return wanted
+    logger.warning("%s: no column %r, the one the run was trained on; reading SMILES from column %r "
+                   "(choose another with --smiles-col)", path, wanted, found[0])
+    return found[0]
 
 
 def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: str,

@@ -151,13 +151,14 @@ def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
 
 
 def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo,
-                    decimal: str = ".") -> tuple[list, dict]:
+                    decimal: str = ".", fallback: str | None = None) -> tuple[list, dict]:
     """Graphs of the labelled CSV ``path`` featurized as ``predictor``'s inputs (as ``siggate
     predict`` featurizes SMILES), each with its labels ``y [1, T]``, and ``{"rows", "scored",
     "invalid", "unlabelled", "bad_label", "malformed"}`` counts (``bad_label``: a label that is not a
     number, not finite, or not 0/1 for a classifier, read as training reads labels,
     :func:`~siggate.data.csvdata.read_labels` with ``decimal``; ``malformed``: rows with more fields
-    than the header). Neither is scored; both are reported."""
+    than the header). Neither is scored; both are reported. A file without ``smiles_col`` is read
+    from its ``fallback`` column (:func:`~siggate.data.csvdata.smiles_column`)."""
     import numpy as np
 
     from ..data.chem import InvalidSmiles
@@ -168,6 +169,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         detect_sep,
         read_labels,
         read_table,
+        smiles_column,
         table_frame,
     )
     from .predict import SmilesPredictor
@@ -180,6 +182,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
                               "evaluate it on its own splits (drop --data)")
     header, records = read_table(path, detect_sep(path))
     cols = list(target_cols or info.target_names)
+    smiles_col = smiles_column(path, header, smiles_col, fallback)
     missing = [c for c in [smiles_col, *cols] if c not in header]
     if missing:
         raise EvaluationError(f"--data {path}: no column {missing[0]!r}; its columns are {', '.join(header)} "
@@ -264,9 +267,9 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
            "members": len(members_of(predictor))}
     if data is not None:
-        if smiles_col is None:
-            smiles_col = trained_smiles_col(predictor)
-        graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info, decimal)
+        fallback = "smiles" if smiles_col is None else None  # the run's column, else the file's "smiles"
+        smiles_col = smiles_col or trained_smiles_col(predictor)
+        graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info, decimal, fallback)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
         pred = predictor.predict(graphs).mean
         _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, pred, None))

@@ -69,6 +69,7 @@ from ..data.chem import (
 )
 from ..files import AtomicFile
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
+from ..options import closest_name
 
 #: Padded atom pairs per forward pass (graphs x largest graph squared): bounds the memory of
 #: dense attention when large molecules are predicted. ``batch_size`` graphs of up to 64 atoms
@@ -465,8 +466,10 @@ class InputRows:
         return iter(self.chunks)
 
 
-def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) -> InputRows:
-    """Stream the rows of a CSV (with a ``smiles_col`` header; every column is kept) or a
+def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000,
+               fallback: str | None = None) -> InputRows:
+    """Stream the rows of a CSV (with a ``smiles_col`` header, else a ``fallback`` one,
+    :func:`~siggate.data.csvdata.smiles_column`; every column is kept) or a
     ``.smi``/text file (first whitespace-separated token of each line, as column ``smiles``; the
     rest of the line as column ``name`` when the first ``chunk`` lines name any molecule),
     ``chunk`` rows at a time.
@@ -491,7 +494,7 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) 
             raise InputError(f"input file {path} is empty: expected a CSV header with a {smiles_col!r} column, "
                              "or one SMILES per line")
         suffix = path.suffixes[-2].lower() if path.suffix.lower() == ".gz" and len(path.suffixes) > 1 else path.suffix.lower()
-        delim = _sniff_csv(first, smiles_col, suffix)
+        delim = _sniff_csv(first, (smiles_col, fallback), suffix)
     except BaseException:
         fh.close()
         raise
@@ -503,10 +506,12 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000) 
             raise InputError(f"{path}: the header names column {smiles_col!r} {header.count(smiles_col)} times "
                              f"(columns {where}); rename the copies so that each name is unique")
         if smiles_col not in header:
-            fh.close()
-            from ..data.csvdata import closest_column
+            from ..data.csvdata import smiles_column
 
-            sug = closest_column(smiles_col, header)
+            smiles_col = smiles_column(path, header, smiles_col, fallback)
+        if smiles_col not in header:
+            fh.close()
+            sug = closest_name(smiles_col, header)
             hint = f" Did you mean --smiles-col {sug}?" if sug else ""
             if len(header) == 1:
                 hint += _delimiter_hint(first, delim)
@@ -532,8 +537,9 @@ def read_smiles(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000)
     return ([rec[rows.smiles_index] for rec in recs] for recs in rows)
 
 
-def _sniff_csv(first: str, smiles_col: str, suffix: str) -> str | None:
-    """The delimiter when the file is a CSV, ``None`` for a .smi-style file."""
+def _sniff_csv(first: str, smiles_cols: tuple[str, str | None], suffix: str) -> str | None:
+    """The delimiter when the file is a CSV (whose header names one of ``smiles_cols``, in any
+    case for the second), ``None`` for a .smi-style file."""
     if suffix == ".tsv":
         return "\t"
     if suffix == ".csv":
@@ -541,7 +547,8 @@ def _sniff_csv(first: str, smiles_col: str, suffix: str) -> str | None:
     for delim in (",", "\t", ";"):
         if delim in first:
             fields = [f.strip() for f in next(csv.reader([first], delimiter=delim), [])]
-            if smiles_col in fields:
+            wanted, fallback = smiles_cols
+            if wanted in fields or (fallback and fallback.lower() in (f.lower() for f in fields)):
                 return delim
     return None
 
