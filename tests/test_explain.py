@@ -198,6 +198,37 @@ def test_explain_writes_pictures_and_csvs_and_refuses_rows_as_predict_does(nitro
 FP_SPLITS = {"train": (0, 100), "val": (100, 120), "test": (120, 150)}
 
 
+def test_explain_carries_the_inputs_other_columns_and_refuses_a_malformed_row(nitrogen_model, tmp_path, capsys):
+    """molecules.csv keeps a CSV's IDs and a .smi file's names beside each row (a name
+    molecules.csv uses itself takes ``_input``); a row with more fields than the header is refused
+    with predict's reason instead of being explained from whatever field sits in the SMILES column."""
+    member, _ = nitrogen_model
+    run = member.checkpoint.parent
+    src = tmp_path / "in.csv"
+    src.write_text("id,error,smiles\nm0,x,NCCN\nm1,y,c1ccccc1O,extra\nm2,,CCN\n")
+    out = tmp_path / "explained"
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "--input", str(src), "--out", str(out),
+                          "--steps", "5"], capsys)
+    assert rc == 1 and "3 rows, 2 explained, 1 failed" in err, err
+    mols = _rows(out / "molecules.csv")
+    assert list(mols[0])[:4] == ["row", "smiles", "id", "error_input"] and list(mols[0])[-1] == "error"
+    assert [(r["row"], r["id"], r["error_input"], r["smiles"]) for r in mols] == [
+        ("0", "m0", "x", "NCCN"), ("1", "m1", "y", "c1ccccc1O"), ("2", "m2", "", "CCN")]
+    rc, _, err = run_cli(["predict", "--checkpoint", str(run), "--input", str(src), "--output",
+                          str(tmp_path / "p.csv")], capsys)
+    want = [r["error_pred"] for r in _rows(tmp_path / "p.csv")]  # predict's reasons, word for word
+    assert rc == 1 and [r["error"] for r in mols] == want and want[0] == want[2] == "" and "line 3" in want[1]
+    assert sorted(p.name for p in out.glob("mol*.svg")) == ["mol0.svg", "mol2.svg"]
+    assert [r["row"] for r in _rows(out / "atoms.csv")] == ["0"] * 4 + ["2"] * 3
+    smi = tmp_path / "in.smi"
+    smi.write_text("NCCN ethylenediamine\nCCN\n")
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "--input", str(smi), "--out", str(out),
+                          "--steps", "5"], capsys)
+    assert rc == 0, err
+    assert [(r["smiles"], r["name"]) for r in _rows(out / "molecules.csv")] == [("NCCN", "ethylenediamine"),
+                                                                                 ("CCN", "")]
+
+
 @pytest.fixture(scope="module")
 def nitrogen_fingerprints():
     """The svr and rf members (default grids, chosen on val) fitted on y = number of nitrogens +

@@ -8,7 +8,9 @@ the fingerprint members (svr, rf), occlusion of fingerprint bins shared among th
 them, from the empty fingerprint, :mod:`siggate.predictors.fpmember`; for a combination, its
 members' weighted sum) is written to ``OUT``:
 
-* ``molecules.csv``: one row per input row, in order: ``row`` (0-based), ``smiles``, per target
+* ``molecules.csv``: one row per input row, in order: ``row`` (0-based), ``smiles``, the input's
+  other columns (a CSV's IDs, a ``.smi`` file's ``name``; ``_input`` added to a name that
+  ``molecules.csv`` uses itself), per target
   the prediction, ``<target>_baseline`` (the reference prediction) and ``<target>_atoms_sum``
   (the sum of the atoms' contributions: for the GNN equal to prediction minus baseline up to
   the integral's numerical error; occlusion is not complete, and its sum differs from it by the
@@ -98,7 +100,8 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
         ValueError: a predictor that cannot attribute its predictions to atoms.
     """
     from ..data.chem import parse_smiles, quiet_rdkit
-    from .predict import InputRows, csv_output
+    from .predict import InputRows, csv_output, input_smiles, output_fields, warn_legacy
+    from .rundir import carried_names
 
     if not isinstance(chunks, InputRows):
         chunks = InputRows(["smiles"], 0, ([[s] for s in chunk] for chunk in chunks))
@@ -121,14 +124,20 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     for old in out.iterdir():
         if old.is_file() and picture.fullmatch(old.name):
             old.unlink()
-    mol_cols = ["row", "smiles", *[c for n in names for c in (n, f"{n}_baseline", f"{n}_atoms_sum")], "pictures", "error"]
+    own = ["row", "smiles", *[c for n in names for c in (n, f"{n}_baseline", f"{n}_atoms_sum")], "pictures", "error"]
+    at = chunks.smiles_index
+    kept = [j for j in range(len(chunks.columns)) if j != at]  # the input's other columns (IDs, names), carried
+    mol_cols = [*own[:2], *carried_names([chunks.columns[j] for j in kept], own), *own[2:]]
     n = bad = 0
+    legacy: list[tuple[int, str]] = []
     with csv_output(out / "molecules.csv") as mol_fh, csv_output(out / "atoms.csv") as atom_fh:
         mol_w, atom_w = csv.writer(mol_fh, lineterminator="\n"), csv.writer(atom_fh, lineterminator="\n")
         mol_w.writerow(mol_cols)
         atom_w.writerow(["row", "atom", "element", *names])
         for recs in chunks:
-            rows, ok, graphs = predictor.featurize_rows([rec[chunks.smiles_index] for rec in recs])
+            rows, ok, graphs = predictor.featurize_rows(input_smiles(recs, at))
+            for rec, row in zip(recs, rows):
+                row["error"] = getattr(rec, "error", "") or row["error"]  # a malformed row is not explained
             found = {}
             for batch in predictor.batches(graphs):
                 chunk = [graphs[k] for k in batch]
@@ -140,8 +149,9 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
                     continue
                 for j, k in enumerate(batch):
                     found[ok[k]] = (contrib.atoms[j], contrib.baseline[j], contrib.prediction[j])
-            for i, row in enumerate(rows):
-                record = [n + i, row["smiles"]]
+            for i, (rec, row) in enumerate(zip(recs, rows)):
+                fields = output_fields(rec, at, chunks.columns, n + i, legacy)
+                record = [n + i, fields[at], *[fields[j] for j in kept]]
                 if i in found and not row["error"]:
                     atoms, base, pred = found[i]
                     if not (torch.isfinite(atoms).all() and torch.isfinite(pred).all()):
@@ -169,4 +179,5 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
                           for v in (pred[t], base[t], atoms[:, t].sum())]
                 mol_w.writerow(record + values + [";".join(stems), ""])
             n += len(rows)
+    warn_legacy(legacy)
     return n, bad

@@ -704,27 +704,47 @@ def predict_to_csv(predictor: SmilesPredictor, chunks: InputRows | Iterable[list
 
         w.writerow([*columns, *predictor.output_columns(columns), error_column(columns)])
         for recs in chunks:
-            rows = predictor.predict_rows([rec[at] if not getattr(rec, "error", "") else "" for rec in recs])
+            rows = predictor.predict_rows(input_smiles(recs, at))
             for k, (rec, r) in enumerate(zip(recs, rows)):
                 if getattr(rec, "error", ""):
                     r.update({c: "" for c in predictor.columns}, error=rec.error)
-                fields = list(rec)
-                for j, f in enumerate(fields):
-                    if isinstance(f, str) and _SURROGATE.search(f):
-                        if j == at:  # a SMILES is ASCII: its row failed, the bytes are echoed as \xff
-                            fields[j] = _escape_bytes(f)
-                        else:
-                            fields[j] = _legacy_text(f)
-                            legacy.append((n + k, columns[j]))
-                w.writerow([*fields, *(_cell(r[c]) for c in predictor.columns), r["error"]])
+                w.writerow([*output_fields(rec, at, columns, n + k, legacy), *(_cell(r[c]) for c in predictor.columns),
+                            r["error"]])
             out_fh.flush()
             n += len(rows)
             bad += sum(1 for r in rows if r["error"])
+    warn_legacy(legacy)
+    return n, bad
+
+
+def input_smiles(recs: list[list[str]], at: int) -> list[str]:
+    """The SMILES (field ``at``) of the input records ``recs``; ``""`` for a record that carries an
+    ``error`` (more fields than the header: which field holds the SMILES is unknown)."""
+    return [rec[at] if not getattr(rec, "error", "") else "" for rec in recs]
+
+
+def output_fields(rec: list[str], at: int, columns: list[str], row: int, legacy: list[tuple[int, str]]) -> list[str]:
+    """The input record ``rec`` (row ``row`` of a file with ``columns``) as an output writes it
+    back: a SMILES (field ``at``) with bytes that are not UTF-8 echoed as ``\\xff`` (a SMILES is
+    ASCII: its row failed), other text that is not UTF-8 read as Windows-1252, each such field's
+    ``(row, column)`` added to ``legacy`` (for :func:`warn_legacy`)."""
+    fields = list(rec)
+    for j, f in enumerate(fields):
+        if isinstance(f, str) and _SURROGATE.search(f):
+            if j == at:
+                fields[j] = _escape_bytes(f)
+            else:
+                fields[j] = _legacy_text(f)
+                legacy.append((row, columns[j]))
+    return fields
+
+
+def warn_legacy(legacy: list[tuple[int, str]]) -> None:
+    """One warning for the text fields :func:`output_fields` read as Windows-1252, if any."""
     if legacy:
         log.warning("the input is not UTF-8: %d text fields (first: row %d, column %r) were read as Windows-1252 "
                     "(Latin-1) and written as UTF-8; save the input as UTF-8 to be sure they read as meant",
                     len(legacy), legacy[0][0], legacy[0][1])
-    return n, bad
 
 
 def _legacy_text(s: str) -> str:

@@ -252,11 +252,22 @@ def error_column(before: list[str]) -> str:
     return _free("error", set(before))
 
 
-def _free(name: str, taken: set, suffixes=()) -> str:
-    """``name`` with ``_pred`` added while it (or ``name + suffix`` for one of ``suffixes``) is ``taken``."""
+def _free(name: str, taken: set, suffixes=(), mark: str = "_pred") -> str:
+    """``name`` with ``mark`` added while it (or ``name + suffix`` for one of ``suffixes``) is ``taken``."""
     while name in taken or any(f"{name}{x}" in taken for x in suffixes):
-        name += "_pred"
+        name += mark
     return name
+
+
+def carried_names(columns: list[str], own: list[str]) -> list[str]:
+    """The names under which an output that writes its ``own`` columns carries an input's
+    ``columns``: each kept, or with ``_input`` added while one of ``own`` (or an earlier carried
+    column) has it (``siggate explain``'s ``molecules.csv``)."""
+    taken, names = set(own), []
+    for c in columns:
+        names.append(_free(c, taken, mark="_input"))
+        taken.add(names[-1])
+    return names
 
 
 def write_test_predictions(path: str | Path, rows: list[int], smiles: list[str], names: list[str],
