@@ -92,6 +92,14 @@ def test_corpus_drops_invalid_duplicates_and_excluded(tmp_path):
         build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=500, seed=0, data_root=tmp_path / "none",
                      exclude_files=[str(exclude)], progress=False, test_sets=(), keep=True)
     assert (tmp_path / "c" / "corpus.csv").read_bytes() == before
+    # an edited corpus.csv with the run's own arguments: the remedy is the file, not the flags
+    (tmp_path / "c" / "corpus.csv").write_bytes(before + b"\n")
+    with pytest.raises(ConfigError) as caught:
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=1000, seed=0, data_root=tmp_path / "none",
+                     exclude_files=[str(exclude)], progress=False, test_sets=(), keep=True)
+    assert str(caught.value).endswith("was built otherwise (corpus.csv edited since); put back the corpus.csv the "
+                                      "run was trained on (meta.json's csv_sha256), or pretrain into a new --out")
+    assert (tmp_path / "c" / "corpus.csv").read_bytes() == before + b"\n"
 
 
 def test_benchmark_test_sets_named_when_missing(tmp_path):

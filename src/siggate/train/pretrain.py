@@ -144,11 +144,18 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
             log.info("pretrain: reusing the corpus in %s (%d molecules)", out, meta["kept"])
             return meta
         if keep:
-            differ = [f"{k} {meta.get(k)!r} then, {want[k]!r} now" for k in want if meta.get(k) != want[k]]
-            differ += [] if same_csv else ["corpus.csv edited since"]
-            differ += [] if now == built else [f"benchmark test sets {built} then, {now} now"]
+            changed = [k for k in want if meta.get(k) != want[k]]
+            differ = [f"{k} {meta.get(k)!r} then, {want[k]!r} now" for k in changed]
+            fixes = ["resume with the run's own --smiles, --molecules, --seed and --exclude (and their files as "
+                     "they were)"] if changed else []
+            if not same_csv:
+                differ.append("corpus.csv edited since")
+                fixes.append("put back the corpus.csv the run was trained on (meta.json's csv_sha256)")
+            if now != built:
+                differ.append(f"benchmark test sets {built} then, {now} now")
+                fixes.append("make the same benchmarks readable (--data-root)")
             raise ConfigError(f"pretrain --resume: the run's corpus in {out} was built otherwise ({'; '.join(differ)}); "
-                              "resume with the run's own --smiles, --molecules, --seed and --exclude")
+                              f"{', and '.join(fixes)}, or pretrain into a new --out")
     t0 = time.time()
     smiles = read_smiles(source, smiles_col)
     excluded, read_sets = _excluded_keys(data_root, list(exclude_files), test_sets)
