@@ -220,6 +220,9 @@ def test_aggregate_only_keeps_the_comparison_and_its_mad(campaign, tmp_path, cap
     assert after["gates"] == before["gates"] and after["seeds"] == before["seeds"] == [0, 1]
     assert after["per_seed"] == before["per_seed"] and after["n"] == {"none": 2, "elementwise": 2}
     assert after["mad"] == before["mad"]
+    ran = [r["command"].rsplit(" --out ", 1)[0] for r in (before, after)]  # the folder was copied: --out differs
+    assert ran[0].endswith("--jobs 2 --threads 1") and ran[1] == ran[0]  # how the runs ran, not this call's defaults
+    assert (after["jobs"], after["threads"]) == (before["jobs"], before["threads"]) == (2, 1)
     md = (folder / "results.md").read_text()
     assert md.count(compare_mad.MD_START) == 1 and "## Last-layer diversity (MAD) at the best epoch" in md
     # the block's own val scores are the analysis's recomputation (equal to the record within

@@ -561,6 +561,9 @@ def compare(args) -> int:
     _defaults(args, stored)
     if stored is not None and args.threads is None:  # the results describe the runs' threads, not this call's
         args.threads = stored.threads
+    if stored is not None and aggregate_only:  # nothing runs now: the results say how the runs were run
+        for name in ("jobs", "backend", "cpus_per_run"):
+            setattr(args, name, getattr(stored, name, getattr(args, name, None)))
     try:
         seeds, specs = parse_seeds(args.seeds), parse_gates(args.gates)
     except ValueError as exc:
