@@ -284,8 +284,11 @@ def test_bad_data_and_parameters_are_named_before_training(molecules, tmp_path):
         with pytest.raises(ValueError, match=message):
             siggate.SigGateRegressor(**FP, out_dir=tmp_path / "run", **params).fit(X, labels)
         assert not (tmp_path / "run").exists()
-    with pytest.raises(ValueError, match="class 'b' has fewer than 2 distinct molecules"):
+    with pytest.raises(ValueError, match=r"^the training rows of class 'b' hold 1 distinct molecule\(s\); val_fraction "
+                                         "needs at least 2, one to train on and one to validate on$"):
         siggate.SigGateClassifier(**FP).fit(smiles[:20], ["a"] * 19 + ["b"])
+    with pytest.raises(ValueError, match="class 'b' hold 1 distinct molecule"):  # one molecule written twice
+        siggate.SigGateClassifier(**FP).fit([*smiles[:18], "OCC", "CCO"], ["a"] * 18 + ["b"] * 2)
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match="out_dir .*file is a file; give a folder"):
         siggate.SigGateRegressor(**FP, out_dir=tmp_path / "file").fit(smiles[:20], y[:20])

@@ -183,8 +183,8 @@ class _SigGateEstimator(BaseEstimator):
 
     # ------------------------------------------------------------------ fitting
 
-    def _targets(self, y, smiles: list[str]) -> tuple[np.ndarray, list[str]]:
-        """``y`` (labels of ``smiles``) as ``[n, T]`` floats and the target names (:func:`_target_names`)."""
+    def _targets(self, y) -> tuple[np.ndarray, list[str]]:
+        """``y`` as ``[n, T]`` floats and the target names (:func:`_target_names`)."""
         values = np.asarray(y, dtype=np.float64)
         values = values.reshape(-1, 1) if values.ndim == 1 else values
         return values, _target_names(y, values.shape[1])
@@ -204,7 +204,7 @@ class _SigGateEstimator(BaseEstimator):
         smiles = _smiles(X)
         if len(y) != len(smiles):
             raise ValueError(f"X has {len(smiles)} SMILES and y {len(y)} rows")
-        y, names = self._targets(y, smiles)
+        y, names = self._targets(y)
         inf = np.flatnonzero(np.isinf(y).any(axis=1))
         if len(inf):
             raise ValueError(f"y holds an infinite label at row(s) {inf[:5].tolist()}; give a number, or NaN for a "
@@ -216,7 +216,7 @@ class _SigGateEstimator(BaseEstimator):
                 try:
                     self._fit_in(work, out or work / "run", smiles, y, names)
                 except ValueError as exc:  # the command line's words for what fit was given
-                    text = _in_estimator_words(str(exc), work / "data.csv")
+                    text = self._in_words_of_y(_in_estimator_words(str(exc), work / "data.csv"))
                     if text == str(exc):
                         raise
                     try:
@@ -306,6 +306,10 @@ class _SigGateEstimator(BaseEstimator):
         self.n_features_in_ = 1
         self.target_names_ = names
 
+    def _in_words_of_y(self, text: str) -> str:
+        """``text`` with the run's names for ``y``'s values replaced by ``y``'s own (the classifier's classes)."""
+        return text
+
     def _record(self, names: list[str]) -> dict:
         """What :data:`ESTIMATOR_RECORD` says of the run beside it: the estimator and its targets."""
         return {"estimator": type(self).__name__, "target_names": names}
@@ -386,7 +390,7 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
                "positive one).\n\n" + _SigGateEstimator.__doc__.split("\n\n", 1)[1])
     _task = "binary"
 
-    def _targets(self, labels, smiles: list[str]):
+    def _targets(self, labels):
         y = np.asarray(labels)
         if y.ndim != 1:
             raise ValueError(f"SigGateClassifier takes one label per molecule ([n]), got shape {y.shape}")
@@ -397,11 +401,16 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
         self.classes_ = np.unique(y)
         if len(self.classes_) != 2:
             raise ValueError(f"SigGateClassifier is binary: y must hold two classes, got {len(self.classes_)}")
-        for c in self.classes_:  # the validation draw takes molecules of each class and leaves some to train on
-            if len({s for s, label in zip(smiles, y) if label == c}) < 2:
-                raise ValueError(f"class {c.item() if isinstance(c, np.generic) else c!r} has fewer than 2 distinct "
-                                 "molecules: fit needs at least 2 of each class, one to train on and one to validate on")
         return (y == self.classes_[1]).astype(np.float64).reshape(-1, 1), _target_names(labels, 1)
+
+    def _in_words_of_y(self, text: str) -> str:
+        """The run's classes 0 and 1 (e.g. the validation draw's "class 1 hold 1 distinct molecule")
+        as ``y`` names them."""
+        def named(m):
+            c = self.classes_[int(m.group(1))]
+            return f"class {c.item() if isinstance(c, np.generic) else c!r}"
+
+        return re.sub(r"\bclass ([01])\b", named, text)
 
     def _record(self, names: list[str]) -> dict:
         """Also the classes: the run's prediction is the probability of the second."""
