@@ -384,6 +384,8 @@ def test_the_run_records_target_names_and_classes(molecules, tmp_path):
     cfg = yaml.safe_load((tmp_path / "reg" / "members.yaml").read_text())
     assert cfg["data"]["target_cols"] == ["logS", "logP"]
     assert siggate.SigGateRegressor(**FP).fit(smiles[:40], pd.Series(y[:40], name="a,b")).target_names_ == ["y"]
+    minus = siggate.SigGateRegressor(**FP).fit(smiles[:40], pd.Series(y[:40], name="-logIC50"))  # no flag: a name
+    assert minus.target_names_ == ["-logIC50"] and minus.predict(smiles[40:42]).shape == (2,)
     labels = pd.Series(np.where(y[:40] > np.median(y[:40]), "weak", "potent"), name="activity")
     siggate.SigGateClassifier(**FP, out_dir=tmp_path / "clf").fit(smiles[:40], labels)
     record = json.loads((tmp_path / "clf" / "estimator.json").read_text())

@@ -276,13 +276,14 @@ class _SigGateEstimator(BaseEstimator):
             for s, label in zip(smiles, y):
                 w.writerow([s, *["" if np.isnan(x) else repr(float(x)) for x in label], "train"])
         # every row a training row, and --val-fraction draws the held-out ones (whole molecules, per class)
-        argv = ["train", "--data", str(data), "--target-col", ",".join(names), "--task", self._task,
-                "--split", f"column:{_SPLIT}", "--val-fraction", repr(float(self.val_fraction)),
-                "--seed", str(int(self.seed)), "--cache-dir", str(work / "cache")]
-        argv += ["--config", str(self.config)] if self.config else []
-        argv += ["--epochs", str(int(self.epochs))] if self.epochs is not None else []
+        # each value joined to its flag: a value that starts with "-" (a target "-logIC50") is no flag
+        argv = ["train", f"--data={data}", f"--target-col={','.join(names)}", f"--task={self._task}",
+                f"--split=column:{_SPLIT}", f"--val-fraction={float(self.val_fraction)!r}",
+                f"--seed={int(self.seed)}", f"--cache-dir={work / 'cache'}"]
+        argv += [f"--config={self.config}"] if self.config else []
+        argv += [f"--epochs={int(self.epochs)}"] if self.epochs is not None else []
         for item in [*(self.overrides or ()), *([f"train.threads={int(self.threads)}"] if self.threads else [])]:
-            argv += ["--set", str(item)]
+            argv += [f"--set={item}"]
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args)
         members, weights = recipe_members(recipe_name(args), self.members)  # "" is no kind, refused as --members "" is
