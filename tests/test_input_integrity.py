@@ -180,6 +180,33 @@ def test_negative_threads_is_one_line(capsys, command):
     assert "--threads -1: give a number of threads >= 1" in _one_error_line(err, command[0])
 
 
+def test_an_output_that_would_replace_what_the_command_reads_is_refused(ckpt, tmp_path, capsys):
+    """``predict --output`` naming its --input, or ``evaluate --output`` its --data, replaced the
+    molecules with the predictions (the labels with JSON); an output over a run's own file changed
+    the run. Each is refused before any work and the file is left as it was; a new file in the run
+    folder is written."""
+    data = tmp_path / "ext.csv"
+    text = "smiles,y\nCCO,1.0\nCCN,2.0\nCCC,3.0\n"
+    data.write_text(text)
+    run = ckpt.parent if ckpt.is_file() else ckpt
+    metrics = run / "metrics.json"
+    kept = metrics.read_bytes()
+    cases = [(["predict", "--checkpoint", str(ckpt), "--input", str(data), "--output", str(data)],
+              f"--output {data} is the file that --input reads"),
+             (["evaluate", "--checkpoint", str(ckpt), "--data", str(data), "--output", str(tmp_path / "." / "ext.csv")],
+              "is the file that --data reads"),
+             (["evaluate", "--checkpoint", str(ckpt), "--output", str(metrics)], f"is a file of the run {run}"),
+             (["predict", "--checkpoint", str(ckpt), "CCO", "--output", str(metrics)], f"is a file of the run {run}")]
+    for argv, why in cases:
+        rc, out, err = run_cli(argv, capsys)
+        assert rc == 2 and out == "" and why in _one_error_line(err, argv[0]), err
+        assert data.read_text() == text and metrics.read_bytes() == kept
+    new = run / "extra-predictions.csv"
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", str(new)], capsys)
+    assert rc == 0 and new.is_file(), err
+    new.unlink()
+
+
 def test_evaluate_output_that_cannot_be_written_is_refused_before_scoring(ckpt, tmp_path, capsys, monkeypatch):
     data = tmp_path / "ext.csv"
     data.write_text("smiles,y\nCCO,1.0\nCCN,2.0\nCCC,3.0\n")

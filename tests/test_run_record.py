@@ -7,6 +7,7 @@ CSV outputs or from RDKit directly."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 
@@ -263,6 +264,14 @@ def test_evaluate_data_draws_its_parity_plot_next_to_its_output(run, capsys):
     assert res["parity_plot"] == str(png) and f"parity plot {png}" in err
     with Image.open(png) as im:
         assert im.format == "PNG" and im.size[0] > 600
+    # names with dots: each evaluation its own plot (both were 'ext_parity.png', the second over the first)
+    for name in ("ext.scaffold.csv", "ext.random.csv.gz"):
+        dotted = out.parent / name
+        dotted.write_bytes(gzip.compress(data.read_bytes()) if name.endswith(".gz") else data.read_bytes())
+        rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(dotted), "--target-col", "a,b"],
+                                  capsys)
+        assert rc == 0, err
+        assert json.loads(stdout)["parity_plot"] == str(out.parent / f"{name.split('.csv')[0]}_parity.png")
 
 
 def test_a_run_of_many_targets_draws_its_first_twelve_in_rows_of_four():

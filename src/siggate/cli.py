@@ -487,13 +487,13 @@ def cmd_evaluate(args) -> int:
     if args.data is not None and args.split is not None:
         raise CLIError(f"--split applies to the run's own data; --data {args.data} is scored whole (drop --split)")
     if args.output:
-        _check_output_file(Path(args.output))
+        _check_output_file(Path(args.output), reads={"--data": args.data}, checkpoint=args.checkpoint)
     device = check_device(args.device)
     targets = [c.strip() for c in args.target_col.split(",") if c.strip()] if args.target_col else None
     parity = None
     if args.data is not None:  # the file's parity plot next to the scores (or the file scored)
         beside = Path(args.output) if args.output else Path(args.data)
-        parity = beside.with_name(f"{beside.name.split('.')[0]}_parity.png")
+        parity = beside.with_name(f"{_stem(beside)}_parity.png")
     try:
         res = evaluate(args.checkpoint, split=args.split or "test", data=args.data, smiles_col=args.smiles_col,
                        target_cols=targets, allow_changed=args.allow_changed, data_root=args.data_root,
@@ -519,13 +519,25 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-def _check_output_file(path: Path, example: str = "scores.json") -> None:
-    """Refuse, before any work, an output file that cannot be written: a folder, or a place
-    whose folder cannot be created or written."""
+def _check_output_file(path: Path, example: str = "scores.json", reads: dict | None = None,
+                       checkpoint: str | None = None) -> None:
+    """Refuse, before any work, an output file that cannot be written (a folder, or a place whose
+    folder cannot be created or written) or that would replace what the command reads: a file
+    of ``reads`` (``{flag: path}``) or a file of the run ``checkpoint`` (its folder)."""
     from .files import out_dir_problem
 
     if path.is_dir():
         raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / example}")
+    if path.is_file():
+        for flag, read in (reads or {}).items():
+            if read and read != "-" and Path(read).is_file() and path.samefile(read):
+                raise CLIError(f"--output {path} is the file that {flag} reads; writing it would replace that "
+                               f"file: give another --output, e.g. {path.with_name(example)}")
+        run = Path(checkpoint) if checkpoint else None
+        run = run.parent if run is not None and run.is_file() else run
+        if run is not None and run.is_dir() and path.resolve().is_relative_to(run.resolve()):
+            raise CLIError(f"--output {path} is a file of the run {run}; writing it would change the run: give a "
+                           "new file name, or a path outside the run")
     probe = path.parent
     while not probe.exists():
         probe = probe.parent
@@ -534,6 +546,15 @@ def _check_output_file(path: Path, example: str = "scores.json") -> None:
     problem = out_dir_problem(path.parent)
     if problem:
         raise CLIError(f"--output {path}: cannot write there ({problem})")
+
+
+def _stem(path: Path) -> str:
+    """``path``'s name without its type and compression suffixes (``ext.scaffold.csv.gz`` ->
+    ``ext.scaffold``): the stem of the files named after it."""
+    name = path.name
+    for suffixes in ((".gz", ".bz2", ".xz", ".zip"), (".csv", ".tsv", ".txt", ".smi", ".json")):
+        name = next((name[: -len(x)] for x in suffixes if name.lower().endswith(x) and len(name) > len(x)), name)
+    return name
 
 
 def _smiles_source(args) -> str | None:
@@ -566,6 +587,9 @@ def cmd_predict(args) -> int:
     from .train.predict import SmilesPredictor, predict_to_csv
     from .train.predict_nodes import checkpoint_level, predict_nodes_to_csv
 
+    if args.output:
+        _check_output_file(Path(args.output), "predictions.csv", reads={"--input": args.input},
+                           checkpoint=args.checkpoint)
     if checkpoint_level(args.checkpoint) == "node":
         if args.smiles or args.input:
             raise CLIError("this checkpoint predicts per node of its dataset's graphs, not from SMILES; "
@@ -578,8 +602,6 @@ def cmd_predict(args) -> int:
         raise CLIError("--split applies to node-level checkpoints (pattern, cluster, sbm-large); "
                        "give SMILES as arguments or --input FILE")
     source = _smiles_source(args)
-    if args.output:
-        _check_output_file(Path(args.output), "predictions.csv")
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device),
                            coverage=args.coverage)
     chunks = _read_input(args, pred, source) if source else [list(args.smiles)]
