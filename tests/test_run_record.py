@@ -155,7 +155,16 @@ def test_the_calibration_is_the_validation_scores_and_predict_coverage_uses_it(r
         rc, _, err = run_cli(["predict", "--checkpoint", str(out / "member0"), "CCO", "--coverage", "0.9"], capsys)
     finally:
         (out / "member0" / "moved.json").rename(out / "member0" / "calibration.json")
-    assert rc == 2 and "holds no calibration.json" in err and "drop --coverage" in err
+    assert rc == 2 and f"{out / 'member0'} is a member of the run {out}" in err and f"predict with {out}," in err
+    # a checkpoint of a run that is not the model its calibration is of: refused, not given those intervals
+    assert (out / "member0" / "last.pt").is_file()
+    rc, _, err = run_cli(["predict", "--checkpoint", str(out / "member0" / "last.pt"), "CCO", "--coverage", "0.9"],
+                         capsys)
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "calibrates the run's predictions with its best.pt, not last.pt" in err and "drop --coverage" in err
+    rc, _, err = run_cli(["predict", "--checkpoint", str(out / "member0" / "best.pt"), "CCO", "--coverage", "0.9"],
+                         capsys)
+    assert rc == 0, err
 
 
 # ------------------------------------------------------------------ applicability domain

@@ -214,6 +214,20 @@ def load_predictor(path: str | Path, device: torch.device | str | None = "cpu"):
                              "run folder, an ensemble folder or a .pt checkpoint")
 
 
+def run_checkpoint_name(folder: str | Path) -> str | None:
+    """The checkpoint file of ``folder`` that :func:`load_predictor` loads for it when it is one
+    GNN's run (its manifest's ``checkpoint``, else ``best.pt``); None for any other folder. What a
+    run's ``calibration.json`` was computed from."""
+    folder = Path(folder)
+    if (folder / MANIFEST).is_file():
+        try:
+            doc = read_manifest(folder)
+        except PredictorFileError:
+            return None
+        return str(doc.get("checkpoint", BEST)) if doc.get("kind") == GNNMember.kind else None
+    return BEST if (folder / BEST).is_file() and not (folder / ENSEMBLE_FILE).is_file() else None
+
+
 def _legacy_members(path: Path) -> tuple[list[Path], int]:
     """An ``ensemble.json`` folder's member checkpoints and the seed its split was drawn with."""
     manifest = path / ENSEMBLE_FILE

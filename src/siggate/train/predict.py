@@ -101,14 +101,17 @@ def run_folder(checkpoint) -> Path | None:
     return Path(ckpt).parent if ckpt is not None else getattr(checkpoint, "folder", None)
 
 
-def _calibration(folder: Path | None, coverage, info):
-    """``(coverage, Calibration)`` of the run in ``folder`` for ``--coverage``.
+def _calibration(folder: Path | None, coverage, info, checkpoint=None):
+    """``(coverage, Calibration)`` of the run in ``folder`` for ``--coverage``, predicting with
+    ``checkpoint`` (a ``.pt`` file of ``folder``, or the folder's own model when None).
 
     Raises:
-        InputError: a bad coverage, a run without ``calibration.json``, one that does not fit."""
+        InputError: a bad coverage, a run without ``calibration.json``, one that does not fit, a
+            checkpoint of the run that is not the model it calibrates (``last.pt`` beside ``best.pt``)."""
     import json
 
     from ..predictors.conformal import Calibration, CalibrationError, check_coverage
+    from .members import run_checkpoint_name
     from .rundir import CALIBRATION
 
     try:
@@ -116,9 +119,18 @@ def _calibration(folder: Path | None, coverage, info):
     except CalibrationError as exc:
         raise InputError(f"--coverage: {exc}") from None
     path = None if folder is None else Path(folder) / CALIBRATION
+    if path is not None and not path.is_file() and (Path(folder).parent / CALIBRATION).is_file():
+        raise InputError(f"--coverage: {folder} is a member of the run {Path(folder).parent}, which calibrates the "
+                         f"members' combination; predict with {Path(folder).parent}, or drop --coverage")
     if path is None or not path.is_file():
         raise InputError(f"--coverage: the run {folder} holds no {CALIBRATION} (trained before siggate calibrated "
                          "its runs, or a node-level/multiclass task); retrain it, or drop --coverage")
+    calibrated = run_checkpoint_name(folder)
+    if checkpoint is not None and Path(checkpoint).is_file() and Path(checkpoint).name != calibrated:
+        model = f"its {calibrated}" if calibrated else "its own model"
+        raise InputError(f"--coverage: {path} calibrates the run's predictions with {model}, not "
+                         f"{Path(checkpoint).name}, whose intervals would not hold their coverage; predict with the "
+                         f"run folder {folder}, or drop --coverage")
     try:
         cal = Calibration.from_dict(json.loads(path.read_text()))
     except (ValueError, OSError) as exc:
@@ -195,7 +207,8 @@ class SmilesPredictor:
         folder = run_folder(checkpoint if isinstance(checkpoint, (str, Path)) else self.predictor)
         self.coverage, self.calibration = None, None
         if coverage is not None:
-            self.coverage, self.calibration = _calibration(folder, coverage, self.info)
+            self.coverage, self.calibration = _calibration(
+                folder, coverage, self.info, checkpoint if isinstance(checkpoint, (str, Path)) else None)
         self.domain = _domain(folder) if domain else None
         if self.info.node_features != "ogb":
             raise InputError(
