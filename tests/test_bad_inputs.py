@@ -150,10 +150,13 @@ FILE_CASES = [
      ["column 'smiles' not found in", "Available columns: ['smile', 'y']", "Did you mean --smiles-col smile?"]),
     ("column-case", "in.csv", b"SMILES,y\nCCO,1\n", ["--smiles-col", "smiles"], 2, ["Did you mean --smiles-col SMILES?"]),
     ("column-case-default", "in.csv", b"SMILES,y\nCCO,1\n", [], 0, ["1 rows, 1 predicted"]),  # SMILES read
-    ("semicolons", "in.csv", b"smiles;y\nCCO;1\n", [], 2,
-     ["single column 'smiles;y'", "delimited by ';', not ','"]),
-    ("tabs-in-csv", "in.csv", b"smiles\ty\nCCO\t1\n", [], 2, ["delimited by tabs, not ','"]),
-    ("pipes", "in.csv", b"smiles|y\nCCO|1\n", [], 2, ["delimited by '|'"]),
+    # a .csv delimited otherwise is read as train reads it, by the delimiter whose header names the SMILES column
+    ("semicolons", "in.csv", b"smiles;y\nCCO;1\n", [], 0, ["1 rows, 1 predicted"]),
+    ("tabs-in-csv", "in.csv", b"smiles\ty\nCCO\t1\n", [], 0, ["1 rows, 1 predicted"]),
+    ("pipes", "in.csv", b"smiles|y\nCCO|1\n", [], 0, ["1 rows, 1 predicted"]),
+    ("semicolons-no-column", "in.csv", b"smile;y\nCCO;1\n", [], 2,
+     ["single column 'smile;y'", "delimited by ';', not ','"]),
+    ("tabs-no-column", "in.csv", b"smile\ty\nCCO\t1\n", [], 2, ["delimited by tabs, not ','"]),
     ("empty-file", "in.csv", b"", [], 2, ["is empty"]),
     ("blank-lines-only", "in.smi", b"\n \n\n", [], 2, ["is empty"]),
     ("binary", "in.smi", b"\x80\x02}q\x00(X\x01\x00\x00", [], 2, ["looks like a binary file"]),

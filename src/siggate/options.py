@@ -57,6 +57,7 @@ __all__ = [
     "parse_mol_features",
     "mol_features_dim",
     "closest_name",
+    "DELIMITERS",
 ]
 
 #: ``model.gate``: no gate, one gate per head, one gate per channel.
@@ -335,6 +336,11 @@ def parse_mol_features(text: str) -> tuple[str, ...]:
 def mol_features_dim(text: str) -> int:
     """F of ``model.mol_features`` (``"none"`` -> 0, ``"morgan_count+rdkit2d"`` -> 2265)."""
     return sum(MOL_FEATURE_DIMS[k] for k in parse_mol_features(text))
+
+
+#: the field delimiters a CSV may use: guessed by ``siggate train``/``evaluate`` (``csvdata.detect_sep``) and by
+#: ``predict``/``explain`` from the header that names the SMILES column
+DELIMITERS = (",", ";", "\t", "|")
 
 
 def closest_name(name: str, options: Sequence[str], cutoff: float = 0.6) -> str | None:

@@ -45,7 +45,7 @@ import pandas as pd
 import torch
 
 from ..files import atomic_write_bytes
-from ..options import DUPLICATES, PREDICT_MAX_ATOMS, closest_name
+from ..options import DELIMITERS, DUPLICATES, PREDICT_MAX_ATOMS, closest_name
 from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, RowNote, TaskInfo, default_cache_dir
 from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
 from .chem import MAX_SMILES_LENGTH, SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
@@ -84,7 +84,6 @@ def _parse_split(split: str) -> str | None:
 
 
 #: delimiters :func:`detect_sep` chooses from
-DELIMITERS = (",", ";", "\t", "|")
 
 
 def detect_sep(path: Path) -> str:

@@ -68,8 +68,8 @@ from ..data.chem import (
     quiet_rdkit,
 )
 from ..files import AtomicFile
+from ..options import DELIMITERS, closest_name
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
-from ..options import closest_name
 
 #: Padded atom pairs per forward pass (graphs x largest graph squared): bounds the memory of
 #: dense attention when large molecules are predicted. ``batch_size`` graphs of up to 64 atoms
@@ -551,19 +551,17 @@ def read_smiles(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000)
 
 
 def _sniff_csv(first: str, smiles_cols: tuple[str, str | None], suffix: str) -> str | None:
-    """The delimiter when the file is a CSV (whose header names one of ``smiles_cols``, in any
-    case for the second), ``None`` for a .smi-style file."""
-    if suffix == ".tsv":
-        return "\t"
-    if suffix == ".csv":
-        return ","
-    for delim in (",", "\t", ";"):
+    """The delimiter of a CSV: the one of :data:`~siggate.options.DELIMITERS` by which the header
+    ``first`` names one of ``smiles_cols`` (in any case for the second, the fallback), as
+    ``siggate train`` reads a ``;``-separated ``.csv``; else ``,`` for a ``.csv``, a tab for a
+    ``.tsv``, and ``None`` (a .smi-style file) for any other."""
+    wanted, fallback = smiles_cols
+    for delim in DELIMITERS:
         if delim in first:
             fields = [f.strip() for f in next(csv.reader([first], delimiter=delim), [])]
-            wanted, fallback = smiles_cols
             if wanted in fields or (fallback and fallback.lower() in (f.lower() for f in fields)):
                 return delim
-    return None
+    return {".csv": ",", ".tsv": "\t"}.get(suffix)
 
 
 def _raise_field_limit() -> None:
