@@ -857,6 +857,9 @@ def test_csv_run_writes_predictions_splits_report_and_metrics(tmp_path, capsys, 
      "target column 'y' has the same value (3) in all 4 labelled rows, so there is nothing to learn"),
     ("smiles;y\nCCO;-5,49\nCCN;1,5\n", [], "holds 2 number(s) written with a decimal comma ('-5,49' on line 2); "
                                            "pass --decimal , (data.decimal) to read them"),
+    ("smiles,y\nCCO,1\nCCN,-1\nCCC,1\nCCCl,-1\nCCBr,1\n", ["--task", "binary", "--split", "random"],
+     "target column 'y' has the same value (1) in all 3 rows it can read, and 2 row(s) were dropped for their label "
+     "(line 3: target column 'y': label '-1' is not 0 or 1); recode the two classes as 0 and 1"),
     ("smiles,y\nCCO,1\nCCN,0\n", ["--task", "binary", "--duplicates", "average"],
      "data.duplicates: 'average' merges regression labels into their mean; a binary label has no mean"),
 ])

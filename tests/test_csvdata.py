@@ -397,6 +397,37 @@ def test_decimal_comma_is_named_and_read_with_decimal(tmp_path):
     assert sorted(round(g.y.item(), 4) for g in _all(ds)) == [-5.49, 0.125, 0.5, 2.0]
 
 
+def test_thousands_separators_and_mixed_decimal_marks_are_refused_not_misread(tmp_path):
+    """IC50s written '7,120' beside '2.86': the refusal named --decimal , and that flag then read
+    7,120 nM as 7.12 (wrong by 1000x, silently). A column whose numbers do not all use the decimal
+    mark is refused, and the message says which reading each fix would give."""
+    from siggate.data.base import DataError
+
+    def refusal(text: str, decimal: str = ".") -> str:
+        path = tmp_path / "d.csv"
+        path.write_text("smiles,IC50\n" + text)
+        with pytest.raises(DataError) as exc:
+            load_csv(path, "smiles", ["IC50"], "regression", split="random", cache_dir=tmp_path / "c", decimal=decimal)
+        return str(exc.value).split(": ", 1)[1]
+
+    rows = 'CCO,2.86\nCCN,"7,120"\nCCC,12.14\nCCCl,"5,584"\n'
+    assert refusal(rows) == ("target column 'IC50' holds 2 number(s) with a comma ('7,120' on line 3) beside numbers "
+                             "with a decimal point ('2.86' on line 2): the commas are thousands separators; remove "
+                             "them from the file (7,120 -> 7120), then train again")
+    assert refusal(rows, ",").startswith("target column 'IC50' holds 2 number(s) written with a decimal point "
+                                         "('2.86' on line 2), and --decimal , reads ',' as the decimal mark")
+    assert "with a comma ('1,234.5' on line 2) and a decimal point: the commas are thousands" in refusal(
+        'CCO,"1,234.5"\nCCN,3\n')
+    both = refusal('CCO,"7,120"\nCCN,"5,584"\nCCC,3\n')  # 7.12 or 7120: the file cannot say
+    assert "a decimal comma or a thousands separator: pass --decimal , (data.decimal) if ',' is the decimal mark " \
+           "(7,120 = 7.12), else remove the thousands separators (7,120 -> 7120)" in both
+    path = tmp_path / "ok.csv"
+    path.write_text('smiles;IC50\nCCO;7,120\nCCN;5,584\nCCC;3\n')  # with --decimal , : read as decimal commas
+    ds = load_csv(path, "smiles", ["IC50"], "regression", sep=None, split="random", cache_dir=tmp_path / "c",
+                  decimal=",")
+    assert sorted(round(g.y.item(), 4) for g in _all(ds)) == [3.0, 5.584, 7.12]
+
+
 def test_large_molecules_are_noted_and_warned(tmp_path, caplog):
     caplog.set_level("WARNING", logger="siggate.data.csvdata")
     path = tmp_path / "big.csv"

@@ -243,6 +243,11 @@ def test_external_labels_are_read_as_training_reads_them(ensemble2, tmp_path, ca
     words.write_text("smiles,y\nCCO,active\nCCN,n.d.\n")
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(words)], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "holds no numeric value" in err
+    header = tmp_path / "header.csv"
+    header.write_text("smiles,y\n")  # no row: said as training says it, not blamed on the target column
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(header)], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert f"{header}: the file has a header but no data rows; add one row per molecule" in err
 
 
 def test_units_warning_without_a_gnn_member(tmp_path, capsys):

@@ -63,6 +63,9 @@ _SPLIT_LABELS = {"train": "train", "val": "val", "valid": "val", "validation": "
 _MISSING = {"", "nan", "na", "n/a", "none", "null"}
 #: a number written with a decimal comma, e.g. ``-5,49`` or ``1,5e-3``
 _DECIMAL_COMMA = re.compile(r"^[+-]?\d*,\d+([eE][+-]?\d+)?$")
+#: a number with thousands separators ("7,120", "1,234,567.5"), and one with a decimal point
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?$")
+_DECIMAL_POINT = re.compile(r"^[+-]?\d*\.\d+([eE][+-]?\d+)?$")
 #: labels of one molecule conflict when they differ by more than this fraction of the
 #: target's standard deviation over the file
 DUPLICATE_TOLERANCE = 0.01
@@ -269,7 +272,7 @@ def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: s
     one reading of labels for training and for ``siggate evaluate --data``.
 
     Raises:
-        DataError: numbers written with a decimal comma while ``decimal`` is ``"."``.
+        DataError: numbers not all written with the ``decimal`` mark (:func:`_check_decimal_marks`).
     """
     n = len(frame)
     y = np.full((n, len(target_cols)), np.nan, dtype=np.float64)
@@ -279,7 +282,7 @@ def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: s
         missing = raw.str.lower().isin(_MISSING).to_numpy()
         text = raw.str.replace(",", ".", regex=False) if decimal == "," else raw
         values = np.array(pd.to_numeric(text.where(~missing, None), errors="coerce"), dtype=np.float64)
-        _check_decimal_comma(path, col, raw, ~missing & np.isnan(values), decimal)
+        _check_decimal_marks(path, col, raw, missing, values, decimal)
         for i in np.flatnonzero(~missing & np.isnan(values)):
             errors[i] = errors[i] or f"target column {col!r}: {raw.iat[i]!r} is not a number"
         values[missing] = np.nan
@@ -301,16 +304,39 @@ def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: s
     return y, errors
 
 
-def _check_decimal_comma(path: Path, col: str, raw: pd.Series, bad: np.ndarray, decimal: str) -> None:
-    """Refuse a target column whose unreadable values are numbers with a decimal comma."""
+def _check_decimal_marks(path: Path, col: str, raw: pd.Series, missing: np.ndarray, values: np.ndarray,
+                         decimal: str) -> None:
+    """Refuse a target column whose numbers are not all written with the ``decimal`` mark: with
+    ``"."``, numbers with a decimal comma (named ``--decimal ,``), or thousands separators beside
+    decimal points (``7,120`` and ``2.86``: reading ``--decimal ,`` would make 7,120 7.12); with
+    ``","``, numbers with a decimal point."""
+    def line(i: int) -> str:
+        return f"{raw.iat[i]!r} on line {i + 2}"
+
+    given = np.flatnonzero(~missing)
     if decimal == ",":
+        point = [i for i in given if _DECIMAL_POINT.match(raw.iat[i])]
+        if point:
+            raise DataError(f"{path}: target column {col!r} holds {len(point)} number(s) written with a decimal point "
+                            f"({line(point[0])}), and --decimal , reads ',' as the decimal mark; drop --decimal , if "
+                            "the file's mark is '.', or write every number with one mark (no thousands separators)")
         return
-    comma = [i for i in np.flatnonzero(bad) if _DECIMAL_COMMA.match(raw.iat[i])]
-    if comma:
-        i = comma[0]
-        raise DataError(f"{path}: target column {col!r} holds {len(comma)} number(s) written with a decimal comma "
-                        f"({raw.iat[i]!r} on line {i + 2}); pass --decimal , (data.decimal) to read them, or save "
-                        "the file with '.' as the decimal mark")
+    comma = [i for i in given if np.isnan(values[i]) and (_DECIMAL_COMMA.match(raw.iat[i]) or _THOUSANDS.match(raw.iat[i]))]
+    if not comma:
+        return
+    point = [i for i in given if not np.isnan(values[i]) and "." in raw.iat[i]]
+    if point or "." in raw.iat[comma[0]]:
+        where = f"beside numbers with a decimal point ({line(point[0])})" if point else "and a decimal point"
+        raise DataError(f"{path}: target column {col!r} holds {len(comma)} number(s) with a comma ({line(comma[0])}) "
+                        f"{where}: the commas are thousands separators; remove them from the file (7,120 -> 7120), "
+                        "then train again")
+    if all(_THOUSANDS.match(raw.iat[i]) for i in comma):
+        raise DataError(f"{path}: target column {col!r} holds {len(comma)} number(s) with a comma ({line(comma[0])}), "
+                        "a decimal comma or a thousands separator: pass --decimal , (data.decimal) if ',' is the "
+                        "decimal mark (7,120 = 7.12), else remove the thousands separators (7,120 -> 7120)")
+    raise DataError(f"{path}: target column {col!r} holds {len(comma)} number(s) written with a decimal comma "
+                    f"({line(comma[0])}); pass --decimal , (data.decimal) to read them, or save the file with '.' "
+                    "as the decimal mark")
 
 
 def row_issue(reason: str) -> str:
@@ -330,11 +356,18 @@ def row_issue(reason: str) -> str:
     return "invalid molecule"
 
 
+#: the refusal of a CSV with a header and no row, by training and by ``evaluate --data``
+NO_ROWS = "the file has a header but no data rows; add one row per molecule"
+
+
 def check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y: np.ndarray,
                       allow_empty: bool = False) -> None:
     """A target column in which no row holds a number is a wrong column, not bad rows.
     ``allow_empty``: a column empty in every row passes while another holds numbers (a file
-    labelled for some of a multi-target model's targets, ``siggate evaluate --data``)."""
+    labelled for some of a multi-target model's targets, ``siggate evaluate --data``). A file of
+    no rows is refused as such."""
+    if len(frame) == 0:
+        raise DataError(f"{path}: {NO_ROWS}")
     for t, col in enumerate(target_cols):
         if np.isfinite(y[:, t]).any():
             continue
@@ -356,7 +389,7 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
     ``require_test=False`` allows an empty test split (the scikit-learn estimators' ``fit``)."""
     n_valid = sum(ds.sizes().values())
     if n_valid == 0 and not ds.invalid:
-        raise DataError(f"{path}: the file has a header but no data rows; add one row per molecule")
+        raise DataError(f"{path}: {NO_ROWS}")
     if n_valid == 0:
         reasons = "; ".join(f"line {r.index + 2}: {r.reason}" for r in ds.invalid[:3])
         raise DataError(f"{path}: none of the {len(ds.invalid)} rows can be used ({reasons}); check the SMILES "
@@ -365,6 +398,13 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
     for t, name in enumerate(ds.info.target_names):
         col = y[~np.isnan(y[:, t]), t]
         if col.size > 1 and np.all(col == col[0]):
+            dropped = [r for r in ds.invalid if r.reason.startswith(f"target column {name!r}")]
+            if dropped:  # the other labels were refused: that is the cause to name (classes coded -1/+1)
+                fix = ("recode the two classes as 0 and 1" if "is not 0 or 1" in dropped[0].reason
+                       else "write those labels as numbers")
+                raise DataError(f"{path}: target column {name!r} has the same value ({col[0]:g}) in all {col.size} "
+                                f"rows it can read, and {len(dropped)} row(s) were dropped for their label (line "
+                                f"{dropped[0].index + 2}: {dropped[0].reason}); {fix}")
             fix = ("drop it from --target-col" if len(ds.info.target_names) > 1
                    else "choose the --target-col that holds the property")
             raise DataError(f"{path}: target column {name!r} has the same value ({col[0]:g}) in all {col.size} "
@@ -415,7 +455,7 @@ def build_csv(
     frame = table_frame(header, records, usecols)
     width = len(header)
     if frame.empty:
-        raise DataError(f"{path}: the file has a header but no data rows; add one row per molecule")
+        raise DataError(f"{path}: {NO_ROWS}")
     y_all, errors = read_labels(path, frame, target_cols, task, decimal)
     check_any_numeric(path, frame, target_cols, y_all)
     smiles_all = frame[smiles_col].astype(str).tolist()
