@@ -749,11 +749,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     p = add_command(sub, "evaluate", "score a run or ensemble on its splits or on a labelled CSV", EXAMPLES["evaluate"],
-                    description="Score a trained run (a folder or a .pt) or an ensemble folder (the mean of its "
-                                "members) on its own data's splits, or on your own labelled CSV with --data, "
+                    description="Score a trained run (a folder or a .pt) or a folder of several members (their "
+                                "combination) on its own data's splits, or on your own labelled CSV with --data, "
                                 "featurized as in training. Prints the metric per split and per target as JSON.")
     p.add_argument("--checkpoint", required=True, metavar="RUN",
-                   help="run folder (its best.pt), ensemble folder (OUT/ensemble.json) or .pt checkpoint")
+                   help="run folder (its best.pt), folder of several members (their combination; OUT/predictor.json, "
+                        "or an older OUT/ensemble.json) or .pt checkpoint")
     p.add_argument("--split", default=None, help="split of the run's own data: train, val, test or all (default: test)")
     p.add_argument("--data", default=None, metavar="FILE.csv",
                    help="score this labelled CSV of SMILES instead (every row; invalid SMILES and empty labels are "
