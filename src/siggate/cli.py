@@ -523,7 +523,8 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
                        checkpoint: str | None = None) -> None:
     """Refuse, before any work, an output file that cannot be written (a folder, or a place whose
     folder cannot be created or written) or that would replace what the command reads: a file
-    of ``reads`` (``{flag: path}``) or a file of the run ``checkpoint`` (its folder)."""
+    of ``reads`` (``{flag: path}``) or one that training wrote into the run ``checkpoint``'s folder
+    (:data:`~siggate.train.rundir.RUN_OUTPUTS`, a checkpoint); a file of the user's own there is rewritten."""
     from .files import out_dir_problem
 
     if path.is_dir():
@@ -533,9 +534,12 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
             if read and read != "-" and Path(read).is_file() and path.samefile(read):
                 raise CLIError(f"--output {path} is the file that {flag} reads; writing it would replace that "
                                f"file: give another --output, e.g. {path.with_name(example)}")
+        from .train.rundir import RUN_OUTPUTS
+
         run = Path(checkpoint) if checkpoint else None
         run = run.parent if run is not None and run.is_file() else run
-        if run is not None and run.is_dir() and path.resolve().is_relative_to(run.resolve()):
+        if (run is not None and run.is_dir() and path.resolve().is_relative_to(run.resolve())
+                and (path.name in RUN_OUTPUTS or path.suffix == ".pt")):
             raise CLIError(f"--output {path} is a file of the run {run}; writing it would change the run: give a "
                            "new file name, or a path outside the run")
     probe = path.parent
