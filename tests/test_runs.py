@@ -179,6 +179,27 @@ def test_resume_needs_only_the_folder(tmp_path, capsys, data):
     rc, _, err = _train(capsys, data, "--set", "train.warmup_epochs=1", "--resume", "--out", str(out),
                         "--epochs", "4")  # every flag again: they agree
     assert rc == 0, err
+    # a run may grow, not shrink: fewer epochs than it trained left a record saying 2 epochs with 4 in its history
+    kept = {name: (out / name).read_bytes() for name in ("metrics.json", "config.yaml", "last.pt")}
+    rc, _, err = run_cli(["train", "--resume", str(out), "--epochs", "2", "--no-progress"], capsys)
+    assert rc == 2 and "the run has trained 4 epochs, and a resumed run may grow, not shrink; give --epochs 4 or " \
+        "more" in _one_line(err)
+    assert {name: (out / name).read_bytes() for name in kept} == kept
+
+
+def test_members_flags_never_turn_a_run_of_one_gnn_into_another_run(tmp_path, capsys, data):
+    """``--resume RUN --members svr,rf`` (or ``--ensemble 2``) on a finished run of one GNN found no
+    members record, took the run's last.pt for a member's and trained a new run over it: other data,
+    the default config, its metrics replaced. Refused, the folder as it was."""
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out))
+    assert rc == 0, err
+    kept = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    for flags in (["--members", "svr,rf"], ["--ensemble", "2"], ["--members", "gnn,rf"]):
+        rc, _, err = run_cli(["train", "--resume", str(out), *flags, "--no-progress"], capsys)
+        assert rc == 2 and f"--resume {out}: the folder holds the run of one GNN, and --members/--ensemble would " \
+            "train a run of several members over it; drop them" in _one_line(err)
+        assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == kept
 
 
 @pytest.mark.parametrize(

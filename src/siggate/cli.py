@@ -99,6 +99,8 @@ def cmd_train(args) -> int:
     if resume is not None:
         if not several and rundir.is_members_folder(resume):
             raise CLIError(_no_run_to_resume(resume, several))
+        if several and not rundir.is_members_folder(resume) and _holds_one_run(resume):
+            raise CLIError(_no_run_to_resume(resume, several))  # its last.pt would pass for a member's
         if several:
             _check_saved_members(resume, kinds, weights, args)
         path = rundir.saved_config_path(resume, ensemble=several)
@@ -300,6 +302,11 @@ def _check_saved_members(out: Path, kinds: list[str], weights: str, args) -> Non
                        "--out")
 
 
+def _holds_one_run(out: Path) -> bool:
+    """Whether ``out`` holds the run of one GNN (its ``config.yaml`` or ``last.pt``)."""
+    return (out / "config.yaml").is_file() or (out / "last.pt").is_file()
+
+
 def _no_run_to_resume(out: Path, ensemble: bool) -> str:
     """Why ``--resume`` finds nothing to continue in ``out``."""
     from .train import rundir
@@ -311,6 +318,9 @@ def _no_run_to_resume(out: Path, ensemble: bool) -> str:
         how = (_members_flags(saved) if saved else
                "--ensemble N, N as it was trained (and --members as it was trained)")
         return f"--resume {out}: this is an ensemble folder of several members; resume it with {how}"
+    if ensemble and not rundir.is_members_folder(out) and _holds_one_run(out):
+        return (f"--resume {out}: the folder holds the run of one GNN, and --members/--ensemble would train a run of "
+                "several members over it; drop them to continue that run, or start the new run with another --out")
     missing = f"{rundir.MEMBERS_RECORD} or member0/config.yaml" if ensemble else "config.yaml"
     return (f"--resume {out}: the folder holds no run to resume (no {missing}); check the path, "
             "or drop --resume to start a new run there")
