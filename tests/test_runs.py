@@ -53,6 +53,10 @@ def test_out_holding_a_run_is_refused_and_overwrite_replaces_it(tmp_path, capsys
     assert (out / "last.pt").read_bytes() == last
     rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out), "--resume", "--overwrite")
     assert rc == 2 and "give one" in _one_line(err)
+    # a typo in a column: refused before the run it would replace is cleared (it was cleared, then refused)
+    rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--cache-dir", str(data.parent / "cache"),
+                          "--target-col", "LOGS", "--epochs", "1", "--out", str(out), "--overwrite"], capsys)
+    assert rc == 2 and "'LOGS'" in _one_line(err) and (out / "last.pt").read_bytes() == last
 
     rc, _, err = _train(capsys, data, "--epochs", "2", "--out", str(out), "--overwrite")
     assert rc == 0, err

@@ -153,6 +153,11 @@ def cmd_train(args) -> int:
     if several and DATASET_META.get(cfg.data.name, {}).get("level") == "node":
         raise CLIError(f"--ensemble/--members average graph-level predictions; {cfg.data.name} is a node-level "
                        "dataset. Train its seeds one by one, or compare them with siggate compare.")
+    if args.overwrite and cfg.data.name == "csv":  # a file or column it would refuse: before the earlier run goes
+        from .data.csvdata import check_columns
+
+        check_columns(cfg.data.csv, cfg.data.smiles_col, list(cfg.data.target_cols), cfg.data.task, cfg.data.split,
+                      cfg.data.sep)
     if args.ddp:
         if args.device != "cpu":
             raise CLIError("--device with --ddp: torchrun gives each rank its device (nccl on GPU); drop --device")

@@ -50,7 +50,7 @@ from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, RowNote, Task
 from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
 from .chem import MAX_SMILES_LENGTH, SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
 
-__all__ = ["load_csv", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns",
+__all__ = ["load_csv", "check_columns", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns",
            "extra_fields_reason", "carried_columns", "row_issue", "write_run_tables", "TASK_METRIC",
            "DUPLICATE_TOLERANCE", "SAVE_AS_CSV", "CSV_VERSION"]
 
@@ -774,6 +774,20 @@ def load_csv(
     )
     _report(path, ds, fresh=cached.last_hit is False)
     return ds
+
+
+def check_columns(path: str | os.PathLike, smiles_col: str, target_cols, task: str, split: str | None = None,
+                  sep: str | None = None) -> None:
+    """What :func:`load_csv` checks first, reading only the header: the file is there and names
+    its columns once each. For a caller that must refuse before it changes anything
+    (``siggate train --overwrite`` clears the earlier run only after this).
+
+    Raises:
+        DataError, FileNotFoundError, ValueError: as :func:`load_csv`.
+    """
+    path = Path(path)
+    sep = sep or (detect_sep(path) if path.is_file() else ",")
+    _check_arguments(path, smiles_col, target_cols, task, split or "scaffold", sep)
 
 
 def _check_arguments(path: Path, smiles_col: str, target_cols, task: str, split: str, sep: str) -> list[str]:
