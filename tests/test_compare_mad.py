@@ -256,3 +256,29 @@ def test_aggregate_only_keeps_the_comparison_and_its_mad(campaign, tmp_path, cap
     assert compare_mad.MD_START not in (folder / "results.md").read_text()
     assert ("the MAD block of the earlier results was dropped (it measured 4 run(s), and 3 are finished now, or "
             f"their scores changed): run 'siggate analyze mad {folder}' again") in out
+
+
+def test_a_full_disk_leaves_the_earlier_results_whole(campaign, tmp_path, capsys, monkeypatch):
+    """results.json and results.md were written in place: a full disk left a truncated results.json
+    (unreadable by the next --aggregate-only) and a traceback. They are written atomically now,
+    and the failure is one line that says the runs are kept."""
+    from siggate.train import compare
+
+    folder = tmp_path / "cmp"
+    shutil.copytree(campaign["out"], folder)
+    kept = {name: (folder / name).read_bytes() for name in ("results.json", "results.md")}
+    real = compare.atomic_write_bytes
+
+    def full(path, data):  # the first file is written, the disk is full for the second
+        if Path(path).name == "results.md":
+            raise OSError(28, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(compare, "atomic_write_bytes", full)
+    capsys.readouterr()
+    assert main(["compare", "--out", str(folder), "--aggregate-only", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"cannot write the comparison's results into {folder} (No space left on device); its runs are kept" in err
+    assert (folder / "results.md").read_bytes() == kept["results.md"]
+    json.loads((folder / "results.json").read_text())  # whole, not cut

@@ -25,9 +25,6 @@ def subplots(nrows: int = 1, ncols: int = 1, size=(4.5, 3.4), **kw):
 
 
 def save(fig, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    from ..train.plots import save_figure
+
+    return save_figure(fig, path, dpi=110)

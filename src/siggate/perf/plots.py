@@ -27,9 +27,6 @@ def loglog_panels(axes, panels, xlabel: str) -> None:
 
 
 def save_figure(fig, path: Path, title: str) -> None:
-    import matplotlib.pyplot as plt
+    from ..train.plots import save_figure as save
 
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path, dpi=120, title=title)

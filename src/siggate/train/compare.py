@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config_args import add_command
-from ..files import out_dir_problem
+from ..files import atomic_write_bytes, out_dir_problem
 from ..options import GATE_KINDS, GATE_POSITIONS, add_progress_flag, parse_gate_spec, progress_enabled
 from .executor import ExecutorError, add_executor_args
 
@@ -365,6 +365,8 @@ def plot_val_curves(res: dict, path: Path) -> None:
     import numpy as np
     from matplotlib.ticker import FormatStrFormatter, LogLocator, MaxNLocator, NullFormatter
 
+    from .plots import save_figure
+
     bands = {}
     for lab in res["gates"]:
         curves = [c for c in res["val_curves"][lab].values() if c]
@@ -394,10 +396,7 @@ def plot_val_curves(res: dict, path: Path) -> None:
     axes[1].set_title("second half of the budget")
     if bands:
         axes[1].legend()
-    fig.suptitle(f"{res.get('dataset') or ''}: validation {metric}, mean ± std over seeds")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120, title=f"{res.get('dataset') or ''}: validation {metric}, mean ± std over seeds")
 
 
 def command_line(args) -> str:
@@ -626,10 +625,15 @@ def compare(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     md = out / "results.md"
     section = _carry_mad(old, res, md.read_text() if md.is_file() else "", out)
-    (out / "results.json").write_text(json.dumps(_jsonable(res), indent=2, allow_nan=False) + "\n")
-    md.write_text(with_mad_section(render_markdown(res), section) if section else render_markdown(res))
-    if any(res["val_curves"][lab] for lab in res["gates"]):
-        plot_val_curves(res, out / "val_curves.png")
+    try:  # atomic: a full disk leaves the earlier results whole
+        atomic_write_bytes(out / "results.json", (json.dumps(_jsonable(res), indent=2, allow_nan=False) + "\n").encode())
+        atomic_write_bytes(md, (with_mad_section(render_markdown(res), section) if section
+                                else render_markdown(res)).encode())
+        if any(res["val_curves"][lab] for lab in res["gates"]):
+            plot_val_curves(res, out / "val_curves.png")
+    except OSError as exc:
+        raise CompareError(f"cannot write the comparison's results into {out} ({exc.strerror or exc}); its runs are "
+                           "kept: free space (or choose a writable --out), then run the command again") from None
     _print_summary(res)
     print(f"siggate compare: wrote {out / 'results.json'}, {out / 'results.md'}", flush=True)
     if res["failed"]:

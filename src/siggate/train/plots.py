@@ -44,14 +44,21 @@ def _pyplot():
     return plt
 
 
-def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
-    """Write ``fig`` as a PNG at ``path`` (its folder created) and close it."""
+def save_figure(fig, path: str | Path, dpi: int = 110, title: str | None = None) -> Path:
+    """Write ``fig`` (with ``title`` above its panels) as a PNG at ``path`` and close it: the one
+    way siggate saves a picture. The folder is created, and the file is written atomically (a
+    full disk leaves the earlier picture, not half of one)."""
+    from ..files import atomic_write
+
     plt = _pyplot()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    try:
+        fig.tight_layout()
+        atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
+    finally:
+        plt.close(fig)
     return path
 
 
