@@ -416,6 +416,34 @@ def test_explain_on_a_run_of_the_svr_member(tmp_path, capsys):
     assert rc == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["atoms.csv", "mol0.png", "mol0.svg", "mol3_final.png",
                                                      "molecules.csv", "notes.txt"]
+    # another explain holds the folder: refused, nothing of its explanation touched
+    from siggate.files import FolderLock
+
+    kept = {p.name: p.read_bytes() for p in out.iterdir()}
+    lock = FolderLock(out)
+    lock.acquire()
+    try:
+        rc, _, err = run_cli(["explain", "--checkpoint", str(run), "NCCN", "--out", str(out)], capsys)
+    finally:
+        lock.release()
+    assert rc == 2 and "two runs must not write into one folder" in err and len(err.strip().splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == kept
+    # an explanation that stops midway leaves its pictures and no CSV of the one before, which named others
+    import importlib
+
+    def broken(*a, **k):
+        raise KeyboardInterrupt  # Ctrl-C while the first picture is drawn
+
+    explain = importlib.import_module("siggate.train.explain")
+    real = explain.draw_contributions
+    explain.draw_contributions = broken
+    try:
+        rc, _, err = run_cli(["explain", "--checkpoint", str(run), "NCCN", "--out", str(out)], capsys)
+    finally:
+        explain.draw_contributions = real
+    assert rc == 130 and "interrupted" in err
+    assert not (out / "molecules.csv").exists() and not (out / "atoms.csv").exists()
+    assert not (out / ".siggate.lock").exists()
 
 
 def _predict_csv(run, smiles, path, capsys):

@@ -651,12 +651,15 @@ def cmd_explain(args) -> int:
     check_out_folder(args.out, "the explanations")
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False)
     chunks = _read_input(args, pred, source) if source else [list(args.smiles)]
+    lock = claim_out_dir(Path(args.out), resume=True, what="the explanations")  # one explain per folder at a time
     try:
         n, bad = explain_to_folder(pred, chunks, args.out, steps=args.steps)
     except ValueError as exc:
         if type(exc).__name__ in ("InputError", "DataError", "ConfigError"):
             raise
         raise CLIError(f"{args.checkpoint}: {exc}") from None
+    finally:
+        lock.release()
     print(f"siggate explain: {n} rows, {n - bad} explained, {bad} failed -> {args.out} (molecules.csv, atoms.csv, "
           "one SVG and PNG per molecule)", file=sys.stderr)
     return 1 if bad else 0

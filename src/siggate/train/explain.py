@@ -20,8 +20,10 @@ members' weighted sum) is written to ``OUT``:
 * ``mol<row>.svg`` and ``mol<row>.png`` (``mol<row>_<target>.*`` for several targets): the
   molecule drawn with RDKit, every atom coloured by its contribution (red raises the
   prediction, blue lowers it; full colour at the molecule's largest absolute contribution), a
-  colour bar with that scale, and the prediction and baseline in the legend. Pictures of an
-  earlier explanation in ``OUT`` are removed first, so every picture there is of this one.
+  colour bar with that scale, and the prediction and baseline in the legend. Pictures and CSVs of
+  an earlier explanation in ``OUT`` are removed first, so every picture there is of this one, and
+  the CSVs appear (atomically) when it is complete: an interrupted explanation leaves no CSV that
+  describes other pictures. ``siggate explain`` holds the folder's lock while it writes.
 """
 
 from __future__ import annotations
@@ -121,8 +123,8 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     # an earlier explanation's pictures (named as this model names them): none is left beside this one's
     tags = f"_({'|'.join(re.escape(_tag(n)) for n in names)})" if several else ""
     picture = re.compile(r"mol\d+" + tags + r"\.(svg|png)")
-    for old in out.iterdir():
-        if old.is_file() and picture.fullmatch(old.name):
+    for old in out.iterdir():  # and its CSVs: until this one's are complete, none says what the pictures show
+        if old.is_file() and (picture.fullmatch(old.name) or old.name in ("molecules.csv", "atoms.csv")):
             old.unlink()
     own = ["row", "smiles", *[c for n in names for c in (n, f"{n}_baseline", f"{n}_atoms_sum")], "pictures", "error"]
     at = chunks.smiles_index
