@@ -189,6 +189,8 @@ def test_resume_needs_only_the_folder(tmp_path, capsys, data):
     assert rc == 2 and "the run has trained 4 epochs, and a resumed run may grow, not shrink; give --epochs 4 or " \
         "more" in _one_line(err)
     assert {name: (out / name).read_bytes() for name in kept} == kept
+    rc, _, err = run_cli(["train", "--resume", str(out), "--no-progress"], capsys)  # finished: its record stays
+    assert rc == 0 and {name: (out / name).read_bytes() for name in kept} == kept, err
 
 
 def test_members_flags_never_turn_a_run_of_one_gnn_into_another_run(tmp_path, capsys, data):

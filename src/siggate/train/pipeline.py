@@ -15,6 +15,8 @@ A run of several members (``--ensemble``, ``--members``) is :mod:`siggate.train.
 from __future__ import annotations
 
 import copy
+import json
+import logging
 import time
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from .loop import Run, fit, resume_run, setup_run
 from .record import (
     BEST,
     LAST,
+    METRICS,
     RunFiles,
     data_source,
     final_metrics,
@@ -37,6 +40,8 @@ from .record import (
     write_metrics,
 )
 from .scoring import split_probabilities, split_summary
+
+log = logging.getLogger(__name__)
 
 
 def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool = True,
@@ -52,8 +57,12 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     out = _start(Path(out_dir), cfg.train, ctx)
     ds = dataset if dataset is not None else prepare_data_ranked(cfg.data, cfg.model, cfg.train.seed, ctx, progress)
     run = setup_run(cfg.model, cfg.train, ds, ctx)
-    if resume:
-        resume_run(run, out / LAST, cfg.to_dict())
+    if resume and resume_run(run, out / LAST, cfg.to_dict()):
+        done = _finished_record(out, cfg.train.epochs, run.history)
+        if done is not None:  # a finished run resumed: its record stays as it is
+            if ctx.is_main:
+                log.info("%s: the run has finished its %d epochs; nothing to train", out, cfg.train.epochs)
+            return done
     seconds = _fit_recorded(run, out, cfg.to_dict(), data_source(cfg.data), progress)
     metrics = final_metrics(run, seconds)
     if ctx.is_main and (out / BEST).is_file():
@@ -66,6 +75,20 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     if ctx.is_main:
         write_metrics(out, metrics)
     return metrics
+
+
+def _finished_record(out: Path, epochs: int, history: list) -> dict | None:
+    """The ``metrics.json`` of the run in ``out`` when it records this run finished: ``epochs``
+    epochs, and the resumed ``history`` of its last checkpoint; else None (not finished, or
+    stopped between its last checkpoint and its record)."""
+    try:
+        metrics = json.loads((out / METRICS).read_text())
+    except (OSError, ValueError):
+        return None
+    if (isinstance(metrics, dict) and metrics.get("epochs") == epochs == len(history)
+            and metrics.get("history") == history):
+        return metrics
+    return None
 
 
 def _start(out: Path, t_cfg: TrainConfig, ctx: DistContext) -> Path:
