@@ -157,6 +157,7 @@ FILE_CASES = [
     ("semicolons-no-column", "in.csv", b"smile;y\nCCO;1\n", [], 2,
      ["single column 'smile;y'", "delimited by ';', not ','"]),
     ("tabs-no-column", "in.csv", b"smile\ty\nCCO\t1\n", [], 2, ["delimited by tabs, not ','"]),
+    ("smi-header-caps", "in.smi", b"SMILES\tName\nCCO ethanol\n", [], 0, ["1 rows, 1 predicted"]),  # a .smi
     ("empty-file", "in.csv", b"", [], 2, ["is empty"]),
     ("blank-lines-only", "in.smi", b"\n \n\n", [], 2, ["is empty"]),
     ("binary", "in.smi", b"\x80\x02}q\x00(X\x01\x00\x00", [], 2, ["looks like a binary file"]),

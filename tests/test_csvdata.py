@@ -413,7 +413,10 @@ def test_thousands_separators_and_mixed_decimal_marks_are_refused_not_misread(tm
     rows = 'CCO,2.86\nCCN,"7,120"\nCCC,12.14\nCCCl,"5,584"\n'
     assert refusal(rows) == ("target column 'IC50' holds 2 number(s) with a comma ('7,120' on line 3) beside numbers "
                              "with a decimal point ('2.86' on line 2): the commas are thousands separators; remove "
-                             "them from the file (7,120 -> 7120), then train again")
+                             "them from the file (7,120 -> 7120)")
+    assert refusal('CCO,"5,49"\nCCN,1.5\nCCC,2\n') == (  # a decimal comma beside a point: not thousands, never "remove"
+        "target column 'IC50' mixes decimal marks: ',' in '5,49' on line 2 and '.' in '1.5' on line 3; write every "
+        "number with one decimal mark")
     assert refusal(rows, ",").startswith("target column 'IC50' holds 2 number(s) written with a decimal point "
                                          "('2.86' on line 2), and --decimal , reads ',' as the decimal mark")
     assert "with a comma ('1,234.5' on line 2) and a decimal point: the commas are thousands" in refusal(

@@ -444,6 +444,12 @@ def test_explain_on_a_run_of_the_svr_member(tmp_path, capsys):
     assert rc == 130 and "interrupted" in err
     assert not (out / "molecules.csv").exists() and not (out / "atoms.csv").exists()
     assert not (out / ".siggate.lock").exists()
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "C1CC1", "--out", str(out)], capsys)
+    assert rc == 0, err
+    kept = (out / "molecules.csv").read_bytes()  # an explanation's CSV read back into its own folder: refused
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "--input", str(out / "molecules.csv"), "--out",
+                          str(out)], capsys)
+    assert rc == 2 and "which this explanation replaces" in err and (out / "molecules.csv").read_bytes() == kept
 
 
 def _predict_csv(run, smiles, path, capsys):

@@ -201,11 +201,20 @@ def test_an_output_that_would_replace_what_the_command_reads_is_refused(ckpt, tm
         rc, out, err = run_cli(argv, capsys)
         assert rc == 2 and out == "" and why in _one_error_line(err, argv[0]), err
         assert data.read_text() == text and metrics.read_bytes() == kept
-    new = run / "extra-predictions.csv"
-    for _ in range(2):  # a file of the user's own in the run folder is written, and written again
-        rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", str(new)], capsys)
-        assert rc == 0 and new.is_file(), err
-    new.unlink()
+    (run / "reports").mkdir()
+    for new in (run / "extra-predictions.csv", run / "reports" / "metrics.json"):  # the user's own files in it
+        for _ in range(2):  # written, and written again
+            rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", str(new)], capsys)
+            assert rc == 0 and new.is_file(), err
+        new.unlink()
+    (run / "reports").rmdir()
+    elsewhere = tmp_path / "copied"  # a checkpoint copied beside files of the same names is no run folder
+    elsewhere.mkdir()
+    (elsewhere / "best.pt").write_bytes((run / "best.pt").read_bytes())
+    (elsewhere / "test_predictions.csv").write_text("x\n")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(elsewhere / "best.pt"), "CCO", "--output",
+                          str(elsewhere / "test_predictions.csv")], capsys)
+    assert rc == 0, err
 
 
 def test_evaluate_output_that_cannot_be_written_is_refused_before_scoring(ckpt, tmp_path, capsys, monkeypatch):

@@ -549,12 +549,13 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
             if read and read != "-" and Path(read).is_file() and path.samefile(read):
                 raise CLIError(f"--output {path} is the file that {flag} reads; writing it would replace that "
                                f"file: give another --output, e.g. {path.with_name(example)}")
-        from .train.rundir import RUN_OUTPUTS
+        from .train.rundir import RUN_OUTPUTS, run_files
 
         run = Path(checkpoint) if checkpoint else None
         run = run.parent if run is not None and run.is_file() else run
-        if (run is not None and run.is_dir() and path.resolve().is_relative_to(run.resolve())
-                and (path.name in RUN_OUTPUTS or path.suffix == ".pt")):
+        homes = {run.resolve(), *(m.resolve() for m in run.glob("member*"))} if run is not None and run.is_dir() else set()
+        if (run_files(run) if homes else False) and path.resolve().parent in homes and (
+                path.name in RUN_OUTPUTS or path.suffix == ".pt"):
             raise CLIError(f"--output {path} is a file of the run {run}; writing it would change the run: give a "
                            "new file name, or a path outside the run")
     probe = path.parent
@@ -649,6 +650,12 @@ def cmd_explain(args) -> int:
     if args.steps < 1:
         raise CLIError(f"--steps must be at least 1, got {args.steps}")
     check_out_folder(args.out, "the explanations")
+    for name in ("molecules.csv", "atoms.csv"):  # an earlier explanation's CSV read back: this one replaces it
+        made = Path(args.out) / name
+        if args.input and args.input != "-" and made.is_file() and Path(args.input).is_file() \
+                and made.samefile(args.input):
+            raise CLIError(f"--input {args.input} is {made}, which this explanation replaces; copy it elsewhere "
+                           "first, or give another --out")
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False)
     chunks = _read_input(args, pred, source) if source else [list(args.smiles)]
     lock = claim_out_dir(Path(args.out), resume=True, what="the explanations")  # one explain per folder at a time

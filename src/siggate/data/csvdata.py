@@ -86,9 +86,6 @@ def _parse_split(split: str) -> str | None:
     raise ValueError(f"split must be 'scaffold', 'scaffold_balanced', 'random' or 'column:NAME', got {split!r}")
 
 
-#: delimiters :func:`detect_sep` chooses from
-
-
 def detect_sep(path: Path) -> str:
     """The field delimiter of a CSV file, guessed by ``csv.Sniffer`` from its first 64 KiB
     among :data:`DELIMITERS` (``","`` when it cannot tell, e.g. a one-column file)."""
@@ -325,12 +322,15 @@ def _check_decimal_marks(path: Path, col: str, raw: pd.Series, missing: np.ndarr
     if not comma:
         return
     point = [i for i in given if not np.isnan(values[i]) and "." in raw.iat[i]]
-    if point or "." in raw.iat[comma[0]]:
+    thousands = all(_THOUSANDS.match(raw.iat[i]) for i in comma)
+    if (point or "." in raw.iat[comma[0]]) and thousands:
         where = f"beside numbers with a decimal point ({line(point[0])})" if point else "and a decimal point"
         raise DataError(f"{path}: target column {col!r} holds {len(comma)} number(s) with a comma ({line(comma[0])}) "
-                        f"{where}: the commas are thousands separators; remove them from the file (7,120 -> 7120), "
-                        "then train again")
-    if all(_THOUSANDS.match(raw.iat[i]) for i in comma):
+                        f"{where}: the commas are thousands separators; remove them from the file (7,120 -> 7120)")
+    if point:
+        raise DataError(f"{path}: target column {col!r} mixes decimal marks: ',' in {line(comma[0])} and '.' in "
+                        f"{line(point[0])}; write every number with one decimal mark")
+    if thousands:
         raise DataError(f"{path}: target column {col!r} holds {len(comma)} number(s) with a comma ({line(comma[0])}), "
                         "a decimal comma or a thousands separator: pass --decimal , (data.decimal) if ',' is the "
                         "decimal mark (7,120 = 7.12), else remove the thousands separators (7,120 -> 7120)")
@@ -778,8 +778,8 @@ def load_csv(
 
 def check_columns(path: str | os.PathLike, smiles_col: str, target_cols, task: str, split: str | None = None,
                   sep: str | None = None) -> None:
-    """What :func:`load_csv` checks first, reading only the header: the file is there and names
-    its columns once each. For a caller that must refuse before it changes anything
+    """What :func:`load_csv` checks first: the file is there and its header names the columns,
+    once each. For a caller that must refuse before it changes anything
     (``siggate train --overwrite`` clears the earlier run only after this).
 
     Raises:

@@ -14,10 +14,10 @@ all (use ``siggate.data.catalog.get_dataset`` to see every built-in dataset).
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Callable
 
+from ..options import closest_name
 from .base import GraphDataset, default_cache_dir, default_data_root
 
 __all__ = ["DATASETS", "DATASET_META", "register_dataset", "get_dataset", "list_datasets"]
@@ -78,8 +78,8 @@ def list_datasets() -> list[dict]:
 
 def _unknown(name: str) -> ValueError:
     known = sorted(DATASETS)
-    close = difflib.get_close_matches(str(name).lower(), known, n=1, cutoff=0.0)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    close = closest_name(str(name).lower(), known, cutoff=0.0)
+    hint = f"; did you mean {close!r}?" if close else ""
     return ValueError(f"unknown dataset {name!r}; known datasets: {', '.join(known) or '(none)'}{hint}")
 
 

@@ -23,11 +23,10 @@ exphormer  edges, expander neighbours, self, virtual ``O(E + n degree)``       `
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from typing import Any
 
-from ..options import GPSOptions
+from ..options import GPSOptions, closest_name
 from .attention import GatedAttentionBase, GatedMultiheadAttention
 from .exphormer import GatedExphormerAttention
 from .performer import GatedPerformerAttention
@@ -82,8 +81,8 @@ def check_options(kwargs: dict, allowed: list[str], what: str) -> None:
     and all of them."""
     for key in kwargs:
         if key not in allowed:
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            close = closest_name(key, allowed)
+            hint = f"; did you mean {close!r}?" if close else ""
             raise TypeError(f"unknown {what} {key!r}{hint} (the options: {', '.join(allowed)})")
 
 

@@ -268,7 +268,7 @@ def resume_run(run: Run, path: Path, config: dict) -> bool:
     if t_cfg.epochs < run.state.epoch:  # its record would say it ran t_cfg.epochs and hold more
         raise CheckpointError(f"cannot resume from {path} with train.epochs={t_cfg.epochs}: the run has trained "
                               f"{run.state.epoch} epochs, and a resumed run may grow, not shrink; give --epochs "
-                              f"{run.state.epoch} or more, or drop --epochs")
+                              f"{run.state.epoch} or more")
     if (run.state.epoch >= t_cfg.epochs and run.history and run.history[-1].get("eval_norm") == "running"
             and epoch_norm(t_cfg, run.state.epoch - 1) == "train"):  # it would end on the running statistics
         raise CheckpointError(

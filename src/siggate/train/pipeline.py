@@ -86,7 +86,7 @@ def _finished_record(out: Path, epochs: int, history: list) -> dict | None:
     except (OSError, ValueError):
         return None
     if (isinstance(metrics, dict) and metrics.get("epochs") == epochs == len(history)
-            and metrics.get("history") == history):
+            and json.dumps(metrics.get("history")) == json.dumps(history)):  # as text: a NaN equals a NaN
         return metrics
     return None
 

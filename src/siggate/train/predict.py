@@ -552,10 +552,12 @@ def read_smiles(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000)
 
 def _sniff_csv(first: str, smiles_cols: tuple[str, str | None], suffix: str) -> str | None:
     """The delimiter of a CSV: the one of :data:`~siggate.options.DELIMITERS` by which the header
-    ``first`` names one of ``smiles_cols`` (in any case for the second, the fallback), as
+    ``first`` names one of ``smiles_cols`` (in any case for the second, the fallback, except in a
+    ``.smi``/``.txt`` file), as
     ``siggate train`` reads a ``;``-separated ``.csv``; else ``,`` for a ``.csv``, a tab for a
     ``.tsv``, and ``None`` (a .smi-style file) for any other."""
     wanted, fallback = smiles_cols
+    fallback = None if suffix in (".smi", ".txt") else fallback  # a SMILES file's header "SMILES Name" stays one
     for delim in DELIMITERS:
         if delim in first:
             fields = [f.strip() for f in next(csv.reader([first], delimiter=delim), [])]
