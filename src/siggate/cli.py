@@ -546,16 +546,15 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
         raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / example}")
     if path.is_file():
         for flag, read in (reads or {}).items():
-            if read and read != "-" and Path(read).is_file() and path.samefile(read):
+            if _same_file(path, read):
                 raise CLIError(f"--output {path} is the file that {flag} reads; writing it would replace that "
                                f"file: give another --output, e.g. {path.with_name(example)}")
         from .train.rundir import RUN_OUTPUTS, run_files
 
         run = Path(checkpoint) if checkpoint else None
         run = run.parent if run is not None and run.is_file() else run
-        homes = {run.resolve(), *(m.resolve() for m in run.glob("member*"))} if run is not None and run.is_dir() else set()
-        if (run_files(run) if homes else False) and path.resolve().parent in homes and (
-                path.name in RUN_OUTPUTS or path.suffix == ".pt"):
+        homes = {run.resolve(), *(m.resolve() for m in run.glob("member*"))} if run and run_files(run) else set()
+        if path.resolve().parent in homes and (path.name in RUN_OUTPUTS or path.suffix == ".pt"):
             raise CLIError(f"--output {path} is a file of the run {run}; writing it would change the run: give a "
                            "new file name, or a path outside the run")
     probe = path.parent
@@ -566,6 +565,12 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     problem = out_dir_problem(path.parent)
     if problem:
         raise CLIError(f"--output {path}: cannot write there ({problem})")
+
+
+def _same_file(a, b) -> bool:
+    """Whether the paths ``a`` and ``b`` (``-``: standard input, no file) are one existing file."""
+    return bool(a and b) and "-" not in (str(a), str(b)) and Path(a).is_file() and Path(b).is_file() \
+        and Path(a).samefile(b)
 
 
 def _stem(path: Path) -> str:
@@ -652,8 +657,7 @@ def cmd_explain(args) -> int:
     check_out_folder(args.out, "the explanations")
     for name in ("molecules.csv", "atoms.csv"):  # an earlier explanation's CSV read back: this one replaces it
         made = Path(args.out) / name
-        if args.input and args.input != "-" and made.is_file() and Path(args.input).is_file() \
-                and made.samefile(args.input):
+        if _same_file(made, args.input):
             raise CLIError(f"--input {args.input} is {made}, which this explanation replaces; copy it elsewhere "
                            "first, or give another --out")
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False)
