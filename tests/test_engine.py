@@ -453,10 +453,10 @@ def test_val_curve_plot_scales_to_what_it_shows(tmp_path, monkeypatch):
     shown = {}
     real_savefig = plt.Figure.savefig
 
-    def savefig(fig, path, **kw):
-        shown[Path(path).name] = [(ax.get_yscale(), ax.get_title(), [list(line.get_xdata()) for line in ax.get_lines()])
-                                  for ax in fig.axes]
-        return real_savefig(fig, path, **kw)
+    def savefig(fig, target, **kw):  # a handle on a temporary file beside the picture (it is written atomically)
+        shown[drawing] = [(ax.get_yscale(), ax.get_title(), [list(line.get_xdata()) for line in ax.get_lines()])
+                          for ax in fig.axes]
+        return real_savefig(fig, target, **kw)
 
     def res(curves):
         return {"gates": list(curves), "val_curves": curves, "metric": "mae", "higher_is_better": False,
@@ -465,8 +465,9 @@ def test_val_curve_plot_scales_to_what_it_shows(tmp_path, monkeypatch):
     monkeypatch.setattr(plt.Figure, "savefig", savefig)
     falling = {"none": {"0": [2.0, 1.0, 0.5, 0.2, 0.2], "1": [2.1, 0.9, 0.4, 0.2]}, "elementwise": {"0": [], "1": []}}
     flat = {"none": {"0": [0.30, 0.29]}, "elementwise": {"0": [0.31]}}
-    for name, curves in (("falling.png", falling), ("flat.png", flat), ("empty.png", {"none": {"0": []}})):
-        plot_val_curves(res(curves), tmp_path / name)
+    for drawing, curves in (("falling.png", falling), ("flat.png", flat), ("empty.png", {"none": {"0": []}})):
+        plot_val_curves(res(curves), tmp_path / drawing)
+        assert (tmp_path / drawing).stat().st_size > 0
     # the common 4 epochs of the two seeds; the right panel shows epochs 3-4
     assert shown["falling.png"] == [("log", "every epoch", [[1, 2, 3, 4]]),
                                     ("linear", "second half of the budget", [[3, 4]])]

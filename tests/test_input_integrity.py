@@ -280,7 +280,7 @@ def test_evaluate_predict_explain_read_the_training_runs_smiles_column_by_defaul
                           "--steps", "2"], capsys)
     assert rc == 0, err
     assert (tmp_path / "x" / "molecules.csv").read_text().count("\n") == 3  # a header and the two molecules
-    other = tmp_path / "other.txt"  # not .csv: the header decides that it is a CSV
+    other = tmp_path / "other.dat"  # not .csv: the header decides that it is a CSV
     other.write_text("id,Smiles,y\na,CCO,1.0\nb,CCN,3.0\n")
     said = "no column 'mol', the one the run was trained on; reading SMILES from column 'Smiles'"
 
