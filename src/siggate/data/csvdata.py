@@ -245,24 +245,6 @@ def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]]
     raise DataError(msg)
 
 
-def smiles_column(path: Path, header: Sequence[str], wanted: str, fallback: str | None) -> str:
-    """The column of ``header`` to read SMILES from: ``wanted`` when it is there, else
-    ``fallback`` (matched in any case; ``None``: no fallback), with a warning naming both, when
-    the header holds exactly one such column; else ``wanted``, for the caller to refuse.
-
-    ``predict``, ``explain`` and ``evaluate --data`` read the column a run was trained on
-    (``--smiles-col`` then), and a new file naming its SMILES ``smiles`` is read without one.
-    """
-    if wanted in header or fallback is None:
-        return wanted
-    found = [h for h in header if h.lower() == fallback.lower()]
-    if len(found) != 1:
-        return wanted
-    logger.warning("%s: no column %r, the one the run was trained on; reading SMILES from column %r "
-                   "(choose another with --smiles-col)", path, wanted, found[0])
-    return found[0]
-
-
 def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: str,
                 decimal: str = ".") -> tuple[np.ndarray, list[str | None]]:
     """Parse target columns: float array [n, T] (NaN = missing) and a per-row error (or None), the

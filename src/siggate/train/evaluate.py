@@ -158,7 +158,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     number, not finite, or not 0/1 for a classifier, read as training reads labels,
     :func:`~siggate.data.csvdata.read_labels` with ``decimal``; ``malformed``: rows with more fields
     than the header). Neither is scored; both are reported. A file without ``smiles_col`` is read
-    from its ``fallback`` column (:func:`~siggate.data.csvdata.smiles_column`)."""
+    from its ``fallback`` column (:func:`~siggate.train.predict.smiles_column`)."""
     import numpy as np
 
     from ..data.chem import InvalidSmiles
@@ -169,10 +169,9 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         detect_sep,
         read_labels,
         read_table,
-        smiles_column,
         table_frame,
     )
-    from .predict import SmilesPredictor
+    from .predict import SmilesPredictor, smiles_column
 
     path = Path(path)
     if not path.is_file():

@@ -54,7 +54,7 @@ import logging
 import re
 import sys
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -482,7 +482,7 @@ class InputRows:
 def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000,
                fallback: str | None = None) -> InputRows:
     """Stream the rows of a CSV (with a ``smiles_col`` header, else a ``fallback`` one,
-    :func:`~siggate.data.csvdata.smiles_column`; every column is kept) or a
+    :func:`smiles_column`; every column is kept) or a
     ``.smi``/text file (first whitespace-separated token of each line, as column ``smiles``; the
     rest of the line as column ``name`` when the first ``chunk`` lines name any molecule),
     ``chunk`` rows at a time.
@@ -519,8 +519,6 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000,
             raise InputError(f"{path}: the header names column {smiles_col!r} {header.count(smiles_col)} times "
                              f"(columns {where}); rename the copies so that each name is unique")
         if smiles_col not in header:
-            from ..data.csvdata import smiles_column
-
             smiles_col = smiles_column(path, header, smiles_col, fallback)
         if smiles_col not in header:
             fh.close()
@@ -550,6 +548,26 @@ def read_smiles(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000)
     return ([rec[rows.smiles_index] for rec in recs] for recs in rows)
 
 
+def smiles_column(path, header: Sequence[str], wanted: str, fallback: str | None) -> str:
+    """The column of ``header`` to read SMILES from: ``wanted`` when it is there, else
+    ``fallback`` (:func:`_fallback_in`) with a warning naming both; else ``wanted``, for the
+    caller to refuse. ``predict``, ``explain`` and ``evaluate --data`` read the column a run was
+    trained on (``--smiles-col`` then), and a new file naming its SMILES ``smiles`` is read
+    without one."""
+    found = None if wanted in header else _fallback_in(header, fallback)
+    if found is None:
+        return wanted
+    log.warning("%s: no column %r, the one the run was trained on; reading SMILES from column %r "
+                "(choose another with --smiles-col)", path, wanted, found)
+    return found
+
+
+def _fallback_in(fields: Sequence[str], fallback: str | None) -> str | None:
+    """The one field of ``fields`` that is ``fallback`` in any case (None: none, several, or no fallback)."""
+    found = [f for f in fields if fallback is not None and f.lower() == fallback.lower()]
+    return found[0] if len(found) == 1 else None
+
+
 def _sniff_csv(first: str, smiles_cols: tuple[str, str | None], suffix: str) -> str | None:
     """The delimiter of a CSV: the one of :data:`~siggate.options.DELIMITERS` by which the header
     ``first`` names one of ``smiles_cols`` (in any case for the second, the fallback, except in a
@@ -561,7 +579,7 @@ def _sniff_csv(first: str, smiles_cols: tuple[str, str | None], suffix: str) -> 
     for delim in DELIMITERS:
         if delim in first:
             fields = [f.strip() for f in next(csv.reader([first], delimiter=delim), [])]
-            if wanted in fields or (fallback and fallback.lower() in (f.lower() for f in fields)):
+            if wanted in fields or _fallback_in(fields, fallback) is not None:
                 return delim
     return {".csv": ",", ".tsv": "\t"}.get(suffix)
 
