@@ -282,3 +282,29 @@ def test_a_full_disk_leaves_the_earlier_results_whole(campaign, tmp_path, capsys
     assert f"cannot write the comparison's results into {folder} (No space left on device); its runs are kept" in err
     assert (folder / "results.md").read_bytes() == kept["results.md"]
     json.loads((folder / "results.json").read_text())  # whole, not cut
+
+
+def test_a_second_comparison_into_a_busy_folder_is_refused(campaign, tmp_path, capsys):
+    """Two `siggate compare` processes into one --out took no lock: the second launched the first's
+    pending runs again (each then failed on its run folder's lock) and wrote its results, failures
+    included, over the first's. A comparison now holds the folder's lock while it trains and
+    writes; a second one is refused in one line naming the holder, and writes nothing. An
+    --aggregate-only snapshot trains nothing and still runs beside it."""
+    from siggate.files import FolderLock
+
+    folder = tmp_path / "cmp"
+    shutil.copytree(campaign["out"], folder)
+    kept = (folder / "results.json").read_text()
+    flags = ["compare", *campaign["part"].split(), "--threads", "1", "--out", str(folder), "--no-progress"]
+    capsys.readouterr()
+    with FolderLock(folder):  # a live comparison in another process
+        assert main(flags) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+        assert f"--out {folder}: another siggate process (pid " in err and "must not write into one folder" in err
+        assert (folder / "results.json").read_text() == kept
+        assert main(["compare", "--out", str(folder), "--aggregate-only", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(flags) == 0  # the folder is free again: all runs are done, nothing is trained
+    assert "(4 already done, 0 to resume)" in capsys.readouterr().out
+    assert not (folder / FolderLock.NAME).exists()

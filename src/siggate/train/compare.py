@@ -15,6 +15,7 @@ Failed pairs are listed in all three and make the command exit with status 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -550,6 +551,33 @@ def _carry_mad(old: dict, res: dict, old_md: str, out: Path) -> str:
     return ""
 
 
+@contextlib.contextmanager
+def _claimed(out: Path, aggregate_only: bool):
+    """Hold ``out``'s :class:`~siggate.files.FolderLock` while the comparison trains and writes its
+    results, so that a second ``siggate compare`` into the same folder is refused instead of
+    launching the same runs (each then failing on its run folder's lock) and writing results over
+    the first's. ``--aggregate-only`` trains nothing and writes its snapshot atomically, so it runs
+    beside a live comparison without the lock."""
+    if aggregate_only:
+        yield
+        return
+    from ..files import FolderBusy, FolderLock
+
+    lock = FolderLock(out)
+    try:
+        lock.acquire()
+    except FolderBusy as exc:
+        raise CompareError(f"--out {out}: {exc}; two comparisons must not write into one folder: wait for it to "
+                           "end (or read its runs so far with --aggregate-only), or choose another --out") from None
+    except OSError as exc:
+        raise CompareError(f"--out {out}: cannot create the folder ({exc.strerror or exc}); choose a folder you "
+                           "can write to for the comparison") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def compare(args) -> int:
     """Run the comparison described by the parsed ``siggate compare`` arguments."""
     aggregate_only = getattr(args, "aggregate_only", False)
@@ -572,76 +600,77 @@ def compare(args) -> int:
     problem = out_dir_problem(out)
     if problem:
         raise CompareError(f"--out {problem} for the comparison")
-    if args.threads:
-        threads = args.threads
-    elif getattr(args, "backend", "local") == "ray":  # each Ray task owns --cpus-per-run cores
-        threads = max(1, int(args.cpus_per_run))
-    else:
-        threads = max(1, (os.cpu_count() or 1) // args.jobs)
-    t0 = time.time()
-    expected = {spec.label: config_for(args, spec, seeds[0]).to_dict() for spec in specs}  # validates
-    pairs = _plan_pairs(args, specs, seeds, out, threads)
-    n_done = sum(p.state == "done" for p in pairs)
-    n_resume = sum(p.state == "resume" for p in pairs)
-    print(f"siggate compare: {len(specs)} gate(s) x {len(seeds)} seed(s) = {len(pairs)} runs "
-          f"({n_done} already done, {n_resume} to resume), {args.jobs} at a time, {threads} thread(s) each -> {out}",
-          flush=True)
-    if aggregate_only:
-        conflict = next((p for p in pairs if p.state == "conflict"), None)
-        recorded = f" (it records: {old['command']})" if old.get("command") else ""
-        if conflict is not None:  # nothing of it would count: the comparison in OUT is not these flags'
-            raise CompareError(f"--aggregate-only: {conflict.run_dir} holds a run of another config than these "
-                               f"flags give: they describe another comparison than the one in {out}{recorded}; give "
-                               "its flags, or none of --config/--gates/--seeds/--set/--epochs/--budget to take them "
-                               "from its results.json")
-        if n_done == 0 and sum((old.get("n") or {}).values()):  # finished runs' results replaced by nothing
-            raise CompareError(f"--aggregate-only: none of these flags' {len(pairs)} runs is finished in {out}, whose "
-                               f"results.json counts finished runs{recorded}; give the comparison's seeds and gates, "
-                               "or none to take them from its results.json")
-        print("siggate compare: --aggregate-only: nothing is trained; unfinished runs are listed as missing",
+    with _claimed(out, aggregate_only):  # one comparison writes into a folder at a time
+        if args.threads:
+            threads = args.threads
+        elif getattr(args, "backend", "local") == "ray":  # each Ray task owns --cpus-per-run cores
+            threads = max(1, int(args.cpus_per_run))
+        else:
+            threads = max(1, (os.cpu_count() or 1) // args.jobs)
+        t0 = time.time()
+        expected = {spec.label: config_for(args, spec, seeds[0]).to_dict() for spec in specs}  # validates
+        pairs = _plan_pairs(args, specs, seeds, out, threads)
+        n_done = sum(p.state == "done" for p in pairs)
+        n_resume = sum(p.state == "resume" for p in pairs)
+        print(f"siggate compare: {len(specs)} gate(s) x {len(seeds)} seed(s) = {len(pairs)} runs "
+              f"({n_done} already done, {n_resume} to resume), {args.jobs} at a time, {threads} thread(s) each -> {out}",
               flush=True)
-    else:
-        run_pairs(pairs, args, progress=progress_enabled(args))
+        if aggregate_only:
+            conflict = next((p for p in pairs if p.state == "conflict"), None)
+            recorded = f" (it records: {old['command']})" if old.get("command") else ""
+            if conflict is not None:  # nothing of it would count: the comparison in OUT is not these flags'
+                raise CompareError(f"--aggregate-only: {conflict.run_dir} holds a run of another config than these "
+                                   f"flags give: they describe another comparison than the one in {out}{recorded}; give "
+                                   "its flags, or none of --config/--gates/--seeds/--set/--epochs/--budget to take them "
+                                   "from its results.json")
+            if n_done == 0 and sum((old.get("n") or {}).values()):  # finished runs' results replaced by nothing
+                raise CompareError(f"--aggregate-only: none of these flags' {len(pairs)} runs is finished in {out}, whose "
+                                   f"results.json counts finished runs{recorded}; give the comparison's seeds and gates, "
+                                   "or none to take them from its results.json")
+            print("siggate compare: --aggregate-only: nothing is trained; unfinished runs are listed as missing",
+                  flush=True)
+        else:
+            run_pairs(pairs, args, progress=progress_enabled(args))
 
-    res = aggregate(pairs, specs, seeds)
-    res.update({
-        "command": command_line(args),
-        "epochs": expected[specs[0].label]["train"]["epochs"],
-        "warmup_epochs": expected[specs[0].label]["train"]["warmup_epochs"],
-        "arms": {spec.label: {"overrides": spec.overrides(),
-                              "rule": (f"no gate; FFN widened to match the elementwise gate's parameters "
-                                       f"(model.param_match={spec.match}, FFN hidden width "
-                                       f"{_ffn_width(expected[spec.label]['model'])})") if spec.match else None}
-                 for spec in specs},
-        "config": expected[specs[0].label],
-        "jobs": args.jobs,
-        "threads": threads,
-        "wall_seconds": time.time() - t0,
-    })
-    from ..version import __version__
-    from .record import git_commit
+        res = aggregate(pairs, specs, seeds)
+        res.update({
+            "command": command_line(args),
+            "epochs": expected[specs[0].label]["train"]["epochs"],
+            "warmup_epochs": expected[specs[0].label]["train"]["warmup_epochs"],
+            "arms": {spec.label: {"overrides": spec.overrides(),
+                                  "rule": (f"no gate; FFN widened to match the elementwise gate's parameters "
+                                           f"(model.param_match={spec.match}, FFN hidden width "
+                                           f"{_ffn_width(expected[spec.label]['model'])})") if spec.match else None}
+                     for spec in specs},
+            "config": expected[specs[0].label],
+            "jobs": args.jobs,
+            "threads": threads,
+            "wall_seconds": time.time() - t0,
+        })
+        from ..version import __version__
+        from .record import git_commit
 
-    res["siggate_version"], res["git_commit"] = __version__, git_commit()
-    out.mkdir(parents=True, exist_ok=True)
-    md = out / "results.md"
-    section = _carry_mad(old, res, md.read_text() if md.is_file() else "", out)
-    try:  # atomic: a full disk leaves the earlier results whole
-        atomic_write_bytes(out / "results.json", (json.dumps(_jsonable(res), indent=2, allow_nan=False) + "\n").encode())
-        atomic_write_bytes(md, (with_mad_section(render_markdown(res), section) if section
-                                else render_markdown(res)).encode())
-        if any(res["val_curves"][lab] for lab in res["gates"]):
-            plot_val_curves(res, out / "val_curves.png")
-    except OSError as exc:
-        raise CompareError(f"cannot write the comparison's results into {out} ({exc.strerror or exc}); its runs are "
-                           "kept: free space (or choose a writable --out), then run the command again") from None
-    _print_summary(res)
-    print(f"siggate compare: wrote {out / 'results.json'}, {out / 'results.md'}", flush=True)
-    if res["failed"]:
-        print(f"siggate compare: {len(res['failed'])} run(s) FAILED:", file=sys.stderr)
-        for f in res["failed"]:
-            print(f"  {f['gate']} seed {f['seed']}: {f['error']}", file=sys.stderr)
-        return 1
-    return 0
+        res["siggate_version"], res["git_commit"] = __version__, git_commit()
+        out.mkdir(parents=True, exist_ok=True)
+        md = out / "results.md"
+        section = _carry_mad(old, res, md.read_text() if md.is_file() else "", out)
+        try:  # atomic: a full disk leaves the earlier results whole
+            atomic_write_bytes(out / "results.json", (json.dumps(_jsonable(res), indent=2, allow_nan=False) + "\n").encode())
+            atomic_write_bytes(md, (with_mad_section(render_markdown(res), section) if section
+                                    else render_markdown(res)).encode())
+            if any(res["val_curves"][lab] for lab in res["gates"]):
+                plot_val_curves(res, out / "val_curves.png")
+        except OSError as exc:
+            raise CompareError(f"cannot write the comparison's results into {out} ({exc.strerror or exc}); its runs are "
+                               "kept: free space (or choose a writable --out), then run the command again") from None
+        _print_summary(res)
+        print(f"siggate compare: wrote {out / 'results.json'}, {out / 'results.md'}", flush=True)
+        if res["failed"]:
+            print(f"siggate compare: {len(res['failed'])} run(s) FAILED:", file=sys.stderr)
+            for f in res["failed"]:
+                print(f"  {f['gate']} seed {f['seed']}: {f['error']}", file=sys.stderr)
+            return 1
+        return 0
 
 
 def _cmd(args) -> int:
