@@ -153,10 +153,14 @@ def test_snapshot_adds_each_trained_models_mad(campaign):
     md = (here / "results.md").read_text()
     assert md.count(compare_mad.MD_START) == 1 and "## Last-layer diversity (MAD) at the best epoch" in md
     assert f"| `elementwise` | 2 | {compare_mad.fmt(mad['mean']['elementwise'])} ±" in md
-    # the committed snapshot has no checkpoints to measure: one line, exit 2, nothing written
-    before = (here / "results.json").read_text()
-    assert main(["analyze", "mad", str(here), "--no-progress"]) == 2
-    assert (here / "results.json").read_text() == before
+    # the committed snapshot has no checkpoints, but each run's measurement: measuring it again
+    # gives the same block (a fresh clone's campaign resumes from these runs)
+    assert sorted(p.relative_to(here).as_posix() for p in here.glob("runs/*/seed*/mad.json")) == [
+        f"runs/{arm}/seed{s}/mad.json" for arm in ("elementwise", "none") for s in (0, 1)]
+    assert main(["analyze", "mad", str(here), "--no-progress"]) == 0
+    again = json.loads((here / "results.json").read_text())["mad"]
+    assert {k: again[k] for k in ("per_seed", "per_layer", "val", "epoch")} == {
+        k: mad[k] for k in ("per_seed", "per_layer", "val", "epoch")}
 
 
 def test_a_model_that_does_not_score_its_record_is_refused(campaign, tmp_path, capsys):
@@ -308,3 +312,36 @@ def test_a_second_comparison_into_a_busy_folder_is_refused(campaign, tmp_path, c
     assert main(flags) == 0  # the folder is free again: all runs are done, nothing is trained
     assert "(4 already done, 0 to resume)" in capsys.readouterr().out
     assert not (folder / FolderLock.NAME).exists()
+
+
+def test_a_run_without_checkpoints_counts_with_its_kept_measurement(campaign, tmp_path, capsys):
+    """A campaign resumed in a fresh clone gets its finished runs back without their checkpoints:
+    the snapshot's `analyze mad` then failed on the first run without best.pt, and no snapshot could
+    be taken again. A run measured once keeps its measurement (mad.json) and counts with it; a
+    kept measurement of another model, or of no recognisable form, is refused and nothing is written."""
+    folder = tmp_path / "cmp"
+    shutil.copytree(campaign["out"], folder)
+    assert main(["analyze", "mad", str(folder), "--threads", "1", "--no-progress"]) == 0
+    first = json.loads((folder / "results.json").read_text())["mad"]
+    run = folder / "runs" / "elementwise" / "seed1"
+    for pt in run.glob("*.pt"):
+        pt.unlink()
+    assert main(["analyze", "mad", str(folder), "--threads", "1", "--no-progress"]) == 0
+    again = json.loads((folder / "results.json").read_text())["mad"]
+    assert again["per_seed"] == first["per_seed"] and again["comparisons"] == first["comparisons"]
+    kept = json.loads((run / compare_mad.KEPT).read_text())
+    before = (folder / "results.json").read_text()
+    capsys.readouterr()
+    for change, why in (({"val": kept["val"] * 1.01}, "it is another model's measurement"),
+                        ({"definition": "MAD of something else"}, "is not a MAD measurement of this definition"),
+                        ({"mad": "high"}, "is not a MAD measurement of this definition")):
+        (run / compare_mad.KEPT).write_text(json.dumps({**kept, **change}))
+        assert main(["analyze", "mad", str(folder), "--threads", "1", "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and why in err and str(run) in err, err
+        assert (folder / "results.json").read_text() == before
+    (run / compare_mad.KEPT).unlink()
+    assert main(["analyze", "mad", str(folder), "--threads", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist and no measurement of it is kept (mad.json)" in err and len(err.strip().splitlines()) == 1
+    assert (folder / "results.json").read_text() == before

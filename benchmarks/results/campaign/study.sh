@@ -13,13 +13,14 @@
 # worktree wt-COMMIT with its venv, and every run's checkpoints, so an interrupted run resumes
 # wherever the clone persists). resume copies the finished runs committed under NAME/ back into
 # STUDY first (compare skips them); snapshot copies results.json, results.md, val_curves.png and
-# each finished run's metrics.json, config.yaml and log.csv (never checkpoints) into NAME/. The
+# each finished run's metrics.json, config.yaml, log.csv and mad.json (never checkpoints) into NAME/. The
 # numbers come from the study's commit; val_curves.png is redrawn from them by this checkout's
 # siggate when its .venv exists, so a campaign's plot gains later plotting fixes. study.conf may
 # also set ANALYZE, a bash array of `siggate analyze` commands that read a compare folder
 # (ANALYZE=(mad): each trained model's last-layer MAD); snapshot runs each with this checkout's
 # siggate (its .venv, required then) on every part's STUDY folder, where the checkpoints are,
-# before copying, so that they add to its results.json and results.md.
+# before copying, so that they add to its results.json and results.md; a run measured once keeps
+# its measurement (mad.json), so a run resumed without its checkpoints (a fresh clone) still counts.
 set -euo pipefail
 ACTION=${1:?resume or snapshot}
 NAME=${2:?campaign name, a folder of benchmarks/results/campaign}
@@ -87,6 +88,7 @@ plot_val_curves(json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2]))' "
         run=$(dirname "$m"); rel=${run#"$src"/}
         mkdir -p "$dst/$rel"
         cp "$run/metrics.json" "$run/config.yaml" "$run/log.csv" "$dst/$rel/"
+        if [ -f "$run/mad.json" ]; then cp "$run/mad.json" "$dst/$rel/"; fi  # ANALYZE=(mad)'s, kept with the run
       done
     done
     echo "snapshot of $NAME written to $HERE"

@@ -13,6 +13,11 @@ each model must score the validation metric its run recorded (:data:`VAL_RTOL`),
 is written. The result goes into ``DIR/results.json`` under ``"mad"`` (:func:`summarize`:
 per run, per arm mean and std, the paired comparisons of the arms and the relative gain over
 the baseline with the smoothing analysis's gain tests) and into a section of ``DIR/results.md``.
+
+Each run's measurement is also kept beside its ``metrics.json`` (:data:`KEPT`), which a
+campaign's snapshot commits: a run whose checkpoints are gone (a fresh clone resumes a campaign
+from its committed runs, without their ``.pt`` files) counts with its kept measurement, when it
+was made with this definition on the validation metric the run recorded.
 """
 
 from __future__ import annotations
@@ -80,6 +85,40 @@ def measure_run(run_dir: Path, recorded_val: float | None, datasets: dict, batch
     stats = representation_stats(model, ds.val, batch_size, measures=("mad",))
     return {"mad": stats["mad"][-1], "per_layer": stats["mad"], "n_graphs": stats["n_graphs"],
             "epoch": ckpt.get("state", {}).get("epoch"), "val": val}
+
+
+#: a run's measurement (:func:`measure_run`'s fields and the :data:`DEFINITION`), in its folder
+KEPT = "mad.json"
+_FIELDS = ("mad", "per_layer", "n_graphs", "epoch", "val")
+
+
+def kept_measure(run_dir: Path, recorded_val: float | None) -> dict:
+    """The measurement kept in ``run_dir`` (:data:`KEPT`), for a run whose ``best.pt`` is gone.
+
+    Raises:
+        CLIError: none is kept, or it is not one of this definition on the validation metric the
+            run recorded (``recorded_val``).
+    """
+    path = Path(run_dir) / KEPT
+    if not path.is_file():
+        raise CLIError(f"{Path(run_dir) / 'best.pt'} does not exist and no measurement of it is kept ({KEPT}): give "
+                       "the comparison's own folder, which holds the runs' checkpoints")
+    try:
+        kept = json.loads(path.read_text())
+        m = {k: kept[k] for k in _FIELDS}
+        ok = (kept.get("definition") == DEFINITION and isinstance(m["mad"], (int, float))
+              and math.isfinite(m["mad"]) and isinstance(m["val"], (int, float)) and isinstance(m["per_layer"], list)
+              and m["per_layer"][-1] == m["mad"] and isinstance(m["n_graphs"], int))
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        ok = False
+    if not ok:
+        raise CLIError(f"{path} is not a MAD measurement of this definition (fields {', '.join(_FIELDS)} and the "
+                       f"definition), and {Path(run_dir) / 'best.pt'} is gone: remove it and measure the run where "
+                       "its checkpoints are")
+    if recorded_val is not None and not math.isclose(m["val"], recorded_val, rel_tol=VAL_RTOL, abs_tol=1e-9):
+        raise CLIError(f"{path} measured a model of validation {m['val']:.6g}, the run records {recorded_val:.6g}: "
+                       "it is another model's measurement; remove it and measure the run where its checkpoints are")
+    return m
 
 
 def summarize(measured: dict, labels: list[str], seeds: list) -> dict:
@@ -156,11 +195,13 @@ def add_mad(folder: Path, batch_size: int = 64, command: str | None = None, prog
     """Measure every run of the comparison ``folder`` (:func:`measure_run`) and write the
     :func:`summarize` block into its ``results.json`` (key ``"mad"``, with ``command``, the
     measuring code's version and commit, and the seconds) and :func:`render_markdown` into its
-    ``results.md``; returns the block.
+    ``results.md``, and each measured run's measurement into its folder (:data:`KEPT`); returns
+    the block.
 
     Raises:
-        CLIError: no ``results.json``, a run without ``best.pt``, or a model that does not
-            score what its run recorded (nothing is written).
+        CLIError: no ``results.json``, a run without ``best.pt`` and without a kept measurement
+            (:func:`kept_measure`), or a model that does not score what its run recorded (nothing
+            is written).
     """
     folder = Path(folder)
     path = folder / "results.json"
@@ -169,14 +210,21 @@ def add_mad(folder: Path, batch_size: int = 64, command: str | None = None, prog
     res = json.loads(path.read_text())
     labels, seeds = res["gates"], [str(s) for s in res["seeds"]]
     t0, datasets, measured = time.time(), {}, {}
+    new = {}  # the runs measured now: their measurements are kept once every run has one
     for lab in labels:
         for s in seeds:
             if s not in res["per_seed"].get(lab, {}):
                 continue  # not finished: compare lists it as missing or failed
-            measured.setdefault(lab, {})[s] = m = measure_run(
-                run_folder(folder, lab, int(s)), res["per_seed_val"].get(lab, {}).get(s), datasets, batch_size)
+            run, recorded = run_folder(folder, lab, int(s)), res["per_seed_val"].get(lab, {}).get(s)
+            if (run / "best.pt").is_file():
+                m = new[run] = measure_run(run, recorded, datasets, batch_size)
+            else:  # its checkpoints are gone (a campaign's committed run): the measurement kept then
+                m = kept_measure(run, recorded)
+            measured.setdefault(lab, {})[s] = m
             if progress:
                 print(f"  {lab} seed {s}: MAD {m['mad']:.4f} (epoch {m['epoch']}, val {m['val']:.4g})", flush=True)
+    for run, m in new.items():
+        write_json({**m, "definition": DEFINITION}, run / KEPT)
     block = summarize(measured, labels, seeds)
     info = meta()
     block.update({"command": command or f"siggate analyze mad {folder}", "siggate_version": info["siggate_version"],
