@@ -315,3 +315,22 @@ def test_cached_concurrent_processes(tmp_path):
     results = [torch.load(tmp_path / f"out{i}.pt", weights_only=True) for i in range(3)]
     assert all(r["ok"] for r in results)
     assert sorted(r["hit"] for r in results) == [False, True, True]
+
+
+def test_target_stats_keep_the_labels_own_spread_however_small():
+    """The std was floored at 1e-8: labels in molar units (Ki ~1e-9 M) or smaller were divided by
+    the floor instead of their spread, so the GNN learned targets of ~1e-4 and predicted values
+    300x off with the wrong sign, silently. The normalised labels must not depend on the units;
+    a constant target normalises to 0 (std 1); a target without training labels stays NaN."""
+    from siggate.train.dataprep import target_stats
+
+    info = TaskInfo(name="t", task="regression", num_tasks=3, metric="mae", target_names=["a", "b", "c"])
+    base = torch.tensor([1.0, 2.5, 4.0, 3.0])
+    for unit in (1.0, 1e-9, 1e-12, 1e6):
+        ys = torch.stack([base * unit, torch.full_like(base, 5.0 * unit), torch.full_like(base, float("nan"))], 1)
+        mean, std = target_stats([Data(y=row[None]) for row in ys], info)
+        normalised = (ys[:, 0] - mean[0]) / std[0]
+        want = ((base - base.mean()) / base.std(unbiased=False)).double()
+        torch.testing.assert_close(normalised.double(), want, rtol=1e-5, atol=1e-6)
+        assert std[1] == 1.0 and mean[1] == pytest.approx(5.0 * unit, rel=1e-6)
+        assert torch.isnan(mean[2]) and torch.isnan(std[2])

@@ -103,6 +103,20 @@ def test_simplex_least_squares_matches_a_grid_search():
     assert simplex_least_squares(np.stack([y, -y], 1), y) == pytest.approx([1.0, 0.0], abs=1e-9)
 
 
+@pytest.mark.parametrize("unit,offset", [(1e-12, 0.0), (1e-9, 0.0), (1e6, 0.0), (1.0, 1e4), (1e-6, 7.0)])
+def test_simplex_least_squares_does_not_depend_on_the_labels_units(unit, offset):
+    """The program was scaled by the labels' mean square floored at 1e-12: labels in molar units
+    (1e-9) or smaller left SLSQP at its equal starting weights, silently (``--weights val`` kept
+    1/3 each where the labels' own units gave 0.998 to one member). The weights sum to one, so
+    rescaling and shifting labels and predictions alike must give the same weights."""
+    rng = np.random.default_rng(0)
+    y = rng.normal(3, 1.5, 50)
+    a = np.stack([y + rng.normal(0, 0.1, 50), y + rng.normal(0, 2, 50), y + rng.normal(0, 1, 50)], 1)
+    want = simplex_least_squares(a, y)
+    assert want[0] > 0.99 and want[1] == 0.0
+    np.testing.assert_allclose(simplex_least_squares(a * unit + offset, y * unit + offset), want, atol=1e-6)
+
+
 def test_val_weights_per_target_skip_missing_labels_and_never_read_test():
     g = torch.Generator().manual_seed(2)
     y = torch.randn(30, 2, generator=g)

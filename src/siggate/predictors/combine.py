@@ -64,14 +64,18 @@ def simplex_least_squares(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     m = a.shape[1]
     if m == 1:
         return np.ones(1)
-    scale = max(float(np.mean(y ** 2)), 1e-12)  # a well-scaled objective whatever the target units
+    # the weights sum to one, so centring and scaling y and every column alike leaves the argmin
+    # as it is: the program is solved in the labels' own spread, whatever their units and offset
+    centre = float(np.mean(y))
+    spread = float(np.std(y)) or float(np.abs(a - centre).max()) or 1.0
+    a, y = (a - centre) / spread, (y - centre) / spread
 
     def loss(w):
         r = a @ w - y
-        return float(r @ r) / (len(y) * scale)
+        return float(r @ r) / len(y)
 
     def grad(w):
-        return 2.0 * (a.T @ (a @ w - y)) / (len(y) * scale)
+        return 2.0 * (a.T @ (a @ w - y)) / len(y)
 
     res = minimize(loss, np.full(m, 1.0 / m), jac=grad, method="SLSQP", bounds=[(0.0, 1.0)] * m,
                    constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones(m)}],

@@ -123,10 +123,13 @@ def prepare_data_ranked(data: DataConfig, encodings: Encodings | ModelConfig, se
 
 def target_stats(train, info: TaskInfo) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-target mean and std over the training labels (graphs, or nodes of the train
-    split; NaN labels ignored)."""
+    split; NaN labels ignored). A constant target's std is 1 (its labels normalise to 0); any
+    other std is its own, however small the labels' units (an absolute floor would shrink labels
+    in molar units, ~1e-9, to nothing)."""
     y = torch.cat([label_rows(g, info, "train") for g in train]).double()
     mean = torch.nanmean(y, dim=0)
-    std = torch.sqrt(torch.nanmean((y - mean) ** 2, dim=0)).clamp_min(1e-8)
+    std = torch.sqrt(torch.nanmean((y - mean) ** 2, dim=0))
+    std = torch.where(std == 0, torch.ones_like(std), std)
     return mean.float(), std.float()
 
 
