@@ -861,6 +861,13 @@ def test_csv_run_writes_predictions_splits_report_and_metrics(tmp_path, capsys, 
     ("smiles,y\nCCO,1\nCCN,-1\nCCC,1\nCCCl,-1\nCCBr,1\n", ["--task", "binary", "--split", "random"],
      "target column 'y' has the same value (1) in all 3 rows it can read, and 2 row(s) were dropped for their label "
      "(line 3: target column 'y': label '-1' is not 0 or 1); recode the two classes as 0 and 1"),
+    ("smiles,y,z\nCCO,1,\nCCN,2,5\nCCC,3,\nCCCl,4,\n", ["--target-col", "y,z", "--split", "random"],
+     "target column 'z' has a label in one usable row only, so there is nothing to learn; label more rows, or drop "
+     "it from --target-col"),
+    ("smiles,y\nCCO,-1000000.771\nCCN,-999999.902\nCCC,-1000002.5\nCCCl,-1000001.25\n", ["--split", "random"],
+     "target column 'y': its labels sit far from 0 for their spread (median -1000001.01, std 0.939); siggate keeps "
+     "labels as 32-bit floats, which would round them by up to 0.027; subtract a constant such as -1000001 from the "
+     "column first"),
     ("smiles,y\nCCO,1\nCCN,0\n", ["--task", "binary", "--duplicates", "average"],
      "data.duplicates: 'average' merges regression labels into their mean; a binary label has no mean"),
 ])
@@ -893,6 +900,13 @@ def test_binary_task_with_one_class_in_a_split_is_refused_in_one_line(tmp_path, 
                           "column:split", "--members", "svr,rf", "--out", str(out)], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert "the test split holds only class 0 (10 rows), so its ROC-AUC is undefined; --split random" in err
+    # too few of a class for any split: its count is the cause, not the split
+    rare = _csv(tmp_path / "r.csv", "smiles,active\n" + "".join(f"{s},{int(i in (3, 17))}\n" for i, s in enumerate(smiles)))
+    rc, _, err = run_cli(["train", "--data", str(rare), "--target-col", "active", "--task", "binary", "--split",
+                          "random", "--members", "svr,rf", "--out", str(out)], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert ("so its ROC-AUC is undefined; the file's usable rows hold 2 of class 1 (of 60), and each of the 3 splits "
+            "needs both classes: label more molecules of class 1") in err
     assert not out.exists()
     mixed = _csv(tmp_path / "m.csv", data.read_text().replace(",0,test\n", ",1,test\n", 4))
     rc, _, err = run_cli(["train", "--data", str(mixed), "--target-col", "active", "--task", "binary", "--split",

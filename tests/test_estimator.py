@@ -212,6 +212,12 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
                                                                               [1.0, 2.0, 3.0, 4.0])
         assert str(caught.value) == message and "--" not in str(caught.value)
         assert not (tmp_path / "run").exists()
+    from siggate.data.csvdata import DataError
+
+    with pytest.raises(DataError) as caught:  # the data's checks too: --target-col is y here
+        siggate.SigGateRegressor(out_dir=tmp_path / "run", members="svr").fit(["CCO", "CCN", "CCC", "CCCl"], [1.0] * 4)
+    assert "so there is nothing to learn" in str(caught.value) and str(caught.value).endswith(
+        "choose the y that holds the property") and "--" not in str(caught.value)
 
 
 FP = {"members": "svr,rf", "threads": 1}

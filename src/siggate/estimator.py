@@ -51,7 +51,7 @@ _SMILES, _SPLIT = "smiles", "split"
 #: the command line's flags that fit sets, and the estimator parameter each one is
 _PARAM_OF_FLAG = {"--val-fraction": "val_fraction", "--members": "members", "--weights": "weights",
                   "--ensemble": "ensemble", "--epochs": "epochs", "--seed": "seed", "--set": "overrides",
-                  "--config": "config"}
+                  "--config": "config", "--target-col": "y"}
 
 
 def _in_estimator_words(text: str, data: Path) -> str:

@@ -17,8 +17,18 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-__all__ = ["umask", "file_mode", "fsync_dir", "AtomicFile", "atomic_write", "atomic_write_bytes", "FolderBusy",
+__all__ = ["NUMBER_DIGITS", "number_text", "umask", "file_mode", "fsync_dir", "AtomicFile", "atomic_write", "atomic_write_bytes", "FolderBusy",
            "FolderLock", "folder_busy"]
+
+
+#: significant digits of the labels and predictions siggate writes into CSV files: about what the
+#: 32-bit floats that models compute in hold (six lost a label's last digit beside a large offset)
+NUMBER_DIGITS = 7
+
+
+def number_text(value: float) -> str:
+    """A label or prediction as siggate writes it into a CSV: :data:`NUMBER_DIGITS` significant digits."""
+    return f"{value:.{NUMBER_DIGITS}g}"
 
 
 def umask() -> int:

@@ -365,6 +365,30 @@ def check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y
                         "encode the labels as numbers")
 
 
+#: the largest rounding of a label to float32 (in which siggate keeps labels), as a share of the
+#: column's spread, that a column may have
+FLOAT32_ROUNDING = 1e-4
+
+
+def check_float32_labels(path: Path, target_cols: list[str], y: np.ndarray) -> None:
+    """Refuse a target column whose labels float32 would round by more than
+    :data:`FLOAT32_ROUNDING` of their spread: labels on a large offset (``-1000002.3`` beside
+    ``-1000001.1``; float32 holds about 7 significant digits), which would train and score a model
+    on labels rounded to 1/16, silently. The fix is to subtract the offset."""
+    for t, col in enumerate(target_cols):
+        values = y[np.isfinite(y[:, t]), t]
+        if values.size < 2:
+            continue
+        spread = float(np.std(values))
+        rounding = float(np.max(np.abs(values - values.astype(np.float32).astype(np.float64))))
+        if spread > 0 and rounding > FLOAT32_ROUNDING * spread:
+            centre = float(np.median(values))
+            raise DataError(f"{path}: target column {col!r}: its labels sit far from 0 for their spread (median "
+                            f"{centre:.10g}, std {spread:.3g}); siggate keeps labels as 32-bit floats, which would "
+                            f"round them by up to {rounding:.3g}; subtract a constant such as {round(centre):d} from "
+                            "the column first (and add it back to the predictions)")
+
+
 def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> None:
     """Raise :class:`DataError` when a model cannot be trained on ``ds``: no usable row, a
     constant target, or an empty split (``siggate train`` calls this; :func:`load_csv` itself only warns).
@@ -379,6 +403,12 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
     y = _labels(ds)
     for t, name in enumerate(ds.info.target_names):
         col = y[~np.isnan(y[:, t]), t]
+        if col.size == 1:  # a constant target at its smallest
+            dropped = sum(r.reason.startswith(f"target column {name!r}") for r in ds.invalid)
+            raise DataError(f"{path}: target column {name!r} has a label in one usable row only"
+                            + (f" ({dropped} row(s) were dropped for their label)" if dropped else "")
+                            + ", so there is nothing to learn; label more rows"
+                            + (", or drop it from --target-col" if len(ds.info.target_names) > 1 else ""))
         if col.size > 1 and np.all(col == col[0]):
             dropped = [r for r in ds.invalid if r.reason.startswith(f"target column {name!r}")]
             if dropped:  # the other labels were refused: that is the cause to name (classes coded -1/+1)
@@ -398,12 +428,20 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
         raise DataError(f"{path}: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty "
                         f"({n_valid} usable rows); add rows, or choose another --split{hint}")
     if ds.info.task == "binary":  # ROC-AUC, the metric that chooses the epoch and scores the run, needs both
+        counts = {c: int(np.sum(y[:, 0] == c)) for c in (0.0, 1.0)}
         for name, graphs in ds.splits.items():
             classes = {float(g.y[0, 0]) for g in graphs if not math.isnan(float(g.y[0, 0]))}
             if graphs and len(classes) < 2:
-                raise DataError(f"{path}: the {name} split holds only class {int(classes.pop()) if classes else '?'} "
-                                f"({len(graphs)} rows), so its ROC-AUC is undefined; --split random (or a split "
-                                "column with both classes in each split) mixes them")
+                held = classes.pop() if classes else None
+                rare = min(counts, key=counts.get)
+                head = (f"{path}: the {name} split holds only class {int(held) if held is not None else '?'} "
+                        f"({len(graphs)} rows), so its ROC-AUC is undefined")
+                if counts[rare] < len(ds.splits):  # no split can fix it: train, val and test each need one
+                    raise DataError(f"{head}; the file's usable rows hold {counts[rare]} of class {int(rare)} (of "
+                                    f"{len(y)}), and each of the {len(ds.splits)} splits needs both classes: label "
+                                    f"more molecules of class {int(rare)}")
+                raise DataError(f"{head}; --split random mixes the classes (another --seed draws another random "
+                                "split), or give a split column with both classes in each split")
 
 
 def _labels(ds: GraphDataset) -> np.ndarray:
@@ -440,6 +478,7 @@ def build_csv(
         raise DataError(f"{path}: {NO_ROWS}")
     y_all, errors = read_labels(path, frame, target_cols, task, decimal)
     check_any_numeric(path, frame, target_cols, y_all)
+    check_float32_labels(path, target_cols, y_all)
     smiles_all = frame[smiles_col].astype(str).tolist()
     split_all = frame[split_col].astype(str).tolist() if split_col else None
 

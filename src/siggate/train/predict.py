@@ -67,7 +67,7 @@ from ..data.chem import (
     parse_smiles,
     quiet_rdkit,
 )
-from ..files import AtomicFile
+from ..files import AtomicFile, number_text
 from ..options import DELIMITERS, closest_name
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
 
@@ -708,8 +708,8 @@ def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
 
 
 def _cell(value) -> str:
-    """A prediction column's value as ``siggate predict`` writes it (numbers to 6 significant digits)."""
-    return f"{value:.6g}" if isinstance(value, float) else value
+    """A prediction column's value as ``siggate predict`` writes it (numbers: :func:`~siggate.files.number_text`)."""
+    return number_text(value) if isinstance(value, float) else value
 
 
 def predict_to_csv(predictor: SmilesPredictor, chunks: InputRows | Iterable[list[str]],

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from ..data.base import split_mask
+from ..files import number_text
 from .predict import InputError, csv_output
 
 SPLITS = ("train", "val", "test")
@@ -96,8 +97,8 @@ def _rows(predictor, info, graphs: list, split: str):
 
 def _fmt(row: list, multiclass: bool) -> list:
     if multiclass:
-        return [int(row[0])] + [f"{v:.6g}" for v in row[1:]]
-    return [f"{v:.6g}" for v in row]
+        return [int(row[0])] + [number_text(v) for v in row[1:]]
+    return [number_text(v) for v in row]
 
 
 def predict_nodes_to_csv(checkpoint, split: str, output: str | Path | None, data_root=None, cache_dir=None,
@@ -137,7 +138,7 @@ def predict_nodes_to_csv(checkpoint, split: str, output: str | Path | None, data
         for name in names:
             graphs = ds.splits["test" if name == "all" else name]  # a transductive graph is in every split
             for where, gi, v, y, pred in _rows(predictor, info, graphs, name):
-                label = [int(y[0])] if multiclass else [f"{t:.6g}" for t in y]
+                label = [int(y[0])] if multiclass else [number_text(t) for t in y]
                 w.writerow([where, gi, v, *label, *_fmt(pred, multiclass)])
                 n += 1
     return n

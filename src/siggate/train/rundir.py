@@ -23,7 +23,7 @@ import yaml
 
 from ..config import split_resolved, upgrade_config_dict
 from ..data.similarity import DOMAIN_FILE, FINGERPRINTS_FILE
-from ..files import atomic_write_bytes, folder_busy
+from ..files import atomic_write_bytes, folder_busy, number_text
 from ..options import run_weights
 from ..predictors.base import ARRAYS, MANIFEST
 from .plots import LEARNING, PARITY, RESIDUALS
@@ -281,7 +281,7 @@ def write_test_predictions(path: str | Path, rows: list[int], smiles: list[str],
     predict`` names them beside a label column) and an ensemble's standard deviation over
     members (``<target>_pred_uncertainty``). ``labels``/``preds``/``uncertainty``: ``[G, T]``."""
     def fmt(v: float) -> str:
-        return "" if v is None or math.isnan(v) else f"{v:.6g}"
+        return "" if v is None or math.isnan(v) else number_text(v)
 
     extra, values = carried or ([], {})
     header = ["row", "smiles", *extra, *names]
