@@ -167,6 +167,30 @@ def test_the_calibration_is_the_validation_scores_and_predict_coverage_uses_it(r
     assert rc == 0, err
 
 
+def test_a_coverage_beyond_the_calibration_is_named_not_silently_infinite(run, capsys, caplog):
+    """With n calibration molecules no finite bound holds beyond n / (n + 1): predict wrote
+    -inf/inf intervals and said nothing. It still writes them (the honest answer) and says which
+    targets, how many molecules are needed and the highest coverage that has a finite bound."""
+    from siggate.predictors.conformal import conformal_rank, fewest_for
+
+    data, out, smiles = run
+    cal = json.loads((out / "calibration.json").read_text())
+    n = {name: len(t["scores"]) for name, t in cal["targets"].items()}
+    assert fewest_for(0.99) == 99 and fewest_for(0.9) == 9 and fewest_for(0.5) == 1
+    assert all(conformal_rank(k, c) <= k for c in (0.5, 0.9, 0.99) for k in [fewest_for(c)])
+    assert all(conformal_rank(fewest_for(c) - 1, c) > fewest_for(c) - 1 for c in (0.9, 0.99))
+    caplog.clear()
+    rows = _predict(out, smiles[:2], capsys, "--coverage", "0.99")
+    assert all(r[f"{name}_lower"] == "-inf" and r[f"{name}_upper"] == "inf" for r in rows for name in n)
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "--coverage" in r.getMessage()]
+    assert warning == (f"--coverage 0.99: the run's calibration holds too few validation molecules for it ('a' on {n['a']}, "
+                       f"'b' on {n['b']}; 99 are needed): those targets' intervals are infinite; ask a coverage of at most "
+                       f"{min(n.values()) / (min(n.values()) + 1):.3g}, or retrain with more validation rows")
+    caplog.clear()
+    _predict(out, smiles[:2], capsys, "--coverage", "0.9")
+    assert not [r for r in caplog.records if "--coverage" in r.getMessage()]
+
+
 # ------------------------------------------------------------------ applicability domain
 
 

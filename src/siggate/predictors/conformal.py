@@ -70,6 +70,15 @@ def conformal_rank(n: int, coverage: float) -> int:
     return int(math.ceil((n + 1) * check_coverage(coverage) - 1e-9))
 
 
+def fewest_for(coverage: float) -> int:
+    """The fewest calibration molecules with a finite bound at ``coverage``
+    (:func:`conformal_rank` ``<= n``)."""
+    n = 0
+    while conformal_rank(n, coverage) > n:
+        n += 1
+    return n
+
+
 def conformal_quantile(scores, coverage: float) -> float:
     """The split-conformal quantile of ``scores`` (``[n]``): the ``ceil((n + 1) * coverage)``-th
     smallest score, ``inf`` when that exceeds ``n`` (too few calibration molecules for this
@@ -159,6 +168,11 @@ class Calibration:
         return cls(task, out, normalized)
 
     # ------------------------------------------------------------------ use
+
+    def too_few(self, coverage: float) -> dict[str, int]:
+        """``{target: n}`` of the targets calibrated on too few molecules for ``coverage``: their
+        intervals are infinite (their sets hold every class)."""
+        return {name: t.n for name, t in self.targets.items() if conformal_rank(t.n, coverage) > t.n}
 
     def intervals(self, mean, spread, coverage: float) -> tuple[np.ndarray, np.ndarray]:
         """Regression: ``(lower, upper)`` ``[G, T]`` at ``coverage`` around ``mean [G, T]``

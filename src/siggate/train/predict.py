@@ -139,6 +139,16 @@ def _calibration(folder: Path | None, coverage, info, checkpoint=None):
     if list(cal.targets) != names:
         raise InputError(f"--coverage: {path} calibrates targets {list(cal.targets)}, the model predicts {names}; "
                          "it belongs to another run")
+    few = cal.too_few(coverage)
+    if few:  # an honest answer, but not one to take for an interval
+        from ..predictors.conformal import fewest_for
+
+        which = ", ".join(f"{name!r} on {n}" for name, n in few.items())
+        log.warning("--coverage %g: the run's calibration holds too few validation molecules for it (%s; %d are "
+                    "needed): those targets' %s; ask a coverage of at most %.3g, or retrain with more validation rows",
+                    coverage, which, fewest_for(coverage),
+                    "intervals are infinite" if cal.task == "regression" else "sets hold every class",
+                    min(few.values()) / (min(few.values()) + 1))
     return coverage, cal
 
 
