@@ -183,3 +183,27 @@ def test_val_weights_and_the_members_table(tmp_path, capsys):
     assert res["members"] == 2 and res["rows"]["scored"] == 4
     assert res["warnings"] == ["scored column 'logS' as the model's target 'y': the names differ, so make sure each "
                                "is the same property in the same units"]  # trained without target statistics
+
+
+def test_the_members_table_says_what_val_weights_mean_for_its_numbers():
+    """With --weights val the combination's val score is of the rows its weights were fitted on
+    (a run of one val molecule printed `val MAE 0`), and a target whose weights rest on one member
+    has a spread, its uncertainty column, of 0 for every molecule. The table now says both."""
+    from siggate.train.ensemble import member_lines, single_member_targets
+
+    def scored(v):
+        return {"val": v, "test": v, "val_metrics": {"per_target": {"a": {}, "b": {}}, "mean": {"mae": v}},
+                "test_metrics": {"mean": {"mae": v}}}
+
+    members = [{"name": f"member{i}", "kind": k, "seed": 0, **scored(0.5)} for i, k in enumerate(("gnn", "svr", "rf"))]
+    metrics = {"metric": "mae", "members": members, "weighting": "val",
+               "weights": [[0.0, 0.2], [1.0, 0.5], [0.0, 0.3]], **scored(0.4)}
+    assert single_member_targets(metrics) == ["a"]
+    lines = member_lines(metrics)
+    assert [ln.split()[0] for ln in lines[:4]] == ["member0", "member1", "member2", "combined"]
+    assert lines[4].strip() == ("the combination's val scores are in-sample (its weights were fitted on the val "
+                                "rows); its test scores are out of sample")
+    assert lines[5].strip().startswith("the val weights give 'a' to one member alone: its uncertainty") and len(lines) == 6
+    equal = {**metrics, "weighting": "equal", "weights": [[1 / 3] * 2] * 3}
+    assert single_member_targets(equal) == [] and len(member_lines(equal)) == 4
+    assert single_member_targets({**metrics, "weights": None}) == []

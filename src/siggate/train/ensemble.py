@@ -141,7 +141,28 @@ def member_lines(metrics: dict) -> list[str]:
 
     rows = [(m["name"], f"{m['kind']} seed {m['seed']}", m) for m in metrics["members"]]
     rows.append(("combined", f"{metrics.get('weighting', 'equal')} weights", metrics))
-    return [f"{name:>9}  {what:<13}  {scores(m, 'val')}   {scores(m, 'test')}" for name, what, m in rows]
+    lines = [f"{name:>9}  {what:<13}  {scores(m, 'val')}   {scores(m, 'test')}" for name, what, m in rows]
+    if metrics.get("weighting") == "val":  # a val score of the rows the weights were fitted on flatters
+        lines.append(f"{'':>9}  the combination's val scores are in-sample (its weights were fitted on the val rows); "
+                     "its test scores are out of sample")
+    sole = single_member_targets(metrics)
+    if sole:
+        lines.append(f"{'':>9}  the val weights give {', '.join(repr(t) for t in sole)} to one member alone: "
+                     "its uncertainty (the weighted members' spread) is 0 for every molecule there; read "
+                     "outside_domain for molecules unlike the training set")
+    return lines
+
+
+def single_member_targets(metrics: dict) -> list[str]:
+    """The targets whose weights (``metrics["weights"]``, ``[M][T]``) rest on one member: their
+    weighted spread, the combination's uncertainty, is 0 for every molecule."""
+    weights = metrics.get("weights")
+    if not weights or len(weights) < 2:
+        return []
+    names = list(((metrics.get("val_metrics") or {}).get("per_target")) or {})  # the targets, in order
+    if len(names) != len(weights[0]):
+        names = [f"target{t}" for t in range(len(weights[0]))]
+    return [names[t] for t in range(len(weights[0])) if sum(w[t] > 0 for w in weights) == 1]
 
 
 def member_shares(metrics: dict) -> dict:

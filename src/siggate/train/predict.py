@@ -144,11 +144,12 @@ def _calibration(folder: Path | None, coverage, info, checkpoint=None):
         from ..predictors.conformal import fewest_for
 
         which = ", ".join(f"{name!r} on {n}" for name, n in few.items())
+        least = min(few.values())
+        remedy = (f"ask a coverage of at most {least / (least + 1):.3g}, or retrain with more validation rows" if least
+                  else "retrain with validation labels for every target (without them no coverage has a finite bound)")
         log.warning("--coverage %g: the run's calibration holds too few validation molecules for it (%s; %d are "
-                    "needed): those targets' %s; ask a coverage of at most %.3g, or retrain with more validation rows",
-                    coverage, which, fewest_for(coverage),
-                    "intervals are infinite" if cal.task == "regression" else "sets hold every class",
-                    min(few.values()) / (min(few.values()) + 1))
+                    "needed): those targets' %s; %s", coverage, which, fewest_for(coverage),
+                    "intervals are infinite" if cal.task == "regression" else "sets hold every class", remedy)
     return coverage, cal
 
 
