@@ -323,3 +323,34 @@ def test_a_run_of_many_targets_draws_its_first_twelve_in_rows_of_four():
         assert (round(w / 4.4), round(h / 4.2)) == (4, 3)
     few = parity_figure(y[:, :3], p[:, :3], names[:3])
     assert len(few.axes) == 3 and few._suptitle is None and round(few.get_size_inches()[0] / 4.4) == 3
+
+
+def test_evaluate_data_scores_the_targets_a_file_has_columns_of(run, tmp_path, capsys, caplog):
+    """A file labelled for one of a two-target model's targets (no column of the other) was refused
+    ("no column 'b'"), and the suggested --target-col a then failed on the target count: only an
+    added empty column got it scored. Without --target-col the targets the file has columns of are
+    scored by name, the others are named as not scored; a file with none of them is still refused."""
+    data, out, _ = run
+    rows = read_output(data)
+    only_a = tmp_path / "only_a.csv"
+    only_a.write_text("smiles,a\n" + "".join(f"{r['smiles']},{r['a']}\n" for r in rows))
+    with_empty_b = tmp_path / "empty_b.csv"
+    with_empty_b.write_text("smiles,a,b\n" + "".join(f"{r['smiles']},{r['a']},\n" for r in rows))
+    caplog.clear()
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(only_a)], capsys)
+    assert rc == 0, err
+    scored = json.loads(stdout)
+    assert [r.getMessage() for r in caplog.records if "no column of the model's" in r.getMessage()] == [
+        f"--data {only_a}: no column of the model's target(s) 'b'; 'a' scored, the others are not"]
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(with_empty_b)], capsys)
+    assert rc == 0, err
+    reference = json.loads(stdout)
+    for key in ("per_target", "mean"):
+        assert scored["metrics"]["data"][key] == reference["metrics"]["data"][key]
+    assert scored["per_target"]["data"]["b"] is None and scored["per_target"]["data"]["a"] > 0
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(only_a), "--target-col", "a"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "or drop --target-col to score the targets" in err
+    neither = tmp_path / "neither.csv"
+    neither.write_text("smiles,c\n" + "".join(f"{r['smiles']},1\n" for r in rows))
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(neither)], capsys)
+    assert rc == 2 and "no column 'a'" in err

@@ -182,16 +182,27 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     header, records = read_table(path, detect_sep(path))
     cols = list(target_cols or info.target_names)
     smiles_col = smiles_column(path, header, smiles_col, fallback)
-    missing = [c for c in [smiles_col, *cols] if c not in header]
+    unlabelled_targets = []  # the model's targets the file holds no column of: not scored
+    if not target_cols and any(c in header for c in cols):
+        unlabelled_targets = [c for c in cols if c not in header]
+    missing = [c for c in [smiles_col, *cols] if c not in header and c not in unlabelled_targets]
     if missing:
         raise EvaluationError(f"--data {path}: no column {missing[0]!r}; its columns are {', '.join(header)} "
                               "(name them with --smiles-col / --target-col)")
-    check_unique_columns(path, header, [smiles_col, *cols])
-    table = table_frame(header, records, list(dict.fromkeys([smiles_col, *cols])))
-    ragged = [i for i, r in enumerate(records) if len(r) > len(header)]
     if len(cols) != info.num_tasks:
         raise EvaluationError(f"--target-col: the model predicts {info.num_tasks} target(s) "
-                              f"({', '.join(info.target_names)}), got {len(cols)} column(s)")
+                              f"({', '.join(info.target_names)}), got {len(cols)} column(s); name one column per "
+                              "target in that order, or drop --target-col to score the targets the file has "
+                              "columns of, by their names")
+    present = [c for c in cols if c not in unlabelled_targets]
+    check_unique_columns(path, header, [smiles_col, *present])
+    table = table_frame(header, records, list(dict.fromkeys([smiles_col, *present])))
+    if unlabelled_targets:
+        log.warning("--data %s: no column of the model's target(s) %s; %s scored, the others are not",
+                    path, ", ".join(map(repr, unlabelled_targets)), ", ".join(map(repr, present)))
+        for c in unlabelled_targets:
+            table[c] = ""
+    ragged = [i for i, r in enumerate(records) if len(r) > len(header)]
     labels, reasons = read_labels(path, table, cols, info.task, decimal)
     check_any_numeric(path, table, cols, labels, allow_empty=True)  # metrics skip a target without labels
     featurizer = SmilesPredictor(predictor, domain=False)
