@@ -591,3 +591,42 @@ def test_loaders_are_registered():
     assert names <= set(catalog.DATASETS)  # one registry: no second table of loaders
     known = {d["name"] for d in catalog.list_datasets()}
     assert names <= known
+
+
+class _Payload:
+    """A pickled object that would create the folder ``marker`` when unpickled."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.makedirs, (str(self.marker),)
+
+
+def test_a_crafted_pickle_under_a_data_root_is_refused_unread(tmp_path):
+    """`siggate evaluate --checkpoint RUN` rebuilds the run's dataset from the data root the run
+    records, so a run folder received from someone else chose which files were read: LRGB's split
+    pickle was read with pickle.load and PyG's processed ZINC files with PyG's fs.torch_load (which
+    falls back to unpickling anything), and a crafted file ran code. Each is now read by an
+    unpickler that finds only what the real files hold (the real files' loads are the tests above)."""
+    from siggate.data.base import DataError
+
+    marker = tmp_path / "ran"
+    split = tmp_path / "splits_random_stratified_peptide.pickle"
+    import pickle
+
+    split.write_bytes(pickle.dumps({"train": _Payload(marker), "val": [0], "test": [1]}))
+    with pytest.raises(DataError, match=r"it names (os|posix)\.makedirs, which an LRGB split file does not hold"):
+        peptides._load_split_pickle(split, "peptides-func")
+    processed = tmp_path / "train.pt"
+    torch.save((_Payload(marker), {}, None), processed)
+    with pytest.raises(DataError, match=r"not a PyG processed ZINC file: it names (os|posix)\.makedirs"):
+        zinc._read_pyg_processed(processed)
+    assert not marker.exists()
+    # what the real files hold still loads: a dict of numpy arrays; PyG's (dict, slices, cls) layout
+    split.write_bytes(pickle.dumps({k: np.arange(3, dtype=np.int64) for k in ("train", "val", "test")}))
+    assert {k: v.tolist() for k, v in peptides._load_split_pickle(split, "peptides-func").items()} == {
+        k: [0, 1, 2] for k in ("train", "val", "test")}
+    split.write_bytes(pickle.dumps([1, 2]))
+    with pytest.raises(DataError, match="is not a dict of train/val/test index arrays"):
+        peptides._load_split_pickle(split, "peptides-func")

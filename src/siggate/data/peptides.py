@@ -28,6 +28,7 @@ from .sources import (
     md5,
     mol_parts,
     resolve_dirs,
+    restricted_pickle,
 )
 
 __all__ = ["PEPTIDES_STRUCT_TARGETS", "peptides_func", "peptides_struct", "standardize_targets"]
@@ -59,16 +60,25 @@ _PEP_STRUCT_CSV_MD5 = "c240c1c15466b5c907c63e180fa8aa89"
 _PEP_SPLIT_MD5 = "5a0114bdadc80b94fc7ae974f13ef061"  # same for the functional and structural split
 
 
+#: what an LRGB split file may name: numpy arrays (both numpy module paths) in a dict
+_SPLIT_GLOBALS = frozenset({("numpy", "dtype"), ("numpy", "ndarray"), ("numpy.core.multiarray", "_reconstruct"),
+                            ("numpy._core.multiarray", "_reconstruct")})
+
+
 def _load_split_pickle(path: Path, name: str) -> dict:
+    """The LRGB split file's train/val/test indices. It is a pickle: its unpickler finds numpy's
+    arrays only (:func:`~.sources.restricted_pickle`), so a crafted file runs nothing."""
     with open(path, "rb") as f:
         try:
-            raw = pickle.load(f)
+            raw = restricted_pickle(_SPLIT_GLOBALS, "an LRGB split file").Unpickler(f).load()
         except (EOFError, pickle.UnpicklingError, ValueError) as exc:
-            raise DataError(f"{f.name}: the split file is truncated or corrupt ({exc})") from None
+            raise DataError(f"{f.name}: the split file is truncated, corrupt or not LRGB's ({exc})") from None
     try:
         return {key: np.asarray(raw[key], dtype=np.int64).reshape(-1) for key in ("train", "val", "test")}
     except KeyError as exc:
-        raise ValueError(f"{name}: {path} lacks split {exc}") from None
+        raise DataError(f"{name}: {path} lacks split {exc}") from None
+    except (TypeError, ValueError, IndexError) as exc:
+        raise DataError(f"{name}: {path} is not a dict of train/val/test index arrays ({exc})") from None
 
 
 def _fetch_peptides(folder: str, csv_name: str, csv_url: str, csv_md5: str, split_name: str, split_url: str):

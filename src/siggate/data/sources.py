@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # torch and PyG load when a dataset is built, not when its lo
     from torch_geometric.data import Data
 
 __all__ = [
-    "BUILD_VERSION", "Layout", "md5", "network_ok", "download_url", "resolve_dirs", "fingerprints",
+    "BUILD_VERSION", "Layout", "md5", "restricted_pickle", "network_ok", "download_url", "resolve_dirs", "fingerprints",
     "LoadOptions", "cache_graphs", "check_kwargs", "featurize", "invalid_rows", "split_graphs", "check_split", "finish",
     "mol_parts", "graphs_by_split", "read_csv", "read_index_csv",
 ]
@@ -61,6 +61,27 @@ BUILD_VERSION = 1
 def md5(path: Path) -> str:
     """MD5 hex digest of the file ``path``."""
     return file_digest(path, "md5")
+
+
+def restricted_pickle(allowed: frozenset, what: str):
+    """A ``pickle`` module (for ``torch.load(pickle_module=...)``, or its ``Unpickler(file).load()``)
+    whose unpickler finds only the ``(module, name)`` pairs ``allowed`` and refuses any other
+    before importing it, naming it and ``what`` the file should be. For the benchmarks' files
+    that are pickles (LRGB's split files, PyG's processed files): a crafted one under a data root,
+    which a run folder received from someone else records, would otherwise run code."""
+    import pickle
+    import types
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) not in allowed:
+                raise pickle.UnpicklingError(f"it names {module}.{name}, which {what} does not hold: refused unread")
+            return super().find_class(module, name)
+
+    module = types.ModuleType("siggate_restricted_pickle")
+    module.__dict__.update({k: getattr(pickle, k) for k in dir(pickle) if not k.startswith("__")})
+    module.Unpickler = Unpickler
+    return module
 
 
 def offline() -> bool:

@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .base import GraphDataset, TaskInfo
+from .base import DataError, GraphDataset, TaskInfo
 from .registry import register_dataset
 from .sources import (
     BUILD_VERSION,
@@ -18,6 +18,7 @@ from .sources import (
     fingerprints,
     finish,
     resolve_dirs,
+    restricted_pickle,
 )
 
 if TYPE_CHECKING:  # torch and PyG load when the dataset is built, not when its loader registers
@@ -28,6 +29,18 @@ __all__ = ["zinc"]
 _ZINC_URL = "https://www.dropbox.com/s/feo9qle74kg48gy/molecules.zip?dl=1"  # torch_geometric.datasets.ZINC.url
 
 
+#: the only classes and functions a PyG processed ZINC file may name: its containers, tensors and
+#: PyG's data classes (the files of PyG 2.x, old and new layouts). PyG's ``fs.torch_load`` falls
+#: back to unpickling anything (``weights_only`` cannot load their ``defaultdict``).
+_PROCESSED_GLOBALS = frozenset({
+    ("builtins", "dict"), ("builtins", "list"), ("__builtin__", "dict"), ("__builtin__", "list"),
+    ("collections", "OrderedDict"), ("collections", "defaultdict"),
+    ("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor"),
+    ("torch_geometric.data.data", "Data"), ("torch_geometric.data.data", "DataEdgeAttr"),
+    ("torch_geometric.data.data", "DataTensorAttr"), ("torch_geometric.data.storage", "GlobalStorage"),
+})
+
+
 def _read_pyg_processed(path: Path) -> list[Data]:
     """Split a PyG ``InMemoryDataset`` processed file into per-graph ``Data`` objects.
 
@@ -35,15 +48,20 @@ def _read_pyg_processed(path: Path) -> list[Data]:
     cls)`` / ``(dict, slices, sizes, cls)`` tuples.  ``edge_index`` is stored per graph
     with local node ids (``InMemoryDataset.collate`` does not increment it).
     """
+    import pickle
+
     import torch
     from torch_geometric.data import Data
-    from torch_geometric.io import fs
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = fs.torch_load(str(path))
+        try:
+            out = torch.load(str(path), map_location="cpu", weights_only=False,  # only _PROCESSED_GLOBALS
+                             pickle_module=restricted_pickle(_PROCESSED_GLOBALS, "a PyG processed file"))
+        except pickle.UnpicklingError as exc:
+            raise DataError(f"{path}: not a PyG processed ZINC file: {exc}") from None
     if not isinstance(out, tuple) or len(out) not in (2, 3, 4):
-        raise ValueError(f"{path}: not a PyG processed (data, slices) file")
+        raise DataError(f"{path}: not a PyG processed (data, slices) file")
     if len(out) == 2:
         data, slices = out
         if isinstance(data, dict):
@@ -55,11 +73,11 @@ def _read_pyg_processed(path: Path) -> list[Data]:
     need = ("x", "edge_index", "edge_attr", "y")
     for key in need:
         if key not in slices or data[key] is None:
-            raise ValueError(f"{path}: missing {key!r}")
+            raise DataError(f"{path}: missing {key!r}")
     counts = {k: torch.diff(torch.as_tensor(slices[k])).tolist() for k in need}
     num = len(counts["x"])
     if any(len(c) != num for c in counts.values()):
-        raise ValueError(f"{path}: inconsistent slices")
+        raise DataError(f"{path}: inconsistent slices")
     xs = torch.split(data.x.reshape(data.x.shape[0], -1).long(), counts["x"], dim=0)
     eis = torch.split(data.edge_index.long(), counts["edge_index"], dim=1)
     eas = torch.split(data.edge_attr.reshape(data.edge_attr.shape[0], -1).long(), counts["edge_attr"], dim=0)
@@ -68,7 +86,7 @@ def _read_pyg_processed(path: Path) -> list[Data]:
     for i in range(num):
         x, ei, ea, y = xs[i], eis[i], eas[i], ys[i]
         if ei.numel() and int(ei.max()) >= x.shape[0]:
-            raise ValueError(f"{path}: graph {i} has edge ids beyond its {x.shape[0]} nodes")
+            raise DataError(f"{path}: graph {i} has edge ids beyond its {x.shape[0]} nodes")
         graphs.append(Data(x=x.clone(), edge_index=ei.clone(), edge_attr=ea.clone(), y=y.reshape(1, -1).clone(), idx=i))
     return graphs
 
