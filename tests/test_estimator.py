@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -400,3 +401,31 @@ def test_the_run_records_target_names_and_classes(molecules, tmp_path):
     for bad in ([None] + ["a", "b"] * 10, [float("nan")] + [0.0, 1.0] * 10):
         with pytest.raises(ValueError, match=r"y has no class at row\(s\) \[0\] \(None or NaN\)"):
             siggate.SigGateClassifier(**FP).fit(smiles[:21], bad)
+
+
+def test_fit_never_replaces_files_no_fit_made(molecules, tmp_path):
+    """fit cleared its out_dir of every name a run writes, whoever wrote them: someone's own
+    best.pt, splits.csv and tb/ in a folder that held no run were deleted. Only an earlier fit's
+    run (its estimator record) is cleared; files of those names without one are refused."""
+    import siggate
+
+    smiles, y = molecules
+    out = tmp_path / "mine"
+    (out / "tb").mkdir(parents=True)
+    for name in ("best.pt", "splits.csv", "notes.txt"):
+        (out / name).write_text("mine\n")
+    (out / "tb" / "events.txt").write_text("mine\n")
+    est = siggate.SigGateRegressor(members="svr", threads=1, out_dir=out)
+    with pytest.raises(ValueError) as caught:
+        est.fit(smiles[:30], y[:30])
+    assert str(caught.value) == (f"out_dir {out} holds best.pt, splits.csv, tb/, which a fit would write over, and no "
+                                 "earlier fit made them: choose another out_dir, or move them")
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        "best.pt", "notes.txt", "splits.csv", "tb", "tb/events.txt"]
+    for name in ("best.pt", "splits.csv"):
+        (out / name).unlink()
+    shutil.rmtree(out / "tb")
+    est.fit(smiles[:30], y[:30])  # a folder of other files: fitted, they stay
+    assert (out / "notes.txt").read_text() == "mine\n" and (out / "predictor.json").is_file()
+    est.fit(smiles[:30], y[:30])  # its own earlier fit is replaced
+    assert (out / "notes.txt").read_text() == "mine\n"

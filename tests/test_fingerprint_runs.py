@@ -10,6 +10,7 @@ import csv
 import json
 import math
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -532,3 +533,18 @@ def test_overwrite_clears_the_fingerprint_members_too(nitrogen_csv, tmp_path, ca
     rc, _, err = _train(capsys, nitrogen_csv, out, "--members", "rf", "--overwrite")
     assert rc == 0, err
     assert not (out / "member1").exists()  # the old rf member: kept before, beside the new run
+    # a member or tb/ that is a symbolic link: --overwrite removes the link, never what it points to
+    victim = tmp_path / "victim"
+    (victim / "tb").mkdir(parents=True)
+    for name in ("best.pt", "metrics.json", "config.yaml", "notes.txt"):
+        (victim / name).write_text("precious\n")
+    (victim / "tb" / "keep.txt").write_text("precious\n")
+    (out / "member3").symlink_to(victim, target_is_directory=True)
+    shutil.rmtree(out / "member0")
+    (out / "member0").symlink_to(victim, target_is_directory=True)
+    (out / "tb").symlink_to(victim / "tb", target_is_directory=True)
+    rc, _, err = _train(capsys, nitrogen_csv, out, "--members", "rf", "--overwrite")
+    assert rc == 0, err
+    assert sorted(p.relative_to(victim).as_posix() for p in victim.rglob("*")) == [
+        "best.pt", "config.yaml", "metrics.json", "notes.txt", "tb", "tb/keep.txt"]
+    assert not (out / "member3").exists() and not (out / "member0").is_symlink() and not (out / "tb").is_symlink()

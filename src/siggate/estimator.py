@@ -115,7 +115,7 @@ def _claimed(out: Path | None):
         yield None
         return
     from .files import FolderBusy, FolderLock
-    from .train.rundir import clear_run, run_files
+    from .train.rundir import clear_run, run_files, run_output_names
 
     lock = FolderLock(out)
     try:
@@ -123,10 +123,18 @@ def _claimed(out: Path | None):
     except FolderBusy as exc:
         raise ValueError(f"out_dir {out}: {exc}; two runs must not write into one folder") from None
     try:
-        if run_files(out) and not (out / ESTIMATOR_RECORD).is_file():
+        ours = (out / ESTIMATOR_RECORD).is_file()
+        if run_files(out) and not ours:
             raise ValueError(f"out_dir {out} holds a run that siggate train made; fit would replace it: choose "
                              "another out_dir, or remove that run first")
-        clear_run(out)
+        if ours:
+            clear_run(out)
+        else:  # no earlier fit's: files of the names a fit writes are someone's own, not to be replaced
+            clashing = run_output_names(out)
+            if clashing:
+                raise ValueError(f"out_dir {out} holds {', '.join(clashing[:3])}{' ...' if len(clashing) > 3 else ''}, "
+                                 "which a fit would write over, and no earlier fit made them: choose another out_dir, "
+                                 "or move them")
         marker = out / ESTIMATOR_RECORD
         marker.write_text(json.dumps({"estimator": "fitting"}) + "\n")  # a fit that fails midway stays ours
         try:

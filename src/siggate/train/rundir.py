@@ -58,6 +58,16 @@ def _members(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.is_dir() and _MEMBER.fullmatch(p.name))
 
 
+def run_output_names(out: str | Path) -> list[str]:
+    """The names in ``out`` that ``siggate train`` writes (:data:`RUN_OUTPUTS`, :data:`RUN_FOLDERS`,
+    ``member*`` folders), whoever made them."""
+    out = Path(out)
+    if not out.is_dir():
+        return []
+    return [p.name + ("/" if p.is_dir() else "") for p in sorted(out.iterdir())
+            if p.name in RUN_OUTPUTS or p.name in RUN_FOLDERS or _MEMBER.fullmatch(p.name)]
+
+
 def run_files(out: str | Path) -> list[str]:
     """The files that make ``out`` a run (relative to ``out``; empty when it holds none)."""
     out = Path(out)
@@ -117,16 +127,23 @@ def free_run_dir(base: str | Path, taken: str | Path | None = None) -> Path:
 
 def clear_run(out: str | Path) -> None:
     """Remove what ``siggate train`` wrote into ``out`` (:data:`RUN_OUTPUTS`, :data:`RUN_FOLDERS`,
-    unfinished atomic writes ``.*.tmp``, and ensemble members); other files stay."""
+    unfinished atomic writes ``.*.tmp``, and ensemble members); other files stay. A symbolic link
+    in a member's or a folder's place is removed as a link: what it points to is never entered
+    (a received run's ``member2`` linked to someone's folder lost its files to ``--overwrite``)."""
     out = Path(out)
     for member in _members(out):
+        if member.is_symlink():
+            member.unlink()
+            continue
         clear_run(member)
         if not any(member.iterdir()):
             member.rmdir()
     for name in RUN_OUTPUTS:
         (out / name).unlink(missing_ok=True)
     for name in RUN_FOLDERS:
-        if (out / name).is_dir():
+        if (out / name).is_symlink():
+            (out / name).unlink()
+        elif (out / name).is_dir():
             shutil.rmtree(out / name)
     for tmp in out.glob(".*.tmp"):
         tmp.unlink(missing_ok=True)
