@@ -208,6 +208,24 @@ def test_an_output_that_would_replace_what_the_command_reads_is_refused(ckpt, tm
             assert rc == 0 and new.is_file(), err
         new.unlink()
     (run / "reports").rmdir()
+    # a fingerprint member's folder (no run record of its own) and a member given as the checkpoint:
+    # the run's and every member's files are the run's
+    from siggate.cli import CLIError, _check_output_file
+    from siggate.train.rundir import run_folders
+
+    member = tmp_path / "fp" / "member1"
+    member.mkdir(parents=True)
+    (member / "predictor.json").write_text("{}")
+    (member / "arrays.pt").write_bytes(b"arrays")
+    (member.parent / "member0").mkdir()
+    (member.parent / "predictor.json").write_text("{}")
+    assert run_folders(member) == {member.parent.resolve(), member.resolve(), (member.parent / "member0").resolve()}
+    assert run_folders(tmp_path) == set()
+    for given, output in ((member, member / "predictor.json"), (member, member / "arrays.pt"),
+                          (member, member.parent / "predictor.json"), (member / "arrays.pt", member.parent / "predictor.json")):
+        with pytest.raises(CLIError, match=f"--output {output} is a file of the run {member}"):
+            _check_output_file(output, checkpoint=str(given))
+    _check_output_file(member.parent / "notes.json", checkpoint=str(member))  # a new file beside them: written
     elsewhere = tmp_path / "copied"  # a checkpoint copied beside files of the same names is no run folder
     elsewhere.mkdir()
     (elsewhere / "best.pt").write_bytes((run / "best.pt").read_bytes())

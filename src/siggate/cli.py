@@ -538,8 +538,9 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
                        checkpoint: str | None = None) -> None:
     """Refuse, before any work, an output file that cannot be written (a folder, or a place whose
     folder cannot be created or written) or that would replace what the command reads: a file
-    of ``reads`` (``{flag: path}``) or one that training wrote into the run ``checkpoint``'s folder
-    (:data:`~siggate.train.rundir.RUN_OUTPUTS`, a checkpoint); a file of the user's own there is rewritten."""
+    of ``reads`` (``{flag: path}``) or one that training wrote into the folders of the run that
+    ``checkpoint`` belongs to (:func:`~siggate.train.rundir.run_folders`: the run and its members;
+    :data:`~siggate.train.rundir.RUN_OUTPUTS`, a checkpoint); a file of the user's own there is rewritten."""
     from .files import out_dir_problem
 
     if path.is_dir():
@@ -549,11 +550,11 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
             if _same_file(path, read):
                 raise CLIError(f"--output {path} is the file that {flag} reads; writing it would replace that "
                                f"file: give another --output, e.g. {path.with_name(example)}")
-        from .train.rundir import RUN_OUTPUTS, run_files
+        from .train.rundir import RUN_OUTPUTS, run_folders
 
         run = Path(checkpoint) if checkpoint else None
         run = run.parent if run is not None and run.is_file() else run
-        homes = {run.resolve(), *(m.resolve() for m in run.glob("member*"))} if run and run_files(run) else set()
+        homes = run_folders(run) if run is not None and run.is_dir() else set()  # a member's run too
         if path.resolve().parent in homes and (path.name in RUN_OUTPUTS or path.suffix == ".pt"):
             raise CLIError(f"--output {path} is a file of the run {run}; writing it would change the run: give a "
                            "new file name, or a path outside the run")

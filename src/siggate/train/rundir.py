@@ -58,6 +58,17 @@ def _members(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.is_dir() and _MEMBER.fullmatch(p.name))
 
 
+def run_folders(folder: str | Path) -> set[Path]:
+    """The folders of the run that ``folder`` (a run, or one of its ``member*`` folders) belongs
+    to, resolved: the run's own and its members'; empty when it holds no run and no saved
+    predictor (a checkpoint copied into a folder of other files)."""
+    folder = Path(folder)
+    top = folder.parent if _MEMBER.fullmatch(folder.name) else folder
+    if not (run_files(top) or run_files(folder) or (folder / MANIFEST).is_file()):
+        return set()
+    return {top.resolve(), *(m.resolve() for m in _members(top))}
+
+
 def run_output_names(out: str | Path) -> list[str]:
     """The names in ``out`` that ``siggate train`` writes (:data:`RUN_OUTPUTS`, :data:`RUN_FOLDERS`,
     ``member*`` folders), whoever made them."""
