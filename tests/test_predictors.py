@@ -167,7 +167,9 @@ def test_combination_saves_and_loads_and_refuses_crafted_manifests(tmp_path):
              ({"info": "x"}, "no usable task description 'info' \\(TypeError"),
              ({"info": {**doc["info"], "bogus": 1}}, "no usable task description 'info' \\(TypeError: .*bogus"),
              ({"info": {**doc["info"], "task": "bogus"}}, "no usable task description 'info' \\(ValueError: task"),
-             ({"info": {**doc["info"], "target_names": ["a"]}}, "'info' names 1 target\\(s\\) for 2 task\\(s\\)")]
+             ({"info": {**doc["info"], "target_names": ["a"]}}, "'info' names 1 target\\(s\\) for 2 task\\(s\\)"),
+             # a weight column per target or one for all: three columns for two targets mixed them silently
+             ({"weights": [[0.2, 0.3, 0.5], [0.8, 0.7, 0.5]]}, "unusable weights \\(a column per target, 2, or one for all; got 3\\)")]
     for edit, message in edits:
         (tmp_path / "c" / "predictor.json").write_text(json.dumps({**doc, **edit}))
         with pytest.raises(PredictorFileError, match=message):

@@ -354,3 +354,24 @@ def test_evaluate_data_scores_the_targets_a_file_has_columns_of(run, tmp_path, c
     neither.write_text("smiles,c\n" + "".join(f"{r['smiles']},1\n" for r in rows))
     rc, _, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(neither)], capsys)
     assert rc == 2 and "no column 'a'" in err
+
+
+def test_a_calibration_of_another_task_or_with_nan_scores_is_refused(run, capsys):
+    """calibration.json was read without checking it against the model: a regression run whose
+    calibration said "binary" got prediction sets of {0,1}, and NaN scores gave NaN intervals,
+    both with exit 0. Each is refused in one line."""
+    _, out, _ = run
+    path = out / "calibration.json"
+    kept = path.read_text()
+    doc = json.loads(kept)
+    nan_scores = json.loads(kept)
+    nan_scores["targets"]["a"]["scores"][0] = float("nan")
+    try:
+        for edited, why in (({**doc, "task": "binary"}, "calibrates a binary task, the model's is regression"),
+                            (nan_scores, "target 'a': scores and floor must be finite and >= 0"),
+                            ({**doc, "task": "ranking"}, "task 'ranking' is not one that siggate calibrates")):
+            path.write_text(json.dumps(edited))
+            rc, stdout, err = run_cli(["predict", "--checkpoint", str(out), "CCO", "--coverage", "0.9"], capsys)
+            assert rc == 2 and stdout == "" and len(err.strip().splitlines()) == 1 and why in err, err
+    finally:
+        path.write_text(kept)

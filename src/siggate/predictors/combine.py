@@ -295,4 +295,7 @@ class Combination:
         if info.num_tasks != out.info.num_tasks:
             raise PredictorFileError(f"{folder}: its members predict {out.info.num_tasks} target(s), its manifest "
                                      f"{info.num_tasks}")
+        if out.weights_ is not None and out.weights_.shape[1] not in (1, info.num_tasks):
+            raise PredictorFileError(f"{folder}: unusable weights (a column per target, {info.num_tasks}, or one for "
+                                     f"all; got {out.weights_.shape[1]})")
         return out

@@ -241,6 +241,12 @@ class Calibration:
             targets = {str(n): TargetCalibration([float(s) for s in t["scores"]],
                                                  None if t.get("floor") is None else float(t["floor"]))
                        for n, t in doc["targets"].items()}
+            for name, t in targets.items():  # NaN scores gave NaN intervals, silently
+                if not all(math.isfinite(v) and v >= 0 for v in t.scores) or (
+                        t.floor is not None and not (math.isfinite(t.floor) and t.floor >= 0)):
+                    raise ValueError(f"target {name!r}: scores and floor must be finite and >= 0")
+            if str(doc["task"]) not in ("regression", "binary", "multilabel"):
+                raise ValueError(f"task {doc['task']!r} is not one that siggate calibrates")
             return cls(str(doc["task"]), targets, bool(doc.get("normalized", False)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, CalibrationError):

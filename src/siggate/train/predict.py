@@ -136,6 +136,9 @@ def _calibration(folder: Path | None, coverage, info, checkpoint=None):
     except (ValueError, OSError) as exc:
         raise InputError(f"--coverage: {path}: {exc}") from None
     names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
+    if cal.task != info.task:
+        raise InputError(f"--coverage: {path} calibrates a {cal.task} task, the model's is {info.task}; it belongs "
+                         "to another run")
     if list(cal.targets) != names:
         raise InputError(f"--coverage: {path} calibrates targets {list(cal.targets)}, the model predicts {names}; "
                          "it belongs to another run")
