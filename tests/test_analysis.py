@@ -309,3 +309,23 @@ def test_bad_analysis_arguments_are_one_line_refusals(argv, message, tmp_path, c
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert message in err and not out.exists()
+
+
+def test_a_range_of_exactly_ten_times_is_ten_times():
+    """3e-4 / 3e-5 is 9.999999999999998 in floats: lr-sweep printed "10x" and the report and the
+    claims table judged the stability claim ">= 10x" as "does not hold". The range is 10x, and
+    a JSON written before (its ratio 9.999999999999998) is judged so too."""
+    from siggate.analysis.report import HOLDS, verdict_lr
+
+    lrs = [3e-5, 1e-4, 3e-4]
+    assert lrs[2] / lrs[0] < 10 and lrsweep.widest_range(lrs, [True] * 3)["ratio"] == 10.0
+    for ratio in (10.0, lrs[2] / lrs[0]):
+        rng = {g: {"ratio": ratio, "min_lr": lrs[0], "max_lr": lrs[2], "at_sweep_edge": True}
+               for g in ("none", "elementwise")}
+        doc = {"lrs": lrs, "gates": ["none", "elementwise"], "tolerance": 0.1, "epochs": 5, "protocol_epochs": 5,
+               "seeds": [0], "metric": "mae", "best_score": {"none": 1.0, "elementwise": 1.0}, "stable_range": rng,
+               "no_divergence_range": rng, "range_widening": {"elementwise": 1.0}}
+        stable, within = verdict_lr(doc)[:2]
+        assert "across a 10x learning-rate range" in stable["claim"] and stable["verdict"] == within["verdict"] == HOLDS
+    short = {**rng, "elementwise": {**rng["elementwise"], "ratio": 9.9}}
+    assert verdict_lr({**doc, "no_divergence_range": short, "stable_range": short})[0]["verdict"] != HOLDS

@@ -203,3 +203,21 @@ def test_wilcoxon_floor_counts_only_non_zero_differences():
 
     (note,) = wilcoxon_warnings({"comparisons": [c]})
     assert note.startswith("with 5 pair(s) of non-zero difference") and "0.0625" in note
+
+
+@pytest.mark.parametrize("shift", [0.5, 0.6, 0.1, -0.3])
+def test_a_constant_shift_is_one_verdict_however_its_decimals_round(shift):
+    """71.3 + 0.6 - 71.3 and 72.0 + 0.6 - 72.0 differ in the 14th digit: a shift of 0.6 got paired
+    t p = 7.9e-71 and d_z = 3e15 ("holds"), a shift of 0.5 (exact in binary) an undefined t-test.
+    Differences equal up to float rounding are one difference."""
+    from siggate.stats import compare_paired, paired_effect
+
+    a = {i: v for i, v in enumerate([71.3, 71.5, 70.9, 72.0, 71.1, 70.7])}
+    res = compare_paired(a, {i: v + shift for i, v in a.items()}, True)
+    assert math.isnan(res["p_paired_t"])
+    assert "all differences are identical (zero variance): paired t-test undefined (nan)" in res["notes"]
+    assert res["p_wilcoxon"] == pytest.approx(stats.wilcoxon([shift] * 6).pvalue)  # exact: 2 / 2^6
+    assert math.isnan(paired_effect([b - a for a, b in zip(a.values(), [v + shift for v in a.values()])])["cohen_dz"])
+    noisy = {i: v + shift + 0.01 * (i % 3) for i, v in a.items()}  # a real spread keeps its tests
+    res = compare_paired(a, noisy, True)
+    assert res["p_paired_t"] == pytest.approx(stats.ttest_rel(list(noisy.values()), list(a.values())).pvalue)

@@ -67,29 +67,43 @@ def _common_finite_seeds(a: Mapping[Hashable, Number], b: Mapping[Hashable, Numb
     return finite
 
 
+#: values within this fraction of the largest magnitude involved are one value: what float
+#: subtraction leaves of equal differences (71.9 - 71.3 and 72.1 - 71.5 differ in the 14th digit)
+IDENTICAL_RTOL = 1e-9
+
+
+def _spread_of_nothing(values: np.ndarray, scale: float) -> bool:
+    """Whether ``values`` are one value up to :data:`IDENTICAL_RTOL` of ``scale``."""
+    return bool(np.ptp(values) <= IDENTICAL_RTOL * scale)
+
+
 def _paired_tests(va: np.ndarray, vb: np.ndarray, res: Dict[str, object], notes: List[str]) -> None:
     """Fill ``p_paired_t``, ``p_wilcoxon`` and ``p_welch`` of ``res`` (``n >= 2`` pairs),
-    noting each test that is undefined for these samples."""
+    noting each test that is undefined for these samples. Differences (and samples) equal up to
+    float rounding (:data:`IDENTICAL_RTOL`) count as equal: a constant shift is undefined for
+    the t-test however its decimals round, not "significant" at p = 1e-70."""
+    scale = float(max(np.max(np.abs(va)), np.max(np.abs(vb))))
     diff = vb - va
+    diff = np.where(np.abs(diff) <= IDENTICAL_RTOL * scale, 0.0, diff)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         # Paired t-test.
-        if np.all(diff == diff[0]):
+        if _spread_of_nothing(diff, scale):
             notes.append("all differences are identical (zero variance): paired t-test undefined (nan)")
         else:
             res["p_paired_t"] = _f(_st.ttest_rel(vb, va).pvalue)
 
-        # Wilcoxon signed-rank.
+        # Wilcoxon signed-rank (of the differences, rounding taken as zero).
         nz = int(np.count_nonzero(diff))
         if nz == 0:
             notes.append("all differences are zero: Wilcoxon test undefined (nan)")
         elif nz < 2:
             notes.append("fewer than 2 non-zero differences: Wilcoxon test undefined (nan)")
         else:
-            res["p_wilcoxon"] = _f(_st.wilcoxon(vb, va).pvalue)
+            res["p_wilcoxon"] = _f(_st.wilcoxon(diff).pvalue)
 
         # Welch's unequal-variance t-test.
-        if np.all(va == va[0]) and np.all(vb == vb[0]):
+        if _spread_of_nothing(va, scale) and _spread_of_nothing(vb, scale):
             notes.append("both samples have zero variance: Welch t-test undefined (nan)")
         else:
             res["p_welch"] = _f(_st.ttest_ind(vb, va, equal_var=False).pvalue)
@@ -258,7 +272,7 @@ def paired_effect(diff, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> 
     sd = float(d.std(ddof=1))
     half = float(_st.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
     out["ci95"] = [mean - half, mean + half]
-    out["cohen_dz"] = mean / sd if sd > 0 else nan
+    out["cohen_dz"] = mean / sd if sd > IDENTICAL_RTOL * float(np.max(np.abs(d))) else nan  # rounding is no spread
     rng = np.random.default_rng(seed)
     means = d[rng.integers(0, n, size=(resamples, n))].mean(axis=1)
     out["ci95_bootstrap"] = [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]

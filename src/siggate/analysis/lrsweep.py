@@ -80,7 +80,7 @@ def widest_range(lrs: list[float], ok: list[bool]) -> dict:
         j = i
         while j + 1 < len(lrs) and ok[j + 1]:
             j += 1
-        ratio = lrs[j] / lrs[i]
+        ratio = round(lrs[j] / lrs[i], 9)  # 3e-4 / 3e-5 is 10x, not 9.999999999999998x
         if best is None or ratio > best["ratio"]:
             best = {"ratio": ratio, "min_lr": lrs[i], "max_lr": lrs[j],
                     "at_sweep_edge": i == 0 or j == len(lrs) - 1}

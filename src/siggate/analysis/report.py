@@ -258,6 +258,12 @@ def verdict_entropy(e: dict) -> dict:
     }
 
 
+def _reaches(ratio: float, bound: float) -> bool:
+    """``ratio >= bound`` for ratios of learning rates, up to float rounding (3e-4 / 3e-5 is
+    9.999999999999998, a 10x range that a plain comparison called short of 10x)."""
+    return ratio >= bound * (1 - 1e-9)
+
+
 def verdict_lr(l: dict) -> list[dict]:
     out = []
     rng, nd = l["stable_range"], l.get("no_divergence_range", {})
@@ -275,10 +281,10 @@ def verdict_lr(l: dict) -> list[dict]:
                             f"(none: {fmt(nd.get('none', {}).get('ratio'))}x); {budget}",
                 "rule": "holds if the widest contiguous range of learning rates without divergence is >= 10x; does not "
                         "hold otherwise",
-                "verdict": HOLDS if r["ratio"] >= 10 else FAILS,
+                "verdict": HOLDS if _reaches(r["ratio"], 10) else FAILS,
             })
         r = rng[g]
-        v = HOLDS if r["ratio"] >= 10 else (INCONCLUSIVE if short else FAILS)
+        v = HOLDS if _reaches(r["ratio"], 10) else (INCONCLUSIVE if short else FAILS)
         out.append({
             "claim": f"with the {g} gate the result stays within {100 * tol:.0f}% of its best across a 10x "
                      "learning-rate range",
@@ -293,10 +299,10 @@ def verdict_lr(l: dict) -> list[dict]:
         if "none" in rng:
             w = l["range_widening"].get(g)
             wd = (nd[g]["ratio"] / nd["none"]["ratio"]) if g in nd and nd["none"]["ratio"] > 0 else None
-            full = rng["none"]["ratio"] >= sweep
+            full = _reaches(rng["none"]["ratio"], sweep)
             if w is None or full:
                 v = INCONCLUSIVE
-            elif w >= 10:
+            elif _reaches(w, 10):
                 v = HOLDS
             else:
                 v = INCONCLUSIVE if short else FAILS
