@@ -383,3 +383,46 @@ def test_the_pretraining_pair_rows_name_descriptors_parameters_and_seconds():
         assert row["verdict"] == verdict
     assert study_rows(Path("zinc.json"), _results(NONE, 60)) == []  # a compare results file holds no study
     assert study_rows(Path("pt.json"), {k: v for k, v in data.items() if k != "kind"}) == []
+
+
+def test_a_seed_without_a_score_does_not_decide_the_headline_figure(tmp_path):
+    """One diverged seed (NaN, null in the JSON) made the mean NaN and the ZINC headline claim
+    "contradicted", while the budget counted the 7 seeds that scored. The mean is theirs now."""
+    none = {str(s): 0.070 + 0.001 * (s % 3) for s in range(8)}
+    gated = {str(s): 0.057 + 0.001 * (s % 2) for s in range(8)}
+    gated["3"] = None
+    (tmp_path / "results.json").write_text(json.dumps({"dataset": "zinc", "metric": "mae", "higher_is_better": False,
+                                                        "epochs": 2000, "per_seed": {"none": none, "elementwise": gated}}))
+    from siggate.analysis import claims
+
+    [row] = [r for r in claims.claims_table([tmp_path])[1] if r["claim"].startswith("ZINC test MAE")]
+    scored = [v for v in gated.values() if v is not None]
+    assert row["measured"].startswith(f"`elementwise` test mae {claims.fmt(sum(scored) / len(scored))} ±")
+    assert "7 seed(s)" in row["budget"] and row["verdict"] == claims.HOLDS
+
+
+def test_a_results_file_named_twice_counts_once_and_bad_files_are_one_line(tmp_path, capsys):
+    """`analyze claims DIR DIR/results.json` listed every row twice; an unreadable results.json and
+    a --readme without the markers ended in tracebacks. One row each; one line, exit 2."""
+    from siggate.analysis import claims
+    from siggate.cli import main
+
+    per_seed = {"none": {str(s): 0.07 + 0.001 * s for s in range(3)},
+                "elementwise": {str(s): 0.06 + 0.001 * s for s in range(3)}}
+    (tmp_path / "results.json").write_text(json.dumps({"dataset": "zinc", "metric": "mae", "higher_is_better": False,
+                                                        "epochs": 60, "per_seed": per_seed}))
+    once = claims.claims_table([tmp_path])[1]
+    assert claims.claims_table([tmp_path, tmp_path / "results.json"])[1] == once and len(once) >= 2
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    bad = tmp_path / "bad" / "results.json"
+    bad.parent.mkdir()
+    bad.write_text("not json")
+    capsys.readouterr()
+    for argv, why in ((["analyze", "claims", str(tmp_path / "results.json"), "--readme", str(readme)],
+                       f"--readme {readme}: the file has no"),
+                      (["analyze", "claims", str(tmp_path)], f"{bad}: not a results file this siggate reads")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and why in err, err
+    assert readme.read_text() == "# no markers\n"

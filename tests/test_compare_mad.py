@@ -345,3 +345,20 @@ def test_a_run_without_checkpoints_counts_with_its_kept_measurement(campaign, tm
     err = capsys.readouterr().err
     assert "does not exist and no measurement of it is kept (mad.json)" in err and len(err.strip().splitlines()) == 1
     assert (folder / "results.json").read_text() == before
+
+
+def test_a_run_without_a_score_wins_no_seed(campaign, tmp_path, capsys):
+    """A finished run whose test score is NaN was called the better arm of its seed in results.md
+    (for an MAE, `nan > 0` is False); its row is now n/a, as a missing run's."""
+    folder = tmp_path / "cmp"
+    shutil.copytree(campaign["out"], folder)
+    path = folder / "runs" / "elementwise" / "seed1" / "metrics.json"
+    doc = json.loads(path.read_text())
+    doc["test"] = float("nan")
+    path.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["compare", "--out", str(folder), "--aggregate-only", "--no-progress"]) == 0
+    rows = [ln for ln in (folder / "results.md").read_text().splitlines() if ln.startswith("| 1 |")]
+    assert len(rows) == 1 and rows[0].endswith("| n/a | (no score) |"), rows
+    [row0] = [ln for ln in (folder / "results.md").read_text().splitlines() if ln.startswith("| 0 |")]
+    assert row0.endswith(("`none` |", "`elementwise` |", "`tie` |"))

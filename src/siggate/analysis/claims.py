@@ -41,7 +41,7 @@ import json
 import math
 from pathlib import Path
 
-from ..config_args import check_out_folder
+from ..config_args import CLIError, check_out_folder
 from ..stats import mean_std
 from . import report
 from .common import fmt, table
@@ -321,10 +321,11 @@ def accuracy_rows(sources: list[dict]) -> list[dict]:
         where = f"`{src['path']}`"
         if ds in PAPER_ACCURACY and src["per_seed"].get(GATED):
             target, text = PAPER_ACCURACY[ds]
-            mean, std = mean_std(src["per_seed"][GATED])
+            scored = [float(v) for v in src["per_seed"][GATED].values() if v is not None and math.isfinite(float(v))]
+            mean, std = mean_std(scored)  # the seeds the budget counts: a run without a score has no say
             ok = mean >= target * (1 - ACCURACY_TOLERANCE) if src["hib"] else mean <= target * (1 + ACCURACY_TOLERANCE)
             rows.append({"claim": text, "measured": f"`{GATED}` test {src['metric']} {fmt(mean)} ± {fmt(std)} (mean ± std)",
-                         "budget": _budget(src, sum(math.isfinite(v) for v in src["per_seed"][GATED].values())),
+                         "budget": _budget(src, len(scored)),
                          "source": where,
                          "verdict": HOLDS if ok else (CONTRADICTED if full else BUDGET)})
         for gate in _gate_arms(src):
@@ -483,9 +484,14 @@ def claims_table(dirs) -> tuple[str, list[dict]]:
     for d in dirs:
         d = Path(d)
         paths += [d] if d.is_file() else sorted(p for p in d.rglob("results.json") if "runs" not in p.parts)
+    paths = list({p.resolve(): p for p in reversed(paths)}.values())[::-1]  # a folder and a file in it: once
     studies = []
     for p in paths:
-        data = json.loads(p.read_text())
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, ValueError) as exc:
+            raise CLIError(f"{p}: not a results file this siggate reads ({type(exc).__name__}: {exc}); name the "
+                           "folders or results.json files of siggate compare or analyze") from None
         sources += comparison_sources(p, data)
         studies += study_rows(p, data)
     rows = (accuracy_rows(sources) + studies
@@ -518,7 +524,10 @@ def main(args) -> int:
         Path(args.out).write_text(md + "\n")
     if args.readme:
         path = Path(args.readme)
-        path.write_text(replace_between_markers(path.read_text(), md))
+        try:
+            path.write_text(replace_between_markers(path.read_text(), md))
+        except ValueError as exc:
+            raise CLIError(f"--readme {path}: {exc}; add the two markers where the table goes") from None
     print(table(["claim", "verdict"], [[r["claim"], r["verdict"]] for r in rows]))
     for text in md.split("\n\n")[1:]:  # the answers under the table
         print("\n" + text.replace("**", "").replace("`", ""))

@@ -280,10 +280,13 @@ def render_markdown(res: dict) -> str:
         lines += [f"| seed | `{base}` | `{lab}` | Δ | better |", "|---|---|---|---|---|"]
         a, b = res["per_seed"][base], res["per_seed"][lab]
         for seed in res["seeds"]:
-            if seed in a and seed in b:
+            scored = [v for v in (a.get(seed), b.get(seed)) if isinstance(v, (int, float)) and math.isfinite(v)]
+            if len(scored) == 2:
                 d = b[seed] - a[seed]
                 better = "tie" if d == 0 else (lab if (d > 0) == bool(hib) else base)
                 lines.append(f"| {seed} | {_fmt(a[seed])} | {_fmt(b[seed])} | {d:+.4f} | `{better}` |")
+            elif seed in a and seed in b:  # a run that finished without a score (NaN): no pair, no winner
+                lines.append(f"| {seed} | {_fmt(a[seed])} | {_fmt(b[seed])} | n/a | (no score) |")
             else:
                 lines.append(f"| {seed} | {_fmt(a.get(seed))} | {_fmt(b.get(seed))} | n/a | (missing run) |")
         lines += ["", f"- pairs: {c['n_pairs']}; mean Δ = {_fmt(c['mean_diff'])} ± {_fmt(c['std_diff'])} (std over seeds); "
