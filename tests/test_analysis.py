@@ -280,7 +280,7 @@ def test_report(tmp_path):
     text = out.read_text()
     assert "## Summary" in text and "stable rank" in text and "extra parameters" in text
     assert "](../syn/synthetic.png)" in text and "](../ovh/overhead.png)" in text
-    assert "## Ablations" in text and "| elementwise | 1 | 0.9 |" in text and "-0.1" in text
+    assert "## Ablations" in text and "| elementwise | ? | mae | 1 | 0.9 |" in text and "-0.1" in text
     assert text.count("**holds**") + text.count("**does not hold**") + text.count("**inconclusive at this budget**") >= 4
 
 
@@ -329,3 +329,28 @@ def test_a_range_of_exactly_ten_times_is_ten_times():
         assert "across a 10x learning-rate range" in stable["claim"] and stable["verdict"] == within["verdict"] == HOLDS
     short = {**rng, "elementwise": {**rng["elementwise"], "ratio": 9.9}}
     assert verdict_lr({**doc, "no_divergence_range": short, "stable_range": short})[0]["verdict"] != HOLDS
+
+
+def test_the_ablation_table_subtracts_only_within_a_dataset_and_metric():
+    """The ablation table took the first comparison with a `none` arm as every row's baseline
+    and checked only the epochs: a molhiv ROC-AUC row got "diff vs none" against ZINC's MAE, and
+    the header named the last file's metric for every row."""
+    from siggate.analysis.report import _compare_section
+
+    def comparison(dataset, metric, gates, scores):
+        return {"metric": metric, "gates": gates, "epochs": 100, "config": {"data": {"name": dataset}},
+                "per_seed": {g: {"0": v, "1": v} for g, v in zip(gates, scores)}, "n": {g: 2 for g in gates},
+                "mean": dict(zip(gates, scores)), "std": {g: 0.0 for g in gates}, "val_mean": dict(zip(gates, scores)),
+                "params": {g: 1 for g in gates}, "vs_baseline": {}}
+
+    text = _compare_section([("zinc/results.json", comparison("zinc", "mae", ["none", "elementwise"], [0.21, 0.20])),
+                             ("hiv/results.json", comparison("molhiv", "rocauc", ["headwise"], [0.77])),
+                             ("hiv2/results.json", comparison("molhiv", "rocauc", ["none"], [0.75]))])
+    rows = {ln.split("|")[1].strip() + "@" + ln.split("|")[2].strip(): [c.strip() for c in ln.split("|")[1:-1]]
+            for ln in text.splitlines() if ln.startswith("| ") and "variant" not in ln}
+    assert rows["headwise@molhiv"][2] == "rocauc" and rows["headwise@molhiv"][9] == "0.02"  # against molhiv's none
+    assert rows["elementwise@zinc"][2] == "mae" and rows["elementwise@zinc"][9] == "-0.01"
+    lone = _compare_section([("hiv/results.json", comparison("molhiv", "rocauc", ["headwise"], [0.77])),
+                             ("zinc/results.json", comparison("zinc", "mae", ["none"], [0.21]))])
+    [row] = [ln for ln in lone.splitlines() if ln.startswith("| headwise")]
+    assert row.split("|")[10].strip() == "-"  # no molhiv baseline: no difference

@@ -456,34 +456,44 @@ def _overhead_section(rep: _Report, path, o: dict) -> None:
 
 def _compare_section(compare: list) -> str:
     """The ablation table of ``siggate compare`` results, each variant against the ungated
-    baseline of the same epochs."""
+    baseline of the same dataset, metric and epochs (:func:`_baseline_key`)."""
     # comparisons that hold the ungated baseline first; the others are compared with that
-    # baseline on common seeds when their epochs match
+    # baseline on common seeds when their dataset, metric and epochs match
     comps = sorted(compare, key=lambda pc: ("none" not in pc[1]["gates"], str(pc[0])))
-    base = next((c for _, c in comps if "none" in c["gates"]), None)
+    bases: dict = {}
+    for _, c in comps:
+        if "none" in c["gates"]:
+            bases.setdefault(_baseline_key(c), c)
     rows = []
     for path, c in comps:
-        name = c.get("metric") or "metric"
         bias = (c.get("config") or {}).get("model", {}).get("gate_bias_init")
+        base = bases.get(_baseline_key(c))
         for lab in c["gates"]:
             label = lab + (f" (gate_bias_init={bias:g})" if bias not in (None, 0, 0.0) and lab != "none" else "")
             diff = None
-            if base is not None and lab != "none" and base.get("epochs") == c.get("epochs"):
+            if base is not None and lab != "none":
                 a, b = base["per_seed"].get("none", {}), c["per_seed"].get(lab, {})
                 common = [k for k in b if k in a and a[k] is not None and b[k] is not None]
                 if common:
                     diff = sum(b[k] - a[k] for k in common) / len(common)
-            vs_base = c.get("vs_baseline", c["comparisons"])  # results before the all-pairs list
+            vs_base = c.get("vs_baseline", c.get("comparisons"))  # results before the all-pairs list
             p = vs_base.get(lab, {}).get("p_paired_t") if isinstance(vs_base, dict) else None
-            rows.append([label, c["n"].get(lab), c["mean"].get(lab), c["std"].get(lab), c["val_mean"].get(lab),
-                         c["params"].get(lab), c.get("epochs"), diff, p, f"`{path}`"])
+            rows.append([label, _baseline_key(c)[0] or "?", c.get("metric") or "?", c["n"].get(lab), c["mean"].get(lab),
+                         c["std"].get(lab), c["val_mean"].get(lab), c["params"].get(lab), c.get("epochs"), diff, p,
+                         f"`{path}`"])
     return "\n".join([
         "## Ablations (`siggate compare`)", "",
-        f"Score = test {name} at the epoch of best validation {name}; 'diff vs none' is the mean over common "
-        "seeds of (variant - none) with the ungated run of the same epochs; p from the paired t-test "
-        "(undefined for one seed).", "",
-        table(["variant", "seeds", f"test {name}", "std", f"val {name}", "params", "epochs", "diff vs none",
+        "Score = the test metric at the epoch of best validation metric; 'diff vs none' is the mean over common "
+        "seeds of (variant - none) with the ungated run of the same dataset, metric and epochs; p from the paired "
+        "t-test (undefined for one seed).", "",
+        table(["variant", "dataset", "metric", "seeds", "test", "std", "val", "params", "epochs", "diff vs none",
                "p (paired t)", "source"], rows, markdown=True), ""])
+
+
+def _baseline_key(c: dict) -> tuple:
+    """What a comparison's scores are comparable by: its dataset, metric and epochs."""
+    data = ((c.get("config") or {}).get("data") or {}).get("name") or c.get("dataset")
+    return data, c.get("metric"), c.get("epochs")
 
 
 _SECTIONS = {
