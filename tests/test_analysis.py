@@ -354,3 +354,38 @@ def test_the_ablation_table_subtracts_only_within_a_dataset_and_metric():
                              ("zinc/results.json", comparison("zinc", "mae", ["none"], [0.21]))])
     [row] = [ln for ln in lone.splitlines() if ln.startswith("| headwise")]
     assert row.split("|")[10].strip() == "-"  # no molhiv baseline: no difference
+
+
+def test_synthetic_on_the_smallest_graphs_is_drawn_or_refused_in_one_line(tmp_path, capsys):
+    """--nodes 3 with the default families ended in networkx's traceback (no 4-regular graph on 3
+    nodes); --nodes 2 gave stable ranks of 1, ratios of 0, and a traceback from the log axis of
+    the picture after synthetic.json was written. One line for the first; the second is drawn."""
+    capsys.readouterr()
+    assert main(["analyze", "synthetic", "--draws", "2", "--nodes", "3", "--no-progress", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--nodes 3: the regular family's" in err and "at least 4 nodes" in err
+    run("synthetic", "--draws", "2", "--nodes", "2", "--dim", "4", "--heads", "1", "--families", "cycle",
+        "--sweep-draws", "1", "--no-progress", "--out", str(tmp_path / "b"))
+    assert (tmp_path / "b" / "synthetic.png").stat().st_size > 0 and (tmp_path / "b" / "synthetic.json").is_file()
+
+
+@pytest.mark.parametrize("analysis", ["rank", "smoothing"])
+def test_a_diverged_training_run_is_named_not_measured(analysis, tmp_path, capsys):
+    """rank measured a diverged run's last.pt (a LinAlgError traceback from the SVD of NaNs);
+    smoothing raised a RuntimeError traceback. Both name the run and the fix in one line."""
+    extra = ["--depths", "1", "--seeds", "0"] if analysis == "smoothing" else []
+    capsys.readouterr()
+    rc = main(["analyze", analysis, "--config", "nci5k", *TINY, "--set", "train.lr=1e30", "--epochs", "2", *extra,
+               "--no-progress", "--out", str(tmp_path / analysis)])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "diverged (non-finite loss" in err and "cannot be measured; lower the learning rate" in err
+
+
+def test_a_nan_learning_rate_is_refused_by_the_configs_range(tmp_path, capsys):
+    """NaN passes every comparison, so `--lrs nan` reached torch's Adam (a ValueError traceback)."""
+    capsys.readouterr()
+    rc = main(["analyze", "lr-sweep", "--config", "nci5k", *TINY, "--max-graphs", "20", "--lrs", "nan,1e-3",
+               "--gates", "none", "--seeds", "0", "--epochs", "1", "--out", str(tmp_path / "lr")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "train.lr: nan is out of range" in err, err

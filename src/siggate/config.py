@@ -497,7 +497,8 @@ def _check_ranges(cfg: Config) -> None:
         if "choices" in rule:
             continue
         out = (
-            ("min" in rule and value < rule["min"])
+            (isinstance(value, float) and value != value)  # NaN passes every comparison
+            or ("min" in rule and value < rule["min"])
             or ("min_excl" in rule and value <= rule["min_excl"])
             or ("max" in rule and value > rule["max"])
             or ("max_excl" in rule and value >= rule["max_excl"])

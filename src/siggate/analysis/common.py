@@ -168,6 +168,17 @@ def train_remote(cfg: dict, run_dir: str, max_graphs: int | None = None, threads
     return train_run(c, Path(run_dir), load_dataset(c, max_graphs, progress=False), progress=False)
 
 
+def measurable(trained: dict, what: str) -> dict:
+    """``trained`` (:func:`train_many`'s ``{key: metrics}``) when no run diverged; else a
+    :class:`~siggate.config_args.CLIError` naming the first that did: its weights hold non-finite
+    values, so ``what`` cannot be measured on it (a linear-algebra traceback before)."""
+    for key, m in trained.items():
+        if m.get("diverged"):
+            raise CLIError(f"run {key} diverged ({m.get('error')}), so its {what} cannot be measured; lower the "
+                           "learning rate (--set train.lr=...), or measure untrained models with --epochs 0")
+    return trained
+
+
 def train_many(runs: dict, dataset, args, progress: bool = True, desc: str = "runs") -> dict:
     """Train every ``{key: (cfg, run_dir)}`` as one study (:mod:`siggate.train.study`) and
     return ``{key: metrics}`` (see :func:`train_run`). ``--backend local`` (the default) trains

@@ -21,6 +21,7 @@ from .common import (
     config_from,
     fmt,
     load_dataset,
+    measurable,
     meta,
     parse_list,
     start,
@@ -96,7 +97,7 @@ def obtain_models(args, cfg, ds, out: Path, progress: bool):
     for seed in seeds:
         c = variant(cfg, epochs=args.epochs, train__seed=seed)
         todo[seed] = (c, out / "runs" / f"{c.model.gate}-L{c.model.layers}-s{seed}")
-    train_many(todo, ds, args, progress, desc="rank runs")
+    measurable(train_many(todo, ds, args, progress, desc="rank runs"), "stable rank")
     return [(seed, load_trained(run / "last.pt")[0], f"trained {c.train.epochs} epochs ({run}/last.pt, final weights)")
             for seed, (c, run) in todo.items()]
 

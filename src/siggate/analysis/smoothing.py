@@ -19,6 +19,7 @@ from .common import (
     forward_details,
     load_dataset,
     load_run_model,
+    measurable,
     meta,
     parse_list,
     start,
@@ -195,7 +196,7 @@ def main(args) -> int:
     if args.epochs != 0:
         todo = {key: (variant(cfg, epochs=args.epochs, model__layers=L, model__gate=g, train__seed=s),
                       out / "runs" / key) for (L, g, s), key in keys.items()}
-        trained = train_many(todo, ds, args, progress, desc="smoothing runs")
+        trained = measurable(train_many(todo, ds, args, progress, desc="smoothing runs"), "representations")
     for (L, g, s), key in keys.items():
         if args.epochs == 0:
             from ..train.modelprep import build_model
@@ -204,8 +205,6 @@ def main(args) -> int:
             model, val, src = build_model(c.model, ds.info, c.train.seed, ds.train), None, "untrained"
         else:
             m, run = trained[key], out / "runs" / key
-            if m.get("diverged"):
-                raise RuntimeError(f"run {key} diverged: {m['error']}")
             model = load_run_model(run)[0]
             val, src = m.get("history", [{}])[-1].get("val"), str(run / "last.pt")
         r = representation_stats(model, ds.val, args.batch_size, args.rank_tol)

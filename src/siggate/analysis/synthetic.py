@@ -49,6 +49,8 @@ if TYPE_CHECKING:  # imported where used: siggate.nn loads PyG, and `siggate --h
     from ..nn.attention import GatedMultiheadAttention
 
 FAMILIES = ("er", "cycle", "regular")
+#: the fewest nodes of a ``regular`` graph (:func:`make_graph`: degree 3, or 4 where 3n is odd)
+REGULAR_MIN_NODES = 4
 ATTENTION_MODES = ("global", "graph")
 GATES = ("elementwise", "headwise")
 REL_TOL = 1e-9  # |gated - ungated| <= REL_TOL * ungated counts as "equal"
@@ -406,15 +408,18 @@ def plot(res: dict, path: Path) -> Path:
     for j, stat in enumerate(("mean_ratio", "median_excess_ratio")):
         a = ax[j, 2]
         rows_all = res.get("noise_sweep", [])
+        plotted = []  # a log axis needs positive values (tiny graphs give ratios of 0 or below)
         for i, gate in enumerate(res["setting"]["gates"]):
             for k, (fam, mode) in enumerate(sorted({(r["family"], r["attention"]) for r in rows_all})):
                 rows = [r for r in rows_all if r["gate"] == gate and r["family"] == fam and r["attention"] == mode
                         and r[stat] is not None]
                 a.plot([r["noise"] for r in rows], [r[stat] for r in rows], marker="o", color=color(gate, i),
                        ls=["-", "--", ":", "-."][k % 4], label=f"{gate}, {fam}, {mode}")
+                plotted += [(r["noise"], r[stat]) for r in rows]
         a.axhline(1.0, color="k", lw=0.8)
-        a.set_xscale("log")
-        if j == 1:
+        if plotted and all(x > 0 for x, _ in plotted):
+            a.set_xscale("log")
+        if j == 1 and plotted and all(y > 0 for _, y in plotted):
             a.set_yscale("log")
         a.set_xlabel("feature noise of the anchor-free graphs")
         a.set_ylabel("gated / ungated SR" if j == 0 else "median (SR_g - 1) / (SR_u - 1)")
@@ -431,7 +436,12 @@ def main(args) -> int:
     out, progress = start(args)  # refuses --heads 0 among the counts (it makes no folder)
     if args.dim % args.heads:
         raise CLIError(f"--dim {args.dim} must be divisible by --heads {args.heads}")
-    lists = dict(families=parse_list(args.families or FAMILIES, flag="--families", choices=FAMILIES),
+    families = parse_list(args.families or FAMILIES, flag="--families", choices=FAMILIES)
+    if "regular" in families and args.nodes < REGULAR_MIN_NODES:
+        raise CLIError(f"--nodes {args.nodes}: the regular family's 3-regular graphs (4-regular for an odd count) need "
+                       f"at least {REGULAR_MIN_NODES} nodes; give --nodes {REGULAR_MIN_NODES} or more, or leave regular "
+                       "out of --families")
+    lists = dict(families=families,
                  modes=parse_list(args.attention or ATTENTION_MODES, flag="--attention", choices=ATTENTION_MODES),
                  gates=parse_list(args.gates or GATES, flag="--gates", choices=GATES),
                  biases=parse_list(args.biases, float, "--biases"), noises=parse_list(args.noises, float, "--noises"))
