@@ -262,3 +262,31 @@ def test_write_error_is_a_cli_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(CheckpointWriteError, match="could not write checkpoint"):
         atomic_save({"format": 1}, blocker / "sub" / "last.pt")  # parent is a file
+
+
+class CallsSystem:
+    """A payload in a module torch blocks outright (``posix.system``); never unpickled here."""
+
+    def __reduce__(self):
+        return os.system, ("true",)
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_a_blocked_module_is_named_and_torchs_unsafe_advice_is_not_passed_on(tmp_path, capsys, protocol):
+    """torch 2.13 words the refusal of a blocked module as "Trying to load unsupported GLOBAL
+    posix.system ...", which the old pattern missed: the payload was called a corrupt file, with
+    torch's advice to re-run torch.load with weights_only=False attached; a protocol-4 pickle also
+    printed torch's UserWarning. The refusal names the object, and advises nothing unsafe."""
+    path = tmp_path / "evil.pt"
+    if protocol == 2:
+        torch.save({"format": 1, "model": {}, "x": CallsSystem()}, path)
+    else:
+        path.write_bytes(pickle.dumps({"format": 1, "model": {}, "x": CallsSystem()}, protocol=4))
+    with pytest.raises(CheckpointError) as exc:
+        load_checkpoint(path)
+    msg = str(exc.value)
+    assert ("refused to load" in msg if protocol == 2 else "holds pickle instructions" in msg)
+    assert "Nothing in it was run" in msg and "\n" not in msg and "weights_only" not in msg and "Re-running" not in msg
+    if protocol == 2:
+        assert f"({os.system.__module__}.system)" in msg
+    assert capsys.readouterr().err == ""

@@ -372,6 +372,9 @@ def test_a_crafted_pickle_in_the_member_folder_is_refused_unrun(tmp_path, monkey
     with pytest.raises(PredictorFileError):
         type(make()).load(tmp_path / "m")
     assert not (tmp_path / "PWNED_BY_PICKLE").exists()
+    torch.save([torch.zeros(2)], arrays)  # safe to load, but no dict of arrays: was an AttributeError traceback
+    with pytest.raises(PredictorFileError, match="not a siggate arrays file \\(it holds a list, not a dict of arrays\\)"):
+        type(make()).load(tmp_path / "m")
 
 
 def test_corrupt_arrays_are_refused_by_name(tmp_path):

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-__all__ = ["NUMBER_DIGITS", "number_text", "umask", "file_mode", "fsync_dir", "AtomicFile", "atomic_write", "atomic_write_bytes", "FolderBusy",
+__all__ = ["NUMBER_DIGITS", "number_text", "safe_torch_load", "UnsafeFile", "umask", "file_mode", "fsync_dir", "AtomicFile", "atomic_write", "atomic_write_bytes", "FolderBusy",
            "FolderLock", "folder_busy"]
 
 
@@ -29,6 +29,44 @@ NUMBER_DIGITS = 7
 def number_text(value: float) -> str:
     """A label or prediction as siggate writes it into a CSV: :data:`NUMBER_DIGITS` significant digits."""
     return f"{value:.{NUMBER_DIGITS}g}"
+
+
+class UnsafeFile(ValueError):
+    """A file that ``torch.load(weights_only=True)`` refused: it holds pickled Python objects
+    (``global_``: the one it names, when it names one) or pickle instructions safe loading does not run.
+    Nothing in it was run."""
+
+    def __init__(self, detail: str, global_: str | None) -> None:
+        super().__init__(detail)
+        self.detail, self.global_ = detail, global_
+
+
+def safe_torch_load(path: str | os.PathLike, map_location="cpu"):
+    """``torch.load(path, weights_only=True)``, the one way siggate reads a ``.pt`` file: torch's
+    refusal becomes :class:`UnsafeFile` with its one informative line (torch's message also
+    advises loading the file unsafely, which is never the fix for a file someone crafted), and
+    torch's warning about a pickle protocol is not printed. Other errors (a truncated file) pass."""
+    import pickle
+    import re
+    import warnings
+
+    import torch
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        glob = next((m.group(1) for ln in lines
+                     for m in [re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)", ln)] if m), None)
+        informative = [ln for ln in lines if "GLOBAL" in ln or "Unsupported" in ln or "WeightsUnpickler error:" in ln]
+        detail = next((ln.split("WeightsUnpickler error:", 1)[-1].strip() for ln in informative
+                       if ln.split("WeightsUnpickler error:", 1)[-1].strip()), None)
+        if detail is None:  # the error line may follow the bare "WeightsUnpickler error:" line
+            i = next((k for k, ln in enumerate(lines) if ln.endswith("WeightsUnpickler error:")), None)
+            detail = lines[i + 1] if i is not None and i + 1 < len(lines) else "unreadable pickle"
+        raise UnsafeFile(detail.split(" was not an allowed global")[0], glob) from None
 
 
 def umask() -> int:

@@ -30,7 +30,7 @@ import torch
 from filelock import FileLock, Timeout
 from torch_geometric.data import Data
 
-from ..files import AtomicFile, atomic_write, atomic_write_bytes, file_digest
+from ..files import AtomicFile, atomic_write, atomic_write_bytes, file_digest, safe_torch_load
 from .base import DataError, GraphDataset, InvalidRow, RowNote, TaskInfo
 
 __all__ = [
@@ -249,7 +249,7 @@ def save_graphs(graphs: list[Data], path: str | os.PathLike) -> None:
 
 def load_graphs(path: str | os.PathLike) -> list[Data]:
     """Load graphs stored by :func:`save_graphs` (``weights_only=True``)."""
-    return graphs_from_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return graphs_from_dict(safe_torch_load(path))
 
 
 # ---------------------------------------------------------------- dataset storage
@@ -289,7 +289,7 @@ def save_dataset(ds: GraphDataset, path: str | os.PathLike) -> None:
 
 def load_dataset(path: str | os.PathLike) -> GraphDataset:
     """Load a dataset stored by :func:`save_dataset`."""
-    return dataset_from_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return dataset_from_dict(safe_torch_load(path))
 
 
 # ------------------------------------------------------------------------ caching
@@ -333,7 +333,7 @@ def report_invalid(
 
 
 def _default_load(path: Path) -> Any:
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return safe_torch_load(path)
 
 
 def _default_save(obj: Any, path: Path) -> None:

@@ -34,13 +34,12 @@ probabilities. Missing labels (NaN) are skipped per target when fitting.
 from __future__ import annotations
 
 import json
-import pickle
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol, Sequence, runtime_checkable
 
-from ..files import atomic_write, atomic_write_bytes
+from ..files import UnsafeFile, atomic_write, atomic_write_bytes, safe_torch_load
 
 if TYPE_CHECKING:
     import torch
@@ -201,20 +200,23 @@ def load_arrays(path: str | Path) -> dict:
     anything in it runs.
 
     Raises:
-        PredictorFileError: missing, truncated or corrupt, or holding objects other than tensors.
+        PredictorFileError: missing, truncated or corrupt, holding objects other than tensors, or
+            not a dict of them.
     """
-    import torch
-
     path = Path(path)
     if not path.is_file():
         raise PredictorFileError(f"{path}: file not found")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
+        arrays = safe_torch_load(path)
+        if not isinstance(arrays, dict):
+            raise PredictorFileError(f"{path}: not a siggate arrays file (it holds a {type(arrays).__name__}, not a "
+                                     "dict of arrays); copy the run folder again, or retrain it")
+        return arrays
+    except UnsafeFile as exc:
         raise PredictorFileError(
             f"refused to load {path}: it holds Python objects other than tensors and plain containers, which could "
-            f"run code when unpickled; siggate never writes such files. Nothing in it was run. "
-            f"({str(exc).splitlines()[0][:200]})") from None
+            f"run code when unpickled ({exc.global_ or exc.detail}); siggate never writes such files. Nothing in it "
+            "was run.") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, KeyError, AttributeError,
             TypeError, IndexError, UnicodeDecodeError) as exc:
         raise PredictorFileError(f"cannot read {path}: truncated or corrupt ({type(exc).__name__})") from None

@@ -7,16 +7,14 @@ pickle payload) is refused without running it.
 
 from __future__ import annotations
 
-import pickle
 import random
-import re
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..files import atomic_write
+from ..files import UnsafeFile, atomic_write, safe_torch_load
 from ..options import resolve_select
 from ..version import __version__
 
@@ -76,19 +74,17 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     if path.is_dir():
         raise CheckpointError(f"{path} is a directory; pass the best.pt or last.pt file inside it.")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        detail = _unpickler_detail(str(exc))
-        glob = re.search(r"Unsupported global: GLOBAL (\S+)", detail)
-        if glob:
+        ckpt = safe_torch_load(path, map_location=map_location)
+    except UnsafeFile as exc:
+        if exc.global_:
             raise CheckpointError(
-                f"refused to load {path}: it contains a Python object ({glob.group(1)}) other than plain "
+                f"refused to load {path}: it contains a Python object ({exc.global_}) other than plain "
                 f"tensors and containers, which could run code when unpickled. siggate checkpoints never "
                 f"do; this file is not one of ours or was tampered with. Nothing in it was run."
             ) from None
         raise CheckpointError(
-            f"cannot read checkpoint {path}: the file is truncated or corrupt, or holds pickle "
-            f"instructions that safe loading refuses ({detail or 'unreadable'}). Nothing in it was run."
+            f"cannot read checkpoint {path}: the file is truncated or corrupt, or holds pickle instructions that "
+            f"safe loading does not run ({exc.detail}), which siggate checkpoints never hold. Nothing in it was run."
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, KeyError, AttributeError,
             TypeError, IndexError, UnicodeDecodeError) as exc:
@@ -98,18 +94,6 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
         ) from None
     _check_structure(ckpt, path)
     return ckpt
-
-
-def _unpickler_detail(msg: str) -> str:
-    """The one informative line of torch's long 'Weights only load failed' message."""
-    lines = [ln.strip() for ln in msg.splitlines()]
-    for i, ln in enumerate(lines):
-        if "WeightsUnpickler error:" in ln:
-            rest = ln.split("WeightsUnpickler error:", 1)[1].strip()
-            if not rest and i + 1 < len(lines):
-                rest = lines[i + 1]
-            return rest.split(" was not an allowed global")[0] if "Unsupported global" in rest else rest
-    return lines[0] if lines else ""
 
 
 def _check_structure(ckpt, path: Path) -> None:

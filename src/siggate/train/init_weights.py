@@ -20,7 +20,7 @@ from typing import NamedTuple
 import torch
 
 from ..config import ConfigError
-from ..files import file_digest
+from ..files import file_digest, safe_torch_load
 from ..options import NO_INIT
 
 __all__ = ["SHIPPED", "InitWeights", "resolve_init", "read_init", "init_refusal", "load_init", "init_resolved", "pretrained_pool_norm", "ARCH_KEYS"]
@@ -113,7 +113,7 @@ def read_init(source: str | InitWeights) -> InitWeights:
         return source
     path = resolve_init(source)
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
+        blob = safe_torch_load(path)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's wrong path
         raise ConfigError(f"train.init: {path} is not a weights file siggate can read ({type(exc).__name__}); "
                           f"give 'pretrained', a pretrained.pt, a checkpoint or {NO_INIT}") from None

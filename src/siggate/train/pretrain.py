@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import Config, ConfigError, load_config
-from ..files import atomic_write_bytes, file_digest
+from ..files import atomic_write_bytes, file_digest, safe_torch_load
 from ..options import Z_CLIP, parse_mol_features
 
 log = logging.getLogger(__name__)
@@ -208,8 +208,6 @@ def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epoc
 def export_pretrained(run_dir: Path, dest: Path, corpus: dict, extra: dict | None = None) -> dict:
     """``dest``: the best epoch's model weights, config and task of the run in ``run_dir`` and the
     corpus record, for ``torch.load(weights_only=True)``; returns its ``pretraining`` record."""
-    import torch
-
     from .checkpoint import atomic_save, load_checkpoint
 
     ckpt = load_checkpoint(run_dir / "best.pt")
@@ -224,7 +222,7 @@ def export_pretrained(run_dir: Path, dest: Path, corpus: dict, extra: dict | Non
             "resolved": dict(ckpt.get("resolved") or {}), "info": ckpt["info"], "params": ckpt["params"],
             "pretraining": record}
     atomic_save(blob, dest)
-    torch.load(dest, map_location="cpu", weights_only=True)  # the promise: loads without pickled code
+    safe_torch_load(dest)  # the promise: loads without pickled code
     return record
 
 
