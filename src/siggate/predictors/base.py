@@ -208,10 +208,6 @@ def load_arrays(path: str | Path) -> dict:
         raise PredictorFileError(f"{path}: file not found")
     try:
         arrays = safe_torch_load(path)
-        if not isinstance(arrays, dict):
-            raise PredictorFileError(f"{path}: not a siggate arrays file (it holds a {type(arrays).__name__}, not a "
-                                     "dict of arrays); copy the run folder again, or retrain it")
-        return arrays
     except UnsafeFile as exc:
         raise PredictorFileError(
             f"refused to load {path}: it holds Python objects other than tensors and plain containers, which could "
@@ -220,3 +216,7 @@ def load_arrays(path: str | Path) -> dict:
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, KeyError, AttributeError,
             TypeError, IndexError, UnicodeDecodeError) as exc:
         raise PredictorFileError(f"cannot read {path}: truncated or corrupt ({type(exc).__name__})") from None
+    if not isinstance(arrays, dict):
+        raise PredictorFileError(f"{path}: not a siggate arrays file (it holds a {type(arrays).__name__}, not a "
+                                 "dict of arrays); copy the run folder again, or retrain it")
+    return arrays
