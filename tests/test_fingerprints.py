@@ -4,6 +4,8 @@ domain's similarity (``data/similarity.py``), which is that kernel of those fing
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from rdkit import Chem
@@ -153,6 +155,15 @@ def test_the_domain_s_similarity_is_the_minmax_kernel_of_morgan_counts(tmp_path)
     np.savez(tmp_path / sim.FINGERPRINTS_FILE, **arrays)
     with pytest.raises(sim.DomainError, match="cannot read the applicability domain.*inconsistent"):
         sim.Domain.load(tmp_path)
+    # a crafted domain.json: a negative radius (a ValueError traceback mid-output at predict) and
+    # JSON nested too deep (a RecursionError traceback) are refused when the domain is loaded
+    dom.save(tmp_path)
+    doc = json.loads((tmp_path / sim.DOMAIN_FILE).read_text())
+    for text, why in ((json.dumps({**doc, "radius": -1}), "n_bits .* and radius -1"),
+                      ("[" * 100000 + "]" * 100000, "RecursionError")):
+        (tmp_path / sim.DOMAIN_FILE).write_text(text)
+        with pytest.raises(sim.DomainError, match=f"cannot read the applicability domain \\(.*{why}"):
+            sim.Domain.load(tmp_path)
 
 
 # ----------------------------------------------------------------------------- several kinds side by side

@@ -174,10 +174,12 @@ class Domain:
             with np.load(folder / FINGERPRINTS_FILE, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in ("bits", "counts", "offsets")}
             n_bits, radius = int(doc["n_bits"]), int(doc["radius"])
+            if n_bits < 1 or radius < 0:
+                raise ValueError(f"n_bits {n_bits} and radius {radius}: a fingerprint has >= 1 bits and radius >= 0")
             record = {k: v for k, v in doc.items() if k not in ("format", "radius", "n_bits", "threshold")}
             return cls(unpack(arrays, n_bits), float(doc["threshold"]), radius, n_bits, record)
         except DomainError:
             raise
-        except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, EOFError, RecursionError) as exc:
             raise DomainError(f"{folder}: cannot read the applicability domain ({type(exc).__name__}: {exc}); "
                               "retrain the run, or delete domain.json to predict without it") from None

@@ -155,7 +155,7 @@ def read_manifest(folder: str | Path) -> dict:
         doc = json.loads(path.read_text())
         fmt = int(doc["format"])
         doc["kind"] = str(doc["kind"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: JSON nested too deep
         raise PredictorFileError(f"{path}: not a siggate predictor manifest ({type(exc).__name__}: {exc})") from None
     if fmt > MANIFEST_FORMAT:
         raise PredictorFileError(f"{path}: written by a newer siggate (format {fmt}, this one reads {MANIFEST_FORMAT}); "

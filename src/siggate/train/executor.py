@@ -139,7 +139,7 @@ def read_metrics(run_dir: Path) -> dict | None:
     """A finished run's ``metrics.json``, or ``None``."""
     try:
         return json.loads((Path(run_dir) / "metrics.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deep
         return None
 
 
