@@ -548,3 +548,23 @@ def test_overwrite_clears_the_fingerprint_members_too(nitrogen_csv, tmp_path, ca
     assert sorted(p.relative_to(victim).as_posix() for p in victim.rglob("*")) == [
         "best.pt", "config.yaml", "metrics.json", "notes.txt", "tb", "tb/keep.txt"]
     assert not (out / "member3").exists() and not (out / "member0").is_symlink() and not (out / "tb").is_symlink()
+
+
+def test_a_damaged_or_crafted_run_record_is_one_line_on_resume(nitrogen_csv, tmp_path, capsys):
+    """members.yaml (read as config.yaml is) that is not YAML, not a mapping, or holds a Python
+    tag ended --resume in a ParserError, AttributeError, ConstructorError or TypeError traceback;
+    each is refused in one line naming the file, exit 2, and nothing is trained."""
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, nitrogen_csv, out, "--members", "svr,rf", "--weights", "val")
+    assert rc == 0, err
+    kept = {name: (out / name).read_text() for name in ("members.yaml",)}
+    bad = {"not yaml": "a: [1, 2\n", "a list": "- 1\n- 2\n", "a python tag": "!!python/object/apply:os.system ['true']\n",
+           "_meta a list": "_meta: [1]\n"}
+    for name in kept:
+        for what, text in bad.items():
+            (out / name).write_text(text)
+            rc, _, err = run_cli(["train", "--resume", str(out), "--no-progress"], capsys)
+            line = _one_line(err)
+            assert rc == 2 and f"{out / name}: not a run record siggate reads" in line, (name, what, line)
+        (out / name).write_text(kept[name])
+    assert not (tmp_path / "true").exists()

@@ -280,10 +280,13 @@ def _members_flags(members: dict, weights: bool = False) -> str:
 
 def _saved_members(out: Path) -> dict | None:
     """``rundir.saved_members(out)``; a record with unknown weights is a one-line :class:`CLIError`."""
+    from .config import ConfigError
     from .train import rundir
 
     try:
         return rundir.saved_members(out)
+    except ConfigError:  # a record that is none: it names its own remedy
+        raise
     except ValueError as exc:
         raise CLIError(f"--resume {out}: {exc}; restore the file, or start a new run with another --out") from None
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config import split_resolved, upgrade_config_dict
+from ..config import ConfigError, split_resolved, upgrade_config_dict
 from ..data.similarity import DOMAIN_FILE, FINGERPRINTS_FILE
 from ..files import atomic_write_bytes, folder_busy, number_text
 from ..options import run_weights
@@ -88,6 +88,26 @@ def run_files(out: str | Path) -> list[str]:
     return found
 
 
+def read_record(path: str | Path) -> dict:
+    """A run's YAML record (``config.yaml``, :data:`MEMBERS_RECORD`) as a mapping, its ``_meta``
+    a mapping too (``{}`` for an empty file).
+
+    Raises:
+        ConfigError: not YAML, or not a mapping: a damaged or crafted record (a traceback from
+            inside the resume before).
+    """
+    path = Path(path)
+    try:
+        saved = yaml.safe_load(path.read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        raise ConfigError(f"{path}: not a run record siggate reads ({type(exc).__name__}); restore the run folder "
+                          "from where it came, or retrain it") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("_meta") or {}, dict):
+        raise ConfigError(f"{path}: not a run record siggate reads (a mapping of config sections is expected); "
+                          "restore the run folder from where it came, or retrain it")
+    return saved
+
+
 def run_commit(out: str | Path) -> str | None:
     """The git commit of siggate that trained the run in ``out``, as its record's ``_meta``
     says (``members.yaml`` for a run of several members, else ``config.yaml``); ``None``
@@ -96,8 +116,7 @@ def run_commit(out: str | Path) -> str | None:
     record = out / (MEMBERS_RECORD if (out / MEMBERS_RECORD).is_file() else "config.yaml")
     if not record.is_file():
         return None
-    saved = yaml.safe_load(record.read_text()) or {}
-    return (saved.get("_meta") or {}).get("git_commit")
+    return (read_record(record).get("_meta") or {}).get("git_commit")
 
 
 def holds_run(out: str | Path) -> bool:
@@ -190,8 +209,7 @@ def saved_members(out: str | Path) -> dict | None:
     path = Path(out) / MEMBERS_RECORD
     if not path.is_file():
         return None
-    saved = yaml.safe_load(path.read_text()) or {}
-    members = (saved.get("_meta") or {}).get("members")
+    members = (read_record(path).get("_meta") or {}).get("members")
     if not isinstance(members, dict):
         return None
     try:
@@ -202,9 +220,24 @@ def saved_members(out: str | Path) -> dict | None:
 
 def read_saved_config(path: str | Path) -> dict:
     """A run's saved ``config.yaml`` as a config dict: ``_meta`` dropped, older schemas upgraded."""
-    saved = yaml.safe_load(Path(path).read_text()) or {}
+    return saved_config_and_resolved(path)[0]
+
+
+def saved_config_and_resolved(path: str | Path) -> tuple[dict, dict]:
+    """A run's saved ``config.yaml``: ``(config as the user gave it, values resolved from the
+    data)`` (see :func:`siggate.config.split_resolved`), older schemas upgraded.
+
+    Raises:
+        ConfigError: a record that is not one (:func:`read_record`), or whose sections are not
+            mappings.
+    """
+    saved = read_record(path)
     meta = saved.pop("_meta", None) or {}
-    return split_resolved(upgrade_config_dict(saved), meta.get("resolved"))[0]
+    try:
+        return split_resolved(upgrade_config_dict(saved), meta.get("resolved"))
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a run record siggate reads ({type(exc).__name__}: {exc}); restore the run "
+                          "folder from where it came, or retrain it") from None
 
 
 def changed_since(path: str | Path, data) -> str | None:
@@ -214,7 +247,7 @@ def changed_since(path: str | Path, data) -> str | None:
     (saved before siggate recorded it)."""
     from ..files import source_changed
 
-    meta = (yaml.safe_load(Path(path).read_text()) or {}).get("_meta") or {}
+    meta = read_record(path).get("_meta") or {}
     if data.name != "csv" or not Path(data.csv).is_file():
         return None
     why = source_changed(data.csv, (meta.get("source") or {}).get("sha256"), "the run started")

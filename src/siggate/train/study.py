@@ -29,12 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-import yaml
-
-from ..config import split_resolved, upgrade_config_dict
 from ..files import atomic_write_bytes
 from .checkpoint import config_differences
 from .executor import read_metrics
+from .rundir import saved_config_and_resolved
 
 #: a run's states: to train from scratch, to resume from its ``last.pt``, finished (its
 #: ``metrics.json`` is there), its folder holds another config, or its training failed
@@ -47,9 +45,7 @@ def saved_run_config(run_dir: str | Path) -> tuple[dict, dict] | None:
     path = Path(run_dir) / "config.yaml"
     if not path.exists():
         return None
-    saved = yaml.safe_load(path.read_text()) or {}
-    meta = saved.pop("_meta", None) or {}
-    return split_resolved(upgrade_config_dict(saved), meta.get("resolved"))
+    return saved_config_and_resolved(path)
 
 
 @dataclass
