@@ -427,3 +427,23 @@ def test_a_single_run_resumes_as_one_whatever_the_recipe_s_default_members(tmp_p
     assert not (out / "members.yaml").exists() and not (out / "member0").exists()
     assert json.loads((out / "metrics.json").read_text())["best_epoch"] in (1, 2)
     assert len(json.loads((out / "metrics.json").read_text())["history"]) == 2
+
+
+def test_a_last_pt_with_damaged_training_state_is_one_line_and_keeps_the_run(tmp_path, capsys, data):
+    """A last.pt whose entries only a resume reads were of the wrong type (state a string, history
+    a string, an optimizer without param_groups) ended --resume in a TypeError, AttributeError or
+    KeyError traceback, after log.csv had been cut. Refused in one line; the run's files as they were."""
+    import torch
+
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--epochs", "2", "--set", "train.warmup_epochs=1", "--out", str(out))
+    assert rc == 0, err
+    good = torch.load(out / "last.pt", weights_only=True)
+    for entry, value in (("state", "x"), ("history", "x"), ("optimizer", {}), ("history", [1, 2])):
+        torch.save({**good, entry: value}, out / "last.pt")
+        kept = {name: (out / name).read_bytes() for name in ("metrics.json", "log.csv", "last.pt")}
+        rc, _, err = run_cli(["train", "--resume", str(out), "--epochs", "3", "--no-progress"], capsys)
+        line = _one_line(err)
+        assert rc == 2 and f"cannot resume from {out / 'last.pt'}: its training state is not one siggate wrote" in line
+        assert line.strip().endswith("restore it, or train the run again with --overwrite"), line
+        assert {name: (out / name).read_bytes() for name in kept} == kept, entry

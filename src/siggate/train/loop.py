@@ -246,6 +246,30 @@ def resume_run(run: Run, path: Path, config: dict) -> bool:
               f"{run.resolved.get(k)!r}" for k in sorted(set(saved) | set(run.resolved)) if saved.get(k) != run.resolved.get(k)]
     if diffs:
         raise CheckpointError(f"cannot resume from {path}: the config differs:\n  " + "\n  ".join(diffs))
+    try:
+        _restore(run, ckpt)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as exc:
+        raise CheckpointError(f"cannot resume from {path}: its training state is not one siggate wrote "
+                              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}); the file "
+                              "is damaged or was edited: restore it, or train the run again with --overwrite") from None
+    if t_cfg.epochs < run.state.epoch:  # its record would say it ran t_cfg.epochs and hold more
+        raise CheckpointError(f"cannot resume from {path} with train.epochs={t_cfg.epochs}: the run has trained "
+                              f"{run.state.epoch} epochs, and a resumed run may grow, not shrink; give --epochs "
+                              f"{run.state.epoch} or more")
+    if (run.state.epoch >= t_cfg.epochs and run.history and run.history[-1].get("eval_norm") == "running"
+            and epoch_norm(t_cfg, run.state.epoch - 1) == "train"):  # it would end on the running statistics
+        raise CheckpointError(
+            f"cannot resume from {path} with train.epochs={t_cfg.epochs}: its epoch {run.state.epoch} was scored with "
+            f"the running BatchNorm statistics (a run that keeps its last epoch recomputes them only after the last "
+            f"one), so it cannot end there; resume with --epochs above {run.state.epoch}")
+    if ctx.is_main:
+        log.info("resumed from %s at epoch %d", path, run.state.epoch)
+    return True
+
+
+def _restore(run: Run, ckpt: dict) -> None:
+    """Load the training state of a resume checkpoint into ``run`` (see :func:`resume_run`)."""
+    ctx, t_cfg = run.ctx, run.train_cfg
     run.model.load_state_dict(ckpt["model"])
     run.optimizer.load_state_dict(ckpt["optimizer"])
     run.scheduler.load_state_dict(ckpt["scheduler"])
@@ -263,22 +287,13 @@ def resume_run(run: Run, path: Path, config: dict) -> bool:
         if ctx.world_size != ckpt.get("world_size", 1):
             log.warning("resuming a %d-process run on %d processes: the global batches stay the same, "
                         "the dropout random streams do not", ckpt.get("world_size", 1), ctx.world_size)
-    run.state = RunState(**ckpt["state"])
-    run.history = list(ckpt["history"])
-    if t_cfg.epochs < run.state.epoch:  # its record would say it ran t_cfg.epochs and hold more
-        raise CheckpointError(f"cannot resume from {path} with train.epochs={t_cfg.epochs}: the run has trained "
-                              f"{run.state.epoch} epochs, and a resumed run may grow, not shrink; give --epochs "
-                              f"{run.state.epoch} or more")
-    if (run.state.epoch >= t_cfg.epochs and run.history and run.history[-1].get("eval_norm") == "running"
-            and epoch_norm(t_cfg, run.state.epoch - 1) == "train"):  # it would end on the running statistics
-        raise CheckpointError(
-            f"cannot resume from {path} with train.epochs={t_cfg.epochs}: its epoch {run.state.epoch} was scored with "
-            f"the running BatchNorm statistics (a run that keeps its last epoch recomputes them only after the last "
-            f"one), so it cannot end there; resume with --epochs above {run.state.epoch}")
-    if ctx.is_main:
-        log.info("resumed from %s at epoch %d", path, run.state.epoch)
-    return True
-
+    state = RunState(**ckpt["state"])
+    history = list(ckpt["history"])
+    if not isinstance(state.epoch, int) or isinstance(state.epoch, bool) or state.epoch < 0:
+        raise ValueError(f"state.epoch {state.epoch!r} is not a count of epochs")
+    if not all(isinstance(h, dict) for h in history):
+        raise ValueError("its history holds entries that are not records of an epoch")
+    run.state, run.history = state, history
 
 def _non_finite(what: str, epoch: int, step: int, checkpoint: Path | None, hint: str) -> NonFiniteLossError:
     kept = checkpoint if checkpoint is not None and checkpoint.exists() else "(none yet)"
