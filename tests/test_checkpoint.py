@@ -290,3 +290,19 @@ def test_a_blocked_module_is_named_and_torchs_unsafe_advice_is_not_passed_on(tmp
     if protocol == 2:
         assert f"({os.system.__module__}.system)" in msg
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("key, value, why", [
+    ("dim", 2 ** 20, "the model expects"),            # built for real: 4 TB asked for, a RuntimeError traceback
+    ("layers", 10 ** 6, "model.layers 1000000, the weights hold"),  # built for real: memory until it ran out
+])
+def test_a_crafted_model_config_is_refused_before_the_model_is_built(good, tmp_path, key, value, why):
+    """A checkpoint's config is checked against its weights before the model is built (building
+    it first asked for terabytes, or ran out of memory)."""
+    from siggate.train.modelprep import load_trained
+
+    good["config"]["model"][key] = value
+    path = tmp_path / "crafted.pt"
+    torch.save(good, path)
+    with pytest.raises(CheckpointError, match=f"the weights do not fit the model its config describes.*{why}"):
+        load_trained(path)

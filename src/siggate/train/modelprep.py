@@ -5,6 +5,7 @@ and a trained model back from its checkpoint (:func:`load_trained`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -100,8 +101,16 @@ def load_trained(path: str | Path):
         model_cfg = resolved_model_config(cfg.model, ckpt["resolved"])
     except ConfigError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
-    model = SigGateGT.from_config(model_cfg, info)
-    diffs = describe_weight_mismatch(model.state_dict(), ckpt["model"])
+    # the config is checked against the weights before the model is built: a crafted config
+    # (dim 2**20, a million layers) would otherwise allocate terabytes or build without end
+    held = {int(m.group(1)) for k in ckpt["model"] for m in [re.match(r"layers\.(\d+)\.", k)] if m}
+    if model_cfg.layers != len(held):
+        raise CheckpointError(f"{path}: the weights do not fit the model its config describes: model.layers "
+                              f"{model_cfg.layers}, the weights hold {len(held)} layers")
+    with torch.device("meta"):  # shapes only, no memory
+        diffs = describe_weight_mismatch(SigGateGT.from_config(model_cfg, info).state_dict(), ckpt["model"])
+    if not diffs:
+        model = SigGateGT.from_config(model_cfg, info)
     if diffs:
         raise CheckpointError(
             f"{path}: the weights do not fit the model its config describes: "
