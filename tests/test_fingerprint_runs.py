@@ -568,3 +568,19 @@ def test_a_damaged_or_crafted_run_record_is_one_line_on_resume(nitrogen_csv, tmp
             assert rc == 2 and f"{out / name}: not a run record siggate reads" in line, (name, what, line)
         (out / name).write_text(kept[name])
     assert not (tmp_path / "true").exists()
+
+
+def test_resume_refuses_a_saved_member_of_another_kind(nitrogen_csv, tmp_path, capsys):
+    """With member0 and member1 swapped, --resume reused the rf saved as member0 for the svr the
+    record names (its scores printed as the svr's) and went on. Refused in one line."""
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, nitrogen_csv, out, "--members", "svr,rf", "--weights", "val")
+    assert rc == 0, err
+    (out / "member0").rename(out / "swap")
+    (out / "member1").rename(out / "member0")
+    (out / "swap").rename(out / "member1")
+    kept = (out / "metrics.json").read_bytes()
+    rc, _, err = run_cli(["train", "--resume", str(out), "--no-progress"], capsys)
+    assert rc == 2 and (f"{out / 'member0'} holds a saved rf member where the run's record puts its svr member"
+                        in _one_line(err))
+    assert (out / "metrics.json").read_bytes() == kept

@@ -117,7 +117,8 @@ def out_of_sample(member, split: str, graphs: Sequence) -> Prediction:
     ``split`` (``held_out_``), else :meth:`Predictor.predict`.
 
     Raises:
-        ValueError: kept predictions for another number of molecules than ``graphs``.
+        PredictorFileError: kept predictions for another number of molecules than ``graphs`` (a
+            saved member of another split, or an edited file).
     """
     kept = getattr(member, "held_out_", {}).get(split)
     if kept is None:
@@ -126,8 +127,9 @@ def out_of_sample(member, split: str, graphs: Sequence) -> Prediction:
     import torch
 
     if len(kept) != len(graphs):
-        raise ValueError(f"{member.kind}: kept {len(kept)} out-of-sample {split} predictions for {len(graphs)} molecules; "
-                         "the split changed since the member was fitted")
+        raise PredictorFileError(f"{member.kind}: kept {len(kept)} out-of-sample {split} predictions for {len(graphs)} "
+                                 "molecules, so it was fitted on another split (or its file was edited); train the "
+                                 "run again with --overwrite")
     return Prediction(mean=torch.from_numpy(np.asarray(kept, dtype=np.float32)))
 
 

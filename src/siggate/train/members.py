@@ -177,6 +177,10 @@ def fit_member(member, folder: Path, ds, resume: bool = True, device=None):
     ``resume``) instead of being fitted again."""
     folder = Path(folder)
     if getattr(member, "folder", None) is None and resume and (folder / MANIFEST).is_file():
+        saved = read_manifest(folder)["kind"]
+        if saved != member.kind:  # member folders swapped or edited: its scores would be another kind's
+            raise PredictorFileError(f"{folder} holds a saved {saved} member where the run's record puts its "
+                                     f"{member.kind} member; restore the run folder, or train it again with --overwrite")
         return load_predictor(folder, device)
     member.fit(ds)
     member.save(folder)
