@@ -447,3 +447,20 @@ def test_a_last_pt_with_damaged_training_state_is_one_line_and_keeps_the_run(tmp
         assert rc == 2 and f"cannot resume from {out / 'last.pt'}: its training state is not one siggate wrote" in line
         assert line.strip().endswith("restore it, or train the run again with --overwrite"), line
         assert {name: (out / name).read_bytes() for name in kept} == kept, entry
+
+
+def test_out_holding_files_of_run_names_but_no_run_is_refused(tmp_path, capsys, data):
+    """A folder of someone's own splits.csv, best.pt and tb/ (no run record) was trained into, its
+    files replaced. Refused in one line, the files as they were; --overwrite replaces them."""
+    out = tmp_path / "mine"
+    (out / "tb").mkdir(parents=True)
+    for name in ("splits.csv", "best.pt", "notes.txt"):
+        (out / name).write_text("mine\n")
+    rc, stdout, err = _train(capsys, data, "--epochs", "1", "--out", str(out))
+    assert rc == 2 and stdout == ""
+    assert (f"--out {out} holds best.pt, splits.csv, tb/, names a run writes, but no run: move them or choose "
+            "another --out (--overwrite replaces them)") in _one_line(err)
+    assert all((out / name).read_text() == "mine\n" for name in ("splits.csv", "best.pt", "notes.txt"))
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out), "--overwrite")
+    assert rc == 0, err
+    assert (out / "notes.txt").read_text() == "mine\n" and (out / "splits.csv").read_text() != "mine\n"

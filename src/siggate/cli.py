@@ -422,7 +422,8 @@ def claim_out_dir(out: Path, resume: bool = False, overwrite: bool = False, defa
 def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> None:
     """Refuse an output folder that cannot be one before any work starts: an existing file,
     or a place where the folder cannot be created or written; and a folder that holds a run
-    (:func:`siggate.train.rundir.holds_run`) unless it is resumed, or cleared with ``overwrite``."""
+    (:func:`siggate.train.rundir.holds_run`), or files of the names a run writes without one
+    (:func:`siggate.train.rundir.run_output_names`), unless it is resumed, or cleared with ``overwrite``."""
     from .train import rundir
 
     check_out_folder(out, "the run")
@@ -432,6 +433,13 @@ def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> N
             raise CLIError(f"--out {out} holds a run ({', '.join(found[:4])}); pass --resume to continue it, "
                            "--overwrite to replace it, or choose another --out")
         rundir.clear_run(out)
+    elif not found and not resume:  # no run, but files of a run's names: someone's own, not to write over
+        clashing = rundir.run_output_names(out)
+        if clashing and not overwrite:
+            raise CLIError(f"--out {out} holds {', '.join(clashing[:4])}{' ...' if len(clashing) > 4 else ''}, names "
+                           "a run writes, but no run: move them or choose another --out (--overwrite replaces them)")
+        if clashing:
+            rundir.clear_run(out)
 
 
 def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
