@@ -220,6 +220,8 @@ class GatedPerformerAttention(GatedAttentionBase):
         self.reset_parameters()
 
     def reset_attention(self) -> None:
+        if self.feature_seed.is_meta:  # built for its shapes only (a checkpoint's check): nothing to draw
+            return
         self.feature_seed.fill_(int(torch.randint(2**62, ())))
         self.draws.zero_()
         self.redraw_features()
