@@ -507,3 +507,24 @@ def test_an_empty_target_column_passes_for_evaluate_only_beside_a_labelled_one(t
         check_any_numeric(tmp_path / "f.csv", frame, ["b"], y[:, 1:2], allow_empty=True)
     with pytest.raises(DataError, match="'c' holds no numeric value"):  # a wrong column stays refused
         check_any_numeric(tmp_path / "f.csv", frame, ["a", "c"], y[:, [0, 2]], allow_empty=True)
+
+
+def test_float32_rounding_refuses_only_labels_it_would_change_at_their_spread(tmp_path):
+    """Labels on a large offset for their spread are refused (float32 would round -1000002.3 by
+    1/32); labels written to an instrument's precision are not (a density 1.0012 +- 5e-4, a
+    melting point 298.15 +- 0.03 K), and the constant to subtract is rounded at the spread's decade."""
+    import numpy as np
+
+    from siggate.data.base import DataError
+    from siggate.data.csvdata import check_float32_labels
+
+    rng = np.random.default_rng(0)
+    for ok in (1.0 + rng.normal(0, 5e-4, 50).round(4), 298.15 + rng.normal(0, 0.03, 50).round(2),
+               7.0 + rng.normal(0, 1.3, 50)):
+        check_float32_labels(tmp_path / "x.csv", ["y"], ok[:, None])
+    offset = -1e6 - 2.3 + rng.normal(0, 1.5, 50)
+    with pytest.raises(DataError, match=r"subtract a constant such as -100000[23] from the column first"):
+        check_float32_labels(tmp_path / "x.csv", ["y"], offset[:, None])
+    nan_kept = np.vstack([offset[:, None], [[np.nan]]])  # missing labels do not count
+    with pytest.raises(DataError, match="its labels sit far from 0 for their spread"):
+        check_float32_labels(tmp_path / "x.csv", ["y"], nan_kept)

@@ -221,3 +221,14 @@ def test_a_constant_shift_is_one_verdict_however_its_decimals_round(shift):
     noisy = {i: v + shift + 0.01 * (i % 3) for i, v in a.items()}  # a real spread keeps its tests
     res = compare_paired(a, noisy, True)
     assert res["p_paired_t"] == pytest.approx(stats.ttest_rel(list(noisy.values()), list(a.values())).pvalue)
+
+
+def test_one_large_score_does_not_erase_the_other_seeds_differences():
+    """The rounding tolerance was scaled by the largest score of either arm: one seed at 3e9 made
+    the others' real differences of 0.01-0.02 count as zero (Wilcoxon "fewer than 2 non-zero
+    differences"). The tolerance is each pair's own."""
+    a = dict(enumerate([0.20, 0.21, 0.19, 0.22, 0.20, 0.5]))
+    b = dict(enumerate([0.18, 0.20, 0.17, 0.21, 0.19, 3e9]))
+    res = compare_paired(a, b, False)
+    assert res["p_wilcoxon"] == pytest.approx(stats.wilcoxon(list(b.values()), list(a.values())).pvalue)
+    assert res["p_paired_t"] == pytest.approx(stats.ttest_rel(list(b.values()), list(a.values())).pvalue)

@@ -72,9 +72,10 @@ def _common_finite_seeds(a: Mapping[Hashable, Number], b: Mapping[Hashable, Numb
 IDENTICAL_RTOL = 1e-9
 
 
-def _spread_of_nothing(values: np.ndarray, scale: float) -> bool:
-    """Whether ``values`` are one value up to :data:`IDENTICAL_RTOL` of ``scale``."""
-    return bool(np.ptp(values) <= IDENTICAL_RTOL * scale)
+def _all_one(values: np.ndarray, scale: np.ndarray) -> bool:
+    """Whether ``values`` are one value up to :data:`IDENTICAL_RTOL` of the magnitudes they come
+    from (``scale``, per value): each against the first, at the larger of the two scales."""
+    return bool(np.all(np.abs(values - values[0]) <= IDENTICAL_RTOL * np.maximum(scale, scale[0])))
 
 
 def _paired_tests(va: np.ndarray, vb: np.ndarray, res: Dict[str, object], notes: List[str]) -> None:
@@ -82,13 +83,13 @@ def _paired_tests(va: np.ndarray, vb: np.ndarray, res: Dict[str, object], notes:
     noting each test that is undefined for these samples. Differences (and samples) equal up to
     float rounding (:data:`IDENTICAL_RTOL`) count as equal: a constant shift is undefined for
     the t-test however its decimals round, not "significant" at p = 1e-70."""
-    scale = float(max(np.max(np.abs(va)), np.max(np.abs(vb))))
+    scale = np.maximum(np.abs(va), np.abs(vb))  # per pair: one seed's large score is not every seed's scale
     diff = vb - va
     diff = np.where(np.abs(diff) <= IDENTICAL_RTOL * scale, 0.0, diff)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         # Paired t-test.
-        if _spread_of_nothing(diff, scale):
+        if _all_one(diff, scale):
             notes.append("all differences are identical (zero variance): paired t-test undefined (nan)")
         else:
             res["p_paired_t"] = _f(_st.ttest_rel(vb, va).pvalue)
@@ -103,7 +104,7 @@ def _paired_tests(va: np.ndarray, vb: np.ndarray, res: Dict[str, object], notes:
             res["p_wilcoxon"] = _f(_st.wilcoxon(diff).pvalue)
 
         # Welch's unequal-variance t-test.
-        if _spread_of_nothing(va, scale) and _spread_of_nothing(vb, scale):
+        if _all_one(va, np.abs(va)) and _all_one(vb, np.abs(vb)):
             notes.append("both samples have zero variance: Welch t-test undefined (nan)")
         else:
             res["p_welch"] = _f(_st.ttest_ind(vb, va, equal_var=False).pvalue)

@@ -366,8 +366,9 @@ def check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y
 
 
 #: the largest rounding of a label to float32 (in which siggate keeps labels), as a share of the
-#: column's spread, that a column may have
-FLOAT32_ROUNDING = 1e-4
+#: column's spread, that a column may have: far below any model's error, far above what float32
+#: does to labels written to their instruments' precision (a density 1.0012 +- 5e-4: 1e-4)
+FLOAT32_ROUNDING = 1e-2
 
 
 def check_float32_labels(path: Path, target_cols: list[str], y: np.ndarray) -> None:
@@ -383,9 +384,10 @@ def check_float32_labels(path: Path, target_cols: list[str], y: np.ndarray) -> N
         rounding = float(np.max(np.abs(values - values.astype(np.float32).astype(np.float64))))
         if spread > 0 and rounding > FLOAT32_ROUNDING * spread:
             centre = float(np.median(values))
+            shift = np.format_float_positional(round(centre, -math.floor(math.log10(spread))), trim="-")  # spread's decade
             raise DataError(f"{path}: target column {col!r}: its labels sit far from 0 for their spread (median "
                             f"{centre:.10g}, std {spread:.3g}); siggate keeps labels as 32-bit floats, which would "
-                            f"round them by up to {rounding:.3g}; subtract a constant such as {round(centre):d} from "
+                            f"round them by up to {rounding:.3g}; subtract a constant such as {shift} from "
                             "the column first (and add it back to the predictions)")
 
 
