@@ -421,7 +421,9 @@ def test_a_results_file_named_twice_counts_once_and_bad_files_are_one_line(tmp_p
     capsys.readouterr()
     for argv, why in ((["analyze", "claims", str(tmp_path / "results.json"), "--readme", str(readme)],
                        f"--readme {readme}: the file has no"),
-                      (["analyze", "claims", str(tmp_path)], f"{bad}: not a results file this siggate reads")):
+                      (["analyze", "claims", str(tmp_path)], f"{bad}: not a results file this siggate reads"),
+                      (["analyze", "claims", str(bad.parent / "deep.json")], "JSON nested too deep to read")):
+        (bad.parent / "deep.json").write_text("[" * 100000 + "]" * 100000)  # a RecursionError traceback before
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and why in err, err

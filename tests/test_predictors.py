@@ -175,7 +175,7 @@ def test_combination_saves_and_loads_and_refuses_crafted_manifests(tmp_path):
         with pytest.raises(PredictorFileError, match=message):
             Combination.load(tmp_path / "c", Fixed.load)
     (tmp_path / "c" / "predictor.json").write_text("[" * 100000 + "]" * 100000)  # json's RecursionError: a traceback
-    with pytest.raises(PredictorFileError, match="not a siggate predictor manifest \\(RecursionError"):
+    with pytest.raises(PredictorFileError, match="not a siggate predictor manifest \\(ValueError: JSON nested too deep to read"):
         Combination.load(tmp_path / "c", Fixed.load)
     (tmp_path / "c" / "predictor.json").write_text(json.dumps({k: v for k, v in doc.items() if k != "info"}))
     with pytest.raises(PredictorFileError, match="no usable task description 'info' \\(KeyError"):

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-__all__ = ["NUMBER_DIGITS", "number_text", "safe_torch_load", "UnsafeFile", "umask", "file_mode", "fsync_dir", "AtomicFile", "atomic_write", "atomic_write_bytes", "FolderBusy",
+__all__ = ["NUMBER_DIGITS", "number_text", "read_json", "safe_torch_load", "UnsafeFile", "umask", "file_mode", "fsync_dir", "AtomicFile", "atomic_write", "atomic_write_bytes", "FolderBusy",
            "FolderLock", "folder_busy"]
 
 
@@ -29,6 +29,23 @@ NUMBER_DIGITS = 7
 def number_text(value: float) -> str:
     """A label or prediction as siggate writes it into a CSV: :data:`NUMBER_DIGITS` significant digits."""
     return f"{value:.{NUMBER_DIGITS}g}"
+
+
+def read_json(path: str | os.PathLike):
+    """The JSON document in ``path``, the one way siggate reads a run's or a result's JSON file.
+
+    Raises:
+        ValueError: not JSON, or nested past the parser's depth (Python's ``RecursionError``, which
+            no caller's ``except ValueError`` would catch: a crafted file's traceback).
+        OSError: the file cannot be read.
+    """
+    import json
+
+    text = Path(path).read_text()
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to read") from None
 
 
 class UnsafeFile(ValueError):

@@ -37,11 +37,11 @@ the win survives the matched control, and how large a gain the intervals leave r
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from ..config_args import CLIError, check_out_folder
+from ..files import read_json
 from ..stats import mean_std
 from . import report
 from .common import fmt, table
@@ -488,7 +488,7 @@ def claims_table(dirs) -> tuple[str, list[dict]]:
     studies = []
     for p in paths:
         try:
-            data = json.loads(p.read_text())
+            data = read_json(p)
         except (OSError, ValueError) as exc:
             raise CLIError(f"{p}: not a results file this siggate reads ({type(exc).__name__}: {exc}); name the "
                            "folders or results.json files of siggate compare or analyze") from None

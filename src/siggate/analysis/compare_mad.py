@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config_args import CLIError
-from ..files import atomic_write_bytes
+from ..files import atomic_write_bytes, read_json
 from ..options import progress_enabled
 from ..train.compare import MAD_END, MAD_START, run_folder, with_mad_section
 from .common import finite, fmt, load_dataset, meta, set_threads, write_json
@@ -104,7 +104,7 @@ def kept_measure(run_dir: Path, recorded_val: float | None) -> dict:
         raise CLIError(f"{Path(run_dir) / 'best.pt'} does not exist and no measurement of it is kept ({KEPT}): give "
                        "the comparison's own folder, which holds the runs' checkpoints")
     try:
-        kept = json.loads(path.read_text())
+        kept = read_json(path)
         m = {k: kept[k] for k in _FIELDS}
         ok = (kept.get("definition") == DEFINITION and isinstance(m["mad"], (int, float))
               and math.isfinite(m["mad"]) and isinstance(m["val"], (int, float)) and isinstance(m["per_layer"], list)
@@ -207,7 +207,7 @@ def add_mad(folder: Path, batch_size: int = 64, command: str | None = None, prog
     path = folder / "results.json"
     if not path.is_file():
         raise CLIError(f"{path} does not exist: give a folder written by 'siggate compare --out DIR'")
-    res = json.loads(path.read_text())
+    res = read_json(path)
     labels, seeds = res["gates"], [str(s) for s in res["seeds"]]
     t0, datasets, measured = time.time(), {}, {}
     new = {}  # the runs measured now: their measurements are kept once every run has one

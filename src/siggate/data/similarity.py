@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..files import atomic_write, atomic_write_bytes
+from ..files import atomic_write, atomic_write_bytes, read_json
 from .fingerprints import minmax_kernel, morgan_counts, to_mols
 
 #: Morgan radius and folded length of the domain's fingerprints
@@ -168,7 +168,7 @@ class Domain:
         if not (folder / DOMAIN_FILE).is_file():
             return None
         try:
-            doc = json.loads((folder / DOMAIN_FILE).read_text())
+            doc = read_json(folder / DOMAIN_FILE)
             if int(doc["format"]) > DOMAIN_FORMAT:
                 raise DomainError(f"{folder / DOMAIN_FILE}: written by a newer siggate; upgrade siggate")
             with np.load(folder / FINGERPRINTS_FILE, allow_pickle=False) as z:
@@ -180,6 +180,6 @@ class Domain:
             return cls(unpack(arrays, n_bits), float(doc["threshold"]), radius, n_bits, record)
         except DomainError:
             raise
-        except (OSError, ValueError, KeyError, TypeError, EOFError, RecursionError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
             raise DomainError(f"{folder}: cannot read the applicability domain ({type(exc).__name__}: {exc}); "
                               "retrain the run, or delete domain.json to predict without it") from None

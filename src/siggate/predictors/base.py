@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol, Sequence, runtime_checkable
 
-from ..files import UnsafeFile, atomic_write, atomic_write_bytes, safe_torch_load
+from ..files import UnsafeFile, atomic_write, atomic_write_bytes, read_json, safe_torch_load
 
 if TYPE_CHECKING:
     import torch
@@ -154,10 +154,10 @@ def read_manifest(folder: str | Path) -> dict:
     if not path.is_file():
         raise PredictorFileError(f"{folder}: no {MANIFEST}; give a run folder written by 'siggate train'")
     try:
-        doc = json.loads(path.read_text())
+        doc = read_json(path)
         fmt = int(doc["format"])
         doc["kind"] = str(doc["kind"])
-    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: JSON nested too deep
+    except (ValueError, KeyError, TypeError) as exc:
         raise PredictorFileError(f"{path}: not a siggate predictor manifest ({type(exc).__name__}: {exc})") from None
     if fmt > MANIFEST_FORMAT:
         raise PredictorFileError(f"{path}: written by a newer siggate (format {fmt}, this one reads {MANIFEST_FORMAT}); "

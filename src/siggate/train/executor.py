@@ -19,7 +19,6 @@ last epoch, exactly (see :mod:`siggate.train.loop`).
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from ..files import read_json
 from .rundir import holds_run
 
 BACKENDS = ("local", "ray")
@@ -138,8 +138,8 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 def read_metrics(run_dir: Path) -> dict | None:
     """A finished run's ``metrics.json``, or ``None``."""
     try:
-        return json.loads((Path(run_dir) / "metrics.json").read_text())
-    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deep
+        return read_json(Path(run_dir) / "metrics.json")
+    except (OSError, ValueError):
         return None
 
 

@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..config import Config, DataConfig, from_dict
+from ..files import read_json
 from ..options import member_names, resolve_select, run_weights
 from ..predictors.base import MANIFEST, PredictorFileError, read_manifest, task_info
 from ..predictors.combine import Combination
@@ -236,7 +237,7 @@ def _legacy_members(path: Path) -> tuple[list[Path], int]:
     """An ``ensemble.json`` folder's member checkpoints and the seed its split was drawn with."""
     manifest = path / ENSEMBLE_FILE
     try:
-        doc = json.loads(manifest.read_text())
+        doc = read_json(manifest)
         files = [path / str(m) for m in doc["members"]]
         split_seed = int(doc["seeds"][0])
     except (ValueError, KeyError, TypeError, IndexError) as exc:

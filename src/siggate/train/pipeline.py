@@ -24,6 +24,7 @@ import torch
 
 from ..config import Config, ConfigError, TrainConfig
 from ..data.base import GraphDataset
+from ..files import read_json
 from .checkpoint import load_checkpoint
 from .dataprep import prepare_data_ranked
 from .distributed import DistContext
@@ -82,7 +83,7 @@ def _finished_record(out: Path, epochs: int, history: list) -> dict | None:
     epochs, and the resumed ``history`` of its last checkpoint; else None (not finished, or
     stopped between its last checkpoint and its record)."""
     try:
-        metrics = json.loads((out / METRICS).read_text())
+        metrics = read_json(out / METRICS)
     except (OSError, ValueError):
         return None
     if (isinstance(metrics, dict) and metrics.get("epochs") == epochs == len(history)

@@ -67,7 +67,7 @@ from ..data.chem import (
     parse_smiles,
     quiet_rdkit,
 )
-from ..files import AtomicFile, number_text
+from ..files import AtomicFile, number_text, read_json
 from ..options import DELIMITERS, closest_name
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
 
@@ -108,7 +108,6 @@ def _calibration(folder: Path | None, coverage, info, checkpoint=None):
     Raises:
         InputError: a bad coverage, a run without ``calibration.json``, one that does not fit, a
             checkpoint of the run that is not the model it calibrates (``last.pt`` beside ``best.pt``)."""
-    import json
 
     from ..predictors.conformal import Calibration, CalibrationError, check_coverage
     from .members import run_checkpoint_name
@@ -132,7 +131,7 @@ def _calibration(folder: Path | None, coverage, info, checkpoint=None):
                          f"{Path(checkpoint).name}, whose intervals would not hold their coverage; predict with the "
                          f"run folder {folder}, or drop --coverage")
     try:
-        cal = Calibration.from_dict(json.loads(path.read_text()))
+        cal = Calibration.from_dict(read_json(path))
     except (ValueError, OSError) as exc:
         raise InputError(f"--coverage: {path}: {exc}") from None
     names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
