@@ -248,7 +248,7 @@ def resume_run(run: Run, path: Path, config: dict) -> bool:
         raise CheckpointError(f"cannot resume from {path}: the config differs:\n  " + "\n  ".join(diffs))
     try:
         _restore(run, ckpt)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise CheckpointError(f"cannot resume from {path}: its training state is not one siggate wrote "
                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}); the file "
                               "is damaged or was edited: restore it, or train the run again with --overwrite") from None
@@ -270,9 +270,14 @@ def resume_run(run: Run, path: Path, config: dict) -> bool:
 def _restore(run: Run, ckpt: dict) -> None:
     """Load the training state of a resume checkpoint into ``run`` (see :func:`resume_run`)."""
     ctx, t_cfg = run.ctx, run.train_cfg
-    run.model.load_state_dict(ckpt["model"])
-    run.optimizer.load_state_dict(ckpt["optimizer"])
-    run.scheduler.load_state_dict(ckpt["scheduler"])
+    try:  # torch names a state that does not fit with a RuntimeError (an out-of-memory error is none of ours)
+        run.model.load_state_dict(ckpt["model"])
+        run.optimizer.load_state_dict(ckpt["optimizer"])
+        run.scheduler.load_state_dict(ckpt["scheduler"])
+    except torch.OutOfMemoryError:
+        raise
+    except RuntimeError as exc:
+        raise ValueError(str(exc)) from None
     # the saved lr is the saved schedule's; a run grown with --epochs goes on along its new one
     # (the same number when the epochs did not change: LambdaLR computes it this way)
     for group, base, factor in zip(run.optimizer.param_groups, run.scheduler.base_lrs, run.scheduler.lr_lambdas):
