@@ -182,7 +182,8 @@ def test_explain_writes_pictures_and_csvs_and_refuses_rows_as_predict_does(nitro
         desc = re.search(r"<desc>(.*)</desc>", svg).group(1)
         assert svg.startswith("<?xml") and desc.startswith(f"nN = {float(row['nN']):.4g}   baseline ")
         scale = max(abs(v) for v in values)
-        assert desc.endswith(f"(red raises it, blue lowers it), from {-scale:+.6g} to {scale:+.6g}")
+        low, high = re.search(r"\(red raises it, blue lowers it\), from (\S+) to (\S+)$", desc).groups()
+        assert float(low) == pytest.approx(-scale, rel=1e-5) and float(high) == pytest.approx(scale, rel=1e-5)
         top = max(values, key=abs)  # the largest contribution in full colour (the bar stops short of it)
         assert re.search(r"fill:#FF0000" if top > 0 else r"fill:#0000FF", svg, re.IGNORECASE)
     assert float(atoms[0]["nN"]) > float(atoms[1]["nN"])  # N before C in NCCN

@@ -558,8 +558,9 @@ def test_a_damaged_or_crafted_run_record_is_one_line_on_resume(nitrogen_csv, tmp
     rc, _, err = _train(capsys, nitrogen_csv, out, "--members", "svr,rf", "--weights", "val")
     assert rc == 0, err
     kept = {name: (out / name).read_text() for name in ("members.yaml",)}
-    bad = {"not yaml": "a: [1, 2\n", "a list": "- 1\n- 2\n", "a python tag": "!!python/object/apply:os.system ['true']\n",
-           "_meta a list": "_meta: [1]\n"}
+    marker = tmp_path / "ran"
+    bad = {"not yaml": "a: [1, 2\n", "a list": "- 1\n- 2\n",
+           "a python tag": f"!!python/object/apply:os.makedirs ['{marker}']\n", "_meta a list": "_meta: [1]\n"}
     for name in kept:
         for what, text in bad.items():
             (out / name).write_text(text)
@@ -567,7 +568,7 @@ def test_a_damaged_or_crafted_run_record_is_one_line_on_resume(nitrogen_csv, tmp
             line = _one_line(err)
             assert rc == 2 and f"{out / name}: not a run record siggate reads" in line, (name, what, line)
         (out / name).write_text(kept[name])
-    assert not (tmp_path / "true").exists()
+    assert not marker.exists()  # safe_load never constructs the tag's object
 
 
 def test_resume_refuses_a_saved_member_of_another_kind(nitrogen_csv, tmp_path, capsys):

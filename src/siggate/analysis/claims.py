@@ -484,7 +484,10 @@ def claims_table(dirs) -> tuple[str, list[dict]]:
     for d in dirs:
         d = Path(d)
         paths += [d] if d.is_file() else sorted(p for p in d.rglob("results.json") if "runs" not in p.parts)
-    paths = list({p.resolve(): p for p in reversed(paths)}.values())[::-1]  # a folder and a file in it: once
+    first = {}
+    for p in paths:  # a folder and a file in it: once, where it first comes, as it was named
+        first.setdefault(p.resolve(), p)
+    paths = list(first.values())
     studies = []
     for p in paths:
         try:

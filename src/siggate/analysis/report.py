@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from ..config_args import check_out_folder
+from ..stats import IDENTICAL_RTOL
 from .common import fmt, table
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_SUPPORTED = "holds", "does not hold", "inconclusive at this budget", "not supported"
@@ -261,7 +262,7 @@ def verdict_entropy(e: dict) -> dict:
 def _reaches(ratio: float, bound: float) -> bool:
     """``ratio >= bound`` for ratios of learning rates, up to float rounding (3e-4 / 3e-5 is
     9.999999999999998, a 10x range that a plain comparison called short of 10x)."""
-    return ratio >= bound * (1 - 1e-9)
+    return ratio >= bound * (1 - IDENTICAL_RTOL)
 
 
 def verdict_lr(l: dict) -> list[dict]:
@@ -491,9 +492,13 @@ def _compare_section(compare: list) -> str:
 
 
 def _baseline_key(c: dict) -> tuple:
-    """What a comparison's scores are comparable by: its dataset, metric and epochs."""
-    data = ((c.get("config") or {}).get("data") or {}).get("name") or c.get("dataset")
-    return data, c.get("metric"), c.get("epochs")
+    """What a comparison's scores are comparable by: its dataset (a CSV's file and split too),
+    metric and epochs."""
+    data = (c.get("config") or {}).get("data") or {}
+    name = data.get("name") or c.get("dataset")
+    if name == "csv":
+        name = f"csv {data.get('csv')} ({data.get('split')})"
+    return name, c.get("metric"), c.get("epochs")
 
 
 _SECTIONS = {

@@ -438,9 +438,10 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
                 rare = min(counts, key=counts.get)
                 head = (f"{path}: the {name} split holds only class {int(held) if held is not None else '?'} "
                         f"({len(graphs)} rows), so its ROC-AUC is undefined")
-                if counts[rare] < len(ds.splits):  # no split can fix it: train, val and test each need one
+                needing = sum(1 for graphs_ in ds.splits.values() if graphs_)  # an allowed empty test needs none
+                if counts[rare] < needing:  # no split can fix it: each split that holds rows needs one
                     raise DataError(f"{head}; the file's usable rows hold {counts[rare]} of class {int(rare)} (of "
-                                    f"{len(y)}), and each of the {len(ds.splits)} splits needs both classes: label "
+                                    f"{len(y)}), and each of the {needing} splits needs both classes: label "
                                     f"more molecules of class {int(rare)}")
                 raise DataError(f"{head}; --split random mixes the classes (another --seed draws another random "
                                 "split), or give a split column with both classes in each split")

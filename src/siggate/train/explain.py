@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from ..files import number_text
 from .attribution import DEFAULT_STEPS
 
 #: picture size in pixels, and the band below the molecule that holds the colour bar
@@ -166,7 +167,7 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
                     mol = parse_smiles(row["smiles"].strip())
                 elements = [a.GetSymbol() for a in mol.GetAtoms()]
                 for a, (element, values) in enumerate(zip(elements, atoms.tolist())):
-                    atom_w.writerow([n + i, a, element, *[f"{v:.6g}" for v in values]])
+                    atom_w.writerow([n + i, a, element, *[number_text(v) for v in values]])
                 stems = []
                 for t, name in enumerate(names):
                     stem = _stem(n + i, name, several)
@@ -177,7 +178,7 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
                     (out / f"{stem}.png").write_bytes(draw_contributions(mol, atoms[:, t].tolist(), legend, caption,
                                                                          png=True))
                     stems.append(stem)
-                values = [f"{float(v):.6g}" for t in range(len(names))
+                values = [number_text(float(v)) for t in range(len(names))
                           for v in (pred[t], base[t], atoms[:, t].sum())]
                 mol_w.writerow(record + values + [";".join(stems), ""])
             n += len(rows)
