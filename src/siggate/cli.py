@@ -436,7 +436,7 @@ def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> N
     elif not found and not resume:  # no run, but files of a run's names: someone's own, not to write over
         clashing = rundir.run_output_names(out)
         if clashing and not overwrite:
-            raise CLIError(f"--out {out} holds {', '.join(clashing[:4])}{' ...' if len(clashing) > 4 else ''}, names "
+            raise CLIError(f"--out {out} holds {clashing}, names "
                            "a run writes, but no run: move them or choose another --out (--overwrite replaces them)")
         if clashing:
             rundir.clear_run(out)

@@ -132,7 +132,7 @@ def _claimed(out: Path | None):
         else:  # no earlier fit's: files of the names a fit writes are someone's own, not to be replaced
             clashing = run_output_names(out)
             if clashing:
-                raise ValueError(f"out_dir {out} holds {', '.join(clashing[:3])}{' ...' if len(clashing) > 3 else ''}, "
+                raise ValueError(f"out_dir {out} holds {clashing}, "
                                  "which a fit would write over, and no earlier fit made them: choose another out_dir, "
                                  "or move them")
         marker = out / ESTIMATOR_RECORD

@@ -69,14 +69,16 @@ def run_folders(folder: str | Path) -> set[Path]:
     return {top.resolve(), *(m.resolve() for m in _members(top))}
 
 
-def run_output_names(out: str | Path) -> list[str]:
+def run_output_names(out: str | Path) -> str:
     """The names in ``out`` that ``siggate train`` writes (:data:`RUN_OUTPUTS`, :data:`RUN_FOLDERS`,
-    ``member*`` folders), whoever made them."""
+    ``member*`` folders), whoever made them, as a refusal names them (the first four, folders with
+    a ``/``); ``""`` when there are none."""
     out = Path(out)
     if not out.is_dir():
-        return []
-    return [p.name + ("/" if p.is_dir() else "") for p in sorted(out.iterdir())
-            if p.name in RUN_OUTPUTS or p.name in RUN_FOLDERS or _MEMBER.fullmatch(p.name)]
+        return ""
+    names = [p.name + ("/" if p.is_dir() else "") for p in sorted(out.iterdir())
+             if p.name in RUN_OUTPUTS or p.name in RUN_FOLDERS or _MEMBER.fullmatch(p.name)]
+    return ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
 
 
 def run_files(out: str | Path) -> list[str]:
