@@ -340,6 +340,11 @@ def test_a_run_without_checkpoints_counts_with_its_kept_measurement(campaign, tm
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and why in err and str(run) in err, err
         assert (folder / "results.json").read_text() == before
+    (folder / "results.json").write_text("[" * 100000 + "]" * 100000)  # a RecursionError traceback before
+    assert main(["analyze", "mad", str(folder), "--threads", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "not the results of 'siggate compare' (ValueError: JSON nested too deep to read)" in err
+    (folder / "results.json").write_text(before)
     (run / compare_mad.KEPT).unlink()
     assert main(["analyze", "mad", str(folder), "--threads", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err

@@ -207,8 +207,12 @@ def add_mad(folder: Path, batch_size: int = 64, command: str | None = None, prog
     path = folder / "results.json"
     if not path.is_file():
         raise CLIError(f"{path} does not exist: give a folder written by 'siggate compare --out DIR'")
-    res = read_json(path)
-    labels, seeds = res["gates"], [str(s) for s in res["seeds"]]
+    try:
+        res = read_json(path)
+        labels, seeds = list(res["gates"]), [str(s) for s in res["seeds"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CLIError(f"{path}: not the results of 'siggate compare' ({type(exc).__name__}: {exc}); give a folder "
+                       "written by 'siggate compare --out DIR'") from None
     t0, datasets, measured = time.time(), {}, {}
     new = {}  # the runs measured now: their measurements are kept once every run has one
     for lab in labels:
