@@ -498,8 +498,9 @@ def test_data_refused_before_any_member_leaves_no_run_behind(nitrogen_csv, tmp_p
 def test_a_refusal_while_fitting_forgets_only_a_bare_record(nitrogen_csv, tmp_path, capsys, monkeypatch):
     """A new run refused while its first member fits (exit 2, one line) leaves no run, so the
     same command runs afterwards without --overwrite; refused after a member was saved, or in a
-    folder that held files of its own (one named like a run's log), the folder keeps everything
-    (nothing trained or the user's is lost) and holds the run."""
+    folder that held files of its own, the folder keeps everything (nothing trained or the user's
+    is lost) and holds the run. A file of its own named like a run's log is refused before any
+    work (a run would write over it)."""
     def refuse(self, ds):
         raise DataError("refused by the test")
 
@@ -512,8 +513,12 @@ def test_a_refusal_while_fitting_forgets_only_a_bare_record(nitrogen_csv, tmp_pa
     own.mkdir()
     (own / "log.csv").write_text("the user's own\n")
     rc, _, err = _train(capsys, nitrogen_csv, own, "--members", "svr,rf", "--weights", "val")
+    assert rc == 2 and f"--out {own} holds log.csv, names a run writes, but no run" in _one_line(err)
+    assert (own / "log.csv").read_text() == "the user's own\n" and not holds_run(own)
+    (own / "log.csv").rename(own / "notes.csv")
+    rc, _, err = _train(capsys, nitrogen_csv, own, "--members", "svr,rf", "--weights", "val")
     assert rc == 2 and "refused by the test" in _one_line(err)
-    assert (own / "log.csv").read_text() == "the user's own\n" and holds_run(own)
+    assert (own / "notes.csv").read_text() == "the user's own\n" and holds_run(own)
     monkeypatch.undo()
     rc, _, err = _train(capsys, nitrogen_csv, bare, "--members", "svr,rf", "--weights", "val")
     assert rc == 0, err
