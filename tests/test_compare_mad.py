@@ -369,3 +369,12 @@ def test_a_run_without_a_score_wins_no_seed(campaign, tmp_path, capsys):
     assert len(rows) == 1 and rows[0].endswith("| n/a | (no score) |"), rows
     [row0] = [ln for ln in section.splitlines() if ln.startswith("| 0 |")]
     assert row0.endswith(("`none` |", "`elementwise` |", "`tie` |"))
+
+
+def test_aggregate_only_into_a_folder_of_no_comparison_is_refused(tmp_path, capsys):
+    """`siggate compare --out NEW --aggregate-only` wrote an empty nci5k comparison there and exited 0."""
+    new = tmp_path / "new"
+    assert main(["compare", "--out", str(new), "--aggregate-only", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"--aggregate-only: {new} holds no comparison" in err
+    assert not new.exists()

@@ -626,6 +626,9 @@ def compare(args) -> int:
                                    f"flags give: they describe another comparison than the one in {out}{recorded}; give "
                                    "its flags, or none of --config/--gates/--seeds/--set/--epochs/--budget to take them "
                                    "from its results.json")
+            if n_done == 0 and not old and not any(p.state == "resume" for p in pairs):  # a folder of no comparison
+                raise CompareError(f"--aggregate-only: {out} holds no comparison (no results.json, no run of these "
+                                   "flags): give the --out of a siggate compare")
             if n_done == 0 and sum((old.get("n") or {}).values()):  # finished runs' results replaced by nothing
                 raise CompareError(f"--aggregate-only: none of these flags' {len(pairs)} runs is finished in {out}, whose "
                                    f"results.json counts finished runs{recorded}; give the comparison's seeds and gates, "
