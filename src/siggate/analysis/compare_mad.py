@@ -56,6 +56,11 @@ def dataset_key(cfg) -> str:
     return json.dumps([cfg.to_dict()["data"], repr(Encodings.of(cfg.model)), cfg.train.seed], sort_keys=True)
 
 
+def _scores_recorded(val: float, recorded_val: float | None) -> bool:
+    """Whether a model's validation metric ``val`` is the one its run recorded (:data:`VAL_RTOL`)."""
+    return recorded_val is None or math.isclose(val, recorded_val, rel_tol=VAL_RTOL, abs_tol=1e-9)
+
+
 def measure_run(run_dir: Path, recorded_val: float | None, datasets: dict, batch_size: int = 64) -> dict:
     """The last-layer MAD of the ``best.pt`` of ``run_dir``: ``mad``, ``per_layer`` (index 0 the
     encoder's output, as the smoothing analysis), ``n_graphs`` (its validation graphs),
@@ -78,7 +83,7 @@ def measure_run(run_dir: Path, recorded_val: float | None, datasets: dict, batch
         datasets[key] = load_dataset(cfg, progress=False)
     ds = datasets[key]
     val = evaluate_splits(model, ds, ["val"], ckpt["target_mean"], ckpt["target_std"])["val"]
-    if recorded_val is not None and not math.isclose(val, recorded_val, rel_tol=VAL_RTOL, abs_tol=1e-9):
+    if not _scores_recorded(val, recorded_val):
         raise CLIError(f"{path} scores validation {ds.info.metric} {val:.6g} here, its run recorded {recorded_val:.6g}: "
                        "this checkout computes another model than the run's commit trained (its model code changed), "
                        "so its MAD would not be the trained model's; nothing was written")
@@ -115,7 +120,7 @@ def kept_measure(run_dir: Path, recorded_val: float | None) -> dict:
         raise CLIError(f"{path} is not a MAD measurement of this definition (fields {', '.join(_FIELDS)} and the "
                        f"definition), and {Path(run_dir) / 'best.pt'} is gone: remove it and measure the run where "
                        "its checkpoints are")
-    if recorded_val is not None and not math.isclose(m["val"], recorded_val, rel_tol=VAL_RTOL, abs_tol=1e-9):
+    if not _scores_recorded(m["val"], recorded_val):
         raise CLIError(f"{path} measured a model of validation {m['val']:.6g}, the run records {recorded_val:.6g}: "
                        "it is another model's measurement; remove it and measure the run where its checkpoints are")
     return m
