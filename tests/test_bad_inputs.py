@@ -983,6 +983,34 @@ def test_a_run_on_a_relative_csv_path_resumes_from_another_folder(tmp_path, caps
     assert f"{home / 'd.csv'} changed since the run started (sha256 " in err and "restore the file" in err
 
 
+@pytest.mark.parametrize("members", [None, "svr,rf"])
+def test_a_run_whose_csv_moved_resumes_on_the_copy_with_the_recorded_sha256(tmp_path, capsys, members):
+    """A run whose CSV was moved (to another machine, another folder) could not be resumed:
+    ``--data NEW_PATH`` was refused as a config difference even when the file was the one the
+    run recorded (its SHA-256). The copy is the run's data; a copy with other content is not."""
+    first, moved = tmp_path / "a" / "d.csv", tmp_path / "b" / "e.csv"
+    first.parent.mkdir(), moved.parent.mkdir()
+    _write_train_csv(first)
+    common = [*_TRAIN_ARGS, "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "run")]
+    common += ["--members", members] if members else []
+    epochs = (lambda n: []) if members else (lambda n: ["--epochs", str(n)])
+    rc, _, err = run_cli(["train", "--data", str(first), *common, *epochs(1)], capsys)
+    assert rc == 0, err
+    first.rename(moved)
+    rc, _, err = run_cli(["train", "--data", str(moved), *common, *epochs(2), "--resume"], capsys)
+    assert rc == 0, err
+    record = "config.yaml" if members is None else "members.yaml"
+    assert yaml.safe_load((tmp_path / "run" / record).read_text())["data"]["csv"] == str(moved)
+    if members is None:
+        with open(tmp_path / "run" / "log.csv") as fh:
+            assert [int(r["epoch"]) for r in csv.DictReader(fh)] == [1, 2]  # went on, not started again
+    other = tmp_path / "b" / "f.csv"
+    other.write_text(moved.read_text().replace(",train\n", ",val\n", 1))
+    rc, _, err = run_cli(["train", "--data", str(other), *common, *epochs(3), "--resume"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"data.csv: checkpoint has '{moved}', current config has '{other}'" in err
+
+
 def test_a_run_grown_on_resume_follows_the_longer_schedule(tmp_path, capsys):
     """Resumed with more epochs, a run trained its next epoch at the finished schedule's last
     learning rate (2e-5 after a 2-epoch run where a 4-epoch one has 1e-3); now each epoch's rate

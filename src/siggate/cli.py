@@ -113,7 +113,7 @@ def cmd_train(args) -> int:
     cfg = config_from_args(args)
     if saved is not None:
         cfg = rundir.keep_run_schedule(cfg, saved, set_keys(args))
-        diffs = rundir.resume_differences(saved, cfg.to_dict())
+        diffs = rundir.resume_differences(saved, cfg.to_dict(), path)
         if diffs:
             raise CLIError(f"--resume {resume}: the flags differ from the run's config ({'; '.join(diffs)}); "
                            f"drop them to continue the run as it was, or start a new run with another --out")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..files import UnsafeFile, atomic_write, safe_torch_load
+from ..files import UnsafeFile, atomic_write, file_digest, safe_torch_load
 from ..options import resolve_select
 from ..version import __version__
 
@@ -204,21 +204,28 @@ def set_rng_state(state: dict) -> None:
 RUN_LOCAL_KEYS = ("data.root", "data.cache_dir", "train.threads")
 
 
-def config_differences(saved_cfg: dict, current_cfg: dict, ignore: tuple = ()) -> list[str]:
+def config_differences(saved_cfg: dict, current_cfg: dict, ignore: tuple = (),
+                       csv_sha256: str | None = None) -> list[str]:
     """:func:`describe_incompatibility` without :data:`RUN_LOCAL_KEYS` and ``ignore``, with
-    ``train.select`` compared as a run of its own applies it (:func:`_select_applied`)."""
+    ``train.select`` compared as a run of its own applies it (:func:`_select_applied`) and
+    ``data.csv`` as :func:`_same_csv` compares it (``csv_sha256``: the SHA-256 the saved run
+    recorded for its CSV, :func:`~siggate.train.record.data_source`)."""
     skip = RUN_LOCAL_KEYS + tuple(ignore)
     saved_cfg, current_cfg = _select_applied(saved_cfg), _select_applied(current_cfg)
-    return [d for d in describe_incompatibility(_same_csv(saved_cfg, current_cfg), current_cfg)
+    return [d for d in describe_incompatibility(_same_csv(saved_cfg, current_cfg, csv_sha256), current_cfg)
             if d.split(":", 1)[0] not in skip]
 
 
-def _same_csv(saved: dict, current: dict) -> dict:
+def _same_csv(saved: dict, current: dict, sha256: str | None = None) -> dict:
     """``saved`` with its ``data.csv`` written as ``current`` writes it where both name one file:
     a run saved before ``--data`` was recorded as an absolute path holds it relative to the
-    folder it was started in (the same file when resumed from there)."""
+    folder it was started in (the same file when resumed from there), and a run whose file was
+    moved or copied (to another machine) is resumed on the copy when the copy's SHA-256 is the
+    one the run recorded (``sha256``)."""
     a, b = ((c.get("data") or {}).get("csv") if isinstance(c, dict) else None for c in (saved, current))
-    if not (isinstance(a, str) and isinstance(b, str)) or a == b or Path(a).absolute() != Path(b).absolute():
+    if not (isinstance(a, str) and isinstance(b, str)) or a == b:
+        return saved
+    if Path(a).absolute() != Path(b).absolute() and not (sha256 and Path(b).is_file() and file_digest(b) == sha256):
         return saved
     return {**saved, "data": {**saved["data"], "csv": b}}
 

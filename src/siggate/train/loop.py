@@ -240,7 +240,9 @@ def resume_run(run: Run, path: Path, config: dict) -> bool:
     ckpt = _load_resume(path, ctx)
     if ckpt is None:
         return False
-    diffs = config_differences(ckpt["config"], config, ignore=("train.epochs",))
+    source = ckpt.get("data_source")
+    diffs = config_differences(ckpt["config"], config, ignore=("train.epochs",),
+                               csv_sha256=source.get("sha256") if isinstance(source, dict) else None)
     saved = ckpt["resolved"]
     diffs += [f"{k} (resolved from the training data): checkpoint has {saved.get(k)!r}, this run has "
               f"{run.resolved.get(k)!r}" for k in sorted(set(saved) | set(run.resolved)) if saved.get(k) != run.resolved.get(k)]

@@ -249,21 +249,28 @@ def changed_since(path: str | Path, data) -> str | None:
     (saved before siggate recorded it)."""
     from ..files import source_changed
 
-    meta = read_record(path).get("_meta") or {}
     if data.name != "csv" or not Path(data.csv).is_file():
         return None
-    why = source_changed(data.csv, (meta.get("source") or {}).get("sha256"), "the run started")
+    why = source_changed(data.csv, recorded_sha256(path), "the run started")
     return why and f"{why}, so the run would go on with other data"
 
 
-def resume_differences(saved: dict, current: dict) -> list[str]:
+def resume_differences(saved: dict, current: dict, path: str | Path) -> list[str]:
     """The config values in which ``current`` (built from the flags given with ``--resume``)
-    differs from the run's ``saved`` config, one ``"key: checkpoint has A, current config
-    has B"`` per key; ``train.epochs`` (a resumed run may grow) and the run-local keys
-    (where data lies, threads) may differ."""
+    differs from the run's ``saved`` config (its record ``path``), one ``"key: checkpoint has A,
+    current config has B"`` per key; ``train.epochs`` (a resumed run may grow), the run-local keys
+    (where data lies, threads) and the path of a CSV whose content is the one recorded (a moved
+    file) may differ."""
     from .checkpoint import config_differences  # torch; only when resuming
 
-    return config_differences(saved, current, ignore=("train.epochs",))
+    return config_differences(saved, current, ignore=("train.epochs",), csv_sha256=recorded_sha256(path))
+
+
+def recorded_sha256(path: str | Path) -> str | None:
+    """The SHA-256 of the CSV a run recorded when it started (its record ``path``, ``_meta.source``);
+    None for a named dataset or a run saved before siggate recorded it."""
+    source = (read_record(path).get("_meta") or {}).get("source")
+    return source.get("sha256") if isinstance(source, dict) else None
 
 
 #: What ``--resume`` keeps from the run unless ``--set`` gives it again: the warmup is the run's
