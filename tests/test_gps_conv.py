@@ -38,15 +38,10 @@ def make_conv(kind: str, seed: int):
 
 
 def copy_pyg_into_ours(pyg: GPSConv, ours: GatedGPSConv) -> None:
-    """PyG's weights into ours: identical sub-module names, except the attention
-    (``in_proj_weight`` packs q, k, v; ours is ``in_proj.weight``)."""
-    state = {k: v for k, v in pyg.state_dict().items() if not k.startswith("attn.")}
-    ours.load_state_dict(state, strict=False)
-    with torch.no_grad():
-        ours.attn.in_proj.weight.copy_(pyg.attn.in_proj_weight)
-        ours.attn.in_proj.bias.copy_(pyg.attn.in_proj_bias)
-        ours.attn.out_proj.weight.copy_(pyg.attn.out_proj.weight)
-        ours.attn.out_proj.bias.copy_(pyg.attn.out_proj.bias)
+    """PyG's weights into ours, as a user loads a saved ``GPSConv``: its state dict, strictly
+    (ours renames ``attn.in_proj_weight``/``_bias`` to ``attn.in_proj.weight``/``.bias``;
+    every other name is the same)."""
+    ours.load_state_dict(pyg.state_dict())
 
 
 def twins(kind: str, impl: str):
@@ -151,3 +146,38 @@ def test_unsupported_attention_is_refused():
         GatedGPSConv(C, None, attn_type="performer", attn_kwargs={"kernel": torch.nn.ReLU()})
     with pytest.raises(ValueError, match="num_features"):  # another type's option
         GatedGPSConv(C, None, attn_type="exphormer", attn_kwargs={"num_features": 8})
+
+
+def test_a_gpsconv_state_dict_loads_and_a_gated_conv_refuses_its_missing_gate_rows():
+    """A saved ``GPSConv``'s state dict did not load (``attn.in_proj_weight`` is
+    ``attn.in_proj.weight`` here): 'Missing key(s)... Unexpected key(s)'. It loads into the
+    ungated conv (the weights are the same tensors' values) and is refused by size into a gated one."""
+    torch.manual_seed(0)
+    conv, _ = make_conv("gine", 0)
+    pyg = GPSConv(C, conv, heads=HEADS)
+    state = pyg.state_dict()
+    ours = GatedGPSConv(C, make_conv("gine", 0)[0], heads=HEADS, gate="none")
+    ours.load_state_dict(state)
+    assert torch.equal(ours.attn.in_proj.weight, pyg.attn.in_proj_weight)
+    assert "attn.in_proj_weight" in state  # the caller's dict is left as it was
+    gated = GatedGPSConv(C, make_conv("gine", 0)[0], heads=HEADS, gate="elementwise")
+    with pytest.raises(RuntimeError, match=r"size mismatch for attn.in_proj.weight"):
+        gated.load_state_dict(state)
+
+
+def test_exphormer_takes_edge_features_of_its_own_beside_a_conv_of_another_width():
+    """``GINEConv(mlp, edge_dim=4)`` with ``attn_type="exphormer"``: the conv's 4-wide edge_attr
+    went to the attention too, which needs [E, channels]; there was no way to give both."""
+    from torch_geometric.nn import GINEConv
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(C, C), torch.nn.ReLU(), torch.nn.Linear(C, C))
+    conv = GatedGPSConv(C, GINEConv(mlp, edge_dim=4), heads=HEADS, attn_type="exphormer").to(DT).eval()
+    x, ei, _, batch = inputs()
+    e4 = torch.randn(ei.size(1), 4, dtype=DT)
+    with pytest.raises(ValueError, match="give the attention edge features of that width as attn_edge_attr="):
+        conv(x, ei, batch, edge_attr=e4)
+    ec = torch.randn(ei.size(1), C, dtype=DT)
+    out = conv(x, ei, batch, edge_attr=e4, attn_edge_attr=ec)
+    assert out.shape == x.shape and torch.isfinite(out).all()
+    assert not torch.allclose(out, conv(x, ei, batch, edge_attr=e4, attn_edge_attr=ec + 1))  # it scores with them

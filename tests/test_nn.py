@@ -324,21 +324,65 @@ def test_prediction_alone_equals_prediction_in_batch(kw):
     assert torch.allclose(shuffled.flip(0), together, atol=1e-9)
 
 
-def test_gated_and_ungated_share_non_gate_init():
-    torch.manual_seed(5)
-    a = SigGateGT(1, dim=16, layers=2, gate="none")
-    torch.manual_seed(5)
-    a.reset_parameters()
-    torch.manual_seed(5)
-    b = SigGateGT(1, dim=16, layers=2, gate="elementwise")
-    torch.manual_seed(5)
-    b.reset_parameters()
-    sa, sb = a.state_dict(), b.state_dict()
-    for k, v in sa.items():
-        if k.endswith("in_proj.weight") or k.endswith("in_proj.bias"):
-            assert torch.equal(v, sb[k][: v.size(0)])
-        else:
-            assert torch.equal(v, sb[k]), k
+def _built(seed, make):
+    """``make()`` after ``torch.manual_seed(seed)``, and torch's random state after it."""
+    torch.manual_seed(seed)
+    module = make()
+    return module, torch.random.get_rng_state()
+
+
+@pytest.mark.parametrize("attn_type", ["full", "performer", "exphormer"])
+def test_gated_and_ungated_share_non_gate_init(attn_type):
+    """Built from one seed, a gated and an ungated module share every non-gate weight and leave
+    the random stream where the other does: a researcher's paired ablation compares gates, not
+    initialisations. Only siggate's own runs had it (they re-seed before reset_parameters());
+    built directly, 29 of a model's tensors differed (the fused projection's default init drew
+    as many numbers as it is wide, and a layer reset its gate before its feed-forward block)."""
+    from siggate.nn import GatedGPSConv
+
+    kw = {"attn_type": attn_type}
+    makers = {
+        "model": lambda gate: SigGateGT(1, dim=16, layers=2, gate=gate, **kw),
+        "layer": lambda gate: GPSLayer(16, heads=2, gate=gate, **kw),
+        "conv": lambda gate: GatedGPSConv(16, None, heads=2, gate=gate,
+                                          attn_type="multihead" if attn_type == "full" else attn_type),
+        "two layers": lambda gate: torch.nn.Sequential(GPSLayer(16, heads=2, gate=gate, **kw),
+                                                       GPSLayer(16, heads=2, gate="none", **kw)),
+    }
+    for name, make in makers.items():
+        (a, state_a), *gated = (_built(5, lambda: make(g)) for g in ("none", "elementwise", "headwise"))
+        sa = a.state_dict()
+        for b, state_b in gated:
+            sb = b.state_dict()
+            assert sa.keys() == sb.keys() and torch.equal(state_a, state_b), name
+            for k, v in sa.items():
+                other = sb[k][: v.size(0)] if k.endswith(("in_proj.weight", "in_proj.bias")) else sb[k]
+                assert torch.equal(v, other), (name, k)
+    # and the CLI's way (re-seeded, then reset_parameters()) too
+    pair = []
+    for gate in ("none", "elementwise"):
+        torch.manual_seed(5)
+        model = SigGateGT(1, dim=16, layers=2, gate=gate, **kw)
+        torch.manual_seed(5)
+        model.reset_parameters()
+        pair.append(model.state_dict())
+    for k, v in pair[0].items():
+        assert torch.equal(v, pair[1][k][: v.size(0)] if k.endswith(("in_proj.weight", "in_proj.bias")) else pair[1][k])
+
+
+def test_the_gate_weights_are_seeded_and_not_a_copy_of_the_next_draw():
+    """The gate draws from its own generator: the same seed gives the same gate, another seed
+    another one, and the gate is not the weights drawn after it (the global stream's next numbers)."""
+    a, _ = _built(3, lambda: GatedMultiheadAttention(16, 4, gate="elementwise", gate_weight_std=1.0))
+    b, _ = _built(3, lambda: GatedMultiheadAttention(16, 4, gate="elementwise", gate_weight_std=1.0))
+    c, _ = _built(4, lambda: GatedMultiheadAttention(16, 4, gate="elementwise", gate_weight_std=1.0))
+    gate = a.in_proj.weight[48:]
+    assert torch.equal(gate, b.in_proj.weight[48:]) and not torch.equal(gate, c.in_proj.weight[48:])
+    torch.manual_seed(3)
+    GatedMultiheadAttention(16, 4, gate="elementwise", gate_weight_std=1.0)
+    following = torch.randn(16, 16)
+    assert not torch.allclose(gate, following) and abs(float(torch.corrcoef(
+        torch.stack([gate.flatten(), following.flatten()]))[0, 1])) < 0.3
 
 
 def test_model_gradients_reach_every_gate():
@@ -438,10 +482,14 @@ def test_mlp_head_halves_the_width():
     assert len(mlp_head(8, 1, 1)) == 1
 
 
-def test_readme_own_model_example_runs_on_the_fast_path():
-    """The README's "use the layer in your own model" code, executed as written."""
+@pytest.mark.parametrize("attn_type", ["full", "performer", "exphormer"])
+def test_readme_own_model_example_runs_on_the_fast_path(attn_type, monkeypatch):
+    """The README's "use the layer in your own model" code, executed as written, for each
+    attention type (it built a PackedLayout, which a Performer or Exphormer layer failed on)."""
     import pathlib
     import re
+
+    from siggate.nn.impl import IMPL_ENV
 
     text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = text[text.index("## Use the layer in your own model"):]
@@ -449,7 +497,7 @@ def test_readme_own_model_example_runs_on_the_fast_path():
     ns: dict = {}
     exec(code, ns)
     torch.manual_seed(0)
-    model = ns["MyModel"](in_dim=3, edge_dim=2, dim=16, layers=2)
+    model = ns["MyModel"](in_dim=3, edge_dim=2, dim=16, layers=2, attn_type=attn_type)
     graphs = [Data(x=torch.randn(n, 3), edge_index=torch.tensor([[0, 1], [1, 0]]), edge_attr=torch.randn(2, 2))
               for n in (4, 7, 2)]
     b = Batch.from_data_list(graphs)
@@ -457,13 +505,28 @@ def test_readme_own_model_example_runs_on_the_fast_path():
     model.layers[0].attn.register_forward_hook(lambda m, i, o: calls.append(1))
     model(b).sum().backward()  # trains
     out = model.eval()(b)
-    assert out.shape == (3, 1) and not calls  # the padded forward never ran: packed path
-    from types import SimpleNamespace
+    assert out.shape == (3, 1) and model.layers[0].attn.attn_type == attn_type
+    assert not calls or attn_type != "full"  # the padded forward never ran: packed path
+    monkeypatch.setenv(IMPL_ENV, "reference")  # the layout decides: the readable definition
+    assert torch.allclose(model(b), out, atol=1e-5)
+    assert calls or attn_type != "full"
 
-    from siggate.nn import DenseIndex
 
-    ns["PackedLayout"] = SimpleNamespace(from_batch=DenseIndex.from_batch)  # the layout decides: reference
-    assert torch.allclose(model(b), out, atol=1e-6) and calls
+def test_a_layout_of_another_attention_type_is_refused_by_name():
+    """A Performer or Exphormer layer handed a PackedLayout (as the README's example once built
+    for every type) failed deep inside with an AttributeError ('no attribute runs')."""
+    from siggate.nn import GPSLayer, PackedLayout
+
+    batch, ei = torch.tensor([0, 0, 1, 1, 1]), torch.tensor([[0, 2], [1, 3]])
+    for attn_type in ("performer", "exphormer"):
+        layer = GPSLayer(16, heads=2, attn_type=attn_type)
+        with pytest.raises(ValueError, match=f"a PackedLayout is not a layout the '{attn_type}' attention reads; "
+                                             r"build it with layer.attn.make_layout\(batch, edge_index, num_graphs\)"):
+            layer(torch.randn(5, 16), ei, torch.randn(2, 16), batch, PackedLayout.from_batch(batch, 2))
+    full = GPSLayer(16, heads=2)
+    perf_layout = GPSLayer(16, heads=2, attn_type="performer").attn.make_layout(batch)
+    with pytest.raises(ValueError, match="a GraphSegments is not a layout the 'full' attention reads"):
+        full(torch.randn(5, 16), ei, torch.randn(2, 16), batch, perf_layout)
 
 
 def test_pool_graphs_against_per_graph_loops():
@@ -568,3 +631,79 @@ def test_dense_model_runs_in_float64_as_in_float32(pe):
     assert out64.dtype == torch.float64 and torch.allclose(out64.float(), out32, atol=1e-5)
     b.x = b.x.double()
     assert torch.equal(m64(b), out64)
+
+
+def test_a_graph_without_nodes_leaves_the_reference_gradients_finite():
+    """The readable reference masked padded keys with -inf: a padded row with no real key (a
+    graph of no nodes in the batch, or a padded sample with none) became NaN, and so did every
+    gradient of the projections, while the fast path's were finite."""
+    torch.manual_seed(0)
+    attn = GatedMultiheadAttention(8, 2)
+    x, mask = torch.randn(2, 3, 8), torch.tensor([[True, True, True], [False, False, False]])
+    grads = {}
+    for impl in ("reference", "sdpa"):
+        attn.zero_grad()
+        (attn(x, mask, impl=impl) * mask[..., None]).sum().backward()
+        grads[impl] = [p.grad.clone() for p in attn.parameters()]
+        assert all(torch.isfinite(g).all() for g in grads[impl]), impl
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*grads.values()))
+    model = SigGateGT(1, dim=16, layers=1, impl="reference")
+    empty = random_graph(4, 2)
+    empty = Data(x=empty.x[:0], edge_index=empty.edge_index[:, :0], edge_attr=empty.edge_attr[:0],
+                 rwse=empty.rwse[:0], lap_vec=empty.lap_vec[:0], lap_val=empty.lap_val[:0], y=empty.y)
+    model(Batch.from_data_list([random_graph(5, 0), empty, random_graph(4, 1)])).sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_a_trainable_bias_of_a_frozen_projection_gets_its_gradient_on_the_fast_path():
+    """BitFit-style fine-tuning (weights frozen, biases trained) on raw inputs: the fast path
+    took the no-grad branch (it looked at the input and the weight only) and failed with
+    'bmm(): functions with out=... arguments don't support automatic differentiation'."""
+    grads = {}
+    for impl in ("packed", "reference"):
+        torch.manual_seed(0)
+        attn = GatedMultiheadAttention(16, 4).train()
+        attn.in_proj.weight.requires_grad_(False)
+        batch = torch.tensor([0, 0, 0, 1, 1])
+        attn.forward_nodes(torch.randn(5, 16), attn.make_layout(batch, impl=impl)).sum().backward()
+        grads[impl] = attn.in_proj.bias.grad
+    assert grads["packed"] is not None and torch.allclose(grads["packed"], grads["reference"], atol=1e-5)
+
+
+def test_a_second_derivative_through_the_fast_kernels_is_refused_by_name():
+    """A gradient penalty through the hand-written backwards failed with 'bmm(): functions with
+    out=...' or 'modified by an inplace operation'; the kernels say they differentiate once."""
+    batch, ei = torch.tensor([0, 0, 0, 1, 1]), torch.tensor([[0, 1, 3], [1, 2, 4]])
+    for attn_type in ("full", "performer", "exphormer"):
+        torch.manual_seed(0)
+        layer = GPSLayer(8, heads=2, attn_type=attn_type).train()
+        x = torch.randn(5, 8, requires_grad=True)
+        y, _ = layer(x, ei, torch.randn(3, 8), batch)
+        (g,) = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
+        with pytest.raises(RuntimeError, match="marked with @once_differentiable"):
+            g.sum().backward()
+    ref = GPSLayer(8, heads=2, impl="reference").train()  # the readable definition differentiates twice
+    x = torch.randn(5, 8, requires_grad=True)
+    (g,) = torch.autograd.grad(ref(x, ei, torch.randn(3, 8), batch)[0].pow(2).sum(), x, create_graph=True)
+    g.sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: GatedMultiheadAttention(16, 0), r"heads must be a whole number >= 1, got 0"),
+    (lambda: GatedMultiheadAttention(16, -4), r"heads must be a whole number >= 1, got -4"),
+    (lambda: GatedMultiheadAttention(16, 4, gate="headwise", gate_bias_init=5.0, bias=False),
+     r"gate_bias_init=5.0 needs the projections' biases"),
+    (lambda: GPSLayer(16, dropout=-0.5), r"dropout must be in \[0, 1\), got -0.5"),
+    (lambda: GPSLayer(16, dropout=1.5), r"dropout must be in \[0, 1\), got 1.5"),
+    (lambda: SigGateGT(1, dim=16, head_layers=0, mol_features_dim=3), "a prediction head needs at least one layer"),
+    (lambda: SigGateGT(1, dim=16, node_features="dense"), "node_features='dense' needs num_node_features > 0"),
+])
+def test_constructor_arguments_that_cannot_work_are_refused_when_built(make, message):
+    """Each was accepted and failed later (a ZeroDivisionError, a shape error at the first
+    forward), silently ran without dropout (-0.5), ignored the gate bias (a constant gate of 0.5
+    instead of sigmoid(5)), or built a head that could not take the molecule features."""
+    with pytest.raises(ValueError, match=message):
+        make()
+    GatedMultiheadAttention(16, 4, gate="none", bias=False)  # no gate, no gate bias: fine
+    GatedMultiheadAttention(16, 4, gate="headwise", bias=False)

@@ -30,6 +30,7 @@ Which implementation runs is decided once per forward, by
 from __future__ import annotations
 
 import math
+import numbers
 from functools import partial
 
 import torch
@@ -40,6 +41,15 @@ from ..options import ATTN_IMPLS, GATE_KINDS, GATE_POSITIONS, GPSOptions  # shar
 from .impl import IMPL_ENV, check_node_impl, resolve_impl  # noqa: F401 (IMPL_ENV, check_node_impl re-exported)
 from .kernels.layout import DenseIndex, PackedLayout
 from .kernels.packed import PackedAttend
+
+
+def _seed_from_global_state(salt: str) -> int:
+    """A 63-bit seed that is a hash of torch's global CPU random state and ``salt``; the state
+    is read, not advanced (:meth:`GatedAttentionBase.reset_gate`)."""
+    import hashlib
+
+    state = torch.random.get_rng_state().numpy().tobytes()
+    return int.from_bytes(hashlib.sha256(state + salt.encode()).digest()[:8], "little") >> 1
 
 
 class GatedAttentionBase(nn.Module):
@@ -75,12 +85,16 @@ class GatedAttentionBase(nn.Module):
 
     #: the name of the type in :data:`siggate.nn.attention_types.ATTENTION_TYPES`
     attn_type = ""
+    #: the layouts the type's :meth:`build_layout` makes (and :meth:`forward_nodes` reads)
+    layout_types: tuple = ()
 
     def __init__(self, dim: int, heads: int = GPSOptions.heads, gate: str = GPSOptions.gate,
                  gate_position: str = GPSOptions.gate_position, gate_bias_init: float = GPSOptions.gate_bias_init,
                  gate_weight_std: float | None = GPSOptions.gate_weight_std,
                  attn_dropout: float = GPSOptions.attn_dropout, bias: bool = True) -> None:
         super().__init__()
+        if not (isinstance(heads, numbers.Integral) and heads >= 1):
+            raise ValueError(f"heads must be a whole number >= 1, got {heads!r}")
         if dim % heads != 0:
             raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
         if gate not in GATE_KINDS:
@@ -89,20 +103,25 @@ class GatedAttentionBase(nn.Module):
             raise ValueError(f"gate_position must be one of {GATE_POSITIONS}, got {gate_position!r}")
         if not 0.0 <= attn_dropout < 1.0:
             raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
+        if not bias and gate != "none" and gate_bias_init != 0.0:
+            raise ValueError(f"gate_bias_init={gate_bias_init} needs the projections' biases (the gate bias is one); "
+                             "drop bias=False, or leave gate_bias_init at 0")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
         self.gate, self.gate_position = gate, gate_position
         self.gate_bias_init, self.gate_weight_std = float(gate_bias_init), gate_weight_std
         self.attn_dropout = attn_dropout
         self.gate_dim = {"none": 0, "headwise": heads, "elementwise": dim}[gate]
-        self.in_proj = nn.Linear(dim, 3 * dim + self.gate_dim, bias=bias)  # q | k | v | gate logits
+        with torch.random.fork_rng(devices=[]):  # its width depends on the gate: it draws nothing (reset below)
+            self.in_proj = nn.Linear(dim, 3 * dim + self.gate_dim, bias=bias)  # q | k | v | gate logits
         self.out_proj = nn.Linear(dim, dim, bias=bias)
         # subclasses register their own parameters and buffers, then call reset_parameters()
 
     def reset_parameters(self, reset_gate: bool = True) -> None:
         """Re-initialise ``q, k, v`` and output projections like ``nn.MultiheadAttention``,
         then what the type adds (:meth:`reset_attention`), then (if ``reset_gate``) the
-        gate. The gate comes last so that gated and ungated models built from the same
-        seed share every other initial weight."""
+        gate. The gate draws from a generator of its own (:meth:`reset_gate`), so gated and
+        ungated modules, layers and models built from the same seed share every other initial
+        weight, in whatever order their parts are reset."""
         d, w = self.dim, self.in_proj.weight
         with torch.no_grad():
             qkv = torch.empty(3 * d, d, dtype=w.dtype, device=w.device)
@@ -121,16 +140,22 @@ class GatedAttentionBase(nn.Module):
         """Re-initialise what the attention type adds (random features, virtual nodes)."""
 
     def reset_gate(self) -> None:
-        """Re-initialise the gate weights and set the gate bias to ``gate_bias_init``."""
+        """Re-initialise the gate weights and set the gate bias to ``gate_bias_init``.
+
+        The weights are drawn on the CPU from a generator seeded by a hash of torch's global
+        CPU random state, which they leave as it is: what is drawn after the gate (the next
+        layer, the training's shuffles) does not depend on whether there is one, and the same
+        seed gives the same gate on every device."""
         if self.gate_dim == 0:
             return
         d, w = self.dim, self.in_proj.weight
         with torch.no_grad():
-            g = torch.empty(self.gate_dim, d, dtype=w.dtype, device=w.device)
+            g = torch.empty(self.gate_dim, d, dtype=torch.float32)
+            gen = torch.Generator().manual_seed(_seed_from_global_state("gate"))
             if self.gate_weight_std is None:
-                nn.init.xavier_uniform_(g)
+                nn.init.xavier_uniform_(g, generator=gen)
             else:
-                nn.init.normal_(g, 0.0, self.gate_weight_std)
+                nn.init.normal_(g, 0.0, self.gate_weight_std, generator=gen)
             w[3 * d :].copy_(g)
             if self.in_proj.bias is not None:
                 self.in_proj.bias[3 * d :].fill_(self.gate_bias_init)
@@ -224,6 +249,7 @@ class GatedAttentionBase(nn.Module):
         ``return_details``, ``(out, details)``: ``head_out``, ``head_out_gated``
         ``(B, N_max, H, d_head)`` and ``gate`` padded by graph (``layout.batch``) as the
         ``"full"`` type returns them, and ``attn`` ``None`` (only ``"full"`` forms it)."""
+        self.check_layout(layout)
         out, parts = self.gated(x, self.attention_core(x, layout, edge_attr), self._fused(x, layout))
         if not return_details:
             return out
@@ -233,6 +259,14 @@ class GatedAttentionBase(nn.Module):
             return None if t is None else index.to_dense(t.flatten(1)).view(*index.mask.shape, *t.shape[1:])
 
         return out, dict(zip(("head_out", "head_out_gated", "gate"), map(padded, parts)), attn=None)
+
+    def check_layout(self, layout) -> None:
+        """Refuse a layout that another attention type built (``ValueError`` naming the call that
+        builds this type's: a model of one's own that built a :class:`PackedLayout` for a
+        Performer layer failed deep inside it)."""
+        if not isinstance(layout, self.layout_types):
+            raise ValueError(f"a {type(layout).__name__} is not a layout the {self.attn_type!r} attention reads; "
+                             "build it with layer.attn.make_layout(batch, edge_index, num_graphs)")
 
     def _fused(self, x: Tensor, layout) -> bool:
         """Whether :meth:`gated` may hand the input projection to the core (one step, one
@@ -268,6 +302,7 @@ class GatedMultiheadAttention(GatedAttentionBase):
     """
 
     attn_type = "full"
+    layout_types = (DenseIndex, PackedLayout)
 
     def __init__(self, dim: int, heads: int = GPSOptions.heads, impl: str = GPSOptions.impl, **kwargs) -> None:
         super().__init__(dim, heads, **kwargs)
@@ -319,7 +354,9 @@ class GatedMultiheadAttention(GatedAttentionBase):
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :], dropout_p=self._dropout_p())
             return o.transpose(1, 2)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # B, H, N, N
-        attn = scores.masked_fill(~mask[:, None, None, :], float("-inf")).softmax(dim=-1)
+        # the dtype's lowest finite value, not -inf: a padded row with no real key (a graph without
+        # nodes) then gets finite probabilities, whose rows are dropped, not NaN in every gradient
+        attn = scores.masked_fill(~mask[:, None, None, :], torch.finfo(scores.dtype).min).softmax(dim=-1)
         if probs is not None:
             probs["attn"] = attn
         return (F.dropout(attn, self._dropout_p(), training=self.training) @ v).transpose(1, 2)  # B, N, H, dh
@@ -343,6 +380,7 @@ class GatedMultiheadAttention(GatedAttentionBase):
         """Node rows ``x [N, d]`` -> ``[N, d]`` (no edge scores): over a :class:`PackedLayout` the packed
         core; over a :class:`DenseIndex` :meth:`forward` on the padded batch (as a module
         call, so hooks see it), which alone forms the probabilities ``return_details`` asks for."""
+        self.check_layout(layout)
         if isinstance(layout, PackedLayout):
             if return_details:
                 raise ValueError("return_details needs the padded reference: build the layout with "

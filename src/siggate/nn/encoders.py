@@ -216,6 +216,9 @@ class NodeEncoder(nn.Module):
             raise ValueError(f"pe must be one of {sorted(PE_ENCODERS) + ['none']}, got {pe!r}")
         if pe != "none" and not 0 < pe_dim < dim:
             raise ValueError(f"pe_dim must be in (0, dim={dim}) when pe={pe!r}, got {pe_dim}")
+        if node_features == "dense" and not num_node_features > 0:
+            raise ValueError(f"node_features='dense' needs num_node_features > 0 (the float columns of x), "
+                             f"got {num_node_features}")
         atom_dim = dim - (pe_dim if pe != "none" else 0)
         self.atom = FEATURE_ENCODERS[node_features](atom_dim, num_node_types, num_node_features)
         self.pe = PE_ENCODERS[pe](pe_steps, pe_dim) if pe != "none" else None

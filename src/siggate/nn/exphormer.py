@@ -41,7 +41,10 @@ of ``n`` nodes gets permutations from a generator seeded with ``(expander_seed, 
 g)``. The key is a function of the graph alone (:func:`graph_keys`: its edges, numbered
 within the graph), so a molecule keeps its expander, and its output, in every batch, at any
 position, in training, evaluation and prediction alike, and two graphs of one size mostly
-get different expanders. A caller with its own identity for each graph (a dataset index)
+get different expanders. The permutations are applied in that numbering, so the layer is not
+permutation-equivariant: the same graph with its nodes renumbered (a molecule written as
+another SMILES) gets another expander and another output, as in Exphormer, whose expander
+is one draw over the dataset's node numbering. A caller with its own identity for each graph (a dataset index)
 may pass it as ``graph_index`` (:meth:`~GatedExphormerAttention.make_layout`,
 :meth:`siggate.nn.GatedGPSConv.forward`) to seed with it instead.
 
@@ -272,6 +275,7 @@ class GatedExphormerAttention(GatedAttentionBase):
     """
 
     attn_type = "exphormer"
+    layout_types = (AttentionGraph,)
 
     def __init__(
         self,
@@ -355,7 +359,8 @@ class GatedExphormerAttention(GatedAttentionBase):
         if edge_attr is None:
             graph_edges = self.edge_vectors[:1].expand(E, -1)
         elif edge_attr.dim() != 2 or edge_attr.shape != (E, self.dim):
-            raise ValueError(f"edge_attr must be [num_edges, dim] = [{E}, {self.dim}], got {list(edge_attr.shape)}")
+            raise ValueError(f"edge_attr must be [num_edges, dim] = [{E}, {self.dim}], got {list(edge_attr.shape)} "
+                             "(GatedGPSConv: give the attention edge features of that width as attn_edge_attr=)")
         else:
             graph_edges = edge_attr
         return self._edge_vectors(torch.cat([graph_edges.to(self.edge_vectors.dtype), self.edge_vectors[1:]]))

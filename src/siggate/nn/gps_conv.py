@@ -140,20 +140,35 @@ class GatedGPSConv(nn.Module):
                 norm.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None,
-                graph_index: Tensor | None = None, **kwargs) -> Tensor:
+                graph_index: Tensor | None = None, attn_edge_attr: Tensor | None = None, **kwargs) -> Tensor:
         """``x [N, c]``, ``edge_index [2, E]``, ``batch [N]`` -> ``[N, c]``; ``kwargs``
         (e.g. ``edge_attr``) go to ``conv``; ``edge_attr [E, c]`` also to the attention (an
-        edge-aware type such as Exphormer scores with it). ``graph_index [G]`` (optional): an
+        edge-aware type such as Exphormer scores with it), unless ``attn_edge_attr [E, c]``
+        gives the attention edge features of its own (a conv's ``edge_attr`` of another width,
+        e.g. ``GINEConv(mlp, edge_dim=4)``'s, is the conv's alone). ``graph_index [G]`` (optional): an
         identity of each graph (e.g. its dataset index) that seeds Exphormer's expanders
         instead of the graphs' own content (the other types ignore it). The recipe is
         :func:`~siggate.nn.layer.gps_update`, the attention runs over the layout its type builds
         from ``batch`` (and ``edge_index``)."""
         local = None if self.conv is None else (self.conv(x, edge_index, **kwargs), False)
         layout = self.attn.make_layout(batch_vector(x, batch), edge_index, graph_index=graph_index)
-        attn = self.attn.forward_nodes(x, layout, edge_attr=kwargs.get("edge_attr"))
+        attn = self.attn.forward_nodes(x, layout, edge_attr=kwargs.get("edge_attr") if attn_edge_attr is None
+                                       else attn_edge_attr)
         norms = [partial(self._norm, norm, batch=batch) for norm in (self.norm1, self.norm2, self.norm3)]
         drop = partial(F.dropout, p=self.dropout, training=self.training)
         return gps_update(x, local, attn, norms, lambda h: h + self.mlp(h), drop)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        """A state dict saved from PyG's ``GPSConv`` loads: its ``torch.nn.MultiheadAttention``
+        names the fused projection ``attn.in_proj_weight``/``attn.in_proj_bias``, siggate
+        ``attn.in_proj.weight``/``attn.in_proj.bias`` (every other name is the same). A gated
+        conv has more projection rows (the gate's) than ``GPSConv`` saved: refused by torch's
+        size check."""
+        for part in ("weight", "bias"):
+            old = f"{prefix}attn.in_proj_{part}"
+            if old in state_dict and f"{prefix}attn.in_proj.{part}" not in state_dict:
+                state_dict[f"{prefix}attn.in_proj.{part}"] = state_dict.pop(old)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _norm(self, norm: nn.Module | None, h: Tensor, batch: Tensor | None = None) -> Tensor:
         if norm is None:

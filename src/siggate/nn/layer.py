@@ -203,6 +203,8 @@ class GPSLayer(nn.Module):
             raise ValueError("a GPS layer needs at least one branch (local or attention)")
         if impl not in ATTN_IMPLS:
             raise ValueError(f"impl must be one of {ATTN_IMPLS}, got {impl!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.dim = dim
         self.local_kind = local
         self.dropout = dropout

@@ -74,6 +74,8 @@ def mlp_head(dim: int, layers: int, out: int, halve: bool = True, norm: bool = F
 
     Shapes: ``[G, dim + extra_in]`` (or ``[N, dim]``) -> ``[G, out]``.
     """
+    if layers < 1:
+        raise ValueError(f"a prediction head needs at least one layer (its output Linear), got {layers}")
     head, width = [], dim
     for i in range(layers - 1):
         nxt = width // 2 if halve else width
@@ -141,9 +143,11 @@ class SigGateGT(nn.Module):
             attention on, the elementwise gate at the output, no dropout).
 
     Shapes: a PyG ``Batch`` with ``G`` graphs and ``N`` nodes -> ``[G, T]`` (graph level) or
-    ``[N, T]`` (node level). Node predictions are equivariant to node permutations and, in
-    eval mode, independent of the other graphs in the batch (attention stays within a graph,
-    BatchNorm uses its running statistics).
+    ``[N, T]`` (node level). Node predictions are equivariant to node permutations (for
+    ``attn_type="exphormer"`` only on graphs of at most 10 nodes: a larger graph's expander is
+    drawn over its node numbering, :mod:`siggate.nn.exphormer`) and, in eval mode, independent
+    of the other graphs in the batch (attention stays within a graph, BatchNorm uses its
+    running statistics).
     """
 
     def __init__(
@@ -188,8 +192,9 @@ class SigGateGT(nn.Module):
 
     def reset_parameters(self) -> None:
         """Re-initialise every parameter: first all non-gate parameters in a fixed order,
-        then the gates. Seeded identically, gated and ungated models thus share all
-        non-gate initial weights."""
+        then the gates, which draw from generators of their own
+        (:meth:`~siggate.nn.attention.GatedAttentionBase.reset_gate`). Seeded identically,
+        gated and ungated models thus share all non-gate initial weights."""
         self.node_encoder.reset_parameters()
         self.edge_encoder.reset_parameters()
         for layer in self.layers:

@@ -190,6 +190,7 @@ class GatedPerformerAttention(GatedAttentionBase):
     """
 
     attn_type = "performer"
+    layout_types = (GraphSegments,)
 
     def __init__(
         self,

@@ -81,8 +81,9 @@ def build_model(model: ModelConfig, info: TaskInfo, seed: int = 0, train_graphs=
     model_cfg = resolved_model_config(model, resolved)
     torch.manual_seed(seed)
     net = SigGateGT.from_config(model_cfg, info)
-    # Re-seed and re-initialise so that models that differ only in the gate share every
-    # other initial weight (the gate parameters are initialised last).
+    # Re-seed and re-initialise: the model's initial weights are a function of the seed alone
+    # (models that differ only in the gate share every other one: the gates draw from
+    # generators of their own, GatedAttentionBase.reset_gate).
     torch.manual_seed(seed)
     net.reset_parameters()
     return net if train_graphs is None else fit_mol_feature_scaling(net, train_graphs)

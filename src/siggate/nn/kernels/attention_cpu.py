@@ -37,6 +37,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from .layout import PackedLayout, dropout_keep
 
@@ -226,6 +227,7 @@ class PackedCore(torch.autograd.Function):
         return o.view(n, H, dh)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, d_o):
         blks, outs, *saved = ctx.saved_tensors
         n, H, dh = d_o.shape
@@ -276,6 +278,7 @@ class ProjectedCore(torch.autograd.Function):
         return o.view(n, heads, dh), proj[:, 3 * d :]
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, d_o, d_rest):
         x, w, blks, outs, *saved = ctx.saved_tensors
         n, width, d, heads, stride, has_bias = ctx.dims
@@ -298,7 +301,7 @@ def projected_core_cpu(x: Tensor, weight: Tensor, bias: Tensor | None, d: int, l
     autograd, else :func:`_project` and :func:`_core_forward`'s batched matmuls.
     ``x [N, d_in]`` -> ``(o [N, H, d_head], the projection's columns after q | k | v [N, r])``."""
     scale = 1.0 / math.sqrt(d // heads)
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
         return ProjectedCore.apply(x, weight, bias, d, layout, heads, p, scale)
     proj, rows, stride = _project(x, weight, bias, d // heads)
     o = _core_forward(rows, stride, layout, heads, p, scale, False)[0]

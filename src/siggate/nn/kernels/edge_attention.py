@@ -26,6 +26,7 @@ import math
 import numpy as np
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 #: Pairs per block of whole query rows in :class:`_PairSoftmax`.
 PAIR_CHUNK = 8192
@@ -76,6 +77,7 @@ class _PairSoftmax(torch.autograd.Function):
         return o, lse
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, do, dlse):
         q, k, v, w, keep, o, lse = ctx.saved_tensors
         graph, scale = ctx.graph, ctx.scale

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from .layout import batch_vector
 
@@ -53,6 +54,7 @@ class MLPResidual(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy):
         x, h, w1, w2 = ctx.saved_tensors
         dh, dw2, db2 = _linear_backward(dy, h, w2, ctx.bias[1])
@@ -92,6 +94,7 @@ class GINEResidual(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy):
         x, src, dst, e, eps, agg, h, w1, w2 = ctx.saved_tensors
         dh, dw2, db2 = _linear_backward(dy, h, w2, ctx.bias[1])

@@ -28,6 +28,7 @@ import math
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from .layout import GraphSegments
 
@@ -79,6 +80,7 @@ class _GraphFavor(torch.autograd.Function):
         return out.transpose(0, 1)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dout):
         qt, kt, vt, omega, keep, c, s, out, den = ctx.saved_tensors
         H, n, dh = out.shape
