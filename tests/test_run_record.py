@@ -376,3 +376,29 @@ def test_a_calibration_of_another_task_or_with_nan_scores_is_refused(run, capsys
             assert rc == 2 and stdout == "" and len(err.strip().splitlines()) == 1 and why in err, err
     finally:
         path.write_text(kept)
+
+
+@pytest.mark.parametrize("n_val, warned", [(3, True), (19, True), (20, False)])
+def test_a_domain_threshold_from_few_validation_molecules_is_warned_about(tmp_path, caplog, n_val, warned):
+    """The applicability domain's threshold is the 5th percentile of the validation molecules'
+    similarities: from one molecule it was that molecule's similarity, and predict's
+    'outside_domain' flags rested on it without a word."""
+    import logging
+    from types import SimpleNamespace
+
+    from siggate.train.record import write_domain
+
+    smiles = nci_smiles(40 + n_val)
+    graphs = [SimpleNamespace(smiles=s) for s in smiles]
+    train, val = graphs[:40], graphs[40:]
+    ds = SimpleNamespace(info=SimpleNamespace(level="graph"), train=train, val=val, test=[],
+                         splits={"train": train, "val": val})
+    with caplog.at_level(logging.WARNING, logger="siggate"):
+        record = write_domain(tmp_path, ds)
+    assert record["n_val"] == n_val and record["n_train"] == 40
+    messages = [r.getMessage() for r in caplog.records if "applicability domain" in r.getMessage()]
+    assert bool(messages) == warned
+    if warned:
+        assert messages == [f"the applicability domain's threshold rests on {n_val} validation molecule(s) (its 5th "
+                            "percentile needs 20 or more to lie between two of them): 'outside_domain' is rough; a "
+                            "larger validation split steadies it"]

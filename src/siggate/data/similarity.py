@@ -35,6 +35,9 @@ from .fingerprints import minmax_kernel, morgan_counts, to_mols
 RADIUS, N_BITS = 2, 2048
 #: the percentile of the validation molecules' nearest-training similarity taken as the threshold
 DOMAIN_PERCENTILE = 5.0
+#: the fewest validation molecules whose :data:`DOMAIN_PERCENTILE`-th percentile lies between two
+#: of them rather than at the least similar one (``100 / percentile``)
+DOMAIN_MIN_VAL = int(np.ceil(100 / DOMAIN_PERCENTILE))
 #: files of a run folder: the record (JSON) and the training fingerprints (arrays)
 DOMAIN_FILE, FINGERPRINTS_FILE = "domain.json", "domain_fingerprints.npz"
 DOMAIN_FORMAT = 1

@@ -245,13 +245,17 @@ def write_domain(out: Path, ds: GraphDataset) -> dict | None:
     their fingerprints, the threshold from the validation molecules) into ``out``, with the
     fraction of test molecules outside it. Returns its record (for ``metrics.json``), or ``None``
     when the graphs carry no SMILES (node-level and benchmark sets without them)."""
-    from ..data.similarity import Domain
+    from ..data.similarity import DOMAIN_MIN_VAL, DOMAIN_PERCENTILE, Domain
 
     if ds.info.level != "graph" or not ds.train or not ds.val:
         return None
     if not all(isinstance(getattr(g, "smiles", None), str) for split in ("train", "val") for g in ds.splits[split]):
         return None
     domain = Domain.fit([g.smiles for g in ds.train], [g.smiles for g in ds.val])
+    if len(ds.val) < DOMAIN_MIN_VAL:
+        log.warning(f"the applicability domain's threshold rests on {len(ds.val)} validation molecule(s) (its "
+                    f"{DOMAIN_PERCENTILE:g}th percentile needs {DOMAIN_MIN_VAL} or more to lie between two of them): "
+                    "'outside_domain' is rough; a larger validation split steadies it")
     if ds.test:
         inside = domain.inside(domain.similarity([str(getattr(g, "smiles", "")) for g in ds.test]))
         domain.record["test_outside"] = float(1.0 - inside.mean())
