@@ -352,6 +352,11 @@ def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, c
     with FolderLock(tmp_path / "busy"):
         with pytest.raises(ValueError, match="busy: .*two runs must not write into one folder"):
             siggate.SigGateRegressor(**FP, out_dir=tmp_path / "busy").fit(smiles[:30], y[:30])
+    # a folder that cannot be made (under a file) is refused by name, as the CLI refuses its --out
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ValueError, match=r"out_dir .*a_file/run: cannot create the folder \(.*\); choose a folder "
+                                         "you can write to for the fit"):
+        siggate.SigGateRegressor(**FP, out_dir=tmp_path / "a_file" / "run").fit(smiles[:30], y[:30])
 
 
 def test_predictions_keep_full_precision_and_score_skips_missing_labels(molecules, tmp_path):

@@ -394,22 +394,15 @@ def claim_out_dir(out: Path, resume: bool = False, overwrite: bool = False, defa
     :class:`siggate.files.FolderLock` (release it when the run ends). A folder another live run
     holds is refused in one line; with ``default_name`` (no ``--out`` given) the next free
     default name (``-2``, ``-3``, ...) is taken instead."""
-    from .files import FolderBusy, FolderLock
+    from .files import claim_folder
 
     for _ in range(100):
         check_out_folder(out, what)
-        lock = FolderLock(out)
-        try:
-            lock.acquire()
-        except FolderBusy as exc:
-            if default_name:  # a concurrent run took this default name first
-                out = default_out_dir(cfg, None, taken=out)
-                continue
-            raise CLIError(f"--out {out}: {exc}; two runs must not write into one folder: wait for it to end, or "
-                           "choose another --out") from None
-        except OSError as exc:
-            raise CLIError(f"--out {out}: cannot create the folder ({exc.strerror or exc}); choose a folder you can "
-                           f"write to for {what}") from None
+        lock = claim_folder(out, CLIError, "--out", "two runs must not write into one folder: wait for it to end, or "
+                            "choose another --out", what, busy_ok=default_name)
+        if lock is None:  # a concurrent run took this default name first
+            out = default_out_dir(cfg, None, taken=out)
+            continue
         try:
             check_out_dir(out, resume=resume, overwrite=overwrite)
         except BaseException:

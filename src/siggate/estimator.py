@@ -114,14 +114,10 @@ def _claimed(out: Path | None):
     if out is None:
         yield None
         return
-    from .files import FolderBusy, FolderLock
+    from .files import claim_folder
     from .train.rundir import clear_run, run_files, run_output_names
 
-    lock = FolderLock(out)
-    try:
-        lock.acquire()
-    except FolderBusy as exc:
-        raise ValueError(f"out_dir {out}: {exc}; two runs must not write into one folder") from None
+    lock = claim_folder(out, ValueError, "out_dir", "two runs must not write into one folder", "the fit")
     try:
         ours = (out / ESTIMATOR_RECORD).is_file()
         if run_files(out) and not ours:

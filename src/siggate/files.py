@@ -322,6 +322,25 @@ class FolderLock:
         self.release()
 
 
+def claim_folder(folder: str | os.PathLike, error: type[Exception], label: str, busy: str, purpose: str,
+                 busy_ok: bool = False) -> FolderLock | None:
+    """``folder``'s :class:`FolderLock`, acquired: the one way siggate's writers (``siggate train``,
+    ``siggate compare``, the estimator's ``fit``) claim an output folder. A folder another live
+    process holds raises ``error("LABEL FOLDER: <who holds it>; BUSY")`` (``busy``: what to do),
+    or returns None with ``busy_ok`` (the caller takes another folder); one that cannot be created
+    raises ``error`` naming why and ``purpose`` (what the folder is for)."""
+    lock = FolderLock(folder)
+    try:
+        return lock.acquire()
+    except FolderBusy as exc:
+        if busy_ok:
+            return None
+        raise error(f"{label} {folder}: {exc}; {busy}") from None
+    except OSError as exc:
+        raise error(f"{label} {folder}: cannot create the folder ({exc.strerror or exc}); choose a folder you can "
+                    f"write to for {purpose}") from None
+
+
 def _holder(path: Path) -> str:
     """Who holds the lock file ``path``, as written there (``pid 123 on host``)."""
     try:

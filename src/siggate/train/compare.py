@@ -564,17 +564,10 @@ def _claimed(out: Path, aggregate_only: bool):
     if aggregate_only:
         yield
         return
-    from ..files import FolderBusy, FolderLock
+    from ..files import claim_folder
 
-    lock = FolderLock(out)
-    try:
-        lock.acquire()
-    except FolderBusy as exc:
-        raise CompareError(f"--out {out}: {exc}; two comparisons must not write into one folder: wait for it to "
-                           "end (or read its runs so far with --aggregate-only), or choose another --out") from None
-    except OSError as exc:
-        raise CompareError(f"--out {out}: cannot create the folder ({exc.strerror or exc}); choose a folder you "
-                           "can write to for the comparison") from None
+    lock = claim_folder(out, CompareError, "--out", "two comparisons must not write into one folder: wait for it to "
+                        "end (or read its runs so far with --aggregate-only), or choose another --out", "the comparison")
     try:
         yield
     finally:
