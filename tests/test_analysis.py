@@ -130,6 +130,21 @@ def test_rank_no_gate_is_unchanged(tmp_path):
     assert res["gate_mean"] is None
 
 
+@pytest.mark.parametrize("analysis", ["rank", "entropy"])
+def test_head_analyses_of_a_model_without_attention_are_refused_before_training(tmp_path, capsys, analysis):
+    """``analyze rank/entropy`` on the --data recipe's GNN (model.attn: false) trained it and then
+    failed with "TypeError: 'NoneType' object is not subscriptable"; refused in one line, before
+    any data is read, and no run is left."""
+    extra = ["--gates", "none"] if analysis == "entropy" else []
+    rc = main(["analyze", analysis, "--config", "nci5k", *TINY, *extra, "--set", "model.attn=false", "--epochs", "1",
+               "--out", str(tmp_path / "a")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert (f"analyze {analysis} measures the attention heads, and this model has no attention branch (model.attn: "
+            "false, the --data recipe's GNN); use a model trained with --set model.attn=true") in err
+    assert not (tmp_path / "a" / "runs").exists()
+
+
 # ------------------------------------------------------------------- smoothing
 
 

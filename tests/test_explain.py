@@ -5,6 +5,7 @@ command's CSVs and pictures with ``predict``'s per-row refusals."""
 from __future__ import annotations
 
 import csv
+import json
 import re
 
 import numpy as np
@@ -415,8 +416,23 @@ def test_explain_on_a_run_of_the_svr_member(tmp_path, capsys):
     (out / "mol3_final.png").write_bytes(b"mine too")  # not a name this model's pictures take
     rc, _, err = run_cli(["explain", "--checkpoint", str(run), "C1CC1", "--out", str(out)], capsys)
     assert rc == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["atoms.csv", "mol0.png", "mol0.svg", "mol3_final.png",
-                                                     "molecules.csv", "notes.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["atoms.csv", "explanation.json", "mol0.png", "mol0.svg",
+                                                     "mol3_final.png", "molecules.csv", "notes.txt"]
+    assert json.loads((out / "explanation.json").read_text()) == {"format": 1, "targets": ["nN"], "finished": True,
+                                                                   "rows": 1, "failed": 0}
+    # a folder of the user's own molecules.csv and pictures (no explanation.json): refused, kept;
+    # --overwrite replaces them
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "molecules.csv").write_text("smiles\nCCO\n")
+    (own / "mol7.png").write_bytes(b"mine")
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "C1CC1", "--out", str(own)], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert (f"--out {own} holds mol7.png, molecules.csv, names an explanation writes, but no explanation: move "
+            "them or choose another --out (--overwrite replaces them)") in err
+    assert (own / "molecules.csv").read_text() == "smiles\nCCO\n" and (own / "mol7.png").read_bytes() == b"mine"
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "C1CC1", "--out", str(own), "--overwrite"], capsys)
+    assert rc == 0 and not (own / "mol7.png").exists() and (own / "mol0.png").is_file(), err
     # another explain holds the folder: refused, nothing of its explanation touched
     from siggate.files import FolderLock
 

@@ -201,6 +201,20 @@ def test_an_output_that_would_replace_what_the_command_reads_is_refused(ckpt, tm
         rc, out, err = run_cli(argv, capsys)
         assert rc == 2 and out == "" and why in _one_error_line(err, argv[0]), err
         assert data.read_text() == text and metrics.read_bytes() == kept
+    # another run's files: its best.pt was replaced by a CSV (predict --checkpoint A --output B/best.pt)
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    for argv in (["predict", "--checkpoint", str(ckpt), "CCO", "--output", str(other / "best.pt")],
+                 ["evaluate", "--checkpoint", str(ckpt), "--output", str(other / "metrics.json")],
+                 ["predict", "--checkpoint", str(ckpt), "--input", str(data), "--output",
+                  str(other / "test_predictions.csv")]):
+        kept_other = {p.name: p.read_bytes() for p in other.iterdir() if p.is_file()}
+        rc, out, err = run_cli(argv, capsys)
+        assert rc == 2 and out == "" and f"is a file of the run {other}" in _one_error_line(err, argv[0]), err
+        assert {p.name: p.read_bytes() for p in other.iterdir() if p.is_file()} == kept_other
+    shutil.rmtree(other)
     (run / "reports").mkdir()
     for new in (run / "extra-predictions.csv", run / "reports" / "metrics.json"):  # the user's own files in it
         for _ in range(2):  # written, and written again

@@ -57,6 +57,18 @@ def test_out_holding_a_run_is_refused_and_overwrite_replaces_it(tmp_path, capsys
     rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--cache-dir", str(data.parent / "cache"),
                           "--target-col", "LOGS", "--epochs", "1", "--out", str(out), "--overwrite"], capsys)
     assert rc == 2 and "'LOGS'" in _one_line(err) and (out / "last.pt").read_bytes() == last
+    # a file refused only once it is read (no numeric label, here): the finished run was already
+    # deleted and the folder left empty; it is set aside and comes back, for GNN and member runs
+    words = data.parent / "words.csv"
+    words.write_text("\n".join(line if i == 0 else ",".join([line.split(",")[0], "high", line.split(",")[2]])
+                               for i, line in enumerate(data.read_text().splitlines())) + "\n")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    for extra in ([], ["--members", "gnn,svr"]):
+        rc, _, err = run_cli(["train", "--data", str(words), *_TRAIN_ARGS, "--cache-dir", str(data.parent / "cache"),
+                              "--epochs", "1", "--out", str(out), "--overwrite", *extra], capsys)
+        assert rc == 2 and "holds no numeric value" in _one_line(err), err
+        assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+        assert (out / "last.pt").read_bytes() == last
 
     rc, _, err = _train(capsys, data, "--epochs", "2", "--out", str(out), "--overwrite")
     assert rc == 0, err
@@ -65,6 +77,7 @@ def test_out_holding_a_run_is_refused_and_overwrite_replaces_it(tmp_path, capsys
     assert len((out / "log.csv").read_text().splitlines()) == 3
     assert not set(events) & {p.name for p in (out / "tb").iterdir()}  # the old TensorBoard events are gone
     assert (out / "notes.txt").read_text() == "mine"  # what siggate did not write stays
+    assert not (out / ".siggate-replaced").exists()  # the replaced run is gone once the new one ran
 
 
 def test_default_csv_folder_is_named_after_file_and_recipe_and_never_collides(tmp_path, capsys, data, monkeypatch):

@@ -255,3 +255,13 @@ def test_data_verify_unknown_name_is_one_line(capsys):
     assert main(["data", "verify", "nope"]) == 2
     err = capsys.readouterr().err
     assert "unknown dataset 'nope'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flag", ["--max-graphs", "--num-nodes"])
+def test_data_verify_refuses_a_negative_count(capsys, flag):
+    """``data verify pattern --max-graphs -1`` reported 0 graphs in every split and exited 0."""
+    from siggate.cli import main
+
+    assert main(["data", "verify", "pattern", flag, "-1"]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} -1: give a number >= 1 (or 0 for the default)" in err and len(err.strip().splitlines()) == 1

@@ -199,18 +199,27 @@ def _refusal_takes_back(lock):
     """A run in the folder that ``lock`` claimed (None: this process claimed none, a DDP rank
     other than 0), refused on bad input (:func:`_user_errors`) before it saved anything, takes back
     the record it wrote (:func:`siggate.train.rundir.forget_refused_run`), so that the command
-    with its input mended starts there afresh. Only where the run found the folder empty: a
-    user's own files of a run's names would go with it. A resumed run never finds it empty."""
-    empty = lock is not None and all(p.name == lock.NAME for p in lock.folder.iterdir())
+    with its input mended starts there afresh, and the run ``--overwrite`` set aside
+    (:func:`siggate.train.rundir.set_aside`) comes back: a file the checks refuse (no numeric
+    label, an empty split) no longer costs the finished run. Only where the run found no file of a
+    run's names in the folder (:func:`~siggate.train.rundir.run_entries`): a user's own files of
+    those names would go with it. A resumed run never does. Otherwise (the run went on, finished
+    or stopped) the set-aside run is removed."""
+    from .train import rundir
+
+    empty = lock is not None and not rundir.run_entries(lock.folder)  # of a run's names; a user's notes may stay
     try:
         yield
     except _user_errors():
         if empty:
-            from .train.rundir import forget_refused_run
-
             with contextlib.suppress(OSError):  # the refusal, not a failure to tidy up, is the error
-                forget_refused_run(lock.folder)
+                if rundir.forget_refused_run(lock.folder) or not rundir.run_files(lock.folder):
+                    rundir.restore_aside(lock.folder)
         raise
+    finally:
+        if lock is not None:
+            with contextlib.suppress(OSError):
+                rundir.drop_aside(lock.folder)
 
 
 def _print_summaries(m: dict, out: Path | None = None, file=None) -> None:
@@ -425,14 +434,14 @@ def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> N
         if not overwrite:
             raise CLIError(f"--out {out} holds a run ({', '.join(found[:4])}); pass --resume to continue it, "
                            "--overwrite to replace it, or choose another --out")
-        rundir.clear_run(out)
+        rundir.set_aside(out)  # replaced once the new run gets past its input checks (_refusal_takes_back)
     elif not found and not resume:  # no run, but files of a run's names: someone's own, not to write over
         clashing = rundir.run_output_names(out)
         if clashing and not overwrite:
             raise CLIError(f"--out {out} holds {clashing}, names "
                            "a run writes, but no run: move them or choose another --out (--overwrite replaces them)")
         if clashing:
-            rundir.clear_run(out)
+            rundir.set_aside(out)
 
 
 def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
@@ -542,9 +551,10 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
                        checkpoint: str | None = None) -> None:
     """Refuse, before any work, an output file that cannot be written (a folder, or a place whose
     folder cannot be created or written) or that would replace what the command reads: a file
-    of ``reads`` (``{flag: path}``) or one that training wrote into the folders of the run that
-    ``checkpoint`` belongs to (:func:`~siggate.train.rundir.run_folders`: the run and its members;
-    :data:`~siggate.train.rundir.RUN_OUTPUTS`, a checkpoint); a file of the user's own there is rewritten."""
+    of ``reads`` (``{flag: path}``) or one that training wrote into the folders of a run: the run
+    that ``checkpoint`` belongs to, or any other (:func:`~siggate.train.rundir.run_folders`: the
+    run and its members; :data:`~siggate.train.rundir.RUN_OUTPUTS`, a checkpoint: another run's
+    ``best.pt`` was replaced by a CSV); a file of the user's own there is rewritten."""
     from .files import out_dir_problem
 
     if path.is_dir():
@@ -559,6 +569,8 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
         run = Path(checkpoint) if checkpoint else None
         run = run.parent if run is not None and run.is_file() else run
         homes = run_folders(run) if run is not None and run.is_dir() else set()  # a member's run too
+        if path.resolve().parent not in homes:  # another run's folder
+            run, homes = path.parent, run_folders(path.parent, recorded=True)
         if path.resolve().parent in homes and (path.name in RUN_OUTPUTS or path.suffix == ".pt"):
             raise CLIError(f"--output {path} is a file of the run {run}; writing it would change the run: give a "
                            "new file name, or a path outside the run")
@@ -649,7 +661,7 @@ def cmd_predict(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from .train.explain import explain_to_folder
+    from .train.explain import explain_to_folder, explained_targets, foreign_files
     from .train.predict import SmilesPredictor
     from .train.predict_nodes import checkpoint_level
 
@@ -666,6 +678,11 @@ def cmd_explain(args) -> int:
             raise CLIError(f"--input {args.input} is {made}, which this explanation replaces; copy it elsewhere "
                            "first, or give another --out")
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False)
+    theirs = foreign_files(args.out, explained_targets(pred)) if hasattr(pred.predictor, "info") else []
+    if theirs and not args.overwrite:
+        raise CLIError(f"--out {args.out} holds {', '.join(theirs[:4])}{' ...' if len(theirs) > 4 else ''}, names an "
+                       "explanation writes, but no explanation: move them or choose another --out (--overwrite "
+                       "replaces them)")
     chunks = _read_input(args, pred, source) if source else [list(args.smiles)]
     lock = claim_out_dir(Path(args.out), resume=True, what="the explanations")  # one explain per folder at a time
     try:
@@ -735,6 +752,9 @@ def cmd_data(args) -> int:
     from .data.catalog import DATASET_META
     from .data.verify import verify
 
+    for key in ("max_graphs", "num_nodes"):  # 0 is "all" / the default; below it counted nothing, exit 0
+        if getattr(args, key) < 0:
+            raise CLIError(f"--{key.replace('_', '-')} {getattr(args, key)}: give a number >= 1 (or 0 for the default)")
     options = {k: getattr(args, k) for k in ("max_graphs", "num_nodes") if getattr(args, k)}
     meta = DATASET_META.get(str(args.name).strip().lower())
     refused = [k for k in options if meta is not None and k not in meta["options"]]
@@ -855,6 +875,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-atoms", type=int, default=1000,
                    help="refuse molecules with more atoms, with a reason per row (default: 1000)")
     p.add_argument("--chunk-size", type=int, default=1000, help="rows of --input read and explained at a time (default: 1000)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files of the names an explanation writes (molecules.csv, atoms.csv, mol*.svg/png) "
+                        "in an --out that holds no earlier explanation (an earlier explanation is always replaced)")
     add_device_flag(p)
     add_threads_flag(p)
     p.set_defaults(func=cmd_explain)

@@ -75,6 +75,15 @@ def config_from(args, extra: Iterable[str] = ()) -> Config:
     return load_config(getattr(args, "config", None), overrides)
 
 
+def require_attention(cfg: Config, analysis: str) -> None:
+    """Refuse, before any data is read or model trained, an analysis of attention heads
+    (``analysis``: its name) on a model without an attention branch (``model.attn: false``, the
+    ``--data`` recipe's GNN), which failed with a traceback after training."""
+    if not cfg.model.attn:
+        raise CLIError(f"analyze {analysis} measures the attention heads, and this model has no attention branch "
+                       "(model.attn: false, the --data recipe's GNN); use a model trained with --set model.attn=true")
+
+
 def variant(cfg: Config, epochs: int | None = None, **sets) -> Config:
     """Copy of ``cfg`` with ``section__key=value`` changes (e.g. ``model__gate="none"``).
 

@@ -21,6 +21,7 @@ from .common import (
     load_dataset,
     meta,
     parse_list,
+    require_attention,
     start,
     table,
     variant,
@@ -151,6 +152,7 @@ def plot(res: dict, path: Path) -> Path:
 def main(args) -> int:
     out, progress = start(args, min_epochs=1)
     cfg = config_from(args)
+    require_attention(cfg, "entropy")
     if cfg.model.attn_type != "full":
         raise CLIError(f"attention entropy needs the attention probabilities, which only model.attn_type=full forms "
                        f"({cfg.model.attn_type} never builds them); pass --set model.attn_type=full")

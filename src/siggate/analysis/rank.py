@@ -24,6 +24,7 @@ from .common import (
     measurable,
     meta,
     parse_list,
+    require_attention,
     start,
     table,
     train_many,
@@ -144,6 +145,7 @@ def main(args) -> int:
             cfg.data.cache_dir = args.cache_dir
     else:
         cfg = config_from(args)
+    require_attention(cfg, "rank")
     ds = load_dataset(cfg, args.max_graphs, progress)
     if args.split not in ds.splits:
         raise CLIError(f"--split: unknown split {args.split!r}; available: {', '.join(ds.splits)}")

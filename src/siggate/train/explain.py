@@ -23,18 +23,23 @@ members' weighted sum) is written to ``OUT``:
   colour bar with that scale, and the prediction and baseline in the legend. Pictures and CSVs of
   an earlier explanation in ``OUT`` are removed first, so every picture there is of this one, and
   the CSVs appear (atomically) when it is complete: an interrupted explanation leaves no CSV that
-  describes other pictures. ``siggate explain`` holds the folder's lock while it writes.
+  describes other pictures. ``siggate explain`` holds the folder's lock while it writes;
+* ``explanation.json`` (:data:`EXPLANATION`), written first and again when it finishes: the
+  targets, ``finished``, and then ``rows`` and ``failed``. Files of the names above in a folder
+  without it are not an explanation's (:func:`foreign_files`): ``siggate explain`` refuses to
+  replace them without ``--overwrite``.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import re
 from pathlib import Path
 
 import torch
 
-from ..files import number_text
+from ..files import atomic_write_bytes, number_text
 from .attribution import DEFAULT_STEPS
 
 #: picture size in pixels, and the band below the molecule that holds the colour bar
@@ -94,6 +99,35 @@ def _stem(row: int, target: str, several: bool) -> str:
     return f"mol{row}" + (f"_{_tag(target)}" if several else "")
 
 
+#: the record an explanation writes into its folder first (its targets, whether it finished): the
+#: files of an explanation's names in a folder without it are someone's own, not to be replaced
+EXPLANATION = "explanation.json"
+
+
+def explained_targets(predictor) -> list[str]:
+    """The names of the targets whose contributions an explanation with ``predictor`` draws."""
+    info = predictor.predictor.info
+    return list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
+
+
+def explanation_files(out: str | Path, names: list[str]) -> list[str]:
+    """The files in ``out`` of the names an explanation of the targets ``names`` writes
+    (``molecules.csv``, ``atoms.csv``, ``mol<row>[_<target>].svg|png``), whoever made them."""
+    out = Path(out)
+    if not out.is_dir():
+        return []
+    tags = f"_({'|'.join(re.escape(_tag(n)) for n in names)})" if len(names) > 1 else ""
+    picture = re.compile(r"mol\d+" + tags + r"\.(svg|png)")
+    return sorted(p.name for p in out.iterdir()
+                  if p.is_file() and (picture.fullmatch(p.name) or p.name in ("molecules.csv", "atoms.csv")))
+
+
+def foreign_files(out: str | Path, names: list[str]) -> list[str]:
+    """:func:`explanation_files` of a folder that holds no explanation (no :data:`EXPLANATION`):
+    the user's own files, which an explanation would replace."""
+    return [] if (Path(out) / EXPLANATION).is_file() else explanation_files(out, names)
+
+
 def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_STEPS) -> tuple[int, int]:
     """Explain every SMILES of ``chunks`` (lists of SMILES, or an ``InputRows`` of
     :func:`~siggate.train.predict.read_input`) with the :class:`~siggate.train.predict.SmilesPredictor`
@@ -116,17 +150,16 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     if info.level != "graph" or info.task == "multiclass":
         raise ValueError(f"atom contributions are drawn for graph-level regression and binary/multilabel models; "
                          f"this one is a {info.level}-level {info.task} model")
-    names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
+    names = explained_targets(predictor)
     several = len(names) > 1
     what = "P({})" if info.task in ("binary", "multilabel") else "{}"
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    # an earlier explanation's pictures (named as this model names them): none is left beside this one's
-    tags = f"_({'|'.join(re.escape(_tag(n)) for n in names)})" if several else ""
-    picture = re.compile(r"mol\d+" + tags + r"\.(svg|png)")
-    for old in out.iterdir():  # and its CSVs: until this one's are complete, none says what the pictures show
-        if old.is_file() and (picture.fullmatch(old.name) or old.name in ("molecules.csv", "atoms.csv")):
-            old.unlink()
+    # an earlier explanation's pictures (named as this model names them): none is left beside this one's,
+    # and its CSVs: until this one's are complete, none says what the pictures show
+    for old in explanation_files(out, names):
+        (out / old).unlink()
+    _record(out, names, None)
     own = ["row", "smiles", *[c for n in names for c in (n, f"{n}_baseline", f"{n}_atoms_sum")], "pictures", "error"]
     at = chunks.smiles_index
     kept = [j for j in range(len(chunks.columns)) if j != at]  # the input's other columns (IDs, names), carried
@@ -183,4 +216,12 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
                 mol_w.writerow(record + values + [";".join(stems), ""])
             n += len(rows)
     warn_legacy(legacy)
+    _record(out, names, (n, bad))
     return n, bad
+
+
+def _record(out: Path, names: list[str], counts: tuple[int, int] | None) -> None:
+    """The folder's :data:`EXPLANATION`: the targets, and ``rows``/``failed`` once it finished."""
+    done = {} if counts is None else {"rows": counts[0], "failed": counts[1]}
+    atomic_write_bytes(out / EXPLANATION, json.dumps({"format": 1, "targets": names, "finished": counts is not None,
+                                                      **done}, indent=2).encode())

@@ -15,6 +15,7 @@ import copy
 import csv
 import io
 import math
+import os
 import re
 import shutil
 from pathlib import Path
@@ -58,13 +59,18 @@ def _members(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.is_dir() and _MEMBER.fullmatch(p.name))
 
 
-def run_folders(folder: str | Path) -> set[Path]:
+def run_folders(folder: str | Path, recorded: bool = False) -> set[Path]:
     """The folders of the run that ``folder`` (a run, or one of its ``member*`` folders) belongs
     to, resolved: the run's own and its members'; empty when it holds no run and no saved
-    predictor (a checkpoint copied into a folder of other files)."""
+    predictor (a checkpoint copied into a folder of other files), or with ``recorded`` no run
+    record (``config.yaml``, :data:`MEMBERS_RECORD`) and no saved predictor (a folder of the
+    user's with a ``metrics.json`` that ``evaluate --output`` wrote is no run)."""
     folder = Path(folder)
     top = folder.parent if _MEMBER.fullmatch(folder.name) else folder
     if not (run_files(top) or run_files(folder) or (folder / MANIFEST).is_file()):
+        return set()
+    if recorded and not any((f / name).is_file() for f in {top, folder}
+                            for name in ("config.yaml", MEMBERS_RECORD, MANIFEST)):
         return set()
     return {top.resolve(), *(m.resolve() for m in _members(top))}
 
@@ -179,6 +185,58 @@ def clear_run(out: str | Path) -> None:
             shutil.rmtree(out / name)
     for tmp in out.glob(".*.tmp"):
         tmp.unlink(missing_ok=True)
+
+
+#: where ``--overwrite`` keeps the run it replaces until the new run has got past its input checks
+ASIDE = ".siggate-replaced"
+
+
+def run_entries(out: Path) -> list[Path]:
+    """What :func:`clear_run` would remove from ``out``: the run's files, folders and members."""
+    return [p for p in (*(out / n for n in RUN_OUTPUTS + RUN_FOLDERS), *_members(out), *out.glob(".*.tmp"))
+            if p.is_file() or p.is_dir() or p.is_symlink()]
+
+
+def set_aside(out: str | Path) -> None:
+    """Move the run in ``out`` (what :func:`clear_run` removes) into ``out/.siggate-replaced`` (an
+    earlier one there, left by a replacement that stopped, goes first): ``--overwrite`` replaces a
+    run only once the new one has got past its input checks (:func:`restore_aside`,
+    :func:`drop_aside`). Links are moved as links."""
+    out = Path(out)
+    aside = out / ASIDE
+    drop_aside(out)
+    entries = run_entries(out)
+    if not entries:
+        return
+    aside.mkdir()
+    for p in entries:
+        os.replace(p, aside / p.name)
+
+
+def restore_aside(out: str | Path) -> bool:
+    """Put back the run :func:`set_aside` moved (a new run refused its input and took back its
+    record); returns whether there was one. A name the new run wrote meanwhile is kept aside
+    (with the rest) rather than replaced."""
+    out = Path(out)
+    aside = out / ASIDE
+    if not aside.is_dir() or aside.is_symlink():
+        return False
+    entries = list(aside.iterdir())
+    if any((out / p.name).exists() or (out / p.name).is_symlink() for p in entries):
+        return False
+    for p in entries:
+        os.replace(p, out / p.name)
+    aside.rmdir()
+    return True
+
+
+def drop_aside(out: str | Path) -> None:
+    """Remove the run :func:`set_aside` kept (the new run is under way, or done)."""
+    aside = Path(out) / ASIDE
+    if aside.is_symlink():
+        aside.unlink()
+    elif aside.is_dir():
+        shutil.rmtree(aside)
 
 
 def saved_config_path(out: str | Path, ensemble: bool = False) -> Path:
