@@ -180,6 +180,15 @@ def test_negative_threads_is_one_line(capsys, command):
     assert "--threads -1: give a number of threads >= 1" in _one_error_line(err, command[0])
 
 
+@pytest.mark.parametrize("flag", ["--split", "--data-root", "--cache-dir"])
+def test_node_level_flags_on_a_molecule_checkpoint_are_refused(ckpt, tmp_path, capsys, flag):
+    """``predict --checkpoint MOLECULES CCO --data-root /nonexistent`` (or ``--cache-dir``) was
+    accepted and ignored; like ``--split``, they apply to node-level checkpoints only."""
+    rc, out, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", flag, str(tmp_path / "x")], capsys)
+    assert rc == 2 and out == ""
+    assert f"{flag} applies to node-level checkpoints (pattern, cluster, sbm-large)" in _one_error_line(err, "predict")
+
+
 def test_an_output_that_would_replace_what_the_command_reads_is_refused(ckpt, tmp_path, capsys):
     """``predict --output`` naming its --input, or ``evaluate --output`` its --data, replaced the
     molecules with the predictions (the labels with JSON); an output over a run's own file changed

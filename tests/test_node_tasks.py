@@ -393,6 +393,11 @@ def test_pattern_train_evaluate_predict_through_the_cli(tmp_path, capsys):
     assert weighted_accuracy(labels, predicted) == pytest.approx(m["test"], abs=1e-9)  # the reported metric
     rc, _, err = _cli(["predict", "--checkpoint", str(out), "CCO"], capsys)
     assert rc == 2 and "not from SMILES" in err and len(err.strip().splitlines()) == 1
+    # the molecule checkpoints' flags were accepted and did nothing (no intervals, exit 0)
+    for flag, value in (("--coverage", "0.9"), ("--smiles-col", "smi"), ("--max-atoms", "0"), ("--chunk-size", "-5")):
+        rc, _, err = _cli(["predict", "--checkpoint", str(out), flag, value], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"{flag} applies to molecule (SMILES) checkpoints; this one predicts per node" in err
 
 
 def test_predict_transductive_rows_per_mask(tmp_path, capsys):

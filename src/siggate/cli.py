@@ -625,6 +625,10 @@ def _read_input(args, pred, source):
     return read_input(source, trained_smiles_col(pred.predictor), args.chunk_size, fallback="smiles")
 
 
+#: ``siggate predict``'s defaults of the flags that only molecule checkpoints read
+_PREDICT_DEFAULTS = {"max_atoms": 1000, "chunk_size": 1000}
+
+
 def cmd_predict(args) -> int:
     from .train.predict import SmilesPredictor, predict_to_csv
     from .train.predict_nodes import checkpoint_level, predict_nodes_to_csv
@@ -636,13 +640,20 @@ def cmd_predict(args) -> int:
         if args.smiles or args.input:
             raise CLIError("this checkpoint predicts per node of its dataset's graphs, not from SMILES; "
                            "drop the SMILES/--input and choose graphs with --split")
+        given = {"--coverage": args.coverage is not None, "--smiles-col": args.smiles_col is not None,
+                 "--max-atoms": args.max_atoms != _PREDICT_DEFAULTS["max_atoms"],
+                 "--chunk-size": args.chunk_size != _PREDICT_DEFAULTS["chunk_size"]}
+        for flag in (f for f, on in given.items() if on):  # silently without effect before
+            raise CLIError(f"{flag} applies to molecule (SMILES) checkpoints; this one predicts per node of its "
+                           "dataset's graphs (no calibration, no SMILES): drop it")
         n = predict_nodes_to_csv(args.checkpoint, args.split or "test", args.output,
                                  data_root=args.data_root, cache_dir=args.cache_dir)
         print(f"siggate predict: {n} node rows" + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
         return 0
-    if args.split:
-        raise CLIError("--split applies to node-level checkpoints (pattern, cluster, sbm-large); "
-                       "give SMILES as arguments or --input FILE")
+    for flag, value in (("--split", args.split), ("--data-root", args.data_root), ("--cache-dir", args.cache_dir)):
+        if value:
+            raise CLIError(f"{flag} applies to node-level checkpoints (pattern, cluster, sbm-large); "
+                           "give SMILES as arguments or --input FILE")
     source = _smiles_source(args)
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device),
                            coverage=args.coverage)
@@ -846,9 +857,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smiles-col", default=None,
                    help="SMILES column of --input (default: the training run's SMILES column, else smiles)")
     p.add_argument("--output", default=None, help="output CSV (default: stdout)")
-    p.add_argument("--max-atoms", type=int, default=1000,
+    p.add_argument("--max-atoms", type=int, default=_PREDICT_DEFAULTS["max_atoms"],
                    help="refuse molecules with more atoms, with a reason per row (default: 1000; attention is quadratic)")
-    p.add_argument("--chunk-size", type=int, default=1000,
+    p.add_argument("--chunk-size", type=int, default=_PREDICT_DEFAULTS["chunk_size"],
                    help="rows of --input read, predicted and written at a time (default: 1000)")
     p.add_argument("--coverage", type=float, default=None, metavar="C",
                    help="add split-conformal intervals holding the label with probability C (e.g. 0.9), calibrated "
