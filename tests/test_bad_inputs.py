@@ -887,6 +887,27 @@ def test_csv_only_flags_need_data(capsys):
     assert rc == 2 and "--duplicates applies to --data FILE.csv only" in err
 
 
+def test_multilabel_task_without_both_classes_of_any_target_in_a_split_is_refused_before_training(tmp_path, capsys):
+    """--task multilabel with a split where no target holds both classes failed after training with
+    "No task has both positive (1) and negative (0) labels; cannot compute average precision",
+    and left a folder that refused the same command again; it is refused first, like binary."""
+    smiles = nci_smiles(60)
+    data = _csv(tmp_path / "ml.csv", "smiles,a,b,split\n" + "".join(
+        f"{s},{int(i % 3 == 0) if i < 50 else 0},{int(i % 4 == 0) if i < 50 else 1},"
+        f"{'train' if i < 40 else 'val' if i < 50 else 'test'}\n" for i, s in enumerate(smiles)))
+    out = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "a,b", "--task", "multilabel", "--split",
+                          "column:split", "--members", "svr", "--out", str(out)], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert ("no target of the test split (10 rows) holds both classes, so its average precision is undefined; "
+            "--split random mixes the classes") in err
+    assert not out.exists()
+    mixed = _csv(tmp_path / "m.csv", data.read_text().replace(",0,1,test\n", ",1,1,test\n", 3))
+    rc, _, err = run_cli(["train", "--data", str(mixed), "--target-col", "a,b", "--task", "multilabel", "--split",
+                          "column:split", "--members", "svr", "--out", str(out)], capsys)
+    assert rc == 0, err  # one target with both classes in each split is enough
+
+
 def test_binary_task_with_one_class_in_a_split_is_refused_in_one_line(tmp_path, capsys):
     """A split with one class left ROC-AUC undefined: train ended in a MetricUndefinedError
     traceback (exit 1) after fitting, with a bare record behind; evaluate --data on one class
