@@ -1049,3 +1049,24 @@ def test_a_run_grown_on_resume_follows_the_longer_schedule(tmp_path, capsys):
     assert len(rates["grown"]) == 4
     assert rates["grown"][2:] == pytest.approx(rates["fresh"][2:], rel=1e-12)
     assert rates["grown"][:2] != pytest.approx(rates["fresh"][:2])  # the first two followed the 2-epoch schedule
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--repeats", "0"], "--repeats 0: give a whole number >= 1"),
+    (["--batches", "0"], "--batches 0: give a whole number >= 1"),
+    (["--warmup", "-1"], "--warmup -1: give a whole number >= 0"),
+    (["--dim", "0"], "--dim 0: give a whole number >= 1"),
+    (["--layers", "0"], "--layers 0: give a whole number >= 1"),
+    (["--batch-size", "0"], "--batch-size 0: give a whole number >= 1"),
+    (["--variants", ""], "--variants: none given; choose from"),
+    (["--variants", "foo"], "--variants: unknown 'foo'; choose from"),
+    (["--scaling", "--sizes", "a"], "--sizes 'a': give node counts separated by commas"),
+    (["--scaling-large", "--dim", "7"], "--dim 7 is not divisible by --heads 4"),
+])
+def test_bench_options_it_cannot_run_with_are_refused_in_one_line(tmp_path, capsys, flags, message):
+    """Each ended in a traceback (IndexError, ZeroDivisionError, ValueError) with exit code 1, or
+    was replaced by the config's value without a word (--dim 0, recorded as 0 in bench.json)."""
+    rc, out, err = run_cli(["bench", "--dataset", "synthetic", "--threads", "1", *flags, "--out", str(tmp_path / "b")],
+                           capsys)
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "b").exists()

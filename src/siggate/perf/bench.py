@@ -52,7 +52,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..config_args import check_out_folder
+from ..config_args import CLIError, check_device, check_out_folder
 from ..options import ATTN_TYPES, progress_enabled
 from .args import LARGE_SIZES, SCALING_SIZES, VARIANTS, build_parser
 from .timer import interleaved_round, rotated, timed
@@ -730,12 +730,36 @@ def _command_line(args) -> str:
     return " ".join(parts)
 
 
-def run(args) -> dict:
-    """Run the benchmark described by parsed ``args``; prints a table and returns the result."""
+def check_args(args) -> None:
+    """Refuse, in one line (:class:`~siggate.config_args.CLIError`), options the benchmark cannot
+    run with: they ended in a traceback (``--repeats 0``: IndexError; ``--variants ''``:
+    ZeroDivisionError) or were replaced by the config's values without a word (``--dim 0``,
+    while ``bench.json`` recorded the 0)."""
     args.variants = [v.strip() for v in str(args.variants).split(",") if v.strip()]
     bad = [v for v in args.variants if v not in VARIANTS]
-    if bad:
-        raise ValueError(f"unknown variants {bad}; choose from {VARIANTS}")
+    if bad or not args.variants:
+        raise CLIError(f"--variants: {'unknown ' + ', '.join(map(repr, bad)) if bad else 'none given'}; choose "
+                       f"from {','.join(VARIANTS)}")
+    for flag, value, low in (("--repeats", args.repeats, 1), ("--batches", args.batches, 1), ("--warmup", args.warmup, 0),
+                             ("--batch-size", args.batch_size, 1), ("--layers", args.layers, 1), ("--dim", args.dim, 1),
+                             ("--heads", args.heads, 1)):
+        if value is not None and value < low:
+            raise CLIError(f"{flag} {value}: give a whole number >= {low}")
+    if args.dim and args.heads and args.scaling_large and args.dim % args.heads:
+        raise CLIError(f"--dim {args.dim} is not divisible by --heads {args.heads}: choose a width that is")
+    if args.sizes:
+        try:
+            sizes = _ints(args.sizes)
+        except ValueError:
+            raise CLIError(f"--sizes {args.sizes!r}: give node counts separated by commas, e.g. 100,1000") from None
+        if not sizes or min(sizes) < 1:
+            raise CLIError(f"--sizes {args.sizes!r}: give node counts >= 1 separated by commas, e.g. 100,1000")
+    check_device(args.device)
+
+
+def run(args) -> dict:
+    """Run the benchmark described by parsed ``args``; prints a table and returns the result."""
+    check_args(args)
     large = args.scaling_large
     args.sizes = _ints(args.sizes) if args.sizes else list(LARGE_SIZES if large else SCALING_SIZES)
     args.repeats = args.repeats if args.repeats is not None else (3 if large else 10)
