@@ -21,14 +21,33 @@ __all__ = ["NUMBER_DIGITS", "number_text", "read_json", "safe_torch_load", "Unsa
            "FolderLock", "folder_busy"]
 
 
-#: significant digits of the labels and predictions siggate writes into CSV files: about what the
-#: 32-bit floats that models compute in hold (six lost a label's last digit beside a large offset)
+#: the fewest significant digits of the labels and predictions siggate writes into CSV files
 NUMBER_DIGITS = 7
 
 
 def number_text(value: float) -> str:
-    """A label or prediction as siggate writes it into a CSV: :data:`NUMBER_DIGITS` significant digits."""
-    return f"{value:.{NUMBER_DIGITS}g}"
+    """A label or prediction as siggate writes it into a CSV: the shortest text of at least
+    :data:`NUMBER_DIGITS` significant digits that reads back as the same number: as the same
+    32-bit float for a value that is one (labels, a network's outputs; at most 9 digits), else as
+    the same 64-bit float (a kernel member's predictions; at most 17). Seven digits alone lost
+    what set a label or prediction apart beside a large offset (12000.13586 written as
+    12000.14), and metrics recomputed from the file then differed from the run's."""
+    import struct
+
+    v = float(value)
+    if v != v or v in (float("inf"), float("-inf")):
+        return f"{v:g}"
+    try:
+        as32 = struct.unpack("f", struct.pack("f", v))[0]
+    except OverflowError:  # beyond float32's range: a 64-bit value
+        as32 = None
+    same = ((lambda s: struct.unpack("f", struct.pack("f", float(s)))[0] == v) if as32 == v
+            else (lambda s: float(s) == v))
+    for digits in range(NUMBER_DIGITS, 18):
+        text = f"{v:.{digits}g}"
+        if same(text):
+            return text
+    return repr(v)
 
 
 def read_json(path: str | os.PathLike):
