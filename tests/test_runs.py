@@ -477,3 +477,20 @@ def test_out_holding_files_of_run_names_but_no_run_is_refused(tmp_path, capsys, 
     rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out), "--overwrite")
     assert rc == 0, err
     assert (out / "notes.txt").read_text() == "mine\n" and (out / "splits.csv").read_text() != "mine\n"
+
+
+def test_threads_flag_sets_the_runs_threads_over_the_configs(tmp_path, capsys, data):
+    """``train --threads 2`` on the csv recipe (whose config sets train.threads: 1) trained on one
+    thread and recorded 1: the config's value was applied after the flag's."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        rc, _, err = _train(capsys, data, "--epochs", "1", "--threads", "2", "--out", str(tmp_path / "r"))
+        assert rc == 0, err
+        assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["train"]["threads"] == 2
+        rc, _, err = _train(capsys, data, "--epochs", "1", "--threads", "2", "--set", "train.threads=1",
+                            "--out", str(tmp_path / "s"))
+        assert rc == 2 and "--threads and --set train.threads both set train.threads; give one" in _one_line(err)
+    finally:
+        torch.set_num_threads(before)

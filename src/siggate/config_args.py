@@ -169,6 +169,10 @@ def config_from_args(args):
     epochs = args.epochs if args.epochs is not None else args.budget
     if getattr(args, "init", None):
         overrides.append(f"train.init={args.init}")  # 'none' (NO_INIT): from scratch, made "" by Config.validate
+    if getattr(args, "threads", None) is not None:  # the config's train.threads (csv, nci5k: 1) overrode it
+        if "train.threads" in set_keys(args):
+            raise CLIError("--threads and --set train.threads both set train.threads; give one")
+        overrides.append(f"train.threads={args.threads}")
     if args.data_root:
         overrides.append(f"data.root={args.data_root}")
     if args.cache_dir:
