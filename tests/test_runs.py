@@ -494,3 +494,23 @@ def test_threads_flag_sets_the_runs_threads_over_the_configs(tmp_path, capsys, d
         assert rc == 2 and "--threads and --set train.threads both set train.threads; give one" in _one_line(err)
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_run_resumed_at_another_commit_keeps_the_commit_that_started_it(tmp_path, capsys, data, monkeypatch):
+    """Resuming a run (a finished run of members, or an interrupted one) at another checkout
+    rewrote its record's git_commit with the new one: the whole run was attributed to a commit that
+    trained none of it (``run_commit``, which the harnesses match rows by). The first commit stays;
+    the later ones are listed."""
+    import siggate.train.record as record
+    from siggate.train.rundir import run_commit
+
+    out = tmp_path / "run"
+    for commit, extra in (("a" * 40, []), ("b" * 40, ["--resume"]), ("b" * 40, ["--resume"]), ("c" * 40, ["--resume"])):
+        monkeypatch.setattr(record, "git_commit", lambda commit=commit: commit)
+        rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split",
+                              "--members", "svr,rf", "--cache-dir", str(data.parent / "cache"), "--out", str(out),
+                              *extra], capsys)
+        assert rc == 0, err
+    meta = yaml.safe_load((out / "members.yaml").read_text())["_meta"]
+    assert meta["git_commit"] == "a" * 40 and meta["resumed_at"] == ["b" * 40, "c" * 40]
+    assert run_commit(out) == "a" * 40

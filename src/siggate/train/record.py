@@ -86,9 +86,30 @@ def data_source(data: DataConfig) -> dict | None:
 def write_config(path: str | Path, config: dict, **meta) -> None:
     """A run's config (``config``, the whole config as a dict) as YAML at ``path``, with ``_meta``:
     the siggate version, the git commit and ``meta`` (what ``--resume`` and the readers of the
-    run need beyond the config). Atomic."""
-    doc = {**config, "_meta": {"siggate_version": __version__, "git_commit": git_commit(), **meta}}
+    run need beyond the config). Atomic.
+
+    A record already at ``path`` (a resumed run's) keeps the commit that started the run as
+    ``git_commit`` (what :func:`~siggate.train.rundir.run_commit` reads), and each later commit that
+    went on with it in ``resumed_at``: a resume at another checkout relabelled the whole run."""
+    now = git_commit()
+    commits = [c for c in _recorded_commits(Path(path)) if c]
+    if now and now not in commits:
+        commits.append(now)
+    history = {"resumed_at": commits[1:]} if len(commits) > 1 else {}
+    doc = {**config, "_meta": {"siggate_version": __version__, "git_commit": commits[0] if commits else now,
+                               **history, **meta}}
     atomic_write_bytes(Path(path), yaml.safe_dump(doc, sort_keys=False).encode("utf-8"))
+
+
+def _recorded_commits(path: Path) -> list:
+    """The commits the record at ``path`` names (``git_commit``, then ``resumed_at``); none for a
+    missing or unreadable record (a new run's)."""
+    try:
+        meta = (yaml.safe_load(path.read_text()) or {}).get("_meta") or {}
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        return []
+    later = meta.get("resumed_at") if isinstance(meta, dict) else None
+    return [meta.get("git_commit"), *(later if isinstance(later, list) else [])] if isinstance(meta, dict) else []
 
 
 class RunFiles:
