@@ -530,6 +530,7 @@ def test_compare_end_to_end(tmp_path, monkeypatch):
     assert res["val_curves"]["none"]["0"] == [h["val"] for h in m["history"]]
     assert m["gate"] == "none" and m["epochs"] == 2 and m["seed"] == 0 and m["dataset"] == "csv"
     assert "--set model.gate=none" in (done / "train.log").read_text()
+    assert "--members gnn" in (done / "train.log").read_text() and not (done / "members.yaml").exists()
     assert [(f["gate"], f["seed"]) for f in res["failed"]] == [("headwise@value", 0)]
     assert "exit status 2" in res["failed"][0]["error"] and "corrupt" in res["failed"][0]["error"]
     log = (broken / "train.log").read_text()
