@@ -513,7 +513,7 @@ def test_compare_end_to_end(tmp_path, monkeypatch):
     out = tmp_path / "cmp"
     broken = out / "runs" / "headwise@value" / "seed0"
     broken.mkdir(parents=True)
-    (broken / "last.pt").write_bytes(b"not a checkpoint")
+    (broken / "last.pt").write_bytes(b"\x00\x01not a checkpoint")  # binary damage (a text file is named as one)
     sets = ["data.name=csv", f"data.csv={csv_path}", "data.target_cols=logp", "data.split=column:split",
             *TINY, "train.warmup_epochs=0", "train.batch_size=16"]
     argv = ["--seeds", "0", "--gates", "none,headwise@value", "--epochs", "2", "--jobs", "2",

@@ -507,3 +507,27 @@ def test_a_training_row_with_a_huge_smiles_is_dropped_with_its_reason(tmp_path):
     assert [(r.index, r.reason) for r in ds.invalid] == [
         (30, "SMILES of 16,000 characters, above the limit of 10,000 (10 per atom of a 1,000-atom molecule); "
              "not parsed")]
+
+
+def test_a_file_of_another_kind_is_named_for_what_it_is(ckpt, tmp_path, capsys):
+    """Misleading refusals: a CSV given as a checkpoint was 'truncated or corrupt, or holds pickle
+    instructions', a checkpoint given as --data 'a zip archive of 323 files; unzip it', a file
+    given to --resume 'holds no run', a folder given to evaluate --data or pretrain --smiles 'no
+    such file'. Each is named for what it is."""
+    text = tmp_path / "mols.csv"
+    text.write_text("smiles,y\nCCO,1\n")
+    (tmp_path / "folder").mkdir()
+    best = (ckpt / "best.pt") if ckpt.is_dir() else ckpt
+    cases = [
+        (["predict", "--checkpoint", str(text), "CCO"], f"{text} is a text file (CSV or other text), not a checkpoint"),
+        (["train", "--data", str(best), "--target-col", "y", "--out", str(tmp_path / "r")],
+         f"{best} is a PyTorch checkpoint (a model, e.g. a run's best.pt), not a CSV file"),
+        (["train", "--resume", str(text)], f"--resume {text} is a file; give the run's folder"),
+        (["evaluate", "--checkpoint", str(ckpt), "--data", str(tmp_path / "folder")],
+         f"--data {tmp_path / 'folder'} is a folder; give the CSV file"),
+        (["pretrain", "--smiles", str(tmp_path / "folder"), "--out", str(tmp_path / "pt")],
+         f"--smiles {tmp_path / 'folder'} is a folder; give a CSV or .smi file in it"),
+    ]
+    for argv, why in cases:
+        rc, out, err = run_cli(argv, capsys)
+        assert rc == 2 and why in _one_error_line(err, argv[0]), err

@@ -330,6 +330,8 @@ def _no_run_to_resume(out: Path, ensemble: bool) -> str:
 
     if not out.exists():
         return f"--resume {out}: no such folder, so there is no run to resume; check the path"
+    if not out.is_dir():
+        return f"--resume {out} is a file; give the run's folder (the one that holds its config.yaml)"
     if not ensemble and rundir.is_members_folder(out):
         saved = _saved_members(out)
         how = (_members_flags(saved) if saved else
@@ -727,6 +729,8 @@ def _pretrain(args) -> int:
         from .data.corpus import moses_train_path
 
         source = moses_train_path()
+    elif Path(source).is_dir():
+        raise CLIError(f"--smiles {source} is a folder; give a CSV or .smi file in it, or 'moses'")
     elif not Path(source).is_file():
         raise CLIError(f"--smiles {source}: no such file; give a CSV or .smi file, or 'moses'")
     overrides = [*args.overrides, *([f"train.threads={args.threads}"] if args.threads else [])]

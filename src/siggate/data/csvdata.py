@@ -135,6 +135,9 @@ def _file_bytes(path: Path) -> bytes:
                 if "content.xml" in names:
                     raise DataError(f"{path} is an OpenDocument spreadsheet, not a CSV file; {SAVE_AS_CSV}")
                 files = [n for n in names if not n.endswith("/")]
+                if any(n.endswith("/data.pkl") or n == "data.pkl" for n in names):
+                    raise DataError(f"{path} is a PyTorch checkpoint (a model, e.g. a run's best.pt), not a CSV "
+                                    "file; give the CSV of SMILES and labels")
                 if len(files) != 1:
                     raise DataError(f"{path} is a zip archive of {len(files)} files; unzip it and give the CSV file")
                 data = z.read(files[0])

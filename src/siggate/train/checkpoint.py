@@ -73,6 +73,10 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
         raise CheckpointError(f"checkpoint not found: {path}. Pass the best.pt or last.pt written by 'siggate train --out DIR'.")
     if path.is_dir():
         raise CheckpointError(f"{path} is a directory; pass the best.pt or last.pt file inside it.")
+    text = _text_file(path)
+    if text:
+        raise CheckpointError(f"{path} is {text}, not a checkpoint; pass a run folder or the best.pt written by "
+                              "'siggate train --out DIR'.")
     try:
         ckpt = safe_torch_load(path, map_location=map_location)
     except UnsafeFile as exc:
@@ -94,6 +98,25 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
         ) from None
     _check_structure(ckpt, path)
     return ckpt
+
+
+def _text_file(path: Path) -> str | None:
+    """What a text file given as a checkpoint is (``"a text file (CSV)"``), or None for a file that
+    may be one: torch's zip archive (``PK``), a legacy pickle (``0x80``) or any binary content."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return None
+    if not head or head[:2] == b"PK" or head[:1] == b"\x80" or b"\x00" in head:
+        return None
+    try:
+        first = head.decode("utf-8").lstrip("\ufeff").lstrip()
+    except UnicodeDecodeError:
+        return None
+    kind = ("JSON" if first[:1] in "{[" else "YAML" if first.startswith(("format:", "model:", "train:", "data:"))
+            else "CSV or other text")
+    return f"a text file ({kind})"
 
 
 def _check_structure(ckpt, path: Path) -> None:

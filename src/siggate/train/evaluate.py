@@ -174,6 +174,8 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     from .predict import SmilesPredictor, smiles_column
 
     path = Path(path)
+    if path.is_dir():
+        raise EvaluationError(f"--data {path} is a folder; give the CSV file of SMILES and labels")
     if not path.is_file():
         raise EvaluationError(f"--data {path}: no such file")
     if info.level != "graph" or info.node_features != "ogb":
