@@ -1070,3 +1070,16 @@ def test_bench_options_it_cannot_run_with_are_refused_in_one_line(tmp_path, caps
                            capsys)
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("flags, written", [([], "bench.json"), (["--scaling"], "scaling.json"),
+                                            (["--scaling-large"], "scaling_large.json")])
+def test_bench_refuses_to_replace_an_earlier_measurement(tmp_path, capsys, flags, written):
+    """``bench --out DIR`` into a folder of an earlier benchmark replaced its JSON without a word."""
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / written).write_text('{"earlier": true}\n')
+    rc, _, err = run_cli(["bench", "--dataset", "synthetic", "--threads", "1", *flags, "--out", str(out)], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"--out {out} holds {written} from an earlier benchmark; choose another --out" in err
+    assert (out / written).read_text() == '{"earlier": true}\n'

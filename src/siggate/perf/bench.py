@@ -798,6 +798,10 @@ def _run(args) -> dict:
     out = Path(args.out) if args.out else None
     if out:
         check_out_folder(out, "the benchmark")
+        written = "scaling_large.json" if args.scaling_large else "scaling.json" if args.scaling else "bench.json"
+        if (out / written).exists():  # an earlier measurement, replaced without a word before
+            raise CLIError(f"--out {out} holds {written} from an earlier benchmark; choose another --out, or move "
+                           "it away first (its numbers would be lost)")
         out.mkdir(parents=True, exist_ok=True)
     command = _command_line(args)
     if args.scaling_large:
