@@ -313,15 +313,16 @@ def changed_since(path: str | Path, data) -> str | None:
     return why and f"{why}, so the run would go on with other data"
 
 
-def resume_differences(saved: dict, current: dict, path: str | Path) -> list[str]:
+def resume_differences(saved: dict, current: dict, path: str | Path | None = None) -> list[str]:
     """The config values in which ``current`` (built from the flags given with ``--resume``)
-    differs from the run's ``saved`` config (its record ``path``), one ``"key: checkpoint has A,
+    differs from the run's ``saved`` config (its record ``path``, None: none to read), one ``"key: checkpoint has A,
     current config has B"`` per key; ``train.epochs`` (a resumed run may grow), the run-local keys
     (where data lies, threads) and the path of a CSV whose content is the one recorded (a moved
     file) may differ."""
     from .checkpoint import config_differences  # torch; only when resuming
 
-    return config_differences(saved, current, ignore=("train.epochs",), csv_sha256=recorded_sha256(path))
+    return config_differences(saved, current, ignore=("train.epochs",),
+                              csv_sha256=recorded_sha256(path) if path is not None else None)
 
 
 def recorded_sha256(path: str | Path) -> str | None:
