@@ -383,6 +383,16 @@ def test_the_gate_weights_are_seeded_and_not_a_copy_of_the_next_draw():
     following = torch.randn(16, 16)
     assert not torch.allclose(gate, following) and abs(float(torch.corrcoef(
         torch.stack([gate.flatten(), following.flatten()]))[0, 1])) < 0.3
+    # a model resets its gates one after another, nothing drawn between them: each layer's is its own
+    for build in (lambda: SigGateGT(1, dim=16, layers=4, gate="elementwise"),):
+        torch.manual_seed(0)
+        model = build()
+        for reseed in (False, True):  # as built, and as siggate's runs re-seed and reset it
+            if reseed:
+                torch.manual_seed(0)
+                model.reset_parameters()
+            gates = [a.in_proj.weight[3 * a.dim:] for a in model.attention_modules()]
+            assert all(not torch.equal(gates[i], gates[j]) for i in range(4) for j in range(i))
 
 
 def test_model_gradients_reach_every_gate():

@@ -43,13 +43,13 @@ from .kernels.layout import DenseIndex, PackedLayout
 from .kernels.packed import PackedAttend
 
 
-def _seed_from_global_state(salt: str) -> int:
+def _seed_from_global_state(salt: bytes) -> int:
     """A 63-bit seed that is a hash of torch's global CPU random state and ``salt``; the state
     is read, not advanced (:meth:`GatedAttentionBase.reset_gate`)."""
     import hashlib
 
     state = torch.random.get_rng_state().numpy().tobytes()
-    return int.from_bytes(hashlib.sha256(state + salt.encode()).digest()[:8], "little") >> 1
+    return int.from_bytes(hashlib.sha256(state + salt).digest()[:8], "little") >> 1
 
 
 class GatedAttentionBase(nn.Module):
@@ -85,7 +85,8 @@ class GatedAttentionBase(nn.Module):
 
     #: the name of the type in :data:`siggate.nn.attention_types.ATTENTION_TYPES`
     attn_type = ""
-    #: the layouts the type's :meth:`build_layout` makes (and :meth:`forward_nodes` reads)
+    #: the layouts the type's :meth:`build_layout` makes (and :meth:`forward_nodes` reads); empty
+    #: (a subclass of one's own that names none): not checked
     layout_types: tuple = ()
 
     def __init__(self, dim: int, heads: int = GPSOptions.heads, gate: str = GPSOptions.gate,
@@ -143,15 +144,20 @@ class GatedAttentionBase(nn.Module):
         """Re-initialise the gate weights and set the gate bias to ``gate_bias_init``.
 
         The weights are drawn on the CPU from a generator seeded by a hash of torch's global
-        CPU random state, which they leave as it is: what is drawn after the gate (the next
-        layer, the training's shuffles) does not depend on whether there is one, and the same
-        seed gives the same gate on every device."""
+        CPU random state and of this module's ``q, k, v`` weights, which they leave as they are:
+        what is drawn after the gate (the next layer, the training's shuffles) does not depend on
+        whether there is one, the same seed gives the same gate on every device, and the layers
+        of a model, whose gates are reset one after another with nothing drawn between them,
+        get gates of their own (their ``q, k, v`` differ)."""
         if self.gate_dim == 0:
             return
         d, w = self.dim, self.in_proj.weight
         with torch.no_grad():
+            if w.is_meta:  # shapes only (a checkpoint's check before building): nothing to draw
+                return
             g = torch.empty(self.gate_dim, d, dtype=torch.float32)
-            gen = torch.Generator().manual_seed(_seed_from_global_state("gate"))
+            qkv = w[: 3 * d].detach().to("cpu", torch.float32).contiguous().numpy().tobytes()
+            gen = torch.Generator().manual_seed(_seed_from_global_state(b"gate" + qkv))
             if self.gate_weight_std is None:
                 nn.init.xavier_uniform_(g, generator=gen)
             else:
@@ -264,7 +270,7 @@ class GatedAttentionBase(nn.Module):
         """Refuse a layout that another attention type built (``ValueError`` naming the call that
         builds this type's: a model of one's own that built a :class:`PackedLayout` for a
         Performer layer failed deep inside it)."""
-        if not isinstance(layout, self.layout_types):
+        if self.layout_types and not isinstance(layout, self.layout_types):
             raise ValueError(f"a {type(layout).__name__} is not a layout the {self.attn_type!r} attention reads; "
                              "build it with layer.attn.make_layout(batch, edge_index, num_graphs)")
 
