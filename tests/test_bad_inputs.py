@@ -1062,6 +1062,7 @@ def test_a_run_grown_on_resume_follows_the_longer_schedule(tmp_path, capsys):
     (["--variants", "foo"], "--variants: unknown 'foo'; choose from"),
     (["--scaling", "--sizes", "a"], "--sizes 'a': give node counts separated by commas"),
     (["--scaling-large", "--dim", "7"], "--dim 7 is not divisible by --heads 4"),
+    (["--dim", "7"], "--dim 7 is not divisible by the zinc config's 4 heads"),
 ])
 def test_bench_options_it_cannot_run_with_are_refused_in_one_line(tmp_path, capsys, flags, message):
     """Each ended in a traceback (IndexError, ZeroDivisionError, ValueError) with exit code 1, or

@@ -571,3 +571,13 @@ def test_compare_rejects_bad_arguments(tmp_path, capsys):
     assert _compare(["--epochs", "0", "--out", str(tmp_path)]) == 2
     assert _compare(["--seeds", "3-1", "--out", str(tmp_path)]) == 2
     assert not (tmp_path / "runs").exists()
+    capsys.readouterr()
+    # a model without attention: every arm the same model (the csv recipe's GNN); both scored the same
+    assert _compare(["--set", "model.attn=false", "--seeds", "0", "--out", str(tmp_path / "noattn")]) == 2
+    assert "this config's model has no attention branch (model.attn: false" in capsys.readouterr().err
+    # an arm trained before compare trained the GNN alone: a combination's scores, not the GNN's
+    arm = tmp_path / "old" / "runs" / "none" / "seed0"
+    arm.mkdir(parents=True)
+    (arm / "members.yaml").write_text("{}\n")
+    assert _compare(["--seeds", "0", "--gates", "none,elementwise", "--out", str(tmp_path / "old")]) == 2
+    assert f"{arm} holds a run of several members" in capsys.readouterr().err

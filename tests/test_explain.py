@@ -433,6 +433,10 @@ def test_explain_on_a_run_of_the_svr_member(tmp_path, capsys):
     assert (own / "molecules.csv").read_text() == "smiles\nCCO\n" and (own / "mol7.png").read_bytes() == b"mine"
     rc, _, err = run_cli(["explain", "--checkpoint", str(run), "C1CC1", "--out", str(own), "--overwrite"], capsys)
     assert rc == 0 and not (own / "mol7.png").exists() and (own / "mol0.png").is_file(), err
+    # an explanation made before explanation.json was written: its own molecules.csv header says so
+    (own / "explanation.json").unlink()
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "NCCN", "--out", str(own)], capsys)
+    assert rc == 0 and (own / "explanation.json").is_file(), err
     # another explain holds the folder: refused, nothing of its explanation touched
     from siggate.files import FolderLock
 

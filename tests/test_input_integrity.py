@@ -528,6 +528,13 @@ def test_a_file_of_another_kind_is_named_for_what_it_is(ckpt, tmp_path, capsys):
         (["pretrain", "--smiles", str(tmp_path / "folder"), "--out", str(tmp_path / "pt")],
          f"--smiles {tmp_path / 'folder'} is a folder; give a CSV or .smi file in it"),
     ]
+    latin = tmp_path / "latin.csv"  # Excel's cp1252 'µ': still text, not a corrupt checkpoint
+    latin.write_bytes(b"smiles,IC50 (\xb5M)\nCCO,1\n")
+    lfs = tmp_path / "best.pt"  # a checkpoint whose Git LFS content was never fetched
+    lfs.write_bytes(b"version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 12\n")
+    cases += [(["predict", "--checkpoint", str(latin), "CCO"], f"{latin} is a text file (CSV or other text)"),
+              (["predict", "--checkpoint", str(lfs), "CCO"], f"{lfs} is a Git LFS pointer (the file itself was "
+                                                             "never fetched: git lfs pull), not a checkpoint")]
     for argv, why in cases:
         rc, out, err = run_cli(argv, capsys)
         assert rc == 2 and why in _one_error_line(err, argv[0]), err

@@ -514,3 +514,36 @@ def test_a_run_resumed_at_another_commit_keeps_the_commit_that_started_it(tmp_pa
     meta = yaml.safe_load((out / "members.yaml").read_text())["_meta"]
     assert meta["git_commit"] == "a" * 40 and meta["resumed_at"] == ["b" * 40, "c" * 40]
     assert run_commit(out) == "a" * 40
+
+
+def test_a_replacement_stopped_before_it_saved_anything_leaves_the_old_run(tmp_path, capsys, data):
+    """--overwrite sets the finished run aside; Ctrl-C (or a crash) while the new run had saved
+    only its record removed the old run all the same, and a replacement killed outright (kill -9)
+    left it in .siggate-replaced, which the next command into the folder deleted. Both come back."""
+    from siggate.cli import _refusal_takes_back, claim_out_dir
+    from siggate.train import rundir
+
+    out = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
+                          "svr,rf", "--cache-dir", str(data.parent / "cache"), "--out", str(out)], capsys)
+    assert rc == 0, err
+
+    def files():
+        return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    before = files()
+    for stop in (KeyboardInterrupt, RuntimeError):
+        lock = claim_out_dir(out, overwrite=True)
+        assert not rundir.run_files(out) and (out / rundir.ASIDE).is_dir()
+        with pytest.raises(stop):
+            with _refusal_takes_back(lock):
+                (out / "members.yaml").write_text("{}\n")  # the new run's record, nothing more
+                raise stop("stopped")
+        lock.release()
+        assert files() == before
+    rundir.set_aside(out)  # what a replacement killed outright leaves
+    assert not rundir.run_files(out)
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
+                          "svr,rf", "--cache-dir", str(data.parent / "cache"), "--out", str(out)], capsys)
+    assert rc == 2 and "holds a run" in err, err
+    assert files() == before

@@ -201,7 +201,8 @@ def _refusal_takes_back(lock):
     the record it wrote (:func:`siggate.train.rundir.forget_refused_run`), so that the command
     with its input mended starts there afresh, and the run ``--overwrite`` set aside
     (:func:`siggate.train.rundir.set_aside`) comes back: a file the checks refuse (no numeric
-    label, an empty split) no longer costs the finished run. Only where the run found no file of a
+    label, an empty split) no longer costs the finished run, nor does Ctrl-C or a crash before the
+    new run saved more than its record. Only where the run found no file of a
     run's names in the folder (:func:`~siggate.train.rundir.run_entries`): a user's own files of
     those names would go with it. A resumed run never does. Otherwise (the run went on, finished
     or stopped) the set-aside run is removed."""
@@ -213,6 +214,12 @@ def _refusal_takes_back(lock):
     except _user_errors():
         if empty:
             with contextlib.suppress(OSError):  # the refusal, not a failure to tidy up, is the error
+                if rundir.forget_refused_run(lock.folder) or not rundir.run_files(lock.folder):
+                    rundir.restore_aside(lock.folder)
+        raise
+    except BaseException:  # Ctrl-C or a crash before the new run saved more than its record: the old run stays
+        if empty and (lock.folder / rundir.ASIDE).is_dir():
+            with contextlib.suppress(OSError):
                 if rundir.forget_refused_run(lock.folder) or not rundir.run_files(lock.folder):
                     rundir.restore_aside(lock.folder)
         raise
@@ -431,6 +438,9 @@ def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> N
     from .train import rundir
 
     check_out_folder(out, "the run")
+    if not rundir.run_entries(out) and rundir.restore_aside(out):  # a replacement killed midway (kill -9)
+        logging.getLogger("siggate").warning(f"{out}: restored the run that an interrupted --overwrite had set "
+                                             f"aside ({rundir.ASIDE})")
     found = rundir.run_files(out)
     if found and not resume:
         if not overwrite:
@@ -494,7 +504,7 @@ def _check_threads(args) -> None:
     """Refuse a negative ``--threads`` (any command that has the flag) before any work."""
     threads = getattr(args, "threads", None)
     if isinstance(threads, int) and not isinstance(threads, bool) and threads < 0:
-        raise CLIError(f"--threads {threads}: give a number of threads >= 1 (0, or no --threads: torch's choice)")
+        raise CLIError(f"--threads {threads}: give a number of threads >= 1 (0: torch's choice)")
 
 
 def _set_threads(args) -> None:

@@ -747,6 +747,14 @@ def check_args(args) -> None:
             raise CLIError(f"{flag} {value}: give a whole number >= {low}")
     if args.dim and args.heads and args.scaling_large and args.dim % args.heads:
         raise CLIError(f"--dim {args.dim} is not divisible by --heads {args.heads}: choose a width that is")
+    if args.dim and not args.scaling_large:  # the protocol configs' heads
+        from ..config import load_config
+
+        for name in (["zinc", "peptides"] if args.config == "both" else [args.config]):
+            heads = load_config(CONFIGS[name]).model.heads
+            if args.dim % heads:
+                raise CLIError(f"--dim {args.dim} is not divisible by the {name} config's {heads} heads: choose a "
+                               "width that is")
     if args.sizes:
         try:
             sizes = _ints(args.sizes)

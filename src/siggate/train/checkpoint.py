@@ -110,9 +110,11 @@ def _text_file(path: Path) -> str | None:
         return None
     if not head or head[:2] == b"PK" or head[:1] == b"\x80" or b"\x00" in head:
         return None
-    try:
-        first = head.decode("utf-8").lstrip("\ufeff").lstrip()
-    except UnicodeDecodeError:
+    if head.startswith(b"version https://git-lfs"):
+        return "a Git LFS pointer (the file itself was never fetched: git lfs pull)"
+    first = head.decode("utf-8", errors="replace").lstrip("\ufeff").lstrip()  # a cp1252 'µ' is text too
+    printable = sum(c.isprintable() or c in "\r\n\t" for c in first)
+    if printable < 0.95 * max(len(first), 1):
         return None
     kind = ("JSON" if first[:1] in "{[" else "YAML" if first.startswith(("format:", "model:", "train:", "data:"))
             else "CSV or other text")

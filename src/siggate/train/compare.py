@@ -449,12 +449,17 @@ def _plan_pairs(args, specs: list[GateSpec], seeds: list[int], out: Path, thread
     (:func:`siggate.train.study.plan`: done, to resume, new, or a conflict when its folder holds
     a run of another config)."""
     from .executor import RunRequest
+    from .rundir import MEMBERS_RECORD
     from .study import StudyRun, plan
 
     runs = []
     for seed in seeds:
         for spec in specs:
             key, run_dir = f"{spec.label}/seed{seed}", run_folder(out, spec.label, seed)
+            if (run_dir / MEMBERS_RECORD).is_file():  # an arm trained as a combination before --members gnn
+                raise CompareError(f"{run_dir} holds a run of several members (the csv recipe's combination, as "
+                                   "siggate compare trained arms before it trained the GNN alone): its scores are "
+                                   "not the GNN's; move that folder away, or choose another --out")
             # the GNN alone: on the csv recipe the run was its combination with svr and rf, whose
             # validation weights could give the GNN 0, and both arms then scored the same
             request = RunRequest(key, [*_config_args(args, spec, seed), "--members", "gnn"], run_dir, threads)
@@ -607,6 +612,10 @@ def compare(args) -> int:
             threads = max(1, (os.cpu_count() or 1) // args.jobs)
         t0 = time.time()
         expected = {spec.label: config_for(args, spec, seeds[0]).to_dict() for spec in specs}  # validates
+        if not all(c["model"].get("attn", True) for c in expected.values()):
+            raise CompareError("the arms differ only in the gate, and this config's model has no attention branch "
+                               "(model.attn: false, the csv recipe's GNN): every arm would be the same model; add "
+                               "--set model.attn=true")
         pairs = _plan_pairs(args, specs, seeds, out, threads)
         n_done = sum(p.state == "done" for p in pairs)
         n_resume = sum(p.state == "resume" for p in pairs)

@@ -125,7 +125,21 @@ def explanation_files(out: str | Path, names: list[str]) -> list[str]:
 def foreign_files(out: str | Path, names: list[str]) -> list[str]:
     """:func:`explanation_files` of a folder that holds no explanation (no :data:`EXPLANATION`):
     the user's own files, which an explanation would replace."""
-    return [] if (Path(out) / EXPLANATION).is_file() else explanation_files(out, names)
+    out = Path(out)
+    if (out / EXPLANATION).is_file() or _explained_before(out / "molecules.csv"):
+        return []
+    return explanation_files(out, names)
+
+
+def _explained_before(path: Path) -> bool:
+    """Whether ``path`` is the ``molecules.csv`` of an explanation made before
+    :data:`EXPLANATION` was written (its header: ``row,smiles,...,pictures,error``)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            header = fh.readline().strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return header.startswith("row,smiles,") and header.endswith(",pictures,error")
 
 
 def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_STEPS) -> tuple[int, int]:

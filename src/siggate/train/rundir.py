@@ -62,15 +62,15 @@ def _members(out: Path) -> list[Path]:
 def run_folders(folder: str | Path, recorded: bool = False) -> set[Path]:
     """The folders of the run that ``folder`` (a run, or one of its ``member*`` folders) belongs
     to, resolved: the run's own and its members'; empty when it holds no run and no saved
-    predictor (a checkpoint copied into a folder of other files), or with ``recorded`` no run
-    record (``config.yaml``, :data:`MEMBERS_RECORD`) and no saved predictor (a folder of the
-    user's with a ``metrics.json`` that ``evaluate --output`` wrote is no run)."""
+    predictor (a checkpoint copied into a folder of other files), or with ``recorded`` no
+    checkpoint, no :data:`MEMBERS_RECORD` and no saved predictor (a folder of the user's with a
+    ``config.yaml`` of their own and the ``metrics.json`` that ``evaluate --output`` wrote is no run)."""
     folder = Path(folder)
     top = folder.parent if _MEMBER.fullmatch(folder.name) else folder
     if not (run_files(top) or run_files(folder) or (folder / MANIFEST).is_file()):
         return set()
     if recorded and not any((f / name).is_file() for f in {top, folder}
-                            for name in ("config.yaml", MEMBERS_RECORD, MANIFEST)):
+                            for name in ("best.pt", "last.pt", MEMBERS_RECORD, MANIFEST)):
         return set()
     return {top.resolve(), *(m.resolve() for m in _members(top))}
 
@@ -215,8 +215,8 @@ def set_aside(out: str | Path) -> None:
 
 def restore_aside(out: str | Path) -> bool:
     """Put back the run :func:`set_aside` moved (a new run refused its input and took back its
-    record); returns whether there was one. A name the new run wrote meanwhile is kept aside
-    (with the rest) rather than replaced."""
+    record, or was killed before it wrote anything); returns whether it did. Nothing is put back
+    while a name it holds is taken in ``out`` (the caller then removes it with :func:`drop_aside`)."""
     out = Path(out)
     aside = out / ASIDE
     if not aside.is_dir() or aside.is_symlink():
