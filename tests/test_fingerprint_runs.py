@@ -497,10 +497,10 @@ def test_data_refused_before_any_member_leaves_no_run_behind(nitrogen_csv, tmp_p
 
 def test_a_refusal_while_fitting_forgets_only_a_bare_record(nitrogen_csv, tmp_path, capsys, monkeypatch):
     """A new run refused while its first member fits (exit 2, one line) leaves no run, so the
-    same command runs afterwards without --overwrite; refused after a member was saved, or in a
-    folder that held files of its own, the folder keeps everything (nothing trained or the user's
-    is lost) and holds the run. A file of its own named like a run's log is refused before any
-    work (a run would write over it)."""
+    same command runs afterwards without --overwrite, also beside the user's own files of other
+    names (they stay); refused after a member was saved, the folder keeps everything (nothing
+    trained is lost) and holds the run. A file of its own named like a run's log is refused
+    before any work (a run would write over it)."""
     def refuse(self, ds):
         raise DataError("refused by the test")
 
@@ -518,7 +518,8 @@ def test_a_refusal_while_fitting_forgets_only_a_bare_record(nitrogen_csv, tmp_pa
     (own / "log.csv").rename(own / "notes.csv")
     rc, _, err = _train(capsys, nitrogen_csv, own, "--members", "svr,rf", "--weights", "val")
     assert rc == 2 and "refused by the test" in _one_line(err)
-    assert (own / "notes.csv").read_text() == "the user's own\n" and holds_run(own)
+    assert (own / "notes.csv").read_text() == "the user's own\n" and not holds_run(own)
+    assert sorted(p.name for p in own.iterdir()) == ["notes.csv"]
     monkeypatch.undo()
     rc, _, err = _train(capsys, nitrogen_csv, bare, "--members", "svr,rf", "--weights", "val")
     assert rc == 0, err

@@ -493,7 +493,11 @@ def test_input_columns_come_through_in_order_and_a_label_column_gets_pred(ckpt, 
     from siggate.train.predict import SmilesPredictor
 
     direct = SmilesPredictor(ckpt).predict_rows(["CCO"])[0]["y"]
-    assert rows[0]["y_pred"] == f"{direct:.7g}" and rows[0]["error"] == ""  # the file: 7 significant digits
+    # the file: the shortest text that reads back as the same float32
+    assert float(rows[0]["y_pred"]) == pytest.approx(direct, rel=1e-7) and rows[0]["error"] == ""
+    import struct
+
+    assert struct.unpack("f", struct.pack("f", float(rows[0]["y_pred"])))[0] == struct.unpack("f", struct.pack("f", direct))[0]
     rc, stdout, _ = run_cli(["predict", "--checkpoint", str(ckpt), "CCO"], capsys)
     assert stdout.splitlines()[0] == "smiles,y,nearest_train_similarity,outside_domain,error"  # SMILES as arguments
     # the peer benchmark's runner reads the prediction column as the one that is not an input column
