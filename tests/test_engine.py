@@ -531,6 +531,8 @@ def test_compare_end_to_end(tmp_path, monkeypatch):
     assert m["gate"] == "none" and m["epochs"] == 2 and m["seed"] == 0 and m["dataset"] == "csv"
     assert "--set model.gate=none" in (done / "train.log").read_text()
     assert "--members gnn" in (done / "train.log").read_text() and not (done / "members.yaml").exists()
+    assert "--threads 1" in (done / "train.log").read_text()  # the comparison's threads, as train.threads
+
     assert [(f["gate"], f["seed"]) for f in res["failed"]] == [("headwise@value", 0)]
     assert "exit status 2" in res["failed"][0]["error"] and "corrupt" in res["failed"][0]["error"]
     log = (broken / "train.log").read_text()
@@ -545,6 +547,18 @@ def test_compare_end_to_end(tmp_path, monkeypatch):
     assert _compare(argv) == 0
     assert (done / "metrics.json").stat().st_mtime_ns == stamp
     assert json.loads((out / "results.json").read_text())["per_seed"]["none"] == {"0": m["test"]}
+
+
+def test_a_compared_run_trains_on_the_comparisons_threads():
+    """compare --threads N set only OMP_NUM_THREADS for each run, which the nci5k and csv configs'
+    train.threads: 1 then undid (the results reported N); each run gets --threads N, unless its
+    --set gives train.threads."""
+    from siggate.train.executor import RunRequest, train_command
+
+    cmd = train_command(RunRequest("a/seed0", ["--config", "nci5k", "--set", "model.gate=none"], "out/r", 3), False)
+    assert cmd[cmd.index("--threads") + 1] == "3"
+    given = RunRequest("a/seed0", ["--config", "nci5k", "--set", "train.threads=2"], "out/r", 3)
+    assert "--threads" not in train_command(given, True)
 
 
 def test_compare_refuses_a_run_dir_of_another_config(tmp_path):
