@@ -637,7 +637,7 @@ def _read_input(args, pred, source):
     return read_input(source, trained_smiles_col(pred.predictor), args.chunk_size, fallback="smiles")
 
 
-#: ``siggate predict``'s defaults of the flags that only molecule checkpoints read
+#: ``siggate predict``'s and ``siggate explain``'s defaults of the flags that only molecule checkpoints read
 _PREDICT_DEFAULTS = {"max_atoms": 1000, "chunk_size": 1000}
 
 
@@ -897,9 +897,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=50,
                    help="Riemann points of the GNN's integrated-gradients path integral (default: 50; more: the "
                         "atoms' sum closer to prediction minus baseline; the fingerprint members do not use it)")
-    p.add_argument("--max-atoms", type=int, default=1000,
+    p.add_argument("--max-atoms", type=int, default=_PREDICT_DEFAULTS["max_atoms"],
                    help="refuse molecules with more atoms, with a reason per row (default: 1000)")
-    p.add_argument("--chunk-size", type=int, default=1000, help="rows of --input read and explained at a time (default: 1000)")
+    p.add_argument("--chunk-size", type=int, default=_PREDICT_DEFAULTS["chunk_size"], help="rows of --input read and explained at a time (default: 1000)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace files of the names an explanation writes (molecules.csv, atoms.csv, mol*.svg/png) "
                         "in an --out that holds no earlier explanation (an earlier explanation is always replaced)")
