@@ -104,12 +104,14 @@ def write_config(path: str | Path, config: dict, **meta) -> None:
 def _recorded_commits(path: Path) -> list:
     """The commits the record at ``path`` names (``git_commit``, then ``resumed_at``); none for a
     missing or unreadable record (a new run's)."""
+    from .rundir import read_record
+
     try:
-        meta = (yaml.safe_load(path.read_text()) or {}).get("_meta") or {}
-    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        meta = read_record(path).get("_meta") or {}
+    except (OSError, ValueError):  # no record yet, or one siggate does not read (ConfigError)
         return []
-    later = meta.get("resumed_at") if isinstance(meta, dict) else None
-    return [meta.get("git_commit"), *(later if isinstance(later, list) else [])] if isinstance(meta, dict) else []
+    later = meta.get("resumed_at")
+    return [meta.get("git_commit"), *(later if isinstance(later, list) else [])]
 
 
 class RunFiles:
