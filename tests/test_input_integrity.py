@@ -223,6 +223,9 @@ def test_an_output_that_would_replace_what_the_command_reads_is_refused(ckpt, tm
         rc, out, err = run_cli(argv, capsys)
         assert rc == 2 and out == "" and f"is a file of the run {other}" in _one_error_line(err, argv[0]), err
         assert {p.name: p.read_bytes() for p in other.iterdir() if p.is_file()} == kept_other
+    (other / "best.pt").unlink()  # a run name not there yet: a JSON named best.pt was written into the run
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--output", str(other / "best.pt")], capsys)
+    assert rc == 2 and f"is a file of the run {other}" in _one_error_line(err, "evaluate") and not (other / "best.pt").exists()
     shutil.rmtree(other)
     (run / "reports").mkdir()
     for new in (run / "extra-predictions.csv", run / "reports" / "metrics.json"):  # the user's own files in it

@@ -547,3 +547,11 @@ def test_a_replacement_stopped_before_it_saved_anything_leaves_the_old_run(tmp_p
                           "svr,rf", "--cache-dir", str(data.parent / "cache"), "--out", str(out)], capsys)
     assert rc == 2 and "holds a run" in err, err
     assert files() == before
+    # killed after the new run wrote its record: the old run stays aside, and the refusal names it
+    rundir.set_aside(out)
+    (out / "members.yaml").write_text((out / rundir.ASIDE / "members.yaml").read_text())
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
+                          "svr,rf", "--cache-dir", str(data.parent / "cache"), "--out", str(out)], capsys)
+    assert rc == 2 and "(the run an interrupted --overwrite replaced is in .siggate-replaced/: move it out to keep " \
+        "it)" in _one_line(err)
+    assert (out / rundir.ASIDE / "member0").is_dir()

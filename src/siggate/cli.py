@@ -444,7 +444,9 @@ def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> N
     found = rundir.run_files(out)
     if found and not resume:
         if not overwrite:
-            raise CLIError(f"--out {out} holds a run ({', '.join(found[:4])}); pass --resume to continue it, "
+            aside = (f" (the run an interrupted --overwrite replaced is in {rundir.ASIDE}/: move it out to keep it)"
+                     if (out / rundir.ASIDE).is_dir() else "")
+            raise CLIError(f"--out {out} holds a run ({', '.join(found[:4])}){aside}; pass --resume to continue it, "
                            "--overwrite to replace it, or choose another --out")
         rundir.set_aside(out)  # replaced once the new run gets past its input checks (_refusal_takes_back)
     elif not found and not resume:  # no run, but files of a run's names: someone's own, not to write over
@@ -566,8 +568,10 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     of ``reads`` (``{flag: path}``) or one that training wrote into the folders of a run: the run
     that ``checkpoint`` belongs to, or any other (:func:`~siggate.train.rundir.run_folders`: the
     run and its members; :data:`~siggate.train.rundir.RUN_OUTPUTS`, a checkpoint: another run's
-    ``best.pt`` was replaced by a CSV); a file of the user's own there is rewritten."""
+    ``best.pt`` was replaced by a CSV), whether it is there yet or not; a file of the user's own
+    there is rewritten."""
     from .files import out_dir_problem
+    from .train.rundir import RUN_OUTPUTS, run_folders
 
     if path.is_dir():
         raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / example}")
@@ -576,14 +580,13 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
             if _same_file(path, read):
                 raise CLIError(f"--output {path} is the file that {flag} reads; writing it would replace that "
                                f"file: give another --output, e.g. {path.with_name(example)}")
-        from .train.rundir import RUN_OUTPUTS, run_folders
-
+    if path.name in RUN_OUTPUTS or path.suffix == ".pt":  # a run's name in a run's folder, there or not yet
         run = Path(checkpoint) if checkpoint else None
         run = run.parent if run is not None and run.is_file() else run
         homes = run_folders(run) if run is not None and run.is_dir() else set()  # a member's run too
         if path.resolve().parent not in homes:  # another run's folder
             run, homes = path.parent, run_folders(path.parent, recorded=True)
-        if path.resolve().parent in homes and (path.name in RUN_OUTPUTS or path.suffix == ".pt"):
+        if path.resolve().parent in homes:
             raise CLIError(f"--output {path} is a file of the run {run}; writing it would change the run: give a "
                            "new file name, or a path outside the run")
     probe = path.parent

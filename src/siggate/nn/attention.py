@@ -146,7 +146,7 @@ class GatedAttentionBase(nn.Module):
         The weights are drawn on the CPU from a generator seeded by a hash of torch's global
         CPU random state and of this module's ``q, k, v`` weights, which they leave as they are:
         what is drawn after the gate (the next layer, the training's shuffles) does not depend on
-        whether there is one, the same seed gives the same gate on every device, and the layers
+        whether there is one, the same ``q, k, v`` give the same gate on every device, and the layers
         of a model, whose gates are reset one after another with nothing drawn between them,
         get gates of their own (their ``q, k, v`` differ)."""
         if self.gate_dim == 0:

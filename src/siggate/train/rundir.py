@@ -133,12 +133,13 @@ def holds_run(out: str | Path) -> bool:
 
 
 def forget_refused_run(out: str | Path) -> bool:
-    """After a new run in ``out``, a folder it found empty, refused its input: remove what it
+    """After a new run in ``out``, a folder it found without files of a run's names
+    (:func:`run_entries`; other files stay), refused its input: remove what it
     wrote when that is only its record (``config.yaml``, :data:`MEMBERS_RECORD`, the members'
     ``config.yaml``: no checkpoint, no saved member, no metrics), so that the command with its
     input mended starts there without ``--overwrite``; a folder holding anything more keeps it all
-    (nothing trained is lost). The caller checks that the folder was empty: :func:`clear_run`
-    removes every name a run writes, a user's own files of those names too. Returns whether it
+    (nothing trained is lost). The caller checks that the folder held no file of a run's names:
+    :func:`clear_run` removes every name a run writes, a user's own files of those names too. Returns whether it
     removed the record."""
     out = Path(out)
     files = run_files(out)
