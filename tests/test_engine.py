@@ -589,6 +589,10 @@ def test_compare_rejects_bad_arguments(tmp_path, capsys):
     # a model without attention: every arm the same model (the csv recipe's GNN); both scored the same
     assert _compare(["--set", "model.attn=false", "--seeds", "0", "--out", str(tmp_path / "noattn")]) == 2
     assert "this config's model has no attention branch (model.attn: false" in capsys.readouterr().err
+    # the csv recipe with attention: its shipped pretrained weights have none, so every arm failed after its data loaded
+    csv_sets = ["--set", f"data.csv={tmp_path / 'x.csv'}", "--set", "data.target_cols=[y]", "--set", "model.attn=true"]
+    assert _compare(["--config", "csv", *csv_sets, "--seeds", "0", "--out", str(tmp_path / "init")]) == 2
+    assert "arm none: train.init:" in capsys.readouterr().err and not (tmp_path / "init" / "runs").exists()
     # an arm trained before compare trained the GNN alone: a combination's scores, not the GNN's
     arm = tmp_path / "old" / "runs" / "none" / "seed0"
     arm.mkdir(parents=True)
