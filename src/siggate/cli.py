@@ -211,15 +211,9 @@ def _refusal_takes_back(lock):
     empty = lock is not None and not rundir.run_entries(lock.folder)  # of a run's names; a user's notes may stay
     try:
         yield
-    except _user_errors():
-        if empty:
+    except BaseException as exc:  # a refusal; or Ctrl-C, a crash, where --overwrite set a run aside
+        if empty and (isinstance(exc, _user_errors()) or (lock.folder / rundir.ASIDE).is_dir()):
             with contextlib.suppress(OSError):  # the refusal, not a failure to tidy up, is the error
-                if rundir.forget_refused_run(lock.folder) or not rundir.run_files(lock.folder):
-                    rundir.restore_aside(lock.folder)
-        raise
-    except BaseException:  # Ctrl-C or a crash before the new run saved more than its record: the old run stays
-        if empty and (lock.folder / rundir.ASIDE).is_dir():
-            with contextlib.suppress(OSError):
                 if rundir.forget_refused_run(lock.folder) or not rundir.run_files(lock.folder):
                     rundir.restore_aside(lock.folder)
         raise

@@ -616,13 +616,12 @@ def compare(args) -> int:
             raise CompareError("the arms differ only in the gate, and this config's model has no attention branch "
                                "(model.attn: false, the csv recipe's GNN): every arm would be the same model; add "
                                "--set model.attn=true")
-        for label, c in expected.items():  # pretrained weights an arm cannot start from: refused before any run
-            if c["train"].get("init"):
-                from .init_weights import init_refusal
+        from .init_weights import init_refusal
 
-                why = init_refusal(c["train"]["init"], c["model"])
-                if why:
-                    raise CompareError(f"arm {label}: {why}")
+        for label, c in expected.items():  # pretrained weights an arm cannot start from: refused before any run
+            why = c["train"].get("init") and init_refusal(c["train"]["init"], c["model"])
+            if why:
+                raise CompareError(f"arm {label}: {why}")
         pairs = _plan_pairs(args, specs, seeds, out, threads)
         n_done = sum(p.state == "done" for p in pairs)
         n_resume = sum(p.state == "resume" for p in pairs)

@@ -164,38 +164,33 @@ def free_run_dir(base: str | Path, taken: str | Path | None = None) -> Path:
     return path
 
 
+def run_entries(out: Path) -> list[Path]:
+    """What ``siggate train`` wrote into ``out``, the one list of it (:func:`clear_run` removes it,
+    :func:`set_aside` moves it): :data:`RUN_OUTPUTS`, :data:`RUN_FOLDERS`, the ensemble members and
+    unfinished atomic writes ``.*.tmp``, those that are there."""
+    return [p for p in (*(out / n for n in RUN_OUTPUTS + RUN_FOLDERS), *_members(out), *out.glob(".*.tmp"))
+            if p.is_file() or p.is_dir() or p.is_symlink()]
+
+
 def clear_run(out: str | Path) -> None:
-    """Remove what ``siggate train`` wrote into ``out`` (:data:`RUN_OUTPUTS`, :data:`RUN_FOLDERS`,
-    unfinished atomic writes ``.*.tmp``, and ensemble members); other files stay. A symbolic link
-    in a member's or a folder's place is removed as a link: what it points to is never entered
-    (a received run's ``member2`` linked to someone's folder lost its files to ``--overwrite``)."""
+    """Remove what ``siggate train`` wrote into ``out`` (:func:`run_entries`); other files stay, and
+    so do a member's files of other names. A symbolic link in a member's or a folder's place is
+    removed as a link: what it points to is never entered (a received run's ``member2`` linked to
+    someone's folder lost its files to ``--overwrite``)."""
     out = Path(out)
-    for member in _members(out):
-        if member.is_symlink():
-            member.unlink()
-            continue
-        clear_run(member)
-        if not any(member.iterdir()):
-            member.rmdir()
-    for name in RUN_OUTPUTS:
-        (out / name).unlink(missing_ok=True)
-    for name in RUN_FOLDERS:
-        if (out / name).is_symlink():
-            (out / name).unlink()
-        elif (out / name).is_dir():
-            shutil.rmtree(out / name)
-    for tmp in out.glob(".*.tmp"):
-        tmp.unlink(missing_ok=True)
+    for p in run_entries(out):
+        if p.is_symlink() or not p.is_dir() or (p.name not in RUN_FOLDERS and not _MEMBER.fullmatch(p.name)):
+            p.unlink()  # a file, a link; a folder of a file's name is refused (IsADirectoryError), not entered
+        elif p.name in RUN_FOLDERS:
+            shutil.rmtree(p)
+        else:  # a member: its own run's files, and the folder once empty
+            clear_run(p)
+            if not any(p.iterdir()):
+                p.rmdir()
 
 
 #: where ``--overwrite`` keeps the run it replaces until the new run has got past its input checks
 ASIDE = ".siggate-replaced"
-
-
-def run_entries(out: Path) -> list[Path]:
-    """What :func:`clear_run` would remove from ``out``: the run's files, folders and members."""
-    return [p for p in (*(out / n for n in RUN_OUTPUTS + RUN_FOLDERS), *_members(out), *out.glob(".*.tmp"))
-            if p.is_file() or p.is_dir() or p.is_symlink()]
 
 
 def set_aside(out: str | Path) -> None:
