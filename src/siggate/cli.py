@@ -34,6 +34,7 @@ from .options import (
     DEFAULT_WEIGHTS,
     MEMBER_KIND_NAMES,
     MEMBER_WEIGHTS,
+    PREDICT_MAX_ATOMS,
     RECIPE_MEMBERS,
     add_progress_flag,
     progress_enabled,
@@ -635,7 +636,7 @@ def _read_input(args, pred, source):
 
 
 #: ``siggate predict``'s and ``siggate explain``'s defaults of the flags that only molecule checkpoints read
-_PREDICT_DEFAULTS = {"max_atoms": 1000, "chunk_size": 1000}
+_PREDICT_DEFAULTS = {"max_atoms": PREDICT_MAX_ATOMS, "chunk_size": 1000}
 
 
 def cmd_predict(args) -> int:
