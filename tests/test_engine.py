@@ -561,6 +561,22 @@ def test_a_compared_run_trains_on_the_comparisons_threads():
     assert "--threads" not in train_command(given, True)
 
 
+def test_compare_reports_the_threads_its_set_gives_the_runs(tmp_path, capsys):
+    """--set train.threads=M trained each run on M threads while the results reported --threads
+    (or cores / jobs); both given contradicted each other silently."""
+    out = tmp_path / "cmp"
+    for gate in ("none", "elementwise"):
+        _fake_run(out / "runs" / gate / "seed0", 0, gate, 1.0, 1.5)
+    argv = ["--seeds", "0", "--gates", "none,elementwise", "--epochs", "3", "--out", str(out), "--no-progress",
+            "--set", "train.threads=2"]
+    assert _compare([*argv, "--threads", "3"]) == 2
+    assert "--threads and --set train.threads both set each run's threads; give one" in capsys.readouterr().err
+    assert not (out / "results.json").exists()
+    assert _compare(argv) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["threads"] == 2 and "--set train.threads=2" in res["command"] and "--threads" not in res["command"]
+
+
 def test_compare_refuses_a_run_dir_of_another_config(tmp_path):
     out = tmp_path / "cmp"
     run = out / "runs" / "none" / "seed0"

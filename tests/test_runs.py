@@ -505,14 +505,19 @@ def test_a_run_resumed_at_another_commit_keeps_the_commit_that_started_it(tmp_pa
     from siggate.train.rundir import run_commit
 
     out = tmp_path / "run"
-    for commit, extra in (("a" * 40, []), ("b" * 40, ["--resume"]), ("b" * 40, ["--resume"]), ("c" * 40, ["--resume"])):
-        monkeypatch.setattr(record, "git_commit", lambda commit=commit: commit)
+    runs = (("a", "1.0", []), ("b", "1.1", ["--resume"]), ("b", "1.1", ["--resume"]), ("c", "1.1", ["--resume"]),
+            ("a", "1.0", ["--resume"]))
+    for commit, version, extra in runs:
+        monkeypatch.setattr(record, "git_commit", lambda commit=commit: commit * 40)
+        monkeypatch.setattr(record, "__version__", version)
         rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split",
                               "--members", "svr,rf", "--cache-dir", str(data.parent / "cache"), "--out", str(out),
                               *extra], capsys)
         assert rc == 0, err
     meta = yaml.safe_load((out / "members.yaml").read_text())["_meta"]
-    assert meta["git_commit"] == "a" * 40 and meta["resumed_at"] == ["b" * 40, "c" * 40]
+    # the first commit and version stay; each later one, in order (back at a: listed again)
+    assert meta["git_commit"] == "a" * 40 and meta["resumed_at"] == ["b" * 40, "c" * 40, "a" * 40]
+    assert meta["siggate_version"] == "1.0" and meta["resumed_versions"] == ["1.1", "1.0"]
     assert run_commit(out) == "a" * 40
 
 

@@ -425,10 +425,14 @@ def command_line(args) -> str:
     return shlex.join(parts)
 
 
+def _set_keys(args) -> set[str]:
+    """The config keys the comparison's ``--set`` items give (``{"train.threads", ...}``)."""
+    return {o.split("=", 1)[0].strip() for o in args.overrides}
+
+
 def _check_args(args) -> None:
     """Refuse options that contradict the comparison (``CompareError``)."""
-    if any(o.split("=", 1)[0].strip() in ("model.gate", "model.gate_position", "model.param_match", "train.seed")
-           for o in args.overrides):
+    if _set_keys(args) & {"model.gate", "model.gate_position", "model.param_match", "train.seed"}:
         raise CompareError("--set model.gate/model.gate_position/model.param_match/train.seed: these come from "
                            "--gates and --seeds")
     if args.epochs is not None and getattr(args, "budget", None) is not None:
@@ -589,6 +593,8 @@ def compare(args) -> int:
         raise CompareError(f"--aggregate-only: {unread}; give --config, --gates and --seeds (and any --set, "
                            "--epochs or --budget) as the comparison was run")
     _defaults(args, stored)
+    if args.threads and "train.threads" in _set_keys(args):
+        raise CompareError("--threads and --set train.threads both set each run's threads; give one")
     if stored is not None and args.threads is None:  # the results describe the runs' threads, not this call's
         args.threads = stored.threads
     if stored is not None and aggregate_only:  # nothing runs now: the results say how the runs were run
@@ -604,14 +610,16 @@ def compare(args) -> int:
     if problem:
         raise CompareError(f"--out {problem} for the comparison")
     with _claimed(out, aggregate_only):  # one comparison writes into a folder at a time
+        t0 = time.time()
+        expected = {spec.label: config_for(args, spec, seeds[0]).to_dict() for spec in specs}  # validates
         if args.threads:
             threads = args.threads
+        elif "train.threads" in _set_keys(args) and next(iter(expected.values()))["train"]["threads"]:
+            threads = next(iter(expected.values()))["train"]["threads"]  # the runs' own, as the results report
         elif getattr(args, "backend", "local") == "ray":  # each Ray task owns --cpus-per-run cores
             threads = max(1, int(args.cpus_per_run))
         else:
             threads = max(1, (os.cpu_count() or 1) // args.jobs)
-        t0 = time.time()
-        expected = {spec.label: config_for(args, spec, seeds[0]).to_dict() for spec in specs}  # validates
         if not all(c["model"].get("attn", True) for c in expected.values()):
             raise CompareError("the arms differ only in the gate, and this config's model has no attention branch "
                                "(model.attn: false, the csv recipe's GNN): every arm would be the same model; add "

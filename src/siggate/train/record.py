@@ -88,30 +88,40 @@ def write_config(path: str | Path, config: dict, **meta) -> None:
     the siggate version, the git commit and ``meta`` (what ``--resume`` and the readers of the
     run need beyond the config). Atomic.
 
-    A record already at ``path`` (a resumed run's) keeps the commit that started the run as
-    ``git_commit`` (what :func:`~siggate.train.rundir.run_commit` reads), and each later commit that
-    went on with it in ``resumed_at``: a resume at another checkout relabelled the whole run."""
-    now = git_commit()
-    commits = [c for c in _recorded_commits(Path(path)) if c]
-    if now and now not in commits:
-        commits.append(now)
-    history = {"resumed_at": commits[1:]} if len(commits) > 1 else {}
-    doc = {**config, "_meta": {"siggate_version": __version__, "git_commit": commits[0] if commits else now,
-                               **history, **meta}}
+    A record already at ``path`` (a resumed run's) keeps the commit and the siggate version that
+    started the run as ``git_commit`` (what :func:`~siggate.train.rundir.run_commit` reads) and
+    ``siggate_version``; each later commit or version that went on with it, in the order they did,
+    is listed in ``resumed_at`` and ``resumed_versions`` (a resume at another checkout relabelled
+    the whole run; A, B, then A again lists B, A)."""
+    old = _recorded_meta(Path(path))
+    commits = _went_on(old, "git_commit", "resumed_at", git_commit())
+    versions = _went_on(old, "siggate_version", "resumed_versions", __version__)
+    history = {**({"resumed_at": commits[1:]} if len(commits) > 1 else {}),
+               **({"resumed_versions": versions[1:]} if len(versions) > 1 else {})}
+    doc = {**config, "_meta": {"siggate_version": versions[0] if versions else __version__,
+                               "git_commit": commits[0] if commits else None, **history, **meta}}
     atomic_write_bytes(Path(path), yaml.safe_dump(doc, sort_keys=False).encode("utf-8"))
 
 
-def _recorded_commits(path: Path) -> list:
-    """The commits the record at ``path`` names (``git_commit``, then ``resumed_at``); none for a
-    missing or unreadable record (a new run's)."""
+def _recorded_meta(path: Path) -> dict:
+    """The ``_meta`` of the record at ``path``; empty for a missing or unreadable record (a new run's)."""
     from .rundir import read_record
 
     try:
-        meta = read_record(path).get("_meta") or {}
+        meta = read_record(path).get("_meta")
     except (OSError, ValueError):  # no record yet, or one siggate does not read (ConfigError)
-        return []
-    later = meta.get("resumed_at")
-    return [meta.get("git_commit"), *(later if isinstance(later, list) else [])]
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _went_on(meta: dict, first: str, later: str, now: str | None) -> list:
+    """The values ``meta`` records under ``first`` then ``later`` (a list), with ``now`` appended
+    when it is not the last of them (the same checkout resuming again adds nothing)."""
+    rest = meta.get(later)
+    values = [v for v in [meta.get(first), *(rest if isinstance(rest, list) else [])] if v]
+    if now and (not values or values[-1] != now):
+        values.append(now)
+    return values
 
 
 class RunFiles:
