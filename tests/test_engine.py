@@ -575,6 +575,9 @@ def test_compare_reports_the_threads_its_set_gives_the_runs(tmp_path, capsys):
     assert _compare(argv) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["threads"] == 2 and "--set train.threads=2" in res["command"] and "--threads" not in res["command"]
+    assert _compare(argv) == 0  # again, over its own results: the stored threads are not made a --threads
+    res = json.loads((out / "results.json").read_text())
+    assert res["threads"] == 2 and "--threads" not in res["command"]
 
 
 def test_compare_refuses_a_run_dir_of_another_config(tmp_path):

@@ -595,7 +595,8 @@ def compare(args) -> int:
     _defaults(args, stored)
     if args.threads and "train.threads" in _set_keys(args):
         raise CompareError("--threads and --set train.threads both set each run's threads; give one")
-    if stored is not None and args.threads is None:  # the results describe the runs' threads, not this call's
+    if stored is not None and args.threads is None and "train.threads" not in _set_keys(args):
+        # the results describe the runs' threads, not this call's (a --set train.threads gives them itself)
         args.threads = stored.threads
     if stored is not None and aggregate_only:  # nothing runs now: the results say how the runs were run
         for name in ("jobs", "backend", "cpus_per_run"):
