@@ -630,3 +630,56 @@ def test_a_crafted_pickle_under_a_data_root_is_refused_unread(tmp_path):
     split.write_bytes(pickle.dumps([1, 2]))
     with pytest.raises(DataError, match="is not a dict of train/val/test index arrays"):
         peptides._load_split_pickle(split, "peptides-func")
+
+
+def test_pretraining_drops_every_benchmarks_test_molecules(tmp_path, monkeypatch):
+    """The corpus of ``siggate pretrain`` (``build_corpus`` as the CLI calls it: no ``test_sets``)
+    drops the test molecules of every benchmark: each reader returns its split's SMILES exactly
+    (read here with pandas and the NCI-5K loader), and a corpus that holds some of them, written in
+    other SMILES, keeps none. Only reader counts were checked before: reading ``val`` for NCI-5K's
+    test molecules, or a default of no test sets, passed every test. MoleculeACE's reader (every
+    target's test split, the reserved ones included) is stood in for here; its exclusion is the
+    same code."""
+    root = need_real("ZINC/smiles/zinc12k_test_smiles.csv", "ogbg_molhiv/split/scaffold/test.csv.gz",
+                     "ogbg_molhiv/mapping/mol.csv.gz")
+    from siggate.data import corpus
+    from siggate.data.nci5k import load_nci5k
+    from siggate.options import SPLITS
+    from siggate.train.pretrain import build_corpus
+
+    zinc_test = pd.read_csv(root / "ZINC/smiles/zinc12k_test_smiles.csv")["smiles"].tolist()
+    hiv_all = pd.read_csv(root / "ogbg_molhiv/mapping/mol.csv.gz")["smiles"].tolist()
+    hiv_test = [hiv_all[i] for i in pd.read_csv(root / "ogbg_molhiv/split/scaffold/test.csv.gz", header=None)[0]]
+    nci_test = sorted({g.smiles for s in SPLITS for g in load_nci5k(split=s).splits["test"]})
+    assert (len(zinc_test), len(hiv_test)) == (1000, 4113)
+    assert corpus.TEST_SETS["zinc"](root) == zinc_test and corpus.TEST_SETS["molhiv"](root) == hiv_test
+    assert corpus.TEST_SETS["nci5k"](root) == nci_test
+    ace = ["CC(=O)Nc1ccc(O)cc1"]
+    monkeypatch.setitem(corpus.TEST_SETS, "moleculeace", lambda _root: ace)
+
+    def key(smiles: str) -> str | None:  # RDKit's standard InChIKey; None where RDKit reads no molecule
+        mol = Chem.MolFromSmiles(smiles)
+        return (Chem.MolToInchiKey(mol) or None) if mol is not None else None
+
+    def keys(smiles: list[str]) -> set:
+        return {k for k in map(key, smiles) if k}
+
+    def other_spelling(smiles: str) -> str:
+        mol = Chem.MolFromSmiles(smiles)
+        return Chem.MolToSmiles(mol, rootedAtAtom=mol.GetNumAtoms() - 1, canonical=False)
+
+    planted = [zinc_test[0], hiv_test[0], nci_test[0], ace[0]]
+    free = ["CCCCCCCCCCCCCCCCCCCCO", "CCCCCCCCCCCCCCCCCCCCN", "CCCCCCCCCCCCCCCCCCCCCl", "CCCCCCCCCCCCCCCCCCCCBr",
+            "CCCCCCCCCCCCCCCCCCCCF", "CCCCCCCCCCCCCCCCCCCCS", "OCCCCCCCCCCCCCCCCCCCO", "NCCCCCCCCCCCCCCCCCCCN",
+            "ClCCCCCCCCCCCCCCCCCCCl", "BrCCCCCCCCCCCCCCCCCCBr", "CCCCCCCCCCCCCCCCCCC(C)O", "CCCCCCCCCCCCCCCCCC(C)(C)O"]
+    source = tmp_path / "corpus.smi"
+    source.write_text("\n".join([*map(other_spelling, planted), *free]) + "\n")
+    assert not keys(free) & keys([*zinc_test, *hiv_test, *nci_test, *ace])
+    meta = build_corpus(source, tmp_path / "c", molecules=1000, seed=0, data_root=root, progress=False)
+    assert meta["test_sets"] == {"zinc": {"molecules": 1000, "inchikeys": len(keys(zinc_test))},
+                                 "molhiv": {"molecules": 4113, "inchikeys": len(keys(hiv_test))},
+                                 "nci5k": {"molecules": len(nci_test), "inchikeys": len(keys(nci_test))},
+                                 "moleculeace": {"molecules": 1, "inchikeys": 1}}
+    assert meta["in_test_set"] == 4 and meta["kept"] == len(free)
+    kept = pd.read_csv(tmp_path / "c" / "corpus.csv")["smiles"]
+    assert len(kept) == len(free) and keys(list(kept)) == keys(free)
