@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from siggate.nn import SigGateGT  # noqa: E402
 from siggate.nn.impl import IMPL_ENV  # noqa: E402
 from test_fast_path import (  # noqa: E402
+    BF16_TOL,
     DT,
     batch,
     batch_as,
@@ -51,7 +52,6 @@ from test_fast_path import SIZES as FIXTURE_SIZES  # noqa: E402
 
 ATOL = 1e-8
 FP32_RTOL = 1e-4
-BF16_TOL = 0.1
 #: the fixture's sizes and a larger batch whose size groups go through SDPA with padding
 SIZES = {"small": FIXTURE_SIZES, "large": [23, 5, 40, 40, 17, 1, 33, 9, 26, 40, 12, 3] * 4}
 POSITIONS = {"none": ["output"], "headwise": ["output", "value", "post"], "elementwise": ["output", "value", "post"]}
