@@ -174,6 +174,24 @@ def test_the_classifier_takes_any_two_labels_and_its_run_offers_prediction_sets(
             assert row["y_set"] == "{" + ",".join(c for c, s in (("0", p), ("1", 1 - p)) if s <= q) + "}"
     with pytest.raises(ValueError, match="binary: y must hold two classes, got 3"):
         siggate.SigGateClassifier().fit(smiles[:3], ["a", "b", "c"])
+    # a refit that fails leaves the fitted classifier as it was: its classes were set before the
+    # run trained, so the old model answered in the new labels
+    with pytest.raises(ValueError):
+        clf.set_params(out_dir=None).fit(smiles[:3], [0, 1, 1])
+    assert list(clf.classes_) == ["large", "small"] and list(clf.predict(smiles[50:])) == list(pred)
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    failed = siggate.SigGateClassifier()
+    with pytest.raises(ValueError):
+        failed.fit(smiles[:3], [0, 1, 1])
+    with pytest.raises(NotFittedError):  # a failed first fit is no fit (it looked fitted, then AttributeError)
+        check_is_fitted(failed)
+    for call in (failed.predict, failed.predict_proba):
+        with pytest.raises(NotFittedError):
+            call(["CCO"])
+    with pytest.raises(NotFittedError):
+        failed.score(["CCO"], ["a"])
 
 
 def test_unknown_weights_are_refused_before_any_training(tmp_path):

@@ -208,7 +208,7 @@ class _SigGateEstimator(BaseEstimator):
         smiles = _smiles(X)
         if len(y) != len(smiles):
             raise ValueError(f"X has {len(smiles)} SMILES and y {len(y)} rows")
-        y, names = self._targets(y)
+        y, names = self._targets(y)  # the classifier's classes wait in _fitting_classes until the run is trained
         inf = np.flatnonzero(np.isinf(y).any(axis=1))
         if len(inf):
             raise ValueError(f"y holds an infinite label at row(s) {inf[:5].tolist()}; give a number, or NaN for a "
@@ -306,10 +306,16 @@ class _SigGateEstimator(BaseEstimator):
                       device=torch.device(self.device), dataset=ds)
         if out != work / "run":
             (out / ESTIMATOR_RECORD).write_text(json.dumps(self._record(names), indent=1, default=str) + "\n")
-        self.predictor_ = load_predictor(out, self.device)
-        self.smiles_predictor_ = SmilesPredictor(self.predictor_, device=self.device, domain=False)
+        predictor = load_predictor(out, self.device)
+        self.predictor_ = predictor  # from here on the fit has succeeded: its attributes together
+        self.smiles_predictor_ = SmilesPredictor(predictor, device=self.device, domain=False)
         self.n_features_in_ = 1
         self.target_names_ = names
+        self._fitted(names)
+
+    def _fitted(self, names: list[str]) -> None:
+        """The fitted attributes a kind of estimator adds once its run is trained (the classifier's
+        ``classes_``): a failed ``fit`` leaves the earlier fit's as they were."""
 
     def _in_words_of_y(self, text: str) -> str:
         """``text`` with the run's names for ``y``'s values replaced by ``y``'s own (the classifier's classes)."""
@@ -403,24 +409,27 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
         if missing:
             raise ValueError(f"y has no class at row(s) {missing[:5]} (None or NaN); the classifier needs a class "
                              "for every molecule: drop those rows")
-        self.classes_ = np.unique(y)
-        if len(self.classes_) != 2:
-            raise ValueError(f"SigGateClassifier is binary: y must hold two classes, got {len(self.classes_)}")
-        return (y == self.classes_[1]).astype(np.float64).reshape(-1, 1), _target_names(labels, 1)
+        self._fitting_classes = np.unique(y)
+        if len(self._fitting_classes) != 2:
+            raise ValueError(f"SigGateClassifier is binary: y must hold two classes, got {len(self._fitting_classes)}")
+        return (y == self._fitting_classes[1]).astype(np.float64).reshape(-1, 1), _target_names(labels, 1)
 
     def _in_words_of_y(self, text: str) -> str:
         """The run's classes 0 and 1 (e.g. the validation draw's "class 1 hold 1 distinct molecule")
         as ``y`` names them."""
         def named(m):
-            c = self.classes_[int(m.group(1))]
+            c = self._fitting_classes[int(m.group(1))]
             return f"class {c.item() if isinstance(c, np.generic) else c!r}"
 
         return re.sub(r"\bclass ([01])\b", named, text)
 
     def _record(self, names: list[str]) -> dict:
         """Also the classes: the run's prediction is the probability of the second."""
-        classes = [c.item() if isinstance(c, np.generic) else c for c in self.classes_]
+        classes = [c.item() if isinstance(c, np.generic) else c for c in self._fitting_classes]
         return {**super()._record(names), "classes": classes, "probability_of": classes[1]}
+
+    def _fitted(self, names: list[str]) -> None:
+        self.classes_ = self._fitting_classes
 
     def predict_proba(self, X) -> np.ndarray:
         """``[n, 2]``: the probabilities of ``classes_[0]`` and ``classes_[1]``."""
@@ -429,4 +438,5 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
 
     def predict(self, X) -> np.ndarray:
         """The more probable class of each molecule (probability >= 0.5: ``classes_[1]``)."""
-        return self.classes_[(self.predict_proba(X)[:, 1] >= 0.5).astype(int)]
+        positive = self.predict_proba(X)[:, 1] >= 0.5  # first: NotFittedError before any fitted attribute is read
+        return self.classes_[positive.astype(int)]
