@@ -231,6 +231,24 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
                                                                               [1.0, 2.0, 3.0, 4.0])
         assert str(caught.value) == message and "--" not in str(caught.value)
         assert not (tmp_path / "run").exists()
+    # keys fit sets itself: an override was set over (train.seed, train.threads) or refused in the flags' words
+    for item, message in (("train.seed=7", "overrides 'train.seed=7': train.seed is set by seed; drop it from "
+                                           "overrides and set seed instead"),
+                          ("train.threads=4", "overrides 'train.threads=4': train.threads is set by threads; drop it "
+                                              "from overrides and set threads instead"),
+                          ("data.val_fraction=0.3", "overrides 'data.val_fraction=0.3': data.val_fraction is set by "
+                                                    "val_fraction; drop it from overrides and set val_fraction instead"),
+                          ("data.name=zinc", "overrides 'data.name=zinc': data.name is set by X (fit trains on the "
+                                             "SMILES it is given); drop it from overrides")):
+        with pytest.raises(ValueError) as caught:
+            siggate.SigGateRegressor(out_dir=tmp_path / "run", overrides=(item,)).fit(["CCO", "CCN"], [1.0, 2.0])
+        assert str(caught.value) == message and not (tmp_path / "run").exists()
+    # a refusal of the command line's own (CLIError, no ValueError before: not caught, flags named)
+    with pytest.raises(ValueError) as caught:
+        siggate.SigGateRegressor(out_dir=tmp_path / "run", epochs=2, overrides=("train.warmup_epochs=5",)).fit(
+            ["CCO", "CCN", "CCC", "CCCl"], [1.0, 2.0, 3.0, 4.0])
+    assert "warmup" in str(caught.value) and "--" not in str(caught.value) and "data.csv" not in str(caught.value)
+    assert not (tmp_path / "run").exists()
     from siggate.data.csvdata import DataError
 
     with pytest.raises(DataError) as caught:  # the data's checks too: --target-col is y here

@@ -54,6 +54,15 @@ _PARAM_OF_FLAG = {"--val-fraction": "val_fraction", "--members": "members", "--w
                   "--config": "config", "--target-col": "y"}
 
 
+#: config keys that fit itself sets, and what sets them: an override of one is refused before any
+#: work (``train.seed`` and ``train.threads`` were set over, ``data.val_fraction`` refused as a flag)
+_KEYS_FIT_SETS = {"data.name": "X (fit trains on the SMILES it is given)", "data.csv": "X (fit writes its own CSV)",
+                  "data.smiles_col": "X (fit writes its own CSV)", "data.target_cols": "y",
+                  "data.task": "the estimator's class (SigGateRegressor or SigGateClassifier)",
+                  "data.split": "val_fraction", "data.val_fraction": "val_fraction",
+                  "data.cache_dir": "fit (a folder of its own)", "train.seed": "seed", "train.threads": "threads"}
+
+
 def _in_estimator_words(text: str, data: Path) -> str:
     """A refusal of ``siggate train`` as fit's caller reads it: the CSV that fit wrote is not named
     and each flag is the estimator parameter behind it (``--members`` -> ``members``)."""
@@ -157,7 +166,9 @@ class _SigGateEstimator(BaseEstimator):
         ensemble: GNN members with seeds ``seed..seed+ensemble-1`` (``--ensemble``).
         config: a config name or file (``None``: ``csv``, the ``--data`` recipe).
         overrides: ``"section.key=value"`` strings (``--set``), e.g. ``("train.init=none", "model.layers=2")`` (another
-            architecture than the shipped weights' starts from scratch).
+            architecture than the shipped weights' starts from scratch). Keys that ``fit`` sets from
+            ``X``, ``y`` or a parameter (``train.seed``: ``seed``, ``train.threads``: ``threads``,
+            ``data.val_fraction``, ``data.csv``, ...; ``train.epochs`` beside ``epochs``) are refused.
         seed: the seed of the validation draw and of training.
         val_fraction: the fraction of the rows held out for validation, by molecule and per class
             (at least one row).
@@ -213,18 +224,20 @@ class _SigGateEstimator(BaseEstimator):
         if len(inf):
             raise ValueError(f"y holds an infinite label at row(s) {inf[:5].tolist()}; give a number, or NaN for a "
                              "missing label")
+        from .config_args import CLIError
+
         keep = Path(self.out_dir) if self.out_dir is not None else None
         work = Path(tempfile.mkdtemp(prefix="siggate-fit-"))
         try:
             with _kept_global_state(), self._quiet(), _claimed(keep) as out:
                 try:
                     self._fit_in(work, out or work / "run", smiles, y, names)
-                except ValueError as exc:  # the command line's words for what fit was given
+                except (ValueError, CLIError) as exc:  # the command line's words for what fit was given
                     text = self._in_words_of_y(_in_estimator_words(str(exc), work / "data.csv"))
-                    if text == str(exc):
+                    if text == str(exc) and isinstance(exc, ValueError):
                         raise
-                    try:
-                        reworded = type(exc)(text)  # the same class, for callers that catch it
+                    try:  # the same class, for callers that catch it; a refusal of the flags: a ValueError
+                        reworded = type(exc)(text) if isinstance(exc, ValueError) else ValueError(text)
                     except Exception:
                         reworded = ValueError(text)
                     raise reworded from None
@@ -253,6 +266,12 @@ class _SigGateEstimator(BaseEstimator):
                                            or not all(isinstance(o, str) for o in self.overrides)):
             raise ValueError(f"overrides must be a sequence of 'section.key=value' strings, e.g. "
                              f"('members.rf.n_estimators=50',), got {self.overrides!r}")
+        for item in self.overrides or ():
+            key = item.split("=", 1)[0].strip()
+            owner = _KEYS_FIT_SETS.get(key) or ("epochs" if key == "train.epochs" and self.epochs is not None else None)
+            if owner:
+                raise ValueError(f"overrides {item!r}: {key} is set by {owner}; drop it from overrides"
+                                 + (f" and set {owner} instead" if owner.isidentifier() else ""))
         if not isinstance(self.device, str) or not (self.device == "cpu" or re.fullmatch(r"cuda(:\d+)?", self.device)):
             raise ValueError(f"device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
         if self.device != "cpu":
