@@ -6,6 +6,7 @@ Everything runs in float64 on tiny batches of graphs."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import partial
 
@@ -738,7 +739,7 @@ def test_config_refuses_bad_attention_options():
 
 
 def test_old_flat_attention_keys_are_read_with_a_deprecation_message():
-    from siggate.config import from_dict, load_config, upgrade_config_dict
+    from siggate.config import ModelConfig, from_dict, load_config, upgrade_config_dict
 
     with pytest.warns(FutureWarning, match=r"model.performer_features is deprecated: write "
                                            r"model.attention.performer.num_features"):
@@ -758,8 +759,36 @@ def test_old_flat_attention_keys_are_read_with_a_deprecation_message():
     nested = load_config("nci5k", ["model.attention.performer.redraw_interval=7"])
     assert nested.model.attention.performer.redraw_interval == 7
     saved = upgrade_config_dict({"model": {"performer_redraw": 5, "expander_degree": 4}})  # an old record: silent
-    assert saved["model"]["attention"] == {"performer": {"redraw_interval": 5}, "exphormer": {"expander_degree_total": 4}}
+    defaults = dataclasses.asdict(ModelConfig().attention)
+    assert saved["model"]["attention"] == {"performer": {**defaults["performer"], "redraw_interval": 5},
+                                           "exphormer": {**defaults["exphormer"], "expander_degree_total": 4}}
     assert not {"performer_redraw", "expander_degree"} & set(saved["model"])
+
+
+def test_a_run_saved_before_an_attention_type_or_option_existed_resumes_as_their_defaults():
+    """A type's options section (or an option) added after a run was saved read as missing: resume
+    refused every older run ("model.attention.<type>: checkpoint has '<missing>'"), and studies
+    reran them, whatever type the run's model had. They read as today's defaults, which that
+    model was built with; a saved value that differs is still a difference."""
+    import copy
+
+    from siggate.config import load_config, upgrade_config_dict
+    from siggate.train.rundir import resume_differences
+
+    current = load_config("nci5k").to_dict()
+    old = copy.deepcopy(current)
+    del old["model"]["attention"]["exphormer"], old["model"]["attention"]["performer"]["kernel"]
+    assert resume_differences(upgrade_config_dict(old), current) == []
+    del old["model"]["attention"]
+    assert resume_differences(upgrade_config_dict(old), current) == []
+    other = copy.deepcopy(current)
+    other["model"]["attention"]["performer"]["num_features"] = 3
+    assert resume_differences(upgrade_config_dict(other), current) == [
+        f"model.attention.performer.num_features: checkpoint has 3, current config has "
+        f"{current['model']['attention']['performer']['num_features']}"]
+    unknown = copy.deepcopy(current)
+    unknown["model"]["attention"]["linear"] = {"rank": 4}  # a type this siggate does not know stays, to be refused
+    assert upgrade_config_dict(unknown)["model"]["attention"]["linear"] == {"rank": 4}
 
 
 def test_defaults_are_the_same_in_the_config_and_the_constructors():

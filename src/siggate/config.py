@@ -420,7 +420,8 @@ def from_dict(raw: dict) -> Config:
 def _nest_flat_attention_keys(raw: dict, warn: bool) -> dict:
     """``raw`` with the flat ``model.performer_*``/``model.expander_*`` keys of older
     configs moved into ``model.attention.<type>`` (:data:`siggate.options.FLAT_ATTENTION_KEYS`),
-    with a deprecation message when ``warn``; a new dict when anything moved."""
+    with a deprecation message when ``warn`` (keys given now: each replaces the section's value,
+    which an old record's upgrade has filled with the default); a new dict when anything moved."""
     model = raw.get("model")
     if not isinstance(model, dict) or not set(model) & set(FLAT_ATTENTION_KEYS):
         return raw
@@ -429,7 +430,9 @@ def _nest_flat_attention_keys(raw: dict, warn: bool) -> dict:
     for old in [k for k in model if k in FLAT_ATTENTION_KEYS]:
         kind, name = FLAT_ATTENTION_KEYS[old]
         section = attention.setdefault(kind, {})
-        if isinstance(section, dict):
+        if isinstance(section, dict) and warn:  # given now (a --set, a config file): over the section's value
+            section[name] = model[old]
+        elif isinstance(section, dict):  # an old record's, beside a section it never had
             section.setdefault(name, model[old])
         if warn:
             warnings.warn(f"model.{old} is deprecated: write model.attention.{kind}.{name} "
@@ -697,6 +700,9 @@ def upgrade_config_dict(raw: dict) -> dict:
       svr and rf members were built with their defaults, and each member's ``predictor.json``
       records the options it really used: the section, and any of its keys a config lacks, read
       as today's defaults (unknown keys stay, to be refused).
+    - ``model.attention`` the same way: an attention type added after a run was saved (its
+      options section) and any option a type gained read as today's defaults, which the run's
+      model, of whatever type, was built with (resume refused every older run before).
     """
     if not isinstance(raw, dict):
         return raw
@@ -720,13 +726,25 @@ def upgrade_config_dict(raw: dict) -> dict:
         train.setdefault("eval_norm", "running")
         train.setdefault("cliff_weight", 0.0)
     if any(k in out for k in ("data", "model", "train")):  # a whole config, not a loose section
-        saved = {} if out.get("members") is None else out["members"]
-        if isinstance(saved, dict):  # key by key, so that a field added later reads as its default too
-            merged = {kind: defaults if saved.get(kind) is None else
-                      {**defaults, **saved[kind]} if isinstance(saved[kind], dict) else saved[kind]  # else: refused
-                      for kind, defaults in MembersConfig().to_dict().items()}
-            out["members"] = {**saved, **merged}
-    return _nest_flat_attention_keys(out, warn=False)
+        out["members"] = _kinds_filled(out.get("members"), MembersConfig().to_dict())
+    out = _nest_flat_attention_keys(out, warn=False)
+    if isinstance(out.get("model"), dict):
+        out["model"] = {**out["model"], "attention": _kinds_filled(out["model"].get("attention"),
+                                                                   _plain(dataclasses.asdict(AttentionConfig())))}
+    return out
+
+
+def _kinds_filled(saved, defaults: dict):
+    """A saved section of one subsection per kind (``members``, ``model.attention``) with each
+    kind it lacks, and each key a kind lacks, read as ``defaults`` (today's): a kind or a field
+    added later. Unknown kinds and keys stay, to be refused; a section that is no mapping too."""
+    saved = {} if saved is None else saved
+    if not isinstance(saved, dict):
+        return saved
+    merged = {kind: kind_defaults if saved.get(kind) is None else
+              {**kind_defaults, **saved[kind]} if isinstance(saved[kind], dict) else saved[kind]
+              for kind, kind_defaults in defaults.items()}
+    return {**saved, **merged}
 
 
 def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> Config:
