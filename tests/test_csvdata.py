@@ -140,6 +140,29 @@ def test_column_split_unknown_label(tmp_path):
     assert "unknown value 'holdout'" in ds.invalid[0].reason
 
 
+def test_rows_predict_would_refuse_do_not_train(tmp_path):
+    """A molecule of only hydrogens or with a wildcard atom trained while siggate predict refused
+    it (a model then failed on its own training molecules); both are dropped with predict's reason."""
+    from siggate.train.predict import SmilesPredictor
+
+    path = tmp_path / "s.csv"
+    path.write_text("smiles,y,fold\nCCO,1,train\n*C,2,train\n[H][H],3,train\nCCN,4,val\nCC*,5,test\nCCC,6,test\n")
+    ds = load_csv(path, "smiles", ["y"], "regression", split="column:fold", cache_dir=tmp_path)
+    assert [(r.index, r.reason) for r in ds.invalid] == [
+        (1, "contains a wildcard atom '*' (atomic number 0) at atom 1, which is not an element"),
+        (2, "no heavy atoms: the molecule has only hydrogen (2 H atom(s)); there is nothing to predict from"),
+        (4, "contains a wildcard atom '*' (atomic number 0) at atom 3, which is not an element")]
+    assert {k: [g.idx for g in v] for k, v in ds.splits.items()} == {"train": [0], "val": [3], "test": [5]}
+    from siggate.data.chem import InvalidSmiles
+
+    reader = SmilesPredictor.__new__(SmilesPredictor)  # its SMILES reader alone, at the default limit
+    reader.max_atoms, reader.mol_features = 1000, "none"
+    for row in ds.invalid:  # predict's own words for the same molecules
+        with pytest.raises(InvalidSmiles) as caught:
+            reader._graph(row.smiles)
+        assert str(caught.value) == row.reason
+
+
 def test_random_split_seed(tmp_path):
     path = tmp_path / "r.csv"
     smiles = ["C" * k + "O" for k in range(1, 41)]

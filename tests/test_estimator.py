@@ -470,3 +470,21 @@ def test_fit_never_replaces_files_no_fit_made(molecules, tmp_path):
     assert (out / "notes.txt").read_text() == "mine\n" and (out / "predictor.json").is_file()
     est.fit(smiles[:30], y[:30])  # its own earlier fit is replaced
     assert (out / "notes.txt").read_text() == "mine\n"
+
+
+def test_predict_takes_every_molecule_fit_trained_on(molecules):
+    """fit trained on molecules predict then refused: a wildcard atom and only hydrogens (now left
+    out at fit, named in its warning), and a molecule above predict's atom limit (it trains, with a
+    note, so the fitted estimator predicts it too)."""
+    import siggate
+
+    smiles, y = molecules
+    big = "C" * 1200
+    X = [*smiles[:40], "*C", "[H][H]", big]
+    with pytest.warns(UserWarning, match=r"2 of 43 molecules left out \(their positions in X: 40: contains a wildcard "
+                                         r"atom .*; 41: no heavy atoms"):
+        est = siggate.SigGateRegressor(members="rf", threads=1).fit(X, [*y[:40], 1.0, 2.0, 3.0])
+    pred = est.predict([*smiles[:40], big])
+    assert pred.shape == (41,) and np.isfinite(pred).all()
+    with pytest.raises(ValueError, match=r"1 of 1 SMILES cannot be predicted: row 0: contains a wildcard atom"):
+        est.predict(["*C"])

@@ -42,7 +42,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .options import recipe_members, run_weights
+from .options import PREDICT_MAX_ATOMS, recipe_members, run_weights
 from .train.rundir import ESTIMATOR_RECORD
 
 #: the CSV columns :meth:`_SigGateEstimator.fit` writes
@@ -327,7 +327,10 @@ class _SigGateEstimator(BaseEstimator):
             (out / ESTIMATOR_RECORD).write_text(json.dumps(self._record(names), indent=1, default=str) + "\n")
         predictor = load_predictor(out, self.device)
         self.predictor_ = predictor  # from here on the fit has succeeded: its attributes together
-        self.smiles_predictor_ = SmilesPredictor(predictor, device=self.device, domain=False)
+        # predict refuses no molecule fit trained on (a CSV's rows above predict's atom limit train, with a note)
+        largest = max((g.num_nodes for split in ds.splits.values() for g in split), default=0)
+        self.smiles_predictor_ = SmilesPredictor(predictor, device=self.device, domain=False,
+                                                 max_atoms=max(PREDICT_MAX_ATOMS, int(largest)))
         self.n_features_in_ = 1
         self.target_names_ = names
         self._fitted(names)

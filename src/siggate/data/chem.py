@@ -162,6 +162,25 @@ def check_smiles_length(s: str, limit: int | None) -> None:
                             f"per atom of a {limit // SMILES_CHARS_PER_ATOM:,}-atom molecule); not parsed")
 
 
+def check_atoms(mol) -> None:
+    """Refuse a parsed molecule that no model here can read, by one rule for a CSV's training rows
+    and for ``siggate predict``: only hydrogens (nothing to predict from), or a wildcard atom
+    ``*`` (atomic number 0: a query or an attachment point, not an element).
+
+    Raises:
+        InvalidSmiles: naming which, and the first wildcard atom's number.
+    """
+    atoms = list(mol.GetAtoms())
+    if not any(a.GetAtomicNum() > 1 for a in atoms):
+        if any(a.GetAtomicNum() == 0 for a in atoms):
+            raise InvalidSmiles("contains a wildcard atom '*' (atomic number 0), which is not an element")
+        raise InvalidSmiles(f"no heavy atoms: the molecule has only hydrogen ({len(atoms)} H atom(s)); "
+                            "there is nothing to predict from")
+    wild = [a.GetIdx() + 1 for a in atoms if a.GetAtomicNum() == 0]
+    if wild:
+        raise InvalidSmiles(f"contains a wildcard atom '*' (atomic number 0) at atom {wild[0]}, which is not an element")
+
+
 #: characters a SMILES may spend per atom (bracket atoms, ring bonds, branches) before it is
 #: refused unread; with :data:`~siggate.options.PREDICT_MAX_ATOMS` the length limit of user input
 SMILES_CHARS_PER_ATOM = 10

@@ -19,6 +19,8 @@ Suspicious data is named before training, each case with its fix:
   ``dataset.notes``;
 * a regression target that holds only 0 and 1: a warning suggesting ``--task binary``;
 * a constant target: refused by :func:`check_trainable`;
+* molecules of only hydrogens or with a wildcard atom ``*``: dropped with their reason, by
+  ``siggate predict``'s rule (:func:`~siggate.data.chem.check_atoms`);
 * molecules above ``siggate predict``'s atom limit (:data:`~siggate.options.PREDICT_MAX_ATOMS`):
   a warning with their count (they train, but predict would refuse them), and a note each;
 * numbers written with a decimal comma (``-5,49``): refused naming the fix, ``decimal=","``.
@@ -48,7 +50,16 @@ from ..files import atomic_write_bytes
 from ..options import DELIMITERS, DUPLICATES, PREDICT_MAX_ATOMS, closest_name
 from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, RowNote, TaskInfo, default_cache_dir
 from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
-from .chem import MAX_SMILES_LENGTH, SPLITS, InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, split_indices
+from .chem import (
+    MAX_SMILES_LENGTH,
+    SPLITS,
+    InvalidSmiles,
+    check_atoms,
+    mol_to_graph,
+    murcko_scaffold,
+    parse_smiles,
+    split_indices,
+)
 
 __all__ = ["load_csv", "check_columns", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns",
            "extra_fields_reason", "carried_columns", "row_issue", "write_run_tables", "TASK_METRIC",
@@ -73,8 +84,9 @@ DUPLICATE_TOLERANCE = 0.01
 MISSING_TARGET = "missing target"
 #: bump when the same file and arguments build another dataset (part of every cache key). 2: rows of
 #: one molecule share a split (random split; merged only within a split column's split), rows with
-#: extra fields are dropped with a reason
-CSV_VERSION = 2
+#: extra fields are dropped with a reason; 3: rows of only hydrogens or with a wildcard atom '*' are
+#: dropped with a reason (siggate predict refused them; they trained)
+CSV_VERSION = 3
 
 
 def _parse_split(split: str) -> str | None:
@@ -515,6 +527,7 @@ def build_csv(
                         "(expected train, val, valid or test)"
                     )
             mol = parse_smiles(smi, allow_unsanitized=allow_unsanitized, max_length=MAX_SMILES_LENGTH)
+            check_atoms(mol)  # predict's rule: a molecule it refuses does not train either
             data = mol_to_graph(mol)
             same = _canonical(mol, smi)
             if split in ("scaffold", "scaffold_balanced"):

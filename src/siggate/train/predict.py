@@ -62,6 +62,7 @@ import torch
 from ..data.chem import (
     SMILES_CHARS_PER_ATOM,
     InvalidSmiles,
+    check_atoms,
     check_smiles_length,
     mol_to_graph,
     parse_smiles,
@@ -298,21 +299,9 @@ class SmilesPredictor:
                     if heavy > self.max_atoms:
                         raise InvalidSmiles(self._too_large(heavy, "heavy atoms"))
             mol = parse_smiles(s)
-            atoms = list(mol.GetAtoms())
-            if not any(a.GetAtomicNum() > 1 for a in atoms):
-                if any(a.GetAtomicNum() == 0 for a in atoms):
-                    raise InvalidSmiles("contains a wildcard atom '*' (atomic number 0), which is not an element")
-                raise InvalidSmiles(
-                    f"no heavy atoms: the molecule has only hydrogen ({len(atoms)} H atom(s)); "
-                    "there is nothing to predict from"
-                )
-            wild = [a.GetIdx() + 1 for a in atoms if a.GetAtomicNum() == 0]
-            if wild:
-                raise InvalidSmiles(
-                    f"contains a wildcard atom '*' (atomic number 0) at atom {wild[0]}, which is not an element"
-                )
-            if len(atoms) > self.max_atoms:
-                raise InvalidSmiles(self._too_large(len(atoms), "atoms"))
+            check_atoms(mol)  # the rule a CSV's training rows pass
+            if mol.GetNumAtoms() > self.max_atoms:
+                raise InvalidSmiles(self._too_large(mol.GetNumAtoms(), "atoms"))
             g = mol_to_graph(mol)
             if self.mol_features != "none":  # raw, as the datasets store them; the model scales
                 from ..data.molfeatures import compute
