@@ -488,3 +488,45 @@ def test_predict_takes_every_molecule_fit_trained_on(molecules):
     assert pred.shape == (41,) and np.isfinite(pred).all()
     with pytest.raises(ValueError, match=r"1 of 1 SMILES cannot be predicted: row 0: contains a wildcard atom"):
         est.predict(["*C"])
+
+
+def test_conformal_intervals_are_the_runs_own_and_outlive_its_folder(molecules, tmp_path, capsys):
+    """Chemists asked for calibrated intervals from the estimator: the run computed them
+    (``calibration.json``) but the estimator offered only the members' spread, and with no out_dir
+    the calibration went with the temporary folder. ``predict_interval`` gives what ``siggate
+    predict --coverage`` gives from the same run, after the run folder is gone too; the classifier's
+    ``predict_set`` likewise."""
+    import pickle
+
+    import siggate
+
+    smiles, y = molecules
+    est = siggate.SigGateRegressor(**FP, out_dir=tmp_path / "reg", val_fraction=0.3).fit(smiles[:50], y[:50])
+    lower, upper = est.predict_interval(smiles[50:], coverage=0.8)
+    rc, out, err = run_cli(["predict", "--checkpoint", str(tmp_path / "reg"), *smiles[50:], "--coverage", "0.8"], capsys)
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
+    assert [float(r["y_lower"]) for r in rows] == pytest.approx(lower.tolist(), abs=1e-5)
+    assert [float(r["y_upper"]) for r in rows] == pytest.approx(upper.tolist(), abs=1e-5)
+    mean = est.predict(smiles[50:])
+    assert np.all(lower < mean) and np.all(mean < upper)
+    # normalised by the members' spread: the widths differ between molecules; a higher coverage is wider
+    assert len(np.unique(np.round(upper - lower, 9))) > 1
+    wide = est.predict_interval(smiles[50:], coverage=0.9)
+    assert np.all(wide[1] - wide[0] >= upper - lower)
+    shutil.rmtree(tmp_path / "reg")
+    again = pickle.loads(pickle.dumps(est)).predict_interval(smiles[50:], coverage=0.8)
+    assert np.array_equal(again[0], lower) and np.array_equal(again[1], upper)
+    # 15 validation molecules bound at most 15/16 coverage: beyond it, infinite intervals and a warning
+    with pytest.warns(UserWarning, match=r"^coverage 0.99: the run's calibration holds too few validation molecules "
+                                         r"for it \('y' on 15; 99 are needed\).*fit with a larger val_fraction$"):
+        assert np.isinf(est.predict_interval(smiles[50:], coverage=0.99)[1]).all()
+    with pytest.raises(ValueError, match="coverage must be a number between 0 and 1"):
+        est.predict_interval(smiles[50:], coverage=90)
+    labels = np.where(y > np.median(y), "large", "small")
+    clf = siggate.SigGateClassifier(**FP, out_dir=tmp_path / "clf", val_fraction=0.3).fit(smiles[:50], labels[:50])
+    sets = clf.predict_set(smiles[50:], coverage=0.8)
+    rc, out, err = run_cli(["predict", "--checkpoint", str(tmp_path / "clf"), *smiles[50:], "--coverage", "0.8"], capsys)
+    assert rc == 0, err
+    expected = [[c in r["y_set"].strip("{}").split(",") for c in ("0", "1")] for r in csv.DictReader(out.splitlines())]
+    assert sets.dtype == bool and sets.tolist() == expected

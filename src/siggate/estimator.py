@@ -290,7 +290,7 @@ class _SigGateEstimator(BaseEstimator):
         from .train.dataprep import prepare_data
         from .train.ensemble import train_members
         from .train.members import load_predictor, parse_kinds, run_encodings
-        from .train.predict import SmilesPredictor
+        from .train.predict import InputError, SmilesPredictor, read_calibration
 
         data = work / "data.csv"
         with open(data, "w", newline="") as fh:
@@ -333,6 +333,10 @@ class _SigGateEstimator(BaseEstimator):
                                                  max_atoms=max(PREDICT_MAX_ATOMS, int(largest)))
         self.n_features_in_ = 1
         self.target_names_ = names
+        try:  # kept here: the run's folder may be a temporary one, gone after fit
+            self.calibration_ = read_calibration(out, predictor.info)
+        except InputError:  # a run without one (no validation labels)
+            self.calibration_ = None
         self._fitted(names)
 
     def _fitted(self, names: list[str]) -> None:
@@ -383,6 +387,30 @@ class _SigGateEstimator(BaseEstimator):
         return values, std
 
 
+    def _calibrated(self, X, coverage: float):
+        """``(calibration, coverage, mean [n, T], spread [n, T] or None)`` for the conformal
+        intervals or sets of ``X`` at ``coverage``; warns where the calibration has too few
+        validation molecules for it (those targets' intervals are infinite, their sets hold both
+        classes).
+
+        Raises:
+            ValueError: a coverage outside (0, 1), or a fit whose run has no calibration."""
+        from .predictors.conformal import check_coverage
+        from .train.predict import too_few_message
+
+        check_is_fitted(self, "predictor_")
+        coverage = check_coverage(coverage)
+        if self.calibration_ is None:
+            raise ValueError("this fit has no conformal calibration (its run held no validation labels); fit again "
+                             "with a val_fraction that holds out labelled molecules")
+        few = too_few_message(self.calibration_, coverage, name="coverage")
+        if few:
+            warnings.warn(few.replace("retrain with more validation rows", "fit with a larger val_fraction"),
+                          UserWarning, stacklevel=3)
+        mean, std = self._predict_mean(X, return_std=True)
+        return self.calibration_, coverage, mean, std if self.smiles_predictor_.ensemble else None
+
+
 class SigGateRegressor(RegressorMixin, _SigGateEstimator):
     __doc__ = ("SigGate-GT regression on SMILES (``siggate train --data ... --task regression``).\n\n"
                + _SigGateEstimator.__doc__.split("\n\n", 1)[1])
@@ -397,6 +425,20 @@ class SigGateRegressor(RegressorMixin, _SigGateEstimator):
             values = values[:, 0]
             std = None if std is None else std[:, 0]
         return (values, std) if return_std else values
+
+    def predict_interval(self, X, coverage: float = 0.9):
+        """Split-conformal prediction intervals at ``coverage`` (``siggate predict --coverage``):
+        ``(lower, upper)`` in target units, ``[n]`` (one target) or ``[n, T]``, calibrated on the
+        validation molecules fit held out (``val_fraction``); for several members the width
+        follows each molecule's spread over them. A new molecule's label falls inside with
+        probability at least ``coverage`` when it is exchangeable with those molecules.
+
+        Raises:
+            ValueError: a coverage outside (0, 1), SMILES that cannot be predicted, or a fit
+                without validation labels."""
+        cal, coverage, mean, spread = self._calibrated(X, coverage)
+        lower, upper = cal.intervals(mean, spread, coverage)
+        return (lower[:, 0], upper[:, 0]) if lower.shape[1] == 1 else (lower, upper)
 
     def score(self, X, y, sample_weight=None) -> float:
         """R² of :meth:`predict`, per target over its labelled rows (NaN: a missing label, as in
@@ -457,6 +499,18 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
         """``[n, 2]``: the probabilities of ``classes_[0]`` and ``classes_[1]``."""
         p = self._predict_mean(X)[:, 0]
         return np.stack([1.0 - p, p], axis=1)
+
+    def predict_set(self, X, coverage: float = 0.9) -> np.ndarray:
+        """Split-conformal prediction sets at ``coverage`` (``siggate predict --coverage``):
+        ``[n, 2]`` booleans, whether ``classes_[0]`` and ``classes_[1]`` are in each molecule's
+        set, calibrated on the validation molecules fit held out. A set holds the true class with
+        probability at least ``coverage`` for molecules exchangeable with those; both classes:
+        the model cannot tell at that coverage; neither: no class is plausible enough.
+
+        Raises:
+            ValueError: a coverage outside (0, 1), or SMILES that cannot be predicted."""
+        cal, coverage, prob, _ = self._calibrated(X, coverage)
+        return cal.set_members(prob, coverage)[:, 0, :]
 
     def predict(self, X) -> np.ndarray:
         """The more probable class of each molecule (probability >= 0.5: ``classes_[1]``)."""

@@ -189,13 +189,19 @@ class Calibration:
     def sets(self, prob, coverage: float) -> list[list[str]]:
         """Binary/multilabel: per row and target the prediction set at ``coverage`` as text,
         ``"{0}"``, ``"{1}"``, ``"{0,1}"`` or ``"{}"``."""
+        inside = self.set_members(prob, coverage)
+        return [["{" + ",".join(str(c) for c in (0, 1) if row[t, c]) + "}" for t in range(inside.shape[1])]
+                for row in inside]
+
+    def set_members(self, prob, coverage: float) -> np.ndarray:
+        """Binary/multilabel: ``[G, T, 2]`` booleans, whether class 0 and class 1 are in each row's
+        and target's prediction set at ``coverage`` (a class is in when its score ``1 - p(class)``
+        is at most the calibration's quantile)."""
         prob = as_2d(prob)
-        out = [[""] * prob.shape[1] for _ in range(prob.shape[0])]
+        out = np.zeros((*prob.shape, 2), dtype=bool)
         for t, cal in enumerate(self.targets.values()):
             q = cal.quantile(coverage)
-            for g, p in enumerate(prob[:, t]):
-                members = [str(c) for c, score in ((0, p), (1, 1.0 - p)) if score <= q]
-                out[g][t] = "{" + ",".join(members) + "}"
+            out[:, t, 0], out[:, t, 1] = prob[:, t] <= q, 1.0 - prob[:, t] <= q
         return out
 
     def covered(self, y, mean, spread, coverage: float) -> dict:

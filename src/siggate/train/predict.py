@@ -109,15 +109,38 @@ def _calibration(folder: Path | None, coverage, info, checkpoint=None):
     Raises:
         InputError: a bad coverage, a run without ``calibration.json``, one that does not fit, a
             checkpoint of the run that is not the model it calibrates (``last.pt`` beside ``best.pt``)."""
+    coverage = _coverage(coverage)
+    cal = read_calibration(folder, info, checkpoint)
+    few = too_few_message(cal, coverage)
+    if few:
+        log.warning("%s", few)
+    return coverage, cal
 
-    from ..predictors.conformal import Calibration, CalibrationError, check_coverage
+
+def _coverage(coverage) -> float:
+    """``coverage`` checked (:func:`~siggate.predictors.conformal.check_coverage`).
+
+    Raises:
+        InputError: naming ``--coverage``."""
+    from ..predictors.conformal import CalibrationError, check_coverage
+
+    try:
+        return check_coverage(coverage)
+    except CalibrationError as exc:
+        raise InputError(f"--coverage: {exc}") from None
+
+
+def read_calibration(folder: Path | None, info, checkpoint=None):
+    """The ``Calibration`` of the run in ``folder`` (its ``calibration.json``), checked against the
+    model's task and targets (``info``) and, given one, the ``checkpoint`` it would predict with.
+
+    Raises:
+        InputError: a run without ``calibration.json``, one that does not fit, a checkpoint of
+            the run that is not the model it calibrates (``last.pt`` beside ``best.pt``)."""
+    from ..predictors.conformal import Calibration
     from .members import run_checkpoint_name
     from .rundir import CALIBRATION
 
-    try:
-        coverage = check_coverage(coverage)
-    except CalibrationError as exc:
-        raise InputError(f"--coverage: {exc}") from None
     path = None if folder is None else Path(folder) / CALIBRATION
     if path is not None and not path.is_file() and (Path(folder).parent / CALIBRATION).is_file():
         raise InputError(f"--coverage: {folder} is a member of the run {Path(folder).parent}, which calibrates the "
@@ -142,18 +165,25 @@ def _calibration(folder: Path | None, coverage, info, checkpoint=None):
     if list(cal.targets) != names:
         raise InputError(f"--coverage: {path} calibrates targets {list(cal.targets)}, the model predicts {names}; "
                          "it belongs to another run")
-    few = cal.too_few(coverage)
-    if few:  # an honest answer, but not one to take for an interval
-        from ..predictors.conformal import fewest_for
+    return cal
 
-        which = ", ".join(f"{name!r} on {n}" for name, n in few.items())
-        least = min(few.values())
-        remedy = (f"ask a coverage of at most {least / (least + 1):.3g}, or retrain with more validation rows" if least
-                  else "retrain with validation labels for every target (without them no coverage has a finite bound)")
-        log.warning("--coverage %g: the run's calibration holds too few validation molecules for it (%s; %d are "
-                    "needed): those targets' %s; %s", coverage, which, fewest_for(coverage),
-                    "intervals are infinite" if cal.task == "regression" else "sets hold every class", remedy)
-    return coverage, cal
+
+def too_few_message(cal, coverage: float, name: str = "--coverage") -> str | None:
+    """Why ``cal`` cannot bound ``coverage`` for some targets (too few validation molecules: an
+    honest answer, infinite intervals or sets of every class, but not one to take for an
+    interval), naming the option as ``name``; None when it can for every target."""
+    few = cal.too_few(coverage)
+    if not few:
+        return None
+    from ..predictors.conformal import fewest_for
+
+    which = ", ".join(f"{target!r} on {n}" for target, n in few.items())
+    least = min(few.values())
+    remedy = (f"ask a coverage of at most {least / (least + 1):.3g}, or retrain with more validation rows" if least
+              else "retrain with validation labels for every target (without them no coverage has a finite bound)")
+    return (f"{name} {coverage:g}: the run's calibration holds too few validation molecules for it ({which}; "
+            f"{fewest_for(coverage)} are needed): those targets' "
+            f"{'intervals are infinite' if cal.task == 'regression' else 'sets hold every class'}; {remedy}")
 
 
 def _domain(folder: Path | None):
