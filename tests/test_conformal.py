@@ -55,6 +55,11 @@ def test_intervals_are_the_quantile_times_the_floored_spread_and_sets_follow_the
     # {c : 1 - p(c) <= 0.6}: p1 = 0.97 -> {1}; 0.5 -> {0,1}; 0.1 -> {0}
     assert binary.sets([[0.97], [0.5], [0.1]], 0.7) == [["{1}"], ["{0,1}"], ["{0}"]]
     assert binary.sets([[0.97]], 0.99) == [["{0,1}"]]  # rank 7 > 6: every class
+    # its own rows at 0.7: scores <= 0.6 on 5 of 6; sets {1}, {0}, {0,1}, {1}, {1}, {0,1}
+    assert binary.covered(labels[:, None], prob[:, None], None, 0.7) == {
+        "active": {"n": 6, "coverage": pytest.approx(5 / 6), "mean_set_size": pytest.approx(8 / 6)}}
+    assert binary.set_members(prob[:, None], 0.7)[:, 0].tolist() == [
+        [False, True], [True, False], [True, True], [False, True], [False, True], [True, True]]
     with pytest.raises(CalibrationError, match="multiclass task is not calibrated"):
         Calibration.fit("multiclass", ["c"], labels[:, None], prob[:, None])
     back = Calibration.from_dict(cal.to_dict())
@@ -132,7 +137,11 @@ def test_normalised_intervals_and_prediction_sets_cover_synthetic_exchangeable_d
         p = rng.uniform(size=(500, 1))
         labels = (rng.uniform(size=(500, 1)) < p).astype(float)  # calibrated probabilities
         bcal = Calibration.fit("binary", ["active"], labels[:200], p[:200])
-        sets.append(bcal.covered(labels[200:], p[200:], None, 0.9)["active"]["coverage"])
+        got = bcal.covered(labels[200:], p[200:], None, 0.9)["active"]
+        inside = bcal.set_members(p[200:], 0.9)[:, 0]  # the sets themselves: the true class in its set
+        assert got["coverage"] == pytest.approx(np.mean(inside[np.arange(300), labels[200:, 0].astype(int)]))
+        assert got["mean_set_size"] == pytest.approx(inside.sum(axis=1).mean())
+        sets.append(got["coverage"])
     res = _beta_binomial_check(np.asarray(reg), 200, 300, 0.9)
     assert res["low"] <= res["mean"] <= res["high"] and res["outside"] <= 0.03, res
     # an informative spread gives narrower intervals on average than unnormalised ones at the same
@@ -141,3 +150,5 @@ def test_normalised_intervals_and_prediction_sets_cover_synthetic_exchangeable_d
     assert np.mean(widths) < 0.9 * np.mean(plain_widths)
     # binary scores take ties (discrete labels): coverage still at least nominal on average
     assert np.mean(sets) >= 0.9 - 4 * np.std(sets) / math.sqrt(len(sets))
+    # continuous probabilities: no ties, so not above nominal by more than 1 / (n + 1) either
+    assert np.mean(sets) <= 0.9 + 1 / 201 + 4 * np.std(sets) / math.sqrt(len(sets))
