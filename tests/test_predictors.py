@@ -138,6 +138,37 @@ def test_val_weights_per_target_skip_missing_labels_and_never_read_test():
         Combination(members, weights="val").predict(ds.test)
 
 
+def test_multiclass_val_weights_minimise_the_brier_score_with_one_vector_for_all_classes():
+    """The multiclass branch of the val weights had no test (replacing its solve by nothing, equal
+    weights, passed): the weights are the simplex point that minimises the validation Brier score
+    (scipy's SLSQP here), one weight per member for every class, and the combined rows stay
+    probability vectors."""
+    from scipy.optimize import minimize
+
+    info = TaskInfo(name="mc", task="multiclass", num_tasks=1, metric="accuracy", num_classes=3)
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 3, size=40)
+    onehot = np.eye(3)[y]
+    sharp = 0.7 * onehot + 0.1  # a good member, a noisy one, and one that knows nothing
+    noisy = rng.dirichlet(np.ones(3), size=40)
+    tables = [torch.tensor(t) for t in (sharp, 0.5 * sharp + 0.5 * noisy, np.full((40, 3), 1 / 3))]
+    ys = torch.tensor(y, dtype=torch.float64)[:, None]
+    ds = GraphDataset(info=info, splits={"train": [], "val": _graphs(ys[:30]), "test": _graphs(ys[30:], 30)})
+    combo = Combination([Fixed(t, info) for t in tables], weights="val").fit(ds)
+    p = np.stack([t[:30].numpy() for t in tables])  # members, rows, classes
+
+    def brier(w):
+        return float(((np.tensordot(w, p, axes=1) - onehot[:30]) ** 2).sum())
+
+    ref = minimize(brier, np.full(3, 1 / 3), method="SLSQP", bounds=[(0, 1)] * 3,
+                   constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1}], options={"ftol": 1e-12}).x
+    assert combo.weights_.shape == (3, 3) and np.allclose(combo.weights_, combo.weights_[:, :1])  # shared by classes
+    assert combo.weights_[:, 0] == pytest.approx(ref, abs=1e-4) and brier(combo.weights_[:, 0]) <= brier(ref) + 1e-9
+    assert brier(combo.weights_[:, 0]) < brier(np.full(3, 1 / 3)) - 0.1  # not the equal weights
+    rows = combo.predict(ds.test).mean
+    assert torch.allclose(rows.sum(1), torch.ones(10, dtype=rows.dtype))
+
+
 def test_combination_saves_and_loads_and_refuses_crafted_manifests(tmp_path):
     g = torch.Generator().manual_seed(3)
     tables = [torch.randn(6, 2, generator=g) for _ in range(2)]
