@@ -5,6 +5,7 @@ domain's similarity (``data/similarity.py``), which is that kernel of those fing
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -164,6 +165,26 @@ def test_the_domain_s_similarity_is_the_minmax_kernel_of_morgan_counts(tmp_path)
         (tmp_path / sim.DOMAIN_FILE).write_text(text)
         with pytest.raises(sim.DomainError, match=f"cannot read the applicability domain \\(.*{why}"):
             sim.Domain.load(tmp_path)
+    # a pickled object in the arrays (a received run folder): refused, never unpickled
+    dom.save(tmp_path)
+    marker = tmp_path / "unpickled"
+    with np.load(tmp_path / sim.FINGERPRINTS_FILE) as z:
+        arrays = dict(z)
+    arrays["bits"] = np.array([_Payload(str(marker))], dtype=object)
+    np.savez(tmp_path / sim.FINGERPRINTS_FILE, **arrays)
+    with pytest.raises(sim.DomainError, match="cannot read the applicability domain.*allow_pickle=False"):
+        sim.Domain.load(tmp_path)
+    assert not marker.exists()
+
+
+class _Payload:
+    """Unpickling it writes the file ``path``: proof that a load ran a pickle."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.path),))
 
 
 # ----------------------------------------------------------------------------- several kinds side by side
