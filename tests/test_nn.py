@@ -411,9 +411,22 @@ def test_lappe_nan_padding_is_safe():
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
-def test_stable_softmax_scaling_constant():
-    att = GatedMultiheadAttention(16, 4, gate="none")
-    assert att.head_dim == 4 and math.isclose(1 / math.sqrt(att.head_dim), 0.5)
+def test_attention_probabilities_are_the_softmax_of_scaled_scores_by_hand():
+    """One head's probabilities written out from the input projection: softmax(q k^T / sqrt(d_h))
+    over the graph's own nodes (the test before checked only 1/sqrt(4) = 0.5)."""
+    att = GatedMultiheadAttention(16, 4, gate="none").eval()
+    x, mask = padded_input()
+    _, det = att(x, mask, return_details=True)
+    w, b = att.in_proj.weight, att.in_proj.bias
+    for graph, head in ((0, 0), (1, 3)):
+        n = int(mask[graph].sum())
+        qkv = x[graph, :n] @ w.T + b  # [n, 3d]: q, k, v side by side, heads in order
+        q, k = (qkv[:, part * 16 + head * 4: part * 16 + head * 4 + 4] for part in (0, 1))
+        scores = [[float(sum(q[i, c] * k[j, c] for c in range(4))) / 2.0 for j in range(n)] for i in range(n)]
+        by_hand = torch.tensor([[math.exp(s - max(row)) / sum(math.exp(t - max(row)) for t in row) for s in row]
+                                for row in scores], dtype=det["attn"].dtype)
+        assert torch.allclose(det["attn"][graph, head, :n, :n], by_hand, atol=1e-6)
+        assert torch.all(det["attn"][graph, head, :n, n:] == 0)  # padding gets nothing
 
 
 # ----------------------------------------------------------------------------- impl switch
