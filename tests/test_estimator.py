@@ -107,7 +107,10 @@ def test_grid_search_picks_among_parameters(molecules):
                           scoring="neg_mean_absolute_error")
     with one_thread():
         search.fit(smiles[:40], y[:40])
-    assert search.best_params_["epochs"] in (1, 2) and len(search.cv_results_["mean_test_score"]) == 2
+    scores = search.cv_results_["mean_test_score"]
+    assert len(scores) == 2 and scores[0] != scores[1]  # set_params(epochs=...) reached training
+    assert search.best_params_ == {"epochs": [1, 2][int(np.argmax(scores))]}
+    assert search.best_estimator_.epochs == search.best_params_["epochs"]
     assert search.predict(smiles[40:45]).shape == (5,)
 
 
