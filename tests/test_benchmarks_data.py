@@ -105,7 +105,8 @@ def test_zinc_real_counts(zinc_ds):
 def test_zinc_real_matches_independent_csv(zinc_ds):
     """Atom/bond counts and y of every val/test graph against the JT-VAE SMILES exports
     (and the graph-derived train export), read independently."""
-    root = need_real("ZINC/smiles/zinc12k_val_smiles.csv", "ZINC/smiles/zinc12k_test_smiles.csv")
+    root = need_real("ZINC/smiles/zinc12k_val_smiles.csv", "ZINC/smiles/zinc12k_test_smiles.csv",
+                     "ZINC/smiles/zinc12k_train_smiles_from_graph.csv")
     for split, fname in (("val", "zinc12k_val_smiles.csv"), ("test", "zinc12k_test_smiles.csv")):
         df = pd.read_csv(root / "ZINC" / "smiles" / fname)
         graphs = zinc_ds.splits[split]
@@ -120,13 +121,12 @@ def test_zinc_real_matches_independent_csv(zinc_ds):
         for row in df.sample(5, random_state=0).itertuples():  # RDKit on the raw SMILES
             mol = Chem.MolFromSmiles(row.smiles)
             assert graphs[row.subset_idx].num_nodes == mol.GetNumAtoms()
-    tr = root / "ZINC" / "smiles" / "zinc12k_train_smiles_from_graph.csv"
-    if tr.exists():
-        df = pd.read_csv(tr)
-        ys = np.array([g.y.item() for g in zinc_ds.train])
-        atoms = np.array([g.num_nodes for g in zinc_ds.train])
-        assert np.array_equal(atoms[df["subset_idx"].to_numpy()], df["num_atoms"].to_numpy())
-        assert np.allclose(ys[df["subset_idx"].to_numpy()], df["y"].to_numpy(), atol=1e-4)
+    df = pd.read_csv(root / "ZINC" / "smiles" / "zinc12k_train_smiles_from_graph.csv")
+    ys = np.array([g.y.item() for g in zinc_ds.train])
+    atoms = np.array([g.num_nodes for g in zinc_ds.train])
+    assert len(df) == len(zinc_ds.train) == 10000
+    assert np.array_equal(atoms[df["subset_idx"].to_numpy()], df["num_atoms"].to_numpy())
+    assert np.allclose(ys[df["subset_idx"].to_numpy()], df["y"].to_numpy(), atol=1e-4)
 
 
 def test_zinc_real_cache_hit_and_read_only_root(real_cache):
@@ -256,9 +256,13 @@ def test_peptides_func_real_spot_checks(pepfunc_ds):
 
 
 def test_molpcba_real_missing_is_clear_error(tmp_path, monkeypatch):
-    root = need_real()
-    if (root / "ogbg_molpcba" / "mapping" / "mol.csv.gz").exists():
-        pytest.skip("this data root has the full ogbg-molpcba")
+    """A data root without the full ogbg-molpcba, beside the real partial one where the real root
+    has it (a root of its own: the test never skips where the full set is present)."""
+    real = need_real()
+    root = tmp_path / "root"
+    root.mkdir()
+    if (real / "ogbg_molpcba_partial").is_dir():
+        (root / "ogbg_molpcba_partial").symlink_to(real / "ogbg_molpcba_partial")
     no_network(monkeypatch)
     partial = (root / "ogbg_molpcba_partial").is_dir()
     before = fx.snapshot(root)
@@ -276,9 +280,12 @@ def test_molpcba_real_missing_is_clear_error(tmp_path, monkeypatch):
 
 
 def test_peptides_struct_real_missing_is_clear_error(tmp_path, monkeypatch):
-    root = need_real()
-    if (root / "peptides-structural").exists():
-        pytest.skip("this data root has Peptides-struct files")
+    """A data root with the real Peptides-func but no Peptides-struct (a root of its own: the test
+    never skips where Peptides-struct is present)."""
+    real = need_real("peptides-functional")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "peptides-functional").symlink_to(real / "peptides-functional")
     no_network(monkeypatch)
     with pytest.raises(FileNotFoundError) as err:
         peptides.peptides_struct(root=root, cache_dir=tmp_path)
