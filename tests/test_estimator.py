@@ -349,6 +349,29 @@ def test_molecules_left_out_are_named_by_their_place_in_X(molecules):
     with pytest.warns(UserWarning, match=r"2 of 30 molecules left out \(their positions in X: 4: .*unclosed ring.*; 9: "):
         est = siggate.SigGateRegressor(**FP).fit(X, y[:30])
     assert est.predict(smiles[30:33]).shape == (3,)
+    assert [i for i, _ in est.left_out_] == [4, 9] and "unclosed ring" in est.left_out_[0][1]
+    # several targets: a row without any label has none to learn and is not "left out"; beyond the
+    # first three, the warning says more and left_out_ lists them all
+    X = [*smiles[:30], "C1CC", "C1CC", "C1CC", "C1CC"]
+    two = np.stack([np.r_[y[:30], [1.0] * 4], np.r_[y[:30], [2.0] * 4]], axis=1)
+    two[0] = np.nan
+    with pytest.warns(UserWarning, match=r"^4 of 34 molecules left out \(their positions in X: 30: .*; 31: .*; 32: .*; "
+                                         r"\.\.\.\)$"):
+        est = siggate.SigGateRegressor(**FP).fit(X, two)
+    assert [i for i, _ in est.left_out_] == [30, 31, 32, 33]
+    with pytest.raises(ValueError, match=r"^y's target\(s\) 'y1' have no label \(NaN in every row\); drop them"):
+        siggate.SigGateRegressor(**FP).fit(smiles[:30], np.stack([y[:30], np.full(30, np.nan)], axis=1))
+    with pytest.raises(ValueError, match="fit needs y"):
+        siggate.SigGateRegressor(**FP).fit(smiles[:30], None)
+
+
+def test_tags_say_the_input_is_smiles_strings():
+    import siggate
+
+    reg, clf = siggate.SigGateRegressor().__sklearn_tags__(), siggate.SigGateClassifier().__sklearn_tags__()
+    for tags in (reg, clf):
+        assert tags.input_tags.string and tags.input_tags.one_d_array and not tags.input_tags.two_d_array
+    assert reg.target_tags.multi_output and not clf.classifier_tags.multi_class
 
 
 def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, capsys):

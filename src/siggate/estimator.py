@@ -208,7 +208,8 @@ class _SigGateEstimator(BaseEstimator):
         """Train on the SMILES ``X`` and labels ``y``; returns ``self``.
 
         Rows whose SMILES cannot become a graph are left out with a :class:`UserWarning` naming
-        them (their positions in ``X``); a row whose labels are all NaN has none to learn.
+        the first three (their positions in ``X``; ``left_out_`` lists every one with its reason);
+        a row whose labels are all NaN has none to learn.
         scikit-learn's and Python's global random state and torch's thread count are as before.
 
         Raises:
@@ -217,6 +218,8 @@ class _SigGateEstimator(BaseEstimator):
         """
         self._check_params()
         smiles = _smiles(X)
+        if y is None:
+            raise ValueError("fit needs y, the labels of X's molecules (one row per SMILES)")
         if len(y) != len(smiles):
             raise ValueError(f"X has {len(smiles)} SMILES and y {len(y)} rows")
         y, names = self._targets(y)  # the classifier's classes wait in _fitting_classes until the run is trained
@@ -224,6 +227,10 @@ class _SigGateEstimator(BaseEstimator):
         if len(inf):
             raise ValueError(f"y holds an infinite label at row(s) {inf[:5].tolist()}; give a number, or NaN for a "
                              "missing label")
+        empty = [name for name, col in zip(names, y.T) if np.isnan(col).all()]
+        if empty:
+            raise ValueError(f"y's target(s) {', '.join(map(repr, empty))} have no label (NaN in every row); drop "
+                             "them from y or give them labels")
         from .config_args import CLIError
 
         keep = Path(self.out_dir) if self.out_dir is not None else None
@@ -286,7 +293,7 @@ class _SigGateEstimator(BaseEstimator):
         """Write the CSV into ``work``, train the run into ``out`` and keep its predictor."""
         from .cli import build_parser
         from .config_args import config_from_args, recipe_name
-        from .data.csvdata import MISSING_TARGET
+        from .data.csvdata import MISSING_TARGET, row_issue
         from .train.dataprep import prepare_data
         from .train.ensemble import train_members
         from .train.members import load_predictor, parse_kinds, run_encodings
@@ -314,7 +321,7 @@ class _SigGateEstimator(BaseEstimator):
         weights = run_weights(kinds, self.weights or weights)  # unknown weights raise before any data is read
         ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,
                           require_test=False)
-        dropped = [r for r in ds.invalid if r.reason != MISSING_TARGET]
+        dropped = [r for r in ds.invalid if row_issue(r.reason) != MISSING_TARGET]
         if dropped:
             warnings.warn(f"{len(dropped)} of {len(smiles)} molecules left out (their positions in X: "
                           + "; ".join(f"{r.index}: {r.reason}" for r in dropped[:3])
@@ -333,6 +340,7 @@ class _SigGateEstimator(BaseEstimator):
                                                  max_atoms=max(PREDICT_MAX_ATOMS, int(largest)))
         self.n_features_in_ = 1
         self.target_names_ = names
+        self.left_out_ = [(r.index, r.reason) for r in dropped]
         try:  # kept here: the run's folder may be a temporary one, gone after fit
             self.calibration_ = read_calibration(out, predictor.info)
         except InputError:  # a run without one (no validation labels)
@@ -387,6 +395,13 @@ class _SigGateEstimator(BaseEstimator):
         return values, std
 
 
+    def __sklearn_tags__(self):
+        """What scikit-learn's checks and tools read: ``X`` is a sequence of SMILES strings (one
+        per molecule, not a numeric matrix); missing labels are NaN in ``y``."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.string, tags.input_tags.one_d_array, tags.input_tags.two_d_array = True, True, False
+        return tags
+
     def _calibrated(self, X, coverage: float):
         """``(calibration, coverage, mean [n, T], spread [n, T] or None)`` for the conformal
         intervals or sets of ``X`` at ``coverage``; warns where the calibration has too few
@@ -425,6 +440,12 @@ class SigGateRegressor(RegressorMixin, _SigGateEstimator):
             values = values[:, 0]
             std = None if std is None else std[:, 0]
         return (values, std) if return_std else values
+
+    def __sklearn_tags__(self):
+        """Also: ``y`` may be ``[n, T]`` (several targets)."""
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
 
     def predict_interval(self, X, coverage: float = 0.9):
         """Split-conformal prediction intervals at ``coverage`` (``siggate predict --coverage``):
@@ -499,6 +520,12 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
         """``[n, 2]``: the probabilities of ``classes_[0]`` and ``classes_[1]``."""
         p = self._predict_mean(X)[:, 0]
         return np.stack([1.0 - p, p], axis=1)
+
+    def __sklearn_tags__(self):
+        """Also: two classes only."""
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
 
     def predict_set(self, X, coverage: float = 0.9) -> np.ndarray:
         """Split-conformal prediction sets at ``coverage`` (``siggate predict --coverage``):
