@@ -29,8 +29,14 @@ DT = torch.float64
 D, H = 16, 4
 # a one-node graph, graphs on both sides of the kernels' size thresholds and of Exphormer's complete-graph rule
 SIZES = [5, 1, 12, 3, 7]
+# each type's own constructor options for these tests (a type missing here fails the test below)
 OWN = {"full": {}, "performer": {"num_features": 16}, "exphormer": {"num_virtual_nodes": 2}}
-SPARSE = ["performer", "exphormer"]
+# the types beside full softmax: their fast paths, dropout, folded BatchNorm and GatedGPSConv are tested here
+SPARSE = [t for t in ATTN_TYPES if t != "full"]
+
+
+def test_every_attention_type_is_tested():
+    assert sorted(OWN) == sorted(ATTN_TYPES)
 
 
 @pytest.fixture(autouse=True)

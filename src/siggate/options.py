@@ -54,6 +54,7 @@ __all__ = [
     "SELECTS",
     "resolve_select",
     "parse_gate_spec",
+    "gate_width",
     "parse_mol_features",
     "mol_features_dim",
     "closest_name",
@@ -283,6 +284,16 @@ def keeps_last(train_cfg) -> bool:
     nothing, which the loop's best-epoch tracking and :func:`~siggate.train.bn_stats.epoch_norm`
     both read from here."""
     return resolve_select(train_cfg.select, weighs_on_val=False) == "last"
+
+
+def gate_width(gate: str, dim: int, heads: int) -> int:
+    """The gate logits one node gets from the attention's input projection: none, one per head
+    (``headwise``) or one per channel (``elementwise``); the gate's parameters per layer are
+    ``(dim + 1) * gate_width`` (a weight row per logit from the ``dim`` inputs, and a bias)."""
+    widths = {"none": 0, "headwise": heads, "elementwise": dim}
+    if gate not in widths:
+        raise ValueError(f"unknown gate {gate!r}; choose from {', '.join(GATE_KINDS)}")
+    return widths[gate]
 
 
 def parse_gate_spec(text: str) -> tuple[str, str | None]:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..options import parse_gate_spec
+from ..options import gate_width, parse_gate_spec
 from ..perf.timer import interleaved_round
 from .common import (
     batches,
@@ -45,9 +45,9 @@ def parse_variant(spec: str) -> dict:
 
 
 def expected_gate_params(gate: str, dim: int, heads: int, layers: int) -> int:
-    """Formula: elementwise ``d*d + d`` and headwise ``d*H + H`` per attention layer."""
-    per = {"none": 0, "headwise": dim * heads + heads, "elementwise": dim * dim + dim}[gate]
-    return per * layers
+    """The paper's count: elementwise ``d*d + d`` and headwise ``d*H + H`` per attention layer
+    (:func:`~siggate.options.gate_width` logits, each with ``d`` weights and a bias)."""
+    return (dim + 1) * gate_width(gate, dim, heads) * layers
 
 
 def count_params(model) -> int:

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..options import ATTN_IMPLS, GATE_KINDS, GATE_POSITIONS, GPSOptions  # shared with siggate.config
+from ..options import ATTN_IMPLS, GATE_KINDS, GATE_POSITIONS, GPSOptions, gate_width  # shared with siggate.config
 from .impl import IMPL_ENV, check_node_impl, resolve_impl  # noqa: F401 (IMPL_ENV, check_node_impl re-exported)
 from .kernels.layout import DenseIndex, PackedLayout
 from .kernels.packed import PackedAttend
@@ -111,7 +111,7 @@ class GatedAttentionBase(nn.Module):
         self.gate, self.gate_position = gate, gate_position
         self.gate_bias_init, self.gate_weight_std = float(gate_bias_init), gate_weight_std
         self.attn_dropout = attn_dropout
-        self.gate_dim = {"none": 0, "headwise": heads, "elementwise": dim}[gate]
+        self.gate_dim = gate_width(gate, dim, heads)
         with torch.random.fork_rng(devices=[]):  # its width depends on the gate: it draws nothing (reset below)
             self.in_proj = nn.Linear(dim, 3 * dim + self.gate_dim, bias=bias)  # q | k | v | gate logits
         self.out_proj = nn.Linear(dim, dim, bias=bias)
