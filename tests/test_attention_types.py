@@ -807,6 +807,12 @@ def test_defaults_are_the_same_in_the_config_and_the_constructors():
     from siggate.options import ATTENTION_OPTIONS
 
     cfg = ModelConfig()
+    base = set(inspect.signature(GatedAttentionBase.__init__).parameters) | {"kwargs", "impl"}  # impl: GPSOptions'
+    for kind, cls in ATTENTION_TYPES.items():  # a type's own constructor options are its options dataclass's
+        own = set(inspect.signature(cls.__init__).parameters) - base
+        options = ATTENTION_OPTIONS.get(kind)
+        assert own == ({f.name for f in dataclasses.fields(options)} if options else set()), kind
+    assert set(ATTENTION_OPTIONS) == {f.name for f in dataclasses.fields(cfg.attention)}  # each a config section
     for kind, options in ATTENTION_OPTIONS.items():
         params = inspect.signature(ATTENTION_TYPES[kind].__init__).parameters
         for f in dataclasses.fields(options):
