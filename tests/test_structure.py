@@ -239,6 +239,8 @@ def test_data_verify_every_registered_dataset(name, capsys, monkeypatch):
         assert rc == 2 and "required files not found" in err and "Traceback" not in err, err
         assert len(err.strip().splitlines()) >= 1 and out == ""
         return
+    if rc == 2 and "required files not found" in err and os.environ.get("CI", "").strip().lower() != "true":
+        pytest.skip(f"the benchmark data of {name} is not where this checkout looks (set SIGGATE_DATA): {err.strip()}")
     assert rc == 0, err
     res = json.loads(out)
     assert res["name"] == name
