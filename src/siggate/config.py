@@ -616,10 +616,11 @@ def _check_data(cfg: Config) -> None:
         if cfg.model.mol_features != "none" and DATASET_META[cfg.data.name]["level"] != "graph":
             raise ConfigError(f"model.mol_features: {cfg.model.mol_features!r} adds one vector per molecule to "
                               f"a graph-level readout; {cfg.data.name} predicts per node. Set model.mol_features=none.")
-        if split is not None and cfg.data.name != "nci5k":
+        if split is not None and "split" not in DATASET_META[cfg.data.name]["options"]:
+            takers = sorted(n for n, meta in DATASET_META.items() if "split" in meta["options"])
             raise ConfigError(
                 f"data.split: {cfg.data.name} comes with its official split, which siggate always uses; "
-                "data.split applies to nci5k and csv data only. Remove data.split from the config."
+                f"data.split applies to {', '.join(takers)} and csv data only. Remove data.split from the config."
             )
         if split is not None and split.startswith("column:"):
             raise ConfigError(f"data.split: {split!r} needs a CSV with a split column (data.name='csv').")

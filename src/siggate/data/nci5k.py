@@ -113,6 +113,7 @@ def build_nci5k(source: str | os.PathLike | None = None, frac=(0.8, 0.1, 0.1),
     "nci5k",
     "NCI first 5K molecules shipped with RDKit: penalized logP regression, balanced scaffold split (no download)",
     needs_root=False,
+    options=("split",),
 )
 def load_nci5k(
     root=None,

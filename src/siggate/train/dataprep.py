@@ -76,11 +76,10 @@ def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encoding
                       cache_dir=Path(d.cache_dir) if d.cache_dir else None, seed=seed, sep=d.sep,
                       decimal=d.decimal, duplicates=d.duplicates, val_fraction=d.val_fraction)
         check_trainable(Path(d.csv), ds, require_test)
-    else:  # the benchmarks have official splits; validate() lets data.split through for nci5k only
+    else:  # the data.* keys the dataset takes (registered options; validate() refuses the others)
         from ..data.catalog import DATASET_META
 
-        extra = {"split": d.split} if d.split is not None else {}
-        extra.update({k: getattr(d, k) for k in DATASET_META[d.name]["options"] if getattr(d, k)})
+        extra = {k: getattr(d, k) for k in DATASET_META[d.name]["options"] if getattr(d, k)}
         ds = get_dataset(d.name, root=d.root, cache_dir=d.cache_dir, progress=progress, **extra)
     if d.max_graphs:
         ds.splits = {k: v[:d.max_graphs] for k, v in ds.splits.items()}
