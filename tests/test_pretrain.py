@@ -102,6 +102,18 @@ def test_corpus_drops_invalid_duplicates_and_excluded(tmp_path):
     assert (tmp_path / "c" / "corpus.csv").read_bytes() == before + b"\n"
 
 
+def test_every_registered_molecule_benchmark_is_kept_out_of_the_corpus_or_named():
+    """A registered graph-level dataset's test molecules are read and dropped from the pretraining
+    corpus (``TEST_SETS``), or ``NOT_EXCLUDED`` says why not: a new benchmark without either would
+    reach the corpus unnoticed."""
+    from siggate.data.catalog import DATASET_META
+    from siggate.data.corpus import NOT_EXCLUDED, TEST_SETS
+
+    molecules = {name for name, meta in DATASET_META.items() if meta["level"] == "graph"}
+    assert molecules - set(TEST_SETS) == set(NOT_EXCLUDED)
+    assert not set(TEST_SETS) & set(NOT_EXCLUDED)
+
+
 def test_benchmark_test_sets_named_when_missing(tmp_path):
     found, missing = benchmark_test_smiles(tmp_path / "nowhere", names=("zinc", "nci5k"))
     assert "zinc" in missing and len(found["nci5k"]) > 400

@@ -21,7 +21,8 @@ import io
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["read_smiles", "wheel_file", "moses_train_path", "inchikey", "benchmark_test_smiles", "MOSES_TRAIN"]
+__all__ = ["read_smiles", "wheel_file", "moses_train_path", "inchikey", "benchmark_test_smiles", "MOSES_TRAIN",
+           "TEST_SETS", "NOT_EXCLUDED"]
 
 #: the MOSES training set inside the molsets wheel
 MOSES_TRAIN = ("molsets", "0.3.1", "moses/dataset/data/train.csv.gz")
@@ -127,6 +128,15 @@ def _moleculeace_test(root: Path | None) -> list[str]:
 
 #: benchmark name -> reader of its test SMILES (taking the data root)
 TEST_SETS = {"zinc": _zinc_test, "molhiv": _molhiv_test, "nci5k": _nci5k_test, "moleculeace": _moleculeace_test}
+#: registered molecule datasets whose test molecules the corpus does not read, and why; a test
+#: fails for a registered graph-level dataset in neither (a new benchmark's test molecules would
+#: reach the pretraining corpus unnoticed)
+NOT_EXCLUDED = {
+    "molpcba": "the shared data holds no molpcba SMILES (its partial set has none), so none can be read here",
+    "peptides-func": "peptides of hundreds of atoms, outside the drug-like corpora pretraining is for (MOSES: at most "
+                     "27 heavy atoms); a corpus of peptides would need their test split read",
+    "peptides-struct": "the same peptides as peptides-func",
+}
 
 
 def benchmark_test_smiles(root: Path | None, names: Iterable[str] = tuple(TEST_SETS)) -> tuple[dict, dict]:
