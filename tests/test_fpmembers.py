@@ -317,8 +317,19 @@ def test_averaged_c_is_the_mean_of_the_models_fitted_at_each_c(tmp_path):
     (tmp_path / "m" / "predictor.json").write_text(json.dumps(doc))
     back = KernelSVR.load(tmp_path / "m")
     assert back.average == () and np.array_equal(back.predict_array(smiles), member.predict_array(smiles))
-    with pytest.raises(ValueError, match=r"'radius' cannot be averaged over; choose among \['C', 'epsilon'\]"):
-        KernelSVR(average=("radius",))
+    # the constructors apply the rules the config applies (one home: the options dataclasses' check)
+    for build, message in ((lambda: KernelSVR(average=("radius",)), "average: 'radius' is not allowed. Allowed values: "
+                            "C, epsilon (the options that keep the kernel)"),
+                           (lambda: KernelSVR(landmarks=0), "landmarks: 0 is out of range; allowed values: >= 1."),
+                           (lambda: KernelSVR({"C": [0.0]}), "C: 0.0 is out of range; allowed values: > 0."),
+                           (lambda: KernelSVR({"fingerprint": ["morgan+path", "path+morgan"]}),
+                            "fingerprint: ['morgan+path', 'path+morgan'] names one kernel twice"),
+                           (lambda: RandomForest(0), "n_estimators: 0 is out of range; allowed values: >= 1."),
+                           (lambda: RandomForest(radius=-1), "radius: -1 is out of range; allowed values: >= 0."),
+                           (lambda: RandomForest(grid={"max_features": [1.5]}), "max_features: 1.5 is out of range")):
+        with pytest.raises(ValueError) as caught:
+            build()
+        assert str(caught.value).startswith(message)
     assert KernelSVR(average="epsilon").average == ("epsilon",)  # a bare name, not its letters
 
 

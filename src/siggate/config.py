@@ -25,7 +25,6 @@ from .options import (
     DUPLICATES,
     EVAL_NORMS,
     FLAT_ATTENTION_KEYS,
-    FOREST_MAX_FEATURES,
     GATE_KINDS,
     GATE_POSITIONS,
     LOCAL_MODEL_NAMES,
@@ -35,7 +34,6 @@ from .options import (
     POOLING,
     SELECTS,
     SPLITS,
-    SVR_AVERAGEABLE,
     TASK_LOSSES,
     ExphormerOptions,
     ForestMemberOptions,
@@ -43,7 +41,6 @@ from .options import (
     PerformerOptions,
     SVRMemberOptions,
     closest_name,
-    parse_fingerprint_kinds,
     parse_mol_features,
 )
 
@@ -243,11 +240,6 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "data.num_nodes": {"min": 0},
     "data.seed": {"min": 0, "max": 2**32 - 1},
     "train.seed": {"min": 0, "max": 2**32 - 1},
-    "members.svr.exact_max": {"min": 1},
-    "members.svr.landmarks": {"min": 1},
-    "members.rf.n_estimators": {"min": 1},
-    "members.rf.radius": {"min": 0},
-    "members.rf.size": {"min": 1},
 }
 
 SECTIONS = ("data", "model", "train", "members")
@@ -451,39 +443,13 @@ def _check(cfg: Config) -> None:
 
 
 def _check_members(m: MembersConfig) -> None:
-    """The fingerprint members' grids: at least one value each, every value in range."""
-    svr, rf = m.svr, m.rf
-    grids = {"members.svr.fingerprint": svr.fingerprint, "members.svr.radius": svr.radius,
-             "members.svr.size": svr.size, "members.svr.C": svr.C, "members.svr.epsilon": svr.epsilon,
-             "members.rf.max_features": rf.max_features}
-    for path, values in grids.items():
-        if not values:
-            raise ConfigError(f"{path}: give at least one value (a list is a grid chosen on the validation split)")
-    kernels = []
-    for f in svr.fingerprint:
+    """Each member kind's options by its own rules (``check()`` of its options dataclass in
+    :mod:`siggate.options`, which its constructor applies too), named by their key path."""
+    for f in fields(m):
         try:
-            kernels.append(frozenset(parse_fingerprint_kinds(f)))
+            getattr(m, f.name).check()
         except ValueError as e:
-            raise ConfigError(f"members.svr.fingerprint: {e}") from None
-    if len(set(kernels)) != len(kernels):  # the mean of the kinds' kernels does not depend on their order
-        raise ConfigError(f"members.svr.fingerprint: {list(svr.fingerprint)} names one kernel twice (the same kinds "
-                          "in another order); list each once")
-    rules = [("members.svr.radius", svr.radius, lambda v: v >= 0, ">= 0"),
-             ("members.svr.size", svr.size, lambda v: v >= 1, ">= 1"),
-             ("members.svr.C", svr.C, lambda v: v > 0, "> 0"),
-             ("members.svr.epsilon", svr.epsilon, lambda v: v >= 0, ">= 0"),
-             ("members.rf.max_features", rf.max_features,
-              lambda v: v in FOREST_MAX_FEATURES if isinstance(v, str) else 0 < v <= 1,
-              f"fractions in (0, 1] or {' / '.join(FOREST_MAX_FEATURES)}")]
-    for path, values, ok, allowed in rules:
-        bad = [v for v in values if not ok(v)]
-        if bad:
-            raise ConfigError(f"{path}: {bad[0]!r} is out of range; allowed values: {allowed}.")
-    bad = [a for a in svr.average if a not in SVR_AVERAGEABLE]
-    if bad:
-        raise ConfigError(f"members.svr.average: {bad[0]!r} is not allowed. Allowed values: "
-                          f"{', '.join(SVR_AVERAGEABLE)} (the options that keep the kernel), or empty to choose "
-                          "every option on the validation split." + _suggest(bad[0], list(SVR_AVERAGEABLE)))
+            raise ConfigError(f"members.{f.name}.{e}") from None
 
 
 def _check_ranges(cfg: Config) -> None:

@@ -215,6 +215,37 @@ class SVRMemberOptions:
     exact_max: int = 5000                     # most training rows on the exact kernel; above: Nystrom
     landmarks: int = 2000                     # Nystrom landmarks above exact_max
 
+    def check(self) -> None:
+        """The one home of these options' rules (the config prefixes ``members.svr.``, the
+        member's constructor takes them as they are): each grid field with at least one value,
+        every value in range, each kernel once, ``average`` among :data:`SVR_AVERAGEABLE`.
+
+        Raises:
+            ValueError: ``"<field>: <why>"``.
+        """
+        _grids_given(self, ("fingerprint", "radius", "size", "C", "epsilon"))
+        kernels = []
+        for f in self.fingerprint:
+            try:
+                kernels.append(frozenset(parse_fingerprint_kinds(f)))
+            except ValueError as e:
+                raise ValueError(f"fingerprint: {e}") from None
+        if len(set(kernels)) != len(kernels):  # the mean of the kinds' kernels does not depend on their order
+            raise ValueError(f"fingerprint: {list(self.fingerprint)} names one kernel twice (the same kinds in "
+                             "another order); list each once")
+        _in_range("radius", self.radius, lambda v: v >= 0, ">= 0")
+        _in_range("size", self.size, lambda v: v >= 1, ">= 1")
+        _in_range("C", self.C, lambda v: v > 0, "> 0")
+        _in_range("epsilon", self.epsilon, lambda v: v >= 0, ">= 0")
+        _in_range("exact_max", (self.exact_max,), lambda v: v >= 1, ">= 1")
+        _in_range("landmarks", (self.landmarks,), lambda v: v >= 1, ">= 1")
+        bad = [a for a in self.average if a not in SVR_AVERAGEABLE]
+        if bad:
+            hint = closest_name(bad[0], SVR_AVERAGEABLE)
+            raise ValueError(f"average: {bad[0]!r} is not allowed. Allowed values: {', '.join(SVR_AVERAGEABLE)} (the "
+                             "options that keep the kernel), or empty to choose every option on the validation split."
+                             + (f" Did you mean {hint!r}?" if hint else ""))
+
 
 @dataclass(frozen=True)
 class ForestMemberOptions:
@@ -225,6 +256,34 @@ class ForestMemberOptions:
     radius: int = 2                             # Morgan radius of the count fingerprints
     size: int = 2048                            # fingerprint bins
     max_features: tuple[float | str, ...] = (0.3,)  # chosen on val: fractions in (0, 1], or sqrt / log2
+
+    def check(self) -> None:
+        """The one home of these options' rules (see :meth:`SVRMemberOptions.check`).
+
+        Raises:
+            ValueError: ``"<field>: <why>"``.
+        """
+        _in_range("n_estimators", (self.n_estimators,), lambda v: v >= 1, ">= 1")
+        _in_range("radius", (self.radius,), lambda v: v >= 0, ">= 0")
+        _in_range("size", (self.size,), lambda v: v >= 1, ">= 1")
+        _grids_given(self, ("max_features",))
+        _in_range("max_features", self.max_features,
+                  lambda v: v in FOREST_MAX_FEATURES if isinstance(v, str) else 0 < v <= 1,
+                  f"fractions in (0, 1] or {' / '.join(FOREST_MAX_FEATURES)}")
+
+
+def _grids_given(options, names: Sequence[str]) -> None:
+    """Each grid field of ``options`` in ``names`` holds at least one value (ValueError naming it)."""
+    for name in names:
+        if not getattr(options, name):
+            raise ValueError(f"{name}: give at least one value (a list is a grid chosen on the validation split)")
+
+
+def _in_range(name: str, values, ok, allowed: str) -> None:
+    """Every value of the field ``name`` passes ``ok`` (ValueError naming the first that does not)."""
+    bad = [v for v in values if not ok(v)]
+    if bad:
+        raise ValueError(f"{name}: {bad[0]!r} is out of range; allowed values: {allowed}.")
 
 
 #: ``train.eval_norm``: the BatchNorm statistics an evaluation uses: the running averages that

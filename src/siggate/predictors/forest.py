@@ -183,10 +183,9 @@ class RandomForest(FingerprintMember):
                  size: int = ForestMemberOptions.size,
                  grid: ForestGrid | Mapping | None = None, seed: int = 0, n_jobs: int = 1, refit: bool = True) -> None:
         super().__init__(refit)
-        if n_estimators < 1:
-            raise ValueError(f"n_estimators must be >= 1, got {n_estimators}")
-        self.n_estimators, self.radius, self.size = int(n_estimators), int(radius), int(size)
         self.grid = ForestGrid.make(grid)
+        ForestMemberOptions(n_estimators, radius, size, tuple(self.grid.max_features)).check()  # its one home
+        self.n_estimators, self.radius, self.size = int(n_estimators), int(radius), int(size)
         self.seed, self.n_jobs = int(seed), int(n_jobs)
 
     def options(self) -> dict:

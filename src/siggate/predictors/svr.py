@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -130,8 +130,11 @@ class SVRGrid(Grid):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for f in self.fingerprint:
-            parse_kinds(f)
+        self.as_options().check()  # the rules of SVRMemberOptions, its one home
+
+    def as_options(self, **rest) -> SVRMemberOptions:
+        """This grid as :class:`~siggate.options.SVRMemberOptions` (with ``rest``: the member's other options)."""
+        return SVRMemberOptions(**{f.name: tuple(getattr(self, f.name)) for f in fields(self)}, **rest)
 
 
 @dataclass
@@ -207,14 +210,9 @@ class KernelSVR(FingerprintMember):
                  seed: int = 0, refit: bool = True, average: Sequence[str] = AVERAGED) -> None:
         super().__init__(refit)
         self.grid = SVRGrid.make(grid)
-        if exact_max < 1 or landmarks < 1:
-            raise ValueError(f"exact_max and landmarks must be >= 1, got {exact_max} and {landmarks}")
-        self.exact_max, self.landmarks, self.seed = int(exact_max), int(landmarks), int(seed)
         self.average = tuple(dict.fromkeys(str(a) for a in ((average,) if isinstance(average, str) else average)))
-        bad = [a for a in self.average if a not in AVERAGEABLE]
-        if bad:
-            raise ValueError(f"average={list(self.average)}: {bad[0]!r} cannot be averaged over; choose among "
-                             f"{list(AVERAGEABLE)} (the options that keep the kernel)")
+        self.grid.as_options(average=self.average, exact_max=exact_max, landmarks=landmarks).check()
+        self.exact_max, self.landmarks, self.seed = int(exact_max), int(landmarks), int(seed)
 
     def options(self) -> dict:
         return {"grid": self.grid.to_dict(), "exact_max": self.exact_max, "landmarks": self.landmarks,
