@@ -307,6 +307,15 @@ def test_the_member_kinds_the_help_names_are_the_registered_ones():
     from siggate.train.members import MEMBER_KINDS, parse_kinds
 
     assert list(MEMBER_KIND_NAMES) == list(MEMBER_KINDS) and parse_kinds(DEFAULT_MEMBERS) == ["gnn"]
+    # each kind's options section is a kind's, and each fingerprint kind's class says its own name
+    import dataclasses
+
+    from siggate.config import MembersConfig
+    from siggate.predictors.forest import RandomForest
+    from siggate.predictors.svr import KernelSVR
+
+    assert {f.name for f in dataclasses.fields(MembersConfig)} <= set(MEMBER_KINDS)
+    assert {cls.kind for cls in (KernelSVR, RandomForest)} == {f.name for f in dataclasses.fields(MembersConfig)}
 
 
 def test_the_estimator_with_the_svr_member(nitrogen_csv):

@@ -882,7 +882,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_predict)
 
     p = add_command(sub, "explain", "draw each atom's contribution to a molecule's prediction (integrated "
-                                    "gradients for the GNN, occlusion of fingerprint bins for svr and rf), with a CSV "
+                                    "gradients for the GNN, occlusion of fingerprint bins for the fingerprint members), with a CSV "
                                     "of per-atom values", EXAMPLES["explain"])
     p.add_argument("--checkpoint", required=True, metavar="RUN",
                    help="run folder (its best.pt), folder of several members (their weighted contributions) or .pt")
