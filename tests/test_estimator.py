@@ -556,3 +556,39 @@ def test_conformal_intervals_are_the_runs_own_and_outlive_its_folder(molecules, 
     assert rc == 0, err
     expected = [[c in r["y_set"].strip("{}").split(",") for c in ("0", "1")] for r in csv.DictReader(out.splitlines())]
     assert sets.dtype == bool and sets.tolist() == expected
+
+
+def test_fits_in_threads_take_turns(molecules, monkeypatch):
+    """Training seeds the process's global random generators and fit restores them and siggate's
+    log level after it: two fits in threads at once interleaved those (a thread's warnings showed
+    through the other's quiet level). They take turns, and each gives what it gives alone."""
+    import threading
+
+    import siggate
+    from siggate.train import ensemble
+
+    smiles, y = molecules
+    alone = [siggate.SigGateRegressor(**FP, seed=s).fit(smiles[:30], y[:30]).predict(smiles[30:35]) for s in (0, 1)]
+    inside, most = [0], [0]
+    real = ensemble.train_members
+
+    def counted(*a, **k):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        try:
+            return real(*a, **k)
+        finally:
+            inside[0] -= 1
+
+    monkeypatch.setattr(ensemble, "train_members", counted)
+    got = [None, None]
+
+    def fit(s):
+        got[s] = siggate.SigGateRegressor(**FP, seed=s).fit(smiles[:30], y[:30]).predict(smiles[30:35])
+
+    threads = [threading.Thread(target=fit, args=(s,)) for s in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1 and all(np.array_equal(g, a) for g, a in zip(got, alone))

@@ -35,6 +35,7 @@ import random
 import re
 import shutil
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -45,6 +46,9 @@ from sklearn.utils.validation import check_is_fitted
 from .options import PREDICT_MAX_ATOMS, recipe_members, run_weights
 from .train.rundir import ESTIMATOR_RECORD
 
+#: held by each fit: fits in threads of one process take turns, since training seeds torch's, NumPy's
+#: and Python's global random generators (and fit restores them, and siggate's log level, after it)
+_ONE_FIT = threading.RLock()
 #: the CSV columns :meth:`_SigGateEstimator.fit` writes
 _SMILES, _SPLIT = "smiles", "split"
 
@@ -235,8 +239,8 @@ class _SigGateEstimator(BaseEstimator):
 
         keep = Path(self.out_dir) if self.out_dir is not None else None
         work = Path(tempfile.mkdtemp(prefix="siggate-fit-"))
-        try:
-            with _kept_global_state(), self._quiet(), _claimed(keep) as out:
+        try:  # one fit at a time per process: training seeds and restores the process's random state and logger
+            with _ONE_FIT, _kept_global_state(), self._quiet(), _claimed(keep) as out:
                 try:
                     self._fit_in(work, out or work / "run", smiles, y, names)
                 except (ValueError, CLIError) as exc:  # the command line's words for what fit was given
