@@ -592,3 +592,19 @@ def test_fits_in_threads_take_turns(molecules, monkeypatch):
     for t in threads:
         t.join()
     assert most[0] == 1 and all(np.array_equal(g, a) for g, a in zip(got, alone))
+
+
+def test_classifier_labels_as_scikit_learn_takes_them(molecules):
+    """A column vector y is read as [n] with scikit-learn's DataConversionWarning (it was refused);
+    text mixed with numbers is refused (NumPy turned it all into text, classes '1' and 'a')."""
+    from sklearn.exceptions import DataConversionWarning
+
+    import siggate
+
+    smiles, y = molecules
+    labels = np.where(y[:30] > np.median(y[:30]), "large", "small")
+    with pytest.warns(DataConversionWarning, match=r"y is a column vector"):
+        clf = siggate.SigGateClassifier(**FP).fit(smiles[:30], labels[:, None])
+    assert list(clf.classes_) == ["large", "small"]
+    with pytest.raises(ValueError, match="^y mixes text and number labels"):
+        siggate.SigGateClassifier(**FP).fit(smiles[:30], [1, "a"] * 15)

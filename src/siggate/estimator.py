@@ -492,8 +492,20 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
 
     def _targets(self, labels):
         y = np.asarray(labels)
+        if y.ndim == 2 and y.shape[1] == 1:  # a column vector, as scikit-learn's classifiers take it
+            from sklearn.exceptions import DataConversionWarning
+
+            warnings.warn("y is a column vector ([n, 1]); read as one label per molecule ([n])", DataConversionWarning,
+                          stacklevel=3)
+            y = y[:, 0]
         if y.ndim != 1:
             raise ValueError(f"SigGateClassifier takes one label per molecule ([n]), got shape {y.shape}")
+        given = labels.tolist() if hasattr(labels, "tolist") else list(labels)  # before NumPy made them one type
+        given = [v[0] if isinstance(v, list) and len(v) == 1 else v for v in given]
+        kinds = {"str" if isinstance(v, str) else "number" for v in given if v is not None}
+        if len(kinds) > 1:
+            raise ValueError("y mixes text and number labels; give every class as the same type (e.g. all strings), "
+                             "or NumPy would read them all as text")
         missing = [i for i, v in enumerate(y.tolist()) if v is None or (isinstance(v, float) and np.isnan(v))]
         if missing:
             raise ValueError(f"y has no class at row(s) {missing[:5]} (None or NaN); the classifier needs a class "
