@@ -344,6 +344,32 @@ def test_a_range_of_exactly_ten_times_is_ten_times():
         assert "across a 10x learning-rate range" in stable["claim"] and stable["verdict"] == within["verdict"] == HOLDS
     short = {**rng, "elementwise": {**rng["elementwise"], "ratio": 9.9}}
     assert verdict_lr({**doc, "no_divergence_range": short, "stable_range": short})[0]["verdict"] != HOLDS
+    # before the protocol's epochs no divergence decides nothing (a run can diverge later): it said holds at 2 of 2000
+    from siggate.analysis.report import INCONCLUSIVE
+
+    assert verdict_lr({**doc, "epochs": 2})[0]["verdict"] == INCONCLUSIVE
+
+
+def test_the_rank_claim_holds_only_when_its_sign_test_rejects():
+    """"every head's stable rank is higher" said holds from a share of heads (>= 95%) with no test:
+    it needs the one-sided sign test over the (layer, head) pairs to reject too."""
+    from scipy import stats
+
+    from siggate.analysis.report import HOLDS, INCONCLUSIVE, verdict_rank
+
+    def doc(before, after):
+        b, a = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+        return {"gate": "elementwise", "gate_position": "output", "trained": True, "dataset": "zinc", "split": "val",
+                "n_graphs": 10, "model_source": ["ckpt"], "before": b.tolist(), "after": a.tolist(),
+                "frac_heads_higher": float(np.mean(a > b)), "mean_before": float(b.mean()), "mean_after": float(a.mean())}
+
+    few = verdict_rank(doc([[1.0, 1.0]], [[1.2, 1.3]]))  # all higher, but 2 pairs: p = 0.25
+    assert few["verdict"] == INCONCLUSIVE and "(2 higher, 0 lower; one-sided sign test p = 0.25)" in few["measured"]
+    many = verdict_rank(doc(np.ones((10, 4)), np.full((10, 4), 1.1)))
+    p = stats.binomtest(40, 40, 0.5, alternative="greater").pvalue
+    from siggate.analysis.common import fmt
+
+    assert many["verdict"] == HOLDS and f"p = {fmt(p)}" in many["measured"]
 
 
 def test_the_ablation_table_subtracts_only_within_a_dataset_and_metric():

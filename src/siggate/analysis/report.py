@@ -137,16 +137,24 @@ def verdict_rank(r: dict) -> dict:
         return {"claim": "trained model: head stable rank after the gate > before",
                 "measured": f"not applicable (gate={r.get('gate')}, position={r.get('gate_position')})",
                 "rule": "-", "verdict": INCONCLUSIVE}
+    import numpy as np
+    from scipy import stats as st
+
     f = r["frac_heads_higher"]
-    v = HOLDS if f >= 0.95 else (FAILS if f < 0.5 else INCONCLUSIVE)
+    before, after = np.asarray(r["before"], dtype=float).ravel(), np.asarray(r["after"], dtype=float).ravel()
+    up, down = int((after > before * (1 + 1e-9)).sum()), int((after < before * (1 - 1e-9)).sum())
+    p = float(st.binomtest(up, up + down, 0.5, alternative="greater").pvalue) if up + down else None
+    v = HOLDS if f >= 0.95 and p is not None and p < 0.05 else (FAILS if f < 0.5 else INCONCLUSIVE)
     return {
         "claim": f"{'trained' if r.get('trained') else 'untrained'} model on {r.get('dataset')}: every head's stable "
                  "rank is higher after the gate than before",
         "measured": f"mean over layers and heads {fmt(r['mean_before'])} -> {fmt(r['mean_after'])}; higher in "
-                    f"{100 * f:.0f}% of (layer, head); {r['split']} split, {r['n_graphs']} graphs; "
+                    f"{100 * f:.0f}% of (layer, head) ({up} higher, {down} lower; one-sided sign test p = "
+                    f"{fmt(p)}); {r['split']} split, {r['n_graphs']} graphs; "
                     f"{r['model_source'][0]}",
-        "rule": "holds if >= 95% of (layer, head) pairs have a higher mean stable rank after the gate, does not hold "
-                "if < 50%",
+        "rule": "holds if >= 95% of (layer, head) pairs have a higher mean stable rank after the gate and a one-sided "
+                "sign test over the pairs rejects 'no more often higher than lower' at p < 0.05 (the pairs of one "
+                "model); does not hold if < 50%",
         "verdict": v,
     }
 
@@ -280,9 +288,10 @@ def verdict_lr(l: dict) -> list[dict]:
                 "claim": f"training with the {g} gate stays stable (does not diverge) across a 10x learning-rate range",
                 "measured": f"no seed diverged for lr {fmt(r['min_lr'])}..{fmt(r['max_lr'])} = {fmt(r['ratio'])}x "
                             f"(none: {fmt(nd.get('none', {}).get('ratio'))}x); {budget}",
-                "rule": "holds if the widest contiguous range of learning rates without divergence is >= 10x; does not "
-                        "hold otherwise",
-                "verdict": HOLDS if _reaches(r["ratio"], 10) else FAILS,
+                "rule": "holds if the widest contiguous range of learning rates without divergence is >= 10x after "
+                        "the protocol's full epochs (an observation over every seed and rate, no statistical test); "
+                        "does not hold if it is not; inconclusive after fewer epochs (a run can diverge later)",
+                "verdict": (INCONCLUSIVE if short else HOLDS) if _reaches(r["ratio"], 10) else FAILS,
             })
         r = rng[g]
         v = HOLDS if _reaches(r["ratio"], 10) else (INCONCLUSIVE if short else FAILS)
@@ -333,7 +342,7 @@ def verdict_overhead(o: dict) -> list[dict]:
             "measured": f"+{o['param_overhead_abs'][n]} parameters = {_pct(p)} of {o['params'][o['baseline']]} "
                         f"(formula check: {'ok' if o['formula_ok'][n] else 'MISMATCH'}); model "
                         f"dim={o['model']['dim']}, layers={o['model']['layers']}, heads={o['model']['heads']}",
-            "rule": "holds if <= 2% (about 1%)",
+            "rule": "holds if <= 2% (about 1%): an exact count of the built models' parameters, no sampling to test",
             "verdict": vp,
         })
         t = o["time_overhead"][n]
