@@ -4,7 +4,8 @@ beforehand, never tuned), per public target, from the run folders ``run.py`` lef
     python benchmarks/moleculeace/blend_check.py --recipe default --seed 0
 
 Prints per target the test RMSE of siggate, the RF (``random_state`` = the seed) and their mean,
-and the mean over targets. Not a recipe: siggate ships no RF member.
+and the mean over targets. Not a recipe: an offline check made before siggate had its own
+``rf`` member (``--members gnn,svr,rf`` now combines them with weights fitted on validation).
 """
 
 from __future__ import annotations
