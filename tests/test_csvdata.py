@@ -163,6 +163,22 @@ def test_rows_predict_would_refuse_do_not_train(tmp_path):
         assert str(caught.value) == row.reason
 
 
+def test_dropping_rows_predict_refuses_keeps_every_other_rows_split(tmp_path):
+    """Those rows trained until CSV_VERSION 3; dropping them before the split reshuffled every
+    other row, so an older run resumed (or was evaluated) on another split, its own training
+    molecules in test. They are dropped after it: each other row keeps the split it had."""
+    smiles = ["C" * k + "O" for k in range(1, 61)]
+    bad, stand_in = {7: "*C", 33: "[H][H]"}, {7: "CNCl", 33: "CNNCl"}  # version 2 read them as any molecule
+    for name, at in (("bad", bad), ("kept", stand_in)):
+        (tmp_path / f"{name}.csv").write_text(
+            "smiles,y\n" + "".join(f"{at.get(i, s)},{i}\n" for i, s in enumerate(smiles)))
+    a = load_csv(tmp_path / "bad.csv", "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "a")
+    b = load_csv(tmp_path / "kept.csv", "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "b")
+    assert {r.index for r in a.invalid} == set(bad)
+    assert {k: {g.idx for g in v} for k, v in a.splits.items()} == {k: {g.idx for g in v} - set(bad)
+                                                                   for k, v in b.splits.items()}
+
+
 def test_random_split_seed(tmp_path):
     path = tmp_path / "r.csv"
     smiles = ["C" * k + "O" for k in range(1, 41)]

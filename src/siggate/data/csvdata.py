@@ -85,7 +85,8 @@ MISSING_TARGET = "missing target"
 #: bump when the same file and arguments build another dataset (part of every cache key). 2: rows of
 #: one molecule share a split (random split; merged only within a split column's split), rows with
 #: extra fields are dropped with a reason; 3: rows of only hydrogens or with a wildcard atom '*' are
-#: dropped with a reason (siggate predict refused them; they trained)
+#: dropped with a reason (siggate predict refused them; they trained), after the splits are drawn,
+#: so that every other row keeps its version-2 split
 CSV_VERSION = 3
 
 
@@ -511,6 +512,7 @@ def build_csv(
     split_all = frame[split_col].astype(str).tolist() if split_col else None
 
     graphs, keys, canon, invalid = [], [], [], []
+    late: dict[int, str] = {}  # row -> why: molecules no model reads, dropped after the split (check_atoms)
     for i, smi in enumerate(smiles_all):
         smi = smi.strip()
         try:
@@ -527,7 +529,10 @@ def build_csv(
                         "(expected train, val, valid or test)"
                     )
             mol = parse_smiles(smi, allow_unsanitized=allow_unsanitized, max_length=MAX_SMILES_LENGTH)
-            check_atoms(mol)  # predict's rule: a molecule it refuses does not train either
+            try:
+                check_atoms(mol)  # predict's rule: a molecule it refuses does not train either
+            except InvalidSmiles as exc:  # dropped once the splits are drawn: every other row keeps the split
+                late[i] = str(exc)        # it had when such rows were kept (CSV_VERSION 2), so older runs resume
             data = mol_to_graph(mol)
             same = _canonical(mol, smi)
             if split in ("scaffold", "scaffold_balanced"):
@@ -573,6 +578,11 @@ def build_csv(
                                 "--val-fraction draws val rows from train only for a column without them: drop it")
             labels = [float(g.y[0, 0]) for g in graphs] if task == "binary" else None
             idx = _draw_val(idx, canon, val_fraction, seed, path, strata=labels)
+    if late:
+        invalid = sorted(invalid + [InvalidRow(g.idx, g.smiles, late[g.idx]) for g in graphs if g.idx in late],
+                         key=lambda r: r.index)
+        notes = [n for n in notes if n.index not in late]
+        idx = {k: [j for j in v if graphs[j].idx not in late] for k, v in idx.items()}
 
     info = TaskInfo(
         name="csv",
