@@ -745,7 +745,7 @@ def test_config_refuses_bad_attention_options():
 
 
 def test_old_flat_attention_keys_are_read_with_a_deprecation_message():
-    from siggate.config import ModelConfig, from_dict, load_config, upgrade_config_dict
+    from siggate.config import ConfigError, ModelConfig, from_dict, load_config, upgrade_config_dict
 
     with pytest.warns(FutureWarning, match=r"model.performer_features is deprecated: write "
                                            r"model.attention.performer.num_features"):
@@ -764,6 +764,14 @@ def test_old_flat_attention_keys_are_read_with_a_deprecation_message():
             cfg.model.attention.performer.kernel) == (4, 9, "relu")
     nested = load_config("nci5k", ["model.attention.performer.redraw_interval=7"])
     assert nested.model.attention.performer.redraw_interval == 7
+    # --set items apply in order, the old name as its new one; one input giving both names differently is refused
+    for items, want in ((["model.expander_degree=6", "model.attention.exphormer.expander_degree_total=8"], 8),
+                        (["model.attention.exphormer.expander_degree_total=8", "model.expander_degree=6"], 6)):
+        with pytest.warns(FutureWarning):
+            assert load_config("nci5k", items).model.attention.exphormer.expander_degree_total == want
+    with pytest.raises(ConfigError, match=r"^model.performer_features: 8 and "
+                                          r"model.attention.performer.num_features: 32 both set one option"):
+        from_dict({"model": {"performer_features": 8, "attention": {"performer": {"num_features": 32}}}})
     saved = upgrade_config_dict({"model": {"performer_redraw": 5, "expander_degree": 4}})  # an old record: silent
     defaults = dataclasses.asdict(ModelConfig().attention)
     assert saved["model"]["attention"] == {"performer": {**defaults["performer"], "redraw_interval": 5},

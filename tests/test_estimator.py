@@ -608,3 +608,11 @@ def test_classifier_labels_as_scikit_learn_takes_them(molecules):
     assert list(clf.classes_) == ["large", "small"]
     with pytest.raises(ValueError, match="^y mixes text and number labels"):
         siggate.SigGateClassifier(**FP).fit(smiles[:30], [1, "a"] * 15)
+    import pandas as pd
+
+    with pytest.raises(ValueError, match="^y mixes text and number labels"):  # a one-column DataFrame's values
+        siggate.SigGateClassifier(**FP).fit(smiles[:30], pd.DataFrame({"act": [1, "a"] * 15}))
+    text = pd.Series(list(labels), dtype=object)
+    text[2] = np.nan  # pandas' missing value in a text column: a missing class, not a mixed type
+    with pytest.raises(ValueError, match=r"^y has no class at row\(s\) \[2\] \(None or NaN\)"):
+        siggate.SigGateClassifier(**FP).fit(smiles[:30], text)

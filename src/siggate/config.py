@@ -412,8 +412,11 @@ def from_dict(raw: dict) -> Config:
 def _nest_flat_attention_keys(raw: dict, warn: bool) -> dict:
     """``raw`` with the flat ``model.performer_*``/``model.expander_*`` keys of older
     configs moved into ``model.attention.<type>`` (:data:`siggate.options.FLAT_ATTENTION_KEYS`),
-    with a deprecation message when ``warn`` (keys given now: each replaces the section's value,
-    which an old record's upgrade has filled with the default); a new dict when anything moved."""
+    with a deprecation message when ``warn`` (keys given now, in a file or a dict: one that the
+    section also gives with another value is refused, since which one was meant is unknown); an
+    old record's (not ``warn``) fills only what its section lacks. A new dict when anything moved.
+    ``--set`` items of the old names are moved as they are applied (:func:`load_config`), so
+    their order against the new names is kept."""
     model = raw.get("model")
     if not isinstance(model, dict) or not set(model) & set(FLAT_ATTENTION_KEYS):
         return raw
@@ -422,16 +425,22 @@ def _nest_flat_attention_keys(raw: dict, warn: bool) -> dict:
     for old in [k for k in model if k in FLAT_ATTENTION_KEYS]:
         kind, name = FLAT_ATTENTION_KEYS[old]
         section = attention.setdefault(kind, {})
-        if isinstance(section, dict) and warn:  # given now (a --set, a config file): over the section's value
-            section[name] = model[old]
-        elif isinstance(section, dict):  # an old record's, beside a section it never had
+        if isinstance(section, dict) and warn and name in section and section[name] != model[old]:
+            raise ConfigError(f"model.{old}: {model[old]!r} and model.attention.{kind}.{name}: {section[name]!r} "
+                              f"both set one option (the first is its deprecated name); keep "
+                              f"model.attention.{kind}.{name}")
+        if isinstance(section, dict):
             section.setdefault(name, model[old])
         if warn:
-            warnings.warn(f"model.{old} is deprecated: write model.attention.{kind}.{name} "
-                          f"(it was read as that)", FutureWarning, stacklevel=3)
+            _deprecated_flat_key(old, kind, name, stacklevel=4)
         del model[old]
     model["attention"] = attention
     return {**raw, "model": model}
+
+
+def _deprecated_flat_key(old: str, kind: str, name: str, stacklevel: int) -> None:
+    warnings.warn(f"model.{old} is deprecated: write model.attention.{kind}.{name} (it was read as that)",
+                  FutureWarning, stacklevel=stacklevel)
 
 
 def _check(cfg: Config) -> None:
@@ -737,6 +746,10 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
     raw = upgrade_config_dict(_nest_flat_attention_keys(raw, warn=True))  # a file's flat keys are named
     for item in overrides or []:
         parts, value = parse_override(item)  # section.key or, nested, model.attention.performer.num_features
+        if len(parts) == 2 and parts[0] == "model" and parts[1] in FLAT_ATTENTION_KEYS:  # its new name, in order
+            kind, name = FLAT_ATTENTION_KEYS[parts[1]]
+            _deprecated_flat_key(parts[1], kind, name, stacklevel=2)
+            parts = ["model", "attention", kind, name]
         node = raw
         for depth, part in enumerate(parts[:-1]):
             if node.get(part) is None:

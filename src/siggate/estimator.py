@@ -500,16 +500,20 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
             y = y[:, 0]
         if y.ndim != 1:
             raise ValueError(f"SigGateClassifier takes one label per molecule ([n]), got shape {y.shape}")
-        given = labels.tolist() if hasattr(labels, "tolist") else list(labels)  # before NumPy made them one type
-        given = [v[0] if isinstance(v, list) and len(v) == 1 else v for v in given]
-        kinds = {"str" if isinstance(v, str) else "number" for v in given if v is not None}
-        if len(kinds) > 1:
-            raise ValueError("y mixes text and number labels; give every class as the same type (e.g. all strings), "
-                             "or NumPy would read them all as text")
-        missing = [i for i, v in enumerate(y.tolist()) if v is None or (isinstance(v, float) and np.isnan(v))]
+        def absent(v) -> bool:
+            return v is None or (isinstance(v, float) and np.isnan(v))
+
+        missing = [i for i, v in enumerate(y.tolist()) if absent(v)]
         if missing:
             raise ValueError(f"y has no class at row(s) {missing[:5]} (None or NaN); the classifier needs a class "
                              "for every molecule: drop those rows")
+        # the labels as given, before NumPy made them one type (a DataFrame: its one column's values)
+        given = labels.iloc[:, 0].tolist() if getattr(labels, "ndim", 1) == 2 and hasattr(labels, "iloc") else (
+            labels.tolist() if hasattr(labels, "tolist") else list(labels))
+        given = [v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v for v in given]
+        if len({"str" if isinstance(v, str) else "number" for v in given if not absent(v)}) > 1:
+            raise ValueError("y mixes text and number labels; give every class as the same type (e.g. all strings), "
+                             "or NumPy would read them all as text")
         self._fitting_classes = np.unique(y)
         if len(self._fitting_classes) != 2:
             raise ValueError(f"SigGateClassifier is binary: y must hold two classes, got {len(self._fitting_classes)}")
