@@ -242,7 +242,11 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
                           ("data.val_fraction=0.3", "overrides 'data.val_fraction=0.3': data.val_fraction is set by "
                                                     "val_fraction; drop it from overrides and set val_fraction instead"),
                           ("data.name=zinc", "overrides 'data.name=zinc': data.name is set by X (fit trains on the "
-                                             "SMILES it is given); drop it from overrides")):
+                                             "SMILES it is given); drop it from overrides"),
+                          ("data.sep=;", "overrides 'data.sep=;': data.sep is set by fit (it writes its own CSV of X "
+                                         "and y); drop it from overrides"),
+                          ("data.max_graphs=3", "overrides 'data.max_graphs=3': data.max_graphs is set by fit (it "
+                                                "writes its own CSV of X and y); drop it from overrides")):
         with pytest.raises(ValueError) as caught:
             siggate.SigGateRegressor(out_dir=tmp_path / "run", overrides=(item,)).fit(["CCO", "CCN"], [1.0, 2.0])
         assert str(caught.value) == message and not (tmp_path / "run").exists()
@@ -543,6 +547,10 @@ def test_conformal_intervals_are_the_runs_own_and_outlive_its_folder(molecules, 
     shutil.rmtree(tmp_path / "reg")
     again = pickle.loads(pickle.dumps(est)).predict_interval(smiles[50:], coverage=0.8)
     assert np.array_equal(again[0], lower) and np.array_equal(again[1], upper)
+    old = pickle.loads(pickle.dumps(est))
+    del old.calibration_  # as an estimator pickled before it kept one
+    with pytest.raises(ValueError, match="^this estimator was fitted by an older siggate, which kept no calibration"):
+        old.predict_interval(smiles[50:])
     # 15 validation molecules bound at most 15/16 coverage: beyond it, infinite intervals and a warning
     with pytest.warns(UserWarning, match=r"^coverage 0.99: the run's calibration holds too few validation molecules "
                                          r"for it \('y' on 15; 99 are needed\).*fit with a larger val_fraction$"):

@@ -65,6 +65,9 @@ _KEYS_FIT_SETS = {"data.name": "X (fit trains on the SMILES it is given)", "data
                   "data.task": "the estimator's class (SigGateRegressor or SigGateClassifier)",
                   "data.split": "val_fraction", "data.val_fraction": "val_fraction",
                   "data.cache_dir": "fit (a folder of its own)", "train.seed": "seed", "train.threads": "threads"}
+#: the ``data.*`` keys an estimator's ``overrides`` may set: what to do with rows of one molecule;
+#: every other one describes the CSV that fit writes itself (its delimiter, decimal mark, rows)
+_DATA_KEYS_OF_USERS = ("data.duplicates",)
 
 
 def _in_estimator_words(text: str, data: Path) -> str:
@@ -279,7 +282,9 @@ class _SigGateEstimator(BaseEstimator):
                              f"('members.rf.n_estimators=50',), got {self.overrides!r}")
         for item in self.overrides or ():
             key = item.split("=", 1)[0].strip()
-            owner = _KEYS_FIT_SETS.get(key) or ("epochs" if key == "train.epochs" and self.epochs is not None else None)
+            owner = (_KEYS_FIT_SETS.get(key) or ("epochs" if key == "train.epochs" and self.epochs is not None else None)
+                     or ("fit (it writes its own CSV of X and y)" if key.startswith("data.")
+                         and key not in _DATA_KEYS_OF_USERS else None))
             if owner:
                 raise ValueError(f"overrides {item!r}: {key} is set by {owner}; drop it from overrides"
                                  + (f" and set {owner} instead" if owner.isidentifier() else ""))
@@ -301,7 +306,8 @@ class _SigGateEstimator(BaseEstimator):
         from .train.dataprep import prepare_data
         from .train.ensemble import train_members
         from .train.members import load_predictor, parse_kinds, run_encodings
-        from .train.predict import InputError, SmilesPredictor, read_calibration
+        from .train.predict import SmilesPredictor, read_calibration
+        from .train.rundir import CALIBRATION
 
         data = work / "data.csv"
         with open(data, "w", newline="") as fh:
@@ -337,18 +343,18 @@ class _SigGateEstimator(BaseEstimator):
         if out != work / "run":
             (out / ESTIMATOR_RECORD).write_text(json.dumps(self._record(names), indent=1, default=str) + "\n")
         predictor = load_predictor(out, self.device)
-        self.predictor_ = predictor  # from here on the fit has succeeded: its attributes together
         # predict refuses no molecule fit trained on (a CSV's rows above predict's atom limit train, with a note)
         largest = max((g.num_nodes for split in ds.splits.values() for g in split), default=0)
-        self.smiles_predictor_ = SmilesPredictor(predictor, device=self.device, domain=False,
-                                                 max_atoms=max(PREDICT_MAX_ATOMS, int(largest)))
+        smiles_predictor = SmilesPredictor(predictor, device=self.device, domain=False,
+                                           max_atoms=max(PREDICT_MAX_ATOMS, int(largest)))
+        # kept here: the run's folder may be a temporary one, gone after fit; a run without one has no
+        # validation labels (any other refusal of the file is an error of the run, raised)
+        calibration = read_calibration(out, predictor.info) if (out / CALIBRATION).is_file() else None
+        # the fit has succeeded: its attributes all at once (a failure above leaves the earlier fit's)
+        self.predictor_, self.smiles_predictor_, self.calibration_ = predictor, smiles_predictor, calibration
         self.n_features_in_ = 1
         self.target_names_ = names
         self.left_out_ = [(r.index, r.reason) for r in dropped]
-        try:  # kept here: the run's folder may be a temporary one, gone after fit
-            self.calibration_ = read_calibration(out, predictor.info)
-        except InputError:  # a run without one (no validation labels)
-            self.calibration_ = None
         self._fitted(names)
 
     def _fitted(self, names: list[str]) -> None:
@@ -419,6 +425,9 @@ class _SigGateEstimator(BaseEstimator):
 
         check_is_fitted(self, "predictor_")
         coverage = check_coverage(coverage)
+        if not hasattr(self, "calibration_"):  # fitted (and pickled) before the estimator kept its calibration
+            raise ValueError("this estimator was fitted by an older siggate, which kept no calibration with it; fit "
+                             "it again")
         if self.calibration_ is None:
             raise ValueError("this fit has no conformal calibration (its run held no validation labels); fit again "
                              "with a val_fraction that holds out labelled molecules")
