@@ -173,6 +173,7 @@ def test_explain_writes_pictures_and_csvs_and_refuses_rows_as_predict_does(nitro
     atoms = _rows(out / "atoms.csv")
     assert [(r["row"], r["atom"], r["element"]) for r in atoms] == (
         [("0", str(i), e) for i, e in enumerate("NCCN")] + [("1", str(i), e) for i, e in enumerate("CCCCCCO")])
+    shared = max(abs(float(r["nN"])) for r in atoms)  # one scale for the explanation's pictures, so they compare
     for row in mols[:2]:
         values = [float(r["nN"]) for r in atoms if r["row"] == row["row"]]
         assert float(row["nN_atoms_sum"]) == pytest.approx(sum(values), abs=1e-4)
@@ -182,17 +183,25 @@ def test_explain_writes_pictures_and_csvs_and_refuses_rows_as_predict_does(nitro
         svg = (out / f"mol{row['row']}.svg").read_text()
         desc = re.search(r"<desc>(.*)</desc>", svg).group(1)
         assert svg.startswith("<?xml") and desc.startswith(f"nN = {float(row['nN']):.4g}   baseline ")
-        scale = max(abs(v) for v in values)
         low, high = re.search(r"\(red raises it, blue lowers it\), from (\S+) to (\S+)$", desc).groups()
-        assert float(low) == pytest.approx(-scale, rel=1e-5) and float(high) == pytest.approx(scale, rel=1e-5)
-        top = max(values, key=abs)  # the largest contribution in full colour (the bar stops short of it)
-        assert re.search(r"fill:#FF0000" if top > 0 else r"fill:#0000FF", svg, re.IGNORECASE)
+        assert float(low) == pytest.approx(-shared, rel=1e-5) and float(high) == pytest.approx(shared, rel=1e-5)
+        top = max(values, key=abs)  # the largest contribution of all in full colour (the bar stops short of it)
+        full = re.search(r"fill:#FF0000" if top > 0 else r"fill:#0000FF", svg, re.IGNORECASE)
+        assert bool(full) == (abs(top) >= shared * (1 - 1e-9))
     assert float(atoms[0]["nN"]) > float(atoms[1]["nN"])  # N before C in NCCN
     assert not (out / "mol2.png").exists()
     rc, _, err = run_cli(["explain", "--checkpoint", str(run), "--out", str(out)], capsys)
     assert rc == 2 and "give SMILES as arguments or --input FILE" in err
     rc, _, err = run_cli(["explain", "--checkpoint", str(run), "CCO", "--out", str(out), "--steps", "0"], capsys)
     assert rc == 2 and "--steps must be at least 1" in err
+    # a fixed scale, to compare explanations: every picture's bar says it
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), *smiles[:2], "--out", str(out), "--steps", "20",
+                          "--scale", "2.5", "--overwrite"], capsys)
+    assert rc == 0, err
+    for k in (0, 1):
+        assert "from -2.5 to +2.5</desc>" in (out / f"mol{k}.svg").read_text()
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "CCO", "--out", str(out), "--scale", "0"], capsys)
+    assert rc == 2 and "--scale must be a positive number" in err
 
 
 # ------------------------------------------------------------------ fingerprint members (occlusion)

@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import json
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -692,6 +693,8 @@ def cmd_explain(args) -> int:
     source = _smiles_source(args)
     if args.steps < 1:
         raise CLIError(f"--steps must be at least 1, got {args.steps}")
+    if args.scale is not None and not (math.isfinite(args.scale) and args.scale > 0):
+        raise CLIError(f"--scale must be a positive number (the contribution drawn in full colour), got {args.scale}")
     check_out_folder(args.out, "the explanations")
     for name in ("molecules.csv", "atoms.csv"):  # an earlier explanation's CSV read back: this one replaces it
         made = Path(args.out) / name
@@ -707,7 +710,7 @@ def cmd_explain(args) -> int:
     chunks = _read_input(args, pred, source) if source else [list(args.smiles)]
     lock = claim_out_dir(Path(args.out), resume=True, what="the explanations")  # one explain per folder at a time
     try:
-        n, bad = explain_to_folder(pred, chunks, args.out, steps=args.steps)
+        n, bad = explain_to_folder(pred, chunks, args.out, steps=args.steps, scale=args.scale)
     except ValueError as exc:
         if type(exc).__name__ in ("InputError", "DataError", "ConfigError"):
             raise
@@ -898,6 +901,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-atoms", type=int, default=_PREDICT_DEFAULTS["max_atoms"],
                    help="refuse molecules with more atoms, with a reason per row (default: 1000)")
     p.add_argument("--chunk-size", type=int, default=_PREDICT_DEFAULTS["chunk_size"], help="rows of --input read and explained at a time (default: 1000)")
+    p.add_argument("--scale", type=float, default=None,
+                   help="the contribution drawn in full colour in every picture, to compare explanations "
+                        "(default: per target, the largest absolute contribution among this explanation's molecules)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace files of the names an explanation writes (molecules.csv, atoms.csv, mol*.svg/png) "
                         "in an --out that holds no earlier explanation (an earlier explanation is always replaced)")

@@ -19,8 +19,9 @@ members' weighted sum) is written to ``OUT``:
   index in the SMILES as written), ``element`` and one contribution column per target;
 * ``mol<row>.svg`` and ``mol<row>.png`` (``mol<row>_<target>.*`` for several targets): the
   molecule drawn with RDKit, every atom coloured by its contribution (red raises the
-  prediction, blue lowers it; full colour at the molecule's largest absolute contribution), a
-  colour bar with that scale, and the prediction and baseline in the legend. Pictures and CSVs of
+  prediction, blue lowers it; full colour at the largest absolute contribution among all the
+  molecules of the explanation, per target, or at ``--scale``: the pictures of one explanation
+  compare), a colour bar with that scale, and the prediction and baseline in the legend. Pictures and CSVs of
   an earlier explanation in ``OUT`` are removed first, so every picture there is of this one, and
   the CSVs appear (atomically) when it is complete: an interrupted explanation leaves no CSV that
   describes other pictures. ``siggate explain`` holds the folder's lock while it writes;
@@ -52,15 +53,16 @@ def atom_colour(value: float, scale: float) -> tuple[float, float, float]:
     return (1.0, 1.0 - a, 1.0 - a) if a >= 0 else (1.0 + a, 1.0 + a, 1.0)
 
 
-def draw_contributions(mol, values, legend: str, caption: str, png: bool = False):
+def draw_contributions(mol, values, legend: str, caption: str, png: bool = False, scale: float | None = None):
     """The molecule ``mol`` with atom ``i`` highlighted in :func:`atom_colour` of ``values[i]``,
-    ``legend`` under it and a colour bar from ``-scale`` to ``+scale`` (``scale``: the largest
-    absolute value) titled ``caption``. Returns SVG text, or PNG bytes with ``png``."""
+    ``legend`` under it and a colour bar from ``-scale`` to ``+scale`` titled ``caption``
+    (``scale``: full colour; None: the largest absolute value of ``values``). Returns SVG text,
+    or PNG bytes with ``png``."""
     from rdkit.Chem.Draw import rdMolDraw2D
     from rdkit.Geometry import Point2D
 
     values = [float(v) for v in values]
-    scale = max((abs(v) for v in values), default=0.0)
+    scale = max((abs(v) for v in values), default=0.0) if scale is None else float(scale)
     cls = rdMolDraw2D.MolDraw2DCairo if png else rdMolDraw2D.MolDraw2DSVG
     d = cls(WIDTH, HEIGHT, WIDTH, HEIGHT - BAR_BAND)
     d.drawOptions().legendFontSize = 15
@@ -142,10 +144,14 @@ def _explained_before(path: Path) -> bool:
     return header.startswith("row,smiles,") and header.endswith(",pictures,error")
 
 
-def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_STEPS) -> tuple[int, int]:
+def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_STEPS,
+                      scale: float | None = None) -> tuple[int, int]:
     """Explain every SMILES of ``chunks`` (lists of SMILES, or an ``InputRows`` of
     :func:`~siggate.train.predict.read_input`) with the :class:`~siggate.train.predict.SmilesPredictor`
     ``predictor`` into the folder ``out`` (module docstring). Returns ``(rows, failed rows)``.
+    ``scale``: the contribution drawn in full colour in every picture; None: per target, the
+    largest absolute contribution among all the molecules explained, so that the pictures of one
+    explanation compare (each picture had its own scale: a methane's +0.07 as red as a chlorine's +1.3).
 
     Raises:
         ValueError: a predictor that cannot attribute its predictions to atoms.
@@ -180,6 +186,7 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     mol_cols = [*own[:2], *carried_names([chunks.columns[j] for j in kept], own), *own[2:]]
     n = bad = 0
     legacy: list[tuple[int, str]] = []
+    pictures: list[tuple] = []  # (stem, smiles, target, values, legend, caption): drawn at one scale at the end
     with csv_output(out / "molecules.csv") as mol_fh, csv_output(out / "atoms.csv") as atom_fh:
         mol_w, atom_w = csv.writer(mol_fh, lineterminator="\n"), csv.writer(atom_fh, lineterminator="\n")
         mol_w.writerow(mol_cols)
@@ -221,14 +228,21 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
                     legend = (f"{what.format(name)} = {float(pred[t]):.4g}   baseline {float(base[t]):.4g}   "
                               f"atoms sum {float(atoms[:, t].sum()):+.4g}")
                     caption = f"atom contribution to {what.format(name)} (red raises it, blue lowers it)"
-                    (out / f"{stem}.svg").write_text(draw_contributions(mol, atoms[:, t].tolist(), legend, caption))
-                    (out / f"{stem}.png").write_bytes(draw_contributions(mol, atoms[:, t].tolist(), legend, caption,
-                                                                         png=True))
+                    pictures.append((stem, row["smiles"].strip(), t, atoms[:, t].tolist(), legend, caption))
                     stems.append(stem)
                 values = [number_text(float(v)) for t in range(len(names))
                           for v in (pred[t], base[t], atoms[:, t].sum())]
                 mol_w.writerow(record + values + [";".join(stems), ""])
             n += len(rows)
+        # the pictures, before the CSVs that list them appear: one colour scale per target
+        scales = {t: max((abs(v) for p in pictures if p[2] == t for v in p[3]), default=0.0) if scale is None
+                  else float(scale) for t in range(len(names))}
+        for stem, smiles, t, values, legend, caption in pictures:
+            with quiet_rdkit():
+                mol = parse_smiles(smiles)
+            (out / f"{stem}.svg").write_text(draw_contributions(mol, values, legend, caption, scale=scales[t]))
+            (out / f"{stem}.png").write_bytes(draw_contributions(mol, values, legend, caption, png=True,
+                                                                 scale=scales[t]))
     warn_legacy(legacy)
     _record(out, names, (n, bad))
     return n, bad
