@@ -143,6 +143,7 @@ def test_the_calibration_is_the_validation_scores_and_predict_coverage_uses_it(r
         assert upper == pytest.approx(mean_t + q * sigma_t, rel=2e-3, abs=2e-3)
         ok = ~np.isnan(y_test[:, t])
         inside = (y_test[ok, t] >= lower[ok]) & (y_test[ok, t] <= upper[ok])
+        assert isinstance(m["calibration"]["test_below_nominal"], list)
         recorded = m["calibration"]["coverage"]["0.9"]["test"][name]
         assert recorded["n"] == ok.sum() and recorded["coverage"] == pytest.approx(inside.mean())
         assert recorded["mean_width"] == pytest.approx(np.mean(upper[ok] - lower[ok]), rel=2e-3)
@@ -402,3 +403,20 @@ def test_a_domain_threshold_from_few_validation_molecules_is_warned_about(tmp_pa
         assert messages == [f"the applicability domain's threshold rests on {n_val} validation molecule(s) (its 5th "
                             "percentile needs 20 or more to lie between two of them): 'outside_domain' is rough; a "
                             "larger validation split steadies it"]
+
+
+def test_test_coverage_below_nominal_is_named_when_chance_cannot_explain_it():
+    """A run's test coverage far below nominal passed in silence (0.67-0.77 at 0.8 under a scaffold
+    split, in metrics.json only); a one-sided binomial test against the nominal rate names it."""
+    from scipy import stats
+
+    from siggate.train.record import _below_nominal
+
+    coverage = {"0.9": {"test": {"a": {"n": 100, "coverage": 0.80}, "b": {"n": 100, "coverage": 0.88},
+                                 "c": {"n": 10, "coverage": 0.5}, "d": {"n": 0, "coverage": None}},
+                        "val": {"a": {"n": 30, "coverage": 0.5}}},
+                "0.8": {"test": {"a": {"n": 100, "coverage": 0.81}}}}
+    got = _below_nominal(coverage)
+    assert [(g["nominal"], g["target"]) for g in got] == [("0.9", "a")]  # b: chance; c: too few; val: not test
+    assert got[0]["p"] == pytest.approx(stats.binomtest(80, 100, 0.9, alternative="less").pvalue)
+    assert stats.binomtest(88, 100, 0.9, alternative="less").pvalue > 0.05
