@@ -420,3 +420,26 @@ def test_test_coverage_below_nominal_is_named_when_chance_cannot_explain_it():
     assert [(g["nominal"], g["target"]) for g in got] == [("0.9", "a")]  # b: chance; c: too few; val: not test
     assert got[0]["p"] == pytest.approx(stats.binomtest(80, 100, 0.9, alternative="less").pvalue)
     assert stats.binomtest(88, 100, 0.9, alternative="less").pvalue > 0.05
+
+
+def test_a_classification_run_draws_roc_curves_and_no_spread_draws_no_residuals(tmp_path):
+    """A binary run's pictures were a parity plot of probabilities titled with an MAE and R² that
+    metrics.json does not hold, and a run whose members' spread is zero everywhere drew residuals
+    against a spread of 0 ("0% within 1 sigma"). A classification run draws ROC curves with the
+    ROC-AUC; zero spread draws no residuals."""
+    from sklearn.metrics import roc_auc_score
+
+    from siggate.train.plots import PARITY, RESIDUALS, ROC, roc_figure, write_run_plots
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, size=(40, 1)).astype(float)
+    p = np.clip(0.6 * y + 0.4 * rng.uniform(size=(40, 1)), 0, 1)
+    paths = write_run_plots(tmp_path / "bin", ["active"], "rocauc", y, p, np.zeros_like(p), task="binary")
+    assert [x.name for x in paths] == [ROC] and not (tmp_path / "bin" / PARITY).exists()
+    fig = roc_figure(y, p, ["active"])
+    assert fig.axes[0].get_title() == f"test active: n 40, ROC-AUC {roc_auc_score(y[:, 0], p[:, 0]):.3f}"
+    reg = rng.normal(size=(40, 1))
+    paths = write_run_plots(tmp_path / "reg", ["y"], "mae", reg, reg + 0.1, np.zeros_like(reg))
+    assert [x.name for x in paths] == [PARITY]  # spread 0 everywhere: nothing to draw residuals against
+    paths = write_run_plots(tmp_path / "reg2", ["y"], "mae", reg, reg + 0.1, np.full_like(reg, 0.2))
+    assert [x.name for x in paths] == [PARITY, RESIDUALS]

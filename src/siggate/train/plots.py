@@ -8,9 +8,11 @@
   GNN member (overlaid), from each run's ``history``.
 * :func:`residual_figure`: the absolute test error against the ensemble's spread, with the
   lines ``|error| = sigma`` and ``2 sigma``.
+* :func:`roc_figure`: a classification run's test ROC curve per target, its ROC-AUC in the title.
 
-:func:`write_run_plots` writes them into a ``--data`` run folder (``parity.png``,
-``learning_curves.png``, ``residuals.png`` when there is a spread); ``siggate evaluate --data``
+:func:`write_run_plots` writes them into a ``--data`` run folder (regression: ``parity.png`` and
+``residuals.png`` when the members' spread is not zero everywhere; binary and multilabel:
+``roc.png``, not a parity plot of probabilities; ``learning_curves.png``); ``siggate evaluate --data``
 draws its own parity plot. Each ``*_figure`` function returns the figure, so tests can count
 what it holds; :func:`save_figure` writes and closes it. matplotlib is imported inside the
 functions only: ``siggate --help`` never loads it.
@@ -26,7 +28,7 @@ import numpy as np
 from ..predictors.conformal import as_2d
 
 #: the run folder's pictures
-PARITY, LEARNING, RESIDUALS = "parity.png", "learning_curves.png", "residuals.png"
+PARITY, LEARNING, RESIDUALS, ROC = "parity.png", "learning_curves.png", "residuals.png", "roc.png"
 #: targets drawn per picture, in rows of PANEL_COLUMNS: a run of many targets (a pretraining's
 #: ~190 descriptors) shows its first MAX_PANELS, and the picture says so
 MAX_PANELS, PANEL_COLUMNS = 12, 4
@@ -190,15 +192,45 @@ def cliff_marks(csv_path: str | Path | None, rows: Sequence[int]) -> np.ndarray 
     return np.asarray([bool(flags[r]) if 0 <= r < len(flags) else False for r in rows])
 
 
+def roc_figure(labels, probs, names: Sequence[str], title: str = "test"):
+    """A classification run's ROC curve per target (its labelled rows; 0/1 labels, the probability
+    of class 1), the chance diagonal, and the ROC-AUC in the title (a target with one class only
+    has no curve, and says so)."""
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    plt = _pyplot()
+    y, p = as_2d(labels), as_2d(probs)
+    fig, axes = _panels(plt, y.shape[1])
+    for t, ax in enumerate(axes):
+        ok = ~np.isnan(y[:, t]) & np.isfinite(p[:, t])
+        ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--", label="chance")
+        if len(np.unique(y[ok, t])) == 2:
+            fpr, tpr, _ = roc_curve(y[ok, t], p[ok, t])
+            ax.plot(fpr, tpr, color="tab:blue", lw=1.5, label="model")
+            ax.set_title(f"{title} {names[t]}: n {int(ok.sum())}, ROC-AUC {roc_auc_score(y[ok, t], p[ok, t]):.3f}",
+                         fontsize=9)
+        else:
+            ax.set_title(f"{title} {names[t]}: one class only, no ROC curve", fontsize=9)
+        ax.set_xlabel("false positive rate")
+        ax.set_ylabel("true positive rate")
+        ax.legend(fontsize=7, loc="lower right")
+        ax.grid(alpha=0.3)
+    return fig
+
+
 def write_run_plots(out: str | Path, names: Sequence[str], metric: str, labels, preds, spread=None,
-                    histories: dict | None = None, cliff=None) -> list[Path]:
-    """A run folder's pictures: :data:`PARITY` (test predictions), :data:`LEARNING` (when
-    ``histories`` holds any) and :data:`RESIDUALS` (when there is a ``spread``). Returns the
-    paths written."""
+                    histories: dict | None = None, cliff=None, task: str = "regression") -> list[Path]:
+    """A run folder's pictures: regression: :data:`PARITY` (test predictions) and
+    :data:`RESIDUALS` (when the members' ``spread`` is not zero everywhere: with one member, or all
+    the weight on one, there is nothing to draw); a classification ``task``: :data:`ROC`; and
+    :data:`LEARNING` (when ``histories`` holds any). Returns the paths written."""
     out = Path(out)
-    paths = [save_figure(parity_figure(labels, preds, names, cliff), out / PARITY)]
+    if task == "regression":
+        paths = [save_figure(parity_figure(labels, preds, names, cliff), out / PARITY)]
+    else:
+        paths = [save_figure(roc_figure(labels, preds, names), out / ROC)]
     if histories:
         paths.append(save_figure(learning_figure(histories, metric), out / LEARNING))
-    if spread is not None:
+    if task == "regression" and spread is not None and np.nanmax(np.abs(as_2d(spread)), initial=0.0) > 0:
         paths.append(save_figure(residual_figure(labels, preds, spread, names), out / RESIDUALS))
     return paths

@@ -337,7 +337,7 @@ def write_pictures(out: Path, ds: GraphDataset, test_pred: torch.Tensor, test_sp
     names = list(ds.info.target_names or [f"target{t}" for t in range(ds.info.num_tasks)])
     cliff = cliff_marks(ds.source, [int(g.idx) for g in ds.test])
     return write_run_plots(out, names, ds.info.metric, y, p, None if test_spread is None else test_spread.numpy(),
-                           histories, cliff)
+                           histories, cliff, task=ds.info.task)
 
 
 def record_results(out: Path, ds: GraphDataset, preds: dict, spreads: dict | None, histories: dict | None,

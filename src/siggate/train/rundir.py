@@ -27,7 +27,7 @@ from ..data.similarity import DOMAIN_FILE, FINGERPRINTS_FILE
 from ..files import atomic_write_bytes, folder_busy, number_text
 from ..options import run_weights
 from ..predictors.base import ARRAYS, MANIFEST
-from .plots import LEARNING, PARITY, RESIDUALS
+from .plots import LEARNING, PARITY, RESIDUALS, ROC
 
 #: a run of several members' config and the members it holds (``siggate train --members/--ensemble``,
 #: :func:`siggate.train.ensemble.train_members`), written before its first member is fitted
@@ -48,7 +48,7 @@ ESTIMATOR_RECORD = "estimator.json"
 #: overwriting run holds it, and a lock file removed while held would let a second run in.
 RUN_OUTPUTS = RUN_MARKERS + (ESTIMATOR_RECORD, "best.pt", "log.csv", "ensemble.json", MANIFEST, ARRAYS, "test_predictions.csv",
                               "splits.csv", "data_report.csv", CALIBRATION, DOMAIN_FILE, FINGERPRINTS_FILE,
-                              PARITY, LEARNING, RESIDUALS)
+                              PARITY, LEARNING, RESIDUALS, ROC)
 RUN_FOLDERS = ("tb",)
 _MEMBER = re.compile(r"member\d+")
 
