@@ -679,6 +679,11 @@ def cmd_predict(args) -> int:
         return 1
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
           + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
+    if pred.outside:
+        print(f"siggate predict: warning: {pred.outside} of {n - bad} predicted rows are outside the run's applicability "
+              "domain (outside_domain: true; no training molecule is as similar as the validation molecules' "
+              "threshold): their predictions" + (" and intervals" if pred.coverage else "")
+              + " are extrapolations, not to be trusted like the others", file=sys.stderr)
     return 1 if bad else 0
 
 

@@ -254,6 +254,7 @@ class SmilesPredictor:
             self.coverage, self.calibration = _calibration(
                 folder, coverage, self.info, checkpoint if isinstance(checkpoint, (str, Path)) else None)
         self.domain = _domain(folder) if domain else None
+        self.outside = 0  # rows predicted outside the applicability domain so far (predict's summary says so)
         if self.info.node_features != "ogb":
             raise InputError(
                 f"this checkpoint was trained on {self.info.name!r}, whose graphs use integer atom types, "
@@ -441,6 +442,7 @@ class SmilesPredictor:
             sim_col, out_col = self.columns[-2:]
             for i, sim, inside in zip(done, similarity, self.domain.inside(similarity)):
                 rows[i][sim_col], rows[i][out_col] = f"{sim:.4f}", "false" if inside else "true"
+                self.outside += int(not inside)
         return rows
 
     def _fill(self, row: dict, values: list) -> None:
