@@ -680,6 +680,8 @@ def test_pretraining_drops_every_benchmarks_test_molecules(tmp_path, monkeypatch
     source.write_text("\n".join([*map(other_spelling, planted), *free]) + "\n")
     assert not keys(free) & keys([*zinc_test, *hiv_test, *nci_test, *ace])
     meta = build_corpus(source, tmp_path / "c", molecules=1000, seed=0, data_root=root, progress=False)
+    pcba = meta["test_sets"].pop("molpcba")  # the shared data's molpcba is partial: no SMILES, skipped and named
+    assert "ogbg_molpcba" in pcba["skipped"] and "test.csv.gz" in pcba["skipped"]
     assert meta["test_sets"] == {"zinc": {"molecules": 1000, "inchikeys": len(keys(zinc_test))},
                                  "molhiv": {"molecules": 4113, "inchikeys": len(keys(hiv_test))},
                                  "nci5k": {"molecules": len(nci_test), "inchikeys": len(keys(nci_test))},

@@ -175,7 +175,7 @@ def test_save_load_empty_and_bad_types(tmp_path):
         save_graphs([Data(x=torch.zeros(1, 2)), Data(x=torch.zeros(1, 2, dtype=torch.long))], tmp_path / "c.pt")
 
 
-def test_save_load_graphs_is_fast(tmp_path):
+def test_save_load_graphs_of_forty_thousand_round_trip(tmp_path):
     base = _graphs(6)
     graphs = []
     n = 40_000

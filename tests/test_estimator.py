@@ -553,7 +553,7 @@ def test_conformal_intervals_are_the_runs_own_and_outlive_its_folder(molecules, 
         old.predict_interval(smiles[50:])
     # 15 validation molecules bound at most 15/16 coverage: beyond it, infinite intervals and a warning
     with pytest.warns(UserWarning, match=r"^coverage 0.99: the run's calibration holds too few validation molecules "
-                                         r"for it \('y' on 15; 99 are needed\).*fit with a larger val_fraction$"):
+                                         r"for it \('y' on 15; 99 are needed\).*fit again \(a larger val_fraction\) with more validation rows$"):
         assert np.isinf(est.predict_interval(smiles[50:], coverage=0.99)[1]).all()
     with pytest.raises(ValueError, match="coverage must be a number between 0 and 1"):
         est.predict_interval(smiles[50:], coverage=90)

@@ -1,5 +1,6 @@
 """``siggate.data.sbm.sbm_large_graph``: the graph's contract, its statistics against the
-SBM it claims to sample, determinism, and the speed it promises."""
+SBM it claims to sample, determinism, and a graph of 10^5 nodes (its speed is the benchmarks'
+to report, ``siggate bench --scaling-large``)."""
 
 from __future__ import annotations
 

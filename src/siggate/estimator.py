@@ -14,7 +14,14 @@ combination's weights, the fingerprint members' options, a GNN's epoch), resolve
 :func:`~siggate.config_args.config_from_args`, trains with
 :func:`siggate.train.ensemble.train_members` (the ``--members``/``--ensemble`` path) and loads
 the result with :func:`~siggate.train.members.load_predictor`; :meth:`predict` featurizes and
-refuses SMILES as :class:`~siggate.train.predict.SmilesPredictor` does.
+refuses SMILES as :class:`~siggate.train.predict.SmilesPredictor` does (its atom limit raised to
+the largest molecule fit trained on).
+
+Fitted attributes: ``predictor_`` (the run's predictor), ``smiles_predictor_``,
+``calibration_`` (the run's split-conformal calibration, or None without validation labels:
+what :meth:`SigGateRegressor.predict_interval` and :meth:`SigGateClassifier.predict_set` read),
+``left_out_`` (``(position in X, reason)`` of every molecule fit left out), ``target_names_``,
+``n_features_in_`` and, for the classifier, ``classes_``.
 
 Example::
 
@@ -431,10 +438,9 @@ class _SigGateEstimator(BaseEstimator):
         if self.calibration_ is None:
             raise ValueError("this fit has no conformal calibration (its run held no validation labels); fit again "
                              "with a val_fraction that holds out labelled molecules")
-        few = too_few_message(self.calibration_, coverage, name="coverage")
+        few = too_few_message(self.calibration_, coverage, name="coverage", again="fit again (a larger val_fraction)")
         if few:
-            warnings.warn(few.replace("retrain with more validation rows", "fit with a larger val_fraction"),
-                          UserWarning, stacklevel=3)
+            warnings.warn(few, UserWarning, stacklevel=3)
         mean, std = self._predict_mean(X, return_std=True)
         return self.calibration_, coverage, mean, std if self.smiles_predictor_.ensemble else None
 
@@ -564,7 +570,8 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
         the model cannot tell at that coverage; neither: no class is plausible enough.
 
         Raises:
-            ValueError: a coverage outside (0, 1), or SMILES that cannot be predicted."""
+            ValueError: a coverage outside (0, 1), SMILES that cannot be predicted, or a fit
+                without validation labels."""
         cal, coverage, prob, _ = self._calibrated(X, coverage)
         return cal.set_members(prob, coverage)[:, 0, :]
 

@@ -281,9 +281,13 @@ def _grids_given(options, names: Sequence[str]) -> None:
 
 def _in_range(name: str, values, ok, allowed: str) -> None:
     """Every value of the field ``name`` passes ``ok`` (ValueError naming the first that does not)."""
-    bad = [v for v in values if not ok(v)]
-    if bad:
-        raise ValueError(f"{name}: {bad[0]!r} is out of range; allowed values: {allowed}.")
+    for v in values:
+        try:
+            good = ok(v)
+        except TypeError:  # not a number (a constructor's argument: the config checks the types first)
+            good = False
+        if not good:
+            raise ValueError(f"{name}: {v!r} is out of range; allowed values: {allowed}.")
 
 
 #: ``train.eval_norm``: the BatchNorm statistics an evaluation uses: the running averages that

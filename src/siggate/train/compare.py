@@ -426,8 +426,15 @@ def command_line(args) -> str:
 
 
 def _set_keys(args) -> set[str]:
-    """The config keys the comparison's ``--set`` items give (``{"train.threads", ...}``)."""
-    return {o.split("=", 1)[0].strip() for o in args.overrides}
+    """The config keys the comparison's ``--set`` items give (``{"train.threads", ...}``); a
+    malformed item is refused by its own words."""
+    from ..config import ConfigError
+    from ..config_args import set_keys
+
+    try:
+        return set_keys(args)
+    except ConfigError as exc:
+        raise CompareError(str(exc)) from None
 
 
 def _check_args(args) -> None:

@@ -168,10 +168,11 @@ def read_calibration(folder: Path | None, info, checkpoint=None):
     return cal
 
 
-def too_few_message(cal, coverage: float, name: str = "--coverage") -> str | None:
+def too_few_message(cal, coverage: float, name: str = "--coverage", again: str = "retrain") -> str | None:
     """Why ``cal`` cannot bound ``coverage`` for some targets (too few validation molecules: an
     honest answer, infinite intervals or sets of every class, but not one to take for an
-    interval), naming the option as ``name``; None when it can for every target."""
+    interval), naming the option as ``name`` and the way to train again as ``again``; None when
+    it can for every target."""
     few = cal.too_few(coverage)
     if not few:
         return None
@@ -179,8 +180,8 @@ def too_few_message(cal, coverage: float, name: str = "--coverage") -> str | Non
 
     which = ", ".join(f"{target!r} on {n}" for target, n in few.items())
     least = min(few.values())
-    remedy = (f"ask a coverage of at most {least / (least + 1):.3g}, or retrain with more validation rows" if least
-              else "retrain with validation labels for every target (without them no coverage has a finite bound)")
+    remedy = (f"ask a coverage of at most {least / (least + 1):.3g}, or {again} with more validation rows" if least
+              else f"{again} with validation labels for every target (without them no coverage has a finite bound)")
     return (f"{name} {coverage:g}: the run's calibration holds too few validation molecules for it ({which}; "
             f"{fewest_for(coverage)} are needed): those targets' "
             f"{'intervals are infinite' if cal.task == 'regression' else 'sets hold every class'}; {remedy}")
