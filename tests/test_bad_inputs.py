@@ -933,6 +933,14 @@ def test_binary_task_with_one_class_in_a_split_is_refused_in_one_line(tmp_path, 
     rc, _, err = run_cli(["train", "--data", str(mixed), "--target-col", "active", "--task", "binary", "--split",
                           "column:split", "--members", "svr,rf", "--out", str(out)], capsys)
     assert rc == 0, err
+    assert (out / "roc.png").is_file() and not (out / "parity.png").exists()  # not a parity plot of probabilities
+    # evaluate --data on a labelled file draws its ROC curves, not a parity plot of probabilities
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(mixed),
+                               "--output", str(tmp_path / "scores.json")], capsys)
+    assert rc == 0, err
+    res = json.loads(stdout)
+    assert res["roc_plot"] == str(tmp_path / "scores_roc.png") and "parity_plot" not in res
+    assert (tmp_path / "scores_roc.png").is_file() and f"ROC curves {tmp_path / 'scores_roc.png'}" in err
     one = _csv(tmp_path / "one.csv", "smiles,active\nCCO,1\nCCN,1\n")
     rc, _, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(one)], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err

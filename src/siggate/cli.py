@@ -545,8 +545,9 @@ def cmd_evaluate(args) -> int:
     text = json.dumps(res, indent=2)
     print(text)
     _print_summaries({f"{k}_metrics": v for k, v in res.get("metrics", {}).items()}, file=sys.stderr)
-    if res.get("parity_plot"):
-        print(f"siggate evaluate: parity plot {res['parity_plot']}", file=sys.stderr)
+    for key, what in (("parity_plot", "parity plot"), ("roc_plot", "ROC curves")):
+        if res.get(key):
+            print(f"siggate evaluate: {what} {res[key]}", file=sys.stderr)
     if args.output:
         try:
             atomic_write_bytes(Path(args.output), (text + "\n").encode())

@@ -241,15 +241,20 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
                     "bad_label": len(bad), "malformed": len(ragged)}
 
 
-def _parity(path, data, info: TaskInfo, graphs: list, pred: torch.Tensor) -> Path:
-    """The parity plot of an external file's scored rows at ``path``."""
-    from .plots import cliff_marks, parity_figure, save_figure
+def _parity(path, data, info: TaskInfo, graphs: list, pred: torch.Tensor) -> tuple[str, Path]:
+    """The picture of an external file's scored rows: ``("parity_plot", path)`` for regression,
+    or for a classifier ``("roc_plot", path)`` with ``_parity`` named ``_roc`` (a run folder's
+    pictures, not a parity plot of probabilities)."""
+    from .plots import cliff_marks, parity_figure, roc_figure, save_figure
     from .scoring import scored_rows
 
     y, p = scored_rows(info, graphs, pred, None)
     names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
+    if info.task != "regression":
+        roc = Path(path).with_name(Path(path).name.replace("_parity.png", "_roc.png"))
+        return "roc_plot", save_figure(roc_figure(y, p, names, title=Path(data).name), roc)
     cliff = cliff_marks(data, [int(g.row) for g in graphs])
-    return save_figure(parity_figure(y, p, names, cliff, title=Path(data).name), path)
+    return "parity_plot", save_figure(parity_figure(y, p, names, cliff, title=Path(data).name), path)
 
 
 def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None = None, target_cols=None,
@@ -293,7 +298,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
             res["warnings"] = warnings
         if parity is not None:
             try:
-                res["parity_plot"] = str(_parity(parity, data, info, graphs, pred))
+                key, drawn = _parity(parity, data, info, graphs, pred)
+                res[key] = str(drawn)
             except OSError as exc:  # the scores still count
                 log.warning("could not write the parity plot %s: %s", parity, exc.strerror or exc)
         return res
