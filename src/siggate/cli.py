@@ -932,8 +932,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a config value, e.g. --set train.lr=0.001 (repeatable)")
     p.add_argument("--exclude", action="append", default=[], metavar="FILE",
                    help="also drop the molecules of this SMILES file or CSV (repeatable); the test sets of ZINC, "
-                        "molhiv, NCI-5K and MoleculeACE are always dropped where their files are found")
-    p.add_argument("--data-root", default=None, help="benchmark data root, for the ZINC and molhiv test sets")
+                        "molhiv, molpcba, NCI-5K and MoleculeACE are always dropped where their files are found")
+    p.add_argument("--data-root", default=None, help="benchmark data root, for the ZINC, molhiv and molpcba test sets")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     add_threads_flag(p, default=1, default_text="1")
     add_device_flag(p)

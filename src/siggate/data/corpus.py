@@ -7,7 +7,7 @@
   ``molsets`` 0.3.1 wheel (``pip install --no-deps molsets==0.3.1``) through the package's file
   list; the package itself is never imported.
 * :func:`benchmark_test_smiles` collects the test molecules of the benchmarks siggate knows:
-  ZINC-12k and ogbg-molhiv from the data root, NCI-5K from RDKit's data folder, and the 30
+  ZINC-12k, ogbg-molhiv and ogbg-molpcba (its full files) from the data root, NCI-5K from RDKit's data folder, and the 30
   MoleculeACE targets from an installed ``MoleculeACE`` 3.0.0 wheel (read as files). A pretraining
   corpus drops every molecule whose InChIKey is among them (:func:`inchikey`).
 """

@@ -28,7 +28,7 @@ Layout of the folder::
                               (CSV runs; also splits.csv and data_report.csv)
     OUT/calibration.json      the combination's split-conformal calibration (``predict --coverage``)
     OUT/domain.json, OUT/domain_fingerprints.npz   the training molecules' applicability domain
-    OUT/parity.png, learning_curves.png, residuals.png   pictures (CSV runs)
+    OUT/parity.png or roc.png, learning_curves.png, residuals.png   pictures (CSV runs; train.plots)
     OUT/member0/ ...          the members' folders (a GNN member's is an ordinary run folder)
 
 Member ``i`` of ``--ensemble N`` trains with seed ``train.seed + i``. The combination predicts the

@@ -153,7 +153,7 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
                 fixes.append("put back the corpus.csv the run was trained on (meta.json's csv_sha256)")
             if now != built:
                 differ.append(f"benchmark test sets {built} then, {now} now")
-                fixes.append("make the same benchmarks readable (--data-root)")
+                fixes.append("give a --data-root where the same benchmarks' files are found as then (no more, no fewer)")
             raise ConfigError(f"pretrain --resume: the run's corpus in {out} was built otherwise ({'; '.join(differ)}); "
                               f"{', and '.join(fixes)}, or pretrain into a new --out")
     t0 = time.time()
