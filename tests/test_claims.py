@@ -397,6 +397,13 @@ def test_a_seed_without_a_score_does_not_decide_the_headline_figure(tmp_path):
     from siggate.analysis import claims
 
     [row] = [r for r in claims.claims_table([tmp_path])[1] if r["claim"].startswith("ZINC test MAE")]
+    none_scored = tmp_path / "none_scored"
+    none_scored.mkdir()
+    (none_scored / "results.json").write_text(json.dumps({
+        "dataset": "zinc", "metric": "mae", "higher_is_better": False, "epochs": 2000,
+        "per_seed": {"none": none, "elementwise": {"0": None, "1": None}}}))
+    # no seed scored: no headline row (it read "nan (1 seed, no spread)", contradicted)
+    assert not [r for r in claims.claims_table([none_scored])[1] if r["claim"].startswith("ZINC test MAE")]
     scored = [v for v in gated.values() if v is not None]
     assert row["measured"].startswith(f"`elementwise` test mae {claims.fmt(sum(scored) / len(scored))} ±")
     assert "7 seed(s)" in row["budget"] and row["verdict"] == claims.HOLDS

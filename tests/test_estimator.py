@@ -624,3 +624,11 @@ def test_classifier_labels_as_scikit_learn_takes_them(molecules):
     text[2] = np.nan  # pandas' missing value in a text column: a missing class, not a mixed type
     with pytest.raises(ValueError, match=r"^y has no class at row\(s\) \[2\] \(None or NaN\)"):
         siggate.SigGateClassifier(**FP).fit(smiles[:30], text)
+    listed = list(labels)
+    listed[2] = np.nan  # in a list NumPy made it the text 'nan': a third class
+    with pytest.raises(ValueError, match=r"^y has no class at row\(s\) \[2\] \(None or NaN\)"):
+        siggate.SigGateClassifier(**FP).fit(smiles[:30], listed)
+    strings = pd.Series(list(labels), dtype="string")
+    strings[2] = None  # pandas' NA, neither None nor a float
+    with pytest.raises(ValueError, match=r"^y has no class at row\(s\) \[2\] \(None or NaN\)"):
+        siggate.SigGateClassifier(**FP).fit(smiles[:30], strings)

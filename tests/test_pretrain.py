@@ -319,3 +319,25 @@ def test_moses_corpus_is_read_from_the_wheel():
         pytest.skip(str(exc))
     with gzip.open(path, "rt") as fh:
         assert next(fh).strip() == "SMILES" and sum(1 for _ in fh) == 1_584_663
+
+
+def test_a_corpus_built_before_a_benchmark_was_known_resumes(tmp_path, monkeypatch):
+    """A corpus built before siggate read a benchmark's test set (molpcba came later) was refused on
+    resume wherever that benchmark's files are found, with a remedy to hide them; the benchmarks it
+    considered are compared, and a new one is no difference for it."""
+    from siggate.data import corpus
+
+    monkeypatch.setattr(corpus, "TEST_SETS", {"fake": lambda root: ["c1ccccc1"]})
+    first = build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=1000, seed=0, data_root=tmp_path / "none",
+                         progress=False)
+    assert set(first["test_sets"]) == {"fake"} and first["in_test_set"] == 1
+    monkeypatch.setattr(corpus, "TEST_SETS", {"fake": lambda root: ["c1ccccc1"], "later": lambda root: ["CCO"]})
+    again = build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=1000, seed=0, data_root=tmp_path / "none",
+                         progress=False, keep=True)
+    assert again["csv_sha256"] == first["csv_sha256"]  # reused: "later" was not a benchmark it considered
+    monkeypatch.setattr(corpus, "TEST_SETS", {"later": lambda root: ["CCO"]})  # one it considered is unreadable now
+    monkeypatch.setitem(corpus.TEST_SETS, "fake", lambda root: (_ for _ in ()).throw(FileNotFoundError("gone")))
+    with pytest.raises(ConfigError, match=r"benchmark test sets \['fake'\] then, \[\] now\); make the same benchmarks "
+                                          r"readable as then \(--data-root\)"):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=1000, seed=0, data_root=tmp_path / "none",
+                     progress=False, keep=True)

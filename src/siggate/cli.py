@@ -531,7 +531,7 @@ def cmd_evaluate(args) -> int:
     parity = None
     if args.data is not None:  # the file's parity plot next to the scores (or the file scored)
         beside = Path(args.output) if args.output else Path(args.data)
-        parity = beside.with_name(f"{_stem(beside)}_parity.png")
+        parity = beside.with_name(f"{_stem(beside)}_parity.png")  # a classifier's: <stem>_roc.png (evaluate)
     try:
         res = evaluate(args.checkpoint, split=args.split or "test", data=args.data, smiles_col=args.smiles_col,
                        target_cols=targets, allow_changed=args.allow_changed, data_root=args.data_root,
@@ -848,7 +848,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None, help="split of the run's own data: train, val, test or all (default: test)")
     p.add_argument("--data", default=None, metavar="FILE.csv",
                    help="score this labelled CSV of SMILES instead (every row; invalid SMILES and empty labels are "
-                        "counted) and draw its parity plot, <stem>_parity.png next to --output (else next to the file)")
+                        "counted) and draw its parity plot, <stem>_parity.png next to --output (else next to the file; a "
+                        "classifier: its ROC curves, <stem>_roc.png)")
     p.add_argument("--smiles-col", default=None,
                    help="SMILES column of --data (default: the training run's SMILES column, else smiles)")
     p.add_argument("--target-col", default=None, metavar="COL[,COL...]",

@@ -515,17 +515,20 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
             y = y[:, 0]
         if y.ndim != 1:
             raise ValueError(f"SigGateClassifier takes one label per molecule ([n]), got shape {y.shape}")
-        def absent(v) -> bool:
-            return v is None or (isinstance(v, float) and np.isnan(v))
+        def absent(v) -> bool:  # None, NaN or pandas' NA
+            import pandas as pd
 
-        missing = [i for i, v in enumerate(y.tolist()) if absent(v)]
-        if missing:
-            raise ValueError(f"y has no class at row(s) {missing[:5]} (None or NaN); the classifier needs a class "
-                             "for every molecule: drop those rows")
-        # the labels as given, before NumPy made them one type (a DataFrame: its one column's values)
+            return v is None or (not isinstance(v, (str, bytes)) and np.ndim(v) == 0 and bool(pd.isna(v)))
+
+        # the labels as given, before NumPy made them one type (NaN in a list became the text 'nan';
+        # a DataFrame: its one column's values)
         given = labels.iloc[:, 0].tolist() if getattr(labels, "ndim", 1) == 2 and hasattr(labels, "iloc") else (
             labels.tolist() if hasattr(labels, "tolist") else list(labels))
         given = [v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v for v in given]
+        missing = [i for i, v in enumerate(given) if absent(v)]
+        if missing:
+            raise ValueError(f"y has no class at row(s) {missing[:5]} (None or NaN); the classifier needs a class "
+                             "for every molecule: drop those rows")
         if len({"str" if isinstance(v, str) else "number" for v in given if not absent(v)}) > 1:
             raise ValueError("y mixes text and number labels; give every class as the same type (e.g. all strings), "
                              "or NumPy would read them all as text")

@@ -15,7 +15,9 @@ The table is generated from committed result files, never typed by hand:
   target, Wilcoxon over targets, Holm over the gated arms) and the pretraining pair
   (``benchmarks/results/pretrain_gate/results.json``: paired over the descriptors). A study
   counts as its full protocol only when it is complete (every public target with the planned
-  seeds in both arms; the pretraining pair at its fixed epochs).
+  seeds in both arms). The pretraining pair holds one run per arm, so its test over descriptors
+  compares two trained models, not runs: its row is always "not at this budget"
+  (:func:`pretrain_gate_rows`).
 
 Each row has one of four verdicts, or a gate study's interim reading: ``holds`` (the claim's own
 test rejects at p < 0.05 in the claimed direction, over the claimed range; for a gate study, once
@@ -322,6 +324,8 @@ def accuracy_rows(sources: list[dict]) -> list[dict]:
         if ds in PAPER_ACCURACY and src["per_seed"].get(GATED):
             target, text = PAPER_ACCURACY[ds]
             scored = [float(v) for v in src["per_seed"][GATED].values() if v is not None and math.isfinite(float(v))]
+            if not scored:  # no seed scored (every one diverged): nothing to compare with the paper's figure
+                continue
             mean, std = mean_std(scored)  # the seeds the budget counts: a run without a score has no say
             ok = mean >= target * (1 - ACCURACY_TOLERANCE) if src["hib"] else mean <= target * (1 + ACCURACY_TOLERANCE)
             spread = f"± {fmt(std)} (mean ± std)" if len(scored) >= 2 else "(1 seed, no spread)"

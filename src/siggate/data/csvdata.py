@@ -85,9 +85,10 @@ MISSING_TARGET = "missing target"
 #: bump when the same file and arguments build another dataset (part of every cache key). 2: rows of
 #: one molecule share a split (random split; merged only within a split column's split), rows with
 #: extra fields are dropped with a reason; 3: rows of only hydrogens or with a wildcard atom '*' are
-#: dropped with a reason (siggate predict refused them; they trained), after the splits are drawn,
-#: so that every other row keeps its version-2 split
-CSV_VERSION = 3
+#: dropped with a reason (siggate predict refused them; they trained), before the split (which
+#: reshuffled the other rows); 4: the same rows dropped after the splits are drawn, so that every
+#: other row keeps its version-2 split
+CSV_VERSION = 4
 
 
 def _parse_split(split: str) -> str | None:

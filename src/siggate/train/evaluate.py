@@ -251,7 +251,9 @@ def _parity(path, data, info: TaskInfo, graphs: list, pred: torch.Tensor) -> tup
     y, p = scored_rows(info, graphs, pred, None)
     names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
     if info.task != "regression":
-        roc = Path(path).with_name(Path(path).name.replace("_parity.png", "_roc.png"))
+        name = Path(path).name
+        roc = Path(path).with_name(name[: -len("_parity.png")] + "_roc.png" if name.endswith("_parity.png")
+                                   else Path(name).stem + "_roc.png")
         return "roc_plot", save_figure(roc_figure(y, p, names, title=Path(data).name), roc)
     cliff = cliff_marks(data, [int(g.row) for g in graphs])
     return "parity_plot", save_figure(parity_figure(y, p, names, cliff, title=Path(data).name), path)
@@ -273,7 +275,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     ``decimal``: the decimal mark of ``data``'s labels, ``"."`` or ``","`` (as ``siggate train --decimal``).
 
     ``parity``: with ``data``, also draw the file's parity plot there (PNG, :mod:`~siggate.train.plots`;
-    cliff compounds marked when the file has a cliff column) and name it in ``"parity_plot"``."""
+    cliff compounds marked when the file has a cliff column) and name it in ``"parity_plot"``; for
+    a classifier its ROC curves instead, beside it as ``<stem>_roc.png``, named in ``"roc_plot"``."""
     import copy
 
     from ..predictors.base import PredictorFileError
@@ -301,7 +304,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
                 key, drawn = _parity(parity, data, info, graphs, pred)
                 res[key] = str(drawn)
             except OSError as exc:  # the scores still count
-                log.warning("could not write the parity plot %s: %s", parity, exc.strerror or exc)
+                log.warning("could not write the picture of %s beside %s: %s", data, parity, exc.strerror or exc)
         return res
     try:
         trained_on = run_data(predictor)
