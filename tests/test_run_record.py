@@ -186,7 +186,13 @@ def test_a_coverage_beyond_the_calibration_is_named_not_silently_infinite(run, c
     [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "--coverage" in r.getMessage()]
     assert warning == (f"--coverage 0.99: the run's calibration holds too few validation molecules for it ('a' on {n['a']}, "
                        f"'b' on {n['b']}; 99 are needed): those targets' intervals are infinite; ask a coverage of at most "
-                       f"{min(n.values()) / (min(n.values()) + 1):.3g}, or retrain with more validation rows")
+                       f"{math.floor(min(n.values()) / (min(n.values()) + 1) * 1000) / 1000:g}, or retrain with more "
+                       "validation rows")
+    advised = warning.split("ask a coverage of at most ")[1].split(",")[0]  # rounded down: it works as advised
+    caplog.clear()
+    rows = _predict(out, smiles[:2], capsys, "--coverage", advised)
+    assert all(r[f"{name}_upper"] != "inf" for r in rows for name in n)
+    assert not [r for r in caplog.records if "too few" in r.getMessage()]
     caplog.clear()
     _predict(out, smiles[:2], capsys, "--coverage", "0.9")
     assert not [r for r in caplog.records if "--coverage" in r.getMessage()]
@@ -463,3 +469,25 @@ def test_a_classification_run_draws_roc_curves_and_no_spread_draws_no_residuals(
     assert [x.name for x in paths] == [PARITY]  # spread 0 everywhere: nothing to draw residuals against
     paths = write_run_plots(tmp_path / "reg2", ["y"], "mae", reg, reg + 0.1, np.full_like(reg, 0.2))
     assert [x.name for x in paths] == [PARITY, RESIDUALS]
+
+
+def test_a_member_of_a_combination_leaves_the_warnings_to_the_combination(tmp_path, caplog):
+    """Every CSV run with a GNN member printed the domain warning twice (the member's record, then
+    the combination's); a member folder records the same files and says nothing."""
+    import torch
+    from torch_geometric.data import Data
+
+    from siggate.data.base import GraphDataset, TaskInfo
+    from siggate.train.record import record_results
+
+    smiles = ["CCO", "CCN", "CCC", "CCCl", "CCBr", "c1ccccc1", "CC(=O)O", "CCOC", "CNC", "CCCC", "OCCO", "NCCN"]
+    graphs = [Data(y=torch.tensor([[float(i)]]), smiles=s, idx=i, num_nodes=1) for i, s in enumerate(smiles)]
+    info = TaskInfo(name="csv", task="regression", num_tasks=1, metric="mae", target_names=["y"])
+    ds = GraphDataset(info=info, splits={"train": graphs[:6], "val": graphs[6:9], "test": graphs[9:]})
+    preds = {s: torch.tensor([[float(g.idx) + 0.1] for g in ds.splits[s]]) for s in ("val", "test")}
+    caplog.set_level("WARNING", logger="siggate.train")
+    (tmp_path / "members.yaml").write_text("{}\n")
+    record_results(tmp_path / "member0", ds, preds, None, None, False)
+    assert (tmp_path / "member0" / "domain.json").is_file() and not caplog.records
+    record_results(tmp_path / "own" / "alone", ds, preds, None, None, False)  # a run of its own: it says it
+    assert [r for r in caplog.records if "applicability domain's threshold rests on 3" in r.getMessage()]

@@ -51,12 +51,14 @@ import gzip
 import io
 import itertools
 import logging
+import math
 import re
 import sys
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..data.chem import (
@@ -180,7 +182,8 @@ def too_few_message(cal, coverage: float, name: str = "--coverage", again: str =
 
     which = ", ".join(f"{target!r} on {n}" for target, n in few.items())
     least = min(few.values())
-    remedy = (f"ask a coverage of at most {least / (least + 1):.3g}, or {again} with more validation rows" if least
+    highest = math.floor(least / (least + 1) * 1000) / 1000  # rounded down: a rounded-up value still fails
+    remedy = (f"ask a coverage of at most {highest:g}, or {again} with more validation rows" if least
               else f"{again} with validation labels for every target (without them no coverage has a finite bound)")
     return (f"{name} {coverage:g}: the run's calibration holds too few validation molecules for it ({which}; "
             f"{fewest_for(coverage)} are needed): those targets' "
@@ -356,7 +359,8 @@ class SmilesPredictor:
         if self.calibration is not None and self.calibration.task == "regression":
             lower, upper = self.calibration.intervals(mean.numpy(), None if spread is None else spread.numpy(),
                                                       self.coverage)
-            parts += [lower.tolist(), upper.tolist()]
+            # at the predictions' own precision (float32), so one row's numbers are written alike
+            parts += [lower.astype(np.float32).tolist(), upper.astype(np.float32).tolist()]
         elif self.calibration is not None:
             parts.append(self.calibration.sets(mean.numpy(), self.coverage))
         finite = torch.isfinite(mean).all(dim=1)

@@ -246,7 +246,8 @@ def _finite_or_none(doc):
     return None if isinstance(doc, float) and not math.isfinite(doc) else doc
 
 
-def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | None = None) -> dict | None:
+def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | None = None,
+                      warn: bool = True) -> dict | None:
     """Calibrate the predictions ``preds`` (``{split: [G, T]}``, target units or probabilities;
     ``spreads``: an ensemble's ``{split: [G, T]}``) on the validation split
     (:class:`~siggate.predictors.conformal.Calibration`) and write ``out/calibration.json``: the
@@ -270,14 +271,16 @@ def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | 
                "coverage": {f"{c:g}": {s: cal.covered(*rows[s], spread[s], c) for s in rows} for c in RECORDED_COVERAGES}}
     summary = _finite_or_none(summary)
     summary["test_below_nominal"] = _below_nominal(summary["coverage"], {n: c.n for n, c in cal.targets.items()})
-    for item in summary["test_below_nominal"]:
+    split_hint = ("--split random calibrates on molecules drawn like the others" if info.name == "csv" else
+                  "the benchmark's split is its own, so read its intervals with that in mind")
+    for item in summary["test_below_nominal"] if warn else ():
         log.warning(f"the conformal {'intervals' if info.task == 'regression' else 'sets'} of {item['target']!r} at "
                     f"coverage {item['nominal']} hold {item['coverage']:.0%} of the {item['n']} test molecules, fewer "
                     f"than chance allows (one-sided beta-binomial p = {item['p']:.2g}, Holm over the recorded "
                     "coverages and targets): the validation molecules they are "
                     "calibrated on are not like the test ones (a scaffold split holds out rarer scaffolds; a GNN's "
-                    "validation rows also chose its epoch), so intervals for new molecules may cover less than asked; "
-                    "--split random calibrates on molecules drawn like the others")
+                    f"validation rows also chose its epoch), so intervals for new molecules may cover less than asked; "
+                    f"{split_hint}")
     atomic_write_bytes(Path(out) / CALIBRATION, json.dumps({**cal.to_dict(), "summary": summary}, indent=2).encode())
     return summary
 
@@ -311,7 +314,7 @@ def _below_nominal(coverage: dict, calibrated: dict, alpha: float = 0.05, least:
     return [t for t in tests if t["p"] < alpha]
 
 
-def write_domain(out: Path, ds: GraphDataset) -> dict | None:
+def write_domain(out: Path, ds: GraphDataset, warn: bool = True) -> dict | None:
     """The applicability domain of the training molecules (:class:`~siggate.data.similarity.Domain`:
     their fingerprints, the threshold from the validation molecules) into ``out``, with the
     fraction of test molecules outside it. Returns its record (for ``metrics.json``), or ``None``
@@ -323,7 +326,7 @@ def write_domain(out: Path, ds: GraphDataset) -> dict | None:
     if not all(isinstance(getattr(g, "smiles", None), str) for split in ("train", "val") for g in ds.splits[split]):
         return None
     domain = Domain.fit([g.smiles for g in ds.train], [g.smiles for g in ds.val])
-    if len(ds.val) < DOMAIN_MIN_VAL:
+    if len(ds.val) < DOMAIN_MIN_VAL and warn:
         log.warning(f"the applicability domain's threshold rests on {len(ds.val)} validation molecule(s) (its "
                     f"{DOMAIN_PERCENTILE:g}th percentile needs {DOMAIN_MIN_VAL} or more to lie between two of them): "
                     "'outside_domain' is rough; a larger validation split steadies it")
@@ -356,8 +359,13 @@ def record_results(out: Path, ds: GraphDataset, preds: dict, spreads: dict | Non
     """What a finished run records beside its metrics: :func:`write_calibration`,
     :func:`write_domain` and, with ``pictures`` (CSV runs), :func:`write_pictures`. Returns the
     ``metrics.json`` entries ``calibration`` and ``domain`` (those that apply)."""
+    from .rundir import MEMBERS_RECORD
+
     spreads = spreads or {}
-    entries = {"calibration": write_calibration(out, ds, preds, spreads), "domain": write_domain(out, ds)}
+    # a member of a combination records its own, but the combination's record says it to the user (once)
+    warn = not (Path(out).parent / MEMBERS_RECORD).is_file()
+    entries = {"calibration": write_calibration(out, ds, preds, spreads, warn=warn),
+               "domain": write_domain(out, ds, warn=warn)}
     if pictures and "test" in preds:
         write_pictures(out, ds, preds["test"], spreads.get("test"), histories)
     return {k: v for k, v in entries.items() if v is not None}
