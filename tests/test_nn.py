@@ -486,9 +486,12 @@ def test_the_layout_carries_the_implementation():
 
 
 def test_config_impl_and_old_fused_key():
-    from siggate.config import ConfigError, from_dict, upgrade_config_dict
+    import dataclasses
 
-    added = {"pool_norm": 0.0, "mol_features": "none"}  # keys older configs lack, at their old meaning
+    from siggate.config import AttentionConfig, ConfigError, from_dict, upgrade_config_dict
+
+    # keys older configs lack, at their old meaning (the attention types' options: their defaults)
+    added = {"pool_norm": 0.0, "mol_features": "none", "attention": dataclasses.asdict(AttentionConfig())}
     assert upgrade_config_dict({"model": {"fused": True}})["model"] == {"impl": "auto", **added}
     assert upgrade_config_dict({"model": {"fused": False, "dim": 8}})["model"] == {
         "impl": "reference", "dim": 8, **added}
