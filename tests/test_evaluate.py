@@ -199,6 +199,13 @@ def test_refit_members_scores_on_their_own_rows_are_marked_in_sample(tmp_path, c
     """svr and rf are refit on train+val, so evaluate --split val gave them val MAE far below
     metrics.json's without a word; the output now says which scores are in sample (test: none)."""
     data, run = _fingerprint_run(tmp_path, capsys, "svr,rf")
+    manifest = json.loads((run / "predictor.json").read_text())
+
+    def weigh(rf: float) -> None:  # the combination's weights as if val had fitted these
+        manifest["weighting"], manifest["weights"] = "val", [[rf] if g == "rf" else [1 - rf] for g in manifest["groups"]]
+        (run / "predictor.json").write_text(json.dumps(manifest))
+
+    weigh(0.5)
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--split", "val"], capsys)
     assert rc == 0, err
     res = json.loads(out[:out.rindex("}") + 1])
@@ -207,6 +214,13 @@ def test_refit_members_scores_on_their_own_rows_are_marked_in_sample(tmp_path, c
     assert res["val"] < json.loads((run / "metrics.json").read_text())["val"]  # in sample: lower
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--split", "test"], capsys)
     assert rc == 0 and "warnings" not in json.loads(out[:out.rindex("}") + 1])
+    # a refit member the combination gives no weight adds nothing in sample: it is not named
+    weigh(0.0)
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--split", "val"], capsys)
+    assert rc == 0, err
+    assert json.loads(out[:out.rindex("}") + 1])["warnings"] == [
+        "svr member(s) were refit on the train and val rows, so the train and val scores here are in sample; the "
+        "run's metrics.json holds the out-of-sample val scores"]
 
 
 def test_external_labels_are_read_as_training_reads_them(ensemble2, tmp_path, capsys, caplog):

@@ -328,7 +328,11 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     for s in splits:
         graphs = ds.splits[s]
         _add_scores(res, s, score(info, graphs, predictor.predict(graphs).mean, s))
-    refit = sorted({getattr(m, "kind", type(m).__name__) for m in members_of(predictor) if getattr(m, "refit", False)})
+    members = members_of(predictor)
+    weights = getattr(predictor, "weights_", None)  # a combination's [M, T]; a member of weight 0 adds nothing
+    weighs = [True] * len(members) if weights is None else [bool((abs(w) > 0).any()) for w in weights]
+    refit = sorted({getattr(m, "kind", type(m).__name__) for m, w in zip(members, weighs)
+                    if getattr(m, "refit", False) and w})
     if refit and set(splits) & {"train", "val"}:  # they learned those rows: their scores there are in sample
         note = (f"{', '.join(refit)} member(s) were refit on the train and val rows, so the train and val scores "
                 "here are in sample; the run's metrics.json holds the out-of-sample val scores")
