@@ -289,6 +289,15 @@ def test_the_run_folder_holds_its_pictures_and_they_show_the_test_set(run):
     circled = metric_ax.lines[-1]
     assert list(circled.get_xdata()) == [mixed[-1]["epoch"]] and list(circled.get_ydata()) == [mixed[-1]["val"]]
     assert "recomputed BatchNorm statistics" in circled.get_label() and len(metric_ax.lines) == 3
+    # five such members: the marker is named once (it was named per member, 15 legend entries over
+    # the curves), the legend sits beside the axes, and the epochs are whole numbers
+    fig = learning_figure({f"member{k}": mixed for k in range(5)}, "mae")
+    _, metric_ax = fig.axes
+    labels = metric_ax.get_legend_handles_labels()[1]
+    assert sum("recomputed BatchNorm statistics" in label for label in labels) == 1 and len(labels) == 11
+    fig.canvas.draw()
+    assert metric_ax.get_legend().get_window_extent().x0 >= metric_ax.get_window_extent().x1 - 1  # beside, not over
+    assert all(float(t).is_integer() for t in metric_ax.get_xticks())
 
 
 def test_evaluate_data_draws_its_parity_plot_next_to_its_output(run, capsys):

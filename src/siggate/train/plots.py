@@ -121,8 +121,11 @@ def learning_figure(histories: dict, metric: str):
     epoch; ``histories`` maps a member's name to its ``history`` (``metrics.json``). Where a
     member's epochs were scored with both kinds of BatchNorm statistics (a run keeping its last
     epoch recomputes them only for it), the recomputed points are circled and named."""
+    from matplotlib.ticker import MaxNLocator
+
     plt = _pyplot()
     fig, (loss_ax, metric_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    circled = False  # the recomputed-statistics marker is named once, whatever the members
     for i, (name, hist) in enumerate(histories.items()):
         epochs = [h["epoch"] for h in hist]
         color = f"C{i % 10}"
@@ -135,14 +138,22 @@ def learning_figure(histories: dict, metric: str):
         if "running" in norms and "train" in norms:  # a run keeping its last epoch (bn_stats.epoch_norm)
             at = [(e, h["val"]) for e, h in zip(epochs, hist) if h.get("eval_norm") == "train"]
             metric_ax.plot(*zip(*at), color=color, ls="none", marker="o", mfc="none", ms=8,
-                           label=f"{name}: scored with recomputed BatchNorm statistics (the others: running)")
+                           label=None if circled else "circled: scored with recomputed BatchNorm statistics "
+                                                      "(the others: running)")
+            circled = True
     loss_ax.set_title("training loss (normalised targets)", fontsize=9)
     metric_ax.set_title(f"{metric} per epoch", fontsize=9)
     for ax, label in ((loss_ax, "loss"), (metric_ax, metric)):
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        # beside the curves, not over them, once there are more than a few lines
+        many = len(ax.get_legend_handles_labels()[1]) > 6
+        ax.legend(fontsize=7, **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if many else {}))
+    if any(len(ax.get_legend_handles_labels()[1]) > 6 for ax in (loss_ax, metric_ax)):
+        fig.set_size_inches(14, 4)
+        fig.tight_layout()
     return fig
 
 
