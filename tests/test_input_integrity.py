@@ -550,3 +550,19 @@ def test_a_file_of_another_kind_is_named_for_what_it_is(ckpt, tmp_path, capsys):
     for argv, why in cases:
         rc, out, err = run_cli(argv, capsys)
         assert rc == 2 and why in _one_error_line(err, argv[0]), err
+
+
+@pytest.mark.parametrize("argv, who", [(["train", "--bogus"], "siggate train"),
+                                       (["analyze", "rank", "--checkpoint", "x.pt", "--out", "o", "--nope"],
+                                        "siggate analyze rank"),
+                                       (["--bogus"], "siggate")])
+def test_an_unknown_flag_is_named_by_the_command_it_was_given_to(capsys, argv, who):
+    """siggate train --bogus printed the top-level usage ('siggate [-h] ... COMMAND ...'), which says
+    nothing of train's flags; the command that was given the flag names it, with its own usage."""
+    from siggate.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"{who}: error: unrecognized arguments: {argv[-1]}" in err
+    assert err.startswith(f"usage: {who} ")

@@ -978,9 +978,21 @@ def _user_errors() -> tuple:
             FileNotFoundError, MetricUndefinedError)
 
 
+def _innermost(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The (sub-)sub-command parser that ``args`` were parsed by (``siggate analyze entropy``'s)."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name not in (subs[0].choices if subs else {}):
+            return parser
+        parser = subs[0].choices[name]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command they were given to, with its usage (the top-level usage said nothing of it)
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
         parser.print_help()
