@@ -186,7 +186,7 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     mol_cols = [*own[:2], *carried_names([chunks.columns[j] for j in kept], own), *own[2:]]
     n = bad = 0
     legacy: list[tuple[int, str]] = []
-    pictures: list[tuple] = []  # (stem, smiles, target, values, legend, caption): drawn at one scale at the end
+    pictures: list[tuple] = []  # (stem, mol, target, values, legend, caption): drawn at one scale at the end
     with csv_output(out / "molecules.csv") as mol_fh, csv_output(out / "atoms.csv") as atom_fh:
         mol_w, atom_w = csv.writer(mol_fh, lineterminator="\n"), csv.writer(atom_fh, lineterminator="\n")
         mol_w.writerow(mol_cols)
@@ -228,7 +228,7 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
                     legend = (f"{what.format(name)} = {float(pred[t]):.4g}   baseline {float(base[t]):.4g}   "
                               f"atoms sum {float(atoms[:, t].sum()):+.4g}")
                     caption = f"atom contribution to {what.format(name)} (red raises it, blue lowers it)"
-                    pictures.append((stem, row["smiles"].strip(), t, atoms[:, t].tolist(), legend, caption))
+                    pictures.append((stem, mol, t, atoms[:, t].tolist(), legend, caption))  # the mol parsed above
                     stems.append(stem)
                 values = [number_text(float(v)) for t in range(len(names))
                           for v in (pred[t], base[t], atoms[:, t].sum())]
@@ -237,9 +237,7 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
         # the pictures, before the CSVs that list them appear: one colour scale per target
         scales = {t: max((abs(v) for p in pictures if p[2] == t for v in p[3]), default=0.0) if scale is None
                   else float(scale) for t in range(len(names))}
-        for stem, smiles, t, values, legend, caption in pictures:
-            with quiet_rdkit():
-                mol = parse_smiles(smiles)
+        for stem, mol, t, values, legend, caption in pictures:
             (out / f"{stem}.svg").write_text(draw_contributions(mol, values, legend, caption, scale=scales[t]))
             (out / f"{stem}.png").write_bytes(draw_contributions(mol, values, legend, caption, png=True,
                                                                  scale=scales[t]))
