@@ -557,8 +557,9 @@ def test_a_compared_run_trains_on_the_comparisons_threads():
 
     cmd = train_command(RunRequest("a/seed0", ["--config", "nci5k", "--set", "model.gate=none"], "out/r", 3), False)
     assert cmd[cmd.index("--threads") + 1] == "3"
-    given = RunRequest("a/seed0", ["--config", "nci5k", "--set", "train.threads=2"], "out/r", 3)
-    assert "--threads" not in train_command(given, True)
+    for item in ("train.threads=2", " train.threads = 2"):  # the key as the config reads it (override_key)
+        given = RunRequest("a/seed0", ["--config", "nci5k", "--set", item], "out/r", 3)
+        assert "--threads" not in train_command(given, True)
 
 
 def test_compare_reports_the_threads_its_set_gives_the_runs(tmp_path, capsys):

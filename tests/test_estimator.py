@@ -246,7 +246,11 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
                           ("data.sep=;", "overrides 'data.sep=;': data.sep is set by fit (it writes its own CSV of X "
                                          "and y); drop it from overrides"),
                           ("data.max_graphs=3", "overrides 'data.max_graphs=3': data.max_graphs is set by fit (it "
-                                                "writes its own CSV of X and y); drop it from overrides")):
+                                                "writes its own CSV of X and y); drop it from overrides"),
+                          (" train.seed =7", "overrides ' train.seed =7': train.seed is set by seed; drop it from "
+                                             "overrides and set seed instead"),  # the key as the config reads it
+                          ("seed=7", "--set key must look like section.key (e.g. model.gate), got 'seed'. Did you "
+                                     "mean 'data.seed' or 'train.seed'?".replace("--set", "overrides"))):
         with pytest.raises(ValueError) as caught:
             siggate.SigGateRegressor(out_dir=tmp_path / "run", overrides=(item,)).fit(["CCO", "CCN"], [1.0, 2.0])
         assert str(caught.value) == message and not (tmp_path / "run").exists()

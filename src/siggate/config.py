@@ -611,13 +611,19 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         hint = ""
         if len(parts) == 1 and parts[0]:
             owners = [s for s, cls in _section_classes().items() if parts[0] in _known_keys(cls)]
-            hint = f" Did you mean '{owners[0]}.{parts[0]}'?" if owners else ""
+            hint = (" Did you mean " + " or ".join(f"'{o}.{parts[0]}'" for o in owners) + "?") if owners else ""
         raise ConfigError(f"--set key must look like section.key (e.g. model.gate), got {key!r}.{hint}")
     try:
         parsed = yaml.safe_load(value)
     except yaml.YAMLError:
         parsed = value
     return parts, parsed
+
+
+def override_key(item: str) -> str:
+    """The key an override gives: ``"model.gate=none"`` -> ``"model.gate"`` (``parse_override``'s
+    rules: a malformed item raises its :class:`ConfigError`)."""
+    return ".".join(parse_override(item)[0])
 
 
 def resolve_config_path(name_or_path: str) -> Path:

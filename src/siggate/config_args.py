@@ -13,7 +13,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from .config import load_config, parse_override
+from .config import load_config, override_key
 from .files import out_dir_problem
 from .options import DUPLICATES
 
@@ -130,7 +130,7 @@ CSV_FLAG_DEFAULTS = {"smiles_col": "smiles", "task": "regression"}
 
 def set_keys(args) -> set[str]:
     """The config keys that ``--set`` gives explicitly (``{"train.warmup_epochs", ...}``)."""
-    return {".".join(parse_override(item)[0]) for item in args.overrides}
+    return {override_key(item) for item in args.overrides}
 
 
 def _file_sets(name_or_path: str | None, section: str, key: str) -> bool:

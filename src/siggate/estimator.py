@@ -287,8 +287,13 @@ class _SigGateEstimator(BaseEstimator):
                                            or not all(isinstance(o, str) for o in self.overrides)):
             raise ValueError(f"overrides must be a sequence of 'section.key=value' strings, e.g. "
                              f"('members.rf.n_estimators=50',), got {self.overrides!r}")
+        from .config import ConfigError, override_key
+
         for item in self.overrides or ():
-            key = item.split("=", 1)[0].strip()
+            try:
+                key = override_key(item)
+            except ConfigError as exc:  # before any work, in the parameter's words
+                raise ConfigError(_in_estimator_words(str(exc), Path())) from None
             owner = (_KEYS_FIT_SETS.get(key) or ("epochs" if key == "train.epochs" and self.epochs is not None else None)
                      or ("fit (it writes its own CSV of X and y)" if key.startswith("data.")
                          and key not in _DATA_KEYS_OF_USERS else None))

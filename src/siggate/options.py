@@ -55,6 +55,7 @@ __all__ = [
     "resolve_select",
     "parse_gate_spec",
     "gate_width",
+    "grids_given",
     "parse_mol_features",
     "mol_features_dim",
     "closest_name",
@@ -223,7 +224,7 @@ class SVRMemberOptions:
         Raises:
             ValueError: ``"<field>: <why>"``.
         """
-        _grids_given(self, ("fingerprint", "radius", "size", "C", "epsilon"))
+        grids_given(self, ("fingerprint", "radius", "size", "C", "epsilon"))
         kernels = []
         for f in self.fingerprint:
             try:
@@ -266,13 +267,13 @@ class ForestMemberOptions:
         _in_range("n_estimators", (self.n_estimators,), lambda v: v >= 1, ">= 1")
         _in_range("radius", (self.radius,), lambda v: v >= 0, ">= 0")
         _in_range("size", (self.size,), lambda v: v >= 1, ">= 1")
-        _grids_given(self, ("max_features",))
+        grids_given(self, ("max_features",))
         _in_range("max_features", self.max_features,
                   lambda v: v in FOREST_MAX_FEATURES if isinstance(v, str) else 0 < v <= 1,
                   f"fractions in (0, 1] or {' / '.join(FOREST_MAX_FEATURES)}")
 
 
-def _grids_given(options, names: Sequence[str]) -> None:
+def grids_given(options, names: Sequence[str]) -> None:
     """Each grid field of ``options`` in ``names`` holds at least one value (ValueError naming it)."""
     for name in names:
         if not getattr(options, name):

@@ -101,7 +101,7 @@ def config_deviations(entry: dict) -> dict:
     them; one whose config cannot be loaded (a CSV) or is of another dataset has none."""
     if "deviations" in entry or not entry.get("config"):
         return entry.get("deviations") or {}
-    from ..config import ConfigError, from_dict, load_config, upgrade_config_dict
+    from ..config import ConfigError, from_dict, load_config, override_key, upgrade_config_dict
 
     try:
         protocol = load_config(config_name(entry)).to_dict()
@@ -111,7 +111,7 @@ def config_deviations(entry: dict) -> dict:
     if protocol["data"]["name"] != used["data"]["name"]:
         return {}
     by_arm = {"model.gate", "model.gate_position", "model.param_match"}  # compare's arms (older results name none)
-    by_arm |= {o.split("=", 1)[0] for arm in (entry.get("arms") or {}).values() for o in arm.get("overrides", [])}
+    by_arm |= {override_key(o) for arm in (entry.get("arms") or {}).values() for o in arm.get("overrides", [])}
     p, u = _flat(protocol), _flat(used)
     return {k: {"protocol": p[k], "used": u[k]} for k in p
             if k in u and u[k] != p[k] and k not in NOT_PROTOCOL and k not in by_arm}

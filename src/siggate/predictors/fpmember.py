@@ -58,6 +58,7 @@ from typing import ClassVar, Mapping, Sequence
 import numpy as np
 
 from ..data.base import DataError
+from ..options import grids_given
 from .base import (
     ARRAYS,
     AtomContributions,
@@ -154,9 +155,7 @@ class Grid:
         return cls(**{k: tuple(v) if isinstance(v, (list, tuple)) else (v,) for k, v in grid.items()})
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            if not getattr(self, f.name):
-                raise ValueError(f"grid option {f.name!r} needs at least one value")
+        grids_given(self, [f.name for f in fields(self)])
 
     def points(self, average: Sequence[str] = ()) -> list[dict]:
         """Every combination, in order (the first is the fallback). A field named in ``average``

@@ -115,8 +115,10 @@ def train_command(req: RunRequest, resume: bool) -> list[str]:
     """The ``python -m siggate train`` command line of a request, with ``--threads`` (its
     ``train.threads``: the environment's thread count alone was undone by a config's own
     ``train.threads``, the csv and nci5k recipes' 1) unless its ``--set`` gives ``train.threads``."""
-    sets = [a for prev, a in zip(req.argv, req.argv[1:]) if prev == "--set"]
-    threads = [] if any(s.split("=", 1)[0].strip() == "train.threads" for s in sets) else ["--threads", str(req.threads)]
+    from ..config import override_key
+
+    sets = [a for prev, a in zip(req.argv, req.argv[1:]) if prev == "--set"]  # compare checked each item
+    threads = [] if any(override_key(s) == "train.threads" for s in sets) else ["--threads", str(req.threads)]
     cmd = [sys.executable, "-m", "siggate", "train", *req.argv, *threads, "--out", str(req.run_dir), "--no-progress"]
     return cmd + (["--resume"] if resume else [])
 
