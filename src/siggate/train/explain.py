@@ -38,6 +38,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..files import atomic_write_bytes, number_text
@@ -156,6 +157,8 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     Raises:
         ValueError: a predictor that cannot attribute its predictions to atoms.
     """
+    from rdkit import Chem
+
     from ..data.chem import parse_smiles, quiet_rdkit
     from .predict import InputRows, csv_output, input_smiles, output_fields, warn_legacy
     from .rundir import carried_names
@@ -186,7 +189,9 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     mol_cols = [*own[:2], *carried_names([chunks.columns[j] for j in kept], own), *own[2:]]
     n = bad = 0
     legacy: list[tuple[int, str]] = []
-    pictures: list[tuple] = []  # (stem, mol, target, values, legend, caption): drawn at one scale at the end
+    # (stem, the parsed mol's binary, target, its values (an array), legend, caption): drawn at one scale at the end,
+    # kept compact (an RDKit Mol object takes about 20 times the memory of its binary)
+    pictures: list[tuple] = []
     with csv_output(out / "molecules.csv") as mol_fh, csv_output(out / "atoms.csv") as atom_fh:
         mol_w, atom_w = csv.writer(mol_fh, lineterminator="\n"), csv.writer(atom_fh, lineterminator="\n")
         mol_w.writerow(mol_cols)
@@ -222,22 +227,23 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
                 elements = [a.GetSymbol() for a in mol.GetAtoms()]
                 for a, (element, values) in enumerate(zip(elements, atoms.tolist())):
                     atom_w.writerow([n + i, a, element, *[number_text(v) for v in values]])
-                stems = []
+                stems, binary = [], mol.ToBinary()
                 for t, name in enumerate(names):
                     stem = _stem(n + i, name, several)
                     legend = (f"{what.format(name)} = {float(pred[t]):.4g}   baseline {float(base[t]):.4g}   "
                               f"atoms sum {float(atoms[:, t].sum()):+.4g}")
                     caption = f"atom contribution to {what.format(name)} (red raises it, blue lowers it)"
-                    pictures.append((stem, mol, t, atoms[:, t].tolist(), legend, caption))  # the mol parsed above
+                    pictures.append((stem, binary, t, atoms[:, t].numpy().copy(), legend, caption))
                     stems.append(stem)
                 values = [number_text(float(v)) for t in range(len(names))
                           for v in (pred[t], base[t], atoms[:, t].sum())]
                 mol_w.writerow(record + values + [";".join(stems), ""])
             n += len(rows)
         # the pictures, before the CSVs that list them appear: one colour scale per target
-        scales = {t: max((abs(v) for p in pictures if p[2] == t for v in p[3]), default=0.0) if scale is None
-                  else float(scale) for t in range(len(names))}
-        for stem, mol, t, values, legend, caption in pictures:
+        scales = {t: max((float(np.abs(p[3]).max(initial=0.0)) for p in pictures if p[2] == t), default=0.0)
+                  if scale is None else float(scale) for t in range(len(names))}
+        for stem, binary, t, values, legend, caption in pictures:
+            mol, values = Chem.Mol(binary), values.tolist()  # the molecule parsed above
             (out / f"{stem}.svg").write_text(draw_contributions(mol, values, legend, caption, scale=scales[t]))
             (out / f"{stem}.png").write_bytes(draw_contributions(mol, values, legend, caption, png=True,
                                                                  scale=scales[t]))
