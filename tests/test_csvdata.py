@@ -335,6 +335,53 @@ def test_a_split_column_is_never_merged_across(tmp_path, caplog, mode):
     assert len(warning) == 1 and warning[0].startswith("fold.csv: 3 rows hold a molecule that the split column")
 
 
+def test_salts_are_named_and_a_salt_and_its_base_across_splits_is_warned(tmp_path, caplog):
+    """Molecules of several fragments train as they are (as predict reads them), with a note each
+    naming the largest fragment (most heavy atoms, not the longest SMILES: acetate, not sodium);
+    rows whose largest fragment is another molecule's, or its largest fragment, in another split
+    (a salt and its free base) get a note each and one warning. No row or split changes."""
+    caplog.set_level("WARNING", logger="siggate.data.csvdata")
+    path = tmp_path / "salts.csv"
+    rows = [("CCN.Cl", 1.0, "train"), ("NCC", 1.1, "test"), ("[Na+].CC(=O)[O-]", 2.0, "train"),
+            ("CC(=O)[O-].[K+]", 2.1, "val"), ("CCO.CCO", 3.0, "train"), ("c1ccccc1O", 4.0, "test"),
+            ("CCCC.[Br-]", 5.0, "train"), ("CCCC", 6.0, "test"), ("CCN.Br", 1.2, "train")]
+    path.write_text("smiles,y,fold\n" + "".join(f"{m},{y},{f}\n" for m, y, f in rows))
+    ds = load_csv(path, "smiles", ["y"], "regression", split="column:fold", cache_dir=tmp_path / "c")
+    assert _split_of(ds) == {r: f for r, (_, _, f) in enumerate(rows)} and not ds.invalid
+    assert {g.idx: g.smiles for g in _all(ds)} == {r: m for r, (m, _, _) in enumerate(rows)}
+    assert {g.idx: g.num_nodes for g in _all(ds)}[0] == 4  # C, C, N and the chloride: it stays in the graph
+    notes = sorted((n.index, n.issue, n.detail) for n in ds.notes)
+    assert notes == [(0, "parent across splits", "train row; its parent CCN is also the parent of test row 1"),
+                     (0, "several fragments", "2 fragments; the largest: CCN"),
+                     (1, "parent across splits", "test row; its parent CCN is also the parent of train row 0, "
+                                                 "train row 8"),
+                     (2, "parent across splits", "train row; its parent CC(=O)[O-] is also the parent of val row 3"),
+                     (2, "several fragments", "2 fragments; the largest: CC(=O)[O-]"),
+                     (3, "parent across splits", "val row; its parent CC(=O)[O-] is also the parent of train row 2"),
+                     (3, "several fragments", "2 fragments; the largest: CC(=O)[O-]"),
+                     (4, "several fragments", "2 fragments; the largest: CCO"),
+                     (6, "parent across splits", "train row; its parent CCCC is also the parent of test row 7"),
+                     (6, "several fragments", "2 fragments; the largest: CCCC"),  # 4 heavy atoms; [Br-]: 1
+                     (7, "parent across splits", "test row; its parent CCCC is also the parent of train row 6"),
+                     (8, "parent across splits", "train row; its parent CCN is also the parent of test row 1"),
+                     (8, "several fragments", "2 fragments; the largest: CCN")]
+    messages = [r.getMessage() for r in caplog.records]
+    assert [m for m in messages if "several fragments" in m] == [
+        "salts.csv: 6 molecules have several fragments (salts or mixtures; first: row 0, CCN.Cl): each trains as one "
+        "graph and one fingerprint, counterions included, and siggate predict reads them the same way; if the property "
+        "is the parent's, keep each molecule's largest fragment before training (data_report.csv lists them)"]
+    assert [m for m in messages if "share their largest fragment" in m] == [
+        "salts.csv: 7 rows share their largest fragment with another molecule in another split (first: row 0, CCN.Cl; "
+        "train row; its parent CCN is also the parent of test row 1), e.g. a salt and its free base, so the val/test "
+        "scores are optimistic; strip counterions before training, or give such rows one split (data_report.csv "
+        "lists them)"]
+    # one split for all of them, or no fragments: no warning of either kind
+    caplog.clear()
+    path.write_text("smiles,y\n" + "".join(f"{m},{y}\n" for m, y, _ in rows if "." not in m))
+    ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c2")
+    assert ds.notes == [] and not [r for r in caplog.records if "fragment" in r.getMessage()]
+
+
 def test_random_and_scaffold_splits_keep_one_molecule_in_one_split(tmp_path):
     """With --duplicates keep, the rows of one molecule (written differently) land in one
     split for every seed; the random split drew each row on its own."""

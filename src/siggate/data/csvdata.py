@@ -23,7 +23,13 @@ Suspicious data is named before training, each case with its fix:
   ``siggate predict``'s rule (:func:`~siggate.data.chem.check_atoms`);
 * molecules above ``siggate predict``'s atom limit (:data:`~siggate.options.PREDICT_MAX_ATOMS`):
   a warning with their count (they train, but predict would refuse them), and a note each;
-* numbers written with a decimal comma (``-5,49``): refused naming the fix, ``decimal=","``.
+* numbers written with a decimal comma (``-5,49``): refused naming the fix, ``decimal=","``;
+* molecules of several fragments (salts, mixtures: ``CCN.Cl``): trained as one graph and one
+  fingerprint, as ``siggate predict`` reads them, with a warning naming their count and a note
+  each (:data:`FRAGMENTS`); and rows whose largest fragment is another row's molecule or largest
+  fragment in another split (a salt and its free base, one in training and one in test): a warning
+  that the val/test scores are optimistic and a note each (:data:`PARENT_ACROSS_SPLITS`). Neither
+  changes a row or its split: stripping counterions is a choice about the property, the user's.
 
 :func:`write_run_tables` writes ``splits.csv`` (every row's split or why it was dropped)
 and ``data_report.csv`` (every dropped row and every note) into a run folder.
@@ -512,7 +518,7 @@ def build_csv(
     smiles_all = frame[smiles_col].astype(str).tolist()
     split_all = frame[split_col].astype(str).tolist() if split_col else None
 
-    graphs, keys, canon, invalid = [], [], [], []
+    graphs, keys, canon, parents, invalid = [], [], [], [], []
     late: dict[int, str] = {}  # row -> why: molecules no model reads, dropped after the split (check_atoms)
     for i, smi in enumerate(smiles_all):
         smi = smi.strip()
@@ -554,6 +560,7 @@ def build_csv(
         graphs.append(data)
         keys.append(key)
         canon.append(same)
+        parents.append(_largest_fragment(mol, same))
 
     # a split column is the user's: rows of one molecule are merged only within a split
     keep, notes, merged = _duplicates(canon, graphs, y_all, target_cols, duplicates,
@@ -564,7 +571,12 @@ def build_csv(
         if g.num_nodes > PREDICT_MAX_ATOMS:
             notes.append(RowNote(g.idx, g.smiles, "large molecule", f"{g.num_nodes} atoms, above siggate predict's "
                                  f"limit of {PREDICT_MAX_ATOMS} (--max-atoms)"))
-    graphs, keys, canon = [graphs[j] for j in keep], [keys[j] for j in keep], [canon[j] for j in keep]
+    for j in keep:  # the rows that train (a merged duplicate is its first row's)
+        if parents[j][1] > 1:
+            notes.append(RowNote(graphs[j].idx, graphs[j].smiles, FRAGMENTS,
+                                 f"{parents[j][1]} fragments; the largest: {parents[j][0]}"))
+    graphs, keys, canon, parents = ([graphs[j] for j in keep], [keys[j] for j in keep], [canon[j] for j in keep],
+                                    [parents[j][0] for j in keep])
     invalid.sort(key=lambda r: r.index)
     notes.sort(key=lambda r: r.index)
 
@@ -584,6 +596,7 @@ def build_csv(
                          key=lambda r: r.index)
         notes = [n for n in notes if n.index not in late]
         idx = {k: [j for j in v if graphs[j].idx not in late] for k, v in idx.items()}
+    notes = sorted(notes + _parents_across_splits(idx, graphs, canon, parents), key=lambda r: r.index)
 
     info = TaskInfo(
         name="csv",
@@ -619,6 +632,52 @@ def _canonical(mol, smiles: str) -> str:
         return Chem.MolToSmiles(mol)
     except Exception:
         return smiles
+
+
+#: the note of a row whose molecule has several fragments (a salt, a mixture)
+FRAGMENTS = "several fragments"
+#: the note of a row whose largest fragment is another row's molecule, or largest fragment, in another split
+PARENT_ACROSS_SPLITS = "parent across splits"
+
+
+def _largest_fragment(mol, same: str) -> tuple[str, int]:
+    """``(the canonical SMILES of the molecule's largest fragment, its number of fragments)``:
+    the fragment of most heavy atoms, of those the first canonical SMILES; ``(same, 1)`` for a
+    molecule of one fragment (``same``: its canonical SMILES)."""
+    from rdkit import Chem
+
+    atoms = Chem.GetMolFrags(mol)
+    if len(atoms) < 2:
+        return same, 1
+    try:
+        frags = [Chem.MolToSmiles(f) for f in Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False)]
+    except Exception:  # RDKit cannot write one: the molecule is its own parent
+        return same, len(atoms)
+    heavy = [sum(1 for i in part if mol.GetAtomWithIdx(i).GetAtomicNum() != 1) for part in atoms]
+    return min(zip(heavy, frags), key=lambda hf: (-hf[0], hf[1]))[1], len(atoms)
+
+
+def _parents_across_splits(idx: dict[str, list[int]], graphs: list, canon: list[str],
+                           parents: list[str]) -> list[RowNote]:
+    """A :data:`PARENT_ACROSS_SPLITS` note on each row whose largest fragment (``parents``, one per
+    graph) is the molecule or the largest fragment of a row of another molecule (``canon``) in
+    another split: a salt and its free base, or two salts of one base, on both sides of the split.
+    Rows of one molecule in several splits are the duplicates' note (:data:`CROSS_SPLIT`)."""
+    where = {j: name for name, rows in idx.items() for j in rows}
+    groups: dict[str, list[int]] = {}
+    for j in sorted(where):
+        groups.setdefault(parents[j], []).append(j)
+    notes = []
+    for parent, members in groups.items():
+        if len({canon[j] for j in members}) < 2 or len({where[j] for j in members}) < 2:
+            continue
+        for j in members:
+            others = [k for k in members if where[k] != where[j] and canon[k] != canon[j]]
+            if others:
+                rows = ", ".join(f"{where[k]} row {graphs[k].idx}" for k in others)
+                notes.append(RowNote(graphs[j].idx, graphs[j].smiles, PARENT_ACROSS_SPLITS,
+                                     f"{where[j]} row; its parent {parent} is also the parent of {rows}"))
+    return notes
 
 
 def _duplicates(canon: list[str], graphs: list, y: np.ndarray, target_cols: list[str], mode: str,
@@ -816,7 +875,7 @@ def load_csv(
         "decimal": decimal,
         "duplicates": duplicates,
         "val_fraction": float(val_fraction),
-        "notes": 1,  # the datasets carry their row notes and row count
+        "notes": 2,  # the datasets carry their row notes (2: fragments and parents across splits) and row count
         "version": CSV_VERSION,
     }
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.name.split(".")[0]) or "data"
@@ -941,6 +1000,18 @@ def _warn_notes(name: str, ds: GraphDataset) -> None:
                        "%d, %s; %s), so its val/test scores are optimistic; rows are merged (--duplicates) only within "
                        "a split. Give each molecule one split (data_report.csv lists them)", name, len(cross),
                        cross[0].index, cross[0].smiles, cross[0].detail)
+    salts = [n for n in ds.notes if n.issue == FRAGMENTS]
+    if salts:
+        logger.warning("%s: %d molecules have several fragments (salts or mixtures; first: row %d, %s): each trains "
+                       "as one graph and one fingerprint, counterions included, and siggate predict reads them the "
+                       "same way; if the property is the parent's, keep each molecule's largest fragment before "
+                       "training (data_report.csv lists them)", name, len(salts), salts[0].index, salts[0].smiles)
+    parents = [n for n in ds.notes if n.issue == PARENT_ACROSS_SPLITS]
+    if parents:
+        logger.warning("%s: %d rows share their largest fragment with another molecule in another split (first: row "
+                       "%d, %s; %s), e.g. a salt and its free base, so the val/test scores are optimistic; strip "
+                       "counterions before training, or give such rows one split (data_report.csv lists them)",
+                       name, len(parents), parents[0].index, parents[0].smiles, parents[0].detail)
     large = [n for n in ds.notes if n.issue == "large molecule"]
     if large:
         sizes = [int(n.detail.split()[0]) for n in large]
