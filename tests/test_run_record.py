@@ -168,6 +168,44 @@ def test_the_calibration_is_the_validation_scores_and_predict_coverage_uses_it(r
     assert rc == 0, err
 
 
+def test_evaluate_coverage_is_the_share_of_labels_inside_predicts_intervals(run, capsys, tmp_path):
+    """evaluate --coverage C checks the intervals predict --coverage C draws: on the run's test split
+    and on an external labelled file (the test rows, written again) the coverage it reports is the
+    share of labels inside predict's [lower, upper], recomputed here, with the mean width; the
+    test split's is the one metrics.json recorded at training. A bad coverage is refused in one line."""
+    data, out, smiles = run
+    test = _predict(out, smiles[N_TRAIN + N_VAL:], capsys, "--coverage", "0.8")
+    y_test = _labels(list(range(N_TRAIN + N_VAL, len(smiles))), data)
+    ext = tmp_path / "ext.csv"
+    rows = read_output(data)[N_TRAIN + N_VAL:]
+    ext.write_text("smiles,a,b\n" + "".join(f"{r['smiles']},{r['a']},{r['b']}\n" for r in rows))
+    m = json.loads((out / "metrics.json").read_text())
+    for args, split in ((["--split", "test"], "test"), (["--data", str(ext)], "data")):
+        rc, text, err = run_cli(["evaluate", "--checkpoint", str(out), *args, "--coverage", "0.8"], capsys)
+        assert rc == 0, err
+        res = json.loads(text)
+        assert res["coverage"]["nominal"] == 0.8 and set(res["coverage"]) == {"nominal", split}
+        assert isinstance(res["coverage_below_nominal"][split], list)
+        for t, name in enumerate(("a", "b")):
+            ok = ~np.isnan(y_test[:, t])
+            lower = np.array([float(r[f"{name}_lower"]) for r in test])[ok]
+            upper = np.array([float(r[f"{name}_upper"]) for r in test])[ok]
+            got = res["coverage"][split][name]
+            assert got["n"] == ok.sum() > 10
+            assert got["coverage"] == pytest.approx(np.mean((y_test[ok, t] >= lower) & (y_test[ok, t] <= upper)))
+            assert got["mean_width"] == pytest.approx(np.mean(upper - lower), rel=2e-3)
+            if split == "test":
+                assert got == pytest.approx(m["calibration"]["coverage"]["0.8"]["test"][name], rel=1e-4)
+        held = [line for line in err.splitlines() if "at coverage 0.8" in line]
+        assert held == [f"siggate evaluate: at coverage 0.8 the {split} labels fall inside: "
+                        + ", ".join(f"{n} {res['coverage'][split][n]['coverage']:.0%} of {res['coverage'][split][n]['n']}"
+                                    for n in ("a", "b"))]
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(out), "--coverage", "1.5"], capsys)
+    assert rc == 2 and "--coverage: coverage must be a number between 0 and 1" in err and len(err.splitlines()) == 1
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(out / "member0" / "last.pt"), "--coverage", "0.9"], capsys)
+    assert rc == 2 and "calibrates the run's predictions with its best.pt, not last.pt" in err, err
+
+
 def test_a_coverage_beyond_the_calibration_is_named_not_silently_infinite(run, capsys, caplog):
     """With n calibration molecules no finite bound holds beyond n / (n + 1): predict wrote
     -inf/inf intervals and said nothing. It still writes them (the honest answer) and says which
@@ -433,14 +471,14 @@ def test_test_coverage_below_nominal_is_named_when_chance_cannot_explain_it():
 
     from siggate.predictors.conformal import Calibration
     from siggate.stats import holm
-    from siggate.train.record import _below_nominal
+    from siggate.train.record import below_nominal
 
     coverage = {"0.9": {"test": {"a": {"n": 100, "coverage": 0.70}, "b": {"n": 100, "coverage": 0.86},
                                  "c": {"n": 10, "coverage": 0.5}, "d": {"n": 0, "coverage": None}},
                         "val": {"a": {"n": 30, "coverage": 0.5}}},
                 "0.8": {"test": {"a": {"n": 100, "coverage": 0.81}}}}
     calibrated = {"a": 50, "b": 50, "c": 50, "d": 50}
-    got = _below_nominal(coverage, calibrated)
+    got = below_nominal(coverage, calibrated)
     assert [(g["nominal"], g["target"]) for g in got] == [("0.9", "a")]  # c: too few; val: not test
     k90, k80 = math.ceil(51 * 0.9), math.ceil(51 * 0.8)
     raw = [stats.betabinom.cdf(70, 100, k90, 51 - k90), stats.betabinom.cdf(86, 100, k90, 51 - k90),
@@ -453,7 +491,7 @@ def test_test_coverage_below_nominal_is_named_when_chance_cannot_explain_it():
         cal = Calibration.fit("regression", ["y"], rng.normal(size=(50, 1)), np.zeros((50, 1)))
         y = rng.normal(size=(500, 1))
         cov = {f"{c:g}": {"test": cal.covered(y, np.zeros((500, 1)), None, c)} for c in (0.8, 0.9, 0.95)}
-        warned += bool(_below_nominal(cov, {"y": 50}))
+        warned += bool(below_nominal(cov, {"y": 50}))
     assert warned / 300 <= 0.08
 
 

@@ -261,7 +261,8 @@ def _parity(path, data, info: TaskInfo, graphs: list, pred: torch.Tensor) -> tup
 
 def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None = None, target_cols=None,
              allow_changed: bool = False, data_root=None, cache_dir=None, device: str = "cpu",
-             progress: bool = False, parity: str | Path | None = None, decimal: str = ".") -> dict:
+             progress: bool = False, parity: str | Path | None = None, decimal: str = ".",
+             coverage: float | None = None) -> dict:
     """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or a folder of
     several members) on ``split`` (a split name or ``"all"``) of its own data, or on the labelled
     CSV ``data``: ``{"checkpoint", "dataset", "level", "metric", "members", <split>: metric, ...,
@@ -276,7 +277,15 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
 
     ``parity``: with ``data``, also draw the file's parity plot there (PNG, :mod:`~siggate.train.plots`;
     cliff compounds marked when the file has a cliff column) and name it in ``"parity_plot"``; for
-    a classifier its ROC curves instead, beside it as ``<stem>_roc.png``, named in ``"roc_plot"``."""
+    a classifier its ROC curves instead, beside it as ``<stem>_roc.png``, named in ``"roc_plot"``.
+
+    ``coverage``: also check the run's split-conformal intervals (sets, for a classifier) at that
+    coverage on each scored split, as ``siggate predict --coverage`` draws them: ``"coverage":
+    {"nominal", <split>: {target: {"n", "coverage", "mean_width" | "mean_set_size"}}}`` and
+    ``"coverage_below_nominal"``, the targets of the external file (or the test split) whose
+    coverage is below nominal by more than chance allows (:func:`~siggate.train.record.below_nominal`),
+    each also warned about. The validation split is the calibration set itself (its coverage is
+    at least nominal by construction) and the train split is in sample: neither is tested."""
     import copy
 
     from ..predictors.base import PredictorFileError
@@ -286,13 +295,17 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     predictor, info = _load(checkpoint, device)
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
            "members": len(members_of(predictor))}
+    cal = None if coverage is None else _calibration_of(checkpoint, predictor, info, coverage)
     if data is not None:
         fallback = "smiles" if smiles_col is None else None  # the run's column, else the file's "smiles"
         smiles_col = smiles_col or trained_smiles_col(predictor)
         graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info, decimal, fallback)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
-        pred = predictor.predict(graphs).mean
+        prediction = predictor.predict(graphs)
+        pred = prediction.mean
         _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, pred, None))
+        if cal is not None:
+            _add_coverage(res, cal, coverage, info, EXTERNAL_SPLIT, graphs, prediction, data)
         warnings = label_warnings(info, list(target_cols or info.target_names), graphs,
                                   *_training_target_stats(predictor, info))
         for w in warnings:
@@ -327,7 +340,10 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         raise EvaluationError(f"unknown split {unknown[0]!r}; available: {', '.join(ds.splits)}, all")
     for s in splits:
         graphs = ds.splits[s]
-        _add_scores(res, s, score(info, graphs, predictor.predict(graphs).mean, s))
+        prediction = predictor.predict(graphs)
+        _add_scores(res, s, score(info, graphs, prediction.mean, s))
+        if cal is not None:
+            _add_coverage(res, cal, coverage, info, s, graphs, prediction, None)
     members = members_of(predictor)
     weights = getattr(predictor, "weights_", None)  # a combination's [M, T]; a member of weight 0 adds nothing
     weighs = [True] * len(members) if weights is None else [bool((abs(w) > 0).any()) for w in weights]
@@ -339,6 +355,45 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         log.warning(note)
         res["warnings"] = [*res.get("warnings", []), note]
     return res
+
+
+def _calibration_of(checkpoint, predictor, info: TaskInfo, coverage: float):
+    """The run's :class:`~siggate.predictors.conformal.Calibration` for ``coverage``, read as
+    ``siggate predict --coverage`` reads it (the same checks and refusals, as EvaluationError)."""
+    from .predict import InputError, run_calibration, run_folder
+
+    try:
+        return run_calibration(run_folder(checkpoint), coverage, info,
+                            checkpoint if isinstance(checkpoint, (str, Path)) else None)[1]
+    except InputError as exc:
+        raise EvaluationError(str(exc)) from None
+
+
+def _add_coverage(res: dict, cal, coverage: float, info: TaskInfo, split: str, graphs: list, prediction,
+                  data) -> None:
+    """``res["coverage"][split]`` at ``coverage`` (``Calibration.covered``) and, for an external
+    file or the test split, the targets whose coverage is below nominal by more than chance allows
+    (``res["coverage_below_nominal"]``), each warned about."""
+    from ..predictors.conformal import check_coverage
+    from .record import below_nominal
+    from .scoring import scored_rows
+
+    nominal = check_coverage(coverage)
+    y, p = scored_rows(info, graphs, prediction.mean, split)
+    spread = None if prediction.spread is None else prediction.spread.cpu().numpy()
+    got = cal.covered(y, p, spread, nominal)
+    res.setdefault("coverage", {"nominal": nominal})[split] = got
+    if split not in (EXTERNAL_SPLIT, "test"):
+        return
+    low = below_nominal({f"{nominal:g}": {split: got}}, {n: c.n for n, c in cal.targets.items()}, split=split)
+    what = "intervals" if info.task == "regression" else "sets"
+    where = f"--data {data}" if data is not None else f"the {split} split"
+    for item in low:
+        log.warning("%s: the conformal %s of %r at coverage %s hold %.0f%% of its %d molecules, fewer than chance "
+                    "allows (one-sided beta-binomial p = %.2g, Holm over the targets): these molecules are not like "
+                    "the validation ones the run calibrated on, so its %s cover less than asked here", where, what,
+                    item["target"], item["nominal"], 100 * item["coverage"], item["n"], item["p"], what)
+    res.setdefault("coverage_below_nominal", {})[split] = low
 
 
 def _training_target_stats(predictor, info: TaskInfo) -> tuple:

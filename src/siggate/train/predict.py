@@ -104,7 +104,7 @@ def run_folder(checkpoint) -> Path | None:
     return Path(ckpt).parent if ckpt is not None else getattr(checkpoint, "folder", None)
 
 
-def _calibration(folder: Path | None, coverage, info, checkpoint=None):
+def run_calibration(folder: Path | None, coverage, info, checkpoint=None):
     """``(coverage, Calibration)`` of the run in ``folder`` for ``--coverage``, predicting with
     ``checkpoint`` (a ``.pt`` file of ``folder``, or the folder's own model when None).
 
@@ -255,7 +255,7 @@ class SmilesPredictor:
         folder = run_folder(checkpoint if isinstance(checkpoint, (str, Path)) else self.predictor)
         self.coverage, self.calibration = None, None
         if coverage is not None:
-            self.coverage, self.calibration = _calibration(
+            self.coverage, self.calibration = run_calibration(
                 folder, coverage, self.info, checkpoint if isinstance(checkpoint, (str, Path)) else None)
         self.domain = _domain(folder) if domain else None
         self.outside = 0  # rows predicted outside the applicability domain so far (predict's summary says so)

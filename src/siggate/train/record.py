@@ -270,7 +270,7 @@ def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | 
                "calibration_molecules": {n: c.n for n, c in cal.targets.items()},
                "coverage": {f"{c:g}": {s: cal.covered(*rows[s], spread[s], c) for s in rows} for c in RECORDED_COVERAGES}}
     summary = _finite_or_none(summary)
-    summary["test_below_nominal"] = _below_nominal(summary["coverage"], {n: c.n for n, c in cal.targets.items()})
+    summary["test_below_nominal"] = below_nominal(summary["coverage"], {n: c.n for n, c in cal.targets.items()})
     split_hint = ("--split random calibrates on molecules drawn like the others" if info.name == "csv" else
                   "the benchmark's split is its own, so read its intervals with that in mind")
     for item in summary["test_below_nominal"] if warn else ():
@@ -285,8 +285,10 @@ def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | 
     return summary
 
 
-def _below_nominal(coverage: dict, calibrated: dict, alpha: float = 0.05, least: int = 20) -> list[dict]:
-    """The (nominal coverage, target) pairs whose test coverage is below nominal by more than chance
+def below_nominal(coverage: dict, calibrated: dict, alpha: float = 0.05, least: int = 20,
+                  split: str = "test") -> list[dict]:
+    """The (nominal coverage, target) pairs whose ``split``'s coverage (``coverage``: ``{nominal:
+    {split: Calibration.covered(...)}}``) is below nominal by more than chance
     allows, on at least ``least`` test molecules. For molecules exchangeable with the ``calibrated[target]``
     validation ones, split conformal's coverage is itself random, Beta(k, n + 1 - k) with
     ``k = ceil((n + 1) * nominal)``, so the covered count of m test molecules is beta-binomial; its
@@ -300,7 +302,7 @@ def _below_nominal(coverage: dict, calibrated: dict, alpha: float = 0.05, least:
 
     tests = []
     for nominal, splits in coverage.items():
-        for target, got in (splits.get("test") or {}).items():
+        for target, got in (splits.get(split) or {}).items():
             m, cov, n = got.get("n") or 0, got.get("coverage"), int(calibrated.get(target) or 0)
             if m < least or cov is None or n < 1:
                 continue
