@@ -506,6 +506,30 @@ def test_fit_never_replaces_files_no_fit_made(molecules, tmp_path):
     assert (out / "notes.txt").read_text() == "mine\n"
 
 
+def test_a_dataframes_column_name_is_kept_and_checked_at_predict(molecules):
+    """Fitted on a one-column DataFrame, the estimator keeps its name (``feature_names_in_``, as
+    scikit-learn's estimators do) and refuses a DataFrame of another column at predict (a table
+    whose SMILES sit elsewhere); a list still predicts. A refit on a list forgets the name."""
+    import pandas as pd
+
+    import siggate
+
+    smiles, y = molecules
+    est = siggate.SigGateRegressor(**FP).fit(pd.DataFrame({"smiles": smiles[:40]}), y[:40])
+    assert est.feature_names_in_.tolist() == ["smiles"] and est.n_features_in_ == 1
+    same = est.predict(pd.DataFrame({"smiles": smiles[40:43]}))
+    assert same.tolist() == est.predict(smiles[40:43]).tolist()
+    with pytest.raises(ValueError) as caught:
+        est.predict(pd.DataFrame({"name": smiles[40:43]}))
+    assert str(caught.value) == ("X's column is ['name'], but the estimator was fitted on a DataFrame of column "
+                                 "['smiles']; give the SMILES in a column of that name (or as a list)")
+    with pytest.raises(ValueError, match=r"X's column is \['SMILES'\]"):
+        est.predict_interval(pd.DataFrame({"SMILES": smiles[40:43]}))
+    est.fit(smiles[:40], y[:40])
+    assert not hasattr(est, "feature_names_in_")
+    assert est.predict(pd.DataFrame({"name": smiles[40:43]})).shape == (3,)
+
+
 def test_predict_takes_every_molecule_fit_trained_on(molecules):
     """fit trained on molecules predict then refused: a wildcard atom and only hydrogens (now left
     out at fit, named in its warning), and a molecule above predict's atom limit (it trains, with a

@@ -21,7 +21,8 @@ Fitted attributes: ``predictor_`` (the run's predictor), ``smiles_predictor_``,
 ``calibration_`` (the run's split-conformal calibration, or None without validation labels:
 what :meth:`SigGateRegressor.predict_interval` and :meth:`SigGateClassifier.predict_set` read),
 ``left_out_`` (``(position in X, reason)`` of every molecule fit left out), ``target_names_``,
-``n_features_in_`` and, for the classifier, ``classes_``.
+``n_features_in_``, ``feature_names_in_`` (a DataFrame ``X``'s column name; predict refuses a
+DataFrame of another) and, for the classifier, ``classes_``.
 
 Example::
 
@@ -95,6 +96,15 @@ def _smiles(X) -> list[str]:
     if bad:
         raise ValueError(f"X must hold SMILES strings; row {bad[0]} is {type(arr[bad[0]]).__name__}")
     return [str(s) for s in arr]
+
+
+def _feature_names(X) -> np.ndarray | None:
+    """scikit-learn's ``feature_names_in_`` of ``X``: a DataFrame's column names when all are
+    strings (an object array), else None."""
+    cols = getattr(X, "columns", None)
+    if cols is None or not all(isinstance(c, str) for c in cols):
+        return None
+    return np.asarray(list(cols), dtype=object)
 
 
 def _target_names(y, width: int) -> list[str]:
@@ -231,7 +241,7 @@ class _SigGateEstimator(BaseEstimator):
                 examples of a class to hold one out, an ``out_dir`` that holds another run).
         """
         self._check_params()
-        smiles = _smiles(X)
+        smiles, feature_names = _smiles(X), _feature_names(X)
         if y is None:
             raise ValueError("fit needs y, the labels of X's molecules (one row per SMILES)")
         if len(y) != len(smiles):
@@ -252,7 +262,7 @@ class _SigGateEstimator(BaseEstimator):
         try:  # one fit at a time per process: training seeds and restores the process's random state and logger
             with _ONE_FIT, _kept_global_state(), self._quiet(), _claimed(keep) as out:
                 try:
-                    self._fit_in(work, out or work / "run", smiles, y, names)
+                    self._fit_in(work, out or work / "run", smiles, y, names, feature_names)
                 except (ValueError, CLIError) as exc:  # the command line's words for what fit was given
                     text = self._in_words_of_y(_in_estimator_words(str(exc), work / "data.csv"))
                     if text == str(exc) and isinstance(exc, ValueError):
@@ -310,8 +320,10 @@ class _SigGateEstimator(BaseEstimator):
         if self.out_dir is not None and Path(self.out_dir).exists() and not Path(self.out_dir).is_dir():
             raise ValueError(f"out_dir {self.out_dir} is a file; give a folder")
 
-    def _fit_in(self, work: Path, out: Path, smiles: list[str], y: np.ndarray, names: list[str]) -> None:
-        """Write the CSV into ``work``, train the run into ``out`` and keep its predictor."""
+    def _fit_in(self, work: Path, out: Path, smiles: list[str], y: np.ndarray, names: list[str],
+                feature_names: np.ndarray | None = None) -> None:
+        """Write the CSV into ``work``, train the run into ``out`` and keep its predictor (and
+        ``feature_names_in_``, X's column name when it was a DataFrame, as scikit-learn keeps it)."""
         from .cli import build_parser
         from .config_args import config_from_args, recipe_name
         from .data.csvdata import MISSING_TARGET, row_issue
@@ -365,6 +377,10 @@ class _SigGateEstimator(BaseEstimator):
         # the fit has succeeded: its attributes all at once (a failure above leaves the earlier fit's)
         self.predictor_, self.smiles_predictor_, self.calibration_ = predictor, smiles_predictor, calibration
         self.n_features_in_ = 1
+        if feature_names is not None:
+            self.feature_names_in_ = feature_names
+        elif hasattr(self, "feature_names_in_"):  # an earlier fit's, on a DataFrame
+            del self.feature_names_in_
         self.target_names_ = names
         self.left_out_ = [(r.index, r.reason) for r in dropped]
         self._fitted(names)
@@ -402,6 +418,10 @@ class _SigGateEstimator(BaseEstimator):
             ValueError: SMILES that cannot be predicted (``siggate predict``'s reasons, first three).
         """
         check_is_fitted(self, "predictor_")
+        fitted, given = getattr(self, "feature_names_in_", None), _feature_names(X)
+        if fitted is not None and given is not None and list(given) != list(fitted):
+            raise ValueError(f"X's column is {list(given)}, but the estimator was fitted on a DataFrame of column "
+                             f"{list(fitted)}; give the SMILES in a column of that name (or as a list)")
         rows = self.smiles_predictor_.predict_rows(_smiles(X))
         bad = [(i, r["error"]) for i, r in enumerate(rows) if r["error"]]
         if bad:
