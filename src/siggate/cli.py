@@ -528,14 +528,14 @@ def cmd_evaluate(args) -> int:
         _check_output_file(Path(args.output), reads={"--data": args.data}, checkpoint=args.checkpoint)
     device = check_device(args.device)
     targets = [c.strip() for c in args.target_col.split(",") if c.strip()] if args.target_col else None
-    parity = None
-    if args.data is not None:  # the file's parity plot next to the scores (or the file scored)
+    pictures = None
+    if args.data is not None:  # the file's parity plot (a classifier's ROC curves) next to the scores, or the file
         beside = Path(args.output) if args.output else Path(args.data)
-        parity = beside.with_name(f"{_stem(beside)}_parity.png")  # a classifier's: <stem>_roc.png (evaluate)
+        pictures = beside.with_name(_stem(beside))
     try:
         res = evaluate(args.checkpoint, split=args.split or "test", data=args.data, smiles_col=args.smiles_col,
                        target_cols=targets, allow_changed=args.allow_changed, data_root=args.data_root,
-                       cache_dir=args.cache_dir, device=device, progress=progress_enabled(args), parity=parity,
+                       cache_dir=args.cache_dir, device=device, progress=progress_enabled(args), pictures=pictures,
                        decimal=args.decimal, coverage=args.coverage)
     except EvaluationError as exc:
         raise CLIError(str(exc)) from None

@@ -241,27 +241,28 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
                     "bad_label": len(bad), "malformed": len(ragged)}
 
 
-def _parity(path, data, info: TaskInfo, graphs: list, pred: torch.Tensor) -> tuple[str, Path]:
-    """The picture of an external file's scored rows: ``("parity_plot", path)`` for regression,
-    or for a classifier ``("roc_plot", path)`` with ``_parity`` named ``_roc`` (a run folder's
-    pictures, not a parity plot of probabilities)."""
+def _picture(stem, data, info: TaskInfo, graphs: list, pred: torch.Tensor) -> tuple[str, Path]:
+    """The picture of an external file's scored rows, named after ``stem`` (a path without a
+    suffix): ``("parity_plot", <stem>_parity.png)`` for regression, or for a classifier its ROC
+    curves, ``("roc_plot", <stem>_roc.png)`` (a run folder's pictures, not a parity plot of
+    probabilities)."""
     from .plots import cliff_marks, parity_figure, roc_figure, save_figure
     from .scoring import scored_rows
 
     y, p = scored_rows(info, graphs, pred, None)
     names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
+    stem = Path(stem)
     if info.task != "regression":
-        name = Path(path).name
-        roc = Path(path).with_name(name[: -len("_parity.png")] + "_roc.png" if name.endswith("_parity.png")
-                                   else Path(name).stem + "_roc.png")
-        return "roc_plot", save_figure(roc_figure(y, p, names, title=Path(data).name), roc)
+        return "roc_plot", save_figure(roc_figure(y, p, names, title=Path(data).name),
+                                       stem.with_name(f"{stem.name}_roc.png"))
     cliff = cliff_marks(data, [int(g.row) for g in graphs])
-    return "parity_plot", save_figure(parity_figure(y, p, names, cliff, title=Path(data).name), path)
+    return "parity_plot", save_figure(parity_figure(y, p, names, cliff, title=Path(data).name),
+                                      stem.with_name(f"{stem.name}_parity.png"))
 
 
 def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None = None, target_cols=None,
              allow_changed: bool = False, data_root=None, cache_dir=None, device: str = "cpu",
-             progress: bool = False, parity: str | Path | None = None, decimal: str = ".",
+             progress: bool = False, pictures: str | Path | None = None, decimal: str = ".",
              coverage: float | None = None) -> dict:
     """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or a folder of
     several members) on ``split`` (a split name or ``"all"``) of its own data, or on the labelled
@@ -275,9 +276,10 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
 
     ``decimal``: the decimal mark of ``data``'s labels, ``"."`` or ``","`` (as ``siggate train --decimal``).
 
-    ``parity``: with ``data``, also draw the file's parity plot there (PNG, :mod:`~siggate.train.plots`;
-    cliff compounds marked when the file has a cliff column) and name it in ``"parity_plot"``; for
-    a classifier its ROC curves instead, beside it as ``<stem>_roc.png``, named in ``"roc_plot"``.
+    ``pictures``: with ``data``, a path without suffix, ``<stem>``: also draw the file's parity plot
+    as ``<stem>_parity.png`` (:mod:`~siggate.train.plots`; cliff compounds marked when the file has a
+    cliff column) and name it in ``"parity_plot"``; for a classifier its ROC curves instead,
+    ``<stem>_roc.png``, named in ``"roc_plot"``.
 
     ``coverage``: also check the run's split-conformal intervals (sets, for a classifier) at that
     coverage on each scored split, as ``siggate predict --coverage`` draws them: ``"coverage":
@@ -312,12 +314,13 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
             log.warning("--data %s: %s", data, w)
         if warnings:
             res["warnings"] = warnings
-        if parity is not None:
+        if pictures is not None:
             try:
-                key, drawn = _parity(parity, data, info, graphs, pred)
+                key, drawn = _picture(pictures, data, info, graphs, pred)
                 res[key] = str(drawn)
             except OSError as exc:  # the scores still count
-                log.warning("could not write the picture of %s beside %s: %s", data, parity, exc.strerror or exc)
+                log.warning("could not write the picture of %s in %s: %s", data, Path(pictures).parent,
+                            exc.strerror or exc)
         return res
     try:
         trained_on = run_data(predictor)
