@@ -469,9 +469,8 @@ def test_test_coverage_below_nominal_is_named_when_chance_cannot_explain_it():
 
     from scipy import stats
 
-    from siggate.predictors.conformal import Calibration
+    from siggate.predictors.conformal import Calibration, below_nominal
     from siggate.stats import holm
-    from siggate.train.record import below_nominal
 
     coverage = {"0.9": {"test": {"a": {"n": 100, "coverage": 0.70}, "b": {"n": 100, "coverage": 0.86},
                                  "c": {"n": 10, "coverage": 0.5}, "d": {"n": 0, "coverage": None}},

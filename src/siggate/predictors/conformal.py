@@ -24,7 +24,8 @@ Scores, per target, over the labelled validation rows:
 
 The calibration split is also the split early stopping and ``--weights val`` chose on, so the
 validation scores are slightly optimistic; the test coverage, recorded beside it, says by how
-much. Functions here are pure numpy; :class:`Calibration` is stored as JSON.
+much. Functions here are pure numpy (:func:`below_nominal`, the test of a coverage below nominal, imports
+SciPy when called); :class:`Calibration` is stored as JSON.
 """
 
 from __future__ import annotations
@@ -264,3 +265,33 @@ def as_2d(a) -> np.ndarray:
     """``[n]`` or ``[n, T]`` values as a float64 ``[n, T]`` array."""
     a = np.asarray(a, dtype=np.float64)
     return a.reshape(len(a), -1) if a.ndim != 2 else a
+
+
+def below_nominal(coverage: dict, calibrated: dict, alpha: float = 0.05, least: int = 20,
+                  split: str = "test") -> list[dict]:
+    """The (nominal coverage, target) pairs whose ``split``'s coverage (``coverage``: ``{nominal:
+    {split: Calibration.covered(...)}}``) is below nominal by more than chance
+    allows, on at least ``least`` test molecules. For molecules exchangeable with the ``calibrated[target]``
+    validation ones, split conformal's coverage is itself random, Beta(k, n + 1 - k) with
+    ``k = ceil((n + 1) * nominal)``, so the covered count of m test molecules is beta-binomial; its
+    one-sided p-values are Holm-adjusted over every (coverage, target) tested, and those below
+    ``alpha`` are returned (a binomial test at the nominal rate, ignoring the quantile's own
+    randomness and the several tests, warned on 17-44% of exchangeable runs)."""
+    from scipy import stats  # here: the rest of the module is numpy alone
+
+    from ..stats import holm
+
+    tests = []
+    for nominal, splits in coverage.items():
+        for target, got in (splits.get(split) or {}).items():
+            m, cov, n = got.get("n") or 0, got.get("coverage"), int(calibrated.get(target) or 0)
+            if m < least or cov is None or n < 1:
+                continue
+            k = conformal_rank(n, float(nominal))
+            if k > n:  # infinite intervals: everything covered
+                continue
+            p = float(stats.betabinom.cdf(round(cov * m), m, k, n + 1 - k))
+            tests.append({"nominal": nominal, "target": target, "n": m, "coverage": cov, "p": p})
+    for t, adjusted in zip(tests, holm([t["p"] for t in tests])):
+        t["p"] = adjusted
+    return [t for t in tests if t["p"] < alpha]

@@ -285,7 +285,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     coverage on each scored split, as ``siggate predict --coverage`` draws them: ``"coverage":
     {"nominal", <split>: {target: {"n", "coverage", "mean_width" | "mean_set_size"}}}`` and
     ``"coverage_below_nominal"``, the targets of the external file (or the test split) whose
-    coverage is below nominal by more than chance allows (:func:`~siggate.train.record.below_nominal`),
+    coverage is below nominal by more than chance allows (:func:`~siggate.predictors.conformal.below_nominal`),
     each also warned about. The validation split is the calibration set itself (its coverage is
     at least nominal by construction) and the train split is in sample: neither is tested."""
     import copy
@@ -377,8 +377,7 @@ def _add_coverage(res: dict, cal, coverage: float, info: TaskInfo, split: str, g
     """``res["coverage"][split]`` at ``coverage`` (``Calibration.covered``) and, for an external
     file or the test split, the targets whose coverage is below nominal by more than chance allows
     (``res["coverage_below_nominal"]``), each warned about."""
-    from ..predictors.conformal import check_coverage
-    from .record import below_nominal
+    from ..predictors.conformal import below_nominal, check_coverage
     from .scoring import scored_rows
 
     nominal = check_coverage(coverage)

@@ -255,7 +255,7 @@ def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | 
     empirical coverage on val and test at :data:`~siggate.predictors.conformal.RECORDED_COVERAGES`
     with the intervals' mean width (or the sets' mean size). Returns ``summary`` (for
     ``metrics.json``), or ``None`` for a run that is not calibrated (node level, multiclass)."""
-    from ..predictors.conformal import CALIBRATED_TASKS, RECORDED_COVERAGES, Calibration
+    from ..predictors.conformal import CALIBRATED_TASKS, RECORDED_COVERAGES, Calibration, below_nominal
     from .rundir import CALIBRATION
     from .scoring import scored_rows
 
@@ -283,37 +283,6 @@ def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | 
                     f"{split_hint}")
     atomic_write_bytes(Path(out) / CALIBRATION, json.dumps({**cal.to_dict(), "summary": summary}, indent=2).encode())
     return summary
-
-
-def below_nominal(coverage: dict, calibrated: dict, alpha: float = 0.05, least: int = 20,
-                  split: str = "test") -> list[dict]:
-    """The (nominal coverage, target) pairs whose ``split``'s coverage (``coverage``: ``{nominal:
-    {split: Calibration.covered(...)}}``) is below nominal by more than chance
-    allows, on at least ``least`` test molecules. For molecules exchangeable with the ``calibrated[target]``
-    validation ones, split conformal's coverage is itself random, Beta(k, n + 1 - k) with
-    ``k = ceil((n + 1) * nominal)``, so the covered count of m test molecules is beta-binomial; its
-    one-sided p-values are Holm-adjusted over every (coverage, target) tested, and those below
-    ``alpha`` are returned (a binomial test at the nominal rate, ignoring the quantile's own
-    randomness and the several tests, warned on 17-44% of exchangeable runs)."""
-    from scipy import stats
-
-    from ..predictors.conformal import conformal_rank
-    from ..stats import holm
-
-    tests = []
-    for nominal, splits in coverage.items():
-        for target, got in (splits.get(split) or {}).items():
-            m, cov, n = got.get("n") or 0, got.get("coverage"), int(calibrated.get(target) or 0)
-            if m < least or cov is None or n < 1:
-                continue
-            k = conformal_rank(n, float(nominal))
-            if k > n:  # infinite intervals: everything covered
-                continue
-            p = float(stats.betabinom.cdf(round(cov * m), m, k, n + 1 - k))
-            tests.append({"nominal": nominal, "target": target, "n": m, "coverage": cov, "p": p})
-    for t, adjusted in zip(tests, holm([t["p"] for t in tests])):
-        t["p"] = adjusted
-    return [t for t in tests if t["p"] < alpha]
 
 
 def write_domain(out: Path, ds: GraphDataset, warn: bool = True) -> dict | None:
