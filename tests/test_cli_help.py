@@ -100,6 +100,24 @@ def test_shared_flags_where_they_apply():
         assert action.default == "cpu" and set(action.choices) == {"cpu", "cuda"}
 
 
+def test_every_data_root_flag_names_where_the_root_is_found_without_it(tmp_path, monkeypatch):
+    """Each --data-root help names both places default_data_root looks ($SIGGATE_DATA, then
+    ../shared/data beside the checkout; data and train named only the first), and that second
+    place is the one it finds here without the variable."""
+    from siggate.cli import build_parser
+    from siggate.data.base import default_data_root
+    from siggate.options import DATA_ROOT_DEFAULT
+
+    helps = {" ".join(path[1:]): a.help for path, p in _parsers(build_parser()) for a in p._actions
+             if "--data-root" in a.option_strings}
+    assert {"train", "evaluate", "data", "compare"} <= set(helps)
+    assert [name for name, text in helps.items() if DATA_ROOT_DEFAULT not in (text or "")] == []
+    monkeypatch.setenv("SIGGATE_DATA", str(tmp_path))
+    assert default_data_root() == tmp_path
+    monkeypatch.delenv("SIGGATE_DATA")
+    assert default_data_root() == SRC.parents[1] / "shared" / "data"
+
+
 def test_synthetic_defaults_named_in_its_help_are_its_own():
     """The synthetic analysis' parser is light, so it states its defaults as text: they must be
     the analysis' own families, attention modes and gates."""

@@ -37,6 +37,7 @@ from .options import (
     MEMBER_WEIGHTS,
     PREDICT_MAX_ATOMS,
     RECIPE_MEMBERS,
+    add_data_root_flag,
     add_progress_flag,
     progress_enabled,
     recipe_members,
@@ -867,7 +868,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "as siggate predict --coverage C draws them: the share of labels inside, per target, and a "
                         "warning where it is below C by more than chance allows")
     p.add_argument("--output", default=None, metavar="FILE.json", help="also write the scores to this JSON file")
-    p.add_argument("--data-root", default=None, help="benchmark data root (default: as in training, or $SIGGATE_DATA)")
+    add_data_root_flag(p, default="as in training")
     p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE)")
     add_device_flag(p)
     add_threads_flag(p)
@@ -881,7 +882,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("smiles", nargs="*", help="SMILES strings, or - to read them from standard input")
     p.add_argument("--split", default=None,
                    help="node-level checkpoints: the dataset split to predict, train, val, test or all (default: test)")
-    p.add_argument("--data-root", default=None, help="node-level checkpoints: benchmark data root")
+    add_data_root_flag(p, "node-level checkpoints")
     p.add_argument("--cache-dir", default=None, help="node-level checkpoints: cache for processed data")
     p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
     p.add_argument("--smiles-col", default=None,
@@ -942,7 +943,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exclude", action="append", default=[], metavar="FILE",
                    help="also drop the molecules of this SMILES file or CSV (repeatable); the test sets of ZINC, "
                         "molhiv, molpcba, NCI-5K and MoleculeACE are always dropped where their files are found")
-    p.add_argument("--data-root", default=None, help="benchmark data root, for the ZINC, molhiv and molpcba test sets")
+    add_data_root_flag(p, "the ZINC, molhiv and molpcba test sets")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     add_threads_flag(p, default=1, default_text="1")
     add_device_flag(p)
@@ -952,7 +953,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add_command(sub, "data", "list datasets or verify one", EXAMPLES["data"])
     p.add_argument("action", choices=["list", "verify"], help="list: the registered datasets; verify: load one, print its counts")
     p.add_argument("name", nargs="?", help="dataset to verify (see siggate data list)")
-    p.add_argument("--data-root", default=None, help="benchmark data root (default: $SIGGATE_DATA)")
+    add_data_root_flag(p)
     p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE)")
     p.add_argument("--max-graphs", type=int, default=0, metavar="N",
                    help="generated datasets (pattern, cluster): only the first N graphs of each split")

@@ -33,6 +33,7 @@ __all__ = [
     "TASK_LOSSES",
     "HIGHER_IS_BETTER",
     "PREDICT_MAX_ATOMS",
+    "DATA_ROOT_DEFAULT",
     "DUPLICATES",
     "DEFAULT_MEMBERS",
     "DEFAULT_WEIGHTS",
@@ -156,6 +157,9 @@ HIGHER_IS_BETTER = {"mae": False, "rocauc": True, "ap": True, "accuracy": True, 
 #: ``siggate predict``'s default ``--max-atoms``: larger molecules are refused (attention is
 #: quadratic); training on a CSV warns about molecules above it.
 PREDICT_MAX_ATOMS = 1000
+#: where the benchmark data root is looked for without --data-root (siggate.data.base.default_data_root),
+#: in the words of the command line's help
+DATA_ROOT_DEFAULT = "$SIGGATE_DATA, else ../shared/data beside a checkout of siggate"
 #: ``data.duplicates`` (``--duplicates``): what a CSV's repeated molecules become: kept as
 #: separate rows, merged into one row with their mean label (regression), or the first row kept.
 DUPLICATES = ("keep", "average", "first")
@@ -377,6 +381,14 @@ def add_progress_flag(p) -> None:
 
     p.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bars (default: on when the output is a terminal)")
+
+
+def add_data_root_flag(p, what: str = "", default: str | None = None) -> None:
+    """``--data-root``: the benchmark data root (``what`` says which files are read there), by
+    default :data:`DATA_ROOT_DEFAULT` (``default``: what this command looks at before it)."""
+    text = "benchmark data root" + (f", for {what}" if what else "")
+    first = f"{default}, or " if default else ""
+    p.add_argument("--data-root", default=None, help=f"{text} (default: {first}{DATA_ROOT_DEFAULT})")
 
 
 def progress_enabled(args) -> bool:

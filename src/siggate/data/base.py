@@ -195,7 +195,8 @@ def default_cache_dir() -> Path:
 
 
 def default_data_root() -> Path | None:
-    """Data root: ``$SIGGATE_DATA``, else ``../shared/data`` next to the checkout if present."""
+    """Data root: ``$SIGGATE_DATA``, else ``../shared/data`` next to the checkout if present
+    (:data:`siggate.options.DATA_ROOT_DEFAULT` says so in the help)."""
     env = os.environ.get("SIGGATE_DATA")
     if env:
         return Path(env)

@@ -29,7 +29,14 @@ from pathlib import Path
 
 from ..config_args import add_command
 from ..files import atomic_write_bytes, out_dir_problem
-from ..options import GATE_KINDS, GATE_POSITIONS, add_progress_flag, parse_gate_spec, progress_enabled
+from ..options import (
+    GATE_KINDS,
+    GATE_POSITIONS,
+    add_data_root_flag,
+    add_progress_flag,
+    parse_gate_spec,
+    progress_enabled,
+)
 from .executor import ExecutorError, add_executor_args
 
 log = logging.getLogger("siggate.compare")
@@ -739,7 +746,7 @@ def register(subparsers) -> None:
     p.add_argument("--jobs", type=int, default=1, help="local back-end: runs at a time (default: 1)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per run (default: CPU cores / jobs)")
-    p.add_argument("--data-root", default=None, help="benchmark data root")
+    add_data_root_flag(p)
     p.add_argument("--cache-dir", default=None, help="cache for processed data")
     p.add_argument("--out", required=True, help="output folder (runs/, results.json, results.md, val_curves.png)")
     add_executor_args(p)
