@@ -264,11 +264,23 @@ zinc16() {  # issue 28 item 4, in one lane at a time: its commit (d4e68f1) preda
   # lock, so the lane holds one; every process of the campaign inherits it, so it is free again
   # only when the last of them has ended (stop ends them all; a campaign that outlives its lane
   # keeps the other lane out, as it should)
-  local rc=0
-  flock -n -E 75 "$STUDY/lanes/zinc16.lock" env FOREGROUND=1 bash "$ROOT/benchmarks/results/campaign/study.sh" \
-      resume zinc16 || rc=$?
+  # Its runs go two at a time once the pretrained pair's fine-tunes are all in: the pretrain lane then
+  # has nothing left but this campaign, which the lock keeps it out of, so its core would sit idle
+  # (ZINC16_JOBS overrides; each run has one thread either way, so its results do not change)
+  local rc=0 jobs=1
+  if finetunes_done; then jobs=2; fi
+  flock -n -E 75 "$STUDY/lanes/zinc16.lock" env FOREGROUND=1 JOBS="${ZINC16_JOBS:-$jobs}" \
+      bash "$ROOT/benchmarks/results/campaign/study.sh" resume zinc16 || rc=$?
   if [ "$rc" = 75 ]; then say "zinc16 is locked by another process (the other lane, or a campaign left from an earlier start); skipped here"; return 0; fi
   return "$rc"
+}
+
+finetunes_done() {  # every fine-tune of the pretrained pair is in: both arms, seeds 0-2, the 20 public targets
+  [ -f "$MACE_RESULTS" ] && python3 -c 'import json, sys, collections
+done = collections.Counter((r.get("recipe"), r.get("seed")) for r in json.load(open(sys.argv[1]))["rows"]
+                           if r.get("tool") == "siggate" and r.get("status") == "ok")
+sys.exit(any(done[(f"pt-attn-{gate}", seed)] < 20 for gate in sys.argv[2:] for seed in (0, 1, 2)))' \
+      "$MACE_RESULTS" "${STUDY_GATES[@]}"
 }
 
 pair_pretrained() {  # both pretrainings of the pair are finished (their run folders are here)

@@ -236,3 +236,28 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     assert r.returncode == 0 and r.stdout.splitlines()[1:] == [
         "mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args --members gnn,svr,rf --weights val "
         f"--init {study}/pt-gine-long/pretrained-{sha}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
+
+
+def test_zinc16_takes_both_cores_once_the_pretrained_pairs_fine_tunes_are_in(tmp_path):
+    """The campaign runs one at a time while the pretrain lane still fine-tunes, and two at a time
+    once every fine-tune (both arms, seeds 0-2, 20 targets) is in: that lane then only finds the
+    campaign locked and ends, leaving its core idle. ZINC16_JOBS overrides."""
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "lanes").mkdir()
+
+    def rows(seeds_of_none):
+        return {"rows": [{"tool": "siggate", "recipe": f"pt-attn-{g}", "seed": s, "target": f"T{t}", "status": "ok"}
+                         for g in ("elementwise", "none") for s in ((0, 1, 2) if g == "elementwise" else seeds_of_none)
+                         for t in range(20)]}
+
+    stub = 'flock() { shift 4; echo "$@"; }; zinc16'  # the locked command line, not the campaign
+    results = study / "moleculeace-results.json"
+    for seeds, extra, jobs in (((0, 1), {}, "1"), ((0, 1, 2), {}, "2"), ((0, 1, 2), {"ZINC16_JOBS": "1"}, "1")):
+        results.write_text(json.dumps(rows(seeds)))
+        r = _lanes_function(tmp_path, stub, **extra)
+        assert r.returncode == 0 and f" JOBS={jobs} " in r.stdout and r.stdout.startswith("env FOREGROUND=1"), \
+            r.stdout + r.stderr
+    results.unlink()  # no results yet: one at a time
+    r = _lanes_function(tmp_path, stub)
+    assert " JOBS=1 " in r.stdout, r.stdout + r.stderr
