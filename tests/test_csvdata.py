@@ -156,7 +156,7 @@ def test_rows_predict_would_refuse_do_not_train(tmp_path):
     from siggate.data.chem import InvalidSmiles
 
     reader = SmilesPredictor.__new__(SmilesPredictor)  # its SMILES reader alone, at the default limit
-    reader.max_atoms, reader.mol_features = 1000, "none"
+    reader.max_atoms, reader.mol_features, reader.fragments = 1000, "none", "all"
     for row in ds.invalid:  # predict's own words for the same molecules
         with pytest.raises(InvalidSmiles) as caught:
             reader._graph(row.smiles)
@@ -336,15 +336,17 @@ def test_a_split_column_is_never_merged_across(tmp_path, caplog, mode):
 
 
 def test_salts_are_named_and_a_salt_and_its_base_across_splits_is_warned(tmp_path, caplog):
-    """Molecules of several fragments train as they are (as predict reads them), with a note each
-    naming the largest fragment (most heavy atoms, not the longest SMILES: acetate, not sodium);
-    rows whose largest fragment is another molecule's, or its largest fragment, in another split
-    (a salt and its free base) get a note each and one warning. No row or split changes."""
+    """Molecules of several fragments train as written by default (as predict reads them), with a
+    note each naming their parent: the largest fragment (most heavy atoms, not the longest
+    SMILES: butane, not bromide) neutralized (CC[NH3+] is CCN's ammonium, acetate acetic acid).
+    Rows whose parent is another molecule's parent in another split (a salt and its free base,
+    written neutral or charged) get a note each and one warning naming --fragments parent. No row
+    or split changes."""
     caplog.set_level("WARNING", logger="siggate.data.csvdata")
     path = tmp_path / "salts.csv"
     rows = [("CCN.Cl", 1.0, "train"), ("NCC", 1.1, "test"), ("[Na+].CC(=O)[O-]", 2.0, "train"),
-            ("CC(=O)[O-].[K+]", 2.1, "val"), ("CCO.CCO", 3.0, "train"), ("c1ccccc1O", 4.0, "test"),
-            ("CCCC.[Br-]", 5.0, "train"), ("CCCC", 6.0, "test"), ("CCN.Br", 1.2, "train")]
+            ("CC(=O)O", 2.1, "val"), ("CCO.CCO", 3.0, "train"), ("c1ccccc1O", 4.0, "test"),
+            ("CCCC.[Br-]", 5.0, "train"), ("CCCC", 6.0, "test"), ("CC[NH3+].[Cl-]", 1.2, "train")]
     path.write_text("smiles,y,fold\n" + "".join(f"{m},{y},{f}\n" for m, y, f in rows))
     ds = load_csv(path, "smiles", ["y"], "regression", split="column:fold", cache_dir=tmp_path / "c")
     assert _split_of(ds) == {r: f for r, (_, _, f) in enumerate(rows)} and not ds.invalid
@@ -352,34 +354,82 @@ def test_salts_are_named_and_a_salt_and_its_base_across_splits_is_warned(tmp_pat
     assert {g.idx: g.num_nodes for g in _all(ds)}[0] == 4  # C, C, N and the chloride: it stays in the graph
     notes = sorted((n.index, n.issue, n.detail) for n in ds.notes)
     assert notes == [(0, "parent across splits", "train row; its parent CCN is also the parent of test row 1"),
-                     (0, "several fragments", "2 fragments; the largest: CCN"),
+                     (0, "several fragments", "2 fragments, all read; the parent: CCN"),
                      (1, "parent across splits", "test row; its parent CCN is also the parent of train row 0, "
                                                  "train row 8"),
-                     (2, "parent across splits", "train row; its parent CC(=O)[O-] is also the parent of val row 3"),
-                     (2, "several fragments", "2 fragments; the largest: CC(=O)[O-]"),
-                     (3, "parent across splits", "val row; its parent CC(=O)[O-] is also the parent of train row 2"),
-                     (3, "several fragments", "2 fragments; the largest: CC(=O)[O-]"),
-                     (4, "several fragments", "2 fragments; the largest: CCO"),
+                     (2, "parent across splits", "train row; its parent CC(=O)O is also the parent of val row 3"),
+                     (2, "several fragments", "2 fragments, all read; the parent: CC(=O)O"),
+                     (3, "parent across splits", "val row; its parent CC(=O)O is also the parent of train row 2"),
+                     (4, "several fragments", "2 fragments, all read; the parent: CCO"),
                      (6, "parent across splits", "train row; its parent CCCC is also the parent of test row 7"),
-                     (6, "several fragments", "2 fragments; the largest: CCCC"),  # 4 heavy atoms; [Br-]: 1
+                     (6, "several fragments", "2 fragments, all read; the parent: CCCC"),  # 4 heavy atoms; [Br-]: 1
                      (7, "parent across splits", "test row; its parent CCCC is also the parent of train row 6"),
                      (8, "parent across splits", "train row; its parent CCN is also the parent of test row 1"),
-                     (8, "several fragments", "2 fragments; the largest: CCN")]
+                     (8, "several fragments", "2 fragments, all read; the parent: CCN")]
     messages = [r.getMessage() for r in caplog.records]
     assert [m for m in messages if "several fragments" in m] == [
-        "salts.csv: 6 molecules have several fragments (salts or mixtures; first: row 0, CCN.Cl): each trains as one "
+        "salts.csv: 5 molecules have several fragments (salts or mixtures; first: row 0, CCN.Cl): each trains as one "
         "graph and one fingerprint, counterions included, and siggate predict reads them the same way; if the property "
-        "is the parent's, keep each molecule's largest fragment before training (data_report.csv lists them)"]
-    assert [m for m in messages if "share their largest fragment" in m] == [
-        "salts.csv: 7 rows share their largest fragment with another molecule in another split (first: row 0, CCN.Cl; "
-        "train row; its parent CCN is also the parent of test row 1), e.g. a salt and its free base, so the val/test "
-        "scores are optimistic; strip counterions before training, or give such rows one split (data_report.csv "
+        "is the parent's, pass --fragments parent (data.fragments: the largest fragment, neutralized; data_report.csv "
         "lists them)"]
+    assert [m for m in messages if "share their parent" in m] == [
+        "salts.csv: 7 rows share their parent (largest fragment, neutralized) with another molecule in another split "
+        "(first: row 0, CCN.Cl; train row; its parent CCN is also the parent of test row 1), e.g. a salt and its free "
+        "base, so the val/test scores are optimistic; pass --fragments parent to read each molecule as its parent, "
+        "which keeps them in one split (a split column's rows stay where it puts them; data_report.csv lists them)"]
     # one split for all of them, or no fragments: no warning of either kind
     caplog.clear()
     path.write_text("smiles,y\n" + "".join(f"{m},{y}\n" for m, y, _ in rows if "." not in m))
     ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c2")
     assert ds.notes == [] and not [r for r in caplog.records if "fragment" in r.getMessage()]
+
+
+def test_fragments_parent_reads_each_molecule_as_its_parent_in_training_and_predict(tmp_path, caplog):
+    """--fragments parent: every molecule is read as its parent (largest fragment, neutralized,
+    parsed again from its canonical SMILES), so a salt and its free base are one molecule, merged
+    by --duplicates and drawn into one split; the graphs and the tables hold the parent. siggate
+    predict of the run reads SMILES the same way: salt, charged and neutral forms predict alike."""
+    import numpy as np
+
+    from siggate.cli import main
+    from test_predict import nci_smiles
+
+    caplog.set_level("INFO", logger="siggate.data.csvdata")
+    forms = ["CCN.Cl", "CC[NH3+].[Cl-]", "NCC", "[Na+].CC(=O)[O-]", "CC(=O)O"]
+    others = [s for s in nci_smiles(60) if "." not in s][:40]
+    path = tmp_path / "salts.csv"
+    path.write_text("smiles,y\n" + "".join(f"{m},{i % 7}\n" for i, m in enumerate(forms + others)))
+    ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c",
+                  duplicates="average", fragments="parent")
+    kept = {g.idx: g for g in _all(ds)}
+    assert [(r.index, r.reason) for r in ds.invalid] == [(1, "merged into row 0 (--duplicates average)"),
+                                                         (2, "merged into row 0 (--duplicates average)"),
+                                                         (4, "merged into row 3 (--duplicates average)")]
+    assert (kept[0].smiles, kept[3].smiles, kept[0].num_nodes) == ("CCN", "CC(=O)O", 3)
+    assert float(kept[0].y) == pytest.approx(np.mean([0, 1, 2])) and float(kept[3].y) == pytest.approx(3.5)
+    assert [n.detail for n in ds.notes if n.issue == "several fragments"][0] == "2 fragments, read as its parent: CCN"
+    assert not [n for n in ds.notes if n.issue == "parent across splits"]
+    assert [r.getMessage() for r in caplog.records if "several fragments" in r.getMessage()] == [
+        "salts.csv: 2 molecules have several fragments (salts or mixtures); each is read as its parent "  # rows 0, 3
+        "(--fragments parent)"]
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(path), "--target-col", "y", "--split", "random", "--members", "svr",
+                 "--fragments", "parent", "--out", str(out), "--cache-dir", str(tmp_path / "c3"), "--no-progress"]) == 0
+    from siggate.train.predict import SmilesPredictor
+
+    reader = SmilesPredictor(out)
+    rows = reader.predict_rows(["CCN.Br", "CC[NH3+]", "CCN", "CC(=O)[O-].[K+]", "CC(=O)O"])
+    assert [r["smiles"] for r in rows] == ["CCN.Br", "CC[NH3+]", "CCN", "CC(=O)[O-].[K+]", "CC(=O)O"]
+    assert rows[0]["y"] == rows[1]["y"] == rows[2]["y"] and rows[3]["y"] == rows[4]["y"]
+    assert reader.featurize("CC[NH3+].[Cl-]").smiles == "CCN" and reader.fragments == "parent"
+    # explain draws and lists the parent's atoms, in the graph's order
+    assert main(["explain", "--checkpoint", str(out), "[Cl-].[NH3+]CC", "--out", str(tmp_path / "why")]) == 0
+    atoms = (tmp_path / "why" / "atoms.csv").read_text().splitlines()
+    assert [line.split(",")[:3] for line in atoms[1:]] == [["0", "0", "C"], ["0", "1", "C"], ["0", "2", "N"]]
+    with pytest.raises(ValueError, match="data.fragments: 'parent' applies to CSV data"):
+        from siggate.config import load_config
+
+        load_config("nci5k", ["data.fragments=parent"])
 
 
 def test_random_and_scaffold_splits_keep_one_molecule_in_one_split(tmp_path):

@@ -530,6 +530,19 @@ def test_a_dataframes_column_name_is_kept_and_checked_at_predict(molecules):
     assert est.predict(pd.DataFrame({"name": smiles[40:43]})).shape == (3,)
 
 
+def test_fragments_parent_in_overrides_reads_salts_as_their_parents(molecules):
+    """data.fragments is the caller's to set: with 'parent' the fitted estimator predicts a salt,
+    its charged form and its free base alike (as siggate predict of such a run does)."""
+    import siggate
+
+    smiles, y = molecules
+    est = siggate.SigGateRegressor(**FP, overrides=("data.fragments=parent",)).fit(smiles[:40], y[:40])
+    salt, base, other_salt = est.predict([f"{smiles[40]}.Cl", smiles[40], f"[Na+].{smiles[40]}"])
+    assert salt == base == other_salt
+    plain = siggate.SigGateRegressor(**FP).fit(smiles[:40], y[:40])
+    assert plain.predict([f"{smiles[40]}.Cl"])[0] != plain.predict([smiles[40]])[0]  # read with its counterion
+
+
 def test_predict_takes_every_molecule_fit_trained_on(molecules):
     """fit trained on molecules predict then refused: a wildcard atom and only hydrogens (now left
     out at fit, named in its warning), and a molecule above predict's atom limit (it trains, with a

@@ -25,6 +25,7 @@ from .options import (
     DUPLICATES,
     EVAL_NORMS,
     FLAT_ATTENTION_KEYS,
+    FRAGMENTS,
     GATE_KINDS,
     GATE_POSITIONS,
     LOCAL_MODEL_NAMES,
@@ -70,6 +71,7 @@ class DataConfig:
     decimal: str = "."         # CSV decimal mark of the targets: "." or "," (European spreadsheets)
     duplicates: str = "keep"   # CSV rows of one molecule: keep, average (regression) or first
     val_fraction: float = 0.0  # a CSV split column without val rows: this fraction of its train rows becomes val
+    fragments: str = "all"     # CSV molecules: read as written ("all") or as their parent (largest fragment, neutralized)
     max_graphs: int = 0        # > 0: only the first N graphs of each split (quick runs, tests)
     num_nodes: int = 0         # sbm-large: nodes of its one graph; 0: the dataset's default
     seed: int = 0              # generated graph sets (pattern, cluster): the generator's draw of the recipe
@@ -198,6 +200,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "data.task": _choice("regression", "binary", "multilabel"),
     "data.decimal": _choice(".", ","),
     "data.duplicates": _choice(*DUPLICATES),
+    "data.fragments": _choice(*FRAGMENTS),
     "model.local": _choice(*sorted(LOCAL_MODEL_NAMES), "none"),
     "model.gate": _choice(*GATE_KINDS),
     "model.gate_position": _choice(*GATE_POSITIONS),
@@ -591,6 +594,9 @@ def _check_data(cfg: Config) -> None:
         if cfg.model.mol_features != "none" and DATASET_META[cfg.data.name]["level"] != "graph":
             raise ConfigError(f"model.mol_features: {cfg.model.mol_features!r} adds one vector per molecule to "
                               f"a graph-level readout; {cfg.data.name} predicts per node. Set model.mol_features=none.")
+        if cfg.data.fragments != "all":
+            raise ConfigError(f"data.fragments: {cfg.data.fragments!r} applies to CSV data (siggate train --data); "
+                              f"{cfg.data.name}'s molecules are read as the benchmark publishes them. Remove it.")
         if split is not None and "split" not in DATASET_META[cfg.data.name]["options"]:
             takers = sorted(n for n, meta in DATASET_META.items() if "split" in meta["options"])
             raise ConfigError(
@@ -664,6 +670,8 @@ def upgrade_config_dict(raw: dict) -> dict:
     - ``train.init`` came with ``siggate pretrain``; older runs started fresh: ``""``.
     - ``data.val_fraction`` came with validation rows drawn from a split column's train rows;
       older runs had none: ``0``.
+    - ``data.fragments`` came with reading a salt as its parent; older runs read every molecule
+      as written: ``"all"``.
     - ``train.warmup_start`` came with ``siggate train``'s 1% warmup start; older runs
       warmed up from GraphGPS's ``0``.
     - ``train.eval_norm`` came with the BatchNorm statistics recomputed before evaluation;
@@ -694,6 +702,7 @@ def upgrade_config_dict(raw: dict) -> dict:
         data["split"] = None
     if isinstance(data, dict):
         data.setdefault("val_fraction", 0.0)
+        data.setdefault("fragments", "all")
     model = out.get("model")
     if isinstance(model, dict) and "fused" in model:
         fused = model.pop("fused")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .config import load_config, override_key
 from .files import out_dir_problem
-from .options import DUPLICATES, add_data_root_flag
+from .options import DUPLICATES, FRAGMENTS, add_data_root_flag
 
 __all__ = ["CLIError", "WARMUP_START", "add_command", "add_config_args", "add_device_flag", "add_threads_flag",
            "check_device", "check_out_folder", "config_from_args", "examples_epilog", "set_keys"]
@@ -102,6 +102,11 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
                         "a warning when their labels differ), average them into one row before splitting "
                         "(regression), or keep the first (data.duplicates); with --split column:NAME only rows "
                         "of one split are merged")
+    p.add_argument("--fragments", default=None, choices=FRAGMENTS,
+                   help="what the model reads of each molecule of --data, in training and in siggate predict: all "
+                        "of it, as written (default; a salt with its counterions), or its parent, the largest "
+                        "fragment neutralized (CC[NH3+].[Cl-] is read as CCN, one molecule with its free base "
+                        "for the duplicates and the splits) (data.fragments)")
     p.add_argument("--val-fraction", default=None, type=float, metavar="F",
                    help="with --split column:NAME whose column has no val rows: draw this fraction of the train "
                         "rows (seeded, a molecule's rows together) as the validation split (data.val_fraction)")
@@ -121,7 +126,8 @@ def check_out_folder(out, what: str) -> None:
 #: the flags that describe ``--data FILE.csv`` and the ``data.*`` key each sets: a key is given by
 #: its flag or by ``--set``, not both
 CSV_FLAGS = {"smiles_col": "smiles_col", "target_col": "target_cols", "task": "task", "split": "split",
-             "duplicates": "duplicates", "decimal": "decimal", "val_fraction": "val_fraction", "sep": "sep"}
+             "duplicates": "duplicates", "decimal": "decimal", "val_fraction": "val_fraction", "sep": "sep",
+             "fragments": "fragments"}
 #: the flags whose values are the CSV's own names (of the columns, of the split column)
 CSV_TEXT_FLAGS = ("smiles_col", "target_col", "split")
 #: what ``--data`` assumes where neither the flag nor ``--set`` gives the key

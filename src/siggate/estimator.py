@@ -73,9 +73,10 @@ _KEYS_FIT_SETS = {"data.name": "X (fit trains on the SMILES it is given)", "data
                   "data.task": "the estimator's class (SigGateRegressor or SigGateClassifier)",
                   "data.split": "val_fraction", "data.val_fraction": "val_fraction",
                   "data.cache_dir": "fit (a folder of its own)", "train.seed": "seed", "train.threads": "threads"}
-#: the ``data.*`` keys an estimator's ``overrides`` may set: what to do with rows of one molecule;
+#: the ``data.*`` keys an estimator's ``overrides`` may set: what to do with rows of one molecule and
+#: with salts;
 #: every other one describes the CSV that fit writes itself (its delimiter, decimal mark, rows)
-_DATA_KEYS_OF_USERS = ("data.duplicates",)
+_DATA_KEYS_OF_USERS = ("data.duplicates", "data.fragments")
 
 
 def _in_estimator_words(text: str, data: Path) -> str:

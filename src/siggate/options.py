@@ -35,6 +35,7 @@ __all__ = [
     "PREDICT_MAX_ATOMS",
     "DATA_ROOT_DEFAULT",
     "DUPLICATES",
+    "FRAGMENTS",
     "DEFAULT_MEMBERS",
     "DEFAULT_WEIGHTS",
     "NO_INIT",
@@ -163,6 +164,11 @@ DATA_ROOT_DEFAULT = "$SIGGATE_DATA, else ../shared/data beside a checkout of sig
 #: ``data.duplicates`` (``--duplicates``): what a CSV's repeated molecules become: kept as
 #: separate rows, merged into one row with their mean label (regression), or the first row kept.
 DUPLICATES = ("keep", "average", "first")
+#: ``data.fragments`` (``--fragments``): what a model reads of a molecule: ``all`` of it, as written
+#: (counterions included), or its ``parent``, the largest fragment neutralized (a salt and its free
+#: base become one molecule), in training and in ``siggate predict`` alike
+#: (:func:`siggate.data.chem.keep_fragments`)
+FRAGMENTS = ("all", "parent")
 #: ``train.init`` (``--init``) for "from scratch", also where a recipe names weights to start from;
 #: the config stores it as ``""`` (:meth:`siggate.config.Config.validate`)
 NO_INIT = "none"

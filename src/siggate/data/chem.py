@@ -25,7 +25,11 @@ from rdkit.Chem import Descriptors
 from rdkit.Chem.Scaffolds import MurckoScaffold
 from torch_geometric.data import Data
 
-from ..options import PREDICT_MAX_ATOMS, SPLITS  # SPLITS: names of the computed splits (:func:`split_indices`)
+from ..options import (  # SPLITS: names of the computed splits (:func:`split_indices`)
+    FRAGMENTS,
+    PREDICT_MAX_ATOMS,
+    SPLITS,
+)
 
 __all__ = [
     "InvalidSmiles",
@@ -40,6 +44,8 @@ __all__ = [
     "split_indices",
     "SPLITS",
     "quiet_rdkit",
+    "parent_molecule",
+    "keep_fragments",
 ]
 
 
@@ -179,6 +185,43 @@ def check_atoms(mol) -> None:
     wild = [a.GetIdx() + 1 for a in atoms if a.GetAtomicNum() == 0]
     if wild:
         raise InvalidSmiles(f"contains a wildcard atom '*' (atomic number 0) at atom {wild[0]}, which is not an element")
+
+
+def parent_molecule(mol: Chem.Mol) -> tuple[Chem.Mol, int]:
+    """``(parent, the molecule's number of fragments)``: the parent of a salt or mixture as
+    ChEMBL's curation defines it, its largest fragment (most heavy atoms, of those the first
+    canonical SMILES) neutralized where that is possible (RDKit's ``Uncharger``: ``CC[NH3+]`` ->
+    ``CCN``, ``CC(=O)[O-]`` -> ``CC(=O)O``; a quaternary ammonium stays charged). So ``CCN.Cl``,
+    ``CC[NH3+].[Cl-]`` and ``CCN`` have one parent. A molecule RDKit cannot neutralize (partly
+    sanitized) keeps its charges."""
+    from rdkit.Chem.MolStandardize import rdMolStandardize
+
+    parts = Chem.GetMolFrags(mol)
+    frag = mol
+    if len(parts) > 1:
+        frags = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False)
+        heavy = [sum(1 for i in part if mol.GetAtomWithIdx(i).GetAtomicNum() > 1) for part in parts]
+        frag = min(zip(heavy, frags), key=lambda hf: (-hf[0], Chem.MolToSmiles(hf[1])))[1]
+    try:
+        frag = rdMolStandardize.Uncharger().uncharge(frag)
+    except Exception:  # partly sanitized: kept as written
+        pass
+    return frag, len(parts)
+
+
+def keep_fragments(mol: Chem.Mol, fragments: str) -> Chem.Mol:
+    """The molecule a model reads under ``data.fragments`` (:data:`~siggate.options.FRAGMENTS`):
+    ``"all"``, the molecule as written; ``"parent"``, its parent (:func:`parent_molecule`) parsed
+    again from its canonical SMILES, so that its atoms are in the order that SMILES gives them (what
+    the graph, the fingerprints and ``siggate explain``'s pictures all read). One rule for a CSV's
+    training rows and ``siggate predict``."""
+    if fragments == "all":
+        return mol
+    if fragments != "parent":
+        raise ValueError(f"fragments must be one of {FRAGMENTS}, got {fragments!r}")
+    parent = parent_molecule(mol)[0]
+    again = Chem.MolFromSmiles(Chem.MolToSmiles(parent))
+    return parent if again is None else again  # a partly sanitized parent: as it is
 
 
 #: characters a SMILES may spend per atom (bracket atoms, ring bonds, branches) before it is

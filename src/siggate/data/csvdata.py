@@ -24,12 +24,14 @@ Suspicious data is named before training, each case with its fix:
 * molecules above ``siggate predict``'s atom limit (:data:`~siggate.options.PREDICT_MAX_ATOMS`):
   a warning with their count (they train, but predict would refuse them), and a note each;
 * numbers written with a decimal comma (``-5,49``): refused naming the fix, ``decimal=","``;
-* molecules of several fragments (salts, mixtures: ``CCN.Cl``): trained as one graph and one
-  fingerprint, as ``siggate predict`` reads them, with a warning naming their count and a note
-  each (:data:`FRAGMENTS`); and rows whose largest fragment is another row's molecule or largest
-  fragment in another split (a salt and its free base, one in training and one in test): a warning
-  that the val/test scores are optimistic and a note each (:data:`PARENT_ACROSS_SPLITS`). Neither
-  changes a row or its split: stripping counterions is a choice about the property, the user's.
+* molecules of several fragments (salts, mixtures: ``CCN.Cl``): a note each
+  (:data:`SEVERAL_FRAGMENTS`). By default (``fragments="all"``) they train as written, one graph
+  and one fingerprint with the counterions, as ``siggate predict`` reads them, with a warning
+  naming ``fragments="parent"`` (``--fragments parent``: each molecule read as its parent, the
+  largest fragment neutralized, here and in predict); rows whose parent is another molecule's
+  parent in another split (a salt and its free base, one in training and one in test) get a note
+  each (:data:`PARENT_ACROSS_SPLITS`) and a warning that the val/test scores are optimistic. With
+  ``"parent"`` such rows are one molecule, kept in one split (a split column's aside).
 
 :func:`write_run_tables` writes ``splits.csv`` (every row's split or why it was dropped)
 and ``data_report.csv`` (every dropped row and every note) into a run folder.
@@ -53,7 +55,7 @@ import pandas as pd
 import torch
 
 from ..files import atomic_write_bytes
-from ..options import DELIMITERS, DUPLICATES, PREDICT_MAX_ATOMS, closest_name
+from ..options import DELIMITERS, DUPLICATES, FRAGMENTS, PREDICT_MAX_ATOMS, closest_name
 from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, RowNote, TaskInfo, default_cache_dir
 from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
 from .chem import (
@@ -61,8 +63,10 @@ from .chem import (
     SPLITS,
     InvalidSmiles,
     check_atoms,
+    keep_fragments,
     mol_to_graph,
     murcko_scaffold,
+    parent_molecule,
     parse_smiles,
     split_indices,
 )
@@ -502,6 +506,7 @@ def build_csv(
     decimal: str = ".",
     duplicates: str = "keep",
     val_fraction: float = 0.0,
+    fragments: str = "all",
 ) -> GraphDataset:
     """Featurize a CSV (no caching); see :func:`load_csv`."""
     path = Path(path)
@@ -535,7 +540,9 @@ def build_csv(
                         f"split column {split_col!r}: unknown value {split_all[i]!r} "
                         "(expected train, val, valid or test)"
                     )
-            mol = parse_smiles(smi, allow_unsanitized=allow_unsanitized, max_length=MAX_SMILES_LENGTH)
+            written = parse_smiles(smi, allow_unsanitized=allow_unsanitized, max_length=MAX_SMILES_LENGTH)
+            mol = keep_fragments(written, fragments)  # what the model reads, by predict's rule
+            parent = _parent(written)
             try:
                 check_atoms(mol)  # predict's rule: a molecule it refuses does not train either
             except InvalidSmiles as exc:  # dropped once the splits are drawn: every other row keeps the split
@@ -555,12 +562,12 @@ def build_csv(
         except Exception as exc:  # never let one odd row stop the whole file
             invalid.append(InvalidRow(i, smi, f"{type(exc).__name__}: {exc}"))
             continue
-        data.smiles = smi
+        data.smiles = smi if fragments == "all" else same  # the SMILES the members and the tables read
         data.idx = i
         graphs.append(data)
         keys.append(key)
         canon.append(same)
-        parents.append(_largest_fragment(mol, same))
+        parents.append((parent[0] or same, parent[1]))
 
     # a split column is the user's: rows of one molecule are merged only within a split
     keep, notes, merged = _duplicates(canon, graphs, y_all, target_cols, duplicates,
@@ -573,8 +580,9 @@ def build_csv(
                                  f"limit of {PREDICT_MAX_ATOMS} (--max-atoms)"))
     for j in keep:  # the rows that train (a merged duplicate is its first row's)
         if parents[j][1] > 1:
-            notes.append(RowNote(graphs[j].idx, graphs[j].smiles, FRAGMENTS,
-                                 f"{parents[j][1]} fragments; the largest: {parents[j][0]}"))
+            read = READ_AS_PARENT if fragments == "parent" else "all read; the parent"
+            notes.append(RowNote(graphs[j].idx, smiles_all[graphs[j].idx].strip(), SEVERAL_FRAGMENTS,
+                                 f"{parents[j][1]} fragments, {read}: {parents[j][0]}"))
     graphs, keys, canon, parents = ([graphs[j] for j in keep], [keys[j] for j in keep], [canon[j] for j in keep],
                                     [parents[j][0] for j in keep])
     invalid.sort(key=lambda r: r.index)
@@ -635,34 +643,35 @@ def _canonical(mol, smiles: str) -> str:
 
 
 #: the note of a row whose molecule has several fragments (a salt, a mixture)
-FRAGMENTS = "several fragments"
-#: the note of a row whose largest fragment is another row's molecule, or largest fragment, in another split
+SEVERAL_FRAGMENTS = "several fragments"
+#: how that note says that the model reads the parent (``fragments="parent"``)
+READ_AS_PARENT = "read as its parent"
+#: the note of a row whose parent is another molecule's parent in another split
 PARENT_ACROSS_SPLITS = "parent across splits"
+#: rows a note names at most (then "and N more")
+_NAMED_ROWS = 3
 
 
-def _largest_fragment(mol, same: str) -> tuple[str, int]:
-    """``(the canonical SMILES of the molecule's largest fragment, its number of fragments)``:
-    the fragment of most heavy atoms, of those the first canonical SMILES; ``(same, 1)`` for a
-    molecule of one fragment (``same``: its canonical SMILES)."""
+def _parent(mol) -> tuple[str | None, int]:
+    """``(the canonical SMILES of the molecule's parent, its number of fragments)``
+    (:func:`~siggate.data.chem.parent_molecule`), ``None`` for the SMILES where RDKit cannot
+    write the parent (the molecule is then its own parent)."""
     from rdkit import Chem
 
-    atoms = Chem.GetMolFrags(mol)
-    if len(atoms) < 2:
-        return same, 1
+    n = len(Chem.GetMolFrags(mol))
     try:
-        frags = [Chem.MolToSmiles(f) for f in Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False)]
-    except Exception:  # RDKit cannot write one: the molecule is its own parent
-        return same, len(atoms)
-    heavy = [sum(1 for i in part if mol.GetAtomWithIdx(i).GetAtomicNum() != 1) for part in atoms]
-    return min(zip(heavy, frags), key=lambda hf: (-hf[0], hf[1]))[1], len(atoms)
+        return Chem.MolToSmiles(parent_molecule(mol)[0]), n
+    except Exception:
+        return None, n
 
 
 def _parents_across_splits(idx: dict[str, list[int]], graphs: list, canon: list[str],
                            parents: list[str]) -> list[RowNote]:
-    """A :data:`PARENT_ACROSS_SPLITS` note on each row whose largest fragment (``parents``, one per
-    graph) is the molecule or the largest fragment of a row of another molecule (``canon``) in
-    another split: a salt and its free base, or two salts of one base, on both sides of the split.
-    Rows of one molecule in several splits are the duplicates' note (:data:`CROSS_SPLIT`)."""
+    """A :data:`PARENT_ACROSS_SPLITS` note on each row whose parent (``parents``, one per graph:
+    the largest fragment, neutralized) is the parent of a row of another molecule (``canon``) in
+    another split: a salt and its free base, two salts of one base, or one compound written in two
+    charge states, on both sides of the split. Rows of one molecule in several splits are the
+    duplicates' note (:data:`CROSS_SPLIT`)."""
     where = {j: name for name, rows in idx.items() for j in rows}
     groups: dict[str, list[int]] = {}
     for j in sorted(where):
@@ -674,7 +683,8 @@ def _parents_across_splits(idx: dict[str, list[int]], graphs: list, canon: list[
         for j in members:
             others = [k for k in members if where[k] != where[j] and canon[k] != canon[j]]
             if others:
-                rows = ", ".join(f"{where[k]} row {graphs[k].idx}" for k in others)
+                rows = ", ".join(f"{where[k]} row {graphs[k].idx}" for k in others[:_NAMED_ROWS])
+                rows += f" and {len(others) - _NAMED_ROWS} more" if len(others) > _NAMED_ROWS else ""
                 notes.append(RowNote(graphs[j].idx, graphs[j].smiles, PARENT_ACROSS_SPLITS,
                                      f"{where[j]} row; its parent {parent} is also the parent of {rows}"))
     return notes
@@ -808,6 +818,7 @@ def load_csv(
     decimal: str = ".",
     duplicates: str = "keep",
     val_fraction: float = 0.0,
+    fragments: str = "all",
 ) -> GraphDataset:
     """Load a CSV of SMILES and targets as a :class:`GraphDataset` (cached).
 
@@ -836,6 +847,11 @@ def load_csv(
         val_fraction: with ``split="column:NAME"`` whose column names no val row: this
             fraction of the train rows (at least one; whole molecules, drawn with ``seed``)
             becomes the val split (``--val-fraction``). A column with val rows is refused.
+        fragments: what the model reads of a molecule: ``"all"`` of it, as written (counterions
+            included), or its ``"parent"``, the largest fragment neutralized
+            (:func:`~siggate.data.chem.keep_fragments`, ``siggate predict``'s rule too). With
+            ``"parent"`` a salt and its free base are one molecule (for the duplicates and the
+            splits), and a graph's ``smiles`` is the parent's canonical SMILES.
 
     Raises:
         ValueError: bad arguments. :class:`~siggate.data.base.DataError` (a
@@ -853,6 +869,8 @@ def load_csv(
         raise ValueError(f"decimal must be '.' or ',', got {decimal!r}")
     if duplicates not in DUPLICATES:
         raise ValueError(f"duplicates must be one of {DUPLICATES}, got {duplicates!r}")
+    if fragments not in FRAGMENTS:
+        raise ValueError(f"fragments must be one of {FRAGMENTS}, got {fragments!r}")
     if not 0.0 <= float(val_fraction) < 1.0 or (val_fraction and _parse_split(split) is None):
         raise ValueError(f"val_fraction must be in [0, 1) and needs split='column:NAME', got {val_fraction!r} "
                          f"with split {split!r}")
@@ -875,6 +893,7 @@ def load_csv(
         "decimal": decimal,
         "duplicates": duplicates,
         "val_fraction": float(val_fraction),
+        "fragments": fragments,
         "notes": 2,  # the datasets carry their row notes (2: fragments and parents across splits) and row count
         "version": CSV_VERSION,
     }
@@ -887,6 +906,7 @@ def load_csv(
         lambda: build_csv(
             path, smiles_col, target_cols, task, split, seed, frac=frac, sep=sep,
             allow_unsanitized=allow_unsanitized, decimal=decimal, duplicates=duplicates, val_fraction=val_fraction,
+            fragments=fragments,
         ),
         save=save_dataset,
         load=load_dataset,
@@ -974,7 +994,8 @@ def _report(path: Path, ds: GraphDataset, fresh: bool) -> None:
 
 
 def _warn_notes(name: str, ds: GraphDataset) -> None:
-    """One warning per kind of :attr:`GraphDataset.notes` (conflicting duplicates, large molecules)."""
+    """One warning per kind of :attr:`GraphDataset.notes` (conflicting duplicates, duplicates across a
+    split column, several fragments, parents across splits, large molecules)."""
     groups: dict[frozenset, float] = {}  # rows of one molecule -> its largest label spread
     for n in ds.notes:
         if n.issue == "conflicting duplicate":
@@ -1000,17 +1021,22 @@ def _warn_notes(name: str, ds: GraphDataset) -> None:
                        "%d, %s; %s), so its val/test scores are optimistic; rows are merged (--duplicates) only within "
                        "a split. Give each molecule one split (data_report.csv lists them)", name, len(cross),
                        cross[0].index, cross[0].smiles, cross[0].detail)
-    salts = [n for n in ds.notes if n.issue == FRAGMENTS]
-    if salts:
+    salts = [n for n in ds.notes if n.issue == SEVERAL_FRAGMENTS]
+    if salts and all(READ_AS_PARENT in n.detail for n in salts):
+        logger.info("%s: %d molecules have several fragments (salts or mixtures); each is read as its parent "
+                    "(--fragments parent)", name, len(salts))
+    elif salts:
         logger.warning("%s: %d molecules have several fragments (salts or mixtures; first: row %d, %s): each trains "
                        "as one graph and one fingerprint, counterions included, and siggate predict reads them the "
-                       "same way; if the property is the parent's, keep each molecule's largest fragment before "
-                       "training (data_report.csv lists them)", name, len(salts), salts[0].index, salts[0].smiles)
+                       "same way; if the property is the parent's, pass --fragments parent (data.fragments: the "
+                       "largest fragment, neutralized; data_report.csv lists them)", name, len(salts), salts[0].index,
+                       salts[0].smiles)
     parents = [n for n in ds.notes if n.issue == PARENT_ACROSS_SPLITS]
     if parents:
-        logger.warning("%s: %d rows share their largest fragment with another molecule in another split (first: row "
-                       "%d, %s; %s), e.g. a salt and its free base, so the val/test scores are optimistic; strip "
-                       "counterions before training, or give such rows one split (data_report.csv lists them)",
+        logger.warning("%s: %d rows share their parent (largest fragment, neutralized) with another molecule in another "
+                       "split (first: row %d, %s; %s), e.g. a salt and its free base, so the val/test scores are "
+                       "optimistic; pass --fragments parent to read each molecule as its parent, which keeps them in "
+                       "one split (a split column's rows stay where it puts them; data_report.csv lists them)",
                        name, len(parents), parents[0].index, parents[0].smiles, parents[0].detail)
     large = [n for n in ds.notes if n.issue == "large molecule"]
     if large:
@@ -1065,8 +1091,8 @@ def write_run_tables(ds: GraphDataset, out: str | os.PathLike,
     the file), ``row,smiles,<carried columns>,split,reason``: the input's ``carried`` columns
     (:func:`carried_columns`, e.g. IDs), the split (``train``/``val``/``test``), or ``dropped``
     and why. ``data_report.csv``: ``row,smiles,issue,detail`` for every dropped row (issue from
-    :func:`row_issue`) and every note (conflicting duplicates, duplicates across splits, large
-    molecules), in row order. Returns the paths written.
+    :func:`row_issue`) and every note (conflicting duplicates, duplicates across splits, several
+    fragments, parents across splits, large molecules), in row order. Returns the paths written.
     """
     out = Path(out)
     extra, values = carried or ([], {})

@@ -74,7 +74,8 @@ def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encoding
 
         ds = load_csv(d.csv, d.smiles_col, list(d.target_cols), d.task, split=d.split or "scaffold",
                       cache_dir=Path(d.cache_dir) if d.cache_dir else None, seed=seed, sep=d.sep,
-                      decimal=d.decimal, duplicates=d.duplicates, val_fraction=d.val_fraction)
+                      decimal=d.decimal, duplicates=d.duplicates, val_fraction=d.val_fraction,
+                      fragments=d.fragments)
         check_trainable(Path(d.csv), ds, require_test)
     else:  # the data.* keys the dataset takes (registered options; validate() refuses the others)
         from ..data.catalog import DATASET_META

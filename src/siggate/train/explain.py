@@ -209,13 +209,13 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
                     for k in batch:
                         rows[ok[k]]["error"] = f"attribution failed: {type(exc).__name__}: {exc}"
                     continue
-                for j, k in enumerate(batch):
-                    found[ok[k]] = (contrib.atoms[j], contrib.baseline[j], contrib.prediction[j])
+                for j, k in enumerate(batch):  # with the SMILES the graph was built from (a salt's parent)
+                    found[ok[k]] = (contrib.atoms[j], contrib.baseline[j], contrib.prediction[j], graphs[k].smiles)
             for i, (rec, row) in enumerate(zip(recs, rows)):
                 fields = output_fields(rec, at, chunks.columns, n + i, legacy)
                 record = [n + i, fields[at], *[fields[j] for j in kept]]
                 if i in found and not row["error"]:
-                    atoms, base, pred = found[i]
+                    atoms, base, pred, read = found[i]
                     if not (torch.isfinite(atoms).all() and torch.isfinite(pred).all()):
                         row["error"] = "model produced a non-finite prediction"
                 if i not in found or row["error"]:
@@ -223,7 +223,7 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
                     bad += 1
                     continue
                 with quiet_rdkit():
-                    mol = parse_smiles(row["smiles"].strip())
+                    mol = parse_smiles(read)  # its atoms in the order of the graph's
                 elements = [a.GetSymbol() for a in mol.GetAtoms()]
                 for a, (element, values) in enumerate(zip(elements, atoms.tolist())):
                     atom_w.writerow([n + i, a, element, *[number_text(v) for v in values]])

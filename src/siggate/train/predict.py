@@ -66,6 +66,7 @@ from ..data.chem import (
     InvalidSmiles,
     check_atoms,
     check_smiles_length,
+    keep_fragments,
     mol_to_graph,
     parse_smiles,
     quiet_rdkit,
@@ -102,6 +103,18 @@ def run_folder(checkpoint) -> Path | None:
         return path if path.is_dir() else path.parent
     ckpt = getattr(checkpoint, "checkpoint", None)
     return Path(ckpt).parent if ckpt is not None else getattr(checkpoint, "folder", None)
+
+
+def _fragments(predictor) -> str:
+    """The run's ``data.fragments``: what its models read of a molecule (``"all"`` for a run that
+    records no data config, or one saved before the key)."""
+    from ..predictors.base import PredictorFileError
+    from .members import run_data
+
+    try:
+        return run_data(predictor).data.fragments
+    except PredictorFileError:
+        return "all"
 
 
 def run_calibration(folder: Path | None, coverage, info, checkpoint=None):
@@ -258,6 +271,7 @@ class SmilesPredictor:
             self.coverage, self.calibration = run_calibration(
                 folder, coverage, self.info, checkpoint if isinstance(checkpoint, (str, Path)) else None)
         self.domain = _domain(folder) if domain else None
+        self.fragments = _fragments(self.predictor)
         self.outside = 0  # rows predicted outside the applicability domain so far (predict's summary says so)
         if self.info.node_features != "ogb":
             raise InputError(
@@ -333,7 +347,7 @@ class SmilesPredictor:
                     heavy = sum(1 for a in raw.GetAtoms() if a.GetAtomicNum() != 1)
                     if heavy > self.max_atoms:
                         raise InvalidSmiles(self._too_large(heavy, "heavy atoms"))
-            mol = parse_smiles(s)
+            mol = keep_fragments(parse_smiles(s), self.fragments)  # the run's reading of salts
             check_atoms(mol)  # the rule a CSV's training rows pass
             if mol.GetNumAtoms() > self.max_atoms:
                 raise InvalidSmiles(self._too_large(mol.GetNumAtoms(), "atoms"))
@@ -342,6 +356,10 @@ class SmilesPredictor:
                 from ..data.molfeatures import compute
 
                 g.mol_x = torch.from_numpy(compute([mol], self.mol_features))
+        if self.fragments != "all":  # the parent's SMILES, what the members and explain read
+            from rdkit import Chem
+
+            s = Chem.MolToSmiles(mol)
         g.smiles = s
         return g
 
