@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -249,8 +250,9 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
                                                 "writes its own CSV of X and y); drop it from overrides"),
                           (" train.seed =7", "overrides ' train.seed =7': train.seed is set by seed; drop it from "
                                              "overrides and set seed instead"),  # the key as the config reads it
-                          ("seed=7", "--set key must look like section.key (e.g. model.gate), got 'seed'. Did you "
-                                     "mean 'data.seed' or 'train.seed'?".replace("--set", "overrides"))):
+                          ("seed=7", "overrides 'seed=7': seed is this estimator's parameter; set seed=7 instead"),
+                          ("dim=32", "overrides key must look like section.key (e.g. model.gate), got 'dim'. Did you "
+                                     "mean 'model.dim'?")):
         with pytest.raises(ValueError) as caught:
             siggate.SigGateRegressor(out_dir=tmp_path / "run", overrides=(item,)).fit(["CCO", "CCN"], [1.0, 2.0])
         assert str(caught.value) == message and not (tmp_path / "run").exists()
@@ -523,8 +525,12 @@ def test_a_dataframes_column_name_is_kept_and_checked_at_predict(molecules):
         est.predict(pd.DataFrame({"name": smiles[40:43]}))
     assert str(caught.value) == ("X's column is ['name'], but the estimator was fitted on a DataFrame of column "
                                  "['smiles']; give the SMILES in a column of that name (or as a list)")
-    with pytest.raises(ValueError, match=r"X's column is \['SMILES'\]"):
-        est.predict_interval(pd.DataFrame({"SMILES": smiles[40:43]}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused before the calibration's own warning
+        with pytest.raises(ValueError, match=r"X's column is \['SMILES'\]"):
+            est.predict_interval(pd.DataFrame({"SMILES": smiles[40:43]}))
+    with pytest.raises(ValueError, match=r"X must be a sequence of SMILES strings \(\[n\] or \[n, 1\]\), got shape"):
+        est.predict(pd.DataFrame({"smiles": smiles[40:43], "y": y[40:43]}))
     est.fit(smiles[:40], y[:40])
     assert not hasattr(est, "feature_names_in_")
     assert est.predict(pd.DataFrame({"name": smiles[40:43]})).shape == (3,)

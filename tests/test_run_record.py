@@ -168,7 +168,7 @@ def test_the_calibration_is_the_validation_scores_and_predict_coverage_uses_it(r
     assert rc == 0, err
 
 
-def test_evaluate_coverage_is_the_share_of_labels_inside_predicts_intervals(run, capsys, tmp_path):
+def test_evaluate_coverage_is_the_share_of_labels_inside_predicts_intervals(run, capsys, tmp_path, caplog):
     """evaluate --coverage C checks the intervals predict --coverage C draws: on the run's test split
     and on an external labelled file (the test rows, written again) the coverage it reports is the
     share of labels inside predict's [lower, upper], recomputed here, with the mean width; the
@@ -200,6 +200,20 @@ def test_evaluate_coverage_is_the_share_of_labels_inside_predicts_intervals(run,
         assert held == [f"siggate evaluate: at coverage 0.8 the {split} labels fall inside: "
                         + ", ".join(f"{n} {res['coverage'][split][n]['coverage']:.0%} of {res['coverage'][split][n]['n']}"
                                     for n in ("a", "b"))]
+    # labels far from the model's: named below nominal on their 19 molecules, and warned about
+    shifted = tmp_path / "shifted.csv"
+    shifted.write_text("smiles,a,b\n" + "".join(
+        f"{r['smiles']},{float(r['a']) + 50 if r['a'] else ''},{r['b']}\n" for r in rows))
+    rc, text, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(shifted), "--coverage", "0.8"], capsys)
+    low = json.loads(text)["coverage_below_nominal"]["data"]
+    assert rc == 0 and [(i["target"], i["coverage"], i["n"]) for i in low] == [("a", 0.0, 19)], text
+    warned = [r.getMessage() for r in caplog.records if "fewer than chance allows" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith(
+        f"--data {shifted}: the conformal intervals of 'a' at coverage 0.8 hold 0% of the 19 labelled molecules")
+    # a coverage beyond what the calibration bounds: infinite widths are JSON null, not Infinity
+    rc, text, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(ext), "--coverage", "0.99"], capsys)
+    res = json.loads(text, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert rc == 0 and res["coverage"]["data"]["a"]["mean_width"] is None and res["coverage"]["data"]["a"]["coverage"] == 1
     rc, _, err = run_cli(["evaluate", "--checkpoint", str(out), "--coverage", "1.5"], capsys)
     assert rc == 2 and "--coverage: coverage must be a number between 0 and 1" in err and len(err.splitlines()) == 1
     rc, _, err = run_cli(["evaluate", "--checkpoint", str(out / "member0" / "last.pt"), "--coverage", "0.9"], capsys)

@@ -546,10 +546,10 @@ def cmd_evaluate(args) -> int:
     text = json.dumps(res, indent=2)
     print(text)
     _print_summaries({f"{k}_metrics": v for k, v in res.get("metrics", {}).items()}, file=sys.stderr)
-    for split, targets in {k: v for k, v in res.get("coverage", {}).items() if k != "nominal"}.items():
-        held = ", ".join(f"{t} {c['coverage']:.0%} of {c['n']}" for t, c in targets.items() if c["coverage"] is not None)
-        print(f"siggate evaluate: at coverage {res['coverage']['nominal']:g} the {split} labels fall inside: {held}",
-              file=sys.stderr)
+    for split, shares in {k: v for k, v in res.get("coverage", {}).items() if k != "nominal"}.items():
+        held = ", ".join(f"{t} {c['coverage']:.0%} of {c['n']}" for t, c in shares.items() if c["coverage"] is not None)
+        print(f"siggate evaluate: at coverage {res['coverage']['nominal']:g} the {split} labels fall inside: "
+              f"{held or 'none labelled'}", file=sys.stderr)
     for key, what in (("parity_plot", "parity plot"), ("roc_plot", "ROC curves")):
         if res.get(key):
             print(f"siggate evaluate: {what} {res[key]}", file=sys.stderr)
@@ -865,8 +865,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="score the run's training CSV even if it changed since training (re-split; default: refuse)")
     p.add_argument("--coverage", type=float, default=None, metavar="C",
                    help="also check the run's conformal intervals (a classifier's sets) at coverage C (0 < C < 1), "
-                        "as siggate predict --coverage C draws them: the share of labels inside, per target, and a "
-                        "warning where it is below C by more than chance allows")
+                        "as siggate predict --coverage C draws them: the share of labels inside, per target and "
+                        "split, and for --data or the test split a warning where it is below C by more than chance "
+                        "allows")
     p.add_argument("--output", default=None, metavar="FILE.json", help="also write the scores to this JSON file")
     add_data_root_flag(p, default="as in training")
     p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE)")

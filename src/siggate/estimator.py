@@ -79,10 +79,11 @@ _KEYS_FIT_SETS = {"data.name": "X (fit trains on the SMILES it is given)", "data
 _DATA_KEYS_OF_USERS = ("data.duplicates", "data.fragments")
 
 
-def _in_estimator_words(text: str, data: Path) -> str:
-    """A refusal of ``siggate train`` as fit's caller reads it: the CSV that fit wrote is not named
-    and each flag is the estimator parameter behind it (``--members`` -> ``members``)."""
-    text = text.replace(f"{data}: ", "")
+def _in_estimator_words(text: str, data: Path | None = None) -> str:
+    """A refusal of ``siggate train`` as fit's caller reads it: the CSV that fit wrote (``data``)
+    is not named and each flag is the estimator parameter behind it (``--members`` -> ``members``)."""
+    if data is not None:
+        text = text.replace(f"{data}: ", "")
     return re.sub(r"--[a-z][a-z-]*\b", lambda m: _PARAM_OF_FLAG.get(m.group(0), m.group(0)), text)
 
 
@@ -304,7 +305,11 @@ class _SigGateEstimator(BaseEstimator):
             try:
                 key = override_key(item)
             except ConfigError as exc:  # before any work, in the parameter's words
-                raise ConfigError(_in_estimator_words(str(exc), Path())) from None
+                bare = item.partition("=")[0].strip()
+                if bare in self.get_params():  # seed=7: a parameter of the estimator's, not a config key
+                    raise ConfigError(f"overrides {item!r}: {bare} is this estimator's parameter; set "
+                                      f"{bare}={item.partition('=')[2].strip()} instead") from None
+                raise ConfigError(_in_estimator_words(str(exc))) from None
             owner = (_KEYS_FIT_SETS.get(key) or ("epochs" if key == "train.epochs" and self.epochs is not None else None)
                      or ("fit (it writes its own CSV of X and y)" if key.startswith("data.")
                          and key not in _DATA_KEYS_OF_USERS else None))
@@ -419,10 +424,7 @@ class _SigGateEstimator(BaseEstimator):
             ValueError: SMILES that cannot be predicted (``siggate predict``'s reasons, first three).
         """
         check_is_fitted(self, "predictor_")
-        fitted, given = getattr(self, "feature_names_in_", None), _feature_names(X)
-        if fitted is not None and given is not None and list(given) != list(fitted):
-            raise ValueError(f"X's column is {list(given)}, but the estimator was fitted on a DataFrame of column "
-                             f"{list(fitted)}; give the SMILES in a column of that name (or as a list)")
+        self._check_columns(X)
         rows = self.smiles_predictor_.predict_rows(_smiles(X))
         bad = [(i, r["error"]) for i, r in enumerate(rows) if r["error"]]
         if bad:
@@ -445,6 +447,14 @@ class _SigGateEstimator(BaseEstimator):
         tags.input_tags.string, tags.input_tags.one_d_array, tags.input_tags.two_d_array = True, True, False
         return tags
 
+    def _check_columns(self, X) -> None:
+        """Refuse a one-column DataFrame ``X`` whose column is not the one fit was given (when fit
+        was given a DataFrame: ``feature_names_in_``); other shapes are :func:`_smiles`'."""
+        fitted, given = getattr(self, "feature_names_in_", None), _feature_names(X)
+        if fitted is not None and given is not None and len(given) == 1 and list(given) != list(fitted):
+            raise ValueError(f"X's column is {list(given)}, but the estimator was fitted on a DataFrame of column "
+                             f"{list(fitted)}; give the SMILES in a column of that name (or as a list)")
+
     def _calibrated(self, X, coverage: float):
         """``(calibration, coverage, mean [n, T], spread [n, T] or None)`` for the conformal
         intervals or sets of ``X`` at ``coverage``; warns where the calibration has too few
@@ -457,6 +467,7 @@ class _SigGateEstimator(BaseEstimator):
         from .train.predict import too_few_message
 
         check_is_fitted(self, "predictor_")
+        self._check_columns(X)  # before any warning about the coverage
         coverage = check_coverage(coverage)
         if not hasattr(self, "calibration_"):  # fitted (and pickled) before the estimator kept its calibration
             raise ValueError("this estimator was fitted by an older siggate, which kept no calibration with it; fit "

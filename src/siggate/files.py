@@ -10,6 +10,7 @@ untouched.  A leaf module: it imports nothing from ``siggate``.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import socket
@@ -17,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-__all__ = ["NUMBER_DIGITS", "number_text", "read_json", "safe_torch_load", "UnsafeFile", "umask", "file_mode", "fsync_dir", "AtomicFile", "atomic_write", "atomic_write_bytes", "FolderBusy",
+__all__ = ["NUMBER_DIGITS", "number_text", "finite_or_none", "read_json", "safe_torch_load", "UnsafeFile", "umask", "file_mode", "fsync_dir", "AtomicFile", "atomic_write", "atomic_write_bytes", "FolderBusy",
            "FolderLock", "folder_busy"]
 
 
@@ -48,6 +49,16 @@ def number_text(value: float) -> str:
         if same(text):
             return text
     return repr(v)
+
+
+def finite_or_none(doc):
+    """``doc`` (dicts and lists, nested) with every non-finite float replaced by ``None``: JSON has
+    no infinity, and ``json.dumps`` writes ``Infinity``, which strict parsers refuse."""
+    if isinstance(doc, dict):
+        return {k: finite_or_none(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [finite_or_none(v) for v in doc]
+    return None if isinstance(doc, float) and not math.isfinite(doc) else doc
 
 
 def read_json(path: str | os.PathLike):

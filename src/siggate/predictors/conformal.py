@@ -295,3 +295,13 @@ def below_nominal(coverage: dict, calibrated: dict, alpha: float = 0.05, least: 
     for t, adjusted in zip(tests, holm([t["p"] for t in tests])):
         t["p"] = adjusted
     return [t for t in tests if t["p"] < alpha]
+
+
+def below_nominal_text(item: dict, task: str, molecules: str, holm_over: str) -> str:
+    """The sentence that names one :func:`below_nominal` finding (``item``) of a ``task``'s
+    intervals (sets, for a classifier) on ``molecules`` (``"test molecules"``), its p-value
+    Holm-adjusted over ``holm_over``; the caller says why it may happen and what to do."""
+    what = "intervals" if task == "regression" else "sets"
+    return (f"the conformal {what} of {item['target']!r} at coverage {item['nominal']} hold {item['coverage']:.0%} of "
+            f"the {item['n']} {molecules}, fewer than chance allows (one-sided beta-binomial p = {item['p']:.2g}, Holm "
+            f"over {holm_over})")

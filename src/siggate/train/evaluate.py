@@ -283,10 +283,11 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
 
     ``coverage``: also check the run's split-conformal intervals (sets, for a classifier) at that
     coverage on each scored split, as ``siggate predict --coverage`` draws them: ``"coverage":
-    {"nominal", <split>: {target: {"n", "coverage", "mean_width" | "mean_set_size"}}}`` and
-    ``"coverage_below_nominal"``, the targets of the external file (or the test split) whose
-    coverage is below nominal by more than chance allows (:func:`~siggate.predictors.conformal.below_nominal`),
-    each also warned about. The validation split is the calibration set itself (its coverage is
+    {"nominal", <split>: {target: {"n", "coverage", "mean_width" | "mean_set_size"}}}`` (an
+    infinite width, where the calibration is too small for the coverage, as None) and
+    ``"coverage_below_nominal": {split: [...]}`` for the external file (or the test split): the
+    targets whose coverage is below nominal by more than chance allows, on any number of
+    labelled molecules (:func:`~siggate.predictors.conformal.below_nominal`), each also warned about. The validation split is the calibration set itself (its coverage is
     at least nominal by construction) and the train split is in sample: neither is tested."""
     import copy
 
@@ -297,7 +298,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     predictor, info = _load(checkpoint, device)
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
            "members": len(members_of(predictor))}
-    cal = None if coverage is None else _calibration_of(checkpoint, predictor, info, coverage)
+    calibrated = None if coverage is None else _calibration_of(checkpoint, info, coverage)
     if data is not None:
         fallback = "smiles" if smiles_col is None else None  # the run's column, else the file's "smiles"
         smiles_col = smiles_col or trained_smiles_col(predictor)
@@ -306,8 +307,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         prediction = predictor.predict(graphs)
         pred = prediction.mean
         _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, pred, None))
-        if cal is not None:
-            _add_coverage(res, cal, coverage, info, EXTERNAL_SPLIT, graphs, prediction, data)
+        if calibrated is not None:
+            _add_coverage(res, calibrated, info, EXTERNAL_SPLIT, graphs, prediction, data)
         warnings = label_warnings(info, list(target_cols or info.target_names), graphs,
                                   *_training_target_stats(predictor, info))
         for w in warnings:
@@ -345,8 +346,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         graphs = ds.splits[s]
         prediction = predictor.predict(graphs)
         _add_scores(res, s, score(info, graphs, prediction.mean, s))
-        if cal is not None:
-            _add_coverage(res, cal, coverage, info, s, graphs, prediction, None)
+        if calibrated is not None:
+            _add_coverage(res, calibrated, info, s, graphs, prediction, None)
     members = members_of(predictor)
     weights = getattr(predictor, "weights_", None)  # a combination's [M, T]; a member of weight 0 adds nothing
     weighs = [True] * len(members) if weights is None else [bool((abs(w) > 0).any()) for w in weights]
@@ -360,41 +361,41 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     return res
 
 
-def _calibration_of(checkpoint, predictor, info: TaskInfo, coverage: float):
-    """The run's :class:`~siggate.predictors.conformal.Calibration` for ``coverage``, read as
-    ``siggate predict --coverage`` reads it (the same checks and refusals, as EvaluationError)."""
+def _calibration_of(checkpoint, info: TaskInfo, coverage: float):
+    """``(coverage, the run's Calibration)``, read and checked as ``siggate predict --coverage``
+    reads them (the same refusals, as EvaluationError)."""
     from .predict import InputError, run_calibration, run_folder
 
     try:
         return run_calibration(run_folder(checkpoint), coverage, info,
-                            checkpoint if isinstance(checkpoint, (str, Path)) else None)[1]
+                               checkpoint if isinstance(checkpoint, (str, Path)) else None)
     except InputError as exc:
         raise EvaluationError(str(exc)) from None
 
 
-def _add_coverage(res: dict, cal, coverage: float, info: TaskInfo, split: str, graphs: list, prediction,
-                  data) -> None:
-    """``res["coverage"][split]`` at ``coverage`` (``Calibration.covered``) and, for an external
-    file or the test split, the targets whose coverage is below nominal by more than chance allows
-    (``res["coverage_below_nominal"]``), each warned about."""
-    from ..predictors.conformal import below_nominal, check_coverage
+def _add_coverage(res: dict, calibrated: tuple, info: TaskInfo, split: str, graphs: list, prediction, data) -> None:
+    """``res["coverage"][split]`` at the coverage of ``calibrated`` (``(coverage, Calibration)``,
+    :func:`_calibration_of`; ``Calibration.covered``, an infinite width as None) and, for an
+    external file or the test split, the targets whose coverage is below nominal by more than
+    chance allows on any number of labelled molecules (``res["coverage_below_nominal"][split]``),
+    each warned about."""
+    from ..files import finite_or_none
+    from ..predictors.conformal import below_nominal, below_nominal_text
     from .scoring import scored_rows
 
-    nominal = check_coverage(coverage)
+    nominal, cal = calibrated
     y, p = scored_rows(info, graphs, prediction.mean, split)
     spread = None if prediction.spread is None else prediction.spread.cpu().numpy()
-    got = cal.covered(y, p, spread, nominal)
+    got = finite_or_none(cal.covered(y, p, spread, nominal))
     res.setdefault("coverage", {"nominal": nominal})[split] = got
     if split not in (EXTERNAL_SPLIT, "test"):
         return
-    low = below_nominal({f"{nominal:g}": {split: got}}, {n: c.n for n, c in cal.targets.items()}, split=split)
-    what = "intervals" if info.task == "regression" else "sets"
+    low = below_nominal({f"{nominal:g}": {split: got}}, {n: c.n for n, c in cal.targets.items()}, least=1, split=split)
     where = f"--data {data}" if data is not None else f"the {split} split"
     for item in low:
-        log.warning("%s: the conformal %s of %r at coverage %s hold %.0f%% of its %d molecules, fewer than chance "
-                    "allows (one-sided beta-binomial p = %.2g, Holm over the targets): these molecules are not like "
-                    "the validation ones the run calibrated on, so its %s cover less than asked here", where, what,
-                    item["target"], item["nominal"], 100 * item["coverage"], item["n"], item["p"], what)
+        log.warning("%s: %s: these molecules are not like the validation ones the run calibrated on, so its %s cover "
+                    "less than asked here", where, below_nominal_text(item, info.task, "labelled molecules", "the targets"),
+                    "intervals" if info.task == "regression" else "sets")
     res.setdefault("coverage_below_nominal", {})[split] = low
 
 

@@ -161,8 +161,9 @@ def read_calibration(folder: Path | None, info, checkpoint=None):
         raise InputError(f"--coverage: {folder} is a member of the run {Path(folder).parent}, which calibrates the "
                          f"members' combination; predict with {Path(folder).parent}, or drop --coverage")
     if path is None or not path.is_file():
-        raise InputError(f"--coverage: the run {folder} holds no {CALIBRATION} (trained before siggate calibrated "
-                         "its runs, or a node-level/multiclass task); retrain it, or drop --coverage")
+        raise InputError(f"--coverage: the run {folder} holds no {CALIBRATION} (node-level and multiclass runs are "
+                         "not calibrated; a graph-level run trained before siggate calibrated its runs is, once "
+                         "trained again); drop --coverage, or train the run again")
     calibrated = run_checkpoint_name(folder)
     if checkpoint is not None and Path(checkpoint).is_file() and Path(checkpoint).name != calibrated:
         model = f"its {calibrated}" if calibrated else "its own model"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import math
 import os
 import subprocess
 from pathlib import Path
@@ -20,7 +19,7 @@ from tqdm.auto import tqdm
 
 from ..config import DataConfig
 from ..data.base import GraphDataset
-from ..files import atomic_write_bytes
+from ..files import atomic_write_bytes, finite_or_none
 from ..version import __version__
 from .checkpoint import FORMAT_VERSION, atomic_save, rng_state
 from .loop import EpochEnd, Run
@@ -237,15 +236,6 @@ def write_csv_run_tables(out: Path, ds: GraphDataset, test_pred: torch.Tensor, t
     write_run_tables(ds, out, carried=carried)
 
 
-def _finite_or_none(doc):
-    """``doc`` with every non-finite float replaced by ``None`` (JSON has no infinity)."""
-    if isinstance(doc, dict):
-        return {k: _finite_or_none(v) for k, v in doc.items()}
-    if isinstance(doc, list):
-        return [_finite_or_none(v) for v in doc]
-    return None if isinstance(doc, float) and not math.isfinite(doc) else doc
-
-
 def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | None = None,
                       warn: bool = True) -> dict | None:
     """Calibrate the predictions ``preds`` (``{split: [G, T]}``, target units or probabilities;
@@ -255,7 +245,13 @@ def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | 
     empirical coverage on val and test at :data:`~siggate.predictors.conformal.RECORDED_COVERAGES`
     with the intervals' mean width (or the sets' mean size). Returns ``summary`` (for
     ``metrics.json``), or ``None`` for a run that is not calibrated (node level, multiclass)."""
-    from ..predictors.conformal import CALIBRATED_TASKS, RECORDED_COVERAGES, Calibration, below_nominal
+    from ..predictors.conformal import (
+        CALIBRATED_TASKS,
+        RECORDED_COVERAGES,
+        Calibration,
+        below_nominal,
+        below_nominal_text,
+    )
     from .rundir import CALIBRATION
     from .scoring import scored_rows
 
@@ -269,18 +265,15 @@ def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | 
     summary = {"method": "split conformal on the validation split", "normalized_by_spread": cal.normalized,
                "calibration_molecules": {n: c.n for n, c in cal.targets.items()},
                "coverage": {f"{c:g}": {s: cal.covered(*rows[s], spread[s], c) for s in rows} for c in RECORDED_COVERAGES}}
-    summary = _finite_or_none(summary)
+    summary = finite_or_none(summary)
     summary["test_below_nominal"] = below_nominal(summary["coverage"], {n: c.n for n, c in cal.targets.items()})
     split_hint = ("--split random calibrates on molecules drawn like the others" if info.name == "csv" else
                   "the benchmark's split is its own, so read its intervals with that in mind")
     for item in summary["test_below_nominal"] if warn else ():
-        log.warning(f"the conformal {'intervals' if info.task == 'regression' else 'sets'} of {item['target']!r} at "
-                    f"coverage {item['nominal']} hold {item['coverage']:.0%} of the {item['n']} test molecules, fewer "
-                    f"than chance allows (one-sided beta-binomial p = {item['p']:.2g}, Holm over the recorded "
-                    "coverages and targets): the validation molecules they are "
-                    "calibrated on are not like the test ones (a scaffold split holds out rarer scaffolds; a GNN's "
-                    f"validation rows also chose its epoch), so intervals for new molecules may cover less than asked; "
-                    f"{split_hint}")
+        log.warning(below_nominal_text(item, info.task, "test molecules", "the recorded coverages and targets")
+                    + ": the validation molecules they are calibrated on are not like the test ones (a scaffold split "
+                    "holds out rarer scaffolds; a GNN's validation rows also chose its epoch), so intervals for new "
+                    f"molecules may cover less than asked; {split_hint}")
     atomic_write_bytes(Path(out) / CALIBRATION, json.dumps({**cal.to_dict(), "summary": summary}, indent=2).encode())
     return summary
 
