@@ -220,6 +220,18 @@ def test_evaluate_coverage_is_the_share_of_labels_inside_predicts_intervals(run,
     assert rc == 2 and "calibrates the run's predictions with its best.pt, not last.pt" in err, err
 
 
+def test_resuming_a_run_of_several_members_with_fewer_epochs_is_refused_before_the_data_load(run, capsys):
+    """Each GNN member's last.pt says how far it trained: --epochs below that is refused in one
+    line naming the member's checkpoint, and the run is left as it was."""
+    _, out, _ = run
+    kept = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    rc, _, err = run_cli(["train", "--resume", str(out), "--epochs", "2", "--no-progress"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert (f"cannot resume from {out / 'member0' / 'last.pt'} with train.epochs=2: the run has trained 3 epochs, and "
+            "a resumed run may grow, not shrink; give --epochs 3 or more") in err
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == kept
+
+
 def test_a_coverage_beyond_the_calibration_is_named_not_silently_infinite(run, capsys, caplog):
     """With n calibration molecules no finite bound holds beyond n / (n + 1): predict wrote
     -inf/inf intervals and said nothing. It still writes them (the honest answer) and says which

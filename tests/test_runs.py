@@ -177,7 +177,7 @@ def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
 # ---------------------------------------------------------- resume from the folder
 
 
-def test_resume_needs_only_the_folder(tmp_path, capsys, data):
+def test_resume_needs_only_the_folder(tmp_path, capsys, data, monkeypatch):
     out = tmp_path / "run"
     rc, _, err = _train(capsys, data, "--epochs", "2", "--set", "train.warmup_epochs=1", "--out", str(out))
     assert rc == 0, err
@@ -198,9 +198,16 @@ def test_resume_needs_only_the_folder(tmp_path, capsys, data):
     assert rc == 0, err
     # a run may grow, not shrink: fewer epochs than it trained left a record saying 2 epochs with 4 in its history
     kept = {name: (out / name).read_bytes() for name in ("metrics.json", "config.yaml", "last.pt")}
+    import siggate.train.pipeline as pipeline
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data were loaded before the epochs were checked")
+
+    monkeypatch.setattr(pipeline, "prepare_data_ranked", no_data)  # refused before the data load
     rc, _, err = run_cli(["train", "--resume", str(out), "--epochs", "2", "--no-progress"], capsys)
     assert rc == 2 and "the run has trained 4 epochs, and a resumed run may grow, not shrink; give --epochs 4 or " \
         "more" in _one_line(err)
+    monkeypatch.undo()
     assert {name: (out / name).read_bytes() for name in kept} == kept
     rc, _, err = run_cli(["train", "--resume", str(out), "--no-progress"], capsys)  # finished: its record stays
     assert rc == 0 and {name: (out / name).read_bytes() for name in kept} == kept, err

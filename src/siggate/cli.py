@@ -123,6 +123,8 @@ def cmd_train(args) -> int:
         changed = rundir.changed_since(path, cfg.data)
         if changed:
             raise CLIError(f"--resume {resume}: {changed}; restore the file, or start a new run with another --out")
+    if resume is not None:
+        _check_resumed_epochs(resume, cfg.train.epochs, several)
     if args.on_nan:
         cfg.train.on_nan = args.on_nan
     if args.ddp and several:
@@ -237,6 +239,22 @@ def _print_summaries(m: dict, out: Path | None = None, file=None) -> None:
     if out is not None and (out / "test_predictions.csv").is_file():
         print(f"test predictions: {out / 'test_predictions.csv'}; every row's split: {out / 'splits.csv'}; "
               f"dropped and suspicious rows: {out / 'data_report.csv'}", file=file or sys.stdout)
+
+
+def _check_resumed_epochs(resume: Path, epochs: int, several: bool) -> None:
+    """Refuse, before the data load, ``--epochs`` below what the run (each GNN member of a run of
+    several) has trained: the rule :func:`~siggate.train.loop.resume_run` applies, named sooner."""
+    from .train.checkpoint import CheckpointError, shrink_refusal, trained_epochs
+
+    for last in sorted(resume.glob("member*/last.pt")) if several else [resume / "last.pt"]:
+        if not last.is_file():
+            continue
+        try:
+            refusal = shrink_refusal(last, epochs, trained_epochs(last))
+        except CheckpointError as exc:
+            raise CLIError(str(exc)) from None
+        if refusal:
+            raise CLIError(refusal)
 
 
 def _resume_dir(args) -> Path | None:

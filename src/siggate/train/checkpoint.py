@@ -204,6 +204,28 @@ def describe_weight_mismatch(expected: dict, saved: dict) -> list[str]:
     return out
 
 
+def shrink_refusal(path, epochs: int, done: int) -> str | None:
+    """Why the run whose resume checkpoint ``path`` has trained ``done`` epochs cannot resume with
+    ``train.epochs=epochs`` (its record would say it ran ``epochs`` and hold more), or None. The
+    one rule of ``resume_run`` and of ``siggate train --resume``'s check before the data load."""
+    if epochs >= done:
+        return None
+    return (f"cannot resume from {path} with train.epochs={epochs}: the run has trained {done} epochs, and a "
+            f"resumed run may grow, not shrink; give --epochs {done} or more")
+
+
+def trained_epochs(path) -> int:
+    """The epochs the resume checkpoint ``path`` has trained (read safely, :func:`load_checkpoint`).
+
+    Raises:
+        CheckpointError: an unreadable or foreign file."""
+    try:
+        return int(load_checkpoint(path)["state"]["epoch"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: its training state is not one siggate wrote ({type(exc).__name__}); "
+                              "restore it, or train the run again with --overwrite") from None
+
+
 def rng_state() -> dict:
     """Python, numpy and torch RNG states as plain data."""
     py = random.getstate()

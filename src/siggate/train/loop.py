@@ -44,6 +44,7 @@ from .checkpoint import (
     load_checkpoint,
     rng_state,
     set_rng_state,
+    shrink_refusal,
 )
 from .dataprep import graph_loader, loader_generator, target_stats
 from .distributed import DistContext, convert_sync_batchnorm, has_unused_parameters
@@ -254,10 +255,9 @@ def resume_run(run: Run, path: Path, config: dict) -> bool:
         raise CheckpointError(f"cannot resume from {path}: its training state is not one siggate wrote "
                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}); the file "
                               "is damaged or was edited: restore it, or train the run again with --overwrite") from None
-    if t_cfg.epochs < run.state.epoch:  # its record would say it ran t_cfg.epochs and hold more
-        raise CheckpointError(f"cannot resume from {path} with train.epochs={t_cfg.epochs}: the run has trained "
-                              f"{run.state.epoch} epochs, and a resumed run may grow, not shrink; give --epochs "
-                              f"{run.state.epoch} or more")
+    shrink = shrink_refusal(path, t_cfg.epochs, run.state.epoch)
+    if shrink:
+        raise CheckpointError(shrink)
     if (run.state.epoch >= t_cfg.epochs and run.history and run.history[-1].get("eval_norm") == "running"
             and epoch_norm(t_cfg, run.state.epoch - 1) == "train"):  # it would end on the running statistics
         raise CheckpointError(
