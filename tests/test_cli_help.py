@@ -115,7 +115,8 @@ def test_every_data_root_flag_names_where_the_root_is_found_without_it(tmp_path,
     monkeypatch.setenv("SIGGATE_DATA", str(tmp_path))
     assert default_data_root() == tmp_path
     monkeypatch.delenv("SIGGATE_DATA")
-    assert default_data_root() == SRC.parents[1] / "shared" / "data"
+    beside = SRC.parents[1] / "shared" / "data"  # a checkout without it (a clone elsewhere) has no default
+    assert default_data_root() == (beside if beside.is_dir() else None)
 
 
 def test_synthetic_defaults_named_in_its_help_are_its_own():

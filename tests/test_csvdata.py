@@ -370,10 +370,10 @@ def test_salts_are_named_and_a_salt_and_its_base_across_splits_is_warned(tmp_pat
     assert [m for m in messages if "several fragments" in m] == [
         "salts.csv: 5 molecules have several fragments (salts or mixtures; first: row 0, CCN.Cl): each trains as one "
         "graph and one fingerprint, counterions included, and siggate predict reads them the same way; if the property "
-        "is the parent's, pass --fragments parent (data.fragments: the largest fragment, neutralized; data_report.csv "
+        "is the parent's, pass --fragments parent (data.fragments: the largest carbon fragment, neutralized; data_report.csv "
         "lists them)"]
     assert [m for m in messages if "share their parent" in m] == [
-        "salts.csv: 7 rows share their parent (largest fragment, neutralized) with another molecule in another split "
+        "salts.csv: 7 rows share their parent (largest carbon fragment, neutralized) with another molecule in another split "
         "(first: row 0, CCN.Cl; train row; its parent CCN is also the parent of test row 1), e.g. a salt and its free "
         "base, so the val/test scores are optimistic; pass --fragments parent to read each molecule as its parent, "
         "which keeps them in one split (a split column's rows stay where it puts them; data_report.csv lists them)"]
@@ -382,6 +382,44 @@ def test_salts_are_named_and_a_salt_and_its_base_across_splits_is_warned(tmp_pat
     path.write_text("smiles,y\n" + "".join(f"{m},{y}\n" for m, y, _ in rows if "." not in m))
     ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c2")
     assert ds.notes == [] and not [r for r in caplog.records if "fragment" in r.getMessage()]
+
+
+K_SALT = "COC(=O)c1c(C(=O)OC)c(C(=O)OC)[c-](C(=O)OC)c1C(=O)OC.[K+]"  # ogbg-molhiv: neutralized, it cannot be kekulized
+PT_COMPLEX = "C1=NC2=[S+][Pt-2]3([S+]=C4NC=NC5=C4[NH+]3C=N5)[NH+]3C=NC(=C23)N1"  # its canonical SMILES does not read back
+
+
+@pytest.mark.parametrize("smiles, parent, read", [
+    ("CCN.Cl", "CCN", "CCN"),
+    ("CC[NH3+].[Cl-]", "CCN", "CCN"),                   # neutralized
+    ("[Na+].CC(=O)[O-]", "CC(=O)O", "CC(=O)O"),
+    ("CCCC.[Br-]", "CCCC", "CCCC"),                     # most heavy atoms, not the longest SMILES
+    ("CCO.CCO", "CCO", "CCO"),                          # two equal fragments: one parent
+    ("C[C@H](N)C(=O)O.Cl", "C[C@H](N)C(=O)O", "C[C@H](N)C(=O)O"),  # stereo kept
+    ("C[N+](C)(C)C.[I-]", "C[N+](C)(C)C", "C[N+](C)(C)C"),  # a quaternary ammonium stays charged
+    ("OCC", "CCO", "CCO"),                              # one fragment: its canonical, neutral form
+    ("[Na+].[Cl-]", None, None),                        # no carbon: read as written
+    ("N.N.[Cl-].[Cl-].[Pt+2]", None, None),
+    ("c1ccccc1.c1ccncc1", None, None),                  # two carbon fragments of one size: a mixture
+    (K_SALT, None, None),                               # its parent would not read back
+    (PT_COMPLEX, None, None),
+])
+def test_a_molecules_parent_is_its_largest_carbon_fragment_neutralized_or_none(smiles, parent, read):
+    """read_molecule's rule, one table: under "parent" the graph is made of the parent parsed again
+    from its SMILES (so a picture's atoms are the graph's), or of the molecule as written where it
+    has none; under "all" always as written, with the parent named for the notes."""
+    from siggate.data.chem import parse_smiles, read_molecule
+
+    mol = parse_smiles(smiles)
+    as_parent, as_written = read_molecule(mol, "parent"), read_molecule(mol, "all")
+    assert (as_parent.parent, as_parent.smiles) == (parent, read) and as_written.parent == parent
+    assert as_written.smiles is None and as_written.mol is mol
+    assert as_parent.fragments == as_written.fragments == smiles.count(".") + 1
+    if read is None:
+        assert as_parent.mol is mol
+    else:
+        assert Chem.MolToSmiles(as_parent.mol) == read
+        assert [a.GetSymbol() for a in as_parent.mol.GetAtoms()] == \
+            [a.GetSymbol() for a in Chem.MolFromSmiles(read).GetAtoms()]  # the order read's SMILES gives
 
 
 def test_fragments_parent_reads_each_molecule_as_its_parent_in_training_and_predict(tmp_path, caplog):
@@ -422,6 +460,14 @@ def test_fragments_parent_reads_each_molecule_as_its_parent_in_training_and_pred
     assert [r["smiles"] for r in rows] == ["CCN.Br", "CC[NH3+]", "CCN", "CC(=O)[O-].[K+]", "CC(=O)O"]
     assert rows[0]["y"] == rows[1]["y"] == rows[2]["y"] and rows[3]["y"] == rows[4]["y"]
     assert reader.featurize("CC[NH3+].[Cl-]").smiles == "CCN" and reader.fragments == "parent"
+    assert reader.featurize(K_SALT).smiles == K_SALT  # no parent: read as written
+    member = SmilesPredictor(out / "member0")  # a fingerprint member's folder: its run's reading
+    assert member.fragments == "parent" and member.predict_rows(["CCN.Br"])[0]["y"] == rows[0]["y"]
+    report = (out / "data_report.csv").read_text()
+    assert "0,CCN.Cl,several fragments,\"2 fragments, read as its parent: CCN\"" in report  # rows as written
+    assert "1,CC[NH3+].[Cl-],conflicting duplicate,\"same molecule as row(s) 0, 2; y spread 2\"" in report  # CCN
+    unpickled = SmilesPredictor.__new__(SmilesPredictor)  # a reader pickled before data.fragments
+    assert unpickled.fragments == "all"
     # explain draws and lists the parent's atoms, in the graph's order
     assert main(["explain", "--checkpoint", str(out), "[Cl-].[NH3+]CC", "--out", str(tmp_path / "why")]) == 0
     atoms = (tmp_path / "why" / "atoms.csv").read_text().splitlines()

@@ -901,7 +901,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("smiles", nargs="*", help="SMILES strings, or - to read them from standard input")
     p.add_argument("--split", default=None,
                    help="node-level checkpoints: the dataset split to predict, train, val, test or all (default: test)")
-    add_data_root_flag(p, "node-level checkpoints")
+    add_data_root_flag(p, "node-level checkpoints", default="as in training")
     p.add_argument("--cache-dir", default=None, help="node-level checkpoints: cache for processed data")
     p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
     p.add_argument("--smiles-col", default=None,

@@ -71,7 +71,7 @@ class DataConfig:
     decimal: str = "."         # CSV decimal mark of the targets: "." or "," (European spreadsheets)
     duplicates: str = "keep"   # CSV rows of one molecule: keep, average (regression) or first
     val_fraction: float = 0.0  # a CSV split column without val rows: this fraction of its train rows becomes val
-    fragments: str = "all"     # CSV molecules: read as written ("all") or as their parent (largest fragment, neutralized)
+    fragments: str = "all"     # CSV molecules: as written ("all") or as their parent (largest carbon fragment, neutralized)
     max_graphs: int = 0        # > 0: only the first N graphs of each split (quick runs, tests)
     num_nodes: int = 0         # sbm-large: nodes of its one graph; 0: the dataset's default
     seed: int = 0              # generated graph sets (pattern, cluster): the generator's draw of the recipe

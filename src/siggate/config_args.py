@@ -105,8 +105,8 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fragments", default=None, choices=FRAGMENTS,
                    help="what the model reads of each molecule of --data, in training and in siggate predict: all "
                         "of it, as written (default; a salt with its counterions), or its parent, the largest "
-                        "fragment neutralized (CC[NH3+].[Cl-] is read as CCN, one molecule with its free base "
-                        "for the duplicates and the splits) (data.fragments)")
+                        "carbon fragment neutralized where it has one (CC[NH3+].[Cl-] is read as CCN, one molecule "
+                        "with its free base for the duplicates and the splits) (data.fragments)")
     p.add_argument("--val-fraction", default=None, type=float, metavar="F",
                    help="with --split column:NAME whose column has no val rows: draw this fraction of the train "
                         "rows (seeded, a molecule's rows together) as the validation split (data.val_fraction)")

@@ -165,9 +165,9 @@ DATA_ROOT_DEFAULT = "$SIGGATE_DATA, else ../shared/data beside a checkout of sig
 #: separate rows, merged into one row with their mean label (regression), or the first row kept.
 DUPLICATES = ("keep", "average", "first")
 #: ``data.fragments`` (``--fragments``): what a model reads of a molecule: ``all`` of it, as written
-#: (counterions included), or its ``parent``, the largest fragment neutralized (a salt and its free
-#: base become one molecule), in training and in ``siggate predict`` alike
-#: (:func:`siggate.data.chem.keep_fragments`)
+#: (counterions included), or its ``parent``, the largest carbon fragment neutralized where it has
+#: one (a salt and its free base become one molecule), in training and in ``siggate predict`` alike
+#: (:func:`siggate.data.chem.read_molecule`)
 FRAGMENTS = ("all", "parent")
 #: ``train.init`` (``--init``) for "from scratch", also where a recipe names weights to start from;
 #: the config stores it as ``""`` (:meth:`siggate.config.Config.validate`)

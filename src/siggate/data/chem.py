@@ -15,6 +15,7 @@ import os
 import re
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -45,7 +46,8 @@ __all__ = [
     "SPLITS",
     "quiet_rdkit",
     "parent_molecule",
-    "keep_fragments",
+    "read_molecule",
+    "Reading",
 ]
 
 
@@ -187,41 +189,68 @@ def check_atoms(mol) -> None:
         raise InvalidSmiles(f"contains a wildcard atom '*' (atomic number 0) at atom {wild[0]}, which is not an element")
 
 
-def parent_molecule(mol: Chem.Mol) -> tuple[Chem.Mol, int]:
-    """``(parent, the molecule's number of fragments)``: the parent of a salt or mixture as
-    ChEMBL's curation defines it, its largest fragment (most heavy atoms, of those the first
-    canonical SMILES) neutralized where that is possible (RDKit's ``Uncharger``: ``CC[NH3+]`` ->
-    ``CCN``, ``CC(=O)[O-]`` -> ``CC(=O)O``; a quaternary ammonium stays charged). So ``CCN.Cl``,
-    ``CC[NH3+].[Cl-]`` and ``CCN`` have one parent. A molecule RDKit cannot neutralize (partly
-    sanitized) keeps its charges."""
+def parent_molecule(mol: Chem.Mol) -> tuple[Chem.Mol | None, str | None, int]:
+    """``(parent, its canonical SMILES, the molecule's number of fragments)``; the parent is
+    ``None`` (and its SMILES) where there is none to keep.
+
+    The rule (RDKit's tools, simpler than ChEMBL's curated salt lists): of the fragments that
+    hold carbon, the one of most heavy atoms, neutralized where RDKit's ``Uncharger`` can
+    (``CC[NH3+]`` -> ``CCN``, ``CC(=O)[O-]`` -> ``CC(=O)O``; a quaternary ammonium stays charged),
+    so that ``CCN.Cl``, ``CC[NH3+].[Cl-]`` and ``CCN`` have one parent. There is none for a molecule
+    without carbon (``[Na+].[Cl-]``, ionic cisplatin), for two different carbon fragments of one
+    size (a 1:1 mixture, not a salt), or where the parent's SMILES does not read back to itself
+    (a neutralized aromatic ring RDKit cannot kekulize, some metal complexes): their atoms would
+    not be the ones a picture or a fingerprint names. A carbon salt such as a carbonate counts as
+    organic."""
     from rdkit.Chem.MolStandardize import rdMolStandardize
 
     parts = Chem.GetMolFrags(mol)
+    organic = [k for k, part in enumerate(parts) if any(mol.GetAtomWithIdx(a).GetAtomicNum() == 6 for a in part)]
+    if not organic:
+        return None, None, len(parts)
     frag = mol
     if len(parts) > 1:
         frags = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False)
-        heavy = [sum(1 for i in part if mol.GetAtomWithIdx(i).GetAtomicNum() > 1) for part in parts]
-        frag = min(zip(heavy, frags), key=lambda hf: (-hf[0], Chem.MolToSmiles(hf[1])))[1]
+        heavy = {k: sum(1 for a in parts[k] if mol.GetAtomWithIdx(a).GetAtomicNum() > 1) for k in organic}
+        top = [k for k in organic if heavy[k] == max(heavy.values())]
+        if len({Chem.MolToSmiles(frags[k]) for k in top}) > 1:
+            return None, None, len(parts)
+        frag = frags[top[0]]
     try:
-        frag = rdMolStandardize.Uncharger().uncharge(frag)
-    except Exception:  # partly sanitized: kept as written
-        pass
-    return frag, len(parts)
+        with quiet_rdkit():  # a parent RDKit cannot read back is a finding, not a log line
+            frag = rdMolStandardize.Uncharger().uncharge(frag)
+            text = Chem.MolToSmiles(frag)
+            again = Chem.MolFromSmiles(text)
+    except Exception:  # partly sanitized: no parent to read back
+        return None, None, len(parts)
+    if again is None or Chem.MolToSmiles(again) != text:
+        return None, None, len(parts)
+    return again, text, len(parts)
 
 
-def keep_fragments(mol: Chem.Mol, fragments: str) -> Chem.Mol:
-    """The molecule a model reads under ``data.fragments`` (:data:`~siggate.options.FRAGMENTS`):
-    ``"all"``, the molecule as written; ``"parent"``, its parent (:func:`parent_molecule`) parsed
-    again from its canonical SMILES, so that its atoms are in the order that SMILES gives them (what
-    the graph, the fingerprints and ``siggate explain``'s pictures all read). One rule for a CSV's
+@dataclass(frozen=True)
+class Reading:
+    """How a model reads one written molecule under ``data.fragments``
+    (:func:`read_molecule`)."""
+
+    mol: Chem.Mol        # what the graph, the features and the fingerprints are made of
+    smiles: str | None   # its SMILES where it is not the molecule as written (the parent's), else None
+    parent: str | None   # the parent's canonical SMILES (:func:`parent_molecule`), None where there is none
+    fragments: int       # the written molecule's number of fragments
+
+
+def read_molecule(mol: Chem.Mol, fragments: str) -> Reading:
+    """The molecule a model reads of ``mol`` under ``data.fragments``
+    (:data:`~siggate.options.FRAGMENTS`): ``"all"``, the molecule as written; ``"parent"``, its
+    parent (:func:`parent_molecule`, parsed again from its canonical SMILES, so that its atoms are
+    in that SMILES' order), or the molecule as written where it has none. One rule for a CSV's
     training rows and ``siggate predict``."""
-    if fragments == "all":
-        return mol
-    if fragments != "parent":
+    if fragments not in FRAGMENTS:
         raise ValueError(f"fragments must be one of {FRAGMENTS}, got {fragments!r}")
-    parent = parent_molecule(mol)[0]
-    again = Chem.MolFromSmiles(Chem.MolToSmiles(parent))
-    return parent if again is None else again  # a partly sanitized parent: as it is
+    parent, text, n = parent_molecule(mol)
+    if fragments == "parent" and parent is not None:
+        return Reading(parent, text, text, n)
+    return Reading(mol, None, text, n)
 
 
 #: characters a SMILES may spend per atom (bracket atoms, ring bonds, branches) before it is

@@ -28,7 +28,8 @@ Suspicious data is named before training, each case with its fix:
   (:data:`SEVERAL_FRAGMENTS`). By default (``fragments="all"``) they train as written, one graph
   and one fingerprint with the counterions, as ``siggate predict`` reads them, with a warning
   naming ``fragments="parent"`` (``--fragments parent``: each molecule read as its parent, the
-  largest fragment neutralized, here and in predict); rows whose parent is another molecule's
+  largest carbon fragment neutralized, :func:`~siggate.data.chem.parent_molecule`, here and in
+  predict); rows whose parent is another molecule's
   parent in another split (a salt and its free base, one in training and one in test) get a note
   each (:data:`PARENT_ACROSS_SPLITS`) and a warning that the val/test scores are optimistic. With
   ``"parent"`` such rows are one molecule, kept in one split (a split column's aside).
@@ -63,11 +64,10 @@ from .chem import (
     SPLITS,
     InvalidSmiles,
     check_atoms,
-    keep_fragments,
     mol_to_graph,
     murcko_scaffold,
-    parent_molecule,
     parse_smiles,
+    read_molecule,
     split_indices,
 )
 
@@ -540,15 +540,15 @@ def build_csv(
                         f"split column {split_col!r}: unknown value {split_all[i]!r} "
                         "(expected train, val, valid or test)"
                     )
-            written = parse_smiles(smi, allow_unsanitized=allow_unsanitized, max_length=MAX_SMILES_LENGTH)
-            mol = keep_fragments(written, fragments)  # what the model reads, by predict's rule
-            parent = _parent(written)
+            reading = read_molecule(parse_smiles(smi, allow_unsanitized=allow_unsanitized,
+                                                 max_length=MAX_SMILES_LENGTH), fragments)  # predict's rule
+            mol = reading.mol
             try:
                 check_atoms(mol)  # predict's rule: a molecule it refuses does not train either
             except InvalidSmiles as exc:  # dropped once the splits are drawn: every other row keeps the split
                 late[i] = str(exc)        # it had when such rows were kept (CSV_VERSION 2), so older runs resume
             data = mol_to_graph(mol)
-            same = _canonical(mol, smi)
+            same = reading.smiles or _canonical(mol, smi)
             if split in ("scaffold", "scaffold_balanced"):
                 try:
                     key = murcko_scaffold(mol)
@@ -562,12 +562,12 @@ def build_csv(
         except Exception as exc:  # never let one odd row stop the whole file
             invalid.append(InvalidRow(i, smi, f"{type(exc).__name__}: {exc}"))
             continue
-        data.smiles = smi if fragments == "all" else same  # the SMILES the members and the tables read
+        data.smiles = reading.smiles or smi  # the SMILES the members and the tables read (a salt's parent)
         data.idx = i
         graphs.append(data)
         keys.append(key)
         canon.append(same)
-        parents.append((parent[0] or same, parent[1]))
+        parents.append(reading)
 
     # a split column is the user's: rows of one molecule are merged only within a split
     keep, notes, merged = _duplicates(canon, graphs, y_all, target_cols, duplicates,
@@ -579,12 +579,13 @@ def build_csv(
             notes.append(RowNote(g.idx, g.smiles, "large molecule", f"{g.num_nodes} atoms, above siggate predict's "
                                  f"limit of {PREDICT_MAX_ATOMS} (--max-atoms)"))
     for j in keep:  # the rows that train (a merged duplicate is its first row's)
-        if parents[j][1] > 1:
-            read = READ_AS_PARENT if fragments == "parent" else "all read; the parent"
-            notes.append(RowNote(graphs[j].idx, smiles_all[graphs[j].idx].strip(), SEVERAL_FRAGMENTS,
-                                 f"{parents[j][1]} fragments, {read}: {parents[j][0]}"))
+        r = parents[j]
+        if r.fragments > 1:
+            read = (f"{READ_AS_PARENT}: {r.parent}" if r.smiles else
+                    f"all read; the parent: {r.parent}" if r.parent else f"all read: {NO_PARENT}")
+            notes.append(RowNote(graphs[j].idx, graphs[j].smiles, SEVERAL_FRAGMENTS, f"{r.fragments} fragments, {read}"))
     graphs, keys, canon, parents = ([graphs[j] for j in keep], [keys[j] for j in keep], [canon[j] for j in keep],
-                                    [parents[j][0] for j in keep])
+                                    [parents[j].parent or canon[j] for j in keep])
     invalid.sort(key=lambda r: r.index)
     notes.sort(key=lambda r: r.index)
 
@@ -605,6 +606,9 @@ def build_csv(
         notes = [n for n in notes if n.index not in late]
         idx = {k: [j for j in v if graphs[j].idx not in late] for k, v in idx.items()}
     notes = sorted(notes + _parents_across_splits(idx, graphs, canon, parents), key=lambda r: r.index)
+    if fragments != "all":  # the report's rows as the file writes them (a graph holds its parent's SMILES)
+        notes = [RowNote(n.index, smiles_all[n.index].strip(), n.issue, n.detail) for n in notes]
+        invalid = [InvalidRow(r.index, smiles_all[r.index].strip(), r.reason) for r in invalid]
 
     info = TaskInfo(
         name="csv",
@@ -652,23 +656,14 @@ PARENT_ACROSS_SPLITS = "parent across splits"
 _NAMED_ROWS = 3
 
 
-def _parent(mol) -> tuple[str | None, int]:
-    """``(the canonical SMILES of the molecule's parent, its number of fragments)``
-    (:func:`~siggate.data.chem.parent_molecule`), ``None`` for the SMILES where RDKit cannot
-    write the parent (the molecule is then its own parent)."""
-    from rdkit import Chem
-
-    n = len(Chem.GetMolFrags(mol))
-    try:
-        return Chem.MolToSmiles(parent_molecule(mol)[0]), n
-    except Exception:
-        return None, n
+#: what that note says of a molecule without a parent (:func:`~siggate.data.chem.parent_molecule`)
+NO_PARENT = "no parent to keep (no carbon, two carbon fragments of one size, or one RDKit cannot write back)"
 
 
 def _parents_across_splits(idx: dict[str, list[int]], graphs: list, canon: list[str],
                            parents: list[str]) -> list[RowNote]:
     """A :data:`PARENT_ACROSS_SPLITS` note on each row whose parent (``parents``, one per graph:
-    the largest fragment, neutralized) is the parent of a row of another molecule (``canon``) in
+    the largest carbon fragment, neutralized) is the parent of a row of another molecule (``canon``) in
     another split: a salt and its free base, two salts of one base, or one compound written in two
     charge states, on both sides of the split. Rows of one molecule in several splits are the
     duplicates' note (:data:`CROSS_SPLIT`)."""
@@ -848,10 +843,11 @@ def load_csv(
             fraction of the train rows (at least one; whole molecules, drawn with ``seed``)
             becomes the val split (``--val-fraction``). A column with val rows is refused.
         fragments: what the model reads of a molecule: ``"all"`` of it, as written (counterions
-            included), or its ``"parent"``, the largest fragment neutralized
-            (:func:`~siggate.data.chem.keep_fragments`, ``siggate predict``'s rule too). With
+            included), or its ``"parent"``, the largest carbon fragment neutralized, where it has
+            one (:func:`~siggate.data.chem.read_molecule`, ``siggate predict``'s rule too). With
             ``"parent"`` a salt and its free base are one molecule (for the duplicates and the
-            splits), and a graph's ``smiles`` is the parent's canonical SMILES.
+            splits), and a graph's ``smiles`` is the parent's canonical SMILES (the notes and the
+            dropped rows keep the SMILES as written).
 
     Raises:
         ValueError: bad arguments. :class:`~siggate.data.base.DataError` (a
@@ -1029,11 +1025,11 @@ def _warn_notes(name: str, ds: GraphDataset) -> None:
         logger.warning("%s: %d molecules have several fragments (salts or mixtures; first: row %d, %s): each trains "
                        "as one graph and one fingerprint, counterions included, and siggate predict reads them the "
                        "same way; if the property is the parent's, pass --fragments parent (data.fragments: the "
-                       "largest fragment, neutralized; data_report.csv lists them)", name, len(salts), salts[0].index,
+                       "largest carbon fragment, neutralized; data_report.csv lists them)", name, len(salts), salts[0].index,
                        salts[0].smiles)
     parents = [n for n in ds.notes if n.issue == PARENT_ACROSS_SPLITS]
     if parents:
-        logger.warning("%s: %d rows share their parent (largest fragment, neutralized) with another molecule in another "
+        logger.warning("%s: %d rows share their parent (largest carbon fragment, neutralized) with another molecule in another "
                        "split (first: row %d, %s; %s), e.g. a salt and its free base, so the val/test scores are "
                        "optimistic; pass --fragments parent to read each molecule as its parent, which keeps them in "
                        "one split (a split column's rows stay where it puts them; data_report.csv lists them)",

@@ -159,7 +159,7 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     """
     from rdkit import Chem
 
-    from ..data.chem import parse_smiles, quiet_rdkit
+    from ..data.chem import InvalidSmiles, parse_smiles, quiet_rdkit
     from .predict import InputRows, csv_output, input_smiles, output_fields, warn_legacy
     from .rundir import carried_names
 
@@ -218,12 +218,20 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
                     atoms, base, pred, read = found[i]
                     if not (torch.isfinite(atoms).all() and torch.isfinite(pred).all()):
                         row["error"] = "model produced a non-finite prediction"
+                mol = None
+                if i in found and not row["error"]:
+                    try:
+                        with quiet_rdkit():
+                            mol = parse_smiles(read)  # its atoms in the order of the graph's
+                    except InvalidSmiles as exc:  # one molecule must not stop the others
+                        row["error"] = f"cannot draw {read!r}: {exc}"
+                    if mol is not None and mol.GetNumAtoms() != atoms.shape[0]:
+                        row["error"] = (f"cannot draw {read!r}: {mol.GetNumAtoms()} atoms against the model's "
+                                        f"{atoms.shape[0]}")
                 if i not in found or row["error"]:
                     mol_w.writerow(record + [""] * (3 * len(names) + 1) + [row["error"] or "not explained"])
                     bad += 1
                     continue
-                with quiet_rdkit():
-                    mol = parse_smiles(read)  # its atoms in the order of the graph's
                 elements = [a.GetSymbol() for a in mol.GetAtoms()]
                 for a, (element, values) in enumerate(zip(elements, atoms.tolist())):
                     atom_w.writerow([n + i, a, element, *[number_text(v) for v in values]])

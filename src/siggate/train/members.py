@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..config import Config, DataConfig, from_dict
+from ..config import Config, DataConfig, from_dict, upgrade_config_dict
 from ..files import read_json
 from ..options import member_names, resolve_select, run_weights
 from ..predictors.base import MANIFEST, PredictorFileError, read_manifest, task_info
@@ -346,7 +346,7 @@ def run_data(predictor) -> RunData:
     """
     record = getattr(predictor, "record", {}) or {}
     if "config" in record:
-        cfg = from_dict(record["config"])
+        cfg = from_dict(upgrade_config_dict(record["config"]))
         return RunData(cfg.data, int(record.get("split_seed", cfg.train.seed)), record.get("data_source"))
     gnn = next((m for m in members_of(predictor) if isinstance(m, GNNMember)), None)
     if gnn is None:

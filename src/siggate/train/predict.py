@@ -66,10 +66,10 @@ from ..data.chem import (
     InvalidSmiles,
     check_atoms,
     check_smiles_length,
-    keep_fragments,
     mol_to_graph,
     parse_smiles,
     quiet_rdkit,
+    read_molecule,
 )
 from ..files import AtomicFile, number_text, read_json
 from ..options import DELIMITERS, closest_name
@@ -105,16 +105,22 @@ def run_folder(checkpoint) -> Path | None:
     return Path(ckpt).parent if ckpt is not None else getattr(checkpoint, "folder", None)
 
 
-def _fragments(predictor) -> str:
-    """The run's ``data.fragments``: what its models read of a molecule (``"all"`` for a run that
-    records no data config, or one saved before the key)."""
+def _fragments(predictor, folder: Path | None) -> str:
+    """The run's ``data.fragments``: what its models read of a molecule. A fingerprint member's
+    folder (``folder``) records no data: its run's ``members.yaml``, one folder up, says. ``"all"``
+    for a predictor of no run, or one saved before the key."""
     from ..predictors.base import PredictorFileError
     from .members import run_data
+    from .rundir import read_saved_config, saved_config_path
 
     try:
         return run_data(predictor).data.fragments
     except PredictorFileError:
-        return "all"
+        pass
+    record = None if folder is None else saved_config_path(Path(folder).parent, ensemble=True)
+    if record is not None and record.is_file():
+        return read_saved_config(record).get("data", {}).get("fragments", "all")
+    return "all"
 
 
 def run_calibration(folder: Path | None, coverage, info, checkpoint=None):
@@ -240,6 +246,9 @@ class SmilesPredictor:
             applicability domain (``domain.json``, :mod:`siggate.data.similarity`). (default: ``True``)
     """
 
+    #: the run's data.fragments (set from the run; this default serves a reader pickled before it)
+    fragments = "all"
+
     def __init__(self, checkpoint, max_atoms: int = DEFAULT_MAX_ATOMS, batch_size: int = 128,
                  device: str = "cpu", coverage: float | None = None, domain: bool = True) -> None:
         if isinstance(max_atoms, bool) or not isinstance(max_atoms, int) or max_atoms < 1:
@@ -272,7 +281,7 @@ class SmilesPredictor:
             self.coverage, self.calibration = run_calibration(
                 folder, coverage, self.info, checkpoint if isinstance(checkpoint, (str, Path)) else None)
         self.domain = _domain(folder) if domain else None
-        self.fragments = _fragments(self.predictor)
+        self.fragments = _fragments(self.predictor, folder)
         self.outside = 0  # rows predicted outside the applicability domain so far (predict's summary says so)
         if self.info.node_features != "ogb":
             raise InputError(
@@ -348,7 +357,8 @@ class SmilesPredictor:
                     heavy = sum(1 for a in raw.GetAtoms() if a.GetAtomicNum() != 1)
                     if heavy > self.max_atoms:
                         raise InvalidSmiles(self._too_large(heavy, "heavy atoms"))
-            mol = keep_fragments(parse_smiles(s), self.fragments)  # the run's reading of salts
+            reading = read_molecule(parse_smiles(s), self.fragments)  # the run's reading of salts
+            mol = reading.mol
             check_atoms(mol)  # the rule a CSV's training rows pass
             if mol.GetNumAtoms() > self.max_atoms:
                 raise InvalidSmiles(self._too_large(mol.GetNumAtoms(), "atoms"))
@@ -357,11 +367,7 @@ class SmilesPredictor:
                 from ..data.molfeatures import compute
 
                 g.mol_x = torch.from_numpy(compute([mol], self.mol_features))
-        if self.fragments != "all":  # the parent's SMILES, what the members and explain read
-            from rdkit import Chem
-
-            s = Chem.MolToSmiles(mol)
-        g.smiles = s
+        g.smiles = reading.smiles or s  # a salt's parent: what the members and explain read
         return g
 
     def _too_large(self, n: int, what: str) -> str:
