@@ -396,7 +396,8 @@ PT_COMPLEX = "C1=NC2=[S+][Pt-2]3([S+]=C4NC=NC5=C4[NH+]3C=N5)[NH+]3C=NC(=C23)N1" 
     ("CCO.CCO", "CCO", "CCO"),                          # two equal fragments: one parent
     ("C[C@H](N)C(=O)O.Cl", "C[C@H](N)C(=O)O", "C[C@H](N)C(=O)O"),  # stereo kept
     ("C[N+](C)(C)C.[I-]", "C[N+](C)(C)C", "C[N+](C)(C)C"),  # a quaternary ammonium stays charged
-    ("OCC", "CCO", "CCO"),                              # one fragment: its canonical, neutral form
+    ("OCC", None, None),                                # one uncharged fragment: its own parent, read as written
+    ("CC[NH3+]", "CCN", "CCN"),                         # one charged fragment: neutralized
     ("[Na+].[Cl-]", None, None),                        # no carbon: read as written
     ("N.N.[Cl-].[Cl-].[Pt+2]", None, None),
     ("c1ccccc1.c1ccncc1", None, None),                  # two carbon fragments of one size: a mixture
@@ -414,6 +415,8 @@ def test_a_molecules_parent_is_its_largest_carbon_fragment_neutralized_or_none(s
     assert (as_parent.parent, as_parent.smiles) == (parent, read) and as_written.parent == parent
     assert as_written.smiles is None and as_written.mol is mol
     assert as_parent.fragments == as_written.fragments == smiles.count(".") + 1
+    bare = read_molecule(mol, "all", name_parent=False)  # what predict of an "all" run computes
+    assert (bare.mol, bare.smiles, bare.parent, bare.fragments) == (mol, None, None, as_written.fragments)
     if read is None:
         assert as_parent.mol is mol
     else:

@@ -357,7 +357,7 @@ class SmilesPredictor:
                     heavy = sum(1 for a in raw.GetAtoms() if a.GetAtomicNum() != 1)
                     if heavy > self.max_atoms:
                         raise InvalidSmiles(self._too_large(heavy, "heavy atoms"))
-            reading = read_molecule(parse_smiles(s), self.fragments)  # the run's reading of salts
+            reading = read_molecule(parse_smiles(s), self.fragments, name_parent=False)  # the run's reading of salts
             mol = reading.mol
             check_atoms(mol)  # the rule a CSV's training rows pass
             if mol.GetNumAtoms() > self.max_atoms:
