@@ -240,21 +240,21 @@ class Reading:
     fragments: int       # the written molecule's number of fragments
 
 
-def read_molecule(mol: Chem.Mol, fragments: str, name_parent: bool = True) -> Reading:
+def read_molecule(mol: Chem.Mol, fragments: str) -> Reading:
     """The molecule a model reads of ``mol`` under ``data.fragments``
     (:data:`~siggate.options.FRAGMENTS`): ``"all"``, the molecule as written; ``"parent"``, its
     parent (:func:`parent_molecule`, parsed again from its canonical SMILES, so that its atoms are
     in that SMILES' order), or the molecule as written where it has none. One rule for a CSV's
-    training rows and ``siggate predict``.
+    training rows and ``siggate predict`` (which, under ``"all"``, reads every molecule as
+    written without asking).
 
     A molecule of one uncharged fragment is its own parent: it is read as written, and
     ``Reading.parent`` is None (its own canonical SMILES serves), which spares the parent's cost
-    (about twice the graph's) for most molecules. ``name_parent=False`` (``siggate predict`` of
-    an ``"all"`` run, which reads no parent) spares it for all."""
+    (about twice the graph's) for most molecules."""
     if fragments not in FRAGMENTS:
         raise ValueError(f"fragments must be one of {FRAGMENTS}, got {fragments!r}")
     n = len(Chem.GetMolFrags(mol))
-    if (fragments == "all" and not name_parent) or (n == 1 and not any(a.GetFormalCharge() for a in mol.GetAtoms())):
+    if n == 1 and not any(a.GetFormalCharge() for a in mol.GetAtoms()):
         return Reading(mol, None, None, n)
     parent, text, n = parent_molecule(mol)
     if fragments == "parent" and parent is not None:

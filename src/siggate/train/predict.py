@@ -357,8 +357,10 @@ class SmilesPredictor:
                     heavy = sum(1 for a in raw.GetAtoms() if a.GetAtomicNum() != 1)
                     if heavy > self.max_atoms:
                         raise InvalidSmiles(self._too_large(heavy, "heavy atoms"))
-            reading = read_molecule(parse_smiles(s), self.fragments, name_parent=False)  # the run's reading of salts
-            mol = reading.mol
+            mol, read = parse_smiles(s), None
+            if self.fragments != "all":  # the run reads a salt as its parent (read_molecule)
+                reading = read_molecule(mol, self.fragments)
+                mol, read = reading.mol, reading.smiles
             check_atoms(mol)  # the rule a CSV's training rows pass
             if mol.GetNumAtoms() > self.max_atoms:
                 raise InvalidSmiles(self._too_large(mol.GetNumAtoms(), "atoms"))
@@ -367,7 +369,7 @@ class SmilesPredictor:
                 from ..data.molfeatures import compute
 
                 g.mol_x = torch.from_numpy(compute([mol], self.mol_features))
-        g.smiles = reading.smiles or s  # a salt's parent: what the members and explain read
+        g.smiles = read or s  # a salt's parent: what the members and explain read
         return g
 
     def _too_large(self, n: int, what: str) -> str:
