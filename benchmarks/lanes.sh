@@ -264,9 +264,11 @@ zinc16() {  # issue 28 item 4, in one lane at a time: its commit (d4e68f1) preda
   # lock, so the lane holds one; every process of the campaign inherits it, so it is free again
   # only when the last of them has ended (stop ends them all; a campaign that outlives its lane
   # keeps the other lane out, as it should)
-  # Its runs go two at a time once the pretrained pair's fine-tunes are all in: the pretrain lane then
-  # has nothing left but this campaign, which the lock keeps it out of, so its core would sit idle
-  # (ZINC16_JOBS overrides; each run has one thread either way, so its results do not change)
+  # A lane that starts the campaign once the pretrained pair's fine-tunes are all in runs it two at a
+  # time: the pretrain lane then has nothing left but this campaign, which the lock keeps it out of,
+  # so its core would sit idle. A campaign already running keeps its one job until its lane is
+  # stopped and started again (lanes.sh stop recipe; lanes.sh start recipe). ZINC16_JOBS overrides;
+  # each run has one thread either way, so its results do not change.
   local rc=0 jobs=1
   if finetunes_done; then jobs=2; fi
   flock -n -E 75 "$STUDY/lanes/zinc16.lock" env FOREGROUND=1 JOBS="${ZINC16_JOBS:-$jobs}" \

@@ -368,7 +368,7 @@ def test_salts_are_named_and_a_salt_and_its_base_across_splits_is_warned(tmp_pat
                      (8, "several fragments", "2 fragments, all read; the parent: CCN")]
     messages = [r.getMessage() for r in caplog.records]
     assert [m for m in messages if "several fragments" in m] == [
-        "salts.csv: 5 molecules have several fragments (salts or mixtures; first: row 0, CCN.Cl): each trains as one "
+        "salts.csv: 5 rows hold molecules of several fragments (salts or mixtures; first: row 0, CCN.Cl): each trains as one "
         "graph and one fingerprint, counterions included, and siggate predict reads them the same way; if the property "
         "is the parent's, pass --fragments parent (data.fragments: the largest carbon fragment, neutralized; data_report.csv "
         "lists them)"]
@@ -434,7 +434,7 @@ def test_fragments_parent_reads_each_molecule_as_its_parent_in_training_and_pred
     from test_predict import nci_smiles
 
     caplog.set_level("INFO", logger="siggate.data.csvdata")
-    forms = ["CCN.Cl", "CC[NH3+].[Cl-]", "NCC", "[Na+].CC(=O)[O-]", "CC(=O)O"]
+    forms = ["CCN.Cl", "CC[NH3+].[Cl-]", "NCC", "[Na+].CC(=O)[O-]", "CC(=O)O", "[K+].[Br-]"]
     others = [s for s in nci_smiles(60) if "." not in s][:40]
     path = tmp_path / "salts.csv"
     path.write_text("smiles,y\n" + "".join(f"{m},{i % 7}\n" for i, m in enumerate(forms + others)))
@@ -446,11 +446,16 @@ def test_fragments_parent_reads_each_molecule_as_its_parent_in_training_and_pred
                                                          (4, "merged into row 3 (--duplicates average)")]
     assert (kept[0].smiles, kept[3].smiles, kept[0].num_nodes) == ("CCN", "CC(=O)O", 3)
     assert float(kept[0].y) == pytest.approx(np.mean([0, 1, 2])) and float(kept[3].y) == pytest.approx(3.5)
-    assert [n.detail for n in ds.notes if n.issue == "several fragments"][0] == "2 fragments, read as its parent: CCN"
+    assert [n.detail for n in ds.notes if n.issue == "several fragments"] == [
+        "2 fragments, read as its parent: CCN", "2 fragments, read as its parent: CC(=O)O",
+        "2 fragments, read as written: no parent to keep (no carbon, two carbon fragments of one size, or one RDKit "
+        "cannot write back)"]
+    assert kept[5].smiles == "[K+].[Br-]" and kept[5].num_nodes == 2
     assert not [n for n in ds.notes if n.issue == "parent across splits"]
     assert [r.getMessage() for r in caplog.records if "several fragments" in r.getMessage()] == [
-        "salts.csv: 2 molecules have several fragments (salts or mixtures); each is read as its parent "  # rows 0, 3
-        "(--fragments parent)"]
+        "salts.csv: 2 rows of several fragments (salts or mixtures) are read as their parent (--fragments parent); 1 "
+        "have none (no parent to keep (no carbon, two carbon fragments of one size, or one RDKit cannot write back); "
+        "first: row 5, [K+].[Br-]) and train as written, counterions included"]  # rows 0 and 3; row 5
     out = tmp_path / "run"
     assert main(["train", "--data", str(path), "--target-col", "y", "--split", "random", "--members", "svr",
                  "--fragments", "parent", "--out", str(out), "--cache-dir", str(tmp_path / "c3"), "--no-progress"]) == 0

@@ -888,7 +888,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "allows")
     p.add_argument("--output", default=None, metavar="FILE.json", help="also write the scores to this JSON file")
     add_data_root_flag(p, default="as in training")
-    p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE)")
+    p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
     add_device_flag(p)
     add_threads_flag(p)
     add_progress_flag(p)
@@ -914,7 +914,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--coverage", type=float, default=None, metavar="C",
                    help="add split-conformal intervals holding the label with probability C (e.g. 0.9), calibrated "
                         "on the run's validation molecules: <target>_lower/_upper (regression) or <target>_set "
-                        "(binary/multilabel: {0}, {1} or {0,1})")
+                        "(binary/multilabel: {0}, {1}, {0,1}, or rarely {}: no class plausible enough)")
     add_device_flag(p)
     add_threads_flag(p)
     p.set_defaults(func=cmd_predict)
@@ -973,7 +973,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["list", "verify"], help="list: the registered datasets; verify: load one, print its counts")
     p.add_argument("name", nargs="?", help="dataset to verify (see siggate data list)")
     add_data_root_flag(p)
-    p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE)")
+    p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
     p.add_argument("--max-graphs", type=int, default=0, metavar="N",
                    help="generated datasets (pattern, cluster): only the first N graphs of each split")
     p.add_argument("--num-nodes", type=int, default=0, metavar="N", help="sbm-large: nodes of its graph")

@@ -103,7 +103,8 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
                         "(regression), or keep the first (data.duplicates); with --split column:NAME only rows "
                         "of one split are merged")
     p.add_argument("--fragments", default=None, choices=FRAGMENTS,
-                   help="what the model reads of each molecule of --data, in training and in siggate predict: all "
+                   help="what the model reads of each molecule of --data, in training and in the run's predict, "
+                        "evaluate and explain: all "
                         "of it, as written (default; a salt with its counterions), or its parent, the largest "
                         "carbon fragment neutralized where it has one (CC[NH3+].[Cl-] is read as CCN, one molecule "
                         "with its free base for the duplicates and the splits) (data.fragments)")

@@ -3,8 +3,8 @@
 They follow scikit-learn's conventions, so ``clone``, ``cross_val_score``, ``GridSearchCV`` and
 ``Pipeline`` take them: ``__init__`` only stores hyperparameters, :meth:`fit` learns and returns
 ``self``, learned state ends in ``_``, ``get_params``/``set_params`` come from ``BaseEstimator``.
-``X`` is a sequence of SMILES strings (a list, a 1-d array, a pandas Series, or an ``[n, 1]``
-array); ``y`` is ``[n]`` or ``[n, T]`` (regression, NaN: missing) or ``[n]`` with two classes.
+``X`` is a sequence of SMILES strings (a list, a 1-d array, a pandas Series, an ``[n, 1]`` array
+or a one-column DataFrame); ``y`` is ``[n]`` or ``[n, T]`` (regression, NaN: missing) or ``[n]`` with two classes.
 
 They are ``siggate train --data FILE.csv`` and ``siggate predict`` behind another front door,
 not a second copy: :meth:`fit` writes the molecules to a CSV (every row a training row, no test

@@ -29,7 +29,7 @@ def add_model_args(p, default_epochs: int | None) -> None:
     p.add_argument("--max-graphs", type=int, default=None,
                    help="keep only the first N graphs of every split (quick runs and tests)")
     add_data_root_flag(p)
-    p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE)")
+    p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
     add_threads_flag(p, default=0, default_text="0, torch's choice")
     add_progress_flag(p)
 

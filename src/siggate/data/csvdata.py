@@ -582,6 +582,7 @@ def build_csv(
         r = parents[j]
         if r.fragments > 1:
             read = (f"{READ_AS_PARENT}: {r.parent}" if r.smiles else
+                    f"{READ_AS_WRITTEN}: {NO_PARENT}" if fragments == "parent" else
                     f"all read; the parent: {r.parent}" if r.parent else f"all read: {NO_PARENT}")
             notes.append(RowNote(graphs[j].idx, graphs[j].smiles, SEVERAL_FRAGMENTS, f"{r.fragments} fragments, {read}"))
     graphs, keys, canon, parents = ([graphs[j] for j in keep], [keys[j] for j in keep], [canon[j] for j in keep],
@@ -648,8 +649,9 @@ def _canonical(mol, smiles: str) -> str:
 
 #: the note of a row whose molecule has several fragments (a salt, a mixture)
 SEVERAL_FRAGMENTS = "several fragments"
-#: how that note says that the model reads the parent (``fragments="parent"``)
+#: how that note says that the model reads the parent (``fragments="parent"``), or, without one, the molecule
 READ_AS_PARENT = "read as its parent"
+READ_AS_WRITTEN = "read as written"
 #: the note of a row whose parent is another molecule's parent in another split
 PARENT_ACROSS_SPLITS = "parent across splits"
 #: rows a note names at most (then "and N more")
@@ -1018,11 +1020,14 @@ def _warn_notes(name: str, ds: GraphDataset) -> None:
                        "a split. Give each molecule one split (data_report.csv lists them)", name, len(cross),
                        cross[0].index, cross[0].smiles, cross[0].detail)
     salts = [n for n in ds.notes if n.issue == SEVERAL_FRAGMENTS]
-    if salts and all(READ_AS_PARENT in n.detail for n in salts):
-        logger.info("%s: %d molecules have several fragments (salts or mixtures); each is read as its parent "
-                    "(--fragments parent)", name, len(salts))
+    whole = [n for n in salts if READ_AS_WRITTEN in n.detail]
+    if salts and (whole or READ_AS_PARENT in salts[0].detail):  # --fragments parent
+        logger.log(logging.WARNING if whole else logging.INFO,
+                   "%s: %d rows of several fragments (salts or mixtures) are read as their parent (--fragments parent)%s",
+                   name, len(salts) - len(whole), f"; {len(whole)} have none ({NO_PARENT}; first: row {whole[0].index}, "
+                   f"{whole[0].smiles}) and train as written, counterions included" if whole else "")
     elif salts:
-        logger.warning("%s: %d molecules have several fragments (salts or mixtures; first: row %d, %s): each trains "
+        logger.warning("%s: %d rows hold molecules of several fragments (salts or mixtures; first: row %d, %s): each trains "
                        "as one graph and one fingerprint, counterions included, and siggate predict reads them the "
                        "same way; if the property is the parent's, pass --fragments parent (data.fragments: the "
                        "largest carbon fragment, neutralized; data_report.csv lists them)", name, len(salts), salts[0].index,

@@ -25,7 +25,10 @@ What happens to unusual molecules (one rule each, applied the same way everywher
 * disconnected fragments (salts and mixtures: ``C.C``, ``[Na+].[Cl-]``): **predicted as one
   graph with several connected components**, exactly as OGB featurizes them (the OGB
   benchmarks contain such salts). Message passing stays within each fragment; global
-  attention and the sum pooling see all of them;
+  attention and the sum pooling see all of them. A run trained with ``--fragments parent``
+  predicts each molecule's parent instead (:func:`~siggate.data.chem.read_molecule`: the largest
+  carbon fragment, neutralized, where it has one), as it was trained; the output's ``smiles``
+  column keeps the input;
 * unusual elements (``[Og]``, ``[U]``), charges and radicals: predicted. The OGB atom
   vocabulary covers atomic numbers 1-118, formal charges -5..+5 and 0..4 radical
   electrons; anything outside maps to OGB's ``misc`` index. Elements the model never saw
