@@ -214,16 +214,23 @@ def shrink_refusal(path, epochs: int, done: int) -> str | None:
             f"resumed run may grow, not shrink; give --epochs {done} or more")
 
 
+def damaged_state(path, exc: Exception) -> CheckpointError:
+    """The refusal of a resume checkpoint ``path`` whose training state does not read (``exc``)."""
+    detail = str(exc).splitlines()[0] if str(exc) else repr(exc)
+    return CheckpointError(f"cannot resume from {path}: its training state is not one siggate wrote "
+                           f"({type(exc).__name__}: {detail}); the file is damaged or was edited: restore it, or "
+                           "train the run again with --overwrite")
+
+
 def trained_epochs(path) -> int:
     """The epochs the resume checkpoint ``path`` has trained (read safely, :func:`load_checkpoint`).
 
     Raises:
-        CheckpointError: an unreadable or foreign file."""
+        CheckpointError: an unreadable or foreign file, or a damaged training state (:func:`damaged_state`)."""
     try:
         return int(load_checkpoint(path)["state"]["epoch"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: its training state is not one siggate wrote ({type(exc).__name__}); "
-                              "restore it, or train the run again with --overwrite") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise damaged_state(path, exc) from None
 
 
 def rng_state() -> dict:

@@ -41,6 +41,7 @@ from .bn_stats import epoch_norm, graph_batches, recompute_bn_stats
 from .checkpoint import (
     CheckpointError,
     config_differences,
+    damaged_state,
     load_checkpoint,
     rng_state,
     set_rng_state,
@@ -252,9 +253,7 @@ def resume_run(run: Run, path: Path, config: dict) -> bool:
     try:
         _restore(run, ckpt)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        raise CheckpointError(f"cannot resume from {path}: its training state is not one siggate wrote "
-                              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}); the file "
-                              "is damaged or was edited: restore it, or train the run again with --overwrite") from None
+        raise damaged_state(path, exc) from None
     shrink = shrink_refusal(path, t_cfg.epochs, run.state.epoch)
     if shrink:
         raise CheckpointError(shrink)
