@@ -478,6 +478,8 @@ def test_fragments_parent_reads_each_molecule_as_its_parent_in_training_and_pred
     assert main(["explain", "--checkpoint", str(out), "[Cl-].[NH3+]CC", "--out", str(tmp_path / "why")]) == 0
     atoms = (tmp_path / "why" / "atoms.csv").read_text().splitlines()
     assert [line.split(",")[:3] for line in atoms[1:]] == [["0", "0", "C"], ["0", "1", "C"], ["0", "2", "N"]]
+    molecules = (tmp_path / "why" / "molecules.csv").read_text().splitlines()
+    assert molecules[0].startswith("row,smiles,read_as,y,") and molecules[1].startswith("0,[Cl-].[NH3+]CC,CCN,")
     with pytest.raises(ValueError, match="data.fragments: 'parent' applies to CSV data"):
         from siggate.config import load_config
 

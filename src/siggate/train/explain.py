@@ -183,10 +183,12 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     for old in explanation_files(out, names):
         (out / old).unlink()
     _record(out, names, None)
-    own = ["row", "smiles", *[c for n in names for c in (n, f"{n}_baseline", f"{n}_atoms_sum")], "pictures", "error"]
+    parent = predictor.fragments == "parent"  # a run that reads salts as their parents names what it drew
+    head = ["row", "smiles", *(["read_as"] if parent else [])]
+    own = [*head, *[c for n in names for c in (n, f"{n}_baseline", f"{n}_atoms_sum")], "pictures", "error"]
     at = chunks.smiles_index
     kept = [j for j in range(len(chunks.columns)) if j != at]  # the input's other columns (IDs, names), carried
-    mol_cols = [*own[:2], *carried_names([chunks.columns[j] for j in kept], own), *own[2:]]
+    mol_cols = [*head, *carried_names([chunks.columns[j] for j in kept], own), *own[len(head):]]
     n = bad = 0
     legacy: list[tuple[int, str]] = []
     # (stem, the parsed mol's binary, target, its values (an array), legend, caption): drawn at one scale at the end,
@@ -213,7 +215,8 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
                     found[ok[k]] = (contrib.atoms[j], contrib.baseline[j], contrib.prediction[j], graphs[k].smiles)
             for i, (rec, row) in enumerate(zip(recs, rows)):
                 fields = output_fields(rec, at, chunks.columns, n + i, legacy)
-                record = [n + i, fields[at], *[fields[j] for j in kept]]
+                read_as = [found[i][3] if i in found else ""] if parent else []  # the SMILES drawn
+                record = [n + i, fields[at], *read_as, *[fields[j] for j in kept]]
                 if i in found and not row["error"]:
                     atoms, base, pred, read = found[i]
                     if not (torch.isfinite(atoms).all() and torch.isfinite(pred).all()):
