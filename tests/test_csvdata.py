@@ -446,16 +446,17 @@ def test_fragments_parent_reads_each_molecule_as_its_parent_in_training_and_pred
                                                          (4, "merged into row 3 (--duplicates average)")]
     assert (kept[0].smiles, kept[3].smiles, kept[0].num_nodes) == ("CCN", "CC(=O)O", 3)
     assert float(kept[0].y) == pytest.approx(np.mean([0, 1, 2])) and float(kept[3].y) == pytest.approx(3.5)
-    assert [n.detail for n in ds.notes if n.issue == "several fragments"] == [
-        "2 fragments, read as its parent: CCN", "2 fragments, read as its parent: CC(=O)O",
-        "2 fragments, read as written: no parent to keep (no carbon, two carbon fragments of one size, or one RDKit "
-        "cannot write back)"]
+    assert [(n.index, n.detail) for n in ds.notes if n.issue == "several fragments"] == [
+        (0, "2 fragments, read as its parent: CCN"), (1, "2 fragments, read as its parent: CCN"),  # 1: merged into 0
+        (3, "2 fragments, read as its parent: CC(=O)O"),
+        (5, "2 fragments, read as written: no parent to keep (no carbon, two carbon fragments of one size, or one "
+            "RDKit cannot write back)")]
     assert kept[5].smiles == "[K+].[Br-]" and kept[5].num_nodes == 2
     assert not [n for n in ds.notes if n.issue == "parent across splits"]
     assert [r.getMessage() for r in caplog.records if "several fragments" in r.getMessage()] == [
-        "salts.csv: 2 rows of several fragments (salts or mixtures) are read as their parent (--fragments parent); 1 "
+        "salts.csv: 3 rows of several fragments (salts or mixtures) are read as their parent (--fragments parent); 1 "
         "have none (no parent to keep (no carbon, two carbon fragments of one size, or one RDKit cannot write back); "
-        "first: row 5, [K+].[Br-]) and train as written, counterions included"]  # rows 0 and 3; row 5
+        "first: row 5, [K+].[Br-]) and train as written, counterions included"]  # rows 0, 1 and 3; row 5
     out = tmp_path / "run"
     assert main(["train", "--data", str(path), "--target-col", "y", "--split", "random", "--members", "svr",
                  "--fragments", "parent", "--out", str(out), "--cache-dir", str(tmp_path / "c3"), "--no-progress"]) == 0

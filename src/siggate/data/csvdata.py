@@ -578,8 +578,7 @@ def build_csv(
         if g.num_nodes > PREDICT_MAX_ATOMS:
             notes.append(RowNote(g.idx, g.smiles, "large molecule", f"{g.num_nodes} atoms, above siggate predict's "
                                  f"limit of {PREDICT_MAX_ATOMS} (--max-atoms)"))
-    for j in keep:  # the rows that train (a merged duplicate is its first row's)
-        r = parents[j]
+    for j, r in enumerate(parents):  # every row, a merged duplicate's too (its merge is listed beside)
         if r.fragments > 1:
             read = (f"{READ_AS_PARENT}: {r.parent}" if r.smiles else
                     f"{READ_AS_WRITTEN}: {NO_PARENT}" if fragments == "parent" else
