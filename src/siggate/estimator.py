@@ -417,14 +417,15 @@ class _SigGateEstimator(BaseEstimator):
 
     # ------------------------------------------------------------------ predicting
 
-    def _predict_mean(self, X, return_std: bool = False):
+    def _predict_mean(self, X, return_std: bool = False, checked: bool = False):
         """``[n, T]`` predictions (and the spread over members) of the SMILES ``X``.
 
         Raises:
             ValueError: SMILES that cannot be predicted (``siggate predict``'s reasons, first three).
         """
         check_is_fitted(self, "predictor_")
-        self._check_columns(X)
+        if not checked:  # (_calibrated checks X's column before its own warnings)
+            self._check_columns(X)
         rows = self.smiles_predictor_.predict_rows(_smiles(X))
         bad = [(i, r["error"]) for i, r in enumerate(rows) if r["error"]]
         if bad:
@@ -449,8 +450,12 @@ class _SigGateEstimator(BaseEstimator):
 
     def _check_columns(self, X) -> None:
         """Refuse a one-column DataFrame ``X`` whose column is not the one fit was given (when fit
-        was given a DataFrame: ``feature_names_in_``); other shapes are :func:`_smiles`'."""
+        was given a DataFrame: ``feature_names_in_``), and warn, as scikit-learn does, about one
+        given to an estimator fitted without names; other shapes are :func:`_smiles`'."""
         fitted, given = getattr(self, "feature_names_in_", None), _feature_names(X)
+        if fitted is None and given is not None and len(given) == 1:  # scikit-learn's own warning
+            warnings.warn(f"X has feature names, but {type(self).__name__} was fitted without feature names",
+                          UserWarning, stacklevel=4)
         if fitted is not None and given is not None and len(given) == 1 and list(given) != list(fitted):
             raise ValueError(f"X's column is {list(given)}, but the estimator was fitted on a DataFrame of column "
                              f"{list(fitted)}; give the SMILES in a column of that name (or as a list)")
@@ -478,7 +483,7 @@ class _SigGateEstimator(BaseEstimator):
         few = too_few_message(self.calibration_, coverage, name="coverage", again="fit again (a larger val_fraction)")
         if few:
             warnings.warn(few, UserWarning, stacklevel=3)
-        mean, std = self._predict_mean(X, return_std=True)
+        mean, std = self._predict_mean(X, return_std=True, checked=True)
         return self.calibration_, coverage, mean, std if self.smiles_predictor_.ensemble else None
 
 
