@@ -277,12 +277,19 @@ zinc16() {  # issue 28 item 4, in one lane at a time: its commit (d4e68f1) preda
   return "$rc"
 }
 
-finetunes_done() {  # every fine-tune of the pretrained pair is in: both arms, seeds 0-2, the 20 public targets
-  [ -f "$MACE_RESULTS" ] && python3 -c 'import json, sys, collections
+done_targets() {  # $@: recipes; "RECIPE SEED N" for seeds 0-2: the targets each has finished in the lanes' results
+  [ -f "$MACE_RESULTS" ] || return 1
+  python3 -c 'import json, sys, collections
 done = collections.Counter((r.get("recipe"), r.get("seed")) for r in json.load(open(sys.argv[1]))["rows"]
                            if r.get("tool") == "siggate" and r.get("status") == "ok")
-sys.exit(any(done[(f"pt-attn-{gate}", seed)] < 20 for gate in sys.argv[2:] for seed in (0, 1, 2)))' \
-      "$MACE_RESULTS" "${STUDY_GATES[@]}"
+for recipe in sys.argv[2:]:
+    for seed in (0, 1, 2):
+        print(recipe, seed, done[(recipe, seed)])' "$MACE_RESULTS" "$@"
+}
+
+finetunes_done() {  # every fine-tune of the pretrained pair is in: both arms, seeds 0-2, the 20 public targets
+  local counts
+  counts=$(done_targets "${STUDY_GATES[@]/#/pt-attn-}") && ! awk '$3 < 20 {short = 1} END {exit !short}' <<< "$counts"
 }
 
 pair_pretrained() {  # both pretrainings of the pair are finished (their run folders are here)
@@ -372,12 +379,9 @@ case $ACTION in
       if [ -s "$STUDY/lanes/$lane.log" ]; then grep -v '^\s*$' "$STUDY/lanes/$lane.log" | tail -2 | sed 's/^/    /' || true; fi
     done
     # how far the studies' MoleculeACE recipes are: finished targets per seed
-    if [ -f "$MACE_RESULTS" ]; then python3 -c 'import json, sys, collections
-done = collections.Counter((r.get("recipe"), r.get("seed")) for r in json.load(open(sys.argv[1]))["rows"]
-                           if r.get("tool") == "siggate" and r.get("status") == "ok")
-for recipe in sys.argv[2:]:
-    print(f"  {recipe}: " + ", ".join(f"seed {s} {done[(recipe, s)]}/20" for s in (0, 1, 2)))' \
-        "$MACE_RESULTS" cand-ptlong "${STUDY_GATES[@]/#/gate-}" "${STUDY_GATES[@]/#/pt-attn-}" || true; fi
+    done_targets cand-ptlong "${STUDY_GATES[@]/#/gate-}" "${STUDY_GATES[@]/#/pt-attn-}" \
+        | awk '{line[$1] = line[$1] (line[$1] ? ", " : "") "seed " $2 " " $3 "/20"; if (!($1 in seen)) {seen[$1] = 1; order[++n] = $1}}
+               END {for (i = 1; i <= n; i++) print "  " order[i] ": " line[order[i]]}' || true
     ;;
   stop)  # a lane's processes ended, so that `start` runs its queue as this file now says; each item resumes
     [ $# -gt 0 ] || set -- "${LANES[@]}"

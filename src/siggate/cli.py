@@ -123,8 +123,10 @@ def cmd_train(args) -> int:
         changed = rundir.changed_since(path, cfg.data)
         if changed:
             raise CLIError(f"--resume {resume}: {changed}; restore the file, or start a new run with another --out")
-    if resume is not None:
-        _check_resumed_epochs(resume, cfg.train.epochs, several)
+    epochs_given = (args.epochs is not None or getattr(args, "budget", None) is not None
+                    or "train.epochs" in set_keys(args))
+    if resume is not None and (saved is None or epochs_given):  # a saved schedule cannot shrink by itself
+        _check_resumed_epochs(resume, cfg.train.epochs, several)  # (resume_run reads last.pt again later)
     if args.on_nan:
         cfg.train.on_nan = args.on_nan
     if args.ddp and several:
