@@ -247,8 +247,9 @@ def _check_resumed_epochs(resume: Path, epochs: int, several: bool) -> None:
     """Refuse, before the data load, ``--epochs`` below what the run (each GNN member of a run of
     several) has trained: the rule :func:`~siggate.train.loop.resume_run` applies, named sooner."""
     from .train.checkpoint import CheckpointError, shrink_refusal, trained_epochs
+    from .train.rundir import member_folders
 
-    for last in sorted(resume.glob("member*/last.pt")) if several else [resume / "last.pt"]:
+    for last in [m / "last.pt" for m in member_folders(resume)] if several else [resume / "last.pt"]:
         if not last.is_file():
             continue
         try:

@@ -138,12 +138,12 @@ def verdict_rank(r: dict) -> dict:
                 "measured": f"not applicable (gate={r.get('gate')}, position={r.get('gate_position')})",
                 "rule": "-", "verdict": INCONCLUSIVE}
     import numpy as np
-    from scipy import stats as st
 
     f = r["frac_heads_higher"]
     before, after = np.asarray(r["before"], dtype=float).ravel(), np.asarray(r["after"], dtype=float).ravel()
-    up, down = int((after > before * (1 + 1e-9)).sum()), int((after < before * (1 - 1e-9)).sum())
-    p = float(st.binomtest(up, up + down, 0.5, alternative="greater").pvalue) if up + down else None
+    # the sign test of one_sided_tests, heads equal within 1e-9 of their rank counted as ties
+    t = one_sided_tests(np.where(np.isclose(after, before, rtol=1e-9, atol=0), 0.0, after - before))
+    up, down, p = t["n_above"], t["n_below"], t["sign_up"]
     v = HOLDS if f >= 0.95 and p is not None and p < 0.05 else (FAILS if f < 0.5 else INCONCLUSIVE)
     return {
         "claim": f"{'trained' if r.get('trained') else 'untrained'} model on {r.get('dataset')}: every head's stable "

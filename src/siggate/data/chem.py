@@ -10,6 +10,7 @@ with a few broken rows prints nothing but one summary warning from the loader.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import re
@@ -189,6 +190,14 @@ def check_atoms(mol) -> None:
         raise InvalidSmiles(f"contains a wildcard atom '*' (atomic number 0) at atom {wild[0]}, which is not an element")
 
 
+@functools.cache
+def _uncharger():
+    """RDKit's ``Uncharger``, built once (building it costs several times one use)."""
+    from rdkit.Chem.MolStandardize import rdMolStandardize
+
+    return rdMolStandardize.Uncharger()
+
+
 def parent_molecule(mol: Chem.Mol) -> tuple[Chem.Mol | None, str | None, int]:
     """``(parent, its canonical SMILES, the molecule's number of fragments)``; the parent is
     ``None`` (and its SMILES) where there is none to keep.
@@ -202,8 +211,6 @@ def parent_molecule(mol: Chem.Mol) -> tuple[Chem.Mol | None, str | None, int]:
     (a neutralized aromatic ring RDKit cannot kekulize, some metal complexes): their atoms would
     not be the ones a picture or a fingerprint names. A carbon salt such as a carbonate counts as
     organic."""
-    from rdkit.Chem.MolStandardize import rdMolStandardize
-
     parts = Chem.GetMolFrags(mol)
     organic = [k for k, part in enumerate(parts) if any(mol.GetAtomWithIdx(a).GetAtomicNum() == 6 for a in part)]
     if not organic:
@@ -218,7 +225,7 @@ def parent_molecule(mol: Chem.Mol) -> tuple[Chem.Mol | None, str | None, int]:
         frag = frags[top[0]]
     try:
         with quiet_rdkit():  # a parent RDKit cannot read back is a finding, not a log line
-            frag = rdMolStandardize.Uncharger().uncharge(frag)
+            frag = _uncharger().uncharge(frag)
             text = Chem.MolToSmiles(frag)
             again = Chem.MolFromSmiles(text)
     except Exception:  # partly sanitized: no parent to read back

@@ -77,7 +77,7 @@ from typing import ClassVar, Mapping, Sequence
 import numpy as np
 
 from ..data.fingerprints import parse_kinds
-from ..options import SVR_AVERAGEABLE, SVRMemberOptions
+from ..options import SVRMemberOptions
 from .base import PredictorFileError
 from .fpmember import (
     FingerprintMember,
@@ -94,9 +94,6 @@ from .kernel import minmax_kernel, nystrom_projection
 
 #: the grid fields averaged over rather than chosen among by default (:class:`KernelSVR`'s ``average``)
 AVERAGED = SVRMemberOptions.average
-#: the fields that can be averaged: they change the fit, not the kernel, so the mean of the models
-#: is one model on the same kernel
-AVERAGEABLE = SVR_AVERAGEABLE
 #: rows of Nyström features computed at once (bounds the ``[rows, landmarks]`` scratch kernel)
 _ROW_BLOCK = 4096
 
@@ -128,9 +125,8 @@ class SVRGrid(Grid):
     C: tuple = SVRMemberOptions.C
     epsilon: tuple = SVRMemberOptions.epsilon
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.as_options().check()  # the rules of SVRMemberOptions, its one home
+    def __post_init__(self) -> None:  # SVRMemberOptions' rules (Grid's own among them), their one home
+        self.as_options().check()
 
     def as_options(self, **rest) -> SVRMemberOptions:
         """This grid as :class:`~siggate.options.SVRMemberOptions` (with ``rest``: the member's other options)."""

@@ -53,7 +53,8 @@ RUN_FOLDERS = ("tb",)
 _MEMBER = re.compile(r"member\d+")
 
 
-def _members(out: Path) -> list[Path]:
+def member_folders(out: Path) -> list[Path]:
+    """The ``member{i}`` folders of a run of several members (sorted by name; none for another folder)."""
     if not out.is_dir():
         return []
     return sorted(p for p in out.iterdir() if p.is_dir() and _MEMBER.fullmatch(p.name))
@@ -72,7 +73,7 @@ def run_folders(folder: str | Path, recorded: bool = False) -> set[Path]:
     if recorded and not any((f / name).is_file() for f in {top, folder}
                             for name in ("best.pt", "last.pt", MEMBERS_RECORD, MANIFEST)):
         return set()
-    return {top.resolve(), *(m.resolve() for m in _members(top))}
+    return {top.resolve(), *(m.resolve() for m in member_folders(top))}
 
 
 def run_output_names(out: str | Path) -> str:
@@ -91,7 +92,7 @@ def run_files(out: str | Path) -> list[str]:
     """The files that make ``out`` a run (relative to ``out``; empty when it holds none)."""
     out = Path(out)
     found = [name for name in RUN_MARKERS + ("ensemble.json",) if (out / name).is_file()]
-    for member in _members(out):
+    for member in member_folders(out):
         found += [f"{member.name}/{name}" for name in RUN_MARKERS if (member / name).is_file()]
     return found
 
@@ -146,7 +147,7 @@ def forget_refused_run(out: str | Path) -> bool:
     records = ("config.yaml", MEMBERS_RECORD)
     if not files or any(Path(f).name not in records for f in files):
         return False
-    if any((member / "predictor.json").is_file() or (member / "best.pt").is_file() for member in _members(out)):
+    if any((member / "predictor.json").is_file() or (member / "best.pt").is_file() for member in member_folders(out)):
         return False
     clear_run(out)
     return True
@@ -168,7 +169,7 @@ def run_entries(out: Path) -> list[Path]:
     """What ``siggate train`` wrote into ``out``, the one list of it (:func:`clear_run` removes it,
     :func:`set_aside` moves it): :data:`RUN_OUTPUTS`, :data:`RUN_FOLDERS`, the ensemble members and
     unfinished atomic writes ``.*.tmp``, those that are there."""
-    return [p for p in (*(out / n for n in RUN_OUTPUTS + RUN_FOLDERS), *_members(out), *out.glob(".*.tmp"))
+    return [p for p in (*(out / n for n in RUN_OUTPUTS + RUN_FOLDERS), *member_folders(out), *out.glob(".*.tmp"))
             if p.is_file() or p.is_dir() or p.is_symlink()]
 
 
