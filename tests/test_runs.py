@@ -567,3 +567,32 @@ def test_a_replacement_stopped_before_it_saved_anything_leaves_the_old_run(tmp_p
     assert rc == 2 and "(the run an interrupted --overwrite replaced is in .siggate-replaced/: move it out to keep " \
         "it)" in _one_line(err)
     assert (out / rundir.ASIDE / "member0").is_dir()
+
+
+def test_compare_hands_each_given_flag_to_its_runs_and_its_command_line(tmp_path):
+    """Every flag ``siggate compare`` passes through reaches each run's ``siggate train`` (after
+    the compare's own ``--set``, the arm's) and the command line that reproduces it; an absent
+    flag reaches neither."""
+    import argparse
+
+    from siggate.train import compare as cmp
+
+    sub = argparse.ArgumentParser().add_subparsers(dest="command")
+    cmp.register(sub)
+    parser = sub.choices["compare"]
+    full = parser.parse_args(["--config", "zinc", "--seeds", "0-1", "--gates", "none,elementwise", "--set",
+                              "model.layers=2", "--epochs", "3", "--data-root", "/d", "--cache-dir", "/c",
+                              "--out", str(tmp_path)])
+    spec = cmp.parse_gates("elementwise")[0]
+    run = cmp._config_args(full, spec, 1)
+    assert run[:4] == ["--config", "zinc", "--seed", "1"]
+    sets = [run[i + 1] for i, a in enumerate(run) if a == "--set"]
+    assert sets[0] == "model.layers=2" and sets[1:] == spec.overrides()
+    for flag, value in (("--epochs", "3"), ("--data-root", "/d"), ("--cache-dir", "/c")):
+        assert run[run.index(flag) + 1] == value
+        assert f"{flag} {value}" in cmp.command_line(full)
+    assert "--budget" not in run
+    bare = parser.parse_args(["--seeds", "0", "--gates", "none", "--out", str(tmp_path)])
+    assert cmp._config_args(bare, spec, 0) == ["--config", "nci5k", "--seed", "0", "--set", "model.gate=elementwise"]
+    for flag in ("--epochs", "--budget", "--data-root", "--cache-dir", "--set"):
+        assert flag not in cmp.command_line(bare)

@@ -37,6 +37,7 @@ from .options import (
     MEMBER_WEIGHTS,
     PREDICT_MAX_ATOMS,
     RECIPE_MEMBERS,
+    add_cache_dir_flag,
     add_data_root_flag,
     add_progress_flag,
     progress_enabled,
@@ -891,7 +892,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "allows")
     p.add_argument("--output", default=None, metavar="FILE.json", help="also write the scores to this JSON file")
     add_data_root_flag(p, default="as in training")
-    p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
+    add_cache_dir_flag(p)
     add_device_flag(p)
     add_threads_flag(p)
     add_progress_flag(p)
@@ -905,7 +906,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None,
                    help="node-level checkpoints: the dataset split to predict, train, val, test or all (default: test)")
     add_data_root_flag(p, "node-level checkpoints", default="as in training")
-    p.add_argument("--cache-dir", default=None, help="node-level checkpoints: cache for processed data")
+    add_cache_dir_flag(p, "node-level checkpoints")
     p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
     p.add_argument("--smiles-col", default=None,
                    help="SMILES column of --input (default: the training run's SMILES column, else smiles)")
@@ -976,7 +977,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["list", "verify"], help="list: the registered datasets; verify: load one, print its counts")
     p.add_argument("name", nargs="?", help="dataset to verify (see siggate data list)")
     add_data_root_flag(p)
-    p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
+    add_cache_dir_flag(p)
     p.add_argument("--max-graphs", type=int, default=0, metavar="N",
                    help="generated datasets (pattern, cluster): only the first N graphs of each split")
     p.add_argument("--num-nodes", type=int, default=0, metavar="N", help="sbm-large: nodes of its graph")

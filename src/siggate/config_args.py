@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .config import load_config, override_key
 from .files import out_dir_problem
-from .options import DUPLICATES, FRAGMENTS, add_data_root_flag
+from .options import DUPLICATES, FRAGMENTS, add_cache_dir_flag, add_data_root_flag
 
 __all__ = ["CLIError", "WARMUP_START", "add_command", "add_config_args", "add_device_flag", "add_threads_flag",
            "check_device", "check_out_folder", "config_from_args", "examples_epilog", "set_keys"]
@@ -89,7 +89,7 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
                         "written by siggate pretrain, or a checkpoint; 'none' trains from scratch (train.init; with --data "
                         "the recipe's is 'pretrained')")
     add_data_root_flag(p)
-    p.add_argument("--cache-dir", default=None, help="writable cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
+    add_cache_dir_flag(p)
     p.add_argument("--data", default=None, metavar="FILE.csv", help="train on your own CSV of SMILES")
     p.add_argument("--smiles-col", default=None, help="SMILES column of --data (default: smiles)")
     p.add_argument("--target-col", default=None, help="target column(s) of --data, comma-separated")

@@ -397,6 +397,13 @@ def add_data_root_flag(p, what: str = "", default: str | None = None) -> None:
     p.add_argument("--data-root", default=None, help=f"{text} (default: {first}{DATA_ROOT_DEFAULT})")
 
 
+def add_cache_dir_flag(p, what: str = "") -> None:
+    """``--cache-dir``: the writable cache for processed data (``what``: where this command uses
+    it), by default ``$SIGGATE_CACHE`` or ``~/.cache/siggate``."""
+    text = "writable cache for processed data" + (f", for {what}" if what else "")
+    p.add_argument("--cache-dir", default=None, help=f"{text} (default: $SIGGATE_CACHE or ~/.cache/siggate)")
+
+
 def progress_enabled(args) -> bool:
     """Whether to draw progress bars for parsed :func:`add_progress_flag` arguments."""
     import sys

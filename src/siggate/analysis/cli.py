@@ -9,7 +9,7 @@ import this module.
 from __future__ import annotations
 
 from ..config_args import add_command, add_threads_flag
-from ..options import add_data_root_flag, add_progress_flag
+from ..options import add_cache_dir_flag, add_data_root_flag, add_progress_flag
 from ..train.executor import add_executor_args
 
 DESCRIPTION = """Mechanism analyses of the paper's claims. Each one writes OUT/<name>.json and
@@ -29,7 +29,7 @@ def add_model_args(p, default_epochs: int | None) -> None:
     p.add_argument("--max-graphs", type=int, default=None,
                    help="keep only the first N graphs of every split (quick runs and tests)")
     add_data_root_flag(p)
-    p.add_argument("--cache-dir", default=None, help="cache for processed data (default: $SIGGATE_CACHE or ~/.cache/siggate)")
+    add_cache_dir_flag(p)
     add_threads_flag(p, default=0, default_text="0, torch's choice")
     add_progress_flag(p)
 

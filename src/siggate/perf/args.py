@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..config_args import add_device_flag, add_threads_flag, examples_epilog
-from ..options import ATTN_TYPES, GATE_KINDS, add_data_root_flag, add_progress_flag
+from ..options import ATTN_TYPES, GATE_KINDS, add_cache_dir_flag, add_data_root_flag, add_progress_flag
 
 #: the timed models: siggate with each gate, and PyG's own ``GPSConv`` stack
 VARIANTS = ("none", "headwise", "elementwise", "pyg")
@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", choices=["auto", "zinc", "nci5k", "synthetic"], default="auto",
                    help="graphs for the zinc config: ZINC if it loads from the data root, else NCI-5K (auto)")
     add_data_root_flag(p, "ZINC and Peptides-func")
-    p.add_argument("--cache-dir", default=None, help="processed-data cache")
+    add_cache_dir_flag(p)
     p.add_argument("--repeats", type=int, default=None,
                    help="interleaved timing rounds (default: 10; 3 with --scaling-large)")
     p.add_argument("--warmup", type=int, default=None,

@@ -32,6 +32,7 @@ from ..files import atomic_write_bytes, out_dir_problem
 from ..options import (
     GATE_KINDS,
     GATE_POSITIONS,
+    add_cache_dir_flag,
     add_data_root_flag,
     add_progress_flag,
     parse_gate_spec,
@@ -119,17 +120,19 @@ class CompareError(RuntimeError):
 
 def _config_args(args, spec: GateSpec, seed: int) -> list[str]:
     """The config part of a pair's ``siggate train`` arguments."""
-    out = ["--config", args.config or "nci5k", "--seed", str(seed)]
-    for o in list(args.overrides) + spec.overrides():
+    return ["--config", args.config or "nci5k", "--seed", str(seed)] + _shared_flags(args, spec.overrides())
+
+
+def _shared_flags(args, overrides=()) -> list[str]:
+    """The flags ``siggate compare`` hands on to each run as given: ``--set`` (its own, then
+    ``overrides``), ``--epochs``, ``--budget``, ``--data-root`` and ``--cache-dir``."""
+    out = []
+    for o in list(args.overrides) + list(overrides):
         out += ["--set", o]
-    if args.epochs is not None:
-        out += ["--epochs", str(args.epochs)]
-    if getattr(args, "budget", None) is not None:
-        out += ["--budget", str(args.budget)]
-    if args.data_root:
-        out += ["--data-root", str(args.data_root)]
-    if args.cache_dir:
-        out += ["--cache-dir", str(args.cache_dir)]
+    for flag, value in (("--epochs", args.epochs), ("--budget", getattr(args, "budget", None)),
+                        ("--data-root", args.data_root or None), ("--cache-dir", args.cache_dir or None)):
+        if value is not None:
+            out += [flag, str(value)]
     return out
 
 
@@ -413,17 +416,7 @@ def plot_val_curves(res: dict, path: Path) -> None:
 def command_line(args) -> str:
     """The ``siggate compare`` command that reproduces this comparison."""
     parts = ["siggate", "compare", "--config", args.config or "nci5k", "--seeds", args.seeds, "--gates", args.gates]
-    for o in args.overrides:
-        parts += ["--set", o]
-    if args.epochs is not None:
-        parts += ["--epochs", str(args.epochs)]
-    if getattr(args, "budget", None) is not None:
-        parts += ["--budget", str(args.budget)]
-    if args.data_root:
-        parts += ["--data-root", str(args.data_root)]
-    if args.cache_dir:
-        parts += ["--cache-dir", str(args.cache_dir)]
-    parts += ["--jobs", str(args.jobs)]
+    parts += _shared_flags(args) + ["--jobs", str(args.jobs)]
     if getattr(args, "backend", "local") != "local":
         parts += ["--backend", args.backend]
     if args.threads:
@@ -747,7 +740,7 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per run (default: CPU cores / jobs)")
     add_data_root_flag(p)
-    p.add_argument("--cache-dir", default=None, help="cache for processed data")
+    add_cache_dir_flag(p)
     p.add_argument("--out", required=True, help="output folder (runs/, results.json, results.md, val_curves.png)")
     add_executor_args(p)
     add_progress_flag(p)
