@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import shutil
 
 import pytest
 import torch
@@ -470,6 +471,20 @@ def test_fragments_parent_reads_each_molecule_as_its_parent_in_training_and_pred
     assert reader.featurize(K_SALT).smiles == K_SALT  # no parent: read as written
     member = SmilesPredictor(out / "member0")  # a fingerprint member's folder: its run's reading
     assert member.fragments == "parent" and member.predict_rows(["CCN.Br"])[0]["y"] == rows[0]["y"]
+    from siggate.train.evaluate import evaluate
+
+    labelled = tmp_path / "labelled.csv"  # evaluate --data of the member's folder reads salts as the run does
+    labelled.write_text("smiles,y\nCCN.Br,1\nCC(=O)[O-].[K+],2\n")
+    want = np.mean([abs(rows[0]["y"] - 1), abs(rows[3]["y"] - 2)])
+    for where in (out, out / "member0"):
+        assert evaluate(where, data=labelled)["metrics"]["data"]["mean"]["mae"] == pytest.approx(want, rel=1e-5)
+    cut = tmp_path / "cut"  # a run stopped before its combination was saved: members.yaml says
+    shutil.copytree(out, cut)
+    (cut / "predictor.json").unlink()
+    assert SmilesPredictor(cut / "member0").fragments == "parent"
+    alone = tmp_path / "alone" / "copied"  # the member folder copied out of its run: no run to ask
+    shutil.copytree(out / "member0", alone)
+    assert SmilesPredictor(alone).fragments == "all"
     report = (out / "data_report.csv").read_text()
     assert "0,CCN.Cl,several fragments,\"2 fragments, read as its parent: CCN\"" in report  # rows as written
     assert "1,CC[NH3+].[Cl-],conflicting duplicate,\"same molecule as row(s) 0, 2; y spread 2\"" in report  # CCN

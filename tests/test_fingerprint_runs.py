@@ -164,6 +164,12 @@ def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv
     got = json.loads(stdout[:stdout.rindex("}") + 1])
     assert got["members"] == 2 and got["test"] == pytest.approx(res["test"], rel=1e-6)
     assert got["metrics"]["test"]["mean"] == pytest.approx(res["test_metrics"]["mean"], rel=1e-5)
+    for name, member in zip(("member0", "member1"), res["members"]):  # a member's folder: its run's data and splits
+        rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(run / name)], capsys)
+        assert rc == 0, err
+        got = json.loads(stdout[:stdout.rindex("}") + 1])
+        assert got["members"] == 1 and got["metrics"]["test"]["mean"] == pytest.approx(
+            member["test_metrics"]["mean"], rel=1e-5)
     ext = tmp_path / "ext.csv"
     ext.write_text("smiles,activity\n" + "".join(f"{s},{v}\n" for s, v in zip(good, (2.0, 0.0, 0.0))))
     rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(ext), "--target-col", "activity"],

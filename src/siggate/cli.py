@@ -661,7 +661,7 @@ def _read_input(args, pred, source):
 
     if args.smiles_col:
         return read_input(source, args.smiles_col, args.chunk_size)
-    return read_input(source, trained_smiles_col(pred.predictor), args.chunk_size, fallback="smiles")
+    return read_input(source, trained_smiles_col(pred.predictor, pred.folder), args.chunk_size, fallback="smiles")
 
 
 #: ``siggate predict``'s and ``siggate explain``'s defaults of the flags that only molecule checkpoints read

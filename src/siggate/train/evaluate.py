@@ -151,14 +151,15 @@ def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
 
 
 def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo,
-                    decimal: str = ".", fallback: str | None = None) -> tuple[list, dict]:
+                    decimal: str = ".", fallback: str | None = None, folder: Path | None = None) -> tuple[list, dict]:
     """Graphs of the labelled CSV ``path`` featurized as ``predictor``'s inputs (as ``siggate
     predict`` featurizes SMILES), each with its labels ``y [1, T]``, and ``{"rows", "scored",
     "invalid", "unlabelled", "bad_label", "malformed"}`` counts (``bad_label``: a label that is not a
     number, not finite, or not 0/1 for a classifier, read as training reads labels,
     :func:`~siggate.data.csvdata.read_labels` with ``decimal``; ``malformed``: rows with more fields
     than the header). Neither is scored; both are reported. A file without ``smiles_col`` is read
-    from its ``fallback`` column (:func:`~siggate.train.predict.smiles_column`)."""
+    from its ``fallback`` column (:func:`~siggate.train.predict.smiles_column`). ``folder``: where
+    ``predictor`` was loaded from (a fingerprint member's run says how it reads a salt)."""
     import numpy as np
 
     from ..data.chem import InvalidSmiles
@@ -207,7 +208,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     ragged = [i for i, r in enumerate(records) if len(r) > len(header)]
     labels, reasons = read_labels(path, table, cols, info.task, decimal)
     check_any_numeric(path, table, cols, labels, allow_empty=True)  # metrics skip a target without labels
-    featurizer = SmilesPredictor(predictor, domain=False)
+    featurizer = SmilesPredictor(predictor, domain=False, folder=folder)
     if ragged:  # their fields cannot be matched to the columns: counted, not scored
         log.warning("--data %s: %d rows have more fields than the header (first: line %d), so their fields cannot "
                     "be matched to the columns; they are not scored (quote fields that hold the delimiter)",
@@ -294,15 +295,17 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     from ..predictors.base import PredictorFileError
     from .dataprep import prepare_data
     from .members import encodings_of, members_of, run_data, trained_smiles_col
+    from .predict import run_folder
 
     predictor, info = _load(checkpoint, device)
+    folder = run_folder(checkpoint)
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
            "members": len(members_of(predictor))}
     calibrated = None if coverage is None else _calibration_of(checkpoint, info, coverage)
     if data is not None:
         fallback = "smiles" if smiles_col is None else None  # the run's column, else the file's "smiles"
-        smiles_col = smiles_col or trained_smiles_col(predictor)
-        graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info, decimal, fallback)
+        smiles_col = smiles_col or trained_smiles_col(predictor, folder)
+        graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info, decimal, fallback, folder)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
         prediction = predictor.predict(graphs)
         pred = prediction.mean
@@ -324,7 +327,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
                             exc.strerror or exc)
         return res
     try:
-        trained_on = run_data(predictor)
+        trained_on = run_data(predictor, folder)
         encodings = encodings_of(predictor)
     except PredictorFileError as exc:
         raise EvaluationError(str(exc)) from None

@@ -336,31 +336,55 @@ class RunData:
     source: dict | None = None
 
 
-def run_data(predictor) -> RunData:
-    """The data ``predictor`` (from :func:`load_predictor`) was trained on: a combination's own
-    record (``config``, ``split_seed``, ``data_source``, written by ``siggate train``), else its
-    first GNN member's checkpoint, split with the combination's or the member's split seed.
+def run_data(predictor, folder: str | Path | None = None) -> RunData:
+    """The data ``predictor`` (from :func:`load_predictor`, out of ``folder`` when given) was
+    trained on: a combination's own record (``config``, ``split_seed``, ``data_source``, written by
+    ``siggate train``), else its first GNN member's checkpoint, split with the combination's or the
+    member's split seed, else, for a fingerprint member's ``folder`` (``member{i}``, which records
+    no data of its own), the record of the run one folder up (:func:`_run_record_above`).
 
     Raises:
-        PredictorFileError: the predictor records no data (no config and no GNN member).
+        PredictorFileError: the predictor records no data (no config, no GNN member, no run above).
     """
     record = getattr(predictor, "record", {}) or {}
+    gnn = next((m for m in members_of(predictor) if isinstance(m, GNNMember)), None)
+    if "config" not in record and gnn is None and folder is not None:
+        record = _run_record_above(Path(folder))
     if "config" in record:
         cfg = from_dict(upgrade_config_dict(record["config"]))
         return RunData(cfg.data, int(record.get("split_seed", cfg.train.seed)), record.get("data_source"))
-    gnn = next((m for m in members_of(predictor) if isinstance(m, GNNMember)), None)
     if gnn is None:
         raise PredictorFileError("this predictor records no training data (no config); score it on a labelled file "
                                  "with --data FILE.csv")
     return RunData(copy.deepcopy(gnn.cfg.data), int(record.get("split_seed", gnn.split_seed)), gnn.data_source_)
 
 
-def trained_smiles_col(predictor) -> str:
-    """The SMILES column of the CSV ``predictor`` was trained on (:func:`run_data`), else
-    ``smiles`` (a benchmark run, or a predictor that records no data): the column that
-    ``evaluate --data``, ``predict --input`` and ``explain --input`` read by default."""
+def _run_record_above(folder: Path) -> dict:
+    """The data record of the run whose member ``folder`` is: the fields its combination's
+    ``predictor.json`` keeps (``config``, ``split_seed``, ``data_source``) when that lists
+    ``folder``, else, in a run that has not finished, its :data:`~.rundir.MEMBERS_RECORD` config
+    (split with ``train.seed``, as ``siggate train`` splits a run of members); ``{}`` when
+    ``folder`` is no run's member."""
+    from .rundir import MEMBERS_RECORD, member_folders, read_saved_config
+
+    run = folder.resolve().parent
+    if folder.resolve() not in {m.resolve() for m in member_folders(run)}:
+        return {}
+    if (run / MANIFEST).is_file():
+        doc = read_manifest(run)
+        if doc["kind"] == Combination.kind and folder.name in (doc.get("members") or ()) and "config" in doc:
+            return doc
+    if (run / MEMBERS_RECORD).is_file():
+        return {"config": read_saved_config(run / MEMBERS_RECORD)}
+    return {}
+
+
+def trained_smiles_col(predictor, folder: str | Path | None = None) -> str:
+    """The SMILES column of the CSV ``predictor`` (out of ``folder``) was trained on
+    (:func:`run_data`), else ``smiles`` (a benchmark run, or a predictor that records no data):
+    the column that ``evaluate --data``, ``predict --input`` and ``explain --input`` read by default."""
     try:
-        data = run_data(predictor).data
+        data = run_data(predictor, folder).data
     except PredictorFileError:
         return "smiles"
     return data.smiles_col if data.name == "csv" and data.smiles_col else "smiles"

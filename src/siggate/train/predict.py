@@ -109,21 +109,15 @@ def run_folder(checkpoint) -> Path | None:
 
 
 def _fragments(predictor, folder: Path | None) -> str:
-    """The run's ``data.fragments``: what its models read of a molecule. A fingerprint member's
-    folder (``folder``) records no data: its run's ``members.yaml``, one folder up, says. ``"all"``
-    for a predictor of no run, or one saved before the key."""
+    """The run's ``data.fragments`` (:func:`~.members.run_data`): what its models read of a
+    molecule; ``"all"`` for a predictor of no run, or one saved before the key."""
     from ..predictors.base import PredictorFileError
     from .members import run_data
-    from .rundir import read_saved_config, saved_config_path
 
     try:
-        return run_data(predictor).data.fragments
+        return run_data(predictor, folder).data.fragments
     except PredictorFileError:
-        pass
-    record = None if folder is None else saved_config_path(Path(folder).parent, ensemble=True)
-    if record is not None and record.is_file():
-        return read_saved_config(record).get("data", {}).get("fragments", "all")
-    return "all"
+        return "all"
 
 
 def run_calibration(folder: Path | None, coverage, info, checkpoint=None):
@@ -247,13 +241,19 @@ class SmilesPredictor:
             ``calibration.json`` (:mod:`siggate.predictors.conformal`). (default: none)
         domain: add ``nearest_train_similarity`` and ``outside_domain`` when the run records its
             applicability domain (``domain.json``, :mod:`siggate.data.similarity`). (default: ``True``)
+        folder: the run folder a ``checkpoint`` given as a loaded predictor came from (a
+            fingerprint member's run records how it reads a molecule, and its calibration and
+            domain); by default the checkpoint's own folder, or the loaded GNN's.
     """
 
     #: the run's data.fragments (set from the run; this default serves a reader pickled before it)
     fragments = "all"
+    #: the folder the predictor was loaded from (None: a predictor object without one, or a reader pickled before it)
+    folder = None
 
     def __init__(self, checkpoint, max_atoms: int = DEFAULT_MAX_ATOMS, batch_size: int = 128,
-                 device: str = "cpu", coverage: float | None = None, domain: bool = True) -> None:
+                 device: str = "cpu", coverage: float | None = None, domain: bool = True,
+                 folder: str | Path | None = None) -> None:
         if isinstance(max_atoms, bool) or not isinstance(max_atoms, int) or max_atoms < 1:
             raise InputError(f"max_atoms (--max-atoms) must be a positive integer, got {max_atoms!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -278,7 +278,9 @@ class SmilesPredictor:
         self.max_atoms = max_atoms
         self.batch_size = batch_size
         self.rwse, self.lap, self.mol_features = encodings.rwse_steps, encodings.lap_dim, encodings.mol_features
-        folder = run_folder(checkpoint if isinstance(checkpoint, (str, Path)) else self.predictor)
+        if folder is None:
+            folder = run_folder(checkpoint if isinstance(checkpoint, (str, Path)) else self.predictor)
+        self.folder = folder = None if folder is None else Path(folder)
         self.coverage, self.calibration = None, None
         if coverage is not None:
             self.coverage, self.calibration = run_calibration(
