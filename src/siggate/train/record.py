@@ -323,11 +323,11 @@ def record_results(out: Path, ds: GraphDataset, preds: dict, spreads: dict | Non
     """What a finished run records beside its metrics: :func:`write_calibration`,
     :func:`write_domain` and, with ``pictures`` (CSV runs), :func:`write_pictures`. Returns the
     ``metrics.json`` entries ``calibration`` and ``domain`` (those that apply)."""
-    from .rundir import MEMBERS_RECORD
+    from .rundir import is_members_folder
 
     spreads = spreads or {}
     # a member of a combination records its own, but the combination's record says it to the user (once)
-    warn = not (Path(out).parent / MEMBERS_RECORD).is_file()
+    warn = not is_members_folder(Path(out).parent)
     entries = {"calibration": write_calibration(out, ds, preds, spreads, warn=warn),
                "domain": write_domain(out, ds, warn=warn)}
     if pictures and "test" in preds:
