@@ -117,6 +117,12 @@ def test_every_registered_molecule_benchmark_is_kept_out_of_the_corpus_or_named(
 def test_benchmark_test_sets_named_when_missing(tmp_path):
     found, missing = benchmark_test_smiles(tmp_path / "nowhere", names=("zinc", "nci5k"))
     assert "zinc" in missing and len(found["nci5k"]) > 400
+    from siggate.data.corpus import FROM_DATA_ROOT
+
+    found, missing = benchmark_test_smiles(None, names=FROM_DATA_ROOT + ("nci5k",))
+    assert list(found) == ["nci5k"] and list(missing) == list(FROM_DATA_ROOT)
+    assert set(missing.values()) == {"no data root (--data-root; default: $SIGGATE_DATA, else ../shared/data beside "
+                                     "a checkout of siggate)"}
 
 
 def test_pretrain_then_finetune_copies_the_backbone(tmp_path):

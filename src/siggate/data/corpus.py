@@ -21,8 +21,10 @@ import io
 from pathlib import Path
 from typing import Iterable
 
+from ..options import DATA_ROOT_DEFAULT
+
 __all__ = ["read_smiles", "wheel_file", "moses_train_path", "inchikey", "benchmark_test_smiles", "MOSES_TRAIN",
-           "TEST_SETS", "NOT_EXCLUDED"]
+           "TEST_SETS", "FROM_DATA_ROOT", "NOT_EXCLUDED"]
 
 #: the MOSES training set inside the molsets wheel
 MOSES_TRAIN = ("molsets", "0.3.1", "moses/dataset/data/train.csv.gz")
@@ -138,6 +140,8 @@ def _moleculeace_test(root: Path | None) -> list[str]:
 #: benchmark name -> reader of its test SMILES (taking the data root)
 TEST_SETS = {"zinc": _zinc_test, "molhiv": _molhiv_test, "molpcba": _molpcba_test, "nci5k": _nci5k_test,
              "moleculeace": _moleculeace_test}
+#: the benchmarks of :data:`TEST_SETS` read from the data root (the others ship with a package)
+FROM_DATA_ROOT = ("zinc", "molhiv", "molpcba")
 #: registered molecule datasets whose test molecules the corpus does not read, and why; a test
 #: fails for a registered graph-level dataset in neither (a new benchmark's test molecules would
 #: reach the pretraining corpus unnoticed)
@@ -154,8 +158,8 @@ def benchmark_test_smiles(root: Path | None, names: Iterable[str] = tuple(TEST_S
     found, missing = {}, {}
     for name in names:
         try:
-            if name in ("zinc", "molhiv", "molpcba") and root is None:
-                raise FileNotFoundError("no data root (--data-root, $SIGGATE_DATA or ../shared/data)")
+            if name in FROM_DATA_ROOT and root is None:
+                raise FileNotFoundError(f"no data root (--data-root; default: {DATA_ROOT_DEFAULT})")
             found[name] = TEST_SETS[name](Path(root) if root else None)
         except (FileNotFoundError, OSError, importlib.metadata.PackageNotFoundError) as exc:
             missing[name] = str(exc)
