@@ -147,6 +147,7 @@ def test_score_per_target_against_numpy():
 
     from siggate.data.base import TaskInfo
     from siggate.train.evaluate import score
+    from siggate.train.scoring import scored_rows
 
     info = TaskInfo(name="toy", task="regression", num_tasks=2, metric="mae", target_names=["a", "b"])
     g = torch.Generator().manual_seed(0)
@@ -154,7 +155,7 @@ def test_score_per_target_against_numpy():
     y[2, 1] = float("nan")  # a missing label
     pred = torch.randn(7, 2, generator=g)
     graphs = [Data(y=y[i:i + 1]) for i in range(7)]
-    res = score(info, graphs, pred, None)
+    res = score(info, *scored_rows(info, graphs, pred, None))
     yn, pn = y.numpy(), pred.numpy()
     a = np.mean(np.abs(yn[:, 0] - pn[:, 0]))
     ok = ~np.isnan(yn[:, 1])

@@ -52,15 +52,15 @@ def _load(checkpoint, device: str):
         raise EvaluationError(f"{checkpoint}: {exc}") from None
 
 
-def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None) -> dict:
-    """``{"metric", "per_target", "n", "metrics"}``: ``info.metric`` of ``pred`` over all
-    targets, for each target (by name; for ``"multiclass"`` the one class target), the rows
-    scored, and :func:`~siggate.train.scoring.split_summary` (MAE, RMSE, R² or ROC-AUC, PR-AUC,
-    accuracy per target and their mean). ``pred``: a predictor's prediction, in target units
-    (probabilities for classification)."""
-    from .scoring import scored_rows, split_summary
+def score(info: TaskInfo, y_np, p_np) -> dict:
+    """``{"metric", "per_target", "n", "metrics"}``: ``info.metric`` of the predictions ``p_np``
+    of the labels ``y_np`` (a split's scored rows, :func:`~siggate.train.scoring.scored_rows`: a
+    predictor's prediction, in target units, probabilities for classification) over all targets,
+    for each target (by name; for ``"multiclass"`` the one class target), the rows scored, and
+    :func:`~siggate.train.metrics.summary` (MAE, RMSE, R² or ROC-AUC, PR-AUC, accuracy per target
+    and their mean)."""
+    from .metrics import summary
 
-    y_np, p_np = scored_rows(info, graphs, pred, split)
     names = info.target_names or [f"target{t}" for t in range(info.num_tasks)]
     overall = float(compute_metric(info.metric, y_np, p_np))
     if info.task == "multiclass" or info.num_tasks == 1:
@@ -68,7 +68,7 @@ def score(info: TaskInfo, graphs: list, pred: torch.Tensor, split: str | None) -
     else:
         per_target = {n: _metric_or_none(info.metric, y_np[:, t:t + 1], p_np[:, t:t + 1]) for t, n in enumerate(names)}
     return {"metric": overall, "per_target": per_target, "n": int(y_np.shape[0]),
-            "metrics": split_summary(info, graphs, pred, split)}
+            "metrics": summary(info.task, y_np, p_np, info.target_names or None)}
 
 
 #: an external file's labels are implausible for a target when their mean lies more than this
@@ -296,6 +296,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     from .dataprep import prepare_data
     from .members import encodings_of, members_of, run_data, trained_smiles_col
     from .predict import run_folder
+    from .scoring import scored_rows
 
     predictor, info = _load(checkpoint, device)
     folder = run_folder(checkpoint)
@@ -309,9 +310,10 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
         prediction = predictor.predict(graphs)
         pred = prediction.mean
-        _add_scores(res, EXTERNAL_SPLIT, score(info, graphs, pred, None))
+        rows = scored_rows(info, graphs, pred, None)
+        _add_scores(res, EXTERNAL_SPLIT, score(info, *rows))
         if calibrated is not None:
-            _add_coverage(res, calibrated, info, EXTERNAL_SPLIT, graphs, prediction, data)
+            _add_coverage(res, calibrated, info, EXTERNAL_SPLIT, rows, prediction.spread, data)
         warnings = label_warnings(info, list(target_cols or info.target_names), graphs,
                                   *_training_target_stats(predictor, info))
         for w in warnings:
@@ -348,9 +350,10 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     for s in splits:
         graphs = ds.splits[s]
         prediction = predictor.predict(graphs)
-        _add_scores(res, s, score(info, graphs, prediction.mean, s))
+        rows = scored_rows(info, graphs, prediction.mean, s)
+        _add_scores(res, s, score(info, *rows))
         if calibrated is not None:
-            _add_coverage(res, calibrated, info, s, graphs, prediction, None)
+            _add_coverage(res, calibrated, info, s, rows, prediction.spread, None)
     members = members_of(predictor)
     weights = getattr(predictor, "weights_", None)  # a combination's [M, T]; a member of weight 0 adds nothing
     weighs = [True] * len(members) if weights is None else [bool((abs(w) > 0).any()) for w in weights]
@@ -376,20 +379,19 @@ def _calibration_of(checkpoint, info: TaskInfo, coverage: float):
         raise EvaluationError(str(exc)) from None
 
 
-def _add_coverage(res: dict, calibrated: tuple, info: TaskInfo, split: str, graphs: list, prediction, data) -> None:
+def _add_coverage(res: dict, calibrated: tuple, info: TaskInfo, split: str, rows: tuple, spread, data) -> None:
     """``res["coverage"][split]`` at the coverage of ``calibrated`` (``(coverage, Calibration)``,
-    :func:`_calibration_of`; ``Calibration.covered``, an infinite width as None) and, for an
+    :func:`_calibration_of`; ``Calibration.covered``, an infinite width as None) of the predictions
+    ``rows`` (the split's ``(labels, predictions)``, :func:`~siggate.train.scoring.scored_rows`) and
+    their ``spread`` (None: one model) and, for an
     external file or the test split, the targets whose coverage is below nominal by more than
     chance allows on any number of labelled molecules (``res["coverage_below_nominal"][split]``),
     each warned about."""
     from ..files import finite_or_none
     from ..predictors.conformal import below_nominal, below_nominal_text
-    from .scoring import scored_rows
 
     nominal, cal = calibrated
-    y, p = scored_rows(info, graphs, prediction.mean, split)
-    spread = None if prediction.spread is None else prediction.spread.cpu().numpy()
-    got = finite_or_none(cal.covered(y, p, spread, nominal))
+    got = finite_or_none(cal.covered(*rows, None if spread is None else spread.cpu().numpy(), nominal))
     res.setdefault("coverage", {"nominal": nominal})[split] = got
     if split not in (EXTERNAL_SPLIT, "test"):
         return
