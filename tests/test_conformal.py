@@ -12,12 +12,49 @@ import pytest
 from scipy import stats
 
 from siggate.predictors.conformal import (
+    SIMILARITY_OFFSET,
     SPREAD_FLOOR,
     Calibration,
     CalibrationError,
     conformal_quantile,
     conformal_rank,
 )
+
+
+def test_a_similarity_calibration_widens_intervals_as_molecules_leave_the_training_set():
+    """Given the molecules' nearest-training similarities s, the scores are |y - mean| / (1.5 - s)
+    whatever the spread, and a new molecule's interval is q (1.5 - s): three times as wide at s = 0
+    as at s = 1. The file keeps its scale; a format-1 file (no scale) scales by the spread as it
+    did, and a similarity calibration given no similarities is refused."""
+    y = np.array([[1.0, 0.0], [2.0, np.nan], [3.0, 1.0], [5.0, 2.0]])
+    mean = np.array([[1.5, 0.5], [1.0, 0.0], [3.0, 0.0], [4.0, 4.0]])
+    sim = np.array([1.0, 0.5, 0.2, 0.0])
+    spread = np.array([[9.0, 9.0], [0.1, 0.1], [5.0, 5.0], [1.0, 1.0]])  # not read
+    cal = Calibration.fit("regression", ["a", "b"], y, mean, spread, sim)
+    assert cal.scale == "similarity" and cal.normalized
+    sigma = SIMILARITY_OFFSET - sim
+    assert SIMILARITY_OFFSET == 1.5 and sigma.tolist() == [0.5, 1.0, 1.3, 1.5]
+    assert cal.targets["a"].scores == pytest.approx(sorted(np.abs(y[:, 0] - mean[:, 0]) / sigma))
+    assert cal.targets["b"].scores == pytest.approx(sorted([0.5 / 0.5, 1.0 / 1.3, 2.0 / 1.5]))  # b's row 1: no label
+    lower, upper = cal.intervals([[0.0, 0.0]] * 3, cal.row_scale(spread[:3], [1.0, 0.0, 1.7]), 0.6)
+    q = cal.targets["a"].quantile(0.6)  # n = 4: rank ceil(3.0) = 3
+    assert upper[:, 0] == pytest.approx([0.5 * q, 1.5 * q, 0.5 * q]) and np.array_equal(lower, -upper)  # s clipped to 1
+    with pytest.raises(CalibrationError, match="scales intervals by the similarity to the training molecules"):
+        cal.row_scale(spread)
+    again = Calibration.from_dict(cal.to_dict())
+    assert again == cal and again.to_dict()["format"] == 2 and again.to_dict()["scale"] == "similarity"
+    old = {"format": 1, "task": "regression", "normalized": True, "spread_floor": 0.1,
+           "targets": {"a": {"scores": [0.5, 1.0, 2.0], "floor": 0.2}}}
+    spread_cal = Calibration.from_dict(old)
+    assert spread_cal.scale == "spread" and spread_cal.row_scale([[3.0]], [0.9]) == [[3.0]]
+    lower, upper = spread_cal.intervals([[1.0], [1.0]], spread_cal.row_scale([[3.0], [0.0]]), 0.5)  # q = 1.0
+    assert upper[:, 0] == pytest.approx([1.0 + 3.0, 1.0 + 0.2])
+    plain = Calibration.from_dict({**old, "normalized": False, "targets": {"a": {"scores": [1.0], "floor": None}}})
+    assert plain.scale == "none" and plain.row_scale([[3.0]], [0.9]) is None
+    with pytest.raises(CalibrationError, match="unknown scale 'width'"):
+        Calibration.from_dict({**cal.to_dict(), "scale": "width"})
+    binary = Calibration.fit("binary", ["x"], np.array([[1.0], [0.0]]), np.array([[0.9], [0.2]]), None, sim[:2])
+    assert binary.scale == "none"  # sets are not scaled
 
 
 def test_the_finite_sample_quantile_is_the_ceil_n_plus_one_rank():

@@ -588,7 +588,7 @@ def test_conformal_intervals_are_the_runs_own_and_outlive_its_folder(molecules, 
     assert [float(r["y_upper"]) for r in rows] == pytest.approx(upper.tolist(), abs=1e-5)
     mean = est.predict(smiles[50:])
     assert np.all(lower < mean) and np.all(mean < upper)
-    # normalised by the members' spread: the widths differ between molecules; a higher coverage is wider
+    # scaled by each molecule's similarity to the training ones: the widths differ; a higher coverage is wider
     assert len(np.unique(np.round(upper - lower, 9))) > 1
     wide = est.predict_interval(smiles[50:], coverage=0.9)
     assert np.all(wide[1] - wide[0] >= upper - lower)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -112,13 +113,13 @@ def _predict(out, smiles, capsys, *extra) -> list[dict]:
 
 
 def test_the_calibration_is_the_validation_scores_and_predict_coverage_uses_it(run, capsys):
-    """calibration.json's scores are |y - mean| / max(spread, floor) of the validation molecules
-    (recomputed from predict's output); predict --coverage 0.9 gives mean -/+ q sigma with q
-    their ceil((n + 1) 0.9)-th smallest; the test coverage metrics.json records is the fraction of
-    test labels inside those intervals."""
+    """calibration.json's scores are |y - mean| / (1.5 - s) of the validation molecules, s their
+    nearest-training similarity (recomputed from predict's output); predict --coverage 0.9 gives
+    mean -/+ q (1.5 - s) with q their ceil((n + 1) 0.9)-th smallest; the test coverage metrics.json
+    records is the fraction of test labels inside those intervals."""
     data, out, smiles = run
     cal = json.loads((out / "calibration.json").read_text())
-    assert cal["task"] == "regression" and cal["normalized"] is True
+    assert cal["task"] == "regression" and cal["scale"] == "similarity" and cal["format"] == 2
     val = _predict(out, smiles[N_TRAIN:N_TRAIN + N_VAL], capsys, "--coverage", "0.9")
     y_val = _labels(list(range(N_TRAIN, N_TRAIN + N_VAL)), data)
     test = _predict(out, smiles[N_TRAIN + N_VAL:], capsys, "--coverage", "0.9")
@@ -126,18 +127,17 @@ def test_the_calibration_is_the_validation_scores_and_predict_coverage_uses_it(r
     m = json.loads((out / "metrics.json").read_text())
     assert m["calibration"] == cal["summary"]
     for t, name in enumerate(("a", "b")):
-        spread = np.array([float(r[f"{name}_uncertainty"]) for r in val])
+        sigma = 1.5 - np.array([float(r["nearest_train_similarity"]) for r in val])
         labelled = ~np.isnan(y_val[:, t])
-        floor = 0.1 * np.median(spread[labelled])
-        assert cal["targets"][name]["floor"] == pytest.approx(floor, rel=1e-3)
+        assert cal["targets"][name]["floor"] == 0.5
         mean = np.array([float(r[name]) for r in val])
-        scores = np.sort(np.abs(y_val[labelled, t] - mean[labelled]) / np.maximum(spread[labelled], floor))
+        scores = np.sort(np.abs(y_val[labelled, t] - mean[labelled]) / sigma[labelled])
         assert cal["targets"][name]["scores"] == pytest.approx(scores.tolist(), rel=2e-3, abs=2e-3)
         n = len(scores)
         assert m["calibration"]["calibration_molecules"][name] == n
         q = scores[math.ceil((n + 1) * 0.9) - 1]
         mean_t = np.array([float(r[name]) for r in test])
-        sigma_t = np.maximum(np.array([float(r[f"{name}_uncertainty"]) for r in test]), floor)
+        sigma_t = 1.5 - np.array([float(r["nearest_train_similarity"]) for r in test])
         lower, upper = np.array([float(r[f"{name}_lower"]) for r in test]), np.array([float(r[f"{name}_upper"]) for r in test])
         assert lower == pytest.approx(mean_t - q * sigma_t, rel=2e-3, abs=2e-3)
         assert upper == pytest.approx(mean_t + q * sigma_t, rel=2e-3, abs=2e-3)
@@ -166,6 +166,30 @@ def test_the_calibration_is_the_validation_scores_and_predict_coverage_uses_it(r
     rc, _, err = run_cli(["predict", "--checkpoint", str(out / "member0" / "best.pt"), "CCO", "--coverage", "0.9"],
                          capsys)
     assert rc == 0, err
+
+
+def test_a_run_calibrated_before_the_similarity_scale_keeps_its_spread_intervals(run, capsys, tmp_path):
+    """A run whose calibration.json is format 1 (scores divided by the floored spread, no scale)
+    predicts the intervals it always did, mean -/+ q max(spread, floor); with its domain files gone, a
+    similarity-scaled run refuses --coverage in one line instead of guessing."""
+    data, out, smiles = run
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    floors = {"a": 0.05, "b": 0.02}
+    scores = {"a": [0.2, 0.4, 0.8, 1.6, 3.2], "b": [0.1, 0.3, 0.9, 2.7, 8.1]}
+    (old / "calibration.json").write_text(json.dumps({
+        "format": 1, "task": "regression", "normalized": True, "spread_floor": 0.1,
+        "targets": {n: {"scores": scores[n], "floor": floors[n]} for n in ("a", "b")}}))
+    rows = _predict(old, smiles[:6], capsys, "--coverage", "0.8")  # n = 5: rank ceil(4.8) = 5
+    for name in ("a", "b"):
+        mean = np.array([float(r[name]) for r in rows])
+        sigma = np.maximum(np.array([float(r[f"{name}_uncertainty"]) for r in rows]), floors[name])
+        assert [float(r[f"{name}_upper"]) for r in rows] == pytest.approx(mean + scores[name][4] * sigma, rel=1e-4)
+    for f in ("domain.json", "domain_fingerprints.npz"):
+        (old / f).unlink()
+    shutil.copy(out / "calibration.json", old / "calibration.json")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(old), "CCO", "--coverage", "0.9"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "holds no domain.json and domain_fingerprints.npz" in err
 
 
 def test_evaluate_coverage_is_the_share_of_labels_inside_predicts_intervals(run, capsys, tmp_path, caplog):
@@ -466,7 +490,7 @@ def test_a_domain_threshold_from_few_validation_molecules_is_warned_about(tmp_pa
     import logging
     from types import SimpleNamespace
 
-    from siggate.train.record import write_domain
+    from siggate.train.record import fit_domain, write_domain
 
     smiles = nci_smiles(40 + n_val)
     graphs = [SimpleNamespace(smiles=s) for s in smiles]
@@ -474,7 +498,7 @@ def test_a_domain_threshold_from_few_validation_molecules_is_warned_about(tmp_pa
     ds = SimpleNamespace(info=SimpleNamespace(level="graph"), train=train, val=val, test=[],
                          splits={"train": train, "val": val})
     with caplog.at_level(logging.WARNING, logger="siggate"):
-        record = write_domain(tmp_path, ds)
+        record = write_domain(tmp_path, ds, fit_domain(ds))
     assert record["n_val"] == n_val and record["n_train"] == 40
     messages = [r.getMessage() for r in caplog.records if "applicability domain" in r.getMessage()]
     assert bool(messages) == warned

@@ -375,11 +375,13 @@ class _SigGateEstimator(BaseEstimator):
         predictor = load_predictor(out, self.device)
         # predict refuses no molecule fit trained on (a CSV's rows above predict's atom limit train, with a note)
         largest = max((g.num_nodes for split in ds.splits.values() for g in split), default=0)
-        smiles_predictor = SmilesPredictor(predictor, device=self.device, domain=False,
-                                           max_atoms=max(PREDICT_MAX_ATOMS, int(largest)))
         # kept here: the run's folder may be a temporary one, gone after fit; a run without one has no
         # validation labels (any other refusal of the file is an error of the run, raised)
         calibration = read_calibration(out, predictor.info) if (out / CALIBRATION).is_file() else None
+        # the reader keeps the run's domain in memory where the intervals are scaled by the similarity to it
+        smiles_predictor = SmilesPredictor(predictor, device=self.device, folder=out,
+                                           domain=calibration is not None and calibration.scale == "similarity",
+                                           max_atoms=max(PREDICT_MAX_ATOMS, int(largest)))
         # the fit has succeeded: its attributes all at once (a failure above leaves the earlier fit's)
         self.predictor_, self.smiles_predictor_, self.calibration_ = predictor, smiles_predictor, calibration
         self.n_features_in_ = 1
@@ -423,6 +425,18 @@ class _SigGateEstimator(BaseEstimator):
         Raises:
             ValueError: SMILES that cannot be predicted (``siggate predict``'s reasons, first three).
         """
+        values, std, _ = self._predicted(X, checked)
+        return (values, std) if return_std else values
+
+    def _predicted(self, X, checked: bool = False):
+        """``([n, T] predictions, [n, T] spread over members (zeros for one model), [n] nearest-training
+        similarity or None)`` of the SMILES ``X`` (the similarity where the reader measures it).
+
+        Raises:
+            ValueError: as :meth:`_predict_mean`.
+        """
+        from .train.predict import DOMAIN_COLUMNS
+
         check_is_fitted(self, "predictor_")
         if not checked:  # (_calibrated checks X's column before its own warnings)
             self._check_columns(X)
@@ -434,11 +448,11 @@ class _SigGateEstimator(BaseEstimator):
         cols = self.smiles_predictor_.columns
         t = len(self.target_names_)
         values = np.asarray([[float(r[c]) for c in cols[:t]] for r in rows], dtype=np.float64).reshape(len(rows), t)
-        if not return_std:
-            return values
         std = (np.asarray([[float(r[c]) for c in cols[t:2 * t]] for r in rows], dtype=np.float64).reshape(len(rows), t)
                if self.smiles_predictor_.ensemble else np.zeros_like(values))
-        return values, std
+        similarity = (np.asarray([r[DOMAIN_COLUMNS[0]] for r in rows], dtype=np.float64)
+                      if getattr(self.smiles_predictor_, "domain", None) is not None else None)
+        return values, std, similarity
 
 
     def __sklearn_tags__(self):
@@ -461,8 +475,8 @@ class _SigGateEstimator(BaseEstimator):
                              f"{list(fitted)}; give the SMILES in a column of that name (or as a list)")
 
     def _calibrated(self, X, coverage: float):
-        """``(calibration, coverage, mean [n, T], spread [n, T] or None)`` for the conformal
-        intervals or sets of ``X`` at ``coverage``; warns where the calibration has too few
+        """``(calibration, coverage, mean [n, T], the rows' scale [n, T] or None)`` for the conformal
+        intervals or sets of ``X`` at ``coverage`` (the scale: ``Calibration.row_scale``); warns where the calibration has too few
         validation molecules for it (those targets' intervals are infinite, their sets hold both
         classes).
 
@@ -483,8 +497,12 @@ class _SigGateEstimator(BaseEstimator):
         few = too_few_message(self.calibration_, coverage, name="coverage", again="fit again (a larger val_fraction)")
         if few:
             warnings.warn(few, UserWarning, stacklevel=3)
-        mean, std = self._predict_mean(X, return_std=True, checked=True)
-        return self.calibration_, coverage, mean, std if self.smiles_predictor_.ensemble else None
+        mean, std, similarity = self._predicted(X, checked=True)
+        if self.calibration_.scale == "similarity" and similarity is None:  # pickled before the scale
+            raise ValueError("this estimator was fitted by an older siggate, whose reader measures no similarity to "
+                             "the training molecules; fit it again")
+        return (self.calibration_, coverage, mean,
+                self.calibration_.row_scale(std if self.smiles_predictor_.ensemble else None, similarity))
 
 
 class SigGateRegressor(RegressorMixin, _SigGateEstimator):
@@ -511,15 +529,16 @@ class SigGateRegressor(RegressorMixin, _SigGateEstimator):
     def predict_interval(self, X, coverage: float = 0.9):
         """Split-conformal prediction intervals at ``coverage`` (``siggate predict --coverage``):
         ``(lower, upper)`` in target units, ``[n]`` (one target) or ``[n, T]``, calibrated on the
-        validation molecules fit held out (``val_fraction``); for several members the width
-        follows each molecule's spread over them. A new molecule's label falls inside with
+        validation molecules fit held out (``val_fraction``); the width grows as a molecule is less
+        like the training molecules (its nearest-training similarity ``s``: ``q * (1.5 - s)``,
+        :mod:`siggate.predictors.conformal`). A new molecule's label falls inside with
         probability at least ``coverage`` when it is exchangeable with those molecules.
 
         Raises:
             ValueError: a coverage outside (0, 1), SMILES that cannot be predicted, or a fit
                 without validation labels."""
-        cal, coverage, mean, spread = self._calibrated(X, coverage)
-        lower, upper = cal.intervals(mean, spread, coverage)
+        cal, coverage, mean, scale = self._calibrated(X, coverage)
+        lower, upper = cal.intervals(mean, scale, coverage)
         return (lower[:, 0], upper[:, 0]) if lower.shape[1] == 1 else (lower, upper)
 
     def score(self, X, y, sample_weight=None) -> float:

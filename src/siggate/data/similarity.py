@@ -22,7 +22,7 @@ flags only molecules stranger than a new scaffold.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -119,6 +119,8 @@ class Domain:
         reference: the training molecules' count fingerprints (CSR ``[n_train, n_bits]``).
         threshold: nearest-training similarity below which a molecule is outside.
         record: what :meth:`fit` measured (``percentile``, the validation similarities' quantiles).
+        val_similarity: after :meth:`fit`, the validation molecules' nearest-training
+            similarities (not saved).
     """
 
     reference: object
@@ -126,6 +128,7 @@ class Domain:
     radius: int = RADIUS
     n_bits: int = N_BITS
     record: dict | None = None
+    val_similarity: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def fit(cls, train_smiles: Sequence[str], val_smiles: Sequence[str], percentile: float = DOMAIN_PERCENTILE,
@@ -138,7 +141,7 @@ class Domain:
         record = {"percentile": float(percentile), "n_train": int(reference.shape[0]), "n_val": int(len(val)),
                   "val_similarity": {f"p{p:g}": float(np.percentile(val, p)) if len(val) else None
                                      for p in (1, 5, 25, 50)}}
-        return cls(reference, threshold, radius, n_bits, record)
+        return cls(reference, threshold, radius, n_bits, record, val)
 
     def similarity(self, smiles: Sequence[str]) -> np.ndarray:
         """``[len(smiles)]`` nearest-training similarities."""

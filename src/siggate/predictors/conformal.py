@@ -12,11 +12,19 @@ holds the new label with probability at least ``coverage`` (and, for continuous 
 
 Scores, per target, over the labelled validation rows:
 
-* regression: ``|y - mean| / sigma``: ``sigma`` is the predictor's spread (an ensemble's
-  standard deviation over members) floored at ``SPREAD_FLOOR`` times its median on the
-  validation rows, so that a molecule on which the members happen to agree still gets an
-  interval of finite width; without a spread (one model, or members that never disagree)
-  ``sigma = 1``. The interval is ``mean -/+ q * sigma``: as wide as the members disagree.
+* regression: ``|y - mean| / sigma``, and the interval is ``mean -/+ q * sigma``. ``sigma`` (the
+  calibration's ``scale``) is, for a run of molecules with SMILES, ``SIMILARITY_OFFSET - s``
+  (``similarity``): ``s`` is the molecule's count-Tanimoto similarity to its nearest training
+  molecule (the applicability domain's, :mod:`siggate.data.similarity`), so ``sigma`` runs from
+  0.5 (a training molecule's twin) to 1.5 (nothing alike), and a molecule unlike the training
+  set gets an interval up to three times as wide as a near neighbour's. Any ``sigma`` that is a
+  function of the molecule alone keeps split conformal's guarantee; this one was chosen on the
+  validation splits of the 20 public MoleculeACE targets (``benchmarks/moleculeace/interval_check.py``;
+  the README's *Intervals* has its figures), against ``sigma = 1`` and the members' spread, whose
+  intervals were twice as wide. Older runs (format 1) and runs without
+  SMILES keep ``spread``: the predictor's spread (an ensemble's standard deviation over members)
+  floored at ``SPREAD_FLOOR`` times its median on the validation rows, or ``sigma = 1``
+  without one (``none``).
 * binary and multilabel (per label, marginally): ``1 - p(true class)`` with ``p`` the predicted
   probability; the prediction set at ``coverage`` is ``{c in {0, 1}: 1 - p(c) <= q}``:
   ``{0}``, ``{1}``, both (``{0,1}``: the model cannot tell at this coverage) or, rarely, none.
@@ -37,10 +45,14 @@ import numpy as np
 
 #: the spread's floor, as a fraction of its median over the validation rows
 SPREAD_FLOOR = 0.1
+#: ``sigma = SIMILARITY_OFFSET - s`` for a molecule of nearest-training similarity ``s`` (scale ``similarity``)
+SIMILARITY_OFFSET = 1.5
+#: what a regression's ``sigma`` is (the module docstring)
+SCALES = ("similarity", "spread", "none")
 #: the coverages a run records in ``metrics.json`` (``siggate predict --coverage`` takes any)
 RECORDED_COVERAGES = (0.8, 0.9, 0.95)
-#: version of the stored calibration
-CALIBRATION_FORMAT = 1
+#: version of the stored calibration (2: its ``scale``; a format-1 file scales by the spread)
+CALIBRATION_FORMAT = 2
 #: the task types that are calibrated
 CALIBRATED_TASKS = ("regression", "binary", "multilabel")
 
@@ -96,6 +108,13 @@ def regression_scores(y, mean, sigma=None) -> np.ndarray:
     return err if sigma is None else err / np.asarray(sigma, dtype=np.float64)
 
 
+def similarity_scale(similarity, targets: int = 1) -> np.ndarray:
+    """``[n, targets]``: ``SIMILARITY_OFFSET - s`` of nearest-training similarities ``s [n]``
+    (clipped to [0, 1]), the same for every target."""
+    sigma = SIMILARITY_OFFSET - np.clip(np.asarray(similarity, dtype=np.float64).reshape(-1, 1), 0.0, 1.0)
+    return np.repeat(sigma, targets, axis=1)
+
+
 def class_scores(y, prob) -> np.ndarray:
     """``1 - p(true class)`` for 0/1 labels ``y`` and probabilities of class 1 ``prob``."""
     y, p = np.asarray(y, dtype=np.float64), np.asarray(prob, dtype=np.float64)
@@ -105,7 +124,7 @@ def class_scores(y, prob) -> np.ndarray:
 @dataclass
 class TargetCalibration:
     """One target's calibration: its sorted validation ``scores`` and, for a normalised
-    regression, the spread ``floor`` (``None``: ``sigma = 1``)."""
+    regression, the scale's ``floor`` (``None``: ``sigma = 1``)."""
 
     scores: list
     floor: float | None = None
@@ -117,11 +136,11 @@ class TargetCalibration:
     def quantile(self, coverage: float) -> float:
         return conformal_quantile(self.scores, coverage)
 
-    def sigma(self, spread) -> np.ndarray | None:
-        """The scale of each row's interval: the spread floored, or ``None`` (1)."""
-        if self.floor is None or spread is None:
+    def sigma(self, scale) -> np.ndarray | None:
+        """The scale of each row's interval: ``scale`` (:meth:`Calibration.row_scale`) floored, or ``None`` (1)."""
+        if self.floor is None or scale is None:
             return None
-        return np.maximum(np.asarray(spread, dtype=np.float64), self.floor)
+        return np.maximum(np.asarray(scale, dtype=np.float64), self.floor)
 
 
 @dataclass
@@ -131,17 +150,38 @@ class Calibration:
     Attributes:
         task: ``regression``, ``binary`` or ``multilabel``.
         targets: ``{target name: TargetCalibration}``, in the predictor's target order.
-        normalized: regression scores divided by the spread (an ensemble).
+        scale: what a regression's scores are divided by, one of :data:`SCALES`.
     """
 
     task: str
     targets: dict = field(default_factory=dict)
-    normalized: bool = False
+    scale: str = "none"
+
+    @property
+    def normalized(self) -> bool:
+        """Whether regression scores are divided by a per-row scale."""
+        return self.scale != "none"
+
+    def row_scale(self, spread=None, similarity=None) -> np.ndarray | None:
+        """The per-row input of :meth:`intervals` and :meth:`covered` for predictions of spread
+        ``spread [n, T]`` (None: one model) of molecules of nearest-training similarity
+        ``similarity [n]``: what the calibration's :attr:`scale` divides by.
+
+        Raises:
+            CalibrationError: a ``similarity`` calibration given no similarities."""
+        if self.scale == "similarity":
+            if similarity is None:
+                raise CalibrationError("this calibration scales intervals by the similarity to the training "
+                                       "molecules; give their similarities")
+            return similarity_scale(similarity, len(self.targets))
+        return spread if self.scale == "spread" else None
 
     @classmethod
-    def fit(cls, task: str, names, y, mean, spread=None) -> "Calibration":
+    def fit(cls, task: str, names, y, mean, spread=None, similarity=None) -> "Calibration":
         """From validation labels ``y [n, T]`` (NaN: missing), predictions ``mean [n, T]``
-        (target units or probabilities) and the spread ``[n, T]`` (or ``None``).
+        (target units or probabilities), the spread ``[n, T]`` (or ``None``) and the molecules'
+        nearest-training similarity ``[n]``: given, a regression's scale is ``similarity``,
+        else ``spread`` (``none`` without a spread that varies).
 
         Raises:
             CalibrationError: a task that is not calibrated.
@@ -151,22 +191,26 @@ class Calibration:
         y, mean = as_2d(y), as_2d(mean)
         spread = None if spread is None else as_2d(spread)
         out, normalized = {}, False
+        by_similarity = task == "regression" and similarity is not None
+        scale = similarity_scale(similarity, len(names)) if by_similarity else spread
         for t, name in enumerate(names):
             ok = ~np.isnan(y[:, t])
             if task != "regression":
                 out[name] = TargetCalibration(sorted(class_scores(y[ok, t], mean[ok, t]).tolist()))
                 continue
             floor = None
-            if spread is not None and ok.any():
+            if by_similarity:
+                floor = SIMILARITY_OFFSET - 1.0  # the least sigma: every row's scale is above it
+            elif spread is not None and ok.any():
                 median = float(np.median(spread[ok, t]))
                 if median > 0 and np.isfinite(median):
                     floor = SPREAD_FLOOR * median
                     normalized = True
             cal = TargetCalibration([], floor)
             cal.scores = sorted(regression_scores(y[ok, t], mean[ok, t],
-                                                  cal.sigma(None if spread is None else spread[ok, t])).tolist())
+                                                  cal.sigma(None if scale is None else scale[ok, t])).tolist())
             out[name] = cal
-        return cls(task, out, normalized)
+        return cls(task, out, "similarity" if by_similarity else "spread" if normalized else "none")
 
     # ------------------------------------------------------------------ use
 
@@ -175,14 +219,15 @@ class Calibration:
         intervals are infinite (their sets hold every class)."""
         return {name: t.n for name, t in self.targets.items() if conformal_rank(t.n, coverage) > t.n}
 
-    def intervals(self, mean, spread, coverage: float) -> tuple[np.ndarray, np.ndarray]:
+    def intervals(self, mean, scale, coverage: float) -> tuple[np.ndarray, np.ndarray]:
         """Regression: ``(lower, upper)`` ``[G, T]`` at ``coverage`` around ``mean [G, T]``
-        (``-inf``/``inf`` where the calibration has too few molecules for it)."""
+        (``-inf``/``inf`` where the calibration has too few molecules for it); ``scale``: the
+        rows' :meth:`row_scale`."""
         mean = as_2d(mean)
-        spread = None if spread is None else as_2d(spread)
+        scale = None if scale is None else as_2d(scale)
         lower, upper = np.empty_like(mean), np.empty_like(mean)
         for t, cal in enumerate(self.targets.values()):
-            sigma = cal.sigma(None if spread is None else spread[:, t])
+            sigma = cal.sigma(None if scale is None else scale[:, t])
             half = cal.quantile(coverage) * (1.0 if sigma is None else sigma)
             lower[:, t], upper[:, t] = mean[:, t] - half, mean[:, t] + half
         return lower, upper
@@ -205,14 +250,15 @@ class Calibration:
             out[:, t, 0], out[:, t, 1] = prob[:, t] <= q, 1.0 - prob[:, t] <= q
         return out
 
-    def covered(self, y, mean, spread, coverage: float) -> dict:
+    def covered(self, y, mean, scale, coverage: float) -> dict:
         """``{target: {"n", "coverage", "mean_width" | "mean_set_size"}}`` of the labelled rows of
         ``y [n, T]``: the fraction whose label falls in its interval (set) at ``coverage``, and
-        the intervals' mean width (``inf`` when infinite) or the sets' mean size."""
+        the intervals' mean width (``inf`` when infinite) or the sets' mean size; ``scale``: the
+        rows' :meth:`row_scale`."""
         y, mean = as_2d(y), as_2d(mean)
         res = {}
         if self.task == "regression":
-            lower, upper = self.intervals(mean, spread, coverage)
+            lower, upper = self.intervals(mean, scale, coverage)
         for t, (name, cal) in enumerate(self.targets.items()):
             ok = ~np.isnan(y[:, t])
             if not ok.any():
@@ -233,8 +279,8 @@ class Calibration:
     # ------------------------------------------------------------------ storage
 
     def to_dict(self) -> dict:
-        return {"format": CALIBRATION_FORMAT, "task": self.task, "normalized": self.normalized,
-                "spread_floor": SPREAD_FLOOR,
+        return {"format": CALIBRATION_FORMAT, "task": self.task, "scale": self.scale,
+                "normalized": self.normalized, "spread_floor": SPREAD_FLOOR, "similarity_offset": SIMILARITY_OFFSET,
                 "targets": {n: {"scores": c.scores, "floor": c.floor} for n, c in self.targets.items()}}
 
     @classmethod
@@ -254,7 +300,10 @@ class Calibration:
                     raise ValueError(f"target {name!r}: scores and floor must be finite and >= 0")
             if str(doc["task"]) not in ("regression", "binary", "multilabel"):
                 raise ValueError(f"task {doc['task']!r} is not one that siggate calibrates")
-            return cls(str(doc["task"]), targets, bool(doc.get("normalized", False)))
+            scale = str(doc.get("scale") or ("spread" if doc.get("normalized") else "none"))  # format 1: no scale
+            if scale not in SCALES:
+                raise ValueError(f"unknown scale {scale!r}")
+            return cls(str(doc["task"]), targets, scale)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, CalibrationError):
                 raise

@@ -313,7 +313,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         rows = scored_rows(info, graphs, pred, None)
         _add_scores(res, EXTERNAL_SPLIT, score(info, *rows))
         if calibrated is not None:
-            _add_coverage(res, calibrated, info, EXTERNAL_SPLIT, rows, prediction.spread, data)
+            _add_coverage(res, calibrated, info, EXTERNAL_SPLIT, rows, prediction.spread, data,
+                          _similarity(calibrated, folder, graphs))
         warnings = label_warnings(info, list(target_cols or info.target_names), graphs,
                                   *_training_target_stats(predictor, info))
         for w in warnings:
@@ -353,7 +354,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         rows = scored_rows(info, graphs, prediction.mean, s)
         _add_scores(res, s, score(info, *rows))
         if calibrated is not None:
-            _add_coverage(res, calibrated, info, s, rows, prediction.spread, None)
+            _add_coverage(res, calibrated, info, s, rows, prediction.spread, None, _similarity(calibrated, folder, graphs))
     members = members_of(predictor)
     weights = getattr(predictor, "weights_", None)  # a combination's [M, T]; a member of weight 0 adds nothing
     weighs = [True] * len(members) if weights is None else [bool((abs(w) > 0).any()) for w in weights]
@@ -379,11 +380,30 @@ def _calibration_of(checkpoint, info: TaskInfo, coverage: float):
         raise EvaluationError(str(exc)) from None
 
 
-def _add_coverage(res: dict, calibrated: tuple, info: TaskInfo, split: str, rows: tuple, spread, data) -> None:
+def _similarity(calibrated: tuple, folder: Path | None, graphs: list):
+    """The nearest-training similarity ``[G]`` of ``graphs`` (the run's domain) when the calibration
+    of ``calibrated`` scales intervals by it, else None.
+
+    Raises:
+        EvaluationError: domain files that cannot be read, or none beside such a calibration."""
+    from .predict import InputError, similarity_domain
+
+    if calibrated[1].scale != "similarity":
+        return None
+    try:
+        domain = similarity_domain(folder)
+    except InputError as exc:
+        raise EvaluationError(str(exc)) from None
+    return domain.similarity([str(getattr(g, "smiles", "")) for g in graphs])
+
+
+def _add_coverage(res: dict, calibrated: tuple, info: TaskInfo, split: str, rows: tuple, spread, data,
+                  similarity=None) -> None:
     """``res["coverage"][split]`` at the coverage of ``calibrated`` (``(coverage, Calibration)``,
     :func:`_calibration_of`; ``Calibration.covered``, an infinite width as None) of the predictions
-    ``rows`` (the split's ``(labels, predictions)``, :func:`~siggate.train.scoring.scored_rows`) and
-    their ``spread`` (None: one model) and, for an
+    ``rows`` (the split's ``(labels, predictions)``, :func:`~siggate.train.scoring.scored_rows`),
+    their ``spread`` (None: one model) and the molecules' nearest-training ``similarity``
+    (:func:`_similarity`) and, for an
     external file or the test split, the targets whose coverage is below nominal by more than
     chance allows on any number of labelled molecules (``res["coverage_below_nominal"][split]``),
     each warned about."""
@@ -391,7 +411,8 @@ def _add_coverage(res: dict, calibrated: tuple, info: TaskInfo, split: str, rows
     from ..predictors.conformal import below_nominal, below_nominal_text
 
     nominal, cal = calibrated
-    got = finite_or_none(cal.covered(*rows, None if spread is None else spread.cpu().numpy(), nominal))
+    scale = cal.row_scale(None if spread is None else spread.cpu().numpy(), similarity)
+    got = finite_or_none(cal.covered(*rows, scale, nominal))
     res.setdefault("coverage", {"nominal": nominal})[split] = got
     if split not in (EXTERNAL_SPLIT, "test"):
         return

@@ -207,6 +207,19 @@ def too_few_message(cal, coverage: float, name: str = "--coverage", again: str =
             f"{'intervals are infinite' if cal.task == 'regression' else 'sets hold every class'}; {remedy}")
 
 
+def similarity_domain(folder: Path | None):
+    """The domain saved in ``folder``, by which the run's calibration scales its intervals.
+
+    Raises:
+        InputError: no domain files, or ones that cannot be read."""
+    found = _domain(folder)
+    if found is None:
+        raise InputError(f"--coverage: the run {folder} scales its intervals by each molecule's similarity to its "
+                         "training molecules, but holds no domain.json and domain_fingerprints.npz to measure it; "
+                         "copy the whole run folder, or drop --coverage")
+    return found
+
+
 def _domain(folder: Path | None):
     """The applicability domain saved in ``folder``, or ``None``.
 
@@ -250,6 +263,8 @@ class SmilesPredictor:
     fragments = "all"
     #: the folder the predictor was loaded from (None: a predictor object without one, or a reader pickled before it)
     folder = None
+    #: the domain the nearest-training similarity is measured with (a reader pickled before it: its ``domain``)
+    _similarity_from = None
 
     def __init__(self, checkpoint, max_atoms: int = DEFAULT_MAX_ATOMS, batch_size: int = 128,
                  device: str = "cpu", coverage: float | None = None, domain: bool = True,
@@ -285,7 +300,9 @@ class SmilesPredictor:
         if coverage is not None:
             self.coverage, self.calibration = run_calibration(
                 folder, coverage, self.info, checkpoint if isinstance(checkpoint, (str, Path)) else None)
-        self.domain = _domain(folder) if domain else None
+        found = similarity_domain(folder) if self._scaled_by_similarity() else _domain(folder) if domain else None
+        self.domain = found if domain else None
+        self._similarity_from = found
         self.fragments = _fragments(self.predictor, folder)
         self.outside = 0  # rows predicted outside the applicability domain so far (predict's summary says so)
         if self.info.node_features != "ogb":
@@ -377,24 +394,33 @@ class SmilesPredictor:
         g.smiles = read or s  # a salt's parent: what the members and explain read
         return g
 
+    def _scaled_by_similarity(self) -> bool:
+        """Whether the calibration's intervals are scaled by the molecules' nearest-training similarity."""
+        return self.calibration is not None and self.calibration.scale == "similarity"
+
     def _too_large(self, n: int, what: str) -> str:
         return f"molecule has {n} {what}, above the limit of {self.max_atoms} (--max-atoms)"
 
     @torch.no_grad()
     def _predict_graphs(self, graphs) -> list[list]:
-        """One list of output values per graph, in :attr:`columns` order (domain columns aside):
-        the predictions, an ensemble's uncertainties, then the intervals or sets."""
+        """One list of output values per graph, in :attr:`columns` order: the predictions, an
+        ensemble's uncertainties, the intervals or sets, then the domain columns."""
         pred = self.predictor.predict(graphs)
         mean = pred.mean.cpu()
         spread = None if pred.spread is None else pred.spread.cpu()
+        source = self._similarity_from if self._similarity_from is not None else self.domain
+        similarity = None if source is None else source.similarity([g.smiles for g in graphs])
         parts = [mean.tolist()] + ([spread.tolist()] if self.ensemble else [])
         if self.calibration is not None and self.calibration.task == "regression":
-            lower, upper = self.calibration.intervals(mean.numpy(), None if spread is None else spread.numpy(),
-                                                      self.coverage)
+            scale = self.calibration.row_scale(None if spread is None else spread.numpy(), similarity)
+            lower, upper = self.calibration.intervals(mean.numpy(), scale, self.coverage)
             # at the predictions' own precision (float32), so one row's numbers are written alike
             parts += [lower.astype(np.float32).tolist(), upper.astype(np.float32).tolist()]
         elif self.calibration is not None:
             parts.append(self.calibration.sets(mean.numpy(), self.coverage))
+        if self.domain is not None:
+            parts.append([[float(sim), "false" if inside else "true"]
+                          for sim, inside in zip(similarity, self.domain.inside(similarity))])
         finite = torch.isfinite(mean).all(dim=1)
         if spread is not None:
             finite &= torch.isfinite(spread).all(dim=1)
@@ -453,8 +479,8 @@ class SmilesPredictor:
 
     def predict_rows(self, smiles: Iterable[str]) -> list[dict]:
         """One dict per input SMILES, in order: ``smiles``, the prediction column(s) (floats at
-        full precision, text for sets and the domain columns; ``""`` for a refused row) and
-        ``error``."""
+        full precision, the nearest-training similarity too; text for sets and ``outside_domain``;
+        ``""`` for a refused row) and ``error``."""
         rows, ok, graphs = self.featurize_rows(smiles)
         for batch in self.batches(graphs):
             chunk = [graphs[k] for k in batch]
@@ -473,13 +499,8 @@ class SmilesPredictor:
                 except Exception as exc:
                     rows[j]["error"] = f"prediction failed: {type(exc).__name__}: {exc}"
         if self.domain is not None:
-            done = [i for i in ok if not rows[i]["error"]]
-            graph_of = dict(zip(ok, graphs))
-            similarity = self.domain.similarity([graph_of[i].smiles for i in done])
-            sim_col, out_col = self.columns[-2:]
-            for i, sim, inside in zip(done, similarity, self.domain.inside(similarity)):
-                rows[i][sim_col], rows[i][out_col] = f"{sim:.4f}", "false" if inside else "true"
-                self.outside += int(not inside)
+            out_col = self.columns[-1]
+            self.outside += sum(rows[i].get(out_col) == "true" for i in ok if not rows[i]["error"])
         return rows
 
     def _fill(self, row: dict, values: list) -> None:

@@ -237,14 +237,16 @@ def write_csv_run_tables(out: Path, ds: GraphDataset, test_pred: torch.Tensor, t
 
 
 def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | None = None,
-                      warn: bool = True) -> dict | None:
+                      warn: bool = True, similarity: dict | None = None) -> dict | None:
     """Calibrate the predictions ``preds`` (``{split: [G, T]}``, target units or probabilities;
     ``spreads``: an ensemble's ``{split: [G, T]}``) on the validation split
     (:class:`~siggate.predictors.conformal.Calibration`) and write ``out/calibration.json``: the
     validation scores ``siggate predict --coverage`` reads, and ``summary``, the nominal and
     empirical coverage on val and test at :data:`~siggate.predictors.conformal.RECORDED_COVERAGES`
-    with the intervals' mean width (or the sets' mean size). Returns ``summary`` (for
-    ``metrics.json``), or ``None`` for a run that is not calibrated (node level, multiclass)."""
+    with the intervals' mean width (or the sets' mean size). ``similarity``: ``{split: [G]}``, the
+    molecules' nearest-training similarities (:func:`fit_domain`), by which a regression's
+    intervals are scaled (``scale`` ``similarity``; without them, by the spread). Returns ``summary``
+    (for ``metrics.json``), or ``None`` for a run that is not calibrated (node level, multiclass)."""
     from ..predictors.conformal import (
         CALIBRATED_TASKS,
         RECORDED_COVERAGES,
@@ -261,10 +263,12 @@ def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | 
     names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
     rows = {s: scored_rows(info, ds.splits[s], preds[s], s) for s in ("val", "test") if s in preds and ds.splits.get(s)}
     spread = {s: None if spreads.get(s) is None else spreads[s].numpy() for s in rows}
-    cal = Calibration.fit(info.task, names, *rows["val"], spread["val"])
-    summary = {"method": "split conformal on the validation split", "normalized_by_spread": cal.normalized,
+    similarity = similarity or {}
+    cal = Calibration.fit(info.task, names, *rows["val"], spread["val"], similarity.get("val"))
+    scale = {s: cal.row_scale(spread[s], similarity.get(s)) for s in rows}
+    summary = {"method": "split conformal on the validation split", "scale": cal.scale,
                "calibration_molecules": {n: c.n for n, c in cal.targets.items()},
-               "coverage": {f"{c:g}": {s: cal.covered(*rows[s], spread[s], c) for s in rows} for c in RECORDED_COVERAGES}}
+               "coverage": {f"{c:g}": {s: cal.covered(*rows[s], scale[s], c) for s in rows} for c in RECORDED_COVERAGES}}
     summary = finite_or_none(summary)
     summary["test_below_nominal"] = below_nominal(summary["coverage"], {n: c.n for n, c in cal.targets.items()})
     split_hint = ("--split random calibrates on molecules drawn like the others" if info.name == "csv" else
@@ -278,25 +282,33 @@ def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | 
     return summary
 
 
-def write_domain(out: Path, ds: GraphDataset, warn: bool = True) -> dict | None:
-    """The applicability domain of the training molecules (:class:`~siggate.data.similarity.Domain`:
-    their fingerprints, the threshold from the validation molecules) into ``out``, with the
-    fraction of test molecules outside it. Returns its record (for ``metrics.json``), or ``None``
-    when the graphs carry no SMILES (node-level and benchmark sets without them)."""
-    from ..data.similarity import DOMAIN_MIN_VAL, DOMAIN_PERCENTILE, Domain
+def fit_domain(ds: GraphDataset):
+    """The applicability domain of ``ds``'s training molecules (:class:`~siggate.data.similarity.Domain`:
+    their fingerprints, the threshold from the validation molecules), or ``None`` when the graphs
+    carry no SMILES (node-level and benchmark sets without them)."""
+    from ..data.similarity import Domain
 
     if ds.info.level != "graph" or not ds.train or not ds.val:
         return None
     if not all(isinstance(getattr(g, "smiles", None), str) for split in ("train", "val") for g in ds.splits[split]):
         return None
-    domain = Domain.fit([g.smiles for g in ds.train], [g.smiles for g in ds.val])
+    return Domain.fit([g.smiles for g in ds.train], [g.smiles for g in ds.val])
+
+
+def write_domain(out: Path, ds: GraphDataset, domain, test_similarity=None, warn: bool = True) -> dict | None:
+    """``domain`` (:func:`fit_domain`) into ``out``, with the fraction of test molecules outside
+    it (``test_similarity``: their nearest-training similarities). Returns its record (for
+    ``metrics.json``), or ``None`` without a domain."""
+    from ..data.similarity import DOMAIN_MIN_VAL, DOMAIN_PERCENTILE
+
+    if domain is None:
+        return None
     if len(ds.val) < DOMAIN_MIN_VAL and warn:
         log.warning(f"the applicability domain's threshold rests on {len(ds.val)} validation molecule(s) (its "
                     f"{DOMAIN_PERCENTILE:g}th percentile needs {DOMAIN_MIN_VAL} or more to lie between two of them): "
                     "'outside_domain' is rough; a larger validation split steadies it")
-    if ds.test:
-        inside = domain.inside(domain.similarity([str(getattr(g, "smiles", "")) for g in ds.test]))
-        domain.record["test_outside"] = float(1.0 - inside.mean())
+    if test_similarity is not None and len(test_similarity):
+        domain.record["test_outside"] = float(1.0 - domain.inside(test_similarity).mean())
     domain.save(out)
     return domain.to_dict()
 
@@ -328,8 +340,12 @@ def record_results(out: Path, ds: GraphDataset, preds: dict, spreads: dict | Non
     spreads = spreads or {}
     # a member of a combination records its own, but the combination's record says it to the user (once)
     warn = not is_members_folder(Path(out).parent)
-    entries = {"calibration": write_calibration(out, ds, preds, spreads, warn=warn),
-               "domain": write_domain(out, ds, warn=warn)}
+    domain = fit_domain(ds)
+    similarity = {} if domain is None else {"val": domain.val_similarity}
+    if domain is not None and ds.test:
+        similarity["test"] = domain.similarity([str(getattr(g, "smiles", "")) for g in ds.test])
+    entries = {"calibration": write_calibration(out, ds, preds, spreads, warn=warn, similarity=similarity or None),
+               "domain": write_domain(out, ds, domain, similarity.get("test"), warn=warn)}
     if pictures and "test" in preds:
         write_pictures(out, ds, preds["test"], spreads.get("test"), histories)
     return {k: v for k, v in entries.items() if v is not None}
