@@ -55,6 +55,11 @@ def test_a_similarity_calibration_widens_intervals_as_molecules_leave_the_traini
         Calibration.from_dict({**cal.to_dict(), "scale": "width"})
     binary = Calibration.fit("binary", ["x"], np.array([[1.0], [0.0]]), np.array([[0.9], [0.2]]), None, sim[:2])
     assert binary.scale == "none"  # sets are not scaled
+    import pickle
+
+    pickled = Calibration.__new__(Calibration)  # an estimator's calibration_ pickled before the scale
+    pickled.__setstate__({"task": "regression", "targets": spread_cal.targets, "normalized": True})
+    assert pickled.scale == "spread" and pickle.loads(pickle.dumps(pickled)) == spread_cal
 
 
 def test_the_finite_sample_quantile_is_the_ceil_n_plus_one_rank():

@@ -162,6 +162,13 @@ class Calibration:
         """Whether regression scores are divided by a per-row scale."""
         return self.scale != "none"
 
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle; one pickled before :attr:`scale` (an estimator's ``calibration_``) kept
+        ``normalized``: the spread, or none."""
+        if "scale" not in state:
+            state = {**state, "scale": "spread" if state.pop("normalized", False) else "none"}
+        self.__dict__.update(state)
+
     def row_scale(self, spread=None, similarity=None) -> np.ndarray | None:
         """The per-row input of :meth:`intervals` and :meth:`covered` for predictions of spread
         ``spread [n, T]`` (None: one model) of molecules of nearest-training similarity
