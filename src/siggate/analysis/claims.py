@@ -21,9 +21,9 @@ The table is generated from committed result files, never typed by hand:
 
 Each row has one of four verdicts, or a gate study's interim reading: ``holds`` (the claim's own
 test rejects at p < 0.05 in the claimed direction, over the claimed range; for a gate study, once
-it is complete); ``rejects so far (interim)`` (a gate study whose runs are still coming in and
-whose test rejects: it is tested again at every snapshot, with no correction for the repeated
-looks); ``not at this budget`` (no such rejection, and the
+it is complete); ``rejects so far (interim)`` (a gate study, or a ``siggate compare`` campaign, whose
+runs are still coming in and whose test rejects: it is tested again at every snapshot, with no
+correction for the repeated looks); ``not at this budget`` (no such rejection, and the
 runs are shorter than the paper's protocol or do not cover the claimed range); ``not
 supported`` (no such rejection at the full protocol); ``contradicted`` (at the full protocol
 the gate is significantly worse, or the headline figure is missed; or a budget-free claim such
@@ -123,7 +123,8 @@ def config_deviations(entry: dict) -> dict:
 def comparison_sources(path: Path, data: dict) -> list[dict]:
     """Normalised accuracy results from one results file: a list of dicts with ``dataset``,
     ``metric``, ``hib``, ``per_seed``, ``epochs``, ``protocol``, ``deviation``, ``params``
-    (per arm, where the file has them) and ``path``."""
+    (per arm, where the file has them), ``path`` and ``missing`` (the planned runs not finished
+    yet: a campaign still running)."""
     entries = data["datasets"].values() if "datasets" in data else [data]
     out = []
     for e in entries:
@@ -137,7 +138,8 @@ def comparison_sources(path: Path, data: dict) -> list[dict]:
                     "per_seed": {arm: {str(k): (float("nan") if v is None else v) for k, v in s.items()}
                                  for arm, s in e["per_seed"].items()},  # results.json writes NaN as null
                     "epochs": epochs, "protocol": e.get("protocol_epochs") or _protocol_epochs(e["dataset"]),
-                    "deviation": ", ".join(dev), "params": e.get("params") or {}, "path": path})
+                    "deviation": ", ".join(dev), "params": e.get("params") or {}, "path": path,
+                    "missing": len(e.get("missing") or ())})
     return out
 
 
@@ -346,8 +348,12 @@ def accuracy_rows(sources: list[dict]) -> list[dict]:
                 if c is None:
                     continue
                 text, win, loss = _gain_text(c, control, gate, src["hib"])
+                verdict = _test_verdict(win, loss, full and c["n_pairs"] >= 2)
+                if win and src.get("missing"):  # tested at every snapshot while its runs come in
+                    verdict = INTERIM
+                    text += f"; {src['missing']} planned run(s) still to come"
                 rows.append({"claim": claim, "measured": text, "budget": _budget(src, c["n_pairs"]), "source": where,
-                             "verdict": _test_verdict(win, loss, full and c["n_pairs"] >= 2)})
+                             "verdict": verdict})
     return rows
 
 
