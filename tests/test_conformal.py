@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from siggate.predictors.conformal import (
-    SIMILARITY_OFFSET,
+    SIMILARITY_RATE,
     SPREAD_FLOOR,
     Calibration,
     CalibrationError,
@@ -22,9 +22,9 @@ from siggate.predictors.conformal import (
 
 
 def test_a_similarity_calibration_widens_intervals_as_molecules_leave_the_training_set():
-    """Given the molecules' nearest-training similarities s, the scores are |y - mean| / (1.5 - s)
-    whatever the spread, and a new molecule's interval is q (1.5 - s): three times as wide at s = 0
-    as at s = 1. The file keeps its scale; a format-1 file (no scale) scales by the spread as it
+    """Given the molecules' nearest-training similarities s, the scores are |y - mean| / exp(-1.75 s)
+    whatever the spread, and a new molecule's interval is q exp(-1.75 s): e^1.75 times as wide at
+    s = 0 as at s = 1. The file keeps its scale; a format-1 file (no scale) scales by the spread as it
     did, and a similarity calibration given no similarities is refused."""
     y = np.array([[1.0, 0.0], [2.0, np.nan], [3.0, 1.0], [5.0, 2.0]])
     mean = np.array([[1.5, 0.5], [1.0, 0.0], [3.0, 0.0], [4.0, 4.0]])
@@ -32,13 +32,15 @@ def test_a_similarity_calibration_widens_intervals_as_molecules_leave_the_traini
     spread = np.array([[9.0, 9.0], [0.1, 0.1], [5.0, 5.0], [1.0, 1.0]])  # not read
     cal = Calibration.fit("regression", ["a", "b"], y, mean, spread, sim)
     assert cal.scale == "similarity" and cal.normalized
-    sigma = SIMILARITY_OFFSET - sim
-    assert SIMILARITY_OFFSET == 1.5 and sigma.tolist() == [0.5, 1.0, 1.3, 1.5]
+    sigma = np.exp(-1.75 * sim)
+    assert SIMILARITY_RATE == 1.75 and cal.targets["a"].floor == pytest.approx(math.exp(-1.75))
     assert cal.targets["a"].scores == pytest.approx(sorted(np.abs(y[:, 0] - mean[:, 0]) / sigma))
-    assert cal.targets["b"].scores == pytest.approx(sorted([0.5 / 0.5, 1.0 / 1.3, 2.0 / 1.5]))  # b's row 1: no label
+    assert cal.targets["b"].scores == pytest.approx(sorted(np.abs([0.5, 1.0, 2.0]) / sigma[[0, 2, 3]]))  # row 1: no label
     lower, upper = cal.intervals([[0.0, 0.0]] * 3, cal.row_scale(spread[:3], [1.0, 0.0, 1.7]), 0.6)
     q = cal.targets["a"].quantile(0.6)  # n = 4: rank ceil(3.0) = 3
-    assert upper[:, 0] == pytest.approx([0.5 * q, 1.5 * q, 0.5 * q]) and np.array_equal(lower, -upper)  # s clipped to 1
+    wide = [math.exp(-1.75) * q, q, math.exp(-1.75) * q]  # s = 1.7 is clipped to 1
+    assert upper[:, 0] == pytest.approx(wide) and upper[1, 0] / upper[0, 0] == pytest.approx(math.exp(1.75))
+    assert np.array_equal(lower, -upper)
     with pytest.raises(CalibrationError, match="scales intervals by the similarity to the training molecules"):
         cal.row_scale(spread)
     again = Calibration.from_dict(cal.to_dict())
@@ -53,6 +55,12 @@ def test_a_similarity_calibration_widens_intervals_as_molecules_leave_the_traini
     assert plain.scale == "none" and plain.row_scale([[3.0]], [0.9]) is None
     with pytest.raises(CalibrationError, match="unknown scale 'width'"):
         Calibration.from_dict({**cal.to_dict(), "scale": "width"})
+    with pytest.raises(CalibrationError, match="a similarity scale of rate 2"):  # another sigma than this siggate's
+        Calibration.from_dict({**cal.to_dict(), "similarity_rate": 2.0})
+    unfloored = cal.to_dict()
+    unfloored["targets"]["a"]["floor"] = None  # would read as intervals of one width
+    with pytest.raises(CalibrationError, match="every floor set"):
+        Calibration.from_dict(unfloored)
     binary = Calibration.fit("binary", ["x"], np.array([[1.0], [0.0]]), np.array([[0.9], [0.2]]), None, sim[:2])
     assert binary.scale == "none"  # sets are not scaled
     import pickle

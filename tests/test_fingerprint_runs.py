@@ -148,7 +148,7 @@ def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv
     train = [r["smiles"] for r in test if r["split"] == "train"]
     sim = minmax_kernel(morgan_counts(good, domain["radius"], domain["n_bits"], sparse=True),
                         morgan_counts(train, domain["radius"], domain["n_bits"], sparse=True)).max(1)
-    sigma = 1.5 - sim  # the intervals widen as a molecule is less like the training ones, whatever the spread
+    sigma = np.exp(-1.75 * sim)  # the intervals widen as a molecule is less like the training ones, whatever the spread
     for k, r in enumerate(rows[i] for i in (0, 1, 3)):
         assert float(r["nN"]) == pytest.approx(mean[k], rel=1e-5, abs=1e-6)
         assert float(r["nN_uncertainty"]) == pytest.approx(spread[k], rel=1e-4, abs=1e-6)

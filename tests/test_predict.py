@@ -260,9 +260,15 @@ def test_a_failing_batch_is_retried_one_by_one(predictor, monkeypatch):
         return orig(graphs)
 
     monkeypatch.setattr(predictor, "_predict_graphs", picky)
+    before = predictor.outside
     rows = predictor.predict_rows(["CCO", "CCN", "CCC"])
     assert rows[0]["error"] == rows[2]["error"] == ""
     assert rows[1]["error"] == "prediction failed: RuntimeError: boom"
+    # the domain columns come with each row's prediction, on the one-by-one path too; none for the failed row
+    sims = predictor.domain.similarity(["CCO", "CCC"])
+    assert [rows[i]["nearest_train_similarity"] for i in (0, 2)] == pytest.approx(sims.tolist())
+    assert rows[1]["nearest_train_similarity"] == rows[1]["outside_domain"] == ""
+    assert predictor.outside - before == sum(rows[i]["outside_domain"] == "true" for i in (0, 2))
 
 
 # --------------------------------------------------------------------------- files

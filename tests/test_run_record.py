@@ -113,9 +113,9 @@ def _predict(out, smiles, capsys, *extra) -> list[dict]:
 
 
 def test_the_calibration_is_the_validation_scores_and_predict_coverage_uses_it(run, capsys):
-    """calibration.json's scores are |y - mean| / (1.5 - s) of the validation molecules, s their
+    """calibration.json's scores are |y - mean| / exp(-1.75 s) of the validation molecules, s their
     nearest-training similarity (recomputed from predict's output); predict --coverage 0.9 gives
-    mean -/+ q (1.5 - s) with q their ceil((n + 1) 0.9)-th smallest; the test coverage metrics.json
+    mean -/+ q exp(-1.75 s) with q their ceil((n + 1) 0.9)-th smallest; the test coverage metrics.json
     records is the fraction of test labels inside those intervals."""
     data, out, smiles = run
     cal = json.loads((out / "calibration.json").read_text())
@@ -127,9 +127,9 @@ def test_the_calibration_is_the_validation_scores_and_predict_coverage_uses_it(r
     m = json.loads((out / "metrics.json").read_text())
     assert m["calibration"] == cal["summary"]
     for t, name in enumerate(("a", "b")):
-        sigma = 1.5 - np.array([float(r["nearest_train_similarity"]) for r in val])
+        sigma = np.exp(-1.75 * np.array([float(r["nearest_train_similarity"]) for r in val]))
         labelled = ~np.isnan(y_val[:, t])
-        assert cal["targets"][name]["floor"] == 0.5
+        assert cal["targets"][name]["floor"] == pytest.approx(math.exp(-1.75))
         mean = np.array([float(r[name]) for r in val])
         scores = np.sort(np.abs(y_val[labelled, t] - mean[labelled]) / sigma[labelled])
         assert cal["targets"][name]["scores"] == pytest.approx(scores.tolist(), rel=2e-3, abs=2e-3)
@@ -137,7 +137,7 @@ def test_the_calibration_is_the_validation_scores_and_predict_coverage_uses_it(r
         assert m["calibration"]["calibration_molecules"][name] == n
         q = scores[math.ceil((n + 1) * 0.9) - 1]
         mean_t = np.array([float(r[name]) for r in test])
-        sigma_t = 1.5 - np.array([float(r["nearest_train_similarity"]) for r in test])
+        sigma_t = np.exp(-1.75 * np.array([float(r["nearest_train_similarity"]) for r in test]))
         lower, upper = np.array([float(r[f"{name}_lower"]) for r in test]), np.array([float(r[f"{name}_upper"]) for r in test])
         assert lower == pytest.approx(mean_t - q * sigma_t, rel=2e-3, abs=2e-3)
         assert upper == pytest.approx(mean_t + q * sigma_t, rel=2e-3, abs=2e-3)
@@ -190,6 +190,13 @@ def test_a_run_calibrated_before_the_similarity_scale_keeps_its_spread_intervals
     shutil.copy(out / "calibration.json", old / "calibration.json")
     rc, _, err = run_cli(["predict", "--checkpoint", str(old), "CCO", "--coverage", "0.9"], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "holds no domain.json and domain_fingerprints.npz" in err
+    shutil.copy(out / "domain.json", old / "domain.json")
+    (old / "domain_fingerprints.npz").write_bytes(b"not an archive")  # damaged: not offered to be deleted
+    rc, _, err = run_cli(["predict", "--checkpoint", str(old), "CCO", "--coverage", "0.9"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "cannot read the applicability domain" in err
+    assert "or drop --coverage" in err and "delete domain.json" not in err
+    rc, _, err = run_cli(["predict", "--checkpoint", str(old), "CCO"], capsys)  # no intervals: it may be deleted
+    assert rc == 2 and "delete domain.json to predict without it" in err
 
 
 def test_evaluate_coverage_is_the_share_of_labels_inside_predicts_intervals(run, capsys, tmp_path, caplog):

@@ -12,7 +12,7 @@ sigma`` of split conformal are then compared for ``sigma``:
 * ``one width``: 1;
 * ``spread``: the combination's spread, floored at 10% of its validation median (what siggate
   scaled by before ``scale: similarity``; 1 where that median is 0);
-* ``(1 - s + e)^p`` for ``e`` in :data:`OFFSETS` and ``p`` in :data:`POWERS`.
+* ``exp(-k s)`` for the rates ``k`` of :data:`RATES` (``k = 0`` is one width).
 
 Each is judged on the validation split alone: halved :data:`HALVINGS` times at random, each half
 calibrating the other, at the coverage ``--coverage``: the coverage, the median width and the
@@ -33,8 +33,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-OFFSETS = (0.02, 0.05, 0.1, 0.2, 0.5)
-POWERS = (0.5, 1.0, 2.0)
+#: the rates ``k`` of ``sigma = exp(-k s)``: a molecule like none of the training set (``s = 0``) gets
+#: an interval ``e^k`` times as wide as a training molecule's twin (``s = 1``)
+RATES = (0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0)
 HALVINGS = 20
 
 
@@ -86,9 +87,8 @@ def scales() -> dict:
         return np.ones_like(d["y"]) if median <= 0 else np.maximum(d["spread"], 0.1 * median)
 
     out = {"one width": one, "spread": spread}
-    for e in OFFSETS:
-        for p in POWERS:
-            out[f"(1 - s + {e:g})^{p:g}"] = lambda d, ref, e=e, p=p: (1.0 - d["sim"] + e) ** p
+    for k in RATES:
+        out[f"exp(-{k:g} s)"] = lambda d, ref, k=k: np.exp(-k * d["sim"])
     return out
 
 
@@ -97,10 +97,9 @@ def judge(sigma, cal: dict, ev: dict, coverage: float) -> list[float]:
     the rows ``ev`` under intervals calibrated on the rows ``cal``."""
     import numpy as np
 
-    scores = np.sort(np.abs(cal["y"] - cal["mean"]) / sigma(cal, cal))
-    k = math.ceil((len(scores) + 1) * coverage - 1e-9)
-    q = scores[k - 1] if k <= len(scores) else math.inf
-    half = q * sigma(ev, cal)
+    from siggate.predictors.conformal import conformal_quantile
+
+    half = conformal_quantile(np.abs(cal["y"] - cal["mean"]) / sigma(cal, cal), coverage) * sigma(ev, cal)
     inside = np.abs(ev["y"] - ev["mean"]) <= half
     third = np.digitize(ev["sim"], np.quantile(cal["sim"], [1 / 3, 2 / 3]))
     return [float(inside.mean()), float(np.median(2 * half))] + [

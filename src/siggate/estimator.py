@@ -380,7 +380,7 @@ class _SigGateEstimator(BaseEstimator):
         calibration = read_calibration(out, predictor.info) if (out / CALIBRATION).is_file() else None
         # the reader keeps the run's domain in memory where the intervals are scaled by the similarity to it
         smiles_predictor = SmilesPredictor(predictor, device=self.device, folder=out,
-                                           domain=calibration is not None and calibration.scale == "similarity",
+                                           domain=calibration is not None and calibration.needs_similarity,
                                            max_atoms=max(PREDICT_MAX_ATOMS, int(largest)))
         # the fit has succeeded: its attributes all at once (a failure above leaves the earlier fit's)
         self.predictor_, self.smiles_predictor_, self.calibration_ = predictor, smiles_predictor, calibration
@@ -498,9 +498,6 @@ class _SigGateEstimator(BaseEstimator):
         if few:
             warnings.warn(few, UserWarning, stacklevel=3)
         mean, std, similarity = self._predicted(X, checked=True)
-        if self.calibration_.scale == "similarity" and similarity is None:  # pickled before the scale
-            raise ValueError("this estimator was fitted by an older siggate, whose reader measures no similarity to "
-                             "the training molecules; fit it again")
         return (self.calibration_, coverage, mean,
                 self.calibration_.row_scale(std if self.smiles_predictor_.ensemble else None, similarity))
 
@@ -530,7 +527,7 @@ class SigGateRegressor(RegressorMixin, _SigGateEstimator):
         """Split-conformal prediction intervals at ``coverage`` (``siggate predict --coverage``):
         ``(lower, upper)`` in target units, ``[n]`` (one target) or ``[n, T]``, calibrated on the
         validation molecules fit held out (``val_fraction``); the width grows as a molecule is less
-        like the training molecules (its nearest-training similarity ``s``: ``q * (1.5 - s)``,
+        like the training molecules (its nearest-training similarity ``s``: ``q * exp(-1.75 s)``,
         :mod:`siggate.predictors.conformal`). A new molecule's label falls inside with
         probability at least ``coverage`` when it is exchangeable with those molecules.
 

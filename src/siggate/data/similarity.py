@@ -119,7 +119,7 @@ class Domain:
         reference: the training molecules' count fingerprints (CSR ``[n_train, n_bits]``).
         threshold: nearest-training similarity below which a molecule is outside.
         record: what :meth:`fit` measured (``percentile``, the validation similarities' quantiles).
-        val_similarity: after :meth:`fit`, the validation molecules' nearest-training
+        val_nearest: after :meth:`fit`, the validation molecules' nearest-training
             similarities (not saved).
     """
 
@@ -128,7 +128,7 @@ class Domain:
     radius: int = RADIUS
     n_bits: int = N_BITS
     record: dict | None = None
-    val_similarity: np.ndarray | None = field(default=None, repr=False, compare=False)
+    val_nearest: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def fit(cls, train_smiles: Sequence[str], val_smiles: Sequence[str], percentile: float = DOMAIN_PERCENTILE,
@@ -147,6 +147,10 @@ class Domain:
         """``[len(smiles)]`` nearest-training similarities."""
         return nearest_similarity(domain_fingerprints(smiles, self.radius, self.n_bits), self.reference)
 
+    def graph_similarity(self, graphs) -> np.ndarray:
+        """:meth:`similarity` of graphs by their ``smiles`` (the SMILES as read: a salt's parent)."""
+        return self.similarity([str(getattr(g, "smiles", "")) for g in graphs])
+
     def inside(self, similarity) -> np.ndarray:
         """Whether each similarity is at or above the threshold."""
         return np.asarray(similarity) >= self.threshold
@@ -164,8 +168,9 @@ class Domain:
         atomic_write_bytes(folder / DOMAIN_FILE, json.dumps(self.to_dict(), indent=2).encode())
 
     @classmethod
-    def load(cls, folder: str | Path) -> "Domain | None":
-        """The domain saved in ``folder``, or ``None`` when it holds none.
+    def load(cls, folder: str | Path, required: bool = False) -> "Domain | None":
+        """The domain saved in ``folder``, or ``None`` when it holds none; ``required``: the
+        caller cannot do without it (the refusal then does not offer to delete it).
 
         Raises:
             DomainError: files that cannot be read (corrupt, newer, or holding pickled objects).
@@ -187,5 +192,6 @@ class Domain:
         except DomainError:
             raise
         except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
+            remedy = "" if required else ", or delete domain.json to predict without it"
             raise DomainError(f"{folder}: cannot read the applicability domain ({type(exc).__name__}: {exc}); "
-                              "retrain the run, or delete domain.json to predict without it") from None
+                              f"retrain the run{remedy}") from None

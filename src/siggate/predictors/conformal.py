@@ -13,15 +13,15 @@ holds the new label with probability at least ``coverage`` (and, for continuous 
 Scores, per target, over the labelled validation rows:
 
 * regression: ``|y - mean| / sigma``, and the interval is ``mean -/+ q * sigma``. ``sigma`` (the
-  calibration's ``scale``) is, for a run of molecules with SMILES, ``SIMILARITY_OFFSET - s``
+  calibration's ``scale``) is, for a run of molecules with SMILES, ``exp(-SIMILARITY_RATE * s)``
   (``similarity``): ``s`` is the molecule's count-Tanimoto similarity to its nearest training
-  molecule (the applicability domain's, :mod:`siggate.data.similarity`), so ``sigma`` runs from
-  0.5 (a training molecule's twin) to 1.5 (nothing alike), and a molecule unlike the training
-  set gets an interval up to three times as wide as a near neighbour's. Any ``sigma`` that is a
+  molecule (the applicability domain's, :mod:`siggate.data.similarity`), so a molecule like none
+  of the training set (``s = 0``) gets an interval ``e^1.75``, about 5.8, times as wide as a
+  training molecule's twin (``s = 1``). Any ``sigma`` that is a
   function of the molecule alone keeps split conformal's guarantee; this one was chosen on the
-  validation splits of the 20 public MoleculeACE targets (``benchmarks/moleculeace/interval_check.py``;
-  the README's *Intervals* has its figures), against ``sigma = 1`` and the members' spread, whose
-  intervals were twice as wide. Older runs (format 1) and runs without
+  validation splits of the 20 public MoleculeACE targets (``benchmarks/moleculeace/interval_check.py``:
+  the narrowest median width among the rates it tries; the README's *Intervals* has its figures),
+  against ``sigma = 1`` and the members' spread, whose intervals were twice as wide. Older runs (format 1) and runs without
   SMILES keep ``spread``: the predictor's spread (an ensemble's standard deviation over members)
   floored at ``SPREAD_FLOOR`` times its median on the validation rows, or ``sigma = 1``
   without one (``none``).
@@ -45,8 +45,8 @@ import numpy as np
 
 #: the spread's floor, as a fraction of its median over the validation rows
 SPREAD_FLOOR = 0.1
-#: ``sigma = SIMILARITY_OFFSET - s`` for a molecule of nearest-training similarity ``s`` (scale ``similarity``)
-SIMILARITY_OFFSET = 1.5
+#: ``sigma = exp(-SIMILARITY_RATE * s)`` for a molecule of nearest-training similarity ``s`` (scale ``similarity``)
+SIMILARITY_RATE = 1.75
 #: what a regression's ``sigma`` is (the module docstring)
 SCALES = ("similarity", "spread", "none")
 #: the coverages a run records in ``metrics.json`` (``siggate predict --coverage`` takes any)
@@ -109,9 +109,9 @@ def regression_scores(y, mean, sigma=None) -> np.ndarray:
 
 
 def similarity_scale(similarity, targets: int = 1) -> np.ndarray:
-    """``[n, targets]``: ``SIMILARITY_OFFSET - s`` of nearest-training similarities ``s [n]``
+    """``[n, targets]``: ``exp(-SIMILARITY_RATE * s)`` of nearest-training similarities ``s [n]``
     (clipped to [0, 1]), the same for every target."""
-    sigma = SIMILARITY_OFFSET - np.clip(np.asarray(similarity, dtype=np.float64).reshape(-1, 1), 0.0, 1.0)
+    sigma = np.exp(-SIMILARITY_RATE * np.clip(np.asarray(similarity, dtype=np.float64).reshape(-1, 1), 0.0, 1.0))
     return np.repeat(sigma, targets, axis=1)
 
 
@@ -162,6 +162,11 @@ class Calibration:
         """Whether regression scores are divided by a per-row scale."""
         return self.scale != "none"
 
+    @property
+    def needs_similarity(self) -> bool:
+        """Whether :meth:`row_scale` needs the molecules' nearest-training similarities."""
+        return self.scale == "similarity"
+
     def __setstate__(self, state: dict) -> None:
         """Unpickle; one pickled before :attr:`scale` (an estimator's ``calibration_``) kept
         ``normalized``: the spread, or none."""
@@ -176,7 +181,7 @@ class Calibration:
 
         Raises:
             CalibrationError: a ``similarity`` calibration given no similarities."""
-        if self.scale == "similarity":
+        if self.needs_similarity:
             if similarity is None:
                 raise CalibrationError("this calibration scales intervals by the similarity to the training "
                                        "molecules; give their similarities")
@@ -207,7 +212,7 @@ class Calibration:
                 continue
             floor = None
             if by_similarity:
-                floor = SIMILARITY_OFFSET - 1.0  # the least sigma: every row's scale is above it
+                floor = math.exp(-SIMILARITY_RATE)  # the least sigma (s = 1): every row's scale is at or above it
             elif spread is not None and ok.any():
                 median = float(np.median(spread[ok, t]))
                 if median > 0 and np.isfinite(median):
@@ -287,7 +292,7 @@ class Calibration:
 
     def to_dict(self) -> dict:
         return {"format": CALIBRATION_FORMAT, "task": self.task, "scale": self.scale,
-                "normalized": self.normalized, "spread_floor": SPREAD_FLOOR, "similarity_offset": SIMILARITY_OFFSET,
+                "normalized": self.normalized, "spread_floor": SPREAD_FLOOR, "similarity_rate": SIMILARITY_RATE,
                 "targets": {n: {"scores": c.scores, "floor": c.floor} for n, c in self.targets.items()}}
 
     @classmethod
@@ -310,6 +315,12 @@ class Calibration:
             scale = str(doc.get("scale") or ("spread" if doc.get("normalized") else "none"))  # format 1: no scale
             if scale not in SCALES:
                 raise ValueError(f"unknown scale {scale!r}")
+            if scale == "similarity" and str(doc["task"]) == "regression":  # its sigma: exp(-this siggate's rate s)
+                rate = float(doc.get("similarity_rate", SIMILARITY_RATE))
+                if rate != SIMILARITY_RATE or any(t.floor is None for t in targets.values()):
+                    raise ValueError(f"a similarity scale of rate {rate:g} and floors "
+                                     f"{[t.floor for t in targets.values()]} (this siggate's rate is "
+                                     f"{SIMILARITY_RATE:g}, every floor set)")
             return cls(str(doc["task"]), targets, scale)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, CalibrationError):

@@ -303,6 +303,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
            "members": len(members_of(predictor))}
     calibrated = None if coverage is None else _calibration_of(checkpoint, info, coverage)
+    domain = _scale_domain(calibrated, folder)  # read once, for every split scored
     if data is not None:
         fallback = "smiles" if smiles_col is None else None  # the run's column, else the file's "smiles"
         smiles_col = smiles_col or trained_smiles_col(predictor, folder)
@@ -314,7 +315,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         _add_scores(res, EXTERNAL_SPLIT, score(info, *rows))
         if calibrated is not None:
             _add_coverage(res, calibrated, info, EXTERNAL_SPLIT, rows, prediction.spread, data,
-                          _similarity(calibrated, folder, graphs))
+                          None if domain is None else domain.graph_similarity(graphs))
         warnings = label_warnings(info, list(target_cols or info.target_names), graphs,
                                   *_training_target_stats(predictor, info))
         for w in warnings:
@@ -354,7 +355,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         rows = scored_rows(info, graphs, prediction.mean, s)
         _add_scores(res, s, score(info, *rows))
         if calibrated is not None:
-            _add_coverage(res, calibrated, info, s, rows, prediction.spread, None, _similarity(calibrated, folder, graphs))
+            _add_coverage(res, calibrated, info, s, rows, prediction.spread, None,
+                          None if domain is None else domain.graph_similarity(graphs))
     members = members_of(predictor)
     weights = getattr(predictor, "weights_", None)  # a combination's [M, T]; a member of weight 0 adds nothing
     weighs = [True] * len(members) if weights is None else [bool((abs(w) > 0).any()) for w in weights]
@@ -380,21 +382,20 @@ def _calibration_of(checkpoint, info: TaskInfo, coverage: float):
         raise EvaluationError(str(exc)) from None
 
 
-def _similarity(calibrated: tuple, folder: Path | None, graphs: list):
-    """The nearest-training similarity ``[G]`` of ``graphs`` (the run's domain) when the calibration
-    of ``calibrated`` scales intervals by it, else None.
+def _scale_domain(calibrated: tuple | None, folder: Path | None):
+    """The run's applicability domain when the calibration of ``calibrated`` scales its
+    intervals by the nearest-training similarity to it, else None.
 
     Raises:
         EvaluationError: domain files that cannot be read, or none beside such a calibration."""
     from .predict import InputError, similarity_domain
 
-    if calibrated[1].scale != "similarity":
+    if calibrated is None or not calibrated[1].needs_similarity:
         return None
     try:
-        domain = similarity_domain(folder)
+        return similarity_domain(folder)
     except InputError as exc:
         raise EvaluationError(str(exc)) from None
-    return domain.similarity([str(getattr(g, "smiles", "")) for g in graphs])
 
 
 def _add_coverage(res: dict, calibrated: tuple, info: TaskInfo, split: str, rows: tuple, spread, data,
@@ -403,7 +404,7 @@ def _add_coverage(res: dict, calibrated: tuple, info: TaskInfo, split: str, rows
     :func:`_calibration_of`; ``Calibration.covered``, an infinite width as None) of the predictions
     ``rows`` (the split's ``(labels, predictions)``, :func:`~siggate.train.scoring.scored_rows`),
     their ``spread`` (None: one model) and the molecules' nearest-training ``similarity``
-    (:func:`_similarity`) and, for an
+    (:func:`_scale_domain`) and, for an
     external file or the test split, the targets whose coverage is below nominal by more than
     chance allows on any number of labelled molecules (``res["coverage_below_nominal"][split]``),
     each warned about."""

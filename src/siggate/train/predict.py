@@ -212,7 +212,13 @@ def similarity_domain(folder: Path | None):
 
     Raises:
         InputError: no domain files, or ones that cannot be read."""
-    found = _domain(folder)
+    from ..data.similarity import Domain, DomainError
+
+    try:
+        found = None if folder is None else Domain.load(folder, required=True)
+    except DomainError as exc:
+        raise InputError(f"--coverage: {exc}, or drop --coverage (the run's intervals are scaled by each molecule's "
+                         "similarity to its training molecules)") from None
     if found is None:
         raise InputError(f"--coverage: the run {folder} scales its intervals by each molecule's similarity to its "
                          "training molecules, but holds no domain.json and domain_fingerprints.npz to measure it; "
@@ -396,7 +402,7 @@ class SmilesPredictor:
 
     def _scaled_by_similarity(self) -> bool:
         """Whether the calibration's intervals are scaled by the molecules' nearest-training similarity."""
-        return self.calibration is not None and self.calibration.scale == "similarity"
+        return self.calibration is not None and self.calibration.needs_similarity
 
     def _too_large(self, n: int, what: str) -> str:
         return f"molecule has {n} {what}, above the limit of {self.max_atoms} (--max-atoms)"
@@ -409,7 +415,7 @@ class SmilesPredictor:
         mean = pred.mean.cpu()
         spread = None if pred.spread is None else pred.spread.cpu()
         source = self._similarity_from if self._similarity_from is not None else self.domain
-        similarity = None if source is None else source.similarity([g.smiles for g in graphs])
+        similarity = None if source is None else source.graph_similarity(graphs)
         parts = [mean.tolist()] + ([spread.tolist()] if self.ensemble else [])
         if self.calibration is not None and self.calibration.task == "regression":
             scale = self.calibration.row_scale(None if spread is None else spread.numpy(), similarity)

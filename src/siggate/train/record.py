@@ -341,9 +341,9 @@ def record_results(out: Path, ds: GraphDataset, preds: dict, spreads: dict | Non
     # a member of a combination records its own, but the combination's record says it to the user (once)
     warn = not is_members_folder(Path(out).parent)
     domain = fit_domain(ds)
-    similarity = {} if domain is None else {"val": domain.val_similarity}
+    similarity = {} if domain is None else {"val": domain.val_nearest}
     if domain is not None and ds.test:
-        similarity["test"] = domain.similarity([str(getattr(g, "smiles", "")) for g in ds.test])
+        similarity["test"] = domain.graph_similarity(ds.test)
     entries = {"calibration": write_calibration(out, ds, preds, spreads, warn=warn, similarity=similarity or None),
                "domain": write_domain(out, ds, domain, similarity.get("test"), warn=warn)}
     if pictures and "test" in preds:
