@@ -482,6 +482,10 @@ def test_fragments_parent_reads_each_molecule_as_its_parent_in_training_and_pred
     shutil.copytree(out, cut)
     (cut / "predictor.json").unlink()
     assert SmilesPredictor(cut / "member0").fragments == "parent"
+    caplog.clear()  # its data record came with the run's members.yaml: the CSV's hash too
+    with caplog.at_level("WARNING", logger="siggate"):
+        assert evaluate(cut / "member0")["members"] == 1
+    assert not [r for r in caplog.records if "records no hash" in r.getMessage()]
     alone = tmp_path / "alone" / "copied"  # the member folder copied out of its run: no run to ask
     shutil.copytree(out / "member0", alone)
     assert SmilesPredictor(alone).fragments == "all"

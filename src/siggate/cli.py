@@ -892,7 +892,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "allows")
     p.add_argument("--output", default=None, metavar="FILE.json", help="also write the scores to this JSON file")
     add_data_root_flag(p, default="as in training")
-    add_cache_dir_flag(p)
+    add_cache_dir_flag(p, default="as in training")
     add_device_flag(p)
     add_threads_flag(p)
     add_progress_flag(p)
@@ -906,7 +906,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None,
                    help="node-level checkpoints: the dataset split to predict, train, val, test or all (default: test)")
     add_data_root_flag(p, "node-level checkpoints", default="as in training")
-    add_cache_dir_flag(p, "node-level checkpoints")
+    add_cache_dir_flag(p, "node-level checkpoints", default="as in training")
     p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
     p.add_argument("--smiles-col", default=None,
                    help="SMILES column of --input (default: the training run's SMILES column, else smiles)")

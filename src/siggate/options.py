@@ -33,6 +33,7 @@ __all__ = [
     "TASK_LOSSES",
     "HIGHER_IS_BETTER",
     "PREDICT_MAX_ATOMS",
+    "CACHE_DIR_DEFAULT",
     "DATA_ROOT_DEFAULT",
     "DUPLICATES",
     "FRAGMENTS",
@@ -161,6 +162,8 @@ PREDICT_MAX_ATOMS = 1000
 #: where the benchmark data root is looked for without --data-root (siggate.data.base.default_data_root),
 #: in the words of the command line's help
 DATA_ROOT_DEFAULT = "$SIGGATE_DATA, else ../shared/data beside a checkout of siggate"
+#: where processed data are cached when no ``--cache-dir`` is given (``data.base.cache_root``)
+CACHE_DIR_DEFAULT = "$SIGGATE_CACHE, else ~/.cache/siggate"
 #: ``data.duplicates`` (``--duplicates``): what a CSV's repeated molecules become: kept as
 #: separate rows, merged into one row with their mean label (regression), or the first row kept.
 DUPLICATES = ("keep", "average", "first")
@@ -397,11 +400,12 @@ def add_data_root_flag(p, what: str = "", default: str | None = None) -> None:
     p.add_argument("--data-root", default=None, help=f"{text} (default: {first}{DATA_ROOT_DEFAULT})")
 
 
-def add_cache_dir_flag(p, what: str = "") -> None:
+def add_cache_dir_flag(p, what: str = "", default: str | None = None) -> None:
     """``--cache-dir``: the writable cache for processed data (``what``: where this command uses
-    it), by default ``$SIGGATE_CACHE`` or ``~/.cache/siggate``."""
+    it), by default :data:`CACHE_DIR_DEFAULT` (``default``: what this command looks at before it)."""
     text = "writable cache for processed data" + (f", for {what}" if what else "")
-    p.add_argument("--cache-dir", default=None, help=f"{text} (default: $SIGGATE_CACHE or ~/.cache/siggate)")
+    first = f"{default}, or " if default else ""
+    p.add_argument("--cache-dir", default=None, help=f"{text} (default: {first}{CACHE_DIR_DEFAULT})")
 
 
 def progress_enabled(args) -> bool:
