@@ -61,6 +61,11 @@ def test_a_similarity_calibration_widens_intervals_as_molecules_leave_the_traini
     unfloored["targets"]["a"]["floor"] = None  # would read as intervals of one width
     with pytest.raises(CalibrationError, match="every floor set"):
         Calibration.from_dict(unfloored)
+    no_rate = {k: v for k, v in cal.to_dict().items() if k != "similarity_rate"}  # another sigma's file, e.g. 1.5 - s
+    with pytest.raises(CalibrationError, match="a similarity scale of rate None"):
+        Calibration.from_dict(no_rate)
+    with pytest.raises(CalibrationError, match="a format-2 calibration without its scale"):  # not read as the spread
+        Calibration.from_dict({k: v for k, v in cal.to_dict().items() if k != "scale"})
     binary = Calibration.fit("binary", ["x"], np.array([[1.0], [0.0]]), np.array([[0.9], [0.2]]), None, sim[:2])
     assert binary.scale == "none"  # sets are not scaled
     import pickle

@@ -158,6 +158,13 @@ def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv
         assert r["outside_domain"] == ("true" if sim[k] < domain["threshold"] else "false")
     assert rows[3]["outside_domain"] == "true"  # a perfluoroalkane is far from every training molecule
 
+    copied = tmp_path / "copied"  # a member folder copied out of its run: the run is what is calibrated
+    shutil.copytree(run / "member0", copied)
+    rc, _, err = run_cli(["predict", "--checkpoint", str(copied), "CCO", "--coverage", "0.9"], capsys)
+    assert rc == 2 and err.strip().splitlines() == [
+        f"siggate predict: error: --coverage: {copied} holds one svr member, calibrated only as part of the run it was "
+        "trained in; predict with that run's folder, or drop --coverage"]
+
     # evaluate: the combination on its own splits, and on a labelled file
     rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(run)], capsys)
     assert rc == 0, err

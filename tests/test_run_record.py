@@ -197,6 +197,15 @@ def test_a_run_calibrated_before_the_similarity_scale_keeps_its_spread_intervals
     assert "or drop --coverage" in err and "delete domain.json" not in err
     rc, _, err = run_cli(["predict", "--checkpoint", str(old), "CCO"], capsys)  # no intervals: it may be deleted
     assert rc == 2 and "delete domain.json to predict without it" in err
+    (old / "domain_fingerprints.npz").write_bytes((out / "domain_fingerprints.npz").read_bytes()[:500])  # truncated
+    for argv in (["CCO"], ["CCO", "--coverage", "0.9"]):
+        rc, _, err = run_cli(["predict", "--checkpoint", str(old), *argv], capsys)
+        assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert "cannot read the applicability domain (BadZipFile" in err
+    rc, _, err = run_cli(["predict", "--checkpoint", str(out), "CCO", "--coverage", "abc"], capsys)
+    assert rc == 2 and err.strip().splitlines() == [
+        "siggate predict: error: --coverage: coverage must be a number between 0 and 1 (e.g. 0.9 for 90% intervals), "
+        "got 'abc'"]
 
 
 def test_evaluate_coverage_is_the_share_of_labels_inside_predicts_intervals(run, capsys, tmp_path, caplog):

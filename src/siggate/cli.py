@@ -885,7 +885,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decimal mark of the labels in --data: '.' (default) or ',' (-5,49)")
     p.add_argument("--allow-changed", action="store_true",
                    help="score the run's training CSV even if it changed since training (re-split; default: refuse)")
-    p.add_argument("--coverage", type=float, default=None, metavar="C",
+    p.add_argument("--coverage", default=None, metavar="C",
                    help="also check the run's conformal intervals (a classifier's sets) at coverage C (0 < C < 1), "
                         "as siggate predict --coverage C draws them: the share of labels inside, per target and "
                         "split, and for --data or the test split a warning where it is below C by more than chance "
@@ -915,7 +915,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse molecules with more atoms, with a reason per row (default: 1000; attention is quadratic)")
     p.add_argument("--chunk-size", type=int, default=_PREDICT_DEFAULTS["chunk_size"],
                    help="rows of --input read, predicted and written at a time (default: 1000)")
-    p.add_argument("--coverage", type=float, default=None, metavar="C",
+    p.add_argument("--coverage", default=None, metavar="C",
                    help="add split-conformal intervals holding the label with probability C (e.g. 0.9), calibrated "
                         "on the run's validation molecules: <target>_lower/_upper (regression) or <target>_set "
                         "(binary/multilabel: {0}, {1}, {0,1}, or rarely {}: no class plausible enough)")

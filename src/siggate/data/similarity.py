@@ -22,6 +22,7 @@ flags only molecules stranger than a new scaffold.
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -191,7 +192,7 @@ class Domain:
             return cls(unpack(arrays, n_bits), float(doc["threshold"]), radius, n_bits, record)
         except DomainError:
             raise
-        except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
             remedy = "" if required else ", or delete domain.json to predict without it"
             raise DomainError(f"{folder}: cannot read the applicability domain ({type(exc).__name__}: {exc}); "
                               f"retrain the run{remedy}") from None

@@ -312,13 +312,15 @@ class Calibration:
                     raise ValueError(f"target {name!r}: scores and floor must be finite and >= 0")
             if str(doc["task"]) not in ("regression", "binary", "multilabel"):
                 raise ValueError(f"task {doc['task']!r} is not one that siggate calibrates")
+            if int(doc["format"]) >= 2 and "scale" not in doc:  # read as format 1, it would scale by the spread
+                raise ValueError("a format-2 calibration without its scale")
             scale = str(doc.get("scale") or ("spread" if doc.get("normalized") else "none"))  # format 1: no scale
             if scale not in SCALES:
                 raise ValueError(f"unknown scale {scale!r}")
             if scale == "similarity" and str(doc["task"]) == "regression":  # its sigma: exp(-this siggate's rate s)
-                rate = float(doc.get("similarity_rate", SIMILARITY_RATE))
+                rate = float(doc.get("similarity_rate", math.nan))
                 if rate != SIMILARITY_RATE or any(t.floor is None for t in targets.values()):
-                    raise ValueError(f"a similarity scale of rate {rate:g} and floors "
+                    raise ValueError(f"a similarity scale of rate {doc.get('similarity_rate')!r} and floors "
                                      f"{[t.floor for t in targets.values()]} (this siggate's rate is "
                                      f"{SIMILARITY_RATE:g}, every floor set)")
             return cls(str(doc["task"]), targets, scale)

@@ -163,6 +163,10 @@ def read_calibration(folder: Path | None, info, checkpoint=None):
     if path is not None and not path.is_file() and (Path(folder).parent / CALIBRATION).is_file():
         raise InputError(f"--coverage: {folder} is a member of the run {Path(folder).parent}, which calibrates the "
                          f"members' combination; predict with {Path(folder).parent}, or drop --coverage")
+    kind = _member_kind(folder) if path is not None and not path.is_file() else None
+    if kind is not None:  # a fingerprint member copied out of its run: the run calibrates it, as a combination
+        raise InputError(f"--coverage: {folder} holds one {kind} member, calibrated only as part of the run it was "
+                         "trained in; predict with that run's folder, or drop --coverage")
     if path is None or not path.is_file():
         raise InputError(f"--coverage: the run {folder} holds no {CALIBRATION} (node-level and multiclass runs are "
                          "not calibrated; a graph-level run trained before siggate calibrated its runs is, once "
@@ -185,6 +189,20 @@ def read_calibration(folder: Path | None, info, checkpoint=None):
         raise InputError(f"--coverage: {path} calibrates targets {list(cal.targets)}, the model predicts {names}; "
                          "it belongs to another run")
     return cal
+
+
+def _member_kind(folder: Path) -> str | None:
+    """The kind of the fingerprint member saved in ``folder`` (its ``predictor.json``), None for
+    any other folder (a GNN run, a combination, no manifest)."""
+    from ..predictors.base import MANIFEST, PredictorFileError, read_manifest
+    from ..predictors.combine import Combination
+    from .gnn_member import GNNMember
+
+    try:
+        kind = read_manifest(folder)["kind"] if (Path(folder) / MANIFEST).is_file() else None
+    except PredictorFileError:
+        return None
+    return kind if kind not in (None, GNNMember.kind, Combination.kind) else None
 
 
 def too_few_message(cal, coverage: float, name: str = "--coverage", again: str = "retrain") -> str | None:
