@@ -576,7 +576,7 @@ def test_a_run_scores_weighs_and_calibrates_val_on_the_train_only_predictions(tm
     members fitted on the train rows alone, not of the refitted members that learned the val rows."""
     from siggate.config import Config
     from siggate.predictors.combine import simplex_least_squares
-    from siggate.predictors.conformal import SPREAD_FLOOR
+    from siggate.predictors.conformal import SIMILARITY_RATE
     from siggate.train.ensemble import train_members
 
     ds = make_ds(LOGP)
@@ -592,8 +592,10 @@ def test_a_run_scores_weighs_and_calibrates_val_on_the_train_only_predictions(tm
     w = np.asarray(res["weights"])[:, 0]  # as recorded (a weight of exactly 0 or 1 gives a spread of exactly 0)
     mean = w @ pv
     assert res["val"] == pytest.approx(np.abs(mean - y).mean(), rel=1e-5)
-    spread = np.sqrt(w @ (pv - mean) ** 2)
-    sigma = np.maximum(spread, SPREAD_FLOOR * np.median(spread)) if np.median(spread) > 0 else 1.0
+    domain = json.loads((tmp_path / "run" / "domain.json").read_text())  # scaled by the nearest-training similarity
+    fps = [morgan_counts([g.smiles for g in split], domain["radius"], domain["n_bits"], sparse=True)
+           for split in (ds.val, ds.train)]
+    sigma = np.exp(-SIMILARITY_RATE * minmax_kernel(*fps).max(1))
     cal = json.loads((tmp_path / "run" / "calibration.json").read_text())["targets"]["y"]
     np.testing.assert_allclose(cal["scores"], np.sort(np.abs(y - mean) / sigma), rtol=1e-4, atol=1e-6)
     # the refitted members predict val better than that: the check above could tell them apart
