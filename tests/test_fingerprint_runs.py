@@ -69,7 +69,8 @@ def _member_rows(stdout: str) -> dict:
     return out
 
 
-def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv, tmp_path, capsys, monkeypatch):
+def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv, tmp_path, capsys, monkeypatch,
+                                                                   caplog):
     run, cache = tmp_path / "run", tmp_path / "cache"
     rc, stdout, err = _train(capsys, nitrogen_csv, run, "--members", "svr,rf", *EQUAL_WEIGHTS, cache=cache)
     assert rc == 0, err
@@ -157,6 +158,24 @@ def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv
         assert float(r["nearest_train_similarity"]) == pytest.approx(sim[k], abs=1e-4)
         assert r["outside_domain"] == ("true" if sim[k] < domain["threshold"] else "false")
     assert rows[3]["outside_domain"] == "true"  # a perfluoroalkane is far from every training molecule
+
+    import logging
+
+    from siggate.predictors.combine import Combination
+    from siggate.train.members import load_predictor
+    from siggate.train.predict import SmilesPredictor
+
+    combo = load_predictor(run)  # equal weights: the spread is the members' disagreement, no warning
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="siggate"):
+        SmilesPredictor(combo, domain=False)
+        assert not [r for r in caplog.records if "all the weight" in r.getMessage()]
+        combo.weighting, combo.weights_ = "val", np.array([[1.0], [0.0]])  # as --weights val can fit them
+        reader = SmilesPredictor(combo, domain=False)
+    assert [r.getMessage() for r in caplog.records if "all the weight" in r.getMessage()] == ["this run: the validation weights give one member all the weight for 'nN', so its _uncertainty "
+                    "column is 0 for every molecule, not a sign of certainty; the conformal intervals (--coverage, or "
+                    "an estimator's predict_interval) widen away from the training molecules"]
+    assert isinstance(combo, Combination) and float(reader.predict_rows(["NCCN"])[0]["nN_uncertainty"]) == 0.0
 
     copied = tmp_path / "copied"  # a member folder copied out of its run: the run is what is calibrated
     shutil.copytree(run / "member0", copied)

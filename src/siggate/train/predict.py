@@ -225,6 +225,20 @@ def too_few_message(cal, coverage: float, name: str = "--coverage", again: str =
             f"{'intervals are infinite' if cal.task == 'regression' else 'sets hold every class'}; {remedy}")
 
 
+def _warn_one_member_targets(combination, where) -> None:
+    """Warn, naming them, about the targets whose weights give one member everything: their
+    ``<target>_uncertainty`` (the members' weighted spread) is 0 for every molecule."""
+    weights = combination.member_weights().numpy()  # [M, T]
+    names = combination.info.target_names or [f"target{t}" for t in range(weights.shape[1])]
+    alone = [n for n, w in zip(names, weights.T) if np.isclose(w, 1.0).any()]
+    if alone:
+        log.warning("%s: the validation weights give one member all the weight for %s, so %s 0 for every "
+                    "molecule, not a sign of certainty; the conformal intervals (--coverage, or an estimator's "
+                    "predict_interval) widen away from the training molecules", where if isinstance(where, (str, Path)) else "this run",
+                    ", ".join(map(repr, alone)), "its _uncertainty column is" if len(alone) == 1 else
+                    "their _uncertainty columns are")
+
+
 def similarity_domain(folder: Path | None):
     """The domain saved in ``folder``, by which the run's calibration scales its intervals.
 
@@ -310,6 +324,8 @@ class SmilesPredictor:
         except ValueError as exc:  # members of different tasks
             raise InputError(f"{checkpoint}: {exc}") from None
         self.ensemble = isinstance(self.predictor, Combination)  # its spread is the uncertainty
+        if self.ensemble:
+            _warn_one_member_targets(self.predictor, checkpoint)
         for member in members_of(self.predictor):  # a chunk is one forward pass, as _batches sized it
             if getattr(member, "batch_size", None) is not None:
                 member.batch_size = max(member.batch_size, batch_size)
