@@ -173,8 +173,9 @@ def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv
         combo.weighting, combo.weights_ = "val", np.array([[1.0], [0.0]])  # as --weights val can fit them
         reader = SmilesPredictor(combo, domain=False)
     assert [r.getMessage() for r in caplog.records if "all the weight" in r.getMessage()] == ["this run: the validation weights give one member all the weight for 'nN', so its _uncertainty "
-                    "column is 0 for every molecule, not a sign of certainty; the conformal intervals (--coverage, or "
-                    "an estimator's predict_interval) widen away from the training molecules"]
+                    "column is 0 for every molecule, not a sign of certainty; conformal intervals (--coverage, or an "
+                    "estimator's predict_interval) of a run calibrated on the similarity to its training molecules "
+                    "widen away from them"]
     assert isinstance(combo, Combination) and float(reader.predict_rows(["NCCN"])[0]["nN_uncertainty"]) == 0.0
 
     copied = tmp_path / "copied"  # a member folder copied out of its run: the run is what is calibrated

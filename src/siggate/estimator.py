@@ -527,7 +527,7 @@ class SigGateRegressor(RegressorMixin, _SigGateEstimator):
         """Split-conformal prediction intervals at ``coverage`` (``siggate predict --coverage``):
         ``(lower, upper)`` in target units, ``[n]`` (one target) or ``[n, T]``, calibrated on the
         validation molecules fit held out (``val_fraction``); the width grows as a molecule is less
-        like the training molecules (its nearest-training similarity ``s``: ``q * exp(-1.75 s)``,
+        like the training molecules (its nearest-training similarity ``s``: half-width ``q * exp(-1.75 s)``,
         :mod:`siggate.predictors.conformal`). A new molecule's label falls inside with
         probability at least ``coverage`` when it is exchangeable with those molecules.
 

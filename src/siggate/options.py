@@ -162,7 +162,7 @@ PREDICT_MAX_ATOMS = 1000
 #: where the benchmark data root is looked for without --data-root (siggate.data.base.default_data_root),
 #: in the words of the command line's help
 DATA_ROOT_DEFAULT = "$SIGGATE_DATA, else ../shared/data beside a checkout of siggate"
-#: where processed data are cached when no ``--cache-dir`` is given (``data.base.cache_root``)
+#: where processed data are cached when no ``--cache-dir`` is given (``data.base.default_cache_dir``)
 CACHE_DIR_DEFAULT = "$SIGGATE_CACHE, else ~/.cache/siggate"
 #: ``data.duplicates`` (``--duplicates``): what a CSV's repeated molecules become: kept as
 #: separate rows, merged into one row with their mean label (regression), or the first row kept.

@@ -19,7 +19,7 @@ The table is generated from committed result files, never typed by hand:
   compares two trained models, not runs: its row is always "not at this budget"
   (:func:`pretrain_gate_rows`).
 
-Each row has one of four verdicts, or a gate study's interim reading: ``holds`` (the claim's own
+Each row has one of four verdicts, or an interim reading of runs still coming in: ``holds`` (the claim's own
 test rejects at p < 0.05 in the claimed direction, over the claimed range; for a gate study, once
 it is complete); ``rejects so far (interim)`` (a gate study, or a ``siggate compare`` campaign, whose
 runs are still coming in and whose test rejects: it is tested again at every snapshot, with no
@@ -49,7 +49,7 @@ from . import report
 from .common import fmt, table
 
 HOLDS, BUDGET, NOT_SUPPORTED, CONTRADICTED = "holds", "not at this budget", "not supported", "contradicted"
-#: a gate study whose runs are still coming in and whose test rejects: every snapshot tests again,
+#: a gate study or compare campaign whose runs are still coming in and whose test rejects: every snapshot tests again,
 #: with no correction for the repeated looks, so this is a reading, not a verdict
 INTERIM = "rejects so far (interim)"
 #: the level every test here rejects at
@@ -123,8 +123,8 @@ def config_deviations(entry: dict) -> dict:
 def comparison_sources(path: Path, data: dict) -> list[dict]:
     """Normalised accuracy results from one results file: a list of dicts with ``dataset``,
     ``metric``, ``hib``, ``per_seed``, ``epochs``, ``protocol``, ``deviation``, ``params``
-    (per arm, where the file has them), ``path`` and ``missing`` (the planned runs not finished
-    yet: a campaign still running)."""
+    (per arm, where the file has them), ``path`` and ``missing`` (the number of planned runs not
+    finished yet: a campaign still running)."""
     entries = data["datasets"].values() if "datasets" in data else [data]
     out = []
     for e in entries:

@@ -21,7 +21,7 @@ Scores, per target, over the labelled validation rows:
   function of the molecule alone keeps split conformal's guarantee; this one was chosen on the
   validation splits of the 20 public MoleculeACE targets (``benchmarks/moleculeace/interval_check.py``:
   the narrowest median width among the rates it tries; the README's *Intervals* has its figures),
-  against ``sigma = 1`` and the members' spread, whose intervals were twice as wide. Older runs (format 1) and runs without
+  against ``sigma = 1`` (median width 5% wider) and the members' spread (more than twice as wide). Older runs (format 1) and runs without
   SMILES keep ``spread``: the predictor's spread (an ensemble's standard deviation over members)
   floored at ``SPREAD_FLOOR`` times its median on the validation rows, or ``sigma = 1``
   without one (``none``).
@@ -193,7 +193,7 @@ class Calibration:
         """From validation labels ``y [n, T]`` (NaN: missing), predictions ``mean [n, T]``
         (target units or probabilities), the spread ``[n, T]`` (or ``None``) and the molecules'
         nearest-training similarity ``[n]``: given, a regression's scale is ``similarity``,
-        else ``spread`` (``none`` without a spread that varies).
+        else ``spread`` (``none`` without a spread whose validation median is positive).
 
         Raises:
             CalibrationError: a task that is not calibrated.

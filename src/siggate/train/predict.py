@@ -233,8 +233,9 @@ def _warn_one_member_targets(combination, where) -> None:
     alone = [n for n, w in zip(names, weights.T) if np.isclose(w, 1.0).any()]
     if alone:
         log.warning("%s: the validation weights give one member all the weight for %s, so %s 0 for every "
-                    "molecule, not a sign of certainty; the conformal intervals (--coverage, or an estimator's "
-                    "predict_interval) widen away from the training molecules", where if isinstance(where, (str, Path)) else "this run",
+                    "molecule, not a sign of certainty; conformal intervals (--coverage, or an estimator's "
+                    "predict_interval) of a run calibrated on the similarity to its training molecules widen "
+                    "away from them", where if isinstance(where, (str, Path)) else "this run",
                     ", ".join(map(repr, alone)), "its _uncertainty column is" if len(alone) == 1 else
                     "their _uncertainty columns are")
 
