@@ -202,6 +202,15 @@ def test_a_run_calibrated_before_the_similarity_scale_keeps_its_spread_intervals
         rc, _, err = run_cli(["predict", "--checkpoint", str(old), *argv], capsys)
         assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         assert "cannot read the applicability domain (BadZipFile" in err
+    shutil.copy(out / "domain_fingerprints.npz", old / "domain_fingerprints.npz")
+    other = json.loads((out / "domain.json").read_text())  # another run's domain: other training molecules
+    (old / "domain.json").write_text(json.dumps({**other, "n_train": other["n_train"] + 7}))
+    for argv, remedy in ((["CCO"], "or delete domain.json to predict without it"),
+                         (["CCO", "--coverage", "0.9"], "or drop --coverage")):
+        rc, _, err = run_cli(["predict", "--checkpoint", str(old), *argv], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert (f"its domain.json describes {other['n_train'] + 7} training molecules, but the run trained on "
+                f"{other['n_train']}: the domain files belong to another run; restore the run's own, {remedy}") in err
     rc, _, err = run_cli(["predict", "--checkpoint", str(out), "CCO", "--coverage", "abc"], capsys)
     assert rc == 2 and err.strip().splitlines() == [
         "siggate predict: error: --coverage: coverage must be a number between 0 and 1 (e.g. 0.9 for 90% intervals), "

@@ -248,7 +248,8 @@ def similarity_domain(folder: Path | None):
     from ..data.similarity import Domain, DomainError
 
     try:
-        found = None if folder is None else Domain.load(folder, required=True)
+        found = None if folder is None else _own_domain(Domain.load(folder, required=True), folder,
+                                                        "or drop --coverage")
     except DomainError as exc:
         raise InputError(f"--coverage: {exc}, or drop --coverage (the run's intervals are scaled by each molecule's "
                          "similarity to its training molecules)") from None
@@ -269,9 +270,28 @@ def _domain(folder: Path | None):
     if folder is None:
         return None
     try:
-        return Domain.load(folder)
+        return _own_domain(Domain.load(folder), folder, "or delete domain.json to predict without it")
     except DomainError as exc:
         raise InputError(str(exc)) from None
+
+
+def _own_domain(domain, folder: Path, remedy: str):
+    """``domain`` (loaded from ``folder``), checked to be the run's own: its training molecules as
+    many as the run's ``metrics.json`` says it trained on (where both say).
+
+    Raises:
+        InputError: another run's domain files, naming the way out (``remedy``)."""
+    if domain is None or not (Path(folder) / "metrics.json").is_file():
+        return domain
+    try:
+        trained = read_json(Path(folder) / "metrics.json").get("splits", {}).get("train")
+    except (ValueError, OSError, AttributeError):
+        return domain  # the metrics are not this check's to refuse
+    described = (domain.record or {}).get("n_train")
+    if isinstance(trained, int) and isinstance(described, int) and trained != described:
+        raise InputError(f"{folder}: its domain.json describes {described} training molecules, but the run trained on "
+                         f"{trained}: the domain files belong to another run; restore the run's own, {remedy}")
+    return domain
 
 
 class SmilesPredictor:
