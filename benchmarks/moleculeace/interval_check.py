@@ -45,9 +45,10 @@ def collect(mace, target: str, work: Path, members: str) -> dict:
     out of sample, as the calibration sees it) and the nearest-training similarity ``sim``."""
     import numpy as np
 
+    from siggate.data.similarity import Domain
     from siggate.predictors.base import out_of_sample
     from siggate.train.members import load_predictor
-    from siggate.train.predict import SmilesPredictor, similarity_domain
+    from siggate.train.predict import SmilesPredictor
 
     folder = work / target
     folder.mkdir(parents=True, exist_ok=True)
@@ -62,7 +63,9 @@ def collect(mace, target: str, work: Path, members: str) -> dict:
         labels = [float(r["y"]) for r in csv.DictReader(fh)]
     with open(run / "splits.csv", newline="") as fh:
         splits = list(csv.DictReader(fh))
-    reader, combo, domain = SmilesPredictor(run, domain=False), load_predictor(run), similarity_domain(run)
+    reader, combo, domain = SmilesPredictor(run, domain=False), load_predictor(run), Domain.load(run, required=True)
+    if domain is None:
+        raise SystemExit(f"{run}: no domain.json beside the run; train it again (delete {run})")
     out = {}
     for split in ("val", "test"):
         rows = [r for r in splits if r["split"] == split]
