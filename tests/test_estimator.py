@@ -590,7 +590,7 @@ def test_conformal_intervals_are_the_runs_own_and_outlive_its_folder(molecules, 
     assert np.all(lower < mean) and np.all(mean < upper)
     # scaled by each molecule's similarity to the training ones: width = 2 q exp(-1.75 s); a higher coverage is wider
     assert est.calibration_.scale == "similarity"
-    sim = est.smiles_predictor_.domain.similarity(smiles[50:])
+    sim = est.smiles_predictor_._similarity_from.similarity(smiles[50:])
     q = est.calibration_.targets["y"].quantile(0.8)
     assert (upper - lower).tolist() == pytest.approx((2 * q * np.exp(-1.75 * sim)).tolist(), rel=1e-4)
     assert len(np.unique(np.round(upper - lower, 9))) > 1

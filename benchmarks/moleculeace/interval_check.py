@@ -74,7 +74,7 @@ def collect(mace, target: str, work: Path, members: str) -> dict:
         both = combo.combine(parts)
         out[split] = {"y": np.array([labels[int(r["row"])] for r in rows]),
                       "mean": both.mean.double().numpy()[:, 0], "spread": both.spread.double().numpy()[:, 0],
-                      "sim": domain.similarity([g.smiles for g in graphs])}
+                      "sim": domain.graph_similarity(graphs)}
     return out
 
 
@@ -82,12 +82,14 @@ def scales() -> dict:
     """``{name: sigma(rows, calibrating rows)}`` of the compared scales."""
     import numpy as np
 
+    from siggate.predictors.conformal import SPREAD_FLOOR
+
     def one(d, ref):
         return np.ones_like(d["y"])
 
     def spread(d, ref):
         median = float(np.median(ref["spread"]))
-        return np.ones_like(d["y"]) if median <= 0 else np.maximum(d["spread"], 0.1 * median)
+        return np.ones_like(d["y"]) if median <= 0 else np.maximum(d["spread"], SPREAD_FLOOR * median)
 
     out = {"one width": one, "spread": spread}
     for k in RATES:
@@ -130,14 +132,13 @@ def main(argv=None) -> int:
     for target in targets:
         data = collect(mace, target, work, args.members)
         val, test = data["val"], data["test"]
-        halves = [rng.permutation(len(val["y"])) for _ in range(HALVINGS)]
+        pairs = []  # (calibrating half, evaluated half), the same for every scale
+        for perm in (rng.permutation(len(val["y"])) for _ in range(HALVINGS)):
+            a, b = perm[: len(perm) // 2], perm[len(perm) // 2:]
+            halves = [{k: v[rows] for k, v in val.items()} for rows in (a, b)]
+            pairs += [(halves[0], halves[1]), (halves[1], halves[0])]
         for name, sigma in found.items():
-            rows = []
-            for perm in halves:
-                a, b = perm[: len(perm) // 2], perm[len(perm) // 2:]
-                for c, e in ((a, b), (b, a)):
-                    rows.append(judge(sigma, {k: v[c] for k, v in val.items()}, {k: v[e] for k, v in val.items()},
-                                      args.coverage))
+            rows = [judge(sigma, c, e, args.coverage) for c, e in pairs]
             table[name]["val"].append(np.nanmean(rows, axis=0).tolist())
             table[name]["test"].append(judge(sigma, val, test, args.coverage))
         print(f"{target}: {len(val['y'])} val, {len(test['y'])} test molecules", flush=True)

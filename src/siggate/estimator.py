@@ -336,7 +336,7 @@ class _SigGateEstimator(BaseEstimator):
         from .train.dataprep import prepare_data
         from .train.ensemble import train_members
         from .train.members import load_predictor, parse_kinds, run_encodings
-        from .train.predict import SmilesPredictor, read_calibration
+        from .train.predict import SmilesPredictor, read_calibration, similarity_domain
         from .train.rundir import CALIBRATION
 
         data = work / "data.csv"
@@ -378,10 +378,10 @@ class _SigGateEstimator(BaseEstimator):
         # kept here: the run's folder may be a temporary one, gone after fit; a run without one has no
         # validation labels (any other refusal of the file is an error of the run, raised)
         calibration = read_calibration(out, predictor.info) if (out / CALIBRATION).is_file() else None
-        # the reader keeps the run's domain in memory where the intervals are scaled by the similarity to it
-        smiles_predictor = SmilesPredictor(predictor, device=self.device, folder=out,
-                                           domain=calibration is not None and calibration.needs_similarity,
+        smiles_predictor = SmilesPredictor(predictor, device=self.device, folder=out, domain=False,
                                            max_atoms=max(PREDICT_MAX_ATOMS, int(largest)))
+        if calibration is not None and calibration.needs_similarity:  # kept in memory, measured for intervals only
+            smiles_predictor._similarity_from = similarity_domain(out)
         # the fit has succeeded: its attributes all at once (a failure above leaves the earlier fit's)
         self.predictor_, self.smiles_predictor_, self.calibration_ = predictor, smiles_predictor, calibration
         self.n_features_in_ = 1
@@ -419,18 +419,19 @@ class _SigGateEstimator(BaseEstimator):
 
     # ------------------------------------------------------------------ predicting
 
-    def _predict_mean(self, X, return_std: bool = False, checked: bool = False):
+    def _predict_mean(self, X, return_std: bool = False):
         """``[n, T]`` predictions (and the spread over members) of the SMILES ``X``.
 
         Raises:
             ValueError: SMILES that cannot be predicted (``siggate predict``'s reasons, first three).
         """
-        values, std, _ = self._predicted(X, checked)
+        values, std, _ = self._predicted(X)
         return (values, std) if return_std else values
 
-    def _predicted(self, X, checked: bool = False):
+    def _predicted(self, X, checked: bool = False, similarity: bool = False):
         """``([n, T] predictions, [n, T] spread over members (zeros for one model), [n] nearest-training
-        similarity or None)`` of the SMILES ``X`` (the similarity where the reader measures it).
+        similarity or None)`` of the SMILES ``X``; the similarity only when asked for and the fit
+        keeps its domain (its intervals are scaled by it): the reader measures it for that call.
 
         Raises:
             ValueError: as :meth:`_predict_mean`.
@@ -440,7 +441,15 @@ class _SigGateEstimator(BaseEstimator):
         check_is_fitted(self, "predictor_")
         if not checked:  # (_calibrated checks X's column before its own warnings)
             self._check_columns(X)
-        rows = self.smiles_predictor_.predict_rows(_smiles(X))
+        reader = self.smiles_predictor_
+        measure = similarity and getattr(reader, "_similarity_from", None) is not None
+        if measure:  # the reader's domain columns for this call alone: plain predictions never measure it
+            reader.domain = reader._similarity_from
+        try:
+            rows = reader.predict_rows(_smiles(X))
+        finally:
+            if measure:
+                reader.domain = None
         bad = [(i, r["error"]) for i, r in enumerate(rows) if r["error"]]
         if bad:
             raise ValueError(f"{len(bad)} of {len(rows)} SMILES cannot be predicted: "
@@ -450,9 +459,8 @@ class _SigGateEstimator(BaseEstimator):
         values = np.asarray([[float(r[c]) for c in cols[:t]] for r in rows], dtype=np.float64).reshape(len(rows), t)
         std = (np.asarray([[float(r[c]) for c in cols[t:2 * t]] for r in rows], dtype=np.float64).reshape(len(rows), t)
                if self.smiles_predictor_.ensemble else np.zeros_like(values))
-        similarity = (np.asarray([r[DOMAIN_COLUMNS[0]] for r in rows], dtype=np.float64)
-                      if getattr(self.smiles_predictor_, "domain", None) is not None else None)
-        return values, std, similarity
+        sims = np.asarray([r[DOMAIN_COLUMNS[0]] for r in rows], dtype=np.float64) if measure else None
+        return values, std, sims
 
 
     def __sklearn_tags__(self):
@@ -497,7 +505,7 @@ class _SigGateEstimator(BaseEstimator):
         few = too_few_message(self.calibration_, coverage, name="coverage", again="fit again (a larger val_fraction)")
         if few:
             warnings.warn(few, UserWarning, stacklevel=3)
-        mean, std, similarity = self._predicted(X, checked=True)
+        mean, std, similarity = self._predicted(X, checked=True, similarity=True)
         return (self.calibration_, coverage, mean,
                 self.calibration_.row_scale(std if self.smiles_predictor_.ensemble else None, similarity))
 

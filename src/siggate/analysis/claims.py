@@ -249,12 +249,13 @@ def _gain_text(c: dict, a: str, b: str, hib: bool) -> tuple[str, bool, bool]:
     return text, win, loss
 
 
-def _test_verdict(win: bool, loss: bool, full: bool) -> str:
+def _test_verdict(win: bool, loss: bool, full: bool, interim: bool = False) -> str:
     """A claim's verdict from its own test: **holds** only when the test rejects at p < 0.05
-    in the claimed direction; a rejection the other way at the full protocol contradicts it;
-    no rejection is "not supported" at the full protocol and "not at this budget" before."""
+    in the claimed direction (:data:`INTERIM` while its runs are still coming in, ``interim``);
+    a rejection the other way at the full protocol contradicts it; no rejection is "not
+    supported" at the full protocol and "not at this budget" before."""
     if win:
-        return HOLDS
+        return INTERIM if interim else HOLDS
     if not full:
         return BUDGET
     return CONTRADICTED if loss else NOT_SUPPORTED
@@ -348,12 +349,10 @@ def accuracy_rows(sources: list[dict]) -> list[dict]:
                 if c is None:
                     continue
                 text, win, loss = _gain_text(c, control, gate, src["hib"])
-                verdict = _test_verdict(win, loss, full and c["n_pairs"] >= 2)
                 if win and src.get("missing"):  # tested at every snapshot while its runs come in
-                    verdict = INTERIM
                     text += f"; {src['missing']} planned run(s) still to come"
                 rows.append({"claim": claim, "measured": text, "budget": _budget(src, c["n_pairs"]), "source": where,
-                             "verdict": verdict})
+                             "verdict": _test_verdict(win, loss, full and c["n_pairs"] >= 2, bool(src.get("missing")))})
     return rows
 
 
@@ -399,10 +398,7 @@ def _study_verdict(c: dict, p_key: str, full: bool) -> str:
     p = c.get(p_key)
     decided = c.get("n_pairs", 0) >= 2 and p is not None and math.isfinite(p)
     loss = decided and p < ALPHA and c["diff_mean"] > 0
-    win = rejects_lower(c, p_key)
-    if win and not full:
-        return INTERIM
-    return _test_verdict(win, loss, full and decided)
+    return _test_verdict(rejects_lower(c, p_key), loss, full and decided, interim=not full)
 
 
 def _study_difference(c: dict, what: str, over: str, p_key: str = "p_holm_wilcoxon") -> str:

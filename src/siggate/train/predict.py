@@ -470,7 +470,8 @@ class SmilesPredictor:
         mean = pred.mean.cpu()
         spread = None if pred.spread is None else pred.spread.cpu()
         source = self._similarity_from if self._similarity_from is not None else self.domain
-        similarity = None if source is None else source.graph_similarity(graphs)
+        wanted = self.domain is not None or self._scaled_by_similarity()  # the domain columns, or the intervals
+        similarity = source.graph_similarity(graphs) if wanted and source is not None else None
         parts = [mean.tolist()] + ([spread.tolist()] if self.ensemble else [])
         if self.calibration is not None and self.calibration.task == "regression":
             scale = self.calibration.row_scale(None if spread is None else spread.numpy(), similarity)

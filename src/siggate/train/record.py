@@ -344,7 +344,7 @@ def record_results(out: Path, ds: GraphDataset, preds: dict, spreads: dict | Non
     similarity = {} if domain is None else {"val": domain.val_nearest}
     if domain is not None and ds.test:
         similarity["test"] = domain.graph_similarity(ds.test)
-    entries = {"calibration": write_calibration(out, ds, preds, spreads, warn=warn, similarity=similarity or None),
+    entries = {"calibration": write_calibration(out, ds, preds, spreads, warn=warn, similarity=similarity),
                "domain": write_domain(out, ds, domain, similarity.get("test"), warn=warn)}
     if pictures and "test" in preds:
         write_pictures(out, ds, preds["test"], spreads.get("test"), histories)
