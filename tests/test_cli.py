@@ -233,3 +233,31 @@ def test_runs_of_a_resolved_pool_norm_count_as_runs_of_their_config(tmp_path):
         assert "model.pool_norm: checkpoint has 0.0, current config has 25.0" in reuse_status(run, fixed.to_dict()).reason
     assert split_resolved(other.to_dict(), None) == (other.to_dict(), {})  # pooling add: nothing was resolved
     assert upgrade_config_dict({"model": {"pooling": "add"}})["model"]["pool_norm"] == 0.0
+
+
+def test_short_runs_keep_the_protocols_warmup_fraction():
+    """``--budget``/``--epochs`` N and the analyses' short variants share one rule: the warmup
+    becomes ``round(warmup * N / epochs)`` (zinc: 50 of 2000 epochs, so 2 of 60 and 0 of 10);
+    ``--set train.warmup_epochs`` keeps its value; ``--set train.epochs`` is taken literally."""
+    import argparse
+
+    from siggate.analysis.common import variant
+    from siggate.config import load_config
+    from siggate.config_args import CLIError, add_config_args, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+
+    def train_of(*argv):
+        t = config_from_args(parser.parse_args(["--config", "zinc", *argv])).train
+        return t.epochs, t.warmup_epochs
+
+    assert train_of("--budget", "60") == (60, 2) == train_of("--epochs", "60")
+    assert train_of("--budget", "10") == (10, 0)
+    assert train_of("--budget", "60", "--set", "train.warmup_epochs=7") == (60, 7)
+    assert train_of("--set", "train.epochs=600") == (600, 50)
+    zinc = load_config("zinc")
+    assert [(v.train.epochs, v.train.warmup_epochs) for v in (variant(zinc, epochs=60), variant(zinc, epochs=1000),
+                                                              variant(zinc))] == [(60, 2), (1000, 25), (2000, 50)]
+    with pytest.raises(CLIError, match=r"train.warmup_epochs=50 leaves no epoch after the warmup of a 50-epoch run"):
+        train_of("--set", "train.epochs=50")

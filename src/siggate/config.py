@@ -153,6 +153,14 @@ class TrainConfig:
     cliff_weight: float = 0.0
     init: str = ""                          # start from these weights: "pretrained", a pretrained.pt or a checkpoint
 
+    def set_epochs(self, epochs: int, keep_warmup: bool = False) -> None:
+        """Train for ``epochs`` epochs, the warmup keeping its fraction of the schedule,
+        ``round(warmup_epochs * epochs / self.epochs)`` (unless ``keep_warmup``): the one rule of
+        ``--epochs``, ``--budget`` and the analyses' short runs."""
+        if not keep_warmup and self.epochs > 0 and epochs != self.epochs:
+            self.warmup_epochs = round(self.warmup_epochs * epochs / self.epochs)
+        self.epochs = epochs
+
 
 @dataclass
 class MembersConfig:

@@ -221,9 +221,7 @@ def config_from_args(args):
     if epochs is not None:
         if epochs < 1:
             raise CLIError(f"--epochs/--budget must be >= 1, got {epochs}")
-        if "train.warmup_epochs" not in given and t.epochs > 0:
-            t.warmup_epochs = round(t.warmup_epochs * epochs / t.epochs)  # the protocol's warmup fraction
-        t.epochs = epochs
+        t.set_epochs(epochs, keep_warmup="train.warmup_epochs" in given)  # the protocol's warmup fraction
     if t.warmup_epochs and t.warmup_epochs >= t.epochs:
         raise CLIError(f"train.warmup_epochs={t.warmup_epochs} leaves no epoch after the warmup of a "
                        f"{t.epochs}-epoch run; train for more epochs or lower it "

@@ -88,15 +88,14 @@ def variant(cfg: Config, epochs: int | None = None, **sets) -> Config:
     """Copy of ``cfg`` with ``section__key=value`` changes (e.g. ``model__gate="none"``).
 
     ``epochs`` shortens the run; the warmup keeps its fraction of the protocol
-    (``round(warmup * epochs / protocol_epochs)``, the rule of ``siggate train --budget``).
+    (:meth:`~siggate.config.TrainConfig.set_epochs`, the rule of ``siggate train --budget``).
     """
     new = copy.deepcopy(cfg)
     for k, v in sets.items():
         sec, key = k.split("__")
         setattr(getattr(new, sec), key, v)
-    if epochs is not None and epochs > 0 and epochs != new.train.epochs:
-        new.train.warmup_epochs = round(new.train.warmup_epochs * epochs / max(new.train.epochs, 1))
-        new.train.epochs = epochs
+    if epochs is not None and epochs > 0:
+        new.train.set_epochs(epochs)
     return new.validate()
 
 
