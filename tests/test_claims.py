@@ -450,3 +450,39 @@ def test_a_results_file_named_twice_counts_once_and_bad_files_are_one_line(tmp_p
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and why in err, err
     assert readme.read_text() == "# no markers\n"
+
+
+def test_a_campaigns_last_layer_mad_is_judged_by_the_smoothing_rules_at_its_one_depth():
+    """A campaign's ``mad`` (issue 28's depth study) gives the two smoothing rows: the seeds both
+    arms finished are the pairs, the gain is relative to the ungated MAD, and one depth never
+    covers the claimed 4-16, so neither row can hold, however the pairs fall."""
+    from siggate.config import load_config
+
+    none = {"0": 0.80, "1": 0.82, "2": 0.86, "3": 0.84, "4": 0.88}
+    gated = {"0": 0.88, "1": 0.86, "2": 0.87, "3": 0.83}  # seed 4 still running
+    cfg = load_config("zinc", ["model.layers=16", "train.epochs=60", "train.warmup_epochs=2"]).to_dict()
+    res = {**_results({"none": none, "elementwise": gated}, 60), "config": cfg,
+           "missing": [{"gate": "elementwise", "seed": 4}],
+           "mad": {"baseline": "none", "checkpoint": "best.pt", "split": "val",
+                   "per_seed": {"none": none, "elementwise": gated}}}
+    rows = study_rows(Path("c.json"), res)
+    assert [r["claim"] for r in rows] == [
+        "gating slows over-smoothing (more diverse last-layer representations than without the gate)",
+        "the diversity gain is +30% on average across 4-16 layers"]
+    slows, thirty = rows
+    assert "higher with elementwise in 3/4 (depth, seed) pairs" in slows["measured"] and "lower in 1" in slows["measured"]
+    assert "one-sided sign test p = 0.312" in slows["measured"]  # binomial: P(X >= 3 | n=4) = 5/16
+    mean_gain = sum((gated[s] - none[s]) / none[s] for s in gated) / 4
+    assert f"{100 * mean_gain:+.1f}% over 4 (depth, seed) pairs" in thirty["measured"]
+    pooled = (sum(gated.values()) / 4 - sum(none[s] for s in gated) / 4) / (sum(none[s] for s in gated) / 4)
+    assert f"(per depth: 16: {100 * pooled:+.1f}%)" in thirty["measured"]
+    for r in rows:
+        assert r["verdict"] == BUDGET and r["budget"] == "60 of 2000 epochs, 4 seed(s); model.layers 16 (protocol 10)"
+        assert "no pairs at depth(s) 4, 8, 12 of the claimed 4-16" in r["measured"]
+        assert r["measured"].endswith("(best.pt, val split); 1 planned run(s) still to come")
+    every = {s: v + 0.2 for s, v in none.items()}  # the gate higher in all 5 pairs, at the full protocol
+    full = {**res, "epochs": 2000, "missing": [], "mad": {**res["mad"], "per_seed": {"none": none, "elementwise": every}}}
+    slows = study_rows(Path("c.json"), full)[0]
+    assert "in 5/5 (depth, seed) pairs" in slows["measured"] and "p = 0.0312" in slows["measured"]
+    assert slows["verdict"] == BUDGET  # rejects at depth 16, but the claim is over 4-16
+    assert study_rows(Path("c.json"), {k: v for k, v in res.items() if k != "mad"}) == []

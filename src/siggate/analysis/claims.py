@@ -487,6 +487,50 @@ def study_rows(path: Path, data: dict) -> list[dict]:
             rows += moleculeace_gate_rows(path, study, key)
     if data.get("kind") == PRETRAIN_GATE:
         rows += pretrain_gate_rows(path, data)
+    if isinstance(data.get("mad"), dict):
+        rows += campaign_mad_rows(path, data)
+    return rows
+
+
+def campaign_mad_rows(path: Path, data: dict) -> list[dict]:
+    """The smoothing claims judged on a ``siggate compare`` campaign's last-layer MAD (its
+    ``mad``: each trained model at its best epoch), by the smoothing analysis's own rules
+    (:func:`report.verdict_smoothing`) over the campaign's one depth, ``model.layers``: one
+    (depth, seed) pair per seed that both arms finished, gain ``(MAD_gated - MAD_none) / MAD_none``.
+    One depth does not cover the claimed 4-16, so these rows can say "not at this budget" or
+    worse, never "holds"; a rejection in the claim's direction is still named in the measured text."""
+    mad, config = data["mad"], data.get("config") or {}
+    base, per_seed = mad.get("baseline", "none"), mad.get("per_seed") or {}
+    depth = (config.get("model") or {}).get("layers")
+    if base not in per_seed or depth is None:
+        return []
+    to3 = {report.HOLDS: INTERIM if data.get("missing") else HOLDS, report.INCONCLUSIVE: BUDGET,
+           report.NOT_SUPPORTED: NOT_SUPPORTED, report.FAILS: CONTRADICTED}
+    src = next(iter(comparison_sources(path, data)), None)
+    rows = []
+    for gate in (g for g in per_seed if g != base):
+        seeds = [s for s in per_seed[gate] if s in per_seed[base]
+                 and per_seed[gate][s] is not None and per_seed[base][s] is not None]
+        if not seeds:
+            continue
+        gated, ungated = [float(per_seed[gate][s]) for s in seeds], [float(per_seed[base][s]) for s in seeds]
+        pairs = [{"depth": depth, "seed": s, "gain": (v - b) / b if b > 0 else None}
+                 for s, v, b in zip(seeds, gated, ungated)]
+        mean_base = sum(ungated) / len(ungated)
+        judged = report.verdict_smoothing({
+            "primary_gate": gate, "paired_gains": {gate: pairs}, "seeds": [int(s) for s in seeds],
+            "relative_mad_gain": {gate: {str(depth): (sum(gated) / len(gated) - mean_base) / mean_base
+                                         if mean_base > 0 else None}},
+            "epochs": data.get("epochs"),
+            "protocol_epochs": src["protocol"] if src else _protocol_epochs(data.get("dataset", "")),
+        })
+        still = f"; {len(data['missing'])} planned run(s) still to come" if data.get("missing") else ""
+        for r in judged:
+            rows.append({"claim": r["claim"],
+                         "measured": f"{r['measured']}; MAD of each trained model at its best epoch "
+                                     f"({mad.get('checkpoint', 'best.pt')}, {mad.get('split', 'val')} split){still}",
+                         "budget": _budget(src, len(seeds)) if src else f"{data.get('epochs')} epochs",
+                         "source": f"`{path}`", "verdict": to3[r["verdict"]]})
     return rows
 
 
