@@ -738,3 +738,28 @@ def test_float32_rounding_refuses_only_labels_it_would_change_at_their_spread(tm
     nan_kept = np.vstack([offset[:, None], [[np.nan]]])  # missing labels do not count
     with pytest.raises(DataError, match="its labels sit far from 0 for their spread"):
         check_float32_labels(tmp_path / "x.csv", ["y"], nan_kept)
+
+
+def test_labels_with_typographic_minus_signs_are_read_and_mostly_unreadable_columns_refused(tmp_path):
+    """A file exported from a word processor or ChemDraw writes '−' (U+2212) or '–' for '-':
+    every negative label was dropped as "not a number" and the run trained on the positive few,
+    exit 0. They are read as minus signs now; a censored value says so; and a column whose values
+    are mostly not numbers is refused, not trained on the rest."""
+    from siggate.data.csvdata import DataError
+
+    smiles = ["CCO", "CCN", "CCC", "c1ccccc1", "CCCl", "CCBr", "CCOC", "CCNC", "c1ccncc1", "CC(C)O"]
+    labels = ["\u22121.5", "\uff0d0.5", ">3", "2.0", "\u22120.25", "\u20131e-1", "1", "0", "\u22122", "<=4"]
+    path = tmp_path / "minus.csv"
+    path.write_text("smiles,y\n" + "".join(f"{s},{v}\n" for s, v in zip(smiles, labels)), encoding="utf-8")
+    ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "cache")
+    got = {g.smiles: g.y.item() for g in _all(ds)}
+    assert got == pytest.approx({"CCO": -1.5, "CCN": -0.5, "c1ccccc1": 2.0, "CCCl": -0.25, "CCBr": -0.1, "CCOC": 1.0,
+                                 "CCNC": 0.0, "c1ccncc1": -2.0})
+    bad = {r.index: r.reason for r in ds.invalid}
+    assert bad == {2: "target column 'y': '>3' is not a number (censored: a bound, not a measurement)",
+                   9: "target column 'y': '<=4' is not a number (censored: a bound, not a measurement)"}
+    censored = tmp_path / "censored.csv"
+    censored.write_text("smiles,y\n" + "".join(f"{s},{'>' if i % 2 or i == 0 else ''}{i}\n" for i, s in enumerate(smiles))
+                        + "CCCC,\n")
+    with pytest.raises(DataError, match=r"censored.csv: target column 'y': 6 of its 10 values are not numbers \('>0' on line 2"):
+        load_csv(censored, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "cache")

@@ -82,6 +82,11 @@ TASK_METRIC = {"regression": "mae", "binary": "rocauc", "multilabel": "ap"}
 
 _SPLIT_LABELS = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
 _MISSING = {"", "nan", "na", "n/a", "none", "null"}
+#: minus signs that word processors, ChemDraw and formatted spreadsheets write for '-' (the minus
+#: sign, the en dash, the small and the full-width hyphen-minus): read as '-' in a label
+_MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2013": "-", "\ufe63": "-", "\uff0d": "-"})
+#: a censored measurement ('>10', '<= 5', '~3'): a bound, not a label
+_CENSORED = re.compile(r"^(<=?|>=?|[\u2264\u2265~])\s*[+-]?(\d|\.\d)")
 #: a number written with a decimal comma, e.g. ``-5,49`` or ``1,5e-3``
 _DECIMAL_COMMA = re.compile(r"^[+-]?\d*,\d+([eE][+-]?\d+)?$")
 #: a number with thousands separators ("7,120", "1,234,567.5"), and one with a decimal point
@@ -284,13 +289,15 @@ def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: s
     y = np.full((n, len(target_cols)), np.nan, dtype=np.float64)
     errors: list[str | None] = [None] * n
     for t, col in enumerate(target_cols):
-        raw = frame[col].astype(str).str.strip()
+        raw = frame[col].astype(str).str.strip().str.translate(_MINUS_SIGNS)
         missing = raw.str.lower().isin(_MISSING).to_numpy()
         text = raw.str.replace(",", ".", regex=False) if decimal == "," else raw
         values = np.array(pd.to_numeric(text.where(~missing, None), errors="coerce"), dtype=np.float64)
         _check_decimal_marks(path, col, raw, missing, values, decimal)
-        for i in np.flatnonzero(~missing & np.isnan(values)):
-            errors[i] = errors[i] or f"target column {col!r}: {raw.iat[i]!r} is not a number"
+        unread = np.flatnonzero(~missing & np.isnan(values))
+        for i in unread:
+            errors[i] = errors[i] or f"target column {col!r}: {raw.iat[i]!r} is not a number" + (
+                " (censored: a bound, not a measurement)" if _CENSORED.match(raw.iat[i]) else "")
         values[missing] = np.nan
         bad_inf = np.abs(np.nan_to_num(values)) > np.finfo(np.float32).max  # infinite, or so once stored as float32
         for i in np.flatnonzero(bad_inf):
@@ -371,14 +378,24 @@ NO_ROWS = "the file has a header but no data rows; add one row per molecule"
 
 def check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y: np.ndarray,
                       allow_empty: bool = False) -> None:
-    """A target column in which no row holds a number is a wrong column, not bad rows.
-    ``allow_empty``: a column empty in every row passes while another holds numbers (a file
-    labelled for some of a multi-target model's targets, ``siggate evaluate --data``). A file of
-    no rows is refused as such."""
+    """A target column in which no row holds a number is a wrong column, not bad rows; one in
+    which most of the values given are not numbers is refused too (training on the rest would
+    keep a biased few). ``allow_empty``: a column empty in every row passes while another holds
+    numbers (a file labelled for some of a multi-target model's targets, ``siggate evaluate
+    --data``). A file of no rows is refused as such."""
     if len(frame) == 0:
         raise DataError(f"{path}: {NO_ROWS}")
     for t, col in enumerate(target_cols):
         if np.isfinite(y[:, t]).any():
+            text = frame[col].astype(str).str.strip()
+            unread = np.flatnonzero(~text.str.lower().isin(_MISSING).to_numpy() & np.isnan(y[:, t]))
+            given = int((~text.str.lower().isin(_MISSING)).sum())
+            if 2 * len(unread) > given:
+                shown = ", ".join(f"{text.iat[i]!r} on line {i + 2}" for i in unread[:3])
+                raise DataError(f"{path}: target column {col!r}: {len(unread)} of its {given} values are not "
+                                f"numbers ({shown}); training on the rest would keep a biased few. Write them as "
+                                "plain numbers (censored values such as '>10' are bounds: leave those cells empty), "
+                                "or name the label column with --target-col")
             continue
         raw = [v for v in frame[col].astype(str).str.strip() if v.lower() not in _MISSING]
         if not raw and allow_empty and np.isfinite(y).any():
