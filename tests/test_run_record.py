@@ -612,3 +612,22 @@ def test_a_member_of_a_combination_leaves_the_warnings_to_the_combination(tmp_pa
     assert (tmp_path / "member0" / "domain.json").is_file() and not caplog.records
     record_results(tmp_path / "own" / "alone", ds, preds, None, None, False)  # a run of its own: it says it
     assert [r for r in caplog.records if "applicability domain's threshold rests on 3" in r.getMessage()]
+
+
+def test_evaluate_matches_target_columns_named_in_another_order_by_name(run, capsys, caplog):
+    """``--target-col b,a`` for a model of targets ``a,b`` scored column b as target a and column a
+    as target b (by position) and said "the names differ", though they did not. Each column is
+    now scored as the target it names, with one warning; the scores equal those of ``a,b``."""
+    data, out, _ = run
+    scores = {}
+    for order in ("a,b", "b,a"):
+        caplog.clear()
+        rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(data), "--target-col", order,
+                                   "--output", str(out.parent / f"order-{order.replace(',', '')}.json")], capsys)
+        assert rc == 0, err
+        scores[order] = json.loads(stdout)
+        assert not any("names differ" in w for w in scores[order].get("warnings", [])), scores[order]["warnings"]
+    assert scores["b,a"]["per_target"] == scores["a,b"]["per_target"]
+    assert [r.getMessage() for r in caplog.records if "another order" in r.getMessage()] == [
+        "--target-col b,a names the model's targets in another order; each column is scored as the target of its "
+        "name (a, b)"]

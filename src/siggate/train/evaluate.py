@@ -150,6 +150,16 @@ def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
     return path
 
 
+def label_columns(target_cols: list[str] | None, info: TaskInfo) -> list[str]:
+    """The columns of an external file scored as the model's targets, in the targets' order:
+    ``target_cols`` (``--target-col``) by position, except that the model's own names in another
+    order are matched by name; none given, the targets' names."""
+    names = list(info.target_names or [])
+    if not target_cols:
+        return names
+    return names if sorted(target_cols) == sorted(names) else list(target_cols)
+
+
 def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo,
                     decimal: str = ".", fallback: str | None = None, folder: Path | None = None) -> tuple[list, dict]:
     """Graphs of the labelled CSV ``path`` featurized as ``predictor``'s inputs (as ``siggate
@@ -183,7 +193,10 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         raise EvaluationError(f"--data: this checkpoint scores {info.name!r} graphs, not molecules from SMILES; "
                               "evaluate it on its own splits (drop --data)")
     header, records = read_table(path, detect_sep(path))
-    cols = list(target_cols or info.target_names)
+    cols = label_columns(target_cols, info)
+    if target_cols and cols != list(target_cols):
+        log.warning("--target-col %s names the model's targets in another order; each column is scored as the "
+                    "target of its name (%s)", ",".join(target_cols), ", ".join(cols))
     smiles_col = smiles_column(path, header, smiles_col, fallback)
     unlabelled_targets = []  # the model's targets the file holds no column of: not scored
     if not target_cols and any(c in header for c in cols):
@@ -316,7 +329,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         if calibrated is not None:
             _add_coverage(res, calibrated, info, EXTERNAL_SPLIT, rows, prediction.spread, data,
                           None if domain is None else domain.graph_similarity(graphs))
-        warnings = label_warnings(info, list(target_cols or info.target_names), graphs,
+        warnings = label_warnings(info, label_columns(target_cols, info), graphs,
                                   *_training_target_stats(predictor, info))
         for w in warnings:
             log.warning("--data %s: %s", data, w)
