@@ -724,12 +724,82 @@ def test_a_second_derivative_through_the_fast_kernels_is_refused_by_name():
     (lambda: GPSLayer(16, dropout=1.5), r"dropout must be in \[0, 1\), got 1.5"),
     (lambda: SigGateGT(1, dim=16, head_layers=0, mol_features_dim=3), "a prediction head needs at least one layer"),
     (lambda: SigGateGT(1, dim=16, node_features="dense"), "node_features='dense' needs num_node_features > 0"),
+    (lambda: SigGateGT(1, dim=16, node_features="dense", num_node_features=3),
+     r"num_edge_types \(node_features='dense', edge_attr; 1 for graphs without edge features\): the number of "
+     r"types must be a whole number >= 1, got 0"),
+    (lambda: SigGateGT(1, dim=16, node_features="typed", num_edge_types=1), r"num_node_types .* >= 1, got 0"),
+    (lambda: SigGateGT(1, dim=16, layers=-1), r"layers must be a whole number >= 0, got -1"),
+    (lambda: SigGateGT(0, dim=16), r"num_tasks must be a whole number >= 1, got 0"),
+    (lambda: GatedMultiheadAttention(0, 1), r"dim must be a whole number >= 1, got 0"),
+    (lambda: GatedMultiheadAttention(16, 4, gate_bias_init=math.nan), r"gate_bias_init must be a finite number"),
+    (lambda: GatedMultiheadAttention(16, 4, gate_weight_std=-1.0), r"gate_weight_std must be a finite number >= 0"),
+    (lambda: GPSLayer(16, ffn_dim=0), r"ffn_dim must be a whole number >= 1, got 0"),
+    (lambda: GPSLayer(16, attn_type="performer", attn_kwargs={"num_features": 8.5}),
+     r"num_features must be a whole number >= 1, got 8.5"),
+    (lambda: GPSLayer(16, attn_type="exphormer", attn_kwargs={"num_virtual_nodes": 1.5}),
+     r"num_virtual_nodes must be a whole number >= 0, got 1.5"),
 ])
 def test_constructor_arguments_that_cannot_work_are_refused_when_built(make, message):
     """Each was accepted and failed later (a ZeroDivisionError, a shape error at the first
     forward), silently ran without dropout (-0.5), ignored the gate bias (a constant gate of 0.5
-    instead of sigmoid(5)), or built a head that could not take the molecule features."""
+    instead of sigmoid(5)), built a head that could not take the molecule features, built encoders of
+    zero types that failed at the first forward, NaN gates, a layer without its FFN, a model of
+    no layers, or met a float count as a TypeError."""
     with pytest.raises(ValueError, match=message):
         make()
     GatedMultiheadAttention(16, 4, gate="none", bias=False)  # no gate, no gate bias: fine
     GatedMultiheadAttention(16, 4, gate="headwise", bias=False)
+
+
+def test_inputs_a_layer_would_misread_are_refused():
+    """A type encoder took the first of several columns and dropped the rest, and a GINE layer
+    added an ``[E, 1]`` edge column to every channel: both silently. Now each is refused by name,
+    on the reference and the fast path, while the documented shapes still run."""
+    from siggate.nn import TypeEncoder
+
+    enc = TypeEncoder(4, 8, "num_edge_types")
+    assert torch.equal(enc(torch.tensor([[1], [3]])), enc(torch.tensor([1, 3])))
+    for bad in (torch.tensor([[1, 2], [3, 0]]), torch.tensor([[0.0, 1.0, 0.0, 0.0]])):
+        with pytest.raises(ValueError, match=r"num_edge_types: expected one integer type per row, \[N\] or \[N, 1\]"):
+            enc(bad)
+    x, ei = torch.randn(4, 8), torch.tensor([[0, 1, 2], [1, 2, 3]])
+    for impl in ("reference", "packed"):
+        layer = GPSLayer(8, heads=2, impl=impl).eval()
+        layer(x, ei, torch.randn(3, 8))
+        with pytest.raises(ValueError, match=r"edge_attr must be \[E, d\] = \[3, 8\].*got \[3, 1\]"):
+            layer(x, ei, torch.randn(3, 1))
+        with pytest.raises(ValueError, match=r"edge_attr must be \[E, d\]"):
+            layer.for_inference()(x, ei, torch.randn(3, 1))
+
+
+@pytest.mark.parametrize("attn_type", ["full", "performer", "exphormer"])
+def test_a_batch_without_nodes_gives_no_rows(attn_type):
+    """A batch whose graphs have no nodes failed in a gated layer ('cannot reshape tensor of 0
+    elements', the gate's view(..., -1)); ungated it gave [0, d]. Both now give [0, d]."""
+    for gate in ("elementwise", "headwise", "none"):
+        layer = GPSLayer(8, heads=2, attn_type=attn_type, gate=gate).eval()
+        out, _ = layer(torch.zeros(0, 8), torch.empty(2, 0, dtype=torch.long), torch.zeros(0, 8),
+                       torch.empty(0, dtype=torch.long))
+        assert out.shape == (0, 8)
+
+
+def test_performer_fast_path_trains_under_autocast():
+    """Under autocast q, k and v arrive in bfloat16 while the random features stay float32; the
+    fast path's backward (outside autocast) multiplied the two and failed for graphs of BIG_GRAPH
+    nodes or more. Its gradients now match float32's to bfloat16's precision."""
+    from siggate.nn.kernels.linear_attention import BIG_GRAPH
+
+    n = BIG_GRAPH + 6
+    torch.manual_seed(0)
+    layer = GPSLayer(16, heads=4, attn_type="performer", local="none").float()  # (this module's default: float64)
+    x, ei = torch.randn(n, 16, dtype=torch.float32), torch.stack([torch.arange(n - 1), torch.arange(1, n)])
+    grads = []
+    for autocast in (False, True):
+        layer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out, _ = layer(x, ei, None)
+        out.float().pow(2).sum().backward()
+        grads.append(layer.attn.in_proj.weight.grad.clone())
+    exact, low = grads
+    assert torch.isfinite(low).all()
+    assert ((low - exact).norm() / exact.norm()).item() < 0.05

@@ -52,6 +52,15 @@ def _seed_from_global_state(salt: bytes) -> int:
     return int.from_bytes(hashlib.sha256(state + salt).digest()[:8], "little") >> 1
 
 
+
+def check_whole(name: str, value, low: int) -> None:
+    """Refuse ``value`` unless it is a whole number ``>= low`` (a width, a count): a float or a
+    value below ``low`` is refused where it is given, not met later as a ``TypeError`` or an empty
+    module."""
+    if isinstance(value, bool) or not (isinstance(value, numbers.Integral) and value >= low):
+        raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+
+
 class GatedAttentionBase(nn.Module):
     r"""What every attention type shares: projections, the per-head sigmoid gate, and
     :meth:`gated`, the pipeline around an attention core.
@@ -94,8 +103,8 @@ class GatedAttentionBase(nn.Module):
                  gate_weight_std: float | None = GPSOptions.gate_weight_std,
                  attn_dropout: float = GPSOptions.attn_dropout, bias: bool = True) -> None:
         super().__init__()
-        if not (isinstance(heads, numbers.Integral) and heads >= 1):
-            raise ValueError(f"heads must be a whole number >= 1, got {heads!r}")
+        check_whole("dim", dim, 1)
+        check_whole("heads", heads, 1)
         if dim % heads != 0:
             raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
         if gate not in GATE_KINDS:
@@ -104,6 +113,11 @@ class GatedAttentionBase(nn.Module):
             raise ValueError(f"gate_position must be one of {GATE_POSITIONS}, got {gate_position!r}")
         if not 0.0 <= attn_dropout < 1.0:
             raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
+        if not math.isfinite(gate_bias_init):
+            raise ValueError(f"gate_bias_init must be a finite number, got {gate_bias_init}")
+        if gate_weight_std is not None and not (math.isfinite(gate_weight_std) and gate_weight_std >= 0):
+            raise ValueError(f"gate_weight_std must be a finite number >= 0 (or None: the projection's own "
+                             f"initialisation), got {gate_weight_std}")
         if not bias and gate != "none" and gate_bias_init != 0.0:
             raise ValueError(f"gate_bias_init={gate_bias_init} needs the projections' biases (the gate bias is one); "
                              "drop bias=False, or leave gate_bias_init at 0")
@@ -204,7 +218,7 @@ class GatedAttentionBase(nn.Module):
         lead, d, H, dh = proj.shape[:-1], self.dim, self.heads, self.head_dim
         parts = proj.split([d, d, d, self.gate_dim], dim=-1)  # one backward (a cat), not four zero-filled slices
         q, k, v = (t.view(*lead, H, dh) for t in parts[:3])
-        gate = torch.sigmoid(parts[3]).view(*lead, H, -1) if self.gate_dim else None
+        gate = torch.sigmoid(parts[3]).view(*lead, H, self.gate_dim // H) if self.gate_dim else None  # (no -1: 0 rows)
         return q, k, v, gate
 
     def extra_rows(self) -> Tensor | None:
@@ -236,7 +250,7 @@ class GatedAttentionBase(nn.Module):
         both = projected(x, self.in_proj.weight, self.in_proj.bias, self.dim, self.heads) if projected else None
         if both is not None:  # the projection and the core as one node; the rest of the projection: gate logits
             head_out = o = both[0]
-            gate = torch.sigmoid(both[1]).view(x.size(0), self.heads, -1) if at else None
+            gate = torch.sigmoid(both[1]).view(x.size(0), self.heads, self.gate_dim // self.heads) if at else None
         else:
             q, k, v, gate = self.split(x if extra is None else torch.cat([x, extra.to(x.dtype)]))
             head_out = o = core(q, k, v * gate if at == "value" else v)  # ..., H, dh

@@ -6,6 +6,7 @@ produces ``pe_dim`` channels; the two are concatenated, as in GraphGPS.
 
 from __future__ import annotations
 
+import numbers
 from typing import Sequence
 
 import torch
@@ -16,12 +17,17 @@ from torch import Tensor, nn
 class TypeEncoder(nn.Module):
     """Embedding of integer node/edge types (ZINC atoms and bonds).
 
-    Shapes: ``[N]`` or ``[N, 1]`` long -> ``[N, dim]``.
+    Shapes: ``[N]`` or ``[N, 1]`` long -> ``[N, dim]``. Several columns, or float values (one-hot
+    features), are refused: they are not one type per row (``node_features="dense"`` reads float
+    node columns; edge features of several columns need ``"ogb"`` or a model of one's own).
     """
 
-    def __init__(self, num_types: int, dim: int) -> None:
+    def __init__(self, num_types: int, dim: int, what: str = "types") -> None:
         super().__init__()
+        if not (isinstance(num_types, numbers.Integral) and num_types >= 1):
+            raise ValueError(f"{what}: the number of types must be a whole number >= 1, got {num_types!r}")
         self.num_types = num_types
+        self.what = what
         self.emb = nn.Embedding(num_types, dim)
         self.reset_parameters()
 
@@ -29,8 +35,12 @@ class TypeEncoder(nn.Module):
         self.emb.reset_parameters()
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.dim() == 2:
+        if x.dim() == 2 and x.size(1) == 1:
             x = x[:, 0]
+        if x.dim() != 1 or x.is_floating_point() or x.is_complex():
+            raise ValueError(f"{self.what}: expected one integer type per row, [N] or [N, 1], got a {x.dtype} tensor "
+                             f"of shape {tuple(x.shape)}; store the type index (0..{self.num_types - 1}), not several "
+                             f"columns or a one-hot encoding")
         return self.emb(x)
 
 
@@ -186,7 +196,7 @@ PE_ENCODERS = {"rwse": RWSEEncoder, "lappe": LapPEEncoder}
 #: ``node_features`` -> ``(width, num_node_types, num_node_features) -> encoder of data.x``
 FEATURE_ENCODERS = {
     "ogb": lambda width, types, features: OGBAtomEncoder(width),
-    "typed": lambda width, types, features: TypeEncoder(types, width),
+    "typed": lambda width, types, features: TypeEncoder(types, width, "num_node_types (node_features='typed', x)"),
     "dense": lambda width, types, features: DenseEncoder(features, width),
 }
 
@@ -238,4 +248,7 @@ class NodeEncoder(nn.Module):
 def make_edge_encoder(node_features: str, dim: int, num_edge_types: int = 0) -> nn.Module:
     """OGB ``BondEncoder`` for ``"ogb"`` features, else a type embedding of ``num_edge_types``
     (one type for graphs without edge features: GraphGPS's ``DummyEdge``)."""
-    return OGBBondEncoder(dim) if node_features == "ogb" else TypeEncoder(num_edge_types, dim)
+    if node_features == "ogb":
+        return OGBBondEncoder(dim)
+    return TypeEncoder(num_edge_types, dim, f"num_edge_types (node_features={node_features!r}, edge_attr; 1 for "
+                                            "graphs without edge features)")

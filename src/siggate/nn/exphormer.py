@@ -68,7 +68,7 @@ import torch
 from torch import Tensor, nn
 
 from ..options import ExphormerOptions, GPSOptions
-from .attention import GatedAttentionBase, check_node_impl
+from .attention import GatedAttentionBase, check_node_impl, check_whole
 from .kernels.edge_attention import sparse_attention_fast
 from .kernels.layout import GraphSegments, batch_vector, dropout_keep, seeded_generator, segment_amax
 
@@ -289,10 +289,10 @@ class GatedExphormerAttention(GatedAttentionBase):
     ) -> None:
         super().__init__(dim, heads, **kwargs)
         check_node_impl(impl)
-        if expander_degree_total < 0 or expander_degree_total % 2:
+        check_whole("expander_degree_total", expander_degree_total, 0)
+        if expander_degree_total % 2:
             raise ValueError(f"expander_degree_total must be even and >= 0, got {expander_degree_total}")
-        if num_virtual_nodes < 0:
-            raise ValueError(f"num_virtual_nodes must be >= 0, got {num_virtual_nodes}")
+        check_whole("num_virtual_nodes", num_virtual_nodes, 0)
         self.impl = impl
         self.expander_degree_total = expander_degree_total
         self.num_virtual_nodes = num_virtual_nodes

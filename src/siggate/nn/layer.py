@@ -13,10 +13,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..options import GPSOptions
-from .attention import ATTN_IMPLS
+from .attention import ATTN_IMPLS, check_whole
 from .attention_types import check_shared_options, make_attention, params, shared_options
 from .kernels.fused_blocks import FoldedGPSLayer, GINEResidual, MLPResidual
-from .kernels.layout import DenseIndex, batch_vector  # noqa: F401 (DenseIndex re-exported: siggate.nn.layer.DenseIndex)
+from .kernels.layout import DenseIndex, batch_vector, check_edge_features  # noqa: F401 (DenseIndex re-exported: siggate.nn.layer.DenseIndex)
 
 
 def _scatter_sum(src: Tensor, index: Tensor, num: int) -> Tensor:
@@ -215,6 +215,7 @@ class GPSLayer(nn.Module):
         self.attn = make_attention(attn_type, dim, heads, attn_kwargs, impl=impl, **attention_options) if attn else None
         self.norm_attn = nn.BatchNorm1d(dim) if attn else None
         ffn_dim = 2 * dim if ffn_dim is None else ffn_dim
+        check_whole("ffn_dim", ffn_dim, 1)
         self.ff1 = nn.Linear(dim, ffn_dim)
         self.ff2 = nn.Linear(ffn_dim, dim)
         self.norm_ff = nn.BatchNorm1d(dim)
@@ -251,6 +252,7 @@ class GPSLayer(nn.Module):
         local = details = attn = None
         edge_in = edge_attr  # the attention reads the layer's input edges (Exphormer's edge-aware scores)
         if self.local is not None:
+            check_edge_features(x, edge_index, edge_attr)
             if fused and isinstance(self.local, GINELocal):
                 local = self.local.forward_residual(x, edge_index, edge_attr), True
             else:

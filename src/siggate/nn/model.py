@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from ..options import POOLING, Z_CLIP, GPSOptions, mol_features_dim  # shared with siggate.config
-from .attention import GatedAttentionBase
+from .attention import GatedAttentionBase, check_whole
 from .attention_types import attn_kwargs_from_config, check_options
 from .encoders import NodeEncoder, make_edge_encoder
 from .kernels.layout import DenseIndex, batch_vector
@@ -172,6 +172,8 @@ class SigGateGT(nn.Module):
     ) -> None:
         super().__init__()
         _check_readout(pooling, pool_norm, level, mol_features_dim)
+        check_whole("num_tasks", num_tasks, 1)
+        check_whole("layers", layers, 0)
         self.num_tasks = num_tasks
         self.pooling = pooling
         self.pool_norm = float(pool_norm)

@@ -62,7 +62,7 @@ import torch
 from torch import Tensor
 
 from ..options import GPSOptions, PerformerOptions
-from .attention import GatedAttentionBase, check_node_impl
+from .attention import GatedAttentionBase, check_node_impl, check_whole
 from .kernels.layout import GraphSegments, batch_vector, dropout_keep, seeded_generator, segment_amax
 from .kernels.linear_attention import performer_fast
 
@@ -204,10 +204,8 @@ class GatedPerformerAttention(GatedAttentionBase):
     ) -> None:
         super().__init__(dim, heads, **kwargs)
         check_node_impl(impl)
-        if num_features < 1:
-            raise ValueError(f"num_features must be >= 1, got {num_features}")
-        if redraw_interval < 0:
-            raise ValueError(f"redraw_interval must be >= 0 (0: never), got {redraw_interval}")
+        check_whole("num_features", num_features, 1)
+        check_whole("redraw_interval (0: never)", redraw_interval, 0)
         if kernel not in KERNEL_FEATURES:
             raise ValueError(f"kernel must be one of {tuple(KERNEL_FEATURES)}, got {kernel!r}")
         self.impl = impl

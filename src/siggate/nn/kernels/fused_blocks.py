@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from .layout import batch_vector
+from .layout import batch_vector, check_edge_features
 
 
 def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
@@ -205,6 +205,8 @@ class FoldedGPSLayer(nn.Module):
         if layout is None and self.attn is not None:
             layout = self.attn.make_layout(batch_vector(x, batch), edge_index, impl=self.impl)
         acc, edge_in = torch.addcmul(self.const, x, self.x_scale), edge_attr
+        if self.local is not None:
+            check_edge_features(x, edge_index, edge_attr)
         if self.gine:
             h = F.relu(self.local.mlp[0](self.local.aggregate(x, edge_index, edge_attr)))
             acc = acc.addmm_(h, self.local_w.t())

@@ -30,6 +30,19 @@ def segment_amax(x: Tensor, index: Tensor, size: int) -> Tensor:
     return out.scatter_reduce(0, index.view((-1,) + (1,) * (x.dim() - 1)).expand_as(x), x, "amax")
 
 
+def check_edge_features(x: Tensor, edge_index: Tensor, edge_attr: Tensor | None) -> None:
+    """Refuse edge features a local model would broadcast instead of read: a GPS layer's
+    ``edge_attr`` is ``[E, d]``, one encoded row per edge at the layer's width (an ``[E, 1]``
+    column would be added to every channel, and PyG's ``GINEConv`` refuses it too)."""
+    if edge_attr is None:
+        return
+    want = (edge_index.size(1), x.size(-1))
+    if tuple(edge_attr.shape) != want:
+        raise ValueError(f"edge_attr must be [E, d] = {list(want)}, the encoded edge features at the layer's width, "
+                         f"got {list(edge_attr.shape)}; encode raw edge features first (e.g. nn.Linear or "
+                         "siggate.nn.TypeEncoder)")
+
+
 def batch_vector(x: Tensor, batch: Tensor | None) -> Tensor:
     """``batch [N]``, or every row of ``x [N, ...]`` in graph 0 when it is ``None``."""
     return x.new_zeros(x.size(0), dtype=torch.long) if batch is None else batch

@@ -131,9 +131,12 @@ def performer_fast(q: Tensor, k: Tensor, v: Tensor, omega: Tensor, segments: Gra
     ``big_graph`` beyond every graph's size sends all graphs through ``features``)."""
     big, small = segments.runs(BIG_GRAPH if big_graph is None else big_graph)
     pieces, rows = [], []
+    # one dtype throughout: under autocast q, k, v arrive at the autocast dtype while omega stays
+    # float32, and the backward runs outside autocast, where the mixed matmuls would fail
+    omega_q = omega.to(q.dtype)
     for _, a, b in big:
         keep = None if key_keep is None else key_keep[a:b]
-        pieces.append(_GraphFavor.apply(q[a:b], k[a:b], v[a:b], omega, keep))
+        pieces.append(_GraphFavor.apply(q[a:b], k[a:b].to(q.dtype), v[a:b].to(q.dtype), omega_q, keep))
         rows.append((a, b))
     if len(pieces) == 1 and rows[0] == (0, segments.num_nodes):
         return pieces[0]  # one graph: no reassembly
