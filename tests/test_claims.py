@@ -14,6 +14,7 @@ from siggate.analysis.claims import (
     END,
     HOLDS,
     INTERIM,
+    INTERIM_AGAINST,
     MOLECULEACE_STUDY,
     NOT_SUPPORTED,
     PRETRAIN_GATE,
@@ -69,6 +70,40 @@ def test_a_win_in_a_campaign_still_running_is_interim_until_its_last_run():
     assert done[BEATS]["verdict"] == HOLDS and "still to come" not in done[BEATS]["measured"]
     tie = {**running, "per_seed": {"none": NONE, "elementwise": NONE}}  # no win: the budget decides, as before
     assert {r["claim"]: r for r in accuracy_rows(comparison_sources(Path("r.json"), tie))}[BEATS]["verdict"] == BUDGET
+    # a run that failed is resumed by the next call: still to come, as a missing one (it read "holds")
+    failed = {**data, "missing": [], "failed": [{"gate": "elementwise", "seed": 6, "returncode": -9, "error": ""}]}
+    rows = {r["claim"]: r for r in accuracy_rows(comparison_sources(Path("r.json"), failed))}
+    assert rows[BEATS]["verdict"] == INTERIM and rows[BEATS]["measured"].endswith("; 1 planned run(s) still to come")
+    # a loss at the full protocol with runs to come is no final verdict either (it read "contradicted")
+    loss = {**running, "epochs": 2000, "per_seed": {"none": WIN, "elementwise": NONE}}
+    rows = {r["claim"]: r for r in accuracy_rows(comparison_sources(Path("r.json"), loss))}
+    assert rows[BEATS]["verdict"] == INTERIM_AGAINST
+    tie = {**tie, "epochs": 2000}
+    assert {r["claim"]: r for r in accuracy_rows(comparison_sources(Path("r.json"), tie))}[BEATS]["verdict"] == BUDGET
+    assert {r["claim"]: r for r in accuracy_rows(comparison_sources(Path("r.json"), {**loss, "missing": []}))}[
+        BEATS]["verdict"] == CONTRADICTED
+    # the plain answer says it is a reading too (it said "beats" as if final)
+    matched = {**running, "per_seed": {"none": NONE, "elementwise": WIN, "none@matched-ffn": MATCHED}}
+    text = answer(comparison_sources(Path("r.json"), matched)[0])
+    assert text.endswith(" Interim: 2 planned run(s) still to come, and every snapshot tests again, so these are "
+                         "readings, not verdicts.")
+    assert "Interim" not in answer(comparison_sources(Path("r.json"), {**matched, "missing": []})[0])
+
+
+def test_an_arm_without_its_runs_yet_still_counts_in_the_holm_family():
+    """With headwise at one seed (no test yet) the family shrank to the questions with a p-value,
+    so the elementwise rows' adjusted p fell, and a verdict flipped, as another arm's runs came in.
+    An untested question counts as p = 1 now, and the family is the same at every snapshot."""
+    from siggate.stats import holm
+
+    assert holm([0.01, float("nan"), 0.02]) == pytest.approx([0.02, float("nan"), 0.02], nan_ok=True)
+    assert holm([0.01, float("nan"), 0.02], untested_count=True) == pytest.approx([0.03, float("nan"), 0.04],
+                                                                                     nan_ok=True)
+    gate = {s: v - 0.004 + 0.003 * (int(s) % 3) for s, v in MATCHED.items()}
+    early = _rows({"none": NONE, "elementwise": gate, "none@matched-ffn": MATCHED, "headwise": {"0": 0.3}}, 60)
+    later = _rows({"none": NONE, "elementwise": gate, "none@matched-ffn": MATCHED, "headwise": NONE}, 60)
+    assert early[MATCHED_CLAIM]["measured"].split("Holm p = ")[1][:6] == \
+        later[MATCHED_CLAIM]["measured"].split("Holm p = ")[1][:6]
 
 
 def test_no_significant_difference_is_never_contradicted_and_a_significant_loss_is_at_full_protocol():

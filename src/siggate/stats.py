@@ -280,16 +280,18 @@ def paired_effect(diff, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> 
     return out
 
 
-def holm(pvalues) -> List[float]:
+def holm(pvalues, untested_count: bool = False) -> List[float]:
     """Holm-Bonferroni adjusted p-values, in the input order.
 
     With the ``m`` finite p-values sorted ascending, ``p_(i)`` becomes
     ``max_{j <= i} min(1, (m - j + 1) p_(j))`` (the step-down adjustment, monotone).
-    ``nan`` entries stay ``nan`` and do not count in ``m``.
+    ``nan`` entries stay ``nan``; they do not count in ``m`` unless ``untested_count``: a planned
+    question not tested yet (an arm of too few runs) then still counts, as a p-value of 1, so
+    that another question's adjusted p does not fall while that arm's runs are missing.
     """
     p = [float(x) if x is not None else float("nan") for x in pvalues]
     idx = sorted((i for i, x in enumerate(p) if math.isfinite(x)), key=lambda i: p[i])
-    m = len(idx)
+    m = len(p) if untested_count else len(idx)
     out = [float("nan")] * len(p)
     running = 0.0
     for rank, i in enumerate(idx):
@@ -339,6 +341,6 @@ def compared_pairs(
                 f"{c['wilcoxon_min_p']:.4g}, so it cannot reach p < 0.05 (6 pairs are needed)")
         out.append({"a": a, "b": b, **c, "holm_family": len(pairs)})
     for key, src in (("p_holm", "p_paired_t"), ("p_holm_wilcoxon", "p_wilcoxon")):
-        for c, adj in zip(out, holm([c[src] for c in out])):
+        for c, adj in zip(out, holm([c[src] for c in out], untested_count=True)):
             c[key] = adj
     return out

@@ -52,6 +52,8 @@ HOLDS, BUDGET, NOT_SUPPORTED, CONTRADICTED = "holds", "not at this budget", "not
 #: a gate study or compare campaign whose runs are still coming in and whose test rejects: every snapshot tests again,
 #: with no correction for the repeated looks, so this is a reading, not a verdict
 INTERIM = "rejects so far (interim)"
+#: the same for a rejection against the claim (the gate worse) at the full protocol
+INTERIM_AGAINST = "contradicted so far (interim)"
 #: the level every test here rejects at
 ALPHA = 0.05
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
@@ -139,7 +141,8 @@ def comparison_sources(path: Path, data: dict) -> list[dict]:
                                  for arm, s in e["per_seed"].items()},  # results.json writes NaN as null
                     "epochs": epochs, "protocol": e.get("protocol_epochs") or _protocol_epochs(e["dataset"]),
                     "deviation": ", ".join(dev), "params": e.get("params") or {}, "path": path,
-                    "missing": len(e.get("missing") or ())})
+                    # a failed run is resumed by the next call, as a missing one is run: both still to come
+                    "missing": len(e.get("missing") or ()) + len(e.get("failed") or ())})
     return out
 
 
@@ -258,6 +261,8 @@ def _test_verdict(win: bool, loss: bool, full: bool, interim: bool = False) -> s
         return INTERIM if interim else HOLDS
     if not full:
         return BUDGET
+    if interim:  # the planned runs are not all in: no final verdict either way
+        return INTERIM_AGAINST if loss else BUDGET
     return CONTRADICTED if loss else NOT_SUPPORTED
 
 
@@ -311,7 +316,9 @@ def answer(src: dict) -> str | None:
             f"judged at Holm-adjusted paired t p < 0.05 over the {len(claim_questions(src))} claim questions "
             f"(each gate against `{UNGATED}` and against its matched control), the intervals are 95% t "
             f"intervals, unadjusted.) " + "; ".join(parts) + "."
-            + ("" if _full(src) else " A gain that needs the full protocol is not excluded."))
+            + ("" if _full(src) else " A gain that needs the full protocol is not excluded.")
+            + (f" Interim: {src['missing']} planned run(s) still to come, and every snapshot tests again, so these "
+               "are readings, not verdicts." if src.get("missing") else ""))
 
 
 def _gate_arms(src: dict) -> list[str]:
