@@ -378,3 +378,27 @@ def test_aggregate_only_into_a_folder_of_no_comparison_is_refused(tmp_path, caps
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and f"--aggregate-only: {new} holds no comparison" in err
     assert not new.exists()
+
+
+def test_a_rerun_of_other_flags_is_refused_before_training_and_the_runs_threads_are_reported(campaign, tmp_path,
+                                                                                              capsys):
+    """A finished comparison rerun with one flag changed made every run a conflict, trained
+    nothing and still rewrote results.json with no run in it (n = 0, its MAD block gone). It is
+    refused now, before any run, and the results stay as they were. A rerun of the same flags
+    with another --threads reuses every run: the results report the threads those runs trained
+    with (they reported this call's), and so does their command."""
+    folder = tmp_path / "cmp"
+    shutil.copytree(campaign["out"], folder)
+    kept = (folder / "results.json").read_bytes()
+    flags = campaign["part"].split()
+    capsys.readouterr()
+    assert main(["compare", *flags, "--set", "model.dim=32", "--threads", "1", "--jobs", "2", "--out", str(folder),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds a run of another config (model.dim" in err, err
+    assert err.endswith("nothing was trained") and "it records: siggate compare" in err
+    assert (folder / "results.json").read_bytes() == kept
+    assert main(["compare", *flags, "--threads", "2", "--jobs", "2", "--out", str(folder), "--no-progress"]) == 0
+    res = json.loads((folder / "results.json").read_text())
+    assert res["threads"] == 1 and " --threads 1 " in res["command"] and res["n"] == json.loads(kept)["n"]
+    assert "1 thread(s) per run" in (folder / "results.md").read_text()

@@ -270,7 +270,8 @@ def render_markdown(res: dict) -> str:
     lines = [f"# siggate compare: {res.get('dataset') or '?'}, test {name} ({direction})", ""]
     lines += [f"Command: `{res['command']}`", ""]
     lines += [f"Seeds: {', '.join(map(str, res['seeds']))}; baseline: `{base}`; epochs: {res.get('epochs')}; "
-              f"{res.get('threads')} thread(s) per run; score = test {name} at the epoch of best validation {name}.", ""]
+              f"{' or '.join(map(str, res['threads'])) if isinstance(res.get('threads'), list) else res.get('threads')} "
+              f"thread(s) per run; score = test {name} at the epoch of best validation {name}.", ""]
     lines += [f"| variant | runs | test {name} (mean ± std) | val {name} (mean ± std) | params | gate params | s/run |",
               "|---|---|---|---|---|---|---|"]
     for lab in res["gates"]:
@@ -453,6 +454,22 @@ def run_folder(out: Path, label: str, seed: int) -> Path:
     """The folder of the run of arm ``label`` and ``seed`` in the comparison ``out``:
     ``OUT/runs/<label>/seed<seed>`` (its ``metrics.json``, ``best.pt``, ``last.pt``, ...)."""
     return Path(out) / "runs" / label / f"seed{seed}"
+
+
+def _finished_threads(pairs) -> list[int]:
+    """The torch threads the finished runs trained with (each run's ``config.yaml``), sorted and
+    distinct: a comparison resumed with another ``--threads`` reuses runs of the first."""
+    from .rundir import read_saved_config
+
+    seen = set()
+    for p in pairs:
+        if p.metrics is None:
+            continue
+        try:
+            seen.add(int(read_saved_config(p.run_dir / "config.yaml")["train"]["threads"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return sorted(seen)
 
 
 def _plan_pairs(args, specs: list[GateSpec], seeds: list[int], out: Path, threads: int) -> list:
@@ -644,9 +661,12 @@ def compare(args) -> int:
         print(f"siggate compare: {len(specs)} gate(s) x {len(seeds)} seed(s) = {len(pairs)} runs "
               f"({n_done} already done, {n_resume} to resume), {args.jobs} at a time, {threads} thread(s) each -> {out}",
               flush=True)
+        conflict = next((p for p in pairs if p.state == "conflict"), None)
+        recorded = f" (it records: {old['command']})" if old.get("command") else ""
+        if conflict is not None and not aggregate_only:  # refused before any run: the folder's results stay whole
+            raise CompareError(f"{conflict.error}: these flags describe another comparison than the one in {out}"
+                               f"{recorded}; nothing was trained")
         if aggregate_only:
-            conflict = next((p for p in pairs if p.state == "conflict"), None)
-            recorded = f" (it records: {old['command']})" if old.get("command") else ""
             if conflict is not None:  # nothing of it would count: the comparison in OUT is not these flags'
                 raise CompareError(f"--aggregate-only: {conflict.run_dir} holds a run of another config than these "
                                    f"flags give: they describe another comparison than the one in {out}{recorded}; give "
@@ -664,6 +684,9 @@ def compare(args) -> int:
         else:
             run_pairs(pairs, args, progress=progress_enabled(args))
 
+        run_threads = _finished_threads(pairs)
+        if len(run_threads) == 1:  # the runs' own, not this call's: the results and their command describe them
+            threads = args.threads = run_threads[0]
         res = aggregate(pairs, specs, seeds)
         res.update({
             "command": command_line(args),
@@ -676,7 +699,7 @@ def compare(args) -> int:
                      for spec in specs},
             "config": expected[specs[0].label],
             "jobs": args.jobs,
-            "threads": threads,
+            "threads": threads if len(run_threads) <= 1 else run_threads,
             "wall_seconds": time.time() - t0,
         })
         from ..version import __version__
