@@ -631,3 +631,28 @@ def test_evaluate_matches_target_columns_named_in_another_order_by_name(run, cap
     assert [r.getMessage() for r in caplog.records if "another order" in r.getMessage()] == [
         "--target-col b,a names the model's targets in another order; each column is scored as the target of its "
         "name (a, b)"]
+
+
+def test_evaluate_data_counts_the_rows_the_run_fitted(run, capsys, caplog):
+    """``evaluate --data`` on the run's own training file printed R2 0.95 with no word that most
+    rows were molecules it had fitted (train and val: the fingerprint members refit on both).
+    It now counts them (``rows.fitted``, by canonical SMILES) and warns that their scores are in
+    sample; a file of other molecules gets no such count."""
+    data, out, smiles = run
+    labelled = {i for i, r in enumerate(read_output(data)) if r["a"] or r["b"]}
+    fitted = {i for i in labelled if i < N_TRAIN + N_VAL}
+    caplog.clear()
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(data), "--target-col", "a,b",
+                               "--output", str(out.parent / "own.json")], capsys)
+    assert rc == 0, err
+    assert json.loads(stdout)["rows"]["fitted"] == len(fitted) > 0
+    assert any(f"{len(fitted)} of the {len(labelled)} rows scored are molecules the run fitted" in r.getMessage()
+               for r in caplog.records)
+    other = out.parent / "test_only.csv"
+    rows = read_output(data)
+    other.write_text("smiles,a,b\n" + "".join(f"{r['smiles']},{r['a']},{r['b']}\n" for i, r in enumerate(rows)
+                                             if i >= N_TRAIN + N_VAL and i in labelled))
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(other), "--target-col", "a,b",
+                               "--output", str(out.parent / "other.json")], capsys)
+    assert rc == 0, err
+    assert json.loads(stdout)["rows"]["fitted"] == 0

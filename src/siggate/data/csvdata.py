@@ -1100,6 +1100,29 @@ def carried_columns(ds: GraphDataset, sep: str | None, smiles_col: str, split: s
     return names, {r: [rec[i] if i < len(rec) else "" for i in keep] for r, rec in enumerate(records)}
 
 
+def canonical_smiles(smiles: str) -> str | None:
+    """RDKit's canonical SMILES of ``smiles`` (stereo kept), ``None`` for text RDKit cannot read."""
+    from rdkit import Chem
+
+    from .chem import quiet_rdkit
+
+    with quiet_rdkit():
+        mol = Chem.MolFromSmiles(smiles)
+    return None if mol is None else _canonical(mol, smiles)
+
+
+def fitted_molecules(run: str | os.PathLike) -> set[str] | None:
+    """The canonical SMILES of the molecules a run fitted, its train and val rows (the val rows
+    choose its epoch and weights, and fingerprint members refit on them), from its ``splits.csv``
+    (:func:`write_run_tables`); ``None`` for a run folder without one."""
+    path = Path(run) / "splits.csv"
+    if not path.is_file():
+        return None
+    with open(path, newline="", encoding="utf-8") as fh:
+        found = (canonical_smiles(r["smiles"]) for r in csv.DictReader(fh) if r.get("split") in ("train", "val"))
+        return {s for s in found if s}
+
+
 def write_run_tables(ds: GraphDataset, out: str | os.PathLike,
                      carried: tuple[list[str], dict[int, list[str]]] | None = None) -> list[Path]:
     """Write ``splits.csv`` and ``data_report.csv`` of a CSV dataset into the run folder ``out``.

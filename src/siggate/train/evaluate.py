@@ -169,12 +169,15 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     :func:`~siggate.data.csvdata.read_labels` with ``decimal``; ``malformed``: rows with more fields
     than the header). Neither is scored; both are reported. A file without ``smiles_col`` is read
     from its ``fallback`` column (:func:`~siggate.train.predict.smiles_column`). ``folder``: where
-    ``predictor`` was loaded from (a fingerprint member's run says how it reads a salt)."""
+    ``predictor`` was loaded from (a fingerprint member's run says how it reads a salt); where the
+    run's ``splits.csv`` is there, ``fitted`` counts the scored rows that are its train or val
+    molecules (canonical SMILES), whose scores are in sample, with a warning."""
     import numpy as np
 
     from ..data.chem import InvalidSmiles
     from ..data.csvdata import (
         MISSING_TARGET,
+        canonical_smiles,
         check_any_numeric,
         check_unique_columns,
         detect_sep,
@@ -251,8 +254,30 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         raise DataError(f"--data {path}: no row with a valid SMILES and a label to score "
                         f"({invalid} invalid SMILES, {unlabelled} without a label, {len(bad)} with a label that cannot be "
                         "scored)")
-    return graphs, {"rows": len(table), "scored": len(graphs), "invalid": invalid, "unlabelled": unlabelled,
-                    "bad_label": len(bad), "malformed": len(ragged)}
+    counts = {"rows": len(table), "scored": len(graphs), "invalid": invalid, "unlabelled": unlabelled,
+              "bad_label": len(bad), "malformed": len(ragged)}
+    fitted = _fitted_molecules_of(folder)
+    if fitted:
+        counts["fitted"] = sum(canonical_smiles(table[smiles_col].iat[g.row]) in fitted for g in graphs)
+        if counts["fitted"]:
+            log.warning("--data %s: %d of the %d rows scored are molecules the run fitted (its train or val rows), so "
+                        "their scores are in sample; score a file of other molecules for an external estimate",
+                        path, counts["fitted"], len(graphs))
+    return graphs, counts
+
+
+def _fitted_molecules_of(folder) -> set[str] | None:
+    """:func:`~siggate.data.csvdata.fitted_molecules` of the run ``folder`` is, or whose member it is."""
+    from ..data.csvdata import fitted_molecules
+    from .rundir import is_members_folder
+
+    if folder is None:
+        return None
+    folder = Path(folder)
+    found = fitted_molecules(folder)
+    if found is None and is_members_folder(folder.resolve().parent):
+        found = fitted_molecules(folder.resolve().parent)
+    return found
 
 
 def _picture(stem, data, info: TaskInfo, graphs: list, pred: torch.Tensor) -> tuple[str, Path]:
