@@ -261,3 +261,20 @@ def test_short_runs_keep_the_protocols_warmup_fraction():
                                                               variant(zinc))] == [(60, 2), (1000, 25), (2000, 50)]
     with pytest.raises(CLIError, match=r"train.warmup_epochs=50 leaves no epoch after the warmup of a 50-epoch run"):
         train_of("--set", "train.epochs=50")
+
+
+def test_relative_data_and_cache_folders_are_recorded_absolute(tmp_path, monkeypatch):
+    """A run trained with ``--cache-dir cache`` recorded 'cache', so ``evaluate`` from another
+    folder built a second cache there; ``--data`` was already made absolute, and now the
+    folders given by flag are too."""
+    import argparse
+
+    from siggate.config_args import add_config_args, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    monkeypatch.chdir(tmp_path)
+    cfg = config_from_args(parser.parse_args(["--data", "my.csv", "--target-col", "y", "--cache-dir", "cache",
+                                              "--data-root", "data: raw"]))
+    assert (cfg.data.cache_dir, cfg.data.root, cfg.data.csv) == (
+        str(tmp_path / "cache"), str(tmp_path / "data: raw"), str(tmp_path / "my.csv"))

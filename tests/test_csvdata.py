@@ -208,6 +208,19 @@ def test_missing_column_message(csv_file, tmp_path):
         load_csv(csv_file, "smiles", ["y1"], "classification", cache_dir=tmp_path)
 
 
+def test_a_target_column_with_a_comma_in_its_name_is_named_with_the_way_to_give_it(tmp_path):
+    """``--target-col "pKi (log, nM)"`` is read as the columns 'pKi (log' and 'nM)', and the hint
+    offered "--target-col pKi (log, nM),nM)", which failed again; the refusal now names the
+    column and the --set that gives it whole."""
+    path = tmp_path / "comma.csv"
+    path.write_text('smiles,"pKi (log, nM)"\nCCO,1\nCCN,2\n')
+    with pytest.raises(ValueError) as err:
+        load_csv(path, "smiles", ["pKi (log", " nM)"], "regression", cache_dir=tmp_path)
+    assert str(err.value) == (f"{path}: the target column 'pKi (log, nM)' has a comma in its name, which --target-col "
+                              "reads as a list of columns; name it with --set 'data.target_cols=[\"pKi (log, nM)\"]' "
+                              "(or rename the column)")
+
+
 def test_wrong_delimiter_hint(tmp_path):
     path = tmp_path / "semi.csv"
     path.write_text("smiles;y\nCCO;1\nCCN;2\n")

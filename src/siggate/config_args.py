@@ -181,9 +181,9 @@ def config_from_args(args):
             raise CLIError("--threads and --set train.threads both set train.threads; give one")
         overrides.append(f"train.threads={args.threads}")
     if args.data_root:
-        overrides.append(f"data.root={args.data_root}")
+        overrides.append(f"data.root={json.dumps(str(Path(args.data_root).absolute()))}")  # the same from anywhere
     if args.cache_dir:
-        overrides.append(f"data.cache_dir={args.cache_dir}")
+        overrides.append(f"data.cache_dir={json.dumps(str(Path(args.cache_dir).absolute()))}")  # (resume, evaluate)
     if args.data:
         given = set_keys(args)
         for key in ("data.name", "data.csv"):

@@ -43,6 +43,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import json
 import logging
 import math
 import os
@@ -248,6 +249,12 @@ def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]]
     missing = [(role, col) for role, col in wanted if col not in columns]
     if not missing:
         return
+    targets = [col for role, col in wanted if role == "target"]
+    whole = [c for c in columns if "," in c and [p.strip() for p in c.split(",")] == [t.strip() for t in targets]]
+    if whole:  # --target-col splits at commas: a column whose name holds one reads as several
+        raise DataError(f"{path}: the target column {whole[0]!r} has a comma in its name, which --target-col reads as "
+                        f"a list of columns; name it with --set 'data.target_cols=[{json.dumps(whole[0])}]' (or rename "
+                        "the column)")
     what = ", ".join(f"{role} column {col!r}" for role, col in missing)
     msg = f"{path}: {what} not found; available columns: {columns}"
     if len(columns) == 1:
