@@ -258,3 +258,26 @@ def test_one_large_score_does_not_erase_the_other_seeds_differences():
     res = compare_paired(a, b, False)
     assert res["p_wilcoxon"] == pytest.approx(stats.wilcoxon(list(b.values()), list(a.values())).pvalue)
     assert res["p_paired_t"] == pytest.approx(stats.ttest_rel(list(b.values()), list(a.values())).pvalue)
+
+
+def test_a_difference_at_float_rounding_is_a_tie_everywhere():
+    """One of 6 pairs differing only by rounding: the Wilcoxon test dropped it (p = 0.0625 over
+    5), while n_nonzero, wilcoxon_min_p's note and wins/losses counted it as a real loss (6, 0.031
+    and no note, 6 losses). One reading of equal now serves them all."""
+    from siggate.stats import compared_pairs
+
+    a = {i: 0.3 + i / 100 for i in range(6)}
+    b = {i: a[i] + 0.01 * (i + 1) for i in range(5)}
+    b[5] = a[5] * (1 + 1e-12)
+    c = compared_pairs({"a": a, "b": b}, [("a", "b")], higher_is_better=False)[0]
+    assert (c["n_pairs"], c["n_nonzero"], c["wins"], c["losses"], c["ties"]) == (6, 5, 0, 5, 1)
+    assert c["wilcoxon_min_p"] == pytest.approx(0.0625) == c["p_wilcoxon"]
+    assert any("cannot reach p < 0.05" in n for n in c["notes"])
+
+
+def test_one_run_is_shown_without_a_spread():
+    """An arm of one run read "0.2500 ± 0.0000", as if its runs agreed exactly."""
+    from siggate.train.compare import _spread
+
+    assert _spread(0.0, 1) == " (1 run, no spread)"
+    assert _spread(0.0123, 3) == " ± 0.0123"

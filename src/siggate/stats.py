@@ -78,14 +78,21 @@ def _all_one(values: np.ndarray, scale: np.ndarray) -> bool:
     return bool(np.all(np.abs(values - values[0]) <= IDENTICAL_RTOL * np.maximum(scale, scale[0])))
 
 
+def rounded_difference(va: np.ndarray, vb: np.ndarray) -> np.ndarray:
+    """``vb - va`` per pair, with differences at float rounding (:data:`IDENTICAL_RTOL` of the
+    pair's scale) made 0: the one reading of "equal" for the tests, the ties and the Wilcoxon n."""
+    scale = np.maximum(np.abs(va), np.abs(vb))  # per pair: one seed's large score is not every seed's scale
+    diff = vb - va
+    return np.where(np.abs(diff) <= IDENTICAL_RTOL * scale, 0.0, diff)
+
+
 def _paired_tests(va: np.ndarray, vb: np.ndarray, res: Dict[str, object], notes: List[str]) -> None:
     """Fill ``p_paired_t``, ``p_wilcoxon`` and ``p_welch`` of ``res`` (``n >= 2`` pairs),
     noting each test that is undefined for these samples. Differences (and samples) equal up to
     float rounding (:data:`IDENTICAL_RTOL`) count as equal: a constant shift is undefined for
     the t-test however its decimals round, not "significant" at p = 1e-70."""
-    scale = np.maximum(np.abs(va), np.abs(vb))  # per pair: one seed's large score is not every seed's scale
-    diff = vb - va
-    diff = np.where(np.abs(diff) <= IDENTICAL_RTOL * scale, 0.0, diff)
+    scale = np.maximum(np.abs(va), np.abs(vb))
+    diff = rounded_difference(va, vb)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         # Paired t-test.
@@ -183,7 +190,7 @@ def compare_paired(
     res["mean_diff"], res["std_diff"] = mean_std(diff)
 
     sign = 1.0 if higher_is_better else -1.0
-    gain = sign * diff  # > 0 where b is better
+    gain = sign * rounded_difference(va, vb)  # > 0 where b is better; equal up to rounding: a tie
     res["wins"] = int((gain > 0).sum())
     res["losses"] = int((gain < 0).sum())
     res["ties"] = int((gain == 0).sum())
@@ -330,9 +337,9 @@ def compared_pairs(
     out: List[Dict[str, object]] = []
     for a, b in pairs:
         c = compare_paired(per_seed[a], per_seed[b], higher_is_better)
-        diff = [float(per_seed[b][s]) - float(per_seed[a][s]) for s in c["seeds"]]
-        c.update(paired_effect(diff))
-        nz = int(np.count_nonzero(diff))
+        va, vb = (np.array([float(per_seed[x][s]) for s in c["seeds"]], dtype=np.float64) for x in (a, b))
+        c.update(paired_effect(list(vb - va)))
+        nz = int(np.count_nonzero(rounded_difference(va, vb)))  # the Wilcoxon test's n, as it counts them
         c["n_nonzero"] = nz
         c["wilcoxon_min_p"] = wilcoxon_min_p(nz)
         if nz > 0 and c["wilcoxon_min_p"] >= 0.05:

@@ -260,6 +260,11 @@ METRIC_NAMES = {"mae": "MAE", "ap": "AP", "rocauc": "ROC-AUC", "accuracy": "accu
                 "weighted_accuracy": "weighted accuracy (%)"}
 
 
+def _spread(std, n: int) -> str:
+    """`` ± std`` of an arm's ``n`` runs; one run has no spread (its std is recorded as 0)."""
+    return f" ± {_fmt(std)}" if n != 1 else " (1 run, no spread)"
+
+
 def render_markdown(res: dict) -> str:
     """``results.md``: mean ± std per variant, paired differences by seed and the tests."""
     metric = res["metric"] or "metric"
@@ -277,8 +282,8 @@ def render_markdown(res: dict) -> str:
     for lab in res["gates"]:
         secs = [s for s in res["seconds"][lab].values() if s is not None]
         lines.append(
-            f"| `{lab}` | {res['n'][lab]} | {_fmt(res['mean'][lab])} ± {_fmt(res['std'][lab])} | "
-            f"{_fmt(res['val_mean'][lab])} ± {_fmt(res['val_std'][lab])} | {res['params'].get(lab, 'n/a')} | "
+            f"| `{lab}` | {res['n'][lab]} | {_fmt(res['mean'][lab])}{_spread(res['std'][lab], res['n'][lab])} | "
+            f"{_fmt(res['val_mean'][lab])}{_spread(res['val_std'][lab], res['n'][lab])} | {res['params'].get(lab, 'n/a')} | "
             f"{res['gate_params'].get(lab, 'n/a')} | {(sum(secs) / len(secs)) if secs else float('nan'):.0f} |")
     lines.append("")
     for lab, arm in (res.get("arms") or {}).items():
@@ -356,7 +361,8 @@ def render_pairs_table(res: dict, name: str) -> list[str]:
             f"{_fmt_ci(c['ci95_bootstrap'])} | {_fmt(c['cohen_dz'], 2)} | {_fmt_p(c['p_paired_t'])} | "
             f"{_fmt_p(c['p_wilcoxon'])} | {_fmt_p(c['p_holm'])} | {_fmt_p(c['p_holm_wilcoxon'])} |")
     lines += ["", f"The bootstrap interval is the percentile interval of "
-              f"{_bootstrap_resamples()} paired resamples (seed 0). Holm adjusts the p-values over all the "
+              f"{_bootstrap_resamples()} paired resamples (seed 0); with a handful of seeds it is too narrow (it "
+              "covers less than 95%: with 2 pairs it is their range), so the t interval is the one to read. Holm adjusts the p-values over all the "
               "pairs above, so a pair counts as significant when its Holm p-value is below 0.05."]
     lines += [f"- **Note:** {w}." for w in wilcoxon_warnings(res)]
     return lines + [""]
@@ -498,7 +504,7 @@ def _plan_pairs(args, specs: list[GateSpec], seeds: list[int], out: Path, thread
 def _print_summary(res: dict) -> None:
     """Per arm mean ± std, every pair's statistics and the Wilcoxon notes, on stdout."""
     for lab in res["gates"]:
-        print(f"  {lab:24s} test {res['metric']} {_fmt(res['mean'][lab])} ± {_fmt(res['std'][lab])}  "
+        print(f"  {lab:24s} test {res['metric']} {_fmt(res['mean'][lab])}{_spread(res['std'][lab], res['n'][lab])}  "
               f"(n={res['n'][lab]})")
     for c in res["comparisons"]:
         print(f"  {c['b']} - {c['a']}: mean diff {_fmt(c['diff_mean'])} 95% CI {_fmt_ci(c['ci95'])}, "
