@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import shutil
 import stat
 import subprocess
@@ -402,3 +403,9 @@ def test_a_rerun_of_other_flags_is_refused_before_training_and_the_runs_threads_
     res = json.loads((folder / "results.json").read_text())
     assert res["threads"] == 1 and " --threads 1 " in res["command"] and res["n"] == json.loads(kept)["n"]
     assert "1 thread(s) per run" in (folder / "results.md").read_text()
+    # threads named by --set: the command records them once, and runs again as recorded
+    assert main(["compare", *flags, "--set", "train.threads=1", "--jobs", "2", "--out", str(folder),
+                 "--no-progress"]) == 0
+    command = json.loads((folder / "results.json").read_text())["command"]
+    assert "--set train.threads=1" in command and "--threads" not in command.replace("train.threads", "")
+    assert main(shlex.split(command)[1:] + ["--no-progress"]) == 0

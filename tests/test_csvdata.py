@@ -217,8 +217,12 @@ def test_a_target_column_with_a_comma_in_its_name_is_named_with_the_way_to_give_
     with pytest.raises(ValueError) as err:
         load_csv(path, "smiles", ["pKi (log", " nM)"], "regression", cache_dir=tmp_path)
     assert str(err.value) == (f"{path}: the target column 'pKi (log, nM)' has a comma in its name, which --target-col "
-                              "reads as a list of columns; name it with --set 'data.target_cols=[\"pKi (log, nM)\"]' "
-                              "(or rename the column)")
+                              "reads as a list of columns; name the targets with --set 'data.target_cols=[\"pKi (log, "
+                              "nM)\"]' (or rename the column)")
+    two = tmp_path / "two.csv"
+    two.write_text('smiles,logS,"pKi (log, nM)"\nCCO,1,2\nCCN,2,3\n')
+    with pytest.raises(ValueError, match=r"""--set 'data.target_cols=\["logS", "pKi \(log, nM\)"\]'"""):
+        load_csv(two, "smiles", ["logS", "pKi (log", "nM)"], "regression", cache_dir=tmp_path)
 
 
 def test_wrong_delimiter_hint(tmp_path):
@@ -776,3 +780,22 @@ def test_labels_with_typographic_minus_signs_are_read_and_mostly_unreadable_colu
                         + "CCCC,\n")
     with pytest.raises(DataError, match=r"censored.csv: target column 'y': 6 of its 10 values are not numbers \('>0' on line 2"):
         load_csv(censored, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "cache")
+
+
+def test_no_data_markers_are_missing_labels_and_evaluate_scores_a_mostly_unlabelled_column():
+    """'ND', 'n.d.', '-' are how assays write "no measurement": they are missing labels, not bad
+    ones. A column whose values are mostly not numbers is refused for training only: an
+    external file for evaluate may hold a target measured on a few rows, which it scores."""
+    import numpy as np
+    import pandas as pd
+
+    from siggate.data.csvdata import DataError, check_any_numeric, read_labels
+
+    frame = pd.DataFrame({"a": ["1", "2", "3", "4"], "b": ["ND", "n.d.", "\u2013", "x"]})
+    y, errors = read_labels("f.csv", frame, ["a", "b"], "regression")
+    assert np.isnan(y[:, 1]).all() and errors[:3] == [None, None, None] and "'x' is not a number" in errors[3]
+    frame = pd.DataFrame({"a": ["1", "2", "3", "4"], "b": ["5", "x", "y", "z"]})
+    y, _ = read_labels("f.csv", frame, ["a", "b"], "regression")
+    check_any_numeric("f.csv", frame, ["a", "b"], y, allow_empty=True)  # evaluate: counted, not refused
+    with pytest.raises(DataError, match=r"f.csv: target column 'b': 3 of its 4 values are not numbers"):
+        check_any_numeric("f.csv", frame, ["a", "b"], y)

@@ -182,7 +182,9 @@ def test_val_weights_and_the_members_table(tmp_path, capsys):
     res = json.loads(stdout)
     assert res["members"] == 2 and res["rows"]["scored"] == 4
     assert res["warnings"] == ["scored column 'logS' as the model's target 'y': the names differ, so make sure each "
-                               "is the same property in the same units"]  # trained without target statistics
+                               "is the same property in the same units",  # trained without target statistics
+                               "4 of the 4 rows scored are molecules the run fitted (its train or val rows), so their "
+                               "scores are in sample; score a file of other molecules for an external estimate"]
 
 
 def test_the_members_table_says_what_val_weights_mean_for_its_numbers():

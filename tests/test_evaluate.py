@@ -97,7 +97,8 @@ def test_external_csv_with_bad_and_unlabelled_rows(ensemble2, tmp_path, capsys, 
                             "--target-col", "logS"], capsys)
     assert rc == 0, err
     res = json.loads(out)
-    assert res["rows"] == {"rows": 14, "scored": 12, "invalid": 1, "unlabelled": 1, "bad_label": 0, "malformed": 0}
+    assert res["rows"] == {"rows": 14, "scored": 12, "invalid": 1, "unlabelled": 1, "bad_label": 0, "malformed": 0,
+                           "fitted": 0}  # none of the training molecules
     pred = np.array(_predict(run, smiles, tmp_path, capsys))
     want = float(np.mean(np.abs(pred - np.array(labels))))
     assert res["data"] == pytest.approx(want, rel=1e-4, abs=1e-5) and res["n"] == {"data": 12}
@@ -238,7 +239,8 @@ def test_external_labels_are_read_as_training_reads_them(ensemble2, tmp_path, ca
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(ext)], capsys)
     assert rc == 0, err
     res = json.loads(out)
-    assert res["rows"] == {"rows": 13, "scored": 10, "invalid": 0, "unlabelled": 1, "bad_label": 2, "malformed": 0}
+    assert res["rows"] == {"rows": 13, "scored": 10, "invalid": 0, "unlabelled": 1, "bad_label": 2, "malformed": 0,
+                           "fitted": 0}
     pred = np.array(_predict(ens, smiles, tmp_path, capsys))
     assert res["data"] == pytest.approx(float(np.mean(np.abs(pred - np.array(labels)))), rel=1e-4, abs=1e-5)
     assert [r.getMessage() for r in caplog.records if "cannot be scored" in r.getMessage()] == [
@@ -270,7 +272,7 @@ def test_units_warning_without_a_gnn_member(tmp_path, capsys):
     the GNN's normalization only, so an svr run never gave it; the fingerprint members' training
     statistics serve now."""
     data, run = _fingerprint_run(tmp_path, capsys, "svr")
-    rows = [r for r in _read(data) if r["split"] != "train"]
+    rows = [r for r in _read(data) if r["split"] == "test"]  # (train and val rows would be scored in sample)
     same, other = tmp_path / "same.csv", tmp_path / "other.csv"
     same.write_text("smiles,y\n" + "".join(f"{r['smiles']},{r['y']}\n" for r in rows))
     other.write_text("smiles,y\n" + "".join(f"{r['smiles']},{float(r['y']) * 1000}\n" for r in rows))

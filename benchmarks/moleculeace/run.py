@@ -628,7 +628,7 @@ def gate_study(rows: list[dict], base: str, arms: list[str], claims: dict | None
     from siggate.analysis.claims import MOLECULEACE_STUDY
 
     tests = [paired_recipes(rows, base, arm) for arm in arms]
-    for c, adj in zip(tests, stats.holm([c["p_wilcoxon"] for c in tests])):
+    for c, adj in zip(tests, stats.holm([c["p_wilcoxon"] for c in tests], untested_count=True)):
         c["p_holm_wilcoxon"] = adj
         if claims and c["arm"] in claims:
             c["claim"] = claims[c["arm"]]

@@ -504,16 +504,19 @@ def campaign_mad_rows(path: Path, data: dict) -> list[dict]:
     ``mad``: each trained model at its best epoch), by the smoothing analysis's own rules
     (:func:`report.verdict_smoothing`) over the campaign's one depth, ``model.layers``: one
     (depth, seed) pair per seed that both arms finished, gain ``(MAD_gated - MAD_none) / MAD_none``.
-    One depth does not cover the claimed 4-16, so these rows can say "not at this budget" or
-    worse, never "holds"; a rejection in the claim's direction is still named in the measured text."""
+    One depth does not cover the claimed 4-16, so these rows never read "holds"; a rejection in
+    the claim's direction is still named in the measured text. Runs still to come (missing or
+    failed, as for the accuracy rows) make any reading interim."""
     mad, config = data["mad"], data.get("config") or {}
     base, per_seed = mad.get("baseline", "none"), mad.get("per_seed") or {}
     depth = (config.get("model") or {}).get("layers")
     if base not in per_seed or depth is None:
         return []
-    to3 = {report.HOLDS: INTERIM if data.get("missing") else HOLDS, report.INCONCLUSIVE: BUDGET,
-           report.NOT_SUPPORTED: NOT_SUPPORTED, report.FAILS: CONTRADICTED}
     src = next(iter(comparison_sources(path, data)), None)
+    to_come = src["missing"] if src else len(data.get("missing") or ()) + len(data.get("failed") or ())
+    to3 = {report.HOLDS: INTERIM if to_come else HOLDS, report.INCONCLUSIVE: BUDGET,
+           report.NOT_SUPPORTED: BUDGET if to_come else NOT_SUPPORTED,
+           report.FAILS: INTERIM_AGAINST if to_come else CONTRADICTED}
     rows = []
     for gate in (g for g in per_seed if g != base):
         seeds = [s for s in per_seed[gate] if s in per_seed[base]
@@ -531,7 +534,7 @@ def campaign_mad_rows(path: Path, data: dict) -> list[dict]:
             "epochs": data.get("epochs"),
             "protocol_epochs": src["protocol"] if src else _protocol_epochs(data.get("dataset", "")),
         })
-        still = f"; {len(data['missing'])} planned run(s) still to come" if data.get("missing") else ""
+        still = f"; {to_come} planned run(s) still to come" if to_come else ""
         for r in judged:
             rows.append({"claim": r["claim"],
                          "measured": f"{r['measured']}; MAD of each trained model at its best epoch "

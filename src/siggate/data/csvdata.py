@@ -82,12 +82,12 @@ logger = logging.getLogger(__name__)
 TASK_METRIC = {"regression": "mae", "binary": "rocauc", "multilabel": "ap"}
 
 _SPLIT_LABELS = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
-_MISSING = {"", "nan", "na", "n/a", "none", "null"}
+_MISSING = {"", "nan", "na", "n/a", "none", "null", "nd", "n.d.", "n/d", "nt", "n.t.", "-", "\u2014", "?"}
 #: minus signs that word processors, ChemDraw and formatted spreadsheets write for '-' (the minus
 #: sign, the en dash, the small and the full-width hyphen-minus): read as '-' in a label
 _MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2013": "-", "\ufe63": "-", "\uff0d": "-"})
-#: a censored measurement ('>10', '<= 5', '~3'): a bound, not a label
-_CENSORED = re.compile(r"^(<=?|>=?|[\u2264\u2265~])\s*[+-]?(\d|\.\d)")
+#: a censored measurement ('>10', '<= 5'): a bound, not a label
+_CENSORED = re.compile(r"^(<=?|>=?|[\u2264\u2265])\s*[+-]?(\d|\.\d)")
 #: a number written with a decimal comma, e.g. ``-5,49`` or ``1,5e-3``
 _DECIMAL_COMMA = re.compile(r"^[+-]?\d*,\d+([eE][+-]?\d+)?$")
 #: a number with thousands separators ("7,120", "1,234,567.5"), and one with a decimal point
@@ -249,12 +249,15 @@ def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]]
     missing = [(role, col) for role, col in wanted if col not in columns]
     if not missing:
         return
-    targets = [col for role, col in wanted if role == "target"]
-    whole = [c for c in columns if "," in c and [p.strip() for p in c.split(",")] == [t.strip() for t in targets]]
-    if whole:  # --target-col splits at commas: a column whose name holds one reads as several
-        raise DataError(f"{path}: the target column {whole[0]!r} has a comma in its name, which --target-col reads as "
-                        f"a list of columns; name it with --set 'data.target_cols=[{json.dumps(whole[0])}]' (or rename "
-                        "the column)")
+    targets = [col.strip() for role, col in wanted if role == "target"]
+    for c in (c for c in columns if "," in c):  # --target-col splits at commas: such a name reads as several
+        parts = [p.strip() for p in c.split(",")]
+        at = next((i for i in range(len(targets) - len(parts) + 1) if targets[i:i + len(parts)] == parts), None)
+        if at is not None:
+            whole = targets[:at] + [c] + targets[at + len(parts):]
+            raise DataError(f"{path}: the target column {c!r} has a comma in its name, which --target-col reads as a "
+                            f"list of columns; name the targets with --set 'data.target_cols={json.dumps(whole)}' (or "
+                            "rename the column)")
     what = ", ".join(f"{role} column {col!r}" for role, col in missing)
     msg = f"{path}: {what} not found; available columns: {columns}"
     if len(columns) == 1:
@@ -284,6 +287,12 @@ def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]]
     raise DataError(msg)
 
 
+def _label_text(column: pd.Series) -> pd.Series:
+    """A target column's cells as the labels are read from them: stripped, typographic minus
+    signs as '-' (:data:`_MINUS_SIGNS`)."""
+    return column.astype(str).str.strip().str.translate(_MINUS_SIGNS)
+
+
 def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: str,
                 decimal: str = ".") -> tuple[np.ndarray, list[str | None]]:
     """Parse target columns: float array [n, T] (NaN = missing) and a per-row error (or None), the
@@ -296,7 +305,7 @@ def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: s
     y = np.full((n, len(target_cols)), np.nan, dtype=np.float64)
     errors: list[str | None] = [None] * n
     for t, col in enumerate(target_cols):
-        raw = frame[col].astype(str).str.strip().str.translate(_MINUS_SIGNS)
+        raw = _label_text(frame[col])
         missing = raw.str.lower().isin(_MISSING).to_numpy()
         text = raw.str.replace(",", ".", regex=False) if decimal == "," else raw
         values = np.array(pd.to_numeric(text.where(~missing, None), errors="coerce"), dtype=np.float64)
@@ -385,26 +394,28 @@ NO_ROWS = "the file has a header but no data rows; add one row per molecule"
 
 def check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y: np.ndarray,
                       allow_empty: bool = False) -> None:
-    """A target column in which no row holds a number is a wrong column, not bad rows; one in
-    which most of the values given are not numbers is refused too (training on the rest would
-    keep a biased few). ``allow_empty``: a column empty in every row passes while another holds
-    numbers (a file labelled for some of a multi-target model's targets, ``siggate evaluate
-    --data``). A file of no rows is refused as such."""
+    """A target column in which no row holds a number is a wrong column, not bad rows; for
+    training (not ``allow_empty``), one in which most of the values given are not numbers is
+    refused too (training on the rest would drop most of its labels). ``allow_empty``: a column
+    empty in every row passes while another holds numbers (a file labelled for some of a
+    multi-target model's targets, ``siggate evaluate --data``, which counts the rows it cannot
+    score). A file of no rows is refused as such."""
     if len(frame) == 0:
         raise DataError(f"{path}: {NO_ROWS}")
     for t, col in enumerate(target_cols):
         if np.isfinite(y[:, t]).any():
-            text = frame[col].astype(str).str.strip()
+            text = _label_text(frame[col])
             unread = np.flatnonzero(~text.str.lower().isin(_MISSING).to_numpy() & np.isnan(y[:, t]))
             given = int((~text.str.lower().isin(_MISSING)).sum())
-            if 2 * len(unread) > given:
+            if not allow_empty and 2 * len(unread) > given:
                 shown = ", ".join(f"{text.iat[i]!r} on line {i + 2}" for i in unread[:3])
                 raise DataError(f"{path}: target column {col!r}: {len(unread)} of its {given} values are not "
-                                f"numbers ({shown}); training on the rest would keep a biased few. Write them as "
-                                "plain numbers (censored values such as '>10' are bounds: leave those cells empty), "
-                                "or name the label column with --target-col")
+                                f"numbers ({shown}); training on the rest would drop most of its labels. Write them "
+                                "as plain numbers, leave a cell empty where there is no measurement, or name the "
+                                "label column with --target-col (censored values such as '>10' are bounds, which "
+                                "siggate does not train on)")
             continue
-        raw = [v for v in frame[col].astype(str).str.strip() if v.lower() not in _MISSING]
+        raw = [v for v in _label_text(frame[col]) if v.lower() not in _MISSING]
         if not raw and allow_empty and np.isfinite(y).any():
             continue
         if not raw:

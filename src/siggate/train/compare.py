@@ -267,6 +267,10 @@ def _spread(std, n: int) -> str:
 
 def render_markdown(res: dict) -> str:
     """``results.md``: mean ± std per variant, paired differences by seed and the tests."""
+    import numpy as np
+
+    from ..stats import rounded_difference
+
     metric = res["metric"] or "metric"
     hib = res["higher_is_better"]
     direction = "higher is better" if hib else "lower is better"
@@ -299,7 +303,8 @@ def render_markdown(res: dict) -> str:
             scored = [v for v in (a.get(seed), b.get(seed)) if isinstance(v, (int, float)) and math.isfinite(v)]
             if len(scored) == 2:
                 d = b[seed] - a[seed]
-                better = "tie" if d == 0 else (lab if (d > 0) == bool(hib) else base)
+                tied = rounded_difference(np.array([a[seed]]), np.array([b[seed]]))[0] == 0  # as the tests read it
+                better = "tie" if tied else (lab if (d > 0) == bool(hib) else base)
                 lines.append(f"| {seed} | {_fmt(a[seed])} | {_fmt(b[seed])} | {d:+.4f} | `{better}` |")
             elif seed in a and seed in b:  # a run that finished without a score (NaN): no pair, no winner
                 lines.append(f"| {seed} | {_fmt(a[seed])} | {_fmt(b[seed])} | n/a | (no score) |")
@@ -692,7 +697,9 @@ def compare(args) -> int:
 
         run_threads = _finished_threads(pairs)
         if len(run_threads) == 1:  # the runs' own, not this call's: the results and their command describe them
-            threads = args.threads = run_threads[0]
+            threads = run_threads[0]
+            if "train.threads" not in _set_keys(args):  # (a --set train.threads names them itself)
+                args.threads = threads
         res = aggregate(pairs, specs, seeds)
         res.update({
             "command": command_line(args),

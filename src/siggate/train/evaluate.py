@@ -258,11 +258,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
               "bad_label": len(bad), "malformed": len(ragged)}
     fitted = _fitted_molecules_of(folder)
     if fitted:
-        counts["fitted"] = sum(canonical_smiles(table[smiles_col].iat[g.row]) in fitted for g in graphs)
-        if counts["fitted"]:
-            log.warning("--data %s: %d of the %d rows scored are molecules the run fitted (its train or val rows), so "
-                        "their scores are in sample; score a file of other molecules for an external estimate",
-                        path, counts["fitted"], len(graphs))
+        counts["fitted"] = sum(canonical_smiles(g.smiles) in fitted for g in graphs)  # (a salt: as the run read it)
     return graphs, counts
 
 
@@ -356,6 +352,10 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
                           None if domain is None else domain.graph_similarity(graphs))
         warnings = label_warnings(info, label_columns(target_cols, info), graphs,
                                   *_training_target_stats(predictor, info))
+        if counts.get("fitted"):
+            warnings.append(f"{counts['fitted']} of the {len(graphs)} rows scored are molecules the run fitted (its "
+                            "train or val rows), so their scores are in sample; score a file of other molecules for "
+                            "an external estimate")
         for w in warnings:
             log.warning("--data %s: %s", data, w)
         if warnings:
