@@ -127,6 +127,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     targets = mace.parse_targets(args.targets) if args.targets else list(mace.PUBLIC)
     work = args.work_dir / args.members.replace(",", "-")
+    from siggate.train.record import git_commit
+
     rng, found = np.random.default_rng(args.seed), scales()
     table = {name: {"val": [], "test": []} for name in found}
     for target in targets:
@@ -147,7 +149,8 @@ def main(argv=None) -> int:
     doc = {"targets": targets, "members": args.members, "coverage": args.coverage, "seed": args.seed,
            "halvings": HALVINGS, "columns": ["coverage", "median width", "least alike third", "middle third",
                                              "most alike third"],
-           "chosen_on_val": chosen, "mean_over_targets": means, "per_target": table}
+           "chosen_on_val": chosen, "mean_over_targets": means, "per_target": table,
+           "command": " ".join(["python", *sys.argv]), "git_commit": git_commit()}  # (the runs: reused from --work-dir)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"{len(targets)} targets, coverage {args.coverage:g}; columns: {', '.join(doc['columns'])}")

@@ -215,12 +215,13 @@ def verdict_smoothing(s: dict) -> list[dict]:
     if missing:
         budget += f"; no pairs at depth(s) {', '.join(map(str, missing))} of the claimed 4-16"
     per = s.get("relative_mad_gain", {}).get(prim, {})
+    where = "depths 4-16" if covered else "depth(s) " + ", ".join(map(str, sorted({int(p["depth"]) for p in pairs})))
     zero, target = one_sided_tests(gains), one_sided_tests(gains, CLAIMED_GAIN)
     mean = sum(gains) / len(gains) if gains else None
     out = [{
         "claim": "gating slows over-smoothing (more diverse last-layer representations than without the gate)",
         "measured": f"last-layer MAD higher with {prim} in {zero['n_above']}/{zero['n']} (depth, seed) pairs at "
-                    f"depths 4-16, lower in {zero['n_below']}; one-sided sign test p = {fmt(zero['sign_up'], 3)}; "
+                    f"{where}, lower in {zero['n_below']}; one-sided sign test p = {fmt(zero['sign_up'], 3)}; "
                     f"{budget}",
         "rule": "holds if the one-sided sign test of gain > 0 over the (depth, seed) pairs at depths 4, 8, 12 and 16 "
                 "(all present) gives p < 0.05; does not hold if the test of gain < 0 does, after the protocol's full "

@@ -3,7 +3,8 @@
 >>> ds = load_csv("solubility.csv", "smiles", ["logS"], task="regression")  # doctest: +SKIP
 
 Rows that cannot become a graph (bad SMILES, non-numeric targets, a missing target
-for regression/binary, unknown split label) are never fatal: they are
+for regression/binary, unknown split label) are not fatal, unless most of a target column's
+values are not numbers (a wrong column, refused by :func:`check_any_numeric`): they are
 collected as :class:`~siggate.data.base.InvalidRow` in ``dataset.invalid``,
 written to ``<cache_dir>/csv/<file stem>/<key>.invalid.csv`` and summarized in
 one logged warning by kind (:func:`row_issue`).  The processed dataset is cached
