@@ -581,7 +581,9 @@ def test_compare_reports_the_threads_its_set_gives_the_runs(tmp_path, capsys):
     assert res["threads"] == 2 and "--threads" not in res["command"]
 
 
-def test_compare_refuses_a_run_dir_of_another_config(tmp_path):
+def test_compare_refuses_a_run_dir_of_another_config(tmp_path, capsys):
+    """A run folder holding another config is refused before any run trains (it was listed as
+    failed after the others ran, and the results written without it), and nothing is written."""
     out = tmp_path / "cmp"
     run = out / "runs" / "none" / "seed0"
     run.mkdir(parents=True)
@@ -590,11 +592,14 @@ def test_compare_refuses_a_run_dir_of_another_config(tmp_path):
     cfg = load_config("nci5k", ["model.gate=none", "train.seed=0", "train.epochs=7"]).to_dict()
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     (run / "metrics.json").write_text(json.dumps({"test": 1.0, "val": 1.0, "metric": "mae"}))
-    rc = _compare(["--seeds", "0", "--gates", "none", "--epochs", "3", "--out", str(out), "--no-progress"])
-    assert rc == 1
-    res = json.loads((out / "results.json").read_text())
-    assert res["failed"][0]["seed"] == 0 and "train.epochs" in res["failed"][0]["error"]
-    assert res["per_seed"]["none"] == {}
+    capsys.readouterr()
+    rc = _compare(["--seeds", "0-1", "--gates", "none", "--epochs", "3", "--out", str(out), "--no-progress"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{run} holds a run of another config (train.epochs" in err, err
+    assert err.endswith("nothing was trained")
+    assert not (out / "results.json").exists() and not (out / "runs" / "none" / "seed1").exists()
+    assert json.loads((run / "metrics.json").read_text())["test"] == 1.0  # never overwritten
 
 
 def test_compare_rejects_bad_arguments(tmp_path, capsys):
