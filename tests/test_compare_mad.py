@@ -379,6 +379,15 @@ def test_aggregate_only_into_a_folder_of_no_comparison_is_refused(tmp_path, caps
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and f"--aggregate-only: {new} holds no comparison" in err
     assert not new.exists()
+    # a first comparison still running: runs, no results.json yet; its flags cannot come from there (the
+    # refusal said a run "holds another config" and to give no flags, to take them from a file that did not exist)
+    (new / "runs" / "elementwise" / "seed0").mkdir(parents=True)
+    assert main(["compare", "--out", str(new), "--aggregate-only", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"--aggregate-only: {new} has no results.json yet (its first comparison is still running, or "
+                        "stopped before aggregating); give its --config, --gates and --seeds (and any --set, --epochs "
+                        "or --budget) as it was started"), err
+    assert not (new / "results.json").exists()
 
 
 def test_a_rerun_of_other_flags_is_refused_before_training_and_the_runs_threads_are_reported(campaign, tmp_path,

@@ -794,6 +794,8 @@ def test_no_data_markers_are_missing_labels_and_evaluate_scores_a_mostly_unlabel
     frame = pd.DataFrame({"a": ["1", "2", "3", "4"], "b": ["ND", "n.d.", "\u2013", "x"]})
     y, errors = read_labels("f.csv", frame, ["a", "b"], "regression")
     assert np.isnan(y[:, 1]).all() and errors[:3] == [None, None, None] and "'x' is not a number" in errors[3]
+    y, errors = read_labels("f.csv", pd.DataFrame({"a": ["5\u201310", "\u22121"]}), ["a"], "regression")
+    assert errors[0] == "target column 'a': '5\u201310' is not a number" and y[1, 0] == -1  # as the file wrote it
     frame = pd.DataFrame({"a": ["1", "2", "3", "4"], "b": ["5", "x", "y", "z"]})
     y, _ = read_labels("f.csv", frame, ["a", "b"], "regression")
     check_any_numeric("f.csv", frame, ["a", "b"], y, allow_empty=True)  # evaluate: counted, not refused

@@ -770,6 +770,12 @@ def test_inputs_a_layer_would_misread_are_refused():
             layer(x, ei, torch.randn(3, 1))
         with pytest.raises(ValueError, match=r"edge_attr must be \[E, d\]"):
             layer.for_inference()(x, ei, torch.randn(3, 1))
+    for attn_type in ("full", "performer", "exphormer"):  # a layout kept from another batch: an IndexError deep inside
+        for impl in ("reference", "packed"):
+            layer = GPSLayer(8, heads=2, attn_type=attn_type, impl=impl).eval()
+            seven = layer.attn.make_layout(torch.zeros(7, dtype=torch.long), torch.tensor([[0, 1], [1, 2]]), impl=impl)
+            with pytest.raises(ValueError, match="the layout was built for a batch of 7 nodes, and x has 4 rows"):
+                layer(x, ei, torch.randn(3, 8), layout=seven)
 
 
 @pytest.mark.parametrize("attn_type", ["full", "performer", "exphormer"])

@@ -312,19 +312,21 @@ def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: s
         values = np.array(pd.to_numeric(text.where(~missing, None), errors="coerce"), dtype=np.float64)
         _check_decimal_marks(path, col, raw, missing, values, decimal)
         unread = np.flatnonzero(~missing & np.isnan(values))
+        written = frame[col].astype(str).str.strip()  # the cell as the file has it, for the messages
         for i in unread:
-            errors[i] = errors[i] or f"target column {col!r}: {raw.iat[i]!r} is not a number" + (
+            errors[i] = errors[i] or f"target column {col!r}: {written.iat[i]!r} is not a number" + (
                 " (censored: a bound, not a measurement)" if _CENSORED.match(raw.iat[i]) else "")
         values[missing] = np.nan
         bad_inf = np.abs(np.nan_to_num(values)) > np.finfo(np.float32).max  # infinite, or so once stored as float32
         for i in np.flatnonzero(bad_inf):
-            errors[i] = errors[i] or (f"target column {col!r}: {raw.iat[i]!r} is not finite" if np.isinf(values[i])
-                                      else f"target column {col!r}: {raw.iat[i]!r} is beyond float32's range "
+            errors[i] = errors[i] or (f"target column {col!r}: {written.iat[i]!r} is not finite"
+                                      if np.isinf(values[i])
+                                      else f"target column {col!r}: {written.iat[i]!r} is beyond float32's range "
                                            "(about ±3.4e38) in which labels are kept")
         if task in ("binary", "multilabel"):
             ok = np.isnan(values) | (values == 0) | (values == 1)
             for i in np.flatnonzero(~ok & ~bad_inf):
-                errors[i] = errors[i] or f"target column {col!r}: label {raw.iat[i]!r} is not 0 or 1"
+                errors[i] = errors[i] or f"target column {col!r}: label {written.iat[i]!r} is not 0 or 1"
         y[:, t] = values
     if task in ("regression", "binary"):
         for i in np.flatnonzero(np.isnan(y).all(axis=1)):

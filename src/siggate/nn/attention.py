@@ -53,6 +53,16 @@ def _seed_from_global_state(salt: bytes) -> int:
 
 
 
+def layout_nodes(layout) -> int | None:
+    """The node rows a batch layout was built for (``None`` if it does not say)."""
+    for owner in (layout, getattr(layout, "segments", None)):
+        n = getattr(owner, "num_nodes", None)
+        if isinstance(n, int):
+            return n
+    flat = getattr(layout, "flat", None)  # DenseIndex: one position per node
+    return int(flat.numel()) if isinstance(flat, Tensor) else None
+
+
 def check_whole(name: str, value, low: int) -> None:
     """Refuse ``value`` unless it is a whole number ``>= low`` (a width, a count): a float or a
     value below ``low`` is refused where it is given, not met later as a ``TypeError`` or an empty
@@ -269,7 +279,7 @@ class GatedAttentionBase(nn.Module):
         ``return_details``, ``(out, details)``: ``head_out``, ``head_out_gated``
         ``(B, N_max, H, d_head)`` and ``gate`` padded by graph (``layout.batch``) as the
         ``"full"`` type returns them, and ``attn`` ``None`` (only ``"full"`` forms it)."""
-        self.check_layout(layout)
+        self.check_layout(layout, x)
         out, parts = self.gated(x, self.attention_core(x, layout, edge_attr), self._fused(x, layout))
         if not return_details:
             return out
@@ -280,13 +290,18 @@ class GatedAttentionBase(nn.Module):
 
         return out, dict(zip(("head_out", "head_out_gated", "gate"), map(padded, parts)), attn=None)
 
-    def check_layout(self, layout) -> None:
-        """Refuse a layout that another attention type built (``ValueError`` naming the call that
-        builds this type's: a model of one's own that built a :class:`PackedLayout` for a
-        Performer layer failed deep inside it)."""
+    def check_layout(self, layout, x: Tensor | None = None) -> None:
+        """Refuse a layout that another attention type built, or one built for another batch than
+        the node rows ``x`` (``ValueError`` naming the call that builds this type's: a model of
+        one's own that built a :class:`PackedLayout` for a Performer layer, or kept one layout
+        across batches, failed deep inside the kernels with an index error)."""
         if self.layout_types and not isinstance(layout, self.layout_types):
             raise ValueError(f"a {type(layout).__name__} is not a layout the {self.attn_type!r} attention reads; "
                              "build it with layer.attn.make_layout(batch, edge_index, num_graphs)")
+        nodes = layout_nodes(layout)
+        if x is not None and nodes is not None and x.size(0) != nodes:
+            raise ValueError(f"the layout was built for a batch of {nodes} nodes, and x has {x.size(0)} rows; build "
+                             "it from this batch: layer.attn.make_layout(batch, edge_index, num_graphs)")
 
     def _fused(self, x: Tensor, layout) -> bool:
         """Whether :meth:`gated` may hand the input projection to the core (one step, one
@@ -400,7 +415,7 @@ class GatedMultiheadAttention(GatedAttentionBase):
         """Node rows ``x [N, d]`` -> ``[N, d]`` (no edge scores): over a :class:`PackedLayout` the packed
         core; over a :class:`DenseIndex` :meth:`forward` on the padded batch (as a module
         call, so hooks see it), which alone forms the probabilities ``return_details`` asks for."""
-        self.check_layout(layout)
+        self.check_layout(layout, x)
         if isinstance(layout, PackedLayout):
             if return_details:
                 raise ValueError("return_details needs the padded reference: build the layout with "

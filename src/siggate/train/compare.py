@@ -624,9 +624,16 @@ def compare(args) -> int:
     """Run the comparison described by the parsed ``siggate compare`` arguments."""
     aggregate_only = getattr(args, "aggregate_only", False)
     old, stored, unread = _stored(Path(args.out), aggregate_only)  # its MAD block is kept while the runs are the same
-    if unread and not ({"config", "gates", "seeds"} <= {n for n in DEFINING if getattr(args, n, None) is not None}):
+    named = {n for n in DEFINING if getattr(args, n, None) not in (None, [])}
+    if unread and not ({"config", "gates", "seeds"} <= named):
         raise CompareError(f"--aggregate-only: {unread}; give --config, --gates and --seeds (and any --set, "
                            "--epochs or --budget) as the comparison was run")
+    if aggregate_only and stored is None and not old and not named - {"data_root", "cache_dir"} \
+            and (Path(args.out) / "runs").is_dir():
+        # a first comparison still running has written no results.json to take its flags from
+        raise CompareError(f"--aggregate-only: {args.out} has no results.json yet (its first comparison is still "
+                           "running, or stopped before aggregating); give its --config, --gates and --seeds (and any "
+                           "--set, --epochs or --budget) as it was started")
     _defaults(args, stored)
     if args.threads and "train.threads" in _set_keys(args):
         raise CompareError("--threads and --set train.threads both set each run's threads; give one")
