@@ -408,8 +408,8 @@ def check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y
     for t, col in enumerate(target_cols):
         if np.isfinite(y[:, t]).any():
             text = _label_text(frame[col])
-            unread = np.flatnonzero(~text.str.lower().isin(_MISSING).to_numpy() & np.isnan(y[:, t]))
-            given = int((~text.str.lower().isin(_MISSING)).sum())
+            present = ~text.str.lower().isin(_MISSING).to_numpy()
+            unread, given = np.flatnonzero(present & np.isnan(y[:, t])), int(present.sum())
             if not allow_empty and 2 * len(unread) > given:
                 shown = ", ".join(f"{text.iat[i]!r} on line {i + 2}" for i in unread[:3])
                 raise DataError(f"{path}: target column {col!r}: {len(unread)} of its {given} values are not "

@@ -53,15 +53,6 @@ def _seed_from_global_state(salt: bytes) -> int:
 
 
 
-def layout_nodes(layout) -> int | None:
-    """The node rows a batch layout was built for (``None`` if it does not say)."""
-    for owner in (layout, getattr(layout, "segments", None)):
-        n = getattr(owner, "num_nodes", None)
-        if isinstance(n, int):
-            return n
-    flat = getattr(layout, "flat", None)  # DenseIndex: one position per node
-    return int(flat.numel()) if isinstance(flat, Tensor) else None
-
 
 def check_whole(name: str, value, low: int) -> None:
     """Refuse ``value`` unless it is a whole number ``>= low`` (a width, a count): a float or a
@@ -298,7 +289,7 @@ class GatedAttentionBase(nn.Module):
         if self.layout_types and not isinstance(layout, self.layout_types):
             raise ValueError(f"a {type(layout).__name__} is not a layout the {self.attn_type!r} attention reads; "
                              "build it with layer.attn.make_layout(batch, edge_index, num_graphs)")
-        nodes = layout_nodes(layout)
+        nodes = getattr(layout, "num_nodes", None)  # every layout of siggate's says it
         if x is not None and nodes is not None and x.size(0) != nodes:
             raise ValueError(f"the layout was built for a batch of {nodes} nodes, and x has {x.size(0)} rows; build "
                              "it from this batch: layer.attn.make_layout(batch, edge_index, num_graphs)")

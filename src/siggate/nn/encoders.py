@@ -6,12 +6,13 @@ produces ``pe_dim`` channels; the two are concatenated, as in GraphGPS.
 
 from __future__ import annotations
 
-import numbers
 from typing import Sequence
 
 import torch
 from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
 from torch import Tensor, nn
+
+from .attention import check_whole
 
 
 class TypeEncoder(nn.Module):
@@ -24,8 +25,7 @@ class TypeEncoder(nn.Module):
 
     def __init__(self, num_types: int, dim: int, what: str = "types") -> None:
         super().__init__()
-        if not (isinstance(num_types, numbers.Integral) and num_types >= 1):
-            raise ValueError(f"{what}: the number of types must be a whole number >= 1, got {num_types!r}")
+        check_whole(f"{what}: the number of types", num_types, 1)
         self.num_types = num_types
         self.what = what
         self.emb = nn.Embedding(num_types, dim)

@@ -269,7 +269,7 @@ def render_markdown(res: dict) -> str:
     """``results.md``: mean ± std per variant, paired differences by seed and the tests."""
     import numpy as np
 
-    from ..stats import rounded_difference
+    from ..stats import rounded_difference  # (numpy: the pair's two scores as float64)
 
     metric = res["metric"] or "metric"
     hib = res["higher_is_better"]
@@ -303,7 +303,7 @@ def render_markdown(res: dict) -> str:
             scored = [v for v in (a.get(seed), b.get(seed)) if isinstance(v, (int, float)) and math.isfinite(v)]
             if len(scored) == 2:
                 d = b[seed] - a[seed]
-                tied = rounded_difference(np.array([a[seed]]), np.array([b[seed]]))[0] == 0  # as the tests read it
+                tied = rounded_difference(np.float64(a[seed]), np.float64(b[seed])) == 0  # as the tests read it
                 better = "tie" if tied else (lab if (d > 0) == bool(hib) else base)
                 lines.append(f"| {seed} | {_fmt(a[seed])} | {_fmt(b[seed])} | {d:+.4f} | `{better}` |")
             elif seed in a and seed in b:  # a run that finished without a score (NaN): no pair, no winner

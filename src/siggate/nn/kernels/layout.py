@@ -337,6 +337,11 @@ class DenseIndex:
     max_nodes: int
     impl: str = "reference"  # the padded implementation it serves: "reference" or "sdpa"
 
+    @property
+    def num_nodes(self) -> int:
+        """Nodes of the batch (as every layout says: :class:`PackedLayout`, :class:`GraphSegments`)."""
+        return int(self.flat.numel())
+
     @classmethod
     def from_batch(cls, batch: Tensor, batch_size: int | None = None, impl: str = "reference") -> "DenseIndex":
         if batch_size is None:
