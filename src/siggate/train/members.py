@@ -365,7 +365,7 @@ def _run_record_above(folder: Path) -> dict:
     ``folder``, else, in a run that has not finished, its :data:`~.rundir.MEMBERS_RECORD` config
     (split with ``train.seed``, as ``siggate train`` splits a run of members); ``{}`` when
     ``folder`` is no run's member."""
-    from .rundir import MEMBERS_RECORD, member_folders, read_record, read_saved_config
+    from .rundir import MEMBERS_RECORD, config_from_record, member_folders, read_record
 
     run = folder.resolve().parent
     if folder.resolve() not in {m.resolve() for m in member_folders(run)}:
@@ -374,9 +374,10 @@ def _run_record_above(folder: Path) -> dict:
         doc = read_manifest(run)
         if doc["kind"] == Combination.kind and folder.name in (doc.get("members") or ()) and "config" in doc:
             return doc
-    if (run / MEMBERS_RECORD).is_file():  # its _meta holds the training CSV's record
-        meta = read_record(run / MEMBERS_RECORD).get("_meta") or {}
-        return {"config": read_saved_config(run / MEMBERS_RECORD), "data_source": meta.get("source")}
+    if (run / MEMBERS_RECORD).is_file():
+        record = read_record(run / MEMBERS_RECORD)  # its _meta holds the training CSV's record
+        return {"config": config_from_record(record, run / MEMBERS_RECORD)[0],
+                "data_source": (record.get("_meta") or {}).get("source")}
     return {}
 
 

@@ -288,7 +288,13 @@ def saved_config_and_resolved(path: str | Path) -> tuple[dict, dict]:
         ConfigError: a record that is not one (:func:`read_record`), or whose sections are not
             mappings.
     """
-    saved = read_record(path)
+    return config_from_record(read_record(path), path)
+
+
+def config_from_record(saved: dict, path: str | Path) -> tuple[dict, dict]:
+    """:func:`saved_config_and_resolved` of a record already read (:func:`read_record`) from ``path``
+    (named in the error); ``saved`` is left as it was."""
+    saved = dict(saved)
     meta = saved.pop("_meta", None) or {}
     try:
         return split_resolved(upgrade_config_dict(saved), meta.get("resolved"))
