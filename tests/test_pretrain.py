@@ -347,3 +347,73 @@ def test_a_corpus_built_before_a_benchmark_was_known_resumes(tmp_path, monkeypat
                                           r"readable as then \(--data-root\)"):
         build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=1000, seed=0, data_root=tmp_path / "none",
                      progress=False, keep=True)
+
+
+def test_an_interrupted_corpus_build_resumes_at_its_first_missing_chunk(tmp_path, monkeypatch):
+    """The descriptors of a million molecules take hours: a build stopped midway kept nothing and
+    began again. Each chunk is saved when done, a resumed build computes only the chunks missing,
+    several workers give the same corpus as one, and a build of other arguments discards the pieces."""
+    from siggate.train import pretrain as pt
+
+    monkeypatch.setattr(pt, "CHUNK", 7)
+    args = dict(molecules=1000, data_root=tmp_path / "none", progress=False, test_sets=())
+    ref = build_corpus(_corpus_file(tmp_path), tmp_path / "ref", seed=0, **args)
+    csv_ref = (tmp_path / "ref" / "corpus.csv").read_bytes()
+    assert ref["kept"] == len(BASE) - 1 and not (tmp_path / "ref" / "partial").exists()
+    n_chunks = -(-ref["kept"] // 7)
+    real, calls = pt._chunk_descriptors, []
+
+    def counted(stop_at=None):
+        def chunk(smiles):
+            if len(calls) == stop_at:
+                raise KeyboardInterrupt
+            calls.append(list(smiles))
+            return real(smiles)
+        return chunk
+
+    monkeypatch.setattr(pt, "_chunk_descriptors", counted(stop_at=3))
+    with pytest.raises(KeyboardInterrupt):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", seed=0, **args)
+    part = tmp_path / "c" / "partial"
+    assert sorted(p.name for p in part.glob("descriptors-*.npy")) == [f"descriptors-{i:05d}.npy" for i in range(3)]
+    assert (part / "selection.json.gz").is_file() and not (tmp_path / "c" / "corpus.csv").exists()
+    calls.clear()
+    monkeypatch.setattr(pt, "_chunk_descriptors", counted())
+    again = build_corpus(_corpus_file(tmp_path), tmp_path / "c", seed=0, **args)
+    assert len(calls) == n_chunks - 3  # the three saved chunks were read, not computed
+    assert calls[0] == [line.split(",")[0] for line in csv_ref.decode().splitlines()[1:]][21:28]  # the fourth chunk
+    assert (tmp_path / "c" / "corpus.csv").read_bytes() == csv_ref and again["csv_sha256"] == ref["csv_sha256"]
+    assert not part.exists()  # the corpus is written: its pieces are gone
+
+    # pieces of another build (seed 0) are discarded by a build of seed 1, never mixed in
+    calls.clear()
+    monkeypatch.setattr(pt, "_chunk_descriptors", counted(stop_at=2))
+    with pytest.raises(KeyboardInterrupt):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "d", seed=0, **args)
+    calls.clear()
+    monkeypatch.setattr(pt, "_chunk_descriptors", counted())
+    other = build_corpus(_corpus_file(tmp_path), tmp_path / "d", seed=1, **args)
+    seed1 = build_corpus(_corpus_file(tmp_path), tmp_path / "seed1", seed=1, **args)
+    assert len(calls) == 2 * n_chunks and other["csv_sha256"] == seed1["csv_sha256"] != ref["csv_sha256"]
+
+    # --resume of a pretraining whose corpus was never written goes on with it (it was refused as
+    # "nothing to continue", and the build began again without --resume)
+    calls.clear()
+    monkeypatch.setattr(pt, "_chunk_descriptors", counted(stop_at=1))
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(_corpus_file(tmp_path), tmp_path / "run", epochs=1, **args)
+    calls.clear()
+    monkeypatch.setattr(pt, "_chunk_descriptors", counted(stop_at=0))
+    with pytest.raises(KeyboardInterrupt):  # past the refusal: it went on to the second chunk
+        pretrain(_corpus_file(tmp_path), tmp_path / "run", epochs=1, resume=True, **args)
+    assert len(list((tmp_path / "run" / "corpus" / "partial").glob("descriptors-*.npy"))) == 1
+
+
+def test_corpus_descriptors_from_two_worker_processes_equal_one(tmp_path, monkeypatch):
+    from siggate.train import pretrain as pt
+
+    monkeypatch.setattr(pt, "CHUNK", 20)
+    args = dict(molecules=1000, seed=0, data_root=tmp_path / "none", progress=False, test_sets=())
+    one = build_corpus(_corpus_file(tmp_path), tmp_path / "one", **args)
+    two = build_corpus(_corpus_file(tmp_path), tmp_path / "two", workers=2, **args)
+    assert -(-one["kept"] // 20) == 3 and two["csv_sha256"] == one["csv_sha256"]

@@ -784,7 +784,7 @@ def _pretrain(args) -> int:
         rec = pretrain(source, args.out, molecules=args.molecules, epochs=args.epochs, seed=args.seed,
                        config=args.config, overrides=overrides, data_root=args.data_root, exclude_files=args.exclude,
                        smiles_col=args.smiles_col, resume=args.resume, progress=progress_enabled(args),
-                       device=check_device(args.device))
+                       device=check_device(args.device), workers=args.threads or 1)
     except KeyboardInterrupt:
         print(f"siggate pretrain: interrupted; resume with: siggate pretrain --smiles {args.smiles} --out "
               f"{args.out} --resume (and the same options)", file=sys.stderr)
@@ -968,7 +968,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "molhiv, molpcba, NCI-5K and MoleculeACE are always dropped where their files are found")
     add_data_root_flag(p, "the ZINC, molhiv and molpcba test sets")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
-    add_threads_flag(p, default=1, default_text="1")
+    add_threads_flag(p, default=1, default_text="1",
+                     what="torch threads, and the processes that compute the corpus's descriptors")
     add_device_flag(p)
     add_progress_flag(p)
     p.set_defaults(func=cmd_pretrain)

@@ -49,10 +49,11 @@ def add_command(subparsers, name: str, help: str, examples: list[str], descripti
                                                                     + help[1:] + "."), **kw)
 
 
-def add_threads_flag(p: argparse.ArgumentParser, default: int | None = None, default_text: str = "torch's choice") -> None:
-    """``--threads N``: torch threads of this process (``args.threads``)."""
+def add_threads_flag(p: argparse.ArgumentParser, default: int | None = None, default_text: str = "torch's choice",
+                     what: str = "torch threads") -> None:
+    """``--threads N``: torch threads of this process (``args.threads``); ``what`` says what else they are."""
     p.add_argument("--threads", type=int, default=default, metavar="N",
-                   help=f"torch threads (default: {default_text})")
+                   help=f"{what} (default: {default_text})")
 
 
 def add_device_flag(p: argparse.ArgumentParser) -> None:

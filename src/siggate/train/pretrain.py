@@ -10,6 +10,10 @@ Steps, each resumable (``OUT`` is the pretraining folder):
 2. **Targets.** The 217 ``rdkit2d`` descriptors of :mod:`siggate.data.molfeatures`, standardized
    with the corpus's training rows and clipped to +-:data:`CLIP_Z`; constant columns are dropped.
    ``corpus.csv`` holds ``smiles``, ``split`` (98/1/1, seeded) and one column per descriptor.
+   Until the corpus is written, ``corpus/partial/`` keeps the selection of step 1 and the raw
+   descriptors in chunks of :data:`CHUNK` molecules, each saved when done (hours for a million
+   molecules on one core; ``workers`` processes share the chunks), so an interrupted build resumes
+   at the first chunk missing; a partial build of other arguments is removed, not mixed in.
 3. **Training** (``OUT/model/``): an ordinary ``siggate train`` run of the chosen config on that
    CSV (multi-target regression), so progress, checkpoints and exact resume are the loop's.
 4. **Export** (``OUT/pretrained.pt``): the best epoch's weights, config, task and the corpus
@@ -41,6 +45,9 @@ SPLIT_FRAC = (0.98, 0.01, 0.01)  # train / val / test; val and test get at least
 MIN_MOLECULES = 10
 FORMAT = "siggate-pretrained-1"
 CORPUS_VERSION = 2  # 2: val and test are fixed counts of a seeded permutation (1: a seeded draw per row)
+#: molecules per saved chunk of descriptors while a corpus is built (``corpus/partial/``)
+CHUNK = 10_000
+PARTIAL = "partial"
 
 
 
@@ -92,15 +99,105 @@ def _select(smiles: list[str], molecules: int, seed: int, excluded: set, progres
     return kept, counts
 
 
-def _descriptor_targets(smiles: list[str], train_rows: np.ndarray, progress: bool) -> tuple[np.ndarray, list[str], dict]:
+def _partial_dir(out: Path, key: dict) -> Path:
+    """``out/partial`` for a corpus build of ``key`` (its arguments and the test sets read), created;
+    a partial build of another key (or an unreadable one) is removed first."""
+    import shutil
+
+    part = out / PARTIAL
+    if part.exists():
+        try:
+            same = json.loads((part / "key.json").read_text()) == key
+        except (OSError, ValueError):
+            same = False
+        if not same:
+            log.info("pretrain: removing the partial corpus in %s, built with other arguments", part)
+            shutil.rmtree(part)
+    if not part.exists():
+        part.mkdir(parents=True)
+        atomic_write_bytes(part / "key.json", json.dumps(key).encode())
+    return part
+
+
+def _saved_selection(part: Path, select) -> tuple[list[str], dict, int]:
+    """``(kept SMILES, counts, SMILES in the source)``: from ``part/selection.json.gz``, else
+    ``select()``'s, saved there."""
+    import gzip
+
+    path = part / "selection.json.gz"
+    try:
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        return doc["kept"], doc["counts"], doc["source_smiles"]
+    except (OSError, ValueError, KeyError, TypeError, EOFError):
+        kept, counts, n = select()
+        atomic_write_bytes(path, gzip.compress(json.dumps({"kept": kept, "counts": counts, "source_smiles": n}).encode(),
+                                               compresslevel=3))
+        return kept, counts, n
+
+
+def _chunk_descriptors(smiles: list[str]) -> np.ndarray:
+    """The raw ``rdkit2d`` descriptors of one chunk (a process pool's task)."""
+    from ..data.molfeatures import compute
+
+    return compute(smiles, "rdkit2d")
+
+
+def _raw_descriptors(smiles: list[str], part: Path, workers: int, progress: bool) -> np.ndarray:
+    """The raw ``rdkit2d`` descriptors of ``smiles`` ``[n, 217]``: the chunks already saved in
+    ``part`` are read, the others computed (by ``workers`` processes) and saved as each is done."""
+    import io
+
     from tqdm.auto import tqdm
 
-    from ..data.molfeatures import RDKIT2D_NAMES, FeatureScaler, compute
+    from ..data.molfeatures import RDKIT2D_NAMES
 
-    chunk = 1000
-    blocks = [compute(smiles[i:i + chunk], "rdkit2d")
-              for i in tqdm(range(0, len(smiles), chunk), desc="descriptors", unit="k mol", disable=not progress)]
-    raw = np.concatenate(blocks) if blocks else np.zeros((0, len(RDKIT2D_NAMES)), np.float32)
+    width = len(RDKIT2D_NAMES)
+    starts = range(0, len(smiles), CHUNK)
+    blocks: dict[int, np.ndarray] = {}
+    for i, start in enumerate(starts):
+        try:
+            block = np.load(part / f"descriptors-{i:05d}.npy", allow_pickle=False)
+        except (OSError, ValueError, EOFError):
+            continue
+        if block.shape == (len(smiles[start:start + CHUNK]), width) and block.dtype == np.float32:
+            blocks[i] = block
+    todo = [i for i in range(len(starts)) if i not in blocks]
+    if blocks and todo:
+        log.info("pretrain: resuming the corpus's descriptors at %d of %d molecules", len(blocks) * CHUNK, len(smiles))
+
+    def keep(i: int, block: np.ndarray) -> None:
+        buf = io.BytesIO()
+        np.save(buf, block, allow_pickle=False)
+        atomic_write_bytes(part / f"descriptors-{i:05d}.npy", buf.getvalue())
+        blocks[i] = block
+        bar.update(len(block))
+
+    bar = tqdm(total=len(smiles), initial=sum(len(b) for b in blocks.values()), desc="descriptors", unit="mol",
+               disable=not progress)
+    try:
+        if workers > 1 and len(todo) > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = {i: pool.submit(_chunk_descriptors, smiles[starts[i]:starts[i] + CHUNK]) for i in todo}
+                try:
+                    for i, future in futures.items():  # in order, each saved as soon as it is read
+                        keep(i, future.result())
+                except BaseException:
+                    pool.shutdown(cancel_futures=True)
+                    raise
+        else:
+            for i in todo:
+                keep(i, _chunk_descriptors(smiles[starts[i]:starts[i] + CHUNK]))
+    finally:
+        bar.close()
+    return np.concatenate([blocks[i] for i in range(len(starts))]) if blocks else np.zeros((0, width), np.float32)
+
+
+def _descriptor_targets(raw: np.ndarray, train_rows: np.ndarray) -> tuple[np.ndarray, list[str], dict]:
+    from ..data.molfeatures import RDKIT2D_NAMES, FeatureScaler
+
     keep = np.nonzero(raw[train_rows].std(axis=0) > 0)[0]
     scaler = FeatureScaler.fit(raw[train_rows][:, keep])
     z = np.clip(scaler.transform(raw[:, keep]), -CLIP_Z, CLIP_Z)
@@ -110,13 +207,15 @@ def _descriptor_targets(smiles: list[str], train_rows: np.ndarray, progress: boo
 
 def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, data_root=None,
                  exclude_files: list[str] = (), smiles_col: str | None = None, progress: bool = True,
-                 test_sets=None, keep: bool = False) -> dict:
+                 test_sets=None, keep: bool = False, workers: int = 1) -> dict:
     """Write ``out/corpus.csv`` and ``out/meta.json`` (see the module docstring); the meta dict.
 
     ``test_sets`` names the benchmarks whose test molecules are dropped (default: all of
     :data:`siggate.data.corpus.TEST_SETS`). A corpus already in ``out`` with the same source file
     (sha256), size, seed and exclusions is reused as it is; ``keep`` (a run resuming on it)
-    refuses to replace one built otherwise.
+    refuses to replace one built otherwise. A build interrupted before the corpus was written
+    resumes from ``out/partial`` (the module docstring); ``workers`` processes compute the
+    descriptors, with the same result as one.
 
     Raises:
         ConfigError: too few usable molecules; with ``keep``, a corpus in ``out`` built from
@@ -159,9 +258,14 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
             raise ConfigError(f"pretrain --resume: the run's corpus in {out} was built otherwise ({'; '.join(differ)}); "
                               f"{', and '.join(fixes)}, or pretrain into a new --out")
     t0 = time.time()
-    smiles = read_smiles(source, smiles_col)
     excluded, read_sets = _excluded_keys(data_root, list(exclude_files), test_sets)
-    kept, counts = _select(smiles, molecules, seed, excluded, progress)
+    part = _partial_dir(out, {**want, "test_sets": read_sets})
+
+    def select() -> tuple[list[str], dict, int]:
+        smiles = read_smiles(source, smiles_col)
+        return (*_select(smiles, molecules, seed, excluded, progress), len(smiles))
+
+    kept, counts, n_source = _saved_selection(part, select)
     if len(kept) < MIN_MOLECULES:
         raise ConfigError(f"pretrain: only {len(kept)} usable molecules in {source}; a corpus needs at least "
                           f"{MIN_MOLECULES}")
@@ -170,7 +274,9 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
     split = np.full(n, "train", dtype=object)
     perm = np.random.default_rng(seed + 1).permutation(n)
     split[perm[:n_val]], split[perm[n_val:n_val + n_test]] = "val", "test"
-    z, names, scaler = _descriptor_targets(kept, np.nonzero(split == "train")[0], progress)
+    raw = _raw_descriptors(kept, part, max(1, int(workers)), progress)
+    z, names, scaler = _descriptor_targets(raw, np.nonzero(split == "train")[0])
+    del raw
     out.mkdir(parents=True, exist_ok=True)
     tmp = csv_path.with_suffix(".csv.tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as fh:
@@ -179,11 +285,14 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         for s, sp, row in zip(kept, split, z):
             w.writerow([s, sp, *(f"{v:.5g}" for v in row)])
     tmp.replace(csv_path)
-    meta = {**want, "source": str(source), "source_smiles": len(smiles), **counts, "kept": len(kept),
+    meta = {**want, "source": str(source), "source_smiles": n_source, **counts, "kept": len(kept),
             "split_sizes": {k: int((split == k).sum()) for k in ("train", "val", "test")},
             "test_sets": read_sets, "descriptors": names, "clip_z": CLIP_Z, "scaler": scaler,
             "csv_sha256": file_digest(csv_path), "seconds": round(time.time() - t0, 1)}
     atomic_write_bytes(meta_path, json.dumps(meta, indent=1).encode())
+    import shutil
+
+    shutil.rmtree(part, ignore_errors=True)  # the corpus is written: its pieces are done with
     log.info("pretrain: corpus of %d molecules (%d read; %d removed as benchmark test molecules, %d duplicates, "
              "%d invalid) in %.0f s", len(kept), counts["read"], counts["in_test_set"], counts["duplicate"],
              counts["invalid"], meta["seconds"])
@@ -231,21 +340,23 @@ def export_pretrained(run_dir: Path, dest: Path, corpus: dict, extra: dict | Non
 def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epochs: int = 20, seed: int = 0,
              config: str | None = None, overrides: list[str] = (), data_root=None, exclude_files: list[str] = (),
              smiles_col: str | None = None, resume: bool = False, progress: bool = True, test_sets=None,
-             device: str = "cpu") -> dict:
-    """Corpus, training and export (module docstring); returns the export's ``pretraining`` record."""
+             device: str = "cpu", workers: int = 1) -> dict:
+    """Corpus, training and export (module docstring); returns the export's ``pretraining`` record.
+    ``workers``: processes that compute the corpus's descriptors."""
     from .pipeline import train
 
     out = Path(out)
     model_dir = out / "model"
     if not resume and (model_dir / "last.pt").exists():
         raise ConfigError(f"{out} holds a pretraining run; pass --resume to continue it, or another --out")
-    if resume and not (model_dir / "last.pt").exists() and not (out / "corpus" / "meta.json").exists():
+    if resume and not (model_dir / "last.pt").exists() and not any(
+            (out / "corpus" / name).exists() for name in ("meta.json", PARTIAL)):
         raise ConfigError(f"--resume: {out} holds no pretraining to continue (no corpus, no checkpoint); check "
                           "--out, or drop --resume to start one")
     # the config is refused before the corpus is built (minutes to hours), not after
     pretrain_config(config, out / "corpus" / "corpus.csv", ["descriptor"], epochs, seed, overrides)
     corpus = build_corpus(source, out / "corpus", molecules, seed, data_root, exclude_files, smiles_col, progress,
-                          test_sets, keep=resume and (model_dir / "last.pt").exists())
+                          test_sets, keep=resume and (model_dir / "last.pt").exists(), workers=workers)
     cfg = pretrain_config(config, out / "corpus" / "corpus.csv", corpus["descriptors"], epochs, seed, overrides,
                           cache_dir=str(out / "cache"))
     t0 = time.time()
