@@ -128,7 +128,8 @@ def test_benchmark_test_sets_named_when_missing(tmp_path):
 def test_pretrain_then_finetune_copies_the_backbone(tmp_path):
     out = tmp_path / "pt"
     rec = pretrain(_corpus_file(tmp_path), out, molecules=1000, epochs=1, seed=0, data_root=tmp_path / "none",
-                   overrides=["model.layers=2", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4"], progress=False,
+                   overrides=["model.layers=2", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4",
+                              "train.warmup_epochs=0"], progress=False,
                    test_sets=())
     assert rec["corpus_molecules"] == len(BASE) - 1 and rec["epochs"] == 1
     blob = torch.load(out / "pretrained.pt", map_location="cpu", weights_only=True)
@@ -181,8 +182,20 @@ def test_pretraining_refuses_its_own_targets_as_inputs(tmp_path, capsys):
         with pytest.raises(ConfigError, match="gives the model the rdkit2d descriptors as inputs, and pretraining "
                                               "regresses those same descriptors"):
             pretrain_config(None, tmp_path / "c.csv", ["MolWt"], 1, 0, [f"model.mol_features={kind}"])
-    assert pretrain_config(None, tmp_path / "c.csv", ["MolWt"], 1, 0,
+    assert pretrain_config(None, tmp_path / "c.csv", ["MolWt"], 4, 0,
                            ["model.mol_features=morgan_count"]).model.mol_features == "morgan_count"
+    # the recipe's warmup (3 epochs) is kept: a run too short to leave it was trained at the warmup's
+    # rising rate alone, never reaching train.lr nor decaying (siggate train refuses it too)
+    with pytest.raises(ConfigError, match=r"^pretrain --epochs 3: train.warmup_epochs=3 leaves no epoch after the "
+                                          r"warmup of a 3-epoch run; .*\(--set train.warmup_epochs=N with N < 3\)$"):
+        pretrain_config(None, tmp_path / "c.csv", ["MolWt"], 3, 0)
+    assert pretrain_config(None, tmp_path / "c.csv", ["MolWt"], 3, 0, ["train.warmup_epochs=2"]).train.epochs == 3
+    rc, _, err = run_cli(["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(tmp_path / "pt"),
+                          "--epochs", "2", "--data-root", str(tmp_path / "none")], capsys)
+    assert rc == 2 and err.strip().splitlines() == [
+        "siggate pretrain: error: pretrain --epochs 2: train.warmup_epochs=3 leaves no epoch after the warmup of a "
+        "2-epoch run; train for more epochs or lower it (--set train.warmup_epochs=N with N < 2)"]
+    assert not (tmp_path / "pt").exists()
     rc, _, err = run_cli(["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(tmp_path / "pt"),
                           "--set", "model.mol_features=rdkit2d", "--data-root", str(tmp_path / "none")], capsys)
     assert rc == 2 and "siggate pretrain: error: model.mol_features: 'rdkit2d' gives the model" in err
@@ -311,7 +324,7 @@ def test_init_none_is_from_scratch_wherever_it_is_given_and_pretraining_clears_a
     base.write_text(yaml.safe_dump({**load_config("csv", CSV).to_dict(), "train": {
         **load_config("csv", CSV).train.to_dict(), "init": "pretrained"}}))
     assert load_config(str(base), []).train.init == "pretrained"
-    assert pretrain_config(str(base), tmp_path / "corpus.csv", ["a", "b"], epochs=1, seed=0).train.init == ""
+    assert pretrain_config(str(base), tmp_path / "corpus.csv", ["a", "b"], epochs=4, seed=0).train.init == ""
     with pytest.raises(ConfigError, match=r"^train\.init: pretraining starts from a fresh model; drop --set train\.init$"):
         pretrain_config(str(base), tmp_path / "corpus.csv", ["a"], epochs=1, seed=0, overrides=["train.init=pretrained"])
 
@@ -357,6 +370,7 @@ def test_an_interrupted_corpus_build_resumes_at_its_first_missing_chunk(tmp_path
 
     monkeypatch.setattr(pt, "CHUNK", 7)
     args = dict(molecules=1000, data_root=tmp_path / "none", progress=False, test_sets=())
+    no_warmup = ["train.warmup_epochs=0"]
     ref = build_corpus(_corpus_file(tmp_path), tmp_path / "ref", seed=0, **args)
     csv_ref = (tmp_path / "ref" / "corpus.csv").read_bytes()
     assert ref["kept"] == len(BASE) - 1 and not (tmp_path / "ref" / "partial").exists()
@@ -401,11 +415,11 @@ def test_an_interrupted_corpus_build_resumes_at_its_first_missing_chunk(tmp_path
     calls.clear()
     monkeypatch.setattr(pt, "_chunk_descriptors", counted(stop_at=1))
     with pytest.raises(KeyboardInterrupt):
-        pretrain(_corpus_file(tmp_path), tmp_path / "run", epochs=1, **args)
+        pretrain(_corpus_file(tmp_path), tmp_path / "run", epochs=1, overrides=no_warmup, **args)
     calls.clear()
     monkeypatch.setattr(pt, "_chunk_descriptors", counted(stop_at=0))
     with pytest.raises(KeyboardInterrupt):  # past the refusal: it went on to the second chunk
-        pretrain(_corpus_file(tmp_path), tmp_path / "run", epochs=1, resume=True, **args)
+        pretrain(_corpus_file(tmp_path), tmp_path / "run", epochs=1, resume=True, overrides=no_warmup, **args)
     assert len(list((tmp_path / "run" / "corpus" / "partial").glob("descriptors-*.npy"))) == 1
 
 

@@ -50,7 +50,7 @@ def runs(tmp_path_factory):
     for gate in ("elementwise", "none"):
         shutil.copytree(corpus, root / gate / "corpus")
         pretrain(src, root / gate, molecules=1000, epochs=2, seed=0, data_root=root / "none",
-                 overrides=[*TINY, f"model.gate={gate}"], progress=False, test_sets=())
+                 overrides=[*TINY, f"model.gate={gate}", "train.warmup_epochs=0"], progress=False, test_sets=())
         out[gate] = root / gate
     return out
 

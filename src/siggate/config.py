@@ -161,6 +161,15 @@ class TrainConfig:
             self.warmup_epochs = round(self.warmup_epochs * epochs / self.epochs)
         self.epochs = epochs
 
+    def warmup_refusal(self) -> str | None:
+        """Why this schedule must not run, a warmup that leaves no epoch after it (the learning
+        rate would never reach ``lr`` nor decay), with the fix; ``None`` when it can run."""
+        if self.warmup_epochs and self.warmup_epochs >= self.epochs:
+            return (f"train.warmup_epochs={self.warmup_epochs} leaves no epoch after the warmup of a "
+                    f"{self.epochs}-epoch run; train for more epochs or lower it "
+                    f"(--set train.warmup_epochs=N with N < {self.epochs})")
+        return None
+
 
 @dataclass
 class MembersConfig:

@@ -223,8 +223,6 @@ def config_from_args(args):
         if epochs < 1:
             raise CLIError(f"--epochs/--budget must be >= 1, got {epochs}")
         t.set_epochs(epochs, keep_warmup="train.warmup_epochs" in given)  # the protocol's warmup fraction
-    if t.warmup_epochs and t.warmup_epochs >= t.epochs:
-        raise CLIError(f"train.warmup_epochs={t.warmup_epochs} leaves no epoch after the warmup of a "
-                       f"{t.epochs}-epoch run; train for more epochs or lower it "
-                       f"(--set train.warmup_epochs=N with N < {t.epochs})")
+    if t.warmup_refusal():
+        raise CLIError(t.warmup_refusal())
     return cfg.validate()

@@ -313,6 +313,8 @@ def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epoc
         raise ConfigError(f"model.mol_features: {cfg.model.mol_features!r} gives the model the rdkit2d descriptors "
                           "as inputs, and pretraining regresses those same descriptors: it would learn to copy its "
                           "input. Drop rdkit2d from model.mol_features for pretraining (set it when fine-tuning)")
+    if cfg.train.warmup_refusal():  # the recipe's warmup is kept in epochs (the shipped weights': 3 of 15)
+        raise ConfigError(f"pretrain --epochs {epochs}: {cfg.train.warmup_refusal()}")
     return cfg
 
 
