@@ -431,3 +431,68 @@ def test_corpus_descriptors_from_two_worker_processes_equal_one(tmp_path, monkey
     one = build_corpus(_corpus_file(tmp_path), tmp_path / "one", **args)
     two = build_corpus(_corpus_file(tmp_path), tmp_path / "two", workers=2, **args)
     assert -(-one["kept"] // 20) == 3 and two["csv_sha256"] == one["csv_sha256"]
+
+
+def test_a_resumed_fine_tune_keeps_the_record_of_the_weights_it_started_from(tmp_path, monkeypatch, capsys):
+    """A resumed fine-tune read ``train.init`` again: its metrics named whatever file stood at that
+    path now (another pretraining's hash, weights it never started from), a relative ``--init``
+    could not resume from another folder, and a moved file could not resume at all. The path is
+    recorded absolute, and the checkpoints keep the record; the weights come from ``last.pt``."""
+    import shutil
+
+    from siggate.files import file_digest
+    from test_predict import run_cli
+
+    csv = tmp_path / "d.csv"
+    csv.write_text("smiles,y\n" + "".join(f"{s},{len(s) * 0.1:.2f}\n" for s in BASE))
+    work, out = tmp_path / "work", tmp_path / "ft"
+    work.mkdir()
+    shutil.copy(init_weights.SHIPPED / "default.pt", work / "X.pt")
+    started = file_digest(work / "X.pt")
+    monkeypatch.chdir(work)
+    rc, _, err = run_cli(["train", "--data", str(csv), "--target-col", "y", "--split", "random", "--out", str(out),
+                          *GNN_ALONE, "--epochs", "2", "--init", "X.pt", "--no-progress"], capsys)
+    assert rc == 0, err
+    first = json.loads((out / "metrics.json").read_text())["init"]
+    assert first["path"] == first["source"] == str(work / "X.pt") and first["sha256"] == started
+    assert yaml.safe_load((out / "config.yaml").read_text())["train"]["init"] == str(work / "X.pt")
+    blob = torch.load(work / "X.pt", weights_only=True)  # another pretraining's weights at that path now
+    blob["model"] = {k: v + 1 if v.is_floating_point() else v for k, v in blob["model"].items()}
+    torch.save(blob, work / "X.pt")
+    monkeypatch.chdir(tmp_path)  # and from another folder
+    for epochs in ("3", "4"):
+        rc, _, err = run_cli(["train", "--resume", str(out), "--epochs", epochs, "--no-progress"], capsys)
+        assert rc == 0, err
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["init"] == first and metrics["epochs"] == int(epochs)
+        (work / "X.pt").unlink(missing_ok=True)  # the second resume: no file at all
+    assert not (work / "X.pt").exists()
+
+
+def test_init_files_siggate_did_not_write_are_refused_in_one_line(tmp_path, capsys):
+    """Weights files that torch loads safely but whose config is not a mapping, whose model config
+    is a list, or whose pool_norm is not a number failed with tracebacks (exit 1); a run of several
+    members as --init is pointed to its GNN member."""
+    from test_predict import run_cli
+
+    csv = tmp_path / "d.csv"
+    csv.write_text("smiles,y\n" + "".join(f"{s},{len(s) * 0.1:.2f}\n" for s in BASE))
+    weights = {"w": torch.zeros(2)}
+    for i, blob in enumerate([{"model": weights, "config": "oops"}, {"model": weights, "config": {"model": ["dim"]}},
+                              {"model": weights, "config": {"model": {"pooling": "norm", "pool_norm": "abc"}}},
+                              {"model": {"w": [1, 2]}}, {"model": weights, "resolved": [1]}]):
+        torch.save(blob, tmp_path / f"c{i}.pt")
+        rc, out, err = run_cli(["train", "--data", str(csv), "--target-col", "y", "--out", str(tmp_path / f"r{i}"),
+                                *GNN_ALONE, "--epochs", "2", "--init", str(tmp_path / f"c{i}.pt")], capsys)
+        assert rc == 2 and err.strip().splitlines() == [
+            f"siggate train: error: train.init: {tmp_path / f'c{i}.pt'} is not a weights file siggate can read (its "
+            "weights, config or resolved values are not siggate's); give 'pretrained', a pretrained.pt, a checkpoint "
+            "or none"], (i, err)
+        assert not (tmp_path / f"r{i}").exists()
+    comb = tmp_path / "comb"  # the csv recipe's run: gnn,svr,rf
+    for name in ("member0", "member1"):
+        (comb / name).mkdir(parents=True)
+    (comb / "member1" / "best.pt").write_bytes(b"")
+    with pytest.raises(ConfigError, match=rf"^train\.init: {comb} is a run of several members; name its GNN member's "
+                                          rf"folder \({comb / 'member1'}\)$"):
+        init_weights.resolve_init(str(comb))

@@ -148,8 +148,9 @@ def cmd_train(args) -> int:
         for flag in (f for f, on in given.items() if on):
             raise CLIError(f"{flag} applies to a GNN member, and --members {','.join(kinds)} holds no GNN: drop "
                            f"{flag}, or add gnn to --members")
-    if cfg.train.init and "gnn" in kinds:  # refused before a folder is claimed (the loop checks it too)
-        from .train.init_weights import init_refusal
+    started = resume is not None and any((f / "last.pt").is_file() for f in rundir.run_folders(resume))
+    if cfg.train.init and "gnn" in kinds and not started:  # refused before a folder is claimed (the loop checks
+        from .train.init_weights import init_refusal  # it too); a run that started from them has them in last.pt
 
         why = init_refusal(cfg.train.init, cfg.model.to_dict())
         if why:

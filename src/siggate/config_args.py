@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .config import load_config, override_key
 from .files import out_dir_problem
-from .options import DUPLICATES, FRAGMENTS, add_cache_dir_flag, add_data_root_flag
+from .options import DUPLICATES, FRAGMENTS, NO_INIT, add_cache_dir_flag, add_data_root_flag
 
 __all__ = ["CLIError", "WARMUP_START", "add_command", "add_config_args", "add_device_flag", "add_threads_flag",
            "check_device", "check_out_folder", "config_from_args", "examples_epilog", "set_keys"]
@@ -54,6 +54,14 @@ def add_threads_flag(p: argparse.ArgumentParser, default: int | None = None, def
     """``--threads N``: torch threads of this process (``args.threads``); ``what`` says what else they are."""
     p.add_argument("--threads", type=int, default=default, metavar="N",
                    help=f"{what} (default: {default_text})")
+
+
+def init_source(text: str) -> str:
+    """``--init`` as the config records it: a path made absolute (the run resumes, and its record
+    reads, from anywhere, as ``data.csv``'s); ``pretrained[:NAME]`` and ``none`` as given."""
+    if text.strip().lower() in (NO_INIT, "") or text == "pretrained" or text.startswith("pretrained:"):
+        return text
+    return str(Path(text).expanduser().absolute())
 
 
 def add_device_flag(p: argparse.ArgumentParser) -> None:
@@ -175,8 +183,8 @@ def config_from_args(args):
         raise CLIError("--epochs and --budget both set the number of epochs; give one (--budget runs the "
                        "benchmark protocol's schedule)")
     epochs = args.epochs if args.epochs is not None else args.budget
-    if getattr(args, "init", None):
-        overrides.append(f"train.init={args.init}")  # 'none' (NO_INIT): from scratch, made "" by Config.validate
+    if getattr(args, "init", None):  # 'none' (NO_INIT): from scratch, made "" by Config.validate
+        overrides.append(f"train.init={json.dumps(init_source(args.init))}")
     if getattr(args, "threads", None) is not None:  # the config's train.threads (csv, nci5k: 1) overrode it
         if "train.threads" in set_keys(args):
             raise CLIError("--threads and --set train.threads both set train.threads; give one")

@@ -46,6 +46,12 @@ def resolve_init(source: str) -> Path:
         for name in ("pretrained.pt", "best.pt", "last.pt"):
             if (path / name).is_file():
                 return path / name
+        from .rundir import member_folders
+
+        gnn = [m for m in member_folders(path) if (m / "best.pt").is_file()]
+        if gnn:  # a run of several members (the csv recipe's gnn,svr,rf): its GNN's weights are a member's
+            raise ConfigError(f"train.init: {path} is a run of several members; name its GNN member's folder "
+                              f"({gnn[0]})")
         raise ConfigError(f"train.init: {path} holds no pretrained.pt, best.pt or last.pt; name the weights file")
     if not path.is_file():
         raise ConfigError(f"train.init: {path} does not exist; give 'pretrained', a pretrained.pt, a checkpoint "
@@ -69,7 +75,7 @@ def pretrained_pool_norm(blob: dict) -> float | None:
     """The divisor of pooling ``norm`` the weights in ``blob`` were trained with: the value their
     run resolved from its data (``resolved``), or the config's own positive value; None when the
     blob records none (another pooling, or written before siggate kept it)."""
-    model = (blob.get("config") or {}).get("model", {})
+    model = (blob.get("config") or {}).get("model") or {}
     if model.get("pooling") != "norm":
         return None
     value = (blob.get("resolved") or {}).get("model.pool_norm") or model.get("pool_norm")
@@ -80,7 +86,7 @@ def _architecture_refusal(path: Path, blob: dict, model_cfg: dict) -> str | None
     """Why the weights ``blob`` (read from ``path``) cannot start a model of ``model_cfg`` (a
     dict), or None: the architecture keys that differ, and an explicit ``pool_norm`` other than
     the pretrained one (``0`` takes it). The one wording of the refusal."""
-    saved_cfg = (blob.get("config") or {}).get("model", {})
+    saved_cfg = (blob.get("config") or {}).get("model") or {}
     diffs = [f"model.{k}: pretrained {saved_cfg[k]!r}, this run {model_cfg.get(k)!r}"
              for k in ARCH_KEYS if k in saved_cfg and saved_cfg[k] != model_cfg.get(k)]
     value = pretrained_pool_norm(blob)
@@ -120,7 +126,25 @@ def read_init(source: str | InitWeights) -> InitWeights:
     if not isinstance(blob, dict) or not isinstance(blob.get("model"), dict):
         raise ConfigError(f"train.init: {path} holds no model weights; give 'pretrained', a pretrained.pt, a "
                           f"checkpoint or {NO_INIT}")
+    if not _readable_blob(blob):
+        raise ConfigError(f"train.init: {path} is not a weights file siggate can read (its weights, config or "
+                          f"resolved values are not siggate's); give 'pretrained', a pretrained.pt, a checkpoint or "
+                          f"{NO_INIT}")
     return InitWeights(source, path, blob)
+
+
+def _readable_blob(blob: dict) -> bool:
+    """Whether ``blob`` is shaped as siggate writes weights: tensors by name, a config whose
+    ``model`` is a mapping, a mapping of resolved values and a numeric ``pool_norm``."""
+    config, resolved = blob.get("config") or {}, blob.get("resolved") or {}
+    if not (isinstance(config, dict) and isinstance(config.get("model") or {}, dict) and isinstance(resolved, dict)
+            and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in blob["model"].items())):
+        return False
+    try:
+        pretrained_pool_norm(blob)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def init_refusal(source: str | InitWeights, model_cfg: dict) -> str | None:

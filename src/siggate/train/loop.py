@@ -113,8 +113,10 @@ def _set_process_rng(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def _load_resume(path: Path, ctx: DistContext) -> dict | None:
-    """Rank 0 reads ``path`` (if it exists) and every rank receives it, or the same error."""
+def read_resume(path: Path, ctx: DistContext | None = None) -> dict | None:
+    """The checkpoint a run resumes from, ``path`` (``None`` if there is none): rank 0 reads it
+    and every rank receives it, or the same error."""
+    ctx = ctx or DistContext()
     res: tuple = (None, None)
     if ctx.is_main and path.exists():
         try:
@@ -180,14 +182,23 @@ class EpochEnd:
     rng_ranks: list  # every rank's RNG states after the epoch (for the checkpoint)
 
 
-def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, ctx: DistContext | None = None) -> Run:
+def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, ctx: DistContext | None = None,
+              resumed: dict | None = None) -> Run:
     """Set-up step: the seeded model ``model_cfg`` describes (gate initialised last), the
     training stream seed, DDP wrapper, AdamW, the warmup-cosine schedule, target normalisation
-    and the loss of ``train_cfg``."""
+    and the loss of ``train_cfg``.
+
+    ``resumed`` is the checkpoint the run will resume from (:func:`read_resume`). When it records
+    the weights ``train.init`` started the run from, they are not read again (the weights come from
+    the checkpoint; the file may have moved or changed since): the run keeps that record and the
+    pretrained ``model.pool_norm`` it resolved."""
     ctx = ctx or DistContext()
     resolved = resolve_pool_norm(model_cfg, ds.train)
     weights = None
-    if train_cfg.init:  # read once; pretrained layers keep the pool_norm they were trained with
+    started = (resumed or {}).get("init") if train_cfg.init else None
+    if started is not None:  # the pretrained divisor the run started with, not the file's now
+        resolved.update({k: v for k, v in resumed["resolved"].items() if k == "model.pool_norm"})
+    elif train_cfg.init:  # read once; pretrained layers keep the pool_norm they were trained with
         from .init_weights import init_resolved, read_init
 
         weights = read_init(train_cfg.init)
@@ -195,7 +206,7 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
     t_cfg, info, device = train_cfg, ds.info, ctx.device
     seed_everything(t_cfg.seed)
     model = build_model(model_cfg, info, t_cfg.seed, ds.train, resolved=resolved)
-    init = None
+    init = dict(started) if started is not None else None
     if weights is not None:
         from .init_weights import load_init
 
@@ -230,16 +241,17 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
                mean.to(device), std.to(device), params, t_cfg.on_nan, init=init, resolved=resolved, cliff=cliff)
 
 
-def resume_run(run: Run, path: Path, config: dict) -> bool:
-    """Restore ``run`` from the checkpoint ``path`` (if it exists): weights, optimizer,
-    schedule, RNG streams, best scores and history. Returns whether it resumed.
+def resume_run(run: Run, path: Path, config: dict, ckpt: dict | None = None) -> bool:
+    """Restore ``run`` from the checkpoint ``path`` (if it exists; ``ckpt``: as
+    :func:`read_resume` already read it): weights, optimizer, schedule, RNG streams, best
+    scores and history. Returns whether it resumed.
 
     Raises:
         CheckpointError: the checkpoint's config differs from ``config``, the run's whole config
             (``train.epochs`` aside).
     """
     ctx, t_cfg = run.ctx, run.train_cfg
-    ckpt = _load_resume(path, ctx)
+    ckpt = ckpt if ckpt is not None else read_resume(path, ctx)
     if ckpt is None:
         return False
     source = ckpt.get("data_source")

@@ -28,7 +28,7 @@ from ..files import read_json
 from .checkpoint import load_checkpoint
 from .dataprep import prepare_data_ranked
 from .distributed import DistContext
-from .loop import Run, fit, resume_run, setup_run
+from .loop import Run, fit, read_resume, resume_run, setup_run
 from .record import (
     BEST,
     LAST,
@@ -57,8 +57,9 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     ctx = dist or DistContext()
     out = _start(Path(out_dir), cfg.train, ctx)
     ds = dataset if dataset is not None else prepare_data_ranked(cfg.data, cfg.model, cfg.train.seed, ctx, progress)
-    run = setup_run(cfg.model, cfg.train, ds, ctx)
-    if resume and resume_run(run, out / LAST, cfg.to_dict()):
+    resumed = read_resume(out / LAST, ctx) if resume else None
+    run = setup_run(cfg.model, cfg.train, ds, ctx, resumed=resumed)
+    if resumed is not None and resume_run(run, out / LAST, cfg.to_dict(), resumed):
         done = _finished_record(out, cfg.train.epochs, run.history)
         if done is not None:  # a finished run resumed: its record stays as it is
             if ctx.is_main:

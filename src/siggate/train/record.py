@@ -34,6 +34,12 @@ METRICS = "metrics.json"
 
 
 
+def init_record(report: dict) -> dict:
+    """What a run records of the weights ``train.init`` started it from (``metrics.json``'s
+    ``init``, the checkpoints'): :func:`~.init_weights.load_init`'s report without its lists."""
+    return {k: report[k] for k in ("source", "path", "sha256", "copied")}
+
+
 def checkpoint_dict(run: Run, config: dict, rng_ranks: list) -> dict:
     """The checkpoint of ``run`` after an epoch (``best.pt``, ``last.pt``): everything
     :func:`~.loop.resume_run` restores, ``config`` (the run's whole config, as the user gave it), the
@@ -56,6 +62,7 @@ def checkpoint_dict(run: Run, config: dict, rng_ranks: list) -> dict:
         "state": dict(run.state.__dict__),
         "history": run.history,
         "params": run.params,
+        **({"init": init_record(run.init)} if run.init else {}),  # what a resume keeps (setup_run)
     }
 
 
@@ -205,7 +212,7 @@ def final_metrics(run: Run, seconds: float) -> dict:
         "world_size": run.ctx.world_size,
         "splits": run.ds.sizes(),
         **({"split_nodes": run.ds.node_counts()} if run.info.level == "node" else {}),
-        **({"init": {k: run.init[k] for k in ("source", "path", "sha256", "copied")}} if run.init else {}),
+        **({"init": init_record(run.init)} if run.init else {}),
         **({"dataset_stats": run.ds.stats} if run.ds.stats else {}),
         "history": run.history,
     }
