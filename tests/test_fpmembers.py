@@ -18,6 +18,7 @@ from siggate.data.base import DataError, GraphDataset, TaskInfo
 from siggate.data.fingerprints import morgan_counts
 from siggate.predictors.base import Predictor, PredictorFileError, read_manifest
 from siggate.predictors.forest import RandomForest, flatten_trees, forest_predict
+from siggate.predictors.fpmember import ConstantModel
 from siggate.predictors.kernel import minmax_kernel
 from siggate.predictors.svr import KernelSVR, SVRGrid
 
@@ -246,6 +247,42 @@ def test_one_class_target_is_the_smoothed_rate(make, tmp_path):
     assert member.models_[1].meta == {"why": "one class among the training rows"}
     member.save(tmp_path)
     assert torch.equal(type(member).load(tmp_path).predict(ds.test).mean, got)
+
+
+@pytest.mark.parametrize("make", [lambda **o: svr_member(grid=ONE, **o), lambda **o: rf_member(n_estimators=3, **o)])
+@pytest.mark.parametrize("task", ["regression", "binary"])
+def test_a_constant_of_the_training_rows_is_learned_again_from_the_val_rows(make, task):
+    """A target with one labelled training row (or one class there) and several val rows kept the
+    training rows' constant after the refit, ignoring every val label: the val rows now teach it,
+    as they teach every other target."""
+    y = (LOGP > np.median(LOGP)).astype(float) if task == "binary" else LOGP.copy()
+    ds = make_ds(y, task=task)
+    train_pos = {g.idx for g in ds.train}
+    keep = next(i for i in range(len(SMILES)) if i in train_pos)
+    for g in ds.train:  # one labelled training row of this target; the val rows all labelled
+        if g.idx != keep:
+            g.y = torch.full_like(g.y, float("nan"))
+    member = make(refit=True).fit(ds)
+    m = member.models_[0]
+    val_y = labels(ds.val)[:, 0]
+    assert m.meta["refit"] == {"rows": "train+val", "n": 1 + len(ds.val)}
+    if task == "binary" and np.unique(np.append(val_y, y[keep])).size < 2:
+        pytest.fail("the toy data must give the val rows both classes")
+    assert not isinstance(m, ConstantModel)  # two classes (or many rows) among train+val: a fitted model
+    twin = make()  # the same member fitted on those rows as its training rows, without val rows
+    both = make_ds(y, task=task)
+    rows = [g for g in both.train if g.idx == keep] + list(both.val)
+    both.splits.update(train=rows, val=[])
+    np.testing.assert_allclose(member.predict(ds.test).mean.numpy(), twin.fit(both).predict(both.test).mean.numpy(),
+                               rtol=1e-6, atol=1e-9)
+    train_only = (y[keep] + 0.5) / 2 if task == "binary" else y[keep]  # the constant of the one training row
+    np.testing.assert_allclose(member.held_out_["val"][:, 0], train_only)  # what the weights read: out of sample
+    if task == "binary":  # one class among the train and val rows too: their smoothed rate
+        ones = make_ds(np.ones(len(SMILES)), task="binary")
+        m = make(refit=True).fit(ones).models_[0]
+        n = len(ones.train) + len(ones.val)
+        assert isinstance(m, ConstantModel) and m.value == pytest.approx((n + 0.5) / (n + 1))
+        assert m.meta == {"why": "one class among the training rows", "refit": {"rows": "train+val", "n": n}}
 
 
 # ----------------------------------------------------------------------------- large sets: Nyström

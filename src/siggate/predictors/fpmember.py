@@ -20,7 +20,9 @@ The predictions the train-only fit made for the val molecules are kept in ``held
 combination's weights, the conformal calibration and the reported val metric read
 (:func:`~.base.out_of_sample`). The refitted model's ``meta`` keeps the selection record, its own
 fields (the svr's ``basis``, which moves to Nyström when train and val rows exceed ``exact_max``)
-and says ``refit``. A member saved before the refit (no ``refit`` option) loads with
+and says ``refit``. A target that was a constant on its training rows chose nothing on val: it is
+learned again from its train and val rows as a target without val rows is (the first option, or a
+constant of those rows where they still hold one row or one class). A member saved before the refit (no ``refit`` option) loads with
 ``refit=False`` and no kept predictions: it learned from the train rows alone, so its own val
 predictions are out of sample.
 
@@ -460,21 +462,34 @@ class FingerprintMember:
             if rows.size == 0:
                 raise DataError(f"target {name!r} has no labelled training row; the {self.kind} member cannot "
                                  "learn it")
-            if rows.size < 2 or (data.classify and np.unique(data.y).size < 2):
-                why = "one labelled training row" if rows.size < 2 else "one class among the training rows"
-                self.models_.append(ConstantModel.of(data.y, data.classify, why))
-            else:
-                self.models_.append(self._fit_target(data))
+            self.models_.append(self._fit_or_constant(data))
             if self.refit:  # the train-only fit's val predictions, kept for out_of_sample
                 held[:, j] = self.models_[j].output(fp_va)
-            if self.refit and vrows.size and not isinstance(self.models_[j], ConstantModel):
+            if self.refit and vrows.size:
                 both = FingerprintTable.joined(fp_tr, fp_va) if both is None else both
-                self.models_[j] = self._refit(self.models_[j], TargetData(
-                    j, name, ds.info.task, both, FingerprintTable([]), np.concatenate([rows, len(train) + vrows]),
-                    np.concatenate([data.y, data.val_y]), vrows[:0], data.val_y[:0]))
+                joined = TargetData(j, name, ds.info.task, both, FingerprintTable([]),
+                                    np.concatenate([rows, len(train) + vrows]), np.concatenate([data.y, data.val_y]),
+                                    vrows[:0], data.val_y[:0])
+                # a constant chose nothing on val: it is learned again from the train and val rows as a
+                # target without val rows is (a constant of one training row ignored every val label)
+                self.models_[j] = (self._fit_or_constant(joined, refit=True) if isinstance(self.models_[j], ConstantModel)
+                                   else self._refit(self.models_[j], joined))
         if self.refit:
             self.held_out_ = {"val": held}
         return self
+
+    def _fit_or_constant(self, data: TargetData, refit: bool = False):
+        """The target's model (:meth:`_fit_target`), or a :class:`ConstantModel` where ``data``
+        holds one labelled row or, to classify, one class; ``refit``: ``data`` is the train and
+        val rows, as the model's ``meta`` says."""
+        if data.rows.size < 2 or (data.classify and np.unique(data.y).size < 2):
+            why = "one labelled training row" if data.rows.size < 2 else "one class among the training rows"
+            model = ConstantModel.of(data.y, data.classify, why)
+        else:
+            model = self._fit_target(data)
+        if refit:
+            model.meta = {**model.meta, "refit": {"rows": "train+val", "n": int(data.rows.size)}}
+        return model
 
     def _refit(self, model, data: TargetData):
         """``model``'s chosen options fitted again on ``data`` (the train and val rows), its
