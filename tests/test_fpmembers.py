@@ -132,6 +132,18 @@ def test_forest_member_equals_sklearn_forest_on_the_same_fingerprints():
     np.testing.assert_allclose(member.predict_array([g.smiles for g in ds.test])[:, 0], want, rtol=0, atol=1e-12)
 
 
+def test_forest_max_features_given_as_an_integer_is_the_fraction():
+    """``grid={"max_features": 1}`` (the documented fraction 1.0: every feature) reached scikit-learn as
+    the integer 1, one feature per split, and predicted otherwise, silently; a bool is refused."""
+    ds = make_ds(LOGP)
+    whole = rf_member(n_estimators=5, size=512, grid={"max_features": 1.0}).fit(ds).predict_array([g.smiles for g in ds.test])
+    member = rf_member(n_estimators=5, size=512, grid={"max_features": [1]})
+    assert member.grid.max_features == (1.0,) and isinstance(member.grid.max_features[0], float)
+    np.testing.assert_array_equal(member.fit(ds).predict_array([g.smiles for g in ds.test]), whole)
+    with pytest.raises(ValueError, match=r"^max_features: True is out of range; allowed values: fractions in \(0, 1\]"):
+        rf_member(grid={"max_features": True})
+
+
 # ----------------------------------------------------------------------------- the val-only choice
 
 

@@ -282,7 +282,7 @@ class ForestMemberOptions:
         _in_range("size", (self.size,), lambda v: v >= 1, ">= 1")
         grids_given(self, ("max_features",))
         _in_range("max_features", self.max_features,
-                  lambda v: v in FOREST_MAX_FEATURES if isinstance(v, str) else 0 < v <= 1,
+                  lambda v: v in FOREST_MAX_FEATURES if isinstance(v, str) else not isinstance(v, bool) and 0 < v <= 1,
                   f"fractions in (0, 1] or {' / '.join(FOREST_MAX_FEATURES)}")
 
 

@@ -60,6 +60,12 @@ class ForestGrid(Grid):
 
     max_features: tuple = ForestMemberOptions.max_features
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # a fraction, as a float: scikit-learn reads an integer as a count of features (1: one feature)
+        object.__setattr__(self, "max_features", tuple(
+            float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in self.max_features))
+
 
 def flatten_trees(estimators, classify: bool) -> dict:
     """The arrays of :data:`TREE_ARRAYS` for fitted scikit-learn trees (module docstring)."""
