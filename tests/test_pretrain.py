@@ -496,3 +496,14 @@ def test_init_files_siggate_did_not_write_are_refused_in_one_line(tmp_path, caps
     with pytest.raises(ConfigError, match=rf"^train\.init: {comb} is a run of several members; name its GNN member's "
                                           rf"folder \({comb / 'member1'}\)$"):
         init_weights.resolve_init(str(comb))
+
+
+def test_attention_keys_are_no_difference_between_models_without_attention():
+    """Pretrained GINE weights (no attention branch) refused a run that set model.gate or model.heads,
+    keys that shape no tensor of either model; with an attention branch they still differ."""
+    cfg = load_config("csv", [*CSV, "model.gate=none", "model.heads=2", "model.attn_type=performer"]).model.to_dict()
+    assert cfg["attn"] is False and init_weights.init_refusal("pretrained", cfg) is None
+    blob = {"model": {}, "config": {"model": {**cfg, "attn": True, "gate": "elementwise"}}}
+    why = init_weights._architecture_refusal(Path("w.pt"), blob, {**cfg, "attn": True})
+    assert why.startswith("train.init: w.pt has another architecture (model.gate: pretrained 'elementwise', this run "
+                          "'none'); ")

@@ -30,6 +30,8 @@ SHIPPED = Path(__file__).resolve().parents[1] / "pretrained"
 #: model keys that shape the backbone: a pretrained model and its fine-tuning config must agree on them
 ARCH_KEYS = ("dim", "layers", "heads", "local", "attn", "attn_type", "gate", "gate_position", "pe", "pe_steps",
              "pe_dim", "pooling", "head_layers", "ffn_dim")
+#: the architecture keys of the attention branch alone (a model with ``attn: false`` has no tensor they shape)
+ATTENTION_KEYS = ("heads", "attn_type", "gate", "gate_position")
 
 
 def resolve_init(source: str) -> Path:
@@ -87,8 +89,10 @@ def _architecture_refusal(path: Path, blob: dict, model_cfg: dict) -> str | None
     dict), or None: the architecture keys that differ, and an explicit ``pool_norm`` other than
     the pretrained one (``0`` takes it). The one wording of the refusal."""
     saved_cfg = (blob.get("config") or {}).get("model") or {}
+    # without an attention branch on either side, the attention's own keys shape nothing
+    unused = ATTENTION_KEYS if saved_cfg.get("attn") is False and model_cfg.get("attn") is False else ()
     diffs = [f"model.{k}: pretrained {saved_cfg[k]!r}, this run {model_cfg.get(k)!r}"
-             for k in ARCH_KEYS if k in saved_cfg and saved_cfg[k] != model_cfg.get(k)]
+             for k in ARCH_KEYS if k in saved_cfg and k not in unused and saved_cfg[k] != model_cfg.get(k)]
     value = pretrained_pool_norm(blob)
     own = model_cfg.get("pool_norm") or 0
     if value is not None and model_cfg.get("pooling") == "norm" and own > 0 and abs(own - value) > 1e-9:
