@@ -430,3 +430,41 @@ def test_a_nan_learning_rate_is_refused_by_the_configs_range(tmp_path, capsys):
                "--gates", "none", "--seeds", "0", "--epochs", "1", "--out", str(tmp_path / "lr")])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "train.lr: nan is out of range" in err, err
+
+
+def test_gate_means_do_not_depend_on_how_the_graphs_are_batched(tiny_dataset):
+    """A one-node graph's gate values counted when it shared a batch with a larger graph and were
+    dropped when its batch held only one-node graphs; a set of one-node graphs alone raised a
+    TypeError (entropy) or a plain ValueError (rank), tracebacks at the CLI."""
+    from siggate.analysis.entropy import entropy_stats
+    from siggate.analysis.rank import head_ranks
+    from siggate.config import load_config
+    from siggate.data.base import DataError
+    from siggate.train.modelprep import build_model
+
+    cfg = load_config("nci5k", ["model.layers=2", "model.dim=16", "model.heads=2", "model.pe=none"])
+    model = build_model(cfg.model, tiny_dataset.info, 0, tiny_dataset.train).eval()
+    one = fake_graph(torch.Generator().manual_seed(3), 1)
+    graphs = list(tiny_dataset.val[:6]) + [one]
+    for measure in (head_ranks, entropy_stats):
+        together, alone = measure(model, graphs, 64), measure(model, graphs, 1)
+        assert together["n_graphs"] == alone["n_graphs"] == 6  # the statistics of heads: graphs of 2+ nodes
+        np.testing.assert_allclose(together["gate_mean"], alone["gate_mean"], rtol=1e-6)  # float32 forwards
+        nodes = sum(int(g.num_nodes) for g in graphs)  # the gate mean counts every node, the one-node graph's too
+        with torch.no_grad():
+            _, det = model(common.batches(graphs, 64).__iter__().__next__(), return_details=True)
+        want = [float(a["gate"][det["mask"]].double().mean()) for a in det["attn"]]
+        assert int(det["mask"].sum()) == nodes
+        np.testing.assert_allclose(alone["gate_mean"], want, rtol=1e-6)
+        with pytest.raises(DataError, match=r"^no graph with at least two nodes among the graphs analysed"):
+            measure(model, [one], 64)
+
+
+@pytest.mark.parametrize("scale", [1e-20, 1.0, 1e20])
+def test_stable_rank_of_a_float32_matrix_does_not_depend_on_its_scale(scale):
+    """Squared singular values under- or overflowed float32: 0.21 and nan for a matrix of stable rank 2.01."""
+    from siggate.analysis.metrics import stable_rank_batched
+
+    a = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    want = stable_rank(a.double())
+    assert float(stable_rank_batched(a * scale)) == pytest.approx(want, rel=1e-5)

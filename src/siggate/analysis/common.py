@@ -241,6 +241,18 @@ def forward_details(model, graphs, batch_size: int = 64):
         yield batch, det
 
 
+def add_gate_sum(det: dict, mask, total, count: int) -> tuple:
+    """``(total, count)``, the running sum of each layer's mean gate value weighted by nodes
+    (``[L]`` or ``None``) and the nodes counted, with one forward's ``det`` (its real nodes
+    ``mask [B, N]``) added. Every node of every graph counts, one-node graphs too, so the mean
+    ``total / count`` does not depend on how the graphs are batched."""
+    if not det["attn"] or det["attn"][0]["gate"] is None:
+        return total, count
+    nodes = int(mask.sum())
+    g = torch.stack([a["gate"][mask].double().mean() for a in det["attn"]]) * nodes
+    return (g if total is None else total + g), count + nodes
+
+
 # ------------------------------------------------------------------------ output
 
 

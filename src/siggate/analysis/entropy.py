@@ -15,7 +15,9 @@ import numpy as np
 import torch
 
 from ..config_args import CLIError
+from ..data.base import DataError
 from .common import (
+    add_gate_sum,
     config_from,
     forward_details,
     load_dataset,
@@ -50,6 +52,7 @@ def entropy_stats(model, graphs, batch_size: int = 64) -> dict:
     gate_sum, gate_cnt = None, 0
     for batch, det in forward_details(model, graphs, batch_size):
         mask = det["mask"]
+        gate_sum, gate_cnt = add_gate_sum(det, mask, gate_sum, gate_cnt)
         sizes = mask.sum(1)
         keep = sizes >= 2
         if not bool(keep.any()):
@@ -63,10 +66,9 @@ def entropy_stats(model, graphs, batch_size: int = 64) -> dict:
         ent = e.sum(1) if ent is None else ent + e.sum(1)
         nent = ne.sum(1) if nent is None else nent + ne.sum(1)
         n += int(keep.sum())
-        if det["attn"] and det["attn"][0]["gate"] is not None:
-            g = torch.stack([a["gate"][mask].double().mean() for a in det["attn"]]) * int(mask.sum())
-            gate_sum = g if gate_sum is None else gate_sum + g
-            gate_cnt += int(mask.sum())
+    if ent is None:
+        raise DataError("no graph with at least two nodes among the graphs analysed: attention over one node says "
+                        "nothing; analyse more graphs (--max-graphs)")
     return {
         "entropy": (ent / n).tolist(), "normalized_entropy": (nent / n).tolist(),
         "gate_mean": None if gate_sum is None else (gate_sum / gate_cnt).tolist(), "n_graphs": n,

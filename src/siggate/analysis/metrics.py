@@ -76,10 +76,10 @@ def stable_rank_batched(M: Tensor) -> Tensor:
     if M.shape[-1] == 0 or M.shape[-2] == 0:
         return torch.zeros(lead, dtype=M.real.dtype, device=M.device)
     s = torch.linalg.svdvals(M)  # [..., min(n, d)], descending
-    fro2 = (s**2).sum(-1)
-    spec2 = s[..., 0] ** 2
-    out = torch.where(spec2 > 0, fro2 / spec2.clamp_min(torch.finfo(s.dtype).tiny), torch.zeros_like(fro2))
-    return out
+    top = s[..., :1]
+    # sum((s_i / s_1)^2): squaring s itself under- or overflows float32 for matrices scaled far from 1
+    ratio = ((s / top.clamp_min(torch.finfo(s.dtype).tiny)) ** 2).sum(-1)
+    return torch.where(top[..., 0] > 0, ratio, torch.zeros_like(ratio))
 
 
 def stable_rank(M: Tensor) -> float:

@@ -16,7 +16,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config_args import CLIError
+from ..data.base import DataError
 from .common import (
+    add_gate_sum,
     batches,
     config_from,
     fmt,
@@ -51,6 +53,7 @@ def head_ranks(model, graphs, batch_size: int = 64, progress: bool = False) -> d
     for batch in tqdm(batches(graphs, batch_size), desc="rank", disable=not progress, leave=False):
         _, det = model(batch, return_details=True)
         mask = det["mask"]  # B, N
+        gate_sum, gate_cnt = add_gate_sum(det, mask, gate_sum, gate_cnt)
         keep = mask.sum(1) >= 2
         if not bool(keep.any()):
             continue
@@ -66,12 +69,9 @@ def head_ranks(model, graphs, batch_size: int = 64, progress: bool = False) -> d
         per = torch.stack(per)  # L, 4, H
         sums = per if sums is None else sums + per
         n += int(keep.sum())
-        if det["attn"] and det["attn"][0]["gate"] is not None:
-            g = torch.stack([a["gate"][mask].double().mean() for a in det["attn"]]) * int(mask.sum())
-            gate_sum = g if gate_sum is None else gate_sum + g
-            gate_cnt += int(mask.sum())
     if sums is None:
-        raise ValueError("no graph with at least two nodes in the split")
+        raise DataError("no graph with at least two nodes among the graphs analysed: attention over one node says "
+                        "nothing; analyse more graphs (--max-graphs)")
     mean = (sums / n).tolist()
     return {
         "before": [r[0] for r in mean], "after": [r[1] for r in mean], "ratio": [r[2] for r in mean],
