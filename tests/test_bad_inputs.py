@@ -1092,3 +1092,79 @@ def test_bench_refuses_to_replace_an_earlier_measurement(tmp_path, capsys, flags
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert f"--out {out} holds {written} from an earlier benchmark; choose another --out" in err
     assert (out / written).read_text() == '{"earlier": true}\n'
+
+
+def _spoil(root: Path, name: str, how: str) -> str:
+    """Build a small fake ``name`` under ``root`` and damage one of its files so that it still
+    reads as a file of its kind but holds content that is not the release's; the file's name."""
+    import pandas as pd
+
+    from fixtures_data import make_molhiv, make_peptides_func, make_zinc, write_index_csv_gz, write_split_pickle
+
+    if name == "zinc":
+        make_zinc(root)
+        path = root / "ZINC" / "subset" / "processed" / "val.pt"
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2] if how == "cut" else b"")
+        return "val.pt"
+    if name == "molhiv":
+        made = make_molhiv(root)
+        base = root / "ogbg_molhiv"
+        mol = base / "mapping" / "mol.csv.gz"
+        if how in ("overlap", "negative", "beyond", "not-integers"):
+            split = {k: list(v) for k, v in made["split"].items()}
+            split["test"] = {"overlap": split["test"] + split["train"][:1], "negative": [-1] + split["test"],
+                             "beyond": split["test"] + [10_000], "not-integers": ["a"] * 3}[how]
+            if how == "not-integers":
+                (base / "split" / "scaffold" / "test.csv.gz").write_bytes(gzip.compress(b"a\nb\n"))
+            else:
+                write_index_csv_gz(base / "split" / "scaffold" / "test.csv.gz", split["test"])
+            return "test.csv.gz" if how == "not-integers" else str(base / "split" / "scaffold")
+        df = pd.read_csv(mol)
+        if how == "no-task":
+            df = df.drop(columns=["HIV_active"])
+        elif how == "not-a-number":
+            df["HIV_active"] = df["HIV_active"].astype(object)
+            df.loc[2, "HIV_active"] = "yes"
+        elif how == "label-differs":
+            df.loc[1, "HIV_active"] = 1 - df.loc[1, "HIV_active"]
+        df.to_csv(mol, index=False, compression="gzip")
+        return "mol.csv.gz" if how != "label-differs" else "raw"
+    made = make_peptides_func(root)
+    csv_path = root / "peptides-functional" / "raw" / "peptide_multi_class_dataset.csv.gz"
+    df = pd.read_csv(csv_path, index_col=0)
+    if how == "short-row":
+        df.loc[3, "labels"] = "[0, 1]"
+    elif how == "not-a-list":
+        df.loc[3, "labels"] = "zero"
+    elif how == "no-labels":
+        df = df.drop(columns=["labels"])
+    elif how == "overlap":
+        split = {k: list(v) for k, v in made["split"].items()}
+        write_split_pickle(root / "peptides-functional" / "splits_random_stratified_peptide.pickle",
+                           {**split, "val": split["val"] + split["train"][:1]})
+        return "splits_random_stratified_peptide.pickle"
+    df.to_csv(csv_path, compression="gzip")
+    return "peptide_multi_class_dataset.csv.gz"
+
+
+SPOILED = [("zinc", "cut"), ("zinc", "empty"), ("molhiv", "overlap"), ("molhiv", "negative"), ("molhiv", "beyond"),
+           ("molhiv", "not-integers"), ("molhiv", "no-task"), ("molhiv", "not-a-number"), ("molhiv", "label-differs"),
+           ("peptides-func", "short-row"), ("peptides-func", "not-a-list"), ("peptides-func", "no-labels"),
+           ("peptides-func", "overlap")]
+
+
+@pytest.mark.parametrize("name, how", SPOILED, ids=[f"{n}-{h}" for n, h in SPOILED])
+def test_raw_files_with_content_not_the_releases_are_named_without_a_traceback(tmp_path, capsys, name, how):
+    """A cut ZINC .pt, split files that overlap, hold negative or too large or non-integer indices,
+    a molhiv CSV without its task column, with a label that is no number or that differs from
+    the raw files, peptide labels that are not lists of 10 numbers: each ended in a traceback
+    (exit 1). Now one error, exit 2, naming the file and the way out."""
+    root = tmp_path / "root"
+    named = _spoil(root, name, how)
+    rc, out, err = run_cli(["data", "verify", name, "--data-root", str(root), "--cache-dir", str(tmp_path / "c")],
+                           capsys)
+    assert rc == 2 and "Traceback" not in err and named in err, err
+    assert "restore" in err.lower(), err
+    if how != "label-differs":  # (that one lists each mismatch on a line of its own)
+        assert len(err.strip().splitlines()) == 1, err

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .base import GraphDataset, TaskInfo
+from .base import DataError, GraphDataset, TaskInfo
 from .registry import register_dataset
 
 if TYPE_CHECKING:
     from torch_geometric.data import Data
 from .sources import (
+    RESTORE,
     Layout,
     LoadOptions,
     download_url,
@@ -83,7 +84,8 @@ def _verify_ogb_raw(ddir: Path, graphs: list[Data], labels: np.ndarray, n_rows: 
     if problems:
         head = "\n  ".join(problems[:20])
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-        raise ValueError(f"{name}: {len(problems)} mismatches against the official raw files:\n  {head}{more}")
+        raise DataError(f"{name}: {len(problems)} mismatches of mapping/mol.csv.gz against the official raw files in "
+                        f"{ddir / 'raw'}:\n  {head}{more}\nrestore the files of one release together")
 
 
 def _load_ogb_mol(
@@ -119,17 +121,21 @@ def _load_ogb_mol(
     columns = list(read_csv(mol_csv, nrows=0).columns)
     task_cols = [c for c in columns if c not in ("smiles", "mol_id")]
     if "smiles" not in columns or len(task_cols) != num_tasks:
-        raise ValueError(f"{mol_csv}: expected a smiles column and {num_tasks} task columns, got {columns}")
+        raise DataError(f"{mol_csv}: expected a smiles column and {num_tasks} task columns, got {columns}; {RESTORE}")
     split_idx = {key: read_index_csv(ddir / "split" / "scaffold" / f"{s}.csv.gz") for key, s in _OGB_SPLITS.items()}
     parts = mol_parts(name, allow_unsanitized, base, [files[0]] + raw_files)
 
     def build(df) -> list[Data]:
-        labels = df[task_cols].to_numpy(dtype=np.float64)
+        try:
+            labels = df[task_cols].to_numpy(dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{mol_csv}: a task column holds a value that is not a number ({exc}); {RESTORE}") from None
         graphs, _ = featurize(df["smiles"].astype(str).tolist(), labels, allow_unsanitized, progress, name)
         _verify_ogb_raw(ddir, graphs, labels, len(df), name)
         return graphs
 
-    splits, invalid = graphs_by_split(name, mol_csv, parts, cache_dir, build, lambda: split_idx, allow_unsanitized)
+    splits, invalid = graphs_by_split(name, mol_csv, parts, cache_dir, build, lambda: split_idx, allow_unsanitized,
+                                      str(ddir / "split" / "scaffold"))
     info = TaskInfo(name=name, task=task, num_tasks=num_tasks, metric=metric, target_names=task_cols)
     return finish(name, info, splits, invalid, str(ddir), parts, cache_dir, opts.rwse_steps, opts.lap_dim, progress)
 

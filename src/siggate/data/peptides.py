@@ -18,6 +18,7 @@ from .registry import register_dataset
 if TYPE_CHECKING:
     from torch_geometric.data import Data
 from .sources import (
+    RESTORE,
     Layout,
     LoadOptions,
     download_url,
@@ -121,18 +122,30 @@ def _load_peptides(
     def split_idx_of() -> dict:
         return _load_split_pickle(base / split_rel, name)
 
-    splits, invalid = graphs_by_split(name, base / csv_rel, parts, cache_dir, build, split_idx_of, allow_unsanitized)
+    splits, invalid = graphs_by_split(name, base / csv_rel, parts, cache_dir, build, split_idx_of, allow_unsanitized,
+                                      str(base / split_rel))
     parts = dict(parts, split=fingerprints(base, [split_rel]))
     return finish(name, info, splits, invalid, str(base / folder), parts, cache_dir, opts.rwse_steps, opts.lap_dim,
                   progress)
 
 
 def _peptides_func_labels(df, csv: Path) -> np.ndarray:
-    """The 10 function labels, stored as a list literal per row."""
-    labels = np.stack([np.asarray(ast.literal_eval(s), dtype=np.float64) for s in df["labels"]])
-    if labels.ndim != 2 or labels.shape[1] != 10:
-        raise ValueError(f"{csv}: expected 10-dim label lists, got shape {labels.shape}")
-    return labels
+    """The 10 function labels, stored as a list literal per row.
+
+    Raises:
+        DataError: no ``labels`` column, or a row that is not a list of 10 numbers."""
+    if "labels" not in df.columns:
+        raise DataError(f"{csv}: no 'labels' column; {RESTORE}")
+    rows = []
+    for i, text in enumerate(df["labels"]):
+        try:
+            row = np.asarray(ast.literal_eval(str(text)), dtype=np.float64)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            row = None
+        if row is None or row.shape != (10,):
+            raise DataError(f"{csv}: row {i}'s labels {str(text)[:60]!r} are not a list of 10 numbers; {RESTORE}")
+        rows.append(row)
+    return np.stack(rows) if rows else np.zeros((0, 10))
 
 
 @register_dataset(
@@ -181,12 +194,15 @@ def _peptides_struct_targets(df, csv: Path, normalized: bool) -> np.ndarray:
     standardized here."""
     missing_cols = [c for c in ["smiles"] + PEPTIDES_STRUCT_TARGETS if c not in df.columns]
     if missing_cols:
-        raise ValueError(f"{csv}: missing columns {missing_cols}")
-    values = df[PEPTIDES_STRUCT_TARGETS].to_numpy(dtype=np.float64)
+        raise DataError(f"{csv}: missing columns {missing_cols}; {RESTORE}")
+    try:
+        values = df[PEPTIDES_STRUCT_TARGETS].to_numpy(dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{csv}: a target column holds a value that is not a number ({exc}); {RESTORE}") from None
     if normalized:
         mean, std = values.mean(axis=0), values.std(axis=0, ddof=1)
         if not (np.all(np.abs(mean) < 1e-6) and np.all(np.abs(std - 1.0) < 1e-6)):
-            raise ValueError(
+            raise DataError(
                 f"{csv}: targets are not standardized (means {mean.round(4).tolist()}, "
                 f"stds {std.round(4).tolist()})"
             )

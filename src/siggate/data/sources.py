@@ -244,15 +244,20 @@ def featurize(
     return graphs, invalid
 
 
-def invalid_rows(smiles: list[str], indices, allow_unsanitized: bool) -> list[InvalidRow]:
-    """Recompute the reasons for rows that produced no graph (cheap: only those rows)."""
+def invalid_rows(smiles: list[str], indices, allow_unsanitized: bool, source: str = "the source file") -> list[InvalidRow]:
+    """Recompute the reasons for rows that produced no graph (cheap: only those rows) of the SMILES
+    file ``source`` (named in the error).
+
+    Raises:
+        DataError: a split index beyond the file's rows (a split file of another release)."""
     from .chem import InvalidSmiles, quiet_rdkit, smiles_to_graph
 
     out = []
     with quiet_rdkit():
         for i in sorted(indices):
             if not 0 <= i < len(smiles):
-                raise ValueError(f"split index {i} is beyond the {len(smiles)} rows of the source file")
+                raise DataError(f"split index {i} is beyond the {len(smiles)} rows of {source}: the split files and "
+                                "the SMILES file are of different releases; restore both from the official release")
             try:
                 smiles_to_graph(smiles[i], allow_unsanitized=allow_unsanitized)
                 reason = "no graph in the cache for this row"
@@ -272,17 +277,21 @@ def split_graphs(graphs: list[Data], split_idx: dict) -> tuple[dict, set]:
     return splits, missing
 
 
-def check_split(split_idx: dict, name: str) -> None:
-    """Splits must hold non-negative, distinct, pairwise disjoint row indices."""
+def check_split(split_idx: dict, name: str, files: str = "") -> None:
+    """Splits must hold non-negative, distinct, pairwise disjoint row indices.
+
+    Raises:
+        DataError: one that does not, naming the split and the split ``files``."""
     seen = set()
+    where = f" ({files})" if files else ""
     for key, idx in split_idx.items():
         idx = np.asarray(idx)
-        if idx.size and idx.min() < 0:
-            raise ValueError(f"{name}: split {key!r} has negative indices")
-        s = set(idx.tolist())
-        if len(s) != idx.size or seen & s:
-            raise ValueError(f"{name}: split {key!r} has repeated or overlapping indices")
-        seen |= s
+        why = ("negative indices" if idx.size and idx.min() < 0
+               else "repeated or overlapping indices" if len(set(idx.tolist())) != idx.size or seen & set(idx.tolist())
+               else None)
+        if why:
+            raise DataError(f"{name}: split {key!r} has {why}{where}; restore the split files from the official release")
+        seen |= set(idx.tolist())
 
 
 def finish(
@@ -334,10 +343,12 @@ def graphs_by_split(
     build: Callable[[object], list[Data]],
     split_idx_of: Callable[[], dict],
     allow_unsanitized: bool,
+    split_files: str = "",
 ) -> tuple[dict, list[InvalidRow]]:
     """Graphs of the SMILES CSV ``csv_path``, built by ``build(dataframe)`` and cached under
-    ``parts``, cut by the split ``split_idx_of()`` (checked); rows of the split without a
-    graph become :class:`InvalidRow`.  The CSV is read at most once, and only when needed."""
+    ``parts``, cut by the split ``split_idx_of()`` (checked; ``split_files`` names where it came
+    from); rows of the split without a graph become :class:`InvalidRow`.  The CSV is read at most
+    once, and only when needed."""
     frame: dict = {}
 
     def read():
@@ -347,10 +358,15 @@ def graphs_by_split(
 
     graphs = cache_graphs(cache_dir, name, parts, lambda: build(read()))
     split_idx = split_idx_of()
-    check_split(split_idx, name)
+    check_split(split_idx, name, split_files)
     splits, missing = split_graphs(graphs, split_idx)
-    invalid = invalid_rows(read()["smiles"].astype(str).tolist(), missing, allow_unsanitized) if missing else []
+    source = f"{csv_path} (split files: {split_files})" if split_files else str(csv_path)
+    invalid = invalid_rows(read()["smiles"].astype(str).tolist(), missing, allow_unsanitized, source) if missing else []
     return splits, invalid
+
+
+#: the remedy of a raw file that is damaged or not the release's
+RESTORE = "restore it from the official release (or delete it so it is downloaded again)"
 
 
 def read_csv(path, *args, **kwargs):
@@ -368,7 +384,17 @@ def read_csv(path, *args, **kwargs):
 
 
 def read_index_csv(path: Path) -> np.ndarray:
-    """The first column of a header-less CSV of row indices (the OGB split files), as int64."""
+    """The first column of a header-less CSV of row indices (the OGB split files), as int64.
 
-    return read_csv(path, header=None).iloc[:, 0].to_numpy(dtype=np.int64)
+    Raises:
+        DataError: a damaged file (:func:`read_csv`), or one whose first column is not integers."""
+    column = read_csv(path, header=None).iloc[:, 0]
+    try:
+        values = column.to_numpy(dtype=np.float64)
+    except (TypeError, ValueError):
+        values = np.array([np.nan])
+    if not np.all(np.isfinite(values) & (values == np.round(values))):
+        raise DataError(f"{path}: not a file of row indices (its first column holds values that are not integers); "
+                        + RESTORE)
+    return values.astype(np.int64)
 
