@@ -365,7 +365,7 @@ def test_a_corpus_built_before_a_benchmark_was_known_resumes(tmp_path, monkeypat
 def test_an_interrupted_corpus_build_resumes_at_its_first_missing_chunk(tmp_path, monkeypatch):
     """The descriptors of a million molecules take hours: a build stopped midway kept nothing and
     began again. Each chunk is saved when done, a resumed build computes only the chunks missing,
-    several workers give the same corpus as one, and a build of other arguments discards the pieces."""
+    and a build of other arguments discards the pieces."""
     from siggate.train import pretrain as pt
 
     monkeypatch.setattr(pt, "CHUNK", 7)
@@ -423,14 +423,31 @@ def test_an_interrupted_corpus_build_resumes_at_its_first_missing_chunk(tmp_path
     assert len(list((tmp_path / "run" / "corpus" / "partial").glob("descriptors-*.npy"))) == 1
 
 
-def test_corpus_descriptors_from_two_worker_processes_equal_one(tmp_path, monkeypatch):
+def test_corpus_descriptors_from_two_worker_processes_equal_one_and_resume(tmp_path, monkeypatch):
+    """Two worker processes give the corpus one gives, and, resuming a build stopped after one
+    chunk, compute (and save) only the chunks missing."""
     from siggate.train import pretrain as pt
 
     monkeypatch.setattr(pt, "CHUNK", 20)
     args = dict(molecules=1000, seed=0, data_root=tmp_path / "none", progress=False, test_sets=())
     one = build_corpus(_corpus_file(tmp_path), tmp_path / "one", **args)
+    real = pt._chunk_descriptors
+
+    def stop_after_one(smiles, done=[]):
+        if done:
+            raise KeyboardInterrupt
+        done.append(1)
+        return real(smiles)
+
+    monkeypatch.setattr(pt, "_chunk_descriptors", stop_after_one)  # (the workers run the module's own)
+    with pytest.raises(KeyboardInterrupt):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "two", **args)
+    monkeypatch.setattr(pt, "_chunk_descriptors", real)
+    saved, write = [], pt.atomic_write_bytes
+    monkeypatch.setattr(pt, "atomic_write_bytes", lambda path, data: (saved.append(Path(path).name), write(path, data)))
     two = build_corpus(_corpus_file(tmp_path), tmp_path / "two", workers=2, **args)
     assert -(-one["kept"] // 20) == 3 and two["csv_sha256"] == one["csv_sha256"]
+    assert sorted(n for n in saved if n.startswith("descriptors-")) == ["descriptors-00001.npy", "descriptors-00002.npy"]
 
 
 def test_a_resumed_fine_tune_keeps_the_record_of_the_weights_it_started_from(tmp_path, monkeypatch, capsys):
@@ -507,3 +524,19 @@ def test_attention_keys_are_no_difference_between_models_without_attention():
     why = init_weights._architecture_refusal(Path("w.pt"), blob, {**cfg, "attn": True})
     assert why.startswith("train.init: w.pt has another architecture (model.gate: pretrained 'elementwise', this run "
                           "'none'); ")
+
+
+def test_a_run_recorded_with_a_relative_init_is_the_same_run_under_its_absolute_path(tmp_path, monkeypatch):
+    """Runs and comparisons recorded before --init was made absolute hold the path as typed: the
+    same command now records the absolute path, which counted as another config (a resume refused,
+    a comparison's every run a conflict). One file is one init; another file still differs."""
+    from siggate.config_args import init_source
+    from siggate.train.checkpoint import config_differences
+
+    monkeypatch.chdir(tmp_path)
+    old = {"train": {"init": "X.pt"}}
+    assert config_differences(old, {"train": {"init": init_source("X.pt")}}) == []
+    assert init_source("X.pt") == str(tmp_path / "X.pt") and init_source("pretrained:default") == "pretrained:default"
+    assert config_differences(old, {"train": {"init": str(tmp_path / "other" / "X.pt")}}) == [
+        f"train.init: checkpoint has 'X.pt', current config has '{tmp_path / 'other' / 'X.pt'}'"]
+    assert config_differences({"train": {"init": "pretrained"}}, {"train": {"init": str(tmp_path / "pretrained")}})

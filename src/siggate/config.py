@@ -30,7 +30,6 @@ from .options import (
     GATE_POSITIONS,
     LOCAL_MODEL_NAMES,
     MOL_FEATURES,
-    NO_INIT,
     PERFORMER_KERNELS,
     POOLING,
     SELECTS,
@@ -42,6 +41,7 @@ from .options import (
     PerformerOptions,
     SVRMemberOptions,
     closest_name,
+    init_is_none,
     parse_mol_features,
 )
 
@@ -204,7 +204,7 @@ class Config:
 
     def validate(self) -> "Config":
         _check(self)
-        if self.train.init.strip().lower() == NO_INIT:
+        if init_is_none(self.train.init):
             self.train.init = ""  # from scratch: --init none, --set train.init=none or a YAML's init: none
         return self
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .config import load_config, override_key
 from .files import out_dir_problem
-from .options import DUPLICATES, FRAGMENTS, NO_INIT, add_cache_dir_flag, add_data_root_flag
+from .options import DUPLICATES, FRAGMENTS, add_cache_dir_flag, add_data_root_flag, init_is_none, init_is_shipped
 
 __all__ = ["CLIError", "WARMUP_START", "add_command", "add_config_args", "add_device_flag", "add_threads_flag",
            "check_device", "check_out_folder", "config_from_args", "examples_epilog", "set_keys"]
@@ -59,7 +59,7 @@ def add_threads_flag(p: argparse.ArgumentParser, default: int | None = None, def
 def init_source(text: str) -> str:
     """``--init`` as the config records it: a path made absolute (the run resumes, and its record
     reads, from anywhere, as ``data.csv``'s); ``pretrained[:NAME]`` and ``none`` as given."""
-    if text.strip().lower() in (NO_INIT, "") or text == "pretrained" or text.startswith("pretrained:"):
+    if init_is_none(text) or init_is_shipped(text):
         return text
     return str(Path(text).expanduser().absolute())
 

@@ -175,6 +175,16 @@ FRAGMENTS = ("all", "parent")
 #: ``train.init`` (``--init``) for "from scratch", also where a recipe names weights to start from;
 #: the config stores it as ``""`` (:meth:`siggate.config.Config.validate`)
 NO_INIT = "none"
+
+
+def init_is_none(text: str) -> bool:
+    """``train.init`` says "from scratch": empty, or ``none`` in any case."""
+    return text.strip().lower() in ("", NO_INIT)
+
+
+def init_is_shipped(text: str) -> bool:
+    """``train.init`` names weights shipped in the package (``pretrained`` or ``pretrained:NAME``), not a path."""
+    return text == "pretrained" or text.startswith("pretrained:")
 #: ``siggate train --members``: the kinds of member a run can hold, with what each is, for the help
 #: (the kinds of :data:`siggate.train.members.MEMBER_KINDS`; a test keeps the two equal)
 MEMBER_KIND_NAMES = {"gnn": "the gated graph transformer", "svr": "MinMax-kernel SVR on five count fingerprints",

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..files import UnsafeFile, atomic_write, file_digest, safe_torch_load
-from ..options import resolve_select
+from ..options import init_is_shipped, resolve_select
 from ..version import __version__
 
 #: 2: the values resolved from the data (``model.pool_norm: 0``) moved out of ``config`` into ``resolved``
@@ -266,8 +266,20 @@ def config_differences(saved_cfg: dict, current_cfg: dict, ignore: tuple = (),
     recorded for its CSV, :func:`~siggate.train.record.data_source`)."""
     skip = RUN_LOCAL_KEYS + tuple(ignore)
     saved_cfg, current_cfg = _select_applied(saved_cfg), _select_applied(current_cfg)
-    return [d for d in describe_incompatibility(_same_csv(saved_cfg, current_cfg, csv_sha256), current_cfg)
-            if d.split(":", 1)[0] not in skip]
+    saved_cfg = _same_init(_same_csv(saved_cfg, current_cfg, csv_sha256), current_cfg)
+    return [d for d in describe_incompatibility(saved_cfg, current_cfg) if d.split(":", 1)[0] not in skip]
+
+
+def _same_init(saved: dict, current: dict) -> dict:
+    """``saved`` with its ``train.init`` written as ``current`` writes it where both name one file:
+    a run saved before ``--init`` was recorded as an absolute path holds it relative to the folder
+    it was started in (the same file when used from there)."""
+    a, b = ((c.get("train") or {}).get("init") if isinstance(c, dict) else None for c in (saved, current))
+    if not (isinstance(a, str) and isinstance(b, str)) or a == b or not a or not b:
+        return saved
+    if init_is_shipped(a) or init_is_shipped(b) or Path(a).expanduser().absolute() != Path(b).expanduser().absolute():
+        return saved
+    return {**saved, "train": {**saved["train"], "init": b}}
 
 
 def _same_csv(saved: dict, current: dict, sha256: str | None = None) -> dict:

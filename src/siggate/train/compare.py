@@ -669,11 +669,12 @@ def compare(args) -> int:
                                "--set model.attn=true")
         from .init_weights import init_refusal
 
+        pairs = _plan_pairs(args, specs, seeds, out, threads)
+        starting = {p.tag[0].label for p in pairs if p.state == "new"}  # (done and resumed runs hold their weights)
         for label, c in expected.items():  # pretrained weights an arm cannot start from: refused before any run
-            why = c["train"].get("init") and init_refusal(c["train"]["init"], c["model"])
+            why = label in starting and c["train"].get("init") and init_refusal(c["train"]["init"], c["model"])
             if why:
                 raise CompareError(f"arm {label}: {why}")
-        pairs = _plan_pairs(args, specs, seeds, out, threads)
         n_done = sum(p.state == "done" for p in pairs)
         n_resume = sum(p.state == "resume" for p in pairs)
         print(f"siggate compare: {len(specs)} gate(s) x {len(seeds)} seed(s) = {len(pairs)} runs "

@@ -21,7 +21,7 @@ import torch
 
 from ..config import ConfigError
 from ..files import file_digest, safe_torch_load
-from ..options import NO_INIT
+from ..options import NO_INIT, init_is_shipped
 
 __all__ = ["SHIPPED", "InitWeights", "resolve_init", "read_init", "init_refusal", "load_init", "init_resolved", "pretrained_pool_norm", "ARCH_KEYS"]
 
@@ -36,7 +36,7 @@ ATTENTION_KEYS = ("heads", "attn_type", "gate", "gate_position")
 
 def resolve_init(source: str) -> Path:
     """The weights file ``train.init`` names (see the module docstring)."""
-    if source == "pretrained" or source.startswith("pretrained:"):
+    if init_is_shipped(source):
         name = source.partition(":")[2] or "default"
         path = SHIPPED / f"{name}.pt"
         if not path.is_file():

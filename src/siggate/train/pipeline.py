@@ -59,7 +59,9 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     ds = dataset if dataset is not None else prepare_data_ranked(cfg.data, cfg.model, cfg.train.seed, ctx, progress)
     resumed = read_resume(out / LAST, ctx) if resume else None
     run = setup_run(cfg.model, cfg.train, ds, ctx, resumed=resumed)
-    if resumed is not None and resume_run(run, out / LAST, cfg.to_dict(), resumed):
+    restored = resumed is not None and resume_run(run, out / LAST, cfg.to_dict(), resumed)
+    del resumed  # the whole checkpoint (weights, optimizer state) is not kept through the training
+    if restored:
         done = _finished_record(out, cfg.train.epochs, run.history)
         if done is not None:  # a finished run resumed: its record stays as it is
             if ctx.is_main:

@@ -136,10 +136,22 @@ def _saved_selection(part: Path, select) -> tuple[list[str], dict, int]:
 
 
 def _chunk_descriptors(smiles: list[str]) -> np.ndarray:
-    """The raw ``rdkit2d`` descriptors of one chunk (a process pool's task)."""
+    """The raw ``rdkit2d`` descriptors of one chunk."""
     from ..data.molfeatures import compute
 
     return compute(smiles, "rdkit2d")
+
+
+def _pool_task(task: tuple[int, list[str]]) -> tuple[int, np.ndarray]:
+    """A worker's task: ``(chunk index, its SMILES)`` -> ``(chunk index, its descriptors)``."""
+    return task[0], _chunk_descriptors(task[1])
+
+
+def _ignore_interrupt() -> None:
+    """A worker leaves Ctrl-C to the parent, which saves what is done and ends the pool."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _raw_descriptors(smiles: list[str], part: Path, workers: int, progress: bool) -> np.ndarray:
@@ -177,16 +189,17 @@ def _raw_descriptors(smiles: list[str], part: Path, workers: int, progress: bool
     try:
         if workers > 1 and len(todo) > 1:
             import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
 
-            with ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = {i: pool.submit(_chunk_descriptors, smiles[starts[i]:starts[i] + CHUNK]) for i in todo}
-                try:
-                    for i, future in futures.items():  # in order, each saved as soon as it is read
-                        keep(i, future.result())
-                except BaseException:
-                    pool.shutdown(cancel_futures=True)
-                    raise
+            pool = multiprocessing.get_context("spawn").Pool(min(workers, len(todo)), initializer=_ignore_interrupt)
+            try:  # each chunk saved as it comes; an interrupt ends the workers at once (their chunks are lost)
+                for i, block in pool.imap_unordered(_pool_task, [(i, smiles[starts[i]:starts[i] + CHUNK]) for i in todo]):
+                    keep(i, block)
+                pool.close()
+            except BaseException:
+                pool.terminate()
+                raise
+            finally:
+                pool.join()
         else:
             for i in todo:
                 keep(i, _chunk_descriptors(smiles[starts[i]:starts[i] + CHUNK]))
@@ -228,7 +241,8 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
     source = Path(source)
     src_sha = file_digest(source)
     want = {"version": CORPUS_VERSION, "source_sha256": src_sha, "molecules": molecules, "seed": seed,
-            "exclude_files": sorted(f"{f}:{file_digest(f)}" for f in exclude_files)}
+            "exclude_files": sorted(f"{f}:{file_digest(f)}" for f in exclude_files),
+            "smiles_col": smiles_col}  # (None, the default, as a corpus recorded before the key has it)
     meta_path, csv_path = out / "meta.json", out / "corpus.csv"
     if meta_path.is_file() and csv_path.is_file():
         meta = json.loads(meta_path.read_text())
@@ -313,8 +327,9 @@ def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epoc
         raise ConfigError(f"model.mol_features: {cfg.model.mol_features!r} gives the model the rdkit2d descriptors "
                           "as inputs, and pretraining regresses those same descriptors: it would learn to copy its "
                           "input. Drop rdkit2d from model.mol_features for pretraining (set it when fine-tuning)")
-    if cfg.train.warmup_refusal():  # the recipe's warmup is kept in epochs (the shipped weights': 3 of 15)
-        raise ConfigError(f"pretrain --epochs {epochs}: {cfg.train.warmup_refusal()}")
+    why = cfg.train.warmup_refusal()  # the recipe's warmup is kept in epochs (the shipped weights': 3 of 15)
+    if why:
+        raise ConfigError(f"pretrain --epochs {epochs}: {why}")
     return cfg
 
 
