@@ -278,6 +278,8 @@ def test_a_constant_of_the_training_rows_is_learned_again_from_the_val_rows(make
     m = member.models_[0]
     val_y = labels(ds.val)[:, 0]
     assert m.meta["refit"] == {"rows": "train+val", "n": 1 + len(ds.val)}
+    assert m.meta["choice"] == "fallback: a constant on the training rows, fitted on the train and val rows"
+    assert m.meta["train_only"] == {"why": "one labelled row among the training rows"}
     if task == "binary" and np.unique(np.append(val_y, y[keep])).size < 2:
         pytest.fail("the toy data must give the val rows both classes")
     assert not isinstance(m, ConstantModel)  # two classes (or many rows) among train+val: a fitted model
@@ -294,7 +296,9 @@ def test_a_constant_of_the_training_rows_is_learned_again_from_the_val_rows(make
         m = make(refit=True).fit(ones).models_[0]
         n = len(ones.train) + len(ones.val)
         assert isinstance(m, ConstantModel) and m.value == pytest.approx((n + 0.5) / (n + 1))
-        assert m.meta == {"why": "one class among the training rows", "refit": {"rows": "train+val", "n": n}}
+        assert m.meta == {"why": "one class among the train and val rows",
+                          "train_only": {"why": "one class among the training rows"},
+                          "refit": {"rows": "train+val", "n": n}}
 
 
 # ----------------------------------------------------------------------------- large sets: Nyström

@@ -68,7 +68,8 @@ def entropy_stats(model, graphs, batch_size: int = 64) -> dict:
         n += int(keep.sum())
     if ent is None:
         raise DataError("no graph with at least two nodes among the graphs analysed: attention over one node says "
-                        "nothing; analyse more graphs (--max-graphs)")
+                        "nothing; analyse a set with graphs of two or more nodes (a larger --max-graphs, or another "
+                        "split)")
     return {
         "entropy": (ent / n).tolist(), "normalized_entropy": (nent / n).tolist(),
         "gate_mean": None if gate_sum is None else (gate_sum / gate_cnt).tolist(), "n_graphs": n,

@@ -71,7 +71,8 @@ def head_ranks(model, graphs, batch_size: int = 64, progress: bool = False) -> d
         n += int(keep.sum())
     if sums is None:
         raise DataError("no graph with at least two nodes among the graphs analysed: attention over one node says "
-                        "nothing; analyse more graphs (--max-graphs)")
+                        "nothing; analyse a set with graphs of two or more nodes (a larger --max-graphs, or another "
+                        "split)")
     mean = (sums / n).tolist()
     return {
         "before": [r[0] for r in mean], "after": [r[1] for r in mean], "ratio": [r[2] for r in mean],

@@ -74,7 +74,10 @@ def _verify_ogb_raw(ddir: Path, graphs: list[Data], labels: np.ndarray, n_rows: 
                 problems.append(f"row {i}: {got} {what}, official {int(ref[i])} ({g.smiles})")
     path = raw / "graph-label.csv.gz"
     if path.is_file():
-        ref = read_csv(path, header=None).to_numpy(dtype=np.float64)
+        try:
+            ref = read_csv(path, header=None).to_numpy(dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{path}: a label that is not a number ({exc}); {RESTORE}") from None
         if ref.shape != labels.shape:
             problems.append(f"graph-label.csv.gz has shape {ref.shape}, mol.csv.gz labels {labels.shape}")
         else:

@@ -394,7 +394,8 @@ def read_index_csv(path: Path) -> np.ndarray:
     except (TypeError, ValueError):
         values = np.array([np.nan])
     if not np.all(np.isfinite(values) & (values == np.round(values))):
-        raise DataError(f"{path}: not a file of row indices (its first column holds values that are not integers); "
+        raise DataError(f"{path}: not a file of whole numbers (row indices or counts: its first column holds values "
+                        "that are not integers); "
                         + RESTORE)
     return values.astype(np.int64)
 

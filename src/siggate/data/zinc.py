@@ -62,7 +62,8 @@ def _read_pyg_processed(path: Path) -> list[Data]:
         except pickle.UnpicklingError as exc:
             raise DataError(f"{path}: not a PyG processed ZINC file: {exc}") from None
         except (RuntimeError, EOFError, OSError, ValueError) as exc:  # a cut or emptied file (torch's zip reader)
-            raise DataError(f"{path}: the file is truncated or corrupt ({type(exc).__name__}); {RESTORE}") from None
+            raise DataError(f"{path}: the file is truncated or corrupt ({type(exc).__name__}: {str(exc)[:120]}); "
+                            f"{RESTORE}") from None
     if not isinstance(out, tuple) or len(out) not in (2, 3, 4):
         raise DataError(f"{path}: not a PyG processed (data, slices) file")
     if len(out) == 2:

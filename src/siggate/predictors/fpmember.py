@@ -472,23 +472,28 @@ class FingerprintMember:
                                     vrows[:0], data.val_y[:0])
                 # a constant chose nothing on val: it is learned again from the train and val rows as a
                 # target without val rows is (a constant of one training row ignored every val label)
-                self.models_[j] = (self._fit_or_constant(joined, refit=True) if isinstance(self.models_[j], ConstantModel)
-                                   else self._refit(self.models_[j], joined))
+                self.models_[j] = (self._fit_or_constant(joined, train_only=self.models_[j])
+                                   if isinstance(self.models_[j], ConstantModel) else self._refit(self.models_[j], joined))
         if self.refit:
             self.held_out_ = {"val": held}
         return self
 
-    def _fit_or_constant(self, data: TargetData, refit: bool = False):
+    def _fit_or_constant(self, data: TargetData, train_only: ConstantModel | None = None):
         """The target's model (:meth:`_fit_target`), or a :class:`ConstantModel` where ``data``
-        holds one labelled row or, to classify, one class; ``refit``: ``data`` is the train and
-        val rows, as the model's ``meta`` says."""
+        holds one labelled row or, to classify, one class. ``train_only``: ``data`` is the train
+        and val rows of a target that was that constant on its training rows (the model's
+        ``meta`` says so, and why it was)."""
+        rows = "training rows" if train_only is None else "train and val rows"
         if data.rows.size < 2 or (data.classify and np.unique(data.y).size < 2):
-            why = "one labelled training row" if data.rows.size < 2 else "one class among the training rows"
+            why = f"one labelled row among the {rows}" if data.rows.size < 2 else f"one class among the {rows}"
             model = ConstantModel.of(data.y, data.classify, why)
         else:
             model = self._fit_target(data)
-        if refit:
-            model.meta = {**model.meta, "refit": {"rows": "train+val", "n": int(data.rows.size)}}
+        if train_only is not None:
+            extra = {} if isinstance(model, ConstantModel) else {
+                "choice": "fallback: a constant on the training rows, fitted on the train and val rows"}
+            model.meta = {**model.meta, **extra, "train_only": dict(train_only.meta),
+                          "refit": {"rows": "train+val", "n": int(data.rows.size)}}
         return model
 
     def _refit(self, model, data: TargetData):
