@@ -970,7 +970,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_root_flag(p, "the ZINC, molhiv and molpcba test sets")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     add_threads_flag(p, default=1, default_text="1",
-                     what="torch threads, and the processes that compute the corpus's descriptors")
+                     what="torch threads, and the processes that compute the corpus's descriptors (0: the "
+                          "config's train.threads and one process)")
     add_device_flag(p)
     add_progress_flag(p)
     p.set_defaults(func=cmd_pretrain)

@@ -95,7 +95,8 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
                         "warmup start (lr x 1e-6 in the first epoch instead of 1%%)")
     p.add_argument("--init", default=None, metavar="WEIGHTS",
                    help="start from pretrained weights: 'pretrained' (shipped with siggate), a pretrained.pt "
-                        "written by siggate pretrain, or a checkpoint; 'none' trains from scratch (train.init; with --data "
+                        "written by siggate pretrain, a checkpoint or a run folder (a path is recorded absolute); "
+                        "'none' trains from scratch (train.init; with --data "
                         "the recipe's is 'pretrained')")
     add_data_root_flag(p)
     add_cache_dir_flag(p)

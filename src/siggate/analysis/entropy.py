@@ -46,7 +46,12 @@ DEFINITIONS = {
 
 @torch.no_grad()
 def entropy_stats(model, graphs, batch_size: int = 64) -> dict:
-    """``{"entropy": [L][H], "normalized_entropy": [L][H], "gate_mean": [L] | None}``."""
+    """``{"entropy": [L][H], "normalized_entropy": [L][H], "gate_mean": [L] | None, "n_graphs": int}``:
+    entropies averaged over the graphs of two or more nodes (``n_graphs``), the gate mean over every
+    node of every graph (:func:`~.common.add_gate_sum`).
+
+    Raises:
+        DataError: no graph of two or more nodes."""
     ent = nent = None
     n = 0
     gate_sum, gate_cnt = None, 0
@@ -69,7 +74,7 @@ def entropy_stats(model, graphs, batch_size: int = 64) -> dict:
     if ent is None:
         raise DataError("no graph with at least two nodes among the graphs analysed: attention over one node says "
                         "nothing; analyse a set with graphs of two or more nodes (a larger --max-graphs, or another "
-                        "split)")
+                        "--config)")
     return {
         "entropy": (ent / n).tolist(), "normalized_entropy": (nent / n).tolist(),
         "gate_mean": None if gate_sum is None else (gate_sum / gate_cnt).tolist(), "n_graphs": n,

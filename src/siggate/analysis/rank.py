@@ -44,7 +44,12 @@ def head_ranks(model, graphs, batch_size: int = 64, progress: bool = False) -> d
     """Per-layer, per-head mean stable rank before/after the gate and the mean gate value.
 
     Returns ``{"before": [L][H], "after": [L][H], "ratio": [L][H] (mean over graphs of
-    after/before), "frac_graphs_higher": [L][H], "gate_mean": [L] or None, "n_graphs": int}``.
+    after/before), "frac_graphs_higher": [L][H], "gate_mean": [L] or None, "n_graphs": int}``:
+    ranks over the graphs of two or more nodes (``n_graphs``), the gate mean over every node of
+    every graph (:func:`~.common.add_gate_sum`).
+
+    Raises:
+        DataError: no graph of two or more nodes.
     """
     model.eval()
     sums = None

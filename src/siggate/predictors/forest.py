@@ -12,7 +12,8 @@ classification, :func:`.fpmember.val_score`); the first value is the fallback wh
 labelled val row, and wins ties. As for :mod:`.svr`, with ``refit`` (the default) the winner is
 fitted again on the train and val rows, its train-only val predictions kept out of sample for the
 combination's weights and the calibration; the test split is never read. A target with
-fewer than two labelled training rows, or one class, is a constant (:class:`.fpmember.ConstantModel`).
+fewer than two labelled training rows, or one class, is a constant (:class:`.fpmember.ConstantModel`)
+on them; with ``refit`` it is learned again from its train and val rows (:mod:`.fpmember`).
 
 **Prediction** runs on the stored arrays with :func:`forest_predict`, a vectorized traversal in
 numpy (every row walks every tree at once, leaves point to themselves), equal to scikit-learn's

@@ -55,7 +55,8 @@ The test split is never read.
 **Every model** predicts ``f(x) = Σ_i coef_i K(x, s_i) + intercept`` over stored count
 fingerprints ``s_i`` (support vectors, or Nyström landmarks with ``coef = W w``), then
 ``y_mean + y_std · f`` (regression) or ``sigmoid(f)`` (classification). A target with fewer than
-two labelled training rows, or one class only, is a constant (:class:`.fpmember.ConstantModel`).
+two labelled training rows, or one class only, is a constant (:class:`.fpmember.ConstantModel`) on
+them; with ``refit`` it is learned again from its train and val rows (:mod:`.fpmember`).
 
 **Storage** (no pickle, :class:`.fpmember.FingerprintMember`): ``predictor.json`` holds the options
 and, per target, ``mode`` (``svr``, ``ridge``, ``klr`` or ``constant``), ``fingerprint`` (the kinds;

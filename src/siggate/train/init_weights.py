@@ -3,12 +3,14 @@
 ``train.init`` names the weights: ``pretrained`` (the weights shipped in the package,
 ``siggate/pretrained/default.pt``; see :data:`SHIPPED`), ``pretrained:NAME`` (another shipped
 file), a file written by ``siggate pretrain`` (``pretrained.pt``) or any ``siggate train``
-checkpoint (``best.pt``/``last.pt``, or the run folder). Every tensor of the model whose name and
+checkpoint (``best.pt``/``last.pt``, or the run folder; of a run of several members, its GNN
+member's folder). Every tensor of the model whose name and
 shape match is copied, except the last layer of the prediction head, which is the new task's and
 keeps its fresh initialisation; a layer is copied whole or not at all (a head layer that also
 reads molecule features has another weight shape, and keeps its fresh bias as well). The
 backbone (encoders and GPS layers) must match exactly: the config's architecture keys are
-compared first and a difference is named. With pooling ``norm`` the pretrained divisor
+compared first and a difference is named (the attention's own keys, :data:`ATTENTION_KEYS`, are
+no difference between two models without attention). With pooling ``norm`` the pretrained divisor
 (``model.pool_norm``) is kept (:func:`init_resolved`).
 """
 
@@ -116,8 +118,9 @@ def read_init(source: str | InitWeights) -> InitWeights:
     weights already read are returned as they are.
 
     Raises:
-        ConfigError: ``source`` names no weights (:func:`resolve_init`), or the file is not a
-            weights file torch can read without pickled code.
+        ConfigError: ``source`` names no weights (:func:`resolve_init`), the file is not a
+            weights file torch can read without pickled code, or its weights, config or resolved
+            values are not siggate's.
     """
     if isinstance(source, InitWeights):
         return source

@@ -225,7 +225,7 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
 
     ``test_sets`` names the benchmarks whose test molecules are dropped (default: all of
     :data:`siggate.data.corpus.TEST_SETS`). A corpus already in ``out`` with the same source file
-    (sha256), size, seed and exclusions is reused as it is; ``keep`` (a run resuming on it)
+    (sha256), size, seed, SMILES column and exclusions is reused as it is; ``keep`` (a run resuming on it)
     refuses to replace one built otherwise. A build interrupted before the corpus was written
     resumes from ``out/partial`` (the module docstring); ``workers`` processes compute the
     descriptors, with the same result as one.
@@ -261,7 +261,7 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         if keep:
             changed = [k for k in want if meta.get(k) != want[k]]
             differ = [f"{k} {meta.get(k)!r} then, {want[k]!r} now" for k in changed]
-            fixes = ["resume with the run's own --smiles, --molecules, --seed and --exclude (and their files as "
+            fixes = ["resume with the run's own --smiles, --smiles-col, --molecules, --seed and --exclude (and their files as "
                      "they were)"] if changed else []
             if not same_csv:
                 differ.append("corpus.csv edited since")
