@@ -624,3 +624,21 @@ def test_compare_rejects_bad_arguments(tmp_path, capsys):
     (arm / "members.yaml").write_text("{}\n")
     assert _compare(["--seeds", "0", "--gates", "none,elementwise", "--out", str(tmp_path / "old")]) == 2
     assert f"{arm} holds a run of several members" in capsys.readouterr().err
+
+
+def test_compare_needs_an_arms_init_file_only_where_a_run_starts(tmp_path, monkeypatch, capsys):
+    """Every run of the arms finished: their weights are in their folders, so the pretrained file
+    the arms started from may have moved (compare refused them all before planning); a run still
+    to start is refused, naming the file, before any run."""
+    out = tmp_path / "cmp"
+    for gate in ("none", "elementwise"):
+        for seed, v in enumerate([1.0, 1.1]):
+            _fake_run(out / "runs" / gate / f"seed{seed}", seed, gate, v, v + 0.5)
+    gone = tmp_path / "moved" / "pretrained.pt"
+    argv = ["--seeds", "0-1", "--gates", "none,elementwise", "--set", f"train.init={gone}", "--out", str(out),
+            "--no-progress", "--aggregate-only"]
+    assert _compare(argv) == 0, capsys.readouterr().err
+    assert json.loads((out / "results.json").read_text())["n"] == {"none": 2, "elementwise": 2}
+    assert _compare(["--seeds", "0-2", *argv[2:-1]]) == 2  # seed 2 would start from the file
+    assert f"train.init: {gone} does not exist" in capsys.readouterr().err
+    assert not (out / "runs" / "none" / "seed2").exists()
