@@ -121,3 +121,18 @@ def test_a_siggate_row_keeps_what_each_member_scored_and_weighed(tmp_path):
     assert sum(m["weight"] for m in r["member_shares"]["members"]) == pytest.approx(1.0)
     assert r["member_shares"]["combination"]["test"] == r["tool_reported_test"]
     assert len(r["pred"]) == 6 and r["split_check"]["test_rows_equal_splits_json"]
+
+
+def test_report_of_another_results_file_leaves_the_readme_alone(tmp_path, capsys):
+    """``--report --results OTHER`` (a typo included) rewrote the committed README from that file:
+    a missing one replaced both tables with "Not run yet", exit 0."""
+    before = peers.README.read_text()
+    for path in (tmp_path / "typo.json", tmp_path / "other.json"):
+        if path.name == "other.json":
+            path.write_text(json.dumps({"runs": []}))
+        with pytest.raises(SystemExit) as exc:
+            peers.main(["--report", "--results", str(path)])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and (
+            "no such file" in err if path.name == "typo.json" else "drop --results" in err), err
+    assert peers.README.read_text() == before

@@ -76,6 +76,12 @@ METRICS = ("rmse", "rmse_cliff", "rmse_noncliff")
 CALIBRATION_TOLERANCE = 0.01
 
 
+def refuse(message: str):
+    """Bad input: one line on stderr naming the cause and the fix, exit code 2."""
+    print(f"moleculeace: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 @dataclass(frozen=True)
 class Target:
     """A MoleculeACE target as the peers' tools take a task."""
@@ -102,10 +108,10 @@ def source_csv(target: str) -> Path:
 
 def check_public(target: str) -> None:
     if target in RESERVED:
-        raise SystemExit(f"{target} is a reserved MoleculeACE target (kept to check the work from outside): "
+        refuse(f"{target} is a reserved MoleculeACE target (kept to check the work from outside): "
                          f"use one of the {len(PUBLIC)} public targets")
     if target not in PUBLIC:
-        raise SystemExit(f"unknown target {target!r}; public targets: {', '.join(PUBLIC)}")
+        refuse(f"unknown target {target!r}; public targets: {', '.join(PUBLIC)}")
 
 
 def val_seed(target: str) -> int:
@@ -371,9 +377,26 @@ def results_store(path: Path) -> RowStore:
 
 
 def load_results(path: Path) -> dict:
+    """The results file (empty when there is none), its rows' seeds as integers.
+
+    Exits (2): two rows of one key (a hand-merged file: each would be averaged in)."""
     res = results_store(path).load()
     res.setdefault("targets", {})
+    checked_rows(res["rows"], path)
     return res
+
+
+def checked_rows(rows: list[dict], path: Path) -> list[dict]:
+    """``rows`` of the results file ``path``, their seeds made integers (in place).
+
+    Exits (2): two rows of one key (a hand-merged file: each would be averaged in)."""
+    seen = set()
+    for r in rows:
+        r["seed"] = int(r["seed"])
+        if row_key(r) in seen:
+            refuse(f"{path} holds two rows of {row_key(r)}; keep one (each would be averaged in)")
+        seen.add(row_key(r))
+    return rows
 
 
 def _git_commit() -> str | None:
@@ -424,26 +447,31 @@ def make_runner(tool: str, args):
 
 
 def recipe_of(tool: str, args) -> str:
-    """The row's recipe: siggate's ``--recipe`` (``default`` without arguments), ``smoke`` with
-    ``--smoke``, else ``default`` (the other tools have one recipe each)."""
-    if tool == "siggate" and args.recipe:
-        return args.recipe
-    return "smoke" if args.smoke else "default"
+    """The row's recipe: siggate's ``--recipe`` (``default`` without arguments), else ``default``
+    (the other tools have one recipe each); with ``--smoke``, ``smoke`` (``RECIPE-smoke``), rows
+    marked ``smoke`` that no table or test counts."""
+    if args.smoke:  # never under a real recipe's name
+        return f"{args.recipe}-smoke" if tool == "siggate" and args.recipe else "smoke"
+    return args.recipe if tool == "siggate" and args.recipe else "default"
 
 
 def cmd_run(args) -> int:
     targets = parse_targets(args.targets)
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     if any(t not in TOOLS for t in tools):
-        raise SystemExit(f"--tools: choose from {', '.join(TOOLS)}")
+        refuse(f"--tools: choose from {', '.join(TOOLS)}")
     if args.siggate_args.strip() and not args.recipe:
-        raise SystemExit("--siggate-args needs --recipe NAME: the name of its rows in the table (e.g. svr_minmax)")
+        refuse("--siggate-args needs --recipe NAME: the name of its rows in the table (e.g. svr_minmax)")
     if args.recipe and args.recipe != "default" and not args.siggate_args.strip() and "siggate" in tools:
         # rows of a named recipe without arguments (gnn-alone) are an old default's: today's would differ
-        raise SystemExit(f"--recipe {args.recipe} needs its --siggate-args; siggate's defaults are the recipe "
+        refuse(f"--recipe {args.recipe} needs its --siggate-args; siggate's defaults are the recipe "
                          "'default' (give no --recipe), whose meaning follows the commit that runs them")
     seeds = parse_seeds(args.seeds)
     epochs = peers.SMOKE_EPOCHS if args.smoke else None
+    rows = load_results(args.results)["rows"]
+    for tool in tools:
+        check_same_recipe(rows, {"tool": tool, "recipe": recipe_of(tool, args), "epochs": epochs,
+                                 **({"siggate_args": args.siggate_args} if tool == "siggate" else {})}, args.results)
     runners = {t: make_runner(t, args) for t in tools}
     store = results_store(args.results)
     runs = []
@@ -455,6 +483,8 @@ def cmd_run(args) -> int:
                 rec = recipe_of(tool, args)
                 key = (tool, rec, target, seed)
                 extra = {"siggate_args": args.siggate_args} if tool == "siggate" else {}
+                if args.smoke:
+                    extra["smoke"] = True
                 out = args.work_dir / tool / rec / target / f"seed{seed}"
                 request = CallRequest(key, f"{__name__}:run_row", {
                     "runner": runner, "recipe": rec, "target": target, "seed": seed, "meta": meta,
@@ -467,15 +497,32 @@ def cmd_run(args) -> int:
     return status
 
 
+def check_same_recipe(rows: list[dict], row: dict, results: Path) -> None:
+    """Refuse ``row`` (its ``tool``, ``recipe`` and identity fields) where ``rows`` hold the same
+    (tool, recipe) run with other arguments on any target or seed: one name, one recipe."""
+    for r in rows:
+        if r["tool"] == row["tool"] and r["recipe"] == row["recipe"]:
+            differ = [f for f in IDENTITY if f in row and r.get(f) != row.get(f)]
+            if differ:
+                f = differ[0]
+                refuse(f"{results} holds {row['tool']} rows of recipe {row['recipe']!r} with {f} {r.get(f)!r}, not "
+                       f"{row.get(f)!r}: one recipe name is one recipe; choose another --recipe")
+
+
 def import_rows(source: Path, results: Path) -> tuple[int, int]:
     """Add the ``ok`` rows of ``source`` to ``results`` with their targets' data records: a row
     whose key is ``new`` there (:func:`~siggate.train.study.reuse_status`) is added, a ``done``
     one is kept as it is, and a ``conflict`` (the same key run with other arguments) refuses the
     whole import (exit 2). Returns ``(added, already there)``."""
+    if not Path(source).is_file():
+        refuse(f"--import-rows {source}: no such file; give the results.json of the other worktree")
     src = load_results(source)
     rows = [r for r in src["rows"] if r.get("status") == "ok"]
-    for r in rows:
+    here = load_results(results)["rows"]
+    for r in rows:  # a reserved target first: no row of one is read further
         check_public(r["target"])
+    for r in rows:
+        check_same_recipe(here, r, results)
     store = results_store(results)
     states = [reuse_status(results, {f: r.get(f) for f in IDENTITY}, store, row_key(r)) for r in rows]
     conflicts = [f"{row_key(r)}: {s.reason}" for r, s in zip(rows, states) if s.state == "conflict"]
@@ -510,21 +557,25 @@ def parse_seeds(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def counted(rows: list[dict], tool: str, recipe: str) -> list[dict]:
+    """The rows of one (tool, recipe) that results count: ``ok``, not a smoke run, of a public target."""
+    return [r for r in rows if r["tool"] == tool and r["recipe"] == recipe and r.get("status") == "ok"
+            and not r.get("smoke") and r["target"] in PUBLIC]
+
+
 def per_target(rows: list[dict], tool: str, recipe: str, key: str) -> dict[str, float]:
     """``{target: mean over seeds of key}`` for one (tool, recipe)."""
     by: dict[str, list[float]] = {}
-    for r in rows:
-        if r["tool"] == tool and r["recipe"] == recipe and r.get("status") == "ok" and not r.get("smoke"):
-            by.setdefault(r["target"], []).append(float(r[key]))
+    for r in counted(rows, tool, recipe):
+        by.setdefault(r["target"], []).append(float(r[key]))
     return {t: statistics.mean(v) for t, v in by.items()}
 
 
 def seed_coverage(rows: list[dict], tool: str, recipe: str) -> dict[str, list[int]]:
     """``{target: sorted seeds with an ok row}`` of one (tool, recipe)."""
     by: dict[str, set[int]] = {}
-    for r in rows:
-        if r["tool"] == tool and r["recipe"] == recipe and r.get("status") == "ok" and not r.get("smoke"):
-            by.setdefault(r["target"], set()).add(int(r["seed"]))
+    for r in counted(rows, tool, recipe):
+        by.setdefault(r["target"], set()).add(int(r["seed"]))
     return {t: sorted(v) for t, v in by.items()}
 
 
@@ -608,7 +659,7 @@ def paired_recipes(rows: list[dict], base: str, arm: str, metric: str = "rmse", 
     seeds_of = lambda rec: {(t, s) for t, ss in seed_coverage(rows, "siggate", rec).items()  # noqa: E731
                             for s in ss if seeds is None or s in planned}
     common = seeds_of(base) & seeds_of(arm)
-    pick = lambda rec: per_target([r for r in rows if (r["target"], r["seed"]) in common], "siggate", rec, metric)  # noqa: E731
+    pick = lambda rec: per_target([r for r in rows if (r["target"], int(r["seed"])) in common], "siggate", rec, metric)  # noqa: E731
     a, b = pick(base), pick(arm)
     c = stats.compare_paired(a, b, higher_is_better=False)
     c.update(stats.paired_effect([b[t] - a[t] for t in c["seeds"]]))
@@ -652,14 +703,19 @@ class Study:
         return list(self.claims)
 
 
-def compare_text(rows: list[dict], base: str, arm: str, seeds=None) -> str:
-    """``--compare BASE,ARM``: :func:`paired_recipes` on the test RMSE and the cliff RMSE, one line each."""
+def _recipe_seeds(rows: list[dict], recipe: str) -> str:
+    return ",".join(map(str, sorted({s for v in seed_coverage(rows, "siggate", recipe).values() for s in v}))) or "none"
+
+
+def compare_text(rows: list[dict], base: str, arm: str, seeds=None) -> str | None:
+    """``--compare BASE,ARM``: :func:`paired_recipes` on the test RMSE and the cliff RMSE, one line
+    each; ``None`` when the two share no (target, seed)."""
     out = []
     for metric in ("rmse", "rmse_cliff"):
         c = paired_recipes(rows, base, arm, metric, seeds)
         n = c["n_pairs"]
         if n == 0:
-            return f"{arm} and {base} have no target with a seed in common; nothing to compare"
+            return None
         p = c["p_wilcoxon"]
         lo, hi = c["ci95"]
         out.append(f"{metric}: {arm} {c['mean_b']:.4f} vs {base} {c['mean_a']:.4f}, difference {c['diff_mean']:+.4f} "
@@ -692,7 +748,7 @@ def table_markdown(res: dict) -> str:
     lines = ["Mean over the 20 public targets of each target's mean over seeds (test RMSE, lower is better). "
              "A row is complete only when every target has the same seeds; a partial row is listed last and is "
              "not comparable:", "",
-             "| tool | recipe | source | RMSE | cliff RMSE | non-cliff RMSE | targets | seeds | CPU s per run |",
+             "| tool | recipe | source | RMSE | cliff RMSE | non-cliff RMSE | targets | seeds | mean CPU s per run |",
              "|---|---|---|---|---|---|---|---|---|"]
     for s in sorted(summary, key=lambda s: (not s["complete"], s.get("rmse", 9), s["tool"])):
         targets = s["targets"] if s["complete"] else f"{s['targets']} (partial: {s['partial']})"
@@ -745,6 +801,7 @@ def report(path: Path, studies: dict = STUDIES) -> dict:
     ``null``)."""
     def change(res: dict) -> None:
         res.setdefault("targets", {})
+        checked_rows(res["rows"], path)
         res["anchors"] = json.loads(ANCHORS.read_text())
         res["summary"] = summarize(res["rows"], res["anchors"])
         res["calibration"] = calibration(res["summary"])
@@ -791,15 +848,20 @@ def main(argv=None) -> int:
         p.error(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
     if args.compare is not None:
         names = [x.strip() for x in args.compare.split(",")]
-        if len(names) != 2 or not all(names):
-            p.error(f"--compare {args.compare!r}: give two recipe names, BASE,ARM")
-        rows = json.loads(args.results.read_text())["rows"] if args.results.is_file() else []
+        if len(names) != 2 or not all(names) or names[0] == names[1]:
+            p.error(f"--compare {args.compare!r}: give two different recipe names, BASE,ARM")
+        rows = load_results(args.results)["rows"]
         have = {r["recipe"] for r in rows if r["tool"] == "siggate"}
         missing = [n for n in names if n not in have]
         if missing:
             p.error(f"--compare: {args.results} has no siggate rows of recipe {missing[0]!r}; "
                     f"its recipes: {', '.join(sorted(have)) or 'none'}")
-        print(compare_text(rows, *names, seeds=seeds))
+        text = compare_text(rows, *names, seeds=seeds)
+        if text is None:
+            refuse(f"--compare: {names[1]} and {names[0]} have no target with a seed in common of --seeds "
+                   f"{args.seeds}; {names[0]} has seeds {_recipe_seeds(rows, names[0])}, {names[1]} "
+                   f"{_recipe_seeds(rows, names[1])}")
+        print(text)
         return 0
     if args.import_rows is not None:
         added, kept = import_rows(args.import_rows, args.results)

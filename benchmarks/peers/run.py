@@ -615,7 +615,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.recipe and not args.siggate_args.strip():
         p.error("--recipe names a --siggate-args variant; give both (siggate's defaults are the rows without one)")
-    if args.report:
+    if args.report:  # the README's tables are the committed results' alone
+        if not args.results.is_file():
+            p.error(f"--report --results {args.results}: no such file")
+        if args.results.resolve() != DEFAULT_RESULTS.resolve():
+            p.error(f"--report writes {README}, whose tables come from {DEFAULT_RESULTS}; drop --results")
         recipe = load_results(args.recipe_results) if args.recipe_results.exists() else None
         changed = write_readme(load_results(args.results), README, recipe)
         print(f"{README}: {'updated' if changed else 'unchanged'}")
