@@ -196,8 +196,11 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
     resolved = resolve_pool_norm(model_cfg, ds.train)
     weights = None
     started = (resumed or {}).get("init") if train_cfg.init else None
+    saved = (resumed or {}).get("resolved")
+    if not (isinstance(started, dict) and isinstance(saved, dict)):  # none, or not siggate's: read the file
+        started = None
     if started is not None:  # the pretrained divisor the run started with, not the file's now
-        resolved.update({k: v for k, v in resumed["resolved"].items() if k == "model.pool_norm"})
+        resolved.update({k: v for k, v in saved.items() if k == "model.pool_norm"})
     elif train_cfg.init:  # read once; pretrained layers keep the pool_norm they were trained with
         from .init_weights import init_resolved, read_init
 
