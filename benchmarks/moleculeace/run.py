@@ -446,6 +446,11 @@ def make_runner(tool: str, args):
     return FINGERPRINT_TOOLS[tool]()
 
 
+def row_extra(tool: str, args) -> dict:
+    """The fields a run's row carries beside its results: siggate's arguments, the smoke mark."""
+    return {**({"siggate_args": args.siggate_args} if tool == "siggate" else {}), **({"smoke": True} if args.smoke else {})}
+
+
 def recipe_of(tool: str, args) -> str:
     """The row's recipe: siggate's ``--recipe`` (``default`` without arguments), else ``default``
     (the other tools have one recipe each); with ``--smoke``, ``smoke`` (``RECIPE-smoke``), rows
@@ -470,8 +475,8 @@ def cmd_run(args) -> int:
     epochs = peers.SMOKE_EPOCHS if args.smoke else None
     rows = load_results(args.results)["rows"]
     for tool in tools:
-        check_same_recipe(rows, {"tool": tool, "recipe": recipe_of(tool, args), "epochs": epochs,
-                                 **({"siggate_args": args.siggate_args} if tool == "siggate" else {})}, args.results)
+        check_same_recipe(rows, {"tool": tool, "recipe": recipe_of(tool, args),
+                                 **identity(row_extra(tool, args), epochs)}, args.results)
     runners = {t: make_runner(t, args) for t in tools}
     store = results_store(args.results)
     runs = []
@@ -482,9 +487,7 @@ def cmd_run(args) -> int:
             for tool, runner in runners.items():
                 rec = recipe_of(tool, args)
                 key = (tool, rec, target, seed)
-                extra = {"siggate_args": args.siggate_args} if tool == "siggate" else {}
-                if args.smoke:
-                    extra["smoke"] = True
+                extra = row_extra(tool, args)
                 out = args.work_dir / tool / rec / target / f"seed{seed}"
                 request = CallRequest(key, f"{__name__}:run_row", {
                     "runner": runner, "recipe": rec, "target": target, "seed": seed, "meta": meta,

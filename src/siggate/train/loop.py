@@ -1,4 +1,4 @@
-"""The training loop with exact resume: :func:`setup_run` -> :func:`resume_run` -> :func:`fit`
+"""The training loop with exact resume: :func:`read_resume` -> :func:`setup_run` -> :func:`resume_run` -> :func:`fit`
 (:func:`train_epoch`, :func:`evaluate_epoch`, the ``on_epoch_end`` hook).
 
 Data order is a pure function of ``(seed, epoch)``, and every epoch ends by writing
@@ -244,19 +244,16 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
                mean.to(device), std.to(device), params, t_cfg.on_nan, init=init, resolved=resolved, cliff=cliff)
 
 
-def resume_run(run: Run, path: Path, config: dict, ckpt: dict | None = None) -> bool:
-    """Restore ``run`` from the checkpoint ``path`` (if it exists; ``ckpt``: as
-    :func:`read_resume` already read it): weights, optimizer, schedule, RNG streams, best
-    scores and history. Returns whether it resumed.
+def resume_run(run: Run, path: Path, config: dict, ckpt: dict) -> bool:
+    """Restore ``run`` from the checkpoint ``ckpt`` that :func:`read_resume` read from ``path``
+    (named in errors): weights, optimizer, schedule, RNG streams, best scores and history.
+    Returns ``True`` (it resumed).
 
     Raises:
         CheckpointError: the checkpoint's config differs from ``config``, the run's whole config
             (``train.epochs`` aside).
     """
     ctx, t_cfg = run.ctx, run.train_cfg
-    ckpt = ckpt if ckpt is not None else read_resume(path, ctx)
-    if ckpt is None:
-        return False
     source = ckpt.get("data_source")
     diffs = config_differences(ckpt["config"], config, ignore=("train.epochs",),
                                csv_sha256=source.get("sha256") if isinstance(source, dict) else None)
