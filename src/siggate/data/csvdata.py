@@ -50,6 +50,7 @@ import math
 import os
 import re
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -560,14 +561,18 @@ def build_csv(
     check_float32_labels(path, target_cols, y_all)
     smiles_all = frame[smiles_col].astype(str).tolist()
     split_all = frame[split_col].astype(str).tolist() if split_col else None
+    # the table's text is read: free it before the molecules are (a wide file, such as a pretraining
+    # corpus of 190 descriptor columns, holds about 13 KB of strings per row)
+    n_rows, wide = len(frame), {i: len(rec) for i, rec in enumerate(records) if len(rec) > width}
+    del header, records, frame
 
     graphs, keys, canon, parents, invalid = [], [], [], [], []
     late: dict[int, str] = {}  # row -> why: molecules no model reads, dropped after the split (check_atoms)
     for i, smi in enumerate(smiles_all):
         smi = smi.strip()
         try:
-            if len(records[i]) > width:  # its fields cannot be matched to the columns
-                raise InvalidSmiles(extra_fields_reason(i + 2, len(records[i]), width))
+            if i in wide:  # its fields cannot be matched to the columns
+                raise InvalidSmiles(extra_fields_reason(i + 2, wide[i], width))
             if errors[i] is not None:
                 raise InvalidSmiles(errors[i])
             label = None
@@ -605,7 +610,7 @@ def build_csv(
         graphs.append(data)
         keys.append(key)
         canon.append(same)
-        parents.append(reading)
+        parents.append(replace(reading, mol=None))  # what the notes read of it; an RDKit Mol per row is ~35 KB
 
     # a split column is the user's: rows of one molecule are merged only within a split
     keep, notes, merged = _duplicates(canon, graphs, y_all, target_cols, duplicates,
@@ -662,7 +667,7 @@ def build_csv(
         invalid=invalid,
         source=str(path),
         notes=notes,
-        rows=len(frame),
+        rows=n_rows,
     )
 
 
