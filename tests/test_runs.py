@@ -596,3 +596,19 @@ def test_compare_hands_each_given_flag_to_its_runs_and_its_command_line(tmp_path
     assert cmp._config_args(bare, spec, 0) == ["--config", "nci5k", "--seed", "0", "--set", "model.gate=elementwise"]
     for flag in ("--epochs", "--budget", "--data-root", "--cache-dir", "--set"):
         assert flag not in cmp.command_line(bare)
+
+
+def test_a_lone_one_atom_molecule_closing_an_epoch_trains_on(tmp_path, capsys):
+    # 17 training molecules of one atom each and batches of 16: every epoch ends on a batch of one
+    # node, on which BatchNorm cannot train (it raised "Expected more than 1 value per channel", on
+    # resume too, so such a run could never finish); that step is skipped, the others are taken
+    atoms = ["C", "N", "O", "F", "S", "P", "Cl", "Br", "I", "B", "[Si]", "[Se]", "[Na+]", "[K+]", "[Cl-]", "[Br-]", "[I-]"]
+    rows = [(s, "train") for s in atoms] + [(s, "val") for s in ("CC", "CCC", "CCCC")] + [(s, "test") for s in ("CCO", "CCN")]
+    data = tmp_path / "ions.csv"
+    data.write_text("smiles,y,split\n" + "".join(f"{s},{0.1 * i:.1f},{sp}\n" for i, (s, sp) in enumerate(rows)))
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--epochs", "2", "--out", str(out))
+    assert rc == 0, err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["epochs"] == 2 and metrics["skipped_batches"] == 0
+    assert len((out / "log.csv").read_text().strip().splitlines()) == 3  # header and both epochs

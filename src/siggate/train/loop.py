@@ -18,6 +18,7 @@ graphs of every global batch; rank 0 evaluates and writes. The whole run: :func:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
@@ -169,6 +170,11 @@ class Run:
     def device(self) -> torch.device:
         """This process's device."""
         return self.ctx.device
+
+    @functools.cached_property
+    def batchnorm(self) -> bool:
+        """The model normalises with BatchNorm, which cannot train on a batch of one node."""
+        return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.model.modules())
 
 
 @dataclass
@@ -342,7 +348,9 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
     A transductive dataset (one graph) takes one full-graph step per epoch.
 
     A non-finite loss or gradient norm raises :class:`NonFiniteLossError` (naming
-    ``checkpoint``), or skips the batch when ``run.on_nan == "skip"``. Returns the summed
+    ``checkpoint``), or skips the batch when ``run.on_nan == "skip"``. A batch of one node (a
+    one-atom molecule alone at the end of an epoch) is no step for a model with BatchNorm, which
+    cannot train on it; it is not counted as skipped. Returns the summed
     loss and label count (graphs or nodes) of this rank, the summed gradient norms and the
     number of steps.
     """
@@ -352,6 +360,11 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
     total, count, gnorm_sum, skipped = 0.0, 0, 0.0, 0
     bar = tqdm(loader, desc=f"epoch {epoch + 1}/{t_cfg.epochs}", leave=False, disable=not progress)
     for step, batch in enumerate(bar):
+        lone = batch.num_nodes < 2 and run.batchnorm  # BatchNorm cannot train on one node: a one-atom
+        if ctx.distributed:                            # molecule alone in an epoch's last batch
+            lone = ctx.any(lone)                       # (every rank skips the step together)
+        if lone:
+            continue
         batch = batch.to(run.device)
         opt.zero_grad(set_to_none=True)
         loss, rows = train_batch_loss(run, batch)
