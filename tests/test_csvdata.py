@@ -241,6 +241,36 @@ def test_wrong_delimiter_hint(tmp_path):
         load_csv(tab, "smiles", ["y"], "regression", cache_dir=tmp_path)
 
 
+@pytest.mark.parametrize("kind", ["gz", "gz-unnamed", "bz2", "xz", "zip"])
+def test_delimiter_is_detected_inside_compressed_files(tmp_path, kind):
+    # the reader opens a compressed file by its first bytes; the delimiter was sniffed from the raw
+    # bytes of any file not named .gz (a ';' bzip2 file was refused, its cliff marks dropped)
+    import bz2
+    import gzip
+    import lzma
+    import zipfile
+
+    from siggate.data.csvdata import detect_sep
+
+    text = "smiles;y;cliff_mol\nCCO;1,5;0\nCCN;2,5;1\nCCC;3,5;0\n"
+    path = tmp_path / {"gz": "d.csv.gz", "gz-unnamed": "d.csv", "bz2": "d.csv.bz2", "xz": "d.csv.xz", "zip": "d.zip"}[kind]
+    if kind == "zip":
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("d.csv", text)
+    else:
+        path.write_bytes({"gz": gzip, "gz-unnamed": gzip, "bz2": bz2, "xz": lzma}[kind].compress(text.encode()))
+    assert detect_sep(path) == ";"
+    ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c", sep=None,
+                  decimal=",")
+    assert sorted(float(g.y) for s in ds.splits.values() for g in s) == [1.5, 2.5, 3.5]
+    from siggate.train.plots import cliff_marks
+
+    assert cliff_marks(path, [0, 1, 2]).tolist() == [False, True, False]
+    broken = tmp_path / "broken.csv.bz2"
+    broken.write_bytes(b"BZh9" + b"\x00" * 20)
+    assert detect_sep(broken) == ","  # the reader names the damage; detection only guesses
+
+
 def test_cache_hit_and_file_change(csv_file, tmp_path):
     cache = tmp_path / "cache"
     a = load_csv(csv_file, "smiles", ["y1"], "regression", cache_dir=cache)

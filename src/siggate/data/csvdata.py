@@ -41,15 +41,18 @@ and ``data_report.csv`` (every dropped row and every note) into a run folder.
 
 from __future__ import annotations
 
+import bz2
 import csv
 import gzip
 import io
 import json
 import logging
+import lzma
 import math
 import os
 import re
 import warnings
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -121,11 +124,16 @@ def _parse_split(split: str) -> str | None:
 def detect_sep(path: Path) -> str:
     """The field delimiter of a CSV file, guessed by ``csv.Sniffer`` from its first 64 KiB
     among :data:`DELIMITERS` (``","`` when it cannot tell, e.g. a one-column file)."""
-    opener = gzip.open if str(path).endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="") as fh:
-            sample = fh.read(65536)
-    except (OSError, EOFError):
+    try:  # compressed by its first bytes, as the reader opens it (not by the file's name)
+        with open(path, "rb") as fh:
+            module = _compression(fh.read(6))
+        if module is zipfile:  # a zip archive: its one file, read whole as the reader reads it
+            sample = _decode(path, _file_bytes(path))[:65536]
+        else:
+            with (module.open if module else open)(path, "rt", encoding="utf-8-sig", errors="replace",
+                                                   newline="") as fh:
+                sample = fh.read(65536)
+    except (OSError, EOFError, ValueError, lzma.LZMAError):  # (a DataError is a ValueError)
         return ","
     lines = sample.splitlines()
     if len(lines) > 1 and not sample.endswith(("\n", "\r")):
@@ -143,23 +151,25 @@ _NOT_TEXT = ((b"\xd0\xcf\x11\xe0", "an Excel 97-2003 workbook (.xls)"), (b"\xff\
 SAVE_AS_CSV = "save it as UTF-8 CSV (in Excel: File > Save As > 'CSV UTF-8 (Comma delimited)')"
 
 
+def _compression(head: bytes):
+    """The module that reads a file starting with the bytes ``head`` (its first 6 or more):
+    ``gzip``, ``bz2``, ``lzma`` (xz), ``zipfile``, or None for a file that is not compressed."""
+    for magic, module in ((b"\x1f\x8b", gzip), (b"BZh", bz2), (b"\xfd7zXZ\x00", lzma), (b"PK\x03\x04", zipfile)):
+        if head.startswith(magic):
+            return module
+    return None
+
+
 def _file_bytes(path: Path) -> bytes:
     """The bytes of ``path`` as a CSV reader sees them: decompressed when the file is gzip,
     bzip2, xz or a zip archive of one file. Raises :class:`DataError` naming the fix for an
     Excel or OpenDocument workbook, UTF-16 text, a binary file and a damaged archive."""
-    import bz2
-    import lzma
-    import zipfile
-
     data = path.read_bytes()
     try:
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        elif data[:3] == b"BZh":
-            data = bz2.decompress(data)
-        elif data[:6] == b"\xfd7zXZ\x00":
-            data = lzma.decompress(data)
-        elif data[:4] == b"PK\x03\x04":
+        module = _compression(data[:6])
+        if module in (gzip, bz2, lzma):
+            data = module.decompress(data)
+        elif module is zipfile:
             with zipfile.ZipFile(io.BytesIO(data)) as z:
                 names = z.namelist()
                 if any(n.startswith("xl/") for n in names):
