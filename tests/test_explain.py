@@ -486,3 +486,36 @@ def _predict_csv(run, smiles, path, capsys):
     rc, _, err = run_cli(["predict", "--checkpoint", str(run), *smiles, "--output", str(path)], capsys)
     assert rc == 0, err
     return path
+
+
+def test_explain_names_a_target_that_takes_its_own_columns_as_predict_does(tmp_path, capsys):
+    """Targets named ``error`` and ``atom``: ``molecules.csv`` wrote two ``error`` columns (the
+    prediction and the row's error) and ``atoms.csv`` two ``atom`` columns; each target is now
+    ``<target>_pred`` in both files where one of them has that name already, ``siggate predict``'s rule."""
+    smiles = _nitrogen_molecules(150)
+    graphs = _nitrogen_graphs(smiles)
+    data = tmp_path / "n.csv"
+    split = {i: k for k, (a, b) in FP_SPLITS.items() for i in range(a, b)}
+    data.write_text("smiles,error,atom,split\n" + "".join(f"{s},{float(g.y):.6f},{len(s)},{split[i]}\n"
+                                                          for i, (s, g) in enumerate(zip(smiles, graphs))))
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "error,atom", "--split", "column:split",
+                          "--members", "svr", "--out", str(run), "--cache-dir", str(tmp_path / "cache"),
+                          "--no-progress"], capsys)
+    assert rc == 0, err
+    out = tmp_path / "explained"
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "NCCN", "C1CC", "--out", str(out)], capsys)
+    assert rc == 1 and "2 rows, 1 explained, 1 failed" in err
+    with open(out / "molecules.csv", newline="") as fh:
+        header = next(csv.reader(fh))
+    assert header == ["row", "smiles", "error_pred", "error_pred_baseline", "error_pred_atoms_sum", "atom_pred",
+                      "atom_pred_baseline", "atom_pred_atoms_sum", "pictures", "error"]
+    mols = _rows(out / "molecules.csv")
+    predicted = _rows(_predict_csv(run, ["NCCN"], tmp_path / "p.csv", capsys))
+    assert float(mols[0]["error_pred"]) == pytest.approx(float(predicted[0]["error_pred"]), rel=1e-5)  # predict names it so
+    assert mols[0]["error"] == "" and mols[1]["error"].startswith("SMILES parse error")
+    with open(out / "atoms.csv", newline="") as fh:
+        assert next(csv.reader(fh)) == ["row", "atom", "element", "error_pred", "atom_pred"]  # as in molecules.csv
+    atoms = _rows(out / "atoms.csv")
+    assert [r["atom"] for r in atoms] == ["0", "1", "2", "3"]
+    assert sum(float(r["error_pred"]) for r in atoms) == pytest.approx(float(mols[0]["error_pred_atoms_sum"]), abs=1e-5)

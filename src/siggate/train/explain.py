@@ -11,7 +11,8 @@ members' weighted sum) is written to ``OUT``:
 * ``molecules.csv``: one row per input row, in order: ``row`` (0-based), ``smiles``, the input's
   other columns (a CSV's IDs, a ``.smi`` file's ``name``; ``_input`` added to a name that
   ``molecules.csv`` uses itself), per target
-  the prediction, ``<target>_baseline`` (the reference prediction) and ``<target>_atoms_sum``
+  the prediction (named ``<target>``, or ``<target>_pred`` where one of the two CSVs has a column
+  of that name, ``siggate predict``'s rule; the same name in ``atoms.csv``), ``<target>_baseline`` (the reference prediction) and ``<target>_atoms_sum``
   (the sum of the atoms' contributions: for the GNN equal to prediction minus baseline up to
   the integral's numerical error; occlusion is not complete, and its sum differs from it by the
   model's interactions between bins), the pictures' stem, and ``error``;
@@ -161,7 +162,7 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
 
     from ..data.chem import InvalidSmiles, parse_smiles, quiet_rdkit
     from .predict import InputRows, csv_output, input_smiles, output_fields, warn_legacy
-    from .rundir import carried_names
+    from .rundir import carried_names, prediction_columns
 
     if not isinstance(chunks, InputRows):
         chunks = InputRows(["smiles"], 0, ([[s] for s in chunk] for chunk in chunks))
@@ -185,7 +186,10 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     _record(out, names, None)
     parent = predictor.fragments == "parent"  # a run that reads salts as their parents names what it drew
     head = ["row", "smiles", *(["read_as"] if parent else [])]
-    own = [*head, *[c for n in names for c in (n, f"{n}_baseline", f"{n}_atoms_sum")], "pictures", "error"]
+    extra = ("_baseline", "_atoms_sum")  # a target's columns named by predict's rule: <target>_pred where taken
+    # one name per target in both CSVs, clear of their own columns ("error" among them)
+    cols = prediction_columns(names, [*head, "pictures", "atom", "element"], suffixes=extra)[:len(names)]
+    own = [*head, *[c for n in cols for c in (n, *(n + x for x in extra))], "pictures", "error"]
     at = chunks.smiles_index
     kept = [j for j in range(len(chunks.columns)) if j != at]  # the input's other columns (IDs, names), carried
     mol_cols = [*head, *carried_names([chunks.columns[j] for j in kept], own), *own[len(head):]]
@@ -197,7 +201,7 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     with csv_output(out / "molecules.csv") as mol_fh, csv_output(out / "atoms.csv") as atom_fh:
         mol_w, atom_w = csv.writer(mol_fh, lineterminator="\n"), csv.writer(atom_fh, lineterminator="\n")
         mol_w.writerow(mol_cols)
-        atom_w.writerow(["row", "atom", "element", *names])
+        atom_w.writerow(["row", "atom", "element", *cols])
         for recs in chunks:
             rows, ok, graphs = predictor.featurize_rows(input_smiles(recs, at))
             for rec, row in zip(recs, rows):
