@@ -415,7 +415,7 @@ def test_compare_aggregates_finished_runs_without_training(tmp_path, monkeypatch
     assert res["params"] == {"none": 100, "elementwise": 120}
     assert res["failed"] == [] and res["epochs"] == 3
     md = (out / "results.md").read_text()
-    assert "test MAE (lower is better)" in md
+    assert "test MAE (lower is better)" in md and "score = test MAE at the epoch of best validation MAE." in md
     assert "| `elementwise` | 5 | 0.9620 ± 0.0850 |" in md
     assert "| 4 | 1.0500 | 1.0600 | +0.0100 | `none` |" in md
     assert f"paired t = {res['p_paired_t']:.3g}" in md
@@ -642,3 +642,12 @@ def test_compare_needs_an_arms_init_file_only_where_a_run_starts(tmp_path, monke
     assert _compare(["--seeds", "0-2", *argv[2:-1]]) == 2  # seed 2 would start from the file
     assert f"train.init: {gone} does not exist" in capsys.readouterr().err
     assert not (out / "runs" / "none" / "seed2").exists()
+
+
+@pytest.mark.parametrize("select, said", [("best", "at the epoch of best validation MAE"), ("auto", "at the epoch of best "
+                                          "validation MAE"), ("last", "at the schedule's last epoch (train.select=last")])
+def test_results_md_names_the_epoch_its_scores_are_taken_at(select, said):
+    # results.md said "at the epoch of best validation" for runs of train.select=last, which keep the last
+    from siggate.train.compare import _scored_epoch
+
+    assert _scored_epoch({"config": {"train": {"select": select}}}, "MAE").startswith(said)

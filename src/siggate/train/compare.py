@@ -265,6 +265,17 @@ def _spread(std, n: int) -> str:
     return f" ± {_fmt(std)}" if n != 1 else " (1 run, no spread)"
 
 
+def _scored_epoch(res: dict, name: str) -> str:
+    """Which epoch of each run the scores are taken at: its best validation epoch, or its
+    schedule's last (``train.select`` of the runs' config, :func:`~siggate.options.resolve_select`)."""
+    from ..options import resolve_select
+
+    select = ((res.get("config") or {}).get("train") or {}).get("select") or "best"
+    if resolve_select(select, weighs_on_val=False) == "last":
+        return f"at the schedule's last epoch (train.select={select}: validation chose no epoch)"
+    return f"at the epoch of best validation {name}"
+
+
 def render_markdown(res: dict) -> str:
     """``results.md``: mean ± std per variant, paired differences by seed and the tests."""
     import numpy as np
@@ -280,7 +291,7 @@ def render_markdown(res: dict) -> str:
     lines += [f"Command: `{res['command']}`", ""]
     lines += [f"Seeds: {', '.join(map(str, res['seeds']))}; baseline: `{base}`; epochs: {res.get('epochs')}; "
               f"{' or '.join(map(str, res['threads'])) if isinstance(res.get('threads'), list) else res.get('threads')} "
-              f"thread(s) per run; score = test {name} at the epoch of best validation {name}.", ""]
+              f"thread(s) per run; score = test {name} {_scored_epoch(res, name)}.", ""]
     lines += [f"| variant | runs | test {name} (mean ± std) | val {name} (mean ± std) | params | gate params | s/run |",
               "|---|---|---|---|---|---|---|"]
     for lab in res["gates"]:
