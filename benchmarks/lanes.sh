@@ -18,7 +18,9 @@
 #
 # Lanes run side by side, one thread each; within a lane, in the CPU order of the developers' guide:
 #   recipe:   MoleculeACE `cand-avgc` (the default's flags at 46a976c) seeds 0-2, its peer rows
-#             (the six tasks, seeds 0-2), the members' calibration (members_check.py at
+#             (the six tasks, seeds 0-2), issue 32's pretraining on 300,000 molecules (the shipped
+#             recipe on three times the molecules, PT_300K) and cand-avgc with it as --init, seed 0
+#             (`cand-pt300k`), the members' calibration (members_check.py at
 #             2353cb4), cand-avgc's lost run folders again (members_share.py --rerun-missing),
 #             issue 32's longer pretraining (the shipped one's commit, corpus and seed at
 #             PT_LONG_EPOCHS epochs, its weights kept as the pair's are) and cand-avgc with it
@@ -60,8 +62,14 @@ PT_SHIPPED="--smiles moses --molecules 100000 --epochs $PT_SHIPPED_EPOCHS --seed
 #: issue 32: the shipped pretraining ran 15 epochs, its best at the 14th; the same at this many
 PT_LONG_EPOCHS=45
 PT_LONG_RUN=pt-gine-long
+#: issue 32: the shipped pretraining's recipe on three times its molecules, at a commit whose --threads
+#: also computes the corpus's descriptors on that many processes (started by hand on 2026-12-06 with
+#: these arguments, so that the lane resumes that run)
+PT_300K_RUN=pt-gine-300k
+PT_300K_COMMIT=f619654
+PT_300K="--smiles moses --molecules 300000 --epochs 15 --seed 0 --threads 2"
 #: the pretrainings whose finished weights snapshot keeps (each a folder of the study folder)
-KEPT_RUNS=("${STUDY_GATES[@]/#/$ARM}" "$PT_LONG_RUN")
+KEPT_RUNS=("${STUDY_GATES[@]/#/$ARM}" "$PT_LONG_RUN" "$PT_300K_RUN")
 #: what snapshot regenerates and stages
 GENERATED=(benchmarks/moleculeace/results benchmarks/moleculeace/README.md benchmarks/peers/results
            benchmarks/peers/README.md benchmarks/RESULTS.md benchmarks/results/pretrain_gate
@@ -102,16 +110,37 @@ shared_corpus() {  # $1: a pretraining folder; the first arm's corpus copied int
   fi
 }
 
+pretrain_in() {  # $1: run (a folder of the study folder), $2: commit, $3: siggate pretrain's arguments
+  # (one string), then options after them; resumed where a run was left, nothing once it has its weights
+  local out=$STUDY/$1 commit=$2 args=$3; shift 3
+  [ -f "$out/pretrained.pt" ] && return 0
+  local resume=(); [ -f "$out/model/last.pt" ] && resume=(--resume)
+  # shellcheck disable=SC2086
+  in_wt "$commit" siggate pretrain $args --out "$out" --no-progress "${resume[@]}" "$@"
+}
+
 pretrain_at() {  # $1: run (a folder of the study folder), $2: epochs, then --set options; the shipped
-  # pretraining's command at its commit with those epochs, resumed where a run was left
+  # pretraining's command at its commit with those epochs, on the pair's corpus
   local out=$STUDY/$1 epochs=$2 args; shift 2
   [ -f "$out/pretrained.pt" ] && return 0
   shared_corpus "$out" || return 1
   args=${PT_SHIPPED/"--epochs $PT_SHIPPED_EPOCHS "/"--epochs $epochs "}
   [[ $args == *"--epochs $epochs "* ]] || { say "error: no '--epochs $PT_SHIPPED_EPOCHS ' in PT_SHIPPED to replace"; return 1; }
-  local resume=(); [ -f "$out/model/last.pt" ] && resume=(--resume)
-  # shellcheck disable=SC2086
-  in_wt "$PT_COMMIT" siggate pretrain $args --out "$out" --no-progress "${resume[@]}" "$@"
+  pretrain_in "$(basename "$out")" "$PT_COMMIT" "$args" "$@"
+}
+
+cand_from() {  # $1: a pretraining run, $2: recipe, $3: what the pretraining is (the log's words);
+  # cand-avgc's flags at its commit with only --init changed to the run's weights, seed 0 (its gain
+  # decides whether seeds 1 and 2 follow)
+  local w args
+  if ! arm_weights "$1"; then
+    say "$3 ($STUDY/$1) is unfinished: no $2 (start the lane again to resume it)"
+  elif ! w=$(weights "$1"); then
+    say "no weights of $1 (above, why): no $2"
+  else
+    args=${CAND_AVGC/"--init pretrained"/"--init $w"}
+    if same_args "$2" "$args"; then step mace 46a976c --tools siggate --recipe "$2" --siggate-args "$args" --seeds 0; fi
+  fi
 }
 
 pretrain_run() {  # $1: gate; an arm of the pair
@@ -232,6 +261,9 @@ lane_recipe() {
   step mace 46a976c --tools siggate --recipe cand-avgc --siggate-args "$CAND_AVGC" --seeds 0,1,2
   step in_wt 46a976c python benchmarks/peers/run.py --results "$PEERS_RESULTS" --tools siggate --recipe cand-avgc \
       --siggate-args "$CAND_AVGC" --seeds 0,1,2  # all six tasks: the shipped recipe's peer record
+  # issue 32's GNN member pretrained on three times the molecules (kept weights: not pretrained again)
+  arm_weights "$PT_300K_RUN" || step pretrain_in "$PT_300K_RUN" "$PT_300K_COMMIT" "$PT_300K"
+  cand_from "$PT_300K_RUN" cand-pt300k "the pretraining on 300,000 molecules"
   # the fingerprint members' calibration with the five-kind kernel (the svr docstring's figures), into
   # .study/ until it covers the 20 targets (snapshot then replaces the committed three-kind file)
   mcheck_done || step in_wt 2353cb4 python benchmarks/moleculeace/members_check.py --out "$MCHECK" --resume
@@ -242,15 +274,7 @@ lane_recipe() {
   # --init changed; its seed 0 against cand-avgc's decides whether seeds 1 and 2 follow. Kept
   # weights (a fresh clone) are not pretrained again: a redo comes out different
   arm_weights "$PT_LONG_RUN" || step pretrain_at "$PT_LONG_RUN" "$PT_LONG_EPOCHS"
-  local long args
-  if ! arm_weights "$PT_LONG_RUN"; then
-    say "the longer pretraining ($STUDY/$PT_LONG_RUN) is unfinished: no cand-ptlong (start the lane again to resume it)"
-  elif ! long=$(weights "$PT_LONG_RUN"); then
-    say "no weights of $PT_LONG_RUN (above, why): no cand-ptlong"
-  else
-    args=${CAND_AVGC/"--init pretrained"/"--init $long"}
-    if same_args cand-ptlong "$args"; then step mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args "$args" --seeds 0; fi
-  fi
+  cand_from "$PT_LONG_RUN" cand-ptlong "the longer pretraining"
   for seed in 0 1 2; do
     for gate in "${STUDY_GATES[@]}"; do
       step mace 1e81f55 --tools siggate --recipe "gate-$gate" --seeds "$seed" \
@@ -379,7 +403,7 @@ case $ACTION in
       if [ -s "$STUDY/lanes/$lane.log" ]; then grep -v '^\s*$' "$STUDY/lanes/$lane.log" | tail -2 | sed 's/^/    /' || true; fi
     done
     # how far the studies' MoleculeACE recipes are: finished targets per seed
-    done_targets cand-ptlong "${STUDY_GATES[@]/#/gate-}" "${STUDY_GATES[@]/#/pt-attn-}" \
+    done_targets cand-pt300k cand-ptlong "${STUDY_GATES[@]/#/gate-}" "${STUDY_GATES[@]/#/pt-attn-}" \
         | awk '{line[$1] = line[$1] (line[$1] ? ", " : "") "seed " $2 " " $3 "/20"; if (!($1 in seen)) {seen[$1] = 1; order[++n] = $1}}
                END {for (i = 1; i <= n; i++) print "  " order[i] ": " line[order[i]]}' || true
     ;;

@@ -211,7 +211,12 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
                 f"--out {study}/pt-gine-long --no-progress")
     unfinished = f"the longer pretraining ({study}/pt-gine-long) is unfinished: no cand-ptlong (start the lane again to resume it)"
     lines = r.stdout.splitlines()
-    assert r.returncode == 0 and lines[1:] == [pretrain, unfinished], r.stdout + r.stderr
+    # first the pretraining on 300,000 molecules (its own commit and arguments), then the longer one
+    assert r.returncode == 0 and lines[1:3] == [
+        f"in_wt f619654 siggate pretrain --smiles moses --molecules 300000 --epochs 15 --seed 0 --threads 2 "
+        f"--out {study}/pt-gine-300k --no-progress", f"the pretraining on 300,000 molecules ({study}/pt-gine-300k) "
+        "is unfinished: no cand-pt300k (start the lane again to resume it)"], r.stdout + r.stderr
+    assert lines[3:] == [pretrain, unfinished], r.stdout + r.stderr
     # the pair's arms keep the shipped command (15 epochs) with their --set options
     r = _lanes_function(tmp_path, 'in_wt() { echo "in_wt $*"; }; pretrain_run none', **env)
     assert r.stdout == (f"in_wt f285fbd siggate pretrain --smiles moses --molecules 100000 --epochs 15 --seed 0 "
@@ -219,11 +224,11 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     (study / "pt-gine-long" / "model").mkdir(parents=True)
     (study / "pt-gine-long" / "model" / "last.pt").write_bytes(b"")  # a run left unfinished: resumed
     r = _lanes_function(tmp_path, stubs, **env)
-    assert r.stdout.splitlines()[1:] == [pretrain + " --resume", unfinished], r.stdout + r.stderr
+    assert r.stdout.splitlines()[3:] == [pretrain + " --resume", unfinished], r.stdout + r.stderr
     _weights_file(study / "pt-gine-long" / "pretrained.pt", 1.0)
     sha = _tensor_sha(study / "pt-gine-long" / "pretrained.pt")
     r = _lanes_function(tmp_path, stubs, **env)
-    assert r.returncode == 0 and r.stdout.splitlines()[1:] == [
+    assert r.returncode == 0 and r.stdout.splitlines()[3:] == [
         "mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args --members gnn,svr,rf --weights val "
         f"--init {study}/pt-gine-long/pretrained-{sha}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
     assert (study / "pt-gine-long" / f"pretrained-{sha}.pt").read_bytes() == \
@@ -233,9 +238,19 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     assert r.returncode == 0 and [p.name for p in kept.iterdir()] == [f"pt-gine-long-{sha}.pt"], r.stderr
     (study / "pt-gine-long").rename(tmp_path / "run-gone")
     r = _lanes_function(tmp_path, stubs, **env)
-    assert r.returncode == 0 and r.stdout.splitlines()[1:] == [
+    assert r.returncode == 0 and r.stdout.splitlines()[3:] == [
         "mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args --members gnn,svr,rf --weights val "
         f"--init {study}/pt-gine-long/pretrained-{sha}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
+    # the pretraining on 300,000 molecules finished: cand-pt300k is queued by the same rule, its weights kept
+    _weights_file(study / "pt-gine-300k" / "pretrained.pt", 2.0)
+    sha300 = _tensor_sha(study / "pt-gine-300k" / "pretrained.pt")
+    r = _lanes_function(tmp_path, stubs, **env)
+    assert r.returncode == 0 and r.stdout.splitlines()[1:2] == [
+        "mace 46a976c --tools siggate --recipe cand-pt300k --siggate-args --members gnn,svr,rf --weights val "
+        f"--init {study}/pt-gine-300k/pretrained-{sha300}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
+    r = _lanes_function(tmp_path, "keep_weights", **env)
+    assert r.returncode == 0 and sorted(p.name for p in kept.iterdir()) == [
+        f"pt-gine-300k-{sha300}.pt", f"pt-gine-long-{sha}.pt"], r.stderr
 
 
 def test_zinc16_takes_both_cores_once_the_pretrained_pairs_fine_tunes_are_in(tmp_path):
