@@ -454,6 +454,21 @@ def test_a_run_of_many_targets_draws_its_first_twelve_in_rows_of_four():
     assert len(few.axes) == 3 and few._suptitle is None and round(few.get_size_inches()[0] / 4.4) == 3
 
 
+def test_residuals_of_a_target_without_spread_say_so_instead_of_0_percent_within_sigma():
+    """A combination whose validation weights give one member all of a target has no spread for it:
+    its panel read '0% within 1 sigma, 0% within 2', which looks like miscalibration."""
+    from siggate.train.plots import residual_figure
+
+    y = np.array([[1.0, 2.0], [2.0, 3.0], [3.0, 5.0], [4.0, 4.0]])
+    p = y + np.array([[0.1, 0.5], [-0.2, -0.5], [0.3, 0.2], [0.0, -0.1]])
+    spread = np.array([[0.2, 0.0], [0.1, 0.0], [0.4, 0.0], [0.05, 0.0]])
+    fig = residual_figure(y, p, spread, ["a", "b"])
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[0] == "test a: 75% within 1 sigma, 100% within 2"  # |err| 0.1, 0.2, 0.3, 0 against 0.2, 0.1, 0.4, 0.05
+    assert titles[1] == "test b: spread 0 for every molecule (one member holds all the weight): no sigma to compare"
+    assert len(fig.axes[0].lines) == 2 and not fig.axes[1].lines  # the sigma lines only where there is a sigma
+
+
 def test_evaluate_data_scores_the_targets_a_file_has_columns_of(run, tmp_path, capsys, caplog):
     """A file labelled for one of a two-target model's targets (no column of the other) was refused
     ("no column 'b'"), and the suggested --target-col a then failed on the target count: only an
