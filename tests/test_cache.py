@@ -245,7 +245,10 @@ def test_cached_with_graph_save_load(tmp_path):
     _assert_same_graphs(graphs, again)
 
 
-def test_cached_rebuilds_corrupt_file(tmp_path):
+def test_cached_rebuilds_corrupt_file(tmp_path, caplog):
+    import logging
+    import warnings
+
     calls = []
 
     def build():
@@ -256,17 +259,23 @@ def test_cached_rebuilds_corrupt_file(tmp_path):
     path = cached.last_path
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])  # truncated
-    with pytest.warns(RuntimeWarning, match="corrupt cache file"):
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING, "siggate.data.cache"):
+        warnings.simplefilter("always")
         out = cached(tmp_path, "c", {"a": 1}, build)
+    # said once (a log record), not also as a Python warning: the CLI printed both
+    said = [r.getMessage() for r in caplog.records if "corrupt cache file" in r.getMessage()]
+    assert len(said) == 1 and str(path) in said[0] and said[0].endswith("; deleting and rebuilding"), said
+    assert not [w for w in caught if "corrupt" in str(w.message)]
     assert cached.last_hit is False and len(calls) == 2
     assert torch.equal(out["v"], torch.arange(1000))
     # the rebuilt file is valid again
     cached(tmp_path, "c", {"a": 1}, build)
     assert cached.last_hit is True and len(calls) == 2
     path.write_bytes(b"garbage")
-    with pytest.warns(RuntimeWarning):
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "siggate.data.cache"):
         cached(tmp_path, "c", {"a": 1}, build)
-    assert len(calls) == 3
+    assert len(calls) == 3 and sum("corrupt cache file" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_cached_failed_build_leaves_nothing(tmp_path):

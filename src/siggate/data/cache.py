@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -363,7 +362,7 @@ def cached(
     The file is ``cache_dir/name/<cache_key(parts)>.pt`` (a ``.json`` next to it
     records ``parts`` for humans).  ``save(obj, path)`` may write non-atomically:
     it is always pointed at a temp file that is then moved in place atomically.
-    A file that fails to ``load`` is reported with a warning, deleted and rebuilt.
+    A file that fails to ``load`` is reported with a warning (a log record), deleted and rebuilt.
     Builders in different processes are serialized by a ``FileLock`` on
     ``<file>.lock``; a process that waited re-checks the cache before building.
 
@@ -403,9 +402,9 @@ def cached(
                 logger.info("cache hit %s (built concurrently)", path)
                 return obj
             if why != "missing":
-                msg = f"corrupt cache file {path} ({why}); deleting and rebuilding"
-                warnings.warn(msg, RuntimeWarning, stacklevel=2)
-                logger.warning(msg)
+                # one message: a log record (the CLI's format; Python's last-resort handler prints it
+                # where logging is not set up), not also a Python warning, which printed it twice
+                logger.warning("corrupt cache file %s (%s); deleting and rebuilding", path, why)
                 try:
                     path.unlink()
                 except FileNotFoundError:
