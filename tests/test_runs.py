@@ -598,7 +598,7 @@ def test_compare_hands_each_given_flag_to_its_runs_and_its_command_line(tmp_path
         assert flag not in cmp.command_line(bare)
 
 
-def test_a_lone_one_atom_molecule_closing_an_epoch_trains_on(tmp_path, capsys):
+def test_a_lone_one_atom_molecule_closing_an_epoch_trains_on(tmp_path, capsys, caplog):
     # 17 training molecules of one atom each and batches of 16: every epoch ends on a batch of one
     # node, on which BatchNorm cannot train (it raised "Expected more than 1 value per channel", on
     # resume too, so such a run could never finish); that step is skipped, the others are taken
@@ -607,8 +607,11 @@ def test_a_lone_one_atom_molecule_closing_an_epoch_trains_on(tmp_path, capsys):
     data = tmp_path / "ions.csv"
     data.write_text("smiles,y,split\n" + "".join(f"{s},{0.1 * i:.1f},{sp}\n" for i, (s, sp) in enumerate(rows)))
     out = tmp_path / "run"
-    rc, _, err = _train(capsys, data, "--epochs", "2", "--out", str(out))
+    with caplog.at_level("WARNING", "siggate.train"):
+        rc, _, err = _train(capsys, data, "--epochs", "2", "--out", str(out))
     assert rc == 0, err
+    said = [r.getMessage() for r in caplog.records if "a batch of one node" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("epoch 1: "), said  # once per run, though both epochs skip one
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["epochs"] == 2 and metrics["skipped_batches"] == 0
     assert len((out / "log.csv").read_text().strip().splitlines()) == 3  # header and both epochs

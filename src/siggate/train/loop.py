@@ -160,6 +160,7 @@ class Run:
     init: dict | None = None  # what train.init copied (siggate.train.init_weights.load_init's report)
     resolved: dict = field(default_factory=dict)  # values resolved from the data (resolve_pool_norm)
     cliff: CliffPairLoss | None = None  # train.cliff_weight > 0: the activity-cliff term
+    lone_skipped: int = 0  # batches of one node left out by this process (BatchNorm; train_epoch)
 
     @property
     def info(self) -> TaskInfo:
@@ -349,8 +350,9 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
 
     A non-finite loss or gradient norm raises :class:`NonFiniteLossError` (naming
     ``checkpoint``), or skips the batch when ``run.on_nan == "skip"``. A batch of one node (a
-    one-atom molecule alone at the end of an epoch) is no step for a model with BatchNorm, which
-    cannot train on it; it is not counted as skipped. Returns the summed
+    one-atom molecule alone at the end of an epoch) is no step for a model with BatchNorm in one
+    process, which cannot train on it (under DDP the synced BatchNorms see every rank's nodes);
+    it is not counted as skipped, and the first of a run is logged. Returns the summed
     loss and label count (graphs or nodes) of this rank, the summed gradient norms and the
     number of steps.
     """
@@ -360,10 +362,14 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
     total, count, gnorm_sum, skipped = 0.0, 0, 0.0, 0
     bar = tqdm(loader, desc=f"epoch {epoch + 1}/{t_cfg.epochs}", leave=False, disable=not progress)
     for step, batch in enumerate(bar):
-        lone = batch.num_nodes < 2 and run.batchnorm  # BatchNorm cannot train on one node: a one-atom
-        if ctx.distributed:                            # molecule alone in an epoch's last batch
-            lone = ctx.any(lone)                       # (every rank skips the step together)
-        if lone:
+        # BatchNorm cannot train on one node (a one-atom molecule alone in an epoch's last batch);
+        # under DDP the BatchNorms are synced over every rank's nodes, which are never fewer than two
+        if batch.num_nodes < 2 and run.batchnorm and not ctx.distributed:
+            if not run.lone_skipped:
+                log.warning("epoch %d: a batch of one node (a one-atom molecule alone) is no training step: "
+                            "BatchNorm cannot train on it (said once per run; with train.batch_size=1 every "
+                            "one-atom molecule is left out: use a larger batch)", epoch + 1)
+            run.lone_skipped += 1
             continue
         batch = batch.to(run.device)
         opt.zero_grad(set_to_none=True)
