@@ -394,6 +394,15 @@ def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, c
     out = tmp_path / "run"
     siggate.SigGateRegressor(**FP, out_dir=out).fit(smiles[:30], y[:30])
     first = (out / "predictor.json").read_text()
+    # fits refused for their data or parameters leave the earlier fit's run as it was (they cleared it)
+    kept = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    refusals = [(ValueError, dict(), y[:30] * 0 + 1.0),  # one label for every molecule: nothing to learn
+                (ValueError, dict(members="svr,xgb"), y[:30]),
+                (ValueError, dict(overrides=("members.rf.n_estimators=0",)), y[:30])]
+    for error, params, labels in refusals:
+        with pytest.raises(error):
+            siggate.SigGateRegressor(**{**FP, **params}, out_dir=out, seed=1).fit(smiles[:30], labels)
+        assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == kept, params
     siggate.SigGateRegressor(**FP, out_dir=out, seed=1).fit(smiles[:30], y[:30])
     assert (out / "predictor.json").read_text() != first and (out / "estimator.json").is_file()
     data = tmp_path / "d.csv"

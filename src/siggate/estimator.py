@@ -143,11 +143,13 @@ def _kept_global_state():
 
 @contextlib.contextmanager
 def _claimed(out: Path | None):
-    """``out`` (None: nothing) locked for this fit and cleared of the run an earlier fit left
-    there (its :data:`ESTIMATOR_RECORD`); a run that ``siggate train`` made is refused, and so is
-    a folder another live run writes into."""
+    """``(out, begin)``: ``out`` (None: nothing) locked for this fit, where a run that ``siggate
+    train`` made is refused, and so is a folder another live run writes into; ``begin()``, called
+    once the fit's parameters and data are checked and training starts, clears the run an earlier
+    fit left there (its :data:`ESTIMATOR_RECORD`) and marks the folder as this fit's. A fit refused
+    before ``begin`` leaves the earlier run as it was."""
     if out is None:
-        yield None
+        yield None, lambda: None
         return
     from .files import claim_folder
     from .train.rundir import clear_run, run_files, run_output_names
@@ -158,20 +160,24 @@ def _claimed(out: Path | None):
         if run_files(out) and not ours:
             raise ValueError(f"out_dir {out} holds a run that siggate train made; fit would replace it: choose "
                              "another out_dir, or remove that run first")
-        if ours:
-            clear_run(out)
-        else:  # no earlier fit's: files of the names a fit writes are someone's own, not to be replaced
+        if not ours:  # no earlier fit's: files of the names a fit writes are someone's own, not to be replaced
             clashing = run_output_names(out)
             if clashing:
                 raise ValueError(f"out_dir {out} holds {clashing}, "
                                  "which a fit would write over, and no earlier fit made them: choose another out_dir, "
                                  "or move them")
-        marker = out / ESTIMATOR_RECORD
-        marker.write_text(json.dumps({"estimator": "fitting"}) + "\n")  # a fit that fails midway stays ours
+        marker, begun = out / ESTIMATOR_RECORD, []
+
+        def begin() -> None:
+            if ours:
+                clear_run(out)
+            marker.write_text(json.dumps({"estimator": "fitting"}) + "\n")  # a fit that fails midway stays ours
+            begun.append(True)
+
         try:
-            yield out
+            yield out, begin
         except BaseException:
-            if not run_files(out):  # refused before it wrote a run: nothing of it stays
+            if begun and not run_files(out):  # failed before it wrote a run: nothing of it stays
                 marker.unlink(missing_ok=True)
             raise
     finally:
@@ -262,9 +268,9 @@ class _SigGateEstimator(BaseEstimator):
         keep = Path(self.out_dir) if self.out_dir is not None else None
         work = Path(tempfile.mkdtemp(prefix="siggate-fit-"))
         try:  # one fit at a time per process: training seeds and restores the process's random state and logger
-            with _ONE_FIT, _kept_global_state(), self._quiet(), _claimed(keep) as out:
+            with _ONE_FIT, _kept_global_state(), self._quiet(), _claimed(keep) as (out, begin):
                 try:
-                    self._fit_in(work, out or work / "run", smiles, y, names, feature_names)
+                    self._fit_in(work, out or work / "run", smiles, y, names, feature_names, begin)
                 except (ValueError, CLIError) as exc:  # the command line's words for what fit was given
                     text = self._in_words_of_y(_in_estimator_words(str(exc), work / "data.csv"))
                     if text == str(exc) and isinstance(exc, ValueError):
@@ -327,9 +333,10 @@ class _SigGateEstimator(BaseEstimator):
             raise ValueError(f"out_dir {self.out_dir} is a file; give a folder")
 
     def _fit_in(self, work: Path, out: Path, smiles: list[str], y: np.ndarray, names: list[str],
-                feature_names: np.ndarray | None = None) -> None:
+                feature_names: np.ndarray | None = None, begin=lambda: None) -> None:
         """Write the CSV into ``work``, train the run into ``out`` and keep its predictor (and
-        ``feature_names_in_``, X's column name when it was a DataFrame, as scikit-learn keeps it)."""
+        ``feature_names_in_``, X's column name when it was a DataFrame, as scikit-learn keeps it).
+        ``begin`` (:func:`_claimed`'s) is called once the data is read and checked, before training."""
         from .cli import build_parser
         from .config_args import config_from_args, recipe_name
         from .data.csvdata import MISSING_TARGET, row_issue
@@ -368,6 +375,7 @@ class _SigGateEstimator(BaseEstimator):
                           + ("; ..." if len(dropped) > 3 else "") + ")", UserWarning, stacklevel=3)
         import torch
 
+        begin()  # everything checked: the earlier fit's run in out_dir gives way only now
         train_members(cfg, out, kinds, int(self.ensemble), weights=weights, progress=False,
                       device=torch.device(self.device), dataset=ds)
         if out != work / "run":
