@@ -693,3 +693,45 @@ def test_classifier_labels_as_scikit_learn_takes_them(molecules):
     strings[2] = None  # pandas' NA, neither None nor a float
     with pytest.raises(ValueError, match=r"^y has no class at row\(s\) \[2\] \(None or NaN\)"):
         siggate.SigGateClassifier(**FP).fit(smiles[:30], strings)
+
+
+def test_score_refuses_labels_of_another_shape_and_y_reads_pandas_missing_values(molecules):
+    """score reshaped y to X's rows: 40 SMILES against 20 labels, or one target's labels against a
+    two-target model, gave an R² of mismatched rows (sklearn's r2_score raises). A nullable
+    pandas y with pd.NA raised a TypeError; a y of three dimensions too."""
+    import pandas as pd
+
+    import siggate
+
+    smiles, y = molecules
+    two = np.stack([y, 2 * y + 1], axis=1)
+    est = siggate.SigGateRegressor(**FP).fit(smiles[:40], two[:40])
+    want = est.score(smiles[40:], two[40:])
+    with pytest.raises(ValueError, match=r"score: y has shape \[20\], and X 20 SMILES of this model's 2 target"):
+        est.score(smiles[40:], two[40:, 1])
+    with pytest.raises(ValueError, match=r"score: y has shape \[10, 2\], and X 20 SMILES"):
+        est.score(smiles[40:], two[40:50])
+    frame = pd.DataFrame(two[40:], columns=["a", "b"]).astype("Float64")
+    assert est.score(smiles[40:], frame) == pytest.approx(want, rel=1e-12)
+    frame.iloc[3, 0] = pd.NA  # a missing label, skipped as NaN is
+    nan = two[40:].copy()
+    nan[3, 0] = np.nan
+    assert est.score(smiles[40:], frame) == pytest.approx(est.score(smiles[40:], nan), rel=1e-12)
+    with pytest.raises(ValueError, match=r"y has shape \[40, 1, 1\]; give one label per SMILES"):
+        siggate.SigGateRegressor(**FP).fit(smiles[:40], y[:40].reshape(-1, 1, 1))
+
+
+def test_a_target_named_like_the_domain_column_keeps_its_intervals(molecules):
+    """predict_interval read the similarity from the column 'nearest_train_similarity', which a
+    target of that name takes (the reader then names the domain's column ..._pred): the
+    intervals were scaled by the target's predictions."""
+    import pandas as pd
+
+    import siggate
+
+    smiles, y = molecules
+    plain = siggate.SigGateRegressor(**FP).fit(smiles[:45], pd.Series(y[:45], name="y"))
+    named = siggate.SigGateRegressor(**FP).fit(smiles[:45], pd.Series(y[:45], name="nearest_train_similarity"))
+    assert named.predict(smiles[45:]) == pytest.approx(plain.predict(smiles[45:]), rel=1e-12)
+    for a, b in zip(named.predict_interval(smiles[45:], coverage=0.8), plain.predict_interval(smiles[45:], coverage=0.8)):
+        assert a == pytest.approx(b, rel=1e-12)

@@ -232,7 +232,15 @@ class _SigGateEstimator(BaseEstimator):
 
     def _targets(self, y) -> tuple[np.ndarray, list[str]]:
         """``y`` as ``[n, T]`` floats and the target names (:func:`_target_names`)."""
-        values = np.asarray(y, dtype=np.float64)
+        to_numpy = getattr(y, "to_numpy", None)  # pandas: its missing values (pd.NA of a nullable dtype) as NaN
+        try:
+            values = (to_numpy(dtype=np.float64, na_value=np.nan) if to_numpy is not None
+                      else np.asarray(y, dtype=np.float64))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"y must hold numbers (NaN for a missing label): {exc}") from None
+        if values.ndim > 2:
+            raise ValueError(f"y has shape {list(values.shape)}; give one label per SMILES, or one row of labels "
+                             "per SMILES ([n] or [n, targets])")
         values = values.reshape(-1, 1) if values.ndim == 1 else values
         return values, _target_names(y, values.shape[1])
 
@@ -453,6 +461,8 @@ class _SigGateEstimator(BaseEstimator):
         measure = similarity and getattr(reader, "_similarity_from", None) is not None
         if measure:  # the reader's domain columns for this call alone: plain predictions never measure it
             reader.domain = reader._similarity_from
+            # its column as the reader names it (<name>_pred where a target took the name)
+            sim_col = reader.columns[-len(DOMAIN_COLUMNS)]
         try:
             rows = reader.predict_rows(_smiles(X))
         finally:
@@ -467,7 +477,7 @@ class _SigGateEstimator(BaseEstimator):
         values = np.asarray([[float(r[c]) for c in cols[:t]] for r in rows], dtype=np.float64).reshape(len(rows), t)
         std = (np.asarray([[float(r[c]) for c in cols[t:2 * t]] for r in rows], dtype=np.float64).reshape(len(rows), t)
                if self.smiles_predictor_.ensemble else np.zeros_like(values))
-        sims = np.asarray([r[DOMAIN_COLUMNS[0]] for r in rows], dtype=np.float64) if measure else None
+        sims = np.asarray([r[sim_col] for r in rows], dtype=np.float64) if measure else None
         return values, std, sims
 
 
@@ -561,8 +571,13 @@ class SigGateRegressor(RegressorMixin, _SigGateEstimator):
         labels themselves.)"""
         from sklearn.metrics import r2_score
 
-        y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
-        pred = np.asarray(self.predict(X), dtype=np.float64).reshape(len(y), -1)
+        given = list(np.shape(y))
+        y = self._targets(y)[0]
+        n, t = len(_smiles(X)), len(self.target_names_)
+        if y.shape != (n, t):  # (a reshape scored mismatched rows or another target's labels)
+            raise ValueError(f"score: y has shape {given}, and X {n} SMILES of this model's {t} target(s) "
+                             f"{self.target_names_}: give one row of {t} label(s) per SMILES")
+        pred = np.asarray(self.predict(X), dtype=np.float64).reshape(n, t)
         weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         scores = []
         for t in range(y.shape[1]):
