@@ -271,6 +271,26 @@ def test_delimiter_is_detected_inside_compressed_files(tmp_path, kind):
     assert detect_sep(broken) == ","  # the reader names the damage; detection only guesses
 
 
+def test_read_table_shares_the_repeated_short_fields_of_a_wide_file(tmp_path):
+    # a pretraining corpus of ~190 descriptor columns held one string per cell: most of the memory
+    # of a million rows; a wide file's equal short fields are one object now, a narrow file's are not
+    from siggate.data.csvdata import _SHARED_COLUMNS, _SHARED_FIELD, read_table
+
+    long = "C" * (_SHARED_FIELD + 1)
+    cols = [f"d{i}" for i in range(_SHARED_COLUMNS)]
+    wide = tmp_path / "wide.csv"
+    wide.write_text(",".join(["smiles", *cols]) + "\n" + "".join(f"{long},{','.join(['0.5'] * len(cols))}\n"
+                                                                 for _ in range(3)))
+    header, recs = read_table(wide, ",")
+    assert header == ["smiles", *cols] and [len(r) for r in recs] == [len(cols) + 1] * 3
+    assert recs[0][1] == "0.5" and recs[0][1] is recs[1][1] is recs[2][5]  # one object
+    assert recs[0][0] == recs[1][0] and recs[0][0] is not recs[1][0]  # long fields (SMILES) are left alone
+    narrow = tmp_path / "narrow.csv"
+    narrow.write_text("smiles,y\nCCO,0.5\nCCN,0.5\n")
+    _, recs = read_table(narrow, ",")
+    assert recs[0][1] == recs[1][1] == "0.5" and recs[0][1] is not recs[1][1]
+
+
 def test_cache_hit_and_file_change(csv_file, tmp_path):
     cache = tmp_path / "cache"
     a = load_csv(csv_file, "smiles", ["y1"], "regression", cache_dir=cache)

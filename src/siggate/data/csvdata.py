@@ -123,17 +123,21 @@ def _parse_split(split: str) -> str | None:
 
 def detect_sep(path: Path) -> str:
     """The field delimiter of a CSV file, guessed by ``csv.Sniffer`` from its first 64 KiB
-    among :data:`DELIMITERS` (``","`` when it cannot tell, e.g. a one-column file)."""
+    among :data:`DELIMITERS` (``","`` when it cannot tell, e.g. a one-column file); a compressed
+    file (gzip, bzip2, xz, a zip of one file) is known by its first bytes, as :func:`read_table` knows it."""
     try:  # compressed by its first bytes, as the reader opens it (not by the file's name)
         with open(path, "rb") as fh:
             module = _compression(fh.read(6))
-        if module is zipfile:  # a zip archive: its one file, read whole as the reader reads it
-            sample = _decode(path, _file_bytes(path))[:65536]
+        if module is zipfile:  # a zip archive: the start of its one file (the reader judges the rest)
+            with zipfile.ZipFile(path) as z:
+                files = [n for n in z.namelist() if not n.endswith("/")]
+                with z.open(files[0]) as raw:
+                    sample = raw.read(65536).decode("utf-8-sig", errors="replace")
         else:
             with (module.open if module else open)(path, "rt", encoding="utf-8-sig", errors="replace",
                                                    newline="") as fh:
                 sample = fh.read(65536)
-    except (OSError, EOFError, ValueError, lzma.LZMAError):  # (a DataError is a ValueError)
+    except (OSError, EOFError, ValueError, IndexError, lzma.LZMAError, zipfile.BadZipFile):
         return ","
     lines = sample.splitlines()
     if len(lines) > 1 and not sample.endswith(("\n", "\r")):
@@ -206,8 +210,12 @@ def _decode(path: Path, data: bytes) -> str:
                         f"Windows-1252 export?); {SAVE_AS_CSV}") from None
 
 
-#: fields up to this many characters (numbers, labels; not SMILES) are shared between rows by read_table
+#: read_table shares one string object between the equal fields of a file of at least
+#: _SHARED_COLUMNS columns (a pretraining corpus of descriptors: its numbers repeat) that are at most
+#: _SHARED_FIELD characters long (numbers and labels; most SMILES are longer). A narrow file's cells
+#: are mostly distinct, where sharing would cost time and memory for nothing.
 _SHARED_FIELD = 24
+_SHARED_COLUMNS = 16
 
 
 def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[str]]]:
@@ -227,14 +235,16 @@ def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[
         csv.field_size_limit(2**31 - 1)  # a long SMILES is a row to judge, not a reader error
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
     records = []
-    # one string object per distinct short field: the numbers of a wide file repeat (a pretraining
-    # corpus's 190 descriptor columns: 7% of its cells distinct), and a string per cell (~57 bytes)
-    # was most of the memory a million rows take
-    shared: dict[str, str] = {}
+    shared: dict[str, str] | None = None  # (_SHARED_COLUMNS: a wide file's repeated fields, one object each)
     try:
         for rec in reader:
-            if rec:
-                records.append([shared.setdefault(f, f) if len(f) <= _SHARED_FIELD else f for f in rec])
+            if not rec:
+                continue
+            if shared is not None:
+                rec = [shared.setdefault(f, f) if len(f) <= _SHARED_FIELD else f for f in rec]
+            elif not records and len(rec) >= _SHARED_COLUMNS:  # the header says the file is wide
+                shared = {}
+            records.append(rec)
     except csv.Error as exc:
         raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({exc}); check the quoting of that "
                         "line") from None
@@ -579,8 +589,8 @@ def build_csv(
     check_float32_labels(path, target_cols, y_all)
     smiles_all = frame[smiles_col].astype(str).tolist()
     split_all = frame[split_col].astype(str).tolist() if split_col else None
-    # the table's text is read: free it before the molecules are (a wide file, such as a pretraining
-    # corpus of 190 descriptor columns, holds about 13 KB of strings per row)
+    # the table's text is read: free it before the molecules are (a wide file's strings, such as a
+    # pretraining corpus's descriptor columns, take more memory than its graphs)
     n_rows, wide = len(frame), {i: len(rec) for i, rec in enumerate(records) if len(rec) > width}
     del header, records, frame
 
@@ -628,7 +638,7 @@ def build_csv(
         graphs.append(data)
         keys.append(key)
         canon.append(same)
-        parents.append(replace(reading, mol=None))  # what the notes read of it; an RDKit Mol per row is ~35 KB
+        parents.append(replace(reading, mol=None))  # what the notes read of it (a Mol per row outweighs its graph)
 
     # a split column is the user's: rows of one molecule are merged only within a split
     keep, notes, merged = _duplicates(canon, graphs, y_all, target_cols, duplicates,
