@@ -54,6 +54,36 @@ def test_read_smiles_csv_gz_and_smi(tmp_path):
         read_smiles(bad)
 
 
+def test_read_smiles_takes_a_bom_and_names_a_damaged_or_foreign_file(tmp_path):
+    bom = tmp_path / "excel.csv"
+    bom.write_bytes(b"\xef\xbb\xbfsmiles,y\nCCO,1\nCCN,2\n")  # Excel's UTF-8 CSV: its header was '\ufeffsmiles'
+    assert read_smiles(bom) == ["CCO", "CCN"]
+    cut = tmp_path / "cut.smi.gz"
+    whole = gzip.compress(b"CCO\n" * 500)
+    cut.write_bytes(whole[:len(whole) - 8])  # its trailer cut off
+    with pytest.raises(ValueError, match=r"cut\.smi\.gz: the gzip file is truncated or corrupt .*; compress it again"):
+        read_smiles(cut)
+    latin = tmp_path / "latin.smi"
+    latin.write_bytes("CCO caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin\.smi is not UTF-8 text \(byte 0xe9\); save it as UTF-8"):
+        read_smiles(latin)
+
+
+def test_an_exclude_file_that_yields_no_molecule_is_refused(tmp_path):
+    # a CSV named .txt read as one SMILES per line ('CCO,1.0'): nothing parsed, nothing excluded, no word said
+    kw = dict(molecules=1000, seed=0, data_root=tmp_path / "none", progress=False, test_sets=())
+    as_text = tmp_path / "test_set.txt"
+    as_text.write_text("smiles,y\nc1ccccc1,1.0\nOc1ccccc1,2.0\n")
+    with pytest.raises(ConfigError, match=r"--exclude .*test_set\.txt: none of its 3 lines is a molecule RDKit reads"):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", exclude_files=[str(as_text)], **kw)
+    other_col = tmp_path / "test_set.csv"
+    other_col.write_text("mol,y\nc1ccccc1,1.0\n")
+    with pytest.raises(ConfigError, match=r"--exclude: .*test_set\.csv: no SMILES column among \['mol', 'y'\]; name that "
+                                          r"column smiles \(--smiles-col names the corpus's column\)"):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", exclude_files=[str(other_col)], **kw)
+    assert not (tmp_path / "c" / "corpus.csv").exists()
+
+
 def test_inchikey_identifies_one_molecule_across_spellings():
     assert inchikey("CCO") == inchikey("OCC") == inchikey("C(C)O") == "LFQSCWFLJHTTHZ-UHFFFAOYSA-N"
     assert inchikey("not_a_smiles") is None
@@ -140,6 +170,13 @@ def test_pretrain_then_finetune_copies_the_backbone(tmp_path):
     with pytest.raises(ConfigError, match="--resume"):
         pretrain(_corpus_file(tmp_path), out, molecules=1000, epochs=1, data_root=tmp_path / "none", progress=False,
                  test_sets=())
+    # a finished run resumed is left as it is: its pretrained.pt was written again (its record's time changed,
+    # and with it the file's hash that fine-tuned runs record)
+    exported = (out / "pretrained.pt").read_bytes()
+    again = pretrain(_corpus_file(tmp_path), out, molecules=1000, epochs=1, seed=0, data_root=tmp_path / "none",
+                     overrides=["model.layers=2", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4",
+                                "train.warmup_epochs=0"], progress=False, test_sets=(), resume=True)
+    assert (out / "pretrained.pt").read_bytes() == exported and again == rec
     # --resume where nothing was started is refused (it started a new pretraining in silence)
     with pytest.raises(ConfigError, match="--resume: .*holds no pretraining to continue"):
         pretrain(_corpus_file(tmp_path), tmp_path / "typo", molecules=1000, epochs=1, data_root=tmp_path / "none",

@@ -18,6 +18,7 @@ import csv
 import gzip
 import importlib.metadata
 import io
+import zlib
 from pathlib import Path
 from typing import Iterable
 
@@ -32,24 +33,36 @@ _SMILES_NAMES = ("smiles", "SMILES", "Smiles", "canonical_smiles", "smi")
 
 
 def _open_text(path: Path):
+    """``path`` as UTF-8 text (gzip by its first bytes; an initial BOM, as Excel writes it, dropped)."""
     raw = open(path, "rb")
     head = raw.read(2)
     raw.seek(0)
     if head == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8", newline="")
-    return io.TextIOWrapper(raw, encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8-sig", newline="")
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
 
 
-def read_smiles(path: str | Path, smiles_col: str | None = None) -> list[str]:
-    """The SMILES of a corpus file, in file order (empty lines skipped).
+def read_smiles(path: str | Path, smiles_col: str | None = None, fix: str = "name it with --smiles-col") -> list[str]:
+    """The SMILES of a corpus file, in file order (empty lines skipped); ``fix``: what the refusal
+    of a CSV without a SMILES column tells the user to do.
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a CSV without a SMILES column (the columns are named).
+        ValueError: a CSV without a SMILES column (the columns are named), a file that is not
+            UTF-8 text, or a damaged gzip file (named).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
+    try:
+        return _read_smiles(path, smiles_col, fix)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save it as UTF-8") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise ValueError(f"{path}: the gzip file is truncated or corrupt ({exc}); compress it again") from None
+
+
+def _read_smiles(path: Path, smiles_col: str | None, fix: str) -> list[str]:
     name = path.name.lower().removesuffix(".gz")
     with _open_text(path) as fh:
         if name.endswith((".csv", ".tsv")):
@@ -58,7 +71,7 @@ def read_smiles(path: str | Path, smiles_col: str | None = None) -> list[str]:
             col = smiles_col or next((c for c in _SMILES_NAMES if c in header), None)
             if col is None or col not in header:
                 raise ValueError(f"{path}: no SMILES column{' named ' + repr(col) if col else ''} among "
-                                 f"{header[:10]}; name it with --smiles-col")
+                                 f"{header[:10]}; {fix}")
             j = header.index(col)
             return [row[j].strip() for row in reader if len(row) > j and row[j].strip()]
         return [line.split()[0] for line in fh if line.strip()]

@@ -57,10 +57,17 @@ def _excluded_keys(data_root, exclude_files: list[str], test_sets) -> tuple[set,
 
     sets, missing = benchmark_test_smiles(data_root or default_data_root(), test_sets)
     for f in exclude_files:
-        sets[f"file:{f}"] = read_smiles(f)
+        try:
+            sets[f"file:{f}"] = read_smiles(f, fix="name that column smiles (--smiles-col names the corpus's column)")
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--exclude: {exc}") from None
     keys: dict[str, set] = {}
     for name, smiles in sets.items():
         keys[name] = {k for k in map(inchikey, smiles) if k}
+        if name.startswith("file:") and not keys[name]:  # (a CSV named .txt reads as lines that parse as nothing)
+            raise ConfigError(f"--exclude {name[5:]}: none of its {len(smiles)} lines is a molecule RDKit reads, so "
+                              "nothing would be excluded; give a .smi/.txt file of one SMILES per line, or a .csv "
+                              "with a smiles column")
     record = {name: {"molecules": len(sets[name]), "inchikeys": len(k)} for name, k in keys.items()}
     for name, why in missing.items():
         record[name] = {"skipped": why}
@@ -381,6 +388,10 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
 
     from .distributed import DistContext
 
-    train(cfg, model_dir, resume=resume and (model_dir / "last.pt").exists(), progress=progress,
+    dest, last = out / "pretrained.pt", model_dir / "last.pt"
+    before = file_digest(last) if last.is_file() else None
+    train(cfg, model_dir, resume=resume and last.exists(), progress=progress,
           dist=DistContext(device=torch.device(device)))
-    return export_pretrained(model_dir, out / "pretrained.pt", corpus, {"wall_seconds_this_call": round(time.time() - t0)})
+    if dest.is_file() and before is not None and file_digest(last) == before:  # no epoch trained: a finished
+        return safe_torch_load(dest)["pretraining"]                           # run resumed is left as it is
+    return export_pretrained(model_dir, dest, corpus, {"wall_seconds_this_call": round(time.time() - t0)})
