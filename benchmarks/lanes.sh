@@ -16,7 +16,8 @@
 #   bash benchmarks/lanes.sh run COMMIT ARGS... # one MoleculeACE command (run.py ARGS) at COMMIT, here and
 #                                              # now, into the lanes' results copy that snapshot imports
 #
-# Lanes run side by side, one thread each; within a lane, in the CPU order of the developers' guide:
+# Lanes run side by side, one thread each (issue 32's 300k pretraining two, as it was started); within a
+# lane, in the CPU order of the developers' guide:
 #   recipe:   MoleculeACE `cand-avgc` (the default's flags at 46a976c) seeds 0-2, its peer rows
 #             (the six tasks, seeds 0-2), issue 32's pretraining on 300,000 molecules (the shipped
 #             recipe on three times the molecules, PT_300K) and cand-avgc with it as --init, seed 0

@@ -365,12 +365,12 @@ def resolve_select(select: str, weighs_on_val: bool) -> str:
     return select
 
 
-def keeps_last(train_cfg) -> bool:
-    """Whether a training run keeps its schedule's last epoch (``train.select`` ``last``; ``auto``
-    is ``best`` for a run on its own, :func:`resolve_select`): its validation scores then choose
-    nothing, which the loop's best-epoch tracking and :func:`~siggate.train.bn_stats.epoch_norm`
-    both read from here."""
-    return resolve_select(train_cfg.select, weighs_on_val=False) == "last"
+def keeps_last(select: str) -> bool:
+    """Whether a training run of ``train.select`` = ``select`` keeps its schedule's last epoch
+    (``last``; ``auto`` is ``best`` for a run on its own, :func:`resolve_select`): its validation
+    scores then choose nothing, which the loop's best-epoch tracking,
+    :func:`~siggate.train.bn_stats.epoch_norm` and ``siggate compare``'s report all read from here."""
+    return resolve_select(select, weighs_on_val=False) == "last"
 
 
 def gate_width(gate: str, dim: int, heads: int) -> int:

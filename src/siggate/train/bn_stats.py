@@ -155,10 +155,10 @@ def epoch_norm(train_cfg, epoch: int, last: bool | None = None) -> str:
     that gives a layer a single row passes it on normalised with the running statistics, so the
     later layers' recomputed statistics, and the saved model, then differ slightly.) The
     earlier epochs' scores are then the running statistics' (``log.csv``'s ``eval_norm`` says
-    which). ``last``: :func:`~siggate.options.keeps_last` of ``train_cfg``, when the caller
+    which). ``last``: :func:`~siggate.options.keeps_last` of ``train_cfg.select``, when the caller
     resolved it once for the run."""
     if last is None:
-        last = keeps_last(train_cfg)
+        last = keeps_last(train_cfg.select)
     if train_cfg.eval_norm == "train" and epoch < train_cfg.epochs - 1 and last:
         return "running"
     return train_cfg.eval_norm

@@ -268,10 +268,10 @@ def _spread(std, n: int) -> str:
 def _scored_epoch(res: dict, name: str) -> str:
     """Which epoch of each run the scores are taken at: its best validation epoch, or its
     schedule's last (``train.select`` of the runs' config, :func:`~siggate.options.resolve_select`)."""
-    from ..options import resolve_select
+    from ..options import keeps_last
 
     select = ((res.get("config") or {}).get("train") or {}).get("select") or "best"
-    if resolve_select(select, weighs_on_val=False) == "last":
+    if keeps_last(select):
         return f"at the schedule's last epoch (train.select={select}: validation chose no epoch)"
     return f"at the epoch of best validation {name}"
 

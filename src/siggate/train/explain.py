@@ -12,8 +12,8 @@ members' weighted sum) is written to ``OUT``:
   other columns (a CSV's IDs, a ``.smi`` file's ``name``; ``_input`` added to a name that
   ``molecules.csv`` uses itself), per target
   the prediction (named ``<target>``, or ``<target>_pred`` where one of the two CSVs has a column
-  of that name, ``siggate predict``'s rule; the same name in ``atoms.csv``), ``<target>_baseline`` (the reference prediction) and ``<target>_atoms_sum``
-  (the sum of the atoms' contributions: for the GNN equal to prediction minus baseline up to
+  of that name, ``siggate predict``'s rule; the same name in ``atoms.csv``), ``<target>_baseline``
+  (the reference prediction) and ``<target>_atoms_sum`` (the sum of the atoms' contributions: for the GNN equal to prediction minus baseline up to
   the integral's numerical error; occlusion is not complete, and its sum differs from it by the
   model's interactions between bins), the pictures' stem, and ``error``;
 * ``atoms.csv``: one row per atom of each predicted molecule: ``row``, ``atom`` (RDKit's atom

@@ -433,7 +433,7 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
     ``on_epoch_end(run, EpochEnd)`` (on every rank) -- where :func:`train` writes its
     checkpoints and logs, and analyses take their measurements."""
     t_cfg, state = run.train_cfg, run.state
-    last = keeps_last(t_cfg)  # the epoch kept is the last: val scores choose nothing
+    last = keeps_last(t_cfg.select)  # the epoch kept is the last: val scores choose nothing
     for epoch in range(state.epoch, t_cfg.epochs):
         t_ep, c_ep = time.time(), time.process_time()
         stats = train_epoch(run, epoch, progress, checkpoint)

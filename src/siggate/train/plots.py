@@ -168,8 +168,8 @@ def residual_figure(labels, preds, spread, names: Sequence[str], title: str = "t
         ok = ~np.isnan(y[:, t]) & np.isfinite(p[:, t]) & np.isfinite(s[:, t])
         err = np.abs(p[ok, t] - y[ok, t])
         ax.scatter(s[ok, t], err, s=14, alpha=0.7, color="tab:purple", label="molecule")
-        top = float(s[ok, t].max()) if ok.any() else 1.0
-        if ok.any() and top == 0:  # no spread to judge: not "0% within 1 sigma", which reads as miscalibration
+        top = float(s[ok, t].max()) if ok.any() else None
+        if top == 0:  # no spread to judge: not "0% within 1 sigma", which reads as miscalibration
             ax.set_title(f"{title} {names[t]}: spread 0 for every molecule (one member holds all the "
                          "weight): no sigma to compare", fontsize=9)
         elif ok.any():
