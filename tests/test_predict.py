@@ -318,6 +318,32 @@ def test_read_smiles_gzip_and_stdin(tmp_path, monkeypatch):
     assert rows.columns == ["smiles", "name"] and list(rows) == [[["CCO", "ethanol"], ["CCC", ""]]]
 
 
+@pytest.mark.parametrize("kind", ["bz2", "xz", "zip", "gz-unnamed"])
+def test_predict_reads_the_compressed_files_training_reads(tmp_path, kind):
+    # train --data reads gzip, bzip2, xz and a one-file zip by their first bytes; predict and explain
+    # read only gzip and refused the others as binary files
+    import bz2
+    import lzma
+    import zipfile
+
+    from siggate.train.predict import InputError, read_input
+
+    text = "smiles,id\nCCO,a\nc1ccccc1,b\n"
+    p = tmp_path / {"bz2": "in.csv.bz2", "xz": "in.csv.xz", "zip": "in.zip", "gz-unnamed": "in.csv"}[kind]
+    if kind == "zip":
+        with zipfile.ZipFile(p, "w") as z:
+            z.writestr("in.csv", text)
+    else:
+        p.write_bytes({"bz2": bz2, "xz": lzma, "gz-unnamed": gzip}[kind].compress(text.encode()))
+    rows = read_input(p)
+    assert rows.columns == ["smiles", "id"] and list(rows) == [[["CCO", "a"], ["c1ccccc1", "b"]]]
+    if kind == "zip":
+        with zipfile.ZipFile(p, "a") as z:
+            z.writestr("other.csv", text)
+        with pytest.raises(InputError, match="is a zip archive of 2 files; unzip it"):
+            read_input(p)
+
+
 def test_a_smi_files_names_come_through(tmp_path, caplog):
     """A .smi file's names (the rest of each line, Daylight's layout) were dropped from the output;
     they are its ``name`` column now, streamed in chunks as before. A file without names keeps its

@@ -578,8 +578,9 @@ class SmilesPredictor:
 
 
 def _open_text(path: Path):
-    """Open ``path`` (``-`` for stdin, ``.gz`` transparently) as text: UTF-8 with an optional
-    BOM; undecodable bytes are kept as surrogates so the row can name them."""
+    """Open ``path`` (``-`` for stdin) as text, decompressed where it is gzip, bzip2, xz or a zip of
+    one file (by its first bytes, as ``train --data`` reads it): UTF-8 with an optional BOM;
+    undecodable bytes are kept as surrogates so the row can name them."""
     kw = dict(encoding="utf-8-sig", errors="surrogateescape", newline="")
     if str(path) == "-":
         raw = sys.stdin.buffer
@@ -596,21 +597,39 @@ def _open_text(path: Path):
             head = fh.read(8192)
     except OSError as exc:
         raise InputError(f"cannot read input file {path}: {exc.strerror or exc}") from None
-    gz = head[:2] == b"\x1f\x8b"
-    if path.suffix.lower() == ".gz" and not gz and head:
+    import lzma
+    import zipfile
+
+    from ..data.csvdata import SAVE_AS_CSV, _compression
+
+    module = _compression(head)  # compressed as training's reader knows it: by its first bytes
+    if path.suffix.lower() == ".gz" and module is not gzip and head:
         raise InputError(f"{path} is named .gz but is not gzip-compressed")
-    if gz:
+
+    def opened():
+        if module is zipfile:
+            archive = zipfile.ZipFile(path)
+            names = archive.namelist()
+            files = [n for n in names if not n.endswith("/")]
+            if any(n.startswith("xl/") for n in names):
+                raise InputError(f"{path} is an Excel workbook (.xlsx), not a CSV file; {SAVE_AS_CSV}")
+            if len(files) != 1:
+                raise InputError(f"{path} is a zip archive of {len(files)} files; unzip it and give the CSV or "
+                                 ".smi file")
+            return archive.open(files[0])
+        return module.open(path, "rb") if module else open(path, "rb")
+
+    if module:
         try:
-            with gzip.open(path, "rb") as fh:
+            with opened() as fh:
                 head = fh.read(8192)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(f"{path}: the gzip file is truncated or corrupt ({exc})") from None
+        except (OSError, EOFError, zlib.error, lzma.LZMAError, zipfile.BadZipFile) as exc:
+            raise InputError(f"{path}: the compressed file is truncated or corrupt ({exc})") from None
     if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
         raise InputError(f"{path} is UTF-16 encoded; save it as UTF-8")
     if b"\x00" in head:
         raise InputError(f"{path} looks like a binary file (it contains NUL bytes), not a CSV or .smi text file")
-    raw = gzip.open(path, "rb") if gz else open(path, "rb")
-    return io.TextIOWrapper(raw, **kw), gz
+    return io.TextIOWrapper(opened(), **kw), module is not None
 
 
 def _delimiter_hint(header_line: str, delim: str) -> str:
