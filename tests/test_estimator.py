@@ -719,6 +719,11 @@ def test_score_refuses_labels_of_another_shape_and_y_reads_pandas_missing_values
     assert est.score(smiles[40:], frame) == pytest.approx(est.score(smiles[40:], nan), rel=1e-12)
     with pytest.raises(ValueError, match=r"y has shape \[40, 1, 1\]; give one label per SMILES"):
         siggate.SigGateRegressor(**FP).fit(smiles[:40], y[:40].reshape(-1, 1, 1))
+    # nothing to fit on: said so (it read 'y's target(s) 'y' have no label', and a CLI flag for [n, 0])
+    with pytest.raises(ValueError, match=r"^X holds no SMILES; fit needs molecules and their labels$"):
+        siggate.SigGateRegressor(**FP).fit([], [])
+    with pytest.raises(ValueError, match=r"^y has shape \[40, 0\]: no target"):
+        siggate.SigGateRegressor(**FP).fit(smiles[:40], np.zeros((40, 0)))
 
 
 def test_a_target_named_like_the_domain_column_keeps_its_intervals(molecules):

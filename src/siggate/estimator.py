@@ -242,6 +242,9 @@ class _SigGateEstimator(BaseEstimator):
             raise ValueError(f"y has shape {list(values.shape)}; give one label per SMILES, or one row of labels "
                              "per SMILES ([n] or [n, targets])")
         values = values.reshape(-1, 1) if values.ndim == 1 else values
+        if values.shape[1] == 0:
+            raise ValueError(f"y has shape {list(values.shape)}: no target; give one label per SMILES ([n]) or a "
+                             "column per target ([n, targets])")
         return values, _target_names(y, values.shape[1])
 
     def fit(self, X, y):
@@ -260,6 +263,8 @@ class _SigGateEstimator(BaseEstimator):
         smiles, feature_names = _smiles(X), _feature_names(X)
         if y is None:
             raise ValueError("fit needs y, the labels of X's molecules (one row per SMILES)")
+        if not smiles:
+            raise ValueError("X holds no SMILES; fit needs molecules and their labels")
         if len(y) != len(smiles):
             raise ValueError(f"X has {len(smiles)} SMILES and y {len(y)} rows")
         y, names = self._targets(y)  # the classifier's classes wait in _fitting_classes until the run is trained
