@@ -383,22 +383,31 @@ def test_occlusion_of_a_model_linear_in_the_counts_is_exact():
     assert np.allclose(c.prediction[:, :2].numpy(), member.predict_array(smiles)[:, :2], rtol=0, atol=1e-12)
 
 
+def _nitrogen_svr_run(tmp_path, capsys, targets: list[str]):
+    """``siggate train --members svr`` on the first 150 nitrogen molecules (FP_SPLITS), its first
+    target the nitrogen count and a second, if named, the SMILES' length; the run folder."""
+    smiles = _nitrogen_molecules(150)
+    graphs = _nitrogen_graphs(smiles)
+    data = tmp_path / "n.csv"
+    split = {i: k for k, (a, b) in FP_SPLITS.items() for i in range(a, b)}
+    data.write_text(",".join(["smiles", *targets, "split"]) + "\n" + "".join(
+        ",".join([s, f"{float(g.y):.6f}", *[str(len(s))] * (len(targets) - 1), split[i]]) + "\n"
+        for i, (s, g) in enumerate(zip(smiles, graphs))))
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", ",".join(targets), "--split", "column:split",
+                          "--members", "svr", "--out", str(run), "--cache-dir", str(tmp_path / "cache"),
+                          "--no-progress"], capsys)
+    assert rc == 0, err
+    return run
+
+
 def test_explain_on_a_run_of_the_svr_member(tmp_path, capsys):
     """``siggate train --members svr`` on the nitrogen CSV, then ``siggate explain``: the per-atom
     CSV holds the member's occlusions, the molecules' CSV predict's predictions, the empty
     fingerprint's baseline and the atoms' sum; a bad row fails as in predict."""
     from siggate.predictors.svr import KernelSVR
 
-    smiles = _nitrogen_molecules(150)
-    graphs = _nitrogen_graphs(smiles)
-    data = tmp_path / "n.csv"
-    split = {i: k for k, (a, b) in FP_SPLITS.items() for i in range(a, b)}
-    data.write_text("smiles,nN,split\n" + "".join(f"{s},{float(g.y):.6f},{split[i]}\n"
-                                                  for i, (s, g) in enumerate(zip(smiles, graphs))))
-    run = tmp_path / "run"
-    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "nN", "--split", "column:split", "--members",
-                          "svr", "--out", str(run), "--cache-dir", str(tmp_path / "cache"), "--no-progress"], capsys)
-    assert rc == 0, err
+    run = _nitrogen_svr_run(tmp_path, capsys, ["nN"])
     asked = ["NCCN", "CC(=O)Nc1ccc(O)cc1", "C1CC1", "C1CC"]
     out = tmp_path / "explained"
     rc, _, err = run_cli(["explain", "--checkpoint", str(run), *asked, "--out", str(out)], capsys)
@@ -492,17 +501,7 @@ def test_explain_names_a_target_that_takes_its_own_columns_as_predict_does(tmp_p
     """Targets named ``error`` and ``atom``: ``molecules.csv`` wrote two ``error`` columns (the
     prediction and the row's error) and ``atoms.csv`` two ``atom`` columns; each target is now
     ``<target>_pred`` in both files where one of them has that name already, ``siggate predict``'s rule."""
-    smiles = _nitrogen_molecules(150)
-    graphs = _nitrogen_graphs(smiles)
-    data = tmp_path / "n.csv"
-    split = {i: k for k, (a, b) in FP_SPLITS.items() for i in range(a, b)}
-    data.write_text("smiles,error,atom,split\n" + "".join(f"{s},{float(g.y):.6f},{len(s)},{split[i]}\n"
-                                                          for i, (s, g) in enumerate(zip(smiles, graphs))))
-    run = tmp_path / "run"
-    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "error,atom", "--split", "column:split",
-                          "--members", "svr", "--out", str(run), "--cache-dir", str(tmp_path / "cache"),
-                          "--no-progress"], capsys)
-    assert rc == 0, err
+    run = _nitrogen_svr_run(tmp_path, capsys, ["error", "atom"])
     out = tmp_path / "explained"
     rc, _, err = run_cli(["explain", "--checkpoint", str(run), "NCCN", "C1CC", "--out", str(out)], capsys)
     assert rc == 1 and "2 rows, 1 explained, 1 failed" in err
