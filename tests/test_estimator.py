@@ -398,7 +398,9 @@ def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, c
     kept = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     refusals = [(ValueError, dict(), y[:30] * 0 + 1.0),  # one label for every molecule: nothing to learn
                 (ValueError, dict(members="svr,xgb"), y[:30]),
-                (ValueError, dict(overrides=("members.rf.n_estimators=0",)), y[:30])]
+                (ValueError, dict(overrides=("members.rf.n_estimators=0",)), y[:30]),
+                (ValueError, dict(members="svr", ensemble=3), y[:30]),  # (refused as training starts, before)
+                (ValueError, dict(members="gnn", overrides=("model.layers=2",)), y[:30])]  # shipped init: 4 layers
     for error, params, labels in refusals:
         with pytest.raises(error):
             siggate.SigGateRegressor(**{**FP, **params}, out_dir=out, seed=1).fit(smiles[:30], labels)

@@ -337,6 +337,16 @@ def test_predict_reads_the_compressed_files_training_reads(tmp_path, kind):
         p.write_bytes({"bz2": bz2, "xz": lzma, "gz-unnamed": gzip}[kind].compress(text.encode()))
     rows = read_input(p)
     assert rows.columns == ["smiles", "id"] and list(rows) == [[["CCO", "a"], ["c1ccccc1", "b"]]]
+    if kind in ("bz2", "xz"):  # a CSV by its name under the compression's: its missing column is refused as in a .csv
+        other = tmp_path / f"other.csv.{kind}"
+        other.write_bytes({"bz2": bz2, "xz": lzma}[kind].compress(b"id,mol\na,CCO\n"))
+        with pytest.raises(InputError, match="column 'smiles' not found"):
+            read_input(other)
+        cut = tmp_path / f"cut.csv.{kind}"
+        whole = {"bz2": bz2, "xz": lzma}[kind].compress(("smiles\n" + "CCO\n" * 20000).encode())
+        cut.write_bytes(whole[:len(whole) // 2])
+        with pytest.raises(InputError, match="truncated or corrupt"):
+            list(read_input(cut))
     if kind == "zip":
         with zipfile.ZipFile(p, "a") as z:
             z.writestr("other.csv", text)

@@ -388,6 +388,15 @@ class _SigGateEstimator(BaseEstimator):
                           + ("; ..." if len(dropped) > 3 else "") + ")", UserWarning, stacklevel=3)
         import torch
 
+        from .train.members import GNN, check_copies
+
+        check_copies(kinds, int(self.ensemble))  # what training would refuse first, before the earlier run goes
+        if cfg.train.init and GNN in kinds:
+            from .train.init_weights import init_refusal
+
+            why = init_refusal(cfg.train.init, cfg.model.to_dict())
+            if why:
+                raise ValueError(why)
         begin()  # everything checked: the earlier fit's run in out_dir gives way only now
         train_members(cfg, out, kinds, int(self.ensemble), weights=weights, progress=False,
                       device=torch.device(self.device), dataset=ds)
