@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The open issues' long runs, as lanes: each lane is a queue of resuming commands, each command at
 # a fixed commit in its own git worktree (.study/wt-COMMIT with its own venv, git-ignored). Every
-# command skips what is finished (rows already "ok" in a results file, a pretraining's last.pt),
+# command skips what is finished (rows already "ok" in a results file, a pretraining with its
+# pretrained.pt or kept weights; an unfinished one resumes from its last.pt),
 # so `start` at the beginning of a session picks up where the last one stopped, even in a fresh
 # clone: the MoleculeACE rows go to .study/moleculeace-results.json, which starts as a copy of the
 # committed results file, and `snapshot` imports its new rows into that file with this checkout's

@@ -206,7 +206,8 @@ class _SigGateEstimator(BaseEstimator):
             (at least one row).
         threads: torch threads while training (``train.threads``).
         device: ``"cpu"`` or ``"cuda"``.
-        out_dir: keep the run there (a ``siggate predict --checkpoint`` folder); ``None``: a
+        out_dir: keep the run there (a ``siggate predict --checkpoint`` folder; an earlier fit's
+            run there is replaced once a fit's parameters and data are checked); ``None``: a
             temporary folder removed after :meth:`fit`.
         verbose: siggate's log lines while fitting (default: only errors).
     """

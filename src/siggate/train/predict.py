@@ -37,8 +37,9 @@ What happens to unusual molecules (one rule each, applied the same way everywher
 
 Input files (:func:`read_smiles`): a CSV (or ``.tsv``) with a header naming the SMILES
 column, or a ``.smi``/text file with the SMILES as the first whitespace-separated token of
-each line (an optional first line ``smiles ...`` is taken as a header). ``.gz`` files are
-read transparently and ``-`` reads standard input. Blank lines are skipped. A missing
+each line (an optional first line ``smiles ...`` is taken as a header). Compressed files (gzip,
+bzip2, xz, a one-file zip) are read as ``train --data`` reads them, their kind told by the
+name under the compression's (``in.csv.bz2`` is a CSV), and ``-`` reads standard input (gzip too). Blank lines are skipped. A missing
 column, a SMILES column named twice, a wrong delimiter, an empty, binary, UTF-16 or truncated
 file raises :class:`InputError` (exit code 2) before any output is written. A row with more
 fields than the header fails with that reason (its fields cannot be matched to the columns).
