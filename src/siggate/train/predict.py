@@ -39,9 +39,9 @@ Input files (:func:`read_smiles`): a CSV (or ``.tsv``) with a header naming the 
 column, or a ``.smi``/text file with the SMILES as the first whitespace-separated token of
 each line (an optional first line ``smiles ...`` is taken as a header). Compressed files (gzip,
 bzip2, xz, a one-file zip) are read as ``train --data`` reads them, their kind told by the
-name under the compression's (``in.csv.bz2`` is a CSV), and ``-`` reads standard input (gzip too). Blank lines are skipped. A missing
-column, a SMILES column named twice, a wrong delimiter, an empty, binary, UTF-16 or truncated
-file raises :class:`InputError` (exit code 2) before any output is written. A row with more
+name under the compression's (``in.csv.bz2`` is a CSV), and ``-`` reads standard input (gzip
+too). Blank lines are skipped. A missing column, a SMILES column named twice, a wrong
+delimiter, an empty, binary, UTF-16 or truncated file raises :class:`InputError` (exit code 2) before any output is written. A row with more
 fields than the header fails with that reason (its fields cannot be matched to the columns).
 Other columns whose bytes are not UTF-8 (a Latin-1 spreadsheet export) are read as
 Windows-1252 and written as UTF-8, with one warning.
