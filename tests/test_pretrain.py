@@ -82,6 +82,11 @@ def test_an_exclude_file_that_yields_no_molecule_is_refused(tmp_path):
                                           r"column smiles \(--smiles-col names the corpus's column\)"):
         build_corpus(_corpus_file(tmp_path), tmp_path / "c", exclude_files=[str(other_col)], **kw)
     assert not (tmp_path / "c" / "corpus.csv").exists()
+    # the arguments, before any file is read: a corpus too small to split, an exclude file that is not there
+    with pytest.raises(ConfigError, match=r"^pretrain --molecules 5: a corpus needs at least 10 molecules$"):
+        build_corpus(tmp_path / "not_read.smi", tmp_path / "c", **{**kw, "molecules": 5})
+    with pytest.raises(ConfigError, match=r"^--exclude .*gone\.smi: no such file$"):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", exclude_files=[str(tmp_path / "gone.smi")], **kw)
 
 
 def test_inchikey_identifies_one_molecule_across_spellings():

@@ -55,12 +55,14 @@ def _excluded_keys(data_root, exclude_files: list[str], test_sets) -> tuple[set,
     from ..data.base import default_data_root
     from ..data.corpus import benchmark_test_smiles, inchikey, read_smiles
 
-    sets, missing = benchmark_test_smiles(data_root or default_data_root(), test_sets)
+    files = {}  # the user's files first: a refusal of one comes before the benchmarks' test sets are read
     for f in exclude_files:
         try:
-            sets[f"file:{f}"] = read_smiles(f, fix="name that column smiles (--smiles-col names the corpus's column)")
+            files[f"file:{f}"] = read_smiles(f, fix="name that column smiles (--smiles-col names the corpus's column)")
         except (OSError, ValueError) as exc:
             raise ConfigError(f"--exclude: {exc}") from None
+    sets, missing = benchmark_test_smiles(data_root or default_data_root(), test_sets)
+    sets.update(files)
     keys: dict[str, set] = {}
     for name, smiles in sets.items():
         keys[name] = {k for k in map(inchikey, smiles) if k}
@@ -244,6 +246,11 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
     from ..data.corpus import TEST_SETS, read_smiles
 
     test_sets = tuple(TEST_SETS) if test_sets is None else tuple(test_sets)
+    if molecules < MIN_MOLECULES:  # before any file is read
+        raise ConfigError(f"pretrain --molecules {molecules}: a corpus needs at least {MIN_MOLECULES} molecules")
+    for f in exclude_files:
+        if not Path(f).is_file():
+            raise ConfigError(f"--exclude {f}: no such file")
 
     source = Path(source)
     src_sha = file_digest(source)
@@ -288,8 +295,8 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
 
     kept, counts, n_source = _saved_selection(part, select)
     if len(kept) < MIN_MOLECULES:
-        raise ConfigError(f"pretrain: only {len(kept)} usable molecules in {source}; a corpus needs at least "
-                          f"{MIN_MOLECULES}")
+        raise ConfigError(f"pretrain: only {len(kept)} usable molecules of the {n_source} in {source}; a corpus "
+                          f"needs at least {MIN_MOLECULES}")
     n = len(kept)
     n_val, n_test = (max(1, round(f * n)) for f in SPLIT_FRAC[1:])
     split = np.full(n, "train", dtype=object)
