@@ -61,12 +61,39 @@ def test_read_smiles_takes_a_bom_and_names_a_damaged_or_foreign_file(tmp_path):
     cut = tmp_path / "cut.smi.gz"
     whole = gzip.compress(b"CCO\n" * 500)
     cut.write_bytes(whole[:len(whole) - 8])  # its trailer cut off
-    with pytest.raises(ValueError, match=r"cut\.smi\.gz: the gzip file is truncated or corrupt .*; compress it again"):
+    with pytest.raises(ValueError, match=r"cut\.smi\.gz: the compressed file is truncated or corrupt .*; compress it again"):
         read_smiles(cut)
     latin = tmp_path / "latin.smi"
     latin.write_bytes("CCO caf\xe9\n".encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin\.smi is not UTF-8 text \(byte 0xe9\); save it as UTF-8"):
         read_smiles(latin)
+
+
+def test_read_smiles_reads_every_compression_that_train_reads(tmp_path):
+    # a corpus compressed as bzip2, xz or a one-file zip was refused as "not UTF-8 text" (gzip alone
+    # was told by its first bytes); what it holds is told by the name under the compression's suffix
+    import bz2
+    import lzma
+    import zipfile
+
+    data = ("SMILES,y\n" + "".join(f"{s},1\n" for s in BASE[:5])).encode()
+    for name, pack in (("c.csv.bz2", bz2.compress), ("c.csv.xz", lzma.compress), ("c.csv.gz", gzip.compress)):
+        (tmp_path / name).write_bytes(pack(data))
+        assert read_smiles(tmp_path / name) == BASE[:5], name
+    (tmp_path / "named.gz").write_bytes(bz2.compress(b"CCO x\nCCN\n"))  # by the bytes, not the name
+    assert read_smiles(tmp_path / "named.gz") == ["CCO", "CCN"]
+    with zipfile.ZipFile(tmp_path / "c.csv.zip", "w") as z:
+        z.writestr("inner.csv", data)
+    assert read_smiles(tmp_path / "c.csv.zip") == BASE[:5]
+    with zipfile.ZipFile(tmp_path / "two.zip", "w") as z:
+        z.writestr("a.smi", "CCO\n")
+        z.writestr("b.smi", "CCN\n")
+    with pytest.raises(ValueError, match=r"two\.zip is a zip archive of 2 files; unzip it"):
+        read_smiles(tmp_path / "two.zip")
+    cut = tmp_path / "cut.csv.xz"
+    cut.write_bytes(lzma.compress(data)[:-20])
+    with pytest.raises(ValueError, match=r"cut\.csv\.xz: the compressed file is truncated or corrupt"):
+        read_smiles(cut)
 
 
 def test_an_exclude_file_that_yields_no_molecule_is_refused(tmp_path):

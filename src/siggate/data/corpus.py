@@ -1,8 +1,8 @@
 """Unlabelled molecules for pretraining, and the benchmark test sets they must not contain.
 
-* :func:`read_smiles` reads a corpus: a CSV (``.csv``/``.csv.gz``, the SMILES column found by
-  name) or a file of one SMILES per line (``.smi``/``.txt``, optionally gzipped; text after the
-  first whitespace is ignored).
+* :func:`read_smiles` reads a corpus: a CSV (``.csv``/``.tsv``, the SMILES column found by
+  name) or a file of one SMILES per line (``.smi``/``.txt``; text after the first whitespace is
+  ignored), either of them optionally compressed (gzip, bzip2, xz, a zip of one file).
 * :func:`moses_train_path` finds the MOSES training set (1,584,663 SMILES) inside an installed
   ``molsets`` 0.3.1 wheel (``pip install --no-deps molsets==0.3.1``) through the package's file
   list; the package itself is never imported.
@@ -15,14 +15,13 @@
 from __future__ import annotations
 
 import csv
-import gzip
 import importlib.metadata
 import io
-import zlib
 from pathlib import Path
 from typing import Iterable
 
 from ..options import DATA_ROOT_DEFAULT
+from .compressed import DAMAGED, inner_suffix, open_decompressed
 
 __all__ = ["read_smiles", "wheel_file", "moses_train_path", "inchikey", "benchmark_test_smiles", "MOSES_TRAIN",
            "TEST_SETS", "FROM_DATA_ROOT", "NOT_EXCLUDED"]
@@ -33,23 +32,21 @@ _SMILES_NAMES = ("smiles", "SMILES", "Smiles", "canonical_smiles", "smi")
 
 
 def _open_text(path: Path):
-    """``path`` as UTF-8 text (gzip by its first bytes; an initial BOM, as Excel writes it, dropped)."""
-    raw = open(path, "rb")
-    head = raw.read(2)
-    raw.seek(0)
-    if head == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8-sig", newline="")
-    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+    """``path`` as UTF-8 text, decompressed where it is compressed (gzip, bzip2, xz, a zip of one
+    file: by its first bytes, as ``train --data`` reads it); an initial BOM, as Excel writes it, dropped."""
+    return io.TextIOWrapper(open_decompressed(path), encoding="utf-8-sig", newline="")
 
 
 def read_smiles(path: str | Path, smiles_col: str | None = None, fix: str = "name it with --smiles-col") -> list[str]:
     """The SMILES of a corpus file, in file order (empty lines skipped); ``fix``: what the refusal
-    of a CSV without a SMILES column tells the user to do.
+    of a CSV without a SMILES column tells the user to do. What the file holds is told by its name
+    under a compression's suffix (``.csv.bz2`` is a CSV; a zip's one file is read as SMILES lines
+    unless the zip is named ``.csv.zip``).
 
     Raises:
         FileNotFoundError: no such file.
         ValueError: a CSV without a SMILES column (the columns are named), a file that is not
-            UTF-8 text, or a damaged gzip file (named).
+            UTF-8 text, a zip of other than one file, or a damaged compressed file (named).
     """
     path = Path(path)
     if not path.is_file():
@@ -58,15 +55,17 @@ def read_smiles(path: str | Path, smiles_col: str | None = None, fix: str = "nam
         return _read_smiles(path, smiles_col, fix)
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save it as UTF-8") from None
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise ValueError(f"{path}: the gzip file is truncated or corrupt ({exc}); compress it again") from None
+    except DAMAGED as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:  # the file system's, not the file's
+            raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+        raise ValueError(f"{path}: the compressed file is truncated or corrupt ({exc}); compress it again") from None
 
 
 def _read_smiles(path: Path, smiles_col: str | None, fix: str) -> list[str]:
-    name = path.name.lower().removesuffix(".gz")
+    kind = inner_suffix(path)
     with _open_text(path) as fh:
-        if name.endswith((".csv", ".tsv")):
-            reader = csv.reader(fh, delimiter="\t" if name.endswith(".tsv") else ",")
+        if kind in (".csv", ".tsv"):
+            reader = csv.reader(fh, delimiter="\t" if kind == ".tsv" else ",")
             header = next(reader, [])
             col = smiles_col or next((c for c in _SMILES_NAMES if c in header), None)
             if col is None or col not in header:

@@ -76,6 +76,7 @@ from .chem import (
     read_molecule,
     split_indices,
 )
+from .compressed import DAMAGED, SAVE_AS_CSV, compression, open_decompressed, zip_member
 
 __all__ = ["load_csv", "check_columns", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns",
            "extra_fields_reason", "carried_columns", "row_issue", "write_run_tables", "TASK_METRIC",
@@ -126,18 +127,9 @@ def detect_sep(path: Path) -> str:
     among :data:`DELIMITERS` (``","`` when it cannot tell, e.g. a one-column file); a compressed
     file (gzip, bzip2, xz, a zip of one file) is known by its first bytes, as :func:`read_table` knows it."""
     try:  # compressed by its first bytes, as the reader opens it (not by the file's name)
-        with open(path, "rb") as fh:
-            module = _compression(fh.read(6))
-        if module is zipfile:  # a zip archive: the start of its one file (the reader judges the rest)
-            with zipfile.ZipFile(path) as z:
-                files = [n for n in z.namelist() if not n.endswith("/")]
-                with z.open(files[0]) as raw:
-                    sample = raw.read(65536).decode("utf-8-sig", errors="replace")
-        else:
-            with (module.open if module else open)(path, "rt", encoding="utf-8-sig", errors="replace",
-                                                   newline="") as fh:
-                sample = fh.read(65536)
-    except (OSError, EOFError, ValueError, IndexError, lzma.LZMAError, zipfile.BadZipFile):
+        with open_decompressed(path) as raw:  # a zip archive: the start of its one file
+            sample = raw.read(65536).decode("utf-8-sig", errors="replace")
+    except (ValueError, IndexError, *DAMAGED):  # DataError is a ValueError: the reader judges the file
         return ","
     lines = sample.splitlines()
     if len(lines) > 1 and not sample.endswith(("\n", "\r")):
@@ -151,43 +143,19 @@ def detect_sep(path: Path) -> str:
 #: what to tell a user whose file is not a text CSV: (first bytes, what the file is)
 _NOT_TEXT = ((b"\xd0\xcf\x11\xe0", "an Excel 97-2003 workbook (.xls)"), (b"\xff\xfe", "UTF-16 text"),
              (b"\xfe\xff", "UTF-16 text"))
-#: the fix named for every file that is not UTF-8 CSV text
-SAVE_AS_CSV = "save it as UTF-8 CSV (in Excel: File > Save As > 'CSV UTF-8 (Comma delimited)')"
-
-
-def _compression(head: bytes):
-    """The module that reads a file starting with the bytes ``head`` (its first 6 or more):
-    ``gzip``, ``bz2``, ``lzma`` (xz), ``zipfile``, or None for a file that is not compressed."""
-    for magic, module in ((b"\x1f\x8b", gzip), (b"BZh", bz2), (b"\xfd7zXZ\x00", lzma), (b"PK\x03\x04", zipfile)):
-        if head.startswith(magic):
-            return module
-    return None
-
-
 def _file_bytes(path: Path) -> bytes:
     """The bytes of ``path`` as a CSV reader sees them: decompressed when the file is gzip,
     bzip2, xz or a zip archive of one file. Raises :class:`DataError` naming the fix for an
     Excel or OpenDocument workbook, UTF-16 text, a binary file and a damaged archive."""
     data = path.read_bytes()
     try:
-        module = _compression(data[:6])
+        module = compression(data[:6])
         if module in (gzip, bz2, lzma):
             data = module.decompress(data)
         elif module is zipfile:
             with zipfile.ZipFile(io.BytesIO(data)) as z:
-                names = z.namelist()
-                if any(n.startswith("xl/") for n in names):
-                    raise DataError(f"{path} is an Excel workbook (.xlsx), not a CSV file; {SAVE_AS_CSV}")
-                if "content.xml" in names:
-                    raise DataError(f"{path} is an OpenDocument spreadsheet, not a CSV file; {SAVE_AS_CSV}")
-                files = [n for n in names if not n.endswith("/")]
-                if any(n.endswith("/data.pkl") or n == "data.pkl" for n in names):
-                    raise DataError(f"{path} is a PyTorch checkpoint (a model, e.g. a run's best.pt), not a CSV "
-                                    "file; give the CSV of SMILES and labels")
-                if len(files) != 1:
-                    raise DataError(f"{path} is a zip archive of {len(files)} files; unzip it and give the CSV file")
-                data = z.read(files[0])
-    except (OSError, EOFError, ValueError, zipfile.BadZipFile, lzma.LZMAError) as exc:
+                data = z.read(zip_member(z, path))
+    except (ValueError, *DAMAGED) as exc:
         if isinstance(exc, DataError):
             raise
         raise DataError(f"{path}: the compressed file is truncated or corrupt ({exc})") from None

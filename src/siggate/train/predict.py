@@ -55,18 +55,16 @@ import gzip
 import io
 import itertools
 import logging
-import lzma
 import math
 import re
 import sys
-import zipfile
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ..data.base import DataError
 from ..data.chem import (
     SMILES_CHARS_PER_ATOM,
     InvalidSmiles,
@@ -77,6 +75,7 @@ from ..data.chem import (
     quiet_rdkit,
     read_molecule,
 )
+from ..data.compressed import DAMAGED, compression, inner_suffix, open_decompressed
 from ..files import AtomicFile, number_text, read_json
 from ..options import DELIMITERS, closest_name
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
@@ -580,21 +579,6 @@ class SmilesPredictor:
 # --------------------------------------------------------------------------- input
 
 
-#: what reading a damaged compressed input raises (gzip, bzip2, xz, zip)
-_DAMAGED = (OSError, EOFError, zlib.error, lzma.LZMAError, zipfile.BadZipFile)
-#: the names of the compressions read (:func:`_open_text`), dropped from a file's name to find its kind
-_COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zip")
-
-
-def _inner_suffix(path: Path) -> str:
-    """The suffix that says what a file holds (``.csv``, ``.smi``, ...) under its compression's:
-    ``in.csv.bz2`` is a CSV. A zip names only itself: its one file is read by its header."""
-    suffixes = [x.lower() for x in path.suffixes]
-    while suffixes and suffixes[-1] in _COMPRESSED_SUFFIXES:
-        suffixes.pop()
-    return suffixes[-1] if suffixes else ""
-
-
 def _open_text(path: Path):
     """Open ``path`` (``-`` for stdin) as text, decompressed where it is gzip, bzip2, xz or a zip of
     one file (by its first bytes, as ``train --data`` reads it): UTF-8 with an optional BOM;
@@ -615,30 +599,21 @@ def _open_text(path: Path):
             head = fh.read(8192)
     except OSError as exc:
         raise InputError(f"cannot read input file {path}: {exc.strerror or exc}") from None
-    from ..data.csvdata import SAVE_AS_CSV, _compression
-
-    module = _compression(head)  # compressed as training's reader knows it: by its first bytes
+    module = compression(head)  # compressed as training's reader knows it: by its first bytes
     if path.suffix.lower() == ".gz" and module is not gzip and head:
         raise InputError(f"{path} is named .gz but is not gzip-compressed")
 
     def opened():
-        if module is zipfile:
-            archive = zipfile.ZipFile(path)
-            names = archive.namelist()
-            files = [n for n in names if not n.endswith("/")]
-            if any(n.startswith("xl/") for n in names):
-                raise InputError(f"{path} is an Excel workbook (.xlsx), not a CSV file; {SAVE_AS_CSV}")
-            if len(files) != 1:
-                raise InputError(f"{path} is a zip archive of {len(files)} files; unzip it and give the CSV or "
-                                 ".smi file")
-            return archive.open(files[0])
-        return module.open(path, "rb") if module else open(path, "rb")
+        try:
+            return open_decompressed(path, module)
+        except DataError as exc:  # a zip of other than one file, a workbook
+            raise InputError(str(exc)) from None
 
     if module:
         try:
             with opened() as fh:
                 head = fh.read(8192)
-        except _DAMAGED as exc:
+        except DAMAGED as exc:
             raise InputError(f"{path}: the compressed file is truncated or corrupt ({exc})") from None
     if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
         raise InputError(f"{path} is UTF-16 encoded; save it as UTF-8")
@@ -689,12 +664,12 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000,
             first, consumed = fh.readline(), 1
             while first and not first.strip():  # leading blank lines
                 first, consumed = fh.readline(), consumed + 1
-        except _DAMAGED as exc:
+        except DAMAGED as exc:
             raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
         if not first:
             raise InputError(f"input file {path} is empty: expected a CSV header with a {smiles_col!r} column, "
                              "or one SMILES per line")
-        suffix = _inner_suffix(path)
+        suffix = inner_suffix(path)
         delim = _sniff_csv(first, (smiles_col, fallback), suffix)
     except BaseException:
         fh.close()
@@ -794,7 +769,7 @@ def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int,
                 break
             except csv.Error as exc:
                 raise InputError(f"{path}, line {reader.line_num + consumed}: malformed CSV ({exc})") from None
-            except _DAMAGED as exc:
+            except DAMAGED as exc:
                 raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
             if not rec:  # a blank line is not a record
                 continue
@@ -834,7 +809,7 @@ def _smi_records(fh, path: Path, first: str, smiles_col: str) -> Iterator[list[s
                 parts = line.split(maxsplit=1)
                 if parts:
                     yield [parts[0], parts[1].strip() if len(parts) > 1 else ""]
-        except _DAMAGED as exc:
+        except DAMAGED as exc:
             raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
     finally:
         fh.close()
