@@ -268,6 +268,11 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
         siggate.SigGateRegressor(out_dir=tmp_path / "run", members="svr").fit(["CCO", "CCN", "CCC", "CCCl"], [1.0] * 4)
     assert "so there is nothing to learn" in str(caught.value) and str(caught.value).endswith(
         "choose the y that holds the property") and "--" not in str(caught.value)
+    with pytest.raises(DataError) as caught:  # the lines of fit's own CSV are positions in X
+        siggate.SigGateRegressor(members="svr").fit(["xx", "yy", "C1CC"], [1.0, 3.0, 2.0])
+    text = str(caught.value)
+    assert text.startswith("none of the 3 rows can be used (X[0]: SMILES parse error: syntax error while parsing: xx")
+    assert "; X[2]: SMILES parse error: " in text and "check the SMILES column (X)" in text and "line" not in text and "--" not in text, text
 
 
 FP = {"members": "svr,rf", "threads": 1}
@@ -400,7 +405,9 @@ def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, c
                 (ValueError, dict(members="svr,xgb"), y[:30]),
                 (ValueError, dict(overrides=("members.rf.n_estimators=0",)), y[:30]),
                 (ValueError, dict(members="svr", ensemble=3), y[:30]),  # (refused as training starts, before)
-                (ValueError, dict(members="gnn", overrides=("model.layers=2",)), y[:30])]  # shipped init: 4 layers
+                (ValueError, dict(members="gnn", overrides=("model.layers=2",)), y[:30]),  # shipped init: 4 layers
+                # the cliff term with no GNN to train with it: `siggate train` refused it, fit ignored it
+                (ValueError, dict(members="svr,rf", overrides=("train.cliff_weight=1",)), y[:30])]
     for error, params, labels in refusals:
         with pytest.raises(error):
             siggate.SigGateRegressor(**{**FP, **params}, out_dir=out, seed=1).fit(smiles[:30], labels)

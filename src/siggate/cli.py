@@ -132,36 +132,18 @@ def cmd_train(args) -> int:
         cfg.train.on_nan = args.on_nan
     if args.ddp and several:
         raise CLIError("--ensemble/--members train their members one after the other; they do not combine with --ddp")
-    from .data.catalog import DATASET_META
+    from .train.members import run_refusal
 
-    fingerprint = [k for k in kinds if k != "gnn"]
-    meta = DATASET_META.get(cfg.data.name, {})
-    if cfg.train.cliff_weight > 0:  # refused before a folder is claimed (the loop checks it too)
-        from .train.losses import cliff_term_refusal
-
-        why = cliff_term_refusal(cfg.data.name == "csv", cfg.data.task, gnn="gnn" in kinds, dataset=cfg.data.name)
-        if why:
-            raise CLIError(why)
+    started = resume is not None and any((f / "last.pt").is_file() for f in rundir.run_folders(resume))
+    why = run_refusal(cfg, kinds, 1 if args.ensemble is None else args.ensemble, several, started)
+    if why:  # refused before a folder is claimed (training checks it too)
+        raise CLIError(why)
     if "gnn" not in kinds:  # a flag that only a GNN reads is refused, not ignored (a recipe's own values stay quiet)
         given = {"--init": bool(args.init and cfg.train.init), "--epochs": args.epochs is not None,
                  "--budget": args.budget is not None, "--on-nan": args.on_nan is not None}
         for flag in (f for f, on in given.items() if on):
             raise CLIError(f"{flag} applies to a GNN member, and --members {','.join(kinds)} holds no GNN: drop "
                            f"{flag}, or add gnn to --members")
-    started = resume is not None and any((f / "last.pt").is_file() for f in rundir.run_folders(resume))
-    if cfg.train.init and "gnn" in kinds and not started:  # refused before a folder is claimed (the loop checks
-        from .train.init_weights import init_refusal  # it too); a run that started from them has them in last.pt
-
-        why = init_refusal(cfg.train.init, cfg.model.to_dict())
-        if why:
-            raise CLIError(why)
-    if fingerprint and meta.get("level") == "node":
-        who = f"the {' and '.join(fingerprint)} member" + (" predicts" if len(fingerprint) == 1 else "s predict")
-        raise CLIError(f"--members {','.join(kinds)}: {who} one value per molecule, and {cfg.data.name} is a "
-                       "node-level dataset; train it with the GNN alone (drop --members)")
-    if several and DATASET_META.get(cfg.data.name, {}).get("level") == "node":
-        raise CLIError(f"--ensemble/--members average graph-level predictions; {cfg.data.name} is a node-level "
-                       "dataset. Train its seeds one by one, or compare them with siggate compare.")
     if args.overwrite and cfg.data.name == "csv":  # a file or column it would refuse: before the earlier run goes
         from .data.csvdata import check_columns
 
@@ -954,7 +936,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add_command(sub, "pretrain", "pretrain a backbone on unlabelled SMILES (RDKit descriptor regression)",
                     EXAMPLES["pretrain"])
     p.add_argument("--smiles", required=True, metavar="FILE",
-                   help="unlabelled molecules: a CSV with a SMILES column, a .smi/.txt file (gzip allowed), or 'moses' "
+                   help="unlabelled molecules: a CSV with a SMILES column, a .smi/.txt file (either may be gzip, bzip2, "
+                        "xz or a zip of one file), or 'moses' "
                         "for the MOSES training set inside an installed molsets==0.3.1 wheel")
     p.add_argument("--smiles-col", default=None, help="SMILES column of a CSV corpus (default: smiles/SMILES)")
     p.add_argument("--out", required=True, help="pretraining folder: corpus/, model/ and pretrained.pt")

@@ -46,6 +46,7 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
@@ -63,7 +64,7 @@ _SMILES, _SPLIT = "smiles", "split"
 #: the command line's flags that fit sets, and the estimator parameter each one is
 _PARAM_OF_FLAG = {"--val-fraction": "val_fraction", "--members": "members", "--weights": "weights",
                   "--ensemble": "ensemble", "--epochs": "epochs", "--seed": "seed", "--set": "overrides",
-                  "--config": "config", "--target-col": "y"}
+                  "--config": "config", "--target-col": "y", "--smiles-col": "X"}
 
 
 #: config keys that fit itself sets, and what sets them: an override of one is refused before any
@@ -81,9 +82,12 @@ _DATA_KEYS_OF_USERS = ("data.duplicates", "data.fragments")
 
 def _in_estimator_words(text: str, data: Path | None = None) -> str:
     """A refusal of ``siggate train`` as fit's caller reads it: the CSV that fit wrote (``data``)
-    is not named and each flag is the estimator parameter behind it (``--members`` -> ``members``)."""
+    is not named, its lines are the molecules' positions in X (its line 2 holds ``X[0]``), and each
+    flag is the estimator parameter behind it (``--members`` -> ``members``)."""
     if data is not None:
         text = text.replace(f"{data}: ", "")
+        text = re.sub(r"\bline (\d+)\b", lambda m: f"X[{int(m.group(1)) - 2}]" if int(m.group(1)) >= 2 else m.group(0),
+                      text)
     return re.sub(r"--[a-z][a-z-]*\b", lambda m: _PARAM_OF_FLAG.get(m.group(0), m.group(0)), text)
 
 
@@ -166,13 +170,14 @@ def _claimed(out: Path | None):
                 raise ValueError(f"out_dir {out} holds {clashing}, "
                                  "which a fit would write over, and no earlier fit made them: choose another out_dir, "
                                  "or move them")
-        marker, begun = out / ESTIMATOR_RECORD, []
+        marker, begun = out / ESTIMATOR_RECORD, False
 
         def begin() -> None:
+            nonlocal begun
             if ours:
                 clear_run(out)
             marker.write_text(json.dumps({"estimator": "fitting"}) + "\n")  # a fit that fails midway stays ours
-            begun.append(True)
+            begun = True
 
         try:
             yield out, begin
@@ -347,7 +352,7 @@ class _SigGateEstimator(BaseEstimator):
             raise ValueError(f"out_dir {self.out_dir} is a file; give a folder")
 
     def _fit_in(self, work: Path, out: Path, smiles: list[str], y: np.ndarray, names: list[str],
-                feature_names: np.ndarray | None = None, begin=lambda: None) -> None:
+                feature_names: np.ndarray | None, begin: Callable[[], None]) -> None:
         """Write the CSV into ``work``, train the run into ``out`` and keep its predictor (and
         ``feature_names_in_``, X's column name when it was a DataFrame, as scikit-learn keeps it).
         ``begin`` (:func:`_claimed`'s) is called once the data is read and checked, before training."""
@@ -389,15 +394,11 @@ class _SigGateEstimator(BaseEstimator):
                           + ("; ..." if len(dropped) > 3 else "") + ")", UserWarning, stacklevel=3)
         import torch
 
-        from .train.members import GNN, check_copies
+        from .train.members import run_refusal
 
-        check_copies(kinds, int(self.ensemble))  # what training would refuse first, before the earlier run goes
-        if cfg.train.init and GNN in kinds:
-            from .train.init_weights import init_refusal
-
-            why = init_refusal(cfg.train.init, cfg.model.to_dict())
-            if why:
-                raise ValueError(why)
+        why = run_refusal(cfg, kinds, int(self.ensemble), several=True)  # what training would refuse first,
+        if why:  # before the earlier run goes
+            raise ValueError(why)
         begin()  # everything checked: the earlier fit's run in out_dir gives way only now
         train_members(cfg, out, kinds, int(self.ensemble), weights=weights, progress=False,
                       device=torch.device(self.device), dataset=ds)

@@ -134,6 +134,43 @@ def check_copies(kinds: Sequence[str], gnn_copies: int) -> None:
                           "none; add gnn to --members, or drop --ensemble")
 
 
+def run_refusal(cfg: Config, kinds: Sequence[str], gnn_copies: int, several: bool, started: bool = False) -> str | None:
+    """Why a run of the members ``kinds`` (``gnn_copies`` GNNs; ``several``: a run of members, not
+    one model) cannot train under ``cfg``, or None: what training would refuse, asked before a run
+    folder is claimed, so that an earlier run in it never gives way to a refused one (``siggate
+    train`` and the estimators both ask it). ``started``: the run began (its weights ``train.init``
+    are in its last.pt, not read again).
+
+    Raises:
+        MemberError: ``gnn_copies`` that cannot apply to ``kinds`` (:func:`check_copies`).
+        ConfigError: ``train.init`` names no readable weights.
+    """
+    from ..data.catalog import DATASET_META
+    from .init_weights import init_refusal
+    from .losses import cliff_term_refusal
+
+    check_copies(kinds, gnn_copies)
+    gnn = GNN in kinds
+    if cfg.train.cliff_weight > 0:
+        why = cliff_term_refusal(cfg.data.name == "csv", cfg.data.task, gnn=gnn, dataset=cfg.data.name)
+        if why:
+            return why
+    if cfg.train.init and gnn and not started:
+        why = init_refusal(cfg.train.init, cfg.model.to_dict())
+        if why:
+            return why
+    if DATASET_META.get(cfg.data.name, {}).get("level") == "node":
+        fingerprint = [k for k in kinds if k != GNN]
+        if fingerprint:
+            who = f"the {' and '.join(fingerprint)} member" + (" predicts" if len(fingerprint) == 1 else "s predict")
+            return (f"--members {','.join(kinds)}: {who} one value per molecule, and {cfg.data.name} is a "
+                    "node-level dataset; train it with the GNN alone (drop --members)")
+        if several:
+            return (f"--ensemble/--members average graph-level predictions; {cfg.data.name} is a node-level "
+                    "dataset. Train its seeds one by one, or compare them with siggate compare.")
+    return None
+
+
 def run_encodings(kinds: str | Sequence[str], model) -> Encodings:
     """What the graphs of a run of the members ``kinds`` must carry: the model config's
     encodings (:meth:`~.dataprep.Encodings.of`) when a GNN member reads them, none otherwise
