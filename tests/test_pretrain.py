@@ -96,7 +96,7 @@ def test_read_smiles_reads_every_compression_that_train_reads(tmp_path):
         read_smiles(cut)
 
 
-def test_an_exclude_file_that_yields_no_molecule_is_refused(tmp_path):
+def test_an_exclude_file_that_yields_no_molecule_is_refused(tmp_path, monkeypatch):
     # a CSV named .txt read as one SMILES per line ('CCO,1.0'): nothing parsed, nothing excluded, no word said
     kw = dict(molecules=1000, seed=0, data_root=tmp_path / "none", progress=False, test_sets=())
     as_text = tmp_path / "test_set.txt"
@@ -114,6 +114,23 @@ def test_an_exclude_file_that_yields_no_molecule_is_refused(tmp_path):
         build_corpus(tmp_path / "not_read.smi", tmp_path / "c", **{**kw, "molecules": 5})
     with pytest.raises(ConfigError, match=r"^--exclude .*gone\.smi: no such file$"):
         build_corpus(_corpus_file(tmp_path), tmp_path / "c", exclude_files=[str(tmp_path / "gone.smi")], **kw)
+    # a corpus file too short: before the benchmarks' test sets are read (a minute for molpcba's InChIKeys)
+    short = tmp_path / "short.smi"
+    short.write_text("CCO\nCCN\n\nCCC\n")
+    import siggate.data.corpus as corpus
+
+    def unread(*args, **kwargs):
+        raise AssertionError("the test sets were read")
+
+    monkeypatch.setattr(corpus, "benchmark_test_smiles", unread)
+    with pytest.raises(ConfigError, match=r"^pretrain: only 3 SMILES in .*short\.smi; a corpus needs at least 10 "
+                                          r"molecules$"):
+        build_corpus(short, tmp_path / "c", **{**kw, "test_sets": None})
+    monkeypatch.undo()
+    # enough lines, too few of them molecules: after the selection, named as such
+    (tmp_path / "bad.smi").write_text("CCO\nCCN\n" + "not_a_smiles\n" * 10)
+    with pytest.raises(ConfigError, match=r"^pretrain: only 2 usable molecules of the 12 in .*bad\.smi"):
+        build_corpus(tmp_path / "bad.smi", tmp_path / "c", **kw)
 
 
 def test_inchikey_identifies_one_molecule_across_spellings():

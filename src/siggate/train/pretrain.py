@@ -286,14 +286,18 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
             raise ConfigError(f"pretrain --resume: the run's corpus in {out} was built otherwise ({'; '.join(differ)}); "
                               f"{', and '.join(fixes)}, or pretrain into a new --out")
     t0 = time.time()
+    smiles = read_smiles(source, smiles_col)  # a file too short is refused before the test sets are read
+    if len(smiles) < MIN_MOLECULES:
+        raise ConfigError(f"pretrain: only {len(smiles)} SMILES in {source}; a corpus needs at least {MIN_MOLECULES} "
+                          "molecules")
     excluded, read_sets = _excluded_keys(data_root, list(exclude_files), test_sets)
     part = _partial_dir(out, {**want, "test_sets": read_sets})
 
-    def select() -> tuple[list[str], dict, int]:
-        smiles = read_smiles(source, smiles_col)
-        return (*_select(smiles, molecules, seed, excluded, progress), len(smiles))
+    def select(read: list[str] = smiles) -> tuple[list[str], dict, int]:
+        return (*_select(read, molecules, seed, excluded, progress), len(read))
 
     kept, counts, n_source = _saved_selection(part, select)
+    del smiles, select  # the source's SMILES (1.6 million for moses) are done with
     if len(kept) < MIN_MOLECULES:
         raise ConfigError(f"pretrain: only {len(kept)} usable molecules of the {n_source} in {source}; a corpus "
                           f"needs at least {MIN_MOLECULES}")
