@@ -170,6 +170,10 @@ def test_smoothing_cli_and_reuse(tmp_path):
     run(*args)
     assert (tmp_path / "runs" / "L2-none-s0" / "last.pt").stat().st_mtime == mtime
     assert load(tmp_path / "smoothing.json")["mean_relative_mad_gain"] == pytest.approx(res["mean_relative_mad_gain"])
+    # a depth or seed given twice is one run: each copy was another pair of the sign test (a 'holds' of nothing)
+    run(*[a if a != "1,2" else "1,2,2,1" for a in args], "--seeds", "0,0")
+    again = load(tmp_path / "smoothing.json")
+    assert (again["depths"], again["seeds"], again["gain_tests"]["elementwise"]["n_pairs"]) == ([1, 2], [0], 2)
 
 
 def test_gain_tests():
@@ -395,6 +399,19 @@ def test_the_ablation_table_subtracts_only_within_a_dataset_and_metric():
                              ("zinc/results.json", comparison("zinc", "mae", ["none"], [0.21]))])
     [row] = [ln for ln in lone.splitlines() if ln.startswith("| headwise")]
     assert row.split("|")[10].strip() == "-"  # no molhiv baseline: no difference
+    # two comparisons of one dataset at other widths: each against its own ungated arm (the second's
+    # elementwise was measured against the first's none); a gate-only one against the same config's
+    wide = comparison("zinc", "mae", ["none", "elementwise"], [0.30, 0.25])
+    wide["config"] = {"data": {"name": "zinc"}, "model": {"dim": 32}}
+    narrow = comparison("zinc", "mae", ["none", "elementwise"], [0.21, 0.20])
+    narrow["config"] = {"data": {"name": "zinc", "root": "/a"}, "model": {"dim": 16}}
+    biased = comparison("zinc", "mae", ["elementwise"], [0.27])
+    biased["config"] = {"data": {"name": "zinc", "root": "/b"}, "model": {"dim": 32, "gate_bias_init": 2.0}}
+    text = _compare_section([("a/results.json", narrow), ("b/results.json", wide), ("c/results.json", biased)])
+    diffs = {ln.split("|")[1].strip() + " " + ln.split("|")[12].strip(): ln.split("|")[10].strip()
+             for ln in text.splitlines() if ln.startswith("| elementwise")}
+    assert diffs == {"elementwise `a/results.json`": "-0.01", "elementwise `b/results.json`": "-0.05",
+                     "elementwise (gate_bias_init=2) `c/results.json`": "-0.03"}, diffs
 
 
 def test_synthetic_on_the_smallest_graphs_is_drawn_or_refused_in_one_line(tmp_path, capsys):

@@ -47,6 +47,27 @@ def test_reuse_status_is_one_rule_with_four_states(tmp_path):
     assert reuse_status(tmp_path / "done", moved).state == "done"
 
 
+def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
+    """A compare rerun reused finished runs trained on an older version of the same CSV (the
+    path is the same) and mixed their scores into its statistics: a conflict now, naming it."""
+    import hashlib
+
+    data = tmp_path / "mol.csv"
+    data.write_text("smiles,y\nCCO,1\nCCN,2\n")
+    cfg = load_config("csv", [f"data.csv={data}", "data.target_cols=[y]"]).to_dict()
+    run = tmp_path / "run"
+    run.mkdir()
+    sha = hashlib.sha256(data.read_bytes()).hexdigest()
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "_meta": {"git_commit": "x", "resolved": {},
+                                                                       "source": {"csv": str(data), "sha256": sha}}}))
+    (run / "metrics.json").write_text(json.dumps({"test": 0.5}))
+    assert reuse_status(run, cfg).state == "done"
+    data.write_text("smiles,y\nCCO,10\nCCN,20\n")
+    status = reuse_status(run, cfg)
+    assert status.state == "conflict" and status.metrics is None
+    assert status.reason.startswith(f"data.csv: {data} changed since the run started"), status.reason
+
+
 def _call(key, run_dir, value):
     return CallRequest(key, "test_study:_answer", {"value": value}, run_dir)
 

@@ -65,6 +65,9 @@ __all__ = [
     "DELIMITERS",
 ]
 
+#: config keys that say where and how a run executes, not what it computes: a run may resume
+#: (or a finished run count as the same run, or as the same comparison's) when only these differ
+RUN_LOCAL_KEYS = ("data.root", "data.cache_dir", "train.threads")
 #: ``model.gate``: no gate, one gate per head, one gate per channel.
 GATE_KINDS = ("none", "headwise", "elementwise")
 #: ``model.gate_position``: where the gate multiplies (attention output, values, after the projection).

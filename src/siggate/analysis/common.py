@@ -51,7 +51,8 @@ def start(args, min_epochs: int | None = None) -> tuple[Path, bool]:
 def parse_list(text: str | Sequence, cast=str, flag: str = "", choices: Sequence | None = None) -> list:
     """The comma-separated items of ``text`` (or the items of a sequence), each ``cast``; an item
     that does not cast, or is not one of ``choices``, is refused naming ``flag``
-    (:class:`~siggate.config_args.CLIError`)."""
+    (:class:`~siggate.config_args.CLIError`). A repeated item is kept once, in its first place:
+    a seed or depth given twice is one run, not two pairs of a paired test."""
     items = list(text) if isinstance(text, (list, tuple)) else [t.strip() for t in str(text).split(",") if t.strip()]
     out = []
     for item in items:
@@ -61,7 +62,8 @@ def parse_list(text: str | Sequence, cast=str, flag: str = "", choices: Sequence
             raise CLIError(f"{flag or 'a list'}: {item!r} is not {'an integer' if cast is int else 'a number'}") from None
         if choices is not None and value not in choices:
             raise CLIError(f"{flag or 'a list'}: unknown {item!r}; choose from {', '.join(map(str, choices))}")
-        out.append(value)
+        if value not in out:
+            out.append(value)
     return out
 
 

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from ..config_args import check_out_folder
+from ..options import RUN_LOCAL_KEYS
 from ..stats import IDENTICAL_RTOL
 from .common import fmt, table
 
@@ -478,7 +479,7 @@ def _compare_section(compare: list) -> str:
     rows = []
     for path, c in comps:
         bias = (c.get("config") or {}).get("model", {}).get("gate_bias_init")
-        base = bases.get(_baseline_key(c))
+        base = c if "none" in c["gates"] else bases.get(_baseline_key(c))  # its own ungated arm first
         for lab in c["gates"]:
             label = lab + (f" (gate_bias_init={bias:g})" if bias not in (None, 0, 0.0) and lab != "none" else "")
             diff = None
@@ -503,12 +504,19 @@ def _compare_section(compare: list) -> str:
 
 def _baseline_key(c: dict) -> tuple:
     """What a comparison's scores are comparable by: its dataset (a CSV's file and split too),
-    metric and epochs."""
-    data = (c.get("config") or {}).get("data") or {}
+    metric and epochs, and the rest of its config but the gate's own keys (``model.gate*``,
+    ``model.param_match``) and where the runs executed (:data:`~siggate.options.RUN_LOCAL_KEYS`):
+    a comparison at another width is not measured against this one's ungated runs."""
+    cfg = c.get("config") or {}
+    data = cfg.get("data") or {}
     name = data.get("name") or c.get("dataset")
     if name == "csv":
         name = f"csv {data.get('csv')} ({data.get('split')})"
-    return name, c.get("metric"), c.get("epochs")
+    rest = {section: {k: v for k, v in values.items()
+                      if f"{section}.{k}" not in RUN_LOCAL_KEYS
+                      and not (section == "model" and (k.startswith("gate") or k == "param_match"))}
+            for section, values in cfg.items() if isinstance(values, dict)}
+    return name, c.get("metric"), c.get("epochs"), json.dumps(rest, sort_keys=True, default=str)
 
 
 _SECTIONS = {

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..files import UnsafeFile, atomic_write, file_digest, safe_torch_load
-from ..options import init_is_shipped, resolve_select
+from ..options import RUN_LOCAL_KEYS, init_is_shipped, resolve_select
 from ..version import __version__
 
 #: 2: the values resolved from the data (``model.pool_norm: 0``) moved out of ``config`` into ``resolved``
@@ -251,11 +251,6 @@ def set_rng_state(state: dict) -> None:
     n = state["numpy"]
     np.random.set_state((n[0], n[1].numpy().astype(np.uint32), n[2], n[3], n[4]))
     torch.set_rng_state(state["torch"])
-
-
-#: config keys that say where and how a run executes, not what it computes: a run may resume
-#: (or a finished run count as the same run) when only these differ
-RUN_LOCAL_KEYS = ("data.root", "data.cache_dir", "train.threads")
 
 
 def config_differences(saved_cfg: dict, current_cfg: dict, ignore: tuple = (),

@@ -305,14 +305,15 @@ def config_from_record(saved: dict, path: str | Path) -> tuple[dict, dict]:
 
 def changed_since(path: str | Path, data) -> str | None:
     """Why a CSV run whose record is ``path`` must not resume on ``data`` (its ``DataConfig``
-    now): the file's SHA-256 differs from the one recorded when the run started (``_meta.source``,
+    now, or its ``to_dict()``): the file's SHA-256 differs from the one recorded when the run started (``_meta.source``,
     :func:`~siggate.train.record.data_source`); None when it is the same, or the run records none
     (saved before siggate recorded it)."""
     from ..files import source_changed
 
-    if data.name != "csv" or not Path(data.csv).is_file():
+    name, csv = (data.get("name"), data.get("csv")) if isinstance(data, dict) else (data.name, data.csv)
+    if name != "csv" or not csv or not Path(csv).is_file():
         return None
-    why = source_changed(data.csv, recorded_sha256(path), "the run started")
+    why = source_changed(csv, recorded_sha256(path), "the run started")
     return why and f"{why}, so the run would go on with other data"
 
 

@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 from ..files import atomic_write_bytes
 from .checkpoint import config_differences
 from .executor import read_metrics
-from .rundir import saved_config_and_resolved
+from .rundir import changed_since, saved_config_and_resolved
 
 #: a run's states: to train from scratch, to resume from its ``last.pt``, finished (its
 #: ``metrics.json`` is there), its folder holds another config, or its training failed
@@ -129,7 +129,8 @@ def reuse_status(run_dir: str | Path, config: dict, store: RowStore | None = Non
     A run folder (``run_dir``; ``config`` is a ``Config.to_dict()``, as the user gave it):
 
     - ``conflict``: its ``config.yaml`` holds another config (values that say where and how a
-      run executes aside, :data:`~.checkpoint.RUN_LOCAL_KEYS`). Such a run is never mixed in
+      run executes aside, :data:`~siggate.options.RUN_LOCAL_KEYS`), or was trained on a CSV whose
+      content has changed since (:func:`~.rundir.changed_since`). Such a run is never mixed in
       and never overwritten; ``reason`` names the values that differ.
     - ``done``: its ``metrics.json`` is there (``siggate train`` writes it last, atomically):
       it is reused as it is, never trained again.
@@ -155,6 +156,9 @@ def reuse_status(run_dir: str | Path, config: dict, store: RowStore | None = Non
     saved = saved_run_config(run_dir)
     if saved is not None:
         diffs = config_differences(saved[0], config)
+        changed = changed_since(run_dir / "config.yaml", config.get("data") or {})
+        if changed:  # the same path, another content: its scores are of other data
+            diffs.append(f"data.csv: {changed}")
         if diffs:
             return RunStatus("conflict", "; ".join(diffs))
     metrics = read_metrics(run_dir)
