@@ -181,6 +181,13 @@ def test_negative_threads_is_one_line(capsys, command):
     assert "--threads -1: give a number of threads >= 1" in _one_error_line(err, command[0])
 
 
+def test_data_list_with_a_name_is_refused(capsys):
+    # the name was ignored: the whole list, exit 0, as if zinc had been listed or checked
+    rc, out, err = run_cli(["data", "list", "zinc"], capsys)
+    assert rc == 2 and out == ""
+    assert "takes no dataset name ('zinc'); to check one: siggate data verify zinc" in _one_error_line(err, "data")
+
+
 @pytest.mark.parametrize("flag", ["--split", "--data-root", "--cache-dir"])
 def test_node_level_flags_on_a_molecule_checkpoint_are_refused(ckpt, tmp_path, capsys, flag):
     """``predict --checkpoint MOLECULES CCO --data-root /nonexistent`` (or ``--cache-dir``) was
@@ -260,6 +267,35 @@ def test_an_output_that_would_replace_what_the_command_reads_is_refused(ckpt, tm
     rc, _, err = run_cli(["predict", "--checkpoint", str(elsewhere / "best.pt"), "CCO", "--output",
                           str(elsewhere / "test_predictions.csv")], capsys)
     assert rc == 0, err
+
+
+def test_evaluate_output_over_the_runs_training_csv_or_a_loose_checkpoint_is_refused(ckpt, tmp_path, capsys):
+    """``evaluate --output`` naming the run's own training CSV replaced it with the scores (and the
+    run could no longer be scored: "changed since training"); naming a --checkpoint .pt outside a
+    run folder replaced the model with JSON. Both refused, exit 2, the file left as it was."""
+    import shutil
+
+    data = tmp_path / "train.csv"
+    data.write_text(_table(30))
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
+                          "svr", "--out", str(run), "--no-progress"], capsys)
+    assert rc == 0, err
+    kept = data.read_bytes()
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--output", str(data), "--no-progress"], capsys)
+    assert rc == 2 and f"--output {data} is the training CSV the run's splits were read from" in _one_error_line(
+        err, "evaluate")
+    assert data.read_bytes() == kept and '"test"' in out  # the scores printed, the file kept
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(run), "--no-progress"], capsys)
+    assert rc == 0, err  # the run is still scored
+    loose = tmp_path / "loose" / "model.pt"
+    loose.parent.mkdir()
+    shutil.copy(ckpt if ckpt.is_file() else ckpt / "best.pt", loose)
+    kept = loose.read_bytes()
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(loose), "--data", str(data), "--output", str(loose)], capsys)
+    assert rc == 2 and out == "" and f"--output {loose} is the file that --checkpoint reads" in _one_error_line(
+        err, "evaluate")
+    assert loose.read_bytes() == kept
 
 
 def test_evaluate_output_that_cannot_be_written_is_refused_before_scoring(ckpt, tmp_path, capsys, monkeypatch):

@@ -559,6 +559,10 @@ def cmd_evaluate(args) -> int:
         if res.get(key):
             print(f"siggate evaluate: {what} {res[key]}", file=sys.stderr)
     if args.output:
+        if _same_file(args.output, res.get("data_file")):  # the run's own training CSV, found by evaluate
+            raise CLIError(f"--output {args.output} is the training CSV the run's splits were read from; writing it "
+                           "would replace that file and the run could no longer be scored: the scores are printed "
+                           "above; give another --output, e.g. " + str(Path(args.output).with_name("scores.json")))
         try:
             atomic_write_bytes(Path(args.output), (text + "\n").encode())
         except OSError as exc:
@@ -583,7 +587,8 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     if path.is_dir():
         raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / example}")
     if path.is_file():
-        for flag, read in (reads or {}).items():
+        reads = {**(reads or {}), **({"--checkpoint": checkpoint} if checkpoint else {})}  # a loose .pt too
+        for flag, read in reads.items():
             if _same_file(path, read):
                 raise CLIError(f"--output {path} is the file that {flag} reads; writing it would replace that "
                                f"file: give another --output, e.g. {path.with_name(example)}")
@@ -786,6 +791,9 @@ def cmd_data(args) -> int:
     from .data.catalog import list_datasets
 
     if args.action == "list":
+        if args.name:  # it was ignored: the whole list, exit 0
+            raise CLIError(f"siggate data list takes no dataset name ({args.name!r}); to check one: siggate data "
+                           f"verify {args.name}")
         for d in list_datasets():
             print(f"{d['name']:18s} {'(needs data root) ' if d.get('needs_root') else ''}{d.get('description', '')}")
         return 0
