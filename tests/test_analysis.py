@@ -106,7 +106,7 @@ def test_synthetic_cli(tmp_path):
 # ------------------------------------------------------------------------ rank
 
 
-def test_rank_untrained_and_checkpoint(tmp_path):
+def test_rank_untrained_and_checkpoint(tmp_path, capsys):
     run("rank", "--config", "nci5k", *TINY, "--epochs", "0", "--out", str(tmp_path / "a"))
     res = load(tmp_path / "a" / "rank.json")
     assert res["trained"] is False and "untrained" in res["model_source"][0]
@@ -121,6 +121,25 @@ def test_rank_untrained_and_checkpoint(tmp_path):
     again = load(tmp_path / "c" / "rank.json")
     np.testing.assert_allclose(again["after"], trained["after"], rtol=1e-6)
     assert (tmp_path / "c" / "rank.png").exists()
+    # flags that --checkpoint ignored (its own config, seed and epochs were measured): refused
+    capsys.readouterr()
+    assert main(["analyze", "rank", "--checkpoint", str(ckpt), "--set", "model.dim=999", "--epochs", "7", "--seeds",
+                 "3", "--no-progress", "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--set, --epochs, --seeds with --checkpoint: the checkpoint is " \
+        "measured as it was trained" in err and not (tmp_path / "d" / "rank.json").exists()
+
+
+def test_analysis_values_out_of_range_are_refused_in_one_line(tmp_path, capsys):
+    """smoothing --rank-tol -1 counted every direction (every rank d, exit 0); mad --batch-size 0
+    ended in a traceback."""
+    for argv, why in ((["smoothing", "--rank-tol", "-1", "--out", str(tmp_path / "s")], "--rank-tol -1: give a "
+                       "relative singular-value threshold between 0 and 1"),
+                      (["mad", str(tmp_path), "--batch-size", "0"], "--batch-size must be >= 1, got 0")):
+        capsys.readouterr()
+        assert main(["analyze", *argv]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and why in err and "Traceback" not in err, err
 
 
 def test_rank_no_gate_is_unchanged(tmp_path):

@@ -309,10 +309,40 @@ def test_a_second_comparison_into_a_busy_folder_is_refused(campaign, tmp_path, c
         assert f"--out {folder}: another siggate process (pid " in err and "must not write into one folder" in err
         assert (folder / "results.json").read_text() == kept
         assert main(["compare", "--out", str(folder), "--aggregate-only", "--no-progress"]) == 0
+        # analyze mad read results.json, measured for minutes and wrote it back over the live comparison's
+        kept = (folder / "results.json").read_text()
+        capsys.readouterr()
+        assert main(["analyze", "mad", str(folder), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and f"siggate analyze mad {folder}: another siggate process" in err
+        assert "a comparison writes into it: wait for it to end" in err and (folder / "results.json").read_text() == kept
     capsys.readouterr()
     assert main(flags) == 0  # the folder is free again: all runs are done, nothing is trained
     assert "(4 already done, 0 to resume)" in capsys.readouterr().out
     assert not (folder / FolderLock.NAME).exists()
+
+
+def test_an_aggregate_only_snapshot_never_replaces_results_written_meanwhile(campaign, tmp_path, capsys, monkeypatch):
+    """--aggregate-only beside a live comparison that finished while the snapshot was made wrote the
+    older snapshot over the comparison's final results.json; it keeps them now."""
+    import siggate.train.compare as compare
+    from siggate.files import FolderLock
+
+    folder = tmp_path / "cmp"
+    shutil.copytree(campaign["out"], folder)
+    final = json.dumps({"final": "written by the comparison"})
+    real = compare.aggregate
+
+    def finishing(*args, **kwargs):  # the live comparison writes its results as the snapshot is made
+        (folder / "results.json").write_text(final)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare, "aggregate", finishing)
+    capsys.readouterr()
+    with FolderLock(folder):
+        assert main(["compare", "--out", str(folder), "--aggregate-only", "--no-progress"]) == 0
+    assert (folder / "results.json").read_text() == final
+    assert "was written by the comparison while this snapshot was made; it is newer and is kept" in capsys.readouterr().out
 
 
 def test_a_run_without_checkpoints_counts_with_its_kept_measurement(campaign, tmp_path, capsys):

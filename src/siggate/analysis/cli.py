@@ -72,6 +72,8 @@ def _rank(sub) -> None:
     add_model_args(p, default_epochs=5)
     p.add_argument("--split", default="val", help="train, val or test (default: val)")
     p.add_argument("--batch-size", type=int, default=64, help="graphs per forward pass (default: 64)")
+    # what --checkpoint refuses beside it when given another value (it would be ignored)
+    p.set_defaults(model_defaults={k: p.get_default(k) for k in ("config", "overrides", "epochs", "seeds")})
     finish_parser(p, "siggate.analysis.rank:main")
 
 

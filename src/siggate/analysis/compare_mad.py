@@ -201,7 +201,8 @@ def add_mad(folder: Path, batch_size: int = 64, command: str | None = None, prog
     :func:`summarize` block into its ``results.json`` (key ``"mad"``, with ``command``, the
     measuring code's version and commit, and the seconds) and :func:`render_markdown` into its
     ``results.md``, and each measured run's measurement into its folder (:data:`KEPT`); returns
-    the block.
+    the block. The folder's lock is held from the read to the write (a live comparison's folder is
+    refused).
 
     Raises:
         CLIError: no ``results.json``, a run without ``best.pt`` and without a kept measurement
@@ -212,6 +213,18 @@ def add_mad(folder: Path, batch_size: int = 64, command: str | None = None, prog
     path = folder / "results.json"
     if not path.is_file():
         raise CLIError(f"{path} does not exist: give a folder written by 'siggate compare --out DIR'")
+    from ..files import claim_folder
+
+    # held from the read to the write: a comparison finishing meanwhile had its results replaced by the older ones
+    lock = claim_folder(folder, CLIError, "siggate analyze mad", "a comparison writes into it: wait for it to end, "
+                        "then measure its runs", "the comparison")
+    try:
+        return _add_mad(folder, path, batch_size, command, progress)
+    finally:
+        lock.release()
+
+
+def _add_mad(folder: Path, path: Path, batch_size: int, command: str | None, progress: bool) -> dict:
     try:
         res = read_json(path)
         labels, seeds = list(res["gates"]), [str(s) for s in res["seeds"]]
@@ -246,6 +259,8 @@ def add_mad(folder: Path, batch_size: int = 64, command: str | None = None, prog
 
 
 def main(args) -> int:
+    if args.batch_size < 1:  # (no --out, so not common.start's checks)
+        raise CLIError(f"--batch-size must be >= 1, got {args.batch_size}")
     set_threads(args.threads)
     folder = Path(args.dir)
     command = f"siggate analyze mad {folder}" + (f" --batch-size {args.batch_size}" if args.batch_size != 64 else "")

@@ -141,6 +141,11 @@ def plot(res: dict, path: Path) -> Path:
 def main(args) -> int:
     out, progress = start(args, min_epochs=0)
     if args.checkpoint:
+        given = [f"--{'set' if k == 'overrides' else k}" for k, v in args.model_defaults.items() if getattr(args, k) != v]
+        if given:  # they were ignored: the checkpoint's own model, config and seed were measured
+            raise CLIError(f"{', '.join(given)} with --checkpoint: the checkpoint is measured as it was trained "
+                           f"(its config, seed and epochs); drop {', '.join(given)}, or drop --checkpoint to train "
+                           "models by them")
         from ..config import from_dict
         from ..train.checkpoint import load_checkpoint
 

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from matplotlib.ticker import MaxNLocator
 
+from ..config_args import CLIError
 from .common import (
     config_from,
     fmt,
@@ -187,6 +188,9 @@ def plot(res: dict, path: Path) -> Path:
 
 def main(args) -> int:
     out, progress = start(args, min_epochs=0)
+    if not 0 < args.rank_tol < 1:  # a tolerance of 0 or below counts every direction: every rank d
+        raise CLIError(f"--rank-tol {args.rank_tol:g}: give a relative singular-value threshold between 0 and 1 "
+                       "(default 1e-3)")
     cfg = config_from(args)
     depths, gates, seeds = parse_list(args.depths, int, "--depths"), parse_list(args.gates), parse_list(args.seeds, int, "--seeds")
     ds = load_dataset(cfg, args.max_graphs, progress)

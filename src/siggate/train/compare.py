@@ -611,17 +611,30 @@ def _carry_mad(old: dict, res: dict, old_md: str, out: Path) -> str:
     return ""
 
 
+def _digest(path: Path) -> str | None:
+    """``path``'s SHA-256, None when there is no such file."""
+    from ..files import file_digest
+
+    return file_digest(path) if path.is_file() else None
+
+
 @contextlib.contextmanager
 def _claimed(out: Path, aggregate_only: bool):
     """Hold ``out``'s :class:`~siggate.files.FolderLock` while the comparison trains and writes its
     results, so that a second ``siggate compare`` into the same folder is refused instead of
     launching the same runs (each then failing on its run folder's lock) and writing results over
-    the first's. ``--aggregate-only`` trains nothing and writes its snapshot atomically, so it runs
-    beside a live comparison without the lock."""
-    if aggregate_only:
-        yield
-        return
+    the first's. ``--aggregate-only`` trains nothing, so it runs beside a live comparison: it holds
+    the lock where no comparison does (none starts and finishes under it), else goes on without."""
     from ..files import claim_folder
+
+    if aggregate_only:
+        lock = claim_folder(out, CompareError, "--out", "", "the comparison", busy_ok=True) if out.is_dir() else None
+        try:
+            yield
+        finally:
+            if lock is not None:
+                lock.release()
+        return
 
     lock = claim_folder(out, CompareError, "--out", "two comparisons must not write into one folder: wait for it to "
                         "end (or read its runs so far with --aggregate-only), or choose another --out", "the comparison")
@@ -634,9 +647,10 @@ def _claimed(out: Path, aggregate_only: bool):
 def compare(args) -> int:
     """Run the comparison described by the parsed ``siggate compare`` arguments."""
     aggregate_only = getattr(args, "aggregate_only", False)
+    read = _digest(Path(args.out) / "results.json")  # a snapshot never replaces results written since
     old, stored, unread = _stored(Path(args.out), aggregate_only)  # its MAD block is kept while the runs are the same
     named = {n for n in DEFINING if getattr(args, n, None) not in (None, [])}
-    if unread and not ({"config", "gates", "seeds"} <= named):
+    if aggregate_only and unread and not ({"config", "gates", "seeds"} <= named):
         raise CompareError(f"--aggregate-only: {unread}; give --config, --gates and --seeds (and any --set, "
                            "--epochs or --budget) as the comparison was run")
     if aggregate_only and stored is None and not old and not named - {"data_root", "cache_dir"} \
@@ -739,6 +753,10 @@ def compare(args) -> int:
 
         res["siggate_version"], res["git_commit"] = __version__, git_commit()
         out.mkdir(parents=True, exist_ok=True)
+        if aggregate_only and _digest(out / "results.json") != read:  # the live comparison finished meanwhile
+            print(f"siggate compare: --aggregate-only: {out / 'results.json'} was written by the comparison while "
+                  "this snapshot was made; it is newer and is kept (run --aggregate-only again to read it)", flush=True)
+            return 0
         md = out / "results.md"
         section = _carry_mad(old, res, md.read_text() if md.is_file() else "", out)
         try:  # atomic: a full disk leaves the earlier results whole
