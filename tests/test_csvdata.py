@@ -851,3 +851,31 @@ def test_no_data_markers_are_missing_labels_and_evaluate_scores_a_mostly_unlabel
     check_any_numeric("f.csv", frame, ["a", "b"], y, allow_empty=True)  # evaluate: counted, not refused
     with pytest.raises(DataError, match=r"f.csv: target column 'b': 3 of its 4 values are not numbers"):
         check_any_numeric("f.csv", frame, ["a", "b"], y)
+
+
+def test_rows_are_named_by_their_file_line_when_blank_lines_come_before_them(tmp_path):
+    """Messages named row i as line i + 2, off by every blank line (and quoted line break) above
+    it: a bad label on line 8 was 'line 5'. read_table keeps each record's first line; the
+    dataset's dropped rows, a cached one's too, and the refusals name it."""
+    from siggate.data.base import DataError
+    from siggate.data.csvdata import check_trainable, read_table
+
+    path = tmp_path / "blank.csv"
+    path.write_text('smiles,y,note\n\n\nCCO,1.0,a\n\nCCN,2.0,"two\nlines"\nnot_a_smiles,3,b\nCCC,4,c\n'
+                    + "".join(f"{'C' * k}O,{k},x\n" for k in range(2, 12)))
+    header, records = read_table(path, ",")
+    assert header == ["smiles", "y", "note"] and [r[0] for r in records[:4]] == ["CCO", "CCN", "not_a_smiles", "CCC"]
+    assert list(records.lines[:5]) == [4, 6, 8, 9, 10]
+    for attempt in ("built", "cached"):
+        ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
+        [bad] = ds.invalid
+        assert (bad.index, bad.line, bad.file_line) == (2, 8, 8), attempt
+    allbad = tmp_path / "allbad.csv"
+    allbad.write_text("smiles,y\n\nxx,1\n\nyy,2\n")
+    ds = load_csv(allbad, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
+    with pytest.raises(DataError, match=r"none of the 2 rows can be used \(line 3: .*; line 5: "):
+        check_trainable(allbad, ds)
+    comma = tmp_path / "comma.csv"
+    comma.write_text("smiles,y\nCCO,1.5\n\n\nCCN,\"2,5\"\n")
+    with pytest.raises(DataError, match=r"'2,5' on line 5"):
+        load_csv(comma, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")

@@ -269,7 +269,7 @@ def test_an_output_that_would_replace_what_the_command_reads_is_refused(ckpt, tm
     assert rc == 0, err
 
 
-def test_evaluate_output_over_the_runs_training_csv_or_a_loose_checkpoint_is_refused(ckpt, tmp_path, capsys):
+def test_evaluate_output_over_the_runs_training_csv_or_a_loose_checkpoint_is_refused(ckpt, tmp_path, capsys, caplog):
     """``evaluate --output`` naming the run's own training CSV replaced it with the scores (and the
     run could no longer be scored: "changed since training"); naming a --checkpoint .pt outside a
     run folder replaced the model with JSON. Both refused, exit 2, the file left as it was."""
@@ -288,6 +288,11 @@ def test_evaluate_output_over_the_runs_training_csv_or_a_loose_checkpoint_is_ref
     assert data.read_bytes() == kept and '"test"' in out  # the scores printed, the file kept
     rc, _, err = run_cli(["evaluate", "--checkpoint", str(run), "--no-progress"], capsys)
     assert rc == 0, err  # the run is still scored
+    blank = tmp_path / "blank.csv"  # a bad label on line 6, after blank lines: it was named line 3
+    blank.write_text("smiles,y\n\n\nCCO,1.0\n\nCCCO,abc\nCCCCO,0.5\nCCN,0.2\n")
+    with caplog.at_level("WARNING", logger="siggate"):
+        rc, _, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(blank), "--no-progress"], capsys)
+    assert rc == 0 and "1 row(s) have a label that cannot be scored (first: line 6, target column 'y'" in caplog.text
     loose = tmp_path / "loose" / "model.pt"
     loose.parent.mkdir()
     shutil.copy(ckpt if ckpt.is_file() else ckpt / "best.pt", loose)

@@ -111,11 +111,18 @@ class TaskInfo:
 
 @dataclass
 class InvalidRow:
-    """A source row that could not become a graph, with RDKit's reason."""
+    """A source row that could not become a graph, with RDKit's reason; ``line``: where the row
+    starts in its file (blank lines counted), where a CSV reader knew it."""
 
     index: int
     smiles: str
     reason: str
+    line: int | None = field(default=None, compare=False)
+
+    @property
+    def file_line(self) -> int:
+        """The row's line in its file: ``line``, else ``index + 2`` (a header, no blank line)."""
+        return self.line if self.line is not None else self.index + 2
 
 
 @dataclass

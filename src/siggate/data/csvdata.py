@@ -41,6 +41,7 @@ and ``data_report.csv`` (every dropped row and every note) into a run folder.
 
 from __future__ import annotations
 
+import array
 import bz2
 import csv
 import gzip
@@ -78,7 +79,7 @@ from .chem import (
 )
 from .compressed import DAMAGED, SAVE_AS_CSV, compression, open_decompressed, zip_member
 
-__all__ = ["load_csv", "check_columns", "check_trainable", "detect_sep", "read_table", "table_frame", "check_unique_columns",
+__all__ = ["load_csv", "check_columns", "check_trainable", "detect_sep", "read_table", "Records", "line_at", "table_frame", "check_unique_columns",
            "extra_fields_reason", "carried_columns", "row_issue", "write_run_tables", "TASK_METRIC",
            "DUPLICATE_TOLERANCE", "SAVE_AS_CSV", "CSV_VERSION"]
 
@@ -190,7 +191,7 @@ def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[
     """The header and the data records of the CSV file ``path`` with delimiter ``sep``: each
     record a list of fields as written (quotes removed; a record may have more or fewer fields
     than the header, which the caller judges), blank lines skipped, so record ``i`` is data
-    row ``i`` (line ``i + 2`` of a file without blank or multi-line records).
+    row ``i``; it starts on line ``records.lines[i]`` (:class:`Records`).
 
     Raises:
         DataError: an empty file, a file that is not UTF-8 CSV text (an Excel workbook, UTF-16,
@@ -202,24 +203,43 @@ def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[
     if csv.field_size_limit() < 2**31 - 1:
         csv.field_size_limit(2**31 - 1)  # a long SMILES is a row to judge, not a reader error
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
-    records = []
+    header, records = None, Records()
     shared: dict[str, str] | None = None  # (_SHARED_COLUMNS: a wide file's repeated fields, one object each)
     try:
+        read = 0  # the lines read before the record: it starts on the next one
         for rec in reader:
+            start, read = read + 1, reader.line_num
             if not rec:
                 continue
             if shared is not None:
                 rec = [shared.setdefault(f, f) if len(f) <= _SHARED_FIELD else f for f in rec]
-            elif not records and len(rec) >= _SHARED_COLUMNS:  # the header says the file is wide
-                shared = {}
+            if header is None:
+                header, shared = rec, ({} if len(rec) >= _SHARED_COLUMNS else None)  # the header says it is wide
+                continue
             records.append(rec)
+            records.lines.append(start)
     except csv.Error as exc:
         raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({exc}); check the quoting of that "
                         "line") from None
-    if not records:
+    if header is None:
         raise DataError(f"{path}: the file is empty (no header row); give a CSV whose first line names the "
                         "columns, e.g. smiles,y")
-    return records[0], records[1:]
+    return header, records
+
+
+class Records(list):
+    """:func:`read_table`'s data records; ``lines``: the line each starts on in the file (blank
+    lines and a record's quoted line breaks counted), what messages name a row by."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.lines = array.array("l")
+
+
+def line_at(lines, i: int) -> int:
+    """The file line of data row ``i``: ``lines[i]`` (:attr:`Records.lines`), else ``i + 2`` (a
+    header, no blank line)."""
+    return int(lines[i]) if lines is not None and i < len(lines) else i + 2
 
 
 def _read_header(path: Path, sep: str) -> list[str]:
@@ -292,9 +312,10 @@ def _label_text(column: pd.Series) -> pd.Series:
 
 
 def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: str,
-                decimal: str = ".") -> tuple[np.ndarray, list[str | None]]:
+                decimal: str = ".", lines=None) -> tuple[np.ndarray, list[str | None]]:
     """Parse target columns: float array [n, T] (NaN = missing) and a per-row error (or None), the
-    one reading of labels for training and for ``siggate evaluate --data``.
+    one reading of labels for training and for ``siggate evaluate --data``; ``lines``: the rows'
+    file lines (:attr:`Records.lines`), which refusals name.
 
     Raises:
         DataError: numbers not all written with the ``decimal`` mark (:func:`_check_decimal_marks`).
@@ -307,7 +328,7 @@ def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: s
         missing = raw.str.lower().isin(_MISSING).to_numpy()
         text = raw.str.replace(",", ".", regex=False) if decimal == "," else raw
         values = np.array(pd.to_numeric(text.where(~missing, None), errors="coerce"), dtype=np.float64)
-        _check_decimal_marks(path, col, raw, missing, values, decimal)
+        _check_decimal_marks(path, col, raw, missing, values, decimal, lines)
         unread = np.flatnonzero(~missing & np.isnan(values))
         written = frame[col].astype(str).str.strip()  # the cell as the file has it, for the messages
         for i in unread:
@@ -334,13 +355,13 @@ def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: s
 
 
 def _check_decimal_marks(path: Path, col: str, raw: pd.Series, missing: np.ndarray, values: np.ndarray,
-                         decimal: str) -> None:
+                         decimal: str, lines=None) -> None:
     """Refuse a target column whose numbers are not all written with the ``decimal`` mark: with
     ``"."``, numbers with a decimal comma (named ``--decimal ,``), or thousands separators beside
     decimal points (``7,120`` and ``2.86``: reading ``--decimal ,`` would make 7,120 7.12); with
     ``","``, numbers with a decimal point."""
     def line(i: int) -> str:
-        return f"{raw.iat[i]!r} on line {i + 2}"
+        return f"{raw.iat[i]!r} on line {line_at(lines, i)}"
 
     given = np.flatnonzero(~missing)
     if decimal == ",":
@@ -393,7 +414,7 @@ NO_ROWS = "the file has a header but no data rows; add one row per molecule"
 
 
 def check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y: np.ndarray,
-                      allow_empty: bool = False) -> None:
+                      allow_empty: bool = False, lines=None) -> None:
     """A target column in which no row holds a number is a wrong column, not bad rows; for
     training (not ``allow_empty``), one in which most of the values given are not numbers is
     refused too (training on the rest would drop most of its labels). ``allow_empty``: a column
@@ -408,7 +429,7 @@ def check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y
             present = ~text.str.lower().isin(_MISSING).to_numpy()
             unread, given = np.flatnonzero(present & np.isnan(y[:, t])), int(present.sum())
             if not allow_empty and 2 * len(unread) > given:
-                shown = ", ".join(f"{text.iat[i]!r} on line {i + 2}" for i in unread[:3])
+                shown = ", ".join(f"{text.iat[i]!r} on line {line_at(lines, i)}" for i in unread[:3])
                 raise DataError(f"{path}: target column {col!r}: {len(unread)} of its {given} values are not "
                                 f"numbers ({shown}); training on the rest would drop most of its labels. Write them "
                                 "as plain numbers, leave a cell empty where there is no measurement, or name the "
@@ -461,7 +482,7 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
     if n_valid == 0 and not ds.invalid:
         raise DataError(f"{path}: {NO_ROWS}")
     if n_valid == 0:
-        reasons = "; ".join(f"line {r.index + 2}: {r.reason}" for r in ds.invalid[:3])
+        reasons = "; ".join(f"line {r.file_line}: {r.reason}" for r in ds.invalid[:3])
         raise DataError(f"{path}: none of the {len(ds.invalid)} rows can be used ({reasons}); check the SMILES "
                         "column (--smiles-col) and the targets")
     y = _labels(ds)
@@ -480,7 +501,7 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
                        else "write those labels as numbers")
                 raise DataError(f"{path}: target column {name!r} has the same value ({col[0]:g}) in all {col.size} "
                                 f"rows it can read, and {len(dropped)} row(s) were dropped for their label (line "
-                                f"{dropped[0].index + 2}: {dropped[0].reason}); {fix}")
+                                f"{dropped[0].file_line}: {dropped[0].reason}); {fix}")
             fix = ("drop it from --target-col" if len(ds.info.target_names) > 1
                    else "choose the --target-col that holds the property")
             raise DataError(f"{path}: target column {name!r} has the same value ({col[0]:g}) in all {col.size} "
@@ -552,8 +573,9 @@ def build_csv(
     width = len(header)
     if frame.empty:
         raise DataError(f"{path}: {NO_ROWS}")
-    y_all, errors = read_labels(path, frame, target_cols, task, decimal)
-    check_any_numeric(path, frame, target_cols, y_all)
+    lines = records.lines
+    y_all, errors = read_labels(path, frame, target_cols, task, decimal, lines)
+    check_any_numeric(path, frame, target_cols, y_all, lines=lines)
     check_float32_labels(path, target_cols, y_all)
     smiles_all = frame[smiles_col].astype(str).tolist()
     split_all = frame[split_col].astype(str).tolist() if split_col else None
@@ -568,7 +590,7 @@ def build_csv(
         smi = smi.strip()
         try:
             if i in wide:  # its fields cannot be matched to the columns
-                raise InvalidSmiles(extra_fields_reason(i + 2, wide[i], width))
+                raise InvalidSmiles(extra_fields_reason(line_at(lines, i), wide[i], width))
             if errors[i] is not None:
                 raise InvalidSmiles(errors[i])
             label = None
@@ -648,6 +670,7 @@ def build_csv(
     if fragments != "all":  # the report's rows as the file writes them (a graph holds its parent's SMILES)
         notes = [RowNote(n.index, smiles_all[n.index].strip(), n.issue, n.detail) for n in notes]
         invalid = [InvalidRow(r.index, smiles_all[r.index].strip(), r.reason) for r in invalid]
+    invalid = [replace(r, line=line_at(lines, r.index)) for r in invalid]  # where each row is in the file
 
     info = TaskInfo(
         name="csv",
@@ -1010,7 +1033,7 @@ def _report(path: Path, ds: GraphDataset, fresh: bool) -> None:
         for r in ds.invalid:
             kinds[row_issue(r.reason)] = kinds.get(row_issue(r.reason), 0) + 1
         total = ds.rows or sum(ds.sizes().values()) + len(ds.invalid)
-        examples = "; ".join(f"line {r.index + 2} {r.smiles!r}: {r.reason}" for r in ds.invalid[:3])
+        examples = "; ".join(f"line {r.file_line} {r.smiles!r}: {r.reason}" for r in ds.invalid[:3])
         more = f" (+{len(ds.invalid) - 3} more)" if len(ds.invalid) > 3 else ""
         where = f"; full list in {log_path}" if log_path else ""
         logger.log(logging.WARNING if fresh else logging.INFO, "%s: skipped %d of %d rows (%s): %s%s%s", name,
@@ -1149,8 +1172,8 @@ def write_run_tables(ds: GraphDataset, out: str | os.PathLike,
                      carried: tuple[list[str], dict[int, list[str]]] | None = None) -> list[Path]:
     """Write ``splits.csv`` and ``data_report.csv`` of a CSV dataset into the run folder ``out``.
 
-    ``splits.csv``: one row per input row (``row`` is the 0-based data row, line ``row + 2`` of
-    the file), ``row,smiles,<carried columns>,split,reason``: the input's ``carried`` columns
+    ``splits.csv``: one row per input row (``row`` is the 0-based data row, blank lines not
+    counted: line ``row + 2`` of a file without them), ``row,smiles,<carried columns>,split,reason``: the input's ``carried`` columns
     (:func:`carried_columns`, e.g. IDs), the split (``train``/``val``/``test``), or ``dropped``
     and why. ``data_report.csv``: ``row,smiles,issue,detail`` for every dropped row (issue from
     :func:`row_issue`) and every note (conflicting duplicates, duplicates across splits, several

@@ -181,6 +181,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         check_any_numeric,
         check_unique_columns,
         detect_sep,
+        line_at,
         read_labels,
         read_table,
         table_frame,
@@ -222,18 +223,19 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         for c in unlabelled_targets:
             table[c] = ""
     ragged = [i for i, r in enumerate(records) if len(r) > len(header)]
-    labels, reasons = read_labels(path, table, cols, info.task, decimal)
-    check_any_numeric(path, table, cols, labels, allow_empty=True)  # metrics skip a target without labels
+    lines = records.lines
+    labels, reasons = read_labels(path, table, cols, info.task, decimal, lines)
+    check_any_numeric(path, table, cols, labels, allow_empty=True, lines=lines)  # metrics skip a target without labels
     featurizer = SmilesPredictor(predictor, domain=False, folder=folder)
     if ragged:  # their fields cannot be matched to the columns: counted, not scored
         log.warning("--data %s: %d rows have more fields than the header (first: line %d), so their fields cannot "
                     "be matched to the columns; they are not scored (quote fields that hold the delimiter)",
-                    path, len(ragged), ragged[0] + 2)
+                    path, len(ragged), line_at(lines, ragged[0]))
     skip = set(ragged)
     bad = [row for row, why in enumerate(reasons) if why and not why.startswith(MISSING_TARGET) and row not in skip]
     if bad:
         log.warning("--data %s: %d row(s) have a label that cannot be scored (first: line %d, %s); they are not "
-                    "scored", path, len(bad), bad[0] + 2, reasons[bad[0]])
+                    "scored", path, len(bad), line_at(lines, bad[0]), reasons[bad[0]])
     graphs, invalid, unlabelled = [], 0, 0
     skip |= set(bad)
     for row, (smiles, y) in enumerate(zip(table[smiles_col], labels)):
