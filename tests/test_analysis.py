@@ -425,7 +425,9 @@ def test_the_ablation_table_subtracts_only_within_a_dataset_and_metric():
     narrow = comparison("zinc", "mae", ["none", "elementwise"], [0.21, 0.20])
     narrow["config"] = {"data": {"name": "zinc", "root": "/a"}, "model": {"dim": 16}}
     biased = comparison("zinc", "mae", ["elementwise"], [0.27])
-    biased["config"] = {"data": {"name": "zinc", "root": "/b"}, "model": {"dim": 32, "gate_bias_init": 2.0}}
+    biased["config"] = {"data": {"name": "zinc", "root": "/b"}, "model": {"dim": 32, "gate_bias_init": 2.0},
+                        "train": {"seed": 5}}  # its first seed another: the runs pair by seed
+    wide["config"]["train"] = {"seed": 0}
     text = _compare_section([("a/results.json", narrow), ("b/results.json", wide), ("c/results.json", biased)])
     diffs = {ln.split("|")[1].strip() + " " + ln.split("|")[12].strip(): ln.split("|")[10].strip()
              for ln in text.splitlines() if ln.startswith("| elementwise")}

@@ -618,6 +618,11 @@ def test_compare_rejects_bad_arguments(tmp_path, capsys):
     csv_sets = ["--set", f"data.csv={tmp_path / 'x.csv'}", "--set", "data.target_cols=[y]", "--set", "model.attn=true"]
     assert _compare(["--config", "csv", *csv_sets, "--seeds", "0", "--out", str(tmp_path / "init")]) == 2
     assert "arm none: train.init:" in capsys.readouterr().err and not (tmp_path / "init" / "runs").exists()
+    # the cliff term on a dataset without SMILES: every run failed once its data loaded; one line before any
+    assert _compare(["--set", "train.cliff_weight=1", "--seeds", "0", "--out", str(tmp_path / "cliff")]) == 2
+    err = capsys.readouterr().err
+    assert "arm none: train.cliff_weight compares a GNN's predictions" in err and "has no SMILES" in err
+    assert not (tmp_path / "cliff" / "runs").exists()
     # an arm trained before compare trained the GNN alone: a combination's scores, not the GNN's
     arm = tmp_path / "old" / "runs" / "none" / "seed0"
     arm.mkdir(parents=True)

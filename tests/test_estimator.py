@@ -272,7 +272,18 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
         siggate.SigGateRegressor(members="svr").fit(["xx", "yy", "C1CC"], [1.0, 3.0, 2.0])
     text = str(caught.value)
     assert text.startswith("none of the 3 rows can be used (X[0]: SMILES parse error: syntax error while parsing: xx")
-    assert "; X[2]: SMILES parse error: " in text and "check the SMILES column (X)" in text and "line" not in text and "--" not in text, text
+    assert "; X[2]: SMILES parse error: " in text and "check the SMILES column (X)" in text
+    # a line read with its newline is that SMILES (its CSV row spanned two lines, so X[i] was off by one
+    # after it); a line break inside one is refused; a config file's "line N" stays a line
+    with pytest.raises(DataError, match=r"\(X\[0\]: SMILES parse error: .*xx.*; X\[1\]: .*yy.*; X\[2\]: "):
+        siggate.SigGateRegressor(members="svr").fit(["xx\n", "yy\r\n", "zz"], [1.0, 3.0, 2.0])
+    with pytest.raises(ValueError, match=r"^X\[1\] holds a line break inside its SMILES \('C\\nC'\)"):
+        siggate.SigGateRegressor(members="svr").fit(["CCO", "C\nC", "CCC"], [1.0, 3.0, 2.0])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  dim: 8\n dim: 9\n")
+    with pytest.raises(Exception, match=r"line 3") as caught:
+        siggate.SigGateRegressor(members="svr", config=str(bad)).fit(["CCO", "CCN", "CCC"], [1.0, 3.0, 2.0])
+    assert "X[" not in str(caught.value) and "line" not in text and "--" not in text, text
 
 
 FP = {"members": "svr,rf", "threads": 1}

@@ -282,10 +282,14 @@ def test_evaluate_output_over_the_runs_training_csv_or_a_loose_checkpoint_is_ref
                           "svr", "--out", str(run), "--no-progress"], capsys)
     assert rc == 0, err
     kept = data.read_bytes()
-    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--output", str(data), "--no-progress"], capsys)
-    assert rc == 2 and f"--output {data} is the training CSV the run's splits were read from" in _one_error_line(
-        err, "evaluate")
-    assert data.read_bytes() == kept and '"test"' in out  # the scores printed, the file kept
+    other = tmp_path / "other.csv"
+    other.write_text(_table(12).replace(",train\n", ",test\n"))
+    for extra in ([], ["--data", str(other)]):  # its own splits scored, or another file: before any scoring
+        rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), *extra, "--output", str(data), "--no-progress"],
+                               capsys)
+        assert rc == 2 and out == "" and f"--output {data} is the training CSV the run's splits are read from" in \
+            _one_error_line(err, "evaluate"), (extra, err)
+        assert data.read_bytes() == kept
     rc, _, err = run_cli(["evaluate", "--checkpoint", str(run), "--no-progress"], capsys)
     assert rc == 0, err  # the run is still scored
     blank = tmp_path / "blank.csv"  # a bad label on line 6, after blank lines: it was named line 3

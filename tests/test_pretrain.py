@@ -85,6 +85,9 @@ def test_read_smiles_reads_every_compression_that_train_reads(tmp_path):
     with zipfile.ZipFile(tmp_path / "c.csv.zip", "w") as z:
         z.writestr("inner.csv", data)
     assert read_smiles(tmp_path / "c.csv.zip") == BASE[:5]
+    with zipfile.ZipFile(tmp_path / "lib.zip", "w") as z:  # a zip's own file names what it holds
+        z.writestr("inner.csv", data)
+    assert read_smiles(tmp_path / "lib.zip") == BASE[:5]
     with zipfile.ZipFile(tmp_path / "two.zip", "w") as z:
         z.writestr("a.smi", "CCO\n")
         z.writestr("b.smi", "CCN\n")
@@ -123,6 +126,8 @@ def test_an_exclude_file_that_yields_no_molecule_is_refused(tmp_path, monkeypatc
         raise AssertionError("the test sets were read")
 
     monkeypatch.setattr(corpus, "benchmark_test_smiles", unread)
+    with pytest.raises(ConfigError, match=r"test_set\.txt: none of its 3 lines is a molecule"):  # before them too
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", exclude_files=[str(as_text)], **{**kw, "test_sets": None})
     with pytest.raises(ConfigError, match=r"^pretrain: only 3 SMILES in .*short\.smi; a corpus needs at least 10 "
                                           r"molecules$"):
         build_corpus(short, tmp_path / "c", **{**kw, "test_sets": None})

@@ -65,7 +65,10 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
     data.write_text("smiles,y\nCCO,10\nCCN,20\n")
     status = reuse_status(run, cfg)
     assert status.state == "conflict" and status.metrics is None
-    assert status.reason.startswith(f"data.csv: {data} changed since the run started"), status.reason
+    assert status.reason.startswith(f"{data} changed since the run started") and status.reason.endswith(
+        ": its scores are of the file as it was then"), status.reason
+    [planned] = plan([StudyRun("k", run, cfg, None)])
+    assert planned.state == "conflict" and planned.error.startswith(f"{run} holds a run of other data ("), planned.error
 
 
 def _call(key, run_dir, value):

@@ -542,7 +542,7 @@ def cmd_evaluate(args) -> int:
         res = evaluate(args.checkpoint, split=args.split or "test", data=args.data, smiles_col=args.smiles_col,
                        target_cols=targets, allow_changed=args.allow_changed, data_root=args.data_root,
                        cache_dir=args.cache_dir, device=device, progress=progress_enabled(args), pictures=pictures,
-                       decimal=args.decimal, coverage=args.coverage)
+                       decimal=args.decimal, coverage=args.coverage, output=args.output)
     except EvaluationError as exc:
         raise CLIError(str(exc)) from None
     except MetricUndefinedError as exc:
@@ -559,10 +559,6 @@ def cmd_evaluate(args) -> int:
         if res.get(key):
             print(f"siggate evaluate: {what} {res[key]}", file=sys.stderr)
     if args.output:
-        if _same_file(args.output, res.get("data_file")):  # the run's own training CSV, found by evaluate
-            raise CLIError(f"--output {args.output} is the training CSV the run's splits were read from; writing it "
-                           "would replace that file and the run could no longer be scored: the scores are printed "
-                           "above; give another --output, e.g. " + str(Path(args.output).with_name("scores.json")))
         try:
             atomic_write_bytes(Path(args.output), (text + "\n").encode())
         except OSError as exc:

@@ -82,9 +82,10 @@ _DATA_KEYS_OF_USERS = ("data.duplicates", "data.fragments")
 
 def _in_estimator_words(text: str, data: Path | None = None) -> str:
     """A refusal of ``siggate train`` as fit's caller reads it: the CSV that fit wrote (``data``)
-    is not named, its lines are the molecules' positions in X (its line 2 holds ``X[0]``), and each
+    is not named and, in a refusal of that CSV, its lines are the molecules' positions in X (its
+    line 2 holds ``X[0]``; a config file's lines stay lines), and each
     flag is the estimator parameter behind it (``--members`` -> ``members``)."""
-    if data is not None:
+    if data is not None and str(data) in text:  # a refusal of fit's CSV: its lines are X's molecules
         text = text.replace(f"{data}: ", "")
         text = re.sub(r"\bline (\d+)\b", lambda m: f"X[{int(m.group(1)) - 2}]" if int(m.group(1)) >= 2 else m.group(0),
                       text)
@@ -271,6 +272,11 @@ class _SigGateEstimator(BaseEstimator):
             raise ValueError("fit needs y, the labels of X's molecules (one row per SMILES)")
         if not smiles:
             raise ValueError("X holds no SMILES; fit needs molecules and their labels")
+        broken = next((i for i, s in enumerate(smiles) if "\n" in s.strip() or "\r" in s.strip()), None)
+        if broken is not None:  # (its CSV row would span lines, and messages name X by line)
+            raise ValueError(f"X[{broken}] holds a line break inside its SMILES ({smiles[broken]!r}); a SMILES has "
+                             "none: check how X was read")
+        smiles = [s.strip() for s in smiles]  # as training reads them (a line read with its newline)
         if len(y) != len(smiles):
             raise ValueError(f"X has {len(smiles)} SMILES and y {len(y)} rows")
         y, names = self._targets(y)  # the classifier's classes wait in _fitting_classes until the run is trained

@@ -66,8 +66,14 @@ case $ACTION in
       exit 2
     fi
     for part in "${PARTS[@]}"; do
+      dir=$(outdir "${part%%|*}")
+      if "$ROOT/.venv/bin/python" -c 'import sys; from siggate.files import folder_busy; sys.exit(not folder_busy(sys.argv[1]))' \
+          "$dir"; then  # its comparison still runs (and holds the folder): measured at a later snapshot
+        echo "$dir: its comparison is running; ANALYZE=(${ANALYZE[*]}) is left for a snapshot after it"
+        continue
+      fi
       for analysis in "${ANALYZE[@]}"; do  # this checkout's code on the study's runs (checkpoints included)
-        "$ROOT/.venv/bin/python" -m siggate analyze "$analysis" "$(outdir "${part%%|*}")" --threads 1 --no-progress
+        "$ROOT/.venv/bin/python" -m siggate analyze "$analysis" "$dir" --threads 1 --no-progress
       done
     done
     for part in "${PARTS[@]}"; do

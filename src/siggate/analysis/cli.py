@@ -25,7 +25,7 @@ def add_model_args(p, default_epochs: int | None) -> None:
     p.add_argument("--epochs", type=int, default=default_epochs,
                    help=f"training epochs per run (default: {default_epochs}; the warmup is scaled "
                         "by epochs / config epochs, as with `siggate train --budget`)")
-    p.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds, a repeat counted once (default: 0)")
     p.add_argument("--max-graphs", type=int, default=None,
                    help="keep only the first N graphs of every split (quick runs and tests)")
     add_data_root_flag(p)
@@ -68,7 +68,9 @@ def _rank(sub) -> None:
         "siggate analyze rank --checkpoint runs/x/best.pt --out runs/an",
         "siggate analyze rank --config nci5k --epochs 0 --split test --out runs/an-untrained",
     ])
-    p.add_argument("--checkpoint", default=None, help="best.pt/last.pt of a trained run (else --config)")
+    p.add_argument("--checkpoint", default=None, help="best.pt/last.pt of a trained run, measured as it was trained "
+                                                      "(--config/--set/--epochs/--seeds are refused beside it; else "
+                                                      "--config)")
     add_model_args(p, default_epochs=5)
     p.add_argument("--split", default="val", help="train, val or test (default: val)")
     p.add_argument("--batch-size", type=int, default=64, help="graphs per forward pass (default: 64)")
@@ -86,7 +88,8 @@ def _smoothing(sub) -> None:
     add_model_args(p, default_epochs=3)
     p.add_argument("--depths", default="4,8,12,16", help="numbers of layers (default: 4,8,12,16)")
     p.add_argument("--gates", default="none,elementwise", help="gate kinds; 'none' first is the baseline")
-    p.add_argument("--rank-tol", type=float, default=1e-3, help="relative singular-value threshold (default: 1e-3)")
+    p.add_argument("--rank-tol", type=float, default=1e-3,
+                   help="relative singular-value threshold, between 0 and 1 (default: 1e-3)")
     p.add_argument("--batch-size", type=int, default=64, help="graphs per forward pass (default: 64)")
     add_executor_args(p)
     finish_parser(p, "siggate.analysis.smoothing:main", "output directory (runs go to OUT/runs)")

@@ -38,14 +38,20 @@ def start(args, min_epochs: int | None = None) -> tuple[Path, bool]:
     """Refuse a count flag below its least value (:data:`COUNT_FLAGS`; ``--epochs`` below
     ``min_epochs``, when given) in one line; apply ``--threads``; return the ``--out``
     directory and whether progress bars are on."""
+    check_counts(args, min_epochs)
+    check_out_folder(args.out, "the analysis")
+    set_threads(args.threads)
+    return Path(args.out), progress_enabled(args)
+
+
+def check_counts(args, min_epochs: int | None = None) -> None:
+    """Refuse, in one line, a count flag of ``args`` below its least value (:data:`COUNT_FLAGS`;
+    ``--epochs`` below ``min_epochs``, when given)."""
     least = {**COUNT_FLAGS, **({"epochs": min_epochs} if min_epochs is not None else {})}
     for dest, low in least.items():
         value = getattr(args, dest, None)
         if value is not None and value < low:
             raise CLIError(f"--{dest.replace('_', '-')} must be >= {low}, got {value}")
-    check_out_folder(args.out, "the analysis")
-    set_threads(args.threads)
-    return Path(args.out), progress_enabled(args)
 
 
 def parse_list(text: str | Sequence, cast=str, flag: str = "", choices: Sequence | None = None) -> list:
@@ -303,7 +309,7 @@ def meta(args=None, cfg: Config | None = None) -> dict:
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     if args is not None:
-        out["argv"] = {k: v for k, v in vars(args).items() if k != "func"}
+        out["argv"] = {k: v for k, v in vars(args).items() if k not in ("func", "model_defaults")}  # (the flags)
     if cfg is not None:
         out["config"] = cfg.to_dict()
     return out

@@ -33,7 +33,7 @@ from ..config_args import CLIError
 from ..files import atomic_write_bytes, read_json
 from ..options import progress_enabled
 from ..train.compare import MAD_END, MAD_START, run_folder, with_mad_section
-from .common import finite, fmt, load_dataset, meta, set_threads, write_json
+from .common import check_counts, finite, fmt, load_dataset, meta, set_threads, write_json
 from .smoothing import DEFINITIONS, gain_tests, representation_stats
 
 #: relative tolerance between the validation metric a run recorded for its best epoch and the
@@ -259,8 +259,7 @@ def _add_mad(folder: Path, path: Path, batch_size: int, command: str | None, pro
 
 
 def main(args) -> int:
-    if args.batch_size < 1:  # (no --out, so not common.start's checks)
-        raise CLIError(f"--batch-size must be >= 1, got {args.batch_size}")
+    check_counts(args)  # (no --out: not common.start)
     set_threads(args.threads)
     folder = Path(args.dir)
     command = f"siggate analyze mad {folder}" + (f" --batch-size {args.batch_size}" if args.batch_size != 64 else "")

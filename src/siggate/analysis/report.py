@@ -467,8 +467,9 @@ def _overhead_section(rep: _Report, path, o: dict) -> None:
 
 
 def _compare_section(compare: list) -> str:
-    """The ablation table of ``siggate compare`` results, each variant against the ungated
-    baseline of the same dataset, metric and epochs (:func:`_baseline_key`)."""
+    """The ablation table of ``siggate compare`` results, each variant against its comparison's own
+    ungated arm, else the ungated arm of a comparison of the same dataset, metric, epochs and
+    config but the gate's (:func:`_baseline_key`)."""
     # comparisons that hold the ungated baseline first; the others are compared with that
     # baseline on common seeds when their dataset, metric and epochs match
     comps = sorted(compare, key=lambda pc: ("none" not in pc[1]["gates"], str(pc[0])))
@@ -496,8 +497,8 @@ def _compare_section(compare: list) -> str:
     return "\n".join([
         "## Ablations (`siggate compare`)", "",
         "Score = the test metric at the epoch of best validation metric; 'diff vs none' is the mean over common "
-        "seeds of (variant - none) with the ungated run of the same dataset, metric and epochs; p from the paired "
-        "t-test (undefined for one seed).", "",
+        "seeds of (variant - none) with the comparison's own ungated run, else one of the same dataset, metric, "
+        "epochs and config but the gate's; p from the paired t-test (undefined for one seed).", "",
         table(["variant", "dataset", "metric", "seeds", "test", "std", "val", "params", "epochs", "diff vs none",
                "p (paired t)", "source"], rows, markdown=True), ""])
 
@@ -505,15 +506,16 @@ def _compare_section(compare: list) -> str:
 def _baseline_key(c: dict) -> tuple:
     """What a comparison's scores are comparable by: its dataset (a CSV's file and split too),
     metric and epochs, and the rest of its config but the gate's own keys (``model.gate*``,
-    ``model.param_match``) and where the runs executed (:data:`~siggate.options.RUN_LOCAL_KEYS`):
-    a comparison at another width is not measured against this one's ungated runs."""
+    ``model.param_match``), the first seed (the runs pair by seed) and where the runs executed
+    (:data:`~siggate.options.RUN_LOCAL_KEYS`): a comparison at another width is not measured
+    against this one's ungated runs."""
     cfg = c.get("config") or {}
     data = cfg.get("data") or {}
     name = data.get("name") or c.get("dataset")
     if name == "csv":
         name = f"csv {data.get('csv')} ({data.get('split')})"
     rest = {section: {k: v for k, v in values.items()
-                      if f"{section}.{k}" not in RUN_LOCAL_KEYS
+                      if f"{section}.{k}" not in (*RUN_LOCAL_KEYS, "train.seed")
                       and not (section == "model" and (k.startswith("gate") or k == "param_match"))}
             for section, values in cfg.items() if isinstance(values, dict)}
     return name, c.get("metric"), c.get("epochs"), json.dumps(rest, sort_keys=True, default=str)

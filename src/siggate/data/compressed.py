@@ -4,7 +4,8 @@ holds (``.csv``, ``.smi``) told by its name under the compression's suffix; and 
 errors that a damaged compressed file raises while it is read.
 
 ``train --data`` (:mod:`.csvdata`), ``predict``/``explain`` and ``pretrain``'s corpus
-(:mod:`.corpus`) all open their files here, so a file that one of them reads the others read.
+(:mod:`.corpus`) all open their files here, so they tell the same compressions the same way (what a
+file holds is each reader's own question: ``train --data`` reads every file as a CSV).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ def compression(head: bytes):
 
 def inner_suffix(path: Path) -> str:
     """The suffix that says what a file holds (``.csv``, ``.smi``, ...) under its compression's,
-    lower case: ``in.csv.bz2`` is a CSV. A zip names only itself: its one file is read by its
-    content."""
+    lower case: ``in.csv.bz2`` is a CSV; ``""`` for a name without one (``lib.zip``: then the
+    zip's own file names it, or the reader judges by the content)."""
     suffixes = [x.lower() for x in Path(path).suffixes]
     while suffixes and suffixes[-1] in _SUFFIXES:
         suffixes.pop()
@@ -60,7 +61,7 @@ def zip_member(archive: zipfile.ZipFile, path: Path) -> str:
                         "file; give the CSV of SMILES and labels")
     files = [n for n in names if not n.endswith("/")]
     if len(files) != 1:
-        raise DataError(f"{path} is a zip archive of {len(files)} files; unzip it and give the CSV file")
+        raise DataError(f"{path} is a zip archive of {len(files)} files; unzip it and give the one file to read")
     return files[0]
 
 

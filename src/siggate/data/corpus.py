@@ -33,15 +33,15 @@ _SMILES_NAMES = ("smiles", "SMILES", "Smiles", "canonical_smiles", "smi")
 
 def _open_text(path: Path):
     """``path`` as UTF-8 text, decompressed where it is compressed (gzip, bzip2, xz, a zip of one
-    file: by its first bytes, as ``train --data`` reads it); an initial BOM, as Excel writes it, dropped."""
+    file: by its first bytes, as ``train --data`` reads it); an initial BOM, as Excel writes it,
+    dropped."""
     return io.TextIOWrapper(open_decompressed(path), encoding="utf-8-sig", newline="")
 
 
 def read_smiles(path: str | Path, smiles_col: str | None = None, fix: str = "name it with --smiles-col") -> list[str]:
     """The SMILES of a corpus file, in file order (empty lines skipped); ``fix``: what the refusal
     of a CSV without a SMILES column tells the user to do. What the file holds is told by its name
-    under a compression's suffix (``.csv.bz2`` is a CSV; a zip's one file is read as SMILES lines
-    unless the zip is named ``.csv.zip``).
+    under a compression's suffix (``.csv.bz2`` is a CSV), a zip's by its one file's name.
 
     Raises:
         FileNotFoundError: no such file.
@@ -62,8 +62,8 @@ def read_smiles(path: str | Path, smiles_col: str | None = None, fix: str = "nam
 
 
 def _read_smiles(path: Path, smiles_col: str | None, fix: str) -> list[str]:
-    kind = inner_suffix(path)
     with _open_text(path) as fh:
+        kind = inner_suffix(path) or inner_suffix(Path(str(getattr(fh.buffer, "name", ""))))  # lib.zip: its file's
         if kind in (".csv", ".tsv"):
             reader = csv.reader(fh, delimiter="\t" if kind == ".tsv" else ",")
             header = next(reader, [])

@@ -42,18 +42,14 @@ and ``data_report.csv`` (every dropped row and every note) into a run folder.
 from __future__ import annotations
 
 import array
-import bz2
 import csv
-import gzip
 import io
 import json
 import logging
-import lzma
 import math
 import os
 import re
 import warnings
-import zipfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -77,7 +73,7 @@ from .chem import (
     read_molecule,
     split_indices,
 )
-from .compressed import DAMAGED, SAVE_AS_CSV, compression, open_decompressed, zip_member
+from .compressed import DAMAGED, SAVE_AS_CSV, open_decompressed
 
 __all__ = ["load_csv", "check_columns", "check_trainable", "detect_sep", "read_table", "Records", "line_at", "table_frame", "check_unique_columns",
            "extra_fields_reason", "carried_columns", "row_issue", "write_run_tables", "TASK_METRIC",
@@ -148,17 +144,12 @@ def _file_bytes(path: Path) -> bytes:
     """The bytes of ``path`` as a CSV reader sees them: decompressed when the file is gzip,
     bzip2, xz or a zip archive of one file. Raises :class:`DataError` naming the fix for an
     Excel or OpenDocument workbook, UTF-16 text, a binary file and a damaged archive."""
-    data = path.read_bytes()
     try:
-        module = compression(data[:6])
-        if module in (gzip, bz2, lzma):
-            data = module.decompress(data)
-        elif module is zipfile:
-            with zipfile.ZipFile(io.BytesIO(data)) as z:
-                data = z.read(zip_member(z, path))
+        with open_decompressed(path) as fh:  # a zip: its one file (zip_member refuses a workbook, ...)
+            data = fh.read()
     except (ValueError, *DAMAGED) as exc:
-        if isinstance(exc, DataError):
-            raise
+        if isinstance(exc, DataError) or (isinstance(exc, OSError) and exc.errno is not None):
+            raise  # (the file system's, not the file's: a missing or unreadable file)
         raise DataError(f"{path}: the compressed file is truncated or corrupt ({exc})") from None
     for magic, what in _NOT_TEXT:
         if data.startswith(magic):

@@ -692,25 +692,34 @@ def compare(args) -> int:
             raise CompareError("the arms differ only in the gate, and this config's model has no attention branch "
                                "(model.attn: false, the csv recipe's GNN): every arm would be the same model; add "
                                "--set model.attn=true")
-        from .init_weights import init_refusal
+        from .members import GNN, run_refusal
 
         pairs = _plan_pairs(args, specs, seeds, out, threads)
         starting = {p.tag[0].label for p in pairs if p.state == "new"}  # (done and resumed runs hold their weights)
-        for label, c in expected.items():  # pretrained weights an arm cannot start from: refused before any run
-            why = label in starting and c["train"].get("init") and init_refusal(c["train"]["init"], c["model"])
+        for spec in specs:  # what training would refuse (weights an arm cannot start from, ...): before any run
+            why = run_refusal(config_for(args, spec, seeds[0]), [GNN], 1, several=False,
+                              started=spec.label not in starting)
             if why:
-                raise CompareError(f"arm {label}: {why}")
+                raise CompareError(f"arm {spec.label}: {why}")
         n_done = sum(p.state == "done" for p in pairs)
         n_resume = sum(p.state == "resume" for p in pairs)
         print(f"siggate compare: {len(specs)} gate(s) x {len(seeds)} seed(s) = {len(pairs)} runs "
               f"({n_done} already done, {n_resume} to resume), {args.jobs} at a time, {threads} thread(s) each -> {out}",
               flush=True)
+        from .study import DATA_CHANGED
+
         conflict = next((p for p in pairs if p.state == "conflict"), None)
         recorded = f" (it records: {old['command']})" if old.get("command") else ""
         if conflict is not None and not aggregate_only:  # refused before any run: the folder's results stay whole
+            if DATA_CHANGED in conflict.error:  # the same flags; the CSV changed under the runs
+                raise CompareError(f"{conflict.error}: restore the file as it was, or compare on the new one with "
+                                   "another --out; nothing was trained")
             raise CompareError(f"{conflict.error}: these flags describe another comparison than the one in {out}"
                                f"{recorded}; nothing was trained")
         if aggregate_only:
+            if conflict is not None and DATA_CHANGED in conflict.error:
+                raise CompareError(f"--aggregate-only: {conflict.error}: restore the file as it was to read these "
+                                   "runs' results")
             if conflict is not None:  # nothing of it would count: the comparison in OUT is not these flags'
                 raise CompareError(f"--aggregate-only: {conflict.run_dir} holds a run of another config than these "
                                    f"flags give: they describe another comparison than the one in {out}{recorded}; give "
@@ -819,6 +828,7 @@ def register(subparsers) -> None:
     add_progress_flag(p)
     p.add_argument("--aggregate-only", action="store_true",
                    help="train nothing: write results from the runs already finished (a snapshot of a "
-                        "comparison still under way; the others are listed as missing). The flags that define "
+                        "comparison still under way; the others are listed as missing; nothing is written when the "
+                        "comparison wrote its results meanwhile, those being newer). The flags that define "
                         "the comparison default to those recorded in OUT/results.json")
     p.set_defaults(func=_cmd)

@@ -300,7 +300,7 @@ def _picture(stem, data, info: TaskInfo, graphs: list, pred: torch.Tensor) -> tu
 def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None = None, target_cols=None,
              allow_changed: bool = False, data_root=None, cache_dir=None, device: str = "cpu",
              progress: bool = False, pictures: str | Path | None = None, decimal: str = ".",
-             coverage: float | None = None) -> dict:
+             coverage: float | None = None, output: str | Path | None = None) -> dict:
     """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or a folder of
     several members) on ``split`` (a split name or ``"all"``) of its own data, or on the labelled
     CSV ``data``: ``{"checkpoint", "dataset", "level", "metric", "members", <split>: metric, ...,
@@ -325,7 +325,10 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     ``"coverage_below_nominal": {split: [...]}`` for the external file (or the test split): the
     targets whose coverage is below nominal by more than chance allows, on any number of
     labelled molecules (:func:`~siggate.predictors.conformal.below_nominal`), each also warned about. The validation split is the calibration set itself (its coverage is
-    at least nominal by construction) and the train split is in sample: neither is tested."""
+    at least nominal by construction) and the train split is in sample: neither is tested.
+
+    ``output``: the file the scores will be written to; refused, before any scoring, when it is
+    the run's training CSV (writing it would replace the file the run's splits are read from)."""
     import copy
 
     from ..predictors.base import PredictorFileError
@@ -336,6 +339,16 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
 
     predictor, info = _load(checkpoint, device)
     folder = run_folder(checkpoint)
+    if output is not None and info.name == "csv":
+        try:
+            trained_on = run_data(predictor, folder)
+            training = (trained_on.source or {}).get("csv") or trained_on.data.csv
+        except PredictorFileError:
+            training = None
+        if training and Path(output).is_file() and Path(training).is_file() and Path(output).samefile(training):
+            raise EvaluationError(f"--output {output} is the training CSV the run's splits are read from; writing it "
+                                  "would replace that file and the run could no longer be scored: give another "
+                                  f"--output, e.g. {Path(output).with_name('scores.json')}")
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
            "members": len(members_of(predictor))}
     calibrated = None if coverage is None else _calibration_of(checkpoint, info, coverage)

@@ -55,21 +55,23 @@ def _excluded_keys(data_root, exclude_files: list[str], test_sets) -> tuple[set,
     from ..data.base import default_data_root
     from ..data.corpus import benchmark_test_smiles, inchikey, read_smiles
 
-    files = {}  # the user's files first: a refusal of one comes before the benchmarks' test sets are read
+    files, keys = {}, {}  # the user's files first: a refusal of one comes before the benchmarks' test sets are read
     for f in exclude_files:
         try:
-            files[f"file:{f}"] = read_smiles(f, fix="name that column smiles (--smiles-col names the corpus's column)")
+            files[f"file:{f}"] = smiles = read_smiles(f, fix="name that column smiles (--smiles-col names the corpus's "
+                                                               "column)")
         except (OSError, ValueError) as exc:
             raise ConfigError(f"--exclude: {exc}") from None
-    sets, missing = benchmark_test_smiles(data_root or default_data_root(), test_sets)
-    sets.update(files)
-    keys: dict[str, set] = {}
-    for name, smiles in sets.items():
-        keys[name] = {k for k in map(inchikey, smiles) if k}
-        if name.startswith("file:") and not keys[name]:  # (a CSV named .txt reads as lines that parse as nothing)
-            raise ConfigError(f"--exclude {name[5:]}: none of its {len(smiles)} lines is a molecule RDKit reads, so "
+        keys[f"file:{f}"] = {k for k in map(inchikey, smiles) if k}
+        if not keys[f"file:{f}"]:  # (a CSV named .txt reads as lines that parse as nothing)
+            raise ConfigError(f"--exclude {f}: none of its {len(smiles)} lines is a molecule RDKit reads, so "
                               "nothing would be excluded; give a .smi/.txt file of one SMILES per line, or a .csv "
                               "with a smiles column")
+    sets, missing = benchmark_test_smiles(data_root or default_data_root(), test_sets)
+    for name, smiles in sets.items():
+        keys[name] = {k for k in map(inchikey, smiles) if k}
+    sets.update(files)
+    keys = {name: keys[name] for name in sets}  # the record's order: the benchmarks, then the files
     record = {name: {"molecules": len(sets[name]), "inchikeys": len(k)} for name, k in keys.items()}
     for name, why in missing.items():
         record[name] = {"skipped": why}

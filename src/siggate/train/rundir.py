@@ -303,18 +303,19 @@ def config_from_record(saved: dict, path: str | Path) -> tuple[dict, dict]:
                           "folder from where it came, or retrain it") from None
 
 
-def changed_since(path: str | Path, data) -> str | None:
-    """Why a CSV run whose record is ``path`` must not resume on ``data`` (its ``DataConfig``
-    now, or its ``to_dict()``): the file's SHA-256 differs from the one recorded when the run started (``_meta.source``,
-    :func:`~siggate.train.record.data_source`); None when it is the same, or the run records none
-    (saved before siggate recorded it)."""
+def changed_since(path: str | Path, data, consequence: str = ", so the run would go on with other data") -> str | None:
+    """Why a CSV run whose record is ``path`` must not resume on (or, a finished one, stand for)
+    ``data`` (its ``DataConfig`` now, or its ``to_dict()``): the file's SHA-256 differs from the one
+    recorded when the run started (``_meta.source``, :func:`~siggate.train.record.data_source`),
+    said with ``consequence``; None when it is the same, or the run records none (saved before
+    siggate recorded it)."""
     from ..files import source_changed
 
     name, csv = (data.get("name"), data.get("csv")) if isinstance(data, dict) else (data.name, data.csv)
     if name != "csv" or not csv or not Path(csv).is_file():
         return None
     why = source_changed(csv, recorded_sha256(path), "the run started")
-    return why and f"{why}, so the run would go on with other data"
+    return why and why + consequence
 
 
 def resume_differences(saved: dict, current: dict, path: str | Path | None = None) -> list[str]:

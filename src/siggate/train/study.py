@@ -37,6 +37,8 @@ from .rundir import changed_since, saved_config_and_resolved
 #: a run's states: to train from scratch, to resume from its ``last.pt``, finished (its
 #: ``metrics.json`` is there), its folder holds another config, or its training failed
 STATES = ("new", "resume", "done", "conflict", "failed")
+#: the end of a conflict's reason when the run's CSV changed since it trained (same config)
+DATA_CHANGED = ": its scores are of the file as it was then"
 
 
 def saved_run_config(run_dir: str | Path) -> tuple[dict, dict] | None:
@@ -156,9 +158,9 @@ def reuse_status(run_dir: str | Path, config: dict, store: RowStore | None = Non
     saved = saved_run_config(run_dir)
     if saved is not None:
         diffs = config_differences(saved[0], config)
-        changed = changed_since(run_dir / "config.yaml", config.get("data") or {})
-        if changed:  # the same path, another content: its scores are of other data
-            diffs.append(f"data.csv: {changed}")
+        if not diffs:  # the same config, a CSV of another content since: its scores are of other data
+            changed = changed_since(run_dir / "config.yaml", config.get("data") or {}, DATA_CHANGED)
+            diffs = [changed] if changed else []
         if diffs:
             return RunStatus("conflict", "; ".join(diffs))
     metrics = read_metrics(run_dir)
@@ -194,7 +196,8 @@ def plan(runs: Iterable[StudyRun], store: RowStore | None = None) -> list[StudyR
         status = reuse_status(r.run_dir, r.config, store, r.key)
         r.state, r.metrics = status.state, status.metrics
         if status.state == "conflict" and store is None:
-            r.error = f"{r.run_dir} holds a run of another config ({status.reason}); delete it or choose another --out"
+            what = "a run of other data" if status.reason.endswith(DATA_CHANGED) else "a run of another config"
+            r.error = f"{r.run_dir} holds {what} ({status.reason}); delete it or choose another --out"
         elif status.state == "conflict":
             r.error = (f"{store.path} holds a finished run {r.key} of another kind ({status.reason}); "
                        "give this one another name, or delete that row")
