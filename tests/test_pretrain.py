@@ -484,7 +484,13 @@ def test_an_interrupted_corpus_build_resumes_at_its_first_missing_chunk(tmp_path
     assert (part / "selection.json.gz").is_file() and not (tmp_path / "c" / "corpus.csv").exists()
     calls.clear()
     monkeypatch.setattr(pt, "_chunk_descriptors", counted())
+    import siggate.data.corpus as corpus
+
+    reads, read_smiles_before = [], corpus.read_smiles
+    monkeypatch.setattr(corpus, "read_smiles", lambda *a, **k: reads.append(a) or [])  # the selection is saved
     again = build_corpus(_corpus_file(tmp_path), tmp_path / "c", seed=0, **args)
+    monkeypatch.setattr(corpus, "read_smiles", read_smiles_before)
+    assert reads == []  # the source was not read again (1.6 million SMILES for moses)
     assert len(calls) == n_chunks - 3  # the three saved chunks were read, not computed
     assert calls[0] == [line.split(",")[0] for line in csv_ref.decode().splitlines()[1:]][21:28]  # the fourth chunk
     assert (tmp_path / "c" / "corpus.csv").read_bytes() == csv_ref and again["csv_sha256"] == ref["csv_sha256"]

@@ -130,6 +130,17 @@ def _partial_dir(out: Path, key: dict) -> Path:
     return part
 
 
+def _selection_saved(out: Path, want: dict) -> bool:
+    """Whether ``out``'s partial corpus holds a saved selection of a build of the arguments ``want``
+    (:func:`_saved_selection` reads it, unless the test sets read now differ from its key's)."""
+    part = out / PARTIAL
+    try:
+        key = json.loads((part / "key.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(key, dict) and {k: key.get(k) for k in want} == want and (part / "selection.json.gz").is_file()
+
+
 def _saved_selection(part: Path, select) -> tuple[list[str], dict, int]:
     """``(kept SMILES, counts, SMILES in the source)``: from ``part/selection.json.gz``, else
     ``select()``'s, saved there."""
@@ -288,14 +299,17 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
             raise ConfigError(f"pretrain --resume: the run's corpus in {out} was built otherwise ({'; '.join(differ)}); "
                               f"{', and '.join(fixes)}, or pretrain into a new --out")
     t0 = time.time()
-    smiles = read_smiles(source, smiles_col)  # a file too short is refused before the test sets are read
-    if len(smiles) < MIN_MOLECULES:
-        raise ConfigError(f"pretrain: only {len(smiles)} SMILES in {source}; a corpus needs at least {MIN_MOLECULES} "
-                          "molecules")
+    smiles = None
+    if not _selection_saved(out, want):  # (a resumed build has its selection: the source is not read again)
+        smiles = read_smiles(source, smiles_col)  # a file too short is refused before the test sets are read
+        if len(smiles) < MIN_MOLECULES:
+            raise ConfigError(f"pretrain: only {len(smiles)} SMILES in {source}; a corpus needs at least "
+                              f"{MIN_MOLECULES} molecules")
     excluded, read_sets = _excluded_keys(data_root, list(exclude_files), test_sets)
     part = _partial_dir(out, {**want, "test_sets": read_sets})
 
-    def select(read: list[str] = smiles) -> tuple[list[str], dict, int]:
+    def select(read: list[str] | None = smiles) -> tuple[list[str], dict, int]:
+        read = read_smiles(source, smiles_col) if read is None else read
         return (*_select(read, molecules, seed, excluded, progress), len(read))
 
     kept, counts, n_source = _saved_selection(part, select)
