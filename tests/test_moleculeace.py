@@ -392,7 +392,24 @@ def test_import_rows_adds_new_rows_keeps_done_ones_and_refuses_conflicts(tmp_pat
         ("svm_ecfp", "CHEMBL2034_Ki", 0)]
     assert res["targets"]["CHEMBL2034_Ki"] == {"target": "CHEMBL2034_Ki", "size": 750}
     assert mace.import_rows(theirs, ours) == (0, 4)
-    mace.results_store(theirs).put({**new[2], "epochs": 3})
+    # a file whose rows of one recipe already disagree (a recipe run before with another --init path)
+    # still takes its own rows back: rows already there are kept, not judged again (snapshot refused them all)
+    def other_epochs(res):  # svm_ecfp's CHEMBL1871_Ki seed 1 run with epochs 5, its other rows with None
+        for r in res["rows"]:
+            if (r["tool"], r["target"], r["seed"]) == ("svm_ecfp", "CHEMBL1871_Ki", 1):
+                r["epochs"] = 5
+
+    mace.results_store(ours).update(other_epochs)
+    mace.results_store(theirs).update(other_epochs)
+    assert mace.import_rows(theirs, ours) == (0, 4)
+    mace.results_store(theirs).put({**new[2], "epochs": 3})  # the same run, other arguments
+    with pytest.raises(SystemExit) as exc:
+        mace.import_rows(theirs, ours)
+    assert exc.value.code == 2
+    assert f"{ours} holds another run of ('svm_ecfp', 'default', 'CHEMBL2034_Ki', 0): epochs: the results file " \
+           "has None, this run has 3" in capsys.readouterr().err
+    mace.results_store(theirs).put(new[2])
+    mace.results_store(theirs).put({**new[2], "epochs": 3, "seed": 4})  # a new run of the recipe, other arguments
     with pytest.raises(SystemExit) as exc:
         mace.import_rows(theirs, ours)
     assert exc.value.code == 2

@@ -524,8 +524,6 @@ def import_rows(source: Path, results: Path) -> tuple[int, int]:
     here = load_results(results)["rows"]
     for r in rows:  # a reserved target first: no row of one is read further
         check_public(r["target"])
-    for r in rows:
-        check_same_recipe(here, r, results)
     store = results_store(results)
     states = [reuse_status(results, {f: r.get(f) for f in IDENTITY}, store, row_key(r)) for r in rows]
     conflicts = [f"{row_key(r)}: {s.reason}" for r, s in zip(rows, states) if s.state == "conflict"]
@@ -534,6 +532,8 @@ def import_rows(source: Path, results: Path) -> tuple[int, int]:
             print(f"moleculeace: {results} holds another run of {line}", file=sys.stderr)
         raise SystemExit(2)
     new = [r for r, s in zip(rows, states) if s.state == "new"]
+    for r in new:  # a row already there is kept as it is, whatever else its recipe's rows hold
+        check_same_recipe(here, r, results)
 
     def add(res: dict) -> None:
         for r in new:
