@@ -241,13 +241,14 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     assert r.returncode == 0 and r.stdout.splitlines()[3:] == [
         "mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args --members gnn,svr,rf --weights val "
         f"--init {study}/pt-gine-long/pretrained-{sha}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
-    # the pretraining on 300,000 molecules finished: cand-pt300k is queued by the same rule, its weights kept
+    # the pretraining on 300,000 molecules finished: cand-pt300k is queued by the same rule, its weights kept;
+    # its seed 0 gained, so seeds 1 and 2 follow in the same item (a finished seed's rows are skipped)
     _weights_file(study / "pt-gine-300k" / "pretrained.pt", 2.0)
     sha300 = _tensor_sha(study / "pt-gine-300k" / "pretrained.pt")
     r = _lanes_function(tmp_path, stubs, **env)
     assert r.returncode == 0 and r.stdout.splitlines()[1:2] == [
         "mace 46a976c --tools siggate --recipe cand-pt300k --siggate-args --members gnn,svr,rf --weights val "
-        f"--init {study}/pt-gine-300k/pretrained-{sha300}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
+        f"--init {study}/pt-gine-300k/pretrained-{sha300}.pt --set train.epochs=60 --seeds 0,1,2"], r.stdout + r.stderr
     r = _lanes_function(tmp_path, "keep_weights", **env)
     assert r.returncode == 0 and sorted(p.name for p in kept.iterdir()) == [
         f"pt-gine-300k-{sha300}.pt", f"pt-gine-long-{sha}.pt"], r.stderr
