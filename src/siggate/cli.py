@@ -30,6 +30,7 @@ from .config_args import (
     config_from_args,
     set_keys,
 )
+from .files import same_file
 from .options import (
     DEFAULT_MEMBERS,
     DEFAULT_WEIGHTS,
@@ -585,7 +586,7 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     if path.is_file():
         reads = {**(reads or {}), **({"--checkpoint": checkpoint} if checkpoint else {})}  # a loose .pt too
         for flag, read in reads.items():
-            if _same_file(path, read):
+            if same_file(path, read):
                 raise CLIError(f"--output {path} is the file that {flag} reads; writing it would replace that "
                                f"file: give another --output, e.g. {path.with_name(example)}")
     if path.name in RUN_OUTPUTS or path.suffix == ".pt":  # a run's name in a run's folder, there or not yet
@@ -605,12 +606,6 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     problem = out_dir_problem(path.parent)
     if problem:
         raise CLIError(f"--output {path}: cannot write there ({problem})")
-
-
-def _same_file(a, b) -> bool:
-    """Whether the paths ``a`` and ``b`` (``-``: standard input, no file) are one existing file."""
-    return bool(a and b) and "-" not in (str(a), str(b)) and Path(a).is_file() and Path(b).is_file() \
-        and Path(a).samefile(b)
 
 
 def _stem(path: Path) -> str:
@@ -715,7 +710,7 @@ def cmd_explain(args) -> int:
     check_out_folder(args.out, "the explanations")
     for name in ("molecules.csv", "atoms.csv"):  # an earlier explanation's CSV read back: this one replaces it
         made = Path(args.out) / name
-        if _same_file(made, args.input):
+        if same_file(made, args.input):
             raise CLIError(f"--input {args.input} is {made}, which this explanation replaces; copy it elsewhere "
                            "first, or give another --out")
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False)

@@ -242,6 +242,12 @@ def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
     return h.hexdigest()
 
 
+def same_file(a, b) -> bool:
+    """Whether the paths ``a`` and ``b`` (``-``: standard input, no file) are one existing file."""
+    return bool(a and b) and "-" not in (str(a), str(b)) and Path(a).is_file() and Path(b).is_file() \
+        and Path(a).samefile(b)
+
+
 def source_changed(path: str | os.PathLike, recorded: str | None, when: str) -> str | None:
     """Why the CSV at ``path`` is not the file a run recorded (``recorded``, its SHA-256 in
     :func:`siggate.train.record.data_source`): ``"PATH changed since WHEN (sha256 A... then, B... now)"``; None when

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from ..data.base import DataError, TaskInfo
+from ..files import same_file
 from .metrics import MetricUndefinedError, compute_metric
 
 log = logging.getLogger("siggate.evaluate")
@@ -125,6 +126,12 @@ def _add_scores(res: dict, split: str, scores: dict) -> None:
     res.setdefault("metrics", {})[split] = scores["metrics"]
 
 
+def _recorded_csv(data, source: dict | None) -> Path:
+    """The training CSV a CSV run records: its record ``source``'s absolute path, else the
+    ``data`` config's."""
+    return Path((source or {}).get("csv") or data.csv)
+
+
 def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
     """The training CSV of a CSV run: the absolute path its record ``source`` holds
     (:func:`~siggate.train.record.data_source`, else the ``data`` config's path), checked against
@@ -132,7 +139,7 @@ def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
     from ..files import source_changed
 
     source = source or {}
-    path = Path(source.get("csv") or data.csv)
+    path = _recorded_csv(data, source)
     if not path.is_file():
         raise EvaluationError(f"the training CSV {path} recorded in the run is not found; score a file with "
                               "--data FILE.csv (and --target-col if its columns are named differently)")
@@ -342,10 +349,10 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     if output is not None and info.name == "csv":
         try:
             trained_on = run_data(predictor, folder)
-            training = (trained_on.source or {}).get("csv") or trained_on.data.csv
+            training = _recorded_csv(trained_on.data, trained_on.source)
         except PredictorFileError:
             training = None
-        if training and Path(output).is_file() and Path(training).is_file() and Path(output).samefile(training):
+        if same_file(output, training):
             raise EvaluationError(f"--output {output} is the training CSV the run's splits are read from; writing it "
                                   "would replace that file and the run could no longer be scored: give another "
                                   f"--output, e.g. {Path(output).with_name('scores.json')}")
