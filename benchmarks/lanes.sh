@@ -26,7 +26,8 @@
 #             2353cb4), cand-avgc's lost run folders again (members_share.py --rerun-missing),
 #             issue 32's longer pretraining (the shipped one's commit, corpus and seed at
 #             PT_LONG_EPOCHS epochs, its weights kept as the pair's are) and cand-avgc with it
-#             as --init, seed 0 (`cand-ptlong`),
+#             as --init, seed 0 (`cand-ptlong`), and with the million-molecule pretraining as
+#             --init once the pretrain lane has it, seed 0 (`cand-pt1m`),
 #             then the from-scratch gate study (issue 28 item 1, 1e81f55: seed 0 in both arms,
 #             then seeds 1 and 2), then the zinc16 campaign (item 4), when it gets there first
 #   pretrain: the pretraining pair (issue 28 item 2) at f285fbd, the commit and corpus of the
@@ -34,7 +35,8 @@
 #             benchmarks/results/pretrain_gate/weights is not pretrained again: a fresh clone
 #             fine-tunes from those),
 #             then both transformers fine-tuned on the 20 targets x 3 seeds at the same commit
-#             as `pretrained-gine` (item 3), then the zinc16 campaign (item 4);
+#             as `pretrained-gine` (item 3), issue 32's pretraining on a million molecules
+#             (PT_1M, two threads), then the zinc16 campaign (item 4);
 #             the lane that reaches zinc16 first runs it (under a lock), the other goes on, so that a
 #             core is not idle while the other lane's items remain
 set -euo pipefail
@@ -70,8 +72,14 @@ PT_LONG_RUN=pt-gine-long
 PT_300K_RUN=pt-gine-300k
 PT_300K_COMMIT=f619654
 PT_300K="--smiles moses --molecules 300000 --epochs 15 --seed 0 --threads 2"
+#: issue 32: the twenty-first lever proper, a million molecules, at a commit whose corpus reader keeps
+#: no molecule per row (0f70b19, 9a95633: the first start, at f619654, was killed by memory while it
+#: featurized); five epochs, the warmup the same fifth of the schedule as the shipped 3 of 15
+PT_1M_RUN=pt-gine-1m
+PT_1M_COMMIT=5af6455
+PT_1M="--smiles moses --molecules 1000000 --epochs 5 --seed 0 --threads 2 --set train.warmup_epochs=1"
 #: the pretrainings whose finished weights snapshot keeps (each a folder of the study folder)
-KEPT_RUNS=("${STUDY_GATES[@]/#/$ARM}" "$PT_LONG_RUN" "$PT_300K_RUN")
+KEPT_RUNS=("${STUDY_GATES[@]/#/$ARM}" "$PT_LONG_RUN" "$PT_300K_RUN" "$PT_1M_RUN")
 #: what snapshot regenerates and stages
 GENERATED=(benchmarks/moleculeace/results benchmarks/moleculeace/README.md benchmarks/peers/results
            benchmarks/peers/README.md benchmarks/RESULTS.md benchmarks/results/pretrain_gate
@@ -268,6 +276,9 @@ lane_recipe() {
   # seed 0 gained on 2026-12-06 (0.6274 against cand-avgc's 0.6302, Wilcoxon p = 0.047; cliff 0.7246
   # against 0.7306, p = 0.031): seeds 1 and 2 follow (a finished seed's rows are skipped)
   cand_from "$PT_300K_RUN" cand-pt300k "the pretraining on 300,000 molecules" 0,1,2
+  # the same on a million molecules (pretrained in the pretrain lane, which has the core to spare):
+  # seed 0 first, once its weights are in
+  cand_from "$PT_1M_RUN" cand-pt1m "the pretraining on 1,000,000 molecules (pretrain lane)"
   # the fingerprint members' calibration with the five-kind kernel (the svr docstring's figures), into
   # .study/ until it covers the 20 targets (snapshot then replaces the committed three-kind file)
   mcheck_done || step in_wt 2353cb4 python benchmarks/moleculeace/members_check.py --out "$MCHECK" --resume
@@ -342,6 +353,8 @@ lane_pretrain() {
   for gate in "${STUDY_GATES[@]}"; do [ "$gate" = "$PT_FIRST" ] || arm_weights "$(arm "$gate")" || step pretrain_run "$gate"; done
   if ! pair_weights; then
     say "a pretraining of ${STUDY_GATES[*]} is unfinished: no fine-tunes (start the lane again to resume it)"
+  elif finetunes_done; then  # (not even the hashing of the weights, or the worktree of their commit)
+    say "the pair's fine-tunes are all in: both arms, seeds 0-2, the 20 public targets"
   else
     local -A init=()
     for gate in "${STUDY_GATES[@]}"; do  # each arm's weights once (hashing loads torch)
@@ -357,6 +370,9 @@ lane_pretrain() {
       done
     done
   fi
+  # issue 32's pretraining on a million molecules (recipe work: before zinc16); kept weights (a fresh
+  # clone) are not pretrained again
+  arm_weights "$PT_1M_RUN" || step pretrain_in "$PT_1M_RUN" "$PT_1M_COMMIT" "$PT_1M"
   step zinc16
 }
 
@@ -407,7 +423,7 @@ case $ACTION in
       if [ -s "$STUDY/lanes/$lane.log" ]; then grep -v '^\s*$' "$STUDY/lanes/$lane.log" | tail -2 | sed 's/^/    /' || true; fi
     done
     # how far the studies' MoleculeACE recipes are: finished targets per seed
-    done_targets cand-pt300k cand-ptlong "${STUDY_GATES[@]/#/gate-}" "${STUDY_GATES[@]/#/pt-attn-}" \
+    done_targets cand-pt300k cand-pt1m cand-ptlong "${STUDY_GATES[@]/#/gate-}" "${STUDY_GATES[@]/#/pt-attn-}" \
         | awk '{line[$1] = line[$1] (line[$1] ? ", " : "") "seed " $2 " " $3 "/20"; if (!($1 in seen)) {seen[$1] = 1; order[++n] = $1}}
                END {for (i = 1; i <= n; i++) print "  " order[i] ": " line[order[i]]}' || true
     ;;

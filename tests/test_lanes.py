@@ -179,17 +179,28 @@ def test_the_pretrain_lane_pretrains_only_the_arms_without_weights(tmp_path):
     kept.mkdir()
     (tmp_path / "w.pt").rename(kept / f"pt-gate-elementwise-{sha}.pt")
     stubs = ('pretrain_run() { echo "pretrain $1"; }; mace() { echo "mace ${*: -1}"; }; zinc16() { :; }; '
-             'say() { echo "$*"; }; lane_pretrain')
+             'pretrain_in() { echo "pretrain_in $*"; }; say() { echo "$*"; }; lane_pretrain')
+    # issue 32's pretraining on a million molecules follows the pair's items, before zinc16
+    million = ("pretrain_in pt-gine-1m 5af6455 --smiles moses --molecules 1000000 --epochs 5 --seed 0 --threads 2 "
+               "--set train.warmup_epochs=1\n")
     r = _lanes_function(tmp_path, stubs, **env)
     assert r.returncode == 0 and r.stdout == ("pretrain none\na pretraining of elementwise none is unfinished: "
-                                              "no fine-tunes (start the lane again to resume it)\n"), r.stderr
+                                              "no fine-tunes (start the lane again to resume it)\n" + million), r.stderr
     _weights_file(study / "pt-gate-none" / "pretrained.pt", 2.0)  # the none arm's run finished
     r = _lanes_function(tmp_path, stubs, **env)
     sha_none = _tensor_sha(study / "pt-gate-none" / "pretrained.pt")
     tunes = [f"mace --init {study}/pt-gate-elementwise/pretrained-{sha}.pt --set model.attn=true "
              f"--set model.gate=elementwise",
              f"mace --init {study}/pt-gate-none/pretrained-{sha_none}.pt --set model.attn=true --set model.gate=none"]
-    assert r.returncode == 0 and r.stdout == "".join(t + "\n" for t in tunes * 3), r.stderr
+    assert r.returncode == 0 and r.stdout == "".join(t + "\n" for t in tunes * 3) + million, r.stderr
+    # every fine-tune in (both arms, seeds 0-2, 20 targets): none is started, not even to be skipped
+    (study / "moleculeace-results.json").write_text(json.dumps({"rows": [
+        {"tool": "siggate", "recipe": f"pt-attn-{g}", "seed": s, "target": f"T{t}", "status": "ok"}
+        for g in ("elementwise", "none") for s in (0, 1, 2) for t in range(20)]}))
+    r = _lanes_function(tmp_path, stubs, **env)
+    assert r.returncode == 0 and r.stdout == ("the pair's fine-tunes are all in: both arms, seeds 0-2, the 20 "
+                                              "public targets\n" + million), r.stderr
+    (study / "moleculeace-results.json").unlink()
     # snapshot keeps the one arm this clone pretrained, beside the other arm's kept weights
     r = _lanes_function(tmp_path, "keep_weights", **env)
     assert r.returncode == 0, r.stderr
@@ -216,7 +227,9 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
         f"in_wt f619654 siggate pretrain --smiles moses --molecules 300000 --epochs 15 --seed 0 --threads 2 "
         f"--out {study}/pt-gine-300k --no-progress", f"the pretraining on 300,000 molecules ({study}/pt-gine-300k) "
         "is unfinished: no cand-pt300k (start the lane again to resume it)"], r.stdout + r.stderr
-    assert lines[3:] == [pretrain, unfinished], r.stdout + r.stderr
+    million = (f"the pretraining on 1,000,000 molecules (pretrain lane) ({study}/pt-gine-1m) is unfinished: "
+               "no cand-pt1m (start the lane again to resume it)")
+    assert lines[3:] == [million, pretrain, unfinished], r.stdout + r.stderr
     # the pair's arms keep the shipped command (15 epochs) with their --set options
     r = _lanes_function(tmp_path, 'in_wt() { echo "in_wt $*"; }; pretrain_run none', **env)
     assert r.stdout == (f"in_wt f285fbd siggate pretrain --smiles moses --molecules 100000 --epochs 15 --seed 0 "
@@ -224,11 +237,11 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     (study / "pt-gine-long" / "model").mkdir(parents=True)
     (study / "pt-gine-long" / "model" / "last.pt").write_bytes(b"")  # a run left unfinished: resumed
     r = _lanes_function(tmp_path, stubs, **env)
-    assert r.stdout.splitlines()[3:] == [pretrain + " --resume", unfinished], r.stdout + r.stderr
+    assert r.stdout.splitlines()[4:] == [pretrain + " --resume", unfinished], r.stdout + r.stderr
     _weights_file(study / "pt-gine-long" / "pretrained.pt", 1.0)
     sha = _tensor_sha(study / "pt-gine-long" / "pretrained.pt")
     r = _lanes_function(tmp_path, stubs, **env)
-    assert r.returncode == 0 and r.stdout.splitlines()[3:] == [
+    assert r.returncode == 0 and r.stdout.splitlines()[4:] == [
         "mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args --members gnn,svr,rf --weights val "
         f"--init {study}/pt-gine-long/pretrained-{sha}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
     assert (study / "pt-gine-long" / f"pretrained-{sha}.pt").read_bytes() == \
@@ -238,7 +251,7 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     assert r.returncode == 0 and [p.name for p in kept.iterdir()] == [f"pt-gine-long-{sha}.pt"], r.stderr
     (study / "pt-gine-long").rename(tmp_path / "run-gone")
     r = _lanes_function(tmp_path, stubs, **env)
-    assert r.returncode == 0 and r.stdout.splitlines()[3:] == [
+    assert r.returncode == 0 and r.stdout.splitlines()[4:] == [
         "mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args --members gnn,svr,rf --weights val "
         f"--init {study}/pt-gine-long/pretrained-{sha}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
     # the pretraining on 300,000 molecules finished: cand-pt300k is queued by the same rule, its weights kept;
@@ -252,6 +265,15 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     r = _lanes_function(tmp_path, "keep_weights", **env)
     assert r.returncode == 0 and sorted(p.name for p in kept.iterdir()) == [
         f"pt-gine-300k-{sha300}.pt", f"pt-gine-long-{sha}.pt"], r.stderr
+    # the million-molecule pretraining (the pretrain lane's) finished: cand-pt1m, seed 0, its weights kept
+    _weights_file(study / "pt-gine-1m" / "pretrained.pt", 4.0)
+    sha1m = _tensor_sha(study / "pt-gine-1m" / "pretrained.pt")
+    r = _lanes_function(tmp_path, stubs, **env)
+    assert r.returncode == 0 and r.stdout.splitlines()[2:3] == [
+        "mace 46a976c --tools siggate --recipe cand-pt1m --siggate-args --members gnn,svr,rf --weights val "
+        f"--init {study}/pt-gine-1m/pretrained-{sha1m}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
+    r = _lanes_function(tmp_path, "keep_weights", **env)
+    assert r.returncode == 0 and f"pt-gine-1m-{sha1m}.pt" in {p.name for p in kept.iterdir()}, r.stderr
 
 
 def test_zinc16_takes_both_cores_once_the_pretrained_pairs_fine_tunes_are_in(tmp_path):
