@@ -22,7 +22,7 @@
 #   recipe:   MoleculeACE `cand-avgc` (the default's flags at 46a976c) seeds 0-2, its peer rows
 #             (the six tasks, seeds 0-2), issue 32's pretraining on 300,000 molecules (the shipped
 #             recipe on three times the molecules, PT_300K) and cand-avgc with it as --init, seeds 0-2
-#             (`cand-pt300k`), the members' calibration (members_check.py at
+#             (`cand-pt300k`) and on the six peer tasks, the members' calibration (members_check.py at
 #             2353cb4), cand-avgc's lost run folders again (members_share.py --rerun-missing),
 #             issue 32's longer pretraining (the shipped one's commit, corpus and seed at
 #             PT_LONG_EPOCHS epochs, its weights kept as the pair's are) and cand-avgc with it
@@ -139,18 +139,31 @@ pretrain_at() {  # $1: run (a folder of the study folder), $2: epochs, then --se
   pretrain_in "$(basename "$out")" "$PT_COMMIT" "$args" "$@"
 }
 
+init_args() {  # $1: a pretraining run, $2: what would use it, $3: what the pretraining is (the log's
+  # words); cand-avgc's flags with only --init changed to the run's weights, or false (saying why)
+  local w
+  if ! arm_weights "$1"; then
+    say "$3 ($STUDY/$1) is unfinished: no $2 (start the lane again to resume it)" >&2; return 1
+  elif ! w=$(weights "$1"); then
+    say "no weights of $1 (above, why): no $2" >&2; return 1
+  fi
+  echo "${CAND_AVGC/"--init pretrained"/"--init $w"}"
+}
+
 cand_from() {  # $1: a pretraining run, $2: recipe, $3: what the pretraining is (the log's words),
   # $4: the seeds (default 0: its gain decides whether seeds 1 and 2 follow);
   # cand-avgc's flags at its commit with only --init changed to the run's weights
-  local w args
-  if ! arm_weights "$1"; then
-    say "$3 ($STUDY/$1) is unfinished: no $2 (start the lane again to resume it)"
-  elif ! w=$(weights "$1"); then
-    say "no weights of $1 (above, why): no $2"
-  else
-    args=${CAND_AVGC/"--init pretrained"/"--init $w"}
-    if same_args "$2" "$args"; then step mace 46a976c --tools siggate --recipe "$2" --siggate-args "$args" --seeds "${4:-0}"; fi
-  fi
+  local args
+  args=$(init_args "$1" "$2" "$3") || return 0
+  if same_args "$2" "$args"; then step mace 46a976c --tools siggate --recipe "$2" --siggate-args "$args" --seeds "${4:-0}"; fi
+}
+
+peers_from() {  # $1: a pretraining run, $2: recipe, $3: what the pretraining is; the recipe's rows on
+  # the six peer tasks, seeds 0-2, as cand-avgc's (issue 32 item 6 chooses the default on both sets)
+  local args
+  args=$(init_args "$1" "$2's peer rows" "$3") || return 0
+  step in_wt 46a976c python benchmarks/peers/run.py --results "$PEERS_RESULTS" --tools siggate --recipe "$2" \
+      --siggate-args "$args" --seeds 0,1,2
 }
 
 pretrain_run() {  # $1: gate; an arm of the pair
@@ -276,6 +289,8 @@ lane_recipe() {
   # seed 0 gained on 2026-12-06 (0.6274 against cand-avgc's 0.6302, Wilcoxon p = 0.047; cliff 0.7246
   # against 0.7306, p = 0.031): seeds 1 and 2 follow (a finished seed's rows are skipped)
   cand_from "$PT_300K_RUN" cand-pt300k "the pretraining on 300,000 molecules" 0,1,2
+  # and on the six peer tasks: shipping those weights as the default needs both (issue 32 item 6)
+  peers_from "$PT_300K_RUN" cand-pt300k "the pretraining on 300,000 molecules"
   # the same on a million molecules (pretrained in the pretrain lane, which has the core to spare):
   # seed 0 first, once its weights are in
   cand_from "$PT_1M_RUN" cand-pt1m "the pretraining on 1,000,000 molecules (pretrain lane)"

@@ -229,7 +229,9 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
         "is unfinished: no cand-pt300k (start the lane again to resume it)"], r.stdout + r.stderr
     million = (f"the pretraining on 1,000,000 molecules (pretrain lane) ({study}/pt-gine-1m) is unfinished: "
                "no cand-pt1m (start the lane again to resume it)")
-    assert lines[3:] == [million, pretrain, unfinished], r.stdout + r.stderr
+    peers = (f"the pretraining on 300,000 molecules ({study}/pt-gine-300k) is unfinished: no cand-pt300k's peer rows "
+             "(start the lane again to resume it)")
+    assert lines[3:] == [peers, million, pretrain, unfinished], r.stdout + r.stderr
     # the pair's arms keep the shipped command (15 epochs) with their --set options
     r = _lanes_function(tmp_path, 'in_wt() { echo "in_wt $*"; }; pretrain_run none', **env)
     assert r.stdout == (f"in_wt f285fbd siggate pretrain --smiles moses --molecules 100000 --epochs 15 --seed 0 "
@@ -237,11 +239,11 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     (study / "pt-gine-long" / "model").mkdir(parents=True)
     (study / "pt-gine-long" / "model" / "last.pt").write_bytes(b"")  # a run left unfinished: resumed
     r = _lanes_function(tmp_path, stubs, **env)
-    assert r.stdout.splitlines()[4:] == [pretrain + " --resume", unfinished], r.stdout + r.stderr
+    assert r.stdout.splitlines()[5:] == [pretrain + " --resume", unfinished], r.stdout + r.stderr
     _weights_file(study / "pt-gine-long" / "pretrained.pt", 1.0)
     sha = _tensor_sha(study / "pt-gine-long" / "pretrained.pt")
     r = _lanes_function(tmp_path, stubs, **env)
-    assert r.returncode == 0 and r.stdout.splitlines()[4:] == [
+    assert r.returncode == 0 and r.stdout.splitlines()[5:] == [
         "mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args --members gnn,svr,rf --weights val "
         f"--init {study}/pt-gine-long/pretrained-{sha}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
     assert (study / "pt-gine-long" / f"pretrained-{sha}.pt").read_bytes() == \
@@ -251,7 +253,7 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     assert r.returncode == 0 and [p.name for p in kept.iterdir()] == [f"pt-gine-long-{sha}.pt"], r.stderr
     (study / "pt-gine-long").rename(tmp_path / "run-gone")
     r = _lanes_function(tmp_path, stubs, **env)
-    assert r.returncode == 0 and r.stdout.splitlines()[4:] == [
+    assert r.returncode == 0 and r.stdout.splitlines()[5:] == [
         "mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args --members gnn,svr,rf --weights val "
         f"--init {study}/pt-gine-long/pretrained-{sha}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
     # the pretraining on 300,000 molecules finished: cand-pt300k is queued by the same rule, its weights kept;
@@ -262,6 +264,14 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     assert r.returncode == 0 and r.stdout.splitlines()[1:2] == [
         "mace 46a976c --tools siggate --recipe cand-pt300k --siggate-args --members gnn,svr,rf --weights val "
         f"--init {study}/pt-gine-300k/pretrained-{sha300}.pt --set train.epochs=60 --seeds 0,1,2"], r.stdout + r.stderr
+    # and its rows on the six peer tasks, seeds 0-2, by the same flags at the same commit
+    r = _lanes_function(tmp_path, stubs.replace(' -e "peers/run.py"', ""), **env)
+    assert r.returncode == 0 and r.stdout.splitlines()[3:5] == [
+        f"in_wt 46a976c python benchmarks/peers/run.py --results {ROOT}/benchmarks/peers/results/recipe.json "
+        "--tools siggate --recipe cand-pt300k --siggate-args --members gnn,svr,rf --weights val "
+        f"--init {study}/pt-gine-300k/pretrained-{sha300}.pt --set train.epochs=60 --seeds 0,1,2",
+        f"the pretraining on 1,000,000 molecules (pretrain lane) ({study}/pt-gine-1m) is unfinished: no cand-pt1m "
+        "(start the lane again to resume it)"], r.stdout + r.stderr
     r = _lanes_function(tmp_path, "keep_weights", **env)
     assert r.returncode == 0 and sorted(p.name for p in kept.iterdir()) == [
         f"pt-gine-300k-{sha300}.pt", f"pt-gine-long-{sha}.pt"], r.stderr
