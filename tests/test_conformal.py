@@ -82,6 +82,10 @@ def test_the_finite_sample_quantile_is_the_ceil_n_plus_one_rank():
     assert conformal_quantile(scores, 0.8) == 8.0  # ceil(8.0) = 8
     assert conformal_quantile(scores, 0.95) == math.inf  # ceil(9.5) = 10 > n: no finite bound
     assert conformal_rank(99, 0.9) == 90 and conformal_rank(100, 0.9) == 91
+    # a coverage so small that (n + 1) * coverage is under the tolerance: rank 1, the smallest score; it
+    # was 0, which read the largest (index -1: wider than at any larger coverage) and failed on no scores
+    assert conformal_rank(4, 1e-11) == 1 and conformal_quantile([0.1, 0.2, 0.3, 0.4, 5.0], 1e-11) == 0.1
+    assert conformal_rank(0, 1e-11) == 1 and conformal_quantile([], 1e-11) == math.inf
     for bad in (0, 1, 1.5, -0.1, "x", None):
         with pytest.raises(CalibrationError, match="coverage must be a number between 0 and 1"):
             conformal_rank(10, bad)

@@ -284,6 +284,12 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
     with pytest.raises(Exception, match=r"line 3") as caught:
         siggate.SigGateRegressor(members="svr", config=str(bad)).fit(["CCO", "CCN", "CCC"], [1.0, 3.0, 2.0])
     assert "X[" not in str(caught.value) and "line" not in text and "--" not in text, text
+    # a data key the overrides may set: its fix names that override, not the flag (--duplicates first)
+    with pytest.raises(ValueError) as caught:
+        siggate.SigGateClassifier(members="svr", overrides=("data.duplicates=average",)).fit(
+            ["CCO", "CCN", "CCC", "CCCl"], [0, 1, 0, 1])
+    assert str(caught.value).endswith("a binary label has no mean, use overrides=['data.duplicates=first'] or "
+                                      "overrides=['data.duplicates=keep']"), str(caught.value)
 
 
 FP = {"members": "svr,rf", "threads": 1}
@@ -431,9 +437,14 @@ def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, c
                           "--out", str(tmp_path / "cli")], capsys)
     assert rc == 0, err
     before = sorted(p.name for p in (tmp_path / "cli").iterdir())
-    with pytest.raises(ValueError, match="holds a run that siggate train made; fit would replace it"):
+    with pytest.raises(ValueError, match=r"cli holds metrics.json, members.yaml: a run that "
+                                         "siggate train made, or files of its names; fit would replace them"):
         siggate.SigGateRegressor(**FP, out_dir=tmp_path / "cli").fit(smiles[:30], y[:30])
     assert sorted(p.name for p in (tmp_path / "cli").iterdir()) == before
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "metrics.json").write_text("{}")  # a user's own file of a run's name: named as it is
+    with pytest.raises(ValueError, match=r"own holds metrics.json: a run that siggate train made, or files of its"):
+        siggate.SigGateRegressor(**FP, out_dir=tmp_path / "own").fit(smiles[:30], y[:30])
     # a fit that fails once the run has started leaves a folder that the next fit still replaces
     import siggate.train.ensemble as ensemble
 
@@ -450,6 +461,18 @@ def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, c
         ensemble.train_members = real
     siggate.SigGateRegressor(**FP, out_dir=tmp_path / "failed").fit(smiles[:30], y[:30])
     assert json.loads((tmp_path / "failed" / "estimator.json").read_text())["estimator"] == "SigGateRegressor"
+    # a refit that fails (or is interrupted) once training has started puts the earlier fit's run back:
+    # it cleared that run first, which left a folder that siggate predict could not read
+    earlier = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    ensemble.train_members = fail_midway
+    try:
+        with pytest.raises(RuntimeError, match="stopped by the test"):
+            siggate.SigGateRegressor(**FP, out_dir=out, seed=2).fit(smiles[:30], y[:30])
+    finally:
+        ensemble.train_members = real
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == earlier
+    rc, _, err = run_cli(["predict", "--checkpoint", str(out), "CCO"], capsys)
+    assert rc == 0, err
     with FolderLock(tmp_path / "busy"):
         with pytest.raises(ValueError, match="busy: .*two runs must not write into one folder"):
             siggate.SigGateRegressor(**FP, out_dir=tmp_path / "busy").fit(smiles[:30], y[:30])
@@ -744,6 +767,50 @@ def test_score_refuses_labels_of_another_shape_and_y_reads_pandas_missing_values
         siggate.SigGateRegressor(**FP).fit([], [])
     with pytest.raises(ValueError, match=r"^y has shape \[40, 0\]: no target"):
         siggate.SigGateRegressor(**FP).fit(smiles[:40], np.zeros((40, 0)))
+    # a y with no rows to count, and an out_dir that is no path: named (they were bare TypeErrors)
+    for bad, name in ((5.0, "float"), ((v for v in y[:40]), "generator")):
+        with pytest.raises(ValueError, match=rf"^y must be an array-like of labels, one per SMILES .*got {name}$"):
+            siggate.SigGateRegressor(**FP).fit(smiles[:40], bad)
+    with pytest.raises(ValueError, match=r"^out_dir must be a folder's path \(a str or pathlib.Path\) or None, got 123$"):
+        siggate.SigGateRegressor(**FP, out_dir=123).fit(smiles[:40], y[:40])
+    # score before fit: scikit-learn's NotFittedError, as predict gives (it was an AttributeError)
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        siggate.SigGateRegressor(**FP).score(smiles[:2], y[:2])
+
+
+def test_intervals_in_threads_share_no_state(molecules):
+    """predict_interval set the shared reader's domain for its call and cleared it after: a
+    prediction in another thread meanwhile lost its similarity column (ValueError: could not
+    convert string to float). Each call measures on its own copy; plain predictions stay without."""
+    import threading
+
+    import siggate
+
+    smiles, y = molecules
+    est = siggate.SigGateRegressor(**FP, val_fraction=0.3).fit(smiles[:40], y[:40])
+    want_interval, want_mean = est.predict_interval(smiles[40:45], 0.8), est.predict(smiles[40:45])
+    errors, wrong = [], []
+
+    def work():
+        for _ in range(8):
+            try:
+                got = est.predict_interval(smiles[40:45], 0.8)
+                mean = est.predict(smiles[40:45])
+            except Exception as exc:  # noqa: BLE001 (the test counts them)
+                errors.append(repr(exc))
+                continue
+            wrong.extend(not (np.array_equal(got[0], want_interval[0]) and np.array_equal(got[1], want_interval[1])
+                              and np.array_equal(mean, want_mean)) for _ in [0])
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and not any(wrong) and len(wrong) == 32
+    assert est.smiles_predictor_.domain is None  # the shared reader never measures
 
 
 def test_a_target_named_like_the_domain_column_keeps_its_intervals(molecules):

@@ -581,7 +581,7 @@ def _check_data(cfg: Config) -> None:
                               "several 0/1 targets are --task multilabel")
         if cfg.data.duplicates == "average" and task != "regression":
             raise ConfigError(f"data.duplicates: 'average' merges regression labels into their mean; a {task} "
-                              "label has no mean, use --duplicates first or keep")
+                              "label has no mean, use --duplicates first or --duplicates keep")
         if cfg.data.val_fraction and not (split or "").startswith("column:"):
             raise ConfigError(f"data.val_fraction: {cfg.data.val_fraction} draws validation rows from the train rows "
                               "of a split column (--split column:NAME); the other splits take their validation "

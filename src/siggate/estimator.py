@@ -35,10 +35,12 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import copy
 import csv
 import json
 import logging
 import numbers
+import os
 import random
 import re
 import shutil
@@ -52,7 +54,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .options import PREDICT_MAX_ATOMS, recipe_members, run_weights
+from .options import DUPLICATES, FRAGMENTS, PREDICT_MAX_ATOMS, recipe_members, run_weights
 from .train.rundir import ESTIMATOR_RECORD
 
 #: held by each fit: fits in threads of one process take turns, since training seeds torch's, NumPy's
@@ -89,6 +91,11 @@ def _in_estimator_words(text: str, data: Path | None = None) -> str:
         text = text.replace(f"{data}: ", "")
         text = re.sub(r"\bline (\d+)\b", lambda m: f"X[{int(m.group(1)) - 2}]" if int(m.group(1)) >= 2 else m.group(0),
                       text)
+    # a flag that sets a data key the overrides may set: that override (with its value where one follows)
+    values = "|".join(DUPLICATES + FRAGMENTS)
+    text = re.sub(rf"--(duplicates|fragments)(?: ({values})\b)?",
+                  lambda m: f"overrides=['data.{m.group(1)}={m.group(2)}']" if m.group(2)
+                  else f"the override data.{m.group(1)}", text)
     return re.sub(r"--[a-z][a-z-]*\b", lambda m: _PARAM_OF_FLAG.get(m.group(0), m.group(0)), text)
 
 
@@ -150,21 +157,24 @@ def _kept_global_state():
 def _claimed(out: Path | None):
     """``(out, begin)``: ``out`` (None: nothing) locked for this fit, where a run that ``siggate
     train`` made is refused, and so is a folder another live run writes into; ``begin()``, called
-    once the fit's parameters and data are checked and training starts, clears the run an earlier
-    fit left there (its :data:`ESTIMATOR_RECORD`) and marks the folder as this fit's. A fit refused
-    before ``begin`` leaves the earlier run as it was."""
+    once the fit's parameters and data are checked and training starts, sets the run an earlier
+    fit left there (its :data:`ESTIMATOR_RECORD`) aside and marks the folder as this fit's. A fit refused
+    before ``begin`` leaves the earlier run as it was; one that fails or is interrupted after it
+    puts the earlier run back in place of its partial one; one that finishes removes it."""
     if out is None:
         yield None, lambda: None
         return
     from .files import claim_folder
-    from .train.rundir import clear_run, run_files, run_output_names
+    from .train.rundir import ASIDE, clear_run, drop_aside, restore_aside, run_files, run_output_names, set_aside
 
     lock = claim_folder(out, ValueError, "out_dir", "two runs must not write into one folder", "the fit")
     try:
         ours = (out / ESTIMATOR_RECORD).is_file()
-        if run_files(out) and not ours:
-            raise ValueError(f"out_dir {out} holds a run that siggate train made; fit would replace it: choose "
-                             "another out_dir, or remove that run first")
+        found = run_files(out)
+        if found and not ours:  # (a run's marker files: siggate train's, or a user's own of those names)
+            raise ValueError(f"out_dir {out} holds {', '.join(found[:3])}{', ...' if len(found) > 3 else ''}: a run "
+                             "that siggate train made, or files of its names; fit would replace them: choose another "
+                             "out_dir, or move them first")
         if not ours:  # no earlier fit's: files of the names a fit writes are someone's own, not to be replaced
             clashing = run_output_names(out)
             if clashing:
@@ -175,17 +185,21 @@ def _claimed(out: Path | None):
 
         def begin() -> None:
             nonlocal begun
-            if ours:
-                clear_run(out)
+            if ours:  # kept aside until this fit has trained: a refit that fails or is interrupted puts it back
+                set_aside(out)
             marker.write_text(json.dumps({"estimator": "fitting"}) + "\n")  # a fit that fails midway stays ours
             begun = True
 
         try:
             yield out, begin
         except BaseException:
-            if begun and not run_files(out):  # failed before it wrote a run: nothing of it stays
+            if begun and (out / ASIDE).is_dir():  # a refit stopped: its partial run gives way to the earlier fit's
+                clear_run(out)
+                restore_aside(out)
+            elif begun and not run_files(out):  # failed before it wrote a run: nothing of it stays
                 marker.unlink(missing_ok=True)
             raise
+        drop_aside(out)  # the refit is done: the earlier fit's run goes
     finally:
         lock.release()
 
@@ -277,6 +291,9 @@ class _SigGateEstimator(BaseEstimator):
             raise ValueError(f"X[{broken}] holds a line break inside its SMILES ({smiles[broken]!r}); a SMILES has "
                              "none: check how X was read")
         smiles = [s.strip() for s in smiles]  # as training reads them (a line read with its newline)
+        if np.ndim(y) == 0 or not hasattr(y, "__len__"):  # a number, a generator: no rows to count
+            raise ValueError(f"y must be an array-like of labels, one per SMILES (a list, a NumPy array, a pandas "
+                             f"Series or DataFrame), got {type(y).__name__}")
         if len(y) != len(smiles):
             raise ValueError(f"X has {len(smiles)} SMILES and y {len(y)} rows")
         y, names = self._targets(y)  # the classifier's classes wait in _fitting_classes until the run is trained
@@ -354,6 +371,8 @@ class _SigGateEstimator(BaseEstimator):
 
             if not torch.cuda.is_available():
                 raise ValueError("device='cuda': torch sees no CUDA device here; use device='cpu'")
+        if self.out_dir is not None and not isinstance(self.out_dir, (str, os.PathLike)):
+            raise ValueError(f"out_dir must be a folder's path (a str or pathlib.Path) or None, got {self.out_dir!r}")
         if self.out_dir is not None and Path(self.out_dir).exists() and not Path(self.out_dir).is_dir():
             raise ValueError(f"out_dir {self.out_dir} is a file; give a folder")
 
@@ -481,15 +500,12 @@ class _SigGateEstimator(BaseEstimator):
             self._check_columns(X)
         reader = self.smiles_predictor_
         measure = similarity and getattr(reader, "_similarity_from", None) is not None
-        if measure:  # the reader's domain columns for this call alone: plain predictions never measure it
+        if measure:  # the domain columns for this call alone, on a copy of the reader: plain predictions never
+            reader = copy.copy(reader)  # measure it, and a prediction in another thread reads the shared one meanwhile
             reader.domain = reader._similarity_from
             # its column as the reader names it (<name>_pred where a target took the name)
             sim_col = reader.columns[-len(DOMAIN_COLUMNS)]
-        try:
-            rows = reader.predict_rows(_smiles(X))
-        finally:
-            if measure:
-                reader.domain = None
+        rows = reader.predict_rows(_smiles(X))
         bad = [(i, r["error"]) for i, r in enumerate(rows) if r["error"]]
         if bad:
             raise ValueError(f"{len(bad)} of {len(rows)} SMILES cannot be predicted: "
@@ -593,6 +609,7 @@ class SigGateRegressor(RegressorMixin, _SigGateEstimator):
         labels themselves.)"""
         from sklearn.metrics import r2_score
 
+        check_is_fitted(self, "predictor_")
         given = list(np.shape(y))
         y = self._targets(y)[0]
         n, t = len(_smiles(X)), len(self.target_names_)

@@ -78,9 +78,10 @@ def check_coverage(coverage: float) -> float:
 
 def conformal_rank(n: int, coverage: float) -> int:
     """``k = ceil((n + 1) * coverage)``: the rank (1-based) of the calibration score that bounds
-    a new score with probability ``>= coverage``; ``k > n`` means no finite bound exists."""
+    a new score with probability ``>= coverage``; ``k > n`` means no finite bound exists. At
+    least 1: the smallest score, however small the coverage (not the last one, index -1)."""
     # the small tolerance keeps (n + 1) * coverage that is an integer in exact arithmetic one
-    return int(math.ceil((n + 1) * check_coverage(coverage) - 1e-9))
+    return max(1, int(math.ceil((n + 1) * check_coverage(coverage) - 1e-9)))
 
 
 def fewest_for(coverage: float) -> int:

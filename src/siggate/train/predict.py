@@ -234,10 +234,12 @@ def _warn_one_member_targets(combination, where) -> None:
     names = combination.info.target_names or [f"target{t}" for t in range(weights.shape[1])]
     alone = [n for n, w in zip(names, weights.T) if np.isclose(w, 1.0).any()]
     if alone:
-        log.warning("%s: the validation weights give one member all the weight for %s, so %s 0 for every "
+        why = ("the run holds one member" if weights.shape[0] == 1
+               else "the validation weights give one member all the weight")
+        log.warning("%s: %s for %s, so %s 0 for every "
                     "molecule, not a sign of certainty; conformal intervals (--coverage, or an estimator's "
                     "predict_interval) of a run calibrated on the similarity to its training molecules widen "
-                    "away from them", where if isinstance(where, (str, Path)) else "this run",
+                    "away from them", where if isinstance(where, (str, Path)) else "this run", why,
                     ", ".join(map(repr, alone)), "its _uncertainty column is" if len(alone) == 1 else
                     "their _uncertainty columns are")
 
