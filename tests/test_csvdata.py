@@ -879,3 +879,34 @@ def test_rows_are_named_by_their_file_line_when_blank_lines_come_before_them(tmp
     comma.write_text("smiles,y\nCCO,1.5\n\n\nCCN,\"2,5\"\n")
     with pytest.raises(DataError, match=r"'2,5' on line 5"):
         load_csv(comma, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
+
+
+def test_a_quote_never_closed_is_refused_where_it_opened_not_read_to_the_end(tmp_path, capsys):
+    """A lenient CSV reader took a stray opening quote as the start of a field that ran to the end
+    of the file: every later row became that field's text, and training (or predict, or explain)
+    went on with three rows of two hundred, saying nothing. Strict reading names the line the quote
+    opened on; a quote followed by more text than a delimiter is malformed too."""
+    from siggate.cli import main as cli_main
+    from siggate.data.base import DataError
+    from siggate.data.corpus import read_smiles as corpus_smiles
+    from siggate.data.csvdata import read_table
+
+    rows = ["smiles,y,note"] + [f"{'C' * (k % 9 + 1)}O,{k},ok" for k in range(200)]
+    rows[3] = 'CCN,2,"5 vial'
+    path = tmp_path / "quote.csv"
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(DataError, match=r"^\S*quote.csv, line 4: a quoted field opened on this line is never closed "
+                                        r"\(the file ends inside it\); close the quote, or remove it$"):
+        read_table(path, ",")
+    with pytest.raises(ValueError, match=r"quote.csv, line 4: a quoted field opened on this line is never closed"):
+        corpus_smiles(path)
+    rc = cli_main(["train", "--data", str(path), "--target-col", "y", "--members", "rf", "--split", "random",
+                   "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "c"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "line 4: a quoted field opened on this line is never closed" in err, err
+    assert "Traceback" not in err and not (tmp_path / "run" / "metrics.json").exists()
+    odd = tmp_path / "odd.csv"
+    odd.write_text('smiles,y\nCCO,1\nCCN,"2"x\nCCC,3\n')
+    with pytest.raises(DataError, match=r"odd.csv, line 3: malformed CSV \(',' expected after '\"'\); check the "
+                                        "quoting of that line$"):
+        read_table(odd, ",")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import re
 
 import numpy as np
@@ -401,7 +402,7 @@ def _nitrogen_svr_run(tmp_path, capsys, targets: list[str]):
     return run
 
 
-def test_explain_on_a_run_of_the_svr_member(tmp_path, capsys):
+def test_explain_on_a_run_of_the_svr_member(tmp_path, capsys, caplog):
     """``siggate train --members svr`` on the nitrogen CSV, then ``siggate explain``: the per-atom
     CSV holds the member's occlusions, the molecules' CSV predict's predictions, the empty
     fingerprint's baseline and the atoms' sum; a bad row fails as in predict."""
@@ -410,8 +411,19 @@ def test_explain_on_a_run_of_the_svr_member(tmp_path, capsys):
     run = _nitrogen_svr_run(tmp_path, capsys, ["nN"])
     asked = ["NCCN", "CC(=O)Nc1ccc(O)cc1", "C1CC1", "C1CC"]
     out = tmp_path / "explained"
+    caplog.set_level(logging.WARNING, logger="siggate")
+    caplog.clear()
     rc, _, err = run_cli(["explain", "--checkpoint", str(run), *asked, "--out", str(out)], capsys)
     assert rc == 1 and "4 rows, 3 explained, 1 failed" in err
+    # predict's warning about its _uncertainty column, which explain never writes, is predict's alone;
+    # and it said the validation weights gave one member all the weight, of a run of one member
+    assert not [r for r in caplog.records if "_uncertainty" in r.getMessage()]
+    rc, _, err = run_cli(["predict", "--checkpoint", str(run), "NCCN"], capsys)
+    assert rc == 0, err
+    assert [r.getMessage() for r in caplog.records if "_uncertainty" in r.getMessage()] == [
+        f"{run}: the run holds one member for 'nN', so its _uncertainty column is 0 for every molecule, not a sign "
+        "of certainty; conformal intervals (--coverage, or an estimator's predict_interval) of a run calibrated on "
+        "the similarity to its training molecules widen away from them"]
     member = KernelSVR.load(run / "member0")
     want = member.atom_contributions([smiles_to_graph(s) for s in asked[:3]])
     atoms, mols = _rows(out / "atoms.csv"), _rows(out / "molecules.csv")
@@ -467,7 +479,9 @@ def test_explain_on_a_run_of_the_svr_member(tmp_path, capsys):
         lock.release()
     assert rc == 2 and "two runs must not write into one folder" in err and len(err.strip().splitlines()) == 1
     assert {p.name: p.read_bytes() for p in out.iterdir()} == kept
-    # an explanation that stops midway leaves its pictures and no CSV of the one before, which named others
+    # an explanation that stops midway (Ctrl-C while a picture is drawn) leaves the one before as it was,
+    # and nothing of its own (it removed the earlier CSVs first, and left its own pictures)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
     import importlib
 
     def broken(*a, **k):
@@ -481,8 +495,14 @@ def test_explain_on_a_run_of_the_svr_member(tmp_path, capsys):
     finally:
         explain.draw_contributions = real
     assert rc == 130 and "interrupted" in err
-    assert not (out / "molecules.csv").exists() and not (out / "atoms.csv").exists()
-    assert not (out / ".siggate.lock").exists()
+    assert sorted(p.name for p in out.iterdir()) == sorted(before)  # no .explaining, no lock
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # input refused partway (a quote never closed) likewise: exit 2, the earlier explanation kept
+    bad = tmp_path / "bad.csv"
+    bad.write_text('smiles,note\nNCCN,a\nC1CC1,"open\nCCO,b\n')
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "--input", str(bad), "--out", str(out)], capsys)
+    assert rc == 2 and "bad.csv, line 3: a quoted field opened on this line is never closed" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     rc, _, err = run_cli(["explain", "--checkpoint", str(run), "C1CC1", "--out", str(out)], capsys)
     assert rc == 0, err
     kept = (out / "molecules.csv").read_bytes()  # an explanation's CSV read back into its own folder: refused
@@ -495,6 +515,32 @@ def _predict_csv(run, smiles, path, capsys):
     rc, _, err = run_cli(["predict", "--checkpoint", str(run), *smiles, "--output", str(path)], capsys)
     assert rc == 0, err
     return path
+
+
+def test_two_targets_of_one_file_name_keep_their_pictures_and_a_new_model_replaces_all_old_ones(tmp_path, capsys):
+    """Targets 'IC50 (nM)' and 'IC50 [nM]' both became the file name tag IC50_nM_: the second's
+    pictures were drawn over the first's. And explaining into the folder with a model of other
+    targets removed only the pictures of the new model's names, leaving the old explanation's."""
+    (tmp_path / "two").mkdir()
+    (tmp_path / "one").mkdir()
+    run = _nitrogen_svr_run(tmp_path / "two", capsys, ["IC50 (nM)", "IC50 [nM]"])
+    out = tmp_path / "explained"
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "NCCN", "C1CC1", "--out", str(out)], capsys)
+    assert rc == 0, err
+    pictures = ["mol0_IC50_nM_", "mol0_IC50_nM__1", "mol1_IC50_nM_", "mol1_IC50_nM__1"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["atoms.csv", "explanation.json", "molecules.csv", *[f"{p}.{x}" for p in pictures for x in ("png", "svg")]])
+    assert [r["pictures"] for r in _rows(out / "molecules.csv")] == ["mol0_IC50_nM_;mol0_IC50_nM__1",
+                                                                     "mol1_IC50_nM_;mol1_IC50_nM__1"]
+    assert (out / "mol0_IC50_nM_.svg").read_text() != (out / "mol0_IC50_nM__1.svg").read_text()
+    one = _nitrogen_svr_run(tmp_path / "one", capsys, ["nN"])
+    rc, _, err = run_cli(["explain", "--checkpoint", str(one), "NCCN", "--out", str(out)], capsys)
+    assert rc == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["atoms.csv", "explanation.json", "mol0.png", "mol0.svg",
+                                                     "molecules.csv"]
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "NCCN", "C1CC1", "CCO", "--out", str(out)], capsys)
+    assert rc == 0, err  # and back: the one-target pictures go too
+    assert not (out / "mol0.png").exists() and (out / "mol2_IC50_nM__1.png").is_file()
 
 
 def test_explain_names_a_target_that_takes_its_own_columns_as_predict_does(tmp_path, capsys):

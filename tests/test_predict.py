@@ -283,6 +283,20 @@ def test_read_smiles_csv_quoting_blank_lines_bom_and_chunks(tmp_path):
     assert chunks == [["CCO", "C(C)O"], ["", "CCN"], [""]]
 
 
+def test_predict_refuses_a_quote_never_closed_instead_of_reading_the_rest_as_one_field(ckpt, tmp_path, capsys):
+    """An opening quote never closed made the rest of the file one field of its row: predict
+    wrote 3 rows of 200, exit 0. Refused with the line it opened on, exit 2, no output file."""
+    rows = ["id,smiles,note"] + [f"{i},CCO,ok" for i in range(200)]
+    rows[3] = '2,CCN,"5 vial'
+    src = tmp_path / "q.csv"
+    src.write_text("\n".join(rows) + "\n")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(src), "--output",
+                          str(tmp_path / "out.csv")], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "q.csv, line 4: a quoted field opened on this line is never closed (the file ends inside it)" in err
+    assert not (tmp_path / "out.csv").exists()
+
+
 def test_read_smiles_smi_with_header_and_names(tmp_path):
     from siggate.train.predict import read_smiles
 

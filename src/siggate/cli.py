@@ -713,7 +713,8 @@ def cmd_explain(args) -> int:
         if same_file(made, args.input):
             raise CLIError(f"--input {args.input} is {made}, which this explanation replaces; copy it elsewhere "
                            "first, or give another --out")
-    pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False)
+    pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False,
+                           uncertainty=False)
     theirs = foreign_files(args.out, explained_targets(pred)) if hasattr(pred.predictor, "info") else []
     if theirs and not args.overwrite:
         raise CLIError(f"--out {args.out} holds {', '.join(theirs[:4])}{' ...' if len(theirs) > 4 else ''}, names an "

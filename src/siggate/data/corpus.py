@@ -65,14 +65,24 @@ def _read_smiles(path: Path, smiles_col: str | None, fix: str) -> list[str]:
     with _open_text(path) as fh:
         kind = inner_suffix(path) or inner_suffix(Path(str(getattr(fh.buffer, "name", ""))))  # lib.zip: its file's
         if kind in (".csv", ".tsv"):
-            reader = csv.reader(fh, delimiter="\t" if kind == ".tsv" else ",")
-            header = next(reader, [])
-            col = smiles_col or next((c for c in _SMILES_NAMES if c in header), None)
-            if col is None or col not in header:
-                raise ValueError(f"{path}: no SMILES column{' named ' + repr(col) if col else ''} among "
-                                 f"{header[:10]}; {fix}")
-            j = header.index(col)
-            return [row[j].strip() for row in reader if len(row) > j and row[j].strip()]
+            reader = csv.reader(fh, delimiter="\t" if kind == ".tsv" else ",", strict=True)
+            opened = 1  # the line the record being read began on
+            try:
+                header = next(reader, [])
+                col = smiles_col or next((c for c in _SMILES_NAMES if c in header), None)
+                if col is None or col not in header:
+                    raise ValueError(f"{path}: no SMILES column{' named ' + repr(col) if col else ''} among "
+                                     f"{header[:10]}; {fix}")
+                j, smiles, opened = header.index(col), [], reader.line_num + 1
+                for row in reader:
+                    if len(row) > j and row[j].strip():
+                        smiles.append(row[j].strip())
+                    opened = reader.line_num + 1
+                return smiles
+            except csv.Error as exc:  # (a quote never closed read every later line into one field)
+                from .csvdata import malformed_csv
+
+                raise ValueError(malformed_csv(path, exc, opened, reader.line_num)) from None
         return [line.split()[0] for line in fh if line.strip()]
 
 

@@ -193,7 +193,8 @@ def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[
     text = _decode(path, _file_bytes(path))
     if csv.field_size_limit() < 2**31 - 1:
         csv.field_size_limit(2**31 - 1)  # a long SMILES is a row to judge, not a reader error
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    # strict: a quote opened and never closed is an error, not the rest of the file read into one field
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=True)
     header, records = None, Records()
     shared: dict[str, str] | None = None  # (_SHARED_COLUMNS: a wide file's repeated fields, one object each)
     try:
@@ -210,8 +211,7 @@ def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[
             records.append(rec)
             records.lines.append(start)
     except csv.Error as exc:
-        raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({exc}); check the quoting of that "
-                        "line") from None
+        raise DataError(malformed_csv(path, exc, read + 1, reader.line_num)) from None
     if header is None:
         raise DataError(f"{path}: the file is empty (no header row); give a CSV whose first line names the "
                         "columns, e.g. smiles,y")
@@ -245,6 +245,17 @@ def check_unique_columns(path: Path, columns: list[str], wanted: list[str]) -> N
         if len(where) > 1:
             raise DataError(f"{path}: the header names column {col!r} {len(where)} times (columns "
                             f"{', '.join(map(str, where))}); rename the copies so that each name is unique")
+
+
+def malformed_csv(path, exc: csv.Error, opened: int, line: int) -> str:
+    """A reader's error of strict CSV (``csv.reader(..., strict=True)``) in the file's words:
+    ``opened``, the line its record began on; ``line``, the line the reader stopped on. A quote
+    opened and never closed is named where it opened (a lenient reader made every line after it
+    one field of that row, silently)."""
+    if "unexpected end of data" in str(exc):
+        return (f"{path}, line {opened}: a quoted field opened on this line is never closed (the file ends inside "
+                "it); close the quote, or remove it")
+    return f"{path}, line {line}: malformed CSV ({exc}); check the quoting of that line"
 
 
 def extra_fields_reason(line: int, got: int, width: int) -> str:

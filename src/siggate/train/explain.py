@@ -22,14 +22,16 @@ members' weighted sum) is written to ``OUT``:
   molecule drawn with RDKit, every atom coloured by its contribution (red raises the
   prediction, blue lowers it; full colour at the largest absolute contribution among all the
   molecules of the explanation, per target, or at ``--scale``: the pictures of one explanation
-  compare), a colour bar with that scale, and the prediction and baseline in the legend. Pictures and CSVs of
-  an earlier explanation in ``OUT`` are removed first, so every picture there is of this one, and
-  the CSVs appear (atomically) when it is complete: an interrupted explanation leaves no CSV that
-  describes other pictures. ``siggate explain`` holds the folder's lock while it writes;
-* ``explanation.json`` (:data:`EXPLANATION`), written first and again when it finishes: the
-  targets, ``finished``, and then ``rows`` and ``failed``. Files of the names above in a folder
-  without it are not an explanation's (:func:`foreign_files`): ``siggate explain`` refuses to
-  replace them without ``--overwrite``.
+  compare), a colour bar with that scale, and the prediction and baseline in the legend (two
+  targets whose names give one file name: the later one's position added). An explanation is
+  written into ``OUT/.explaining`` (:data:`STAGE`) and only when it is complete replaces the
+  pictures and CSVs of an earlier one in ``OUT`` (of that one's targets, whatever this one's are),
+  so every picture there is of this one, and an explanation that stops (input refused partway,
+  Ctrl-C) leaves the earlier one as it was. ``siggate explain`` holds the folder's lock while it writes;
+* ``explanation.json`` (:data:`EXPLANATION`), written as the files are replaced and again when
+  that is done: the targets, ``finished``, and then ``rows`` and ``failed``. Files of the names
+  above in a folder without it are not an explanation's (:func:`foreign_files`): ``siggate
+  explain`` refuses to replace them without ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -99,13 +102,28 @@ def _tag(target: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", target)
 
 
-def _stem(row: int, target: str, several: bool) -> str:
-    return f"mol{row}" + (f"_{_tag(target)}" if several else "")
+def _tags(names: list[str]) -> list[str]:
+    """:func:`_tag` of each target, made unique by the target's position where two names give one
+    tag (``IC50 (nM)`` and ``IC50 [nM]``: their pictures took one file, the second drawn over the first)."""
+    tags: list[str] = []
+    for t, name in enumerate(names):
+        tag = _tag(name)
+        while tag in tags:
+            tag = f"{tag}_{t}"
+        tags.append(tag)
+    return tags
 
 
-#: the record an explanation writes into its folder first (its targets, whether it finished): the
-#: files of an explanation's names in a folder without it are someone's own, not to be replaced
+def _stem(row: int, tag: str | None) -> str:
+    """A picture's file name without its suffix: ``mol<row>``, or ``mol<row>_<tag>`` (several targets)."""
+    return f"mol{row}" + (f"_{tag}" if tag is not None else "")
+
+
+#: the record of the explanation in a folder (its targets, whether it finished): the files of an
+#: explanation's names in a folder without it are someone's own, not to be replaced
 EXPLANATION = "explanation.json"
+#: where an explanation is written until it is complete; then it replaces the earlier one in the folder
+STAGE = ".explaining"
 
 
 def explained_targets(predictor) -> list[str]:
@@ -120,7 +138,7 @@ def explanation_files(out: str | Path, names: list[str]) -> list[str]:
     out = Path(out)
     if not out.is_dir():
         return []
-    tags = f"_({'|'.join(re.escape(_tag(n)) for n in names)})" if len(names) > 1 else ""
+    tags = f"_({'|'.join(re.escape(t) for t in _tags(names))})" if len(names) > 1 else ""
     picture = re.compile(r"mol\d+" + tags + r"\.(svg|png)")
     return sorted(p.name for p in out.iterdir()
                   if p.is_file() and (picture.fullmatch(p.name) or p.name in ("molecules.csv", "atoms.csv")))
@@ -133,6 +151,29 @@ def foreign_files(out: str | Path, names: list[str]) -> list[str]:
     if (out / EXPLANATION).is_file() or _explained_before(out / "molecules.csv"):
         return []
     return explanation_files(out, names)
+
+
+def _recorded_targets(out: Path) -> list[str] | None:
+    """The targets the folder's :data:`EXPLANATION` records (None: none readable)."""
+    try:
+        targets = json.loads((out / EXPLANATION).read_text(encoding="utf-8")).get("targets")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return targets if isinstance(targets, list) and all(isinstance(t, str) for t in targets) else None
+
+
+def _replace_explanation(out: Path, stage: Path, names: list[str]) -> None:
+    """The complete explanation in ``stage`` in place of the one in ``out``: the earlier one's
+    pictures and CSVs (named by its record's targets, which may differ from this one's) go, this
+    one's pictures come, then its CSVs, which list them."""
+    import os
+
+    earlier = _recorded_targets(out)
+    _record(out, names, None)  # (until the files are in place: not finished)
+    for old in set(explanation_files(out, names)) | set(explanation_files(out, earlier or names)):
+        (out / old).unlink()
+    for p in sorted(stage.iterdir(), key=lambda p: p.suffix == ".csv"):
+        os.replace(p, out / p.name)
 
 
 def _explained_before(path: Path) -> bool:
@@ -158,11 +199,7 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     Raises:
         ValueError: a predictor that cannot attribute its predictions to atoms.
     """
-    from rdkit import Chem
-
-    from ..data.chem import InvalidSmiles, parse_smiles, quiet_rdkit
-    from .predict import InputRows, csv_output, input_smiles, output_fields, warn_legacy
-    from .rundir import carried_names, prediction_columns
+    from .predict import InputRows
 
     if not isinstance(chunks, InputRows):
         chunks = InputRows(["smiles"], 0, ([[s] for s in chunk] for chunk in chunks))
@@ -175,15 +212,37 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
         raise ValueError(f"atom contributions are drawn for graph-level regression and binary/multilabel models; "
                          f"this one is a {info.level}-level {info.task} model")
     names = explained_targets(predictor)
-    several = len(names) > 1
+    tags = _tags(names) if len(names) > 1 else [None]
     what = "P({})" if info.task in ("binary", "multilabel") else "{}"
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    # an earlier explanation's pictures (named as this model names them): none is left beside this one's,
-    # and its CSVs: until this one's are complete, none says what the pictures show
-    for old in explanation_files(out, names):
-        (out / old).unlink()
-    _record(out, names, None)
+    # written aside until complete, then in place of the earlier explanation: input refused partway
+    # (a damaged file, Ctrl-C) leaves the earlier one as it was, and none is left half replaced
+    stage = out / STAGE
+    if stage.is_symlink() or stage.is_file():
+        stage.unlink()
+    elif stage.is_dir():  # (one that stopped before it was complete)
+        shutil.rmtree(stage)
+    stage.mkdir()
+    try:
+        n, bad = _explain_into(predictor, chunks, stage, names, tags, what, steps, scale)
+        _replace_explanation(out, stage, names)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    _record(out, names, (n, bad))
+    return n, bad
+
+
+def _explain_into(predictor, chunks, out: Path, names: list[str], tags: list, what: str, steps: int,
+                  scale: float | None) -> tuple[int, int]:
+    """:func:`explain_to_folder`'s CSVs and pictures, written into the empty folder ``out``."""
+    from rdkit import Chem
+
+    from ..data.chem import InvalidSmiles, parse_smiles, quiet_rdkit
+    from .predict import csv_output, input_smiles, output_fields, warn_legacy
+    from .rundir import carried_names, prediction_columns
+
+    inner = predictor.predictor
     parent = predictor.fragments == "parent"  # a run that reads salts as their parents names what it drew
     head = ["row", "smiles", *(["read_as"] if parent else [])]
     extra = ("_baseline", "_atoms_sum")  # a target's columns named by predict's rule: <target>_pred where taken
@@ -244,7 +303,7 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
                     atom_w.writerow([n + i, a, element, *[number_text(v) for v in values]])
                 stems, binary = [], mol.ToBinary()
                 for t, name in enumerate(names):
-                    stem = _stem(n + i, name, several)
+                    stem = _stem(n + i, tags[t])
                     legend = (f"{what.format(name)} = {float(pred[t]):.4g}   baseline {float(base[t]):.4g}   "
                               f"atoms sum {float(atoms[:, t].sum()):+.4g}")
                     caption = f"atom contribution to {what.format(name)} (red raises it, blue lowers it)"
@@ -263,7 +322,6 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
             (out / f"{stem}.png").write_bytes(draw_contributions(mol, values, legend, caption, png=True,
                                                                  scale=scales[t]))
     warn_legacy(legacy)
-    _record(out, names, (n, bad))
     return n, bad
 
 

@@ -320,6 +320,9 @@ class SmilesPredictor:
         folder: the run folder a ``checkpoint`` given as a loaded predictor came from (a
             fingerprint member's run records how it reads a molecule, and its calibration and
             domain); by default the checkpoint's own folder, or the loaded GNN's.
+        uncertainty: warn about the targets whose ``<target>_uncertainty`` is 0 for every molecule
+            (a combination whose weights give one member everything); a caller that writes no
+            such column (``siggate explain``) passes ``False``. (default: ``True``)
     """
 
     #: the run's data.fragments (set from the run; this default serves a reader pickled before it)
@@ -331,7 +334,7 @@ class SmilesPredictor:
 
     def __init__(self, checkpoint, max_atoms: int = DEFAULT_MAX_ATOMS, batch_size: int = 128,
                  device: str = "cpu", coverage: float | None = None, domain: bool = True,
-                 folder: str | Path | None = None) -> None:
+                 folder: str | Path | None = None, uncertainty: bool = True) -> None:
         if isinstance(max_atoms, bool) or not isinstance(max_atoms, int) or max_atoms < 1:
             raise InputError(f"max_atoms (--max-atoms) must be a positive integer, got {max_atoms!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -349,7 +352,7 @@ class SmilesPredictor:
         except ValueError as exc:  # members of different tasks
             raise InputError(f"{checkpoint}: {exc}") from None
         self.ensemble = isinstance(self.predictor, Combination)  # its spread is the uncertainty
-        if self.ensemble:
+        if self.ensemble and uncertainty:  # (a caller that writes no _uncertainty column has nothing to warn of)
             _warn_one_member_targets(self.predictor, checkpoint)
         for member in members_of(self.predictor):  # a chunk is one forward pass, as _batches sized it
             if getattr(member, "batch_size", None) is not None:
@@ -762,15 +765,18 @@ def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int,
     before ``fh``'s position (the header), so that messages name the file's line numbers."""
     _raise_field_limit()
     try:
-        reader = csv.reader(fh, delimiter=delim)
+        from ..data.csvdata import extra_fields_reason, malformed_csv
+
+        reader = csv.reader(fh, delimiter=delim, strict=True)  # (an unclosed quote read every later line as one field)
         buf: list[str] = []
         while True:
+            opened = reader.line_num + 1 + consumed  # the line the next record begins on
             try:
                 rec = next(reader)
             except StopIteration:
                 break
             except csv.Error as exc:
-                raise InputError(f"{path}, line {reader.line_num + consumed}: malformed CSV ({exc})") from None
+                raise InputError(malformed_csv(path, exc, opened, reader.line_num + consumed)) from None
             except DAMAGED as exc:
                 raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
             if not rec:  # a blank line is not a record
@@ -779,8 +785,6 @@ def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int,
             rec = _Record((rec + [""] * width)[:width])
             rec[col] = rec[col].strip()
             if extra > 0:  # its fields cannot be matched to the columns: the row fails, the others go on
-                from ..data.csvdata import extra_fields_reason
-
                 rec.error = extra_fields_reason(reader.line_num + consumed, width + extra, width)
             buf.append(rec)
             if len(buf) >= chunk:
