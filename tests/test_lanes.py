@@ -256,14 +256,18 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     assert r.returncode == 0 and r.stdout.splitlines()[5:] == [
         "mace 46a976c --tools siggate --recipe cand-ptlong --siggate-args --members gnn,svr,rf --weights val "
         f"--init {study}/pt-gine-long/pretrained-{sha}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
+    def finished(run, recipe, seeds, line):  # the run's pretraining done: its recipe queued at that line
+        _weights_file(study / run / "pretrained.pt", float(len(run)))
+        sha_run = _tensor_sha(study / run / "pretrained.pt")
+        r = _lanes_function(tmp_path, stubs, **env)
+        assert r.returncode == 0 and r.stdout.splitlines()[line:line + 1] == [
+            f"mace 46a976c --tools siggate --recipe {recipe} --siggate-args --members gnn,svr,rf --weights val "
+            f"--init {study}/{run}/pretrained-{sha_run}.pt --set train.epochs=60 --seeds {seeds}"], r.stdout + r.stderr
+        return sha_run
+
     # the pretraining on 300,000 molecules finished: cand-pt300k is queued by the same rule, its weights kept;
     # its seed 0 gained, so seeds 1 and 2 follow in the same item (a finished seed's rows are skipped)
-    _weights_file(study / "pt-gine-300k" / "pretrained.pt", 2.0)
-    sha300 = _tensor_sha(study / "pt-gine-300k" / "pretrained.pt")
-    r = _lanes_function(tmp_path, stubs, **env)
-    assert r.returncode == 0 and r.stdout.splitlines()[1:2] == [
-        "mace 46a976c --tools siggate --recipe cand-pt300k --siggate-args --members gnn,svr,rf --weights val "
-        f"--init {study}/pt-gine-300k/pretrained-{sha300}.pt --set train.epochs=60 --seeds 0,1,2"], r.stdout + r.stderr
+    sha300 = finished("pt-gine-300k", "cand-pt300k", "0,1,2", 1)
     # and its rows on the six peer tasks, seeds 0-2, by the same flags at the same commit
     r = _lanes_function(tmp_path, stubs.replace(' -e "peers/run.py"', ""), **env)
     assert r.returncode == 0 and r.stdout.splitlines()[3:5] == [
@@ -276,12 +280,7 @@ def test_the_recipe_lane_fine_tunes_from_the_longer_pretraining_once_it_is_finis
     assert r.returncode == 0 and sorted(p.name for p in kept.iterdir()) == [
         f"pt-gine-300k-{sha300}.pt", f"pt-gine-long-{sha}.pt"], r.stderr
     # the million-molecule pretraining (the pretrain lane's) finished: cand-pt1m, seed 0, its weights kept
-    _weights_file(study / "pt-gine-1m" / "pretrained.pt", 4.0)
-    sha1m = _tensor_sha(study / "pt-gine-1m" / "pretrained.pt")
-    r = _lanes_function(tmp_path, stubs, **env)
-    assert r.returncode == 0 and r.stdout.splitlines()[2:3] == [
-        "mace 46a976c --tools siggate --recipe cand-pt1m --siggate-args --members gnn,svr,rf --weights val "
-        f"--init {study}/pt-gine-1m/pretrained-{sha1m}.pt --set train.epochs=60 --seeds 0"], r.stdout + r.stderr
+    sha1m = finished("pt-gine-1m", "cand-pt1m", "0", 2)
     r = _lanes_function(tmp_path, "keep_weights", **env)
     assert r.returncode == 0 and f"pt-gine-1m-{sha1m}.pt" in {p.name for p in kept.iterdir()}, r.stderr
 

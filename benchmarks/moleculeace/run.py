@@ -751,7 +751,7 @@ def table_markdown(res: dict) -> str:
     lines = ["Mean over the 20 public targets of each target's mean over seeds (test RMSE, lower is better). "
              "A row is complete only when every target has the same seeds; a partial row is listed last and is "
              "not comparable:", "",
-             "| tool | recipe | source | RMSE | cliff RMSE | non-cliff RMSE | targets | seeds | mean CPU s per run |",
+             "| tool | recipe | source | RMSE | cliff RMSE | non-cliff RMSE | targets | seeds | CPU s per run, as the RMSE is averaged |",
              "|---|---|---|---|---|---|---|---|---|"]
     for s in sorted(summary, key=lambda s: (not s["complete"], s.get("rmse", 9), s["tool"])):
         targets = s["targets"] if s["complete"] else f"{s['targets']} (partial: {s['partial']})"
