@@ -393,6 +393,12 @@ def test_init_from_the_cli_refuses_another_architecture_before_the_folder_and_no
         "siggate train: error: --init applies to a GNN member, and --members svr,rf holds no GNN: drop "
         "--init, or add gnn to --members"], r.stderr
     assert not (tmp_path / "nognn").exists()
+    # the same key by --set: refused as the flag is (it was ignored, and recorded as the run's init)
+    r = train("nognn2", "--set", f"train.init={csv}", "--members", "svr,rf")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "siggate train: error: --set train.init applies to a GNN member, and --members svr,rf holds no GNN: drop "
+        "--set train.init, or add gnn to --members"], r.stderr
+    assert not (tmp_path / "nognn2").exists()
 
     r = train("notweights", "--epochs", "1", "--init", str(csv))
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -403,6 +409,10 @@ def test_init_from_the_cli_refuses_another_architecture_before_the_folder_and_no
     assert r.returncode == 0, r.stderr[-2000:]
     assert "init" not in json.loads((tmp_path / "scratch" / "metrics.json").read_text())
     assert "init: ''" in (tmp_path / "scratch" / "config.yaml").read_text()
+    # --init "" is from scratch too (options.init_is_none), not "not given": it fine-tuned the shipped weights
+    r = train("empty", *GNN_ALONE, "--epochs", "1", "--set", "model.layers=2", "--init", "")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "init: ''" in (tmp_path / "empty" / "config.yaml").read_text()
 
 
 def test_init_none_is_from_scratch_wherever_it_is_given_and_pretraining_clears_a_recipes_init(tmp_path):
@@ -621,6 +631,98 @@ def test_attention_keys_are_no_difference_between_models_without_attention():
     why = init_weights._architecture_refusal(Path("w.pt"), blob, {**cfg, "attn": True})
     assert why.startswith("train.init: w.pt has another architecture (model.gate: pretrained 'elementwise', this run "
                           "'none'); ")
+
+
+def test_position_keys_are_no_difference_between_models_without_a_positional_encoder():
+    """Weights pretrained with model.pe=none refused a run with pe=none and another pe_dim or
+    pe_steps: sizes of an encoder neither model has. With an encoder they still differ."""
+    cfg = load_config("csv", [*CSV, "model.pe=none", "model.pe_dim=4", "model.pe_steps=8"]).model.to_dict()
+    blob = {"model": {}, "config": {"model": {**cfg, "pe_dim": 8, "pe_steps": 16}}}
+    assert init_weights._architecture_refusal(Path("w.pt"), blob, cfg) is None
+    why = init_weights._architecture_refusal(Path("w.pt"), {"model": {}, "config": {"model": {**cfg, "pe": "rwse",
+                                                                                                "pe_dim": 8}}},
+                                             {**cfg, "pe": "rwse"})
+    assert why.startswith("train.init: w.pt has another architecture (model.pe_dim: pretrained 8, this run 4); ")
+
+
+def test_exclusions_spelled_otherwise_reuse_the_corpus_and_its_partial_build(tmp_path, monkeypatch):
+    """The corpus's key held each --exclude file as spelled: ./ex.smi, an absolute path or another
+    working folder made a resumed run refuse its own corpus, and a partial build's descriptor
+    chunks were thrown away. Files are compared by their SHA-256; a test set not read by that fact
+    alone (its reason names the data root)."""
+    from siggate.train import pretrain as pt
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ex.smi").write_text("c1ccccc1\n")
+    kw = dict(molecules=1000, seed=0, progress=False, test_sets=())
+    meta = build_corpus(_corpus_file(tmp_path), tmp_path / "c", data_root=tmp_path / "none", exclude_files=["ex.smi"],
+                        **kw)
+    for spelled in ("./ex.smi", str(tmp_path / "ex.smi")):
+        again = build_corpus(_corpus_file(tmp_path), tmp_path / "c", data_root=tmp_path / "none",
+                             exclude_files=[spelled], keep=True, **kw)
+        assert again["csv_sha256"] == meta["csv_sha256"] and again["seconds"] == meta["seconds"]
+    (tmp_path / "ex.smi").write_text("c1ccccc1\nCCO\n")  # another file under the same name: not the same corpus
+    with pytest.raises(ConfigError, match=r"built otherwise \(exclude_files"):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", data_root=tmp_path / "none", exclude_files=["ex.smi"],
+                     keep=True, **kw)
+    key = {"version": 1, "exclude_files": ["ex.smi:abc"], "test_sets": {
+        "zinc": {"skipped": f"no such file {tmp_path}/none/ZINC"}, "file:ex.smi": {"molecules": 1}}}
+    part = pt._partial_dir(tmp_path / "p", key)
+    (part / "descriptors-00000.npy").write_bytes(b"kept")
+    moved = {"version": 1, "exclude_files": [f"{tmp_path}/ex.smi:abc"], "test_sets": {
+        "zinc": {"skipped": "no such file /elsewhere/ZINC"}, f"file:{tmp_path}/ex.smi": {"molecules": 1}}}
+    assert pt._partial_dir(tmp_path / "p", moved) == part and (part / "descriptors-00000.npy").read_bytes() == b"kept"
+    pt._partial_dir(tmp_path / "p", {**moved, "seed": 1})  # other arguments: the partial build goes
+    assert not (part / "descriptors-00000.npy").exists()
+
+
+def test_a_corpus_file_read_wrongly_is_named_and_its_empty_selection_not_kept(tmp_path):
+    """A CSV named .txt is read as one SMILES per line: every row invalid, and the empty
+    selection was saved, so the same bytes renamed .csv (the fix) read it again and failed the same
+    way. The refusal says how the file was read; the selection is not kept; --smiles-col with a
+    line file is refused; a CSV of another delimiter is named as such."""
+    rows = "id,mol,x\n" + "".join(f"{i},{s},1\n" for i, s in enumerate(BASE))
+    (tmp_path / "lib.txt").write_text(rows)
+    with pytest.raises(ConfigError, match=r"only 0 usable molecules of the \d+ in .*lib.txt; a corpus needs at least "
+                                          r"10; .*lib.txt is read as one SMILES per line \(.smi/.txt\): if it is a "
+                                          "CSV, name it .csv and give --smiles-col$"):
+        build_corpus(tmp_path / "lib.txt", tmp_path / "c", molecules=50, seed=0, data_root=tmp_path / "none",
+                     progress=False, test_sets=())
+    (tmp_path / "lib.csv").write_text(rows)
+    meta = build_corpus(tmp_path / "lib.csv", tmp_path / "c", molecules=50, seed=0, data_root=tmp_path / "none",
+                        progress=False, test_sets=(), smiles_col="mol")
+    assert meta["kept"] == 50 and meta["invalid"] == 0
+    with pytest.raises(ValueError, match=r"lib.txt: --smiles-col mol names a CSV's column, and this file is read as "
+                                         r"one SMILES per line \(.smi/.txt\); name a CSV file .csv, or drop"):
+        read_smiles(tmp_path / "lib.txt", "mol")
+    (tmp_path / "semi.csv").write_text(rows.replace(",", ";"))
+    with pytest.raises(ValueError, match=r"semi.csv: its header reads as one column \('id;mol;x'\): a .csv corpus is "
+                                         "comma-separated; save it so$"):
+        read_smiles(tmp_path / "semi.csv", "mol")
+
+
+def test_a_finished_pretraining_with_damaged_records_resumes(tmp_path, caplog):
+    """A finished pretraining whose pretrained.pt was damaged failed its --resume with a traceback
+    (the model is intact: it is exported again); a damaged corpus meta.json gave 'Expecting value'
+    or an AttributeError: rebuilt where no model was trained on it, else refused naming the file."""
+    out = tmp_path / "pt"
+    small = ["model.layers=1", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4", "train.warmup_epochs=0"]
+    kw = dict(molecules=1000, epochs=1, seed=0, data_root=tmp_path / "none", overrides=small, progress=False,
+              test_sets=())
+    rec = pretrain(_corpus_file(tmp_path), out, **kw)
+    (out / "pretrained.pt").write_bytes((out / "pretrained.pt").read_bytes()[:3000])
+    again = pretrain(_corpus_file(tmp_path), out, resume=True, **kw)
+    assert again["corpus_sha256"] == rec["corpus_sha256"] and torch.load(out / "pretrained.pt", weights_only=True)
+    assert any("pretrained.pt cannot be read" in r.getMessage() and "exporting it again" in r.getMessage()
+               for r in caplog.records)
+    for damaged in ("", "[1, 2]"):
+        (out / "corpus" / "meta.json").write_text(damaged)
+        with pytest.raises(ConfigError, match=r"^pretrain --resume: .*meta.json, the record of the corpus the run was "
+                                              "trained on, cannot be read; restore it, or pretrain into a new --out$"):
+            pretrain(_corpus_file(tmp_path), out, resume=True, **kw)
+    meta = build_corpus(_corpus_file(tmp_path), out / "corpus", molecules=1000, seed=0, data_root=tmp_path / "none",
+                        progress=False, test_sets=())  # no run on it: built again
+    assert meta["kept"] == rec["corpus_molecules"]
 
 
 def test_a_run_recorded_with_a_relative_init_is_the_same_run_under_its_absolute_path(tmp_path, monkeypatch):

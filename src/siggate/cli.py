@@ -140,7 +140,9 @@ def cmd_train(args) -> int:
     if why:  # refused before a folder is claimed (training checks it too)
         raise CLIError(why)
     if "gnn" not in kinds:  # a flag that only a GNN reads is refused, not ignored (a recipe's own values stay quiet)
-        given = {"--init": bool(args.init and cfg.train.init), "--epochs": args.epochs is not None,
+        init_flag = "--init" if args.init is not None else "--set train.init"
+        given = {init_flag: bool(cfg.train.init) and (args.init is not None or "train.init" in set_keys(args)),
+                 "--epochs": args.epochs is not None,
                  "--budget": args.budget is not None, "--on-nan": args.on_nan is not None}
         for flag in (f for f, on in given.items() if on):
             raise CLIError(f"{flag} applies to a GNN member, and --members {','.join(kinds)} holds no GNN: drop "

@@ -184,7 +184,7 @@ def config_from_args(args):
         raise CLIError("--epochs and --budget both set the number of epochs; give one (--budget runs the "
                        "benchmark protocol's schedule)")
     epochs = args.epochs if args.epochs is not None else args.budget
-    if getattr(args, "init", None):  # 'none' (NO_INIT): from scratch, made "" by Config.validate
+    if getattr(args, "init", None) is not None:  # 'none' (NO_INIT) or "": from scratch, "" after Config.validate
         overrides.append(f"train.init={json.dumps(init_source(args.init))}")
     if getattr(args, "threads", None) is not None:  # the config's train.threads (csv, nci5k: 1) overrode it
         if "train.threads" in set_keys(args):

@@ -71,6 +71,9 @@ def _read_smiles(path: Path, smiles_col: str | None, fix: str) -> list[str]:
                 header = next(reader, [])
                 col = smiles_col or next((c for c in _SMILES_NAMES if c in header), None)
                 if col is None or col not in header:
+                    if len(header) == 1 and any(d in header[0] for d in ";\t|"):  # another delimiter: --smiles-col cannot help
+                        raise ValueError(f"{path}: its header reads as one column ({header[0]!r}): a {kind} corpus is "
+                                         f"{'tab' if kind == '.tsv' else 'comma'}-separated; save it so")
                     raise ValueError(f"{path}: no SMILES column{' named ' + repr(col) if col else ''} among "
                                      f"{header[:10]}; {fix}")
                 j, smiles, opened = header.index(col), [], reader.line_num + 1
@@ -83,6 +86,9 @@ def _read_smiles(path: Path, smiles_col: str | None, fix: str) -> list[str]:
                 from .csvdata import malformed_csv
 
                 raise ValueError(malformed_csv(path, exc, opened, reader.line_num)) from None
+        if smiles_col:  # (it was ignored: a CSV named .txt read as lines that are no molecules)
+            raise ValueError(f"{path}: --smiles-col {smiles_col} names a CSV's column, and this file is read as one "
+                             "SMILES per line (.smi/.txt); name a CSV file .csv, or drop --smiles-col")
         return [line.split()[0] for line in fh if line.strip()]
 
 

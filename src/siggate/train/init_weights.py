@@ -34,6 +34,8 @@ ARCH_KEYS = ("dim", "layers", "heads", "local", "attn", "attn_type", "gate", "ga
              "pe_dim", "pooling", "head_layers", "ffn_dim")
 #: the architecture keys of the attention branch alone (a model with ``attn: false`` has no tensor they shape)
 ATTENTION_KEYS = ("heads", "attn_type", "gate", "gate_position")
+#: the architecture keys of the positional encoder alone (a model with ``pe: none`` has none)
+POSITION_KEYS = ("pe_steps", "pe_dim")
 
 
 def resolve_init(source: str) -> Path:
@@ -93,6 +95,8 @@ def _architecture_refusal(path: Path, blob: dict, model_cfg: dict) -> str | None
     saved_cfg = (blob.get("config") or {}).get("model") or {}
     # without an attention branch on either side, the attention's own keys shape nothing
     unused = ATTENTION_KEYS if saved_cfg.get("attn") is False and model_cfg.get("attn") is False else ()
+    if saved_cfg.get("pe") == "none" and model_cfg.get("pe") == "none":  # no encoder: its sizes shape nothing
+        unused += POSITION_KEYS
     diffs = [f"model.{k}: pretrained {saved_cfg[k]!r}, this run {model_cfg.get(k)!r}"
              for k in ARCH_KEYS if k in saved_cfg and k not in unused and saved_cfg[k] != model_cfg.get(k)]
     value = pretrained_pool_norm(blob)

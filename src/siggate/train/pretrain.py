@@ -110,6 +110,20 @@ def _select(smiles: list[str], molecules: int, seed: int, excluded: set, progres
     return kept, counts
 
 
+def _comparable(key: dict) -> dict:
+    """A corpus build's key as two are compared: an exclusion by its file's SHA-256, not by the
+    path as spelled (``ex.smi``, ``./ex.smi``, another working folder); a benchmark test set not
+    read by that fact, not by its reason (which names the data root's path). The files' own
+    entries among the test sets are their SHA-256s' (``exclude_files``)."""
+    out = dict(key)
+    if isinstance(out.get("exclude_files"), list):
+        out["exclude_files"] = sorted(str(e).rsplit(":", 1)[-1] for e in out["exclude_files"])
+    if isinstance(out.get("test_sets"), dict):
+        out["test_sets"] = {k: "skipped" if isinstance(v, dict) and "skipped" in v else v
+                            for k, v in out["test_sets"].items() if not str(k).startswith("file:")}
+    return out
+
+
 def _partial_dir(out: Path, key: dict) -> Path:
     """``out/partial`` for a corpus build of ``key`` (its arguments and the test sets read), created;
     a partial build of another key (or an unreadable one) is removed first."""
@@ -118,7 +132,8 @@ def _partial_dir(out: Path, key: dict) -> Path:
     part = out / PARTIAL
     if part.exists():
         try:
-            same = json.loads((part / "key.json").read_text()) == key
+            saved = json.loads((part / "key.json").read_text())
+            same = isinstance(saved, dict) and _comparable(saved) == _comparable(key)
         except (OSError, ValueError):
             same = False
         if not same:
@@ -138,7 +153,8 @@ def _selection_saved(out: Path, want: dict) -> bool:
         key = json.loads((part / "key.json").read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(key, dict) and {k: key.get(k) for k in want} == want and (part / "selection.json.gz").is_file()
+    return (isinstance(key, dict) and _comparable({k: key.get(k) for k in want}) == _comparable(want)
+            and (part / "selection.json.gz").is_file())
 
 
 def _saved_selection(part: Path, select) -> tuple[list[str], dict, int]:
@@ -271,8 +287,19 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
             "exclude_files": sorted(f"{f}:{file_digest(f)}" for f in exclude_files),
             "smiles_col": smiles_col}  # (None, the default, as a corpus recorded before the key has it)
     meta_path, csv_path = out / "meta.json", out / "corpus.csv"
+    meta = None
     if meta_path.is_file() and csv_path.is_file():
-        meta = json.loads(meta_path.read_text())
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            meta = None
+        if not isinstance(meta, dict):  # damaged: no corpus to reuse; one a model was trained on is not rebuilt
+            if keep:
+                raise ConfigError(f"pretrain --resume: {meta_path}, the record of the corpus the run was trained on, "
+                                  "cannot be read; restore it, or pretrain into a new --out")
+            log.warning("pretrain: %s cannot be read; building the corpus again", meta_path)
+            meta = None
+    if meta is not None:
         from ..data.base import default_data_root
         from ..data.corpus import benchmark_test_smiles
 
@@ -282,11 +309,12 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         now = sorted(benchmark_test_smiles(data_root or default_data_root(), considered)[0])
         built = sorted(k for k, v in meta.get("test_sets", {}).items() if "skipped" not in v and not k.startswith("file:"))
         same_csv = meta.get("csv_sha256") == file_digest(csv_path)
-        if {k: meta.get(k) for k in want} == want and same_csv and now == built:
+        then, asked = _comparable({k: meta.get(k) for k in want}), _comparable(want)
+        if then == asked and same_csv and now == built:
             log.info("pretrain: reusing the corpus in %s (%d molecules)", out, meta["kept"])
             return meta
         if keep:
-            changed = [k for k in want if meta.get(k) != want[k]]
+            changed = [k for k in want if then[k] != asked[k]]
             differ = [f"{k} {meta.get(k)!r} then, {want[k]!r} now" for k in changed]
             fixes = ["resume with the run's own --smiles, --smiles-col, --molecules, --seed and --exclude (and their files as "
                      "they were)"] if changed else []
@@ -314,9 +342,16 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
 
     kept, counts, n_source = _saved_selection(part, select)
     del smiles, select  # the source's SMILES (1.6 million for moses) are done with
-    if len(kept) < MIN_MOLECULES:
+    if len(kept) < MIN_MOLECULES:  # not kept: the file mended (a CSV named .csv) is read again, not this selection
+        (part / "selection.json.gz").unlink(missing_ok=True)
+        from ..data.compressed import inner_suffix
+
+        hint = ""
+        if counts.get("invalid") == n_source and inner_suffix(source) not in (".csv", ".tsv"):
+            hint = (f"; {source} is read as one SMILES per line (.smi/.txt): if it is a CSV, name it .csv and give "
+                    "--smiles-col")
         raise ConfigError(f"pretrain: only {len(kept)} usable molecules of the {n_source} in {source}; a corpus "
-                          f"needs at least {MIN_MOLECULES}")
+                          f"needs at least {MIN_MOLECULES}{hint}")
     n = len(kept)
     n_val, n_test = (max(1, round(f * n)) for f in SPLIT_FRAC[1:])
     split = np.full(n, "train", dtype=object)
@@ -420,5 +455,9 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
     train(cfg, model_dir, resume=resume and last.exists(), progress=progress,
           dist=DistContext(device=torch.device(device)))
     if dest.is_file() and before is not None and file_digest(last) == before:  # no epoch trained: a finished
-        return safe_torch_load(dest)["pretraining"]                           # run resumed is left as it is
+        try:                                                                  # run resumed is left as it is
+            return safe_torch_load(dest)["pretraining"]
+        except Exception as exc:  # noqa: BLE001 (damaged or not ours: made again from the run's best.pt, below)
+            log.warning("pretrain: %s cannot be read (%s: %s); exporting it again from %s", dest,
+                        type(exc).__name__, exc, model_dir / "best.pt")
     return export_pretrained(model_dir, dest, corpus, {"wall_seconds_this_call": round(time.time() - t0)})
