@@ -473,6 +473,21 @@ def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, c
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == earlier
     rc, _, err = run_cli(["predict", "--checkpoint", str(out), "CCO"], capsys)
     assert rc == 0, err
+    # a refit killed outright (no except clause ran): its partial run and the earlier fit set aside; the next fit
+    # puts the earlier one back first, so that one failing too leaves it (set_aside dropped it before)
+    from siggate.train.rundir import ASIDE, set_aside
+
+    set_aside(out)
+    (out / "estimator.json").write_text('{"estimator": "fitting"}\n')
+    (out / "members.yaml").write_text("{}\n")
+    ensemble.train_members = fail_midway
+    try:
+        with pytest.raises(RuntimeError, match="stopped by the test"):
+            siggate.SigGateRegressor(**FP, out_dir=out, seed=2).fit(smiles[:30], y[:30])
+    finally:
+        ensemble.train_members = real
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == earlier
+    assert not (out / ASIDE).exists()
     with FolderLock(tmp_path / "busy"):
         with pytest.raises(ValueError, match="busy: .*two runs must not write into one folder"):
             siggate.SigGateRegressor(**FP, out_dir=tmp_path / "busy").fit(smiles[:30], y[:30])

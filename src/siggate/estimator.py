@@ -169,6 +169,9 @@ def _claimed(out: Path | None):
 
     lock = claim_folder(out, ValueError, "out_dir", "two runs must not write into one folder", "the fit")
     try:
+        if (out / ASIDE).is_dir() and _fitting(out / ESTIMATOR_RECORD):  # a refit killed outright (kill -9):
+            clear_run(out)  # its partial run gives way to the earlier fit's, kept aside, before anything else
+            restore_aside(out)
         ours = (out / ESTIMATOR_RECORD).is_file()
         found = run_files(out)
         if found and not ours:  # (a run's marker files: siggate train's, or a user's own of those names)
@@ -202,6 +205,14 @@ def _claimed(out: Path | None):
         drop_aside(out)  # the refit is done: the earlier fit's run goes
     finally:
         lock.release()
+
+
+def _fitting(record: Path) -> bool:
+    """Whether ``record`` (:data:`ESTIMATOR_RECORD`) marks a fit that began and never finished."""
+    try:
+        return json.loads(record.read_text()).get("estimator") == "fitting"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 class _SigGateEstimator(BaseEstimator):

@@ -65,27 +65,19 @@ def _read_smiles(path: Path, smiles_col: str | None, fix: str) -> list[str]:
     with _open_text(path) as fh:
         kind = inner_suffix(path) or inner_suffix(Path(str(getattr(fh.buffer, "name", ""))))  # lib.zip: its file's
         if kind in (".csv", ".tsv"):
-            reader = csv.reader(fh, delimiter="\t" if kind == ".tsv" else ",", strict=True)
-            opened = 1  # the line the record being read began on
-            try:
-                header = next(reader, [])
-                col = smiles_col or next((c for c in _SMILES_NAMES if c in header), None)
-                if col is None or col not in header:
-                    if len(header) == 1 and any(d in header[0] for d in ";\t|"):  # another delimiter: --smiles-col cannot help
-                        raise ValueError(f"{path}: its header reads as one column ({header[0]!r}): a {kind} corpus is "
-                                         f"{'tab' if kind == '.tsv' else 'comma'}-separated; save it so")
-                    raise ValueError(f"{path}: no SMILES column{' named ' + repr(col) if col else ''} among "
-                                     f"{header[:10]}; {fix}")
-                j, smiles, opened = header.index(col), [], reader.line_num + 1
-                for row in reader:
-                    if len(row) > j and row[j].strip():
-                        smiles.append(row[j].strip())
-                    opened = reader.line_num + 1
-                return smiles
-            except csv.Error as exc:  # (a quote never closed read every later line into one field)
-                from .csvdata import malformed_csv
+            from .csvdata import csv_records
 
-                raise ValueError(malformed_csv(path, exc, opened, reader.line_num)) from None
+            records = csv_records(fh, "\t" if kind == ".tsv" else ",", path)  # (a quote never closed: refused)
+            header = next(records, (1, []))[1]
+            col = smiles_col or next((c for c in _SMILES_NAMES if c in header), None)
+            if col is None or col not in header:
+                if len(header) == 1 and any(d in header[0] for d in ";\t|"):  # another delimiter: --smiles-col cannot help
+                    raise ValueError(f"{path}: its header reads as one column ({header[0]!r}): a {kind} corpus is "
+                                     f"{'tab' if kind == '.tsv' else 'comma'}-separated; save it so")
+                raise ValueError(f"{path}: no SMILES column{' named ' + repr(col) if col else ''} among "
+                                 f"{header[:10]}; {fix}")
+            j = header.index(col)
+            return [row[j].strip() for _, row in records if len(row) > j and row[j].strip()]
         if smiles_col:  # (it was ignored: a CSV named .txt read as lines that are no molecules)
             raise ValueError(f"{path}: --smiles-col {smiles_col} names a CSV's column, and this file is read as one "
                              "SMILES per line (.smi/.txt); name a CSV file .csv, or drop --smiles-col")

@@ -52,7 +52,7 @@ import re
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -191,27 +191,18 @@ def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[
     """
     path = Path(path)
     text = _decode(path, _file_bytes(path))
-    if csv.field_size_limit() < 2**31 - 1:
-        csv.field_size_limit(2**31 - 1)  # a long SMILES is a row to judge, not a reader error
-    # strict: a quote opened and never closed is an error, not the rest of the file read into one field
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=True)
     header, records = None, Records()
     shared: dict[str, str] | None = None  # (_SHARED_COLUMNS: a wide file's repeated fields, one object each)
-    try:
-        read = 0  # the lines read before the record: it starts on the next one
-        for rec in reader:
-            start, read = read + 1, reader.line_num
-            if not rec:
-                continue
-            if shared is not None:
-                rec = [shared.setdefault(f, f) if len(f) <= _SHARED_FIELD else f for f in rec]
-            if header is None:
-                header, shared = rec, ({} if len(rec) >= _SHARED_COLUMNS else None)  # the header says it is wide
-                continue
-            records.append(rec)
-            records.lines.append(start)
-    except csv.Error as exc:
-        raise DataError(malformed_csv(path, exc, read + 1, reader.line_num)) from None
+    for start, rec in csv_records(io.StringIO(text, newline=""), sep, path, error=DataError):
+        if not rec:
+            continue
+        if shared is not None:
+            rec = [shared.setdefault(f, f) if len(f) <= _SHARED_FIELD else f for f in rec]
+        if header is None:
+            header, shared = rec, ({} if len(rec) >= _SHARED_COLUMNS else None)  # the header says it is wide
+            continue
+        records.append(rec)
+        records.lines.append(start)
     if header is None:
         raise DataError(f"{path}: the file is empty (no header row); give a CSV whose first line names the "
                         "columns, e.g. smiles,y")
@@ -247,15 +238,37 @@ def check_unique_columns(path: Path, columns: list[str], wanted: list[str]) -> N
                             f"{', '.join(map(str, where))}); rename the copies so that each name is unique")
 
 
-def malformed_csv(path, exc: csv.Error, opened: int, line: int) -> str:
-    """A reader's error of strict CSV (``csv.reader(..., strict=True)``) in the file's words:
-    ``opened``, the line its record began on; ``line``, the line the reader stopped on. A quote
-    opened and never closed is named where it opened (a lenient reader made every line after it
-    one field of that row, silently)."""
-    if "unexpected end of data" in str(exc):
-        return (f"{path}, line {opened}: a quoted field opened on this line is never closed (the file ends inside "
-                "it); close the quote, or remove it")
-    return f"{path}, line {line}: malformed CSV ({exc}); check the quoting of that line"
+def csv_records(lines: Iterable[str], delimiter: str, path, consumed: int = 0,
+                error: type[Exception] = ValueError) -> Iterator[tuple[int, list[str]]]:
+    """``(first line, fields)`` of each record of the CSV text ``lines`` (what ``csv.reader``
+    takes; ``consumed``: the file's lines before them), the one CSV reader of siggate's tables,
+    inputs and corpora. A quote opened and never closed is ``error``, named at the line it opened
+    on: a lenient reader made every line after it one field of that row, silently. Every other
+    flaw of quoting (text after a closing quote: ``"ethanol" ,1.5``) reads as the lenient reader
+    reads it, whose fields the callers strip."""
+    if csv.field_size_limit() < 2**31 - 1:
+        csv.field_size_limit(2**31 - 1)  # a long SMILES is a row to judge, not a reader error
+    held: list[str] = []  # the lines of the record being read, for its lenient reading
+
+    def source() -> Iterator[str]:
+        for line in lines:
+            held.append(line)
+            yield line
+
+    reader = csv.reader(source(), delimiter=delimiter, strict=True)
+    while True:
+        start = reader.line_num + 1 + consumed
+        held.clear()
+        try:
+            rec = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            if "unexpected end of data" in str(exc):
+                raise error(f"{path}, line {start}: a quoted field opened on this line is never closed (the file "
+                            "ends inside it); close the quote, or remove it") from None
+            rec = next(csv.reader(held, delimiter=delimiter), [])  # (the reader goes on at the next line)
+        yield start, rec
 
 
 def extra_fields_reason(line: int, got: int, width: int) -> str:

@@ -752,31 +752,24 @@ def _sniff_csv(first: str, smiles_cols: tuple[str, str | None], suffix: str) -> 
     return {".csv": ",", ".tsv": "\t"}.get(suffix)
 
 
-def _raise_field_limit() -> None:
-    limit = 2**31 - 1
-    if csv.field_size_limit() < limit:
-        csv.field_size_limit(limit)
-
-
 def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int,
               consumed: int = 1) -> Iterator[list[list[str]]]:
     """Records of ``width`` fields (short rows padded with ``""``), the SMILES field ``col``
     stripped; a record with more fields carries an ``error``. ``consumed``: the lines read
     before ``fh``'s position (the header), so that messages name the file's line numbers."""
-    _raise_field_limit()
     try:
-        from ..data.csvdata import extra_fields_reason, malformed_csv
+        from ..data.csvdata import csv_records, extra_fields_reason
 
-        reader = csv.reader(fh, delimiter=delim, strict=True)  # (an unclosed quote read every later line as one field)
+        records = csv_records(fh, delim, path, consumed, InputError)
         buf: list[str] = []
+        start = consumed  # the line the last record read began on
         while True:
-            opened = reader.line_num + 1 + consumed  # the line the next record begins on
             try:
-                rec = next(reader)
+                start, rec = next(records)
             except StopIteration:
                 break
-            except csv.Error as exc:
-                raise InputError(malformed_csv(path, exc, opened, reader.line_num + consumed)) from None
+            except csv.Error as exc:  # (csv_records reads leniently what is not a quote never closed)
+                raise InputError(f"{path}, after line {start}: malformed CSV ({exc})") from None
             except DAMAGED as exc:
                 raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
             if not rec:  # a blank line is not a record
@@ -785,7 +778,7 @@ def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int,
             rec = _Record((rec + [""] * width)[:width])
             rec[col] = rec[col].strip()
             if extra > 0:  # its fields cannot be matched to the columns: the row fails, the others go on
-                rec.error = extra_fields_reason(reader.line_num + consumed, width + extra, width)
+                rec.error = extra_fields_reason(start, width + extra, width)
             buf.append(rec)
             if len(buf) >= chunk:
                 yield buf
