@@ -452,24 +452,22 @@ def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, c
         (out / "members.yaml").write_text("{}\n")
         raise RuntimeError("stopped by the test")
 
-    real = ensemble.train_members
-    ensemble.train_members = fail_midway
-    try:
-        with pytest.raises(RuntimeError, match="stopped by the test"):
-            siggate.SigGateRegressor(**FP, out_dir=tmp_path / "failed").fit(smiles[:30], y[:30])
-    finally:
-        ensemble.train_members = real
+    def fit_failing(folder, **params):  # a fit whose training stops midway
+        real = ensemble.train_members
+        ensemble.train_members = fail_midway
+        try:
+            with pytest.raises(RuntimeError, match="stopped by the test"):
+                siggate.SigGateRegressor(**FP, out_dir=folder, **params).fit(smiles[:30], y[:30])
+        finally:
+            ensemble.train_members = real
+
+    fit_failing(tmp_path / "failed")
     siggate.SigGateRegressor(**FP, out_dir=tmp_path / "failed").fit(smiles[:30], y[:30])
     assert json.loads((tmp_path / "failed" / "estimator.json").read_text())["estimator"] == "SigGateRegressor"
     # a refit that fails (or is interrupted) once training has started puts the earlier fit's run back:
     # it cleared that run first, which left a folder that siggate predict could not read
     earlier = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    ensemble.train_members = fail_midway
-    try:
-        with pytest.raises(RuntimeError, match="stopped by the test"):
-            siggate.SigGateRegressor(**FP, out_dir=out, seed=2).fit(smiles[:30], y[:30])
-    finally:
-        ensemble.train_members = real
+    fit_failing(out, seed=2)
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == earlier
     rc, _, err = run_cli(["predict", "--checkpoint", str(out), "CCO"], capsys)
     assert rc == 0, err
@@ -480,12 +478,7 @@ def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, c
     set_aside(out)
     (out / "estimator.json").write_text('{"estimator": "fitting"}\n')
     (out / "members.yaml").write_text("{}\n")
-    ensemble.train_members = fail_midway
-    try:
-        with pytest.raises(RuntimeError, match="stopped by the test"):
-            siggate.SigGateRegressor(**FP, out_dir=out, seed=2).fit(smiles[:30], y[:30])
-    finally:
-        ensemble.train_members = real
+    fit_failing(out, seed=2)
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == earlier
     assert not (out / ASIDE).exists()
     with FolderLock(tmp_path / "busy"):
