@@ -465,7 +465,13 @@ def test_residuals_of_a_target_without_spread_say_so_instead_of_0_percent_within
     fig = residual_figure(y, p, spread, ["a", "b"])
     titles = [ax.get_title() for ax in fig.axes]
     assert titles[0] == "test a: 75% within 1 sigma, 100% within 2"  # |err| 0.1, 0.2, 0.3, 0 against 0.2, 0.1, 0.4, 0.05
-    assert titles[1] == "test b: spread 0 for every molecule (one member holds all the weight): no sigma to compare"
+    assert titles[1] == "test b: spread 0 for every molecule\n(one member holds all the weight): no sigma to compare"
+    fig.canvas.draw()  # every title within its figure: one line of it overran the panel and its neighbour
+    box = fig.bbox
+    extents = [ax.title.get_window_extent() for ax in fig.axes]
+    for ax, title in zip(fig.axes, extents):
+        assert box.x0 <= title.x0 and title.x1 <= box.x1, (ax.get_title(), title, box)
+    assert extents[0].x1 < extents[1].x0  # side by side, not over each other
     assert len(fig.axes[0].lines) == 2 and not fig.axes[1].lines  # the sigma lines only where there is a sigma
 
 

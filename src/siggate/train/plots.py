@@ -170,8 +170,8 @@ def residual_figure(labels, preds, spread, names: Sequence[str], title: str = "t
         ax.scatter(s[ok, t], err, s=14, alpha=0.7, color="tab:purple", label="molecule")
         top = float(s[ok, t].max()) if ok.any() else None
         if top == 0:  # no spread to judge: not "0% within 1 sigma", which reads as miscalibration
-            ax.set_title(f"{title} {names[t]}: spread 0 for every molecule (one member holds all the "
-                         "weight): no sigma to compare", fontsize=9)
+            ax.set_title(f"{title} {names[t]}: spread 0 for every molecule\n(one member holds all the "
+                         "weight): no sigma to compare", fontsize=9)  # two lines: one overran the panel
         elif ok.any():
             for k, ls in ((1, "--"), (2, ":")):
                 ax.plot([0, top], [0, k * top], color="k", lw=0.8, ls=ls, label=f"|error| = {k} sigma")
