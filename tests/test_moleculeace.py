@@ -239,6 +239,53 @@ def test_gate_study_pairs_by_target_wilcoxon_and_holm():
         np.mean(base[mace.PUBLIC[3]][:2]))
 
 
+def test_a_gate_study_holds_only_in_the_direction_its_signed_ranks_reject():
+    """Lower by 1.0 on 2 targets and higher by about 0.01 on the other 18: the mean difference is
+    negative, but the Wilcoxon test rejects because the arm is higher on most targets. That was
+    called "holds"; neither side is shown when the mean and the ranks disagree."""
+    from siggate.analysis.claims import HOLDS, NOT_SUPPORTED, study_rows
+
+    base = {t: [0.7 + 0.01 * i] * 3 for i, t in enumerate(mace.PUBLIC)}
+    arm = {t: [v - 1.0 if i < 2 else v + 0.01 + 1e-4 * i for v in base[t]] for i, t in enumerate(mace.PUBLIC)}
+    g = mace.gate_study(_rows("siggate", "gate-none", base) + _rows("siggate", "gate-elementwise", arm),
+                        "gate-none", ["gate-elementwise"])
+    (c,) = g["tests"]
+    d = np.array([np.mean(arm[t]) - np.mean(base[t]) for t in mace.PUBLIC])
+    assert c["diff_mean"] < 0 and c["p_holm_wilcoxon"] < 0.05 and st.wilcoxon(d).pvalue < 0.05
+    # W+ - W-: the one-sided test "higher" rejects, "lower" does not (scipy as the reference)
+    assert c["wilcoxon_sign"] == 1 and st.wilcoxon(d, alternative="greater").pvalue < 0.05 < st.wilcoxon(
+        d, alternative="less").pvalue
+    (row,) = study_rows(Path("mace.json"), {"gate_study": g})
+    assert row["verdict"] == NOT_SUPPORTED  # neither "holds" nor "contradicted"
+    # the mirror: higher by 1.0 on 2, lower on 18 -- the mean says worse, the ranks better: no contradiction
+    mirror = {t: [v + 1.0 if i < 2 else v - 0.01 - 1e-4 * i for v in base[t]] for i, t in enumerate(mace.PUBLIC)}
+    g = mace.gate_study(_rows("siggate", "gate-none", base) + _rows("siggate", "gate-elementwise", mirror),
+                        "gate-none", ["gate-elementwise"])
+    assert g["tests"][0]["wilcoxon_sign"] == -1 and g["tests"][0]["diff_mean"] > 0
+    (row,) = study_rows(Path("mace.json"), {"gate_study": g})
+    assert row["verdict"] == NOT_SUPPORTED
+    # both agreeing still holds
+    lower = {t: [v - 0.02 - 1e-4 * i for v in base[t]] for i, t in enumerate(mace.PUBLIC)}
+    g = mace.gate_study(_rows("siggate", "gate-none", base) + _rows("siggate", "gate-elementwise", lower),
+                        "gate-none", ["gate-elementwise"])
+    (row,) = study_rows(Path("mace.json"), {"gate_study": g})
+    assert row["verdict"] == HOLDS
+
+
+def test_a_gate_study_tests_its_planned_seeds_alone():
+    """Seed 3 rows beside seeds 0-2 are outside the planned study: its test is the same with or
+    without them (they once entered every target's mean)."""
+    rng = np.random.default_rng(1)
+    base = {t: list(0.7 + rng.normal(0, 0.05, 4)) for t in mace.PUBLIC}
+    arm = {t: [v - 0.01 + rng.normal(0, 0.01) for v in vs[:3]] + [vs[3] + 0.5] for t, vs in base.items()}
+    rows = _rows("siggate", "gate-none", base) + _rows("siggate", "gate-elementwise", arm)
+    (c,) = mace.gate_study(rows, "gate-none", ["gate-elementwise"])["tests"]
+    (planned,) = mace.gate_study([r for r in rows if r["seed"] < 3], "gate-none", ["gate-elementwise"])["tests"]
+    assert c["run_seeds"] == [0, 1, 2] and c["seed_pairs"] == 60 and c["complete"]
+    assert c["diff_mean"] == pytest.approx(planned["diff_mean"]) and c["p_wilcoxon"] == planned["p_wilcoxon"]
+    assert c["diff_mean"] < 0  # with seed 3 it would be about +0.12
+
+
 def test_report_keeps_each_study_once_its_base_and_every_arm_have_rows(tmp_path):
     """The fine-tuned studies of issue 28 item 3 (gate against no gate after pretraining; each
     pretrained transformer against the pretrained GINE, Holm over the two) beside the from-scratch

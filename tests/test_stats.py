@@ -281,3 +281,13 @@ def test_one_run_is_shown_without_a_spread():
 
     assert _spread(0.0, 1) == " (1 run, no spread)"
     assert _spread(0.0123, 3) == " ± 0.0123"
+
+
+def test_rank_sign_is_the_side_of_the_signed_rank_sums():
+    """W+ - W- by hand: zeros dropped, tied |differences| share their average rank."""
+    from siggate.stats import rank_sign
+
+    assert rank_sign([0.0, 1.0, -2.0, -3.0]) == -1  # ranks 1, 2, 3: W+ = 1, W- = 5
+    assert rank_sign([1.0, 1.0, -2.0]) == 0  # ranks 1.5, 1.5, 3: W+ = 3 = W-
+    assert rank_sign([-0.1] * 18 + [5.0, 6.0]) == -1  # the mean is positive, the ranks lean lower
+    assert rank_sign([0.0, 0.0]) == 0 and rank_sign([]) == 0

@@ -109,12 +109,26 @@ def _paired_tests(va: np.ndarray, vb: np.ndarray, res: Dict[str, object], notes:
             notes.append("fewer than 2 non-zero differences: Wilcoxon test undefined (nan)")
         else:
             res["p_wilcoxon"] = _f(_st.wilcoxon(diff).pvalue)
+            res["wilcoxon_sign"] = rank_sign(diff)
 
         # Welch's unequal-variance t-test.
         if _all_one(va, np.abs(va)) and _all_one(vb, np.abs(vb)):
             notes.append("both samples have zero variance: Welch t-test undefined (nan)")
         else:
             res["p_welch"] = _f(_st.ttest_ind(vb, va, equal_var=False).pvalue)
+
+
+def rank_sign(diff) -> int:
+    """The side the Wilcoxon signed-rank test leans to: the sign of ``W+ - W-``, the sums of the
+    ranks of ``|diff|`` (average ranks for ties, zeros dropped) over the positive and the negative
+    differences. A two-sided rejection supports this direction; the mean difference can point the
+    other way (a few large differences against many small ones), and then neither side is shown."""
+    d = np.asarray(diff, dtype=np.float64)
+    d = d[d != 0]
+    if d.size == 0:
+        return 0
+    ranks = _st.rankdata(np.abs(d))
+    return int(np.sign(ranks[d > 0].sum() - ranks[d < 0].sum()))
 
 
 # About 85 lines, 40 of them the docstring that defines every returned key.
@@ -143,6 +157,9 @@ def compare_paired(
         * ``p_wilcoxon``: two-sided ``scipy.stats.wilcoxon(b - a)`` p-value
           (default ``zero_method="wilcox"``: zero differences are dropped);
           ``nan`` with a note when fewer than 2 non-zero differences.
+        * ``wilcoxon_sign``: :func:`rank_sign` of ``b - a`` (-1, 0 or 1), the
+          direction a Wilcoxon rejection supports; absent where the test is
+          undefined.
         * ``p_welch``: two-sided ``scipy.stats.ttest_ind(b, a, equal_var=False)``
           p-value on the same common-seed samples.
         * ``better``: ``"b"``, ``"a"`` or ``"tie"`` - which variant has the

@@ -199,10 +199,22 @@ def _significant(c: dict, p_key: str = "p_holm") -> bool:
     return p is not None and math.isfinite(p) and p < ALPHA
 
 
+def _rejects(c: dict, p_key: str, side: int) -> bool:
+    """The recorded (Wilcoxon) test rejects at :data:`ALPHA` over at least two pairs, toward
+    ``side`` (-1: lower, 1: higher) by both the mean difference and the signed ranks
+    (``wilcoxon_sign``, :func:`siggate.stats.rank_sign`; a record without it, the mean alone).
+    Where the two disagree (a few large differences against many small ones), neither side is
+    shown."""
+    if not (_significant(c, p_key) and c.get("n_pairs", 0) >= 2):
+        return False
+    return c["diff_mean"] * side > 0 and c.get("wilcoxon_sign", side) == side
+
+
 def rejects_lower(c: dict, p_key: str = "p_holm_wilcoxon") -> bool:
     """The gate studies' "holds" (lower is better in both): the recorded test rejects at
-    :data:`ALPHA` over at least two pairs and the mean difference (gate - none) is negative."""
-    return _significant(c, p_key) and c.get("n_pairs", 0) >= 2 and c["diff_mean"] < 0
+    :data:`ALPHA` over at least two pairs, and the difference (gate - none) is negative by its
+    mean and by the test's signed ranks (:func:`_rejects`)."""
+    return _rejects(c, p_key, -1)
 
 
 def largest_gain(c: dict, a: str, b: str, hib: bool) -> tuple[float, float]:
@@ -404,8 +416,7 @@ def _study_verdict(c: dict, p_key: str, full: bool) -> str:
     difference zero), decide nothing, whatever the budget."""
     p = c.get(p_key)
     decided = c.get("n_pairs", 0) >= 2 and p is not None and math.isfinite(p)
-    loss = decided and p < ALPHA and c["diff_mean"] > 0
-    return _test_verdict(rejects_lower(c, p_key), loss, full and decided, interim=not full)
+    return _test_verdict(rejects_lower(c, p_key), _rejects(c, p_key, 1), full and decided, interim=not full)
 
 
 def _study_difference(c: dict, what: str, over: str, p_key: str = "p_holm_wilcoxon") -> str:
