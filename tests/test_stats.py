@@ -291,3 +291,38 @@ def test_rank_sign_is_the_side_of_the_signed_rank_sums():
     assert rank_sign([1.0, 1.0, -2.0]) == 0  # ranks 1.5, 1.5, 3: W+ = 3 = W-
     assert rank_sign([-0.1] * 18 + [5.0, 6.0]) == -1  # the mean is positive, the ranks lean lower
     assert rank_sign([0.0, 0.0]) == 0 and rank_sign([]) == 0
+
+
+def test_p_text_never_rounds_a_p_value_across_alpha():
+    from siggate.stats import p_text
+
+    assert p_text(0.049961) == "0.04996" and float(p_text(0.049961)) < 0.05  # %.3g gave "0.05"
+    assert p_text(0.049961, 2) == "0.04996"
+    assert p_text(0.0123456) == "0.0123" and p_text(0.0512) == "0.0512" and p_text(0.05) == "0.05"
+    assert p_text(None) == "n/a" and p_text(float("nan"), missing="none") == "none"
+
+
+def test_compare_s_verdict_names_the_seeds_and_means_it_compares(tmp_path):
+    """One arm's seed 4 failed: the table averages each arm's own runs (0.90 against 0.95, the
+    baseline ahead), the test the four seeds both scored (1.00 against 0.95, the arm ahead). The
+    verdict said "`elementwise` has the better mean" beside a table where it has the worse."""
+    from siggate.train.compare import GateSpec, aggregate, render_markdown
+    from siggate.train.study import StudyRun
+
+    specs = [GateSpec.parse("none"), GateSpec.parse("elementwise")]
+    scores = {"none": {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0, 4: 0.5}, "elementwise": {0: 0.95, 1: 0.96, 2: 0.94, 3: 0.95}}
+    runs = []
+    for spec in specs:
+        for seed in range(5):
+            run = StudyRun((spec.label, seed), tmp_path, {}, None, tag=(spec, seed))
+            if seed in scores[spec.label]:
+                run.state, run.metrics = "done", {"metric": "mae", "dataset": "zinc", "test": scores[spec.label][seed],
+                                                  "val": 0.0, "history": []}
+            else:
+                run.state, run.error = "failed", "exit status 1"
+            runs.append(run)
+    res = aggregate(runs, specs, list(range(5)))
+    res.update(command="siggate compare ...", epochs=1, threads=1)
+    (verdict,) = [line for line in render_markdown(res).splitlines() if line.startswith("- Verdict")]
+    assert verdict.startswith("- Verdict (lower is better): on the 4 seed(s) both scored (0.9500 against 1.0000), "
+                              "`elementwise` has the better mean; the difference is significant")

@@ -41,7 +41,7 @@ import yaml
 from siggate.analysis.claims import ALPHA, PRETRAIN_GATE, rejects_lower
 from siggate.analysis.common import meta, write_json
 from siggate.files import file_digest
-from siggate.stats import compared_pairs
+from siggate.stats import compared_pairs, p_text
 from siggate.train.plots import save_figure
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
               f"/{run['epochs']}, val MAE {run['val_mae']:.4f}, {run['train_seconds']:.0f} s")
     for c in comparisons:
         print(f"{c['b']} - {c['a']}: {c['diff_mean']:+.4f} (95% CI {c['ci95'][0]:+.4f} to {c['ci95'][1]:+.4f}), "
-              f"Wilcoxon p {c['p_wilcoxon']:.3g} over {c['n_pairs']} descriptors: {c['verdict']}")
+              f"Wilcoxon p {p_text(c['p_wilcoxon'])} over {c['n_pairs']} descriptors: {c['verdict']}")
     print(f"wrote {args.out / 'results.json'} and {args.out / 'val_curves.png'}")
     return 0
 

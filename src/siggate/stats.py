@@ -17,7 +17,7 @@ import numpy as np
 from scipy import stats as _st
 
 __all__ = ["mean_std", "compare_paired", "summarize", "paired_effect", "holm", "wilcoxon_min_p",
-           "all_pairs", "compared_pairs", "BOOTSTRAP_RESAMPLES"]
+           "all_pairs", "compared_pairs", "p_text", "rank_sign", "BOOTSTRAP_RESAMPLES"]
 
 #: resamples of the paired bootstrap (percentile interval, fixed seed: the interval is reproducible)
 BOOTSTRAP_RESAMPLES = 10_000
@@ -29,6 +29,20 @@ def _values(values: Union[Mapping[Hashable, Number], Iterable[Number]]) -> np.nd
     if isinstance(values, Mapping):
         values = list(values.values())
     return np.asarray(list(values), dtype=np.float64).reshape(-1)
+
+
+def p_text(p, digits: int = 3, missing: str = "n/a", alpha: float = 0.05) -> str:
+    """A p-value in ``digits`` significant digits, with more where fewer would round it across
+    ``alpha``: 0.049961 reads "0.04996", not "0.05" beside a verdict that it is below 0.05.
+    ``missing`` for ``None`` and non-finite values."""
+    if p is None or not math.isfinite(float(p)):
+        return missing
+    p = float(p)
+    text = f"{p:.{digits}g}"
+    while p < alpha <= float(text) and digits < 12:
+        digits += 1
+        text = f"{p:.{digits}g}"
+    return text
 
 
 def mean_std(values: Union[Mapping[Hashable, Number], Iterable[Number]]) -> Tuple[float, float]:

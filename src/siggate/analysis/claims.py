@@ -44,7 +44,7 @@ from pathlib import Path
 
 from ..config_args import CLIError, check_out_folder
 from ..files import read_json
-from ..stats import mean_std
+from ..stats import mean_std, p_text
 from . import report
 from .common import fmt, table
 
@@ -257,7 +257,7 @@ def _gain_text(c: dict, a: str, b: str, hib: bool) -> tuple[str, bool, bool]:
     if c["n_pairs"] < 2:  # no spread between pairs yet: no interval, no test
         return f"`{b}` − `{a}` = {fmt(mean)} ({c['n_pairs']} pair: no interval or test yet)", False, False
     win, loss = _outcome(c, a, b, hib)
-    text = (f"`{b}` − `{a}` = {fmt(mean)} (95% CI {fmt(lo)} to {fmt(hi)}, Holm p = {fmt(c['p_holm'], 3)}, "
+    text = (f"`{b}` − `{a}` = {fmt(mean)} (95% CI {fmt(lo)} to {fmt(hi)}, Holm p = {p_text(c['p_holm'], missing='nan')}, "
             f"{c['n_pairs']} pairs)")
     if not win and c["std_diff"] > 0:  # equal differences: a point, not an interval
         text += "; " + _hidden_gain(c, a, b, hib)
@@ -303,7 +303,7 @@ def answer(src: dict) -> str | None:
         if c is None or c["n_pairs"] < 2:
             continue
         win, loss = _outcome(c, UNGATED, gate, src["hib"])
-        p = f"Holm p = {fmt(c['p_holm'], 2)}"
+        p = f"Holm p = {p_text(c['p_holm'], 2, missing='nan')}"
         if win:
             m = _pair(src, MATCHED, gate) if _matched_to(src, gate) else None
             if m is None:
@@ -406,7 +406,7 @@ def mechanism_rows(found: dict) -> list[dict]:
 
 
 def _p_text(p) -> str:
-    return fmt(p, 3) if p is not None and math.isfinite(p) else "none"
+    return p_text(p, missing="none")
 
 
 def _study_verdict(c: dict, p_key: str, full: bool) -> str:

@@ -32,6 +32,7 @@ import numpy as np
 from ..config_args import CLIError
 from ..files import atomic_write_bytes, read_json
 from ..options import progress_enabled
+from ..stats import p_text
 from ..train.compare import MAD_END, MAD_START, run_folder, with_mad_section
 from .common import check_counts, finite, fmt, load_dataset, meta, set_threads, write_json
 from .smoothing import DEFINITIONS, gain_tests, representation_stats
@@ -188,7 +189,7 @@ def render_markdown(block: dict) -> str:
     for c in block["comparisons"]:
         lines.append(f"- `{c['b']}` − `{c['a']}`: mean Δ {fmt(finite(c['diff_mean']))} over {c['n_pairs']} seed(s), "
                      f"95% CI [{fmt(finite(c['ci95'][0]))}, {fmt(finite(c['ci95'][1]))}], p paired t "
-                     f"{fmt(finite(c['p_paired_t']), 3)}, Holm {fmt(finite(c['p_holm']), 3)}.")
+                     f"{p_text(c['p_paired_t'], missing='nan')}, Holm {p_text(c['p_holm'], missing='nan')}.")
     for lab, t in block["gain_tests"].items():
         lines.append(f"- `{lab}` over `{base}`, per-seed relative gain: > 0 on {t['n_positive']} of {t['n_pairs']} "
                      f"(sign test p {fmt(finite(t['p_sign']), 3)}); t-test of a mean gain of "
@@ -267,7 +268,7 @@ def main(args) -> int:
     for lab in block["per_seed"]:
         print(f"  {lab:24s} last-layer MAD {fmt(block['mean'][lab])} ± {fmt(block['std'][lab])} (n={block['n'][lab]})")
     for c in block["comparisons"]:
-        print(f"  {c['b']} - {c['a']}: mean diff {fmt(finite(c['diff_mean']))}, p paired t {fmt(finite(c['p_paired_t']), 3)}")
+        print(f"  {c['b']} - {c['a']}: mean diff {fmt(finite(c['diff_mean']))}, p paired t {p_text(c['p_paired_t'], missing='nan')}")
     print(f"siggate analyze mad: wrote the MAD of {sum(block['n'].values())} run(s) into {folder / 'results.json'}, "
           f"{folder / 'results.md'}")
     return 0

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..config_args import check_out_folder
 from ..options import RUN_LOCAL_KEYS
-from ..stats import IDENTICAL_RTOL
+from ..stats import IDENTICAL_RTOL, p_text
 from .common import fmt, table
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_SUPPORTED = "holds", "does not hold", "inconclusive at this budget", "not supported"
@@ -151,7 +151,7 @@ def verdict_rank(r: dict) -> dict:
                  "rank is higher after the gate than before",
         "measured": f"mean over layers and heads {fmt(r['mean_before'])} -> {fmt(r['mean_after'])}; higher in "
                     f"{100 * f:.0f}% of (layer, head) ({up} higher, {down} lower; one-sided sign test p = "
-                    f"{fmt(p)}); {r['split']} split, {r['n_graphs']} graphs; "
+                    f"{p_text(p, 4, missing='nan')}); {r['split']} split, {r['n_graphs']} graphs; "
                     f"{r['model_source'][0]}",
         "rule": "holds if >= 95% of (layer, head) pairs have a higher mean stable rank after the gate and a one-sided "
                 "sign test over the pairs rejects 'no more often higher than lower' at p < 0.05 (the pairs of one "
@@ -222,7 +222,7 @@ def verdict_smoothing(s: dict) -> list[dict]:
     out = [{
         "claim": "gating slows over-smoothing (more diverse last-layer representations than without the gate)",
         "measured": f"last-layer MAD higher with {prim} in {zero['n_above']}/{zero['n']} (depth, seed) pairs at "
-                    f"{where}, lower in {zero['n_below']}; one-sided sign test p = {fmt(zero['sign_up'], 3)}; "
+                    f"{where}, lower in {zero['n_below']}; one-sided sign test p = {p_text(zero['sign_up'], missing='nan')}; "
                     f"{budget}",
         "rule": "holds if the one-sided sign test of gain > 0 over the (depth, seed) pairs at depths 4, 8, 12 and 16 "
                 "(all present) gives p < 0.05; does not hold if the test of gain < 0 does, after the protocol's full "
@@ -232,8 +232,8 @@ def verdict_smoothing(s: dict) -> list[dict]:
         "claim": "the diversity gain is +30% on average across 4-16 layers",
         "measured": f"mean relative last-layer MAD gain of {prim} over none: {_pct(mean)} over {target['n']} (depth, "
                     f"seed) pairs (per depth: {', '.join(f'{d}: {_pct(x)}' for d, x in per.items())}); one-sided "
-                    f"t-test of mean gain > +30%: p = {fmt(target['t_up'], 3)} (< +30%: p = "
-                    f"{fmt(target['t_down'], 3)}); {budget}",
+                    f"t-test of mean gain > +30%: p = {p_text(target['t_up'], missing='nan')} (< +30%: p = "
+                    f"{p_text(target['t_down'], missing='nan')}); {budget}",
         "rule": "holds if the one-sided t-test of mean gain > +30% over the (depth, seed) pairs at depths 4, 8, 12 "
                 "and 16 (all present) gives p < 0.05; does not hold if the test of mean gain < +30% does, after the "
                 "protocol's full epochs; not supported if neither does after them; inconclusive at this budget "

@@ -250,9 +250,9 @@ def _fmt(x, digits: int = 4) -> str:
 
 
 def _fmt_p(p) -> str:
-    if p is None or (isinstance(p, float) and not math.isfinite(p)):
-        return "n/a"
-    return f"{p:.3g}"
+    from ..stats import p_text
+
+    return p_text(p)
 
 
 #: how ``results.md`` names each metric
@@ -328,7 +328,9 @@ def render_markdown(res: dict) -> str:
         verdict = {"b": f"`{lab}` has the better mean", "a": f"`{base}` has the better mean", "tie": "the means are equal"}
         p = c["p_paired_t"]
         sig = (p is not None and isinstance(p, float) and math.isfinite(p) and p < 0.05)
-        lines.append(f"- Verdict ({direction}): {verdict[c['better']]}; the difference is "
+        # the test's means, over the seeds both arms scored; the table above averages each arm's own runs
+        lines.append(f"- Verdict ({direction}): on the {c['n_pairs']} seed(s) both scored ({_fmt(c['mean_b'])} against "
+                     f"{_fmt(c['mean_a'])}), {verdict[c['better']]}; the difference is "
                      f"{'' if sig else 'not '}significant at p < 0.05 (paired t, unadjusted; the all-pairs table "
                      "above gives the Holm-adjusted p).")
         for note in c.get("notes", []):
