@@ -611,3 +611,19 @@ def test_smoke_rows_never_take_a_real_recipes_name_and_are_not_counted():
     assert mace.recipe_of("siggate", Namespace(recipe="cand", smoke=False)) == "cand"
     rows = _rows("siggate", "cand-smoke", {t: [0.9] for t in mace.PUBLIC})
     assert mace.summarize([{**r, "smoke": True} for r in rows], {})[0]["targets"] == 0
+
+
+def test_a_results_file_that_is_not_one_or_not_there_is_refused_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    for argv, message in ((["--report", "--results", str(bad)], f"{bad} cannot be read as a results file"),
+                          (["--compare", "a,b", "--results", str(bad)], f"{bad} cannot be read as a results file"),
+                          (["--import-rows", str(bad), "--results", str(tmp_path / "r.json")],
+                           f"{bad} cannot be read as a results file"),
+                          (["--report", "--results", str(tmp_path / "typo" / "r.json")],
+                           f"--report --results {tmp_path / 'typo' / 'r.json'}: no such file")):
+        with pytest.raises(SystemExit) as exc:
+            mace.main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.startswith(f"moleculeace: error: {message}") and err.count("\n") == 1
+    assert not (tmp_path / "typo").exists() and not (tmp_path / "r.json").exists()

@@ -136,3 +136,55 @@ def test_report_of_another_results_file_leaves_the_readme_alone(tmp_path, capsys
         assert exc.value.code == 2 and (
             "no such file" in err if path.name == "typo.json" else "drop --results" in err), err
     assert peers.README.read_text() == before
+
+
+def test_a_row_claimed_by_another_process_is_not_run_into_its_folder(tmp_path):
+    """Two harnesses on one row: the second emptied the folder the first was training in. The
+    folder's lock refuses it (a failed row naming the holder) and leaves the folder as it is; a
+    finished row of other arguments is not run again either; an unclaimed row is run in an
+    emptied folder and its lock is gone afterwards."""
+    from siggate.files import FolderLock
+    from siggate.train.study import RowStore
+
+    store = RowStore(tmp_path / "r.json", key=lambda r: (r["tool"], r["task"], int(r["seed"])), identity=("args",))
+    out = tmp_path / "runs" / "seed0"
+    fields = {"tool": "siggate", "task": "t", "seed": 0}
+    calls = []
+
+    def body(folder):
+        calls.append(sorted(p.name for p in folder.iterdir()))
+        return {**fields, "status": "ok", "args": ""}
+
+    held = FolderLock(out).acquire()
+    (out / "model.pt").write_text("the other process's run")
+    row = peers.claimed_row(out, {"args": ""}, store, ("siggate", "t", 0), fields, body)
+    assert row["status"] == "failed" and row["error"].startswith("another siggate process (pid ")
+    assert row["error"].endswith(": it runs this row now; run it again once that one ends") and not calls
+    assert (out / "model.pt").read_text() == "the other process's run"
+    held.release()
+    assert peers.claimed_row(out, {"args": ""}, store, ("siggate", "t", 0), fields, body)["status"] == "ok"
+    assert calls == [[FolderLock.NAME]] and not (out / FolderLock.NAME).exists()  # emptied, run, released
+    store.put({**fields, "status": "ok", "args": "--old"})
+    row = peers.claimed_row(out, {"args": ""}, store, ("siggate", "t", 0), fields, body)
+    assert row["status"] == "failed" and "holds this row with other arguments (args: " in row["error"]
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tasks", "nope"], "peers: error: --tasks: unknown task(s) nope; choose from "),
+    (["--tools", "nope"], "peers: error: --tools: choose from "),
+    (["--seeds", "0,x"], "peers: error: --seeds '0,x': give comma-separated integers, e.g. 0,1,2"),
+    (["--tools", "siggate", "--siggate", "/nonexistent/siggate"],
+     "peers: error: siggate executable /nonexistent/siggate not found: give the one of a siggate install with "),
+])
+def test_bad_harness_arguments_get_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        peers.main([*argv, "--results", str(tmp_path / "r.json"), "--work-dir", str(tmp_path / "w")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith(message) and err.count("\n") == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    with pytest.raises(SystemExit) as exc:
+        peers.main(["--tasks", "freesolv", "--tools", "siggate", "--results", str(bad), "--work-dir", str(tmp_path / "w")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith(f"peers: error: {bad} cannot be read as a results file")

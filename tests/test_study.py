@@ -302,3 +302,38 @@ def test_load_script_registers_a_file_for_call_requests_and_reuses_only_the_same
     with pytest.raises(ImportError, match="no such Python file"):
         load_script("sg_fails", tmp_path / "missing.py")
     assert "sg_fails" not in sys.modules
+
+
+def test_a_finished_row_is_never_overwritten_and_a_run_finished_meanwhile_is_taken_as_it_is(tmp_path):
+    """Two harnesses on one file: the first finishes a row, the second (which planned it before)
+    then fails or finishes it with other arguments. put() replaced the first's row, so a failed
+    run erased a result; now a finished row stays, and the second run reads it (the same
+    arguments: done with the first's metrics) or is failed naming the row it did not replace."""
+    store = _store(tmp_path / "results.json")
+    first = _row("a", "t", 0)
+    assert store.put(first) is first
+    assert store.put(_row("a", "t", 0, "failed")) == first and store.rows() == [first]  # the failed one is not written
+    assert store.put({**first, "value": 9}) == first and store.rows() == [first]
+    keys = [("a", "t", 0), ("a", "t", 1)]
+    other = {("a", "t", 0): _row("a", "t", 0, "failed"), ("a", "t", 1): _row("a", "t", 1, args="--new")}
+    runs = [StudyRun(k, tmp_path / f"run{k[2]}", {"args": ""}, CallRequest(k, "test_study:_row_of", {"row": other[k]},
+                                                                           tmp_path)) for k in keys]
+    store.put(_row("a", "t", 1))  # both rows finished by "another process" after planning, before these end
+    execute(runs, InlineExecutor(), progress=False, store=store)
+    assert (runs[0].state, runs[0].metrics) == ("done", first)
+    assert runs[1].state == "failed" and runs[1].error == (
+        f"{store.path} holds a finished run ('a', 't', 1) of another kind, recorded meanwhile by another process "
+        "(args: the results file has '', this run has '--new'); it is kept, this run's result is not")
+    assert store.rows() == [first, _row("a", "t", 1)]
+
+
+def test_a_results_file_that_is_not_one_is_named_with_the_fix(tmp_path):
+    from siggate.train.study import ResultsFileError
+
+    path = tmp_path / "results.json"
+    for text, why in (("not json", "cannot be read as a results file (Expecting value"), ("[]", "is not a results file"),
+                      ('{"rows": {}}', "is not a results file")):
+        path.write_text(text)
+        with pytest.raises(ResultsFileError, match="restore it") as e:
+            _store(path).load()
+        assert str(e.value).startswith(f"{path} {why}")

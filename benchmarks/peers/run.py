@@ -43,11 +43,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from siggate.files import FolderBusy, FolderLock
 from siggate.train.ensemble import member_shares
 from siggate.train.executor import CallRequest, InlineExecutor
 from siggate.train.predict import DOMAIN_COLUMNS
 from siggate.train.rundir import run_commit
-from siggate.train.study import RowStore, StudyRun, execute, plan, reuse_status
+from siggate.train.study import ResultsFileError, RowStore, StudyRun, execute, plan, reuse_status
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -194,8 +195,11 @@ class Siggate(Tool):
     def __init__(self, exe: str | None = None, extra: str = ""):
         self.extra = shlex.split(extra)
         self.exe = exe or str(Path(sys.executable).with_name("siggate"))
-        if not Path(self.exe).exists() and shutil.which("siggate"):
+        if not Path(self.exe).exists() and shutil.which("siggate") and exe is None:
             self.exe = shutil.which("siggate")
+        if not Path(self.exe).is_file():
+            refuse(f"siggate executable {self.exe} not found: give the one of a siggate install with --siggate PATH "
+                   "(pip install -e . puts it next to the venv's python)")
 
     def version(self) -> str:
         out = subprocess.run([self.exe, "--version"], capture_output=True, text=True).stdout.strip()
@@ -297,8 +301,8 @@ class Chemprop(Tool):
         self.exe = str(self.venv / "bin" / "chemprop")
         self.python = str(self.venv / "bin" / "python")
         if not Path(self.exe).exists():
-            raise SystemExit(f"chemprop not found at {self.exe}: run benchmarks/peers/setup_chemprop.sh "
-                             f"(or pass --chemprop-venv / set CHEMPROP_VENV)")
+            refuse(f"chemprop not found at {self.exe}: run benchmarks/peers/setup_chemprop.sh "
+                   f"(or pass --chemprop-venv / set CHEMPROP_VENV)")
 
     def version(self) -> str:
         code = "import chemprop; print(chemprop.__version__)"
@@ -371,6 +375,12 @@ def load_results(path: Path) -> dict:
     return results_store(path).load()
 
 
+def refuse(message: str, prog: str = "peers"):
+    """Bad input: one line on stderr naming the cause and the fix, exit code 2 (both harnesses)."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def run_study(runs: list[StudyRun], store: RowStore, what: str, describe=lambda row: "") -> int:
     """Plan ``runs`` against ``store`` (:func:`siggate.train.study.plan`: a run whose ok row is
     there is skipped), refuse conflicts before anything runs (exit 2, one line each), then
@@ -398,21 +408,49 @@ def run_study(runs: list[StudyRun], store: RowStore, what: str, describe=lambda 
 
 
 def fresh_dir(out: Path) -> Path:
-    """An empty run folder (a harness run starts afresh, so its CPU time is the whole run's)."""
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    """An empty run folder (a harness run starts afresh, so its CPU time is the whole run's);
+    its :class:`~siggate.files.FolderLock` file, the claim of the process that empties it, stays."""
+    out.mkdir(parents=True, exist_ok=True)
+    for p in out.iterdir():
+        if p.name != FolderLock.NAME:
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     return out
+
+
+def claimed_row(out: str | Path, identity: dict, store: RowStore, key: tuple, fields: dict, body) -> dict:
+    """A harness row: ``body(out)`` run in its folder ``out``, emptied first, while this process
+    holds the folder's :class:`~siggate.files.FolderLock`. Two harnesses on one results file (or
+    two lanes) never train one row into one folder, the second emptying the folder the first
+    trains in: the second gets a ``failed`` row naming the other process, which
+    :meth:`~siggate.train.study.RowStore.put` never writes over a finished one. The row another
+    process finished meanwhile is returned as it is; a finished row of other arguments
+    (``conflict``) is not run again. ``fields``: the row's key fields, for those failed rows."""
+    now = reuse_status(out, identity, store, key)
+    if now.state == "conflict":  # never run: its result could only be refused
+        return {**fields, "status": "failed", "error": f"{store.path} holds this row with other arguments ({now.reason})"}
+    if now.state == "done":
+        return now.metrics
+    lock = FolderLock(out)
+    try:
+        lock.acquire()
+    except FolderBusy as e:
+        return {**fields, "status": "failed", "error": f"{e}: it runs this row now; run it again once that one ends"}
+    try:
+        now = reuse_status(out, identity, store, key)  # finished before this process held the folder
+        return now.metrics if now.state == "done" else body(fresh_dir(Path(out)))
+    finally:
+        lock.release()
 
 
 def run_row(runner: Tool, task: str, seed: int, out: str, data_dir: str, base: dict, store: RowStore,
             key: tuple) -> dict:
     """One (tool, task, seed) run: train, predict and score it here; its row (``ok`` with the
-    metric, or ``failed`` with the error). Reuses the row another process finished meanwhile."""
-    now = reuse_status(out, {}, store, key)
-    if now.state == "done":
-        return now.metrics
-    t, tdir, out = T.TASKS[task], T.task_dir(task, Path(data_dir)), fresh_dir(Path(out))
+    metric, or ``failed`` with the error), in its folder claimed by :func:`claimed_row`."""
+    return claimed_row(out, {}, store, key, base, lambda out: _run_row(runner, task, seed, out, data_dir, base))
+
+
+def _run_row(runner: Tool, task: str, seed: int, out: Path, data_dir: str, base: dict) -> dict:
+    t, tdir = T.TASKS[task], T.task_dir(task, Path(data_dir))
     test_smiles, test_y, _ = T.read_task_csv(tdir / "test.csv")
     row = {**base, "load_avg_1m_at_start": round(os.getloadavg()[0], 2)}
     row["command"] = " ".join([runner.name, *map(shlex.quote, runner.train_args(t, tdir, out, seed, base["epochs"]))])
@@ -437,11 +475,14 @@ def cmd_run(args) -> int:
     names = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else list(T.TASKS)
     unknown = [n for n in names if n not in T.TASKS]
     if unknown:
-        raise SystemExit(f"unknown task(s) {unknown}; tasks: {', '.join(T.TASKS)}")
+        refuse(f"--tasks: unknown task(s) {', '.join(unknown)}; choose from {', '.join(T.TASKS)}")
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     if any(t not in TOOLS for t in tools):
-        raise SystemExit(f"--tools: choose from {', '.join(TOOLS)}")
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        refuse(f"--tools: choose from {', '.join(TOOLS)}")
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        refuse(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
     epochs = SMOKE_EPOCHS if args.smoke else None
 
     runners = {}
@@ -620,11 +661,17 @@ def main(argv=None) -> int:
             p.error(f"--report --results {args.results}: no such file")
         if args.results.resolve() != DEFAULT_RESULTS.resolve():
             p.error(f"--report writes {README}, whose tables come from {DEFAULT_RESULTS}; drop --results")
-        recipe = load_results(args.recipe_results) if args.recipe_results.exists() else None
-        changed = write_readme(load_results(args.results), README, recipe)
+        try:
+            recipe = load_results(args.recipe_results) if args.recipe_results.exists() else None
+            changed = write_readme(load_results(args.results), README, recipe)
+        except ResultsFileError as e:
+            refuse(str(e))
         print(f"{README}: {'updated' if changed else 'unchanged'}")
         return 0
-    return cmd_run(args)
+    try:
+        return cmd_run(args)
+    except ResultsFileError as e:
+        refuse(str(e))
 
 
 if __name__ == "__main__":

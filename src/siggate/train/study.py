@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..files import atomic_write_bytes
+from ..files import atomic_write_bytes, read_json
 from .checkpoint import config_differences
 from .executor import read_metrics
 from .rundir import changed_since, saved_config_and_resolved
@@ -59,6 +59,10 @@ class RunStatus:
     metrics: dict | None = None  # done: its metrics.json (or its row)
 
 
+class ResultsFileError(ValueError):
+    """A results file that is not one (:meth:`RowStore.load`); the message names it and the fix."""
+
+
 class RowStore:
     """A harness's results file: a JSON object whose list ``rows_field`` holds one row per run
     (a dict with the run's key fields, ``"status": "ok"`` or ``"failed"`` with ``error``, its
@@ -83,9 +87,22 @@ class RowStore:
         self.identity, self.order = tuple(identity), order
 
     def load(self) -> dict:
-        """The file's content (``{"schema": 1, rows_field: []}`` when there is none yet)."""
-        res = json.loads(self.path.read_text()) if self.path.is_file() else {"schema": 1}
-        res.setdefault(self.rows_field, [])
+        """The file's content (``{"schema": 1, rows_field: []}`` when there is none yet).
+
+        Raises:
+            ResultsFileError: the file is not a results file (not JSON, not an object, its rows
+                not a list), in words that name it and the fix.
+        """
+        if not self.path.is_file():
+            return {"schema": 1, self.rows_field: []}
+        try:
+            res = read_json(self.path)
+        except (ValueError, OSError) as e:  # UnicodeDecodeError is a ValueError
+            raise ResultsFileError(f"{self.path} cannot be read as a results file ({e}); restore it (git checkout "
+                             f"{self.path.name}) or name another file") from None
+        if not isinstance(res, dict) or not isinstance(res.setdefault(self.rows_field, []), list):
+            raise ResultsFileError(f"{self.path} is not a results file (a JSON object with a list of {self.rows_field!r}); "
+                             "restore it or name another file")
         return res
 
     def rows(self) -> list[dict]:
@@ -112,12 +129,22 @@ class RowStore:
         return res
 
     def put(self, row: dict) -> dict:
-        """Add ``row``, replacing the row of its key."""
-        def change(res: dict) -> None:
-            rows = [r for r in res[self.rows_field] if self.key(r) != self.key(row)] + [row]
-            res[self.rows_field] = sorted(rows, key=self.order) if self.order else rows
+        """Add ``row``, replacing a failed row of its key; a finished (``ok``) row of its key is
+        kept as it is: another process (two harnesses on one file) finished it meanwhile, and
+        nothing finished is overwritten. Returns the row the file holds for the key now."""
+        key, held = self.key(row), []
 
-        return self.update(change)
+        def change(res: dict) -> bool | None:
+            old = next((r for r in res[self.rows_field] if self.key(r) == key), None)
+            if old is not None and old.get("status") == "ok":
+                held.append(old)
+                return False
+            rows = [r for r in res[self.rows_field] if self.key(r) != key] + [row]
+            res[self.rows_field] = sorted(rows, key=self.order) if self.order else rows
+            return None
+
+        self.update(change)
+        return held[0] if held else row
 
 
 def _row_differences(row: dict, config: dict, fields: tuple[str, ...]) -> list[str]:
@@ -222,12 +249,15 @@ def execute(runs: list[StudyRun], executor, desc: str = "runs", progress: bool =
         r = todo[result.key]
         r.returncode = result.returncode
         row = result.metrics if store is not None and result.ok else None
-        if row is not None:
-            store.put(row)
+        if row is not None and (kept := store.put(row)) is not row:  # finished by another process meanwhile
+            diffs = _row_differences(kept, row, store.identity)
+            row = kept if not diffs else {"status": "failed", "error": (
+                f"{store.path} holds a finished run {r.key} of another kind, recorded meanwhile by another "
+                f"process ({'; '.join(diffs)}); it is kept, this run's result is not")}
         if row is not None and row.get("status") != "ok":
             r.state, r.error = "failed", row.get("error", "failed")
         elif result.ok:
-            r.state, r.metrics = "done", result.metrics
+            r.state, r.metrics = "done", (row if row is not None else result.metrics)
         else:
             r.state, r.error = "failed", result.error
         if on_result is not None:
