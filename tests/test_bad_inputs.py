@@ -214,7 +214,8 @@ def test_non_utf8_row_reason_and_escaped_echo(ckpt, tmp_path, capsys):
 def test_output_in_a_missing_folder(ckpt, tmp_path, capsys):
     out = tmp_path / "no" / "such" / "out.csv"
     rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", str(out)], capsys)
-    assert rc == 2 and f"cannot write output {out}: No such file or directory" in err
+    assert rc == 2 and (f"cannot write output {out}: No such file or directory (its folder {out.parent} does not "
+                        "exist: create it, or choose another --output)") in err
 
 
 def test_predict_needs_input(ckpt, capsys):
@@ -1168,3 +1169,61 @@ def test_raw_files_with_content_not_the_releases_are_named_without_a_traceback(t
     assert "restore" in err.lower(), err
     if how != "label-differs":  # (that one lists each mismatch on a line of its own)
         assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--seed", "1", "--set", "train.seed=2"], "--seed and --set train.seed both set train.seed; give one"),
+    (["--epochs", "3", "--set", "train.epochs=6"], "--epochs and --set train.epochs both set train.epochs; give one"),
+    (["--budget", "3", "--set", "train.epochs=6"], "--budget and --set train.epochs both set train.epochs; give one"),
+    (["--init", "none", "--set", "train.init=pretrained"], "--init and --set train.init both set train.init; give one"),
+    (["--on-nan", "skip", "--set", "train.on_nan=stop"], "--on-nan and --set train.on_nan both set train.on_nan; give one"),
+    (["--cache-dir", "c1", "--set", "data.cache_dir=c2"], "--cache-dir and --set data.cache_dir both set data.cache_dir"),
+    (["--members", "gnn,gnn"], "--members: gnn is named twice; each kind is one member (--ensemble N trains N GNN members)"),
+    (["--set", "data.sep=abc"], "data.sep: 'abc' is not one character; use e.g. data.sep=';' or data.sep=tab"),
+    (["--threads", "99999999999"], "--threads 99999999999: give a number of threads from 1 to 4096"),
+    (["--set", "train.threads=99999999999"], "train.threads: 99999999999 is out of range; allowed values: >= 0 and <= 4096"),
+], ids=lambda v: v[0] if isinstance(v, list) else None)
+def test_a_flag_and_the_key_it_sets_or_a_key_no_member_reads_are_refused(tmp_path, capsys, argv, expected):
+    """The flag was appended after the --set items and silently won (--seed 1 --set train.seed=2
+    trained seed 1); gnn,gnn trained one GNN; data.sep=tab or abc was a TypeError traceback; a
+    huge thread count torch's overflow."""
+    data = _csv(tmp_path / "d.csv", _rows(","))
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", *argv, "--out", str(tmp_path / "r")],
+                         capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_data_sep_tab_in_a_config_is_the_tab_as_with_the_flag(tmp_path, capsys):
+    data = _csv(tmp_path / "d.tsv", _rows("\t"))
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--members", "rf", "--set", "data.sep=tab",
+                          "--split", "column:split", "--out", str(tmp_path / "r")], capsys)
+    assert rc == 0, err
+    assert yaml.safe_load((tmp_path / "r" / "members.yaml").read_text())["data"]["sep"] == "\t"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("train:\n  epochs: 3\n  epochs: 5\n", "not valid YAML: 'epochs' is given twice in one section (first on line 2); "
+                                           "keep one (line 3, column 3)"),
+    ("model:\n  dim: [\n", "not valid YAML: expected the node content, but found '<stream end>' (line 3, column 1)"),
+], ids=["duplicate-key", "unclosed"])
+def test_a_config_file_with_a_repeated_key_or_broken_yaml_is_named_in_one_line(tmp_path, capsys, text, expected):
+    """A repeated key: the last one silently won. Broken YAML: PyYAML's four lines with a caret."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    data = _csv(tmp_path / "d.csv", _rows(","))
+    rc, _, err = run_cli(["train", "--config", str(cfg), "--data", str(data), "--target-col", "y", "--out",
+                          str(tmp_path / "r")], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and f"{cfg}: {expected}" in err, err
+
+
+def test_gnn_keys_of_a_run_without_a_gnn_are_named_as_unread(tmp_path, capsys):
+    """A --set list shared with GNN runs trains (the keys are another member's), but the run says
+    which keys no member of it read: --set train.epochs=5 with --members svr went by unnoticed."""
+    data = _csv(tmp_path / "d.csv", _rows(","))
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--members", "svr", "--split",
+                          "column:split", "--set", "train.epochs=5", "--set", "model.dropout=0.1", "--set", "train.seed=1",
+                          "--out", str(tmp_path / "r")], capsys)
+    assert rc == 0, err
+    assert ("siggate train: warning: --members svr holds no GNN, so no member reads --set model.dropout, train.epochs"
+            in err)

@@ -656,3 +656,15 @@ def test_results_md_names_the_epoch_its_scores_are_taken_at(select, said):
     from siggate.train.compare import _scored_epoch
 
     assert _scored_epoch({"config": {"train": {"select": select}}}, "MAE").startswith(said)
+
+
+def test_compare_refuses_a_flag_with_the_key_it_sets_before_any_run(tmp_path, capsys):
+    """--epochs 2 --set train.epochs=5 went to every run, each of which refuses the pair."""
+    out = tmp_path / "cmp"
+    for argv, message in ((["--epochs", "2", "--set", "train.epochs=5"], "--epochs and --set train.epochs both set "
+                                                                         "train.epochs; give one"),
+                          (["--cache-dir", str(tmp_path / "c"), "--set", f"data.cache_dir={tmp_path / 'd'}"],
+                           "--cache-dir and --set data.cache_dir both set data.cache_dir; give one")):
+        assert _compare(["--seeds", "0", "--gates", "none,elementwise", "--out", str(out), "--no-progress", *argv]) == 2
+        assert message in capsys.readouterr().err
+    assert not (out / "runs").exists()

@@ -188,3 +188,14 @@ def test_bad_harness_arguments_get_one_line_and_exit_2(tmp_path, capsys, argv, m
         peers.main(["--tasks", "freesolv", "--tools", "siggate", "--results", str(bad), "--work-dir", str(tmp_path / "w")])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.startswith(f"peers: error: {bad} cannot be read as a results file")
+
+
+def test_a_smoke_run_replaces_the_recipes_epochs_rather_than_give_both():
+    """siggate refuses --epochs with --set train.epochs; a smoke run of a 60-epoch recipe gave both."""
+    tool = peers.Siggate(peers.shutil.which("siggate"), "--members gnn,svr --set train.epochs=60 --set=train.epochs=9 "
+                                                        "--set train.lr=0.001")
+    task = peers.T.TASKS["freesolv"]
+    argv = tool.train_args(task, Path("t"), Path("o"), 0, 3)
+    assert "train.epochs=60" not in argv and "--set=train.epochs=9" not in argv and argv[-2:] == ["--epochs", "3"]
+    assert argv[argv.index("--members"):][:5] == ["--members", "gnn,svr", "--set", "train.lr=0.001", "--epochs"]
+    assert "train.epochs=60" in tool.train_args(task, Path("t"), Path("o"), 0, None)

@@ -405,7 +405,10 @@ def test_init_from_the_cli_refuses_another_architecture_before_the_folder_and_no
     assert "d.csv is not a weights file siggate can read" in r.stderr and "or none" in r.stderr, r.stderr
     assert not (tmp_path / "notweights").exists()
 
-    r = train("scratch", *GNN_ALONE, "--epochs", "1", "--set", "model.layers=2", "--set", "train.init=pretrained", "--init", "NONE")
+    # the flag and the key together: refused (the flag, applied after the --set items, silently won)
+    r = train("both", *GNN_ALONE, "--epochs", "1", "--set", "train.init=pretrained", "--init", "NONE")
+    assert r.returncode == 2 and r.stderr == "siggate train: error: --init and --set train.init both set train.init; give one\n"
+    r = train("scratch", *GNN_ALONE, "--epochs", "1", "--set", "model.layers=2", "--init", "NONE")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "init" not in json.loads((tmp_path / "scratch" / "metrics.json").read_text())
     assert "init: ''" in (tmp_path / "scratch" / "config.yaml").read_text()
@@ -739,3 +742,53 @@ def test_a_run_recorded_with_a_relative_init_is_the_same_run_under_its_absolute_
     assert config_differences(old, {"train": {"init": str(tmp_path / "other" / "X.pt")}}) == [
         f"train.init: checkpoint has 'X.pt', current config has '{tmp_path / 'other' / 'X.pt'}'"]
     assert config_differences({"train": {"init": "pretrained"}}, {"train": {"init": str(tmp_path / "pretrained")}})
+
+
+@pytest.mark.parametrize("item, expected", [
+    ("train.seed=5", "--set train.seed: pretrain sets it itself; give --seed instead"),
+    ("train.epochs=2", "--set train.epochs: pretrain sets it itself; give --epochs instead"),
+    ("data.split=random", "--set data.split: pretrain sets it itself (its corpus and split); drop it"),
+    ("data.target_cols=MolWt", "--set data.target_cols: pretrain sets it itself (its corpus and split); drop it"),
+])
+def test_pretrain_refuses_a_set_of_the_keys_it_sets_itself(tmp_path, item, expected):
+    """They came after pretrain's own and won: --set train.seed=5 --set data.split=random trained
+    seed 5 on a random split while the corpus record and pretrained.pt said seed 0 and the
+    seeded split; --set train.epochs=2 then named --epochs in its warmup error."""
+    from siggate.train.pretrain import pretrain_config
+
+    with pytest.raises(ConfigError) as e:
+        pretrain_config(None, tmp_path / "c.csv", ["MolWt"], 4, 0, ["train.warmup_epochs=1", item])
+    assert str(e.value) == expected
+
+
+def test_pretrain_threads_from_set_or_flag_not_both(tmp_path, capsys, monkeypatch):
+    """--set train.threads=2 was silently replaced by --threads's default 1."""
+    import siggate.train.pretrain as pt
+    from test_predict import run_cli
+
+    seen = {}
+
+    def fake(source, out, **kw):
+        seen.update(overrides=kw["overrides"], workers=kw["workers"])
+        raise SystemExit(0)
+
+    monkeypatch.setattr(pt, "pretrain", fake)
+    smiles = _corpus_file(tmp_path)
+    for argv, overrides, workers in ((["--set", "train.threads=2"], ["train.threads=2"], 1),
+                                     ([], ["train.threads=1"], 1), (["--threads", "2"], ["train.threads=2"], 2)):
+        seen.clear()
+        with pytest.raises(SystemExit):
+            run_cli(["pretrain", "--smiles", str(smiles), "--out", str(tmp_path / "pt"), *argv], capsys)
+        assert (seen["overrides"], seen["workers"]) == (overrides, workers)
+    rc, _, err = run_cli(["pretrain", "--smiles", str(smiles), "--out", str(tmp_path / "pt"), "--threads", "2", "--set",
+                          "train.threads=3"], capsys)
+    assert rc == 2 and "--threads and --set train.threads both set train.threads; give one" in err
+
+
+def test_pretrain_names_an_exclude_folder_as_a_folder(tmp_path, capsys):
+    from test_predict import run_cli
+
+    (tmp_path / "adir").mkdir()
+    rc, _, err = run_cli(["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(tmp_path / "pt"),
+                          "--exclude", str(tmp_path / "adir")], capsys)
+    assert rc == 2 and f"--exclude {tmp_path / 'adir'}: a folder; give a SMILES file or CSV in it" in err

@@ -91,7 +91,7 @@ def test_without_ray_the_error_names_the_extra(tmp_path):
     assert r.returncode == 2
     assert "pip install 'siggate[ray]'" in r.stderr and "Traceback" not in r.stderr
     r = _compare(["--seeds", "0", "--gates", "none", "--out", str(tmp_path / "y"), "--ray-address", "auto"], env)
-    assert r.returncode == 2 and "need --backend ray" in r.stderr
+    assert r.returncode == 2 and "--ray-address needs --backend ray; drop it, or add --backend ray" in r.stderr
 
 
 def test_analysis_sweep_on_ray_gives_the_local_numbers(tmp_path):
@@ -113,3 +113,20 @@ def test_analysis_sweep_on_ray_gives_the_local_numbers(tmp_path):
         assert (out / "runs" / "lr0.01-elementwise-s0" / "metrics.json").exists()
     for g in ("none", "elementwise"):
         assert [p["scores"] for p in res["ray"]["per_lr"][g]] == [p["scores"] for p in res["local"]["per_lr"][g]]
+
+
+def test_ray_only_flags_without_ray_are_refused_not_ignored():
+    """--cpus-per-run 0, --gpus-per-run -1 or --max-retries -1 with the local back-end trained as
+    if they were not there (Ray's own checks never ran)."""
+    import argparse
+
+    from siggate.train.executor import ExecutorError, LocalExecutor, add_executor_args, executor_from_args
+
+    p = argparse.ArgumentParser()
+    add_executor_args(p)
+    for argv, named in ((["--cpus-per-run", "0"], "--cpus-per-run needs"), (["--gpus-per-run", "-1"], "--gpus-per-run needs"),
+                        (["--max-retries", "-1", "--ray-dashboard"], "--ray-dashboard, --max-retries need")):
+        with pytest.raises(ExecutorError) as e:
+            executor_from_args(p.parse_args(argv))
+        assert str(e.value).startswith(f"{named} --backend ray; drop")
+    assert isinstance(executor_from_args(p.parse_args([])), LocalExecutor)

@@ -189,6 +189,23 @@ class Tool:
         return argv, wall, cpu, env
 
 
+def _without_set(argv: list[str], key: str) -> list[str]:
+    """``argv`` without its ``--set KEY=...`` items (a smoke run's ``--epochs`` replaces a recipe's
+    ``train.epochs``: siggate refuses the flag and its key together)."""
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == "--set" and i + 1 < len(argv) and argv[i + 1].split("=", 1)[0].strip() == key:
+            skip = True
+            continue
+        if a.startswith("--set=") and a[len("--set="):].split("=", 1)[0].strip() == key:
+            continue
+        out.append(a)
+    return out
+
+
 class Siggate(Tool):
     name = "siggate"
 
@@ -206,9 +223,10 @@ class Siggate(Tool):
         return out.replace("siggate ", "") or "?"
 
     def train_args(self, task: T.Task, tdir: Path, out: Path, seed: int, epochs: int | None) -> list[str]:
+        extra = self.extra if epochs is None else _without_set(self.extra, "train.epochs")  # the smoke budget's
         argv = ["train", "--data", str(tdir / "data.csv"), "--smiles-col", "smiles", "--target-col", "y", "--task", task.task,
                 "--split", "column:split", "--seed", str(seed), "--out", str(out / "model"),
-                "--cache-dir", str(out / "cache"), "--no-progress", *self.extra]
+                "--cache-dir", str(out / "cache"), "--no-progress", *extra]
         if epochs is not None:
             argv += ["--epochs", str(epochs)]
         return argv

@@ -53,6 +53,11 @@ EXTRA_COMMANDS = {
     "bench": "siggate.perf.cli",
 }
 
+#: the train keys only a GNN member reads: a run without one refuses them (--set), not ignores them
+GNN_TRAIN_KEYS = frozenset(f"train.{k}" for k in ("epochs", "batch_size", "eval_batch_size", "lr", "weight_decay",
+                                                  "warmup_epochs", "warmup_start", "clip", "on_nan", "eval_norm",
+                                                  "select", "loss", "normalize_targets"))
+
 #: the examples at the end of each sub-command's ``--help``
 EXAMPLES = {
     "train": [
@@ -129,8 +134,6 @@ def cmd_train(args) -> int:
                     or "train.epochs" in set_keys(args))
     if resume is not None and (saved is None or epochs_given):  # a saved schedule cannot shrink by itself
         _check_resumed_epochs(resume, cfg.train.epochs, several)  # (resume_run reads last.pt again later)
-    if args.on_nan:
-        cfg.train.on_nan = args.on_nan
     if args.ddp and several:
         raise CLIError("--ensemble/--members train their members one after the other; they do not combine with --ddp")
     from .train.members import run_refusal
@@ -147,6 +150,10 @@ def cmd_train(args) -> int:
         for flag in (f for f, on in given.items() if on):
             raise CLIError(f"{flag} applies to a GNN member, and --members {','.join(kinds)} holds no GNN: drop "
                            f"{flag}, or add gnn to --members")
+        unread = sorted(k for k in set_keys(args) if k.startswith("model.") or k in GNN_TRAIN_KEYS)
+        if unread:  # a --set list shared by runs of other members is fine; say that these go unread here
+            print(f"siggate train: warning: --members {','.join(kinds)} holds no GNN, so no member reads "
+                  f"--set {', '.join(unread)}", file=sys.stderr)
     if args.overwrite and cfg.data.name == "csv":  # a file or column it would refuse: before the earlier run goes
         from .data.csvdata import check_columns
 
@@ -509,9 +516,11 @@ def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
 
 def _check_threads(args) -> None:
     """Refuse a negative ``--threads`` (any command that has the flag) before any work."""
+    from .config import MAX_THREADS
+
     threads = getattr(args, "threads", None)
-    if isinstance(threads, int) and not isinstance(threads, bool) and threads < 0:
-        raise CLIError(f"--threads {threads}: give a number of threads >= 1 (0: torch's choice)")
+    if isinstance(threads, int) and not isinstance(threads, bool) and not 0 <= threads <= MAX_THREADS:
+        raise CLIError(f"--threads {threads}: give a number of threads from 1 to {MAX_THREADS} (0: torch's choice)")
 
 
 def _set_threads(args) -> None:
@@ -759,6 +768,11 @@ def _pretrain(args) -> int:
         raise CLIError(f"--smiles {source} is a folder; give a CSV or .smi file in it, or 'moses'")
     elif not Path(source).is_file():
         raise CLIError(f"--smiles {source}: no such file; give a CSV or .smi file, or 'moses'")
+    if args.threads is not None and "train.threads" in set_keys(args):  # the flag silently won
+        raise CLIError("--threads and --set train.threads both set train.threads; give one")
+    if args.threads is None:  # one thread and one process, unless --set train.threads names the threads
+        args.threads = 0 if "train.threads" in set_keys(args) else 1
+        _set_threads(args)
     overrides = [*args.overrides, *([f"train.threads={args.threads}"] if args.threads else [])]
     print(f"siggate pretrain: {args.molecules} molecules of {source}, {args.epochs} epochs, "
           f"config {args.config or 'csv'} -> {args.out}", flush=True)
@@ -954,7 +968,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "molhiv, molpcba, NCI-5K and MoleculeACE are always dropped where their files are found")
     add_data_root_flag(p, "the ZINC, molhiv and molpcba test sets")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
-    add_threads_flag(p, default=1, default_text="1",
+    add_threads_flag(p, default=None, default_text="1, or --set train.threads",
                      what="torch threads, and the processes that compute the corpus's descriptors (0: the "
                           "config's train.threads and one process)")
     add_device_flag(p)

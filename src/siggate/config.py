@@ -213,6 +213,9 @@ for _cls in (DataConfig, ModelConfig, TrainConfig, MembersConfig):
     _cls.to_dict = lambda self: _plain(dataclasses.asdict(self))  # type: ignore[attr-defined]
 
 # Constraints checked by ``_check``: choices and ranges per key path.
+#: the most intra-op threads a run may ask for (torch cannot hold a larger count)
+MAX_THREADS = 4096
+
 CONSTRAINTS: dict[str, dict[str, Any]] = {
     "data.task": _choice("regression", "binary", "multilabel"),
     "data.decimal": _choice(".", ","),
@@ -254,7 +257,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "train.warmup_epochs": {"min": 0},
     "train.warmup_start": {"min": 0.0, "max": 1.0},
     "train.clip": {"min": 0.0},
-    "train.threads": {"min": 0},
+    "train.threads": {"min": 0, "max": MAX_THREADS},
     "data.val_fraction": {"min": 0.0, "max_excl": 1.0},
     "data.max_graphs": {"min": 0},
     "data.num_nodes": {"min": 0},
@@ -559,8 +562,13 @@ def _check_model(m) -> None:
         )
 
 
+#: the names a field delimiter may be given by (``--sep tab``, ``data.sep=tab``)
+SEP_NAMES = {"tab": "\t", "\\t": "\t"}
+
+
 def _check_data(cfg: Config) -> None:
-    """The dataset name, its split and the CSV options."""
+    """The dataset name, its split and the CSV options (``data.sep`` named by :data:`SEP_NAMES`
+    becomes its character)."""
     split = cfg.data.split
     if split is not None and split not in SPLITS and not (split.startswith("column:") and split[len("column:"):].strip()):
         raise ConfigError(
@@ -576,6 +584,12 @@ def _check_data(cfg: Config) -> None:
         if len(set(cols)) != len(cols):
             raise ConfigError(f"data.target_cols: {', '.join(cols)} names a column more than once; name each "
                               "target once (--target-col)")
+        if cfg.data.sep is not None:
+            sep = SEP_NAMES.get(cfg.data.sep, cfg.data.sep)
+            if not isinstance(sep, str) or len(sep) != 1:
+                raise ConfigError(f"data.sep: {cfg.data.sep!r} is not one character; use e.g. data.sep=';' or "
+                                  "data.sep=tab (or leave it out: the delimiter is detected)")
+            cfg.data.sep = sep
         if task == "binary" and len(cols) > 1:
             raise ConfigError(f"data.task: 'binary' takes one target column, got {len(cols)} ({', '.join(cols)}); "
                               "several 0/1 targets are --task multilabel")
@@ -755,15 +769,51 @@ def _kinds_filled(saved, defaults: dict):
     return {**saved, **merged}
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node, deep: bool = False):
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key, line = loader.construct_object(key_node, deep=deep), key_node.start_mark.line + 1
+        try:
+            first = seen.setdefault(key, line)
+        except TypeError:  # an unhashable key: construct_mapping names it
+            continue
+        if first != line:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{key!r} is given twice in one section (first on line {first}); keep one",
+                key_node.start_mark)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def load_yaml(text: str):
+    """A config file's YAML (safe: plain data only), a key given twice in one section refused
+    (``yaml.YAMLError``): the last one silently won."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line: its problem and where (PyYAML's own text spans several lines
+    with a caret under the line)."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
+
+
 def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> Config:
     """Load a built-in config by name (default ``nci5k``) or a YAML path, apply ``--set``
     overrides, and validate. A run's saved ``config.yaml`` loads too: its ``_meta``
     section is ignored and an older schema upgraded (:func:`upgrade_config_dict`)."""
     path = resolve_config_path(name_or_path or "nci5k")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = load_yaml(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:

@@ -13,7 +13,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from .config import load_config, override_key
+from .config import SEP_NAMES, load_config, override_key
 from .files import out_dir_problem
 from .options import DUPLICATES, FRAGMENTS, add_cache_dir_flag, add_data_root_flag, init_is_none, init_is_shipped
 
@@ -154,10 +154,10 @@ def _file_sets(name_or_path: str | None, section: str, key: str) -> bool:
     """Whether the config file itself (built-in or a path) writes ``section.key``."""
     import yaml
 
-    from .config import resolve_config_path
+    from .config import load_yaml, resolve_config_path
 
     try:
-        raw = yaml.safe_load(resolve_config_path(name_or_path or "nci5k").read_text(encoding="utf-8")) or {}
+        raw = load_yaml(resolve_config_path(name_or_path or "nci5k").read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return False  # load_config has already named what is wrong with the file
     return isinstance(raw, dict) and isinstance(raw.get(section), dict) and key in raw[section]
@@ -169,6 +169,23 @@ def recipe_name(args) -> str | None:
     return getattr(args, "config", None) or ("csv" if getattr(args, "data", None) else None)
 
 
+#: the shortcut flags and the key each sets: both given is refused (the flag, appended after the
+#: --set items, silently won)
+FLAG_KEYS = {"seed": "train.seed", "epochs": "train.epochs", "budget": "train.epochs", "init": "train.init",
+             "threads": "train.threads", "on_nan": "train.on_nan", "data_root": "data.root", "cache_dir": "data.cache_dir"}
+
+
+def flag_key_clash(args) -> str | None:
+    """The refusal of a shortcut flag of :data:`FLAG_KEYS` given with the ``--set`` key it sets
+    (``siggate train`` and the runs ``siggate compare`` hands both to), or ``None``."""
+    given = set_keys(args)
+    for flag, key in FLAG_KEYS.items():
+        value = getattr(args, flag, None)
+        if key in given and value is not None and (value != "" or flag == "init"):  # --init "": from scratch
+            return f"--{flag.replace('_', '-')} and --set {key} both set {key}; give one"
+    return None
+
+
 def config_from_args(args):
     """Resolve the config from ``--config``/``--set`` and the shortcut flags; validated.
 
@@ -178,6 +195,9 @@ def config_from_args(args):
     train.warmup_start`` or the config file gives it). A warmup that leaves no epoch after it is refused.
     """
     overrides = list(args.overrides)
+    clash = flag_key_clash(args)
+    if clash:
+        raise CLIError(clash)
     if args.seed is not None:
         overrides.append(f"train.seed={args.seed}")
     if args.epochs is not None and args.budget is not None:
@@ -187,9 +207,9 @@ def config_from_args(args):
     if getattr(args, "init", None) is not None:  # 'none' (NO_INIT) or "": from scratch, "" after Config.validate
         overrides.append(f"train.init={json.dumps(init_source(args.init))}")
     if getattr(args, "threads", None) is not None:  # the config's train.threads (csv, nci5k: 1) overrode it
-        if "train.threads" in set_keys(args):
-            raise CLIError("--threads and --set train.threads both set train.threads; give one")
         overrides.append(f"train.threads={args.threads}")
+    if getattr(args, "on_nan", None):  # an override, so that --resume compares it with the run's own
+        overrides.append(f"train.on_nan={args.on_nan}")
     if args.data_root:
         overrides.append(f"data.root={json.dumps(str(Path(args.data_root).absolute()))}")  # the same from anywhere
     if args.cache_dir:
@@ -220,7 +240,7 @@ def config_from_args(args):
     cfg = load_config(recipe_name(args), overrides)  # --data: configs/csv.yaml
     sep = getattr(args, "sep", None)
     if args.data and sep:
-        sep = {"tab": "\t", "\\t": "\t"}.get(sep, sep)
+        sep = SEP_NAMES.get(sep, sep)
         if len(sep) != 1:
             raise CLIError(f"--sep: {args.sep!r} is not one character; use e.g. --sep ';' or --sep tab")
         cfg.data.sep = sep

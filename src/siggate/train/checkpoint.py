@@ -75,7 +75,7 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
         raise CheckpointError(f"{path} is a directory; pass the best.pt or last.pt file inside it.")
     text = _text_file(path)
     if text:
-        raise CheckpointError(f"{path} is {text}, not a checkpoint; pass a run folder or the best.pt written by "
+        raise CheckpointError(f"{path} is {text}, not a checkpoint; pass the best.pt written by "
                               "'siggate train --out DIR'.")
     try:
         ckpt = safe_torch_load(path, map_location=map_location)

@@ -467,6 +467,11 @@ def _check_args(args) -> None:
     if _set_keys(args) & {"model.gate", "model.gate_position", "model.param_match", "train.seed"}:
         raise CompareError("--set model.gate/model.gate_position/model.param_match/train.seed: these come from "
                            "--gates and --seeds")
+    from ..config_args import flag_key_clash
+
+    clash = flag_key_clash(args)  # every run would refuse it
+    if clash:
+        raise CompareError(clash)
     if args.epochs is not None and getattr(args, "budget", None) is not None:
         raise CompareError("--epochs and --budget both set the number of epochs; give one (--budget also scales "
                            "the warmup)")
@@ -687,7 +692,7 @@ def compare(args) -> int:
         elif "train.threads" in _set_keys(args) and next(iter(expected.values()))["train"]["threads"]:
             threads = next(iter(expected.values()))["train"]["threads"]  # the runs' own, as the results report
         elif getattr(args, "backend", "local") == "ray":  # each Ray task owns --cpus-per-run cores
-            threads = max(1, int(args.cpus_per_run))
+            threads = max(1, int(args.cpus_per_run or 1))  # (not given: 1)
         else:
             threads = max(1, (os.cpu_count() or 1) // args.jobs)
         if not all(c["model"].get("attn", True) for c in expected.values()):

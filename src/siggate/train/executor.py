@@ -338,17 +338,23 @@ def add_executor_args(p) -> None:
                    help="where runs execute: local processes (default) or Ray tasks (pip install 'siggate[ray]')")
     p.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
                    help="join a running Ray cluster (default: start an embedded local instance)")
-    p.add_argument("--cpus-per-run", type=float, default=1, help="Ray: CPUs declared per run (default: 1)")
+    p.add_argument("--cpus-per-run", type=float, default=None, help="Ray: CPUs declared per run (default: 1)")
     p.add_argument("--gpus-per-run", type=float, default=None,
                    help="Ray: GPUs declared per run (default: 1 if the cluster has GPUs, else 0)")
-    p.add_argument("--max-retries", type=int, default=3,
+    p.add_argument("--max-retries", type=int, default=None,
                    help="Ray: retries of a run whose worker died; it resumes from its last checkpoint (default: 3)")
     p.add_argument("--ray-dashboard", action="store_true", help="Ray: start the dashboard (off by default)")
 
 
 def executor_from_args(args):
     """:func:`make_executor` from parsed :func:`add_executor_args` arguments."""
-    if args.backend != "ray" and (args.ray_address or args.ray_dashboard):
-        raise ExecutorError("--ray-address and --ray-dashboard need --backend ray")
-    return make_executor(args.backend, getattr(args, "jobs", 1), args.ray_address, args.cpus_per_run,
-                         args.gpus_per_run, args.max_retries, args.ray_dashboard)
+    ray_only = {"--ray-address": args.ray_address, "--ray-dashboard": args.ray_dashboard or None,
+                "--cpus-per-run": args.cpus_per_run, "--gpus-per-run": args.gpus_per_run,
+                "--max-retries": args.max_retries}
+    given = [flag for flag, value in ray_only.items() if value is not None]
+    if args.backend != "ray" and given:  # accepted and ignored, invalid values too
+        raise ExecutorError(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} --backend ray; drop "
+                            f"{'it' if len(given) == 1 else 'them'}, or add --backend ray")
+    return make_executor(args.backend, getattr(args, "jobs", 1), args.ray_address,
+                         1 if args.cpus_per_run is None else args.cpus_per_run, args.gpus_per_run,
+                         3 if args.max_retries is None else args.max_retries, args.ray_dashboard)

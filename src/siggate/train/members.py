@@ -111,13 +111,19 @@ def parse_kinds(text: str | Sequence[str]) -> list[str]:
     """``"gnn,svr"`` (or a list) as distinct member kinds, in order.
 
     Raises:
-        MemberError: an unknown kind (the message lists the known ones), or none.
+        MemberError: an unknown kind (the message lists the known ones), none, or one named twice
+            (``gnn,gnn`` trained one GNN: ``--ensemble N`` is how a run holds N).
     """
     kinds = member_names(text)
     unknown = [k for k in kinds if k not in MEMBER_KINDS]
     if unknown or not kinds:
         what = f"unknown member kind {unknown[0]!r}" if unknown else "no member kind given"
         raise MemberError(f"--members: {what}; known kinds: {', '.join(sorted(MEMBER_KINDS))}")
+    named = [k.strip() for k in (text.split(",") if isinstance(text, str) else text) if k.strip()]
+    if len(named) != len(kinds):
+        twice = next(k for k in kinds if named.count(k) > 1)
+        raise MemberError(f"--members: {twice} is named twice; each kind is one member (--ensemble N trains N GNN "
+                          "members)")
     return kinds
 
 

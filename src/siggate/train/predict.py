@@ -857,7 +857,9 @@ def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
     try:
         sink = AtomicFile(output, make_parents=False)
     except OSError as exc:
-        raise InputError(f"cannot write output {output}: {exc.strerror or exc}") from None
+        folder = Path(output).parent
+        fix = f" (its folder {folder} does not exist: create it, or choose another --output)" if not folder.is_dir() else ""
+        raise InputError(f"cannot write output {output}: {exc.strerror or exc}{fix}") from None
     fh = io.TextIOWrapper(open(sink.tmp, "wb"), encoding="utf-8", errors="backslashreplace", newline="")
     try:
         yield fh

@@ -279,7 +279,8 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         raise ConfigError(f"pretrain --molecules {molecules}: a corpus needs at least {MIN_MOLECULES} molecules")
     for f in exclude_files:
         if not Path(f).is_file():
-            raise ConfigError(f"--exclude {f}: no such file")
+            raise ConfigError(f"--exclude {f}: " + ("a folder; give a SMILES file or CSV in it" if Path(f).is_dir()
+                                                    else "no such file"))
 
     source = Path(source)
     src_sha = file_digest(source)
@@ -385,6 +386,14 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
 def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epochs: int, seed: int,
                     overrides: list[str] = (), cache_dir: str | None = None) -> Config:
     """The training config of a pretraining run: ``base`` (default ``csv``) on the corpus CSV."""
+    from ..config import override_key
+
+    mine = {"train.epochs": "--epochs", "train.seed": "--seed", **{f"data.{k}": None for k in (
+        "name", "csv", "smiles_col", "target_cols", "task", "split")}}
+    for key in (override_key(item) for item in overrides):
+        if key in mine:  # they came after these and won: a run that its corpus and record do not describe
+            raise ConfigError(f"--set {key}: pretrain sets it itself" + (f"; give {mine[key]} instead" if mine[key]
+                                                                       else " (its corpus and split); drop it"))
     sets = ["data.name=csv", f"data.csv={corpus_csv}", "data.smiles_col=smiles", f"data.target_cols={','.join(targets)}",
             "data.task=regression", "data.split=column:split", f"train.epochs={epochs}", f"train.seed={seed}",
             "train.init=''",  # pretraining starts fresh, whatever weights the base recipe names
