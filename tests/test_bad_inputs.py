@@ -1227,3 +1227,18 @@ def test_gnn_keys_of_a_run_without_a_gnn_are_named_as_unread(tmp_path, capsys):
     assert rc == 0, err
     assert ("siggate train: warning: --members svr holds no GNN, so no member reads --set model.dropout, train.epochs"
             in err)
+
+
+def test_a_config_file_may_merge_a_mapping_and_a_key_twice_on_one_line_is_refused(tmp_path):
+    """YAML merge keys ('<<:') loaded before the repeated-key check, which built them as keys;
+    a key twice in a flow mapping ({epochs: 3, epochs: 5}) slipped past it."""
+    from siggate.config import ConfigError, load_config
+
+    merged = tmp_path / "m.yaml"
+    merged.write_text("model:\n  <<: {dim: 32, heads: 4}\n  layers: 1\n")
+    cfg = load_config(str(merged))
+    assert (cfg.model.dim, cfg.model.heads, cfg.model.layers) == (32, 4, 1)
+    flow = tmp_path / "f.yaml"
+    flow.write_text("train: {epochs: 3, epochs: 5}\n")
+    with pytest.raises(ConfigError, match="'epochs' is given twice in one section"):
+        load_config(str(flow))

@@ -179,15 +179,18 @@ def test_a_row_claimed_by_another_process_is_not_run_into_its_folder(tmp_path):
 ])
 def test_bad_harness_arguments_get_one_line_and_exit_2(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
-        peers.main([*argv, "--results", str(tmp_path / "r.json"), "--work-dir", str(tmp_path / "w")])
+        peers.main([*argv, "--results", str(tmp_path / "r.json"), "--work-dir", str(tmp_path / "w"), "--data-dir",
+                    str(tmp_path / "data")])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.startswith(message) and err.count("\n") == 1
     bad = tmp_path / "bad.json"
     bad.write_text("not json")
     with pytest.raises(SystemExit) as exc:
-        peers.main(["--tasks", "freesolv", "--tools", "siggate", "--results", str(bad), "--work-dir", str(tmp_path / "w")])
+        peers.main(["--tasks", "freesolv", "--tools", "siggate", "--results", str(bad), "--work-dir", str(tmp_path / "w"),
+                    "--data-dir", str(tmp_path / "data")])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.startswith(f"peers: error: {bad} cannot be read as a results file")
+    assert not (tmp_path / "data").exists()  # refused before any task was built
 
 
 def test_a_smoke_run_replaces_the_recipes_epochs_rather_than_give_both():

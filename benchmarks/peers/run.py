@@ -211,7 +211,7 @@ class Siggate(Tool):
 
     def __init__(self, exe: str | None = None, extra: str = ""):
         self.extra = shlex.split(extra)
-        self.exe = exe or str(Path(sys.executable).with_name("siggate"))
+        self.exe = (shutil.which(exe) or exe) if exe else str(Path(sys.executable).with_name("siggate"))
         if not Path(self.exe).exists() and shutil.which("siggate") and exe is None:
             self.exe = shutil.which("siggate")
         if not Path(self.exe).is_file():
@@ -502,6 +502,7 @@ def cmd_run(args) -> int:
     except ValueError:
         refuse(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
     epochs = SMOKE_EPOCHS if args.smoke else None
+    load_results(args.results)  # a file that is not a results file: refused before any task is built
 
     runners = {}
     if "siggate" in tools:

@@ -123,7 +123,7 @@ def build_config(args):
     import tasks as T
 
     from siggate.cli import build_parser
-    from siggate.config_args import config_from_args
+    from siggate.config_args import CLIError, config_from_args
 
     task = T.TASKS[args.task]
     folder = args.data_dir / args.task
@@ -135,7 +135,11 @@ def build_config(args):
             *shlex.split(args.siggate_args)]
     if args.epochs:
         argv += ["--epochs", str(args.epochs)]
-    return config_from_args(build_parser().parse_args(argv)), argv
+    try:
+        return config_from_args(build_parser().parse_args(argv)), argv
+    except CLIError as e:  # e.g. --epochs with a --siggate-args "--set train.epochs=N"
+        print(f"probe: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def best_epoch(vals: list[float], higher: bool) -> int:

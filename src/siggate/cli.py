@@ -1004,12 +1004,13 @@ def _user_errors() -> tuple:
     from .data.base import DataError
     from .predictors.base import PredictorFileError
     from .train.checkpoint import CheckpointError
+    from .train.executor import ExecutorError
     from .train.loop import NonFiniteLossError
     from .train.metrics import MetricUndefinedError
     from .train.predict import InputError
 
     return (CLIError, ConfigError, DataError, CheckpointError, InputError, NonFiniteLossError, PredictorFileError,
-            FileNotFoundError, MetricUndefinedError)
+            FileNotFoundError, MetricUndefinedError, ExecutorError)
 
 
 def _innermost(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:

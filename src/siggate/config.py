@@ -776,15 +776,18 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _unique_mapping(loader: _UniqueKeyLoader, node, deep: bool = False):
     seen: dict = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # '<<:' merges another mapping: construct_mapping does it
+            continue
         key, line = loader.construct_object(key_node, deep=deep), key_node.start_mark.line + 1
         try:
-            first = seen.setdefault(key, line)
+            first = seen.get(key)
         except TypeError:  # an unhashable key: construct_mapping names it
             continue
-        if first != line:
+        if first is not None:
             raise yaml.constructor.ConstructorError(
                 None, None, f"{key!r} is given twice in one section (first on line {first}); keep one",
                 key_node.start_mark)
+        seen[key] = line
     return loader.construct_mapping(node, deep)
 
 
