@@ -677,3 +677,22 @@ def test_evaluate_data_counts_the_rows_the_run_fitted(run, capsys, caplog):
                                "--output", str(out.parent / "other.json")], capsys)
     assert rc == 0, err
     assert json.loads(stdout)["rows"]["fitted"] == 0
+
+
+def test_domain_fingerprints_and_similarities_are_the_same_in_chunks(monkeypatch):
+    """The training fingerprints are computed a chunk of molecules at a time (a million RDKit
+    molecules held at once ran a pretraining out of memory after its last epoch), and the
+    nearest-training similarities a few rows at a time when the training set is large: the same
+    values either way, unparsable rows (at a chunk's edge too) empty and at similarity 0."""
+    import siggate.data.similarity as sim
+
+    smiles = ["CCO", "c1ccccc1", "not a smiles", "CCN", "CC(=O)O", "C1CC1", "CCCl"] * 5
+    whole = sim.domain_fingerprints(smiles)
+    monkeypatch.setattr(sim, "_FINGERPRINT_CHUNK", 3)
+    chunked = sim.domain_fingerprints(smiles)
+    assert chunked.shape == whole.shape == (35, sim.N_BITS) and (chunked != whole).nnz == 0
+    assert np.diff(chunked.indptr)[2] == 0 and chunked.dtype == np.int32
+    query = sim.domain_fingerprints(["CCO", "CCCCl", "xx"])
+    at_once = sim.nearest_similarity(query, whole)
+    monkeypatch.setattr(sim, "_SIMILARITIES_AT_ONCE", 40)  # one query row at a time against 35
+    assert np.array_equal(sim.nearest_similarity(query, whole), at_once) and at_once[0] == 1.0 and at_once[2] == 0.0

@@ -42,33 +42,46 @@ DOMAIN_MIN_VAL = int(np.ceil(100 / DOMAIN_PERCENTILE))
 #: files of a run folder: the record (JSON) and the training fingerprints (arrays)
 DOMAIN_FILE, FINGERPRINTS_FILE = "domain.json", "domain_fingerprints.npz"
 DOMAIN_FORMAT = 1
-#: query molecules compared with the training set at once (bounds the ``[rows, n_train]`` similarities)
+#: query molecules compared with the training set at once (bounds the ``[rows, n_train]`` similarities),
+#: fewer where the training set is so large that ``[256, n_train]`` would pass ``_SIMILARITIES_AT_ONCE``
 _QUERY_BLOCK = 256
+_SIMILARITIES_AT_ONCE = 16_000_000  # 128 MB of float64
 
 
 class DomainError(ValueError):
     """A stored domain that cannot be read."""
 
 
+#: molecules parsed at once by :func:`domain_fingerprints` (an RDKit molecule is tens of KB: a
+#: million of them held at once ran a pretraining run out of memory after its last epoch)
+_FINGERPRINT_CHUNK = 10_000
+
+
 def domain_fingerprints(smiles: Sequence[str], radius: int = RADIUS, n_bits: int = N_BITS):
     """Morgan count fingerprints of ``smiles`` (:func:`~siggate.data.fingerprints.morgan_counts`,
-    a CSR matrix ``[n, n_bits]`` of int32 counts); a SMILES RDKit cannot parse gets an empty row
-    (similarity 0 to every molecule)."""
+    a CSR matrix ``[n, n_bits]`` of int32 counts), :data:`_FINGERPRINT_CHUNK` molecules at a time;
+    a SMILES RDKit cannot parse gets an empty row (similarity 0 to every molecule)."""
     import scipy.sparse as sp
 
-    mols, at = [], []
-    for i, s in enumerate(smiles):
-        try:
-            mols.append(to_mols([str(s)])[0])
-            at.append(i)
-        except ValueError:
-            continue
-    fps = morgan_counts(mols, radius, n_bits, sparse=True)
-    if len(at) == len(smiles):
-        return fps
-    place = sp.csr_matrix((np.ones(len(at), dtype=np.int32), (np.asarray(at, dtype=np.int64), np.arange(len(at)))),
-                          shape=(len(smiles), len(at)))
-    return sp.csr_matrix(place @ fps, dtype=np.int32)
+    smiles = list(smiles)
+    blocks = []
+    for lo in range(0, len(smiles), _FINGERPRINT_CHUNK):
+        chunk, mols, at = smiles[lo:lo + _FINGERPRINT_CHUNK], [], []
+        for i, s in enumerate(chunk):
+            try:
+                mols.append(to_mols([str(s)])[0])
+                at.append(i)
+            except ValueError:
+                continue
+        fps = morgan_counts(mols, radius, n_bits, sparse=True)
+        if len(at) != len(chunk):
+            place = sp.csr_matrix((np.ones(len(at), dtype=np.int32), (np.asarray(at, dtype=np.int64),
+                                                                       np.arange(len(at)))), shape=(len(chunk), len(at)))
+            fps = sp.csr_matrix(place @ fps, dtype=np.int32)
+        blocks.append(fps)
+    if not blocks:
+        return sp.csr_matrix((0, int(n_bits)), dtype=np.int32)
+    return blocks[0] if len(blocks) == 1 else sp.csr_matrix(sp.vstack(blocks, format="csr"), dtype=np.int32)
 
 
 def pack(fps) -> dict[str, np.ndarray]:
@@ -103,8 +116,9 @@ def nearest_similarity(query, reference) -> np.ndarray:
     if reference.shape[0] == 0:
         return np.zeros(n)
     out = np.empty(n, dtype=np.float64)
-    for lo in range(0, n, _QUERY_BLOCK):
-        hi = min(lo + _QUERY_BLOCK, n)
+    step = max(1, min(_QUERY_BLOCK, _SIMILARITIES_AT_ONCE // reference.shape[0]))  # [step, n_ref] float64 at once
+    for lo in range(0, n, step):
+        hi = min(lo + step, n)
         out[lo:hi] = minmax_kernel(query[lo:hi], reference).max(axis=1)
     empty = np.diff(query.indptr) == 0  # an unparsable molecule: similarity 0 (the kernel says 1 to an empty row)
     out[empty] = 0.0
