@@ -178,7 +178,7 @@ def test_val_fraction_through_the_command_line(tmp_path, capsys):
 def test_negative_threads_is_one_line(capsys, command):
     rc, _, err = run_cli([*command, "--threads", "-1"], capsys)
     assert rc == 2
-    assert "--threads -1: give a number of threads >= 1" in _one_error_line(err, command[0])
+    assert "--threads -1: give a number of threads from 1 to 4096" in _one_error_line(err, command[0])
 
 
 def test_data_list_with_a_name_is_refused(capsys):

@@ -285,7 +285,8 @@ def test_unknown_member_kinds_are_refused_with_the_list(tmp_path, capsys):
     from siggate.cli import main
     from siggate.train.members import MEMBER_KINDS, MemberError, parse_kinds
 
-    assert parse_kinds("gnn, gnn") == ["gnn"]
+    with pytest.raises(MemberError, match=r"--members: gnn is named twice; each kind is one member \(--ensemble N"):
+        parse_kinds("gnn, gnn")
     with pytest.raises(MemberError, match=r"unknown member kind 'svm'; known kinds: " + ", ".join(sorted(MEMBER_KINDS))):
         parse_kinds("gnn,svm")
     rc = main(["train", "--data", str(tmp_path / "d.csv"), "--members", "gnn,svm", "--out", str(tmp_path / "o")])
