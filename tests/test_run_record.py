@@ -694,5 +694,5 @@ def test_domain_fingerprints_and_similarities_are_the_same_in_chunks(monkeypatch
     assert np.diff(chunked.indptr)[2] == 0 and chunked.dtype == np.int32
     query = sim.domain_fingerprints(["CCO", "CCCCl", "xx"])
     at_once = sim.nearest_similarity(query, whole)
-    monkeypatch.setattr(sim, "_SIMILARITIES_AT_ONCE", 40)  # one query row at a time against 35
+    monkeypatch.setattr(sim, "_SIMILARITIES_AT_ONCE", 2 * sim._QUERY_BLOCK)  # the training set 2 rows at a time
     assert np.array_equal(sim.nearest_similarity(query, whole), at_once) and at_once[0] == 1.0 and at_once[2] == 0.0

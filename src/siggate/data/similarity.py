@@ -115,11 +115,14 @@ def nearest_similarity(query, reference) -> np.ndarray:
     n = query.shape[0]
     if reference.shape[0] == 0:
         return np.zeros(n)
-    out = np.empty(n, dtype=np.float64)
-    step = max(1, min(_QUERY_BLOCK, _SIMILARITIES_AT_ONCE // reference.shape[0]))  # [step, n_ref] float64 at once
-    for lo in range(0, n, step):
-        hi = min(lo + step, n)
-        out[lo:hi] = minmax_kernel(query[lo:hi], reference).max(axis=1)
+    out = np.zeros(n, dtype=np.float64)
+    # [_QUERY_BLOCK, chunk] similarities at once: a large training set is taken a chunk of rows at a
+    # time (each query block still passes over it once, as minmax_kernel would in one call)
+    chunk = max(1, _SIMILARITIES_AT_ONCE // _QUERY_BLOCK)
+    for lo in range(0, n, _QUERY_BLOCK):
+        hi = min(lo + _QUERY_BLOCK, n)
+        for r in range(0, reference.shape[0], chunk):
+            np.maximum(out[lo:hi], minmax_kernel(query[lo:hi], reference[r:r + chunk]).max(axis=1), out=out[lo:hi])
     empty = np.diff(query.indptr) == 0  # an unparsable molecule: similarity 0 (the kernel says 1 to an empty row)
     out[empty] = 0.0
     return out
