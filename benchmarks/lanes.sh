@@ -76,10 +76,10 @@ PT_300K="--smiles moses --molecules 300000 --epochs 15 --seed 0 --threads 2"
 #: no molecule per row (0f70b19, 9a95633: the first start, at f619654, was killed by memory while it
 #: featurized); five epochs, the warmup the same fifth of the schedule as the shipped 3 of 15. At
 #: 5af6455 it trained all 5 epochs (2026-12-06) and was killed by memory after the last, while it
-#: fitted the applicability domain over its 980,000 training molecules; 59dee22 computes that a chunk
+#: fitted the applicability domain over its 980,000 training molecules; 242115b computes that a chunk
 #: at a time, and resumes the run from its last.pt with no epoch left to train
 PT_1M_RUN=pt-gine-1m
-PT_1M_COMMIT=59dee22
+PT_1M_COMMIT=242115b
 PT_1M="--smiles moses --molecules 1000000 --epochs 5 --seed 0 --threads 2 --set train.warmup_epochs=1"
 #: the pretrainings whose finished weights snapshot keeps (each a folder of the study folder)
 KEPT_RUNS=("${STUDY_GATES[@]/#/$ARM}" "$PT_LONG_RUN" "$PT_300K_RUN" "$PT_1M_RUN")

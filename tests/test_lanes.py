@@ -181,7 +181,7 @@ def test_the_pretrain_lane_pretrains_only_the_arms_without_weights(tmp_path):
     stubs = ('pretrain_run() { echo "pretrain $1"; }; mace() { echo "mace ${*: -1}"; }; zinc16() { :; }; '
              'pretrain_in() { echo "pretrain_in $*"; }; say() { echo "$*"; }; lane_pretrain')
     # issue 32's pretraining on a million molecules follows the pair's items, before zinc16
-    million = ("pretrain_in pt-gine-1m 59dee22 --smiles moses --molecules 1000000 --epochs 5 --seed 0 --threads 2 "
+    million = ("pretrain_in pt-gine-1m 242115b --smiles moses --molecules 1000000 --epochs 5 --seed 0 --threads 2 "
                "--set train.warmup_epochs=1\n")
     r = _lanes_function(tmp_path, stubs, **env)
     assert r.returncode == 0 and r.stdout == ("pretrain none\na pretraining of elementwise none is unfinished: "
