@@ -202,3 +202,7 @@ def test_a_smoke_run_replaces_the_recipes_epochs_rather_than_give_both():
     assert "train.epochs=60" not in argv and "--set=train.epochs=9" not in argv and argv[-2:] == ["--epochs", "3"]
     assert argv[argv.index("--members"):][:5] == ["--members", "gnn,svr", "--set", "train.lr=0.001", "--epochs"]
     assert "train.epochs=60" in tool.train_args(task, Path("t"), Path("o"), 0, None)
+    # the key is read as siggate reads it (spaces around it), and a malformed item stays for siggate to refuse
+    tool = peers.Siggate(peers.shutil.which("siggate"), "--set ' train.epochs =60' --set epochs=4 --set train.epochsx=1")
+    argv = tool.train_args(task, Path("t"), Path("o"), 0, 3)
+    assert " train.epochs =60" not in argv and "epochs=4" in argv and "train.epochsx=1" in argv

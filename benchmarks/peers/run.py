@@ -43,6 +43,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from siggate.config import ConfigError, override_key
 from siggate.files import FolderBusy, FolderLock
 from siggate.train.ensemble import member_shares
 from siggate.train.executor import CallRequest, InlineExecutor
@@ -191,16 +192,23 @@ class Tool:
 
 def _without_set(argv: list[str], key: str) -> list[str]:
     """``argv`` without its ``--set KEY=...`` items (a smoke run's ``--epochs`` replaces a recipe's
-    ``train.epochs``: siggate refuses the flag and its key together)."""
+    ``train.epochs``: siggate refuses the flag and its key together). An item is read by siggate's
+    own parser (:func:`siggate.config.override_key`); a malformed one stays, for siggate to refuse."""
+    def sets_key(item: str) -> bool:
+        try:
+            return override_key(item) == key
+        except ConfigError:
+            return False
+
     out, skip = [], False
     for i, a in enumerate(argv):
         if skip:
             skip = False
             continue
-        if a == "--set" and i + 1 < len(argv) and argv[i + 1].split("=", 1)[0].strip() == key:
+        if a == "--set" and i + 1 < len(argv) and sets_key(argv[i + 1]):
             skip = True
             continue
-        if a.startswith("--set=") and a[len("--set="):].split("=", 1)[0].strip() == key:
+        if a.startswith("--set=") and sets_key(a[len("--set="):]):
             continue
         out.append(a)
     return out
