@@ -571,7 +571,7 @@ def test_compare_reports_the_threads_its_set_gives_the_runs(tmp_path, capsys):
     argv = ["--seeds", "0", "--gates", "none,elementwise", "--epochs", "3", "--out", str(out), "--no-progress",
             "--set", "train.threads=2"]
     assert _compare([*argv, "--threads", "3"]) == 2
-    assert "--threads and --set train.threads both set each run's threads; give one" in capsys.readouterr().err
+    assert "--threads and --set train.threads both set train.threads; give one" in capsys.readouterr().err
     assert not (out / "results.json").exists()
     assert _compare(argv) == 0
     res = json.loads((out / "results.json").read_text())

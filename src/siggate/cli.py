@@ -28,6 +28,7 @@ from .config_args import (
     check_device,
     check_out_folder,
     config_from_args,
+    flag_key_clash,
     set_keys,
 )
 from .files import same_file
@@ -121,8 +122,9 @@ def cmd_train(args) -> int:
         elif not (resume / "last.pt").is_file():  # a last.pt alone: the flags and its checkpoint must agree
             raise CLIError(_no_run_to_resume(resume, several))
     cfg = config_from_args(args)
+    given_keys = set_keys(args)  # (config_from_args has parsed each --set item)
     if saved is not None:
-        cfg = rundir.keep_run_schedule(cfg, saved, set_keys(args))
+        cfg = rundir.keep_run_schedule(cfg, saved, given_keys)
         diffs = rundir.resume_differences(saved, cfg.to_dict(), path)
         if diffs:
             raise CLIError(f"--resume {resume}: the flags differ from the run's config ({'; '.join(diffs)}); "
@@ -131,7 +133,7 @@ def cmd_train(args) -> int:
         if changed:
             raise CLIError(f"--resume {resume}: {changed}; restore the file, or start a new run with another --out")
     epochs_given = (args.epochs is not None or getattr(args, "budget", None) is not None
-                    or "train.epochs" in set_keys(args))
+                    or "train.epochs" in given_keys)
     if resume is not None and (saved is None or epochs_given):  # a saved schedule cannot shrink by itself
         _check_resumed_epochs(resume, cfg.train.epochs, several)  # (resume_run reads last.pt again later)
     if args.ddp and several:
@@ -144,13 +146,13 @@ def cmd_train(args) -> int:
         raise CLIError(why)
     if "gnn" not in kinds:  # a flag that only a GNN reads is refused, not ignored (a recipe's own values stay quiet)
         init_flag = "--init" if args.init is not None else "--set train.init"
-        given = {init_flag: bool(cfg.train.init) and (args.init is not None or "train.init" in set_keys(args)),
+        given = {init_flag: bool(cfg.train.init) and (args.init is not None or "train.init" in given_keys),
                  "--epochs": args.epochs is not None,
                  "--budget": args.budget is not None, "--on-nan": args.on_nan is not None}
         for flag in (f for f, on in given.items() if on):
             raise CLIError(f"{flag} applies to a GNN member, and --members {','.join(kinds)} holds no GNN: drop "
                            f"{flag}, or add gnn to --members")
-        unread = sorted(k for k in set_keys(args) if k.startswith("model.") or k in GNN_TRAIN_KEYS)
+        unread = sorted(k for k in given_keys if k.startswith("model.") or k in GNN_TRAIN_KEYS)
         if unread:  # a --set list shared by runs of other members is fine; say that these go unread here
             print(f"siggate train: warning: --members {','.join(kinds)} holds no GNN, so no member reads "
                   f"--set {', '.join(unread)}", file=sys.stderr)
@@ -768,8 +770,9 @@ def _pretrain(args) -> int:
         raise CLIError(f"--smiles {source} is a folder; give a CSV or .smi file in it, or 'moses'")
     elif not Path(source).is_file():
         raise CLIError(f"--smiles {source}: no such file; give a CSV or .smi file, or 'moses'")
-    if args.threads is not None and "train.threads" in set_keys(args):  # the flag silently won
-        raise CLIError("--threads and --set train.threads both set train.threads; give one")
+    clash = flag_key_clash(args, ("threads",))  # the flag silently won (its other flags have defaults)
+    if clash:
+        raise CLIError(clash)
     if args.threads is None:  # one thread and one process, unless --set train.threads names the threads
         args.threads = 0 if "train.threads" in set_keys(args) else 1
         _set_threads(args)

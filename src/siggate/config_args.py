@@ -175,11 +175,13 @@ FLAG_KEYS = {"seed": "train.seed", "epochs": "train.epochs", "budget": "train.ep
              "threads": "train.threads", "on_nan": "train.on_nan", "data_root": "data.root", "cache_dir": "data.cache_dir"}
 
 
-def flag_key_clash(args) -> str | None:
+def flag_key_clash(args, flags=FLAG_KEYS) -> str | None:
     """The refusal of a shortcut flag of :data:`FLAG_KEYS` given with the ``--set`` key it sets
-    (``siggate train`` and the runs ``siggate compare`` hands both to), or ``None``."""
+    (``siggate train``, the runs ``siggate compare`` hands both to, and ``siggate pretrain``'s
+    ``--threads``: ``flags`` names the ones a command's parser leaves ``None`` unless given), or ``None``."""
     given = set_keys(args)
-    for flag, key in FLAG_KEYS.items():
+    for flag in flags:
+        key = FLAG_KEYS[flag]
         value = getattr(args, flag, None)
         if key in given and value is not None and (value != "" or flag == "init"):  # --init "": from scratch
             return f"--{flag.replace('_', '-')} and --set {key} both set {key}; give one"

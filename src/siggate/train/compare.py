@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config_args import add_command
+from ..config_args import add_command, flag_key_clash
 from ..files import atomic_write_bytes, out_dir_problem
 from ..options import (
     GATE_KINDS,
@@ -467,11 +467,6 @@ def _check_args(args) -> None:
     if _set_keys(args) & {"model.gate", "model.gate_position", "model.param_match", "train.seed"}:
         raise CompareError("--set model.gate/model.gate_position/model.param_match/train.seed: these come from "
                            "--gates and --seeds")
-    from ..config_args import flag_key_clash
-
-    clash = flag_key_clash(args)  # every run would refuse it
-    if clash:
-        raise CompareError(clash)
     if args.epochs is not None and getattr(args, "budget", None) is not None:
         raise CompareError("--epochs and --budget both set the number of epochs; give one (--budget also scales "
                            "the warmup)")
@@ -667,8 +662,9 @@ def compare(args) -> int:
                            "running, or stopped before aggregating); give its --config, --gates and --seeds (and any "
                            "--set, --epochs or --budget) as it was started")
     _defaults(args, stored)
-    if args.threads and "train.threads" in _set_keys(args):
-        raise CompareError("--threads and --set train.threads both set each run's threads; give one")
+    clash = flag_key_clash(args)  # before stored threads are taken (every run would refuse both)
+    if clash:
+        raise CompareError(clash)
     if stored is not None and args.threads is None and "train.threads" not in _set_keys(args):
         # the results describe the runs' threads, not this call's (a --set train.threads gives them itself)
         args.threads = stored.threads
