@@ -429,17 +429,19 @@ def run_row(runner, recipe: str, target: str, seed: int, meta: dict, tdir: str, 
     RMSEs or ``failed`` with the error (``extra``: fields the row carries, e.g. siggate's
     arguments), in its folder claimed by :func:`peers.claimed_row`."""
     fields = {"tool": runner.name, "recipe": recipe, "target": target, "seed": seed, "epochs": epochs, **extra}
-    return peers.claimed_row(out, identity(extra, epochs), store, key, fields, lambda out: _run_row(
-        runner, recipe, target, seed, meta, Path(tdir), out, epochs, extra))
+    return peers.claimed_row(out, identity(extra, epochs), store, key, fields,
+                             lambda out: _run_row(runner, fields, meta, Path(tdir), out))
 
 
-def _run_row(runner, recipe: str, target: str, seed: int, meta: dict, tdir: Path, out: Path, epochs: int | None,
-             extra: dict) -> dict:
-    row = {"tool": runner.name, "recipe": recipe, "target": target, "seed": seed, "epochs": epochs,
-           "source_sha256": meta["source_sha256"], "data_sha256": meta["data_sha256"],
-           "cpu": peers._cpu_model(), "threads": 1, "load_avg_1m_at_start": round(os.getloadavg()[0], 2)}
+def _run_row(runner, fields: dict, meta: dict, tdir: Path, out: Path) -> dict:
+    """:func:`run_row`'s run in its claimed folder ``out``; ``fields`` the row's identity
+    (tool, recipe, target, seed, epochs, then the fields it carries)."""
+    target, seed, epochs = fields["target"], fields["seed"], fields["epochs"]
+    row = {k: fields[k] for k in ("tool", "recipe", "target", "seed", "epochs")}
+    row.update({"source_sha256": meta["source_sha256"], "data_sha256": meta["data_sha256"],
+                "cpu": peers._cpu_model(), "threads": 1, "load_avg_1m_at_start": round(os.getloadavg()[0], 2)})
     smiles, y, cliff = read_test(tdir)
-    peers.progress(f"run  {runner.name} {recipe} {target} seed {seed}")
+    peers.progress(f"run  {runner.name} {fields['recipe']} {target} seed {seed}")
     try:
         row["tool_version"] = runner.version()  # a tool that is not there fails its row, not the harness
         r = runner.run(Target(target), tdir, out, seed, epochs)
@@ -451,7 +453,7 @@ def _run_row(runner, recipe: str, target: str, seed: int, meta: dict, tdir: Path
     for k in ("command", "predict_command"):
         if k in row:
             row[k] = peers._tilde(row[k])
-    row.update(extra)
+    row.update(fields)  # the carried fields last (they were given, not measured)
     row["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return row
 
