@@ -130,3 +130,16 @@ def test_ray_only_flags_without_ray_are_refused_not_ignored():
             executor_from_args(p.parse_args(argv))
         assert str(e.value).startswith(f"{named} --backend ray; drop")
     assert isinstance(executor_from_args(p.parse_args([])), LocalExecutor)
+
+
+def test_analyze_refuses_ray_only_flags_before_it_prepares_any_data(tmp_path, capsys):
+    """``analyze smoothing`` refused --cpus-per-run without --backend ray only after preparing its
+    dataset (55 s): the refusal comes when the command line is parsed, before the data is read
+    (here a data root that does not exist is never looked at)."""
+    from test_predict import run_cli
+
+    for cmd in (["analyze", "smoothing", "--depths", "2"], ["analyze", "lr-sweep"]):
+        rc, _, err = run_cli([*cmd, "--cpus-per-run", "2", "--data-root", str(tmp_path / "nowhere"), "--out",
+                              str(tmp_path / "an")], capsys)
+        assert rc == 2 and err == f"siggate {cmd[0]}: error: --cpus-per-run needs --backend ray; drop it, or add --backend ray\n"
+        assert not (tmp_path / "an").exists() and not (tmp_path / "nowhere").exists()

@@ -1041,6 +1041,10 @@ def main(argv: list[str] | None = None) -> int:
         func = getattr(importlib.import_module(module), name)
     try:
         _check_threads(args)
+        if hasattr(args, "ray_address"):  # before any data is prepared (analyze's runs are built after it)
+            from .train.executor import check_backend_flags
+
+            check_backend_flags(args)
         if args.command in THREADED:
             _set_threads(args)
         return int(func(args) or 0)

@@ -224,9 +224,8 @@ def train_many(runs: dict, dataset, args, progress: bool = True, desc: str = "ru
     if conflicts:
         raise RunConflict("\n".join(conflicts))
     reused = {r.key for r in study if r.state == "done"}
-    # built where it is local too: it refuses the Ray-only flags there (they were accepted and ignored)
-    executor = executor_from_args(args) if hasattr(args, "ray_address") else None
-    execute(study, InlineExecutor() if local else executor, desc=desc, progress=progress)
+    # (the Ray-only flags without --backend ray were refused when the command line was parsed)
+    execute(study, InlineExecutor() if local else executor_from_args(args), desc=desc, progress=progress)
     failed = [f"{r.key}: {r.error}" for r in study if r.state == "failed"]
     if failed:
         raise RuntimeError("runs failed" + ("" if local else " on Ray") + ":\n" + "\n".join(failed))

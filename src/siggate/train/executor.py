@@ -346,8 +346,10 @@ def add_executor_args(p) -> None:
     p.add_argument("--ray-dashboard", action="store_true", help="Ray: start the dashboard (off by default)")
 
 
-def executor_from_args(args):
-    """:func:`make_executor` from parsed :func:`add_executor_args` arguments."""
+def check_backend_flags(args) -> None:
+    """Refuse the Ray-only flags of :func:`add_executor_args` without ``--backend ray`` (they were
+    accepted and ignored, invalid values too): :class:`ExecutorError`. ``siggate``'s CLI calls it
+    as soon as the arguments are parsed, before any data is prepared."""
     ray_only = {"--ray-address": args.ray_address, "--ray-dashboard": args.ray_dashboard or None,
                 "--cpus-per-run": args.cpus_per_run, "--gpus-per-run": args.gpus_per_run,
                 "--max-retries": args.max_retries}
@@ -355,6 +357,12 @@ def executor_from_args(args):
     if args.backend != "ray" and given:  # accepted and ignored, invalid values too
         raise ExecutorError(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} --backend ray; drop "
                             f"{'it' if len(given) == 1 else 'them'}, or add --backend ray")
+
+
+def executor_from_args(args):
+    """:func:`make_executor` from parsed :func:`add_executor_args` arguments (checked by
+    :func:`check_backend_flags`)."""
+    check_backend_flags(args)
     return make_executor(args.backend, getattr(args, "jobs", 1), args.ray_address,
                          1 if args.cpus_per_run is None else args.cpus_per_run, args.gpus_per_run,
                          3 if args.max_retries is None else args.max_retries, args.ray_dashboard)
