@@ -470,4 +470,14 @@ def test_data_verify_prints_node_counts(tmp_path, capsys):
     rc, _, err = _cli(["data", "verify", "zinc", "--num-nodes", "5"], capsys)
     assert rc == 2 and "--num-nodes does not apply to zinc" in err
     rc, _, err = _cli(["data", "verify", "sbm-large", "--num-nodes", "5"], capsys)
-    assert rc == 2 and "data.num_nodes=5" in err and len(err.strip().splitlines()) == 1
+    # the generator's words named its own num_blocks, which no flag sets: the dataset names the size it needs
+    assert rc == 2 and err == ("siggate data: error: sbm-large needs data.num_nodes >= 34 for its 10 blocks at average "
+                               "degree 10, got 5; give --num-nodes 34 or more (0: 10,000)\n")
+    from siggate.data.sbm import sbm_large_graph
+    from siggate.data.sbm_large import AVG_DEGREE, BLOCKS, P_RATIO
+
+    assert sbm_large_graph(34, BLOCKS, AVG_DEGREE, P_RATIO).num_nodes == 34  # the bound is the generator's own
+    with pytest.raises(ValueError, match="intra-block edge probability"):
+        sbm_large_graph(33, BLOCKS, AVG_DEGREE, P_RATIO)
+    rc, out, err = _cli(["data", "verify", "sbm-large", "--num-nodes", "34"], capsys)
+    assert rc == 0 and json.loads(out)["split_nodes"]["train"] < 34

@@ -19,6 +19,24 @@ __all__ = ["DEFAULT_NUM_NODES", "sbm_large"]
 
 #: nodes of ``sbm-large`` when ``data.num_nodes`` is 0
 DEFAULT_NUM_NODES = 10_000
+#: its blocks (classes), average degree and ratio of the edge probabilities within and between blocks
+BLOCKS, AVG_DEGREE, P_RATIO = 10, 10.0, 4.0
+
+
+def smallest_num_nodes() -> int:
+    """The fewest nodes an ``sbm-large`` graph can have: its :data:`BLOCKS` balanced blocks reach
+    :data:`AVG_DEGREE` with edge probabilities of at most 1."""
+    import numpy as np
+
+    from .sbm import sbm_edge_probabilities
+
+    n = BLOCKS
+    while True:
+        try:
+            sbm_edge_probabilities(np.bincount(np.arange(n) % BLOCKS), AVG_DEGREE, P_RATIO)
+            return n
+        except ValueError:
+            n += 1
 
 
 @register_dataset(
@@ -37,10 +55,11 @@ def sbm_large(root=None, cache_dir=None, *, num_nodes: int = 0, seed: int = 0, p
 
     check_kwargs("sbm-large", kw)
     n = int(num_nodes) or DEFAULT_NUM_NODES
-    try:
-        g = sbm_large_graph(n, seed=seed)
-    except ValueError as exc:
-        raise DataError(f"sbm-large cannot have data.num_nodes={n}: {exc}") from None
+    least = smallest_num_nodes()
+    if n < least:  # (the generator's own words name its arguments: blocks, degree, none of them the user's)
+        raise DataError(f"sbm-large needs data.num_nodes >= {least} for its {BLOCKS} blocks at average degree "
+                        f"{AVG_DEGREE:g}, got {n}; give --num-nodes {least} or more (0: {DEFAULT_NUM_NODES:,})")
+    g = sbm_large_graph(n, num_blocks=BLOCKS, avg_degree=AVG_DEGREE, p_ratio=P_RATIO, seed=seed)
     for key in ("train_mask", "val_mask", "test_mask"):
         if key not in g or g[key].dtype != torch.bool or g[key].shape != (n,):
             raise ValueError(f"sbm_large_graph must return a boolean {key} of shape [{n}]")
