@@ -338,9 +338,14 @@ def test_report_without_results_fails(tmp_path):
     (["synthetic", "--families", "er,foo"], "--families: unknown 'foo'; choose from er, cycle, regular"),
     (["synthetic", "--draws", "0"], "--draws must be >= 1, got 0"),
     (["synthetic", "--biases", "0,high"], "--biases: 'high' is not a number"),
+    # the flag, appended after the --set items, or the later of two values silently won
+    (["smoothing", "--depths", "2", "--data-root", "a", "--set", "data.root=b"],
+     "--data-root and --set data.root both set data.root; give one"),
+    (["rank", "--config", "nci5k", "--set", "model.dim=8", "--set", "model.dim=16"],
+     "--set model.dim is given twice (8 and 16); give it once"),
 ])
 def test_bad_analysis_arguments_are_one_line_refusals(argv, message, tmp_path, capsys):
-    """These ended in ValueError tracebacks (exit 1)."""
+    """These ended in ValueError tracebacks (exit 1), or ran with another value than given."""
     out = tmp_path / "an"
     capsys.readouterr()
     rc = main(["analyze", *argv, "--out", str(out)])

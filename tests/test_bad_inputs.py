@@ -1182,10 +1182,11 @@ def test_raw_files_with_content_not_the_releases_are_named_without_a_traceback(t
     (["--set", "data.sep=abc"], "data.sep: 'abc' is not one character; use e.g. data.sep=';' or data.sep=tab"),
     (["--threads", "99999999999"], "--threads 99999999999: give a number of threads from 1 to 4096"),
     (["--set", "train.threads=99999999999"], "train.threads: 99999999999 is out of range; allowed values: >= 0 and <= 4096"),
+    (["--set", "train.seed=5", "--set", " train.seed = 6"], "--set train.seed is given twice (5 and 6); give it once"),
 ], ids=lambda v: v[0] if isinstance(v, list) else None)
 def test_a_flag_and_the_key_it_sets_or_a_key_no_member_reads_are_refused(tmp_path, capsys, argv, expected):
     """The flag was appended after the --set items and silently won (--seed 1 --set train.seed=2
-    trained seed 1); gnn,gnn trained one GNN; data.sep=tab or abc was a TypeError traceback; a
+    trained seed 1), as the later of two --set items of one key did; gnn,gnn trained one GNN; data.sep=tab or abc was a TypeError traceback; a
     huge thread count torch's overflow."""
     data = _csv(tmp_path / "d.csv", _rows(","))
     rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", *argv, "--out", str(tmp_path / "r")],

@@ -13,7 +13,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from .config import SEP_NAMES, load_config, override_key
+from .config import SEP_NAMES, ConfigError, load_config, parse_override
 from .files import out_dir_problem
 from .options import DUPLICATES, FRAGMENTS, add_cache_dir_flag, add_data_root_flag, init_is_none, init_is_shipped
 
@@ -146,8 +146,18 @@ CSV_FLAG_DEFAULTS = {"smiles_col": "smiles", "task": "regression"}
 
 
 def set_keys(args) -> set[str]:
-    """The config keys that ``--set`` gives explicitly (``{"train.warmup_epochs", ...}``)."""
-    return {override_key(item) for item in args.overrides}
+    """The config keys that ``--set`` gives explicitly (``{"train.warmup_epochs", ...}``).
+
+    Raises :class:`~siggate.config.ConfigError` for a malformed item, and for a key given twice
+    with two values (the later one silently won)."""
+    seen: dict[str, object] = {}
+    for item in args.overrides:
+        parts, value = parse_override(item)
+        key = ".".join(parts)
+        if key in seen and seen[key] != value:
+            raise ConfigError(f"--set {key} is given twice ({seen[key]!r} and {value!r}); give it once")
+        seen[key] = value
+    return set(seen)
 
 
 def _file_sets(name_or_path: str | None, section: str, key: str) -> bool:

@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 import torch
 
 from ..config import Config, load_config
-from ..config_args import CLIError, check_out_folder
+from ..config_args import CLIError, check_out_folder, flag_key_clash
 from ..files import atomic_write_bytes
 from ..options import progress_enabled
 from ..version import __version__
@@ -74,7 +74,13 @@ def parse_list(text: str | Sequence, cast=str, flag: str = "", choices: Sequence
 
 
 def config_from(args, extra: Iterable[str] = ()) -> Config:
-    """Config from ``--config``/``--set`` (+ ``extra`` overrides)."""
+    """Config from ``--config``/``--set`` (+ ``extra`` overrides). ``--data-root`` or
+    ``--cache-dir`` with the ``--set`` key it sets, or one key set twice, is refused (the later
+    silently won)."""
+    if getattr(args, "overrides", None) is not None:
+        clash = flag_key_clash(args, [f for f in ("data_root", "cache_dir") if hasattr(args, f)])
+        if clash:
+            raise CLIError(clash)
     overrides = list(getattr(args, "overrides", []) or []) + list(extra)
     if getattr(args, "data_root", None):
         overrides.append(f"data.root={args.data_root}")
