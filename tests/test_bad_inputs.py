@@ -1183,6 +1183,11 @@ def test_raw_files_with_content_not_the_releases_are_named_without_a_traceback(t
     (["--threads", "99999999999"], "--threads 99999999999: give a number of threads from 1 to 4096"),
     (["--set", "train.threads=99999999999"], "train.threads: 99999999999 is out of range; allowed values: >= 0 and <= 4096"),
     (["--set", "train.seed=5", "--set", " train.seed = 6"], "--set train.seed is given twice (5 and 6); give it once"),
+    # a section given a value reset every key of it to its default (members.svr=), or refused none (=0)
+    (["--set", "members.svr="], "--set members.svr names a section of keys, not one key; set one of its keys, e.g. "
+                                "--set members.svr.fingerprint=..."),
+    (["--set", "model.attention=0"], "--set model.attention names a section of keys, not one key; set one of its keys, "
+                                     "e.g. --set model.attention.performer.num_features=..."),
 ], ids=lambda v: v[0] if isinstance(v, list) else None)
 def test_a_flag_and_the_key_it_sets_or_a_key_no_member_reads_are_refused(tmp_path, capsys, argv, expected):
     """The flag was appended after the --set items and silently won (--seed 1 --set train.seed=2
@@ -1243,3 +1248,16 @@ def test_a_config_file_may_merge_a_mapping_and_a_key_twice_on_one_line_is_refuse
     flow.write_text("train: {epochs: 3, epochs: 5}\n")
     with pytest.raises(ConfigError, match="'epochs' is given twice in one section"):
         load_config(str(flow))
+
+
+def test_a_config_files_section_given_a_value_is_refused_and_an_empty_one_is_its_defaults(tmp_path):
+    """``members: {svr: 0}`` in a file built the svr with its defaults (any false value did)."""
+    from siggate.config import ConfigError, MembersConfig, load_config
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("members:\n  svr: 0\n")
+    with pytest.raises(ConfigError, match=r"members\.svr: expected a mapping of keys, got 0"):
+        load_config(str(bad))
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("members:\n  svr:\n")
+    assert load_config(str(empty)).members == MembersConfig()

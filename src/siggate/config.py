@@ -404,7 +404,7 @@ def _build_section(cls, raw: dict, prefix: str):
         f = known[key]
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if dataclasses.is_dataclass(default):  # a nested section: model.attention, model.attention.performer
-            kwargs[key] = _build_section(type(default), value or {}, f"{prefix}.{key}")
+            kwargs[key] = _build_section(type(default), {} if value is None else value, f"{prefix}.{key}")  # (0: refused)
         else:
             kwargs[key] = _coerce(f"{prefix}.{key}", value, default, f.type)
     return cls(**kwargs)
@@ -835,6 +835,9 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
             kind, name = FLAT_ATTENTION_KEYS[parts[1]]
             _deprecated_flat_key(parts[1], kind, name, stacklevel=2)
             parts = ["model", "attention", kind, name]
+        if _names_section(parts):  # its value replaced the section: "members.svr=" reset every key of it
+            raise ConfigError(f"--set {'.'.join(parts)} names a section of keys, not one key; set one of its keys, "
+                              f"e.g. --set {'.'.join(parts)}.{_first_key(parts)}=...")
         node = raw
         for depth, part in enumerate(parts[:-1]):
             if node.get(part) is None:
@@ -845,6 +848,32 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
             node = node[part]
         node[parts[-1]] = value
     return from_dict(raw)
+
+
+def _section_at(parts: list[str]):
+    """The dataclass of the config section that the key path ``parts`` names
+    (``["members", "svr"]`` -> :class:`~siggate.options.SVRMemberOptions`), or ``None`` when it
+    names a value or nothing known."""
+    cls = _section_classes().get(parts[0])
+    for part in parts[1:]:
+        f = {f.name: f for f in fields(cls)}.get(part) if cls is not None else None
+        if f is None or f.default_factory is dataclasses.MISSING:
+            return None
+        default = f.default_factory()
+        cls = type(default) if dataclasses.is_dataclass(default) else None
+    return cls
+
+
+def _names_section(parts: list[str]) -> bool:
+    return len(parts) >= 2 and _section_at(parts) is not None
+
+
+def _first_key(parts: list[str]) -> str:
+    """The path, below the section ``parts``, of its first key that holds a value."""
+    path = [*parts, fields(_section_at(parts))[0].name]
+    while _section_at(path) is not None:
+        path.append(fields(_section_at(path))[0].name)
+    return ".".join(path[len(parts):])
 
 
 def split_resolved(config: dict, resolved: dict | None) -> tuple[dict, dict]:
