@@ -674,6 +674,9 @@ def test_sep_overrides_detection(tmp_path, capsys):
     assert "looks delimited by ';', not ','" in err and "--sep ';'" in err
     rc, err = _train_csv(tmp_path, capsys, data, "--sep", "';;'")
     assert rc == 2 and "--sep: \"';;'\" is not one character" in err
+    rc, err = _train_csv(tmp_path, capsys, data, "--sep", "")  # it detected the delimiter, as no --sep
+    assert rc == 2 and err.endswith("--sep: '' is not one character; use e.g. --sep ';' or --sep tab (or leave --sep "
+                                    "out: the delimiter is detected)\n")
 
 
 @pytest.mark.parametrize(

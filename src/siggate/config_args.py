@@ -251,10 +251,11 @@ def config_from_args(args):
                                f"it siggate trains {args.config or 'nci5k'})")
     cfg = load_config(recipe_name(args), overrides)  # --data: configs/csv.yaml
     sep = getattr(args, "sep", None)
-    if args.data and sep:
+    if args.data and sep is not None:  # (--sep "" detected the delimiter as if no --sep were given)
         sep = SEP_NAMES.get(sep, sep)
         if len(sep) != 1:
-            raise CLIError(f"--sep: {args.sep!r} is not one character; use e.g. --sep ';' or --sep tab")
+            raise CLIError(f"--sep: {args.sep!r} is not one character; use e.g. --sep ';' or --sep tab (or leave "
+                           "--sep out: the delimiter is detected)")
         cfg.data.sep = sep
     given = set_keys(args)
     t = cfg.train
