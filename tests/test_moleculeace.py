@@ -183,6 +183,14 @@ def test_summary_is_the_mean_of_per_target_means_and_calibration_checks_both_row
     assert mace.calibration(mace.summarize(near, anchors))["svm_ecfp"]["status"] == "pass"
     assert mace.calibration(mace.summarize(far, anchors))["svm_ecfp"]["status"] == "fail"
     assert mace.calibration(mace.summarize(rows[:10], anchors))["rf_morgan"]["status"] == "not run"
+    # the rows' commits are named: one, or how many (one recipe name run at several commits)
+    assert local["commits"] == ["?"] and local["source"] == "measured here at ?"
+    for i, r in enumerate(rows):
+        r["commit"] = ("a" * 40, "b" * 40)[i % 2 if i < 10 else 0]
+    local = next(s for s in mace.summarize(rows, anchors) if s["recipe"] == "default")
+    assert local["commits"] == ["aaaaaaa", "bbbbbbb"] and local["source"] == "measured here at 2 commits"
+    local = next(s for s in mace.summarize(rows[10:], anchors) if s["recipe"] == "default")
+    assert local["source"] == "measured here at aaaaaaa"
 
 
 def test_a_recipe_is_complete_only_when_every_target_has_the_same_seeds():

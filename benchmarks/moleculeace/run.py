@@ -617,13 +617,17 @@ def _mean_or_none(values: list) -> float | None:
 
 
 def summarize(rows: list[dict], anchors: dict) -> list[dict]:
-    """Per (tool, recipe): the mean over targets of each target's mean over seeds, and which
-    seeds it covers. It is ``complete`` only when every public target has the same seeds
+    """Per (tool, recipe): the mean over targets of each target's mean over seeds, which seeds
+    it covers and the commits its rows were measured at (``commits``). It is ``complete`` only when every public target has the same seeds
     (``seeds``); otherwise ``partial`` says why and ``seed_targets`` how many targets each seed
     has. The published anchors follow, over the same 20 public targets."""
     out = []
     for tool, recipe in sorted({(r["tool"], r["recipe"]) for r in rows if r.get("status") == "ok"}):
-        entry = {"tool": tool, "recipe": recipe, "source": "measured here"}
+        commits = sorted({(r.get("commit") or "?")[:7] for r in rows
+                          if (r["tool"], r["recipe"], r.get("status")) == (tool, recipe, "ok")})
+        # one recipe name run at several commits is named so: the table does not say the code was one
+        entry = {"tool": tool, "recipe": recipe, "commits": commits,
+                 "source": f"measured here at {commits[0] if len(commits) == 1 else f'{len(commits)} commits'}"}
         for key in (*METRICS, "cpu_s"):
             pt = per_target(rows, tool, recipe, key)
             entry[key] = statistics.mean(pt.values()) if pt else float("nan")
