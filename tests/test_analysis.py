@@ -15,8 +15,10 @@ from siggate.analysis.metrics import numerical_rank, stable_rank
 from siggate.cli import main
 from siggate.data.base import GraphDataset, TaskInfo
 
-TINY = ["--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.heads=2", "--set", "model.pe=none",
-        "--set", "train.batch_size=8", "--threads", "1", "--no-progress"]
+#: a tiny model; smoothing sets model.layers from --depths (a --set of it is refused there)
+TINY_ANY_DEPTH = ["--set", "model.dim=16", "--set", "model.heads=2", "--set", "model.pe=none",
+                  "--set", "train.batch_size=8", "--threads", "1", "--no-progress"]
+TINY = ["--set", "model.layers=1", *TINY_ANY_DEPTH]
 
 
 def fake_graph(g: torch.Generator, n: int) -> Data:
@@ -168,7 +170,7 @@ def test_head_analyses_of_a_model_without_attention_are_refused_before_training(
 
 
 def test_smoothing_cli_and_reuse(tmp_path):
-    args = ["smoothing", "--config", "nci5k", *TINY, "--depths", "1,2", "--gates", "none,elementwise",
+    args = ["smoothing", "--config", "nci5k", *TINY_ANY_DEPTH, "--depths", "1,2", "--gates", "none,elementwise",
             "--epochs", "1", "--out", str(tmp_path)]
     run(*args)
     res = load(tmp_path / "smoothing.json")
@@ -281,7 +283,7 @@ def test_lr_sweep_cli(tmp_path):
 
 
 def test_overhead_param_formulas(tmp_path):
-    run("overhead", "--config", "nci5k", *TINY, "--set", "model.layers=2", "--batches", "2", "--reps", "2",
+    run("overhead", "--config", "nci5k", *TINY_ANY_DEPTH, "--set", "model.layers=2", "--batches", "2", "--reps", "2",
         "--warmup", "1", "--out", str(tmp_path))
     res = load(tmp_path / "overhead.json")
     d, H, L = 16, 2, 2
@@ -343,6 +345,22 @@ def test_report_without_results_fails(tmp_path):
      "--data-root and --set data.root both set data.root; give one"),
     (["rank", "--config", "nci5k", "--set", "model.dim=8", "--set", "model.dim=16"],
      "--set model.dim is given twice (8 and 16); give it once"),
+    # a key the analysis sets in each run itself (the --set was replaced silently)
+    (["smoothing", "--depths", "2", "--set", "model.layers=7"],
+     "--set model.layers: analyze smoothing sets it in each run from --depths; drop --set model.layers and give "
+     "--depths instead"),
+    (["rank", "--config", "nci5k", "--set", "train.epochs=9"],
+     "--set train.epochs: analyze rank sets it in each run from --epochs; drop --set train.epochs and give --epochs "
+     "instead"),
+    (["entropy", "--config", "nci5k", "--set", "train.seed=3"],
+     "--set train.seed: analyze entropy sets it in each run from --seeds; drop --set train.seed and give --seeds "
+     "instead"),
+    (["lr-sweep", "--config", "nci5k", "--set", "train.on_nan=stop"],
+     "--set train.on_nan: analyze lr-sweep sets it in each run to skip (a diverging rate must not stop the sweep); "
+     "drop --set train.on_nan"),
+    (["overhead", "--config", "nci5k", "--set", "model.gate_position=value"],
+     "--set model.gate_position: analyze overhead sets it in each run from --gates (GATE@POSITION); drop --set "
+     "model.gate_position and give --gates instead"),
 ])
 def test_bad_analysis_arguments_are_one_line_refusals(argv, message, tmp_path, capsys):
     """These ended in ValueError tracebacks (exit 1), or ran with another value than given."""
@@ -459,7 +477,8 @@ def test_a_diverged_training_run_is_named_not_measured(analysis, tmp_path, capsy
     smoothing raised a RuntimeError traceback. Both name the run and the fix in one line."""
     extra = ["--depths", "1", "--seeds", "0"] if analysis == "smoothing" else []
     capsys.readouterr()
-    rc = main(["analyze", analysis, "--config", "nci5k", *TINY, "--set", "train.lr=1e30", "--epochs", "2", *extra,
+    tiny = TINY_ANY_DEPTH if analysis == "smoothing" else TINY
+    rc = main(["analyze", analysis, "--config", "nci5k", *tiny, "--set", "train.lr=1e30", "--epochs", "2", *extra,
                "--no-progress", "--out", str(tmp_path / analysis)])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1, err

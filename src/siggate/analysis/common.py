@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 import torch
 
 from ..config import Config, load_config
-from ..config_args import CLIError, check_out_folder, flag_key_clash
+from ..config_args import CLIError, check_out_folder, flag_key_clash, set_keys
 from ..files import atomic_write_bytes
 from ..options import progress_enabled
 from ..version import __version__
@@ -73,14 +73,22 @@ def parse_list(text: str | Sequence, cast=str, flag: str = "", choices: Sequence
     return out
 
 
-def config_from(args, extra: Iterable[str] = ()) -> Config:
-    """Config from ``--config``/``--set`` (+ ``extra`` overrides). ``--data-root`` or
-    ``--cache-dir`` with the ``--set`` key it sets, or one key set twice, is refused (the later
-    silently won)."""
+def config_from(args, extra: Iterable[str] = (), owned: dict[str, str] | None = None) -> Config:
+    """Config from ``--config``/``--set`` (+ ``extra`` overrides). ``owned``: the keys the
+    analysis sets in each run itself, and from what (``{"model.gate": "from --gates"}``), and
+    ``train.epochs`` where ``--epochs`` gives a number: a ``--set`` of one is refused (the
+    analysis replaced it silently). So are ``--data-root`` or ``--cache-dir`` with the ``--set``
+    key they set, and one key set twice (the later silently won)."""
     if getattr(args, "overrides", None) is not None:
         clash = flag_key_clash(args, [f for f in ("data_root", "cache_dir") if hasattr(args, f)])
         if clash:
             raise CLIError(clash)
+        owned = {**(owned or {}), **({"train.epochs": "from --epochs"} if getattr(args, "epochs", None) else {})}
+        for key in sorted(set_keys(args) & owned.keys()):
+            how = owned[key]
+            instead = f" and give {how.split()[1]} instead" if how.startswith("from --") else ""
+            raise CLIError(f"--set {key}: analyze {getattr(args, 'analysis', '')} sets it in each run {how}; "
+                           f"drop --set {key}{instead}")
     overrides = list(getattr(args, "overrides", []) or []) + list(extra)
     if getattr(args, "data_root", None):
         overrides.append(f"data.root={args.data_root}")

@@ -159,7 +159,7 @@ def plot(res: dict, path: Path) -> Path:
 
 def main(args) -> int:
     out, progress = start(args, min_epochs=1)
-    cfg = config_from(args)
+    cfg = config_from(args, owned={"model.gate": "from --gates", "train.seed": "from --seeds"})
     require_attention(cfg, "entropy")
     if cfg.model.attn_type != "full":
         raise CLIError(f"attention entropy needs the attention probabilities, which only model.attn_type=full forms "

@@ -114,7 +114,7 @@ def main(args) -> int:
     from ..train.modelprep import build_model
 
     out, progress = start(args)
-    cfg = config_from(args)
+    cfg = config_from(args, owned={"model.gate": "from --gates", "model.gate_position": "from --gates (GATE@POSITION)"})
     specs = parse_list(args.gates)
     ds = load_dataset(cfg, args.max_graphs, progress)
     info = ds.info
