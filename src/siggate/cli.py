@@ -24,6 +24,7 @@ from .config_args import (
     add_command,
     add_config_args,
     add_device_flag,
+    add_set_flag,
     add_threads_flag,
     check_device,
     check_out_folder,
@@ -964,8 +965,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=20, help="training epochs (default: 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the draw, the split and the training (default: 0)")
     p.add_argument("--config", default=None, help="model config to pretrain (default: csv, the --data recipe)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set train.lr=0.001 (repeatable)")
+    add_set_flag(p, "train.lr=0.001")
     p.add_argument("--exclude", action="append", default=[], metavar="FILE",
                    help="also drop the molecules of this SMILES file or CSV (repeatable); the test sets of ZINC, "
                         "molhiv, molpcba, NCI-5K and MoleculeACE are always dropped where their files are found")

@@ -49,6 +49,13 @@ def add_command(subparsers, name: str, help: str, examples: list[str], descripti
                                                                     + help[1:] + "."), **kw)
 
 
+def add_set_flag(p: argparse.ArgumentParser, example: str, what: str = "override a config value") -> None:
+    """``--set KEY=VALUE`` (``args.overrides``, repeatable; a key given twice with two values is
+    refused by :func:`set_keys`)."""
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"{what}, e.g. --set {example} (repeatable, each key once)")
+
+
 def add_threads_flag(p: argparse.ArgumentParser, default: int | None = None, default_text: str = "torch's choice",
                      what: str = "torch threads") -> None:
     """``--threads N``: torch threads of this process (``args.threads``); ``what`` says what else they are."""
@@ -85,8 +92,7 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     """``--config``, ``--set``, ``--seed``, ``--epochs``, ``--data-root`` and the CSV options."""
     p.add_argument("--config", default=None, help="built-in config name (nci5k, zinc, molhiv, ...) or a YAML path "
                    "(default: nci5k; csv with --data)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set model.gate=none (repeatable)")
+    add_set_flag(p, "model.gate=none")
     p.add_argument("--seed", type=int, default=None, help="random seed (train.seed)")
     p.add_argument("--epochs", type=int, default=None,
                    help="number of epochs (train.epochs); the config's warmup keeps its fraction of the run")

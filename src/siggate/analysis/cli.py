@@ -8,7 +8,7 @@ import this module.
 
 from __future__ import annotations
 
-from ..config_args import add_command, add_threads_flag
+from ..config_args import add_command, add_set_flag, add_threads_flag
 from ..options import add_cache_dir_flag, add_data_root_flag, add_progress_flag
 from ..train.executor import add_executor_args
 
@@ -20,8 +20,7 @@ def add_model_args(p, default_epochs: int | None) -> None:
     """``--config``, ``--set``, ``--epochs``, ``--seeds``, ``--max-graphs``, ``--data-root``,
     ``--cache-dir``, ``--threads``, ``--no-progress``."""
     p.add_argument("--config", default=None, help="built-in config name or YAML path (default: nci5k)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set model.dim=32 (repeatable)")
+    add_set_flag(p, "model.dim=32")
     p.add_argument("--epochs", type=int, default=default_epochs,
                    help=f"training epochs per run (default: {default_epochs}; the warmup is scaled "
                         "by epochs / config epochs, as with `siggate train --budget`)")

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config_args import add_command, flag_key_clash
+from ..config_args import add_command, add_set_flag, flag_key_clash
 from ..files import atomic_write_bytes, out_dir_problem
 from ..options import (
     GATE_KINDS,
@@ -815,8 +815,7 @@ def register(subparsers) -> None:
     p.add_argument("--gates", default=None,
                    help="comma-separated gates, baseline first; a position may follow @, e.g. "
                         "none,elementwise,headwise,elementwise@value (default: none,elementwise)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="config override applied to every run (repeatable)")
+    add_set_flag(p, "train.lr=0.001", "config override applied to every run")
     p.add_argument("--epochs", type=int, default=None, help="epochs of every run (train.epochs)")
     p.add_argument("--budget", type=int, default=None, metavar="EPOCHS",
                    help="short run of the config's protocol: EPOCHS epochs with the warmup scaled by "
