@@ -768,6 +768,18 @@ def test_score_refuses_labels_of_another_shape_and_y_reads_pandas_missing_values
     nan = two[40:].copy()
     nan[3, 0] = np.nan
     assert est.score(smiles[40:], frame) == pytest.approx(est.score(smiles[40:], nan), rel=1e-12)
+    # a DataFrame whose columns name the targets is read by name (by position, each column was scored
+    # against the other target's predictions: R² -14 for a 0.92 model); names that are not all targets: refused
+    named = siggate.SigGateRegressor(**FP).fit(smiles[:40], pd.DataFrame(two[:40], columns=["pki", "logd"]))
+    right = named.score(smiles[40:], pd.DataFrame(two[40:], columns=["pki", "logd"]))
+    assert right == pytest.approx(want, rel=1e-12)
+    assert named.score(smiles[40:], pd.DataFrame(two[40:, ::-1], columns=["logd", "pki"])) == pytest.approx(right, rel=1e-12)
+    with pytest.raises(ValueError, match=r"^score: y's columns \['pki', 'other'\] are not this model's targets "):
+        named.score(smiles[40:], pd.DataFrame(two[40:], columns=["pki", "other"]))
+    inf = two[40:].copy()
+    inf[2, 1] = np.inf  # named as fit names it (it was scikit-learn's 'Input contains infinity')
+    with pytest.raises(ValueError, match=r"^score: y holds an infinite label at row\(s\) \[2\]; give a number"):
+        est.score(smiles[40:], inf)
     with pytest.raises(ValueError, match=r"y has shape \[40, 1, 1\]; give one label per SMILES"):
         siggate.SigGateRegressor(**FP).fit(smiles[:40], y[:40].reshape(-1, 1, 1))
     # nothing to fit on: said so (it read 'y's target(s) 'y' have no label', and a CLI flag for [n, 0])

@@ -121,6 +121,14 @@ def _feature_names(X) -> np.ndarray | None:
     return np.asarray(list(cols), dtype=object)
 
 
+def _refuse_infinite(y: np.ndarray, where: str) -> None:
+    """ValueError naming the rows of ``y`` (``[n, T]``) that hold an infinite label."""
+    inf = np.flatnonzero(np.isinf(y).any(axis=1))
+    if len(inf):
+        raise ValueError(f"{where}y holds an infinite label at row(s) {inf[:5].tolist()}; give a number, or NaN for a "
+                         "missing label")
+
+
 def _target_names(y, width: int) -> list[str]:
     """The names of ``y``'s targets: a DataFrame's columns or a Series' name where they can name
     CSV columns (unique, no comma, not ``smiles``/``split``), else ``y`` (one target) or
@@ -308,10 +316,7 @@ class _SigGateEstimator(BaseEstimator):
         if len(y) != len(smiles):
             raise ValueError(f"X has {len(smiles)} SMILES and y {len(y)} rows")
         y, names = self._targets(y)  # the classifier's classes wait in _fitting_classes until the run is trained
-        inf = np.flatnonzero(np.isinf(y).any(axis=1))
-        if len(inf):
-            raise ValueError(f"y holds an infinite label at row(s) {inf[:5].tolist()}; give a number, or NaN for a "
-                             "missing label")
+        _refuse_infinite(y, "")
         empty = [name for name, col in zip(names, y.T) if np.isnan(col).all()]
         if empty:
             raise ValueError(f"y's target(s) {', '.join(map(repr, empty))} have no label (NaN in every row); drop "
@@ -622,8 +627,16 @@ class SigGateRegressor(RegressorMixin, _SigGateEstimator):
 
         check_is_fitted(self, "predictor_")
         given = list(np.shape(y))
+        columns = [str(c) for c in y.columns] if hasattr(y, "columns") else None
         y = self._targets(y)[0]
+        _refuse_infinite(y, "score: ")
         n, t = len(_smiles(X)), len(self.target_names_)
+        if columns is not None and len(columns) == t and columns != list(self.target_names_) and (
+                set(columns) & set(self.target_names_)):  # a DataFrame's columns name the targets they hold
+            if set(columns) != set(self.target_names_):
+                raise ValueError(f"score: y's columns {columns} are not this model's targets {self.target_names_}; "
+                                 "give a column of each target (in any order), or labels without names")
+            y = y[:, [columns.index(name) for name in self.target_names_]]  # (by position, another target's labels)
         if y.shape != (n, t):  # (a reshape scored mismatched rows or another target's labels)
             raise ValueError(f"score: y has shape {given}, and X {n} SMILES of this model's {t} target(s) "
                              f"{self.target_names_}: give one row of {t} label(s) per SMILES")
