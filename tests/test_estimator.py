@@ -847,3 +847,31 @@ def test_a_target_named_like_the_domain_column_keeps_its_intervals(molecules):
     assert named.predict(smiles[45:]) == pytest.approx(plain.predict(smiles[45:]), rel=1e-12)
     for a, b in zip(named.predict_interval(smiles[45:], coverage=0.8), plain.predict_interval(smiles[45:], coverage=0.8)):
         assert a == pytest.approx(b, rel=1e-12)
+
+
+def test_the_command_line_names_the_class_a_fit_classifiers_probability_is_of(molecules, tmp_path, capsys):
+    """A SigGateClassifier's out_dir holds a run whose label 1 is classes_[1] (sorted: 'inactive');
+    predict/evaluate/explain on it wrote P(1) without saying of which class, so a file whose 1 means
+    'active' scored ROC-AUC 0 without a word. They name it on stderr."""
+    from test_predict import run_cli
+
+    import siggate
+
+    smiles, y = molecules
+    labels = np.where(y > np.median(y), "active", "inactive")
+    clf = siggate.SigGateClassifier(**FP, out_dir=tmp_path / "clf").fit(smiles[:40], labels[:40])
+    assert list(clf.classes_) == ["active", "inactive"]
+    note = ("note: this run was fit by SigGateClassifier on the classes 'active', 'inactive': its y is the probability "
+            "of 'inactive', and a label of 1 means 'inactive'\n")
+    rc, out, err = run_cli(["predict", "--checkpoint", str(tmp_path / "clf"), smiles[41]], capsys)
+    assert rc == 0 and f"siggate predict: {note}" in err
+    p = float(out.splitlines()[1].split(",")[1])
+    assert p == pytest.approx(clf.predict_proba([smiles[41]])[0, 1], abs=1e-6)  # the probability of 'inactive'
+    data = tmp_path / "d.csv"
+    data.write_text("smiles,inactive\n" + "".join(f"{s},{int(v == 'inactive')}\n" for s, v in zip(smiles[40:], labels[40:])))
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(tmp_path / "clf"), "--data", str(data), "--target-col",
+                          "inactive"], capsys)
+    assert rc == 0 and f"siggate evaluate: {note}" in err
+    reg = siggate.SigGateRegressor(**FP, out_dir=tmp_path / "reg").fit(smiles[:40], y[:40])
+    rc, _, err = run_cli(["predict", "--checkpoint", str(reg.out_dir), smiles[41]], capsys)
+    assert rc == 0 and "note:" not in err  # a regressor's run: nothing to say

@@ -553,6 +553,7 @@ def cmd_evaluate(args) -> int:
     if args.data is not None:  # the file's parity plot (a classifier's ROC curves) next to the scores, or the file
         beside = Path(args.output) if args.output else Path(args.data)
         pictures = beside.with_name(_stem(beside))
+    _note_classes("evaluate", args.checkpoint)
     try:
         res = evaluate(args.checkpoint, split=args.split or "test", data=args.data, smiles_col=args.smiles_col,
                        target_cols=targets, allow_changed=args.allow_changed, data_root=args.data_root,
@@ -661,6 +662,15 @@ def _read_input(args, pred, source):
 _PREDICT_DEFAULTS = {"max_atoms": PREDICT_MAX_ATOMS, "chunk_size": 1000}
 
 
+def _note_classes(command: str, checkpoint) -> None:
+    """Say on stderr which class an estimator-fit classifier's probability is of (its columns are 0/1)."""
+    from .train.rundir import estimator_classes_note
+
+    note = estimator_classes_note(checkpoint)
+    if note:
+        print(f"siggate {command}: note: {note}", file=sys.stderr)
+
+
 def cmd_predict(args) -> int:
     from .train.predict import SmilesPredictor, predict_to_csv
     from .train.predict_nodes import checkpoint_level, predict_nodes_to_csv
@@ -689,6 +699,7 @@ def cmd_predict(args) -> int:
     source = _smiles_source(args)
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device),
                            coverage=args.coverage)
+    _note_classes("predict", args.checkpoint)
     chunks = _read_input(args, pred, source) if source else [list(args.smiles)]
     try:
         n, bad = predict_to_csv(pred, chunks, args.output)
@@ -729,6 +740,7 @@ def cmd_explain(args) -> int:
                            "first, or give another --out")
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False,
                            uncertainty=False)
+    _note_classes("explain", args.checkpoint)
     theirs = foreign_files(args.out, explained_targets(pred)) if hasattr(pred.predictor, "info") else []
     if theirs and not args.overwrite:
         raise CLIError(f"--out {args.out} holds {', '.join(theirs[:4])}{' ...' if len(theirs) > 4 else ''}, names an "

@@ -428,3 +428,23 @@ def write_test_predictions(path: str | Path, rows: list[int], smiles: list[str],
         w.writerow(fields + ([fmt(v) for v in uncertainty[g]] if uncertainty is not None else []))
     atomic_write_bytes(Path(path), buf.getvalue().encode("utf-8"))
     return Path(path)
+
+
+def estimator_classes_note(checkpoint) -> str | None:
+    """For a run that ``SigGateClassifier.fit`` kept (its :data:`ESTIMATOR_RECORD` names the
+    classes): which class its probability is of, in words for ``predict``, ``evaluate`` and
+    ``explain``, whose columns are 0 and 1; ``None`` for any other run."""
+    import json
+
+    folder = Path(checkpoint)
+    folder = folder if folder.is_dir() else folder.parent
+    try:
+        record = json.loads((folder / ESTIMATOR_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or "probability_of" not in record or not isinstance(record.get("classes"), list):
+        return None
+    names = record.get("target_names") or ["y"]
+    return (f"this run was fit by SigGateClassifier on the classes {', '.join(map(repr, record['classes']))}: its "
+            f"{names[0]} is the probability of {record['probability_of']!r}, and a label of 1 means "
+            f"{record['probability_of']!r}")
