@@ -853,9 +853,8 @@ def test_the_command_line_names_the_class_a_fit_classifiers_probability_is_of(mo
     """A SigGateClassifier's out_dir holds a run whose label 1 is classes_[1] (sorted: 'inactive');
     predict/evaluate/explain on it wrote P(1) without saying of which class, so a file whose 1 means
     'active' scored ROC-AUC 0 without a word. They name it on stderr."""
-    from test_predict import run_cli
-
     import siggate
+    from test_predict import run_cli
 
     smiles, y = molecules
     labels = np.where(y > np.median(y), "active", "inactive")
