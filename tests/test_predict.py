@@ -418,6 +418,36 @@ def test_predict_cli_exit_codes_and_one_row_per_input(ckpt, tmp_path, capsys):
     assert "no heavy atoms" in rows[1]["error"]
 
 
+def test_an_output_named_gz_is_compressed_and_one_of_another_type_is_refused(ckpt, tmp_path, capsys):
+    """--output out.csv.gz (or evaluate's scores.json.gz) wrote plain text under that name, which
+    pandas could not read back; out.xlsx got CSV text too."""
+    import gzip
+
+    plain, packed = tmp_path / "out.csv", tmp_path / "out.csv.gz"
+    for out in (plain, packed):
+        rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "c1ccccc1", "--output", str(out)], capsys)
+        assert rc == 0, err
+    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes()
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(packed)], capsys)  # read back
+    assert rc == 0 and "2 rows, 2 predicted" in err
+    data = tmp_path / "d.csv"
+    data.write_text("smiles,y\nCCO,0.3\nc1ccccc1,0.6\nCCCC,0.4\n")
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data), "--output",
+                            str(tmp_path / "s.json.gz")], capsys)
+    assert rc == 0, err
+    scores = json.loads(gzip.decompress((tmp_path / "s.json.gz").read_bytes()))
+    assert scores == json.loads(out) and scores["checkpoint"] == str(ckpt)  # the scores it printed
+    for cmd, name, fix in (("predict", "out.xlsx", "out.csv"), ("evaluate", "s.parquet", "s.json"),
+                           ("predict", "out.csv.bz2", "out.csv")):
+        rc, _, err = run_cli([cmd, "--checkpoint", str(ckpt), *(["CCO"] if cmd == "predict" else []), "--output",
+                              str(tmp_path / name)], capsys)
+        kind = "CSV" if cmd == "predict" else "JSON"
+        assert rc == 2 and err == (f"siggate {cmd}: error: --output {tmp_path / name}: siggate writes {kind} text, not "
+                                   f"{Path(name).suffix} (gzip-compressed with .gz); give e.g. {tmp_path / fix} or "
+                                   f"{tmp_path / fix}.gz\n")
+        assert not (tmp_path / name).exists()
+
+
 def test_input_error_leaves_no_output_file(ckpt, tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("smile,y\nCCO,1\n")

@@ -576,12 +576,22 @@ def cmd_evaluate(args) -> int:
             print(f"siggate evaluate: {what} {res[key]}", file=sys.stderr)
     if args.output:
         try:
-            atomic_write_bytes(Path(args.output), (text + "\n").encode())
+            data = (text + "\n").encode()
+            if args.output.lower().endswith(".gz"):  # compressed, as its name says
+                import gzip
+
+                data = gzip.compress(data, mtime=0)
+            atomic_write_bytes(Path(args.output), data)
         except OSError as exc:
             raise CLIError(f"--output {args.output}: cannot write it ({exc.strerror or exc}); the scores are printed "
                            "above, or choose a path you can write to") from None
         print(f"siggate evaluate: wrote {args.output}", file=sys.stderr)
     return 0
+
+
+#: file types an --output name may promise that siggate does not write (it writes text, gzipped for .gz)
+_OTHER_FORMATS = (".xlsx", ".xls", ".ods", ".parquet", ".pq", ".feather", ".arrow", ".zip", ".bz2", ".xz", ".zst",
+                  ".7z", ".pkl", ".pickle", ".h5", ".hdf5", ".npy", ".npz", ".sdf")
 
 
 def _check_output_file(path: Path, example: str = "scores.json", reads: dict | None = None,
@@ -592,10 +602,16 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     that ``checkpoint`` belongs to, or any other (:func:`~siggate.train.rundir.run_folders`: the
     run and its members; :data:`~siggate.train.rundir.RUN_OUTPUTS`, a checkpoint: another run's
     ``best.pt`` was replaced by a CSV), whether it is there yet or not; a file of the user's own
-    there is rewritten."""
+    there is rewritten; a name of another file type (``.xlsx``, ``.parquet``) than the text it
+    writes (``example``'s type; ``.gz``: compressed)."""
     from .files import out_dir_problem
     from .train.rundir import RUN_OUTPUTS, run_folders
 
+    kind = Path(example).suffix.lstrip(".").upper()
+    if path.suffix.lower() in _OTHER_FORMATS:  # it was written as plain text under that name
+        named = path.with_name(_stem(path.with_suffix("")) + Path(example).suffix)
+        raise CLIError(f"--output {path}: siggate writes {kind} text, not {path.suffix} (gzip-compressed with .gz); "
+                       f"give e.g. {named} or {named}.gz")
     if path.is_dir():
         raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / example}")
     if path.is_file():
@@ -905,7 +921,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "as siggate predict --coverage C draws them: the share of labels inside, per target and "
                         "split, and for --data or the test split a warning where it is below C by more than chance "
                         "allows")
-    p.add_argument("--output", default=None, metavar="FILE.json", help="also write the scores to this JSON file")
+    p.add_argument("--output", default=None, metavar="FILE.json", help="also write the scores to this JSON file (gzip-compressed when it ends in .gz)")
     add_data_root_flag(p, default="as in training")
     add_cache_dir_flag(p, default="as in training")
     add_device_flag(p)
@@ -925,7 +941,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
     p.add_argument("--smiles-col", default=None,
                    help="SMILES column of --input (default: the training run's SMILES column, else smiles)")
-    p.add_argument("--output", default=None, help="output CSV (default: stdout)")
+    p.add_argument("--output", default=None, help="output CSV, gzip-compressed when it ends in .gz (default: stdout)")
     p.add_argument("--max-atoms", type=int, default=_PREDICT_DEFAULTS["max_atoms"],
                    help="refuse molecules with more atoms, with a reason per row (default: 1000; attention is quadratic)")
     p.add_argument("--chunk-size", type=int, default=_PREDICT_DEFAULTS["chunk_size"],

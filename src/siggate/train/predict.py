@@ -838,8 +838,8 @@ def _chunks(head: list[list[str]], records: Iterator[list[str]], chunk: int, wid
 
 @contextlib.contextmanager
 def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
-    """A UTF-8 text handle for CSV rows: on ``output`` written atomically (a temporary file
-    next to it, renamed when the block ends normally, removed if it raises, so a run that
+    """A UTF-8 text handle for CSV rows (gzip-compressed when ``output`` ends in ``.gz``): on
+    ``output`` written atomically (a temporary file next to it, renamed when the block ends normally, removed if it raises, so a run that
     stops never leaves a partial file that looks complete), or on stdout when ``output`` is
     empty. Characters that cannot be encoded are written escaped (``\\xff``).
 
@@ -860,14 +860,21 @@ def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
         folder = Path(output).parent
         fix = f" (its folder {folder} does not exist: create it, or choose another --output)" if not folder.is_dir() else ""
         raise InputError(f"cannot write output {output}: {exc.strerror or exc}{fix}") from None
-    fh = io.TextIOWrapper(open(sink.tmp, "wb"), encoding="utf-8", errors="backslashreplace", newline="")
+    base = raw = open(sink.tmp, "wb")
+    if str(output).lower().endswith(".gz"):  # compressed, as its name says (and as --input reads it)
+        import gzip
+
+        raw = gzip.GzipFile(filename=Path(output).name[:-3], mode="wb", fileobj=base, mtime=0)
+    fh = io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", newline="")
     try:
         yield fh
     except BaseException:
         fh.close()
+        base.close()
         sink.discard()
         raise
-    fh.close()
+    fh.close()  # (a GzipFile writes its trailer, and leaves the file it wrote into open)
+    base.close()
     sink.commit()
 
 
