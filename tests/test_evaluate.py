@@ -260,6 +260,12 @@ def test_external_labels_are_read_as_training_reads_them(ensemble2, tmp_path, ca
     words.write_text("smiles,y\nCCO,active\nCCN,n.d.\n")
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(words)], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "holds no numeric value" in err
+    spaced = tmp_path / "spaced.csv"  # spaces after the commas: the columns smiles and y, as predict reads them
+    spaced.write_text("id, smiles, y\n" + "".join(f"m{i}, {s}, {y}\n" for i, (s, y) in enumerate(zip(smiles, labels))))
+    for flags in ([], ["--smiles-col", " smiles", "--target-col", " y"]):  # (it refused both: 'no column smiles')
+        rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(spaced), *flags], capsys)
+        assert rc == 0, err
+        assert json.loads(out)["data"] == pytest.approx(res["data"], rel=1e-6)
     header = tmp_path / "header.csv"
     header.write_text("smiles,y\n")  # no row: said as training says it, not blamed on the target column
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(header)], capsys)
