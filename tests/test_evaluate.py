@@ -290,3 +290,16 @@ def test_units_warning_without_a_gnn_member(tmp_path, capsys):
     (warning,) = json.loads(out)["warnings"]
     assert warning.endswith(f"are far from the training targets 'y' (mean {train_y.mean():.4g}, std "
                             f"{train_y.std():.4g}): another property, or other units?")
+
+
+def test_a_changed_csv_that_no_longer_splits_names_evaluates_own_fix(tmp_path, capsys, caplog):
+    """--allow-changed on a training CSV that lost its val rows ended in training's advice (choose
+    another --split, --val-fraction: flags evaluate has not), after a warning that said it first."""
+    data, run = _fingerprint_run(tmp_path, capsys, "svr")
+    data.write_text(data.read_text().replace(",val\n", ",train\n"))
+    caplog.clear()
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--allow-changed"], capsys)
+    assert rc == 2 and out == "" and err.startswith(f"siggate evaluate: error: {data}: the val split is empty (")
+    assert err.endswith(f"usable rows), so the run's splits cannot be rebuilt from the changed file (--allow-changed); "
+                        f"score it whole with --data {data}, or restore the file the run was trained on\n")
+    assert not [r for r in caplog.records if "split is empty" in r.getMessage()]  # said once, as the error

@@ -1034,8 +1034,9 @@ def _check_arguments(path: Path, smiles_col: str, target_cols, task: str, split:
 
 def _report(path: Path, ds: GraphDataset, fresh: bool) -> None:
     """Log the dropped rows by kind (the list written next to the cache file), conflicting
-    duplicates, large molecules, a 0/1 regression target and any empty split: warnings when
-    the dataset was freshly built or when the data itself is suspicious."""
+    duplicates, large molecules and a 0/1 regression target: warnings when the dataset was
+    freshly built or when the data itself is suspicious. (An empty split is
+    :func:`check_trainable`'s to refuse: a warning before its error said it twice.)"""
     log_path = None
     if ds.invalid:
         try:
@@ -1062,9 +1063,6 @@ def _report(path: Path, ds: GraphDataset, fresh: bool) -> None:
                 task = "binary" if ds.info.num_tasks == 1 else "multilabel"
                 logger.warning("%s: target column %r holds only 0 and 1, and is trained as regression (MAE); if it "
                                "is a class label, pass --task %s", name, col, task)
-    for split, graphs in ds.splits.items():
-        if not graphs:
-            logger.warning("%s: the %s split is empty", name, split)
 
 
 def _warn_notes(name: str, ds: GraphDataset) -> None:
