@@ -871,6 +871,11 @@ def test_the_command_line_names_the_class_a_fit_classifiers_probability_is_of(mo
     rc, _, err = run_cli(["evaluate", "--checkpoint", str(tmp_path / "clf"), "--data", str(data), "--target-col",
                           "inactive"], capsys)
     assert rc == 0 and f"siggate evaluate: {note}" in err
+    # its own splits: the run's training CSV was fit's temporary file (it was named, as if the user had lost it)
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(tmp_path / "clf")], capsys)
+    assert rc == 2 and err.endswith(f"siggate evaluate: error: {tmp_path / 'clf'} is the run of SigGateClassifier.fit, "
+                                    "whose training CSV was temporary (and held no test split); score it on a labelled "
+                                    "file with --data FILE.csv\n")
     reg = siggate.SigGateRegressor(**FP, out_dir=tmp_path / "reg").fit(smiles[:40], y[:40])
     rc, _, err = run_cli(["predict", "--checkpoint", str(reg.out_dir), smiles[41]], capsys)
     assert rc == 0 and "note:" not in err  # a regressor's run: nothing to say

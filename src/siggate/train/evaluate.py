@@ -20,6 +20,7 @@ over all targets and per target.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -124,6 +125,18 @@ def _add_scores(res: dict, split: str, scores: dict) -> None:
     res.setdefault("per_target", {})[split] = scores["per_target"]
     res.setdefault("n", {})[split] = scores["n"]
     res.setdefault("metrics", {})[split] = scores["metrics"]
+
+
+def _estimator_of(folder: Path | None) -> str | None:
+    """The estimator class whose ``fit`` made the run in ``folder`` (its
+    :data:`~.rundir.ESTIMATOR_RECORD`), else ``None``."""
+    from .rundir import ESTIMATOR_RECORD
+
+    try:
+        record = json.loads((Path(folder) / ESTIMATOR_RECORD).read_text(encoding="utf-8")) if folder else None
+    except (OSError, ValueError):
+        return None
+    return str(record.get("estimator") or "SigGateRegressor") if isinstance(record, dict) else None
 
 
 def _recorded_csv(data, source: dict | None) -> Path:
@@ -403,6 +416,11 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         d.root = data_root
     if cache_dir:
         d.cache_dir = cache_dir
+    if d.name == "csv" and not _recorded_csv(d, trained_on.source).is_file():
+        fitted = _estimator_of(folder)
+        if fitted:  # its CSV was a temporary file the user never made
+            raise EvaluationError(f"{checkpoint} is the run of {fitted}.fit, whose training CSV was temporary (and "
+                                  "held no test split); score it on a labelled file with --data FILE.csv")
     if d.name == "csv":
         d.csv = str(stored_csv(d, trained_on.source, allow_changed))
         res["data_file"] = d.csv
