@@ -520,7 +520,10 @@ def test_a_calibration_of_another_task_or_with_nan_scores_is_refused(run, capsys
         for edited, why in (({**doc, "task": "binary"}, "calibrates a binary task, the model's is regression"),
                             (nan_scores, "target 'a': scores and floor must be finite and >= 0"),
                             ({**doc, "task": "ranking"}, "task 'ranking' is not one that siggate calibrates"),
-                            ("[" * 100000 + "]" * 100000, "JSON nested too deep to read")):
+                            ("[" * 100000 + "]" * 100000, "JSON nested too deep to read"),
+                            ("{broken", "calibration.json cannot be read (Expecting property name enclosed in double "
+                                        "quotes: line 1 column 2 (char 1)); copy the run folder again or train it "
+                                        "again, or drop --coverage")):
             path.write_text(edited if isinstance(edited, str) else json.dumps(edited))
             rc, stdout, err = run_cli(["predict", "--checkpoint", str(out), "CCO", "--coverage", "0.9"], capsys)
             assert rc == 2 and stdout == "" and len(err.strip().splitlines()) == 1 and why in err, err

@@ -181,8 +181,9 @@ def read_calibration(folder: Path | None, info, checkpoint=None):
                          f"run folder {folder}, or drop --coverage")
     try:
         cal = Calibration.from_dict(read_json(path))
-    except (ValueError, OSError) as exc:
-        raise InputError(f"--coverage: {path}: {exc}") from None
+    except (ValueError, OSError) as exc:  # (its fix, as a damaged domain.json's)
+        raise InputError(f"--coverage: {path} cannot be read ({exc}); copy the run folder again or train it again, "
+                         "or drop --coverage") from None
     names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
     if cal.task != info.task:
         raise InputError(f"--coverage: {path} calibrates a {cal.task} task, the model's is {info.task}; it belongs "
