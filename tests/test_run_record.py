@@ -492,6 +492,17 @@ def test_evaluate_data_scores_the_targets_a_file_has_columns_of(run, tmp_path, c
     scored = json.loads(stdout)
     assert [r.getMessage() for r in caplog.records if "no column of the model's" in r.getMessage()] == [
         f"--data {only_a}: no column of the model's target(s) 'b'; 'a' scored, the others are not"]
+    # the scores say it too (only the terminal did), and so do the panels without labels (one was empty, and a
+    # classifier's said "one class only")
+    assert scored["warnings"][0] == "no column of the model's target(s) 'b'; 'a' scored, the others are not"
+    from siggate.train.plots import parity_figure, roc_figure
+
+    labels = np.array([[1.0, np.nan], [2.0, np.nan], [0.0, np.nan]])
+    assert [ax.get_title() for ax in parity_figure(labels, labels * 0.9, ["a", "b"], title="f").axes] == [
+        "f a: n 3, MAE 0.1, R² 0.975", "f b: no labels, not scored"]
+    labels = np.array([[1.0, np.nan, 1.0], [0.0, np.nan, 1.0]])
+    assert [ax.get_title() for ax in roc_figure(labels, labels * 0.5 + 0.2, ["a", "b", "c"], title="f").axes] == [
+        "f a: n 2, ROC-AUC 1.000", "f b: no labels, not scored", "f c: one class only, no ROC curve"]
     rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(with_empty_b)], capsys)
     assert rc == 0, err
     reference = json.loads(stdout)

@@ -181,7 +181,8 @@ def label_columns(target_cols: list[str] | None, info: TaskInfo) -> list[str]:
 
 
 def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo,
-                    decimal: str = ".", fallback: str | None = None, folder: Path | None = None) -> tuple[list, dict]:
+                    decimal: str = ".", fallback: str | None = None, folder: Path | None = None,
+                    notes: list[str] | None = None) -> tuple[list, dict]:
     """Graphs of the labelled CSV ``path`` featurized as ``predictor``'s inputs (as ``siggate
     predict`` featurizes SMILES), each with its labels ``y [1, T]``, and ``{"rows", "scored",
     "invalid", "unlabelled", "bad_label", "malformed"}`` counts (``bad_label``: a label that is not a
@@ -240,9 +241,13 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     present = [c for c in cols if c not in unlabelled_targets]
     check_unique_columns(path, header, [smiles_col, *present])
     table = table_frame(header, records, list(dict.fromkeys([smiles_col, *present])))
-    if unlabelled_targets:
-        log.warning("--data %s: no column of the model's target(s) %s; %s scored, the others are not",
-                    path, ", ".join(map(repr, unlabelled_targets)), ", ".join(map(repr, present)))
+    if unlabelled_targets:  # a note for the scores' warnings (``notes``), else logged
+        note = (f"no column of the model's target(s) {', '.join(map(repr, unlabelled_targets))}; "
+                f"{', '.join(map(repr, present))} scored, the others are not")
+        if notes is None:
+            log.warning("--data %s: %s", path, note)
+        else:
+            notes.append(note)
         for c in unlabelled_targets:
             table[c] = ""
     ragged = [i for i, r in enumerate(records) if len(r) > len(header)]
@@ -379,7 +384,9 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     if data is not None:
         fallback = "smiles" if smiles_col is None else None  # the run's column, else the file's "smiles"
         smiles_col = smiles_col or trained_smiles_col(predictor, folder)
-        graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info, decimal, fallback, folder)
+        notes: list[str] = []
+        graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info, decimal, fallback, folder,
+                                         notes)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
         prediction = predictor.predict(graphs)
         pred = prediction.mean
@@ -388,8 +395,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         if calibrated is not None:
             _add_coverage(res, calibrated, info, EXTERNAL_SPLIT, rows, prediction.spread, data,
                           None if domain is None else domain.graph_similarity(graphs))
-        warnings = label_warnings(info, label_columns(target_cols, info), graphs,
-                                  *_training_target_stats(predictor, info))
+        warnings = notes + label_warnings(info, label_columns(target_cols, info), graphs,
+                                          *_training_target_stats(predictor, info))
         if counts.get("fitted"):
             warnings.append(f"{counts['fitted']} of the {len(graphs)} rows scored are molecules the run fitted (its "
                             "train or val rows), so their scores are in sample; score a file of other molecules for "

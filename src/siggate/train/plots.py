@@ -109,6 +109,8 @@ def parity_figure(labels, preds, names: Sequence[str], cliff=None, title: str = 
             r2 = f"{1 - float(np.sum(err ** 2)) / ss:.3f}" if ss > 0 else "n/a"
             ax.set_title(f"{title} {names[t]}: n {int(ok.sum())}, MAE {np.mean(np.abs(err)):.3g}, R² {r2}",
                          fontsize=9)
+        else:  # (an empty panel said nothing: a file without this target's labels)
+            ax.set_title(f"{title} {names[t]}: no labels, not scored", fontsize=9)
         ax.set_xlabel(f"label {names[t]}")
         ax.set_ylabel(f"prediction {names[t]}")
         ax.legend(fontsize=7, loc="upper left")
@@ -208,8 +210,8 @@ def cliff_marks(csv_path: str | Path | None, rows: Sequence[int]) -> np.ndarray 
 
 def roc_figure(labels, probs, names: Sequence[str], title: str = "test"):
     """A classification run's ROC curve per target (its labelled rows; 0/1 labels, the probability
-    of class 1), the chance diagonal, and the ROC-AUC in the title (a target with one class only
-    has no curve, and says so)."""
+    of class 1), the chance diagonal, and the ROC-AUC in the title (a target with one class only,
+    or no labels, has no curve, and says so)."""
     from sklearn.metrics import roc_auc_score, roc_curve
 
     plt = _pyplot()
@@ -223,8 +225,10 @@ def roc_figure(labels, probs, names: Sequence[str], title: str = "test"):
             ax.plot(fpr, tpr, color="tab:blue", lw=1.5, label="model")
             ax.set_title(f"{title} {names[t]}: n {int(ok.sum())}, ROC-AUC {roc_auc_score(y[ok, t], p[ok, t]):.3f}",
                          fontsize=9)
-        else:
+        elif ok.any():
             ax.set_title(f"{title} {names[t]}: one class only, no ROC curve", fontsize=9)
+        else:
+            ax.set_title(f"{title} {names[t]}: no labels, not scored", fontsize=9)
         ax.set_xlabel("false positive rate")
         ax.set_ylabel("true positive rate")
         ax.legend(fontsize=7, loc="lower right")
