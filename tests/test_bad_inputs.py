@@ -522,6 +522,36 @@ def test_on_nan_skip_skips_and_counts(tmp_path, capsys):
     assert math.isfinite(metrics["val"])
 
 
+def test_on_nan_skip_of_every_batch_or_nan_init_weights_is_refused_not_a_finished_run(tmp_path, capsys):
+    """Weights gone NaN (a learning rate of 1e30, or --init of NaN weights) made every batch's loss
+    non-finite: under --on-nan skip the run skipped them all, logged a train loss of 0.0000 and
+    finished with exit 0 and NaN metrics."""
+    import torch
+
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "3", "--on-nan", "skip", "--set",
+                          "train.lr=1e30", "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "siggate train: error: every training batch of epoch " in err
+    assert "skipped under --on-nan skip), so the model trained on none of them; lower train.lr" in err
+    assert not (tmp_path / "run" / "metrics.json").exists()
+    rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "1", "--out", str(tmp_path / "ok"),
+                          "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    blob = torch.load(tmp_path / "ok" / "best.pt", weights_only=True)
+    name = next(k for k, v in blob["model"].items() if v.is_floating_point())
+    blob["model"][name] = blob["model"][name] * float("nan")
+    torch.save(blob, tmp_path / "nan.pt")
+    rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "1", "--on-nan", "skip", "--init",
+                          str(tmp_path / "nan.pt"), "--out", str(tmp_path / "ft"), "--cache-dir", str(tmp_path / "c")],
+                         capsys)
+    assert rc == 2 and err == (f"siggate train: error: train.init: {tmp_path / 'nan.pt'} holds non-finite weights (NaN "
+                               f"or inf in {name}); they cannot start training: pretrain again, give other weights, "
+                               "or train from scratch with --init none\n")
+    assert not (tmp_path / "ft").exists()
+
+
 def test_fault_in_a_later_epoch_keeps_the_last_good_checkpoint(tmp_path, capsys, monkeypatch):
     """Epoch 1 trains and writes last.pt; resumed with a loss that now overflows, epoch 2 stops
     with the epoch and step named and last.pt/best.pt untouched. (Resuming on data edited since,

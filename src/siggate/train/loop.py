@@ -438,7 +438,12 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
         t_ep, c_ep = time.time(), time.process_time()
         stats = train_epoch(run, epoch, progress, checkpoint)
         state.skipped_batches += stats["skipped"]
-        total, count = run.ctx.all_reduce_sum([stats["loss_sum"], stats["rows"]])
+        total, count, skipped = run.ctx.all_reduce_sum([stats["loss_sum"], stats["rows"], stats["skipped"]])
+        if count == 0 and skipped:  # --on-nan skip left every step out: the run trained nothing, and said loss 0
+            raise NonFiniteLossError(
+                f"every training batch of epoch {epoch + 1} had a non-finite loss or gradient ({int(skipped)} skipped "
+                "under --on-nan skip), so the model trained on none of them; lower train.lr, check the data for NaN "
+                "features and --init for NaN weights (--on-nan skip is for a rare batch, not every one)")
         lr = run.optimizer.param_groups[0]["lr"]
         run.scheduler.step()
         norm = epoch_norm(t_cfg, epoch, last)
