@@ -239,7 +239,7 @@ def test_aggregate_only_keeps_the_comparison_and_its_mad(campaign, tmp_path, cap
     assert json.loads((folder / "results.json").read_text())["mad"] == doc["mad"]
     kept = (folder / "results.json").read_text()
     capsys.readouterr()
-    for flags, why in ((["--seeds", "5-6"], "none of these flags' 4 runs is finished"),
+    for flags, why in ((["--seeds", "5-6"], "a comparison with seed 0, seed 1, which these flags leave out"),
                        (["--config", "nci5k"], "describe another comparison")):
         assert main(["compare", "--out", str(folder), "--aggregate-only", *flags, "--no-progress"]) == 2
         err = capsys.readouterr().err
@@ -432,8 +432,9 @@ def test_a_rerun_of_other_flags_is_refused_before_training_and_the_runs_threads_
     kept = (folder / "results.json").read_bytes()
     flags = campaign["part"].split()
     capsys.readouterr()
-    assert main(["compare", *flags, "--set", "model.dim=32", "--threads", "1", "--jobs", "2", "--out", str(folder),
-                 "--no-progress"]) == 2
+    assert "model.dim=16" in flags  # another width (a second --set of the key is refused as such)
+    other = [f.replace("model.dim=16", "model.dim=32") for f in flags]
+    assert main(["compare", *other, "--threads", "1", "--jobs", "2", "--out", str(folder), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "holds a run of another config (model.dim" in err, err
     assert err.endswith("nothing was trained") and "it records: siggate compare" in err

@@ -332,10 +332,18 @@ def test_global_batch_must_split_evenly_over_ranks(tmp_path):
 
 def test_seed_and_gate_specs():
     assert cmp.parse_seeds("0-4") == [0, 1, 2, 3, 4]
-    assert cmp.parse_seeds("3, 0-1,3") == [3, 0, 1]
+    assert cmp.parse_seeds("3, 0-1,7") == [3, 0, 1, 7]
     for bad in ("4-2", "a", "", "-1"):
         with pytest.raises(ValueError):
             cmp.parse_seeds(bad)
+    # a seed twice or an empty entry: refused (0,0 ran one seed; ',elementwise' made a one-arm comparison)
+    for bad, why in (("0,0", "seed 0 is listed twice in '0,0'"), ("0-4,3-6", "seed 3 is listed twice"),
+                     ("0,,1", "cannot read '' in '0,,1'")):
+        with pytest.raises(ValueError, match=why):
+            cmp.parse_seeds(bad)
+    for bad in (",elementwise", "none,,elementwise", "none,"):
+        with pytest.raises(ValueError, match="has an empty entry"):
+            cmp.parse_gates(bad)
     specs = cmp.parse_gates("none,elementwise@value,headwise")
     assert [s.overrides() for s in specs] == [
         ["model.gate=none"], ["model.gate=elementwise", "model.gate_position=value"], ["model.gate=headwise"]]
@@ -668,3 +676,28 @@ def test_compare_refuses_a_flag_with_the_key_it_sets_before_any_run(tmp_path, ca
         assert _compare(["--seeds", "0", "--gates", "none,elementwise", "--out", str(out), "--no-progress", *argv]) == 2
         assert message in capsys.readouterr().err
     assert not (out / "runs").exists()
+
+
+def test_a_comparison_that_would_leave_out_arms_or_seeds_of_the_recorded_one_is_refused(tmp_path, capsys):
+    """A second comparison into one --out with fewer gates or seeds replaced results.json with its own,
+    and the first comparison's record was gone without a word; one that adds to it still runs."""
+    out = tmp_path / "cmp"
+    for gate in ("none", "elementwise"):
+        for seed in (0, 1):
+            _fake_run(out / "runs" / gate / f"seed{seed}", seed, gate, 1.0 + seed, 1.5)
+    common = ["--epochs", "3", "--out", str(out), "--no-progress"]
+    assert _compare(["--seeds", "0,1", "--gates", "none,elementwise", *common]) == 0
+    kept = (out / "results.json").read_bytes()
+    for argv, left in ((["--seeds", "0", "--gates", "none,elementwise"], "seed 1"),
+                       (["--seeds", "0,1", "--gates", "none"], "arm elementwise"),
+                       (["--seeds", "1", "--gates", "none", "--aggregate-only"], "arm elementwise, seed 0")):
+        capsys.readouterr()
+        assert _compare([*argv, *common]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"siggate compare: error: {out} holds the results of a comparison with {left}, which these flags leave out; "
+            "give them too (a comparison in a folder grows, it is not cut), or another --out")
+        assert (out / "results.json").read_bytes() == kept
+    _fake_run(out / "runs" / "none" / "seed2", 2, "none", 3.0, 1.5)
+    _fake_run(out / "runs" / "elementwise" / "seed2", 2, "elementwise", 3.0, 1.5)
+    assert _compare(["--seeds", "0-2", "--gates", "none,elementwise", *common]) == 0  # it grows
+    assert json.loads((out / "results.json").read_text())["n"] == {"none": 3, "elementwise": 3}

@@ -469,6 +469,15 @@ def test_data_verify_prints_node_counts(tmp_path, capsys):
     assert sum(bal["class_fraction"]) == pytest.approx(1.0, abs=1e-3)
     rc, _, err = _cli(["data", "verify", "zinc", "--num-nodes", "5"], capsys)
     assert rc == 2 and "--num-nodes does not apply to zinc" in err
+    # --max-graphs cuts any dataset's splits, as data.max_graphs does in training (it was refused: 'applies to
+    # cluster, pattern'), and data list refuses the options it ignored
+    rc, out, err = _cli(["data", "verify", "nci5k", "--max-graphs", "7"], capsys)
+    assert rc == 0, err
+    assert json.loads(out)["splits"] == {"train": 7, "val": 7, "test": 7}
+    for flag in (["--max-graphs", "5"], ["--cache-dir", str(tmp_path)]):
+        rc, out, err = _cli(["data", "list", *flag], capsys)
+        assert rc == 2 and out == "" and err == (f"siggate data: error: {flag[0]} applies to siggate data verify NAME; "
+                                                 "siggate data list takes no options\n")
     rc, _, err = _cli(["data", "verify", "sbm-large", "--num-nodes", "5"], capsys)
     # the generator's words named its own num_blocks, which no flag sets: the dataset names the size it needs
     assert rc == 2 and err == ("siggate data: error: sbm-large needs data.num_nodes >= 34 for its 10 blocks at average "

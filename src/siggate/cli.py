@@ -834,6 +834,10 @@ def cmd_data(args) -> int:
         if args.name:  # it was ignored: the whole list, exit 0
             raise CLIError(f"siggate data list takes no dataset name ({args.name!r}); to check one: siggate data "
                            f"verify {args.name}")
+        given = [f for f in ("max_graphs", "num_nodes", "data_root", "cache_dir") if getattr(args, f, None)]
+        if given:  # (ignored as well)
+            flag = "--" + given[0].replace("_", "-")
+            raise CLIError(f"{flag} applies to siggate data verify NAME; siggate data list takes no options")
         for d in list_datasets():
             print(f"{d['name']:18s} {'(needs data root) ' if d.get('needs_root') else ''}{d.get('description', '')}")
         return 0
@@ -847,7 +851,7 @@ def cmd_data(args) -> int:
             raise CLIError(f"--{key.replace('_', '-')} {getattr(args, key)}: give a number >= 1 (or 0 for the default)")
     options = {k: getattr(args, k) for k in ("max_graphs", "num_nodes") if getattr(args, k)}
     meta = DATASET_META.get(str(args.name).strip().lower())
-    refused = [k for k in options if meta is not None and k not in meta["options"]]
+    refused = [k for k in options if meta is not None and k not in meta["options"] and k != "max_graphs"]  # (any cuts)
     if refused:
         flag = "--" + refused[0].replace("_", "-")
         raise CLIError(f"{flag} does not apply to {args.name}; it applies to "

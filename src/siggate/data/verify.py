@@ -62,11 +62,20 @@ def verify(name: str, root=None, cache_dir=None, **kw) -> dict:
     total_bonds, nodes_per_graph (min/mean/max), edges_per_graph (mean, directed), invalid
     (count and rows), labels (per split: regression mean/std/min/max per task, positive
     rates, or for node classification the node count and each class's count and fraction).
-    A transductive dataset (one graph, split by node masks) is counted once.
+    A transductive dataset (one graph, split by node masks) is counted once. ``max_graphs``
+    generates that many graphs of a dataset that takes it as an option (cluster, pattern), and
+    keeps the first ``max_graphs`` of each split of any other, as ``data.max_graphs`` does in training.
     """
     if str(name).strip().lower() not in DATASETS:
         raise UnknownDatasetError(f"unknown dataset {name!r}; known: {sorted(DATASETS)}")
+    from .catalog import DATASET_META
+
+    cut = None
+    if kw.get("max_graphs") and "max_graphs" not in DATASET_META[str(name).strip().lower()]["options"]:
+        cut = kw.pop("max_graphs")  # not a generator's option: each split's first graphs, as training cuts them
     ds = get_dataset(name, root=root, cache_dir=cache_dir, **kw)
+    if cut:
+        ds.splits = {k: v[:cut] for k, v in ds.splits.items()}
     info = ds.info
     keys = ("train",) if info.transductive else ("train", "val", "test")
     graphs = [g for key in keys for g in ds.splits[key]]

@@ -45,20 +45,22 @@ log = logging.getLogger("siggate.compare")
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``"0-4"`` -> ``[0, 1, 2, 3, 4]``; ``"0,3,7-8"`` -> ``[0, 3, 7, 8]`` (order kept, no repeats)."""
+    """``"0-4"`` -> ``[0, 1, 2, 3, 4]``; ``"0,3,7-8"`` -> ``[0, 3, 7, 8]`` (order kept). A seed
+    listed twice, or an empty entry, is refused (``0,0`` ran one seed where two were asked)."""
     seeds: list[int] = []
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
+    parts = [part.strip() for part in str(text).split(",")]
+    if not any(parts):
+        raise ValueError("--seeds: no seed given")
+    for part in parts:
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
-            raise ValueError(f"--seeds: cannot read {part!r}; use e.g. 0-9 or 0,2,5 (seeds >= 0)")
+            raise ValueError(f"--seeds: cannot read {part!r} in {text!r}; use e.g. 0-9 or 0,2,5 (seeds >= 0)")
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
-        seeds += [s for s in range(lo, hi + 1) if s not in seeds]
-    if not seeds:
-        raise ValueError("--seeds: no seed given")
+        twice = next((s for s in range(lo, hi + 1) if s in seeds), None)
+        if twice is not None:
+            raise ValueError(f"--seeds: seed {twice} is listed twice in {text!r}; list each seed once")
+        seeds += range(lo, hi + 1)
     return seeds
 
 
@@ -105,7 +107,13 @@ class GateSpec:
 
 
 def parse_gates(text: str) -> list[GateSpec]:
-    specs = [GateSpec.parse(t) for t in str(text).split(",") if t.strip()]
+    """The arms of ``--gates`` (the first is the baseline); an empty entry is refused (``,elementwise``
+    made elementwise the baseline of a one-arm comparison)."""
+    items = [t.strip() for t in str(text).split(",")]
+    if any(items) and not all(items):
+        raise ValueError(f"--gates: {text!r} has an empty entry; list the gates with one comma between each, e.g. "
+                         "none,elementwise")
+    specs = [GateSpec.parse(t) for t in items if t]
     labels = [s.label for s in specs]
     if len(specs) < 1:
         raise ValueError("--gates: give at least one gate, e.g. none,elementwise")
@@ -555,6 +563,17 @@ class _Refusal(argparse.ArgumentParser):
         raise ValueError(message)
 
 
+def _left_out(old: dict, specs: list, seeds: list[int]) -> list[str]:
+    """The arms and seeds of the finished runs the results ``old`` hold (its ``per_seed``) that a
+    comparison of ``specs`` and ``seeds`` would leave out of them: ``["arm headwise", "seed 1"]``
+    (an arm whose runs all failed holds none)."""
+    per_seed = old.get("per_seed") if isinstance(old.get("per_seed"), dict) else {}
+    labels = {spec.label for spec in specs}
+    held = sorted({str(s) for d in per_seed.values() if isinstance(d, dict) for s in d} - {str(s) for s in seeds},
+                  key=lambda s: (len(s), s))
+    return [f"arm {lab}" for lab, d in per_seed.items() if d and lab not in labels] + [f"seed {s}" for s in held]
+
+
 def _stored(out: Path, flags: bool) -> tuple[dict, argparse.Namespace | None, str]:
     """The results of the comparison already in ``out``, with ``flags`` also its flags (parsed from
     the ``command`` it records) and why they could not be read (``""`` when they were, or there is
@@ -676,6 +695,11 @@ def compare(args) -> int:
     except ValueError as exc:
         raise CompareError(str(exc)) from None
     _check_args(args)
+    dropped = _left_out(old, specs, seeds)
+    if dropped:  # its results.json was replaced by a smaller comparison's, without a word
+        raise CompareError(f"{args.out} holds the results of a comparison with {', '.join(dropped)}, which these "
+                           "flags leave out; give them too (a comparison in a folder grows, it is not cut), or "
+                           "another --out")
     out = Path(args.out)
     problem = out_dir_problem(out)
     if problem:
