@@ -134,8 +134,14 @@ def test_an_exclude_file_that_yields_no_molecule_is_refused(tmp_path, monkeypatc
     monkeypatch.undo()
     # enough lines, too few of them molecules: after the selection, named as such
     (tmp_path / "bad.smi").write_text("CCO\nCCN\n" + "not_a_smiles\n" * 10)
-    with pytest.raises(ConfigError, match=r"^pretrain: only 2 usable molecules of the 12 in .*bad\.smi"):
+    with pytest.raises(ConfigError, match=r"^pretrain: only 2 usable molecules of the 12 in .*bad\.smi \(0 removed as "
+                                          r"benchmark test molecules or molecules of --exclude, 0 duplicates, 10 invalid\)"):
         build_corpus(tmp_path / "bad.smi", tmp_path / "c", **kw)
+    # every molecule excluded: said so (it read 'only 0 usable molecules' with no cause)
+    source = _corpus_file(tmp_path)
+    with pytest.raises(ConfigError, match=r"^pretrain: only 0 usable molecules of the \d+ in .* \([1-9]\d* removed as "
+                                          r"benchmark test molecules or molecules of --exclude, \d+ duplicates, 1 invalid\)"):
+        build_corpus(source, tmp_path / "c2", exclude_files=[str(source)], **{**kw, "test_sets": ()})
 
 
 def test_inchikey_identifies_one_molecule_across_spellings():
@@ -686,7 +692,9 @@ def test_a_corpus_file_read_wrongly_is_named_and_its_empty_selection_not_kept(tm
     line file is refused; a CSV of another delimiter is named as such."""
     rows = "id,mol,x\n" + "".join(f"{i},{s},1\n" for i, s in enumerate(BASE))
     (tmp_path / "lib.txt").write_text(rows)
-    with pytest.raises(ConfigError, match=r"only 0 usable molecules of the \d+ in .*lib.txt; a corpus needs at least "
+    with pytest.raises(ConfigError, match=r"only 0 usable molecules of the \d+ in .*lib.txt \(0 removed as benchmark "
+                                          r"test molecules or molecules of --exclude, 0 duplicates, \d+ invalid\); a "
+                                          r"corpus needs at least "
                                           r"10; .*lib.txt is read as one SMILES per line \(.smi/.txt\): if it is a "
                                           "CSV, name it .csv and give --smiles-col$"):
         build_corpus(tmp_path / "lib.txt", tmp_path / "c", molecules=50, seed=0, data_root=tmp_path / "none",

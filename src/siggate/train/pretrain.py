@@ -351,8 +351,13 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         if counts.get("invalid") == n_source and inner_suffix(source) not in (".csv", ".tsv"):
             hint = (f"; {source} is read as one SMILES per line (.smi/.txt): if it is a CSV, name it .csv and give "
                     "--smiles-col")
-        raise ConfigError(f"pretrain: only {len(kept)} usable molecules of the {n_source} in {source}; a corpus "
+        why = (f" ({counts.get('in_test_set', 0)} removed as benchmark test molecules or molecules of --exclude, "
+               f"{counts.get('duplicate', 0)} duplicates, {counts.get('invalid', 0)} invalid)")
+        raise ConfigError(f"pretrain: only {len(kept)} usable molecules of the {n_source} in {source}{why}; a corpus "
                           f"needs at least {MIN_MOLECULES}{hint}")
+    if len(kept) < molecules:  # (an INFO line said it, among others)
+        log.warning("pretrain: %s holds %d usable molecules, fewer than --molecules %d: the corpus has %d", source,
+                    len(kept), molecules, len(kept))
     n = len(kept)
     n_val, n_test = (max(1, round(f * n)) for f in SPLIT_FRAC[1:])
     split = np.full(n, "train", dtype=object)
@@ -377,7 +382,8 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
     import shutil
 
     shutil.rmtree(part, ignore_errors=True)  # the corpus is written: its pieces are done with
-    log.info("pretrain: corpus of %d molecules (%d read; %d removed as benchmark test molecules, %d duplicates, "
+    log.info("pretrain: corpus of %d molecules (%d read; %d removed as benchmark test molecules or molecules of "
+             "--exclude, %d duplicates, "
              "%d invalid) in %.0f s", len(kept), counts["read"], counts["in_test_set"], counts["duplicate"],
              counts["invalid"], meta["seconds"])
     return meta
