@@ -701,3 +701,16 @@ def test_a_comparison_that_would_leave_out_arms_or_seeds_of_the_recorded_one_is_
     _fake_run(out / "runs" / "elementwise" / "seed2", 2, "elementwise", 3.0, 1.5)
     assert _compare(["--seeds", "0-2", "--gates", "none,elementwise", *common]) == 0  # it grows
     assert json.loads((out / "results.json").read_text())["n"] == {"none": 3, "elementwise": 3}
+
+
+def test_an_interrupted_comparison_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    """Ctrl-C printed 'siggate compare: interrupted' alone, where train and pretrain say how to go on."""
+    from siggate.cli import main
+
+    def stop(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cmp, "compare", stop)
+    assert main(["compare", "--seeds", "0", "--gates", "none", "--epochs", "1", "--out", str(tmp_path / "c")]) == 130
+    assert capsys.readouterr().err == ("siggate compare: interrupted; run the same command again to resume (finished "
+                                       "runs are kept, unfinished ones resume)\n")

@@ -1086,7 +1086,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"siggate {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"siggate {args.command}: interrupted", file=sys.stderr)
+        again = ("; run the same command again to resume (finished runs are kept, unfinished ones resume)"
+                 if args.command == "compare" else "")
+        print(f"siggate {args.command}: interrupted{again}", file=sys.stderr)
         return 130
 
 
