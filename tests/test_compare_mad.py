@@ -240,6 +240,10 @@ def test_aggregate_only_keeps_the_comparison_and_its_mad(campaign, tmp_path, cap
     kept = (folder / "results.json").read_text()
     capsys.readouterr()
     for flags, why in ((["--seeds", "5-6"], "a comparison with seed 0, seed 1, which these flags leave out"),
+                       # no effect, and written into the record
+                       (["--data-root", "/nonexistent"], f"--data-root /nonexistent: --aggregate-only reads no data, "
+                                                         f"and the comparison in {folder} records --data-root "),
+                       (["--cache-dir", str(tmp_path)], "--aggregate-only reads no data"),
                        (["--config", "nci5k"], "describe another comparison")):
         assert main(["compare", "--out", str(folder), "--aggregate-only", *flags, "--no-progress"]) == 2
         err = capsys.readouterr().err

@@ -680,6 +680,12 @@ def compare(args) -> int:
         raise CompareError(f"--aggregate-only: {args.out} has no results.json yet (its first comparison is still "
                            "running, or stopped before aggregating); give its --config, --gates and --seeds (and any "
                            "--set, --epochs or --budget) as it was started")
+    if aggregate_only and stored is not None:  # it reads no data: another place was written into the record
+        for flag, name in (("--data-root", "data_root"), ("--cache-dir", "cache_dir")):  # (the same one is fine:
+            given, then = getattr(args, name), getattr(stored, name, None)              # the command run again)
+            if given and (not then or Path(given).absolute() != Path(then).absolute()):
+                raise CompareError(f"{flag} {given}: --aggregate-only reads no data, and the comparison in {args.out} "
+                                   f"records {f'{flag} {then}' if then else f'no {flag}'}; drop {flag}")
     _defaults(args, stored)
     clash = flag_key_clash(args)  # before stored threads are taken (every run would refuse both)
     if clash:
