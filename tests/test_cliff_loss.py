@@ -101,10 +101,10 @@ def test_the_term_is_refused_where_it_has_no_meaning(tmp_path, capsys):
     assert not (tmp_path / "x").exists()  # refused before a folder is claimed: the corrected command runs
     regression = tmp_path / "r.csv"
     _write_train_csv(regression, n=30)
-    for extra, why in ((["--members", "svr"], "here no GNN member trains with it"),
+    for extra, why in ((["--set", "train.cliff_weight=1", "--members", "svr"], "here no GNN member trains with it"),
                        (["--set", "train.cliff_weight=nan"], "'nan' is not allowed; expected a finite number")):
-        rc, out, err = run_cli(["train", "--data", str(regression), *_TRAIN_ARGS, "--epochs", "1", "--set",
-                                "train.cliff_weight=1", *extra, "--out", str(tmp_path / "y")], capsys)
+        rc, out, err = run_cli(["train", "--data", str(regression), *_TRAIN_ARGS, "--epochs", "1", *extra, "--out",
+                                str(tmp_path / "y")], capsys)
         assert rc == 2 and why in err and not (tmp_path / "y").exists(), err
     rc, out, err = run_cli(["train", "--data", "x.csv", "--target-col", "y", "--set", "train.cliff_weight=-1",
                             "--out", str(tmp_path / "y")], capsys)
