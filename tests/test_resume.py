@@ -90,3 +90,19 @@ def test_sigkill_in_the_middle_of_an_epoch_then_resume_is_exact(tmp_path):
     rows = _rows(run / "log.csv")
     assert [int(r["epoch"]) for r in rows] == list(range(1, EPOCHS + 1))  # no duplicated epochs
     assert not list(run.glob(".*.tmp"))
+
+
+def test_a_resume_of_another_config_is_refused_in_one_line(tmp_path):
+    """The refusal listed each difference on a line of its own after 'the config differs:'."""
+    import pytest
+    from test_predict import tiny_config, train_tiny
+
+    from siggate.train.checkpoint import CheckpointError
+
+    train_tiny(tmp_path / "run", tiny_config(train={"epochs": 1}))
+    with pytest.raises(CheckpointError) as exc:
+        train_tiny(tmp_path / "run", tiny_config(train={"epochs": 2, "lr": 0.01}, model={"dropout": 0.3}), resume=True)
+    text = str(exc.value)
+    assert "\n" not in text and text.startswith(f"cannot resume from {tmp_path / 'run' / 'last.pt'}: the config differs (")
+    assert "model.dropout" in text and "train.lr" in text
+    assert text.endswith("); resume with the run's own flags, or train into a new --out")

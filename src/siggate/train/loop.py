@@ -268,7 +268,8 @@ def resume_run(run: Run, path: Path, config: dict, ckpt: dict) -> bool:
     diffs += [f"{k} (resolved from the training data): checkpoint has {saved.get(k)!r}, this run has "
               f"{run.resolved.get(k)!r}" for k in sorted(set(saved) | set(run.resolved)) if saved.get(k) != run.resolved.get(k)]
     if diffs:
-        raise CheckpointError(f"cannot resume from {path}: the config differs:\n  " + "\n  ".join(diffs))
+        raise CheckpointError(f"cannot resume from {path}: the config differs ({'; '.join(diffs)}); resume with the "
+                              "run's own flags, or train into a new --out")
     try:
         _restore(run, ckpt)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
