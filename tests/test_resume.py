@@ -95,9 +95,9 @@ def test_sigkill_in_the_middle_of_an_epoch_then_resume_is_exact(tmp_path):
 def test_a_resume_of_another_config_is_refused_in_one_line(tmp_path):
     """The refusal listed each difference on a line of its own after 'the config differs:'."""
     import pytest
-    from test_predict import tiny_config, train_tiny
 
     from siggate.train.checkpoint import CheckpointError
+    from test_predict import tiny_config, train_tiny
 
     train_tiny(tmp_path / "run", tiny_config(train={"epochs": 1}))
     with pytest.raises(CheckpointError) as exc:
