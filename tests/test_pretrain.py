@@ -287,6 +287,10 @@ def test_pretraining_refuses_its_own_targets_as_inputs(tmp_path, capsys):
                                           r"warmup of a 3-epoch run; .*\(--set train.warmup_epochs=N with N < 3\)$"):
         pretrain_config(None, tmp_path / "c.csv", ["MolWt"], 3, 0)
     assert pretrain_config(None, tmp_path / "c.csv", ["MolWt"], 3, 0, ["train.warmup_epochs=2"]).train.epochs == 3
+    # a node-level dataset's config: named as such (its loss was named as not fitting a regression task)
+    with pytest.raises(ConfigError, match=r"^--config pattern: a config of the node-level dataset pattern; pretrain "
+                                          r"trains a model of molecules: give a molecule config"):
+        pretrain_config("pattern", tmp_path / "c.csv", ["MolWt"], 4, 0)
     rc, _, err = run_cli(["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(tmp_path / "pt"),
                           "--epochs", "2", "--data-root", str(tmp_path / "none")], capsys)
     assert rc == 2 and err.strip().splitlines() == [

@@ -404,7 +404,19 @@ def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epoc
             "data.task=regression", "data.split=column:split", f"train.epochs={epochs}", f"train.seed={seed}",
             "train.init=''",  # pretraining starts fresh, whatever weights the base recipe names
             *([f"data.cache_dir={cache_dir}"] if cache_dir else []), *overrides]
-    cfg = load_config(base or "csv", sets)
+    try:
+        cfg = load_config(base or "csv", sets)
+    except ConfigError:
+        from ..data.catalog import DATASET_META
+
+        try:
+            name = load_config(base or "csv").data.name
+        except ConfigError:
+            name = None
+        if DATASET_META.get(name, {}).get("level") == "node":  # (its loss and task were named instead)
+            raise ConfigError(f"--config {base}: a config of the node-level dataset {name}; pretrain trains a model of "
+                              "molecules: give a molecule config (csv, the default; nci5k, zinc, ...)") from None
+        raise
     if cfg.train.init:
         raise ConfigError("train.init: pretraining starts from a fresh model; drop --set train.init")
     if "rdkit2d" in parse_mol_features(cfg.model.mol_features):
