@@ -485,6 +485,21 @@ def test_a_diverged_training_run_is_named_not_measured(analysis, tmp_path, capsy
     assert "diverged (non-finite loss" in err and "cannot be measured; lower the learning rate" in err
 
 
+def test_an_untrained_epoch_stops_siggate_train_but_the_analyses_record_divergence(tmp_path, capsys):
+    """Whole epochs skipped under train.on_nan=skip stop `siggate train`; entropy and the lr sweep,
+    which skip to measure divergence, record such a run instead of aborting every other one."""
+    capsys.readouterr()
+    rc = main(["analyze", "entropy", "--config", "nci5k", *TINY, "--max-graphs", "40", "--set", "train.lr=1e30",
+               "--epochs", "2", "--gates", "none", "--seeds", "0", "--out", str(tmp_path / "e")])
+    assert rc == 0, capsys.readouterr().err
+    assert (tmp_path / "e" / "entropy.json").is_file()
+    rc = main(["analyze", "lr-sweep", "--config", "nci5k", *TINY, "--max-graphs", "40", "--lrs", "1e30,1e-3",
+               "--epochs", "2", "--gates", "none", "--out", str(tmp_path / "s")])
+    assert rc == 0, capsys.readouterr().err
+    res = json.loads((tmp_path / "s" / "lrsweep.json").read_text())
+    assert res["per_lr"]["none"][-1]["lr"] == 1e30 and res["per_lr"]["none"][-1]["diverged"] == [True]
+
+
 def test_a_nan_learning_rate_is_refused_by_the_configs_range(tmp_path, capsys):
     """NaN passes every comparison, so `--lrs nan` reached torch's Adam (a ValueError traceback)."""
     capsys.readouterr()

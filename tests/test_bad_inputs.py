@@ -533,8 +533,10 @@ def test_on_nan_skip_of_every_batch_or_nan_init_weights_is_refused_not_a_finishe
     rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "3", "--on-nan", "skip", "--set",
                           "train.lr=1e30", "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "c")], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
-    assert "siggate train: error: every training batch of epoch " in err
-    assert "skipped under --on-nan skip), so the model trained on none of them; lower train.lr" in err
+    assert "siggate train: error: every training batch had a non-finite loss or gradient (" in err
+    assert "skipped under --on-nan skip): the model trained on none of them at epoch " in err
+    assert "The last good checkpoint is kept at " in err and err.rstrip().endswith("(--on-nan skip is for a rare "
+                                                                                   "batch, not every one).")
     assert not (tmp_path / "run" / "metrics.json").exists()
     rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "1", "--out", str(tmp_path / "ok"),
                           "--cache-dir", str(tmp_path / "c")], capsys)

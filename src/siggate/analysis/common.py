@@ -75,15 +75,15 @@ def parse_list(text: str | Sequence, cast=str, flag: str = "", choices: Sequence
 
 def config_from(args, extra: Iterable[str] = (), owned: dict[str, str] | None = None) -> Config:
     """Config from ``--config``/``--set`` (+ ``extra`` overrides). ``owned``: the keys the
-    analysis sets in each run itself, and from what (``{"model.gate": "from --gates"}``), and
-    ``train.epochs`` where ``--epochs`` gives a number: a ``--set`` of one is refused (the
+    analysis sets in each run itself, and from what (``{"model.gate": "from --gates"}``;
+    ``train.epochs`` counts where ``--epochs`` gives a number): a ``--set`` of one is refused (the
     analysis replaced it silently). So are ``--data-root`` or ``--cache-dir`` with the ``--set``
     key they set, and one key set twice (the later silently won)."""
     if getattr(args, "overrides", None) is not None:
         clash = flag_key_clash(args, [f for f in ("data_root", "cache_dir") if hasattr(args, f)])
         if clash:
             raise CLIError(clash)
-        owned = {**(owned or {}), **({"train.epochs": "from --epochs"} if getattr(args, "epochs", None) else {})}
+        owned = {k: v for k, v in (owned or {}).items() if k != "train.epochs" or getattr(args, "epochs", None)}
         for key in sorted(set_keys(args) & owned.keys()):
             how = owned[key]
             instead = f" and give {how.split()[1]} instead" if how.startswith("from --") else ""
@@ -179,7 +179,7 @@ def train_run(cfg: Config, run_dir: Path, dataset, progress: bool = True) -> dic
     if status.state == "done":
         return {**status.metrics, "reused": True}
     try:
-        m = train(cfg, run_dir, resume=True, progress=progress, dataset=dataset)
+        m = train(cfg, run_dir, resume=True, progress=progress, dataset=dataset, stop_untrained=False)  # (recorded)
     except NonFiniteLossError as exc:
         return {"diverged": True, "error": str(exc), "val": float("nan"), "history": [], "reused": False}
     m["reused"] = False

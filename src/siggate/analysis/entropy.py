@@ -106,7 +106,7 @@ def train_tracked(model_cfg, train_cfg, ds, eval_graphs, measure, progress: bool
         log.info("%s epoch %d/%d  loss %.4f  val %s %.4f", desc or "entropy", row["epoch"], t.epochs,
                  hist["train_loss"][-1], info.metric, row["val"])
 
-    fit(run, progress, on_epoch_end=record, full_eval=False)
+    fit(run, progress, on_epoch_end=record, full_eval=False, stop_untrained=False)  # (a diverged run is recorded)
     return hist
 
 
@@ -159,7 +159,8 @@ def plot(res: dict, path: Path) -> Path:
 
 def main(args) -> int:
     out, progress = start(args, min_epochs=1)
-    cfg = config_from(args, owned={"model.gate": "from --gates", "train.seed": "from --seeds"})
+    cfg = config_from(args, owned={"train.epochs": "from --epochs", "model.gate": "from --gates",
+                                   "train.seed": "from --seeds"})
     require_attention(cfg, "entropy")
     if cfg.model.attn_type != "full":
         raise CLIError(f"attention entropy needs the attention probabilities, which only model.attn_type=full forms "

@@ -169,8 +169,9 @@ def plot(res: dict, path: Path) -> Path:
 
 def main(args) -> int:
     out, progress = start(args, min_epochs=1)
-    cfg = config_from(args, owned={"train.lr": "from --lrs", "model.gate": "from --gates", "train.seed": "from --seeds",
-                             "train.on_nan": "to skip (a diverging rate must not stop the sweep)"})
+    cfg = config_from(args, owned={"train.epochs": "from --epochs", "train.lr": "from --lrs", "model.gate": "from --gates",
+                                   "train.seed": "from --seeds",
+                                   "train.on_nan": "to skip (a diverging rate must not stop the sweep)"})
     lrs = sorted(parse_list(args.lrs, float, "--lrs"))
     gates, seeds = parse_list(args.gates), parse_list(args.seeds, int, "--seeds")
     ds = load_dataset(cfg, args.max_graphs, progress)

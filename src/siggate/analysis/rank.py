@@ -155,7 +155,7 @@ def main(args) -> int:
         if args.cache_dir:
             cfg.data.cache_dir = args.cache_dir
     else:
-        cfg = config_from(args, owned={"train.seed": "from --seeds"})
+        cfg = config_from(args, owned={"train.epochs": "from --epochs", "train.seed": "from --seeds"})
     require_attention(cfg, "rank")
     ds = load_dataset(cfg, args.max_graphs, progress)
     if args.split not in ds.splits:

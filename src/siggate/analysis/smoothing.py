@@ -191,7 +191,8 @@ def main(args) -> int:
     if not 0 < args.rank_tol < 1:  # a tolerance of 0 or below counts every direction: every rank d
         raise CLIError(f"--rank-tol {args.rank_tol:g}: give a relative singular-value threshold between 0 and 1 "
                        "(default 1e-3)")
-    cfg = config_from(args, owned={"model.layers": "from --depths", "model.gate": "from --gates", "train.seed": "from --seeds"})
+    cfg = config_from(args, owned={"train.epochs": "from --epochs", "model.layers": "from --depths",
+                                   "model.gate": "from --gates", "train.seed": "from --seeds"})
     depths, gates, seeds = parse_list(args.depths, int, "--depths"), parse_list(args.gates), parse_list(args.seeds, int, "--seeds")
     ds = load_dataset(cfg, args.max_graphs, progress)
     per_seed, sources = {}, {}

@@ -321,10 +321,10 @@ def _restore(run: Run, ckpt: dict) -> None:
         raise ValueError("its history holds entries that are not records of an epoch")
     run.state, run.history = state, history
 
-def _non_finite(what: str, epoch: int, step: int, checkpoint: Path | None, hint: str) -> NonFiniteLossError:
+def _non_finite(what: str, epoch: int, step: int | None, checkpoint: Path | None, hint: str) -> NonFiniteLossError:
     kept = checkpoint if checkpoint is not None and checkpoint.exists() else "(none yet)"
-    return NonFiniteLossError(f"{what} at epoch {epoch + 1}, step {step + 1}. The last good checkpoint "
-                              f"is kept at {kept}. {hint}")
+    where = f"at epoch {epoch + 1}" + (f", step {step + 1}" if step is not None else "")
+    return NonFiniteLossError(f"{what} {where}. The last good checkpoint is kept at {kept}. {hint}")
 
 
 def train_batch_loss(run: Run, batch) -> tuple[torch.Tensor, int]:
@@ -428,11 +428,16 @@ def evaluate_epoch(run: Run, full: bool = True, norm: str | None = None) -> tupl
 
 
 def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd], None] | None = None,
-        checkpoint: Path | None = None, full_eval: bool = True) -> Run:
+        checkpoint: Path | None = None, full_eval: bool = True, stop_untrained: bool = True) -> Run:
     """Run the remaining epochs of ``run``: :func:`train_epoch`, the schedule step,
     :func:`evaluate_epoch`, best-score tracking and one history row per epoch, then
     ``on_epoch_end(run, EpochEnd)`` (on every rank) -- where :func:`train` writes its
-    checkpoints and logs, and analyses take their measurements."""
+    checkpoints and logs, and analyses take their measurements.
+
+    An epoch whose every batch ``on_nan="skip"`` left out trained nothing (its train loss is
+    NaN): ``stop_untrained`` raises :class:`NonFiniteLossError` then (``siggate train``: such a
+    run finished with exit 0 and NaN metrics); the analyses that measure divergence (the
+    learning-rate sweep, entropy) pass ``False`` and record it."""
     t_cfg, state = run.train_cfg, run.state
     last = keeps_last(t_cfg.select)  # the epoch kept is the last: val scores choose nothing
     for epoch in range(state.epoch, t_cfg.epochs):
@@ -440,11 +445,11 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
         stats = train_epoch(run, epoch, progress, checkpoint)
         state.skipped_batches += stats["skipped"]
         total, count, skipped = run.ctx.all_reduce_sum([stats["loss_sum"], stats["rows"], stats["skipped"]])
-        if count == 0 and skipped:  # --on-nan skip left every step out: the run trained nothing, and said loss 0
-            raise NonFiniteLossError(
-                f"every training batch of epoch {epoch + 1} had a non-finite loss or gradient ({int(skipped)} skipped "
-                "under --on-nan skip), so the model trained on none of them; lower train.lr, check the data for NaN "
-                "features and --init for NaN weights (--on-nan skip is for a rare batch, not every one)")
+        if count == 0 and skipped and stop_untrained:  # --on-nan skip left every step out: nothing trained
+            raise _non_finite(f"every training batch had a non-finite loss or gradient ({int(skipped)} skipped under "
+                              "--on-nan skip): the model trained on none of them", epoch, None, checkpoint,
+                              "Lower train.lr, check the data for NaN features and --init for NaN weights "
+                              "(--on-nan skip is for a rare batch, not every one).")
         lr = run.optimizer.param_groups[0]["lr"]
         run.scheduler.step()
         norm = epoch_norm(t_cfg, epoch, last)
@@ -454,7 +459,7 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
         if improved:
             state.best_val, state.best_test, state.best_epoch = val, test, epoch
         row = {
-            "epoch": epoch + 1, "train_loss": total / max(count, 1), "val": val, "test": test, "lr": lr,
+            "epoch": epoch + 1, "train_loss": total / count if count else math.nan, "val": val, "test": test, "lr": lr,
             "grad_norm": stats["grad_norm_sum"] / max(stats["steps"], 1), "seconds": time.time() - t_ep,
             "cpu_seconds": time.process_time() - c_ep,  # this process's CPU (all its threads): wall time counts waits
             "eval_norm": norm, "gate_mean": gates,

@@ -46,13 +46,15 @@ log = logging.getLogger(__name__)
 
 
 def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool = True,
-          dataset: GraphDataset | None = None, dist: DistContext | None = None) -> dict:
+          dataset: GraphDataset | None = None, dist: DistContext | None = None, stop_untrained: bool = True) -> dict:
     """Train ``cfg`` and write ``metrics.json``, ``best.pt``, ``last.pt``, ``config.yaml``,
     ``log.csv`` and TensorBoard events (``tb/``) under ``out_dir``. Returns the metrics dict.
 
     ``dataset`` is the prepared data (default: prepared from ``cfg.data``); ``resume``
     continues from ``out_dir/last.pt``; ``dist`` is the process's place in a ``torchrun`` job
     (see :func:`siggate.train.distributed.init_distributed`); by default a single process on CPU.
+    ``stop_untrained``: an epoch that ``train.on_nan=skip`` left wholly untrained stops the run
+    (:func:`~.loop.fit`); the analyses that record divergence pass ``False``.
     """
     ctx = dist or DistContext()
     out = _start(Path(out_dir), cfg.train, ctx)
@@ -67,7 +69,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
             if ctx.is_main:
                 log.info("%s: the run has finished its %d epochs; nothing to train", out, cfg.train.epochs)
             return done
-    seconds = _fit_recorded(run, out, cfg.to_dict(), data_source(cfg.data), progress)
+    seconds = _fit_recorded(run, out, cfg.to_dict(), data_source(cfg.data), progress, stop_untrained)
     metrics = final_metrics(run, seconds)
     if ctx.is_main and (out / BEST).is_file():
         preds = best_predictions(run, out / BEST, [s for s in ("val", "test") if run.ds.splits.get(s)])
@@ -108,13 +110,14 @@ def _start(out: Path, t_cfg: TrainConfig, ctx: DistContext) -> Path:
     return out
 
 
-def _fit_recorded(run: Run, out: Path, config: dict, source: dict | None, progress: bool) -> float:
+def _fit_recorded(run: Run, out: Path, config: dict, source: dict | None, progress: bool,
+                  stop_untrained: bool = True) -> float:
     """:func:`~.loop.fit` with the run record's checkpoint step (rank 0) as its epoch hook;
     returns the run's seconds (its resumed epochs' included)."""
     files = RunFiles(run, out, config, source, progress) if run.ctx.is_main else None
     t0 = time.time() - sum(h.get("seconds", 0.0) for h in run.history)
     try:
-        fit(run, progress, on_epoch_end=files, checkpoint=out / LAST)
+        fit(run, progress, on_epoch_end=files, checkpoint=out / LAST, stop_untrained=stop_untrained)
     finally:
         if files is not None:
             files.close()
