@@ -489,6 +489,15 @@ def check_float32_labels(path: Path, target_cols: list[str], y: np.ndarray) -> N
                             "the column first (and add it back to the predictions)")
 
 
+class EmptySplitError(DataError):
+    """A CSV whose split leaves train or val (or test, where required) without rows;
+    ``cause``: the message without its fix (training's flags)."""
+
+    def __init__(self, message: str, cause: str):
+        super().__init__(message)
+        self.cause = cause
+
+
 def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> None:
     """Raise :class:`DataError` when a model cannot be trained on ``ds``: no usable row, a
     constant target, or an empty split (``siggate train`` calls this; :func:`load_csv` itself only warns).
@@ -525,8 +534,9 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
     if empty:
         hint = (" (a split column without val rows: --val-fraction 0.1 draws them from its train rows)"
                 if "val" in empty else "")
-        raise DataError(f"{path}: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty "
-                        f"({n_valid} usable rows); add rows, or choose another --split{hint}")
+        cause = (f"{path}: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty "
+                 f"({n_valid} usable rows)")
+        raise EmptySplitError(f"{cause}; add rows, or choose another --split{hint}", cause)
     if ds.info.task == "binary":  # ROC-AUC, the metric that chooses the epoch and scores the run, needs both
         counts = {c: int(np.sum(y[:, 0] == c)) for c in (0.0, 1.0)}
         for name, graphs in ds.splits.items():

@@ -432,14 +432,15 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         d.csv = str(stored_csv(d, trained_on.source, allow_changed))
         res["data_file"] = d.csv
     # a member of an ensemble: its data were split with the ensemble's first seed
+    from ..data.csvdata import EmptySplitError
+
     try:
         ds = prepare_data(d, encodings, trained_on.split_seed, progress)
-    except DataError as exc:
-        if not (allow_changed and d.name == "csv"):
+    except EmptySplitError as exc:
+        if not allow_changed:
             raise
         # the changed file split otherwise than the run's: the cause, without its fix, which names training's flags
-        cause = str(exc).split("; ", 1)[0]
-        raise EvaluationError(f"{cause}, so the run's splits cannot be rebuilt from the changed file "
+        raise EvaluationError(f"{exc.cause}, so the run's splits cannot be rebuilt from the changed file "
                               f"(--allow-changed); score it whole with --data {d.csv}, or restore the file the run "
                               "was trained on") from None
     splits = list(ds.splits) if split == "all" else [split]
