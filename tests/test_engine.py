@@ -695,8 +695,18 @@ def test_a_comparison_that_would_leave_out_arms_or_seeds_of_the_recorded_one_is_
         assert _compare([*argv, *common]) == 2
         assert capsys.readouterr().err.strip() == (
             f"siggate compare: error: {out} holds the results of a comparison with {left}, which these flags leave out; "
-            "give them too (a comparison in a folder grows, it is not cut), or another --out")
+            "give them too (a comparison in a folder grows, it is not cut), or another --out (or move "
+            f"{out / 'results.json'} away to keep the smaller one)")
         assert (out / "results.json").read_bytes() == kept
+    # a value this siggate refuses, recorded by an older one: named as the record's
+    doc = json.loads(kept)
+    (out / "results.json").write_text(json.dumps({**doc, "command": doc["command"].replace("--seeds 0,1", "--seeds 0,0")}))
+    capsys.readouterr()
+    assert _compare(["--out", str(out), "--aggregate-only", "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == (f"siggate compare: error: the comparison in {out} records this --seeds: "
+                                               "--seeds: seed 0 is listed twice in '0,0'; list each seed once; give "
+                                               "--seeds as it should be")
+    (out / "results.json").write_bytes(kept)
     _fake_run(out / "runs" / "none" / "seed2", 2, "none", 3.0, 1.5)
     _fake_run(out / "runs" / "elementwise" / "seed2", 2, "elementwise", 3.0, 1.5)
     assert _compare(["--seeds", "0-2", "--gates", "none,elementwise", *common]) == 0  # it grows

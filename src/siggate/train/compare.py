@@ -696,16 +696,22 @@ def compare(args) -> int:
     if stored is not None and aggregate_only:  # nothing runs now: the results say how the runs were run
         for name in ("jobs", "backend", "cpus_per_run"):
             setattr(args, name, getattr(stored, name, getattr(args, name, None)))
-    try:
-        seeds, specs = parse_seeds(args.seeds), parse_gates(args.gates)
-    except ValueError as exc:
-        raise CompareError(str(exc)) from None
+    def parsed(flag: str, parse):
+        try:
+            return parse(getattr(args, flag))
+        except ValueError as exc:  # a value taken from the record is named as such (an older siggate accepted it)
+            if flag in named or stored is None:
+                raise CompareError(str(exc)) from None
+            raise CompareError(f"the comparison in {args.out} records this --{flag}: {exc}; give --{flag} as it should "
+                               "be") from None
+
+    seeds, specs = parsed("seeds", parse_seeds), parsed("gates", parse_gates)
     _check_args(args)
     dropped = _left_out(old, specs, seeds)
     if dropped:  # its results.json was replaced by a smaller comparison's, without a word
         raise CompareError(f"{args.out} holds the results of a comparison with {', '.join(dropped)}, which these "
                            "flags leave out; give them too (a comparison in a folder grows, it is not cut), or "
-                           "another --out")
+                           f"another --out (or move {Path(args.out) / 'results.json'} away to keep the smaller one)")
     out = Path(args.out)
     problem = out_dir_problem(out)
     if problem:
