@@ -55,7 +55,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .options import DUPLICATES, FRAGMENTS, PREDICT_MAX_ATOMS, recipe_members, run_weights
-from .train.rundir import ESTIMATOR_RECORD
+from .train.rundir import ESTIMATOR_RECORD, FITTING, estimator_record
 
 #: held by each fit: fits in threads of one process take turns, since training seeds torch's, NumPy's
 #: and Python's global random generators (and fit restores them, and siggate's log level, after it)
@@ -198,7 +198,7 @@ def _claimed(out: Path | None):
             nonlocal begun
             if ours:  # kept aside until this fit has trained: a refit that fails or is interrupted puts it back
                 set_aside(out)
-            marker.write_text(json.dumps({"estimator": "fitting"}) + "\n")  # a fit that fails midway stays ours
+            marker.write_text(json.dumps({"estimator": FITTING}) + "\n")  # a fit that fails midway stays ours
             begun = True
 
         try:
@@ -217,10 +217,7 @@ def _claimed(out: Path | None):
 
 def _fitting(record: Path) -> bool:
     """Whether ``record`` (:data:`ESTIMATOR_RECORD`) marks a fit that began and never finished."""
-    try:
-        return json.loads(record.read_text()).get("estimator") == "fitting"
-    except (OSError, ValueError, AttributeError):
-        return False
+    return record.is_file() and estimator_record(record).get("estimator") == FITTING
 
 
 class _SigGateEstimator(BaseEstimator):

@@ -20,7 +20,6 @@ over all targets and per target.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -129,14 +128,11 @@ def _add_scores(res: dict, split: str, scores: dict) -> None:
 
 def _estimator_of(folder: Path | None) -> str | None:
     """The estimator class whose ``fit`` made the run in ``folder`` (its
-    :data:`~.rundir.ESTIMATOR_RECORD`), else ``None``."""
-    from .rundir import ESTIMATOR_RECORD
+    :data:`~.rundir.ESTIMATOR_RECORD`; a fit still under way, or killed midway, is a fit too), else ``None``."""
+    from .rundir import FITTING, estimator_record
 
-    try:
-        record = json.loads((Path(folder) / ESTIMATOR_RECORD).read_text(encoding="utf-8")) if folder else None
-    except (OSError, ValueError):
-        return None
-    return str(record.get("estimator") or "SigGateRegressor") if isinstance(record, dict) else None
+    name = estimator_record(folder).get("estimator") if folder is not None else None
+    return None if not name else "the estimator" if name == FITTING else str(name)
 
 
 def _recorded_csv(data, source: dict | None) -> Path:

@@ -430,10 +430,15 @@ def write_test_predictions(path: str | Path, rows: list[int], smiles: list[str],
     return Path(path)
 
 
-def estimator_classes_note(checkpoint) -> str | None:
-    """For a run that ``SigGateClassifier.fit`` kept (its :data:`ESTIMATOR_RECORD` names the
-    classes): which class its probability is of, in words for ``predict``, ``evaluate`` and
-    ``explain``, whose columns are 0 and 1; ``None`` for any other run."""
+#: what :data:`ESTIMATOR_RECORD` says while a fit is under way (a fit killed midway leaves it)
+FITTING = "fitting"
+
+
+def estimator_record(checkpoint) -> dict:
+    """The :data:`ESTIMATOR_RECORD` of the run ``checkpoint`` is (a folder, or a file in one):
+    ``{"estimator": "SigGateRegressor", "target_names": [...], ...}`` for a run an estimator's
+    ``fit`` made (``{"estimator": FITTING}`` while it is under way); ``{}`` for any other run,
+    or a record that cannot be read."""
     import json
 
     folder = Path(checkpoint)
@@ -441,8 +446,16 @@ def estimator_classes_note(checkpoint) -> str | None:
     try:
         record = json.loads((folder / ESTIMATOR_RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or "probability_of" not in record or not isinstance(record.get("classes"), list):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def estimator_classes_note(checkpoint) -> str | None:
+    """For a run that ``SigGateClassifier.fit`` kept (its :data:`ESTIMATOR_RECORD` names the
+    classes): which class its probability is of, in words for ``predict``, ``evaluate`` and
+    ``explain``, whose columns are 0 and 1; ``None`` for any other run."""
+    record = estimator_record(checkpoint)
+    if "probability_of" not in record or not isinstance(record.get("classes"), list):
         return None
     names = record.get("target_names") or ["y"]
     return (f"this run was fit by SigGateClassifier on the classes {', '.join(map(repr, record['classes']))}: its "
