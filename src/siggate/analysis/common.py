@@ -140,8 +140,7 @@ def load_dataset(cfg: Config, max_graphs: int | None = None, progress: bool = Tr
     """The dataset of ``cfg`` with every split cut to its first ``max_graphs`` graphs."""
     ds = prepare_data(cfg, progress)
     if max_graphs:
-        ds = copy.copy(ds)
-        ds.splits = {k: list(v[:max_graphs]) for k, v in ds.splits.items()}
+        ds = ds.first(max_graphs)
     return ds
 
 

@@ -164,6 +164,17 @@ class GraphDataset:
     def test(self):
         return self.splits["test"]
 
+    def first(self, n: int) -> "GraphDataset":
+        """A shallow copy whose every split holds its first ``n`` graphs (``data.max_graphs``:
+        quick runs and tests, ``siggate data verify --max-graphs``); ``self`` for ``n`` 0 or None."""
+        if not n:
+            return self
+        import copy
+
+        cut = copy.copy(self)
+        cut.splits = {k: list(v[:n]) for k, v in self.splits.items()}
+        return cut
+
     def sizes(self) -> dict:
         """Graphs per split (``1`` each for a transductive dataset)."""
         return {k: len(v) for k, v in self.splits.items()}

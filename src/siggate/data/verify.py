@@ -71,11 +71,9 @@ def verify(name: str, root=None, cache_dir=None, **kw) -> dict:
     from .catalog import DATASET_META
 
     cut = None
-    if kw.get("max_graphs") and "max_graphs" not in DATASET_META[str(name).strip().lower()]["options"]:
-        cut = kw.pop("max_graphs")  # not a generator's option: each split's first graphs, as training cuts them
-    ds = get_dataset(name, root=root, cache_dir=cache_dir, **kw)
-    if cut:
-        ds.splits = {k: v[:cut] for k, v in ds.splits.items()}
+    if "max_graphs" not in DATASET_META[str(name).strip().lower()]["options"]:
+        cut = kw.pop("max_graphs", None)  # not a generator's option: each split's first graphs, as training cuts them
+    ds = get_dataset(name, root=root, cache_dir=cache_dir, **kw).first(cut)
     info = ds.info
     keys = ("train",) if info.transductive else ("train", "val", "test")
     graphs = [g for key in keys for g in ds.splits[key]]

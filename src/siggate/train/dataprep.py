@@ -83,7 +83,7 @@ def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encoding
         extra = {k: getattr(d, k) for k in DATASET_META[d.name]["options"] if getattr(d, k)}
         ds = get_dataset(d.name, root=d.root, cache_dir=d.cache_dir, progress=progress, **extra)
     if d.max_graphs:
-        ds.splits = {k: v[:d.max_graphs] for k, v in ds.splits.items()}
+        ds = ds.first(d.max_graphs)
     from ..data.base import default_cache_dir
 
     cache_dir = Path(d.cache_dir) if d.cache_dir else default_cache_dir()
