@@ -129,6 +129,12 @@ def build_config(args):
     folder = args.data_dir / args.task
     if not (folder / "data.csv").is_file():
         raise SystemExit(f"{folder / 'data.csv'} is missing; build it: python benchmarks/peers/tasks.py --build {args.task}")
+    from siggate.config import ConfigError
+
+    if "train.eval_norm=" in args.siggate_args.replace(" ", ""):  # (the probe sets it; siggate refuses a key twice)
+        print("probe: error: --siggate-args sets train.eval_norm; the probe scores with the running statistics "
+              "itself: drop it", file=sys.stderr)
+        raise SystemExit(2)
     argv = ["train", "--data", str(folder / "data.csv"), "--smiles-col", "smiles", "--target-col", "y",
             "--task", task.task, "--split", "column:split", "--seed", str(args.seed),
             "--cache-dir", str(args.cache_dir / args.task), "--set", "train.eval_norm=running",
@@ -137,7 +143,7 @@ def build_config(args):
         argv += ["--epochs", str(args.epochs)]
     try:
         return config_from_args(build_parser().parse_args(argv)), argv
-    except CLIError as e:  # e.g. --epochs with a --siggate-args "--set train.epochs=N"
+    except (CLIError, ConfigError) as e:  # e.g. --epochs with a --siggate-args "--set train.epochs=N"
         print(f"probe: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 
