@@ -1218,6 +1218,8 @@ def test_raw_files_with_content_not_the_releases_are_named_without_a_traceback(t
     (["--threads", "99999999999"], "--threads 99999999999: give a number of threads from 1 to 4096"),
     (["--set", "train.threads=99999999999"], "train.threads: 99999999999 is out of range; allowed values: >= 0 and <= 4096"),
     (["--set", "train.seed=5", "--set", " train.seed = 6"], "--set train.seed is given twice (5 and 6); give it once"),
+    (["--set", "model.performer_features=8", "--set", "model.attention.performer.num_features=16"],
+     "--set model.attention.performer.num_features is given twice (8 and 16); give it once"),  # (a deprecated name)
     # a section given a value reset every key of it to its default (members.svr=), or refused none (=0)
     (["--set", "members.svr="], "--set members.svr names a section of keys, not one key; set one of its keys, e.g. "
                                 "--set members.svr.fingerprint=..."),

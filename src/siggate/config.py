@@ -657,6 +657,15 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return parts, parsed
 
 
+def key_path(parts: list[str]) -> list[str]:
+    """The key path an override's ``parts`` stand for: a deprecated flat attention key
+    (``model.performer_features``, :data:`~siggate.options.FLAT_ATTENTION_KEYS`) as its nested
+    name (``model.attention.performer.num_features``), any other as given."""
+    if len(parts) == 2 and parts[0] == "model" and parts[1] in FLAT_ATTENTION_KEYS:
+        return ["model", "attention", *FLAT_ATTENTION_KEYS[parts[1]]]
+    return list(parts)
+
+
 def override_key(item: str) -> str:
     """The key an override gives: ``"model.gate=none"`` -> ``"model.gate"`` (``parse_override``'s
     rules: a malformed item raises its :class:`ConfigError`)."""
@@ -830,11 +839,10 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
         raw = split_resolved(raw, meta.get("resolved"))[0]
     raw = upgrade_config_dict(_nest_flat_attention_keys(raw, warn=True))  # a file's flat keys are named
     for item in overrides or []:
-        parts, value = parse_override(item)  # section.key or, nested, model.attention.performer.num_features
-        if len(parts) == 2 and parts[0] == "model" and parts[1] in FLAT_ATTENTION_KEYS:  # its new name, in order
-            kind, name = FLAT_ATTENTION_KEYS[parts[1]]
-            _deprecated_flat_key(parts[1], kind, name, stacklevel=2)
-            parts = ["model", "attention", kind, name]
+        given, value = parse_override(item)  # section.key or, nested, model.attention.performer.num_features
+        parts = key_path(given)
+        if parts != given:  # a deprecated flat name: its new one, in order
+            _deprecated_flat_key(given[1], *parts[2:], stacklevel=2)
         if _names_section(parts):  # its value replaced the section: "members.svr=" reset every key of it
             raise ConfigError(f"--set {'.'.join(parts)} names a section of keys, not one key; set one of its keys, "
                               f"e.g. --set {'.'.join(parts)}.{_first_key(parts)}=...")

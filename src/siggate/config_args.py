@@ -13,7 +13,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from .config import SEP_NAMES, ConfigError, load_config, parse_override
+from .config import SEP_NAMES, ConfigError, key_path, load_config, parse_override
 from .files import out_dir_problem
 from .options import DUPLICATES, FRAGMENTS, add_cache_dir_flag, add_data_root_flag, init_is_none, init_is_shipped
 
@@ -159,7 +159,7 @@ def set_keys(args) -> set[str]:
     seen: dict[str, object] = {}
     for item in args.overrides:
         parts, value = parse_override(item)
-        key = ".".join(parts)
+        key = ".".join(key_path(parts))  # (a deprecated flat name and its new one are one key)
         if key in seen and seen[key] != value:
             raise ConfigError(f"--set {key} is given twice ({seen[key]!r} and {value!r}); give it once")
         seen[key] = value
