@@ -26,8 +26,18 @@ def data(tmp_path_factory) -> Path:
 
 
 def _train(capsys, data: Path, *extra) -> tuple[int, str, str]:
+    """``siggate train`` with the tiny flags; a key ``extra`` sets with --set replaces the tiny flags' own
+    (siggate refuses one key given twice)."""
     cache = data.parent / "cache"
-    return run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--cache-dir", str(cache), *extra], capsys)
+    mine = {extra[i + 1].split("=")[0] for i, a in enumerate(extra[:-1]) if a == "--set"}
+    base, i = [], 0
+    while i < len(_TRAIN_ARGS):
+        if _TRAIN_ARGS[i] == "--set" and _TRAIN_ARGS[i + 1].split("=")[0] in mine:
+            i += 2
+            continue
+        base.append(_TRAIN_ARGS[i])
+        i += 1
+    return run_cli(["train", "--data", str(data), *base, "--cache-dir", str(cache), *extra], capsys)
 
 
 def _one_line(err: str) -> str:
