@@ -358,6 +358,8 @@ def test_report_without_results_fails(tmp_path):
     (["lr-sweep", "--config", "nci5k", "--set", "train.on_nan=stop"],
      "--set train.on_nan: analyze lr-sweep sets it in each run to skip (a diverging rate must not stop the sweep); "
      "drop --set train.on_nan"),
+    (["overhead", "--config", "nci5k", "--epochs", "3"], "--epochs: analyze overhead trains nothing"),
+    (["overhead", "--config", "nci5k", "--seeds", "0,1"], "--seeds: analyze overhead builds one model per gate"),
     (["overhead", "--config", "nci5k", "--set", "model.gate_position=value"],
      "--set model.gate_position: analyze overhead sets it in each run from --gates (GATE@POSITION); drop --set "
      "model.gate_position and give --gates instead"),

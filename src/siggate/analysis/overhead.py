@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from ..options import gate_width, parse_gate_spec
 from ..perf.timer import interleaved_round
 from .common import (
+    CLIError,
     batches,
     config_from,
     fmt,
@@ -113,6 +114,12 @@ def main(args) -> int:
     from ..train.losses import loss_fn
     from ..train.modelprep import build_model
 
+    if args.epochs is not None:  # (accepted and ignored)
+        raise CLIError("--epochs: analyze overhead trains nothing (it times forward and backward passes of untrained "
+                       "models); drop it")
+    if str(args.seeds).strip() != "0":
+        raise CLIError("--seeds: analyze overhead builds one model per gate, initialised with train.seed; drop "
+                       "--seeds (--set train.seed=N picks another)")
     out, progress = start(args)
     cfg = config_from(args, owned={"model.gate": "from --gates", "model.gate_position": "from --gates (GATE@POSITION)"})
     specs = parse_list(args.gates)
