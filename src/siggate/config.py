@@ -566,6 +566,13 @@ def _check_model(m) -> None:
 SEP_NAMES = {"tab": "\t", "\\t": "\t"}
 
 
+def sep_char(value) -> str | None:
+    """The field delimiter ``value`` gives (``data.sep``, ``--sep``): one character, or a name of
+    :data:`SEP_NAMES`; ``None`` for anything else."""
+    sep = SEP_NAMES.get(value, value) if isinstance(value, str) else None
+    return sep if sep is not None and len(sep) == 1 else None
+
+
 def _check_data(cfg: Config) -> None:
     """The dataset name, its split and the CSV options (``data.sep`` named by :data:`SEP_NAMES`
     becomes its character)."""
@@ -585,8 +592,8 @@ def _check_data(cfg: Config) -> None:
             raise ConfigError(f"data.target_cols: {', '.join(cols)} names a column more than once; name each "
                               "target once (--target-col)")
         if cfg.data.sep is not None:
-            sep = SEP_NAMES.get(cfg.data.sep, cfg.data.sep)
-            if not isinstance(sep, str) or len(sep) != 1:
+            sep = sep_char(cfg.data.sep)
+            if sep is None:
                 raise ConfigError(f"data.sep: {cfg.data.sep!r} is not one character; use e.g. data.sep=';' or "
                                   "data.sep=tab (or leave it out: the delimiter is detected)")
             cfg.data.sep = sep

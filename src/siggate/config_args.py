@@ -13,7 +13,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from .config import SEP_NAMES, ConfigError, key_path, load_config, parse_override
+from .config import ConfigError, key_path, load_config, parse_override, sep_char
 from .files import out_dir_problem
 from .options import DUPLICATES, FRAGMENTS, add_cache_dir_flag, add_data_root_flag, init_is_none, init_is_shipped
 
@@ -191,11 +191,12 @@ FLAG_KEYS = {"seed": "train.seed", "epochs": "train.epochs", "budget": "train.ep
              "threads": "train.threads", "on_nan": "train.on_nan", "data_root": "data.root", "cache_dir": "data.cache_dir"}
 
 
-def flag_key_clash(args, flags=FLAG_KEYS) -> str | None:
+def flag_key_clash(args, flags=FLAG_KEYS, given: set[str] | None = None) -> str | None:
     """The refusal of a shortcut flag of :data:`FLAG_KEYS` given with the ``--set`` key it sets
     (``siggate train``, the runs ``siggate compare`` hands both to, and ``siggate pretrain``'s
-    ``--threads``: ``flags`` names the ones a command's parser leaves ``None`` unless given), or ``None``."""
-    given = set_keys(args)
+    ``--threads``: ``flags`` names the ones a command's parser leaves ``None`` unless given), or
+    ``None``. ``given``: :func:`set_keys` of ``args``, where the caller has it."""
+    given = set_keys(args) if given is None else given
     for flag in flags:
         key = FLAG_KEYS[flag]
         value = getattr(args, flag, None)
@@ -213,7 +214,8 @@ def config_from_args(args):
     train.warmup_start`` or the config file gives it). A warmup that leaves no epoch after it is refused.
     """
     overrides = list(args.overrides)
-    clash = flag_key_clash(args)
+    given = set_keys(args)  # (each --set item parsed once)
+    clash = flag_key_clash(args, given=given)
     if clash:
         raise CLIError(clash)
     if args.seed is not None:
@@ -233,7 +235,6 @@ def config_from_args(args):
     if args.cache_dir:
         overrides.append(f"data.cache_dir={json.dumps(str(Path(args.cache_dir).absolute()))}")  # (resume, evaluate)
     if args.data:
-        given = set_keys(args)
         for key in ("data.name", "data.csv"):
             if key in given:
                 raise CLIError(f"--set {key} with --data {args.data}: --data sets it; drop the --set")
@@ -258,12 +259,11 @@ def config_from_args(args):
     cfg = load_config(recipe_name(args), overrides)  # --data: configs/csv.yaml
     sep = getattr(args, "sep", None)
     if args.data and sep is not None:  # (--sep "" detected the delimiter as if no --sep were given)
-        sep = SEP_NAMES.get(sep, sep)
-        if len(sep) != 1:
+        sep = sep_char(sep)
+        if sep is None:
             raise CLIError(f"--sep: {args.sep!r} is not one character; use e.g. --sep ';' or --sep tab (or leave "
                            "--sep out: the delimiter is detected)")
         cfg.data.sep = sep
-    given = set_keys(args)
     t = cfg.train
     if "train.warmup_start" not in given and not _file_sets(recipe_name(args), "train", "warmup_start"):
         t.warmup_start = 0.0 if args.budget is not None else WARMUP_START

@@ -80,11 +80,12 @@ def config_from(args, extra: Iterable[str] = (), owned: dict[str, str] | None = 
     analysis replaced it silently). So are ``--data-root`` or ``--cache-dir`` with the ``--set``
     key they set, and one key set twice (the later silently won)."""
     if getattr(args, "overrides", None) is not None:
-        clash = flag_key_clash(args, [f for f in ("data_root", "cache_dir") if hasattr(args, f)])
+        given = set_keys(args)
+        clash = flag_key_clash(args, [f for f in ("data_root", "cache_dir") if hasattr(args, f)], given)
         if clash:
             raise CLIError(clash)
         owned = {k: v for k, v in (owned or {}).items() if k != "train.epochs" or getattr(args, "epochs", None)}
-        for key in sorted(set_keys(args) & owned.keys()):
+        for key in sorted(given & owned.keys()):
             how = owned[key]
             instead = f" and give {how.split()[1]} instead" if how.startswith("from --") else ""
             raise CLIError(f"--set {key}: analyze {getattr(args, 'analysis', '')} sets it in each run {how}; "

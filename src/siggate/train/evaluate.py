@@ -126,13 +126,13 @@ def _add_scores(res: dict, split: str, scores: dict) -> None:
     res.setdefault("metrics", {})[split] = scores["metrics"]
 
 
-def _estimator_of(folder: Path | None) -> str | None:
-    """The estimator class whose ``fit`` made the run in ``folder`` (its
-    :data:`~.rundir.ESTIMATOR_RECORD`; a fit still under way, or killed midway, is a fit too), else ``None``."""
+def _estimator_fit(folder: Path | None) -> str | None:
+    """The estimator ``fit`` that made the run in ``folder`` (its :data:`~.rundir.ESTIMATOR_RECORD`),
+    in words (``"SigGateRegressor.fit"``; a fit under way, or killed midway, too), else ``None``."""
     from .rundir import FITTING, estimator_record
 
     name = estimator_record(folder).get("estimator") if folder is not None else None
-    return None if not name else "the estimator" if name == FITTING else str(name)
+    return None if not name else "an estimator's fit" if name == FITTING else f"{name}.fit"
 
 
 def _recorded_csv(data, source: dict | None) -> Path:
@@ -177,8 +177,8 @@ def label_columns(target_cols: list[str] | None, info: TaskInfo) -> list[str]:
 
 
 def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo,
-                    decimal: str = ".", fallback: str | None = None, folder: Path | None = None,
-                    notes: list[str] | None = None) -> tuple[list, dict]:
+                    notes: list[str], decimal: str = ".", fallback: str | None = None,
+                    folder: Path | None = None) -> tuple[list, dict]:
     """Graphs of the labelled CSV ``path`` featurized as ``predictor``'s inputs (as ``siggate
     predict`` featurizes SMILES), each with its labels ``y [1, T]``, and ``{"rows", "scored",
     "invalid", "unlabelled", "bad_label", "malformed"}`` counts (``bad_label``: a label that is not a
@@ -188,7 +188,8 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     from its ``fallback`` column (:func:`~siggate.train.predict.smiles_column`). ``folder``: where
     ``predictor`` was loaded from (a fingerprint member's run says how it reads a salt); where the
     run's ``splits.csv`` is there, ``fitted`` counts the scored rows that are its train or val
-    molecules (canonical SMILES), whose scores are in sample, with a warning."""
+    molecules (canonical SMILES), whose scores are in sample, with a warning. ``notes`` gets
+    what the scores' warnings should say (a model's target the file has no column of)."""
     import numpy as np
 
     from ..data.chem import InvalidSmiles
@@ -237,13 +238,9 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     present = [c for c in cols if c not in unlabelled_targets]
     check_unique_columns(path, header, [smiles_col, *present])
     table = table_frame(header, records, list(dict.fromkeys([smiles_col, *present])))
-    if unlabelled_targets:  # a note for the scores' warnings (``notes``), else logged
-        note = (f"no column of the model's target(s) {', '.join(map(repr, unlabelled_targets))}; "
-                f"{', '.join(map(repr, present))} scored, the others are not")
-        if notes is None:
-            log.warning("--data %s: %s", path, note)
-        else:
-            notes.append(note)
+    if unlabelled_targets:  # for the scores' warnings
+        notes.append(f"no column of the model's target(s) {', '.join(map(repr, unlabelled_targets))}; "
+                     f"{', '.join(map(repr, present))} scored, the others are not")
         for c in unlabelled_targets:
             table[c] = ""
     ragged = [i for i, r in enumerate(records) if len(r) > len(header)]
@@ -381,8 +378,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         fallback = "smiles" if smiles_col is None else None  # the run's column, else the file's "smiles"
         smiles_col = smiles_col or trained_smiles_col(predictor, folder)
         notes: list[str] = []
-        graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info, decimal, fallback, folder,
-                                         notes)
+        graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info, notes, decimal, fallback,
+                                         folder)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
         prediction = predictor.predict(graphs)
         pred = prediction.mean
@@ -420,9 +417,9 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     if cache_dir:
         d.cache_dir = cache_dir
     if d.name == "csv" and not _recorded_csv(d, trained_on.source).is_file():
-        fitted = _estimator_of(folder)
+        fitted = _estimator_fit(folder)
         if fitted:  # its CSV was a temporary file the user never made
-            raise EvaluationError(f"{checkpoint} is the run of {fitted}.fit, whose training CSV was temporary (and "
+            raise EvaluationError(f"{checkpoint} is the run of {fitted}, whose training CSV was temporary (and "
                                   "held no test split); score it on a labelled file with --data FILE.csv")
     if d.name == "csv":
         d.csv = str(stored_csv(d, trained_on.source, allow_changed))
