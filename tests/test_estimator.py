@@ -236,19 +236,21 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
         assert str(caught.value) == message and "--" not in str(caught.value)
         assert not (tmp_path / "run").exists()
     # keys fit sets itself: an override was set over (train.seed, train.threads) or refused in the flags' words
-    for item, message in (("train.seed=7", "overrides 'train.seed=7': train.seed is set by seed; drop it from "
+    for item, message in (("train.seed=7", "overrides 'train.seed=7': fit sets it from seed; drop it from "
                                            "overrides and set seed instead"),
-                          ("train.threads=4", "overrides 'train.threads=4': train.threads is set by threads; drop it "
+                          ("train.threads=4", "overrides 'train.threads=4': fit sets it from threads; drop it "
                                               "from overrides and set threads instead"),
-                          ("data.val_fraction=0.3", "overrides 'data.val_fraction=0.3': data.val_fraction is set by "
+                          ("data.val_fraction=0.3", "overrides 'data.val_fraction=0.3': fit sets it from "
                                                     "val_fraction; drop it from overrides and set val_fraction instead"),
-                          ("data.name=zinc", "overrides 'data.name=zinc': data.name is set by X (fit trains on the "
-                                             "SMILES it is given); drop it from overrides"),
-                          ("data.sep=;", "overrides 'data.sep=;': data.sep is set by fit (it writes its own CSV of X "
+                          ("data.name=zinc", "overrides 'data.name=zinc': fit sets it itself (it trains on the "
+                                             "SMILES of X); drop it from overrides"),
+                          ("data.task=binary", "overrides 'data.task=binary': fit sets it from the estimator's class "
+                                               "(SigGateRegressor or SigGateClassifier); drop it from overrides"),
+                          ("data.sep=;", "overrides 'data.sep=;': fit sets it itself (it writes its own CSV of X "
                                          "and y); drop it from overrides"),
-                          ("data.max_graphs=3", "overrides 'data.max_graphs=3': data.max_graphs is set by fit (it "
+                          ("data.max_graphs=3", "overrides 'data.max_graphs=3': fit sets it itself (it "
                                                 "writes its own CSV of X and y); drop it from overrides"),
-                          (" train.seed =7", "overrides ' train.seed =7': train.seed is set by seed; drop it from "
+                          (" train.seed =7", "overrides ' train.seed =7': fit sets it from seed; drop it from "
                                              "overrides and set seed instead"),  # the key as the config reads it
                           ("seed=7", "overrides 'seed=7': seed is this estimator's parameter; set seed=7 instead"),
                           ("dim=32", "overrides key must look like section.key (e.g. model.gate), got 'dim'. Did you "
@@ -256,6 +258,11 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
         with pytest.raises(ValueError) as caught:
             siggate.SigGateRegressor(out_dir=tmp_path / "run", overrides=(item,)).fit(["CCO", "CCN"], [1.0, 2.0])
         assert str(caught.value) == message and not (tmp_path / "run").exists()
+    with pytest.raises(ValueError) as caught:  # train.epochs is fit's only where epochs is given
+        siggate.SigGateRegressor(out_dir=tmp_path / "run", epochs=2, overrides=("train.epochs=5",)).fit(
+            ["CCO", "CCN"], [1.0, 2.0])
+    assert str(caught.value) == ("overrides 'train.epochs=5': fit sets it from epochs; drop it from overrides and set "
+                                 "epochs instead") and not (tmp_path / "run").exists()
     # a refusal of the command line's own (CLIError, no ValueError before: not caught, flags named)
     with pytest.raises(ValueError) as caught:
         siggate.SigGateRegressor(out_dir=tmp_path / "run", epochs=2, overrides=("train.warmup_epochs=5",)).fit(

@@ -757,10 +757,12 @@ def test_a_run_recorded_with_a_relative_init_is_the_same_run_under_its_absolute_
 
 
 @pytest.mark.parametrize("item, expected", [
-    ("train.seed=5", "--set train.seed: pretrain sets it itself; give --seed instead"),
-    ("train.epochs=2", "--set train.epochs: pretrain sets it itself; give --epochs instead"),
-    ("data.split=random", "--set data.split: pretrain sets it itself (its corpus and split); drop it"),
-    ("data.target_cols=MolWt", "--set data.target_cols: pretrain sets it itself (its corpus and split); drop it"),
+    ("train.seed=5", "--set train.seed: pretrain sets it from --seed; drop --set train.seed and give --seed instead"),
+    ("train.epochs=2", "--set train.epochs: pretrain sets it from --epochs; drop --set train.epochs and give --epochs "
+                       "instead"),
+    ("data.split=random", "--set data.split: pretrain sets it itself (its corpus and split); drop --set data.split"),
+    ("data.target_cols=MolWt", "--set data.target_cols: pretrain sets it itself (its corpus and split); drop --set "
+                               "data.target_cols"),
 ])
 def test_pretrain_refuses_a_set_of_the_keys_it_sets_itself(tmp_path, item, expected):
     """They came after pretrain's own and won: --set train.seed=5 --set data.split=random trained

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -677,6 +678,23 @@ def override_key(item: str) -> str:
     """The key an override gives: ``"model.gate=none"`` -> ``"model.gate"`` (``parse_override``'s
     rules: a malformed item raises its :class:`ConfigError`)."""
     return ".".join(parse_override(item)[0])
+
+
+def set_itself(keys, owned: dict[str, str], setter: str, name=lambda key: f"--set {key}",
+               drop=lambda key: f"drop --set {key}", give: str = "give") -> str | None:
+    """The refusal of the first of ``keys`` (config keys a user set) that a command sets itself, or
+    ``None``: its setting would replace the user's silently, or the user's would leave a run that
+    its record does not describe. ``setter`` names the command (``"pretrain"``, ``"fit"``);
+    ``owned`` maps each key it sets to how (``"from --seed"``, ``"itself (its corpus)"``), where
+    ``from --FLAG`` or a bare ``from NAME`` at the end names what to give instead. ``name`` and
+    ``drop`` word a key as the surface takes it (``--set KEY``; an estimator's ``overrides``)."""
+    for key in keys:
+        if key in owned:
+            how = owned[key]
+            instead = re.search(r"\bfrom (--[\w-]+)", how) or re.search(r"\bfrom (\w+)$", how)
+            return (f"{name(key)}: {setter} sets it {how}; {drop(key)}"
+                    + (f" and {give} {instead.group(1)} instead" if instead else ""))
+    return None
 
 
 def resolve_config_path(name_or_path: str) -> Path:

@@ -71,11 +71,13 @@ _PARAM_OF_FLAG = {"--val-fraction": "val_fraction", "--members": "members", "--w
 
 #: config keys that fit itself sets, and what sets them: an override of one is refused before any
 #: work (``train.seed`` and ``train.threads`` were set over, ``data.val_fraction`` refused as a flag)
-_KEYS_FIT_SETS = {"data.name": "X (fit trains on the SMILES it is given)", "data.csv": "X (fit writes its own CSV)",
-                  "data.smiles_col": "X (fit writes its own CSV)", "data.target_cols": "y",
-                  "data.task": "the estimator's class (SigGateRegressor or SigGateClassifier)",
-                  "data.split": "val_fraction", "data.val_fraction": "val_fraction",
-                  "data.cache_dir": "fit (a folder of its own)", "train.seed": "seed", "train.threads": "threads"}
+_KEYS_FIT_SETS = {"data.name": "itself (it trains on the SMILES of X)",
+                  "data.csv": "itself (it writes its own CSV of X and y)",
+                  "data.smiles_col": "itself (it writes its own CSV of X and y)", "data.target_cols": "from y",
+                  "data.task": "from the estimator's class (SigGateRegressor or SigGateClassifier)",
+                  "data.split": "from val_fraction", "data.val_fraction": "from val_fraction",
+                  "data.cache_dir": "itself (a folder of its own)", "train.seed": "from seed",
+                  "train.threads": "from threads"}
 #: the ``data.*`` keys an estimator's ``overrides`` may set: what to do with rows of one molecule and
 #: with salts;
 #: every other one describes the CSV that fit writes itself (its delimiter, decimal mark, rows)
@@ -360,7 +362,7 @@ class _SigGateEstimator(BaseEstimator):
                                            or not all(isinstance(o, str) for o in self.overrides)):
             raise ValueError(f"overrides must be a sequence of 'section.key=value' strings, e.g. "
                              f"('members.rf.n_estimators=50',), got {self.overrides!r}")
-        from .config import ConfigError, override_key
+        from .config import ConfigError, override_key, set_itself
 
         for item in self.overrides or ():
             try:
@@ -371,12 +373,13 @@ class _SigGateEstimator(BaseEstimator):
                     raise ConfigError(f"overrides {item!r}: {bare} is this estimator's parameter; set "
                                       f"{bare}={item.partition('=')[2].strip()} instead") from None
                 raise ConfigError(_in_estimator_words(str(exc))) from None
-            owner = (_KEYS_FIT_SETS.get(key) or ("epochs" if key == "train.epochs" and self.epochs is not None else None)
-                     or ("fit (it writes its own CSV of X and y)" if key.startswith("data.")
-                         and key not in _DATA_KEYS_OF_USERS else None))
-            if owner:
-                raise ValueError(f"overrides {item!r}: {key} is set by {owner}; drop it from overrides"
-                                 + (f" and set {owner} instead" if owner.isidentifier() else ""))
+            owned = {**_KEYS_FIT_SETS, **({"train.epochs": "from epochs"} if self.epochs is not None else {})}
+            if key.startswith("data.") and key not in _DATA_KEYS_OF_USERS:
+                owned.setdefault(key, "itself (it writes its own CSV of X and y)")
+            clash = set_itself([key], owned, "fit", name=lambda _: f"overrides {item!r}",
+                               drop=lambda _: "drop it from overrides", give="set")
+            if clash:
+                raise ValueError(clash)
         if not isinstance(self.device, str) or not (self.device == "cpu" or re.fullmatch(r"cuda(:\d+)?", self.device)):
             raise ValueError(f"device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
         if self.device != "cpu":

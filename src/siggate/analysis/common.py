@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ..config import Config, load_config
+from ..config import Config, load_config, set_itself
 from ..config_args import CLIError, check_out_folder, flag_key_clash, set_keys
 from ..files import atomic_write_bytes
 from ..options import progress_enabled
@@ -84,12 +84,11 @@ def config_from(args, extra: Iterable[str] = (), owned: dict[str, str] | None = 
         clash = flag_key_clash(args, [f for f in ("data_root", "cache_dir") if hasattr(args, f)], given)
         if clash:
             raise CLIError(clash)
-        owned = {k: v for k, v in (owned or {}).items() if k != "train.epochs" or getattr(args, "epochs", None)}
-        for key in sorted(given & owned.keys()):
-            how = owned[key]
-            instead = f" and give {how.split()[1]} instead" if how.startswith("from --") else ""
-            raise CLIError(f"--set {key}: analyze {getattr(args, 'analysis', '')} sets it in each run {how}; "
-                           f"drop --set {key}{instead}")
+        owned = {k: f"in each run {v}" for k, v in (owned or {}).items()
+                 if k != "train.epochs" or getattr(args, "epochs", None)}
+        clash = set_itself(sorted(given), owned, f"analyze {getattr(args, 'analysis', '')}")
+        if clash:
+            raise CLIError(clash)
     overrides = list(getattr(args, "overrides", []) or []) + list(extra)
     if getattr(args, "data_root", None):
         overrides.append(f"data.root={args.data_root}")

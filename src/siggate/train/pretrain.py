@@ -392,14 +392,14 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
 def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epochs: int, seed: int,
                     overrides: list[str] = (), cache_dir: str | None = None) -> Config:
     """The training config of a pretraining run: ``base`` (default ``csv``) on the corpus CSV."""
-    from ..config import override_key
+    from ..config import override_key, set_itself
 
-    mine = {"train.epochs": "--epochs", "train.seed": "--seed", **{f"data.{k}": None for k in (
-        "name", "csv", "smiles_col", "target_cols", "task", "split")}}
-    for key in (override_key(item) for item in overrides):
-        if key in mine:  # they came after these and won: a run that its corpus and record do not describe
-            raise ConfigError(f"--set {key}: pretrain sets it itself" + (f"; give {mine[key]} instead" if mine[key]
-                                                                       else " (its corpus and split); drop it"))
+    mine = {"train.epochs": "from --epochs", "train.seed": "from --seed", **{f"data.{k}": "itself (its corpus and split)"
+                                                                         for k in ("name", "csv", "smiles_col",
+                                                                                   "target_cols", "task", "split")}}
+    clash = set_itself([override_key(item) for item in overrides], mine, "pretrain")
+    if clash:  # they came after these and won: a run that its corpus and record do not describe
+        raise ConfigError(clash)
     sets = ["data.name=csv", f"data.csv={corpus_csv}", "data.smiles_col=smiles", f"data.target_cols={','.join(targets)}",
             "data.task=regression", "data.split=column:split", f"train.epochs={epochs}", f"train.seed={seed}",
             "train.init=''",  # pretraining starts fresh, whatever weights the base recipe names
