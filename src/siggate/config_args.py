@@ -185,22 +185,27 @@ def recipe_name(args) -> str | None:
     return getattr(args, "config", None) or ("csv" if getattr(args, "data", None) else None)
 
 
-#: the shortcut flags and the key each sets: both given is refused (the flag, appended after the
-#: --set items, silently won)
-FLAG_KEYS = {"seed": "train.seed", "epochs": "train.epochs", "budget": "train.epochs", "init": "train.init",
-             "threads": "train.threads", "on_nan": "train.on_nan", "data_root": "data.root", "cache_dir": "data.cache_dir"}
+#: the shortcut flags of a run and the key each sets: both given is refused (the flag, appended
+#: after the --set items, silently won); :func:`flag_key_clash` checks these unless told which
+SHORTCUT_FLAGS = {"seed": "train.seed", "epochs": "train.epochs", "budget": "train.epochs", "init": "train.init",
+                  "threads": "train.threads", "on_nan": "train.on_nan", "data_root": "data.root",
+                  "cache_dir": "data.cache_dir"}
+#: every flag that sets one config key, the CSV flags of ``--data`` among them
+FLAG_KEYS = {**SHORTCUT_FLAGS, **{flag: f"data.{key}" for flag, key in CSV_FLAGS.items()}}
 
 
-def flag_key_clash(args, flags=FLAG_KEYS, given: set[str] | None = None) -> str | None:
-    """The refusal of a shortcut flag of :data:`FLAG_KEYS` given with the ``--set`` key it sets
-    (``siggate train``, the runs ``siggate compare`` hands both to, and ``siggate pretrain``'s
-    ``--threads``: ``flags`` names the ones a command's parser leaves ``None`` unless given), or
-    ``None``. ``given``: :func:`set_keys` of ``args``, where the caller has it."""
+def flag_key_clash(args, flags=tuple(SHORTCUT_FLAGS), given: set[str] | None = None) -> str | None:
+    """The refusal of a flag of :data:`FLAG_KEYS` given with the ``--set`` key it sets, or ``None``
+    (``siggate train``, the runs ``siggate compare`` hands both to, ``siggate pretrain``'s
+    ``--threads``: ``flags`` names the ones a command's parser leaves ``None`` unless given). An
+    empty value counts as given where it is applied: ``--init ""`` trains from scratch and a CSV
+    flag's ``""`` is its value, while an empty ``--data-root`` is not used. ``given``:
+    :func:`set_keys` of ``args``, where the caller has it."""
     given = set_keys(args) if given is None else given
     for flag in flags:
         key = FLAG_KEYS[flag]
         value = getattr(args, flag, None)
-        if key in given and value is not None and (value != "" or flag == "init"):  # --init "": from scratch
+        if key in given and value is not None and (value != "" or flag == "init" or flag in CSV_FLAGS):
             return f"--{flag.replace('_', '-')} and --set {key} both set {key}; give one"
     return None
 
@@ -238,9 +243,9 @@ def config_from_args(args):
         for key in ("data.name", "data.csv"):
             if key in given:
                 raise CLIError(f"--set {key} with --data {args.data}: --data sets it; drop the --set")
-        for flag, key in CSV_FLAGS.items():
-            if getattr(args, flag, None) is not None and f"data.{key}" in given:
-                raise CLIError(f"--{flag.replace('_', '-')} and --set data.{key} both set data.{key}; give one")
+        clash = flag_key_clash(args, CSV_FLAGS, given)
+        if clash:
+            raise CLIError(clash)
         if not args.target_col and "data.target_cols" not in given:
             raise CLIError("--data needs --target-col COL[,COL...] (and usually --task)")
         # the file's own names are text, never YAML ('--target-col yes' is the column 'yes', not True)
