@@ -266,6 +266,11 @@ def test_external_labels_are_read_as_training_reads_them(ensemble2, tmp_path, ca
         rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(spaced), *flags], capsys)
         assert rc == 0, err
         assert json.loads(out)["data"] == pytest.approx(res["data"], rel=1e-6)
+    twice = tmp_path / "twice.csv"  # "y" and " y" are one name as predict reads them: which is meant cannot be known
+    twice.write_text("smiles,y, y\n" + "".join(f"{s},{y},0\n" for s, y in zip(smiles, labels)))
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(twice)], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "the header names column 'y' 2 times (columns 2, 3); rename the copies" in err
     header = tmp_path / "header.csv"
     header.write_text("smiles,y\n")  # no row: said as training says it, not blamed on the target column
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(header)], capsys)

@@ -382,6 +382,9 @@ def test_the_run_folder_holds_its_pictures_and_they_show_the_test_set(run):
     rows = [int(r["row"]) for r in preds]
     cliff = cliff_marks(data, rows)
     assert cliff.tolist() == [r % 4 == 0 for r in rows]
+    spaced = data.parent / "spaced.csv"  # " cliff_mol" after a comma and space names it, as predict reads headers
+    spaced.write_text(data.read_text().replace(",cliff_mol", ", cliff_mol", 1))
+    assert ", cliff_mol" in spaced.read_text() and cliff_marks(spaced, rows).tolist() == cliff.tolist()
     y = np.array([[float(r[t]) if r[t] else np.nan for t in ("a", "b")] for r in preds])
     p = np.array([[float(r[f"{t}_pred"]) for t in ("a", "b")] for r in preds])
     fig = parity_figure(y, p, ["a", "b"], cliff)

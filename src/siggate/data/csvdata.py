@@ -224,17 +224,27 @@ def line_at(lines, i: int) -> int:
     return int(lines[i]) if lines is not None and i < len(lines) else i + 2
 
 
+def column_names(fields: list[str]) -> list[str]:
+    """A header's column names as the commands that score a file read them (predict, evaluate
+    and their plots): each without the spaces around it, so ``id, smiles, y`` names the columns
+    ``smiles`` and ``y``; a name that then repeats is refused where a command reads it
+    (:func:`check_unique_columns`). Training reads its names as written and says where spaces
+    are what differs."""
+    return [f.strip() for f in fields]
+
+
 def _read_header(path: Path, sep: str) -> list[str]:
     return read_table(path, sep)[0]
 
 
-def check_unique_columns(path: Path, columns: list[str], wanted: list[str]) -> None:
-    """Refuse a header that names a column the run reads more than once (``smiles,y,y``):
-    which copy is meant cannot be known."""
+def check_unique_columns(path: Path, columns: list[str], wanted: list[str],
+                         error: type[Exception] = DataError) -> None:
+    """Refuse (``error``) a header that names a column the run reads more than once
+    (``smiles,y,y``): which copy is meant cannot be known."""
     for col in dict.fromkeys(wanted):
         where = [i + 1 for i, c in enumerate(columns) if c == col]
         if len(where) > 1:
-            raise DataError(f"{path}: the header names column {col!r} {len(where)} times (columns "
+            raise error(f"{path}: the header names column {col!r} {len(where)} times (columns "
                             f"{', '.join(map(str, where))}); rename the copies so that each name is unique")
 
 

@@ -198,6 +198,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         canonical_smiles,
         check_any_numeric,
         check_unique_columns,
+        column_names,
         detect_sep,
         line_at,
         read_labels,
@@ -215,9 +216,8 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         raise EvaluationError(f"--data: this checkpoint scores {info.name!r} graphs, not molecules from SMILES; "
                               "evaluate it on its own splits (drop --data)")
     header, records = read_table(path, detect_sep(path))
-    if len({h.strip() for h in header}) == len(header):  # "id, smiles, y": the columns smiles and y, as predict reads
-        header = [h.strip() for h in header]             # them (--target-col's names are stripped: none could match)
-        smiles_col = smiles_col.strip() if smiles_col else smiles_col
+    header = column_names(header)  # "id, smiles, y": the columns smiles and y, as predict reads them
+    smiles_col = smiles_col.strip() if smiles_col else smiles_col  # (--target-col's names are stripped)
     cols = label_columns(target_cols, info)
     if target_cols and cols != list(target_cols):
         log.warning("--target-col %s names the model's targets in another order; each column is scored as the "

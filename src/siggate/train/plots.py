@@ -193,13 +193,14 @@ def cliff_marks(csv_path: str | Path | None, rows: Sequence[int]) -> np.ndarray 
     if not csv_path or not Path(csv_path).is_file():
         return None
     from ..data.base import DataError
-    from ..data.csvdata import detect_sep, read_table
+    from ..data.csvdata import column_names, detect_sep, read_table
 
     try:  # the strict reader of training and evaluate, so its data rows are the rows numbered here
         path = Path(csv_path)
         header, records = read_table(path, detect_sep(path))
     except (OSError, DataError):
         return None
+    header = column_names(header)  # (as predict and evaluate read it)
     col = next((c for c in CLIFF_COLUMNS if c in header), None)
     if col is None:
         return None

@@ -681,12 +681,14 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000,
         fh.close()
         raise
     if delim is not None:
-        header = [h.strip() for h in next(csv.reader([first], delimiter=delim), [])]
-        if header.count(smiles_col) > 1:
+        from ..data.csvdata import check_unique_columns, column_names
+
+        header = column_names(next(csv.reader([first], delimiter=delim), []))
+        try:
+            check_unique_columns(path, header, [smiles_col], InputError)
+        except InputError:
             fh.close()
-            where = ", ".join(str(i + 1) for i, h in enumerate(header) if h == smiles_col)
-            raise InputError(f"{path}: the header names column {smiles_col!r} {header.count(smiles_col)} times "
-                             f"(columns {where}); rename the copies so that each name is unique")
+            raise
         if smiles_col not in header:
             smiles_col = smiles_column(path, header, smiles_col, fallback)
         if smiles_col not in header:
@@ -743,11 +745,13 @@ def _sniff_csv(first: str, smiles_cols: tuple[str, str | None], suffix: str) -> 
     ``.smi``/``.txt`` file), as
     ``siggate train`` reads a ``;``-separated ``.csv``; else ``,`` for a ``.csv``, a tab for a
     ``.tsv``, and ``None`` (a .smi-style file) for any other."""
+    from ..data.csvdata import column_names
+
     wanted, fallback = smiles_cols
     fallback = None if suffix in (".smi", ".txt") else fallback  # a SMILES file's header "SMILES Name" stays one
     for delim in DELIMITERS:
         if delim in first:
-            fields = [f.strip() for f in next(csv.reader([first], delimiter=delim), [])]
+            fields = column_names(next(csv.reader([first], delimiter=delim), []))
             if wanted in fields or _fallback_in(fields, fallback) is not None:
                 return delim
     return {".csv": ",", ".tsv": "\t"}.get(suffix)
