@@ -494,7 +494,12 @@ def test_an_untrained_epoch_stops_siggate_train_but_the_analyses_record_divergen
     rc = main(["analyze", "entropy", "--config", "nci5k", *TINY, "--max-graphs", "40", "--set", "train.lr=1e30",
                "--epochs", "2", "--gates", "none", "--seeds", "0", "--out", str(tmp_path / "e")])
     assert rc == 0, capsys.readouterr().err
-    assert (tmp_path / "e" / "entropy.json").is_file()
+    res = json.loads((tmp_path / "e" / "entropy.json").read_text())
+    from siggate.analysis.report import INCONCLUSIVE, verdict_entropy
+
+    s = res["summary"]["none"]  # NaN entropies are below no threshold: they counted as no collapsed head
+    assert s["collapsed_heads"] is None and s["diverged_seeds"] == [0]
+    assert verdict_entropy({**res, "summary": {"elementwise": s}, "epochs": 99})["verdict"] == INCONCLUSIVE
     rc = main(["analyze", "lr-sweep", "--config", "nci5k", *TINY, "--max-graphs", "40", "--lrs", "1e30,1e-3",
                "--epochs", "2", "--gates", "none", "--out", str(tmp_path / "s")])
     assert rc == 0, capsys.readouterr().err

@@ -166,6 +166,14 @@ def test_entropy_masking_matches_unpadded():
         torch.testing.assert_close(out[b], ref)
     # full-shape mask [B, H, N_k] gives the same
     torch.testing.assert_close(attention_entropy(p, mask[:, None, :].expand(B, H, n_max)), out)
+    # NaN in padding (a softmax over no key) is never read; NaN in a real entry (weights gone NaN) is
+    # no entropy, where `p > 0` read it as 0: a collapsed head
+    padded = p.masked_fill(~mask[:, None, :, None], float("nan")).masked_fill(~mask[:, None, None, :], float("nan"))
+    torch.testing.assert_close(attention_entropy(padded, mask), out)
+    broken = p.clone()
+    broken[0, 1, 2, 3] = float("nan")
+    got = attention_entropy(broken, mask)
+    assert torch.isnan(got[0, 1]) and torch.isfinite(got[0, 0]) and torch.isfinite(got[1]).all()
 
 
 def test_entropy_cross_attention_and_errors():

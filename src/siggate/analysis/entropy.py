@@ -121,10 +121,19 @@ def summarize(per_gate: dict, collapse: float) -> dict:
             "final_min_normalized": float(ne[-1].min()),
             "min_normalized_over_training": float(ne.min()),
             "final_over_initial": float(e[-1].mean() / e[0].mean()) if e[0].mean() > 0 else None,
-            "collapsed_heads": int((ne[-1] < collapse).sum()), "heads_total": int(ne[-1].size),
+            # NaN is below no threshold: a diverged seed's heads counted as not collapsed
+            "collapsed_heads": int((ne[-1] < collapse).sum()) if np.isfinite(ne[-1]).all() else None,
+            "heads_total": int(ne[-1].size), "diverged_seeds": h.get("diverged_seeds", []),
             "final_val": h["val"][-1],
         }
     return out
+
+
+def collapsed_text(s: dict) -> str:
+    """A gate's collapsed heads as tables show them (``2/16``), or the seeds that diverged."""
+    if s["collapsed_heads"] is None:
+        return f"diverged (seed {', '.join(map(str, s.get('diverged_seeds') or ['?']))})"
+    return f"{s['collapsed_heads']}/{s['heads_total']}"
 
 
 def plot(res: dict, path: Path) -> Path:
@@ -185,6 +194,8 @@ def main(args) -> int:
         entry["val"] = np.mean([h["val"] for h in hs], axis=0).tolist()
         entry["train_loss"] = [None] + np.mean([h["train_loss"][1:] for h in hs], axis=0).tolist()
         entry["skipped_batches"] = int(sum(sum(h["skipped_batches"]) for h in hs))
+        entry["diverged_seeds"] = [s for s, h in zip(seeds, hs)  # its final entropies not numbers: weights gone NaN
+                                   if not np.isfinite(h["stats"][-1]["normalized_entropy"]).all()]
         per_gate[g] = entry
     res = {
         "analysis": "entropy", "dataset": ds.info.name, "metric": ds.info.metric, "split": "val",
@@ -199,8 +210,8 @@ def main(args) -> int:
     }
     path = write_outputs(res, out, "entropy", plot)
     rows = [[g, s["initial_mean_entropy"], s["final_mean_entropy"], s["initial_mean_normalized"],
-             s["final_mean_normalized"], s["final_min_normalized"], f"{s['collapsed_heads']}/{s['heads_total']}",
-             s["final_val"]] for g, s in res["summary"].items()]
+             s["final_mean_normalized"], s["final_min_normalized"], collapsed_text(s), s["final_val"]]
+            for g, s in res["summary"].items()]
     print(table(["gate", "H init", "H final", "H/log n init", "H/log n final", "min head final", "collapsed",
                  f"val {ds.info.metric}"], rows))
     print(f"wrote {path}")

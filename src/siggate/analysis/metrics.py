@@ -306,7 +306,8 @@ def attention_entropy(
         ``[*L]`` tensor (float32 or wider) with
         ``mean_{valid q} ( -sum_{valid k} p[q, k] * log p[q, k] )``, natural
         log, ``0 log 0 = 0``. Uniform attention over ``k`` keys gives
-        ``log k``, one-hot rows give ``0``. ``nan`` where no query row is valid.
+        ``log k``, one-hot rows give ``0``. ``nan`` where no query row is valid, and where a
+        valid entry of ``p`` is NaN (entries at invalid keys or rows are never read).
     """
     p = _as_float(p)
     if p.dim() < 2:
@@ -325,17 +326,19 @@ def attention_entropy(
             m = m.unsqueeze(-2)
         return m
 
-    plogp = torch.where(p > 0, p * torch.log(p.clamp_min(torch.finfo(p.dtype).tiny)), torch.zeros_like(p))
+    # 0 log 0 = 0; a NaN probability (weights gone NaN) stays NaN, not the entropy 0 of a collapsed head
+    plogp = torch.where(p > 0, p * torch.log(p.clamp_min(torch.finfo(p.dtype).tiny)),
+                        torch.where(torch.isnan(p), p, torch.zeros_like(p)))
     if mask is not None:
         km = expand(mask, n_k, "mask")
-        plogp = plogp * km.unsqueeze(-2).to(plogp.dtype)  # [*L, 1, N_k]
+        plogp = torch.where(km.unsqueeze(-2), plogp, torch.zeros_like(plogp))  # [*L, 1, N_k] (padding's NaN unread)
         if query_mask is None and n_q == n_k:
             query_mask = mask
     row_h = -plogp.sum(-1)  # [*L, N_q]
 
     if query_mask is None:
         return row_h.mean(-1)
-    qm = expand(query_mask, n_q, "query_mask").to(row_h.dtype).expand_as(row_h)
-    count = qm.sum(-1)
-    total = (row_h * qm).sum(-1)
+    qm = expand(query_mask, n_q, "query_mask").expand_as(row_h)
+    count = qm.to(row_h.dtype).sum(-1)
+    total = torch.where(qm, row_h, torch.zeros_like(row_h)).sum(-1)
     return torch.where(count > 0, total / count.clamp_min(1.0), torch.full_like(total, float("nan")))

@@ -252,19 +252,27 @@ def verdict_entropy(e: dict) -> dict:
     g = gated[0]
     proto = e.get("protocol_epochs") or e.get("meta", {}).get("config", {}).get("train", {}).get("epochs")
     full = proto is not None and e["epochs"] >= proto
+    from .entropy import collapsed_text
+
     collapsed = sm[g]["collapsed_heads"]
-    v = FAILS if collapsed > 0 else (HOLDS if full else INCONCLUSIVE)
+    if collapsed is None:  # a seed diverged: its heads' entropies are not numbers, neither collapsed nor not
+        v = INCONCLUSIVE
+    else:
+        v = FAILS if collapsed > 0 else (HOLDS if full else INCONCLUSIVE)
     base = sm.get("none")
     return {
         "claim": "attention entropy does not collapse (gated model)",
         "measured": f"{g}: mean normalized entropy {fmt(sm[g]['initial_mean_normalized'])} -> "
                     f"{fmt(sm[g]['final_mean_normalized'])}, min head {fmt(sm[g]['final_min_normalized'])}, "
-                    f"{collapsed}/{sm[g]['heads_total']} heads below {e['collapse_threshold']}"
+                    + (f"{collapsed}/{sm[g]['heads_total']} heads below {e['collapse_threshold']}"
+                       if collapsed is not None else collapsed_text(sm[g]))
                     + (f"; none: {fmt(base['initial_mean_normalized'])} -> {fmt(base['final_mean_normalized'])}, "
-                       f"{base['collapsed_heads']}/{base['heads_total']} collapsed" if base else "")
+                       f"{collapsed_text(base)}{' collapsed' if base['collapsed_heads'] is not None else ''}"
+                       if base else "")
                     + f"; {e['epochs']} epochs",
         "rule": f"does not hold if any gated head ends with normalized entropy < {e['collapse_threshold']}; holds if none "
-                "does after the full protocol's epochs; inconclusive when no collapse is seen after fewer epochs",
+                "does after the full protocol's epochs; inconclusive when no collapse is seen after fewer epochs, "
+                "or when a seed diverged",
         "verdict": v,
     }
 
@@ -436,9 +444,11 @@ def _smoothing_section(rep: _Report, path, s: dict) -> None:
 
 def _entropy_section(rep: _Report, path, e: dict) -> None:
     """Attention entropy over training (``siggate analyze entropy``)."""
+    from .entropy import collapsed_text
+
     rows = [[g, x["initial_mean_entropy"], x["final_mean_entropy"], x["initial_mean_normalized"],
-             x["final_mean_normalized"], x["final_min_normalized"], f"{x['collapsed_heads']}/{x['heads_total']}",
-             x["final_val"]] for g, x in e["summary"].items()]
+             x["final_mean_normalized"], x["final_min_normalized"], collapsed_text(x), x["final_val"]]
+            for g, x in e["summary"].items()]
     rep.add("Attention entropy over training", "attention entropy does not collapse.", [verdict_entropy(e)],
         f"`{path}`, {e['epochs']} epochs, seeds {e['seeds']}:\n\n" + table(
             ["gate", "H initial", "H final", "H/log n initial", "H/log n final", "min head final", "collapsed",
