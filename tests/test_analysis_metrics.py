@@ -184,3 +184,26 @@ def test_entropy_cross_attention_and_errors():
     assert torch.isnan(out).all()
     with pytest.raises(ValueError):
         attention_entropy(p, mask=torch.ones(5, dtype=torch.bool))
+
+
+def test_a_representation_gone_nan_has_no_mad_or_rank():
+    """Weights gone NaN gave NaN features, which MAD read as zero vectors (MAD 0: fully
+    smoothed) and the SVD of the ranks refused with a traceback; each is NaN now, for that graph
+    or matrix only, and a one-node graph is still left out of MAD rather than counted as NaN."""
+    from siggate.analysis.smoothing import numerical_rank_batched
+
+    x = torch.randn(7, 4, generator=torch.Generator().manual_seed(0)).double()
+    batch = torch.tensor([0, 0, 0, 1, 1, 1, 2])  # graph 2: one node, no pairs
+    clean = mad(x, batch)
+    x_bad = x.clone()
+    x_bad[4, 2] = float("nan")
+    per_graph = mad_batched(x_bad, batch)
+    assert torch.isfinite(per_graph[0]) and torch.isnan(per_graph[1]) and torch.isnan(per_graph[2])
+    assert math.isnan(mad(x_bad, batch)) and math.isfinite(clean)
+    assert mad(x_bad[:3], batch[:3]) == pytest.approx(float(mad_batched(x, batch)[0]))
+    dense = torch.stack([x[:3], x[3:6]])
+    dense_bad = torch.stack([x[:3], x_bad[3:6]])
+    sr, sr_bad = stable_rank_batched(dense), stable_rank_batched(dense_bad)
+    assert sr_bad[0] == pytest.approx(float(sr[0])) and torch.isnan(sr_bad[1])
+    nr = numerical_rank_batched(dense_bad, 1e-3)
+    assert nr[0] == 3 and torch.isnan(nr[1])

@@ -67,7 +67,8 @@ def stable_rank_batched(M: Tensor) -> Tensor:
     Returns:
         ``[...]`` tensor (dtype of ``M``, at least float32) with
         ``||M||_F^2 / ||M||_2^2`` per matrix; ``0`` where the matrix is zero
-        (also for empty matrices). ``1 <= stable_rank <= rank(M)`` otherwise.
+        (also for empty matrices), NaN where it holds a non-finite entry.
+        ``1 <= stable_rank <= rank(M)`` otherwise.
     """
     M = _as_float(M)
     if M.dim() < 2:
@@ -75,11 +76,21 @@ def stable_rank_batched(M: Tensor) -> Tensor:
     lead = M.shape[:-2]
     if M.shape[-1] == 0 or M.shape[-2] == 0:
         return torch.zeros(lead, dtype=M.real.dtype, device=M.device)
-    s = torch.linalg.svdvals(M)  # [..., min(n, d)], descending
+    s = svdvals_or_nan(M)  # [..., min(n, d)], descending
     top = s[..., :1]
     # sum((s_i / s_1)^2): squaring s itself under- or overflows float32 for matrices scaled far from 1
     ratio = ((s / top.clamp_min(torch.finfo(s.dtype).tiny)) ** 2).sum(-1)
-    return torch.where(top[..., 0] > 0, ratio, torch.zeros_like(ratio))
+    return torch.where(top[..., 0] > 0, ratio, torch.where(torch.isnan(top[..., 0]), top[..., 0], torch.zeros_like(ratio)))
+
+
+def svdvals_or_nan(M: Tensor) -> Tensor:
+    """``torch.linalg.svdvals`` of ``[..., n, d]``, with NaN singular values for a matrix holding
+    a non-finite entry (weights gone NaN), where the SVD raises: its rank is no number, not 0."""
+    bad = ~torch.isfinite(M).flatten(-2).all(-1) if M.numel() else torch.zeros(M.shape[:-2], dtype=torch.bool)
+    if not bool(bad.any()):
+        return torch.linalg.svdvals(M)
+    s = torch.linalg.svdvals(torch.where(bad[..., None, None], torch.zeros_like(M), M))
+    return torch.where(bad[..., None], torch.full_like(s, float("nan")), s)
 
 
 def stable_rank(M: Tensor) -> float:
@@ -212,10 +223,13 @@ def dirichlet_energy_batched(
 
 
 def _graph_mad(x: Tensor, eps: float) -> Optional[Tensor]:
-    """Mean cosine distance over ordered pairs i != j of one graph (None if < 2 nodes)."""
+    """Mean cosine distance over ordered pairs i != j of one graph (None if < 2 nodes; NaN if a
+    feature is not finite: a NaN norm is no zero vector, whose distances read as 0)."""
     n = x.shape[0]
     if n < 2:
         return None
+    if not bool(torch.isfinite(x).all()):
+        return torch.tensor(float("nan"), dtype=x.dtype, device=x.device)
     norms = x.norm(dim=-1)
     nonzero = norms > eps
     xn = torch.where(nonzero.unsqueeze(-1), x / norms.clamp_min(eps).unsqueeze(-1), torch.zeros_like(x))
@@ -229,7 +243,8 @@ def _graph_mad(x: Tensor, eps: float) -> Optional[Tensor]:
 
 
 def mad_batched(x: Tensor, batch: Optional[Tensor] = None, eps: float = 1e-12) -> Tensor:
-    """Per-graph MAD; ``[G]`` float64 tensor with ``nan`` for graphs with < 2 nodes.
+    """Per-graph MAD; ``[G]`` float64 tensor with ``nan`` for graphs with < 2 nodes, and for
+    graphs with a non-finite feature.
 
     See :func:`mad` for the definition.
     """
@@ -257,7 +272,7 @@ def mad(x: Tensor, batch: Optional[Tensor] = None, eps: float = 1e-12) -> float:
     ``MAD_g = 1 / (N_g (N_g - 1)) * sum_{i != j in g} (1 - cos(x_i, x_j))``
 
     and ``MAD = mean_g MAD_g`` (graphs weighted equally; graphs with fewer than
-    two nodes have no pairs and are excluded). Conventions for zero vectors
+    two nodes have no pairs and are excluded; NaN when a graph's features are not finite). Conventions for zero vectors
     (``||x|| <= eps``): two zero vectors have distance ``0``; a zero vector and a
     non-zero vector have cosine ``0``, i.e. distance ``1``.
 
@@ -274,10 +289,17 @@ def mad(x: Tensor, batch: Optional[Tensor] = None, eps: float = 1e-12) -> float:
         Python float; ``0.0`` when no graph has two nodes.
     """
     per_graph = mad_batched(x, batch, eps)
-    valid = ~torch.isnan(per_graph)
+    valid = graphs_with_pairs(x.shape[0], batch, per_graph.numel())
     if not bool(valid.any()):
         return 0.0
-    return float(per_graph[valid].mean())
+    return float(per_graph[valid].mean())  # (NaN where a graph's features are not finite)
+
+
+def graphs_with_pairs(num_nodes: int, batch: Optional[Tensor], num_graphs: int) -> Tensor:
+    """``[G]`` bool: the graphs with at least two nodes, which MAD averages over."""
+    if batch is None:
+        return torch.full((num_graphs,), num_nodes >= 2, dtype=torch.bool)
+    return torch.bincount(torch.as_tensor(batch).long(), minlength=num_graphs)[:num_graphs] >= 2
 
 
 # ---------------------------------------------------------------- attention entropy

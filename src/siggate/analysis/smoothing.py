@@ -29,7 +29,7 @@ from .common import (
     variant,
     write_outputs,
 )
-from .metrics import dirichlet_energy_batched, mad_batched, stable_rank_batched
+from .metrics import dirichlet_energy_batched, graphs_with_pairs, mad_batched, stable_rank_batched, svdvals_or_nan
 from .plots import color, save, subplots
 
 DEFINITIONS = {
@@ -53,9 +53,11 @@ DEFINITIONS = {
 
 def numerical_rank_batched(X: torch.Tensor, rel_tol: float) -> torch.Tensor:
     """``[..., n, d] -> [...]`` number of singular values ``> rel_tol * sigma_max``
-    (the ``rel_tol`` rule of :func:`siggate.analysis.metrics.numerical_rank`)."""
-    s = torch.linalg.svdvals(X.double())
-    return (s > rel_tol * s[..., :1]).sum(-1)
+    (the ``rel_tol`` rule of :func:`siggate.analysis.metrics.numerical_rank`), float64, NaN for a
+    matrix with a non-finite entry."""
+    s = svdvals_or_nan(X.double())
+    rank = (s > rel_tol * s[..., :1]).sum(-1).double()
+    return torch.where(torch.isnan(s[..., 0]), s[..., 0], rank)  # (no number where X holds one that is not finite)
 
 
 #: what :func:`representation_stats` can measure per layer (see :data:`DEFINITIONS`)
@@ -82,9 +84,9 @@ def representation_stats(model, graphs, batch_size: int = 64, rank_tol: float = 
         valid = None
         for h in det["hidden"]:
             if "mad" in acc:
-                m = mad_batched(h, batch.batch)  # [G], nan for 1-node graphs
-                valid = ~torch.isnan(m)
-                rows["mad"].append(torch.nan_to_num(m).sum())
+                m = mad_batched(h, batch.batch)  # [G], nan for 1-node graphs and non-finite features
+                valid = graphs_with_pairs(h.shape[0], batch.batch, G)
+                rows["mad"].append(m[valid].sum())  # (a NaN representation's MAD is no number, not 0)
             if "dirichlet" in acc or "dirichlet_rel" in acc:
                 de = dirichlet_energy_batched(h, batch.edge_index, batch.batch, num_graphs=G)  # [G]
                 if "dirichlet" in acc:
