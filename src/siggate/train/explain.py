@@ -212,8 +212,6 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
         raise ValueError(f"atom contributions are drawn for graph-level regression and binary/multilabel models; "
                          f"this one is a {info.level}-level {info.task} model")
     names = explained_targets(predictor)
-    tags = _tags(names) if len(names) > 1 else [None]
-    what = "P({})" if info.task in ("binary", "multilabel") else "{}"
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     # written aside until complete, then in place of the earlier explanation: input refused partway
@@ -225,7 +223,7 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
         shutil.rmtree(stage)
     stage.mkdir()
     try:
-        n, bad = _explain_into(predictor, chunks, stage, names, tags, what, steps, scale)
+        n, bad = _explain_into(predictor, chunks, stage, names, steps, scale)
         _replace_explanation(out, stage, names)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -233,9 +231,9 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     return n, bad
 
 
-def _explain_into(predictor, chunks, out: Path, names: list[str], tags: list, what: str, steps: int,
-                  scale: float | None) -> tuple[int, int]:
-    """:func:`explain_to_folder`'s CSVs and pictures, written into the empty folder ``out``."""
+def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, scale: float | None) -> tuple[int, int]:
+    """:func:`explain_to_folder`'s CSVs and pictures of the targets ``names``, written into the
+    empty folder ``out``."""
     from rdkit import Chem
 
     from ..data.chem import InvalidSmiles, parse_smiles, quiet_rdkit
@@ -243,6 +241,8 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], tags: list, wh
     from .rundir import carried_names, prediction_columns
 
     inner = predictor.predictor
+    tags = _tags(names) if len(names) > 1 else [None]  # (the pictures' file names)
+    what = "P({})" if inner.info.task in ("binary", "multilabel") else "{}"
     parent = predictor.fragments == "parent"  # a run that reads salts as their parents names what it drew
     head = ["row", "smiles", *(["read_as"] if parent else [])]
     extra = ("_baseline", "_atoms_sum")  # a target's columns named by predict's rule: <target>_pred where taken
