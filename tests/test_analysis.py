@@ -3,6 +3,7 @@ whose values can be checked exactly (constant-gate sanity case, gate-parameter f
 stable-range logic)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ from siggate.analysis import common, lrsweep, smoothing, synthetic
 from siggate.analysis.metrics import numerical_rank, stable_rank
 from siggate.cli import main
 from siggate.data.base import GraphDataset, TaskInfo
+
+REPO = Path(__file__).resolve().parents[1]
 
 #: a tiny model; smoothing sets model.layers from --depths (a --set of it is refused there)
 TINY_ANY_DEPTH = ["--set", "model.dim=16", "--set", "model.heads=2", "--set", "model.pe=none",
@@ -169,7 +172,7 @@ def test_head_analyses_of_a_model_without_attention_are_refused_before_training(
 # ------------------------------------------------------------------- smoothing
 
 
-def test_smoothing_cli_and_reuse(tmp_path):
+def test_smoothing_cli_and_reuse(tmp_path, capsys):
     args = ["smoothing", "--config", "nci5k", *TINY_ANY_DEPTH, "--depths", "1,2", "--gates", "none,elementwise",
             "--epochs", "1", "--out", str(tmp_path)]
     run(*args)
@@ -195,6 +198,14 @@ def test_smoothing_cli_and_reuse(tmp_path):
     run(*[a if a != "1,2" else "1,2,2,1" for a in args], "--seeds", "0,0")
     again = load(tmp_path / "smoothing.json")
     assert (again["depths"], again["seeds"], again["gain_tests"]["elementwise"]["n_pairs"]) == ([1, 2], [0], 2)
+    # runs of all the graphs are not those of --max-graphs 30: they were reused, their val and models
+    # in a smoothing.json that said max_graphs 30; the conflict is one line (a RuntimeError traceback)
+    capsys.readouterr()
+    assert main(["analyze", *args, "--max-graphs", "30"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "holds a run of another config (data.max_graphs" in err, err
+    assert "3 more run(s) of this --out likewise" in err and "delete it or choose another --out" in err
+    assert load(tmp_path / "smoothing.json")["mean_relative_mad_gain"] == pytest.approx(res["mean_relative_mad_gain"])
 
 
 def test_gain_tests():
@@ -324,8 +335,30 @@ def test_report(tmp_path):
     assert text.count("**holds**") + text.count("**does not hold**") + text.count("**inconclusive at this budget**") >= 4
 
 
+def test_overheads_help_lists_no_flag_it_refuses(capsys):
+    """`analyze overhead --help` described --epochs and --seeds, which it refuses (it trains nothing)."""
+    with pytest.raises(SystemExit):
+        main(["analyze", "overhead", "--help"])
+    text = capsys.readouterr().out
+    assert "--gates" in text and "--reps" in text and "--epochs" not in text and "--seeds" not in text
+
+
 def test_report_without_results_fails(tmp_path):
     assert main(["analyze", "report", str(tmp_path), "--out", str(tmp_path / "r.md")]) == 2
+
+
+@pytest.mark.parametrize("command, name", [("report", "REPORT.md"), ("claims", "CLAIMS.md")])
+def test_a_report_into_a_folder_is_refused_and_into_a_new_folder_is_written(tmp_path, capsys, command, name):
+    """`--out` an existing folder ended in an IsADirectoryError traceback (after the report was
+    made); claims' `--out new/c.md` failed with a bare errno where report made the folder."""
+    (tmp_path / "d").mkdir()
+    capsys.readouterr()
+    assert main(["analyze", command, str(REPO / "benchmarks" / "results" / "analysis"), "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"--out {tmp_path / 'd'} is a folder; give a file name, e.g. " \
+        f"{tmp_path / 'd' / name}" in err, err
+    assert main(["analyze", command, str(REPO / "benchmarks" / "results" / "analysis"), "--out", str(tmp_path / "new" / name)]) == 0
+    assert (tmp_path / "new" / name).read_text().startswith(("#", "|"))
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -335,6 +368,13 @@ def test_report_without_results_fails(tmp_path):
     (["entropy", "--config", "nci5k", "--set", "model.attn_type=performer"],
      "only model.attn_type=full forms (performer never builds them); pass --set model.attn_type=full"),
     (["synthetic", "--heads", "0"], "--heads must be >= 1, got 0"),
+    # a list of nothing: an empty analysis written over the last one's results, or a traceback
+    (["entropy", "--config", "nci5k", "--gates", ","], "--gates: ',' names nothing; give at least one"),
+    (["lr-sweep", "--config", "nci5k", "--lrs", ","], "--lrs: ',' names nothing; give at least one"),
+    (["rank", "--config", "nci5k", "--seeds", ","], "--seeds: ',' names nothing; give at least one"),
+    (["overhead", "--config", "nci5k", "--gates", " , "], "--gates: ' , ' names nothing; give at least one"),
+    (["smoothing", "--config", "nci5k", "--depths", ","], "--depths: ',' names nothing; give at least one"),
+    (["synthetic", "--families", ","], "--families: ',' names nothing; give at least one"),
     (["smoothing", "--config", "nci5k", "--seeds", "0,x"], "--seeds: 'x' is not an integer"),
     (["synthetic", "--dim", "10", "--heads", "3"], "--dim 10 must be divisible by --heads 3"),
     (["synthetic", "--families", "er,foo"], "--families: unknown 'foo'; choose from er, cycle, regular"),

@@ -140,6 +140,20 @@ def check_out_folder(out, what: str) -> None:
         raise CLIError(f"--out {problem} for {what}")
 
 
+def check_out_file(path, flag: str, what: str, example: str) -> Path:
+    """Refuse, before any work, a file flag's ``path`` (``--out`` of a report) that is a folder, or
+    whose folder cannot be created or written; returns it as a :class:`~pathlib.Path`, its
+    folder made. ``example``: a file name to suggest inside a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise CLIError(f"{flag} {path} is a folder; give a file name, e.g. {path / example}")
+    problem = out_dir_problem(path.parent)
+    if problem:
+        raise CLIError(f"{flag} {problem} for {what}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 #: the flags that describe ``--data FILE.csv`` and the ``data.*`` key each sets: a key is given by
 #: its flag or by ``--set``, not both
 CSV_FLAGS = {"smiles_col": "smiles_col", "target_col": "target_cols", "task": "task", "split": "split",
@@ -189,7 +203,7 @@ def recipe_name(args) -> str | None:
 #: after the --set items, silently won); :func:`flag_key_clash` checks these unless told which
 SHORTCUT_FLAGS = {"seed": "train.seed", "epochs": "train.epochs", "budget": "train.epochs", "init": "train.init",
                   "threads": "train.threads", "on_nan": "train.on_nan", "data_root": "data.root",
-                  "cache_dir": "data.cache_dir"}
+                  "cache_dir": "data.cache_dir", "max_graphs": "data.max_graphs"}
 #: every flag that sets one config key, the CSV flags of ``--data`` among them
 FLAG_KEYS = {**SHORTCUT_FLAGS, **{flag: f"data.{key}" for flag, key in CSV_FLAGS.items()}}
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..config_args import CLIError, check_out_folder
+from ..config_args import CLIError, check_out_file
 from ..files import read_json
 from ..stats import mean_std, p_text
 from . import report
@@ -595,9 +595,9 @@ def replace_between_markers(text: str, block: str) -> str:
 
 
 def main(args) -> int:
-    for dest in (args.out, args.readme):
+    for flag, dest in (("--out", args.out), ("--readme", args.readme)):
         if dest:
-            check_out_folder(Path(dest).parent, "the claims table")
+            check_out_file(dest, flag, "the claims table", "CLAIMS.md" if flag == "--out" else "README.md")
     md, rows = claims_table(args.dirs)
     if not rows:
         raise FileNotFoundError(f"no compare, analysis or gate-study results under {', '.join(args.dirs)}")

@@ -16,15 +16,20 @@ DESCRIPTION = """Mechanism analyses of the paper's claims. Each one writes OUT/<
 OUT/<name>.png and prints a table; 'report' and 'claims' gather what the others wrote."""
 
 
-def add_model_args(p, default_epochs: int | None) -> None:
+def add_model_args(p, default_epochs: int | None, trains: bool = True) -> None:
     """``--config``, ``--set``, ``--epochs``, ``--seeds``, ``--max-graphs``, ``--data-root``,
-    ``--cache-dir``, ``--threads``, ``--no-progress``."""
+    ``--cache-dir``, ``--threads``, ``--no-progress``. ``trains`` False (an analysis that
+    trains nothing): ``--epochs`` and ``--seeds`` are left out of its help, parsed only so that
+    it can say why it refuses them."""
+    import argparse
+
     p.add_argument("--config", default=None, help="built-in config name or YAML path (default: nci5k)")
     add_set_flag(p, "model.dim=32")
     p.add_argument("--epochs", type=int, default=default_epochs,
                    help=f"training epochs per run (default: {default_epochs}; the warmup is scaled "
-                        "by epochs / config epochs, as with `siggate train --budget`)")
-    p.add_argument("--seeds", default="0", help="comma-separated seeds, a repeat counted once (default: 0)")
+                        "by epochs / config epochs, as with `siggate train --budget`)" if trains else argparse.SUPPRESS)
+    p.add_argument("--seeds", default="0", help="comma-separated seeds, a repeat counted once (default: 0)"
+                   if trains else argparse.SUPPRESS)
     p.add_argument("--max-graphs", type=int, default=None,
                    help="keep only the first N graphs of every split (quick runs and tests)")
     add_data_root_flag(p)
@@ -141,7 +146,7 @@ def _overhead(sub) -> None:
         "siggate analyze overhead --config nci5k --out runs/an",
         "siggate analyze overhead --gates none,elementwise@value --reps 40 --out runs/an",
     ])
-    add_model_args(p, default_epochs=None)
+    add_model_args(p, default_epochs=None, trains=False)
     p.set_defaults(threads=1)
     p.add_argument("--gates", default="none,headwise,elementwise",
                    help="variants, 'gate' or 'gate@position'; the first is the baseline (default: none,headwise,elementwise)")

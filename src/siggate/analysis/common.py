@@ -58,7 +58,8 @@ def parse_list(text: str | Sequence, cast=str, flag: str = "", choices: Sequence
     """The comma-separated items of ``text`` (or the items of a sequence), each ``cast``; an item
     that does not cast, or is not one of ``choices``, is refused naming ``flag``
     (:class:`~siggate.config_args.CLIError`). A repeated item is kept once, in its first place:
-    a seed or depth given twice is one run, not two pairs of a paired test."""
+    a seed or depth given twice is one run, not two pairs of a paired test. A list of no items
+    is refused."""
     items = list(text) if isinstance(text, (list, tuple)) else [t.strip() for t in str(text).split(",") if t.strip()]
     out = []
     for item in items:
@@ -70,6 +71,8 @@ def parse_list(text: str | Sequence, cast=str, flag: str = "", choices: Sequence
             raise CLIError(f"{flag or 'a list'}: unknown {item!r}; choose from {', '.join(map(str, choices))}")
         if value not in out:
             out.append(value)
+    if not out:  # (',' gave nothing: an empty analysis, written over the last one's results)
+        raise CLIError(f"{flag or 'a list'}: {str(text)!r} names nothing; give at least one comma-separated item")
     return out
 
 
@@ -81,7 +84,7 @@ def config_from(args, extra: Iterable[str] = (), owned: dict[str, str] | None = 
     key they set, and one key set twice (the later silently won)."""
     if getattr(args, "overrides", None) is not None:
         given = set_keys(args)
-        clash = flag_key_clash(args, [f for f in ("data_root", "cache_dir") if hasattr(args, f)], given)
+        clash = flag_key_clash(args, [f for f in ("data_root", "cache_dir", "max_graphs") if hasattr(args, f)], given)
         if clash:
             raise CLIError(clash)
         owned = {k: f"in each run {v}" for k, v in (owned or {}).items()
@@ -94,6 +97,8 @@ def config_from(args, extra: Iterable[str] = (), owned: dict[str, str] | None = 
         overrides.append(f"data.root={args.data_root}")
     if getattr(args, "cache_dir", None):
         overrides.append(f"data.cache_dir={args.cache_dir}")
+    if getattr(args, "max_graphs", None):  # in the config: a finished run of another cut is another run
+        overrides.append(f"data.max_graphs={args.max_graphs}")
     return load_config(getattr(args, "config", None), overrides)
 
 
@@ -136,12 +141,10 @@ def prepare_data(cfg: Config, progress: bool = True):
     return _prepare(cfg.data, cfg.model, cfg.train.seed, progress)
 
 
-def load_dataset(cfg: Config, max_graphs: int | None = None, progress: bool = True):
-    """The dataset of ``cfg`` with every split cut to its first ``max_graphs`` graphs."""
-    ds = prepare_data(cfg, progress)
-    if max_graphs:
-        ds = ds.first(max_graphs)
-    return ds
+def load_dataset(cfg: Config, progress: bool = True):
+    """The dataset of ``cfg``, every split cut to its first ``data.max_graphs`` graphs where it
+    gives them (``--max-graphs``: in the config, so that a run's record says on what it trained)."""
+    return prepare_data(cfg, progress)
 
 
 def batches(graphs, batch_size: int):
@@ -155,8 +158,8 @@ def batches(graphs, batch_size: int):
 # ---------------------------------------------------------------------- training
 
 
-class RunConflict(RuntimeError):
-    """A run directory holds a run of a different config."""
+class RunConflict(CLIError):
+    """A run directory holds a run of a different config (one line, exit code 2)."""
 
 
 def train_run(cfg: Config, run_dir: Path, dataset, progress: bool = True) -> dict:
@@ -185,16 +188,16 @@ def train_run(cfg: Config, run_dir: Path, dataset, progress: bool = True) -> dic
     return m
 
 
-def train_remote(cfg: dict, run_dir: str, max_graphs: int | None = None, threads: int = 0) -> dict:
-    """:func:`train_run` on a Ray worker: the worker loads the (cached) dataset itself, cut
-    to ``max_graphs`` as the driver's is, so the run computes what it would locally;
-    ``threads`` torch threads (0: torch's default)."""
+def train_remote(cfg: dict, run_dir: str, threads: int = 0) -> dict:
+    """:func:`train_run` on a Ray worker: the worker loads the (cached) dataset itself, cut as
+    the config says (``data.max_graphs``) as the driver's is, so the run computes what it would
+    locally; ``threads`` torch threads (0: torch's default)."""
     from ..config import from_dict
 
     if threads:
         set_threads(threads)
     c = from_dict(cfg)
-    return train_run(c, Path(run_dir), load_dataset(c, max_graphs, progress=False), progress=False)
+    return train_run(c, Path(run_dir), load_dataset(c, progress=False), progress=False)
 
 
 def measurable(trained: dict, what: str) -> dict:
@@ -230,12 +233,12 @@ def train_many(runs: dict, dataset, args, progress: bool = True, desc: str = "ru
                                   run_dir)
         else:
             request = CallRequest(key, "siggate.analysis.common:train_remote",
-                                  {"cfg": c.to_dict(), "run_dir": str(run_dir), "max_graphs": args.max_graphs,
-                                   "threads": args.threads}, run_dir)
+                                  {"cfg": c.to_dict(), "run_dir": str(run_dir), "threads": args.threads}, run_dir)
         study.append(StudyRun(key, Path(run_dir), c.to_dict(), request))
     conflicts = [r.error for r in plan(study) if r.state == "conflict"]
-    if conflicts:
-        raise RunConflict("\n".join(conflicts))
+    if conflicts:  # one line: the first, and how many more
+        raise RunConflict(conflicts[0] + (f" ({len(conflicts) - 1} more run(s) of this --out likewise)"
+                                          if len(conflicts) > 1 else ""))
     reused = {r.key for r in study if r.state == "done"}
     # (the Ray-only flags without --backend ray were refused when the command line was parsed)
     execute(study, InlineExecutor() if local else executor_from_args(args), desc=desc, progress=progress)

@@ -174,8 +174,8 @@ def main(args) -> int:
     if cfg.model.attn_type != "full":
         raise CLIError(f"attention entropy needs the attention probabilities, which only model.attn_type=full forms "
                        f"({cfg.model.attn_type} never builds them); pass --set model.attn_type=full")
-    gates, seeds = parse_list(args.gates), parse_list(args.seeds, int, "--seeds")
-    ds = load_dataset(cfg, args.max_graphs, progress)
+    gates, seeds = parse_list(args.gates, flag="--gates"), parse_list(args.seeds, int, "--seeds")
+    ds = load_dataset(cfg, progress)
     per_seed = {}
     for g in gates:
         for s in seeds:

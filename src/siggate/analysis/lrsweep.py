@@ -173,8 +173,8 @@ def main(args) -> int:
                                    "train.seed": "from --seeds",
                                    "train.on_nan": "to skip (a diverging rate must not stop the sweep)"})
     lrs = sorted(parse_list(args.lrs, float, "--lrs"))
-    gates, seeds = parse_list(args.gates), parse_list(args.seeds, int, "--seeds")
-    ds = load_dataset(cfg, args.max_graphs, progress)
+    gates, seeds = parse_list(args.gates, flag="--gates"), parse_list(args.seeds, int, "--seeds")
+    ds = load_dataset(cfg, progress)
     todo = {(lr, g, s): (variant(cfg, epochs=args.epochs, train__lr=lr, model__gate=g, train__seed=s,
                                  train__on_nan="skip"), out / "runs" / f"lr{lr:g}-{g}-s{s}")
             for lr in lrs for g in gates for s in seeds}

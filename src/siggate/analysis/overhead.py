@@ -122,8 +122,8 @@ def main(args) -> int:
                        "--seeds (--set train.seed=N picks another)")
     out, progress = start(args)
     cfg = config_from(args, owned={"model.gate": "from --gates", "model.gate_position": "from --gates (GATE@POSITION)"})
-    specs = parse_list(args.gates)
-    ds = load_dataset(cfg, args.max_graphs, progress)
+    specs = parse_list(args.gates, flag="--gates")
+    ds = load_dataset(cfg, progress)
     info = ds.info
     models, params, gate_params, expected = {}, {}, {}, {}
     for spec in specs:

@@ -157,7 +157,7 @@ def main(args) -> int:
     else:
         cfg = config_from(args, owned={"train.epochs": "from --epochs", "train.seed": "from --seeds"})
     require_attention(cfg, "rank")
-    ds = load_dataset(cfg, args.max_graphs, progress)
+    ds = load_dataset(cfg, progress)
     if args.split not in ds.splits:
         raise CLIError(f"--split: unknown split {args.split!r}; available: {', '.join(ds.splits)}")
     models = obtain_models(args, cfg, ds, out, progress)

@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from ..config_args import check_out_folder
+from ..config_args import check_out_file
 from ..options import RUN_LOCAL_KEYS
 from ..stats import IDENTICAL_RTOL, p_text
 from .common import fmt, table
@@ -565,12 +565,10 @@ def render(found: dict, md_path: Path) -> tuple[str, list[dict]]:
 
 
 def main(args) -> int:
-    check_out_folder(Path(args.out).parent, "the report")
+    out = check_out_file(args.out, "--out", "the report", "REPORT.md")
     found = find_results(args.dirs)
     if not any(found.values()):
         raise FileNotFoundError(f"no analysis results (synthetic.json, rank.json, ...) under {', '.join(args.dirs)}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     text, rows = render(found, out)
     out.write_text(text)
     print(table(["claim", "verdict"], [[r["claim"], r["verdict"]] for r in rows]))
