@@ -3,7 +3,8 @@
 For each graph ``g`` of the split, each layer ``l`` and head ``k``, the head output
 ``O_k`` restricted to the graph's nodes (``[n_g, d_head]``, the padding rows removed) has
 stable rank ``||O_k||_F^2 / ||O_k||_2^2``; it is computed before the gate (``head_out``)
-and after it (``head_out_gated``, equal for ``gate=none``). Pooling: per graph, then the
+and after it (``head_out_gated``; equal for ``gate=none`` and for a gate on the values or after
+the projection, which acts on both or neither). Pooling: per graph, then the
 mean over the graphs with at least two nodes (a one-node graph has stable rank 1 at most).
 """
 
@@ -179,7 +180,8 @@ def main(args) -> int:
         "pooling": POOLING,
         "definition": "stable rank ||O_k||_F^2 / ||O_k||_2^2 of head k's output O_k [n_graph_nodes, d_head]; "
                       "'before' = attention output, 'after' = after the gate (gate_position=output). With "
-                      "gate_position value/post 'after' is the attention output of gated values / equals before.",
+                      "gate_position value both are the attention output of the gated values, with post both "
+                      "are the heads' outputs before the gate (it acts after the projection): before equals after.",
         **mean,
         "gate_mean": np.mean(gm, axis=0).tolist() if gm else None,
         "frac_heads_higher": float(np.mean(np.asarray(mean["after"]) > np.asarray(mean["before"]) * (1 + 1e-9))),

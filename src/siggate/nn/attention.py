@@ -244,7 +244,10 @@ class GatedAttentionBase(nn.Module):
         after ``q | k | v``, are the gate logits. The same operations, fewer autograd nodes.
 
         ``x (..., d)`` -> ``(out (..., d), (head_out, head_out_gated, gate))``, the last
-        three ``(..., H, d_head)`` and ``(..., H, d_head|1)`` or ``None``."""
+        three ``(..., H, d_head)`` and ``(..., H, d_head|1)`` or ``None``: the heads' outputs
+        before and after an output gate. With the gate on the values (``"value"``) both hold
+        the gated heads, and on the projected output (``"post"``) neither does: there the two
+        are one tensor."""
         extra = self.extra_rows()
         at = None if self.gate_dim == 0 else self.gate_position
         projected = getattr(core, "projected", None) if fused and extra is None and at != "value" else None
@@ -349,6 +352,9 @@ class GatedMultiheadAttention(GatedAttentionBase):
                 (probabilities before dropout), ``head_out`` (before the gate) and
                 ``head_out_gated`` ``(B, N, H, d_head)``, and ``gate`` (``(B, N, H,
                 d_head|1)``, ``None`` for ``gate="none"``); runs ``impl="reference"``.
+                "Before" and "after" differ only for ``gate_position="output"``: a value
+                gate acts before the heads' outputs (both are gated), a ``"post"`` gate
+                after the projection (neither is), and the two are the same tensor.
             impl (str, optional): overrides :attr:`impl` for this call.
 
         Returns:

@@ -5,13 +5,15 @@ One attention concept: every type is a :class:`~siggate.nn.attention.GatedAttent
 each head's output before the concatenation and the output projection, ``gate="none"``
 for plain GraphGPS attention); only the attention core differs. :func:`make_attention`
 builds one from its name, with the type's own options in ``attn_kwargs`` (as PyG's
-``GPSConv(attn_type=..., attn_kwargs=...)``). The names are
+``GPSConv(attn_type=..., attn_kwargs=...)``); the options every type shares (the gate,
+``attn_dropout``, ``bias``, the kernel choice ``impl``) are keyword arguments of their own
+(:func:`shared_options`), never ``attn_kwargs``. The names are
 :data:`siggate.options.ATTN_TYPES` (a test keeps the two equal).
 
 ========== ========================================= ========================= =====================
 type       attends to                                cost per graph of n nodes ``attn_kwargs``
 ========== ========================================= ========================= =====================
-full       every node of the graph (softmax)         ``O(n^2)``                ``impl``
+full       every node of the graph (softmax)         ``O(n^2)``                (none)
 performer  every node, FAVOR+ random-feature kernel  ``O(n m)``                ``num_features``,
                                                                                ``redraw_interval``,
                                                                                ``kernel``
