@@ -809,3 +809,20 @@ def test_performer_fast_path_trains_under_autocast():
     exact, low = grads
     assert torch.isfinite(low).all()
     assert ((low - exact).norm() / exact.norm()).item() < 0.05
+
+
+def test_ogb_features_without_bond_features_or_of_another_width_are_named():
+    """A graph of OGB atom features without edge_attr reached the bond encoder as a 1-D zero
+    vector (IndexError: tuple index out of range); features of another width, an IndexError
+    from inside the embedding loop."""
+    from siggate.nn.encoders import OGBAtomEncoder
+    from siggate.nn.model import SigGateGT
+
+    model = SigGateGT(1, dim=8, layers=1, heads=2).eval()
+    data = Data(x=torch.zeros(3, 9, dtype=torch.long), edge_index=torch.tensor([[0, 1], [1, 2]]))
+    with pytest.raises(ValueError, match=r"node_features='ogb' reads OGB's bond features: give data.edge_attr \[E, 3\]"):
+        model(data)
+    data.edge_attr = torch.zeros(2, 3, dtype=torch.long)
+    assert model(data).shape == (1, 1)
+    with pytest.raises(ValueError, match=r"OGBAtomEncoder reads \[rows, 9\] integer features .* got shape \(3, 5\)"):
+        OGBAtomEncoder(8)(torch.zeros(3, 5, dtype=torch.long))

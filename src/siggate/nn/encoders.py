@@ -90,6 +90,9 @@ class _EmbeddingSum(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         embeddings = getattr(self, self._list_name)
+        if x.dim() != 2 or x.shape[1] != len(embeddings):  # (an IndexError from inside the loop before)
+            raise ValueError(f"{type(self).__name__} reads [rows, {len(embeddings)}] integer features (OGB's "
+                             f"featurization, ogb.utils.smiles2graph), got shape {tuple(x.shape)}")
         out = 0
         for i in range(x.shape[1]):
             out = out + embeddings[i](x[:, i])

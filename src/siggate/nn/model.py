@@ -11,7 +11,7 @@ from torch_geometric.nn import global_add_pool, global_mean_pool
 from ..options import POOLING, Z_CLIP, GPSOptions, mol_features_dim  # shared with siggate.config
 from .attention import GatedAttentionBase, check_whole
 from .attention_types import attn_kwargs_from_config, check_options
-from .encoders import NodeEncoder, make_edge_encoder
+from .encoders import NodeEncoder, OGBBondEncoder, make_edge_encoder
 from .kernels.layout import DenseIndex, batch_vector
 from .layer import GPSLayer
 
@@ -257,6 +257,9 @@ class SigGateGT(nn.Module):
         x = self.node_encoder(data)
         edge_attr = data.edge_attr
         if edge_attr is None:  # no edge features: one edge type (GraphGPS's DummyEdge)
+            if isinstance(self.edge_encoder, OGBBondEncoder):  # (its 3 bond features cannot be made up)
+                raise ValueError("node_features='ogb' reads OGB's bond features: give data.edge_attr [E, 3] "
+                                 "(ogb.utils.smiles2graph's), or use node_features='typed' for graphs without them")
             edge_attr = data.edge_index.new_zeros(data.edge_index.size(1))
         e = self.edge_encoder(edge_attr)
         hidden, attn = [x], []
