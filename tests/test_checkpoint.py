@@ -190,6 +190,20 @@ def test_model_entry_must_be_tensors(tmp_path, good):
         load_checkpoint(_save(tmp_path, good))
 
 
+def test_non_finite_weights_or_target_scale_are_refused_at_load(tmp_path, good):
+    """NaN weights or target_std loaded and every row then failed "model produced a non-finite
+    prediction" with the file never named; a zero std scaled every prediction to the mean."""
+    name = next(k for k, v in good["model"].items() if v.is_floating_point())
+    for edit, message in ((lambda c: c["model"][name].view(-1).__setitem__(0, float("nan")), f"its {name} holds NaN"),
+                          (lambda c: c["target_std"].fill_(float("inf")), "its target_std holds NaN or inf"),
+                          (lambda c: c["target_std"].fill_(0.0), "its target_std is not positive")):
+        damaged = {**good, "model": {k: v.clone() for k, v in good["model"].items()},
+                   "target_std": good["target_std"].clone()}
+        edit(damaged)
+        with pytest.raises(CheckpointError, match=f"{message}.*use another checkpoint of the run, or train again"):
+            load_checkpoint(_save(tmp_path, damaged))
+
+
 def test_weights_missing_a_parameter(tmp_path, good):
     from siggate.train.modelprep import load_trained
 

@@ -886,3 +886,16 @@ def test_the_command_line_names_the_class_a_fit_classifiers_probability_is_of(mo
     reg = siggate.SigGateRegressor(**FP, out_dir=tmp_path / "reg").fit(smiles[:40], y[:40])
     rc, _, err = run_cli(["predict", "--checkpoint", str(reg.out_dir), smiles[41]], capsys)
     assert rc == 0 and "note:" not in err  # a regressor's run: nothing to say
+
+
+def test_threads_zero_is_torchs_choice_not_the_recipes_one(molecules, tmp_path):
+    """threads=0 (torch's choice, as --threads 0) left the csv recipe's train.threads: 1 in place:
+    fit passed train.threads only when threads was not 0."""
+    import siggate
+
+    smiles, y = molecules
+    siggate.SigGateRegressor(members="rf", threads=0, out_dir=tmp_path / "run",
+                             overrides=("members.rf.n_estimators=10",)).fit(smiles[:30], y[:30])
+    import yaml
+
+    assert yaml.safe_load((tmp_path / "run" / "members.yaml").read_text())["train"]["threads"] == 0

@@ -5,6 +5,7 @@ split is never read), missing labels, the Nyström path, and storage without pic
 from __future__ import annotations
 
 import json
+import shutil
 import pickle
 
 import numpy as np
@@ -458,6 +459,53 @@ def test_corrupt_arrays_are_refused_by_name(tmp_path):
     save_arrays(tmp_path / "svr" / "arrays.pt", arrays)
     with pytest.raises(PredictorFileError, match="coefficients for"):
         KernelSVR.load(tmp_path / "svr")
+
+
+@pytest.mark.parametrize("task", ["regression", "binary"])
+def test_damaged_numbers_are_refused_at_load_not_predicted(tmp_path, task):
+    """A tampered member loaded and predicted with exit 0: a forest's NaN thresholds changed the
+    numbers, leaf values of 5 were 'probabilities' of a binary run, a regression svr read as a
+    klr (or back) changed them too; NaN coefficients, y_std, a negative radius, negative counts
+    or a forest of no tree failed every row later without naming the file."""
+    from siggate.predictors.base import load_arrays, read_manifest, save_arrays
+
+    y = LOGP if task == "regression" else (LOGP > np.median(LOGP)).astype(float)
+    ds = make_ds(y, task=task)
+    rf_member(n_estimators=2, size=256).fit(ds).save(tmp_path / "rf")
+    svr_member(grid=ONE).fit(ds).save(tmp_path / "svr")
+    assert np.isfinite(RandomForest.load(tmp_path / "rf").predict(ds.test).mean.numpy()).all()
+
+    def damaged(kind, arrays=None, target=None):
+        folder = tmp_path / f"{kind}-{len(list(tmp_path.iterdir()))}"  # (one copy per case)
+        shutil.copytree(tmp_path / kind, folder)
+        if arrays:
+            a = load_arrays(folder / "arrays.pt")
+            arrays(a)
+            save_arrays(folder / "arrays.pt", a)
+        if target:
+            doc = read_manifest(folder)
+            target(doc["targets"][0])
+            (folder / "predictor.json").write_text(json.dumps(doc))
+        return folder
+
+    def nan_split(a):
+        left = a["t0.left"]  # (tensors, as load_arrays returns them)
+        a["t0.threshold"][int(torch.nonzero(left != torch.arange(left.numel()))[0])] = float("nan")
+
+    cases = [(RandomForest, damaged("rf", nan_split), "t0.threshold holds NaN, or inf at a split"),
+             (RandomForest, damaged("rf", lambda a: a.update({"t0.roots": a["t0.roots"][:0]})), "has no tree"),
+             (RandomForest, damaged("rf", target=lambda t: t.update(radius=-1)), "stored radius -1 is not an integer >= 0"),
+             (KernelSVR, damaged("svr", lambda a: a["t0.coef"].__setitem__(0, np.nan)), "t0.coef holds NaN or inf"),
+             (KernelSVR, damaged("svr", lambda a: a["t0.support.counts"].__setitem__(0, -3)), "are inconsistent"),
+             (KernelSVR, damaged("svr", target=lambda t: t.update(y_std=float("nan"))), "stored y_std nan is not a positive"),
+             (KernelSVR, damaged("svr", target=lambda t: t.update(mode="klr" if task == "regression" else "svr")),
+              f"does not fit a {task} task")]
+    if task == "binary":
+        cases.append((RandomForest, damaged("rf", lambda a: a["t0.value"].__setitem__(slice(None), 5.0)),
+                      "t0.value holds values outside \\[0, 1\\]"))
+    for cls, folder, message in cases:
+        with pytest.raises(PredictorFileError, match=message):
+            cls.load(folder)
 
 
 def test_grid_points_hold_averaged_fields_whole_in_grid_order():

@@ -178,6 +178,7 @@ def test_combination_saves_and_loads_and_refuses_crafted_manifests(tmp_path):
     doc = json.loads((tmp_path / "c" / "predictor.json").read_text())
     assert (doc["kind"], doc["members"], doc["weighting"], doc["split_seed"]) == ("combination", ["gnn", "svr"],
                                                                                    "fixed", 7)
+    assert doc["kinds"] == ["fixed", "fixed"]
     back = Combination.load(tmp_path / "c", Fixed.load)
     graphs = _graphs(torch.zeros(6, 2))
     assert torch.equal(back.predict(graphs).mean, combo.predict(graphs).mean)
@@ -199,6 +200,10 @@ def test_combination_saves_and_loads_and_refuses_crafted_manifests(tmp_path):
              ({"info": {**doc["info"], "bogus": 1}}, "no usable task description 'info' \\(TypeError: .*bogus"),
              ({"info": {**doc["info"], "task": "bogus"}}, "no usable task description 'info' \\(ValueError: task"),
              ({"info": {**doc["info"], "target_names": ["a"]}}, "'info' names 1 target\\(s\\) for 2 task\\(s\\)"),
+             # a member folder of another kind (an svr's copied over the rf's), target names of another run
+             ({"kinds": ["fixed", "rf"]}, "its member svr holds a 'fixed' predictor where the combination saved 'rf'"),
+             ({"info": {**doc["info"], "target_names": ["a", "other"]}},
+              "its members predict the target\\(s\\) .*, its manifest names a, other"),
              # a weight column per target or one for all: three columns for two targets mixed them silently
              ({"weights": [[0.2, 0.3, 0.5], [0.8, 0.7, 0.5]]}, "unusable weights \\(a column per target, 2, or one for all; got 3\\)")]
     for edit, message in edits:

@@ -419,7 +419,7 @@ class _SigGateEstimator(BaseEstimator):
                 f"--seed={int(self.seed)}", f"--cache-dir={work / 'cache'}"]
         argv += [f"--config={self.config}"] if self.config else []
         argv += [f"--epochs={int(self.epochs)}"] if self.epochs is not None else []
-        for item in [*(self.overrides or ()), *([f"train.threads={int(self.threads)}"] if self.threads else [])]:
+        for item in [*(self.overrides or ()), f"train.threads={int(self.threads)}"]:  # (0: torch's, not the recipe's 1)
             argv += [f"--set={item}"]
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args)

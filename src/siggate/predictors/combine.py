@@ -84,6 +84,11 @@ def simplex_least_squares(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     return w / w.sum()                               # has weight 0, so its spread counts for nothing
 
 
+def _kind(member) -> str:
+    """A member's kind as a combination records it (``gnn``, ``svr``, ``rf``, ``combination``)."""
+    return str(getattr(member, "kind", type(member).__name__))
+
+
 def _check_weights(weights, m: int) -> np.ndarray:
     """Fixed weights as ``[M, 1]`` or ``[M, T]``; refused unless non-negative and summing to one."""
     w = np.asarray(weights, dtype=np.float64)
@@ -250,7 +255,7 @@ class Combination:
             m.save(folder / name)
         write_manifest(folder, self.kind, self.info, members=self.names, weighting=self.weighting,
                        weights=None if self.weights_ is None else self.weights_.tolist(), groups=self.groups,
-                       **self.record)
+                       kinds=[_kind(m) for m in self.members], **self.record)
 
     @classmethod
     def load(cls, folder: str | Path, load_member: Callable[[Path], object]) -> "Combination":
@@ -281,7 +286,7 @@ class Combination:
                                      "whole run folder, or retrain it")
         info = task_info(doc, folder)
         record = {k: v for k, v in doc.items()
-                  if k not in ("format", "kind", "info", "members", "weighting", "weights", "groups")}
+                  if k not in ("format", "kind", "info", "members", "weighting", "weights", "groups", "kinds")}
         groups = doc.get("groups")  # absent in combinations saved before groups: one per member
         if groups is not None and (not isinstance(groups, list) or len(groups) != len(names)):
             raise PredictorFileError(f"{folder}: unusable groups (one label per member expected)")
@@ -292,9 +297,17 @@ class Combination:
                 out.weighting, out.weights_ = weighting, _check_weights(doc["weights"], len(names))
             except (KeyError, TypeError, ValueError) as exc:
                 raise PredictorFileError(f"{folder}: unusable weights ({exc})") from None
-        if info.num_tasks != out.info.num_tasks:
-            raise PredictorFileError(f"{folder}: its members predict {out.info.num_tasks} target(s), its manifest "
-                                     f"{info.num_tasks}")
+        kinds = doc.get("kinds")  # (absent in combinations saved before it was recorded)
+        found = [_kind(m) for m in out.members]
+        if kinds is not None and list(kinds) != found:  # a member folder swapped for another kind's
+            saved = list(kinds) + ["nothing"] * (len(found) - len(kinds))
+            at = next((i for i in range(len(found)) if saved[i] != found[i]), 0)
+            raise PredictorFileError(f"{folder}: its member {names[at]} holds a {found[at]!r} predictor where the "
+                                     f"combination saved {saved[at]!r} (its kinds: {', '.join(map(str, kinds))}); "
+                                     "copy the whole run folder as it was, or retrain it")
+        if info.num_tasks != out.info.num_tasks or list(info.target_names) != list(out.info.target_names):
+            raise PredictorFileError(f"{folder}: its members predict the target(s) {', '.join(out.info.target_names)}, "
+                                     f"its manifest names {', '.join(info.target_names)}")
         if out.weights_ is not None and out.weights_.shape[1] not in (1, info.num_tasks):
             raise PredictorFileError(f"{folder}: unusable weights (a column per target, {info.num_tasks}, or one for "
                                      f"all; got {out.weights_.shape[1]})")

@@ -38,7 +38,17 @@ import numpy as np
 
 from ..options import ForestMemberOptions
 from .base import PredictorFileError
-from .fpmember import FingerprintMember, FingerprintTable, Grid, Selection, TargetData, standardizer
+from .fpmember import (
+    FingerprintMember,
+    FingerprintTable,
+    Grid,
+    Selection,
+    TargetData,
+    finite_array,
+    standardizer,
+    stored_count,
+    stored_number,
+)
 
 TREE_ARRAYS = ("left", "right", "feature", "threshold", "value", "roots")
 #: rows traversed at once (bounds the ``[rows, trees]`` node matrix and the dense feature block)
@@ -136,6 +146,8 @@ def check_trees(trees: Mapping, n_features: int) -> None:
     n = trees["left"].shape[0]
     if any(trees[k].shape != (n,) for k in TREE_ARRAYS[:5]) or trees["roots"].ndim != 1:
         raise PredictorFileError("stored forest arrays have inconsistent shapes")
+    if trees["roots"].size == 0:  # (a mean over no tree: NaN for every molecule)
+        raise PredictorFileError("stored forest has no tree (its roots are empty)")
     for k in ("left", "right", "roots"):
         if trees[k].size and (trees[k].min() < 0 or trees[k].max() >= n):
             raise PredictorFileError(f"stored forest's {k} points outside its {n} nodes")
@@ -221,6 +233,12 @@ class RandomForest(FingerprintMember):
             raise PredictorFileError(f"unknown {self.kind} target mode {t['mode']!r}")
         trees = {k: np.asarray(arrays[f"{prefix}.{k}"], dtype=np.float64 if k in ("threshold", "value") else np.int64)
                  for k in TREE_ARRAYS if f"{prefix}.{k}" in arrays}
-        check_trees(trees, int(t["size"]))
-        return ForestModel(trees, int(t["radius"]), int(t["size"]), self.info.task != "regression",
-                           float(t["y_mean"]), float(t["y_std"]))
+        radius, size = stored_count(t, "radius", 0), stored_count(t, "size", 1)
+        classify = self.info.task != "regression"
+        check_trees(trees, size)
+        split = trees["left"] != np.arange(trees["left"].size)  # (a leaf's threshold is inf: its rows stay)
+        if np.isnan(trees["threshold"]).any() or not np.isfinite(trees["threshold"][split]).all():
+            raise PredictorFileError(f"stored {prefix}.threshold holds NaN, or inf at a split")
+        finite_array(trees["value"], f"{prefix}.value", probability=classify)  # a classifier's leaves: P(class 1)
+        return ForestModel(trees, radius, size, classify, stored_number(t, "y_mean"),
+                           stored_number(t, "y_std", positive=True))

@@ -229,10 +229,41 @@ def csr_from_arrays(arrays: Mapping, prefix: str, size: int):
         raise PredictorFileError(f"stored arrays lack {exc.args[0]!r}") from None
     ok = (indptr.ndim == indices.ndim == counts.ndim == 1 and indptr.size >= 1 and indptr[0] == 0
           and indptr[-1] == indices.size == counts.size and bool(np.all(np.diff(indptr) >= 0))
-          and (indices.size == 0 or (indices.min() >= 0 and indices.max() < size)))
+          and (indices.size == 0 or (indices.min() >= 0 and indices.max() < size))
+          and (counts.size == 0 or counts.min() >= 0))
     if not ok:
         raise PredictorFileError(f"stored fingerprints {prefix!r} are inconsistent (indptr/indices/counts)")
     return sp.csr_matrix((counts.astype(np.int32), indices, indptr), shape=(indptr.size - 1, int(size)))
+
+
+def stored_number(t: Mapping, key: str, positive: bool = False, probability: bool = False) -> float:
+    """A target's stored number ``t[key]``, refused (:class:`PredictorFileError`) unless it is
+    finite, and positive or in [0, 1] where told: a damaged file must not load and predict."""
+    try:
+        v = float(t[key])
+    except (TypeError, ValueError):
+        raise PredictorFileError(f"stored {key} {t[key]!r} is not a number") from None
+    if not math.isfinite(v) or (positive and v <= 0) or (probability and not 0 <= v <= 1):
+        raise PredictorFileError(f"stored {key} {t[key]!r} is not a "
+                                 f"{'positive' if positive else 'probability (0 to 1)' if probability else 'finite'} "
+                                 "number")
+    return v
+
+
+def stored_count(t: Mapping, key: str, least: int) -> int:
+    """A target's stored integer ``t[key]`` (a radius, a size), refused below ``least``."""
+    v = t[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < least:
+        raise PredictorFileError(f"stored {key} {v!r} is not an integer >= {least}")
+    return v
+
+
+def finite_array(a, name: str, probability: bool = False) -> np.ndarray:
+    """``a`` as float64, refused if it holds NaN or inf (or, for probabilities, a value outside [0, 1])."""
+    a = np.asarray(a, dtype=np.float64)
+    if not np.isfinite(a).all() or (probability and a.size and (a.min() < 0 or a.max() > 1)):
+        raise PredictorFileError(f"stored {name} holds {'values outside [0, 1]' if np.isfinite(a).all() else 'NaN or inf'}")
+    return a
 
 
 @dataclass
@@ -593,7 +624,8 @@ class FingerprintMember:
             self = cls(**{**cls.SAVED_BEFORE, **doc["options"]})  # options it was fitted without
             self.info = task_info(doc, folder)
             for j, t in enumerate(doc["targets"]):
-                model = ConstantModel(float(t["value"])) if t["mode"] == "constant" else self._restore(t, arrays, f"t{j}")
+                model = (ConstantModel(stored_number(t, "value", probability=self.info.task != "regression"))
+                         if t["mode"] == "constant" else self._restore(t, arrays, f"t{j}"))
                 model.meta = dict(t["meta"])
                 self.models_.append(model)
             for key, value in arrays.items():

@@ -88,8 +88,11 @@ from .fpmember import (
     TargetData,
     csr_from_arrays,
     csr_to_arrays,
+    finite_array,
     sigmoid,
     standardizer,
+    stored_count,
+    stored_number,
 )
 from .kernel import minmax_kernel, nystrom_projection
 
@@ -304,17 +307,21 @@ class KernelSVR(FingerprintMember):
     def _restore(self, t: dict, arrays: Mapping, prefix: str) -> KernelModel:
         if t["mode"] not in ("svr", "ridge", "klr"):
             raise PredictorFileError(f"unknown {self.kind} target mode {t['mode']!r}")
+        if (t["mode"] == "klr") != (self.info.task != "regression"):  # a regressor's values read as P(1), or not
+            raise PredictorFileError(f"target mode {t['mode']!r} does not fit a {self.info.task} task "
+                                     f"({'klr' if self.info.task != 'regression' else 'svr or ridge'} does)")
         fingerprint = t.get("fingerprint", "morgan")  # runs saved before fingerprint kinds read Morgan counts
         try:
             parts = len(parse_kinds(fingerprint))
         except ValueError as exc:
             raise PredictorFileError(str(exc)) from None
-        support = csr_from_arrays(arrays, f"{prefix}.support", parts * int(t["size"]))
-        coef = np.asarray(arrays[f"{prefix}.coef"], dtype=np.float64)
+        radius, size = stored_count(t, "radius", 0), stored_count(t, "size", 1)
+        support = csr_from_arrays(arrays, f"{prefix}.support", parts * size)
+        coef = finite_array(arrays[f"{prefix}.coef"], f"{prefix}.coef")
         if coef.shape != (support.shape[0],):
             raise PredictorFileError(f"{prefix} has {coef.size} coefficients for {support.shape[0]} stored fingerprints")
-        return KernelModel(t["mode"], int(t["radius"]), int(t["size"]), support, coef, float(t["intercept"]),
-                           float(t["y_mean"]), float(t["y_std"]), fingerprint=fingerprint)
+        return KernelModel(t["mode"], radius, size, support, coef, stored_number(t, "intercept"),
+                           stored_number(t, "y_mean"), stored_number(t, "y_std", positive=True), fingerprint=fingerprint)
 
 
 def _values(v) -> list:

@@ -100,6 +100,11 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     return ckpt
 
 
+def first_nonfinite(tensors: dict) -> str | None:
+    """The name of the first floating-point tensor of ``tensors`` holding NaN or inf, or ``None``."""
+    return next((k for k, v in tensors.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+
+
 def _text_file(path: Path) -> str | None:
     """What a text file given as a checkpoint is (``"a text file (CSV)"``), or None for a file that
     may be one: torch's zip archive (``PK``), a legacy pickle (``0x80``) or any binary content."""
@@ -148,6 +153,11 @@ def _check_structure(ckpt, path: Path) -> None:
     for key in ("target_mean", "target_std"):
         if not isinstance(ckpt[key], torch.Tensor):
             raise CheckpointError(f"{path}: {key!r} must be a tensor, got {type(ckpt[key]).__name__}.")
+    bad = first_nonfinite({**ckpt["model"], "target_mean": ckpt["target_mean"], "target_std": ckpt["target_std"]})
+    if bad is not None or bool((ckpt["target_std"] <= 0).any()):  # every prediction would be NaN, or scaled by 0
+        raise CheckpointError(f"{path}: {'its ' + bad + ' holds NaN or inf' if bad else 'its target_std is not positive'}"
+                              "; a run's checkpoint never does (it was damaged, or saved after training diverged): "
+                              "use another checkpoint of the run, or train again")
     _check_info(ckpt["info"], path, written_by)
     if isinstance(ckpt["config"], dict):  # configs of older siggate versions -> current schema
         from ..config import split_resolved, upgrade_config_dict

@@ -121,6 +121,23 @@ def prepare_data_ranked(data: DataConfig, encodings: Encodings | ModelConfig, se
     return ds
 
 
+def check_labelled(train, info: TaskInfo) -> None:
+    """Refuse (:class:`~siggate.data.base.DataError`) a target with no label among the training
+    rows: the GNN cannot learn it (a regression's normalisation was NaN, and so was every
+    prediction of it; a classifier's, an untrained logit), as the fingerprint members refuse it."""
+    if info.task == "multiclass" or not len(train):
+        return
+    from ..data.base import DataError
+
+    y = torch.cat([label_rows(g, info, "train") for g in train])
+    counts = torch.isfinite(y).sum(0)
+    empty = [name for name, c in zip(info.target_names, counts.tolist()) if c == 0]
+    if empty:
+        raise DataError(f"target {empty[0]!r}{f' (and {len(empty) - 1} more)' if len(empty) > 1 else ''} has no label "
+                        f"among the {y.shape[0]} training rows (its labels are all in val or test), so the GNN cannot "
+                        "learn it: label some training molecules, or leave the target out")
+
+
 def target_stats(train, info: TaskInfo) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-target mean and std over the training labels (graphs, or nodes of the train
     split; NaN labels ignored). A constant target's std is 1 (its labels normalise to 0); any

@@ -141,7 +141,9 @@ def read_init(source: str | InitWeights) -> InitWeights:
         raise ConfigError(f"train.init: {path} is not a weights file siggate can read (its weights, config or "
                           f"resolved values are not siggate's); give 'pretrained', a pretrained.pt, a checkpoint or "
                           f"{NO_INIT}")
-    bad = next((k for k, v in blob["model"].items() if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+    from .checkpoint import first_nonfinite
+
+    bad = first_nonfinite(blob["model"])
     if bad is not None:  # every batch's loss would be NaN: a run that stops, or under --on-nan skip trains nothing
         raise ConfigError(f"train.init: {path} holds non-finite weights (NaN or inf in {bad}); they cannot start "
                           f"training: pretrain again, give other weights, or train from scratch with --init {NO_INIT}")
