@@ -5,8 +5,8 @@ split is never read), missing labels, the Nyström path, and storage without pic
 from __future__ import annotations
 
 import json
-import shutil
 import pickle
+import shutil
 
 import numpy as np
 import pytest
