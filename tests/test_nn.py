@@ -826,3 +826,30 @@ def test_ogb_features_without_bond_features_or_of_another_width_are_named():
     assert model(data).shape == (1, 1)
     with pytest.raises(ValueError, match=r"OGBAtomEncoder reads \[rows, 9\] integer features .* got shape \(3, 5\)"):
         OGBAtomEncoder(8)(torch.zeros(3, 5, dtype=torch.long))
+
+
+def test_layer_arguments_are_refused_where_given_and_an_empty_batch_attends_to_nothing():
+    """A reader's hunt: GPSLayer(8.0) raised a torch TypeError from its local branch; attn=False
+    ignored a misspelt attn_kwargs key; expander_seed=0.5 was truncated to 0 and 2**70 drew seed
+    0's expanders; pe_steps=0 with pe='rwse' built an encoder of no input; a batch of no node
+    failed to reshape in the padded kernels (reference, sdpa)."""
+    from siggate.nn.attention_types import make_attention
+    from siggate.nn.encoders import NodeEncoder
+    from siggate.nn.exphormer import GatedExphormerAttention
+    from siggate.nn.layer import GPSLayer
+
+    with pytest.raises(ValueError, match=r"dim must be a whole number >= 1, got 8.0"):
+        GPSLayer(8.0)
+    with pytest.raises(ValueError, match=r"attn_kwargs \['bogus'\] are not options of attn_type 'full'"):
+        GPSLayer(8, heads=2, attn=False, attn_kwargs={"bogus": 1})
+    GPSLayer(8, heads=2, attn=False, attn_type="performer", attn_kwargs={"num_features": 4})  # its own options: fine
+    with pytest.raises(ValueError, match=r"expander_seed must be a whole number >= 0, got 0.5"):
+        GatedExphormerAttention(8, 2, expander_seed=0.5)
+    with pytest.raises(ValueError, match=r"expander_seed must be below 2\*\*63"):
+        GatedExphormerAttention(8, 2, expander_seed=2**70)
+    with pytest.raises(ValueError, match=r"pe_steps \(the random-walk steps of pe='rwse'\) must be a whole number >= 1"):
+        NodeEncoder("ogb", 16, pe="rwse", pe_steps=0, pe_dim=4)
+    for impl in ("reference", "sdpa", "packed"):
+        attn = make_attention("full", 8, 2, impl=impl).eval()
+        layout = attn.make_layout(torch.zeros(0, dtype=torch.long), torch.zeros(2, 0, dtype=torch.long), 2, impl, False)
+        assert attn.forward_nodes(torch.zeros(0, 8), layout).shape == (0, 8)

@@ -168,6 +168,8 @@ def plot(res: dict, path: Path) -> Path:
 
 def main(args) -> int:
     out, progress = start(args, min_epochs=1)
+    if not 0 < args.collapse <= 1:  # (NaN too) a normalized entropy lies in [0, 1]: -1 counted no head, 5 every one
+        raise CLIError(f"--collapse: {args.collapse} is no normalized entropy; give a threshold in (0, 1], e.g. 0.2")
     cfg = config_from(args, owned={"train.epochs": "from --epochs", "model.gate": "from --gates",
                                    "train.seed": "from --seeds"})
     require_attention(cfg, "entropy")

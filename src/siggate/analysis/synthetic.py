@@ -445,6 +445,10 @@ def main(args) -> int:
                  modes=parse_list(args.attention or ATTENTION_MODES, flag="--attention", choices=ATTENTION_MODES),
                  gates=parse_list(args.gates or GATES, flag="--gates", choices=GATES),
                  biases=parse_list(args.biases, float, "--biases"), noises=parse_list(args.noises, float, "--noises"))
+    for flag, values in (("--noise", [args.noise]), ("--noises", lists["noises"]), ("--biases", lists["biases"])):
+        bad = next((v for v in values if not math.isfinite(v) or (flag != "--biases" and v < 0)), None)
+        if bad is not None:  # (a noise's scale -1 drew what 1 does, recorded as -1; NaN drew NaN graphs)
+            raise CLIError(f"{flag}: {bad} is not a {'finite number' if flag == '--biases' else 'noise scale >= 0'}")
     res = run_synthetic(
         draws=args.draws, nodes=args.nodes, dim=args.dim, heads=args.heads, noise=args.noise,
         propagate_steps=args.propagate, seed=args.seed, **lists,

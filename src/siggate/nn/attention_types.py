@@ -47,16 +47,23 @@ def make_attention(attn_type: str, dim: int, heads: int = GPSOptions.heads, attn
     the shared arguments (:func:`shared_options`: the gate, ``attn_dropout``, ``bias``,
     ``impl``), ``attn_kwargs`` the type's own (:func:`type_options`). Unknown names and keys
     are refused with the allowed ones."""
+    attn_kwargs = check_type_options(attn_type, attn_kwargs)
+    check_shared_options(kwargs)
+    return ATTENTION_TYPES[attn_type](dim, heads, **kwargs, **attn_kwargs)
+
+
+def check_type_options(attn_type: str, attn_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """``attn_kwargs`` as a dict, refused (``ValueError``) for an unknown ``attn_type`` or a key that
+    is not one of its options (:func:`type_options`); a layer without attention checks them too,
+    so that a misspelt option is not ignored until the branch is switched on."""
     if attn_type not in ATTENTION_TYPES:
         raise ValueError(f"attn_type must be one of {tuple(ATTENTION_TYPES)}, got {attn_type!r}")
-    cls = ATTENTION_TYPES[attn_type]
     attn_kwargs = dict(attn_kwargs or {})
     own = type_options(attn_type)
     unknown = sorted(set(attn_kwargs) - set(own))
     if unknown:
         raise ValueError(f"attn_kwargs {unknown} are not options of attn_type {attn_type!r} (its options: {own})")
-    check_shared_options(kwargs)
-    return cls(dim, heads, **kwargs, **attn_kwargs)
+    return attn_kwargs
 
 
 def params(fn) -> list[str]:

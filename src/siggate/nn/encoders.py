@@ -229,6 +229,9 @@ class NodeEncoder(nn.Module):
             raise ValueError(f"pe must be one of {sorted(PE_ENCODERS) + ['none']}, got {pe!r}")
         if pe != "none" and not 0 < pe_dim < dim:
             raise ValueError(f"pe_dim must be in (0, dim={dim}) when pe={pe!r}, got {pe_dim}")
+        if pe != "none":  # (0 built an encoder of no input: the encoding silently absent)
+            check_whole(f"pe_steps (the {'random-walk steps' if pe == 'rwse' else 'eigenvectors'} of pe={pe!r})",
+                        pe_steps, 1)
         if node_features == "dense" and not num_node_features > 0:
             raise ValueError(f"node_features='dense' needs num_node_features > 0 (the float columns of x), "
                              f"got {num_node_features}")

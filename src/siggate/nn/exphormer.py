@@ -293,6 +293,9 @@ class GatedExphormerAttention(GatedAttentionBase):
         if expander_degree_total % 2:
             raise ValueError(f"expander_degree_total must be even and >= 0, got {expander_degree_total}")
         check_whole("num_virtual_nodes", num_virtual_nodes, 0)
+        check_whole("expander_seed", expander_seed, 0)  # (0.5 was truncated to 0)
+        if expander_seed >= 2**63:  # (the generator's seed wraps: 2**70 drew seed 0's expanders)
+            raise ValueError(f"expander_seed must be below 2**63, got {expander_seed}")
         self.impl = impl
         self.expander_degree_total = expander_degree_total
         self.num_virtual_nodes = num_virtual_nodes

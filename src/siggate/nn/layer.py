@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from ..options import GPSOptions
 from .attention import ATTN_IMPLS, check_whole
-from .attention_types import check_shared_options, make_attention, params, shared_options
+from .attention_types import check_shared_options, check_type_options, make_attention, params, shared_options
 from .kernels.fused_blocks import FoldedGPSLayer, GINEResidual, MLPResidual
 from .kernels.layout import DenseIndex, batch_vector, check_edge_features  # noqa: F401 (DenseIndex re-exported: siggate.nn.layer.DenseIndex)
 
@@ -197,6 +197,7 @@ class GPSLayer(nn.Module):
         **attention_options,
     ) -> None:
         super().__init__()
+        check_whole("dim", dim, 1)  # (a float reached the local branch's Linear: a torch TypeError)
         if local != "none" and local not in LOCAL_MODELS:
             raise ValueError(f"local must be one of {sorted(LOCAL_MODELS) + ['none']}, got {local!r}")
         if local == "none" and not attn:
@@ -212,6 +213,7 @@ class GPSLayer(nn.Module):
         self.local = None if local == "none" else LOCAL_MODELS[local](dim, dropout=dropout)
         self.norm_local = nn.BatchNorm1d(dim) if self.local is not None else None
         check_shared_options(attention_options)
+        check_type_options(attn_type, attn_kwargs)  # (ignored without the branch: a misspelt key went unseen)
         self.attn = make_attention(attn_type, dim, heads, attn_kwargs, impl=impl, **attention_options) if attn else None
         self.norm_attn = nn.BatchNorm1d(dim) if attn else None
         ffn_dim = 2 * dim if ffn_dim is None else ffn_dim

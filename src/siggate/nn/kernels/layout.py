@@ -364,11 +364,11 @@ class DenseIndex:
         """``[num_nodes, d] -> [B, N_max, d]`` (zeros at padding)."""
         out = x.new_zeros(self.batch_size * self.max_nodes, x.size(-1))
         out[self.flat] = x
-        return out.view(self.batch_size, self.max_nodes, -1)
+        return out.view(self.batch_size, self.max_nodes, x.size(-1))  # (no -1: a batch of no node has 0 elements)
 
     def to_sparse(self, x: Tensor) -> Tensor:
         """``[B, N_max, d] -> [num_nodes, d]``."""
-        return x.reshape(self.batch_size * self.max_nodes, -1)[self.flat]
+        return x.reshape(self.batch_size * self.max_nodes, x.size(-1))[self.flat]
 
 
 class GraphSegments:
