@@ -562,8 +562,9 @@ def test_fit_never_replaces_files_no_fit_made(molecules, tmp_path):
     est = siggate.SigGateRegressor(members="svr", threads=1, out_dir=out)
     with pytest.raises(ValueError) as caught:
         est.fit(smiles[:30], y[:30])
-    assert str(caught.value) == (f"out_dir {out} holds best.pt, splits.csv, tb/, which a fit would write over, and no "
-                                 "earlier fit made them: choose another out_dir, or move them")
+    assert str(caught.value) == (f"out_dir {out} holds best.pt, splits.csv, tb/, of the names siggate's runs write (a "
+                                 "fit writes some of them, by its members), and no earlier fit made them: choose "
+                                 "another out_dir, or move them")
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
         "best.pt", "notes.txt", "splits.csv", "tb", "tb/events.txt"]
     for name in ("best.pt", "splits.csv"):
@@ -886,6 +887,15 @@ def test_the_command_line_names_the_class_a_fit_classifiers_probability_is_of(mo
     reg = siggate.SigGateRegressor(**FP, out_dir=tmp_path / "reg").fit(smiles[:40], y[:40])
     rc, _, err = run_cli(["predict", "--checkpoint", str(reg.out_dir), smiles[41]], capsys)
     assert rc == 0 and "note:" not in err  # a regressor's run: nothing to say
+    # a damaged or edited record dropped the note without a word, or printed classes a fit never writes
+    record = tmp_path / "clf" / "estimator.json"
+    kept = json.loads(record.read_text())
+    for text, said in (("{", "cannot be read, so which class a probability here is of is not known"),
+                       (json.dumps({**kept, "classes": ["a", "b", "c"], "probability_of": "zzz"}),
+                        "names the classes ['a', 'b', 'c'] and a probability of 'zzz', which a fit never writes")):
+        record.write_text(text)
+        rc, _, err = run_cli(["predict", "--checkpoint", str(tmp_path / "clf"), smiles[41]], capsys)
+        assert rc == 0 and f"siggate predict: note: {record} {said}" in err, err
 
 
 def test_threads_zero_is_torchs_choice_not_the_recipes_one(molecules, tmp_path):
@@ -896,6 +906,4 @@ def test_threads_zero_is_torchs_choice_not_the_recipes_one(molecules, tmp_path):
     smiles, y = molecules
     siggate.SigGateRegressor(members="rf", threads=0, out_dir=tmp_path / "run",
                              overrides=("members.rf.n_estimators=10",)).fit(smiles[:30], y[:30])
-    import yaml
-
     assert yaml.safe_load((tmp_path / "run" / "members.yaml").read_text())["train"]["threads"] == 0

@@ -191,8 +191,8 @@ def _claimed(out: Path | None):
         if not ours:  # no earlier fit's: files of the names a fit writes are someone's own, not to be replaced
             clashing = run_output_names(out)
             if clashing:
-                raise ValueError(f"out_dir {out} holds {clashing}, "
-                                 "which a fit would write over, and no earlier fit made them: choose another out_dir, "
+                raise ValueError(f"out_dir {out} holds {clashing}, of the names siggate's runs write (a fit writes "
+                                 "some of them, by its members), and no earlier fit made them: choose another out_dir, "
                                  "or move them")
         marker, begun = out / ESTIMATOR_RECORD, False
 

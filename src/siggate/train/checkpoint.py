@@ -59,14 +59,16 @@ def atomic_save(obj, path: str | Path) -> None:
 REQUIRED_KEYS = ("format", "siggate_version", "config", "info", "model", "target_mean", "target_std")
 
 
-def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
+def load_checkpoint(path: str | Path, map_location="cpu", finite: bool = True) -> dict:
     """Load a siggate checkpoint safely (``weights_only=True``) and check it.
 
     Raises :class:`CheckpointError` naming what is wrong: a missing or unreadable file, a
     truncated or corrupt one, one that holds Python objects other than tensors and plain
     containers (never unpickled: a crafted payload is refused before it can run), one
     written by a newer siggate (format number), or one whose entries, config or task
-    description do not fit this version.
+    description do not fit this version; with ``finite`` (a checkpoint read to predict), one
+    whose weights or target scale hold NaN or inf. Training reads its own checkpoints with
+    ``finite=False``: a diverged run that an analysis records keeps its (NaN) weights.
     """
     path = Path(path)
     if not path.exists():
@@ -96,7 +98,7 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
             f"cannot read checkpoint {path}: the file is truncated or corrupt ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else 'unexpected end of file'})."
         ) from None
-    _check_structure(ckpt, path)
+    _check_structure(ckpt, path, finite)
     return ckpt
 
 
@@ -126,7 +128,7 @@ def _text_file(path: Path) -> str | None:
     return f"a text file ({kind})"
 
 
-def _check_structure(ckpt, path: Path) -> None:
+def _check_structure(ckpt, path: Path, finite: bool = True) -> None:
     if not isinstance(ckpt, dict) or "format" not in ckpt or "model" not in ckpt:
         raise CheckpointError(f"{path} is not a siggate checkpoint (no 'format'/'model' entries).")
     fmt = ckpt["format"]
@@ -154,7 +156,7 @@ def _check_structure(ckpt, path: Path) -> None:
         if not isinstance(ckpt[key], torch.Tensor):
             raise CheckpointError(f"{path}: {key!r} must be a tensor, got {type(ckpt[key]).__name__}.")
     bad = first_nonfinite({**ckpt["model"], "target_mean": ckpt["target_mean"], "target_std": ckpt["target_std"]})
-    if bad is not None or bool((ckpt["target_std"] <= 0).any()):  # every prediction would be NaN, or scaled by 0
+    if finite and (bad is not None or bool((ckpt["target_std"] <= 0).any())):  # every prediction would be NaN, or scaled by 0
         raise CheckpointError(f"{path}: {'its ' + bad + ' holds NaN or inf' if bad else 'its target_std is not positive'}"
                               "; a run's checkpoint never does (it was damaged, or saved after training diverged): "
                               "use another checkpoint of the run, or train again")

@@ -121,7 +121,7 @@ def read_resume(path: Path, ctx: DistContext | None = None) -> dict | None:
     res: tuple = (None, None)
     if ctx.is_main and path.exists():
         try:
-            res = (load_checkpoint(path), None)
+            res = (load_checkpoint(path, finite=False), None)  # (a diverged run an analysis records resumes too)
         except CheckpointError as exc:
             res = (None, str(exc))
     ckpt, err = ctx.broadcast(res)

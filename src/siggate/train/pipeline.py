@@ -128,5 +128,5 @@ def best_predictions(run: Run, best_path: Path, splits=("val", "test")) -> dict:
     """``{split: predictions}`` of the best epoch's weights (``best_path``) on ``splits``, in
     target units (probabilities for classification)."""
     model = copy.deepcopy(run.model)
-    model.load_state_dict(load_checkpoint(best_path)["model"])
+    model.load_state_dict(load_checkpoint(best_path, finite=False)["model"])  # (a recorded diverged run's too)
     return split_probabilities(model, run.ds, splits, run.mean, run.std, run.train_cfg.eval_batch_size, run.device)

@@ -455,8 +455,17 @@ def estimator_classes_note(checkpoint) -> str | None:
     classes): which class its probability is of, in words for ``predict``, ``evaluate`` and
     ``explain``, whose columns are 0 and 1; ``None`` for any other run."""
     record = estimator_record(checkpoint)
+    folder = Path(checkpoint) if Path(checkpoint).is_dir() else Path(checkpoint).parent
+    if not record and (folder / ESTIMATOR_RECORD).is_file():  # (damaged: its note was dropped without a word)
+        return (f"{folder / ESTIMATOR_RECORD} cannot be read, so which class a probability here is of is not known: "
+                "if an estimator's fit made this run, it is of the estimator's classes_[1]")
     if "probability_of" not in record or not isinstance(record.get("classes"), list):
         return None
+    classes = record["classes"]
+    if len(classes) != 2 or record["probability_of"] != classes[1]:
+        return (f"{folder / ESTIMATOR_RECORD} names the classes {classes!r} and a probability of "
+                f"{record['probability_of']!r}, which a fit never writes (two classes, the second's probability): "
+                "it was edited; which class a probability here is of is not known")
     names = record.get("target_names") or ["y"]
     return (f"this run was fit by SigGateClassifier on the classes {', '.join(map(repr, record['classes']))}: its "
             f"{names[0]} is the probability of {record['probability_of']!r}, and a label of 1 means "
