@@ -599,6 +599,12 @@ def test_a_dataframes_column_name_is_kept_and_checked_at_predict(molecules):
             est.predict_interval(pd.DataFrame({"SMILES": smiles[40:43]}))
     with pytest.raises(ValueError, match=r"X must be a sequence of SMILES strings \(\[n\] or \[n, 1\]\), got shape"):
         est.predict(pd.DataFrame({"smiles": smiles[40:43], "y": y[40:43]}))
+    for missing in (np.nan, None, pd.NA):  # an empty CSV cell: "row 1 is float" named no cause
+        with pytest.raises(ValueError, match=r"X must hold SMILES strings; row 1 is a missing value \(.*, an empty "
+                                             r"cell\): drop the rows without a SMILES first"):
+            est.predict(pd.DataFrame({"smiles": [smiles[40], missing, smiles[41]]}))
+    with pytest.raises(ValueError, match=r"X must hold SMILES strings; row 0 is int$"):
+        est.predict([5])
     est.fit(smiles[:40], y[:40])
     assert not hasattr(est, "feature_names_in_")
     with pytest.warns(UserWarning, match="^X has feature names, but SigGateRegressor was fitted without feature names$"):

@@ -39,6 +39,7 @@ import copy
 import csv
 import json
 import logging
+import math
 import numbers
 import os
 import random
@@ -110,7 +111,11 @@ def _smiles(X) -> list[str]:
         raise ValueError(f"X must be a sequence of SMILES strings ([n] or [n, 1]), got shape {arr.shape}")
     bad = [i for i, s in enumerate(arr) if not isinstance(s, str)]
     if bad:
-        raise ValueError(f"X must hold SMILES strings; row {bad[0]} is {type(arr[bad[0]]).__name__}")
+        value = arr[bad[0]]
+        if value is None or (isinstance(value, float) and math.isnan(value)) or type(value).__name__ == "NAType":
+            raise ValueError(f"X must hold SMILES strings; row {bad[0]} is a missing value ({value!r}, an empty cell): "
+                             "drop the rows without a SMILES first (e.g. df.dropna(subset=[...]))")
+        raise ValueError(f"X must hold SMILES strings; row {bad[0]} is {type(value).__name__}")
     return [str(s) for s in arr]
 
 
