@@ -102,9 +102,21 @@ def load_checkpoint(path: str | Path, map_location="cpu", finite: bool = True) -
     return ckpt
 
 
+#: the state entries whose inf is a value: a constant molecule feature's std (its column is 0 for every molecule)
+INF_ALLOWED = ("mol_std",)
+
+
 def first_nonfinite(tensors: dict) -> str | None:
-    """The name of the first floating-point tensor of ``tensors`` holding NaN or inf, or ``None``."""
-    return next((k for k, v in tensors.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+    """The name of the first floating-point tensor of ``tensors`` holding NaN, or inf outside
+    :data:`INF_ALLOWED`, or ``None``."""
+    def bad(name: str, v) -> bool:
+        if not v.is_floating_point():
+            return False
+        if name.rsplit(".", 1)[-1] in INF_ALLOWED:
+            return bool(torch.isnan(v).any())
+        return not bool(torch.isfinite(v).all())
+
+    return next((k for k, v in tensors.items() if bad(k, v)), None)
 
 
 def _text_file(path: Path) -> str | None:
