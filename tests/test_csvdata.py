@@ -110,7 +110,9 @@ def test_multilabel_keeps_missing_labels(csv_file, tmp_path):
     ds2 = load_csv(csv_file, "smiles", ["y2", "y1"], "multilabel", split="random", cache_dir=tmp_path)
     bad = {r.index: r.reason for r in ds2.invalid}
     assert 7 not in bad and 11 not in bad
-    assert "label '1.5' is not 0 or 1" in bad[0] and "'abc' is not a number" in bad[6]
+    assert "label '1.5' is not 0 or 1" in bad[0] and 6 not in bad  # 'abc' beside y2's 1: that cell is missing
+    assert {n.index: n.issue for n in ds2.notes}[6] == "label left out"
+    assert {g.idx: g for g in _all(ds2)}[6].y[0, 0] == 1 and math.isnan({g.idx: g for g in _all(ds2)}[6].y[0, 1])
     g7 = {g.idx: g for g in _all(ds2)}[7]
     assert g7.y.shape == (1, 2) and torch.isnan(g7.y).all()
 
@@ -776,7 +778,7 @@ def test_an_empty_target_column_passes_for_evaluate_only_beside_a_labelled_one(t
     from siggate.data.csvdata import check_any_numeric, read_labels
 
     frame = pd.DataFrame({"a": ["0", "1", "1"], "b": ["", "", ""], "c": ["x", "y", ""]})
-    y, _ = read_labels(tmp_path / "f.csv", frame, ["a", "b", "c"], "multilabel")
+    y, _, _ = read_labels(tmp_path / "f.csv", frame, ["a", "b", "c"], "multilabel")
     check_any_numeric(tmp_path / "f.csv", frame, ["a", "b"], y[:, :2], allow_empty=True)
     with pytest.raises(DataError, match="'b' is empty in every row"):
         check_any_numeric(tmp_path / "f.csv", frame, ["a", "b"], y[:, :2])
@@ -842,12 +844,14 @@ def test_no_data_markers_are_missing_labels_and_evaluate_scores_a_mostly_unlabel
     from siggate.data.csvdata import DataError, check_any_numeric, read_labels
 
     frame = pd.DataFrame({"a": ["1", "2", "3", "4"], "b": ["ND", "n.d.", "\u2013", "x"]})
-    y, errors = read_labels("f.csv", frame, ["a", "b"], "regression")
-    assert np.isnan(y[:, 1]).all() and errors[:3] == [None, None, None] and "'x' is not a number" in errors[3]
-    y, errors = read_labels("f.csv", pd.DataFrame({"a": ["5\u201310", "\u22121"]}), ["a"], "regression")
+    y, errors, left_out = read_labels("f.csv", frame, ["a", "b"], "regression")
+    # 'x' beside a's label 4: that cell is missing, the row's a kept (the whole row was dropped)
+    assert np.isnan(y[:, 1]).all() and errors == [None] * 4 and y[3, 0] == 4
+    assert left_out == {3: "target column 'b': 'x' is not a number"}
+    y, errors, _ = read_labels("f.csv", pd.DataFrame({"a": ["5\u201310", "\u22121"]}), ["a"], "regression")
     assert errors[0] == "target column 'a': '5\u201310' is not a number" and y[1, 0] == -1  # as the file wrote it
     frame = pd.DataFrame({"a": ["1", "2", "3", "4"], "b": ["5", "x", "y", "z"]})
-    y, _ = read_labels("f.csv", frame, ["a", "b"], "regression")
+    y, _, _ = read_labels("f.csv", frame, ["a", "b"], "regression")
     check_any_numeric("f.csv", frame, ["a", "b"], y, allow_empty=True)  # evaluate: counted, not refused
     with pytest.raises(DataError, match=r"f.csv: target column 'b': 3 of its 4 values are not numbers"):
         check_any_numeric("f.csv", frame, ["a", "b"], y)
@@ -919,3 +923,25 @@ def test_a_quote_never_closed_is_refused_where_it_opened_not_read_to_the_end(tmp
     assert list(records.lines) == [2, 3, 4, 6]
     ds = load_csv(odd, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
     assert not ds.invalid
+
+
+def test_a_bad_cell_of_one_target_keeps_the_rows_other_labels(tmp_path):
+    """One censored, infinite or non-0/1 cell dropped its whole row, losing the row's good labels
+    of the other targets (the README's own fix, an empty cell, keeps them): the cell is missing
+    now, the row kept with a 'label left out' note; a row with no other label is still dropped."""
+    smiles = ["CCO", "CCN", "CCC", "c1ccccc1", "CCCl", "CCBr", "CCOC", "CCNC", "c1ccncc1", "CC(C)O"]
+    a = ["1.0", "2.0", "3.0", "4.0", "5.0", "6.0", "7.0", "8.0", "", "10.0"]
+    b = ["0.5", ">100", "1.5", "inf", "2.5", "3.0", "3.5", "4.0", "<2", "5.0"]
+    path = tmp_path / "two.csv"
+    path.write_text("smiles,a,b\n" + "".join(f"{s},{x},{y}\n" for s, x, y in zip(smiles, a, b)))
+    ds = load_csv(path, "smiles", ["a", "b"], "regression", split="random", cache_dir=tmp_path / "cache")
+    got = {g.smiles: g.y[0].tolist() for g in _all(ds)}
+    assert got["CCN"][0] == 2.0 and math.isnan(got["CCN"][1])  # '>100' missing, a's 2.0 kept
+    assert got["c1ccccc1"][0] == 4.0 and math.isnan(got["c1ccccc1"][1])
+    assert "c1ccncc1" not in got  # '<2' beside an empty a: nothing left, dropped as before
+    assert {r.index: r.reason for r in ds.invalid} == {
+        8: "target column 'b': '<2' is not a number (censored: a bound, not a measurement)"}
+    notes = {n.index: (n.issue, n.detail) for n in ds.notes}
+    assert notes[1] == ("label left out", "target column 'b': '>100' is not a number (censored: a bound, not a "
+                        "measurement): that target is missing for this row, its other targets' labels are kept")
+    assert notes[3][1].startswith("target column 'b': 'inf' is not finite")

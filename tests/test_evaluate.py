@@ -97,7 +97,7 @@ def test_external_csv_with_bad_and_unlabelled_rows(ensemble2, tmp_path, capsys, 
                             "--target-col", "logS"], capsys)
     assert rc == 0, err
     res = json.loads(out)
-    assert res["rows"] == {"rows": 14, "scored": 12, "invalid": 1, "unlabelled": 1, "bad_label": 0, "malformed": 0,
+    assert res["rows"] == {"rows": 14, "scored": 12, "invalid": 1, "unlabelled": 1, "bad_label": 0, "bad_label_cell": 0, "malformed": 0,
                            "fitted": 0}  # none of the training molecules
     pred = np.array(_predict(run, smiles, tmp_path, capsys))
     want = float(np.mean(np.abs(pred - np.array(labels))))
@@ -239,7 +239,7 @@ def test_external_labels_are_read_as_training_reads_them(ensemble2, tmp_path, ca
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(ext)], capsys)
     assert rc == 0, err
     res = json.loads(out)
-    assert res["rows"] == {"rows": 13, "scored": 10, "invalid": 0, "unlabelled": 1, "bad_label": 2, "malformed": 0,
+    assert res["rows"] == {"rows": 13, "scored": 10, "invalid": 0, "unlabelled": 1, "bad_label": 2, "bad_label_cell": 0, "malformed": 0,
                            "fitted": 0}
     pred = np.array(_predict(ens, smiles, tmp_path, capsys))
     assert res["data"] == pytest.approx(float(np.mean(np.abs(pred - np.array(labels)))), rel=1e-4, abs=1e-5)

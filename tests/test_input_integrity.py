@@ -134,7 +134,7 @@ def test_evaluate_counts_rows_with_extra_fields_apart(ckpt, tmp_path, capsys, ca
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data)], capsys)
     assert rc == 0, err
     res = json.loads(out)
-    assert res["rows"] == {"rows": 3, "scored": 2, "invalid": 0, "unlabelled": 0, "bad_label": 0, "malformed": 1,
+    assert res["rows"] == {"rows": 3, "scored": 2, "invalid": 0, "unlabelled": 0, "bad_label": 0, "bad_label_cell": 0, "malformed": 1,
                            "fitted": 0}
     assert any("1 rows have more fields than the header (first: line 3)" in r.getMessage() for r in caplog.records)
 

@@ -336,11 +336,19 @@ def _label_text(column: pd.Series) -> pd.Series:
     return column.astype(str).str.strip().str.translate(_MINUS_SIGNS)
 
 
+#: the data report's issue of a row kept with a label cell read as missing (:func:`read_labels`)
+LABEL_LEFT_OUT = "label left out"
+
+
 def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: str,
-                decimal: str = ".", lines=None) -> tuple[np.ndarray, list[str | None]]:
-    """Parse target columns: float array [n, T] (NaN = missing) and a per-row error (or None), the
-    one reading of labels for training and for ``siggate evaluate --data``; ``lines``: the rows'
-    file lines (:attr:`Records.lines`), which refusals name.
+                decimal: str = ".", lines=None) -> tuple[np.ndarray, list[str | None], dict[int, str]]:
+    """Parse target columns: float array [n, T] (NaN = missing), a per-row error (or None) and the
+    rows whose unreadable cells were left out (``{row: why}``), the one reading of labels for
+    training and for ``siggate evaluate --data``; ``lines``: the rows' file lines
+    (:attr:`Records.lines`), which refusals name. A cell that is not a number (censored ``>100``)
+    or not finite is missing for its target: a row with a label of another target keeps it
+    (``left out``), a row with none is an error (its first such cell named). A class other than
+    0/1 makes its row an error.
 
     Raises:
         DataError: numbers not all written with the ``decimal`` mark (:func:`_check_decimal_marks`).
@@ -348,6 +356,7 @@ def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: s
     n = len(frame)
     y = np.full((n, len(target_cols)), np.nan, dtype=np.float64)
     errors: list[str | None] = [None] * n
+    cell: dict[int, str] = {}  # row -> its first cell that is no label
     for t, col in enumerate(target_cols):
         raw = _label_text(frame[col])
         missing = raw.str.lower().isin(_MISSING).to_numpy()
@@ -357,26 +366,34 @@ def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: s
         unread = np.flatnonzero(~missing & np.isnan(values))
         written = frame[col].astype(str).str.strip()  # the cell as the file has it, for the messages
         for i in unread:
-            errors[i] = errors[i] or f"target column {col!r}: {written.iat[i]!r} is not a number" + (
-                " (censored: a bound, not a measurement)" if _CENSORED.match(raw.iat[i]) else "")
+            cell.setdefault(i, f"target column {col!r}: {written.iat[i]!r} is not a number" + (
+                " (censored: a bound, not a measurement)" if _CENSORED.match(raw.iat[i]) else ""))
         values[missing] = np.nan
         bad_inf = np.abs(np.nan_to_num(values)) > np.finfo(np.float32).max  # infinite, or so once stored as float32
         for i in np.flatnonzero(bad_inf):
-            errors[i] = errors[i] or (f"target column {col!r}: {written.iat[i]!r} is not finite"
-                                      if np.isinf(values[i])
-                                      else f"target column {col!r}: {written.iat[i]!r} is beyond float32's range "
-                                           "(about ±3.4e38) in which labels are kept")
-        if task in ("binary", "multilabel"):
+            cell.setdefault(i, f"target column {col!r}: {written.iat[i]!r} is not finite" if np.isinf(values[i])
+                            else f"target column {col!r}: {written.iat[i]!r} is beyond float32's range "
+                                 "(about ±3.4e38) in which labels are kept")
+        values[bad_inf] = np.nan
+        if task in ("binary", "multilabel"):  # another class than 0/1 says the row (or the task) is wrong: dropped
             ok = np.isnan(values) | (values == 0) | (values == 1)
-            for i in np.flatnonzero(~ok & ~bad_inf):
-                errors[i] = errors[i] or f"target column {col!r}: label {written.iat[i]!r} is not 0 or 1"
+            for i in np.flatnonzero(~ok):
+                errors[i] = errors[i] or cell.get(i) or f"target column {col!r}: label {written.iat[i]!r} is not 0 or 1"
         y[:, t] = values
+    left_out = {}
+    for i, why in sorted(cell.items()):  # a row's other targets' labels are not lost with the cell
+        if errors[i]:
+            continue
+        if np.isfinite(y[i]).any():
+            left_out[i] = why
+        else:
+            errors[i] = why
     if task in ("regression", "binary"):
         for i in np.flatnonzero(np.isnan(y).all(axis=1)):
             errors[i] = errors[i] or (
                 MISSING_TARGET if len(target_cols) == 1 else f"{MISSING_TARGET} (all of {target_cols} are empty)"
             )
-    return y, errors
+    return y, errors, left_out
 
 
 def _check_decimal_marks(path: Path, col: str, raw: pd.Series, missing: np.ndarray, values: np.ndarray,
@@ -609,7 +626,7 @@ def build_csv(
     if frame.empty:
         raise DataError(f"{path}: {NO_ROWS}")
     lines = records.lines
-    y_all, errors = read_labels(path, frame, target_cols, task, decimal, lines)
+    y_all, errors, left_out = read_labels(path, frame, target_cols, task, decimal, lines)
     check_any_numeric(path, frame, target_cols, y_all, lines=lines)
     check_float32_labels(path, target_cols, y_all)
     smiles_all = frame[smiles_col].astype(str).tolist()
@@ -671,6 +688,9 @@ def build_csv(
     invalid += merged
     for j, g in enumerate(graphs):
         g.y = torch.from_numpy(y_all[g.idx : g.idx + 1].astype(np.float32))
+        if g.idx in left_out:  # (a row of a kept molecule, merged or not)
+            notes.append(RowNote(g.idx, g.smiles, LABEL_LEFT_OUT, f"{left_out[g.idx]}: that target is missing for "
+                                 "this row, its other targets' labels are kept"))
         if g.num_nodes > PREDICT_MAX_ATOMS:
             notes.append(RowNote(g.idx, g.smiles, "large molecule", f"{g.num_nodes} atoms, above siggate predict's "
                                  f"limit of {PREDICT_MAX_ATOMS} (--max-atoms)"))

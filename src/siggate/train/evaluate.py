@@ -181,9 +181,10 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
                     folder: Path | None = None) -> tuple[list, dict]:
     """Graphs of the labelled CSV ``path`` featurized as ``predictor``'s inputs (as ``siggate
     predict`` featurizes SMILES), each with its labels ``y [1, T]``, and ``{"rows", "scored",
-    "invalid", "unlabelled", "bad_label", "malformed"}`` counts (``bad_label``: a label that is not a
-    number, not finite, or not 0/1 for a classifier, read as training reads labels,
-    :func:`~siggate.data.csvdata.read_labels` with ``decimal``; ``malformed``: rows with more fields
+    "invalid", "unlabelled", "bad_label", "bad_label_cell", "malformed"}`` counts (``bad_label``: rows
+    whose only labels are not a number, not finite, or not 0/1 for a classifier, read as training
+    reads labels, :func:`~siggate.data.csvdata.read_labels` with ``decimal``; ``bad_label_cell``:
+    rows scored on their other targets beside such a cell; ``malformed``: rows with more fields
     than the header). Neither is scored; both are reported. A file without ``smiles_col`` is read
     from its ``fallback`` column (:func:`~siggate.train.predict.smiles_column`). ``folder``: where
     ``predictor`` was loaded from (a fingerprint member's run says how it reads a salt); where the
@@ -245,7 +246,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
             table[c] = ""
     ragged = [i for i, r in enumerate(records) if len(r) > len(header)]
     lines = records.lines
-    labels, reasons = read_labels(path, table, cols, info.task, decimal, lines)
+    labels, reasons, left_out = read_labels(path, table, cols, info.task, decimal, lines)
     check_any_numeric(path, table, cols, labels, allow_empty=True, lines=lines)  # metrics skip a target without labels
     featurizer = SmilesPredictor(predictor, domain=False, folder=folder)
     if ragged:  # their fields cannot be matched to the columns: counted, not scored
@@ -257,6 +258,11 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     if bad:
         log.warning("--data %s: %d row(s) have a label that cannot be scored (first: line %d, %s); they are not "
                     "scored", path, len(bad), line_at(lines, bad[0]), reasons[bad[0]])
+    partial = [row for row in left_out if row not in skip]
+    if partial:  # a row's other targets are scored: one bad cell dropped them all before
+        log.warning("--data %s: %d row(s) have a label cell that cannot be scored (first: line %d, %s); that target "
+                    "is not scored for them, their other targets are", path, len(partial),
+                    line_at(lines, partial[0]), left_out[partial[0]])
     graphs, invalid, unlabelled = [], 0, 0
     skip |= set(bad)
     for row, (smiles, y) in enumerate(zip(table[smiles_col], labels)):
@@ -278,7 +284,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
                         f"({invalid} invalid SMILES, {unlabelled} without a label, {len(bad)} with a label that cannot be "
                         "scored)")
     counts = {"rows": len(table), "scored": len(graphs), "invalid": invalid, "unlabelled": unlabelled,
-              "bad_label": len(bad), "malformed": len(ragged)}
+              "bad_label": len(bad), "bad_label_cell": len(partial), "malformed": len(ragged)}
     fitted = _fitted_molecules_of(folder)
     if fitted:
         counts["fitted"] = sum(canonical_smiles(g.smiles) in fitted for g in graphs)  # (a salt: as the run read it)
