@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from siggate.data.csvdata import CSV_VERSION
 from test_bad_inputs import _TRAIN_ARGS, _write_train_csv
 from test_ensemble import _read
 from test_predict import nci_smiles, run_cli
@@ -109,7 +110,8 @@ def test_changed_training_csv_is_named_with_both_hashes(ensemble2, tmp_path, cap
     ens, data, _ = ensemble2
     member = ens / "member1"
     recorded = torch.load(member / "best.pt", weights_only=True)["data_source"]
-    assert recorded == {"csv": str(data.resolve()), "sha256": hashlib.sha256(data.read_bytes()).hexdigest()}
+    assert recorded == {"csv": str(data.resolve()), "sha256": hashlib.sha256(data.read_bytes()).hexdigest(),
+                        "reading": CSV_VERSION}
     original = data.read_bytes()
     try:
         data.write_bytes(original.replace(b",0.", b",9.", 1))

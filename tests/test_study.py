@@ -69,6 +69,21 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
         ": its scores are of the file as it was then"), status.reason
     [planned] = plan([StudyRun("k", run, cfg, None)])
     assert planned.state == "conflict" and planned.error.startswith(f"{run} holds a run of other data ("), planned.error
+    # the same file, read otherwise by this siggate than by the one that started the run: other splits
+    from siggate.data.csvdata import CSV_VERSION
+
+    sha = hashlib.sha256(data.read_bytes()).hexdigest()
+    for reading, state in ((CSV_VERSION, "done"), (CSV_VERSION - 1, "conflict"), (None, "done")):
+        source = {"csv": str(data), "sha256": sha, **({"reading": reading} if reading is not None else {})}
+        (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "_meta": {"git_commit": "x", "resolved": {},
+                                                                           "source": source}}))
+        status = reuse_status(run, cfg)
+        assert status.state == state, (reading, status.reason)
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "_meta": {"git_commit": "x", "resolved": {}, "source": {
+        "csv": str(data), "sha256": sha, "reading": CSV_VERSION - 1}}}))
+    assert reuse_status(run, cfg).reason.startswith(
+        f"{data} is read otherwise by this siggate than when the run started (CSV reading {CSV_VERSION - 1}, now "
+        f"{CSV_VERSION}: other rows may be kept, and the splits differ)")
 
 
 def _call(key, run_dir, value):

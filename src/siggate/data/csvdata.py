@@ -106,8 +106,10 @@ MISSING_TARGET = "missing target"
 #: extra fields are dropped with a reason; 3: rows of only hydrogens or with a wildcard atom '*' are
 #: dropped with a reason (siggate predict refused them; they trained), before the split (which
 #: reshuffled the other rows); 4: the same rows dropped after the splits are drawn, so that every
-#: other row keeps its version-2 split
-CSV_VERSION = 4
+#: other row keeps its version-2 split; 5: a label cell that is no number (or not finite) beside a
+#: label of another target is missing for its target, the row kept (it was dropped); runs record the
+#: version they read the file with (``_meta.source.reading``), and one started with another is not resumed
+CSV_VERSION = 5
 
 
 def _parse_split(split: str) -> str | None:

@@ -77,16 +77,18 @@ def git_commit() -> str | None:
 
 
 def data_source(data: DataConfig) -> dict | None:
-    """Where a CSV run's data came from, ``{"csv": absolute path, "sha256": the file's hash}``,
+    """Where a CSV run's data came from, ``{"csv": absolute path, "sha256": the file's hash,
+    "reading": how siggate read it}`` (:data:`~siggate.data.csvdata.CSV_VERSION`),
     stored in its checkpoints so that ``siggate evaluate`` finds the file from any directory and
     notices an edit (:func:`siggate.train.evaluate.stored_csv`); ``None`` for a named dataset
     (or a dataset handed to :func:`~siggate.train.pipeline.train` whose config names no existing file)."""
     if data.name != "csv" or not data.csv or not Path(data.csv).is_file():
         return None
     from ..data.cache import fingerprint_file
+    from ..data.csvdata import CSV_VERSION
 
     path = Path(data.csv).resolve()
-    return {"csv": str(path), "sha256": fingerprint_file(path)}
+    return {"csv": str(path), "sha256": fingerprint_file(path), "reading": CSV_VERSION}
 
 
 def write_config(path: str | Path, config: dict, **meta) -> None:

@@ -315,6 +315,13 @@ def changed_since(path: str | Path, data, consequence: str = ", so the run would
     if name != "csv" or not csv or not Path(csv).is_file():
         return None
     why = source_changed(csv, recorded_sha256(path), "the run started")
+    if not why:  # the same file, read otherwise by this siggate (rows kept or dropped, so other splits)
+        from ..data.csvdata import CSV_VERSION
+
+        then = recorded_source(path).get("reading")
+        if then is not None and then != CSV_VERSION:
+            why = (f"{csv} is read otherwise by this siggate than when the run started (CSV reading {then}, now "
+                   f"{CSV_VERSION}: other rows may be kept, and the splits differ)")
     return why and why + consequence
 
 
@@ -330,11 +337,17 @@ def resume_differences(saved: dict, current: dict, path: str | Path | None = Non
                               csv_sha256=recorded_sha256(path) if path is not None else None)
 
 
-def recorded_sha256(path: str | Path) -> str | None:
-    """The SHA-256 of the CSV a run recorded when it started (its record ``path``, ``_meta.source``);
-    None for a named dataset or a run saved before siggate recorded it."""
+def recorded_source(path: str | Path) -> dict:
+    """What a run recorded of its CSV when it started (its record ``path``, ``_meta.source``,
+    :func:`~siggate.train.record.data_source`); ``{}`` for a named dataset or an older run."""
     source = (read_record(path).get("_meta") or {}).get("source")
-    return source.get("sha256") if isinstance(source, dict) else None
+    return source if isinstance(source, dict) else {}
+
+
+def recorded_sha256(path: str | Path) -> str | None:
+    """The SHA-256 of the CSV a run recorded when it started (:func:`recorded_source`); None for a
+    named dataset or a run saved before siggate recorded it."""
+    return recorded_source(path).get("sha256")
 
 
 #: What ``--resume`` keeps from the run unless ``--set`` gives it again: the warmup is the run's
