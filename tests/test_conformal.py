@@ -211,3 +211,29 @@ def test_normalised_intervals_and_prediction_sets_cover_synthetic_exchangeable_d
     assert np.mean(sets) >= 0.9 - 4 * np.std(sets) / math.sqrt(len(sets))
     # continuous probabilities: no ties, so not above nominal by more than 1 / (n + 1) either
     assert np.mean(sets) <= 0.9 + 1 / 201 + 4 * np.std(sets) / math.sqrt(len(sets))
+
+
+def test_the_fewest_calibration_molecules_are_found_without_counting_up_to_them():
+    """fewest_for counted n up from 0, 1 / (1 - coverage) steps: predict --coverage 0.999999999
+    hung in the warning it writes. It bisects now, and agrees with the count where that ends."""
+    import random
+    import signal
+
+    from siggate.predictors.conformal import conformal_rank, fewest_for
+
+    def counted(c):
+        n = 0
+        while conformal_rank(n, c) > n:
+            n += 1
+        return n
+
+    rng = random.Random(0)
+    for c in [0.5, 0.8, 0.9, 0.95, 0.99, 0.999, 0.01, 1 / 3, 2 / 3] + [rng.random() * 0.999 for _ in range(200)]:
+        assert fewest_for(c) == counted(c), c
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("fewest_for counted up again"))
+    signal.alarm(10)
+    try:
+        n = fewest_for(1 - 1e-12)
+    finally:
+        signal.alarm(0)
+    assert n > 1e11 and conformal_rank(n, 1 - 1e-12) <= n < 2e12

@@ -326,3 +326,15 @@ def test_compare_s_verdict_names_the_seeds_and_means_it_compares(tmp_path):
     (verdict,) = [line for line in render_markdown(res).splitlines() if line.startswith("- Verdict")]
     assert verdict.startswith("- Verdict (lower is better): on the 4 seed(s) both scored (0.9500 against 1.0000), "
                               "`elementwise` has the better mean; the difference is significant")
+
+
+def test_an_effect_of_rounding_noise_is_no_effect():
+    """compared_pairs gave paired_effect the raw differences: with every pair a tie at float
+    rounding (0.1 + 0.2 against 0.3) the tests were NaN and said so, but Cohen's d_z was -0.58,
+    printed as a medium effect."""
+    from siggate.stats import compared_pairs
+
+    c = compared_pairs({"A": {0: 0.1 + 0.2, 1: 0.5, 2: 0.7}, "B": {0: 0.3, 1: 0.5, 2: 0.7}}, [("A", "B")], False)[0]
+    assert c["n_nonzero"] == 0 and math.isnan(c["cohen_dz"]) and c["diff_mean"] == 0.0
+    real = compared_pairs({"A": {0: 0.30, 1: 0.5, 2: 0.7}, "B": {0: 0.31, 1: 0.52, 2: 0.70}}, [("A", "B")], False)[0]
+    assert real["n_nonzero"] == 2 and real["cohen_dz"] == pytest.approx(0.01 / np.std([0.01, 0.02, 0.0], ddof=1))

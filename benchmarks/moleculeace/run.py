@@ -680,6 +680,8 @@ def paired_recipes(rows: list[dict], base: str, arm: str, metric: str = "rmse", 
     (``arm - base``; negative is lower). Records the pairs, the seeds both ran (``run_seeds``) and
     whether it is ``complete``: every public target with all of ``seeds`` (default
     :data:`GATE_STUDY_SEEDS`) in both."""
+    import numpy as np
+
     from siggate import stats
 
     planned = set(GATE_STUDY_SEEDS) if seeds is None else {int(s) for s in seeds}
@@ -689,7 +691,8 @@ def paired_recipes(rows: list[dict], base: str, arm: str, metric: str = "rmse", 
     pick = lambda rec: per_target([r for r in rows if (r["target"], int(r["seed"])) in common], "siggate", rec, metric)  # noqa: E731
     a, b = pick(base), pick(arm)
     c = stats.compare_paired(a, b, higher_is_better=False)
-    c.update(stats.paired_effect([b[t] - a[t] for t in c["seeds"]]))
+    c.update(stats.paired_effect(stats.rounded_difference(np.array([a[t] for t in c["seeds"]]),
+                                                         np.array([b[t] for t in c["seeds"]]))))
     by_target = {t: {s for u, s in common if u == t} for t in PUBLIC}
     c.update(arm=arm, base=base, metric=metric, pairs=[{"target": t, "base": a[t], "arm": b[t]} for t in c["seeds"]],
              seed_pairs=len(common), run_seeds=sorted({s for _, s in common}), planned_seeds=sorted(planned),

@@ -286,7 +286,8 @@ def paired_effect(diff, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> 
     """Mean paired difference with 95% intervals and the standardised effect.
 
     Args:
-        diff: the paired differences ``b - a`` (finite values).
+        diff: the paired differences ``b - a`` (finite values; :func:`rounded_difference` makes
+            those at float rounding of the scores 0, as the tests count them).
         resamples: bootstrap resamples.
         seed: seed of the bootstrap's generator (``numpy.random.default_rng``).
 
@@ -369,8 +370,9 @@ def compared_pairs(
     for a, b in pairs:
         c = compare_paired(per_seed[a], per_seed[b], higher_is_better)
         va, vb = (np.array([float(per_seed[x][s]) for s in c["seeds"]], dtype=np.float64) for x in (a, b))
-        c.update(paired_effect(list(vb - va)))
-        nz = int(np.count_nonzero(rounded_difference(va, vb)))  # the Wilcoxon test's n, as it counts them
+        diff = rounded_difference(va, vb)  # (rounding noise is no effect: d_z of 1e-17 differences was -0.58)
+        c.update(paired_effect(list(diff)))
+        nz = int(np.count_nonzero(diff))  # the Wilcoxon test's n, as it counts them
         c["n_nonzero"] = nz
         c["wilcoxon_min_p"] = wilcoxon_min_p(nz)
         if nz > 0 and c["wilcoxon_min_p"] >= 0.05:

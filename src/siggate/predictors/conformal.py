@@ -87,10 +87,16 @@ def conformal_rank(n: int, coverage: float) -> int:
 def fewest_for(coverage: float) -> int:
     """The fewest calibration molecules with a finite bound at ``coverage``
     (:func:`conformal_rank` ``<= n``)."""
-    n = 0
-    while conformal_rank(n, coverage) > n:
-        n += 1
-    return n
+    c = check_coverage(coverage)
+    # bisection over n (ceil((n + 1) c) <= n holds from about c / (1 - c) on): counting n up from 0
+    # took 1 / (1 - c) steps, and a coverage of 1 - 1e-12 never finished
+    lo, hi = 0, 1  # conformal_rank(lo) > lo; hi: one that holds
+    while conformal_rank(hi, c) > hi:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if conformal_rank(mid, c) <= mid else (mid, hi)
+    return hi
 
 
 def conformal_quantile(scores, coverage: float) -> float:
