@@ -505,8 +505,8 @@ def test_run_tables_carry_the_inputs_other_columns_and_name_predictions_as_predi
     predictions by predict's own rule (``y_pred`` beside the labels ``y``)."""
     data = tmp_path / "d.csv"
     lines = _table(30).splitlines()
-    data.write_text("\n".join([f"id,{lines[0]},note,row"]
-                              + [f"m{i},{ln},n{i},{i * 10}" for i, ln in enumerate(lines[1:])]) + "\n")
+    data.write_text("\n".join([f"id,{lines[0]},note,row,,"]  # (an Excel export's trailing empty columns: left out,
+                              + [f"m{i},{ln},n{i},{i * 10},," for i, ln in enumerate(lines[1:])]) + "\n")  # not '', input_)
     out = tmp_path / "run"
     rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--epochs", "1",
                           "--out", str(out), "--cache-dir", str(tmp_path / "c"), *_TINY], capsys)

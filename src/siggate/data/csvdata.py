@@ -1173,8 +1173,9 @@ def carried_columns(ds: GraphDataset, sep: str | None, smiles_col: str, split: s
                     ) -> tuple[list[str], dict[int, list[str]]]:
     """The input's columns other than the SMILES, the targets and a split column, as the run's
     row tables carry them (IDs, names, notes): ``(names, {row: values})``, re-read from
-    ``ds.source`` (delimiter ``sep``, detected when None). Names that a table writes itself
-    (``row``, ``smiles``, ``split``, ...) or that repeat get the prefix ``input_``. Empty, with a
+    ``ds.source`` (delimiter ``sep``, detected when None), leaving out unnamed columns of no value
+    (an Excel export's trailing ``,,,``). Names that a table writes itself (``row``, ``smiles``,
+    ``split``, ...) or that repeat get the prefix ``input_``. Empty, with a
     warning, when the file is gone or no longer has the dataset's rows."""
     if not ds.source:  # a dataset built in memory: no file to carry columns from
         return [], {}
@@ -1189,7 +1190,10 @@ def carried_columns(ds: GraphDataset, sep: str | None, smiles_col: str, split: s
                        "columns", path, len(records), ds.rows)
         return [], {}
     skip = {smiles_col, *ds.info.target_names, *([_parse_split(split)] if split and _parse_split(split) else [])}
-    keep = [i for i, c in enumerate(header) if c not in skip]
+    def blank(i: int) -> bool:  # an unnamed column of no value: Excel's trailing empty columns (",,,")
+        return not header[i].strip() and all(i >= len(rec) or not rec[i].strip() for rec in records)
+
+    keep = [i for i, c in enumerate(header) if c not in skip and not blank(i)]
     names, seen = [], set(_OWN_COLUMNS) | set(ds.info.target_names)
     for i in keep:
         name = header[i] if header[i] not in seen else f"input_{header[i]}"
