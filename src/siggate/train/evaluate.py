@@ -248,7 +248,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     lines = records.lines
     labels, reasons, left_out = read_labels(path, table, cols, info.task, decimal, lines)
     check_any_numeric(path, table, cols, labels, allow_empty=True, lines=lines)  # metrics skip a target without labels
-    featurizer = SmilesPredictor(predictor, domain=False, folder=folder)
+    featurizer = SmilesPredictor(predictor, domain=False, folder=folder, uncertainty=False)  # (it writes none)
     if ragged:  # their fields cannot be matched to the columns: counted, not scored
         log.warning("--data %s: %d rows have more fields than the header (first: line %d), so their fields cannot "
                     "be matched to the columns; they are not scored (quote fields that hold the delimiter)",
