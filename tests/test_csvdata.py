@@ -515,6 +515,14 @@ def test_fragments_parent_reads_each_molecule_as_its_parent_in_training_and_pred
                                                          (2, "merged into row 0 (--duplicates average)"),
                                                          (4, "merged into row 3 (--duplicates average)")]
     assert (kept[0].smiles, kept[3].smiles, kept[0].num_nodes) == ("CCN", "CC(=O)O", 3)
+    # splits.csv shows each row as read (a merged salt's parent too: it showed the salt), the report as written
+    from siggate.data.csvdata import write_run_tables
+
+    write_run_tables(ds, tmp_path / "tables")
+    splits = {int(r["row"]): r["smiles"] for r in csv.DictReader(open(tmp_path / "tables" / "splits.csv"))}
+    assert [splits[i] for i in range(5)] == ["CCN", "CCN", "NCC", "CC(=O)O", "CC(=O)O"]  # (NCC: read as written)
+    report = [(r["row"], r["smiles"]) for r in csv.DictReader(open(tmp_path / "tables" / "data_report.csv"))]
+    assert ("1", "CC[NH3+].[Cl-]") in report and ("3", "[Na+].CC(=O)[O-]") in report
     assert float(kept[0].y) == pytest.approx(np.mean([0, 1, 2])) and float(kept[3].y) == pytest.approx(3.5)
     assert [(n.index, n.detail) for n in ds.notes if n.issue == "several fragments"] == [
         (0, "2 fragments, read as its parent: CCN"), (1, "2 fragments, read as its parent: CCN"),  # 1: merged into 0

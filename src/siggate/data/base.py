@@ -118,6 +118,7 @@ class InvalidRow:
     smiles: str
     reason: str
     line: int | None = field(default=None, compare=False)
+    read_as: str = field(default="", compare=False)  # a parsed row's SMILES as read (a salt's parent), where it differs
 
     @property
     def file_line(self) -> int:

@@ -260,7 +260,7 @@ def dataset_to_dict(ds: GraphDataset) -> dict:
         "format": _DATASET_FORMAT,
         "info": ds.info.to_dict(),
         "splits": {name: graphs_to_dict(graphs) for name, graphs in ds.splits.items()},
-        "invalid": [[r.index, r.smiles, r.reason, r.line] for r in ds.invalid],
+        "invalid": [[r.index, r.smiles, r.reason, r.line, r.read_as] for r in ds.invalid],
         "source": ds.source,
         "notes": [[r.index, r.smiles, r.issue, r.detail] for r in ds.notes],
         "rows": int(ds.rows),
@@ -274,7 +274,8 @@ def dataset_from_dict(blob: dict) -> GraphDataset:
     return GraphDataset(
         info=TaskInfo(**blob["info"]),
         splits={name: graphs_from_dict(b) for name, b in blob["splits"].items()},
-        invalid=[InvalidRow(int(row[0]), row[1], row[2], None if len(row) < 4 or row[3] is None else int(row[3]))
+        invalid=[InvalidRow(int(row[0]), row[1], row[2], None if len(row) < 4 or row[3] is None else int(row[3]),
+                            str(row[4]) if len(row) > 4 else "")
                  for row in blob["invalid"]],  # (a cache written before the line was kept has three fields)
         source=blob.get("source", ""),
         notes=[RowNote(int(i), s, issue, detail) for i, s, issue, detail in blob.get("notes", [])],

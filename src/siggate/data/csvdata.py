@@ -726,7 +726,8 @@ def build_csv(
     notes = sorted(notes + _parents_across_splits(idx, graphs, canon, parents), key=lambda r: r.index)
     if fragments != "all":  # the report's rows as the file writes them (a graph holds its parent's SMILES)
         notes = [RowNote(n.index, smiles_all[n.index].strip(), n.issue, n.detail) for n in notes]
-        invalid = [InvalidRow(r.index, smiles_all[r.index].strip(), r.reason) for r in invalid]
+        invalid = [InvalidRow(r.index, smiles_all[r.index].strip(), r.reason,  # (a merged row was read as its parent)
+                              read_as=r.smiles if r.smiles != smiles_all[r.index].strip() else "") for r in invalid]
     invalid = [replace(r, line=line_at(lines, r.index)) for r in invalid]  # where each row is in the file
 
     info = TaskInfo(
@@ -1241,7 +1242,7 @@ def write_run_tables(ds: GraphDataset, out: str | os.PathLike,
     out = Path(out)
     extra, values = carried or ([], {})
     table = {g.idx: [g.idx, g.smiles, split, ""] for split, graphs in ds.splits.items() for g in graphs}
-    table.update({r.index: [r.index, r.smiles, "dropped", r.reason] for r in ds.invalid})
+    table.update({r.index: [r.index, r.read_as or r.smiles, "dropped", r.reason] for r in ds.invalid})  # (as read)
     table = {k: v[:2] + values.get(k, [""] * len(extra)) + v[2:] for k, v in table.items()}
     report = [[r.index, r.smiles, row_issue(r.reason), r.reason] for r in ds.invalid]
     report += [[n.index, n.smiles, n.issue, n.detail] for n in ds.notes]
