@@ -875,7 +875,7 @@ def test_the_command_line_names_the_class_a_fit_classifiers_probability_is_of(mo
     clf = siggate.SigGateClassifier(**FP, out_dir=tmp_path / "clf").fit(smiles[:40], labels[:40])
     assert list(clf.classes_) == ["active", "inactive"]
     note = ("note: this run was fit by SigGateClassifier on the classes 'active', 'inactive': its y is the probability "
-            "of 'inactive', and a label of 1 means 'inactive'\n")
+            "of 'inactive', and a scored file's labels are 1 for 'inactive' and 0 for 'active'\n")
     rc, out, err = run_cli(["predict", "--checkpoint", str(tmp_path / "clf"), smiles[41]], capsys)
     assert rc == 0 and f"siggate predict: {note}" in err
     p = float(out.splitlines()[1].split(",")[1])

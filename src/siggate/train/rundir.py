@@ -481,5 +481,5 @@ def estimator_classes_note(checkpoint) -> str | None:
                 "it was edited; which class a probability here is of is not known")
     names = record.get("target_names") or ["y"]
     return (f"this run was fit by SigGateClassifier on the classes {', '.join(map(repr, record['classes']))}: its "
-            f"{names[0]} is the probability of {record['probability_of']!r}, and a label of 1 means "
-            f"{record['probability_of']!r}")
+            f"{names[0]} is the probability of {record['probability_of']!r}, and a scored file's labels are 1 for "
+            f"{record['probability_of']!r} and 0 for {classes[0]!r}")  # (classes 1, 2: a file of 1s and 2s is not read so)
