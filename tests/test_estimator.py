@@ -913,3 +913,23 @@ def test_threads_zero_is_torchs_choice_not_the_recipes_one(molecules, tmp_path):
     siggate.SigGateRegressor(members="rf", threads=0, out_dir=tmp_path / "run",
                              overrides=("members.rf.n_estimators=10",)).fit(smiles[:30], y[:30])
     assert yaml.safe_load((tmp_path / "run" / "members.yaml").read_text())["train"]["threads"] == 0
+
+
+def test_predict_on_a_dataframe_fits_out_dir_reads_the_column_fit_read(molecules, tmp_path, capsys):
+    """A fit on df[["Drug"]] did not record the column, so `siggate predict --input` of its
+    out_dir looked for 'smiles' in a file of the same layout; estimator.json names it now."""
+    import pandas as pd
+
+    import siggate
+    from test_predict import run_cli
+
+    smiles, y = molecules
+    est = siggate.SigGateRegressor(**FP, out_dir=tmp_path / "run").fit(pd.DataFrame({"Drug": smiles[:40]}), y[:40])
+    assert json.loads((tmp_path / "run" / "estimator.json").read_text())["smiles_column"] == "Drug"
+    data = tmp_path / "new.csv"
+    data.write_text("id,Drug\n" + "".join(f"m{i},{s}\n" for i, s in enumerate(smiles[40:43])))
+    rc, out, err = run_cli(["predict", "--checkpoint", str(tmp_path / "run"), "--input", str(data)], capsys)
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
+    assert [r["Drug"] for r in rows] == smiles[40:43]
+    assert [float(r["y"]) for r in rows] == pytest.approx(est.predict(pd.DataFrame({"Drug": smiles[40:43]})), rel=1e-5)

@@ -449,7 +449,9 @@ class _SigGateEstimator(BaseEstimator):
         train_members(cfg, out, kinds, int(self.ensemble), weights=weights, progress=False,
                       device=torch.device(self.device), dataset=ds)
         if out != work / "run":
-            (out / ESTIMATOR_RECORD).write_text(json.dumps(self._record(names), indent=1, default=str) + "\n")
+            column = {"smiles_column": str(feature_names[0])} if feature_names is not None else {}  # (predict's --input)
+            (out / ESTIMATOR_RECORD).write_text(json.dumps({**self._record(names), **column}, indent=1, default=str)
+                                                + "\n")
         predictor = load_predictor(out, self.device)
         # predict refuses no molecule fit trained on (a CSV's rows above predict's atom limit train, with a note)
         largest = max((g.num_nodes for split in ds.splits.values() for g in split), default=0)

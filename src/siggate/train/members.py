@@ -426,8 +426,14 @@ def _run_record_above(folder: Path) -> dict:
 
 def trained_smiles_col(predictor, folder: str | Path | None = None) -> str:
     """The SMILES column of the CSV ``predictor`` (out of ``folder``) was trained on
-    (:func:`run_data`), else ``smiles`` (a benchmark run, or a predictor that records no data):
-    the column that ``evaluate --data``, ``predict --input`` and ``explain --input`` read by default."""
+    (:func:`run_data`; for an estimator's fit on a DataFrame, its column, which its record names),
+    else ``smiles`` (a benchmark run, or a predictor that records no data): the column that
+    ``evaluate --data``, ``predict --input`` and ``explain --input`` read by default."""
+    from .rundir import estimator_record
+
+    column = estimator_record(folder).get("smiles_column") if folder is not None else None
+    if isinstance(column, str) and column:
+        return column
     try:
         data = run_data(predictor, folder).data
     except PredictorFileError:
