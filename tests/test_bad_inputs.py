@@ -1300,7 +1300,7 @@ def test_a_config_files_section_given_a_value_is_refused_and_an_empty_one_is_its
     assert load_config(str(empty)).members == MembersConfig()
 
 
-def test_a_target_with_no_training_label_is_refused_before_a_run(tmp_path, capsys):
+def test_a_target_with_no_training_label_is_refused_before_a_run(tmp_path, capsys, caplog):
     """Target b labelled only in val and test rows trained: its normalisation was NaN, so every
     prediction of it was (and the checkpoint held NaN); the fingerprint members refused it."""
     rows = ["smiles,a,b,split"] + [f"C{'C' * i}O,{i * 0.1},{'' if i < 50 else 1.5 + i * 0.01},"
@@ -1310,6 +1310,15 @@ def test_a_target_with_no_training_label_is_refused_before_a_run(tmp_path, capsy
     rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "a,b", "--split", "column:split", "--epochs",
                           "1", "--members", "gnn", "--init", "none", "--out", str(tmp_path / "r"), "--no-progress"],
                          capsys)
-    assert rc == 2 and "target 'b' has no label among the 40 training rows (its labels are all in val or test), so " \
+    assert rc == 2 and "target 'b' has no label among the training rows (0 in val, 10 in test), so " \
         "the GNN cannot learn it" in err, err
     assert not (tmp_path / "r").exists()
+    rows = ["smiles,a,b,split"] + [f"C{'C' * i}O,{i % 2},{'' if i < 50 else i % 2},"  # a classifier: a warning
+                                   f"{'train' if i < 40 else 'val' if i < 50 else 'test'}" for i in range(60)]
+    data.write_text("\n".join(rows) + "\n")
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "a,b", "--task", "multilabel", "--split",
+                          "column:split", "--epochs", "1", "--members", "gnn", "--init", "none", "--out",
+                          str(tmp_path / "m"), "--no-progress"], capsys)
+    assert rc == 0, err
+    assert "target 'b' has no label among the training rows (0 in val, 10 in test), so the GNN cannot learn it: its " \
+        "predictions are those of an untrained output" in caplog.text

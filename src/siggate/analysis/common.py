@@ -143,8 +143,10 @@ def prepare_data(cfg: Config, progress: bool = True):
 
 def load_dataset(cfg: Config, progress: bool = True):
     """The dataset of ``cfg``, every split cut to its first ``data.max_graphs`` graphs where it
-    gives them (``--max-graphs``: in the config, so that a run's record says on what it trained)."""
-    return prepare_data(cfg, progress)
+    gives them (``--max-graphs``: in the config, so that a run's record says on what it trained;
+    :func:`prepare_data` cuts it, and the cut is taken again here for a dataset prepared otherwise)."""
+    ds = prepare_data(cfg, progress)
+    return ds.first(cfg.data.max_graphs) if cfg.data.max_graphs else ds
 
 
 def batches(graphs, batch_size: int):

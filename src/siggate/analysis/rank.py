@@ -155,6 +155,8 @@ def main(args) -> int:
             cfg.data.root = args.data_root
         if args.cache_dir:
             cfg.data.cache_dir = args.cache_dir
+        if args.max_graphs:  # (load_dataset cuts as the config says: the flag was ignored with --checkpoint)
+            cfg.data.max_graphs = args.max_graphs
     else:
         cfg = config_from(args, owned={"train.epochs": "from --epochs", "train.seed": "from --seeds"})
     require_attention(cfg, "rank")

@@ -380,7 +380,7 @@ def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: s
         if task in ("binary", "multilabel"):  # another class than 0/1 says the row (or the task) is wrong: dropped
             ok = np.isnan(values) | (values == 0) | (values == 1)
             for i in np.flatnonzero(~ok):
-                errors[i] = errors[i] or cell.get(i) or f"target column {col!r}: label {written.iat[i]!r} is not 0 or 1"
+                errors[i] = errors[i] or f"target column {col!r}: label {written.iat[i]!r} is not 0 or 1"
         y[:, t] = values
     left_out = {}
     for i, why in sorted(cell.items()):  # a row's other targets' labels are not lost with the cell

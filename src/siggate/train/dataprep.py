@@ -5,6 +5,7 @@ loaders. Used by training, ``evaluate``, ``predict``, the ensembles and the anal
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from torch_geometric.loader import DataLoader
 from ..config import ConfigError, DataConfig, ModelConfig
 from ..data.base import GraphDataset, TaskInfo, label_rows
 from .distributed import DistContext
+
+log = logging.getLogger("siggate.train")
 
 #: Largest graph for which :func:`prepare_data` computes RWSE/LapPE (dense ``N x N`` algebra).
 MAX_PE_NODES = 5000
@@ -121,21 +124,35 @@ def prepare_data_ranked(data: DataConfig, encodings: Encodings | ModelConfig, se
     return ds
 
 
-def check_labelled(train, info: TaskInfo) -> None:
-    """Refuse (:class:`~siggate.data.base.DataError`) a target with no label among the training
-    rows: the GNN cannot learn it (a regression's normalisation was NaN, and so was every
-    prediction of it; a classifier's, an untrained logit), as the fingerprint members refuse it."""
-    if info.task == "multiclass" or not len(train):
+def check_labelled(ds: GraphDataset) -> None:
+    """A target with no label among the training rows, which the GNN cannot learn: refused
+    (:class:`~siggate.data.base.DataError`) for a regression, whose normalisation was NaN and so
+    was every prediction of it (the fingerprint members refuse it too); a warning for a classifier,
+    whose logit of it stays untrained."""
+    info = ds.info
+    if info.task == "multiclass" or not len(ds.train):
+        return
+
+    def counts(split: str) -> list[int]:
+        graphs = ds.splits.get(split) or []
+        if not len(graphs):
+            return [0] * info.num_tasks
+        return torch.isfinite(torch.cat([label_rows(g, info, split) for g in graphs])).sum(0).tolist()
+
+    train = counts("train")
+    empty = [t for t, c in enumerate(train) if c == 0]
+    if not empty:
+        return
+    val, test = counts("val"), counts("test")
+    t = empty[0]
+    text = (f"target {info.target_names[t]!r}{f' (and {len(empty) - 1} more)' if len(empty) > 1 else ''} has no label "
+            f"among the training rows ({val[t]} in val, {test[t]} in test), so the GNN cannot learn it")
+    if info.task != "regression":
+        log.warning("%s: its predictions are those of an untrained output", text)
         return
     from ..data.base import DataError
 
-    y = torch.cat([label_rows(g, info, "train") for g in train])
-    counts = torch.isfinite(y).sum(0)
-    empty = [name for name, c in zip(info.target_names, counts.tolist()) if c == 0]
-    if empty:
-        raise DataError(f"target {empty[0]!r}{f' (and {len(empty) - 1} more)' if len(empty) > 1 else ''} has no label "
-                        f"among the {y.shape[0]} training rows (its labels are all in val or test), so the GNN cannot "
-                        "learn it: label some training molecules, or leave the target out")
+    raise DataError(f"{text}: label some training molecules, or leave the target out")
 
 
 def target_stats(train, info: TaskInfo) -> tuple[torch.Tensor, torch.Tensor]:

@@ -258,12 +258,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     if bad:
         log.warning("--data %s: %d row(s) have a label that cannot be scored (first: line %d, %s); they are not "
                     "scored", path, len(bad), line_at(lines, bad[0]), reasons[bad[0]])
-    partial = [row for row in left_out if row not in skip]
-    if partial:  # a row's other targets are scored: one bad cell dropped them all before
-        log.warning("--data %s: %d row(s) have a label cell that cannot be scored (first: line %d, %s); that target "
-                    "is not scored for them, their other targets are", path, len(partial),
-                    line_at(lines, partial[0]), left_out[partial[0]])
-    graphs, invalid, unlabelled = [], 0, 0
+    graphs, invalid, unlabelled, partial = [], 0, 0, []
     skip |= set(bad)
     for row, (smiles, y) in enumerate(zip(table[smiles_col], labels)):
         if row in skip:
@@ -279,6 +274,12 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         g.y = torch.tensor(y, dtype=torch.float32).reshape(1, -1)
         g.row = row  # the file's 0-based data row
         graphs.append(g)
+        if row in left_out:  # scored on its other targets (one bad cell dropped them all before)
+            partial.append(row)
+    if partial:
+        log.warning("--data %s: %d scored row(s) have a label cell that cannot be scored (first: line %d, %s); that "
+                    "target is not scored for them, their other targets are", path, len(partial),
+                    line_at(lines, partial[0]), left_out[partial[0]])
     if not graphs:
         raise DataError(f"--data {path}: no row with a valid SMILES and a label to score "
                         f"({invalid} invalid SMILES, {unlabelled} without a label, {len(bad)} with a label that cannot be "

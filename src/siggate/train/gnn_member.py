@@ -197,5 +197,5 @@ def mark_run(folder: str | Path) -> None:
 
     best = Path(folder) / BEST
     if best.is_file():
-        ckpt = load_checkpoint(best)
+        ckpt = load_checkpoint(best, finite=False)  # (its task and seed: loading it to predict checks its weights)
         _write_manifest(Path(folder), TaskInfo(**ckpt["info"]), BEST, ckpt["config"]["train"]["seed"])

@@ -243,7 +243,7 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
         if why:
             raise ConfigError(why)
         cliff = CliffPairLoss()
-    check_labelled(ds.train, info)
+    check_labelled(ds)
     if info.task == "regression" and t_cfg.normalize_targets:
         mean, std = target_stats(ds.train, info)
     else:
