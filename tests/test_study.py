@@ -69,21 +69,33 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
         ": its scores are of the file as it was then"), status.reason
     [planned] = plan([StudyRun("k", run, cfg, None)])
     assert planned.state == "conflict" and planned.error.startswith(f"{run} holds a run of other data ("), planned.error
-    # the same file, read otherwise by this siggate than by the one that started the run: other splits
+    # the same file, read otherwise by this siggate than by the one that started the run: other splits.
+    # This one holds no bad cell, so every reading reads it alike; a file with a censored cell beside
+    # another target's label is read otherwise from reading 4 (a run that records none started there)
     from siggate.data.csvdata import CSV_VERSION
 
-    sha = hashlib.sha256(data.read_bytes()).hexdigest()
-    for reading, state in ((CSV_VERSION, "done"), (CSV_VERSION - 1, "conflict"), (None, "done")):
-        source = {"csv": str(data), "sha256": sha, **({"reading": reading} if reading is not None else {})}
-        (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "_meta": {"git_commit": "x", "resolved": {},
-                                                                           "source": source}}))
-        status = reuse_status(run, cfg)
+    def record(reading, csv_file, config):
+        sha = hashlib.sha256(csv_file.read_bytes()).hexdigest()
+        source = {"csv": str(csv_file), "sha256": sha, **({"reading": reading} if reading is not None else {})}
+        (run / "config.yaml").write_text(yaml.safe_dump({**config, "_meta": {"git_commit": "x", "resolved": {},
+                                                                              "source": source}}))
+
+    for reading in (CSV_VERSION, 4, None):
+        record(reading, data, cfg)
+        assert reuse_status(run, cfg).state == "done", reading
+    two = tmp_path / "two.csv"
+    two.write_text("smiles,a,b\nCCO,1,2\nCCN,2,>5\nCCC,3,4\n")
+    cfg2 = load_config("csv", [f"data.csv={two}", "data.target_cols=[a,b]"]).to_dict()
+    for reading, state in ((CSV_VERSION, "done"), (4, "conflict"), (None, "conflict")):
+        record(reading, two, cfg2)
+        status = reuse_status(run, cfg2)
         assert status.state == state, (reading, status.reason)
-    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "_meta": {"git_commit": "x", "resolved": {}, "source": {
-        "csv": str(data), "sha256": sha, "reading": CSV_VERSION - 1}}}))
-    assert reuse_status(run, cfg).reason.startswith(
-        f"{data} is read otherwise by this siggate than when the run started (CSV reading {CSV_VERSION - 1}, now "
-        f"{CSV_VERSION}: other rows may be kept, and the splits differ)")
+    assert status.reason == (f"this siggate reads {two} otherwise than the one that started the run did (CSV reading "
+                             f"4, now {CSV_VERSION}: rows with a label cell that is no number beside another target's "
+                             "label are kept, so the splits differ): its rows and splits were read as the siggate that "
+                             "started it read them")
+    [planned] = plan([StudyRun("k", run, cfg2, None)])
+    assert planned.error.startswith(f"{run} holds a run of other data (this siggate reads"), planned.error
 
 
 def _call(key, run_dir, value):

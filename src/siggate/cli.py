@@ -133,6 +133,10 @@ def cmd_train(args) -> int:
         changed = rundir.changed_since(path, cfg.data)
         if changed:
             raise CLIError(f"--resume {resume}: {changed}; restore the file, or start a new run with another --out")
+        otherwise = rundir.reading_changed(rundir.recorded_source(path), cfg.data)
+        if otherwise:
+            raise CLIError(f"--resume {resume}: {otherwise}; start a new run with another --out, or resume it with the "
+                           "siggate version that started it")
     epochs_given = (args.epochs is not None or getattr(args, "budget", None) is not None
                     or "train.epochs" in given_keys)
     if resume is not None and (saved is None or epochs_given):  # a saved schedule cannot shrink by itself

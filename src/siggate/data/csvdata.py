@@ -338,6 +338,24 @@ def _label_text(column: pd.Series) -> pd.Series:
     return column.astype(str).str.strip().str.translate(_MINUS_SIGNS)
 
 
+def read_otherwise(then: int, path: str | os.PathLike, target_cols: list[str], task: str, sep: str | None = None,
+                   decimal: str = ".") -> bool:
+    """Whether this siggate (:data:`CSV_VERSION`) reads the CSV ``path`` otherwise than reading
+    ``then`` did: other rows kept, so other splits. Version 4 and 5 differ only where a label cell
+    that is no number sits beside another target's label (:func:`read_labels` keeps that row now);
+    other versions are taken to differ. A file that cannot be read is not judged here."""
+    if then == CSV_VERSION:
+        return False
+    if then != 4 or CSV_VERSION != 5:
+        return True
+    try:
+        header, records = read_table(Path(path), sep or detect_sep(Path(path)))
+        frame = table_frame(header, records, list(target_cols))
+        return bool(read_labels(Path(path), frame, list(target_cols), task, decimal, records.lines)[2])
+    except (DataError, KeyError, ValueError, OSError):
+        return False
+
+
 #: the data report's issue of a row kept with a label cell read as missing (:func:`read_labels`)
 LABEL_LEFT_OUT = "label left out"
 

@@ -745,11 +745,15 @@ def compare(args) -> int:
         print(f"siggate compare: {len(specs)} gate(s) x {len(seeds)} seed(s) = {len(pairs)} runs "
               f"({n_done} already done, {n_resume} to resume), {args.jobs} at a time, {threads} thread(s) each -> {out}",
               flush=True)
+        from .rundir import READ_OTHERWISE
         from .study import DATA_CHANGED
 
         conflict = next((p for p in pairs if p.state == "conflict"), None)
         recorded = f" (it records: {old['command']})" if old.get("command") else ""
         if conflict is not None and not aggregate_only:  # refused before any run: the folder's results stay whole
+            if READ_OTHERWISE in conflict.error:  # the same flags and file, read otherwise by this siggate
+                raise CompareError(f"{conflict.error}: compare into another --out, or go on with the siggate version "
+                                   "that started the comparison; nothing was trained")
             if DATA_CHANGED in conflict.error:  # the same flags; the CSV changed under the runs
                 raise CompareError(f"{conflict.error}: restore the file as it was, or compare on the new one with "
                                    "another --out; nothing was trained")

@@ -153,12 +153,15 @@ def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
         raise EvaluationError(f"the training CSV {path} recorded in the run is not found; score a file with "
                               "--data FILE.csv (and --target-col if its columns are named differently)")
     if source.get("sha256"):
-        changed = source_changed(path, source["sha256"], "training")
+        from .rundir import reading_changed
+
+        changed = source_changed(path, source["sha256"], "training") or reading_changed({**source, "csv": str(path)},
+                                                                                         data)
         if changed:
             msg = f"{changed}; its splits and scores would differ from the run's"
             if not allow_changed:
                 raise EvaluationError(msg + f". Score it as an external set with --data {path}, or pass "
-                                      "--allow-changed to re-split and score the changed file")
+                                      "--allow-changed to re-split and score the file as this siggate reads it")
             log.warning("%s (--allow-changed: scoring it anyway)", msg)
     else:
         log.warning("%s: the run records no hash of its training CSV (trained before siggate recorded it); "

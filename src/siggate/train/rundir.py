@@ -315,14 +315,33 @@ def changed_since(path: str | Path, data, consequence: str = ", so the run would
     if name != "csv" or not csv or not Path(csv).is_file():
         return None
     why = source_changed(csv, recorded_sha256(path), "the run started")
-    if not why:  # the same file, read otherwise by this siggate (rows kept or dropped, so other splits)
-        from ..data.csvdata import CSV_VERSION
-
-        then = recorded_source(path).get("reading")
-        if then is not None and then != CSV_VERSION:
-            why = (f"{csv} is read otherwise by this siggate than when the run started (CSV reading {then}, now "
-                   f"{CSV_VERSION}: other rows may be kept, and the splits differ)")
     return why and why + consequence
+
+
+#: the end of a conflict's reason when this siggate reads the run's CSV otherwise (:func:`reading_changed`)
+READ_OTHERWISE = ": its rows and splits were read as the siggate that started it read them"
+
+
+def reading_changed(source: dict | None, data) -> str | None:
+    """Why this siggate reads a CSV run's file otherwise than when the run started (``source``:
+    its record's :func:`~siggate.train.record.data_source`; ``data``: its ``DataConfig`` or its
+    ``to_dict()``): rows kept that were dropped, so other splits; ``None`` when it reads it as
+    then, or nothing was recorded. A run that records a hash and no reading started at reading 4."""
+    from ..data.csvdata import CSV_VERSION, read_otherwise
+
+    if not isinstance(source, dict) or not source.get("sha256"):
+        return None
+    get = data.get if isinstance(data, dict) else lambda key: getattr(data, key, None)
+    csv = source.get("csv") or get("csv")
+    if get("name") != "csv" or not csv or not Path(csv).is_file():
+        return None
+    then = source.get("reading", 4)
+    if not read_otherwise(then, csv, list(get("target_cols") or []), get("task") or "regression", get("sep"),
+                          get("decimal") or "."):
+        return None
+    return (f"this siggate reads {csv} otherwise than the one that started the run did (CSV reading {then}, now "
+            f"{CSV_VERSION}: rows with a label cell that is no number beside another target's label are kept, so "
+            "the splits differ)")
 
 
 def resume_differences(saved: dict, current: dict, path: str | Path | None = None) -> list[str]:

@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 from ..files import atomic_write_bytes, read_json
 from .checkpoint import config_differences
 from .executor import read_metrics
-from .rundir import changed_since, saved_config_and_resolved
+from .rundir import READ_OTHERWISE, changed_since, reading_changed, recorded_source, saved_config_and_resolved
 
 #: a run's states: to train from scratch, to resume from its ``last.pt``, finished (its
 #: ``metrics.json`` is there), its folder holds another config, or its training failed
@@ -187,6 +187,9 @@ def reuse_status(run_dir: str | Path, config: dict, store: RowStore | None = Non
         diffs = config_differences(saved[0], config)
         if not diffs:  # the same config, a CSV of another content since: its scores are of other data
             changed = changed_since(run_dir / "config.yaml", config.get("data") or {}, DATA_CHANGED)
+            if not changed:  # the same file, read otherwise by this siggate: other rows, other splits
+                changed = reading_changed(recorded_source(run_dir / "config.yaml"), config.get("data") or {})
+                changed = changed and changed + READ_OTHERWISE
             diffs = [changed] if changed else []
         if diffs:
             return RunStatus("conflict", "; ".join(diffs))
@@ -223,7 +226,8 @@ def plan(runs: Iterable[StudyRun], store: RowStore | None = None) -> list[StudyR
         status = reuse_status(r.run_dir, r.config, store, r.key)
         r.state, r.metrics = status.state, status.metrics
         if status.state == "conflict" and store is None:
-            what = "a run of other data" if status.reason.endswith(DATA_CHANGED) else "a run of another config"
+            what = ("a run of other data" if status.reason.endswith((DATA_CHANGED, READ_OTHERWISE))
+                    else "a run of another config")
             r.error = f"{r.run_dir} holds {what} ({status.reason}); delete it or choose another --out"
         elif status.state == "conflict":
             r.error = (f"{store.path} holds a finished run {r.key} of another kind ({status.reason}); "
