@@ -361,6 +361,9 @@ def test_a_report_into_a_folder_is_refused_and_into_a_new_folder_is_written(tmp_
         f"{tmp_path / 'd' / name}" in err, err
     assert main(["analyze", command, str(REPO / "benchmarks" / "results" / "analysis"), "--out", str(tmp_path / "new" / name)]) == 0
     assert (tmp_path / "new" / name).read_text().startswith(("#", "|"))
+    (tmp_path / "empty").mkdir()  # nothing to report: refused, and no folder made for it
+    assert main(["analyze", command, str(tmp_path / "empty"), "--out", str(tmp_path / "none" / name)]) == 2
+    assert not (tmp_path / "none").exists()
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -142,15 +142,15 @@ def check_out_folder(out, what: str) -> None:
 
 def check_out_file(path, flag: str, what: str, example: str) -> Path:
     """Refuse, before any work, a file flag's ``path`` (``--out`` of a report) that is a folder, or
-    whose folder cannot be created or written; returns it as a :class:`~pathlib.Path`, its
-    folder made. ``example``: a file name to suggest inside a folder."""
+    whose folder cannot be created or written; returns it as a :class:`~pathlib.Path` (its folder
+    is made by the writer, once there is something to write). ``example``: a file name to suggest
+    inside a folder."""
     path = Path(path)
     if path.is_dir():
         raise CLIError(f"{flag} {path} is a folder; give a file name, e.g. {path / example}")
     problem = out_dir_problem(path.parent)
     if problem:
         raise CLIError(f"{flag} {problem} for {what}")
-    path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
 

@@ -598,10 +598,14 @@ def main(args) -> int:
     for flag, dest in (("--out", args.out), ("--readme", args.readme)):
         if dest:
             check_out_file(dest, flag, "the claims table", "CLAIMS.md" if flag == "--out" else "README.md")
+    if args.readme and not Path(args.readme).is_file():
+        raise CLIError(f"--readme {args.readme}: no such file; give the Markdown file whose claims markers the table "
+                       "fills")
     md, rows = claims_table(args.dirs)
     if not rows:
         raise FileNotFoundError(f"no compare, analysis or gate-study results under {', '.join(args.dirs)}")
     if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(md + "\n")
     if args.readme:
         path = Path(args.readme)

@@ -570,6 +570,7 @@ def main(args) -> int:
     if not any(found.values()):
         raise FileNotFoundError(f"no analysis results (synthetic.json, rank.json, ...) under {', '.join(args.dirs)}")
     text, rows = render(found, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(table(["claim", "verdict"], [[r["claim"], r["verdict"]] for r in rows]))
     print(f"wrote {out}")
