@@ -191,3 +191,22 @@ def test_summary_classification_against_sklearn():
     z = res["per_target"]["z"]  # one class only: ranking metrics undefined, accuracy over the 4 labels
     assert z["rocauc"] is None and z["prauc"] is None and z["accuracy"] == pytest.approx(1.0)
     assert res["mean"]["rocauc"] == x["rocauc"] and res["mean"]["accuracy"] == pytest.approx((0.6 + 1.0) / 2)
+
+
+def test_confident_logits_do_not_tie_in_the_runs_per_target_table(monkeypatch):
+    """split_probabilities took the sigmoid in float32, exactly 1 above a logit of about 17: a
+    confident model's predictions tied, and metrics.json's per-target ROC-AUC read 0.5 where the
+    headline metric (of the logits) was 1."""
+    import torch
+    from torch_geometric.data import Data
+
+    from siggate.data.base import GraphDataset, TaskInfo
+    from siggate.train import scoring
+
+    info = TaskInfo(name="toy", task="binary", num_tasks=1, metric="rocauc", target_names=["y"])
+    graphs = [Data(x=torch.zeros(1, 1), y=torch.tensor([[float(label)]])) for label in (0, 0, 1, 1)]
+    ds = GraphDataset(info=info, splits={"train": [], "val": graphs, "test": []})
+    monkeypatch.setattr(scoring, "predict_graphs", lambda *a, **k: torch.tensor([[18.0], [20.0], [25.0], [30.0]]))
+    p = scoring.split_probabilities(None, ds, ["val"], None, None)["val"]
+    assert len(set(p.view(-1).tolist())) == 4  # float32 made all four exactly 1.0
+    assert scoring.split_summary(info, graphs, p, "val")["mean"]["rocauc"] == 1.0

@@ -81,9 +81,11 @@ def evaluate_splits(model, ds: GraphDataset, splits, mean, std, batch_size: int 
 
 def split_probabilities(model, ds: GraphDataset, splits, mean, std, batch_size: int = 256, device=None) -> dict:
     """``{split: predictions}`` of ``model`` on ``splits`` of ``ds``, in target units
-    (probabilities for classification, :func:`probabilities`)."""
-    return {s: probabilities(predict_graphs(model, ds.splits[s], ds.info, mean, std, batch_size, device), ds.info.task)
-            for s in splits}
+    (probabilities for classification, :func:`probabilities`, in float64: float32's sigmoid is
+    exactly 1 above a logit of about 17, so confident predictions tied, and the run's per-target
+    ROC-AUC read 0.5 where its headline metric, of the logits, did not)."""
+    return {s: probabilities(predict_graphs(model, ds.splits[s], ds.info, mean, std, batch_size, device).double(),
+                             ds.info.task) for s in splits}
 
 
 #: Most nodes :func:`gate_means` reads at once (it runs the reference attention, ``O(N^2)``).
