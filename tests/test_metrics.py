@@ -210,3 +210,25 @@ def test_confident_logits_do_not_tie_in_the_runs_per_target_table(monkeypatch):
     p = scoring.split_probabilities(None, ds, ["val"], None, None)["val"]
     assert len(set(p.view(-1).tolist())) == 4  # float32 made all four exactly 1.0
     assert scoring.split_summary(info, graphs, p, "val")["mean"]["rocauc"] == 1.0
+
+
+def test_a_split_whose_roc_auc_is_undefined_is_refused_before_training_naming_it():
+    """molhiv cut to 50 graphs trained and failed at its first scoring with the metric's words
+    alone ("No task has both positive (1) and negative (0) labels"), naming no split and no fix."""
+    import torch
+    from torch_geometric.data import Data
+
+    from siggate.data.base import DataError, GraphDataset, TaskInfo, one_class_split
+    from siggate.train.dataprep import check_scorable
+
+    info = TaskInfo(name="toy", task="binary", num_tasks=1, metric="rocauc", target_names=["y"])
+
+    def graphs(*labels):
+        return [Data(x=torch.zeros(1, 1), y=torch.tensor([[float(v)]])) for v in labels]
+
+    ds = GraphDataset(info=info, splits={"train": graphs(0, 1), "val": graphs(0, 0, 0), "test": graphs(0, 1)})
+    assert one_class_split(ds) == ("val", 3)
+    with pytest.raises(DataError, match=r"^the val split \(3 rows\) holds no target with both classes \(0 and 1\), so "
+                                        r"its rocauc is undefined: give it rows of both classes"):
+        check_scorable(ds)
+    check_scorable(GraphDataset(info=info, splits={"train": graphs(0, 1), "val": graphs(0, 1), "test": []}))

@@ -60,7 +60,16 @@ import torch
 
 from ..files import atomic_write_bytes
 from ..options import DELIMITERS, DUPLICATES, FRAGMENTS, PREDICT_MAX_ATOMS, closest_name
-from .base import TASK_TYPES, DataError, GraphDataset, InvalidRow, RowNote, TaskInfo, default_cache_dir
+from .base import (
+    TASK_TYPES,
+    DataError,
+    GraphDataset,
+    InvalidRow,
+    RowNote,
+    TaskInfo,
+    default_cache_dir,
+    one_class_split,
+)
 from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
 from .chem import (
     MAX_SMILES_LENGTH,
@@ -601,15 +610,12 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
                 raise DataError(f"{head}; --split random mixes the classes (another --seed draws another random "
                                 "split), or give a split column with both classes in each split")
     if ds.info.task == "multilabel":  # average precision over the targets with both classes: one is needed
-        for name, graphs in ds.splits.items():
-            if not graphs:
-                continue
-            labels = np.stack([g.y[0].numpy() for g in graphs])
-            if not any({0.0, 1.0} <= set(col[~np.isnan(col)].tolist()) for col in labels.T):
-                raise DataError(f"{path}: no target of the {name} split ({len(graphs)} rows) holds both classes, so "
-                                "its average precision is undefined; --split random mixes the classes (another "
-                                "--seed draws another random split), or give a split column with both classes of "
-                                "some target in each split")
+        found = one_class_split(ds)
+        if found:
+            name, rows = found
+            raise DataError(f"{path}: no target of the {name} split ({rows} rows) holds both classes, so its average "
+                            "precision is undefined; --split random mixes the classes (another --seed draws another "
+                            "random split), or give a split column with both classes of some target in each split")
 
 
 def _labels(ds: GraphDataset) -> np.ndarray:

@@ -155,6 +155,22 @@ def check_labelled(ds: GraphDataset) -> None:
     raise DataError(f"{text}: label some training molecules, or leave the target out")
 
 
+def check_scorable(ds: GraphDataset) -> None:
+    """Refuse (:class:`~siggate.data.base.DataError`), before training, a val or test split on
+    which the run's ROC-AUC or AP is undefined (:func:`~siggate.data.base.one_class_split`; a
+    small cut of a rare-positive set): each epoch's scoring failed with the metric's words alone,
+    naming neither the split nor the fix. A CSV's splits were refused so when it was read."""
+    from ..data.base import DataError, one_class_split
+
+    if ds.info.metric not in ("rocauc", "ap"):
+        return
+    found = one_class_split(ds, ("val", "test"))
+    if found:
+        raise DataError(f"the {found[0]} split ({found[1]} rows) holds no target with both classes (0 and 1), so its "
+                        f"{ds.info.metric} is undefined: give it rows of both classes (a larger data.max_graphs, or "
+                        "another split)")
+
+
 def target_stats(train, info: TaskInfo) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-target mean and std over the training labels (graphs, or nodes of the train
     split; NaN labels ignored). A constant target's std is 1 (its labels normalise to 0); any

@@ -48,7 +48,7 @@ from .checkpoint import (
     set_rng_state,
     shrink_refusal,
 )
-from .dataprep import check_labelled, graph_loader, loader_generator, target_stats
+from .dataprep import check_labelled, check_scorable, graph_loader, loader_generator, target_stats
 from .distributed import DistContext, convert_sync_batchnorm, has_unused_parameters
 from .losses import CliffPairLoss, cliff_term_refusal, loss_fn
 from .metrics import is_better
@@ -244,6 +244,7 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
             raise ConfigError(why)
         cliff = CliffPairLoss()
     check_labelled(ds)
+    check_scorable(ds)
     if info.task == "regression" and t_cfg.normalize_targets:
         mean, std = target_stats(ds.train, info)
     else:
