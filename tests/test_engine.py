@@ -510,6 +510,11 @@ def test_compare_snapshot_and_budget(tmp_path, monkeypatch):
     assert "--budget 60" in res["command"] and "--aggregate-only" not in res["command"]
     md = (out / "results.md").read_text()
     assert "Runs not finished yet" in md and "FFN hidden width 160" in md
+    assert "| train s/run |" in md  # (the runs' training seconds, to 3 digits: "0" before for short runs)
+    # another snapshot keeps the comparison's own wall time, not its own few seconds
+    res["wall_seconds"] = 1234.5
+    (out / "results.json").write_text(json.dumps(res))
+    assert _compare(argv) == 0 and json.loads((out / "results.json").read_text())["wall_seconds"] == 1234.5
     assert _compare(argv[:-1] + ["--epochs", "60"]) == 2  # --epochs and --budget: one of them
 
 

@@ -1020,7 +1020,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_root_flag(p)
     add_cache_dir_flag(p)
     p.add_argument("--max-graphs", type=int, default=0, metavar="N",
-                   help="generated datasets (pattern, cluster): only the first N graphs of each split")
+                   help="only the first N graphs of each split (a generated dataset builds only those); 0: all")
     p.add_argument("--num-nodes", type=int, default=0, metavar="N", help="sbm-large: nodes of its graph")
     add_threads_flag(p)
     add_progress_flag(p)

@@ -300,14 +300,15 @@ def render_markdown(res: dict) -> str:
     lines += [f"Seeds: {', '.join(map(str, res['seeds']))}; baseline: `{base}`; epochs: {res.get('epochs')}; "
               f"{' or '.join(map(str, res['threads'])) if isinstance(res.get('threads'), list) else res.get('threads')} "
               f"thread(s) per run; score = test {name} {_scored_epoch(res, name)}.", ""]
-    lines += [f"| variant | runs | test {name} (mean ± std) | val {name} (mean ± std) | params | gate params | s/run |",
+    lines += [f"| variant | runs | test {name} (mean ± std) | val {name} (mean ± std) | params | gate params | "
+              "train s/run |",
               "|---|---|---|---|---|---|---|"]
     for lab in res["gates"]:
         secs = [s for s in res["seconds"][lab].values() if s is not None]
         lines.append(
             f"| `{lab}` | {res['n'][lab]} | {_fmt(res['mean'][lab])}{_spread(res['std'][lab], res['n'][lab])} | "
             f"{_fmt(res['val_mean'][lab])}{_spread(res['val_std'][lab], res['n'][lab])} | {res['params'].get(lab, 'n/a')} | "
-            f"{res['gate_params'].get(lab, 'n/a')} | {(sum(secs) / len(secs)) if secs else float('nan'):.0f} |")
+            f"{res['gate_params'].get(lab, 'n/a')} | {(sum(secs) / len(secs)) if secs else float('nan'):.3g} |")
     lines.append("")
     for lab, arm in (res.get("arms") or {}).items():
         if arm.get("rule"):
@@ -798,7 +799,8 @@ def compare(args) -> int:
             "config": expected[specs[0].label],
             "jobs": args.jobs,
             "threads": threads if len(run_threads) <= 1 else run_threads,
-            "wall_seconds": time.time() - t0,
+            # (--aggregate-only trains nothing: the comparison's own time stays, not this call's)
+            "wall_seconds": old["wall_seconds"] if aggregate_only and old.get("wall_seconds") else time.time() - t0,
         })
         from ..version import __version__
         from .record import git_commit
