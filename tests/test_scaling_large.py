@@ -55,4 +55,5 @@ def test_scaling_large_writes_rows_exponents_and_plot(tmp_path, capsys):
         assert r["nodes"] == 150 and r["repeats"] == 2 and r["train_s"] > 0 and r["peak_bytes"] >= 0
     assert res["skipped"][0]["attn"] == "full"
     assert res["machine"]["threads"] == 1 and res["command"].startswith("siggate bench")
+    assert "--warmup" not in res["command"] and "--sizes 150" in res["command"]  # the flags given, no filled default
     assert (tmp_path / "scaling_large.png").stat().st_size > 0

@@ -768,6 +768,7 @@ def check_args(args) -> None:
 def run(args) -> dict:
     """Run the benchmark described by parsed ``args``; prints a table and returns the result."""
     check_args(args)
+    args.command = _command_line(args)  # as given: the defaults filled in below were recorded as given flags
     large = args.scaling_large
     args.sizes = _ints(args.sizes) if args.sizes else list(LARGE_SIZES if large else SCALING_SIZES)
     args.repeats = args.repeats if args.repeats is not None else (3 if large else 10)
@@ -811,7 +812,7 @@ def _run(args) -> dict:
             raise CLIError(f"--out {out} holds {written} from an earlier benchmark; choose another --out, or move "
                            "it away first (its numbers would be lost)")
         out.mkdir(parents=True, exist_ok=True)
-    command = _command_line(args)
+    command = getattr(args, "command", None) or _command_line(args)
     if args.scaling_large:
         return _run_scaling_large(args, device, out, command, load_start)
     if args.scaling:
