@@ -838,7 +838,7 @@ def test_labels_with_typographic_minus_signs_are_read_and_mostly_unreadable_colu
     censored = tmp_path / "censored.csv"
     censored.write_text("smiles,y\n" + "".join(f"{s},{'>' if i % 2 or i == 0 else ''}{i}\n" for i, s in enumerate(smiles))
                         + "CCCC,\n")
-    with pytest.raises(DataError, match=r"censored.csv: target column 'y': 6 of its 10 values are not numbers \('>0' on line 2"):
+    with pytest.raises(DataError, match=r"censored.csv: target column 'y': 6 of its 10 values are not finite numbers \('>0' on line 2"):
         load_csv(censored, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "cache")
 
 
@@ -861,7 +861,11 @@ def test_no_data_markers_are_missing_labels_and_evaluate_scores_a_mostly_unlabel
     frame = pd.DataFrame({"a": ["1", "2", "3", "4"], "b": ["5", "x", "y", "z"]})
     y, _, _ = read_labels("f.csv", frame, ["a", "b"], "regression")
     check_any_numeric("f.csv", frame, ["a", "b"], y, allow_empty=True)  # evaluate: counted, not refused
-    with pytest.raises(DataError, match=r"f.csv: target column 'b': 3 of its 4 values are not numbers"):
+    with pytest.raises(DataError, match=r"f.csv: target column 'b': 3 of its 4 values are not finite numbers"):
+        check_any_numeric("f.csv", frame, ["a", "b"], y)
+    frame = pd.DataFrame({"a": ["1", "2", "3", "4"], "b": ["5", "inf", "-inf", "1e999"]})  # read as missing now
+    y, _, _ = read_labels("f.csv", frame, ["a", "b"], "regression")
+    with pytest.raises(DataError, match=r"3 of its 4 values are not finite numbers \('inf' on line 3, '-inf'"):
         check_any_numeric("f.csv", frame, ["a", "b"], y)
 
 

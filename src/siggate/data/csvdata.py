@@ -502,7 +502,7 @@ def check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y
             if not allow_empty and 2 * len(unread) > given:
                 shown = ", ".join(f"{text.iat[i]!r} on line {line_at(lines, i)}" for i in unread[:3])
                 raise DataError(f"{path}: target column {col!r}: {len(unread)} of its {given} values are not "
-                                f"numbers ({shown}); training on the rest would drop most of its labels. Write them "
+                                f"finite numbers ({shown}); training on the rest would drop most of its labels. Write them "
                                 "as plain numbers, leave a cell empty where there is no measurement, or name the "
                                 "label column with --target-col (censored values such as '>10' are bounds, which "
                                 "siggate does not train on)")
