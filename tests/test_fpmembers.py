@@ -492,7 +492,7 @@ def test_damaged_numbers_are_refused_at_load_not_predicted(tmp_path, task):
         left = a["t0.left"]  # (tensors, as load_arrays returns them)
         a["t0.threshold"][int(torch.nonzero(left != torch.arange(left.numel()))[0])] = float("nan")
 
-    cases = [(RandomForest, damaged("rf", nan_split), "t0.threshold holds NaN, or inf at a split"),
+    cases = [(RandomForest, damaged("rf", nan_split), "threshold holds NaN, or inf at a split"),
              (RandomForest, damaged("rf", lambda a: a.update({"t0.roots": a["t0.roots"][:0]})), "has no tree"),
              (RandomForest, damaged("rf", target=lambda t: t.update(radius=-1)), "stored radius -1 is not an integer >= 0"),
              (KernelSVR, damaged("svr", lambda a: a["t0.coef"].__setitem__(0, np.nan)), "t0.coef holds NaN or inf"),

@@ -207,12 +207,18 @@ def label_rows(data, info: TaskInfo, split: str | None = None):
     return y if mask is None else y[mask]
 
 
+def stacked_labels(graphs, info: TaskInfo, split: str | None = None):
+    """The :func:`label_rows` of ``graphs`` (a non-empty sequence) as one tensor: ``[rows, T]``
+    (``[rows]`` for ``"multiclass"``), the rows ``split`` scores."""
+    import torch
+
+    return torch.cat([label_rows(g, info, split) for g in graphs])
+
+
 def one_class_split(ds: "GraphDataset", splits=("train", "val", "test")) -> tuple[str, int] | None:
     """The first of ``splits`` of a binary or multilabel ``ds`` in which no target holds both
     classes (0 and 1), so that its ROC-AUC or average precision is undefined, with its row count;
     ``None`` when each non-empty split has such a target (or the task is another)."""
-    import torch
-
     info = ds.info
     if info.task not in ("binary", "multilabel"):
         return None
@@ -220,7 +226,7 @@ def one_class_split(ds: "GraphDataset", splits=("train", "val", "test")) -> tupl
         graphs = ds.splits.get(split) or []
         if not len(graphs):
             continue
-        y = torch.cat([label_rows(g, info, split) for g in graphs]).reshape(-1, info.num_tasks)
+        y = stacked_labels(graphs, info, split).reshape(-1, info.num_tasks)
         if not bool(((y == 1).any(0) & (y == 0).any(0)).any()):
             return split, int(y.shape[0])
     return None

@@ -594,21 +594,22 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
                  f"({n_valid} usable rows)")
         raise EmptySplitError(f"{cause}; add rows, or choose another --split{hint}", cause)
     if ds.info.task == "binary":  # ROC-AUC, the metric that chooses the epoch and scores the run, needs both
-        counts = {c: int(np.sum(y[:, 0] == c)) for c in (0.0, 1.0)}
-        for name, graphs in ds.splits.items():
-            classes = {float(g.y[0, 0]) for g in graphs if not math.isnan(float(g.y[0, 0]))}
-            if graphs and len(classes) < 2:
-                held = classes.pop() if classes else None
-                rare = min(counts, key=counts.get)
-                head = (f"{path}: the {name} split holds only class {int(held) if held is not None else '?'} "
-                        f"({len(graphs)} rows), so its ROC-AUC is undefined")
-                needing = sum(1 for graphs_ in ds.splits.values() if graphs_)  # an allowed empty test needs none
-                if counts[rare] < needing:  # no split can fix it: each split that holds rows needs one
-                    raise DataError(f"{head}; the file's usable rows hold {counts[rare]} of class {int(rare)} (of "
-                                    f"{len(y)}), and each of the {needing} splits needs both classes: label "
-                                    f"more molecules of class {int(rare)}")
-                raise DataError(f"{head}; --split random mixes the classes (another --seed draws another random "
-                                "split), or give a split column with both classes in each split")
+        found = one_class_split(ds)
+        if found:
+            name, rows = found
+            counts = {c: int(np.sum(y[:, 0] == c)) for c in (0.0, 1.0)}
+            classes = {float(g.y[0, 0]) for g in ds.splits[name] if not math.isnan(float(g.y[0, 0]))}
+            held = classes.pop() if classes else None
+            rare = min(counts, key=counts.get)
+            head = (f"{path}: the {name} split holds only class {int(held) if held is not None else '?'} "
+                    f"({rows} rows), so its ROC-AUC is undefined")
+            needing = sum(1 for graphs_ in ds.splits.values() if graphs_)  # an allowed empty test needs none
+            if counts[rare] < needing:  # no split can fix it: each split that holds rows needs one
+                raise DataError(f"{head}; the file's usable rows hold {counts[rare]} of class {int(rare)} (of "
+                                f"{len(y)}), and each of the {needing} splits needs both classes: label "
+                                f"more molecules of class {int(rare)}")
+            raise DataError(f"{head}; --split random mixes the classes (another --seed draws another random "
+                            "split), or give a split column with both classes in each split")
     if ds.info.task == "multilabel":  # average precision over the targets with both classes: one is needed
         found = one_class_split(ds)
         if found:

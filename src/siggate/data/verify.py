@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import DataError, label_rows
+from .base import DataError, stacked_labels
 from .catalog import DATASETS, get_dataset
 
 __all__ = ["UnknownDatasetError", "verify"]
@@ -108,7 +108,7 @@ def verify(name: str, root=None, cache_dir=None, **kw) -> dict:
         out["split_nodes"] = ds.node_counts()
     for key in ("train", "val", "test"):
         if ds.splits[key]:
-            y = torch.cat([label_rows(g, info, key) for g in ds.splits[key]])
+            y = stacked_labels(ds.splits[key], info, key)
             out["labels"][key] = (_class_balance(y, info.num_classes) if info.task == "multiclass"
                                   else _label_stats(y, ds.info.task))
     return out

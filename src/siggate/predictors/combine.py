@@ -170,14 +170,14 @@ class Combination:
         Returns ``self``."""
         if self.weighting != "val":
             return self
-        from ..data.base import label_rows, split_mask
+        from ..data.base import split_mask, stacked_labels
 
         info, graphs = self.info, ds.val
         if not graphs:
             raise ValueError("weights='val' fits the weights on the validation split, and this dataset has no "
                              "validation molecules; give it a val split, or use equal weights (weights=None)")
         preds = torch.stack([out_of_sample(m, "val", graphs).mean for m in self.members]).double()  # M, rows, T
-        y = torch.cat([label_rows(g, info, "val") for g in graphs])
+        y = stacked_labels(graphs, info, "val")
         if info.transductive:
             preds = preds[:, torch.cat([split_mask(g, info, "val") for g in graphs])]
         labels = list(dict.fromkeys(self.groups))

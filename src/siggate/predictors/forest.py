@@ -135,7 +135,8 @@ def forest_predict(x, trees: Mapping) -> np.ndarray:
 
 
 def check_trees(trees: Mapping, n_features: int) -> None:
-    """Refuse stored tree arrays that are missing, mis-shaped or point outside themselves.
+    """Refuse stored tree arrays that are missing, mis-shaped, point outside themselves, or
+    split at a threshold that is no number.
 
     Raises:
         PredictorFileError: naming what is wrong.
@@ -156,6 +157,9 @@ def check_trees(trees: Mapping, n_features: int) -> None:
     if not np.all((trees["left"] > np.arange(n)) | (trees["left"] == np.arange(n))) or \
             not np.all((trees["right"] > np.arange(n)) | (trees["right"] == np.arange(n))):
         raise PredictorFileError("stored forest's children must follow their parents (a tree, no cycles)")
+    split = trees["left"] != np.arange(n)  # (a leaf's threshold is inf: its rows stay)
+    if np.isnan(trees["threshold"]).any() or not np.isfinite(trees["threshold"][split]).all():
+        raise PredictorFileError("stored forest's threshold holds NaN, or inf at a split")
 
 
 @dataclass
@@ -236,9 +240,6 @@ class RandomForest(FingerprintMember):
         radius, size = stored_count(t, "radius", 0), stored_count(t, "size", 1)
         classify = self.info.task != "regression"
         check_trees(trees, size)
-        split = trees["left"] != np.arange(trees["left"].size)  # (a leaf's threshold is inf: its rows stay)
-        if np.isnan(trees["threshold"]).any() or not np.isfinite(trees["threshold"][split]).all():
-            raise PredictorFileError(f"stored {prefix}.threshold holds NaN, or inf at a split")
         finite_array(trees["value"], f"{prefix}.value", probability=classify)  # a classifier's leaves: P(class 1)
         return ForestModel(trees, radius, size, classify, stored_number(t, "y_mean"),
                            stored_number(t, "y_std", positive=True))

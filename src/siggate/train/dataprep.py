@@ -13,7 +13,7 @@ import torch
 from torch_geometric.loader import DataLoader
 
 from ..config import ConfigError, DataConfig, ModelConfig
-from ..data.base import GraphDataset, TaskInfo, label_rows
+from ..data.base import GraphDataset, TaskInfo, stacked_labels
 from .distributed import DistContext
 
 log = logging.getLogger("siggate.train")
@@ -137,7 +137,7 @@ def check_labelled(ds: GraphDataset) -> None:
         graphs = ds.splits.get(split) or []
         if not len(graphs):
             return [0] * info.num_tasks
-        return torch.isfinite(torch.cat([label_rows(g, info, split) for g in graphs])).sum(0).tolist()
+        return torch.isfinite(stacked_labels(graphs, info, split)).sum(0).tolist()
 
     train = counts("train")
     empty = [t for t, c in enumerate(train) if c == 0]
@@ -176,7 +176,7 @@ def target_stats(train, info: TaskInfo) -> tuple[torch.Tensor, torch.Tensor]:
     split; NaN labels ignored). A constant target's std is 1 (its labels normalise to 0); any
     other std is its own, however small the labels' units (an absolute floor would shrink labels
     in molar units, ~1e-9, to nothing)."""
-    y = torch.cat([label_rows(g, info, "train") for g in train]).double()
+    y = stacked_labels(train, info, "train").double()
     mean = torch.nanmean(y, dim=0)
     std = torch.sqrt(torch.nanmean((y - mean) ** 2, dim=0))
     std = torch.where(std == 0, torch.ones_like(std), std)

@@ -466,6 +466,11 @@ def write_test_predictions(path: str | Path, rows: list[int], smiles: list[str],
 FITTING = "fitting"
 
 
+def _record_folder(checkpoint) -> Path:
+    """The run folder that ``checkpoint`` (a folder, or a file in one) names."""
+    return Path(checkpoint) if Path(checkpoint).is_dir() else Path(checkpoint).parent
+
+
 def estimator_record(checkpoint) -> dict:
     """The :data:`ESTIMATOR_RECORD` of the run ``checkpoint`` is (a folder, or a file in one):
     ``{"estimator": "SigGateRegressor", "target_names": [...], ...}`` for a run an estimator's
@@ -473,10 +478,8 @@ def estimator_record(checkpoint) -> dict:
     or a record that cannot be read."""
     import json
 
-    folder = Path(checkpoint)
-    folder = folder if folder.is_dir() else folder.parent
     try:
-        record = json.loads((folder / ESTIMATOR_RECORD).read_text(encoding="utf-8"))
+        record = json.loads((_record_folder(checkpoint) / ESTIMATOR_RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}
@@ -487,7 +490,7 @@ def estimator_classes_note(checkpoint) -> str | None:
     classes): which class its probability is of, in words for ``predict``, ``evaluate`` and
     ``explain``, whose columns are 0 and 1; ``None`` for any other run."""
     record = estimator_record(checkpoint)
-    folder = Path(checkpoint) if Path(checkpoint).is_dir() else Path(checkpoint).parent
+    folder = _record_folder(checkpoint)
     if not record and (folder / ESTIMATOR_RECORD).is_file():  # (damaged: its note was dropped without a word)
         return (f"{folder / ESTIMATOR_RECORD} cannot be read, so which class a probability here is of is not known: "
                 "if an estimator's fit made this run, it is of the estimator's classes_[1]")

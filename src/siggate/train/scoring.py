@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..data.base import GraphDataset, TaskInfo, label_rows, split_mask
+from ..data.base import GraphDataset, TaskInfo, split_mask, stacked_labels
 from .dataprep import graph_loader
 from .metrics import compute_metric, summary
 
@@ -37,7 +37,7 @@ def predict_graphs(model, graphs, info: TaskInfo, mean, std, batch_size: int = 2
 def scored_rows(info: TaskInfo, graphs, pred: torch.Tensor, split: str | None) -> tuple[np.ndarray, np.ndarray]:
     """``(labels, predictions)`` as numpy arrays, one row per prediction that ``split`` scores:
     every graph (or node), or the rows of ``split``'s mask for a transductive dataset."""
-    y = torch.cat([label_rows(g, info, split) for g in graphs])
+    y = stacked_labels(graphs, info, split)
     if info.transductive:
         pred = pred[torch.cat([split_mask(g, info, split) for g in graphs])]
     return y.numpy(), pred.numpy()
