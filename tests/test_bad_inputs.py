@@ -1114,7 +1114,29 @@ def test_bench_options_it_cannot_run_with_are_refused_in_one_line(tmp_path, caps
     rc, out, err = run_cli(["bench", "--dataset", "synthetic", "--threads", "1", *flags, "--out", str(tmp_path / "b")],
                            capsys)
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("siggate bench: error: ")
     assert not (tmp_path / "b").exists()
+
+
+def test_a_data_root_that_does_not_exist_is_refused_where_it_would_be_read_as_empty(tmp_path, capsys, monkeypatch):
+    """``bench --data-root /misspelt`` measured NCI-5K's graphs instead of ZINC's, and ``pretrain
+    --data-root /misspelt`` kept the benchmarks' test molecules in its corpus, each after one
+    warning: a folder (or $SIGGATE_DATA) that does not exist is refused, before any work."""
+    from test_pretrain import _corpus_file
+
+    nowhere = tmp_path / "nowhere"
+    fix = "no such folder; give the folder that holds the benchmark data, or leave the flag out (default: $SIGGATE_DATA"
+    for cmd in (["bench", "--threads", "1", "--sizes", "4", "--out", str(tmp_path / "b")],
+                ["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(tmp_path / "pt"), "--epochs", "4"]):
+        rc, out, err = run_cli([*cmd, "--data-root", str(nowhere)], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert err.startswith(f"siggate {cmd[0]}: error: --data-root {nowhere}: {fix}"), err
+    monkeypatch.setenv("SIGGATE_DATA", str(nowhere))
+    rc, out, err = run_cli(["bench", "--threads", "1", "--sizes", "4", "--out", str(tmp_path / "b")], capsys)
+    assert rc == 2 and err == (f"siggate bench: error: $SIGGATE_DATA={nowhere}: no such folder; point it at the folder "
+                               "that holds the benchmark data, or unset it (then ../shared/data beside a checkout of "
+                               "siggate)\n")
+    assert not (tmp_path / "b").exists() and not (tmp_path / "pt").exists() and not nowhere.exists()
 
 
 @pytest.mark.parametrize("flags, written", [([], "bench.json"), (["--scaling"], "scaling.json"),
@@ -1126,7 +1148,7 @@ def test_bench_refuses_to_replace_an_earlier_measurement(tmp_path, capsys, flags
     (out / written).write_text('{"earlier": true}\n')
     rc, _, err = run_cli(["bench", "--dataset", "synthetic", "--threads", "1", *flags, "--out", str(out)], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
-    assert f"--out {out} holds {written} from an earlier benchmark; choose another --out" in err
+    assert err.startswith(f"siggate bench: error: --out {out} holds {written} from an earlier benchmark; choose another --out")
     assert (out / written).read_text() == '{"earlier": true}\n'
 
 

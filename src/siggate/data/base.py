@@ -31,7 +31,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..options import HIGHER_IS_BETTER, TASK_LEVELS
+from ..options import DATA_ROOT_DEFAULT, HIGHER_IS_BETTER, TASK_LEVELS
 
 TASK_TYPES = ("regression", "binary", "multilabel", "multiclass")
 NODE_FEATURES = ("ogb", "typed", "dense")
@@ -230,6 +230,22 @@ def one_class_split(ds: "GraphDataset", splits=("train", "val", "test")) -> tupl
         if not bool(((y == 1).any(0) & (y == 0).any(0)).any()):
             return split, int(y.shape[0])
     return None
+
+
+def checked_data_root(root) -> Path | None:
+    """The data root a command reads: ``root`` (``--data-root``) when given, else
+    :func:`default_data_root`. A given folder, or a ``$SIGGATE_DATA``, that does not exist is
+    refused (:class:`DataError`): a misspelt root otherwise reads as "no benchmark here", which
+    ``bench`` answers with other graphs and ``pretrain`` with test molecules left in its corpus."""
+    env = os.environ.get("SIGGATE_DATA")
+    path = Path(root) if root else default_data_root()
+    if root and not path.is_dir():
+        raise DataError(f"--data-root {root}: no such folder; give the folder that holds the benchmark data, or leave "
+                        f"the flag out (default: {DATA_ROOT_DEFAULT})")
+    if not root and env and not path.is_dir():
+        raise DataError(f"$SIGGATE_DATA={env}: no such folder; point it at the folder that holds the benchmark data, "
+                        "or unset it (then ../shared/data beside a checkout of siggate)")
+    return path
 
 
 def default_cache_dir() -> Path:

@@ -51,8 +51,16 @@ PARTIAL = "partial"
 
 
 
+def _test_set_root(data_root, test_sets):
+    """The data root the benchmarks' test sets are read from; one given (or ``$SIGGATE_DATA``) that
+    does not exist is refused when a test set lives there, since the corpus would keep its molecules."""
+    from ..data.base import checked_data_root, default_data_root
+    from ..data.corpus import FROM_DATA_ROOT
+
+    return checked_data_root(data_root) if set(test_sets) & set(FROM_DATA_ROOT) else data_root or default_data_root()
+
+
 def _excluded_keys(data_root, exclude_files: list[str], test_sets) -> tuple[set, dict]:
-    from ..data.base import default_data_root
     from ..data.corpus import benchmark_test_smiles, inchikey, read_smiles
 
     files, keys = {}, {}  # the user's files first: a refusal of one comes before the benchmarks' test sets are read
@@ -67,7 +75,7 @@ def _excluded_keys(data_root, exclude_files: list[str], test_sets) -> tuple[set,
             raise ConfigError(f"--exclude {f}: none of its {len(smiles)} lines is a molecule RDKit reads, so "
                               "nothing would be excluded; give a .smi/.txt file of one SMILES per line, or a .csv "
                               "with a smiles column")
-    sets, missing = benchmark_test_smiles(data_root or default_data_root(), test_sets)
+    sets, missing = benchmark_test_smiles(_test_set_root(data_root, test_sets), test_sets)
     for name, smiles in sets.items():
         keys[name] = {k for k in map(inchikey, smiles) if k}
     sets.update(files)
@@ -301,13 +309,12 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
             log.warning("pretrain: %s cannot be read; building the corpus again", meta_path)
             meta = None
     if meta is not None:
-        from ..data.base import default_data_root
         from ..data.corpus import benchmark_test_smiles
 
         # the same test sets must be readable now as when the corpus was built: of those it considered
         # (a benchmark siggate came to know later, such as molpcba, is no difference for an older corpus)
         considered = [n for n in test_sets if n in meta.get("test_sets", {})]
-        now = sorted(benchmark_test_smiles(data_root or default_data_root(), considered)[0])
+        now = sorted(benchmark_test_smiles(_test_set_root(data_root, considered), considered)[0])
         built = sorted(k for k, v in meta.get("test_sets", {}).items() if "skipped" not in v and not k.startswith("file:"))
         same_csv = meta.get("csv_sha256") == file_digest(csv_path)
         then, asked = _comparable({k: meta.get(k) for k in want}), _comparable(want)
