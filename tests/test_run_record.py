@@ -518,6 +518,37 @@ def test_evaluate_data_scores_the_targets_a_file_has_columns_of(run, tmp_path, c
     neither.write_text("smiles,c\n" + "".join(f"{r['smiles']},1\n" for r in rows))
     rc, _, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(neither)], capsys)
     assert rc == 2 and "no column 'a'" in err
+    # the one target measured under another name: TARGET=COL scores it, and the other is not scored
+    renamed = tmp_path / "renamed.csv"
+    renamed.write_text("smiles,a_measured,b\n" + "".join(f"{r['smiles']},{r['a']},\n" for r in rows))
+    caplog.clear()
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(renamed), "--target-col",
+                               " a = a_measured"], capsys)
+    assert rc == 0, err
+    mapped = json.loads(stdout)
+    for key in ("per_target", "mean"):
+        assert mapped["metrics"]["data"][key] == reference["metrics"]["data"][key]
+    assert mapped["warnings"][0] == ("scored column 'a_measured' as the model's target 'a': the names differ, so make "
+                                     "sure each is the same property in the same units")
+    assert not [r for r in caplog.records if "another order" in r.getMessage()]
+    no_b = tmp_path / "no_b.csv"
+    no_b.write_text("smiles,a_measured\n" + "".join(f"{r['smiles']},{r['a']}\n" for r in rows))
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(no_b), "--target-col",
+                               "a=a_measured"], capsys)
+    assert rc == 0, err
+    assert json.loads(stdout)["metrics"]["data"]["per_target"] == mapped["metrics"]["data"]["per_target"]
+    assert "no column of the model's target(s) 'b'; 'a_measured' scored, the others are not" in json.loads(stdout)[
+        "warnings"]
+    for given, message in [("x=a_measured", "--target-col x=a_measured: the model has no target 'x'; its targets are a, b"),
+                           ("a=a_measured,b", "--target-col a=a_measured,b: give every entry as TARGET=COLUMN ('b' is not)"),
+                           ("a=a_measured,a=b", "--target-col names the target 'a' twice (a_measured, b); name each once"),
+                           ("a=b,b=b", "--target-col gives the column 'b' to two targets; give each its own column"),
+                           ("b=a_measured,a=", "give every entry as TARGET=COLUMN ('a=' is not)"),
+                           ("b=a", "--target-col b=a: 'a' is also the column of the model's target 'a', which would be "
+                                   "scored on it too; name that target as well (a=COLUMN)"),
+                           ("a=nothere", f"--data {no_b}: no column 'nothere'")]:
+        rc, _, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(no_b), "--target-col", given], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and message in err, (given, err)
 
 
 def test_a_calibration_of_another_task_or_with_nan_scores_is_refused(run, capsys):

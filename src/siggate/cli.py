@@ -919,7 +919,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smiles-col", default=None,
                    help="SMILES column of --data (default: the training run's SMILES column, else smiles)")
     p.add_argument("--target-col", default=None, metavar="COL[,COL...]",
-                   help="label column(s) of --data, in the model's target order (default: the training targets' names)")
+                   help="label column(s) of --data, in the model's target order, or TARGET=COL pairs naming the "
+                        "column of each target they name (a target not named: the column of its own name, else not "
+                        "scored) (default: the training targets' names)")
     p.add_argument("--decimal", default=".", choices=[".", ","],
                    help="decimal mark of the labels in --data: '.' (default) or ',' (-5,49)")
     p.add_argument("--allow-changed", action="store_true",

@@ -172,11 +172,45 @@ def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
 def label_columns(target_cols: list[str] | None, info: TaskInfo) -> list[str]:
     """The columns of an external file scored as the model's targets, in the targets' order:
     ``target_cols`` (``--target-col``) by position, except that the model's own names in another
-    order are matched by name; none given, the targets' names."""
+    order are matched by name, and ``TARGET=COL`` pairs (:func:`target_map`) name the column of
+    each target they name (the others: their own names); none given, the targets' names."""
     names = list(info.target_names or [])
     if not target_cols:
         return names
+    named = target_map(target_cols, info)
+    if named is not None:
+        return [named.get(n, n) for n in names]
     return names if sorted(target_cols) == sorted(names) else list(target_cols)
+
+
+def target_map(target_cols: list[str] | None, info: TaskInfo) -> dict[str, str] | None:
+    """``{target: column}`` of ``--target-col`` given as ``TARGET=COL`` pairs, or None where it is
+    a list of columns (no entry holds a ``=``). A model of two targets can so be scored on a file
+    that measured one of them under another name."""
+    names = list(info.target_names or [])
+    pairs = [c.partition("=") for c in target_cols or []]
+    if not any(sep for _, sep, _ in pairs):
+        return None
+    out = {}
+    for text, (t, sep, col) in zip(target_cols, pairs):
+        t, col = t.strip(), col.strip()
+        if not sep or not col:
+            raise EvaluationError(f"--target-col {','.join(target_cols)}: give every entry as TARGET=COLUMN "
+                                  f"({text!r} is not), or columns alone in the model's target order")
+        if t not in names:
+            raise EvaluationError(f"--target-col {text}: the model has no target {t!r}; its targets are "
+                                  f"{', '.join(names)}")
+        if t in out:
+            raise EvaluationError(f"--target-col names the target {t!r} twice ({out[t]}, {col}); name each once")
+        if col in out.values():
+            raise EvaluationError(f"--target-col gives the column {col!r} to two targets; give each its own column")
+        out[t] = col
+    for n in names:  # a target not named reads the column of its name: not one a pair gives another target
+        if n not in out and n in out.values():
+            other = next(t for t, c in out.items() if c == n)
+            raise EvaluationError(f"--target-col {other}={n}: {n!r} is also the column of the model's target {n!r}, "
+                                  f"which would be scored on it too; name that target as well ({n}=COLUMN)")
+    return out
 
 
 def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo,
@@ -222,13 +256,15 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     header, records = read_table(path, detect_sep(path))
     header = column_names(header)  # "id, smiles, y": the columns smiles and y, as predict reads them
     smiles_col = smiles_col.strip() if smiles_col else smiles_col  # (--target-col's names are stripped)
-    cols = label_columns(target_cols, info)
-    if target_cols and cols != list(target_cols):
+    cols, named = label_columns(target_cols, info), target_map(target_cols, info)
+    if target_cols and named is None and cols != list(target_cols):
         log.warning("--target-col %s names the model's targets in another order; each column is scored as the "
                     "target of its name (%s)", ",".join(target_cols), ", ".join(cols))
     smiles_col = smiles_column(path, header, smiles_col, fallback)
     unlabelled_targets = []  # the model's targets the file holds no column of: not scored
-    if not target_cols and any(c in header for c in cols):
+    if named is not None:  # the targets not named: scored where the file has a column of their name
+        unlabelled_targets = [c for c in cols if c not in header and c not in named.values()]
+    elif not target_cols and any(c in header for c in cols):
         unlabelled_targets = [c for c in cols if c not in header]
     missing = [c for c in [smiles_col, *cols] if c not in header and c not in unlabelled_targets]
     if missing:
