@@ -450,6 +450,15 @@ def test_explain_on_a_run_of_the_svr_member(tmp_path, capsys, caplog):
                                                      "mol3_final.png", "molecules.csv", "notes.txt"]
     assert json.loads((out / "explanation.json").read_text()) == {"format": 1, "targets": ["nN"], "finished": True,
                                                                    "rows": 1, "failed": 0}
+    # a picture of the user's beside that explanation, of a name it did not write (it drew mol0 only): it was
+    # deleted when the folder was explained again; refused now, kept; --overwrite replaces it
+    (out / "mol5.png").write_bytes(b"my own picture")
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "C1CC1", "CCO", "--out", str(out)], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and f"--out {out} holds mol5.png, names an explanation " \
+        "writes, but no explanation wrote them" in err, err
+    assert (out / "mol5.png").read_bytes() == b"my own picture" and (out / "mol0.png").is_file()
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "C1CC1", "--out", str(out), "--overwrite"], capsys)
+    assert rc == 0 and not (out / "mol5.png").exists(), err
     # a folder of the user's own molecules.csv and pictures (no explanation.json): refused, kept;
     # --overwrite replaces them
     own = tmp_path / "own"
@@ -458,8 +467,8 @@ def test_explain_on_a_run_of_the_svr_member(tmp_path, capsys, caplog):
     (own / "mol7.png").write_bytes(b"mine")
     rc, _, err = run_cli(["explain", "--checkpoint", str(run), "C1CC1", "--out", str(own)], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
-    assert (f"--out {own} holds mol7.png, molecules.csv, names an explanation writes, but no explanation: move "
-            "them or choose another --out (--overwrite replaces them)") in err
+    assert (f"--out {own} holds mol7.png, molecules.csv, names an explanation writes, but no explanation wrote them: "
+            "move them or choose another --out (--overwrite replaces them)") in err
     assert (own / "molecules.csv").read_text() == "smiles\nCCO\n" and (own / "mol7.png").read_bytes() == b"mine"
     rc, _, err = run_cli(["explain", "--checkpoint", str(run), "C1CC1", "--out", str(own), "--overwrite"], capsys)
     assert rc == 0 and not (own / "mol7.png").exists() and (own / "mol0.png").is_file(), err

@@ -764,8 +764,8 @@ def cmd_explain(args) -> int:
     theirs = foreign_files(args.out, explained_targets(pred)) if hasattr(pred.predictor, "info") else []
     if theirs and not args.overwrite:
         raise CLIError(f"--out {args.out} holds {', '.join(theirs[:4])}{' ...' if len(theirs) > 4 else ''}, names an "
-                       "explanation writes, but no explanation: move them or choose another --out (--overwrite "
-                       "replaces them)")
+                       "explanation writes, but no explanation wrote them: move them or choose another --out "
+                       "(--overwrite replaces them)")
     chunks = _read_input(args, pred, source) if source else [list(args.smiles)]
     lock = claim_out_dir(Path(args.out), resume=True, what="the explanations")  # one explain per folder at a time
     try:

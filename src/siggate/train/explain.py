@@ -30,8 +30,9 @@ members' weighted sum) is written to ``OUT``:
   Ctrl-C) leaves the earlier one as it was. ``siggate explain`` holds the folder's lock while it writes;
 * ``explanation.json`` (:data:`EXPLANATION`), written as the files are replaced and again when
   that is done: the targets, ``finished``, and then ``rows`` and ``failed``. Files of the names
-  above in a folder without it are not an explanation's (:func:`foreign_files`): ``siggate
-  explain`` refuses to replace them without ``--overwrite``.
+  above in a folder without it, and pictures its ``molecules.csv`` does not list, are not an
+  explanation's (:func:`foreign_files`): ``siggate explain`` refuses to replace them without
+  ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -145,12 +146,31 @@ def explanation_files(out: str | Path, names: list[str]) -> list[str]:
 
 
 def foreign_files(out: str | Path, names: list[str]) -> list[str]:
-    """:func:`explanation_files` of a folder that holds no explanation (no :data:`EXPLANATION`):
-    the user's own files, which an explanation would replace."""
+    """The user's own files of the names an explanation writes, which it would replace:
+    :func:`explanation_files` of a folder that holds no explanation (no :data:`EXPLANATION`), or
+    the pictures of a folder's finished explanation that its ``molecules.csv`` does not list (a
+    ``mol5.png`` put beside the ``mol0`` of an explanation of one molecule)."""
     out = Path(out)
-    if (out / EXPLANATION).is_file() or _explained_before(out / "molecules.csv"):
+    if not ((out / EXPLANATION).is_file() or _explained_before(out / "molecules.csv")):
+        return explanation_files(out, names)
+    stems = _listed_stems(out)
+    if stems is None:  # an explanation whose replacement stopped midway: its files are its own
         return []
-    return explanation_files(out, names)
+    earlier = _recorded_targets(out) or names
+    return sorted(f for f in set(explanation_files(out, names)) | set(explanation_files(out, earlier))
+                  if f not in ("molecules.csv", "atoms.csv") and f.rsplit(".", 1)[0] not in stems)
+
+
+def _listed_stems(out: Path) -> set[str] | None:
+    """The pictures' stems (``mol<row>``, ``mol<row>_<target>``) the finished explanation in
+    ``out`` lists in its ``molecules.csv``; None where it is not finished or cannot be read."""
+    try:
+        if (out / EXPLANATION).is_file() and not json.loads((out / EXPLANATION).read_text(encoding="utf-8")).get("finished"):
+            return None
+        with open(out / "molecules.csv", newline="", encoding="utf-8") as fh:
+            return {stem for r in csv.DictReader(fh) for stem in (r.get("pictures") or "").split(";")} - {""}
+    except (OSError, ValueError, AttributeError, csv.Error):
+        return None
 
 
 def _recorded_targets(out: Path) -> list[str] | None:
