@@ -437,6 +437,27 @@ def test_evaluate_data_draws_its_parity_plot_next_to_its_output(run, capsys):
                                   capsys)
         assert rc == 0, err
         assert json.loads(stdout)["parity_plot"] == str(out.parent / f"{name.split('.csv')[0]}_parity.png")
+    # drawn again: siggate's own picture is replaced; a picture of the user's of that name (or any other file) was
+    # replaced too, without a word: refused before scoring, kept
+    before = png.stat().st_mtime_ns
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(data), "--target-col", "a,b",
+                          "--output", str(scores)], capsys)
+    assert rc == 0 and png.stat().st_mtime_ns != before, err
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for mine in (lambda p: plt.figure().savefig(p), lambda p: p.write_bytes(b"my notes")):
+        mine(png)
+        kept = png.read_bytes()
+        rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(data), "--target-col", "a,b",
+                                   "--output", str(scores)], capsys)
+        assert rc == 2 and stdout == "" and err == (
+            f"siggate evaluate: error: {png} is not a picture siggate drew, and scoring --data {data} would replace "
+            "it: move it away, or give an --output of another name (the picture is named after it)\n")
+        assert png.read_bytes() == kept
+    plt.close("all")
 
 
 def test_a_run_of_many_targets_draws_its_first_twelve_in_rows_of_four():

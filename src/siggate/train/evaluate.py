@@ -355,13 +355,17 @@ def _picture(stem, data, info: TaskInfo, graphs: list, pred: torch.Tensor) -> tu
 
     y, p = scored_rows(info, graphs, pred, None)
     names = list(info.target_names or [f"target{t}" for t in range(info.num_tasks)])
-    stem = Path(stem)
+    path = picture_path(stem, info)
     if info.task != "regression":
-        return "roc_plot", save_figure(roc_figure(y, p, names, title=Path(data).name),
-                                       stem.with_name(f"{stem.name}_roc.png"))
+        return "roc_plot", save_figure(roc_figure(y, p, names, title=Path(data).name), path)
     cliff = cliff_marks(data, [int(g.row) for g in graphs])
-    return "parity_plot", save_figure(parity_figure(y, p, names, cliff, title=Path(data).name),
-                                      stem.with_name(f"{stem.name}_parity.png"))
+    return "parity_plot", save_figure(parity_figure(y, p, names, cliff, title=Path(data).name), path)
+
+
+def picture_path(stem, info: TaskInfo) -> Path:
+    """Where :func:`_picture` draws: ``<stem>_parity.png``, or a classifier's ``<stem>_roc.png``."""
+    stem = Path(stem)
+    return stem.with_name(f"{stem.name}_{'parity' if info.task == 'regression' else 'roc'}.png")
 
 
 def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None = None, target_cols=None,
@@ -416,6 +420,13 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
             raise EvaluationError(f"--output {output} is the training CSV the run's splits are read from; writing it "
                                   "would replace that file and the run could no longer be scored: give another "
                                   f"--output, e.g. {Path(output).with_name('scores.json')}")
+    if data is not None and pictures is not None:  # a picture of the user's own, of the name it takes: not replaced
+        from .plots import drawn_by_siggate
+
+        drawn = picture_path(pictures, info)
+        if drawn.exists() and not drawn_by_siggate(drawn):
+            raise EvaluationError(f"{drawn} is not a picture siggate drew, and scoring --data {data} would replace it: "
+                                  "move it away, or give an --output of another name (the picture is named after it)")
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
            "members": len(members_of(predictor))}
     calibrated = None if coverage is None else _calibration_of(checkpoint, info, coverage)

@@ -35,6 +35,8 @@ MAX_PANELS, PANEL_COLUMNS = 12, 4
 #: CSV columns that mark activity-cliff compounds (first found is used), truthy values below
 CLIFF_COLUMNS = ("cliff_mol", "cliff")
 _TRUE = {"1", "1.0", "true", "yes", "y", "t"}
+#: the ``Software`` text of every picture siggate draws (:func:`save_figure`)
+DRAWN_BY = "siggate"
 
 
 def _pyplot():
@@ -49,7 +51,8 @@ def _pyplot():
 def save_figure(fig, path: str | Path, dpi: int = 110, title: str | None = None) -> Path:
     """Write ``fig`` (with ``title`` above its panels) as a PNG at ``path`` and close it: the one
     way siggate saves a picture. The folder is created, and the file is written atomically (a
-    full disk leaves the earlier picture, not half of one)."""
+    full disk leaves the earlier picture, not half of one). The PNG's ``Software`` text says
+    :data:`DRAWN_BY` (:func:`drawn_by_siggate`)."""
     from ..files import atomic_write
 
     plt = _pyplot()
@@ -58,10 +61,22 @@ def save_figure(fig, path: str | Path, dpi: int = 110, title: str | None = None)
         fig.suptitle(title, fontsize=10)
     try:
         fig.tight_layout()
-        atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
+        atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi, metadata={"Software": DRAWN_BY}))
     finally:
         plt.close(fig)
     return path
+
+
+def drawn_by_siggate(path: str | Path) -> bool:
+    """Whether the PNG at ``path`` is one :func:`save_figure` wrote: a picture that a command may
+    replace where it writes beside the user's own files (another PNG of that name is theirs)."""
+    try:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            return str(im.info.get("Software", "")) == DRAWN_BY
+    except Exception:  # noqa: BLE001 - not a PNG that can be read: not one of siggate's
+        return False
 
 
 def _panels(plt, n_targets: int):
