@@ -336,6 +336,18 @@ def test_rows_of_one_molecule_stay_on_one_side_of_the_validation_draw(molecules,
     est = siggate.SigGateRegressor(**FP, out_dir=tmp_path / "run", val_fraction=0.2)
     est.fit(twice, np.r_[y[:30], y[:30] + 0.01])
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["splits"] == {"train": 48, "val": 12, "test": 0}
+    # its splits.csv (none was written: a fit has no test split) names each row of X, so that evaluate counts the
+    # molecules the run fitted and says their scores are in sample (on an out_dir, it said nothing)
+    with open(tmp_path / "run" / "splits.csv") as fh:
+        fitted = list(csv.DictReader(fh))
+    assert [int(r["row"]) for r in fitted] == list(range(60)) and {r["split"] for r in fitted} == {"train", "val"}
+    own = tmp_path / "own.csv"
+    own.write_text("smiles,y\n" + "".join(f"{s},{v}\n" for s, v in zip(smiles[:35], y[:35])))
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(tmp_path / "run"), "--data", str(own)], capsys)
+    assert rc == 0, err
+    scored = json.loads(out)
+    assert scored["rows"]["fitted"] == 30 and scored["warnings"][-1].startswith(
+        "30 of the 35 rows scored are molecules the run fitted (its train or val rows), so their scores are in sample")
     data = tmp_path / "d.csv"  # the same rows through the CLI, whose splits.csv names each row's split
     label = (np.arange(60) % 10 == 0).astype(int)  # class 1: 6 rows of 6 molecules, class 0: 54 rows
     data.write_text("smiles,y,split\n" + "".join(f"{s},{v},train\n" for s, v in zip(twice, label))

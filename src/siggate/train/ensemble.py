@@ -103,8 +103,10 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     combo.save(out, members=False)  # fit_member saved each member; a reused one is not rewritten
     metrics.update(record_results(out, ds, {s: both[s].mean for s in splits}, {s: both[s].spread for s in splits},
                                   _histories(fitted, [name for name, _, _ in built]), cfg.data.name == "csv"))
-    if cfg.data.name == "csv" and "test" in both:  # the combination's test predictions, with their spread
-        write_csv_run_tables(out, ds, both["test"].mean, both["test"].spread, data=cfg.data)
+    if cfg.data.name == "csv":  # the combination's test predictions, with their spread; every row's split
+        test = both.get("test")
+        write_csv_run_tables(out, ds, None if test is None else test.mean, None if test is None else test.spread,
+                             data=cfg.data)
     write_metrics(out, metrics)
     return metrics
 

@@ -76,8 +76,8 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
         metrics.update({f"{split}_metrics": split_summary(run.info, run.ds.splits[split], p, split)
                         for split, p in preds.items()})
         metrics.update(record_results(out, run.ds, preds, None, {"gnn": run.history}, cfg.data.name == "csv"))
-        if cfg.data.name == "csv" and "test" in preds:
-            write_csv_run_tables(out, run.ds, preds["test"], data=cfg.data)
+        if cfg.data.name == "csv":
+            write_csv_run_tables(out, run.ds, preds.get("test"), data=cfg.data)
     if ctx.is_main:
         write_metrics(out, metrics)
     return metrics

@@ -227,21 +227,24 @@ def write_metrics(out: Path, metrics: dict) -> Path:
     return path
 
 
-def write_csv_run_tables(out: Path, ds: GraphDataset, test_pred: torch.Tensor, test_std: torch.Tensor | None = None,
-                         data: DataConfig | None = None) -> None:
+def write_csv_run_tables(out: Path, ds: GraphDataset, test_pred: torch.Tensor | None,
+                         test_std: torch.Tensor | None = None, data: DataConfig | None = None) -> None:
     """A CSV run's row-level files in ``out``: ``test_predictions.csv`` (the test molecules'
-    rows, SMILES, labels and ``test_pred`` ``[G, T]``, and an ensemble's ``test_std``),
-    ``splits.csv`` and ``data_report.csv`` (:func:`siggate.data.csvdata.write_run_tables`);
-    with the run's data config ``data`` both carry the input's other columns (IDs)."""
+    rows, SMILES, labels and ``test_pred`` ``[G, T]``, and an ensemble's ``test_std``; none for
+    a run without a test split, ``test_pred`` None), ``splits.csv`` and ``data_report.csv``
+    (:func:`siggate.data.csvdata.write_run_tables`; every run, so that ``evaluate`` knows the
+    molecules it fitted); with the run's data config ``data`` they carry the input's other
+    columns (IDs)."""
     from ..data.csvdata import carried_columns, write_run_tables
     from .rundir import TEST_PREDICTIONS, write_test_predictions
 
     carried = carried_columns(ds, data.sep, data.smiles_col, data.split) if data is not None else None
     test = ds.test
-    labels = torch.cat([g.y.reshape(1, -1) for g in test]).tolist() if test else []
-    write_test_predictions(out / TEST_PREDICTIONS, [int(g.idx) for g in test], [str(g.smiles) for g in test],
-                           list(ds.info.target_names), labels, test_pred.tolist(),
-                           None if test_std is None else test_std.tolist(), carried=carried)
+    if test_pred is not None:
+        labels = torch.cat([g.y.reshape(1, -1) for g in test]).tolist() if test else []
+        write_test_predictions(out / TEST_PREDICTIONS, [int(g.idx) for g in test], [str(g.smiles) for g in test],
+                               list(ds.info.target_names), labels, test_pred.tolist(),
+                               None if test_std is None else test_std.tolist(), carried=carried)
     write_run_tables(ds, out, carried=carried)
 
 
