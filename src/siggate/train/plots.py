@@ -128,7 +128,7 @@ def parity_figure(labels, preds, names: Sequence[str], cliff=None, title: str = 
             ax.set_title(f"{title} {names[t]}: no labels, not scored", fontsize=9)
         ax.set_xlabel(f"label {names[t]}")
         ax.set_ylabel(f"prediction {names[t]}")
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=7, loc="best")
         ax.grid(alpha=0.3)
     return fig
 
@@ -196,7 +196,7 @@ def residual_figure(labels, preds, spread, names: Sequence[str], title: str = "t
                          f"{np.mean(err <= 2 * s[ok, t]):.0%} within 2", fontsize=9)
         ax.set_xlabel(f"spread over members (sigma) {names[t]}")
         ax.set_ylabel(f"|prediction - label| {names[t]}")
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=7, loc="best")
         ax.grid(alpha=0.3)
     return fig
 
