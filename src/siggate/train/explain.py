@@ -17,7 +17,8 @@ members' weighted sum) is written to ``OUT``:
   the integral's numerical error; occlusion is not complete, and its sum differs from it by the
   model's interactions between bins), the pictures' stem, and ``error``;
 * ``atoms.csv``: one row per atom of each predicted molecule: ``row``, ``atom`` (RDKit's atom
-  index in the SMILES as written), ``element`` and one contribution column per target;
+  index in the SMILES as written, counting the atoms RDKit keeps: an explicit ``[H]`` is not one,
+  a ``[2H]`` is), ``element`` and one contribution column per target;
 * ``mol<row>.svg`` and ``mol<row>.png`` (``mol<row>_<target>.*`` for several targets): the
   molecule drawn with RDKit, every atom coloured by its contribution (red raises the
   prediction, blue lowers it; full colour at the largest absolute contribution among all the
