@@ -45,6 +45,12 @@ def test_reuse_status_is_one_rule_with_four_states(tmp_path):
     assert other.reason.startswith("model.layers: checkpoint has ") and other.reason.endswith("current config has 3")
     moved = _cfg("data.root=/elsewhere", "data.cache_dir=/c", "train.threads=4")
     assert reuse_status(tmp_path / "done", moved).state == "done"
+    # grown by --resume --epochs N and stopped before its new record: the old record (fewer epochs) beside the
+    # config of N was "done", and a run of members kept its GNN member at the stopped epoch, recorded as finished
+    epochs = cfg["train"]["epochs"]
+    grown = _write_run(tmp_path / "grown", cfg, {"test": 0.5, "epochs": epochs - 1}, last=True)
+    assert reuse_status(grown, cfg).state == "resume"
+    assert reuse_status(_write_run(tmp_path / "full", cfg, {"test": 0.5, "epochs": epochs}), cfg).state == "done"
 
 
 def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):

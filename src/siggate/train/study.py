@@ -161,8 +161,8 @@ def reuse_status(run_dir: str | Path, config: dict, store: RowStore | None = Non
       run executes aside, :data:`~siggate.options.RUN_LOCAL_KEYS`), or was trained on a CSV whose
       content has changed since (:func:`~.rundir.changed_since`). Such a run is never mixed in
       and never overwritten; ``reason`` names the values that differ.
-    - ``done``: its ``metrics.json`` is there (``siggate train`` writes it last, atomically):
-      it is reused as it is, never trained again.
+    - ``done``: its ``metrics.json`` is there (``siggate train`` writes it last, atomically) and
+      records the config's epochs: it is reused as it is, never trained again.
     - ``resume``: its ``last.pt`` is there: training continues from it, exactly.
     - ``new``: otherwise.
 
@@ -194,9 +194,18 @@ def reuse_status(run_dir: str | Path, config: dict, store: RowStore | None = Non
         if diffs:
             return RunStatus("conflict", "; ".join(diffs))
     metrics = read_metrics(run_dir)
-    if metrics is not None:
+    if metrics is not None and _records_epochs(metrics, config):
         return RunStatus("done", metrics=metrics)
     return RunStatus("resume" if (run_dir / "last.pt").exists() else "new")
+
+
+def _records_epochs(metrics: dict, config: dict) -> bool:
+    """Whether ``metrics`` is the record of a run of ``config``'s epochs: one grown by ``--resume
+    --epochs N`` and stopped before its new record keeps the old one (fewer epochs), beside a
+    config of N; it resumes. A record or config without epochs (older, or another kind) passes."""
+    want = (config.get("train") or {}).get("epochs") if isinstance(config, dict) else None
+    have = metrics.get("epochs") if isinstance(metrics, dict) else None
+    return want is None or have is None or have == want
 
 
 @dataclass
