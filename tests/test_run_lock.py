@@ -191,3 +191,44 @@ def test_a_run_of_several_members_holds_its_folder(tmp_path, capsys, monkeypatch
     assert rc == 130, err
     assert seen == [(out, ["gnn"], 2, "val", f"pid {os.getpid()} on {socket.gethostname()}")]
     assert folder_busy(out) is None and not (out / ".siggate.lock").exists()
+
+
+def test_a_member_trained_on_its_own_claims_its_run_of_members(tmp_path, capsys, monkeypatch):
+    """``train --resume run/member0`` while the run of members trained that member was let in (the
+    run locks only its own folder): both wrote member0's log.csv and last.pt. The member's run of
+    members is claimed too: refused in one line while another process holds it, and held (then
+    freed) while the member trains on its own, so the run of members is refused meanwhile."""
+    import siggate.train.pipeline as pipeline
+    from siggate.files import folder_busy
+
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    run = tmp_path / "run"
+    member = run / "member0"
+    rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "1", "--out", str(member),
+                          "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    (run / "members.yaml").write_text("kinds: [gnn]\nensemble: 1\nweights: equal\n")
+    holder = _holder(run)
+    try:
+        rc, _, err = run_cli(["train", "--resume", str(member), "--epochs", "2"], capsys)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err == (f"siggate train: error: --out {member} is a member of the run in {run}, and another siggate process "
+                   f"(pid {holder.pid} on {socket.gethostname()}) is writing into {run}: two runs must not train one "
+                   "member; wait for it to end\n")
+    assert json.loads((member / "metrics.json").read_text())["epochs"] == 1
+    seen = []
+
+    def inside(cfg, out, *args, **kwargs):  # stands in for the member's training
+        seen.append((out, folder_busy(out), folder_busy(run)))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "train", inside)
+    rc, _, err = run_cli(["train", "--resume", str(member), "--epochs", "2"], capsys)
+    assert rc == 130, err
+    me = f"pid {os.getpid()} on {socket.gethostname()}"
+    assert seen == [(member, me, me)]
+    assert folder_busy(run) is None and not (run / ".siggate.lock").exists() and folder_busy(member) is None

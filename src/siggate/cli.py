@@ -442,11 +442,29 @@ def claim_out_dir(out: Path, resume: bool = False, overwrite: bool = False, defa
             continue
         try:
             check_out_dir(out, resume=resume, overwrite=overwrite)
+            _claim_members_run(out, lock)
         except BaseException:
             lock.release()
             raise
         return lock
     raise CLIError(f"--out {out}: no free default folder; name one with --out")
+
+
+def _claim_members_run(out: Path, lock) -> None:
+    """A member's folder (``run/member0``, an ordinary run folder) trained on its own: the run of
+    members it belongs to is claimed too, held with ``lock``, so that the two never train it at once
+    (the run of members locks only its own folder: both wrote one ``log.csv`` and ``last.pt``)."""
+    from .files import FolderBusy, FolderLock
+    from .train.rundir import is_members_folder
+
+    parent = out.resolve().parent
+    if not is_members_folder(parent):
+        return
+    try:
+        lock.also(FolderLock(parent).acquire())
+    except FolderBusy as exc:
+        raise CLIError(f"--out {out} is a member of the run in {parent}, and {exc}: two runs must not train one "
+                       "member; wait for it to end") from None
 
 
 def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> None:

@@ -290,6 +290,7 @@ class FolderLock:
         self.path = self.folder / self.NAME
         self._fd: int | None = None
         self._created: list[Path] = []
+        self._also: list[FolderLock] = []
 
     def acquire(self) -> "FolderLock":
         """Create the folder and take the lock (see the class docstring).
@@ -327,9 +328,15 @@ class FolderLock:
         self._fd = fd
         return self
 
+    def also(self, other: "FolderLock") -> None:
+        """Hold the acquired lock ``other`` with this one: :meth:`release` releases it too."""
+        self._also.append(other)
+
     def release(self) -> None:
-        """Remove the lock file and drop the lock; remove the folders :meth:`acquire` created
-        when no file was written into them."""
+        """Remove the lock file and drop the lock (and those held :meth:`also`); remove the
+        folders :meth:`acquire` created when no file was written into them."""
+        while self._also:
+            self._also.pop().release()
         if self._fd is None:
             return
         try:
