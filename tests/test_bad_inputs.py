@@ -1095,6 +1095,44 @@ def test_a_run_grown_on_resume_follows_the_longer_schedule(tmp_path, capsys):
     assert rates["grown"][:2] != pytest.approx(rates["fresh"][:2])  # the first two followed the 2-epoch schedule
 
 
+def test_predict_and_evaluate_say_when_a_run_folder_is_not_a_finished_run(tmp_path, capsys, caplog):
+    """A run grown by --resume --epochs 4 and killed at epoch 3 keeps its 2-epoch metrics.json,
+    calibration and test predictions beside a best.pt of the growth; predict and evaluate loaded
+    it (every prediction changed) without a word, as they did a run killed before its first
+    record. Both say so now, naming the fix; a finished run is loaded without it."""
+    import yaml
+
+    from siggate.train.rundir import unfinished
+
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--cache-dir", str(tmp_path / "c"), "--epochs",
+                          "2", "--out", str(run)], capsys)
+    assert rc == 0, err
+    assert unfinished(run) is None and unfinished(run / "best.pt") is None
+
+    def said(cmd):
+        caplog.clear()
+        rc, _, err = run_cli(cmd, capsys)
+        assert rc == 0, err
+        return [r.getMessage() for r in caplog.records if "finish it with siggate train --resume" in r.getMessage()]
+
+    commands = (["predict", "--checkpoint", str(run), "CCO"], ["evaluate", "--checkpoint", str(run)])
+    assert [said(c) for c in commands] == [[], []]
+    cfg = yaml.safe_load((run / "config.yaml").read_text())  # what the growth wrote before it was stopped
+    cfg["train"]["epochs"] = 4
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    grown = (f"{run}: its config.yaml says 4 epochs and its metrics.json records 2: grown by --resume --epochs and "
+             f"stopped before it finished, so its files are of two runs; finish it with siggate train --resume {run}")
+    assert [said(c) for c in commands] == [[grown], [grown]]
+    (run / "metrics.json").unlink()
+    assert unfinished(run) == (f"{run} holds no readable metrics.json: the run has not finished (stopped, or still "
+                               f"training), so its best.pt is the best epoch so far; finish it with siggate train "
+                               f"--resume {run}")
+    assert said(commands[0]) == [unfinished(run)]
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--repeats", "0"], "--repeats 0: give a whole number >= 1"),
     (["--batches", "0"], "--batches 0: give a whole number >= 1"),

@@ -43,9 +43,13 @@ def _load(checkpoint, device: str):
     """The predictor saved at ``checkpoint`` (:func:`~siggate.train.members.load_predictor`) and its task."""
     from ..predictors.base import PredictorFileError
     from .members import load_predictor
+    from .rundir import unfinished
 
     try:
         predictor = load_predictor(checkpoint, device)
+        why = unfinished(checkpoint)
+        if why:
+            log.warning("%s", why)
         return predictor, predictor.info
     except PredictorFileError as exc:
         raise EvaluationError(str(exc)) from None

@@ -352,6 +352,12 @@ class SmilesPredictor:
             raise InputError(str(exc)) from None
         except ValueError as exc:  # members of different tasks
             raise InputError(f"{checkpoint}: {exc}") from None
+        if isinstance(checkpoint, (str, Path)):
+            from .rundir import unfinished
+
+            why = unfinished(checkpoint)
+            if why:
+                log.warning("%s", why)
         self.ensemble = isinstance(self.predictor, Combination)  # its spread is the uncertainty
         if self.ensemble and uncertainty:  # (a caller that writes no _uncertainty column has nothing to warn of)
             _warn_one_member_targets(self.predictor, checkpoint)

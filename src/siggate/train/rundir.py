@@ -505,3 +505,39 @@ def estimator_classes_note(checkpoint) -> str | None:
     return (f"this run was fit by SigGateClassifier on the classes {', '.join(map(repr, record['classes']))}: its "
             f"{names[0]} is the probability of {record['probability_of']!r}, and a scored file's labels are 1 for "
             f"{record['probability_of']!r} and 0 for {classes[0]!r}")  # (classes 1, 2: a file of 1s and 2s is not read so)
+
+
+def unfinished(path: str | Path) -> str | None:
+    """Why the run folder ``path`` (or the folder of the checkpoint file ``path``) does not hold a
+    finished run, in words that name the fix; None where it does (or holds no run record at all).
+    A run stopped before its ``metrics.json`` (killed, or still training), or grown by ``--resume
+    --epochs N`` and stopped before its new record (the old ``metrics.json`` of fewer epochs beside
+    a ``config.yaml`` of N), has a ``best.pt`` that is the best epoch so far, not the one its
+    record, calibration and test predictions describe; a run of members is checked member by member."""
+    import json
+
+    folder = Path(path)
+    folder = folder.parent if folder.is_file() else folder
+    if not folder.is_dir():
+        return None
+    runs = [folder] + sorted(p for p in folder.iterdir() if p.is_dir() and _MEMBER.fullmatch(p.name))
+    top = folder
+    for run in runs:
+        record = run / "config.yaml" if (run / "config.yaml").is_file() else run / MEMBERS_RECORD
+        if not record.is_file():
+            continue
+        try:
+            metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return (f"{run} holds no readable metrics.json: the run has not finished (stopped, or still training), "
+                    f"so its best.pt is the best epoch so far; finish it with siggate train --resume {top}")
+        try:
+            want = ((yaml.safe_load(record.read_text(encoding="utf-8")) or {}).get("train") or {}).get("epochs")
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+        have = metrics.get("epochs") if isinstance(metrics, dict) else None
+        if isinstance(want, int) and isinstance(have, int) and want != have:
+            return (f"{run}: its {record.name} says {want} epochs and its metrics.json records {have}: grown by "
+                    f"--resume --epochs and stopped before it finished, so its files are of two runs; finish it "
+                    f"with siggate train --resume {top}")
+    return None
