@@ -454,8 +454,9 @@ def test_evaluate_data_draws_its_parity_plot_next_to_its_output(run, capsys):
         rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(data), "--target-col", "a,b",
                                    "--output", str(scores)], capsys)
         assert rc == 2 and stdout == "" and err == (
-            f"siggate evaluate: error: {png} is not a picture siggate drew, and scoring --data {data} would replace "
-            "it: move it away, or give an --output of another name (the picture is named after it)\n")
+            f"siggate evaluate: error: {png} is not marked as a picture siggate drew (one drawn before siggate marked "
+            f"them is not either), and scoring --data {data} would replace it: move it away, or give an --output of "
+            "another name (the picture is named after it)\n")
         assert png.read_bytes() == kept
     plt.close("all")
 

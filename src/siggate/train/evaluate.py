@@ -429,8 +429,9 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
 
         drawn = picture_path(pictures, info)
         if drawn.exists() and not drawn_by_siggate(drawn):
-            raise EvaluationError(f"{drawn} is not a picture siggate drew, and scoring --data {data} would replace it: "
-                                  "move it away, or give an --output of another name (the picture is named after it)")
+            raise EvaluationError(f"{drawn} is not marked as a picture siggate drew (one drawn before siggate marked "
+                                  f"them is not either), and scoring --data {data} would replace it: move it away, or "
+                                  "give an --output of another name (the picture is named after it)")
     res = {"checkpoint": str(checkpoint), "dataset": info.name, "level": info.level, "metric": info.metric,
            "members": len(members_of(predictor))}
     calibrated = None if coverage is None else _calibration_of(checkpoint, info, coverage)
