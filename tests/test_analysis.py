@@ -364,6 +364,33 @@ def test_a_report_into_a_folder_is_refused_and_into_a_new_folder_is_written(tmp_
     (tmp_path / "empty").mkdir()  # nothing to report: refused, and no folder made for it
     assert main(["analyze", command, str(tmp_path / "empty"), "--out", str(tmp_path / "none" / name)]) == 2
     assert not (tmp_path / "none").exists()
+    # written again over its own earlier file; a file that is not one (a result it reads, a CSV) was replaced too
+    assert main(["analyze", command, str(REPO / "benchmarks" / "results" / "analysis"), "--out", str(tmp_path / "new" / name)]) == 0
+    for theirs, text in (("synthetic.json", '{"analysis": "synthetic"}\n'), ("mols.csv", "smiles,y\nCCO,1\n")):
+        (tmp_path / theirs).write_text(text)
+        capsys.readouterr()
+        assert main(["analyze", command, str(REPO / "benchmarks" / "results" / "analysis"), "--out",
+                     str(tmp_path / theirs)]) == 2
+        err = capsys.readouterr().err
+        assert err.strip().splitlines() == [
+            f"siggate analyze: error: --out {tmp_path / theirs} holds a file that is not the "
+            f"{'report' if command == 'report' else 'claims table'}, which writing it would replace: give a new file "
+            f"name, e.g. {tmp_path / name}"], err
+        assert (tmp_path / theirs).read_text() == text
+
+
+def test_report_names_a_result_file_it_cannot_read(tmp_path, caplog):
+    """A damaged rank.json beside a good result was skipped without a word: the report left that
+    analysis out (and one folder of damaged files only read as 'no analysis results')."""
+    import shutil
+
+    folder = tmp_path / "an"
+    shutil.copytree(REPO / "benchmarks" / "results" / "analysis", folder)
+    (folder / "rank.json").write_text('{"x":')
+    assert main(["analyze", "report", str(folder), "--out", str(tmp_path / "R.md")]) == 0
+    said = [r.getMessage() for r in caplog.records if "cannot be read as JSON" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"{folder / 'rank.json'} cannot be read as JSON (") and said[0].endswith(
+        "), so it is left out: restore it, or run its analysis again")
 
 
 @pytest.mark.parametrize("argv, message", [

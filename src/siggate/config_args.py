@@ -140,14 +140,24 @@ def check_out_folder(out, what: str) -> None:
         raise CLIError(f"--out {problem} for {what}")
 
 
-def check_out_file(path, flag: str, what: str, example: str) -> Path:
+def check_out_file(path, flag: str, what: str, example: str, starts: str | None = None) -> Path:
     """Refuse, before any work, a file flag's ``path`` (``--out`` of a report) that is a folder, or
     whose folder cannot be created or written; returns it as a :class:`~pathlib.Path` (its folder
     is made by the writer, once there is something to write). ``example``: a file name to suggest
-    inside a folder."""
+    inside a folder. ``starts``: the text every file the command writes begins with; another
+    file there (a result the command reads, the user's own) is refused, not replaced."""
     path = Path(path)
     if path.is_dir():
         raise CLIError(f"{flag} {path} is a folder; give a file name, e.g. {path / example}")
+    if starts is not None and path.is_file():
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(len(starts.encode()))
+        except OSError:
+            head = b""
+        if head and head != starts.encode():
+            raise CLIError(f"{flag} {path} holds a file that is not {what}, which writing it would replace: give a "
+                           f"new file name, e.g. {path.with_name(example)}")
     problem = out_dir_problem(path.parent)
     if problem:
         raise CLIError(f"{flag} {problem} for {what}")

@@ -584,6 +584,10 @@ def claims_table(dirs) -> tuple[str, list[dict]]:
     return "\n\n".join([md, *answers]), rows
 
 
+#: how every claims table begins (a file at --out that does not is not replaced)
+TABLE_START = "| paper's claim |"
+
+
 def replace_between_markers(text: str, block: str) -> str:
     """``text`` with the part between :data:`START` and :data:`END` replaced by ``block``."""
     if START not in text or END not in text or text.index(START) > text.index(END):
@@ -597,7 +601,8 @@ def replace_between_markers(text: str, block: str) -> str:
 def main(args) -> int:
     for flag, dest in (("--out", args.out), ("--readme", args.readme)):
         if dest:
-            check_out_file(dest, flag, "the claims table", "CLAIMS.md" if flag == "--out" else "README.md")
+            check_out_file(dest, flag, "the claims table", "CLAIMS.md" if flag == "--out" else "README.md",
+                           starts=TABLE_START if flag == "--out" else None)
     if args.readme and not Path(args.readme).is_file():
         raise CLIError(f"--readme {args.readme}: no such file; give the Markdown file whose claims markers the table "
                        "fills")
