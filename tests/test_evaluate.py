@@ -310,3 +310,32 @@ def test_a_changed_csv_that_no_longer_splits_names_evaluates_own_fix(tmp_path, c
     assert err.endswith(f"usable rows), so the run's splits cannot be rebuilt from the changed file (--allow-changed); "
                         f"score it whole with --data {data}, or restore the file the run was trained on\n")
     assert not [r for r in caplog.records if "split is empty" in r.getMessage()]  # said once, as the error
+
+
+def test_a_changed_files_test_split_that_holds_fitted_molecules_is_named(tmp_path, capsys, caplog):
+    """``evaluate --allow-changed`` rebuilds the splits from the changed file: where its test rows
+    are molecules the run fitted (here 4 of its training rows moved to test), the test score was
+    reported with no word that it is partly in sample; it is named, as ``--data`` names them."""
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
+                          "svr", "--out", str(run), "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--allow-changed", "--cache-dir",
+                            str(tmp_path / "c")], capsys)
+    assert rc == 0 and "warnings" not in json.loads(out), err  # unchanged: its own test rows
+    lines = data.read_text().splitlines()
+    moved = [i for i, line in enumerate(lines) if line.endswith(",train")][:4]
+    for i in moved:
+        lines[i] = lines[i][: -len("train")] + "test"
+    data.write_text("\n".join(lines) + "\n")
+    caplog.clear()
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--allow-changed", "--cache-dir",
+                            str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    res = json.loads(out)
+    note = ("4 of the 14 test molecules of the changed file's split are molecules the run fitted (its train or val rows "
+            "in splits.csv), so the test score is partly in sample")
+    assert res["n"]["test"] == 14 and res["warnings"] == [note]
+    assert note in [r.getMessage() for r in caplog.records]
