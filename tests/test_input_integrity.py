@@ -188,6 +188,25 @@ def test_data_list_with_a_name_is_refused(capsys):
     assert "takes no dataset name ('zinc'); to check one: siggate data verify zinc" in _one_error_line(err, "data")
 
 
+def test_a_file_given_where_smiles_go_is_refused_naming_input(ckpt, tmp_path, capsys, monkeypatch):
+    """``predict --checkpoint RUN mols.csv`` predicted the file name as a SMILES: one row, 'SMILES
+    parse error', exit 1. A file of molecules given as a SMILES is refused, naming --input."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "mols").write_text("smiles\nCCO\n")
+    for command in ("predict", "explain"):
+        for given in ("mols.csv", "MOLS.SMI", "a.smi.gz", "sub/mols"):
+            extra = ["--out", str(tmp_path / "e")] if command == "explain" else []
+            rc, out, err = run_cli([command, "--checkpoint", str(ckpt), "CCO", given, *extra], capsys)
+            assert rc == 2 and out == "", err
+            assert err == (f"siggate {command}: error: {given!r} is a file, not a SMILES; read its molecules with "
+                           f"--input {given}\n")
+    (tmp_path / "CCO").write_text("a file named like a SMILES")  # no path separator: a SMILES, predicted
+    rc, out, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO"], capsys)
+    assert rc == 0 and out.startswith("smiles,"), err
+    assert not (tmp_path / "e").exists()
+
+
 @pytest.mark.parametrize("flag", ["--split", "--data-root", "--cache-dir"])
 def test_node_level_flags_on_a_molecule_checkpoint_are_refused(ckpt, tmp_path, capsys, flag):
     """``predict --checkpoint MOLECULES CCO --data-root /nonexistent`` (or ``--cache-dir``) was

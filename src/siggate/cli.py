@@ -682,7 +682,15 @@ def _smiles_source(args) -> str | None:
         return "-"
     if args.smiles and args.input:
         raise CLIError("give SMILES as arguments or --input FILE, not both")
+    named = next((s for s in args.smiles if s.lower().endswith(_FILE_ENDINGS) or ("/" in s and Path(s).is_file())), None)
+    if named is not None:  # (it was predicted as a SMILES: one row, 'SMILES parse error', exit 1)
+        raise CLIError(f"{named!r} is a file, not a SMILES; read its molecules with --input {named}")
     return args.input
+
+
+#: the endings of a file of molecules given where SMILES are expected (no SMILES ends so: the
+#: lower-case letters of .csv, .smi, .txt and .tsv are no aromatic atom)
+_FILE_ENDINGS = (".csv", ".csv.gz", ".smi", ".smi.gz", ".txt", ".tsv")
 
 
 def _read_input(args, pred, source):
