@@ -52,6 +52,12 @@ def test_read_smiles_csv_gz_and_smi(tmp_path):
     bad.write_text("name,value\na,1\n")
     with pytest.raises(ValueError, match="no SMILES column.*--smiles-col"):
         read_smiles(bad)
+    empty = tmp_path / "empty.csv"  # read as a file without a SMILES column "among []"
+    empty.write_text("")
+    with pytest.raises(ValueError) as caught:
+        read_smiles(empty)
+    assert str(caught.value) == (f"{empty}: the file is empty (no header row); give a .csv file with a SMILES column "
+                                 "and one molecule per row")
 
 
 def test_read_smiles_takes_a_bom_and_names_a_damaged_or_foreign_file(tmp_path):

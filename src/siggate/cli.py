@@ -836,7 +836,7 @@ def _pretrain(args) -> int:
         args.threads = 0 if "train.threads" in set_keys(args) else 1
         _set_threads(args)
     overrides = [*args.overrides, *([f"train.threads={args.threads}"] if args.threads else [])]
-    print(f"siggate pretrain: {args.molecules} molecules of {source}, {args.epochs} epochs, "
+    print(f"siggate pretrain: up to {args.molecules} molecules of {source}, {args.epochs} epochs, "
           f"config {args.config or 'csv'} -> {args.out}", flush=True)
     try:
         rec = pretrain(source, args.out, molecules=args.molecules, epochs=args.epochs, seed=args.seed,

@@ -69,6 +69,9 @@ def _read_smiles(path: Path, smiles_col: str | None, fix: str) -> list[str]:
 
             records = csv_records(fh, "\t" if kind == ".tsv" else ",", path)  # (a quote never closed: refused)
             header = next(records, (1, []))[1]
+            if not header:  # (it read as a file whose columns hold no SMILES column, among [])
+                raise ValueError(f"{path}: the file is empty (no header row); give a {kind} file with a SMILES column "
+                                 "and one molecule per row")
             col = smiles_col or next((c for c in _SMILES_NAMES if c in header), None)
             if col is None or col not in header:
                 if len(header) == 1 and any(d in header[0] for d in ";\t|"):  # another delimiter: --smiles-col cannot help
