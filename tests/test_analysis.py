@@ -403,6 +403,10 @@ def test_report_names_a_result_file_it_cannot_read(tmp_path, caplog):
     # a list of nothing: an empty analysis written over the last one's results, or a traceback
     (["entropy", "--config", "nci5k", "--gates", ","], "--gates: ',' names nothing; give at least one"),
     (["lr-sweep", "--config", "nci5k", "--lrs", ","], "--lrs: ',' names nothing; give at least one"),
+    # named by the config key they set (model.layers, train.lr), after the dataset was read
+    (["smoothing", "--config", "nci5k", "--depths", "0,4"], "--depths: '0' is not a number above 0; give whole numbers >= 1"),
+    (["lr-sweep", "--config", "nci5k", "--lrs", "0,1e-3"], "--lrs: '0' is not a number above 0; give finite numbers"),
+    (["lr-sweep", "--config", "nci5k", "--lrs", "nan"], "--lrs: 'nan' is not a number above 0; give finite numbers"),
     (["rank", "--config", "nci5k", "--seeds", ","], "--seeds: ',' names nothing; give at least one"),
     (["overhead", "--config", "nci5k", "--gates", " , "], "--gates: ' , ' names nothing; give at least one"),
     (["smoothing", "--config", "nci5k", "--depths", ","], "--depths: ',' names nothing; give at least one"),

@@ -54,12 +54,14 @@ def check_counts(args, min_epochs: int | None = None) -> None:
             raise CLIError(f"--{dest.replace('_', '-')} must be >= {low}, got {value}")
 
 
-def parse_list(text: str | Sequence, cast=str, flag: str = "", choices: Sequence | None = None) -> list:
+def parse_list(text: str | Sequence, cast=str, flag: str = "", choices: Sequence | None = None,
+               positive: bool = False) -> list:
     """The comma-separated items of ``text`` (or the items of a sequence), each ``cast``; an item
-    that does not cast, or is not one of ``choices``, is refused naming ``flag``
-    (:class:`~siggate.config_args.CLIError`). A repeated item is kept once, in its first place:
-    a seed or depth given twice is one run, not two pairs of a paired test. A list of no items
-    is refused."""
+    that does not cast, is not one of ``choices``, or (``positive``) is not a finite number above
+    0 is refused naming ``flag`` (:class:`~siggate.config_args.CLIError`), before any work (a depth
+    or learning rate of 0 was refused by its config key, after the data was read). A repeated item
+    is kept once, in its first place: a seed or depth given twice is one run, not two pairs of a
+    paired test. A list of no items is refused."""
     items = list(text) if isinstance(text, (list, tuple)) else [t.strip() for t in str(text).split(",") if t.strip()]
     out = []
     for item in items:
@@ -69,6 +71,9 @@ def parse_list(text: str | Sequence, cast=str, flag: str = "", choices: Sequence
             raise CLIError(f"{flag or 'a list'}: {item!r} is not {'an integer' if cast is int else 'a number'}") from None
         if choices is not None and value not in choices:
             raise CLIError(f"{flag or 'a list'}: unknown {item!r}; choose from {', '.join(map(str, choices))}")
+        if positive and not (math.isfinite(value) and value > 0):
+            raise CLIError(f"{flag or 'a list'}: {item!r} is not a number above 0; give "
+                           f"{'whole numbers >= 1' if cast is int else 'finite numbers above 0'}")
         if value not in out:
             out.append(value)
     if not out:  # (',' gave nothing: an empty analysis, written over the last one's results)

@@ -172,7 +172,7 @@ def main(args) -> int:
     cfg = config_from(args, owned={"train.epochs": "from --epochs", "train.lr": "from --lrs", "model.gate": "from --gates",
                                    "train.seed": "from --seeds",
                                    "train.on_nan": "to skip (a diverging rate must not stop the sweep)"})
-    lrs = sorted(parse_list(args.lrs, float, "--lrs"))
+    lrs = sorted(parse_list(args.lrs, float, "--lrs", positive=True))
     gates, seeds = parse_list(args.gates, flag="--gates"), parse_list(args.seeds, int, "--seeds")
     ds = load_dataset(cfg, progress)
     todo = {(lr, g, s): (variant(cfg, epochs=args.epochs, train__lr=lr, model__gate=g, train__seed=s,
