@@ -244,7 +244,11 @@ def test_aggregate_only_keeps_the_comparison_and_its_mad(campaign, tmp_path, cap
                        (["--data-root", "/nonexistent"], f"--data-root /nonexistent: --aggregate-only reads no data, "
                                                          f"and the comparison in {folder} records --data-root "),
                        (["--cache-dir", str(tmp_path)], "--aggregate-only reads no data"),
-                       (["--config", "nci5k"], "describe another comparison")):
+                       (["--config", "nci5k"], "describe another comparison"),
+                       # an arm the comparison never trained: written into its record with n 0, and a
+                       # later --aggregate-only without it dropped it again
+                       (["--gates", "none,elementwise,headwise"], f"the comparison in {folder} never started the "
+                                                                   "arm(s) headwise (it records: siggate compare")):
         assert main(["compare", "--out", str(folder), "--aggregate-only", *flags, "--no-progress"]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and why in err and "siggate compare" in err, err

@@ -772,6 +772,12 @@ def compare(args) -> int:
             if n_done == 0 and not old and not any(p.state == "resume" for p in pairs):  # a folder of no comparison
                 raise CompareError(f"--aggregate-only: {out} holds no comparison (no results.json, no run of these "
                                    "flags): give the --out of a siggate compare")
+            unstarted = [spec.label for spec in specs
+                         if not any(Path(p.run_dir).exists() for p in pairs if p.tag[0].label == spec.label)]
+            if unstarted and (n_done or old):  # an arm of n 0 written into the comparison's record
+                raise CompareError(f"--aggregate-only: the comparison in {out} never started the arm(s) "
+                                   f"{', '.join(unstarted)}{recorded}; give the gates it was run with (or none, to take "
+                                   "them from its results.json), or run the comparison with them to train them")
             if n_done == 0 and sum((old.get("n") or {}).values()):  # finished runs' results replaced by nothing
                 raise CompareError(f"--aggregate-only: none of these flags' {len(pairs)} runs is finished in {out}, whose "
                                    f"results.json counts finished runs{recorded}; give the comparison's seeds and gates, "
