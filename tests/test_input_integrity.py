@@ -190,7 +190,8 @@ def test_data_list_with_a_name_is_refused(capsys):
 
 def test_a_file_given_where_smiles_go_is_refused_naming_input(ckpt, tmp_path, capsys, monkeypatch):
     """``predict --checkpoint RUN mols.csv`` predicted the file name as a SMILES: one row, 'SMILES
-    parse error', exit 1. A file of molecules given as a SMILES is refused, naming --input."""
+    parse error', exit 1. A file of molecules given as a SMILES is refused, naming --input; and
+    ``explain --out RUN`` wrote its files among the run's."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "mols").write_text("smiles\nCCO\n")
@@ -201,6 +202,13 @@ def test_a_file_given_where_smiles_go_is_refused_naming_input(ckpt, tmp_path, ca
             assert rc == 2 and out == "", err
             assert err == (f"siggate {command}: error: {given!r} is a file, not a SMILES; read its molecules with "
                            f"--input {given}\n")
+    # an explanation into a run's own folder (its molecules.csv and pictures among the run's files): refused
+    run = ckpt.parent if ckpt.is_file() else ckpt
+    before = sorted(p.name for p in run.iterdir())
+    rc, out, err = run_cli(["explain", "--checkpoint", str(ckpt), "CCO", "--out", str(run)], capsys)
+    assert rc == 2 and err == (f"siggate explain: error: --out {run} holds a run, whose folder the explanation's files "
+                               f"would mix into: give a folder of its own, e.g. {run / 'explained'}\n")
+    assert sorted(p.name for p in run.iterdir()) == before
     (tmp_path / "CCO").write_text("a file named like a SMILES")  # no path separator: a SMILES, predicted
     rc, out, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO"], capsys)
     assert rc == 0 and out.startswith("smiles,"), err

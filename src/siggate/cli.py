@@ -779,6 +779,12 @@ def cmd_explain(args) -> int:
     if args.scale is not None and not (math.isfinite(args.scale) and args.scale > 0):
         raise CLIError(f"--scale must be a positive number (the contribution drawn in full colour), got {args.scale}")
     check_out_folder(args.out, "the explanations")
+    from .predictors.base import MANIFEST
+    from .train.rundir import holds_run
+
+    if holds_run(args.out) or (Path(args.out) / MANIFEST).is_file():  # its molecules.csv, pictures among a run's files
+        raise CLIError(f"--out {args.out} holds a run, whose folder the explanation's files would mix into: give a "
+                       f"folder of its own, e.g. {Path(args.out) / 'explained'}")
     for name in ("molecules.csv", "atoms.csv"):  # an earlier explanation's CSV read back: this one replaces it
         made = Path(args.out) / name
         if same_file(made, args.input):
