@@ -243,6 +243,19 @@ def test_pretrain_then_finetune_copies_the_backbone(tmp_path):
                      overrides=["model.layers=2", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4",
                                 "train.warmup_epochs=0"], progress=False, test_sets=(), resume=True)
     assert (out / "pretrained.pt").read_bytes() == exported and again == rec
+    # a growth stopped between its last epoch and its export left the shorter run's pretrained.pt beside the longer
+    # run, and resuming then trained nothing and returned that stale export: it is exported again
+    from siggate.files import safe_torch_load
+    from siggate.train.checkpoint import atomic_save
+
+    stale = safe_torch_load(out / "pretrained.pt")
+    stale["pretraining"] = {**stale["pretraining"], "epochs": 0, "val_mae": 9.0}
+    atomic_save(stale, out / "pretrained.pt")
+    mended = pretrain(_corpus_file(tmp_path), out, molecules=1000, epochs=1, seed=0, data_root=tmp_path / "none",
+                      overrides=["model.layers=2", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4",
+                                 "train.warmup_epochs=0"], progress=False, test_sets=(), resume=True)
+    assert (mended["epochs"], mended["val_mae"]) == (rec["epochs"], rec["val_mae"])
+    assert safe_torch_load(out / "pretrained.pt")["pretraining"]["val_mae"] == rec["val_mae"]
     # --resume where nothing was started is refused (it started a new pretraining in silence)
     with pytest.raises(ConfigError, match="--resume: .*holds no pretraining to continue"):
         pretrain(_corpus_file(tmp_path), tmp_path / "typo", molecules=1000, epochs=1, data_root=tmp_path / "none",

@@ -489,8 +489,16 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
     train(cfg, model_dir, resume=resume and last.exists(), progress=progress,
           dist=DistContext(device=torch.device(device)))
     if dest.is_file() and before is not None and file_digest(last) == before:  # no epoch trained: a finished
-        try:                                                                  # run resumed is left as it is
-            return safe_torch_load(dest)["pretraining"]
+        try:                                                                  # run resumed is left as it is,
+            record = safe_torch_load(dest)["pretraining"]                     # when its export is of it
+            metrics = json.loads((model_dir / "metrics.json").read_text())
+            if [record.get(k) for k in ("epochs", "best_epoch", "val_mae")] == [metrics.get(k) for k in
+                                                                               ("epochs", "best_epoch", "val")]:
+                return record
+            # a growth (--resume --epochs N) stopped between its last epoch and its export: the export is the
+            # shorter run's, the model the longer one's
+            log.warning("pretrain: %s is the export of %s epochs, the run in %s has trained %s; exporting it again",
+                        dest, record.get("epochs"), model_dir, metrics.get("epochs"))
         except Exception as exc:  # noqa: BLE001 (damaged or not ours: made again from the run's best.pt, below)
             log.warning("pretrain: %s cannot be read (%s: %s); exporting it again from %s", dest,
                         type(exc).__name__, exc, model_dir / "best.pt")
