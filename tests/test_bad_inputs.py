@@ -617,6 +617,26 @@ def test_resume_ignores_where_and_how_the_run_executes(tmp_path):
         train_tiny(tmp_path, tiny_config(model={"dim": 32}, train={"epochs": 3}), ds, resume=True)
 
 
+def test_a_refused_resume_of_a_run_of_members_leaves_its_record_as_it_was(tmp_path, capsys):
+    """``--resume RUN --set train.select=best`` on a run of members was refused by its GNN member
+    only after members.yaml had been rewritten with it; the run's own flags were then refused as
+    differing from that record. The member's refusal comes first now; the record is untouched."""
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--cache-dir", str(tmp_path / "c"), "--epochs",
+                          "1", "--members", "gnn,svr", "--out", str(run)], capsys)
+    assert rc == 0, err
+    record = (run / "members.yaml").read_bytes()
+    rc, _, err = run_cli(["train", "--resume", str(run), "--set", "train.select=best"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"siggate train: error: cannot resume from {run / 'member0' / 'last.pt'}: the config differs "
+                          "(train.select: checkpoint has 'last', current config has 'best')"), err
+    assert (run / "members.yaml").read_bytes() == record
+    rc, _, err = run_cli(["train", "--resume", str(run)], capsys)
+    assert rc == 0, err
+
+
 # =========================================================================== 5. checkpoints via the CLI
 
 

@@ -77,6 +77,8 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     ds = dataset if dataset is not None else prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed,
                                                           progress=False)
     built = build_members(kinds, cfg, out, gnn_copies, progress, device, resume, weights)
+    if resume:  # a member that refuses these flags refuses them before the record is rewritten with them
+        _check_resumable(built)
     # recorded only now: data that cannot be used leaves no record, so the command with its
     # flags mended runs without --overwrite
     out.mkdir(parents=True, exist_ok=True)
@@ -109,6 +111,25 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
                              data=cfg.data)
     write_metrics(out, metrics)
     return metrics
+
+
+def _check_resumable(built) -> None:
+    """Refuse (:class:`~.checkpoint.CheckpointError`, as its own resume would) flags that a GNN
+    member's interrupted run cannot resume with, before :data:`~.rundir.MEMBERS_RECORD` is written:
+    the record took them first, and the run's own flags were then refused as differing from it."""
+    from .checkpoint import CheckpointError, config_differences
+    from .record import LAST
+    from .study import saved_run_config
+
+    for _, _, member in built:
+        folder = getattr(member, "folder", None)
+        if folder is None or not (Path(folder) / LAST).is_file():
+            continue
+        saved = saved_run_config(folder)
+        diffs = config_differences(saved[0], member.cfg.to_dict(), ignore=("train.epochs",)) if saved else []
+        if diffs:
+            raise CheckpointError(f"cannot resume from {Path(folder) / LAST}: the config differs ({'; '.join(diffs)}); "
+                                  "resume with the run's own flags, or train into a new --out")
 
 
 def _histories(members, names) -> dict:
