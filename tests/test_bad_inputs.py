@@ -620,7 +620,8 @@ def test_resume_ignores_where_and_how_the_run_executes(tmp_path):
 def test_a_refused_resume_of_a_run_of_members_leaves_its_record_as_it_was(tmp_path, capsys):
     """``--resume RUN --set train.select=best`` on a run of members was refused by its GNN member
     only after members.yaml had been rewritten with it; the run's own flags were then refused as
-    differing from that record. The member's refusal comes first now; the record is untouched."""
+    differing from that record. The member's refusal comes first now; the record is untouched.
+    And the finished run resumed is left as it is."""
     data = tmp_path / "d.csv"
     _write_train_csv(data)
     run = tmp_path / "run"
@@ -633,8 +634,15 @@ def test_a_refused_resume_of_a_run_of_members_leaves_its_record_as_it_was(tmp_pa
     assert err.startswith(f"siggate train: error: cannot resume from {run / 'member0' / 'last.pt'}: the config differs "
                           "(train.select: checkpoint has 'last', current config has 'best')"), err
     assert (run / "members.yaml").read_bytes() == record
-    rc, _, err = run_cli(["train", "--resume", str(run)], capsys)
-    assert rc == 0, err
+    # the finished run resumed (another thread count: where it runs, not what) is left as it is, as a run of one
+    # model is: it was combined, calibrated and recorded again, its record saying threads 2 for members trained on 1
+    names = ("members.yaml", "metrics.json", "predictor.json", "calibration.json", "test_predictions.csv",
+             "member0/metrics.json", "member1/predictor.json")
+    kept = {n: ((run / n).read_bytes(), (run / n).stat().st_mtime_ns) for n in names}
+    for flags in ([], ["--threads", "2"]):
+        rc, _, err = run_cli(["train", "--resume", str(run), *flags], capsys)
+        assert rc == 0, err
+        assert {n: ((run / n).read_bytes(), (run / n).stat().st_mtime_ns) for n in names} == kept
 
 
 # =========================================================================== 5. checkpoints via the CLI

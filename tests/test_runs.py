@@ -514,10 +514,10 @@ def test_threads_flag_sets_the_runs_threads_over_the_configs(tmp_path, capsys, d
 
 
 def test_a_run_resumed_at_another_commit_keeps_the_commit_that_started_it(tmp_path, capsys, data, monkeypatch):
-    """Resuming a run (a finished run of members, or an interrupted one) at another checkout
-    rewrote its record's git_commit with the new one: the whole run was attributed to a commit that
-    trained none of it (``run_commit``, which the harnesses match rows by). The first commit stays;
-    the later ones are listed."""
+    """Resuming an interrupted run at another checkout rewrote its record's git_commit with the new
+    one: the whole run was attributed to a commit that trained none of it (``run_commit``, which the
+    harnesses match rows by). The first commit stays; the later ones are listed. (Here each resume
+    goes on from a run stopped before its last record; a finished run resumed is left as it is.)"""
     import siggate.train.record as record
     from siggate.train.rundir import run_commit
 
@@ -527,10 +527,16 @@ def test_a_run_resumed_at_another_commit_keeps_the_commit_that_started_it(tmp_pa
     for commit, version, extra in runs:
         monkeypatch.setattr(record, "git_commit", lambda commit=commit: commit * 40)
         monkeypatch.setattr(record, "__version__", version)
+        if extra:  # stopped after its members were saved, before the run's record
+            (out / "metrics.json").unlink()
         rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split",
                               "--members", "svr,rf", "--cache-dir", str(data.parent / "cache"), "--out", str(out),
                               *extra], capsys)
         assert rc == 0, err
+    kept = (out / "members.yaml").read_text()
+    monkeypatch.setattr(record, "git_commit", lambda: "d" * 40)  # finished: nothing goes on, nothing is recorded
+    rc, _, err = run_cli(["train", "--resume", str(out)], capsys)
+    assert rc == 0 and (out / "members.yaml").read_text() == kept, err
     meta = yaml.safe_load((out / "members.yaml").read_text())["_meta"]
     # the first commit and version stay; each later one, in order (back at a: listed again)
     assert meta["git_commit"] == "a" * 40 and meta["resumed_at"] == ["b" * 40, "c" * 40, "a" * 40]

@@ -40,6 +40,7 @@ the uncertainty. Folders written before ``predictor.json`` (``ensemble.json``) s
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -55,6 +56,8 @@ from .metrics import SUMMARY_LABELS
 from .record import data_source, record_results, write_config, write_csv_run_tables, write_metrics
 from .rundir import MEMBERS_RECORD
 from .scoring import split_metric, split_summary
+
+log = logging.getLogger("siggate.train")
 
 SPLITS = ("val", "test")
 
@@ -79,6 +82,10 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     built = build_members(kinds, cfg, out, gnn_copies, progress, device, resume, weights)
     if resume:  # a member that refuses these flags refuses them before the record is rewritten with them
         _check_resumable(built)
+        done = _finished_record(out, cfg, kinds, gnn_copies, weights, built)
+        if done is not None:  # a finished run resumed: its record stays as it is (as a run of one model's)
+            log.info("%s: the run of members has finished; nothing to train", out)
+            return done
     # recorded only now: data that cannot be used leaves no record, so the command with its
     # flags mended runs without --overwrite
     out.mkdir(parents=True, exist_ok=True)
@@ -110,6 +117,43 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
         write_csv_run_tables(out, ds, None if test is None else test.mean, None if test is None else test.spread,
                              data=cfg.data)
     write_metrics(out, metrics)
+    return metrics
+
+
+def _finished_record(out: Path, cfg: Config, kinds: list[str], gnn_copies: int, weights: str | None,
+                     built) -> dict | None:
+    """The ``metrics.json`` of the run of members in ``out`` where it records this run finished:
+    its :data:`~.rundir.MEMBERS_RECORD` holds these members and this config (the keys that say
+    where and how a run executes aside, ``--threads`` among them), every GNN member's record is of
+    its config's epochs and every other member is saved; else None. Resumed so, it was combined,
+    calibrated and recorded again (with the new thread count written over the old)."""
+    from ..files import read_json
+    from ..predictors.base import MANIFEST, read_manifest
+    from .checkpoint import config_differences
+    from .rundir import read_saved_config, saved_members
+    from .study import reuse_status
+
+    try:
+        metrics = read_json(out / "metrics.json")
+        members, saved = saved_members(out), read_saved_config(out / MEMBERS_RECORD)
+    except (OSError, ValueError):  # (a damaged record: ConfigError, a ValueError) trained and recorded again
+        return None
+    want = {"kinds": list(kinds), "ensemble": int(gnn_copies), "weights": weights or "equal"}
+    if not isinstance(metrics, dict) or not (out / MANIFEST).is_file() or members != want:
+        return None
+    if config_differences(saved, cfg.to_dict()):
+        return None
+    for name, _, member in built:
+        folder = getattr(member, "folder", None)
+        if folder is not None and reuse_status(folder, member.cfg.to_dict()).state != "done":
+            return None
+        if folder is None and not (out / name / MANIFEST).is_file():
+            return None
+        try:
+            if folder is None and read_manifest(out / name).get("kind") != member.kind:  # swapped: its fit refuses it
+                return None
+        except (OSError, ValueError):  # damaged: its fit names it
+            return None
     return metrics
 
 
