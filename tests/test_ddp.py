@@ -86,3 +86,66 @@ def test_two_rank_ddp_matches_one_process_and_writes_once(tmp_path, eval_norm, e
     assert ckpt["state"]["epoch"] == EPOCHS
     # the checkpoint is a plain model's (SyncBatchNorm leaves no trace in the keys)
     assert set(ckpt["model"]) == set(torch.load(tmp_path / "single" / "last.pt", weights_only=True)["model"])
+
+
+@pytest.mark.parametrize("name", ["l1", "mse", "bce", "ce", "weighted_ce"])
+def test_the_ranks_loss_shares_step_as_the_whole_batch_does(name):
+    """DDP averages the ranks' gradients, and each rank's loss was the mean over its own labels:
+    a rank holding fewer labels (a target missing on its molecules; smaller graphs of a node
+    task, ce) weighed as much as one holding many, so --ddp trained another model than one
+    process (a relative gradient difference of 0.3 on a two-target CSV). The mean of the ranks'
+    shares' gradients is now the whole batch's loss gradient, on unequal shares; the collective
+    is played here by summing what each rank gives it."""
+    from siggate.train.losses import LOSSES, loss_share
+
+    g = torch.Generator().manual_seed(0)
+    if name in ("ce", "weighted_ce"):
+        pred = torch.randn(11, 4, generator=g)  # (the SBM weights are float32, as training's logits)
+        y = torch.tensor([0, 1, 1, 2, 0, 3, 3, 3, 1, 0, 2])
+        cuts = [slice(0, 8), slice(8, 11)]  # 8 nodes on one rank, 3 on the other
+    else:
+        pred = torch.randn(10, 2, generator=g, dtype=torch.float64)
+        y = torch.rand(10, 2, generator=g, dtype=torch.float64)
+        y = (y > 0.5).double() if name == "bce" else y
+        y[5:, 1] = float("nan")  # the second target missing on the second rank's molecules
+        y[0, 0] = float("nan")
+        cuts = [slice(0, 5), slice(5, 10)]
+    whole = pred.clone().requires_grad_(True)
+    LOSSES[name](whole, y).backward()
+    answers: list[list[float]] = []  # each collective's sum over the ranks, found one round at a time
+
+    def played(record):
+        def all_sum(values):
+            record.append(list(values))
+            i = len(record) - 1
+            return answers[i] if i < len(answers) else list(values)
+        return all_sum
+
+    while True:
+        given = [[] for _ in cuts]
+        for cut, record in zip(cuts, given):
+            loss_share(name, pred[cut], y[cut], played(record))
+        if len(answers) == len(given[0]):
+            break
+        answers.append([sum(v) for v in zip(*(record[len(answers)] for record in given))])
+    shared = pred.clone().requires_grad_(True)
+    logged = 0.0
+    for cut in cuts:
+        loss, weight = loss_share(name, shared[cut], y[cut], played([]))
+        (loss / len(cuts)).backward()  # DDP's mean over the ranks
+        logged += float(loss) * weight
+    tol = 1e-12 if pred.dtype == torch.float64 else 1e-6
+    assert torch.allclose(shared.grad, whole.grad, rtol=tol, atol=tol * 1e-3)
+    assert logged / len(y) == pytest.approx(float(LOSSES[name](pred, y)), rel=tol)  # the batch's mean, as logged
+
+
+def test_the_cliff_term_is_refused_under_ddp():
+    """The cliff term pairs similar molecules of a batch; --ddp splits each batch over the ranks,
+    so the pairs across them were lost without a word: refused, naming the cause."""
+    from siggate.train.losses import cliff_term_refusal
+
+    assert cliff_term_refusal(True, "regression") is None
+    assert cliff_term_refusal(True, "regression", distributed=True) == (
+        "train.cliff_weight compares a GNN's predictions for similar molecules of a regression task; here --ddp "
+        "splits each batch over the ranks, and the pairs across them would be lost (train without --ddp): drop --set "
+        "train.cliff_weight")

@@ -50,7 +50,7 @@ from .checkpoint import (
 )
 from .dataprep import check_labelled, check_scorable, graph_loader, loader_generator, target_stats
 from .distributed import DistContext, convert_sync_batchnorm, has_unused_parameters
-from .losses import CliffPairLoss, cliff_term_refusal, loss_fn
+from .losses import CliffPairLoss, cliff_term_refusal, loss_fn, loss_name, loss_share
 from .metrics import is_better
 from .modelprep import build_model, resolve_pool_norm
 from .schedule import make_scheduler
@@ -239,7 +239,7 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
     cliff = None
     if t_cfg.cliff_weight > 0:
         why = cliff_term_refusal(all(hasattr(g, "smiles") for g in ds.train[:1]), info.task, info.level,
-                                 dataset=info.name)
+                                 dataset=info.name, distributed=ctx.distributed)
         if why:
             raise ConfigError(why)
         cliff = CliffPairLoss()
@@ -329,10 +329,12 @@ def _non_finite(what: str, epoch: int, step: int | None, checkpoint: Path | None
     return NonFiniteLossError(f"{what} {where}. The last good checkpoint is kept at {kept}. {hint}")
 
 
-def train_batch_loss(run: Run, batch) -> tuple[torch.Tensor, int]:
-    """Forward ``batch`` and return ``(loss, rows)``: the loss over its training labels
-    (normalised for regression) and how many labels it counted (graphs, or nodes; for a
-    transductive dataset only the train mask's nodes: no other label enters the loss)."""
+def train_batch_loss(run: Run, batch) -> tuple[torch.Tensor, int, float]:
+    """Forward ``batch`` and return ``(loss, rows, weight)``: the loss over its training labels
+    (normalised for regression), how many rows it counted (graphs, or nodes; for a transductive
+    dataset only the train mask's nodes: no other label enters the loss), and the weight of the
+    loss in the logged epoch loss (the rows; under DDP, the whole batch's rows over the ranks,
+    since each rank's loss is its share of the whole batch's, :func:`~.losses.loss_share`)."""
     pred = run.net(batch)
     info = run.info
     y = label_rows(batch, info, "train")
@@ -341,10 +343,13 @@ def train_batch_loss(run: Run, batch) -> tuple[torch.Tensor, int]:
         pred = pred[mask]
     if info.task == "regression":
         y = (y - run.mean) / run.std
-    loss = run.criterion(pred, y)
+    if run.ctx.distributed:
+        loss, weight = loss_share(loss_name(run.train_cfg.loss, info.task), pred, y, run.ctx.all_reduce_sum)
+    else:
+        loss, weight = run.criterion(pred, y), float(y.shape[0])
     if run.cliff is not None:
         loss = loss + run.train_cfg.cliff_weight * run.cliff(pred, y, batch.smiles)
-    return loss, int(y.shape[0])
+    return loss, int(y.shape[0]), weight
 
 
 def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | None = None) -> dict:
@@ -376,7 +381,7 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
             continue
         batch = batch.to(run.device)
         opt.zero_grad(set_to_none=True)
-        loss, rows = train_batch_loss(run, batch)
+        loss, rows, weight = train_batch_loss(run, batch)
         finite = bool(torch.isfinite(loss))
         if ctx.distributed:
             finite = not ctx.any(not finite)  # every rank takes the same decision
@@ -401,7 +406,7 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
             raise _non_finite("non-finite gradient norm", epoch, step, checkpoint,
                               "Lower train.lr or pass --on-nan skip.")
         opt.step()
-        total += loss.item() * rows
+        total += loss.item() * weight
         count += rows
         gnorm_sum += float(gnorm)
         bar.set_postfix(loss=f"{total / max(count, 1):.4f}")

@@ -14,8 +14,12 @@ def sbm_class_weights(y: torch.Tensor, num_classes: int) -> torch.Tensor:
     ``weighted_cross_entropy``), from the labels ``y [n]`` of one batch: ``w_c = (n - n_c) / n``
     for a class present ``n_c > 0`` times, ``0`` for an absent class; ``[num_classes]``. When
     only one class is present its weight is 1 (their formula gives 0 and the loss 0/0)."""
-    counts = torch.bincount(y, minlength=num_classes).to(torch.float32)
-    n = float(y.numel())
+    return _sbm_weights(torch.bincount(y, minlength=num_classes).to(torch.float32))
+
+
+def _sbm_weights(counts: torch.Tensor) -> torch.Tensor:
+    """:func:`sbm_class_weights` from the classes' label counts ``[num_classes]``."""
+    n = float(counts.sum())
     weight = (n - counts) / max(n, 1.0) * (counts > 0)
     return weight if bool(weight.any()) else (counts > 0).to(torch.float32)
 
@@ -29,6 +33,9 @@ def _masked(loss):
     return fn
 
 
+#: the losses averaged over the labelled entries, as sums (:func:`loss_share`)
+_SUMMED = {"l1": F.l1_loss, "mse": F.mse_loss, "bce": F.binary_cross_entropy_with_logits}
+
 #: ``train.loss`` -> ``fn(pred, y)``; regression and binary labels may be NaN (missing)
 LOSSES = {
     "l1": _masked(F.l1_loss),
@@ -37,6 +44,38 @@ LOSSES = {
     "ce": lambda pred, y: F.cross_entropy(pred, y),
     "weighted_ce": lambda pred, y: F.cross_entropy(pred, y, weight=sbm_class_weights(y, pred.shape[1])),
 }
+
+
+def loss_share(name: str, pred: torch.Tensor, y: torch.Tensor, all_sum) -> tuple[torch.Tensor, float]:
+    """This rank's part of the loss ``name`` of a global batch that ``W`` ranks share, and the
+    batch's rows over ``W`` (what the rank adds to the logged epoch loss, per unit of its loss).
+
+    The part is ``W · (this rank's summed loss) / (the batch's denominator)``: its labelled
+    entries for the masked losses, rows for ``ce``, the summed class weights for
+    ``weighted_ce``, whose weights come from the whole batch's class counts. DDP averages the
+    ranks' gradients, so the step is the one the whole batch takes in one process. Each rank's
+    own mean instead weighed the ranks alike: a rank holding fewer labels (a target missing on its
+    molecules, smaller graphs of a node task) counted as much as one holding many.
+
+    Args:
+        all_sum: sums a list of numbers over the ranks (:meth:`~.distributed.DistContext.all_reduce_sum`).
+    """
+    if name in _SUMMED:
+        valid = ~torch.isnan(y)
+        part, den = _SUMMED[name](pred[valid], y[valid], reduction="sum"), float(valid.sum())
+    elif name == "ce":
+        part, den = F.cross_entropy(pred, y, reduction="sum"), float(y.numel())
+    else:  # weighted_ce: the weights of the whole batch's classes
+        counts = torch.tensor(all_sum(torch.bincount(y, minlength=pred.shape[1]).tolist()), dtype=torch.float32)
+        weight = _sbm_weights(counts).to(device=pred.device, dtype=pred.dtype)
+        part, den = F.cross_entropy(pred, y, weight=weight, reduction="sum"), float(weight[y].sum())
+    world, total, rows = all_sum([1.0, den, float(y.shape[0])])
+    return part * (world / total if total > 0 else float("nan")), rows / world
+
+
+def loss_name(name: str, task: str) -> str:
+    """``train.loss`` ``name`` for a ``task``: ``"auto"`` made concrete (:func:`loss_fn`'s rule)."""
+    return TASK_LOSSES[task][0] if name == "auto" else name
 
 
 def loss_fn(name: str, task: str):
@@ -50,8 +89,7 @@ def loss_fn(name: str, task: str):
         ConfigError: a loss that does not fit ``task``.
     """
     allowed = TASK_LOSSES[task]
-    if name == "auto":
-        name = allowed[0]
+    name = loss_name(name, task)
     if name not in allowed:
         raise ConfigError(f"train.loss: {name!r} does not fit a {task} task; allowed values: "
                           + ", ".join(("auto",) + allowed) + ".")
@@ -63,13 +101,18 @@ def loss_fn(name: str, task: str):
 CLIFF_RADIUS, CLIFF_BITS, CLIFF_SIMILARITY = 2, 2048, 0.5
 
 
-def cliff_term_refusal(smiles: bool, task: str, level: str = "graph", gnn: bool = True, dataset: str = "") -> str | None:
+def cliff_term_refusal(smiles: bool, task: str, level: str = "graph", gnn: bool = True, dataset: str = "",
+                       distributed: bool = False) -> str | None:
     """Why ``train.cliff_weight`` cannot apply (``None`` where it can): it needs SMILES (a CSV
-    given with ``--data``), a graph-level regression task and a GNN to train with it. The one
-    check, made by the CLI before a run folder is claimed and by the training loop."""
+    given with ``--data``), a graph-level regression task and a GNN to train with it, in one
+    process (``distributed``: ``--ddp`` splits each batch over the ranks, and the pairs across
+    them would be lost). The one check, made by the CLI before a run folder is claimed and by the
+    training loop."""
     why = (f"the dataset {dataset or 'given'} has no SMILES (give a CSV with --data)" if not smiles else
            f"the task is {level}-level {task}" if task != "regression" or level != "graph" else
-           "no GNN member trains with it" if not gnn else None)
+           "no GNN member trains with it" if not gnn else
+           "--ddp splits each batch over the ranks, and the pairs across them would be lost (train without --ddp)"
+           if distributed else None)
     return None if why is None else (f"train.cliff_weight compares a GNN's predictions for similar molecules of a "
                                      f"regression task; here {why}: drop --set train.cliff_weight")
 
