@@ -641,3 +641,24 @@ def test_resume_refuses_a_saved_member_of_another_kind(nitrogen_csv, tmp_path, c
     assert rc == 2 and (f"{out / 'member0'} holds a saved rf member where the run's record puts its svr member"
                         in _one_line(err))
     assert (out / "metrics.json").read_bytes() == kept
+
+
+def test_the_svr_scored_on_val_is_the_kind_of_model_it_ships():
+    """A target of at most exact_max training rows but more train and val rows was fitted exactly
+    on train (its val predictions weighed the members, calibrated the intervals and were the
+    reported val score) and refitted as a Nyström ridge on train and val (the model that predicts,
+    never scored: test error 2.3x and 90% intervals covering 67% in one case). The rows that
+    decide are those of the refit: its train-only fit is the ridge on the same landmarks that a
+    member without refit, of that kind, fits on the training rows."""
+    graphs = _nitrogen_graphs(_nitrogen_molecules(150))
+    ds = GraphDataset(info=N_INFO, splits={k: graphs[a:b] for k, (a, b) in FP_SPLITS.items()})
+    grid = {"fingerprint": ["morgan"], "radius": [1], "C": [5.0]}
+    n_train = len(ds.train)
+    shipped = KernelSVR(grid, exact_max=n_train, landmarks=30, seed=0).fit(ds)  # train <= 100 < train + val
+    assert shipped.models_[0].mode == "ridge" and shipped.models_[0].meta["basis"] == "nystrom 30"
+    alike = KernelSVR(grid, exact_max=n_train - 1, landmarks=30, seed=0, refit=False).fit(ds)  # the same kind
+    assert alike.models_[0].mode == "ridge"
+    val_smiles = [g.smiles for g in ds.val]
+    assert shipped.held_out_["val"][:, 0] == pytest.approx(alike.predict_array(val_smiles)[:, 0], rel=1e-10, abs=1e-12)
+    exact = KernelSVR(grid, exact_max=n_train + len(ds.val), seed=0).fit(ds)  # both fits exact
+    assert exact.models_[0].mode == "svr" and exact.models_[0].meta["basis"] == "exact"

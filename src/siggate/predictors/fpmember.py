@@ -19,7 +19,7 @@ The predictions the train-only fit made for the val molecules are kept in ``held
 (saved with the arrays): they are the member's out-of-sample val predictions, which the
 combination's weights, the conformal calibration and the reported val metric read
 (:func:`~.base.out_of_sample`). The refitted model's ``meta`` keeps the selection record, its own
-fields (the svr's ``basis``, which moves to Nyström when train and val rows exceed ``exact_max``)
+fields (the svr's ``basis``, Nyström in both fits where train and val rows exceed ``exact_max``)
 and says ``refit``. A target that was a constant on its training rows chose nothing on val: it is
 learned again from its train and val rows as a target without val rows is (the first option, or a
 constant of those rows where they still hold one row or one class). A member saved before the refit (no ``refit`` option) loads with

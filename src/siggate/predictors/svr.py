@@ -31,7 +31,10 @@ rows that ``fit`` keeps for choosing options.
 ``landmarks`` training rows drawn with ``seed``: ridge regression (the squared loss with penalty
 ``1/C``; ``epsilon`` is not used) for regression, the same logistic regression for classification.
 The features are built in blocks of rows and never held for a regression, so memory is
-``O(landmarks²)`` plus one block.
+``O(landmarks²)`` plus one block. With ``refit`` the count that decides is the target's labelled
+train *and* val rows, those of the model that predicts: the train-only fit whose val predictions
+weigh and calibrate the member is then of the same kind (an exact SVR was scored on val while a
+Nyström ridge, refitted on more rows than ``exact_max``, was shipped unscored).
 
 **Options.** The grid (:class:`SVRGrid`: fingerprint kinds, radius, size, C, epsilon) is searched
 per target, each candidate fitted on the training rows and scored on the labelled validation rows
@@ -191,8 +194,8 @@ class KernelSVR(FingerprintMember):
 
     Args:
         grid: an :class:`SVRGrid` or a mapping of its fields (``{"C": [1, 5]}``); ``None``: the defaults.
-        exact_max: the most labelled training rows of a target fitted on the exact kernel; above
-            it, Nyström features.
+        exact_max: the most labelled training rows (with ``refit``: train and val rows) of a
+            target fitted on the exact kernel; above it, Nyström features.
         landmarks: Nyström landmarks (training rows drawn with ``seed``) above ``exact_max``.
         seed: seeds the landmarks' draw (the exact fits are deterministic).
         refit: after choosing on val, fit the chosen point again on the train and val rows
@@ -226,14 +229,18 @@ class KernelSVR(FingerprintMember):
     def _fit_target(self, data: TargetData, points: list[dict] | None = None) -> KernelModel:
         mean, std = (0.0, 1.0) if data.classify else standardizer(data.y)
         ys = data.y if data.classify else (data.y - mean) / std
-        mode = "klr" if data.classify else ("svr" if data.rows.size <= self.exact_max else "ridge")
+        # the rows that decide exact or Nyström: those of the model that will predict, so that the train-only
+        # fit whose val predictions weigh and calibrate the member is of its kind (an exact SVR scored on val,
+        # and a Nyström ridge refitted on train+val shipped, was never scored)
+        n = data.rows.size + (data.val_rows.size if self.refit else 0)
+        mode = "klr" if data.classify else ("svr" if n <= self.exact_max else "ridge")
         if points is None:
             points = self.candidates()
             points = points if data.val_rows.size else points[:1]
         if mode != "svr":  # epsilon is an SVR option: one candidate per (fingerprint, radius, size, C)
             points = list({json.dumps({**p, "epsilon": None}, sort_keys=True): {**p, "epsilon": None}
                            for p in points}.values())
-        pick = self._basis(data.rows.size, data.index)
+        pick = self._basis(data.rows.size, data.index, n)
         choice = Selection(data)
         for (fingerprint, radius, size), group in _by_fingerprint(points):
             x = data.x(radius, size, fingerprint)
@@ -243,9 +250,11 @@ class KernelSVR(FingerprintMember):
                                          fingerprint), p)
         return choice.result()
 
-    def _basis(self, n: int, j: int) -> np.ndarray | None:
-        """Landmark rows above ``exact_max`` (drawn with ``(seed, target)``), else ``None``."""
-        if n <= self.exact_max:
+    def _basis(self, n: int, j: int, decide: int | None = None) -> np.ndarray | None:
+        """Landmark rows among ``n`` where ``decide`` rows (default ``n``: the model's, or with
+        ``refit`` its train and val rows) are above ``exact_max`` (drawn with ``(seed, target)``),
+        else ``None``."""
+        if (n if decide is None else decide) <= self.exact_max:
             return None
         return np.sort(np.random.default_rng([self.seed, j]).choice(n, size=min(self.landmarks, n), replace=False))
 
