@@ -665,6 +665,29 @@ def test_attention_keys_are_no_difference_between_models_without_attention():
                           "'none'); ")
 
 
+def test_an_attention_types_options_that_change_the_attention_are_architecture():
+    """Weights pretrained with performer's softmax kernel loaded into a model of its relu kernel (the
+    same tensor shapes; the query/key weights were trained for the other features): the options of
+    model.attention.<type> that make another attention are compared; how often the features are
+    redrawn is training, and no difference; without an attention branch on either side, none is."""
+    cfg = load_config("csv", [*CSV, "model.attn=true", "model.attn_type=performer", "model.pe=none"]).model.to_dict()
+    saved = {**cfg, "attention": {**cfg["attention"], "performer": {**cfg["attention"]["performer"],
+                                                                    "kernel": "softmax"}}}
+    now = {**cfg, "attention": {**cfg["attention"], "performer": {**cfg["attention"]["performer"], "kernel": "relu"}}}
+    why = init_weights._architecture_refusal(Path("w.pt"), {"model": {}, "config": {"model": saved}}, now)
+    assert why.startswith("train.init: w.pt has another architecture (model.attention.performer.kernel: pretrained "
+                          "'softmax', this run 'relu'); ")
+    redrawn = {**saved, "attention": {**saved["attention"], "performer": {**saved["attention"]["performer"],
+                                                                         "redraw_interval": 7}}}
+    assert init_weights._architecture_refusal(Path("w.pt"), {"model": {}, "config": {"model": redrawn}}, saved) is None
+    off = {"model": {}, "config": {"model": {**saved, "attn": False}}}
+    assert init_weights._architecture_refusal(Path("w.pt"), off, {**now, "attn": False}) is None
+    ex = load_config("csv", [*CSV, "model.attn=true", "model.attn_type=exphormer"]).model.to_dict()
+    other = {**ex, "attention": {**ex["attention"], "exphormer": {**ex["attention"]["exphormer"], "expander_seed": 9}}}
+    assert "model.attention.exphormer.expander_seed: pretrained 9, this run 0" in init_weights._architecture_refusal(
+        Path("w.pt"), {"model": {}, "config": {"model": other}}, ex)
+
+
 def test_position_keys_are_no_difference_between_models_without_a_positional_encoder():
     """Weights pretrained with model.pe=none refused a run with pe=none and another pe_dim or
     pe_steps: sizes of an encoder neither model has. With an encoder they still differ."""

@@ -36,6 +36,11 @@ ARCH_KEYS = ("dim", "layers", "heads", "local", "attn", "attn_type", "gate", "ga
 ATTENTION_KEYS = ("heads", "attn_type", "gate", "gate_position")
 #: the architecture keys of the positional encoder alone (a model with ``pe: none`` has none)
 POSITION_KEYS = ("pe_steps", "pe_dim")
+#: the options of ``model.attention.<type>`` that make another attention of the same weights (the
+#: kernel the query/key weights were trained for, which nodes attend); how often performer's
+#: features are redrawn is training, not architecture
+ATTENTION_ARCH_OPTIONS = {"performer": ("num_features", "kernel"),
+                          "exphormer": ("expander_degree_total", "num_virtual_nodes", "expander_seed")}
 
 
 def resolve_init(source: str) -> Path:
@@ -99,6 +104,12 @@ def _architecture_refusal(path: Path, blob: dict, model_cfg: dict) -> str | None
         unused += POSITION_KEYS
     diffs = [f"model.{k}: pretrained {saved_cfg[k]!r}, this run {model_cfg.get(k)!r}"
              for k in ARCH_KEYS if k in saved_cfg and k not in unused and saved_cfg[k] != model_cfg.get(k)]
+    kind = model_cfg.get("attn_type")
+    if "attn_type" not in unused and kind == saved_cfg.get("attn_type") and kind in ATTENTION_ARCH_OPTIONS:
+        then = (saved_cfg.get("attention") or {}).get(kind) or {}
+        now = (model_cfg.get("attention") or {}).get(kind) or {}
+        diffs += [f"model.attention.{kind}.{k}: pretrained {then[k]!r}, this run {now.get(k)!r}"
+                  for k in ATTENTION_ARCH_OPTIONS[kind] if k in then and then[k] != now.get(k)]
     value = pretrained_pool_norm(blob)
     own = model_cfg.get("pool_norm") or 0
     if value is not None and model_cfg.get("pooling") == "norm" and own > 0 and abs(own - value) > 1e-9:
