@@ -738,3 +738,27 @@ def test_simplex_weights_leave_a_dominated_member_out_exactly():
     half = rng.normal(size=200)
     a = np.stack([y + half, y - half], 1)  # each wrong by ±half: the mean is exact
     np.testing.assert_allclose(simplex_least_squares(a, y), [0.5, 0.5], atol=1e-6)
+
+
+def test_simplex_weights_are_found_where_the_labels_are_nearly_alike():
+    """Validation labels nearly alike beside the members' larger errors (99 of 100 at 4.0, one at
+    4.01: a censored assay) made the scaled program so large that SLSQP stopped at equal weights
+    and called it converged, in 13 of 20 draws, at 14 times the optimum's squared error. The
+    weights are the optimum's: checked against the closed form of two members on the segment."""
+    from siggate.predictors.combine import simplex_least_squares
+
+    def best(a, y):  # w a0 + (1 - w) a1 - y = w d + (a1 - y): least squares in w, clipped to [0, 1]
+        d = a[:, 0] - a[:, 1]
+        w = float(np.clip(-(d @ (a[:, 1] - y)) / (d @ d), 0.0, 1.0))
+        return [w, 1 - w]
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        y = np.full(100, 4.0)
+        y[rng.integers(100)] = 4.01
+        a = np.stack([y + rng.normal(0, 0.1, 100), y + 0.6 + rng.normal(0, 0.1, 100)], 1)
+        np.testing.assert_allclose(simplex_least_squares(a, y), best(a, y), atol=1e-6)
+    two = np.array([3.896, 3.872])  # two labels, members off by 1 and by 10
+    a = np.stack([two + np.array([1.0, -1.5]), two + np.array([-10.0, 10.0])], 1)
+    np.testing.assert_allclose(simplex_least_squares(a, two), best(a, two), atol=1e-6)
+    assert abs(simplex_least_squares(a, two)[0] - 0.5) > 0.3  # (equal weights, where it stopped before)

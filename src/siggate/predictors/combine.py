@@ -65,9 +65,11 @@ def simplex_least_squares(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     if m == 1:
         return np.ones(1)
     # the weights sum to one, so centring and scaling y and every column alike leaves the argmin
-    # as it is: the program is solved in the labels' own spread, whatever their units and offset
+    # as it is: the program is solved in the members' own error scale, whatever the units and
+    # offset (in the labels' spread, labels nearly alike beside members' larger errors made the
+    # loss so large that SLSQP stopped at its start, equal weights, and called it converged)
     centre = float(np.mean(y))
-    spread = float(np.std(y)) or float(np.abs(a - centre).max()) or 1.0
+    spread = float(np.sqrt(np.mean((a - y[:, None]) ** 2))) or float(np.std(y)) or 1.0
     a, y = (a - centre) / spread, (y - centre) / spread
 
     def loss(w):
@@ -81,7 +83,12 @@ def simplex_least_squares(a: np.ndarray, y: np.ndarray) -> np.ndarray:
                    constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones(m)}],
                    options={"ftol": 1e-14, "maxiter": 1000})
     w = np.where(res.x > SOLVER_ZERO, res.x, 0.0)  # the solver's 1e-16s are no share: a member left out
-    return w / w.sum()                               # has weight 0, so its spread counts for nothing
+    w = w / w.sum()                                  # has weight 0, so its spread counts for nothing
+    # a guard on the solver: no member alone, nor equal weights, may be better than its answer
+    for other in (*np.eye(m), np.full(m, 1.0 / m)):
+        if loss(other) < loss(w) * (1 - 1e-9) - 1e-15:
+            w = other
+    return w
 
 
 def _kind(member) -> str:
