@@ -104,6 +104,16 @@ def test_minmax_kernel_equals_the_definition(block):
     assert np.array_equal(minmax_kernel(a, b, block=3), k)  # blocks do not change a single value
 
 
+def test_minmax_kernel_refuses_counts_it_cannot_count():
+    """Counts of 1.5 were read as 1 (K 1.0 against [1, 2], where the definition gives 0.857), and
+    negative ones are refused: each named, since the kernel counts whole numbers."""
+    with pytest.raises(ValueError, match="fingerprint counts must be whole numbers"):
+        minmax_kernel(np.array([[1.5, 2.0]]), np.array([[1.0, 2.0]]))
+    with pytest.raises(ValueError, match="fingerprint counts must be >= 0"):
+        minmax_kernel(np.array([[-1.0, 2.0]]), np.array([[1.0, 2.0]]))
+    assert minmax_kernel(np.array([[1.0, 2.0]], dtype=np.float32), np.array([[2, 2]]))[0, 0] == 0.75
+
+
 def test_minmax_kernel_on_molecules_symmetric_psd():
     x = fp.morgan_counts(SMILES, sparse=True)
     k = minmax_kernel(x, x)

@@ -228,6 +228,8 @@ def _unfold(x, kmax: int):
     counts = x.data.astype(np.int64)
     if counts.size and counts.min() < 0:
         raise ValueError("MinMax kernel: fingerprint counts must be >= 0")
+    if counts.size and not np.array_equal(counts, x.data):  # (1.5 read as 1: K 1.0 where Σmin/Σmax is 0.857)
+        raise ValueError("MinMax kernel: fingerprint counts must be whole numbers (this kernel counts them as bits)")
     keep = counts > 0
     bins = x.indices.astype(np.int64)[keep]
     counts = counts[keep]
