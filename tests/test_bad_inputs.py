@@ -1410,3 +1410,22 @@ def test_a_target_with_no_training_label_is_refused_before_a_run(tmp_path, capsy
     assert rc == 0, err
     assert "target 'b' has no label among the training rows (0 in val, 10 in test), so the GNN cannot learn it: its " \
         "predictions are those of an untrained output" in caplog.text
+
+
+@pytest.mark.parametrize("flags, message", [
+    # every row read as an invalid molecule ('-0.001'), then "none of the 50 rows can be used"
+    (["--smiles-col", "y", "--target-col", "y"], "column 'y' is named as both the SMILES column and a target: a column "
+                                                 "holds the molecules or a label; name the SMILES column with "
+                                                 "--smiles-col and the labels with --target-col"),
+    (["--target-col", "smiles"], "column 'smiles' is named as both the SMILES column and a target"),
+    # trained the svr alone, the empty entry dropped without a word
+    (["--target-col", "y", "--members", "svr,"], "--members 'svr,': an empty entry between the commas; name each kind "
+                                                 "once, e.g. gnn,svr,rf"),
+])
+def test_columns_and_members_named_ambiguously_are_refused(tmp_path, capsys, flags, message):
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    rc, out, err = run_cli(["train", "--data", str(data), *flags, "--out", str(tmp_path / "run"), "--cache-dir",
+                            str(tmp_path / "c")], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "run").exists()

@@ -1084,6 +1084,10 @@ def _check_arguments(path: Path, smiles_col: str, target_cols, task: str, split:
         raise ValueError("target_cols: name at least one target column")
     if len(set(target_cols)) != len(target_cols):
         raise ValueError(f"target_cols has repeated columns: {target_cols}")
+    if smiles_col in target_cols:  # (every row then read as an invalid molecule, or a label that is no number)
+        raise DataError(f"column {smiles_col!r} is named as both the SMILES column and a target: a column holds the "
+                         "molecules or a label; name the SMILES column with --smiles-col and the labels with "
+                         "--target-col")
     if task == "binary" and len(target_cols) != 1:
         raise ValueError(
             f"task 'binary' takes exactly one target column, got {len(target_cols)}; use task='multilabel'"
