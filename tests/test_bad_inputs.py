@@ -1429,3 +1429,20 @@ def test_columns_and_members_named_ambiguously_are_refused(tmp_path, capsys, fla
                             str(tmp_path / "c")], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1 and message in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_config_that_is_a_folder_or_an_empty_file_is_named(tmp_path, capsys):
+    """``--config DIR`` said the config was 'not found' though it is there (a folder); an empty
+    YAML file trained with the dataclasses' defaults (40 epochs, full attention) without a word."""
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    (tmp_path / "cfgdir").mkdir()
+    (tmp_path / "empty.yaml").write_text("")
+    for config, message in ((tmp_path / "cfgdir", f"config '{tmp_path / 'cfgdir'}' is a folder; give a YAML file (a "
+                                                  f"run folder's config.yaml is one: {tmp_path / 'cfgdir' / 'config.yaml'})"),
+                            (tmp_path / "empty.yaml", f"{tmp_path / 'empty.yaml'}: the config file is empty; give its "
+                                                      "sections data/model/train")):
+        rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--config", str(config), "--members",
+                              "svr", "--out", str(tmp_path / "run")], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+        assert not (tmp_path / "run").exists()

@@ -707,6 +707,9 @@ def resolve_config_path(name_or_path: str) -> Path:
     if p.is_file():  # a YAML file with another extension
         return p
     known = sorted(q.stem for q in CONFIG_DIR.glob("*.yaml"))
+    if p.is_dir():
+        raise ConfigError(f"config {name_or_path!r} is a folder; give a YAML file (a run folder's config.yaml "
+                          f"is one: {p / 'config.yaml'}) or a built-in config: {', '.join(known)}")
     if p.suffix.lower() in (".yaml", ".yml") or len(p.parts) > 1:
         raise ConfigError(
             f"config file {name_or_path!r} not found (looked in {Path.cwd()}). "
@@ -848,7 +851,10 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
     section is ignored and an older schema upgraded (:func:`upgrade_config_dict`)."""
     path = resolve_config_path(name_or_path or "nci5k")
     try:
-        raw = load_yaml(path.read_text(encoding="utf-8")) or {}
+        raw = load_yaml(path.read_text(encoding="utf-8"))
+        if raw is None:  # (it trained with the dataclasses' defaults: 40 epochs, full attention, nci5k's data)
+            raise ConfigError(f"{path}: the config file is empty; give its sections data/model/train (a built-in "
+                              f"config such as {CONFIG_DIR / 'csv.yaml'} shows them), or leave --config out")
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
     except UnicodeDecodeError as exc:
