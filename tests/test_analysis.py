@@ -587,13 +587,14 @@ def test_an_untrained_epoch_stops_siggate_train_but_the_analyses_record_divergen
     assert res["per_lr"]["none"][-1]["lr"] == 1e30 and res["per_lr"]["none"][-1]["diverged"] == [True]
 
 
-def test_a_nan_learning_rate_is_refused_by_the_configs_range(tmp_path, capsys):
-    """NaN passes every comparison, so `--lrs nan` reached torch's Adam (a ValueError traceback)."""
+def test_a_nan_learning_rate_is_refused_by_its_flag(tmp_path, capsys):
+    """NaN passes every comparison, so `--lrs nan` reached torch's Adam (a ValueError traceback);
+    it was then refused by the config key it sets, after the dataset was read; now by the flag."""
     capsys.readouterr()
     rc = main(["analyze", "lr-sweep", "--config", "nci5k", *TINY, "--max-graphs", "20", "--lrs", "nan,1e-3",
                "--gates", "none", "--seeds", "0", "--epochs", "1", "--out", str(tmp_path / "lr")])
     err = capsys.readouterr().err
-    assert rc == 2 and len(err.strip().splitlines()) == 1 and "train.lr: nan is out of range" in err, err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--lrs: 'nan' is not a number above 0" in err, err
 
 
 def test_gate_means_do_not_depend_on_how_the_graphs_are_batched(tiny_dataset):
