@@ -645,6 +645,39 @@ def test_a_refused_resume_of_a_run_of_members_leaves_its_record_as_it_was(tmp_pa
         assert {n: ((run / n).read_bytes(), (run / n).stat().st_mtime_ns) for n in names} == kept
 
 
+def test_a_grown_run_of_members_stopped_before_its_record_is_combined_again(tmp_path, capsys, monkeypatch):
+    """--resume --epochs 2 on a 1-epoch run of two GNN members, stopped after both members had
+    grown (while the members were weighed): the next --resume took the run as finished and kept
+    the 1-epoch run's combination, calibration and scores. Its record says its epochs now: the
+    run is combined again, and predict warns of the folder meanwhile."""
+    from siggate.predictors.combine import Combination
+    from siggate.train.rundir import unfinished
+
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    run = tmp_path / "run"
+    common = ["--data", str(data), *_TRAIN_ARGS, "--cache-dir", str(tmp_path / "c"), "--ensemble", "2"]
+    rc, _, err = run_cli(["train", *common, "--epochs", "1", "--out", str(run)], capsys)
+    assert rc == 0, err
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 1
+    real = Combination.fit_weights
+
+    def stop(self, ds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Combination, "fit_weights", stop)
+    rc, _, err = run_cli(["train", "--resume", str(run), "--epochs", "2"], capsys)
+    assert rc == 130, err
+    assert [json.loads((run / f"member{i}" / "metrics.json").read_text())["epochs"] for i in (0, 1)] == [2, 2]
+    assert unfinished(run) == (f"{run}: its members.yaml says 2 epochs and its metrics.json records 1: grown by "
+                               "--resume --epochs and stopped before it finished, so its files are of two runs; "
+                               f"finish it with siggate train --resume {run}")
+    monkeypatch.setattr(Combination, "fit_weights", real)
+    rc, _, err = run_cli(["train", "--resume", str(run), "--epochs", "2"], capsys)
+    assert rc == 0, err
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 2 and unfinished(run) is None
+
+
 # =========================================================================== 5. checkpoints via the CLI
 
 
@@ -1077,7 +1110,7 @@ def test_a_run_on_a_relative_csv_path_resumes_from_another_folder(tmp_path, caps
     assert ": d.csv changed since the run started (sha256 " in err and "restore the file" in err
 
 
-@pytest.mark.parametrize("members", [None, "svr,rf"])
+@pytest.mark.parametrize("members", [None, "svr,rf", "gnn,svr"])
 def test_a_run_whose_csv_moved_resumes_on_the_copy_with_the_recorded_sha256(tmp_path, capsys, members):
     """A run whose CSV was moved (to another machine, another folder) could not be resumed:
     ``--data NEW_PATH`` was refused as a config difference even when the file was the one the
@@ -1087,7 +1120,8 @@ def test_a_run_whose_csv_moved_resumes_on_the_copy_with_the_recorded_sha256(tmp_
     _write_train_csv(first)
     common = [*_TRAIN_ARGS, "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "run")]
     common += ["--members", members] if members else []
-    epochs = (lambda n: []) if members else (lambda n: ["--epochs", str(n)])
+    # (a GNN member's own resume check compared the path too, and refused the moved copy)
+    epochs = (lambda n: ["--epochs", str(n)]) if members is None or "gnn" in members else (lambda n: [])
     rc, _, err = run_cli(["train", "--data", str(first), *common, *epochs(1)], capsys)
     assert rc == 0, err
     first.rename(moved)

@@ -139,10 +139,20 @@ def test_the_ranks_loss_shares_step_as_the_whole_batch_does(name):
     assert logged / len(y) == pytest.approx(float(LOSSES[name](pred, y)), rel=tol)  # the batch's mean, as logged
 
 
-def test_the_cliff_term_is_refused_under_ddp():
+def test_the_cliff_term_is_refused_under_ddp(tmp_path, capsys):
     """The cliff term pairs similar molecules of a batch; --ddp splits each batch over the ranks,
-    so the pairs across them were lost without a word: refused, naming the cause."""
+    so the pairs across them were lost without a word: refused, naming the cause, by the command
+    line before a folder is claimed (no rank started) and by the training loop."""
     from siggate.train.losses import cliff_term_refusal
+    from test_bad_inputs import _TRAIN_ARGS, _write_train_csv
+    from test_predict import run_cli
+
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    rc, _, err = run_cli(["train", "--ddp", "--data", str(data), *_TRAIN_ARGS, "--set", "train.cliff_weight=1",
+                          "--out", str(tmp_path / "run")], capsys)
+    assert rc == 2 and "--ddp splits each batch over the ranks" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()
 
     assert cliff_term_refusal(True, "regression") is None
     assert cliff_term_refusal(True, "regression", distributed=True) == (

@@ -212,6 +212,9 @@ def test_a_member_trained_on_its_own_claims_its_run_of_members(tmp_path, capsys,
     holder = _holder(run)
     try:
         rc, _, err = run_cli(["train", "--resume", str(member), "--epochs", "2"], capsys)
+        from siggate.cli import claim_out_dir  # a folder of another name in the run's (an explanation's) is no member
+
+        claim_out_dir(run / "explained", resume=True, what="the explanations").release()
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()

@@ -146,7 +146,7 @@ def cmd_train(args) -> int:
     from .train.members import run_refusal
 
     started = resume is not None and any((f / "last.pt").is_file() for f in rundir.run_folders(resume))
-    why = run_refusal(cfg, kinds, 1 if args.ensemble is None else args.ensemble, several, started)
+    why = run_refusal(cfg, kinds, 1 if args.ensemble is None else args.ensemble, several, started, args.ddp)
     if why:  # refused before a folder is claimed (training checks it too)
         raise CLIError(why)
     if "gnn" not in kinds:  # a flag that only a GNN reads is refused, not ignored (a recipe's own values stay quiet)
@@ -455,10 +455,10 @@ def _claim_members_run(out: Path, lock) -> None:
     members it belongs to is claimed too, held with ``lock``, so that the two never train it at once
     (the run of members locks only its own folder: both wrote one ``log.csv`` and ``last.pt``)."""
     from .files import FolderBusy, FolderLock
-    from .train.rundir import is_members_folder
+    from .train.rundir import is_member_folder, is_members_folder
 
     parent = out.resolve().parent
-    if not is_members_folder(parent):
+    if not is_member_folder(out) or not is_members_folder(parent):  # (an explanation in RUN/explained is none)
         return
     try:
         lock.also(FolderLock(parent).acquire())

@@ -102,6 +102,7 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     metrics = {
         "dataset": ds.info.name, "level": ds.info.level, "task": ds.info.task, "metric": ds.info.metric,
         "higher_is_better": ds.info.higher_is_better, "seed": cfg.train.seed,
+        "epochs": cfg.train.epochs,  # the config's, which a resume's record is checked against (a growth)
         "members": [{"name": name, "kind": member.kind, "seed": seed,
                      **_scores(ds, {s: preds[s][i].mean for s in splits})}
                     for i, (name, seed, member) in enumerate(built)],
@@ -123,9 +124,9 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
 def _finished_record(out: Path, cfg: Config, kinds: list[str], gnn_copies: int, weights: str | None,
                      built) -> dict | None:
     """The ``metrics.json`` of the run of members in ``out`` where it records this run finished:
-    its :data:`~.rundir.MEMBERS_RECORD` holds these members and this config (the keys that say
-    where and how a run executes aside, ``--threads`` among them), every GNN member's record is of
-    its config's epochs and every other member is saved; else None. Resumed so, it was combined,
+    it is of this config's epochs, its :data:`~.rundir.MEMBERS_RECORD` holds these members and
+    this config (the keys that say where and how a run executes aside, ``--threads`` among them),
+    every GNN member's record is of its config's epochs and every other member is saved; else None. Resumed so, it was combined,
     calibrated and recorded again (with the new thread count written over the old)."""
     from ..files import read_json
     from ..predictors.base import MANIFEST, read_manifest
@@ -141,6 +142,8 @@ def _finished_record(out: Path, cfg: Config, kinds: list[str], gnn_copies: int, 
     want = {"kinds": list(kinds), "ensemble": int(gnn_copies), "weights": weights or "equal"}
     if not isinstance(metrics, dict) or not (out / MANIFEST).is_file() or members != want:
         return None
+    if metrics.get("epochs") != cfg.train.epochs:  # grown and stopped after its members, before its record
+        return None                                # (or recorded before the record said its epochs)
     if config_differences(saved, cfg.to_dict()):
         return None
     for name, _, member in built:
@@ -160,9 +163,12 @@ def _finished_record(out: Path, cfg: Config, kinds: list[str], gnn_copies: int, 
 def _check_resumable(built) -> None:
     """Refuse (:class:`~.checkpoint.CheckpointError`, as its own resume would) flags that a GNN
     member's interrupted run cannot resume with, before :data:`~.rundir.MEMBERS_RECORD` is written:
-    the record took them first, and the run's own flags were then refused as differing from it."""
-    from .checkpoint import CheckpointError, config_differences
+    the record took them first, and the run's own flags were then refused as differing from it.
+    The rule is the resume's own (:func:`~.rundir.resume_differences`: a moved CSV of the recorded
+    content, more epochs, where the run executes may differ)."""
+    from .checkpoint import CheckpointError
     from .record import LAST
+    from .rundir import resume_differences
     from .study import saved_run_config
 
     for _, _, member in built:
@@ -170,7 +176,7 @@ def _check_resumable(built) -> None:
         if folder is None or not (Path(folder) / LAST).is_file():
             continue
         saved = saved_run_config(folder)
-        diffs = config_differences(saved[0], member.cfg.to_dict(), ignore=("train.epochs",)) if saved else []
+        diffs = resume_differences(saved[0], member.cfg.to_dict(), Path(folder) / "config.yaml") if saved else []
         if diffs:
             raise CheckpointError(f"cannot resume from {Path(folder) / LAST}: the config differs ({'; '.join(diffs)}); "
                                   "resume with the run's own flags, or train into a new --out")

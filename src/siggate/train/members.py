@@ -143,12 +143,13 @@ def check_copies(kinds: Sequence[str], gnn_copies: int) -> None:
                           "none; add gnn to --members, or drop --ensemble")
 
 
-def run_refusal(cfg: Config, kinds: Sequence[str], gnn_copies: int, several: bool, started: bool = False) -> str | None:
+def run_refusal(cfg: Config, kinds: Sequence[str], gnn_copies: int, several: bool, started: bool = False,
+                distributed: bool = False) -> str | None:
     """Why a run of the members ``kinds`` (``gnn_copies`` GNNs; ``several``: a run of members, not
     one model) cannot train under ``cfg``, or None: what training would refuse, asked before a run
     folder is claimed, so that an earlier run in it never gives way to a refused one (``siggate
     train`` and the estimators both ask it). ``started``: the run began (its weights ``train.init``
-    are in its last.pt, not read again).
+    are in its last.pt, not read again). ``distributed``: it trains under ``--ddp``.
 
     Raises:
         MemberError: ``gnn_copies`` that cannot apply to ``kinds`` (:func:`check_copies`).
@@ -161,7 +162,8 @@ def run_refusal(cfg: Config, kinds: Sequence[str], gnn_copies: int, several: boo
     check_copies(kinds, gnn_copies)
     gnn = GNN in kinds
     if cfg.train.cliff_weight > 0:
-        why = cliff_term_refusal(cfg.data.name == "csv", cfg.data.task, gnn=gnn, dataset=cfg.data.name)
+        why = cliff_term_refusal(cfg.data.name == "csv", cfg.data.task, gnn=gnn, dataset=cfg.data.name,
+                                 distributed=distributed)
         if why:
             return why
     if cfg.train.init and gnn and not started:

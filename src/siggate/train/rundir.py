@@ -246,6 +246,11 @@ def saved_config_path(out: str | Path, ensemble: bool = False) -> Path:
     return out / MEMBERS_RECORD if (out / MEMBERS_RECORD).is_file() else out / "member0" / "config.yaml"
 
 
+def is_member_folder(folder: str | Path) -> bool:
+    """Whether ``folder`` is named as a member of a run of several members (``member0``, ...)."""
+    return bool(_MEMBER.fullmatch(Path(folder).resolve().name))
+
+
 def is_members_folder(out: str | Path) -> bool:
     """Whether ``out`` is the folder of a run of several members (its :data:`MEMBERS_RECORD`, an
     older ``ensemble.json``, or a ``member0/`` folder)."""
@@ -520,7 +525,7 @@ def unfinished(path: str | Path) -> str | None:
     folder = folder.parent if folder.is_file() else folder
     if not folder.is_dir():
         return None
-    runs = [folder] + sorted(p for p in folder.iterdir() if p.is_dir() and _MEMBER.fullmatch(p.name))
+    runs = [folder, *member_folders(folder)]
     top = folder
     for run in runs:
         record = run / "config.yaml" if (run / "config.yaml").is_file() else run / MEMBERS_RECORD
