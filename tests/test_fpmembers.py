@@ -762,3 +762,11 @@ def test_simplex_weights_are_found_where_the_labels_are_nearly_alike():
     a = np.stack([two + np.array([1.0, -1.5]), two + np.array([-10.0, 10.0])], 1)
     np.testing.assert_allclose(simplex_least_squares(a, two), best(a, two), atol=1e-6)
     assert abs(simplex_least_squares(a, two)[0] - 0.5) > 0.3  # (equal weights, where it stopped before)
+    # a third member of far larger errors set the scale, and SLSQP stopped short of the others' optimum (2.5%
+    # above it): polished on its support, the weights are the two good members' closed form
+    for t in range(10):
+        y = rng.normal(5, 1, 200)
+        e = rng.normal(0, 0.01, 200)
+        a = np.stack([y + e + rng.normal(0, 0.001, 200), y - e + rng.normal(0, 0.001, 200),
+                      y + rng.normal(0, 1000 * (1 + 4 * t), 200)], 1)
+        np.testing.assert_allclose(simplex_least_squares(a, y), [*best(a[:, :2], y), 0.0], atol=1e-6)

@@ -239,7 +239,7 @@ class SVRMemberOptions:
     C: tuple[float, ...] = (5.0, 20.0)        # penalty weights (larger: less regularization)
     epsilon: tuple[float, ...] = (0.05,)      # SVR tube half-widths, standardized target units
     average: tuple[str, ...] = ("C",)         # fields averaged over instead of chosen; () chooses all
-    exact_max: int = 5000                     # most training rows on the exact kernel; above: Nystrom
+    exact_max: int = 5000                     # most train+val rows (refit's) on the exact kernel; above: Nystrom
     landmarks: int = 2000                     # Nystrom landmarks above exact_max
 
     def check(self) -> None:

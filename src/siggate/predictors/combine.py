@@ -56,7 +56,8 @@ WEIGHTINGS = ("equal", "fixed", "val")
 def simplex_least_squares(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The weights ``w`` (``[M]``, ``w >= 0``, ``sum(w) == 1``) that minimise ``||a @ w - y||^2``
     for ``a [n, M]`` (one column per member) and ``y [n]``: a small convex quadratic program,
-    solved with SciPy's SLSQP from equal weights; exactly optimal up to its tolerance."""
+    solved with SciPy's SLSQP from equal weights, then exactly on the support it found (and never
+    worse than a member alone or equal weights)."""
     from scipy.optimize import minimize
 
     a = np.asarray(a, dtype=np.float64)
@@ -84,6 +85,18 @@ def simplex_least_squares(a: np.ndarray, y: np.ndarray) -> np.ndarray:
                    options={"ftol": 1e-14, "maxiter": 1000})
     w = np.where(res.x > SOLVER_ZERO, res.x, 0.0)  # the solver's 1e-16s are no share: a member left out
     w = w / w.sum()                                  # has weight 0, so its spread counts for nothing
+    # polished on its support: the equality-constrained least squares there, solved exactly (KKT),
+    # where its weights stay non-negative (a member of far larger errors sets the scale, and SLSQP's
+    # tolerance then stops short of the others' optimum)
+    on = np.flatnonzero(w)
+    if on.size > 1:
+        k = a[:, on]
+        kkt = np.block([[2.0 * k.T @ k, np.ones((on.size, 1))], [np.ones((1, on.size)), np.zeros((1, 1))]])
+        sol = np.linalg.lstsq(kkt, np.concatenate([2.0 * k.T @ y, [1.0]]), rcond=None)[0][:on.size]
+        if np.all(sol >= 0):
+            polished = np.zeros(m)
+            polished[on] = sol / sol.sum()
+            w = polished if loss(polished) <= loss(w) else w
     # a guard on the solver: no member alone, nor equal weights, may be better than its answer
     for other in (*np.eye(m), np.full(m, 1.0 / m)):
         if loss(other) < loss(w) * (1 - 1e-9) - 1e-15:
