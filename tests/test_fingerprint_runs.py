@@ -183,7 +183,7 @@ def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv
     labelled.write_text("smiles,nN\nNCCN,2\nCCO,0\n")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="siggate"):  # evaluate writes no _uncertainty column: no warning
-        graphs, _ = external_graphs(combo, labelled, "smiles", None, combo.info, [])
+        graphs, _, _ = external_graphs(combo, labelled, "smiles", None, combo.info, [])
     assert len(graphs) == 2 and not [r for r in caplog.records if "all the weight" in r.getMessage()]
 
     copied = tmp_path / "copied"  # a member folder copied out of its run: the run is what is calibrated

@@ -571,6 +571,13 @@ def test_evaluate_data_scores_the_targets_a_file_has_columns_of(run, tmp_path, c
                            ("a=nothere", f"--data {no_b}: no column 'nothere'")]:
         rc, _, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(no_b), "--target-col", given], capsys)
         assert rc == 2 and len(err.strip().splitlines()) == 1 and message in err, (given, err)
+    # a column whose name holds a '=' is still a column where the file has it
+    eq = tmp_path / "eq.csv"
+    eq.write_text("smiles,a (M=1),b\n" + "".join(f"{r['smiles']},{r['a']},\n" for r in rows))
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(eq), "--target-col", "a (M=1),b"],
+                              capsys)
+    assert rc == 0, err
+    assert json.loads(stdout)["metrics"]["data"]["per_target"] == mapped["metrics"]["data"]["per_target"]
 
 
 def test_a_calibration_of_another_task_or_with_nan_scores_is_refused(run, capsys):

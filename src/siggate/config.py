@@ -708,8 +708,9 @@ def resolve_config_path(name_or_path: str) -> Path:
         return p
     known = sorted(q.stem for q in CONFIG_DIR.glob("*.yaml"))
     if p.is_dir():
-        raise ConfigError(f"config {name_or_path!r} is a folder; give a YAML file (a run folder's config.yaml "
-                          f"is one: {p / 'config.yaml'}) or a built-in config: {', '.join(known)}")
+        saved = f" (a run folder's config.yaml is one: {p / 'config.yaml'})" if (p / "config.yaml").is_file() else ""
+        raise ConfigError(f"config {name_or_path!r} is a folder; give a YAML file{saved} or a built-in config: "
+                          f"{', '.join(known)}")
     if p.suffix.lower() in (".yaml", ".yml") or len(p.parts) > 1:
         raise ConfigError(
             f"config file {name_or_path!r} not found (looked in {Path.cwd()}). "

@@ -173,15 +173,15 @@ def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
     return path
 
 
-def label_columns(target_cols: list[str] | None, info: TaskInfo) -> list[str]:
+def label_columns(target_cols: list[str] | None, info: TaskInfo, pairs: bool = True) -> list[str]:
     """The columns of an external file scored as the model's targets, in the targets' order:
     ``target_cols`` (``--target-col``) by position, except that the model's own names in another
-    order are matched by name, and ``TARGET=COL`` pairs (:func:`target_map`) name the column of
-    each target they name (the others: their own names); none given, the targets' names."""
+    order are matched by name, and (``pairs``) ``TARGET=COL`` pairs (:func:`target_map`) name the
+    column of each target they name (the others: their own names); none given, the targets' names."""
     names = list(info.target_names or [])
     if not target_cols:
         return names
-    named = target_map(target_cols, info)
+    named = target_map(target_cols, info) if pairs else None
     if named is not None:
         return [named.get(n, n) for n in names]
     return names if sorted(target_cols) == sorted(names) else list(target_cols)
@@ -219,9 +219,11 @@ def target_map(target_cols: list[str] | None, info: TaskInfo) -> dict[str, str] 
 
 def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo,
                     notes: list[str], decimal: str = ".", fallback: str | None = None,
-                    folder: Path | None = None) -> tuple[list, dict]:
+                    folder: Path | None = None) -> tuple[list, dict, list[str]]:
     """Graphs of the labelled CSV ``path`` featurized as ``predictor``'s inputs (as ``siggate
-    predict`` featurizes SMILES), each with its labels ``y [1, T]``, and ``{"rows", "scored",
+    predict`` featurizes SMILES), each with its labels ``y [1, T]``, the columns read as the
+    model's targets (:func:`label_columns`: ``--target-col`` entries that are all the file's
+    columns are columns, a ``=`` in their names or not), and ``{"rows", "scored",
     "invalid", "unlabelled", "bad_label", "bad_label_cell", "malformed"}`` counts (``bad_label``: rows
     whose only labels are not a number, not finite, or not 0/1 for a classifier, read as training
     reads labels, :func:`~siggate.data.csvdata.read_labels` with ``decimal``; ``bad_label_cell``:
@@ -237,7 +239,6 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     from ..data.chem import InvalidSmiles
     from ..data.csvdata import (
         MISSING_TARGET,
-        canonical_smiles,
         check_any_numeric,
         check_unique_columns,
         column_names,
@@ -260,7 +261,10 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     header, records = read_table(path, detect_sep(path))
     header = column_names(header)  # "id, smiles, y": the columns smiles and y, as predict reads them
     smiles_col = smiles_col.strip() if smiles_col else smiles_col  # (--target-col's names are stripped)
-    cols, named = label_columns(target_cols, info), target_map(target_cols, info)
+    if target_cols and all(c in header for c in target_cols):  # the file's own columns, a '=' in a name or not
+        cols, named = label_columns(target_cols, info, pairs=False), None
+    else:
+        cols, named = label_columns(target_cols, info), target_map(target_cols, info)
     if target_cols and named is None and cols != list(target_cols):
         log.warning("--target-col %s names the model's targets in another order; each column is scored as the "
                     "target of its name (%s)", ",".join(target_cols), ", ".join(cols))
@@ -331,8 +335,15 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
               "bad_label": len(bad), "bad_label_cell": len(partial), "malformed": len(ragged)}
     fitted = _fitted_molecules_of(folder)
     if fitted:
-        counts["fitted"] = sum(canonical_smiles(g.smiles) in fitted for g in graphs)  # (a salt: as the run read it)
-    return graphs, counts
+        counts["fitted"] = fitted_among(graphs, fitted)  # (a salt: as the run read it)
+    return graphs, counts, cols
+
+
+def fitted_among(graphs: list, fitted: set[str]) -> int:
+    """How many of ``graphs`` are molecules of ``fitted`` (canonical SMILES, :func:`_fitted_molecules_of`)."""
+    from ..data.csvdata import canonical_smiles
+
+    return sum(canonical_smiles(g.smiles) in fitted for g in graphs)
 
 
 def _fitted_molecules_of(folder) -> set[str] | None:
@@ -440,7 +451,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         fallback = "smiles" if smiles_col is None else None  # the run's column, else the file's "smiles"
         smiles_col = smiles_col or trained_smiles_col(predictor, folder)
         notes: list[str] = []
-        graphs, counts = external_graphs(predictor, data, smiles_col, target_cols, info, notes, decimal, fallback,
+        graphs, counts, cols = external_graphs(predictor, data, smiles_col, target_cols, info, notes, decimal, fallback,
                                          folder)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
         prediction = predictor.predict(graphs)
@@ -450,7 +461,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         if calibrated is not None:
             _add_coverage(res, calibrated, info, EXTERNAL_SPLIT, rows, prediction.spread, data,
                           None if domain is None else domain.graph_similarity(graphs))
-        warnings = notes + label_warnings(info, label_columns(target_cols, info), graphs,
+        warnings = notes + label_warnings(info, cols, graphs,
                                           *_training_target_stats(predictor, info))
         if counts.get("fitted"):
             warnings.append(f"{counts['fitted']} of the {len(graphs)} rows scored are molecules the run fitted (its "
@@ -506,9 +517,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     for s in splits:
         graphs = ds.splits[s]
         if fitted and s == "test":  # the changed file's split is not the run's: its test rows may be ones it fitted
-            from ..data.csvdata import canonical_smiles
-
-            seen = sum(canonical_smiles(g.smiles) in fitted for g in graphs)
+            seen = fitted_among(graphs, fitted)
             if seen:
                 note = (f"{seen} of the {len(graphs)} test molecules of the changed file's split are molecules the run "
                         "fitted (its train or val rows in splits.csv), so the test score is partly in sample")

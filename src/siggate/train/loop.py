@@ -360,14 +360,15 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
     ``checkpoint``), or skips the batch when ``run.on_nan == "skip"``. A batch of one node (a
     one-atom molecule alone at the end of an epoch) is no step for a model with BatchNorm in one
     process, which cannot train on it (under DDP the synced BatchNorms see every rank's nodes);
-    it is not counted as skipped, and the first of a run is logged. Returns the summed
-    loss and label count (graphs or nodes) of this rank, the summed gradient norms and the
-    number of steps.
+    it is not counted as skipped, and the first of a run is logged. Returns this rank's
+    weighted loss (its losses times their weights, :func:`train_batch_loss`: summed over the
+    ranks and divided by the summed rows, the epoch's loss) and row count (graphs or nodes), the
+    summed gradient norms and the number of steps.
     """
     t_cfg, ctx, model, opt = run.train_cfg, run.ctx, run.model, run.optimizer
     run.net.train()
     loader = epoch_loader(run.ds.train, t_cfg.batch_size, t_cfg.seed, epoch, ctx.rank, ctx.world_size)
-    total, count, gnorm_sum, skipped = 0.0, 0, 0.0, 0
+    total, count, weights, gnorm_sum, skipped = 0.0, 0, 0.0, 0.0, 0
     bar = tqdm(loader, desc=f"epoch {epoch + 1}/{t_cfg.epochs}", leave=False, disable=not progress)
     for step, batch in enumerate(bar):
         # BatchNorm cannot train on one node (a one-atom molecule alone in an epoch's last batch);
@@ -408,8 +409,9 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
         opt.step()
         total += loss.item() * weight
         count += rows
+        weights += weight
         gnorm_sum += float(gnorm)
-        bar.set_postfix(loss=f"{total / max(count, 1):.4f}")
+        bar.set_postfix(loss=f"{total / max(weights, 1e-12):.4f}")  # (under DDP: this rank's shares' mean)
     return {"loss_sum": total, "rows": count, "grad_norm_sum": gnorm_sum, "steps": len(loader),
             "skipped": skipped}
 

@@ -33,14 +33,12 @@ def _masked(loss):
     return fn
 
 
-#: the losses averaged over the labelled entries, as sums (:func:`loss_share`)
+#: the losses over the labelled entries: their means (:data:`LOSSES`) and sums (:func:`loss_share`)
 _SUMMED = {"l1": F.l1_loss, "mse": F.mse_loss, "bce": F.binary_cross_entropy_with_logits}
 
 #: ``train.loss`` -> ``fn(pred, y)``; regression and binary labels may be NaN (missing)
 LOSSES = {
-    "l1": _masked(F.l1_loss),
-    "mse": _masked(F.mse_loss),
-    "bce": _masked(F.binary_cross_entropy_with_logits),
+    **{name: _masked(fn) for name, fn in _SUMMED.items()},
     "ce": lambda pred, y: F.cross_entropy(pred, y),
     "weighted_ce": lambda pred, y: F.cross_entropy(pred, y, weight=sbm_class_weights(y, pred.shape[1])),
 }

@@ -492,8 +492,8 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
         try:                                                                  # run resumed is left as it is,
             record = safe_torch_load(dest)["pretraining"]                     # when its export is of it
             metrics = json.loads((model_dir / "metrics.json").read_text())
-            if [record.get(k) for k in ("epochs", "best_epoch", "val_mae")] == [metrics.get(k) for k in
-                                                                               ("epochs", "best_epoch", "val")]:
+            if json.dumps([record.get(k) for k in ("epochs", "best_epoch", "val_mae")]) == json.dumps(
+                    [metrics.get(k) for k in ("epochs", "best_epoch", "val")]):  # (as text: a NaN equals a NaN)
                 return record
             # a growth (--resume --epochs N) stopped between its last epoch and its export: the export is the
             # shorter run's, the model the longer one's

@@ -512,6 +512,15 @@ def estimator_classes_note(checkpoint) -> str | None:
             f"{record['probability_of']!r} and 0 for {classes[0]!r}")  # (classes 1, 2: a file of 1s and 2s is not read so)
 
 
+def records_epochs(metrics, want) -> bool:
+    """Whether the record ``metrics`` (a ``metrics.json``) is of a run of ``want`` epochs (a
+    config's ``train.epochs``): a run grown by ``--resume --epochs N`` and stopped before its new
+    record keeps the old one, of fewer. A record or a config without epochs (older, or another
+    kind of run) passes."""
+    have = metrics.get("epochs") if isinstance(metrics, dict) else None
+    return not isinstance(want, int) or not isinstance(have, int) or have == want
+
+
 def unfinished(path: str | Path) -> str | None:
     """Why the run folder ``path`` (or the folder of the checkpoint file ``path``) does not hold a
     finished run, in words that name the fix; None where it does (or holds no run record at all).
@@ -540,9 +549,8 @@ def unfinished(path: str | Path) -> str | None:
             want = ((yaml.safe_load(record.read_text(encoding="utf-8")) or {}).get("train") or {}).get("epochs")
         except (OSError, yaml.YAMLError, AttributeError):
             continue
-        have = metrics.get("epochs") if isinstance(metrics, dict) else None
-        if isinstance(want, int) and isinstance(have, int) and want != have:
-            return (f"{run}: its {record.name} says {want} epochs and its metrics.json records {have}: grown by "
+        if not records_epochs(metrics, want):
+            return (f"{run}: its {record.name} says {want} epochs and its metrics.json records {metrics['epochs']}: grown by "
                     f"--resume --epochs and stopped before it finished, so its files are of two runs; finish it "
                     f"with siggate train --resume {top}")
     return None

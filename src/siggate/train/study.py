@@ -32,7 +32,14 @@ from typing import Callable, Iterable
 from ..files import atomic_write_bytes, read_json
 from .checkpoint import config_differences
 from .executor import read_metrics
-from .rundir import READ_OTHERWISE, changed_since, reading_changed, recorded_source, saved_config_and_resolved
+from .rundir import (
+    READ_OTHERWISE,
+    changed_since,
+    reading_changed,
+    recorded_source,
+    records_epochs,
+    saved_config_and_resolved,
+)
 
 #: a run's states: to train from scratch, to resume from its ``last.pt``, finished (its
 #: ``metrics.json`` is there), its folder holds another config, or its training failed
@@ -194,18 +201,9 @@ def reuse_status(run_dir: str | Path, config: dict, store: RowStore | None = Non
         if diffs:
             return RunStatus("conflict", "; ".join(diffs))
     metrics = read_metrics(run_dir)
-    if metrics is not None and _records_epochs(metrics, config):
+    if metrics is not None and records_epochs(metrics, (config.get("train") or {}).get("epochs")):
         return RunStatus("done", metrics=metrics)
     return RunStatus("resume" if (run_dir / "last.pt").exists() else "new")
-
-
-def _records_epochs(metrics: dict, config: dict) -> bool:
-    """Whether ``metrics`` is the record of a run of ``config``'s epochs: one grown by ``--resume
-    --epochs N`` and stopped before its new record keeps the old one (fewer epochs), beside a
-    config of N; it resumes. A record or config without epochs (older, or another kind) passes."""
-    want = (config.get("train") or {}).get("epochs") if isinstance(config, dict) else None
-    have = metrics.get("epochs") if isinstance(metrics, dict) else None
-    return want is None or have is None or have == want
 
 
 @dataclass
