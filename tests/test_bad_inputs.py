@@ -1485,3 +1485,25 @@ def test_a_config_that_is_a_folder_or_an_empty_file_is_named(tmp_path, capsys):
                               "svr", "--out", str(tmp_path / "run")], capsys)
         assert rc == 2 and len(err.strip().splitlines()) == 1 and message in err, err
         assert not (tmp_path / "run").exists()
+
+
+def test_a_split_column_of_other_values_and_a_missing_member_file_name_their_fix(tmp_path, capsys):
+    """--split column:id (a column of IDs) refused every row and told the user to check the
+    SMILES column; a run whose member lost its arrays.pt said 'file not found' and no more."""
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    lines = data.read_text().splitlines()
+    ids = tmp_path / "ids.csv"
+    ids.write_text(f"id,{lines[0]}\n" + "".join(f"m{i},{line}\n" for i, line in enumerate(lines[1:])))
+    rc, _, err = run_cli(["train", "--data", str(ids), "--target-col", "y", "--split", "column:id", "--members", "svr",
+                          "--out", str(tmp_path / "r0"), "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 2 and err.rstrip().endswith("; check the split column (--split column:NAME; its values are train, val, "
+                                             "valid or test)"), err
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
+                          "svr,rf", "--out", str(run), "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    (run / "member1" / "arrays.pt").unlink()
+    rc, _, err = run_cli(["predict", "--checkpoint", str(run), "CCO"], capsys)
+    assert rc == 2 and err == (f"siggate predict: error: {run / 'member1' / 'arrays.pt'}: file not found; a saved "
+                               "model needs it beside its predictor.json: copy the whole run folder, or train it again\n")

@@ -563,8 +563,10 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
         raise DataError(f"{path}: {NO_ROWS}")
     if n_valid == 0:
         reasons = "; ".join(f"line {r.file_line}: {r.reason}" for r in ds.invalid[:3])
-        raise DataError(f"{path}: none of the {len(ds.invalid)} rows can be used ({reasons}); check the SMILES "
-                        "column (--smiles-col) and the targets")
+        split = all(row_issue(r.reason) == "bad split label" for r in ds.invalid)  # (the SMILES column was blamed)
+        fix = ("check the split column (--split column:NAME; its values are train, val, valid or test)" if split else
+               "check the SMILES column (--smiles-col) and the targets")
+        raise DataError(f"{path}: none of the {len(ds.invalid)} rows can be used ({reasons}); {fix}")
     y = _labels(ds)
     for t, name in enumerate(ds.info.target_names):
         col = y[~np.isnan(y[:, t]), t]

@@ -206,8 +206,9 @@ def load_arrays(path: str | Path) -> dict:
             not a dict of them.
     """
     path = Path(path)
-    if not path.is_file():
-        raise PredictorFileError(f"{path}: file not found")
+    if not path.is_file():  # (said "file not found" alone, where a member folder's file was missing)
+        raise PredictorFileError(f"{path}: file not found; a saved model needs it beside its {MANIFEST}: copy the "
+                                 "whole run folder, or train it again")
     try:
         arrays = safe_torch_load(path)
     except UnsafeFile as exc:
