@@ -356,6 +356,16 @@ def test_missing_data_root_names_expected_files_and_source(tmp_path, capsys, nam
     assert not list((tmp_path / "c").rglob("*.pt"))
 
 
+def test_a_data_root_that_is_no_folder_is_named_by_data_verify(tmp_path, capsys):
+    """``data verify zinc --data-root /misspelt`` listed the files it missed there and not that the
+    folder itself does not exist."""
+    rc, _, err = run_cli(["data", "verify", "zinc", "--data-root", str(tmp_path / "nowhere"), "--cache-dir",
+                          str(tmp_path / "c")], capsys)
+    assert rc == 2 and err == (f"siggate data: error: --data-root {tmp_path / 'nowhere'}: no such folder; give the "
+                               "folder that holds the benchmark data, or leave the flag out (default: $SIGGATE_DATA, "
+                               "else ../shared/data beside a checkout of siggate)\n")
+
+
 def _copy_layout(dst: Path, rel_files: list[str]) -> None:
     for rel in rel_files:
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)

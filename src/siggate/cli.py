@@ -892,6 +892,10 @@ def cmd_data(args) -> int:
         flag = "--" + refused[0].replace("_", "-")
         raise CLIError(f"{flag} does not apply to {args.name}; it applies to "
                        + ", ".join(sorted(n for n, m in DATASET_META.items() if refused[0] in m["options"])))
+    if args.data_root and (meta is None or meta.get("needs_root", True)):  # (its missing files were listed, not it)
+        from .data.base import checked_data_root
+
+        checked_data_root(args.data_root)
     res = verify(args.name, root=args.data_root, cache_dir=args.cache_dir, progress=progress_enabled(args), **options)
     print(json.dumps(res, indent=2, default=str))
     return 0
