@@ -126,6 +126,9 @@ def test_rank_untrained_and_checkpoint(tmp_path, capsys):
     again = load(tmp_path / "c" / "rank.json")
     np.testing.assert_allclose(again["after"], trained["after"], rtol=1e-6)
     assert (tmp_path / "c" / "rank.png").exists()
+    # the run's folder, as predict and evaluate take it (refused before: "pass best.pt"): its best.pt, here the last
+    run("rank", "--checkpoint", str(ckpt.parent), "--no-progress", "--out", str(tmp_path / "folder"))
+    assert load(tmp_path / "folder" / "rank.json")["after"] == again["after"]
     run("rank", "--checkpoint", str(ckpt), "--max-graphs", "4", "--no-progress", "--out", str(tmp_path / "c4"))
     assert load(tmp_path / "c4" / "rank.json")["n_graphs"] <= 4 < again["n_graphs"]  # (the cut was ignored)
     # flags that --checkpoint ignored (its own config, seed and epochs were measured): refused

@@ -72,7 +72,8 @@ def _rank(sub) -> None:
         "siggate analyze rank --checkpoint runs/x/best.pt --out runs/an",
         "siggate analyze rank --config nci5k --epochs 0 --split test --out runs/an-untrained",
     ])
-    p.add_argument("--checkpoint", default=None, help="best.pt/last.pt of a trained run, measured as it was trained "
+    p.add_argument("--checkpoint", default=None, help="a trained run's folder (its best.pt) or best.pt/last.pt, "
+                                                      "measured as it was trained "
                                                       "(--config/--set/--epochs/--seeds are refused beside it; else "
                                                       "--config)")
     add_model_args(p, default_epochs=5)

@@ -141,6 +141,8 @@ def plot(res: dict, path: Path) -> Path:
 
 def main(args) -> int:
     out, progress = start(args, min_epochs=0)
+    if args.checkpoint and (Path(args.checkpoint) / "best.pt").is_file():  # a run folder, as predict and evaluate take it
+        args.checkpoint = str(Path(args.checkpoint) / "best.pt")
     if args.checkpoint:
         given = [f"--{'set' if k == 'overrides' else k}" for k, v in args.model_defaults.items() if getattr(args, k) != v]
         if given:  # they were ignored: the checkpoint's own model, config and seed were measured
