@@ -129,6 +129,14 @@ def test_rank_untrained_and_checkpoint(tmp_path, capsys):
     # the run's folder, as predict and evaluate take it (refused before: "pass best.pt"): its best.pt, here the last
     run("rank", "--checkpoint", str(ckpt.parent), "--no-progress", "--out", str(tmp_path / "folder"))
     assert load(tmp_path / "folder" / "rank.json")["after"] == again["after"]
+    members = tmp_path / "members"  # a run of members: no GNN run of its own to measure
+    members.mkdir()
+    (members / "predictor.json").write_text(json.dumps({"format": 1, "kind": "combination"}))
+    capsys.readouterr()
+    assert main(["analyze", "rank", "--checkpoint", str(members), "--out", str(tmp_path / "m")]) == 2
+    assert capsys.readouterr().err == (f"siggate analyze: error: --checkpoint {members} holds no GNN run of its own (a "
+                                       "run of members, or no run): give a GNN member's folder (e.g. RUN/member0) or "
+                                       "its best.pt\n")
     run("rank", "--checkpoint", str(ckpt), "--max-graphs", "4", "--no-progress", "--out", str(tmp_path / "c4"))
     assert load(tmp_path / "c4" / "rank.json")["n_graphs"] <= 4 < again["n_graphs"]  # (the cut was ignored)
     # flags that --checkpoint ignored (its own config, seed and epochs were measured): refused

@@ -1464,7 +1464,7 @@ def test_a_target_with_no_training_label_is_refused_before_a_run(tmp_path, capsy
                                                  "--smiles-col and the labels with --target-col"),
     (["--target-col", "smiles"], "column 'smiles' is named as both the SMILES column and a target"),
     # trained the svr alone, the empty entry dropped without a word
-    (["--target-col", "y", "--members", "svr,"], "--members 'svr,': an empty entry between the commas; name each kind "
+    (["--target-col", "y", "--members", "svr,"], "--members 'svr,': an empty entry among the kinds; name each kind "
                                                  "once, e.g. gnn,svr,rf"),
 ])
 def test_columns_and_members_named_ambiguously_are_refused(tmp_path, capsys, flags, message):
@@ -1508,7 +1508,7 @@ def test_a_split_column_of_other_values_and_a_missing_member_file_name_their_fix
     rc, _, err = run_cli(["train", "--data", str(ids), "--target-col", "y", "--split", "column:id", "--members", "svr",
                           "--out", str(tmp_path / "r0"), "--cache-dir", str(tmp_path / "c")], capsys)
     assert rc == 2 and err.rstrip().endswith("; check the split column (--split column:NAME; its values are train, val, "
-                                             "valid or test)"), err
+                                             "valid, validation, test)"), err
     run = tmp_path / "run"
     rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
                           "svr,rf", "--out", str(run), "--cache-dir", str(tmp_path / "c")], capsys)

@@ -111,6 +111,10 @@ def test_minmax_kernel_refuses_counts_it_cannot_count():
         minmax_kernel(np.array([[1.5, 2.0]]), np.array([[1.0, 2.0]]))
     with pytest.raises(ValueError, match="fingerprint counts must be >= 0"):
         minmax_kernel(np.array([[-1.0, 2.0]]), np.array([[1.0, 2.0]]))
+    with pytest.raises(ValueError, match="fingerprint counts must be whole numbers below 2"):  # it wrapped to < 0
+        minmax_kernel(np.array([[1e20, 2.0]]), np.array([[1.0, 2.0]]))
+    with pytest.raises(ValueError, match="fingerprint counts must be finite numbers"):
+        minmax_kernel(np.array([[np.nan, 2.0]]), np.array([[1.0, 2.0]]))
     assert minmax_kernel(np.array([[1.0, 2.0]], dtype=np.float32), np.array([[2, 2]]))[0, 0] == 0.75
 
 

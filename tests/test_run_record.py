@@ -571,6 +571,10 @@ def test_evaluate_data_scores_the_targets_a_file_has_columns_of(run, tmp_path, c
                            ("a=nothere", f"--data {no_b}: no column 'nothere'")]:
         rc, _, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(no_b), "--target-col", given], capsys)
         assert rc == 2 and len(err.strip().splitlines()) == 1 and message in err, (given, err)
+    # one column as the molecules and a target: merged into one, every row read as no molecule; refused
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(no_b), "--smiles-col", "a_measured",
+                          "--target-col", "a=a_measured"], capsys)
+    assert rc == 2 and "column 'a_measured' is named as both the SMILES column and a target" in err, err
     # a column whose name holds a '=' is still a column where the file has it
     eq = tmp_path / "eq.csv"
     eq.write_text("smiles,a (M=1),b\n" + "".join(f"{r['smiles']},{r['a']},\n" for r in rows))

@@ -892,7 +892,7 @@ def cmd_data(args) -> int:
         flag = "--" + refused[0].replace("_", "-")
         raise CLIError(f"{flag} does not apply to {args.name}; it applies to "
                        + ", ".join(sorted(n for n, m in DATASET_META.items() if refused[0] in m["options"])))
-    if args.data_root and (meta is None or meta.get("needs_root", True)):  # (its missing files were listed, not it)
+    if args.data_root and meta is not None and meta["needs_root"]:  # (its missing files were listed, not it)
         from .data.base import checked_data_root
 
         checked_data_root(args.data_root)
@@ -957,7 +957,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-col", default=None, metavar="COL[,COL...]",
                    help="label column(s) of --data, in the model's target order, or TARGET=COL pairs naming the "
                         "column of each target they name (a target not named: the column of its own name, else not "
-                        "scored) (default: the training targets' names)")
+                        "scored; entries that are all the file's columns are columns, a '=' in a name or not) "
+                        "(default: the training targets' names)")
     p.add_argument("--decimal", default=".", choices=[".", ","],
                    help="decimal mark of the labels in --data: '.' (default) or ',' (-5,49)")
     p.add_argument("--allow-changed", action="store_true",

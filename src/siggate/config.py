@@ -854,7 +854,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
     try:
         raw = load_yaml(path.read_text(encoding="utf-8"))
         if raw is None:  # (it trained with the dataclasses' defaults: 40 epochs, full attention, nci5k's data)
-            raise ConfigError(f"{path}: the config file is empty; give its sections data/model/train (a built-in "
+            raise ConfigError(f"{path}: the config file is empty; give its sections data/model/train/members (a built-in "
                               f"config such as {CONFIG_DIR / 'csv.yaml'} shows them), or leave --config out")
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None

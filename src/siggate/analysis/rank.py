@@ -141,8 +141,14 @@ def plot(res: dict, path: Path) -> Path:
 
 def main(args) -> int:
     out, progress = start(args, min_epochs=0)
-    if args.checkpoint and (Path(args.checkpoint) / "best.pt").is_file():  # a run folder, as predict and evaluate take it
-        args.checkpoint = str(Path(args.checkpoint) / "best.pt")
+    if args.checkpoint and Path(args.checkpoint).is_dir():  # a run folder, as predict and evaluate take it
+        from ..train.members import run_checkpoint_name
+
+        name = run_checkpoint_name(args.checkpoint)
+        if name is None:
+            raise CLIError(f"--checkpoint {args.checkpoint} holds no GNN run of its own (a run of members, or no run): "
+                           "give a GNN member's folder (e.g. RUN/member0) or its best.pt")
+        args.checkpoint = str(Path(args.checkpoint) / name)
     if args.checkpoint:
         given = [f"--{'set' if k == 'overrides' else k}" for k, v in args.model_defaults.items() if getattr(args, k) != v]
         if given:  # they were ignored: the checkpoint's own model, config and seed were measured

@@ -564,7 +564,7 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
     if n_valid == 0:
         reasons = "; ".join(f"line {r.file_line}: {r.reason}" for r in ds.invalid[:3])
         split = all(row_issue(r.reason) == "bad split label" for r in ds.invalid)  # (the SMILES column was blamed)
-        fix = ("check the split column (--split column:NAME; its values are train, val, valid or test)" if split else
+        fix = (f"check the split column (--split column:NAME; its values are {', '.join(_SPLIT_LABELS)})" if split else
                "check the SMILES column (--smiles-col) and the targets")
         raise DataError(f"{path}: none of the {len(ds.invalid)} rows can be used ({reasons}); {fix}")
     y = _labels(ds)
@@ -1074,6 +1074,15 @@ def check_columns(path: str | os.PathLike, smiles_col: str, target_cols, task: s
     _check_arguments(path, smiles_col, target_cols, task, split or "scaffold", sep)
 
 
+def check_smiles_apart(smiles_col: str, target_cols) -> None:
+    """Refuse (:class:`DataError`) one column named as both the SMILES column and a target: every
+    row was then read as an invalid molecule, or as a label that is no number."""
+    if smiles_col in list(target_cols):
+        raise DataError(f"column {smiles_col!r} is named as both the SMILES column and a target: a column holds the "
+                        "molecules or a label; name the SMILES column with --smiles-col and the labels with "
+                        "--target-col")
+
+
 def _check_arguments(path: Path, smiles_col: str, target_cols, task: str, split: str, sep: str) -> list[str]:
     """Check :func:`load_csv`'s arguments and the file's header; returns the target columns
     as a list of strings.  Raises ``ValueError`` / ``FileNotFoundError`` as documented there."""
@@ -1086,10 +1095,7 @@ def _check_arguments(path: Path, smiles_col: str, target_cols, task: str, split:
         raise ValueError("target_cols: name at least one target column")
     if len(set(target_cols)) != len(target_cols):
         raise ValueError(f"target_cols has repeated columns: {target_cols}")
-    if smiles_col in target_cols:  # (every row then read as an invalid molecule, or a label that is no number)
-        raise DataError(f"column {smiles_col!r} is named as both the SMILES column and a target: a column holds the "
-                         "molecules or a label; name the SMILES column with --smiles-col and the labels with "
-                         "--target-col")
+    check_smiles_apart(smiles_col, target_cols)
     if task == "binary" and len(target_cols) != 1:
         raise ValueError(
             f"task 'binary' takes exactly one target column, got {len(target_cols)}; use task='multilabel'"

@@ -225,11 +225,7 @@ def _unfold(x, kmax: int):
     import scipy.sparse as sp
 
     x = sp.csr_matrix(x)
-    counts = x.data.astype(np.int64)
-    if counts.size and counts.min() < 0:
-        raise ValueError("MinMax kernel: fingerprint counts must be >= 0")
-    if counts.size and not np.array_equal(counts, x.data):  # (1.5 read as 1: K 1.0 where Σmin/Σmax is 0.857)
-        raise ValueError("MinMax kernel: fingerprint counts must be whole numbers (this kernel counts them as bits)")
+    counts = x.data.astype(np.int64)  # (checked by _check_counts)
     keep = counts > 0
     bins = x.indices.astype(np.int64)[keep]
     counts = counts[keep]
@@ -239,6 +235,21 @@ def _unfold(x, kmax: int):
     level = np.arange(total, dtype=np.int64) - np.repeat(start, counts)
     keys = np.repeat(bins, counts) * kmax + level
     return np.repeat(rows, counts), keys
+
+
+def _check_counts(x) -> None:
+    """Refuse counts the kernel cannot count: not finite, negative, or not whole numbers below
+    2^31 (1.5 was read as 1, K 1.0 where Σmin/Σmax is 0.857; 1e20 wrapped to a negative count)."""
+    data = x.data
+    if not data.size:
+        return
+    if not np.all(np.isfinite(data)):
+        raise ValueError("MinMax kernel: fingerprint counts must be finite numbers")
+    if data.min() < 0:
+        raise ValueError("MinMax kernel: fingerprint counts must be >= 0")
+    if not np.array_equal(data, np.floor(data)) or data.max() >= 2**31:
+        raise ValueError("MinMax kernel: fingerprint counts must be whole numbers below 2^31 (this kernel counts "
+                         "them as bits)")
 
 
 def minmax_kernel(a, b, block: int = 1024, parts: int = 1) -> np.ndarray:
@@ -267,6 +278,8 @@ def minmax_kernel(a, b, block: int = 1024, parts: int = 1) -> np.ndarray:
     import scipy.sparse as sp
 
     a, b = sp.csr_matrix(a), sp.csr_matrix(b)
+    _check_counts(a)
+    _check_counts(b)
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"MinMax kernel: fingerprints of {a.shape[1]} and {b.shape[1]} bins cannot be compared")
     if parts != 1:

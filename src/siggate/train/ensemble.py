@@ -131,7 +131,7 @@ def _finished_record(out: Path, cfg: Config, kinds: list[str], gnn_copies: int, 
     from ..files import read_json
     from ..predictors.base import MANIFEST, read_manifest
     from .checkpoint import config_differences
-    from .rundir import read_saved_config, saved_members
+    from .rundir import read_saved_config, records_epochs, saved_members
     from .study import reuse_status
 
     try:
@@ -142,8 +142,8 @@ def _finished_record(out: Path, cfg: Config, kinds: list[str], gnn_copies: int, 
     want = {"kinds": list(kinds), "ensemble": int(gnn_copies), "weights": weights or "equal"}
     if not isinstance(metrics, dict) or not (out / MANIFEST).is_file() or members != want:
         return None
-    if metrics.get("epochs") != cfg.train.epochs:  # grown and stopped after its members, before its record
-        return None                                # (or recorded before the record said its epochs)
+    if not records_epochs(metrics, cfg.train.epochs, strict=True):  # grown and stopped after its members, before
+        return None                                                   # its record (or recorded before it said its epochs)
     if config_differences(saved, cfg.to_dict()):
         return None
     for name, _, member in built:

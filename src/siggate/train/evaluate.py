@@ -240,6 +240,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     from ..data.csvdata import (
         MISSING_TARGET,
         check_any_numeric,
+        check_smiles_apart,
         check_unique_columns,
         column_names,
         detect_sep,
@@ -269,6 +270,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         log.warning("--target-col %s names the model's targets in another order; each column is scored as the "
                     "target of its name (%s)", ",".join(target_cols), ", ".join(cols))
     smiles_col = smiles_column(path, header, smiles_col, fallback)
+    check_smiles_apart(smiles_col, cols)  # (the two were merged into one column, every row no molecule)
     unlabelled_targets = []  # the model's targets the file holds no column of: not scored
     if named is not None:  # the targets not named: scored where the file has a column of their name
         unlabelled_targets = [c for c in cols if c not in header and c not in named.values()]

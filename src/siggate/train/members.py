@@ -114,8 +114,9 @@ def parse_kinds(text: str | Sequence[str]) -> list[str]:
         MemberError: an unknown kind (the message lists the known ones), none, or one named twice
             (``gnn,gnn`` trained one GNN: ``--ensemble N`` is how a run holds N).
     """
-    if isinstance(text, str) and "," in text and any(not k.strip() for k in text.split(",")):
-        raise MemberError(f"--members {text!r}: an empty entry between the commas; name each kind once, e.g. "
+    entries = text.split(",") if isinstance(text, str) else [str(k) for k in text]
+    if len(entries) > 1 and any(not k.strip() for k in entries):  # (dropped without a word: 'svr,' trained svr)
+        raise MemberError(f"--members {text!r}: an empty entry among the kinds; name each kind once, e.g. "
                           "gnn,svr,rf")
     kinds = member_names(text)
     unknown = [k for k in kinds if k not in MEMBER_KINDS]

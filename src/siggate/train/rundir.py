@@ -512,12 +512,15 @@ def estimator_classes_note(checkpoint) -> str | None:
             f"{record['probability_of']!r} and 0 for {classes[0]!r}")  # (classes 1, 2: a file of 1s and 2s is not read so)
 
 
-def records_epochs(metrics, want) -> bool:
+def records_epochs(metrics, want, strict: bool = False) -> bool:
     """Whether the record ``metrics`` (a ``metrics.json``) is of a run of ``want`` epochs (a
     config's ``train.epochs``): a run grown by ``--resume --epochs N`` and stopped before its new
     record keeps the old one, of fewer. A record or a config without epochs (older, or another
-    kind of run) passes."""
+    kind of run) passes, except ``strict`` (a resume that takes a run of members as finished: one
+    recorded before its record said its epochs is combined and recorded again, as it always was)."""
     have = metrics.get("epochs") if isinstance(metrics, dict) else None
+    if strict:
+        return isinstance(have, int) and have == want
     return not isinstance(want, int) or not isinstance(have, int) or have == want
 
 
