@@ -1483,6 +1483,7 @@ def test_a_config_that_is_a_folder_or_an_empty_file_is_named(tmp_path, capsys):
     _write_train_csv(data)
     (tmp_path / "cfgdir").mkdir()
     (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "braces.yaml").write_text("{}\n")
     (tmp_path / "rundir").mkdir()
     (tmp_path / "rundir" / "config.yaml").write_text("model:\n  dim: 16\n")
     for config, message in ((tmp_path / "cfgdir", f"config '{tmp_path / 'cfgdir'}' is a folder; give a YAML file or a "
@@ -1490,7 +1491,9 @@ def test_a_config_that_is_a_folder_or_an_empty_file_is_named(tmp_path, capsys):
                             (tmp_path / "rundir", f"config '{tmp_path / 'rundir'}' is a folder; give a YAML file (a "
                                                   f"run folder's config.yaml is one: {tmp_path / 'rundir' / 'config.yaml'})"),
                             (tmp_path / "empty.yaml", f"{tmp_path / 'empty.yaml'}: the config file is empty; give its "
-                                                      "sections data/model/train")):
+                                                      "sections data/model/train"),
+                            (tmp_path / "braces.yaml", f"{tmp_path / 'braces.yaml'}: the config holds no section; give "
+                                                       "its sections data/model/train/members")):
         rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--config", str(config), "--members",
                               "svr", "--out", str(tmp_path / "run")], capsys)
         assert rc == 2 and len(err.strip().splitlines()) == 1 and message in err, err

@@ -866,6 +866,9 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
         raise ConfigError(
             f"{path}: a config must be a mapping with sections data/model/train/members, got {type(raw).__name__}"
         )
+    if not raw:  # "{}": as an empty file, the dataclasses' defaults without a word
+        raise ConfigError(f"{path}: the config holds no section; give its sections data/model/train/members (a "
+                          f"built-in config such as {CONFIG_DIR / 'csv.yaml'} shows them), or leave --config out")
     meta = raw.pop("_meta", None)  # written by siggate train next to the config (version, commit, task)
     if isinstance(meta, dict):  # a run's config as the user gave it (older runs saved resolved values in it)
         raw = split_resolved(raw, meta.get("resolved"))[0]

@@ -126,8 +126,9 @@ def _finished_record(out: Path, cfg: Config, kinds: list[str], gnn_copies: int, 
     """The ``metrics.json`` of the run of members in ``out`` where it records this run finished:
     it is of this config's epochs, its :data:`~.rundir.MEMBERS_RECORD` holds these members and
     this config (the keys that say where and how a run executes aside, ``--threads`` among them),
-    every GNN member's record is of its config's epochs and every other member is saved; else None. Resumed so, it was combined,
-    calibrated and recorded again (with the new thread count written over the old)."""
+    every GNN member's record is of its config's epochs and every other member is saved; else
+    None. Resumed so, it was combined, calibrated and recorded again (with the new thread count
+    written over the old)."""
     from ..files import read_json
     from ..predictors.base import MANIFEST, read_manifest
     from .checkpoint import config_differences
@@ -144,7 +145,7 @@ def _finished_record(out: Path, cfg: Config, kinds: list[str], gnn_copies: int, 
         return None
     if not records_epochs(metrics, cfg.train.epochs, strict=True):  # grown and stopped after its members, before
         return None                                                   # its record (or recorded before it said its epochs)
-    if config_differences(saved, cfg.to_dict()):
+    if config_differences(saved, cfg.to_dict()):  # (a moved CSV too: recorded again with its new path)
         return None
     for name, _, member in built:
         folder = getattr(member, "folder", None)
