@@ -124,14 +124,15 @@ def prepare_data_ranked(data: DataConfig, encodings: Encodings | ModelConfig, se
     return ds
 
 
-def check_labelled(ds: GraphDataset) -> None:
+def check_labelled(ds: GraphDataset) -> torch.Tensor | None:
     """A target with no label among the training rows, which the GNN cannot learn: refused
     (:class:`~siggate.data.base.DataError`) for a regression, whose normalisation was NaN and so
     was every prediction of it (the fingerprint members refuse it too); a warning for a classifier,
-    whose logit of it stays untrained."""
+    whose logit of it stays untrained. Returns the training labels it stacked (``[n, T]``, for
+    :func:`target_stats`; None for a multiclass task or no training rows)."""
     info = ds.info
     if info.task == "multiclass" or not len(ds.train):
-        return
+        return None
 
     def counts(split: str) -> list[int]:
         graphs = ds.splits.get(split) or []
@@ -139,17 +140,17 @@ def check_labelled(ds: GraphDataset) -> None:
             return [0] * info.num_tasks
         return torch.isfinite(stacked_labels(graphs, info, split)).sum(0).tolist()
 
-    train = counts("train")
-    empty = [t for t, c in enumerate(train) if c == 0]
+    labels = stacked_labels(ds.train, info, "train")
+    empty = [t for t, c in enumerate(torch.isfinite(labels).sum(0).tolist()) if c == 0]
     if not empty:
-        return
+        return labels
     val, test = counts("val"), counts("test")
     t = empty[0]
     text = (f"target {info.target_names[t]!r}{f' (and {len(empty) - 1} more)' if len(empty) > 1 else ''} has no label "
             f"among the training rows ({val[t]} in val, {test[t]} in test), so the GNN cannot learn it")
     if info.task != "regression":
         log.warning("%s: its predictions are those of an untrained output", text)
-        return
+        return labels
     from ..data.base import DataError
 
     raise DataError(f"{text}: label some training molecules, or leave the target out")
@@ -171,12 +172,13 @@ def check_scorable(ds: GraphDataset) -> None:
                         "another split)")
 
 
-def target_stats(train, info: TaskInfo) -> tuple[torch.Tensor, torch.Tensor]:
+def target_stats(train, info: TaskInfo, labels: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-target mean and std over the training labels (graphs, or nodes of the train
     split; NaN labels ignored). A constant target's std is 1 (its labels normalise to 0); any
     other std is its own, however small the labels' units (an absolute floor would shrink labels
-    in molar units, ~1e-9, to nothing)."""
-    y = stacked_labels(train, info, "train").double()
+    in molar units, ~1e-9, to nothing). ``labels``: the training labels already stacked
+    (:func:`check_labelled`'s), not stacked again."""
+    y = (stacked_labels(train, info, "train") if labels is None else labels).double()
     mean = torch.nanmean(y, dim=0)
     std = torch.sqrt(torch.nanmean((y - mean) ** 2, dim=0))
     std = torch.where(std == 0, torch.ones_like(std), std)

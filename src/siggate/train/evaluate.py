@@ -173,15 +173,14 @@ def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
     return path
 
 
-def label_columns(target_cols: list[str] | None, info: TaskInfo, pairs: bool = True) -> list[str]:
+def label_columns(target_cols: list[str] | None, info: TaskInfo, named: dict[str, str] | None = None) -> list[str]:
     """The columns of an external file scored as the model's targets, in the targets' order:
     ``target_cols`` (``--target-col``) by position, except that the model's own names in another
-    order are matched by name, and (``pairs``) ``TARGET=COL`` pairs (:func:`target_map`) name the
+    order are matched by name; with ``named`` (its ``TARGET=COL`` pairs, :func:`target_map`) the
     column of each target they name (the others: their own names); none given, the targets' names."""
     names = list(info.target_names or [])
     if not target_cols:
         return names
-    named = target_map(target_cols, info) if pairs else None
     if named is not None:
         return [named.get(n, n) for n in names]
     return names if sorted(target_cols) == sorted(names) else list(target_cols)
@@ -262,10 +261,9 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     header, records = read_table(path, detect_sep(path))
     header = column_names(header)  # "id, smiles, y": the columns smiles and y, as predict reads them
     smiles_col = smiles_col.strip() if smiles_col else smiles_col  # (--target-col's names are stripped)
-    if target_cols and all(c in header for c in target_cols):  # the file's own columns, a '=' in a name or not
-        cols, named = label_columns(target_cols, info, pairs=False), None
-    else:
-        cols, named = label_columns(target_cols, info), target_map(target_cols, info)
+    # pairs unless the entries are all the file's own columns (a '=' in a name or not)
+    named = None if not target_cols or all(c in header for c in target_cols) else target_map(target_cols, info)
+    cols = label_columns(target_cols, info, named)
     if target_cols and named is None and cols != list(target_cols):
         log.warning("--target-col %s names the model's targets in another order; each column is scored as the "
                     "target of its name (%s)", ",".join(target_cols), ", ".join(cols))

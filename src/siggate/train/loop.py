@@ -243,10 +243,10 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
         if why:
             raise ConfigError(why)
         cliff = CliffPairLoss()
-    check_labelled(ds)
+    labels = check_labelled(ds)  # (stacked once: the normalisation reads them too)
     check_scorable(ds)
     if info.task == "regression" and t_cfg.normalize_targets:
-        mean, std = target_stats(ds.train, info)
+        mean, std = target_stats(ds.train, info, labels)
     else:
         mean, std = torch.zeros(info.num_tasks), torch.ones(info.num_tasks)
     return Run(model_cfg, t_cfg, ctx, ds, model, net, optimizer, scheduler, criterion,

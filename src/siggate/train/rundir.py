@@ -531,29 +531,26 @@ def unfinished(path: str | Path) -> str | None:
     --epochs N`` and stopped before its new record (the old ``metrics.json`` of fewer epochs beside
     a ``config.yaml`` of N), has a ``best.pt`` that is the best epoch so far, not the one its
     record, calibration and test predictions describe; a run of members is checked member by member."""
-    import json
+    from ..files import read_json
 
-    folder = Path(path)
-    folder = folder.parent if folder.is_file() else folder
-    if not folder.is_dir():
+    top = _record_folder(path)
+    if not top.is_dir():
         return None
-    runs = [folder, *member_folders(folder)]
-    top = folder
-    for run in runs:
+    for run in (top, *member_folders(top)):
         record = run / "config.yaml" if (run / "config.yaml").is_file() else run / MEMBERS_RECORD
         if not record.is_file():
             continue
         try:
-            metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
+            metrics = read_json(run / "metrics.json")
         except (OSError, ValueError):
             return (f"{run} holds no readable metrics.json: the run has not finished (stopped, or still training), "
                     f"so its best.pt is the best epoch so far; finish it with siggate train --resume {top}")
         try:
-            want = ((yaml.safe_load(record.read_text(encoding="utf-8")) or {}).get("train") or {}).get("epochs")
-        except (OSError, yaml.YAMLError, AttributeError):
+            want = (read_record(record).get("train") or {}).get("epochs")
+        except (ConfigError, OSError, AttributeError):  # (damaged: its loader names it)
             continue
         if not records_epochs(metrics, want):
-            return (f"{run}: its {record.name} says {want} epochs and its metrics.json records {metrics['epochs']}: grown by "
-                    f"--resume --epochs and stopped before it finished, so its files are of two runs; finish it "
-                    f"with siggate train --resume {top}")
+            return (f"{run}: its {record.name} says {want} epochs and its metrics.json records {metrics['epochs']}: "
+                    f"grown by --resume --epochs and stopped before it finished, so its files are of two runs; finish "
+                    f"it with siggate train --resume {top}")
     return None
