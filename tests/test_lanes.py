@@ -183,7 +183,12 @@ def test_the_pretrain_lane_pretrains_only_the_arms_without_weights(tmp_path):
     # issue 32's pretraining on a million molecules follows the pair's items, before zinc16
     million = ("pretrain_in pt-gine-1m 242115b --smiles moses --molecules 1000000 --epochs 5 --seed 0 --threads 2 "
                "--set train.warmup_epochs=1\n")
+    # then the width-128 pretraining (on the 300k corpus, when that one's folder has it) and no fine-tune yet
+    million += (f"no corpus in {study}/pt-gine-300k to copy: pt-gine-w128 builds its own\n"
+                "pretrain_in pt-gine-w128 a3e2c32 --smiles moses --molecules 300000 --epochs 6 --seed 0 --threads 2 "
+                "--set train.warmup_epochs=1 --set model.dim=128\n")
     r = _lanes_function(tmp_path, stubs, **env)
+    assert "the width-128 pretraining" in r.stderr and "no cand-w128" in r.stderr
     assert r.returncode == 0 and r.stdout == ("pretrain none\na pretraining of elementwise none is unfinished: "
                                               "no fine-tunes (start the lane again to resume it)\n" + million), r.stderr
     _weights_file(study / "pt-gate-none" / "pretrained.pt", 2.0)  # the none arm's run finished
@@ -308,3 +313,34 @@ def test_zinc16_takes_both_cores_once_the_pretrained_pairs_fine_tunes_are_in(tmp
     results.unlink()  # no results yet: one at a time
     r = _lanes_function(tmp_path, stub)
     assert " JOBS=1 " in r.stdout, r.stdout + r.stderr
+
+
+def test_the_wider_pretraining_reuses_the_300k_corpus_and_its_fine_tune_keeps_the_width(tmp_path):
+    """Issue 32's width-128 GNN member: its pretraining starts from a copy of the 300k run's corpus
+    and cached graphs (not built again, the source left as it was), and once its weights are in,
+    `cand-w128` is cand-avgc's flags with --init those weights and the width after them."""
+    import sys
+
+    study, kept = tmp_path / "study", tmp_path / "kept"
+    env = {"PT_PYTHON": sys.executable, "PT_KEPT_DIR": str(kept)}
+    for d in ("corpus", "cache/csv"):
+        (study / "pt-gine-300k" / d).mkdir(parents=True)
+    (study / "pt-gine-300k" / "corpus" / "meta.json").write_text("{}")
+    (study / "pt-gine-300k" / "cache" / "csv" / "g.pt").write_text("graphs")
+    stubs = ('pretrain_in() { echo "pretrain_in $1"; }; mace() { echo "mace $*"; }; say() { echo "$*"; }; '
+             'copied_corpus pt-gine-300k pt-gine-w128 && copied_corpus pt-gine-300k pt-gine-w128; '
+             'arm_weights pt-gine-w128 || echo unfinished')
+    r = _lanes_function(tmp_path, stubs, **env)
+    assert r.returncode == 0 and r.stdout == "unfinished\n", r.stdout + r.stderr
+    assert (study / "pt-gine-w128" / "corpus" / "meta.json").read_text() == "{}"
+    assert (study / "pt-gine-w128" / "cache" / "csv" / "g.pt").read_text() == "graphs"
+    assert (study / "pt-gine-300k" / "corpus" / "meta.json").is_file()
+    assert not list((study / "pt-gine-w128").glob("*.tmp"))
+    _weights_file(study / "pt-gine-w128" / "pretrained.pt", 3.0)
+    sha = _tensor_sha(study / "pt-gine-w128" / "pretrained.pt")
+    r = _lanes_function(tmp_path, 'mace() { echo "mace $*"; }; cand_from pt-gine-w128 cand-w128 wide 0 '
+                        '"$PT_W128_SET"', **env)
+    assert r.returncode == 0 and r.stdout == (
+        "mace 46a976c --tools siggate --recipe cand-w128 --siggate-args --members gnn,svr,rf --weights val "
+        f"--init {study}/pt-gine-w128/pretrained-{sha}.pt --set train.epochs=60 --set model.dim=128 --seeds 0\n"), \
+        r.stdout + r.stderr
