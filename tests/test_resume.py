@@ -106,3 +106,52 @@ def test_a_resume_of_another_config_is_refused_in_one_line(tmp_path):
     assert "\n" not in text and text.startswith(f"cannot resume from {tmp_path / 'run' / 'last.pt'}: the config differs (")
     assert "model.dropout" in text and "train.lr" in text
     assert text.endswith("); resume with the run's own flags, or train into a new --out")
+
+
+def test_a_stop_between_best_and_last_resumes_from_the_newer_best(tmp_path, monkeypatch, caplog):
+    """An epoch that improved writes best.pt, then last.pt. A run stopped between the two resumes
+    from best.pt, the newer whole state: from last.pt it trained that epoch again, and where the
+    epoch came out otherwise (GPU kernels), best.pt held an epoch its history did not. The stored
+    epoch is marked (its ``seconds``, as a rerun would change them) to tell the two apart."""
+    import logging
+
+    import siggate.train.record as record
+    from test_predict import tiny_config, train_tiny
+
+    cfg = tiny_config(train={"epochs": 4})
+    ref = train_tiny(tmp_path / "reference", cfg)
+    improved = [e for e in range(2, 4) if ref["history"][e - 1]["val"] < min(h["val"] for h in ref["history"][:e - 1])]
+    assert improved, ref["history"]  # the tiny run improves after its first epoch
+    stop_at = improved[0]
+    save = record.atomic_save
+
+    class Stopped(Exception):
+        pass
+
+    def stop_before_last(ckpt, path):
+        if Path(path).name == record.LAST and ckpt["state"]["epoch"] == stop_at:
+            ckpt["history"][-1]["seconds"] = 12345.0  # the mark of the stored epoch
+            save(ckpt, Path(path).with_name(record.BEST))  # the best.pt of this epoch, with the mark
+            raise Stopped
+        return save(ckpt, path)
+
+    monkeypatch.setattr(record, "atomic_save", stop_before_last)
+    try:
+        train_tiny(tmp_path / "run", cfg)
+    except Stopped:
+        pass
+    monkeypatch.setattr(record, "atomic_save", save)
+    run = tmp_path / "run"
+    assert torch.load(run / "last.pt", weights_only=True)["state"]["epoch"] == stop_at - 1
+    assert record.resume_checkpoint(run) == run / "best.pt"
+    with caplog.at_level(logging.WARNING, logger="siggate.train"):
+        got = train_tiny(run, cfg, resume=True)
+    assert "stopped after writing best.pt and before last.pt" in caplog.text
+    assert got["history"][stop_at - 1]["seconds"] == 12345.0  # not trained again
+    for key in ("val", "test", "best_epoch"):
+        assert got[key] == ref[key], key
+    assert [h["val"] for h in got["history"]] == [h["val"] for h in ref["history"]]
+    # an ordinary run: last.pt is written after best.pt, and a best.pt of an older epoch is never taken
+    assert record.resume_checkpoint(tmp_path / "reference") == tmp_path / "reference" / "last.pt"
+    os.utime(tmp_path / "reference" / "best.pt", ns=(time.time_ns() + 10**9,) * 2)  # newer file, older epoch
+    assert record.resume_checkpoint(tmp_path / "reference") == tmp_path / "reference" / "last.pt"

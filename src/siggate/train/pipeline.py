@@ -37,6 +37,7 @@ from .record import (
     data_source,
     final_metrics,
     record_results,
+    resume_checkpoint,
     write_csv_run_tables,
     write_metrics,
 )
@@ -51,7 +52,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     ``log.csv`` and TensorBoard events (``tb/``) under ``out_dir``. Returns the metrics dict.
 
     ``dataset`` is the prepared data (default: prepared from ``cfg.data``); ``resume``
-    continues from ``out_dir/last.pt``; ``dist`` is the process's place in a ``torchrun`` job
+    continues from ``out_dir/last.pt`` (:func:`~.record.resume_checkpoint`); ``dist`` is the process's place in a ``torchrun`` job
     (see :func:`siggate.train.distributed.init_distributed`); by default a single process on CPU.
     ``stop_untrained``: an epoch that ``train.on_nan=skip`` left wholly untrained stops the run
     (:func:`~.loop.fit`); the analyses that record divergence pass ``False``.
@@ -59,9 +60,10 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     ctx = dist or DistContext()
     out = _start(Path(out_dir), cfg.train, ctx)
     ds = dataset if dataset is not None else prepare_data_ranked(cfg.data, cfg.model, cfg.train.seed, ctx, progress)
-    resumed = read_resume(out / LAST, ctx) if resume else None
+    source = resume_checkpoint(out) if resume else out / LAST
+    resumed = read_resume(source, ctx) if resume else None
     run = setup_run(cfg.model, cfg.train, ds, ctx, resumed=resumed)
-    restored = resumed is not None and resume_run(run, out / LAST, cfg.to_dict(), resumed)
+    restored = resumed is not None and resume_run(run, source, cfg.to_dict(), resumed)
     del resumed  # the whole checkpoint (weights, optimizer state) is not kept through the training
     if restored:
         done = _finished_record(out, cfg.train.epochs, run.history)

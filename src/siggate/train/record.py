@@ -132,6 +132,31 @@ def _went_on(meta: dict, first: str, later: str, now: str | None) -> list:
     return values
 
 
+def resume_checkpoint(out: Path) -> Path:
+    """The checkpoint a resume of the run in ``out`` continues from: ``last.pt``, or ``best.pt``
+    where the run stopped between the two writes of an epoch that improved (:class:`RunFiles`
+    writes ``best.pt`` first, and both hold the whole training state). That ``best.pt`` is then the
+    newer state: resuming from ``last.pt`` would train its epoch again and, where the epoch came
+    out otherwise (GPU kernels are not deterministic), leave a ``best.pt`` of an epoch that the
+    run's history does not hold. Only a ``best.pt`` written after ``last.pt`` is read to compare."""
+    best, last = out / BEST, out / LAST
+    try:
+        if best.stat().st_mtime_ns <= last.stat().st_mtime_ns:
+            return last
+    except FileNotFoundError:  # no best.pt, or no last.pt yet (stopped in the first epoch: a fresh start)
+        return last
+    from .checkpoint import CheckpointError, trained_epochs
+
+    try:
+        newer = trained_epochs(best) > trained_epochs(last)
+    except CheckpointError:  # a damaged file: last.pt's own reading names it
+        return last
+    if newer:
+        log.warning("%s: the run stopped after writing %s and before %s; resuming from %s, its newer epoch",
+                    out, BEST, LAST, BEST)
+    return best if newer else last
+
+
 class RunFiles:
     """Checkpoint step and logs of a run (rank 0): ``config.yaml`` (``config``, the run's whole
     config as a dict, with ``_meta``), ``log.csv``, TensorBoard events, ``best.pt`` and
@@ -149,7 +174,7 @@ class RunFiles:
         self.writer.write(row)
         ckpt = checkpoint_dict(run, self.config, end.rng_ranks)
         ckpt["data_source"] = self.source
-        if end.improved:
+        if end.improved:  # best.pt first: a stop between the two is resumed from it (resume_checkpoint)
             atomic_save(ckpt, self.out / BEST)
         atomic_save(ckpt, self.out / LAST)
         self.tb.log_epoch(row, info.metric)
