@@ -131,17 +131,14 @@ shared_corpus() {  # $1: a pretraining folder; the first arm's corpus copied int
   fi
 }
 
-copied_corpus() {  # $1 -> $2: a pretraining's corpus and cached graphs copied into another's folder
-  # (where that one has no corpus yet), so that a pretraining of another model on the same molecules
-  # does not build them again
-  local from=$STUDY/$1 out=$STUDY/$2 d
+copied_corpus() {  # $1 -> $2: a pretraining's corpus copied into another's folder (where that one
+  # has no corpus yet), so that a pretraining of another model on the same molecules does not build
+  # it again (its graphs are cached by the corpus file's path too: they are made again)
+  local from=$STUDY/$1 out=$STUDY/$2
   [ ! -d "$out/corpus" ] || return 0
   [ -d "$from/corpus" ] || { say "no corpus in $from to copy: $2 builds its own"; return 0; }
-  mkdir -p "$out" || return 1
-  for d in corpus cache; do
-    [ -d "$from/$d" ] || continue
-    rm -rf "$out/$d.tmp" && cp -r "$from/$d" "$out/$d.tmp" && mv "$out/$d.tmp" "$out/$d" || return 1
-  done
+  mkdir -p "$out" && rm -rf "$out/corpus.tmp" && cp -r "$from/corpus" "$out/corpus.tmp" \
+      && mv "$out/corpus.tmp" "$out/corpus"
 }
 
 pretrain_in() {  # $1: run (a folder of the study folder), $2: commit, $3: siggate pretrain's arguments
