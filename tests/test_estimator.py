@@ -53,11 +53,11 @@ def test_params_clone_and_set_params():
 
     import siggate
 
-    est = siggate.SigGateRegressor(epochs=3, overrides=TINY, ensemble=2, seed=4)
+    est = siggate.SigGateRegressor(epochs=3, overrides=TINY, ensemble=2, random_state=4)
     params = est.get_params()
-    assert params == {"epochs": 3, "members": None, "ensemble": 2, "config": None, "overrides": TINY, "seed": 4,
-                      "val_fraction": 0.1, "threads": 1, "device": "cpu", "out_dir": None, "verbose": False,
-                      "weights": None}
+    assert params == {"epochs": 3, "members": None, "ensemble": 2, "config": None, "overrides": TINY,
+                      "random_state": 4, "val_fraction": 0.1, "threads": 1, "device": "cpu", "out_dir": None,
+                      "verbose": False, "weights": None, "seed": None}
     copy = clone(est)
     assert copy is not est and copy.get_params() == params
     assert copy.set_params(epochs=5).epochs == 5 and est.epochs == 3
@@ -236,8 +236,8 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
         assert str(caught.value) == message and "--" not in str(caught.value)
         assert not (tmp_path / "run").exists()
     # keys fit sets itself: an override was set over (train.seed, train.threads) or refused in the flags' words
-    for item, message in (("train.seed=7", "overrides 'train.seed=7': fit sets it from seed; drop it from "
-                                           "overrides and set seed instead"),
+    for item, message in (("train.seed=7", "overrides 'train.seed=7': fit sets it from random_state; drop it from "
+                                           "overrides and set random_state instead"),
                           ("train.threads=4", "overrides 'train.threads=4': fit sets it from threads; drop it "
                                               "from overrides and set threads instead"),
                           ("data.val_fraction=0.3", "overrides 'data.val_fraction=0.3': fit sets it from "
@@ -250,9 +250,12 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
                                          "and y); drop it from overrides"),
                           ("data.max_graphs=3", "overrides 'data.max_graphs=3': fit sets it itself (it "
                                                 "writes its own CSV of X and y); drop it from overrides"),
-                          (" train.seed =7", "overrides ' train.seed =7': fit sets it from seed; drop it from "
-                                             "overrides and set seed instead"),  # the key as the config reads it
-                          ("seed=7", "overrides 'seed=7': seed is this estimator's parameter; set seed=7 instead"),
+                          (" train.seed =7", "overrides ' train.seed =7': fit sets it from random_state; drop it "
+                                             "from overrides and set random_state instead"),  # as the config reads it
+                          ("seed=7", "overrides 'seed=7': seed is this estimator's parameter; set random_state=7 "
+                                     "instead"),
+                          ("threads=2", "overrides 'threads=2': threads is this estimator's parameter; set threads=2 "
+                                        "instead"),
                           ("dim=32", "overrides key must look like section.key (e.g. model.gate), got 'dim'. Did you "
                                      "mean 'model.dim'?")):
         with pytest.raises(ValueError) as caught:
@@ -370,8 +373,13 @@ def test_bad_data_and_parameters_are_named_before_training(molecules, tmp_path):
     cases = [
         ({}, smiles[:20], np.r_[np.inf, y[1:20]], r"y holds an infinite label at row\(s\) \[0\]"),
         ({}, ["CCO"] * 5, y[:5], "the training rows hold 1 distinct molecule.*at least 2, one to train on and one"),
-        ({"seed": -1}, smiles[:5], y[:5], "seed must be a whole number >= 0, got -1"),
-        ({"seed": None}, smiles[:5], y[:5], "seed must be a whole number >= 0, got None"),
+        ({"random_state": -1}, smiles[:5], y[:5], r"random_state must be a whole number from 0 to 2\*\*32 - 1, None, "
+         "or a NumPy RandomState or Generator, got -1"),
+        ({"random_state": "1"}, smiles[:5], y[:5], "random_state must be a whole number .* got '1'"),
+        ({"random_state": True}, smiles[:5], y[:5], "random_state must be a whole number .* got True"),
+        ({"seed": 1, "random_state": 2}, smiles[:5], y[:5], "seed=1 and random_state=2 name two seeds; give "
+         "random_state alone"),
+        ({"seed": -1}, smiles[:5], y[:5], r"seed must be a whole number from 0 to 2\*\*32 - 1, got -1"),
         ({"val_fraction": "0.2"}, smiles[:5], y[:5], "val_fraction must be a number between 0 and 1, got '0.2'"),
         ({"overrides": "members.rf.n_estimators=50"}, smiles[:5], y[:5], "overrides must be a sequence of"),
         ({"device": "gpu"}, smiles[:5], y[:5], r"device must be 'cpu' or 'cuda' \(or 'cuda:N'\), got 'gpu'"),
@@ -446,9 +454,9 @@ def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, c
                 (ValueError, dict(members="svr,rf", overrides=("train.cliff_weight=1",)), y[:30])]
     for error, params, labels in refusals:
         with pytest.raises(error):
-            siggate.SigGateRegressor(**{**FP, **params}, out_dir=out, seed=1).fit(smiles[:30], labels)
+            siggate.SigGateRegressor(**{**FP, **params}, out_dir=out, random_state=1).fit(smiles[:30], labels)
         assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == kept, params
-    siggate.SigGateRegressor(**FP, out_dir=out, seed=1).fit(smiles[:30], y[:30])
+    siggate.SigGateRegressor(**FP, out_dir=out, random_state=1).fit(smiles[:30], y[:30])
     assert (out / "predictor.json").read_text() != first and (out / "estimator.json").is_file()
     data = tmp_path / "d.csv"
     data.write_text("smiles,y\n" + "".join(f"{s},{v}\n" for s, v in zip(smiles, y)))
@@ -486,7 +494,7 @@ def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, c
     # a refit that fails (or is interrupted) once training has started puts the earlier fit's run back:
     # it cleared that run first, which left a folder that siggate predict could not read
     earlier = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    fit_failing(out, seed=2)
+    fit_failing(out, random_state=2)
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == earlier
     rc, _, err = run_cli(["predict", "--checkpoint", str(out), "CCO"], capsys)
     assert rc == 0, err
@@ -497,7 +505,7 @@ def test_out_dir_replaces_its_own_fit_and_never_a_cli_run(molecules, tmp_path, c
     set_aside(out)
     (out / "estimator.json").write_text('{"estimator": "fitting"}\n')
     (out / "members.yaml").write_text("{}\n")
-    fit_failing(out, seed=2)
+    fit_failing(out, random_state=2)
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == earlier
     assert not (out / ASIDE).exists()
     with FolderLock(tmp_path / "busy"):
@@ -714,7 +722,7 @@ def test_fits_in_threads_take_turns(molecules, monkeypatch):
     from siggate.train import ensemble
 
     smiles, y = molecules
-    alone = [siggate.SigGateRegressor(**FP, seed=s).fit(smiles[:30], y[:30]).predict(smiles[30:35]) for s in (0, 1)]
+    alone = [siggate.SigGateRegressor(**FP, random_state=s).fit(smiles[:30], y[:30]).predict(smiles[30:35]) for s in (0, 1)]
     inside, most = [0], [0]
     real = ensemble.train_members
 
@@ -730,7 +738,7 @@ def test_fits_in_threads_take_turns(molecules, monkeypatch):
     got = [None, None]
 
     def fit(s):
-        got[s] = siggate.SigGateRegressor(**FP, seed=s).fit(smiles[:30], y[:30]).predict(smiles[30:35])
+        got[s] = siggate.SigGateRegressor(**FP, random_state=s).fit(smiles[:30], y[:30]).predict(smiles[30:35])
 
     threads = [threading.Thread(target=fit, args=(s,)) for s in (0, 1)]
     for t in threads:
@@ -945,3 +953,36 @@ def test_predict_on_a_dataframe_fits_out_dir_reads_the_column_fit_read(molecules
     rows = list(csv.DictReader(out.splitlines()))
     assert [r["Drug"] for r in rows] == smiles[40:43]
     assert [float(r["y"]) for r in rows] == pytest.approx(est.predict(pd.DataFrame({"Drug": smiles[40:43]})), rel=1e-5)
+
+
+def test_random_state_is_the_seed_as_scikit_learn_reads_it(molecules):
+    """scikit-learn's name for the seed: a whole number is the seed (``seed_``); None draws one from
+    NumPy's global generator and a RandomState or Generator from itself, as scikit-learn's
+    estimators do; the former ``seed`` still works, with a FutureWarning. The draw decides the
+    validation molecules, so the same seed gives the same model and another seed another one."""
+    import warnings
+
+    import siggate
+
+    smiles, y = molecules
+    X, labels, new = smiles[:30], y[:30], smiles[30:35]
+
+    def fitted(**params):
+        est = siggate.SigGateRegressor(**FP, **params).fit(X, labels)
+        return est.seed_, est.predict(new)
+
+    seed3, pred3 = fitted(random_state=3)
+    assert seed3 == 3
+    with pytest.warns(FutureWarning, match="^seed is deprecated: it is scikit-learn's random_state now"):
+        old = fitted(seed=3)
+    assert old[0] == 3 and np.array_equal(old[1], pred3)
+    drawn = int(np.random.RandomState(5).randint(2**31 - 1))
+    np.random.seed(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no deprecation for the new name)
+        got = fitted(random_state=None)
+    assert got[0] == drawn
+    assert np.random.randint(2**31 - 1) == np.random.RandomState(5).randint(2**31 - 1, size=2)[1]  # one draw used
+    assert fitted(random_state=np.random.RandomState(5))[0] == drawn
+    assert fitted(random_state=np.random.default_rng(5))[0] == int(np.random.default_rng(5).integers(2**31 - 1))
+    assert not np.array_equal(fitted(random_state=drawn)[1], pred3)  # another seed, other validation molecules

@@ -66,7 +66,7 @@ _SMILES, _SPLIT = "smiles", "split"
 
 #: the command line's flags that fit sets, and the estimator parameter each one is
 _PARAM_OF_FLAG = {"--val-fraction": "val_fraction", "--members": "members", "--weights": "weights",
-                  "--ensemble": "ensemble", "--epochs": "epochs", "--seed": "seed", "--set": "overrides",
+                  "--ensemble": "ensemble", "--epochs": "epochs", "--seed": "random_state", "--set": "overrides",
                   "--config": "config", "--target-col": "y", "--smiles-col": "X"}
 
 
@@ -77,7 +77,7 @@ _KEYS_FIT_SETS = {"data.name": "itself (it trains on the SMILES of X)",
                   "data.smiles_col": "itself (it writes its own CSV of X and y)", "data.target_cols": "from y",
                   "data.task": "from the estimator's class (SigGateRegressor or SigGateClassifier)",
                   "data.split": "from val_fraction", "data.val_fraction": "from val_fraction",
-                  "data.cache_dir": "itself (a folder of its own)", "train.seed": "from seed",
+                  "data.cache_dir": "itself (a folder of its own)", "train.seed": "from random_state",
                   "train.threads": "from threads"}
 #: the ``data.*`` keys an estimator's ``overrides`` may set: what to do with rows of one molecule and
 #: with salts;
@@ -238,13 +238,17 @@ class _SigGateEstimator(BaseEstimator):
         weights: how several members combine (``--weights``): ``"equal"`` or ``"val"`` (fitted on the
             held-out rows); ``None``: the recipe's. Copies of one kind always average equally
             (:func:`~siggate.options.run_weights`).
-        ensemble: GNN members with seeds ``seed..seed+ensemble-1`` (``--ensemble``).
+        ensemble: GNN members with seeds ``s..s+ensemble-1``, ``s`` the seed of ``random_state`` (``--ensemble``).
         config: a config name or file (``None``: ``csv``, the ``--data`` recipe).
         overrides: ``"section.key=value"`` strings (``--set``), e.g. ``("train.init=none", "model.layers=2")`` (another
             architecture than the shipped weights' starts from scratch). Keys that ``fit`` sets from
-            ``X``, ``y`` or a parameter (``train.seed``: ``seed``, ``train.threads``: ``threads``,
+            ``X``, ``y`` or a parameter (``train.seed``: ``random_state``, ``train.threads``: ``threads``,
             ``data.val_fraction``, ``data.csv``, ...; ``train.epochs`` beside ``epochs``) are refused.
-        seed: the seed of the validation draw and of training.
+        random_state: the seed of the validation draw and of training (``--seed``), scikit-learn's
+            name: a whole number >= 0 (default 0, so that a fit repeats), or, as scikit-learn
+            reads it, ``None`` (a seed drawn from NumPy's global generator) or a NumPy
+            ``RandomState``/``Generator`` (a seed drawn from it); the seed a fit used is ``seed_``.
+        seed: the former name of ``random_state`` (deprecated: a ``FutureWarning``).
         val_fraction: the fraction of the rows held out for validation, by molecule and per class
             (at least one row).
         threads: torch threads while training (``train.threads``).
@@ -257,14 +261,15 @@ class _SigGateEstimator(BaseEstimator):
 
     _task = "regression"
 
-    def __init__(self, epochs=None, members=None, ensemble=1, config=None, overrides=None, seed=0,
-                 val_fraction=0.1, threads=1, device="cpu", out_dir=None, verbose=False, weights=None):
+    def __init__(self, epochs=None, members=None, ensemble=1, config=None, overrides=None, random_state=0,
+                 val_fraction=0.1, threads=1, device="cpu", out_dir=None, verbose=False, weights=None, seed=None):
         self.epochs = epochs
         self.members = members
         self.weights = weights
         self.ensemble = ensemble
         self.config = config
         self.overrides = overrides
+        self.random_state = random_state
         self.seed = seed
         self.val_fraction = val_fraction
         self.threads = threads
@@ -304,6 +309,7 @@ class _SigGateEstimator(BaseEstimator):
                 examples of a class to hold one out, an ``out_dir`` that holds another run).
         """
         self._check_params()
+        seed = self._draw_seed()  # before the caller's random state is kept (None draws from NumPy's, as scikit-learn)
         smiles, feature_names = _smiles(X), _feature_names(X)
         if y is None:
             raise ValueError("fit needs y, the labels of X's molecules (one row per SMILES)")
@@ -332,7 +338,7 @@ class _SigGateEstimator(BaseEstimator):
         try:  # one fit at a time per process: training seeds and restores the process's random state and logger
             with _ONE_FIT, _kept_global_state(), self._quiet(), _claimed(keep) as (out, begin):
                 try:
-                    self._fit_in(work, out or work / "run", smiles, y, names, feature_names, begin)
+                    self._fit_in(work, out or work / "run", smiles, y, names, feature_names, begin, seed)
                 except (ValueError, CLIError) as exc:  # the command line's words for what fit was given
                     text = self._in_words_of_y(_in_estimator_words(str(exc), work / "data.csv"))
                     if text == str(exc) and isinstance(exc, ValueError):
@@ -346,6 +352,36 @@ class _SigGateEstimator(BaseEstimator):
             shutil.rmtree(work, ignore_errors=True)
         return self
 
+    def _seed_given(self) -> None:
+        """Refuse a ``random_state`` (or the deprecated ``seed``) that gives no seed, named."""
+        rs = self.random_state
+        if not (rs is None or isinstance(rs, (np.random.RandomState, np.random.Generator))
+                or (isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and 0 <= rs < 2**32)):
+            raise ValueError(f"random_state must be a whole number from 0 to 2**32 - 1, None, or a NumPy "
+                             f"RandomState or Generator, got {rs!r}")
+        if self.seed is None:
+            return
+        warnings.warn("seed is deprecated: it is scikit-learn's random_state now (random_state=...)", FutureWarning,
+                      stacklevel=4)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be a whole number from 0 to 2**32 - 1, got {self.seed!r}")
+        if rs != 0 and rs != self.seed:
+            raise ValueError(f"seed={self.seed!r} and random_state={rs!r} name two seeds; give random_state alone")
+
+    def _draw_seed(self) -> int:
+        """The seed of this fit: ``seed`` (deprecated), a whole ``random_state``, or one drawn from
+        the generator ``random_state`` is (``None``: NumPy's global one), as scikit-learn reads it."""
+        if self.seed is not None:
+            return int(self.seed)
+        rs = self.random_state
+        if isinstance(rs, numbers.Integral):
+            return int(rs)
+        if isinstance(rs, np.random.Generator):
+            return int(rs.integers(2**31 - 1))
+        from sklearn.utils import check_random_state
+
+        return int(check_random_state(rs).randint(2**31 - 1))
+
     def _check_params(self) -> None:
         """The hyperparameters' types and ranges, named, before any work."""
         def whole(name, low, none=False):
@@ -356,7 +392,7 @@ class _SigGateEstimator(BaseEstimator):
                 raise ValueError(f"{name} must be a whole number >= {low}" + (" or None" if none else "")
                                  + f", got {value!r}")
 
-        whole("seed", 0)
+        self._seed_given()
         whole("ensemble", 1)
         whole("threads", 0)
         whole("epochs", 1, none=True)
@@ -374,9 +410,10 @@ class _SigGateEstimator(BaseEstimator):
                 key = override_key(item)
             except ConfigError as exc:  # before any work, in the parameter's words
                 bare = item.partition("=")[0].strip()
-                if bare in self.get_params():  # seed=7: a parameter of the estimator's, not a config key
+                if bare in self.get_params():  # threads=2: a parameter of the estimator's, not a config key
+                    name = "random_state" if bare == "seed" else bare  # (seed: random_state's former name)
                     raise ConfigError(f"overrides {item!r}: {bare} is this estimator's parameter; set "
-                                      f"{bare}={item.partition('=')[2].strip()} instead") from None
+                                      f"{name}={item.partition('=')[2].strip()} instead") from None
                 raise ConfigError(_in_estimator_words(str(exc))) from None
             owned = {**_KEYS_FIT_SETS, **({"train.epochs": "from epochs"} if self.epochs is not None else {})}
             if key.startswith("data.") and key not in _DATA_KEYS_OF_USERS:
@@ -398,8 +435,8 @@ class _SigGateEstimator(BaseEstimator):
             raise ValueError(f"out_dir {self.out_dir} is a file; give a folder")
 
     def _fit_in(self, work: Path, out: Path, smiles: list[str], y: np.ndarray, names: list[str],
-                feature_names: np.ndarray | None, begin: Callable[[], None]) -> None:
-        """Write the CSV into ``work``, train the run into ``out`` and keep its predictor (and
+                feature_names: np.ndarray | None, begin: Callable[[], None], seed: int) -> None:
+        """Write the CSV into ``work``, train the run into ``out`` with ``seed`` and keep its predictor (and
         ``feature_names_in_``, X's column name when it was a DataFrame, as scikit-learn keeps it).
         ``begin`` (:func:`_claimed`'s) is called once the data is read and checked, before training."""
         from .cli import build_parser
@@ -421,7 +458,7 @@ class _SigGateEstimator(BaseEstimator):
         # each value joined to its flag: a value that starts with "-" (a target "-logIC50") is no flag
         argv = ["train", f"--data={data}", f"--target-col={','.join(names)}", f"--task={self._task}",
                 f"--split=column:{_SPLIT}", f"--val-fraction={float(self.val_fraction)!r}",
-                f"--seed={int(self.seed)}", f"--cache-dir={work / 'cache'}"]
+                f"--seed={seed}", f"--cache-dir={work / 'cache'}"]
         argv += [f"--config={self.config}"] if self.config else []
         argv += [f"--epochs={int(self.epochs)}"] if self.epochs is not None else []
         for item in [*(self.overrides or ()), f"train.threads={int(self.threads)}"]:  # (0: torch's, not the recipe's 1)
@@ -470,6 +507,7 @@ class _SigGateEstimator(BaseEstimator):
         elif hasattr(self, "feature_names_in_"):  # an earlier fit's, on a DataFrame
             del self.feature_names_in_
         self.target_names_ = names
+        self.seed_ = seed
         self.left_out_ = [(r.index, r.reason) for r in dropped]
         self._fitted(names)
 
