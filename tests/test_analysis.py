@@ -551,6 +551,33 @@ def test_the_ablation_table_subtracts_only_within_a_dataset_and_metric():
                      "elementwise (gate_bias_init=2) `c/results.json`": "-0.03"}, diffs
 
 
+def test_the_ablation_tables_p_is_of_the_pair_its_diff_is_of():
+    """The p column came from the comparison's first arm against each other one (``vs_baseline``),
+    while the diff was against the ungated arm: with ``--gates elementwise,none,headwise`` the
+    headwise row showed headwise-vs-elementwise's p beside its diff against none, and none got a p."""
+    from scipy import stats
+
+    from siggate.analysis.common import fmt
+    from siggate.analysis.report import _compare_section
+
+    seeds = ["0", "1", "2", "3", "4"]
+    scores = {"elementwise": [0.10, 0.11, 0.12, 0.10, 0.11], "none": [0.20, 0.23, 0.19, 0.22, 0.21],
+              "headwise": [0.21, 0.22, 0.20, 0.23, 0.20]}
+    res = {"metric": "mae", "higher_is_better": False, "gates": list(scores), "epochs": 10,
+           "config": {"data": {"name": "zinc"}}, "per_seed": {g: dict(zip(seeds, v)) for g, v in scores.items()},
+           "n": {g: 5 for g in scores}, "mean": {g: float(np.mean(v)) for g, v in scores.items()},
+           "std": {g: 0.0 for g in scores}, "val_mean": {g: 0.0 for g in scores}, "params": {g: 1 for g in scores},
+           "vs_baseline": {"none": {"p_paired_t": 1e-6}, "headwise": {"p_paired_t": 5e-7}}}  # against elementwise
+    text = _compare_section([("z/results.json", res)])
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[1:-1]]
+            for ln in text.splitlines() if ln.startswith("| ") and "variant" not in ln}
+    for gate in ("elementwise", "headwise"):
+        want = stats.ttest_rel(scores[gate], scores["none"]).pvalue
+        assert rows[gate][10] == fmt(want), (gate, rows[gate])
+        assert rows[gate][9] == fmt(float(np.mean(np.subtract(scores[gate], scores["none"]))))
+    assert rows["none"][9] == rows["none"][10] == "-"
+
+
 def test_synthetic_on_the_smallest_graphs_is_drawn_or_refused_in_one_line(tmp_path, capsys):
     """--nodes 3 with the default families ended in networkx's traceback (no 4-regular graph on 3
     nodes); --nodes 2 gave stable ranks of 1, ratios of 0, and a traceback from the log axis of

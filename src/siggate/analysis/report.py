@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from pathlib import Path
 
 from ..config_args import check_out_file
 from ..options import RUN_LOCAL_KEYS
-from ..stats import IDENTICAL_RTOL, p_text
+from ..stats import IDENTICAL_RTOL, compare_paired, p_text
 from .common import fmt, table
 
 log = logging.getLogger("siggate.analysis")
@@ -502,14 +503,13 @@ def _compare_section(compare: list) -> str:
         base = c if "none" in c["gates"] else bases.get(_baseline_key(c))  # its own ungated arm first
         for lab in c["gates"]:
             label = lab + (f" (gate_bias_init={bias:g})" if bias not in (None, 0, 0.0) and lab != "none" else "")
-            diff = None
-            if base is not None and lab != "none":
-                a, b = base["per_seed"].get("none", {}), c["per_seed"].get(lab, {})
-                common = [k for k in b if k in a and a[k] is not None and b[k] is not None]
-                if common:
-                    diff = sum(b[k] - a[k] for k in common) / len(common)
-            vs_base = c.get("vs_baseline", c.get("comparisons"))  # results before the all-pairs list
-            p = vs_base.get(lab, {}).get("p_paired_t") if isinstance(vs_base, dict) else None
+            diff = p = None
+            if base is not None and lab != "none":  # the diff and its p of one pair: this arm and that none
+                pair = compare_paired(base["per_seed"].get("none", {}), c["per_seed"].get(lab, {}),
+                                      bool(c.get("higher_is_better")))
+                if pair["n_pairs"]:
+                    diff = pair["mean_diff"]
+                    p = pair["p_paired_t"] if math.isfinite(pair["p_paired_t"]) else None
             rows.append([label, _baseline_key(c)[0] or "?", c.get("metric") or "?", c["n"].get(lab), c["mean"].get(lab),
                          c["std"].get(lab), c["val_mean"].get(lab), c["params"].get(lab), c.get("epochs"), diff, p,
                          f"`{path}`"])
