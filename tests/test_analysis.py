@@ -671,3 +671,79 @@ def test_stable_rank_of_a_float32_matrix_does_not_depend_on_its_scale(scale):
     a = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
     want = stable_rank(a.double())
     assert float(stable_rank_batched(a * scale)) == pytest.approx(want, rel=1e-5)
+
+
+def test_a_range_short_of_ten_times_fails_only_when_bounded_inside_the_sweep():
+    """A sweep of 1e-3..3e-3 cannot show a 10x range: every rate stable and within tolerance was
+    judged "does not hold" (contradicted in the claims table). Short of 10x is a failure only where
+    rates on both sides fell out; a range that reaches an end of the sweep might go on past it."""
+    from siggate.analysis.report import FAILS, INCONCLUSIVE, verdict_lr
+
+    def doc(lrs, lo, hi):
+        rng = {g: {"ratio": hi / lo, "min_lr": lo, "max_lr": hi} for g in ("none", "elementwise")}
+        return {"lrs": lrs, "gates": ["none", "elementwise"], "tolerance": 0.1, "epochs": 5, "protocol_epochs": 5,
+                "seeds": [0], "metric": "mae", "best_score": {"none": 1.0, "elementwise": 1.0}, "stable_range": rng,
+                "no_divergence_range": rng, "range_widening": {"elementwise": 1.0}}
+
+    whole = verdict_lr(doc([1e-3, 3e-3], 1e-3, 3e-3))[:2]
+    assert [r["verdict"] for r in whole] == [INCONCLUSIVE, INCONCLUSIVE]
+    edge = verdict_lr(doc([1e-4, 3e-4, 1e-3, 3e-3, 1e-2], 1e-4, 3e-4))[:2]  # may reach below 1e-4
+    assert [r["verdict"] for r in edge] == [INCONCLUSIVE, INCONCLUSIVE]
+    inside = verdict_lr(doc([1e-4, 3e-4, 1e-3, 3e-3, 1e-2], 3e-4, 1e-3))[:2]  # 1e-4 and 3e-3 fell out
+    assert [r["verdict"] for r in inside] == [FAILS, FAILS]
+    assert "rates on both sides of it" in inside[0]["rule"]
+
+
+def test_a_collapsed_head_of_one_seed_is_not_averaged_away():
+    """Each (layer, head)'s normalized entropy was averaged over seeds before heads were counted:
+    a head at 0.05 in seed 0 and its namesake at 0.6 in seed 1 (two heads) made 0.325, no collapse,
+    and the claim held. Each seed's heads count on their own."""
+    from siggate.analysis.entropy import gate_entry, summarize
+    from siggate.analysis.report import HOLDS, verdict_entropy
+
+    def history(final):
+        stats = [{"entropy": [[1.0, 1.0]], "normalized_entropy": [[0.9, 0.9]], "gate_mean": None},
+                 {"entropy": [[0.1, 1.0]], "normalized_entropy": [final], "gate_mean": None}]
+        return {"epoch": [0, 1], "stats": stats, "val": [1.0, 0.5], "train_loss": [None, 0.3], "skipped_batches": [0]}
+
+    entry = gate_entry([history([0.05, 0.8]), history([0.6, 0.8])], [0, 1])
+    assert entry["final_normalized_per_seed"] == [[[0.05, 0.8]], [[0.6, 0.8]]]
+    s = summarize({"elementwise": entry}, 0.2)["elementwise"]
+    assert s["collapsed_heads"] == 1 and s["heads_total"] == 4 and s["final_min_normalized"] == 0.05
+    assert s["final_mean_normalized"] == pytest.approx((0.325 + 0.8) / 2)
+    res = {"gates": ["elementwise"], "epochs": 5, "protocol_epochs": 5, "collapse_threshold": 0.2,
+           "summary": {"elementwise": s}}
+    v = verdict_entropy(res)
+    assert v["verdict"] != HOLDS and "1/4 heads below 0.2" in v["measured"]
+    # a result written before the per-seed finals: its means, as then
+    old = {k: v for k, v in entry.items() if k != "final_normalized_per_seed"}
+    assert summarize({"g": old}, 0.2)["g"]["heads_total"] == 2
+
+
+def test_lr_sweep_refuses_a_tolerance_that_is_no_share(tmp_path, capsys):
+    """--tolerance nan or -0.1 kept no rate within tolerance and printed "does not hold"."""
+    for value in ("nan", "-0.1", "1", "0"):
+        capsys.readouterr()
+        assert main(["analyze", "lr-sweep", "--config", "nci5k", "--tolerance", value, "--out",
+                     str(tmp_path / "s")]) == 2
+        err = capsys.readouterr().err
+        assert f"--tolerance: {value if value != '1' else '1.0'}" in err or f"--tolerance: {float(value)}" in err, err
+        assert "give a share of the best score in (0, 1)" in err and "Traceback" not in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_report_and_claims_name_a_result_of_another_shape(tmp_path, capsys):
+    """A result file with its analysis named but its tables missing, or a results.json holding a
+    list or lacking its dataset, ended report and claims in a traceback (exit 1)."""
+    cases = [("smoothing.json", {"analysis": "smoothing"}, "report", "analyze smoothing"),
+             ("results.json", [1, 2], "claims", "compare or study"),
+             ("results.json", {"per_seed": {"none": {"0": 1}}, "metric": "mae"}, "claims", "compare or study")]
+    for i, (name, doc, command, what) in enumerate(cases):
+        d = tmp_path / f"r{i}"
+        d.mkdir()
+        (d / name).write_text(json.dumps(doc))
+        capsys.readouterr()
+        assert main(["analyze", command, str(d), "--out", str(tmp_path / f"out{i}.md")]) == 2
+        err = capsys.readouterr().err
+        assert f"{d / name}: not a complete siggate {what} result (" in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err

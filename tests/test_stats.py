@@ -338,3 +338,24 @@ def test_an_effect_of_rounding_noise_is_no_effect():
     assert c["n_nonzero"] == 0 and math.isnan(c["cohen_dz"]) and c["diff_mean"] == 0.0
     real = compared_pairs({"A": {0: 0.30, 1: 0.5, 2: 0.7}, "B": {0: 0.31, 1: 0.52, 2: 0.70}}, [("A", "B")], False)[0]
     assert real["n_nonzero"] == 2 and real["cohen_dz"] == pytest.approx(0.01 / np.std([0.01, 0.02, 0.0], ddof=1))
+
+
+def test_compare_takes_a_null_score_as_no_number(tmp_path):
+    """A run record whose test score is null (JSON's NaN) ended compare's aggregation in a
+    TypeError (float(None)); it is a score that is not a number: dropped from the pair with a note."""
+    from siggate.train.compare import GateSpec, aggregate
+    from siggate.train.study import StudyRun
+
+    specs = [GateSpec.parse("none"), GateSpec.parse("elementwise")]
+    runs = []
+    for spec in specs:
+        for seed in range(3):
+            run = StudyRun((spec.label, seed), tmp_path, {}, None, tag=(spec, seed))
+            test = None if (spec.label, seed) == ("elementwise", 2) else 1.0 + 0.1 * seed + (spec.label == "none")
+            run.state, run.metrics = "done", {"metric": "mae", "dataset": "zinc", "test": test, "val": None,
+                                              "history": []}
+            runs.append(run)
+    res = aggregate(runs, specs, [0, 1, 2])
+    assert math.isnan(res["per_seed"]["elementwise"][2]) and math.isnan(res["per_seed_val"]["none"][0])
+    (c,) = res["comparisons"]
+    assert c["n_pairs"] == 2

@@ -397,7 +397,8 @@ def mechanism_rows(found: dict) -> list[dict]:
     rows = []
     for name, judge in judges.items():
         for path, data in found.get(name, []):
-            out = judge(data)
+            with report.read_as(path, f"analyze {name}"):
+                out = judge(data)
             # the rules already say "inconclusive" where a short budget cannot decide
             for r in out if isinstance(out, list) else [out]:
                 rows.append({"claim": r["claim"], "measured": r["measured"], "budget": _analysis_budget(name, data),
@@ -573,14 +574,18 @@ def claims_table(dirs) -> tuple[str, list[dict]]:
         except (OSError, ValueError) as exc:
             raise CLIError(f"{p}: not a results file this siggate reads ({type(exc).__name__}: {exc}); name the "
                            "folders or results.json files of siggate compare or analyze") from None
-        sources += comparison_sources(p, data)
-        studies += study_rows(p, data)
-    rows = (accuracy_rows(sources) + studies
-            + mechanism_rows(report.find_results([d for d in dirs if Path(d).is_dir()])))
+        with report.read_as(p, "compare or study"):
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON {type(data).__name__}, not an object")
+            sources += comparison_sources(p, data)
+            studies += study_rows(p, data)
+    with report.read_as(paths, "compare or study"):
+        accurate = accuracy_rows(sources)
+        answers = [a for a in map(answer, sources) if a]
+    rows = accurate + studies + mechanism_rows(report.find_results([d for d in dirs if Path(d).is_dir()]))
     md = table(["paper's claim", "what we measured", "budget", "source", "verdict"],
                [[r["claim"], r["measured"], r["budget"], r["source"], f"**{r['verdict']}**"] for r in rows],
                markdown=True)
-    answers = [a for a in map(answer, sources) if a]
     return "\n\n".join([md, *answers]), rows
 
 

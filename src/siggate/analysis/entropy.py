@@ -39,7 +39,8 @@ DEFINITIONS = {
                "nodes (keys), natural log, padding masked; then mean over graphs with >= 2 nodes",
     "normalized_entropy": "the same with each graph's value divided by log(n_g), the entropy of uniform "
                           "attention over the graph (1 = uniform, 0 = one-hot)",
-    "collapsed_head": "a (layer, head) whose normalized entropy at the final epoch is below --collapse",
+    "collapsed_head": "a (layer, head) of one seed's model whose normalized entropy at the final epoch is below "
+                      "--collapse (a head of each seed counts on its own)",
     "measured_on": "validation graphs, eval mode (no attention dropout), readable attention path",
 }
 
@@ -110,20 +111,43 @@ def train_tracked(model_cfg, train_cfg, ds, eval_graphs, measure, progress: bool
     return hist
 
 
+def gate_entry(hs: list, seeds: list) -> dict:
+    """One gate's curves over ``seeds`` (``hs``: each seed's :func:`train_tracked` history): the
+    means over seeds per epoch, and each seed's own final normalized entropies
+    (``final_normalized_per_seed``, ``[S, L, H]``), by which heads collapse: head k of two seeds
+    are two heads, and a mean over seeds hid one of them that collapsed."""
+    entry = {"epoch": hs[0]["epoch"]}
+    for k in ("entropy", "normalized_entropy"):
+        entry[k] = np.mean([[st[k] for st in h["stats"]] for h in hs], axis=0).tolist()
+    entry["final_normalized_per_seed"] = [np.asarray(h["stats"][-1]["normalized_entropy"]).tolist() for h in hs]
+    gm = [[st["gate_mean"] for st in h["stats"]] for h in hs]
+    entry["gate_mean"] = None if gm[0][0] is None else np.mean(gm, axis=0).tolist()
+    entry["val"] = np.mean([h["val"] for h in hs], axis=0).tolist()
+    entry["train_loss"] = [None] + np.mean([h["train_loss"][1:] for h in hs], axis=0).tolist()
+    entry["skipped_batches"] = int(sum(sum(h["skipped_batches"]) for h in hs))
+    entry["diverged_seeds"] = [s for s, h in zip(seeds, hs)  # its final entropies not numbers: weights gone NaN
+                               if not np.isfinite(h["stats"][-1]["normalized_entropy"]).all()]
+    return entry
+
+
 def summarize(per_gate: dict, collapse: float) -> dict:
+    """Each gate's summary. Collapsed heads and the lowest final head are counted over every seed's
+    own heads (``heads_total`` = seeds x layers x heads); a result written before
+    ``final_normalized_per_seed`` was kept counts its mean over seeds."""
     out = {}
     for g, h in per_gate.items():
         ne = np.asarray(h["normalized_entropy"])  # E+1, L, H
         e = np.asarray(h["entropy"])
+        finals = np.asarray(h["final_normalized_per_seed"]) if h.get("final_normalized_per_seed") else ne[-1:]
         out[g] = {
             "initial_mean_entropy": float(e[0].mean()), "final_mean_entropy": float(e[-1].mean()),
             "initial_mean_normalized": float(ne[0].mean()), "final_mean_normalized": float(ne[-1].mean()),
-            "final_min_normalized": float(ne[-1].min()),
-            "min_normalized_over_training": float(ne.min()),
+            "final_min_normalized": float(finals.min()),
+            "min_normalized_over_training": float(min(ne.min(), finals.min())),
             "final_over_initial": float(e[-1].mean() / e[0].mean()) if e[0].mean() > 0 else None,
             # NaN is below no threshold: a diverged seed's heads counted as not collapsed
-            "collapsed_heads": int((ne[-1] < collapse).sum()) if np.isfinite(ne[-1]).all() else None,
-            "heads_total": int(ne[-1].size), "diverged_seeds": h.get("diverged_seeds", []),
+            "collapsed_heads": int((finals < collapse).sum()) if np.isfinite(finals).all() else None,
+            "heads_total": int(finals.size), "diverged_seeds": h.get("diverged_seeds", []),
             "final_val": h["val"][-1],
         }
     return out
@@ -185,20 +209,7 @@ def main(args) -> int:
             h = train_tracked(c.model, c.train, ds, ds.val, lambda m: entropy_stats(m, ds.val, args.batch_size),
                               progress, desc=f"entropy {g} seed {s}")
             per_seed[f"{g}-s{s}"] = h
-    per_gate = {}
-    for g in gates:
-        hs = [per_seed[f"{g}-s{s}"] for s in seeds]
-        entry = {"epoch": hs[0]["epoch"]}
-        for k in ("entropy", "normalized_entropy"):
-            entry[k] = np.mean([[st[k] for st in h["stats"]] for h in hs], axis=0).tolist()
-        gm = [[st["gate_mean"] for st in h["stats"]] for h in hs]
-        entry["gate_mean"] = None if gm[0][0] is None else np.mean(gm, axis=0).tolist()
-        entry["val"] = np.mean([h["val"] for h in hs], axis=0).tolist()
-        entry["train_loss"] = [None] + np.mean([h["train_loss"][1:] for h in hs], axis=0).tolist()
-        entry["skipped_batches"] = int(sum(sum(h["skipped_batches"]) for h in hs))
-        entry["diverged_seeds"] = [s for s, h in zip(seeds, hs)  # its final entropies not numbers: weights gone NaN
-                                   if not np.isfinite(h["stats"][-1]["normalized_entropy"]).all()]
-        per_gate[g] = entry
+    per_gate = {g: gate_entry([per_seed[f"{g}-s{s}"] for s in seeds], seeds) for g in gates}
     res = {
         "analysis": "entropy", "dataset": ds.info.name, "metric": ds.info.metric, "split": "val",
         "gates": gates, "seeds": seeds, "epochs": args.epochs, "protocol_epochs": cfg.train.epochs,

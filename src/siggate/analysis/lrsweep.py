@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config_args import CLIError
 from .common import (
     config_from,
     fmt,
@@ -168,6 +169,9 @@ def plot(res: dict, path: Path) -> Path:
 
 
 def main(args) -> int:
+    if not 0 < args.tolerance < 1:  # (NaN too) a share of the best score: nan or -0.1 kept no rate, and 1 every one
+        raise CLIError(f"--tolerance: {args.tolerance} is no relative tolerance; give a share of the best score in "
+                       "(0, 1), e.g. 0.1")
     out, progress = start(args, min_epochs=1)
     cfg = config_from(args, owned={"train.epochs": "from --epochs", "train.lr": "from --lrs", "model.gate": "from --gates",
                                    "train.seed": "from --seeds",

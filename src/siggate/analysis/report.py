@@ -13,9 +13,10 @@ import json
 import logging
 import math
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
-from ..config_args import check_out_file
+from ..config_args import CLIError, check_out_file
 from ..options import RUN_LOCAL_KEYS
 from ..stats import IDENTICAL_RTOL, compare_paired, p_text
 from .common import fmt, table
@@ -61,6 +62,18 @@ def find_results(dirs) -> dict:
                 elif f.name == "results.json" and "comparisons" in data and "gates" in data:
                     found["compare"].append((f, data))
     return found
+
+
+@contextmanager
+def read_as(paths, what: str):
+    """Reading the results at ``paths`` (one path or several) as ``what``: a file of another shape
+    (a key missing, a list where a table belongs) is named in one line, not a traceback."""
+    try:
+        yield
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError, ZeroDivisionError) as exc:
+        names = ", ".join(map(str, paths)) if isinstance(paths, (list, tuple)) else str(paths)
+        raise CLIError(f"{names}: not a complete siggate {what} result ({type(exc).__name__}: {exc}); run it again, "
+                       "or leave the file out of the folders named") from None
 
 
 def _img(md_path: Path, json_path: Path, name: str) -> str:
@@ -301,6 +314,13 @@ def verdict_lr(l: dict) -> list[dict]:
     short = proto is not None and l["epochs"] < proto
     budget = f"{l['epochs']} epochs (protocol: {proto}), seeds {l['seeds']}"
     sweep = l["lrs"][-1] / l["lrs"][0]
+
+    def short_of_10x(r: dict) -> str:
+        """A range short of 10x: FAILS only where rates on both sides of it fell out; one that reaches
+        an end of the sweep might go on past it (a sweep of 1e-3..3e-3 cannot show 10x)."""
+        ends = math.isclose(r["min_lr"], l["lrs"][0], rel_tol=1e-9) or math.isclose(r["max_lr"], l["lrs"][-1],
+                                                                                     rel_tol=1e-9)
+        return INCONCLUSIVE if ends else FAILS
     for g in [g for g in l["gates"] if g != "none"]:
         if g in nd:
             r = nd[g]
@@ -310,20 +330,22 @@ def verdict_lr(l: dict) -> list[dict]:
                             f"(none: {fmt(nd.get('none', {}).get('ratio'))}x); {budget}",
                 "rule": "holds if the widest contiguous range of learning rates without divergence is >= 10x after "
                         "the protocol's full epochs (an observation over every seed and rate, no statistical test); "
-                        "does not hold if it is not; inconclusive after fewer epochs (a run can diverge later)",
-                "verdict": (INCONCLUSIVE if short else HOLDS) if _reaches(r["ratio"], 10) else FAILS,
+                        "does not hold if it is shorter and rates on both sides of it diverged; inconclusive after "
+                        "fewer epochs (a run can diverge later), or when a shorter range reaches an end of the sweep",
+                "verdict": (INCONCLUSIVE if short else HOLDS) if _reaches(r["ratio"], 10) else short_of_10x(r),
             })
         r = rng[g]
-        v = INCONCLUSIVE if short else (HOLDS if _reaches(r["ratio"], 10) else FAILS)  # a rate can fall out later
+        v = INCONCLUSIVE if short else (HOLDS if _reaches(r["ratio"], 10) else short_of_10x(r))  # a rate can fall out later
         out.append({
             "claim": f"with the {g} gate the result stays within {100 * tol:.0f}% of its best across a 10x "
                      "learning-rate range",
             "measured": f"within {100 * tol:.0f}% of its best (val {l['metric']} {fmt(l['best_score'][g])}) for lr "
                         f"{fmt(r['min_lr'])}..{fmt(r['max_lr'])} = {fmt(r['ratio'])}x; none: "
                         f"{fmt(rng.get('none', {}).get('ratio'))}x; {budget}",
-            "rule": "holds if the widest contiguous range within tolerance is >= 10x; does not hold if it is not, "
-                    "after the protocol's full epochs; inconclusive after fewer epochs (low learning rates have not "
-                    "converged yet)",
+            "rule": "holds if the widest contiguous range within tolerance is >= 10x; does not hold if it is "
+                    "shorter and rates on both sides of it fell out, after the protocol's full epochs; inconclusive "
+                    "after fewer epochs (low learning rates have not converged yet), or when a shorter range reaches "
+                    "an end of the sweep",
             "verdict": v,
         })
         if "none" in rng:
@@ -556,9 +578,11 @@ def render(found: dict, md_path: Path) -> tuple[str, list[dict]]:
     rep = _Report(md_path)
     for kind, section in _SECTIONS.items():
         for path, res in found[kind]:
-            section(rep, path, res)
+            with read_as(path, f"analyze {kind}"):
+                section(rep, path, res)
     if found["compare"]:
-        rep.sections.append(_compare_section(found["compare"]))
+        with read_as([p for p, _ in found["compare"]], "compare"):
+            rep.sections.append(_compare_section(found["compare"]))
     sections, all_rows = rep.sections, rep.rows
 
     head = [HEADING, "",

@@ -203,8 +203,9 @@ def aggregate(pairs: list, specs: list[GateSpec], seeds: list[int]) -> dict:
     params, gate_params = {}, {}
     for p in finished:
         m, (spec, seed) = p.metrics, p.tag
-        per_seed[spec.label][seed] = m["test"]
-        per_seed_val[spec.label][seed] = m["val"]
+        # a score a run could not record (null: a split without a label, a record made elsewhere) is not a number
+        per_seed[spec.label][seed] = float("nan") if m.get("test") is None else m["test"]
+        per_seed_val[spec.label][seed] = float("nan") if m.get("val") is None else m["val"]
         best_epoch[spec.label][seed] = m.get("best_epoch")
         seconds[spec.label][seed] = m.get("seconds")
         curves[spec.label][seed] = [h["val"] for h in m.get("history", [])]
