@@ -235,3 +235,16 @@ def test_lap_large_graph_subset_path():
     torch.testing.assert_close(v.norm(dim=0), torch.ones(m, dtype=torch.float64), atol=1e-5, rtol=0)
     big = rwse(ei, n, 12)
     torch.testing.assert_close(big, brute_rwse(ei, n, 12).float(), atol=1e-6, rtol=0)
+
+
+def test_cached_pe_tells_apart_graphs_that_trade_places_with_an_edgeless_one(tmp_path):
+    """Node counts and one joined edge list were the digest: a two-atom graph without bonds
+    ([Na+].[Cl-]) and a bonded one (CC) trading places hashed alike, and each got the other's
+    cached encodings."""
+    bonded = Data(edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
+    apart = Data(edge_index=torch.zeros((2, 0), dtype=torch.long), num_nodes=2)
+    cached_pe([bonded, apart], "toy", tmp_path, rwse_steps=4, progress=False)
+    out = cached_pe([apart.clone(), bonded.clone()], "toy", tmp_path, rwse_steps=4, progress=False)
+    torch.testing.assert_close(out[0].rwse, rwse(apart.edge_index, 2, 4))
+    torch.testing.assert_close(out[1].rwse, rwse(bonded.edge_index, 2, 4))
+    assert not torch.equal(out[0].rwse, out[1].rwse)

@@ -197,11 +197,14 @@ def add_pe(graphs: list[Data], rwse_steps: int = 0, lap_dim: int = 0, progress: 
 
 
 def _graphs_digest(graphs: list[Data]) -> str:
-    """Cheap content digest of the graph structure (node counts and edge lists)."""
+    """Cheap content digest of the graph structure: each graph's node and edge counts, and the
+    edge lists. The edge counts split the joined list into its graphs: without them two graphs of
+    as many nodes, one without edges (``[Na+].[Cl-]``), could trade places unseen, and each was
+    handed the other's encodings."""
     h = hashlib.sha256()
     h.update(str(len(graphs)).encode())
     if graphs:
-        counts = torch.tensor([int(g.num_nodes) for g in graphs], dtype=torch.int64)
+        counts = torch.tensor([[int(g.num_nodes), int(g.edge_index.shape[-1])] for g in graphs], dtype=torch.int64)
         h.update(counts.numpy().tobytes())
         edges = torch.cat([g.edge_index.reshape(2, -1).long() for g in graphs], dim=1)
         h.update(edges.contiguous().numpy().tobytes())
