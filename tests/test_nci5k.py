@@ -198,3 +198,21 @@ def test_default_split_is_balanced_and_why(nci, tmp_path_factory):
     assert nci5k_cache_path(cache_dir) == nci5k_cache_path(cache_dir, split="scaffold_balanced")
     with pytest.raises(ValueError, match="unknown split 'scafold'.*scaffold_balanced"):
         load_nci5k(cache_dir=cache_dir, split="scafold")
+
+
+def test_a_random_split_keeps_a_molecule_in_one_split(tmp_path):
+    """first_5K.smi repeats 88 molecules (one penalized logP each): the random split put 16 test
+    molecules' copies in training. Their rows share a split now; the scaffold splits (which group
+    them by scaffold) are as they were, and so is their cache entry."""
+    from siggate.data.nci5k import _key_parts
+
+    ds = load_nci5k(cache_dir=tmp_path, split="random")
+    where: dict = {}
+    for name, graphs in ds.splits.items():
+        for g in graphs:
+            where.setdefault(Chem.MolToSmiles(Chem.MolFromSmiles(g.smiles)), set()).add(name)
+    repeated = sum(1 for g in sum(ds.splits.values(), []) if g.smiles) - len(where)
+    assert repeated > 0 and all(len(s) == 1 for s in where.values())
+    assert sum(ds.sizes().values()) == 4999 - len(EXPECTED_INVALID)  # every valid row of the file's 4999
+    assert "molecules_together" in _key_parts(nci5k_source(), (0.8, 0.1, 0.1), "random")
+    assert "molecules_together" not in _key_parts(nci5k_source(), (0.8, 0.1, 0.1), "scaffold_balanced")

@@ -494,15 +494,30 @@ def split_by_groups(
 
 
 def split_indices(split: str, keys: Sequence[str], frac: Sequence[float] = (0.8, 0.1, 0.1),
-                  seed: int = 0) -> dict[str, list[int]]:
+                  seed: int = 0, molecules: Sequence[str] | None = None) -> dict[str, list[int]]:
     """The split named ``split`` (one of :data:`SPLITS`) of ``len(keys)`` items:
     ``"scaffold"`` and ``"scaffold_balanced"`` group by ``keys`` (:func:`split_by_groups`,
-    plain or balanced order), ``"random"`` ignores them (:func:`random_split`)."""
+    plain or balanced order), ``"random"`` ignores them (:func:`random_split`). With
+    ``molecules`` (each item's canonical SMILES), every item of one molecule goes into the split
+    of its first one (:func:`molecules_together`), so that no molecule is in training and test."""
     if split == "random":
-        return random_split(len(keys), frac, seed)
-    if split in ("scaffold", "scaffold_balanced"):
-        return split_by_groups(keys, frac, balanced=split == "scaffold_balanced", seed=seed)
-    raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+        idx = random_split(len(keys), frac, seed)
+    elif split in ("scaffold", "scaffold_balanced"):
+        idx = split_by_groups(keys, frac, balanced=split == "scaffold_balanced", seed=seed)
+    else:
+        raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    return idx if molecules is None else molecules_together(idx, molecules)
+
+
+def molecules_together(idx: dict[str, list[int]], molecules: Sequence[str]) -> dict[str, list[int]]:
+    """``idx`` with every row of one molecule (equal ``molecules``) moved into the split of its first
+    row, so that a molecule written twice never has one row in training and one in test."""
+    where = {j: name for name, rows in idx.items() for j in rows}
+    home: dict[str, str] = {}
+    out: dict[str, list[int]] = {name: [] for name in idx}
+    for j in sorted(where):
+        out[home.setdefault(molecules[j], where[j])].append(j)
+    return out
 
 
 def scaffold_split(smiles: list[str], frac: Sequence[float] = (0.8, 0.1, 0.1)) -> dict[str, list[int]]:

@@ -736,7 +736,7 @@ def build_csv(
 
     if split in SPLITS:
         # rows of one molecule in one split (the scaffold splits group them already)
-        idx = _together(split_indices(split, keys, frac, seed), canon)
+        idx = split_indices(split, keys, frac, seed, molecules=canon)
     else:
         idx = {name: [j for j, k in enumerate(keys) if k == name] for name in ("train", "val", "test")}
         if val_fraction:
@@ -932,17 +932,6 @@ def _draw_val(idx: dict[str, list[int]], canon: list[str], fraction: float, seed
             raise DataError(f"{path}: {what} hold {len(order)} distinct molecule(s); --val-fraction needs at least "
                             "2, one to train on and one to validate on")
     return {"train": [j for j in idx["train"] if j not in val], "val": sorted(val), "test": idx["test"]}
-
-
-def _together(idx: dict[str, list[int]], canon: list[str]) -> dict[str, list[int]]:
-    """``idx`` with every row of one molecule (equal ``canon``) moved into the split of its first
-    row, so that a molecule written twice never has one row in training and one in test."""
-    where = {j: name for name, rows in idx.items() for j in rows}
-    home: dict[str, str] = {}
-    out: dict[str, list[int]] = {name: [] for name in idx}
-    for j in sorted(where):
-        out[home.setdefault(canon[j], where[j])].append(j)
-    return out
 
 
 def load_csv(

@@ -68,13 +68,14 @@ def build_nci5k(source: str | os.PathLike | None = None, frac=(0.8, 0.1, 0.1),
                 split: str = DEFAULT_SPLIT) -> GraphDataset:
     """Featurize the .smi file (no caching); see :func:`load_nci5k`."""
     import torch
+    from rdkit import Chem
 
     from .chem import InvalidSmiles, mol_to_graph, murcko_scaffold, parse_smiles, penalized_logp, split_indices
 
     _check_split(split)
     source = Path(source) if source is not None else nci5k_source()
     graphs = []
-    scaffolds = []
+    scaffolds, molecules = [], []
     invalid: list[InvalidRow] = []
     with open(source, encoding="utf-8") as fh:
         lines = fh.read().splitlines()
@@ -89,6 +90,7 @@ def build_nci5k(source: str | os.PathLike | None = None, frac=(0.8, 0.1, 0.1),
             if not math.isfinite(y):
                 raise InvalidSmiles(f"penalized logP is not finite ({y})")
             scaffold = murcko_scaffold(mol)
+            same = Chem.MolToSmiles(mol)  # the molecule, however it is written (first_5K.smi repeats 88)
         except InvalidSmiles as exc:
             invalid.append(InvalidRow(i, smiles, str(exc)))
             continue
@@ -100,7 +102,9 @@ def build_nci5k(source: str | os.PathLike | None = None, frac=(0.8, 0.1, 0.1),
         data.idx = i
         graphs.append(data)
         scaffolds.append(scaffold)
-    idx = split_indices(split, scaffolds, frac, seed=0)
+        molecules.append(same)
+    # rows of one molecule in one split: a random split put 16 test molecules' copies in training
+    idx = split_indices(split, scaffolds, frac, seed=0, molecules=molecules)
     return GraphDataset(
         info=nci5k_info(),
         splits={k: [graphs[j] for j in idx[k]] for k in ("train", "val", "test")},
@@ -181,6 +185,8 @@ def _key_parts(source: Path, frac, split: str) -> dict:
         "split": split,
         "allow_unsanitized": False,
         "target": "penalized_logp",
+        # a random split keeps a molecule's rows together since then (the scaffold splits always did)
+        **({"molecules_together": True} if split == "random" else {}),
     }
 
 
