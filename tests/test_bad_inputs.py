@@ -789,6 +789,9 @@ def test_sep_overrides_detection(tmp_path, capsys):
         ("smiles,y,split\n", ["the file has a header but no data rows"]),
         ("smiles,y,split\nCCO,high,train\nCCC,low,val\nCCN,mid,test\n",
          ["target column 'y' holds no numeric value (first values: 'high', 'low', 'mid')", "--target-col"]),
+        ("smiles,y,split\nCCO,1e39,train\nCCC,-1e39,val\nCCN,inf,test\n",  # numbers, but none float32 keeps
+         ["target column 'y' holds no finite number within float32's range (about ±3.4e38)",
+          "(first values: '1e39', '-1e39', 'inf'); rescale the labels"]),
         ("smiles,y,split\nxx,1,train\nyy,2,val\n",
          ["none of the 2 rows can be used", "line 2: SMILES parse error", "--smiles-col"]),
         ("smiles,y,split\nCCO,1,train\nCCC,2,train\n", ["the val and test splits are empty (2 usable rows)"]),
@@ -796,7 +799,7 @@ def test_sep_overrides_detection(tmp_path, capsys):
                                         "--smiles-col"]),
         ("SMILES,y,split\nCCO,1,train\n", ["SMILES column 'smiles' not found", "Did you mean --smiles-col SMILES?"]),
     ],
-    ids=["empty", "header-only", "words", "all-invalid", "empty-split", "missing-smiles-col", "smiles-col-case"],
+    ids=["empty", "header-only", "words", "beyond-float32", "all-invalid", "empty-split", "missing-smiles-col", "smiles-col-case"],
 )
 def test_bad_csv_gives_one_line_and_exit_2(tmp_path, capsys, text, expected):
     rc, err = _train_csv(tmp_path, capsys, _csv(tmp_path / "d.csv", text))

@@ -514,6 +514,11 @@ def check_any_numeric(path: Path, frame: pd.DataFrame, target_cols: list[str], y
             raise DataError(f"{path}: target column {col!r} is empty in every row; name the column that holds "
                             "the values with --target-col")
         first = ", ".join(repr(v) for v in list(dict.fromkeys(raw))[:3])
+        numbers = pd.to_numeric(pd.Series(raw), errors="coerce").to_numpy(dtype=np.float64)
+        if not np.isnan(numbers).any():  # numbers all, each infinite or beyond float32's range (read_labels)
+            raise DataError(f"{path}: target column {col!r} holds no finite number within float32's range (about "
+                            f"±3.4e38), in which labels are kept (first values: {first}); rescale the labels (their "
+                            "logarithm, or other units) or choose another --target-col")
         raise DataError(f"{path}: target column {col!r} holds no numeric value (first values: {first}); "
                         "targets must be numbers (0/1 for classification): choose another --target-col or "
                         "encode the labels as numbers")
