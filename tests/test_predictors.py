@@ -410,7 +410,7 @@ def test_a_run_of_several_kinds_records_each_member_and_resumes(tmp_path, monkey
     assert whole["weights"][0] == pytest.approx(whole["weights"][1])  # the two GNN seeds share their kind's weight
     combo = load_predictor(tmp_path / "whole")
     preds = [m.predict(ds.test).mean for m in combo.members]
-    w = torch.tensor(whole["weights"], dtype=torch.float32)[:, None, :]
+    w = torch.tensor(whole["weights"], dtype=torch.float64)[:, None, :]
     assert torch.allclose(combo.predict(ds.test).mean, (w * torch.stack(preds)).sum(0), atol=1e-6)
     y = torch.cat([g.y for g in ds.test])
     assert whole["test"] == pytest.approx(float((combo.predict(ds.test).mean - y).abs().mean()), rel=1e-5)
@@ -464,3 +464,24 @@ def test_encodings_of_members_must_agree(tiny_run):
 
     with pytest.raises(PredictorFileError, match="different graph encodings"):
         encodings_of(Combination([gnn, Other()]))
+
+
+def test_a_confident_classifiers_probabilities_do_not_tie_at_one(tiny_run, monkeypatch):
+    """The GNN member (predict, evaluate, a combination's member scores) took the sigmoid in float32,
+    which is 1.0 from a logit of about 17: a confident model's probabilities tied there, and evaluate
+    scored ROC-AUC 0.5 where the run recorded 0.4. They are float64, as training scores them."""
+    import dataclasses
+
+    import siggate.train.gnn_member as gm
+    from siggate.train.members import load_predictor
+    from siggate.train.scoring import probabilities
+
+    out, ds = tiny_run
+    member = load_predictor(out)
+    member._info = dataclasses.replace(member.info, task="binary")
+    logits = torch.linspace(17, 24, len(ds.test), dtype=torch.float32)[:, None]
+    monkeypatch.setattr(gm, "predict_graphs", lambda *a, **k: logits.clone())
+    p = member.predict(ds.test).mean
+    assert p.dtype == torch.float64 and bool((p < 1).all()) and len(set(p[:, 0].tolist())) == len(ds.test)
+    assert torch.equal(p, probabilities(logits.double(), "binary"))
+    assert bool((torch.sigmoid(logits) == 1).any())  # what float32 gave

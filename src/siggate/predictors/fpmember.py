@@ -553,7 +553,7 @@ class FingerprintMember:
     def predict(self, graphs: Sequence) -> Prediction:
         import torch
 
-        return Prediction(mean=torch.from_numpy(self.predict_array(graph_smiles(graphs, self.kind)).astype(np.float32)))
+        return Prediction(mean=torch.from_numpy(self.predict_array(graph_smiles(graphs, self.kind)).astype(np.float64)))
 
     def atom_contributions(self, graphs: Sequence, **options) -> AtomContributions:
         """Each atom's share of the prediction for ``graphs`` by occlusion of the bins of the

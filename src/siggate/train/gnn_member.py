@@ -109,10 +109,12 @@ class GNNMember:
         binary/multilabel tasks (multiclass: the class scores)."""
         graphs = self._graphs(graphs)
         if not graphs:
-            return Prediction(torch.empty(0, self._width))
+            return Prediction(torch.empty(0, self._width, dtype=torch.float64))
         raw = predict_graphs(self.model_, graphs, self.info, self.target_mean_, self.target_std_,
                              self.batch_size, self.device)
-        return Prediction(probabilities(raw, self.info.task))
+        # in float64, as training scores its epochs (split_probabilities): a float32 sigmoid is 1.0 from a
+        # logit of about 17 on, and a confident model's probabilities tied there (ROC-AUC 0.5 for 0.4)
+        return Prediction(probabilities(raw.double(), self.info.task))
 
     @property
     def _width(self) -> int:
@@ -140,7 +142,8 @@ class GNNMember:
             return AtomContributions([], empty, empty.clone(), "integrated gradients (no molecules)")
         atoms, baseline, prediction = integrated_gradients(self.model_, graphs, self.info, self.target_mean_,
                                                            self.target_std_, steps, self.batch_size, self.device)
-        return AtomContributions(atoms, baseline, prediction,
+        # in float64, as predict gives the member's predictions
+        return AtomContributions([a.double() for a in atoms], baseline.double(), prediction.double(),
                                  f"integrated gradients on the atom embeddings, zero baseline, {steps} steps")
 
     def save(self, folder: str | Path) -> None:
