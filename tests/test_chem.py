@@ -289,3 +289,30 @@ def test_balanced_split_differs_from_size_order_but_keeps_groups_whole():
     count = {k: keys.count(k) for k in set(keys)}
     mean_group = {name: np.mean([count[keys[i]] for i in sp["test"]]) for name, sp in (("plain", plain), ("bal", bal))}
     assert mean_group["plain"] < 1.5 < mean_group["bal"], mean_group
+
+
+def test_cip_chirality_is_one_graph_for_every_spelling_of_a_molecule():
+    """RDKit's chirality tag is relative to the neighbours' order in the SMILES as written: S-alanine
+    spelled two ways had two tags, one of them R-alanine's. With ``chirality="cip"`` the column
+    holds R (1) and S (2); a stereocentre without a CIP label is "other" (3); "tag" stays OGB's."""
+    import torch
+    from ogb.utils import smiles2graph
+    from rdkit import Chem
+
+    from siggate.data.chem import mol_to_graph
+
+    def col(smiles, chirality):
+        return mol_to_graph(Chem.MolFromSmiles(smiles), chirality=chirality).x[:, 1].tolist()
+
+    s1, s2, r = "C[C@H](N)C(=O)O", "N[C@@H](C)C(=O)O", "C[C@@H](N)C(=O)O"
+    assert col(s1, "tag") != col(s2, "tag") and col(s2, "tag") == col(r, "tag")  # what OGB's features do
+    assert col(s1, "cip") == col(s2, "cip") == [0, 2, 0, 0, 0, 0] and col(r, "cip") == [0, 1, 0, 0, 0, 0]
+    # the same molecule written from another atom: the centre sits elsewhere, with the same label
+    assert sorted(col("OC(=O)[C@H](C)N", "cip")) == sorted(col(s1, "cip"))
+    ring = "C[C@H]1CC[C@@H](C)CC1"  # cis-1,4-dimethylcyclohexane: tagged, no R/S
+    assert sorted(set(col(ring, "cip"))) == [0, 3]
+    assert col("CCO", "cip") == [0, 0, 0]
+    for smiles in (s1, ring, "c1ccccc1O"):  # the default is OGB's featurization
+        assert torch.equal(mol_to_graph(Chem.MolFromSmiles(smiles)).x, torch.as_tensor(smiles2graph(smiles)["node_feat"]))
+    with pytest.raises(ValueError, match="chirality must be 'tag' or 'cip', got 'rs'"):
+        mol_to_graph(Chem.MolFromSmiles(s1), chirality="rs")

@@ -647,3 +647,44 @@ def test_predict_counts_the_rows_outside_the_domain(ckpt, capsys):
     rc, stdout, err = run_cli(["predict", "--checkpoint", str(ckpt), smiles[0]], capsys)  # a training molecule
     assert list(csv.DictReader(stdout.splitlines()))[0]["outside_domain"] == "false"
     assert "outside the run's applicability domain" not in err
+
+
+def test_a_molecule_predicts_alike_however_its_stereo_smiles_is_written(tmp_path, capsys):
+    """A CSV run reads a stereocentre by its CIP label: S-alanine spelled two ways was two graphs
+    (RDKit's tag follows the written order), the second one R-alanine's. A run recorded before
+    (its info without ``chirality``) is read as it trained, by the tag: predict featurizes it so,
+    and resuming it is refused, since this siggate would read its molecules otherwise."""
+    from test_engine import TINY
+
+    rows = ["smiles,y"] + [f"{s},{i % 7 / 3:.3f}" for i, s in enumerate(nci_smiles(60))]
+    rows += ["C[C@H](N)C(=O)O,0.5", "C[C@@H](N)C(=O)O,1.5", "C[C@H](O)CC,0.7", "C[C@@H](O)CC,0.2"]
+    data = tmp_path / "chiral.csv"
+    data.write_text("\n".join(rows) + "\n")
+    run = tmp_path / "run"
+    argv = ["train", "--data", str(data), "--target-col", "y", "--members", "gnn", "--init", "none", "--epochs", "2",
+            "--split", "random", "--cache-dir", str(tmp_path / "cache"), "--out", str(run), "--no-progress"]
+    for item in TINY:
+        argv += ["--set", item]
+    rc, _, err = run_cli(argv, capsys)
+    assert rc == 0, err
+    ckpt = torch.load(run / "best.pt", weights_only=True)
+    assert ckpt["info"]["chirality"] == "cip"
+    s_ala = ["C[C@H](N)C(=O)O", "N[C@@H](C)C(=O)O", "OC(=O)[C@H](C)N"]
+    rc, out, err = run_cli(["predict", "--checkpoint", str(run), *s_ala, "C[C@@H](N)C(=O)O"], capsys)
+    assert rc == 0, err
+    got = [float(r["y"]) for r in csv.DictReader(out.splitlines())]
+    assert got[0] == got[1] == got[2] != got[3], got
+    # a run recorded before: its molecules read by the tag, as it trained (the two spellings differ)
+    from siggate.train.predict import SmilesPredictor
+
+    for name in ("best.pt", "last.pt"):
+        blob = torch.load(run / name, weights_only=True)
+        del blob["info"]["chirality"]
+        torch.save(blob, run / name)
+    old = SmilesPredictor(run / "best.pt", domain=False)
+    assert old.info.chirality == "tag"
+    tags = [old.featurize(s).x[:, 1].tolist() for s in s_ala[:2]]
+    assert tags[0] != tags[1]
+    rc, _, err = run_cli([*argv[:argv.index("--epochs")], "--epochs", "3", *argv[argv.index("--epochs") + 2:],
+                          "--resume"], capsys)
+    assert rc == 2 and "the run read its atoms' chirality as 'tag', this siggate reads them as 'cip'" in err, err

@@ -35,6 +35,11 @@ from ..options import DATA_ROOT_DEFAULT, HIGHER_IS_BETTER, TASK_LEVELS
 
 TASK_TYPES = ("regression", "binary", "multilabel", "multiclass")
 NODE_FEATURES = ("ogb", "typed", "dense")
+#: what the OGB atom features' chirality column holds (:func:`siggate.data.chem.mol_to_graph`): ``"tag"``
+#: RDKit's clockwise/anticlockwise tag, relative to the atom's neighbours in the order the SMILES
+#: wrote them (OGB's, so one molecule spelled two ways could read as its enantiomer); ``"cip"`` its
+#: CIP label (R, S), the same however the molecule is written
+ATOM_CHIRALITY = ("tag", "cip")
 #: metric name -> higher_is_better (one table for the package: :data:`siggate.options.HIGHER_IS_BETTER`)
 METRICS = HIGHER_IS_BETTER
 
@@ -63,6 +68,9 @@ class TaskInfo:
         transductive: one graph split by ``train_mask``/``val_mask``/``test_mask``.
         num_classes: classes of a ``"multiclass"`` task (``0`` otherwise).
         num_node_features: float feature columns when ``node_features="dense"``.
+        chirality: what the ``"ogb"`` atom features' chirality column holds (:data:`ATOM_CHIRALITY`):
+            ``"tag"`` for the OGB datasets (and runs recorded before it was kept), ``"cip"`` for
+            CSV data, so that ``siggate predict`` reads a run's molecules as it was trained.
     """
 
     name: str
@@ -77,6 +85,7 @@ class TaskInfo:
     transductive: bool = False
     num_classes: int = 0
     num_node_features: int = 0
+    chirality: str = "tag"
 
     def __post_init__(self) -> None:
         if self.task not in TASK_TYPES:
@@ -87,6 +96,8 @@ class TaskInfo:
             raise ValueError(f"level must be one of {TASK_LEVELS}, got {self.level!r}")
         if self.node_features not in NODE_FEATURES:
             raise ValueError(f"node_features must be one of {NODE_FEATURES}, got {self.node_features!r}")
+        if self.chirality not in ATOM_CHIRALITY:
+            raise ValueError(f"chirality must be one of {ATOM_CHIRALITY}, got {self.chirality!r}")
         if (self.task == "multiclass") != (self.num_classes >= 2):
             raise ValueError(f"num_classes must be >= 2 for a multiclass task and 0 otherwise, got "
                              f"{self.num_classes} for task {self.task!r}")

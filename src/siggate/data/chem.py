@@ -333,8 +333,32 @@ def parse_smiles(smiles: str, allow_unsanitized: bool = False, max_length: int |
 # --------------------------------------------------------------------- featurizing
 
 
-def mol_to_graph(mol: Chem.Mol) -> Data:
-    """OGB featurization of a molecule, identical to ``ogb.utils.smiles2graph``.
+#: the OGB chirality column's entries that carry R and S with ``chirality="cip"`` (those of the
+#: clockwise and anticlockwise tags); a stereocentre without a CIP label takes "other" (3)
+_CIP_ENTRY = {"R": 1, "S": 2}
+_CHIRAL_OTHER = 3
+
+
+def _cip_column(mol: Chem.Mol, tags: np.ndarray) -> np.ndarray:
+    """The chirality column with ``chirality="cip"``: R 1, S 2, a tagged atom without a CIP label
+    (a ring's cis/trans, an unsanitized molecule) 3, every other atom 0 (``tags``: the OGB column)."""
+    out = np.where(tags != 0, _CHIRAL_OTHER, 0)
+    try:
+        centres = Chem.FindMolChiralCenters(mol, includeUnassigned=False, useLegacyImplementation=False)
+    except Exception:  # RDKit cannot rank this molecule: every tagged atom is "other"
+        return out
+    for i, label in centres:
+        if label in _CIP_ENTRY and tags[i] != 0:
+            out[i] = _CIP_ENTRY[label]
+    return out
+
+
+def mol_to_graph(mol: Chem.Mol, chirality: str = "tag") -> Data:
+    """OGB featurization of a molecule, identical to ``ogb.utils.smiles2graph``, with
+    ``chirality="tag"``; ``"cip"`` writes each stereocentre's CIP label (R, S) in the chirality
+    column instead of RDKit's tag, which is relative to the neighbours' order in the SMILES as
+    written (``C[C@H](N)C(=O)O`` and ``N[C@@H](C)C(=O)O``, one molecule, had two tags, one of them
+    R-alanine's), so that every spelling of a molecule is one graph (:data:`~.base.ATOM_CHIRALITY`).
 
     Returns a ``Data`` with ``x`` ``[N, 9]``, ``edge_index`` ``[2, E]`` (both
     directions of each bond, in bond order) and ``edge_attr`` ``[E, 3]``, all int64.
@@ -347,9 +371,12 @@ def mol_to_graph(mol: Chem.Mol) -> Data:
     n = mol.GetNumAtoms()
     if n == 0:
         raise InvalidSmiles("no atoms")
-    x = torch.from_numpy(
-        np.array([atom_to_feature_vector(mol.GetAtomWithIdx(i)) for i in range(n)], dtype=np.int64).reshape(n, 9)
-    )
+    feats = np.array([atom_to_feature_vector(mol.GetAtomWithIdx(i)) for i in range(n)], dtype=np.int64).reshape(n, 9)
+    if chirality == "cip":
+        feats[:, 1] = _cip_column(mol, feats[:, 1])
+    elif chirality != "tag":
+        raise ValueError(f"chirality must be 'tag' or 'cip', got {chirality!r}")
+    x = torch.from_numpy(feats)
     nb = mol.GetNumBonds()
     if nb > 0:
         pairs = np.empty((nb, 2), dtype=np.int64)

@@ -649,6 +649,7 @@ def build_csv(
     duplicates: str = "keep",
     val_fraction: float = 0.0,
     fragments: str = "all",
+    chirality: str = "cip",
 ) -> GraphDataset:
     """Featurize a CSV (no caching); see :func:`load_csv`."""
     path = Path(path)
@@ -694,7 +695,7 @@ def build_csv(
                 check_atoms(mol)  # predict's rule: a molecule it refuses does not train either
             except InvalidSmiles as exc:  # dropped once the splits are drawn: every other row keeps the split
                 late[i] = str(exc)        # it had when such rows were kept (CSV_VERSION 2), so older runs resume
-            data = mol_to_graph(mol)
+            data = mol_to_graph(mol, chirality=chirality)
             same = reading.smiles or _canonical(mol, smi)
             if split in ("scaffold", "scaffold_balanced"):
                 try:
@@ -769,6 +770,7 @@ def build_csv(
         metric=TASK_METRIC[task],
         node_features="ogb",
         target_names=list(target_cols),
+        chirality=chirality,
     )
     return GraphDataset(
         info=info,
@@ -956,6 +958,7 @@ def load_csv(
     duplicates: str = "keep",
     val_fraction: float = 0.0,
     fragments: str = "all",
+    chirality: str = "cip",
 ) -> GraphDataset:
     """Load a CSV of SMILES and targets as a :class:`GraphDataset` (cached).
 
@@ -990,6 +993,10 @@ def load_csv(
             ``"parent"`` a salt and its free base are one molecule (for the duplicates and the
             splits), and a graph's ``smiles`` is the parent's canonical SMILES (the notes and the
             dropped rows keep the SMILES as written).
+        chirality: what the atoms' chirality feature holds (:data:`~siggate.data.base.ATOM_CHIRALITY`):
+            ``"cip"`` (R/S, however the SMILES is written; every run since it was kept) or
+            ``"tag"`` (RDKit's tag in the order written: runs recorded before, as their
+            ``info.chirality`` says, so that ``siggate evaluate`` rebuilds their graphs as they were).
 
     Raises:
         ValueError: bad arguments. :class:`~siggate.data.base.DataError` (a
@@ -1032,6 +1039,7 @@ def load_csv(
         "duplicates": duplicates,
         "val_fraction": float(val_fraction),
         "fragments": fragments,
+        "chirality": chirality,
         "notes": 2,  # the datasets carry their row notes (2: fragments and parents across splits) and row count
         "version": CSV_VERSION,
     }
@@ -1044,7 +1052,7 @@ def load_csv(
         lambda: build_csv(
             path, smiles_col, target_cols, task, split, seed, frac=frac, sep=sep,
             allow_unsanitized=allow_unsanitized, decimal=decimal, duplicates=duplicates, val_fraction=val_fraction,
-            fragments=fragments,
+            fragments=fragments, chirality=chirality,
         ),
         save=save_dataset,
         load=load_dataset,

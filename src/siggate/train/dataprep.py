@@ -50,7 +50,7 @@ class Encodings:
 
 
 def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encodings(), seed: int = 0,
-                 progress: bool = True, require_test: bool = True) -> GraphDataset:
+                 progress: bool = True, require_test: bool = True, chirality: str = "cip") -> GraphDataset:
     """Load the dataset ``data`` names and add ``encodings`` to its graphs (both cached).
 
     Args:
@@ -62,6 +62,8 @@ def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encoding
         progress: progress bars while featurizing.
         require_test: refuse a CSV whose test split is empty (``False``: the scikit-learn
             estimators, which train on everything they are given but the validation rows).
+        chirality: a user CSV's atom chirality feature (:func:`~siggate.data.csvdata.load_csv`):
+            ``"cip"`` for training, a run's own ``info.chirality`` to rebuild its graphs.
 
     Raises:
         ConfigError: encodings that cannot be computed for these graphs.
@@ -78,7 +80,7 @@ def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encoding
         ds = load_csv(d.csv, d.smiles_col, list(d.target_cols), d.task, split=d.split or "scaffold",
                       cache_dir=Path(d.cache_dir) if d.cache_dir else None, seed=seed, sep=d.sep,
                       decimal=d.decimal, duplicates=d.duplicates, val_fraction=d.val_fraction,
-                      fragments=d.fragments)
+                      fragments=d.fragments, chirality=chirality)
         check_trainable(Path(d.csv), ds, require_test)
     else:  # the data.* keys the dataset takes (registered options; validate() refuses the others)
         from ..data.catalog import DATASET_META

@@ -501,7 +501,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     from ..data.csvdata import EmptySplitError
 
     try:
-        ds = prepare_data(d, encodings, trained_on.split_seed, progress)
+        ds = prepare_data(d, encodings, trained_on.split_seed, progress, chirality=info.chirality)  # as it trained
     except EmptySplitError as exc:
         if not allow_changed:
             raise

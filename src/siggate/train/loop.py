@@ -272,6 +272,11 @@ def resume_run(run: Run, path: Path, config: dict, ckpt: dict) -> bool:
     if diffs:
         raise CheckpointError(f"cannot resume from {path}: the config differs ({'; '.join(diffs)}); resume with the "
                               "run's own flags, or train into a new --out")
+    then = (ckpt.get("info") or {}).get("chirality", "tag")  # (runs recorded before it was kept read the tag)
+    if then != run.info.chirality:
+        raise CheckpointError(f"cannot resume from {path}: the run read its atoms' chirality as {then!r}, this siggate "
+                              f"reads them as {run.info.chirality!r} (R/S, however a SMILES is written); train into a "
+                              "new --out, or resume with the siggate version that started the run")
     try:
         _restore(run, ckpt)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:

@@ -461,7 +461,7 @@ class SmilesPredictor:
             check_atoms(mol)  # the rule a CSV's training rows pass
             if mol.GetNumAtoms() > self.max_atoms:
                 raise InvalidSmiles(self._too_large(mol.GetNumAtoms(), "atoms"))
-            g = mol_to_graph(mol)
+            g = mol_to_graph(mol, chirality=self.info.chirality)  # as the run read its molecules
             if self.mol_features != "none":  # raw, as the datasets store them; the model scales
                 from ..data.molfeatures import compute
 
