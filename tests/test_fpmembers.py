@@ -94,7 +94,7 @@ def test_svr_equals_sklearn_svr_on_a_precomputed_kernel():
     ref = SVR(kernel="precomputed", C=5.0, epsilon=0.05).fit(k(xtr, xtr), (ytr - mean) / std)
     want = mean + std * ref.predict(k(xte, xtr))
     got = member.predict(ds.test)
-    assert got.mean.shape == (len(ds.test), 1) and got.mean.dtype == torch.float64 and got.spread is None
+    assert got.mean.shape == (len(ds.test), 1) and got.mean.dtype == torch.float32 and got.spread is None
     f, out = member.decision_and_output([g.smiles for g in ds.test])
     np.testing.assert_allclose(out[:, 0], want, rtol=0, atol=1e-9)
     assert member.models_[0].support.shape[0] == ref.support_.size
@@ -256,7 +256,7 @@ def test_one_class_target_is_the_smoothed_rate(make, tmp_path):
     member = make().fit(ds)
     got = member.predict(ds.test).mean
     n = len(ds.train)
-    assert torch.allclose(got[:, 1], torch.full((len(ds.test),), (n + 0.5) / (n + 1), dtype=torch.float64))
+    assert torch.allclose(got[:, 1], torch.full((len(ds.test),), (n + 0.5) / (n + 1)))
     assert member.models_[1].meta == {"why": "one class among the training rows"}
     member.save(tmp_path)
     assert torch.equal(type(member).load(tmp_path).predict(ds.test).mean, got)
@@ -598,7 +598,7 @@ def test_refit_learns_the_val_chosen_option_on_train_and_val_and_keeps_out_of_sa
     # the held-out val predictions are the train-only fit's; the kept choice is the same
     np.testing.assert_array_equal(refit.held_out_["val"], once.predict_array([g.smiles for g in ds.val]))
     assert out_of_sample(refit, "val", ds.val).mean.numpy().tolist() == \
-        torch.from_numpy(refit.held_out_["val"].astype(np.float64)).numpy().tolist()
+        torch.from_numpy(refit.held_out_["val"].astype(np.float32)).numpy().tolist()
     for j in range(2):
         assert refit.models_[j].meta["chosen"] == once.models_[j].meta["chosen"]
         assert refit.models_[j].meta["refit"] == {"rows": "train+val", "n": len(ds.train) + len(ds.val)}

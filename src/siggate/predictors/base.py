@@ -130,7 +130,7 @@ def out_of_sample(member, split: str, graphs: Sequence) -> Prediction:
         raise PredictorFileError(f"{member.kind}: kept {len(kept)} out-of-sample {split} predictions for {len(graphs)} "
                                  "molecules, so it was fitted on another split (or its file was edited); train the "
                                  "run again with --overwrite")
-    return Prediction(mean=torch.from_numpy(np.asarray(kept, dtype=np.float64)))  # members predict in float64
+    return Prediction(mean=torch.from_numpy(np.asarray(kept, dtype=np.float32)))  # as the member's predict gives them
 
 
 def write_manifest(folder: str | Path, kind: str, info: "TaskInfo", **fields) -> Path:

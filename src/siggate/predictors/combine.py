@@ -221,7 +221,7 @@ class Combination:
     def combine(self, preds: Sequence[Prediction]) -> Prediction:
         """The combination of the members' predictions ``preds`` (in member order): the weighted
         mean and the weighted standard deviation over members (``ddof=0``), ``[G, T]`` each."""
-        stacked = torch.stack([p.mean for p in preds])  # members, G, T
+        stacked = torch.stack([p.mean for p in preds])  # members, G, T (promoted: a GNN's float64 beside a kernel's float32)
         if self.weights_ is None:
             if self.weighting == "val":
                 raise ValueError("weights='val': fit the weights (fit or fit_weights) before predicting")

@@ -553,7 +553,9 @@ class FingerprintMember:
     def predict(self, graphs: Sequence) -> Prediction:
         import torch
 
-        return Prediction(mean=torch.from_numpy(self.predict_array(graph_smiles(graphs, self.kind)).astype(np.float64)))
+        # float32: the kernel's sums in float64 move by 1e-16 with the other molecules of the batch (BLAS blocking),
+        # and the float32 value a molecule gets is its own, whatever it is predicted beside
+        return Prediction(mean=torch.from_numpy(self.predict_array(graph_smiles(graphs, self.kind)).astype(np.float32)))
 
     def atom_contributions(self, graphs: Sequence, **options) -> AtomContributions:
         """Each atom's share of the prediction for ``graphs`` by occlusion of the bins of the
