@@ -155,3 +155,31 @@ def test_a_stop_between_best_and_last_resumes_from_the_newer_best(tmp_path, monk
     assert record.resume_checkpoint(tmp_path / "reference") == tmp_path / "reference" / "last.pt"
     os.utime(tmp_path / "reference" / "best.pt", ns=(time.time_ns() + 10**9,) * 2)  # newer file, older epoch
     assert record.resume_checkpoint(tmp_path / "reference") == tmp_path / "reference" / "last.pt"
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_it_resumes(tmp_path):
+    """SIGTERM (a scheduler, kill, lanes.sh stop) ended the process at once: nothing said, no
+    cleanup. It stops the command as Ctrl-C does: one line naming the signal and how to resume,
+    exit status 143, no temporary file left; the run then resumes to its end."""
+    args = _config_args(tmp_path)
+    run, log = tmp_path / "run", tmp_path / "run.log"
+    proc = _start(args, run, log)
+    try:
+        deadline = time.time() + 600
+        while not (_rows(run / "log.csv") and (run / "last.pt").exists()):
+            assert proc.poll() is None, f"training ended before its first checkpoint:\n{log.read_text()}"
+            assert time.time() < deadline, "no checkpoint after 10 minutes"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert "siggate train: terminated (SIGTERM); " in text and "--resume" in text and "Traceback" not in text, text
+    assert not list(run.glob(".*.tmp")) and not list(run.glob("*.tmp"))
+    assert not (run / "metrics.json").exists()
+    resumed = _start(args, run, log, resume=True)
+    assert resumed.wait(timeout=600) == 0, log.read_text()
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == EPOCHS

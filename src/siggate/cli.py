@@ -192,9 +192,9 @@ def cmd_train(args) -> int:
             m = train(cfg, out, resume=resume is not None, progress=progress_enabled(args),
                       dist=DistContext(device=_torch_device(device)))
             mark_run(out)
-    except KeyboardInterrupt:
-        print(f"siggate train: interrupted; {_resume_hint(out, args)}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"siggate train: {_stopped(exc)}; {_resume_hint(out, args)}", file=sys.stderr)
+        return _stopped_status(exc)
     finally:
         lock.release()
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
@@ -849,10 +849,10 @@ def _pretrain(args) -> int:
                        config=args.config, overrides=overrides, data_root=args.data_root, exclude_files=args.exclude,
                        smiles_col=args.smiles_col, resume=args.resume, progress=progress_enabled(args),
                        device=check_device(args.device), workers=args.threads or 1)
-    except KeyboardInterrupt:
-        print(f"siggate pretrain: interrupted; resume with: siggate pretrain --smiles {args.smiles} --out "
+    except KeyboardInterrupt as exc:
+        print(f"siggate pretrain: {_stopped(exc)}; resume with: siggate pretrain --smiles {args.smiles} --out "
               f"{args.out} --resume (and the same options)", file=sys.stderr)
-        return 130
+        return _stopped_status(exc)
     except (ValueError, OSError) as exc:  # an unreadable corpus or exclude file: name it, no traceback
         if type(exc).__name__ in ("ConfigError", "DataError"):
             raise
@@ -1101,7 +1101,51 @@ def _innermost(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser
         parser = subs[0].choices[name]
 
 
+def _stopped(exc: BaseException) -> str:
+    """How a command that was stopped says so: ``terminated`` (SIGTERM) or ``interrupted`` (Ctrl-C)."""
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+
+
+def _stopped_status(exc: BaseException) -> int:
+    """The exit status of a stopped command: 128 + the signal's number, as a shell reports it."""
+    return 143 if isinstance(exc, Terminated) else 130
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler ending a job, ``kill``, ``lanes.sh stop``), raised where the process
+    is, so that what is being written is finished or removed and the command says how to resume,
+    as after Ctrl-C; its exit status is 143 (128 + SIGTERM)."""
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupt():
+    """SIGTERM raises :class:`Terminated` while a command runs (the main thread only, where Python
+    delivers signals); the handler before is put back after it. Python's default ended the process
+    at once: no ``finally`` ran, a checkpoint being written left its temporary file, and nothing
+    was said."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def main(argv: list[str] | None = None) -> int:
+    with _terminated_as_interrupt():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command they were given to, with its usage (the top-level usage said nothing of it)
@@ -1128,11 +1172,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"siggate {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         again = ("; run the same command again to resume (finished runs are kept, unfinished ones resume)"
                  if args.command == "compare" else "")
-        print(f"siggate {args.command}: interrupted{again}", file=sys.stderr)
-        return 130
+        print(f"siggate {args.command}: {_stopped(exc)}{again}", file=sys.stderr)
+        return _stopped_status(exc)
 
 
 if __name__ == "__main__":
