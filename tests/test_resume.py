@@ -45,6 +45,15 @@ def _start(args: list[str], out: Path, log: Path, resume: bool = False) -> subpr
                             stderr=subprocess.STDOUT, env=subprocess_env())
 
 
+def _first_checkpoint(proc: subprocess.Popen, run: Path, log: Path) -> None:
+    """Wait until the training ``proc`` into ``run`` has checkpointed its first epoch."""
+    deadline = time.time() + 600
+    while not (_rows(run / "log.csv") and (run / "last.pt").exists()):
+        assert proc.poll() is None, f"training ended before its first checkpoint:\n{log.read_text()}"
+        assert time.time() < deadline, "no checkpoint after 10 minutes"
+        time.sleep(0.02)
+
+
 def test_sigkill_in_the_middle_of_an_epoch_then_resume_is_exact(tmp_path):
     args = _config_args(tmp_path)
     run, log = tmp_path / "killed", tmp_path / "killed.log"
@@ -54,12 +63,7 @@ def test_sigkill_in_the_middle_of_an_epoch_then_resume_is_exact(tmp_path):
     started.append(_start(args, tmp_path / "reference", tmp_path / "reference.log"))
     proc, reference = started
     try:
-        deadline = time.time() + 600
-        # wait until epoch 1 is checkpointed, then kill during a later epoch
-        while not (_rows(run / "log.csv") and (run / "last.pt").exists()):
-            assert proc.poll() is None, f"training ended before its first checkpoint:\n{log.read_text()}"
-            assert time.time() < deadline, "no checkpoint after 10 minutes"
-            time.sleep(0.02)
+        _first_checkpoint(proc, run, log)  # then kill during a later epoch
         epoch_seconds = float(_rows(run / "log.csv")[-1]["seconds"])
         time.sleep(0.4 * epoch_seconds)
         os.kill(proc.pid, signal.SIGKILL)
@@ -165,11 +169,7 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_it_resumes(tmp_path):
     run, log = tmp_path / "run", tmp_path / "run.log"
     proc = _start(args, run, log)
     try:
-        deadline = time.time() + 600
-        while not (_rows(run / "log.csv") and (run / "last.pt").exists()):
-            assert proc.poll() is None, f"training ended before its first checkpoint:\n{log.read_text()}"
-            assert time.time() < deadline, "no checkpoint after 10 minutes"
-            time.sleep(0.02)
+        _first_checkpoint(proc, run, log)
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=120) == 143, log.read_text()
     finally:
