@@ -370,3 +370,29 @@ def test_a_results_file_that_is_not_one_is_named_with_the_fix(tmp_path):
         with pytest.raises(ResultsFileError, match="restore it") as e:
             _store(path).load()
         assert str(e.value).startswith(f"{path} {why}")
+
+
+def test_reuse_status_takes_a_moved_csv_of_the_recorded_content_as_the_runs(tmp_path):
+    """A finished run whose CSV was moved (or copied to another machine) with its content kept
+    was called a conflict by the study (data.csv differs), while --resume takes such a file as the
+    run's: the study reuses it now; a moved file of other content stays a conflict."""
+    import hashlib
+    import shutil
+
+    data = tmp_path / "mol.csv"
+    data.write_text("smiles,y\nCCO,1\nCCN,2\n")
+    cfg = load_config("csv", [f"data.csv={data}", "data.target_cols=[y]"]).to_dict()
+    run = tmp_path / "run"
+    run.mkdir()
+    sha = hashlib.sha256(data.read_bytes()).hexdigest()
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "_meta": {"git_commit": "x", "resolved": {},
+                                                                       "source": {"csv": str(data), "sha256": sha}}}))
+    (run / "metrics.json").write_text(json.dumps({"test": 0.5}))
+    moved = tmp_path / "elsewhere" / "mol.csv"
+    moved.parent.mkdir()
+    shutil.move(data, moved)
+    there = load_config("csv", [f"data.csv={moved}", "data.target_cols=[y]"]).to_dict()
+    assert reuse_status(run, there).state == "done"
+    moved.write_text("smiles,y\nCCO,10\nCCN,20\n")
+    status = reuse_status(run, there)
+    assert status.state == "conflict" and "data.csv" in status.reason, status.reason

@@ -36,6 +36,7 @@ from .rundir import (
     READ_OTHERWISE,
     changed_since,
     reading_changed,
+    recorded_sha256,
     recorded_source,
     records_epochs,
     saved_config_and_resolved,
@@ -191,7 +192,8 @@ def reuse_status(run_dir: str | Path, config: dict, store: RowStore | None = Non
     run_dir = Path(run_dir)
     saved = saved_run_config(run_dir)
     if saved is not None:
-        diffs = config_differences(saved[0], config)
+        # a CSV moved or copied since, of the content the run recorded, is the run's file (as --resume takes it)
+        diffs = config_differences(saved[0], config, csv_sha256=recorded_sha256(run_dir / "config.yaml"))
         if not diffs:  # the same config, a CSV of another content since: its scores are of other data
             changed = changed_since(run_dir / "config.yaml", config.get("data") or {}, DATA_CHANGED)
             if not changed:  # the same file, read otherwise by this siggate: other rows, other splits
