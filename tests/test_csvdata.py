@@ -957,3 +957,28 @@ def test_a_bad_cell_of_one_target_keeps_the_rows_other_labels(tmp_path):
     assert notes[1] == ("label left out", "target column 'b': '>100' is not a number (censored: a bound, not a "
                         "measurement): that target is missing for this row, its other targets' labels are kept")
     assert notes[3][1].startswith("target column 'b': 'inf' is not finite")
+
+
+def test_a_heavy_isotope_label_is_one_molecule_with_its_unlabelled_copy(tmp_path):
+    """The members read no isotope (atom features, fingerprints), so [13CH3]CN is CCN to all of
+    them, but the duplicate key kept the label: a labelled copy landed in test with its molecule
+    in training, unsaid. One molecule now, in one split; a deuterium (an atom of the graph) stays
+    its own molecule."""
+    from siggate.data.csvdata import canonical_smiles
+
+    base = [Chem.MolToSmiles(Chem.MolFromSmiles(s)) for s in
+            ("CCN", "Cc1ccccc1", "CCO", "CCCl", "c1ccncc1", "CC(C)O", "CCCC", "OCCO", "CC(=O)O", "CN(C)C")]
+    rows = [(s, i) for i, s in enumerate(base * 3)]  # 30 rows: enough for a random split
+    labelled = {"CCN": "[13CH3]CN", "Cc1ccccc1": "[13CH3]c1ccccc1", "CCCl": "CC[37Cl]", "CCO": "[2H]OCC"}
+    rows += [(labelled[s], 100 + i) for i, s in enumerate(labelled)]
+    path = tmp_path / "iso.csv"
+    path.write_text("smiles,y\n" + "".join(f"{s},{y}\n" for s, y in rows))
+    ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
+    where: dict = {}
+    for name, graphs in ds.splits.items():
+        for g in graphs:
+            where.setdefault(canonical_smiles(g.smiles), set()).add(name)
+    assert all(len(s) == 1 for s in where.values()), where
+    assert canonical_smiles("[13CH3]CN") == canonical_smiles("CCN") == "CCN"
+    assert canonical_smiles("CC[37Cl]") == "CCCl" and canonical_smiles("[2H]OCC") != "CCO"
+    assert len(where) == len(base) + 1  # the deuterated ethanol is a molecule of its own

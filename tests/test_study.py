@@ -92,16 +92,26 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
     two = tmp_path / "two.csv"
     two.write_text("smiles,a,b\nCCO,1,2\nCCN,2,>5\nCCC,3,4\n")
     cfg2 = load_config("csv", [f"data.csv={two}", "data.target_cols=[a,b]"]).to_dict()
-    for reading, state in ((CSV_VERSION, "done"), (4, "conflict"), (None, "conflict")):
+    for reading, state in ((CSV_VERSION, "done"), (5, "done"), (4, "conflict"), (None, "conflict")):
         record(reading, two, cfg2)
         status = reuse_status(run, cfg2)
         assert status.state == state, (reading, status.reason)
     assert status.reason == (f"this siggate reads {two} otherwise than the one that started the run did (CSV reading "
                              f"4, now {CSV_VERSION}: rows with a label cell that is no number beside another target's "
-                             "label are kept, so the splits differ): its rows and splits were read as the siggate that "
+                             "label are kept, and a copy of a molecule labelling a heavy atom's isotope is one molecule "
+                             "with it, so the splits differ): its rows and splits were read as the siggate that "
                              "started it read them")
     [planned] = plan([StudyRun("k", run, cfg2, None)])
     assert planned.error.startswith(f"{run} holds a run of other data (this siggate reads"), planned.error
+    # reading 5 to 6: only a file that labels a heavy atom's isotope is read otherwise (a deuterium is not)
+    heavy = tmp_path / "heavy.csv"
+    for text, state in (("smiles,y\nCCO,1\n[2H]OCC,2\n", "done"), ("smiles,y\nCCO,1\n[13CH3]CO,2\n", "conflict")):
+        heavy.write_text(text)
+        cfg3 = load_config("csv", [f"data.csv={heavy}", "data.target_cols=[y]"]).to_dict()
+        record(5, heavy, cfg3)
+        status = reuse_status(run, cfg3)
+        assert status.state == state, (text, status.reason)
+    assert "(CSV reading 5, now 6: a copy of a molecule labelling a heavy atom's isotope ([13CH3]) is one" in status.reason
 
 
 def _call(key, run_dir, value):

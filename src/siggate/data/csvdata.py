@@ -117,8 +117,9 @@ MISSING_TARGET = "missing target"
 #: reshuffled the other rows); 4: the same rows dropped after the splits are drawn, so that every
 #: other row keeps its version-2 split; 5: a label cell that is no number (or not finite) beside a
 #: label of another target is missing for its target, the row kept (it was dropped); runs record the
-#: version they read the file with (``_meta.source.reading``), and one started with another is not resumed
-CSV_VERSION = 5
+#: version they read the file with (``_meta.source.reading``), and one started with another is not resumed;
+#: 6: a molecule and a copy labelling a heavy atom's isotope ([13CH3]) are one molecule (_canonical)
+CSV_VERSION = 6
 
 
 def _parse_split(split: str) -> str | None:
@@ -351,18 +352,29 @@ def read_otherwise(then: int, path: str | os.PathLike, target_cols: list[str], t
                    decimal: str = ".") -> bool:
     """Whether this siggate (:data:`CSV_VERSION`) reads the CSV ``path`` otherwise than reading
     ``then`` did: other rows kept, so other splits. Version 4 and 5 differ only where a label cell
-    that is no number sits beside another target's label (:func:`read_labels` keeps that row now);
-    other versions are taken to differ. A file that cannot be read is not judged here."""
+    that is no number sits beside another target's label (:func:`read_labels` keeps that row now),
+    5 and 6 only where a SMILES labels a heavy atom's isotope (one molecule with its unlabelled
+    copy now: :data:`_HEAVY_ISOTOPE` anywhere in the file, a cell of another column too, is taken
+    to differ); other versions are taken to differ. A file that cannot be read is not judged here."""
     if then == CSV_VERSION:
         return False
-    if then != 4 or CSV_VERSION != 5:
+    if then not in (4, 5) or CSV_VERSION != 6:
         return True
     try:
         header, records = read_table(Path(path), sep or detect_sep(Path(path)))
+        if any(_HEAVY_ISOTOPE.search(cell) for record in records for cell in record):
+            return True
+        if then == 5:
+            return False
         frame = table_frame(header, records, list(target_cols))
         return bool(read_labels(Path(path), frame, list(target_cols), task, decimal, records.lines)[2])
     except (DataError, KeyError, ValueError, OSError):
         return False
+
+
+#: a SMILES atom with an isotope label on an element other than hydrogen (``[13CH3]``, ``[18F]``;
+#: not ``[2H]``, but ``[2He]``/``[3Hg]``)
+_HEAVY_ISOTOPE = re.compile(r"\[\d+(?!H(?![a-z]))[A-Za-z]")
 
 
 #: the data report's issue of a row kept with a label cell read as missing (:func:`read_labels`)
@@ -696,7 +708,7 @@ def build_csv(
             except InvalidSmiles as exc:  # dropped once the splits are drawn: every other row keeps the split
                 late[i] = str(exc)        # it had when such rows were kept (CSV_VERSION 2), so older runs resume
             data = mol_to_graph(mol, chirality=chirality)
-            same = reading.smiles or _canonical(mol, smi)
+            same = _canonical(mol, smi) if _heavy_isotopes(mol) else (reading.smiles or _canonical(mol, smi))
             if split in ("scaffold", "scaffold_balanced"):
                 try:
                     key = murcko_scaffold(mol)
@@ -790,11 +802,25 @@ def table_frame(header: list[str], records: list[list[str]], columns: list[str])
                         columns=columns, dtype=str)
 
 
+def _heavy_isotopes(mol) -> bool:
+    """Whether ``mol`` labels the isotope of an atom other than hydrogen (``[13CH3]``, ``[18F]``)."""
+    return any(a.GetIsotope() and a.GetAtomicNum() != 1 for a in mol.GetAtoms())
+
+
 def _canonical(mol, smiles: str) -> str:
-    """RDKit's canonical SMILES of ``mol`` (the input text if RDKit cannot write it)."""
+    """RDKit's canonical SMILES of ``mol`` with its heavy atoms' isotope labels dropped (the input
+    text if RDKit cannot write it): the key of one molecule for the duplicates, the splits and the
+    molecules a run fitted. A ``13C``-labelled copy is the molecule every member reads (the atom
+    features and the fingerprints hold no isotope), so it is one molecule with it, never one in
+    training and the other in test; a deuterium stays (an atom of the graph)."""
     from rdkit import Chem
 
     try:
+        if _heavy_isotopes(mol):
+            mol = Chem.Mol(mol)
+            for atom in mol.GetAtoms():
+                if atom.GetAtomicNum() != 1:
+                    atom.SetIsotope(0)
         return Chem.MolToSmiles(mol)
     except Exception:
         return smiles

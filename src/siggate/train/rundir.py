@@ -345,8 +345,15 @@ def reading_changed(source: dict | None, data) -> str | None:
                           get("decimal") or "."):
         return None
     return (f"this siggate reads {csv} otherwise than the one that started the run did (CSV reading {then}, now "
-            f"{CSV_VERSION}: rows with a label cell that is no number beside another target's label are kept, so "
-            "the splits differ)")
+            f"{CSV_VERSION}: {READING_CHANGES.get(then, 'other rows kept or merged')}, so the splits differ)")
+
+
+#: what a reading of the CSVs changed since each earlier one, as :func:`reading_changed` says it
+READING_CHANGES = {
+    4: "rows with a label cell that is no number beside another target's label are kept, and a copy of a molecule "
+       "labelling a heavy atom's isotope is one molecule with it",
+    5: "a copy of a molecule labelling a heavy atom's isotope ([13CH3]) is one molecule with it",
+}
 
 
 def resume_differences(saved: dict, current: dict, path: str | Path | None = None) -> list[str]:
