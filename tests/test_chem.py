@@ -309,10 +309,23 @@ def test_cip_chirality_is_one_graph_for_every_spelling_of_a_molecule():
     assert col(s1, "cip") == col(s2, "cip") == [0, 2, 0, 0, 0, 0] and col(r, "cip") == [0, 1, 0, 0, 0, 0]
     # the same molecule written from another atom: the centre sits elsewhere, with the same label
     assert sorted(col("OC(=O)[C@H](C)N", "cip")) == sorted(col(s1, "cip"))
-    ring = "C[C@H]1CC[C@@H](C)CC1"  # cis-1,4-dimethylcyclohexane: tagged, no R/S
-    assert sorted(set(col(ring, "cip"))) == [0, 3]
+    cis, trans = "C[C@H]1CC[C@@H](O)CC1", "C[C@H]1CC[C@H](O)CC1"  # pseudo-asymmetric centres: r and s
+    assert col(cis, "cip") != col(trans, "cip") and 3 not in col(cis, "cip")
+    # every spelling of a molecule is one graph: the column in canonical atom order is one list
+    for smiles in (s1, cis, trans, "C[C@H](O)[C@@H](N)C(=O)O", "C/C=C/[C@@H](Cl)c1ccccc1"):
+        mol = Chem.MolFromSmiles(smiles)
+        seen = set()
+        for k in range(12):
+            other = Chem.MolFromSmiles(Chem.MolToSmiles(mol, doRandom=True, canonical=False) if k else smiles)
+            column = mol_to_graph(other, chirality="cip").x[:, 1].tolist()
+            seen.add(tuple(v for _, v in sorted(zip(Chem.CanonicalRankAtoms(other), column))))
+        assert len(seen) == 1, (smiles, seen)
     assert col("CCO", "cip") == [0, 0, 0]
-    for smiles in (s1, ring, "c1ccccc1O"):  # the default is OGB's featurization
-        assert torch.equal(mol_to_graph(Chem.MolFromSmiles(smiles)).x, torch.as_tensor(smiles2graph(smiles)["node_feat"]))
+    for smiles in (s1, cis, "C/C=C/C", "C/C=C\\C[C@H](N)O", "c1ccccc1O"):  # tag: OGB's; cip: OGB's bonds
+        ogb = smiles2graph(smiles)
+        mol = Chem.MolFromSmiles(smiles)
+        assert torch.equal(mol_to_graph(mol).x, torch.as_tensor(ogb["node_feat"]))
+        assert torch.equal(mol_to_graph(mol, chirality="cip").edge_attr, torch.as_tensor(ogb["edge_feat"]))
+        assert torch.equal(mol_to_graph(mol).edge_attr, torch.as_tensor(ogb["edge_feat"]))  # the molecule unchanged
     with pytest.raises(ValueError, match="chirality must be 'tag' or 'cip', got 'rs'"):
         mol_to_graph(Chem.MolFromSmiles(s1), chirality="rs")

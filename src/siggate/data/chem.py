@@ -333,18 +333,23 @@ def parse_smiles(smiles: str, allow_unsanitized: bool = False, max_length: int |
 # --------------------------------------------------------------------- featurizing
 
 
-#: the OGB chirality column's entries that carry R and S with ``chirality="cip"`` (those of the
-#: clockwise and anticlockwise tags); a stereocentre without a CIP label takes "other" (3)
-_CIP_ENTRY = {"R": 1, "S": 2}
+#: the OGB chirality column's entries that carry the CIP labels with ``chirality="cip"`` (those of
+#: the clockwise and anticlockwise tags): R and S, and the pseudo-asymmetric r and s (a ring's cis
+#: and trans: 1,4-disubstituted cyclohexanes); a stereocentre without a label takes "other" (3)
+_CIP_ENTRY = {"R": 1, "S": 2, "r": 1, "s": 2}
 _CHIRAL_OTHER = 3
 
 
 def _cip_column(mol: Chem.Mol, tags: np.ndarray) -> np.ndarray:
-    """The chirality column with ``chirality="cip"``: R 1, S 2, a tagged atom without a CIP label
-    (a ring's cis/trans, an unsanitized molecule) 3, every other atom 0 (``tags``: the OGB column)."""
+    """The chirality column with ``chirality="cip"``: R and r 1, S and s 2, a tagged atom without
+    a CIP label (an unsanitized molecule) 3, every other atom 0 (``tags``: the OGB column). The
+    labels are found on a copy: RDKit's stereo perception rewrites the bonds' E/Z as cis/trans,
+    which would change the bond features OGB reads."""
     out = np.where(tags != 0, _CHIRAL_OTHER, 0)
+    if not out.any():
+        return out
     try:
-        centres = Chem.FindMolChiralCenters(mol, includeUnassigned=False, useLegacyImplementation=False)
+        centres = Chem.FindMolChiralCenters(Chem.Mol(mol), includeUnassigned=False, useLegacyImplementation=False)
     except Exception:  # RDKit cannot rank this molecule: every tagged atom is "other"
         return out
     for i, label in centres:
@@ -355,8 +360,8 @@ def _cip_column(mol: Chem.Mol, tags: np.ndarray) -> np.ndarray:
 
 def mol_to_graph(mol: Chem.Mol, chirality: str = "tag") -> Data:
     """OGB featurization of a molecule, identical to ``ogb.utils.smiles2graph``, with
-    ``chirality="tag"``; ``"cip"`` writes each stereocentre's CIP label (R, S) in the chirality
-    column instead of RDKit's tag, which is relative to the neighbours' order in the SMILES as
+    ``chirality="tag"``; ``"cip"`` writes each stereocentre's CIP label (R/r, S/s) in the chirality
+    column instead of RDKit's tag (the bonds' features stay OGB's), which is relative to the neighbours' order in the SMILES as
     written (``C[C@H](N)C(=O)O`` and ``N[C@@H](C)C(=O)O``, one molecule, had two tags, one of them
     R-alanine's), so that every spelling of a molecule is one graph (:data:`~.base.ATOM_CHIRALITY`).
 
