@@ -190,9 +190,10 @@ def rerun_missing(rows: list[dict], exe: str, say=lambda line: None) -> list[str
             rc, wall, _ = peers._run([exe, *args], log, peers._env())
         finally:
             marker.unlink(missing_ok=True)
-        if rc < 0:  # ended by a signal (stopped, or out of memory): not a result; done again next time
+        if rc < 0 or rc in (130, 143):  # ended by a signal (stopped, or out of memory; siggate exits 130 on
+            # Ctrl-C and 143 on SIGTERM): not a result; done again next time
             shutil.rmtree(folder, ignore_errors=True)
-            note(f"{name}: stopped by signal {-rc}; it is trained again on the next call")
+            note(f"{name}: stopped by a signal (exit {rc}); it is trained again on the next call")
             continue
         m, why = folder_metrics(r)
         if rc != 0 or m is None:

@@ -747,3 +747,14 @@ def test_report_and_claims_name_a_result_of_another_shape(tmp_path, capsys):
         err = capsys.readouterr().err
         assert f"{d / name}: not a complete siggate {what} result (" in err and "Traceback" not in err, err
         assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_collapsed_head_counts_beside_a_seed_that_diverged():
+    """A diverged seed made the whole gate's count unknown, hiding a head that collapsed in a seed
+    that trained: it is counted (the claim then fails); no collapse beside a divergence stays unknown."""
+    from siggate.analysis.entropy import _collapsed
+
+    nan = float("nan")
+    assert _collapsed(np.array([[[0.05, 0.8]], [[nan, nan]]]), 0.2) == 1
+    assert _collapsed(np.array([[[0.5, 0.8]], [[nan, nan]]]), 0.2) is None
+    assert _collapsed(np.array([[[0.5, 0.8]], [[0.6, 0.1]]]), 0.2) == 1

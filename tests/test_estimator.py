@@ -986,3 +986,23 @@ def test_random_state_is_the_seed_as_scikit_learn_reads_it(molecules):
     assert fitted(random_state=np.random.RandomState(5))[0] == drawn
     assert fitted(random_state=np.random.default_rng(5))[0] == int(np.random.default_rng(5).integers(2**31 - 1))
     assert not np.array_equal(fitted(random_state=drawn)[1], pred3)  # another seed, other validation molecules
+
+
+def test_an_estimator_pickled_before_random_state_loads_with_its_seed():
+    """Its state has ``seed`` and no ``random_state``: get_params, repr and clone raised
+    AttributeError. It loads with that seed as random_state."""
+    import pickle
+
+    from sklearn.base import clone
+
+    import siggate
+
+    est = siggate.SigGateRegressor(epochs=2, random_state=5)
+    state = est.__getstate__()
+    state.pop("random_state")
+    state["seed"] = 7
+    old = siggate.SigGateRegressor.__new__(siggate.SigGateRegressor)
+    old.__setstate__(state)
+    assert old.get_params()["random_state"] == 7 and old.get_params()["seed"] is None
+    assert clone(old).random_state == 7 and "random_state=7" in repr(old)
+    assert pickle.loads(pickle.dumps(old)).get_params() == old.get_params()

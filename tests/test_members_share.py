@@ -187,7 +187,12 @@ assert os.environ["OMP_NUM_THREADS"] == "1"  # as the harness ran it
 
     _shutil.rmtree(same_out)
     said = share.rerun_missing([killed], str(fake))
-    assert said == ["A seed 0: stopped by signal 15; it is trained again on the next call"]
+    assert said == ["A seed 0: stopped by a signal (exit -15); it is trained again on the next call"]
+    assert not same_out.exists() and not (same_out.parent / "model.unreproduced").exists()
+    # siggate itself stops on SIGTERM with exit status 143 (as after Ctrl-C, 130): no result either
+    fake.write_text(fake_text.replace("test = float(", "if '--die' in sys.argv: sys.exit(143)\ntest = float("))
+    assert share.rerun_missing([killed], str(fake)) == [
+        "A seed 0: stopped by a signal (exit 143); it is trained again on the next call"]
     assert not same_out.exists() and not (same_out.parent / "model.unreproduced").exists()
     fake.write_text(fake_text)
     assert share.rerun_missing([same], str(fake))[0].startswith("A seed 0: reproduced")

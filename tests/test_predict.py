@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from rdkit import Chem, RDConfig, rdBase
 
 from siggate.config import from_dict
@@ -685,6 +686,17 @@ def test_a_molecule_predicts_alike_however_its_stereo_smiles_is_written(tmp_path
     assert old.info.chirality == "tag"
     tags = [old.featurize(s).x[:, 1].tolist() for s in s_ala[:2]]
     assert tags[0] != tags[1]
-    rc, _, err = run_cli([*argv[:argv.index("--epochs")], "--epochs", "3", *argv[argv.index("--epochs") + 2:],
-                          "--resume"], capsys)
+    resume = [*argv[:argv.index("--epochs")], "--epochs", "3", *argv[argv.index("--epochs") + 2:], "--resume"]
+    rc, _, err = run_cli(resume, capsys)  # the checkpoints' word (the training's own check, after the data)
     assert rc == 2 and "the run read its atoms' chirality as 'tag', this siggate reads them as 'cip'" in err, err
+    record = yaml.safe_load((run / "config.yaml").read_text())
+    del record["_meta"]["task"]["chirality"]  # the record's too: refused before the data, by the reading rule
+    (run / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+    rc, _, err = run_cli(resume, capsys)
+    assert rc == 2 and "its GNN read the molecules' stereocentres by RDKit's tag" in err, err
+    from siggate.train.study import reuse_status
+
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg.pop("_meta")
+    status = reuse_status(run, cfg)  # compare and the studies do not mix it in beside new runs either
+    assert status.state == "conflict" and "stereocentres" in status.reason, status

@@ -148,6 +148,8 @@ def test_a_stop_between_best_and_last_resumes_from_the_newer_best(tmp_path, monk
     run = tmp_path / "run"
     assert torch.load(run / "last.pt", weights_only=True)["state"]["epoch"] == stop_at - 1
     assert record.resume_checkpoint(run) == run / "best.pt"
+    os.utime(run / "best.pt", ns=(10**9, 10**9))  # copied without its times (cp -r): the epochs still decide
+    assert record.resume_checkpoint(run) == run / "best.pt"
     with caplog.at_level(logging.WARNING, logger="siggate.train"):
         got = train_tiny(run, cfg, resume=True)
     assert "stopped after writing best.pt and before last.pt" in caplog.text

@@ -359,3 +359,12 @@ def test_compare_takes_a_null_score_as_no_number(tmp_path):
     assert math.isnan(res["per_seed"]["elementwise"][2]) and math.isnan(res["per_seed_val"]["none"][0])
     (c,) = res["comparisons"]
     assert c["n_pairs"] == 2
+
+
+def test_a_null_score_is_a_score_that_is_not_a_number():
+    """results.json writes a NaN score as null; the paired test read it with float(None), so the
+    ablation table of `analyze report` refused siggate's own file as incomplete."""
+    from siggate.stats import compare_paired
+
+    c = compare_paired({"0": 1.0, "1": 1.1, "2": None}, {"0": 0.9, "1": 1.0, "2": 0.8}, False)
+    assert c["n_pairs"] == 2 and c["seeds"] == ["0", "1"] and c["mean_diff"] == pytest.approx(-0.1)

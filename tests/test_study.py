@@ -13,6 +13,9 @@ from siggate.config import load_config
 from siggate.train.executor import CallRequest, InlineExecutor, RunResult
 from siggate.train.study import StudyRun, execute, finished, plan, reuse_status
 
+#: the task record of a CSV run's GNN since siggate kept how it read stereocentres (a record without it read the tag)
+CIP = {"name": "csv", "chirality": "cip"}
+
 
 def _cfg(*sets):
     return load_config("nci5k", ["model.dim=32", *sets]).to_dict()
@@ -64,7 +67,7 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     sha = hashlib.sha256(data.read_bytes()).hexdigest()
-    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "_meta": {"git_commit": "x", "resolved": {},
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "_meta": {"git_commit": "x", "resolved": {}, "task": CIP,
                                                                        "source": {"csv": str(data), "sha256": sha}}}))
     (run / "metrics.json").write_text(json.dumps({"test": 0.5}))
     assert reuse_status(run, cfg).state == "done"
@@ -83,7 +86,7 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
     def record(reading, csv_file, config):
         sha = hashlib.sha256(csv_file.read_bytes()).hexdigest()
         source = {"csv": str(csv_file), "sha256": sha, **({"reading": reading} if reading is not None else {})}
-        (run / "config.yaml").write_text(yaml.safe_dump({**config, "_meta": {"git_commit": "x", "resolved": {},
+        (run / "config.yaml").write_text(yaml.safe_dump({**config, "_meta": {"git_commit": "x", "resolved": {}, "task": CIP,
                                                                               "source": source}}))
 
     for reading in (CSV_VERSION, 4, None):
@@ -395,7 +398,7 @@ def test_reuse_status_takes_a_moved_csv_of_the_recorded_content_as_the_runs(tmp_
     run = tmp_path / "run"
     run.mkdir()
     sha = hashlib.sha256(data.read_bytes()).hexdigest()
-    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "_meta": {"git_commit": "x", "resolved": {},
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "_meta": {"git_commit": "x", "resolved": {}, "task": CIP,
                                                                        "source": {"csv": str(data), "sha256": sha}}}))
     (run / "metrics.json").write_text(json.dumps({"test": 0.5}))
     moved = tmp_path / "elsewhere" / "mol.csv"
@@ -406,3 +409,22 @@ def test_reuse_status_takes_a_moved_csv_of_the_recorded_content_as_the_runs(tmp_
     moved.write_text("smiles,y\nCCO,10\nCCN,20\n")
     status = reuse_status(run, there)
     assert status.state == "conflict" and "data.csv" in status.reason, status.reason
+
+
+def test_recorded_chirality_of_runs_recorded_before_it_was_kept(tmp_path):
+    """A run's record says how its GNN read stereocentres (``_meta.task.chirality``); one written
+    before siggate kept it read RDKit's tag; a run of members without a GNN read no stereo."""
+    from siggate.train.rundir import reading_changed, recorded_chirality
+
+    def record(name, meta):
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump({"data": {"name": "csv"}, "_meta": meta}))
+        return path
+
+    assert recorded_chirality(record("new.yaml", {"task": {"name": "csv", "chirality": "cip"}})) == "cip"
+    assert recorded_chirality(record("old.yaml", {"task": {"name": "csv"}})) == "tag"
+    assert recorded_chirality(record("members.yaml", {"members": {"kinds": ["gnn", "svr"]}})) == "tag"
+    assert recorded_chirality(record("fp.yaml", {"members": {"kinds": ["svr", "rf"]}})) is None
+    assert recorded_chirality(tmp_path / "missing.yaml") is None
+    assert reading_changed(None, {"name": "csv"}, "tag").startswith("its GNN read the molecules' stereocentres")
+    assert reading_changed(None, {"name": "csv"}, "cip") is None and reading_changed(None, {"name": "zinc"}, "tag") is None

@@ -47,7 +47,8 @@ def main(argv=None) -> int:
     rows = []
     for run in args.runs:
         cfg = load_config(str(run / "model" / "config.yaml"))
-        ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False)
+        chirality = load_trained(run / "model" / "best.pt")[3].chirality  # its molecules read as it trained
+        ds = prepare_data(cfg.data, cfg.model, cfg.train.seed, progress=False, chirality=chirality)
         for name in ("last.pt", "best.pt"):
             model, ckpt, _, info = load_trained(run / "model" / name)
             mean, std = ckpt["target_mean"], ckpt["target_std"]

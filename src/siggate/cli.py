@@ -133,7 +133,7 @@ def cmd_train(args) -> int:
         changed = rundir.changed_since(path, cfg.data)
         if changed:
             raise CLIError(f"--resume {resume}: {changed}; restore the file, or start a new run with another --out")
-        otherwise = rundir.reading_changed(rundir.recorded_source(path), cfg.data)
+        otherwise = rundir.reading_changed(rundir.recorded_source(path), cfg.data, rundir.recorded_chirality(path))
         if otherwise:
             raise CLIError(f"--resume {resume}: {otherwise}; start a new run with another --out, or resume it with the "
                            "siggate version that started it")
@@ -248,9 +248,10 @@ def _check_resumed_epochs(resume: Path, epochs: int, several: bool) -> None:
     """Refuse, before the data load, ``--epochs`` below what the run (each GNN member of a run of
     several) has trained: the rule :func:`~siggate.train.loop.resume_run` applies, named sooner."""
     from .train.checkpoint import CheckpointError, shrink_refusal, trained_epochs
+    from .train.record import resume_checkpoint
     from .train.rundir import member_folders
 
-    for last in [m / "last.pt" for m in member_folders(resume)] if several else [resume / "last.pt"]:
+    for last in [resume_checkpoint(m) for m in member_folders(resume)] if several else [resume_checkpoint(resume)]:
         if not last.is_file():
             continue
         try:
@@ -1136,8 +1137,8 @@ def _terminated_as_interrupt():
     before = signal.signal(signal.SIGTERM, handler)
     try:
         yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
+    finally:  # (None: a handler set outside Python, which cannot be put back from here; the default then)
+        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -352,6 +352,13 @@ class _SigGateEstimator(BaseEstimator):
             shutil.rmtree(work, ignore_errors=True)
         return self
 
+    def __setstate__(self, state: dict) -> None:
+        """An estimator pickled before ``random_state`` had its seed as ``seed``: it loads with that
+        seed as ``random_state`` (and no deprecated ``seed`` to warn of)."""
+        if isinstance(state, dict) and "random_state" not in state:
+            state = {**state, "random_state": state.get("seed", 0), "seed": None}
+        super().__setstate__(state)
+
     def _seed_given(self) -> None:
         """Refuse a ``random_state`` (or the deprecated ``seed``) that gives no seed, named."""
         rs = self.random_state

@@ -29,8 +29,9 @@ NUMBER_DIGITS = 7
 def number_text(value: float) -> str:
     """A label or prediction as siggate writes it into a CSV: the shortest text of at least
     :data:`NUMBER_DIGITS` significant digits that reads back as the same number: as the same
-    32-bit float for a value that is one (labels, a network's outputs; at most 9 digits), else as
-    the same 64-bit float (a kernel member's predictions; at most 17). Seven digits alone lost
+    32-bit float for a value that is one (labels, a regression network's outputs, a fingerprint
+    member's predictions; at most 9 digits), else as the same 64-bit float (a classifier's
+    probabilities, taken in float64, a combination's weighted mean; at most 17). Seven digits alone lost
     what set a label or prediction apart beside a large offset (12000.13586 written as
     12000.14), and metrics recomputed from the file then differed from the run's."""
     import struct

@@ -65,6 +65,11 @@ def _f(x) -> float:
     return float(x)
 
 
+def _finite_score(x) -> bool:
+    """Whether ``x`` is a finite score: a null (JSON's NaN, as results files write it) is none."""
+    return x is not None and math.isfinite(float(x))
+
+
 def _common_finite_seeds(a: Mapping[Hashable, Number], b: Mapping[Hashable, Number], notes: List[str]) -> list:
     """Seeds present in both with finite scores (sorted when sortable); notes what was dropped."""
     common = set(a.keys()) & set(b.keys())
@@ -75,7 +80,7 @@ def _common_finite_seeds(a: Mapping[Hashable, Number], b: Mapping[Hashable, Numb
         seeds = sorted(common)
     except TypeError:
         seeds = list(common)
-    finite = [s for s in seeds if math.isfinite(float(a[s])) and math.isfinite(float(b[s]))]
+    finite = [s for s in seeds if _finite_score(a[s]) and _finite_score(b[s])]
     if len(finite) < len(seeds):
         notes.append(f"{len(seeds) - len(finite)} seed(s) with non-finite scores were dropped")
     return finite

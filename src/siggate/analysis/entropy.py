@@ -130,6 +130,14 @@ def gate_entry(hs: list, seeds: list) -> dict:
     return entry
 
 
+def _collapsed(finals: np.ndarray, collapse: float) -> int | None:
+    """Heads below ``collapse`` in the seeds whose final entropies are numbers (``finals``:
+    ``[S, L, H]``, or ``[1, L, H]``); None when none is and a seed diverged (its heads unknown)."""
+    finite = np.isfinite(finals.reshape(len(finals), -1)).all(axis=1)
+    count = int((finals[finite] < collapse).sum())
+    return count if count or finite.all() else None
+
+
 def summarize(per_gate: dict, collapse: float) -> dict:
     """Each gate's summary. Collapsed heads and the lowest final head are counted over every seed's
     own heads (``heads_total`` = seeds x layers x heads); a result written before
@@ -145,8 +153,9 @@ def summarize(per_gate: dict, collapse: float) -> dict:
             "final_min_normalized": float(finals.min()),
             "min_normalized_over_training": float(min(ne.min(), finals.min())),
             "final_over_initial": float(e[-1].mean() / e[0].mean()) if e[0].mean() > 0 else None,
-            # NaN is below no threshold: a diverged seed's heads counted as not collapsed
-            "collapsed_heads": int((finals < collapse).sum()) if np.isfinite(finals).all() else None,
+            # NaN is below no threshold: a diverged seed's heads are not counted as not collapsed; a head
+            # collapsed in a seed that did not diverge is counted all the same
+            "collapsed_heads": _collapsed(finals, collapse),
             "heads_total": int(finals.size), "diverged_seeds": h.get("diverged_seeds", []),
             "final_val": h["val"][-1],
         }

@@ -61,6 +61,7 @@ import torch
 from ..files import atomic_write_bytes
 from ..options import DELIMITERS, DUPLICATES, FRAGMENTS, PREDICT_MAX_ATOMS, closest_name
 from .base import (
+    CSV_CHIRALITY,
     TASK_TYPES,
     DataError,
     GraphDataset,
@@ -661,7 +662,7 @@ def build_csv(
     duplicates: str = "keep",
     val_fraction: float = 0.0,
     fragments: str = "all",
-    chirality: str = "cip",
+    chirality: str = CSV_CHIRALITY,
 ) -> GraphDataset:
     """Featurize a CSV (no caching); see :func:`load_csv`."""
     path = Path(path)
@@ -984,7 +985,7 @@ def load_csv(
     duplicates: str = "keep",
     val_fraction: float = 0.0,
     fragments: str = "all",
-    chirality: str = "cip",
+    chirality: str = CSV_CHIRALITY,
 ) -> GraphDataset:
     """Load a CSV of SMILES and targets as a :class:`GraphDataset` (cached).
 

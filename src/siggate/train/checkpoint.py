@@ -252,7 +252,7 @@ def trained_epochs(path) -> int:
     Raises:
         CheckpointError: an unreadable or foreign file, or a damaged training state (:func:`damaged_state`)."""
     try:
-        return int(load_checkpoint(path, finite=False)["state"]["epoch"])  # (a count: the weights are not read)
+        return int(load_checkpoint(path, finite=False)["state"]["epoch"])  # (a count: the weights are not checked)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise damaged_state(path, exc) from None
 

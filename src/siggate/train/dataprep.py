@@ -13,7 +13,7 @@ import torch
 from torch_geometric.loader import DataLoader
 
 from ..config import ConfigError, DataConfig, ModelConfig
-from ..data.base import GraphDataset, TaskInfo, stacked_labels
+from ..data.base import CSV_CHIRALITY, GraphDataset, TaskInfo, stacked_labels
 from .distributed import DistContext
 
 log = logging.getLogger("siggate.train")
@@ -50,7 +50,7 @@ class Encodings:
 
 
 def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encodings(), seed: int = 0,
-                 progress: bool = True, require_test: bool = True, chirality: str = "cip") -> GraphDataset:
+                 progress: bool = True, require_test: bool = True, chirality: str = CSV_CHIRALITY) -> GraphDataset:
     """Load the dataset ``data`` names and add ``encodings`` to its graphs (both cached).
 
     Args:

@@ -90,7 +90,7 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     # flags mended runs without --overwrite
     out.mkdir(parents=True, exist_ok=True)
     source = data_source(cfg.data)
-    write_config(out / MEMBERS_RECORD, cfg.to_dict(), source=source,
+    write_config(out / MEMBERS_RECORD, cfg.to_dict(), source=source, task=ds.info.to_dict(),
                  members={"kinds": kinds, "ensemble": int(gnn_copies), "weights": weights or "equal"})
     fitted = [fit_member(member, out / name, ds, resume, device) for name, _, member in built]
     record = {"config": cfg.to_dict(), "split_seed": cfg.train.seed, "data_source": source}

@@ -60,7 +60,7 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, progress: bool
     ctx = dist or DistContext()
     out = _start(Path(out_dir), cfg.train, ctx)
     ds = dataset if dataset is not None else prepare_data_ranked(cfg.data, cfg.model, cfg.train.seed, ctx, progress)
-    source = resume_checkpoint(out) if resume else out / LAST
+    source = ctx.broadcast(resume_checkpoint(out) if resume and ctx.is_main else out / LAST)  # (rank 0 reads)
     resumed = read_resume(source, ctx) if resume else None
     run = setup_run(cfg.model, cfg.train, ds, ctx, resumed=resumed)
     restored = resumed is not None and resume_run(run, source, cfg.to_dict(), resumed)

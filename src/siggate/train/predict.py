@@ -490,7 +490,8 @@ class SmilesPredictor:
         if self.calibration is not None and self.calibration.task == "regression":
             scale = self.calibration.row_scale(None if spread is None else spread.numpy(), similarity)
             lower, upper = self.calibration.intervals(mean.numpy(), scale, self.coverage)
-            # at the predictions' own precision (float32), so one row's numbers are written alike
+            # at float32, the precision the members' predictions are made at (a network's outputs, a fingerprint
+            # member's), so one row's numbers are written alike
             parts += [lower.astype(np.float32).tolist(), upper.astype(np.float32).tolist()]
         elif self.calibration is not None:
             parts.append(self.calibration.sets(mean.numpy(), self.coverage))

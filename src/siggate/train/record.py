@@ -138,12 +138,10 @@ def resume_checkpoint(out: Path) -> Path:
     writes ``best.pt`` first, and both hold the whole training state). That ``best.pt`` is then the
     newer state: resuming from ``last.pt`` would train its epoch again and, where the epoch came
     out otherwise (GPU kernels are not deterministic), leave a ``best.pt`` of an epoch that the
-    run's history does not hold. Only a ``best.pt`` written after ``last.pt`` is read to compare."""
+    run's history does not hold. The epochs they hold decide (not the files' times, which a copy
+    changes); a training job reads it on rank 0 and hands it to the others."""
     best, last = out / BEST, out / LAST
-    try:
-        if best.stat().st_mtime_ns <= last.stat().st_mtime_ns:
-            return last
-    except FileNotFoundError:  # no best.pt, or no last.pt yet (stopped in the first epoch: a fresh start)
+    if not (best.is_file() and last.is_file()):  # no best.pt, or no last.pt yet (stopped in the first epoch)
         return last
     from .checkpoint import CheckpointError, trained_epochs
 

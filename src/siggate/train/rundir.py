@@ -327,16 +327,42 @@ def changed_since(path: str | Path, data, consequence: str = ", so the run would
 READ_OTHERWISE = ": its rows and splits were read as the siggate that started it read them"
 
 
-def reading_changed(source: dict | None, data) -> str | None:
+def recorded_chirality(path: str | Path) -> str | None:
+    """How the run recorded at ``path`` (``config.yaml``, :data:`MEMBERS_RECORD`) read its molecules'
+    stereocentres (:data:`~siggate.data.base.ATOM_CHIRALITY`): its ``_meta.task``'s, ``"tag"`` for
+    a record written before siggate kept it; None for a run of members without a GNN (the
+    fingerprints read no stereo) or an unreadable record."""
+    try:
+        meta = read_record(path).get("_meta") or {}
+    except (OSError, ValueError):
+        return None
+    task = meta.get("task")
+    if isinstance(task, dict):
+        return task.get("chirality", "tag")
+    members = meta.get("members")
+    if isinstance(members, dict) and "gnn" not in (members.get("kinds") or []):
+        return None
+    return "tag"
+
+
+def reading_changed(source: dict | None, data, chirality: str | None = None) -> str | None:
     """Why this siggate reads a CSV run's file otherwise than when the run started (``source``:
     its record's :func:`~siggate.train.record.data_source`; ``data``: its ``DataConfig`` or its
-    ``to_dict()``): rows kept that were dropped, so other splits; ``None`` when it reads it as
-    then, or nothing was recorded. A run that records a hash and no reading started at reading 4."""
+    ``to_dict()``): rows kept that were dropped, so other splits, or (``chirality``: the run's
+    :func:`recorded_chirality`, for a run to go on or be reused beside new ones) its molecules'
+    stereocentres read otherwise; ``None`` when it reads it as then, or nothing was recorded. A run
+    that records a hash and no reading started at reading 4. ``siggate evaluate`` and ``predict``
+    read a run's molecules by its own chirality, so they pass none."""
+    from ..data.base import CSV_CHIRALITY
     from ..data.csvdata import CSV_VERSION, read_otherwise
 
+    get = data.get if isinstance(data, dict) else lambda key: getattr(data, key, None)
+    if get("name") == "csv" and chirality is not None and chirality != CSV_CHIRALITY:
+        return (f"its GNN read the molecules' stereocentres by RDKit's tag, in the order each SMILES wrote their "
+                f"neighbours, and this siggate reads them by their CIP label ({CSV_CHIRALITY!r}: R/S, however a "
+                "SMILES is written)")
     if not isinstance(source, dict) or not source.get("sha256"):
         return None
-    get = data.get if isinstance(data, dict) else lambda key: getattr(data, key, None)
     csv = source.get("csv") or get("csv")
     if get("name") != "csv" or not csv or not Path(csv).is_file():
         return None

@@ -36,6 +36,7 @@ from .rundir import (
     READ_OTHERWISE,
     changed_since,
     reading_changed,
+    recorded_chirality,
     recorded_sha256,
     recorded_source,
     records_epochs,
@@ -197,7 +198,8 @@ def reuse_status(run_dir: str | Path, config: dict, store: RowStore | None = Non
         if not diffs:  # the same config, a CSV of another content since: its scores are of other data
             changed = changed_since(run_dir / "config.yaml", config.get("data") or {}, DATA_CHANGED)
             if not changed:  # the same file, read otherwise by this siggate: other rows, other splits
-                changed = reading_changed(recorded_source(run_dir / "config.yaml"), config.get("data") or {})
+                changed = reading_changed(recorded_source(run_dir / "config.yaml"), config.get("data") or {},
+                                          recorded_chirality(run_dir / "config.yaml"))
                 changed = changed and changed + READ_OTHERWISE
             diffs = [changed] if changed else []
         if diffs:
