@@ -371,7 +371,7 @@ def test_the_estimator_with_the_svr_member(nitrogen_csv):
 
     assert SigGateRegressor().get_params()["members"] is None  # the csv recipe's (recipe_members)
     assert DEFAULT_MEMBERS == "gnn"
-    est = SigGateRegressor(members="svr", seed=3)
+    est = SigGateRegressor(members="svr", random_state=3)
     copy = clone(est)
     assert copy.get_params() == est.get_params() and copy.members == "svr"
     rows = _rows(nitrogen_csv)[:60]
