@@ -36,7 +36,9 @@
 #             fine-tunes from those),
 #             then both transformers fine-tuned on the 20 targets x 3 seeds at the same commit
 #             as `pretrained-gine` (item 3), issue 32's pretraining on a million molecules
-#             (PT_1M, two threads), then the zinc16 campaign (item 4);
+#             (PT_1M, two threads), issue 32's width-128 pretraining on the 300k corpus (PT_W128, two
+#             threads) and cand-avgc with it as --init and its width, seed 0 (`cand-w128`), then the
+#             zinc16 campaign (item 4);
 #             the lane that reaches zinc16 first runs it (under a lock), the other goes on, so that a
 #             core is not idle while the other lane's items remain
 set -euo pipefail
@@ -467,7 +469,7 @@ case $ACTION in
       if [ -s "$STUDY/lanes/$lane.log" ]; then grep -v '^\s*$' "$STUDY/lanes/$lane.log" | tail -2 | sed 's/^/    /' || true; fi
     done
     # how far the studies' MoleculeACE recipes are: finished targets per seed
-    done_targets cand-pt300k cand-pt1m cand-ptlong "${STUDY_GATES[@]/#/gate-}" "${STUDY_GATES[@]/#/pt-attn-}" \
+    done_targets cand-w128 cand-pt300k cand-pt1m cand-ptlong "${STUDY_GATES[@]/#/gate-}" "${STUDY_GATES[@]/#/pt-attn-}" \
         | awk '{line[$1] = line[$1] (line[$1] ? ", " : "") "seed " $2 " " $3 "/20"; if (!($1 in seen)) {seen[$1] = 1; order[++n] = $1}}
                END {for (i = 1; i <= n; i++) print "  " order[i] ": " line[order[i]]}' || true
     ;;
