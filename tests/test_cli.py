@@ -216,8 +216,10 @@ def test_runs_of_a_resolved_pool_norm_count_as_runs_of_their_config(tmp_path):
     cfg = load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]"])
     legacy = cfg.to_dict()
     legacy["model"]["pool_norm"] = 23.47
-    records = {"new": {**cfg.to_dict(), "_meta": {"git_commit": "x", "resolved": {"model.pool_norm": 23.47}}},
-               "legacy": {**legacy, "_meta": {"git_commit": "x"}}}
+    task = {"name": "csv", "chirality": "cip"}  # (a record without it read stereocentres by the tag: another reading)
+    records = {"new": {**cfg.to_dict(), "_meta": {"git_commit": "x", "resolved": {"model.pool_norm": 23.47},
+                                                   "task": task}},
+               "legacy": {**legacy, "_meta": {"git_commit": "x", "task": task}}}
     other = load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]", "model.pooling=add"])
     fixed = load_config("csv", ["data.csv=x.csv", "data.target_cols=[y]", "model.pool_norm=25"])
     for name, record in records.items():

@@ -982,3 +982,12 @@ def test_a_heavy_isotope_label_is_one_molecule_with_its_unlabelled_copy(tmp_path
     assert canonical_smiles("[13CH3]CN") == canonical_smiles("CCN") == "CCN"
     assert canonical_smiles("CC[37Cl]") == "CCCl" and canonical_smiles("[2H]OCC") != "CCO"
     assert len(where) == len(base) + 1  # the deuterated ethanol is a molecule of its own
+    # stereo the label alone made goes with it: one molecule spelled two ways is one key, the unlabelled one's
+    assert canonical_smiles("[13CH3][C@H](C)O") == canonical_smiles("C[C@@H]([13CH3])O") == "CC(C)O"
+    assert canonical_smiles("[13CH3]/C(C)=C/Cl") == "CC(C)=CCl"
+    assert canonical_smiles("[13CH3][C@H](N)C(=O)O") == canonical_smiles("C[C@H](N)C(=O)O")  # a real centre stays
+    # a labelled salt's parent is its unlabelled molecule's: the note of a parent across splits names it
+    salts = tmp_path / "salts.csv"
+    salts.write_text("smiles,y,split\nCCN,1,train\nCCO,2,train\nCCC,3,val\n[13CH3]C[NH3+].[Cl-],4,test\n")
+    ds = load_csv(salts, "smiles", ["y"], "regression", split="column:split", cache_dir=tmp_path / "c2")
+    assert [n.index for n in ds.notes if n.issue == "parent across splits"] == [0, 3], ds.notes

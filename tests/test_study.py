@@ -406,6 +406,14 @@ def test_reuse_status_takes_a_moved_csv_of_the_recorded_content_as_the_runs(tmp_
     shutil.move(data, moved)
     there = load_config("csv", [f"data.csv={moved}", "data.target_cols=[y]"]).to_dict()
     assert reuse_status(run, there).state == "done"
+    # the reading is judged on the file that will be read: a moved reading-5 file labelling an isotope is read otherwise
+    labelled = "smiles,y\nCCO,1\n[13CH3]CN,2\n"
+    moved.write_text(labelled)
+    record = yaml.safe_load((run / "config.yaml").read_text())
+    record["_meta"]["source"] = {"csv": str(data), "sha256": hashlib.sha256(labelled.encode()).hexdigest(), "reading": 5}
+    (run / "config.yaml").write_text(yaml.safe_dump(record))
+    status = reuse_status(run, there)
+    assert status.state == "conflict" and "CSV reading 5, now 6" in status.reason, status.reason
     moved.write_text("smiles,y\nCCO,10\nCCN,20\n")
     status = reuse_status(run, there)
     assert status.state == "conflict" and "data.csv" in status.reason, status.reason
@@ -425,6 +433,12 @@ def test_recorded_chirality_of_runs_recorded_before_it_was_kept(tmp_path):
     assert recorded_chirality(record("old.yaml", {"task": {"name": "csv"}})) == "tag"
     assert recorded_chirality(record("members.yaml", {"members": {"kinds": ["gnn", "svr"]}})) == "tag"
     assert recorded_chirality(record("fp.yaml", {"members": {"kinds": ["svr", "rf"]}})) is None
+    # a members record written before it held the task: its GNN members' records say
+    run = tmp_path / "run"
+    (run / "member0").mkdir(parents=True)
+    (run / "member0" / "config.yaml").write_text(yaml.safe_dump({"_meta": {"task": {"chirality": "cip"}}}))
+    (run / "members.yaml").write_text(yaml.safe_dump({"_meta": {"members": {"kinds": ["gnn", "svr"]}}}))
+    assert recorded_chirality(run / "members.yaml") == "cip"
     assert recorded_chirality(tmp_path / "missing.yaml") is None
     assert reading_changed(None, {"name": "csv"}, "tag").startswith("its GNN read the molecules' stereocentres")
     assert reading_changed(None, {"name": "csv"}, "cip") is None and reading_changed(None, {"name": "zinc"}, "tag") is None

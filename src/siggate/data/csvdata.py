@@ -749,7 +749,7 @@ def build_csv(
                     f"all read; the parent: {r.parent}" if r.parent else f"all read: {NO_PARENT}")
             notes.append(RowNote(graphs[j].idx, graphs[j].smiles, SEVERAL_FRAGMENTS, f"{r.fragments} fragments, {read}"))
     graphs, keys, canon, parents = ([graphs[j] for j in keep], [keys[j] for j in keep], [canon[j] for j in keep],
-                                    [parents[j].parent or canon[j] for j in keep])
+                                    [_key_of_smiles(parents[j].parent) if parents[j].parent else canon[j] for j in keep])
     invalid.sort(key=lambda r: r.index)
     notes.sort(key=lambda r: r.index)
 
@@ -812,19 +812,36 @@ def _canonical(mol, smiles: str) -> str:
     """RDKit's canonical SMILES of ``mol`` with its heavy atoms' isotope labels dropped (the input
     text if RDKit cannot write it): the key of one molecule for the duplicates, the splits and the
     molecules a run fitted. A ``13C``-labelled copy is the molecule every member reads (the atom
-    features and the fingerprints hold no isotope), so it is one molecule with it, never one in
-    training and the other in test; a deuterium stays (an atom of the graph)."""
+    features and the fingerprints hold no isotope; only a stereocentre the label alone makes
+    reaches the GNN's CIP column), so it is one molecule with it, never one in training and the
+    other in test; a deuterium stays (an atom of the graph)."""
     from rdkit import Chem
 
     try:
-        if _heavy_isotopes(mol):
-            mol = Chem.Mol(mol)
-            for atom in mol.GetAtoms():
-                if atom.GetAtomicNum() != 1:
-                    atom.SetIsotope(0)
-        return Chem.MolToSmiles(mol)
+        if not _heavy_isotopes(mol):
+            return Chem.MolToSmiles(mol)
+        bare = Chem.Mol(mol)
+        for atom in bare.GetAtoms():
+            if atom.GetAtomicNum() != 1:
+                atom.SetIsotope(0)
+        # written and read again, so that stereo the label alone made ([13CH3][C@H](C)O) is perceived
+        # away, as for the unlabelled molecule, and every spelling of the labelled one gets one key
+        again = Chem.MolFromSmiles(Chem.MolToSmiles(bare))
+        return Chem.MolToSmiles(again if again is not None else bare)
     except Exception:
         return smiles
+
+
+def _key_of_smiles(smiles: str) -> str:
+    """:func:`_canonical` of a SMILES siggate wrote itself (a salt's parent), the same key as the
+    molecule read from it (the text as it is where RDKit cannot read it)."""
+    from rdkit import Chem
+
+    from .chem import quiet_rdkit
+
+    with quiet_rdkit():
+        mol = Chem.MolFromSmiles(smiles)
+    return smiles if mol is None else _canonical(mol, smiles)
 
 
 #: the note of a row whose molecule has several fragments (a salt, a mixture)
@@ -1067,7 +1084,8 @@ def load_csv(
         "val_fraction": float(val_fraction),
         "fragments": fragments,
         "chirality": chirality,
-        "notes": 2,  # the datasets carry their row notes (2: fragments and parents across splits) and row count
+        "notes": 3,  # the datasets carry their row notes (2: fragments and parents across splits; 3: a labelled
+        # parent is its unlabelled molecule's) and row count
         "version": CSV_VERSION,
     }
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.name.split(".")[0]) or "data"
@@ -1272,7 +1290,9 @@ def carried_columns(ds: GraphDataset, sep: str | None, smiles_col: str, split: s
 
 
 def canonical_smiles(smiles: str) -> str | None:
-    """RDKit's canonical SMILES of ``smiles`` (stereo kept), ``None`` for text RDKit cannot read."""
+    """The key of the molecule ``smiles`` as training keys it (:func:`_canonical`: RDKit's
+    canonical SMILES, stereo kept, heavy atoms' isotope labels dropped), ``None`` for text RDKit
+    cannot read."""
     from rdkit import Chem
 
     from .chem import quiet_rdkit

@@ -329,19 +329,25 @@ READ_OTHERWISE = ": its rows and splits were read as the siggate that started it
 
 def recorded_chirality(path: str | Path) -> str | None:
     """How the run recorded at ``path`` (``config.yaml``, :data:`MEMBERS_RECORD`) read its molecules'
-    stereocentres (:data:`~siggate.data.base.ATOM_CHIRALITY`): its ``_meta.task``'s, ``"tag"`` for
-    a record written before siggate kept it; None for a run of members without a GNN (the
-    fingerprints read no stereo) or an unreadable record."""
+    stereocentres (:data:`~siggate.data.base.ATOM_CHIRALITY`): None for a run of members without a
+    GNN (the fingerprints read no stereo) or an unreadable record; else its ``_meta.task``'s, for a
+    run of members without one its GNN members' records', and ``"tag"`` for a record written
+    before siggate kept it."""
     try:
         meta = read_record(path).get("_meta") or {}
     except (OSError, ValueError):
         return None
-    task = meta.get("task")
-    if isinstance(task, dict):
-        return task.get("chirality", "tag")
     members = meta.get("members")
     if isinstance(members, dict) and "gnn" not in (members.get("kinds") or []):
         return None
+    task = meta.get("task")
+    if isinstance(task, dict):
+        return task.get("chirality", "tag")
+    if isinstance(members, dict):  # a members record written before it held the task: its GNN members say
+        said = {recorded_chirality(m / "config.yaml") for m in member_folders(Path(path).parent)
+                if (m / "config.yaml").is_file()} - {None}
+        if len(said) == 1:
+            return said.pop()
     return "tag"
 
 
@@ -363,7 +369,7 @@ def reading_changed(source: dict | None, data, chirality: str | None = None) -> 
                 "SMILES is written)")
     if not isinstance(source, dict) or not source.get("sha256"):
         return None
-    csv = source.get("csv") or get("csv")
+    csv = get("csv") or source.get("csv")  # the file that will be read (moved since, where its content is the run's)
     if get("name") != "csv" or not csv or not Path(csv).is_file():
         return None
     then = source.get("reading", 4)
