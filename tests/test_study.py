@@ -56,9 +56,9 @@ def test_reuse_status_is_one_rule_with_four_states(tmp_path):
     assert reuse_status(_write_run(tmp_path / "full", cfg, {"test": 0.5, "epochs": epochs}), cfg).state == "done"
 
 
-def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
-    """A compare rerun reused finished runs trained on an older version of the same CSV (the
-    path is the same) and mixed their scores into its statistics: a conflict now, naming it."""
+def _finished_csv_run(tmp_path):
+    """A CSV ``tmp_path/mol.csv``, its config and a finished run of it in ``tmp_path/run`` (its
+    record holds the file's hash)."""
     import hashlib
 
     data = tmp_path / "mol.csv"
@@ -70,6 +70,15 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
     (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "_meta": {"git_commit": "x", "resolved": {}, "task": CIP,
                                                                        "source": {"csv": str(data), "sha256": sha}}}))
     (run / "metrics.json").write_text(json.dumps({"test": 0.5}))
+    return data, cfg, run
+
+
+def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
+    """A compare rerun reused finished runs trained on an older version of the same CSV (the
+    path is the same) and mixed their scores into its statistics: a conflict now, naming it."""
+    import hashlib
+
+    data, cfg, run = _finished_csv_run(tmp_path)
     assert reuse_status(run, cfg).state == "done"
     data.write_text("smiles,y\nCCO,10\nCCN,20\n")
     status = reuse_status(run, cfg)
@@ -392,15 +401,7 @@ def test_reuse_status_takes_a_moved_csv_of_the_recorded_content_as_the_runs(tmp_
     import hashlib
     import shutil
 
-    data = tmp_path / "mol.csv"
-    data.write_text("smiles,y\nCCO,1\nCCN,2\n")
-    cfg = load_config("csv", [f"data.csv={data}", "data.target_cols=[y]"]).to_dict()
-    run = tmp_path / "run"
-    run.mkdir()
-    sha = hashlib.sha256(data.read_bytes()).hexdigest()
-    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "_meta": {"git_commit": "x", "resolved": {}, "task": CIP,
-                                                                       "source": {"csv": str(data), "sha256": sha}}}))
-    (run / "metrics.json").write_text(json.dumps({"test": 0.5}))
+    data, cfg, run = _finished_csv_run(tmp_path)
     moved = tmp_path / "elsewhere" / "mol.csv"
     moved.parent.mkdir()
     shutil.move(data, moved)
