@@ -758,3 +758,8 @@ def test_a_collapsed_head_counts_beside_a_seed_that_diverged():
     assert _collapsed(np.array([[[0.05, 0.8]], [[nan, nan]]]), 0.2) == 1
     assert _collapsed(np.array([[[0.5, 0.8]], [[nan, nan]]]), 0.2) is None
     assert _collapsed(np.array([[[0.5, 0.8]], [[0.6, 0.1]]]), 0.2) == 1
+    from siggate.analysis.entropy import collapsed_text
+
+    assert collapsed_text({"collapsed_heads": 1, "heads_total": 4, "diverged_seeds": [1]}) == "1/4 (seed 1 diverged)"
+    assert collapsed_text({"collapsed_heads": None, "heads_total": 4, "diverged_seeds": [1]}) == "diverged (seed 1)"
+    assert collapsed_text({"collapsed_heads": 0, "heads_total": 4, "diverged_seeds": []}) == "0/4"

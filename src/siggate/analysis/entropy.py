@@ -163,10 +163,12 @@ def summarize(per_gate: dict, collapse: float) -> dict:
 
 
 def collapsed_text(s: dict) -> str:
-    """A gate's collapsed heads as tables show them (``2/16``), or the seeds that diverged."""
+    """A gate's collapsed heads as tables show them (``2/16``), or the seeds that diverged; a
+    collapse counted beside a diverged seed names that seed too (its heads are of the total, unknown)."""
+    diverged = ", ".join(map(str, s.get("diverged_seeds") or []))
     if s["collapsed_heads"] is None:
-        return f"diverged (seed {', '.join(map(str, s.get('diverged_seeds') or ['?']))})"
-    return f"{s['collapsed_heads']}/{s['heads_total']}"
+        return f"diverged (seed {diverged or '?'})"
+    return f"{s['collapsed_heads']}/{s['heads_total']}" + (f" (seed {diverged} diverged)" if diverged else "")
 
 
 def plot(res: dict, path: Path) -> Path:
