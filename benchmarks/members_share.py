@@ -356,6 +356,11 @@ def main(argv=None) -> int:
                        f"{_count(s['read_from']['folder'], 'run folder')}")
         if s["missing"]:
             lines.append(f"\nrows without shares or their run folder ({source}): {', '.join(s['missing'])}")
+    if not any(source in result for source in SOURCES):  # a misspelt --recipe: no table to write, least of all an empty one
+        print(f"members_share.py: error: no rows of recipe {', '.join(map(repr, names))} in "
+              f"{', '.join(str(p) for paths in SOURCES.values() for p in paths)}; check --recipe (the rows' "
+              "'recipe' field)", file=sys.stderr)
+        return 2
     out = args.out or ROOT / "benchmarks/results/members" / f"{'+'.join(names)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")

@@ -98,6 +98,12 @@ def test_main_reads_the_peers_default_rows_from_results_json_only(tmp_path, monk
     assert "moleculeace" not in doc and list(doc["peers"]["per_group"]) == ["A (mae)"]
     assert doc["peers"]["commits"] == ["abc1234"]
     assert "peers: rows of commit abc1234; shares read from 0 rows, 1 run folder\n" in capsys.readouterr().out
+    # a misspelt recipe has no rows anywhere: refused, and no README table is emptied
+    readme = tmp_path / "R.md"
+    readme.write_text("a\n<!-- members-share:start -->\nkept\n<!-- members-share:end -->\n")
+    assert share.main(["--recipe", "defualt", "--out", str(tmp_path / "none.json"), "--readme", str(readme)]) == 2
+    assert "no rows of recipe 'defualt' in " in capsys.readouterr().err and "kept" in readme.read_text()
+    assert not (tmp_path / "none.json").exists()
 
 
 def test_a_row_that_keeps_its_member_shares_needs_no_run_folder(tmp_path):

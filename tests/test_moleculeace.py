@@ -480,6 +480,24 @@ def test_import_rows_adds_new_rows_keeps_done_ones_and_refuses_conflicts(tmp_pat
     with pytest.raises(SystemExit) as exc:
         mace.import_rows(theirs, ours)
     assert exc.value.code == 2 and "is a reserved MoleculeACE target" in capsys.readouterr().err
+    # new rows of a recipe new here agree among themselves: a mix of two argument sets is refused, not imported
+    mixed = tmp_path / "mixed.json"
+    rows = [{**r, "epochs": None, "recipe": "mix"} for r in _rows("siggate", "mix", {"CHEMBL1871_Ki": [0.6, 0.6]})]
+    rows[1]["siggate_args"] = "--members svr"
+    mace.results_store(mixed).update(lambda res: res.update(rows=rows, targets={"CHEMBL1871_Ki": meta}))
+    with pytest.raises(SystemExit) as exc:
+        mace.import_rows(mixed, ours)
+    assert exc.value.code == 2 and "recipe 'mix' with siggate_args" in capsys.readouterr().err
+    assert not [r for r in json.loads(ours.read_text())["rows"] if r["recipe"] == "mix"]
+    # another harness's file (the peers' "runs") is no empty results file; a row without a seed is named
+    peers = tmp_path / "peers.json"
+    peers.write_text(json.dumps({"runs": []}))
+    with pytest.raises(mace.ResultsFileError, match="is not a results file"):  # (main says it, exit 2)
+        mace.import_rows(peers, ours)
+    mace.results_store(mixed).update(lambda res: res.update(rows=[{**rows[0], "seed": "x"}]))
+    with pytest.raises(SystemExit) as exc:
+        mace.import_rows(mixed, ours)
+    assert exc.value.code == 2 and "holds a row without a whole-number seed" in capsys.readouterr().err
 
 
 def test_members_check_report_renders_the_json_and_marks_in_sample_val():

@@ -387,7 +387,7 @@ def test_a_results_file_that_is_not_one_is_named_with_the_fix(tmp_path):
 
     path = tmp_path / "results.json"
     for text, why in (("not json", "cannot be read as a results file (Expecting value"), ("[]", "is not a results file"),
-                      ('{"rows": {}}', "is not a results file")):
+                      ('{"rows": {}}', "is not a results file"), ('{"runs": []}', "is not a results file")):
         path.write_text(text)
         with pytest.raises(ResultsFileError, match="restore it") as e:
             _store(path).load()

@@ -406,7 +406,11 @@ def checked_rows(rows: list[dict], path: Path) -> list[dict]:
     Exits (2): two rows of one key (a hand-merged file: each would be averaged in)."""
     seen = set()
     for r in rows:
-        r["seed"] = int(r["seed"])
+        try:
+            r["seed"] = int(r["seed"])
+        except (KeyError, TypeError, ValueError):
+            refuse(f"{path} holds a row without a whole-number seed ({r.get('tool')}/{r.get('recipe')}/"
+                   f"{r.get('target')}: seed {r.get('seed')!r}); restore the file (git checkout) or mend that row")
         if row_key(r) in seen:
             refuse(f"{path} holds two rows of {row_key(r)}; keep one (each would be averaged in)")
         seen.add(row_key(r))
@@ -552,8 +556,8 @@ def import_rows(source: Path, results: Path) -> tuple[int, int]:
             print(f"moleculeace: {results} holds another run of {line}", file=sys.stderr)
         raise SystemExit(2)
     new = [r for r, s in zip(rows, states) if s.state == "new"]
-    for r in new:  # a row already there is kept as it is, whatever else its recipe's rows hold
-        check_same_recipe(here, r, results)
+    for i, r in enumerate(new):  # a row already there is kept as it is, whatever else its recipe's rows hold;
+        check_same_recipe(here + new[:i], r, results)  # the new rows of one recipe agree among themselves too
 
     def add(res: dict) -> None:
         for r in new:

@@ -109,7 +109,8 @@ class RowStore:
         except (ValueError, OSError) as e:  # UnicodeDecodeError is a ValueError
             raise ResultsFileError(f"{self.path} cannot be read as a results file ({e}); restore it (git checkout "
                              f"{self.path.name}) or name another file") from None
-        if not isinstance(res, dict) or not isinstance(res.setdefault(self.rows_field, []), list):
+        # an existing file without the rows field is another harness's (a peers file holds "runs"), not an empty one
+        if not isinstance(res, dict) or not isinstance(res.get(self.rows_field), list):
             raise ResultsFileError(f"{self.path} is not a results file (a JSON object with a list of {self.rows_field!r}); "
                              "restore it or name another file")
         return res
