@@ -338,9 +338,12 @@ def test_seed_and_gate_specs():
             cmp.parse_seeds(bad)
     # a seed twice or an empty entry: refused (0,0 ran one seed; ',elementwise' made a one-arm comparison)
     for bad, why in (("0,0", "seed 0 is listed twice in '0,0'"), ("0-4,3-6", "seed 3 is listed twice"),
-                     ("0,,1", "cannot read '' in '0,,1'")):
+                     ("0,,1", "cannot read '' in '0,,1'"),
+                     ("0-99999999999", "names more than 10,000 seeds"),  # it walked the range: hung for minutes
+                     ("0-5000,6000-11000", "names more than 10,000 seeds")):
         with pytest.raises(ValueError, match=why):
             cmp.parse_seeds(bad)
+    assert len(cmp.parse_seeds("0-9999")) == 10_000
     for bad in (",elementwise", "none,,elementwise", "none,"):
         with pytest.raises(ValueError, match="has an empty entry"):
             cmp.parse_gates(bad)
@@ -613,6 +616,25 @@ def test_compare_refuses_a_run_dir_of_another_config(tmp_path, capsys):
     assert err.endswith("nothing was trained")
     assert not (out / "results.json").exists() and not (out / "runs" / "none" / "seed1").exists()
     assert json.loads((run / "metrics.json").read_text())["test"] == 1.0  # never overwritten
+
+
+def test_compare_refuses_a_file_where_a_run_folder_goes(tmp_path, capsys):
+    """A file at a run folder's path (or at its arm's folder) ended compare in a FileExistsError
+    traceback (exit 1) from the worker, the other runs stopped with it: one line, exit 2, before
+    any run trains. A worker that cannot make its folder fails that run alone."""
+    from siggate.train.executor import RunRequest, run_one
+
+    for blocked in ("runs/none/seed0", "runs/none"):
+        out = tmp_path / blocked.replace("/", "_")
+        (out / blocked).parent.mkdir(parents=True)
+        (out / blocked).write_text("x")
+        capsys.readouterr()
+        rc = _compare(["--seeds", "0", "--gates", "none", "--epochs", "1", "--out", str(out), "--no-progress"])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+        assert f"{out / blocked} is a file where the run folder {out / 'runs/none/seed0'} goes; move it away" in err
+    result = run_one(RunRequest("k", ["--config", "nci5k"], tmp_path / "runs_none" / "runs" / "none" / "seed0", 1))
+    assert result.metrics is None and result.error.startswith("cannot make the run folder")
 
 
 def test_compare_rejects_bad_arguments(tmp_path, capsys):

@@ -57,11 +57,18 @@ def parse_seeds(text: str) -> list[int]:
             raise ValueError(f"--seeds: cannot read {part!r} in {text!r}; use e.g. 0-9 or 0,2,5 (seeds >= 0)")
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
-        twice = next((s for s in range(lo, hi + 1) if s in seeds), None)
+        if len(seeds) + hi - lo + 1 > MAX_SEEDS:  # (counted before a range is walked: 0-99999999999 hung)
+            raise ValueError(f"--seeds: {text!r} names more than {MAX_SEEDS:,} seeds, one run per arm each; give a "
+                             "range such as 0-9")
+        twice = min(set(seeds) & set(range(lo, hi + 1)), default=None)
         if twice is not None:
             raise ValueError(f"--seeds: seed {twice} is listed twice in {text!r}; list each seed once")
         seeds += range(lo, hi + 1)
     return seeds
+
+
+#: the most seeds ``--seeds`` takes: a comparison of more runs than this per arm is a mistyped range
+MAX_SEEDS = 10_000
 
 
 #: ``--gates`` suffixes that make a parameter-matched ungated control, and the
@@ -518,6 +525,11 @@ def _plan_pairs(args, specs: list[GateSpec], seeds: list[int], out: Path, thread
     for seed in seeds:
         for spec in specs:
             key, run_dir = f"{spec.label}/seed{seed}", run_folder(out, spec.label, seed)
+            blocked = next((p for p in (run_dir, *run_dir.parents) if p != out and out in p.parents
+                            and p.exists() and not p.is_dir()), None)
+            if blocked is not None:  # (its mkdir ended the whole compare in a traceback, the running runs with it)
+                raise CompareError(f"{blocked} is a file where the run folder {run_dir} goes; move it away, or choose "
+                                   "another --out")
             if (run_dir / MEMBERS_RECORD).is_file():  # an arm trained as a combination before --members gnn
                 raise CompareError(f"{run_dir} holds a run of several members (the csv recipe's combination, as "
                                    "siggate compare trained arms before it trained the GNN alone): its scores are "

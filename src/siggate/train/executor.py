@@ -153,8 +153,11 @@ def run_one(req: RunRequest, started: Callable[[subprocess.Popen], None] | None 
     """Run one request to the end in a child process (its output appended to
     ``RUN_DIR/train.log``); resume when the folder holds a run (:func:`~siggate.train.rundir.holds_run`)."""
     run_dir = Path(req.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "worker.pid").write_text(f"{os.getpid()}\n")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "worker.pid").write_text(f"{os.getpid()}\n")
+    except OSError as exc:  # this run fails, said; the other runs go on
+        return RunResult(req.key, None, None, f"cannot make the run folder {run_dir}: {exc.strerror or exc}")
     # a folder with a config.yaml but no last.pt yet (stopped in its first epoch) is a run too:
     # siggate train refuses it without --resume, and --resume starts it at epoch 1
     cmd = train_command(req, resume=holds_run(run_dir))
