@@ -193,8 +193,9 @@ def cmd_train(args) -> int:
                       dist=DistContext(device=_torch_device(device)))
             mark_run(out)
     except KeyboardInterrupt as exc:
-        print(f"siggate train: {_stopped(exc)}; {_resume_hint(out, args)}", file=sys.stderr)
-        return _stopped_status(exc)
+        said, status = _stopped(exc)
+        print(f"siggate train: {said}; {_resume_hint(out, args)}", file=sys.stderr)
+        return status
     finally:
         lock.release()
     print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params", "seconds")}, indent=2))
@@ -851,9 +852,10 @@ def _pretrain(args) -> int:
                        smiles_col=args.smiles_col, resume=args.resume, progress=progress_enabled(args),
                        device=check_device(args.device), workers=args.threads or 1)
     except KeyboardInterrupt as exc:
-        print(f"siggate pretrain: {_stopped(exc)}; resume with: siggate pretrain --smiles {args.smiles} --out "
+        said, status = _stopped(exc)
+        print(f"siggate pretrain: {said}; resume with: siggate pretrain --smiles {args.smiles} --out "
               f"{args.out} --resume (and the same options)", file=sys.stderr)
-        return _stopped_status(exc)
+        return status
     except (ValueError, OSError) as exc:  # an unreadable corpus or exclude file: name it, no traceback
         if type(exc).__name__ in ("ConfigError", "DataError"):
             raise
@@ -1102,14 +1104,10 @@ def _innermost(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser
         parser = subs[0].choices[name]
 
 
-def _stopped(exc: BaseException) -> str:
-    """How a command that was stopped says so: ``terminated`` (SIGTERM) or ``interrupted`` (Ctrl-C)."""
-    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-
-
-def _stopped_status(exc: BaseException) -> int:
-    """The exit status of a stopped command: 128 + the signal's number, as a shell reports it."""
-    return 143 if isinstance(exc, Terminated) else 130
+def _stopped(exc: BaseException) -> tuple[str, int]:
+    """How a stopped command says so and its exit status (128 + the signal's number, as a shell
+    reports it): ``terminated`` (SIGTERM, 143) or ``interrupted`` (Ctrl-C, 130)."""
+    return ("terminated (SIGTERM)", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
 
 
 class Terminated(KeyboardInterrupt):
@@ -1176,8 +1174,9 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt as exc:
         again = ("; run the same command again to resume (finished runs are kept, unfinished ones resume)"
                  if args.command == "compare" else "")
-        print(f"siggate {args.command}: {_stopped(exc)}{again}", file=sys.stderr)
-        return _stopped_status(exc)
+        said, status = _stopped(exc)
+        print(f"siggate {args.command}: {said}{again}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":
