@@ -350,8 +350,10 @@ def test_seed_and_gate_specs():
     specs = cmp.parse_gates("none,elementwise@value,headwise")
     assert [s.overrides() for s in specs] == [
         ["model.gate=none"], ["model.gate=elementwise", "model.gate_position=value"], ["model.gate=headwise"]]
+    # "elementwise@" is elementwise (it ran as its own arm, the same model under another label)
+    assert [s.label for s in cmp.parse_gates("none,elementwise@")] == ["none", "elementwise"]
     for bad in ("none@value", "sigmoid", "elementwise@middle", "none,none", "elementwise@matched",
-                "none@matched,none@matched-ffn"):
+                "none@matched,none@matched-ffn", "elementwise,elementwise@"):
         with pytest.raises(ValueError):
             cmp.parse_gates(bad)
     # the parameter-matched control: the rule is named in the label and in the config
@@ -374,6 +376,18 @@ def _compare(argv: list[str]) -> int:
     except (CLIError, ConfigError) as exc:  # as siggate.cli.main reports them
         print(f"siggate compare: error: {exc}", file=sys.stderr)
         return 2
+
+
+def test_compare_refuses_two_arms_of_one_model(tmp_path, capsys):
+    """elementwise@output beside elementwise, where the config's position is output: two labels, one
+    model; refused before any run, in one line."""
+    out = tmp_path / "cmp"
+    assert _compare(["--seeds", "0", "--gates", "elementwise,elementwise@output", "--epochs", "1", "--out", str(out),
+                     "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("siggate compare: error: --gates: arms elementwise and elementwise@output train the same model "
+                   "(their model configs are equal); list each arm once")
+    assert not (out / "runs").exists()
 
 
 def _fake_run(run_dir: Path, seed: int, gate: str, test: float, val: float, epochs: int = 3) -> None:

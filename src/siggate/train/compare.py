@@ -102,7 +102,7 @@ class GateSpec:
         if pos and gate == "none":
             raise ValueError(f"--gates: {text!r}: the baseline without gate has no position; "
                              "none@matched-ffn is the parameter-matched control")
-        return cls(text, gate, pos or None)
+        return cls(f"{gate}@{pos}" if pos else gate, gate, pos or None)  # "elementwise@" is elementwise
 
     def overrides(self) -> list[str]:
         out = [f"model.gate={self.gate}"]
@@ -497,6 +497,16 @@ def run_folder(out: Path, label: str, seed: int) -> Path:
     return Path(out) / "runs" / label / f"seed{seed}"
 
 
+def _same_arms(expected: dict) -> tuple[str, str] | None:
+    """The first two arms (labels) whose resolved model configs are equal, or None."""
+    labels = list(expected)
+    for i, a in enumerate(labels):
+        for b in labels[i + 1:]:
+            if expected[a]["model"] == expected[b]["model"]:
+                return a, b
+    return None
+
+
 def _finished_threads(pairs) -> list[int]:
     """The torch threads the finished runs trained with (each run's ``config.yaml``), sorted and
     distinct: a comparison resumed with another ``--threads`` reuses runs of the first."""
@@ -733,6 +743,10 @@ def compare(args) -> int:
     with _claimed(out, aggregate_only):  # one comparison writes into a folder at a time
         t0 = time.time()
         expected = {spec.label: config_for(args, spec, seeds[0]).to_dict() for spec in specs}  # validates
+        same = _same_arms(expected)
+        if same:  # (elementwise@output beside elementwise, where output is the config's position)
+            raise CompareError(f"--gates: arms {same[0]} and {same[1]} train the same model (their model configs "
+                               "are equal); list each arm once")
         if args.threads:
             threads = args.threads
         elif "train.threads" in _set_keys(args) and next(iter(expected.values()))["train"]["threads"]:
