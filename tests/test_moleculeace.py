@@ -190,7 +190,12 @@ def test_summary_is_the_mean_of_per_target_means_and_calibration_checks_both_row
     local = next(s for s in mace.summarize(rows, anchors) if s["recipe"] == "default")
     assert local["commits"] == ["aaaaaaa", "bbbbbbb"] and local["source"] == "measured here at 2 commits"
     local = next(s for s in mace.summarize(rows[10:], anchors) if s["recipe"] == "default")
-    assert local["source"] == "measured here at aaaaaaa"
+    assert local["source"] == "measured here at aaaaaaa" and local["argument_sets"] == 1
+    # rows of one name run with other arguments (before check_same_recipe refused that) are named so
+    for i, r in enumerate(rows):
+        r["siggate_args"] = "--init a.pt" if i < 7 else "--init b.pt"
+    local = next(s for s in mace.summarize(rows, anchors) if s["recipe"] == "default")
+    assert local["argument_sets"] == 2 and local["source"] == "measured here at 2 commits, 2 argument sets"
 
 
 def test_a_recipe_is_complete_only_when_every_target_has_the_same_seeds():

@@ -630,8 +630,12 @@ def summarize(rows: list[dict], anchors: dict) -> list[dict]:
         commits = sorted({(r.get("commit") or "?")[:7] for r in rows
                           if (r["tool"], r["recipe"], r.get("status")) == (tool, recipe, "ok")})
         # one recipe name run at several commits is named so: the table does not say the code was one
-        entry = {"tool": tool, "recipe": recipe, "commits": commits,
-                 "source": f"measured here at {commits[0] if len(commits) == 1 else f'{len(commits)} commits'}"}
+        # rows of one recipe name run with other arguments before check_same_recipe refused it (two --init
+        # paths): named so, as the commits are
+        argsets = len({tuple(repr(r.get(f)) for f in IDENTITY) for r in counted(rows, tool, recipe)})
+        entry = {"tool": tool, "recipe": recipe, "commits": commits, "argument_sets": argsets,
+                 "source": f"measured here at {commits[0] if len(commits) == 1 else f'{len(commits)} commits'}"
+                           + (f", {argsets} argument sets" if argsets > 1 else "")}
         for key in (*METRICS, "cpu_s"):
             pt = per_target(rows, tool, recipe, key)
             entry[key] = statistics.mean(pt.values()) if pt else float("nan")
