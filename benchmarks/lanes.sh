@@ -414,7 +414,8 @@ lane_pretrain() {
   # clone) are not pretrained again
   arm_weights "$PT_1M_RUN" || step pretrain_in "$PT_1M_RUN" "$PT_1M_COMMIT" "$PT_1M"
   # issue 32's wider GNN member: pretrained on the 300k corpus, then fine-tuned here (the recipe lane
-  # has nothing left), seed 0 first
+  # has nothing left), seed 0 first. Seed 0 on 2026-12-06: 0.6304 against cand-avgc's 0.6302 (Wilcoxon
+  # p = 0.91), behind cand-pt300k's seed 0 (p = 0.041): no gain, so seeds 1 and 2 are not queued
   if ! arm_weights "$PT_W128_RUN"; then
     copied_corpus "$PT_300K_RUN" "$PT_W128_RUN" && step pretrain_in "$PT_W128_RUN" "$PT_W128_COMMIT" "$PT_W128"
   fi
