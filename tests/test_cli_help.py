@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,12 @@ def test_every_subcommand_has_examples_and_every_option_a_description(cmd):
     assert all(line.strip().startswith(f"siggate {cmd[0]}") for line in examples)
     if len(cmd) == 2:  # an analysis: its examples run that analysis
         assert all(line.strip().startswith(f"siggate analyze {cmd[1]}") for line in examples)
+    for line in examples:  # each example parses (an example named a flag its command does not have)
+        words = shlex.split(line.split("  #", 1)[0])[1:]
+        try:
+            build_parser().parse_args(words)
+        except SystemExit:
+            pytest.fail(f"the example {line.strip()!r} does not parse")
     undocumented = [a.option_strings or a.dest for a in parser._actions
                     if not isinstance(a, argparse._SubParsersAction) and not (a.help or "").strip()]
     assert undocumented == []

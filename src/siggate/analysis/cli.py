@@ -132,7 +132,7 @@ def _lr_sweep(sub) -> None:
     p = add_command(sub, "lr-sweep", "final metric, divergence and stable range over learning rates", [
         "siggate analyze lr-sweep --config nci5k --lrs 1e-4,3e-4,1e-3,3e-3,1e-2 --gates none,elementwise "
         "--seeds 0,1 --out runs/an",
-        "siggate analyze lr-sweep --jobs 2 --out runs/an   # two runs at a time",
+        "siggate analyze lr-sweep --backend ray --cpus-per-run 2 --out runs/an   # the runs as Ray tasks",
     ])
     add_model_args(p, default_epochs=3)
     p.add_argument("--lrs", default="1e-4,3e-4,1e-3,3e-3,1e-2", help="learning rates (default: 1e-4..1e-2)")
