@@ -81,7 +81,7 @@ def test_ensemble_on_its_test_split_scores_the_members_mean(ensemble2, tmp_path,
 
 
 @pytest.mark.parametrize("which", ["member0", "ensemble"])
-def test_external_csv_with_bad_and_unlabelled_rows(ensemble2, tmp_path, capsys, which):
+def test_external_csv_with_bad_and_unlabelled_rows(ensemble2, tmp_path, capsys, caplog, which):
     ens, _, _ = ensemble2
     run = ens / "member0" if which == "member0" else ens
     smiles = nci_smiles(80)[60:72]
@@ -100,10 +100,33 @@ def test_external_csv_with_bad_and_unlabelled_rows(ensemble2, tmp_path, capsys, 
     res = json.loads(out)
     assert res["rows"] == {"rows": 14, "scored": 12, "invalid": 1, "unlabelled": 1, "bad_label": 0, "bad_label_cell": 0, "malformed": 0,
                            "fitted": 0}  # none of the training molecules
+    # the invalid row is named with its line and reason, as a bad label is (it was only counted)
+    [warned] = [r.getMessage() for r in caplog.records if "cannot be scored" in r.getMessage()]
+    assert warned.startswith(f"--data {ext}: 1 row(s) hold a SMILES that cannot be scored (first: line 14, ")
     pred = np.array(_predict(run, smiles, tmp_path, capsys))
     want = float(np.mean(np.abs(pred - np.array(labels))))
     assert res["data"] == pytest.approx(want, rel=1e-4, abs=1e-5) and res["n"] == {"data": 12}
     assert res["members"] == (1 if which == "member0" else 2)
+
+
+def test_external_csv_molecules_above_max_atoms(ensemble2, tmp_path, capsys, caplog):
+    """evaluate --data dropped molecules above predict's atom limit as 'invalid', without a word
+    and without a way to score them: --max-atoms sets the limit, and each dropped row is named."""
+    ens, _, _ = ensemble2
+    ext = tmp_path / "big.csv"
+    ext.write_text("smiles,y\nCCO,0.1\nCCCO,0.2\nCCCCCCCCCCCC,0.3\n")
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(ext), "--max-atoms", "8"], capsys)
+    assert rc == 0, err
+    res = json.loads(out)
+    assert (res["rows"]["scored"], res["rows"]["invalid"]) == (2, 1)
+    [warned] = [r.getMessage() for r in caplog.records if "cannot be scored" in r.getMessage()]
+    assert "(first: line 4, molecule has 12 heavy atoms, above the limit of 8 (--max-atoms))" in warned
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(ext), "--max-atoms", "12"], capsys)
+    assert rc == 0 and json.loads(out)["rows"]["scored"] == 3
+    for argv, why in ((["--max-atoms", "0", "--data", str(ext)], "--max-atoms must be a positive integer, got 0"),
+                      (["--max-atoms", "5"], "--max-atoms limits the molecules of --data FILE.csv")):
+        rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), *argv], capsys)
+        assert rc == 2 and out == "" and why in err and len(err.strip().splitlines()) == 1
 
 
 def test_changed_training_csv_is_named_with_both_hashes(ensemble2, tmp_path, capsys, caplog):

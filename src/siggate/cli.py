@@ -569,6 +569,11 @@ def cmd_evaluate(args) -> int:
         raise CLIError("--decimal reads the labels of --data FILE.csv; give --data too")
     if args.data is not None and args.split is not None:
         raise CLIError(f"--split applies to the run's own data; --data {args.data} is scored whole (drop --split)")
+    if args.max_atoms < 1:
+        raise CLIError(f"--max-atoms must be a positive integer, got {args.max_atoms}")
+    if args.data is None and args.max_atoms != _PREDICT_DEFAULTS["max_atoms"]:
+        raise CLIError("--max-atoms limits the molecules of --data FILE.csv (the run's own splits are scored whole); "
+                       "give --data too")
     if args.output:
         _check_output_file(Path(args.output), reads={"--data": args.data}, checkpoint=args.checkpoint)
     device = check_device(args.device)
@@ -582,7 +587,7 @@ def cmd_evaluate(args) -> int:
         res = evaluate(args.checkpoint, split=args.split or "test", data=args.data, smiles_col=args.smiles_col,
                        target_cols=targets, allow_changed=args.allow_changed, data_root=args.data_root,
                        cache_dir=args.cache_dir, device=device, progress=progress_enabled(args), pictures=pictures,
-                       decimal=args.decimal, coverage=args.coverage, output=args.output)
+                       decimal=args.decimal, coverage=args.coverage, output=args.output, max_atoms=args.max_atoms)
     except EvaluationError as exc:
         raise CLIError(str(exc)) from None
     except MetricUndefinedError as exc:
@@ -964,6 +969,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the training targets' names)")
     p.add_argument("--decimal", default=".", choices=[".", ","],
                    help="decimal mark of the labels in --data: '.' (default) or ',' (-5,49)")
+    p.add_argument("--max-atoms", type=int, default=_PREDICT_DEFAULTS["max_atoms"],
+                   help="with --data: molecules with more atoms are not scored, each counted and warned about with its "
+                        "reason (default: 1000, as siggate predict)")
     p.add_argument("--allow-changed", action="store_true",
                    help="score the run's training CSV even if it changed since training (re-split; default: refuse)")
     p.add_argument("--coverage", default=None, metavar="C",

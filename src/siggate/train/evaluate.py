@@ -218,7 +218,7 @@ def target_map(target_cols: list[str] | None, info: TaskInfo) -> dict[str, str] 
 
 def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | None, info: TaskInfo,
                     notes: list[str], decimal: str = ".", fallback: str | None = None,
-                    folder: Path | None = None) -> tuple[list, dict, list[str]]:
+                    folder: Path | None = None, max_atoms: int | None = None) -> tuple[list, dict, list[str]]:
     """Graphs of the labelled CSV ``path`` featurized as ``predictor``'s inputs (as ``siggate
     predict`` featurizes SMILES), each with its labels ``y [1, T]``, the columns read as the
     model's targets (:func:`label_columns`: ``--target-col`` entries that are all the file's
@@ -232,7 +232,9 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     ``predictor`` was loaded from (a fingerprint member's run says how it reads a salt); where the
     run's ``splits.csv`` is there, ``fitted`` counts the scored rows that are its train or val
     molecules (canonical SMILES), whose scores are in sample, with a warning. ``notes`` gets
-    what the scores' warnings should say (a model's target the file has no column of)."""
+    what the scores' warnings should say (a model's target the file has no column of). A SMILES
+    that cannot be featurized (invalid, or above ``max_atoms`` atoms, ``siggate predict``'s limit
+    by default) is counted in ``invalid`` and warned about with its line and reason."""
     import numpy as np
 
     from ..data.chem import InvalidSmiles
@@ -295,7 +297,8 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     lines = records.lines
     labels, reasons, left_out = read_labels(path, table, cols, info.task, decimal, lines)
     check_any_numeric(path, table, cols, labels, allow_empty=True, lines=lines)  # metrics skip a target without labels
-    featurizer = SmilesPredictor(predictor, domain=False, folder=folder, uncertainty=False)  # (it writes none)
+    featurizer = SmilesPredictor(predictor, domain=False, folder=folder, uncertainty=False,  # (it writes none)
+                                 **({"max_atoms": max_atoms} if max_atoms is not None else {}))
     if ragged:  # their fields cannot be matched to the columns: counted, not scored
         log.warning("--data %s: %d rows have more fields than the header (first: line %d), so their fields cannot "
                     "be matched to the columns; they are not scored (quote fields that hold the delimiter)",
@@ -305,7 +308,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     if bad:
         log.warning("--data %s: %d row(s) have a label that cannot be scored (first: line %d, %s); they are not "
                     "scored", path, len(bad), line_at(lines, bad[0]), reasons[bad[0]])
-    graphs, invalid, unlabelled, partial = [], 0, 0, []
+    graphs, invalid, unlabelled, partial = [], [], 0, []
     skip |= set(bad)
     for row, (smiles, y) in enumerate(zip(table[smiles_col], labels)):
         if row in skip:
@@ -315,8 +318,8 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
             continue
         try:
             g = featurizer.featurize(smiles)
-        except InvalidSmiles:
-            invalid += 1
+        except InvalidSmiles as exc:  # (its reason names --max-atoms where the molecule is too large)
+            invalid.append((row, str(exc)))
             continue
         g.y = torch.tensor(y, dtype=torch.float32).reshape(1, -1)
         g.row = row  # the file's 0-based data row
@@ -327,11 +330,14 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         log.warning("--data %s: %d scored row(s) have a label cell that cannot be scored (first: line %d, %s); that "
                     "target is not scored for them, their other targets are", path, len(partial),
                     line_at(lines, partial[0]), left_out[partial[0]])
+    if invalid:
+        log.warning("--data %s: %d row(s) hold a SMILES that cannot be scored (first: line %d, %s); they are not "
+                    "scored", path, len(invalid), line_at(lines, invalid[0][0]), invalid[0][1])
     if not graphs:
         raise DataError(f"--data {path}: no row with a valid SMILES and a label to score "
-                        f"({invalid} invalid SMILES, {unlabelled} without a label, {len(bad)} with a label that cannot be "
+                        f"({len(invalid)} invalid SMILES, {unlabelled} without a label, {len(bad)} with a label that cannot be "
                         "scored)")
-    counts = {"rows": len(table), "scored": len(graphs), "invalid": invalid, "unlabelled": unlabelled,
+    counts = {"rows": len(table), "scored": len(graphs), "invalid": len(invalid), "unlabelled": unlabelled,
               "bad_label": len(bad), "bad_label_cell": len(partial), "malformed": len(ragged)}
     fitted = _fitted_molecules_of(folder)
     if fitted:
@@ -386,7 +392,7 @@ def picture_path(stem, info: TaskInfo) -> Path:
 def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None = None, target_cols=None,
              allow_changed: bool = False, data_root=None, cache_dir=None, device: str = "cpu",
              progress: bool = False, pictures: str | Path | None = None, decimal: str = ".",
-             coverage: float | None = None, output: str | Path | None = None) -> dict:
+             coverage: float | None = None, output: str | Path | None = None, max_atoms: int | None = None) -> dict:
     """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or a folder of
     several members) on ``split`` (a split name or ``"all"``) of its own data, or on the labelled
     CSV ``data``: ``{"checkpoint", "dataset", "level", "metric", "members", <split>: metric, ...,
@@ -414,7 +420,10 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     at least nominal by construction) and the train split is in sample: neither is tested.
 
     ``output``: the file the scores will be written to; refused, before any scoring, when it is
-    the run's training CSV (writing it would replace the file the run's splits are read from)."""
+    the run's training CSV (writing it would replace the file the run's splits are read from).
+
+    ``max_atoms``: with ``data``, molecules with more atoms are not scored, each counted as invalid
+    with its reason (default: ``siggate predict``'s limit)."""
     import copy
 
     from ..predictors.base import PredictorFileError
@@ -452,7 +461,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         smiles_col = smiles_col or trained_smiles_col(predictor, folder)
         notes: list[str] = []
         graphs, counts, cols = external_graphs(predictor, data, smiles_col, target_cols, info, notes, decimal, fallback,
-                                         folder)
+                                               folder, max_atoms)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
         prediction = predictor.predict(graphs)
         pred = prediction.mean
