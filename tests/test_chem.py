@@ -329,3 +329,22 @@ def test_cip_chirality_is_one_graph_for_every_spelling_of_a_molecule():
         assert torch.equal(mol_to_graph(mol).edge_attr, torch.as_tensor(ogb["edge_feat"]))  # the molecule unchanged
     with pytest.raises(ValueError, match="chirality must be 'tag' or 'cip', got 'rs'"):
         mol_to_graph(Chem.MolFromSmiles(s1), chirality="rs")
+
+
+def test_rdkit_warnings_do_not_reach_stderr_while_reasons_still_do(capfd):
+    """RDKit's warning log passed the error log's capture: '[H+].CC(=O)[O-]' printed "not removing
+    hydrogen atom without neighbors" while a CSV was read, and drawing a radical ([C]) printed
+    "unsupported number of radical electrons" twice. Both are quiet now; a failure's reason is
+    still RDKit's own words."""
+    from rdkit import Chem
+
+    from siggate.data.chem import InvalidSmiles, parse_smiles
+    from siggate.train.explain import draw_contributions
+
+    capfd.readouterr()
+    assert parse_smiles("[H+].CC(=O)[O-]").GetNumAtoms() == 5
+    draw_contributions(Chem.MolFromSmiles("[C]"), [0.1], "x", "y")
+    with pytest.raises(InvalidSmiles, match="unclosed ring"):
+        parse_smiles("C1CC")
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""

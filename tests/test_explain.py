@@ -210,6 +210,25 @@ def test_explain_writes_pictures_and_csvs_and_refuses_rows_as_predict_does(nitro
 FP_SPLITS = {"train": (0, 100), "val": (100, 120), "test": (120, 150)}
 
 
+def test_an_input_without_rows_is_warned_about_by_explain_and_predict(nitrogen_model, tmp_path, capsys):
+    """A header alone: an empty output and exit 0 as before, and now a warning that nothing was
+    done (evaluate, which has no score to give, refuses such a file)."""
+    member, _ = nitrogen_model
+    run = member.checkpoint.parent
+    src = tmp_path / "empty.csv"
+    src.write_text("smiles\n")
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "--input", str(src), "--out", str(tmp_path / "x"),
+                          "--steps", "5"], capsys)
+    assert rc == 0 and ("siggate explain: warning: the input holds no rows (a header alone, or nothing); nothing was "
+                        "explained") in err, err
+    rc, out, err = run_cli(["predict", "--checkpoint", str(run), "--input", str(src)], capsys)
+    assert rc == 0 and out.strip().splitlines()[0].startswith("smiles,") and len(out.strip().splitlines()) == 1
+    assert "siggate predict: 0 rows, 0 predicted, 0 failed" in err
+    assert "siggate predict: warning: the input holds no rows (a header alone, or nothing); nothing was predicted" in err
+    rc, out, err = run_cli(["predict", "--checkpoint", str(run), "CCO"], capsys)
+    assert rc == 0 and "warning" not in err
+
+
 def test_explain_carries_the_inputs_other_columns_and_refuses_a_malformed_row(nitrogen_model, tmp_path, capsys):
     """molecules.csv keeps a CSV's IDs and a .smi file's names beside each row (a name
     molecules.csv uses itself takes ``_input``); a row with more fields than the header is refused

@@ -764,6 +764,7 @@ def cmd_predict(args) -> int:
         return 1
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
           + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
+    _warn_no_rows("predict", n)
     if pred.outside:
         print(f"siggate predict: warning: {pred.outside} of {n - bad} predicted rows are outside the run's applicability "
               "domain (outside_domain: true; no training molecule is as similar as the validation molecules' "
@@ -817,7 +818,16 @@ def cmd_explain(args) -> int:
         lock.release()
     print(f"siggate explain: {n} rows, {n - bad} explained, {bad} failed -> {args.out} (molecules.csv, atoms.csv, "
           "one SVG and PNG per molecule)", file=sys.stderr)
+    _warn_no_rows("explain", n)
     return 1 if bad else 0
+
+
+def _warn_no_rows(command: str, n: int) -> None:
+    """A warning where the input held no molecule (a header alone, an empty file or stream): the
+    empty output is not a result (evaluate, which has no scores to give, refuses such a file)."""
+    if n == 0:
+        print(f"siggate {command}: warning: the input holds no rows (a header alone, or nothing); nothing was "
+              f"{'predicted' if command == 'predict' else 'explained'}", file=sys.stderr)
 
 
 def cmd_pretrain(args) -> int:

@@ -65,18 +65,23 @@ class _Capture:
     def __init__(self) -> None:
         self._text = ""
         self._ctx = None
+        self._block = None
 
     def __enter__(self) -> "_Capture":
+        # every log blocked (the warning log too: "not removing hydrogen atom without neighbors" for
+        # [H+].CC(=O)[O-] reached stderr past the error log's capture), the error log captured inside
+        self._block = rdBase.BlockLogs()
+        self._block.__enter__()
         if hasattr(rdBase, "CaptureErrorLog"):  # RDKit >= 2025.x
             self._ctx = rdBase.CaptureErrorLog()
-        else:  # older RDKit: no capture available, just keep stderr quiet
-            self._ctx = rdBase.BlockLogs()
-        self._ctx.__enter__()
+            self._ctx.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        ctx, self._ctx = self._ctx, None
-        ctx.__exit__(*exc)
+        ctx, block, self._ctx, self._block = self._ctx, self._block, None, None
+        if ctx is not None:
+            ctx.__exit__(*exc)
+        block.__exit__(*exc)
         msgs = getattr(ctx, "messages", "")
         self._text = msgs if isinstance(msgs, str) else ""
 

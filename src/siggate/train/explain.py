@@ -68,14 +68,17 @@ def draw_contributions(mol, values, legend: str, caption: str, png: bool = False
     from rdkit.Chem.Draw import rdMolDraw2D
     from rdkit.Geometry import Point2D
 
+    from ..data.chem import quiet_rdkit
+
     values = [float(v) for v in values]
     scale = max((abs(v) for v in values), default=0.0) if scale is None else float(scale)
     cls = rdMolDraw2D.MolDraw2DCairo if png else rdMolDraw2D.MolDraw2DSVG
     d = cls(WIDTH, HEIGHT, WIDTH, HEIGHT - BAR_BAND)
     d.drawOptions().legendFontSize = 15
     colours = {i: atom_colour(v, scale) for i, v in enumerate(values)}
-    rdMolDraw2D.PrepareAndDrawMolecule(d, mol, highlightAtoms=list(colours), highlightAtomColors=colours,
-                                       highlightBonds=[], legend=legend)
+    with quiet_rdkit():  # (a radical such as [C]: "unsupported number of radical electrons" on stderr, twice)
+        rdMolDraw2D.PrepareAndDrawMolecule(d, mol, highlightAtoms=list(colours), highlightAtomColors=colours,
+                                           highlightBonds=[], legend=legend)
     left, right, top = 60.0, WIDTH - 60.0, HEIGHT - BAR_BAND + 28.0
     d.SetFillPolys(True)
     pieces = 48
