@@ -10,6 +10,7 @@ once per session into a cache under ``$SIGGATE_TEST_CACHE`` (default
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import shutil
 import tempfile
@@ -682,10 +683,12 @@ def test_pretraining_drops_every_benchmarks_test_molecules(tmp_path, monkeypatch
     meta = build_corpus(source, tmp_path / "c", molecules=1000, seed=0, data_root=root, progress=False)
     pcba = meta["test_sets"].pop("molpcba")  # the shared data's molpcba is partial: no SMILES, skipped and named
     assert "ogbg_molpcba" in pcba["skipped"] and "test.csv.gz" in pcba["skipped"]
+    digest = {k: v.pop("sha256") for k, v in meta["test_sets"].items()}  # (of the sorted InChIKeys)
     assert meta["test_sets"] == {"zinc": {"molecules": 1000, "inchikeys": len(keys(zinc_test))},
                                  "molhiv": {"molecules": 4113, "inchikeys": len(keys(hiv_test))},
                                  "nci5k": {"molecules": len(nci_test), "inchikeys": len(keys(nci_test))},
                                  "moleculeace": {"molecules": 1, "inchikeys": 1}}
+    assert digest["zinc"] == hashlib.sha256("\n".join(sorted(keys(zinc_test))).encode()).hexdigest()
     assert meta["in_test_set"] == 4 and meta["kept"] == len(free)
     kept = pd.read_csv(tmp_path / "c" / "corpus.csv")["smiles"]
     assert len(kept) == len(free) and keys(list(kept)) == keys(free)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
+import hashlib
 import json
 import os
 import subprocess
@@ -165,7 +167,8 @@ def test_corpus_drops_invalid_duplicates_and_excluded(tmp_path):
     # whichever spelling comes second is a duplicate of an excluded molecule, not a new one
     assert (meta["invalid"], meta["duplicate"], meta["in_test_set"]) == (1, 3, 2)
     assert meta["kept"] == len(BASE) - 1 - 2
-    assert meta["test_sets"][f"file:{exclude}"] == {"molecules": 2, "inchikeys": 2}
+    assert meta["test_sets"][f"file:{exclude}"] == {"molecules": 2, "inchikeys": 2, "sha256": hashlib.sha256(
+        "\n".join(sorted({inchikey("c1ccccc1"), inchikey("Oc1ccccc1")})).encode()).hexdigest()}
     import csv
 
     rows = list(csv.DictReader(open(tmp_path / "c" / "corpus.csv")))
@@ -493,6 +496,37 @@ def test_a_corpus_built_before_a_benchmark_was_known_resumes(tmp_path, monkeypat
                                           r"readable as then \(--data-root\)"):
         build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=1000, seed=0, data_root=tmp_path / "none",
                      progress=False, keep=True)
+
+
+def test_a_corpus_built_against_another_test_set_is_not_reused(tmp_path, monkeypatch):
+    """A corpus was reused whenever the same benchmarks were readable, whatever their test sets held
+    now: one built against an older (smaller) test set kept molecules that are test molecules now,
+    and its record still said that set was excluded. The test sets' InChIKeys are compared (their
+    counts, for a corpus recorded before their digest): a resume is refused, a new build rebuilds."""
+    from siggate.data import corpus
+
+    kw = dict(molecules=1000, seed=0, data_root=tmp_path / "none", progress=False)
+    monkeypatch.setattr(corpus, "TEST_SETS", {"fake": lambda root: ["c1ccccc1"]})
+    first = build_corpus(_corpus_file(tmp_path), tmp_path / "c", **kw)
+    kept = {r["smiles"] for r in csv.DictReader(open(tmp_path / "c" / "corpus.csv"))}
+    assert "CCO" in kept and first["in_test_set"] == 1
+    assert build_corpus(_corpus_file(tmp_path), tmp_path / "c", keep=True, **kw) == first  # the same set: reused
+    monkeypatch.setattr(corpus, "TEST_SETS", {"fake": lambda root: ["c1ccccc1", "OCC"]})  # ethanol is a test molecule now
+    with pytest.raises(ConfigError, match=r"the test set\(s\) of fake hold other molecules now, which the corpus was "
+                                          r"not checked against\); put the data root of then back \(--data-root\), or "
+                                          r"pretrain into a new --out"):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", keep=True, **kw)
+    again = build_corpus(_corpus_file(tmp_path), tmp_path / "c", **kw)  # no model trained on it: built again
+    assert "CCO" not in {r["smiles"] for r in csv.DictReader(open(tmp_path / "c" / "corpus.csv"))}
+    assert again["in_test_set"] > first["in_test_set"]
+    # a record from before the digest: its counts decide
+    meta = json.loads((tmp_path / "c" / "meta.json").read_text())
+    del meta["test_sets"]["fake"]["sha256"]
+    (tmp_path / "c" / "meta.json").write_text(json.dumps(meta))
+    assert build_corpus(_corpus_file(tmp_path), tmp_path / "c", keep=True, **kw)["csv_sha256"] == again["csv_sha256"]
+    monkeypatch.setattr(corpus, "TEST_SETS", {"fake": lambda root: ["c1ccccc1", "OCC", "CCN"]})
+    with pytest.raises(ConfigError, match="the test set"):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", keep=True, **kw)
 
 
 def test_an_interrupted_corpus_build_resumes_at_its_first_missing_chunk(tmp_path, monkeypatch):

@@ -60,6 +60,21 @@ def _test_set_root(data_root, test_sets):
     return checked_data_root(data_root) if set(test_sets) & set(FROM_DATA_ROOT) else data_root or default_data_root()
 
 
+def keys_digest(keys) -> str:
+    """sha256 of the sorted InChIKeys ``keys``, one per line: a test set's contents in the corpus record."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()
+
+
+def _same_test_set(then: dict, now: dict) -> bool:
+    """A test set's record when a corpus was built against the same set read now: the digest of
+    its InChIKeys, or its counts for a corpus recorded before the digest."""
+    if "sha256" in then:
+        return then["sha256"] == now.get("sha256")
+    return (then.get("molecules"), then.get("inchikeys")) == (now.get("molecules"), now.get("inchikeys"))
+
+
 def _excluded_keys(data_root, exclude_files: list[str], test_sets) -> tuple[set, dict]:
     from ..data.corpus import benchmark_test_smiles, inchikey, read_smiles
 
@@ -80,7 +95,9 @@ def _excluded_keys(data_root, exclude_files: list[str], test_sets) -> tuple[set,
         keys[name] = {k for k in map(inchikey, smiles) if k}
     sets.update(files)
     keys = {name: keys[name] for name in sets}  # the record's order: the benchmarks, then the files
-    record = {name: {"molecules": len(sets[name]), "inchikeys": len(k)} for name, k in keys.items()}
+    # sha256: of the sorted InChIKeys, so that a reused corpus is checked against the test sets' contents
+    record = {name: {"molecules": len(sets[name]), "inchikeys": len(k), "sha256": keys_digest(k)}
+              for name, k in keys.items()}
     for name, why in missing.items():
         record[name] = {"skipped": why}
         log.warning("pretrain: test set of %s not read (%s); its molecules are not excluded", name, why)
@@ -309,16 +326,17 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
             log.warning("pretrain: %s cannot be read; building the corpus again", meta_path)
             meta = None
     if meta is not None:
-        from ..data.corpus import benchmark_test_smiles
-
         # the same test sets must be readable now as when the corpus was built: of those it considered
-        # (a benchmark siggate came to know later, such as molpcba, is no difference for an older corpus)
+        # (a benchmark siggate came to know later, such as molpcba, is no difference for an older corpus),
+        # holding the same molecules (a corpus built against an older test set keeps molecules now in it)
         considered = [n for n in test_sets if n in meta.get("test_sets", {})]
-        now = sorted(benchmark_test_smiles(_test_set_root(data_root, considered), considered)[0])
-        built = sorted(k for k, v in meta.get("test_sets", {}).items() if "skipped" not in v and not k.startswith("file:"))
+        sets_now = {k: v for k, v in _excluded_keys(data_root, [], considered)[1].items() if "skipped" not in v}
+        sets_then = {k: v for k, v in meta.get("test_sets", {}).items() if "skipped" not in v and not k.startswith("file:")}
+        now, built = sorted(sets_now), sorted(sets_then)
+        moved = [k for k in built if k in sets_now and not _same_test_set(sets_then[k], sets_now[k])]
         same_csv = meta.get("csv_sha256") == file_digest(csv_path)
         then, asked = _comparable({k: meta.get(k) for k in want}), _comparable(want)
-        if then == asked and same_csv and now == built:
+        if then == asked and same_csv and now == built and not moved:
             log.info("pretrain: reusing the corpus in %s (%d molecules)", out, meta["kept"])
             return meta
         if keep:
@@ -332,8 +350,15 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
             if now != built:
                 differ.append(f"benchmark test sets {built} then, {now} now")
                 fixes.append("make the same benchmarks readable as then (--data-root)")
+            if moved:  # the corpus may hold molecules that are test molecules now: no remedy but a new corpus
+                differ.append(f"the test set(s) of {', '.join(moved)} hold other molecules now, which the corpus was "
+                              "not checked against")
+                fixes.append("put the data root of then back (--data-root)")
             raise ConfigError(f"pretrain --resume: the run's corpus in {out} was built otherwise ({'; '.join(differ)}); "
                               f"{', and '.join(fixes)}, or pretrain into a new --out")
+        if moved:
+            log.warning("pretrain: the test set(s) of %s hold other molecules than when the corpus in %s was built; "
+                        "building it again", ", ".join(moved), out)
     t0 = time.time()
     smiles = None
     if not _selection_saved(out, want):  # (a resumed build has its selection: the source is not read again)
