@@ -450,6 +450,49 @@ def test_init_from_the_cli_refuses_another_architecture_before_the_folder_and_no
     assert "init: ''" in (tmp_path / "empty" / "config.yaml").read_text()
 
 
+def test_members_that_start_later_start_from_the_weights_the_run_started_from(tmp_path):
+    """A GNN member that had not started when its run stopped read train.init's file at the resume:
+    weights exported again since (or an upgraded shipped file) started it from other weights than
+    its siblings, without a word; a relative --set train.init was read from the resume's folder.
+    The run records the file's digest, a resume with a member still to start checks it, and
+    --set train.init is made absolute as --init is."""
+    import shutil
+
+    from siggate.train.init_weights import SHIPPED
+
+    csv = tmp_path / "d.csv"
+    csv.write_text("smiles,y\n" + "".join(f"{s},{len(s) * 0.1:.2f}\n" for s in BASE))
+    weights = tmp_path / "w.pt"
+    shutil.copy(SHIPPED / "default.pt", weights)
+
+    def train(*flags, cwd=tmp_path):
+        return subprocess.run([sys.executable, "-m", "siggate", "train", "--data", str(csv), "--target-col", "y",
+                               "--split", "random", "--out", str(tmp_path / "ens"), "--no-progress", "--threads", "1",
+                               *flags], capture_output=True, text=True, cwd=cwd)
+
+    flags = [*GNN_ALONE, "--ensemble", "2", "--epochs", "1", "--set", "train.warmup_epochs=0", "--set", "train.init=w.pt"]
+    r = train(*flags)
+    assert r.returncode == 0, r.stderr[-2000:]
+    record = yaml.safe_load((tmp_path / "ens" / "members.yaml").read_text())
+    assert record["train"]["init"] == str(weights)  # absolute, as --init's
+    assert record["_meta"]["init_weights"] == {"path": str(weights.resolve()),
+                                               "sha256": hashlib.sha256(weights.read_bytes()).hexdigest()}
+    shutil.rmtree(tmp_path / "ens" / "member1")  # as if the run had stopped before member1 started
+    original = weights.read_bytes()
+    shutil.copy(tmp_path / "ens" / "member0" / "best.pt", weights)  # other weights under the name
+    r = train(*flags, "--resume")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    error = r.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"siggate train: error: train.init: {weights} holds other weights than when this run "
+                            "started (sha256 ") and "GNN member member1 has yet to start from them" in error, error
+    weights.write_bytes(original)
+    r = train(*flags, "--resume")  # the weights of then: member1 trains from them
+    assert r.returncode == 0, r.stderr[-2000:]
+    m1 = json.loads((tmp_path / "ens" / "member1" / "metrics.json").read_text())["init"]
+    m0 = json.loads((tmp_path / "ens" / "member0" / "metrics.json").read_text())["init"]
+    assert m1["sha256"] == m0["sha256"] == hashlib.sha256(original).hexdigest()
+
+
 def test_init_none_is_from_scratch_wherever_it_is_given_and_pretraining_clears_a_recipes_init(tmp_path):
     """``none`` means from scratch in ``--set``, a YAML and the estimator's overrides alike (the
     config stores ``""``); a pretraining whose base recipe names weights starts fresh."""
@@ -882,3 +925,85 @@ def test_pretrain_names_an_exclude_folder_as_a_folder(tmp_path, capsys):
     rc, _, err = run_cli(["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(tmp_path / "pt"),
                           "--exclude", str(tmp_path / "adir")], capsys)
     assert rc == 2 and f"--exclude {tmp_path / 'adir'}: a folder; give a SMILES file or CSV in it" in err
+
+
+def test_a_pretraining_and_a_run_keep_to_their_own_folders(tmp_path, capsys):
+    """A finished export whose model/ was removed was trained again and written over by the same
+    command; a pretraining into a train run's folder (or a run into a pretraining's) made
+    --init FOLDER name other weights than the user's; a pretraining stopped before its export was
+    named as a folder of no weights. Each is refused in one line, naming what to do instead."""
+    import shutil
+
+    from siggate.train.init_weights import resolve_init
+    from test_predict import run_cli
+
+    out = tmp_path / "pt"
+    kw = dict(molecules=1000, epochs=1, seed=0, data_root=tmp_path / "none", progress=False, test_sets=(),
+              overrides=["model.layers=2", "model.dim=16", "model.pe_steps=4", "model.pe_dim=4",
+                         "train.warmup_epochs=0"])
+    pretrain(_corpus_file(tmp_path), out, **kw)
+    export = (out / "pretrained.pt").read_bytes()
+    shutil.rmtree(out / "model")
+    for resume in (False, True):
+        with pytest.raises(ConfigError, match=r"holds a finished pretraining's export \(pretrained.pt\) and no model/ "
+                                              r"to resume; fine-tune from it \(--init .*pt\), or pretrain into another"):
+            pretrain(_corpus_file(tmp_path), out, resume=resume, **kw)
+    assert (out / "pretrained.pt").read_bytes() == export
+    # a run into the pretraining's folder, a pretraining into a run's
+    csv = tmp_path / "d.csv"
+    csv.write_text("smiles,y\n" + "".join(f"{s},{len(s) * 0.1:.2f}\n" for s in BASE))
+    rc, _, err = run_cli(["train", "--data", str(csv), "--target-col", "y", "--out", str(out), "--members", "svr"],
+                         capsys)
+    assert rc == 2 and err.strip().splitlines()[-1] == (
+        f"siggate train: error: --out {out} holds a pretraining (pretrained.pt, corpus/); train into a folder of its "
+        f"own (fine-tune from it with --init {out})")
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(csv), "--target-col", "y", "--out", str(run), "--members", "svr"],
+                         capsys)
+    assert rc == 0, err
+    rc, _, err = run_cli(["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(run), "--epochs", "1"],
+                         capsys)
+    assert rc == 2 and err.strip().splitlines()[-1] == (
+        f"siggate pretrain: error: --out {run} holds a siggate train run; pretrain into a folder of its own")
+    # --init FOLDER: both files, or a pretraining without its export, named
+    both = tmp_path / "both"
+    both.mkdir()
+    shutil.copy(out / "pretrained.pt", both / "pretrained.pt")
+    shutil.copy(out / "pretrained.pt", both / "best.pt")
+    with pytest.raises(ConfigError, match="holds both a pretraining's pretrained.pt and a run's best.pt; name the "
+                                          "weights file"):
+        resolve_init(str(both))
+    (out / "model").mkdir()
+    (out / "pretrained.pt").unlink()
+    with pytest.raises(ConfigError, match=r"is a pretraining that has not exported its weights \(no pretrained.pt\): "
+                                          r"finish it with siggate pretrain \.\.\. --out .* --resume"):
+        resolve_init(str(out))
+
+
+def test_constant_descriptors_are_dropped_in_float64():
+    """A constant non-integer descriptor has a float32 std of ~1e-6: it was kept as a target, which
+    the scaler (float64) then found constant and the run refused, naming a flag pretrain lacks."""
+    import numpy as np
+
+    from siggate.data.molfeatures import RDKIT2D_NAMES
+    from siggate.train.pretrain import _descriptor_targets
+
+    rng = np.random.default_rng(0)
+    raw = rng.normal(size=(40, len(RDKIT2D_NAMES))).astype(np.float32)
+    raw[:, 3] = np.float32(1.7)  # constant, not an integer
+    raw[:, 5] = 7.0
+    assert raw[np.arange(30)].std(axis=0)[3] > 0  # (float32's own std along the rows: not 0)
+    z, names, scaler = _descriptor_targets(raw, np.arange(30))
+    assert RDKIT2D_NAMES[3] not in names and RDKIT2D_NAMES[5] not in names and len(names) == len(RDKIT2D_NAMES) - 2
+    assert z.shape == (40, len(names)) and all(s > 0 for s in scaler["std"])
+
+
+def test_param_match_is_an_architecture_key_of_init():
+    """Weights of a parameter-matched control (wider FFN) started a model without it: refused late,
+    as 'lacks 16 backbone tensors', not naming the key; it is named with the others now."""
+    from siggate.train.init_weights import _architecture_refusal
+
+    blob = {"config": {"model": {"dim": 64, "attn": True, "gate": "none", "param_match": "ffn"}}}
+    why = _architecture_refusal(Path("w.pt"), blob, {"dim": 64, "attn": True, "gate": "none", "param_match": "none"})
+    assert why == ("train.init: w.pt has another architecture (model.param_match: pretrained 'ffn', this run 'none'); "
+                   "use the pretrained model's settings, or train from scratch with --init none (train.init=none)")

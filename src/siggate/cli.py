@@ -428,7 +428,7 @@ def _train_members(cfg, out: Path, args, kinds: list[str], weights: str, resume:
 
 
 def claim_out_dir(out: Path, resume: bool = False, overwrite: bool = False, default_name: bool = False,
-                  cfg=None, what: str = "the run"):
+                  cfg=None, what: str = "the run", pretraining_ok: bool = False):
     """Check ``out`` (:func:`check_out_dir`) and claim it for this process: the held
     :class:`siggate.files.FolderLock` (release it when the run ends). A folder another live run
     holds is refused in one line; with ``default_name`` (no ``--out`` given) the next free
@@ -443,7 +443,7 @@ def claim_out_dir(out: Path, resume: bool = False, overwrite: bool = False, defa
             out = default_out_dir(cfg, None, taken=out)
             continue
         try:
-            check_out_dir(out, resume=resume, overwrite=overwrite)
+            check_out_dir(out, resume=resume, overwrite=overwrite, pretraining_ok=pretraining_ok)
             _claim_members_run(out, lock)
         except BaseException:
             lock.release()
@@ -469,14 +469,20 @@ def _claim_members_run(out: Path, lock) -> None:
                        "member; wait for it to end") from None
 
 
-def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False) -> None:
+def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False, pretraining_ok: bool = False) -> None:
     """Refuse an output folder that cannot be one before any work starts: an existing file,
     or a place where the folder cannot be created or written; and a folder that holds a run
     (:func:`siggate.train.rundir.holds_run`), or files of the names a run writes without one
-    (:func:`siggate.train.rundir.run_output_names`), unless it is resumed, or cleared with ``overwrite``."""
+    (:func:`siggate.train.rundir.run_output_names`), unless it is resumed, or cleared with ``overwrite``;
+    a pretraining's folder (:func:`~siggate.train.rundir.pretraining_files`) unless ``pretraining_ok``
+    (``siggate pretrain``'s own, and explain's, whose files do not mix with it)."""
     from .train import rundir
 
     check_out_folder(out, "the run")
+    found = [] if pretraining_ok else rundir.pretraining_files(out)
+    if found:  # a run beside it: --init OUT then named the pretraining's weights, not the run's
+        raise CLIError(f"--out {out} holds a pretraining ({', '.join(found)}); train into a folder of its own "
+                       f"(fine-tune from it with --init {out})")
     if not rundir.run_entries(out) and rundir.restore_aside(out):  # a replacement killed midway (kill -9)
         logging.getLogger("siggate").warning(f"{out}: restored the run that an interrupted --overwrite had set "
                                              f"aside ({rundir.ASIDE})")
@@ -807,7 +813,7 @@ def cmd_explain(args) -> int:
                        "explanation writes, but no explanation wrote them: move them or choose another --out "
                        "(--overwrite replaces them)")
     chunks = _read_input(args, pred, source) if source else [list(args.smiles)]
-    lock = claim_out_dir(Path(args.out), resume=True, what="the explanations")  # one explain per folder at a time
+    lock = claim_out_dir(Path(args.out), resume=True, what="the explanations", pretraining_ok=True)  # one explain at a time
     try:
         n, bad = explain_to_folder(pred, chunks, args.out, steps=args.steps, scale=args.scale)
     except ValueError as exc:
@@ -833,7 +839,13 @@ def _warn_no_rows(command: str, n: int) -> None:
 def cmd_pretrain(args) -> int:
     if args.molecules < 1 or args.epochs < 1:
         raise CLIError("--molecules and --epochs must be at least 1")
-    lock = claim_out_dir(Path(args.out), resume=True, what="the pretraining")  # pretrain() guards its own run
+    lock = claim_out_dir(Path(args.out), resume=True, what="the pretraining", pretraining_ok=True)  # pretrain()
+    # guards its own run
+    from .train.rundir import holds_run
+
+    if holds_run(args.out):  # a train run's folder: --init OUT then named the pretraining's weights, not the run's
+        lock.release()
+        raise CLIError(f"--out {args.out} holds a siggate train run; pretrain into a folder of its own")
     try:
         return _pretrain(args)
     finally:

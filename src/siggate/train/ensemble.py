@@ -86,12 +86,14 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
         if done is not None:  # a finished run resumed: its record stays as it is (as a run of one model's)
             log.info("%s: the run of members has finished; nothing to train", out)
             return done
+    init = _init_weights(out, cfg, built, resume)
     # recorded only now: data that cannot be used leaves no record, so the command with its
     # flags mended runs without --overwrite
     out.mkdir(parents=True, exist_ok=True)
     source = data_source(cfg.data)
     write_config(out / MEMBERS_RECORD, cfg.to_dict(), source=source, task=ds.info.to_dict(),
-                 members={"kinds": kinds, "ensemble": int(gnn_copies), "weights": weights or "equal"})
+                 members={"kinds": kinds, "ensemble": int(gnn_copies), "weights": weights or "equal"},
+                 **({"init_weights": init} if init else {}))
     fitted = [fit_member(member, out / name, ds, resume, device) for name, _, member in built]
     record = {"config": cfg.to_dict(), "split_seed": cfg.train.seed, "data_source": source}
     combo = Combination(fitted, weights, [name for name, _, _ in built], record,
@@ -159,6 +161,45 @@ def _finished_record(out: Path, cfg: Config, kinds: list[str], gnn_copies: int, 
         except (OSError, ValueError):  # damaged: its fit names it
             return None
     return metrics
+
+
+def _init_weights(out: Path, cfg: Config, built, resume: bool) -> dict | None:
+    """The record of the weights ``train.init`` names (``{"path", "sha256"}``) that the run's GNN
+    members start from, kept in its :data:`~.rundir.MEMBERS_RECORD`; None without ``train.init``.
+
+    A GNN member that has not started reads the file when its turn comes, so a resume in which one
+    has not started is refused where the file holds other weights than the record's (a pretraining
+    exported again, an upgraded shipped file): its members would start from different weights.
+    Where every GNN member has started, the file is not read (it may be gone) and the record stays.
+
+    Raises:
+        ConfigError: the weights changed since the run started (named, both digests)."""
+    from ..config import ConfigError
+    from ..files import file_digest
+    from .init_weights import resolve_init
+    from .record import LAST
+    from .rundir import read_record
+
+    then = None
+    if resume and (out / MEMBERS_RECORD).is_file():
+        try:
+            then = (read_record(out / MEMBERS_RECORD).get("_meta") or {}).get("init_weights")
+        except (OSError, ValueError):  # a damaged record is rewritten: nothing to compare with
+            then = None
+    if not cfg.train.init:
+        return None
+    waiting = [m for _, _, m in built if getattr(m, "kind", None) == "gnn" and getattr(m, "folder", None) is not None
+               and not (Path(m.folder) / LAST).is_file()]
+    if not waiting:
+        return then if isinstance(then, dict) else None
+    path = resolve_init(cfg.train.init)
+    now = {"path": str(path.resolve()), "sha256": file_digest(path)}
+    if isinstance(then, dict) and then.get("sha256") and then["sha256"] != now["sha256"]:
+        raise ConfigError(f"train.init: {path} holds other weights than when this run started (sha256 "
+                          f"{then['sha256'][:16]}... then, {now['sha256'][:16]}... now), and the run's GNN member "
+                          f"{Path(waiting[0].folder).name} has yet to start from them: its members would start from "
+                          "different weights; put the weights of then back, or train into a new --out")
+    return now
 
 
 def _check_resumable(built) -> None:

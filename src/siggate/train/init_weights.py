@@ -31,7 +31,7 @@ __all__ = ["SHIPPED", "InitWeights", "resolve_init", "read_init", "init_refusal"
 SHIPPED = Path(__file__).resolve().parents[1] / "pretrained"
 #: model keys that shape the backbone: a pretrained model and its fine-tuning config must agree on them
 ARCH_KEYS = ("dim", "layers", "heads", "local", "attn", "attn_type", "gate", "gate_position", "pe", "pe_steps",
-             "pe_dim", "pooling", "head_layers", "ffn_dim")
+             "pe_dim", "pooling", "head_layers", "ffn_dim", "param_match")
 #: the architecture keys of the attention branch alone (a model with ``attn: false`` has no tensor they shape)
 ATTENTION_KEYS = ("heads", "attn_type", "gate", "gate_position")
 #: the architecture keys of the positional encoder alone (a model with ``pe: none`` has none)
@@ -54,9 +54,16 @@ def resolve_init(source: str) -> Path:
         return path
     path = Path(source).expanduser()
     if path.is_dir():
+        if (path / "pretrained.pt").is_file() and (path / "best.pt").is_file():  # a run and a pretraining in one
+            raise ConfigError(f"train.init: {path} holds both a pretraining's pretrained.pt and a run's best.pt; "
+                              "name the weights file")
         for name in ("pretrained.pt", "best.pt", "last.pt"):
             if (path / name).is_file():
                 return path / name
+        if (path / "model").is_dir() and (path / "corpus").is_dir():  # a pretraining stopped before its export
+            raise ConfigError(f"train.init: {path} is a pretraining that has not exported its weights (no "
+                              f"pretrained.pt): finish it with siggate pretrain ... --out {path} --resume, or name "
+                              f"its checkpoint, {path / 'model' / 'best.pt'}")
         from .rundir import member_folders
 
         gnn = [m for m in member_folders(path) if (m / "best.pt").is_file()]
@@ -246,7 +253,8 @@ def load_init(model: torch.nn.Module, source: str | InitWeights, model_cfg: dict
         copied.append(name)
     backbone_fresh = [n for n in fresh if not n.startswith(("head.", "mol_"))]
     if backbone_fresh:
-        raise ConfigError(f"train.init: {path} lacks {len(backbone_fresh)} backbone tensors of this model "
+        raise ConfigError(f"train.init: {path} lacks (or holds in another shape) {len(backbone_fresh)} backbone "
+                          f"tensors of this model "
                           f"(e.g. {backbone_fresh[0]}); it was written for another model")
     return {"source": source, "path": str(path), "sha256": file_digest(path), "copied": len(copied),
             "fresh": fresh, "pretraining": blob.get("pretraining")}

@@ -274,7 +274,9 @@ def _raw_descriptors(smiles: list[str], part: Path, workers: int, progress: bool
 def _descriptor_targets(raw: np.ndarray, train_rows: np.ndarray) -> tuple[np.ndarray, list[str], dict]:
     from ..data.molfeatures import RDKIT2D_NAMES, FeatureScaler
 
-    keep = np.nonzero(raw[train_rows].std(axis=0) > 0)[0]
+    # in float64, as the scaler: a constant non-integer column has a float32 std of ~1e-6 (kept, then
+    # scaled by 1 and refused as a constant target)
+    keep = np.nonzero(raw[train_rows].astype(np.float64).std(axis=0) > 0)[0]
     scaler = FeatureScaler.fit(raw[train_rows][:, keep])
     z = np.clip(scaler.transform(raw[:, keep]), -CLIP_Z, CLIP_Z)
     names = [RDKIT2D_NAMES[j] for j in keep]
@@ -494,6 +496,9 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
     model_dir = out / "model"
     if not resume and (model_dir / "last.pt").exists():
         raise ConfigError(f"{out} holds a pretraining run; pass --resume to continue it, or another --out")
+    if (out / "pretrained.pt").is_file() and not (model_dir / "last.pt").exists():  # its model/ removed: a new run
+        raise ConfigError(f"{out} holds a finished pretraining's export (pretrained.pt) and no model/ to resume; "  # would
+                          f"fine-tune from it (--init {out}), or pretrain into another --out")  # write over it
     if resume and not (model_dir / "last.pt").exists() and not any(
             (out / "corpus" / name).exists() for name in ("meta.json", PARTIAL)):
         raise ConfigError(f"--resume: {out} holds no pretraining to continue (no corpus, no checkpoint); check "

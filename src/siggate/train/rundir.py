@@ -133,6 +133,16 @@ def holds_run(out: str | Path) -> bool:
     return bool(run_files(out))
 
 
+def pretraining_files(out: str | Path) -> list[str]:
+    """What of a ``siggate pretrain`` folder ``out`` holds: its export ``pretrained.pt``, its
+    ``corpus/`` (built, or a build under way); empty for any other folder."""
+    out = Path(out)
+    found = ["pretrained.pt"] if (out / "pretrained.pt").is_file() else []
+    if (out / "corpus" / "meta.json").is_file() or (out / "corpus" / "partial").is_dir():
+        found.append("corpus/")
+    return found
+
+
 def forget_refused_run(out: str | Path) -> bool:
     """After a new run in ``out``, a folder it found without files of a run's names
     (:func:`run_entries`; other files stay), refused its input: remove what it
