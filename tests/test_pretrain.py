@@ -313,6 +313,12 @@ def test_pretraining_refuses_its_own_targets_as_inputs(tmp_path, capsys):
     with pytest.raises(ConfigError, match=r"^--config pattern: a config of the node-level dataset pattern; pretrain "
                                           r"trains a model of molecules: give a molecule config"):
         pretrain_config("pattern", tmp_path / "c.csv", ["MolWt"], 4, 0)
+    # a molecule classifier's config: its loss named, with the key that mends it (which does)
+    with pytest.raises(ConfigError, match=r"^--config peptides-func: its train.loss \(bce\) is a classifier's, and "
+                                          r"pretraining regresses descriptors: add --set train.loss=auto, or give a "
+                                          r"regression config \(csv, the default\)$"):
+        pretrain_config("peptides-func", tmp_path / "c.csv", ["MolWt"], 4, 0)
+    assert pretrain_config("peptides-func", tmp_path / "c.csv", ["MolWt"], 4, 0, ["train.loss=auto"]).train.loss == "auto"
     rc, _, err = run_cli(["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(tmp_path / "pt"),
                           "--epochs", "2", "--data-root", str(tmp_path / "none")], capsys)
     assert rc == 2 and err.strip().splitlines() == [

@@ -450,6 +450,15 @@ def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epoc
         if DATASET_META.get(name, {}).get("level") == "node":  # (its loss and task were named instead)
             raise ConfigError(f"--config {base}: a config of the node-level dataset {name}; pretrain trains a model of "
                               "molecules: give a molecule config (csv, the default; nci5k, zinc, ...)") from None
+        if not any(o.startswith("train.loss=") for o in overrides):  # a classifier's loss, which it had not chosen
+            try:
+                load_config(base or "csv", [*sets, "train.loss=auto"])
+            except ConfigError:
+                pass
+            else:
+                raise ConfigError(f"--config {base}: its train.loss ({load_config(base or 'csv').train.loss}) is a "
+                                  "classifier's, and pretraining regresses descriptors: add --set train.loss=auto, or "
+                                  "give a regression config (csv, the default)") from None
         raise
     if cfg.train.init:
         raise ConfigError("train.init: pretraining starts from a fresh model; drop --set train.init")
