@@ -318,7 +318,8 @@ def test_pretraining_refuses_its_own_targets_as_inputs(tmp_path, capsys):
                                           r"pretraining regresses descriptors: add --set train.loss=auto, or give a "
                                           r"regression config \(csv, the default\)$"):
         pretrain_config("peptides-func", tmp_path / "c.csv", ["MolWt"], 4, 0)
-    assert pretrain_config("peptides-func", tmp_path / "c.csv", ["MolWt"], 4, 0, ["train.loss=auto"]).train.loss == "auto"
+    assert pretrain_config("peptides-func", tmp_path / "c.csv", ["MolWt"], 4, 0,
+                           ["train.loss=auto", "train.warmup_epochs=1"]).train.loss == "auto"
     rc, _, err = run_cli(["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(tmp_path / "pt"),
                           "--epochs", "2", "--data-root", str(tmp_path / "none")], capsys)
     assert rc == 2 and err.strip().splitlines() == [
