@@ -350,10 +350,12 @@ def test_seed_and_gate_specs():
     specs = cmp.parse_gates("none,elementwise@value,headwise")
     assert [s.overrides() for s in specs] == [
         ["model.gate=none"], ["model.gate=elementwise", "model.gate_position=value"], ["model.gate=headwise"]]
-    # "elementwise@" is elementwise (it ran as its own arm, the same model under another label)
-    assert [s.label for s in cmp.parse_gates("none,elementwise@")] == ["none", "elementwise"]
+    # "elementwise@" ran as its own arm beside elementwise, the same model under another label
+    with pytest.raises(ValueError, match=r"^--gates: 'elementwise@' names no position after '@'; give elementwise, "
+                                         r"or elementwise@POSITION \(output, value"):
+        cmp.parse_gates("none,elementwise@")
     for bad in ("none@value", "sigmoid", "elementwise@middle", "none,none", "elementwise@matched",
-                "none@matched,none@matched-ffn", "elementwise,elementwise@"):
+                "none@matched,none@matched-ffn"):
         with pytest.raises(ValueError):
             cmp.parse_gates(bad)
     # the parameter-matched control: the rule is named in the label and in the config
@@ -388,6 +390,13 @@ def test_compare_refuses_two_arms_of_one_model(tmp_path, capsys):
     assert err == ("siggate compare: error: --gates: arms elementwise and elementwise@output train the same model "
                    "(their model configs are equal); list each arm once")
     assert not (out / "runs").exists()
+    # runs an earlier siggate trained under both labels still aggregate (nothing trains)
+    for seed in (0, 1):
+        for gate in ("elementwise", "elementwise@output"):
+            _fake_run(out / "runs" / gate / f"seed{seed}", seed, "elementwise", 1.0 + seed, 1.0)
+    assert _compare(["--seeds", "0-1", "--gates", "elementwise,elementwise@output", "--epochs", "3", "--out", str(out),
+                     "--no-progress", "--aggregate-only"]) == 0
+    assert json.loads((out / "results.json").read_text())["n"] == {"elementwise": 2, "elementwise@output": 2}
 
 
 def _fake_run(run_dir: Path, seed: int, gate: str, test: float, val: float, epochs: int = 3) -> None:

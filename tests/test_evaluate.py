@@ -123,8 +123,17 @@ def test_external_csv_molecules_above_max_atoms(ensemble2, tmp_path, capsys, cap
     assert "(first: line 4, molecule has 12 heavy atoms, above the limit of 8 (--max-atoms))" in warned
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(ext), "--max-atoms", "12"], capsys)
     assert rc == 0 and json.loads(out)["rows"]["scored"] == 3
-    for argv, why in ((["--max-atoms", "0", "--data", str(ext)], "--max-atoms must be a positive integer, got 0"),
-                      (["--max-atoms", "5"], "--max-atoms limits the molecules of --data FILE.csv")):
+    big = tmp_path / "onlybig.csv"
+    big.write_text("smiles,y\nCCCCCCCCCCCC,0.3\n")
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(big), "--max-atoms", "8"], capsys)
+    assert rc == 2 and err.strip().splitlines()[-1] == (
+        f"siggate evaluate: error: --data {big}: no row with a valid SMILES and a label to score (1 whose SMILES cannot "
+        "be scored (first: molecule has 12 heavy atoms, above the limit of 8 (--max-atoms)), 0 without a label, 0 with "
+        "a label that cannot be scored)")
+    for argv, why in ((["--max-atoms", "0", "--data", str(ext)], "max_atoms (--max-atoms) must be a positive integer, "
+                                                                  "got 0"),
+                      (["--max-atoms", "5"], "--max-atoms limits the molecules of --data FILE.csv"),
+                      (["--max-atoms", "1000"], "--max-atoms limits the molecules of --data FILE.csv")):
         rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), *argv], capsys)
         assert rc == 2 and out == "" and why in err and len(err.strip().splitlines()) == 1
 

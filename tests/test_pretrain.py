@@ -498,6 +498,20 @@ def test_members_that_start_later_start_from_the_weights_the_run_started_from(tm
     m1 = json.loads((tmp_path / "ens" / "member1" / "metrics.json").read_text())["init"]
     m0 = json.loads((tmp_path / "ens" / "member0" / "metrics.json").read_text())["init"]
     assert m1["sha256"] == m0["sha256"] == hashlib.sha256(original).hexdigest()
+    # no GNN member started yet: they all start from the weights as they are now (a warning says so)
+    shutil.rmtree(tmp_path / "ens" / "member0")
+    shutil.rmtree(tmp_path / "ens" / "member1")
+    (tmp_path / "ens" / "metrics.json").unlink()
+    shutil.copy(SHIPPED / "default.pt", weights)
+    record = yaml.safe_load((tmp_path / "ens" / "members.yaml").read_text())
+    record["_meta"]["init_weights"]["sha256"] = "0" * 64  # as if the run had started from other weights
+    (tmp_path / "ens" / "members.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+    r = train(*flags, "--resume")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "holds other weights than when this run started; no GNN member has started from those" in r.stderr
+    for m in ("member0", "member1"):
+        assert json.loads((tmp_path / "ens" / m / "metrics.json").read_text())["init"]["sha256"] == \
+            hashlib.sha256(weights.read_bytes()).hexdigest()
 
 
 def test_init_none_is_from_scratch_wherever_it_is_given_and_pretraining_clears_a_recipes_init(tmp_path):
@@ -963,15 +977,29 @@ def test_a_pretraining_and_a_run_keep_to_their_own_folders(tmp_path, capsys):
                          capsys)
     assert rc == 2 and err.strip().splitlines()[-1] == (
         f"siggate train: error: --out {out} holds a pretraining (pretrained.pt, corpus/); train into a folder of its "
-        f"own (fine-tune from it with --init {out})")
+        f"own (fine-tune from it with --init {out / 'pretrained.pt'})")
     run = tmp_path / "run"
     rc, _, err = run_cli(["train", "--data", str(csv), "--target-col", "y", "--out", str(run), "--members", "svr"],
                          capsys)
     assert rc == 0, err
+    shutil.copy(out / "pretrained.pt", run / "pretrained.pt")  # a run an earlier siggate let in beside one: resumes
+    rc, _, err = run_cli(["train", "--data", str(csv), "--target-col", "y", "--out", str(run), "--members", "svr",
+                          "--resume"], capsys)
+    assert rc == 0, err
+    (run / "pretrained.pt").unlink()
     rc, _, err = run_cli(["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(run), "--epochs", "1"],
                          capsys)
     assert rc == 2 and err.strip().splitlines()[-1] == (
         f"siggate pretrain: error: --out {run} holds a siggate train run; pretrain into a folder of its own")
+    own = tmp_path / "project"  # a folder of the user's with a config.yaml of its own is no run
+    own.mkdir()
+    (tmp_path / "none").mkdir()  # (a data root without the benchmarks: their test sets are skipped)
+    (own / "config.yaml").write_text("lr: 1\n")
+    rc, _, err = run_cli(["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(own), "--epochs", "2",
+                          "--set", "train.warmup_epochs=0", "--set", "model.layers=1", "--set", "model.dim=16",
+                          "--set", "model.pe_dim=4", "--set", "model.pe_steps=4",
+                          "--data-root", str(tmp_path / "none")], capsys)
+    assert rc == 0, err
     # --init FOLDER: both files, or a pretraining without its export, named
     both = tmp_path / "both"
     both.mkdir()
@@ -1014,3 +1042,45 @@ def test_param_match_is_an_architecture_key_of_init():
     why = _architecture_refusal(Path("w.pt"), blob, {"dim": 64, "attn": True, "gate": "none", "param_match": "none"})
     assert why == ("train.init: w.pt has another architecture (model.param_match: pretrained 'ffn', this run 'none'); "
                    "use the pretrained model's settings, or train from scratch with --init none (train.init=none)")
+
+
+def test_a_partial_build_keyed_before_the_test_sets_digest_is_kept(tmp_path, caplog):
+    """A partial corpus (hours of descriptors, for a million molecules) keyed by the previous
+    version, whose test-set entries hold counts alone, was removed as 'built with other arguments'
+    once the key held each set's digest: it is kept where the counts agree, and removed where a set
+    holds other molecules (digests, or counts)."""
+    from siggate.train.pretrain import _partial_dir
+
+    new = {"molecules": 10, "seed": 0, "test_sets": {"zinc": {"molecules": 2, "inchikeys": 2, "sha256": "a" * 64},
+                                                     "molpcba": {"skipped": "no file"}}}
+    old = {**new, "test_sets": {"zinc": {"molecules": 2, "inchikeys": 2}, "molpcba": {"skipped": "elsewhere"}}}
+    out = tmp_path / "c"
+    part = _partial_dir(out, old)
+    (part / "chunk-0.npy").write_bytes(b"kept")
+    assert _partial_dir(out, new) == part and (part / "chunk-0.npy").is_file()
+    (part / "key.json").write_text(json.dumps(new))
+    other = {**new, "test_sets": {**new["test_sets"], "zinc": {"molecules": 2, "inchikeys": 2, "sha256": "b" * 64}}}
+    assert not (_partial_dir(out, other) / "chunk-0.npy").exists()  # another zinc test set: built again
+    (part / "key.json").write_text(json.dumps(old))
+    (part / "chunk-0.npy").write_bytes(b"kept")
+    grown = {**new, "test_sets": {**new["test_sets"], "zinc": {"molecules": 3, "inchikeys": 3, "sha256": "a" * 64}}}
+    assert not (_partial_dir(out, grown) / "chunk-0.npy").exists()
+
+
+def test_a_reused_corpus_warns_of_no_test_set(tmp_path, monkeypatch, caplog):
+    """Reusing a corpus warned that a test set was 'not read; its molecules are not excluded', as if
+    it were building one: the warning is the build's alone."""
+    from siggate.data import corpus
+
+    def gone(root):
+        raise FileNotFoundError("no such file")
+
+    monkeypatch.setattr(corpus, "TEST_SETS", {"fake": lambda root: ["c1ccccc1"], "gone": gone})
+    kw = dict(molecules=1000, seed=0, data_root=tmp_path / "none", progress=False)
+    with caplog.at_level("WARNING", logger="siggate"):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", **kw)
+    assert sum("test set of gone not read" in r.getMessage() for r in caplog.records) == 1
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="siggate"):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", **kw)
+    assert not [r for r in caplog.records if "not read" in r.getMessage()]

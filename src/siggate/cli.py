@@ -479,10 +479,11 @@ def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False, pret
     from .train import rundir
 
     check_out_folder(out, "the run")
-    found = [] if pretraining_ok else rundir.pretraining_files(out)
-    if found:  # a run beside it: --init OUT then named the pretraining's weights, not the run's
-        raise CLIError(f"--out {out} holds a pretraining ({', '.join(found)}); train into a folder of its own "
-                       f"(fine-tune from it with --init {out})")
+    found = [] if pretraining_ok or resume else rundir.pretraining_files(out)  # (a run an earlier siggate put
+    if found:  # beside one resumes) a new run beside it: --init OUT then named the pretraining's weights, not the run's
+        export = out / "pretrained.pt"
+        raise CLIError(f"--out {out} holds a pretraining ({', '.join(found)}); train into a folder of its own"
+                       + (f" (fine-tune from it with --init {export})" if export.is_file() else ""))
     if not rundir.run_entries(out) and rundir.restore_aside(out):  # a replacement killed midway (kill -9)
         logging.getLogger("siggate").warning(f"{out}: restored the run that an interrupted --overwrite had set "
                                              f"aside ({rundir.ASIDE})")
@@ -575,9 +576,7 @@ def cmd_evaluate(args) -> int:
         raise CLIError("--decimal reads the labels of --data FILE.csv; give --data too")
     if args.data is not None and args.split is not None:
         raise CLIError(f"--split applies to the run's own data; --data {args.data} is scored whole (drop --split)")
-    if args.max_atoms < 1:
-        raise CLIError(f"--max-atoms must be a positive integer, got {args.max_atoms}")
-    if args.data is None and args.max_atoms != _PREDICT_DEFAULTS["max_atoms"]:
+    if args.data is None and args.max_atoms is not None:  # (its value is checked where predict's is)
         raise CLIError("--max-atoms limits the molecules of --data FILE.csv (the run's own splits are scored whole); "
                        "give --data too")
     if args.output:
@@ -839,13 +838,12 @@ def _warn_no_rows(command: str, n: int) -> None:
 def cmd_pretrain(args) -> int:
     if args.molecules < 1 or args.epochs < 1:
         raise CLIError("--molecules and --epochs must be at least 1")
+    from .train.rundir import run_folders
+
+    if run_folders(args.out, recorded=True):  # a train run's folder: --init OUT then named the pretraining's weights
+        raise CLIError(f"--out {args.out} holds a siggate train run; pretrain into a folder of its own")
     lock = claim_out_dir(Path(args.out), resume=True, what="the pretraining", pretraining_ok=True)  # pretrain()
     # guards its own run
-    from .train.rundir import holds_run
-
-    if holds_run(args.out):  # a train run's folder: --init OUT then named the pretraining's weights, not the run's
-        lock.release()
-        raise CLIError(f"--out {args.out} holds a siggate train run; pretrain into a folder of its own")
     try:
         return _pretrain(args)
     finally:
@@ -991,9 +989,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the training targets' names)")
     p.add_argument("--decimal", default=".", choices=[".", ","],
                    help="decimal mark of the labels in --data: '.' (default) or ',' (-5,49)")
-    p.add_argument("--max-atoms", type=int, default=_PREDICT_DEFAULTS["max_atoms"],
-                   help="with --data: molecules with more atoms are not scored, each counted and warned about with its "
-                        "reason (default: 1000, as siggate predict)")
+    p.add_argument("--max-atoms", type=int, default=None,
+                   help="with --data: molecules with more atoms are not scored; they are counted as invalid, the first "
+                        "named with its reason (default: 1000, as siggate predict)")
     p.add_argument("--allow-changed", action="store_true",
                    help="score the run's training CSV even if it changed since training (re-split; default: refuse)")
     p.add_argument("--coverage", default=None, metavar="C",

@@ -91,6 +91,9 @@ class GateSpec:
     def parse(cls, text: str) -> "GateSpec":
         text = text.strip()
         gate, pos = parse_gate_spec(text)
+        if text.endswith("@"):  # (it ran as an arm of its own beside the plain gate, one model under two labels)
+            raise ValueError(f"--gates: {text!r} names no position after '@'; give {gate}, or {gate}@POSITION "
+                             f"({', '.join(GATE_POSITIONS)})")
         if gate not in GATE_KINDS:
             raise ValueError(f"--gates: unknown gate {gate!r} in {text!r}; gates: {', '.join(GATE_KINDS)}")
         if gate == "none" and pos in MATCH_RULES:
@@ -102,7 +105,7 @@ class GateSpec:
         if pos and gate == "none":
             raise ValueError(f"--gates: {text!r}: the baseline without gate has no position; "
                              "none@matched-ffn is the parameter-matched control")
-        return cls(f"{gate}@{pos}" if pos else gate, gate, pos or None)  # "elementwise@" is elementwise
+        return cls(text, gate, pos or None)
 
     def overrides(self) -> list[str]:
         out = [f"model.gate={self.gate}"]
@@ -743,7 +746,7 @@ def compare(args) -> int:
     with _claimed(out, aggregate_only):  # one comparison writes into a folder at a time
         t0 = time.time()
         expected = {spec.label: config_for(args, spec, seeds[0]).to_dict() for spec in specs}  # validates
-        same = _same_arms(expected)
+        same = None if aggregate_only else _same_arms(expected)  # (an earlier siggate's such arms still aggregate)
         if same:  # (elementwise@output beside elementwise, where output is the config's position)
             raise CompareError(f"--gates: arms {same[0]} and {same[1]} train the same model (their model configs "
                                "are equal); list each arm once")

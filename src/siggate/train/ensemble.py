@@ -168,9 +168,10 @@ def _init_weights(out: Path, cfg: Config, built, resume: bool) -> dict | None:
     members start from, kept in its :data:`~.rundir.MEMBERS_RECORD`; None without ``train.init``.
 
     A GNN member that has not started reads the file when its turn comes, so a resume in which one
-    has not started is refused where the file holds other weights than the record's (a pretraining
-    exported again, an upgraded shipped file): its members would start from different weights.
-    Where every GNN member has started, the file is not read (it may be gone) and the record stays.
+    has started and another has not is refused where the file holds other weights than the record's
+    (a pretraining exported again, an upgraded shipped file): its members would start from different
+    weights. Where none has started they all start from the file as it is now (a warning says so);
+    where every one has started, the file is not read (it may be gone) and the record stays.
 
     Raises:
         ConfigError: the weights changed since the run started (named, both digests)."""
@@ -194,7 +195,11 @@ def _init_weights(out: Path, cfg: Config, built, resume: bool) -> dict | None:
         return then if isinstance(then, dict) else None
     path = resolve_init(cfg.train.init)
     now = {"path": str(path.resolve()), "sha256": file_digest(path)}
-    if isinstance(then, dict) and then.get("sha256") and then["sha256"] != now["sha256"]:
+    started = [m for _, _, m in built if getattr(m, "kind", None) == "gnn" and m not in waiting]
+    if isinstance(then, dict) and then.get("sha256") and then["sha256"] != now["sha256"] and not started:
+        log.warning("train.init: %s holds other weights than when this run started; no GNN member has started from "
+                    "those, so they all start from these", path)
+    elif isinstance(then, dict) and then.get("sha256") and then["sha256"] != now["sha256"]:
         raise ConfigError(f"train.init: {path} holds other weights than when this run started (sha256 "
                           f"{then['sha256'][:16]}... then, {now['sha256'][:16]}... now), and the run's GNN member "
                           f"{Path(waiting[0].folder).name} has yet to start from them: its members would start from "

@@ -334,9 +334,10 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         log.warning("--data %s: %d row(s) hold a SMILES that cannot be scored (first: line %d, %s); they are not "
                     "scored", path, len(invalid), line_at(lines, invalid[0][0]), invalid[0][1])
     if not graphs:
-        raise DataError(f"--data {path}: no row with a valid SMILES and a label to score "
-                        f"({len(invalid)} invalid SMILES, {unlabelled} without a label, {len(bad)} with a label that cannot be "
-                        "scored)")
+        first = f" (first: {invalid[0][1]})" if invalid else ""
+        raise DataError(f"--data {path}: no row with a valid SMILES and a label to score ({len(invalid)} whose SMILES "
+                        f"cannot be scored{first}, {unlabelled} without a label, {len(bad)} with a label that cannot "
+                        "be scored)")
     counts = {"rows": len(table), "scored": len(graphs), "invalid": len(invalid), "unlabelled": unlabelled,
               "bad_label": len(bad), "bad_label_cell": len(partial), "malformed": len(ragged)}
     fitted = _fitted_molecules_of(folder)

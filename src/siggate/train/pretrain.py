@@ -75,7 +75,10 @@ def _same_test_set(then: dict, now: dict) -> bool:
     return (then.get("molecules"), then.get("inchikeys")) == (now.get("molecules"), now.get("inchikeys"))
 
 
-def _excluded_keys(data_root, exclude_files: list[str], test_sets) -> tuple[set, dict]:
+def _excluded_keys(data_root, exclude_files: list[str], test_sets, warn: bool = True) -> tuple[set, dict]:
+    """``(the InChIKeys a corpus leaves out, their record)``: each benchmark test set's and each
+    ``--exclude`` file's, or ``{"skipped": why}`` for a benchmark not read (warned about with
+    ``warn``, :func:`_warn_skipped`)."""
     from ..data.corpus import benchmark_test_smiles, inchikey, read_smiles
 
     files, keys = {}, {}  # the user's files first: a refusal of one comes before the benchmarks' test sets are read
@@ -100,8 +103,16 @@ def _excluded_keys(data_root, exclude_files: list[str], test_sets) -> tuple[set,
               for name, k in keys.items()}
     for name, why in missing.items():
         record[name] = {"skipped": why}
-        log.warning("pretrain: test set of %s not read (%s); its molecules are not excluded", name, why)
+    if warn:
+        _warn_skipped(record)
     return set().union(*keys.values()) if keys else set(), record
+
+
+def _warn_skipped(record: dict) -> None:
+    """The warning of each benchmark test set a corpus build could not read (its record's ``skipped``)."""
+    for name, entry in record.items():
+        if isinstance(entry, dict) and "skipped" in entry:
+            log.warning("pretrain: test set of %s not read (%s); its molecules are not excluded", name, entry["skipped"])
 
 
 def _select(smiles: list[str], molecules: int, seed: int, excluded: set, progress: bool) -> tuple[list[str], dict]:
@@ -149,6 +160,20 @@ def _comparable(key: dict) -> dict:
     return out
 
 
+def _same_build(saved: dict, key: dict) -> bool:
+    """Whether a partial build's ``saved`` key is of the build ``key``: :func:`_comparable`, its test
+    sets compared by :func:`_same_test_set` (counts, for a key written before their digest)."""
+    a, b = _comparable(saved), _comparable(key)
+    then, now = a.pop("test_sets", None), b.pop("test_sets", None)
+    if a != b:
+        return False
+    if not (isinstance(then, dict) and isinstance(now, dict)):
+        return then == now
+    return set(then) == set(now) and all(
+        then[k] == now[k] if "skipped" in (then[k], now[k]) or not isinstance(then[k], dict)
+        else _same_test_set(then[k], now[k]) for k in then)
+
+
 def _partial_dir(out: Path, key: dict) -> Path:
     """``out/partial`` for a corpus build of ``key`` (its arguments and the test sets read), created;
     a partial build of another key (or an unreadable one) is removed first."""
@@ -158,7 +183,7 @@ def _partial_dir(out: Path, key: dict) -> Path:
     if part.exists():
         try:
             saved = json.loads((part / "key.json").read_text())
-            same = isinstance(saved, dict) and _comparable(saved) == _comparable(key)
+            same = isinstance(saved, dict) and _same_build(saved, key)
         except (OSError, ValueError):
             same = False
         if not same:
@@ -315,7 +340,7 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
             "exclude_files": sorted(f"{f}:{file_digest(f)}" for f in exclude_files),
             "smiles_col": smiles_col}  # (None, the default, as a corpus recorded before the key has it)
     meta_path, csv_path = out / "meta.json", out / "corpus.csv"
-    meta = None
+    meta, excluded = None, None
     if meta_path.is_file() and csv_path.is_file():
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -332,7 +357,8 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         # (a benchmark siggate came to know later, such as molpcba, is no difference for an older corpus),
         # holding the same molecules (a corpus built against an older test set keeps molecules now in it)
         considered = [n for n in test_sets if n in meta.get("test_sets", {})]
-        sets_now = {k: v for k, v in _excluded_keys(data_root, [], considered)[1].items() if "skipped" not in v}
+        excluded = _excluded_keys(data_root, list(exclude_files), test_sets, warn=False)  # (a rebuild takes them)
+        sets_now = {k: v for k, v in excluded[1].items() if k in considered and "skipped" not in v}
         sets_then = {k: v for k, v in meta.get("test_sets", {}).items() if "skipped" not in v and not k.startswith("file:")}
         now, built = sorted(sets_now), sorted(sets_then)
         moved = [k for k in built if k in sets_now and not _same_test_set(sets_then[k], sets_now[k])]
@@ -368,7 +394,10 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         if len(smiles) < MIN_MOLECULES:
             raise ConfigError(f"pretrain: only {len(smiles)} SMILES in {source}; a corpus needs at least "
                               f"{MIN_MOLECULES} molecules")
-    excluded, read_sets = _excluded_keys(data_root, list(exclude_files), test_sets)
+    if excluded is None:
+        excluded = _excluded_keys(data_root, list(exclude_files), test_sets, warn=False)
+    excluded, read_sets = excluded
+    _warn_skipped(read_sets)
     part = _partial_dir(out, {**want, "test_sets": read_sets})
 
     def select(read: list[str] | None = smiles) -> tuple[list[str], dict, int]:
