@@ -354,6 +354,14 @@ def test_seed_and_gate_specs():
     with pytest.raises(ValueError, match=r"^--gates: 'elementwise@' names no position after '@'; give elementwise, "
                                          r"or elementwise@POSITION \(output, value"):
         cmp.parse_gates("none,elementwise@")
+    with pytest.raises(ValueError, match=r"^--gates: 'none@' names no position after '@'; give none, or "
+                                         r"none@matched-ffn, the parameter-matched control$"):
+        cmp.parse_gates("none@,elementwise")
+    with pytest.raises(ValueError, match=r"^--gates: unknown gate 'foo' in 'foo@'"):
+        cmp.parse_gates("none,foo@")
+    # the comparison an earlier siggate ran with that spelling: its arm keeps its label (and run folders)
+    assert [s.label for s in cmp.parse_gates("none,elementwise@", recorded=("none", "elementwise@"))] == [
+        "none", "elementwise@"]
     for bad in ("none@value", "sigmoid", "elementwise@middle", "none,none", "elementwise@matched",
                 "none@matched,none@matched-ffn"):
         with pytest.raises(ValueError):

@@ -394,7 +394,8 @@ def test_pattern_train_evaluate_predict_through_the_cli(tmp_path, capsys):
     rc, _, err = _cli(["predict", "--checkpoint", str(out), "CCO"], capsys)
     assert rc == 2 and "not from SMILES" in err and len(err.strip().splitlines()) == 1
     # the molecule checkpoints' flags were accepted and did nothing (no intervals, exit 0)
-    for flag, value in (("--coverage", "0.9"), ("--smiles-col", "smi"), ("--max-atoms", "0"), ("--chunk-size", "-5")):
+    for flag, value in (("--coverage", "0.9"), ("--smiles-col", "smi"), ("--max-atoms", "0"), ("--chunk-size", "-5"),
+                        ("--max-atoms", "1000"), ("--chunk-size", "1000")):  # (the defaults given: given too)
         rc, _, err = _cli(["predict", "--checkpoint", str(out), flag, value], capsys)
         assert rc == 2 and len(err.strip().splitlines()) == 1, err
         assert f"{flag} applies to molecule (SMILES) checkpoints; this one predicts per node" in err

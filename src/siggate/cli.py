@@ -368,6 +368,9 @@ def _no_run_to_resume(out: Path, ensemble: bool) -> str:
     if ensemble and not rundir.is_members_folder(out) and _holds_one_run(out):
         return (f"--resume {out}: the folder holds the run of one GNN, and --members/--ensemble would train a run of "
                 "several members over it; drop them to continue that run, or start the new run with another --out")
+    if rundir.pretraining_files(out):  # (a new run there is refused: a folder of its own)
+        return (f"--resume {out}: the folder holds a pretraining, not a training run; resume it with siggate pretrain "
+                f"... --out {out} --resume, or train into a folder of its own")
     missing = f"{rundir.MEMBERS_RECORD} or member0/config.yaml" if ensemble else "config.yaml"
     return (f"--resume {out}: the folder holds no run to resume (no {missing}); check the path, "
             "or drop --resume to start a new run there")
@@ -475,7 +478,8 @@ def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False, pret
     (:func:`siggate.train.rundir.holds_run`), or files of the names a run writes without one
     (:func:`siggate.train.rundir.run_output_names`), unless it is resumed, or cleared with ``overwrite``;
     a pretraining's folder (:func:`~siggate.train.rundir.pretraining_files`) unless ``pretraining_ok``
-    (``siggate pretrain``'s own, and explain's, whose files do not mix with it)."""
+    (``siggate pretrain``'s own, and explain's, whose files do not mix with it) or ``resume`` (a run an
+    earlier siggate let in beside a pretraining)."""
     from .train import rundir
 
     check_out_folder(out, "the run")
@@ -729,10 +733,23 @@ def _note_classes(command: str, checkpoint) -> None:
         print(f"siggate {command}: note: {note}", file=sys.stderr)
 
 
+def _molecule_flags(args) -> dict[str, bool]:
+    """Which of ``--max-atoms`` and ``--chunk-size`` were given (not by comparing with their
+    defaults: ``--max-atoms 1000`` is given too), their defaults (:data:`_PREDICT_DEFAULTS`) then
+    filled in."""
+    given = {"--max-atoms": getattr(args, "max_atoms", None) is not None,
+             "--chunk-size": getattr(args, "chunk_size", None) is not None}
+    for key, value in _PREDICT_DEFAULTS.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    return given
+
+
 def cmd_predict(args) -> int:
     from .train.predict import SmilesPredictor, predict_to_csv
     from .train.predict_nodes import checkpoint_level, predict_nodes_to_csv
 
+    limits = _molecule_flags(args)
     if args.output:
         _check_output_file(Path(args.output), "predictions.csv", reads={"--input": args.input},
                            checkpoint=args.checkpoint)
@@ -740,9 +757,7 @@ def cmd_predict(args) -> int:
         if args.smiles or args.input:
             raise CLIError("this checkpoint predicts per node of its dataset's graphs, not from SMILES; "
                            "drop the SMILES/--input and choose graphs with --split")
-        given = {"--coverage": args.coverage is not None, "--smiles-col": args.smiles_col is not None,
-                 "--max-atoms": args.max_atoms != _PREDICT_DEFAULTS["max_atoms"],
-                 "--chunk-size": args.chunk_size != _PREDICT_DEFAULTS["chunk_size"]}
+        given = {"--coverage": args.coverage is not None, "--smiles-col": args.smiles_col is not None, **limits}
         for flag in (f for f, on in given.items() if on):  # silently without effect before
             raise CLIError(f"{flag} applies to molecule (SMILES) checkpoints; this one predicts per node of its "
                            "dataset's graphs (no calibration, no SMILES): drop it")
@@ -783,6 +798,7 @@ def cmd_explain(args) -> int:
     from .train.predict import SmilesPredictor
     from .train.predict_nodes import checkpoint_level
 
+    _molecule_flags(args)
     if checkpoint_level(args.checkpoint) == "node":
         raise CLIError("this checkpoint predicts per node of a dataset's graphs; explain takes molecule-level "
                        "(SMILES) checkpoints")
@@ -838,9 +854,10 @@ def _warn_no_rows(command: str, n: int) -> None:
 def cmd_pretrain(args) -> int:
     if args.molecules < 1 or args.epochs < 1:
         raise CLIError("--molecules and --epochs must be at least 1")
-    from .train.rundir import run_folders
+    from .train.rundir import pretraining_files, run_folders
 
-    if run_folders(args.out, recorded=True):  # a train run's folder: --init OUT then named the pretraining's weights
+    # a train run's folder: --init OUT then named the pretraining's weights (one an earlier siggate let in resumes)
+    if run_folders(args.out, recorded=True) and not (args.resume and pretraining_files(args.out)):
         raise CLIError(f"--out {args.out} holds a siggate train run; pretrain into a folder of its own")
     lock = claim_out_dir(Path(args.out), resume=True, what="the pretraining", pretraining_ok=True)  # pretrain()
     # guards its own run
@@ -1020,9 +1037,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smiles-col", default=None,
                    help="SMILES column of --input (default: the training run's SMILES column, else smiles)")
     p.add_argument("--output", default=None, help="output CSV, gzip-compressed when it ends in .gz (default: stdout)")
-    p.add_argument("--max-atoms", type=int, default=_PREDICT_DEFAULTS["max_atoms"],
+    p.add_argument("--max-atoms", type=int, default=None,
                    help="refuse molecules with more atoms, with a reason per row (default: 1000; attention is quadratic)")
-    p.add_argument("--chunk-size", type=int, default=_PREDICT_DEFAULTS["chunk_size"],
+    p.add_argument("--chunk-size", type=int, default=None,
                    help="rows of --input read, predicted and written at a time (default: 1000)")
     p.add_argument("--coverage", default=None, metavar="C",
                    help="add split-conformal intervals holding the label with probability C (e.g. 0.9), calibrated "
@@ -1046,9 +1063,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=50,
                    help="Riemann points of the GNN's integrated-gradients path integral (default: 50; more: the "
                         "atoms' sum closer to prediction minus baseline; the fingerprint members do not use it)")
-    p.add_argument("--max-atoms", type=int, default=_PREDICT_DEFAULTS["max_atoms"],
+    p.add_argument("--max-atoms", type=int, default=None,
                    help="refuse molecules with more atoms, with a reason per row (default: 1000)")
-    p.add_argument("--chunk-size", type=int, default=_PREDICT_DEFAULTS["chunk_size"], help="rows of --input read and explained at a time (default: 1000)")
+    p.add_argument("--chunk-size", type=int, default=None, help="rows of --input read and explained at a time (default: 1000)")
     p.add_argument("--scale", type=float, default=None,
                    help="the contribution drawn in full colour in every picture, to compare explanations "
                         "(default: per target, the largest absolute contribution among this explanation's molecules)")

@@ -88,14 +88,19 @@ class GateSpec:
     match: str | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "GateSpec":
+    def parse(cls, text: str, recorded: tuple[str, ...] = ()) -> "GateSpec":
+        """The arm ``text`` names; ``recorded``: the arms of the comparison already in the folder,
+        an earlier siggate's spelling among them (``elementwise@``) kept as its own label."""
         text = text.strip()
         gate, pos = parse_gate_spec(text)
-        if text.endswith("@"):  # (it ran as an arm of its own beside the plain gate, one model under two labels)
-            raise ValueError(f"--gates: {text!r} names no position after '@'; give {gate}, or {gate}@POSITION "
-                             f"({', '.join(GATE_POSITIONS)})")
         if gate not in GATE_KINDS:
             raise ValueError(f"--gates: unknown gate {gate!r} in {text!r}; gates: {', '.join(GATE_KINDS)}")
+        if text == f"{gate}@" and text not in recorded:  # (it ran as an arm of its own beside the plain gate)
+            others = "none@matched-ffn, the parameter-matched control" if gate == "none" else \
+                f"{gate}@POSITION ({', '.join(GATE_POSITIONS)})"
+            raise ValueError(f"--gates: {text!r} names no position after '@'; give {gate}, or {others}")
+        if text == f"{gate}@":
+            return cls(text, gate, None)
         if gate == "none" and pos in MATCH_RULES:
             rule = MATCH_RULES[pos]
             return cls(f"none@matched-{rule}", "none", None, rule)
@@ -116,14 +121,14 @@ class GateSpec:
         return out
 
 
-def parse_gates(text: str) -> list[GateSpec]:
+def parse_gates(text: str, recorded: tuple[str, ...] = ()) -> list[GateSpec]:
     """The arms of ``--gates`` (the first is the baseline); an empty entry is refused (``,elementwise``
-    made elementwise the baseline of a one-arm comparison)."""
+    made elementwise the baseline of a one-arm comparison). ``recorded``: see :meth:`GateSpec.parse`."""
     items = [t.strip() for t in str(text).split(",")]
     if any(items) and not all(items):
         raise ValueError(f"--gates: {text!r} has an empty entry; list the gates with one comma between each, e.g. "
                          "none,elementwise")
-    specs = [GateSpec.parse(t) for t in items if t]
+    specs = [GateSpec.parse(t, recorded) for t in items if t]
     labels = [s.label for s in specs]
     if len(specs) < 1:
         raise ValueError("--gates: give at least one gate, e.g. none,elementwise")
@@ -732,7 +737,8 @@ def compare(args) -> int:
             raise CompareError(f"the comparison in {args.out} records this --{flag}: {exc}; give --{flag} as it should "
                                "be") from None
 
-    seeds, specs = parsed("seeds", parse_seeds), parsed("gates", parse_gates)
+    recorded = tuple(old.get("per_seed") or {}) if isinstance(old.get("per_seed"), dict) else ()
+    seeds, specs = parsed("seeds", parse_seeds), parsed("gates", lambda text: parse_gates(text, recorded))
     _check_args(args)
     dropped = _left_out(old, specs, seeds)
     if dropped:  # its results.json was replaced by a smaller comparison's, without a word
