@@ -512,6 +512,8 @@ def test_members_that_start_later_start_from_the_weights_the_run_started_from(tm
     for m in ("member0", "member1"):
         assert json.loads((tmp_path / "ens" / m / "metrics.json").read_text())["init"]["sha256"] == \
             hashlib.sha256(weights.read_bytes()).hexdigest()
+    record = yaml.safe_load((tmp_path / "ens" / "members.yaml").read_text())  # the record follows: a later resume
+    assert record["_meta"]["init_weights"]["sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
 
 
 def test_init_none_is_from_scratch_wherever_it_is_given_and_pretraining_clears_a_recipes_init(tmp_path):
@@ -1084,3 +1086,8 @@ def test_a_reused_corpus_warns_of_no_test_set(tmp_path, monkeypatch, caplog):
     with caplog.at_level("WARNING", logger="siggate"):
         build_corpus(_corpus_file(tmp_path), tmp_path / "c", **kw)
     assert not [r for r in caplog.records if "not read" in r.getMessage()]
+    caplog.clear()
+    monkeypatch.setitem(corpus.TEST_SETS, "fake", lambda root: ["c1ccccc1", "OCC"])  # built again: warned once
+    with caplog.at_level("WARNING", logger="siggate"):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", **kw)
+    assert sum("test set of gone not read" in r.getMessage() for r in caplog.records) == 1

@@ -340,7 +340,7 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
             "exclude_files": sorted(f"{f}:{file_digest(f)}" for f in exclude_files),
             "smiles_col": smiles_col}  # (None, the default, as a corpus recorded before the key has it)
     meta_path, csv_path = out / "meta.json", out / "corpus.csv"
-    meta, excluded = None, None
+    meta = None
     if meta_path.is_file() and csv_path.is_file():
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -357,8 +357,9 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         # (a benchmark siggate came to know later, such as molpcba, is no difference for an older corpus),
         # holding the same molecules (a corpus built against an older test set keeps molecules now in it)
         considered = [n for n in test_sets if n in meta.get("test_sets", {})]
-        excluded = _excluded_keys(data_root, list(exclude_files), test_sets, warn=False)  # (a rebuild takes them)
-        sets_now = {k: v for k, v in excluded[1].items() if k in considered and "skipped" not in v}
+        # (only those: a reuse reads no other set, and no --exclude file, whose digests the key compares)
+        sets_now = {k: v for k, v in _excluded_keys(data_root, [], considered, warn=False)[1].items()
+                    if "skipped" not in v}
         sets_then = {k: v for k, v in meta.get("test_sets", {}).items() if "skipped" not in v and not k.startswith("file:")}
         now, built = sorted(sets_now), sorted(sets_then)
         moved = [k for k in built if k in sets_now and not _same_test_set(sets_then[k], sets_now[k])]
@@ -394,10 +395,7 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         if len(smiles) < MIN_MOLECULES:
             raise ConfigError(f"pretrain: only {len(smiles)} SMILES in {source}; a corpus needs at least "
                               f"{MIN_MOLECULES} molecules")
-    if excluded is None:
-        excluded = _excluded_keys(data_root, list(exclude_files), test_sets, warn=False)
-    excluded, read_sets = excluded
-    _warn_skipped(read_sets)
+    excluded, read_sets = _excluded_keys(data_root, list(exclude_files), test_sets)
     part = _partial_dir(out, {**want, "test_sets": read_sets})
 
     def select(read: list[str] | None = smiles) -> tuple[list[str], dict, int]:
