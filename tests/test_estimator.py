@@ -176,8 +176,12 @@ def test_the_classifier_takes_any_two_labels_and_its_run_offers_prediction_sets(
         assert float(row["y"]) == pytest.approx(p, abs=1e-5) and float(row["y_uncertainty"]) == 0.0
         if min(abs(p - q), abs(1 - p - q)) > 1e-4:  # not on the boundary (p is printed to 6 digits)
             assert row["y_set"] == "{" + ",".join(c for c, s in (("0", p), ("1", 1 - p)) if s <= q) + "}"
-    with pytest.raises(ValueError, match="binary: y must hold two classes, got 3"):
+    with pytest.raises(ValueError, match="binary: y must hold two classes, got 3; only binary classification is "
+                                         "supported: binarise y"):
         siggate.SigGateClassifier().fit(smiles[:3], ["a", "b", "c"])
+    with pytest.raises(ValueError, match=r"got 4; y looks continuous \(Unknown label type: continuous\): use "
+                                         r"SigGateRegressor, or binarise y$"):
+        siggate.SigGateClassifier().fit(smiles[:4], [5.2, 6.1, 7.3, 4.4])
     # a refit that fails leaves the fitted classifier as it was: its classes were set before the
     # run trained, so the old model answered in the new labels
     with pytest.raises(ValueError):
@@ -420,7 +424,7 @@ def test_molecules_left_out_are_named_by_their_place_in_X(molecules):
     assert [i for i, _ in est.left_out_] == [30, 31, 32, 33]
     with pytest.raises(ValueError, match=r"^y's target\(s\) 'y1' have no label \(NaN in every row\); drop them"):
         siggate.SigGateRegressor(**FP).fit(smiles[:30], np.stack([y[:30], np.full(30, np.nan)], axis=1))
-    with pytest.raises(ValueError, match="fit needs y"):
+    with pytest.raises(ValueError, match="^SigGateRegressor requires y to be passed, but the target y is None"):
         siggate.SigGateRegressor(**FP).fit(smiles[:30], None)
 
 
@@ -599,7 +603,8 @@ def test_fit_never_replaces_files_no_fit_made(molecules, tmp_path):
 def test_a_dataframes_column_name_is_kept_and_checked_at_predict(molecules):
     """Fitted on a one-column DataFrame, the estimator keeps its name (``feature_names_in_``, as
     scikit-learn's estimators do) and refuses a DataFrame of another column at predict (a table
-    whose SMILES sit elsewhere); a list still predicts. A refit on a list forgets the name."""
+    whose SMILES sit elsewhere); a list still predicts, with scikit-learn's warning. A refit on a list
+    forgets the name."""
     import pandas as pd
 
     import siggate
@@ -608,7 +613,9 @@ def test_a_dataframes_column_name_is_kept_and_checked_at_predict(molecules):
     est = siggate.SigGateRegressor(**FP).fit(pd.DataFrame({"smiles": smiles[:40]}), y[:40])
     assert est.feature_names_in_.tolist() == ["smiles"] and est.n_features_in_ == 1
     same = est.predict(pd.DataFrame({"smiles": smiles[40:43]}))
-    assert same.tolist() == est.predict(smiles[40:43]).tolist()
+    with pytest.warns(UserWarning, match="^X does not have valid feature names, but SigGateRegressor was fitted with "
+                                         "feature names$"):  # (scikit-learn's own warning, both ways)
+        assert same.tolist() == est.predict(smiles[40:43]).tolist()
     with pytest.raises(ValueError) as caught:
         est.predict(pd.DataFrame({"name": smiles[40:43]}))
     assert str(caught.value) == ("X's column is ['name'], but the estimator was fitted on a DataFrame of column "
@@ -810,10 +817,25 @@ def test_score_refuses_labels_of_another_shape_and_y_reads_pandas_missing_values
     assert named.score(smiles[40:], pd.DataFrame(two[40:, ::-1], columns=["logd", "pki"])) == pytest.approx(right, rel=1e-12)
     with pytest.raises(ValueError, match=r"^score: y's columns \['pki', 'other'\] are not this model's targets "):
         named.score(smiles[40:], pd.DataFrame(two[40:], columns=["pki", "other"]))
+    # columns that cannot name a CSV column (" logd" from a header "smiles, pki, logd") became y0, y1: the
+    # same frame reordered was scored by position (R² -27), silently; they are matched as fit was given them
+    spaced = siggate.SigGateRegressor(**FP).fit(smiles[:40], pd.DataFrame(two[:40], columns=[" pki", " logd"]))
+    assert spaced.target_names_ == ["y0", "y1"]
+    right = spaced.score(smiles[40:], pd.DataFrame(two[40:], columns=[" pki", " logd"]))
+    assert spaced.score(smiles[40:], pd.DataFrame(two[40:, ::-1], columns=[" logd", " pki"])) == \
+        pytest.approx(right, rel=1e-12)
+    with pytest.raises(ValueError, match=r"^score: y's columns \[' pki', 'other'\] are not this model's targets "
+                                         r"\[' pki', ' logd'\]"):
+        spaced.score(smiles[40:], pd.DataFrame(two[40:], columns=[" pki", "other"]))
     inf = two[40:].copy()
     inf[2, 1] = np.inf  # named as fit names it (it was scikit-learn's 'Input contains infinity')
     with pytest.raises(ValueError, match=r"^score: y holds an infinite label at row\(s\) \[2\]; give a number"):
         est.score(smiles[40:], inf)
+    with pytest.raises(ValueError, match=r"above the limit of 1000 \(1,000 atoms, or the largest molecule fit trained "
+                                         r"on\)$"):  # (it named --max-atoms, which the estimator has not)
+        est.predict(["C" * 1001])
+    with pytest.raises(ValueError, match=r"^score: sample_weight has shape \[5\], and X 20 SMILES: give one weight"):
+        est.score(smiles[40:], two[40:], sample_weight=np.ones(5))  # (a bare IndexError of numpy's)
     with pytest.raises(ValueError, match=r"y has shape \[40, 1, 1\]; give one label per SMILES"):
         siggate.SigGateRegressor(**FP).fit(smiles[:40], y[:40].reshape(-1, 1, 1))
     # nothing to fit on: said so (it read 'y's target(s) 'y' have no label', and a CLI flag for [n, 0])
@@ -1006,3 +1028,18 @@ def test_an_estimator_pickled_before_random_state_loads_with_its_seed():
     assert old.get_params()["random_state"] == 7 and old.get_params()["seed"] is None
     assert clone(old).random_state == 7 and "random_state=7" in repr(old)
     assert pickle.loads(pickle.dumps(old)).get_params() == old.get_params()
+
+
+def test_a_class_left_out_with_its_molecules_is_named_as_such():
+    """Every molecule of one class unreadable: the refusal said 'the same value (0) in all 40
+    labelled rows', the run's code for a class, and not why; it names the class as y gives it and the
+    molecules left out, at their positions in X."""
+    import siggate
+
+    X = ["CCO", "CCN", "CCC", "CCCC", "CCCCC", "CCCCCC", "c1ccccc1", "Cc1ccccc1", "CCc1ccccc1", "Oc1ccccc1"] * 4
+    with pytest.raises(ValueError) as caught:
+        siggate.SigGateClassifier(members="rf").fit(X + ["C1CC"] * 4, ["a"] * 40 + ["b"] * 4)
+    assert str(caught.value) == (
+        "target column 'y' holds the same class 'a' in all 40 labelled rows, so there is nothing to learn (every "
+        "error would be 0) (4 row(s) were left out for their molecule, first X[40]: SMILES parse error: unclosed ring "
+        "for input: 'C1CC'; where they hold the other values, mend those SMILES); choose the y that holds the property")

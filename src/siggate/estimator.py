@@ -311,8 +311,9 @@ class _SigGateEstimator(BaseEstimator):
         self._check_params()
         seed = self._draw_seed()  # before the caller's random state is kept (None draws from NumPy's, as scikit-learn)
         smiles, feature_names = _smiles(X), _feature_names(X)
-        if y is None:
-            raise ValueError("fit needs y, the labels of X's molecules (one row per SMILES)")
+        if y is None:  # (scikit-learn's words, which its checks look for)
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None: fit needs the "
+                             "labels of X's molecules (one row per SMILES)")
         if not smiles:
             raise ValueError("X holds no SMILES; fit needs molecules and their labels")
         broken = next((i for i, s in enumerate(smiles) if "\n" in s.strip() or "\r" in s.strip()), None)
@@ -325,6 +326,7 @@ class _SigGateEstimator(BaseEstimator):
                              f"Series or DataFrame), got {type(y).__name__}")
         if len(y) != len(smiles):
             raise ValueError(f"X has {len(smiles)} SMILES and y {len(y)} rows")
+        columns = [str(c) for c in y.columns] if hasattr(y, "columns") else None  # (as given: score matches them)
         y, names = self._targets(y)  # the classifier's classes wait in _fitting_classes until the run is trained
         _refuse_infinite(y, "")
         empty = [name for name, col in zip(names, y.T) if np.isnan(col).all()]
@@ -348,6 +350,9 @@ class _SigGateEstimator(BaseEstimator):
                     except Exception:
                         reworded = ValueError(text)
                     raise reworded from None
+            # y's columns as fit was given them, where target_names_ could not keep them (" logS" from a CSV
+            # header with spaces, a name with a comma: y0, y1, ...): score matches a DataFrame's columns by them
+            self._y_columns_ = columns if columns is not None and columns != list(self.target_names_) else None
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return self
@@ -575,9 +580,10 @@ class _SigGateEstimator(BaseEstimator):
             sim_col = reader.columns[-len(DOMAIN_COLUMNS)]
         rows = reader.predict_rows(_smiles(X))
         bad = [(i, r["error"]) for i, r in enumerate(rows) if r["error"]]
-        if bad:
+        if bad:  # (predict's atom limit has no parameter here: it is the larger of 1,000 and fit's largest molecule)
             raise ValueError(f"{len(bad)} of {len(rows)} SMILES cannot be predicted: "
-                             + "; ".join(f"row {i}: {e}" for i, e in bad[:3]))
+                             + "; ".join(f"row {i}: {e}" for i, e in bad[:3]).replace(
+                                 " (--max-atoms)", " (1,000 atoms, or the largest molecule fit trained on)"))
         cols = self.smiles_predictor_.columns
         t = len(self.target_names_)
         values = np.asarray([[float(r[c]) for c in cols[:t]] for r in rows], dtype=np.float64).reshape(len(rows), t)
@@ -602,6 +608,9 @@ class _SigGateEstimator(BaseEstimator):
         if fitted is None and given is not None and len(given) == 1:  # scikit-learn's own warning
             warnings.warn(f"X has feature names, but {type(self).__name__} was fitted without feature names",
                           UserWarning, stacklevel=4)
+        if fitted is not None and given is None:  # the other direction, as scikit-learn warns too
+            warnings.warn(f"X does not have valid feature names, but {type(self).__name__} was fitted with feature "
+                          "names", UserWarning, stacklevel=4)
         if fitted is not None and given is not None and len(given) == 1 and list(given) != list(fitted):
             raise ValueError(f"X's column is {list(given)}, but the estimator was fitted on a DataFrame of column "
                              f"{list(fitted)}; give the SMILES in a column of that name (or as a list)")
@@ -683,17 +692,21 @@ class SigGateRegressor(RegressorMixin, _SigGateEstimator):
         y = self._targets(y)[0]
         _refuse_infinite(y, "score: ")
         n, t = len(_smiles(X)), len(self.target_names_)
-        if columns is not None and len(columns) == t and columns != list(self.target_names_) and (
-                set(columns) & set(self.target_names_)):  # a DataFrame's columns name the targets they hold
-            if set(columns) != set(self.target_names_):
-                raise ValueError(f"score: y's columns {columns} are not this model's targets {self.target_names_}; "
-                                 "give a column of each target (in any order), or labels without names")
-            y = y[:, [columns.index(name) for name in self.target_names_]]  # (by position, another target's labels)
+        fitted = getattr(self, "_y_columns_", None) or list(self.target_names_)  # the columns as fit saw them
+        if columns is not None and len(columns) == t and columns != fitted and set(columns) & set(fitted):
+            # a DataFrame's columns name the targets they hold
+            if set(columns) != set(fitted) or len(set(fitted)) != t:
+                raise ValueError(f"score: y's columns {columns} are not this model's targets {fitted}; give a column "
+                                 "of each target (in any order), or labels without names")
+            y = y[:, [columns.index(name) for name in fitted]]  # (by position, another target's labels)
         if y.shape != (n, t):  # (a reshape scored mismatched rows or another target's labels)
             raise ValueError(f"score: y has shape {given}, and X {n} SMILES of this model's {t} target(s) "
                              f"{self.target_names_}: give one row of {t} label(s) per SMILES")
-        pred = np.asarray(self.predict(X), dtype=np.float64).reshape(n, t)
         weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        if weight is not None and weight.shape != (n,):  # (a bare IndexError of numpy's before)
+            raise ValueError(f"score: sample_weight has shape {list(weight.shape)}, and X {n} SMILES: give one weight "
+                             "per SMILES")
+        pred = np.asarray(self.predict(X), dtype=np.float64).reshape(n, t)
         scores = []
         for t in range(y.shape[1]):
             ok = ~np.isnan(y[:, t])
@@ -738,7 +751,16 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
                              "or NumPy would read them all as text")
         self._fitting_classes = np.unique(y)
         if len(self._fitting_classes) != 2:
-            raise ValueError(f"SigGateClassifier is binary: y must hold two classes, got {len(self._fitting_classes)}")
+            from sklearn.utils.multiclass import type_of_target
+
+            values = [v for v in given if not absent(v)]
+            real = all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in values)
+            kind = type_of_target(np.asarray(values, dtype=np.float64)) if real else "multiclass"
+            why = ("; y looks continuous (Unknown label type: continuous): use SigGateRegressor, or binarise y"
+                   if kind == "continuous" else "; only binary classification is supported: binarise y (one class "
+                   "against the rest)" if len(self._fitting_classes) > 2 else "")
+            raise ValueError(f"SigGateClassifier is binary: y must hold two classes, got {len(self._fitting_classes)}"
+                             + why)
         return (y == self._fitting_classes[1]).astype(np.float64).reshape(-1, 1), _target_names(labels, 1)
 
     def _in_words_of_y(self, text: str) -> str:
@@ -748,6 +770,7 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
             c = self._fitting_classes[int(m.group(1))]
             return f"class {c.item() if isinstance(c, np.generic) else c!r}"
 
+        text = re.sub(r"has the same value \(([01])\)", lambda m: f"holds the same {named(m)}", text)
         return re.sub(r"\bclass ([01])\b", named, text)
 
     def _record(self, names: list[str]) -> dict:
