@@ -667,6 +667,13 @@ def test_constant_target_is_refused(tmp_path):
     assert str(exc.value) == (f"{path}: target column 'y' has the same value (2.5) in all 12 labelled rows, so there "
                               "is nothing to learn (every error would be 0); choose the --target-col that holds "
                               "the property")
+    # rows left out for their molecule are named (they may hold the other values); unlabelled ones are not
+    path.write_text("smiles,y\n" + "".join(f"{s},2.5\n" for s in GOOD) + "C1CC,7\nCCO,\n")
+    ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
+    with pytest.raises(DataError) as exc:
+        check_trainable(path, ds)
+    assert "(1 row(s) were left out for their molecule, first line 14: SMILES parse error: unclosed ring" in \
+        str(exc.value) and "missing target" not in str(exc.value)
 
 
 def test_decimal_comma_is_named_and_read_with_decimal(tmp_path):

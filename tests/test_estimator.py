@@ -182,6 +182,9 @@ def test_the_classifier_takes_any_two_labels_and_its_run_offers_prediction_sets(
     with pytest.raises(ValueError, match=r"got 4; y looks continuous \(Unknown label type: continuous\): use "
                                          r"SigGateRegressor, or binarise y$"):
         siggate.SigGateClassifier().fit(smiles[:4], [5.2, 6.1, 7.3, 4.4])
+    with pytest.raises(ValueError, match=r"binary: y must hold two classes, got 3; only binary classification is "
+                                         r"supported"):  # (scikit-learn's 'Input contains infinity' before)
+        siggate.SigGateClassifier().fit(smiles[:4], [0, 1, np.inf, 1])
     # a refit that fails leaves the fitted classifier as it was: its classes were set before the
     # run trained, so the old model answered in the new labels
     with pytest.raises(ValueError):
@@ -827,6 +830,8 @@ def test_score_refuses_labels_of_another_shape_and_y_reads_pandas_missing_values
     with pytest.raises(ValueError, match=r"^score: y's columns \[' pki', 'other'\] are not this model's targets "
                                          r"\[' pki', ' logd'\]"):
         spaced.score(smiles[40:], pd.DataFrame(two[40:], columns=[" pki", "other"]))
+    assert spaced.score(smiles[40:], pd.DataFrame(two[40:, ::-1], columns=["y1", "y0"])) == \
+        pytest.approx(right, rel=1e-12)  # (its target_names_ still name them)
     inf = two[40:].copy()
     inf[2, 1] = np.inf  # named as fit names it (it was scikit-learn's 'Input contains infinity')
     with pytest.raises(ValueError, match=r"^score: y holds an infinite label at row\(s\) \[2\]; give a number"):

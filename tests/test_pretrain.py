@@ -993,6 +993,11 @@ def test_a_pretraining_and_a_run_keep_to_their_own_folders(tmp_path, capsys):
                          capsys)
     assert rc == 2 and err.strip().splitlines()[-1] == (
         f"siggate pretrain: error: --out {run} holds a siggate train run; pretrain into a folder of its own")
+    (run / "corpus" / "partial").mkdir(parents=True)  # no pretraining begun there: --resume does not open it
+    rc, _, err = run_cli(["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(run), "--epochs", "1",
+                          "--resume"], capsys)
+    assert rc == 2 and err.strip().endswith("holds a siggate train run; pretrain into a folder of its own"), err
+    shutil.rmtree(run / "corpus")
     own = tmp_path / "project"  # a folder of the user's with a config.yaml of its own is no run
     own.mkdir()
     (tmp_path / "none").mkdir()  # (a data root without the benchmarks: their test sets are skipped)
@@ -1091,3 +1096,23 @@ def test_a_reused_corpus_warns_of_no_test_set(tmp_path, monkeypatch, caplog):
     with caplog.at_level("WARNING", logger="siggate"):
         build_corpus(_corpus_file(tmp_path), tmp_path / "c", **kw)
     assert sum("test set of gone not read" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_reuse_reads_only_the_test_sets_it_was_built_against(tmp_path, monkeypatch):
+    """The reuse check read every test set siggate knows and every --exclude file (their InChIKeys
+    computed) at each reuse and resume, work only a rebuild needs: it reads the sets the corpus was
+    built against, and compares the exclude files by digest."""
+    from siggate.data import corpus
+
+    calls = []
+    monkeypatch.setattr(corpus, "TEST_SETS", {"fake": lambda root: calls.append("fake") or ["c1ccccc1"]})
+    exclude = tmp_path / "ex.smi"
+    exclude.write_text("CCN\n")
+    kw = dict(molecules=1000, seed=0, data_root=tmp_path / "none", progress=False, exclude_files=[str(exclude)])
+    first = build_corpus(_corpus_file(tmp_path), tmp_path / "c", **kw)
+    calls.clear()
+    monkeypatch.setitem(corpus.TEST_SETS, "later", lambda root: calls.append("later") or ["CCO"])
+    read = corpus.read_smiles
+    monkeypatch.setattr(corpus, "read_smiles", lambda *a, **k: calls.append(f"read {a[0]}") or read(*a, **k))
+    again = build_corpus(_corpus_file(tmp_path), tmp_path / "c", keep=True, **kw)
+    assert again["csv_sha256"] == first["csv_sha256"] and calls == ["fake"]

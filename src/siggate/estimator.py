@@ -692,13 +692,15 @@ class SigGateRegressor(RegressorMixin, _SigGateEstimator):
         y = self._targets(y)[0]
         _refuse_infinite(y, "score: ")
         n, t = len(_smiles(X)), len(self.target_names_)
-        fitted = getattr(self, "_y_columns_", None) or list(self.target_names_)  # the columns as fit saw them
-        if columns is not None and len(columns) == t and columns != fitted and set(columns) & set(fitted):
-            # a DataFrame's columns name the targets they hold
-            if set(columns) != set(fitted) or len(set(fitted)) != t:
-                raise ValueError(f"score: y's columns {columns} are not this model's targets {fitted}; give a column "
+        # a DataFrame's columns name the targets they hold: as target_names_ names them, or as fit was given them
+        for names in (list(self.target_names_), getattr(self, "_y_columns_", None)):
+            if not names or columns is None or len(columns) != t or not set(columns) & set(names):
+                continue
+            if set(columns) != set(names) or len(set(names)) != t:
+                raise ValueError(f"score: y's columns {columns} are not this model's targets {names}; give a column "
                                  "of each target (in any order), or labels without names")
-            y = y[:, [columns.index(name) for name in fitted]]  # (by position, another target's labels)
+            y = y[:, [columns.index(name) for name in names]]  # (by position, another target's labels)
+            break
         if y.shape != (n, t):  # (a reshape scored mismatched rows or another target's labels)
             raise ValueError(f"score: y has shape {given}, and X {n} SMILES of this model's {t} target(s) "
                              f"{self.target_names_}: give one row of {t} label(s) per SMILES")
@@ -754,8 +756,10 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
             from sklearn.utils.multiclass import type_of_target
 
             values = [v for v in given if not absent(v)]
-            real = all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in values)
-            kind = type_of_target(np.asarray(values, dtype=np.float64)) if real else "multiclass"
+            real = all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v)
+                       for v in values)  # (type_of_target refuses inf in its own words)
+            kind = type_of_target(np.asarray(values, dtype=np.float64)) if real and len(self._fitting_classes) > 2 \
+                else "multiclass"
             why = ("; y looks continuous (Unknown label type: continuous): use SigGateRegressor, or binarise y"
                    if kind == "continuous" else "; only binary classification is supported: binarise y (one class "
                    "against the rest)" if len(self._fitting_classes) > 2 else "")

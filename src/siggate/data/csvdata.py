@@ -604,7 +604,7 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
                                 f"{dropped[0].file_line}: {dropped[0].reason}); {fix}")
             fix = ("drop it from --target-col" if len(ds.info.target_names) > 1
                    else "choose the --target-col that holds the property")
-            unread = [r for r in ds.invalid if not r.reason.startswith("target column")]
+            unread = [r for r in ds.invalid if row_issue(r.reason) == "invalid molecule"]
             left = (f" ({len(unread)} row(s) were left out for their molecule, first line {unread[0].file_line}: "
                     f"{unread[0].reason}; where they hold the other values, mend those SMILES)") if unread else ""
             raise DataError(f"{path}: target column {name!r} has the same value ({col[0]:g}) in all {col.size} "

@@ -737,8 +737,11 @@ def compare(args) -> int:
             raise CompareError(f"the comparison in {args.out} records this --{flag}: {exc}; give --{flag} as it should "
                                "be") from None
 
-    recorded = tuple(old.get("per_seed") or {}) if isinstance(old.get("per_seed"), dict) else ()
-    seeds, specs = parsed("seeds", parse_seeds), parsed("gates", lambda text: parse_gates(text, recorded))
+    # the arms the folder holds: its results' and its runs' (a comparison stopped before aggregating)
+    runs = Path(args.out) / "runs"
+    arms_there = tuple(old["per_seed"] if isinstance(old.get("per_seed"), dict) else ()) + tuple(
+        p.name for p in (runs.iterdir() if runs.is_dir() else ()) if p.is_dir())
+    seeds, specs = parsed("seeds", parse_seeds), parsed("gates", lambda text: parse_gates(text, arms_there))
     _check_args(args)
     dropped = _left_out(old, specs, seeds)
     if dropped:  # its results.json was replaced by a smaller comparison's, without a word
