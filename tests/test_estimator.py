@@ -617,8 +617,10 @@ def test_a_dataframes_column_name_is_kept_and_checked_at_predict(molecules):
     assert est.feature_names_in_.tolist() == ["smiles"] and est.n_features_in_ == 1
     same = est.predict(pd.DataFrame({"smiles": smiles[40:43]}))
     with pytest.warns(UserWarning, match="^X does not have valid feature names, but SigGateRegressor was fitted with "
-                                         "feature names$"):  # (scikit-learn's own warning, both ways)
+                                         "feature names$") as caught:  # (scikit-learn's own warning, both ways)
         assert same.tolist() == est.predict(smiles[40:43]).tolist()
+        est.score(smiles[40:43], y[40:43])
+    assert [w.filename for w in caught] == [__file__] * 2  # the caller's line, from predict and score alike
     with pytest.raises(ValueError) as caught:
         est.predict(pd.DataFrame({"name": smiles[40:43]}))
     assert str(caught.value) == ("X's column is ['name'], but the estimator was fitted on a DataFrame of column "

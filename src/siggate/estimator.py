@@ -85,6 +85,18 @@ _KEYS_FIT_SETS = {"data.name": "itself (it trains on the SMILES of X)",
 _DATA_KEYS_OF_USERS = ("data.duplicates", "data.fragments")
 
 
+def _user_level() -> int:
+    """The ``stacklevel`` at which ``warnings.warn``, called by the function that calls this, names
+    the first frame outside siggate: the caller's line, however deep the estimator's own calls go
+    (a fixed level named a line of this module from some entry points)."""
+    import sys
+
+    here, level, frame = os.path.dirname(os.path.abspath(__file__)), 1, sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _in_estimator_words(text: str, data: Path | None = None) -> str:
     """A refusal of ``siggate train`` as fit's caller reads it: the CSV that fit wrote (``data``)
     is not named and, in a refusal of that CSV, its lines are the molecules' positions in X (its
@@ -374,7 +386,7 @@ class _SigGateEstimator(BaseEstimator):
         if self.seed is None:
             return
         warnings.warn("seed is deprecated: it is scikit-learn's random_state now (random_state=...)", FutureWarning,
-                      stacklevel=4)
+                      stacklevel=_user_level())
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or not 0 <= self.seed < 2**32:
             raise ValueError(f"seed must be a whole number from 0 to 2**32 - 1, got {self.seed!r}")
         if rs != 0 and rs != self.seed:
@@ -486,7 +498,7 @@ class _SigGateEstimator(BaseEstimator):
         if dropped:
             warnings.warn(f"{len(dropped)} of {len(smiles)} molecules left out (their positions in X: "
                           + "; ".join(f"{r.index}: {r.reason}" for r in dropped[:3])
-                          + ("; ..." if len(dropped) > 3 else "") + ")", UserWarning, stacklevel=3)
+                          + ("; ..." if len(dropped) > 3 else "") + ")", UserWarning, stacklevel=_user_level())
         import torch
 
         from .train.members import run_refusal
@@ -607,10 +619,10 @@ class _SigGateEstimator(BaseEstimator):
         fitted, given = getattr(self, "feature_names_in_", None), _feature_names(X)
         if fitted is None and given is not None and len(given) == 1:  # scikit-learn's own warning
             warnings.warn(f"X has feature names, but {type(self).__name__} was fitted without feature names",
-                          UserWarning, stacklevel=4)
+                          UserWarning, stacklevel=_user_level())
         if fitted is not None and given is None:  # the other direction, as scikit-learn warns too
             warnings.warn(f"X does not have valid feature names, but {type(self).__name__} was fitted with feature "
-                          "names", UserWarning, stacklevel=4)
+                          "names", UserWarning, stacklevel=_user_level())
         if fitted is not None and given is not None and len(given) == 1 and list(given) != list(fitted):
             raise ValueError(f"X's column is {list(given)}, but the estimator was fitted on a DataFrame of column "
                              f"{list(fitted)}; give the SMILES in a column of that name (or as a list)")
@@ -637,7 +649,7 @@ class _SigGateEstimator(BaseEstimator):
                              "with a val_fraction that holds out labelled molecules")
         few = too_few_message(self.calibration_, coverage, name="coverage", again="fit again (a larger val_fraction)")
         if few:
-            warnings.warn(few, UserWarning, stacklevel=3)
+            warnings.warn(few, UserWarning, stacklevel=_user_level())
         mean, std, similarity = self._predicted(X, checked=True, similarity=True)
         return (self.calibration_, coverage, mean,
                 self.calibration_.row_scale(std if self.smiles_predictor_.ensemble else None, similarity))
@@ -730,7 +742,7 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
             from sklearn.exceptions import DataConversionWarning
 
             warnings.warn("y is a column vector ([n, 1]); read as one label per molecule ([n])", DataConversionWarning,
-                          stacklevel=3)
+                          stacklevel=_user_level())
             y = y[:, 0]
         if y.ndim != 1:
             raise ValueError(f"SigGateClassifier takes one label per molecule ([n]), got shape {y.shape}")
