@@ -16,11 +16,13 @@ passes, strict xfail turns that into a failure, and the mark must be removed.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import gzip
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -1120,7 +1122,7 @@ def test_a_run_on_a_relative_csv_path_resumes_from_another_folder(tmp_path, caps
     (home / "d.csv").write_text((home / "d.csv").read_text().replace(",train\n", ",val\n", 3))
     rc, _, err = run_cli(["train", "--resume", str(tmp_path / "run")], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
-    assert ": d.csv changed since the run started (sha256 " in err and "restore the file" in err
+    assert f": {home / 'd.csv'} changed since the run started (sha256 " in err and "restore the file" in err
 
 
 @pytest.mark.parametrize("members", [None, "svr,rf", "gnn,svr"])
@@ -1523,3 +1525,55 @@ def test_a_split_column_of_other_values_and_a_missing_member_file_name_their_fix
     rc, _, err = run_cli(["predict", "--checkpoint", str(run), "CCO"], capsys)
     assert rc == 2 and err == (f"siggate predict: error: {run / 'member1' / 'arrays.pt'}: file not found; a saved "
                                "model needs it beside its predictor.json: copy the whole run folder, or train it again\n")
+
+
+def test_config_keys_that_were_ignored_or_replaced_silently(tmp_path, capsys, monkeypatch):
+    """A config-system hunt: CSV keys on a benchmark dataset were accepted, ignored and recorded as
+    the run's (task binary on nci5k); --data replaced a CSV config file's own task and SMILES
+    column with its defaults (a run's members.yaml given back trained a regression on 0/1 labels);
+    --set data.csv stayed relative (a resume elsewhere lost the file); --config "" trained the
+    default; a config of _meta alone trained the dataclasses' defaults; a malformed
+    _meta.resolved ended in a traceback."""
+    from siggate.config import ConfigError, load_config
+
+    for item, why in (("data.task=binary", "data.task: 'binary' applies to CSV data (siggate train --data FILE.csv), "
+                                          "not to nci5k; remove it."),
+                      ("data.csv=x.csv", "data.csv: 'x.csv' applies to CSV data (siggate train --data FILE.csv), not "
+                                         "to nci5k; remove it (or set data.name=csv: siggate train --data FILE.csv)."),
+                      ("data.sep=;", "data.sep: ';' applies to CSV data")):
+        with pytest.raises(ConfigError, match=re.escape(why)):
+            load_config(None, [item])
+    assert load_config(None, ["data.max_graphs=50"]).data.max_graphs == 50  # (every dataset's)
+    data = tmp_path / "bin.csv"
+    data.write_text("SMI,act\n" + "".join(f"{'C' * (i % 9 + 1)}{'O' * (i // 9)},{i % 2}\n" for i in range(40)))
+    own = tmp_path / "own.yaml"
+    own.write_text("data: {name: csv, smiles_col: SMI, task: binary}\n")
+    from siggate.config_args import add_config_args, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    cfg = config_from_args(parser.parse_args(["--config", str(own), "--data", str(data), "--target-col", "act"]))
+    assert (cfg.data.task, cfg.data.smiles_col) == ("binary", "SMI")  # the file's, not --data's defaults
+    cfg = config_from_args(parser.parse_args(["--config", str(own), "--data", str(data), "--target-col", "act",
+                                              "--task", "regression"]))
+    assert cfg.data.task == "regression"  # a flag still replaces it
+    monkeypatch.chdir(tmp_path)
+    cfg = config_from_args(parser.parse_args(["--set", "data.name=csv", "--set", "data.csv=bin.csv", "--set",
+                                              "data.target_cols=act", "--set", "data.smiles_col=SMI"]))
+    assert cfg.data.csv == str(data)  # absolute, as --data's
+    with pytest.raises(ConfigError, match=r"^--config is empty; give a built-in config name"):
+        config_from_args(parser.parse_args(["--config", ""]))
+    only_meta = tmp_path / "meta.yaml"
+    only_meta.write_text("_meta: {}\n")
+    with pytest.raises(ConfigError, match="the config holds no section"):
+        load_config(str(only_meta))
+    bad = tmp_path / "resolved.yaml"
+    bad.write_text("_meta: {resolved: 3}\nmodel: {dim: 64}\n")
+    with pytest.raises(ConfigError, match=r"_meta.resolved must be a mapping \(a run's record writes one\), got int"):
+        load_config(str(bad))
+    # analyses: --data-root quoted and absolute (YAML read 0123 as 83 and '~' as None)
+    from siggate.analysis.common import config_from
+
+    ns = argparse.Namespace(overrides=[], config=None, data_root="0123", cache_dir="my cache #2", analysis="rank")
+    cfg = config_from(ns)
+    assert (cfg.data.root, cfg.data.cache_dir) == (str(tmp_path / "0123"), str(tmp_path / "my cache #2"))

@@ -636,6 +636,12 @@ def _check_data(cfg: Config) -> None:
         if cfg.data.fragments != "all":
             raise ConfigError(f"data.fragments: {cfg.data.fragments!r} applies to CSV data (siggate train --data); "
                               f"{cfg.data.name}'s molecules are read as the benchmark publishes them. Remove it.")
+        defaults = DataConfig()
+        for key in _CSV_KEYS:  # (they were accepted, ignored, and recorded as the run's: task binary on nci5k)
+            if getattr(cfg.data, key) != getattr(defaults, key):
+                hint = " (or set data.name=csv: siggate train --data FILE.csv)" if key == "csv" else ""
+                raise ConfigError(f"data.{key}: {getattr(cfg.data, key)!r} applies to CSV data (siggate train --data "
+                                  f"FILE.csv), not to {cfg.data.name}; remove it{hint}.")
         if split is not None and "split" not in DATASET_META[cfg.data.name]["options"]:
             takers = sorted(n for n, meta in DATASET_META.items() if "split" in meta["options"])
             raise ConfigError(
@@ -644,6 +650,10 @@ def _check_data(cfg: Config) -> None:
             )
         if split is not None and split.startswith("column:"):
             raise ConfigError(f"data.split: {split!r} needs a CSV with a split column (data.name='csv').")
+
+
+#: the data keys of a CSV alone (``data.fragments`` and ``data.split`` are checked on their own)
+_CSV_KEYS = ("csv", "smiles_col", "target_cols", "task", "sep", "decimal", "duplicates", "val_fraction")
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -850,6 +860,9 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
     """Load a built-in config by name (default ``nci5k``) or a YAML path, apply ``--set``
     overrides, and validate. A run's saved ``config.yaml`` loads too: its ``_meta``
     section is ignored and an older schema upgraded (:func:`upgrade_config_dict`)."""
+    if name_or_path is not None and not str(name_or_path).strip():  # (--config "" trained the default, silently)
+        raise ConfigError("--config is empty; give a built-in config name (nci5k, zinc, csv, ...) or a YAML path, or "
+                          "leave --config out")
     path = resolve_config_path(name_or_path or "nci5k")
     try:
         raw = load_yaml(path.read_text(encoding="utf-8"))
@@ -866,11 +879,14 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
         raise ConfigError(
             f"{path}: a config must be a mapping with sections data/model/train/members, got {type(raw).__name__}"
         )
-    if not raw:  # "{}": as an empty file, the dataclasses' defaults without a word
+    meta = raw.pop("_meta", None)  # written by siggate train next to the config (version, commit, task)
+    if not raw:  # "{}" (or a _meta alone): as an empty file, the dataclasses' defaults without a word
         raise ConfigError(f"{path}: the config holds no section; give its sections data/model/train/members (a "
                           f"built-in config such as {CONFIG_DIR / 'csv.yaml'} shows them), or leave --config out")
-    meta = raw.pop("_meta", None)  # written by siggate train next to the config (version, commit, task)
     if isinstance(meta, dict):  # a run's config as the user gave it (older runs saved resolved values in it)
+        if meta.get("resolved") is not None and not isinstance(meta["resolved"], dict):
+            raise ConfigError(f"{path}: _meta.resolved must be a mapping (a run's record writes one), got "
+                              f"{type(meta['resolved']).__name__}; mend it or drop the _meta section")
         raw = split_resolved(raw, meta.get("resolved"))[0]
     raw = upgrade_config_dict(_nest_flat_attention_keys(raw, warn=True))  # a file's flat keys are named
     for item in overrides or []:

@@ -190,8 +190,9 @@ def set_keys(args) -> set[str]:
     return set(seen)
 
 
-def _file_sets(name_or_path: str | None, section: str, key: str) -> bool:
-    """Whether the config file itself (built-in or a path) writes ``section.key``."""
+def _file_sets(name_or_path: str | None, section: str, key: str, csv: bool = False) -> bool:
+    """Whether the config file itself (built-in or a path) writes ``section.key`` (with ``csv``: in a
+    data section of a CSV's, ``data.name: csv``, not a benchmark dataset's)."""
     import yaml
 
     from .config import load_yaml, resolve_config_path
@@ -200,13 +201,15 @@ def _file_sets(name_or_path: str | None, section: str, key: str) -> bool:
         raw = load_yaml(resolve_config_path(name_or_path or "nci5k").read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return False  # load_config has already named what is wrong with the file
-    return isinstance(raw, dict) and isinstance(raw.get(section), dict) and key in raw[section]
+    part = raw.get(section) if isinstance(raw, dict) else None
+    return isinstance(part, dict) and key in part and (not csv or part.get("name") == "csv")
 
 
 def recipe_name(args) -> str | None:
     """The config a command line trains with: ``--config``, else ``csv`` with ``--data``, else
     ``None`` (the default, nci5k)."""
-    return getattr(args, "config", None) or ("csv" if getattr(args, "data", None) else None)
+    given = getattr(args, "config", None)
+    return given if given is not None else ("csv" if getattr(args, "data", None) else None)
 
 
 #: the shortcut flags of a run and the key each sets: both given is refused (the flag, appended
@@ -276,8 +279,8 @@ def config_from_args(args):
         overrides += ["data.name=csv", f"data.csv={json.dumps(str(Path(args.data).absolute()))}"]  # resumable anywhere
         for flag, key in CSV_FLAGS.items():
             value = getattr(args, flag, None)
-            if value is None and f"data.{key}" not in given:
-                value = CSV_FLAG_DEFAULTS.get(flag)
+            if value is None and f"data.{key}" not in given and not _file_sets(recipe_name(args), "data", key, csv=True):
+                value = CSV_FLAG_DEFAULTS.get(flag)  # (a CSV config's own value holds: a run's members.yaml)
             if value is not None and flag != "sep":  # (sep is set below: a tab does not survive an override)
                 overrides.append(f"data.{key}={json.dumps(value) if flag in CSV_TEXT_FLAGS else value}")
     else:
@@ -288,6 +291,8 @@ def config_from_args(args):
     cfg = load_config(recipe_name(args), overrides)  # --data: configs/csv.yaml
     if "train.init" in given and cfg.train.init:  # a path made absolute, as --init's: a resume from another folder
         cfg.train.init = init_source(cfg.train.init)  # (or a member started later) reads the same weights
+    if cfg.data.csv and not Path(cfg.data.csv).expanduser().is_absolute():  # (--set data.csv, a YAML's), as --data's
+        cfg.data.csv = str(Path(cfg.data.csv).expanduser().absolute())
     sep = getattr(args, "sep", None)
     if args.data and sep is not None:  # (--sep "" detected the delimiter as if no --sep were given)
         sep = sep_char(sep)

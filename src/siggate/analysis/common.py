@@ -98,10 +98,9 @@ def config_from(args, extra: Iterable[str] = (), owned: dict[str, str] | None = 
         if clash:
             raise CLIError(clash)
     overrides = list(getattr(args, "overrides", []) or []) + list(extra)
-    if getattr(args, "data_root", None):
-        overrides.append(f"data.root={args.data_root}")
-    if getattr(args, "cache_dir", None):
-        overrides.append(f"data.cache_dir={args.cache_dir}")
+    for flag, key in (("data_root", "data.root"), ("cache_dir", "data.cache_dir")):  # quoted and absolute, as train
+        if getattr(args, flag, None):  # does them (unquoted, YAML read 0123 as 83, ~ as None, '#2' as a comment)
+            overrides.append(f"{key}={json.dumps(str(Path(getattr(args, flag)).absolute()))}")
     if getattr(args, "max_graphs", None):  # in the config: a finished run of another cut is another run
         overrides.append(f"data.max_graphs={args.max_graphs}")
     return load_config(getattr(args, "config", None), overrides)

@@ -143,7 +143,7 @@ class CompareError(RuntimeError):
 
 def _config_args(args, spec: GateSpec, seed: int) -> list[str]:
     """The config part of a pair's ``siggate train`` arguments."""
-    return ["--config", args.config or "nci5k", "--seed", str(seed)] + _shared_flags(args, spec.overrides())
+    return ["--config", "nci5k" if args.config is None else args.config, "--seed", str(seed)] + _shared_flags(args, spec.overrides())
 
 
 def _shared_flags(args, overrides=()) -> list[str]:
@@ -465,7 +465,7 @@ def plot_val_curves(res: dict, path: Path) -> None:
 
 def command_line(args) -> str:
     """The ``siggate compare`` command that reproduces this comparison."""
-    parts = ["siggate", "compare", "--config", args.config or "nci5k", "--seeds", args.seeds, "--gates", args.gates]
+    parts = ["siggate", "compare", "--config", "nci5k" if args.config is None else args.config, "--seeds", args.seeds, "--gates", args.gates]
     parts += _shared_flags(args) + ["--jobs", str(args.jobs)]
     if getattr(args, "backend", "local") != "local":
         parts += ["--backend", args.backend]
