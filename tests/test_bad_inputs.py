@@ -1544,6 +1544,9 @@ def test_config_keys_that_were_ignored_or_replaced_silently(tmp_path, capsys, mo
         with pytest.raises(ConfigError, match=re.escape(why)):
             load_config(None, [item])
     assert load_config(None, ["data.max_graphs=50"]).data.max_graphs == 50  # (every dataset's)
+    for item in ("model.pooling=mean",):  # a node-level model pools nothing
+        with pytest.raises(ConfigError, match=r"shapes a graph-level readout; pattern predicts per node"):
+            load_config("pattern", [item])
     data = tmp_path / "bin.csv"
     data.write_text("SMI,act\n" + "".join(f"{'C' * (i % 9 + 1)}{'O' * (i // 9)},{i % 2}\n" for i in range(40)))
     own = tmp_path / "own.yaml"

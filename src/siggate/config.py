@@ -633,6 +633,11 @@ def _check_data(cfg: Config) -> None:
         if cfg.model.mol_features != "none" and DATASET_META[cfg.data.name]["level"] != "graph":
             raise ConfigError(f"model.mol_features: {cfg.model.mol_features!r} adds one vector per molecule to "
                               f"a graph-level readout; {cfg.data.name} predicts per node. Set model.mol_features=none.")
+        model_defaults = ModelConfig()
+        for key in ("pooling", "pool_norm"):  # (a node-level model pools nothing: accepted and ignored before)
+            if DATASET_META[cfg.data.name]["level"] != "graph" and getattr(cfg.model, key) != getattr(model_defaults, key):
+                raise ConfigError(f"model.{key}: {getattr(cfg.model, key)!r} shapes a graph-level readout; "
+                                  f"{cfg.data.name} predicts per node, pooling nothing. Remove it.")
         if cfg.data.fragments != "all":
             raise ConfigError(f"data.fragments: {cfg.data.fragments!r} applies to CSV data (siggate train --data); "
                               f"{cfg.data.name}'s molecules are read as the benchmark publishes them. Remove it.")
