@@ -1580,3 +1580,15 @@ def test_config_keys_that_were_ignored_or_replaced_silently(tmp_path, capsys, mo
     ns = argparse.Namespace(overrides=[], config=None, data_root="0123", cache_dir="my cache #2", analysis="rank")
     cfg = config_from(ns)
     assert (cfg.data.root, cfg.data.cache_dir) == (str(tmp_path / "0123"), str(tmp_path / "my cache #2"))
+
+
+def test_a_text_key_keeps_its_text():
+    """--set read a key of text as YAML: a column named 007 became '7' (0123: '83'), a split
+    column 'fold #1' lost what followed '#', a '#' delimiter became null (detected instead)."""
+    from siggate.config import load_config
+
+    cfg = load_config("csv", ["data.csv=/tmp/x.csv", "data.smiles_col=007", "data.split=column:fold #1", "data.sep=#",
+                              "data.target_cols=[y]"])
+    assert (cfg.data.smiles_col, cfg.data.split, cfg.data.sep) == ("007", "column:fold #1", "#")
+    cfg = load_config("csv", ["data.csv=/tmp/x.csv", "data.smiles_col='0123'", "data.sep=null", "data.target_cols=[y]"])
+    assert (cfg.data.smiles_col, cfg.data.sep) == ("0123", None)  # quoted and null: as YAML reads them

@@ -910,8 +910,21 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
                 where = ".".join(parts[: depth + 1])
                 raise ConfigError(f"{path}: '{where}' must be a mapping of keys, got {node[part]!r}")
             node = node[part]
-        node[parts[-1]] = value
+        node[parts[-1]] = _text_if_text(parts, item.split("=", 1)[1], value)
     return from_dict(raw)
+
+
+def _text_if_text(parts: list[str], text: str, parsed: Any) -> Any:
+    """An override's value for a key of text (a column's name, a split, a delimiter): the text
+    after ``=`` as written, where YAML read it as something else (``007`` as 7, ``0123`` as 83,
+    ``column:fold #1`` as ``column:fold``, ``#`` as null); a quoted value and null as YAML reads them.
+    Other keys: ``parsed``."""
+    section = _section_at(parts[:-1])
+    f = {f.name: f for f in fields(section)}.get(parts[-1]) if section is not None else None
+    if f is None or str(f.type) not in ("str", "str | None") or parsed is None and text.strip() in ("", "~", "null"):
+        return parsed
+    text = text.strip()
+    return parsed if isinstance(parsed, str) and text[:1] in ("'", '"') else text
 
 
 def _section_at(parts: list[str]):
