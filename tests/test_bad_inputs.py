@@ -1592,3 +1592,21 @@ def test_a_text_key_keeps_its_text():
     assert (cfg.data.smiles_col, cfg.data.split, cfg.data.sep) == ("007", "column:fold #1", "#")
     cfg = load_config("csv", ["data.csv=/tmp/x.csv", "data.smiles_col='0123'", "data.sep=null", "data.target_cols=[y]"])
     assert (cfg.data.smiles_col, cfg.data.sep) == ("0123", None)  # quoted and null: as YAML reads them
+
+
+def test_a_users_scaffold_split_on_a_benchmark_is_refused_as_any_split(tmp_path):
+    """The upgrade for old run records set a user's data.split: scaffold on zinc to unset, silently
+    (split: random was refused); a record (with _meta) is still read as the old siggate meant it."""
+    from siggate.config import ConfigError, load_config
+
+    own = tmp_path / "zinc.yaml"
+    own.write_text("data: {name: zinc, split: scaffold}\n")
+    with pytest.raises(ConfigError, match="data.split: zinc comes with its official split"):
+        load_config(str(own))
+    own.write_text("data: {name: zinc, split: scaffold}\n_meta: {siggate_version: 0.0.1}\n")
+    assert load_config(str(own)).data.split is None
+    # a run's record of CSV keys on a benchmark (ignored when it trained, refused now) reads as it trained
+    from siggate.config import from_dict, upgrade_config_dict
+
+    old = from_dict(upgrade_config_dict({"data": {"name": "nci5k", "task": "binary", "csv": "x.csv"}}))
+    assert (old.data.task, old.data.csv) == ("regression", None)

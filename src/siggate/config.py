@@ -737,7 +737,7 @@ def resolve_config_path(name_or_path: str) -> Path:
     )
 
 
-def upgrade_config_dict(raw: dict) -> dict:
+def upgrade_config_dict(raw: dict, record: bool = True) -> dict:
     """A config dict written by an older siggate, brought to the current schema; returns a
     new dict. :func:`~siggate.train.checkpoint.load_checkpoint` applies it to every
     checkpoint it loads.
@@ -746,6 +746,10 @@ def upgrade_config_dict(raw: dict) -> dict:
       every dataset and the benchmarks with an official split ignored it. For those it
       becomes unset (what it always meant); for nci5k and CSV data it stays
       ``"scaffold"``, the OGB-order split those runs really used.
+      Only in a run's record (``record``): a user's file (no ``_meta``) giving ``"scaffold"`` to
+      such a dataset is refused, as any other split is.
+    - The CSV keys (``data.csv``, ``data.task``, ...) of a benchmark dataset's run were accepted and
+      ignored before they were refused: a record's read as their defaults (only with ``record``).
     - ``model.fused`` (a bool) became ``model.impl``: ``true`` is ``"auto"``, ``false``
       ``"reference"``.
     - ``model.pool_norm`` came with ``pooling: norm``; older configs pool ``add`` or
@@ -782,11 +786,15 @@ def upgrade_config_dict(raw: dict) -> dict:
         return raw
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
     data = out.get("data")
-    if isinstance(data, dict) and data.get("split") == "scaffold" and data.get("name", "nci5k") not in ("nci5k", "csv"):
+    if (record and isinstance(data, dict) and data.get("split") == "scaffold"
+            and data.get("name", "nci5k") not in ("nci5k", "csv")):  # (a user's file: refused, as another split is)
         data["split"] = None
     if isinstance(data, dict):
         data.setdefault("val_fraction", 0.0)
         data.setdefault("fragments", "all")
+    if record and isinstance(data, dict) and data.get("name", "nci5k") != "csv":  # CSV keys a benchmark's run
+        defaults = DataConfig()  # was given: ignored then, refused now; the record reads as it trained
+        data.update({k: getattr(defaults, k) for k in _CSV_KEYS if k in data})
     model = out.get("model")
     if isinstance(model, dict) and "fused" in model:
         fused = model.pop("fused")
@@ -893,7 +901,8 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
             raise ConfigError(f"{path}: _meta.resolved must be a mapping (a run's record writes one), got "
                               f"{type(meta['resolved']).__name__}; mend it or drop the _meta section")
         raw = split_resolved(raw, meta.get("resolved"))[0]
-    raw = upgrade_config_dict(_nest_flat_attention_keys(raw, warn=True))  # a file's flat keys are named
+    # a file's flat keys are named; a run's record (with its _meta) is read as the siggate that wrote it meant it
+    raw = upgrade_config_dict(_nest_flat_attention_keys(raw, warn=True), record=meta is not None)
     for item in overrides or []:
         given, value = parse_override(item)  # section.key or, nested, model.attention.performer.num_features
         parts = key_path(given)
