@@ -1560,6 +1560,28 @@ def test_config_keys_that_were_ignored_or_replaced_silently(tmp_path, capsys, mo
     cfg = config_from_args(parser.parse_args(["--config", str(own), "--data", str(data), "--target-col", "act",
                                               "--task", "regression"]))
     assert cfg.data.task == "regression"  # a flag still replaces it
+    own.write_text("data: {smiles_col: SMI, task: binary}\n")  # (no name: the CSV's too)
+    cfg = config_from_args(parser.parse_args(["--config", str(own), "--data", str(data), "--target-col", "act"]))
+    assert (cfg.data.task, cfg.data.smiles_col) == ("binary", "SMI")
+    for twice in (["data.smiles_col=007", "data.smiles_col=7"], ["data.sep=#", "data.sep=null"]):  # (one to YAML)
+        with pytest.raises(ConfigError, match="is given twice"):
+            config_from_args(parser.parse_args(["--data", str(data), "--target-col", "act", "--set", twice[0],
+                                                "--set", twice[1]]))
+    assert load_config("csv", ["data.csv=/x.csv", "data.target_cols=[y]", "data.sep=NULL"]).data.sep is None
+    # the estimator writes its own CSV: a config whose data section names another SMILES column still fits
+    import siggate
+
+    run_cfg = tmp_path / "run.yaml"
+    run_cfg.write_text("data: {name: csv, smiles_col: SMI, sep: ';'}\nmembers: {svr: {C: [5]}}\n")
+    smiles = [f"{'C' * (i % 9 + 1)}{'O' * (i // 9)}" for i in range(40)]
+    est = siggate.SigGateRegressor(members="svr", config=str(run_cfg)).fit(smiles, [len(x) for x in smiles])
+    assert est.predict(smiles[:2]).shape == (2,)
+    with pytest.raises(ValueError, match=r"config is empty"):
+        siggate.SigGateRegressor(members="svr", config="").fit(smiles, [len(x) for x in smiles])
+    from siggate.train.pretrain import pretrain_config
+
+    with pytest.raises(ConfigError, match=r"^--config is empty"):
+        pretrain_config("", tmp_path / "c.csv", ["MolWt"], 4, 0)
     monkeypatch.chdir(tmp_path)
     cfg = config_from_args(parser.parse_args(["--set", "data.name=csv", "--set", "data.csv=bin.csv", "--set",
                                               "data.target_cols=act", "--set", "data.smiles_col=SMI"]))
@@ -1610,3 +1632,8 @@ def test_a_users_scaffold_split_on_a_benchmark_is_refused_as_any_split(tmp_path)
 
     old = from_dict(upgrade_config_dict({"data": {"name": "nci5k", "task": "binary", "csv": "x.csv"}}))
     assert (old.data.task, old.data.csv) == ("regression", None)
+    old = from_dict(upgrade_config_dict({"data": {"name": "pattern"}, "model": {"pooling": "mean"}}))
+    assert old.model.pooling == "add"  # a node-level run's pooling, ignored when it trained
+    own.write_text("data: {name: zinc, split: scaffold}\n_meta: {}\n")  # a _meta siggate did not write: no record
+    with pytest.raises(ConfigError, match="data.split: zinc comes with its official split"):
+        load_config(str(own))

@@ -657,6 +657,8 @@ def _check_data(cfg: Config) -> None:
             raise ConfigError(f"data.split: {split!r} needs a CSV with a split column (data.name='csv').")
 
 
+#: what YAML reads as null (an override's text)
+YAML_NULLS = ("", "~", "null", "Null", "NULL")
 #: the data keys of a CSV alone (``data.fragments`` and ``data.split`` are checked on their own)
 _CSV_KEYS = ("csv", "smiles_col", "target_cols", "task", "sep", "decimal", "duplicates", "val_fraction")
 
@@ -795,6 +797,11 @@ def upgrade_config_dict(raw: dict, record: bool = True) -> dict:
     if record and isinstance(data, dict) and data.get("name", "nci5k") != "csv":  # CSV keys a benchmark's run
         defaults = DataConfig()  # was given: ignored then, refused now; the record reads as it trained
         data.update({k: getattr(defaults, k) for k in _CSV_KEYS if k in data})
+        from .data.catalog import DATASET_META
+
+        model = out.get("model")  # a node-level run's pooling, ignored then too
+        if isinstance(model, dict) and DATASET_META.get(data.get("name", "nci5k"), {}).get("level") == "node":
+            model.update({k: getattr(ModelConfig(), k) for k in ("pooling", "pool_norm") if k in model})
     model = out.get("model")
     if isinstance(model, dict) and "fused" in model:
         fused = model.pop("fused")
@@ -902,7 +909,8 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
                               f"{type(meta['resolved']).__name__}; mend it or drop the _meta section")
         raw = split_resolved(raw, meta.get("resolved"))[0]
     # a file's flat keys are named; a run's record (with its _meta) is read as the siggate that wrote it meant it
-    raw = upgrade_config_dict(_nest_flat_attention_keys(raw, warn=True), record=meta is not None)
+    record = isinstance(meta, dict) and bool({"siggate_version", "git_commit"} & set(meta))  # (siggate wrote it)
+    raw = upgrade_config_dict(_nest_flat_attention_keys(raw, warn=True), record=record)
     for item in overrides or []:
         given, value = parse_override(item)  # section.key or, nested, model.attention.performer.num_features
         parts = key_path(given)
@@ -919,18 +927,18 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
                 where = ".".join(parts[: depth + 1])
                 raise ConfigError(f"{path}: '{where}' must be a mapping of keys, got {node[part]!r}")
             node = node[part]
-        node[parts[-1]] = _text_if_text(parts, item.split("=", 1)[1], value)
+        node[parts[-1]] = text_if_text(parts, item.split("=", 1)[1], value)
     return from_dict(raw)
 
 
-def _text_if_text(parts: list[str], text: str, parsed: Any) -> Any:
+def text_if_text(parts: list[str], text: str, parsed: Any) -> Any:
     """An override's value for a key of text (a column's name, a split, a delimiter): the text
     after ``=`` as written, where YAML read it as something else (``007`` as 7, ``0123`` as 83,
     ``column:fold #1`` as ``column:fold``, ``#`` as null); a quoted value and null as YAML reads them.
     Other keys: ``parsed``."""
     section = _section_at(parts[:-1])
     f = {f.name: f for f in fields(section)}.get(parts[-1]) if section is not None else None
-    if f is None or str(f.type) not in ("str", "str | None") or parsed is None and text.strip() in ("", "~", "null"):
+    if f is None or str(f.type) not in ("str", "str | None") or parsed is None and text.strip() in YAML_NULLS:
         return parsed
     text = text.strip()
     return parsed if isinstance(parsed, str) and text[:1] in ("'", '"') else text

@@ -13,7 +13,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from .config import ConfigError, key_path, load_config, parse_override, sep_char
+from .config import ConfigError, key_path, load_config, parse_override, sep_char, text_if_text
 from .files import out_dir_problem
 from .options import DUPLICATES, FRAGMENTS, add_cache_dir_flag, add_data_root_flag, init_is_none, init_is_shipped
 
@@ -183,6 +183,7 @@ def set_keys(args) -> set[str]:
     seen: dict[str, object] = {}
     for item in args.overrides:
         parts, value = parse_override(item)
+        value = text_if_text(key_path(parts), item.split("=", 1)[1], value)  # (as it will be applied: 007 is not 7)
         key = ".".join(key_path(parts))  # (a deprecated flat name and its new one are one key)
         if key in seen and seen[key] != value:
             raise ConfigError(f"--set {key} is given twice ({seen[key]!r} and {value!r}); give it once")
@@ -192,7 +193,7 @@ def set_keys(args) -> set[str]:
 
 def _file_sets(name_or_path: str | None, section: str, key: str, csv: bool = False) -> bool:
     """Whether the config file itself (built-in or a path) writes ``section.key`` (with ``csv``: in a
-    data section of a CSV's, ``data.name: csv``, not a benchmark dataset's)."""
+    data section of a CSV's, ``data.name: csv`` or no name, not a benchmark dataset's)."""
     import yaml
 
     from .config import load_yaml, resolve_config_path
@@ -202,7 +203,7 @@ def _file_sets(name_or_path: str | None, section: str, key: str, csv: bool = Fal
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return False  # load_config has already named what is wrong with the file
     part = raw.get(section) if isinstance(raw, dict) else None
-    return isinstance(part, dict) and key in part and (not csv or part.get("name") == "csv")
+    return isinstance(part, dict) and key in part and (not csv or part.get("name", "csv") == "csv")
 
 
 def recipe_name(args) -> str | None:

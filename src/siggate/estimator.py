@@ -480,10 +480,12 @@ class _SigGateEstimator(BaseEstimator):
                 w.writerow([s, *["" if np.isnan(x) else repr(float(x)) for x in label], "train"])
         # every row a training row, and --val-fraction draws the held-out ones (whole molecules, per class)
         # each value joined to its flag: a value that starts with "-" (a target "-logIC50") is no flag
-        argv = ["train", f"--data={data}", f"--target-col={','.join(names)}", f"--task={self._task}",
+        # the CSV's own reading pinned (a config given, a run's members.yaml with smiles_col SMI, read it otherwise)
+        argv = ["train", f"--data={data}", f"--smiles-col={_SMILES}", "--sep=,", "--decimal=.",
+                f"--target-col={','.join(names)}", f"--task={self._task}",
                 f"--split=column:{_SPLIT}", f"--val-fraction={float(self.val_fraction)!r}",
                 f"--seed={seed}", f"--cache-dir={work / 'cache'}"]
-        argv += [f"--config={self.config}"] if self.config else []
+        argv += [f"--config={self.config}"] if self.config is not None else []  # ("" is refused, as --config "")
         argv += [f"--epochs={int(self.epochs)}"] if self.epochs is not None else []
         for item in [*(self.overrides or ()), f"train.threads={int(self.threads)}"]:  # (0: torch's, not the recipe's 1)
             argv += [f"--set={item}"]

@@ -458,6 +458,8 @@ def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epoc
     mine = {"train.epochs": "from --epochs", "train.seed": "from --seed", **{f"data.{k}": "itself (its corpus and split)"
                                                                          for k in ("name", "csv", "smiles_col",
                                                                                    "target_cols", "task", "split")}}
+    if base is not None and not str(base).strip():  # (--config "" pretrained the csv recipe, silently)
+        load_config(base)  # its refusal, one home
     clash = set_itself([override_key(item) for item in overrides], mine, "pretrain")
     if clash:  # they came after these and won: a run that its corpus and record do not describe
         raise ConfigError(clash)
