@@ -801,7 +801,8 @@ def upgrade_config_dict(raw: dict, record: bool = True) -> dict:
 
         model = out.get("model")  # a node-level run's pooling, ignored then too
         if isinstance(model, dict) and DATASET_META.get(data.get("name", "nci5k"), {}).get("level") == "node":
-            model.update({k: getattr(ModelConfig(), k) for k in ("pooling", "pool_norm") if k in model})
+            model_defaults = ModelConfig()
+            model.update({k: getattr(model_defaults, k) for k in ("pooling", "pool_norm") if k in model})
     model = out.get("model")
     if isinstance(model, dict) and "fused" in model:
         fused = model.pop("fused")

@@ -181,25 +181,26 @@ def _init_weights(out: Path, cfg: Config, built, resume: bool) -> dict | None:
     from .record import LAST
     from .rundir import read_record
 
+    if not cfg.train.init:
+        return None
     then = None
     if resume and (out / MEMBERS_RECORD).is_file():
         try:
             then = (read_record(out / MEMBERS_RECORD).get("_meta") or {}).get("init_weights")
         except (OSError, ValueError):  # a damaged record is rewritten: nothing to compare with
             then = None
-    if not cfg.train.init:
-        return None
-    waiting = [m for _, _, m in built if getattr(m, "kind", None) == "gnn" and getattr(m, "folder", None) is not None
-               and not (Path(m.folder) / LAST).is_file()]
+    gnns = [m for _, _, m in built if getattr(m, "kind", None) == "gnn" and getattr(m, "folder", None) is not None]
+    waiting = [m for m in gnns if not (Path(m.folder) / LAST).is_file()]
     if not waiting:
         return then if isinstance(then, dict) else None
     path = resolve_init(cfg.train.init)
     now = {"path": str(path.resolve()), "sha256": file_digest(path)}
-    started = [m for _, _, m in built if getattr(m, "kind", None) == "gnn" and m not in waiting]
-    if isinstance(then, dict) and then.get("sha256") and then["sha256"] != now["sha256"] and not started:
+    if not (isinstance(then, dict) and then.get("sha256") and then["sha256"] != now["sha256"]):
+        return now
+    if len(waiting) == len(gnns):  # none has started: they all start from the file as it is now
         log.warning("train.init: %s holds other weights than when this run started; no GNN member has started from "
                     "those, so they all start from these", path)
-    elif isinstance(then, dict) and then.get("sha256") and then["sha256"] != now["sha256"]:
+    else:
         raise ConfigError(f"train.init: {path} holds other weights than when this run started (sha256 "
                           f"{then['sha256'][:16]}... then, {now['sha256'][:16]}... now), and the run's GNN member "
                           f"{Path(waiting[0].folder).name} has yet to start from them: its members would start from "
