@@ -471,6 +471,9 @@ PT_COMPLEX = "C1=NC2=[S+][Pt-2]3([S+]=C4NC=NC5=C4[NH+]3C=N5)[NH+]3C=NC(=C23)N1" 
     ("[Na+].[Cl-]", None, None),                        # no carbon: read as written
     ("N.N.[Cl-].[Cl-].[Pt+2]", None, None),
     ("c1ccccc1.c1ccncc1", None, None),                  # two carbon fragments of one size: a mixture
+    ("CC(=O)[O-].CC(=O)O.[Na+]", "CC(=O)O", "CC(=O)O"),  # an acid salted with its own anion: one once neutralized
+    ("C[NH3+].CN.[Cl-]", "CN", "CN"),
+    ("CC(=O)[O-].CC(N)=O.[Na+]", None, None),          # acetate and acetamide: a mixture, neutralized or not
     (K_SALT, None, None),                               # its parent would not read back
     (PT_COMPLEX, None, None),
 ])

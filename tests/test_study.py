@@ -110,8 +110,9 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
         assert status.state == state, (reading, status.reason)
     assert status.reason == (f"this siggate reads {two} otherwise than the one that started the run did (CSV reading "
                              f"4, now {CSV_VERSION}: rows with a label cell that is no number beside another target's "
-                             "label are kept, and a copy of a molecule labelling a heavy atom's isotope is one molecule "
-                             "with it, so the splits differ): its rows and splits were read as the siggate that "
+                             "label are kept, a copy of a molecule labelling a heavy atom's isotope is one molecule "
+                             "with it, and (data.fragments: parent) an acid salted with its own anion has the acid for "
+                             "parent, so the splits differ): its rows and splits were read as the siggate that "
                              "started it read them")
     [planned] = plan([StudyRun("k", run, cfg2, None)])
     assert planned.error.startswith(f"{run} holds a run of other data (this siggate reads"), planned.error
@@ -123,7 +124,23 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
         record(5, heavy, cfg3)
         status = reuse_status(run, cfg3)
         assert status.state == state, (text, status.reason)
-    assert "(CSV reading 5, now 6: a copy of a molecule labelling a heavy atom's isotope ([13CH3]) is one" in status.reason
+    assert f"(CSV reading 5, now {CSV_VERSION}: a copy of a molecule labelling a heavy atom's isotope ([13CH3]) is one" \
+        in status.reason
+    # reading 6 to 7: only a run that reads salts as their parents, and only where a SMILES is an acid
+    # salted with its own anion (it had no parent then); an isotope is no change since 6
+    salty = tmp_path / "salty.csv"
+    for text, fragments, state in (("smiles,y\nCCO,1\nCC(=O)[O-].CC(=O)O.[Na+],2\n", "parent", "conflict"),
+                                   ("smiles,y\nCCO,1\nCC(=O)[O-].CC(=O)O.[Na+],2\n", "all", "done"),
+                                   ("smiles,y\nCCO,1\nCC(=O)[O-].[Na+],2\n[13CH3]CO,3\n", "parent", "done"),
+                                   ("smiles,y\nCCO,1\nc1ccccc1.c1ccncc1,2\n", "parent", "done")):
+        salty.write_text(text)
+        cfg4 = load_config("csv", [f"data.csv={salty}", "data.target_cols=[y]", f"data.fragments={fragments}"]).to_dict()
+        record(6, salty, cfg4)
+        status = reuse_status(run, cfg4)
+        assert status.state == state, (text, fragments, status.reason)
+        if state == "conflict":
+            assert (f"(CSV reading 6, now {CSV_VERSION}: an acid salted with its own anion (CC(=O)[O-].CC(=O)O.[Na+]) "
+                    "has the acid for parent, so the splits differ)") in status.reason, status.reason
 
 
 def _call(key, run_dir, value):
@@ -401,6 +418,8 @@ def test_reuse_status_takes_a_moved_csv_of_the_recorded_content_as_the_runs(tmp_
     import hashlib
     import shutil
 
+    from siggate.data.csvdata import CSV_VERSION
+
     data, cfg, run = _finished_csv_run(tmp_path)
     moved = tmp_path / "elsewhere" / "mol.csv"
     moved.parent.mkdir()
@@ -414,7 +433,7 @@ def test_reuse_status_takes_a_moved_csv_of_the_recorded_content_as_the_runs(tmp_
     record["_meta"]["source"] = {"csv": str(data), "sha256": hashlib.sha256(labelled.encode()).hexdigest(), "reading": 5}
     (run / "config.yaml").write_text(yaml.safe_dump(record))
     status = reuse_status(run, there)
-    assert status.state == "conflict" and "CSV reading 5, now 6" in status.reason, status.reason
+    assert status.state == "conflict" and f"CSV reading 5, now {CSV_VERSION}" in status.reason, status.reason
     moved.write_text("smiles,y\nCCO,10\nCCN,20\n")
     status = reuse_status(run, there)
     assert status.state == "conflict" and "data.csv" in status.reason, status.reason

@@ -46,6 +46,7 @@ __all__ = [
     "split_indices",
     "SPLITS",
     "quiet_rdkit",
+    "parent_by_neutralizing",
     "parent_molecule",
     "read_molecule",
     "Reading",
@@ -203,6 +204,19 @@ def _uncharger():
     return rdMolStandardize.Uncharger()
 
 
+def _largest_carbon_fragments(mol: Chem.Mol) -> tuple[int, list[Chem.Mol]]:
+    """``(the molecule's number of fragments, its fragments that hold carbon and the most heavy
+    atoms among those)``: ``[mol]`` for one fragment, ``[]`` where none holds carbon. A carbon
+    salt such as a carbonate counts as organic."""
+    parts = Chem.GetMolFrags(mol)
+    organic = [k for k, part in enumerate(parts) if any(mol.GetAtomWithIdx(a).GetAtomicNum() == 6 for a in part)]
+    if len(parts) == 1 or not organic:
+        return len(parts), [mol] if organic else []
+    frags = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False)
+    heavy = {k: sum(1 for a in parts[k] if mol.GetAtomWithIdx(a).GetAtomicNum() > 1) for k in organic}
+    return len(parts), [frags[k] for k in organic if heavy[k] == max(heavy.values())]
+
+
 def parent_molecule(mol: Chem.Mol) -> tuple[Chem.Mol | None, str | None, int]:
     """``(parent, its canonical SMILES, the molecule's number of fragments)``; the parent is
     ``None`` (and its SMILES) where there is none to keep.
@@ -210,34 +224,41 @@ def parent_molecule(mol: Chem.Mol) -> tuple[Chem.Mol | None, str | None, int]:
     The rule (RDKit's tools, simpler than ChEMBL's curated salt lists): of the fragments that
     hold carbon, the one of most heavy atoms, neutralized where RDKit's ``Uncharger`` can
     (``CC[NH3+]`` -> ``CCN``, ``CC(=O)[O-]`` -> ``CC(=O)O``; a quaternary ammonium stays charged),
-    so that ``CCN.Cl``, ``CC[NH3+].[Cl-]`` and ``CCN`` have one parent. There is none for a molecule
-    without carbon (``[Na+].[Cl-]``, ionic cisplatin), for two different carbon fragments of one
-    size (a 1:1 mixture, not a salt), or where the parent's SMILES does not read back to itself
-    (a neutralized aromatic ring RDKit cannot kekulize, some metal complexes): their atoms would
-    not be the ones a picture or a fingerprint names. A carbon salt such as a carbonate counts as
-    organic."""
-    parts = Chem.GetMolFrags(mol)
-    organic = [k for k, part in enumerate(parts) if any(mol.GetAtomWithIdx(a).GetAtomicNum() == 6 for a in part)]
-    if not organic:
-        return None, None, len(parts)
-    frag = mol
-    if len(parts) > 1:
-        frags = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False)
-        heavy = {k: sum(1 for a in parts[k] if mol.GetAtomWithIdx(a).GetAtomicNum() > 1) for k in organic}
-        top = [k for k in organic if heavy[k] == max(heavy.values())]
-        if len({Chem.MolToSmiles(frags[k]) for k in top}) > 1:
-            return None, None, len(parts)
-        frag = frags[top[0]]
+    so that ``CCN.Cl``, ``CC[NH3+].[Cl-]`` and ``CCN`` have one parent. Fragments of one size are
+    compared once neutralized, so that an acid salted with its own anion (``CC(=O)[O-].CC(=O)O.[Na+]``)
+    has the acid for parent. There is none for a molecule without carbon (``[Na+].[Cl-]``, ionic
+    cisplatin), for two different carbon fragments of one size (a 1:1 mixture, not a salt), or
+    where the parent's SMILES does not read back to itself (a neutralized aromatic ring RDKit
+    cannot kekulize, some metal complexes): their atoms would not be the ones a picture or a
+    fingerprint names."""
+    n, top = _largest_carbon_fragments(mol)
     try:
         with quiet_rdkit():  # a parent RDKit cannot read back is a finding, not a log line
-            frag = _uncharger().uncharge(frag)
-            text = Chem.MolToSmiles(frag)
+            neutral = [_uncharger().uncharge(frag) for frag in top]
+            texts = {Chem.MolToSmiles(frag) for frag in neutral}
+            if len(texts) != 1:  # no carbon, or a mixture
+                return None, None, n
+            text = texts.pop()
             again = Chem.MolFromSmiles(text)
     except Exception:  # partly sanitized: no parent to read back
-        return None, None, len(parts)
+        return None, None, n
     if again is None or Chem.MolToSmiles(again) != text:
-        return None, None, len(parts)
-    return again, text, len(parts)
+        return None, None, n
+    return again, text, n
+
+
+def parent_by_neutralizing(smiles: str) -> bool:
+    """Whether ``smiles`` reads as a molecule whose largest carbon fragments differ as written and
+    agree neutralized (an acid salted with its own anion): the molecules whose parent
+    (:func:`parent_molecule`) came with CSV reading 7; before it they had none."""
+    if "." not in smiles:
+        return False
+    with quiet_rdkit():
+        mol = Chem.MolFromSmiles(smiles.strip())
+    if mol is None:
+        return False
+    _, top = _largest_carbon_fragments(mol)
+    return len({Chem.MolToSmiles(frag) for frag in top}) > 1 and parent_molecule(mol)[0] is not None
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,7 @@ from .chem import (
     check_atoms,
     mol_to_graph,
     murcko_scaffold,
+    parent_by_neutralizing,
     parse_smiles,
     read_molecule,
     split_indices,
@@ -119,8 +120,10 @@ MISSING_TARGET = "missing target"
 #: other row keeps its version-2 split; 5: a label cell that is no number (or not finite) beside a
 #: label of another target is missing for its target, the row kept (it was dropped); runs record the
 #: version they read the file with (``_meta.source.reading``), and one started with another is not resumed;
-#: 6: a molecule and a copy labelling a heavy atom's isotope ([13CH3]) are one molecule (_canonical)
-CSV_VERSION = 6
+#: 6: a molecule and a copy labelling a heavy atom's isotope ([13CH3]) are one molecule (_canonical);
+#: 7: under ``data.fragments: parent`` an acid salted with its own anion has the acid for parent
+#: (it had none; :func:`~siggate.data.chem.parent_by_neutralizing`)
+CSV_VERSION = 7
 
 
 def _parse_split(split: str) -> str | None:
@@ -350,19 +353,25 @@ def _label_text(column: pd.Series) -> pd.Series:
 
 
 def read_otherwise(then: int, path: str | os.PathLike, target_cols: list[str], task: str, sep: str | None = None,
-                   decimal: str = ".") -> bool:
+                   decimal: str = ".", fragments: str = "all") -> bool:
     """Whether this siggate (:data:`CSV_VERSION`) reads the CSV ``path`` otherwise than reading
     ``then`` did: other rows kept, so other splits. Version 4 and 5 differ only where a label cell
     that is no number sits beside another target's label (:func:`read_labels` keeps that row now),
     5 and 6 only where a SMILES labels a heavy atom's isotope (one molecule with its unlabelled
     copy now: :data:`_HEAVY_ISOTOPE` anywhere in the file, a cell of another column too, is taken
-    to differ); other versions are taken to differ. A file that cannot be read is not judged here."""
+    to differ), 6 and 7 only under ``fragments="parent"`` where a SMILES is an acid salted with its
+    own anion (:func:`~siggate.data.chem.parent_by_neutralizing`; any cell read as such a SMILES);
+    other versions are taken to differ. A file that cannot be read is not judged here."""
     if then == CSV_VERSION:
         return False
-    if then not in (4, 5) or CSV_VERSION != 6:
+    if then not in (4, 5, 6) or CSV_VERSION != 7:
         return True
     try:
         header, records = read_table(Path(path), sep or detect_sep(Path(path)))
+        if fragments == "parent" and any(parent_by_neutralizing(cell) for record in records for cell in record):
+            return True
+        if then == 6:
+            return False
         if any(_HEAVY_ISOTOPE.search(cell) for record in records for cell in record):
             return True
         if then == 5:

@@ -384,7 +384,7 @@ def reading_changed(source: dict | None, data, chirality: str | None = None) -> 
         return None
     then = source.get("reading", 4)
     if not read_otherwise(then, csv, list(get("target_cols") or []), get("task") or "regression", get("sep"),
-                          get("decimal") or "."):
+                          get("decimal") or ".", get("fragments") or "all"):
         return None
     return (f"this siggate reads {csv} otherwise than the one that started the run did (CSV reading {then}, now "
             f"{CSV_VERSION}: {READING_CHANGES.get(then, 'other rows kept or merged')}, so the splits differ)")
@@ -392,9 +392,12 @@ def reading_changed(source: dict | None, data, chirality: str | None = None) -> 
 
 #: what a reading of the CSVs changed since each earlier one, as :func:`reading_changed` says it
 READING_CHANGES = {
-    4: "rows with a label cell that is no number beside another target's label are kept, and a copy of a molecule "
-       "labelling a heavy atom's isotope is one molecule with it",
-    5: "a copy of a molecule labelling a heavy atom's isotope ([13CH3]) is one molecule with it",
+    4: "rows with a label cell that is no number beside another target's label are kept, a copy of a molecule "
+       "labelling a heavy atom's isotope is one molecule with it, and (data.fragments: parent) an acid salted with its "
+       "own anion has the acid for parent",
+    5: "a copy of a molecule labelling a heavy atom's isotope ([13CH3]) is one molecule with it, and (data.fragments: "
+       "parent) an acid salted with its own anion has the acid for parent",
+    6: "an acid salted with its own anion (CC(=O)[O-].CC(=O)O.[Na+]) has the acid for parent",
 }
 
 
