@@ -402,7 +402,9 @@ def test_damaged_raw_file_leaves_no_processed_cache(tmp_path, name, files, victi
 
     root = _damaged_root(tmp_path, files, victim, how)
     cache = tmp_path / "cache"
-    with pytest.raises(Exception):
+    from siggate.data.base import DataError
+
+    with pytest.raises(DataError, match=f"{victim.split('/')[-1]}.*(truncated|corrupt)"):
         get_dataset(name, root=root, cache_dir=cache, download=False, progress=False)
     assert not list(cache.rglob("*.pt")), "a processed cache file was written from a damaged source"
     assert not list(cache.rglob("*.tmp"))
@@ -1070,10 +1072,12 @@ def test_predict_output_folder_and_a_closed_pipe_end_without_a_traceback(tmp_pat
     rc, _, err = run_cli(["predict", "--checkpoint", str(run), "CCO", "--output", str(tmp_path)], capsys)
     assert rc == 2 and f"--output {tmp_path} is a folder; give a file name, e.g. {tmp_path / 'predictions.csv'}" in err
     many = _csv(tmp_path / "many.csv", "smiles\n" + "CCO\n" * 20000)
-    proc = subprocess.run(f"{sys.executable} -m siggate predict --checkpoint {run} --input {many} | head -1",
-                          shell=True, capture_output=True, text=True, env=subprocess_env(), timeout=600)
+    proc = subprocess.run(f"{sys.executable} -m siggate predict --checkpoint {run} --input {many} | head -1; "
+                          'echo "predict exited ${PIPESTATUS[0]}" >&2', shell=True, executable="/bin/bash",
+                          capture_output=True, text=True, env=subprocess_env(), timeout=600)
     assert proc.stdout == "smiles,y,y_uncertainty,nearest_train_similarity,outside_domain,error\n"
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+    assert proc.stderr.endswith("predict exited 1\n"), proc.stderr  # it wrote less than asked: not 0
 
 
 def test_labels_beyond_float32_are_dropped_with_their_reason(tmp_path, capsys):

@@ -568,8 +568,21 @@ def test_download_branch_uses_cache_dir(tmp_path, monkeypatch):
 
 
 def test_offline_env_disables_network(monkeypatch):
+    """SIGGATE_OFFLINE=1 answers "no network" without asking; unset, the same answering host counts.
+    (A host that cannot answer would say "no network" either way.)"""
+    import urllib.request
+
+    asked = []
+
+    class _Answer:
+        def close(self):
+            pass
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda request, timeout: asked.append(request.full_url) or _Answer())
     monkeypatch.setenv("SIGGATE_OFFLINE", "1")
-    assert sources.network_ok("http://example.invalid/x") is False
+    assert sources.network_ok("http://example.org/x") is False and asked == []
+    monkeypatch.delenv("SIGGATE_OFFLINE")
+    assert sources.network_ok("http://example.org/x") is True and asked == ["http://example.org/x"]
 
 
 # ============================================================================ verify / registry
@@ -585,7 +598,7 @@ def test_verify_fixture(tmp_path, monkeypatch):
     assert v["total_nodes"] == total
     assert 0.2 < v["labels"]["train"]["missing_fraction"] < 0.6
     assert len(v["labels"]["train"]["positive_rate"]) == 128
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match=r"unknown dataset 'nope'; known: \['cluster', 'molhiv'"):
         verify("nope")
 
 

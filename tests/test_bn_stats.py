@@ -222,7 +222,7 @@ def test_select_last_keeps_the_last_epoch_and_scores_it_as_the_run_s(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
     vals = [h["val"] for h in best["history"]]
     assert best["best_epoch"] == 1 + vals.index(min(vals))
-    with pytest.raises(Exception, match="select"):
+    with pytest.raises(Exception, match=r"train.select: 'median' is not allowed\. Allowed values: auto, best, last"):
         tiny_cfg("train.select=median")
 
 

@@ -136,8 +136,9 @@ def test_future_format_says_what_differs(tmp_path, good):
 @pytest.mark.parametrize("fmt", ["1", 0, -3, 1.5, True])
 def test_odd_format_values(tmp_path, good, fmt):
     good["format"] = fmt
-    with pytest.raises(CheckpointError, match="format"):
+    with pytest.raises(CheckpointError) as exc:
         load_checkpoint(_save(tmp_path, good))
+    assert "format" in str(exc.value).replace(str(tmp_path), "")  # (the folder's name holds "format" too)
 
 
 def test_missing_entries_are_named(tmp_path, good):

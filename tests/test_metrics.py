@@ -96,7 +96,8 @@ def test_no_evaluable_task_raises():
     yp = np.random.rand(3, 2)
     with pytest.raises(MetricUndefinedError, match="both"):
         rocauc(yt, yp)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(MetricUndefinedError, match="No task has both positive .1. and negative .0. labels; cannot "
+                       "compute average precision"):
         average_precision(yt, yp)
 
 
