@@ -1509,6 +1509,30 @@ def test_a_config_that_is_a_folder_or_an_empty_file_is_named(tmp_path, capsys):
         assert not (tmp_path / "run").exists()
 
 
+def test_a_config_not_a_file_a_builtins_file_name_and_a_key_under_a_value_are_named(tmp_path, capsys, monkeypatch):
+    """--config /dev/null said 'not found' (it is there: a device); --config zinc.yaml did not say that
+    the built-in is --config zinc; --set model.dim.x=3 blamed the built-in config file; --set
+    data.target_cols=007 named the number 7."""
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    for argv, message in ((["--config", "/dev/null"], "siggate train: error: config '/dev/null' is not a regular file; "
+                                                      "give a YAML file or a built-in config: cluster, csv, "),
+                          (["--config", "zinc.yaml"], f"siggate train: error: config file 'zinc.yaml' not found (looked "
+                                                      f"in {tmp_path}); the built-in config of that name is given as "
+                                                      "'zinc' (--config zinc)\n"),
+                          (["--config", "zinc", "--set", "model.dim.x=3"],
+                           "siggate train: error: --set model.dim.x=3: model.dim is one value (64), not a group of keys; "
+                           "set it as --set model.dim=VALUE\n")):
+        rc, _, err = run_cli(["train", *argv, "--out", str(tmp_path / "run")], capsys)
+        assert rc == 2 and err.startswith(message) and len(err.splitlines()) == 1, err
+        assert not (tmp_path / "run").exists()
+    from siggate.config import load_config
+
+    assert load_config("csv", [f"data.csv={data}", "data.target_cols=007,1e3"]).data.target_cols == ["007", "1e3"]
+    assert load_config("csv", [f"data.csv={data}", "data.target_cols=[y, z]"]).data.target_cols == ["y", "z"]
+
+
 def test_a_split_column_of_other_values_and_a_missing_member_file_name_their_fix(tmp_path, capsys):
     """--split column:id (a column of IDs) refused every row and told the user to check the
     SMILES column; a run whose member lost its arrays.pt said 'file not found' and no more."""

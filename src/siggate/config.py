@@ -728,11 +728,13 @@ def resolve_config_path(name_or_path: str) -> Path:
         saved = f" (a run folder's config.yaml is one: {p / 'config.yaml'})" if (p / "config.yaml").is_file() else ""
         raise ConfigError(f"config {name_or_path!r} is a folder; give a YAML file{saved} or a built-in config: "
                           f"{', '.join(known)}")
+    if p.exists():  # a device, a pipe
+        raise ConfigError(f"config {name_or_path!r} is not a regular file; give a YAML file or a built-in config: "
+                          f"{', '.join(known)}")
     if p.suffix.lower() in (".yaml", ".yml") or len(p.parts) > 1:
-        raise ConfigError(
-            f"config file {name_or_path!r} not found (looked in {Path.cwd()}). "
-            f"Built-in configs: {', '.join(known)}."
-        )
+        builtin = (f"; the built-in config of that name is given as {p.stem!r} (--config {p.stem})"
+                   if len(p.parts) == 1 and p.stem in known else f". Built-in configs: {', '.join(known)}.")
+        raise ConfigError(f"config file {name_or_path!r} not found (looked in {Path.cwd()}){builtin}")
     raise ConfigError(
         f"config {name_or_path!r} not found: it is neither a YAML file nor a built-in config. "
         f"Built-in configs: {', '.join(known)}.{_suggest(name_or_path, known)}"
@@ -926,7 +928,8 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
                 node[part] = {}
             if not isinstance(node[part], dict):
                 where = ".".join(parts[: depth + 1])
-                raise ConfigError(f"{path}: '{where}' must be a mapping of keys, got {node[part]!r}")
+                raise ConfigError(f"--set {item.strip()}: {where} is one value ({node[part]!r}), not a group of keys; "
+                                  f"set it as --set {where}=VALUE")
             node = node[part]
         node[parts[-1]] = text_if_text(parts, item.split("=", 1)[1], value)
     return from_dict(raw)
@@ -936,9 +939,12 @@ def text_if_text(parts: list[str], text: str, parsed: Any) -> Any:
     """An override's value for a key of text (a column's name, a split, a delimiter): the text
     after ``=`` as written, where YAML read it as something else (``007`` as 7, ``0123`` as 83,
     ``column:fold #1`` as ``column:fold``, ``#`` as null); a quoted value and null as YAML reads them.
+    A list of names (``data.target_cols``) given as one number is its text too (``007``, ``1e3``).
     Other keys: ``parsed``."""
     section = _section_at(parts[:-1])
     f = {f.name: f for f in fields(section)}.get(parts[-1]) if section is not None else None
+    if f is not None and str(f.type) == "list" and isinstance(parsed, (int, float)) and not isinstance(parsed, bool):
+        return text.strip()
     if f is None or str(f.type) not in ("str", "str | None") or parsed is None and text.strip() in YAML_NULLS:
         return parsed
     text = text.strip()
