@@ -854,11 +854,10 @@ def _warn_no_rows(command: str, n: int) -> None:
 def cmd_pretrain(args) -> int:
     if args.molecules < 1 or args.epochs < 1:
         raise CLIError("--molecules and --epochs must be at least 1")
-    from .train.rundir import run_folders
+    from .train.rundir import pretraining_files, run_folders
 
     # a train run's folder: --init OUT then named the pretraining's weights (one an earlier siggate let in resumes)
-    started = (Path(args.out) / "model" / "last.pt").is_file() or (Path(args.out) / "corpus" / "meta.json").is_file()
-    if run_folders(args.out, recorded=True) and not (args.resume and started):
+    if run_folders(args.out, recorded=True) and not (args.resume and pretraining_files(args.out, begun=True)):
         raise CLIError(f"--out {args.out} holds a siggate train run; pretrain into a folder of its own")
     lock = claim_out_dir(Path(args.out), resume=True, what="the pretraining", pretraining_ok=True)  # pretrain()
     # guards its own run

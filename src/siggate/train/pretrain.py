@@ -34,6 +34,7 @@ import numpy as np
 from ..config import Config, ConfigError, load_config
 from ..files import atomic_write_bytes, file_digest, safe_torch_load
 from ..options import Z_CLIP, parse_mol_features
+from .rundir import PRETRAIN_CORPUS_RECORD, PRETRAIN_PARTIAL, pretraining_files
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,6 @@ FORMAT = "siggate-pretrained-1"
 CORPUS_VERSION = 2  # 2: val and test are fixed counts of a seeded permutation (1: a seeded draw per row)
 #: molecules per saved chunk of descriptors while a corpus is built (``corpus/partial/``)
 CHUNK = 10_000
-PARTIAL = "partial"
 
 
 
@@ -179,7 +179,7 @@ def _partial_dir(out: Path, key: dict) -> Path:
     a partial build of another key (or an unreadable one) is removed first."""
     import shutil
 
-    part = out / PARTIAL
+    part = out / PRETRAIN_PARTIAL
     if part.exists():
         try:
             saved = json.loads((part / "key.json").read_text())
@@ -198,7 +198,7 @@ def _partial_dir(out: Path, key: dict) -> Path:
 def _selection_saved(out: Path, want: dict) -> bool:
     """Whether ``out``'s partial corpus holds a saved selection of a build of the arguments ``want``
     (:func:`_saved_selection` reads it, unless the test sets read now differ from its key's)."""
-    part = out / PARTIAL
+    part = out / PRETRAIN_PARTIAL
     try:
         key = json.loads((part / "key.json").read_text())
     except (OSError, ValueError):
@@ -339,7 +339,7 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
     want = {"version": CORPUS_VERSION, "source_sha256": src_sha, "molecules": molecules, "seed": seed,
             "exclude_files": sorted(f"{f}:{file_digest(f)}" for f in exclude_files),
             "smiles_col": smiles_col}  # (None, the default, as a corpus recorded before the key has it)
-    meta_path, csv_path = out / "meta.json", out / "corpus.csv"
+    meta_path, csv_path = out / PRETRAIN_CORPUS_RECORD, out / "corpus.csv"
     meta = None
     if meta_path.is_file() and csv_path.is_file():
         try:
@@ -537,8 +537,7 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
     if (out / "pretrained.pt").is_file() and not (model_dir / "last.pt").exists():  # its model/ removed: a new run
         raise ConfigError(f"{out} holds a finished pretraining's export (pretrained.pt) and no model/ to resume; "  # would
                           f"fine-tune from it (--init {out}), or pretrain into another --out")  # write over it
-    if resume and not (model_dir / "last.pt").exists() and not any(
-            (out / "corpus" / name).exists() for name in ("meta.json", PARTIAL)):
+    if resume and not (model_dir / "last.pt").exists() and "corpus/" not in pretraining_files(out):
         raise ConfigError(f"--resume: {out} holds no pretraining to continue (no corpus, no checkpoint); check "
                           "--out, or drop --resume to start one")
     # the config is refused before the corpus is built (minutes to hours), not after

@@ -133,12 +133,22 @@ def holds_run(out: str | Path) -> bool:
     return bool(run_files(out))
 
 
-def pretraining_files(out: str | Path) -> list[str]:
+#: a ``siggate pretrain`` folder's corpus build under way (``corpus/partial/``), and its built corpus's record
+PRETRAIN_PARTIAL, PRETRAIN_CORPUS_RECORD = "partial", "meta.json"
+
+
+def pretraining_files(out: str | Path, begun: bool = False) -> list[str]:
     """What of a ``siggate pretrain`` folder ``out`` holds: its export ``pretrained.pt``, its
-    ``corpus/`` (built, or a build under way); empty for any other folder."""
+    ``corpus/`` (built, or a build under way); empty for any other folder. ``begun``: only what
+    shows that a pretraining ran its course here, its checkpoint ``model/last.pt`` or its built
+    corpus (an empty build under way, or an export copied in, does not)."""
     out = Path(out)
+    built = (out / "corpus" / PRETRAIN_CORPUS_RECORD).is_file()
+    if begun:
+        return [name for name, there in (("model/last.pt", (out / "model" / "last.pt").is_file()),
+                                         ("corpus/", built)) if there]
     found = ["pretrained.pt"] if (out / "pretrained.pt").is_file() else []
-    if (out / "corpus" / "meta.json").is_file() or (out / "corpus" / "partial").is_dir():
+    if built or (out / "corpus" / PRETRAIN_PARTIAL).is_dir():
         found.append("corpus/")
     return found
 
