@@ -199,6 +199,32 @@ def test_corpus_drops_invalid_duplicates_and_excluded(tmp_path):
     assert str(caught.value).endswith("was built otherwise (corpus.csv edited since); put back the corpus.csv the "
                                       "run was trained on (meta.json's csv_sha256), or pretrain into a new --out")
     assert (tmp_path / "c" / "corpus.csv").read_bytes() == before + b"\n"
+    # corpus.csv removed (meta.json kept): a resume with other arguments rebuilt the corpus, wrote its
+    # record over the run's and was refused only then, after which the run's own flags were refused
+    # too; now the other arguments are named with nothing written, and the run's own build it again,
+    # checked against the record
+    (tmp_path / "c" / "corpus.csv").unlink()
+    record = (tmp_path / "c" / "meta.json").read_bytes()
+    with pytest.raises(ConfigError) as caught:
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=500, seed=0, data_root=tmp_path / "none",
+                     exclude_files=[str(exclude)], progress=False, test_sets=(), keep=True)
+    assert "was built otherwise (molecules 1000 then, 500 now; corpus.csv removed since); resume with the run's " \
+        "own" in str(caught.value), caught.value
+    assert (tmp_path / "c" / "meta.json").read_bytes() == record and not (tmp_path / "c" / "corpus.csv").exists()
+    rebuilt = build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=1000, seed=0, data_root=tmp_path / "none",
+                           exclude_files=[str(exclude)], progress=False, test_sets=(), keep=True)
+    assert rebuilt["csv_sha256"] == meta["csv_sha256"] and (tmp_path / "c" / "corpus.csv").read_bytes() == before
+    # built again otherwise (here: the record's digest altered): refused, the record kept, no corpus.csv left
+    (tmp_path / "c" / "corpus.csv").unlink()
+    altered = json.loads(record)
+    altered["csv_sha256"] = "0" * 64
+    (tmp_path / "c" / "meta.json").write_text(json.dumps(altered))
+    with pytest.raises(ConfigError, match=r"corpus.csv, built again from the run's arguments, is not the corpus the "
+                                          r"run was trained on"):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", molecules=1000, seed=0, data_root=tmp_path / "none",
+                     exclude_files=[str(exclude)], progress=False, test_sets=(), keep=True)
+    assert json.loads((tmp_path / "c" / "meta.json").read_text()) == altered
+    assert not (tmp_path / "c" / "corpus.csv").exists() and not (tmp_path / "c" / "corpus.csv.tmp").exists()
 
 
 def test_every_registered_molecule_benchmark_is_kept_out_of_the_corpus_or_named():
@@ -514,6 +540,39 @@ def test_members_that_start_later_start_from_the_weights_the_run_started_from(tm
             hashlib.sha256(weights.read_bytes()).hexdigest()
     record = yaml.safe_load((tmp_path / "ens" / "members.yaml").read_text())  # the record follows: a later resume
     assert record["_meta"]["init_weights"]["sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
+
+
+def test_init_from_weights_that_read_stereocentres_otherwise_warns_and_is_recorded(tmp_path, capsys, caplog):
+    """A CSV run (CIP labels) started from a benchmark run's weights (RDKit's CW/CCW tag) reused the
+    embedding's chirality rows for the other meaning without a word, and recorded nothing of it."""
+    import logging
+
+    from test_predict import run_cli
+
+    csv = tmp_path / "d.csv"
+    csv.write_text("smiles,y\n" + "".join(f"{s},{len(s) * 0.1:.2f}\n" for s in BASE))
+    base = ["train", "--data", str(csv), "--target-col", "y", "--split", "random", *GNN_ALONE, "--epochs", "1",
+            "--set", "model.layers=1", "--set", "model.dim=16", "--set", "model.pe_dim=4", "--no-progress",
+            "--cache-dir", str(tmp_path / "c")]
+    assert run_cli([*base, "--init", "none", "--out", str(tmp_path / "src")], capsys)[0] == 0
+    blob = torch.load(tmp_path / "src" / "best.pt", weights_only=True)
+    assert blob["info"]["chirality"] == "cip"
+    blob["info"]["chirality"] = "tag"
+    torch.save(blob, tmp_path / "tag.pt")
+    for init, said in ((tmp_path / "src", None), (tmp_path / "tag.pt", "tag")):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="siggate"):
+            rc, _, err = run_cli([*base, "--init", str(init), "--out", str(tmp_path / f"ft-{init.name}")], capsys)
+        assert rc == 0, err
+        warned = [r.getMessage() for r in caplog.records if "stereocentres" in r.getMessage()]
+        record = json.loads((tmp_path / f"ft-{init.name}" / "metrics.json").read_text())["init"]
+        if said is None:
+            assert warned == [] and record["chirality"] == "cip"
+        else:
+            assert warned == [f"train.init: {init} was trained on atom features that read stereocentres by RDKit's "
+                              "tag (CW/CCW, in the order a SMILES wrote the neighbours), and this run's read them by "
+                              "their CIP label (R/S): the chirality rows of its atom embedding start from the other "
+                              "reading's meaning (fine-tuning relearns them)"] and record["chirality"] == "tag"
 
 
 def test_init_none_is_from_scratch_wherever_it_is_given_and_pretraining_clears_a_recipes_init(tmp_path):
@@ -905,6 +964,17 @@ def test_a_run_recorded_with_a_relative_init_is_the_same_run_under_its_absolute_
     ("data.split=random", "--set data.split: pretrain sets it itself (its corpus and split); drop --set data.split"),
     ("data.target_cols=MolWt", "--set data.target_cols: pretrain sets it itself (its corpus and split); drop --set "
                                "data.target_cols"),
+    # trained descriptors of the salt on its parent's graph, without a word
+    ("data.fragments=parent", "--set data.fragments: pretrain sets it itself (it regresses the descriptors of each "
+                              "molecule as written); drop --set data.fragments"),
+    # trained on 50 molecules while the export said 300
+    ("data.max_graphs=50", "--set data.max_graphs: pretrain sets it itself (its corpus's molecules, from --molecules); "
+                           "drop --set data.max_graphs and give --molecules instead"),
+    # refused once the corpus was built, naming a --decimal flag pretrain lacks
+    ("data.decimal=,", "--set data.decimal: pretrain sets it itself (its corpus and split); drop --set data.decimal"),
+    ("data.sep=;", "--set data.sep: pretrain sets it itself (its corpus and split); drop --set data.sep"),
+    ("data.val_fraction=0.5", "--set data.val_fraction: pretrain sets it itself (its corpus and split); drop --set "
+                              "data.val_fraction"),
 ])
 def test_pretrain_refuses_a_set_of_the_keys_it_sets_itself(tmp_path, item, expected):
     """They came after pretrain's own and won: --set train.seed=5 --set data.split=random trained
@@ -915,6 +985,21 @@ def test_pretrain_refuses_a_set_of_the_keys_it_sets_itself(tmp_path, item, expec
     with pytest.raises(ConfigError) as e:
         pretrain_config(None, tmp_path / "c.csv", ["MolWt"], 4, 0, ["train.warmup_epochs=1", item])
     assert str(e.value) == expected
+
+
+def test_pretrain_refuses_a_config_file_that_reads_its_own_data_otherwise(tmp_path):
+    """A config file's data.fragments: parent (or a cut, a delimiter) was applied to the corpus: it
+    is refused before the corpus is built; the csv recipe's own defaults pass."""
+    from siggate.train.pretrain import pretrain_config
+
+    for key, value in (("fragments", "parent"), ("max_graphs", 50), ("sep", ";"), ("duplicates", "first")):
+        config = tmp_path / f"{key}.yaml"
+        config.write_text(f"data:\n  name: csv\n  {key}: {value!r}\n")
+        with pytest.raises(ConfigError) as e:
+            pretrain_config(str(config), tmp_path / "c.csv", ["MolWt"], 4, 0, ["train.warmup_epochs=1"])
+        assert str(e.value) == (f"--config {config}: its data.{key} ({value!r}) describes its own data, and pretrain "
+                                f"reads the corpus it writes as written: drop data.{key} from the config")
+    assert pretrain_config(None, tmp_path / "c.csv", ["MolWt"], 4, 0, ["train.warmup_epochs=1"]).data.fragments == "all"
 
 
 def test_pretrain_threads_from_set_or_flag_not_both(tmp_path, capsys, monkeypatch):

@@ -340,8 +340,8 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
             "exclude_files": sorted(f"{f}:{file_digest(f)}" for f in exclude_files),
             "smiles_col": smiles_col}  # (None, the default, as a corpus recorded before the key has it)
     meta_path, csv_path = out / PRETRAIN_CORPUS_RECORD, out / "corpus.csv"
-    meta = None
-    if meta_path.is_file() and csv_path.is_file():
+    meta, expect = None, None  # expect: the digest a corpus built again for a resume must have
+    if meta_path.is_file() and (csv_path.is_file() or keep):  # (a run's corpus.csv removed: its record still holds)
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -363,18 +363,22 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         sets_then = {k: v for k, v in meta.get("test_sets", {}).items() if "skipped" not in v and not k.startswith("file:")}
         now, built = sorted(sets_now), sorted(sets_then)
         moved = [k for k in built if k in sets_now and not _same_test_set(sets_then[k], sets_now[k])]
-        same_csv = meta.get("csv_sha256") == file_digest(csv_path)
+        same_csv = csv_path.is_file() and meta.get("csv_sha256") == file_digest(csv_path)
         then, asked = _comparable({k: meta.get(k) for k in want}), _comparable(want)
         if then == asked and same_csv and now == built and not moved:
             log.info("pretrain: reusing the corpus in %s (%d molecules)", out, meta["kept"])
             return meta
-        if keep:
+        if keep and then == asked and now == built and not moved and not csv_path.is_file():
+            expect = meta.get("csv_sha256")  # built again from the run's own arguments, and checked against it
+            log.warning("pretrain: %s, the corpus the run was trained on, is gone; building it again from the run's "
+                        "arguments", csv_path)
+        elif keep:
             changed = [k for k in want if then[k] != asked[k]]
             differ = [f"{k} {meta.get(k)!r} then, {want[k]!r} now" for k in changed]
             fixes = ["resume with the run's own --smiles, --smiles-col, --molecules, --seed and --exclude (and their files as "
                      "they were)"] if changed else []
             if not same_csv:
-                differ.append("corpus.csv edited since")
+                differ.append(f"corpus.csv {'edited' if csv_path.is_file() else 'removed'} since")
                 fixes.append("put back the corpus.csv the run was trained on (meta.json's csv_sha256)")
             if now != built:
                 differ.append(f"benchmark test sets {built} then, {now} now")
@@ -434,6 +438,11 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
         w.writerow(["smiles", "split", *names])
         for s, sp, row in zip(kept, split, z):
             w.writerow([s, sp, *(f"{v:.5g}" for v in row)])
+    if expect is not None and file_digest(tmp) != expect:  # the run's record stays as it was
+        tmp.unlink()
+        raise ConfigError(f"pretrain --resume: {csv_path}, built again from the run's arguments, is not the corpus the "
+                          f"run was trained on (its digest differs from {meta_path}'s csv_sha256; another RDKit or "
+                          "data root?); put back the corpus.csv it was trained on, or pretrain into a new --out")
     tmp.replace(csv_path)
     meta = {**want, "source": str(source), "source_smiles": n_source, **counts, "kept": len(kept),
             "split_sizes": {k: int((split == k).sum()) for k in ("train", "val", "test")},
@@ -450,14 +459,22 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
     return meta
 
 
+#: the data keys of how the corpus CSV that pretrain writes is read, beside those it sets: each
+#: stays at its default (a molecule read as its parent, or a cut, would not be the one whose
+#: descriptors it regresses, or the corpus its record counts)
+_CORPUS_READING = ("sep", "decimal", "duplicates", "val_fraction", "fragments", "max_graphs", "num_nodes", "seed")
+
+
 def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epochs: int, seed: int,
                     overrides: list[str] = (), cache_dir: str | None = None) -> Config:
     """The training config of a pretraining run: ``base`` (default ``csv``) on the corpus CSV."""
     from ..config import override_key, set_itself
 
-    mine = {"train.epochs": "from --epochs", "train.seed": "from --seed", **{f"data.{k}": "itself (its corpus and split)"
-                                                                         for k in ("name", "csv", "smiles_col",
-                                                                                   "target_cols", "task", "split")}}
+    mine = {"train.epochs": "from --epochs", "train.seed": "from --seed",
+            **{f"data.{k}": "itself (its corpus and split)" for k in ("name", "csv", "smiles_col", "target_cols", "task",
+                                                                       "split", *_CORPUS_READING)},
+            "data.fragments": "itself (it regresses the descriptors of each molecule as written)",
+            "data.max_graphs": "itself (its corpus's molecules, from --molecules)"}
     if base is not None and not str(base).strip():  # (--config "" pretrained the csv recipe, silently)
         load_config(base)  # its refusal, one home
     clash = set_itself([override_key(item) for item in overrides], mine, "pretrain")
@@ -491,6 +508,12 @@ def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epoc
         raise
     if cfg.train.init:
         raise ConfigError("train.init: pretraining starts from a fresh model; drop --set train.init")
+    from ..config import DataConfig
+
+    for key in _CORPUS_READING:  # a config file's own (a --set of one is refused above)
+        if getattr(cfg.data, key) != getattr(DataConfig(), key):
+            raise ConfigError(f"--config {base}: its data.{key} ({getattr(cfg.data, key)!r}) describes its own data, and "
+                              f"pretrain reads the corpus it writes as written: drop data.{key} from the config")
     if "rdkit2d" in parse_mol_features(cfg.model.mol_features):
         raise ConfigError(f"model.mol_features: {cfg.model.mol_features!r} gives the model the rdkit2d descriptors "
                           "as inputs, and pretraining regresses those same descriptors: it would learn to copy its "
