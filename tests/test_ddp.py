@@ -86,6 +86,14 @@ def test_two_rank_ddp_matches_one_process_and_writes_once(tmp_path, eval_norm, e
     assert ckpt["state"]["epoch"] == EPOCHS
     # the checkpoint is a plain model's (SyncBatchNorm leaves no trace in the keys)
     assert set(ckpt["model"]) == set(torch.load(tmp_path / "single" / "last.pt", weights_only=True)["model"])
+    assert [h["world_size"] for h in got["history"]] == [2] * EPOCHS and [h["world_size"] for h in ref["history"]] == \
+        [1] * EPOCHS
+    if eval_norm == "train":  # resumed in one process: the record said world_size 1 for the whole run
+        from siggate.cli import main
+
+        assert main(["train", "--resume", "--out", str(out), "--epochs", str(EPOCHS + 1), "--no-progress"]) == 0
+        again = json.loads((out / "metrics.json").read_text())
+        assert [h["world_size"] for h in again["history"]] == [2] * EPOCHS + [1] and again["world_size"] == 1
 
 
 @pytest.mark.parametrize("name", ["l1", "mse", "bce", "ce", "weighted_ce"])
@@ -159,3 +167,23 @@ def test_the_cliff_term_is_refused_under_ddp(tmp_path, capsys):
         "train.cliff_weight compares a GNN's predictions for similar molecules of a regression task; here --ddp "
         "splits each batch over the ranks, and the pairs across them would be lost (train without --ddp): drop --set "
         "train.cliff_weight")
+
+
+def test_ddp_with_members_names_the_recipes_members_or_the_users(tmp_path, capsys):
+    """--ddp --data without --members blamed '--ensemble/--members', flags the user never gave: the
+    --data recipe's own members (gnn,svr,rf) are named, with --members gnn as the way."""
+    from test_bad_inputs import _write_train_csv
+    from test_predict import run_cli
+
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    for extra, message in (([], "--ddp trains one GNN, and this recipe trains the members gnn,svr,rf one after the "
+                                "other: add --members gnn to train its GNN under torchrun"),
+                           (["--members", "gnn,svr"], "--ensemble/--members train their members one after the other; "
+                                                      "they do not combine with --ddp"),
+                           (["--ensemble", "2"], "--ensemble/--members train their members one after the other; "
+                                                 "they do not combine with --ddp")):
+        rc, _, err = run_cli(["train", "--ddp", "--data", str(data), "--target-col", "y", *extra, "--out",
+                              str(tmp_path / "run")], capsys)
+        assert rc == 2 and err == f"siggate train: error: {message}\n", err
+        assert not (tmp_path / "run").exists()

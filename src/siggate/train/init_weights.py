@@ -16,6 +16,7 @@ no difference between two models without attention). With pooling ``norm`` the p
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import NamedTuple
 
@@ -203,7 +204,6 @@ def init_resolved(source: str | InitWeights, model_cfg, resolved: dict) -> dict:
     Raises:
         ConfigError: ``model.pool_norm`` set to another value than the pretrained one.
     """
-    import logging
 
     if model_cfg.pooling != "norm":
         return resolved
@@ -223,13 +223,17 @@ def init_resolved(source: str | InitWeights, model_cfg, resolved: dict) -> dict:
     return {**resolved, "model.pool_norm": value}
 
 
-def load_init(model: torch.nn.Module, source: str | InitWeights, model_cfg: dict) -> dict:
+def load_init(model: torch.nn.Module, source: str | InitWeights, model_cfg: dict, chirality: str | None = None) -> dict:
     """Copy the weights ``source`` names into ``model`` (in place); a report of what was copied.
 
     Args:
         model: the freshly built model (its own initialisation stays where nothing is copied).
         source: ``train.init``, or the weights it names already read (:func:`read_init`).
         model_cfg: the fine-tuning run's ``model`` config as a dict, checked against the weights'.
+        chirality: how the run's atom features read stereocentres
+            (:data:`~siggate.data.base.ATOM_CHIRALITY`): a warning where the weights record
+            another reading (their chirality embedding rows then start from other meanings,
+            which fine-tuning relearns; weights that record none say nothing). (default: None)
 
     Raises:
         ConfigError: the weights' backbone differs (the differing keys are named).
@@ -256,5 +260,16 @@ def load_init(model: torch.nn.Module, source: str | InitWeights, model_cfg: dict
         raise ConfigError(f"train.init: {path} lacks (or holds in another shape) {len(backbone_fresh)} backbone "
                           f"tensors of this model "
                           f"(e.g. {backbone_fresh[0]}); it was written for another model")
+    then = (blob.get("info") or {}).get("chirality")
+    if chirality is not None and then is not None and then != chirality:
+        logging.getLogger("siggate.train").warning(
+            "train.init: %s was trained on atom features that read stereocentres by %s, and this run's read them by "
+            "%s: the chirality rows of its atom embedding start from the other reading's meaning (fine-tuning "
+            "relearns them)", path, _CHIRALITY_WORDS.get(then, repr(then)), _CHIRALITY_WORDS.get(chirality, repr(chirality)))
     return {"source": source, "path": str(path), "sha256": file_digest(path), "copied": len(copied),
-            "fresh": fresh, "pretraining": blob.get("pretraining")}
+            "fresh": fresh, "pretraining": blob.get("pretraining"), "chirality": then}
+
+
+#: :data:`~siggate.data.base.ATOM_CHIRALITY`'s readings in words, for the warning of :func:`load_init`
+_CHIRALITY_WORDS = {"tag": "RDKit's tag (CW/CCW, in the order a SMILES wrote the neighbours)",
+                    "cip": "their CIP label (R/S)"}

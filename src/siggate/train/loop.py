@@ -220,7 +220,7 @@ def setup_run(model_cfg: ModelConfig, train_cfg: TrainConfig, ds: GraphDataset, 
     if weights is not None:
         from .init_weights import load_init
 
-        init = load_init(model, weights, model_cfg.to_dict())
+        init = load_init(model, weights, model_cfg.to_dict(), chirality=info.chirality)
         log.info("initialised %d tensors from %s (%d fresh: the head's last layer%s)", init["copied"], init["path"],
                  len(init["fresh"]), " and the head layers of another shape" if len(init["fresh"]) > 2 else "")
     params = sum(p.numel() for p in model.parameters())
@@ -477,6 +477,7 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
             "grad_norm": stats["grad_norm_sum"] / max(stats["steps"], 1), "seconds": time.time() - t_ep,
             "cpu_seconds": time.process_time() - c_ep,  # this process's CPU (all its threads): wall time counts waits
             "eval_norm": norm, "gate_mean": gates,
+            "world_size": run.ctx.world_size,  # its processes (a resume may run on another number)
         }
         run.history.append(row)
         state.epoch = epoch + 1

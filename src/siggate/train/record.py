@@ -37,7 +37,8 @@ METRICS = "metrics.json"
 def init_record(report: dict) -> dict:
     """What a run records of the weights ``train.init`` started it from (``metrics.json``'s
     ``init``, the checkpoints'): :func:`~.init_weights.load_init`'s report without its lists."""
-    return {k: report[k] for k in ("source", "path", "sha256", "copied")}
+    return {**{k: report[k] for k in ("source", "path", "sha256", "copied")},
+            **({"chirality": report["chirality"]} if report.get("chirality") else {})}  # (where the weights say)
 
 
 def checkpoint_dict(run: Run, config: dict, rng_ranks: list) -> dict:
@@ -234,7 +235,7 @@ def final_metrics(run: Run, seconds: float) -> dict:
         "gate": m_cfg.gate if m_cfg.attn else None,  # no attention branch, no gate
         "resolved": dict(run.resolved),
         "skipped_batches": state.skipped_batches,
-        "world_size": run.ctx.world_size,
+        "world_size": run.ctx.world_size,  # the last stretch's; each epoch's in its history row
         "splits": run.ds.sizes(),
         **({"split_nodes": run.ds.node_counts()} if run.info.level == "node" else {}),
         **({"init": init_record(run.init)} if run.init else {}),
