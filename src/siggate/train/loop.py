@@ -54,7 +54,7 @@ from .losses import CliffPairLoss, cliff_term_refusal, loss_fn, loss_name, loss_
 from .metrics import is_better
 from .modelprep import build_model, resolve_pool_norm
 from .schedule import make_scheduler
-from .scoring import evaluate_splits, gate_means
+from .scoring import evaluate_splits, gate_means, selection_scale
 
 log = logging.getLogger("siggate.train")
 
@@ -98,6 +98,8 @@ class RunState:
     best_val: float | None = None
     best_test: float | None = None
     skipped_batches: int = 0
+    best_select: float | None = None  # the best epoch's score as epochs are compared (scoring.selection_scale);
+    # None in a run begun before siggate kept it, which goes on comparing its metric
 
 
 def _process_rng(device: torch.device) -> dict:
@@ -421,24 +423,27 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
             "skipped": skipped}
 
 
-def evaluate_epoch(run: Run, full: bool = True, norm: str | None = None) -> tuple[float, float | None, list[float]]:
-    """Evaluation step: ``(val, test, gate means)`` computed on rank 0 and broadcast;
-    ``full=False`` (or no test split: the estimators') scores val only (``test`` None, no gate
-    means). ``norm`` (default ``train.eval_norm``) ``"train"`` first recomputes the BatchNorm
-    statistics on the training set (:mod:`.bn_stats`; weights unchanged, the checkpoints carry
-    the new statistics)."""
-    val = test = None
+def evaluate_epoch(run: Run, full: bool = True, norm: str | None = None,
+                   scale: np.ndarray | None = None) -> tuple[float, float | None, list[float], float]:
+    """Evaluation step: ``(val, test, gate means, val as epochs are compared)`` computed on rank 0
+    and broadcast; ``full=False`` (or no test split: the estimators') scores val only (``test``
+    None, no gate means). ``norm`` (default ``train.eval_norm``) ``"train"`` first recomputes the
+    BatchNorm statistics on the training set (:mod:`.bn_stats`; weights unchanged, the checkpoints
+    carry the new statistics). ``scale``: :func:`~.scoring.selection_scale` (None: val itself)."""
+    val = test = select = None
     gates: list[float] = []
     if run.ctx.is_main:
         dev = run.device
         if (norm or run.train_cfg.eval_norm) == "train":
             recompute_bn_stats(run.model, graph_batches(run.ds.train), dev)
         splits = ["val", "test"] if full and run.ds.splits.get("test") else ["val"]
-        scores = evaluate_splits(run.model, run.ds, splits, run.mean, run.std, run.train_cfg.eval_batch_size, dev)
+        scores = evaluate_splits(run.model, run.ds, splits, run.mean, run.std, run.train_cfg.eval_batch_size, dev,
+                                 scale)
         val, test = scores["val"], scores.get("test")
+        select = scores.get("select", val)
         if full:
             gates = gate_means(run.model, run.ds.val, device=dev)
-    return run.ctx.broadcast((val, test, gates))
+    return run.ctx.broadcast((val, test, gates, select))
 
 
 def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd], None] | None = None,
@@ -454,6 +459,8 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
     learning-rate sweep, entropy) pass ``False`` and record it."""
     t_cfg, state = run.train_cfg, run.state
     last = keeps_last(t_cfg.select)  # the epoch kept is the last: val scores choose nothing
+    scale = selection_scale(run.ds)
+    kept = state.best_select is not None or state.best_val is None  # (a run begun before compares its metric)
     for epoch in range(state.epoch, t_cfg.epochs):
         t_ep, c_ep = time.time(), time.process_time()
         stats = train_epoch(run, epoch, progress, checkpoint)
@@ -467,17 +474,20 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
         lr = run.optimizer.param_groups[0]["lr"]
         run.scheduler.step()
         norm = epoch_norm(t_cfg, epoch, last)
-        val, test, gates = evaluate_epoch(run, full_eval, norm)
+        val, test, gates, select = evaluate_epoch(run, full_eval, norm, scale if kept else None)
         improved = (state.best_val is None or last
-                    or (math.isfinite(val) and is_better(run.info.metric, val, state.best_val)))
+                    or (math.isfinite(select) and is_better(run.info.metric, select,
+                                                            state.best_select if kept else state.best_val)))
         if improved:
             state.best_val, state.best_test, state.best_epoch = val, test, epoch
+            state.best_select = select if kept else None
         row = {
             "epoch": epoch + 1, "train_loss": total / count if count else math.nan, "val": val, "test": test, "lr": lr,
             "grad_norm": stats["grad_norm_sum"] / max(stats["steps"], 1), "seconds": time.time() - t_ep,
             "cpu_seconds": time.process_time() - c_ep,  # this process's CPU (all its threads): wall time counts waits
             "eval_norm": norm, "gate_mean": gates,
             "world_size": run.ctx.world_size,  # its processes (a resume may run on another number)
+            **({"val_scaled": select} if scale is not None and kept else {}),  # (what compared the epochs)
         }
         run.history.append(row)
         state.epoch = epoch + 1

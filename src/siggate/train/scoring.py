@@ -69,14 +69,38 @@ def evaluate_split(model, graphs, info: TaskInfo, mean, std, batch_size: int = 2
     return split_metric(info, graphs, predict_graphs(model, graphs, info, mean, std, batch_size, device), split)
 
 
-def evaluate_splits(model, ds: GraphDataset, splits, mean, std, batch_size: int = 256, device=None) -> dict:
+def evaluate_splits(model, ds: GraphDataset, splits, mean, std, batch_size: int = 256, device=None,
+                    scale: np.ndarray | None = None) -> dict:
     """``{split: metric}`` of ``model`` on each of ``splits`` of ``ds``. A transductive
-    dataset's graph is predicted once and each split scored on its mask."""
+    dataset's graph is predicted once and each split scored on its mask. ``scale`` (per-target
+    divisors, :func:`selection_scale`; graph-level datasets): also ``"select"``, the first split's
+    metric of the labels and predictions divided by it."""
     if not ds.info.transductive:
-        return {s: evaluate_split(model, ds.splits[s], ds.info, mean, std, batch_size, device) for s in splits}
+        preds = {s: predict_graphs(model, ds.splits[s], ds.info, mean, std, batch_size, device) for s in splits}
+        out = {s: split_metric(ds.info, ds.splits[s], preds[s], None) for s in splits}
+        if scale is not None:
+            y, p = scored_rows(ds.info, ds.splits[splits[0]], preds[splits[0]], None)
+            out["select"] = float(compute_metric(ds.info.metric, y / scale, p / scale))
+        return out
     graphs = ds.splits[splits[0]]  # every split holds the same graph
     pred = predict_graphs(model, graphs, ds.info, mean, std, batch_size, device)
     return {s: split_metric(ds.info, graphs, pred, s) for s in splits}
+
+
+def selection_scale(ds: GraphDataset) -> np.ndarray | None:
+    """The per-target divisors by which a run compares its epochs (``train.select: best``): a CSV's
+    regression of several target columns, each in its own units, compares each target's error
+    divided by the standard deviation of its training labels, so that no target's units choose
+    the epoch alone (the mean of the errors in the targets' units, the run's reported metric,
+    follows the target of the largest numbers). None for one target, for classification and for
+    the benchmarks, which keep their own convention (peptides-struct's mean MAE over its 11
+    targets)."""
+    info = ds.info
+    if info.name != "csv" or info.task != "regression" or info.num_tasks < 2 or info.transductive:
+        return None
+    with np.errstate(all="ignore"):  # (a target without training labels: its divisor is 1)
+        sd = np.nanstd(stacked_labels(ds.train, info, None).numpy().astype(np.float64), axis=0)
+    return np.where(np.isfinite(sd) & (sd > 0), sd, 1.0)
 
 
 def split_probabilities(model, ds: GraphDataset, splits, mean, std, batch_size: int = 256, device=None) -> dict:
