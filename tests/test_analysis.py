@@ -663,6 +663,57 @@ def test_gate_means_do_not_depend_on_how_the_graphs_are_batched(tiny_dataset):
             measure(model, [one], 64)
 
 
+def _per_graph_details(model, graphs):
+    """Each graph's attention details from a forward of its own: ``[(n_nodes, det)]``."""
+    out = []
+    with torch.no_grad():
+        for g in graphs:
+            _, det = model(next(iter(common.batches([g], 1))), return_details=True)
+            out.append((int(g.num_nodes), det))
+    return out
+
+
+def _np_stable_rank(a: np.ndarray) -> float:
+    s = np.linalg.svd(a, compute_uv=False)
+    return float((s ** 2).sum() / s[0] ** 2) if s[0] > 0 else 0.0
+
+
+def test_head_ranks_and_entropies_equal_a_per_graph_computation(tiny_dataset):
+    """The rank and entropy analyses' numbers, against numpy on each graph's own forward: the
+    stable rank of each head's output before and after its gate, and the mean row entropy of its
+    attention (normalised by log n). A gate left out of the rank ('after' read from the ungated
+    output) or entropy normalised otherwise passed every test before."""
+    from siggate.analysis.entropy import entropy_stats
+    from siggate.analysis.rank import head_ranks
+    from siggate.config import load_config
+    from siggate.train.modelprep import build_model
+
+    cfg = load_config("nci5k", ["model.layers=2", "model.dim=16", "model.heads=2", "model.pe=none",
+                                "model.gate=elementwise", "model.gate_bias_init=-1"])
+    model = build_model(cfg.model, tiny_dataset.info, 0, tiny_dataset.train).eval()
+    graphs = list(tiny_dataset.val[:8])
+    per = _per_graph_details(model, graphs)
+    L, H = 2, 2
+    before, after, ent, nent = (np.zeros((L, H)) for _ in range(4))
+    for n, det in per:
+        for li, a in enumerate(det["attn"]):
+            for h in range(H):
+                before[li, h] += _np_stable_rank(a["head_out"][0, :n, h].double().numpy())
+                after[li, h] += _np_stable_rank(a["head_out_gated"][0, :n, h].double().numpy())
+                p_ = a["attn"][0, h, :n, :n].double().numpy()
+                rows = -(np.where(p_ > 0, p_ * np.log(np.where(p_ > 0, p_, 1)), 0)).sum(1)
+                ent[li, h] += rows.mean()
+                nent[li, h] += rows.mean() / np.log(n)
+    k = len(per)
+    ranks = head_ranks(model, graphs, 64)
+    np.testing.assert_allclose(ranks["before"], before / k, rtol=1e-5)
+    np.testing.assert_allclose(ranks["after"], after / k, rtol=1e-5)
+    assert not np.allclose(before, after, rtol=1e-3)  # the gate changes the ranks: the check can tell them apart
+    stats = entropy_stats(model, graphs, 64)
+    np.testing.assert_allclose(stats["entropy"], ent / k, rtol=1e-5)
+    np.testing.assert_allclose(stats["normalized_entropy"], nent / k, rtol=1e-5)
+
+
 @pytest.mark.parametrize("scale", [1e-20, 1.0, 1e20])
 def test_stable_rank_of_a_float32_matrix_does_not_depend_on_its_scale(scale):
     """Squared singular values under- or overflowed float32: 0.21 and nan for a matrix of stable rank 2.01."""
