@@ -105,6 +105,13 @@ def test_synthetic_cli(tmp_path):
     assert res["sanity_constant_gate"]["holds"]
     assert set(res["by_gate"]) == {"elementwise", "headwise"}
     assert 0.0 <= res["frac_gated_higher"] <= 1.0
+    # the summary's numbers, from the draws themselves (they were only checked to exist)
+    u = np.array([np.mean(e["ungated"]) for e in res["per_draw"]])
+    g = np.array([np.mean(e["gated"]) for e in res["per_draw"]])
+    assert res["mean_ungated"] == pytest.approx(u.mean(), rel=1e-12)
+    assert res["mean_gated"] == pytest.approx(g.mean(), rel=1e-12)
+    assert res["frac_gated_higher"] == pytest.approx(np.mean(g - u > 1e-9 * np.abs(u)))
+    assert res["overall"]["frac_gated_lower"] == pytest.approx(np.mean(u - g > 1e-9 * np.abs(u)))
     assert (tmp_path / "synthetic.png").stat().st_size > 0
 
 
@@ -198,6 +205,9 @@ def test_smoothing_cli_and_reuse(tmp_path, capsys):
             assert all(0.0 <= v <= 2.0 for v in e["mad"])
     gains = res["relative_mad_gain"]["elementwise"]
     assert res["mean_relative_mad_gain"] == pytest.approx(np.mean(list(gains.values())))
+    for L in ("1", "2"):  # the gain of the gated model's last-layer MAD over the ungated one's, with its sign
+        base = res["per_depth"][L]["none"]["mad"][-1]
+        assert gains[L] == pytest.approx((res["per_depth"][L]["elementwise"]["mad"][-1] - base) / base, rel=1e-9)
     t = res["gain_tests"]["elementwise"]
     assert t["n_pairs"] == 2 and t["n_positive"] + t["n_negative"] <= 2
     assert "mad" in res["definitions"] and "dirichlet" in res["definitions"]
@@ -299,6 +309,15 @@ def test_lr_sweep_cli(tmp_path):
                                             "skipped_batches", "final_train_loss", "loss_spread", "curves"}
         assert res["stable_range"][g]["ratio"] in (0.0, 1.0, pytest.approx(10.0))
         assert res["no_divergence_range"][g]["ratio"] in (0.0, 1.0, pytest.approx(10.0))
+        # each rate's score is its run's val; the best is the lowest MAE among rates that did not diverge
+        for p in res["per_lr"][g]:
+            run_val = json.loads((tmp_path / "runs" / f"lr{p['lr']:g}-{g}-s0" / "metrics.json").read_text())["val"]
+            assert p["score"] == pytest.approx(run_val, rel=1e-12)
+        fine = [p["score"] for p in res["per_lr"][g] if p["score"] is not None and not any(p["diverged"])]
+        assert res["best_score"][g] == (min(fine) if fine else None)
+        assert res["stable_range"][g]["within"] == [
+            not any(p["diverged"]) and lrsweep.within(p["score"], res["best_score"][g], res["tolerance"], False)
+            for p in res["per_lr"][g]]
     assert (tmp_path / "runs" / "lr0.01-none-s0" / "metrics.json").exists()
     assert (tmp_path / "lrsweep.png").exists()
 
