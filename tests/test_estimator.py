@@ -379,6 +379,9 @@ def test_bad_data_and_parameters_are_named_before_training(molecules, tmp_path):
     smiles, y = molecules
     cases = [
         ({}, smiles[:20], np.r_[np.inf, y[1:20]], r"y holds an infinite label at row\(s\) \[0\]"),
+        # beside another target's label the cell was read as missing, without a word
+        ({}, smiles[:20], np.c_[np.r_[y[:3], 1e39, y[4:20]], y[:20]], r"y holds a label beyond float32's range \(about "
+         r"±3.4e38\), in which labels are kept, at row\(s\) \[3\]; rescale y"),
         ({}, ["CCO"] * 5, y[:5], "the training rows hold 1 distinct molecule.*at least 2, one to train on and one"),
         ({"random_state": -1}, smiles[:5], y[:5], r"random_state must be a whole number from 0 to 2\*\*32 - 1, None, "
          "or a NumPy RandomState or Generator, got -1"),

@@ -141,11 +141,18 @@ def _feature_names(X) -> np.ndarray | None:
 
 
 def _refuse_infinite(y: np.ndarray, where: str) -> None:
-    """ValueError naming the rows of ``y`` (``[n, T]``) that hold an infinite label."""
+    """ValueError naming the rows of ``y`` (``[n, T]``) that hold an infinite label, or one beyond
+    float32's range, in which labels are kept (training read such a cell as missing, without a word
+    where another target's label kept the row)."""
     inf = np.flatnonzero(np.isinf(y).any(axis=1))
     if len(inf):
         raise ValueError(f"{where}y holds an infinite label at row(s) {inf[:5].tolist()}; give a number, or NaN for a "
                          "missing label")
+    with np.errstate(invalid="ignore"):
+        large = np.flatnonzero((np.abs(y) > np.finfo(np.float32).max).any(axis=1))
+    if len(large):
+        raise ValueError(f"{where}y holds a label beyond float32's range (about ±3.4e38), in which labels are kept, at "
+                         f"row(s) {large[:5].tolist()}; rescale y (a logarithm, or other units)")
 
 
 def _target_names(y, width: int) -> list[str]:
