@@ -694,7 +694,7 @@ def test_decimal_comma_is_named_and_read_with_decimal(tmp_path):
     assert sorted(round(g.y.item(), 4) for g in _all(ds)) == [-5.49, 0.125, 0.5, 2.0]
 
 
-def test_thousands_separators_and_mixed_decimal_marks_are_refused_not_misread(tmp_path):
+def test_thousands_separators_and_mixed_decimal_marks_are_refused_not_misread(tmp_path, caplog):
     """IC50s written '7,120' beside '2.86': the refusal named --decimal , and that flag then read
     7,120 nM as 7.12 (wrong by 1000x, silently). A column whose numbers do not all use the decimal
     mark is refused, and the message says which reading each fix would give."""
@@ -726,6 +726,18 @@ def test_thousands_separators_and_mixed_decimal_marks_are_refused_not_misread(tm
     ds = load_csv(path, "smiles", ["IC50"], "regression", sep=None, split="random", cache_dir=tmp_path / "c",
                   decimal=",")
     assert sorted(round(g.y.item(), 4) for g in _all(ds)) == [3.0, 5.584, 7.12]
+    assert "thousands" not in caplog.text  # (3 is no whole number of three digits: nothing says thousands)
+    # the fix the refusal offers, taken for a column of thousands separators beside whole numbers of 3+ digits:
+    # 2,470 read as 2.47 beside 440 trained without a word; read as said, with a warning that names both
+    path.write_text('smiles;MW\nCCO;2,470\nCCN;440\nCCC;5,584\nCCCl;820\n')
+    caplog.clear()
+    ds = load_csv(path, "smiles", ["MW"], "regression", sep=None, split="random", cache_dir=tmp_path / "c",
+                  decimal=",")
+    assert sorted(round(g.y.item(), 4) for g in _all(ds)) == [2.47, 5.584, 440.0, 820.0]
+    assert (f"{path}: target column 'MW': every number with a comma has three digits after it ('2,470' on line 2), as "
+            "thousands separators do, and 2 others are whole numbers of three digits or more ('440' on line 3): "
+            "--decimal , reads 2,470 as 2.47; if the commas separate thousands, remove them from the file and drop "
+            "--decimal ,") in caplog.text
 
 
 def test_large_molecules_are_noted_and_warned(tmp_path, caplog):
