@@ -235,6 +235,12 @@ def test_gain_tests():
     t = smoothing.gain_tests(np.array([0.40, 0.42, 0.44, 0.46, 0.48, 0.50, 0.52, 0.54]))
     assert t["n_positive"] == 8 and t["p_sign"] == pytest.approx(2 / 2**8)
     assert t["p_t_vs_target"] < 0.05  # mean 0.47 vs 0.30
+    # by hand: t = (0.47 - 0.30) / (s / sqrt 8), s the deviations' root mean square over 7 (0.0168 / 7), two-sided
+    from scipy.stats import t as student
+
+    stat = 0.17 / np.sqrt(0.0168 / 7 / 8)
+    assert t["p_t_vs_target"] == pytest.approx(2 * student.sf(stat, 7), rel=1e-9)
+    assert t["mean"] == pytest.approx(0.47) and smoothing.gain_tests(np.array([0.1, -0.2, 0.0]))["n_positive"] == 1
 
 
 def test_numerical_rank_batched_matches_metrics():

@@ -187,7 +187,8 @@ def test_the_classifier_takes_any_two_labels_and_its_run_offers_prediction_sets(
         siggate.SigGateClassifier().fit(smiles[:4], [0, 1, np.inf, 1])
     # a refit that fails leaves the fitted classifier as it was: its classes were set before the
     # run trained, so the old model answered in the new labels
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"the training rows of class 0 hold 1 distinct molecule\(s\); val_fraction "
+                                         "needs at least 2"):
         clf.set_params(out_dir=None).fit(smiles[:3], [0, 1, 1])
     assert list(clf.classes_) == ["large", "small"] and list(clf.predict(smiles[50:])) == list(pred)
     from sklearn.exceptions import NotFittedError

@@ -434,7 +434,7 @@ def test_a_crafted_pickle_in_the_member_folder_is_refused_unrun(tmp_path, monkey
     with pytest.raises(PredictorFileError, match="refused to load .*arrays.pt.*Nothing in it was run"):
         type(make()).load(tmp_path / "m")
     arrays.write_bytes(pickle.dumps(Payload()))  # a bare pickle
-    with pytest.raises(PredictorFileError):
+    with pytest.raises(PredictorFileError, match="refused to load .*arrays.pt.*Nothing in it was run"):
         type(make()).load(tmp_path / "m")
     assert not (tmp_path / "PWNED_BY_PICKLE").exists()
     torch.save([torch.zeros(2)], arrays)  # safe to load, but no dict of arrays: was an AttributeError traceback
