@@ -177,6 +177,13 @@ def test_summary_per_target_and_mean_against_hand_computation():
     lines = format_summary("test", res)
     assert lines[0] == f"test  a  MAE {a['mae']:.4g}  RMSE {a['rmse']:.4g}  R2 {a['r2']:.4g}"
     assert lines[-1].startswith("test  mean over targets  MAE ") and len(lines) == 3
+    # a target without a label in this split is no part of the mean: the line says so (val and test means
+    # over other targets read as comparable)
+    y[:, 1] = np.nan
+    lines = format_summary("test", summary("regression", y, p, ["a", "b"]))
+    assert lines[1] == "test  b  MAE n/a  RMSE n/a  R2 n/a"
+    assert lines[-1] == f"test  mean over targets (1 of 2; no score for b)  MAE {a['mae']:.4g}  RMSE {a['rmse']:.4g}  " \
+        f"R2 {a['r2']:.4g}"
 
 
 def test_summary_classification_against_sklearn():

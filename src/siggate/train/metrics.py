@@ -340,6 +340,9 @@ def format_summary(split: str, res: dict) -> list[str]:
         return f"{split:5s} {label}  " + "  ".join(parts)
 
     lines = [line(name, scores) for name, scores in res["per_target"].items()]
-    if len(res["per_target"]) > 1:
-        lines.append(line("mean over targets", res["mean"]))
+    if len(res["per_target"]) > 1:  # a target this split has no label of is no part of its mean: said
+        unscored = [name for name, scores in res["per_target"].items() if all(v is None for v in scores.values())]
+        of = (f" ({len(res['per_target']) - len(unscored)} of {len(res['per_target'])}; no score for "
+              f"{', '.join(unscored)})" if unscored else "")
+        lines.append(line(f"mean over targets{of}", res["mean"]))
     return lines
