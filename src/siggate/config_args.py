@@ -9,6 +9,7 @@ build their parsers from it without importing :mod:`siggate.cli`, torch or PyG.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import textwrap
 from pathlib import Path
@@ -194,16 +195,30 @@ def set_keys(args) -> set[str]:
 def _file_sets(name_or_path: str | None, section: str, key: str, csv: bool = False) -> bool:
     """Whether the config file itself (built-in or a path) writes ``section.key`` (with ``csv``: in a
     data section of a CSV's, ``data.name: csv`` or no name, not a benchmark dataset's)."""
-    import yaml
-
-    from .config import load_yaml, resolve_config_path
+    from .config import resolve_config_path
 
     try:
-        raw = load_yaml(resolve_config_path(name_or_path or "nci5k").read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        path = resolve_config_path(name_or_path or "nci5k")
+        stat = path.stat()
+    except (OSError, ConfigError):
         return False  # load_config has already named what is wrong with the file
+    raw = _file_sections(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     part = raw.get(section) if isinstance(raw, dict) else None
     return isinstance(part, dict) and key in part and (not csv or part.get("name", "csv") == "csv")
+
+
+@functools.lru_cache(maxsize=8)
+def _file_sections(path: str, mtime_ns: int, size: int):
+    """A config file's YAML as read (its path, time and size the key: one read per command, however
+    many flags :func:`_file_sets` asks about); None where it cannot be read."""
+    import yaml
+
+    from .config import load_yaml
+
+    try:
+        return load_yaml(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
 
 
 def recipe_name(args) -> str | None:
