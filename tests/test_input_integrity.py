@@ -317,6 +317,24 @@ def test_evaluate_output_over_the_runs_training_csv_or_a_loose_checkpoint_is_ref
         assert rc == 2 and out == "" and f"--output {data} is the training CSV the run's splits are read from" in \
             _one_error_line(err, "evaluate"), (extra, err)
         assert data.read_bytes() == kept
+    # predict --output over it wrote the predictions in its place, without a word
+    rc, out, err = run_cli(["predict", "--checkpoint", str(run), "CCO", "--output", str(data)], capsys)
+    assert rc == 2 and out == "" and _one_error_line(err, "predict") == (
+        f"siggate predict: error: --output {data} is the training CSV the run's splits are read from; writing it would replace that file and "
+        f"the run could no longer be scored: give another --output, e.g. {tmp_path / 'predictions.csv'}"), err
+    assert data.read_bytes() == kept
+    # evaluate's JSON over a table of molecules (a copy of the data: its rows were gone), predict's table named .json
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(other.read_bytes())
+    for command, output, message in (
+            (["evaluate", "--data", str(other)], copy, f"--output {copy}: siggate writes JSON text, not .csv "
+                                                        f"(gzip-compressed with .gz); give e.g. {tmp_path / 'copy.json'}"),
+            (["predict", "CCO"], tmp_path / "p.json", f"--output {tmp_path / 'p.json'}: siggate writes CSV text, not "
+                                                      f".json (gzip-compressed with .gz); give e.g. {tmp_path / 'p.csv'}")):
+        rc, out, err = run_cli([command[0], "--checkpoint", str(run), *command[1:], "--output", str(output)], capsys)
+        assert rc == 2 and out == "" and _one_error_line(err, command[0]).startswith(
+            f"siggate {command[0]}: error: {message}"), err
+    assert copy.read_bytes() == other.read_bytes() and not (tmp_path / "p.json").exists()
     rc, _, err = run_cli(["evaluate", "--checkpoint", str(run), "--no-progress"], capsys)
     assert rc == 0, err  # the run is still scored
     blank = tmp_path / "blank.csv"  # a bad label on line 6, after blank lines: it was named line 3

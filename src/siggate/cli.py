@@ -633,6 +633,8 @@ def cmd_evaluate(args) -> int:
 #: file types an --output name may promise that siggate does not write (it writes text, gzipped for .gz)
 _OTHER_FORMATS = (".xlsx", ".xls", ".ods", ".parquet", ".pq", ".feather", ".arrow", ".zip", ".bz2", ".xz", ".zst",
                   ".7z", ".pkl", ".pickle", ".h5", ".hdf5", ".npy", ".npz", ".sdf")
+#: the names of tables of molecules, which a JSON of scores would replace (evaluate --output a copy of the data)
+_TABLE_FORMATS = (".csv", ".tsv", ".smi", ".txt")
 
 
 def _check_output_file(path: Path, example: str = "scores.json", reads: dict | None = None,
@@ -643,13 +645,19 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     that ``checkpoint`` belongs to, or any other (:func:`~siggate.train.rundir.run_folders`: the
     run and its members; :data:`~siggate.train.rundir.RUN_OUTPUTS`, a checkpoint: another run's
     ``best.pt`` was replaced by a CSV), whether it is there yet or not; a file of the user's own
-    there is rewritten; a name of another file type (``.xlsx``, ``.parquet``) than the text it
-    writes (``example``'s type; ``.gz``: compressed)."""
+    there is rewritten; a name of another file type (``.xlsx``, ``.parquet``; a table's for JSON,
+    ``.json`` for a table) than the text it writes (``example``'s type; ``.gz``: compressed); the
+    CSV the run trained on (:func:`~siggate.train.rundir.training_csv_clash`)."""
     from .files import out_dir_problem
-    from .train.rundir import RUN_OUTPUTS, run_folders
+    from .train.rundir import RUN_OUTPUTS, run_folders, training_csv_clash
 
+    clash = training_csv_clash(path, Path(checkpoint) if Path(checkpoint).is_dir() else Path(checkpoint).parent,
+                               example) if checkpoint else None
+    if clash:  # (a CSV written over it, a table of predictions or scores: the run could no longer be scored)
+        raise CLIError(clash)
     kind = Path(example).suffix.lstrip(".").upper()
-    if path.suffix.lower() in _OTHER_FORMATS:  # it was written as plain text under that name
+    other = (*_OTHER_FORMATS, *(_TABLE_FORMATS if kind == "JSON" else (".json",)))
+    if path.suffix.lower() in other:  # it was written as plain text under that name
         named = path.with_name(_stem(path.with_suffix("")) + Path(example).suffix)
         raise CLIError(f"--output {path}: siggate writes {kind} text, not {path.suffix} (gzip-compressed with .gz); "
                        f"give e.g. {named} or {named}.gz")

@@ -26,7 +26,6 @@ from pathlib import Path
 import torch
 
 from ..data.base import DataError, TaskInfo
-from ..files import same_file
 from .metrics import MetricUndefinedError, compute_metric
 
 log = logging.getLogger("siggate.evaluate")
@@ -431,20 +430,14 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     from .dataprep import prepare_data
     from .members import encodings_of, members_of, run_data, trained_smiles_col
     from .predict import run_folder
+    from .rundir import training_csv_clash
     from .scoring import scored_rows
 
     predictor, info = _load(checkpoint, device)
     folder = run_folder(checkpoint)
-    if output is not None and info.name == "csv":
-        try:
-            trained_on = run_data(predictor, folder)
-            training = _recorded_csv(trained_on.data, trained_on.source)
-        except PredictorFileError:
-            training = None
-        if same_file(output, training):
-            raise EvaluationError(f"--output {output} is the training CSV the run's splits are read from; writing it "
-                                  "would replace that file and the run could no longer be scored: give another "
-                                  f"--output, e.g. {Path(output).with_name('scores.json')}")
+    clash = training_csv_clash(output, folder) if output is not None and info.name == "csv" else None
+    if clash:
+        raise EvaluationError(clash)
     if data is not None and pictures is not None:  # a picture of the user's own, of the name it takes: not replaced
         from .plots import drawn_by_siggate
 
