@@ -307,6 +307,19 @@ def test_read_smiles_smi_with_header_and_names(tmp_path):
     q = tmp_path / "in.txt"  # a CSV without the .csv suffix is recognised by its header
     q.write_text("name\tsmiles\na\tCCO\n")
     assert list(read_smiles(q)) == [["CCO"]]
+    # a spreadsheet's "Text (Tab delimited)" export names SMILES in capitals: with the column second,
+    # every line (the header too) was read as a SMILES and its name; first, the other columns were
+    # merged into one name holding a tab
+    from siggate.train.predict import read_input
+
+    for header, row, smiles_at in (("Compound ID\tSMILES\tpIC50", "c1\tCCO\t5.1", 1),
+                                   ("SMILES\tCompound ID\tpIC50", "CCO\tc1\t5.1", 0)):
+        q.write_text(f"{header}\n{row}\n")
+        rows = read_input(q, fallback="smiles")
+        assert rows.columns == header.split("\t") and [r for c in rows for r in c] == [row.split("\t")]
+        assert rows.smiles_index == smiles_at
+    q.write_text("SMILES Name\nCCO ethanol\n")  # a SMILES file's header of two names stays one
+    assert read_input(q, fallback="smiles").columns == ["smiles", "name"]
 
 
 def test_read_smiles_gzip_and_stdin(tmp_path, monkeypatch):

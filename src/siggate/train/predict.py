@@ -749,13 +749,18 @@ def _fallback_in(fields: Sequence[str], fallback: str | None) -> str | None:
 def _sniff_csv(first: str, smiles_cols: tuple[str, str | None], suffix: str) -> str | None:
     """The delimiter of a CSV: the one of :data:`~siggate.options.DELIMITERS` by which the header
     ``first`` names one of ``smiles_cols`` (in any case for the second, the fallback, except in a
-    ``.smi``/``.txt`` file), as
+    ``.smi``/``.txt`` file, unless its header has three tab-separated fields or more: a
+    spreadsheet's "Text (Tab delimited)" export), as
     ``siggate train`` reads a ``;``-separated ``.csv``; else ``,`` for a ``.csv``, a tab for a
     ``.tsv``, and ``None`` (a .smi-style file) for any other."""
     from ..data.csvdata import column_names
 
     wanted, fallback = smiles_cols
-    fallback = None if suffix in (".smi", ".txt") else fallback  # a SMILES file's header "SMILES Name" stays one
+    if suffix in (".smi", ".txt"):  # a SMILES file's header "SMILES Name" stays one; "ID<tab>SMILES<tab>pIC50" is a table
+        fields = column_names(next(csv.reader([first], delimiter="\t"), []))
+        if len(fields) >= 3 and (wanted in fields or _fallback_in(fields, fallback) is not None):
+            return "\t"
+        fallback = None
     for delim in DELIMITERS:
         if delim in first:
             fields = column_names(next(csv.reader([first], delimiter=delim), []))
