@@ -522,6 +522,15 @@ def test_predict_reads_a_latin1_text_column_as_text(ckpt, tmp_path, capsys, capl
     assert [r.getMessage() for r in caplog.records if "not UTF-8" in r.getMessage()] == [
         "the input is not UTF-8: 2 text fields (first: row 0, column 'name') were read as Windows-1252 (Latin-1) and "
         "written as UTF-8; save the input as UTF-8 to be sure they read as meant"]
+    # a header's name too: it was written as a surrogate escape ('Conc \udcb5M'), in predict's and explain's tables
+    src.write_bytes("smiles;name;Conc \u00b5M\nCCO;B\u00e9lier;1\n".encode("cp1252"))
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(src), "--output", str(out)], capsys)
+    assert rc == 0 and list(read_output(out)[0])[:3] == ["smiles", "name", "Conc \u00b5M"], err
+    rc, _, err = run_cli(["explain", "--checkpoint", str(ckpt), "--input", str(src), "--out", str(tmp_path / "x"),
+                          "--steps", "2"], capsys)
+    assert rc == 0, err
+    assert (tmp_path / "x" / "molecules.csv").read_text(encoding="utf-8").splitlines()[0].split(",")[2:4] == [
+        "name", "Conc \u00b5M"]
 
 
 def test_predict_fails_a_row_with_an_extra_field_and_refuses_a_repeated_smiles_column(ckpt, tmp_path, capsys):

@@ -261,7 +261,7 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
     from rdkit import Chem
 
     from ..data.chem import InvalidSmiles, parse_smiles, quiet_rdkit
-    from .predict import csv_output, input_smiles, output_fields, warn_legacy
+    from .predict import csv_output, header_text, input_smiles, output_fields, warn_legacy
     from .rundir import carried_names, prediction_columns
 
     inner = predictor.predictor
@@ -283,7 +283,7 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
     pictures: list[tuple] = []
     with csv_output(out / "molecules.csv") as mol_fh, csv_output(out / "atoms.csv") as atom_fh:
         mol_w, atom_w = csv.writer(mol_fh, lineterminator="\n"), csv.writer(atom_fh, lineterminator="\n")
-        mol_w.writerow(mol_cols)
+        mol_w.writerow(header_text(mol_cols))
         atom_w.writerow(["row", "atom", "element", *cols])
         for recs in chunks:
             rows, ok, graphs = predictor.featurize_rows(input_smiles(recs, at))

@@ -921,7 +921,7 @@ def predict_to_csv(predictor: SmilesPredictor, chunks: InputRows | Iterable[list
         w = csv.writer(out_fh, lineterminator="\r\n")
         from .rundir import error_column
 
-        w.writerow([*columns, *predictor.output_columns(columns), error_column(columns)])
+        w.writerow(header_text([*columns, *predictor.output_columns(columns), error_column(columns)]))
         for recs in chunks:
             rows = predictor.predict_rows(input_smiles(recs, at))
             for k, (rec, r) in enumerate(zip(recs, rows)):
@@ -956,6 +956,12 @@ def output_fields(rec: list[str], at: int, columns: list[str], row: int, legacy:
                 fields[j] = _legacy_text(f)
                 legacy.append((row, columns[j]))
     return fields
+
+
+def header_text(columns: list[str]) -> list[str]:
+    """An output's header: a name whose bytes were not UTF-8 read as Windows-1252, as the fields'
+    text is (:func:`output_fields`; it was written as a surrogate escape, ``Conc \\udcb5M``)."""
+    return [_legacy_text(c) if isinstance(c, str) and _SURROGATE.search(c) else c for c in columns]
 
 
 def warn_legacy(legacy: list[tuple[int, str]]) -> None:
