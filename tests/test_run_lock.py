@@ -235,3 +235,38 @@ def test_a_member_trained_on_its_own_claims_its_run_of_members(tmp_path, capsys,
     me = f"pid {os.getpid()} on {socket.gethostname()}"
     assert seen == [(member, me, me)]
     assert folder_busy(run) is None and not (run / ".siggate.lock").exists() and folder_busy(member) is None
+
+
+def test_predict_from_a_folder_a_run_is_training_into_names_it(tmp_path, capsys, caplog):
+    """predict on a run still training said 'a folder with no predictor.json and neither
+    ensemble.json nor best.pt; give a run folder' (it was one); once its first best.pt was written it
+    predicted from that epoch without a word. The training run is named: refused before its first
+    checkpoint, a warning after."""
+    import logging
+
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    done = tmp_path / "done"
+    rc, _, err = run_cli(["train", "--data", str(data), *_TRAIN_ARGS, "--epochs", "1", "--out", str(done),
+                          "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    live = tmp_path / "live"
+    holder = _holder(live)
+    try:
+        rc, _, err = run_cli(["predict", "--checkpoint", str(live), "CCO"], capsys)
+        assert rc == 2 and err == (f"siggate predict: error: {live}: a run is still training there (pid {holder.pid} "
+                                   f"on {socket.gethostname()}), and its predictor is written when it finishes; try "
+                                   "again then\n"), err
+        (live / "best.pt").write_bytes((done / "best.pt").read_bytes())  # its best epoch so far
+        with caplog.at_level(logging.WARNING, logger="siggate"):
+            rc, out, err = run_cli(["predict", "--checkpoint", str(live), "CCO"], capsys)
+        assert rc == 0 and out.startswith("smiles,"), err
+        assert f"{live}: a run is training there now (pid {holder.pid} on {socket.gethostname()}): what is read is " \
+            "the run as it stands" in caplog.text
+    finally:
+        holder.kill()
+        holder.wait()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="siggate"):
+        assert run_cli(["predict", "--checkpoint", str(live), "CCO"], capsys)[0] == 0
+    assert "training there" not in caplog.text

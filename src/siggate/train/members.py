@@ -19,6 +19,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -252,6 +254,14 @@ def load_predictor(path: str | Path, device: torch.device | str | None = "cpu"):
         raise PredictorFileError(f"{path}: give the folder that holds it ({path.parent}), not the manifest itself")
     if not path.is_dir():
         return GNNMember.from_checkpoint(path, device, split_seed=_split_seed_beside(path))
+    from ..files import folder_busy
+
+    busy = folder_busy(path)
+    busy = None if busy and busy.startswith(f"pid {os.getpid()} ") else busy  # (this process: a run reading its own)
+    if busy and ((path / MANIFEST).is_file() or (path / BEST).is_file()):  # its best epoch so far, or an earlier end
+        logging.getLogger("siggate.predict").warning(
+            "%s: a run is training there now (%s): what is read is the run as it stands (a best epoch so far, or the "
+            "predictor of an earlier end), which may change", path, busy)
     if (path / MANIFEST).is_file():
         kind = read_manifest(path)["kind"]
         if kind == Combination.kind:
@@ -264,6 +274,9 @@ def load_predictor(path: str | Path, device: torch.device | str | None = "cpu"):
         return _legacy_ensemble(path, device)
     if (path / BEST).is_file():
         return GNNMember.from_checkpoint(path / BEST, device, split_seed=_split_seed_beside(path / BEST))
+    if busy:  # a run still training there: its predictor is written when it ends
+        raise PredictorFileError(f"{path}: a run is still training there ({busy}), and its predictor is written when "
+                                 "it finishes; try again then")
     raise PredictorFileError(f"{path}: a folder with no {MANIFEST} and neither {ENSEMBLE_FILE} nor {BEST}; give a "
                              "run folder, an ensemble folder or a .pt checkpoint")
 
