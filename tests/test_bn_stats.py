@@ -318,4 +318,17 @@ def test_the_best_epoch_of_several_targets_does_not_follow_their_units(tmp_path,
     assert ug["best_epoch"] == small["best_epoch"] == 1 + scaled.index(min(scaled))
     raw = [h["val"] for h in ug["history"]]
     assert 1 + raw.index(min(raw)) != ug["best_epoch"]  # (the units' choice would differ here: the check can fail)
+    # a run begun before siggate kept the compared score (no best_select in its state) goes on comparing its metric
+    last = tmp_path / "ug" / "last.pt"
+    ckpt = torch.load(last, weights_only=True)
+    del ckpt["state"]["best_select"]
+    torch.save(ckpt, last)
+    assert main(["train", "--resume", "--out", str(tmp_path / "ug"), "--epochs", "14", "--no-progress"]) == 0
+    resumed = json.loads((tmp_path / "ug" / "metrics.json").read_text())
+    assert [("val_scaled" in h) for h in resumed["history"]] == [True] * 12 + [False] * 2
+    best, val = ug["best_epoch"], ug["val"]
+    for epoch, row in enumerate(resumed["history"][12:], start=13):
+        if row["val"] < val:
+            best, val = epoch, row["val"]
+    assert resumed["best_epoch"] == best and resumed["val"] == val
     capsys.readouterr()

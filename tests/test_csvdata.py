@@ -734,6 +734,14 @@ def test_thousands_separators_and_mixed_decimal_marks_are_refused_not_misread(tm
     ds = load_csv(path, "smiles", ["MW"], "regression", sep=None, split="random", cache_dir=tmp_path / "c",
                   decimal=",")
     assert sorted(round(g.y.item(), 4) for g in _all(ds)) == [2.47, 5.584, 440.0, 820.0]
+    # a decimal comma that cannot be a group of thousands ('0,125') beside whole numbers: no such warning
+    path.write_text('smiles;MW\nCCO;0,125\nCCN;150\nCCC;2,500\nCCCl;1200\n')
+    caplog.clear()
+    load_csv(path, "smiles", ["MW"], "regression", sep=None, split="random", cache_dir=tmp_path / "c2", decimal=",")
+    assert "thousands" not in caplog.text
+    path.write_text('smiles;MW\nCCO;2,470\nCCN;440\nCCC;5,584\nCCCl;820\n')
+    caplog.clear()
+    load_csv(path, "smiles", ["MW"], "regression", sep=None, split="random", cache_dir=tmp_path / "c3", decimal=",")
     assert (f"{path}: target column 'MW': every number with a comma has three digits after it ('2,470' on line 2), as "
             "thousands separators do, and 2 others are whole numbers of three digits or more ('440' on line 3): "
             "--decimal , reads 2,470 as 2.47; if the commas separate thousands, remove them from the file and drop "

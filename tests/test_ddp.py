@@ -187,3 +187,9 @@ def test_ddp_with_members_names_the_recipes_members_or_the_users(tmp_path, capsy
                               str(tmp_path / "run")], capsys)
         assert rc == 2 and err == f"siggate train: error: {message}\n", err
         assert not (tmp_path / "run").exists()
+    run = tmp_path / "members"  # a run of members resumed under --ddp: its record's members are named
+    assert run_cli(["train", "--data", str(data), "--target-col", "y", "--members", "svr,rf", "--out", str(run)],
+                   capsys)[0] == 0
+    rc, _, err = run_cli(["train", "--ddp", "--resume", "--out", str(run)], capsys)
+    assert rc == 2 and err == (f"siggate train: error: --ddp trains one GNN, and the run in {run} trains the members "
+                               "svr,rf one after the other: resume it without --ddp\n"), err

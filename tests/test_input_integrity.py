@@ -8,6 +8,7 @@ and caches that cannot be written.
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import zipfile
@@ -314,9 +315,25 @@ def test_evaluate_output_over_the_runs_training_csv_or_a_loose_checkpoint_is_ref
     for extra in ([], ["--data", str(other)]):  # its own splits scored, or another file: before any scoring
         rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), *extra, "--output", str(data), "--no-progress"],
                                capsys)
-        assert rc == 2 and out == "" and f"--output {data} is the training CSV the run's splits are read from" in \
+        assert rc == 2 and out == "" and f"--output {data}: siggate writes JSON text, not .csv" in \
             _one_error_line(err, "evaluate"), (extra, err)
         assert data.read_bytes() == kept
+    # a training file of another name (compressed): the same refusal by what the run trained on, also from a
+    # member's folder, which holds no record of its own (its run's is one folder up)
+    packed = tmp_path / "train.csv.gz"
+    packed.write_bytes(gzip.compress(data.read_bytes()))
+    zrun = tmp_path / "zrun"
+    rc, _, err = run_cli(["train", "--data", str(packed), "--target-col", "y", "--split", "column:split", "--members",
+                          "svr,rf", "--out", str(zrun), "--no-progress"], capsys)
+    assert rc == 0, err
+    zipped = packed.read_bytes()
+    for command, checkpoint in ((["evaluate"], zrun), (["evaluate"], zrun / "member0"), (["predict", "CCO"], zrun),
+                                (["predict", "CCO"], zrun / "member1")):
+        rc, out, err = run_cli([command[0], "--checkpoint", str(checkpoint), *command[1:], "--output", str(packed)],
+                               capsys)
+        assert rc == 2 and out == "" and _one_error_line(err, command[0]).startswith(
+            f"siggate {command[0]}: error: --output {packed} is the training CSV the run's splits are read from"), err
+        assert packed.read_bytes() == zipped
     # predict --output over it wrote the predictions in its place, without a word
     rc, out, err = run_cli(["predict", "--checkpoint", str(run), "CCO", "--output", str(data)], capsys)
     assert rc == 2 and out == "" and _one_error_line(err, "predict") == (

@@ -313,7 +313,7 @@ def test_read_smiles_smi_with_header_and_names(tmp_path):
     from siggate.train.predict import read_input
 
     for header, row, smiles_at in (("Compound ID\tSMILES\tpIC50", "c1\tCCO\t5.1", 1),
-                                   ("SMILES\tCompound ID\tpIC50", "CCO\tc1\t5.1", 0)):
+                                   ("SMILES\tCompound ID\tpIC50", "CCO\tc1\t5.1", 0), ("Name\tSMILES", "e\tCCO", 1)):
         q.write_text(f"{header}\n{row}\n")
         rows = read_input(q, fallback="smiles")
         assert rows.columns == header.split("\t") and [r for c in rows for r in c] == [row.split("\t")]

@@ -142,6 +142,9 @@ def cmd_train(args) -> int:
     if resume is not None and (saved is None or epochs_given):  # a saved schedule cannot shrink by itself
         _check_resumed_epochs(resume, cfg.train.epochs, several)  # (resume_run reads last.pt again later)
     if args.ddp and several:
+        if resume is not None and args.ensemble is None and getattr(args, "members", None) is None:  # the record's
+            raise CLIError(f"--ddp trains one GNN, and the run in {resume} trains the members {','.join(kinds)} one "
+                           "after the other: resume it without --ddp")
         if args.ensemble is None and getattr(args, "members", None) is None:  # the recipe's members, not the user's
             raise CLIError(f"--ddp trains one GNN, and this recipe trains the members {','.join(kinds)} one after the "
                            "other: add --members gnn to train its GNN under torchrun")
@@ -646,15 +649,12 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     run and its members; :data:`~siggate.train.rundir.RUN_OUTPUTS`, a checkpoint: another run's
     ``best.pt`` was replaced by a CSV), whether it is there yet or not; a file of the user's own
     there is rewritten; a name of another file type (``.xlsx``, ``.parquet``; a table's for JSON,
-    ``.json`` for a table) than the text it writes (``example``'s type; ``.gz``: compressed); the
-    CSV the run trained on (:func:`~siggate.train.rundir.training_csv_clash`)."""
+    ``.json`` for a table) than the text it writes (``example``'s type; ``.gz``: compressed). (The
+    CSV the run trained on is refused once its predictor is read:
+    :func:`~siggate.train.evaluate.training_csv_clash`.)"""
     from .files import out_dir_problem
-    from .train.rundir import RUN_OUTPUTS, run_folders, training_csv_clash
+    from .train.rundir import RUN_OUTPUTS, run_folders
 
-    clash = training_csv_clash(path, Path(checkpoint) if Path(checkpoint).is_dir() else Path(checkpoint).parent,
-                               example) if checkpoint else None
-    if clash:  # (a CSV written over it, a table of predictions or scores: the run could no longer be scored)
-        raise CLIError(clash)
     kind = Path(example).suffix.lstrip(".").upper()
     other = (*_OTHER_FORMATS, *(_TABLE_FORMATS if kind == "JSON" else (".json",)))
     if path.suffix.lower() in other:  # it was written as plain text under that name
@@ -783,6 +783,13 @@ def cmd_predict(args) -> int:
     source = _smiles_source(args)
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device),
                            coverage=args.coverage)
+    if args.output:  # before any row is written (evaluate refuses it as well)
+        from .train.evaluate import training_csv_clash
+        from .train.predict import run_folder
+
+        clash = training_csv_clash(args.output, pred.predictor, run_folder(args.checkpoint), "predictions.csv")
+        if clash:
+            raise CLIError(clash)
     _note_classes("predict", args.checkpoint)
     chunks = _read_input(args, pred, source) if source else [list(args.smiles)]
     try:

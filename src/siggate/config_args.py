@@ -202,15 +202,15 @@ def _file_sets(name_or_path: str | None, section: str, key: str, csv: bool = Fal
         stat = path.stat()
     except (OSError, ConfigError):
         return False  # load_config has already named what is wrong with the file
-    raw = _file_sections(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    raw = _file_sections(str(path.resolve()), stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_size)
     part = raw.get(section) if isinstance(raw, dict) else None
     return isinstance(part, dict) and key in part and (not csv or part.get("name", "csv") == "csv")
 
 
 @functools.lru_cache(maxsize=8)
-def _file_sections(path: str, mtime_ns: int, size: int):
-    """A config file's YAML as read (its path, time and size the key: one read per command, however
-    many flags :func:`_file_sets` asks about); None where it cannot be read."""
+def _file_sections(path: str, mtime_ns: int, ctime_ns: int, inode: int, size: int):
+    """A config file's YAML as read (its path, times, inode and size the key: one read per command,
+    however many flags :func:`_file_sets` asks about); None where it cannot be read."""
     import yaml
 
     from .config import load_yaml

@@ -408,6 +408,8 @@ def folder_busy(folder: str | os.PathLike) -> str | None:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return _holder(path)
+    except OSError:  # a file system without flock (some NFS, CIFS, FUSE mounts): no live holder to name
+        return None
     finally:
         os.close(fd)
     return None

@@ -104,6 +104,8 @@ _MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2013": "-", "\ufe63": "-", "\uff
 _CENSORED = re.compile(r"^(<=?|>=?|[\u2264\u2265])\s*[+-]?(\d|\.\d)")
 #: a number written with a decimal comma, e.g. ``-5,49`` or ``1,5e-3``
 _DECIMAL_COMMA = re.compile(r"^[+-]?\d*,\d+([eE][+-]?\d+)?$")
+#: a number that starts "0," ("0,125"): a decimal comma, never a group of thousands
+_LEADING_ZERO = re.compile(r"^[+-]?0,")
 #: a number with thousands separators ("7,120", "1,234,567.5"), and one with a decimal point
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?$")
 _DECIMAL_POINT = re.compile(r"^[+-]?\d*\.\d+([eE][+-]?\d+)?$")
@@ -353,22 +355,25 @@ def _label_text(column: pd.Series) -> pd.Series:
 
 
 def read_otherwise(then: int, path: str | os.PathLike, target_cols: list[str], task: str, sep: str | None = None,
-                   decimal: str = ".", fragments: str = "all") -> bool:
+                   decimal: str = ".", fragments: str = "all", smiles_col: str | None = None) -> bool:
     """Whether this siggate (:data:`CSV_VERSION`) reads the CSV ``path`` otherwise than reading
     ``then`` did: other rows kept, so other splits. Version 4 and 5 differ only where a label cell
     that is no number sits beside another target's label (:func:`read_labels` keeps that row now),
     5 and 6 only where a SMILES labels a heavy atom's isotope (one molecule with its unlabelled
     copy now: :data:`_HEAVY_ISOTOPE` anywhere in the file, a cell of another column too, is taken
     to differ), 6 and 7 only under ``fragments="parent"`` where a SMILES is an acid salted with its
-    own anion (:func:`~siggate.data.chem.parent_by_neutralizing`; any cell read as such a SMILES);
-    other versions are taken to differ. A file that cannot be read is not judged here."""
+    own anion (:func:`~siggate.data.chem.parent_by_neutralizing`; a cell of the ``smiles_col``
+    column, or of any where the header lacks it, read as such a SMILES); other versions are taken to
+    differ. A file that cannot be read is not judged here."""
     if then == CSV_VERSION:
         return False
     if then not in (4, 5, 6) or CSV_VERSION != 7:
         return True
     try:
         header, records = read_table(Path(path), sep or detect_sep(Path(path)))
-        if fragments == "parent" and any(parent_by_neutralizing(cell) for record in records for cell in record):
+        at = header.index(smiles_col) if smiles_col in header else None
+        cells = (cell for record in records for cell in (record if at is None else record[at:at + 1]))
+        if fragments == "parent" and any(parent_by_neutralizing(cell) for cell in cells):
             return True
         if then == 6:
             return False
@@ -465,7 +470,7 @@ def _check_decimal_marks(path: Path, col: str, raw: pd.Series, missing: np.ndarr
                             "the file's mark is '.', or write every number with one mark (no thousands separators)")
         comma = [i for i in given if "," in raw.iat[i]]
         whole = [i for i in given if "," not in raw.iat[i] and abs(values[i]) >= 100 and float(values[i]).is_integer()]
-        if comma and whole and all(_THOUSANDS.match(raw.iat[i]) for i in comma):
+        if comma and whole and all(_THOUSANDS.match(raw.iat[i]) and not _LEADING_ZERO.match(raw.iat[i]) for i in comma):
             logger.warning("%s: target column %r: every number with a comma has three digits after it (%s), as thousands "
                         "separators do, and %d others are whole numbers of three digits or more (%s): --decimal , reads "
                         "%s as %s; if the commas separate thousands, remove them from the file and drop --decimal ,",

@@ -144,6 +144,29 @@ def _recorded_csv(data, source: dict | None) -> Path:
     return Path((source or {}).get("csv") or data.csv)
 
 
+def training_csv_clash(output: str | Path | None, predictor, folder: Path | None,
+                       example: str = "scores.json") -> str | None:
+    """The refusal of ``output`` where it is the CSV the run of ``predictor`` (in ``folder``: a
+    run, a run of members, a member, a loose checkpoint's) trained on
+    (:func:`~.members.run_data`): writing it (``siggate predict --output``, ``siggate evaluate
+    --output``, whose file ``example`` names) would replace the file the run's splits are read
+    from; None otherwise."""
+    from ..files import same_file
+    from ..predictors.base import PredictorFileError
+    from .members import run_data
+
+    if output is None:
+        return None
+    try:
+        trained_on = run_data(predictor, folder)
+    except PredictorFileError:
+        return None
+    if trained_on.data.name != "csv" or not same_file(output, _recorded_csv(trained_on.data, trained_on.source)):
+        return None
+    return (f"--output {output} is the training CSV the run's splits are read from; writing it would replace that "
+            f"file and the run could no longer be scored: give another --output, e.g. {Path(output).with_name(example)}")
+
+
 def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
     """The training CSV of a CSV run: the absolute path its record ``source`` holds
     (:func:`~siggate.train.record.data_source`, else the ``data`` config's path), checked against
@@ -430,12 +453,11 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     from .dataprep import prepare_data
     from .members import encodings_of, members_of, run_data, trained_smiles_col
     from .predict import run_folder
-    from .rundir import training_csv_clash
     from .scoring import scored_rows
 
     predictor, info = _load(checkpoint, device)
     folder = run_folder(checkpoint)
-    clash = training_csv_clash(output, folder) if output is not None and info.name == "csv" else None
+    clash = training_csv_clash(output, predictor, folder)
     if clash:
         raise EvaluationError(clash)
     if data is not None and pictures is not None:  # a picture of the user's own, of the name it takes: not replaced

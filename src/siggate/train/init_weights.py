@@ -233,7 +233,8 @@ def load_init(model: torch.nn.Module, source: str | InitWeights, model_cfg: dict
         chirality: how the run's atom features read stereocentres
             (:data:`~siggate.data.base.ATOM_CHIRALITY`): a warning where the weights record
             another reading (their chirality embedding rows then start from other meanings,
-            which fine-tuning relearns; weights that record none say nothing). (default: None)
+            which fine-tuning relearns; weights that record none say nothing: the shipped ones,
+            pretrained on MOSES, which writes no stereocentre, never trained those rows). (default: None)
 
     Raises:
         ConfigError: the weights' backbone differs (the differing keys are named).

@@ -749,8 +749,8 @@ def _fallback_in(fields: Sequence[str], fallback: str | None) -> str | None:
 def _sniff_csv(first: str, smiles_cols: tuple[str, str | None], suffix: str) -> str | None:
     """The delimiter of a CSV: the one of :data:`~siggate.options.DELIMITERS` by which the header
     ``first`` names one of ``smiles_cols`` (in any case for the second, the fallback, except in a
-    ``.smi``/``.txt`` file, unless its header has three tab-separated fields or more: a
-    spreadsheet's "Text (Tab delimited)" export), as
+    ``.smi``/``.txt`` file, unless its header has three tab-separated fields or more, or two with the
+    SMILES second: a spreadsheet's "Text (Tab delimited)" export), as
     ``siggate train`` reads a ``;``-separated ``.csv``; else ``,`` for a ``.csv``, a tab for a
     ``.tsv``, and ``None`` (a .smi-style file) for any other."""
     from ..data.csvdata import column_names
@@ -758,7 +758,8 @@ def _sniff_csv(first: str, smiles_cols: tuple[str, str | None], suffix: str) -> 
     wanted, fallback = smiles_cols
     if suffix in (".smi", ".txt"):  # a SMILES file's header "SMILES Name" stays one; "ID<tab>SMILES<tab>pIC50" is a table
         fields = column_names(next(csv.reader([first], delimiter="\t"), []))
-        if len(fields) >= 3 and (wanted in fields or _fallback_in(fields, fallback) is not None):
+        name = wanted if wanted in fields else _fallback_in(fields, fallback)
+        if name is not None and (len(fields) >= 3 or fields.index(name) > 0):  # ("Name<tab>SMILES" too)
             return "\t"
         fallback = None
     for delim in DELIMITERS:

@@ -394,7 +394,7 @@ def reading_changed(source: dict | None, data, chirality: str | None = None) -> 
         return None
     then = source.get("reading", 4)
     if not read_otherwise(then, csv, list(get("target_cols") or []), get("task") or "regression", get("sep"),
-                          get("decimal") or ".", get("fragments") or "all"):
+                          get("decimal") or ".", get("fragments") or "all", get("smiles_col")):
         return None
     return (f"this siggate reads {csv} otherwise than the one that started the run did (CSV reading {then}, now "
             f"{CSV_VERSION}: {READING_CHANGES.get(then, 'other rows kept or merged')}, so the splits differ)")
@@ -428,31 +428,6 @@ def recorded_source(path: str | Path) -> dict:
     :func:`~siggate.train.record.data_source`); ``{}`` for a named dataset or an older run."""
     source = (read_record(path).get("_meta") or {}).get("source")
     return source if isinstance(source, dict) else {}
-
-
-def training_csv_clash(output: str | Path, folder: str | Path | None, example: str = "scores.json") -> str | None:
-    """The refusal of ``output`` where it is the CSV the run in ``folder`` (a run, a run of
-    members, a member) trained on, as its record names it (``_meta.source.csv``, else
-    ``data.csv``): writing it would replace the file the run's splits are read from (``siggate
-    predict --output``, ``siggate evaluate --output``, whose file ``example`` names); None otherwise."""
-    from ..files import same_file
-
-    if folder is None:
-        return None
-    folder = Path(folder)
-    for record in (folder / "config.yaml", folder / MEMBERS_RECORD, folder / "member0" / "config.yaml"):
-        try:
-            saved = read_record(record)
-        except (OSError, ValueError):  # none there, or one siggate does not read (named where it is read)
-            continue
-        data = saved.get("data") if isinstance(saved.get("data"), dict) else {}
-        csv = (((saved.get("_meta") or {}).get("source") or {}).get("csv") or data.get("csv")
-               if data.get("name") == "csv" else None)
-        if csv and same_file(output, csv):
-            return (f"--output {output} is the training CSV the run's splits are read from; writing it would replace "
-                    f"that file and the run could no longer be scored: give another --output, e.g. "
-                    f"{Path(output).with_name(example)}")
-    return None
 
 
 def recorded_sha256(path: str | Path) -> str | None:
