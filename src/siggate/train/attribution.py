@@ -19,8 +19,10 @@ Why this method: its reference is explicit (the baseline prediction is reported 
 contributions) and the contributions add up to the prediction, so an atom's number reads in
 the target's units. Leave-one-atom-out masking changes the graph the model sees (a molecule
 without that atom) and its contributions do not add up to anything. The integral is a midpoint
-Riemann sum of ``steps`` points: the model is piecewise linear (ReLU), so the sum converges as
-``1 / steps``; :func:`integrated_gradients` returns how far the sum is from completeness.
+Riemann sum of ``steps`` points; the model (ReLU, sigmoid gates, softmax attention) is smooth
+only in parts, so the sum comes closer to completeness as ``steps`` grows, not always steadily:
+:func:`integrated_gradients` returns the prediction and the baseline beside the contributions,
+and ``siggate explain`` warns of the molecules whose sum misses their difference by more than 5%.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import re
 import shutil
 from pathlib import Path
@@ -49,6 +50,8 @@ import torch
 
 from ..files import atomic_write_bytes, number_text
 from .attribution import DEFAULT_STEPS
+
+log = logging.getLogger("siggate.explain")
 
 #: picture size in pixels, and the band below the molecule that holds the colour bar
 WIDTH, HEIGHT, BAR_BAND = 460, 440, 80
@@ -255,6 +258,10 @@ def explain_to_folder(predictor, chunks, out: str | Path, steps: int = DEFAULT_S
     return n, bad
 
 
+#: how far a GNN's atom sum may miss prediction minus baseline, as a fraction of it, before a warning
+COMPLETENESS_TOLERANCE = 0.05
+
+
 def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, scale: float | None) -> tuple[int, int]:
     """:func:`explain_to_folder`'s CSVs and pictures of the targets ``names``, written into the
     empty folder ``out``."""
@@ -278,6 +285,10 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
     mol_cols = [*head, *carried_names([chunks.columns[j] for j in kept], own), *own[len(head):]]
     n = bad = 0
     legacy: list[tuple[int, str]] = []
+    # integrated gradients add up to prediction minus baseline up to the Riemann error: the rows that miss it
+    # by more than COMPLETENESS_TOLERANCE of that change, with the first (occlusion, a fingerprint member's, adds up
+    # to nothing, so only a GNN alone is checked)
+    additive, missed = getattr(inner, "kind", None) == "gnn", []
     # (stem, the parsed mol's binary, target, its values (an array), legend, caption): drawn at one scale at the end,
     # kept compact (an RDKit Mol object takes about 20 times the memory of its binary)
     pictures: list[tuple] = []
@@ -335,6 +346,11 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
                     stems.append(stem)
                 values = [number_text(float(v)) for t in range(len(names))
                           for v in (pred[t], base[t], atoms[:, t].sum())]
+                if additive:
+                    for t, name in enumerate(names):
+                        change, total = float(pred[t] - base[t]), float(atoms[:, t].sum())
+                        if abs(total - change) > COMPLETENESS_TOLERANCE * abs(change) + 1e-6:
+                            missed.append((n + i, name, total, change))
                 mol_w.writerow(record + values + [";".join(stems), ""])
             n += len(rows)
         # the pictures, before the CSVs that list them appear: one colour scale per target
@@ -346,6 +362,12 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
             (out / f"{stem}.png").write_bytes(draw_contributions(mol, values, legend, caption, png=True,
                                                                  scale=scales[t]))
     warn_legacy(legacy)
+    if missed:
+        row, name, total, change = missed[0]
+        log.warning("%d atom sum(s) miss prediction minus baseline by more than %d%% of it (first: row %d, %s: %.4g "
+                    "against %.4g): the path integral has too few points for this model; explain again with more "
+                    "--steps (now %d; e.g. %d) for contributions that add up", len(missed),
+                    round(100 * COMPLETENESS_TOLERANCE), row, name, total, change, steps, 4 * steps)
     return n, bad
 
 
