@@ -264,7 +264,7 @@ def test_an_output_that_would_replace_what_the_command_reads_is_refused(ckpt, tm
     assert rc == 2 and f"is a file of the run {other}" in _one_error_line(err, "evaluate") and not (other / "best.pt").exists()
     shutil.rmtree(other)
     (run / "reports").mkdir()
-    for new in (run / "extra-predictions.csv", run / "reports" / "metrics.json"):  # the user's own files in it
+    for new in (run / "extra-predictions.csv", run / "reports" / "test_predictions.csv"):  # the user's own files in it
         for _ in range(2):  # written, and written again
             rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", str(new)], capsys)
             assert rc == 0 and new.is_file(), err

@@ -655,12 +655,6 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     from .files import out_dir_problem
     from .train.rundir import RUN_OUTPUTS, run_folders
 
-    kind = Path(example).suffix.lstrip(".").upper()
-    other = (*_OTHER_FORMATS, *(_TABLE_FORMATS if kind == "JSON" else (".json",)))
-    if path.suffix.lower() in other:  # it was written as plain text under that name
-        named = path.with_name(_stem(path.with_suffix("")) + Path(example).suffix)
-        raise CLIError(f"--output {path}: siggate writes {kind} text, not {path.suffix} (gzip-compressed with .gz); "
-                       f"give e.g. {named} or {named}.gz")
     if path.is_dir():
         raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / example}")
     if path.is_file():
@@ -678,6 +672,12 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
         if path.resolve().parent in homes:
             raise CLIError(f"--output {path} is a file of the run {run}; writing it would change the run: give a "
                            "new file name, or a path outside the run")
+    kind = Path(example).suffix.lstrip(".").upper()
+    other = (*_OTHER_FORMATS, *(_TABLE_FORMATS if kind == "JSON" else (".json",)))
+    if path.suffix.lower() in other:  # it was written as plain text under that name
+        named = path.with_name(_stem(path.with_suffix("")) + Path(example).suffix)
+        raise CLIError(f"--output {path}: siggate writes {kind} text, not {path.suffix} (gzip-compressed with .gz); "
+                       f"give e.g. {named} or {named}.gz")
     probe = path.parent
     while not probe.exists():
         probe = probe.parent
