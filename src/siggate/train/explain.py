@@ -285,10 +285,10 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
     mol_cols = [*head, *carried_names([chunks.columns[j] for j in kept], own), *own[len(head):]]
     n = bad = 0
     legacy: list[tuple[int, str]] = []
-    # integrated gradients add up to prediction minus baseline up to the Riemann error: the rows that miss it
-    # by more than COMPLETENESS_TOLERANCE of that change, with the first (occlusion, a fingerprint member's, adds up
-    # to nothing, so only a GNN alone is checked)
-    additive, missed = getattr(inner, "kind", None) == "gnn", []
+    # integrated gradients add up to prediction minus baseline up to the Riemann error: the (row, target) pairs that
+    # miss it by more than COMPLETENESS_TOLERANCE (checked where every member's method is integrated gradients: a
+    # GNN, or GNNs combined; occlusion, a fingerprint member's, adds up to nothing)
+    missed = []
     # (stem, the parsed mol's binary, target, its values (an array), legend, caption): drawn at one scale at the end,
     # kept compact (an RDKit Mol object takes about 20 times the memory of its binary)
     pictures: list[tuple] = []
@@ -309,14 +309,16 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
                     for k in batch:
                         rows[ok[k]]["error"] = f"attribution failed: {type(exc).__name__}: {exc}"
                     continue
+                complete = contrib.method.startswith("integrated gradients") and ";" not in contrib.method
                 for j, k in enumerate(batch):  # with the SMILES the graph was built from (a salt's parent)
-                    found[ok[k]] = (contrib.atoms[j], contrib.baseline[j], contrib.prediction[j], graphs[k].smiles)
+                    found[ok[k]] = (contrib.atoms[j], contrib.baseline[j], contrib.prediction[j], graphs[k].smiles,
+                                    complete)
             for i, (rec, row) in enumerate(zip(recs, rows)):
                 fields = output_fields(rec, at, chunks.columns, n + i, legacy)
                 read_as = [found[i][3] if i in found else ""] if parent else []  # the SMILES drawn
                 record = [n + i, fields[at], *read_as, *[fields[j] for j in kept]]
                 if i in found and not row["error"]:
-                    atoms, base, pred, read = found[i]
+                    atoms, base, pred, read, complete = found[i]
                     if not (torch.isfinite(atoms).all() and torch.isfinite(pred).all()):
                         row["error"] = "model produced a non-finite prediction"
                 mol = None
@@ -346,11 +348,11 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
                     stems.append(stem)
                 values = [number_text(float(v)) for t in range(len(names))
                           for v in (pred[t], base[t], atoms[:, t].sum())]
-                if additive:
-                    for t, name in enumerate(names):
-                        change, total = float(pred[t] - base[t]), float(atoms[:, t].sum())
-                        if abs(total - change) > COMPLETENESS_TOLERANCE * abs(change) + 1e-6:
-                            missed.append((n + i, name, total, change))
+                for t, name in enumerate(names if complete else ()):
+                    change, total = float(pred[t] - base[t]), float(atoms[:, t].sum())
+                    drawn = float(atoms[:, t].abs().sum())  # (a change near 0 with contributions that are not)
+                    if abs(total - change) > COMPLETENESS_TOLERANCE * max(abs(change), drawn):
+                        missed.append((n + i, name, total, change))
                 mol_w.writerow(record + values + [";".join(stems), ""])
             n += len(rows)
         # the pictures, before the CSVs that list them appear: one colour scale per target
@@ -364,9 +366,10 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
     warn_legacy(legacy)
     if missed:
         row, name, total, change = missed[0]
-        log.warning("%d atom sum(s) miss prediction minus baseline by more than %d%% of it (first: row %d, %s: %.4g "
-                    "against %.4g): the path integral has too few points for this model; explain again with more "
-                    "--steps (now %d; e.g. %d) for contributions that add up", len(missed),
+        log.warning("the atom contributions of %d molecule(s) miss prediction minus baseline by more than %d%% (of it, "
+                    "or of the contributions' absolute sum where larger; first: row %d, %s: sum %.4g against %.4g): "
+                    "the path integral has too few points for this model; explain again with more --steps (now %d; "
+                    "e.g. %d) for contributions that add up", len({r for r, *_ in missed}),
                     round(100 * COMPLETENESS_TOLERANCE), row, name, total, change, steps, 4 * steps)
     return n, bad
 
