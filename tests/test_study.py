@@ -110,9 +110,10 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
         assert status.state == state, (reading, status.reason)
     assert status.reason == (f"this siggate reads {two} otherwise than the one that started the run did (CSV reading "
                              f"4, now {CSV_VERSION}: rows with a label cell that is no number beside another target's "
-                             "label are kept, a copy of a molecule labelling a heavy atom's isotope is one molecule "
-                             "with it, and (data.fragments: parent) an acid salted with its own anion has the acid for "
-                             "parent, so the splits differ): its rows and splits were read as the siggate that "
+                             "label are kept, a copy of a molecule labelling a heavy atom's isotope ([13CH3]) is one "
+                             "molecule with it, and (data.fragments: parent) an acid salted with its own anion "
+                             "(CC(=O)[O-].CC(=O)O.[Na+]) has the acid for parent, so the splits differ): its rows and "
+                             "splits were read as the siggate that "
                              "started it read them")
     [planned] = plan([StudyRun("k", run, cfg2, None)])
     assert planned.error.startswith(f"{run} holds a run of other data (this siggate reads"), planned.error
@@ -139,8 +140,9 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
         status = reuse_status(run, cfg4)
         assert status.state == state, (text, fragments, status.reason)
         if state == "conflict":
-            assert (f"(CSV reading 6, now {CSV_VERSION}: an acid salted with its own anion (CC(=O)[O-].CC(=O)O.[Na+]) "
-                    "has the acid for parent, so the splits differ)") in status.reason, status.reason
+            assert (f"(CSV reading 6, now {CSV_VERSION}: (data.fragments: parent) an acid salted with its own anion "
+                    "(CC(=O)[O-].CC(=O)O.[Na+]) has the acid for parent, so the splits differ)") in status.reason, \
+                status.reason
 
 
 def _call(key, run_dir, value):

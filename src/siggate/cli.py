@@ -142,11 +142,10 @@ def cmd_train(args) -> int:
     if resume is not None and (saved is None or epochs_given):  # a saved schedule cannot shrink by itself
         _check_resumed_epochs(resume, cfg.train.epochs, several)  # (resume_run reads last.pt again later)
     if args.ddp and several:
-        if resume is not None and args.ensemble is None and getattr(args, "members", None) is None:  # the record's
+        if args.ensemble is None and getattr(args, "members", None) is None:  # the record's or recipe's, not the user's
             raise CLIError(f"--ddp trains one GNN, and the run in {resume} trains the members {','.join(kinds)} one "
-                           "after the other: resume it without --ddp")
-        if args.ensemble is None and getattr(args, "members", None) is None:  # the recipe's members, not the user's
-            raise CLIError(f"--ddp trains one GNN, and this recipe trains the members {','.join(kinds)} one after the "
+                           "after the other: resume it without --ddp" if resume is not None else
+                           f"--ddp trains one GNN, and this recipe trains the members {','.join(kinds)} one after the "
                            "other: add --members gnn to train its GNN under torchrun")
         raise CLIError("--ensemble/--members train their members one after the other; they do not combine with --ddp")
     from .train.members import run_refusal

@@ -634,7 +634,7 @@ def _check_data(cfg: Config) -> None:
             raise ConfigError(f"model.mol_features: {cfg.model.mol_features!r} adds one vector per molecule to "
                               f"a graph-level readout; {cfg.data.name} predicts per node. Set model.mol_features=none.")
         model_defaults = ModelConfig()
-        for key in ("pooling", "pool_norm"):  # (a node-level model pools nothing: accepted and ignored before)
+        for key in _READOUT_KEYS:  # (a node-level model pools nothing: accepted and ignored before)
             if DATASET_META[cfg.data.name]["level"] != "graph" and getattr(cfg.model, key) != getattr(model_defaults, key):
                 raise ConfigError(f"model.{key}: {getattr(cfg.model, key)!r} shapes a graph-level readout; "
                                   f"{cfg.data.name} predicts per node, pooling nothing. Remove it.")
@@ -659,6 +659,8 @@ def _check_data(cfg: Config) -> None:
 
 #: what YAML reads as null (an override's text)
 YAML_NULLS = ("", "~", "null", "Null", "NULL")
+#: the model keys of a graph-level readout, which a node-level model has none of
+_READOUT_KEYS = ("pooling", "pool_norm")
 #: the data keys of a CSV alone (``data.fragments`` and ``data.split`` are checked on their own)
 _CSV_KEYS = ("csv", "smiles_col", "target_cols", "task", "sep", "decimal", "duplicates", "val_fraction")
 
@@ -804,7 +806,7 @@ def upgrade_config_dict(raw: dict, record: bool = True) -> dict:
         model = out.get("model")  # a node-level run's pooling, ignored then too
         if isinstance(model, dict) and DATASET_META.get(data.get("name", "nci5k"), {}).get("level") == "node":
             model_defaults = ModelConfig()
-            model.update({k: getattr(model_defaults, k) for k in ("pooling", "pool_norm") if k in model})
+            model.update({k: getattr(model_defaults, k) for k in _READOUT_KEYS if k in model})
     model = out.get("model")
     if isinstance(model, dict) and "fused" in model:
         fused = model.pop("fused")

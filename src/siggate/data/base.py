@@ -40,6 +40,9 @@ NODE_FEATURES = ("ogb", "typed", "dense")
 #: wrote them (OGB's, so one molecule spelled two ways could read as its enantiomer); ``"cip"`` its
 #: CIP label (R, S), the same however the molecule is written
 ATOM_CHIRALITY = ("tag", "cip")
+#: each reading of :data:`ATOM_CHIRALITY` in words, as messages name it
+CHIRALITY_WORDS = {"tag": "RDKit's tag (CW/CCW, in the order a SMILES wrote the neighbours)",
+                   "cip": "their CIP label (R/S)"}
 #: what a user CSV's runs read (``siggate train --data``, the estimators, the pretraining corpus)
 CSV_CHIRALITY = "cip"
 #: metric name -> higher_is_better (one table for the package: :data:`siggate.options.HIGHER_IS_BETTER`)

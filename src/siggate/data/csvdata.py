@@ -471,11 +471,11 @@ def _check_decimal_marks(path: Path, col: str, raw: pd.Series, missing: np.ndarr
         comma = [i for i in given if "," in raw.iat[i]]
         whole = [i for i in given if "," not in raw.iat[i] and abs(values[i]) >= 100 and float(values[i]).is_integer()]
         if comma and whole and all(_THOUSANDS.match(raw.iat[i]) and not _LEADING_ZERO.match(raw.iat[i]) for i in comma):
-            logger.warning("%s: target column %r: every number with a comma has three digits after it (%s), as thousands "
-                        "separators do, and %d others are whole numbers of three digits or more (%s): --decimal , reads "
-                        "%s as %s; if the commas separate thousands, remove them from the file and drop --decimal ,",
-                        path, col, line(comma[0]), len(whole), line(whole[0]), raw.iat[comma[0]],
-                        f"{values[comma[0]]:g}")
+            logger.warning("%s: target column %r: every number with a comma has three digits after it (%s), as "
+                           "thousands separators do, and %d others are whole numbers of three digits or more (%s): "
+                           "--decimal , reads %s as %s; if the commas separate thousands, remove them from the file and "
+                           "drop --decimal ,", path, col, line(comma[0]), len(whole), line(whole[0]), raw.iat[comma[0]],
+                           f"{values[comma[0]]:g}")
         return
     comma = [i for i in given if np.isnan(values[i]) and (_DECIMAL_COMMA.match(raw.iat[i]) or _THOUSANDS.match(raw.iat[i]))]
     if not comma:

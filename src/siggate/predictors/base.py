@@ -86,12 +86,15 @@ class AtomContributions:
         baseline: ``[G, T]`` the reference prediction the contributions are measured from.
         prediction: ``[G, T]`` the prediction (as :meth:`Predictor.predict`'s ``mean``).
         method: how they were computed, for the reader (e.g. ``"integrated gradients ..."``).
+        complete: whether the method is complete, so that each sum should equal ``prediction -
+            baseline`` (``siggate explain`` warns where it misses). (default: ``False``)
     """
 
     atoms: list
     baseline: "torch.Tensor"
     prediction: "torch.Tensor"
     method: str
+    complete: bool = False
 
 
 @runtime_checkable

@@ -264,7 +264,7 @@ class Combination:
         baseline = sum(w[i] * p.baseline.double() for i, p in enumerate(parts))
         prediction = sum(w[i] * p.prediction.double() for i, p in enumerate(parts))
         methods = sorted({p.method for p in parts})
-        return AtomContributions(atoms, baseline, prediction, "; ".join(methods))
+        return AtomContributions(atoms, baseline, prediction, "; ".join(methods), all(p.complete for p in parts))
 
     def save(self, folder: str | Path, members: bool = True) -> None:
         """Each member into ``folder/<name>`` (unless ``members`` is false: the members saved

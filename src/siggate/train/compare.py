@@ -141,9 +141,14 @@ class CompareError(RuntimeError):
     """A comparison that cannot start (bad arguments or config)."""
 
 
+def _config_name(args) -> str:
+    """The config a comparison's runs train with (``--config ""`` is passed on, to be refused)."""
+    return "nci5k" if args.config is None else args.config
+
+
 def _config_args(args, spec: GateSpec, seed: int) -> list[str]:
     """The config part of a pair's ``siggate train`` arguments."""
-    return ["--config", "nci5k" if args.config is None else args.config, "--seed", str(seed)] + _shared_flags(args, spec.overrides())
+    return ["--config", _config_name(args), "--seed", str(seed)] + _shared_flags(args, spec.overrides())
 
 
 def _shared_flags(args, overrides=()) -> list[str]:
@@ -465,7 +470,7 @@ def plot_val_curves(res: dict, path: Path) -> None:
 
 def command_line(args) -> str:
     """The ``siggate compare`` command that reproduces this comparison."""
-    parts = ["siggate", "compare", "--config", "nci5k" if args.config is None else args.config, "--seeds", args.seeds, "--gates", args.gates]
+    parts = ["siggate", "compare", "--config", _config_name(args), "--seeds", args.seeds, "--gates", args.gates]
     parts += _shared_flags(args) + ["--jobs", str(args.jobs)]
     if getattr(args, "backend", "local") != "local":
         parts += ["--backend", args.backend]

@@ -285,9 +285,9 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
     mol_cols = [*head, *carried_names([chunks.columns[j] for j in kept], own), *own[len(head):]]
     n = bad = 0
     legacy: list[tuple[int, str]] = []
-    # integrated gradients add up to prediction minus baseline up to the Riemann error: the (row, target) pairs that
-    # miss it by more than COMPLETENESS_TOLERANCE (checked where every member's method is integrated gradients: a
-    # GNN, or GNNs combined; occlusion, a fingerprint member's, adds up to nothing)
+    # a complete method's sums (integrated gradients: a GNN, or GNNs combined; not occlusion, a fingerprint
+    # member's) add up to prediction minus baseline up to the Riemann error: the (row, target) pairs that miss it by
+    # more than COMPLETENESS_TOLERANCE
     missed = []
     # (stem, the parsed mol's binary, target, its values (an array), legend, caption): drawn at one scale at the end,
     # kept compact (an RDKit Mol object takes about 20 times the memory of its binary)
@@ -309,10 +309,9 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
                     for k in batch:
                         rows[ok[k]]["error"] = f"attribution failed: {type(exc).__name__}: {exc}"
                     continue
-                complete = contrib.method.startswith("integrated gradients") and ";" not in contrib.method
                 for j, k in enumerate(batch):  # with the SMILES the graph was built from (a salt's parent)
                     found[ok[k]] = (contrib.atoms[j], contrib.baseline[j], contrib.prediction[j], graphs[k].smiles,
-                                    complete)
+                                    contrib.complete)
             for i, (rec, row) in enumerate(zip(recs, rows)):
                 fields = output_fields(rec, at, chunks.columns, n + i, legacy)
                 read_as = [found[i][3] if i in found else ""] if parent else []  # the SMILES drawn

@@ -139,12 +139,13 @@ class GNNMember:
         graphs = self._graphs(graphs)
         if not graphs:
             empty = torch.empty(0, self._width, dtype=torch.float64)
-            return AtomContributions([], empty, empty.clone(), "integrated gradients (no molecules)")
+            return AtomContributions([], empty, empty.clone(), "integrated gradients (no molecules)", complete=True)
         atoms, baseline, prediction = integrated_gradients(self.model_, graphs, self.info, self.target_mean_,
                                                            self.target_std_, steps, self.batch_size, self.device)
         # in float64, as predict gives the member's predictions
         return AtomContributions([a.double() for a in atoms], baseline.double(), prediction.double(),
-                                 f"integrated gradients on the atom embeddings, zero baseline, {steps} steps")
+                                 f"integrated gradients on the atom embeddings, zero baseline, {steps} steps",
+                                 complete=True)
 
     def save(self, folder: str | Path) -> None:
         """Write ``predictor.json`` into ``folder``; a folder other than the run's gets a copy of

@@ -263,14 +263,12 @@ def load_init(model: torch.nn.Module, source: str | InitWeights, model_cfg: dict
                           f"(e.g. {backbone_fresh[0]}); it was written for another model")
     then = (blob.get("info") or {}).get("chirality")
     if chirality is not None and then is not None and then != chirality:
+        from ..data.base import CHIRALITY_WORDS
+
         logging.getLogger("siggate.train").warning(
             "train.init: %s was trained on atom features that read stereocentres by %s, and this run's read them by "
             "%s: the chirality rows of its atom embedding start from the other reading's meaning (fine-tuning "
-            "relearns them)", path, _CHIRALITY_WORDS.get(then, repr(then)), _CHIRALITY_WORDS.get(chirality, repr(chirality)))
+            "relearns them)", path, CHIRALITY_WORDS.get(then, repr(then)), CHIRALITY_WORDS.get(chirality, repr(chirality)))
     return {"source": source, "path": str(path), "sha256": file_digest(path), "copied": len(copied),
             "fresh": fresh, "pretraining": blob.get("pretraining"), "chirality": then}
 
-
-#: :data:`~siggate.data.base.ATOM_CHIRALITY`'s readings in words, for the warning of :func:`load_init`
-_CHIRALITY_WORDS = {"tag": "RDKit's tag (CW/CCW, in the order a SMILES wrote the neighbours)",
-                    "cip": "their CIP label (R/S)"}

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import Config, ConfigError, load_config
+from ..config import Config, ConfigError, DataConfig, load_config
 from ..files import atomic_write_bytes, file_digest, safe_torch_load
 from ..options import Z_CLIP, parse_mol_features
 from .rundir import PRETRAIN_CORPUS_RECORD, PRETRAIN_PARTIAL, pretraining_files
@@ -508,8 +508,6 @@ def pretrain_config(base: str | None, corpus_csv: Path, targets: list[str], epoc
         raise
     if cfg.train.init:
         raise ConfigError("train.init: pretraining starts from a fresh model; drop --set train.init")
-    from ..config import DataConfig
-
     for key in _CORPUS_READING:  # a config file's own (a --set of one is refused above)
         if getattr(cfg.data, key) != getattr(DataConfig(), key):
             raise ConfigError(f"--config {base}: its data.{key} ({getattr(cfg.data, key)!r}) describes its own data, and "

@@ -379,14 +379,13 @@ def reading_changed(source: dict | None, data, chirality: str | None = None) -> 
     stereocentres read otherwise; ``None`` when it reads it as then, or nothing was recorded. A run
     that records a hash and no reading started at reading 4. ``siggate evaluate`` and ``predict``
     read a run's molecules by its own chirality, so they pass none."""
-    from ..data.base import CSV_CHIRALITY
+    from ..data.base import CHIRALITY_WORDS, CSV_CHIRALITY
     from ..data.csvdata import CSV_VERSION, read_otherwise
 
     get = data.get if isinstance(data, dict) else lambda key: getattr(data, key, None)
     if get("name") == "csv" and chirality is not None and chirality != CSV_CHIRALITY:
-        return (f"its GNN read the molecules' stereocentres by RDKit's tag, in the order each SMILES wrote their "
-                f"neighbours, and this siggate reads them by their CIP label ({CSV_CHIRALITY!r}: R/S, however a "
-                "SMILES is written)")
+        return (f"its GNN read the molecules' stereocentres by {CHIRALITY_WORDS.get(chirality, repr(chirality))}, and "
+                f"this siggate reads them by {CHIRALITY_WORDS[CSV_CHIRALITY]}")
     if not isinstance(source, dict) or not source.get("sha256"):
         return None
     csv = get("csv") or source.get("csv")  # the file that will be read (moved since, where its content is the run's)
@@ -396,18 +395,19 @@ def reading_changed(source: dict | None, data, chirality: str | None = None) -> 
     if not read_otherwise(then, csv, list(get("target_cols") or []), get("task") or "regression", get("sep"),
                           get("decimal") or ".", get("fragments") or "all", get("smiles_col")):
         return None
+    said = "other rows kept or merged"  # (a reading before those READING_CHANGES names)
+    if then >= min(READING_CHANGES) - 1:
+        changes = [READING_CHANGES[v] for v in range(then + 1, CSV_VERSION + 1)]
+        said = ", ".join(changes[:-1]) + (", and " if len(changes) > 1 else "") + changes[-1]
     return (f"this siggate reads {csv} otherwise than the one that started the run did (CSV reading {then}, now "
-            f"{CSV_VERSION}: {READING_CHANGES.get(then, 'other rows kept or merged')}, so the splits differ)")
+            f"{CSV_VERSION}: {said}, so the splits differ)")
 
 
-#: what a reading of the CSVs changed since each earlier one, as :func:`reading_changed` says it
+#: what each reading of the CSVs changed (the readings since a run's are named by :func:`reading_changed`)
 READING_CHANGES = {
-    4: "rows with a label cell that is no number beside another target's label are kept, a copy of a molecule "
-       "labelling a heavy atom's isotope is one molecule with it, and (data.fragments: parent) an acid salted with its "
-       "own anion has the acid for parent",
-    5: "a copy of a molecule labelling a heavy atom's isotope ([13CH3]) is one molecule with it, and (data.fragments: "
-       "parent) an acid salted with its own anion has the acid for parent",
-    6: "an acid salted with its own anion (CC(=O)[O-].CC(=O)O.[Na+]) has the acid for parent",
+    5: "rows with a label cell that is no number beside another target's label are kept",
+    6: "a copy of a molecule labelling a heavy atom's isotope ([13CH3]) is one molecule with it",
+    7: "(data.fragments: parent) an acid salted with its own anion (CC(=O)[O-].CC(=O)O.[Na+]) has the acid for parent",
 }
 
 
