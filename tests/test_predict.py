@@ -432,6 +432,67 @@ def test_predict_cli_exit_codes_and_one_row_per_input(ckpt, tmp_path, capsys):
     assert "no heavy atoms" in rows[1]["error"]
 
 
+def test_predict_reads_data_as_input_and_takes_flags_only_as_written(ckpt, tmp_path, capsys):
+    """``predict --data new.csv`` (train's and evaluate's name for the molecules) was read as
+    ``--data-root new.csv``, an abbreviation argparse accepted, and refused for a flag never given:
+    it is ``--input``'s other name. A prefix of a flag is no longer taken for the flag (``--out``
+    wrote the predictions as ``--output`` does, ``--data`` did not): it is named, with the flag
+    it begins, and nothing is written."""
+    src = tmp_path / "new.csv"
+    src.write_text("smiles,name\nCCO,a\nc1ccccc1,b\n")
+    outs = {}
+    for flag in ("--input", "--data"):
+        outs[flag] = tmp_path / f"{flag[2:]}.csv"
+        rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), flag, str(src), "--output", str(outs[flag])],
+                             capsys)
+        assert rc == 0 and "2 rows, 2 predicted, 0 failed" in err, err
+    assert outs["--data"].read_text() == outs["--input"].read_text()
+    assert [r["name"] for r in read_output(outs["--data"])] == ["a", "b"]
+    with pytest.raises(SystemExit) as exc:
+        run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(src), "--out", str(tmp_path / "o.csv")], capsys)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.splitlines()[-1] == (
+        "siggate predict: error: unrecognized arguments: --out (did you mean --output?)")
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_unknown_flags_are_named_with_the_flags_they_begin_or_resemble(capsys):
+    from siggate.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--epoch", "3", "--thread", "1", "--seedz", "2"])
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert exc.value.code == 2 and err == ("siggate train: error: unrecognized arguments: --epoch 3 --thread 1 --seedz 2 "
+                                           "(did you mean --epochs for --epoch, --threads for --thread, --seed for "
+                                           "--seedz?)")
+    with pytest.raises(SystemExit) as exc:  # nothing close: no hint
+        main(["train", "--zzzzzz"])
+    assert exc.value.code == 2 and capsys.readouterr().err.splitlines()[-1] == (
+        "siggate train: error: unrecognized arguments: --zzzzzz")
+
+
+def test_no_command_takes_a_flag_by_its_prefix():
+    """Every parser of the CLI (sub-commands, analyses, bench's own) refuses abbreviations."""
+    import argparse
+
+    from siggate.cli import build_parser
+    from siggate.perf.args import build_parser as bench_parser
+
+    seen = []
+
+    def walk(parser):
+        seen.append(parser.prog)
+        assert parser.allow_abbrev is False, parser.prog
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+
+    walk(build_parser())
+    walk(bench_parser())
+    assert {"siggate", "siggate predict", "siggate analyze entropy", "siggate bench"} <= set(seen)
+
+
 def test_an_output_named_gz_is_compressed_and_one_of_another_type_is_refused(ckpt, tmp_path, capsys):
     """--output out.csv.gz (or evaluate's scores.json.gz) wrote plain text under that name, which
     pandas could not read back; out.xlsx got CSV text too."""

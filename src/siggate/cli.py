@@ -966,7 +966,8 @@ def cmd_data(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .version import __version__
 
-    parser = argparse.ArgumentParser(prog="siggate", description="SigGate-GT: gated graph transformers")
+    parser = argparse.ArgumentParser(prog="siggate", description="SigGate-GT: gated graph transformers",
+                                     allow_abbrev=False)  # flags as written (add_command)
     parser.add_argument("--version", action="version", version=f"siggate {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -1050,7 +1051,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="node-level checkpoints: the dataset split to predict, train, val, test or all (default: test)")
     add_data_root_flag(p, "node-level checkpoints", default="as in training")
     add_cache_dir_flag(p, "node-level checkpoints", default="as in training")
-    p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
+    p.add_argument("--input", "--data", dest="input", default=None, metavar="FILE",
+                   help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line (--data: the same, as "
+                        "train and evaluate name it)")
     p.add_argument("--smiles-col", default=None,
                    help="SMILES column of --input (default: the training run's SMILES column, else smiles)")
     p.add_argument("--output", default=None, help="output CSV, gzip-compressed when it ends in .gz (default: stdout)")
@@ -1072,7 +1075,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, metavar="RUN",
                    help="run folder (its best.pt), folder of several members (their weighted contributions) or .pt")
     p.add_argument("smiles", nargs="*", help="SMILES strings")
-    p.add_argument("--input", default=None, help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line")
+    p.add_argument("--input", "--data", dest="input", default=None, metavar="FILE",
+                   help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line (--data: the same, as "
+                        "train and evaluate name it)")
     p.add_argument("--smiles-col", default=None,
                    help="SMILES column of --input (default: the training run's SMILES column, else smiles)")
     p.add_argument("--out", required=True, metavar="DIR",
@@ -1166,6 +1171,22 @@ def _innermost(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser
         parser = subs[0].choices[name]
 
 
+def _flag_hint(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """``"; did you mean --output?"`` for the unknown flags of ``extra`` that begin one or more of
+    ``parser``'s (a flag is taken only as written: :func:`~siggate.config_args.add_command`), or
+    lie close to one; empty otherwise."""
+    import difflib
+
+    known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    hints = []
+    for flag in (x.split("=", 1)[0] for x in extra if x.startswith("--")):
+        near = [o for o in known if o.startswith(flag)] or difflib.get_close_matches(flag, known, n=1)
+        hints += [(flag, " or ".join(near))] if near else []
+    if len(hints) == 1:
+        return f" (did you mean {hints[0][1]}?)"
+    return f" (did you mean {', '.join(f'{near} for {flag}' for flag, near in hints)}?)" if hints else ""
+
+
 def _stopped(exc: BaseException) -> tuple[str, int]:
     """How a stopped command says so and its exit status (128 + the signal's number, as a shell
     reports it): ``terminated`` (SIGTERM, 143) or ``interrupted`` (Ctrl-C, 130)."""
@@ -1210,7 +1231,8 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command they were given to, with its usage (the top-level usage said nothing of it)
-        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+        inner = _innermost(parser, args)
+        inner.error(f"unrecognized arguments: {' '.join(extra)}{_flag_hint(inner, extra)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
         parser.print_help()

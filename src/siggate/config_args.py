@@ -45,7 +45,10 @@ def examples_epilog(examples: list[str], description: str | None = None) -> dict
 def add_command(subparsers, name: str, help: str, examples: list[str], description: str | None = None,
                 **kw) -> argparse.ArgumentParser:
     """``subparsers.add_parser(name)`` with a one-line ``help``, a ``description`` (default: the
-    help as a sentence) and :func:`examples_epilog`."""
+    help as a sentence) and :func:`examples_epilog`. A flag is taken only as written
+    (``allow_abbrev=False``): argparse read a prefix as the one flag it begins, so ``predict
+    --data x.csv`` became ``--data-root x.csv`` and was refused for a flag never given."""
+    kw.setdefault("allow_abbrev", False)
     return subparsers.add_parser(name, help=help, **examples_epilog(examples, description or help[:1].upper()
                                                                     + help[1:] + "."), **kw)
 

@@ -76,6 +76,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The stand-alone parser of ``python benchmarks/throughput.py`` (same options)."""
-    parser = argparse.ArgumentParser(prog="siggate bench", **examples_epilog(EXAMPLES, DESCRIPTION))
+    parser = argparse.ArgumentParser(prog="siggate bench", allow_abbrev=False, **examples_epilog(EXAMPLES, DESCRIPTION))
     add_arguments(parser)
     return parser

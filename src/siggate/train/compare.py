@@ -899,8 +899,7 @@ def register(subparsers) -> None:
             "siggate compare --out runs/cmp --aggregate-only   # results from the runs finished so far",
         ],
         description="Train each gate on each seed (one process per run) and compare every gate with the "
-                    "first one listed (the baseline): mean ± std, paired t, Wilcoxon and Welch p-values.",
-        allow_abbrev=False)  # '--data x.csv' must not be read as '--data-root x.csv'
+                    "first one listed (the baseline): mean ± std, paired t, Wilcoxon and Welch p-values.")
 
     p.add_argument("--config", default=None, help="built-in config name or YAML path (default: nci5k)")
     p.add_argument("--seeds", default=None, help="seeds, e.g. 0-9 or 0,2,5 (default: 0-4)")
