@@ -153,6 +153,9 @@ def test_the_lock_names_its_holder_and_is_free_after_release(tmp_path):
     folder = tmp_path / "x"
     with FolderLock(folder):
         assert folder_busy(folder) == f"pid {os.getpid()} on {socket.gethostname()}"
+        assert folder_busy(folder, others=True) is None  # this process's own lock
+        (folder / FolderLock.NAME).write_text(f"pid {os.getpid()}0 on {socket.gethostname()}\n")  # another's text
+        assert folder_busy(folder, others=True) == f"pid {os.getpid()}0 on {socket.gethostname()}"
         with pytest.raises(FolderBusy, match=f"pid {os.getpid()}"):
             FolderLock(folder).acquire()  # one process, two claims: refused as well
     assert folder_busy(folder) is None and not folder.exists()

@@ -325,7 +325,7 @@ class FolderLock:
                 break
             os.close(fd)
         os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+        os.write(fd, f"{_this_process()}\n".encode())
         self._fd = fd
         return self
 
@@ -394,9 +394,20 @@ def _holder(path: Path) -> str:
     return text or "pid unknown"
 
 
-def folder_busy(folder: str | os.PathLike) -> str | None:
+def _this_process() -> str:
+    """How a :class:`FolderLock` names its holder: ``pid 123 on host``."""
+    return f"pid {os.getpid()} on {socket.gethostname()}"
+
+
+def folder_busy(folder: str | os.PathLike, others: bool = False) -> str | None:
     """Who holds ``folder``'s :class:`FolderLock` (``"pid 123 on host"``), or None when no live
-    process does. Creates nothing."""
+    process does; with ``others``, None also when this process holds it (a run reading its own
+    folder). Creates nothing."""
+    busy = _folder_holder(folder)
+    return None if others and busy == _this_process() else busy
+
+
+def _folder_holder(folder: str | os.PathLike) -> str | None:
     path = Path(folder) / FolderLock.NAME
     if fcntl is None or not path.is_file():
         return None

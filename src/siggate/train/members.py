@@ -20,7 +20,6 @@ import copy
 import dataclasses
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -256,8 +255,7 @@ def load_predictor(path: str | Path, device: torch.device | str | None = "cpu"):
         return GNNMember.from_checkpoint(path, device, split_seed=_split_seed_beside(path))
     from ..files import folder_busy
 
-    busy = folder_busy(path)
-    busy = None if busy and busy.startswith(f"pid {os.getpid()} ") else busy  # (this process: a run reading its own)
+    busy = folder_busy(path, others=True)  # (this process: a run reading its own)
     if busy and ((path / MANIFEST).is_file() or (path / BEST).is_file()):  # its best epoch so far, or an earlier end
         logging.getLogger("siggate.predict").warning(
             "%s: a run is training there now (%s): what is read is the run as it stands (a best epoch so far, or the "
