@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -273,6 +274,35 @@ def test_config_yaml_records_version_and_commit(tmp_path):
     assert saved["_meta"]["siggate_version"] == siggate.__version__
     assert "git_commit" in saved["_meta"]
     assert saved["model"]["layers"] == 1 and saved["train"]["epochs"] == 1
+
+
+def test_the_commit_is_siggates_own_checkout_and_not_a_project_repository_around_an_install(tmp_path):
+    """An installed siggate inside a user's own git repository (``project/.venv``) recorded that
+    project's HEAD as siggate's ``git_commit`` in every run; only siggate's own checkout names one."""
+    import siggate
+    from siggate.train.record import git_commit
+
+    def git(*args, cwd):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                       capture_output=True)
+
+    here = Path(siggate.__file__).resolve().parent
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True)
+    expected = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True).stdout.strip()
+    assert top.returncode == 0 and (Path(top.stdout.strip()) / "src" / "siggate").resolve() == here  # a checkout
+    assert git_commit() == expected and len(expected) == 40
+
+    for layout in ("venv/lib/site-packages", "src"):  # installed in a project, or a project's own src/siggate
+        project = tmp_path / layout.split("/")[0]
+        shutil.copytree(here, project / layout / "siggate", ignore=shutil.ignore_patterns("__pycache__", "*.pt"))
+        (project / "pyproject.toml").write_text('[project]\nname = "someones-project"\n')
+        git("init", "-q", cwd=project)
+        git("add", "-A", cwd=project)
+        git("commit", "-q", "-m", "project", cwd=project)
+        out = subprocess.run([sys.executable, "-c", "from siggate.train.record import git_commit; print(git_commit())"],
+                             cwd=tmp_path, capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(project / layout)})
+        assert out.returncode == 0 and out.stdout.strip() == "None", (layout, out.stdout, out.stderr)
 
 
 # --------------------------------------------------------------------------- DDP pieces (one process)

@@ -68,13 +68,24 @@ def checkpoint_dict(run: Run, config: dict, rng_ranks: list) -> dict:
 
 
 def git_commit() -> str | None:
-    """The git commit of the siggate source tree, or None outside a checkout."""
+    """The git commit of the siggate source tree, or None outside a checkout of siggate: an
+    installed siggate inside another git repository (a project's ``.venv``) is not that project's
+    commit."""
+    package = Path(__file__).resolve().parent.parent
     try:
-        here = Path(__file__).resolve().parent
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], cwd=package, capture_output=True,
+                             text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
+    lines = out.stdout.split("\n")
+    if out.returncode != 0 or len(lines) < 2 or not lines[1].strip():
+        return None
+    top = Path(lines[0])
+    try:
+        ours = (top / "src" / "siggate").resolve() == package and 'name = "siggate"' in (top / "pyproject.toml").read_text()
+    except OSError:
+        ours = False
+    return lines[1].strip() if ours else None
 
 
 def data_source(data: DataConfig) -> dict | None:
