@@ -358,6 +358,19 @@ def test_missing_data_root_names_expected_files_and_source(tmp_path, capsys, nam
     assert not list((tmp_path / "c").rglob("*.pt"))
 
 
+def test_no_data_root_at_all_names_the_flag_and_the_variable(tmp_path, capsys, monkeypatch):
+    """An installed siggate has no ``../shared/data`` beside it: without ``SIGGATE_DATA`` the
+    refusal named the Python argument ``root=...``, which a command line cannot pass."""
+    for module in ("base", "sources", "registry"):  # as outside a checkout: no ../shared/data
+        monkeypatch.setattr(f"siggate.data.{module}.default_data_root", lambda: None)
+    monkeypatch.delenv("SIGGATE_DATA", raising=False)
+    monkeypatch.setenv("SIGGATE_OFFLINE", "1")
+    rc, out, err = run_cli(["data", "verify", "zinc", "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 2 and out == "" and "Traceback" not in err
+    assert ("No data root: give --data-root DIR (root=... in Python) or set SIGGATE_DATA to a folder holding "
+            "ZINC/subset/processed/train.pt, ZINC/subset/processed/val.pt, ZINC/subset/processed/test.pt.") in err
+
+
 def test_a_data_root_that_is_no_folder_is_named_by_data_verify(tmp_path, capsys):
     """``data verify zinc --data-root /misspelt`` listed the files it missed there and not that the
     folder itself does not exist."""

@@ -150,7 +150,8 @@ class Layout:
             lines += [f"  {shown / f}" + ("" if (shown / f).is_file() else "   (missing)") for f in self.files]
         else:
             lines.append(
-                "No data root: pass root=... or set SIGGATE_DATA to a folder holding " + ", ".join(self.files) + "."
+                "No data root: give --data-root DIR (root=... in Python) or set SIGGATE_DATA to a folder holding "
+                + ", ".join(self.files) + "."
             )
         lines.append(f"(a download would go to {dl_root})")
         lines.append(f"Source: {self.origin}")
