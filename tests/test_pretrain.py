@@ -250,6 +250,24 @@ def test_benchmark_test_sets_named_when_missing(tmp_path):
                                      "a checkout of siggate)"}
 
 
+def test_a_missing_moleculeace_package_is_named_with_the_command_that_installs_it(monkeypatch):
+    """Without MoleculeACE the warning said only 'No package metadata was found for MoleculeACE',
+    where ``--smiles moses`` without molsets names the pip command."""
+    import importlib.metadata
+
+    real = importlib.metadata.distribution
+
+    def distribution(name):
+        if name == "MoleculeACE":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
+    found, missing = benchmark_test_smiles(None, names=("moleculeace",))
+    assert found == {} and missing == {"moleculeace": "MoleculeACE is not installed: pip install --no-deps "
+                                                      "MoleculeACE==3.0.0"}
+
+
 def test_pretrain_then_finetune_copies_the_backbone(tmp_path):
     out = tmp_path / "pt"
     rec = pretrain(_corpus_file(tmp_path), out, molecules=1000, epochs=1, seed=0, data_root=tmp_path / "none",

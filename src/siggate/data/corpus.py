@@ -152,6 +152,7 @@ def _nci5k_test(root: Path | None) -> list[str]:
 
 
 def _moleculeace_test(root: Path | None) -> list[str]:
+    wheel_file("MoleculeACE", "3.0.0", "MoleculeACE/__init__.py")  # not installed: the pip command that installs it
     dist_files = importlib.metadata.distribution("MoleculeACE").files or []
     out = []
     for f in sorted(str(p) for p in dist_files if str(p).endswith(".csv") and "benchmark_data" in str(p)):
