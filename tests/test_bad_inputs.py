@@ -1534,6 +1534,12 @@ def test_a_config_not_a_file_a_builtins_file_name_and_a_key_under_a_value_are_na
                           (["--config", "zinc.yaml"], f"siggate train: error: config file 'zinc.yaml' not found (looked "
                                                       f"in {tmp_path}); the built-in config of that name is given as "
                                                       "'zinc' (--config zinc)\n"),
+                          (["--config", "configs/zinc.yaml"],  # the repository's path, outside a checkout
+                           f"siggate train: error: config file 'configs/zinc.yaml' not found (looked in {tmp_path}); the "
+                           "built-in config of that name is given as 'zinc' (--config zinc)\n"),
+                          (["--config", "configs/zync.yaml"],
+                           f"siggate train: error: config file 'configs/zync.yaml' not found (looked in {tmp_path}). "
+                           "Built-in configs: cluster, csv, "),
                           (["--config", "zinc", "--set", "model.dim.x=3"],
                            "siggate train: error: --set model.dim.x=3: model.dim is one value (64), not a group of keys; "
                            "set it as --set model.dim=VALUE\n")):

@@ -735,7 +735,7 @@ def resolve_config_path(name_or_path: str) -> Path:
                           f"{', '.join(known)}")
     if p.suffix.lower() in (".yaml", ".yml") or len(p.parts) > 1:
         builtin = (f"; the built-in config of that name is given as {p.stem!r} (--config {p.stem})"
-                   if len(p.parts) == 1 and p.stem in known else f". Built-in configs: {', '.join(known)}.")
+                   if p.stem in known else f". Built-in configs: {', '.join(known)}.")  # (configs/zinc.yaml too)
         raise ConfigError(f"config file {name_or_path!r} not found (looked in {Path.cwd()}){builtin}")
     raise ConfigError(
         f"config {name_or_path!r} not found: it is neither a YAML file nor a built-in config. "
