@@ -456,6 +456,57 @@ def test_predict_reads_data_as_input_and_takes_flags_only_as_written(ckpt, tmp_p
     assert not (tmp_path / "o.csv").exists()
 
 
+def _fifo_of(path: Path, data: bytes):
+    """A named pipe at ``path`` that a thread fills with ``data`` once it is opened for reading
+    (``--input <(cat x.csv)`` is such a pipe); returns the thread."""
+    import threading
+
+    os.mkfifo(path)
+
+    def feed():
+        with open(path, "wb") as fh:
+            fh.write(data)
+
+    thread = threading.Thread(target=feed, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_predict_reads_a_pipe_from_its_first_byte(ckpt, tmp_path, capsys, compressed):
+    """``predict --input <(cat new.csv)`` sniffed the pipe's first 8 KB and opened it again: the
+    header and the first rows were gone, and the rest was read as SMILES lines (28 rows of 128,
+    all failed). A pipe is read once, as standard input is."""
+    rows = "".join(f"{s},m{i}\n" for i, s in enumerate(nci_smiles(300)))
+    text = ("smiles,name\n" + rows).encode()
+    assert len(text) > 8192  # more than the sniffed head
+    regular = tmp_path / "new.csv"
+    regular.write_bytes(text)
+    want = tmp_path / "want.csv"
+    assert run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(regular), "--output", str(want)], capsys)[0] == 0
+    pipe = tmp_path / "pipe"
+    feeder = _fifo_of(pipe, gzip.compress(text) if compressed else text)
+    got = tmp_path / "got.csv"
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(pipe), "--output", str(got)], capsys)
+    feeder.join(timeout=30)
+    assert rc == 0 and "300 rows, 300 predicted, 0 failed" in err, err
+    assert got.read_text() == want.read_text()
+
+
+def test_train_and_evaluate_name_a_pipe_given_as_data(ckpt, tmp_path, capsys):
+    """A pipe given as ``--data`` was 'not found' (train) or 'no such file' (evaluate): it is
+    there, and is refused for what it is, a stream read once."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)  # (nothing writes it: neither command opens it)
+    why = ("is not a regular file (a pipe?): it is read more than once (and a run records its path and SHA-256 to "
+           "score it again later); save it to a file and give that (a compressed file is read as it is)\n")
+    rc, _, err = run_cli(["train", "--data", str(pipe), "--target-col", "y", "--members", "rf", "--out",
+                          str(tmp_path / "run")], capsys)
+    assert rc == 2 and err.endswith(f"siggate train: error: {pipe} {why}") and not (tmp_path / "run").exists(), err
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(pipe)], capsys)
+    assert rc == 2 and err.endswith(f"siggate evaluate: error: --data {pipe} {why}"), err
+
+
 def test_unknown_flags_are_named_with_the_flags_they_begin_or_resemble(capsys):
     from siggate.cli import main
 

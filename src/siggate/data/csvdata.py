@@ -125,6 +125,10 @@ MISSING_TARGET = "missing target"
 #: 6: a molecule and a copy labelling a heavy atom's isotope ([13CH3]) are one molecule (_canonical);
 #: 7: under ``data.fragments: parent`` an acid salted with its own anion has the acid for parent
 #: (it had none; :func:`~siggate.data.chem.parent_by_neutralizing`)
+#: why a CSV to train on or to score must be a file (a pipe, ``--data <(zcat x.csv.gz)``, is read once)
+NOT_A_FILE = ("not a regular file (a pipe?): it is read more than once (and a run records its path and SHA-256 to "
+              "score it again later); save it to a file and give that (a compressed file is read as it is)")
+
 CSV_VERSION = 7
 
 
@@ -1174,7 +1178,8 @@ def _check_arguments(path: Path, smiles_col: str, target_cols, task: str, split:
         )
     split_col = _parse_split(split)
     if not path.is_file():
-        raise FileNotFoundError(f"CSV file not found: {path}" + (" (it is a folder)" if path.is_dir() else ""))
+        raise FileNotFoundError(f"CSV file not found: {path}" + (" (it is a folder)" if path.is_dir() else "")
+                                if not path.exists() or path.is_dir() else f"{path} is {NOT_A_FILE}")
     columns = _read_header(path, sep)
     wanted = [("SMILES", smiles_col)] + [("target", c) for c in target_cols]
     if split_col:

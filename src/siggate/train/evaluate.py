@@ -278,7 +278,9 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     if path.is_dir():
         raise EvaluationError(f"--data {path} is a folder; give the CSV file of SMILES and labels")
     if not path.is_file():
-        raise EvaluationError(f"--data {path}: no such file")
+        from ..data.csvdata import NOT_A_FILE
+
+        raise EvaluationError(f"--data {path} is {NOT_A_FILE}" if path.exists() else f"--data {path}: no such file")
     if info.level != "graph" or info.node_features != "ogb":
         raise EvaluationError(f"--data: this checkpoint scores {info.name!r} graphs, not molecules from SMILES; "
                               "evaluate it on its own splits (drop --data)")

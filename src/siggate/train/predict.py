@@ -597,16 +597,24 @@ def _open_text(path: Path):
     one file (by its first bytes, as ``train --data`` reads it): UTF-8 with an optional BOM;
     undecodable bytes are kept as surrogates so the row can name them."""
     kw = dict(encoding="utf-8-sig", errors="surrogateescape", newline="")
-    if str(path) == "-":
-        raw = sys.stdin.buffer
+
+    def stream(raw):  # read once, from its start: its first bytes cannot be read again
         peek = getattr(raw, "peek", None)
         if peek is not None and peek(2)[:2] == b"\x1f\x8b":  # gzip on stdin (zcat-less pipes), read as a .gz file
             raw = gzip.GzipFile(fileobj=raw, mode="rb")
         return io.TextIOWrapper(raw, **kw), None
+
+    if str(path) == "-":
+        return stream(sys.stdin.buffer)
     if not path.exists():
         raise InputError(f"input file not found: {path}")
     if path.is_dir():
         raise InputError(f"input {path} is a directory; give a CSV or .smi file")
+    if not path.is_file():  # a pipe (--input <(zcat x.gz)), /dev/stdin: the file's first bytes were lost by reopening it
+        try:
+            return stream(open(path, "rb"))
+        except OSError as exc:
+            raise InputError(f"cannot read input file {path}: {exc.strerror or exc}") from None
     try:
         with open(path, "rb") as fh:
             head = fh.read(8192)
