@@ -493,7 +493,7 @@ def test_predict_reads_a_pipe_from_its_first_byte(ckpt, tmp_path, capsys, compre
     assert got.read_text() == want.read_text()
 
 
-def test_train_and_evaluate_name_a_pipe_given_as_data(ckpt, tmp_path, capsys):
+def test_train_evaluate_and_pretrain_name_a_pipe_given_as_their_data(ckpt, tmp_path, capsys):
     """A pipe given as ``--data`` was 'not found' (train) or 'no such file' (evaluate): it is
     there, and is refused for what it is, a stream read once."""
     pipe = tmp_path / "pipe"
@@ -505,6 +505,8 @@ def test_train_and_evaluate_name_a_pipe_given_as_data(ckpt, tmp_path, capsys):
     assert rc == 2 and err.endswith(f"siggate train: error: {pipe} {why}") and not (tmp_path / "run").exists(), err
     rc, _, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(pipe)], capsys)
     assert rc == 2 and err.endswith(f"siggate evaluate: error: --data {pipe} {why}"), err
+    rc, _, err = run_cli(["pretrain", "--smiles", str(pipe), "--out", str(tmp_path / "pt")], capsys)
+    assert rc == 2 and err.endswith(f"siggate pretrain: error: --smiles {pipe} {why}") and not (tmp_path / "pt").exists()
 
 
 def test_unknown_flags_are_named_with_the_flags_they_begin_or_resemble(capsys):

@@ -895,7 +895,10 @@ def _pretrain(args) -> int:
     elif Path(source).is_dir():
         raise CLIError(f"--smiles {source} is a folder; give a CSV or .smi file in it, or 'moses'")
     elif not Path(source).is_file():
-        raise CLIError(f"--smiles {source}: no such file; give a CSV or .smi file, or 'moses'")
+        from .data.csvdata import NOT_A_FILE
+
+        raise CLIError(f"--smiles {source} is {NOT_A_FILE}" if Path(source).exists()
+                       else f"--smiles {source}: no such file; give a CSV or .smi file, or 'moses'")
     clash = flag_key_clash(args, ("threads",))  # the flag silently won (its other flags have defaults)
     if clash:
         raise CLIError(clash)
