@@ -435,6 +435,22 @@ def test_init_copies_a_layer_whole_or_not_at_all():
     assert torch.equal(state["head.2.weight"], blob["model"]["head.2.weight"])  # a layer of the same shape is copied
 
 
+def test_a_folder_named_pretrained_here_is_named_beside_the_shipped_weights(tmp_path, monkeypatch, caplog):
+    """``--init pretrained`` with a ``./pretrained`` folder (a user's own pretraining) took the
+    shipped weights without a word; the warning says which it took and how to give the folder."""
+    monkeypatch.chdir(tmp_path)
+    init_weights._warn_shadowed.cache_clear()
+    shipped = init_weights.resolve_init("pretrained")
+    assert not caplog.records
+    (tmp_path / "pretrained").mkdir()
+    with caplog.at_level("WARNING", logger="siggate.train"):
+        assert init_weights.resolve_init("pretrained") == shipped  # still the shipped weights
+        init_weights.resolve_init("pretrained")  # said once
+    assert [r.getMessage() for r in caplog.records] == [
+        f"train.init 'pretrained' means the weights shipped with siggate, not {tmp_path / 'pretrained'} here; to "
+        "start from that, give it as ./pretrained"]
+
+
 def test_shipped_weights_load_and_fit_the_csv_recipe():
     path = init_weights.resolve_init("pretrained")
     assert path.stat().st_size < 8 * 2**20

@@ -16,6 +16,7 @@ no difference between two models without attention). With pooling ``norm`` the p
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import NamedTuple
@@ -44,9 +45,19 @@ ATTENTION_ARCH_OPTIONS = {"performer": ("num_features", "kernel"),
                           "exphormer": ("expander_degree_total", "num_virtual_nodes", "expander_seed")}
 
 
+@functools.lru_cache(maxsize=8)
+def _warn_shadowed(path: str, source: str) -> None:
+    """Once per process: a file or folder here has the name of the shipped weights."""
+    logging.getLogger("siggate.train").warning(
+        "train.init %r means the weights shipped with siggate, not %s here; to start from that, give it as ./%s",
+        source, path, source)
+
+
 def resolve_init(source: str) -> Path:
     """The weights file ``train.init`` names (see the module docstring)."""
     if init_is_shipped(source):
+        if Path(source).exists():
+            _warn_shadowed(str(Path(source).resolve()), source)
         name = source.partition(":")[2] or "default"
         path = SHIPPED / f"{name}.pt"
         if not path.is_file():
