@@ -658,6 +658,33 @@ def test_zero_one_regression_target_suggests_binary(tmp_path, caplog):
     assert not any("holds only 0 and 1" in r.getMessage() for r in caplog.records)
 
 
+def test_a_potency_in_nanomolar_is_named_as_one_to_model_on_its_logarithm(tmp_path, caplog):
+    """IC50s in nM (log-normal over orders of magnitude) trained as they are, without a word: the
+    largest decide the loss. Warned about; their log10, yields of 1-99% and a target with a zero
+    or a negative value are not."""
+    import math
+
+    import numpy as np
+
+    caplog.set_level("WARNING", logger="siggate.data.csvdata")
+    rng = np.random.default_rng(0)
+    n = len(GOOD)
+    columns = {"ic50": 10 ** rng.normal(2.5, 1.0, n), "pic50": 9 - rng.normal(2.5, 1.0, n),
+               "yield": np.linspace(1, 99, n), "shifted": np.r_[0.0, 10 ** rng.normal(2.5, 1.0, n - 1)]}
+    path = tmp_path / "p.csv"
+    path.write_text(",".join(["smiles", *columns]) + "\n" + "".join(
+        ",".join([s, *(repr(float(c[i])) for c in columns.values())]) + "\n" for i, s in enumerate(GOOD)))
+    ds = load_csv(path, "smiles", list(columns), "regression", split="random", cache_dir=tmp_path / "c")
+    msgs = [r.getMessage() for r in caplog.records if "orders of magnitude" in r.getMessage()]
+    v = np.concatenate([g.y.numpy() for split in ds.splits.values() for g in split])[:, 0].astype(np.float64)
+    low, high = np.percentile(v, [5, 95])
+    assert msgs == [f"p.csv: target column 'ic50' spans {math.log10(high / low):.1f} orders of magnitude (5th to 95th "
+                    f"percentile: {low:.3g} to {high:.3g}), all positive: a potency, concentration or solubility is "
+                    "modelled on its logarithm, else its largest values decide the loss and the scores; to train on "
+                    "that, give a column of its log10 (pIC50 = 9 - log10(IC50 in nM))"]
+    assert high / low > 100
+
+
 def test_constant_target_is_refused(tmp_path):
     from siggate.data.base import DataError
     from siggate.data.csvdata import check_trainable

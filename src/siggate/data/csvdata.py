@@ -125,6 +125,10 @@ MISSING_TARGET = "missing target"
 #: 6: a molecule and a copy labelling a heavy atom's isotope ([13CH3]) are one molecule (_canonical);
 #: 7: under ``data.fragments: parent`` an acid salted with its own anion has the acid for parent
 #: (it had none; :func:`~siggate.data.chem.parent_by_neutralizing`)
+#: a regression target whose positive labels' 95th percentile is this many times their 5th (two
+#: orders of magnitude: IC50s in nM), and whose logarithm is less skewed than they are (yields from
+#: 1 to 99% are not), is warned about as one to model on its logarithm
+LOG_SCALE_SPAN = 100.0
 #: why a CSV to train on or to score must be a file (a pipe, ``--data <(zcat x.csv.gz)``, is read once)
 NOT_A_FILE = ("not a regular file (a pipe?): it is read more than once (and a run records its path and SHA-256 to "
               "score it again later); save it to a file and give that (a compressed file is read as it is)")
@@ -1220,6 +1224,20 @@ def _report(path: Path, ds: GraphDataset, fresh: bool) -> None:
                 task = "binary" if ds.info.num_tasks == 1 else "multilabel"
                 logger.warning("%s: target column %r holds only 0 and 1, and is trained as regression (MAE); if it "
                                "is a class label, pass --task %s", name, col, task)
+            elif v.size >= 10 and np.all(v > 0):
+                low, high = np.percentile(v, [5, 95])
+                if high >= LOG_SCALE_SPAN * low and abs(_skew(np.log(v))) < abs(_skew(v)):
+                    logger.warning("%s: target column %r spans %.1f orders of magnitude (5th to 95th percentile: %.3g "
+                                   "to %.3g), all positive: a potency, concentration or solubility is modelled on its "
+                                   "logarithm, else its largest values decide the loss and the scores; to train on "
+                                   "that, give a column of its log10 (pIC50 = 9 - log10(IC50 in nM))", name, col,
+                                   math.log10(high / low), low, high)
+
+
+def _skew(v: np.ndarray) -> float:
+    """The sample skewness of ``v`` (0 for a constant)."""
+    sd = float(np.std(v))
+    return float(np.mean((v - v.mean()) ** 3)) / sd**3 if sd > 0 else 0.0
 
 
 def _warn_notes(name: str, ds: GraphDataset) -> None:
