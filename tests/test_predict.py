@@ -509,6 +509,45 @@ def test_train_evaluate_and_pretrain_name_a_pipe_given_as_their_data(ckpt, tmp_p
     assert rc == 2 and err.endswith(f"siggate pretrain: error: --smiles {pipe} {why}") and not (tmp_path / "pt").exists()
 
 
+def test_an_sd_file_is_refused_by_every_reader_with_the_command_that_converts_it(ckpt, tmp_path, capsys):
+    """An SD file given to predict was read as lines: each atom line a 'SMILES', 14,440 rows of
+    which 400 were predicted (a 'C' of '0.0 0.0 C'); train refused it for columns it lacked. Every
+    reader refuses it, naming the RDKit line that converts it, and that line makes a CSV of its
+    SMILES and properties that siggate reads."""
+    import shlex
+
+    from rdkit import Chem
+
+    smiles = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1"]
+    sdf = tmp_path / "mols.sdf"
+    with Chem.SDWriter(str(sdf)) as w:
+        for i, smi in enumerate(smiles):
+            mol = Chem.MolFromSmiles(smi)
+            mol.SetProp("pIC50", str(5 + i))
+            w.write(mol)
+    packed = tmp_path / "mols.sdf.gz"
+    packed.write_bytes(gzip.compress(sdf.read_bytes()))
+    for path in (sdf, packed):
+        why = f"{path} is an SD file (molfile records), not a table of SMILES; convert it to a CSV with a smiles column"
+        for argv in (["predict", "--checkpoint", str(ckpt), "--input", str(path), "--output", str(tmp_path / "p.csv")],
+                     ["explain", "--checkpoint", str(ckpt), "--input", str(path), "--out", str(tmp_path / "e")],
+                     ["evaluate", "--checkpoint", str(ckpt), "--data", str(path)],
+                     ["train", "--data", str(path), "--target-col", "pIC50", "--members", "rf", "--out",
+                      str(tmp_path / "r")],
+                     ["pretrain", "--smiles", str(path), "--out", str(tmp_path / "pt")]):
+            rc, out, err = run_cli(argv, capsys)
+            assert rc == 2 and f"siggate {argv[0]}: error: {why}" in err and len(err.strip().splitlines()) == 1, err
+        assert not [p.name for p in tmp_path.iterdir() if p.name not in ("mols.sdf", "mols.sdf.gz")]
+    command = err.split(": python -c ", 1)[1].strip()
+    done = subprocess.run([sys.executable, "-c", shlex.split(command)[0]], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    table = list(csv.DictReader((tmp_path / "mols.csv").open()))
+    assert [Chem.CanonSmiles(r["smiles"]) for r in table] == [Chem.CanonSmiles(s) for s in smiles]
+    assert [r["pIC50"] for r in table] == ["5", "6", "7"]
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(tmp_path / "mols.csv")], capsys)
+    assert rc == 0 and "3 rows, 3 predicted, 0 failed" in err, err
+
+
 def test_unknown_flags_are_named_with_the_flags_they_begin_or_resemble(capsys):
     from siggate.cli import main
 

@@ -62,6 +62,12 @@ def read_smiles(path: str | Path, smiles_col: str | None = None, fix: str = "nam
 
 
 def _read_smiles(path: Path, smiles_col: str | None, fix: str) -> list[str]:
+    from .csvdata import sd_file_problem
+
+    with open_decompressed(path) as raw:
+        sd = sd_file_problem(path, raw.read(65536))
+    if sd:
+        raise ValueError(sd)
     with _open_text(path) as fh:
         kind = inner_suffix(path) or inner_suffix(Path(str(getattr(fh.buffer, "name", ""))))  # lib.zip: its file's
         if kind in (".csv", ".tsv"):

@@ -182,7 +182,27 @@ def _file_bytes(path: Path) -> bytes:
             raise DataError(f"{path} is {what}, not a UTF-8 CSV file; {SAVE_AS_CSV}")
     if b"\x00" in data[:65536]:
         raise DataError(f"{path} looks like a binary file (it contains NUL bytes), not a CSV file; {SAVE_AS_CSV}")
+    sd = sd_file_problem(path, data[:65536])
+    if sd:
+        raise DataError(sd)
     return data
+
+
+#: a molfile's counts line (``V2000``/``V3000`` at its end) or block end (``M  END``): an SD file
+_MOLFILE = re.compile(rb"^(?:.{33,39}V[23]000|M  END)\s*$", re.MULTILINE)
+
+
+def sd_file_problem(path, head: bytes) -> str | None:
+    """Why ``path``, whose (decompressed) text begins with ``head``, is not read: an SD file
+    (molfile records with ``$$$$`` between them), which siggate reads as a CSV of SMILES once
+    converted (one RDKit line, named in the message); None for any other file. (Read as lines,
+    every atom line became a SMILES that failed, or one that parsed: ``C`` of ``0.0 0.0 C``.)"""
+    if not _MOLFILE.search(head):
+        return None
+    out = Path(str(path)).name.split(".")[0] + ".csv"
+    return (f"{path} is an SD file (molfile records), not a table of SMILES; convert it to a CSV with a smiles "
+            f"column and its properties: python -c \"from rdkit.Chem import PandasTools as P; "
+            f"P.LoadSDF('{path}', smilesName='smiles').drop(columns='ROMol').to_csv('{out}', index=False)\"")
 
 
 def _decode(path: Path, data: bytes) -> str:

@@ -76,6 +76,7 @@ from ..data.chem import (
     read_molecule,
 )
 from ..data.compressed import DAMAGED, compression, inner_suffix, open_decompressed
+from ..data.csvdata import sd_file_problem
 from ..files import AtomicFile, number_text, read_json
 from ..options import DELIMITERS, closest_name
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
@@ -640,6 +641,9 @@ def _open_text(path: Path):
         raise InputError(f"{path} is UTF-16 encoded; save it as UTF-8")
     if b"\x00" in head:
         raise InputError(f"{path} looks like a binary file (it contains NUL bytes), not a CSV or .smi text file")
+    sd = sd_file_problem(path, head)
+    if sd:
+        raise InputError(sd)
     return io.TextIOWrapper(opened(), **kw), module is not None
 
 
