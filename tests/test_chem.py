@@ -72,6 +72,20 @@ def test_kekulize_error_reason():
         parse_smiles("c1cccc1")
 
 
+def test_an_inchi_is_named_as_one_and_converted_by_the_line_the_reason_gives():
+    """A column of InChIs failed row by row with 'SMILES parse error: syntax error' at position 4."""
+    from rdkit import Chem
+
+    inchi = Chem.MolToInchi(Chem.MolFromSmiles("CC(=O)Nc1ccc(O)cc1"))
+    with pytest.raises(InvalidSmiles) as err:
+        parse_smiles(f" {inchi} ")
+    assert str(err.value) == ("an InChI, not a SMILES: give a column of SMILES (RDKit converts one: "
+                              "Chem.MolToSmiles(Chem.MolFromInchi(text)), whose mobile hydrogens may come back as "
+                              "another tautomer: an amide as its iminol)")
+    back = parse_smiles(Chem.MolToSmiles(Chem.MolFromInchi(inchi)))  # (RDKit 2026.09: the iminol tautomer)
+    assert Chem.MolToInchi(back) == inchi
+
+
 def test_whitespace_is_stripped():
     mol = parse_smiles("  CCO \n")
     assert mol.GetNumAtoms() == 3

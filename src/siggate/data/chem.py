@@ -331,6 +331,10 @@ def parse_smiles(smiles: str, allow_unsanitized: bool = False, max_length: int |
     bad = next((i for i, ch in enumerate(s) if ord(ch) > 127), None)
     if bad is not None:  # RDKit stops silently at the first non-ASCII character ('CCO\u00e9' -> CCO)
         raise InvalidSmiles(f"contains a non-ASCII character ({s[bad]!r}) at position {bad + 1}; SMILES are plain ASCII")
+    if s.startswith(("InChI=", "AuxInfo=")):  # a spreadsheet's identifier column, not a SMILES one
+        raise InvalidSmiles("an InChI, not a SMILES: give a column of SMILES (RDKit converts one: "
+                            "Chem.MolToSmiles(Chem.MolFromInchi(text)), whose mobile hydrogens may come back as "
+                            "another tautomer: an amide as its iminol)")
     space = next((i for i, ch in enumerate(s) if ch.isspace()), None)
     if space is not None and not s[space:].lstrip().startswith("|"):  # (a CXSMILES extension " |...|" is kept)
         raise InvalidSmiles(f"contains whitespace at position {space + 1}: RDKit would read {s[:space]!r} alone and "
