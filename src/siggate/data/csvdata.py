@@ -762,7 +762,7 @@ def build_csv(
             except InvalidSmiles as exc:  # dropped once the splits are drawn: every other row keeps the split
                 late[i] = str(exc)        # it had when such rows were kept (CSV_VERSION 2), so older runs resume
             data = mol_to_graph(mol, chirality=chirality)
-            same = _canonical(mol, smi) if _heavy_isotopes(mol) else (reading.smiles or _canonical(mol, smi))
+            same = _canonical(mol, smi) if _heavy_isotopes(mol, smi) else (reading.smiles or _canonical(mol, smi))
             if split in ("scaffold", "scaffold_balanced"):
                 try:
                     key = murcko_scaffold(mol)
@@ -856,8 +856,17 @@ def table_frame(header: list[str], records: list[list[str]], columns: list[str])
                         columns=columns, dtype=str)
 
 
-def _heavy_isotopes(mol) -> bool:
-    """Whether ``mol`` labels the isotope of an atom other than hydrogen (``[13CH3]``, ``[18F]``)."""
+#: where a SMILES labels an isotope: a mass right after a bracket (``[13CH3]``, ``[2H]``)
+_ISOTOPE_LABEL = re.compile(r"\[\s*\d")
+
+
+def _heavy_isotopes(mol, smiles: str | None = None) -> bool:
+    """Whether ``mol`` labels the isotope of an atom other than hydrogen (``[13CH3]``, ``[18F]``);
+    ``smiles``: the text ``mol`` was read from, which labels none unless a bracket begins with a
+    mass (the atoms are then not visited: a run's thousands of molecules are keyed again by
+    ``evaluate``)."""
+    if smiles is not None and not _ISOTOPE_LABEL.search(smiles):
+        return False
     return any(a.GetIsotope() and a.GetAtomicNum() != 1 for a in mol.GetAtoms())
 
 
@@ -871,7 +880,7 @@ def _canonical(mol, smiles: str) -> str:
     from rdkit import Chem
 
     try:
-        if not _heavy_isotopes(mol):
+        if not _heavy_isotopes(mol, smiles):
             return Chem.MolToSmiles(mol)
         bare = Chem.Mol(mol)
         for atom in bare.GetAtoms():
