@@ -1175,7 +1175,7 @@ def _innermost(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser
 
 
 def _flag_hint(parser: argparse.ArgumentParser, extra: list[str]) -> str:
-    """``"; did you mean --output?"`` for the unknown flags of ``extra`` that begin one or more of
+    """``" (did you mean --output?)"`` for the unknown flags of ``extra`` that begin one or more of
     ``parser``'s (a flag is taken only as written: :func:`~siggate.config_args.add_command`), or
     lie close to one; empty otherwise."""
     import difflib

@@ -125,6 +125,7 @@ MISSING_TARGET = "missing target"
 #: 6: a molecule and a copy labelling a heavy atom's isotope ([13CH3]) are one molecule (_canonical);
 #: 7: under ``data.fragments: parent`` an acid salted with its own anion has the acid for parent
 #: (it had none; :func:`~siggate.data.chem.parent_by_neutralizing`)
+CSV_VERSION = 7
 #: a regression target whose positive labels' 95th percentile is this many times their 5th (two
 #: orders of magnitude: IC50s in nM), and whose logarithm is less skewed than they are (yields from
 #: 1 to 99% are not), is warned about as one to model on its logarithm
@@ -132,8 +133,6 @@ LOG_SCALE_SPAN = 100.0
 #: why a CSV to train on or to score must be a file (a pipe, ``--data <(zcat x.csv.gz)``, is read once)
 NOT_A_FILE = ("not a regular file (a pipe?): it is read more than once (and a run records its path and SHA-256 to "
               "score it again later); save it to a file and give that (a compressed file is read as it is)")
-
-CSV_VERSION = 7
 
 
 def _parse_split(split: str) -> str | None:
