@@ -745,6 +745,11 @@ def test_thousands_separators_and_mixed_decimal_marks_are_refused_not_misread(tm
                                          "('2.86' on line 2), and --decimal , reads ',' as the decimal mark")
     assert "with a comma ('1,234.5' on line 2) and a decimal point: the commas are thousands" in refusal(
         'CCO,"1,234.5"\nCCN,3\n')
+    # the mirror case under --decimal , (a European export): '2.999,2' was no number, and the rows of
+    # the largest values were dropped one by one while the rest trained
+    assert refusal('CCO,"749,89"\nCCN,"2.999,2"\nCCC,"1.234.567,5"\nCCCl,"12,5"\n', ",") == (
+        "target column 'IC50' holds 2 number(s) with '.' separating thousands ('2.999,2' on line 3); remove the "
+        "thousands separators from the file (2.999,2 -> 2999,2), then --decimal , reads the rest")
     both = refusal('CCO,"7,120"\nCCN,"5,584"\nCCC,3\n')  # 7.12 or 7120: the file cannot say
     assert "a decimal comma or a thousands separator: pass --decimal , (data.decimal) if ',' is the decimal mark " \
            "(7,120 = 7.12), else remove the thousands separators (7,120 -> 7120)" in both

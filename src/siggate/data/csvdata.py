@@ -109,6 +109,8 @@ _LEADING_ZERO = re.compile(r"^[+-]?0,")
 #: a number with thousands separators ("7,120", "1,234,567.5"), and one with a decimal point
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?$")
 _DECIMAL_POINT = re.compile(r"^[+-]?\d*\.\d+([eE][+-]?\d+)?$")
+#: a number with points separating thousands beside a decimal comma ("2.999,2", "1.234.567"): a European export
+_THOUSANDS_POINT = re.compile(r"^[+-]?\d{1,3}(\.\d{3})+(,\d*)?$")
 #: labels of one molecule conflict when they differ by more than this fraction of the
 #: target's standard deviation over the file
 DUPLICATE_TOLERANCE = 0.01
@@ -490,6 +492,11 @@ def _check_decimal_marks(path: Path, col: str, raw: pd.Series, missing: np.ndarr
 
     given = np.flatnonzero(~missing)
     if decimal == ",":
+        grouped = [i for i in given if _THOUSANDS_POINT.match(raw.iat[i]) and "," in raw.iat[i]]
+        if grouped:  # (each read as no number: the row was dropped, the largest values first)
+            raise DataError(f"{path}: target column {col!r} holds {len(grouped)} number(s) with '.' separating "
+                            f"thousands ({line(grouped[0])}); remove the thousands separators from the file "
+                            "(2.999,2 -> 2999,2), then --decimal , reads the rest")
         point = [i for i in given if _DECIMAL_POINT.match(raw.iat[i])]
         if point:
             raise DataError(f"{path}: target column {col!r} holds {len(point)} number(s) written with a decimal point "
