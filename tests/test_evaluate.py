@@ -177,6 +177,38 @@ def test_refusals_are_one_line(ensemble2, tmp_path, capsys):
         assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, (argv, err)
 
 
+def test_predicts_output_is_not_scored_as_labels(ensemble2, tmp_path, capsys):
+    """``evaluate --data`` on predict's output of unlabelled molecules read its prediction column,
+    named after the target, as the labels: MAE 0, R2 1, without a word. It is refused; the output
+    of a labelled file (labels kept, predictions in ``y_pred``) is still scored, on its labels."""
+    run, data, _ = ensemble2
+    rows = list(csv.DictReader(data.open()))[:12]
+    unlabelled, labelled = tmp_path / "new.csv", tmp_path / "lab.csv"
+    unlabelled.write_text("id,smiles\n" + "".join(f"m{i},{r['smiles']}\n" for i, r in enumerate(rows)))
+    labelled.write_text("smiles,y\n" + "".join(f"{r['smiles']},{r['y']}\n" for r in rows))
+    outs = {}
+    for name, src in (("new", unlabelled), ("lab", labelled)):
+        outs[name] = tmp_path / f"{name}_pred.csv"
+        rc, _, err = run_cli(["predict", "--checkpoint", str(run), "--input", str(src), "--output", str(outs[name])],
+                             capsys)
+        assert rc == 0, err
+    header = next(csv.reader(outs["new"].open()))
+    assert header[:3] == ["id", "smiles", "y"] and header[-1] == "error" and "y_uncertainty" in header
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(outs["new"])], capsys)
+    assert rc == 2 and out == "" and err == (
+        f"siggate evaluate: error: --data {outs['new']} is siggate predict's output: its column 'y' holds the model's "
+        "predictions (a labelled input's would be named 'y_pred'), not measured labels, and would score a perfect "
+        "fit; give the file of measured labels, or name its label column with --target-col\n")
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(outs["lab"]), "--output",
+                            str(tmp_path / "s.json")], capsys)
+    assert rc == 0, err
+    scored = json.loads((tmp_path / "s.json").read_text())
+    y = np.array([float(r["y"]) for r in rows])
+    p = np.array([float(r["y_pred"]) for r in csv.DictReader(outs["lab"].open())])
+    assert scored["n"]["data"] == 12
+    assert scored["metrics"]["data"]["mean"]["mae"] == pytest.approx(float(np.mean(np.abs(y - p))), abs=1e-5)
+
+
 def test_score_per_target_against_numpy():
     from torch_geometric.data import Data
 

@@ -21,6 +21,7 @@ over all targets and per target.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import torch
@@ -311,6 +312,12 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
                               "columns of, by their names")
     present = [c for c in cols if c not in unlabelled_targets]
     check_unique_columns(path, header, [smiles_col, *present])
+    predicted = _predictions_as_labels(header, present, info)
+    if predicted:
+        raise EvaluationError(f"--data {path} is siggate predict's output: its column {predicted!r} holds the model's "
+                              "predictions (a labelled input's would be named "
+                              f"{predicted + '_pred'!r}), not measured labels, and would score a perfect fit; give "
+                              "the file of measured labels, or name its label column with --target-col")
     table = table_frame(header, records, list(dict.fromkeys([smiles_col, *present])))
     if unlabelled_targets:  # for the scores' warnings
         notes.append(f"no column of the model's target(s) {', '.join(map(repr, unlabelled_targets))}; "
@@ -368,6 +375,22 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     if fitted:
         counts["fitted"] = fitted_among(graphs, fitted)  # (a salt: as the run read it)
     return graphs, counts, cols
+
+
+def _predictions_as_labels(header: list[str], labels: list[str], info: TaskInfo) -> str | None:
+    """The label column of ``labels`` that is ``siggate predict``'s prediction of a target, where
+    ``header`` is predict's output (its per-row error column last, its domain or uncertainty
+    columns there) of a file that had no label column of the target's name (it would have kept it
+    and written ``<target>_pred``); None otherwise."""
+    from .predict import DOMAIN_COLUMNS
+
+    if not header or not re.fullmatch(r"error(_pred)*", header[-1]):
+        return None
+    for col in labels:
+        marks = set(DOMAIN_COLUMNS) <= set(header) or f"{col}_uncertainty" in header
+        if col in (info.target_names or []) and f"{col}_pred" not in header and marks:
+            return col
+    return None
 
 
 def fitted_among(graphs: list, fitted: set[str]) -> int:
