@@ -8,6 +8,7 @@ and caches that cannot be written.
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
@@ -137,7 +138,31 @@ def test_evaluate_counts_rows_with_extra_fields_apart(ckpt, tmp_path, capsys, ca
     res = json.loads(out)
     assert res["rows"] == {"rows": 3, "scored": 2, "invalid": 0, "unlabelled": 0, "bad_label": 0, "bad_label_cell": 0, "malformed": 1,
                            "fitted": 0}
-    assert any("1 rows have more fields than the header (first: line 3)" in r.getMessage() for r in caplog.records)
+    assert any("1 rows have more fields than the header, so their fields cannot be matched to the columns; they are "
+               "not scored (line 3 has 3 fields but the header has 2: a delimiter inside an unquoted field?" in
+               r.getMessage() for r in caplog.records)
+
+
+def test_rows_ending_with_a_delimiter_the_header_lacks_are_named_so(ckpt, tmp_path, capsys):
+    """Data lines ending in a delimiter that the header does not end with (``id,smiles,y`` over
+    ``m0,CCO,5.5,``): every row failed as 'a delimiter inside an unquoted field?', and evaluate's
+    refusal counted none of them. The reason names the trailing delimiter and both fixes."""
+    from siggate.data.csvdata import load_csv
+
+    data = tmp_path / "t.csv"
+    data.write_text("id,smiles,y\n" + "".join(f"m{i},{s},{i}.5,\n" for i, s in enumerate(["CCO", "CCN", "CCC"])))
+    why = ("line 2 has 4 fields but the header has 3, the extra ones empty: the line ends with a delimiter and the "
+           "header does not; remove the trailing delimiters, or end the header with one too")
+    ds = load_csv(data, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
+    assert [r.reason for r in ds.invalid][0] == why and len(ds.invalid) == 3
+    rc, out, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(data)], capsys)
+    assert rc == 1 and [r["error"] for r in csv.DictReader(io.StringIO(out))][0] == why
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data)], capsys)
+    assert rc == 2 and err.endswith("(0 whose SMILES cannot be scored, 0 without a label, 0 with a label that cannot be "
+                                    "scored, 3 with more fields than the header)\n"), err
+    data.write_text("id,smiles,y,\n" + "".join(f"m{i},{s},{i}.5,\n" for i, s in enumerate(["CCO", "CCN", "CCC"])))
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data)], capsys)  # the second fix
+    assert rc == 0 and json.loads(out)["rows"]["scored"] == 3, err
 
 
 # --------------------------------------------------------------------------- flags of --data without --data

@@ -328,8 +328,13 @@ def csv_records(lines: Iterable[str], delimiter: str, path, consumed: int = 0,
         yield start, rec
 
 
-def extra_fields_reason(line: int, got: int, width: int) -> str:
-    """The reason of a row with more fields than the header."""
+def extra_fields_reason(line: int, got: int, width: int, empty: bool = False) -> str:
+    """The reason of a row with more fields than the header; ``empty``: the extra fields are all
+    empty (a delimiter at the end of each data line and not of the header: every row failed with
+    the words of a delimiter inside a field)."""
+    if empty:
+        return (f"line {line} has {got} fields but the header has {width}, the extra ones empty: the line ends with a "
+                "delimiter and the header does not; remove the trailing delimiters, or end the header with one too")
     return (f"line {line} has {got} fields but the header has {width}: a delimiter inside an unquoted field? "
             "quote that field or remove the extra one")
 
@@ -740,7 +745,8 @@ def build_csv(
     split_all = frame[split_col].astype(str).tolist() if split_col else None
     # the table's text is read: free it before the molecules are (a wide file's strings, such as a
     # pretraining corpus's descriptor columns, take more memory than its graphs)
-    n_rows, wide = len(frame), {i: len(rec) for i, rec in enumerate(records) if len(rec) > width}
+    n_rows = len(frame)
+    wide = {i: (len(rec), not any(f.strip() for f in rec[width:])) for i, rec in enumerate(records) if len(rec) > width}
     del header, records, frame
 
     graphs, keys, canon, parents, invalid = [], [], [], [], []
@@ -749,7 +755,8 @@ def build_csv(
         smi = smi.strip()
         try:
             if i in wide:  # its fields cannot be matched to the columns
-                raise InvalidSmiles(extra_fields_reason(line_at(lines, i), wide[i], width))
+                got, empty = wide[i]
+                raise InvalidSmiles(extra_fields_reason(line_at(lines, i), got, width, empty))
             if errors[i] is not None:
                 raise InvalidSmiles(errors[i])
             label = None
@@ -862,16 +869,12 @@ def table_frame(header: list[str], records: list[list[str]], columns: list[str])
                         columns=columns, dtype=str)
 
 
-#: where a SMILES labels an isotope: a mass right after a bracket (``[13CH3]``, ``[2H]``)
-_ISOTOPE_LABEL = re.compile(r"\[\s*\d")
-
-
 def _heavy_isotopes(mol, smiles: str | None = None) -> bool:
     """Whether ``mol`` labels the isotope of an atom other than hydrogen (``[13CH3]``, ``[18F]``);
-    ``smiles``: the text ``mol`` was read from, which labels none unless a bracket begins with a
-    mass (the atoms are then not visited: a run's thousands of molecules are keyed again by
-    ``evaluate``)."""
-    if smiles is not None and not _ISOTOPE_LABEL.search(smiles):
+    ``smiles``: the text ``mol`` was read from, which labels none unless :data:`_HEAVY_ISOTOPE`
+    finds a label in it (the atoms are then not visited: a run's thousands of molecules are keyed
+    again by ``evaluate``)."""
+    if smiles is not None and not _HEAVY_ISOTOPE.search(smiles):
         return False
     return any(a.GetIsotope() and a.GetAtomicNum() != 1 for a in mol.GetAtoms())
 

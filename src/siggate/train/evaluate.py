@@ -268,6 +268,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         check_unique_columns,
         column_names,
         detect_sep,
+        extra_fields_reason,
         line_at,
         read_labels,
         read_table,
@@ -331,9 +332,11 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     featurizer = SmilesPredictor(predictor, domain=False, folder=folder, uncertainty=False,  # (it writes none)
                                  **({"max_atoms": max_atoms} if max_atoms is not None else {}))
     if ragged:  # their fields cannot be matched to the columns: counted, not scored
-        log.warning("--data %s: %d rows have more fields than the header (first: line %d), so their fields cannot "
-                    "be matched to the columns; they are not scored (quote fields that hold the delimiter)",
-                    path, len(ragged), line_at(lines, ragged[0]))
+        first = records[ragged[0]]
+        log.warning("--data %s: %d rows have more fields than the header, so their fields cannot be matched to the "
+                    "columns; they are not scored (%s)", path, len(ragged),
+                    extra_fields_reason(line_at(lines, ragged[0]), len(first), len(header),
+                                        not any(f.strip() for f in first[len(header):])))
     skip = set(ragged)
     bad = [row for row, why in enumerate(reasons) if why and not why.startswith(MISSING_TARGET) and row not in skip]
     if bad:
@@ -368,7 +371,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         first = f" (first: {invalid[0][1]})" if invalid else ""
         raise DataError(f"--data {path}: no row with a valid SMILES and a label to score ({len(invalid)} whose SMILES "
                         f"cannot be scored{first}, {unlabelled} without a label, {len(bad)} with a label that cannot "
-                        "be scored)")
+                        f"be scored, {len(ragged)} with more fields than the header)")
     counts = {"rows": len(table), "scored": len(graphs), "invalid": len(invalid), "unlabelled": unlabelled,
               "bad_label": len(bad), "bad_label_cell": len(partial), "malformed": len(ragged)}
     fitted = _fitted_molecules_of(folder)

@@ -805,10 +805,11 @@ def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int,
             if not rec:  # a blank line is not a record
                 continue
             extra = len(rec) - width
+            empty = not any(f.strip() for f in rec[width:])
             rec = _Record((rec + [""] * width)[:width])
             rec[col] = rec[col].strip()
             if extra > 0:  # its fields cannot be matched to the columns: the row fails, the others go on
-                rec.error = extra_fields_reason(start, width + extra, width)
+                rec.error = extra_fields_reason(start, width + extra, width, empty)
             buf.append(rec)
             if len(buf) >= chunk:
                 yield buf
