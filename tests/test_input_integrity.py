@@ -68,6 +68,8 @@ NOT_UTF8_CSV = [
     ("xls", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 64, "is an Excel 97-2003 workbook (.xls)"),
     ("latin1", "smiles,y,name\nCCO,1.0,B\u00e9lier\nCCN,2.0,x\n".encode("latin-1"),
      "is not UTF-8 text: byte 0xe9 on line 2"),
+    ("macroman-cr", "smiles,y,name\rCCO,1.0,x\rCCN,2.0,y\rCCC,3.0,\u00b5M\r".encode("mac-roman"),  # "CSV (Macintosh)"
+     "is not UTF-8 text: byte 0xb5 on line 4"),  # (it said line 1: only \n was counted)
     ("utf16", "smiles,y\nCCO,1\n".encode("utf-16"), "is UTF-16 text, not a UTF-8 CSV file"),
 ]
 
@@ -125,7 +127,7 @@ def test_a_row_with_an_extra_field_is_reported_not_shifted(tmp_path):
     assert [(r.index, r.reason) for r in ds.invalid] == [
         (3, "line 5 has 4 fields but the header has 3: a delimiter inside an unquoted field? quote that field or "
             "remove the extra one"),
-        (4, "split column 'split': unknown value '' (expected train, val, valid or test)")]
+        (4, "split column 'split': unknown value '' (expected train, val, valid, validation or test, in any case)")]
     assert row_issue(ds.invalid[0].reason) == "malformed row"
     assert sum(ds.sizes().values()) == 28
 
@@ -141,6 +143,22 @@ def test_evaluate_counts_rows_with_extra_fields_apart(ckpt, tmp_path, capsys, ca
     assert any("1 rows have more fields than the header, so their fields cannot be matched to the columns; they are "
                "not scored (line 3 has 3 fields but the header has 2: a delimiter inside an unquoted field?" in
                r.getMessage() for r in caplog.records)
+
+
+def test_excels_sep_line_is_named_by_every_reader(ckpt, tmp_path, capsys):
+    """Excel's ``sep=;`` line above the header: train named columns ['sep=', ''] not found, predict
+    suggested --sep ';' (which would not help: the header is line 2)."""
+    data = tmp_path / "x.csv"
+    data.write_bytes(b"\xef\xbb\xbfsep=;\r\nsmiles;y\r\nCCO;1\r\nCCN;2\r\n")
+    why = (f"{data}: line 1 is Excel's 'sep=;' line, which names the delimiter above the header; delete that line "
+           "(siggate finds the delimiter from the header), so that the header is line 1\n")
+    for argv in (["train", "--data", str(data), "--target-col", "y", "--members", "rf", "--out", str(tmp_path / "r")],
+                 ["predict", "--checkpoint", str(ckpt), "--input", str(data)],
+                 ["evaluate", "--checkpoint", str(ckpt), "--data", str(data)]):
+        rc, out, err = run_cli(argv, capsys)
+        assert rc == 2 and err == f"siggate {argv[0]}: error: {why}", err
+        assert out == ("" if argv[0] != "train" else f"siggate train: members rf on dataset=csv -> {tmp_path / 'r'}\n")
+    assert not (tmp_path / "r").exists()
 
 
 def test_rows_ending_with_a_delimiter_the_header_lacks_are_named_so(ckpt, tmp_path, capsys):

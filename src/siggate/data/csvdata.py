@@ -193,6 +193,16 @@ def _file_bytes(path: Path) -> bytes:
 _MOLFILE = re.compile(rb"^(?:.{33,39}V[23]000|M  END)\s*$", re.MULTILINE)
 
 
+def excel_sep_problem(path, first_line: str) -> str | None:
+    """Why ``path``, whose first line is ``first_line``, is not read as it is: Excel's ``sep=;``
+    line, which names the delimiter above the header (read as the header, its columns were
+    ``['sep=', '']``); None for any other first line."""
+    if not re.fullmatch(r"\ufeff?sep=.\s*", first_line):
+        return None
+    return (f"{path}: line 1 is Excel's {first_line.strip()!r} line, which names the delimiter above the header; "
+            "delete that line (siggate finds the delimiter from the header), so that the header is line 1")
+
+
 def sd_file_problem(path, head: bytes) -> str | None:
     """Why ``path``, whose (decompressed) text begins with ``head``, is not read: an SD file
     (molfile records with ``$$$$`` between them), which siggate reads as a CSV of SMILES once
@@ -212,7 +222,7 @@ def _decode(path: Path, data: bytes) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
+        line = len(re.split(rb"\r\n|\r|\n", data[:exc.start]))  # (a Mac export ends its lines with \r alone)
         raise DataError(f"{path} is not UTF-8 text: byte 0x{data[exc.start]:02x} on line {line} (a Latin-1 or "
                         f"Windows-1252 export?); {SAVE_AS_CSV}") from None
 
@@ -238,6 +248,9 @@ def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[
     """
     path = Path(path)
     text = _decode(path, _file_bytes(path))
+    sep_line = excel_sep_problem(path, text[:text.find("\n") + 1 or len(text)].split("\r")[0])
+    if sep_line:
+        raise DataError(sep_line)
     header, records = None, Records()
     shared: dict[str, str] | None = None  # (_SHARED_COLUMNS: a wide file's repeated fields, one object each)
     for start, rec in csv_records(io.StringIO(text, newline=""), sep, path, error=DataError):
@@ -765,7 +778,7 @@ def build_csv(
                 if label is None:
                     raise InvalidSmiles(
                         f"split column {split_col!r}: unknown value {split_all[i]!r} "
-                        "(expected train, val, valid or test)"
+                        f"(expected {', '.join(list(_SPLIT_LABELS)[:-1])} or {list(_SPLIT_LABELS)[-1]}, in any case)"
                     )
             reading = read_molecule(parse_smiles(smi, allow_unsanitized=allow_unsanitized,
                                                  max_length=MAX_SMILES_LENGTH), fragments)  # predict's rule

@@ -76,7 +76,7 @@ from ..data.chem import (
     read_molecule,
 )
 from ..data.compressed import DAMAGED, compression, inner_suffix, open_decompressed
-from ..data.csvdata import sd_file_problem
+from ..data.csvdata import excel_sep_problem, sd_file_problem
 from ..files import AtomicFile, number_text, read_json
 from ..options import DELIMITERS, closest_name
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
@@ -694,6 +694,9 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000,
         if not first:
             raise InputError(f"input file {path} is empty: expected a CSV header with a {smiles_col!r} column, "
                              "or one SMILES per line")
+        sep_line = excel_sep_problem(path, first.split("\r")[0])
+        if sep_line:
+            raise InputError(sep_line)
         suffix = inner_suffix(path)
         delim = _sniff_csv(first, (smiles_col, fallback), suffix)
     except BaseException:
