@@ -209,6 +209,33 @@ def test_predicts_output_is_not_scored_as_labels(ensemble2, tmp_path, capsys):
     assert scored["metrics"]["data"]["mean"]["mae"] == pytest.approx(float(np.mean(np.abs(y - p))), abs=1e-5)
 
 
+def test_a_run_read_with_decimal_commas_scores_its_own_file_without_the_flag_again(tmp_path, capsys):
+    """A run trained with ``--decimal ,`` made ``evaluate --data`` of its own CSV refuse the file
+    until ``--decimal ,`` was given again: the run's mark reads its own file; another file still
+    takes '.' unless told."""
+    src = tmp_path / "d.csv"
+    _write_train_csv(src)
+    rows = list(csv.DictReader(src.open()))
+    own = tmp_path / "eu.csv"
+    own.write_text("smiles;y;split\n" + "".join(f"{r['smiles']};{r['y'].replace('.', ',')};{r['split']}\n"
+                                               for r in rows))
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(own), "--target-col", "y", "--split", "column:split", "--decimal", ",",
+                          "--members", "rf", "--out", str(run)], capsys)
+    assert rc == 0, err
+    scores = {}
+    for flags in ([], ["--decimal", ","]):
+        rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(own), *flags], capsys)
+        assert rc == 0, err
+        scores[len(flags)] = json.loads(out)
+    assert scores[0]["rows"] == scores[2]["rows"] and scores[0]["rows"]["scored"] == len(rows)
+    assert scores[0]["data"] == scores[2]["data"]
+    other = tmp_path / "other.csv"
+    other.write_bytes(own.read_bytes())  # the same text, not the run's file: '.' unless told
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(other)], capsys)
+    assert rc == 2 and "written with a decimal comma" in err and "--decimal ," in err
+
+
 def test_score_per_target_against_numpy():
     from torch_geometric.data import Data
 

@@ -581,7 +581,7 @@ def cmd_evaluate(args) -> int:
 
     if args.data is None and (args.target_col or args.smiles_col is not None):
         raise CLIError("--smiles-col/--target-col name the columns of --data FILE.csv; give --data too")
-    if args.data is None and args.decimal != ".":
+    if args.data is None and args.decimal is not None:
         raise CLIError("--decimal reads the labels of --data FILE.csv; give --data too")
     if args.data is not None and args.split is not None:
         raise CLIError(f"--split applies to the run's own data; --data {args.data} is scored whole (drop --split)")
@@ -1025,8 +1025,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "column of each target they name (a target not named: the column of its own name, else not "
                         "scored; entries that are all the file's columns are columns, a '=' in a name or not) "
                         "(default: the training targets' names)")
-    p.add_argument("--decimal", default=".", choices=[".", ","],
-                   help="decimal mark of the labels in --data: '.' (default) or ',' (-5,49)")
+    p.add_argument("--decimal", default=None, choices=[".", ","],
+                   help="decimal mark of the labels in --data: '.' or ',' (-5,49) (default: the run's own for the CSV "
+                        "it trained on, else '.')")
     p.add_argument("--max-atoms", type=int, default=None,
                    help="with --data: molecules with more atoms are not scored; they are counted as invalid, the first "
                         "named with its reason (default: 1000, as siggate predict)")

@@ -168,6 +168,22 @@ def training_csv_clash(output: str | Path | None, predictor, folder: Path | None
             f"file and the run could no longer be scored: give another --output, e.g. {Path(output).with_name(example)}")
 
 
+def _own_decimal(predictor, folder: Path | None, data) -> str:
+    """The decimal mark the run of ``predictor`` read ``data`` with, where ``data`` is its training
+    CSV (:func:`~.members.run_data`); ``"."`` for any other file."""
+    from ..files import same_file
+    from ..predictors.base import PredictorFileError
+    from .members import run_data
+
+    try:
+        trained_on = run_data(predictor, folder)
+    except PredictorFileError:
+        return "."
+    if trained_on.data.name != "csv" or not same_file(data, _recorded_csv(trained_on.data, trained_on.source)):
+        return "."
+    return trained_on.data.decimal or "."
+
+
 def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:
     """The training CSV of a CSV run: the absolute path its record ``source`` holds
     (:func:`~siggate.train.record.data_source`, else the ``data`` config's path), checked against
@@ -442,7 +458,7 @@ def picture_path(stem, info: TaskInfo) -> Path:
 
 def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None = None, target_cols=None,
              allow_changed: bool = False, data_root=None, cache_dir=None, device: str = "cpu",
-             progress: bool = False, pictures: str | Path | None = None, decimal: str = ".",
+             progress: bool = False, pictures: str | Path | None = None, decimal: str | None = None,
              coverage: float | None = None, output: str | Path | None = None, max_atoms: int | None = None) -> dict:
     """Scores of the run or ensemble ``checkpoint`` (a ``.pt``, a run folder or a folder of
     several members) on ``split`` (a split name or ``"all"``) of its own data, or on the labelled
@@ -454,7 +470,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     ``smiles_col`` and ``target_cols`` name the columns of ``data``; by default the training
     run's (``data.smiles_col``, else ``smiles``, and its target names).
 
-    ``decimal``: the decimal mark of ``data``'s labels, ``"."`` or ``","`` (as ``siggate train --decimal``).
+    ``decimal``: the decimal mark of ``data``'s labels, ``"."`` or ``","`` (as ``siggate train --decimal``);
+    None: the run's own where ``data`` is the CSV it trained on (it was refused until given again), else ``"."``.
 
     ``pictures``: with ``data``, a path without suffix, ``<stem>``: also draw the file's parity plot
     as ``<stem>_parity.png`` (:mod:`~siggate.train.plots`; cliff compounds marked when the file has a
@@ -504,6 +521,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         fallback = "smiles" if smiles_col is None else None  # the run's column, else the file's "smiles"
         smiles_col = smiles_col or trained_smiles_col(predictor, folder)
         notes: list[str] = []
+        decimal = decimal or _own_decimal(predictor, folder, data)
         graphs, counts, cols = external_graphs(predictor, data, smiles_col, target_cols, info, notes, decimal, fallback,
                                                folder, max_atoms)
         res.update({"data_file": str(Path(data).resolve()), "rows": counts})
