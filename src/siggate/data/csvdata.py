@@ -102,6 +102,8 @@ _MISSING = {"", "nan", "na", "n/a", "none", "null", "nd", "n.d.", "n/d", "nt", "
 _MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2013": "-", "\ufe63": "-", "\uff0d": "-"})
 #: a censored measurement ('>10', '<= 5'): a bound, not a label
 _CENSORED = re.compile(r"^(<=?|>=?|[\u2264\u2265])\s*[+-]?(\d|\.\d)")
+#: a number followed by a unit ("5.5 nM", "12uM", "3.2 mg/mL", "45 %")
+_WITH_UNIT = re.compile(r"^\s*[+-]?(\d+[.,]?\d*|[.,]\d+)([eE][+-]?\d+)?\s*[a-zA-Z\u00b5\u03bc%][\w/\u00b5\u03bc%.]*\s*$")
 #: a number written with a decimal comma, e.g. ``-5,49`` or ``1,5e-3``
 _DECIMAL_COMMA = re.compile(r"^[+-]?\d*,\d+([eE][+-]?\d+)?$")
 #: a number that starts "0," ("0,125"): a decimal comma, never a group of thousands
@@ -470,7 +472,9 @@ def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: s
         written = frame[col].astype(str).str.strip()  # the cell as the file has it, for the messages
         for i in unread:
             cell.setdefault(i, f"target column {col!r}: {written.iat[i]!r} is not a number" + (
-                " (censored: a bound, not a measurement)" if _CENSORED.match(raw.iat[i]) else ""))
+                " (censored: a bound, not a measurement)" if _CENSORED.match(raw.iat[i]) else
+                " (a number with its unit: write the numbers alone, every label of the column in one unit)"
+                if _WITH_UNIT.match(raw.iat[i]) else ""))
         values[missing] = np.nan
         bad_inf = np.abs(np.nan_to_num(values)) > np.finfo(np.float32).max  # infinite, or so once stored as float32
         for i in np.flatnonzero(bad_inf):
