@@ -145,6 +145,26 @@ def test_evaluate_counts_rows_with_extra_fields_apart(ckpt, tmp_path, capsys, ca
                r.getMessage() for r in caplog.records)
 
 
+def test_a_table_without_a_header_is_named_by_every_reader(ckpt, tmp_path, capsys):
+    """A CSV written without its header listed its first molecule and label as the column names,
+    and the hint to name them with --smiles-col would have dropped that molecule in silence."""
+    from siggate.data.csvdata import headerless_hint
+
+    data = tmp_path / "h.csv"
+    data.write_text("CCO,1.5\nCCN,2.5\nCCCC,3\n")
+    why = ("its first line reads as a row of data (the molecule 'CCO' and the number '1.5'): the file has no header; "
+           "add a first line naming the columns (e.g. smiles,y)\n")
+    for argv in (["train", "--data", str(data), "--target-col", "y", "--members", "rf", "--out", str(tmp_path / "r")],
+                 ["predict", "--checkpoint", str(ckpt), "--input", str(data)],
+                 ["evaluate", "--checkpoint", str(ckpt), "--data", str(data)]):
+        rc, out, err = run_cli(argv, capsys)
+        assert rc == 2 and err.startswith(f"siggate {argv[0]}: error: ") and err.endswith(f"; {why}"), err
+    assert not (tmp_path / "r").exists()
+    # headers are not taken for data: names, a name beside a number-like name, numbers alone
+    for header in (["smiles", "y"], ["Smiles", "pIC50"], ["ID", "SMILES", "2021"], ["1", "2"], ["CN", "name"]):
+        assert headerless_hint(header) == "", header
+
+
 def test_excels_sep_line_is_named_by_every_reader(ckpt, tmp_path, capsys):
     """Excel's ``sep=;`` line above the header: train named columns ['sep=', ''] not found, predict
     suggested --sep ';' (which would not help: the header is line 2)."""

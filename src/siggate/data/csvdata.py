@@ -370,6 +370,9 @@ def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]]
                             "rename the column)")
     what = ", ".join(f"{role} column {col!r}" for role, col in missing)
     msg = f"{path}: {what} not found; available columns: {columns}"
+    headless = headerless_hint(columns)
+    if headless:
+        raise DataError(msg + headless)
     if len(columns) == 1:
         for delim, label in ((";", "';'"), ("\t", "a tab"), (",", "','"), ("|", "'|'")):
             if delim != sep and delim in columns[0]:
@@ -395,6 +398,27 @@ def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]]
     if meant:
         msg += f". Did you mean {', '.join(meant)}?"
     raise DataError(msg)
+
+
+def headerless_hint(fields: list[str]) -> str:
+    """``"; its first line ... no header"`` where the header ``fields`` read as a row of data (a
+    SMILES of two atoms or more beside a number: a table written without its header, whose first
+    molecule would be taken for column names); empty otherwise."""
+    from .chem import InvalidSmiles, parse_smiles, quiet_rdkit
+
+    numbers = [f for f in fields if re.fullmatch(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*", f)]
+    if not numbers or len(numbers) == len(fields):
+        return ""
+    for field in fields:
+        try:
+            with quiet_rdkit():
+                if parse_smiles(field).GetNumAtoms() >= 2:
+                    return (f"; its first line reads as a row of data (the molecule {field.strip()!r} and the number "
+                            f"{numbers[0].strip()!r}): the file has no header; add a first line naming the columns "
+                            "(e.g. smiles,y)")
+        except InvalidSmiles:
+            continue
+    return ""
 
 
 def _label_text(column: pd.Series) -> pd.Series:

@@ -285,6 +285,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         column_names,
         detect_sep,
         extra_fields_reason,
+        headerless_hint,
         line_at,
         read_labels,
         read_table,
@@ -320,8 +321,8 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         unlabelled_targets = [c for c in cols if c not in header]
     missing = [c for c in [smiles_col, *cols] if c not in header and c not in unlabelled_targets]
     if missing:
-        raise EvaluationError(f"--data {path}: no column {missing[0]!r}; its columns are {', '.join(header)} "
-                              "(name them with --smiles-col / --target-col)")
+        raise EvaluationError(f"--data {path}: no column {missing[0]!r}; its columns are {', '.join(header)}"
+                              + (headerless_hint(header) or " (name them with --smiles-col / --target-col)"))
     if len(cols) != info.num_tasks:
         raise EvaluationError(f"--target-col: the model predicts {info.num_tasks} target(s) "
                               f"({', '.join(info.target_names)}), got {len(cols)} column(s); name one column per "

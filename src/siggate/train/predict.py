@@ -76,7 +76,7 @@ from ..data.chem import (
     read_molecule,
 )
 from ..data.compressed import DAMAGED, compression, inner_suffix, open_decompressed
-from ..data.csvdata import excel_sep_problem, sd_file_problem
+from ..data.csvdata import excel_sep_problem, headerless_hint, sd_file_problem
 from ..files import AtomicFile, number_text, read_json
 from ..options import DELIMITERS, closest_name
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
@@ -716,6 +716,9 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000,
         if smiles_col not in header:
             fh.close()
             sug = closest_name(smiles_col, header)
+            headless = headerless_hint(header)
+            if headless:
+                raise InputError(f"column {smiles_col!r} not found in {path}{headless}")
             hint = f" Did you mean --smiles-col {sug}?" if sug else ""
             if len(header) == 1:
                 hint += _delimiter_hint(first, delim)
