@@ -750,6 +750,8 @@ def test_thousands_separators_and_mixed_decimal_marks_are_refused_not_misread(tm
     assert refusal('CCO,"749,89"\nCCN,"2.999,2"\nCCC,"1.234.567,5"\nCCCl,"12,5"\n', ",") == (
         "target column 'IC50' holds 2 number(s) with '.' separating thousands ('2.999,2' on line 3); remove the "
         "thousands separators from the file (2.999,2 -> 2999,2), then --decimal , reads the rest")
+    assert refusal('CCO,"749,89"\nCCN,"1.234.567"\nCCC,"12,5"\n', ",").startswith(  # no decimal part: grouped too
+        "target column 'IC50' holds 1 number(s) with '.' separating thousands ('1.234.567' on line 3)")
     both = refusal('CCO,"7,120"\nCCN,"5,584"\nCCC,3\n')  # 7.12 or 7120: the file cannot say
     assert "a decimal comma or a thousands separator: pass --decimal , (data.decimal) if ',' is the decimal mark " \
            "(7,120 = 7.12), else remove the thousands separators (7,120 -> 7120)" in both
@@ -1057,6 +1059,7 @@ def test_a_heavy_isotope_label_is_one_molecule_with_its_unlabelled_copy(tmp_path
             where.setdefault(canonical_smiles(g.smiles), set()).add(name)
     assert all(len(s) == 1 for s in where.values()), where
     assert canonical_smiles("[13CH3]CN") == canonical_smiles("CCN") == "CCN"
+    assert canonical_smiles("[1*]c1ccccc1") == "*c1ccccc1" and canonical_smiles("[13#6]C") == canonical_smiles("[C]C")
     assert canonical_smiles("CC[37Cl]") == "CCCl" and canonical_smiles("[2H]OCC") != "CCO"
     assert len(where) == len(base) + 1  # the deuterated ethanol is a molecule of its own
     # stereo the label alone made goes with it: one molecule spelled two ways is one key, the unlabelled one's

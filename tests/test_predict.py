@@ -541,10 +541,25 @@ def test_an_sd_file_is_refused_by_every_reader_with_the_command_that_converts_it
     command = err.split(": python -c ", 1)[1].strip()
     done = subprocess.run([sys.executable, "-c", shlex.split(command)[0]], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    table = list(csv.DictReader((tmp_path / "mols.csv").open()))
+    table = list(csv.DictReader((tmp_path / "mols_sdf.csv").open()))  # (beside it, a name no export takes)
     assert [Chem.CanonSmiles(r["smiles"]) for r in table] == [Chem.CanonSmiles(s) for s in smiles]
     assert [r["pIC50"] for r in table] == ["5", "6", "7"]
-    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(tmp_path / "mols.csv")], capsys)
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(tmp_path / "mols_sdf.csv")], capsys)
+    assert rc == 0 and "3 rows, 3 predicted, 0 failed" in err, err
+    # piped (stdin, gzip too) as well; a CSV holding molblocks in a quoted column is a CSV
+    for blob in (sdf.read_bytes(), packed.read_bytes()):
+        feeder = _fifo_of(tmp_path / "pipe", blob)
+        rc, out, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(tmp_path / "pipe")], capsys)
+        feeder.join(timeout=30)
+        (tmp_path / "pipe").unlink()
+        assert rc == 2 and "is an SD file (molfile records)" in err, err
+    blocks = tmp_path / "blocks.csv"
+    with blocks.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["smiles", "molblock"])
+        for smi in smiles:
+            w.writerow([smi, Chem.MolToMolBlock(Chem.MolFromSmiles(smi))])
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(blocks)], capsys)
     assert rc == 0 and "3 rows, 3 predicted, 0 failed" in err, err
 
 
@@ -561,6 +576,16 @@ def test_unknown_flags_are_named_with_the_flags_they_begin_or_resemble(capsys):
         main(["train", "--zzzzzz"])
     assert exc.value.code == 2 and capsys.readouterr().err.splitlines()[-1] == (
         "siggate train: error: unrecognized arguments: --zzzzzz")
+    with pytest.raises(SystemExit) as exc:  # siggate's own flag after the command ('did you mean --overwrite?')
+        main(["train", "--verbose"])
+    assert exc.value.code == 2 and capsys.readouterr().err.splitlines()[-1] == (
+        "siggate train: error: unrecognized arguments: --verbose (--verbose goes before the command: siggate --verbose "
+        "train ...)")
+    for argv in (["--input", "a.csv", "--data", "b.csv"], ["--data", "a.csv", "--data", "b.csv"]):
+        with pytest.raises(SystemExit) as exc:  # the second silently won
+            main(["predict", "--checkpoint", "run", *argv])
+        assert exc.value.code == 2 and capsys.readouterr().err.splitlines()[-1] == (
+            "siggate predict: error: --input and --data name one file; give one of them, once")
 
 
 def test_no_command_takes_a_flag_by_its_prefix():

@@ -250,6 +250,23 @@ def test_benchmark_test_sets_named_when_missing(tmp_path):
                                      "a checkout of siggate)"}
 
 
+def test_a_corpus_file_with_excels_sep_line_or_molfiles_is_named(tmp_path):
+    """The corpus reader named the ``sep=,`` line's columns as missing; an SD file's atom lines
+    would have been read as SMILES."""
+    from siggate.data.corpus import read_smiles
+
+    sep = tmp_path / "c.csv"
+    sep.write_text("sep=,\nsmiles\nCCO\nCCN\n")
+    with pytest.raises(ValueError, match="line 1 is Excel's 'sep=,' line, which names the delimiter above the header"):
+        read_smiles(sep)
+    from rdkit import Chem
+
+    sdf = tmp_path / "m.smi"  # (named as a SMILES file: told by its content)
+    sdf.write_text(Chem.MolToMolBlock(Chem.MolFromSmiles("CCO")) + "$$$$\n")
+    with pytest.raises(ValueError, match="is an SD file"):
+        read_smiles(sdf)
+
+
 def test_a_missing_moleculeace_package_is_named_with_the_command_that_installs_it(monkeypatch):
     """Without MoleculeACE the warning said only 'No package metadata was found for MoleculeACE',
     where ``--smiles moses`` without molsets names the pip command."""

@@ -1055,7 +1055,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="node-level checkpoints: the dataset split to predict, train, val, test or all (default: test)")
     add_data_root_flag(p, "node-level checkpoints", default="as in training")
     add_cache_dir_flag(p, "node-level checkpoints", default="as in training")
-    p.add_argument("--input", "--data", dest="input", default=None, metavar="FILE",
+    p.add_argument("--input", "--data", dest="input", default=None, metavar="FILE", action=_GivenOnce,
                    help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line (--data: the same, as "
                         "train and evaluate name it)")
     p.add_argument("--smiles-col", default=None,
@@ -1079,7 +1079,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, metavar="RUN",
                    help="run folder (its best.pt), folder of several members (their weighted contributions) or .pt")
     p.add_argument("smiles", nargs="*", help="SMILES strings")
-    p.add_argument("--input", "--data", dest="input", default=None, metavar="FILE",
+    p.add_argument("--input", "--data", dest="input", default=None, metavar="FILE", action=_GivenOnce,
                    help="CSV with a SMILES column, or a .smi/.txt file with one SMILES per line (--data: the same, as "
                         "train and evaluate name it)")
     p.add_argument("--smiles-col", default=None,
@@ -1175,13 +1175,28 @@ def _innermost(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser
         parser = subs[0].choices[name]
 
 
-def _flag_hint(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+class _GivenOnce(argparse.Action):
+    """A value flag of several names (``--input``/``--data``) given at most once: the second
+    silently won."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{' and '.join(self.option_strings)} name one file; give one of them, once")
+        setattr(namespace, self.dest, values)
+
+
+def _flag_hint(parser: argparse.ArgumentParser, extra: list[str], root: argparse.ArgumentParser | None = None) -> str:
     """``" (did you mean --output?)"`` for the unknown flags of ``extra`` that begin one or more of
     ``parser``'s (a flag is taken only as written: :func:`~siggate.config_args.add_command`), or
-    lie close to one; empty otherwise."""
+    lie close to one; a flag of ``root`` (``siggate --verbose``) is said to go before the command;
+    empty otherwise."""
     import difflib
 
     known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    top = {o for a in (root._actions if root is not None and root is not parser else ()) for o in a.option_strings}
+    before = [x for x in extra if x in top]
+    if before:
+        return f" ({', '.join(before)} goes before the command: siggate {' '.join(before)} {parser.prog.split(' ', 1)[-1]} ...)"
     hints = []
     for flag in (x.split("=", 1)[0] for x in extra if x.startswith("--")):
         near = [o for o in known if o.startswith(flag)] or difflib.get_close_matches(flag, known, n=1)
@@ -1236,7 +1251,7 @@ def _main(argv: list[str] | None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command they were given to, with its usage (the top-level usage said nothing of it)
         inner = _innermost(parser, args)
-        inner.error(f"unrecognized arguments: {' '.join(extra)}{_flag_hint(inner, extra)}")
+        inner.error(f"unrecognized arguments: {' '.join(extra)}{_flag_hint(inner, extra, parser)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
         parser.print_help()

@@ -62,10 +62,12 @@ def read_smiles(path: str | Path, smiles_col: str | None = None, fix: str = "nam
 
 
 def _read_smiles(path: Path, smiles_col: str | None, fix: str) -> list[str]:
-    from .csvdata import sd_file_problem
+    from .csvdata import excel_sep_problem, sd_file_problem
 
     with open_decompressed(path) as raw:
-        sd = sd_file_problem(path, raw.read(65536))
+        head = raw.read(65536)
+    sd = sd_file_problem(path, head) or excel_sep_problem(path, head.split(b"\n", 1)[0].decode("utf-8-sig", "replace")
+                                                          .split("\r")[0])
     if sd:
         raise ValueError(sd)
     with _open_text(path) as fh:

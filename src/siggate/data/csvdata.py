@@ -191,8 +191,9 @@ def _file_bytes(path: Path) -> bytes:
     return data
 
 
-#: a molfile's counts line (``V2000``/``V3000`` at its end) or block end (``M  END``): an SD file
-_MOLFILE = re.compile(rb"^(?:.{33,39}V[23]000|M  END)\s*$", re.MULTILINE)
+#: an SD file's start: a molfile's three header lines, then its counts line (``V2000``/``V3000``
+#: at its end); a molblock inside a CSV's quoted field is not at the file's start
+_MOLFILE = re.compile(rb"(?:[^\n]*\n){3}.{33,39}V[23]000[ \t]*\r?(?:\n|$)")
 
 
 def excel_sep_problem(path, first_line: str) -> str | None:
@@ -210,9 +211,10 @@ def sd_file_problem(path, head: bytes) -> str | None:
     (molfile records with ``$$$$`` between them), which siggate reads as a CSV of SMILES once
     converted (one RDKit line, named in the message); None for any other file. (Read as lines,
     every atom line became a SMILES that failed, or one that parsed: ``C`` of ``0.0 0.0 C``.)"""
-    if not _MOLFILE.search(head):
+    if not _MOLFILE.match(head):
         return None
-    out = Path(str(path)).name.split(".")[0] + ".csv"
+    name = re.sub(r"(\.(gz|bz2|xz|zip))?$", "", Path(str(path)).name, flags=re.I)
+    out = str(Path(str(path)).with_name(re.sub(r"\.(sdf?|mol)$", "", name, flags=re.I) + "_sdf.csv"))
     return (f"{path} is an SD file (molfile records), not a table of SMILES; convert it to a CSV with a smiles "
             f"column and its properties: python -c \"from rdkit.Chem import PandasTools as P; "
             f"P.LoadSDF('{path}', smilesName='smiles').drop(columns='ROMol').to_csv('{out}', index=False)\"")
@@ -461,8 +463,8 @@ def read_otherwise(then: int, path: str | os.PathLike, target_cols: list[str], t
 
 
 #: a SMILES atom with an isotope label on an element other than hydrogen (``[13CH3]``, ``[18F]``;
-#: not ``[2H]``, but ``[2He]``/``[3Hg]``)
-_HEAVY_ISOTOPE = re.compile(r"\[\d+(?!H(?![a-z]))[A-Za-z]")
+#: not ``[2H]``, but ``[2He]``/``[3Hg]``, a labelled wildcard ``[1*]`` and ``[13#6]``)
+_HEAVY_ISOTOPE = re.compile(r"\[\d+(?!H(?![a-z]))[A-Za-z*#]")
 
 
 #: the data report's issue of a row kept with a label cell read as missing (:func:`read_labels`)
@@ -538,7 +540,8 @@ def _check_decimal_marks(path: Path, col: str, raw: pd.Series, missing: np.ndarr
 
     given = np.flatnonzero(~missing)
     if decimal == ",":
-        grouped = [i for i in given if _THOUSANDS_POINT.match(raw.iat[i]) and "," in raw.iat[i]]
+        grouped = [i for i in given if _THOUSANDS_POINT.match(raw.iat[i]) and ("," in raw.iat[i] or
+                                                                              raw.iat[i].count(".") >= 2)]
         if grouped:  # (each read as no number: the row was dropped, the largest values first)
             raise DataError(f"{path}: target column {col!r} holds {len(grouped)} number(s) with '.' separating "
                             f"thousands ({line(grouped[0])}); remove the thousands separators from the file "

@@ -152,25 +152,16 @@ def training_csv_clash(output: str | Path | None, predictor, folder: Path | None
     (:func:`~.members.run_data`): writing it (``siggate predict --output``, ``siggate evaluate
     --output``, whose file ``example`` names) would replace the file the run's splits are read
     from; None otherwise."""
-    from ..files import same_file
-    from ..predictors.base import PredictorFileError
-    from .members import run_data
-
-    if output is None:
-        return None
-    try:
-        trained_on = run_data(predictor, folder)
-    except PredictorFileError:
-        return None
-    if trained_on.data.name != "csv" or not same_file(output, _recorded_csv(trained_on.data, trained_on.source)):
+    if output is None or _trained_on(predictor, folder, output) is None:
         return None
     return (f"--output {output} is the training CSV the run's splits are read from; writing it would replace that "
             f"file and the run could no longer be scored: give another --output, e.g. {Path(output).with_name(example)}")
 
 
-def _own_decimal(predictor, folder: Path | None, data) -> str:
-    """The decimal mark the run of ``predictor`` read ``data`` with, where ``data`` is its training
-    CSV (:func:`~.members.run_data`); ``"."`` for any other file."""
+def _trained_on(predictor, folder: Path | None, path):
+    """What the run of ``predictor`` (in ``folder``: a run, a run of members, a member, a loose
+    checkpoint's) trained on (:func:`~.members.run_data`) where ``path`` is that CSV; None for any
+    other file, or a run of a named dataset."""
     from ..files import same_file
     from ..predictors.base import PredictorFileError
     from .members import run_data
@@ -178,10 +169,17 @@ def _own_decimal(predictor, folder: Path | None, data) -> str:
     try:
         trained_on = run_data(predictor, folder)
     except PredictorFileError:
-        return "."
-    if trained_on.data.name != "csv" or not same_file(data, _recorded_csv(trained_on.data, trained_on.source)):
-        return "."
-    return trained_on.data.decimal or "."
+        return None
+    if trained_on.data.name != "csv" or not same_file(path, _recorded_csv(trained_on.data, trained_on.source)):
+        return None
+    return trained_on
+
+
+def _own_decimal(predictor, folder: Path | None, data) -> str:
+    """The decimal mark the run of ``predictor`` read ``data`` with, where ``data`` is its training
+    CSV; ``"."`` for any other file."""
+    trained_on = _trained_on(predictor, folder, data)
+    return (trained_on.data.decimal or ".") if trained_on is not None else "."
 
 
 def stored_csv(data, source: dict | None, allow_changed: bool = False) -> Path:

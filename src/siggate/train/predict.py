@@ -603,6 +603,9 @@ def _open_text(path: Path):
         peek = getattr(raw, "peek", None)
         if peek is not None and peek(2)[:2] == b"\x1f\x8b":  # gzip on stdin (zcat-less pipes), read as a .gz file
             raw = gzip.GzipFile(fileobj=raw, mode="rb")
+        sd = sd_file_problem(path, raw.peek(8192)) if hasattr(raw, "peek") else None  # (what is buffered)
+        if sd:
+            raise InputError(sd)
         return io.TextIOWrapper(raw, **kw), None
 
     if str(path) == "-":
