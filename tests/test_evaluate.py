@@ -129,7 +129,7 @@ def test_external_csv_molecules_above_max_atoms(ensemble2, tmp_path, capsys, cap
     assert rc == 2 and err.strip().splitlines()[-1] == (
         f"siggate evaluate: error: --data {big}: no row with a valid SMILES and a label to score (1 whose SMILES cannot "
         "be scored (first: molecule has 12 heavy atoms, above the limit of 8 (--max-atoms)), 0 without a label, 0 with "
-        "a label that cannot be scored)")
+        "a label that cannot be scored, 0 with more fields than the header)")
     for argv, why in ((["--max-atoms", "0", "--data", str(ext)], "max_atoms (--max-atoms) must be a positive integer, "
                                                                   "got 0"),
                       (["--max-atoms", "5"], "--max-atoms limits the molecules of --data FILE.csv"),
