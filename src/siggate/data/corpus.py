@@ -64,13 +64,11 @@ def read_smiles(path: str | Path, smiles_col: str | None = None, fix: str = "nam
 def _read_smiles(path: Path, smiles_col: str | None, fix: str) -> list[str]:
     from .csvdata import excel_sep_problem, sd_file_problem
 
-    with open_decompressed(path) as raw:
-        head = raw.read(65536)
-    sd = sd_file_problem(path, head) or excel_sep_problem(path, head.split(b"\n", 1)[0].decode("utf-8-sig", "replace")
-                                                          .split("\r")[0])
-    if sd:
-        raise ValueError(sd)
     with _open_text(path) as fh:
+        head = fh.buffer.peek(8192)  # (what is buffered: the file's start, read once)
+        sd = sd_file_problem(path, head) or excel_sep_problem(path, head[:16].decode("utf-8-sig", "replace"))
+        if sd:
+            raise ValueError(sd)
         kind = inner_suffix(path) or inner_suffix(Path(str(getattr(fh.buffer, "name", ""))))  # lib.zip: its file's
         if kind in (".csv", ".tsv"):
             from .csvdata import csv_records

@@ -196,13 +196,14 @@ def _file_bytes(path: Path) -> bytes:
 _MOLFILE = re.compile(rb"(?:[^\n]*\n){3}.{33,39}V[23]000[ \t]*\r?(?:\n|$)")
 
 
-def excel_sep_problem(path, first_line: str) -> str | None:
-    """Why ``path``, whose first line is ``first_line``, is not read as it is: Excel's ``sep=;``
-    line, which names the delimiter above the header (read as the header, its columns were
-    ``['sep=', '']``); None for any other first line."""
-    if not re.fullmatch(r"\ufeff?sep=.\s*", first_line):
+def excel_sep_problem(path, start: str) -> str | None:
+    """Why ``path``, whose text begins with ``start`` (its first line at least), is not read as it
+    is: Excel's ``sep=;`` line, which names the delimiter above the header (read as the header,
+    its columns were ``['sep=', '']``); None for any other first line."""
+    found = re.match(r"\ufeff?(sep=.)[ \t]*(?:\r\n?|\n|$)", start)
+    if not found:
         return None
-    return (f"{path}: line 1 is Excel's {first_line.strip()!r} line, which names the delimiter above the header; "
+    return (f"{path}: line 1 is Excel's {found.group(1)!r} line, which names the delimiter above the header; "
             "delete that line (siggate finds the delimiter from the header), so that the header is line 1")
 
 
@@ -252,7 +253,7 @@ def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[
     """
     path = Path(path)
     text = _decode(path, _file_bytes(path))
-    sep_line = excel_sep_problem(path, text[:text.find("\n") + 1 or len(text)].split("\r")[0])
+    sep_line = excel_sep_problem(path, text[:16])
     if sep_line:
         raise DataError(sep_line)
     header, records = None, Records()
@@ -345,11 +346,12 @@ def csv_records(lines: Iterable[str], delimiter: str, path, consumed: int = 0,
         yield start, rec
 
 
-def extra_fields_reason(line: int, got: int, width: int, empty: bool = False) -> str:
-    """The reason of a row with more fields than the header; ``empty``: the extra fields are all
-    empty (a delimiter at the end of each data line and not of the header: every row failed with
-    the words of a delimiter inside a field)."""
-    if empty:
+def extra_fields_reason(line: int, width: int, extra: Sequence[str]) -> str:
+    """The reason of a row with more fields than the header's ``width``, ``extra`` the fields beyond
+    it: all empty, a delimiter at the end of each data line and not of the header (every row failed
+    with the words of a delimiter inside a field)."""
+    got = width + len(extra)
+    if not any(f.strip() for f in extra):
         return (f"line {line} has {got} fields but the header has {width}, the extra ones empty: the line ends with a "
                 "delimiter and the header does not; remove the trailing delimiters, or end the header with one too")
     return (f"line {line} has {got} fields but the header has {width}: a delimiter inside an unquoted field? "
@@ -790,7 +792,7 @@ def build_csv(
     # the table's text is read: free it before the molecules are (a wide file's strings, such as a
     # pretraining corpus's descriptor columns, take more memory than its graphs)
     n_rows = len(frame)
-    wide = {i: (len(rec), not any(f.strip() for f in rec[width:])) for i, rec in enumerate(records) if len(rec) > width}
+    wide = {i: rec[width:] for i, rec in enumerate(records) if len(rec) > width}  # (their extra fields)
     del header, records, frame
 
     graphs, keys, canon, parents, invalid = [], [], [], [], []
@@ -799,8 +801,7 @@ def build_csv(
         smi = smi.strip()
         try:
             if i in wide:  # its fields cannot be matched to the columns
-                got, empty = wide[i]
-                raise InvalidSmiles(extra_fields_reason(line_at(lines, i), got, width, empty))
+                raise InvalidSmiles(extra_fields_reason(line_at(lines, i), width, wide[i]))
             if errors[i] is not None:
                 raise InvalidSmiles(errors[i])
             label = None
@@ -1307,19 +1308,15 @@ def _report(path: Path, ds: GraphDataset, fresh: bool) -> None:
                 logger.warning("%s: target column %r holds only 0 and 1, and is trained as regression (MAE); if it "
                                "is a class label, pass --task %s", name, col, task)
             elif v.size >= 10 and np.all(v > 0):
+                from scipy.stats import skew
+
                 low, high = np.percentile(v, [5, 95])
-                if high >= LOG_SCALE_SPAN * low and abs(_skew(np.log(v))) < abs(_skew(v)):
+                if high >= LOG_SCALE_SPAN * low and abs(skew(np.log(v))) < abs(skew(v)):
                     logger.warning("%s: target column %r spans %.1f orders of magnitude (5th to 95th percentile: %.3g "
                                    "to %.3g), all positive: a potency, concentration or solubility is modelled on its "
                                    "logarithm, else its largest values decide the loss and the scores; to train on "
                                    "that, give a column of its log10 (pIC50 = 9 - log10(IC50 in nM))", name, col,
                                    math.log10(high / low), low, high)
-
-
-def _skew(v: np.ndarray) -> float:
-    """The sample skewness of ``v`` (0 for a constant)."""
-    sd = float(np.std(v))
-    return float(np.mean((v - v.mean()) ** 3)) / sd**3 if sd > 0 else 0.0
 
 
 def _warn_notes(name: str, ds: GraphDataset) -> None:

@@ -21,7 +21,6 @@ over all targets and per target.
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 
 import torch
@@ -350,8 +349,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         first = records[ragged[0]]
         log.warning("--data %s: %d rows have more fields than the header, so their fields cannot be matched to the "
                     "columns; they are not scored (%s)", path, len(ragged),
-                    extra_fields_reason(line_at(lines, ragged[0]), len(first), len(header),
-                                        not any(f.strip() for f in first[len(header):])))
+                    extra_fields_reason(line_at(lines, ragged[0]), len(header), first[len(header):]))
     skip = set(ragged)
     bad = [row for row, why in enumerate(reasons) if why and not why.startswith(MISSING_TARGET) and row not in skip]
     if bad:
@@ -401,8 +399,9 @@ def _predictions_as_labels(header: list[str], labels: list[str], info: TaskInfo)
     columns there) of a file that had no label column of the target's name (it would have kept it
     and written ``<target>_pred``); None otherwise."""
     from .predict import DOMAIN_COLUMNS
+    from .rundir import error_column
 
-    if not header or not re.fullmatch(r"error(_pred)*", header[-1]):
+    if not header or header[-1] != error_column(header[:-1]):  # (predict names it after the columns before)
         return None
     for col in labels:
         marks = set(DOMAIN_COLUMNS) <= set(header) or f"{col}_uncertainty" in header

@@ -697,7 +697,7 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000,
         if not first:
             raise InputError(f"input file {path} is empty: expected a CSV header with a {smiles_col!r} column, "
                              "or one SMILES per line")
-        sep_line = excel_sep_problem(path, first.split("\r")[0])
+        sep_line = excel_sep_problem(path, first)
         if sep_line:
             raise InputError(sep_line)
         suffix = inner_suffix(path)
@@ -813,12 +813,11 @@ def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int,
                 raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
             if not rec:  # a blank line is not a record
                 continue
-            extra = len(rec) - width
-            empty = not any(f.strip() for f in rec[width:])
+            extra = rec[width:]
             rec = _Record((rec + [""] * width)[:width])
             rec[col] = rec[col].strip()
-            if extra > 0:  # its fields cannot be matched to the columns: the row fails, the others go on
-                rec.error = extra_fields_reason(start, width + extra, width, empty)
+            if extra:  # its fields cannot be matched to the columns: the row fails, the others go on
+                rec.error = extra_fields_reason(start, width, extra)
             buf.append(rec)
             if len(buf) >= chunk:
                 yield buf
