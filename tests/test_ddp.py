@@ -75,7 +75,7 @@ def test_two_rank_ddp_matches_one_process_and_writes_once(tmp_path, eval_norm, e
     # rank 0 alone wrote: one set of files, no leftovers of atomic writes, one event file,
     # one log row per epoch
     assert sorted(p.name for p in out.iterdir()) == ["best.pt", "calibration.json", "config.yaml", "data_report.csv",
-                                                     "domain.json", "domain_fingerprints.npz", "last.pt",
+                                                     "domain.json", "domain_fingerprints.npz", "fitted_molecules.json", "last.pt",
                                                      "learning_curves.png", "log.csv", "metrics.json", "parity.png",
                                                      "splits.csv", "tb", "test_predictions.csv"]
     assert len(list((out / "tb").iterdir())) == 1

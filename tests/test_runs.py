@@ -177,7 +177,8 @@ def test_ensemble_folders_follow_the_same_rules(tmp_path, capsys, data):
     rc, _, err = _train(capsys, data, "--epochs", "1", "--ensemble", "2", "--out", str(out), "--overwrite")
     assert rc == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["calibration.json", "data_report.csv", "domain.json",
-                                                     "domain_fingerprints.npz", "learning_curves.png", "member0",
+                                                     "domain_fingerprints.npz", "fitted_molecules.json",
+                                                     "learning_curves.png", "member0",
                                                      "member1", "members.yaml", "metrics.json", "parity.png",
                                                      "predictor.json",
                                                      "residuals.png", "splits.csv", "test_predictions.csv"]

@@ -45,6 +45,8 @@ CHIRALITY_WORDS = {"tag": "RDKit's tag (CW/CCW, in the order a SMILES wrote the 
                    "cip": "their CIP label (R/S)"}
 #: what a user CSV's runs read (``siggate train --data``, the estimators, the pretraining corpus)
 CSV_CHIRALITY = "cip"
+#: a CSV run's keys of the molecules it fitted (:func:`siggate.data.csvdata.fitted_molecules`), beside its ``splits.csv``
+FITTED_FILE = "fitted_molecules.json"
 #: metric name -> higher_is_better (one table for the package: :data:`siggate.options.HIGHER_IS_BETTER`)
 METRICS = HIGHER_IS_BETTER
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from ..config import ConfigError, split_resolved, upgrade_config_dict
+from ..data.base import FITTED_FILE
 from ..data.similarity import DOMAIN_FILE, FINGERPRINTS_FILE
 from ..files import atomic_write_bytes, folder_busy, number_text
 from ..options import run_weights
@@ -47,7 +48,7 @@ ESTIMATOR_RECORD = "estimator.json"
 #: run's lock (:class:`siggate.files.FolderLock`, ``.siggate.lock``) is not one of them: the
 #: overwriting run holds it, and a lock file removed while held would let a second run in.
 RUN_OUTPUTS = RUN_MARKERS + (ESTIMATOR_RECORD, "best.pt", "log.csv", "ensemble.json", MANIFEST, ARRAYS, "test_predictions.csv",
-                              "splits.csv", "data_report.csv", CALIBRATION, DOMAIN_FILE, FINGERPRINTS_FILE,
+                              "splits.csv", "data_report.csv", FITTED_FILE, CALIBRATION, DOMAIN_FILE, FINGERPRINTS_FILE,
                               PARITY, LEARNING, RESIDUALS, ROC)
 RUN_FOLDERS = ("tb",)
 _MEMBER = re.compile(r"member\d+")
