@@ -814,7 +814,8 @@ def test_sep_overrides_detection(tmp_path, capsys):
         ("smiles,y,split\nCCO,1,train\nCCC,2,train\n", ["the val and test splits are empty (2 usable rows)"]),
         ("smi,y,split\nCCO,1,train\n", ["SMILES column 'smiles' not found", "available columns: ['smi', 'y', 'split']",
                                         "--smiles-col"]),
-        ("SMILES,y,split\nCCO,1,train\n", ["SMILES column 'smiles' not found", "Did you mean --smiles-col SMILES?"]),
+        ("SMILES,Smiles,y,split\nCCO,CCO,1,train\n", ["SMILES column 'smiles' not found",  # which of the two?
+                                                       "Did you mean --smiles-col SMILES?"]),
     ],
     ids=["empty", "header-only", "words", "beyond-float32", "all-invalid", "empty-split", "missing-smiles-col", "smiles-col-case"],
 )
@@ -825,6 +826,22 @@ def test_bad_csv_gives_one_line_and_exit_2(tmp_path, capsys, text, expected):
     for e in expected:
         assert e in err
     assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_train_reads_smiles_from_the_one_column_so_named_in_another_case(tmp_path, capsys):
+    """A ChEMBL export names its SMILES column ``Smiles``: ``train`` refused it until ``--smiles-col
+    Smiles`` was given, though ``predict`` and ``evaluate`` read it by themselves. Without
+    ``--smiles-col``, train reads the one column that is ``smiles`` in another case, says so, and the
+    run records it, so that resuming and predicting read it too."""
+    text = _rows(";").replace("smiles;", "Smiles;", 1)
+    data = _csv(tmp_path / "export.csv", text)
+    rc, err = _train_csv(tmp_path, capsys, data)
+    assert rc == 0, err
+    assert ("siggate train: reading SMILES from column 'Smiles' (the file has no column 'smiles'; choose another with "
+            "--smiles-col)") in err.splitlines()
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]["smiles_col"] == "Smiles"
+    rc, err = _train_csv(tmp_path, capsys, data, "--resume", str(tmp_path / "run"))
+    assert rc == 0 and "reading SMILES" not in err, err
 
 
 @pytest.mark.parametrize("flag", [["--epochs", "7"], ["--budget", "7"], ["--on-nan", "skip"]], ids=lambda f: f[0])

@@ -685,6 +685,56 @@ def test_a_potency_in_nanomolar_is_named_as_one_to_model_on_its_logarithm(tmp_pa
     assert high / low > 100
 
 
+def test_censored_labels_and_other_units_are_noted_and_warned_about(tmp_path, caplog):
+    """A ChEMBL export's ``Standard Value`` trained every ``'>' 10000`` (an inactive compound: a
+    bound) as a measured 10 µM, and mixed ``ug.mL-1`` with ``nM`` on one scale, without a word.
+    Each such labelled row is a note in the run's report (its relation or its unit), with one
+    warning per kind; unlabelled rows, a relation column that says '=' wherever there is a label,
+    and a column of relations that holds anything else (it is no relation column) are not."""
+    from siggate.data.csvdata import CENSORED_LABEL, OTHER_UNIT
+
+    caplog.set_level("WARNING", logger="siggate.data.csvdata")
+    relation = ["'='", "'>'", "'='", "'<'", "", "'='", "'>'", "'='", "'='", "'='", "'='", "'='"]
+    units = ["nM", "nM", "ug.mL-1", "nM", "nM", "nM", "nM", "M", "nM", "nM", "nM", ""]
+    value = ["5", "10000", "1.5", "0.1", "", "7", "10000", "0.000002", "8", "9", "3", "4"]
+    assert len(relation) == len(units) == len(value) == len(GOOD)
+    path = tmp_path / "export.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh, delimiter=";", quoting=csv.QUOTE_ALL)
+        w.writerow(["Comment", "Smiles", "Standard Relation", "Standard Value", "Standard Units"])
+        w.writerows(zip([">"] * 6 + ["assay 2"] * 6, GOOD, relation, value, units))
+    ds = load_csv(path, "Smiles", ["Standard Value"], "regression", split="random", cache_dir=tmp_path / "c",
+                  sep=";")
+    noted = {n.index: (n.issue, n.detail) for n in ds.notes if n.issue in (CENSORED_LABEL, OTHER_UNIT)}
+    assert noted == {
+        1: (CENSORED_LABEL, "'Standard Relation' is '>': the label is a bound, trained as if it were measured"),
+        3: (CENSORED_LABEL, "'Standard Relation' is '<': the label is a bound, trained as if it were measured"),
+        6: (CENSORED_LABEL, "'Standard Relation' is '>': the label is a bound, trained as if it were measured"),
+        2: (OTHER_UNIT, "'Standard Units' is 'ug.mL-1', not 'nM' as in 8 of the labelled rows: one scale mixes units"),
+        7: (OTHER_UNIT, "'Standard Units' is 'M', not 'nM' as in 8 of the labelled rows: one scale mixes units"),
+    }
+    msgs = [r.getMessage() for r in caplog.records if "labelled rows" in r.getMessage()]
+    assert msgs == [
+        "export.csv: 3 labelled rows are censored ('Standard Relation' says '<' or '>'; first: row 1, 'Standard "
+        "Relation' is '>'): each label is a bound, not a measurement, and trains as if it were one; keep the rows "
+        "whose relation is '=' (ChEMBL's pChEMBL Value is given for those only; data_report.csv lists them)",
+        "export.csv: 2 labelled rows give their label in another unit than 'nM' ('Standard Units': 'M', 'ug.mL-1'): "
+        "one number scale mixes units, so those labels are off by their units' ratio; convert them or keep one "
+        "unit's rows (data_report.csv lists them)"]
+
+    caplog.clear()  # the measured rows alone, in one unit: nothing to say
+    keep = [i for i in range(len(GOOD)) if relation[i] in ("'='", "") and units[i] in ("nM", "")]
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh, delimiter=";", quoting=csv.QUOTE_ALL)
+        w.writerow(["Smiles", "Standard Relation", "Standard Value", "Standard Units"])
+        w.writerows([GOOD[i], relation[i], value[i], units[i]] for i in keep)
+        w.writerow(["CCCCCCO", "'>'", "", "ug.mL-1"])  # unlabelled: not trained, not noted
+    ds = load_csv(path, "Smiles", ["Standard Value"], "regression", split="random", cache_dir=tmp_path / "c",
+                  sep=";")
+    assert not [n for n in ds.notes if n.issue in (CENSORED_LABEL, OTHER_UNIT)]
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == ["export.csv: skipped 2 of 8 rows"]  # (two without a label)
+
+
 def test_constant_target_is_refused(tmp_path):
     from siggate.data.base import DataError
     from siggate.data.csvdata import check_trainable

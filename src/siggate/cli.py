@@ -99,6 +99,19 @@ def _attention(cfg) -> str:
     return f"gate={cfg.model.gate}" if cfg.model.attn else "attention=off"
 
 
+def _smiles_column_in_any_case(data) -> None:
+    """Read SMILES from the one column of the CSV ``data.csv`` that is ``data.smiles_col`` in
+    another case (ChEMBL's export names it ``Smiles``) where the file has no column of that name,
+    as ``predict`` reads a file without the run's column; said on stderr."""
+    from .data.csvdata import smiles_column_in_any_case
+
+    found = smiles_column_in_any_case(data.csv, data.sep, data.smiles_col)
+    if found is not None:
+        print(f"siggate train: reading SMILES from column {found!r} (the file has no column {data.smiles_col!r}; "
+              "choose another with --smiles-col)", file=sys.stderr)
+        data.smiles_col = found
+
+
 def cmd_train(args) -> int:
     from .train import rundir
 
@@ -124,6 +137,8 @@ def cmd_train(args) -> int:
             raise CLIError(_no_run_to_resume(resume, several))
     cfg = config_from_args(args)
     given_keys = set_keys(args)  # (config_from_args has parsed each --set item)
+    if saved is None and cfg.data.name == "csv" and cfg.data.csv:  # (a resumed run's config names the column read)
+        _smiles_column_in_any_case(cfg.data)
     if saved is not None:
         cfg = rundir.keep_run_schedule(cfg, saved, given_keys)
         diffs = rundir.resume_differences(saved, cfg.to_dict(), path)

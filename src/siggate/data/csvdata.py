@@ -300,6 +300,27 @@ def column_names(fields: list[str]) -> list[str]:
     return [f.strip() for f in fields]
 
 
+def smiles_column_in_any_case(path: str | os.PathLike, sep: str | None, wanted: str = "smiles") -> str | None:
+    """The one column of the CSV ``path``'s header that is ``wanted`` in another case (ChEMBL's
+    export names it ``Smiles``), as ``predict`` reads a file without the run's column; None when
+    ``wanted`` is there, when no column or several are, or when the file's start cannot be read
+    (its reader names why). Only the first 64 KiB are read."""
+    try:
+        with open_decompressed(Path(path)) as raw:
+            sample = raw.read(65536).decode("utf-8-sig", errors="replace")
+    except (OSError, ValueError, IndexError, *DAMAGED):
+        return None
+    first = sample.splitlines()[0] if sample.strip() else ""
+    try:
+        header = next(csv.reader([first], delimiter=sep or detect_sep(Path(path))), [])
+    except csv.Error:
+        return None
+    if wanted in header:
+        return None
+    found = [c for c in header if c.strip().lower() == wanted.lower()]
+    return found[0] if len(found) == 1 else None
+
+
 def _read_header(path: Path, sep: str) -> list[str]:
     return read_table(path, sep)[0]
 
@@ -473,6 +494,54 @@ _HEAVY_ISOTOPE = re.compile(r"\[\d+(?!H(?![a-z]))[A-Za-z*#]")
 
 #: the data report's issue of a row kept with a label cell read as missing (:func:`read_labels`)
 LABEL_LEFT_OUT = "label left out"
+
+#: the note of a row whose label is a bound, a relation column saying ``>`` or ``<`` (ChEMBL's
+#: ``Standard Relation``: an activity beyond the assay's range)
+CENSORED_LABEL = "censored label"
+#: the note of a row whose unit column names another unit than most labelled rows (ChEMBL's ``Standard Units``)
+OTHER_UNIT = "other unit"
+#: the values of a relation column: measured (``=``, ``~``: approximately) or a bound; ChEMBL writes them quoted (``'>'``)
+_RELATIONS = {"=": False, "~": False, "==": False, "<": True, ">": True, "<=": True, ">=": True, "<<": True,
+              ">>": True, "≤": True, "≥": True}
+#: a column of units, by its name (``Standard Units``, ``units``, ``Unit``)
+_UNIT_COLUMN = re.compile(r"(?i)(?:^|[\s_.-])units?$")
+
+
+def label_qualifiers(header: list[str], records: Sequence[list[str]], skip: set[str], labelled: np.ndarray
+                     ) -> tuple[dict[int, str], dict[int, str]]:
+    """The rows of a table whose label a column beside it qualifies: ``(censored, other_unit)``,
+    each ``{row: detail}`` for the ``labelled`` rows (a boolean per record). ``censored``: rows
+    where the first column of relations (every non-empty cell, its quotes stripped, a relation:
+    ``=``, ``<``, ``>=``, ...) holds a bound, not ``=``; ``other_unit``: where the first column
+    named as units (:data:`_UNIT_COLUMN`) whose labelled rows name more than one unit names
+    another than the most common. Columns in ``skip`` (the SMILES, targets, split) are not read."""
+    def cells(i: int) -> Iterator[str]:
+        return (rec[i].strip().strip("'\"").strip() if i < len(rec) else "" for rec in records)
+
+    censored: dict[int, str] = {}
+    other: dict[int, str] = {}
+    for i, name in enumerate(header):
+        if name in skip:
+            continue
+        if not censored and all(v in _RELATIONS for v in cells(i) if v):  # (a column of numbers: its first cell)
+            values = list(cells(i))
+            if any(values):
+                censored = {r: f"{name!r} is {v!r}: the label is a bound, trained as if it were measured"
+                            for r, v in enumerate(values) if labelled[r] and _RELATIONS.get(v)}
+                if not censored:
+                    censored = {-1: ""}  # (the relation column is found, and every labelled row is measured)
+        if not other and _UNIT_COLUMN.search(name.strip()):
+            values = list(cells(i))
+            counts: dict[str, int] = {}
+            for r, v in enumerate(values):
+                if labelled[r] and v:
+                    counts[v] = counts.get(v, 0) + 1
+            if len(counts) > 1:
+                common = max(counts, key=counts.get)
+                other = {r: f"{name!r} is {v!r}, not {common!r} as in {counts[common]} of the labelled rows: one scale "
+                         f"mixes units" for r, v in enumerate(values) if labelled[r] and v and v != common}
+    censored.pop(-1, None)
+    return censored, other
 
 
 def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: str,
@@ -795,6 +864,7 @@ def build_csv(
     # pretraining corpus's descriptor columns, take more memory than its graphs)
     n_rows = len(frame)
     wide = {i: rec[width:] for i, rec in enumerate(records) if len(rec) > width}  # (their extra fields)
+    censored, other_unit = label_qualifiers(header, records, set(usecols), ~np.isnan(y_all).all(axis=1))
     del header, records, frame
 
     graphs, keys, canon, parents, invalid = [], [], [], [], []
@@ -852,6 +922,9 @@ def build_csv(
         if g.idx in left_out:  # (a row of a kept molecule, merged or not)
             notes.append(RowNote(g.idx, g.smiles, LABEL_LEFT_OUT, f"{left_out[g.idx]}: that target is missing for "
                                  "this row, its other targets' labels are kept"))
+        for issue, found in ((CENSORED_LABEL, censored), (OTHER_UNIT, other_unit)):
+            if g.idx in found:
+                notes.append(RowNote(g.idx, g.smiles, issue, found[g.idx]))
         if g.num_nodes > PREDICT_MAX_ATOMS:
             notes.append(RowNote(g.idx, g.smiles, "large molecule", f"{g.num_nodes} atoms, above siggate predict's "
                                  f"limit of {PREDICT_MAX_ATOMS} (--max-atoms)"))
@@ -1202,8 +1275,8 @@ def load_csv(
         "val_fraction": float(val_fraction),
         "fragments": fragments,
         "chirality": chirality,
-        "notes": 3,  # the datasets carry their row notes (2: fragments and parents across splits; 3: a labelled
-        # parent is its unlabelled molecule's) and row count
+        "notes": 4,  # the datasets carry their row notes (2: fragments and parents across splits; 3: a labelled
+        # parent is its unlabelled molecule's; 4: censored labels and other units) and row count
         "version": CSV_VERSION,
     }
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.name.split(".")[0]) or "data"
@@ -1369,6 +1442,21 @@ def _warn_notes(name: str, ds: GraphDataset) -> None:
                        "optimistic; pass --fragments parent to read each molecule as its parent, which keeps them in "
                        "one split (a split column's rows stay where it puts them; data_report.csv lists them)",
                        name, len(parents), parents[0].index, parents[0].smiles, parents[0].detail)
+    censored = [n for n in ds.notes if n.issue == CENSORED_LABEL]
+    if censored:
+        column = censored[0].detail.split(" is ")[0]
+        logger.warning("%s: %d labelled rows are censored (%s says '<' or '>'; first: row %d, %s): each label is a "
+                       "bound, not a measurement, and trains as if it were one; keep the rows whose relation is '=' "
+                       "(ChEMBL's pChEMBL Value is given for those only; data_report.csv lists them)", name,
+                       len(censored), column, censored[0].index, censored[0].detail.split(":")[0])
+    other = [n for n in ds.notes if n.issue == OTHER_UNIT]
+    if other:
+        column, _, rest = other[0].detail.partition(" is ")
+        common = rest.split(", not ")[1].split(" as in ")[0]
+        units = sorted({n.detail.split(" is ")[1].split(",")[0] for n in other})
+        logger.warning("%s: %d labelled rows give their label in another unit than %s (%s: %s): one number scale "
+                       "mixes units, so those labels are off by their units' ratio; convert them or keep one unit's "
+                       "rows (data_report.csv lists them)", name, len(other), common, column, ", ".join(units))
     large = [n for n in ds.notes if n.issue == "large molecule"]
     if large:
         sizes = [int(n.detail.split()[0]) for n in large]
