@@ -707,11 +707,11 @@ def test_censored_labels_and_other_units_are_noted_and_warned_about(tmp_path, ca
                   sep=";")
     noted = {n.index: (n.issue, n.detail) for n in ds.notes if n.issue in (CENSORED_LABEL, OTHER_UNIT)}
     assert noted == {
-        1: (CENSORED_LABEL, "'Standard Relation' is '>': the label is a bound, trained as if it were measured"),
-        3: (CENSORED_LABEL, "'Standard Relation' is '<': the label is a bound, trained as if it were measured"),
-        6: (CENSORED_LABEL, "'Standard Relation' is '>': the label is a bound, trained as if it were measured"),
-        2: (OTHER_UNIT, "'Standard Units' is 'ug.mL-1', not 'nM' as in 8 of the labelled rows: one scale mixes units"),
-        7: (OTHER_UNIT, "'Standard Units' is 'M', not 'nM' as in 8 of the labelled rows: one scale mixes units"),
+        1: (CENSORED_LABEL, "'Standard Relation' is '>': the label is a bound"),
+        3: (CENSORED_LABEL, "'Standard Relation' is '<': the label is a bound"),
+        6: (CENSORED_LABEL, "'Standard Relation' is '>': the label is a bound"),
+        2: (OTHER_UNIT, "'Standard Units' is 'ug.mL-1', not 'nM' as in 8 of the labelled rows"),
+        7: (OTHER_UNIT, "'Standard Units' is 'M', not 'nM' as in 8 of the labelled rows"),
     }
     msgs = [r.getMessage() for r in caplog.records if "labelled rows" in r.getMessage()]
     assert msgs == [

@@ -760,6 +760,38 @@ def test_evaluate_data_counts_the_rows_the_run_fitted(run, capsys, caplog):
     assert json.loads(stdout)["rows"]["fitted"] == 0
 
 
+def test_evaluate_data_names_censored_labels_and_labels_in_another_unit(run, capsys):
+    """``evaluate --data`` of a ChEMBL-style file scored '>' bounds and labels in another unit as
+    measurements, without a word (as training did). The scored rows among them are counted and
+    warned about with the first one's line; unscored rows (no label) are not counted."""
+    data, out, _ = run
+    rows = read_output(data)
+    lines = ["smiles;a;b;Relation;Units"]
+    for i, r in enumerate(rows):
+        relation = "'>'" if i % 6 == 1 else "'='"
+        unit = "uM" if i % 9 == 2 else "nM"
+        lines.append(f"{r['smiles']};{r['a']};{r['b']};{relation};{unit}")
+    scored_rows = [i for i, r in enumerate(rows) if r["a"] or r["b"]]
+    censored = [i for i in scored_rows if i % 6 == 1]
+    other = [i for i in scored_rows if i % 9 == 2]
+    path = out.parent / "qualified.csv"
+    path.write_text("\n".join(lines) + "\n")
+    rc, stdout, err = run_cli(["evaluate", "--checkpoint", str(out), "--data", str(path), "--target-col", "a,b",
+                               "--output", str(out.parent / "qualified.json")], capsys)
+    assert rc == 0, err
+    res = json.loads(stdout)
+    assert res["rows"]["scored"] == len(scored_rows)
+    assert (res["rows"]["censored"], res["rows"]["other_unit"]) == (len(censored), len(other)) and censored and other
+    common = len(scored_rows) - len(other)
+    assert res["warnings"][:2] == [
+        f"{len(censored)} of the {len(scored_rows)} rows scored have a censored label, a bound scored as if it were a "
+        f"measurement; score the rows whose relation is '=' (first: line {censored[0] + 2}, 'Relation' is '>': the "
+        "label is a bound)",
+        f"{len(other)} of the {len(scored_rows)} rows scored give their label in another unit than most, so their "
+        "errors are off by the units' ratio; convert them, or score one unit's rows (first: line "
+        f"{other[0] + 2}, 'Units' is 'uM', not 'nM' as in {common} of the labelled rows)"]
+
+
 def test_the_molecules_a_run_fitted_are_keyed_once_when_it_trains(run, tmp_path, monkeypatch):
     """``evaluate --data`` keyed every molecule a run fitted again at each call (about 0.3 ms each:
     1 s of a 1.1 s slowdown against a run of 2,651 training molecules, 15 s for 50,000). Training

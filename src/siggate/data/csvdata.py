@@ -526,7 +526,7 @@ def label_qualifiers(header: list[str], records: Sequence[list[str]], skip: set[
         if not censored and all(v in _RELATIONS for v in cells(i) if v):  # (a column of numbers: its first cell)
             values = list(cells(i))
             if any(values):
-                censored = {r: f"{name!r} is {v!r}: the label is a bound, trained as if it were measured"
+                censored = {r: f"{name!r} is {v!r}: the label is a bound"
                             for r, v in enumerate(values) if labelled[r] and _RELATIONS.get(v)}
                 if not censored:
                     censored = {-1: ""}  # (the relation column is found, and every labelled row is measured)
@@ -538,8 +538,8 @@ def label_qualifiers(header: list[str], records: Sequence[list[str]], skip: set[
                     counts[v] = counts.get(v, 0) + 1
             if len(counts) > 1:
                 common = max(counts, key=counts.get)
-                other = {r: f"{name!r} is {v!r}, not {common!r} as in {counts[common]} of the labelled rows: one scale "
-                         f"mixes units" for r, v in enumerate(values) if labelled[r] and v and v != common}
+                other = {r: f"{name!r} is {v!r}, not {common!r} as in {counts[common]} of the labelled rows"
+                         for r, v in enumerate(values) if labelled[r] and v and v != common}
     censored.pop(-1, None)
     return censored, other
 

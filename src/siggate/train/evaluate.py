@@ -283,6 +283,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         detect_sep,
         extra_fields_reason,
         headerless_hint,
+        label_qualifiers,
         line_at,
         read_labels,
         read_table,
@@ -387,6 +388,19 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
                         f"be scored, {len(ragged)} with more fields than the header)")
     counts = {"rows": len(table), "scored": len(graphs), "invalid": len(invalid), "unlabelled": unlabelled,
               "bad_label": len(bad), "bad_label_cell": len(partial), "malformed": len(ragged)}
+    scored = np.zeros(len(records), dtype=bool)
+    scored[[g.row for g in graphs]] = True
+    censored, other_unit = label_qualifiers(header, records, {smiles_col, *present}, scored)
+    for key, found, what in (
+            ("censored", censored, "have a censored label, a bound scored as if it were a measurement; score the rows "
+                                   "whose relation is '='"),
+            ("other_unit", other_unit, "give their label in another unit than most, so their errors are off by the "
+                                       "units' ratio; convert them, or score one unit's rows")):
+        if found:
+            counts[key] = len(found)
+            first = min(found)
+            notes.append(f"{len(found)} of the {len(graphs)} rows scored {what} (first: line {line_at(lines, first)}, "
+                         f"{found[first]})")
     fitted = _fitted_molecules_of(folder)
     if fitted:
         counts["fitted"] = fitted_among(graphs, fitted)  # (a salt: as the run read it)
