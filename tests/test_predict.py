@@ -376,9 +376,14 @@ def test_predict_reads_the_compressed_files_training_reads(tmp_path, kind):
         with pytest.raises(InputError, match="truncated or corrupt"):
             list(read_input(cut))
     if kind == "zip":
+        # macOS's Finder adds the file's resource fork (and a folder's .DS_Store): not the user's files
+        with zipfile.ZipFile(p, "a") as z:
+            z.writestr("__MACOSX/._in.csv", b"\x00\x05\x16\x07 resource fork")
+            z.writestr(".DS_Store", b"Bud1")
+        assert list(read_input(p)) == [[["CCO", "a"], ["c1ccccc1", "b"]]]
         with zipfile.ZipFile(p, "a") as z:
             z.writestr("other.csv", text)
-        with pytest.raises(InputError, match="is a zip archive of 2 files; unzip it"):
+        with pytest.raises(InputError, match=r"is a zip archive of 2 files \(in\.csv, other\.csv\); unzip it"):
             read_input(p)
 
 

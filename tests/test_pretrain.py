@@ -99,7 +99,7 @@ def test_read_smiles_reads_every_compression_that_train_reads(tmp_path):
     with zipfile.ZipFile(tmp_path / "two.zip", "w") as z:
         z.writestr("a.smi", "CCO\n")
         z.writestr("b.smi", "CCN\n")
-    with pytest.raises(ValueError, match=r"two\.zip is a zip archive of 2 files; unzip it"):
+    with pytest.raises(ValueError, match=r"two\.zip is a zip archive of 2 files \(a\.smi, b\.smi\); unzip it"):
         read_smiles(tmp_path / "two.zip")
     cut = tmp_path / "cut.csv.xz"
     cut.write_bytes(lzma.compress(data)[:-20])

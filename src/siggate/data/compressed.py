@@ -59,10 +59,19 @@ def zip_member(archive: zipfile.ZipFile, path: Path) -> str:
     if any(n.endswith("/data.pkl") or n == "data.pkl" for n in names):
         raise DataError(f"{path} is a PyTorch checkpoint (a model, e.g. a run's best.pt), not a CSV "
                         "file; give the CSV of SMILES and labels")
-    files = [n for n in names if not n.endswith("/")]
+    files = [n for n in names if not n.endswith("/") and not _mac_metadata(n)]
     if len(files) != 1:
-        raise DataError(f"{path} is a zip archive of {len(files)} files; unzip it and give the one file to read")
+        shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        raise DataError(f"{path} is a zip archive of {len(files)} files{f' ({shown})' if files else ''}; unzip it and "
+                        "give the one file to read")
     return files[0]
+
+
+def _mac_metadata(name: str) -> bool:
+    """Whether the zip entry ``name`` is what macOS's Finder adds beside a compressed file: its
+    resource fork (``__MACOSX/._data.csv``, or ``._data.csv``) or a ``.DS_Store``, not a file of the user's."""
+    base = name.rsplit("/", 1)[-1]
+    return name.startswith("__MACOSX/") or base.startswith("._") or base == ".DS_Store"
 
 
 def open_decompressed(path: Path, module="detect") -> IO[bytes]:
