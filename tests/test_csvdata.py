@@ -65,6 +65,22 @@ def _all(ds):
     return [g for k in ("train", "val", "test") for g in ds.splits[k]]
 
 
+def test_a_row_of_empty_fields_is_named_an_empty_row(tmp_path):
+    """A spreadsheet's formatted blank rows (``,,``) were counted and listed as "missing target",
+    sending the user to look for molecules without a label. Rows whose every field is empty (or
+    spaces) are an ``empty row``; a row with an ID and nothing else still misses its target and molecule."""
+    from siggate.data.csvdata import EMPTY_ROW, row_issue
+
+    path = tmp_path / "blank.csv"
+    path.write_text("smiles,y,id\n" + "".join(f"{s},{i},m{i}\n" for i, s in enumerate(GOOD))
+                    + ",,\n , ,\n,,m99\n")
+    ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
+    n = len(GOOD)
+    assert {r.index: r.reason for r in ds.invalid} == {n: EMPTY_ROW, n + 1: EMPTY_ROW, n + 2: "missing target"}
+    assert [row_issue(r.reason) for r in ds.invalid] == ["empty row", "empty row", "missing target"]
+    assert sum(map(len, ds.splits.values())) == n
+
+
 def test_regression_scaffold(csv_file, tmp_path):
     ds = load_csv(csv_file, "smiles", ["y1"], "regression", cache_dir=tmp_path / "cache")
     assert cached.last_hit is False
