@@ -65,19 +65,22 @@ def _all(ds):
     return [g for k in ("train", "val", "test") for g in ds.splits[k]]
 
 
-def test_a_row_of_empty_fields_is_named_an_empty_row(tmp_path):
+def test_a_row_of_empty_fields_and_the_header_again_are_named_as_such(tmp_path):
     """A spreadsheet's formatted blank rows (``,,``) were counted and listed as "missing target",
-    sending the user to look for molecules without a label. Rows whose every field is empty (or
-    spaces) are an ``empty row``; a row with an ID and nothing else still misses its target and molecule."""
-    from siggate.data.csvdata import EMPTY_ROW, row_issue
+    sending the user to look for molecules without a label, and a second file's header (``cat a.csv
+    b.csv``) as a SMILES 'smiles' whose label 'y' is no number. Rows whose every field is empty (or
+    spaces) are an ``empty row``, the header's names again (in any case) the ``header again``; a row
+    with an ID and nothing else still misses its target and molecule."""
+    from siggate.data.csvdata import EMPTY_ROW, HEADER_AGAIN, row_issue
 
     path = tmp_path / "blank.csv"
     path.write_text("smiles,y,id\n" + "".join(f"{s},{i},m{i}\n" for i, s in enumerate(GOOD))
-                    + ",,\n , ,\n,,m99\n")
+                    + ",,\n , ,\n,,m99\nSMILES, y,id\n")  # (the last: a second file's header, joined by cat)
     ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
     n = len(GOOD)
-    assert {r.index: r.reason for r in ds.invalid} == {n: EMPTY_ROW, n + 1: EMPTY_ROW, n + 2: "missing target"}
-    assert [row_issue(r.reason) for r in ds.invalid] == ["empty row", "empty row", "missing target"]
+    assert {r.index: r.reason for r in ds.invalid} == {n: EMPTY_ROW, n + 1: EMPTY_ROW, n + 2: "missing target",
+                                                       n + 3: HEADER_AGAIN}
+    assert [row_issue(r.reason) for r in ds.invalid] == ["empty row", "empty row", "missing target", "header again"]
     assert sum(map(len, ds.splits.values())) == n
 
 

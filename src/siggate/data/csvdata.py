@@ -122,6 +122,8 @@ DUPLICATE_TOLERANCE = 0.01
 MISSING_TARGET = "missing target"
 #: the reason of a row of empty fields only (``,,,``: a spreadsheet's formatted blank row): no molecule and no label
 EMPTY_ROW = "empty row (every field is empty)"
+#: the reason of a row that is the header again (files joined with their headers: ``cat a.csv b.csv``)
+HEADER_AGAIN = "the header again (files joined with their own headers?)"
 #: bump when the same file and arguments build another dataset (part of every cache key). 2: rows of
 #: one molecule share a split (random split; merged only within a split column's split), rows with
 #: extra fields are dropped with a reason; 3: rows of only hydrogens or with a wildcard atom '*' are
@@ -659,13 +661,16 @@ def _check_decimal_marks(path: Path, col: str, raw: pd.Series, missing: np.ndarr
 def row_issue(reason: str) -> str:
     """The kind of a dropped row from its reason: ``"missing target"``, ``"bad target"``,
     ``"bad split label"``, ``"duplicate"`` (merged or dropped by ``duplicates``),
-    ``"malformed row"`` (more fields than the header), ``"empty row"`` or ``"invalid molecule"``."""
+    ``"malformed row"`` (more fields than the header), ``"empty row"``, ``"header again"`` or
+    ``"invalid molecule"``."""
     if reason.startswith("line ") and " fields but the header has " in reason:
         return "malformed row"
     if reason.startswith(MISSING_TARGET):
         return MISSING_TARGET
     if reason == EMPTY_ROW:
         return "empty row"
+    if reason == HEADER_AGAIN:
+        return "header again"
     if reason.startswith("target column"):
         return "bad target"
     if reason.startswith("split column"):
@@ -869,6 +874,8 @@ def build_csv(
     n_rows = len(frame)
     wide = {i: rec[width:] for i, rec in enumerate(records) if len(rec) > width}  # (their extra fields)
     empty = {i for i, rec in enumerate(records) if not any(cell.strip() for cell in rec)}
+    named = [c.strip().lower() for c in header]
+    again = {i for i, rec in enumerate(records) if [c.strip().lower() for c in rec] == named}
     censored, other_unit = label_qualifiers(header, records, set(usecols), ~np.isnan(y_all).all(axis=1))
     del header, records, frame
 
@@ -881,6 +888,8 @@ def build_csv(
                 raise InvalidSmiles(extra_fields_reason(line_at(lines, i), width, wide[i]))
             if i in empty:  # not a molecule without its label
                 raise InvalidSmiles(EMPTY_ROW)
+            if i in again:  # not a SMILES 'smiles' with a label that is no number
+                raise InvalidSmiles(HEADER_AGAIN)
             if errors[i] is not None:
                 raise InvalidSmiles(errors[i])
             label = None
@@ -1283,7 +1292,8 @@ def load_csv(
         "fragments": fragments,
         "chirality": chirality,
         "notes": 5,  # the datasets carry their row notes (2: fragments and parents across splits; 3: a labelled
-        # parent is its unlabelled molecule's; 4: censored labels and other units; 5: an empty row's reason) and row count
+        # parent is its unlabelled molecule's; 4: censored labels and other units; 5: the reasons of an empty row
+        # and of the header again) and row count
         "version": CSV_VERSION,
     }
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.name.split(".")[0]) or "data"
