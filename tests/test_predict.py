@@ -514,55 +514,90 @@ def test_train_evaluate_and_pretrain_name_a_pipe_given_as_their_data(ckpt, tmp_p
     assert rc == 2 and err.endswith(f"siggate pretrain: error: --smiles {pipe} {why}") and not (tmp_path / "pt").exists()
 
 
-def test_an_sd_file_is_refused_by_every_reader_with_the_command_that_converts_it(ckpt, tmp_path, capsys):
-    """An SD file given to predict was read as lines: each atom line a 'SMILES', 14,440 rows of
-    which 400 were predicted (a 'C' of '0.0 0.0 C'); train refused it for columns it lacked. Every
-    reader refuses it, naming the RDKit line that converts it, and that line makes a CSV of its
-    SMILES and properties that siggate reads."""
-    import shlex
-
+def test_an_sd_file_is_read_by_every_reader_as_its_molecules_and_their_data_items(ckpt, predictor, tmp_path, capsys):
+    """An SD file given to predict was read as lines (each atom line a 'SMILES': 14,440 rows of
+    which 400 were predicted, a 'C' of '0.0 0.0 C'), then refused with a conversion command. Every
+    reader reads it now, as a table: the molecules' SMILES (stereo from 3D coordinates too), their
+    titles as ``name`` and their data items as columns; a record RDKit cannot sanitize or read fails
+    with its reason, the others are read; gzip and pipes too. Predictions equal those of a CSV of
+    the same SMILES."""
     from rdkit import Chem
+    from rdkit.Chem import AllChem
 
-    smiles = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1"]
+    from siggate.data.corpus import read_smiles
+
+    smiles = nci_smiles(40)[:36] + ["C[C@H](N)C(=O)O"]
     sdf = tmp_path / "mols.sdf"
     with Chem.SDWriter(str(sdf)) as w:
         for i, smi in enumerate(smiles):
             mol = Chem.MolFromSmiles(smi)
-            mol.SetProp("pIC50", str(5 + i))
+            if i == len(smiles) - 1:  # 3D coordinates, no wedges: its stereo is read from them
+                mol = Chem.AddHs(mol)
+                AllChem.EmbedMolecule(mol, randomSeed=0)
+            mol.SetProp("_Name", f"m{i}")
+            mol.SetProp("pIC50", f"{len(smi) / 10:.1f}")
+            if i == 1:
+                mol.SetProp("smiles", "registered")  # a data item of that name: carried as input_smiles
             w.write(mol)
+    bad = Chem.MolToMolBlock(Chem.MolFromSmiles("CN(C)(C)(C)C", sanitize=False))
+    with open(sdf, "a") as fh:
+        fh.write(f"{bad}> <pIC50>\n5.0\n\n$$$$\nbroken\n\n\n  1  0  0  0  0  0  0  0  0  0999 V2000\nM  END\n$$$$\n")
     packed = tmp_path / "mols.sdf.gz"
     packed.write_bytes(gzip.compress(sdf.read_bytes()))
-    for path in (sdf, packed):
-        why = f"{path} is an SD file (molfile records), not a table of SMILES; convert it to a CSV with a smiles column"
-        for argv in (["predict", "--checkpoint", str(ckpt), "--input", str(path), "--output", str(tmp_path / "p.csv")],
-                     ["explain", "--checkpoint", str(ckpt), "--input", str(path), "--out", str(tmp_path / "e")],
-                     ["evaluate", "--checkpoint", str(ckpt), "--data", str(path)],
-                     ["train", "--data", str(path), "--target-col", "pIC50", "--members", "rf", "--out",
-                      str(tmp_path / "r")],
-                     ["pretrain", "--smiles", str(path), "--out", str(tmp_path / "pt")]):
-            rc, out, err = run_cli(argv, capsys)
-            assert rc == 2 and f"siggate {argv[0]}: error: {why}" in err and len(err.strip().splitlines()) == 1, err
-        assert not [p.name for p in tmp_path.iterdir() if p.name not in ("mols.sdf", "mols.sdf.gz")]
-    command = err.split(": python -c ", 1)[1].strip()
-    done = subprocess.run([sys.executable, "-c", shlex.split(command)[0]], cwd=tmp_path, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    table = list(csv.DictReader((tmp_path / "mols_sdf.csv").open()))  # (beside it, a name no export takes)
-    assert [Chem.CanonSmiles(r["smiles"]) for r in table] == [Chem.CanonSmiles(s) for s in smiles]
-    assert [r["pIC50"] for r in table] == ["5", "6", "7"]
-    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(tmp_path / "mols_sdf.csv")], capsys)
-    assert rc == 0 and "3 rows, 3 predicted, 0 failed" in err, err
-    # piped (stdin, gzip too) as well; a CSV holding molblocks in a quoted column is a CSV
+    table = tmp_path / "same.csv"
+    table.write_text("smiles\n" + "".join(f"{s}\n" for s in smiles))
+
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(table), "--output",
+                          str(tmp_path / "csv.csv")], capsys)
+    assert rc == 0, err
+    expected = read_output(tmp_path / "csv.csv")
+    n = len(smiles)
+    for source in (sdf, packed):
+        rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(source), "--output",
+                              str(tmp_path / "sd.csv")], capsys)
+        assert rc == 1 and f"{n + 2} rows, {n} predicted, 2 failed" in err, err  # (1: some rows failed)
+        rows = read_output(tmp_path / "sd.csv")
+        assert list(rows[0])[:4] == ["smiles", "name", "pIC50", "input_smiles"]
+        assert [r["smiles"] for r in rows[:n]] == [Chem.CanonSmiles(s) for s in smiles]
+        assert [r["name"] for r in rows[:n]] == [f"m{i}" for i in range(n)]
+        assert rows[1]["input_smiles"] == "registered" and rows[0]["input_smiles"] == ""
+        target = predictor.info.target_names[0]
+        # (RDKit's canonical SMILES orders the atoms otherwise: sums in another order, the sixth digit)
+        assert [float(r[target]) for r in rows[:n]] == pytest.approx([float(r[target]) for r in expected], rel=1e-5)
+        assert "Explicit valence for atom # 1 N, 5" in rows[n]["error"]
+        assert rows[n + 1]["error"] == ("RDKit cannot read this record's molfile (its counts line, atom or bond block "
+                                        "is malformed); fix or drop the record")
+    assert rows[n - 1]["smiles"] == "C[C@H](N)C(=O)O"
+
+    # piped, gzip too
     for blob in (sdf.read_bytes(), packed.read_bytes()):
         feeder = _fifo_of(tmp_path / "pipe", blob)
         rc, out, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(tmp_path / "pipe")], capsys)
         feeder.join(timeout=30)
         (tmp_path / "pipe").unlink()
-        assert rc == 2 and "is an SD file (molfile records)" in err, err
+        assert rc == 1 and f"{n + 2} rows, {n} predicted, 2 failed" in err, err  # (1: some rows failed)
+
+    rc, _, err = run_cli(["explain", "--checkpoint", str(ckpt), "--input", str(sdf), "--out", str(tmp_path / "e")],
+                         capsys)
+    assert rc == 1 and f"{n + 2} rows, {n} explained, 2 failed" in err, err
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(packed), "--target-col",
+                            f"{predictor.info.target_names[0]}=pIC50"], capsys)
+    counts = json.loads(out)["rows"]
+    assert rc == 0 and (counts["scored"], counts["invalid"], counts["unlabelled"]) == (n, 1, 1), err  # (broken: no pIC50)
+    rc, _, err = run_cli(["train", "--data", str(sdf), "--target-col", "pIC50", "--members", "rf", "--split", "random",
+                          "--out", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    split = read_output(tmp_path / "r" / "splits.csv")
+    assert len(split) == n + 2 and [r["name"] for r in split[:3]] == ["m0", "m1", "m2"]
+    assert [r["split"] for r in split[n:]] == ["dropped", "dropped"]
+    assert read_smiles(packed)[:n] == [Chem.CanonSmiles(s) for s in smiles]  # pretrain's corpus reader
+
+    # a CSV holding molblocks in a quoted column is a CSV
     blocks = tmp_path / "blocks.csv"
     with blocks.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["smiles", "molblock"])
-        for smi in smiles:
+        for smi in smiles[:3]:
             w.writerow([smi, Chem.MolToMolBlock(Chem.MolFromSmiles(smi))])
     rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(blocks)], capsys)
     assert rc == 0 and "3 rows, 3 predicted, 0 failed" in err, err

@@ -252,7 +252,7 @@ def test_benchmark_test_sets_named_when_missing(tmp_path):
 
 def test_a_corpus_file_with_excels_sep_line_or_molfiles_is_named(tmp_path):
     """The corpus reader named the ``sep=,`` line's columns as missing; an SD file's atom lines
-    would have been read as SMILES."""
+    would have been read as SMILES (its molecules are read now)."""
     from siggate.data.corpus import read_smiles
 
     sep = tmp_path / "c.csv"
@@ -261,10 +261,11 @@ def test_a_corpus_file_with_excels_sep_line_or_molfiles_is_named(tmp_path):
         read_smiles(sep)
     from rdkit import Chem
 
-    sdf = tmp_path / "m.smi"  # (named as a SMILES file: told by its content)
-    sdf.write_text(Chem.MolToMolBlock(Chem.MolFromSmiles("CCO")) + "$$$$\n")
-    with pytest.raises(ValueError, match="is an SD file"):
-        read_smiles(sdf)
+    sdf = tmp_path / "m.smi"  # (named as a SMILES file: told by its content), read as its molecules
+    sdf.write_text("".join(Chem.MolToMolBlock(Chem.MolFromSmiles(s)) + "$$$$\n" for s in ("OCC", "c1ccccc1N")))
+    assert read_smiles(sdf) == ["CCO", "Nc1ccccc1"]
+    with pytest.raises(ValueError, match="--smiles-col smiles names a CSV's column, and this file is an SD file"):
+        read_smiles(sdf, "smiles")
 
 
 def test_a_missing_moleculeace_package_is_named_with_the_command_that_installs_it(monkeypatch):

@@ -295,6 +295,9 @@ def read_molecule(mol: Chem.Mol, fragments: str) -> Reading:
     return Reading(mol, None, text, n)
 
 
+#: the SMILES cell of an SD file's record that RDKit cannot read (:mod:`siggate.data.sdfile`), its line after it
+UNREADABLE_MOLFILE = "<a molfile RDKit cannot read, at line"
+
 #: characters a SMILES may spend per atom (bracket atoms, ring bonds, branches) before it is
 #: refused unread; with :data:`~siggate.options.PREDICT_MAX_ATOMS` the length limit of user input
 SMILES_CHARS_PER_ATOM = 10
@@ -331,6 +334,9 @@ def parse_smiles(smiles: str, allow_unsanitized: bool = False, max_length: int |
     bad = next((i for i, ch in enumerate(s) if ord(ch) > 127), None)
     if bad is not None:  # RDKit stops silently at the first non-ASCII character ('CCO\u00e9' -> CCO)
         raise InvalidSmiles(f"contains a non-ASCII character ({s[bad]!r}) at position {bad + 1}; SMILES are plain ASCII")
+    if s.startswith(UNREADABLE_MOLFILE):  # an SD file's record (siggate.data.sdfile)
+        raise InvalidSmiles("RDKit cannot read this record's molfile (its counts line, atom or bond block is "
+                            "malformed); fix or drop the record")
     if s.startswith(("InChI=", "AuxInfo=")):  # a spreadsheet's identifier column, not a SMILES one
         raise InvalidSmiles("an InChI, not a SMILES: give a column of SMILES (RDKit converts one: "
                             "Chem.MolToSmiles(Chem.MolFromInchi(text)), whose mobile hydrogens may come back as "

@@ -62,13 +62,19 @@ def read_smiles(path: str | Path, smiles_col: str | None = None, fix: str = "nam
 
 
 def _read_smiles(path: Path, smiles_col: str | None, fix: str) -> list[str]:
-    from .csvdata import excel_sep_problem, sd_file_problem
+    from .csvdata import excel_sep_problem
+    from .sdfile import is_sd, sd_table
 
     with _open_text(path) as fh:
         head = fh.buffer.peek(8192)  # (what is buffered: the file's start, read once)
-        sd = sd_file_problem(path, head) or excel_sep_problem(path, head[:16].decode("utf-8-sig", "replace"))
-        if sd:
-            raise ValueError(sd)
+        if is_sd(head):  # molfile records: their molecules' SMILES
+            if smiles_col:
+                raise ValueError(f"{path}: --smiles-col {smiles_col} names a CSV's column, and this file is an SD "
+                                 "file, whose molecules are read from their molfiles; drop --smiles-col")
+            return [row[0] for row in sd_table(fh)[1]]
+        sep_line = excel_sep_problem(path, head[:16].decode("utf-8-sig", "replace"))
+        if sep_line:
+            raise ValueError(sep_line)
         kind = inner_suffix(path) or inner_suffix(Path(str(getattr(fh.buffer, "name", ""))))  # lib.zip: its file's
         if kind in (".csv", ".tsv"):
             from .csvdata import csv_records

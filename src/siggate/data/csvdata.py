@@ -87,6 +87,7 @@ from .chem import (
     split_indices,
 )
 from .compressed import DAMAGED, SAVE_AS_CSV, open_decompressed
+from .sdfile import is_sd, sd_table
 
 __all__ = ["load_csv", "check_columns", "check_trainable", "detect_sep", "read_table", "Records", "line_at", "table_frame", "check_unique_columns",
            "extra_fields_reason", "carried_columns", "row_issue", "write_run_tables", "TASK_METRIC",
@@ -191,15 +192,7 @@ def _file_bytes(path: Path) -> bytes:
             raise DataError(f"{path} is {what}, not a UTF-8 CSV file; {SAVE_AS_CSV}")
     if b"\x00" in data[:65536]:
         raise DataError(f"{path} looks like a binary file (it contains NUL bytes), not a CSV file; {SAVE_AS_CSV}")
-    sd = sd_file_problem(path, data[:65536])
-    if sd:
-        raise DataError(sd)
     return data
-
-
-#: an SD file's start: a molfile's three header lines, then its counts line (``V2000``/``V3000``
-#: at its end); a molblock inside a CSV's quoted field is not at the file's start
-_MOLFILE = re.compile(rb"(?:[^\n]*\n){3}.{33,39}V[23]000[ \t]*\r?(?:\n|$)")
 
 
 def excel_sep_problem(path, start: str) -> str | None:
@@ -211,20 +204,6 @@ def excel_sep_problem(path, start: str) -> str | None:
         return None
     return (f"{path}: line 1 is Excel's {found.group(1)!r} line, which names the delimiter above the header; "
             "delete that line (siggate finds the delimiter from the header), so that the header is line 1")
-
-
-def sd_file_problem(path, head: bytes) -> str | None:
-    """Why ``path``, whose (decompressed) text begins with ``head``, is not read: an SD file
-    (molfile records with ``$$$$`` between them), which siggate reads as a CSV of SMILES once
-    converted (one RDKit line, named in the message); None for any other file. (Read as lines,
-    every atom line became a SMILES that failed, or one that parsed: ``C`` of ``0.0 0.0 C``.)"""
-    if not _MOLFILE.match(head):
-        return None
-    name = re.sub(r"(\.(gz|bz2|xz|zip))?$", "", Path(str(path)).name, flags=re.I)
-    out = str(Path(str(path)).with_name(re.sub(r"\.(sdf?|mol)$", "", name, flags=re.I) + "_sdf.csv"))
-    return (f"{path} is an SD file (molfile records), not a table of SMILES; convert it to a CSV with a smiles "
-            f"column and its properties: python -c \"from rdkit.Chem import PandasTools as P; "
-            f"P.LoadSDF('{path}', smilesName='smiles').drop(columns='ROMol').to_csv('{out}', index=False)\"")
 
 
 def _decode(path: Path, data: bytes) -> str:
@@ -250,7 +229,8 @@ def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[
     """The header and the data records of the CSV file ``path`` with delimiter ``sep``: each
     record a list of fields as written (quotes removed; a record may have more or fewer fields
     than the header, which the caller judges), blank lines skipped, so record ``i`` is data
-    row ``i``; it starts on line ``records.lines[i]`` (:class:`Records`).
+    row ``i``; it starts on line ``records.lines[i]`` (:class:`Records`). An SD file (told by
+    its first bytes; ``sep`` unread) is the table of :func:`~siggate.data.sdfile.sd_table`.
 
     Raises:
         DataError: an empty file, a file that is not UTF-8 CSV text (an Excel workbook, UTF-16,
@@ -258,7 +238,13 @@ def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[
             file, or malformed CSV quoting.
     """
     path = Path(path)
-    text = _decode(path, _file_bytes(path))
+    data = _file_bytes(path)
+    if is_sd(data[:65536]):  # molfile records, their properties as columns
+        header, rows, starts = sd_table(_decode(path, data).splitlines())
+        records = Records(rows)
+        records.lines.extend(starts)
+        return header, records
+    text = _decode(path, data)
     sep_line = excel_sep_problem(path, text[:16])
     if sep_line:
         raise DataError(sep_line)

@@ -76,7 +76,8 @@ from ..data.chem import (
     read_molecule,
 )
 from ..data.compressed import DAMAGED, compression, inner_suffix, open_decompressed
-from ..data.csvdata import excel_sep_problem, headerless_hint, sd_file_problem
+from ..data.csvdata import excel_sep_problem, headerless_hint
+from ..data.sdfile import is_sd, sd_table
 from ..files import AtomicFile, number_text, read_json
 from ..options import DELIMITERS, closest_name
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
@@ -596,17 +597,16 @@ class SmilesPredictor:
 def _open_text(path: Path):
     """Open ``path`` (``-`` for stdin) as text, decompressed where it is gzip, bzip2, xz or a zip of
     one file (by its first bytes, as ``train --data`` reads it): UTF-8 with an optional BOM;
-    undecodable bytes are kept as surrogates so the row can name them."""
+    undecodable bytes are kept as surrogates so the row can name them. Returns ``(text, compressed,
+    sd)``: ``sd`` whether it is an SD file (:func:`~siggate.data.sdfile.is_sd`)."""
     kw = dict(encoding="utf-8-sig", errors="surrogateescape", newline="")
 
     def stream(raw):  # read once, from its start: its first bytes cannot be read again
         peek = getattr(raw, "peek", None)
         if peek is not None and peek(2)[:2] == b"\x1f\x8b":  # gzip on stdin (zcat-less pipes), read as a .gz file
             raw = gzip.GzipFile(fileobj=raw, mode="rb")
-        sd = sd_file_problem(path, raw.peek(8192)) if hasattr(raw, "peek") else None  # (what is buffered)
-        if sd:
-            raise InputError(sd)
-        return io.TextIOWrapper(raw, **kw), None
+        sd = is_sd(raw.peek(8192)) if hasattr(raw, "peek") else False  # (what is buffered)
+        return io.TextIOWrapper(raw, **kw), None, sd
 
     if str(path) == "-":
         return stream(sys.stdin.buffer)
@@ -644,10 +644,7 @@ def _open_text(path: Path):
         raise InputError(f"{path} is UTF-16 encoded; save it as UTF-8")
     if b"\x00" in head:
         raise InputError(f"{path} looks like a binary file (it contains NUL bytes), not a CSV or .smi text file")
-    sd = sd_file_problem(path, head)
-    if sd:
-        raise InputError(sd)
-    return io.TextIOWrapper(opened(), **kw), module is not None
+    return io.TextIOWrapper(opened(), **kw), module is not None, is_sd(head)
 
 
 def _delimiter_hint(header_line: str, delim: str) -> str:
@@ -675,8 +672,9 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000,
     """Stream the rows of a CSV (with a ``smiles_col`` header, else a ``fallback`` one,
     :func:`smiles_column`; every column is kept) or a
     ``.smi``/text file (first whitespace-separated token of each line, as column ``smiles``; the
-    rest of the line as column ``name`` when the first ``chunk`` lines name any molecule),
-    ``chunk`` rows at a time.
+    rest of the line as column ``name`` when the first ``chunk`` lines name any molecule), or
+    an SD file (:func:`~siggate.data.sdfile.sd_table`: read whole, its molecules' SMILES and data
+    items as columns), ``chunk`` rows at a time.
 
     The file is opened and its header checked when this is called, so a missing file or
     column, a wrong delimiter or an unreadable file raises :class:`InputError` before any
@@ -686,7 +684,15 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000,
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise InputError(f"chunk size must be a positive integer, got {chunk!r}")
     path = Path(path)
-    fh, _ = _open_text(path)
+    fh, _, sd = _open_text(path)
+    if sd:  # molfile records, their properties as columns
+        with fh:
+            header, rows, _ = sd_table(fh)
+        smiles_col = smiles_column(path, header, smiles_col, fallback) if smiles_col not in header else smiles_col
+        if smiles_col not in header:
+            raise InputError(f"column {smiles_col!r} not found in {path}, an SD file whose columns are {header} (the "
+                             f"molfiles' SMILES are {header[0]!r}); pass --smiles-col {header[0]}")
+        return InputRows(header, header.index(smiles_col), _chunks([], iter(rows), chunk, len(header), path))
     try:
         try:
             first, consumed = fh.readline(), 1
