@@ -39,7 +39,7 @@ ROWS = [
     (GOOD[2], "3.25", "1", "train"),
     ("C[N](C)(C)(C)C", "0.1", "0", "test"),  # 5: valence
     (GOOD[3], "abc", "1", "train"),  # 6: non-numeric target
-    (GOOD[4], "", "", "train"),  # 7: no target at all (invalid for regression, kept for multilabel)
+    (GOOD[4], "", "", "train"),  # 7: no target at all (dropped, for multilabel too since CSV_VERSION 8)
     (GOOD[5], "0.75", "0", "valid"),
     (GOOD[6], "2.5", "1", "test"),
     (GOOD[7], "1e-1", "0", "train"),
@@ -118,22 +118,26 @@ def test_regression_scaffold(csv_file, tmp_path):
         assert [int(r["index"]) for r in csv.DictReader(fh)] == [1, 3, 5, 6, 7, 11]
 
 
-def test_multilabel_keeps_missing_labels(csv_file, tmp_path):
+def test_multilabel_keeps_missing_labels_and_drops_rows_without_any(csv_file, tmp_path):
+    """A multilabel row keeps its missing labels (masked in the loss), but a row without any label
+    was kept too (CSV_VERSION 7): a split slot and a domain molecule with no loss and no metric,
+    counted in the split sizes. It is dropped as a ``missing target``, as in a regression."""
     ds = load_csv(csv_file, "smiles", ["y2"], "multilabel", split="random", cache_dir=tmp_path)
     assert ds.info.metric == "ap" and ds.info.num_tasks == 1 and ds.info.target_names == ["y2"]
-    assert sorted(r.index for r in ds.invalid) == [1, 3, 5]  # only the bad molecules
+    bad = {r.index: r.reason for r in ds.invalid}
+    empty = {i for i, (_, _, y2, _) in enumerate(ROWS) if not y2.strip()} - {1, 3, 5}
+    assert empty and bad == {**{i: bad[i] for i in (1, 3, 5)}, **{i: "missing target" for i in empty}}
     by_idx = {g.idx: g for g in _all(ds)}
-    assert math.isnan(by_idx[2].y.item()) and math.isnan(by_idx[7].y.item())  # missing labels kept
+    assert not any(torch.isnan(g.y).all() for g in by_idx.values())
     assert by_idx[4].y.tolist() == [[1.0]] and by_idx[6].y.tolist() == [[1.0]]
-    # two columns: a row with every label missing is still kept, labels must be 0/1
+    # two columns: a row keeps a missing label beside the other's, labels must be 0/1
     ds2 = load_csv(csv_file, "smiles", ["y2", "y1"], "multilabel", split="random", cache_dir=tmp_path)
     bad = {r.index: r.reason for r in ds2.invalid}
-    assert 7 not in bad and 11 not in bad
+    assert bad[7] == "missing target (all of ['y2', 'y1'] are empty)" and 11 not in bad  # (11: y1 NaN, y2 1)
     assert "label '1.5' is not 0 or 1" in bad[0] and 6 not in bad  # 'abc' beside y2's 1: that cell is missing
     assert {n.index: n.issue for n in ds2.notes}[6] == "label left out"
     assert {g.idx: g for g in _all(ds2)}[6].y[0, 0] == 1 and math.isnan({g.idx: g for g in _all(ds2)}[6].y[0, 1])
-    g7 = {g.idx: g for g in _all(ds2)}[7]
-    assert g7.y.shape == (1, 2) and torch.isnan(g7.y).all()
+    assert math.isnan({g.idx: g for g in _all(ds2)}[11].y[0, 1])  # y1's NaN beside y2's 1: kept
 
 
 def test_binary_metric_and_missing(tmp_path):

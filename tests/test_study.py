@@ -111,8 +111,9 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
     assert status.reason == (f"this siggate reads {two} otherwise than the one that started the run did (CSV reading "
                              f"4, now {CSV_VERSION}: rows with a label cell that is no number beside another target's "
                              "label are kept, a copy of a molecule labelling a heavy atom's isotope ([13CH3]) is one "
-                             "molecule with it, and (data.fragments: parent) an acid salted with its own anion "
-                             "(CC(=O)[O-].CC(=O)O.[Na+]) has the acid for parent, so the splits differ): its rows and "
+                             "molecule with it, (data.fragments: parent) an acid salted with its own anion "
+                             "(CC(=O)[O-].CC(=O)O.[Na+]) has the acid for parent, and a multilabel row without any "
+                             "label is dropped, so the splits differ): its rows and "
                              "splits were read as the siggate that "
                              "started it read them")
     [planned] = plan([StudyRun("k", run, cfg2, None)])
@@ -141,8 +142,20 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
         assert status.state == state, (text, fragments, status.reason)
         if state == "conflict":
             assert (f"(CSV reading 6, now {CSV_VERSION}: (data.fragments: parent) an acid salted with its own anion "
-                    "(CC(=O)[O-].CC(=O)O.[Na+]) has the acid for parent, so the splits differ)") in status.reason, \
-                status.reason
+                    "(CC(=O)[O-].CC(=O)O.[Na+]) has the acid for parent, and a multilabel row without any label is "
+                    "dropped, so the splits differ)") in status.reason, status.reason
+    # reading 7 to 8: only a multilabel run, and only where a row has no label (it was kept)
+    tags = tmp_path / "tags.csv"
+    for text, task, state in (("smiles,a,b\nCCO,1,0\nCCN,,\nCCC,0,1\n", "multilabel", "conflict"),
+                              ("smiles,a,b\nCCO,1,0\nCCN,,1\nCCC,0,1\n", "multilabel", "done"),
+                              ("smiles,a,b\nCCO,1,0\nCCN,,\nCCC,0,1\n", "regression", "done")):
+        tags.write_text(text)
+        cfg5 = load_config("csv", [f"data.csv={tags}", "data.target_cols=[a,b]", f"data.task={task}"]).to_dict()
+        record(7, tags, cfg5)
+        status = reuse_status(run, cfg5)
+        assert status.state == state, (text, task, status.reason)
+    assert (f"(CSV reading 7, now {CSV_VERSION}: a multilabel row without any label is dropped, so the splits "
+            "differ)") in status.reason or state == "done"
 
 
 def _call(key, run_dir, value):

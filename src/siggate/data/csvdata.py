@@ -135,8 +135,9 @@ HEADER_AGAIN = "the header again (files joined with their own headers?)"
 #: version they read the file with (``_meta.source.reading``), and one started with another is not resumed;
 #: 6: a molecule and a copy labelling a heavy atom's isotope ([13CH3]) are one molecule (_canonical);
 #: 7: under ``data.fragments: parent`` an acid salted with its own anion has the acid for parent
-#: (it had none; :func:`~siggate.data.chem.parent_by_neutralizing`)
-CSV_VERSION = 7
+#: (it had none; :func:`~siggate.data.chem.parent_by_neutralizing`); 8: a multilabel row whose every
+#: label is missing is dropped, as a regression or binary one is (it was kept: a split slot, no loss)
+CSV_VERSION = 8
 #: a regression target whose positive labels' 95th percentile is this many times their 5th (two
 #: orders of magnitude: IC50s in nM), and whose logarithm is less skewed than they are (yields from
 #: 1 to 99% are not), is warned about as one to model on its logarithm
@@ -453,14 +454,22 @@ def read_otherwise(then: int, path: str | os.PathLike, target_cols: list[str], t
     copy now: :data:`_HEAVY_ISOTOPE` anywhere in the file, a cell of another column too, is taken
     to differ), 6 and 7 only under ``fragments="parent"`` where a SMILES is an acid salted with its
     own anion (:func:`~siggate.data.chem.parent_by_neutralizing`; a cell of the ``smiles_col``
-    column, or of any where the header lacks it, read as such a SMILES); other versions are taken to
-    differ. A file that cannot be read is not judged here."""
+    column, or of any where the header lacks it, read as such a SMILES), 7 and 8 only for a
+    multilabel task where a row has no label; other versions are taken to differ. A file that
+    cannot be read is not judged here."""
     if then == CSV_VERSION:
         return False
-    if then not in (4, 5, 6) or CSV_VERSION != 7:
+    if then not in (4, 5, 6, 7) or CSV_VERSION != 8:
         return True
     try:
         header, records = read_table(Path(path), sep or detect_sep(Path(path)))
+        if task == "multilabel":  # a row without a label, kept until version 8
+            frame = table_frame(header, records, list(target_cols))
+            errors = read_labels(Path(path), frame, list(target_cols), task, decimal, records.lines)[1]
+            if any(e and e.startswith(MISSING_TARGET) for e in errors):
+                return True
+        if then == 7:
+            return False
         at = header.index(smiles_col) if smiles_col in header else None
         cells = (cell for record in records for cell in (record if at is None else record[at:at + 1]))
         if fragments == "parent" and any(parent_by_neutralizing(cell) for cell in cells):
@@ -584,11 +593,10 @@ def read_labels(path: Path, frame: pd.DataFrame, target_cols: list[str], task: s
             left_out[i] = why
         else:
             errors[i] = why
-    if task in ("regression", "binary"):
-        for i in np.flatnonzero(np.isnan(y).all(axis=1)):
-            errors[i] = errors[i] or (
-                MISSING_TARGET if len(target_cols) == 1 else f"{MISSING_TARGET} (all of {target_cols} are empty)"
-            )
+    for i in np.flatnonzero(np.isnan(y).all(axis=1)):  # (every task: a multilabel row too, CSV_VERSION 8)
+        errors[i] = errors[i] or (
+            MISSING_TARGET if len(target_cols) == 1 else f"{MISSING_TARGET} (all of {target_cols} are empty)"
+        )
     return y, errors, left_out
 
 
