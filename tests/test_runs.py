@@ -224,6 +224,28 @@ def test_resume_needs_only_the_folder(tmp_path, capsys, data, monkeypatch):
     assert rc == 0 and {name: (out / name).read_bytes() for name in kept} == kept, err
 
 
+def test_a_resume_on_another_count_of_threads_warns_and_each_epoch_records_its_own(tmp_path, capsys, data, caplog):
+    """A run resumed with another ``--threads`` went on without a word and its record then named
+    only the new count, though 30 epochs of a GNN resumed on 2 threads after 5 on 1 ended 11% off
+    the uninterrupted run's test MAE (float sums in another order; helper-156). Each epoch's history
+    row records its threads, and a resume on another count warns."""
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--epochs", "2", "--threads", "1", "--out", str(out))
+    assert rc == 0, err
+    caplog.clear()
+    rc, _, err = run_cli(["train", "--resume", str(out), "--epochs", "3", "--threads", "2", "--no-progress"], capsys)
+    assert rc == 0, err
+    history = json.loads((out / "metrics.json").read_text())["history"]
+    assert [h["threads"] for h in history] == [1, 1, 2]
+    assert [r.getMessage() for r in caplog.records if "threads" in r.getMessage()] == [
+        "resuming a run trained on 1 thread on 2: another count sums in another order, so its next epochs differ "
+        "from an uninterrupted run's, and over many epochs its best epoch and test scores by about as much as another "
+        "seed's; --threads 1 continues it as it ran (each epoch's row records its threads)"]
+    caplog.clear()
+    rc, _, err = run_cli(["train", "--resume", str(out), "--epochs", "4", "--threads", "2", "--no-progress"], capsys)
+    assert rc == 0 and not [r for r in caplog.records if "threads" in r.getMessage()], err  # as its last epoch ran
+
+
 def test_members_flags_never_turn_a_run_of_one_gnn_into_another_run(tmp_path, capsys, data):
     """``--resume RUN --members svr,rf`` (or ``--ensemble 2``) on a finished run of one GNN found no
     members record, took the run's last.pt for a member's and trained a new run over it: other data,

@@ -324,6 +324,12 @@ def _restore(run: Run, ckpt: dict) -> None:
                         "the dropout random streams do not", ckpt.get("world_size", 1), ctx.world_size)
     state = RunState(**ckpt["state"])
     history = list(ckpt["history"])
+    before = history[-1].get("threads") if history and isinstance(history[-1], dict) else None
+    if isinstance(before, int) and before != torch.get_num_threads():
+        log.warning("resuming a run trained on %d thread%s on %d: another count sums in another order, so its next "
+                    "epochs differ from an uninterrupted run's, and over many epochs its best epoch and test scores by "
+                    "about as much as another seed's; --threads %d continues it as it ran (each epoch's row records "
+                    "its threads)", before, "" if before == 1 else "s", torch.get_num_threads(), before)
     if not isinstance(state.epoch, int) or isinstance(state.epoch, bool) or state.epoch < 0:
         raise ValueError(f"state.epoch {state.epoch!r} is not a count of epochs")
     if not all(isinstance(h, dict) for h in history):
@@ -487,6 +493,7 @@ def fit(run: Run, progress: bool = True, on_epoch_end: Callable[[Run, EpochEnd],
             "cpu_seconds": time.process_time() - c_ep,  # this process's CPU (all its threads): wall time counts waits
             "eval_norm": norm, "gate_mean": gates,
             "world_size": run.ctx.world_size,  # its processes (a resume may run on another number)
+            "threads": torch.get_num_threads(),  # and their threads (another count sums in another order)
             **({"val_scaled": select} if scale is not None and kept else {}),  # (what compared the epochs)
         }
         run.history.append(row)
