@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import shlex
 from pathlib import Path
 
@@ -244,6 +245,27 @@ def test_a_resume_on_another_count_of_threads_warns_and_each_epoch_records_its_o
     caplog.clear()
     rc, _, err = run_cli(["train", "--resume", str(out), "--epochs", "4", "--threads", "2", "--no-progress"], capsys)
     assert rc == 0 and not [r for r in caplog.records if "threads" in r.getMessage()], err  # as its last epoch ran
+
+
+def test_a_run_whose_csv_moved_is_resumed_with_data_alone(tmp_path, capsys, data):
+    """``--resume RUN`` of a run whose CSV had moved stopped at "CSV file not found" without a
+    word of ``--data NEW_PATH``, and ``--resume RUN --data NEW_PATH`` was refused for a
+    ``--target-col`` the run's config already names. The refusal names the fix, which works."""
+    here = tmp_path / "d.csv"
+    shutil.copy(data, here)
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, here, "--epochs", "1", "--out", str(out))
+    assert rc == 0, err
+    moved = tmp_path / "moved.csv"
+    here.rename(moved)
+    rc, _, err = run_cli(["train", "--resume", str(out), "--epochs", "2", "--no-progress"], capsys)
+    assert rc == 2 and _one_line(err).strip() == (
+        f"siggate train: error: --resume {out}: the run's CSV {here} is gone; if it moved, give its new path with "
+        "--data NEW_PATH (the file must be the one the run trained on: its SHA-256 is checked)")
+    rc, _, err = run_cli(["train", "--resume", str(out), "--data", str(moved), "--epochs", "2", "--no-progress"],
+                         capsys)
+    assert rc == 0, err
+    assert json.loads((out / "metrics.json").read_text())["epochs"] == 2
 
 
 def test_members_flags_never_turn_a_run_of_one_gnn_into_another_run(tmp_path, capsys, data):

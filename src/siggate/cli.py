@@ -145,6 +145,9 @@ def cmd_train(args) -> int:
         if diffs:
             raise CLIError(f"--resume {resume}: the flags differ from the run's config ({'; '.join(diffs)}); "
                            f"drop them to continue the run as it was, or start a new run with another --out")
+        if cfg.data.name == "csv" and cfg.data.csv and not Path(cfg.data.csv).exists():
+            raise CLIError(f"--resume {resume}: the run's CSV {cfg.data.csv} is gone; if it moved, give its new path "
+                           "with --data NEW_PATH (the file must be the one the run trained on: its SHA-256 is checked)")
         changed = rundir.changed_since(path, cfg.data)
         if changed:
             raise CLIError(f"--resume {resume}: {changed}; restore the file, or start a new run with another --out")

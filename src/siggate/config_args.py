@@ -292,7 +292,8 @@ def config_from_args(args):
         clash = flag_key_clash(args, CSV_FLAGS, given)
         if clash:
             raise CLIError(clash)
-        if not args.target_col and "data.target_cols" not in given:
+        if (not args.target_col and "data.target_cols" not in given
+                and not _file_sets(recipe_name(args), "data", "target_cols", csv=True)):  # (a resumed run's config)
             raise CLIError("--data needs --target-col COL[,COL...] (and usually --task)")
         # the file's own names are text, never YAML ('--target-col yes' is the column 'yes', not True)
         overrides += ["data.name=csv", f"data.csv={json.dumps(str(Path(args.data).absolute()))}"]  # resumable anywhere
