@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
