@@ -715,6 +715,84 @@ def test_output_file_gets_normal_permissions(ckpt, tmp_path, capsys):
     assert out.stat().st_mode & 0o777 == 0o666 & ~mask
 
 
+def test_an_output_that_is_a_pipe_a_device_a_link_or_write_protected_is_written_as_such(ckpt, predictor, tmp_path,
+                                                                                         capsys):
+    """--output replaced whatever was at its path with a new file: a named pipe (its reader got
+    nothing), a device (as root, --output /dev/null would replace the system's), a symlink (the link
+    itself), and a write-protected file (its mode reset) (helper-155). A pipe or a device is written
+    into, a link's file is replaced and the link kept, a replaced file keeps its mode, a
+    write-protected one is refused; ``--output -`` is standard output, as ``--input -`` is standard
+    input, and a .tsv name (the text has commas) is refused."""
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", str(fifo)], capsys)
+    reader.join(timeout=30)
+    assert rc == 0 and fifo.is_fifo() and got and got[0].splitlines()[1].startswith("CCO,"), err
+    data = tmp_path / "d.csv"
+    data.write_text(f"smiles,{predictor.info.target_names[0]}\nCCO,0.3\nc1ccccc1,0.6\nCCCC,0.4\n")
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data), "--output", "/dev/null"], capsys)
+    assert rc == 0 and Path("/dev/null").is_char_device(), err
+
+    target, link = tmp_path / "target.csv", tmp_path / "link.csv"
+    target.write_text("old\n")
+    os.chmod(target, 0o640)
+    link.symlink_to(target.name)
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", str(link)], capsys)
+    assert rc == 0 and link.is_symlink() and target.read_text().startswith("smiles,"), err
+    assert target.stat().st_mode & 0o777 == 0o640
+
+    locked = tmp_path / "locked.csv"
+    locked.write_text("keep\n")
+    os.chmod(locked, 0o444)
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", str(locked)], capsys)
+    assert rc == 2 and err == (f"siggate predict: error: --output {locked} is write-protected; make it writable (chmod "
+                               "u+w) if it may be replaced, or choose another --output\n")
+    assert locked.read_text() == "keep\n"
+
+    rc, out, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", "-"], capsys)
+    assert rc == 0 and out.splitlines()[1].startswith("CCO,") and not Path("-").exists(), err
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data), "--output", "-"], capsys)
+    assert rc == 2 and err == ("siggate evaluate: error: --output -: the scores are printed on standard output "
+                               "already; drop --output, or give a file\n")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", str(tmp_path / "p.tsv")], capsys)
+    assert rc == 2 and "siggate writes CSV text, not .tsv" in err and not (tmp_path / "p.tsv").exists()
+
+
+def test_a_file_systems_refusal_is_one_line_with_its_file_and_fix(ckpt, tmp_path, capsys, monkeypatch):
+    """A full disk, a file size limit or a file without read permission ended train, predict and
+    explain in a traceback (a torch ``RuntimeError: unexpected pos`` for a checkpoint cut short).
+    Each is one line naming the file and what to do, exit 2; a failed ``torch.save`` is named as a
+    failed write of its file."""
+    import errno
+
+    import siggate.train.predict as P
+    from siggate.files import atomic_write
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "p.csv"))
+
+    monkeypatch.setattr(P, "predict_to_csv", full)
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", str(tmp_path / "p.csv")], capsys)
+    assert rc == 2 and err == (f"siggate predict: error: {tmp_path / 'p.csv'}: No space left on device; free space and "
+                               "run the command again (a train run goes on with --resume)\n")
+    monkeypatch.undo()
+
+    def cut(fh):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1088 vs 982")
+
+    with pytest.raises(OSError) as exc:
+        atomic_write(tmp_path / "w.pt", cut)
+    assert exc.value.errno == errno.EIO and exc.value.filename == str(tmp_path / "w.pt")
+    assert not list(tmp_path.glob(".w.pt*")) and not (tmp_path / "w.pt").exists()
+    with pytest.raises(RuntimeError, match="another"):  # not a failed write: as it was
+        atomic_write(tmp_path / "w.pt", lambda fh: (_ for _ in ()).throw(RuntimeError("another")))
+
+
 # --------------------------------------------------------------------------- 100k rows
 
 _STREAM_SCRIPT = textwrap.dedent(

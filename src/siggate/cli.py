@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import importlib.util
 import json
@@ -606,6 +607,8 @@ def cmd_evaluate(args) -> int:
     if args.data is None and args.max_atoms is not None:  # (its value is checked where predict's is)
         raise CLIError("--max-atoms limits the molecules of --data FILE.csv (the run's own splits are scored whole); "
                        "give --data too")
+    if args.output == "-":
+        raise CLIError("--output -: the scores are printed on standard output already; drop --output, or give a file")
     if args.output:
         _check_output_file(Path(args.output), reads={"--data": args.data}, checkpoint=args.checkpoint)
     device = check_device(args.device)
@@ -669,11 +672,16 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     ``.json`` for a table) than the text it writes (``example``'s type; ``.gz``: compressed). (The
     CSV the run trained on is refused once its predictor is read:
     :func:`~siggate.train.evaluate.training_csv_clash`.)"""
-    from .files import out_dir_problem
+    from .files import out_dir_problem, special_file, write_protected
     from .train.rundir import RUN_OUTPUTS, run_folders
 
     if path.is_dir():
         raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / example}")
+    if special_file(path):  # a pipe or a device (/dev/null): written into, as a shell's redirection does
+        return
+    if write_protected(path):
+        raise CLIError(f"--output {path} is write-protected; make it writable (chmod u+w) if it may be replaced, or "
+                       "choose another --output")
     if path.is_file():
         reads = {**(reads or {}), **({"--checkpoint": checkpoint} if checkpoint else {})}  # a loose .pt too
         for flag, read in reads.items():
@@ -690,7 +698,7 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
             raise CLIError(f"--output {path} is a file of the run {run}; writing it would change the run: give a "
                            "new file name, or a path outside the run")
     kind = Path(example).suffix.lstrip(".").upper()
-    other = (*_OTHER_FORMATS, *(_TABLE_FORMATS if kind == "JSON" else (".json",)))
+    other = (*_OTHER_FORMATS, *(_TABLE_FORMATS if kind == "JSON" else (".json", ".tsv")))  # (a .tsv: commas)
     if path.suffix.lower() in other:  # it was written as plain text under that name
         named = path.with_name(_stem(path.with_suffix("")) + Path(example).suffix)
         raise CLIError(f"--output {path}: siggate writes {kind} text, not {path.suffix} (gzip-compressed with .gz); "
@@ -778,6 +786,8 @@ def cmd_predict(args) -> int:
     from .train.predict_nodes import checkpoint_level, predict_nodes_to_csv
 
     limits = _molecule_flags(args)
+    if args.output == "-":  # standard output, as --input - is standard input
+        args.output = None
     if args.output:
         _check_output_file(Path(args.output), "predictions.csv", reads={"--input": args.input},
                            checkpoint=args.checkpoint)
@@ -1167,6 +1177,27 @@ def build_parser() -> argparse.ArgumentParser:
 THREADED = ("train", "evaluate", "predict", "explain", "data", "pretrain")
 
 
+#: what to do about a file system's refusal, by its errno (a full disk, a file size limit, permissions)
+_FILE_SYSTEM_FIXES = {
+    errno.ENOSPC: "free space and run the command again (a train run goes on with --resume)",
+    errno.EDQUOT: "free space within the quota and run the command again (a train run goes on with --resume)",
+    errno.EFBIG: "raise the file size limit (ulimit -f) and run the command again (a train run goes on with --resume)",
+    errno.EIO: "check the disk and run the command again (a train run goes on with --resume)",
+    errno.EACCES: "give your user permission to it (chmod, or the folder's owner), or choose another path",
+    errno.EPERM: "give your user permission to it (chmod, or the folder's owner), or choose another path",
+    errno.EROFS: "it is on a read-only file system; choose another path",
+}
+
+
+def _file_system_error(exc: BaseException) -> str | None:
+    """The one line that names a file system's refusal (``OSError`` of :data:`_FILE_SYSTEM_FIXES`)
+    with its file and the fix, for :func:`main` to print instead of a traceback; None otherwise."""
+    if not isinstance(exc, OSError) or exc.errno not in _FILE_SYSTEM_FIXES:
+        return None
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}; {_FILE_SYSTEM_FIXES[exc.errno]}"
+
+
 def _user_errors() -> tuple:
     """The errors :func:`main` prints as one line with exit code 2, imported only once one was
     raised (so that light commands such as ``siggate data list`` never import torch)."""
@@ -1288,9 +1319,10 @@ def _main(argv: list[str] | None) -> int:
             _set_threads(args)
         return int(func(args) or 0)
     except Exception as exc:
-        if not isinstance(exc, _user_errors()):
+        said = _file_system_error(exc)
+        if said is None and not isinstance(exc, _user_errors()):
             raise
-        print(f"siggate {args.command}: error: {exc}", file=sys.stderr)
+        print(f"siggate {args.command}: error: {said or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         again = ("; run the same command again to resume (finished runs are kept, unfinished ones resume)"

@@ -10,10 +10,12 @@ untouched.  A leaf module: it imports nothing from ``siggate``.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import shutil
 import socket
+import stat
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -158,18 +160,26 @@ class AtomicFile:
 
     def __init__(self, path: str | os.PathLike, make_parents: bool = True) -> None:
         self.path = Path(path)
+        self.direct = special_file(self.path)
+        if self.direct:  # a pipe or a device (/dev/null, /dev/stdout) is written into, never replaced
+            self.tmp = str(self.path)
+            return
+        if self.path.is_symlink():  # the file it names is replaced, the link kept
+            self.path = Path(os.path.realpath(self.path))
         folder = self.path.parent if str(self.path.parent) else Path(".")
         if make_parents:
             folder.mkdir(parents=True, exist_ok=True)
         fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
         os.close(fd)
-        try:
-            os.chmod(self.tmp, file_mode())
+        try:  # a file replaced keeps its mode
+            os.chmod(self.tmp, os.stat(self.path).st_mode & 0o7777 if self.path.is_file() else file_mode())
         except OSError:
             pass
 
     def commit(self) -> None:
         """fsync the temporary file, move it over ``path`` and fsync the folder."""
+        if self.direct:
+            return
         try:
             fd = os.open(self.tmp, os.O_RDONLY)
             try:
@@ -184,6 +194,8 @@ class AtomicFile:
 
     def discard(self) -> None:
         """Remove the temporary file (if it is still there)."""
+        if self.direct:
+            return
         try:
             os.unlink(self.tmp)
         except OSError:
@@ -199,12 +211,36 @@ class AtomicFile:
             self.discard()
 
 
+def special_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` (its links followed) is there and neither a regular file nor a folder: a
+    named pipe, a device (``/dev/null``), a socket, which a writer writes into instead of replacing."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def write_protected(path: str | os.PathLike) -> bool:
+    """Whether the regular file ``path`` may not be written: no write permission for this user,
+    or none for anyone (``chmod a-w``, which root's ``os.access`` does not see)."""
+    path = Path(path)
+    return path.is_file() and (not os.access(path, os.W_OK) or not path.stat().st_mode & 0o222)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
     """Call ``write(binary file)`` on a temporary file next to ``path`` and move it in place
-    atomically (see the module docstring); on failure the old file is untouched."""
+    atomically (see the module docstring); on failure the old file is untouched. A writer's
+    ``RuntimeError`` of a failed write (``torch.save`` on a full disk) is an ``OSError`` naming ``path``."""
     with AtomicFile(path) as f:
         with open(f.tmp, "wb") as fh:
-            write(fh)
+            try:
+                write(fh)
+            except RuntimeError as exc:
+                if "write" not in str(exc) and "unexpected pos" not in str(exc):
+                    raise
+                raise OSError(errno.EIO, f"writing it failed ({exc}): a full disk or a file size limit?",
+                              str(path)) from None
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
