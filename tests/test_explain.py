@@ -8,6 +8,7 @@ import csv
 import json
 import logging
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -605,6 +606,43 @@ def test_two_targets_of_one_file_name_keep_their_pictures_and_a_new_model_replac
     rc, _, err = run_cli(["explain", "--checkpoint", str(run), "NCCN", "C1CC1", "CCO", "--out", str(out)], capsys)
     assert rc == 0, err  # and back: the one-target pictures go too
     assert not (out / "mol0.png").exists() and (out / "mol2_IC50_nM__1.png").is_file()
+
+
+def test_a_replacement_that_fails_keeps_the_earlier_explanation(tmp_path, capsys, monkeypatch):
+    """A second explain whose files could not be moved in (a folder ``mol1.png`` in the way: a
+    traceback) had deleted the earlier explanation's files first, and its own went with its staging
+    folder: nothing was left but a record saying "not finished" (helper-155). A folder in the way is
+    refused before any work, and a move that fails puts the earlier explanation back as it was."""
+    import os
+
+    run = _nitrogen_svr_run(tmp_path, capsys, ["nN"])
+    out = tmp_path / "explained"
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "NCCN", "CCO", "--out", str(out)], capsys)
+    assert rc == 0, err
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (out / "mol1.png").unlink()
+    (out / "mol1.png").mkdir()
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "NCCN", "CCO", "--out", str(out)], capsys)
+    assert rc == 2 and err.strip().endswith(f"--out {out} holds the folder mol1.png, of names an explanation writes "
+                                            "its files by: move them or choose another --out"), err
+    (out / "mol1.png").rmdir()
+    (out / "mol1.png").write_bytes(before["mol1.png"])
+
+    real = os.replace
+
+    def failing(src, dst):  # the third file moved in fails: a full disk
+        if Path(dst).parent == out and Path(src).parent.name == ".explaining" and failing.moved == 2:
+            raise OSError(28, "No space left on device", str(dst))
+        if Path(dst).parent == out and not Path(src).parent.name.startswith(".siggate-earlier"):
+            failing.moved += 1
+        return real(src, dst)
+
+    failing.moved = 0
+    monkeypatch.setattr(os, "replace", failing)
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "NCCN", "CCO", "CCCN", "--out", str(out)], capsys)
+    monkeypatch.undo()
+    assert rc == 2 and "No space left on device" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the earlier one, its record too
 
 
 def test_explain_names_a_target_that_takes_its_own_columns_as_predict_does(tmp_path, capsys):

@@ -839,7 +839,7 @@ def cmd_predict(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from .train.explain import explain_to_folder, explained_targets, foreign_files
+    from .train.explain import explain_to_folder, explained_targets, folders_in_the_way, foreign_files
     from .train.predict import SmilesPredictor
     from .train.predict_nodes import checkpoint_level
 
@@ -867,7 +867,12 @@ def cmd_explain(args) -> int:
     pred = SmilesPredictor(args.checkpoint, max_atoms=args.max_atoms, device=check_device(args.device), domain=False,
                            uncertainty=False)
     _note_classes("explain", args.checkpoint)
-    theirs = foreign_files(args.out, explained_targets(pred)) if hasattr(pred.predictor, "info") else []
+    targets = explained_targets(pred) if hasattr(pred.predictor, "info") else None
+    blocking = folders_in_the_way(args.out, targets) if targets else []
+    if blocking:
+        raise CLIError(f"--out {args.out} holds the folder{'s' if len(blocking) > 1 else ''} {', '.join(blocking[:4])}, "
+                       "of names an explanation writes its files by: move them or choose another --out")
+    theirs = foreign_files(args.out, targets) if targets else []
     if theirs and not args.overwrite:
         raise CLIError(f"--out {args.out} holds {', '.join(theirs[:4])}{' ...' if len(theirs) > 4 else ''}, names an "
                        "explanation writes, but no explanation wrote them: move them or choose another --out "

@@ -143,13 +143,25 @@ def explained_targets(predictor) -> list[str]:
 def explanation_files(out: str | Path, names: list[str]) -> list[str]:
     """The files in ``out`` of the names an explanation of the targets ``names`` writes
     (``molecules.csv``, ``atoms.csv``, ``mol<row>[_<target>].svg|png``), whoever made them."""
+    return _written_names(out, names, Path.is_file)
+
+
+def _written_names(out: str | Path, names: list[str], kind) -> list[str]:
+    """The entries of ``out`` for which ``kind`` (``Path.is_file``, ``Path.is_dir``) holds, of
+    the names an explanation of ``names`` writes."""
     out = Path(out)
     if not out.is_dir():
         return []
     tags = f"_({'|'.join(re.escape(t) for t in _tags(names))})" if len(names) > 1 else ""
     picture = re.compile(r"mol\d+" + tags + r"\.(svg|png)")
     return sorted(p.name for p in out.iterdir()
-                  if p.is_file() and (picture.fullmatch(p.name) or p.name in ("molecules.csv", "atoms.csv")))
+                  if kind(p) and (picture.fullmatch(p.name) or p.name in ("molecules.csv", "atoms.csv")))
+
+
+def folders_in_the_way(out: str | Path, names: list[str]) -> list[str]:
+    """The folders in ``out`` of the names an explanation of ``names`` writes (a ``mol0.png``
+    folder), which no file can replace."""
+    return _written_names(out, names, Path.is_dir)
 
 
 def foreign_files(out: str | Path, names: list[str]) -> list[str]:
@@ -192,15 +204,36 @@ def _recorded_targets(out: Path) -> list[str] | None:
 def _replace_explanation(out: Path, stage: Path, names: list[str]) -> None:
     """The complete explanation in ``stage`` in place of the one in ``out``: the earlier one's
     pictures and CSVs (named by its record's targets, which may differ from this one's) go, this
-    one's pictures come, then its CSVs, which list them."""
+    one's pictures come, then its CSVs, which list them. The earlier one's files are moved aside
+    first and deleted last: a move that fails (a folder of a picture's name, a full disk) puts
+    them back, with its record, and raises (the earlier one's files were deleted first, then lost
+    with this one's staging folder)."""
     import os
+    import tempfile
 
     earlier = _recorded_targets(out)
-    _record(out, names, None)  # (until the files are in place: not finished)
-    for old in set(explanation_files(out, names)) | set(explanation_files(out, earlier or names)):
-        (out / old).unlink()
-    for p in sorted(stage.iterdir(), key=lambda p: p.suffix == ".csv"):
-        os.replace(p, out / p.name)
+    olds = sorted(set(explanation_files(out, names)) | set(explanation_files(out, earlier or names)))
+    record = (out / EXPLANATION).read_bytes() if (out / EXPLANATION).is_file() else None
+    aside = Path(tempfile.mkdtemp(prefix=".siggate-earlier-", dir=out))
+    placed: list[str] = []
+    try:
+        _record(out, names, None)  # (until the files are in place: not finished)
+        for old in olds:
+            os.replace(out / old, aside / old)
+        for p in sorted(stage.iterdir(), key=lambda p: p.suffix == ".csv"):
+            os.replace(p, out / p.name)
+            placed.append(p.name)
+    except BaseException:
+        for name in placed:
+            (out / name).unlink(missing_ok=True)
+        for old in olds:
+            if (aside / old).exists():
+                os.replace(aside / old, out / old)
+        if record is not None:
+            atomic_write_bytes(out / EXPLANATION, record)
+        raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _explained_before(path: Path) -> bool:
