@@ -268,6 +268,28 @@ def test_a_run_whose_csv_moved_is_resumed_with_data_alone(tmp_path, capsys, data
     assert json.loads((out / "metrics.json").read_text())["epochs"] == 2
 
 
+def test_a_finished_run_of_members_with_a_damaged_file_is_mended_by_its_resume(tmp_path, capsys, data, caplog):
+    """``--resume`` of a finished run of members whose member arrays, top-level predictor.json or
+    calibration.json was cut short said the run had finished and exited 0, leaving a folder that
+    predict refused (helper-155). The resume reads what it can, fits a member it cannot read again
+    (deterministic: the same test predictions) and writes the record again; predict then reads it."""
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--members", "svr,rf", "--out", str(out))
+    assert rc == 0, err
+    first = (out / "test_predictions.csv").read_bytes()
+    for damaged in ("member0/arrays.pt", "predictor.json", "calibration.json"):
+        whole = (out / damaged).read_bytes()
+        (out / damaged).write_bytes(whole[: len(whole) // 3])
+        caplog.clear()
+        rc, _, err = run_cli(["train", "--resume", str(out), "--no-progress"], capsys)
+        assert rc == 0, err
+        said = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+        assert said and said[0].startswith(f"{out}: the finished run cannot be read ("), said
+        assert (out / "test_predictions.csv").read_bytes() == first
+        rc, _, err = run_cli(["predict", "--checkpoint", str(out), "CCO", "--coverage", "0.9"], capsys)
+        assert rc == 0, (damaged, err)
+
+
 def test_members_flags_never_turn_a_run_of_one_gnn_into_another_run(tmp_path, capsys, data):
     """``--resume RUN --members svr,rf`` (or ``--ensemble 2``) on a finished run of one GNN found no
     members record, took the run's last.pt for a member's and trained a new run over it: other data,

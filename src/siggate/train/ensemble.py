@@ -160,7 +160,33 @@ def _finished_record(out: Path, cfg: Config, kinds: list[str], gnn_copies: int, 
                 return None
         except (OSError, ValueError):  # damaged: its fit names it
             return None
+    problem = _unreadable(out)
+    if problem:  # finished, but a file predict reads is damaged or gone: recorded again from the members
+        log.warning("%s: the finished run cannot be read (%s); its members are read and its record written again",
+                    out, problem)
+        return None
     return metrics
+
+
+def _unreadable(out: Path) -> str | None:
+    """Why the finished run of members in ``out`` cannot be read as ``predict`` reads it (its
+    combination, its members' arrays, its calibration), or None."""
+    from ..files import read_json
+    from ..predictors.base import PredictorFileError
+    from .checkpoint import CheckpointError
+    from .members import load_predictor
+    from .rundir import CALIBRATION
+
+    try:
+        load_predictor(out)
+    except (PredictorFileError, CheckpointError, OSError, ValueError) as exc:
+        return str(exc)
+    try:
+        if (out / CALIBRATION).exists():
+            read_json(out / CALIBRATION)
+    except (OSError, ValueError) as exc:
+        return f"{out / CALIBRATION}: {exc}"
+    return None
 
 
 def _init_weights(out: Path, cfg: Config, built, resume: bool) -> dict | None:

@@ -37,6 +37,8 @@ from .dataprep import Encodings
 from .gnn_member import GNNMember
 from .record import BEST
 
+log = logging.getLogger("siggate.train")
+
 #: the manifest of an ``--ensemble`` folder written before ``predictor.json`` (still read)
 ENSEMBLE_FILE = "ensemble.json"
 
@@ -226,13 +228,18 @@ def fit_member(member, folder: Path, ds, resume: bool = True, device=None):
     A member that trains into its own folder (the GNN: ``member.folder``) reuses and resumes
     there itself; any other member whose ``folder`` holds a saved predictor is reused (with
     ``resume``) instead of being fitted again."""
+    from .checkpoint import CheckpointError
+
     folder = Path(folder)
     if getattr(member, "folder", None) is None and resume and (folder / MANIFEST).is_file():
         saved = read_manifest(folder)["kind"]
         if saved != member.kind:  # member folders swapped or edited: its scores would be another kind's
             raise PredictorFileError(f"{folder} holds a saved {saved} member where the run's record puts its "
                                      f"{member.kind} member; restore the run folder, or train it again with --overwrite")
-        return load_predictor(folder, device)
+        try:
+            return load_predictor(folder, device)
+        except (PredictorFileError, CheckpointError, OSError, ValueError) as exc:  # its arrays cut short or gone
+            log.warning("%s: the saved member cannot be read (%s); it is fitted again", folder, exc)
     member.fit(ds)
     member.save(folder)
     return member
