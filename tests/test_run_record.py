@@ -168,7 +168,7 @@ def test_the_calibration_is_the_validation_scores_and_predict_coverage_uses_it(r
     assert rc == 0, err
 
 
-def test_a_run_calibrated_before_the_similarity_scale_keeps_its_spread_intervals(run, capsys, tmp_path):
+def test_a_run_calibrated_before_the_similarity_scale_keeps_its_spread_intervals(run, capsys, tmp_path, caplog):
     """A run whose calibration.json is format 1 (scores divided by the floored spread, no scale)
     predicts the intervals it always did, mean -/+ q max(spread, floor); with its domain files gone, a
     similarity-scaled run refuses --coverage in one line instead of guessing."""
@@ -190,6 +190,11 @@ def test_a_run_calibrated_before_the_similarity_scale_keeps_its_spread_intervals
     shutil.copy(out / "calibration.json", old / "calibration.json")
     rc, _, err = run_cli(["predict", "--checkpoint", str(old), "CCO", "--coverage", "0.9"], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "holds no domain.json and domain_fingerprints.npz" in err
+    caplog.clear()  # without intervals it predicts, and says why the domain's columns are missing
+    rc, stdout, err = run_cli(["predict", "--checkpoint", str(old), "CCO"], capsys)
+    assert rc == 0 and "outside_domain" not in stdout.splitlines()[0], err
+    assert f"{old}: the run recorded its applicability domain, but its domain.json is gone: the output has no " \
+        "nearest_train_similarity and outside_domain columns; copy the whole run folder" in caplog.text
     shutil.copy(out / "domain.json", old / "domain.json")
     (old / "domain_fingerprints.npz").write_bytes(b"not an archive")  # damaged: not offered to be deleted
     rc, _, err = run_cli(["predict", "--checkpoint", str(old), "CCO", "--coverage", "0.9"], capsys)

@@ -277,9 +277,21 @@ def _domain(folder: Path | None):
     if folder is None:
         return None
     try:
-        return _own_domain(Domain.load(folder), folder, "or delete domain.json to predict without it")
+        domain = _own_domain(Domain.load(folder), folder, "or delete domain.json to predict without it")
     except DomainError as exc:
         raise InputError(str(exc)) from None
+    if domain is None and _recorded_domain(folder):  # its columns would be missing without a word
+        log.warning("%s: the run recorded its applicability domain, but its domain.json is gone: the output has no "
+                    "nearest_train_similarity and outside_domain columns; copy the whole run folder", folder)
+    return domain
+
+
+def _recorded_domain(folder: Path) -> bool:
+    """Whether the run in ``folder`` recorded an applicability domain (its ``metrics.json``)."""
+    try:
+        return isinstance(read_json(Path(folder) / "metrics.json").get("domain"), dict)
+    except (ValueError, OSError, AttributeError):
+        return False
 
 
 def _own_domain(domain, folder: Path, remedy: str):
