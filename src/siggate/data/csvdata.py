@@ -295,7 +295,10 @@ def smiles_column_in_any_case(path: str | os.PathLike, sep: str | None, wanted: 
     """The one column of the CSV ``path``'s header that is ``wanted`` in another case (ChEMBL's
     export names it ``Smiles``), as ``predict`` reads a file without the run's column; None when
     ``wanted`` is there, when no column or several are, or when the file's start cannot be read
-    (its reader names why). Only the first 64 KiB are read."""
+    (its reader names why), or is no regular file (a pipe, which its reader refuses: opened here, it
+    waited for a writer). Only the first 64 KiB are read."""
+    if not Path(path).is_file():
+        return None
     try:
         with open_decompressed(Path(path)) as raw:
             sample = raw.read(65536).decode("utf-8-sig", errors="replace")
