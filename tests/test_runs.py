@@ -290,6 +290,23 @@ def test_a_finished_run_of_members_with_a_damaged_file_is_mended_by_its_resume(t
         assert rc == 0, (damaged, err)
 
 
+def test_a_resume_removes_what_a_killed_run_left_of_its_writes(tmp_path, capsys, data):
+    """``kill -9`` between writing a checkpoint's temporary file and moving it in left a
+    ``.last.pt.XXXXXXXX.tmp`` (1.4 MB for a small GNN) in the run folder for good (helper-155). The
+    process that claims the folder removes those of the run's files, its members' too; a user's own
+    file of that shape and another name stays."""
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--members", "svr,rf", "--out", str(out))
+    assert rc == 0, err
+    left = [out / ".last.pt.k2j_9xq1.tmp", out / ".metrics.json.abcdefgh.tmp", out / "member0" / ".arrays.pt.0a1b2c3d.tmp"]
+    mine = out / ".notes.txt.abcdefgh.tmp"
+    for p in (*left, mine):
+        p.write_bytes(b"half")
+    rc, _, err = run_cli(["train", "--resume", str(out), "--no-progress"], capsys)
+    assert rc == 0, err
+    assert not any(p.exists() for p in left) and mine.read_bytes() == b"half"
+
+
 def test_members_flags_never_turn_a_run_of_one_gnn_into_another_run(tmp_path, capsys, data):
     """``--resume RUN --members svr,rf`` (or ``--ensemble 2``) on a finished run of one GNN found no
     members record, took the run's last.pt for a member's and trained a new run over it: other data,

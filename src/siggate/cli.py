@@ -454,6 +454,18 @@ def _train_members(cfg, out: Path, args, kinds: list[str], weights: str, resume:
     return 0
 
 
+def _remove_stale_temporaries(out: Path) -> None:
+    """Remove what a killed run left of its atomic writes in ``out`` and its members' folders
+    (:func:`~siggate.files.stale_temporaries`; the folder is this process's now)."""
+    from .files import stale_temporaries
+    from .train.rundir import RUN_OUTPUTS, member_folders
+
+    for folder in (out, *member_folders(out)):
+        for p in stale_temporaries(folder, RUN_OUTPUTS):
+            p.unlink(missing_ok=True)
+            logging.getLogger("siggate.train").info("%s: removed %s, what a killed run left of a write", folder, p.name)
+
+
 def claim_out_dir(out: Path, resume: bool = False, overwrite: bool = False, default_name: bool = False,
                   cfg=None, what: str = "the run", pretraining_ok: bool = False):
     """Check ``out`` (:func:`check_out_dir`) and claim it for this process: the held
@@ -475,6 +487,7 @@ def claim_out_dir(out: Path, resume: bool = False, overwrite: bool = False, defa
         except BaseException:
             lock.release()
             raise
+        _remove_stale_temporaries(out)
         return lock
     raise CLIError(f"--out {out}: no free default folder; name one with --out")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import re
 import shutil
 import socket
 import stat
@@ -209,6 +210,25 @@ class AtomicFile:
             self.commit()
         else:
             self.discard()
+
+
+def stale_temporaries(folder: str | os.PathLike, names) -> list[Path]:
+    """The temporary files :class:`AtomicFile` left in ``folder`` for a file of ``names`` (or a
+    ``.pt``) when its process was killed (``kill -9``) between writing and moving them in:
+    ``.<name>.<8 characters>.tmp``. Only the process that holds the folder's lock may remove them."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = []
+    for p in folder.iterdir():
+        m = _TEMPORARY.fullmatch(p.name)
+        if m and p.is_file() and (m.group(1) in names or m.group(1).endswith(".pt")):
+            found.append(p)
+    return sorted(found)
+
+
+#: the name of :class:`AtomicFile`'s temporary file of ``<name>`` (``tempfile.mkstemp``'s 8 characters)
+_TEMPORARY = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp")
 
 
 def special_file(path: str | os.PathLike) -> bool:
