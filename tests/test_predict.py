@@ -763,6 +763,25 @@ def test_an_output_that_is_a_pipe_a_device_a_link_or_write_protected_is_written_
     assert rc == 2 and "siggate writes CSV text, not .tsv" in err and not (tmp_path / "p.tsv").exists()
 
 
+def test_a_tilde_the_shell_did_not_expand_is_named_not_made_a_folder(ckpt, tmp_path, capsys, monkeypatch):
+    """``--out "~/runs/x"`` (quoted: the shell leaves the ``~``) made a folder named ``~`` in the
+    working folder for train, explain and evaluate, which a later ``rm -rf ~`` typed to remove it
+    would take for the home folder; predict said "its folder ~ does not exist" (helper-155). Each
+    names the ``~`` and the path it stands for; a folder that is really named ``~`` is written."""
+    monkeypatch.chdir(tmp_path)
+    home = os.path.expanduser("~")
+    for argv, flag, given in ((["predict", "--checkpoint", str(ckpt), "CCO", "--output", "~/p.csv"], "--output", "~/p.csv"),
+                              (["explain", "--checkpoint", str(ckpt), "CCO", "--out", "~/ex"], "--out", "~/ex"),
+                              (["train", "--data", "d.csv", "--target-col", "y", "--out", "~/run"], "--out", "~/run")):
+        rc, _, err = run_cli(argv, capsys)
+        assert rc == 2 and f"error: {flag} {given}: '~' is not expanded to a home folder here (a quoted path?); give " \
+            f"{home}/{given[2:]} instead" in err, err
+    assert not (tmp_path / "~").exists()
+    (tmp_path / "~").mkdir()
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", "~/p.csv"], capsys)
+    assert rc == 0 and (tmp_path / "~" / "p.csv").is_file(), err
+
+
 def test_a_file_systems_refusal_is_one_line_with_its_file_and_fix(ckpt, tmp_path, capsys, monkeypatch):
     """A full disk, a file size limit or a file without read permission ended train, predict and
     explain in a traceback (a torch ``RuntimeError: unexpected pos`` for a checkpoint cut short).

@@ -685,9 +685,11 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     ``.json`` for a table) than the text it writes (``example``'s type; ``.gz``: compressed). (The
     CSV the run trained on is refused once its predictor is read:
     :func:`~siggate.train.evaluate.training_csv_clash`.)"""
-    from .files import out_dir_problem, special_file, write_protected
+    from .files import out_dir_problem, special_file, tilde_problem, write_protected
     from .train.rundir import RUN_OUTPUTS, run_folders
 
+    if tilde_problem(path):
+        raise CLIError(f"--output {tilde_problem(path)}")
     if path.is_dir():
         raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / example}")
     if special_file(path):  # a pipe or a device (/dev/null): written into, as a shell's redirection does

@@ -268,10 +268,24 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     atomic_write(path, lambda fh: fh.write(data))
 
 
+def tilde_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` is not written as given: it begins with a ``~`` that the shell did not expand
+    (a quoted ``"~/runs"``), so a folder named ``~`` would be made here; None otherwise (or where
+    a ``~`` folder is there)."""
+    path = Path(path)
+    first = path.parts[0] if path.parts else ""
+    if not first.startswith("~") or Path(first).exists():
+        return None
+    return f"{path}: {first!r} is not expanded to a home folder here (a quoted path?); give {os.path.expanduser(path)} instead"
+
+
 def out_dir_problem(out: str | os.PathLike) -> str | None:
     """Why ``out`` cannot be an output folder (an existing file, a file on its path, or an
     ancestor that cannot be written), or ``None`` when it can be one."""
     out = Path(out)
+    tilde = tilde_problem(out)
+    if tilde:
+        return tilde
     if out.exists() and not out.is_dir():
         return f"{out}: this is an existing file, not a folder; choose a folder path"
     probe = out
