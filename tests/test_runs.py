@@ -307,6 +307,22 @@ def test_a_resume_removes_what_a_killed_run_left_of_its_writes(tmp_path, capsys,
     assert not any(p.exists() for p in left) and mine.read_bytes() == b"half"
 
 
+def test_a_resume_without_the_runs_config_names_what_is_gone(tmp_path, capsys, data):
+    """A run whose config.yaml was lost, resumed by its folder alone, listed a dozen differences
+    from the default config and told the user to "resume with the run's own flags" (helper-155). It
+    says that config.yaml is gone and what to do; the flags that started the run resume it."""
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out))
+    assert rc == 0, err
+    (out / "config.yaml").unlink()
+    rc, _, err = run_cli(["train", "--resume", str(out), "--epochs", "2", "--no-progress"], capsys)
+    assert rc == 2 and _one_line(err).strip().endswith(
+        "the run's config.yaml is gone: restore it (a copy of the run folder), or give the flags that started the "
+        "run"), err
+    rc, _, err = _train(capsys, data, "--epochs", "2", "--resume", str(out))
+    assert rc == 0, err
+
+
 def test_members_flags_never_turn_a_run_of_one_gnn_into_another_run(tmp_path, capsys, data):
     """``--resume RUN --members svr,rf`` (or ``--ensemble 2``) on a finished run of one GNN found no
     members record, took the run's last.pt for a member's and trained a new run over it: other data,

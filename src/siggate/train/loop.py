@@ -272,8 +272,11 @@ def resume_run(run: Run, path: Path, config: dict, ckpt: dict) -> bool:
     diffs += [f"{k} (resolved from the training data): checkpoint has {saved.get(k)!r}, this run has "
               f"{run.resolved.get(k)!r}" for k in sorted(set(saved) | set(run.resolved)) if saved.get(k) != run.resolved.get(k)]
     if diffs:
-        raise CheckpointError(f"cannot resume from {path}: the config differs ({'; '.join(diffs)}); resume with the "
-                              "run's own flags, or train into a new --out")
+        gone = not (Path(path).parent / "config.yaml").is_file()  # (the flags given were all it had to go by)
+        raise CheckpointError(f"cannot resume from {path}: the config differs ({'; '.join(diffs)}); "
+                              + ("the run's config.yaml is gone: restore it (a copy of the run folder), or give the "
+                                 "flags that started the run" if gone else
+                                 "resume with the run's own flags, or train into a new --out"))
     then = (ckpt.get("info") or {}).get("chirality", "tag")  # (runs recorded before it was kept read the tag)
     if then != run.info.chirality:
         raise CheckpointError(f"cannot resume from {path}: the run read its atoms' chirality as {then!r}, this siggate "
