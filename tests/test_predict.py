@@ -801,6 +801,17 @@ def test_a_file_systems_refusal_is_one_line_with_its_file_and_fix(ckpt, tmp_path
                                "run the command again (a train run goes on with --resume)\n")
     monkeypatch.undo()
 
+    import siggate.train.checkpoint as C
+
+    def locked(path, **kwargs):  # a checkpoint without read permission was "truncated or corrupt"
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(C, "safe_torch_load", locked)
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO"], capsys)
+    assert rc == 2 and err == (f"siggate predict: error: {ckpt}: Permission denied; give your user permission to it "
+                               "(chmod, or the folder's owner), or choose another path\n"), err
+    monkeypatch.undo()
+
     def cut(fh):
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1088 vs 982")
 

@@ -221,6 +221,8 @@ def load_arrays(path: str | Path) -> dict:
             "was run.") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, KeyError, AttributeError,
             TypeError, IndexError, UnicodeDecodeError) as exc:
+        if isinstance(exc, PermissionError):  # the file system's refusal, not a damaged file (cli names it)
+            raise
         raise PredictorFileError(f"cannot read {path}: truncated or corrupt ({type(exc).__name__})") from None
     if not isinstance(arrays, dict):
         raise PredictorFileError(f"{path}: not a siggate arrays file (it holds a {type(arrays).__name__}, not a "

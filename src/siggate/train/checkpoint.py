@@ -94,6 +94,8 @@ def load_checkpoint(path: str | Path, map_location="cpu", finite: bool = True) -
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, KeyError, AttributeError,
             TypeError, IndexError, UnicodeDecodeError) as exc:
+        if isinstance(exc, PermissionError):  # the file system's refusal, not a damaged file (cli names it)
+            raise
         raise CheckpointError(
             f"cannot read checkpoint {path}: the file is truncated or corrupt ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else 'unexpected end of file'})."
