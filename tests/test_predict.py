@@ -782,6 +782,29 @@ def test_a_tilde_the_shell_did_not_expand_is_named_not_made_a_folder(ckpt, tmp_p
     assert rc == 0 and (tmp_path / "~" / "p.csv").is_file(), err
 
 
+def test_pretrained_weights_given_to_predict_or_evaluate_are_named_with_the_fine_tune(tmp_path, capsys):
+    """The shipped pretrained weights given to predict were "checkpoint format must be an integer,
+    got 'siggate-pretrained-1'", a pretraining's folder "a folder with no predictor.json" (helper-155):
+    each is named as pretrained weights, with the command that fine-tunes them."""
+    import shutil
+
+    import siggate
+
+    shipped = Path(siggate.__file__).parent / "pretrained" / "default.pt"
+    folder = tmp_path / "pt"
+    folder.mkdir()
+    shutil.copy(shipped, folder / "pretrained.pt")
+    for cmd in (["predict", "--checkpoint", str(shipped), "CCO"], ["evaluate", "--checkpoint", str(shipped)]):
+        rc, _, err = run_cli(cmd, capsys)
+        assert rc == 2 and err.strip().endswith(
+            f"{shipped} holds pretrained weights (siggate pretrain's), not a trained model: they predict nothing "
+            f"until fine-tuned on labels: siggate train --data FILE.csv --target-col COL --init {shipped}"), err
+    rc, _, err = run_cli(["predict", "--checkpoint", str(folder), "CCO"], capsys)
+    assert rc == 2 and err.strip().endswith(
+        f"{folder} holds a pretraining (pretrained.pt), not a trained model: its weights predict nothing until "
+        f"fine-tuned on labels: siggate train --data FILE.csv --target-col COL --init {folder}"), err
+
+
 def test_a_file_systems_refusal_is_one_line_with_its_file_and_fix(ckpt, tmp_path, capsys, monkeypatch):
     """A full disk, a file size limit or a file without read permission ended train, predict and
     explain in a traceback (a torch ``RuntimeError: unexpected pos`` for a checkpoint cut short).

@@ -147,6 +147,10 @@ def _check_structure(ckpt, path: Path, finite: bool = True) -> None:
         raise CheckpointError(f"{path} is not a siggate checkpoint (no 'format'/'model' entries).")
     fmt = ckpt["format"]
     written_by = f"siggate {ckpt.get('siggate_version', '(unknown version)')}"
+    if isinstance(fmt, str) and fmt.startswith("siggate-pretrained-"):  # siggate pretrain's weights, no head
+        raise CheckpointError(f"{path} holds pretrained weights (siggate pretrain's), not a trained model: they predict "
+                              f"nothing until fine-tuned on labels: siggate train --data FILE.csv --target-col COL "
+                              f"--init {path}")
     if isinstance(fmt, bool) or not isinstance(fmt, int):
         raise CheckpointError(f"{path}: checkpoint format must be an integer, got {fmt!r}; it is not a siggate checkpoint.")
     if fmt > FORMAT_VERSION:

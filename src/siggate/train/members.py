@@ -279,6 +279,10 @@ def load_predictor(path: str | Path, device: torch.device | str | None = "cpu"):
         return _legacy_ensemble(path, device)
     if (path / BEST).is_file():
         return GNNMember.from_checkpoint(path / BEST, device, split_seed=_split_seed_beside(path / BEST))
+    if (path / "pretrained.pt").is_file():  # siggate pretrain's folder: weights without a head
+        raise PredictorFileError(f"{path} holds a pretraining (pretrained.pt), not a trained model: its weights predict "
+                                 "nothing until fine-tuned on labels: siggate train --data FILE.csv --target-col COL "
+                                 f"--init {path}")
     if busy:  # a run still training there: its predictor is written when it ends
         raise PredictorFileError(f"{path}: a run is still training there ({busy}), and its predictor is written when "
                                  "it finishes; try again then")
