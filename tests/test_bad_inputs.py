@@ -1243,6 +1243,14 @@ def test_predict_and_evaluate_say_when_a_run_folder_is_not_a_finished_run(tmp_pa
                                f"training), so its best.pt is the best epoch so far; finish it with siggate train "
                                f"--resume {run}")
     assert said(commands[0]) == [unfinished(run)]
+    members = tmp_path / "fp"  # a run of members without a GNN holds no best.pt to speak of
+    rc, _, err = run_cli(["train", "--data", str(_csv(tmp_path / "m.csv", _rows(","))), "--target-col", "y",
+                          "--members", "rf", "--out", str(members)], capsys)
+    assert rc == 0, err
+    (members / "metrics.json").unlink()
+    assert unfinished(members) == (f"{members} holds no readable metrics.json: the run has not finished (stopped, or "
+                                   "still training), so its files are not all of one finished run; finish it with "
+                                   f"siggate train --resume {members}")
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -607,8 +607,10 @@ def unfinished(path: str | Path) -> str | None:
         try:
             metrics = read_json(run / "metrics.json")
         except (OSError, ValueError):
+            what = ("its best.pt is the best epoch so far" if (run / "best.pt").is_file() else
+                    "its files are not all of one finished run")  # (members without a GNN hold no best.pt)
             return (f"{run} holds no readable metrics.json: the run has not finished (stopped, or still training), "
-                    f"so its best.pt is the best epoch so far; finish it with siggate train --resume {top}")
+                    f"so {what}; finish it with siggate train --resume {top}")
         try:
             want = (read_record(record).get("train") or {}).get("epochs")
         except (ConfigError, OSError, AttributeError):  # (damaged: its loader names it)
