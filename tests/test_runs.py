@@ -323,6 +323,23 @@ def test_a_resume_without_the_runs_config_names_what_is_gone(tmp_path, capsys, d
     assert rc == 0, err
 
 
+def test_a_member_of_a_run_is_no_folder_to_train_into(tmp_path, capsys, data):
+    """``train --overwrite --out RUN/member0`` replaced a member of a run of several members with a
+    run of its own, breaking that run without a word (helper-155). Refused, the run as it was; a
+    folder of such a name elsewhere is a folder like any."""
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--members", "rf,svr", "--out", str(out))
+    assert rc == 0, err
+    kept = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    rc, _, err = _train(capsys, data, "--members", "rf", "--out", str(out / "member0"), "--overwrite")
+    assert rc == 2 and err.strip().splitlines()[-1] == (  # (after the warning of the tiny flags' GNN keys)
+        f"siggate train: error: --out {out / 'member0'} is a member of the run {out.resolve()}: a run trained into it "
+        f"would replace that run's member; continue that run with --resume {out.resolve()}, or choose another --out")
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == kept
+    rc, _, err = _train(capsys, data, "--members", "rf", "--out", str(tmp_path / "mine" / "member0"))
+    assert rc == 0, err
+
+
 def test_members_flags_never_turn_a_run_of_one_gnn_into_another_run(tmp_path, capsys, data):
     """``--resume RUN --members svr,rf`` (or ``--ensemble 2``) on a finished run of one GNN found no
     members record, took the run's last.pt for a member's and trained a new run over it: other data,

@@ -520,6 +520,11 @@ def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False, pret
     from .train import rundir
 
     check_out_folder(out, "the run")
+    top = out.resolve().parent
+    if (not resume and rundir.member_folder_name(out.name)
+            and any((top / name).is_file() for name in (rundir.MEMBERS_RECORD, "ensemble.json"))):
+        raise CLIError(f"--out {out} is a member of the run {top}: a run trained into it would replace that run's "
+                       f"member; continue that run with --resume {top}, or choose another --out")
     found = [] if pretraining_ok or resume else rundir.pretraining_files(out)  # (a run an earlier siggate put
     if found:  # beside one resumes) a new run beside it: --init OUT then named the pretraining's weights, not the run's
         export = out / "pretrained.pt"

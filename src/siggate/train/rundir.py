@@ -54,6 +54,11 @@ RUN_FOLDERS = ("tb",)
 _MEMBER = re.compile(r"member\d+")
 
 
+def member_folder_name(name: str) -> bool:
+    """Whether ``name`` is the name of a member's folder in a run of several members (``member3``)."""
+    return bool(_MEMBER.fullmatch(name))
+
+
 def member_folders(out: Path) -> list[Path]:
     """The ``member{i}`` folders of a run of several members (sorted by name; none for another folder)."""
     if not out.is_dir():
