@@ -805,6 +805,21 @@ def test_pretrained_weights_given_to_predict_or_evaluate_are_named_with_the_fine
         f"fine-tuned on labels: siggate train --data FILE.csv --target-col COL --init {folder}"), err
 
 
+def test_a_dangling_link_as_out_and_a_missing_data_file_are_named_first(ckpt, tmp_path, capsys):
+    """``--out`` a symbolic link to a folder that is not there said "cannot create the folder (File
+    exists)"; ``evaluate --data missing.csv --output sc.json`` beside a ``sc_parity.png`` of the
+    user's complained of the picture before the missing file (helper-155)."""
+    link = tmp_path / "dl"
+    link.symlink_to("nowhere")
+    rc, _, err = run_cli(["explain", "--checkpoint", str(ckpt), "CCO", "--out", str(link)], capsys)
+    assert rc == 2 and err.strip() == (f"siggate explain: error: --out {link}: a symbolic link to nowhere, which is not "
+                                       "there; create that folder, or choose another path for the explanations"), err
+    (tmp_path / "sc_parity.png").write_bytes(b"mine")
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(tmp_path / "missing.csv"), "--output",
+                          str(tmp_path / "sc.json")], capsys)
+    assert rc == 2 and err.strip() == f"siggate evaluate: error: --data {tmp_path / 'missing.csv'}: no such file", err
+
+
 def test_a_file_systems_refusal_is_one_line_with_its_file_and_fix(ckpt, tmp_path, capsys, monkeypatch):
     """A full disk, a file size limit or a file without read permission ended train, predict and
     explain in a traceback (a torch ``RuntimeError: unexpected pos`` for a checkpoint cut short).

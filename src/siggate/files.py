@@ -288,6 +288,8 @@ def out_dir_problem(out: str | os.PathLike) -> str | None:
         return tilde
     if out.exists() and not out.is_dir():
         return f"{out}: this is an existing file, not a folder; choose a folder path"
+    if out.is_symlink() and not out.exists():  # (mkdir said "File exists")
+        return f"{out}: a symbolic link to {os.readlink(out)}, which is not there; create that folder, or choose another path"
     probe = out
     while not probe.exists():  # the deepest existing ancestor decides whether we may create it
         probe = probe.parent

@@ -517,7 +517,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     clash = training_csv_clash(output, predictor, folder)
     if clash:
         raise EvaluationError(clash)
-    if data is not None and pictures is not None:  # a picture of the user's own, of the name it takes: not replaced
+    # a picture of the user's own, of the name it takes, is not replaced (a --data that is not there is named first)
+    if data is not None and pictures is not None and Path(data).exists():
         from .plots import drawn_by_siggate
 
         drawn = picture_path(pictures, info)
