@@ -872,7 +872,8 @@ def build_csv(
     wide = {i: rec[width:] for i, rec in enumerate(records) if len(rec) > width}  # (their extra fields)
     empty = {i for i, rec in enumerate(records) if not any(cell.strip() for cell in rec)}
     named = [c.strip().lower() for c in header]
-    again = {i for i, rec in enumerate(records) if [c.strip().lower() for c in rec] == named}
+    again = {i for i, rec in enumerate(records)  # (the first field first: a wide file's rows are not lowered whole)
+             if rec and rec[0].strip().lower() == named[0] and [c.strip().lower() for c in rec] == named}
     censored, other_unit = label_qualifiers(header, records, set(usecols), ~np.isnan(y_all).all(axis=1))
     del header, records, frame
 
