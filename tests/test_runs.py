@@ -340,6 +340,28 @@ def test_a_member_of_a_run_is_no_folder_to_train_into(tmp_path, capsys, data):
     assert rc == 0, err
 
 
+def test_overwrite_refuses_to_set_aside_what_the_run_reads(tmp_path, capsys, data):
+    """``--overwrite`` set aside the run's files before the new run read its inputs: a CSV of a run
+    file's name in the folder (``--data OUT/test_predictions.csv``) was then "not found", and
+    ``--init OUT`` "held no pretrained.pt, best.pt or last.pt" (helper-155). Both are refused before
+    anything moves."""
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--out", str(out))
+    assert rc == 0, err
+    inside = out / "test_predictions.csv"
+    shutil.copy(data, inside)  # the user's CSV, of a name the run writes, in its folder
+    kept = sorted(p.name for p in out.iterdir())
+    rc, _, err = _train(capsys, inside, "--epochs", "1", "--out", str(out), "--overwrite")
+    assert rc == 2 and err.strip().endswith(
+        f"--data {inside} is a file of the run in the folder that --overwrite replaces, so it would be gone before it is "
+        f"read; copy it out of {out}, or choose another --out"), err
+    rc, _, err = _train(capsys, data, "--epochs", "1", "--init", str(out), "--out", str(out), "--overwrite")
+    assert rc == 2 and err.strip().endswith(
+        f"--init {out} is the folder that --overwrite replaces, so it would be gone before it is read; copy it out of "
+        f"{out}, or choose another --out"), err
+    assert sorted(p.name for p in out.iterdir()) == kept
+
+
 def test_members_flags_never_turn_a_run_of_one_gnn_into_another_run(tmp_path, capsys, data):
     """``--resume RUN --members svr,rf`` (or ``--ensemble 2``) on a finished run of one GNN found no
     members record, took the run's last.pt for a member's and trained a new run over it: other data,

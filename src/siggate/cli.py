@@ -200,6 +200,8 @@ def cmd_train(args) -> int:
         return _train_ddp(cfg, args, ddp_out, resume is not None)
     device = check_device(args.device)
     out = resume if resume is not None else default_out_dir(cfg, args.out)
+    if args.overwrite:
+        _check_inputs_outside(out, {"--data": cfg.data.csv, "--init": cfg.train.init})
     lock = claim_out_dir(out, resume=resume is not None, overwrite=args.overwrite,
                          default_name=resume is None and not args.out, cfg=cfg)
     out = lock.folder
@@ -464,6 +466,24 @@ def _remove_stale_temporaries(out: Path) -> None:
         for p in stale_temporaries(folder, RUN_OUTPUTS):
             p.unlink(missing_ok=True)
             logging.getLogger("siggate.train").info("%s: removed %s, what a killed run left of a write", folder, p.name)
+
+
+def _check_inputs_outside(out: Path, given: dict) -> None:
+    """Refuse an ``--overwrite`` of ``out`` that would set aside a file the run reads (``given``:
+    ``{flag: path}``): the CSV of a run file's name inside it, or weights in it or the folder itself
+    (``--init OUT``), which were then "not found" once set aside."""
+    from .train.rundir import RUN_OUTPUTS
+
+    home = out.resolve()
+    for flag, path in given.items():
+        if not path or not Path(path).exists():
+            continue
+        path = Path(path).resolve()
+        inside = path == home or (path.parent == home and (path.name in RUN_OUTPUTS or path.suffix == ".pt"))
+        if inside:
+            raise CLIError(f"{flag} {path} is {'the folder' if path == home else 'a file of the run in the folder'} "
+                           f"that --overwrite replaces, so it would be gone before it is read; copy it out of "
+                           f"{out}, or choose another --out")
 
 
 def claim_out_dir(out: Path, resume: bool = False, overwrite: bool = False, default_name: bool = False,
