@@ -362,6 +362,25 @@ def test_overwrite_refuses_to_set_aside_what_the_run_reads(tmp_path, capsys, dat
     assert sorted(p.name for p in out.iterdir()) == kept
 
 
+def test_the_fixes_named_never_lead_into_a_run(tmp_path, capsys, data):
+    """``--resume RUN/member0`` said "drop --resume to start a new run there" (inside another run),
+    and ``predict --output RUN/tb`` suggested ``RUN/tb/predictions.csv``, a file in the run's own
+    folders (helper-155). Each names a fix outside the run: the run's own resume, a file name here."""
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, data, "--members", "rf,svr", "--out", str(out))
+    assert rc == 0, err
+    rc, _, err = run_cli(["train", "--resume", str(out / "member0"), "--no-progress"], capsys)
+    assert rc == 2 and _one_line(err).strip() == (
+        f"siggate train: error: --resume {out / 'member0'}: this is a member of the run {out.resolve()}, which resumes "
+        f"as a whole (its members with it): siggate train --resume {out.resolve()}")
+    (out / "tb").mkdir()
+    for folder, suggested in ((out / "tb", "predictions.csv"), (out, "predictions.csv"),
+                              (tmp_path, str(tmp_path / "predictions.csv"))):
+        rc, _, err = run_cli(["predict", "--checkpoint", str(out), "CCO", "--output", str(folder)], capsys)
+        assert rc == 2 and err.strip() == (f"siggate predict: error: --output {folder} is a folder; give a file name, "
+                                           f"e.g. {suggested}"), err
+
+
 def test_members_flags_never_turn_a_run_of_one_gnn_into_another_run(tmp_path, capsys, data):
     """``--resume RUN --members svr,rf`` (or ``--ensemble 2``) on a finished run of one GNN found no
     members record, took the run's last.pt for a member's and trained a new run over it: other data,

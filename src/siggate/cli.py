@@ -394,6 +394,10 @@ def _no_run_to_resume(out: Path, ensemble: bool) -> str:
     if ensemble and not rundir.is_members_folder(out) and _holds_one_run(out):
         return (f"--resume {out}: the folder holds the run of one GNN, and --members/--ensemble would train a run of "
                 "several members over it; drop them to continue that run, or start the new run with another --out")
+    top = out.resolve().parent
+    if rundir.member_folder_name(out.name) and any((top / n).is_file() for n in (rundir.MEMBERS_RECORD, "ensemble.json")):
+        return (f"--resume {out}: this is a member of the run {top}, which resumes as a whole (its members with it): "
+                f"siggate train --resume {top}")
     if rundir.pretraining_files(out):  # (a new run there is refused: a folder of its own)
         return (f"--resume {out}: the folder holds a pretraining, not a training run; resume it with siggate pretrain "
                 f"... --out {out} --resume, or train into a folder of its own")
@@ -715,8 +719,9 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
 
     if tilde_problem(path):
         raise CLIError(f"--output {tilde_problem(path)}")
-    if path.is_dir():
-        raise CLIError(f"--output {path} is a folder; give a file name, e.g. {path / example}")
+    if path.is_dir():  # (a file in it, unless it is a run's folder or one inside a run's: then here)
+        inside = any(run_folders(p) for p in (path, path.parent))
+        raise CLIError(f"--output {path} is a folder; give a file name, e.g. {Path(example) if inside else path / example}")
     if special_file(path):  # a pipe or a device (/dev/null): written into, as a shell's redirection does
         return
     if write_protected(path):
