@@ -113,7 +113,8 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
                              "label are kept, a copy of a molecule labelling a heavy atom's isotope ([13CH3]) is one "
                              "molecule with it, (data.fragments: parent) an acid salted with its own anion "
                              "(CC(=O)[O-].CC(=O)O.[Na+]) has the acid for parent, and a multilabel row without any "
-                             "label is dropped, so the splits differ): its rows and "
+                             "label is dropped, and a line ending with a delimiter the header lacks is read, so the "
+                             "splits differ): its rows and "
                              "splits were read as the siggate that "
                              "started it read them")
     [planned] = plan([StudyRun("k", run, cfg2, None)])
@@ -143,19 +144,24 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
         if state == "conflict":
             assert (f"(CSV reading 6, now {CSV_VERSION}: (data.fragments: parent) an acid salted with its own anion "
                     "(CC(=O)[O-].CC(=O)O.[Na+]) has the acid for parent, and a multilabel row without any label is "
-                    "dropped, so the splits differ)") in status.reason, status.reason
-    # reading 7 to 8: only a multilabel run, and only where a row has no label (it was kept)
+                    "dropped, and a line ending with a delimiter the header lacks is read, so the splits differ)") \
+                in status.reason, status.reason
+    # reading 7 to 8: a multilabel run where a row has no label (it was kept), and any run where a
+    # line ends with a delimiter the header lacks (it failed)
     tags = tmp_path / "tags.csv"
     for text, task, state in (("smiles,a,b\nCCO,1,0\nCCN,,\nCCC,0,1\n", "multilabel", "conflict"),
                               ("smiles,a,b\nCCO,1,0\nCCN,,1\nCCC,0,1\n", "multilabel", "done"),
-                              ("smiles,a,b\nCCO,1,0\nCCN,,\nCCC,0,1\n", "regression", "done")):
+                              ("smiles,a,b\nCCO,1,0\nCCN,,\nCCC,0,1\n", "regression", "done"),
+                              ("smiles,a,b\nCCO,1,0,\nCCN,2,1\nCCC,0,1\n", "regression", "conflict"),
+                              ("smiles,a,b\nCCO,1,0,x\nCCN,2,1\nCCC,0,1\n", "regression", "done")):
         tags.write_text(text)
         cfg5 = load_config("csv", [f"data.csv={tags}", "data.target_cols=[a,b]", f"data.task={task}"]).to_dict()
         record(7, tags, cfg5)
         status = reuse_status(run, cfg5)
         assert status.state == state, (text, task, status.reason)
-    assert (f"(CSV reading 7, now {CSV_VERSION}: a multilabel row without any label is dropped, so the splits "
-            "differ)") in status.reason or state == "done"
+        if state == "conflict":
+            assert (f"(CSV reading 7, now {CSV_VERSION}: a multilabel row without any label is dropped, and a line "
+                    "ending with a delimiter the header lacks is read, so the splits differ)") in status.reason
 
 
 def _call(key, run_dir, value):

@@ -136,7 +136,8 @@ HEADER_AGAIN = "the header again (files joined with their own headers?)"
 #: 6: a molecule and a copy labelling a heavy atom's isotope ([13CH3]) are one molecule (_canonical);
 #: 7: under ``data.fragments: parent`` an acid salted with its own anion has the acid for parent
 #: (it had none; :func:`~siggate.data.chem.parent_by_neutralizing`); 8: a multilabel row whose every
-#: label is missing is dropped, as a regression or binary one is (it was kept: a split slot, no loss)
+#: label is missing is dropped, as a regression or binary one is (it was kept: a split slot, no loss),
+#: and a row whose fields beyond the header's are all empty (a delimiter at the line's end) is read
 CSV_VERSION = 8
 #: a regression target whose positive labels' 95th percentile is this many times their 5th (two
 #: orders of magnitude: IC50s in nM), and whose logarithm is less skewed than they are (yields from
@@ -363,16 +364,20 @@ def csv_records(lines: Iterable[str], delimiter: str, path, consumed: int = 0,
         yield start, rec
 
 
+def extra_fields(record: Sequence[str], width: int) -> list[str]:
+    """The fields of ``record`` beyond the header's ``width`` that cannot be matched to a column;
+    none where there are none, or where every one is empty: a delimiter at the end of the data
+    lines and not of the header (``CCO,1.5,``), whose fields are the columns' (CSV reading 8: every
+    such row failed, first with the words of a delimiter inside a field)."""
+    extra = list(record[width:])
+    return extra if any(f.strip() for f in extra) else []
+
+
 def extra_fields_reason(line: int, width: int, extra: Sequence[str]) -> str:
     """The reason of a row with more fields than the header's ``width``, ``extra`` the fields beyond
-    it: all empty, a delimiter at the end of each data line and not of the header (every row failed
-    with the words of a delimiter inside a field)."""
-    got = width + len(extra)
-    if not any(f.strip() for f in extra):
-        return (f"line {line} has {got} fields but the header has {width}, the extra ones empty: the line ends with a "
-                "delimiter and the header does not; remove the trailing delimiters, or end the header with one too")
-    return (f"line {line} has {got} fields but the header has {width}: a delimiter inside an unquoted field? "
-            "quote that field or remove the extra one")
+    it (:func:`extra_fields`)."""
+    return (f"line {line} has {width + len(extra)} fields but the header has {width}: a delimiter inside an unquoted "
+            "field? quote that field or remove the extra one")
 
 
 def _check_columns(path: Path, columns: list[str], wanted: list[tuple[str, str]], sep: str) -> None:
@@ -458,7 +463,8 @@ def read_otherwise(then: int, path: str | os.PathLike, target_cols: list[str], t
     to differ), 6 and 7 only under ``fragments="parent"`` where a SMILES is an acid salted with its
     own anion (:func:`~siggate.data.chem.parent_by_neutralizing`; a cell of the ``smiles_col``
     column, or of any where the header lacks it, read as such a SMILES), 7 and 8 only for a
-    multilabel task where a row has no label; other versions are taken to differ. A file that
+    multilabel task where a row has no label and where a line ends with a delimiter the header
+    lacks (:func:`extra_fields`); other versions are taken to differ. A file that
     cannot be read is not judged here."""
     if then == CSV_VERSION:
         return False
@@ -471,6 +477,8 @@ def read_otherwise(then: int, path: str | os.PathLike, target_cols: list[str], t
             errors = read_labels(Path(path), frame, list(target_cols), task, decimal, records.lines)[1]
             if any(e and e.startswith(MISSING_TARGET) for e in errors):
                 return True
+        if any(len(rec) > len(header) and not extra_fields(rec, len(header)) for rec in records):
+            return True  # a delimiter at a line's end: the row failed until version 8
         if then == 7:
             return False
         at = header.index(smiles_col) if smiles_col in header else None
@@ -869,7 +877,7 @@ def build_csv(
     # the table's text is read: free it before the molecules are (a wide file's strings, such as a
     # pretraining corpus's descriptor columns, take more memory than its graphs)
     n_rows = len(frame)
-    wide = {i: rec[width:] for i, rec in enumerate(records) if len(rec) > width}  # (their extra fields)
+    wide = {i: extra_fields(rec, width) for i, rec in enumerate(records) if extra_fields(rec, width)}
     empty = {i for i, rec in enumerate(records) if not any(cell.strip() for cell in rec)}
     named = [c.strip().lower() for c in header]
     again = {i for i, rec in enumerate(records)  # (the first field first: a wide file's rows are not lowered whole)

@@ -281,6 +281,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         check_unique_columns,
         column_names,
         detect_sep,
+        extra_fields,
         extra_fields_reason,
         headerless_hint,
         label_qualifiers,
@@ -340,7 +341,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
                      f"{', '.join(map(repr, present))} scored, the others are not")
         for c in unlabelled_targets:
             table[c] = ""
-    ragged = [i for i, r in enumerate(records) if len(r) > len(header)]
+    ragged = [i for i, r in enumerate(records) if extra_fields(r, len(header))]  # (empty ones at the end: read)
     lines = records.lines
     labels, reasons, left_out = read_labels(path, table, cols, info.task, decimal, lines)
     check_any_numeric(path, table, cols, labels, allow_empty=True, lines=lines)  # metrics skip a target without labels
@@ -350,7 +351,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         first = records[ragged[0]]
         log.warning("--data %s: %d rows have more fields than the header, so their fields cannot be matched to the "
                     "columns; they are not scored (%s)", path, len(ragged),
-                    extra_fields_reason(line_at(lines, ragged[0]), len(header), first[len(header):]))
+                    extra_fields_reason(line_at(lines, ragged[0]), len(header), extra_fields(first, len(header))))
     skip = set(ragged)
     bad = [row for row, why in enumerate(reasons) if why and not why.startswith(MISSING_TARGET) and row not in skip]
     if bad:

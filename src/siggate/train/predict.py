@@ -815,7 +815,7 @@ def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int,
     stripped; a record with more fields carries an ``error``. ``consumed``: the lines read
     before ``fh``'s position (the header), so that messages name the file's line numbers."""
     try:
-        from ..data.csvdata import csv_records, extra_fields_reason
+        from ..data.csvdata import csv_records, extra_fields, extra_fields_reason
 
         records = csv_records(fh, delim, path, consumed, InputError)
         buf: list[str] = []
@@ -831,7 +831,7 @@ def _csv_rows(fh, path: Path, col: int, width: int, delim: str, chunk: int,
                 raise InputError(f"cannot read {path}: the file is truncated or corrupt ({exc})") from None
             if not rec:  # a blank line is not a record
                 continue
-            extra = rec[width:]
+            extra = extra_fields(rec, width)  # (empty ones after the last column: a delimiter at the line's end)
             rec = _Record((rec + [""] * width)[:width])
             rec[col] = rec[col].strip()
             if extra:  # its fields cannot be matched to the columns: the row fails, the others go on

@@ -414,7 +414,7 @@ READING_CHANGES = {
     5: "rows with a label cell that is no number beside another target's label are kept",
     6: "a copy of a molecule labelling a heavy atom's isotope ([13CH3]) is one molecule with it",
     7: "(data.fragments: parent) an acid salted with its own anion (CC(=O)[O-].CC(=O)O.[Na+]) has the acid for parent",
-    8: "a multilabel row without any label is dropped",
+    8: "a multilabel row without any label is dropped, and a line ending with a delimiter the header lacks is read",
 }
 
 
