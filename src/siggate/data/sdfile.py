@@ -6,12 +6,14 @@ records into the rows of a table, as a CSV would give them: a ``smiles`` column 
 canonical SMILES of the record's molecule, its stereo taken from the molfile's wedges or 3D
 coordinates), a ``name`` column (the molfile's title line, where a record has one and no data
 item is called ``name``), then one column per data item in the order they first appear (a
-record without an item has an empty cell; an item called ``smiles`` is ``input_smiles``). ``train --data``, ``evaluate --data``, ``predict
---input``, ``explain --input`` and ``pretrain --smiles`` read SD files through it.
+record without an item has an empty cell; an item called ``smiles`` is ``input_smiles``).
+``train --data``, ``evaluate --data``, ``predict --input``, ``explain --input`` and ``pretrain
+--smiles`` read SD files through it.
 
 A record RDKit cannot sanitize keeps its SMILES as written unsanitized, so that the reader that
-parses it names the cause (an atom's valence, an aromatic ring) for its row; one RDKit cannot read
-at all gets a text that names it (:data:`~siggate.data.chem.UNREADABLE_MOLFILE`), refused by its reason.
+parses it names the cause (an atom's valence, an aromatic ring) for its row; one RDKit cannot
+read at all gets a text that names it (:data:`~siggate.data.chem.UNREADABLE_MOLFILE`), refused
+by its reason.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ def _records(lines: Iterable[str]) -> Iterable[tuple[int, list[str]]]:
 
 def _smiles(molblock: str, start: int) -> str:
     """The SMILES of a molfile: RDKit's canonical SMILES, unsanitized where it cannot sanitize
-    the molecule (the SMILES reader then names why), :data:`~siggate.data.chem.UNREADABLE_MOLFILE` where it
-    cannot read it."""
+    the molecule (the SMILES reader then names why),
+    :data:`~siggate.data.chem.UNREADABLE_MOLFILE` where it cannot read it."""
     from rdkit import Chem
 
     from .chem import quiet_rdkit
