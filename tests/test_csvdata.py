@@ -73,14 +73,20 @@ def test_a_row_of_empty_fields_and_the_header_again_are_named_as_such(tmp_path):
     with an ID and nothing else still misses its target and molecule."""
     from siggate.data.csvdata import EMPTY_ROW, HEADER_AGAIN, row_issue
 
+    from siggate.data.csvdata import HEADER_REORDERED
+
     path = tmp_path / "blank.csv"
     path.write_text("smiles,y,id\n" + "".join(f"{s},{i},m{i}\n" for i, s in enumerate(GOOD))
-                    + ",,\n , ,\n,,m99\nSMILES, y,id\n")  # (the last: a second file's header, joined by cat)
+                    + ",,\n , ,\n,,m99\nSMILES, y,id\n"  # (a second file's header, joined by cat)
+                    + "\ufeffsmiles,y,id\ny,smiles,id\n")  # (one saved with Excel's BOM; one in another order)
     ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
     n = len(GOOD)
     assert {r.index: r.reason for r in ds.invalid} == {n: EMPTY_ROW, n + 1: EMPTY_ROW, n + 2: "missing target",
-                                                       n + 3: HEADER_AGAIN}
-    assert [row_issue(r.reason) for r in ds.invalid] == ["empty row", "empty row", "missing target", "header again"]
+                                                       n + 3: HEADER_AGAIN, n + 4: HEADER_AGAIN,
+                                                       n + 5: HEADER_REORDERED}
+    assert [row_issue(r.reason) for r in ds.invalid] == ["empty row", "empty row", "missing target", "header again",
+                                                         "header again", "header again"]
+    assert "the rows after it are read in the first header's order" in HEADER_REORDERED
     assert sum(map(len, ds.splits.values())) == n
 
 
@@ -744,6 +750,16 @@ def test_censored_labels_and_other_units_are_noted_and_warned_about(tmp_path, ca
         "export.csv: 2 labelled rows give their label in another unit than 'nM' ('Standard Units': 'M', 'ug.mL-1'): "
         "one number scale mixes units, so those labels are off by their units' ratio; convert them or keep one "
         "unit's rows (data_report.csv lists them)"]
+
+    caplog.clear()  # columns of other units (a business unit, a price per unit) are no labels' units
+    other_cols = tmp_path / "other.csv"
+    with open(other_cols, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["smiles", "y", "Business Unit", "Price per unit", "Standard Units"])
+        w.writerows([s, i, "CNS" if i % 2 else "Oncology", f"{i}.5", "nM"] for i, s in enumerate(GOOD))
+    ds = load_csv(other_cols, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
+    assert not [n for n in ds.notes if n.issue == OTHER_UNIT]
+    assert not [r for r in caplog.records if "another unit" in r.getMessage()]
 
     caplog.clear()  # the measured rows alone, in one unit: nothing to say
     keep = [i for i in range(len(GOOD)) if relation[i] in ("'='", "") and units[i] in ("nM", "")]

@@ -592,6 +592,32 @@ def test_an_sd_file_is_read_by_every_reader_as_its_molecules_and_their_data_item
     assert [r["split"] for r in split[n:]] == ["dropped", "dropped"]
     assert read_smiles(packed)[:n] == [Chem.CanonSmiles(s) for s in smiles]  # pretrain's corpus reader
 
+    # no titles and no data items (a .mol file, or RDKit's SDWriter of bare molecules): one column
+    bare = tmp_path / "bare.sdf"
+    bare.write_text("".join(Chem.MolToMolBlock(Chem.MolFromSmiles(s)) + "$$$$\n" for s in smiles[:3]))
+    single = tmp_path / "one.mol"
+    single.write_text(Chem.MolToMolBlock(Chem.MolFromSmiles(smiles[0])))
+    for path, rows in ((bare, 3), (single, 1)):
+        rc, out, err = run_cli(["predict", "--checkpoint", str(ckpt), "--input", str(path), "--chunk-size", "2"], capsys)
+        assert rc == 0 and f"{rows} rows, {rows} predicted, 0 failed" in err, err
+        assert out.splitlines()[0].startswith("smiles,")
+
+    # a data item whose header follows the value before it without a blank line keeps that value;
+    # a file read several times by one command is parsed once (RDKit reads each molfile once)
+    from siggate.data import sdfile
+    from siggate.data.csvdata import read_table
+
+    tight = tmp_path / "tight.sdf"
+    tight.write_text(Chem.MolToMolBlock(Chem.MolFromSmiles("CCO")) + "> <pKi>\n7.1\n> <ID>\nA1\n\n$$$$\n")
+    parsed = []
+    real = sdfile.sd_table
+    sdfile.sd_table = lambda lines: parsed.append(1) or real(lines)
+    try:
+        assert read_table(tight, ",")[1] == [["CCO", "7.1", "A1"]] and read_table(tight, ",")[0] == ["smiles", "pKi", "ID"]
+    finally:
+        sdfile.sd_table = real
+    assert parsed == [1]
+
     # a CSV holding molblocks in a quoted column is a CSV
     blocks = tmp_path / "blocks.csv"
     with blocks.open("w", newline="") as fh:

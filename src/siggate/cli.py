@@ -762,7 +762,7 @@ def _stem(path: Path) -> str:
     """``path``'s name without its type and compression suffixes (``ext.scaffold.csv.gz`` ->
     ``ext.scaffold``): the stem of the files named after it."""
     name = path.name
-    for suffixes in ((".gz", ".bz2", ".xz", ".zip"), (".csv", ".tsv", ".txt", ".smi", ".json")):
+    for suffixes in ((".gz", ".bz2", ".xz", ".zip"), (".csv", ".tsv", ".txt", ".smi", ".json", ".sdf", ".sd", ".mol")):
         name = next((name[: -len(x)] for x in suffixes if name.lower().endswith(x) and len(name) > len(x)), name)
     return name
 

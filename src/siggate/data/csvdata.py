@@ -87,7 +87,7 @@ from .chem import (
     split_indices,
 )
 from .compressed import DAMAGED, SAVE_AS_CSV, open_decompressed
-from .sdfile import is_sd, sd_table
+from .sdfile import is_sd, sd_file_table
 
 __all__ = ["load_csv", "check_columns", "check_trainable", "detect_sep", "read_table", "Records", "line_at", "table_frame", "check_unique_columns",
            "extra_fields_reason", "carried_columns", "row_issue", "write_run_tables", "TASK_METRIC",
@@ -125,6 +125,10 @@ MISSING_TARGET = "missing target"
 EMPTY_ROW = "empty row (every field is empty)"
 #: the reason of a row that is the header again (files joined with their headers: ``cat a.csv b.csv``)
 HEADER_AGAIN = "the header again (files joined with their own headers?)"
+#: the reason of a row that is the header's names in another order: the rows after it hold their fields in that order
+HEADER_REORDERED = ("the header again, its columns in another order (files joined with their own headers?): the rows "
+                    "after it are read in the first header's order, so their fields go to the wrong columns; join the "
+                    "files with their columns in one order")
 #: bump when the same file and arguments build another dataset (part of every cache key). 2: rows of
 #: one molecule share a split (random split; merged only within a split column's split), rows with
 #: extra fields are dropped with a reason; 3: rows of only hydrogens or with a wildcard atom '*' are
@@ -242,10 +246,11 @@ def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[
     path = Path(path)
     data = _file_bytes(path)
     if is_sd(data[:65536]):  # molfile records, their properties as columns
-        header, rows, starts = sd_table(_decode(path, data).splitlines())
-        records = Records(rows)
+        stat = path.stat()
+        header, rows, starts = sd_file_table(str(path.resolve()), stat.st_size, stat.st_mtime_ns, _decode(path, data))
+        records = Records([list(row) for row in rows])  # (the kept table is not the caller's to change)
         records.lines.extend(starts)
-        return header, records
+        return list(header), records
     text = _decode(path, data)
     sep_line = excel_sep_problem(path, text[:16])
     if sep_line:
@@ -304,6 +309,8 @@ def smiles_column_in_any_case(path: str | os.PathLike, sep: str | None, wanted: 
         with open_decompressed(Path(path)) as raw:
             sample = raw.read(65536).decode("utf-8-sig", errors="replace")
     except (OSError, ValueError, IndexError, *DAMAGED):
+        return None
+    if is_sd(sample.encode("utf-8")):  # (its first line is a molecule's title; its SMILES column is 'smiles')
         return None
     first = sample.splitlines()[0] if sample.strip() else ""
     try:
@@ -513,8 +520,9 @@ OTHER_UNIT = "other unit"
 #: the values of a relation column: measured (``=``, ``~``: approximately) or a bound; ChEMBL writes them quoted (``'>'``)
 _RELATIONS = {"=": False, "~": False, "==": False, "<": True, ">": True, "<=": True, ">=": True, "<<": True,
               ">>": True, "≤": True, "≥": True}
-#: a column of units, by its name (``Standard Units``, ``units``, ``Unit``)
-_UNIT_COLUMN = re.compile(r"(?i)(?:^|[\s_.-])units?$")
+#: the names of a column of the labels' units, the first found read (ChEMBL's ``Standard Units``
+#: before a depositor's ``Units``; in any case; not ``Business Unit`` or ``Price per unit``)
+_UNIT_COLUMNS = ("standard units", "standard_units", "standard unit", "standard_unit", "units", "unit")
 
 
 def label_qualifiers(header: list[str], records: Sequence[list[str]], skip: set[str], labelled: np.ndarray
@@ -522,14 +530,16 @@ def label_qualifiers(header: list[str], records: Sequence[list[str]], skip: set[
     """The rows of a table whose label a column beside it qualifies: ``(censored, other_unit)``,
     each ``{row: detail}`` for the ``labelled`` rows (a boolean per record). ``censored``: rows
     where the first column of relations (every non-empty cell, its quotes stripped, a relation:
-    ``=``, ``<``, ``>=``, ...) holds a bound, not ``=``; ``other_unit``: where the first column
-    named as units (:data:`_UNIT_COLUMN`) whose labelled rows name more than one unit names
-    another than the most common. Columns in ``skip`` (the SMILES, targets, split) are not read."""
+    ``=``, ``<``, ``>=``, ...) holds a bound, not ``=``; ``other_unit``: where the column of
+    units (the first of :data:`_UNIT_COLUMNS` there), if its labelled rows name more than one unit,
+    names another than the most common. Columns in ``skip`` (the SMILES, targets, split) are not read."""
     def cells(i: int) -> Iterator[str]:
         return (rec[i].strip().strip("'\"").strip() if i < len(rec) else "" for rec in records)
 
     censored: dict[int, str] = {}
     other: dict[int, str] = {}
+    named = {n.strip().lower() for n in header if n not in skip}
+    unit_column = next((n for n in _UNIT_COLUMNS if n in named), None)
     for i, name in enumerate(header):
         if name in skip:
             continue
@@ -540,7 +550,7 @@ def label_qualifiers(header: list[str], records: Sequence[list[str]], skip: set[
                             for r, v in enumerate(values) if labelled[r] and _RELATIONS.get(v)}
                 if not censored:
                     censored = {-1: ""}  # (the relation column is found, and every labelled row is measured)
-        if not other and _UNIT_COLUMN.search(name.strip()):
+        if not other and name.strip().lower() == unit_column:
             values = list(cells(i))
             counts: dict[str, int] = {}
             for r, v in enumerate(values):
@@ -674,7 +684,7 @@ def row_issue(reason: str) -> str:
         return MISSING_TARGET
     if reason == EMPTY_ROW:
         return "empty row"
-    if reason == HEADER_AGAIN:
+    if reason in (HEADER_AGAIN, HEADER_REORDERED):
         return "header again"
     if reason.startswith("target column"):
         return "bad target"
@@ -880,8 +890,11 @@ def build_csv(
     wide = {i: extra_fields(rec, width) for i, rec in enumerate(records) if extra_fields(rec, width)}
     empty = {i for i, rec in enumerate(records) if not any(cell.strip() for cell in rec)}
     named = [c.strip().lower() for c in header]
-    again = {i for i, rec in enumerate(records)  # (the first field first: a wide file's rows are not lowered whole)
-             if rec and rec[0].strip().lower() == named[0] and [c.strip().lower() for c in rec] == named}
+    names = set(named)
+    again = {i: HEADER_AGAIN if fields == named else HEADER_REORDERED
+             for i, rec in enumerate(records)  # (the first field first: a wide file's rows are not lowered whole)
+             if rec and rec[0].lstrip("\ufeff").strip().lower() in names  # (a second file's BOM, Excel's)
+             for fields in [[c.lstrip("\ufeff").strip().lower() for c in rec]] if sorted(fields) == sorted(named)}
     censored, other_unit = label_qualifiers(header, records, set(usecols), ~np.isnan(y_all).all(axis=1))
     del header, records, frame
 
@@ -895,7 +908,7 @@ def build_csv(
             if i in empty:  # not a molecule without its label
                 raise InvalidSmiles(EMPTY_ROW)
             if i in again:  # not a SMILES 'smiles' with a label that is no number
-                raise InvalidSmiles(HEADER_AGAIN)
+                raise InvalidSmiles(again[i])
             if errors[i] is not None:
                 raise InvalidSmiles(errors[i])
             label = None

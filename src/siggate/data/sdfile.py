@@ -70,6 +70,21 @@ def _smiles(molblock: str, start: int) -> str:
             return f"{UNREADABLE_MOLFILE} {start}>"
 
 
+def sd_file_table(path: str, size: int, mtime_ns: int, text: str) -> tuple[list[str], list[list[str]], list[int]]:
+    """:func:`sd_table` of the SD file ``path`` (its decoded ``text``), kept for the file as it is
+    (``size``, ``mtime_ns``; the last file read): a command reads its file several times (its
+    header, its rows, its other columns), and RDKit reads each molfile once."""
+    key = (path, size, mtime_ns)
+    if _KEPT.get("key") != key:
+        _KEPT.clear()
+        _KEPT.update(key=key, table=sd_table(text.splitlines()))
+    return _KEPT["table"]
+
+
+#: the table of the SD file :func:`sd_file_table` read last, and its key
+_KEPT: dict = {}
+
+
 def sd_table(lines: Iterable[str]) -> tuple[list[str], list[list[str]], list[int]]:
     """The table of an SD file's ``lines`` (text, with or without line ends): ``(header, rows,
     starts)``, ``starts[i]`` the line on which row ``i``'s record begins (see the module)."""
@@ -83,6 +98,9 @@ def sd_table(lines: Iterable[str]) -> tuple[list[str], list[list[str]], list[int
         for line in block[end + 1:] + [""]:
             found = _ITEM.match(line)
             if found:
+                if name is not None:  # (the item before it ended without its blank line)
+                    values.setdefault(name, "\n".join(value))
+                    items.setdefault(name)
                 name, value = found.group(1).strip(), []
             elif name is not None and line.strip():
                 value.append(line.strip())

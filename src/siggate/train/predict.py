@@ -704,7 +704,7 @@ def read_input(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000,
         if smiles_col not in header:
             raise InputError(f"column {smiles_col!r} not found in {path}, an SD file whose columns are {header} (the "
                              f"molfiles' SMILES are {header[0]!r}); pass --smiles-col {header[0]}")
-        return InputRows(header, header.index(smiles_col), _chunks([], iter(rows), chunk, len(header), path))
+        return InputRows(header, header.index(smiles_col), (rows[i:i + chunk] for i in range(0, len(rows), chunk)))
     try:
         try:
             first, consumed = fh.readline(), 1
