@@ -71,9 +71,7 @@ def test_a_row_of_empty_fields_and_the_header_again_are_named_as_such(tmp_path):
     b.csv``) as a SMILES 'smiles' whose label 'y' is no number. Rows whose every field is empty (or
     spaces) are an ``empty row``, the header's names again (in any case) the ``header again``; a row
     with an ID and nothing else still misses its target and molecule."""
-    from siggate.data.csvdata import EMPTY_ROW, HEADER_AGAIN, row_issue
-
-    from siggate.data.csvdata import HEADER_REORDERED
+    from siggate.data.csvdata import EMPTY_ROW, HEADER_AGAIN, HEADER_REORDERED, row_issue
 
     path = tmp_path / "blank.csv"
     path.write_text("smiles,y,id\n" + "".join(f"{s},{i},m{i}\n" for i, s in enumerate(GOOD))
