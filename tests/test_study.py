@@ -129,39 +129,37 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
         assert status.state == state, (text, status.reason)
     assert f"(CSV reading 5, now {CSV_VERSION}: a copy of a molecule labelling a heavy atom's isotope ([13CH3]) is one" \
         in status.reason
+    def reading(then, path, cases, changes):  # each case: file text, its --set items, the expected state
+        for text, sets, state in cases:
+            path.write_text(text)
+            cfg_n = load_config("csv", [f"data.csv={path}", *sets]).to_dict()
+            record(then, path, cfg_n)
+            status = reuse_status(run, cfg_n)
+            assert status.state == state, (text, sets, status.reason)
+            if state == "conflict":
+                assert f"(CSV reading {then}, now {CSV_VERSION}: {changes}, so the splits differ)" in status.reason, \
+                    status.reason
+
     # reading 6 to 7: only a run that reads salts as their parents, and only where a SMILES is an acid
     # salted with its own anion (it had no parent then); an isotope is no change since 6
-    salty = tmp_path / "salty.csv"
-    for text, fragments, state in (("smiles,y\nCCO,1\nCC(=O)[O-].CC(=O)O.[Na+],2\n", "parent", "conflict"),
-                                   ("smiles,y\nCCO,1\nCC(=O)[O-].CC(=O)O.[Na+],2\n", "all", "done"),
-                                   ("smiles,y\nCCO,1\nCC(=O)[O-].[Na+],2\n[13CH3]CO,3\n", "parent", "done"),
-                                   ("smiles,y\nCCO,1\nc1ccccc1.c1ccncc1,2\n", "parent", "done")):
-        salty.write_text(text)
-        cfg4 = load_config("csv", [f"data.csv={salty}", "data.target_cols=[y]", f"data.fragments={fragments}"]).to_dict()
-        record(6, salty, cfg4)
-        status = reuse_status(run, cfg4)
-        assert status.state == state, (text, fragments, status.reason)
-        if state == "conflict":
-            assert (f"(CSV reading 6, now {CSV_VERSION}: (data.fragments: parent) an acid salted with its own anion "
-                    "(CC(=O)[O-].CC(=O)O.[Na+]) has the acid for parent, and a multilabel row without any label is "
-                    "dropped, and a line ending with a delimiter the header lacks is read, so the splits differ)") \
-                in status.reason, status.reason
+    y, parent, whole = "data.target_cols=[y]", "data.fragments=parent", "data.fragments=all"
+    reading(6, tmp_path / "salty.csv", (("smiles,y\nCCO,1\nCC(=O)[O-].CC(=O)O.[Na+],2\n", [y, parent], "conflict"),
+                                        ("smiles,y\nCCO,1\nCC(=O)[O-].CC(=O)O.[Na+],2\n", [y, whole], "done"),
+                                        ("smiles,y\nCCO,1\nCC(=O)[O-].[Na+],2\n[13CH3]CO,3\n", [y, parent], "done"),
+                                        ("smiles,y\nCCO,1\nc1ccccc1.c1ccncc1,2\n", [y, parent], "done")),
+            "(data.fragments: parent) an acid salted with its own anion (CC(=O)[O-].CC(=O)O.[Na+]) has the acid for "
+            "parent, and a multilabel row without any label is dropped, and a line ending with a delimiter the header "
+            "lacks is read")
     # reading 7 to 8: a multilabel run where a row has no label (it was kept), and any run where a
     # line ends with a delimiter the header lacks (it failed)
-    tags = tmp_path / "tags.csv"
-    for text, task, state in (("smiles,a,b\nCCO,1,0\nCCN,,\nCCC,0,1\n", "multilabel", "conflict"),
-                              ("smiles,a,b\nCCO,1,0\nCCN,,1\nCCC,0,1\n", "multilabel", "done"),
-                              ("smiles,a,b\nCCO,1,0\nCCN,,\nCCC,0,1\n", "regression", "done"),
-                              ("smiles,a,b\nCCO,1,0,\nCCN,2,1\nCCC,0,1\n", "regression", "conflict"),
-                              ("smiles,a,b\nCCO,1,0,x\nCCN,2,1\nCCC,0,1\n", "regression", "done")):
-        tags.write_text(text)
-        cfg5 = load_config("csv", [f"data.csv={tags}", "data.target_cols=[a,b]", f"data.task={task}"]).to_dict()
-        record(7, tags, cfg5)
-        status = reuse_status(run, cfg5)
-        assert status.state == state, (text, task, status.reason)
-        if state == "conflict":
-            assert (f"(CSV reading 7, now {CSV_VERSION}: a multilabel row without any label is dropped, and a line "
-                    "ending with a delimiter the header lacks is read, so the splits differ)") in status.reason
+    ab, tags, regression = "data.target_cols=[a,b]", "data.task=multilabel", "data.task=regression"
+    reading(7, tmp_path / "tags.csv", (("smiles,a,b\nCCO,1,0\nCCN,,\nCCC,0,1\n", [ab, tags], "conflict"),
+                                       ("smiles,a,b\nCCO,1,0\nCCN,,1\nCCC,0,1\n", [ab, tags], "done"),
+                                       ("smiles,a,b\nCCO,1,0\nCCN,,\nCCC,0,1\n", [ab, regression], "done"),
+                                       ("smiles,a,b\nCCO,1,0,\nCCN,2,1\nCCC,0,1\n", [ab, regression], "conflict"),
+                                       ("smiles,a,b\nCCO,1,0,x\nCCN,2,1\nCCC,0,1\n", [ab, regression], "done")),
+            "a multilabel row without any label is dropped, and a line ending with a delimiter the header lacks is "
+            "read")
 
 
 def _call(key, run_dir, value):
