@@ -394,8 +394,8 @@ def _no_run_to_resume(out: Path, ensemble: bool) -> str:
     if ensemble and not rundir.is_members_folder(out) and _holds_one_run(out):
         return (f"--resume {out}: the folder holds the run of one GNN, and --members/--ensemble would train a run of "
                 "several members over it; drop them to continue that run, or start the new run with another --out")
-    top = out.resolve().parent
-    if rundir.member_folder_name(out.name) and any((top / n).is_file() for n in (rundir.MEMBERS_RECORD, "ensemble.json")):
+    top = rundir.member_of_run(out)
+    if top is not None:
         return (f"--resume {out}: this is a member of the run {top}, which resumes as a whole (its members with it): "
                 f"siggate train --resume {top}")
     if rundir.pretraining_files(out):  # (a new run there is refused: a folder of its own)
@@ -544,9 +544,8 @@ def check_out_dir(out: Path, resume: bool = False, overwrite: bool = False, pret
     from .train import rundir
 
     check_out_folder(out, "the run")
-    top = out.resolve().parent
-    if (not resume and rundir.member_folder_name(out.name)
-            and any((top / name).is_file() for name in (rundir.MEMBERS_RECORD, "ensemble.json"))):
+    top = None if resume else rundir.member_of_run(out)
+    if top is not None:
         raise CLIError(f"--out {out} is a member of the run {top}: a run trained into it would replace that run's "
                        f"member; continue that run with --resume {top}, or choose another --out")
     found = [] if pretraining_ok or resume else rundir.pretraining_files(out)  # (a run an earlier siggate put
@@ -717,8 +716,9 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     from .files import out_dir_problem, special_file, tilde_problem, write_protected
     from .train.rundir import RUN_OUTPUTS, run_folders
 
-    if tilde_problem(path):
-        raise CLIError(f"--output {tilde_problem(path)}")
+    tilde = tilde_problem(path)
+    if tilde:
+        raise CLIError(f"--output {tilde}")
     if path.is_dir():  # (a file in it, unless it is a run's folder or one inside a run's: then here)
         inside = any(run_folders(p) for p in (path, path.parent))
         raise CLIError(f"--output {path} is a folder; give a file name, e.g. {Path(example) if inside else path / example}")

@@ -54,9 +54,13 @@ RUN_FOLDERS = ("tb",)
 _MEMBER = re.compile(r"member\d+")
 
 
-def member_folder_name(name: str) -> bool:
-    """Whether ``name`` is the name of a member's folder in a run of several members (``member3``)."""
-    return bool(_MEMBER.fullmatch(name))
+def member_of_run(folder: str | Path) -> Path | None:
+    """The run of several members whose member ``folder`` is (``RUN/member3`` beside its record), or None."""
+    folder = Path(folder)
+    top = folder.resolve().parent
+    if _MEMBER.fullmatch(folder.name) and any((top / name).is_file() for name in (MEMBERS_RECORD, "ensemble.json")):
+        return top
+    return None
 
 
 def member_folders(out: Path) -> list[Path]:
