@@ -76,14 +76,14 @@ def test_a_row_of_empty_fields_and_the_header_again_are_named_as_such(tmp_path):
     path = tmp_path / "blank.csv"
     path.write_text("smiles,y,id\n" + "".join(f"{s},{i},m{i}\n" for i, s in enumerate(GOOD))
                     + ",,\n , ,\n,,m99\nSMILES, y,id\n"  # (a second file's header, joined by cat)
-                    + "\ufeffsmiles,y,id\ny,smiles,id\n")  # (one saved with Excel's BOM; one in another order)
+                    + "\ufeffsmiles,y,id\ny,smiles,id\nsmiles,y,id,\n")  # (Excel's BOM; another order; a delimiter)
     ds = load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c")
     n = len(GOOD)
     assert {r.index: r.reason for r in ds.invalid} == {n: EMPTY_ROW, n + 1: EMPTY_ROW, n + 2: "missing target",
                                                        n + 3: HEADER_AGAIN, n + 4: HEADER_AGAIN,
-                                                       n + 5: HEADER_REORDERED}
+                                                       n + 5: HEADER_REORDERED, n + 6: HEADER_AGAIN}
     assert [row_issue(r.reason) for r in ds.invalid] == ["empty row", "empty row", "missing target", "header again",
-                                                         "header again", "header again"]
+                                                         "header again", "header again", "header again"]
     assert "the rows after it are read in the first header's order" in HEADER_REORDERED
     assert sum(map(len, ds.splits.values())) == n
 

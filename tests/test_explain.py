@@ -631,9 +631,9 @@ def test_a_replacement_that_fails_keeps_the_earlier_explanation(tmp_path, capsys
     real = os.replace
 
     def failing(src, dst):  # the third file moved in fails: a full disk
-        if Path(dst).parent == out and Path(src).parent.name == ".explaining" and failing.moved == 2:
+        if Path(src).parent.name == ".explaining" and failing.moved == 2:
             raise OSError(28, "No space left on device", str(dst))
-        if Path(dst).parent == out and not Path(src).parent.name.startswith(".siggate-earlier"):
+        if Path(src).parent.name == ".explaining":
             failing.moved += 1
         return real(src, dst)
 
@@ -643,6 +643,19 @@ def test_a_replacement_that_fails_keeps_the_earlier_explanation(tmp_path, capsys
     monkeypatch.undo()
     assert rc == 2 and "No space left on device" in err, err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the earlier one, its record too
+
+    from siggate.train.explain import foreign_files  # no record before (a user's own files, --overwrite): none after
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "mol0.svg").write_text("<svg>mine</svg>")
+    failing.moved = 0
+    monkeypatch.setattr(os, "replace", failing)
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "NCCN", "CCO", "CCCN", "--out", str(mine),
+                          "--overwrite"], capsys)
+    monkeypatch.undo()
+    assert rc == 2 and sorted(p.name for p in mine.iterdir()) == ["mol0.svg"], err
+    assert foreign_files(mine, ["nN"]) == ["mol0.svg"]  # still the user's: the next explain asks first
 
 
 def test_explain_names_a_target_that_takes_its_own_columns_as_predict_does(tmp_path, capsys):

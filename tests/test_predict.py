@@ -782,6 +782,13 @@ def test_an_output_that_is_a_pipe_a_device_a_link_or_write_protected_is_written_
 
     rc, out, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", "-"], capsys)
     assert rc == 0 and out.splitlines()[1].startswith("CCO,") and not Path("-").exists(), err
+    log = tmp_path / "log.txt"  # --output /dev/stdout >> log: appended (its link named the log, which was replaced)
+    log.write_text("EARLIER\n")
+    with open(log, "ab") as fh:
+        done = subprocess.run([sys.executable, "-m", "siggate", "predict", "--checkpoint", str(ckpt), "CCO", "--output",
+                               "/dev/stdout"], stdout=fh, stderr=subprocess.PIPE, env=subprocess_env(), text=True)
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines()[:2] == ["EARLIER", out.splitlines()[0]]
     rc, _, err = run_cli(["evaluate", "--checkpoint", str(ckpt), "--data", str(data), "--output", "-"], capsys)
     assert rc == 2 and err == ("siggate evaluate: error: --output -: the scores are printed on standard output "
                                "already; drop --output, or give a file\n")
@@ -803,6 +810,8 @@ def test_a_tilde_the_shell_did_not_expand_is_named_not_made_a_folder(ckpt, tmp_p
         assert rc == 2 and f"error: {flag} {given}: '~' is not expanded to a home folder here (a quoted path?); give " \
             f"{home}/{given[2:]} instead" in err, err
     assert not (tmp_path / "~").exists()
+    rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", "~nobody_here_xyz/p.csv"], capsys)
+    assert rc == 2 and "not expanded" not in err  # (no such user: a name like any, whose folder is not there)
     (tmp_path / "~").mkdir()
     rc, _, err = run_cli(["predict", "--checkpoint", str(ckpt), "CCO", "--output", "~/p.csv"], capsys)
     assert rc == 0 and (tmp_path / "~" / "p.csv").is_file(), err

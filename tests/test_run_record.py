@@ -822,6 +822,13 @@ def test_the_molecules_a_run_fitted_are_keyed_once_when_it_trains(run, tmp_path,
     monkeypatch.setattr(csvdata, "_rdkit_version", lambda: "another")
     assert csvdata.fitted_molecules(out) == again and keyed == fitted
     monkeypatch.undo()
+    shutil.copytree(out, copy, dirs_exist_ok=True)  # keys of another CSV reading (siggate's key may change): again
+    kept = json.loads((copy / FITTED_FILE).read_text())
+    (copy / FITTED_FILE).write_text(json.dumps({**kept, "reading": kept["reading"] - 1}))
+    keyed.clear()
+    monkeypatch.setattr(csvdata, "canonical_smiles", lambda s: keyed.append(s) or real(s))
+    assert csvdata.fitted_molecules(copy) == again and keyed == fitted
+    monkeypatch.undo()
 
     shutil.copytree(out, copy, dirs_exist_ok=True)  # the keys back, then a train row taken out of splits.csv
     lines = (copy / "splits.csv").read_text().splitlines(keepends=True)

@@ -155,6 +155,7 @@ def test_reuse_status_refuses_a_finished_run_of_a_csv_changed_since(tmp_path):
     ab, tags, regression = "data.target_cols=[a,b]", "data.task=multilabel", "data.task=regression"
     reading(7, tmp_path / "tags.csv", (("smiles,a,b\nCCO,1,0\nCCN,,\nCCC,0,1\n", [ab, tags], "conflict"),
                                        ("smiles,a,b\nCCO,1,0\nCCN,,1\nCCC,0,1\n", [ab, tags], "done"),
+                                       ("smiles,a,b\nCCO,1,0\n,,\nxyz,,\nCCC,0,1\n", [ab, tags], "done"),  # no molecule
                                        ("smiles,a,b\nCCO,1,0\nCCN,,\nCCC,0,1\n", [ab, regression], "done"),
                                        ("smiles,a,b\nCCO,1,0,\nCCN,2,1\nCCC,0,1\n", [ab, regression], "conflict"),
                                        ("smiles,a,b\nCCO,1,0,x\nCCN,2,1\nCCC,0,1\n", [ab, regression], "done")),

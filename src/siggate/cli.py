@@ -197,6 +197,8 @@ def cmd_train(args) -> int:
         if ddp_out is None:
             raise CLIError("--ddp needs --out DIR (or --resume RUN): every rank must write to the same folder, "
                            "so it cannot be a default name that the ranks pick one by one")
+        if args.overwrite:
+            _check_inputs_outside(ddp_out, {"--data": cfg.data.csv, "--init": cfg.train.init})
         return _train_ddp(cfg, args, ddp_out, resume is not None)
     device = check_device(args.device)
     out = resume if resume is not None else default_out_dir(cfg, args.out)
@@ -476,14 +478,15 @@ def _check_inputs_outside(out: Path, given: dict) -> None:
     """Refuse an ``--overwrite`` of ``out`` that would set aside a file the run reads (``given``:
     ``{flag: path}``): the CSV of a run file's name inside it, or weights in it or the folder itself
     (``--init OUT``), which were then "not found" once set aside."""
-    from .train.rundir import RUN_OUTPUTS
+    from .train.rundir import run_entries
 
     home = out.resolve()
+    entries = [e.resolve() for e in run_entries(home)] if home.is_dir() else []
     for flag, path in given.items():
         if not path or not Path(path).exists():
             continue
         path = Path(path).resolve()
-        inside = path == home or (path.parent == home and (path.name in RUN_OUTPUTS or path.suffix == ".pt"))
+        inside = path == home or any(path == e or e in path.parents for e in entries)
         if inside:
             raise CLIError(f"{flag} {path} is {'the folder' if path == home else 'a file of the run in the folder'} "
                            f"that --overwrite replaces, so it would be gone before it is read; copy it out of "
@@ -686,7 +689,7 @@ def cmd_evaluate(args) -> int:
                 import gzip
 
                 data = gzip.compress(data, mtime=0)
-            atomic_write_bytes(Path(args.output), data)
+            atomic_write_bytes(Path(args.output), data, output=True)
         except OSError as exc:
             raise CLIError(f"--output {args.output}: cannot write it ({exc.strerror or exc}); the scores are printed "
                            "above, or choose a path you can write to") from None
@@ -713,7 +716,7 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     ``.json`` for a table) than the text it writes (``example``'s type; ``.gz``: compressed). (The
     CSV the run trained on is refused once its predictor is read:
     :func:`~siggate.train.evaluate.training_csv_clash`.)"""
-    from .files import out_dir_problem, special_file, tilde_problem, write_protected
+    from .files import direct_target, out_dir_problem, tilde_problem, write_protected
     from .train.rundir import RUN_OUTPUTS, run_folders
 
     tilde = tilde_problem(path)
@@ -722,8 +725,10 @@ def _check_output_file(path: Path, example: str = "scores.json", reads: dict | N
     if path.is_dir():  # (a file in it, unless it is a run's folder or one inside a run's: then here)
         inside = any(run_folders(p) for p in (path, path.parent))
         raise CLIError(f"--output {path} is a folder; give a file name, e.g. {Path(example) if inside else path / example}")
-    if special_file(path):  # a pipe or a device (/dev/null): written into, as a shell's redirection does
+    if direct_target(path):  # a pipe or a device (/dev/null): written into, as a shell's redirection does
         return
+    if path.is_symlink() and path.resolve().name in RUN_OUTPUTS:  # (written through: the file it names is checked)
+        path = path.resolve()
     if write_protected(path):
         raise CLIError(f"--output {path} is write-protected; make it writable (chmod u+w) if it may be replaced, or "
                        "choose another --output")

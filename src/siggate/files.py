@@ -159,21 +159,24 @@ class AtomicFile:
         make_parents: create the missing folders above ``path`` (else an ``OSError``).
     """
 
-    def __init__(self, path: str | os.PathLike, make_parents: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike, make_parents: bool = True, output: bool = False) -> None:
         self.path = Path(path)
-        self.direct = special_file(self.path)
+        self.direct = output and direct_target(self.path)
+        self.mode = None
         if self.direct:  # a pipe or a device (/dev/null, /dev/stdout) is written into, never replaced
             self.tmp = str(self.path)
             return
-        if self.path.is_symlink():  # the file it names is replaced, the link kept
+        if output and self.path.is_symlink() and self.path.exists():  # the file it names is replaced, the link kept
             self.path = Path(os.path.realpath(self.path))
+        if output and self.path.is_file():  # a user's file replaced keeps its mode (set once it is written)
+            self.mode = os.stat(self.path).st_mode & 0o7777
         folder = self.path.parent if str(self.path.parent) else Path(".")
         if make_parents:
             folder.mkdir(parents=True, exist_ok=True)
         fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
         os.close(fd)
-        try:  # a file replaced keeps its mode
-            os.chmod(self.tmp, os.stat(self.path).st_mode & 0o7777 if self.path.is_file() else file_mode())
+        try:
+            os.chmod(self.tmp, file_mode())
         except OSError:
             pass
 
@@ -182,6 +185,8 @@ class AtomicFile:
         if self.direct:
             return
         try:
+            if self.mode is not None:
+                os.chmod(self.tmp, self.mode)
             fd = os.open(self.tmp, os.O_RDONLY)
             try:
                 os.fsync(fd)
@@ -231,6 +236,14 @@ def stale_temporaries(folder: str | os.PathLike, names) -> list[Path]:
 _TEMPORARY = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp")
 
 
+def direct_target(path: str | os.PathLike) -> bool:
+    """Whether an output written to ``path`` goes into it rather than replacing it: a pipe or a
+    device (:func:`special_file`), or a name under ``/dev`` or ``/proc`` (``/dev/stdout`` redirected
+    to a file names that file: replaced, the earlier lines of ``>> log`` were lost)."""
+    text = os.path.abspath(path)
+    return special_file(path) or text.startswith(("/dev/", "/proc/"))
+
+
 def special_file(path: str | os.PathLike) -> bool:
     """Whether ``path`` (its links followed) is there and neither a regular file nor a folder: a
     named pipe, a device (``/dev/null``), a socket, which a writer writes into instead of replacing."""
@@ -248,12 +261,14 @@ def write_protected(path: str | os.PathLike) -> bool:
     return path.is_file() and (not os.access(path, os.W_OK) or not path.stat().st_mode & 0o222)
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object], output: bool = False) -> None:
     """Call ``write(binary file)`` on a temporary file next to ``path`` and move it in place
-    atomically (see the module docstring); on failure the old file is untouched. A writer's
-    ``RuntimeError`` of a failed write (``torch.save`` on a full disk) is an ``OSError`` naming ``path``."""
-    with AtomicFile(path) as f:
-        with open(f.tmp, "wb") as fh:
+    atomically (see the module docstring); on failure the old file is untouched. ``output``: a
+    user's ``--output`` (:class:`AtomicFile`: a pipe, a device, a link followed, its mode kept). A
+    writer's ``RuntimeError`` of a failed write (``torch.save`` on a full disk) is an ``OSError``
+    naming ``path``."""
+    with AtomicFile(path, output=output) as f:
+        with open(f.tmp, "ab" if f.direct else "wb") as fh:
             try:
                 write(fh)
             except RuntimeError as exc:
@@ -263,9 +278,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
                               str(path)) from None
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically; on failure the old file is untouched."""
-    atomic_write(path, lambda fh: fh.write(data))
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, output: bool = False) -> None:
+    """Write ``data`` to ``path`` atomically; on failure the old file is untouched (``output``: :func:`atomic_write`)."""
+    atomic_write(path, lambda fh: fh.write(data), output)
 
 
 def tilde_problem(path: str | os.PathLike) -> str | None:
@@ -274,8 +289,8 @@ def tilde_problem(path: str | os.PathLike) -> str | None:
     a ``~`` folder is there)."""
     path = Path(path)
     first = path.parts[0] if path.parts else ""
-    if not first.startswith("~") or Path(first).exists():
-        return None
+    if not first.startswith("~") or Path(first).exists() or os.path.expanduser(first) == first:
+        return None  # (~run1, no user of that name: a name like any)
     return f"{path}: {first!r} is not expanded to a home folder here (a quoted path?); give {os.path.expanduser(path)} instead"
 
 

@@ -317,9 +317,13 @@ def smiles_column_in_any_case(path: str | os.PathLike, sep: str | None, wanted: 
         header = next(csv.reader([first], delimiter=sep or detect_sep(Path(path))), [])
     except csv.Error:
         return None
-    if wanted in header:
-        return None
-    found = [c for c in header if c.strip().lower() == wanted.lower()]
+    return None if wanted in header else one_in_any_case(header, wanted)
+
+
+def one_in_any_case(fields: Sequence[str], name: str | None) -> str | None:
+    """The one field of ``fields`` that is ``name`` in any case, spaces around it aside (None:
+    none, several, or no ``name``): the column read in place of a missing one."""
+    found = [f for f in fields if name is not None and f.strip().lower() == name.strip().lower()]
     return found[0] if len(found) == 1 else None
 
 
@@ -479,10 +483,13 @@ def read_otherwise(then: int, path: str | os.PathLike, target_cols: list[str], t
         return True
     try:
         header, records = read_table(Path(path), sep or detect_sep(Path(path)))
-        if task == "multilabel":  # a row without a label, kept until version 8
+        if task == "multilabel":  # a row without a label and with a molecule, kept until version 8
             frame = table_frame(header, records, list(target_cols))
             errors = read_labels(Path(path), frame, list(target_cols), task, decimal, records.lines)[1]
-            if any(e and e.startswith(MISSING_TARGET) for e in errors):
+            at = header.index(smiles_col) if smiles_col in header else 0
+            if any(e and e.startswith(MISSING_TARGET) and canonical_smiles(records[i][at].strip() if at < len(records[i])
+                                                                            else "")
+                   for i, e in enumerate(errors)):
                 return True
         if any(len(rec) > len(header) and not extra_fields(rec, len(header)) for rec in records):
             return True  # a delimiter at a line's end: the row failed until version 8
@@ -894,7 +901,8 @@ def build_csv(
     again = {i: HEADER_AGAIN if fields == named else HEADER_REORDERED
              for i, rec in enumerate(records)  # (the first field first: a wide file's rows are not lowered whole)
              if rec and rec[0].lstrip("\ufeff").strip().lower() in names  # (a second file's BOM, Excel's)
-             for fields in [[c.lstrip("\ufeff").strip().lower() for c in rec]] if sorted(fields) == sorted(named)}
+             for fields in [[c.lstrip("\ufeff").strip().lower() for c in rec[:width] + extra_fields(rec, width)]]
+             if sorted(fields) == sorted(named)}
     censored, other_unit = label_qualifiers(header, records, set(usecols), ~np.isnan(y_all).all(axis=1))
     del header, records, frame
 
@@ -1490,9 +1498,10 @@ def _warn_notes(name: str, ds: GraphDataset) -> None:
         column, _, rest = other[0].detail.partition(" is ")
         common = rest.split(", not ")[1].split(" as in ")[0]
         units = sorted({n.detail.split(" is ")[1].split(",")[0] for n in other})
+        shown = ", ".join(units[:5]) + (f" and {len(units) - 5} more" if len(units) > 5 else "")
         logger.warning("%s: %d labelled rows give their label in another unit than %s (%s: %s): one number scale "
                        "mixes units, so those labels are off by their units' ratio; convert them or keep one unit's "
-                       "rows (data_report.csv lists them)", name, len(other), common, column, ", ".join(units))
+                       "rows (data_report.csv lists them)", name, len(other), common, column, shown)
     large = [n for n in ds.notes if n.issue == "large molecule"]
     if large:
         sizes = [int(n.detail.split()[0]) for n in large]
@@ -1571,16 +1580,18 @@ def fitted_molecules(run: str | os.PathLike) -> set[str] | None:
     choose its epoch and weights, and fingerprint members refit on them), from its ``splits.csv``
     (:func:`write_run_tables`); ``None`` for a run folder without one. The keys training wrote
     (:data:`FITTED_FILE`) are taken when they are those of this ``splits.csv`` under this RDKit
-    (its canonical SMILES may change between versions); otherwise, as for a run made before
-    them, each molecule is keyed again (about 0.3 ms each)."""
+    (its canonical SMILES may change between versions) and this CSV reading (siggate's key may);
+    otherwise, as for a run made before them, each molecule is keyed again (about 0.3 ms each)."""
     path = Path(run) / "splits.csv"
     if not path.is_file():
         return None
     text = path.read_bytes()
     try:
         kept = json.loads((Path(run) / FITTED_FILE).read_text(encoding="utf-8"))
-        if kept["splits_sha256"] == hashlib.sha256(text).hexdigest() and kept["rdkit"] == _rdkit_version():
-            return set(kept["molecules"])
+        keys = kept["molecules"]
+        if (kept["splits_sha256"] == hashlib.sha256(text).hexdigest() and kept["rdkit"] == _rdkit_version()
+                and kept.get("reading") == CSV_VERSION and isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
+            return set(keys)
     except (OSError, ValueError, KeyError, TypeError):  # none, or not one this code wrote: keyed again
         pass
     rows = csv.DictReader(io.StringIO(text.decode("utf-8"), newline=""))
@@ -1619,6 +1630,7 @@ def write_run_tables(ds: GraphDataset, out: str | os.PathLike,
         atomic_write_bytes(out / name, buf.getvalue().encode("utf-8"))
         paths.append(out / name)
     fitted = {"splits_sha256": hashlib.sha256(paths[0].read_bytes()).hexdigest(), "rdkit": _rdkit_version(),
+              "reading": CSV_VERSION,  # (the keys are siggate's canonical SMILES of this reading)
               "molecules": _fitted_keys(g.smiles for s in ("train", "val") for g in ds.splits.get(s, []))}
     atomic_write_bytes(out / FITTED_FILE, json.dumps(fitted).encode("utf-8"))
     return paths + [out / FITTED_FILE]

@@ -77,7 +77,7 @@ def sd_file_table(path: str, size: int, mtime_ns: int, text: str) -> tuple[list[
     key = (path, size, mtime_ns)
     if _KEPT.get("key") != key:
         _KEPT.clear()
-        _KEPT.update(key=key, table=sd_table(text.splitlines()))
+        _KEPT.update(key=key, table=sd_table(text.split("\n")))  # (not splitlines: a form feed in a title)
     return _KEPT["table"]
 
 

@@ -179,13 +179,15 @@ def _unreadable(out: Path) -> str | None:
 
     try:
         load_predictor(out)
-    except (PredictorFileError, CheckpointError, OSError, ValueError) as exc:
-        return str(exc)
-    try:
         if (out / CALIBRATION).exists():
-            read_json(out / CALIBRATION)
-    except (OSError, ValueError) as exc:
-        return f"{out / CALIBRATION}: {exc}"
+            try:
+                read_json(out / CALIBRATION)
+            except ValueError as exc:
+                return f"{out / CALIBRATION}: {exc}"
+    except (PredictorFileError, CheckpointError, OSError, ValueError) as exc:
+        if isinstance(exc, PermissionError):  # not damaged: the user's to grant (named by the command)
+            raise
+        return str(exc)
     return None
 
 

@@ -228,12 +228,14 @@ def _replace_explanation(out: Path, stage: Path, names: list[str]) -> None:
             (out / name).unlink(missing_ok=True)
         for old in olds:
             if (aside / old).exists():
-                os.replace(aside / old, out / old)
+                os.replace(aside / old, out / old)  # (one that fails leaves the rest in the folder aside, named)
         if record is not None:
             atomic_write_bytes(out / EXPLANATION, record)
+        else:  # no record before: the files are the user's (or an unrecorded explanation's), not "stopped midway"
+            (out / EXPLANATION).unlink(missing_ok=True)
+        shutil.rmtree(aside, ignore_errors=True)  # (empty: all put back; a failed put-back leaves it, with them)
         raise
-    finally:
-        shutil.rmtree(aside, ignore_errors=True)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _explained_before(path: Path) -> bool:

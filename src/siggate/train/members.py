@@ -239,6 +239,8 @@ def fit_member(member, folder: Path, ds, resume: bool = True, device=None):
         try:
             return load_predictor(folder, device)
         except (PredictorFileError, CheckpointError, OSError, ValueError) as exc:  # its arrays cut short or gone
+            if isinstance(exc, PermissionError):  # not damaged: the user's to grant (named by the command)
+                raise
             log.warning("%s: the saved member cannot be read (%s); it is fitted again", folder, exc)
     member.fit(ds)
     member.save(folder)

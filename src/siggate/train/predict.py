@@ -76,7 +76,7 @@ from ..data.chem import (
     read_molecule,
 )
 from ..data.compressed import DAMAGED, compression, inner_suffix, open_decompressed
-from ..data.csvdata import excel_sep_problem, headerless_hint
+from ..data.csvdata import excel_sep_problem, headerless_hint, one_in_any_case
 from ..data.sdfile import is_sd, sd_table
 from ..files import AtomicFile, number_text, read_json
 from ..options import DELIMITERS, closest_name
@@ -767,11 +767,11 @@ def read_smiles(path: str | Path, smiles_col: str = "smiles", chunk: int = 1000)
 
 def smiles_column(path, header: Sequence[str], wanted: str, fallback: str | None) -> str:
     """The column of ``header`` to read SMILES from: ``wanted`` when it is there, else
-    ``fallback`` (:func:`_fallback_in`) with a warning naming both; else ``wanted``, for the
+    ``fallback`` (:func:`~siggate.data.csvdata.one_in_any_case`) with a warning naming both; else ``wanted``, for the
     caller to refuse. ``predict``, ``explain`` and ``evaluate --data`` read the column a run was
     trained on (``--smiles-col`` then), and a new file naming its SMILES ``smiles`` is read
     without one."""
-    found = None if wanted in header else _fallback_in(header, fallback)
+    found = None if wanted in header else one_in_any_case(header, fallback)
     if found is None:
         return wanted
     log.warning("%s: no column %r, the one the run was trained on; reading SMILES from column %r "
@@ -779,10 +779,6 @@ def smiles_column(path, header: Sequence[str], wanted: str, fallback: str | None
     return found
 
 
-def _fallback_in(fields: Sequence[str], fallback: str | None) -> str | None:
-    """The one field of ``fields`` that is ``fallback`` in any case (None: none, several, or no fallback)."""
-    found = [f for f in fields if fallback is not None and f.lower() == fallback.lower()]
-    return found[0] if len(found) == 1 else None
 
 
 def _sniff_csv(first: str, smiles_cols: tuple[str, str | None], suffix: str) -> str | None:
@@ -797,14 +793,14 @@ def _sniff_csv(first: str, smiles_cols: tuple[str, str | None], suffix: str) -> 
     wanted, fallback = smiles_cols
     if suffix in (".smi", ".txt"):  # a SMILES file's header "SMILES Name" stays one; "ID<tab>SMILES<tab>pIC50" is a table
         fields = column_names(next(csv.reader([first], delimiter="\t"), []))
-        name = wanted if wanted in fields else _fallback_in(fields, fallback)
+        name = wanted if wanted in fields else one_in_any_case(fields, fallback)
         if name is not None and (len(fields) >= 3 or fields.index(name) > 0):  # ("Name<tab>SMILES" too)
             return "\t"
         fallback = None
     for delim in DELIMITERS:
         if delim in first:
             fields = column_names(next(csv.reader([first], delimiter=delim), []))
-            if wanted in fields or _fallback_in(fields, fallback) is not None:
+            if wanted in fields or one_in_any_case(fields, fallback) is not None:
                 return delim
     return {".csv": ",", ".tsv": "\t"}.get(suffix)
 
@@ -912,12 +908,12 @@ def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
             fh.detach()
         return
     try:
-        sink = AtomicFile(output, make_parents=False)
+        sink = AtomicFile(output, make_parents=False, output=True)
     except OSError as exc:
         folder = Path(output).parent
         fix = f" (its folder {folder} does not exist: create it, or choose another --output)" if not folder.is_dir() else ""
         raise InputError(f"cannot write output {output}: {exc.strerror or exc}{fix}") from None
-    base = raw = open(sink.tmp, "wb")
+    base = raw = open(sink.tmp, "ab" if sink.direct else "wb")  # (into /dev/stdout: appended, as >> asked)
     if str(output).lower().endswith(".gz"):  # compressed, as its name says (and as --input reads it)
         import gzip
 
