@@ -458,7 +458,7 @@ def test_evaluate_output_that_cannot_be_written_is_refused_before_scoring(ckpt, 
     # the scores are on stdout and the failure is one line
     from siggate import files
 
-    def full(path, data):
+    def full(path, data, output=False):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(files, "atomic_write_bytes", full)
