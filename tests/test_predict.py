@@ -609,14 +609,20 @@ def test_an_sd_file_is_read_by_every_reader_as_its_molecules_and_their_data_item
 
     tight = tmp_path / "tight.sdf"
     tight.write_text(Chem.MolToMolBlock(Chem.MolFromSmiles("CCO")) + "> <pKi>\n7.1\n> <ID>\nA1\n\n$$$$\n")
-    parsed = []
-    real = sdfile.sd_table
+    # (and read from disk and decoded once: a 100 MB file was read whole on each call)
+    from siggate.data import csvdata
+
+    parsed, reads = [], []
+    real, real_bytes = sdfile.sd_table, csvdata._file_bytes
     sdfile.sd_table = lambda lines: parsed.append(1) or real(lines)
+    csvdata._file_bytes = lambda path: reads.append(path) or real_bytes(path)
     try:
         assert read_table(tight, ",")[1] == [["CCO", "7.1", "A1"]] and read_table(tight, ",")[0] == ["smiles", "pKi", "ID"]
+        assert parsed == [1] and reads == [tight]
+        tight.write_text(tight.read_text().replace("7.1", "7.25"))  # a changed file is read again
+        assert read_table(tight, ",")[1] == [["CCO", "7.25", "A1"]] and parsed == [1, 1] and reads == [tight] * 2
     finally:
-        sdfile.sd_table = real
-    assert parsed == [1]
+        sdfile.sd_table, csvdata._file_bytes = real, real_bytes
 
     # a CSV holding molblocks in a quoted column is a CSV
     blocks = tmp_path / "blocks.csv"

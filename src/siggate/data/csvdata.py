@@ -87,7 +87,7 @@ from .chem import (
     split_indices,
 )
 from .compressed import DAMAGED, SAVE_AS_CSV, open_decompressed
-from .sdfile import is_sd, sd_file_table
+from .sdfile import is_sd, kept_sd_table, sd_file_table
 
 __all__ = ["load_csv", "check_columns", "check_trainable", "detect_sep", "read_table", "Records", "line_at", "table_frame", "check_unique_columns",
            "extra_fields_reason", "carried_columns", "row_issue", "write_run_tables", "TASK_METRIC",
@@ -244,10 +244,15 @@ def read_table(path: str | os.PathLike, sep: str) -> tuple[list[str], list[list[
             file, or malformed CSV quoting.
     """
     path = Path(path)
-    data = _file_bytes(path)
-    if is_sd(data[:65536]):  # molfile records, their properties as columns
+    try:
         stat = path.stat()
-        header, rows, starts = sd_file_table(str(path.resolve()), stat.st_size, stat.st_mtime_ns, _decode(path, data))
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    except OSError:  # (_file_bytes names why)
+        key = None
+    kept = kept_sd_table(*key) if key else None  # (an SD file read before, unchanged: not read again)
+    data = _file_bytes(path) if kept is None else b""
+    if kept is not None or is_sd(data[:65536]):  # molfile records, their properties as columns
+        header, rows, starts = kept or sd_file_table(*key, _decode(path, data))
         records = Records([list(row) for row in rows])  # (the kept table is not the caller's to change)
         records.lines.extend(starts)
         return list(header), records

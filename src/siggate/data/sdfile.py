@@ -70,15 +70,23 @@ def _smiles(molblock: str, start: int) -> str:
             return f"{UNREADABLE_MOLFILE} {start}>"
 
 
+def kept_sd_table(path: str, size: int, mtime_ns: int) -> tuple[list[str], list[list[str]], list[int]] | None:
+    """The table :func:`sd_file_table` kept for the SD file ``path`` as it is (``size``,
+    ``mtime_ns``), None when it kept none: a command reads its file several times (its header,
+    its rows, its other columns), and the file is then neither read nor decoded again."""
+    return _KEPT["table"] if _KEPT.get("key") == (path, size, mtime_ns) else None
+
+
 def sd_file_table(path: str, size: int, mtime_ns: int, text: str) -> tuple[list[str], list[list[str]], list[int]]:
     """:func:`sd_table` of the SD file ``path`` (its decoded ``text``), kept for the file as it is
-    (``size``, ``mtime_ns``; the last file read): a command reads its file several times (its
-    header, its rows, its other columns), and RDKit reads each molfile once."""
-    key = (path, size, mtime_ns)
-    if _KEPT.get("key") != key:
+    (``size``, ``mtime_ns``; the last file read, :func:`kept_sd_table`), so that RDKit reads each
+    molfile once."""
+    kept = kept_sd_table(path, size, mtime_ns)
+    if kept is None:
         _KEPT.clear()
-        _KEPT.update(key=key, table=sd_table(text.split("\n")))  # (not splitlines: a form feed in a title)
-    return _KEPT["table"]
+        kept = sd_table(text.split("\n"))  # (not splitlines: a form feed in a title)
+        _KEPT.update(key=(path, size, mtime_ns), table=kept)
+    return kept
 
 
 #: the table of the SD file :func:`sd_file_table` read last, and its key
