@@ -312,11 +312,12 @@ def smiles_column_in_any_case(path: str | os.PathLike, sep: str | None, wanted: 
         return None
     try:
         with open_decompressed(Path(path)) as raw:
-            sample = raw.read(65536).decode("utf-8-sig", errors="replace")
+            head = raw.read(65536)
     except (OSError, ValueError, IndexError, *DAMAGED):
         return None
-    if is_sd(sample.encode("utf-8")):  # (its first line is a molecule's title; its SMILES column is 'smiles')
+    if is_sd(head):  # (its first line is a molecule's title; its SMILES column is 'smiles')
         return None
+    sample = head.decode("utf-8-sig", errors="replace")
     first = sample.splitlines()[0] if sample.strip() else ""
     try:
         header = next(csv.reader([first], delimiter=sep or detect_sep(Path(path))), [])
@@ -899,7 +900,7 @@ def build_csv(
     # the table's text is read: free it before the molecules are (a wide file's strings, such as a
     # pretraining corpus's descriptor columns, take more memory than its graphs)
     n_rows = len(frame)
-    wide = {i: extra_fields(rec, width) for i, rec in enumerate(records) if extra_fields(rec, width)}
+    wide = {i: found for i, rec in enumerate(records) if (found := extra_fields(rec, width))}
     empty = {i for i, rec in enumerate(records) if not any(cell.strip() for cell in rec)}
     named = [c.strip().lower() for c in header]
     names = set(named)
