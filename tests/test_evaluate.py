@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from siggate.data.csvdata import CSV_VERSION
+from siggate.data.csvdata import CSV_VERSION, HEADER_AGAIN
 from test_bad_inputs import _TRAIN_ARGS, _write_train_csv
 from test_ensemble import _read
 from test_predict import nci_smiles, run_cli
@@ -99,7 +99,7 @@ def test_external_csv_with_bad_and_unlabelled_rows(ensemble2, tmp_path, capsys, 
     assert rc == 0, err
     res = json.loads(out)
     assert res["rows"] == {"rows": 14, "scored": 12, "invalid": 1, "unlabelled": 1, "bad_label": 0, "bad_label_cell": 0, "malformed": 0,
-                           "fitted": 0}  # none of the training molecules
+                           "empty": 0, "header_again": 0, "fitted": 0}  # none of the training molecules
     # the invalid row is named with its line and reason, as a bad label is (it was only counted)
     [warned] = [r.getMessage() for r in caplog.records if "cannot be scored" in r.getMessage()]
     assert warned.startswith(f"--data {ext}: 1 row(s) hold a SMILES that cannot be scored (first: line 14, ")
@@ -318,6 +318,31 @@ def test_refit_members_scores_on_their_own_rows_are_marked_in_sample(tmp_path, c
         "run's metrics.json holds the out-of-sample val scores"]
 
 
+def test_empty_rows_and_the_header_again_are_counted_and_not_scored(ensemble2, tmp_path, capsys, caplog):
+    """evaluate --data counted rows of empty fields as 'unlabelled' and a second header (files joined
+    with ``cat``) as a bad label ('y' is not a number), where training names both: they are counted
+    as ``empty`` and ``header_again``, the second header named in a warning, and the scores are those
+    of the file without them."""
+    ens, _, _ = ensemble2
+    smiles = nci_smiles(80)[60:70]
+    rows = [f"{s},{0.1 * (i + 5)}" for i, s in enumerate(smiles)]
+    clean, joined = tmp_path / "clean.csv", tmp_path / "joined.csv"
+    clean.write_text("smiles,y\n" + "\n".join(rows) + "\n")
+    joined.write_text("smiles,y\n" + "\n".join(rows[:4] + [",", " , "] + rows[4:7] + ["\ufeffSMILES,Y"] + rows[7:]
+                                               + ["y,smiles"]) + "\n")
+    scores = []
+    for path in (clean, joined):
+        caplog.clear()
+        rc, out, err = run_cli(["evaluate", "--checkpoint", str(ens), "--data", str(path)], capsys)
+        assert rc == 0, err
+        scores.append(json.loads(out))
+    assert scores[1]["rows"] == {**scores[0]["rows"], "rows": 14, "empty": 2, "header_again": 2}
+    assert scores[0]["rows"]["empty"] == scores[0]["rows"]["header_again"] == 0 and scores[0]["rows"]["scored"] == 10
+    assert scores[1]["data"] == scores[0]["data"]
+    [warned] = [r.getMessage() for r in caplog.records if "header again" in r.getMessage()]
+    assert warned == f"--data {joined}: 2 row(s) are the header again, not scored (first: line 11, {HEADER_AGAIN})"
+
+
 def test_external_labels_are_read_as_training_reads_them(ensemble2, tmp_path, capsys, caplog):
     """evaluate --data read labels with pandas' to_numeric: 'inf' was scored (an infinite MAE),
     '5 nM' and '0,55' became missing in silence. Labels are now read as training reads them:
@@ -333,7 +358,7 @@ def test_external_labels_are_read_as_training_reads_them(ensemble2, tmp_path, ca
     assert rc == 0, err
     res = json.loads(out)
     assert res["rows"] == {"rows": 13, "scored": 10, "invalid": 0, "unlabelled": 1, "bad_label": 2, "bad_label_cell": 0, "malformed": 0,
-                           "fitted": 0}
+                           "empty": 0, "header_again": 0, "fitted": 0}
     pred = np.array(_predict(ens, smiles, tmp_path, capsys))
     assert res["data"] == pytest.approx(float(np.mean(np.abs(pred - np.array(labels)))), rel=1e-4, abs=1e-5)
     assert [r.getMessage() for r in caplog.records if "cannot be scored" in r.getMessage()] == [

@@ -139,7 +139,7 @@ def test_evaluate_counts_rows_with_extra_fields_apart(ckpt, tmp_path, capsys, ca
     assert rc == 0, err
     res = json.loads(out)
     assert res["rows"] == {"rows": 3, "scored": 2, "invalid": 0, "unlabelled": 0, "bad_label": 0, "bad_label_cell": 0, "malformed": 1,
-                           "fitted": 0}
+                           "empty": 0, "header_again": 0, "fitted": 0}
     assert any("1 rows have more fields than the header, so their fields cannot be matched to the columns; they are "
                "not scored (line 3 has 3 fields but the header has 2: a delimiter inside an unquoted field?" in
                r.getMessage() for r in caplog.records)

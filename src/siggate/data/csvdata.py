@@ -390,6 +390,25 @@ def extra_fields(record: Sequence[str], width: int) -> list[str]:
     return extra if any(f.strip() for f in extra) else []
 
 
+def rows_of_no_data(header: Sequence[str], records: Sequence[Sequence[str]]) -> tuple[set[int], dict[int, str]]:
+    """The data rows of :func:`read_table`'s ``records`` that hold no molecule: ``(empty, again)``,
+    the rows of empty fields only (:data:`EMPTY_ROW`), and the rows that are the ``header`` again,
+    in any case, each mapped to :data:`HEADER_AGAIN` or, in another column order,
+    :data:`HEADER_REORDERED` (files joined with ``cat``; a second file's BOM and a trailing
+    delimiter read as its header's). Training drops them with these reasons; ``evaluate`` counts them."""
+    width = len(header)
+    empty = {i for i, rec in enumerate(records) if not any(cell.strip() for cell in rec)}
+    named = [c.strip().lower() for c in header]
+    names = set(named)
+    again = {}
+    for i, rec in enumerate(records):  # (the first field first: a wide file's rows are not lowered whole)
+        if rec and rec[0].lstrip("\ufeff").strip().lower() in names:
+            fields = [c.lstrip("\ufeff").strip().lower() for c in [*rec[:width], *extra_fields(rec, width)]]
+            if sorted(fields) == sorted(named):
+                again[i] = HEADER_AGAIN if fields == named else HEADER_REORDERED
+    return empty, again
+
+
 def extra_fields_reason(line: int, width: int, extra: Sequence[str]) -> str:
     """The reason of a row with more fields than the header's ``width``, ``extra`` the fields beyond
     it (:func:`extra_fields`)."""
@@ -901,14 +920,7 @@ def build_csv(
     # pretraining corpus's descriptor columns, take more memory than its graphs)
     n_rows = len(frame)
     wide = {i: found for i, rec in enumerate(records) if (found := extra_fields(rec, width))}
-    empty = {i for i, rec in enumerate(records) if not any(cell.strip() for cell in rec)}
-    named = [c.strip().lower() for c in header]
-    names = set(named)
-    again = {i: HEADER_AGAIN if fields == named else HEADER_REORDERED
-             for i, rec in enumerate(records)  # (the first field first: a wide file's rows are not lowered whole)
-             if rec and rec[0].lstrip("\ufeff").strip().lower() in names  # (a second file's BOM, Excel's)
-             for fields in [[c.lstrip("\ufeff").strip().lower() for c in rec[:width] + extra_fields(rec, width)]]
-             if sorted(fields) == sorted(named)}
+    empty, again = rows_of_no_data(header, records)
     censored, other_unit = label_qualifiers(header, records, set(usecols), ~np.isnan(y_all).all(axis=1))
     del header, records, frame
 

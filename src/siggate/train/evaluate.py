@@ -259,11 +259,12 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
     predict`` featurizes SMILES), each with its labels ``y [1, T]``, the columns read as the
     model's targets (:func:`label_columns`: ``--target-col`` entries that are all the file's
     columns are columns, a ``=`` in their names or not), and ``{"rows", "scored",
-    "invalid", "unlabelled", "bad_label", "bad_label_cell", "malformed"}`` counts (``bad_label``: rows
+    "invalid", "unlabelled", "bad_label", "bad_label_cell", "malformed", "empty", "header_again"}`` counts (``bad_label``: rows
     whose only labels are not a number, not finite, or not 0/1 for a classifier, read as training
     reads labels, :func:`~siggate.data.csvdata.read_labels` with ``decimal``; ``bad_label_cell``:
     rows scored on their other targets beside such a cell; ``malformed``: rows with more fields
-    than the header). Neither is scored; both are reported. A file without ``smiles_col`` is read
+    than the header; ``empty`` and ``header_again``: rows of empty fields and the header's names,
+    :func:`~siggate.data.csvdata.rows_of_no_data`). None is scored; each is reported. A file without ``smiles_col`` is read
     from its ``fallback`` column (:func:`~siggate.train.predict.smiles_column`). ``folder``: where
     ``predictor`` was loaded from (a fingerprint member's run says how it reads a salt); where the
     run's ``splits.csv`` is there, ``fitted`` counts the scored rows that are its train or val
@@ -288,6 +289,7 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         line_at,
         read_labels,
         read_table,
+        rows_of_no_data,
         table_frame,
     )
     from .predict import SmilesPredictor, smiles_column
@@ -352,7 +354,12 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         log.warning("--data %s: %d rows have more fields than the header, so their fields cannot be matched to the "
                     "columns; they are not scored (%s)", path, len(ragged),
                     extra_fields_reason(line_at(lines, ragged[0]), len(header), extra_fields(first, len(header))))
-    skip = set(ragged)
+    empty, again = rows_of_no_data(header, records)  # (as training drops them: no molecule, no label)
+    if again:
+        first = min(again)
+        log.warning("--data %s: %d row(s) are the header again, not scored (first: line %d, %s)", path, len(again),
+                    line_at(lines, first), again[first])
+    skip = set(ragged) | empty | set(again)
     bad = [row for row, why in enumerate(reasons) if why and not why.startswith(MISSING_TARGET) and row not in skip]
     if bad:
         log.warning("--data %s: %d row(s) have a label that cannot be scored (first: line %d, %s); they are not "
@@ -386,9 +393,12 @@ def external_graphs(predictor, path, smiles_col: str, target_cols: list[str] | N
         first = f" (first: {invalid[0][1]})" if invalid else ""
         raise DataError(f"--data {path}: no row with a valid SMILES and a label to score ({len(invalid)} whose SMILES "
                         f"cannot be scored{first}, {unlabelled} without a label, {len(bad)} with a label that cannot "
-                        f"be scored, {len(ragged)} with more fields than the header)")
+                        f"be scored, {len(ragged)} with more fields than the header"
+                        + "".join(f", {n} {what}" for n, what in ((len(empty), "empty"), (len(again), "the header again"))
+                                  if n) + ")")
     counts = {"rows": len(table), "scored": len(graphs), "invalid": len(invalid), "unlabelled": unlabelled,
-              "bad_label": len(bad), "bad_label_cell": len(partial), "malformed": len(ragged)}
+              "bad_label": len(bad), "bad_label_cell": len(partial), "malformed": len(ragged), "empty": len(empty),
+              "header_again": len(again)}
     scored = np.zeros(len(records), dtype=bool)
     scored[[g.row for g in graphs]] = True
     censored, other_unit = label_qualifiers(header, records, {smiles_col, *present}, scored)
