@@ -635,6 +635,41 @@ def test_an_sd_file_is_read_by_every_reader_as_its_molecules_and_their_data_item
     assert rc == 0 and "3 rows, 3 predicted, 0 failed" in err, err
 
 
+def test_sd_records_rdkit_reads_no_molecule_from_are_named_by_why_and_old_counts_lines_are_sd(tmp_path):
+    """A record without its 'M  END' line read its data items into the molfile (lost) and one of no
+    atoms had an empty SMILES ('empty SMILES'); both were refused as malformed or empty without the
+    cause. A molfile whose counts line names no version (older writers) made the file a CSV of
+    atom lines. Each is named, its items kept; the old counts line is read as RDKit reads it."""
+    from rdkit import Chem
+
+    from siggate.data.chem import InvalidSmiles, parse_smiles
+    from siggate.data.csvdata import read_table
+
+    block = Chem.MolToMolBlock(Chem.MolFromSmiles("CCO"))
+    lines = block.split("\n")
+    unended = "\n".join(line for line in lines if not line.startswith("M  END"))
+    empty = "none\n\n\n  0  0  0  0  0  0  0  0  0  0999 V2000\nM  END\n"
+    sdf = tmp_path / "odd.sdf"
+    sdf.write_text(f"{block}> <y>\n1.0\n\n$$$$\n{unended}> <y>\n2.0\n> <id>\nA2\n\n$$$$\n{empty}> <y>\n3.0\n\n$$$$\n")
+    header, rows = read_table(sdf, ",")
+    assert header == ["smiles", "name", "y", "id"] and [r[2:] for r in rows] == [["1.0", ""], ["2.0", "A2"], ["3.0", ""]]
+    assert rows[0][0] == "CCO" and rows.lines.tolist() == [1, 15, 30]
+    why = []
+    for r in rows[1:]:
+        with pytest.raises(InvalidSmiles) as exc:
+            parse_smiles(r[0])
+        why.append(str(exc.value))
+    assert why == ["RDKit cannot read this record's molfile (it has no 'M  END' line after its atom and bond blocks); fix "
+                   "or drop the record",
+                   "RDKit cannot read this record's molfile (its molecule has no atoms); fix or drop the record"]
+    old = tmp_path / "old.sdf"
+    old.write_text("\n".join(lines[:3] + [lines[3][:33].rstrip()] + lines[4:]) + "> <y>\n1.5\n\n$$$$\n")
+    assert read_table(old, ",") == (["smiles", "y"], [["CCO", "1.5"]])
+    not_sd = tmp_path / "not.csv"  # (a CSV whose fourth line begins with numbers is a CSV)
+    not_sd.write_text("smiles,y\nCCO,1\nCCN,2\n  3  2,x\nM  END,4\n")
+    assert read_table(not_sd, ",")[0] == ["smiles", "y"]
+
+
 def test_unknown_flags_are_named_with_the_flags_they_begin_or_resemble(capsys):
     from siggate.cli import main
 

@@ -295,7 +295,8 @@ def read_molecule(mol: Chem.Mol, fragments: str) -> Reading:
     return Reading(mol, None, text, n)
 
 
-#: the SMILES cell of an SD file's record that RDKit cannot read (:mod:`siggate.data.sdfile`), its line after it
+#: the SMILES cell of an SD file's record that RDKit cannot read (:mod:`siggate.data.sdfile`), its line and why
+#: after it: ``<a molfile RDKit cannot read, at line 12: why>``
 UNREADABLE_MOLFILE = "<a molfile RDKit cannot read, at line"
 
 #: characters a SMILES may spend per atom (bracket atoms, ring bonds, branches) before it is
@@ -334,9 +335,9 @@ def parse_smiles(smiles: str, allow_unsanitized: bool = False, max_length: int |
     bad = next((i for i, ch in enumerate(s) if ord(ch) > 127), None)
     if bad is not None:  # RDKit stops silently at the first non-ASCII character ('CCO\u00e9' -> CCO)
         raise InvalidSmiles(f"contains a non-ASCII character ({s[bad]!r}) at position {bad + 1}; SMILES are plain ASCII")
-    if s.startswith(UNREADABLE_MOLFILE):  # an SD file's record (siggate.data.sdfile)
-        raise InvalidSmiles("RDKit cannot read this record's molfile (its counts line, atom or bond block is "
-                            "malformed); fix or drop the record")
+    if s.startswith(UNREADABLE_MOLFILE):  # an SD file's record (siggate.data.sdfile): '<..., at line N: why>'
+        why = s[:-1].partition(": ")[2] or "its counts line, atom or bond block is malformed"
+        raise InvalidSmiles(f"RDKit cannot read this record's molfile ({why}); fix or drop the record")
     if s.startswith(("InChI=", "AuxInfo=")):  # a spreadsheet's identifier column, not a SMILES one
         raise InvalidSmiles("an InChI, not a SMILES: give a column of SMILES (RDKit converts one: "
                             "Chem.MolToSmiles(Chem.MolFromInchi(text)), whose mobile hydrogens may come back as "

@@ -26,6 +26,9 @@ from .chem import UNREADABLE_MOLFILE
 #: an SD file's start: a molfile's three header lines, then its counts line (``V2000``/``V3000``
 #: at columns 34-39 of a line of at least 33 characters before it)
 MOLFILE = re.compile(rb"(?:[^\n]*\n){3}.{33,39}V[23]000[ \t]*\r?(?:\n|$)")
+#: the same with an older counts line that names no version (its atom and bond counts, right-aligned
+#: in three columns each, first), told by an ``M  END`` line after it (RDKit reads such a molfile)
+OLD_MOLFILE = re.compile(rb"(?:[^\n]*\n){3}[ \d]{2}\d[ \d]{2}\d[ \d]*\r?\n(?:[^\n]*\n)*?M  END[ \t]*\r?(?:\n|$)")
 #: the column of the molecules' SMILES, and the column of their titles
 SMILES, NAME = "smiles", "name"
 _ITEM = re.compile(r"^>.*?<([^>]*)>")
@@ -33,7 +36,7 @@ _ITEM = re.compile(r"^>.*?<([^>]*)>")
 
 def is_sd(head: bytes) -> bool:
     """Whether a file whose (decompressed) bytes begin with ``head`` is an SD file (or a molfile)."""
-    return bool(MOLFILE.match(head))
+    return bool(MOLFILE.match(head) or OLD_MOLFILE.match(head))
 
 
 def _records(lines: Iterable[str]) -> Iterable[tuple[int, list[str]]]:
@@ -52,22 +55,32 @@ def _records(lines: Iterable[str]) -> Iterable[tuple[int, list[str]]]:
         yield start, block
 
 
-def _smiles(molblock: str, start: int) -> str:
+def _smiles(molblock: str, start: int, ended: bool) -> str:
     """The SMILES of a molfile: RDKit's canonical SMILES, unsanitized where it cannot sanitize
     the molecule (the SMILES reader then names why),
-    :data:`~siggate.data.chem.UNREADABLE_MOLFILE` where it cannot read it."""
+    :data:`~siggate.data.chem.UNREADABLE_MOLFILE` and why where it cannot read it, or where the
+    molecule has no atoms; ``ended``: whether the molfile has its ``M  END`` line."""
     from rdkit import Chem
 
     from .chem import quiet_rdkit
 
+    unreadable = f"{UNREADABLE_MOLFILE} {start}: {{}}>"
+    if not ended:  # (RDKit reads none without it)
+        return unreadable.format("it has no 'M  END' line after its atom and bond blocks")
     with quiet_rdkit():
         mol = Chem.MolFromMolBlock(molblock)
         if mol is None:
             mol = Chem.MolFromMolBlock(molblock, sanitize=False, removeHs=False)
+        if mol is not None and not mol.GetNumAtoms():  # (a record that holds only data: a structure left out)
+            return unreadable.format("its molecule has no atoms")
         try:
-            return Chem.MolToSmiles(mol) if mol is not None else f"{UNREADABLE_MOLFILE} {start}>"
+            return Chem.MolToSmiles(mol) if mol is not None else unreadable.format(MALFORMED)
         except Exception:  # (an unsanitized molecule RDKit cannot write)
-            return f"{UNREADABLE_MOLFILE} {start}>"
+            return unreadable.format(MALFORMED)
+
+
+#: why RDKit read no molecule from a molfile with its ``M  END`` line
+MALFORMED = "its counts line, atom or bond block is malformed"
 
 
 def kept_sd_table(path: str, size: int, mtime_ns: int) -> tuple[list[str], list[list[str]], list[int]] | None:
@@ -100,7 +113,10 @@ def sd_table(lines: Iterable[str]) -> tuple[list[str], list[list[str]], list[int
     starts: list[int] = []
     items: dict[str, None] = {}
     for start, block in _records(lines):
-        end = next((i for i, line in enumerate(block) if line.startswith("M  END")), len(block) - 1)
+        end = next((i for i, line in enumerate(block) if line.startswith("M  END")), None)
+        ended = end is not None  # (without it, the molfile ends before the first data item)
+        if not ended:
+            end = next((i - 1 for i, line in enumerate(block) if i > 3 and _ITEM.match(line)), len(block) - 1)
         values: dict[str, str] = {}
         name, value = None, []
         for line in block[end + 1:] + [""]:
@@ -116,7 +132,7 @@ def sd_table(lines: Iterable[str]) -> tuple[list[str], list[list[str]], list[int
                 values.setdefault(name, "\n".join(value))
                 items.setdefault(name)
                 name = None
-        rows.append((_smiles("\n".join(block[:end + 1]) + "\n", start), block[0].strip(), values))
+        rows.append((_smiles("\n".join(block[:end + 1]) + "\n", start, ended), block[0].strip(), values))
         starts.append(start)
     titled = NAME not in items and any(title for _, title, _ in rows)
     columns = list(items)
