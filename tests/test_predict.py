@@ -915,6 +915,23 @@ def test_a_file_systems_refusal_is_one_line_with_its_file_and_fix(ckpt, tmp_path
                                "run the command again (a train run goes on with --resume)\n")
     monkeypatch.undo()
 
+    # a real size limit (ulimit -f): the failed write names the output (its temporary file removed)
+    # or standard output; it named no file
+    import resource
+
+    many = tmp_path / "many.csv"
+    many.write_text("smiles\n" + "CCO\nc1ccccc1O\n" * 400)
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (8192, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))  # noqa: E731
+    command = [sys.executable, "-m", "siggate", "predict", "--checkpoint", str(ckpt), "--input", str(many)]
+    for output, named in ((["--output", str(tmp_path / "big.csv")], str(tmp_path / "big.csv")), ([], "standard output")):
+        with open(tmp_path / "stdout", "wb") as sink:
+            done = subprocess.run(command + output, stdout=sink, stderr=subprocess.PIPE, text=True, preexec_fn=limit,
+                                  cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.splitlines()[-1] == (
+            f"siggate predict: error: {named}: File too large; raise the file size limit (ulimit -f) and run the "
+            "command again (a train run goes on with --resume)"), done.stderr
+    assert not list(tmp_path.glob(".big.csv*")) and not (tmp_path / "big.csv").exists()
+
     import siggate.train.checkpoint as C
 
     def locked(path, **kwargs):  # a checkpoint without read permission was "truncated or corrupt"

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import gzip
 import io
 import itertools
@@ -904,8 +905,16 @@ def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
                               write_through=True)
         try:
             yield fh
+            fh.flush()
+        except OSError as exc:  # (a full disk or a size limit of the file stdout was sent to: named as such)
+            if exc.filename is None and exc.errno not in (errno.EPIPE,):
+                exc.filename = "standard output"
+            raise
         finally:
-            fh.detach()
+            try:
+                fh.detach()
+            except (OSError, ValueError):
+                pass
         return
     try:
         sink = AtomicFile(output, make_parents=False, output=True)
@@ -913,7 +922,8 @@ def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
         folder = Path(output).parent
         fix = f" (its folder {folder} does not exist: create it, or choose another --output)" if not folder.is_dir() else ""
         raise InputError(f"cannot write output {output}: {exc.strerror or exc}{fix}") from None
-    base = raw = open(sink.tmp, "ab" if sink.direct else "wb")  # (into /dev/stdout: appended, as >> asked)
+    # (into /dev/stdout: appended, as >> asked); a full disk is named with the output's path
+    base = raw = io.BufferedWriter(_NamedFile(sink.tmp, "ab" if sink.direct else "wb", shown=str(output)))
     if str(output).lower().endswith(".gz"):  # compressed, as its name says (and as --input reads it)
         import gzip
 
@@ -921,14 +931,34 @@ def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
     fh = io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", newline="")
     try:
         yield fh
-    except BaseException:
-        fh.close()
+        fh.close()  # (a GzipFile writes its trailer, and leaves the file it wrote into open)
         base.close()
-        sink.discard()
+    except BaseException:
+        for close in (fh.close, base.close, base.raw.close):  # (closing flushes: a full disk fails again)
+            try:
+                close()
+            except (OSError, ValueError):
+                pass
+        sink.discard()  # (no temporary file left by a failed write)
         raise
-    fh.close()  # (a GzipFile writes its trailer, and leaves the file it wrote into open)
-    base.close()
     sink.commit()
+
+
+class _NamedFile(io.FileIO):
+    """A file whose failed writes (a full disk, a file size limit: ``OSError`` without a file name)
+    name the file ``shown``, the user's ``--output`` beside which the temporary file is written."""
+
+    def __init__(self, path: str, mode: str, shown: str) -> None:
+        super().__init__(path, mode)
+        self.shown = shown
+
+    def write(self, data) -> int:
+        try:
+            return super().write(data)
+        except OSError as exc:
+            if exc.filename is None:
+                exc.filename = self.shown
+            raise
 
 
 def _cell(value) -> str:
