@@ -931,6 +931,11 @@ def test_a_file_systems_refusal_is_one_line_with_its_file_and_fix(ckpt, tmp_path
             f"siggate predict: error: {named}: File too large; raise the file size limit (ulimit -f) and run the "
             "command again (a train run goes on with --resume)"), done.stderr
     assert not list(tmp_path.glob(".big.csv*")) and not (tmp_path / "big.csv").exists()
+    script = "import sys; from siggate.files import atomic_write_bytes; atomic_write_bytes(sys.argv[1], bytes(65536))"
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "run.json")], stderr=subprocess.PIPE,
+                          text=True, preexec_fn=limit)  # (every file a run writes)
+    assert done.stderr.splitlines()[-1] == f"OSError: [Errno 27] File too large: '{tmp_path / 'run.json'}'", done.stderr
+    assert not list(tmp_path.glob(".run.json*"))
 
     import siggate.train.checkpoint as C
 

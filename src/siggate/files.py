@@ -266,16 +266,21 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object], o
     atomically (see the module docstring); on failure the old file is untouched. ``output``: a
     user's ``--output`` (:class:`AtomicFile`: a pipe, a device, a link followed, its mode kept). A
     writer's ``RuntimeError`` of a failed write (``torch.save`` on a full disk) is an ``OSError``
-    naming ``path``."""
+    naming ``path``, as is an ``OSError`` that names no file."""
     with AtomicFile(path, output=output) as f:
-        with open(f.tmp, "ab" if f.direct else "wb") as fh:
-            try:
-                write(fh)
-            except RuntimeError as exc:
-                if "write" not in str(exc) and "unexpected pos" not in str(exc):
-                    raise
-                raise OSError(errno.EIO, f"writing it failed ({exc}): a full disk or a file size limit?",
-                              str(path)) from None
+        try:
+            with open(f.tmp, "ab" if f.direct else "wb") as fh:
+                try:
+                    write(fh)
+                except RuntimeError as exc:
+                    if "write" not in str(exc) and "unexpected pos" not in str(exc):
+                        raise
+                    raise OSError(errno.EIO, f"writing it failed ({exc}): a full disk or a file size limit?",
+                                  str(path)) from None
+        except OSError as exc:  # a full disk, a size limit: the write's error names no file
+            if exc.filename is None:
+                exc.filename = str(path)
+            raise
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, output: bool = False) -> None:
