@@ -225,7 +225,7 @@ def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv
 
 
 def test_an_interrupted_fingerprint_run_resumes_to_the_uninterrupted_numbers(nitrogen_csv, tmp_path, capsys,
-                                                                            monkeypatch):
+                                                                            monkeypatch, caplog):
     """Stopped while the forest fits (Ctrl-C): exit 130 with the command that resumes it; the
     folder holds the run (the same command without --resume is refused); --resume reuses the
     finished svr member and ends with the metrics and predictions of an uninterrupted run."""
@@ -250,9 +250,11 @@ def test_an_interrupted_fingerprint_run_resumes_to_the_uninterrupted_numbers(nit
         raise AssertionError("the finished svr member was fitted again")
 
     monkeypatch.setattr(KernelSVR, "fit", refit)
+    caplog.set_level("INFO", logger="siggate.train")
     rc, _, err = run_cli(["train", "--resume", str(cut), "--members", "svr,rf", "--weights", "val", "--no-progress"],
                          capsys)
     assert rc == 0, err
+    assert f"{cut / 'member0'}: the svr member fitted before is reused, not fitted again" in caplog.messages  # (said)
     assert (cut / "member0" / "arrays.pt").stat().st_mtime_ns == stamp
     assert json.loads((cut / "metrics.json").read_text()) == json.loads((whole / "metrics.json").read_text())
     assert (cut / "test_predictions.csv").read_bytes() == (whole / "test_predictions.csv").read_bytes()

@@ -237,7 +237,9 @@ def fit_member(member, folder: Path, ds, resume: bool = True, device=None):
             raise PredictorFileError(f"{folder} holds a saved {saved} member where the run's record puts its "
                                      f"{member.kind} member; restore the run folder, or train it again with --overwrite")
         try:
-            return load_predictor(folder, device)
+            reused = load_predictor(folder, device)
+            log.info("%s: the %s member fitted before is reused, not fitted again", folder, member.kind)
+            return reused
         except (PredictorFileError, CheckpointError, OSError, ValueError) as exc:  # its arrays cut short or gone
             if isinstance(exc, PermissionError):  # not damaged: the user's to grant (named by the command)
                 raise
