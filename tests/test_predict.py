@@ -665,6 +665,9 @@ def test_sd_records_rdkit_reads_no_molecule_from_are_named_by_why_and_old_counts
     old = tmp_path / "old.sdf"
     old.write_text("\n".join(lines[:3] + [lines[3][:33].rstrip()] + lines[4:]) + "> <y>\n1.5\n\n$$$$\n")
     assert read_table(old, ",") == (["smiles", "y"], [["CCO", "1.5"]])
+    both = tmp_path / "both.sdf"  # items 'smiles' and 'input_smiles': two columns input_smiles were made
+    both.write_text(f"{block}> <smiles>\nOCC\n\n> <input_smiles>\nC(O)C\n\n$$$$\n")
+    assert read_table(both, ",") == (["smiles", "input_input_smiles", "input_smiles"], [["CCO", "OCC", "C(O)C"]])
     not_sd = tmp_path / "not.csv"  # (a CSV whose fourth line begins with numbers is a CSV)
     not_sd.write_text("smiles,y\nCCO,1\nCCN,2\n  3  2,x\nM  END,4\n")
     assert read_table(not_sd, ",")[0] == ["smiles", "y"]

@@ -6,7 +6,8 @@ records into the rows of a table, as a CSV would give them: a ``smiles`` column 
 canonical SMILES of the record's molecule, its stereo taken from the molfile's wedges or 3D
 coordinates), a ``name`` column (the molfile's title line, where a record has one and no data
 item is called ``name``), then one column per data item in the order they first appear (a
-record without an item has an empty cell; an item called ``smiles`` is ``input_smiles``).
+record without an item has an empty cell; an item called ``smiles`` is ``input_smiles``, or
+``input_input_smiles`` beside an item of that name).
 ``train --data``, ``evaluate --data``, ``predict --input``, ``explain --input`` and ``pretrain
 --smiles`` read SD files through it.
 
@@ -136,7 +137,10 @@ def sd_table(lines: Iterable[str]) -> tuple[list[str], list[list[str]], list[int
         starts.append(start)
     titled = NAME not in items and any(title for _, title, _ in rows)
     columns = list(items)
-    header = [SMILES, *([NAME] if titled else []), *(f"input_{c}" if c == SMILES else c for c in columns)]
+    renamed, taken = {}, set(columns)
+    if SMILES in items:  # (an item called input_smiles too: input_input_smiles)
+        renamed[SMILES] = next(n for n in (f"{'input_' * k}{SMILES}" for k in range(1, len(columns) + 2)) if n not in taken)
+    header = [SMILES, *([NAME] if titled else []), *(renamed.get(c, c) for c in columns)]
     table = [[smiles, *([title] if titled else []), *(values.get(c, "") for c in columns)]
              for smiles, title, values in rows]
     return header, table, starts
