@@ -874,11 +874,38 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
             raise DataError(f"{path}: no target of the {name} split ({rows} rows) holds both classes, so its average "
                             "precision is undefined; --split random mixes the classes (another --seed draws another "
                             "random split), or give a split column with both classes of some target in each split")
+    _check_training_labels(path, ds)
 
 
-def _labels(ds: GraphDataset) -> np.ndarray:
-    """Labels ``[G, T]`` of every graph of every split (NaN: missing)."""
-    graphs = [g for v in ds.splits.values() for g in v]
+def _check_training_labels(path: Path, ds: GraphDataset) -> None:
+    """Refuse a target that the training rows give nothing to learn from while the file does: no
+    label among them, or one value (one class) in all of them, where val or test rows vary. Every
+    member then learned noise or a constant in silence (a test R2 of -29), and a GNN's multilabel
+    head stayed untrained, its confident sets drawn from it; a whole-file constant is refused above."""
+    names = ds.info.target_names
+    train = _labels(ds, ["train"])
+    if ds.info.task == "multiclass" or not len(train):
+        return
+    fix = "leave it out of --target-col" if len(names) > 1 else "choose the --target-col that holds the property"
+    for t, name in enumerate(names):
+        col = train[~np.isnan(train[:, t]), t]
+        if not col.size:
+            held = {split: int(np.sum(~np.isnan(_labels(ds, [split])[:, t]))) for split in ("val", "test")}
+            raise DataError(f"{path}: target {name!r} has no label among the {len(train)} training rows "
+                            f"({', '.join(f'{n} in {split}' for split, n in held.items())}), so no member can learn "
+                            f"it; label some training molecules, or {fix}")
+        if np.all(col == col[0]):
+            classes = ds.info.task != "regression"
+            what = f"only class {col[0]:g}" if classes else f"the same value ({col[0]:g})"
+            raise DataError(f"{path}: target {name!r} has {what} in all {col.size} labelled training rows (its val or "
+                            "test rows differ), so no member can learn it; --split random mixes the rows (another "
+                            "--seed draws another split), or give a split column whose training rows "
+                            f"{'hold both classes' if classes else 'vary'}, or {fix}")
+
+
+def _labels(ds: GraphDataset, splits: Sequence[str] = ("train", "val", "test")) -> np.ndarray:
+    """Labels ``[G, T]`` of every graph of ``splits`` (NaN: missing)."""
+    graphs = [g for name in splits for g in ds.splits.get(name) or []]
     if not graphs:
         return np.zeros((0, ds.info.num_tasks))
     return torch.cat([g.y.reshape(1, -1) for g in graphs]).double().numpy()
