@@ -1109,6 +1109,37 @@ def test_predict_output_folder_and_a_closed_pipe_end_without_a_traceback(tmp_pat
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
     assert proc.stderr.endswith("predict exited 1\n"), proc.stderr  # it wrote less than asked: not 0
 
+    # evaluate and train too (a traceback each; the run was complete); a closed stderr (2>&-) sent
+    # predict's summary line into its CSV on stdout, a closed stdout lost evaluate's scores (exit 0)
+    # or ended predict in an AttributeError, as did a closed stdin; an ASCII console ended train in a
+    # UnicodeEncodeError once its run was written
+    def shell(command, **kw):
+        return subprocess.run(command, shell=True, executable="/bin/bash", capture_output=True, text=True,
+                              env={**subprocess_env(), **kw}, timeout=600)
+
+    siggate = f"{sys.executable} -m siggate"
+    proc = shell(f'{siggate} evaluate --checkpoint {run} | head -1; echo "evaluate exited ${{PIPESTATUS[0]}}" >&2')
+    assert proc.stdout == "{\n" and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.endswith(("evaluate exited 1\n", "evaluate exited 0\n"))  # (0: all of it fitted in the pipe)
+    proc = shell(f"{siggate} predict --checkpoint {run} CCO c1ccccc1 2>&-")
+    assert proc.returncode == 0 and proc.stdout.splitlines()[1:] and all(
+        row.startswith(("smiles,", "CCO,", "c1ccccc1,")) for row in proc.stdout.splitlines()), proc.stdout
+    for command, said in ((f"{siggate} predict --checkpoint {run} CCO >&-", "standard output is closed (>&-), and the "
+                           "predictions are written to it; give --output FILE"),
+                          (f"{siggate} evaluate --checkpoint {run} >&-", "standard output is closed (>&-), and the "
+                           "scores are written to it; give --output FILE"),
+                          (f"{siggate} predict --checkpoint {run} - <&-", "standard input is closed (<&-), and '-' "
+                           "reads the molecules from it; give them with --input FILE or as arguments")):
+        proc = shell(command)
+        assert proc.returncode == 2 and proc.stderr.splitlines()[-1].endswith(f"error: {said}"), proc.stderr
+    proc = shell(f"{siggate} predict --checkpoint {run} CCO --output {tmp_path / 'p.csv'} >&-")
+    assert proc.returncode == 0 and (tmp_path / "p.csv").read_text().startswith("smiles,y,"), proc.stderr
+    named = _csv(tmp_path / "named.csv", (tmp_path / "d.csv").read_text().replace("smiles,y,", "smiles,pK\u00e4,", 1))
+    out = tmp_path / "r\u00fcn"
+    proc = shell(f"{siggate} train --data {named} --target-col pK\u00e4 --split column:split --members rf --out {out}",
+                 PYTHONIOENCODING="ascii")
+    assert proc.returncode == 0 and "pK\\xe4" in proc.stdout and "Traceback" not in proc.stderr, proc.stderr
+
 
 def test_labels_beyond_float32_are_dropped_with_their_reason(tmp_path, capsys):
     """1e300 passed as a label (float64) and became inf in the float32 graphs: the fingerprint
@@ -1480,28 +1511,36 @@ def test_a_config_files_section_given_a_value_is_refused_and_an_empty_one_is_its
     assert load_config(str(empty)).members == MembersConfig()
 
 
-def test_a_target_with_no_training_label_is_refused_before_a_run(tmp_path, capsys, caplog):
+def test_a_target_with_no_training_label_is_refused_before_a_run(tmp_path, capsys):
     """Target b labelled only in val and test rows trained: its normalisation was NaN, so every
-    prediction of it was (and the checkpoint held NaN); the fingerprint members refused it."""
-    rows = ["smiles,a,b,split"] + [f"C{'C' * i}O,{i * 0.1},{'' if i < 50 else 1.5 + i * 0.01},"
-                                   f"{'train' if i < 40 else 'val' if i < 50 else 'test'}" for i in range(60)]
-    data = tmp_path / "d.csv"
-    data.write_text("\n".join(rows) + "\n")
-    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "a,b", "--split", "column:split", "--epochs",
-                          "1", "--members", "gnn", "--init", "none", "--out", str(tmp_path / "r"), "--no-progress"],
-                         capsys)
-    assert rc == 2 and "target 'b' has no label among the training rows (0 in val, 10 in test), so " \
-        "the GNN cannot learn it" in err, err
-    assert not (tmp_path / "r").exists()
-    rows = ["smiles,a,b,split"] + [f"C{'C' * i}O,{i % 2},{'' if i < 50 else i % 2},"  # a classifier: a warning
-                                   f"{'train' if i < 40 else 'val' if i < 50 else 'test'}" for i in range(60)]
-    data.write_text("\n".join(rows) + "\n")
-    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "a,b", "--task", "multilabel", "--split",
-                          "column:split", "--epochs", "1", "--members", "gnn", "--init", "none", "--out",
-                          str(tmp_path / "m"), "--no-progress"], capsys)
-    assert rc == 0, err
-    assert "target 'b' has no label among the training rows (0 in val, 10 in test), so the GNN cannot learn it: its " \
-        "predictions are those of an untrained output" in caplog.text
+    prediction of it was (and the checkpoint held NaN); the fingerprint members refused it after the
+    GNN had trained. A multilabel one trained with a warning, its predictions (and confident
+    conformal sets) those of an untrained output. Both are refused before any member trains, as is
+    a target of one value (one class) in every training row that varies elsewhere."""
+    def refused(labels, task, *words):
+        rows = ["smiles,a,b,split"] + [f"C{'C' * i}O,{i * 0.1 if task == 'regression' else i % 2},{labels(i)},"
+                                       f"{'train' if i < 40 else 'val' if i < 50 else 'test'}" for i in range(60)]
+        data = tmp_path / "d.csv"
+        data.write_text("\n".join(rows) + "\n")
+        for members in (["gnn", "--epochs", "1", "--init", "none"], ["svr,rf"]):
+            rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "a,b", "--task", task, "--split",
+                                  "column:split", "--members", *members, "--out", str(tmp_path / "r"), "--no-progress"],
+                                 capsys)
+            assert rc == 2 and err == f"siggate train: error: {data}: target 'b' has {' '.join(words)}\n", err
+            assert not (tmp_path / "r").exists()
+
+    unlabelled = ("no label among the 40 training rows (0 in val, 10 in test), so no member can learn it; label some "
+                  "training molecules, or leave it out of --target-col")
+    refused(lambda i: "" if i < 50 else 1.5 + i * 0.01, "regression", unlabelled)
+    refused(lambda i: "" if i < 50 else i % 2, "multilabel", unlabelled)
+    split = ("so no member can learn it; --split random mixes the rows (another --seed draws another split), or give a "
+             "split column whose training rows")
+    refused(lambda i: 1.5 if i < 40 else i * 0.01, "regression",
+            f"the same value (1.5) in all 40 labelled training rows (its val or test rows differ), {split} vary, or "
+            "leave it out of --target-col")
+    refused(lambda i: 1 if i < 40 else i % 2, "multilabel",
+            f"only class 1 in all 40 labelled training rows (its val or test rows differ), {split} hold both classes, "
+            "or leave it out of --target-col")
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -655,6 +655,8 @@ def cmd_evaluate(args) -> int:
         raise CLIError("--output -: the scores are printed on standard output already; drop --output, or give a file")
     if args.output:
         _check_output_file(Path(args.output), reads={"--data": args.data}, checkpoint=args.checkpoint)
+    else:
+        _stream_open(args, "stdout", "the scores are written to it", "give --output FILE")
     device = check_device(args.device)
     targets = [c.strip() for c in args.target_col.split(",") if c.strip()] if args.target_col else None
     pictures = None
@@ -781,7 +783,10 @@ def _smiles_source(args) -> str | None:
         if len(args.smiles) > 1 or args.input:
             raise CLIError("'-' reads the molecules from standard input; give it alone, without other SMILES or "
                            "--input")
+        _stream_open(args, "stdin", "'-' reads the molecules from it", "give them with --input FILE or as arguments")
         return "-"
+    if args.input == "-":
+        _stream_open(args, "stdin", "'--input -' reads the molecules from it", "give them with --input FILE")
     if args.smiles and args.input:
         raise CLIError("give SMILES as arguments or --input FILE, not both")
     named = next((s for s in args.smiles if s.lower().endswith(_FILE_ENDINGS) or ("/" in s and Path(s).is_file())), None)
@@ -838,6 +843,8 @@ def cmd_predict(args) -> int:
     limits = _molecule_flags(args)
     if args.output == "-":  # standard output, as --input - is standard input
         args.output = None
+    if not args.output:
+        _stream_open(args, "stdout", "the predictions are written to it", "give --output FILE")
     if args.output:
         _check_output_file(Path(args.output), "predictions.csv", reads={"--input": args.input},
                            checkpoint=args.checkpoint)
@@ -869,14 +876,7 @@ def cmd_predict(args) -> int:
             raise CLIError(clash)
     _note_classes("predict", args.checkpoint)
     chunks = _read_input(args, pred, source) if source else [list(args.smiles)]
-    try:
-        n, bad = predict_to_csv(pred, chunks, args.output)
-    except BrokenPipeError:
-        if args.output:
-            raise
-        # the reader of stdout left (siggate predict ... | head): nothing more to write or say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes nowhere
-        return 1
+    n, bad = predict_to_csv(pred, chunks, args.output)  # (a reader of stdout that left: main's BrokenPipeError)
     print(f"siggate predict: {n} rows, {n - bad} predicted, {bad} failed"
           + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
     _warn_no_rows("predict", n)
@@ -1346,13 +1346,50 @@ def _terminated_as_interrupt():
 
 
 def main(argv: list[str] | None = None) -> int:
+    closed = _open_standard_streams()
     with _terminated_as_interrupt():
-        return _main(argv)
+        return _main(argv, closed)
 
 
-def _main(argv: list[str] | None) -> int:
+def _open_standard_streams() -> frozenset[str]:
+    """The standard streams the shell closed (``<&-``, ``>&-``, ``2>&-``), each reopened onto the
+    null device: a file the command opened took the closed descriptor (RDKit's messages to
+    descriptor 2 then went into it), and a print to a closed stderr went to stdout (predict's summary
+    line ended its CSV). A command whose results go to a closed stdout refuses (:func:`_stream_open`).
+    Both outputs write what their encoding lacks escaped (``PYTHONIOENCODING=ascii``, a console of
+    another code page: a target named pKä ended train in a UnicodeEncodeError)."""
+    closed = set()
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # (the lowest free descriptor: this one)
+            closed.add(name)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", errors="backslashreplace",
+                                    closefd=False))
+            closed.add(name)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream.errors == "strict":
+                stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):  # (not a text file of the io module: a test's capture)
+            pass
+    return frozenset(closed)
+
+
+def _stream_open(args, name: str, what: str, fix: str) -> None:
+    """Refuse (:class:`CLIError`) to read or write ``what`` through the standard stream ``name``
+    (``"stdin"``, ``"stdout"``) that the shell closed (:func:`_open_standard_streams`)."""
+    if name in getattr(args, "closed_streams", ()):
+        stream, shell = {"stdin": ("standard input", "<&-"), "stdout": ("standard output", ">&-")}[name]
+        raise CLIError(f"{stream} is closed ({shell}), and {what}; {fix}")
+
+
+def _main(argv: list[str] | None, closed: frozenset[str] = frozenset()) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    args.closed_streams = closed
     if extra:  # named by the command they were given to, with its usage (the top-level usage said nothing of it)
         inner = _innermost(parser, args)
         inner.error(f"unrecognized arguments: {' '.join(extra)}{_flag_hint(inner, extra, parser)}")
@@ -1373,6 +1410,9 @@ def _main(argv: list[str] | None) -> int:
         if args.command in THREADED:
             _set_threads(args)
         return int(func(args) or 0)
+    except BrokenPipeError:  # the reader of stdout left (siggate ... | head): nothing more to write or say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes nowhere
+        return 1
     except Exception as exc:
         said = _file_system_error(exc)
         if said is None and not isinstance(exc, _user_errors()):
