@@ -432,7 +432,7 @@ def test_attention_probabilities_are_the_softmax_of_scaled_scores_by_hand():
 # ----------------------------------------------------------------------------- impl switch
 
 
-def test_resolve_impl_auto_and_environment_override(monkeypatch):
+def test_resolve_impl_auto_and_environment_override(monkeypatch, capsys):
     from siggate.nn import resolve_impl
 
     monkeypatch.delenv("SIGGATE_ATTN_IMPL", raising=False)
@@ -443,8 +443,16 @@ def test_resolve_impl_auto_and_environment_override(monkeypatch):
         assert resolve_impl("auto") == impl == resolve_impl("auto", padded=True)
         assert resolve_impl("sdpa") == "sdpa"  # an explicit choice wins
     monkeypatch.setenv("SIGGATE_ATTN_IMPL", "flash")
-    with pytest.raises(ValueError, match="SIGGATE_ATTN_IMPL must be one of"):
+    with pytest.raises(ValueError, match=r"\$SIGGATE_ATTN_IMPL='flash' is not an attention implementation; set it to "
+                                         "one of auto, reference, sdpa, packed, or unset it"):
         resolve_impl("auto")
+    # the command line names it before any work (every predicted row failed on it, train left its folder)
+    from test_predict import run_cli
+
+    for argv in (["predict", "--checkpoint", "nowhere", "CCO"], ["data", "list"]):
+        rc, out, err = run_cli(argv, capsys)
+        assert rc == 2 and err == ("siggate " + argv[0] + ": error: $SIGGATE_ATTN_IMPL='flash' is not an attention "
+                                   "implementation; set it to one of auto, reference, sdpa, packed, or unset it\n")
     with pytest.raises(ValueError, match="impl must be one of"):
         GatedMultiheadAttention(16, 4, impl="fused")
     with pytest.raises(ValueError, match="impl must be one of"):

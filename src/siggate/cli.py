@@ -1402,6 +1402,10 @@ def _main(argv: list[str] | None, closed: frozenset[str] = frozenset()) -> int:
         module, _, name = func.partition(":")
         func = getattr(importlib.import_module(module), name)
     try:
+        from .options import impl_env_problem
+
+        if impl_env_problem():
+            raise CLIError(impl_env_problem())
         _check_threads(args)
         if hasattr(args, "ray_address"):  # before any data is prepared (analyze's runs are built after it)
             from .train.executor import check_backend_flags

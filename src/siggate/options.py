@@ -9,6 +9,7 @@ This module imports nothing from ``siggate``: every package may use it.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,6 +20,8 @@ __all__ = [
     "FLAT_ATTENTION_KEYS",
     "PerformerOptions",
     "ATTN_IMPLS",
+    "IMPL_ENV",
+    "impl_env_problem",
     "ATTN_TYPES",
     "PERFORMER_KERNELS",
     "GATE_KINDS",
@@ -75,9 +78,24 @@ GATE_POSITIONS = ("output", "value", "post")
 #: ``model.impl``: attention implementations, all computing the same function
 #: (:func:`siggate.nn.impl.resolve_impl` says what ``auto`` picks).
 ATTN_IMPLS = ("auto", "reference", "sdpa", "packed")
+#: Environment variable that replaces ``impl="auto"`` everywhere (for debugging).
+IMPL_ENV = "SIGGATE_ATTN_IMPL"
 #: ``model.attn_type``: the global attention of each layer (:data:`siggate.nn.attention_types.ATTENTION_TYPES`):
 #: softmax over all nodes of a graph, Performer's FAVOR+ linear attention, Exphormer's sparse attention.
 ATTN_TYPES = ("full", "performer", "exphormer")
+
+
+def impl_env_problem() -> str | None:
+    """Why ``$SIGGATE_ATTN_IMPL`` (:data:`IMPL_ENV`) cannot be used, a value not of
+    :data:`ATTN_IMPLS`; None when it can or is unset. The command line checks it before any work:
+    :func:`siggate.nn.impl.resolve_impl` reads it once attention runs (every row of a prediction
+    failed on it, a training run left its folder)."""
+    value = os.environ.get(IMPL_ENV)
+    if not value or value in ATTN_IMPLS:
+        return None
+    return f"${IMPL_ENV}={value!r} is not an attention implementation; set it to one of {', '.join(ATTN_IMPLS)}, or unset it"
+
+
 #: ``model.attention.performer.kernel``: FAVOR+'s positive random features of the softmax kernel, or
 #: PyG ``PerformerAttention``'s ReLU features (:mod:`siggate.nn.performer`).
 PERFORMER_KERNELS = ("softmax", "relu")

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ..options import ATTN_IMPLS
-
-#: Environment variable that replaces ``impl="auto"`` everywhere (for debugging).
-IMPL_ENV = "SIGGATE_ATTN_IMPL"
+from ..options import ATTN_IMPLS, IMPL_ENV, impl_env_problem
 
 
 def resolve_impl(impl: str, padded: bool = False) -> str:
@@ -44,9 +41,9 @@ def resolve_impl(impl: str, padded: bool = False) -> str:
     ``benchmarks/README.md`` has the measurements.
     """
     if impl == "auto":
+        if impl_env_problem():
+            raise ValueError(impl_env_problem())
         impl = os.environ.get(IMPL_ENV) or "auto"
-        if impl not in ATTN_IMPLS:
-            raise ValueError(f"${IMPL_ENV} must be one of {ATTN_IMPLS}, got {impl!r}")
     elif impl not in ATTN_IMPLS:
         raise ValueError(f"impl must be one of {ATTN_IMPLS}, got {impl!r}")
     if impl == "auto":
