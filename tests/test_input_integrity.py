@@ -479,8 +479,18 @@ def test_unwritable_cache_is_one_line(tmp_path, capsys, monkeypatch):
                           "1", "--out", str(tmp_path / "run"), *_TINY], capsys)
     assert rc == 2
     line = _one_error_line(err, "train")
-    assert f"cannot write the cache folder {blocker / 'cache'}" in line and "set SIGGATE_CACHE" in line
+    assert f"cannot write the cache folder {blocker / 'cache'}" in line and "give --cache-dir a folder" in line
     assert not (tmp_path / "run").exists()
+    # a ~ the shell left (SIGGATE_CACHE='~/c', --cache-dir=~/c) made a folder named ~ here: it is the home folder
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    for env, flag in (("~/env-cache", []), (str(blocker / "cache"), ["--cache-dir=~/flag-cache"])):
+        monkeypatch.setenv("SIGGATE_CACHE", env)
+        rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
+                              "rf", *flag, "--out", str(tmp_path / f"run{len(flag)}")], capsys)
+        assert rc == 0, err
+    assert {"env-cache", "flag-cache"} <= {p.name for p in (tmp_path / "home").iterdir()}
+    assert not (tmp_path / "~").exists()
 
 
 def test_evaluate_predict_explain_read_the_training_runs_smiles_column_by_default(tmp_path, capsys, caplog):

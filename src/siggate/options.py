@@ -436,7 +436,8 @@ def add_cache_dir_flag(p, what: str = "", default: str | None = None) -> None:
     it), by default :data:`CACHE_DIR_DEFAULT` (``default``: what this command looks at before it)."""
     text = "writable cache for processed data" + (f", for {what}" if what else "")
     first = f"{default}, or " if default else ""
-    p.add_argument("--cache-dir", default=None, help=f"{text} (default: {first}{CACHE_DIR_DEFAULT})")
+    p.add_argument("--cache-dir", default=None, type=os.path.expanduser,  # (--cache-dir=~/c: the shell left the ~)
+                   help=f"{text} (default: {first}{CACHE_DIR_DEFAULT})")
 
 
 def progress_enabled(args) -> bool:

@@ -269,7 +269,14 @@ def checked_data_root(root) -> Path | None:
 def default_cache_dir() -> Path:
     """Writable cache root: ``$SIGGATE_CACHE`` or ``~/.cache/siggate``."""
     env = os.environ.get("SIGGATE_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "siggate"
+    return Path(os.path.expanduser(env)) if env else Path.home() / ".cache" / "siggate"
+
+
+def cache_root(cache_dir: str | os.PathLike | None) -> Path:
+    """The cache root a loader writes: ``cache_dir`` (``--cache-dir``, ``data.cache_dir``) when
+    given, else :func:`default_cache_dir`; a leading ``~`` the shell left (``--cache-dir=~/c``,
+    ``SIGGATE_CACHE='~/c'``) is the home folder, not a folder named ``~`` here."""
+    return Path(os.path.expanduser(cache_dir)) if cache_dir else default_cache_dir()
 
 
 def default_data_root() -> Path | None:

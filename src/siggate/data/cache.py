@@ -394,8 +394,9 @@ def cached(
             logger.info("waiting for another process building %s", path)
             lock.acquire()
     except OSError as exc:  # a read-only or misplaced cache (SIGGATE_CACHE, --cache-dir)
-        raise DataError(f"cannot write the cache folder {folder} ({exc.strerror or exc}); set SIGGATE_CACHE "
-                        "(or --cache-dir) to a folder you can write to") from None
+        raise DataError(f"cannot write the cache folder {folder} ({exc.strerror or exc}); give --cache-dir a folder "
+                        "you can write to (a run reads the cache folder it was trained with; without one named, "
+                        "SIGGATE_CACHE sets it)") from None
     try:
         if path.exists() and not rebuild:
             ok, obj, why = _try_load(path, load)

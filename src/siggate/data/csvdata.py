@@ -70,7 +70,7 @@ from .base import (
     InvalidRow,
     RowNote,
     TaskInfo,
-    default_cache_dir,
+    cache_root,
     one_class_split,
 )
 from .cache import cached, fingerprint_file, load_dataset, save_dataset, write_invalid_rows
@@ -1345,7 +1345,7 @@ def load_csv(
     if duplicates == "average" and task != "regression":
         raise ValueError(f"duplicates='average' merges regression labels into their mean; a {task} label has "
                          "no mean, use 'first' or 'keep'")
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache_dir = cache_root(cache_dir)
     parts = {
         "dataset": "csv",
         "path": str(path.resolve()),

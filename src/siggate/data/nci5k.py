@@ -29,7 +29,7 @@ import warnings
 from pathlib import Path
 
 from ..options import SPLITS
-from .base import GraphDataset, InvalidRow, TaskInfo, default_cache_dir
+from .base import GraphDataset, InvalidRow, TaskInfo, cache_root
 from .registry import register_dataset
 
 __all__ = ["nci5k_source", "nci5k_cache_path", "load_nci5k", "build_nci5k"]
@@ -149,7 +149,7 @@ def load_nci5k(
 
     if kw:
         warnings.warn(f"load_nci5k: ignoring unknown arguments {sorted(kw)}", stacklevel=2)
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache_dir = cache_root(cache_dir)
     source = nci5k_source()
     if not source.is_file():
         raise FileNotFoundError(f"NCI-5K source not found at {source}; is RDKit installed with its data files?")
@@ -194,6 +194,6 @@ def nci5k_cache_path(cache_dir=None, frac=(0.8, 0.1, 0.1), split: str | None = N
     """Where :func:`load_nci5k` keeps its cache file."""
     from .cache import cache_key
 
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache_dir = cache_root(cache_dir)
     parts = _key_parts(nci5k_source(), frac, _check_split(split or DEFAULT_SPLIT))
     return cache_dir / NAME / f"{cache_key(parts)}.pt"

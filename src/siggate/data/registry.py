@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..options import closest_name
-from .base import GraphDataset, default_cache_dir, default_data_root
+from .base import GraphDataset, cache_root, default_data_root
 
 __all__ = ["DATASETS", "DATASET_META", "register_dataset", "get_dataset", "list_datasets"]
 
@@ -98,7 +98,5 @@ def get_dataset(name: str, root=None, cache_dir=None, **kw) -> GraphDataset:
         raise _unknown(name)
     if root is None:
         root = default_data_root()
-    if cache_dir is None:
-        cache_dir = default_cache_dir()
     root = Path(root) if root is not None else None
-    return DATASETS[key](root=root, cache_dir=Path(cache_dir), **kw)
+    return DATASETS[key](root=root, cache_dir=cache_root(cache_dir), **kw)

@@ -44,7 +44,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..files import file_digest
-from .base import DataError, GraphDataset, InvalidRow, TaskInfo, default_cache_dir, default_data_root
+from .base import DataError, GraphDataset, InvalidRow, TaskInfo, cache_root, default_data_root
 
 if TYPE_CHECKING:  # torch and PyG load when a dataset is built, not when its loader registers
     from torch_geometric.data import Data
@@ -164,7 +164,7 @@ def resolve_dirs(root, cache_dir) -> tuple[Path | None, Path]:
     """The data root (default :func:`default_data_root`, may be None) and the cache folder."""
     if root is None:
         root = default_data_root()
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache_dir = cache_root(cache_dir)
     return (Path(root) if root is not None else None), cache_dir
 
 

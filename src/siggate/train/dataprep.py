@@ -89,9 +89,9 @@ def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encoding
         ds = get_dataset(d.name, root=d.root, cache_dir=d.cache_dir, progress=progress, **extra)
     if d.max_graphs:
         ds = ds.first(d.max_graphs)
-    from ..data.base import default_cache_dir
+    from ..data.base import cache_root
 
-    cache_dir = Path(d.cache_dir) if d.cache_dir else default_cache_dir()
+    cache_dir = cache_root(d.cache_dir)
     key = ds.source or d.name
     if encodings.mol_features != "none":
         from ..data.molfeatures import cached_mol_features
