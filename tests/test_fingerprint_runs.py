@@ -242,6 +242,9 @@ def test_an_interrupted_fingerprint_run_resumes_to_the_uninterrupted_numbers(nit
     assert (cut / "member0" / "predictor.json").is_file() and not (cut / "member1").exists()
     assert not (cut / "metrics.json").exists()
     monkeypatch.undo()
+    rc, _, err = run_cli(["predict", "--checkpoint", str(cut), "CCO"], capsys)  # (it said: give a run folder)
+    assert rc == 2 and err == (f"siggate predict: error: {cut}: a run that was stopped before it finished (members.yaml, "
+                               f"no predictor.json or best.pt yet); finish it with siggate train --resume {cut}\n"), err
     rc, _, err = _train(capsys, nitrogen_csv, cut, "--members", "svr,rf", "--weights", "val", cache=cache)
     assert rc == 2 and "holds a run (members.yaml)" in _one_line(err)
     stamp = (cut / "member0" / "arrays.pt").stat().st_mtime_ns

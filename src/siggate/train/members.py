@@ -290,6 +290,12 @@ def load_predictor(path: str | Path, device: torch.device | str | None = "cpu"):
     if busy:  # a run still training there: its predictor is written when it ends
         raise PredictorFileError(f"{path}: a run is still training there ({busy}), and its predictor is written when "
                                  "it finishes; try again then")
+    from .rundir import MEMBERS_RECORD
+
+    record = next((name for name in (MEMBERS_RECORD, "config.yaml") if (path / name).is_file()), None)
+    if record:  # a run stopped before it wrote its predictor (Ctrl-C, a full disk)
+        raise PredictorFileError(f"{path}: a run that was stopped before it finished ({record}, no {MANIFEST} or "
+                                 f"{BEST} yet); finish it with siggate train --resume {path}")
     raise PredictorFileError(f"{path}: a folder with no {MANIFEST} and neither {ENSEMBLE_FILE} nor {BEST}; give a "
                              "run folder, an ensemble folder or a .pt checkpoint")
 
