@@ -206,6 +206,34 @@ def test_the_classifier_takes_any_two_labels_and_its_run_offers_prediction_sets(
         failed.score(["CCO"], ["a"])
 
 
+def test_a_std_that_is_zero_by_construction_is_warned_about(molecules):
+    """predict(return_std=True) of a fit whose weights give one member everything (the default
+    members did so for both targets of a small fit) or of one member returned zeros without a word
+    (the command line's warning went to a logger that fit silences): a UserWarning names the
+    targets; a spread over members warns of nothing."""
+    import warnings
+
+    import siggate
+
+    smiles, y = molecules
+    two = np.stack([y, -y], axis=1)
+    alone = siggate.SigGateRegressor(members="svr")
+    spread = siggate.SigGateRegressor(members="svr,rf", weights="equal")
+    with one_thread():
+        alone.fit(smiles[:50], two[:50])
+        spread.fit(smiles[:50], two[:50])
+    with pytest.warns(UserWarning, match=r"^return_std is 0 for every molecule for 'y0', 'y1': the run holds one "
+                                         r"member, so there is no spread over members; it is no sign of certainty "
+                                         r"\(predict_interval gives calibrated intervals\)$") as caught:
+        mean, std = alone.predict(smiles[50:], return_std=True)
+    assert caught[0].filename == __file__ and not std.any() and mean.shape == (10, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, std = spread.predict(smiles[50:], return_std=True)
+        alone.predict(smiles[50:])  # (no std asked for)
+    assert std.all()
+
+
 def test_unknown_weights_are_refused_before_any_training(tmp_path):
     import siggate
 

@@ -674,10 +674,28 @@ class SigGateRegressor(RegressorMixin, _SigGateEstimator):
         also the spread over the members (zeros for one model)."""
         out = self._predict_mean(X, return_std)
         values, std = out if return_std else (out, None)
+        if return_std:
+            self._warn_zero_std()
         if values.shape[1] == 1:
             values = values[:, 0]
             std = None if std is None else std[:, 0]
         return (values, std) if return_std else values
+
+    def _warn_zero_std(self) -> None:
+        """Warn (``UserWarning``), naming them, about the targets whose ``return_std`` is 0 for every
+        molecule by construction: one model, or validation weights that give one member everything
+        (the default members did so for both targets of a small fit). ``siggate predict`` warns of
+        it; an estimator's warning went to a logger that fit silences."""
+        from .train.predict import one_member_targets
+
+        if self.smiles_predictor_.ensemble:
+            alone, why = one_member_targets(self.predictor_)
+        else:
+            alone, why = list(self.target_names_), "the fit holds one model"
+        if alone:
+            warnings.warn(f"return_std is 0 for every molecule for {', '.join(map(repr, alone))}: {why}, so there is "
+                          "no spread over members; it is no sign of certainty (predict_interval gives calibrated "
+                          "intervals)", UserWarning, stacklevel=_user_level())
 
     def __sklearn_tags__(self):
         """Also: ``y`` may be ``[n, T]`` (several targets)."""

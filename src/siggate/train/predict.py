@@ -231,15 +231,23 @@ def too_few_message(cal, coverage: float, name: str = "--coverage", again: str =
             f"{'intervals are infinite' if cal.task == 'regression' else 'sets hold every class'}; {remedy}")
 
 
-def _warn_one_member_targets(combination, where) -> None:
-    """Warn, naming them, about the targets whose weights give one member everything: their
-    ``<target>_uncertainty`` (the members' weighted spread) is 0 for every molecule."""
+def one_member_targets(combination) -> tuple[list[str], str]:
+    """The targets whose weights give one member of ``combination`` everything, so that their
+    spread over the members (``<target>_uncertainty``, an estimator's ``return_std``) is 0 for
+    every molecule, and why (one member, or the validation weights)."""
     weights = combination.member_weights().numpy()  # [M, T]
     names = combination.info.target_names or [f"target{t}" for t in range(weights.shape[1])]
     alone = [n for n, w in zip(names, weights.T) if np.isclose(w, 1.0).any()]
+    why = ("the run holds one member" if weights.shape[0] == 1
+           else "the validation weights give one member all the weight")
+    return alone, why
+
+
+def _warn_one_member_targets(combination, where) -> None:
+    """Warn, naming them, about the targets whose weights give one member everything: their
+    ``<target>_uncertainty`` (the members' weighted spread) is 0 for every molecule."""
+    alone, why = one_member_targets(combination)
     if alone:
-        why = ("the run holds one member" if weights.shape[0] == 1
-               else "the validation weights give one member all the weight")
         log.warning("%s: %s for %s, so %s 0 for every "
                     "molecule, not a sign of certainty; conformal intervals (--coverage, or an estimator's "
                     "predict_interval) of a run calibrated on the similarity to its training molecules widen "
