@@ -1748,3 +1748,16 @@ def test_a_users_scaffold_split_on_a_benchmark_is_refused_as_any_split(tmp_path)
     own.write_text("data: {name: zinc, split: scaffold}\n_meta: {}\n")  # a _meta siggate did not write: no record
     with pytest.raises(ConfigError, match="data.split: zinc comes with its official split"):
         load_config(str(own))
+
+
+def test_continuous_labels_given_as_classes_name_task_regression(tmp_path, capsys):
+    """Continuous labels with --task binary (or multilabel) were refused row by row, then 'check the
+    SMILES column (--smiles-col) and the targets': the fix names --task regression."""
+    data = _csv(tmp_path / "d.csv", "smiles,y,split\nCCO,0.25,train\nCCN,1.5,val\nCCC,-3.4,test\n")
+    for task in ("binary", "multilabel"):
+        rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--task", task, "--split",
+                              "column:split", "--members", "rf", "--out", str(tmp_path / "run")], capsys)
+        assert rc == 2 and err.splitlines()[-1].endswith(
+            "line 4: target column 'y': label '-3.4' is not 0 or 1); its labels are not the classes 0 and 1: a measured "
+            f"quantity trains with --task regression (not {task}), two classes coded otherwise are recoded as 0 and 1"), err
+        assert not (tmp_path / "run").exists()

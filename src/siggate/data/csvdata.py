@@ -816,7 +816,10 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
     if n_valid == 0:
         reasons = "; ".join(f"line {r.file_line}: {r.reason}" for r in ds.invalid[:3])
         split = all(row_issue(r.reason) == "bad split label" for r in ds.invalid)  # (the SMILES column was blamed)
+        classes = ds.info.task != "regression" and any("is not 0 or 1" in r.reason for r in ds.invalid)
         fix = (f"check the split column (--split column:NAME; its values are {', '.join(_SPLIT_LABELS)})" if split else
+               f"its labels are not the classes 0 and 1: a measured quantity trains with --task regression (not "
+               f"{ds.info.task}), two classes coded otherwise are recoded as 0 and 1" if classes else
                "check the SMILES column (--smiles-col) and the targets")
         raise DataError(f"{path}: none of the {len(ds.invalid)} rows can be used ({reasons}); {fix}")
     y = _labels(ds)
