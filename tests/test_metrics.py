@@ -184,6 +184,12 @@ def test_summary_per_target_and_mean_against_hand_computation():
     assert lines[1] == "test  b  MAE n/a  RMSE n/a  R2 n/a"
     assert lines[-1] == f"test  mean over targets (1 of 2; no score for b)  MAE {a['mae']:.4g}  RMSE {a['rmse']:.4g}  " \
         f"R2 {a['r2']:.4g}"
+    # a metric undefined for a target that is scored (a ROC-AUC of one class, an R2 of constant labels):
+    # its mean is over fewer targets, said beside it (it read as the mean over both)
+    yc = np.array([[1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [0.0, 1.0]])
+    lines = format_summary("test", summary("multilabel", yc, np.array([[0.9, 0.8], [0.2, 0.7], [0.6, 0.9], [0.4, 0.3]]),
+                                           ["act", "act2"]))
+    assert lines[-1] == "test  mean over targets  ROC-AUC 1 (1 of 2)  PR-AUC 1 (1 of 2)  accuracy 0.875"
 
 
 def test_summary_classification_against_sklearn():

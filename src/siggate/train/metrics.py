@@ -334,15 +334,20 @@ def summary(task: str, y_true, y_pred, names: list[str] | None = None) -> dict:
 
 def format_summary(split: str, res: dict) -> list[str]:
     """Terminal lines for a :func:`summary` ``res`` of ``split``: one per target, and the mean
-    when there are several, e.g. ``test  logS  MAE 0.512  RMSE 0.701  R2 0.813``."""
-    def line(label: str, scores: dict) -> str:
-        parts = [f"{SUMMARY_LABELS.get(k, k)} {'n/a' if v is None else f'{v:.4g}'}" for k, v in scores.items()]
+    when there are several, e.g. ``test  logS  MAE 0.512  RMSE 0.701  R2 0.813``; a mean over
+    fewer targets than were scored (a metric undefined for some) says over how many."""
+    def line(label: str, scores: dict, counts: dict | None = None) -> str:
+        parts = [f"{SUMMARY_LABELS.get(k, k)} {'n/a' if v is None else f'{v:.4g}'}"
+                 + (f" ({counts[k]} of {scored})" if counts and v is not None and counts[k] < scored else "")
+                 for k, v in scores.items()]
         return f"{split:5s} {label}  " + "  ".join(parts)
 
     lines = [line(name, scores) for name, scores in res["per_target"].items()]
     if len(res["per_target"]) > 1:  # a target this split has no label of is no part of its mean: said
         unscored = [name for name, scores in res["per_target"].items() if all(v is None for v in scores.values())]
-        of = (f" ({len(res['per_target']) - len(unscored)} of {len(res['per_target'])}; no score for "
-              f"{', '.join(unscored)})" if unscored else "")
-        lines.append(line(f"mean over targets{of}", res["mean"]))
+        scored = len(res["per_target"]) - len(unscored)
+        of = f" ({scored} of {len(res['per_target'])}; no score for {', '.join(unscored)})" if unscored else ""
+        # a metric undefined for some scored targets (a ROC-AUC of one class) is the mean over fewer: said per metric
+        counts = {k: sum(scores.get(k) is not None for scores in res["per_target"].values()) for k in res["mean"]}
+        lines.append(line(f"mean over targets{of}", res["mean"], counts))
     return lines
