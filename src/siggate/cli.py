@@ -1151,7 +1151,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--coverage", default=None, metavar="C",
                    help="add split-conformal intervals holding the label with probability C (e.g. 0.9), calibrated "
                         "on the run's validation molecules: <target>_lower/_upper (regression) or <target>_set "
-                        "(binary/multilabel: {0}, {1}, {0,1}, or rarely {}: no class plausible enough)")
+                        "(binary/multilabel: {0}, {1}, {0,1}, or {}: no class plausible enough, common at low coverage)")
     add_device_flag(p)
     add_threads_flag(p)
     p.set_defaults(func=cmd_predict)
