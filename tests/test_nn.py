@@ -861,3 +861,38 @@ def test_layer_arguments_are_refused_where_given_and_an_empty_batch_attends_to_n
         attn = make_attention("full", 8, 2, impl=impl).eval()
         layout = attn.make_layout(torch.zeros(0, dtype=torch.long), torch.zeros(2, 0, dtype=torch.long), 2, impl, False)
         assert attn.forward_nodes(torch.zeros(0, 8), layout).shape == (0, 8)
+
+
+@pytest.mark.parametrize("attn_type", ["full", "performer", "exphormer"])
+def test_inputs_the_layer_would_misread_are_refused_in_one_line(attn_type):
+    """A researcher's inputs that ran wrong or failed deep inside (helper-163): a float 0/1 mask
+    on the padded attention's default path was SDPA's additive bias (nothing masked: 0.14 off, in
+    silence); edge_attr=None with a local model that reads edges, and num_graphs below the batch's
+    graph count, failed in torch's words; an int32 batch failed in Performer's scatter. The first
+    three are refused naming the fix; an int32 batch gives the long batch's numbers."""
+    torch.manual_seed(0)
+    if attn_type == "full":
+        attn = GatedMultiheadAttention(16, 4).eval()
+        x = torch.randn(2, 6, 16)
+        mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]])
+        assert torch.allclose(attn(x, mask.bool())[0, :3], attn(x[:1, :3])[0], atol=1e-6)
+        for bad in (mask.float(), mask, mask.bool()[:, :5]):
+            with pytest.raises(ValueError, match=r"^mask must be a bool tensor of shape \(B, N\) = \(2, 6\), True for "
+                                                 r"real nodes; got torch\.\w+ of shape \(2, \d\) \(mask\.bool\(\) "
+                                                 r"converts a 0/1 one\)$"):
+                attn(x, bad)
+    x, batch = torch.randn(8, 16), torch.tensor([0] * 5 + [1] * 3)
+    ei, e = torch.tensor([[0, 1, 2, 3, 5, 6], [1, 2, 3, 4, 6, 7]]), torch.randn(6, 16)
+    layer = GPSLayer(16, 4, attn_type=attn_type).eval()
+    with pytest.raises(ValueError, match=r"^num_graphs=1, but batch holds graph 1: give at least batch\.max\(\) \+ 1 = "
+                                         r"2, or None to count them$"):
+        layer.attn.make_layout(batch, ei, num_graphs=1)
+    with pytest.raises(ValueError, match=r"^local='gine' reads edge features: give edge_attr \[E, d\] = \[6, 16\]"):
+        layer(x, ei, None, batch)
+    assert torch.equal(layer(x, ei, e, batch.int())[0], layer(x, ei, e, batch)[0])
+    # weights edited through .data (older EMA or pruning code) bump no version: for_inference() handed
+    # back the snapshot folded before them (3.08 off); it folds again
+    layer.for_inference()
+    layer.ff2.weight.data.mul_(3.0)
+    layer.norm_attn.running_var.data.fill_(4.0)
+    assert torch.allclose(layer.for_inference()(x, ei, e, batch)[0], layer(x, ei, e, batch)[0], atol=1e-5)

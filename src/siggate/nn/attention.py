@@ -198,6 +198,11 @@ class GatedAttentionBase(nn.Module):
         the other types ignore it), built once per forward at the model's entry and
         shared by every layer; it carries the implementation (:meth:`choose_impl`) as ``.impl``."""
         impl = self.choose_impl(impl, details=details)
+        if batch.dtype != torch.long:  # (an int32 batch vector failed in Performer's scatter with torch's words)
+            batch = batch.long()
+        if num_graphs is not None and batch.numel() and int(batch.max()) >= num_graphs:  # (an index error deep inside)
+            raise ValueError(f"num_graphs={num_graphs}, but batch holds graph {int(batch.max())}: give at least "
+                             f"batch.max() + 1 = {int(batch.max()) + 1}, or None to count them")
         return self.build_layout(batch, edge_index, num_graphs, impl, graph_index=graph_index)
 
     def build_layout(self, batch: Tensor, edge_index: Tensor | None, num_graphs: int | None, impl: str,
@@ -364,6 +369,9 @@ class GatedMultiheadAttention(GatedAttentionBase):
         impl = self.choose_impl(impl, padded=True, details=return_details)
         if mask is None:
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        elif mask.dtype != torch.bool or mask.shape != x.shape[:2]:  # (SDPA read a 0/1 float mask as a bias)
+            raise ValueError(f"mask must be a bool tensor of shape (B, N) = {tuple(x.shape[:2])}, True for real "
+                             f"nodes; got {mask.dtype} of shape {tuple(mask.shape)} (mask.bool() converts a 0/1 one)")
         if impl == "packed":  # the real rows, attended over a layout built from the mask
             batch = torch.arange(x.size(0), device=x.device).repeat_interleave(mask.sum(1))
             out = x.new_zeros(x.shape)

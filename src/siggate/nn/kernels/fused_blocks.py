@@ -159,6 +159,8 @@ class FoldedGPSLayer(nn.Module):
     def __init__(self, layer) -> None:
         super().__init__()
         self._source = _snapshot_key(layer)
+        # their values too: an edit through .data (older EMA or pruning code) bumps no version
+        self._values = None if self._source is None else [t.detach().clone() for t, *_ in self._source]
         self.local, self.attn, self.ff1, self.impl = layer.local, layer.attn, layer.ff1, layer.impl
         self.gine = hasattr(layer.local, "aggregate")
         zero = torch.zeros_like(layer.ff2.bias)
@@ -190,12 +192,13 @@ class FoldedGPSLayer(nn.Module):
 
     def is_current(self, layer) -> bool:
         """Whether ``layer`` still holds the tensors this snapshot was folded from, unchanged:
-        the same tensors, storages and versions (an optimizer step, new running statistics,
-        ``load_state_dict`` or ``.to()`` each change one). Never for inference tensors,
-        which have no version."""
+        the same tensors, storages, versions (an optimizer step, new running statistics,
+        ``load_state_dict`` or ``.to()`` each change one) and values (an edit through ``.data``
+        changes no version). Never for inference tensors, which have no version."""
         now = _snapshot_key(layer)
         return (now is not None and self._source is not None and len(now) == len(self._source)
-                and all(a[0] is b[0] and a[1:] == b[1:] for a, b in zip(now, self._source)))
+                and all(a[0] is b[0] and a[1:] == b[1:] for a, b in zip(now, self._source))
+                and all(torch.equal(a[0], kept) for a, kept in zip(now, self._values)))
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None = None, layout=None,
                 return_details: bool = False):
