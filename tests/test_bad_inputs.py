@@ -1511,36 +1511,50 @@ def test_a_config_files_section_given_a_value_is_refused_and_an_empty_one_is_its
     assert load_config(str(empty)).members == MembersConfig()
 
 
-def test_a_target_with_no_training_label_is_refused_before_a_run(tmp_path, capsys):
+def test_a_target_with_no_training_label_is_refused_before_a_run(tmp_path, capsys, caplog):
     """Target b labelled only in val and test rows trained: its normalisation was NaN, so every
-    prediction of it was (and the checkpoint held NaN); the fingerprint members refused it after the
-    GNN had trained. A multilabel one trained with a warning, its predictions (and confident
-    conformal sets) those of an untrained output. Both are refused before any member trains, as is
-    a target of one value (one class) in every training row that varies elsewhere."""
-    def refused(labels, task, *words):
+    prediction of it was (and the checkpoint held NaN); the fingerprint members refused it, after a
+    GNN member had trained. It is refused before any member trains; a multilabel GNN alone trains
+    with a warning (a panel may hold such an assay). A target of one value (one class) in every
+    training row that varies elsewhere trained without a word: warned about."""
+    def run(labels, task, members):
         rows = ["smiles,a,b,split"] + [f"C{'C' * i}O,{i * 0.1 if task == 'regression' else i % 2},{labels(i)},"
                                        f"{'train' if i < 40 else 'val' if i < 50 else 'test'}" for i in range(60)]
         data = tmp_path / "d.csv"
         data.write_text("\n".join(rows) + "\n")
-        for members in (["gnn", "--epochs", "1", "--init", "none"], ["svr,rf"]):
-            rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "a,b", "--task", task, "--split",
-                                  "column:split", "--members", *members, "--out", str(tmp_path / "r"), "--no-progress"],
-                                 capsys)
-            assert rc == 2 and err == f"siggate train: error: {data}: target 'b' has {' '.join(words)}\n", err
-            assert not (tmp_path / "r").exists()
+        shutil.rmtree(tmp_path / "r", ignore_errors=True)
+        caplog.clear()
+        gnn = ["--epochs", "1", "--init", "none"] if "gnn" in members else []
+        return run_cli(["train", "--data", str(data), "--target-col", "a,b", "--task", task, "--split", "column:split",
+                        "--members", members, *gnn, "--out", str(tmp_path / "r"), "--no-progress"], capsys)
 
-    unlabelled = ("no label among the 40 training rows (0 in val, 10 in test), so no member can learn it; label some "
-                  "training molecules, or leave it out of --target-col")
-    refused(lambda i: "" if i < 50 else 1.5 + i * 0.01, "regression", unlabelled)
-    refused(lambda i: "" if i < 50 else i % 2, "multilabel", unlabelled)
-    split = ("so no member can learn it; --split random mixes the rows (another --seed draws another split), or give a "
-             "split column whose training rows")
-    refused(lambda i: 1.5 if i < 40 else i * 0.01, "regression",
-            f"the same value (1.5) in all 40 labelled training rows (its val or test rows differ), {split} vary, or "
-            "leave it out of --target-col")
-    refused(lambda i: 1 if i < 40 else i % 2, "multilabel",
-            f"only class 1 in all 40 labelled training rows (its val or test rows differ), {split} hold both classes, "
-            "or leave it out of --target-col")
+    def warned(what):
+        assert f"d.csv: target 'b' has {what}, so no model learns it from them: its predictions are a constant or an " \
+            "untrained output's, and its scores are not a model's; a random split (another seed draws another) " \
+            "puts labels of it into training, or leave it out" in caplog.messages, caplog.messages
+
+    for task, labels in (("regression", lambda i: "" if i < 40 else 1.5 + i * 0.01), ("multilabel", lambda i: "" if i < 40 else i % 2)):
+        for members in ("gnn,svr,rf", "svr,rf"):  # (the GNN first: it trained, then the svr refused)
+            rc, _, err = run(labels, task, members)
+            assert rc == 2 and err.splitlines()[-1] == ("siggate train: error: target 'b' has no labelled training "
+                                                        "row, so the svr member cannot learn it; label some training "
+                                                        "molecules, or leave the target out"), err
+            assert not (tmp_path / "r" / "member0" / "best.pt").exists()
+            warned("no label among the 40 training rows (20 in val and test)")
+    rc, _, err = run(lambda i: "" if i < 40 else 1.5 + i * 0.01, "regression", "gnn")
+    assert rc == 2 and "target 'b' has no label among the training rows (10 in val, 10 in test), so the GNN cannot " \
+        "learn it: label some training molecules, or leave the target out" in err, err
+    rc, _, err = run(lambda i: "" if i < 40 else i % 2, "multilabel", "gnn")
+    assert rc == 0, err
+    warned("no label among the 40 training rows (20 in val and test)")
+    rc, _, err = run(lambda i: 1.5 if i < 40 else i * 0.01, "regression", "svr,rf")
+    assert rc == 0, err
+    warned("the same value (1.5) in all 40 labelled training rows (val or test rows differ)")
+    rc, _, err = run(lambda i: 1 if i < 40 else i % 2, "multilabel", "svr,rf")
+    assert rc == 0, err
+    warned("only class 1 in all 40 labelled training rows (val or test rows differ)")
+    rc, _, err = run_cli(["evaluate", "--checkpoint", str(tmp_path / "r")], capsys)  # (a refusal refused this)
+    assert rc == 0, err
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -877,33 +877,6 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
             raise DataError(f"{path}: no target of the {name} split ({rows} rows) holds both classes, so its average "
                             "precision is undefined; --split random mixes the classes (another --seed draws another "
                             "random split), or give a split column with both classes of some target in each split")
-    _check_training_labels(path, ds)
-
-
-def _check_training_labels(path: Path, ds: GraphDataset) -> None:
-    """Refuse a target that the training rows give nothing to learn from while the file does: no
-    label among them, or one value (one class) in all of them, where val or test rows vary. Every
-    member then learned noise or a constant in silence (a test R2 of -29), and a GNN's multilabel
-    head stayed untrained, its confident sets drawn from it; a whole-file constant is refused above."""
-    names = ds.info.target_names
-    train = _labels(ds, ["train"])
-    if ds.info.task == "multiclass" or not len(train):
-        return
-    fix = "leave it out of --target-col" if len(names) > 1 else "choose the --target-col that holds the property"
-    for t, name in enumerate(names):
-        col = train[~np.isnan(train[:, t]), t]
-        if not col.size:
-            held = {split: int(np.sum(~np.isnan(_labels(ds, [split])[:, t]))) for split in ("val", "test")}
-            raise DataError(f"{path}: target {name!r} has no label among the {len(train)} training rows "
-                            f"({', '.join(f'{n} in {split}' for split, n in held.items())}), so no member can learn "
-                            f"it; label some training molecules, or {fix}")
-        if np.all(col == col[0]):
-            classes = ds.info.task != "regression"
-            what = f"only class {col[0]:g}" if classes else f"the same value ({col[0]:g})"
-            raise DataError(f"{path}: target {name!r} has {what} in all {col.size} labelled training rows (its val or "
-                            "test rows differ), so no member can learn it; --split random mixes the rows (another "
-                            "--seed draws another split), or give a split column whose training rows "
-                            f"{'hold both classes' if classes else 'vary'}, or {fix}")
 
 
 def _labels(ds: GraphDataset, splits: Sequence[str] = ("train", "val", "test")) -> np.ndarray:
@@ -1466,6 +1439,7 @@ def _report(path: Path, ds: GraphDataset, fresh: bool) -> None:
         logger.log(logging.WARNING if fresh else logging.INFO, "%s: skipped %d of %d rows (%s): %s%s%s", name,
                    len(ds.invalid), total, ", ".join(f"{n} {k}" for k, n in kinds.items()), examples, more, where)
     _warn_notes(name, ds)
+    _warn_training_labels(name, ds)
     if ds.info.task == "regression":
         y = _labels(ds)
         for t, col in enumerate(ds.info.target_names):
@@ -1484,6 +1458,32 @@ def _report(path: Path, ds: GraphDataset, fresh: bool) -> None:
                                    "logarithm, else its largest values decide the loss and the scores; to train on "
                                    "that, give a column of its log10 (pIC50 = 9 - log10(IC50 in nM))", name, col,
                                    math.log10(high / low), low, high)
+
+
+def _warn_training_labels(name: str, ds: GraphDataset) -> None:
+    """Warn about each target that the training rows give nothing to learn from where the file does:
+    no label among them, or one value (one class) in all of them. A GNN then learns noise or a
+    constant, a fingerprint member a constant, refit on the train and val rows (a test R2 of -29
+    passed without a word); a GNN's untrained multilabel output drew confident conformal sets. A
+    multilabel panel may hold such an assay: warned, not refused (a member that cannot learn it
+    refuses it before any member trains)."""
+    if ds.info.task == "multiclass" or not len(ds.train):
+        return
+    train = _labels(ds, ["train"])
+    for t, target in enumerate(ds.info.target_names):
+        col = train[~np.isnan(train[:, t]), t]
+        other = _labels(ds, ["val", "test"])[:, t]
+        other = other[~np.isnan(other)]
+        if not col.size and other.size:
+            what = f"no label among the {len(train)} training rows ({other.size} in val and test)"
+        elif col.size and np.all(col == col[0]) and np.any(other != col[0]):
+            what = (f"{f'only class {col[0]:g}' if ds.info.task != 'regression' else f'the same value ({col[0]:g})'} "
+                    f"in all {col.size} labelled training rows (val or test rows differ)")
+        else:
+            continue
+        logger.warning("%s: target %r has %s, so no model learns it from them: its predictions are a constant or an "
+                       "untrained output's, and its scores are not a model's; a random split (another seed draws "
+                       "another) puts labels of it into training, or leave it out", name, target, what)
 
 
 def _warn_notes(name: str, ds: GraphDataset) -> None:

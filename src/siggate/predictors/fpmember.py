@@ -468,6 +468,17 @@ class FingerprintMember:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.options().items())})"
 
+    def check_trainable(self, ds) -> None:
+        """Refuse (:class:`DataError`) a task this member cannot learn, or a target without a labelled
+        training row: called by :meth:`fit`, and by a run of several members before any member
+        trains (a multilabel run's GNN trained first, then this member refused its data)."""
+        check_task(ds.info, self.kind)
+        labels = graph_labels(list(ds.train), ds.info)
+        for j, name in enumerate(ds.info.target_names):
+            if not np.isfinite(labels[:, j]).any():
+                raise DataError(f"target {name!r} has no labelled training row, so the {self.kind} member cannot learn "
+                                "it; label some training molecules, or leave the target out")
+
     def fit(self, ds) -> "FingerprintMember":
         """Learn each target from ``ds.train``'s labelled rows; choose its options on ``ds.val``'s.
 
@@ -475,7 +486,7 @@ class FingerprintMember:
             DataError: a task or data the member cannot learn (node level, multiclass, graphs
                 without SMILES, labels other than 0/1 for classification, a target without a
                 labelled training row)."""
-        check_task(ds.info, self.kind)
+        self.check_trainable(ds)
         self.info = ds.info
         train, val = list(ds.train), list(ds.val)
         fp_tr, fp_va = FingerprintTable(graph_smiles(train, self.kind)), FingerprintTable(graph_smiles(val, self.kind))
@@ -490,9 +501,6 @@ class FingerprintMember:
         for j, name in enumerate(ds.info.target_names):
             rows, vrows = np.flatnonzero(np.isfinite(y_tr[:, j])), np.flatnonzero(np.isfinite(y_va[:, j]))
             data = TargetData(j, name, ds.info.task, fp_tr, fp_va, rows, y_tr[rows, j], vrows, y_va[vrows, j])
-            if rows.size == 0:
-                raise DataError(f"target {name!r} has no labelled training row; the {self.kind} member cannot "
-                                 "learn it")
             self.models_.append(self._fit_or_constant(data))
             if self.refit:  # the train-only fit's val predictions, kept for out_of_sample
                 held[:, j] = self.models_[j].output(fp_va)

@@ -94,6 +94,9 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     write_config(out / MEMBERS_RECORD, cfg.to_dict(), source=source, task=ds.info.to_dict(),
                  members={"kinds": kinds, "ensemble": int(gnn_copies), "weights": weights or "equal"},
                  **({"init_weights": init} if init else {}))
+    for _, _, member in built:  # a member that would refuse the data refuses it before any member trains
+        if hasattr(member, "check_trainable"):
+            member.check_trainable(ds)
     fitted = [fit_member(member, out / name, ds, resume, device) for name, _, member in built]
     record = {"config": cfg.to_dict(), "split_seed": cfg.train.seed, "data_source": source}
     combo = Combination(fitted, weights, [name for name, _, _ in built], record,
