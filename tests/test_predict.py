@@ -665,6 +665,10 @@ def test_sd_records_rdkit_reads_no_molecule_from_are_named_by_why_and_old_counts
     old = tmp_path / "old.sdf"
     old.write_text("\n".join(lines[:3] + [lines[3][:33].rstrip()] + lines[4:]) + "> <y>\n1.5\n\n$$$$\n")
     assert read_table(old, ",") == (["smiles", "y"], [["CCO", "1.5"]])
+    from siggate.data.sdfile import is_sd  # (told within predict's first 8 KiB, however large the first molecule)
+
+    large = Chem.MolToMolBlock(Chem.MolFromSmiles("C" * 160 + "N")).split("\n")
+    assert is_sd("\n".join(large[:3] + [large[3][:33].rstrip()] + large[4:]).encode()[:8192])
     both = tmp_path / "both.sdf"  # items 'smiles' and 'input_smiles': two columns input_smiles were made
     both.write_text(f"{block}> <smiles>\nOCC\n\n> <input_smiles>\nC(O)C\n\n$$$$\n")
     assert read_table(both, ",") == (["smiles", "input_input_smiles", "input_smiles"], [["CCO", "OCC", "C(O)C"]])
@@ -939,6 +943,13 @@ def test_a_file_systems_refusal_is_one_line_with_its_file_and_fix(ckpt, tmp_path
                           text=True, preexec_fn=limit)  # (every file a run writes)
     assert done.stderr.splitlines()[-1] == f"OSError: [Errno 27] File too large: '{tmp_path / 'run.json'}'", done.stderr
     assert not list(tmp_path.glob(".run.json*"))
+
+    def cut_short(fh):  # an OSError of a message alone keeps its message (naming a file dropped it)
+        raise OSError("the arrays were cut short")
+
+    with pytest.raises(OSError) as exc:
+        atomic_write(tmp_path / "x.bin", cut_short)
+    assert str(exc.value) == "the arrays were cut short"
 
     import siggate.train.checkpoint as C
 

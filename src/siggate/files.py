@@ -278,7 +278,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object], o
                     raise OSError(errno.EIO, f"writing it failed ({exc}): a full disk or a file size limit?",
                                   str(path)) from None
         except OSError as exc:  # a full disk, a size limit: the write's error names no file
-            if exc.filename is None:
+            if exc.filename is None and exc.errno is not None:  # (an OSError of a message alone keeps it)
                 exc.filename = str(path)
             raise
 

@@ -28,8 +28,11 @@ from .chem import UNREADABLE_MOLFILE
 #: at columns 34-39 of a line of at least 33 characters before it)
 MOLFILE = re.compile(rb"(?:[^\n]*\n){3}.{33,39}V[23]000[ \t]*\r?(?:\n|$)")
 #: the same with an older counts line that names no version (its atom and bond counts, right-aligned
-#: in three columns each, first), told by an ``M  END`` line after it (RDKit reads such a molfile)
-OLD_MOLFILE = re.compile(rb"(?:[^\n]*\n){3}[ \d]{2}\d[ \d]{2}\d[ \d]*\r?\n(?:[^\n]*\n)*?M  END[ \t]*\r?(?:\n|$)")
+#: in three columns each, first), told by the atom line after it (three coordinates and an element)
+#: or, for no atoms, the ``M  END`` line (RDKit reads such a molfile); within a reader's first bytes,
+#: however large the first molecule
+OLD_MOLFILE = re.compile(rb"(?:[^\n]*\n){3}[ \d]{2}\d[ \d]{2}\d[ \d]*\r?\n"
+                         rb"(?:[ \t]*-?\d+\.\d+[ \t]+-?\d+\.\d+[ \t]+-?\d+\.\d+[ \t]+[A-Za-z*]|M  END)")
 #: the column of the molecules' SMILES, and the column of their titles
 SMILES, NAME = "smiles", "name"
 _ITEM = re.compile(r"^>.*?<([^>]*)>")

@@ -915,7 +915,7 @@ def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
             yield fh
             fh.flush()
         except OSError as exc:  # (a full disk or a size limit of the file stdout was sent to: named as such)
-            if exc.filename is None and exc.errno not in (errno.EPIPE,):
+            if exc.filename is None and exc.errno not in (None, errno.EPIPE):  # (a message alone is kept)
                 exc.filename = "standard output"
             raise
         finally:
@@ -964,7 +964,7 @@ class _NamedFile(io.FileIO):
         try:
             return super().write(data)
         except OSError as exc:
-            if exc.filename is None:
+            if exc.filename is None and exc.errno is not None:
                 exc.filename = self.shown
             raise
 
