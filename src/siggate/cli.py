@@ -675,6 +675,17 @@ def cmd_evaluate(args) -> int:
         what = f"--data {args.data}" if args.data else f"the {args.split or 'test'} split"
         raise CLIError(f"{what}: {str(exc).rstrip('.')}; score rows of both classes") from None
     text = json.dumps(res, indent=2)
+    failed = None
+    if args.output:  # before the scores are printed: a reader of stdout that leaves (| head) loses no file
+        try:
+            data = (text + "\n").encode()
+            if args.output.lower().endswith(".gz"):  # compressed, as its name says
+                import gzip
+
+                data = gzip.compress(data, mtime=0)
+            atomic_write_bytes(Path(args.output), data, output=True)
+        except OSError as exc:
+            failed = exc
     print(text)
     _print_summaries({f"{k}_metrics": v for k, v in res.get("metrics", {}).items()}, file=sys.stderr)
     for split, shares in {k: v for k, v in res.get("coverage", {}).items() if k != "nominal"}.items():
@@ -684,17 +695,10 @@ def cmd_evaluate(args) -> int:
     for key, what in (("parity_plot", "parity plot"), ("roc_plot", "ROC curves")):
         if res.get(key):
             print(f"siggate evaluate: {what} {res[key]}", file=sys.stderr)
+    if failed is not None:
+        raise CLIError(f"--output {args.output}: cannot write it ({failed.strerror or failed}); the scores are printed "
+                       "above, or choose a path you can write to")
     if args.output:
-        try:
-            data = (text + "\n").encode()
-            if args.output.lower().endswith(".gz"):  # compressed, as its name says
-                import gzip
-
-                data = gzip.compress(data, mtime=0)
-            atomic_write_bytes(Path(args.output), data, output=True)
-        except OSError as exc:
-            raise CLIError(f"--output {args.output}: cannot write it ({exc.strerror or exc}); the scores are printed "
-                           "above, or choose a path you can write to") from None
         print(f"siggate evaluate: wrote {args.output}", file=sys.stderr)
     return 0
 
@@ -1414,8 +1418,14 @@ def _main(argv: list[str] | None, closed: frozenset[str] = frozenset()) -> int:
         if args.command in THREADED:
             _set_threads(args)
         return int(func(args) or 0)
-    except BrokenPipeError:  # the reader of stdout left (siggate ... | head): nothing more to write or say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes nowhere
+    except BrokenPipeError:  # the reader of stdout left (siggate predict ... | head): nothing more to write
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes nowhere
+        except (OSError, ValueError):  # (a stdout without a descriptor: a test's capture)
+            pass
+        if args.command not in ("predict", "evaluate"):  # (their output is the stream: read as far as wanted)
+            print(f"siggate {args.command}: stopped: the reader of its standard output left (a closed pipe)",
+                  file=sys.stderr)
         return 1
     except Exception as exc:
         said = _file_system_error(exc)
