@@ -245,6 +245,11 @@ def test_an_interrupted_fingerprint_run_resumes_to_the_uninterrupted_numbers(nit
     rc, _, err = run_cli(["predict", "--checkpoint", str(cut), "CCO"], capsys)  # (it said: give a run folder)
     assert rc == 2 and err == (f"siggate predict: error: {cut}: a run that was stopped before it finished (members.yaml, "
                                f"no predictor.json or best.pt yet); finish it with siggate train --resume {cut}\n"), err
+    project = tmp_path / "project"  # a folder with a config.yaml of its own is no stopped run
+    project.mkdir()
+    (project / "config.yaml").write_text("lr: 0.1\n")
+    rc, _, err = run_cli(["predict", "--checkpoint", str(project), "CCO"], capsys)
+    assert rc == 2 and "a folder with no predictor.json and neither ensemble.json nor best.pt" in err, err
     rc, _, err = _train(capsys, nitrogen_csv, cut, "--members", "svr,rf", "--weights", "val", cache=cache)
     assert rc == 2 and "holds a run (members.yaml)" in _one_line(err)
     stamp = (cut / "member0" / "arrays.pt").stat().st_mtime_ns

@@ -1408,7 +1408,7 @@ def _main(argv: list[str] | None, closed: frozenset[str] = frozenset()) -> int:
     try:
         from .options import impl_env_problem
 
-        if impl_env_problem():
+        if impl_env_problem() and args.command != "data":  # (the commands that may run attention)
             raise CLIError(impl_env_problem())
         _check_threads(args)
         if hasattr(args, "ray_address"):  # before any data is prepared (analyze's runs are built after it)

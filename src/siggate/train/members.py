@@ -290,12 +290,18 @@ def load_predictor(path: str | Path, device: torch.device | str | None = "cpu"):
     if busy:  # a run still training there: its predictor is written when it ends
         raise PredictorFileError(f"{path}: a run is still training there ({busy}), and its predictor is written when "
                                  "it finishes; try again then")
-    from .rundir import MEMBERS_RECORD
+    from ..config import ConfigError
+    from .rundir import MEMBERS_RECORD, member_of_run, read_record
 
     record = next((name for name in (MEMBERS_RECORD, "config.yaml") if (path / name).is_file()), None)
-    if record:  # a run stopped before it wrote its predictor (Ctrl-C, a full disk)
+    try:  # siggate's record (its _meta), not a project's own config.yaml
+        ours = record is not None and "_meta" in read_record(path / record)
+    except (ConfigError, OSError, ValueError):
+        ours = False
+    if ours:  # a run stopped before it wrote its predictor (Ctrl-C, a full disk)
+        run = member_of_run(path) or path
         raise PredictorFileError(f"{path}: a run that was stopped before it finished ({record}, no {MANIFEST} or "
-                                 f"{BEST} yet); finish it with siggate train --resume {path}")
+                                 f"{BEST} yet); finish it with siggate train --resume {run}")
     raise PredictorFileError(f"{path}: a folder with no {MANIFEST} and neither {ENSEMBLE_FILE} nor {BEST}; give a "
                              "run folder, an ensemble folder or a .pt checkpoint")
 
