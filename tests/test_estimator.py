@@ -234,6 +234,31 @@ def test_a_std_that_is_zero_by_construction_is_warned_about(molecules):
     assert std.all()
 
 
+def test_the_data_layers_warnings_reach_an_estimators_caller(molecules, caplog):
+    """fit silenced the logger that warns about the data (conflicting duplicates, a target of one
+    value in every training row): a caller heard nothing. Each is a UserWarning in the estimator's
+    words, at the caller's line; with verbose=True they are logged instead, as for the command line."""
+    import warnings
+
+    import siggate
+
+    smiles, y = molecules
+    X, labels = [*smiles[:40], smiles[0]], [*y[:40], y[0] + 5.0]  # the first molecule twice, 5 apart
+    with one_thread(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        siggate.SigGateRegressor(members="rf").fit(X, labels)
+    said = [w for w in caught if issubclass(w.category, UserWarning) and "several rows" in str(w.message)]
+    assert len(said) == 1 and said[0].filename == __file__, [str(w.message) for w in caught]
+    assert str(said[0].message).startswith("1 molecules appear in several rows (2 rows) with labels that differ by "
+                                           "more than 0.01 of the target's std")
+    assert "overrides=['data.duplicates=average']" in str(said[0].message) and "--duplicates" not in str(said[0].message)
+    with one_thread(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        siggate.SigGateRegressor(members="rf", verbose=True).fit(X, labels)
+    assert not [w for w in caught if "several rows" in str(w.message)]
+    assert any("1 molecules appear in several rows" in m for m in caplog.messages)
+
+
 def test_unknown_weights_are_refused_before_any_training(tmp_path):
     import siggate
 

@@ -97,6 +97,36 @@ def _user_level() -> int:
     return level
 
 
+@contextlib.contextmanager
+def _data_warnings(capture: bool):
+    """The warnings the data layer logs about the molecules and labels while the block runs (a
+    list, filled when it ends), kept from the terminal, for fit to give as ``UserWarning``s; the
+    count of rows left out aside (fit says it itself). ``capture=False`` (``verbose``): none, they
+    are logged as for the command line."""
+    said: list[str] = []
+    if not capture:
+        yield said
+        return
+    logger = logging.getLogger("siggate.data.csvdata")
+
+    class Kept(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = record.getMessage()
+            if record.levelno >= logging.WARNING and not re.match(r"[^:]*: skipped \d+ of \d+ rows", text):
+                said.append(text)
+
+    handler, before = Kept(), (logger.level, logger.propagate)
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)  # (fit's quiet logger is at ERROR)
+    logger.propagate = False
+    try:
+        yield said
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before[0])
+        logger.propagate = before[1]
+
+
 def _in_estimator_words(text: str, data: Path | None = None) -> str:
     """A refusal of ``siggate train`` as fit's caller reads it: the CSV that fit wrote (``data``)
     is not named and, in a refusal of that CSV, its lines are the molecules' positions in X (its
@@ -501,8 +531,13 @@ class _SigGateEstimator(BaseEstimator):
         members, weights = recipe_members(recipe_name(args), self.members)  # "" is no kind, refused as --members "" is
         kinds = parse_kinds(members)
         weights = run_weights(kinds, self.weights or weights)  # unknown weights raise before any data is read
-        ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,
-                          require_test=False)
+        with _data_warnings(not self.verbose) as said:
+            ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,
+                              require_test=False)
+        for text in said:  # (fit silences the logger that says them: conflicting duplicates, a target of one class)
+            text = text.removeprefix(f"{Path(cfg.data.csv).name}: ")
+            warnings.warn(self._in_words_of_y(_in_estimator_words(text, Path(cfg.data.csv))), UserWarning,
+                          stacklevel=_user_level())
         dropped = [r for r in ds.invalid if row_issue(r.reason) != MISSING_TARGET]
         if dropped:
             warnings.warn(f"{len(dropped)} of {len(smiles)} molecules left out (their positions in X: "
