@@ -1469,11 +1469,9 @@ def _warn_training_labels(name: str, ds: GraphDataset) -> None:
     refuses it before any member trains)."""
     if ds.info.task == "multiclass" or not len(ds.train):
         return
-    train = _labels(ds, ["train"])
+    train, held = _labels(ds, ["train"]), _labels(ds, ["val", "test"])
     for t, target in enumerate(ds.info.target_names):
-        col = train[~np.isnan(train[:, t]), t]
-        other = _labels(ds, ["val", "test"])[:, t]
-        other = other[~np.isnan(other)]
+        col, other = train[~np.isnan(train[:, t]), t], held[~np.isnan(held[:, t]), t]
         if not col.size and other.size:
             what = f"no label among the {len(train)} training rows ({other.size} in val and test)"
         elif col.size and np.all(col == col[0]) and np.any(other != col[0]):
