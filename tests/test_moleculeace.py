@@ -366,6 +366,32 @@ def test_compare_prints_the_paired_test_of_two_recipes_over_the_seeds_both_ran(t
         assert exc.value.code == 2 and msg in capsys.readouterr().err
 
 
+def test_best_of_is_the_mean_of_each_targets_lowest_row(tmp_path, capsys):
+    """--best-of RECIPE: per target the lowest published row, and the lowest of those and RECIPE's
+    mean over seeds, averaged over the public targets (checked by hand on made-up rows); a recipe
+    without every public target is refused."""
+    rng = np.random.default_rng(3)
+    pub = {tool: {t: {"rmse": float(0.6 + rng.uniform(0, 0.2)), "rmse_cliff": float(0.7 + rng.uniform(0, 0.2))}
+                  for t in mace.PUBLIC} for tool in ("x", "y")}
+    pub["y"][mace.PUBLIC[0]]["rmse_cliff"] = None  # (a published row without a cliff figure: the other tool's)
+    ours = {t: list(0.65 + rng.normal(0, 0.05, 3)) for t in mace.PUBLIC}
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"rows": _rows("siggate", "a", ours),
+                                   "anchors": {"tools": {k: {"per_target": v} for k, v in pub.items()}}}))
+    assert mace.main(["--best-of", "a", "--results", str(results)]) == 0
+    rmse, cliff = capsys.readouterr().out.strip().splitlines()
+    for line, metric, shift in ((rmse, "rmse", 0.0), (cliff, "rmse_cliff", 0.1)):
+        low = {t: min(v[t][metric] for v in pub.values() if v[t][metric] is not None) for t in mace.PUBLIC}
+        mine = {t: np.mean(vs) + shift for t, vs in ours.items()}
+        assert line == (f"{metric}: the lowest published row per target {np.mean(list(low.values())):.4f} (20 targets), "
+                        f"the lowest of those and a {np.mean([min(low[t], mine[t]) for t in mace.PUBLIC]):.4f}, a alone "
+                        f"{np.mean(list(mine.values())):.4f} (below every published row on "
+                        f"{sum(mine[t] < low[t] for t in mace.PUBLIC)} of 20 targets)")
+    with pytest.raises(SystemExit) as exc:
+        mace.main(["--best-of", "b", "--results", str(results)])
+    assert exc.value.code == 2 and "--best-of b: " in capsys.readouterr().err
+
+
 def test_the_harness_plans_through_the_study_api_skips_done_rows_and_refuses_conflicts(tmp_path, monkeypatch, capsys):
     """One real run (the SVM on the smallest public target reproduces MoleculeACE's published
     RMSE: same data, split, features, kernel and, here, the grid point MoleculeACE chose), then

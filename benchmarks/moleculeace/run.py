@@ -767,6 +767,31 @@ def compare_text(rows: list[dict], base: str, arm: str, seeds=None) -> str | Non
             + "\n".join(out))
 
 
+def best_of_text(results: dict, recipe: str) -> str | None:
+    """``--best-of RECIPE``: for the test RMSE and the cliff RMSE, the mean over the public targets
+    of each target's lowest published row (``anchors``), of the lowest of those and RECIPE's mean
+    over its seeds, and of RECIPE alone, with on how many targets RECIPE is below every published
+    row: what picking the best tool per target after the fact would score, the bound a default
+    that is one model for every target is measured against. ``None`` when RECIPE lacks a public
+    target."""
+    tools = (results.get("anchors") or {}).get("tools", {})
+    out = []
+    for metric in ("rmse", "rmse_cliff"):
+        ours = per_target([r for r in results["rows"] if r["target"] in PUBLIC], "siggate", recipe, metric)
+        if len(ours) < len(PUBLIC):
+            return None
+        published = {t: min((v["per_target"][t][metric] for v in tools.values()
+                             if (v.get("per_target", {}).get(t) or {}).get(metric) is not None), default=math.inf)
+                     for t in PUBLIC}
+        known = [t for t in PUBLIC if math.isfinite(published[t])]
+        out.append(f"{metric}: the lowest published row per target {statistics.mean(published[t] for t in known):.4f} "
+                   f"({len(known)} targets), the lowest of those and {recipe} "
+                   f"{statistics.mean(min(published[t], ours[t]) for t in PUBLIC):.4f}, {recipe} alone "
+                   f"{statistics.mean(ours.values()):.4f} (below every published row on "
+                   f"{sum(ours[t] < published[t] for t in PUBLIC)} of {len(PUBLIC)} targets)")
+    return "\n".join(out)
+
+
 def _fmt(v: float | None, d: int = 3) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{d}f}"
 
@@ -874,6 +899,8 @@ def main(argv=None) -> int:
     p.add_argument("--compare", default=None, metavar="BASE,ARM",
                    help="only print ARM's recipe against BASE's, paired by target over the seeds both ran "
                         "(of --seeds): mean difference, 95%% CI, wins and the Wilcoxon p, for RMSE and cliff RMSE")
+    p.add_argument("--best-of", default=None, metavar="RECIPE",
+                   help="print what picking, per target, the lowest of every published row (and of RECIPE) scores")
     p.add_argument("--import-rows", type=Path, default=None, metavar="FILE",
                    help="add the ok rows of another results file (e.g. one written in another worktree) to "
                         "--results, by the study's reuse rule: rows already there are kept, conflicts refused")
@@ -907,6 +934,12 @@ def _main(p: argparse.ArgumentParser, args, seeds) -> int:
             refuse(f"--compare: {names[1]} and {names[0]} have no target with a seed in common of --seeds "
                    f"{args.seeds}; {names[0]} has seeds {_recipe_seeds(rows, names[0])}, {names[1]} "
                    f"{_recipe_seeds(rows, names[1])}")
+        print(text)
+        return 0
+    if args.best_of is not None:
+        text = best_of_text(load_results(args.results), args.best_of)
+        if text is None:
+            refuse(f"--best-of {args.best_of}: {args.results} has no siggate rows of that recipe on every public target")
         print(text)
         return 0
     if args.import_rows is not None:
