@@ -887,8 +887,9 @@ def test_inputs_the_layer_would_misread_are_refused_in_one_line(attn_type):
     with pytest.raises(ValueError, match=r"^num_graphs=1, but batch holds graph 1: give at least batch\.max\(\) \+ 1 = "
                                          r"2, or None to count them$"):
         layer.attn.make_layout(batch, ei, num_graphs=1)
-    with pytest.raises(ValueError, match=r"^local='gine' reads edge features: give edge_attr \[E, d\] = \[6, 16\]"):
-        layer(x, ei, None, batch)
+    for module in (layer, layer.for_inference()):  # (the folded layer too)
+        with pytest.raises(ValueError, match=r"^local='gine' reads edge features: give edge_attr \[E, d\] = \[6, 16\]"):
+            module(x, ei, None, batch)
     assert torch.equal(layer(x, ei, e, batch.int())[0], layer(x, ei, e, batch)[0])
     # weights edited through .data (older EMA or pruning code) bump no version: for_inference() handed
     # back the snapshot folded before them (3.08 off); it folds again

@@ -254,12 +254,7 @@ class GPSLayer(nn.Module):
         local = details = attn = None
         edge_in = edge_attr  # the attention reads the layer's input edges (Exphormer's edge-aware scores)
         if self.local is not None:
-            if edge_attr is None:  # (a TypeError inside the local model's sum or linear layer)
-                raise ValueError(f"local={self.local_kind!r} reads edge features: give edge_attr [E, d] = "
-                                 f"{[edge_index.size(1), x.size(-1)]} (encode them first, e.g. siggate.nn.TypeEncoder; "
-                                 "graphs without edge features: TypeEncoder(1, d) of a zero type per edge), or "
-                                 "local='none'")
-            check_edge_features(x, edge_index, edge_attr)
+            check_edge_features(x, edge_index, edge_attr, self.local_kind)
             if fused and isinstance(self.local, GINELocal):
                 local = self.local.forward_residual(x, edge_index, edge_attr), True
             else:

@@ -162,6 +162,7 @@ class FoldedGPSLayer(nn.Module):
         # their values too: an edit through .data (older EMA or pruning code) bumps no version
         self._values = None if self._source is None else [t.detach().clone() for t, *_ in self._source]
         self.local, self.attn, self.ff1, self.impl = layer.local, layer.attn, layer.ff1, layer.impl
+        self.local_kind = layer.local_kind
         self.gine = hasattr(layer.local, "aggregate")
         zero = torch.zeros_like(layer.ff2.bias)
         with torch.no_grad():
@@ -198,13 +199,16 @@ class FoldedGPSLayer(nn.Module):
         now = _snapshot_key(layer)
         return (now is not None and self._source is not None and len(now) == len(self._source)
                 and all(a[0] is b[0] and a[1:] == b[1:] for a, b in zip(now, self._source))
-                and all(torch.equal(a[0], kept) for a, kept in zip(now, self._values)))
+                and not bool(torch.stack([((a[0] != kept) & ~(a[0].isnan() & kept.isnan())).any()
+                                          for a, kept in zip(now, self._values)]).any()))  # (one wait, NaN = NaN)
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None = None, layout=None,
                 return_details: bool = False):
         if self.training or return_details:
             raise ValueError("a folded GPS layer is for inference only: train, or ask for details, on the layer "
                              "it was built from")
+        if self.local is not None:
+            check_edge_features(x, edge_index, edge_attr, self.local_kind)
         if layout is None and self.attn is not None:
             layout = self.attn.make_layout(batch_vector(x, batch), edge_index, impl=self.impl)
         acc, edge_in = torch.addcmul(self.const, x, self.x_scale), edge_attr

@@ -30,10 +30,15 @@ def segment_amax(x: Tensor, index: Tensor, size: int) -> Tensor:
     return out.scatter_reduce(0, index.view((-1,) + (1,) * (x.dim() - 1)).expand_as(x), x, "amax")
 
 
-def check_edge_features(x: Tensor, edge_index: Tensor, edge_attr: Tensor | None) -> None:
+def check_edge_features(x: Tensor, edge_index: Tensor, edge_attr: Tensor | None, local: str | None = None) -> None:
     """Refuse edge features a local model would broadcast instead of read: a GPS layer's
     ``edge_attr`` is ``[E, d]``, one encoded row per edge at the layer's width (an ``[E, 1]``
-    column would be added to every channel, and PyG's ``GINEConv`` refuses it too)."""
+    column would be added to every channel, and PyG's ``GINEConv`` refuses it too); and none
+    where the layer's ``local`` model reads them (a TypeError inside its sum or linear layer)."""
+    if edge_attr is None and local is not None:
+        raise ValueError(f"local={local!r} reads edge features: give edge_attr [E, d] = "
+                         f"{[edge_index.size(1), x.size(-1)]} (encode them first, e.g. siggate.nn.TypeEncoder; "
+                         "graphs without edge features: TypeEncoder(1, d) of a zero type per edge), or local='none'")
     if edge_attr is None:
         return
     want = (edge_index.size(1), x.size(-1))
