@@ -649,8 +649,12 @@ def test_val_fraction_draws_validation_rows_from_a_train_test_column(tmp_path):
     path.write_text("smiles,y,fold\n" + "".join(f"{s},{y},{f}\n" for s, y, f in rows))
     plain = load_csv(path, "smiles", ["y"], "regression", split="column:fold", cache_dir=tmp_path / "c")
     with pytest.raises(DataError, match=r"the val split is empty \(31 usable rows\); add rows, or choose another "
-                                        r"--split \(a split column without val rows: --val-fraction 0.1 draws them"):
-        check_trainable(path, plain)
+                                        r"--split \(a split column without val rows: --val-fraction 0.1, "
+                                        r"data.val_fraction, draws them"):
+        check_trainable(path, plain, split="column:fold")
+    with pytest.raises(DataError, match=r"; add rows, or choose another --split \(data.split: random, or "
+                                        r"scaffold_balanced for a small file\)$"):  # (no column: no column's fix)
+        check_trainable(path, plain, split="scaffold")
     got = {}
     for seed in (0, 1):
         ds = load_csv(path, "smiles", ["y"], "regression", split="column:fold", seed=seed, cache_dir=tmp_path / "c",
@@ -679,7 +683,7 @@ def test_zero_one_regression_target_suggests_binary(tmp_path, caplog):
     load_csv(path, "smiles", ["active"], "regression", split="random", cache_dir=tmp_path / "c")
     msgs = [r.getMessage() for r in caplog.records]
     assert "b.csv: target column 'active' holds only 0 and 1, and is trained as regression (MAE); if it is a " \
-           "class label, pass --task binary" in msgs
+           "class label, pass --task binary (data.task)" in msgs
     caplog.clear()
     load_csv(path, "smiles", ["active"], "binary", split="random", cache_dir=tmp_path / "c")
     assert not any("holds only 0 and 1" in r.getMessage() for r in caplog.records)

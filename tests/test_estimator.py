@@ -252,6 +252,15 @@ def test_the_data_layers_warnings_reach_an_estimators_caller(molecules, caplog):
     assert str(said[0].message).startswith("1 molecules appear in several rows (2 rows) with labels that differ by "
                                            "more than 0.01 of the target's std")
     assert "overrides=['data.duplicates=average']" in str(said[0].message) and "--duplicates" not in str(said[0].message)
+    # a flag the estimator has no parameter for is said in its words: another class, an override
+    from siggate.estimator import _in_estimator_words
+
+    assert _in_estimator_words("target column 'y' holds only 0 and 1, and is trained as regression (MAE); if it is a "
+                               "class label, pass --task binary (data.task)").endswith("class label, use SigGateClassifier")
+    assert _in_estimator_words("or train from scratch: --set train.init=none (siggate train: --init none)") == (
+        "or train from scratch: overrides=['train.init=none'] (siggate train: --init none)")
+    assert _in_estimator_words("or set train.on_nan=skip (--set train.on_nan=skip; siggate train: --on-nan skip)") == (
+        "or set train.on_nan=skip (overrides=['train.on_nan=skip']; siggate train: --on-nan skip)")
     with one_thread(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         siggate.SigGateRegressor(members="rf", verbose=True).fit(X, labels)

@@ -429,7 +429,8 @@ def test_finetune_keeps_the_pretrained_pool_norm_and_says_so(caplog, monkeypatch
 
     assert setup([*CSV, "train.init=pretrained", "model.pool_norm=21.64"]).resolved == {}
     with pytest.raises(ConfigError, match=r"model\.pool_norm: pretrained 21\.64, this run 5 \(0 takes the pretrained value\)\); use the "
-                       r"pretrained model's settings, or train from scratch with --init none \(train\.init=none\)$"):
+                       r"pretrained model's settings, or train from scratch: --set train\.init=none \(siggate train: "
+                       r"--init none\)$"):
         setup([*CSV, "train.init=pretrained", "model.pool_norm=5"])
     assert setup([*CSV, "train.init=''"]).resolved == {"model.pool_norm": own}  # from scratch: its own
 
@@ -502,7 +503,8 @@ def test_init_from_the_cli_refuses_another_architecture_before_the_folder_and_no
     r = train("other", "--epochs", "1", "--init", "pretrained", "--set", "model.layers=2")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().endswith("has another architecture (model.layers: pretrained 4, this run 2); use the "
-                                     "pretrained model's settings, or train from scratch with --init none (train.init=none)"), r.stderr
+                                     "pretrained model's settings, or train from scratch: --set train.init=none "
+                                     "(siggate train: --init none)"), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "other").exists()
 
     r = train("nognn", "--init", "pretrained", "--members", "svr,rf")
@@ -1185,7 +1187,8 @@ def test_param_match_is_an_architecture_key_of_init():
     blob = {"config": {"model": {"dim": 64, "attn": True, "gate": "none", "param_match": "ffn"}}}
     why = _architecture_refusal(Path("w.pt"), blob, {"dim": 64, "attn": True, "gate": "none", "param_match": "none"})
     assert why == ("train.init: w.pt has another architecture (model.param_match: pretrained 'ffn', this run 'none'); "
-                   "use the pretrained model's settings, or train from scratch with --init none (train.init=none)")
+                   "use the pretrained model's settings, or train from scratch: --set train.init=none (siggate train: "
+                   "--init none)")
 
 
 def test_a_partial_build_keyed_before_the_test_sets_digest_is_kept(tmp_path, caplog):

@@ -585,9 +585,11 @@ def _check_data(cfg: Config) -> None:
         )
     if cfg.data.name == "csv":
         if not cfg.data.csv:
-            raise ConfigError("data.csv: a CSV path is required when data.name='csv' (siggate train --data FILE.csv)")
+            raise ConfigError("data.csv: a CSV path is required when data.name='csv' (siggate train --data FILE.csv; "
+                              "--set data.csv=FILE.csv elsewhere)")
         if not cfg.data.target_cols:
-            raise ConfigError("data.target_cols: name at least one target column (--target-col)")
+            raise ConfigError("data.target_cols: name at least one target column (siggate train --target-col COL; "
+                              "--set 'data.target_cols=[COL]' elsewhere)")
         loss, task, cols = cfg.train.loss, cfg.data.task, [str(c) for c in cfg.data.target_cols]
         if len(set(cols)) != len(cols):
             raise ConfigError(f"data.target_cols: {', '.join(cols)} names a column more than once; name each "

@@ -141,6 +141,9 @@ def _in_estimator_words(text: str, data: Path | None = None) -> str:
     text = re.sub(rf"--(duplicates|fragments)(?: ({values})\b)?",
                   lambda m: f"overrides=['data.{m.group(1)}={m.group(2)}']" if m.group(2)
                   else f"the override data.{m.group(1)}", text)
+    # a config key set on the command line is an override; a task flag is the other estimator
+    text = re.sub(r"--set '?([a-z_]+\.[a-z_]+=[^\s;,)']+)'?", lambda m: f"overrides=['{m.group(1)}']", text)
+    text = re.sub(r"pass --task (?:binary|multilabel)(?: \(data\.task\))?", "use SigGateClassifier", text)
     return re.sub(r"--[a-z][a-z-]*\b", lambda m: _PARAM_OF_FLAG.get(m.group(0), m.group(0)), text)
 
 

@@ -23,7 +23,7 @@ import torch
 from ..config import Config, load_config, set_itself
 from ..config_args import CLIError, check_out_folder, flag_key_clash, set_keys
 from ..files import atomic_write_bytes
-from ..options import progress_enabled
+from ..options import init_is_none, progress_enabled
 from ..version import __version__
 
 # --------------------------------------------------------------------------- CLI
@@ -112,7 +112,9 @@ def require_attention(cfg: Config, analysis: str) -> None:
     ``--data`` recipe's GNN), which failed with a traceback after training."""
     if not cfg.model.attn:
         raise CLIError(f"analyze {analysis} measures the attention heads, and this model has no attention branch "
-                       "(model.attn: false, the --data recipe's GNN); use a model trained with --set model.attn=true")
+                       "(model.attn: false, the --data recipe's GNN); use a model trained with --set model.attn=true"
+                       + (" --set train.init=none (the pretrained weights have no attention)"
+                          if not init_is_none(cfg.train.init or "") else ""))
 
 
 def variant(cfg: Config, epochs: int | None = None, **sets) -> Config:

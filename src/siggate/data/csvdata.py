@@ -806,10 +806,11 @@ class EmptySplitError(DataError):
         self.cause = cause
 
 
-def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> None:
+def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True, split: str | None = None) -> None:
     """Raise :class:`DataError` when a model cannot be trained on ``ds``: no usable row, a
     constant target, or an empty split (``siggate train`` calls this; :func:`load_csv` itself only warns).
-    ``require_test=False`` allows an empty test split (the scikit-learn estimators' ``fit``)."""
+    ``require_test=False`` allows an empty test split (the scikit-learn estimators' ``fit``);
+    ``split``: how the splits were drawn (``data.split``), for the fix of an empty one."""
     n_valid = sum(ds.sizes().values())
     if n_valid == 0 and not ds.invalid:
         raise DataError(f"{path}: {NO_ROWS}")
@@ -848,8 +849,10 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True) -> 
                             f"labelled rows, so there is nothing to learn (every error would be 0){left}; {fix}")
     empty = [name for name, graphs in ds.splits.items() if not graphs and (require_test or name != "test")]
     if empty:
-        hint = (" (a split column without val rows: --val-fraction 0.1 draws them from its train rows)"
-                if "val" in empty else "")
+        column = split is not None and split.startswith("column:")
+        hint = (" (a split column without val rows: --val-fraction 0.1, data.val_fraction, draws them from its "
+                "train rows)" if "val" in empty and column else "" if column else
+                " (data.split: random, or scaffold_balanced for a small file)")
         cause = (f"{path}: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty "
                  f"({n_valid} usable rows)")
         raise EmptySplitError(f"{cause}; add rows, or choose another --split{hint}", cause)
@@ -1447,7 +1450,7 @@ def _report(path: Path, ds: GraphDataset, fresh: bool) -> None:
             if v.size and np.all((v == 0) | (v == 1)) and np.any(v == 0) and np.any(v == 1):
                 task = "binary" if ds.info.num_tasks == 1 else "multilabel"
                 logger.warning("%s: target column %r holds only 0 and 1, and is trained as regression (MAE); if it "
-                               "is a class label, pass --task %s", name, col, task)
+                               "is a class label, pass --task %s (data.task)", name, col, task)
             elif v.size >= 10 and np.all(v > 0):
                 from scipy.stats import skew
 

@@ -35,6 +35,7 @@ from ..options import (
     add_cache_dir_flag,
     add_data_root_flag,
     add_progress_flag,
+    init_is_none,
     parse_gate_spec,
     progress_enabled,
 )
@@ -775,7 +776,9 @@ def compare(args) -> int:
         if not all(c["model"].get("attn", True) for c in expected.values()):
             raise CompareError("the arms differ only in the gate, and this config's model has no attention branch "
                                "(model.attn: false, the csv recipe's GNN): every arm would be the same model; add "
-                               "--set model.attn=true")
+                               "--set model.attn=true" + (" --set train.init=none (the pretrained weights have no "
+                                                          "attention)" if not all(init_is_none(c["train"].get("init") or "")
+                                                                             for c in expected.values()) else ""))
         from .members import GNN, run_refusal
 
         pairs = _plan_pairs(args, specs, seeds, out, threads)

@@ -136,7 +136,7 @@ def _architecture_refusal(path: Path, blob: dict, model_cfg: dict) -> str | None
     if not diffs:
         return None
     return (f"train.init: {path} has another architecture ({'; '.join(diffs)}); use the pretrained model's "
-            f"settings, or train from scratch with --init {NO_INIT} (train.init={NO_INIT})")
+            f"settings, or train from scratch: --set train.init={NO_INIT} (siggate train: --init {NO_INIT})")
 
 
 class InitWeights(NamedTuple):

@@ -410,7 +410,8 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
                 skipped += 1
                 continue
             raise _non_finite(f"non-finite loss ({loss.item()})", epoch, step, checkpoint,
-                              "Lower train.lr, check the data for NaN features, or pass --on-nan skip "
+                              "Lower train.lr, check the data for NaN features, or set train.on_nan=skip (--set train.on_nan=skip; "
+                              "siggate train: --on-nan skip) "
                               "to skip such batches.")
         loss.backward()
         # DDP has averaged the gradients: the norm is the same on every rank
@@ -421,7 +422,7 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
                 skipped += 1
                 continue
             raise _non_finite("non-finite gradient norm", epoch, step, checkpoint,
-                              "Lower train.lr or pass --on-nan skip.")
+                              "Lower train.lr or set train.on_nan=skip (--set train.on_nan=skip; siggate train: --on-nan skip).")
         opt.step()
         total += loss.item() * weight
         count += rows
