@@ -684,8 +684,10 @@ def cmd_evaluate(args) -> int:
 
                 data = gzip.compress(data, mtime=0)
             atomic_write_bytes(Path(args.output), data, output=True)
-        except OSError as exc:
+        except OSError as exc:  # said before the scores (a reader of stdout that leaves would lose it)
             failed = exc
+            print(f"siggate evaluate: error: --output {args.output}: cannot write it ({exc.strerror or exc}); the "
+                  "scores are printed on standard output, or choose a path you can write to", file=sys.stderr)
     print(text)
     _print_summaries({f"{k}_metrics": v for k, v in res.get("metrics", {}).items()}, file=sys.stderr)
     for split, shares in {k: v for k, v in res.get("coverage", {}).items() if k != "nominal"}.items():
@@ -696,8 +698,7 @@ def cmd_evaluate(args) -> int:
         if res.get(key):
             print(f"siggate evaluate: {what} {res[key]}", file=sys.stderr)
     if failed is not None:
-        raise CLIError(f"--output {args.output}: cannot write it ({failed.strerror or failed}); the scores are printed "
-                       "above, or choose a path you can write to")
+        return 2
     if args.output:
         print(f"siggate evaluate: wrote {args.output}", file=sys.stderr)
     return 0
@@ -1424,8 +1425,11 @@ def _main(argv: list[str] | None, closed: frozenset[str] = frozenset()) -> int:
         except (OSError, ValueError):  # (a stdout without a descriptor: a test's capture)
             pass
         if args.command not in ("predict", "evaluate"):  # (their output is the stream: read as far as wanted)
-            print(f"siggate {args.command}: stopped: the reader of its standard output left (a closed pipe)",
-                  file=sys.stderr)
+            try:
+                print(f"siggate {args.command}: stopped: the reader of its standard output left (a closed pipe)",
+                      file=sys.stderr)
+            except OSError:  # (stderr went into the same pipe: 2>&1 | head)
+                pass
         return 1
     except Exception as exc:
         said = _file_system_error(exc)

@@ -86,6 +86,9 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
         if done is not None:  # a finished run resumed: its record stays as it is (as a run of one model's)
             log.info("%s: the run of members has finished; nothing to train", out)
             return done
+    for _, _, member in built:  # a member that would refuse the data refuses it before any member trains
+        if hasattr(member, "check_trainable"):
+            member.check_trainable(ds)
     init = _init_weights(out, cfg, built, resume)
     # recorded only now: data that cannot be used leaves no record, so the command with its
     # flags mended runs without --overwrite
@@ -94,9 +97,6 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     write_config(out / MEMBERS_RECORD, cfg.to_dict(), source=source, task=ds.info.to_dict(),
                  members={"kinds": kinds, "ensemble": int(gnn_copies), "weights": weights or "equal"},
                  **({"init_weights": init} if init else {}))
-    for _, _, member in built:  # a member that would refuse the data refuses it before any member trains
-        if hasattr(member, "check_trainable"):
-            member.check_trainable(ds)
     fitted = [fit_member(member, out / name, ds, resume, device) for name, _, member in built]
     record = {"config": cfg.to_dict(), "split_seed": cfg.train.seed, "data_source": source}
     combo = Combination(fitted, weights, [name for name, _, _ in built], record,
