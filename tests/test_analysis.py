@@ -189,6 +189,23 @@ def test_head_analyses_of_a_model_without_attention_are_refused_before_training(
     assert not (tmp_path / "a" / "runs").exists()
 
 
+def test_the_attention_fix_on_a_pretrained_recipe_names_training_from_scratch():
+    """On the csv recipe, fine-tuned from pretrained weights without attention, 'add --set
+    model.attn=true' led into the architecture refusal of those weights (helper-164): the fix
+    names --set train.init=none too, and only there."""
+    from siggate.analysis.common import require_attention
+    from siggate.config import load_config
+    from siggate.config_args import CLIError
+
+    sets = ["data.csv=x.csv", "data.target_cols=[y]", "model.attn=false"]
+    for extra, tail in (([], " --set train.init=none (the pretrained weights have no attention)"),
+                        (["train.init=none"], "")):
+        cfg = load_config("csv", [*sets, *extra])
+        with pytest.raises(CLIError) as exc:
+            require_attention(cfg, "rank")
+        assert str(exc.value).endswith("use a model trained with --set model.attn=true" + tail)
+
+
 # ------------------------------------------------------------------- smoothing
 
 
