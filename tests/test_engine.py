@@ -709,9 +709,14 @@ def test_compare_rejects_bad_arguments(tmp_path, capsys):
     capsys.readouterr()
     # a model without attention: every arm the same model (the csv recipe's GNN); both scored the same
     assert _compare(["--set", "model.attn=false", "--seeds", "0", "--out", str(tmp_path / "noattn")]) == 2
-    assert "this config's model has no attention branch (model.attn: false" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "this config's model has no attention branch (model.attn: false" in err and "train.init" not in err
     # the csv recipe with attention: its shipped pretrained weights have none, so every arm failed after its data loaded
     csv_sets = ["--set", f"data.csv={tmp_path / 'x.csv'}", "--set", "data.target_cols=[y]", "--set", "model.attn=true"]
+    # (and the fix of the recipe without attention led there: it names training from scratch too)
+    assert _compare(["--config", "csv", *csv_sets[:4], "--seeds", "0", "--out", str(tmp_path / "csv")]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("add --set model.attn=true --set train.init=none (the pretrained "
+                                                     "weights have no attention)")
     assert _compare(["--config", "csv", *csv_sets, "--seeds", "0", "--out", str(tmp_path / "init")]) == 2
     assert "arm none: train.init:" in capsys.readouterr().err and not (tmp_path / "init" / "runs").exists()
     # the cliff term on a dataset without SMILES: every run failed once its data loaded; one line before any

@@ -776,9 +776,10 @@ def compare(args) -> int:
         if not all(c["model"].get("attn", True) for c in expected.values()):
             raise CompareError("the arms differ only in the gate, and this config's model has no attention branch "
                                "(model.attn: false, the csv recipe's GNN): every arm would be the same model; add "
-                               "--set model.attn=true" + (" --set train.init=none (the pretrained weights have no "
-                                                          "attention)" if not all(init_is_none(c["train"].get("init") or "")
-                                                                             for c in expected.values()) else ""))
+                               "--set model.attn=true" + ("" if all(init_is_none(c["train"].get("init") or "")
+                                                                    for c in expected.values()) else
+                                                          " --set train.init=none (the pretrained weights have no "
+                                                          "attention)"))
         from .members import GNN, run_refusal
 
         pairs = _plan_pairs(args, specs, seeds, out, threads)
