@@ -259,13 +259,32 @@ def test_the_data_layers_warnings_reach_an_estimators_caller(molecules, caplog):
                                "class label, pass --task binary (data.task)").endswith("class label, use SigGateClassifier")
     assert _in_estimator_words("or train from scratch: --set train.init=none (siggate train: --init none)") == (
         "or train from scratch: overrides=['train.init=none'] (siggate train: --init none)")
-    assert _in_estimator_words("or set train.on_nan=skip (--set train.on_nan=skip; siggate train: --on-nan skip)") == (
-        "or set train.on_nan=skip (overrides=['train.on_nan=skip']; siggate train: --on-nan skip)")
+    assert _in_estimator_words("or skip such batches: --set train.on_nan=skip (siggate train: --on-nan skip).") == (
+        "or skip such batches: overrides=['train.on_nan=skip'] (siggate train: --on-nan skip).")
+    assert _in_estimator_words("class label, pass --task multilabel (data.task)") == (
+        "class label, fit a SigGateClassifier per target")
+    assert _in_estimator_words("give --set members.svr.C=5") == "give overrides=['members.svr.C=5']"
     with one_thread(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         siggate.SigGateRegressor(members="rf", verbose=True).fit(X, labels)
     assert not [w for w in caught if "several rows" in str(w.message)]
     assert any("1 molecules appear in several rows" in m for m in caplog.messages)
+
+
+def test_a_diverged_fit_names_the_override_that_skips_such_batches(molecules):
+    """A non-finite loss in fit was no ValueError, so it kept the command line's words (--on-nan
+    skip) and named a checkpoint in fit's own folder, removed when fit returned."""
+    import siggate
+    from siggate.train.loop import NonFiniteLossError
+
+    smiles, y = molecules
+    est = siggate.SigGateRegressor(members="gnn", epochs=2, overrides=[
+        "train.lr=1e30", "train.init=none", "model.layers=1", "model.dim=32", "model.heads=4", "train.warmup_epochs=0"])
+    with one_thread(), pytest.raises(NonFiniteLossError) as exc:
+        est.fit(smiles[:40], y[:40])
+    text = str(exc.value)
+    assert text.endswith("Lower train.lr, check the data for NaN features, or skip such batches: "
+                         "overrides=['train.on_nan=skip'] (siggate train: --on-nan skip).") and "siggate-fit-" not in text
 
 
 def test_unknown_weights_are_refused_before_any_training(tmp_path):

@@ -142,8 +142,9 @@ def _in_estimator_words(text: str, data: Path | None = None) -> str:
                   lambda m: f"overrides=['data.{m.group(1)}={m.group(2)}']" if m.group(2)
                   else f"the override data.{m.group(1)}", text)
     # a config key set on the command line is an override; a task flag is the other estimator
-    text = re.sub(r"--set '?([a-z_]+\.[a-z_]+=[^\s;,)']+)'?", lambda m: f"overrides=['{m.group(1)}']", text)
-    text = re.sub(r"pass --task (?:binary|multilabel)(?: \(data\.task\))?", "use SigGateClassifier", text)
+    text = re.sub(r"--set '?([a-z_]+(?:\.[A-Za-z_0-9]+)+=[^\s;,)']+)'?", lambda m: f"overrides=['{m.group(1)}']", text)
+    text = re.sub(r"pass --task binary(?: \(data\.task\))?", "use SigGateClassifier", text)
+    text = re.sub(r"pass --task multilabel(?: \(data\.task\))?", "fit a SigGateClassifier per target", text)
     return re.sub(r"--[a-z][a-z-]*\b", lambda m: _PARAM_OF_FLAG.get(m.group(0), m.group(0)), text)
 
 
@@ -386,6 +387,7 @@ class _SigGateEstimator(BaseEstimator):
             raise ValueError(f"y's target(s) {', '.join(map(repr, empty))} have no label (NaN in every row); drop "
                              "them from y or give them labels")
         from .config_args import CLIError
+        from .train.loop import NonFiniteLossError
 
         keep = Path(self.out_dir) if self.out_dir is not None else None
         work = Path(tempfile.mkdtemp(prefix="siggate-fit-"))
@@ -393,12 +395,15 @@ class _SigGateEstimator(BaseEstimator):
             with _ONE_FIT, _kept_global_state(), self._quiet(), _claimed(keep) as (out, begin):
                 try:
                     self._fit_in(work, out or work / "run", smiles, y, names, feature_names, begin, seed)
-                except (ValueError, CLIError) as exc:  # the command line's words for what fit was given
+                except (ValueError, CLIError, NonFiniteLossError) as exc:  # the command line's words for what fit was given
                     text = self._in_words_of_y(_in_estimator_words(str(exc), work / "data.csv"))
-                    if text == str(exc) and isinstance(exc, ValueError):
+                    if keep is None:  # (a checkpoint in fit's own folder, removed when fit returns, is no help)
+                        text = re.sub(rf"The last good checkpoint is kept at {re.escape(str(work))}\S*\. ", "", text)
+                    if text == str(exc) and isinstance(exc, (ValueError, NonFiniteLossError)):
                         raise
                     try:  # the same class, for callers that catch it; a refusal of the flags: a ValueError
-                        reworded = type(exc)(text) if isinstance(exc, ValueError) else ValueError(text)
+                        kept = isinstance(exc, (ValueError, NonFiniteLossError))
+                        reworded = type(exc)(text) if kept else ValueError(text)
                     except Exception:
                         reworded = ValueError(text)
                     raise reworded from None

@@ -410,8 +410,8 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
                 skipped += 1
                 continue
             raise _non_finite(f"non-finite loss ({loss.item()})", epoch, step, checkpoint,
-                              "Lower train.lr, check the data for NaN features, or set train.on_nan=skip "
-                              "(--set train.on_nan=skip; siggate train: --on-nan skip) to skip such batches.")
+                              "Lower train.lr, check the data for NaN features, or skip such batches: --set "
+                              "train.on_nan=skip (siggate train: --on-nan skip).")
         loss.backward()
         # DDP has averaged the gradients: the norm is the same on every rank
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), t_cfg.clip if t_cfg.clip > 0 else float("inf"))
@@ -421,7 +421,7 @@ def train_epoch(run: Run, epoch: int, progress: bool = True, checkpoint: Path | 
                 skipped += 1
                 continue
             raise _non_finite("non-finite gradient norm", epoch, step, checkpoint,
-                              "Lower train.lr or set train.on_nan=skip (--set train.on_nan=skip; siggate train: "
+                              "Lower train.lr or skip such batches: --set train.on_nan=skip (siggate train: "
                               "--on-nan skip).")
         opt.step()
         total += loss.item() * weight
