@@ -648,13 +648,17 @@ def test_val_fraction_draws_validation_rows_from_a_train_test_column(tmp_path):
     path = tmp_path / "tt.csv"
     path.write_text("smiles,y,fold\n" + "".join(f"{s},{y},{f}\n" for s, y, f in rows))
     plain = load_csv(path, "smiles", ["y"], "regression", split="column:fold", cache_dir=tmp_path / "c")
-    with pytest.raises(DataError, match=r"the val split is empty \(31 usable rows\); add rows, or choose another "
-                                        r"--split \(a split column without val rows: --val-fraction 0.1, "
-                                        r"data.val_fraction, draws them"):
+    with pytest.raises(DataError, match=r"the val split is empty \(31 usable rows\); give the split column val rows, "
+                                        r"or draw them from its train rows: --val-fraction 0.1 \(data.val_fraction\)$"):
         check_trainable(path, plain, split="column:fold")
-    with pytest.raises(DataError, match=r"; add rows, or choose another --split \(data.split: random, or "
-                                        r"scaffold_balanced for a small file\)$"):  # (no column: no column's fix)
-        check_trainable(path, plain, split="scaffold")
+    # each split names the fix that applies to it (a split column's was named for every split)
+    from siggate.data.csvdata import _empty_split_fix
+
+    assert _empty_split_fix(["val"], "scaffold", 0) == "add rows, or choose --split random or scaffold_balanced (data.split)"
+    assert _empty_split_fix(["val"], "scaffold_balanced", 0) == "add rows, or choose --split random (data.split)"
+    assert _empty_split_fix(["val", "test"], "random", 0) == "add rows"
+    assert _empty_split_fix(["val"], "column:fold", 0.1).startswith("the val rows --val-fraction drew were dropped")
+    assert _empty_split_fix(["test"], "column:fold", 0) == "give the split column rows of test"
     got = {}
     for seed in (0, 1):
         ds = load_csv(path, "smiles", ["y"], "regression", split="column:fold", seed=seed, cache_dir=tmp_path / "c",

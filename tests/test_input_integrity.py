@@ -236,7 +236,7 @@ def test_val_fraction_through_the_command_line(tmp_path, capsys):
     args = ["train", "--data", str(data), "--target-col", "y", "--epochs", "1", "--cache-dir", str(tmp_path / "c"),
             *_TINY]
     rc, _, err = run_cli([*args, "--split", "column:split", "--out", str(tmp_path / "a")], capsys)
-    assert rc == 2 and "--val-fraction 0.1, data.val_fraction, draws them from its train rows" in _one_error_line(err, "train")
+    assert rc == 2 and "or draw them from its train rows: --val-fraction 0.1 (data.val_fraction)" in _one_error_line(err, "train")
     rc, _, err = run_cli([*args, "--split", "random", "--val-fraction", "0.1", "--out", str(tmp_path / "b")], capsys)
     assert rc == 2 and "data.val_fraction: 0.1 draws validation rows from the train rows of a split column" in err
     rc, _, err = run_cli([*args, "--split", "column:split", "--val-fraction", "0.2", "--out", str(tmp_path / "c")],

@@ -806,11 +806,13 @@ class EmptySplitError(DataError):
         self.cause = cause
 
 
-def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True, split: str | None = None) -> None:
+def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True, split: str | None = None,
+                    val_fraction: float = 0.0) -> None:
     """Raise :class:`DataError` when a model cannot be trained on ``ds``: no usable row, a
     constant target, or an empty split (``siggate train`` calls this; :func:`load_csv` itself only warns).
     ``require_test=False`` allows an empty test split (the scikit-learn estimators' ``fit``);
-    ``split``: how the splits were drawn (``data.split``), for the fix of an empty one."""
+    ``split`` and ``val_fraction``: how the splits were drawn (``data.split``,
+    ``data.val_fraction``), for the fix of an empty one."""
     n_valid = sum(ds.sizes().values())
     if n_valid == 0 and not ds.invalid:
         raise DataError(f"{path}: {NO_ROWS}")
@@ -849,13 +851,9 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True, spl
                             f"labelled rows, so there is nothing to learn (every error would be 0){left}; {fix}")
     empty = [name for name, graphs in ds.splits.items() if not graphs and (require_test or name != "test")]
     if empty:
-        column = split is not None and split.startswith("column:")
-        hint = (" (a split column without val rows: --val-fraction 0.1, data.val_fraction, draws them from its "
-                "train rows)" if "val" in empty and column else "" if column else
-                " (data.split: random, or scaffold_balanced for a small file)")
         cause = (f"{path}: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty "
                  f"({n_valid} usable rows)")
-        raise EmptySplitError(f"{cause}; add rows, or choose another --split{hint}", cause)
+        raise EmptySplitError(f"{cause}; {_empty_split_fix(empty, split, val_fraction)}", cause)
     if ds.info.task == "binary":  # ROC-AUC, the metric that chooses the epoch and scores the run, needs both
         found = one_class_split(ds)
         if found:
@@ -880,6 +878,21 @@ def check_trainable(path: Path, ds: GraphDataset, require_test: bool = True, spl
             raise DataError(f"{path}: no target of the {name} split ({rows} rows) holds both classes, so its average "
                             "precision is undefined; --split random mixes the classes (another --seed draws another "
                             "random split), or give a split column with both classes of some target in each split")
+
+
+def _empty_split_fix(empty: list[str], split: str | None, val_fraction: float) -> str:
+    """What to do about the ``empty`` splits of a CSV split by ``split`` (``val_fraction``: the
+    share of a split column's train rows drawn as val rows)."""
+    if split is not None and split.startswith("column:"):
+        if empty == ["val"] and val_fraction:  # (_draw_val draws one at least: they were dropped after it)
+            return ("the val rows --val-fraction drew were dropped after the split; add rows, or draw more "
+                    "(a larger --val-fraction, data.val_fraction)")
+        if empty == ["val"]:
+            return ("give the split column val rows, or draw them from its train rows: --val-fraction 0.1 "
+                    "(data.val_fraction)")
+        return f"give the split column rows of {' and '.join(empty)}"
+    others = [s for s in ("random", "scaffold_balanced") if s != (split or "scaffold")]
+    return "add rows" + (f", or choose --split {' or '.join(others)} (data.split)" if split != "random" else "")
 
 
 def _labels(ds: GraphDataset, splits: Sequence[str] = ("train", "val", "test")) -> np.ndarray:

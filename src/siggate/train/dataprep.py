@@ -81,7 +81,7 @@ def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encoding
                       cache_dir=Path(d.cache_dir) if d.cache_dir else None, seed=seed, sep=d.sep,
                       decimal=d.decimal, duplicates=d.duplicates, val_fraction=d.val_fraction,
                       fragments=d.fragments, chirality=chirality)
-        check_trainable(Path(d.csv), ds, require_test, split=d.split or "scaffold")
+        check_trainable(Path(d.csv), ds, require_test, split=d.split or "scaffold", val_fraction=d.val_fraction or 0.0)
     else:  # the data.* keys the dataset takes (registered options; validate() refuses the others)
         from ..data.catalog import DATASET_META
 
