@@ -656,7 +656,7 @@ def cmd_evaluate(args) -> int:
     if args.output:
         _check_output_file(Path(args.output), reads={"--data": args.data}, checkpoint=args.checkpoint)
     else:
-        _stream_open(args, "stdout", "the scores are written to it", "give --output FILE")
+        _stream_open("stdout", "the scores are written to it", "give --output FILE")
     device = check_device(args.device)
     targets = [c.strip() for c in args.target_col.split(",") if c.strip()] if args.target_col else None
     pictures = None
@@ -788,10 +788,10 @@ def _smiles_source(args) -> str | None:
         if len(args.smiles) > 1 or args.input:
             raise CLIError("'-' reads the molecules from standard input; give it alone, without other SMILES or "
                            "--input")
-        _stream_open(args, "stdin", "'-' reads the molecules from it", "give them with --input FILE or as arguments")
+        _stream_open("stdin", "'-' reads the molecules from it", "give them with --input FILE or as arguments")
         return "-"
     if args.input == "-":
-        _stream_open(args, "stdin", "'--input -' reads the molecules from it", "give them with --input FILE")
+        _stream_open("stdin", "'--input -' reads the molecules from it", "give them with --input FILE")
     if args.smiles and args.input:
         raise CLIError("give SMILES as arguments or --input FILE, not both")
     named = next((s for s in args.smiles if s.lower().endswith(_FILE_ENDINGS) or ("/" in s and Path(s).is_file())), None)
@@ -849,7 +849,7 @@ def cmd_predict(args) -> int:
     if args.output == "-":  # standard output, as --input - is standard input
         args.output = None
     if not args.output:
-        _stream_open(args, "stdout", "the predictions are written to it", "give --output FILE")
+        _stream_open("stdout", "the predictions are written to it", "give --output FILE")
     if args.output:
         _check_output_file(Path(args.output), "predictions.csv", reads={"--input": args.input},
                            checkpoint=args.checkpoint)
@@ -1351,9 +1351,15 @@ def _terminated_as_interrupt():
 
 
 def main(argv: list[str] | None = None) -> int:
-    closed = _open_standard_streams()
+    _CLOSED_STREAMS.clear()
+    _CLOSED_STREAMS.update(_open_standard_streams())
     with _terminated_as_interrupt():
-        return _main(argv, closed)
+        return _main(argv)
+
+
+#: the standard streams the shell closed for this command (:func:`_open_standard_streams`); kept
+#: here, not on the parsed arguments, which runs record
+_CLOSED_STREAMS: set[str] = set()
 
 
 def _open_standard_streams() -> frozenset[str]:
@@ -1383,18 +1389,17 @@ def _open_standard_streams() -> frozenset[str]:
     return frozenset(closed)
 
 
-def _stream_open(args, name: str, what: str, fix: str) -> None:
+def _stream_open(name: str, what: str, fix: str) -> None:
     """Refuse (:class:`CLIError`) to read or write ``what`` through the standard stream ``name``
     (``"stdin"``, ``"stdout"``) that the shell closed (:func:`_open_standard_streams`)."""
-    if name in getattr(args, "closed_streams", ()):
+    if name in _CLOSED_STREAMS:
         stream, shell = {"stdin": ("standard input", "<&-"), "stdout": ("standard output", ">&-")}[name]
         raise CLIError(f"{stream} is closed ({shell}), and {what}; {fix}")
 
 
-def _main(argv: list[str] | None, closed: frozenset[str] = frozenset()) -> int:
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    args.closed_streams = closed
     if extra:  # named by the command they were given to, with its usage (the top-level usage said nothing of it)
         inner = _innermost(parser, args)
         inner.error(f"unrecognized arguments: {' '.join(extra)}{_flag_hint(inner, extra, parser)}")
