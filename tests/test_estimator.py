@@ -252,6 +252,14 @@ def test_the_data_layers_warnings_reach_an_estimators_caller(molecules, caplog):
     assert str(said[0].message).startswith("1 molecules appear in several rows (2 rows) with labels that differ by "
                                            "more than 0.01 of the target's std")
     assert "overrides=['data.duplicates=average']" in str(said[0].message) and "--duplicates" not in str(said[0].message)
+    assert str(said[0].message).endswith("to keep the first row")  # (no data_report.csv outlives a fit without out_dir)
+    from siggate.estimator import _data_warning_in_fit_words
+
+    assert _data_warning_in_fit_words("they train, but siggate predict refuses them unless --max-atoms is raised, and",
+                                      True) == ("they train, but predict takes them (its atom limit is the largest "
+                                                "molecule fit trained on), and")
+    assert _data_warning_in_fit_words("(salts; data_report.csv lists them)", False) == "(salts)"
+    assert _data_warning_in_fit_words("(salts; data_report.csv lists them)", True) == "(salts; data_report.csv lists them)"
     # a flag the estimator has no parameter for is said in its words: another class, an override
     from siggate.estimator import _in_estimator_words
 

@@ -127,6 +127,20 @@ def _data_warnings(capture: bool):
         logger.propagate = before[1]
 
 
+def _data_warning_in_fit_words(text: str, kept: bool) -> str:
+    """A data warning of training (:func:`_data_warnings`) as it holds for fit: its predict's atom
+    limit is the largest molecule it trained on, its validation rows are drawn by ``random_state``,
+    and without an ``out_dir`` (``kept``) no ``data_report.csv`` outlives fit."""
+    text = text.replace("siggate predict refuses them unless --max-atoms is raised",
+                        "predict takes them (its atom limit is the largest molecule fit trained on)")
+    text = text.replace("a random split (another seed draws another) puts labels of it into training",
+                        "another random_state draws other validation rows")
+    if not kept:
+        text = re.sub(r" \(data_report\.csv(?: in the run folder)? lists them\)", "", text)
+        text = re.sub(r"; data_report\.csv(?: in the run folder)? lists them\)", ")", text)
+    return text
+
+
 def _in_estimator_words(text: str, data: Path | None = None) -> str:
     """A refusal of ``siggate train`` as fit's caller reads it: the CSV that fit wrote (``data``)
     is not named and, in a refusal of that CSV, its lines are the molecules' positions in X (its
@@ -543,7 +557,7 @@ class _SigGateEstimator(BaseEstimator):
             ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,
                               require_test=False)
         for text in said:  # (fit silences the logger that says them: conflicting duplicates, a target of one class)
-            text = text.removeprefix(f"{Path(cfg.data.csv).name}: ")
+            text = _data_warning_in_fit_words(text.removeprefix(f"{Path(cfg.data.csv).name}: "), self.out_dir is not None)
             warnings.warn(self._in_words_of_y(_in_estimator_words(text, Path(cfg.data.csv))), UserWarning,
                           stacklevel=_user_level())
         dropped = [r for r in ds.invalid if row_issue(r.reason) != MISSING_TARGET]
