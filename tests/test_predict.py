@@ -951,6 +951,13 @@ def test_a_file_systems_refusal_is_one_line_with_its_file_and_fix(ckpt, tmp_path
         atomic_write(tmp_path / "x.bin", cut_short)
     assert str(exc.value) == "the arrays were cut short"
 
+    def pipe_gone(fh):  # a broken pipe is no file's fault: not named (a pipe as --output: /dev/stdout)
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    with pytest.raises(BrokenPipeError) as exc:
+        atomic_write(tmp_path / "x.bin", pipe_gone)
+    assert exc.value.filename is None
+
     import siggate.train.checkpoint as C
 
     def locked(path, **kwargs):  # a checkpoint without read permission was "truncated or corrupt"

@@ -278,9 +278,18 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object], o
                     raise OSError(errno.EIO, f"writing it failed ({exc}): a full disk or a file size limit?",
                                   str(path)) from None
         except OSError as exc:  # a full disk, a size limit: the write's error names no file
-            if exc.filename is None and exc.errno is not None:  # (an OSError of a message alone keeps it)
-                exc.filename = str(path)
+            name_os_error(exc, str(path))
             raise
+
+
+def name_os_error(exc: OSError, name: str) -> None:
+    """Give a failed write's ``OSError`` that names no file (a full disk, a file size limit) the
+    name ``name`` (a path, or ``"standard output"``), so that its message says where; one that
+    carries a message alone (no errno) and a broken pipe, which is no file's fault, are left as
+    they are. The one rule of every write's error message (:func:`atomic_write`, ``siggate predict``'s
+    output)."""
+    if exc.filename is None and exc.errno not in (None, errno.EPIPE):
+        exc.filename = name
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, output: bool = False) -> None:

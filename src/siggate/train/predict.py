@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import errno
 import gzip
 import io
 import itertools
@@ -79,7 +78,7 @@ from ..data.chem import (
 from ..data.compressed import DAMAGED, compression, inner_suffix, open_decompressed
 from ..data.csvdata import excel_sep_problem, headerless_hint, one_in_any_case
 from ..data.sdfile import is_sd, sd_table
-from ..files import AtomicFile, number_text, read_json
+from ..files import AtomicFile, name_os_error, number_text, read_json
 from ..options import DELIMITERS, closest_name
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
 
@@ -915,8 +914,7 @@ def csv_output(output: str | Path | None) -> Iterator[io.TextIOWrapper]:
             yield fh
             fh.flush()
         except OSError as exc:  # (a full disk or a size limit of the file stdout was sent to: named as such)
-            if exc.filename is None and exc.errno not in (None, errno.EPIPE):  # (a message alone is kept)
-                exc.filename = "standard output"
+            name_os_error(exc, "standard output")
             raise
         finally:
             try:
@@ -964,8 +962,7 @@ class _NamedFile(io.FileIO):
         try:
             return super().write(data)
         except OSError as exc:
-            if exc.filename is None and exc.errno is not None:
-                exc.filename = self.shown
+            name_os_error(exc, self.shown)
             raise
 
 
