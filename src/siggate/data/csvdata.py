@@ -1455,9 +1455,10 @@ def _report(path: Path, ds: GraphDataset, fresh: bool) -> None:
         logger.log(logging.WARNING if fresh else logging.INFO, "%s: skipped %d of %d rows (%s): %s%s%s", name,
                    len(ds.invalid), total, ", ".join(f"{n} {k}" for k, n in kinds.items()), examples, more, where)
     _warn_notes(name, ds)
-    _warn_training_labels(name, ds)
+    train, held = _labels(ds, ["train"]), _labels(ds, ["val", "test"])  # (stacked once for both checks)
+    _warn_training_labels(name, ds, train, held)
     if ds.info.task == "regression":
-        y = _labels(ds)
+        y = np.concatenate([train, held])
         for t, col in enumerate(ds.info.target_names):
             v = y[~np.isnan(y[:, t]), t]
             if v.size and np.all((v == 0) | (v == 1)) and np.any(v == 0) and np.any(v == 1):
@@ -1476,16 +1477,16 @@ def _report(path: Path, ds: GraphDataset, fresh: bool) -> None:
                                    math.log10(high / low), low, high)
 
 
-def _warn_training_labels(name: str, ds: GraphDataset) -> None:
+def _warn_training_labels(name: str, ds: GraphDataset, train: np.ndarray, held: np.ndarray) -> None:
     """Warn about each target that the training rows give nothing to learn from where the file does:
     no label among them, or one value (one class) in all of them. A GNN then learns noise or a
     constant, a fingerprint member a constant, refit on the train and val rows (a test R2 of -29
     passed without a word); a GNN's untrained multilabel output drew confident conformal sets. A
     multilabel panel may hold such an assay: warned, not refused (a member that cannot learn it
-    refuses it before any member trains)."""
+    refuses it before any member trains). ``train``, ``held``: the labels of the train rows and
+    of the val and test rows (:func:`_labels`)."""
     if ds.info.task == "multiclass" or not len(ds.train):
         return
-    train, held = _labels(ds, ["train"]), _labels(ds, ["val", "test"])
     for t, target in enumerate(ds.info.target_names):
         col, other = train[~np.isnan(train[:, t]), t], held[~np.isnan(held[:, t]), t]
         if not col.size and other.size:
