@@ -887,6 +887,12 @@ def test_inputs_the_layer_would_misread_are_refused_in_one_line(attn_type):
     with pytest.raises(ValueError, match=r"^num_graphs=1, but batch holds graph 1: give at least batch\.max\(\) \+ 1 = "
                                          r"2, or None to count them$"):
         layer.attn.make_layout(batch, ei, num_graphs=1)
+    from siggate.nn.kernels.layout import DenseIndex, GraphSegments, PackedLayout
+
+    for build in (DenseIndex.from_batch, GraphSegments.from_batch, PackedLayout.from_batch):  # (each layout's own count)
+        with pytest.raises(ValueError, match=r"^num_graphs=1, but batch holds graph 1"):
+            build(batch, 1)
+        assert build(batch, 3) is not None  # (a graph of no node: allowed, as PyG's pools allow it)
     for module in (layer, layer.for_inference()):  # (the folded layer too)
         with pytest.raises(ValueError, match=r"^local='gine' reads edge features: give edge_attr \[E, d\] = \[6, 16\]"):
             module(x, ei, None, batch)

@@ -105,6 +105,20 @@ def _partition_sizes(sizes: list[int], call_cost: float, row_cost: float) -> lis
     return out[::-1]
 
 
+def graph_counts(batch: Tensor, num_graphs: int | None = None) -> Tensor:
+    """``[G]``: the nodes of each graph of a batch vector, ``G`` being ``num_graphs`` or, when
+    None, ``batch.max() + 1`` (0 for no node); the one place that counts them for every layout.
+
+    Raises:
+        ValueError: ``batch`` holds a graph ``>= num_graphs`` (an index error deep inside otherwise).
+    """
+    counts = torch.bincount(batch, minlength=num_graphs or 0)
+    if num_graphs is not None and counts.numel() > num_graphs:  # (bincount's length: no extra sync)
+        raise ValueError(f"num_graphs={num_graphs}, but batch holds graph {counts.numel() - 1}: give at least "
+                         f"batch.max() + 1 = {counts.numel()}, or None to count them")
+    return counts
+
+
 def sorted_by_graph(batch) -> bool:
     """Whether a batch vector (a tensor or a NumPy array) is non-decreasing: each graph's rows
     contiguous and in graph order, as PyG's ``Batch`` stores them."""
@@ -151,9 +165,7 @@ class PackedLayout:
         call_cost = GROUP_CALL_COST if call_cost is None else call_cost
         row_cost = GROUP_ROW_COST if row_cost is None else row_cost
         b = batch.detach().cpu().numpy()
-        if batch_size is None:
-            batch_size = int(b.max()) + 1 if b.size else 0
-        counts = np.bincount(b, minlength=batch_size)
+        counts = graph_counts(torch.from_numpy(b), batch_size).numpy()
         ptr = np.concatenate([[0], np.cumsum(counts)])
         # node ids in graph order: the rows themselves when the batch is sorted (PyG's Batch), else
         # each graph's rows gathered in their order in the batch
@@ -349,9 +361,8 @@ class DenseIndex:
 
     @classmethod
     def from_batch(cls, batch: Tensor, batch_size: int | None = None, impl: str = "reference") -> "DenseIndex":
-        if batch_size is None:
-            batch_size = int(batch.max()) + 1 if batch.numel() else 0
-        counts = torch.bincount(batch, minlength=batch_size)
+        counts = graph_counts(batch, batch_size)
+        batch_size = counts.numel()
         max_nodes = int(counts.max()) if counts.numel() else 0
         ptr = torch.zeros(batch_size + 1, dtype=torch.long, device=batch.device)
         ptr[1:] = counts.cumsum(0)
@@ -396,11 +407,9 @@ class GraphSegments:
     """
 
     def __init__(self, batch: Tensor, num_graphs: int | None = None, impl: str = "packed") -> None:
-        if num_graphs is None:
-            num_graphs = int(batch.max()) + 1 if batch.numel() else 0
-        counts = torch.bincount(batch, minlength=num_graphs)
+        counts = graph_counts(batch, num_graphs)
         self.batch = batch
-        self.num_graphs = int(num_graphs)
+        self.num_graphs = counts.numel()
         self.num_nodes = int(batch.numel())
         self.ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
         self.sizes = counts.tolist()
