@@ -442,6 +442,16 @@ def test_resolve_impl_auto_and_environment_override(monkeypatch, capsys):
         monkeypatch.setenv("SIGGATE_ATTN_IMPL", impl)
         assert resolve_impl("auto") == impl == resolve_impl("auto", padded=True)
         assert resolve_impl("sdpa") == "sdpa"  # an explicit choice wins
+    from siggate.nn import make_attention
+
+    batch, ei = torch.tensor([0, 0, 1]), torch.tensor([[0, 1], [1, 0]])
+    monkeypatch.setenv("SIGGATE_ATTN_IMPL", "sdpa")
+    for attn_type in ("performer", "exphormer"):  # (node rows only: they ran the reference under the name sdpa)
+        attn = make_attention(attn_type, 8, 2)
+        assert attn.make_layout(batch, ei, 2).impl == "reference"
+        with pytest.raises(ValueError, match=r"^impl must be one of \('auto', 'reference', 'packed'\) for this "
+                                             r"attention type, got 'sdpa'$"):
+            attn.make_layout(batch, ei, 2, "sdpa")
     monkeypatch.setenv("SIGGATE_ATTN_IMPL", "flash")
     with pytest.raises(ValueError, match=r"\$SIGGATE_ATTN_IMPL='flash' is not an attention implementation; set it to "
                                          "one of auto, reference, sdpa, packed, or unset it"):

@@ -185,10 +185,23 @@ class GatedAttentionBase(nn.Module):
         """Number of parameters the gate adds (``d*d + d``, ``d*H + H`` or 0)."""
         return self.gate_dim * (self.dim + (1 if self.in_proj.bias is not None else 0))
 
+    node_rows_only: bool = False
+    """Whether the type runs on node rows alone (Performer, Exphormer): no ``"sdpa"`` path."""
+
     def choose_impl(self, impl: str | None = None, padded: bool = False, details: bool = False) -> str:
         """The implementation a forward runs: ``"reference"`` for details, else ``impl``
-        (or the module's own) through :func:`resolve_impl`; the only place that calls it."""
-        return "reference" if details else resolve_impl(impl or self.impl, padded=padded)
+        (or the module's own) through :func:`resolve_impl`; the only place that calls it. A
+        type on node rows alone refuses an explicit ``"sdpa"`` and runs its reference under
+        ``$SIGGATE_ATTN_IMPL=sdpa`` (it ran the reference under the name sdpa)."""
+        if details:
+            return "reference"
+        asked = impl or self.impl
+        chosen = resolve_impl(asked, padded=padded)
+        if chosen == "sdpa" and self.node_rows_only:
+            if asked != "auto":
+                check_node_impl(asked)
+            return "reference"
+        return chosen
 
     def make_layout(self, batch: Tensor, edge_index: Tensor | None = None, num_graphs: int | None = None,
                     impl: str | None = None, details: bool = False, graph_index: Tensor | None = None):

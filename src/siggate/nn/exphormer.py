@@ -274,6 +274,8 @@ class GatedExphormerAttention(GatedAttentionBase):
     ``batch [N]`` -> ``[N, d]``.
     """
 
+    node_rows_only = True
+
     attn_type = "exphormer"
     layout_types = (AttentionGraph,)
 

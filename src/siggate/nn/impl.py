@@ -37,7 +37,8 @@ def resolve_impl(impl: str, padded: bool = False) -> str:
     BatchNorm folding is no part of any implementation: it is the explicit transform
     :meth:`siggate.nn.SigGateGT.for_inference`. For ``"performer"`` and ``"exphormer"``
     (node rows only), ``"packed"`` means their fast path in :mod:`siggate.nn.kernels`
-    and ``"reference"`` their readable definition; they refuse ``"sdpa"``.
+    and ``"reference"`` their readable definition; they refuse ``"sdpa"`` (and run
+    ``"reference"`` under ``$SIGGATE_ATTN_IMPL=sdpa``).
     ``benchmarks/README.md`` has the measurements.
     """
     if impl == "auto":

@@ -189,6 +189,8 @@ class GatedPerformerAttention(GatedAttentionBase):
     Shapes: ``x [N, d]``, ``batch [N]`` -> ``[N, d]``.
     """
 
+    node_rows_only = True
+
     attn_type = "performer"
     layout_types = (GraphSegments,)
 
