@@ -279,6 +279,24 @@ def test_the_data_layers_warnings_reach_an_estimators_caller(molecules, caplog):
     assert any("1 molecules appear in several rows" in m for m in caplog.messages)
 
 
+def test_another_threads_data_warnings_are_not_a_fits(caplog):
+    """fit keeps the data layer's warnings for its caller: another thread's load during a fit gave
+    its warnings to the fit's caller and took them from its own logging."""
+    import logging
+    import threading
+
+    from siggate.estimator import _data_warnings
+
+    logger = logging.getLogger("siggate.data.csvdata")
+    with caplog.at_level(logging.WARNING), _data_warnings(True) as said:
+        logger.warning("fit's own.csv: a warning")
+        other = threading.Thread(target=logger.warning, args=("another thread's.csv: a warning",))
+        other.start()
+        other.join()
+    assert said == ["fit's own.csv: a warning"]
+    assert caplog.messages == ["another thread's.csv: a warning"]
+
+
 def test_a_diverged_fit_names_the_override_that_skips_such_batches(molecules):
     """A non-finite loss in fit was no ValueError, so it kept the command line's words (--on-nan
     skip) and named a checkpoint in fit's own folder, removed when fit returned."""

@@ -107,10 +107,14 @@ def _data_warnings(capture: bool):
     if not capture:
         yield said
         return
-    logger = logging.getLogger("siggate.data.csvdata")
+    logger, fitting = logging.getLogger("siggate.data.csvdata"), threading.get_ident()
 
     class Kept(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
+            if record.thread != fitting:  # another thread's load: its records go on as they would have
+                if logger.parent is not None:
+                    logger.parent.handle(record)
+                return
             text = record.getMessage()
             if record.levelno >= logging.WARNING and not re.match(r"[^:]*: skipped \d+ of \d+ rows", text):
                 said.append(text)
