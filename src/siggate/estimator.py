@@ -414,9 +414,7 @@ class _SigGateEstimator(BaseEstimator):
                 try:
                     self._fit_in(work, out or work / "run", smiles, y, names, feature_names, begin, seed)
                 except (ValueError, CLIError, NonFiniteLossError) as exc:  # the command line's words for what fit was given
-                    text = self._in_words_of_y(_in_estimator_words(str(exc), work / "data.csv"))
-                    if keep is None:  # (a checkpoint in fit's own folder, removed when fit returns, is no help)
-                        text = re.sub(rf"The last good checkpoint is kept at {re.escape(str(work))}\S*\. ", "", text)
+                    text = self._in_fit_words(str(exc), work, kept=keep is not None)
                     if text == str(exc) and isinstance(exc, (ValueError, NonFiniteLossError)):
                         raise
                     try:  # the same class, for callers that catch it; a refusal of the flags: a ValueError
@@ -561,8 +559,8 @@ class _SigGateEstimator(BaseEstimator):
             ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,
                               require_test=False)
         for text in said:  # (fit silences the logger that says them: conflicting duplicates, a target of one class)
-            text = _data_warning_in_fit_words(text.removeprefix(f"{Path(cfg.data.csv).name}: "), self.out_dir is not None)
-            warnings.warn(self._in_words_of_y(_in_estimator_words(text, Path(cfg.data.csv))), UserWarning,
+            warnings.warn(self._in_fit_words(text.removeprefix(f"{Path(cfg.data.csv).name}: "), work,
+                                             kept=self.out_dir is not None, warning=True), UserWarning,
                           stacklevel=_user_level())
         dropped = [r for r in ds.invalid if row_issue(r.reason) != MISSING_TARGET]
         if dropped:
@@ -608,6 +606,19 @@ class _SigGateEstimator(BaseEstimator):
     def _fitted(self, names: list[str]) -> None:
         """The fitted attributes a kind of estimator adds once its run is trained (the classifier's
         ``classes_``): a failed ``fit`` leaves the earlier fit's as they were."""
+
+    def _in_fit_words(self, text: str, work: Path, kept: bool, warning: bool = False) -> str:
+        """A refusal (or, with ``warning``, a data warning) of the run fit trains in ``work`` as fit's
+        caller reads it, the one place that rewords one: in the estimator's words
+        (:func:`_in_estimator_words`), as it holds for fit (:func:`_data_warning_in_fit_words`),
+        without fit's own files where none outlives it (``kept``: an ``out_dir``; a checkpoint in
+        fit's folder, removed when fit returns, is no help) and in ``y``'s values (:meth:`_in_words_of_y`)."""
+        if warning:
+            text = _data_warning_in_fit_words(text, kept)
+        text = _in_estimator_words(text, work / "data.csv")
+        if not kept:
+            text = re.sub(rf"The last good checkpoint is kept at {re.escape(str(work))}\S*\. ", "", text)
+        return self._in_words_of_y(text)
 
     def _in_words_of_y(self, text: str) -> str:
         """``text`` with the run's names for ``y``'s values replaced by ``y``'s own (the classifier's classes)."""
