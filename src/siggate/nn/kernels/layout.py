@@ -105,17 +105,19 @@ def _partition_sizes(sizes: list[int], call_cost: float, row_cost: float) -> lis
     return out[::-1]
 
 
-def graph_counts(batch: Tensor, num_graphs: int | None = None) -> Tensor:
-    """``[G]``: the nodes of each graph of a batch vector, ``G`` being ``num_graphs`` or, when
-    None, ``batch.max() + 1`` (0 for no node); the one place that counts them for every layout.
+def graph_counts(batch, num_graphs: int | None = None):
+    """``[G]``: the nodes of each graph of a batch vector (a tensor, or a NumPy array: its counts
+    one too), ``G`` being ``num_graphs`` or, when None, ``batch.max() + 1`` (0 for no node); the
+    one place that counts them for every layout.
 
     Raises:
         ValueError: ``batch`` holds a graph ``>= num_graphs`` (an index error deep inside otherwise).
     """
-    counts = torch.bincount(batch, minlength=num_graphs or 0)
-    if num_graphs is not None and counts.numel() > num_graphs:  # (bincount's length: no extra sync)
-        raise ValueError(f"num_graphs={num_graphs}, but batch holds graph {counts.numel() - 1}: give at least "
-                         f"batch.max() + 1 = {counts.numel()}, or None to count them")
+    bincount = torch.bincount if isinstance(batch, Tensor) else np.bincount
+    counts = bincount(batch, minlength=num_graphs or 0)
+    if num_graphs is not None and len(counts) > num_graphs:  # (bincount's length: no extra sync)
+        raise ValueError(f"num_graphs={num_graphs}, but batch holds graph {len(counts) - 1}: give at least "
+                         f"batch.max() + 1 = {len(counts)}, or None to count them")
     return counts
 
 
@@ -165,7 +167,7 @@ class PackedLayout:
         call_cost = GROUP_CALL_COST if call_cost is None else call_cost
         row_cost = GROUP_ROW_COST if row_cost is None else row_cost
         b = batch.detach().cpu().numpy()
-        counts = graph_counts(torch.from_numpy(b), batch_size).numpy()
+        counts = graph_counts(b, batch_size)
         ptr = np.concatenate([[0], np.cumsum(counts)])
         # node ids in graph order: the rows themselves when the batch is sorted (PyG's Batch), else
         # each graph's rows gathered in their order in the batch
