@@ -1270,16 +1270,21 @@ def test_predict_and_evaluate_say_when_a_run_folder_is_not_a_finished_run(tmp_pa
              f"stopped before it finished, so its files are of two runs; finish it with siggate train --resume {run}")
     assert [said(c) for c in commands] == [[grown], [grown]]
     (run / "metrics.json").unlink()
-    assert unfinished(run) == (f"{run} holds no readable metrics.json: the run has not finished (stopped, or still "
+    assert unfinished(run) == (f"{run} holds no metrics.json: the run has not finished (stopped, or still "
                                f"training), so its best.pt is the best epoch so far; finish it with siggate train "
                                f"--resume {run}")
     assert said(commands[0]) == [unfinished(run)]
+    (run / "metrics.json").symlink_to("/dev/zero")  # (read until memory ran out: the process was killed)
+    assert unfinished(run) == (f"{run / 'metrics.json'} cannot be read (not a regular file (a device, a pipe, or a "
+                               f"link to one)): the run folder is damaged; copy it again from where it was made, or "
+                               f"finish the run again with siggate train --resume {run}")
+    (run / "metrics.json").unlink()
     members = tmp_path / "fp"  # a run of members without a GNN holds no best.pt to speak of
     rc, _, err = run_cli(["train", "--data", str(_csv(tmp_path / "m.csv", _rows(","))), "--target-col", "y",
                           "--members", "rf", "--out", str(members)], capsys)
     assert rc == 0, err
     (members / "metrics.json").unlink()
-    assert unfinished(members) == (f"{members} holds no readable metrics.json: the run has not finished (stopped, or "
+    assert unfinished(members) == (f"{members} holds no metrics.json: the run has not finished (stopped, or "
                                    "still training), so its files are not all of one finished run; finish it with "
                                    f"siggate train --resume {members}")
 

@@ -71,11 +71,14 @@ def read_json(path: str | os.PathLike):
     Raises:
         ValueError: not JSON, or nested past the parser's depth (Python's ``RecursionError``, which
             no caller's ``except ValueError`` would catch: a crafted file's traceback).
-        OSError: the file cannot be read.
+        OSError: the file cannot be read, or is no regular file (a link to ``/dev/zero``, a pipe:
+            read until memory ran out, or forever).
     """
     import json
 
-    text = Path(path).read_text()
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file (a device, a pipe, or a link to one)", str(path))
+    text = Path(path).read_text(encoding="utf-8")
     try:
         return json.loads(text)
     except RecursionError:

@@ -615,11 +615,15 @@ def unfinished(path: str | Path) -> str | None:
             continue
         try:
             metrics = read_json(run / "metrics.json")
-        except (OSError, ValueError):
+        except FileNotFoundError:
             what = ("its best.pt is the best epoch so far" if (run / "best.pt").is_file() else
                     "its files are not all of one finished run")  # (members without a GNN hold no best.pt)
-            return (f"{run} holds no readable metrics.json: the run has not finished (stopped, or still training), "
+            return (f"{run} holds no metrics.json: the run has not finished (stopped, or still training), "
                     f"so {what}; finish it with siggate train --resume {top}")
+        except (OSError, ValueError) as exc:  # (damaged: not a run stopped before its record)
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            return (f"{run / 'metrics.json'} cannot be read ({why}): the run folder is damaged; copy it again from "
+                    f"where it was made, or finish the run again with siggate train --resume {top}")
         try:
             want = (read_record(record).get("train") or {}).get("epochs")
         except (ConfigError, OSError, AttributeError):  # (damaged: its loader names it)
