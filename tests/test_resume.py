@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from test_engine import TINY, _float32, csv_train_args, subprocess_env, write_tiny_csv  # noqa: F401
@@ -163,25 +164,44 @@ def test_a_stop_between_best_and_last_resumes_from_the_newer_best(tmp_path, monk
     assert record.resume_checkpoint(tmp_path / "reference") == tmp_path / "reference" / "last.pt"
 
 
-def test_sigterm_stops_a_run_as_ctrl_c_does_and_it_resumes(tmp_path):
-    """SIGTERM (a scheduler, kill, lanes.sh stop) ended the process at once: nothing said, no
-    cleanup. It stops the command as Ctrl-C does: one line naming the signal and how to resume,
-    exit status 143, no temporary file left; the run then resumes to its end."""
+@pytest.mark.parametrize("kind, status, said", [("SIGTERM", 143, "terminated (SIGTERM)"),
+                                                ("SIGHUP", 129, "hung up (SIGHUP)")])
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_it_resumes(tmp_path, kind, status, said):
+    """SIGTERM (a scheduler, kill, lanes.sh stop) and SIGHUP (the terminal closed, an ssh session
+    lost) ended the process at once: nothing said, no cleanup (temporary files stayed). They stop
+    the command as Ctrl-C does: one line naming the signal and how to resume, exit status 128 +
+    the signal's number, no temporary file left; the run then resumes to its end."""
     args = _config_args(tmp_path)
     run, log = tmp_path / "run", tmp_path / "run.log"
     proc = _start(args, run, log)
     try:
         _first_checkpoint(proc, run, log)
-        os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(timeout=120) == 143, log.read_text()
+        os.kill(proc.pid, getattr(signal, kind))
+        assert proc.wait(timeout=120) == status, log.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     text = log.read_text()
-    assert "siggate train: terminated (SIGTERM); " in text and "--resume" in text and "Traceback" not in text, text
+    assert f"siggate train: {said}; " in text and "--resume" in text and "Traceback" not in text, text
     assert not list(run.glob(".*.tmp")) and not list(run.glob("*.tmp"))
     assert not (run / "metrics.json").exists()
     resumed = _start(args, run, log, resume=True)
     assert resumed.wait(timeout=600) == 0, log.read_text()
     assert json.loads((run / "metrics.json").read_text())["epochs"] == EPOCHS
+
+
+def test_a_signal_before_the_command_runs_is_one_line(monkeypatch, capsys):
+    """Ctrl-C or SIGTERM in the first half second (while the commands' modules are imported to
+    build the parser) ended in a traceback: one line, the signal's status."""
+    import siggate.cli as cli
+
+    for stop, status, said in ((KeyboardInterrupt(), 130, "interrupted"),
+                               (cli.Terminated(signal.SIGTERM), 143, "terminated (SIGTERM)"),
+                               (cli.Terminated(signal.SIGHUP), 129, "hung up (SIGHUP)")):
+        def build_parser(stop=stop):
+            raise stop
+
+        monkeypatch.setattr(cli, "build_parser", build_parser)
+        assert cli.main(["train", "--help"]) == status
+        assert capsys.readouterr().err == f"siggate: {said}\n"

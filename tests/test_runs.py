@@ -702,7 +702,7 @@ def test_a_run_resumed_at_another_commit_keeps_the_commit_that_started_it(tmp_pa
     assert run_commit(out) == "a" * 40
 
 
-def test_a_replacement_stopped_before_it_saved_anything_leaves_the_old_run(tmp_path, capsys, data):
+def test_a_replacement_stopped_before_it_saved_anything_leaves_the_old_run(tmp_path, capsys, data, monkeypatch):
     """--overwrite sets the finished run aside; Ctrl-C (or a crash) while the new run had saved
     only its record removed the old run all the same, and a replacement killed outright (kill -9)
     left it in .siggate-replaced, which the next command into the folder deleted. Both come back."""
@@ -721,12 +721,28 @@ def test_a_replacement_stopped_before_it_saved_anything_leaves_the_old_run(tmp_p
     for stop in (KeyboardInterrupt, RuntimeError):
         lock = claim_out_dir(out, overwrite=True)
         assert not rundir.run_files(out) and (out / rundir.ASIDE).is_dir()
-        with pytest.raises(stop):
+        with pytest.raises(stop) as stopped:
             with _refusal_takes_back(lock):
                 (out / "members.yaml").write_text("{}\n")  # the new run's record, nothing more
                 raise stop("stopped")
         lock.release()
         assert files() == before
+        assert getattr(stopped.value, "earlier_run_kept", False) == (stop is KeyboardInterrupt)
+    # Ctrl-C then said "resume with: siggate train --resume run", which resumed the earlier, finished
+    # run ("nothing to train"): the new run was never trained, and nothing said so
+    import siggate.train.ensemble as ensemble
+
+    def stopped_at_once(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ensemble, "train_members", stopped_at_once)
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",
+                          "svr,rf", "--cache-dir", str(data.parent / "cache"), "--out", str(out), "--overwrite"], capsys)
+    assert rc == 130 and err.splitlines()[-1] == (f"siggate train: interrupted; nothing of the new run was saved, and "
+                                                  f"the earlier run in {out} is kept; run the same command again to "
+                                                  "replace it"), err
+    assert files() == before
+    monkeypatch.undo()
     rundir.set_aside(out)  # what a replacement killed outright leaves
     assert not rundir.run_files(out)
     rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--split", "column:split", "--members",

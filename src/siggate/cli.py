@@ -222,7 +222,9 @@ def cmd_train(args) -> int:
             mark_run(out)
     except KeyboardInterrupt as exc:
         said, status = _stopped(exc)
-        print(f"siggate train: {said}; {_resume_hint(out, args)}", file=sys.stderr)
+        hint = (f"nothing of the new run was saved, and the earlier run in {out} is kept; run the same command again "
+                "to replace it" if getattr(exc, "earlier_run_kept", False) else _resume_hint(out, args))
+        print(f"siggate train: {said}; {hint}", file=sys.stderr)
         return status
     finally:
         lock.release()
@@ -252,7 +254,8 @@ def _refusal_takes_back(lock):
         if empty and (isinstance(exc, _user_errors()) or (lock.folder / rundir.ASIDE).is_dir()):
             with contextlib.suppress(OSError):  # the refusal, not a failure to tidy up, is the error
                 if rundir.forget_refused_run(lock.folder) or not rundir.run_files(lock.folder):
-                    rundir.restore_aside(lock.folder)
+                    if rundir.restore_aside(lock.folder) and isinstance(exc, KeyboardInterrupt):
+                        exc.earlier_run_kept = True  # (its hint: not to resume the earlier run, but to run again)
         raise
     finally:
         if lock is not None:
@@ -1317,14 +1320,27 @@ def _flag_hint(parser: argparse.ArgumentParser, extra: list[str], root: argparse
 
 def _stopped(exc: BaseException) -> tuple[str, int]:
     """How a stopped command says so and its exit status (128 + the signal's number, as a shell
-    reports it): ``terminated`` (SIGTERM, 143) or ``interrupted`` (Ctrl-C, 130)."""
-    return ("terminated (SIGTERM)", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+    reports it): ``terminated`` (SIGTERM, 143), ``hung up`` (SIGHUP, 129) or ``interrupted``
+    (Ctrl-C, 130)."""
+    if isinstance(exc, Terminated):
+        return (f"{exc.said} ({exc.signal_name})", 128 + exc.signum)
+    return ("interrupted", 130)
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (a scheduler ending a job, ``kill``, ``lanes.sh stop``), raised where the process
-    is, so that what is being written is finished or removed and the command says how to resume,
-    as after Ctrl-C; its exit status is 143 (128 + SIGTERM)."""
+    """SIGTERM (a scheduler ending a job, ``kill``, ``lanes.sh stop``) or SIGHUP (the terminal
+    closed, an ssh session lost), raised where the process is, so that what is being written is
+    finished or removed and the command says how to resume, as after Ctrl-C; its exit status is
+    128 + the signal's number (143, 129). SIGHUP ended the process at once: temporary files
+    stayed beside an --output and in the cache."""
+
+    def __init__(self, signum: int = 15) -> None:
+        import signal
+
+        super().__init__()
+        self.signum = int(signum)
+        self.signal_name = signal.Signals(self.signum).name
+        self.said = "hung up" if self.signal_name == "SIGHUP" else "terminated"
 
 
 @contextlib.contextmanager
@@ -1341,20 +1357,32 @@ def _terminated_as_interrupt():
         return
 
     def handler(signum, frame):
-        raise Terminated()
+        raise Terminated(signum)
 
-    before = signal.signal(signal.SIGTERM, handler)
+    kinds = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    before = {}
+    for kind in kinds:
+        if kind == getattr(signal, "SIGHUP", None) and signal.getsignal(kind) == signal.SIG_IGN:
+            continue  # (nohup: hang-ups are to be ignored)
+        before[kind] = signal.signal(kind, handler)
     try:
         yield
     finally:  # (None: a handler set outside Python, which cannot be put back from here; the default then)
-        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
+        for kind, was in before.items():
+            signal.signal(kind, was if was is not None else signal.SIG_DFL)
 
 
 def main(argv: list[str] | None = None) -> int:
     _CLOSED_STREAMS.clear()
     _CLOSED_STREAMS.update(_open_standard_streams())
     with _terminated_as_interrupt():
-        return _main(argv)
+        try:
+            return _main(argv)
+        except KeyboardInterrupt as exc:  # (before a command ran: while its modules were imported, a traceback)
+            said, status = _stopped(exc)
+            with contextlib.suppress(OSError):
+                print(f"siggate: {said}", file=sys.stderr)
+            return status
 
 
 #: the standard streams the shell closed for this command (:func:`_open_standard_streams`); kept
