@@ -708,6 +708,29 @@ def test_a_corpus_built_against_another_test_set_is_not_reused(tmp_path, monkeyp
         build_corpus(_corpus_file(tmp_path), tmp_path / "c", keep=True, **kw)
 
 
+def test_a_corpus_write_stopped_midway_leaves_no_partial_file(tmp_path, monkeypatch):
+    """Ctrl-C while corpus.csv was written left corpus.csv.tmp (for moses, the size of the corpus)
+    until a --resume replaced it: it is removed, and the chunks stay for the resume."""
+    import types
+
+    from siggate.train import pretrain as pt
+
+    class Stopping:
+        rows = 0
+
+        def writerow(self, row):
+            Stopping.rows += 1
+            if Stopping.rows == 3:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(pt, "csv", types.SimpleNamespace(writer=lambda fh: Stopping()))
+    with pytest.raises(KeyboardInterrupt):
+        build_corpus(_corpus_file(tmp_path), tmp_path / "c", seed=0, molecules=1000, data_root=tmp_path / "none",
+                     progress=False, test_sets=())
+    assert Stopping.rows == 3 and not list((tmp_path / "c").glob("corpus.csv*"))
+    assert list((tmp_path / "c" / "partial").glob("descriptors-*.npy"))
+
+
 def test_an_interrupted_corpus_build_resumes_at_its_first_missing_chunk(tmp_path, monkeypatch):
     """The descriptors of a million molecules take hours: a build stopped midway kept nothing and
     began again. Each chunk is saved when done, a resumed build computes only the chunks missing,

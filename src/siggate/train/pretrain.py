@@ -433,11 +433,15 @@ def build_corpus(source: str | Path, out: Path, molecules: int, seed: int = 0, d
     del raw
     out.mkdir(parents=True, exist_ok=True)
     tmp = csv_path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["smiles", "split", *names])
-        for s, sp, row in zip(kept, split, z):
-            w.writerow([s, sp, *(f"{v:.5g}" for v in row)])
+    try:
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["smiles", "split", *names])
+            for s, sp, row in zip(kept, split, z):
+                w.writerow([s, sp, *(f"{v:.5g}" for v in row)])
+    except BaseException:  # (Ctrl-C, a full disk: a partial corpus the size of the source stayed)
+        tmp.unlink(missing_ok=True)
+        raise
     if expect is not None and file_digest(tmp) != expect:  # the run's record stays as it was
         tmp.unlink()
         raise ConfigError(f"pretrain --resume: {csv_path}, built again from the run's arguments, is not the corpus the "
