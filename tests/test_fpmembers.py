@@ -417,6 +417,39 @@ def test_save_load_round_trip_predicts_exactly_the_same(tmp_path, task, make):
         (RandomForest if isinstance(member, KernelSVR) else KernelSVR).load(tmp_path / "m")
 
 
+def forge(folder) -> None:
+    """Give ``folder``'s manifest the SHA-256 of its edited ``arrays.pt``: a crafted folder whose
+    manifest agrees with it (or one saved before the digests), which the loading's own checks refuse."""
+    from siggate.files import file_digest
+
+    doc = json.loads((folder / "predictor.json").read_text())
+    doc["sha256"]["arrays.pt"] = file_digest(folder / "arrays.pt")
+    (folder / "predictor.json").write_text(json.dumps(doc))
+
+
+def test_a_file_of_another_run_is_refused_by_its_digest(tmp_path):
+    """Another run's arrays.pt copied into a member folder (fitted on other labels, or of a binary
+    run) loaded and predicted other numbers without a word (helper-168): the manifest keeps each
+    file's SHA-256. A manifest saved before the digests loads as it did."""
+    ds, other = make_ds(LOGP), make_ds(LOGP[::-1].copy())
+    svr_member(grid=ONE).fit(ds).save(tmp_path / "a")
+    svr_member(grid=ONE).fit(other).save(tmp_path / "b")
+    shutil.copy(tmp_path / "b" / "arrays.pt", tmp_path / "a" / "arrays.pt")
+    with pytest.raises(PredictorFileError, match=r"^.*arrays\.pt: not the file its predictor\.json was saved with "
+                                                 r"\(another SHA-256\): a file of another run copied in, or one edited; "
+                                                 r"copy the whole run folder as it was, or retrain it$"):
+        KernelSVR.load(tmp_path / "a")
+    doc = json.loads((tmp_path / "b" / "predictor.json").read_text())
+    del doc["sha256"]  # (saved before the digests)
+    (tmp_path / "b" / "predictor.json").write_text(json.dumps(doc))
+    assert torch.equal(KernelSVR.load(tmp_path / "b").predict(ds.test).mean,
+                       svr_member(grid=ONE).fit(other).predict(ds.test).mean)
+    doc["sha256"] = {"../a/arrays.pt": "0"}
+    (tmp_path / "b" / "predictor.json").write_text(json.dumps(doc))
+    with pytest.raises(PredictorFileError, match=r"'\.\./a/arrays\.pt' is not a file of the folder"):
+        KernelSVR.load(tmp_path / "b")
+
+
 class Payload:
     def __reduce__(self):
         import os
@@ -431,13 +464,18 @@ def test_a_crafted_pickle_in_the_member_folder_is_refused_unrun(tmp_path, monkey
     make().fit(ds).save(tmp_path / "m")
     arrays = tmp_path / "m" / "arrays.pt"
     torch.save({"t0.coef": Payload()}, arrays)  # a torch file whose pickle runs code
+    with pytest.raises(PredictorFileError, match="arrays.pt: not the file its predictor.json was saved with"):
+        type(make()).load(tmp_path / "m")  # (refused by its digest before it is read)
+    forge(tmp_path / "m")  # (a crafted manifest agrees: the safe loading refuses it)
     with pytest.raises(PredictorFileError, match="refused to load .*arrays.pt.*Nothing in it was run"):
         type(make()).load(tmp_path / "m")
     arrays.write_bytes(pickle.dumps(Payload()))  # a bare pickle
+    forge(tmp_path / "m")
     with pytest.raises(PredictorFileError, match="refused to load .*arrays.pt.*Nothing in it was run"):
         type(make()).load(tmp_path / "m")
     assert not (tmp_path / "PWNED_BY_PICKLE").exists()
     torch.save([torch.zeros(2)], arrays)  # safe to load, but no dict of arrays: was an AttributeError traceback
+    forge(tmp_path / "m")
     with pytest.raises(PredictorFileError, match="not a siggate arrays file \\(it holds a list, not a dict of arrays\\)"):
         type(make()).load(tmp_path / "m")
 
@@ -451,12 +489,14 @@ def test_corrupt_arrays_are_refused_by_name(tmp_path):
     arrays["t0.left"][0] = 0  # the root points to itself: a cycle that would never end
     arrays["t0.left"][1] = 10**9
     save_arrays(tmp_path / "rf" / "arrays.pt", arrays)
+    forge(tmp_path / "rf")
     with pytest.raises(PredictorFileError, match="left points outside"):
         RandomForest.load(tmp_path / "rf")
     svr_member(grid=ONE).fit(ds).save(tmp_path / "svr")
     arrays = load_arrays(tmp_path / "svr" / "arrays.pt")
     arrays["t0.coef"] = arrays["t0.coef"][:-1]
     save_arrays(tmp_path / "svr" / "arrays.pt", arrays)
+    forge(tmp_path / "svr")
     with pytest.raises(PredictorFileError, match="coefficients for"):
         KernelSVR.load(tmp_path / "svr")
 
@@ -482,6 +522,7 @@ def test_damaged_numbers_are_refused_at_load_not_predicted(tmp_path, task):
             a = load_arrays(folder / "arrays.pt")
             arrays(a)
             save_arrays(folder / "arrays.pt", a)
+            forge(folder)
         if target:
             doc = read_manifest(folder)
             target(doc["targets"][0])

@@ -46,8 +46,9 @@ class Fixed:
         return Prediction(self.table[idx])
 
     def save(self, folder) -> None:
-        write_manifest(folder, self.kind, self.info)
+        Path(folder).mkdir(parents=True, exist_ok=True)
         save_arrays(Path(folder) / "table.pt", {"table": self.table})
+        write_manifest(folder, self.kind, self.info, files=["table.pt"])
 
     @classmethod
     def load(cls, folder) -> "Fixed":
@@ -206,10 +207,20 @@ def test_combination_saves_and_loads_and_refuses_crafted_manifests(tmp_path):
               "its members predict the target\\(s\\) .*, its manifest names a, other"),
              # a weight column per target or one for all: three columns for two targets mixed them silently
              ({"weights": [[0.2, 0.3, 0.5], [0.8, 0.7, 0.5]]}, "unusable weights \\(a column per target, 2, or one for all; got 3\\)")]
+    edits += [({"members": "gnn"}, "members must be a list of folder names, got str"),  # (read letter by letter)
+              ({"split_seed": "abc"}, "split_seed must be a whole number, got 'abc'")]  # (evaluate's traceback)
     for edit, message in edits:
         (tmp_path / "c" / "predictor.json").write_text(json.dumps({**doc, **edit}))
         with pytest.raises(PredictorFileError, match=message):
             Combination.load(tmp_path / "c", Fixed.load)
+    # a member folder of another run copied in (its own files agree with its manifest): the
+    # combination keeps each member manifest's SHA-256
+    (tmp_path / "c" / "predictor.json").write_text(json.dumps(doc))
+    Fixed(tables[1] + 1).save(tmp_path / "c" / "svr")
+    with pytest.raises(PredictorFileError, match=r"svr/predictor\.json: not the file its predictor\.json was saved "
+                                                 "with"):
+        Combination.load(tmp_path / "c", Fixed.load)
+    Fixed(tables[1]).save(tmp_path / "c" / "svr")
     (tmp_path / "c" / "predictor.json").write_text("[" * 100000 + "]" * 100000)  # json's RecursionError: a traceback
     with pytest.raises(PredictorFileError, match="not a siggate predictor manifest \\(ValueError: JSON nested too deep to read"):
         Combination.load(tmp_path / "c", Fixed.load)
@@ -259,6 +270,14 @@ def test_gnn_member_predicts_the_best_epochs_model_and_loads_old_and_new_folders
     mark_run(out)
     assert read_manifest(out) == {**read_manifest(copy)}
     assert torch.equal(GNNMember.load(out).predict(ds.test).mean, want)
+    # another run's checkpoint copied in (another width, another task) was predicted from without a word
+    other = torch.load(out / "best.pt", weights_only=True)
+    other["model"] = {k: v + 1 if v.is_floating_point() else v for k, v in other["model"].items()}
+    torch.save(other, copy / "best.pt")
+    with pytest.raises(PredictorFileError, match=r"best\.pt: not the file its predictor\.json was saved with \(another "
+                                                 r"SHA-256\): a file of another run copied in, or one edited; a run grown "
+                                                 r"by --resume and stopped before it finished has a new checkpoint"):
+        load_predictor(copy)
     # no graphs: [0, T] like the fingerprint members (a combination stacks them); SMILES: named
     assert tuple(member.predict([]).mean.shape) == (0, info.num_tasks)
     empty = member.atom_contributions([])

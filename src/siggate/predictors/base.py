@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol, Sequence, runtime_checkable
 
-from ..files import UnsafeFile, atomic_write, atomic_write_bytes, read_json, safe_torch_load
+from ..files import UnsafeFile, atomic_write, atomic_write_bytes, file_digest, read_json, safe_torch_load
 
 if TYPE_CHECKING:
     import torch
@@ -51,6 +51,9 @@ MANIFEST = "predictor.json"
 ARRAYS = "arrays.pt"
 #: version of the ``predictor.json`` layout; a newer one is refused by name
 MANIFEST_FORMAT = 1
+#: the manifest's field of the files it was saved with: ``{path in the folder: SHA-256}``
+#: (:func:`write_manifest`, :func:`check_saved_files`; absent in manifests saved before it)
+SAVED_FILES = "sha256"
 
 
 class PredictorFileError(ValueError):
@@ -136,12 +139,15 @@ def out_of_sample(member, split: str, graphs: Sequence) -> Prediction:
     return Prediction(mean=torch.from_numpy(np.asarray(kept, dtype=np.float32)))  # as the member's predict gives them
 
 
-def write_manifest(folder: str | Path, kind: str, info: "TaskInfo", **fields) -> Path:
-    """Write ``folder/predictor.json``: ``format``, ``kind``, ``info`` (the task) and ``fields``
-    (JSON values only), atomically. Returns its path."""
+def write_manifest(folder: str | Path, kind: str, info: "TaskInfo", files: Sequence[str] = (), **fields) -> Path:
+    """Write ``folder/predictor.json``: ``format``, ``kind``, ``info`` (the task), ``fields``
+    (JSON values only) and the SHA-256 of each of ``files`` (paths in ``folder``: the arrays,
+    the checkpoint, the members' manifests), atomically. Returns its path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     doc = {"format": MANIFEST_FORMAT, "kind": kind, "info": info.to_dict(), **fields}
+    if files:
+        doc[SAVED_FILES] = {name: file_digest(folder / name) for name in files}
     path = folder / MANIFEST
     atomic_write_bytes(path, json.dumps(doc, indent=2).encode())
     return path
@@ -166,6 +172,32 @@ def read_manifest(folder: str | Path) -> dict:
         raise PredictorFileError(f"{path}: written by a newer siggate (format {fmt}, this one reads {MANIFEST_FORMAT}); "
                                  "upgrade siggate")
     return doc
+
+
+def check_saved_files(folder: str | Path, doc: dict, fix: str = "copy the whole run folder as it was, or retrain it",
+                      only: Sequence[str] | None = None) -> None:
+    """Refuse a file of ``folder`` that is not the one its manifest ``doc`` was saved with (another
+    run's arrays, checkpoint or member copied in: its predictions changed without a word); ``only``:
+    those of the files. A file that is missing is its loader's to name; a manifest saved before
+    the digests checks nothing.
+
+    Raises:
+        PredictorFileError: a file whose SHA-256 differs (naming ``fix``), or unusable digests.
+    """
+    folder, saved = Path(folder), doc.get(SAVED_FILES)
+    if saved is None:
+        return
+    if not isinstance(saved, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in saved.items()):
+        raise PredictorFileError(f"{folder / MANIFEST}: unusable {SAVED_FILES!r} (file names and their SHA-256)")
+    for name, digest in saved.items():
+        path = folder / name
+        if only is not None and name not in only:
+            continue
+        if any(part in ("", ".", "..") for part in name.split("/")) or Path(name).is_absolute():
+            raise PredictorFileError(f"{folder / MANIFEST}: {name!r} is not a file of the folder")
+        if path.is_file() and file_digest(path) != digest:
+            raise PredictorFileError(f"{path}: not the file its {MANIFEST} was saved with (another SHA-256): a file of "
+                                     f"another run copied in, or one edited; {fix}")
 
 
 def task_info(doc: dict, folder: str | Path = "") -> "TaskInfo":

@@ -38,9 +38,12 @@ import numpy as np
 import torch
 
 from .base import (
+    MANIFEST,
+    SAVED_FILES,
     AtomContributions,
     Prediction,
     PredictorFileError,
+    check_saved_files,
     out_of_sample,
     read_manifest,
     task_info,
@@ -273,7 +276,8 @@ class Combination:
         folder = Path(folder)
         for name, m in zip(self.names, self.members) if members else ():
             m.save(folder / name)
-        write_manifest(folder, self.kind, self.info, members=self.names, weighting=self.weighting,
+        write_manifest(folder, self.kind, self.info, files=[f"{n}/{MANIFEST}" for n in self.names],
+                       members=self.names, weighting=self.weighting,
                        weights=None if self.weights_ is None else self.weights_.tolist(), groups=self.groups,
                        kinds=[_kind(m) for m in self.members], **self.record)
 
@@ -289,6 +293,8 @@ class Combination:
         if doc["kind"] != cls.kind:
             raise PredictorFileError(f"{folder}: a {doc['kind']!r} predictor, not a {cls.kind!r}")
         try:
+            if not isinstance(doc["members"], list):  # (a string was read letter by letter)
+                raise TypeError(f"members must be a list of folder names, got {type(doc['members']).__name__}")
             names = [str(n) for n in doc["members"]]
             weighting = doc.get("weighting", "equal")
             if weighting not in WEIGHTINGS:
@@ -305,8 +311,12 @@ class Combination:
             raise PredictorFileError(f"{folder}: its member folder(s) {', '.join(missing)} are missing; copy the "
                                      "whole run folder, or retrain it")
         info = task_info(doc, folder)
-        record = {k: v for k, v in doc.items()
-                  if k not in ("format", "kind", "info", "members", "weighting", "weights", "groups", "kinds")}
+        check_saved_files(folder, doc)  # (a member folder of another run, or another run's file in one)
+        record = {k: v for k, v in doc.items() if k not in ("format", "kind", "info", "members", "weighting", "weights",
+                                                            "groups", "kinds", SAVED_FILES)}
+        if "split_seed" in record and (type(record["split_seed"]) is not int):  # (a traceback in evaluate)
+            raise PredictorFileError(f"{folder / MANIFEST}: split_seed must be a whole number, got "
+                                     f"{record['split_seed']!r}")
         groups = doc.get("groups")  # absent in combinations saved before groups: one per member
         if groups is not None and (not isinstance(groups, list) or len(groups) != len(names)):
             raise PredictorFileError(f"{folder}: unusable groups (one label per member expected)")

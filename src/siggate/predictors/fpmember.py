@@ -66,6 +66,7 @@ from .base import (
     AtomContributions,
     Prediction,
     PredictorFileError,
+    check_saved_files,
     load_arrays,
     read_manifest,
     save_arrays,
@@ -616,7 +617,8 @@ class FingerprintMember:
         arrays.update({f"held_out.{split}": np.asarray(v, dtype=np.float64) for split, v in self.held_out_.items()})
         folder.mkdir(parents=True, exist_ok=True)
         save_arrays(folder / ARRAYS, arrays)
-        write_manifest(folder, self.kind, self.info, options=self.options(), arrays=ARRAYS, targets=targets)
+        write_manifest(folder, self.kind, self.info, files=[ARRAYS], options=self.options(), arrays=ARRAYS,
+                       targets=targets)
 
     @classmethod
     def load(cls, folder: str | Path) -> "FingerprintMember":
@@ -629,6 +631,7 @@ class FingerprintMember:
         doc = read_manifest(folder)
         if doc["kind"] != cls.kind:
             raise PredictorFileError(f"{folder}: holds a {doc['kind']!r} predictor, not {cls.kind!r}")
+        check_saved_files(folder, doc)
         arrays = {k: v.numpy() if hasattr(v, "numpy") else v for k, v in load_arrays(Path(folder) / ARRAYS).items()}
         try:
             self = cls(**{**cls.SAVED_BEFORE, **doc["options"]})  # options it was fitted without

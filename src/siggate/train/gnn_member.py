@@ -21,6 +21,7 @@ from ..predictors.base import (
     AtomContributions,
     Prediction,
     PredictorFileError,
+    check_saved_files,
     read_manifest,
     write_manifest,
 )
@@ -175,6 +176,9 @@ class GNNMember:
         name = str(doc.get("checkpoint", BEST))
         if Path(name).name != name:
             raise PredictorFileError(f"{folder / MANIFEST}: checkpoint {name!r} is not a file of the folder")
+        check_saved_files(folder, doc, "a run grown by --resume and stopped before it finished has a new "
+                          "checkpoint: finish it with siggate train --resume; else copy the whole run folder as it "
+                          "was, or retrain it", only=[name])
         return cls.from_checkpoint(folder / name, device, batch_size, split_seed=doc.get("split_seed"))
 
     @classmethod
@@ -189,7 +193,7 @@ class GNNMember:
 
 
 def _write_manifest(folder: Path, info, checkpoint: str, split_seed: int) -> None:
-    write_manifest(folder, GNNMember.kind, info, checkpoint=checkpoint, split_seed=int(split_seed))
+    write_manifest(folder, GNNMember.kind, info, files=[checkpoint], checkpoint=checkpoint, split_seed=int(split_seed))
 
 
 def mark_run(folder: str | Path) -> None:
