@@ -504,3 +504,25 @@ def test_a_confident_classifiers_probabilities_do_not_tie_at_one(tiny_run, monke
     assert p.dtype == torch.float64 and bool((p < 1).all()) and len(set(p[:, 0].tolist())) == len(ds.test)
     assert torch.equal(p, probabilities(logits.double(), "binary"))
     assert bool((torch.sigmoid(logits) == 1).any())  # what float32 gave
+
+
+def test_the_zero_uncertainty_warning_says_what_the_task_s_conformal_output_does(caplog):
+    """A classifier's run of one member was told that its conformal intervals widen away from the
+    training molecules: it gives prediction sets, which are not scaled."""
+    import logging
+
+    from siggate.train.predict import _warn_one_member_targets
+
+    binary = TaskInfo(name="toy", task="binary", num_tasks=1, metric="rocauc", target_names=["active"])
+    said = {}
+    for info in (INFO, binary):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="siggate"):
+            _warn_one_member_targets(Combination([Fixed(torch.zeros(3, info.num_tasks), info)]), "run")
+        said[info.task] = caplog.messages[-1]
+    assert said["regression"].endswith("not a sign of certainty; conformal intervals (--coverage, or an estimator's "
+                                       "predict_interval) of a run calibrated on the similarity to its training "
+                                       "molecules widen away from them")
+    assert said["binary"] == ("run: the run holds one member for 'active', so its _uncertainty column is 0 for every "
+                              "molecule, not a sign of certainty; conformal prediction sets (--coverage, or an "
+                              "estimator's predict_set) hold their coverage over the run's molecules as a whole")

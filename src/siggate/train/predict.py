@@ -246,13 +246,14 @@ def _warn_one_member_targets(combination, where) -> None:
     """Warn, naming them, about the targets whose weights give one member everything: their
     ``<target>_uncertainty`` (the members' weighted spread) is 0 for every molecule."""
     alone, why = one_member_targets(combination)
-    if alone:
-        log.warning("%s: %s for %s, so %s 0 for every "
-                    "molecule, not a sign of certainty; conformal intervals (--coverage, or an estimator's "
-                    "predict_interval) of a run calibrated on the similarity to its training molecules widen "
-                    "away from them", where if isinstance(where, (str, Path)) else "this run", why,
-                    ", ".join(map(repr, alone)), "its _uncertainty column is" if len(alone) == 1 else
-                    "their _uncertainty columns are")
+    if alone:  # (a classifier's conformal sets are not scaled: nothing of it widens)
+        instead = ("conformal intervals (--coverage, or an estimator's predict_interval) of a run calibrated on the "
+                   "similarity to its training molecules widen away from them" if combination.info.task == "regression"
+                   else "conformal prediction sets (--coverage, or an estimator's predict_set) hold their coverage "
+                   "over the run's molecules as a whole")
+        log.warning("%s: %s for %s, so %s 0 for every molecule, not a sign of certainty; %s",
+                    where if isinstance(where, (str, Path)) else "this run", why, ", ".join(map(repr, alone)),
+                    "its _uncertainty column is" if len(alone) == 1 else "their _uncertainty columns are", instead)
 
 
 def similarity_domain(folder: Path | None):
