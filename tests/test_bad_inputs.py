@@ -82,7 +82,7 @@ ROW_CASES = [
     ("hydrogen-only", "[H][H]", "no heavy atoms: the molecule has only hydrogen (2 H atom(s))"),
     ("proton", "[H+]", "no heavy atoms: the molecule has only hydrogen (1 H atom(s))"),
     ("wildcard", "*", "contains a wildcard atom '*' (atomic number 0), which is not an element"),
-    ("wildcard-attached", "*CC", "contains a wildcard atom '*' (atomic number 0) at atom 1"),
+    ("wildcard-attached", "*CC", "contains a wildcard atom '*' (atomic number 0) at atom 1 (RDKit index 0)"),
     ("non-utf8-byte", "C\udcffC", "not valid UTF-8: byte 0xff at character 2; save the input as UTF-8"),
     ("nul-byte", "C\x00C", "contains a control character ('\\x00') at position 2"),
     ("non-ascii-tail", "CCO\u00e9", "contains a non-ASCII character ('\u00e9') at position 4; SMILES are plain ASCII"),

@@ -179,9 +179,9 @@ def test_rows_predict_would_refuse_do_not_train(tmp_path):
     path.write_text("smiles,y,fold\nCCO,1,train\n*C,2,train\n[H][H],3,train\nCCN,4,val\nCC*,5,test\nCCC,6,test\n")
     ds = load_csv(path, "smiles", ["y"], "regression", split="column:fold", cache_dir=tmp_path)
     assert [(r.index, r.reason) for r in ds.invalid] == [
-        (1, "contains a wildcard atom '*' (atomic number 0) at atom 1, which is not an element"),
+        (1, "contains a wildcard atom '*' (atomic number 0) at atom 1 (RDKit index 0), which is not an element"),
         (2, "no heavy atoms: the molecule has only hydrogen (2 H atom(s)); there is nothing to predict from"),
-        (4, "contains a wildcard atom '*' (atomic number 0) at atom 3, which is not an element")]
+        (4, "contains a wildcard atom '*' (atomic number 0) at atom 3 (RDKit index 2), which is not an element")]
     assert {k: [g.idx for g in v] for k, v in ds.splits.items()} == {"train": [0], "val": [3], "test": [5]}
     from siggate.data.chem import InvalidSmiles
 

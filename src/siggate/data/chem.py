@@ -191,9 +191,10 @@ def check_atoms(mol) -> None:
             raise InvalidSmiles("contains a wildcard atom '*' (atomic number 0), which is not an element")
         raise InvalidSmiles(f"no heavy atoms: the molecule has only hydrogen ({len(atoms)} H atom(s)); "
                             "there is nothing to predict from")
-    wild = [a.GetIdx() + 1 for a in atoms if a.GetAtomicNum() == 0]
-    if wild:
-        raise InvalidSmiles(f"contains a wildcard atom '*' (atomic number 0) at atom {wild[0]}, which is not an element")
+    wild = [a.GetIdx() for a in atoms if a.GetAtomicNum() == 0]
+    if wild:  # (counted as a reader counts, and as RDKit and explain's atoms.csv do)
+        raise InvalidSmiles(f"contains a wildcard atom '*' (atomic number 0) at atom {wild[0] + 1} (RDKit index "
+                            f"{wild[0]}), which is not an element")
 
 
 @functools.cache
