@@ -1196,3 +1196,20 @@ def test_a_molecule_predicts_alike_however_its_stereo_smiles_is_written(tmp_path
     cfg.pop("_meta")
     status = reuse_status(run, cfg)  # compare and the studies do not mix it in beside new runs either
     assert status.state == "conflict" and "stereocentres" in status.reason, status
+
+
+def test_the_epoch_star_marks_a_best_epoch_only_where_val_chooses_one(tmp_path, caplog):
+    """A run that keeps its last epoch (a member under --weights val) starred every epoch line, as
+    if each were a new best: the star marks the best validation score so far, kept as best.pt."""
+    import logging
+
+    ds = tiny_dataset()
+    lines = {}
+    for select in ("best", "last"):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="siggate.train"):
+            train_tiny(tmp_path / select, tiny_config(train={"epochs": 3, "select": select}), dataset=ds)
+        lines[select] = [m for m in caplog.messages if m.startswith("epoch ")]
+    assert [len(v) for v in lines.values()] == [3, 3]
+    assert lines["best"][0].endswith("s  *")  # (the first epoch is the best so far)
+    assert not [m for m in lines["last"] if m.endswith("*")]

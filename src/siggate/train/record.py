@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from ..config import DataConfig
 from ..data.base import GraphDataset
 from ..files import atomic_write_bytes, finite_or_none
+from ..options import keeps_last
 from ..version import __version__
 from .checkpoint import FORMAT_VERSION, atomic_save, rng_state
 from .loop import EpochEnd, Run
@@ -179,7 +180,9 @@ class RunFiles:
         self.tb = TBLogger(out / "tb", purge_step=run.state.epoch + 1 if run.state.epoch else None)
 
     def __call__(self, run: Run, end: EpochEnd) -> None:
-        """Write the epoch: log row, checkpoints, TensorBoard, one line on the console."""
+        """Write the epoch: log row, checkpoints, TensorBoard, one line on the console (``*``: the
+        best validation score so far, kept as ``best.pt``; none where the run keeps its last epoch,
+        which starred every epoch)."""
         row, info = end.row, run.info
         self.writer.write(row)
         ckpt = checkpoint_dict(run, self.config, end.rng_ranks)
@@ -191,7 +194,7 @@ class RunFiles:
         test = "" if row["test"] is None else f"test {info.metric} {row['test']:.4f}  "
         msg = (f"epoch {row['epoch']:4d}/{run.train_cfg.epochs}  loss {row['train_loss']:.4f}  "
                f"val {info.metric} {row['val']:.4f}  {test}lr {row['lr']:.2e}  "
-               f"{row['seconds']:.1f}s{'  *' if end.improved else ''}")
+               f"{row['seconds']:.1f}s{'  *' if end.improved and not keeps_last(run.train_cfg.select) else ''}")
         tqdm.write(msg) if self.progress else log.info(msg)
 
     def close(self) -> None:
