@@ -380,6 +380,10 @@ def test_averaged_c_is_the_mean_of_the_models_fitted_at_each_c(tmp_path):
                             "fingerprint: ['morgan+path', 'path+morgan'] names one kernel twice"),
                            (lambda: RandomForest(0), "n_estimators: 0 is out of range; allowed values: >= 1."),
                            (lambda: RandomForest(radius=-1), "radius: -1 is out of range; allowed values: >= 0."),
+                           (lambda: RandomForest(size=10**12), "size: 1000000000000 is out of range; allowed values: 1 "
+                            "to 1048576."),
+                           (lambda: KernelSVR({"size": [2048, 10**12]}), "size: 1000000000000 is out of range; "
+                            "allowed values: 1 to 1048576."),
                            (lambda: RandomForest(grid={"max_features": [1.5]}), "max_features: 1.5 is out of range")):
         with pytest.raises(ValueError) as caught:
             build()
@@ -536,6 +540,9 @@ def test_damaged_numbers_are_refused_at_load_not_predicted(tmp_path, task):
     cases = [(RandomForest, damaged("rf", nan_split), "threshold holds NaN, or inf at a split"),
              (RandomForest, damaged("rf", lambda a: a.update({"t0.roots": a["t0.roots"][:0]})), "has no tree"),
              (RandomForest, damaged("rf", target=lambda t: t.update(radius=-1)), "stored radius -1 is not an integer >= 0"),
+             # (loaded, then every row failed in an OverflowError)
+             (KernelSVR, damaged("svr", target=lambda t: t.update(size=10**12)),
+              "stored size 1000000000000 is not an integer from 1 to 1048576"),
              (KernelSVR, damaged("svr", lambda a: a["t0.coef"].__setitem__(0, np.nan)), "t0.coef holds NaN or inf"),
              (KernelSVR, damaged("svr", lambda a: a["t0.support.counts"].__setitem__(0, -3)), "are inconsistent"),
              (KernelSVR, damaged("svr", target=lambda t: t.update(y_std=float("nan"))), "stored y_std nan is not a positive"),

@@ -279,7 +279,7 @@ class SVRMemberOptions:
             raise ValueError(f"fingerprint: {list(self.fingerprint)} names one kernel twice (the same kinds in "
                              "another order); list each once")
         _in_range("radius", self.radius, lambda v: v >= 0, ">= 0")
-        _in_range("size", self.size, lambda v: v >= 1, ">= 1")
+        _in_range("size", self.size, lambda v: 1 <= v <= FP_SIZE_MAX, f"1 to {FP_SIZE_MAX}")
         _in_range("C", self.C, lambda v: v > 0, "> 0")
         _in_range("epsilon", self.epsilon, lambda v: v >= 0, ">= 0")
         _in_range("exact_max", (self.exact_max,), lambda v: v >= 1, ">= 1")
@@ -310,7 +310,7 @@ class ForestMemberOptions:
         """
         _in_range("n_estimators", (self.n_estimators,), lambda v: v >= 1, ">= 1")
         _in_range("radius", (self.radius,), lambda v: v >= 0, ">= 0")
-        _in_range("size", (self.size,), lambda v: v >= 1, ">= 1")
+        _in_range("size", (self.size,), lambda v: 1 <= v <= FP_SIZE_MAX, f"1 to {FP_SIZE_MAX}")
         grids_given(self, ("max_features",))
         _in_range("max_features", self.max_features,
                   lambda v: v in FOREST_MAX_FEATURES if isinstance(v, str) else not isinstance(v, bool) and 0 < v <= 1,
@@ -322,6 +322,11 @@ def grids_given(options, names: Sequence[str]) -> None:
     for name in names:
         if not getattr(options, name):
             raise ValueError(f"{name}: give at least one value (a list is a grid chosen on the validation split)")
+
+
+#: the most bins a fingerprint member's count fingerprint may have (2,048 by default; a
+#: molecule's dense counts are this many numbers): a stored size of 10**12 loaded and failed every row
+FP_SIZE_MAX = 1 << 20
 
 
 def _in_range(name: str, values, ok, allowed: str) -> None:

@@ -36,7 +36,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..options import ForestMemberOptions
+from ..options import FP_SIZE_MAX, ForestMemberOptions
 from .base import PredictorFileError
 from .fpmember import (
     FingerprintMember,
@@ -237,7 +237,7 @@ class RandomForest(FingerprintMember):
             raise PredictorFileError(f"unknown {self.kind} target mode {t['mode']!r}")
         trees = {k: np.asarray(arrays[f"{prefix}.{k}"], dtype=np.float64 if k in ("threshold", "value") else np.int64)
                  for k in TREE_ARRAYS if f"{prefix}.{k}" in arrays}
-        radius, size = stored_count(t, "radius", 0), stored_count(t, "size", 1)
+        radius, size = stored_count(t, "radius", 0), stored_count(t, "size", 1, FP_SIZE_MAX)
         classify = self.info.task != "regression"
         check_trees(trees, size)
         finite_array(trees["value"], f"{prefix}.value", probability=classify)  # a classifier's leaves: P(class 1)

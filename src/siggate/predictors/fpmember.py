@@ -251,11 +251,12 @@ def stored_number(t: Mapping, key: str, positive: bool = False, probability: boo
     return v
 
 
-def stored_count(t: Mapping, key: str, least: int) -> int:
-    """A target's stored integer ``t[key]`` (a radius, a size), refused below ``least``."""
+def stored_count(t: Mapping, key: str, least: int, most: int | None = None) -> int:
+    """A target's stored integer ``t[key]`` (a radius, a size), refused below ``least`` or above ``most``."""
     v = t[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v < least:
-        raise PredictorFileError(f"stored {key} {v!r} is not an integer >= {least}")
+    if isinstance(v, bool) or not isinstance(v, int) or v < least or (most is not None and v > most):
+        raise PredictorFileError(f"stored {key} {v!r} is not an integer "
+                                 + (f">= {least}" if most is None else f"from {least} to {most}"))
     return v
 
 

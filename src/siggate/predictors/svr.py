@@ -81,7 +81,7 @@ from typing import ClassVar, Mapping, Sequence
 import numpy as np
 
 from ..data.fingerprints import parse_kinds
-from ..options import SVRMemberOptions
+from ..options import FP_SIZE_MAX, SVRMemberOptions
 from .base import PredictorFileError
 from .fpmember import (
     FingerprintMember,
@@ -324,7 +324,7 @@ class KernelSVR(FingerprintMember):
             parts = len(parse_kinds(fingerprint))
         except ValueError as exc:
             raise PredictorFileError(str(exc)) from None
-        radius, size = stored_count(t, "radius", 0), stored_count(t, "size", 1)
+        radius, size = stored_count(t, "radius", 0), stored_count(t, "size", 1, FP_SIZE_MAX)
         support = csr_from_arrays(arrays, f"{prefix}.support", parts * size)
         coef = finite_array(arrays[f"{prefix}.coef"], f"{prefix}.coef")
         if coef.shape != (support.shape[0],):
