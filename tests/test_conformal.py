@@ -55,6 +55,8 @@ def test_a_similarity_calibration_widens_intervals_as_molecules_leave_the_traini
     assert plain.scale == "none" and plain.row_scale([[3.0]], [0.9]) is None
     with pytest.raises(CalibrationError, match="unknown scale 'width'"):
         Calibration.from_dict({**cal.to_dict(), "scale": "width"})
+    with pytest.raises(CalibrationError, match=r"not a siggate calibration \(OverflowError"):  # (a traceback)
+        Calibration.from_dict({**cal.to_dict(), "format": float("inf")})
     with pytest.raises(CalibrationError, match="a similarity scale of rate 2"):  # another sigma than this siggate's
         Calibration.from_dict({**cal.to_dict(), "similarity_rate": 2.0})
     unfloored = cal.to_dict()

@@ -208,6 +208,9 @@ def test_combination_saves_and_loads_and_refuses_crafted_manifests(tmp_path):
              # a weight column per target or one for all: three columns for two targets mixed them silently
              ({"weights": [[0.2, 0.3, 0.5], [0.8, 0.7, 0.5]]}, "unusable weights \\(a column per target, 2, or one for all; got 3\\)")]
     edits += [({"members": "gnn"}, "members must be a list of folder names, got str"),  # (read letter by letter)
+              ({"weighting": "equal"}, r"weighting 'equal' beside weights \[\[0\.25, 1\.0\], \[0\.75, 0\.0\]\]: an "
+                                       "edited weighting"),  # (predicted with equal weights, without a word)
+              ({"format": float("inf")}, r"not a siggate predictor manifest \(OverflowError"),  # (a traceback)
               ({"split_seed": "abc"}, "split_seed must be a whole number, got 'abc'")]  # (evaluate's traceback)
     for edit, message in edits:
         (tmp_path / "c" / "predictor.json").write_text(json.dumps({**doc, **edit}))

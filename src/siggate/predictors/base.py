@@ -166,7 +166,7 @@ def read_manifest(folder: str | Path) -> dict:
         doc = read_json(path)
         fmt = int(doc["format"])
         doc["kind"] = str(doc["kind"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:  # (OverflowError: a format of Infinity)
         raise PredictorFileError(f"{path}: not a siggate predictor manifest ({type(exc).__name__}: {exc})") from None
     if fmt > MANIFEST_FORMAT:
         raise PredictorFileError(f"{path}: written by a newer siggate (format {fmt}, this one reads {MANIFEST_FORMAT}); "

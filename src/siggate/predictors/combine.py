@@ -299,6 +299,8 @@ class Combination:
             weighting = doc.get("weighting", "equal")
             if weighting not in WEIGHTINGS:
                 raise ValueError(f"unknown weighting {weighting!r}")
+            if weighting == "equal" and doc.get("weights") is not None:  # (its saved weights were silently dropped)
+                raise ValueError(f"weighting 'equal' beside weights {doc['weights']!r}: an edited weighting")
         except (KeyError, TypeError, ValueError) as exc:
             raise PredictorFileError(f"{folder}: not a combination manifest ({exc})") from None
         bad = [n for n in names if Path(n).name != n or n in ("", ".", "..")]

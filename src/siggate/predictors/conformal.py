@@ -331,7 +331,7 @@ class Calibration:
                                      f"{[t.floor for t in targets.values()]} (this siggate's rate is "
                                      f"{SIMILARITY_RATE:g}, every floor set)")
             return cls(str(doc["task"]), targets, scale)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # (a format of Infinity)
             if isinstance(exc, CalibrationError):
                 raise
             raise CalibrationError(f"not a siggate calibration ({type(exc).__name__}: {exc})") from None
