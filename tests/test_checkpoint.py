@@ -106,6 +106,10 @@ def test_damaged_files(ckpt, tmp_path, make, expected):
 def test_missing_file_and_directory(tmp_path):
     with pytest.raises(CheckpointError, match="checkpoint not found"):
         load_checkpoint(tmp_path / "nope.pt")
+    (tmp_path / "predictor.json").write_text("{}")  # a run folder that lost its checkpoint: not "pass the best.pt"
+    with pytest.raises(CheckpointError, match=r"^checkpoint not found: .*best\.pt: the run folder lacks its best\.pt; "
+                                              r"copy the whole run folder, or retrain it$"):
+        load_checkpoint(tmp_path / "best.pt")
     with pytest.raises(CheckpointError, match="is a directory"):
         load_checkpoint(tmp_path)
 

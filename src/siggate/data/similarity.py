@@ -211,5 +211,8 @@ class Domain:
             raise
         except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
             remedy = "" if required else ", or delete domain.json to predict without it"
+            if isinstance(exc, ValueError) and "allow_pickle" in str(exc):  # (NumPy's advice: load it unsafely)
+                raise DomainError(f"{folder / FINGERPRINTS_FILE}: refused: it holds pickled Python objects, which "
+                                  f"siggate never writes (nothing in it was run); retrain the run{remedy}") from None
             raise DomainError(f"{folder}: cannot read the applicability domain ({type(exc).__name__}: {exc}); "
                               f"retrain the run{remedy}") from None
