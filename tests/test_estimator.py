@@ -144,6 +144,11 @@ def test_a_kept_run_is_a_cli_run_and_predicts_the_same(molecules, tmp_path, caps
     with pytest.raises(ValueError, match=r"2 of 3 SMILES cannot be predicted: row 1: SMILES parse error.*row 2: "
                                          r"empty SMILES"):
         est.predict(["CCO", "C1CC(", ""])
+    # --resume named fit's removed CSV of X and y, and told to give its new path
+    rc, _, err = run_cli(["train", "--resume", str(tmp_path / "run"), "--epochs", "3"], capsys)
+    assert rc == 2 and err == (f"siggate train: error: --resume {tmp_path / 'run'}: the run was made by "
+                               "SigGateRegressor.fit, whose CSV of X and y is removed when fit returns, so the run "
+                               "cannot go on from here; fit the estimator again\n"), err
     with pytest.raises(ValueError, match="X has 3 SMILES and y 2 rows"):
         siggate.SigGateRegressor().fit(["C", "CC", "CCC"], [1.0, 2.0])
 

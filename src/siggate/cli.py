@@ -147,6 +147,12 @@ def cmd_train(args) -> int:
             raise CLIError(f"--resume {resume}: the flags differ from the run's config ({'; '.join(diffs)}); "
                            f"drop them to continue the run as it was, or start a new run with another --out")
         if cfg.data.name == "csv" and cfg.data.csv and not Path(cfg.data.csv).exists():
+            from .train.evaluate import estimator_fit
+
+            fit = estimator_fit(path)
+            if fit:  # (the CSV fit wrote of X and y went when fit returned: no new path to give)
+                raise CLIError(f"--resume {resume}: the run was made by {fit}, whose CSV of X and y is removed when "
+                               "fit returns, so the run cannot go on from here; fit the estimator again")
             raise CLIError(f"--resume {resume}: the run's CSV {cfg.data.csv} is gone; if it moved, give its new path "
                            "with --data NEW_PATH (the file must be the one the run trained on: its SHA-256 is checked)")
         changed = rundir.changed_since(path, cfg.data)

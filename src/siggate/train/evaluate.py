@@ -129,7 +129,7 @@ def _add_scores(res: dict, split: str, scores: dict) -> None:
     res.setdefault("metrics", {})[split] = scores["metrics"]
 
 
-def _estimator_fit(folder: Path | None) -> str | None:
+def estimator_fit(folder: Path | None) -> str | None:
     """The estimator ``fit`` that made the run in ``folder`` (its :data:`~.rundir.ESTIMATOR_RECORD`),
     in words (``"SigGateRegressor.fit"``; a fit under way, or killed midway, too), else ``None``."""
     from .rundir import FITTING, estimator_record
@@ -585,7 +585,7 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     if cache_dir:
         d.cache_dir = cache_dir
     if d.name == "csv" and not _recorded_csv(d, trained_on.source).is_file():
-        fitted = _estimator_fit(folder)
+        fitted = estimator_fit(folder)
         if fitted:  # its CSV was a temporary file the user never made
             raise EvaluationError(f"{checkpoint} is the run of {fitted}, whose training CSV was temporary (and "
                                   "held no test split); score it on a labelled file with --data FILE.csv")

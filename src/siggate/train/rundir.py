@@ -554,10 +554,10 @@ def estimator_record(checkpoint) -> dict:
     ``{"estimator": "SigGateRegressor", "target_names": [...], ...}`` for a run an estimator's
     ``fit`` made (``{"estimator": FITTING}`` while it is under way); ``{}`` for any other run,
     or a record that cannot be read."""
-    import json
+    from ..files import read_json
 
     try:
-        record = json.loads((_record_folder(checkpoint) / ESTIMATOR_RECORD).read_text(encoding="utf-8"))
+        record = read_json(_record_folder(checkpoint) / ESTIMATOR_RECORD)
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}
