@@ -440,7 +440,7 @@ def test_a_file_of_another_run_is_refused_by_its_digest(tmp_path):
     svr_member(grid=ONE).fit(other).save(tmp_path / "b")
     shutil.copy(tmp_path / "b" / "arrays.pt", tmp_path / "a" / "arrays.pt")
     with pytest.raises(PredictorFileError, match=r"^.*arrays\.pt: not the file its predictor\.json was saved with "
-                                                 r"\(another SHA-256\): a file of another run copied in, or one edited; "
+                                                 r"\(another SHA-256\): a file of another run copied in, or one edited: "
                                                  r"copy the whole run folder as it was, or retrain it$"):
         KernelSVR.load(tmp_path / "a")
     doc = json.loads((tmp_path / "b" / "predictor.json").read_text())

@@ -174,15 +174,16 @@ def read_manifest(folder: str | Path) -> dict:
     return doc
 
 
-def check_saved_files(folder: str | Path, doc: dict, fix: str = "copy the whole run folder as it was, or retrain it",
-                      only: Sequence[str] | None = None) -> None:
+def check_saved_files(folder: str | Path, doc: dict,
+                      why: str = "a file of another run copied in, or one edited: copy the whole run folder as it was, "
+                                 "or retrain it", only: Sequence[str] | None = None) -> None:
     """Refuse a file of ``folder`` that is not the one its manifest ``doc`` was saved with (another
     run's arrays, checkpoint or member copied in: its predictions changed without a word); ``only``:
     those of the files. A file that is missing is its loader's to name; a manifest saved before
     the digests checks nothing.
 
     Raises:
-        PredictorFileError: a file whose SHA-256 differs (naming ``fix``), or unusable digests.
+        PredictorFileError: a file whose SHA-256 differs (saying ``why`` and the fix), or unusable digests.
     """
     folder, saved = Path(folder), doc.get(SAVED_FILES)
     if saved is None:
@@ -196,8 +197,7 @@ def check_saved_files(folder: str | Path, doc: dict, fix: str = "copy the whole 
         if any(part in ("", ".", "..") for part in name.split("/")) or Path(name).is_absolute():
             raise PredictorFileError(f"{folder / MANIFEST}: {name!r} is not a file of the folder")
         if path.is_file() and file_digest(path) != digest:
-            raise PredictorFileError(f"{path}: not the file its {MANIFEST} was saved with (another SHA-256): a file of "
-                                     f"another run copied in, or one edited; {fix}")
+            raise PredictorFileError(f"{path}: not the file its {MANIFEST} was saved with (another SHA-256): {why}")
 
 
 def task_info(doc: dict, folder: str | Path = "") -> "TaskInfo":
