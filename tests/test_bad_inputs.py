@@ -1269,6 +1269,16 @@ def test_predict_and_evaluate_say_when_a_run_folder_is_not_a_finished_run(tmp_pa
     grown = (f"{run}: its config.yaml says 4 epochs and its metrics.json records 2: grown by --resume --epochs and "
              f"stopped before it finished, so its files are of two runs; finish it with siggate train --resume {run}")
     assert [said(c) for c in commands] == [[grown], [grown]]
+    # the growth's better epoch replaced best.pt: it no longer is the checkpoint of the run's record, which
+    # predict read beside the old calibration and domain; refused after the warning, by its digest
+    kept = (run / "best.pt").read_bytes()
+    grown_best = torch.load(run / "best.pt", weights_only=True)
+    grown_best["model"] = {k: v * 1.01 if v.is_floating_point() else v for k, v in grown_best["model"].items()}
+    torch.save(grown_best, run / "best.pt")
+    rc, _, err = run_cli(commands[0], capsys)
+    assert rc == 2 and "best.pt: not the file its predictor.json was saved with (another SHA-256): a run grown by " \
+        "--resume --epochs and stopped before it finished (finish it with siggate train --resume RUN)" in err, err
+    (run / "best.pt").write_bytes(kept)
     (run / "metrics.json").unlink()
     assert unfinished(run) == (f"{run} holds no metrics.json: the run has not finished (stopped, or still "
                                f"training), so its best.pt is the best epoch so far; finish it with siggate train "
