@@ -534,7 +534,14 @@ def test_ddp_run_refused_before_its_first_checkpoint_leaves_no_run(tmp_path, cap
     _write_train_csv(data)
     rc, _, err = run_cli(argv, capsys)
     assert rc == 0, err
-    assert holds_run(out) and (out / "best.pt").is_file()
+    assert holds_run(out) and (out / "best.pt").is_file() and (out / "predictor.json").is_file()
+    # grown under --ddp, the run's predictor.json is written again: it named the checkpoint the growth
+    # replaced, and predict refused the finished run as one stopped midway
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    rc, _, err = run_cli(["train", "--ddp", "--resume", str(out), "--epochs", "3"], capsys)
+    assert rc == 0, err
+    rc, _, err = run_cli(["predict", "--checkpoint", str(out), "CCO"], capsys)
+    assert rc == 0, err
 
 
 def test_on_nan_skip_skips_and_counts(tmp_path, capsys):

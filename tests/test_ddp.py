@@ -77,7 +77,7 @@ def test_two_rank_ddp_matches_one_process_and_writes_once(tmp_path, eval_norm, e
     assert sorted(p.name for p in out.iterdir()) == ["best.pt", "calibration.json", "config.yaml", "data_report.csv",
                                                      "domain.json", "domain_fingerprints.npz", "fitted_molecules.json", "last.pt",
                                                      "learning_curves.png", "log.csv", "metrics.json", "parity.png",
-                                                     "splits.csv", "tb", "test_predictions.csv"]
+                                                     "predictor.json", "splits.csv", "tb", "test_predictions.csv"]
     assert len(list((out / "tb").iterdir())) == 1
     with open(out / "log.csv") as fh:
         assert [int(r["epoch"]) for r in csv.DictReader(fh)] == list(range(1, EPOCHS + 1))
