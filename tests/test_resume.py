@@ -205,3 +205,45 @@ def test_a_signal_before_the_command_runs_is_one_line(monkeypatch, capsys):
         monkeypatch.setattr(cli, "build_parser", build_parser)
         assert cli.main(["train", "--help"]) == status
         assert capsys.readouterr().err == f"siggate: {said}\n"
+
+
+def test_a_hang_up_keeps_its_status_where_the_terminal_is_gone_and_nohup_is_kept(monkeypatch):
+    """After SIGHUP stderr is often the closed terminal: writing the stop line raised EIO, and the
+    command ended in a traceback with status 1. The handlers are put back after the command, and
+    a SIGHUP that nohup ignores stays ignored."""
+    import errno
+
+    import siggate.cli as cli
+
+    class Gone:
+        def write(self, text):
+            raise OSError(errno.EIO, "Input/output error")
+
+        def flush(self):
+            raise OSError(errno.EIO, "Input/output error")
+
+    def build_parser():
+        raise cli.Terminated(signal.SIGHUP)
+
+    monkeypatch.setattr(cli, "build_parser", build_parser)
+    monkeypatch.setattr(cli, "_open_standard_streams", lambda: frozenset())
+    monkeypatch.setattr(sys, "stderr", Gone())
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
+    assert cli.main(["train"]) == 129
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)) == before
+    seen = []
+
+    def ran(argv):
+        seen.append(signal.getsignal(signal.SIGHUP))
+        return 0
+
+    monkeypatch.setattr(cli, "_main", ran)
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # (nohup)
+    try:
+        assert cli.main([]) == 0 and seen == [signal.SIG_IGN]
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, old)
+    import copy
+
+    assert copy.copy(cli.Terminated(signal.SIGHUP)).signum == signal.SIGHUP

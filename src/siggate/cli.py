@@ -147,9 +147,7 @@ def cmd_train(args) -> int:
             raise CLIError(f"--resume {resume}: the flags differ from the run's config ({'; '.join(diffs)}); "
                            f"drop them to continue the run as it was, or start a new run with another --out")
         if cfg.data.name == "csv" and cfg.data.csv and not Path(cfg.data.csv).exists():
-            from .train.evaluate import estimator_fit
-
-            fit = estimator_fit(path)
+            fit = rundir.estimator_fit(path)
             if fit:  # (the CSV fit wrote of X and y went when fit returned: no new path to give)
                 raise CLIError(f"--resume {resume}: the run was made by {fit}, whose CSV of X and y is removed when "
                                "fit returns, so the run cannot go on from here; fit the estimator again")
@@ -230,7 +228,7 @@ def cmd_train(args) -> int:
         said, status = _stopped(exc)
         hint = (f"nothing of the new run was saved, and the earlier run in {out} is kept; run the same command again "
                 "to replace it" if getattr(exc, "earlier_run_kept", False) else _resume_hint(out, args))
-        print(f"siggate train: {said}; {hint}", file=sys.stderr)
+        _say_stopped(f"siggate train: {said}; {hint}")
         return status
     finally:
         lock.release()
@@ -618,6 +616,9 @@ def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
         with _refusal_takes_back(lock):
             m = train(cfg, out, resume=resume, progress=ctx.is_main and progress_enabled(args), dist=ctx)
         if ctx.is_main:
+            from .train.gnn_member import mark_run
+
+            mark_run(out)  # (as a run without --ddp: a grown run's manifest named the checkpoint it replaced)
             print(json.dumps({k: m[k] for k in ("dataset", "metric", "best_epoch", "val", "test", "params",
                                                 "seconds", "world_size")}, indent=2))
         ctx.barrier()
@@ -1012,8 +1013,8 @@ def _pretrain(args) -> int:
                        device=check_device(args.device), workers=args.threads or 1)
     except KeyboardInterrupt as exc:
         said, status = _stopped(exc)
-        print(f"siggate pretrain: {said}; resume with: siggate pretrain --smiles {args.smiles} --out "
-              f"{args.out} --resume (and the same options)", file=sys.stderr)
+        _say_stopped(f"siggate pretrain: {said}; resume with: siggate pretrain --smiles {args.smiles} --out "
+                     f"{args.out} --resume (and the same options)")
         return status
     except (ValueError, OSError) as exc:  # an unreadable corpus or exclude file: name it, no traceback
         if type(exc).__name__ in ("ConfigError", "DataError"):
@@ -1333,6 +1334,13 @@ def _stopped(exc: BaseException) -> tuple[str, int]:
     return ("interrupted", 130)
 
 
+def _say_stopped(line: str) -> None:
+    """Print a stopped command's line on stderr, where a hang-up may have closed the terminal
+    (an EIO then ended the command in a traceback, exit status 1, not the signal's)."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (a scheduler ending a job, ``kill``, ``lanes.sh stop``) or SIGHUP (the terminal
     closed, an ssh session lost), raised where the process is, so that what is being written is
@@ -1343,7 +1351,7 @@ class Terminated(KeyboardInterrupt):
     def __init__(self, signum: int = 15) -> None:
         import signal
 
-        super().__init__()
+        super().__init__(signum)  # (a copy or a pickle keeps its signal)
         self.signum = int(signum)
         self.signal_name = signal.Signals(self.signum).name
         self.said = "hung up" if self.signal_name == "SIGHUP" else "terminated"
@@ -1351,10 +1359,10 @@ class Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def _terminated_as_interrupt():
-    """SIGTERM raises :class:`Terminated` while a command runs (the main thread only, where Python
-    delivers signals); the handler before is put back after it. Python's default ended the process
-    at once: no ``finally`` ran, a checkpoint being written left its temporary file, and nothing
-    was said."""
+    """SIGTERM and SIGHUP raise :class:`Terminated` while a command runs (the main thread only,
+    where Python delivers signals; a SIGHUP that ``nohup`` ignores stays ignored); the handlers
+    before are put back after it. Python's default ended the process at once: no ``finally`` ran,
+    a checkpoint being written left its temporary file, and nothing was said."""
     import signal
     import threading
 
@@ -1386,8 +1394,7 @@ def main(argv: list[str] | None = None) -> int:
             return _main(argv)
         except KeyboardInterrupt as exc:  # (before a command ran: while its modules were imported, a traceback)
             said, status = _stopped(exc)
-            with contextlib.suppress(OSError):
-                print(f"siggate: {said}", file=sys.stderr)
+            _say_stopped(f"siggate: {said}")
             return status
 
 
@@ -1480,7 +1487,7 @@ def _main(argv: list[str] | None) -> int:
         again = ("; run the same command again to resume (finished runs are kept, unfinished ones resume)"
                  if args.command == "compare" else "")
         said, status = _stopped(exc)
-        print(f"siggate {args.command}: {said}{again}", file=sys.stderr)
+        _say_stopped(f"siggate {args.command}: {said}{again}")
         return status
 
 

@@ -63,6 +63,8 @@ from .train.rundir import ESTIMATOR_RECORD, FITTING, estimator_record
 _ONE_FIT = threading.RLock()
 #: the CSV columns :meth:`_SigGateEstimator.fit` writes
 _SMILES, _SPLIT = "smiles", "split"
+#: the name of the CSV of X and y that fit writes into its work folder (and its refusals name)
+_FIT_CSV = "data.csv"
 
 #: the command line's flags that fit sets, and the estimator parameter each one is
 _PARAM_OF_FLAG = {"--val-fraction": "val_fraction", "--members": "members", "--weights": "weights",
@@ -533,7 +535,7 @@ class _SigGateEstimator(BaseEstimator):
         from .train.predict import SmilesPredictor, read_calibration, similarity_domain
         from .train.rundir import CALIBRATION
 
-        data = work / "data.csv"
+        data = work / _FIT_CSV
         with open(data, "w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow([_SMILES, *names, _SPLIT])
@@ -615,7 +617,7 @@ class _SigGateEstimator(BaseEstimator):
         fit's folder, removed when fit returns, is no help) and in ``y``'s values (:meth:`_in_words_of_y`)."""
         if warning:
             text = _data_warning_in_fit_words(text, kept)
-        text = _in_estimator_words(text, work / "data.csv")
+        text = _in_estimator_words(text, work / _FIT_CSV)
         if not kept:
             text = re.sub(rf"The last good checkpoint is kept at {re.escape(str(work))}\S*\. ", "", text)
         return self._in_words_of_y(text)

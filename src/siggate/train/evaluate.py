@@ -129,15 +129,6 @@ def _add_scores(res: dict, split: str, scores: dict) -> None:
     res.setdefault("metrics", {})[split] = scores["metrics"]
 
 
-def estimator_fit(folder: Path | None) -> str | None:
-    """The estimator ``fit`` that made the run in ``folder`` (its :data:`~.rundir.ESTIMATOR_RECORD`),
-    in words (``"SigGateRegressor.fit"``; a fit under way, or killed midway, too), else ``None``."""
-    from .rundir import FITTING, estimator_record
-
-    name = estimator_record(folder).get("estimator") if folder is not None else None
-    return None if not name else "an estimator's fit" if name == FITTING else f"{name}.fit"
-
-
 def _recorded_csv(data, source: dict | None) -> Path:
     """The training CSV a CSV run records: its record ``source``'s absolute path, else the
     ``data`` config's."""
@@ -585,6 +576,8 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     if cache_dir:
         d.cache_dir = cache_dir
     if d.name == "csv" and not _recorded_csv(d, trained_on.source).is_file():
+        from .rundir import estimator_fit
+
         fitted = estimator_fit(folder)
         if fitted:  # its CSV was a temporary file the user never made
             raise EvaluationError(f"{checkpoint} is the run of {fitted}, whose training CSV was temporary (and "

@@ -563,6 +563,13 @@ def estimator_record(checkpoint) -> dict:
     return record if isinstance(record, dict) else {}
 
 
+def estimator_fit(folder: Path | None) -> str | None:
+    """The estimator ``fit`` that made the run in ``folder`` (its :data:`ESTIMATOR_RECORD`), in
+    words (``"SigGateRegressor.fit"``; a fit under way, or killed midway, too), else ``None``."""
+    name = estimator_record(folder).get("estimator") if folder is not None else None
+    return None if not name else "an estimator's fit" if name == FITTING else f"{name}.fit"
+
+
 def estimator_classes_note(checkpoint) -> str | None:
     """For a run that ``SigGateClassifier.fit`` kept (its :data:`ESTIMATOR_RECORD` names the
     classes): which class its probability is of, in words for ``predict``, ``evaluate`` and
@@ -620,6 +627,9 @@ def unfinished(path: str | Path) -> str | None:
                     "its files are not all of one finished run")  # (members without a GNN hold no best.pt)
             return (f"{run} holds no metrics.json: the run has not finished (stopped, or still training), "
                     f"so {what}; finish it with siggate train --resume {top}")
+        except PermissionError:  # (not damage: a permission to grant)
+            return (f"{run / 'metrics.json'}: Permission denied, so whether the run finished is not known; give your "
+                    "user permission to it (chmod, or the folder's owner)")
         except (OSError, ValueError) as exc:  # (damaged: not a run stopped before its record)
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             return (f"{run / 'metrics.json'} cannot be read ({why}): the run folder is damaged; copy it again from "
