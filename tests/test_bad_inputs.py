@@ -1284,7 +1284,8 @@ def test_predict_and_evaluate_say_when_a_run_folder_is_not_a_finished_run(tmp_pa
     torch.save(grown_best, run / "best.pt")
     rc, _, err = run_cli(commands[0], capsys)
     assert rc == 2 and "best.pt: not the file its predictor.json was saved with (another SHA-256): a run grown by " \
-        "--resume --epochs and stopped before it finished (finish it with siggate train --resume RUN)" in err, err
+        "--resume --epochs that has not finished (still training, or stopped: finish it with siggate train --resume " \
+        "RUN)" in err, err
     (run / "best.pt").write_bytes(kept)
     (run / "metrics.json").unlink()
     assert unfinished(run) == (f"{run} holds no metrics.json: the run has not finished (stopped, or still "
@@ -1295,6 +1296,21 @@ def test_predict_and_evaluate_say_when_a_run_folder_is_not_a_finished_run(tmp_pa
     assert unfinished(run) == (f"{run / 'metrics.json'} cannot be read (not a regular file (a device, a pipe, or a "
                                f"link to one)): the run folder is damaged; copy it again from where it was made, or "
                                f"finish the run again with siggate train --resume {run}")
+    (run / "metrics.json").unlink()
+    (run / "metrics.json").write_text("{not json")
+    assert unfinished(run).startswith(f"{run / 'metrics.json'} cannot be read (") and "the run folder is damaged" in \
+        unfinished(run)
+    (run / "metrics.json").chmod(0)  # (root reads it all the same: the refusal is the file system's)
+    import siggate.files as files
+
+    def denied(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    from unittest import mock
+
+    with mock.patch.object(files, "read_json", denied):
+        assert unfinished(run) == (f"{run / 'metrics.json'}: Permission denied, so whether the run finished is not "
+                                   "known; give your user permission to it (chmod, or the folder's owner)")
     (run / "metrics.json").unlink()
     members = tmp_path / "fp"  # a run of members without a GNN holds no best.pt to speak of
     rc, _, err = run_cli(["train", "--data", str(_csv(tmp_path / "m.csv", _rows(","))), "--target-col", "y",

@@ -107,9 +107,11 @@ def test_missing_file_and_directory(tmp_path):
     with pytest.raises(CheckpointError, match="checkpoint not found"):
         load_checkpoint(tmp_path / "nope.pt")
     (tmp_path / "predictor.json").write_text("{}")  # a run folder that lost its checkpoint: not "pass the best.pt"
-    with pytest.raises(CheckpointError, match=r"^checkpoint not found: .*best\.pt: the run folder lacks its best\.pt; "
-                                              r"copy the whole run folder, or retrain it$"):
+    with pytest.raises(CheckpointError, match=r"^checkpoint not found: .*best\.pt: the finished run there lacks its "
+                                              r"best\.pt; copy the whole run folder, or retrain it$"):
         load_checkpoint(tmp_path / "best.pt")
+    with pytest.raises(CheckpointError, match=r"bset\.pt\. Pass the best\.pt or last\.pt"):  # (a typo: no such file of a run)
+        load_checkpoint(tmp_path / "bset.pt")
     with pytest.raises(CheckpointError, match="is a directory"):
         load_checkpoint(tmp_path)
 

@@ -278,8 +278,9 @@ def test_gnn_member_predicts_the_best_epochs_model_and_loads_old_and_new_folders
     other["model"] = {k: v + 1 if v.is_floating_point() else v for k, v in other["model"].items()}
     torch.save(other, copy / "best.pt")
     with pytest.raises(PredictorFileError, match=r"best\.pt: not the file its predictor\.json was saved with \(another "
-                                                 r"SHA-256\): a run grown by --resume --epochs and stopped before it "
-                                                 r"finished \(finish it with siggate train --resume RUN\), or a file of "
+                                                 r"SHA-256\): a run grown by --resume --epochs that has not finished "
+                                                 r"\(still training, or stopped: finish it with siggate train --resume "
+                                                 r"RUN\), or a file of "
                                                  r"another run copied in \(copy the whole run folder as it was, or "
                                                  r"retrain it\)$"):
         load_predictor(copy)

@@ -176,10 +176,9 @@ def read_manifest(folder: str | Path) -> dict:
 
 def check_saved_files(folder: str | Path, doc: dict,
                       why: str = "a file of another run copied in, or one edited: copy the whole run folder as it was, "
-                                 "or retrain it", only: Sequence[str] | None = None) -> None:
+                                 "or retrain it") -> None:
     """Refuse a file of ``folder`` that is not the one its manifest ``doc`` was saved with (another
-    run's arrays, checkpoint or member copied in: its predictions changed without a word); ``only``:
-    those of the files. A file that is missing is its loader's to name; a manifest saved before
+    run's arrays, checkpoint or member copied in: its predictions changed without a word). A file that is missing is its loader's to name; a manifest saved before
     the digests checks nothing.
 
     Raises:
@@ -192,8 +191,6 @@ def check_saved_files(folder: str | Path, doc: dict,
         raise PredictorFileError(f"{folder / MANIFEST}: unusable {SAVED_FILES!r} (file names and their SHA-256)")
     for name, digest in saved.items():
         path = folder / name
-        if only is not None and name not in only:
-            continue
         if any(part in ("", ".", "..") for part in name.split("/")) or Path(name).is_absolute():
             raise PredictorFileError(f"{folder / MANIFEST}: {name!r} is not a file of the folder")
         if path.is_file() and file_digest(path) != digest:

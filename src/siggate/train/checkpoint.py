@@ -72,9 +72,10 @@ def load_checkpoint(path: str | Path, map_location="cpu", finite: bool = True) -
     """
     path = Path(path)
     if not path.exists():
-        if any((path.parent / name).is_file() for name in ("predictor.json", "config.yaml")):  # a run's own, gone
-            raise CheckpointError(f"checkpoint not found: {path}: the run folder lacks its {path.name}; copy the whole "
-                                  "run folder, or retrain it")
+        if path.name in ("best.pt", "last.pt") and any((path.parent / n).is_file() for n in ("predictor.json",
+                                                                                            "metrics.json")):
+            raise CheckpointError(f"checkpoint not found: {path}: the finished run there lacks its {path.name}; copy "
+                                  "the whole run folder, or retrain it")  # (a run's own, gone)
         raise CheckpointError(f"checkpoint not found: {path}. Pass the best.pt or last.pt written by 'siggate train --out DIR'.")
     if path.is_dir():
         raise CheckpointError(f"{path} is a directory; pass the best.pt or last.pt file inside it.")
