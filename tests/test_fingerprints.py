@@ -191,6 +191,15 @@ def test_the_domain_s_similarity_is_the_minmax_kernel_of_morgan_counts(tmp_path)
     assert str(refused.value) == (f"{tmp_path / sim.FINGERPRINTS_FILE}: refused: it holds pickled Python objects, "
                                   "which siggate never writes (nothing in it was run); retrain the run, or delete "
                                   "domain.json to predict without it")
+    import pickle
+
+    (tmp_path / sim.FINGERPRINTS_FILE).write_bytes(pickle.dumps(_Payload(str(marker))))  # a bare pickle
+    with pytest.raises(sim.DomainError, match="refused: it holds pickled Python objects"):
+        sim.Domain.load(tmp_path)
+    (tmp_path / sim.FINGERPRINTS_FILE).write_bytes(b"not an archive")  # (NumPy took it for a pickle too)
+    with pytest.raises(sim.DomainError, match=r"cannot read the applicability domain \(ValueError: "
+                                              r"domain_fingerprints\.npz is no NumPy archive\)"):
+        sim.Domain.load(tmp_path)
     assert not marker.exists()
 
 

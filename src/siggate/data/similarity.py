@@ -212,7 +212,11 @@ class Domain:
         except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
             remedy = "" if required else ", or delete domain.json to predict without it"
             if isinstance(exc, ValueError) and "allow_pickle" in str(exc):  # (NumPy's advice: load it unsafely)
-                raise DomainError(f"{folder / FINGERPRINTS_FILE}: refused: it holds pickled Python objects, which "
-                                  f"siggate never writes (nothing in it was run); retrain the run{remedy}") from None
+                with open(folder / FINGERPRINTS_FILE, "rb") as fh:  # (NumPy takes any file not its own for a pickle)
+                    pickled = "Object arrays" in str(exc) or fh.read(1) == b"\x80"
+                if pickled:
+                    raise DomainError(f"{folder / FINGERPRINTS_FILE}: refused: it holds pickled Python objects, which "
+                                      f"siggate never writes (nothing in it was run); retrain the run{remedy}") from None
+                exc = ValueError(f"{FINGERPRINTS_FILE} is no NumPy archive")
             raise DomainError(f"{folder}: cannot read the applicability domain ({type(exc).__name__}: {exc}); "
                               f"retrain the run{remedy}") from None
