@@ -221,7 +221,8 @@ def test_combination_saves_and_loads_and_refuses_crafted_manifests(tmp_path):
     (tmp_path / "c" / "predictor.json").write_text(json.dumps(doc))
     Fixed(tables[1] + 1).save(tmp_path / "c" / "svr")
     with pytest.raises(PredictorFileError, match=r"svr/predictor\.json: not the file its predictor\.json was saved "
-                                                 "with"):
+                                                 r"with \(another SHA-256\): a run grown by --resume --epochs that has "
+                                                 r"not finished .*, or a file of another run copied in"):
         Combination.load(tmp_path / "c", Fixed.load)
     Fixed(tables[1]).save(tmp_path / "c" / "svr")
     (tmp_path / "c" / "predictor.json").write_text("[" * 100000 + "]" * 100000)  # json's RecursionError: a traceback

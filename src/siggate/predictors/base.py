@@ -54,6 +54,11 @@ MANIFEST_FORMAT = 1
 #: the manifest's field of the files it was saved with: ``{path in the folder: SHA-256}``
 #: (:func:`write_manifest`, :func:`check_saved_files`; absent in manifests saved before it)
 SAVED_FILES = "sha256"
+#: why a file a growth retrains (a GNN's checkpoint, a combination's member) may differ from its
+#: manifest's, and the fixes: a run grown by ``--resume --epochs`` rewrites them before its record
+GROWN_OR_COPIED = ("a run grown by --resume --epochs that has not finished (still training, or stopped: finish it with "
+                   "siggate train --resume RUN), or a file of another run copied in (copy the whole run folder as it "
+                   "was, or retrain it)")
 
 
 class PredictorFileError(ValueError):
@@ -178,8 +183,9 @@ def check_saved_files(folder: str | Path, doc: dict,
                       why: str = "a file of another run copied in, or one edited: copy the whole run folder as it was, "
                                  "or retrain it") -> None:
     """Refuse a file of ``folder`` that is not the one its manifest ``doc`` was saved with (another
-    run's arrays, checkpoint or member copied in: its predictions changed without a word). A file that is missing is its loader's to name; a manifest saved before
-    the digests checks nothing.
+    run's arrays, checkpoint or member copied in: its predictions changed without a word), saying
+    ``why`` it may differ and the fix. A file that is missing is its loader's to name; a manifest
+    saved before the digests checks nothing.
 
     Raises:
         PredictorFileError: a file whose SHA-256 differs (saying ``why`` and the fix), or unusable digests.

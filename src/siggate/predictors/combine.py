@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from .base import (
+    GROWN_OR_COPIED,
     MANIFEST,
     SAVED_FILES,
     AtomContributions,
@@ -313,7 +314,7 @@ class Combination:
             raise PredictorFileError(f"{folder}: its member folder(s) {', '.join(missing)} are missing; copy the "
                                      "whole run folder, or retrain it")
         info = task_info(doc, folder)
-        check_saved_files(folder, doc)  # (a member folder of another run, or another run's file in one)
+        check_saved_files(folder, doc, GROWN_OR_COPIED)  # (a member retrained by a growth, or of another run)
         record = {k: v for k, v in doc.items() if k not in ("format", "kind", "info", "members", "weighting", "weights",
                                                             "groups", "kinds", SAVED_FILES)}
         if "split_seed" in record and (type(record["split_seed"]) is not int):  # (a traceback in evaluate)

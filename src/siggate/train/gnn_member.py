@@ -17,6 +17,7 @@ import torch
 
 from ..config import Config
 from ..predictors.base import (
+    GROWN_OR_COPIED,
     MANIFEST,
     AtomContributions,
     Prediction,
@@ -176,9 +177,7 @@ class GNNMember:
         name = str(doc.get("checkpoint", BEST))
         if Path(name).name != name:
             raise PredictorFileError(f"{folder / MANIFEST}: checkpoint {name!r} is not a file of the folder")
-        check_saved_files(folder, doc, "a run grown by --resume --epochs that has not finished (still training, or "
-                          "stopped: finish it with siggate train --resume RUN), or a file of another run copied in "
-                          "(copy the whole run folder as it was, or retrain it)")
+        check_saved_files(folder, doc, GROWN_OR_COPIED)
         return cls.from_checkpoint(folder / name, device, batch_size, split_seed=doc.get("split_seed"))
 
     @classmethod
