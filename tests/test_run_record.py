@@ -421,6 +421,29 @@ def test_the_run_folder_holds_its_pictures_and_they_show_the_test_set(run):
     assert all(float(t).is_integer() for t in metric_ax.get_xticks())
 
 
+def test_panels_score_what_the_metrics_score_and_fit_their_names():
+    """helper-171: a target with non-finite predictions was scored on its finite rows where the
+    run's metrics are None; a 101-character name overran the next panels; a one-epoch run's test
+    point was an invisible one-point line, its epoch axis ticked 0.945 ... 1.050."""
+    from siggate.train.metrics import summary
+    from siggate.train.plots import NAME_CHARS, learning_figure, parity_figure, residual_figure, roc_figure
+
+    y = np.arange(20.0).reshape(-1, 1)
+    p = y + 0.1
+    p[:5] = np.nan
+    assert summary("regression", y, p)["mean"]["mae"] is None  # (the run records no score)
+    long = "pKä_" + "x" * 97
+    for fig in (parity_figure(y, p, [long]), residual_figure(y, p, np.ones_like(p), [long]),
+                roc_figure((y > 9).astype(float), p / 20, [long])):
+        ax = fig.axes[0]
+        assert ax.get_title() == f"test {long[:NAME_CHARS - 1]}…: 5 non-finite predictions, not scored"
+    assert parity_figure(y, y + 0.1, ["a"]).axes[0].get_title().startswith("test a: n 20, MAE 0.1")
+    history = [{"epoch": 1, "train_loss": 0.9, "val": 0.6, "test": 0.526}]
+    _, metric_ax = learning_figure({"member0": history}, "mae").axes
+    test_line = [line for line in metric_ax.lines if line.get_label() == "member0 test"][0]
+    assert test_line.get_marker() == "x" and list(metric_ax.get_xticks()) == [1]
+
+
 def test_evaluate_data_draws_its_parity_plot_next_to_its_output(run, capsys):
     from PIL import Image
 

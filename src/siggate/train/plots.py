@@ -94,6 +94,22 @@ def _panels(plt, n_targets: int):
     return fig, flat[:shown]
 
 
+#: the most characters of a target's name a panel shows (longer ones overran the next panel's title)
+NAME_CHARS = 30
+
+
+def _shown(name: str) -> str:
+    """A target's name as a panel shows it: cut to :data:`NAME_CHARS` with an ellipsis."""
+    name = str(name)
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
+
+
+def _unscored(y, p, t: int) -> int:
+    """Labelled rows of target ``t`` whose prediction is not finite: the run's metrics of such a
+    target are None (:func:`~.metrics.summary`), so its panel scores nothing either."""
+    return int((~np.isnan(y[:, t]) & ~np.isfinite(p[:, t])).sum())
+
+
 def parity_figure(labels, preds, names: Sequence[str], cliff=None, title: str = "test"):
     """Predictions against labels, one panel per target (its labelled rows only).
 
@@ -122,12 +138,14 @@ def parity_figure(labels, preds, names: Sequence[str], cliff=None, title: str = 
             err = p[ok, t] - y[ok, t]
             ss = float(np.sum((y[ok, t] - y[ok, t].mean()) ** 2))
             r2 = f"{1 - float(np.sum(err ** 2)) / ss:.3f}" if ss > 0 else "n/a"
-            ax.set_title(f"{title} {names[t]}: n {int(ok.sum())}, MAE {np.mean(np.abs(err)):.3g}, R² {r2}",
+            ax.set_title(f"{title} {_shown(names[t])}: n {int(ok.sum())}, MAE {np.mean(np.abs(err)):.3g}, R² {r2}"
+                         if not _unscored(y, p, t) else
+                         f"{title} {_shown(names[t])}: {_unscored(y, p, t)} non-finite predictions, not scored",
                          fontsize=9)
         else:  # (an empty panel said nothing: a file without this target's labels)
-            ax.set_title(f"{title} {names[t]}: no labels, not scored", fontsize=9)
-        ax.set_xlabel(f"label {names[t]}")
-        ax.set_ylabel(f"prediction {names[t]}")
+            ax.set_title(f"{title} {_shown(names[t])}: no labels, not scored", fontsize=9)
+        ax.set_xlabel(f"label {_shown(names[t])}")
+        ax.set_ylabel(f"prediction {_shown(names[t])}")
         ax.legend(fontsize=7, loc="best")
         ax.grid(alpha=0.3)
     return fig
@@ -149,8 +167,8 @@ def learning_figure(histories: dict, metric: str):
         loss_ax.plot(epochs, [h["train_loss"] for h in hist], color=color, marker=".", label=name)
         metric_ax.plot(epochs, [h["val"] for h in hist], color=color, marker=".", label=f"{name} val")
         test = [(e, h["test"]) for e, h in zip(epochs, hist) if h.get("test") is not None]
-        if test:
-            metric_ax.plot(*zip(*test), color=color, ls="--", label=f"{name} test")
+        if test:  # (a marker: one epoch's test point was a line of one point, not drawn)
+            metric_ax.plot(*zip(*test), color=color, ls="--", marker="x", ms=4, label=f"{name} test")
         norms = [h.get("eval_norm") for h in hist]
         if "running" in norms and "train" in norms:  # a run keeping its last epoch (bn_stats.epoch_norm)
             at = [(e, h["val"]) for e, h in zip(epochs, hist) if h.get("eval_norm") == "train"]
@@ -160,9 +178,13 @@ def learning_figure(histories: dict, metric: str):
             circled = True
     loss_ax.set_title("training loss (normalised targets)", fontsize=9)
     metric_ax.set_title(f"{metric} per epoch", fontsize=9)
+    every = sorted({h["epoch"] for hist in histories.values() for h in hist})
     for ax, label in ((loss_ax, "loss"), (metric_ax, metric)):
         ax.set_xlabel("epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole
+        if len(every) <= 2:  # (the locator gives up below two whole numbers: 0.945 ... 1.050)
+            ax.set_xticks(every)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         # beside the curves, not over them, once there are more than a few lines
@@ -186,16 +208,21 @@ def residual_figure(labels, preds, spread, names: Sequence[str], title: str = "t
         err = np.abs(p[ok, t] - y[ok, t])
         ax.scatter(s[ok, t], err, s=14, alpha=0.7, color="tab:purple", label="molecule")
         top = float(s[ok, t].max()) if ok.any() else None
-        if top == 0:  # no spread to judge: not "0% within 1 sigma", which reads as miscalibration
-            ax.set_title(f"{title} {names[t]}: spread 0 for every molecule\n(one member holds all the "
+        if _unscored(y, p, t):  # (as the run's metrics: None)
+            ax.set_title(f"{title} {_shown(names[t])}: {_unscored(y, p, t)} non-finite predictions, not scored",
+                         fontsize=9)
+        elif top == 0:  # no spread to judge: not "0% within 1 sigma", which reads as miscalibration
+            ax.set_title(f"{title} {_shown(names[t])}: spread 0 for every molecule\n(one member holds all the "
                          "weight): no sigma to compare", fontsize=9)  # two lines: one overran the panel
         elif ok.any():
             for k, ls in ((1, "--"), (2, ":")):
                 ax.plot([0, top], [0, k * top], color="k", lw=0.8, ls=ls, label=f"|error| = {k} sigma")
-            ax.set_title(f"{title} {names[t]}: {np.mean(err <= s[ok, t]):.0%} within 1 sigma, "
+            ax.set_title(f"{title} {_shown(names[t])}: {np.mean(err <= s[ok, t]):.0%} within 1 sigma, "
                          f"{np.mean(err <= 2 * s[ok, t]):.0%} within 2", fontsize=9)
-        ax.set_xlabel(f"spread over members (sigma) {names[t]}")
-        ax.set_ylabel(f"|prediction - label| {names[t]}")
+        else:  # (an empty panel had no title)
+            ax.set_title(f"{title} {_shown(names[t])}: no labels or spread, not scored", fontsize=9)
+        ax.set_xlabel(f"spread over members (sigma) {_shown(names[t])}")
+        ax.set_ylabel(f"|prediction - label| {_shown(names[t])}")
         ax.legend(fontsize=7, loc="best")
         ax.grid(alpha=0.3)
     return fig
@@ -236,15 +263,18 @@ def roc_figure(labels, probs, names: Sequence[str], title: str = "test"):
     for t, ax in enumerate(axes):
         ok = ~np.isnan(y[:, t]) & np.isfinite(p[:, t])
         ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--", label="chance")
-        if len(np.unique(y[ok, t])) == 2:
+        if _unscored(y, p, t):  # (as the run's metrics: None)
+            ax.set_title(f"{title} {_shown(names[t])}: {_unscored(y, p, t)} non-finite predictions, not scored",
+                         fontsize=9)
+        elif len(np.unique(y[ok, t])) == 2:
             fpr, tpr, _ = roc_curve(y[ok, t], p[ok, t])
             ax.plot(fpr, tpr, color="tab:blue", lw=1.5, label="model")
-            ax.set_title(f"{title} {names[t]}: n {int(ok.sum())}, ROC-AUC {roc_auc_score(y[ok, t], p[ok, t]):.3f}",
-                         fontsize=9)
+            ax.set_title(f"{title} {_shown(names[t])}: n {int(ok.sum())}, ROC-AUC "
+                         f"{roc_auc_score(y[ok, t], p[ok, t]):.3f}", fontsize=9)
         elif ok.any():
-            ax.set_title(f"{title} {names[t]}: one class only, no ROC curve", fontsize=9)
+            ax.set_title(f"{title} {_shown(names[t])}: one class only, no ROC curve", fontsize=9)
         else:
-            ax.set_title(f"{title} {names[t]}: no labels, not scored", fontsize=9)
+            ax.set_title(f"{title} {_shown(names[t])}: no labels, not scored", fontsize=9)
         ax.set_xlabel("false positive rate")
         ax.set_ylabel("true positive rate")
         ax.legend(fontsize=7, loc="lower right")
