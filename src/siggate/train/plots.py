@@ -104,10 +104,12 @@ def _shown(name: str) -> str:
     return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
 
 
-def _unscored(y, p, t: int) -> int:
-    """Labelled rows of target ``t`` whose prediction is not finite: the run's metrics of such a
-    target are None (:func:`~.metrics.summary`), so its panel scores nothing either."""
-    return int((~np.isnan(y[:, t]) & ~np.isfinite(p[:, t])).sum())
+def _unscored(title: str, name: str, y, p, t: int) -> str | None:
+    """The title of target ``t``'s panel where a labelled row's prediction is not finite: the run's
+    metrics of such a target are None (:func:`~.metrics.summary`), so its panel scores nothing
+    either; None where every prediction is finite. The one rule of the three scored figures."""
+    bad = int((~np.isnan(y[:, t]) & ~np.isfinite(p[:, t])).sum())
+    return f"{title} {name}: {bad} non-finite predictions, not scored" if bad else None
 
 
 def parity_figure(labels, preds, names: Sequence[str], cliff=None, title: str = "test"):
@@ -123,7 +125,7 @@ def parity_figure(labels, preds, names: Sequence[str], cliff=None, title: str = 
     y, p = as_2d(labels), as_2d(preds)
     fig, axes = _panels(plt, y.shape[1])
     for t, ax in enumerate(axes):
-        ok = ~np.isnan(y[:, t]) & np.isfinite(p[:, t])
+        name, ok = _shown(names[t]), ~np.isnan(y[:, t]) & np.isfinite(p[:, t])
         marked = np.zeros(len(y), bool) if cliff is None else np.asarray(cliff, bool)
         plain, sharp = ok & ~marked, ok & marked
         ax.scatter(y[plain, t], p[plain, t], s=14, alpha=0.7, color="tab:blue", label="molecule")
@@ -138,14 +140,12 @@ def parity_figure(labels, preds, names: Sequence[str], cliff=None, title: str = 
             err = p[ok, t] - y[ok, t]
             ss = float(np.sum((y[ok, t] - y[ok, t].mean()) ** 2))
             r2 = f"{1 - float(np.sum(err ** 2)) / ss:.3f}" if ss > 0 else "n/a"
-            ax.set_title(f"{title} {_shown(names[t])}: n {int(ok.sum())}, MAE {np.mean(np.abs(err)):.3g}, R² {r2}"
-                         if not _unscored(y, p, t) else
-                         f"{title} {_shown(names[t])}: {_unscored(y, p, t)} non-finite predictions, not scored",
-                         fontsize=9)
+            ax.set_title(_unscored(title, name, y, p, t) or
+                         f"{title} {name}: n {int(ok.sum())}, MAE {np.mean(np.abs(err)):.3g}, R² {r2}", fontsize=9)
         else:  # (an empty panel said nothing: a file without this target's labels)
-            ax.set_title(f"{title} {_shown(names[t])}: no labels, not scored", fontsize=9)
-        ax.set_xlabel(f"label {_shown(names[t])}")
-        ax.set_ylabel(f"prediction {_shown(names[t])}")
+            ax.set_title(f"{title} {name}: no labels, not scored", fontsize=9)
+        ax.set_xlabel(f"label {name}")
+        ax.set_ylabel(f"prediction {name}")
         ax.legend(fontsize=7, loc="best")
         ax.grid(alpha=0.3)
     return fig
@@ -204,25 +204,25 @@ def residual_figure(labels, preds, spread, names: Sequence[str], title: str = "t
     y, p, s = as_2d(labels), as_2d(preds), as_2d(spread)
     fig, axes = _panels(plt, y.shape[1])
     for t, ax in enumerate(axes):
-        ok = ~np.isnan(y[:, t]) & np.isfinite(p[:, t]) & np.isfinite(s[:, t])
+        name, ok = _shown(names[t]), ~np.isnan(y[:, t]) & np.isfinite(p[:, t]) & np.isfinite(s[:, t])
+        unscored = _unscored(title, name, y, p, t)
         err = np.abs(p[ok, t] - y[ok, t])
         ax.scatter(s[ok, t], err, s=14, alpha=0.7, color="tab:purple", label="molecule")
         top = float(s[ok, t].max()) if ok.any() else None
-        if _unscored(y, p, t):  # (as the run's metrics: None)
-            ax.set_title(f"{title} {_shown(names[t])}: {_unscored(y, p, t)} non-finite predictions, not scored",
-                         fontsize=9)
+        if unscored:  # (as the run's metrics: None)
+            ax.set_title(unscored, fontsize=9)
         elif top == 0:  # no spread to judge: not "0% within 1 sigma", which reads as miscalibration
-            ax.set_title(f"{title} {_shown(names[t])}: spread 0 for every molecule\n(one member holds all the "
+            ax.set_title(f"{title} {name}: spread 0 for every molecule\n(one member holds all the "
                          "weight): no sigma to compare", fontsize=9)  # two lines: one overran the panel
         elif ok.any():
             for k, ls in ((1, "--"), (2, ":")):
                 ax.plot([0, top], [0, k * top], color="k", lw=0.8, ls=ls, label=f"|error| = {k} sigma")
-            ax.set_title(f"{title} {_shown(names[t])}: {np.mean(err <= s[ok, t]):.0%} within 1 sigma, "
+            ax.set_title(f"{title} {name}: {np.mean(err <= s[ok, t]):.0%} within 1 sigma, "
                          f"{np.mean(err <= 2 * s[ok, t]):.0%} within 2", fontsize=9)
         else:  # (an empty panel had no title)
-            ax.set_title(f"{title} {_shown(names[t])}: no labels or spread, not scored", fontsize=9)
-        ax.set_xlabel(f"spread over members (sigma) {_shown(names[t])}")
-        ax.set_ylabel(f"|prediction - label| {_shown(names[t])}")
+            ax.set_title(f"{title} {name}: no labels or spread, not scored", fontsize=9)
+        ax.set_xlabel(f"spread over members (sigma) {name}")
+        ax.set_ylabel(f"|prediction - label| {name}")
         ax.legend(fontsize=7, loc="best")
         ax.grid(alpha=0.3)
     return fig
@@ -261,20 +261,20 @@ def roc_figure(labels, probs, names: Sequence[str], title: str = "test"):
     y, p = as_2d(labels), as_2d(probs)
     fig, axes = _panels(plt, y.shape[1])
     for t, ax in enumerate(axes):
-        ok = ~np.isnan(y[:, t]) & np.isfinite(p[:, t])
+        name, ok = _shown(names[t]), ~np.isnan(y[:, t]) & np.isfinite(p[:, t])
+        unscored = _unscored(title, name, y, p, t)
         ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--", label="chance")
-        if _unscored(y, p, t):  # (as the run's metrics: None)
-            ax.set_title(f"{title} {_shown(names[t])}: {_unscored(y, p, t)} non-finite predictions, not scored",
-                         fontsize=9)
+        if unscored:  # (as the run's metrics: None)
+            ax.set_title(unscored, fontsize=9)
         elif len(np.unique(y[ok, t])) == 2:
             fpr, tpr, _ = roc_curve(y[ok, t], p[ok, t])
             ax.plot(fpr, tpr, color="tab:blue", lw=1.5, label="model")
-            ax.set_title(f"{title} {_shown(names[t])}: n {int(ok.sum())}, ROC-AUC "
-                         f"{roc_auc_score(y[ok, t], p[ok, t]):.3f}", fontsize=9)
+            ax.set_title(f"{title} {name}: n {int(ok.sum())}, ROC-AUC {roc_auc_score(y[ok, t], p[ok, t]):.3f}",
+                         fontsize=9)
         elif ok.any():
-            ax.set_title(f"{title} {_shown(names[t])}: one class only, no ROC curve", fontsize=9)
+            ax.set_title(f"{title} {name}: one class only, no ROC curve", fontsize=9)
         else:
-            ax.set_title(f"{title} {_shown(names[t])}: no labels, not scored", fontsize=9)
+            ax.set_title(f"{title} {name}: no labels, not scored", fontsize=9)
         ax.set_xlabel("false positive rate")
         ax.set_ylabel("true positive rate")
         ax.legend(fontsize=7, loc="lower right")
