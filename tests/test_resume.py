@@ -121,6 +121,7 @@ def test_a_stop_between_best_and_last_resumes_from_the_newer_best(tmp_path, monk
     import logging
 
     import siggate.train.record as record
+    from siggate.train.runfiles import BEST, LAST
     from test_predict import tiny_config, train_tiny
 
     cfg = tiny_config(train={"epochs": 4})
@@ -134,9 +135,9 @@ def test_a_stop_between_best_and_last_resumes_from_the_newer_best(tmp_path, monk
         pass
 
     def stop_before_last(ckpt, path):
-        if Path(path).name == record.LAST and ckpt["state"]["epoch"] == stop_at:
+        if Path(path).name == LAST and ckpt["state"]["epoch"] == stop_at:
             ckpt["history"][-1]["seconds"] = 12345.0  # the mark of the stored epoch
-            save(ckpt, Path(path).with_name(record.BEST))  # the best.pt of this epoch, with the mark
+            save(ckpt, Path(path).with_name(BEST))  # the best.pt of this epoch, with the mark
             raise Stopped
         return save(ckpt, path)
 

@@ -48,6 +48,7 @@ from .options import (
     recipe_members,
     run_weights,
 )
+from .train.runfiles import CONFIG, LAST
 
 # name -> light module exposing ``register(subparsers)``; each sets ``func`` on its parser.
 EXTRA_COMMANDS = {
@@ -134,7 +135,7 @@ def cmd_train(args) -> int:
             saved = rundir.read_saved_config(path)
             if args.config is None:  # the run's own config; flags given again must agree with it
                 args.config = str(path)
-        elif not (resume / "last.pt").is_file():  # a last.pt alone: the flags and its checkpoint must agree
+        elif not (resume / LAST).is_file():  # a last.pt alone: the flags and its checkpoint must agree
             raise CLIError(_no_run_to_resume(resume, several))
     cfg = config_from_args(args)
     given_keys = set_keys(args)  # (config_from_args has parsed each --set item)
@@ -173,7 +174,7 @@ def cmd_train(args) -> int:
         raise CLIError("--ensemble/--members train their members one after the other; they do not combine with --ddp")
     from .train.members import run_refusal
 
-    started = resume is not None and any((f / "last.pt").is_file() for f in rundir.run_folders(resume))
+    started = resume is not None and any((f / LAST).is_file() for f in rundir.run_folders(resume))
     why = run_refusal(cfg, kinds, 1 if args.ensemble is None else args.ensemble, several, started, args.ddp)
     if why:  # refused before a folder is claimed (training checks it too)
         raise CLIError(why)
@@ -384,7 +385,7 @@ def _check_saved_members(out: Path, kinds: list[str], weights: str, args) -> Non
 
 def _holds_one_run(out: Path) -> bool:
     """Whether ``out`` holds the run of one GNN (its ``config.yaml`` or ``last.pt``)."""
-    return (out / "config.yaml").is_file() or (out / "last.pt").is_file()
+    return (out / CONFIG).is_file() or (out / LAST).is_file()
 
 
 def _no_run_to_resume(out: Path, ensemble: bool) -> str:

@@ -45,6 +45,7 @@ from pathlib import Path
 from ..config_args import CLIError, check_out_file
 from ..files import read_json
 from ..stats import mean_std, p_text
+from ..train.runfiles import BEST
 from . import report
 from .common import fmt, table
 
@@ -548,7 +549,7 @@ def campaign_mad_rows(path: Path, data: dict) -> list[dict]:
         for r in judged:
             rows.append({"claim": r["claim"],
                          "measured": f"{r['measured']}; MAD of each trained model at its best epoch "
-                                     f"({mad.get('checkpoint', 'best.pt')}, {mad.get('split', 'val')} split){still}",
+                                     f"({mad.get('checkpoint', BEST)}, {mad.get('split', 'val')} split){still}",
                          "budget": _budget(src, len(seeds)), "source": f"`{path}`",
                          # the smoothing rules' reading as the accuracy rows' verdict words, interim while runs come
                          "verdict": _test_verdict(r["verdict"] == report.HOLDS, r["verdict"] == report.FAILS,

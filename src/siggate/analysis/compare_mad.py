@@ -34,6 +34,7 @@ from ..files import atomic_write_bytes, read_json
 from ..options import progress_enabled
 from ..stats import p_text
 from ..train.compare import MAD_END, MAD_START, run_folder, with_mad_section
+from ..train.runfiles import BEST
 from .common import check_counts, finite, fmt, load_dataset, meta, set_threads, write_json
 from .smoothing import DEFINITIONS, gain_tests, representation_stats
 
@@ -74,7 +75,7 @@ def measure_run(run_dir: Path, recorded_val: float | None, datasets: dict, batch
     from ..train.modelprep import load_trained
     from ..train.scoring import evaluate_splits
 
-    path = Path(run_dir) / "best.pt"
+    path = Path(run_dir) / BEST
     if not path.is_file():
         raise CLIError(f"{path} does not exist: give the comparison's own folder, which holds the runs' "
                        "checkpoints (a campaign's committed snapshot has none)")
@@ -107,7 +108,7 @@ def kept_measure(run_dir: Path, recorded_val: float | None) -> dict:
     """
     path = Path(run_dir) / KEPT
     if not path.is_file():
-        raise CLIError(f"{Path(run_dir) / 'best.pt'} does not exist and no measurement of it is kept ({KEPT}): give "
+        raise CLIError(f"{Path(run_dir) / BEST} does not exist and no measurement of it is kept ({KEPT}): give "
                        "the comparison's own folder, which holds the runs' checkpoints")
     try:
         kept = read_json(path)
@@ -119,7 +120,7 @@ def kept_measure(run_dir: Path, recorded_val: float | None) -> dict:
         ok = False
     if not ok:
         raise CLIError(f"{path} is not a MAD measurement of this definition (fields {', '.join(_FIELDS)} and the "
-                       f"definition), and {Path(run_dir) / 'best.pt'} is gone: remove it and measure the run where "
+                       f"definition), and {Path(run_dir) / BEST} is gone: remove it and measure the run where "
                        "its checkpoints are")
     if not _scores_recorded(m["val"], recorded_val):
         raise CLIError(f"{path} measured a model of validation {m['val']:.6g}, the run records {recorded_val:.6g}: "
@@ -239,7 +240,7 @@ def _add_mad(folder: Path, path: Path, batch_size: int, command: str | None, pro
             if s not in res["per_seed"].get(lab, {}):
                 continue  # not finished: compare lists it as missing or failed
             run, recorded = run_folder(folder, lab, int(s)), res["per_seed_val"].get(lab, {}).get(s)
-            if (run / "best.pt").is_file():
+            if (run / BEST).is_file():
                 m = new[run] = measure_run(run, recorded, datasets, batch_size)
             else:  # its checkpoints are gone (a campaign's committed run): the measurement kept then
                 m = kept_measure(run, recorded)

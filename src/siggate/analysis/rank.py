@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from ..config_args import CLIError
 from ..data.base import DataError
+from ..train.runfiles import LAST
 from .common import (
     add_gate_sum,
     batches,
@@ -106,7 +107,7 @@ def obtain_models(args, cfg, ds, out: Path, progress: bool):
         c = variant(cfg, epochs=args.epochs, train__seed=seed)
         todo[seed] = (c, out / "runs" / f"{c.model.gate}-L{c.model.layers}-s{seed}")
     measurable(train_many(todo, ds, args, progress, desc="rank runs"), "stable rank")
-    return [(seed, load_trained(run / "last.pt")[0], f"trained {c.train.epochs} epochs ({run}/last.pt, final weights)")
+    return [(seed, load_trained(run / LAST)[0], f"trained {c.train.epochs} epochs ({run}/last.pt, final weights)")
             for seed, (c, run) in todo.items()]
 
 

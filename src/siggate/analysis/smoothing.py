@@ -14,6 +14,7 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 from ..config_args import CLIError
+from ..train.runfiles import LAST
 from .common import (
     config_from,
     fmt,
@@ -213,7 +214,7 @@ def main(args) -> int:
         else:
             m, run = trained[key], out / "runs" / key
             model = load_run_model(run)[0]
-            val, src = m.get("history", [{}])[-1].get("val"), str(run / "last.pt")
+            val, src = m.get("history", [{}])[-1].get("val"), str(run / LAST)
         r = representation_stats(model, ds.val, args.batch_size, args.rank_tol)
         r["val"] = val
         per_seed[key] = r

@@ -16,7 +16,9 @@ import torch
 
 from ..files import UnsafeFile, atomic_write, file_digest, safe_torch_load
 from ..options import RUN_LOCAL_KEYS, init_is_shipped, resolve_select
+from ..predictors.base import MANIFEST
 from ..version import __version__
+from .runfiles import BEST, LAST, METRICS
 
 #: 2: the values resolved from the data (``model.pool_norm: 0``) moved out of ``config`` into ``resolved``
 FORMAT_VERSION = 2
@@ -72,8 +74,7 @@ def load_checkpoint(path: str | Path, map_location="cpu", finite: bool = True) -
     """
     path = Path(path)
     if not path.exists():
-        if path.name in ("best.pt", "last.pt") and any((path.parent / n).is_file() for n in ("predictor.json",
-                                                                                            "metrics.json")):
+        if path.name in (BEST, LAST) and any((path.parent / n).is_file() for n in (MANIFEST, METRICS)):
             raise CheckpointError(f"checkpoint not found: {path}: the finished run there lacks its {path.name}; copy "
                                   "the whole run folder, or retrain it")  # (a run's own, gone)
         raise CheckpointError(f"checkpoint not found: {path}. Pass the best.pt or last.pt written by 'siggate train --out DIR'.")

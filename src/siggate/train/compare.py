@@ -40,6 +40,7 @@ from ..options import (
     progress_enabled,
 )
 from .executor import ExecutorError, add_executor_args
+from .runfiles import CONFIG
 
 log = logging.getLogger("siggate.compare")
 
@@ -531,7 +532,7 @@ def _finished_threads(pairs) -> list[int]:
         if p.metrics is None:
             continue
         try:
-            seen.add(int(read_saved_config(p.run_dir / "config.yaml")["train"]["threads"]))
+            seen.add(int(read_saved_config(p.run_dir / CONFIG)["train"]["threads"]))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return sorted(seen)

@@ -55,6 +55,7 @@ from .members import build_members, fit_member, parse_kinds, run_encodings
 from .metrics import SUMMARY_LABELS
 from .record import data_source, record_results, write_config, write_csv_run_tables, write_metrics
 from .rundir import MEMBERS_RECORD
+from .runfiles import CONFIG, LAST, METRICS
 from .scoring import split_metric, split_summary
 
 log = logging.getLogger("siggate.train")
@@ -141,7 +142,7 @@ def _finished_record(out: Path, cfg: Config, kinds: list[str], gnn_copies: int, 
     from .study import reuse_status
 
     try:
-        metrics = read_json(out / "metrics.json")
+        metrics = read_json(out / METRICS)
         members, saved = saved_members(out), read_saved_config(out / MEMBERS_RECORD)
     except (OSError, ValueError):  # (a damaged record: ConfigError, a ValueError) trained and recorded again
         return None
@@ -209,7 +210,6 @@ def _init_weights(out: Path, cfg: Config, built, resume: bool) -> dict | None:
     from ..config import ConfigError
     from ..files import file_digest
     from .init_weights import resolve_init
-    from .record import LAST
     from .rundir import read_record
 
     if not cfg.train.init:
@@ -246,7 +246,6 @@ def _check_resumable(built) -> None:
     The rule is the resume's own (:func:`~.rundir.resume_differences`: a moved CSV of the recorded
     content, more epochs, where the run executes may differ)."""
     from .checkpoint import CheckpointError
-    from .record import LAST
     from .rundir import resume_differences
     from .study import saved_run_config
 
@@ -255,7 +254,7 @@ def _check_resumable(built) -> None:
         if folder is None or not (Path(folder) / LAST).is_file():
             continue
         saved = saved_run_config(folder)
-        diffs = resume_differences(saved[0], member.cfg.to_dict(), Path(folder) / "config.yaml") if saved else []
+        diffs = resume_differences(saved[0], member.cfg.to_dict(), Path(folder) / CONFIG) if saved else []
         if diffs:
             raise CheckpointError(f"cannot resume from {Path(folder) / LAST}: the config differs ({'; '.join(diffs)}); "
                                   "resume with the run's own flags, or train into a new --out")

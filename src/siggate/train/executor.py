@@ -32,6 +32,7 @@ from typing import Callable, Iterable
 
 from ..files import read_json
 from .rundir import holds_run
+from .runfiles import METRICS
 
 BACKENDS = ("local", "ray")
 
@@ -144,7 +145,7 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 def read_metrics(run_dir: Path) -> dict | None:
     """A finished run's ``metrics.json``, or ``None``."""
     try:
-        return read_json(Path(run_dir) / "metrics.json")
+        return read_json(Path(run_dir) / METRICS)
     except (OSError, ValueError):
         return None
 

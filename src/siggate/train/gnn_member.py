@@ -29,7 +29,7 @@ from ..predictors.base import (
 from .attribution import DEFAULT_STEPS, integrated_gradients
 from .dataprep import Encodings
 from .modelprep import load_trained
-from .record import BEST, LAST
+from .runfiles import BEST, CONFIG, LAST, METRICS
 from .scoring import predict_graphs, probabilities
 
 
@@ -156,7 +156,7 @@ class GNNMember:
         src = self.checkpoint.parent
         if folder.resolve() != src.resolve():
             folder.mkdir(parents=True, exist_ok=True)
-            for name in (self.checkpoint.name, LAST, "config.yaml", "metrics.json", "log.csv"):
+            for name in (self.checkpoint.name, LAST, CONFIG, METRICS, "log.csv"):
                 if (src / name).is_file():
                     shutil.copy2(src / name, folder / name)
         _write_manifest(folder, self.info, self.checkpoint.name, self.split_seed)

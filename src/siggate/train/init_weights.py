@@ -26,6 +26,7 @@ import torch
 from ..config import ConfigError
 from ..files import file_digest, safe_torch_load
 from ..options import NO_INIT, init_is_shipped
+from .runfiles import BEST, LAST
 
 __all__ = ["SHIPPED", "InitWeights", "resolve_init", "read_init", "init_refusal", "load_init", "init_resolved", "pretrained_pool_norm", "ARCH_KEYS"]
 
@@ -66,19 +67,19 @@ def resolve_init(source: str) -> Path:
         return path
     path = Path(source).expanduser()
     if path.is_dir():
-        if (path / "pretrained.pt").is_file() and (path / "best.pt").is_file():  # a run and a pretraining in one
+        if (path / "pretrained.pt").is_file() and (path / BEST).is_file():  # a run and a pretraining in one
             raise ConfigError(f"train.init: {path} holds both a pretraining's pretrained.pt and a run's best.pt; "
                               "name the weights file")
-        for name in ("pretrained.pt", "best.pt", "last.pt"):
+        for name in ("pretrained.pt", BEST, LAST):
             if (path / name).is_file():
                 return path / name
         if (path / "model").is_dir() and (path / "corpus").is_dir():  # a pretraining stopped before its export
             raise ConfigError(f"train.init: {path} is a pretraining that has not exported its weights (no "
                               f"pretrained.pt): finish it with siggate pretrain ... --out {path} --resume, or name "
-                              f"its checkpoint, {path / 'model' / 'best.pt'}")
+                              f"its checkpoint, {path / 'model' / BEST}")
         from .rundir import member_folders
 
-        gnn = [m for m in member_folders(path) if (m / "best.pt").is_file()]
+        gnn = [m for m in member_folders(path) if (m / BEST).is_file()]
         if gnn:  # a run of several members (the csv recipe's gnn,svr,rf): its GNN's weights are a member's
             raise ConfigError(f"train.init: {path} is a run of several members; name its GNN member's folder "
                               f"({gnn[0]})")

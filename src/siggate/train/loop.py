@@ -53,6 +53,7 @@ from .distributed import DistContext, convert_sync_batchnorm, has_unused_paramet
 from .losses import CliffPairLoss, cliff_term_refusal, loss_fn, loss_name, loss_share
 from .metrics import is_better
 from .modelprep import build_model, resolve_pool_norm
+from .runfiles import CONFIG
 from .schedule import make_scheduler
 from .scoring import evaluate_splits, gate_means, selection_scale
 
@@ -272,7 +273,7 @@ def resume_run(run: Run, path: Path, config: dict, ckpt: dict) -> bool:
     diffs += [f"{k} (resolved from the training data): checkpoint has {saved.get(k)!r}, this run has "
               f"{run.resolved.get(k)!r}" for k in sorted(set(saved) | set(run.resolved)) if saved.get(k) != run.resolved.get(k)]
     if diffs:
-        gone = not (Path(path).parent / "config.yaml").is_file()  # (the flags given were all it had to go by)
+        gone = not (Path(path).parent / CONFIG).is_file()  # (the flags given were all it had to go by)
         raise CheckpointError(f"cannot resume from {path}: the config differs ({'; '.join(diffs)}); "
                               + ("the run's config.yaml is gone: restore it (a copy of the run folder), or give the "
                                  "flags that started the run" if gone else

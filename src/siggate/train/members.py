@@ -35,7 +35,7 @@ from ..predictors.forest import ForestGrid, RandomForest
 from ..predictors.svr import KernelSVR, SVRGrid
 from .dataprep import Encodings
 from .gnn_member import GNNMember
-from .record import BEST
+from .runfiles import BEST, CONFIG
 
 log = logging.getLogger("siggate.train")
 
@@ -293,7 +293,7 @@ def load_predictor(path: str | Path, device: torch.device | str | None = "cpu"):
     from ..config import ConfigError
     from .rundir import MEMBERS_RECORD, member_of_run, read_record
 
-    record = next((name for name in (MEMBERS_RECORD, "config.yaml") if (path / name).is_file()), None)
+    record = next((name for name in (MEMBERS_RECORD, CONFIG) if (path / name).is_file()), None)
     try:  # siggate's record (its _meta), not a project's own config.yaml
         ours = record is not None and "_meta" in read_record(path / record)
     except (ConfigError, OSError, ValueError):

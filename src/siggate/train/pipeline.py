@@ -30,9 +30,6 @@ from .dataprep import prepare_data_ranked
 from .distributed import DistContext
 from .loop import Run, fit, read_resume, resume_run, setup_run
 from .record import (
-    BEST,
-    LAST,
-    METRICS,
     RunFiles,
     data_source,
     final_metrics,
@@ -41,6 +38,7 @@ from .record import (
     write_csv_run_tables,
     write_metrics,
 )
+from .runfiles import BEST, LAST, METRICS
 from .scoring import split_probabilities, split_summary
 
 log = logging.getLogger(__name__)

@@ -81,6 +81,7 @@ from ..data.sdfile import is_sd, sd_table
 from ..files import AtomicFile, name_os_error, number_text, read_json
 from ..options import DELIMITERS, closest_name
 from ..options import PREDICT_MAX_ATOMS as DEFAULT_MAX_ATOMS
+from .runfiles import METRICS
 
 #: Padded atom pairs per forward pass (graphs x largest graph squared): bounds the memory of
 #: dense attention when large molecules are predicted. ``batch_size`` graphs of up to 64 atoms
@@ -298,7 +299,7 @@ def _domain(folder: Path | None):
 def _recorded_domain(folder: Path) -> bool:
     """Whether the run in ``folder`` recorded an applicability domain (its ``metrics.json``)."""
     try:
-        return isinstance(read_json(Path(folder) / "metrics.json").get("domain"), dict)
+        return isinstance(read_json(Path(folder) / METRICS).get("domain"), dict)
     except (ValueError, OSError, AttributeError):
         return False
 
@@ -309,10 +310,10 @@ def _own_domain(domain, folder: Path, remedy: str):
 
     Raises:
         InputError: another run's domain files, naming the way out (``remedy``)."""
-    if domain is None or not (Path(folder) / "metrics.json").is_file():
+    if domain is None or not (Path(folder) / METRICS).is_file():
         return domain
     try:
-        trained = read_json(Path(folder) / "metrics.json").get("splits", {}).get("train")
+        trained = read_json(Path(folder) / METRICS).get("splits", {}).get("train")
     except (ValueError, OSError, AttributeError):
         return domain  # the metrics are not this check's to refuse
     described = (domain.record or {}).get("n_train")

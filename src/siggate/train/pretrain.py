@@ -35,6 +35,7 @@ from ..config import Config, ConfigError, DataConfig, load_config
 from ..files import atomic_write_bytes, file_digest, safe_torch_load
 from ..options import Z_CLIP, parse_mol_features
 from .rundir import PRETRAIN_CORPUS_RECORD, PRETRAIN_PARTIAL, pretraining_files
+from .runfiles import BEST, LAST, METRICS
 
 log = logging.getLogger(__name__)
 
@@ -531,8 +532,8 @@ def export_pretrained(run_dir: Path, dest: Path, corpus: dict, extra: dict | Non
     corpus record, for ``torch.load(weights_only=True)``; returns its ``pretraining`` record."""
     from .checkpoint import atomic_save, load_checkpoint
 
-    ckpt = load_checkpoint(run_dir / "best.pt")
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    ckpt = load_checkpoint(run_dir / BEST)
+    metrics = json.loads((run_dir / METRICS).read_text())
     record = {"corpus_source": Path(corpus["source"]).name, "corpus_sha256": corpus["source_sha256"],
               "corpus_molecules": corpus["kept"], "corpus_seed": corpus["seed"],
               "removed_test_molecules": corpus["in_test_set"], "test_sets": json.dumps(corpus["test_sets"]),
@@ -557,18 +558,18 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
 
     out = Path(out)
     model_dir = out / "model"
-    if not resume and (model_dir / "last.pt").exists():
+    if not resume and (model_dir / LAST).exists():
         raise ConfigError(f"{out} holds a pretraining run; pass --resume to continue it, or another --out")
-    if (out / "pretrained.pt").is_file() and not (model_dir / "last.pt").exists():  # its model/ removed: a new run
+    if (out / "pretrained.pt").is_file() and not (model_dir / LAST).exists():  # its model/ removed: a new run
         raise ConfigError(f"{out} holds a finished pretraining's export (pretrained.pt) and no model/ to resume; "  # would
                           f"fine-tune from it (--init {out}), or pretrain into another --out")  # write over it
-    if resume and not (model_dir / "last.pt").exists() and "corpus/" not in pretraining_files(out):
+    if resume and not (model_dir / LAST).exists() and "corpus/" not in pretraining_files(out):
         raise ConfigError(f"--resume: {out} holds no pretraining to continue (no corpus, no checkpoint); check "
                           "--out, or drop --resume to start one")
     # the config is refused before the corpus is built (minutes to hours), not after
     pretrain_config(config, out / "corpus" / "corpus.csv", ["descriptor"], epochs, seed, overrides)
     corpus = build_corpus(source, out / "corpus", molecules, seed, data_root, exclude_files, smiles_col, progress,
-                          test_sets, keep=resume and (model_dir / "last.pt").exists(), workers=workers)
+                          test_sets, keep=resume and (model_dir / LAST).exists(), workers=workers)
     cfg = pretrain_config(config, out / "corpus" / "corpus.csv", corpus["descriptors"], epochs, seed, overrides,
                           cache_dir=str(out / "cache"))
     t0 = time.time()
@@ -576,14 +577,14 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
 
     from .distributed import DistContext
 
-    dest, last = out / "pretrained.pt", model_dir / "last.pt"
+    dest, last = out / "pretrained.pt", model_dir / LAST
     before = file_digest(last) if last.is_file() else None
     train(cfg, model_dir, resume=resume and last.exists(), progress=progress,
           dist=DistContext(device=torch.device(device)))
     if dest.is_file() and before is not None and file_digest(last) == before:  # no epoch trained: a finished
         try:                                                                  # run resumed is left as it is,
             record = safe_torch_load(dest)["pretraining"]                     # when its export is of it
-            metrics = json.loads((model_dir / "metrics.json").read_text())
+            metrics = json.loads((model_dir / METRICS).read_text())
             if json.dumps([record.get(k) for k in ("epochs", "best_epoch", "val_mae")]) == json.dumps(
                     [metrics.get(k) for k in ("epochs", "best_epoch", "val")]):  # (as text: a NaN equals a NaN)
                 return record
@@ -593,5 +594,5 @@ def pretrain(source: str | Path, out: str | Path, molecules: int = 100_000, epoc
                         dest, record.get("epochs"), model_dir, metrics.get("epochs"))
         except Exception as exc:  # noqa: BLE001 (damaged or not ours: made again from the run's best.pt, below)
             log.warning("pretrain: %s cannot be read (%s: %s); exporting it again from %s", dest,
-                        type(exc).__name__, exc, model_dir / "best.pt")
+                        type(exc).__name__, exc, model_dir / BEST)
     return export_pretrained(model_dir, dest, corpus, {"wall_seconds_this_call": round(time.time() - t0)})

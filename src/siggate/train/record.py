@@ -24,15 +24,10 @@ from ..options import keeps_last
 from ..version import __version__
 from .checkpoint import FORMAT_VERSION, atomic_save, rng_state
 from .loop import EpochEnd, Run
+from .runfiles import BEST, CONFIG, LAST, METRICS
 from .tblog import TBLogger
 
 log = logging.getLogger("siggate.train")
-
-#: the checkpoints of a run folder: the best validation epoch's, and the last epoch's
-BEST, LAST = "best.pt", "last.pt"
-#: the record a finished run leaves last (atomically): ``siggate compare`` skips runs that hold it
-METRICS = "metrics.json"
-
 
 
 def init_record(report: dict) -> dict:
@@ -174,7 +169,7 @@ class RunFiles:
     ``last.pt`` after every epoch; the checkpoints also record ``source`` (:func:`data_source`)."""
 
     def __init__(self, run: Run, out: Path, config: dict, source: dict | None, progress: bool) -> None:
-        write_config(out / "config.yaml", config, task=run.info.to_dict(), resolved=dict(run.resolved), source=source)
+        write_config(out / CONFIG, config, task=run.info.to_dict(), resolved=dict(run.resolved), source=source)
         self.out, self.config, self.source, self.progress = out, config, source, progress
         self.writer = EpochLog(out / "log.csv", run.history)
         self.tb = TBLogger(out / "tb", purge_step=run.state.epoch + 1 if run.state.epoch else None)

@@ -29,12 +29,13 @@ from ..files import atomic_write_bytes, folder_busy, number_text
 from ..options import run_weights
 from ..predictors.base import ARRAYS, MANIFEST
 from .plots import LEARNING, PARITY, RESIDUALS, ROC
+from .runfiles import BEST, CONFIG, LAST, METRICS
 
 #: a run of several members' config and the members it holds (``siggate train --members/--ensemble``,
 #: :func:`siggate.train.ensemble.train_members`), written before its first member is fitted
 MEMBERS_RECORD = "members.yaml"
 #: Files whose presence makes a folder a run.
-RUN_MARKERS = ("config.yaml", "last.pt", "metrics.json", MEMBERS_RECORD)
+RUN_MARKERS = (CONFIG, LAST, METRICS, MEMBERS_RECORD)
 #: a run's split-conformal calibration (``record.write_calibration``), read by ``siggate predict --coverage``
 CALIBRATION = "calibration.json"
 #: what a scikit-learn estimator's fit writes into its ``out_dir`` beside the run (:mod:`siggate.estimator`),
@@ -47,7 +48,7 @@ ESTIMATOR_RECORD = "estimator.json"
 #: ``--overwrite`` removes these and the ``member{i}`` folders of a run of several members. The
 #: run's lock (:class:`siggate.files.FolderLock`, ``.siggate.lock``) is not one of them: the
 #: overwriting run holds it, and a lock file removed while held would let a second run in.
-RUN_OUTPUTS = RUN_MARKERS + (ESTIMATOR_RECORD, "best.pt", "log.csv", "ensemble.json", MANIFEST, ARRAYS, "test_predictions.csv",
+RUN_OUTPUTS = RUN_MARKERS + (ESTIMATOR_RECORD, BEST, "log.csv", "ensemble.json", MANIFEST, ARRAYS, "test_predictions.csv",
                               "splits.csv", "data_report.csv", FITTED_FILE, CALIBRATION, DOMAIN_FILE, FINGERPRINTS_FILE,
                               PARITY, LEARNING, RESIDUALS, ROC)
 RUN_FOLDERS = ("tb",)
@@ -81,7 +82,7 @@ def run_folders(folder: str | Path, recorded: bool = False) -> set[Path]:
     if not (run_files(top) or run_files(folder) or (folder / MANIFEST).is_file()):
         return set()
     if recorded and not any((f / name).is_file() for f in {top, folder}
-                            for name in ("best.pt", "last.pt", MEMBERS_RECORD, MANIFEST)):
+                            for name in (BEST, LAST, MEMBERS_RECORD, MANIFEST)):
         return set()
     return {top.resolve(), *(m.resolve() for m in member_folders(top))}
 
@@ -155,7 +156,7 @@ def pretraining_files(out: str | Path, begun: bool = False) -> list[str]:
     out = Path(out)
     built = (out / "corpus" / PRETRAIN_CORPUS_RECORD).is_file()
     if begun:
-        return [name for name, there in (("model/last.pt", (out / "model" / "last.pt").is_file()),
+        return [name for name, there in (("model/last.pt", (out / "model" / LAST).is_file()),
                                          ("corpus/", built)) if there]
     found = ["pretrained.pt"] if (out / "pretrained.pt").is_file() else []
     if built or (out / "corpus" / PRETRAIN_PARTIAL).is_dir():
@@ -174,10 +175,10 @@ def forget_refused_run(out: str | Path) -> bool:
     removed the record."""
     out = Path(out)
     files = run_files(out)
-    records = ("config.yaml", MEMBERS_RECORD)
+    records = (CONFIG, MEMBERS_RECORD)
     if not files or any(Path(f).name not in records for f in files):
         return False
-    if any((member / "predictor.json").is_file() or (member / "best.pt").is_file() for member in member_folders(out)):
+    if any((member / MANIFEST).is_file() or (member / BEST).is_file() for member in member_folders(out)):
         return False
     clear_run(out)
     return True
@@ -272,8 +273,8 @@ def saved_config_path(out: str | Path, ensemble: bool = False) -> Path:
     ``config.yaml``: the members of an ``--ensemble`` differ only in their seed)."""
     out = Path(out)
     if not ensemble:
-        return out / "config.yaml"
-    return out / MEMBERS_RECORD if (out / MEMBERS_RECORD).is_file() else out / "member0" / "config.yaml"
+        return out / CONFIG
+    return out / MEMBERS_RECORD if (out / MEMBERS_RECORD).is_file() else out / "member0" / CONFIG
 
 
 def is_member_folder(folder: str | Path) -> bool:
@@ -374,8 +375,8 @@ def recorded_chirality(path: str | Path) -> str | None:
     if isinstance(task, dict):
         return task.get("chirality", "tag")
     if isinstance(members, dict):  # a members record written before it held the task: its GNN members say
-        said = {recorded_chirality(m / "config.yaml") for m in member_folders(Path(path).parent)
-                if (m / "config.yaml").is_file()} - {None}
+        said = {recorded_chirality(m / CONFIG) for m in member_folders(Path(path).parent)
+                if (m / CONFIG).is_file()} - {None}
         if len(said) == 1:
             return said.pop()
     return "tag"
@@ -617,22 +618,22 @@ def unfinished(path: str | Path) -> str | None:
     if not top.is_dir():
         return None
     for run in (top, *member_folders(top)):
-        record = run / "config.yaml" if (run / "config.yaml").is_file() else run / MEMBERS_RECORD
+        record = run / CONFIG if (run / CONFIG).is_file() else run / MEMBERS_RECORD
         if not record.is_file():
             continue
         try:
-            metrics = read_json(run / "metrics.json")
+            metrics = read_json(run / METRICS)
         except FileNotFoundError:
-            what = ("its best.pt is the best epoch so far" if (run / "best.pt").is_file() else
+            what = ("its best.pt is the best epoch so far" if (run / BEST).is_file() else
                     "its files are not all of one finished run")  # (members without a GNN hold no best.pt)
             return (f"{run} holds no metrics.json: the run has not finished (stopped, or still training), "
                     f"so {what}; finish it with siggate train --resume {top}")
         except PermissionError:  # (not damage: a permission to grant)
-            return (f"{run / 'metrics.json'}: Permission denied, so whether the run finished is not known; give your "
+            return (f"{run / METRICS}: Permission denied, so whether the run finished is not known; give your "
                     "user permission to it (chmod, or the folder's owner)")
         except (OSError, ValueError) as exc:  # (damaged: not a run stopped before its record)
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            return (f"{run / 'metrics.json'} cannot be read ({why}): the run folder is damaged; copy it again from "
+            return (f"{run / METRICS} cannot be read ({why}): the run folder is damaged; copy it again from "
                     f"where it was made, or finish the run again with siggate train --resume {top}")
         try:
             want = (read_record(record).get("train") or {}).get("epochs")

@@ -42,6 +42,7 @@ from .rundir import (
     records_epochs,
     saved_config_and_resolved,
 )
+from .runfiles import CONFIG, LAST
 
 #: a run's states: to train from scratch, to resume from its ``last.pt``, finished (its
 #: ``metrics.json`` is there), its folder holds another config, or its training failed
@@ -53,7 +54,7 @@ DATA_CHANGED = ": its scores are of the file as it was then"
 def saved_run_config(run_dir: str | Path) -> tuple[dict, dict] | None:
     """A run folder's ``config.yaml``: ``(config as the user gave it, values resolved from
     the data)`` (see :func:`siggate.config.split_resolved`), or ``None`` without one."""
-    path = Path(run_dir) / "config.yaml"
+    path = Path(run_dir) / CONFIG
     if not path.exists():
         return None
     return saved_config_and_resolved(path)
@@ -195,12 +196,12 @@ def reuse_status(run_dir: str | Path, config: dict, store: RowStore | None = Non
     saved = saved_run_config(run_dir)
     if saved is not None:
         # a CSV moved or copied since, of the content the run recorded, is the run's file (as --resume takes it)
-        diffs = config_differences(saved[0], config, csv_sha256=recorded_sha256(run_dir / "config.yaml"))
+        diffs = config_differences(saved[0], config, csv_sha256=recorded_sha256(run_dir / CONFIG))
         if not diffs:  # the same config, a CSV of another content since: its scores are of other data
-            changed = changed_since(run_dir / "config.yaml", config.get("data") or {}, DATA_CHANGED)
+            changed = changed_since(run_dir / CONFIG, config.get("data") or {}, DATA_CHANGED)
             if not changed:  # the same file, read otherwise by this siggate: other rows, other splits
-                changed = reading_changed(recorded_source(run_dir / "config.yaml"), config.get("data") or {},
-                                          recorded_chirality(run_dir / "config.yaml"))
+                changed = reading_changed(recorded_source(run_dir / CONFIG), config.get("data") or {},
+                                          recorded_chirality(run_dir / CONFIG))
                 changed = changed and changed + READ_OTHERWISE
             diffs = [changed] if changed else []
         if diffs:
@@ -208,7 +209,7 @@ def reuse_status(run_dir: str | Path, config: dict, store: RowStore | None = Non
     metrics = read_metrics(run_dir)
     if metrics is not None and records_epochs(metrics, (config.get("train") or {}).get("epochs")):
         return RunStatus("done", metrics=metrics)
-    return RunStatus("resume" if (run_dir / "last.pt").exists() else "new")
+    return RunStatus("resume" if (run_dir / LAST).exists() else "new")
 
 
 @dataclass
