@@ -679,3 +679,40 @@ def test_explain_names_a_target_that_takes_its_own_columns_as_predict_does(tmp_p
     atoms = _rows(out / "atoms.csv")
     assert [r["atom"] for r in atoms] == ["0", "1", "2", "3"]
     assert sum(float(r["error_pred"]) for r in atoms) == pytest.approx(float(mols[0]["error_pred_atoms_sum"]), abs=1e-5)
+
+
+def test_drawn_names_are_ascii_cut_and_kept_apart():
+    """RDKit draws a legend byte by byte: 'pKä' came out as 'pK' and two empty boxes, 'µM' as ' M',
+    and a long name overran the colour bar's caption. The drawn names are ASCII, cut, and told
+    apart by their target number where two would look alike."""
+    from siggate.train.explain import DRAWN_CHARS, drawn_names
+
+    assert drawn_names(["pKä", "IC50 µM", "Ki μM", "ΔG"]) == ["pKa", "IC50 uM", "Ki uM", "?G"]
+    assert drawn_names(["pKa", "pKä", "x"]) == ["pKa (target 1)", "pKa (target 2)", "x"]
+    long = "logD7.4 measured at pH 7.4 in octanol buffer"
+    assert drawn_names([long]) == [long[:DRAWN_CHARS - 3] + "..."] and len(drawn_names([long])[0]) == DRAWN_CHARS
+    assert drawn_names(["a" * DRAWN_CHARS]) == ["a" * DRAWN_CHARS]
+
+
+def test_pictures_draw_ascii_legends_and_describe_the_names_as_they_are(tmp_path, capsys, monkeypatch):
+    """The legend drawn names a target in ASCII and the colour bar's caption no longer repeats the
+    name (a 30-character name ran past the picture's edges); the SVG's <desc> keeps the name."""
+    import siggate.train.explain as explain
+
+    run = _nitrogen_svr_run(tmp_path, capsys, ["pKä", "pKa"])
+    drawn = []
+    real = explain.draw_contributions
+
+    def spy(mol, values, legend, caption=explain.CAPTION, **kw):
+        drawn.append((legend, caption))
+        return real(mol, values, legend, caption, **kw)
+
+    monkeypatch.setattr(explain, "draw_contributions", spy)
+    out = tmp_path / "explained"
+    rc, _, err = run_cli(["explain", "--checkpoint", str(run), "NCCN", "--out", str(out)], capsys)
+    assert rc == 0, err
+    legends = sorted({legend.split(" = ")[0] for legend, _ in drawn})
+    assert legends == ["pKa (target 1)", "pKa (target 2)"] and {c for _, c in drawn} == {explain.CAPTION}
+    assert all(legend.isascii() for legend, _ in drawn) and len(drawn) == 4  # two targets, SVG and PNG
+    descs = sorted(re.search(r"<desc>(.*?) = ", p.read_text()).group(1) for p in out.glob("*.svg"))
+    assert descs == ["pKa", "pKä"]

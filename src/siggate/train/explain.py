@@ -63,11 +63,17 @@ def atom_colour(value: float, scale: float) -> tuple[float, float, float]:
     return (1.0, 1.0 - a, 1.0 - a) if a >= 0 else (1.0 + a, 1.0 + a, 1.0)
 
 
-def draw_contributions(mol, values, legend: str, caption: str, png: bool = False, scale: float | None = None):
+#: the colour bar's title (the legend above it names the target)
+CAPTION = "atom contribution (red raises it, blue lowers it)"
+
+
+def draw_contributions(mol, values, legend: str, caption: str = CAPTION, png: bool = False,
+                       scale: float | None = None, described: str | None = None):
     """The molecule ``mol`` with atom ``i`` highlighted in :func:`atom_colour` of ``values[i]``,
     ``legend`` under it and a colour bar from ``-scale`` to ``+scale`` titled ``caption``
     (``scale``: full colour; None: the largest absolute value of ``values``). Returns SVG text,
-    or PNG bytes with ``png``."""
+    whose ``<desc>`` says ``described`` (default ``legend``: the legend with the target's name as
+    it is, where the drawn one is :func:`drawn_names`'), or PNG bytes with ``png``."""
     from rdkit.Chem.Draw import rdMolDraw2D
     from rdkit.Geometry import Point2D
 
@@ -101,8 +107,31 @@ def draw_contributions(mol, values, legend: str, caption: str, png: bool = False
     from xml.sax.saxutils import escape
 
     # RDKit draws text as outlines: the legend and scale also as text, for search and screen readers
-    desc = f"<desc>{escape(legend)}; {escape(caption)}, from {-scale:+.6g} to {scale:+.6g}</desc>"
+    desc = f"<desc>{escape(legend if described is None else described)}; {escape(caption)}, from {-scale:+.6g} to {scale:+.6g}</desc>"
     return text.replace("<!-- END OF HEADER -->", "<!-- END OF HEADER -->\n" + desc, 1)
+
+
+#: the longest target name a picture's legend shows (cut with "..."; RDKit shrinks a long legend's font)
+DRAWN_CHARS = 30
+
+
+def drawn_names(names: list[str]) -> list[str]:
+    """The targets' ``names`` as a picture's legend draws them: RDKit draws text byte by byte, so a
+    name's letters outside ASCII (``pKä``, ``µM``) came out as empty boxes. Accents are dropped
+    (``pKa``), a micro sign is ``u`` (``uM``), any other such letter ``?``; a name past
+    :data:`DRAWN_CHARS` is cut with ``...``. Where two targets would then look alike (``pKa`` and
+    ``pKä``), each is drawn with its number among the targets (``pKa (target 2)``). The pictures'
+    ``<desc>``, file names and CSVs keep the names as they are."""
+    import unicodedata
+
+    def ascii_text(name: str) -> str:
+        text = unicodedata.normalize("NFKD", str(name).replace("\u00b5", "u").replace("\u03bc", "u"))
+        text = "".join(c for c in text if not unicodedata.combining(c))
+        text = "".join(c if c.isascii() and c.isprintable() else "?" for c in text)
+        return text if len(text) <= DRAWN_CHARS else text[:DRAWN_CHARS - 3] + "..."
+
+    drawn = [ascii_text(n) for n in names]
+    return [f"{d} (target {t + 1})" if drawn.count(d) > 1 else d for t, d in enumerate(drawn)]
 
 
 def _tag(target: str) -> str:
@@ -309,6 +338,7 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
     inner = predictor.predictor
     tags = _tags(names) if len(names) > 1 else [None]  # (the pictures' file names)
     what = "P({})" if inner.info.task in ("binary", "multilabel") else "{}"
+    shown = drawn_names(names)  # (a legend's: ASCII, cut)
     parent = predictor.fragments == "parent"  # a run that reads salts as their parents names what it drew
     head = ["row", "smiles", *(["read_as"] if parent else [])]
     extra = ("_baseline", "_atoms_sum")  # a target's columns named by predict's rule: <target>_pred where taken
@@ -324,7 +354,7 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
     # member's) add up to prediction minus baseline up to the Riemann error: the (row, target) pairs that miss it by
     # more than COMPLETENESS_TOLERANCE
     missed = []
-    # (stem, the parsed mol's binary, target, its values (an array), legend, caption): drawn at one scale at the end,
+    # (stem, the parsed mol's binary, target, its values (an array), legend, legend with the name as it is): drawn at one scale at the end,
     # kept compact (an RDKit Mol object takes about 20 times the memory of its binary)
     pictures: list[tuple] = []
     with csv_output(out / "molecules.csv") as mol_fh, csv_output(out / "atoms.csv") as atom_fh:
@@ -375,10 +405,10 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
                 stems, binary = [], mol.ToBinary()
                 for t, name in enumerate(names):
                     stem = _stem(n + i, tags[t])
-                    legend = (f"{what.format(name)} = {float(pred[t]):.4g}   baseline {float(base[t]):.4g}   "
-                              f"atoms sum {float(atoms[:, t].sum()):+.4g}")
-                    caption = f"atom contribution to {what.format(name)} (red raises it, blue lowers it)"
-                    pictures.append((stem, binary, t, atoms[:, t].numpy().copy(), legend, caption))
+                    figures = (f" = {float(pred[t]):.4g}   baseline {float(base[t]):.4g}   "
+                               f"atoms sum {float(atoms[:, t].sum()):+.4g}")
+                    pictures.append((stem, binary, t, atoms[:, t].numpy().copy(), what.format(shown[t]) + figures,
+                                     what.format(name) + figures))
                     stems.append(stem)
                 values = [number_text(float(v)) for t in range(len(names))
                           for v in (pred[t], base[t], atoms[:, t].sum())]
@@ -392,10 +422,11 @@ def _explain_into(predictor, chunks, out: Path, names: list[str], steps: int, sc
         # the pictures, before the CSVs that list them appear: one colour scale per target
         scales = {t: max((float(np.abs(p[3]).max(initial=0.0)) for p in pictures if p[2] == t), default=0.0)
                   if scale is None else float(scale) for t in range(len(names))}
-        for stem, binary, t, values, legend, caption in pictures:
+        for stem, binary, t, values, legend, named in pictures:  # (the legend drawn, and with the target's own name)
             mol, values = Chem.Mol(binary), values.tolist()  # the molecule parsed above
-            (out / f"{stem}.svg").write_text(draw_contributions(mol, values, legend, caption, scale=scales[t]))
-            (out / f"{stem}.png").write_bytes(draw_contributions(mol, values, legend, caption, png=True,
+            (out / f"{stem}.svg").write_text(draw_contributions(mol, values, legend, CAPTION, scale=scales[t],
+                                                               described=named))
+            (out / f"{stem}.png").write_bytes(draw_contributions(mol, values, legend, CAPTION, png=True,
                                                                  scale=scales[t]))
     warn_legacy(legacy)
     if missed:
