@@ -716,3 +716,12 @@ def test_pictures_draw_ascii_legends_and_describe_the_names_as_they_are(tmp_path
     assert all(legend.isascii() for legend, _ in drawn) and len(drawn) == 4  # two targets, SVG and PNG
     descs = sorted(re.search(r"<desc>(.*?) = ", p.read_text()).group(1) for p in out.glob("*.svg"))
     assert descs == ["pKa", "pKä"]
+
+
+def test_picture_names_differing_only_in_case_are_kept_apart():
+    """Targets pKa and PKA gave mol0_pKa.png and mol0_PKA.png: one file on a case-insensitive file
+    system (macOS, Windows), the second drawn over the first."""
+    from siggate.train.explain import _tags
+
+    assert _tags(["pKa", "PKA", "pka", "logS"]) == ["pKa", "PKA_1", "pka_2", "logS"]
+    assert _tags(["IC50 (nM)", "IC50 [nM]"]) == ["IC50_nM_", "IC50_nM__1"]

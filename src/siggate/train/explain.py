@@ -141,11 +141,13 @@ def _tag(target: str) -> str:
 
 def _tags(names: list[str]) -> list[str]:
     """:func:`_tag` of each target, made unique by the target's position where two names give one
-    tag (``IC50 (nM)`` and ``IC50 [nM]``: their pictures took one file, the second drawn over the first)."""
+    tag (``IC50 (nM)`` and ``IC50 [nM]``: their pictures took one file, the second drawn over the
+    first), or tags that differ only in case (``pKa`` and ``PKA``: one file on macOS's and
+    Windows' file systems)."""
     tags: list[str] = []
     for t, name in enumerate(names):
         tag = _tag(name)
-        while tag in tags:
+        while tag.casefold() in {x.casefold() for x in tags}:
             tag = f"{tag}_{t}"
         tags.append(tag)
     return tags
