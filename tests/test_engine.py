@@ -522,12 +522,14 @@ def test_val_curve_plot_scales_to_what_it_shows(tmp_path, monkeypatch):
 
     from siggate.train.compare import plot_val_curves
 
-    shown = {}
+    shown, means, labels = {}, {}, {}
     real_savefig = plt.Figure.savefig
 
     def savefig(fig, target, **kw):  # a handle on a temporary file beside the picture (it is written atomically)
         shown[drawing] = [(ax.get_yscale(), ax.get_title(), [list(line.get_xdata()) for line in ax.get_lines()])
                           for ax in fig.axes]
+        means[drawing] = [list(line.get_ydata()) for line in fig.axes[0].get_lines()]
+        labels[drawing] = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
         return real_savefig(fig, target, **kw)
 
     def res(curves):
@@ -540,9 +542,11 @@ def test_val_curve_plot_scales_to_what_it_shows(tmp_path, monkeypatch):
     for drawing, curves in (("falling.png", falling), ("flat.png", flat), ("empty.png", {"none": {"0": []}})):
         plot_val_curves(res(curves), tmp_path / drawing)
         assert (tmp_path / drawing).stat().st_size > 0
-    # the common 4 epochs of the two seeds; the right panel shows epochs 3-4
-    assert shown["falling.png"] == [("log", "every epoch", [[1, 2, 3, 4]]),
-                                    ("linear", "second half of the budget", [[3, 4]])]
+    # every epoch over the seeds that reached it (the fifth was cut, unsaid); the right panel shows epochs 3-5
+    assert shown["falling.png"] == [("log", "every epoch", [[1, 2, 3, 4, 5]]),
+                                    ("linear", "second half of the budget", [[3, 4, 5]])]
+    assert means["falling.png"][0] == pytest.approx([2.05, 0.95, 0.45, 0.2, 0.2])
+    assert labels["falling.png"] == ["none (n=2; 1 ended before epoch 5)"]
     assert shown["flat.png"] == [("linear", "every epoch", [[1, 2], [1]]),
                                  ("linear", "second half of the budget", [[2], [1]])]
     assert shown["empty.png"][0][2] == [] and (tmp_path / "empty.png").read_bytes()[:4] == b"\x89PNG"

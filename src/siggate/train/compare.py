@@ -441,17 +441,22 @@ def plot_val_curves(res: dict, path: Path) -> None:
     bands = {}
     for lab in res["gates"]:
         curves = [c for c in res["val_curves"][lab].values() if c]
-        if curves:
-            n = min(len(c) for c in curves)
-            arr = np.array([c[:n] for c in curves], dtype=float)
-            bands[lab] = (arr.mean(0), arr.std(0, ddof=1) if len(arr) > 1 else np.zeros(n), len(arr))
+        if curves:  # each epoch over the seeds that reached it (a seed stopped early was cut from every epoch's mean)
+            n = max(len(c) for c in curves)
+            arr = np.array([list(c) + [np.nan] * (n - len(c)) for c in curves], dtype=float)
+            have = (~np.isnan(arr)).sum(0)
+            mean = np.nanmean(arr, 0)
+            std = np.sqrt(np.nansum((arr - mean) ** 2, 0) / np.maximum(have - 1, 1))  # ddof 1; 0 where one seed
+            short = sum(len(c) < n for c in curves)
+            said = f"n={len(arr)}" + (f"; {short} ended before epoch {n}" if short else "")
+            bands[lab] = (mean, std, said)
     fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.2))
     metric = res["metric"] or "metric"
     for k, ax in enumerate(axes):
-        for lab, (mean, std, runs) in bands.items():
+        for lab, (mean, std, said) in bands.items():
             ep = np.arange(1, len(mean) + 1)
             keep = ep > len(mean) // 2 if k else ep > 0
-            ax.plot(ep[keep], mean[keep], label=f"{lab} (n={runs})")
+            ax.plot(ep[keep], mean[keep], label=f"{lab} ({said})")
             ax.fill_between(ep[keep], (mean - std)[keep], (mean + std)[keep], alpha=0.25)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("epoch")
