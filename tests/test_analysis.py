@@ -93,7 +93,7 @@ def test_graph_attention_on_complete_graph_equals_global():
     assert abs(stable_rank(a1[0]) - float(synthetic.stable_rank_batched(a1)[0])) < 1e-9
 
 
-def test_synthetic_cli(tmp_path):
+def test_synthetic_cli(tmp_path, monkeypatch):
     run("synthetic", "--draws", "3", "--nodes", "8", "--dim", "8", "--heads", "2", "--sweep-draws", "2",
         "--biases=-2,2", "--noises", "0.1", "--no-progress", "--out", str(tmp_path))
     res = load(tmp_path / "synthetic.json")
@@ -113,6 +113,22 @@ def test_synthetic_cli(tmp_path):
     assert res["frac_gated_higher"] == pytest.approx(np.mean(g - u > 1e-9 * np.abs(u)))
     assert res["overall"]["frac_gated_lower"] == pytest.approx(np.mean(u - g > 1e-9 * np.abs(u)))
     assert (tmp_path / "synthetic.png").stat().st_size > 0
+    # the weight-std panel: each sweep a line in weight-std order, the Xavier row a star of its own (it was joined
+    # onto the sweep's line); the two right panels' titles say which statistic each shows
+    drawn = {}
+    monkeypatch.setattr(synthetic, "save", lambda fig, path: drawn.setdefault("fig", fig) and path)
+    synthetic.plot(res, tmp_path / "again.png")
+    axes = drawn["fig"].axes
+    lines = [ln for ln in axes[4].get_lines() if ln.get_label() and not ln.get_label().startswith("_")]
+    stars = [ln for ln in lines if ln.get_marker() == "*"]
+    sweeps = [ln for ln in lines if ln.get_marker() != "*"]
+    rows = res["gate_weight_std_sweep"]
+    assert len(stars) == len(sweeps) == len({(r["gate"], r["family"]) for r in rows})
+    assert all(len(ln.get_xdata()) == 1 and ln.get_linestyle() == "None" for ln in stars)
+    stds = sorted({r["gate_weight_std"] for r in rows if r["gate_weight_std"] != "xavier"})
+    assert all(len(ln.get_xdata()) == len(stds) for ln in sweeps)
+    titles = [a.get_title() for a in axes]
+    assert len(set(titles)) == len(titles), titles
 
 
 # ------------------------------------------------------------------------ rank

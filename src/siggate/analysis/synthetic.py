@@ -398,10 +398,14 @@ def plot(res: dict, path: Path) -> Path:
     for i, gate in enumerate(res["setting"]["gates"]):
         for j, fam in enumerate(sorted({r["family"] for r in rows_all})):
             rows = [r for r in rows_all if r["gate"] == gate and r["family"] == fam]
-            a.plot([r["gate_node_std"] for r in rows], [r["mean_ratio"] for r in rows], marker="os^"[j % 3],
+            swept = sorted((r for r in rows if r["gate_weight_std"] != "xavier"), key=lambda r: r["gate_weight_std"])
+            a.plot([r["gate_node_std"] for r in swept], [r["mean_ratio"] for r in swept], marker="os^"[j % 3],
                    ls=["-", "--", ":"][j % 3], color=color(gate, i), label=f"{gate}, {fam}")
+            xavier = [r for r in rows if r["gate_weight_std"] == "xavier"]  # a point of its own, off the sweep's line
+            a.plot([r["gate_node_std"] for r in xavier], [r["mean_ratio"] for r in xavier], marker="*", ms=9, ls="none",
+                   color=color(gate, i), label=f"{gate}, {fam}, Xavier" if xavier else None)
     a.axhline(1.0, color="k", lw=0.8)
-    a.set_xlabel(f"gate std across nodes (weight std {xs} and Xavier)")
+    a.set_xlabel(f"gate std across nodes (lines: weight std {xs}; stars: Xavier)")
     a.set_ylabel("mean gated / ungated stable rank")
     a.set_title("effect of gate variation across nodes")
     a.legend(fontsize=7)
@@ -423,7 +427,7 @@ def plot(res: dict, path: Path) -> Path:
             a.set_yscale("log")
         a.set_xlabel("feature noise of the anchor-free graphs")
         a.set_ylabel("gated / ungated SR" if j == 0 else "median (SR_g - 1) / (SR_u - 1)")
-        a.set_title("anchor-free graphs: how alike the nodes are")
+        a.set_title("anchor-free graphs: " + ("mean stable-rank ratio" if j == 0 else "median excess ratio"))
         a.legend(fontsize=6)
     return save(fig, path)
 
