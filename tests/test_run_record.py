@@ -505,6 +505,14 @@ def test_a_run_of_many_targets_draws_its_first_twelve_in_rows_of_four():
         assert (round(w / 4.4), round(h / 4.2)) == (4, 3)
     few = parity_figure(y[:, :3], p[:, :3], names[:3])
     assert len(few.axes) == 3 and few._suptitle is None and round(few.get_size_inches()[0] / 4.4) == 3
+    # a title given where the figure is saved goes before the note, which it replaced
+    from siggate.train import plots
+
+    fig, kept = parity_figure(y, p, names), {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("siggate.files.atomic_write", lambda path, write: kept.setdefault("t", fig._suptitle.get_text()))
+        plots.save_figure(fig, "unused.png", title="molecules.csv")
+    assert kept["t"] == "molecules.csv; the first 12 of 40 targets"
 
 
 def test_residuals_of_a_target_without_spread_say_so_instead_of_0_percent_within_sigma():

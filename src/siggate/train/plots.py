@@ -49,16 +49,19 @@ def _pyplot():
 
 
 def save_figure(fig, path: str | Path, dpi: int = 110, title: str | None = None) -> Path:
-    """Write ``fig`` (with ``title`` above its panels) as a PNG at ``path`` and close it: the one
-    way siggate saves a picture. The folder is created, and the file is written atomically (a
-    full disk leaves the earlier picture, not half of one). The PNG's ``Software`` text says
-    :data:`DRAWN_BY` (:func:`drawn_by_siggate`)."""
+    """Write ``fig`` (with ``title`` above its panels, before a title it has: :func:`_panels`' "the
+    first 12 of N targets") as a PNG at ``path`` and close it: the one way siggate saves a picture.
+    The folder is created, and the file is written atomically (a full disk leaves the earlier
+    picture, not half of one). The PNG's ``Software`` text says :data:`DRAWN_BY`
+    (:func:`drawn_by_siggate`)."""
     from ..files import atomic_write
 
     plt = _pyplot()
     path = Path(path)
     if title:
-        fig.suptitle(title, fontsize=10)
+        had = getattr(fig, "_suptitle", None)  # (Figure.get_suptitle is matplotlib 3.8's)
+        had = had.get_text() if had is not None else ""
+        fig.suptitle(f"{title}; {had}" if had else title, fontsize=10)
     try:
         fig.tight_layout()
         atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi, metadata={"Software": DRAWN_BY}))
