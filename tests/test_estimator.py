@@ -181,6 +181,10 @@ def test_the_classifier_takes_any_two_labels_and_its_run_offers_prediction_sets(
         assert float(row["y"]) == pytest.approx(p, abs=1e-5) and float(row["y_uncertainty"]) == 0.0
         if min(abs(p - q), abs(1 - p - q)) > 1e-4:  # not on the boundary (p is printed to 6 digits)
             assert row["y_set"] == "{" + ",".join(c for c, s in (("0", p), ("1", 1 - p)) if s <= q) + "}"
+    far = ["FC(F)(F)C(F)(F)C(F)(F)F", "C[Si](C)(C)[Si](C)(C)C"]  # nothing like the training molecules
+    rc, out, err = run_cli(["predict", "--checkpoint", str(tmp_path / "clf"), *far, "--coverage", "0.8"], capsys)
+    assert rc == 0 and "outside the run's applicability domain" in err, err
+    assert "their predictions and sets are extrapolations" in err  # (a classifier's: it said "intervals")
     with pytest.raises(ValueError, match="binary: y must hold two classes, got 3; only binary classification is "
                                          "supported: binarise y"):
         siggate.SigGateClassifier().fit(smiles[:3], ["a", "b", "c"])

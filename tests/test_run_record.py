@@ -885,3 +885,31 @@ def test_domain_fingerprints_and_similarities_are_the_same_in_chunks(monkeypatch
     at_once = sim.nearest_similarity(query, whole)
     monkeypatch.setattr(sim, "_SIMILARITIES_AT_ONCE", 2 * sim._QUERY_BLOCK)  # the training set 2 rows at a time
     assert np.array_equal(sim.nearest_similarity(query, whole), at_once) and at_once[0] == 1.0 and at_once[2] == 0.0
+
+
+def test_training_warns_of_a_target_too_short_of_validation_labels_to_bound(tmp_path, capsys, caplog):
+    """A target with 2 labelled validation molecules (or none) gets unbounded conformal intervals at
+    every recorded coverage; only a later predict --coverage said so. Training warns, naming it."""
+    import logging
+
+    from siggate.predictors.conformal import fewest_for
+
+    smiles = nci_smiles(60)
+    lines = ["smiles,a,b,split"]
+    for i, s in enumerate(smiles):
+        split = "train" if i < 40 else "val" if i < 50 else "test"
+        b = "" if split == "val" and i > 41 else f"{len(s) / 10:.3f}"  # 2 of the 10 val rows labelled
+        lines.append(f"{s},{_nitrogens(s)},{b},{split}")
+    data = tmp_path / "d.csv"
+    data.write_text("\n".join(lines) + "\n")
+    assert fewest_for(0.8) == 4
+    with caplog.at_level(logging.WARNING):
+        rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "a,b", "--split", "column:split",
+                              "--members", "svr", "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "c"),
+                              "--no-progress"], capsys)
+    assert rc == 0, err
+    said = [r.getMessage() for r in caplog.records if "labelled validation molecule" in r.getMessage()]
+    assert said == ["target 'b' has 2 labelled validation molecule(s): its conformal intervals are unbounded at "
+                    "coverage 0.8 and above (4 are needed); give it more validation labels"]
+    cal = json.loads((tmp_path / "run" / "calibration.json").read_text())
+    assert cal["summary"]["calibration_molecules"] == {"a": 10, "b": 2}

@@ -897,9 +897,11 @@ def cmd_predict(args) -> int:
           + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
     _warn_no_rows("predict", n)
     if pred.outside:
+        from .predictors.conformal import conformal_output
+
         print(f"siggate predict: warning: {pred.outside} of {n - bad} predicted rows are outside the run's applicability "
               "domain (outside_domain: true; no training molecule is as similar as the validation molecules' "
-              "threshold): their predictions" + (" and intervals" if pred.coverage else "")
+              "threshold): their predictions" + (f" and {conformal_output(pred.calibration.task)}" if pred.coverage else "")
               + " are extrapolations, not to be trusted like the others", file=sys.stderr)
     return 1 if bad else 0
 

@@ -373,11 +373,16 @@ def below_nominal(coverage: dict, calibrated: dict, alpha: float = 0.05, least: 
     return [t for t in tests if t["p"] < alpha]
 
 
+def conformal_output(task: str) -> str:
+    """What a ``task``'s calibration gives, in words: ``"intervals"`` (regression) or ``"sets"``."""
+    return "intervals" if task == "regression" else "sets"
+
+
 def below_nominal_text(item: dict, task: str, molecules: str, holm_over: str) -> str:
     """The sentence that names one :func:`below_nominal` finding (``item``) of a ``task``'s
     intervals (sets, for a classifier) on ``molecules`` (``"test molecules"``), its p-value
     Holm-adjusted over ``holm_over``; the caller says why it may happen and what to do."""
-    what = "intervals" if task == "regression" else "sets"
+    what = conformal_output(task)
     return (f"the conformal {what} of {item['target']!r} at coverage {item['nominal']} hold {item['coverage']:.0%} of "
             f"the {item['n']} {molecules}, fewer than chance allows (one-sided beta-binomial p = {item['p']:.2g}, Holm "
             f"over {holm_over})")

@@ -669,7 +669,7 @@ def _add_coverage(res: dict, calibrated: tuple, info: TaskInfo, split: str, rows
     chance allows on any number of labelled molecules (``res["coverage_below_nominal"][split]``),
     each warned about."""
     from ..files import finite_or_none
-    from ..predictors.conformal import below_nominal, below_nominal_text
+    from ..predictors.conformal import below_nominal, below_nominal_text, conformal_output
 
     nominal, cal = calibrated
     scale = cal.row_scale(None if spread is None else spread.cpu().numpy(), similarity)
@@ -682,7 +682,7 @@ def _add_coverage(res: dict, calibrated: tuple, info: TaskInfo, split: str, rows
     for item in low:
         log.warning("%s: %s: these molecules are not like the validation ones the run calibrated on, so its %s cover "
                     "less than asked here", where, below_nominal_text(item, info.task, "labelled molecules", "the targets"),
-                    "intervals" if info.task == "regression" else "sets")
+                    conformal_output(info.task))
     res.setdefault("coverage_below_nominal", {})[split] = low
 
 
