@@ -78,6 +78,9 @@ ROW_CASES = [
     ("not-a-string", None, "SMILES must be a string, got NoneType"),
     ("unclosed-ring", "C1CC", "SMILES parse error: unclosed ring for input: 'C1CC'"),
     ("syntax", "xyz", "SMILES parse error: syntax error while parsing: xyz"),
+    # predict --coverage 0.8 0.9 CCO: the second value was read as a molecule and failed as a syntax error
+    ("number", "0.9", "a number, not a SMILES: a value given where molecules go (a flag takes one value: --coverage "
+                      "0.9), or a column of values read as SMILES"),
     ("valence", "CN(C)(C)(C)C", "Explicit valence for atom # 1 N, 5, is greater than permitted"),
     ("hydrogen-only", "[H][H]", "no heavy atoms: the molecule has only hydrogen (2 H atom(s))"),
     ("proton", "[H+]", "no heavy atoms: the molecule has only hydrogen (1 H atom(s))"),

@@ -360,12 +360,19 @@ def parse_smiles(smiles: str, allow_unsanitized: bool = False, max_length: int |
     with cap:
         raw = Chem.MolFromSmiles(s, sanitize=False)
     if raw is None:
+        if _NUMBER.fullmatch(s):  # (predict --coverage 0.8 0.9 CCO read 0.9 as a molecule; or a column of values)
+            raise InvalidSmiles("a number, not a SMILES: a value given where molecules go (a flag takes one value: "
+                                "--coverage 0.9), or a column of values read as SMILES")
         raise InvalidSmiles(_parse_error_reason(cap.lines))
     # RDKit's own message from the failed sanitization, else ask it what is wrong
     reason = "; ".join(full.lines) or _sanitize_reason(raw)
     if not allow_unsanitized:
         raise InvalidSmiles(reason)
     return _partial_sanitize(raw)
+
+
+#: a plain decimal number (no SMILES is one: RDKit refuses a bare ring-closure digit)
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 # --------------------------------------------------------------------- featurizing
