@@ -63,6 +63,18 @@ def test_gate_weight_std_reaches_the_gate():
         load_config("zinc", ["model.gate_weight_std=-1"])
     with pytest.raises(ConfigError, match="gate_weight_std"):
         load_config("zinc", ["model.gate_weight_std=wide"])
+    # past float32's range: the bias's fill raised RuntimeError, the weights became inf (helper-174)
+    with pytest.raises(ConfigError, match=r"^model.gate_weight_std: 1e\+39 is out of range; allowed values: >= 0 and "
+                                          r"<= 10000.0, or null"):
+        load_config("zinc", ["model.gate_weight_std=1e39"])
+    with pytest.raises(ConfigError, match=r"^model.gate_bias_init: -1e\+39 is out of range; allowed values: >= "
+                                          r"-10000.0 and <= 10000.0\.$"):
+        load_config("zinc", ["model.gate_bias_init=-1e39"])
+    assert load_config("zinc", ["model.gate_bias_init=-10000", "model.gate_weight_std=10000"]).model.gate_bias_init == -1e4
+    for seed in ("-1", "9223372036854775808"):  # (a traceback where the layer was built)
+        with pytest.raises(ConfigError, match=f"^model.attention.exphormer.expander_seed: {seed} is out of range; "
+                                              f"allowed values: >= 0 and <= 9223372036854775807"):
+            load_config("zinc", [f"model.attention.exphormer.expander_seed={seed}"])
 
 
 def test_lappe_deepset_matches_graphgps():

@@ -216,6 +216,8 @@ for _cls in (DataConfig, ModelConfig, TrainConfig, MembersConfig):
 # Constraints checked by ``_check``: choices and ranges per key path.
 #: the most intra-op threads a run may ask for (torch cannot hold a larger count)
 MAX_THREADS = 4096
+#: the largest gate bias or gate weight std at initialization (sigmoid(40) is 1 in float32 already)
+GATE_INIT_MAX = 1e4
 
 CONSTRAINTS: dict[str, dict[str, Any]] = {
     "data.task": _choice("regression", "binary", "multilabel"),
@@ -249,6 +251,10 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "model.attention.performer.kernel": _choice(*PERFORMER_KERNELS),
     "model.attention.exphormer.expander_degree_total": {"min": 0},
     "model.attention.exphormer.num_virtual_nodes": {"min": 0},
+    "model.attention.exphormer.expander_seed": {"min": 0, "max": 2**63 - 1},  # (numpy's generator takes it)
+    # a sigmoid gate is saturated long before: past float32's range the layer's fill fails, and a
+    # std of 1e39 filled the gate weights with inf (a "non-finite loss" that named the learning rate)
+    "model.gate_bias_init": {"min": -GATE_INIT_MAX, "max": GATE_INIT_MAX},
     "train.epochs": {"min": 1},
     "train.cliff_weight": {"min": 0.0},
     "train.batch_size": {"min": 1},
@@ -524,9 +530,9 @@ def _check_model(m) -> None:
             )
         if m.pe_steps < 1:
             raise ConfigError(f"model.pe_steps: must be >= 1 when model.pe={m.pe!r}, got {m.pe_steps}")
-    if m.gate_weight_std is not None and m.gate_weight_std < 0:
-        raise ConfigError(f"model.gate_weight_std: {m.gate_weight_std!r} is out of range; allowed values: >= 0, "
-                          "or null for Xavier-uniform gate weights.")
+    if m.gate_weight_std is not None and not 0 <= m.gate_weight_std <= GATE_INIT_MAX:
+        raise ConfigError(f"model.gate_weight_std: {m.gate_weight_std!r} is out of range; allowed values: >= 0 and "
+                          f"<= {GATE_INIT_MAX}, or null for Xavier-uniform gate weights.")
     if m.param_match != "none":
         if m.gate != "none":
             raise ConfigError(
