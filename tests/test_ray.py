@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -120,7 +121,13 @@ def test_ray_only_flags_without_ray_are_refused_not_ignored():
     if they were not there (Ray's own checks never ran)."""
     import argparse
 
-    from siggate.train.executor import ExecutorError, LocalExecutor, add_executor_args, executor_from_args
+    from siggate.train.executor import (
+        ExecutorError,
+        LocalExecutor,
+        add_executor_args,
+        check_backend_flags,
+        executor_from_args,
+    )
 
     p = argparse.ArgumentParser()
     add_executor_args(p)
@@ -130,6 +137,16 @@ def test_ray_only_flags_without_ray_are_refused_not_ignored():
             executor_from_args(p.parse_args(argv))
         assert str(e.value).startswith(f"{named} --backend ray; drop")
     assert isinstance(executor_from_args(p.parse_args([])), LocalExecutor)
+    # with Ray, refused before it starts (helper-174: Ray's ValueError, or a NaN's int(), as a traceback)
+    for argv, said in ((["--gpus-per-run", "-1"], "--gpus-per-run must be >= 0, got -1.0"),
+                       (["--gpus-per-run", "nan"], "--gpus-per-run must be >= 0, got nan"),
+                       (["--cpus-per-run", "nan"], "--cpus-per-run must be > 0, got nan"),
+                       (["--cpus-per-run", "0"], "--cpus-per-run must be > 0, got 0.0"),
+                       (["--cpus-per-run", "inf"], "--cpus-per-run must be > 0, got inf"),
+                       (["--max-retries", "-1"], "--max-retries must be >= 0, got -1")):
+        with pytest.raises(ExecutorError, match=f"^{re.escape(said)}$"):
+            check_backend_flags(p.parse_args(["--backend", "ray", *argv]))
+    check_backend_flags(p.parse_args(["--backend", "ray", "--gpus-per-run", "0", "--cpus-per-run", "0.5"]))
 
 
 def test_analyze_refuses_ray_only_flags_before_it_prepares_any_data(tmp_path, capsys):

@@ -267,10 +267,7 @@ class RayExecutor:
         except ImportError:
             raise ExecutorError("--backend ray needs Ray, an optional extra: pip install 'siggate[ray]'") from None
         self.ray = ray
-        if cpus_per_run <= 0:
-            raise ExecutorError(f"--cpus-per-run must be > 0, got {cpus_per_run}")
-        if max_retries < 0:
-            raise ExecutorError(f"--max-retries must be >= 0, got {max_retries}")
+        check_resources(cpus_per_run, gpus_per_run, max_retries)
         self.address, self.cpus, self.gpus_requested = address, cpus_per_run, gpus_per_run
         self.max_retries, self.dashboard = max_retries, dashboard
         self._owns = False
@@ -350,10 +347,26 @@ def add_executor_args(p) -> None:
     p.add_argument("--ray-dashboard", action="store_true", help="Ray: start the dashboard (off by default)")
 
 
+def check_resources(cpus_per_run, gpus_per_run, max_retries) -> None:
+    """A Ray task's resources as :class:`RayExecutor` takes them (``None``: its default): CPUs a
+    finite number above 0, GPUs a finite number from 0, retries a whole number from 0; else
+    :class:`ExecutorError` naming the flag (a negative or NaN count failed inside Ray, or as a
+    conversion to int, with a traceback after Ray had started)."""
+    import math
+
+    for flag, value, low, strict in (("--cpus-per-run", cpus_per_run, 0, True), ("--gpus-per-run", gpus_per_run, 0, False),
+                                     ("--max-retries", max_retries, 0, False)):
+        if value is None:
+            continue
+        if not math.isfinite(value) or value < low or (strict and value == low):
+            raise ExecutorError(f"{flag} must be {'>' if strict else '>='} {low}, got {value}")
+
+
 def check_backend_flags(args) -> None:
     """Refuse the Ray-only flags of :func:`add_executor_args` without ``--backend ray`` (they were
-    accepted and ignored, invalid values too): :class:`ExecutorError`. ``siggate``'s CLI calls it
-    as soon as the arguments are parsed, before any data is prepared."""
+    accepted and ignored, invalid values too), and their values out of range
+    (:func:`check_resources`): :class:`ExecutorError`. ``siggate``'s CLI calls it as soon as the
+    arguments are parsed, before any data is prepared."""
     ray_only = {"--ray-address": args.ray_address, "--ray-dashboard": args.ray_dashboard or None,
                 "--cpus-per-run": args.cpus_per_run, "--gpus-per-run": args.gpus_per_run,
                 "--max-retries": args.max_retries}
@@ -361,6 +374,7 @@ def check_backend_flags(args) -> None:
     if args.backend != "ray" and given:  # accepted and ignored, invalid values too
         raise ExecutorError(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} --backend ray; drop "
                             f"{'it' if len(given) == 1 else 'them'}, or add --backend ray")
+    check_resources(args.cpus_per_run, args.gpus_per_run, args.max_retries)
 
 
 def executor_from_args(args):
