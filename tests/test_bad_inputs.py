@@ -1336,6 +1336,14 @@ def test_predict_and_evaluate_say_when_a_run_folder_is_not_a_finished_run(tmp_pa
     (["--variants", "foo"], "--variants: unknown 'foo'; choose from"),
     (["--scaling", "--sizes", "a"], "--sizes 'a': give node counts separated by commas"),
     (["--scaling-large", "--dim", "7"], "--dim 7 is not divisible by --heads 4"),
+    # (helper-174: each failed in the first size's subprocess, or as a traceback)
+    (["--scaling-large", "--heads", "3"], "--dim 64 is not divisible by --heads 3: choose a width that is (--dim's "
+                                          "default with --scaling-large is 64)"),
+    (["--scaling-large", "--attn-types", "foo"], "--attn-types: unknown 'foo'; choose from full,performer,exphormer"),
+    (["--scaling-large", "--pyg-head-channels", "0"], "--pyg-head-channels '0': give whole numbers >= 1"),
+    (["--scaling-large", "--pyg-head-channels", "x"], "--pyg-head-channels 'x': give whole numbers >= 1"),
+    (["--scaling-large", "--attn-types", ",", "--pyg-head-channels", ""],
+     "--attn-types and --pyg-head-channels name no model: give at least one"),
     (["--dim", "7"], "--dim 7 is not divisible by the zinc config's 4 heads"),
 ])
 def test_bench_options_it_cannot_run_with_are_refused_in_one_line(tmp_path, capsys, flags, message):

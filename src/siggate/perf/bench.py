@@ -745,8 +745,12 @@ def check_args(args) -> None:
                              ("--heads", args.heads, 1)):
         if value is not None and value < low:
             raise CLIError(f"{flag} {value}: give a whole number >= {low}")
-    if args.dim and args.heads and args.scaling_large and args.dim % args.heads:
-        raise CLIError(f"--dim {args.dim} is not divisible by --heads {args.heads}: choose a width that is")
+    if args.scaling_large:
+        dim = args.dim or LARGE_DIM  # (the default's too: --heads 3 failed in the first size's subprocess)
+        if dim % args.heads:
+            raise CLIError(f"--dim {dim} is not divisible by --heads {args.heads}: choose a width that is"
+                           + ("" if args.dim else f" (--dim's default with --scaling-large is {LARGE_DIM})"))
+        large_variants(args)
     if args.dim and not args.scaling_large:  # the protocol configs' heads
         from ..config import load_config
 
@@ -778,13 +782,9 @@ def run(args) -> dict:
     args.repeats = args.repeats if args.repeats is not None else (3 if large else 10)
     args.warmup = args.warmup if args.warmup is not None else (1 if large else 3)
     if large:
-        args.attn_types = [t.strip() for t in str(args.attn_types).split(",") if t.strip()]
-        bad = [t for t in args.attn_types if t not in ATTN_TYPES]
-        if bad:
-            raise ValueError(f"unknown attention types {bad}; choose from {ATTN_TYPES}")
-        args.pyg_head_channels = _ints(args.pyg_head_channels)
+        args.attn_types, args.pyg_head_channels = large_variants(args)
         args.threads = args.threads or 1
-        args.layers, args.dim = args.layers or 4, args.dim or 64
+        args.layers, args.dim = args.layers or LARGE_LAYERS, args.dim or LARGE_DIM
         args.progress = progress_enabled(args)
     threads = torch.get_num_threads()
     if args.threads:
@@ -793,6 +793,33 @@ def run(args) -> dict:
         return _run(args)
     finally:
         torch.set_num_threads(threads)
+
+
+#: --scaling-large's model where --layers and --dim are not given
+LARGE_LAYERS, LARGE_DIM = 4, 64
+
+
+def large_variants(args) -> tuple[list[str], list[int]]:
+    """``--scaling-large``'s siggate attention types and PyG head widths from ``--attn-types`` and
+    ``--pyg-head-channels``; at least one model in all.
+
+    Raises:
+        CLIError: an unknown type, a width that is not a whole number >= 1, or no model at all (each
+            failed as a traceback, or in the first size's subprocess)."""
+    types = [t.strip() for t in str(args.attn_types).split(",") if t.strip()]
+    bad = [t for t in types if t not in ATTN_TYPES]
+    if bad:
+        raise CLIError(f"--attn-types: unknown {', '.join(map(repr, bad))}; choose from {','.join(ATTN_TYPES)}")
+    try:
+        widths = _ints(args.pyg_head_channels)
+    except ValueError:
+        widths = None
+    if widths is None or any(w < 1 for w in widths):
+        raise CLIError(f"--pyg-head-channels {args.pyg_head_channels!r}: give whole numbers >= 1 separated by commas "
+                       "(e.g. 64,16), or nothing for no PyG model")
+    if not types and not widths:
+        raise CLIError("--attn-types and --pyg-head-channels name no model: give at least one")
+    return types, widths
 
 
 def _ints(text) -> list[int]:
