@@ -522,3 +522,30 @@ def test_a_campaigns_last_layer_mad_is_judged_by_the_smoothing_rules_at_its_one_
     assert "in 5/5 (depth, seed) pairs" in slows["measured"] and "p = 0.0312" in slows["measured"]
     assert slows["verdict"] == BUDGET  # rejects at depth 16, but the claim is over 4-16
     assert study_rows(Path("c.json"), {k: v for k, v in res.items() if k != "mad"}) == []
+
+
+def test_p_values_beside_a_verdict_are_not_rounded_across_005_and_a_constant_shift_says_its_test_is_undefined():
+    """helper-172: the matched control's Holm p of 0.0498 was written "0.05" beside "still beats";
+    a constant shift whose differences carry float noise read "the Holm correction withholds the
+    win" (the t-test is undefined, Holm did nothing), the same shift without noise said nothing."""
+    from siggate.analysis.claims import UNDEFINED_T
+    from siggate.stats import compared_pairs
+
+    none = dict(enumerate([0.75196, 0.74297, 0.74120, 0.77026, 0.75333, 0.73130]))
+    gate = dict(enumerate([0.78737, 0.78552, 0.77472, 0.79182, 0.78743, 0.75974]))
+    matched = dict(enumerate([0.76961, 0.76576, 0.76441, 0.79484, 0.77740, 0.75838]))
+    src = comparison_sources(Path("r.json"), {**_results({"none": none, "elementwise": gate,
+                                                         "none@matched-ffn": matched}, 60), "metric": "accuracy",
+                                              "higher_is_better": True})[0]
+    pair = next(c for c in compared_pairs(src["per_seed"], [("none@matched-ffn", "elementwise"),
+                                                            ("none", "elementwise")], True)
+                if c["a"] == "none@matched-ffn")
+    assert 0.0495 < pair["p_holm"] < 0.05  # the hand-picked case: below 0.05, "0.05" in two digits
+    text = answer(src)
+    assert "still beats `none@matched-ffn` (Holm p = 0.0498)" in text, text
+    shifted = {s: round(v + 0.6, 1) for s, v in {0: 71.3, 1: 71.5, 2: 70.9, 3: 72.1, 4: 71.7, 5: 70.2}.items()}
+    none = {0: 71.3, 1: 71.5, 2: 70.9, 3: 72.1, 4: 71.7, 5: 70.2}
+    rows = {r["claim"]: r for r in accuracy_rows(comparison_sources(Path("r.json"), {
+        **_results({"none": none, "elementwise": shifted}, 60), "metric": "accuracy", "higher_is_better": True}))}
+    measured = next(r["measured"] for claim, r in rows.items() if claim.startswith("the elementwise gate beats"))
+    assert measured.endswith(UNDEFINED_T) and "withholds" not in measured, measured

@@ -256,7 +256,9 @@ def test_one_large_score_does_not_erase_the_other_seeds_differences():
     a = dict(enumerate([0.20, 0.21, 0.19, 0.22, 0.20, 0.5]))
     b = dict(enumerate([0.18, 0.20, 0.17, 0.21, 0.19, 3e9]))
     res = compare_paired(a, b, False)
-    assert res["p_wilcoxon"] == pytest.approx(stats.wilcoxon(list(b.values()), list(a.values())).pvalue)
+    # the exact differences in hundredths (-2, -1, -2, -1, -1 and the large one): scipy on b - a ranked the
+    # -0.02s and -0.01s apart by their float noise
+    assert res["p_wilcoxon"] == pytest.approx(stats.wilcoxon(np.array([-2, -1, -2, -1, -1, 3e11]) / 100).pvalue)
     assert res["p_paired_t"] == pytest.approx(stats.ttest_rel(list(b.values()), list(a.values())).pvalue)
 
 
@@ -368,3 +370,24 @@ def test_a_null_score_is_a_score_that_is_not_a_number():
 
     c = compare_paired({"0": 1.0, "1": 1.1, "2": None}, {"0": 0.9, "1": 1.0, "2": 0.8}, False)
     assert c["n_pairs"] == 2 and c["seeds"] == ["0", "1"] and c["mean_diff"] == pytest.approx(-0.1)
+
+
+def test_wilcoxon_ranks_differences_equal_in_decimals_as_ties_and_equal_means_tie():
+    """helper-172: percentages of k/N and two-decimal scores differ by amounts equal in decimals but
+    not in float (0.01999999999999602 and 0.020000000000010232): Wilcoxon ranked them apart, and
+    its p-value moved across 0.05 both ways. The reference is scipy on the exact differences."""
+    from scipy import stats as st
+
+    from siggate.stats import compare_paired
+
+    cases = [([70.0, 72.0, 68.0, 76.0, 71.33333333333334, 66.66666666666666, 70.0, 70.0],
+              [69.66666666666667, 73.33333333333333, 69.66666666666667, 77.0, 71.0, 67.33333333333333,
+               70.33333333333334, 71.0], [-1, 4, 5, 3, -1, 2, 1, 3], 3),  # thirds: differences in units of 1/3
+             ([70.23, 70.83, 70.98, 72.42, 72.79, 71.11, 70.1, 70.6],
+              [70.21, 70.85, 71.01, 72.45, 72.81, 71.17, 70.11, 70.64], [-2, 2, 3, 3, 2, 6, 1, 4], 100)]
+    for a, b, exact, unit in cases:
+        c = compare_paired(dict(enumerate(a)), dict(enumerate(b)), True)
+        assert c["p_wilcoxon"] == pytest.approx(st.wilcoxon(np.array(exact, float) / unit).pvalue, rel=1e-12)
+    assert compare_paired(dict(enumerate(cases[0][0])), dict(enumerate(cases[0][1])), True)["p_wilcoxon"] == 0.0625
+    tie = compare_paired({0: 0.1 + 0.2, 1: 1.1 + 2.2}, {0: 0.3, 1: 3.3}, True)
+    assert (tie["better"], tie["wins"], tie["losses"], tie["ties"]) == ("tie", 0, 0, 2)

@@ -260,9 +260,24 @@ def _gain_text(c: dict, a: str, b: str, hib: bool) -> tuple[str, bool, bool]:
     win, loss = _outcome(c, a, b, hib)
     text = (f"`{b}` − `{a}` = {fmt(mean)} (95% CI {fmt(lo)} to {fmt(hi)}, Holm p = {p_text(c['p_holm'], missing='nan')}, "
             f"{c['n_pairs']} pairs)")
-    if not win and c["std_diff"] > 0:  # equal differences: a point, not an interval
-        text += "; " + _hidden_gain(c, a, b, hib)
-    return text, win, loss
+    tail = _no_win_text(c, a, b, hib) if not win else ""
+    return text + (f"; {tail}" if tail else ""), win, loss
+
+
+#: what a comparison whose pairs all differ by one amount says in place of its interval
+UNDEFINED_T = "every pair differs by the same amount, so the paired t-test is undefined"
+
+
+def _no_win_text(c: dict, a: str, b: str, hib: bool, **kw) -> str:
+    """After a comparison without a significant win of ``b``: :func:`_hidden_gain`, or where every
+    pair differs by one amount (up to rounding) :data:`UNDEFINED_T`, a point and no interval (it
+    was told from the differences' unrounded std: float noise gave a Holm correction that
+    "withholds the win", and no noise no word); ``""`` without two pairs."""
+    if c["n_pairs"] < 2:
+        return ""
+    if not math.isfinite(c["p_paired_t"]):
+        return UNDEFINED_T
+    return _hidden_gain(c, a, b, hib, **kw)
 
 
 def _test_verdict(win: bool, loss: bool, full: bool, interim: bool = False) -> str:
@@ -314,12 +329,11 @@ def answer(src: dict) -> str | None:
             else:
                 m_win, m_loss = _outcome(m, MATCHED, gate, src["hib"])
                 fate = ("still beats" if m_win else "is significantly worse than" if m_loss else "is not shown to beat")
-                fate += f" `{MATCHED}` (Holm p = {fmt(m['p_holm'], 2)}), the ungated model of its parameter count"
+                fate += f" `{MATCHED}` (Holm p = {p_text(m['p_holm'], 2, missing='nan')}), the ungated model of its parameter count"
             parts.append(f"`{gate}` beats `{UNGATED}` ({p}) and {fate}")
             continue
         verb = "is significantly worse than" if loss else "is not shown to beat"
-        tail = _hidden_gain(c, UNGATED, gate, src["hib"], digits=2, subject="its 95% interval",
-                            unit=src["metric"]) if c["std_diff"] > 0 else ""
+        tail = _no_win_text(c, UNGATED, gate, src["hib"], digits=2, subject="its 95% interval", unit=src["metric"])
         parts.append(f"`{gate}` {verb} `{UNGATED}` ({p})" + (f": {tail}" if tail else ""))
     if not parts:
         return None

@@ -193,8 +193,8 @@ def render_markdown(block: dict) -> str:
                      f"{p_text(c['p_paired_t'], missing='nan')}, Holm {p_text(c['p_holm'], missing='nan')}.")
     for lab, t in block["gain_tests"].items():
         lines.append(f"- `{lab}` over `{base}`, per-seed relative gain: > 0 on {t['n_positive']} of {t['n_pairs']} "
-                     f"(sign test p {fmt(finite(t['p_sign']), 3)}); t-test of a mean gain of "
-                     f"{t['target']:+.0%}: p {fmt(finite(t['p_t_vs_target']), 3)}.")
+                     f"(sign test p {p_text(t['p_sign'], missing='nan')}); t-test of a mean gain of "
+                     f"{t['target']:+.0%}: p {p_text(t['p_t_vs_target'], missing='nan')}.")
     return "\n".join(lines + [MD_END, ""])
 
 

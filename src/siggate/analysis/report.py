@@ -531,7 +531,7 @@ def _compare_section(compare: list) -> str:
                                       bool(c.get("higher_is_better")))
                 if pair["n_pairs"]:
                     diff = pair["mean_diff"]
-                    p = pair["p_paired_t"] if math.isfinite(pair["p_paired_t"]) else None
+                    p = p_text(pair["p_paired_t"], 4) if math.isfinite(pair["p_paired_t"]) else None  # (not rounded across 0.05)
             rows.append([label, _baseline_key(c)[0] or "?", c.get("metric") or "?", c["n"].get(lab), c["mean"].get(lab),
                          c["std"].get(lab), c["val_mean"].get(lab), c["params"].get(lab), c.get("epochs"), diff, p,
                          f"`{path}`"])

@@ -14,6 +14,7 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 from ..config_args import CLIError
+from ..stats import p_text
 from ..train.runfiles import LAST
 from .common import (
     config_from,
@@ -257,6 +258,6 @@ def main(args) -> int:
           f"{fmt(res['mean_relative_mad_gain'])} (paper: +0.30); wrote {path}")
     t = res["gain_tests"].get(primary)
     if t:
-        print(f"(depth, seed) pairs: gain > 0 in {t['n_positive']}/{t['n_pairs']} (sign test p = {fmt(t['p_sign'], 3)}); "
-              f"t-test of mean gain = +0.30: p = {fmt(t['p_t_vs_target'], 3)}")
+        print(f"(depth, seed) pairs: gain > 0 in {t['n_positive']}/{t['n_pairs']} (sign test p = {p_text(t['p_sign'], missing='nan')}); "
+              f"t-test of mean gain = +0.30: p = {p_text(t['p_t_vs_target'], missing='nan')}")
     return 0
