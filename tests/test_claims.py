@@ -301,6 +301,10 @@ def test_a_one_seed_two_depth_smoothing_run_never_holds():
     one_seed = _smoothing({(d, 0): 0.5 + 0.01 * d for d in (4, 8, 12, 16)}, epochs=1)
     assert _smoothing_rows(one_seed)[SLOWS]["verdict"] == BUDGET
     assert "p = 0.0625" in _smoothing_rows(one_seed)[SLOWS]["measured"]
+    # a campaign outside depths 4-16 (helper-172: "in 0/0 (depth, seed) pairs at depth(s) , lower in 0")
+    shallow = _smoothing_rows(_smoothing({(2, 0): 0.4, (2, 1): 0.5}, epochs=1))[SLOWS]
+    assert "in 0/0 (depth, seed) pairs at depths 4-16, where none was measured, lower in 0" in shallow["measured"]
+    assert shallow["verdict"] == BUDGET
 
 
 def test_a_significant_result_over_the_full_range_holds_and_the_p_values_match_scipy():

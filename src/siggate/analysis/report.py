@@ -239,7 +239,8 @@ def verdict_smoothing(s: dict) -> list[dict]:
     if missing:
         budget += f"; no pairs at depth(s) {', '.join(map(str, missing))} of the claimed 4-16"
     per = s.get("relative_mad_gain", {}).get(prim, {})
-    where = "depths 4-16" if covered else "depth(s) " + ", ".join(map(str, sorted({int(p["depth"]) for p in pairs})))
+    where = ("depths 4-16" if covered else "depth(s) " + ", ".join(map(str, sorted({int(p["depth"]) for p in pairs})))
+             if pairs else "depths 4-16, where none was measured")  # (it read "at depth(s) , lower in 0")
     zero, target = one_sided_tests(gains), one_sided_tests(gains, CLAIMED_GAIN)
     mean = sum(gains) / len(gains) if gains else None
     out = [{
