@@ -15,7 +15,7 @@ from rdkit.Chem import rdFingerprintGenerator
 from siggate.data import fingerprints as fp
 from siggate.data import molfeatures
 from siggate.data import similarity as sim
-from siggate.predictors.kernel import minmax_kernel, nystrom_projection
+from siggate.predictors.kernel import exact_kernel_map, minmax_kernel, nystrom_projection
 
 SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "[Na+].[Cl-]", "CCCCCCCCCCCCCCCCCCCC", "C[C@H](N)C(=O)O",
           "O=C1NC(=O)C=C1", "Clc1ccc(Br)cc1"]
@@ -137,6 +137,11 @@ def test_nystrom_with_every_row_a_landmark_is_the_exact_kernel_map():
     w = nystrom_projection(k[np.ix_(land, land)])
     phi = k[:, land] @ w
     np.testing.assert_allclose((phi @ phi.T)[np.ix_(land, land)], k[np.ix_(land, land)], atol=1e-10)
+    # the exact map read from the eigendecomposition is K W, without the kernel product
+    w, direct = exact_kernel_map(k)
+    np.testing.assert_allclose(w, nystrom_projection(k), atol=0)
+    np.testing.assert_allclose(direct, k @ w, atol=1e-10)
+    np.testing.assert_allclose(direct @ direct.T, k, atol=1e-10)
 
 
 def test_the_members_kernel_is_the_fingerprints_module_s():

@@ -20,7 +20,8 @@ mapped back to target units.
 **Classification** (``binary``, ``multilabel``: one model per target): kernel logistic regression,
 the log-loss with an L2 penalty in the kernel's feature space, fitted by scikit-learn's
 ``LogisticRegression(C)`` on the kernel map ``Φ = K_nm W`` (:func:`~.kernel.nystrom_projection`;
-with every training row a landmark, ``ΦΦᵀ = K``: exact). Chosen over an SVC with Platt scaling
+with every training row a landmark, ``ΦΦᵀ = K``: exact, and ``Φ`` is read from the kernel's
+eigendecomposition, :func:`~.kernel.exact_kernel_map`). Chosen over an SVC with Platt scaling
 because its probabilities come from the model's own maximum-likelihood fit: Platt scaling in libsvm
 fits a second model on an internal 5-fold cross-validation (five more fits, randomness, and
 probabilities whose ranking can disagree with the decision function), or it would need held-out
@@ -97,7 +98,7 @@ from .fpmember import (
     stored_count,
     stored_number,
 )
-from .kernel import minmax_kernel, nystrom_projection
+from .kernel import exact_kernel_map, minmax_kernel, nystrom_projection
 
 #: the grid fields averaged over rather than chosen among by default (:class:`KernelSVR`'s ``average``)
 AVERAGED = SVRMemberOptions.average
@@ -285,7 +286,11 @@ class KernelSVR(FingerprintMember):
             return out
         land = x if pick is None else x[pick]
         basis = "exact" if pick is None else f"nystrom {pick.size}"
-        w = nystrom_projection(minmax_kernel(land, land, parts=parts))
+        phi = None
+        if pick is None:  # every row a landmark: the features come with the projection
+            w, phi = exact_kernel_map(minmax_kernel(land, land, parts=parts))
+        else:
+            w = nystrom_projection(minmax_kernel(land, land, parts=parts))
         if mode == "ridge":
             fits = dict(zip(flat, ((w @ coef, icpt) for coef, icpt in
                                    _ridge_path(x, land, w, ys, [1.0 / c for c, _ in flat], parts))))
@@ -293,7 +298,7 @@ class KernelSVR(FingerprintMember):
             from sklearn.exceptions import ConvergenceWarning
             from sklearn.linear_model import LogisticRegression
 
-            phi = _nystrom_features(x, land, w, parts)
+            phi = _nystrom_features(x, land, w, parts) if phi is None else phi
             fits = {}
             for c, e in flat:
                 with warnings.catch_warnings():
