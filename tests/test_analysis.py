@@ -350,7 +350,7 @@ def test_lr_sweep_cli(tmp_path):
         assert res["no_divergence_range"][g]["ratio"] in (0.0, 1.0, pytest.approx(10.0))
         # each rate's score is its run's val; the best is the lowest MAE among rates that did not diverge
         for p in res["per_lr"][g]:
-            run_val = json.loads((tmp_path / "runs" / f"lr{p['lr']:g}-{g}-s0" / "metrics.json").read_text())["val"]
+            run_val = json.loads((tmp_path / "runs" / f"lr{lrsweep.rate_text(p['lr'])}-{g}-s0" / "metrics.json").read_text())["val"]
             assert p["score"] == pytest.approx(run_val, rel=1e-12)
         fine = [p["score"] for p in res["per_lr"][g] if p["score"] is not None and not any(p["diverged"])]
         assert res["best_score"][g] == (min(fine) if fine else None)
@@ -872,3 +872,11 @@ def test_a_collapsed_head_counts_beside_a_seed_that_diverged():
     assert collapsed_text({"collapsed_heads": 1, "heads_total": 4, "diverged_seeds": [1]}) == "1/4 (seed 1 diverged)"
     assert collapsed_text({"collapsed_heads": None, "heads_total": 4, "diverged_seeds": [1]}) == "diverged (seed 1)"
     assert collapsed_text({"collapsed_heads": 0, "heads_total": 4, "diverged_seeds": []}) == "0/4"
+
+
+def test_learning_rates_that_differ_past_six_digits_get_folders_of_their_own():
+    """--lrs 0.0010000001,0.001 named both runs lr0.001-...: the second was refused as the first's folder
+    (helper-174). Rates of six digits or fewer keep their names, so earlier sweeps resume."""
+    assert lrsweep.rate_text(0.0010000001) == "0.0010000001" and lrsweep.rate_text(0.001) == "0.001"
+    assert [lrsweep.rate_text(x) for x in (3e-5, 1e-4, 1.0, 0.0015, 1 / 3)] == ["3e-05", "0.0001", "1", "0.0015",
+                                                                              "0.3333333333333333"]

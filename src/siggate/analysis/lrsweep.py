@@ -168,6 +168,16 @@ def plot(res: dict, path: Path) -> Path:
 
 
 
+def rate_text(lr: float) -> str:
+    """A learning rate as a run folder's name carries it: ``{lr:g}`` (``0.001``, ``3e-05``) with
+    the digits that read back as the rate (``{lr:g}`` named 0.0010000001 and 0.001 alike, and the
+    second rate's runs were refused as the first's folder)."""
+    digits = 6
+    while float(f"{lr:.{digits}g}") != lr and digits < 17:
+        digits += 1
+    return f"{lr:.{digits}g}"
+
+
 def main(args) -> int:
     if not 0 < args.tolerance < 1:  # (NaN too) a share of the best score: nan or -0.1 kept no rate, and 1 every one
         raise CLIError(f"--tolerance: {args.tolerance} is no relative tolerance; give a share of the best score in "
@@ -180,7 +190,7 @@ def main(args) -> int:
     gates, seeds = parse_list(args.gates, flag="--gates"), parse_list(args.seeds, int, "--seeds")
     ds = load_dataset(cfg, progress)
     todo = {(lr, g, s): (variant(cfg, epochs=args.epochs, train__lr=lr, model__gate=g, train__seed=s,
-                                 train__on_nan="skip"), out / "runs" / f"lr{lr:g}-{g}-s{s}")
+                                 train__on_nan="skip"), out / "runs" / f"lr{rate_text(lr)}-{g}-s{s}")
             for lr in lrs for g in gates for s in seeds}
     runs = train_many(todo, ds, args, progress, desc="lr sweep")
     hib = ds.info.higher_is_better
