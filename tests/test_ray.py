@@ -34,6 +34,7 @@ def test_ray_gives_the_local_numbers_on_nci5k(tmp_path):
     assert a["per_seed"] == b["per_seed"] and a["per_seed_val"] == b["per_seed_val"]  # exactly, not approximately
     assert sorted(a["per_seed"]["elementwise"]) == ["0", "1"]
     assert "--backend ray" in b["command"]
+    assert "as Ray schedules them, 1 thread(s) each" in ray.stdout + ray.stderr  # (it named --jobs, which Ray ignores)
     for seed in (0, 1):  # per-run logs land in each run's folder, as with the local back-end
         log = (tmp_path / "ray" / "runs" / "elementwise" / f"seed{seed}" / "train.log").read_text()
         assert "siggate train" in log and "test" in log
@@ -127,6 +128,7 @@ def test_ray_only_flags_without_ray_are_refused_not_ignored():
         add_executor_args,
         check_backend_flags,
         executor_from_args,
+        task_threads,
     )
 
     p = argparse.ArgumentParser()
@@ -147,6 +149,9 @@ def test_ray_only_flags_without_ray_are_refused_not_ignored():
         with pytest.raises(ExecutorError, match=f"^{re.escape(said)}$"):
             check_backend_flags(p.parse_args(["--backend", "ray", *argv]))
     check_backend_flags(p.parse_args(["--backend", "ray", "--gpus-per-run", "0", "--cpus-per-run", "0.5"]))
+    # a Ray task's torch threads: its declared cores (an analysis sweep ran each at all of the node's)
+    assert [task_threads(p.parse_args(["--backend", "ray", *a])) for a in ([], ["--cpus-per-run", "0.5"],
+                                                                           ["--cpus-per-run", "3.7"])] == [1, 1, 3]
 
 
 def test_analyze_refuses_ray_only_flags_before_it_prepares_any_data(tmp_path, capsys):

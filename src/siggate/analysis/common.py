@@ -229,7 +229,7 @@ def train_many(runs: dict, dataset, args, progress: bool = True, desc: str = "ru
         RunConflict: a run folder holds a run of another config (before anything trains).
         RuntimeError: runs failed.
     """
-    from ..train.executor import CallRequest, InlineExecutor, executor_from_args
+    from ..train.executor import CallRequest, InlineExecutor, executor_from_args, task_threads
     from ..train.study import StudyRun, execute, finished, plan
 
     local = getattr(args, "backend", "local") == "local"
@@ -241,7 +241,8 @@ def train_many(runs: dict, dataset, args, progress: bool = True, desc: str = "ru
                                   run_dir)
         else:
             request = CallRequest(key, "siggate.analysis.common:train_remote",
-                                  {"cfg": c.to_dict(), "run_dir": str(run_dir), "threads": args.threads}, run_dir)
+                                  {"cfg": c.to_dict(), "run_dir": str(run_dir),
+                                   "threads": args.threads or task_threads(args)}, run_dir)
         study.append(StudyRun(key, Path(run_dir), c.to_dict(), request))
     conflicts = [r.error for r in plan(study) if r.state == "conflict"]
     if conflicts:  # one line: the first, and how many more

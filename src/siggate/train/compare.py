@@ -39,7 +39,7 @@ from ..options import (
     parse_gate_spec,
     progress_enabled,
 )
-from .executor import ExecutorError, add_executor_args
+from .executor import ExecutorError, add_executor_args, task_threads
 from .runfiles import CONFIG
 
 log = logging.getLogger("siggate.compare")
@@ -776,7 +776,7 @@ def compare(args) -> int:
         elif "train.threads" in _set_keys(args) and next(iter(expected.values()))["train"]["threads"]:
             threads = next(iter(expected.values()))["train"]["threads"]  # the runs' own, as the results report
         elif getattr(args, "backend", "local") == "ray":  # each Ray task owns --cpus-per-run cores
-            threads = max(1, int(args.cpus_per_run or 1))  # (not given: 1)
+            threads = task_threads(args)
         else:
             threads = max(1, (os.cpu_count() or 1) // args.jobs)
         if not all(c["model"].get("attn", True) for c in expected.values()):
@@ -798,7 +798,9 @@ def compare(args) -> int:
         n_done = sum(p.state == "done" for p in pairs)
         n_resume = sum(p.state == "resume" for p in pairs)
         print(f"siggate compare: {len(specs)} gate(s) x {len(seeds)} seed(s) = {len(pairs)} runs "
-              f"({n_done} already done, {n_resume} to resume), {args.jobs} at a time, {threads} thread(s) each -> {out}",
+              f"({n_done} already done, {n_resume} to resume), "
+              + ("as Ray schedules them" if getattr(args, "backend", "local") == "ray" else f"{args.jobs} at a time")
+              + f", {threads} thread(s) each -> {out}",
               flush=True)
         from .rundir import READ_OTHERWISE
         from .study import DATA_CHANGED

@@ -377,6 +377,15 @@ def check_backend_flags(args) -> None:
     check_resources(args.cpus_per_run, args.gpus_per_run, args.max_retries)
 
 
+def task_threads(args) -> int:
+    """The torch threads of one Ray task of parsed :func:`add_executor_args` arguments: each task
+    owns ``--cpus-per-run`` cores (not given: 1), whole ones at least one. (An analysis sweep on Ray
+    ran each task at torch's default, all of the node's cores, beside its declared one.)"""
+    import math
+
+    return max(1, math.floor(args.cpus_per_run or 1))
+
+
 def executor_from_args(args):
     """:func:`make_executor` from parsed :func:`add_executor_args` arguments (checked by
     :func:`check_backend_flags`)."""
