@@ -553,3 +553,26 @@ def test_p_values_beside_a_verdict_are_not_rounded_across_005_and_a_constant_shi
         **_results({"none": none, "elementwise": shifted}, 60), "metric": "accuracy", "higher_is_better": True}))}
     measured = next(r["measured"] for claim, r in rows.items() if claim.startswith("the elementwise gate beats"))
     assert measured.endswith(UNDEFINED_T) and "withholds" not in measured, measured
+
+
+def test_results_under_a_folder_named_runs_are_read_and_a_comparisons_own_runs_are_not(tmp_path, monkeypatch):
+    """The README's examples write --out runs/cmp: claims and report skipped every file whose path
+    held a 'runs' part, the folder given included, and said there were no results (helper-176)."""
+    from siggate.analysis import claims, report
+
+    per_seed = {"none": {str(s): 0.07 + 0.001 * s for s in range(3)},
+                "elementwise": {str(s): 0.06 + 0.001 * s for s in range(3)}}
+    cmp = tmp_path / "runs" / "cmp"
+    (cmp / "runs" / "none" / "seed0").mkdir(parents=True)
+    doc = {"dataset": "zinc", "metric": "mae", "higher_is_better": False, "epochs": 60, "per_seed": per_seed,
+           "gates": list(per_seed), "comparisons": {}}  # (what report takes for a comparison)
+    (cmp / "results.json").write_text(json.dumps(doc))
+    (cmp / "runs" / "none" / "seed0" / "results.json").write_text(json.dumps(doc))  # a run's own: not a result
+    monkeypatch.chdir(tmp_path)
+    def seen(folder):
+        return [{k: v for k, v in r.items() if k != "source"} for r in claims.claims_table([folder])[1]]
+
+    rows = seen(Path("runs/cmp"))
+    assert len(rows) >= 2 and rows == seen(cmp) == seen(Path("runs"))  # (the run's own file not counted twice)
+    assert [p for p, _ in report.find_results([Path("runs/cmp")])["compare"]] == [Path("runs/cmp/results.json")]
+    assert report.in_runs(cmp / "runs" / "x" / "results.json", cmp) and not report.in_runs(cmp / "results.json", cmp)

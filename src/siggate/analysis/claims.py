@@ -577,7 +577,7 @@ def claims_table(dirs) -> tuple[str, list[dict]]:
     sources, paths = [], []
     for d in dirs:
         d = Path(d)
-        paths += [d] if d.is_file() else sorted(p for p in d.rglob("results.json") if "runs" not in p.parts)
+        paths += [d] if d.is_file() else sorted(p for p in d.rglob("results.json") if not report.in_runs(p, d))
     first = {}
     for p in paths:  # a folder and a file in it: once, where it first comes, as it was named
         first.setdefault(p.resolve(), p)

@@ -31,14 +31,22 @@ RESULT_FILES = ("synthetic", "rank", "smoothing", "entropy", "lrsweep", "overhea
 HEADING = "# SigGate-GT mechanism analyses: what we measured"
 
 
+def in_runs(path: Path, top: Path) -> bool:
+    """Whether ``path``, found under the folder ``top``, is inside a ``runs/`` folder below it (a
+    comparison's or analysis's own run folders, not results): ``top``'s own path does not count
+    (a ``--out runs/cmp``, as the README's examples write, was skipped whole)."""
+    return "runs" in path.relative_to(top).parts
+
+
 def find_results(dirs) -> dict:
-    """``{name: [(path, json)]}`` for the result files in ``dirs`` (and one level below, not
-    inside ``runs/``), plus ``"compare"`` for ``siggate compare`` ``results.json`` files."""
+    """``{name: [(path, json)]}`` for the result files in ``dirs`` and the folders below them at
+    any depth, not inside a ``runs/`` folder below them (:func:`in_runs`), plus ``"compare"`` for
+    ``siggate compare`` ``results.json`` files."""
     found = {k: [] for k in RESULT_FILES + ("compare",)}
     seen = set()
     for d in dirs:
         d = Path(d)
-        cands = [d] if d.is_file() else [d, *(p for p in sorted(d.rglob("*")) if p.is_dir() and "runs" not in p.parts)]
+        cands = [d] if d.is_file() else [d, *(p for p in sorted(d.rglob("*")) if p.is_dir() and not in_runs(p, d))]
         for folder in cands:
             files = [folder] if folder.is_file() else sorted(folder.glob("*.json"))
             for f in files:
