@@ -148,3 +148,35 @@ def test_device_cuda_without_a_gpu_is_one_line(capsys, monkeypatch):
     assert main(["evaluate", "--checkpoint", "nowhere", "--device", "cuda"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--device cuda" in err[0] and "use --device cpu" in err[0]
+
+
+def test_every_default_a_help_names_is_the_one_the_parser_uses():
+    """`analyze overhead --help` said "--threads N ... (default: 0, torch's choice)" while the
+    command set its default to 1 (helper-176). Each help text's "(default: X" is checked against
+    the parser's own default where that is a number or a text (a default of None is the command's
+    to apply, where it says what it applied)."""
+    import re
+
+    from siggate.cli import build_parser
+
+    checked, wrong = 0, []
+    for path, parser in _parsers(build_parser()):
+        for action in parser._actions:
+            said = re.search(r"\(default: ([^;)]*)", action.help or "")
+            default = parser.get_default(action.dest)
+            if not said or not action.option_strings or default is None or isinstance(default, bool):
+                continue
+            text = said.group(1)
+            if isinstance(default, (int, float)):
+                number = re.match(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", text)
+                if not number:
+                    continue  # (said in words)
+                ok = float(number.group(0)) == float(default)
+            elif isinstance(default, str):
+                ok = text.startswith(default)
+            else:
+                continue
+            checked += 1
+            if not ok:
+                wrong.append((" ".join(path), action.option_strings[0], text, default))
+    assert checked > 40 and wrong == [], wrong

@@ -16,11 +16,11 @@ DESCRIPTION = """Mechanism analyses of the paper's claims. Each one writes OUT/<
 OUT/<name>.png and prints a table; 'report' and 'claims' gather what the others wrote."""
 
 
-def add_model_args(p, default_epochs: int | None, trains: bool = True) -> None:
+def add_model_args(p, default_epochs: int | None, trains: bool = True, threads: int = 0) -> None:
     """``--config``, ``--set``, ``--epochs``, ``--seeds``, ``--max-graphs``, ``--data-root``,
-    ``--cache-dir``, ``--threads``, ``--no-progress``. ``trains`` False (an analysis that
-    trains nothing): ``--epochs`` and ``--seeds`` are left out of its help, parsed only so that
-    it can say why it refuses them."""
+    ``--cache-dir``, ``--threads`` (default ``threads``; 0: torch's choice), ``--no-progress``.
+    ``trains`` False (an analysis that trains nothing): ``--epochs`` and ``--seeds`` are left out
+    of its help, parsed only so that it can say why it refuses them."""
     import argparse
 
     p.add_argument("--config", default=None, help="built-in config name or YAML path (default: nci5k)")
@@ -34,7 +34,7 @@ def add_model_args(p, default_epochs: int | None, trains: bool = True) -> None:
                    help="keep only the first N graphs of every split (quick runs and tests)")
     add_data_root_flag(p)
     add_cache_dir_flag(p)
-    add_threads_flag(p, default=0, default_text="0, torch's choice")
+    add_threads_flag(p, default=threads, default_text="0, torch's choice" if threads == 0 else str(threads))
     add_progress_flag(p)
 
 
@@ -135,7 +135,8 @@ def _lr_sweep(sub) -> None:
         "siggate analyze lr-sweep --backend ray --cpus-per-run 2 --out runs/an   # the runs as Ray tasks",
     ])
     add_model_args(p, default_epochs=3)
-    p.add_argument("--lrs", default="1e-4,3e-4,1e-3,3e-3,1e-2", help="learning rates (default: 1e-4..1e-2)")
+    lrs = "1e-4,3e-4,1e-3,3e-3,1e-2"
+    p.add_argument("--lrs", default=lrs, help=f"learning rates (default: {lrs})")
     p.add_argument("--gates", default="none,elementwise", help="gate kinds (default: none,elementwise)")
     p.add_argument("--tolerance", type=float, default=0.10, help="relative tolerance X (default: 0.10)")
     add_executor_args(p)
@@ -147,8 +148,7 @@ def _overhead(sub) -> None:
         "siggate analyze overhead --config nci5k --out runs/an",
         "siggate analyze overhead --gates none,elementwise@value --reps 40 --out runs/an",
     ])
-    add_model_args(p, default_epochs=None, trains=False)
-    p.set_defaults(threads=1)
+    add_model_args(p, default_epochs=None, trains=False, threads=1)  # (its help said 0 beside a default of 1)
     p.add_argument("--gates", default="none,headwise,elementwise",
                    help="variants, 'gate' or 'gate@position'; the first is the baseline (default: none,headwise,elementwise)")
     p.add_argument("--batches", type=int, default=8, help="distinct training batches (default: 8)")

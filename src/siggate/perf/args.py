@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("--scaling-large: one SBM graph per size, a training step per attention type")
     g.add_argument("--scaling-large", action="store_true",
                    help="time and peak memory of a training step of a node classifier on one large graph")
-    g.add_argument("--attn-types", default=",".join(ATTN_TYPES), help="siggate attention types (default: all)")
+    g.add_argument("--attn-types", default=",".join(ATTN_TYPES), help=f"siggate attention types (default: {','.join(ATTN_TYPES)}, all)")
     g.add_argument("--pyg-head-channels", default=",".join(map(str, PYG_HEAD_CHANNELS)),
                    help="PyG GPSConv(attn_type='performer') models, one per head_channels (PyG's default 64; "
                         "16 = dim / heads); empty for none")
