@@ -379,6 +379,15 @@ def test_overhead_param_formulas(tmp_path):
         assert g in res["time_overhead"] and res["n_measurements"][g] == 2 * 2
     assert res["time_overhead"]["none"] == 0.0
     assert (tmp_path / "overhead.png").exists()
+    # four timings judge nothing (helper-176: one or two 'held', a gated model 24% faster from noise)
+    from siggate.analysis.report import INCONCLUSIVE, MIN_TIMINGS, verdict_overhead
+
+    timed = [r for r in verdict_overhead(res) if "wall-clock" in r["claim"]]
+    assert len(timed) == 2 and {r["verdict"] for r in timed} == {INCONCLUSIVE} and MIN_TIMINGS == 20
+    assert all(r["rule"].startswith("with at least 20 paired measurements: ") for r in timed)
+    sure = {**res, "n_measurements": {k: 20 for k in res["n_measurements"]},
+            "time_ratio_ci95": {k: [0.99, 1.01] for k in res["time_ratio_ci95"]}}
+    assert {r["verdict"] for r in verdict_overhead(sure) if "wall-clock" in r["claim"]} == {"holds"}
 
 
 # ----------------------------------------------------------------------- report

@@ -381,6 +381,11 @@ def verdict_lr(l: dict) -> list[dict]:
     return out
 
 
+#: the fewest paired timings whose bootstrap interval judges the time claim: one gave a zero-width
+#: interval, two their range, and either "held" (helper-176: a gated model 24% faster, from noise)
+MIN_TIMINGS = 20
+
+
 def verdict_overhead(o: dict) -> list[dict]:
     out = []
     for n in o["variants"]:
@@ -398,12 +403,14 @@ def verdict_overhead(o: dict) -> list[dict]:
         })
         t = o["time_overhead"][n]
         lo, hi = (x - 1 for x in o["time_ratio_ci95"][n])
-        vt = HOLDS if hi < 0.03 else (FAILS if lo > 0.03 else INCONCLUSIVE)
+        vt = INCONCLUSIVE if o["n_measurements"][n] < MIN_TIMINGS else (
+            HOLDS if hi < 0.03 else (FAILS if lo > 0.03 else INCONCLUSIVE))
         out.append({
             "claim": f"{n} gate: under 3% extra wall-clock time",
             "measured": f"forward+backward median {_pct(t)} (paired ratio 95% CI {_pct(lo)}..{_pct(hi)}), "
                         f"{o['n_measurements'][n]} measurements, {o['threads']} thread(s)",
-            "rule": "holds if the upper 95% bound < +3%; does not hold if the lower bound > +3%; inconclusive otherwise",
+            "rule": f"with at least {MIN_TIMINGS} paired measurements: holds if the upper 95% bound < +3%; does not "
+                    "hold if the lower bound > +3%; inconclusive otherwise",
             "verdict": vt,
         })
     return out
