@@ -7,7 +7,7 @@ Per-layer time = (time with 10 layers - time with 2 layers) / 8, so that the enc
 pooling and heads, which differ, cancel. Training step = forward, loss, backward (no
 optimizer); inference = eval() + inference_mode. Times are CPU time
 (``time.process_time``), which a busy neighbour on a shared machine does not inflate as it
-does wall clock. Rounds interleave the four models in rotating order; medians (and quartiles) over rounds; the ratio is of the medians.
+does wall clock. The README example is run from the README's own text. Rounds interleave the four models in rotating order; medians (and quartiles) over rounds; the ratio is of the medians.
 
     python benchmarks/layer_example.py [--rounds 15] [--threads 1]
 """
@@ -19,31 +19,27 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
 from torch_geometric.data import Batch, Data
-from torch_geometric.nn import global_mean_pool
 
-from siggate.nn import GPSLayer, PackedLayout, SigGateGT
+from siggate.nn import SigGateGT
+
+#: the README's section whose first Python block this script times
+SECTION = "### Use the layer in your own model"
 
 
-class MyModel(torch.nn.Module):  # the README example, verbatim
-    def __init__(self, in_dim, edge_dim, dim=64, layers=4, out_dim=1):
-        super().__init__()
-        self.lin_in = torch.nn.Linear(in_dim, dim)
-        self.edge_in = torch.nn.Linear(edge_dim, dim)
-        self.layers = torch.nn.ModuleList(
-            GPSLayer(dim, heads=4, local="gine", gate="elementwise", attn_dropout=0.1)
-            for _ in range(layers))
-        self.out = torch.nn.Linear(dim, out_dim)
-
-    def forward(self, data):
-        x, e = self.lin_in(data.x), self.edge_in(data.edge_attr)
-        layout = PackedLayout.from_batch(data.batch, data.num_graphs)  # once, shared by all layers
-        for layer in self.layers:
-            x, e = layer(x, data.edge_index, e, data.batch, layout)
-        return self.out(global_mean_pool(x, data.batch))
+def readme_model():
+    """The README's ``MyModel``, run from its text (a copy here drifted from it: the README's
+    example took ``attn_type`` and built its layout with ``make_layout`` while the copy kept
+    ``PackedLayout.from_batch``)."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = text.split(SECTION, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict = {}
+    exec(compile(block, f"README.md: {SECTION}", "exec"), scope)  # noqa: S102 - the project's own README
+    return scope["MyModel"]
 
 
 def molecules(num: int, seed: int, typed: bool) -> Batch:
@@ -83,7 +79,12 @@ def main(argv=None) -> int:
     p.add_argument("--batches", type=int, default=4)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
+    for flag, value, low in (("--rounds", args.rounds, 2), ("--batches", args.batches, 1), ("--threads", args.threads, 1)):
+        if value < low:  # (--rounds 1: a traceback from the quartiles, which need two rounds)
+            print(f"layer_example.py: error: {flag} {value}: give a whole number >= {low}", file=sys.stderr)
+            return 2
     torch.set_num_threads(args.threads)
+    MyModel = readme_model()
     lo, hi = 2, 10
     models = {}
     for layers in (lo, hi):
