@@ -209,3 +209,24 @@ def test_the_members_table_says_what_val_weights_mean_for_its_numbers():
     equal = {**metrics, "weighting": "equal", "weights": [[1 / 3] * 2] * 3}
     assert single_member_targets(equal) == [] and len(member_lines(equal)) == 4
     assert single_member_targets({**metrics, "weights": None}) == []
+
+
+def test_a_members_mean_over_fewer_targets_says_so_as_the_splits_mean_line_does():
+    """helper-175: a member's line printed test ROC-AUC 0.8469 right above the split's 'ROC-AUC 0.8469
+    (1 of 2)' (a target of one class in test), and a regression's test MAE over 1 of 2 targets
+    beside its val MAE over both, unmarked."""
+    from siggate.train.ensemble import member_lines
+    from siggate.train.metrics import format_summary
+
+    val = {"per_target": {"a": {"rocauc": 0.8, "prauc": 0.7}, "t2": {"rocauc": 0.6, "prauc": 0.5}},
+           "mean": {"rocauc": 0.7, "prauc": 0.6}}
+    test = {"per_target": {"a": {"rocauc": 0.8469, "prauc": 0.8471}, "t2": {"rocauc": None, "prauc": None}},
+            "mean": {"rocauc": 0.8469, "prauc": 0.8471}}
+    member = {"name": "member0", "kind": "svr", "seed": 0, "val": 0.7, "test": 0.8469, "val_metrics": val,
+              "test_metrics": test}
+    lines = member_lines({"metric": "rocauc", "members": [member], "weighting": "equal", "weights": [[1.0, 1.0]],
+                          **{k: member[k] for k in ("val", "test", "val_metrics", "test_metrics")}})
+    assert lines[0].split("   ")[-1] == "test ROC-AUC 0.8469 (1 of 2)  PR-AUC 0.8471 (1 of 2)", lines[0]
+    assert "val ROC-AUC 0.7  PR-AUC 0.6   " in lines[0]
+    assert format_summary("test", test)[-1] == ("test  mean over targets (1 of 2; no score for t2)  ROC-AUC 0.8469  "
+                                                "PR-AUC 0.8471")

@@ -52,7 +52,7 @@ from ..predictors.base import out_of_sample
 from ..predictors.combine import Combination
 from .dataprep import prepare_data
 from .members import build_members, fit_member, parse_kinds, run_encodings
-from .metrics import SUMMARY_LABELS
+from .metrics import mean_counts, metric_texts
 from .record import data_source, record_results, write_config, write_csv_run_tables, write_metrics
 from .rundir import MEMBERS_RECORD
 from .runfiles import CONFIG, LAST, METRICS
@@ -282,12 +282,14 @@ def member_lines(metrics: dict) -> list[str]:
     """One line per member and one for the combination of :func:`train_members`' ``metrics``:
     name, kind and seed (or the weighting), then for val and test the mean over targets of the
     split's summary (MAE, RMSE, R2 or ROC-AUC, PR-AUC, ...; the task's metric where a split has no
-    summary), so that one reads what each member adds."""
+    summary), each with ``(k of n)`` where it is over fewer of the ``n`` targets (a target unlabelled
+    in the split, a ROC-AUC of one class), as the split's mean line says, so that one reads what
+    each member adds."""
     def scores(m: dict, split: str) -> str:
-        mean = (m.get(f"{split}_metrics") or {}).get("mean")
-        if mean:
-            return f"{split} " + "  ".join(f"{SUMMARY_LABELS.get(k, k)} {'n/a' if v is None else f'{v:.4g}'}"
-                                           for k, v in mean.items())
+        res = m.get(f"{split}_metrics") or {}
+        if res.get("mean"):
+            per = res.get("per_target") or {}
+            return f"{split} " + "  ".join(metric_texts(res["mean"], mean_counts(res) if per else None, len(per)))
         return f"{split} {metrics['metric']} " + ("n/a" if m.get(split) is None else f"{m[split]:.4g}")
 
     rows = [(m["name"], f"{m['kind']} seed {m['seed']}", m) for m in metrics["members"]]

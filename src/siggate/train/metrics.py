@@ -332,22 +332,28 @@ def summary(task: str, y_true, y_pred, names: list[str] | None = None) -> dict:
     return {"per_target": per_target, "mean": mean}
 
 
+def metric_texts(scores: dict, counts: dict | None = None, of: int = 0) -> list[str]:
+    """``scores`` (``{metric: value}``) as the terminal writes them (``MAE 0.512``, ``n/a``), each
+    with ``(k of n)`` where ``counts[metric]`` (the targets a mean is over) is below ``of``."""
+    return [f"{SUMMARY_LABELS.get(k, k)} {'n/a' if v is None else f'{v:.4g}'}"
+            + (f" ({counts[k]} of {of})" if counts and v is not None and counts[k] < of else "")
+            for k, v in scores.items()]
+
+
+def mean_counts(res: dict) -> dict:
+    """``{metric: the targets with a value}`` of a :func:`summary` ``res``: the targets its mean is over."""
+    return {k: sum(scores.get(k) is not None for scores in res["per_target"].values()) for k in res["mean"]}
+
+
 def format_summary(split: str, res: dict) -> list[str]:
     """Terminal lines for a :func:`summary` ``res`` of ``split``: one per target, and the mean
     when there are several, e.g. ``test  logS  MAE 0.512  RMSE 0.701  R2 0.813``; a mean over
     fewer targets than were scored (a metric undefined for some) says over how many."""
-    def line(label: str, scores: dict, counts: dict | None = None) -> str:
-        parts = [f"{SUMMARY_LABELS.get(k, k)} {'n/a' if v is None else f'{v:.4g}'}"
-                 + (f" ({counts[k]} of {scored})" if counts and v is not None and counts[k] < scored else "")
-                 for k, v in scores.items()]
-        return f"{split:5s} {label}  " + "  ".join(parts)
-
-    lines = [line(name, scores) for name, scores in res["per_target"].items()]
+    lines = [f"{split:5s} {name}  " + "  ".join(metric_texts(scores)) for name, scores in res["per_target"].items()]
     if len(res["per_target"]) > 1:  # a target this split has no label of is no part of its mean: said
         unscored = [name for name, scores in res["per_target"].items() if all(v is None for v in scores.values())]
         scored = len(res["per_target"]) - len(unscored)
         of = f" ({scored} of {len(res['per_target'])}; no score for {', '.join(unscored)})" if unscored else ""
         # a metric undefined for some scored targets (a ROC-AUC of one class) is the mean over fewer: said per metric
-        counts = {k: sum(scores.get(k) is not None for scores in res["per_target"].values()) for k in res["mean"]}
-        lines.append(line(f"mean over targets{of}", res["mean"], counts))
+        lines.append(f"{split:5s} mean over targets{of}  " + "  ".join(metric_texts(res["mean"], mean_counts(res), scored)))
     return lines
