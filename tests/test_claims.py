@@ -481,8 +481,8 @@ def test_a_results_file_named_twice_counts_once_and_bad_files_are_one_line(tmp_p
     bad.parent.mkdir()
     bad.write_text("not json")
     capsys.readouterr()
-    for argv, why in ((["analyze", "claims", str(tmp_path / "results.json"), "--readme", str(readme)],
-                       f"--readme {readme}: the file has no"),
+    for argv, why in ((["analyze", "claims", str(tmp_path / "results.json"), "--readme", str(readme), "--out",
+                        str(tmp_path / "claims.md")], f"--readme {readme}: the file has no"),
                       (["analyze", "claims", str(tmp_path)], f"{bad}: not a results file this siggate reads"),
                       (["analyze", "claims", str(bad.parent / "deep.json")], "JSON nested too deep to read")):
         (bad.parent / "deep.json").write_text("[" * 100000 + "]" * 100000)  # a RecursionError traceback before
@@ -490,6 +490,7 @@ def test_a_results_file_named_twice_counts_once_and_bad_files_are_one_line(tmp_p
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and why in err, err
     assert readme.read_text() == "# no markers\n"
+    assert not (tmp_path / "claims.md").exists()  # (refused after --out was written: helper-176)
 
 
 def test_a_campaigns_last_layer_mad_is_judged_by_the_smoothing_rules_at_its_one_depth():

@@ -629,15 +629,17 @@ def main(args) -> int:
     md, rows = claims_table(args.dirs)
     if not rows:
         raise FileNotFoundError(f"no compare, analysis or gate-study results under {', '.join(args.dirs)}")
+    readme = None
+    if args.readme:  # its markers checked before --out is written (a refusal left --out written)
+        try:
+            readme = replace_between_markers(Path(args.readme).read_text(), md)
+        except ValueError as exc:
+            raise CLIError(f"--readme {args.readme}: {exc}; add the two markers where the table goes") from None
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(md + "\n")
-    if args.readme:
-        path = Path(args.readme)
-        try:
-            path.write_text(replace_between_markers(path.read_text(), md))
-        except ValueError as exc:
-            raise CLIError(f"--readme {path}: {exc}; add the two markers where the table goes") from None
+    if readme is not None:
+        Path(args.readme).write_text(readme)
     print(table(["claim", "verdict"], [[r["claim"], r["verdict"]] for r in rows]))
     for text in md.split("\n\n")[1:]:  # the answers under the table
         print("\n" + text.replace("**", "").replace("`", ""))
