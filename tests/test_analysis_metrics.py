@@ -207,3 +207,13 @@ def test_a_representation_gone_nan_has_no_mad_or_rank():
     assert sr_bad[0] == pytest.approx(float(sr[0])) and torch.isnan(sr_bad[1])
     nr = numerical_rank_batched(dense_bad, 1e-3)
     assert nr[0] == 3 and torch.isnan(nr[1])
+
+
+def test_numerical_rank_of_a_matrix_with_nan_is_refused_by_name():
+    """It failed inside the SVD (torch's LinAlgError) where the analyses' batched rank gives NaN."""
+    from siggate.analysis.metrics import numerical_rank
+
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="holds NaN or inf, so it has no rank"):
+            numerical_rank(torch.tensor([[1.0, bad], [0.0, 1.0]]))
+    assert numerical_rank(torch.eye(3)) == 3

@@ -117,7 +117,9 @@ def numerical_rank(M: Tensor, tol: Optional[float] = None, rel_tol: Optional[flo
           float32 matrix uses float32 eps even though the SVD runs in float64).
 
     Passing both ``tol`` and ``rel_tol`` is an error. The zero / empty matrix
-    has rank 0.
+    has rank 0. A matrix holding NaN or inf has none: ``ValueError`` (the analyses' batched
+    :func:`siggate.analysis.smoothing.numerical_rank_batched` gives NaN there; this one's ``int`` cannot, and the SVD failed
+    as a ``LinAlgError``).
     """
     if tol is not None and rel_tol is not None:
         raise ValueError("pass at most one of tol and rel_tol")
@@ -127,6 +129,9 @@ def numerical_rank(M: Tensor, tol: Optional[float] = None, rel_tol: Optional[flo
     n, d = M.shape
     if n == 0 or d == 0:
         return 0
+    if not bool(torch.isfinite(M).all()):
+        raise ValueError("numerical_rank: the matrix holds NaN or inf, so it has no rank (smoothing.numerical_rank_batched "
+                         "gives NaN for such a matrix)")
     eps = torch.finfo(M.real.dtype if M.is_complex() else M.dtype).eps
     s = torch.linalg.svdvals(M.to(torch.complex128) if M.is_complex() else M.double())
     smax = float(s[0])
