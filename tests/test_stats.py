@@ -389,5 +389,9 @@ def test_wilcoxon_ranks_differences_equal_in_decimals_as_ties_and_equal_means_ti
         c = compare_paired(dict(enumerate(a)), dict(enumerate(b)), True)
         assert c["p_wilcoxon"] == pytest.approx(st.wilcoxon(np.array(exact, float) / unit).pvalue, rel=1e-12)
     assert compare_paired(dict(enumerate(cases[0][0])), dict(enumerate(cases[0][1])), True)["p_wilcoxon"] == 0.0625
+    # a pair of large scores ties no other pair's real difference (helper-177: 0.0005 on scores near 1 was made 0
+    # beside a tied pair near 1e6)
+    c = compare_paired({0: 1e6, 1: 1.0, 2: 2.0, 3: 3.0}, {0: 1e6, 1: 1.0005, 2: 2.001, 3: 3.002}, True)
+    assert (c["wins"], c["ties"]) == (3, 1)
     tie = compare_paired({0: 0.1 + 0.2, 1: 1.1 + 2.2}, {0: 0.3, 1: 3.3}, True)
     assert (tie["better"], tie["wins"], tie["losses"], tie["ties"]) == ("tie", 0, 0, 2)

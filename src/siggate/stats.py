@@ -99,8 +99,8 @@ def _all_one(values: np.ndarray, scale: np.ndarray) -> bool:
 
 def rounded_difference(va: np.ndarray, vb: np.ndarray) -> np.ndarray:
     """``vb - va`` per pair, with differences at float rounding (:data:`IDENTICAL_RTOL` of the
-    pair's scale) made 0, and magnitudes equal up to that rounding made one (the smallest of a run
-    of them, each within rounding of the one before): the one reading of "equal" for the tests,
+    pair's scale) made 0, and non-zero magnitudes equal up to rounding (of the smaller of the two
+    pairs' scales) made one, the smallest of a run of them: the one reading of "equal" for the tests,
     the ties, the Wilcoxon n and its ranks. Scores of two decimals or percentages of k/N differ
     by equal amounts in decimals that float subtraction leaves unequal (0.01999999999999602 and
     0.020000000000010232): Wilcoxon ranked them apart instead of tied, and its p-value moved, across
@@ -115,7 +115,9 @@ def rounded_difference(va: np.ndarray, vb: np.ndarray) -> np.ndarray:
     order = np.argsort(size, kind="stable")
     out = diff.copy()
     for before, here in zip(order[:-1], order[1:]):
-        if size[here] > 0 and size[here] - size[before] <= IDENTICAL_RTOL * max(scale[here], scale[before]):
+        # each pair's own rule decides its zeros, and the smaller scale decides two pairs' tie: a pair of large
+        # scores must not tie another pair's real difference (scores near 1e6 beside scores near 1)
+        if size[before] > 0 and size[here] - size[before] <= IDENTICAL_RTOL * min(scale[here], scale[before]):
             size[here] = size[before]  # (the run's smallest, carried along it)
             out[here] = np.sign(diff[here]) * size[here]
     return out
