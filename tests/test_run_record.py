@@ -909,7 +909,22 @@ def test_training_warns_of_a_target_too_short_of_validation_labels_to_bound(tmp_
                               "--no-progress"], capsys)
     assert rc == 0, err
     said = [r.getMessage() for r in caplog.records if "labelled validation molecule" in r.getMessage()]
-    assert said == ["target 'b' has 2 labelled validation molecule(s): its conformal intervals are unbounded at "
-                    "coverage 0.8 and above (4 are needed); give it more validation labels"]
+    assert said == ["target 'b' has 2 labelled validation molecule(s), and coverage 0.8 needs 4: at that coverage and "
+                    "above its intervals are infinite; give it more validation labels"]
     cal = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert cal["summary"]["calibration_molecules"] == {"a": 10, "b": 2}
+    # a classifier's sets are never unbounded: with too few molecules they hold every class (helper-177)
+    lines = ["smiles,a,b,split"]
+    for i, s in enumerate(smiles):
+        split = "train" if i < 40 else "val" if i < 50 else "test"
+        lines.append(f"{s},{i % 3 == 0:d},{'' if split == 'val' and i > 41 else i % 2},{split}")
+    data.write_text("\n".join(lines) + "\n")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "a,b", "--task", "multilabel", "--split",
+                              "column:split", "--members", "svr", "--out", str(tmp_path / "clf"), "--cache-dir",
+                              str(tmp_path / "c"), "--no-progress"], capsys)
+    assert rc == 0, err
+    said = [r.getMessage() for r in caplog.records if "labelled validation molecule" in r.getMessage()]
+    assert said == ["target 'b' has 2 labelled validation molecule(s), and coverage 0.8 needs 4: at that coverage and "
+                    "above its sets hold every class; give it more validation labels"]

@@ -378,6 +378,12 @@ def conformal_output(task: str) -> str:
     return "intervals" if task == "regression" else "sets"
 
 
+def unbounded_text(task: str) -> str:
+    """What a ``task``'s calibration gives where it has too few molecules for a coverage
+    (:meth:`Calibration.too_few`), in words: infinite intervals, or sets of every class."""
+    return "intervals are infinite" if task == "regression" else "sets hold every class"
+
+
 def below_nominal_text(item: dict, task: str, molecules: str, holm_over: str) -> str:
     """The sentence that names one :func:`below_nominal` finding (``item``) of a ``task``'s
     intervals (sets, for a classifier) on ``molecules`` (``"test molecules"``), its p-value

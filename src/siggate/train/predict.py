@@ -219,7 +219,7 @@ def too_few_message(cal, coverage: float, name: str = "--coverage", again: str =
     few = cal.too_few(coverage)
     if not few:
         return None
-    from ..predictors.conformal import fewest_for
+    from ..predictors.conformal import fewest_for, unbounded_text
 
     which = ", ".join(f"{target!r} on {n}" for target, n in few.items())
     least = min(few.values())
@@ -228,7 +228,7 @@ def too_few_message(cal, coverage: float, name: str = "--coverage", again: str =
               else f"{again} with validation labels for every target (without them no coverage has a finite bound)")
     return (f"{name} {coverage:g}: the run's calibration holds too few validation molecules for it ({which}; "
             f"{fewest_for(coverage)} are needed): those targets' "
-            f"{'intervals are infinite' if cal.task == 'regression' else 'sets hold every class'}; {remedy}")
+            f"{unbounded_text(cal.task)}; {remedy}")
 
 
 def one_member_targets(combination) -> tuple[list[str], str]:

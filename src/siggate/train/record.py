@@ -298,8 +298,8 @@ def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | 
         Calibration,
         below_nominal,
         below_nominal_text,
-        conformal_output,
         fewest_for,
+        unbounded_text,
     )
     from .rundir import CALIBRATION
     from .scoring import scored_rows
@@ -320,12 +320,11 @@ def write_calibration(out: Path, ds: GraphDataset, preds: dict, spreads: dict | 
     summary["test_below_nominal"] = below_nominal(summary["coverage"], {n: c.n for n, c in cal.targets.items()})
     split_hint = ("--split random calibrates on molecules drawn like the others" if info.name == "csv" else
                   "the benchmark's split is its own, so read its intervals with that in mind")
-    least = fewest_for(min(RECORDED_COVERAGES))
-    for name, target in cal.targets.items() if warn else ():  # (predict --coverage said so only when asked)
-        if target.n < least:
-            log.warning("target %r has %d labelled validation molecule(s): its conformal %s are unbounded at coverage "
-                        "%g and above (%d are needed); give it more validation labels", name, target.n,
-                        conformal_output(info.task), min(RECORDED_COVERAGES), least)
+    lowest = min(RECORDED_COVERAGES)
+    for name, n in cal.too_few(lowest).items() if warn else ():  # (predict --coverage said so only when asked)
+        log.warning("target %r has %d labelled validation molecule(s), and coverage %g needs %d: at that coverage "
+                    "and above its %s; give it more validation labels", name, n, lowest, fewest_for(lowest),
+                    unbounded_text(info.task))
     for item in summary["test_below_nominal"] if warn else ():
         log.warning(below_nominal_text(item, info.task, "test molecules", "the recorded coverages and targets")
                     + ": the validation molecules they are calibrated on are not like the test ones (a scaffold split "
