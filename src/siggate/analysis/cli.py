@@ -16,9 +16,10 @@ DESCRIPTION = """Mechanism analyses of the paper's claims. Each one writes OUT/<
 OUT/<name>.png and prints a table; 'report' and 'claims' gather what the others wrote."""
 
 
-def add_model_args(p, default_epochs: int | None, trains: bool = True, threads: int = 0) -> None:
+def add_model_args(p, default_epochs: int | None, trains: bool = True, threads: int = 0, on_ray: bool = False) -> None:
     """``--config``, ``--set``, ``--epochs``, ``--seeds``, ``--max-graphs``, ``--data-root``,
-    ``--cache-dir``, ``--threads`` (default ``threads``; 0: torch's choice), ``--no-progress``.
+    ``--cache-dir``, ``--threads`` (default ``threads``; 0: torch's choice, or with ``on_ray``, an
+    analysis that takes ``--backend ray``, each Ray task's cores there), ``--no-progress``.
     ``trains`` False (an analysis that trains nothing): ``--epochs`` and ``--seeds`` are left out
     of its help, parsed only so that it can say why it refuses them."""
     import argparse
@@ -34,7 +35,8 @@ def add_model_args(p, default_epochs: int | None, trains: bool = True, threads: 
                    help="keep only the first N graphs of every split (quick runs and tests)")
     add_data_root_flag(p)
     add_cache_dir_flag(p)
-    add_threads_flag(p, default=threads, default_text="0, torch's choice" if threads == 0 else str(threads))
+    add_threads_flag(p, default=threads, default_text=("0, torch's choice" if threads == 0 else str(threads))
+                     + ("; with --backend ray, each task's --cpus-per-run cores" if on_ray else ""))
     add_progress_flag(p)
 
 
@@ -90,7 +92,7 @@ def _smoothing(sub) -> None:
         "--seeds 0,1 --out runs/an",
         "siggate analyze smoothing --epochs 0 --depths 2,4 --out runs/an-untrained   # untrained models",
     ])
-    add_model_args(p, default_epochs=3)
+    add_model_args(p, default_epochs=3, on_ray=True)
     p.add_argument("--depths", default="4,8,12,16", help="numbers of layers (default: 4,8,12,16)")
     p.add_argument("--gates", default="none,elementwise", help="gate kinds; 'none' first is the baseline")
     p.add_argument("--rank-tol", type=float, default=1e-3,
@@ -134,7 +136,7 @@ def _lr_sweep(sub) -> None:
         "--seeds 0,1 --out runs/an",
         "siggate analyze lr-sweep --backend ray --cpus-per-run 2 --out runs/an   # the runs as Ray tasks",
     ])
-    add_model_args(p, default_epochs=3)
+    add_model_args(p, default_epochs=3, on_ray=True)
     lrs = "1e-4,3e-4,1e-3,3e-3,1e-2"
     p.add_argument("--lrs", default=lrs, help=f"learning rates (default: {lrs})")
     p.add_argument("--gates", default="none,elementwise", help="gate kinds (default: none,elementwise)")

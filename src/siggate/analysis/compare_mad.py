@@ -146,7 +146,7 @@ def summarize(measured: dict, labels: list[str], seeds: list) -> dict:
     mean = {lab: mean_std(per_seed[lab])[0] for lab in labels}
     out = {
         "definition": DEFINITION,
-        "checkpoint": "best.pt",
+        "checkpoint": BEST,
         "split": "val",
         "higher_is_better": True,
         "baseline": base,

@@ -133,7 +133,7 @@ def run_commit(out: str | Path) -> str | None:
     says (``members.yaml`` for a run of several members, else ``config.yaml``); ``None``
     without a record or a recorded commit."""
     out = Path(out)
-    record = out / (MEMBERS_RECORD if (out / MEMBERS_RECORD).is_file() else "config.yaml")
+    record = out / (MEMBERS_RECORD if (out / MEMBERS_RECORD).is_file() else CONFIG)
     if not record.is_file():
         return None
     return (read_record(record).get("_meta") or {}).get("git_commit")

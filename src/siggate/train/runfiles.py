@@ -1,6 +1,7 @@
 """The names of the files that a training run's folder holds, one home for every module that
 writes or reads them (:mod:`.record` writes them, :mod:`.rundir` guards the folder,
-:mod:`.checkpoint` names what is missing). No imports: the lightest modules use it."""
+:mod:`.checkpoint` names what is missing). No imports: the lightest modules use it.
+(:mod:`siggate.config`, below ``train``, spells ``config.yaml`` in one message of its own.)"""
 
 #: the run's config, written before its first epoch and read back by ``--resume``
 CONFIG = "config.yaml"
