@@ -63,3 +63,22 @@ def test_no_script_names_a_path_of_one_machine():
              for i, line in enumerate(p.read_text().splitlines(), 1)
              if re.search(r"(?<![\w.~$])/(work|home|root|Users)/", line)]
     assert found == []
+
+
+@pytest.mark.parametrize("script, argv, said", [
+    ("layer_example.py", ["--rounds", "1"], "layer_example.py: error: --rounds 1: give a whole number >= 2"),
+    ("layer_example.py", ["--threads", "0"], "layer_example.py: error: --threads 0: give a whole number >= 1"),
+    ("scale/kernel_map.py", ["--rounds", "0"], "kernel_map.py: error: --rounds 0 and --rows None: give whole numbers"),
+])
+def test_speed_scripts_refuse_counts_they_cannot_time_in_one_line(script, argv, said, capsys, monkeypatch):
+    """`layer_example.py --rounds 1` ended in a StatisticsError traceback, `kernel_map.py --rounds 0` in
+    min() of nothing (helper-176, helper-177): one line, exit 2, before anything is built."""
+    path = BENCHMARKS / script
+    monkeypatch.syspath_prepend(str(path.parent))
+    spec = importlib.util.spec_from_file_location(_module_name(path), path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, _module_name(path), module)
+    spec.loader.exec_module(module)
+    assert module.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(said) and len(err.strip().splitlines()) == 1, err

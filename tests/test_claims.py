@@ -533,7 +533,7 @@ def test_p_values_beside_a_verdict_are_not_rounded_across_005_and_a_constant_shi
     """helper-172: the matched control's Holm p of 0.0498 was written "0.05" beside "still beats";
     a constant shift whose differences carry float noise read "the Holm correction withholds the
     win" (the t-test is undefined, Holm did nothing), the same shift without noise said nothing."""
-    from siggate.analysis.claims import UNDEFINED_T
+    from siggate.analysis.claims import EQUAL_PAIRS, UNDEFINED_T
     from siggate.stats import compared_pairs
 
     none = dict(enumerate([0.75196, 0.74297, 0.74120, 0.77026, 0.75333, 0.73130]))
@@ -554,6 +554,10 @@ def test_p_values_beside_a_verdict_are_not_rounded_across_005_and_a_constant_shi
         **_results({"none": none, "elementwise": shifted}, 60), "metric": "accuracy", "higher_is_better": True}))}
     measured = next(r["measured"] for claim, r in rows.items() if claim.startswith("the elementwise gate beats"))
     assert measured.endswith(UNDEFINED_T) and "withholds" not in measured, measured
+    same = {r["claim"]: r for r in accuracy_rows(comparison_sources(Path("r.json"), {
+        **_results({"none": none, "elementwise": dict(none)}, 60), "metric": "accuracy", "higher_is_better": True}))}
+    assert next(r["measured"] for claim, r in same.items()
+                if claim.startswith("the elementwise gate beats")).endswith(EQUAL_PAIRS)
 
 
 def test_results_under_a_folder_named_runs_are_read_and_a_comparisons_own_runs_are_not(tmp_path, monkeypatch):

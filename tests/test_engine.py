@@ -538,8 +538,10 @@ def test_val_curve_plot_scales_to_what_it_shows(tmp_path, monkeypatch):
 
     monkeypatch.setattr(plt.Figure, "savefig", savefig)
     falling = {"none": {"0": [2.0, 1.0, 0.5, 0.2, 0.2], "1": [2.1, 0.9, 0.4, 0.2]}, "elementwise": {"0": [], "1": []}}
+    diverged = {"none": {"0": [1.0, None, 0.5], "1": [1.2, float("nan"), 0.7]}}  # an epoch no seed scored
     flat = {"none": {"0": [0.30, 0.29]}, "elementwise": {"0": [0.31]}}
-    for drawing, curves in (("falling.png", falling), ("flat.png", flat), ("empty.png", {"none": {"0": []}})):
+    for drawing, curves in (("falling.png", falling), ("flat.png", flat), ("empty.png", {"none": {"0": []}}),
+                            ("diverged.png", diverged)):
         plot_val_curves(res(curves), tmp_path / drawing)
         assert (tmp_path / drawing).stat().st_size > 0
     # every epoch over the seeds that reached it (the fifth was cut, unsaid); the right panel shows epochs 3-5
@@ -547,6 +549,8 @@ def test_val_curve_plot_scales_to_what_it_shows(tmp_path, monkeypatch):
                                     ("linear", "second half of the budget", [[3, 4, 5]])]
     assert means["falling.png"][0] == pytest.approx([2.05, 0.95, 0.45, 0.2, 0.2])
     assert labels["falling.png"] == ["none (n=2; 1 ended before epoch 5)"]
+    assert labels["diverged.png"] == ["none (n=2; 2 with non-finite epochs, left out there)"]
+    assert means["diverged.png"][0][0] == pytest.approx(1.1) and math.isnan(means["diverged.png"][0][1])
     assert shown["flat.png"] == [("linear", "every epoch", [[1, 2], [1]]),
                                  ("linear", "second half of the budget", [[2], [1]])]
     assert shown["empty.png"][0][2] == [] and (tmp_path / "empty.png").read_bytes()[:4] == b"\x89PNG"

@@ -194,7 +194,7 @@ def test_the_members_table_says_what_val_weights_mean_for_its_numbers():
     from siggate.train.ensemble import member_lines, single_member_targets
 
     def scored(v):
-        return {"val": v, "test": v, "val_metrics": {"per_target": {"a": {}, "b": {}}, "mean": {"mae": v}},
+        return {"val": v, "test": v, "val_metrics": {"per_target": {"a": {"mae": v}, "b": {"mae": v}}, "mean": {"mae": v}},
                 "test_metrics": {"mean": {"mae": v}}}
 
     members = [{"name": f"member{i}", "kind": k, "seed": 0, **scored(0.5)} for i, k in enumerate(("gnn", "svr", "rf"))]

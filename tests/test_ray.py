@@ -127,6 +127,7 @@ def test_ray_only_flags_without_ray_are_refused_not_ignored():
         LocalExecutor,
         add_executor_args,
         check_backend_flags,
+        check_resources,
         executor_from_args,
         task_threads,
     )
@@ -149,6 +150,8 @@ def test_ray_only_flags_without_ray_are_refused_not_ignored():
         with pytest.raises(ExecutorError, match=f"^{re.escape(said)}$"):
             check_backend_flags(p.parse_args(["--backend", "ray", *argv]))
     check_backend_flags(p.parse_args(["--backend", "ray", "--gpus-per-run", "0", "--cpus-per-run", "0.5"]))
+    with pytest.raises(ExecutorError, match=r"^--max-retries must be a whole number, got 1.5$"):  # (a direct call)
+        check_resources(1, None, 1.5)
     # a Ray task's torch threads: its declared cores (an analysis sweep ran each at all of the node's)
     assert [task_threads(p.parse_args(["--backend", "ray", *a])) for a in ([], ["--cpus-per-run", "0.5"],
                                                                            ["--cpus-per-run", "3.7"])] == [1, 1, 3]

@@ -33,6 +33,10 @@ def main(argv=None) -> int:
     p.add_argument("--rows", type=int, default=None, help="the first N training rows (default: all 3,200)")
     p.add_argument("--rounds", type=int, default=2, help="alternated rounds of both ways (default: 2)")
     args = p.parse_args(argv)
+    if args.rounds < 1 or (args.rows is not None and args.rows < 1):  # (min() of no timings: a traceback)
+        print(f"kernel_map.py: error: --rounds {args.rounds} and --rows {args.rows}: give whole numbers >= 1",
+              file=sys.stderr)
+        return 2
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))
     import numpy as np
     import tasks  # noqa: E402 - the peers harness's task builder

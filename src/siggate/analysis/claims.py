@@ -266,6 +266,8 @@ def _gain_text(c: dict, a: str, b: str, hib: bool) -> tuple[str, bool, bool]:
 
 #: what a comparison whose pairs all differ by one amount says in place of its interval
 UNDEFINED_T = "every pair differs by the same amount, so the paired t-test is undefined"
+#: ... and where every pair scores the same
+EQUAL_PAIRS = "every pair scores the same, so the paired t-test is undefined"
 
 
 def _no_win_text(c: dict, a: str, b: str, hib: bool, **kw) -> str:
@@ -276,7 +278,7 @@ def _no_win_text(c: dict, a: str, b: str, hib: bool, **kw) -> str:
     if c["n_pairs"] < 2:
         return ""
     if not math.isfinite(c["p_paired_t"]):
-        return UNDEFINED_T
+        return EQUAL_PAIRS if c.get("ties") == c["n_pairs"] else UNDEFINED_T
     return _hidden_gain(c, a, b, hib, **kw)
 
 

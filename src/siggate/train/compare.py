@@ -24,6 +24,7 @@ import re
 import shlex
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -443,12 +444,18 @@ def plot_val_curves(res: dict, path: Path) -> None:
         curves = [c for c in res["val_curves"][lab].values() if c]
         if curves:  # each epoch over the seeds that reached it (a seed stopped early was cut from every epoch's mean)
             n = max(len(c) for c in curves)
-            arr = np.array([list(c) + [np.nan] * (n - len(c)) for c in curves], dtype=float)
+            arr = np.array([[np.nan if v is None else v for v in c] + [np.nan] * (n - len(c)) for c in curves],
+                           dtype=float)
+            arr[~np.isfinite(arr)] = np.nan  # (a diverged epoch's score: left out of that epoch's mean, and counted)
             have = (~np.isnan(arr)).sum(0)
-            mean = np.nanmean(arr, 0)
-            std = np.sqrt(np.nansum((arr - mean) ** 2, 0) / np.maximum(have - 1, 1))  # ddof 1; 0 where one seed
+            with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # an epoch no seed scored: NaN, not a warning
+                mean = np.nanmean(arr, 0)
+                std = np.sqrt(np.nansum((arr - mean) ** 2, 0) / np.maximum(have - 1, 1))  # ddof 1; 0 where one seed
             short = sum(len(c) < n for c in curves)
-            said = f"n={len(arr)}" + (f"; {short} ended before epoch {n}" if short else "")
+            bad = sum(not all(v is not None and math.isfinite(v) for v in c) for c in curves)
+            said = (f"n={len(arr)}" + (f"; {short} ended before epoch {n}" if short else "")
+                    + (f"; {bad} with non-finite epochs, left out there" if bad else ""))
             bands[lab] = (mean, std, said)
     fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.2))
     metric = res["metric"] or "metric"

@@ -358,6 +358,8 @@ def check_resources(cpus_per_run, gpus_per_run, max_retries) -> None:
                                      ("--max-retries", max_retries, 0, False)):
         if value is None:
             continue
+        if flag == "--max-retries" and math.isfinite(value) and value != int(value):  # (RayExecutor called directly)
+            raise ExecutorError(f"{flag} must be a whole number, got {value}")
         if not math.isfinite(value) or value < low or (strict and value == low):
             raise ExecutorError(f"{flag} must be {'>' if strict else '>='} {low}, got {value}")
 
