@@ -685,7 +685,8 @@ def test_drawn_names_are_ascii_cut_and_kept_apart():
     """RDKit draws a legend byte by byte: 'pKä' came out as 'pK' and two empty boxes, 'µM' as ' M',
     and a long name overran the colour bar's caption. The drawn names are ASCII, cut, and told
     apart by their target number where two would look alike."""
-    from siggate.train.explain import DRAWN_CHARS, drawn_names
+    from siggate.train.explain import drawn_names
+    from siggate.train.plots import NAME_CHARS as DRAWN_CHARS
 
     assert drawn_names(["pKä", "IC50 µM", "Ki μM", "ΔG"]) == ["pKa", "IC50 uM", "Ki uM", "?G"]
     assert drawn_names(["pKa", "pKä", "x"]) == ["pKa (target 1)", "pKa (target 2)", "x"]

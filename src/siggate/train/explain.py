@@ -111,24 +111,22 @@ def draw_contributions(mol, values, legend: str, caption: str = CAPTION, png: bo
     return text.replace("<!-- END OF HEADER -->", "<!-- END OF HEADER -->\n" + desc, 1)
 
 
-#: the longest target name a picture's legend shows (cut with "..."; RDKit shrinks a long legend's font)
-DRAWN_CHARS = 30
-
-
 def drawn_names(names: list[str]) -> list[str]:
     """The targets' ``names`` as a picture's legend draws them: RDKit draws text byte by byte, so a
     name's letters outside ASCII (``pKä``, ``µM``) came out as empty boxes. Accents are dropped
     (``pKa``), a micro sign is ``u`` (``uM``), any other such letter ``?``; a name past
-    :data:`DRAWN_CHARS` is cut with ``...``. Where two targets would then look alike (``pKa`` and
+    :data:`.plots.NAME_CHARS` is cut with ``...``, as the run's pictures cut theirs. Where two targets would then look alike (``pKa`` and
     ``pKä``), each is drawn with its number among the targets (``pKa (target 2)``). The pictures'
     ``<desc>``, file names and CSVs keep the names as they are."""
     import unicodedata
+
+    from .plots import _shown
 
     def ascii_text(name: str) -> str:
         text = unicodedata.normalize("NFKD", str(name).replace("\u00b5", "u").replace("\u03bc", "u"))
         text = "".join(c for c in text if not unicodedata.combining(c))
         text = "".join(c if c.isascii() and c.isprintable() else "?" for c in text)
-        return text if len(text) <= DRAWN_CHARS else text[:DRAWN_CHARS - 3] + "..."
+        return _shown(text, "...")
 
     drawn = [ascii_text(n) for n in names]
     return [f"{d} (target {t + 1})" if drawn.count(d) > 1 else d for t, d in enumerate(drawn)]

@@ -101,10 +101,11 @@ def _panels(plt, n_targets: int):
 NAME_CHARS = 30
 
 
-def _shown(name: str) -> str:
-    """A target's name as a panel shows it: cut to :data:`NAME_CHARS` with an ellipsis."""
+def _shown(name: str, ellipsis: str = "…") -> str:
+    """A target's name as a picture shows it: cut to :data:`NAME_CHARS` with ``ellipsis`` (a panel's
+    "…"; explain's RDKit drawings, ASCII only, "...")."""
     name = str(name)
-    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - len(ellipsis)] + ellipsis
 
 
 def _unscored(title: str, name: str, y, p, t: int) -> str | None:
