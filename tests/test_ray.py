@@ -168,3 +168,39 @@ def test_analyze_refuses_ray_only_flags_before_it_prepares_any_data(tmp_path, ca
                               str(tmp_path / "an")], capsys)
         assert rc == 2 and err == f"siggate {cmd[0]}: error: --cpus-per-run needs --backend ray; drop it, or add --backend ray\n"
         assert not (tmp_path / "an").exists() and not (tmp_path / "nowhere").exists()
+
+
+def test_an_address_where_no_cluster_answers_is_refused_at_once(tmp_path, capsys):
+    """``--ray-address HOST:PORT`` where nothing listens waited minutes inside Ray's connect
+    (a warning every few seconds) before it failed: refused before any data is read, naming the
+    address; a malformed address names the form; a port that answers and 'auto' pass the check."""
+    import socket
+
+    from siggate.train.executor import ExecutorError, RayExecutor, check_address
+    from test_predict import run_cli
+
+    with socket.socket() as s:  # a port nothing listens on once it is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        start = time.monotonic()
+        with pytest.raises(ExecutorError, match=rf"^--ray-address {re.escape(address)}: nothing answers there "
+                                                r"\(Connection refused\); start the cluster \('ray start --head' on that"):
+            check_address(address)
+        assert time.monotonic() - start < 5
+    for bad in ("localhost", "host:", ":6379", "host:99999", "host:port"):
+        with pytest.raises(ExecutorError, match=rf"^--ray-address {re.escape(repr(bad))}: give 'auto' or HOST:PORT"):
+            check_address(bad)
+    with socket.socket() as s:  # a port that answers
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        check_address(f"127.0.0.1:{s.getsockname()[1]}")
+    check_address(None)
+    check_address("auto")
+    # the CLI: one line, exit 2, before the data root is looked at
+    rc, _, err = run_cli(["analyze", "lr-sweep", "--backend", "ray", "--ray-address", f"127.0.0.1:{port}",
+                          "--data-root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "an")], capsys)
+    assert rc == 2 and err.startswith(f"siggate analyze: error: --ray-address 127.0.0.1:{port}: nothing answers there")
+    assert err.count("\n") == 1 and not (tmp_path / "nowhere").exists()
+    with pytest.raises(ExecutorError, match="nothing answers there"):  # a direct RayExecutor too
+        RayExecutor(address=f"127.0.0.1:{port}")

@@ -268,6 +268,7 @@ class RayExecutor:
             raise ExecutorError("--backend ray needs Ray, an optional extra: pip install 'siggate[ray]'") from None
         self.ray = ray
         check_resources(cpus_per_run, gpus_per_run, max_retries)
+        check_address(address)
         self.address, self.cpus, self.gpus_requested = address, cpus_per_run, gpus_per_run
         self.max_retries, self.dashboard = max_retries, dashboard
         self._owns = False
@@ -364,10 +365,39 @@ def check_resources(cpus_per_run, gpus_per_run, max_retries) -> None:
             raise ExecutorError(f"{flag} must be {'>' if strict else '>='} {low}, got {value}")
 
 
+#: seconds :func:`check_address` waits for a cluster's port to answer
+CONNECT_TIMEOUT = 10.0
+
+
+def check_address(address: str | None) -> None:
+    """``--ray-address`` as :class:`RayExecutor` takes it: ``None`` (an embedded instance),
+    ``"auto"`` (Ray finds the cluster this machine started) or ``[ray://]HOST:PORT``, whose port
+    must answer within :data:`CONNECT_TIMEOUT` seconds; else :class:`ExecutorError` naming the
+    address. (Ray itself retried an address where nothing listens for minutes, printing a
+    warning every few seconds, before it failed.)"""
+    import socket
+
+    if address is None or address == "auto":
+        return
+    where = address[len("ray://"):] if address.startswith("ray://") else address
+    host, _, port = where.rpartition(":")
+    host = host.strip("[]")  # an IPv6 address in brackets
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ExecutorError(f"--ray-address {address!r}: give 'auto' or HOST:PORT (e.g. 10.0.0.5:6379, the "
+                            "address 'ray start --head' prints)")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ExecutorError(f"--ray-address {address}: nothing answers there ({reason}); start the cluster "
+                            "('ray start --head' on that machine) or give the address it printed") from None
+
+
 def check_backend_flags(args) -> None:
     """Refuse the Ray-only flags of :func:`add_executor_args` without ``--backend ray`` (they were
-    accepted and ignored, invalid values too), and their values out of range
-    (:func:`check_resources`): :class:`ExecutorError`. ``siggate``'s CLI calls it as soon as the
+    accepted and ignored, invalid values too), their values out of range
+    (:func:`check_resources`) and an address where no cluster answers (:func:`check_address`):
+    :class:`ExecutorError`. ``siggate``'s CLI calls it as soon as the
     arguments are parsed, before any data is prepared."""
     ray_only = {"--ray-address": args.ray_address, "--ray-dashboard": args.ray_dashboard or None,
                 "--cpus-per-run": args.cpus_per_run, "--gpus-per-run": args.gpus_per_run,
@@ -377,6 +407,8 @@ def check_backend_flags(args) -> None:
         raise ExecutorError(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} --backend ray; drop "
                             f"{'it' if len(given) == 1 else 'them'}, or add --backend ray")
     check_resources(args.cpus_per_run, args.gpus_per_run, args.max_retries)
+    if args.backend == "ray":
+        check_address(args.ray_address)
 
 
 def task_threads(args) -> int:
