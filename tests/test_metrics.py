@@ -174,6 +174,10 @@ def test_summary_per_target_and_mean_against_hand_computation():
     assert b["r2"] == pytest.approx(1 - 40 / 200)
     assert res["mean"] == pytest.approx({k: (a[k] + b[k]) / 2 for k in ("mae", "rmse", "r2")})
     assert summary("regression", [[2.0], [2.0]], [[1.0], [3.0]])["per_target"]["target0"]["r2"] is None
+    # one name per column: one name for two targets scored the first alone under it (helper-175)
+    for names in (["a"], ["a", "b", "c"]):
+        with pytest.raises(ValueError, match=rf"^names: {len(names)} names for 2 targets; give one name per column$"):
+            summary("regression", y, p, names)
     lines = format_summary("test", res)
     assert lines[0] == f"test  a  MAE {a['mae']:.4g}  RMSE {a['rmse']:.4g}  R2 {a['r2']:.4g}"
     assert lines[-1].startswith("test  mean over targets  MAE ") and len(lines) == 3

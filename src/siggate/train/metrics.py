@@ -306,7 +306,7 @@ def summary(task: str, y_true, y_pred, names: list[str] | None = None) -> dict:
         y_pred: predictions ``[G, T]`` in target units for regression, probabilities in
             ``[0, 1]`` for classification (``accuracy`` thresholds them at 0.5; ROC-AUC and
             PR-AUC depend on the ranking only); ``multiclass``: scores ``[n, C]``.
-        names: one name per target (default ``target0``, ...).
+        names: one name per target (default ``target0``, ...); ValueError if their count differs.
 
     Definitions per target, over its labelled rows: ``mae = mean|p - y|``, ``rmse =
     sqrt(mean (p - y)^2)``, ``r2 = 1 - sum (p - y)^2 / sum (y - mean y)^2`` (``None`` for
@@ -324,6 +324,8 @@ def summary(task: str, y_true, y_pred, names: list[str] | None = None) -> dict:
         raise ValueError(f"unknown task {task!r}; expected one of {sorted(SUMMARY_METRICS)}")
     yt, yp = _to_numpy_2d(y_true, y_pred)
     names = list(names) if names else [f"target{t}" for t in range(yt.shape[1])]
+    if len(names) != yt.shape[1]:  # zip would score the first targets under the names given, silently
+        raise ValueError(f"names: {len(names)} names for {yt.shape[1]} targets; give one name per column")
     per_target = {n: _one_target(task, yt[:, t], yp[:, t]) for t, n in enumerate(names)}
     mean = {}
     for k in SUMMARY_METRICS[task]:
