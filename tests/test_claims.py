@@ -319,6 +319,12 @@ def test_a_significant_result_over_the_full_range_holds_and_the_p_values_match_s
     assert f"one-sided sign test p = {p_sign:.3g}" in rows[SLOWS]["measured"]
     assert f"t-test of mean gain > +30%: p = {p_t:.3g}" in rows[PLUS30]["measured"] and p_t < 0.05
     assert rows[SLOWS]["verdict"] == HOLDS and rows[PLUS30]["verdict"] == HOLDS
+    # the same gains of untrained models (--epochs 0: the gate at its initialisation) are measured, not judged
+    for untrained in (_smoothing(gains, epochs=0), {**_smoothing(gains, epochs=3), "trained": False}):
+        rows0 = _smoothing_rows(untrained)
+        assert rows0[SLOWS]["verdict"] == BUDGET and rows0[PLUS30]["verdict"] == BUDGET
+        assert "epochs (untrained models, at their initialisation) (protocol: 2000)" in rows0[SLOWS]["measured"]
+        assert f"one-sided sign test p = {p_sign:.3g}" in rows0[SLOWS]["measured"]
     # depths outside the claimed 4-16 do not count, and a depth beyond them does not make up a missing one
     partial = {k: v for k, v in gains.items() if k[0] != 12} | {(20, 0): 0.9, (20, 1): 0.9}
     assert _smoothing_rows(_smoothing(partial, epochs=3))[PLUS30]["verdict"] == BUDGET

@@ -234,7 +234,8 @@ def verdict_smoothing(s: dict) -> list[dict]:
     """The two smoothing claims, each judged by its own one-sided test over the (depth,
     seed) pairs at the claimed depths 4-16 (:data:`CLAIMED_DEPTHS`, all of which must have
     pairs): the sign test of gain > 0 for "gating slows over-smoothing", the t-test of mean
-    gain > +30% for "+30% on average across 4-16 layers"."""
+    gain > +30% for "+30% on average across 4-16 layers". Models at their initialisation
+    (``--epochs 0``) are measured and never judged: inconclusive."""
     prim = s.get("primary_gate")
     pairs = [p for p in s.get("paired_gains", {}).get(prim, [])
              if p["gain"] is not None and CLAIMED_DEPTHS[0] <= int(p["depth"]) <= CLAIMED_DEPTHS[-1]]
@@ -243,7 +244,11 @@ def verdict_smoothing(s: dict) -> list[dict]:
     gains = [p["gain"] for p in pairs]
     proto = s.get("protocol_epochs") or s.get("meta", {}).get("config", {}).get("train", {}).get("epochs")
     short = proto is None or s.get("epochs", 0) < proto
-    budget = f"{s.get('epochs')} epochs (protocol: {proto}), seeds {s.get('seeds')}"
+    # the claim is about trained models: at --epochs 0 the gate at its initialisation scales each head
+    # (sigmoid(0) = 0.5), which can make a "holds" of models that learned nothing
+    untrained = s.get("epochs") == 0 or s.get("trained") is False
+    budget = (f"{s.get('epochs')} epochs{' (untrained models, at their initialisation)' if untrained else ''} "
+              f"(protocol: {proto}), seeds {s.get('seeds')}")
     if missing:
         budget += f"; no pairs at depth(s) {', '.join(map(str, missing))} of the claimed 4-16"
     per = s.get("relative_mad_gain", {}).get(prim, {})
@@ -257,9 +262,10 @@ def verdict_smoothing(s: dict) -> list[dict]:
                     f"{where}, lower in {zero['n_below']}; one-sided sign test p = {p_text(zero['sign_up'], missing='nan')}; "
                     f"{budget}",
         "rule": "holds if the one-sided sign test of gain > 0 over the (depth, seed) pairs at depths 4, 8, 12 and 16 "
-                "(all present) gives p < 0.05; does not hold if the test of gain < 0 does, after the protocol's full "
-                "epochs; not supported if neither does after them; inconclusive at this budget otherwise",
-        "verdict": _tested_verdict(zero["sign_up"], zero["sign_down"], covered, short),
+                "(all present) of trained models gives p < 0.05; does not hold if the test of gain < 0 does, after the "
+                "protocol's full epochs; not supported if neither does after them; inconclusive at this budget "
+                "otherwise (untrained models included)",
+        "verdict": INCONCLUSIVE if untrained else _tested_verdict(zero["sign_up"], zero["sign_down"], covered, short),
     }, {
         "claim": "the diversity gain is +30% on average across 4-16 layers",
         "measured": f"mean relative last-layer MAD gain of {prim} over none: {_pct(mean)} over {target['n']} (depth, "
@@ -267,10 +273,10 @@ def verdict_smoothing(s: dict) -> list[dict]:
                     f"t-test of mean gain > +30%: p = {p_text(target['t_up'], missing='nan')} (< +30%: p = "
                     f"{p_text(target['t_down'], missing='nan')}); {budget}",
         "rule": "holds if the one-sided t-test of mean gain > +30% over the (depth, seed) pairs at depths 4, 8, 12 "
-                "and 16 (all present) gives p < 0.05; does not hold if the test of mean gain < +30% does, after the "
-                "protocol's full epochs; not supported if neither does after them; inconclusive at this budget "
-                "otherwise",
-        "verdict": _tested_verdict(target["t_up"], target["t_down"], covered, short),
+                "and 16 (all present) of trained models gives p < 0.05; does not hold if the test of mean gain < +30% "
+                "does, after the protocol's full epochs; not supported if neither does after them; inconclusive at "
+                "this budget otherwise (untrained models included)",
+        "verdict": INCONCLUSIVE if untrained else _tested_verdict(target["t_up"], target["t_down"], covered, short),
     }]
     return out
 
