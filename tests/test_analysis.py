@@ -854,6 +854,9 @@ def test_report_and_claims_name_a_result_of_another_shape(tmp_path, capsys):
     """A result file with its analysis named but its tables missing, or a results.json holding a
     list or lacking its dataset, ended report and claims in a traceback (exit 1)."""
     cases = [("smoothing.json", {"analysis": "smoothing"}, "report", "analyze smoothing"),
+             ("rank.json", {"analysis": "rank"}, "report", "analyze rank"),
+             # claims made that rank file a row, "not applicable (gate=None, position=None)" (helper-172)
+             ("rank.json", {"analysis": "rank"}, "claims", "analyze rank"),
              ("results.json", [1, 2], "claims", "compare or study"),
              ("results.json", {"per_seed": {"none": {"0": 1}}, "metric": "mae"}, "claims", "compare or study")]
     for i, (name, doc, command, what) in enumerate(cases):

@@ -165,9 +165,11 @@ def verdict_synthetic(s: dict) -> list[dict]:
 
 
 def verdict_rank(r: dict) -> dict:
-    if r.get("gate") == "none" or r.get("gate_position") != "output":
+    # a file without its gate (or its tables) is no rank result: a KeyError, which read_as names
+    # (claims made it a row "not applicable (gate=None, position=None)" where report refused it)
+    if r["gate"] == "none" or r["gate_position"] != "output":
         return {"claim": "trained model: head stable rank after the gate > before",
-                "measured": f"not applicable (gate={r.get('gate')}, position={r.get('gate_position')})",
+                "measured": f"not applicable (gate={r['gate']}, position={r['gate_position']})",
                 "rule": "-", "verdict": INCONCLUSIVE}
     import numpy as np
 
