@@ -109,6 +109,14 @@ def test_a_folder_that_is_no_run(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
     rc, _, err = run_cli(["train", "--ensemble", "0", "--out", str(tmp_path / "x")], capsys)
     assert rc == 2 and "--ensemble must be >= 1" in err
+    # the last member's seed past numpy's largest: refused before any member trains (the second failed in numpy)
+    csv = tmp_path / "d.csv"
+    csv.write_text("smiles,y\n" + "".join(f"{'C' * (i + 1)}O,{i}\n" for i in range(12)))
+    rc, _, err = run_cli(["train", "--data", str(csv), "--target-col", "y", "--ensemble", "3", "--seed",
+                          str(2**32 - 2), "--out", str(tmp_path / "x")], capsys)
+    assert rc == 2 and err.endswith("--ensemble 3 trains its GNN members with seeds 4294967294..4294967296, past the "
+                                    "largest seed 4294967295; give --seed 4294967293 or lower\n"), err
+    assert not (tmp_path / "x").exists()
 
 
 def test_ensemble_writes_its_own_test_predictions_at_the_top(ensemble3):

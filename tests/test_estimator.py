@@ -352,7 +352,11 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
     cases = [({"members": "svr", "ensemble": 2}, MemberError,
               "ensemble 2 multiplies the GNN members and members svr holds none; add gnn to members, or drop ensemble"),
              ({"members": "gnn,foo"}, MemberError, "members: unknown member kind 'foo'; known kinds: gnn, rf, svr"),
-             ({"overrides": ("nodot",)}, ConfigError, "overrides expects key.path=value, got 'nodot'")]
+             ({"overrides": ("nodot",)}, ConfigError, "overrides expects key.path=value, got 'nodot'"),
+             # the second member's seed overflowed numpy's after the first had trained (helper-178)
+             ({"members": "gnn", "ensemble": 2, "random_state": 2**32 - 1}, ValueError,
+              "ensemble 2 trains its GNN members with seeds 4294967295..4294967296, past the largest seed 4294967295; "
+              "give random_state 4294967294 or lower")]
     for params, kind, message in cases:
         with pytest.raises(kind) as caught:
             siggate.SigGateRegressor(out_dir=tmp_path / "run", **params).fit(["CCO", "CCN", "CCC", "CCCl"],

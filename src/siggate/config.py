@@ -33,6 +33,7 @@ from .options import (
     MOL_FEATURES,
     PERFORMER_KERNELS,
     POOLING,
+    SEED_MAX,
     SELECTS,
     SPLITS,
     TASK_LOSSES,
@@ -268,8 +269,8 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "data.val_fraction": {"min": 0.0, "max_excl": 1.0},
     "data.max_graphs": {"min": 0},
     "data.num_nodes": {"min": 0},
-    "data.seed": {"min": 0, "max": 2**32 - 1},
-    "train.seed": {"min": 0, "max": 2**32 - 1},
+    "data.seed": {"min": 0, "max": SEED_MAX},
+    "train.seed": {"min": 0, "max": SEED_MAX},
 }
 
 SECTIONS = ("data", "model", "train", "members")

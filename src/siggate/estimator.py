@@ -55,7 +55,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .options import DUPLICATES, FRAGMENTS, PREDICT_MAX_ATOMS, recipe_members, run_weights
+from .options import DUPLICATES, FRAGMENTS, PREDICT_MAX_ATOMS, SEED_MAX, recipe_members, run_weights
 from .train.rundir import ESTIMATOR_RECORD, FITTING, estimator_record
 
 #: held by each fit: fits in threads of one process take turns, since training seeds torch's, NumPy's
@@ -443,14 +443,14 @@ class _SigGateEstimator(BaseEstimator):
         """Refuse a ``random_state`` (or the deprecated ``seed``) that gives no seed, named."""
         rs = self.random_state
         if not (rs is None or isinstance(rs, (np.random.RandomState, np.random.Generator))
-                or (isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and 0 <= rs < 2**32)):
+                or (isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and 0 <= rs <= SEED_MAX)):
             raise ValueError(f"random_state must be a whole number from 0 to 2**32 - 1, None, or a NumPy "
                              f"RandomState or Generator, got {rs!r}")
         if self.seed is None:
             return
         warnings.warn("seed is deprecated: it is scikit-learn's random_state now (random_state=...)", FutureWarning,
                       stacklevel=_user_level())
-        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or not 0 <= self.seed < 2**32:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or not 0 <= self.seed <= SEED_MAX:
             raise ValueError(f"seed must be a whole number from 0 to 2**32 - 1, got {self.seed!r}")
         if rs != 0 and rs != self.seed:
             raise ValueError(f"seed={self.seed!r} and random_state={rs!r} name two seeds; give random_state alone")

@@ -324,6 +324,10 @@ def grids_given(options, names: Sequence[str]) -> None:
             raise ValueError(f"{name}: give at least one value (a list is a grid chosen on the validation split)")
 
 
+#: the largest seed (NumPy's generators take 0 to 2**32 - 1): ``train.seed``, ``data.seed``, the
+#: estimators' ``random_state``, and the last GNN member's seed of ``--ensemble N`` (seed + N - 1)
+SEED_MAX = 2**32 - 1
+
 #: the most bins a fingerprint member's count fingerprint may have (2,048 by default; a
 #: molecule's dense counts are this many numbers): a stored size of 10**12 loaded and failed every row
 FP_SIZE_MAX = 1 << 20

@@ -28,7 +28,7 @@ import torch
 
 from ..config import Config, DataConfig, from_dict, upgrade_config_dict
 from ..files import read_json
-from ..options import member_names, resolve_select, run_weights
+from ..options import SEED_MAX, member_names, resolve_select, run_weights
 from ..predictors.base import MANIFEST, PredictorFileError, read_manifest, task_info
 from ..predictors.combine import Combination
 from ..predictors.forest import ForestGrid, RandomForest
@@ -165,6 +165,10 @@ def run_refusal(cfg: Config, kinds: Sequence[str], gnn_copies: int, several: boo
 
     check_copies(kinds, gnn_copies)
     gnn = GNN in kinds
+    top = cfg.train.seed + gnn_copies - 1  # the last GNN member's seed (build_members)
+    if gnn and top > SEED_MAX:  # (its member failed in numpy, after the first had trained)
+        return (f"--ensemble {gnn_copies} trains its GNN members with seeds {cfg.train.seed}..{top}, past the "
+                f"largest seed {SEED_MAX}; give --seed {SEED_MAX - gnn_copies + 1} or lower")
     if cfg.train.cliff_weight > 0:
         why = cliff_term_refusal(cfg.data.name == "csv", cfg.data.task, gnn=gnn, dataset=cfg.data.name,
                                  distributed=distributed)
