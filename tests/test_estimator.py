@@ -958,6 +958,11 @@ def test_score_refuses_labels_of_another_shape_and_y_reads_pandas_missing_values
         spaced.score(smiles[40:], pd.DataFrame(two[40:], columns=[" pki", "other"]))
     assert spaced.score(smiles[40:], pd.DataFrame(two[40:, ::-1], columns=["y1", "y0"])) == \
         pytest.approx(right, rel=1e-12)  # (its target_names_ still name them)
+    # repeated column names: fit read them by position (y0, y1), and score refused the same frame as "not
+    # this model's targets ['a', 'a']" (helper-178): read by position too
+    twice = siggate.SigGateRegressor(**FP).fit(smiles[:40], pd.DataFrame(two[:40], columns=["a", "a"]))
+    assert twice.target_names_ == ["y0", "y1"]
+    assert twice.score(smiles[40:], pd.DataFrame(two[40:], columns=["a", "a"])) == pytest.approx(want, rel=1e-12)
     inf = two[40:].copy()
     inf[2, 1] = np.inf  # named as fit names it (it was scikit-learn's 'Input contains infinity')
     with pytest.raises(ValueError, match=r"^score: y holds an infinite label at row\(s\) \[2\]; give a number"):

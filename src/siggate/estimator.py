@@ -809,7 +809,11 @@ class SigGateRegressor(RegressorMixin, _SigGateEstimator):
         for names in (list(self.target_names_), getattr(self, "_y_columns_", None)):
             if not names or columns is None or len(columns) != t or not set(columns) & set(names):
                 continue
-            if set(columns) != set(names) or len(set(names)) != t:
+            if len(set(names)) != t:  # names repeated (fit read such columns by position): they map nothing
+                if columns == names:
+                    break
+                continue
+            if set(columns) != set(names):
                 raise ValueError(f"score: y's columns {columns} are not this model's targets {names}; give a column "
                                  "of each target (in any order), or labels without names")
             y = y[:, [columns.index(name) for name in names]]  # (by position, another target's labels)
