@@ -278,6 +278,42 @@ def test_cached_rebuilds_corrupt_file(tmp_path, caplog):
     assert len(calls) == 3 and sum("corrupt cache file" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_a_flipped_byte_in_a_cache_file_is_rebuilt_not_loaded(tmp_path, caplog):
+    """torch reads a zip without checking its CRCs: a byte flipped inside a tensor's data loaded as
+    a label of -3.4e35 (a run reported MAE 8.6e33 and exit 0; helper-179). Every load checks the
+    SHA-256 the sidecar recorded when the file was written; a sidecar without one (an older cache)
+    loads as before."""
+    import json
+    import logging
+
+    calls = []
+
+    def build():
+        calls.append(1)
+        return {"v": torch.arange(1000, dtype=torch.float32)}
+
+    cached(tmp_path, "c", {"a": 1}, build)
+    path = cached.last_path
+    data = bytearray(path.read_bytes())
+    at = data.index(torch.arange(1000, dtype=torch.float32)[500:501].numpy().tobytes())  # inside the tensor's bytes
+    data[at + 3] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert torch.load(path, weights_only=True)["v"][500] != 500  # torch itself reads the damage as data
+    with caplog.at_level(logging.WARNING, "siggate.data.cache"):
+        out = cached(tmp_path, "c", {"a": 1}, build)
+    said = [r.getMessage() for r in caplog.records if "corrupt cache file" in r.getMessage()]
+    assert len(said) == 1 and "its bytes changed since it was written (SHA-256 " in said[0], said
+    assert cached.last_hit is False and len(calls) == 2 and torch.equal(out["v"], torch.arange(1000.0))
+    cached(tmp_path, "c", {"a": 1}, build)
+    assert cached.last_hit is True and len(calls) == 2
+    # a sidecar written before digests were recorded: loaded as it was (nothing to check against)
+    side = path.with_suffix(".json")
+    meta = json.loads(side.read_text())
+    side.write_text(json.dumps({k: v for k, v in meta.items() if k != "sha256"}))
+    cached(tmp_path, "c", {"a": 1}, build)
+    assert cached.last_hit is True and len(calls) == 2
+
+
 def test_cached_failed_build_leaves_nothing(tmp_path):
     def build():
         raise RuntimeError("no")

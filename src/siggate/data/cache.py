@@ -8,7 +8,8 @@
   ``os.replace``, fsync of the folder) so a reader never sees a half-written
   cache and a crash never destroys the previous file.
 * :func:`cached` serializes builders across processes with a ``filelock``; a
-  corrupt or truncated cache file is reported, deleted and rebuilt.
+  corrupt or truncated cache file, or one whose bytes differ from the SHA-256 recorded
+  when it was written, is reported, deleted and rebuilt.
 * Graph lists are stored as a dict of plain, concatenated tensors that loads
   with ``torch.load(weights_only=True)`` (no pickled Python objects).
 """
@@ -342,12 +343,32 @@ def _default_save(obj: Any, path: Path) -> None:
 
 
 def _try_load(path: Path, load: Callable[[Path], Any]) -> tuple[bool, Any, str]:
+    """``(loaded, object, why not)`` of the cache file ``path``; a file whose bytes differ from the
+    SHA-256 its sidecar recorded when it was written is not loaded (:func:`_changed_since_written`)."""
     try:
+        changed = _changed_since_written(path)
+        if changed:
+            return False, None, changed
         return True, load(path), ""
     except FileNotFoundError:
         return False, None, "missing"
     except Exception as exc:  # corrupt, truncated, wrong format, ...
         return False, None, f"{type(exc).__name__}: {exc}"
+
+
+def _changed_since_written(path: Path) -> str:
+    """Why the cache file ``path`` is not the file that was written, or ``""``: its SHA-256 against
+    the one its sidecar (``<key>.json``) recorded. torch reads a zip without checking its CRCs, so a
+    flipped byte in a tensor loaded as data (a label of -3.4e35, an edge to a node that does not
+    exist). A sidecar without a digest (written before it was recorded) or unreadable checks nothing."""
+    try:
+        recorded = json.loads(path.with_suffix(".json").read_text(encoding="utf-8")).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if not isinstance(recorded, str):
+        return ""
+    actual = file_digest(path)
+    return "" if actual == recorded else f"its bytes changed since it was written (SHA-256 {actual[:12]}, recorded {recorded[:12]})"
 
 
 def cached(
@@ -361,8 +382,9 @@ def cached(
 ) -> Any:
     """Return the cached result of ``build()``, building and storing it if needed.
 
-    The file is ``cache_dir/name/<cache_key(parts)>.pt`` (a ``.json`` next to it
-    records ``parts`` for humans).  ``save(obj, path)`` may write non-atomically:
+    The file is ``cache_dir/name/<cache_key(parts)>.pt``; a ``.json`` next to it
+    records ``parts`` for humans and the file's SHA-256, which every load checks first (a file
+    changed since, a flipped byte on disk, is rebuilt like a corrupt one).  ``save(obj, path)`` may write non-atomically:
     it is always pointed at a temp file that is then moved in place atomically.
     A file that fails to ``load`` is reported with a warning (a log record), deleted and rebuilt.
     Builders in different processes are serialized by a ``FileLock`` on
@@ -418,13 +440,14 @@ def cached(
 
         with AtomicFile(path) as out:
             save(obj, Path(out.tmp))
-        try:
-            meta = {"parts": parts, "featurization_version": FEATURIZATION_VERSION, "key": key}
+        try:  # the file's digest, which every load checks (_changed_since_written)
+            meta = {"parts": parts, "featurization_version": FEATURIZATION_VERSION, "key": key,
+                    "sha256": file_digest(path)}
             atomic_write_bytes(
                 folder / f"{key}.json",
                 json.dumps(meta, sort_keys=True, indent=1, default=_jsonable).encode("utf-8"),
             )
-        except Exception:  # the sidecar is informational only
+        except Exception:  # without a sidecar the file loads unchecked, as one written before digests
             pass
         cached.last_hit = False
         logger.info("cache miss %s: built in %.2fs", path, built_s)
