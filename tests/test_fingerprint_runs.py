@@ -78,7 +78,7 @@ def test_svr_and_rf_without_a_gnn_train_resume_predict_and_evaluate(nitrogen_csv
     assert [(m["name"], m["kind"], m["seed"]) for m in res["members"]] == [("member0", "svr", 0), ("member1", "rf", 0)]
     assert res["weighting"] == "equal" and res["splits"] == {"train": 100, "val": 20, "test": 30}
     assert not (cache / "pe").exists()  # no GNN member: no positional encoding computed
-    assert sorted(p.name for p in (run / "member0").iterdir()) == ["arrays.pt", "predictor.json"]
+    assert sorted(p.name for p in (run / "member0").iterdir()) == ["arrays.pt", "fitted_with.yaml", "predictor.json"]
 
     # every member's and the combination's test scores, recomputed from the saved members
     test = _rows(run / "splits.csv")
@@ -651,6 +651,34 @@ def test_resume_refuses_a_saved_member_of_another_kind(nitrogen_csv, tmp_path, c
     assert rc == 2 and (f"{out / 'member0'} holds a saved rf member where the run's record puts its svr member"
                         in _one_line(err))
     assert (out / "metrics.json").read_bytes() == kept
+
+
+def test_resume_refuses_members_yaml_edited_since_a_saved_member_was_fitted(nitrogen_csv, tmp_path, capsys):
+    """A run without a GNN member, its members.yaml edited (another split, another C) before --resume:
+    the svr fitted on the old split was reused beside an rf fitted on the new one, and the weights were
+    fitted on val molecules the svr had trained on; exit 0 (helper-179). Refused in one line, before the
+    record is rewritten; the record as it was resumes."""
+    out = tmp_path / "run"
+    rc, _, err = _train(capsys, nitrogen_csv, out, "--members", "svr,rf", "--weights", "val")
+    assert rc == 0, err
+    assert (out / "member0" / "fitted_with.yaml").is_file() and (out / "member1" / "fitted_with.yaml").is_file()
+    import shutil
+
+    shutil.rmtree(out / "member1")
+    (out / "metrics.json").unlink()  # stopped after its svr
+    record = (out / "members.yaml").read_text()
+    for edit in (("  split: column:split\n", "  split: random\n"), ("    - 5.0\n    - 20.0\n", "    - 1.0\n")):
+        assert edit[0] in record
+        (out / "members.yaml").write_text(record.replace(*edit, 1))
+        rc, _, err = run_cli(["train", "--resume", str(out), "--no-progress"], capsys)
+        line = _one_line(err)
+        assert rc == 2 and f"cannot reuse the svr member in {out / 'member0'}: it was fitted under another config (" in line
+        assert ("data.split" if "split" in edit[0] else "members.svr.C") in line and "train into a new --out" in line
+        assert not (out / "member1").exists() and not (out / "metrics.json").exists()
+    (out / "members.yaml").write_text(record)
+    rc, _, err = run_cli(["train", "--resume", str(out), "--no-progress"], capsys)
+    assert rc == 0, err
+    assert (out / "member1" / "predictor.json").is_file() and (out / "metrics.json").is_file()
 
 
 def test_the_svr_scored_on_val_is_the_kind_of_model_it_ships():

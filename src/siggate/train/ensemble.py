@@ -54,7 +54,7 @@ from .dataprep import prepare_data
 from .members import build_members, fit_member, parse_kinds, run_encodings
 from .metrics import mean_counts, metric_texts
 from .record import data_source, record_results, write_config, write_csv_run_tables, write_metrics
-from .rundir import MEMBERS_RECORD
+from .rundir import MEMBER_FIT_RECORD, MEMBERS_RECORD
 from .runfiles import CONFIG, LAST, METRICS
 from .scoring import split_metric, split_summary
 
@@ -82,7 +82,7 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
                                                           progress=False)
     built = build_members(kinds, cfg, out, gnn_copies, progress, device, resume, weights)
     if resume:  # a member that refuses these flags refuses them before the record is rewritten with them
-        _check_resumable(built)
+        _check_resumable(built, out, cfg)
         done = _finished_record(out, cfg, kinds, gnn_copies, weights, built)
         if done is not None:  # a finished run resumed: its record stays as it is (as a run of one model's)
             log.info("%s: the run of members has finished; nothing to train", out)
@@ -98,7 +98,10 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     write_config(out / MEMBERS_RECORD, cfg.to_dict(), source=source, task=ds.info.to_dict(),
                  members={"kinds": kinds, "ensemble": int(gnn_copies), "weights": weights or "equal"},
                  **({"init_weights": init} if init else {}))
-    fitted = [fit_member(member, out / name, ds, resume, device) for name, _, member in built]
+    def fitted_with(folder: Path) -> None:  # what _check_resumable reads when a resume would reuse the member
+        write_config(folder / MEMBER_FIT_RECORD, cfg.to_dict(), source=source)
+
+    fitted = [fit_member(member, out / name, ds, resume, device, on_fitted=fitted_with) for name, _, member in built]
     record = {"config": cfg.to_dict(), "split_seed": cfg.train.seed, "data_source": source}
     combo = Combination(fitted, weights, [name for name, _, _ in built], record,
                         groups=[member.kind for member in fitted]).fit_weights(ds)
@@ -239,19 +242,33 @@ def _init_weights(out: Path, cfg: Config, built, resume: bool) -> dict | None:
     return now
 
 
-def _check_resumable(built) -> None:
+def _check_resumable(built, out: Path, cfg: Config) -> None:
     """Refuse (:class:`~.checkpoint.CheckpointError`, as its own resume would) flags that a GNN
-    member's interrupted run cannot resume with, before :data:`~.rundir.MEMBERS_RECORD` is written:
-    the record took them first, and the run's own flags were then refused as differing from it.
-    The rule is the resume's own (:func:`~.rundir.resume_differences`: a moved CSV of the recorded
-    content, more epochs, where the run executes may differ)."""
+    member's interrupted run cannot resume with, and a config other than the one a saved member
+    of another kind was fitted under (:data:`~.rundir.MEMBER_FIT_RECORD`; ``members.yaml`` edited
+    between the fit and the resume reused an svr fitted on another split beside an rf fitted on
+    the new one, and the weights were fitted on the svr's training molecules), before
+    :data:`~.rundir.MEMBERS_RECORD` is written: the record took them first, and the run's own flags
+    were then refused as differing from it. The rule is the resume's own
+    (:func:`~.rundir.resume_differences`: a moved CSV of the recorded content, more epochs, where
+    the run executes may differ). A member saved before its record was kept is not checked."""
     from .checkpoint import CheckpointError
-    from .rundir import resume_differences
+    from .rundir import read_saved_config, resume_differences
     from .study import saved_run_config
 
-    for _, _, member in built:
+    for name, _, member in built:
         folder = getattr(member, "folder", None)
-        if folder is None or not (Path(folder) / LAST).is_file():
+        if folder is None:
+            record = Path(out) / name / MEMBER_FIT_RECORD
+            if not record.is_file():
+                continue
+            diffs = resume_differences(read_saved_config(record), cfg.to_dict(), record)
+            if diffs:
+                raise CheckpointError(f"cannot reuse the {member.kind} member in {record.parent}: it was fitted under "
+                                      f"another config ({'; '.join(diffs)}); resume with the run's own flags and "
+                                      "record, or train into a new --out")
+            continue
+        if not (Path(folder) / LAST).is_file():
             continue
         saved = saved_run_config(folder)
         diffs = resume_differences(saved[0], member.cfg.to_dict(), Path(folder) / CONFIG) if saved else []

@@ -226,12 +226,14 @@ def build_members(kinds: Sequence[str], cfg: Config, out: str | Path, gnn_copies
     return members
 
 
-def fit_member(member, folder: Path, ds, resume: bool = True, device=None):
+def fit_member(member, folder: Path, ds, resume: bool = True, device=None,
+               on_fitted: Callable[[Path], None] | None = None):
     """Fit ``member`` on ``ds`` and save it into ``folder``; returns the fitted member.
 
     A member that trains into its own folder (the GNN: ``member.folder``) reuses and resumes
     there itself; any other member whose ``folder`` holds a saved predictor is reused (with
-    ``resume``) instead of being fitted again."""
+    ``resume``) instead of being fitted again. ``on_fitted(folder)`` runs after a fit and save
+    (not after a reuse): what the run records beside the member."""
     from .checkpoint import CheckpointError
 
     folder = Path(folder)
@@ -250,6 +252,8 @@ def fit_member(member, folder: Path, ds, resume: bool = True, device=None):
             log.warning("%s: the saved member cannot be read (%s); it is fitted again", folder, exc)
     member.fit(ds)
     member.save(folder)
+    if on_fitted is not None:
+        on_fitted(folder)
     return member
 
 

@@ -34,6 +34,9 @@ from .runfiles import BEST, CONFIG, LAST, METRICS
 #: a run of several members' config and the members it holds (``siggate train --members/--ensemble``,
 #: :func:`siggate.train.ensemble.train_members`), written before its first member is fitted
 MEMBERS_RECORD = "members.yaml"
+#: a member without a run folder of its own (svr, rf): the config of the run it was fitted in (its
+#: members.yaml then), which a resume that would reuse the member checks against its own
+MEMBER_FIT_RECORD = "fitted_with.yaml"
 #: Files whose presence makes a folder a run.
 RUN_MARKERS = (CONFIG, LAST, METRICS, MEMBERS_RECORD)
 #: a run's split-conformal calibration (``record.write_calibration``), read by ``siggate predict --coverage``
