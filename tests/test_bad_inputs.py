@@ -1778,6 +1778,34 @@ def test_config_keys_that_were_ignored_or_replaced_silently(tmp_path, capsys, mo
     assert (cfg.data.root, cfg.data.cache_dir) == (str(tmp_path / "0123"), str(tmp_path / "my cache #2"))
 
 
+def test_data_paths_are_recorded_absolute_with_the_home_folder_expanded(tmp_path, monkeypatch):
+    """--set data.root=data (or a YAML's) was recorded as 'data': evaluate or --resume from another
+    folder looked under its own (helper-179); --data-root=~/d and SIGGATE_DATA='~/d' kept the '~'
+    (no such folder) where the cache's flag and variable expanded it."""
+    import argparse
+
+    from siggate.analysis.common import config_from
+    from siggate.config_args import add_config_args, config_from_args
+    from siggate.data.base import default_data_root
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    cfg = config_from_args(parser.parse_args(["--config", "zinc", "--set", "data.root=data", "--set",
+                                              "data.cache_dir=~/c"]))
+    assert (cfg.data.root, cfg.data.cache_dir) == (str(tmp_path / "data"), str(tmp_path / "home" / "c"))
+    own = tmp_path / "own.yaml"
+    own.write_text("data: {name: zinc, root: rel/data}\n")
+    assert config_from_args(parser.parse_args(["--config", str(own)])).data.root == str(tmp_path / "rel" / "data")
+    cfg = config_from_args(parser.parse_args(["--config", "zinc", "--data-root=~/d", "--cache-dir=~/c"]))
+    assert (cfg.data.root, cfg.data.cache_dir) == (str(tmp_path / "home" / "d"), str(tmp_path / "home" / "c"))
+    ns = argparse.Namespace(overrides=["data.root=data"], config=None, analysis="rank")  # the analyses: one rule
+    assert config_from(ns).data.root == str(tmp_path / "data")
+    monkeypatch.setenv("SIGGATE_DATA", "~/d")
+    assert default_data_root() == tmp_path / "home" / "d"
+
+
 def test_a_text_key_keeps_its_text():
     """--set read a key of text as YAML: a column named 007 became '7' (0123: '83'), a split
     column 'fold #1' lost what followed '#', a '#' delimiter became null (detected instead)."""

@@ -21,6 +21,9 @@ from .options import DUPLICATES, FRAGMENTS, add_cache_dir_flag, add_data_root_fl
 __all__ = ["CLIError", "WARMUP_START", "add_command", "add_config_args", "add_device_flag", "add_threads_flag",
            "check_device", "check_out_folder", "config_from_args", "examples_epilog", "set_keys"]
 
+#: the ``data.*`` keys that name a path, recorded absolute with ``~`` expanded (:func:`config_from_args`)
+DATA_PATH_KEYS = ("csv", "root", "cache_dir")
+
 #: Learning-rate factor of the first warmup epoch of a ``siggate train`` run (``train.warmup_start``):
 #: no epoch trains below 1% of the base. ``--budget`` (a benchmark protocol run) keeps GraphGPS's
 #: published start, 0 (the first epoch at 1e-6 of the base).
@@ -256,6 +259,17 @@ def flag_key_clash(args, flags=tuple(SHORTCUT_FLAGS), given: set[str] | None = N
     return None
 
 
+def absolute_data_paths(cfg) -> None:
+    """``cfg``'s :data:`DATA_PATH_KEYS` with ``~`` expanded and made absolute, in place: the same
+    from anywhere (a resume, evaluate or predict from another folder), whether a flag, ``--set`` or
+    a YAML file gave them (``--set data.root=data`` was recorded as ``data``, which evaluate from
+    another folder looked for under its own). ``siggate train`` and the analyses apply it."""
+    for key in DATA_PATH_KEYS:
+        value = getattr(cfg.data, key)
+        if value:
+            setattr(cfg.data, key, str(Path(value).expanduser().absolute()))
+
+
 def config_from_args(args):
     """Resolve the config from ``--config``/``--set`` and the shortcut flags; validated.
 
@@ -281,10 +295,10 @@ def config_from_args(args):
         overrides.append(f"train.threads={args.threads}")
     if getattr(args, "on_nan", None):  # an override, so that --resume compares it with the run's own
         overrides.append(f"train.on_nan={args.on_nan}")
-    if args.data_root:
-        overrides.append(f"data.root={json.dumps(str(Path(args.data_root).absolute()))}")  # the same from anywhere
+    if args.data_root:  # (made absolute below, with the config's own paths)
+        overrides.append(f"data.root={json.dumps(str(args.data_root))}")
     if args.cache_dir:
-        overrides.append(f"data.cache_dir={json.dumps(str(Path(args.cache_dir).absolute()))}")  # (resume, evaluate)
+        overrides.append(f"data.cache_dir={json.dumps(str(args.cache_dir))}")
     if args.data:
         for key in ("data.name", "data.csv"):
             if key in given:
@@ -311,8 +325,7 @@ def config_from_args(args):
     cfg = load_config(recipe_name(args), overrides)  # --data: configs/csv.yaml
     if "train.init" in given and cfg.train.init:  # a path made absolute, as --init's: a resume from another folder
         cfg.train.init = init_source(cfg.train.init)  # (or a member started later) reads the same weights
-    if cfg.data.csv and not Path(cfg.data.csv).expanduser().is_absolute():  # (--set data.csv, a YAML's), as --data's
-        cfg.data.csv = str(Path(cfg.data.csv).expanduser().absolute())
+    absolute_data_paths(cfg)
     sep = getattr(args, "sep", None)
     if args.data and sep is not None:  # (--sep "" detected the delimiter as if no --sep were given)
         sep = sep_char(sep)

@@ -437,7 +437,8 @@ def add_data_root_flag(p, what: str = "", default: str | None = None) -> None:
     default :data:`DATA_ROOT_DEFAULT` (``default``: what this command looks at before it)."""
     text = "benchmark data root" + (f", for {what}" if what else "")
     first = f"{default}, or " if default else ""
-    p.add_argument("--data-root", default=None, help=f"{text} (default: {first}{DATA_ROOT_DEFAULT})")
+    p.add_argument("--data-root", default=None, type=os.path.expanduser,  # (--data-root=~/d: the shell left the ~)
+                   help=f"{text} (default: {first}{DATA_ROOT_DEFAULT})")
 
 
 def add_cache_dir_flag(p, what: str = "", default: str | None = None) -> None:

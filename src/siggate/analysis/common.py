@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 import torch
 
 from ..config import Config, load_config, set_itself
-from ..config_args import CLIError, check_out_folder, flag_key_clash, set_keys
+from ..config_args import CLIError, absolute_data_paths, check_out_folder, flag_key_clash, set_keys
 from ..files import atomic_write_bytes
 from ..options import init_is_none, progress_enabled
 from ..version import __version__
@@ -98,12 +98,14 @@ def config_from(args, extra: Iterable[str] = (), owned: dict[str, str] | None = 
         if clash:
             raise CLIError(clash)
     overrides = list(getattr(args, "overrides", []) or []) + list(extra)
-    for flag, key in (("data_root", "data.root"), ("cache_dir", "data.cache_dir")):  # quoted and absolute, as train
-        if getattr(args, flag, None):  # does them (unquoted, YAML read 0123 as 83, ~ as None, '#2' as a comment)
-            overrides.append(f"{key}={json.dumps(str(Path(getattr(args, flag)).absolute()))}")
+    for flag, key in (("data_root", "data.root"), ("cache_dir", "data.cache_dir")):  # quoted, as train does them
+        if getattr(args, flag, None):  # (unquoted, YAML read 0123 as 83, ~ as None, '#2' as a comment)
+            overrides.append(f"{key}={json.dumps(str(getattr(args, flag)))}")
     if getattr(args, "max_graphs", None):  # in the config: a finished run of another cut is another run
         overrides.append(f"data.max_graphs={args.max_graphs}")
-    return load_config(getattr(args, "config", None), overrides)
+    cfg = load_config(getattr(args, "config", None), overrides)
+    absolute_data_paths(cfg)  # (as train records them)
+    return cfg
 
 
 def require_attention(cfg: Config, analysis: str) -> None:

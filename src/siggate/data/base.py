@@ -284,7 +284,7 @@ def default_data_root() -> Path | None:
     (:data:`siggate.options.DATA_ROOT_DEFAULT` says so in the help)."""
     env = os.environ.get("SIGGATE_DATA")
     if env:
-        return Path(env)
+        return Path(os.path.expanduser(env))  # (SIGGATE_DATA='~/data': quoted, the shell left the ~)
     here = Path(__file__).resolve()
     for parent in here.parents:
         cand = parent.parent / "shared" / "data"
