@@ -248,6 +248,9 @@ SET_CASES = [
     (["model.dropout=-0.1"], ["model.dropout: -0.1 is out of range; allowed values: >= 0.0 and < 1.0."]),
     (["model.attn_dropout=1"], ["model.attn_dropout: 1.0 is out of range; allowed values: >= 0.0 and < 1.0."]),
     (["train.epochs=0"], ["train.epochs: 0 is out of range; allowed values: >= 1."]),
+    # a width of 4e9 passed, then failed in the allocator with a traceback (helper-179)
+    (["model.dim=4000000000"], ["model.dim: 4000000000 is out of range; allowed values: >= 1 and <= 16384."]),
+    (["model.pe_steps=100000000"], ["model.pe_steps: 100000000 is out of range; allowed values: >= 0 and <= 1024."]),
     (["train.seed=-1"], ["train.seed: -1 is out of range; allowed values: >= 0 and <= 4294967295."]),
     (["model.heads=3"], ["model.heads: 3 does not divide model.dim=64. Allowed values: divisors of 64"]),
     (["model.gate=sigmoid"], ["model.gate: 'sigmoid' is not allowed. Allowed values: none, headwise, elementwise."]),
