@@ -482,7 +482,12 @@ def test_data_verify_prints_node_counts(tmp_path, capsys):
     rc, _, err = _cli(["data", "verify", "sbm-large", "--num-nodes", "5"], capsys)
     # the generator's words named its own num_blocks, which no flag sets: the dataset names the size it needs
     assert rc == 2 and err == ("siggate data: error: sbm-large needs data.num_nodes >= 34 for its 10 blocks at average "
-                               "degree 10, got 5; give --num-nodes 34 or more (0: 10,000)\n")
+                               "degree 10, got 5; give 34 or more (--set data.num_nodes=34; siggate data verify: "
+                               "--num-nodes 34), or 0 for 10,000\n")
+    # train has no --num-nodes: the message named a flag it refused (helper-181)
+    rc, _, err = _cli(["train", "--config", "sbm-large", "--set", "data.num_nodes=5", "--epochs", "1", "--out",
+                       str(tmp_path / "x")], capsys)
+    assert rc == 2 and "give 34 or more (--set data.num_nodes=34;" in err and not (tmp_path / "x").exists()
     from siggate.data.sbm import sbm_large_graph
     from siggate.data.sbm_large import AVG_DEGREE, BLOCKS, P_RATIO
 

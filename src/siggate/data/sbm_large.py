@@ -58,7 +58,8 @@ def sbm_large(root=None, cache_dir=None, *, num_nodes: int = 0, seed: int = 0, p
     least = smallest_num_nodes()
     if n < least:  # (the generator's own words name its arguments: blocks, degree, none of them the user's)
         raise DataError(f"sbm-large needs data.num_nodes >= {least} for its {BLOCKS} blocks at average degree "
-                        f"{AVG_DEGREE:g}, got {n}; give --num-nodes {least} or more (0: {DEFAULT_NUM_NODES:,})")
+                        f"{AVG_DEGREE:g}, got {n}; give {least} or more (--set data.num_nodes={least}; siggate data "
+                        f"verify: --num-nodes {least}), or 0 for {DEFAULT_NUM_NODES:,}")
     g = sbm_large_graph(n, num_blocks=BLOCKS, avg_degree=AVG_DEGREE, p_ratio=P_RATIO, seed=seed)
     for key in ("train_mask", "val_mask", "test_mask"):
         if key not in g or g[key].dtype != torch.bool or g[key].shape != (n,):
