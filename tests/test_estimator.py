@@ -555,6 +555,30 @@ def test_molecules_left_out_are_named_by_their_place_in_X(molecules):
         siggate.SigGateRegressor(**FP).fit(smiles[:30], None)
 
 
+def test_a_control_character_in_x_or_a_target_name_is_named_as_predict_names_it(molecules):
+    """A NUL in a SMILES of X or in y's name was fit's own CSV refused as a binary file, in Excel's
+    words; a SMILES with a control character is left out as predict refuses it, by its place in X,
+    and a target name with one falls back to y as one with a comma does."""
+    import pandas as pd
+
+    import siggate
+
+    smiles, y = molecules
+    X = list(smiles[:30])
+    X[3], X[7] = "C\x00C", "CC\x01O"
+    with pytest.warns(UserWarning) as said:
+        est = siggate.SigGateRegressor(**FP).fit(X, pd.Series(y[:30], name="p\x00IC50"))
+    assert [str(w.message) for w in said] == [
+        "2 of 30 molecules left out (their positions in X: 3: contains a control character ('\\x00') at position 2; "
+        "7: contains a control character ('\\x01') at position 3)"]
+    assert est.left_out_ == [(3, "contains a control character ('\\x00') at position 2"),
+                             (7, "contains a control character ('\\x01') at position 3")]
+    assert est.target_names_ == ["y"]
+    with pytest.raises(ValueError, match=r"^1 of 1 SMILES cannot be predicted: row 0: contains a control character "
+                                         r"\('\\x00'\) at position 2$"):
+        est.predict(["C\x00C"])
+
+
 def test_tags_say_the_input_is_smiles_strings():
     import siggate
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import csv
+import dataclasses
 import json
 import logging
 import math
@@ -211,13 +212,15 @@ def _refuse_infinite(y: np.ndarray, where: str) -> None:
 
 def _target_names(y, width: int) -> list[str]:
     """The names of ``y``'s targets: a DataFrame's columns or a Series' name where they can name
-    CSV columns (unique, no comma, not ``smiles``/``split``), else ``y`` (one target) or
-    ``y0``, ``y1``, ..."""
+    CSV columns (unique, no comma or control character, not ``smiles``/``split``), else ``y`` (one
+    target) or ``y0``, ``y1``, ..."""
+    from .data.chem import control_character
+
     cols = getattr(y, "columns", None)
     name = getattr(y, "name", None)
     names = [str(c) for c in cols] if cols is not None else [str(name)] if name is not None and width == 1 else []
     if (len(names) == width and len(set(names)) == width and not set(names) & {_SMILES, _SPLIT}
-            and all(n.strip() == n and n and "," not in n for n in names)):
+            and all(n.strip() == n and n and "," not in n and not control_character(n) for n in names)):
         return names
     return [f"y{t}" for t in range(width)] if width > 1 else ["y"]
 
@@ -528,6 +531,7 @@ class _SigGateEstimator(BaseEstimator):
         ``begin`` (:func:`_claimed`'s) is called once the data is read and checked, before training."""
         from .cli import build_parser
         from .config_args import config_from_args, recipe_name
+        from .data.chem import control_character
         from .data.csvdata import MISSING_TARGET, row_issue
         from .train.dataprep import prepare_data
         from .train.ensemble import train_members
@@ -535,11 +539,15 @@ class _SigGateEstimator(BaseEstimator):
         from .train.predict import SmilesPredictor, read_calibration, similarity_domain
         from .train.rundir import CALIBRATION
 
+        # a SMILES with a control character is left out as predict refuses it; a CSV holds no NUL, so
+        # its row holds the SMILES escaped ('C\\x00C', which does not parse), in its place in X
+        controlled = {i: why for i, s in enumerate(smiles) if (why := control_character(s))}
         data = work / _FIT_CSV
         with open(data, "w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow([_SMILES, *names, _SPLIT])
-            for s, label in zip(smiles, y):
+            for i, (s, label) in enumerate(zip(smiles, y)):
+                s = s.encode("unicode_escape").decode("ascii") if i in controlled else s
                 w.writerow([s, *["" if np.isnan(x) else repr(float(x)) for x in label], "train"])
         # every row a training row, and --val-fraction draws the held-out ones (whole molecules, per class)
         # each value joined to its flag: a value that starts with "-" (a target "-logIC50") is no flag
@@ -560,6 +568,8 @@ class _SigGateEstimator(BaseEstimator):
         with _data_warnings(not self.verbose) as said:
             ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,
                               require_test=False)
+        ds.invalid = [dataclasses.replace(r, reason=controlled[r.index])  # (the escaped SMILES's parse error)
+                      if r.index in controlled and row_issue(r.reason) == "invalid molecule" else r for r in ds.invalid]
         for text in said:  # (fit silences the logger that says them: conflicting duplicates, a target of one class)
             warnings.warn(self._in_fit_words(text.removeprefix(f"{Path(cfg.data.csv).name}: "), work,
                                              kept=self.out_dir is not None, warning=True), UserWarning,

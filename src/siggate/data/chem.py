@@ -164,6 +164,18 @@ def _partial_sanitize(raw: Chem.Mol) -> Chem.Mol:
     return mol
 
 
+#: a control character (NUL, ...; not a tab or a line break), which no SMILES and no column name holds
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def control_character(text: str) -> str | None:
+    """Why ``text`` (a SMILES, stripped) is refused for a control character in it, e.g.
+    ``"contains a control character ('\\x00') at position 2"``, or None where it holds none: the
+    one rule of ``siggate predict`` and of an estimator's ``X`` and target names."""
+    ctrl = _CONTROL.search(text)
+    return None if ctrl is None else f"contains a control character ({ctrl.group()!r}) at position {ctrl.start() + 1}"
+
+
 def check_smiles_length(s: str, limit: int | None) -> None:
     """Refuse a SMILES longer than ``limit`` characters (None: no limit) before RDKit reads it:
     RDKit's time grows faster than the length (a 100,000-character string took minutes),

@@ -70,6 +70,7 @@ from ..data.chem import (
     InvalidSmiles,
     check_atoms,
     check_smiles_length,
+    control_character,
     mol_to_graph,
     parse_smiles,
     quiet_rdkit,
@@ -88,7 +89,6 @@ from .runfiles import METRICS
 #: fit; larger molecules go in smaller batches (at least one graph per batch).
 PAIRS_PER_ATOM_BUDGET = 64 * 64
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _SURROGATE = re.compile("[\udc80-\udcff]")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
@@ -459,9 +459,9 @@ class SmilesPredictor:
         s = smiles.strip()
         if not s:
             raise InvalidSmiles("empty SMILES")
-        ctrl = _CONTROL.search(s)
+        ctrl = control_character(s)
         if ctrl:
-            raise InvalidSmiles(f"contains a control character ({ctrl.group()!r}) at position {ctrl.start() + 1}")
+            raise InvalidSmiles(ctrl)
         wide = _NON_ASCII.search(s)
         if wide:  # RDKit would silently stop parsing there: 'CCOé' would be read as 'CCO'
             raise InvalidSmiles(
