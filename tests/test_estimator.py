@@ -555,6 +555,26 @@ def test_molecules_left_out_are_named_by_their_place_in_X(molecules):
         siggate.SigGateRegressor(**FP).fit(smiles[:30], None)
 
 
+def test_an_out_dir_of_an_unexpanded_tilde_or_empty_is_refused_as_the_command_line_refuses_it(molecules, tmp_path,
+                                                                                              monkeypatch):
+    """out_dir="~/runs" made a literal ./~/runs folder, and out_dir="" wrote the run into the current
+    folder; both are refused before any work, '~' by the command line's rule of --out
+    (files.tilde_problem)."""
+    import siggate
+
+    smiles, y = molecules
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as caught:
+        siggate.SigGateRegressor(**FP, out_dir="~/runs").fit(smiles[:30], y[:30])
+    assert str(caught.value) == (f"out_dir ~/runs: '~' is not expanded to a home folder here (a quoted path?); give "
+                                 f"{os.path.expanduser('~')}/runs instead")
+    with pytest.raises(ValueError) as caught:
+        siggate.SigGateRegressor(**FP, out_dir="").fit(smiles[:30], y[:30])
+    assert str(caught.value) == ("out_dir is '', an empty path (the run would go into the current folder); give a "
+                                 "folder's path, or None for a temporary folder removed after fit")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_control_character_in_x_or_a_target_name_is_named_as_predict_names_it(molecules):
     """A NUL in a SMILES of X or in y's name was fit's own CSV refused as a binary file, in Excel's
     words; a SMILES with a control character is left out as predict refuses it, by its place in X,

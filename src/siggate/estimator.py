@@ -331,7 +331,8 @@ class _SigGateEstimator(BaseEstimator):
         device: ``"cpu"`` or ``"cuda"``.
         out_dir: keep the run there (a ``siggate predict --checkpoint`` folder; an earlier fit's
             run there is replaced once a fit's parameters and data are checked); ``None``: a
-            temporary folder removed after :meth:`fit`.
+            temporary folder removed after :meth:`fit`. ``""`` and an unexpanded ``"~/..."`` are
+            refused (as ``--out`` refuses ``~``: give ``os.path.expanduser``'s path).
         verbose: siggate's log lines while fitting (default: only errors).
     """
 
@@ -521,6 +522,14 @@ class _SigGateEstimator(BaseEstimator):
                 raise ValueError("device='cuda': torch sees no CUDA device here; use device='cpu'")
         if self.out_dir is not None and not isinstance(self.out_dir, (str, os.PathLike)):
             raise ValueError(f"out_dir must be a folder's path (a str or pathlib.Path) or None, got {self.out_dir!r}")
+        if self.out_dir is not None and os.fspath(self.out_dir) == "":  # (Path("") is the current folder)
+            raise ValueError("out_dir is '', an empty path (the run would go into the current folder); give a "
+                             "folder's path, or None for a temporary folder removed after fit")
+        from .files import tilde_problem
+
+        tilde = tilde_problem(self.out_dir) if self.out_dir is not None else None
+        if tilde:  # the command line's rule of --out: a '~' folder would be made here
+            raise ValueError(f"out_dir {tilde}")
         if self.out_dir is not None and Path(self.out_dir).exists() and not Path(self.out_dir).is_dir():
             raise ValueError(f"out_dir {self.out_dir} is a file; give a folder")
 
