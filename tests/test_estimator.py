@@ -599,6 +599,33 @@ def test_a_control_character_in_x_or_a_target_name_is_named_as_predict_names_it(
         est.predict(["C\x00C"])
 
 
+def test_rows_of_one_molecule_are_said_merged_or_left_out_in_the_estimators_words(molecules):
+    """left_out_ and the warning said the command line's flags ('duplicate of row 0 (--duplicates
+    first)'), and called the rows that data.duplicates=average merged into another row "left out";
+    the reasons are in the estimator's words, and merged rows are said to be merged."""
+    import siggate
+
+    smiles, y = molecules
+    X, labels = [*smiles[:30], smiles[0], smiles[1]], [*y[:30], y[0], y[1]]
+    with pytest.warns(UserWarning) as said:
+        est = siggate.SigGateRegressor(**FP, overrides=("data.duplicates=average",)).fit(X, labels)
+    assert [str(w.message) for w in said] == [
+        "2 of 32 molecules merged into an earlier row of the same molecule, which trains on their mean label (their "
+        "positions in X: 30: merged into row 0 (overrides=['data.duplicates=average']); 31: merged into row 1 "
+        "(overrides=['data.duplicates=average']))"]
+    assert est.left_out_ == [(30, "merged into row 0 (overrides=['data.duplicates=average'])"),
+                             (31, "merged into row 1 (overrides=['data.duplicates=average'])")]
+    X[5] = "C1CC"
+    with pytest.warns(UserWarning) as said:
+        est = siggate.SigGateRegressor(**FP, overrides=("data.duplicates=first",)).fit(X, labels)
+    assert [str(w.message) for w in said] == [
+        "3 of 32 molecules left out (their positions in X: 5: SMILES parse error: unclosed ring for input: 'C1CC'; 30: "
+        "duplicate of row 0 (overrides=['data.duplicates=first']); 31: duplicate of row 1 "
+        "(overrides=['data.duplicates=first']))"]
+    assert [why for _, why in est.left_out_][1:] == ["duplicate of row 0 (overrides=['data.duplicates=first'])",
+                                                     "duplicate of row 1 (overrides=['data.duplicates=first'])"]
+
+
 def test_tags_say_the_input_is_smiles_strings():
     import siggate
 

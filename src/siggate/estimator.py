@@ -20,7 +20,8 @@ the largest molecule fit trained on).
 Fitted attributes: ``predictor_`` (the run's predictor), ``smiles_predictor_``,
 ``calibration_`` (the run's split-conformal calibration, or None without validation labels:
 what :meth:`SigGateRegressor.predict_interval` and :meth:`SigGateClassifier.predict_set` read),
-``left_out_`` (``(position in X, reason)`` of every molecule fit left out), ``target_names_``,
+``left_out_`` (``(position in X, reason)`` of every molecule fit left out, or merged into an
+earlier row of its molecule by ``overrides=['data.duplicates=average']``), ``target_names_``,
 ``n_features_in_``, ``feature_names_in_`` (a DataFrame ``X``'s column name; predict refuses a
 DataFrame of another) and, for the classifier, ``classes_``.
 
@@ -541,7 +542,7 @@ class _SigGateEstimator(BaseEstimator):
         from .cli import build_parser
         from .config_args import config_from_args, recipe_name
         from .data.chem import control_character
-        from .data.csvdata import MISSING_TARGET, row_issue
+        from .data.csvdata import MERGED_INTO, MISSING_TARGET, row_issue
         from .train.dataprep import prepare_data
         from .train.ensemble import train_members
         from .train.members import load_predictor, parse_kinds, run_encodings
@@ -583,11 +584,17 @@ class _SigGateEstimator(BaseEstimator):
             warnings.warn(self._in_fit_words(text.removeprefix(f"{Path(cfg.data.csv).name}: "), work,
                                              kept=self.out_dir is not None, warning=True), UserWarning,
                           stacklevel=_user_level())
-        dropped = [r for r in ds.invalid if row_issue(r.reason) != MISSING_TARGET]
-        if dropped:
-            warnings.warn(f"{len(dropped)} of {len(smiles)} molecules left out (their positions in X: "
-                          + "; ".join(f"{r.index}: {r.reason}" for r in dropped[:3])
-                          + ("; ..." if len(dropped) > 3 else "") + ")", UserWarning, stacklevel=_user_level())
+        # (position in X, reason in the estimator's words: overrides=['data.duplicates=first'], not the flag)
+        dropped = [(r.index, self._in_fit_words(r.reason, work, kept=self.out_dir is not None))
+                   for r in ds.invalid if row_issue(r.reason) != MISSING_TARGET]
+        merged = [r for r in dropped if r[1].startswith(MERGED_INTO)]  # (data.duplicates=average: trained, as a mean)
+        for rows, what in (([r for r in dropped if r not in merged], "left out"),
+                           (merged, "merged into an earlier row of the same molecule, which trains on their mean "
+                                    "label")):
+            if rows:
+                warnings.warn(f"{len(rows)} of {len(smiles)} molecules {what} (their positions in X: "
+                              + "; ".join(f"{i}: {why}" for i, why in rows[:3]) + ("; ..." if len(rows) > 3 else "")
+                              + ")", UserWarning, stacklevel=_user_level())
         import torch
 
         from .train.members import run_refusal
@@ -621,7 +628,7 @@ class _SigGateEstimator(BaseEstimator):
             del self.feature_names_in_
         self.target_names_ = names
         self.seed_ = seed
-        self.left_out_ = [(r.index, r.reason) for r in dropped]
+        self.left_out_ = dropped
         self._fitted(names)
 
     def _fitted(self, names: list[str]) -> None:

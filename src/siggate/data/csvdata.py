@@ -121,6 +121,8 @@ _THOUSANDS_POINT = re.compile(r"^[+-]?\d{1,3}(\.\d{3})+(,\d*)?$")
 DUPLICATE_TOLERANCE = 0.01
 #: the reason of a row whose target(s) are missing
 MISSING_TARGET = "missing target"
+#: how the reason of a row begins that ``duplicates: average`` merged into the first row of its molecule
+MERGED_INTO = "merged into row"
 #: the reason of a row of empty fields only (``,,,``: a spreadsheet's formatted blank row): no molecule and no label
 EMPTY_ROW = "empty row (every field is empty)"
 #: the reason of a row that is the header again (files joined with their headers: ``cat a.csv b.csv``)
@@ -722,7 +724,7 @@ def row_issue(reason: str) -> str:
         return "bad target"
     if reason.startswith("split column"):
         return "bad split label"
-    if reason.startswith(("merged into row", "duplicate of row")):
+    if reason.startswith((MERGED_INTO, "duplicate of row")):
         return "duplicate"
     return "invalid molecule"
 
@@ -1206,7 +1208,7 @@ def _duplicates(canon: list[str], graphs: list, y: np.ndarray, target_cols: list
                     y[first] = np.nanmean(y[[graphs[j].idx for j in part]], axis=0)
             for j in part[1:]:
                 drop.add(j)
-                reason = (f"merged into row {first} (--duplicates average)" if mode == "average"
+                reason = (f"{MERGED_INTO} {first} (--duplicates average)" if mode == "average"
                           else f"duplicate of row {first} (--duplicates first)")
                 merged.append(InvalidRow(graphs[j].idx, graphs[j].smiles, reason))
     return [j for j in range(len(graphs)) if j not in drop], notes, merged
