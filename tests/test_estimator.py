@@ -626,6 +626,27 @@ def test_rows_of_one_molecule_are_said_merged_or_left_out_in_the_estimators_word
                                                      "duplicate of row 1 (overrides=['data.duplicates=first'])"]
 
 
+def test_complex_labels_are_refused_as_scikit_learn_refuses_them(molecules):
+    """A complex y was cast to real with only NumPy's ComplexWarning (its imaginary parts dropped);
+    it is refused, in scikit-learn's words, before any work."""
+    import pandas as pd
+
+    import siggate
+
+    smiles, y = molecules
+    said = ("Complex data not supported: y holds complex numbers; give real labels (y.real, if the imaginary parts "
+            "are 0)")
+    for labels in (y[:30] + 1j, pd.Series(y[:30] + 1j), pd.DataFrame({"a": y[:30] + 1j}), [1 + 1j, *y[1:30]]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (NumPy's ComplexWarning is no answer)
+            with pytest.raises(ValueError) as caught:
+                siggate.SigGateRegressor(**FP).fit(smiles[:30], labels)
+        assert str(caught.value) == said
+    with pytest.raises(ValueError) as caught:
+        siggate.SigGateClassifier(**FP).fit(smiles[:30], np.r_[[0j] * 15, [1j] * 15])
+    assert str(caught.value) == said
+
+
 def test_tags_say_the_input_is_smiles_strings():
     import siggate
 

@@ -68,6 +68,9 @@ _SMILES, _SPLIT = "smiles", "split"
 #: the name of the CSV of X and y that fit writes into its work folder (and its refusals name)
 _FIT_CSV = "data.csv"
 
+#: the refusal of a complex ``y`` (scikit-learn's words for it first)
+_COMPLEX_Y = "Complex data not supported: y holds complex numbers; give real labels (y.real, if the imaginary parts are 0)"
+
 #: the command line's flags that fit sets, and the estimator parameter each one is
 _PARAM_OF_FLAG = {"--val-fraction": "val_fraction", "--members": "members", "--weights": "weights",
                   "--ensemble": "ensemble", "--epochs": "epochs", "--seed": "random_state", "--set": "overrides",
@@ -361,9 +364,15 @@ class _SigGateEstimator(BaseEstimator):
         """``y`` as ``[n, T]`` floats and the target names (:func:`_target_names`)."""
         to_numpy = getattr(y, "to_numpy", None)  # pandas: its missing values (pd.NA of a nullable dtype) as NaN
         try:
-            values = (to_numpy(dtype=np.float64, na_value=np.nan) if to_numpy is not None
-                      else np.asarray(y, dtype=np.float64))
+            with warnings.catch_warnings():  # (NumPy cast complex labels to real with this warning alone)
+                warnings.simplefilter("error", np.exceptions.ComplexWarning)
+                values = (to_numpy(dtype=np.float64, na_value=np.nan) if to_numpy is not None
+                          else np.asarray(y, dtype=np.float64))
+        except np.exceptions.ComplexWarning:
+            raise ValueError(_COMPLEX_Y) from None
         except (TypeError, ValueError) as exc:
+            if "not 'complex'" in str(exc):  # a list (or an object array) of complex numbers
+                raise ValueError(_COMPLEX_Y) from None
             raise ValueError(f"y must hold numbers (NaN for a missing label): {exc}") from None
         if values.ndim > 2:
             raise ValueError(f"y has shape {list(values.shape)}; give one label per SMILES, or one row of labels "
@@ -869,6 +878,8 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
 
     def _targets(self, labels):
         y = np.asarray(labels)
+        if np.iscomplexobj(y) or (y.dtype == object and any(isinstance(v, complex) for v in y.ravel())):
+            raise ValueError(_COMPLEX_Y)
         if y.ndim == 2 and y.shape[1] == 1:  # a column vector, as scikit-learn's classifiers take it
             from sklearn.exceptions import DataConversionWarning
 
