@@ -647,6 +647,30 @@ def test_complex_labels_are_refused_as_scikit_learn_refuses_them(molecules):
     assert str(caught.value) == said
 
 
+def test_verbose_shows_siggates_log_lines_while_fitting_once(molecules, capsys, caplog, monkeypatch):
+    """verbose=True showed only WARNING lines (through Python's last-resort handler), where its
+    docstring promised siggate's log lines: with no logging configured, fit shows its INFO lines on
+    stderr as the command line does, through a handler of its own that it removes after; where the
+    caller configured a handler, the lines go there alone (not printed twice)."""
+    import logging
+
+    import siggate
+
+    smiles, y = molecules
+    logger = logging.getLogger("siggate")
+    before = (logger.level, list(logger.handlers))
+    with monkeypatch.context() as patched:  # no handler anywhere (pytest's own on the root's set aside)
+        patched.setattr(logging.getLogger(), "handlers", [])
+        siggate.SigGateRegressor(**FP, verbose=True).fit(smiles[:30], y[:30])
+    err = capsys.readouterr().err
+    assert any(line.startswith("INFO siggate.") for line in err.splitlines()), err
+    assert (logger.level, logger.handlers) == before
+    with caplog.at_level(logging.INFO, logger="siggate"):  # the caller's handler: the lines go there
+        siggate.SigGateRegressor(**FP, verbose=True).fit(smiles[:30], y[:30])
+    assert "INFO siggate." not in capsys.readouterr().err
+    assert any(r.levelno == logging.INFO and r.name.startswith("siggate.") for r in caplog.records)
+
+
 def test_tags_say_the_input_is_smiles_strings():
     import siggate
 

@@ -37,6 +37,7 @@ from .files import same_file
 from .options import (
     DEFAULT_MEMBERS,
     DEFAULT_WEIGHTS,
+    LOG_FORMAT,
     MEMBER_KIND_NAMES,
     MEMBER_WEIGHTS,
     PREDICT_MAX_ATOMS,
@@ -1447,7 +1448,7 @@ def _main(argv: list[str] | None) -> int:
     if extra:  # named by the command they were given to, with its usage (the top-level usage said nothing of it)
         inner = _innermost(parser, args)
         inner.error(f"unrecognized arguments: {' '.join(extra)}{_flag_hint(inner, extra, parser)}")
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format=LOG_FORMAT)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -57,7 +57,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .options import DUPLICATES, FRAGMENTS, PREDICT_MAX_ATOMS, SEED_MAX, recipe_members, run_weights
+from .options import DUPLICATES, FRAGMENTS, LOG_FORMAT, PREDICT_MAX_ATOMS, SEED_MAX, recipe_members, run_weights
 from .train.rundir import ESTIMATOR_RECORD, FITTING, estimator_record
 
 #: held by each fit: fits in threads of one process take turns, since training seeds torch's, NumPy's
@@ -337,7 +337,9 @@ class _SigGateEstimator(BaseEstimator):
             run there is replaced once a fit's parameters and data are checked); ``None``: a
             temporary folder removed after :meth:`fit`. ``""`` and an unexpanded ``"~/..."`` are
             refused (as ``--out`` refuses ``~``: give ``os.path.expanduser``'s path).
-        verbose: siggate's log lines while fitting (default: only errors).
+        verbose: siggate's log lines (INFO and above) while fitting: on stderr, as ``siggate train``
+            shows them, or through the caller's logging where it configured a handler (default
+            ``False``: only errors, and the data's warnings as ``UserWarning``).
     """
 
     _task = "regression"
@@ -667,14 +669,26 @@ class _SigGateEstimator(BaseEstimator):
 
     @contextlib.contextmanager
     def _quiet(self):
-        """siggate's loggers at ERROR while fitting, unless ``verbose``."""
-        logger = logging.getLogger("siggate")
+        """siggate's loggers at ERROR while fitting, unless ``verbose``: then at INFO (where the caller
+        set no level of siggate's logger), shown through the caller's logging where a handler of its
+        is there to show them, else on stderr as the command line shows them (a handler of fit's
+        own, removed after it; Python's last resort showed warnings alone)."""
+        logger, own = logging.getLogger("siggate"), None
         level = logger.level
         if not self.verbose:
             logger.setLevel(logging.ERROR)
+        else:
+            if level == logging.NOTSET:
+                logger.setLevel(logging.INFO)
+            if not logger.hasHandlers():  # (none on siggate's loggers or the root's: the caller configured none)
+                own = logging.StreamHandler()
+                own.setFormatter(logging.Formatter(LOG_FORMAT))
+                logger.addHandler(own)
         try:
             yield
         finally:
+            if own is not None:
+                logger.removeHandler(own)
             logger.setLevel(level)
 
     # ------------------------------------------------------------------ predicting

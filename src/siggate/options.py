@@ -36,6 +36,7 @@ __all__ = [
     "TASK_LOSSES",
     "HIGHER_IS_BETTER",
     "PREDICT_MAX_ATOMS",
+    "LOG_FORMAT",
     "CACHE_DIR_DEFAULT",
     "DATA_ROOT_DEFAULT",
     "DUPLICATES",
@@ -323,6 +324,9 @@ def grids_given(options, names: Sequence[str]) -> None:
         if not getattr(options, name):
             raise ValueError(f"{name}: give at least one value (a list is a grid chosen on the validation split)")
 
+
+#: the format of siggate's log lines on the terminal: the command line's, and a verbose estimator's
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 #: the largest seed (NumPy's generators take 0 to 2**32 - 1): ``train.seed``, ``data.seed``, the
 #: estimators' ``random_state``, and the last GNN member's seed of ``--ensemble N`` (seed + N - 1)
