@@ -401,7 +401,7 @@ def test_pattern_train_evaluate_predict_through_the_cli(tmp_path, capsys):
         assert f"{flag} applies to molecule (SMILES) checkpoints; this one predicts per node" in err
 
 
-def test_predict_transductive_rows_per_mask(tmp_path, capsys):
+def test_predict_transductive_rows_per_mask(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     sets = TINY + ["data.num_nodes=200"]
     rc, _, err = _cli(["train", "--config", "sbm-large", "--epochs", "2", "--out", str(out), "--no-progress",
@@ -421,6 +421,20 @@ def test_predict_transductive_rows_per_mask(tmp_path, capsys):
         labels = np.array([int(r["label"]) for r in part])
         score = compute_metric(m["metric"], labels, _scores([int(r["prediction"]) for r in part], classes))
         assert score == pytest.approx(m[split], abs=1e-9), split
+    # --device reaches the node path: cuda where torch sees none is refused (it predicted on the CPU
+    # without a word, helper-181); the loader takes the device asked for
+    if not torch.cuda.is_available():
+        rc, _, err = _cli(["predict", "--checkpoint", str(out), "--split", "test", "--device", "cuda", "--output",
+                           str(tmp_path / "cuda.csv")], capsys)
+        assert rc == 2 and "--device cuda: torch sees no CUDA device here" in err and not (tmp_path / "cuda.csv").exists()
+    from siggate.train import predict_nodes
+
+    seen = []
+    real = predict_nodes._load
+    monkeypatch.setattr(predict_nodes, "_load", lambda c, **kw: seen.append(kw) or real(c, **kw))
+    rc, _, err = _cli(["predict", "--checkpoint", str(out), "--split", "test", "--device", "cpu", "--output",
+                       str(tmp_path / "cpu.csv")], capsys)
+    assert rc == 0 and seen == [{"device": "cpu"}], err
 
 
 @pytest.mark.parametrize("config, sets", [

@@ -874,7 +874,7 @@ def cmd_predict(args) -> int:
             raise CLIError(f"{flag} applies to molecule (SMILES) checkpoints; this one predicts per node of its "
                            "dataset's graphs (no calibration, no SMILES): drop it")
         n = predict_nodes_to_csv(args.checkpoint, args.split or "test", args.output,
-                                 data_root=args.data_root, cache_dir=args.cache_dir)
+                                 data_root=args.data_root, cache_dir=args.cache_dir, device=check_device(args.device))
         print(f"siggate predict: {n} node rows" + (f" -> {args.output}" if args.output else ""), file=sys.stderr)
         return 0
     for flag, value in (("--split", args.split), ("--data-root", args.data_root), ("--cache-dir", args.cache_dir)):

@@ -20,8 +20,9 @@ the checkpoint's config, not SMILES. The CSV has a header and these columns:
     classification only: the softmax probability of each class ``c``.
 
 Rows come split by split, graph by graph, node by node. ``--split all`` writes every split
-(for a transductive dataset: every node in one of the masks, once; a node in no mask has no
-label to score and is left out). The file is written atomically.
+(for a transductive dataset: every node in one of the masks, once, in the node order of its one
+graph, so the ``split`` column interleaves; a node in no mask has no label to score and is left
+out). The file is written atomically.
 """
 
 from __future__ import annotations
@@ -102,9 +103,10 @@ def _fmt(row: list, multiclass: bool) -> list:
 
 
 def predict_nodes_to_csv(checkpoint, split: str, output: str | Path | None, data_root=None, cache_dir=None,
-                         batch_size: int = 64) -> int:
+                         batch_size: int = 64, device="cpu") -> int:
     """Write one CSV row per node of ``split`` (``train``, ``val``, ``test`` or ``all``) of the
-    checkpoint's dataset to ``output`` (or stdout); returns the number of rows.
+    checkpoint's dataset to ``output`` (or stdout), predicted on ``device``; returns the number
+    of rows.
 
     Raises:
         InputError: an unknown split, an ensemble folder, or an unwritable ``output``.
@@ -115,7 +117,7 @@ def predict_nodes_to_csv(checkpoint, split: str, output: str | Path | None, data
 
     if split not in SPLITS + ("all",):
         raise InputError(f"--split: unknown split {split!r}; choose train, val, test or all")
-    predictor = _load(checkpoint)
+    predictor = _load(checkpoint, device=device)  # (predict --device cuda ran on the CPU, without a word)
     if not isinstance(predictor, GNNMember):
         raise InputError(f"{checkpoint} is an ensemble; node-level predictions take one run folder or checkpoint")
     predictor.batch_size = batch_size
