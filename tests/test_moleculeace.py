@@ -360,10 +360,31 @@ def test_compare_prints_the_paired_test_of_two_recipes_over_the_seeds_both_ran(t
     for argv, msg in ((["--compare", "a,c"], "has no siggate rows of recipe 'c'; its recipes: a, b"),
                       (["--compare", "a"], "give two different recipe names, BASE,ARM"),
                       (["--compare", "a,a"], "give two different recipe names, BASE,ARM"),
-                      (["--compare", "a,b", "--seeds", "0,x"], "--seeds '0,x': give comma-separated integers")):
+                      (["--compare", "a,b", "--seeds", "0,x"], "--seeds '0,x': give distinct comma-separated whole"),
+                      # 0,,1 read as 0,1, ' ' as no seed, a negative as a seed (helper-180)
+                      (["--compare", "a,b", "--seeds", "0,,1"], "--seeds '0,,1': give distinct comma-separated whole"),
+                      (["--compare", "a,b", "--seeds", " "], "--seeds ' ': give distinct comma-separated whole"),
+                      (["--compare", "a,b", "--seeds", "-1"], "--seeds '-1': give distinct comma-separated whole"),
+                      (["--compare", "a,b", "--seeds", "1,1"], "--seeds '1,1': give distinct comma-separated whole")):
         with pytest.raises(SystemExit) as exc:
             mace.main([*argv, "--results", str(results)])
         assert exc.value.code == 2 and msg in capsys.readouterr().err
+
+
+def test_compare_and_best_of_name_a_results_file_that_is_not_there(tmp_path, capsys):
+    """--compare a,b --results MISSING said the file 'has no siggate rows of recipe a; its recipes:
+    none', and --best-of of a file without published rows ended in a StatisticsError (helper-180)."""
+    for argv in (["--compare", "a,b"], ["--best-of", "a"]):
+        with pytest.raises(SystemExit) as exc:
+            mace.main([*argv, "--results", str(tmp_path / "nowhere.json")])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and f"{argv[0]} --results {tmp_path / 'nowhere.json'}: no such file" in err
+    rows = [{**r, "epochs": None} for r in _rows("siggate", "a", {t: [0.6] for t in mace.PUBLIC})]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"rows": rows, "targets": {}}))
+    with pytest.raises(SystemExit) as exc:
+        mace.main(["--best-of", "a", "--results", str(bare)])
+    assert exc.value.code == 2 and "--best-of: the results file holds no published rows" in capsys.readouterr().err
 
 
 def test_best_of_is_the_mean_of_each_targets_lowest_row(tmp_path, capsys):
@@ -425,7 +446,8 @@ def test_the_harness_plans_through_the_study_api_skips_done_rows_and_refuses_con
                              ("svm_ecfp", "default", target, 1)).state == "new"
 
     mace.results_store(results).put({"tool": "siggate", "recipe": "r1", "target": target, "seed": 0, "status": "ok",
-                                      "siggate_args": "--set model.dim=32", "epochs": None, "rmse": 1.0})
+                                      "siggate_args": "--set model.dim=32", "epochs": None, "rmse": 1.0,
+                                      "rmse_cliff": 1.1, "rmse_noncliff": 0.9, "cpu_s": 1.0})
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
         mace.main(["--tools", "siggate", "--recipe", "r1", "--siggate-args", "--set model.dim=16", "--seeds", "0,1", *where])
@@ -529,6 +551,20 @@ def test_import_rows_adds_new_rows_keeps_done_ones_and_refuses_conflicts(tmp_pat
     with pytest.raises(SystemExit) as exc:
         mace.import_rows(mixed, ours)
     assert exc.value.code == 2 and "holds a row without a whole-number seed" in capsys.readouterr().err
+    # an ok row without its scores, or a row that is no record: refused before anything is added (it was
+    # added, and every later report, --compare and --best-of on the file ended in a traceback; helper-180)
+    before = ours.read_bytes()
+    for bad, said in (({**rows[0], "rmse": None}, "holds an ok row without a finite rmse (siggate/mix/CHEMBL1871_Ki"),
+                      ({k: v for k, v in rows[0].items() if k != "rmse_cliff"}, "without a finite rmse_cliff"),
+                      ({**rows[0], "cpu_s": "abc"}, "without a finite cpu_s"),
+                      ({k: v for k, v in rows[0].items() if k != "target"}, "holds a row that is not a record of its tool"),
+                      ("a row", "holds a row that is not a record of its tool")):
+        mixed.write_text(json.dumps({"rows": [bad], "targets": {}}))
+        with pytest.raises(SystemExit) as exc:
+            mace.import_rows(mixed, ours)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and said in err and err.count("\n") == 1, err
+    assert ours.read_bytes() == before
 
 
 def test_members_check_report_renders_the_json_and_marks_in_sample_val():

@@ -400,12 +400,29 @@ def load_results(path: Path) -> dict:
     return res
 
 
+#: what an ``ok`` row must hold as finite numbers: the scores the summary, ``--compare`` and
+#: ``--best-of`` average
+OK_ROW_NUMBERS = (*METRICS, "cpu_s")
+
+
 def checked_rows(rows: list[dict], path: Path) -> list[dict]:
     """``rows`` of the results file ``path``, their seeds made integers (in place).
 
-    Exits (2): two rows of one key (a hand-merged file: each would be averaged in)."""
+    Exits (2): a row that is not a mapping of its tool, recipe and target (names) and seed; an
+    ``ok`` row without a finite number of each of :data:`OK_ROW_NUMBERS` (a hand-edited or
+    imported row: every later report, comparison and import ended in a traceback); two rows of one
+    key (a hand-merged file: each would be averaged in)."""
     seen = set()
     for r in rows:
+        if not isinstance(r, dict) or not all(isinstance(r.get(k), str) for k in ("tool", "recipe", "target")):
+            refuse(f"{path} holds a row that is not a record of its tool, recipe, target and seed ({str(r)[:80]}); "
+                   "restore the file (git checkout) or mend that row")
+        if r.get("status") == "ok":
+            bad = next((k for k in OK_ROW_NUMBERS if not isinstance(r.get(k), (int, float)) or isinstance(r.get(k), bool)
+                        or not math.isfinite(r[k])), None)
+            if bad:
+                refuse(f"{path} holds an ok row without a finite {bad} ({r['tool']}/{r['recipe']}/{r['target']} seed "
+                       f"{r.get('seed')!r}: {r.get(bad)!r}); restore the file (git checkout) or mend that row")
         try:
             r["seed"] = int(r["seed"])
         except (KeyError, TypeError, ValueError):
@@ -580,8 +597,12 @@ def parse_targets(text: str | None) -> list[str]:
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``--seeds`` (``"0,1,2"``) as integers; ValueError on anything else."""
-    return [int(x) for x in text.split(",") if x.strip()]
+    """``--seeds`` (``"0,1,2"``) as integers from 0, at least one, each once; ValueError on anything
+    else (``0,,1`` and ``" "`` were read as 0,1 and no seed, a negative seed as one)."""
+    seeds = [int(x) for x in text.split(",")]
+    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        raise ValueError(text)
+    return seeds
 
 
 def counted(rows: list[dict], tool: str, recipe: str) -> list[dict]:
@@ -784,6 +805,9 @@ def best_of_text(results: dict, recipe: str) -> str | None:
                              if (v.get("per_target", {}).get(t) or {}).get(metric) is not None), default=math.inf)
                      for t in PUBLIC}
         known = [t for t in PUBLIC if math.isfinite(published[t])]
+        if not known:  # (a mean of no targets: a StatisticsError)
+            refuse("--best-of: the results file holds no published rows (its 'anchors'); run the harness's --report "
+                   "with the committed anchors.json beside it, or give the committed results file")
         out.append(f"{metric}: the lowest published row per target {statistics.mean(published[t] for t in known):.4f} "
                    f"({len(known)} targets), the lowest of those and {recipe} "
                    f"{statistics.mean(min(published[t], ours[t]) for t in PUBLIC):.4f}, {recipe} alone "
@@ -911,7 +935,7 @@ def main(argv=None) -> int:
     try:
         seeds = parse_seeds(args.seeds)
     except ValueError:
-        p.error(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
+        p.error(f"--seeds {args.seeds!r}: give distinct comma-separated whole numbers from 0, e.g. 0,1,2")
     try:
         return _main(p, args, seeds)
     except ResultsFileError as e:  # --results or --import-rows names a file that is not one
@@ -919,6 +943,9 @@ def main(argv=None) -> int:
 
 
 def _main(p: argparse.ArgumentParser, args, seeds) -> int:
+    for flag, given in (("--compare", args.compare), ("--best-of", args.best_of)):
+        if given is not None and not args.results.is_file():  # (it read as a file without that recipe's rows)
+            refuse(f"{flag} --results {args.results}: no such file; name the results file to read")
     if args.compare is not None:
         names = [x.strip() for x in args.compare.split(",")]
         if len(names) != 2 or not all(names) or names[0] == names[1]:
