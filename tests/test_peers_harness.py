@@ -193,6 +193,28 @@ def test_bad_harness_arguments_get_one_line_and_exit_2(tmp_path, capsys, argv, m
     assert not (tmp_path / "data").exists()  # refused before any task was built
 
 
+def test_a_results_row_without_its_scores_is_named_not_a_traceback(tmp_path, capsys):
+    """--report on a recipe file with a row lacking its value, a string for a row, or a seed "x"
+    ended in a KeyError, AttributeError or TypeError (helper-180): one line, exit 2, naming the row."""
+    good = {"tool": "siggate", "task": "freesolv", "seed": 0, "status": "ok", "metric": "mae", "value": 0.5,
+            "wall_s": 10.0}
+    for row, said in (({k: v for k, v in good.items() if k != "value"}, "holds an ok row without a finite value "
+                                                                       "(siggate/freesolv seed 0: None)"),
+                      ({**good, "value": "abc"}, "without a finite value"),
+                      ({k: v for k, v in good.items() if k != "metric"}, "without its metric"),
+                      ({**good, "seed": "x"}, "holds a row without a whole-number seed (siggate/freesolv seed 'x')"),
+                      ({k: v for k, v in good.items() if k != "task"}, "holds a row that is not a record of its tool"),
+                      ("a row", "holds a row that is not a record of its tool")):
+        path = tmp_path / "r.json"
+        path.write_text(json.dumps({"runs": [row]}))
+        with pytest.raises(SystemExit) as exc:
+            peers.load_results(path)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and said in err and err.count("\n") == 1, err
+    path.write_text(json.dumps({"runs": [good, {**good, "seed": 1, "status": "failed", "value": None}]}))
+    assert len(peers.load_results(path)["runs"]) == 2  # a failed row holds no score
+
+
 def test_a_smoke_run_replaces_the_recipes_epochs_rather_than_give_both():
     """siggate refuses --epochs with --set train.epochs; a smoke run of a 60-epoch recipe gave both."""
     tool = peers.Siggate(peers.shutil.which("siggate"), "--members gnn,svr --set train.epochs=60 --set=train.epochs=9 "

@@ -398,7 +398,34 @@ def results_store(path: Path) -> RowStore:
 
 
 def load_results(path: Path) -> dict:
-    return results_store(path).load()
+    """The results file ``path`` (empty where there is none), its rows checked (:func:`checked_runs`)."""
+    res = results_store(path).load()
+    checked_runs(res.get("runs", []), path)
+    return res
+
+
+def checked_runs(rows: list, path: Path) -> list:
+    """``rows`` of the results file ``path`` as the report reads them. Exits (2), naming the row: one
+    that is not a record of its tool and task (names) and a whole-number seed, or an ``ok`` one
+    without its metric's name and a finite ``value`` and ``wall_s`` (the report ended in a
+    traceback on such a row, and sorted a seed "x" against the others' numbers)."""
+    for r in rows:
+        if not isinstance(r, dict) or not all(isinstance(r.get(k), str) for k in ("tool", "task")):
+            refuse(f"{path} holds a row that is not a record of its tool, task and seed ({str(r)[:80]}); restore the "
+                   "file (git checkout) or mend that row")
+        where = f"{r['tool']}/{r['task']} seed {r.get('seed')!r}"
+        if not isinstance(r.get("seed"), int) or isinstance(r.get("seed"), bool):
+            refuse(f"{path} holds a row without a whole-number seed ({where}); restore the file (git checkout) or mend "
+                   "that row")
+        if r.get("status") != "ok":
+            continue
+        bad = "metric" if not isinstance(r.get("metric"), str) else next(
+            (k for k in ("value", "wall_s") if not isinstance(r.get(k), (int, float)) or isinstance(r.get(k), bool)
+             or not math.isfinite(r[k])), None)
+        if bad:
+            refuse(f"{path} holds an ok row without {'its metric' if bad == 'metric' else f'a finite {bad}'} ({where}: "
+                   f"{r.get(bad)!r}); restore the file (git checkout) or mend that row")
+    return rows
 
 
 def refuse(message: str, prog: str = "peers"):
