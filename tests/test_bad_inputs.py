@@ -869,6 +869,19 @@ def test_gnn_flags_without_a_gnn_member_are_refused(tmp_path, capsys, flag):
     assert not (tmp_path / "r").exists()
 
 
+def test_a_run_without_a_gnn_member_does_not_check_a_warmup(tmp_path, capsys):
+    """--members svr,rf --set train.epochs=2 (a config key, accepted as --set model.* keys are) was
+    refused as 'train.warmup_epochs=3 leaves no epoch after the warmup of a 2-epoch run', for a run
+    with no epochs at all (helper-178); a run with a GNN member still is."""
+    data = _csv(tmp_path / "d.csv", _rows(","))
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--members", "svr,rf", "--set",
+                          "train.epochs=2", "--out", str(tmp_path / "r"), "--no-progress"], capsys)
+    assert rc == 0 and (tmp_path / "r" / "metrics.json").is_file(), err
+    rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--members", "gnn,svr", "--set",
+                          "train.epochs=2", "--out", str(tmp_path / "g")], capsys)
+    assert rc == 2 and "leaves no epoch after the warmup of a 2-epoch run" in err and not (tmp_path / "g").exists()
+
+
 @pytest.mark.parametrize("extra, expected", [
     (["--target-col", "y,z", "--task", "binary"],
      "data.task: 'binary' takes one target column, got 2 (y, z); several 0/1 targets are --task multilabel"),

@@ -16,7 +16,16 @@ from pathlib import Path
 
 from .config import ConfigError, key_path, load_config, parse_override, sep_char, text_if_text
 from .files import out_dir_problem
-from .options import DUPLICATES, FRAGMENTS, add_cache_dir_flag, add_data_root_flag, init_is_none, init_is_shipped
+from .options import (
+    DUPLICATES,
+    FRAGMENTS,
+    add_cache_dir_flag,
+    add_data_root_flag,
+    init_is_none,
+    init_is_shipped,
+    member_names,
+    recipe_members,
+)
 
 __all__ = ["CLIError", "WARMUP_START", "add_command", "add_config_args", "add_device_flag", "add_threads_flag",
            "check_device", "check_out_folder", "config_from_args", "examples_epilog", "set_keys"]
@@ -340,6 +349,7 @@ def config_from_args(args):
         if epochs < 1:
             raise CLIError(f"--epochs/--budget must be >= 1, got {epochs}")
         t.set_epochs(epochs, keep_warmup="train.warmup_epochs" in given)  # the protocol's warmup fraction
-    if t.warmup_refusal():
-        raise CLIError(t.warmup_refusal())
+    kinds = member_names(recipe_members(recipe_name(args), getattr(args, "members", None))[0])
+    if "gnn" in kinds and t.warmup_refusal():  # (a run of fingerprint members has no epochs to warm up:
+        raise CLIError(t.warmup_refusal())     # --members svr --set train.epochs=2 was refused for its warmup)
     return cfg.validate()
