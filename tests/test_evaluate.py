@@ -419,6 +419,9 @@ def test_a_changed_csv_that_no_longer_splits_names_evaluates_own_fix(tmp_path, c
     """--allow-changed on a training CSV that lost its val rows ended in training's advice (choose
     another --split, --val-fraction: flags evaluate has not), after a warning that said it first."""
     data, run = _fingerprint_run(tmp_path, capsys, "svr")
+    rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--data", str(data), "--allow-changed"], capsys)
+    assert rc == 2 and out == "" and err == (f"siggate evaluate: error: --allow-changed applies to the run's own "
+                                             f"training CSV; --data {data} is scored as it is (drop --allow-changed)\n")
     data.write_text(data.read_text().replace(",val\n", ",train\n"))
     caplog.clear()
     rc, out, err = run_cli(["evaluate", "--checkpoint", str(run), "--allow-changed"], capsys)

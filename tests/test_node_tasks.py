@@ -377,6 +377,11 @@ def test_pattern_train_evaluate_predict_through_the_cli(tmp_path, capsys):
     res = json.loads(stdout)
     assert res["level"] == "node" and res["test"] == pytest.approx(m["test"], abs=1e-9)
     assert set(res) >= {"train", "val", "test"}
+    # --allow-changed was accepted and did nothing for a named dataset (helper-181)
+    rc, stdout, err = _cli(["evaluate", "--checkpoint", str(out), "--allow-changed", "--cache-dir",
+                            str(tmp_path / "cache")], capsys)
+    assert rc == 2 and stdout == "" and err.endswith(f"--allow-changed applies to a run trained on a CSV of your own; "
+                                                     f"{out} trained on 'pattern': drop it\n"), err
     csv_path = tmp_path / "nodes.csv"
     rc, _, err = _cli(["predict", "--checkpoint", str(out), "--split", "test", "--output", str(csv_path),
                        "--cache-dir", str(tmp_path / "cache")], capsys)

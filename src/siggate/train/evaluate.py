@@ -582,6 +582,9 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
         if fitted:  # its CSV was a temporary file the user never made
             raise EvaluationError(f"{checkpoint} is the run of {fitted}, whose training CSV was temporary (and "
                                   "held no test split); score it on a labelled file with --data FILE.csv")
+    if allow_changed and d.name != "csv":  # (accepted, with no effect: a named dataset is not the user's file)
+        raise EvaluationError(f"--allow-changed applies to a run trained on a CSV of your own; {checkpoint} trained on "
+                              f"{d.name!r}: drop it")
     if d.name == "csv":
         d.csv = str(stored_csv(d, trained_on.source, allow_changed))
         res["data_file"] = d.csv
