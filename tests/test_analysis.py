@@ -857,6 +857,11 @@ def test_report_and_claims_name_a_result_of_another_shape(tmp_path, capsys):
              ("rank.json", {"analysis": "rank"}, "report", "analyze rank"),
              # claims made that rank file a row, "not applicable (gate=None, position=None)" (helper-172)
              ("rank.json", {"analysis": "rank"}, "claims", "analyze rank"),
+             # a gate study of another shape lost its row without a word, or read "Holm p = none" (helper-180)
+             ("results.json", {"gate_study": "pending"}, "claims", "compare or study"),
+             ("results.json", {"gate_study": {"tests": [{"n_pairs": 20, "arm": "gate-elementwise", "base": "gate-none",
+                                                         "complete": True, "diff_mean": 0.0, "ci95": [0, 0],
+                                                         "wins": 10}]}}, "claims", "compare or study"),
              ("results.json", [1, 2], "claims", "compare or study"),
              ("results.json", {"per_seed": {"none": {"0": 1}}, "metric": "mae"}, "claims", "compare or study")]
     for i, (name, doc, command, what) in enumerate(cases):

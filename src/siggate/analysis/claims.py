@@ -482,6 +482,8 @@ def moleculeace_gate_rows(path: Path, study: dict, key: str = "gate_study") -> l
     rows = []
     for c in study.get("tests") or []:
         n, seeds = c["n_pairs"], c.get("run_seeds")
+        if c.get("complete") and "p_holm_wilcoxon" not in c:  # (a complete study read 'Holm p = none', undecided)
+            raise KeyError("p_holm_wilcoxon")
         gate = c["arm"].removeprefix("gate-")
         measured = _study_difference(c, f"`{c['arm']}` − `{c['base']}` test RMSE", "targets")
         measured += (f"; lower on {c['wins']} of {n} targets" if n >= 2 else "") + f"; its `{key}`)"
@@ -542,6 +544,9 @@ def study_rows(path: Path, data: dict) -> list[dict]:
     pinned commits into ``.study/moleculeace-results.json``, whose rows ``lanes.sh snapshot``
     imports into the committed file with this checkout's harness; the copy keeps the old section)."""
     rows = []
+    study = data.get("gate_study")  # None: the harness has no test yet; another shape lost its row without a word
+    if study is not None and not isinstance(study, dict):
+        raise TypeError(f"its gate_study is a JSON {type(study).__name__}, not an object (or null)")
     for key, study in data.items():
         if isinstance(study, dict) and (study.get("kind") == MOLECULEACE_STUDY or key == "gate_study"):
             rows += moleculeace_gate_rows(path, study, key)
