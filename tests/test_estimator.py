@@ -871,6 +871,11 @@ def test_a_dataframes_column_name_is_kept_and_checked_at_predict(molecules):
             est.predict_interval(pd.DataFrame({"SMILES": smiles[40:43]}))
     with pytest.raises(ValueError, match=r"X must be a sequence of SMILES strings \(\[n\] or \[n, 1\]\), got shape"):
         est.predict(pd.DataFrame({"smiles": smiles[40:43], "y": y[40:43]}))
+    for call in (est.predict, est.predict_interval, siggate.SigGateRegressor().fit):  # one SMILES: "got shape ()"
+        with pytest.raises(ValueError) as caught:
+            call("CCO", *([[1.0]] if call.__name__ == "fit" else []))
+        assert str(caught.value) == ("X is one SMILES string ('CCO'), and X must be a sequence of SMILES: give a list, "
+                                     "e.g. ['CCO']")
     for missing in (np.nan, None, pd.NA):  # an empty CSV cell: "row 1 is float" named no cause
         with pytest.raises(ValueError, match=r"X must hold SMILES strings; row 1 is a missing value \(.*, an empty "
                                              r"cell\): drop the rows without a SMILES first"):

@@ -175,6 +175,9 @@ def _in_estimator_words(text: str, data: Path | None = None) -> str:
 
 def _smiles(X) -> list[str]:
     """``X`` as a list of SMILES strings."""
+    if isinstance(X, (str, bytes)):  # (one SMILES is no sequence of them: "got shape ()" named no cause)
+        raise ValueError(f"X is one SMILES string ({X!r}), and X must be a sequence of SMILES: give a list, e.g. "
+                         f"[{X!r}]")
     arr = np.asarray(X, dtype=object)
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
