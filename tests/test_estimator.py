@@ -215,6 +215,19 @@ def test_the_classifier_takes_any_two_labels_and_its_run_offers_prediction_sets(
         failed.score(["CCO"], ["a"])
 
 
+def test_a_y_of_one_class_names_the_class_and_the_fix():
+    """A classifier's y of one class (a screen of actives alone) said "y must hold two classes, got
+    1": neither the class found nor what to do."""
+    import siggate
+
+    for labels, named in (([1, 1, 1], "1"), (["active"] * 3, "'active'")):
+        with pytest.raises(ValueError) as caught:
+            siggate.SigGateClassifier().fit(["CCO", "CCN", "CCC"], labels)
+        assert str(caught.value) == (f"SigGateClassifier is binary: y holds one class, {named}, in every row; give "
+                                     "molecules of both classes (for a screen of one class, add negatives, or fit a "
+                                     "SigGateRegressor on a measured value)")
+
+
 def test_a_std_that_is_zero_by_construction_is_warned_about(molecules):
     """predict(return_std=True) of a fit whose weights give one member everything (the default
     members did so for both targets of a small fit) or of one member returned zeros without a word

@@ -923,6 +923,11 @@ class SigGateClassifier(ClassifierMixin, _SigGateEstimator):
             raise ValueError("y mixes text and number labels; give every class as the same type (e.g. all strings), "
                              "or NumPy would read them all as text")
         self._fitting_classes = np.unique(y)
+        if len(self._fitting_classes) == 1:  # (a screen of actives alone: "got 1" named neither the class nor a fix)
+            c = self._fitting_classes[0]
+            raise ValueError(f"SigGateClassifier is binary: y holds one class, {c.item() if isinstance(c, np.generic) else c!r}, "
+                             "in every row; give molecules of both classes (for a screen of one class, add negatives, "
+                             "or fit a SigGateRegressor on a measured value)")
         if len(self._fitting_classes) != 2:
             from sklearn.utils.multiclass import type_of_target
 
