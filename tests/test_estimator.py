@@ -376,6 +376,19 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
                                                                               [1.0, 2.0, 3.0, 4.0])
         assert str(caught.value) == message and "--" not in str(caught.value)
         assert not (tmp_path / "run").exists()
+    # a config of the other task: its loss's refusal named no config and no estimator
+    for est, labels, message in (
+            (siggate.SigGateRegressor(config="molhiv"), [1.0, 2.0, 3.0, 4.0],
+             "config 'molhiv' is a binary-classification recipe (train.loss 'bce'), and SigGateRegressor fits "
+             "regression: use SigGateClassifier or another config (config=None: csv, which fits either)"),
+            (siggate.SigGateClassifier(config="zinc"), [0, 1, 0, 1],
+             "config 'zinc' is a regression recipe (train.loss 'l1'), and SigGateClassifier fits two classes: use "
+             "SigGateRegressor or another config (config=None: csv, which fits either)"),
+            (siggate.SigGateRegressor(overrides=("train.loss=bce",)), [1.0, 2.0, 3.0, 4.0],  # the caller's own loss
+             "train.loss: 'bce' does not fit data.task='regression'; allowed values: auto, l1, mse.")):
+        with pytest.raises(ConfigError) as caught:
+            est.fit(["CCO", "CCN", "CCC", "CCCl"], labels)
+        assert str(caught.value) == message
     # keys fit sets itself: an override was set over (train.seed, train.threads) or refused in the flags' words
     for item, message in (("train.seed=7", "overrides 'train.seed=7': fit sets it from random_state; drop it from "
                                            "overrides and set random_state instead"),

@@ -652,15 +652,34 @@ class _SigGateEstimator(BaseEstimator):
     def _in_fit_words(self, text: str, work: Path, kept: bool, warning: bool = False) -> str:
         """A refusal (or, with ``warning``, a data warning) of the run fit trains in ``work`` as fit's
         caller reads it, the one place that rewords one: in the estimator's words
-        (:func:`_in_estimator_words`), as it holds for fit (:func:`_data_warning_in_fit_words`),
+        (:func:`_in_estimator_words`; a config of another task's loss as that choice of recipe,
+        :meth:`_recipe_of_another_task`), as it holds for fit (:func:`_data_warning_in_fit_words`),
         without fit's own files where none outlives it (``kept``: an ``out_dir``; a checkpoint in
         fit's folder, removed when fit returns, is no help) and in ``y``'s values (:meth:`_in_words_of_y`)."""
         if warning:
             text = _data_warning_in_fit_words(text, kept)
+        text = self._recipe_of_another_task(text)
         text = _in_estimator_words(text, work / _FIT_CSV)
         if not kept:
             text = re.sub(rf"The last good checkpoint is kept at {re.escape(str(work))}\S*\. ", "", text)
         return self._in_words_of_y(text)
+
+    def _recipe_of_another_task(self, text: str) -> str:
+        """The refusal of a ``config`` whose loss is another task's (``SigGateRegressor(config="molhiv")``:
+        "train.loss: 'bce' does not fit data.task='regression'") as the choice of recipe it is: the
+        other estimator, or another config. A loss that ``overrides`` set keeps the config's words."""
+        found = re.match(r"train\.loss: '(\w+)' does not fit data\.task='\w+'", text)
+        if not found or self.config is None or any(o.partition("=")[0].strip() == "train.loss"
+                                                   for o in self.overrides or ()):
+            return text
+        from .options import TASK_LOSSES
+
+        task = next(t for t, losses in TASK_LOSSES.items() if found.group(1) in losses)
+        kind = {"binary": "binary-classification", "multilabel": "binary-classification"}.get(task, task)
+        other = {"regression": "SigGateRegressor", "binary-classification": "SigGateClassifier"}.get(kind)
+        return (f"config {self.config!r} is a {kind} recipe (train.loss {found.group(1)!r}), and {type(self).__name__} "
+                f"fits {'regression' if self._task == 'regression' else 'two classes'}: use "
+                + (f"{other} or " if other else "") + "another config (config=None: csv, which fits either)")
 
     def _in_words_of_y(self, text: str) -> str:
         """``text`` with the run's names for ``y``'s values replaced by ``y``'s own (the classifier's classes)."""
