@@ -396,6 +396,10 @@ def test_refusals_name_the_estimators_parameters_not_the_command_lines_flags(tmp
                                               "from overrides and set threads instead"),
                           ("data.val_fraction=0.3", "overrides 'data.val_fraction=0.3': fit sets it from "
                                                     "val_fraction; drop it from overrides and set val_fraction instead"),
+                          ("data.split=scaffold", "overrides 'data.split=scaffold': fit sets it itself (a random "
+                                                  "val_fraction of X's molecules validates, the rest train, and no "
+                                                  "test split is held out: split X yourself, e.g. by scaffold, "
+                                                  "before fit); drop it from overrides"),
                           ("data.name=zinc", "overrides 'data.name=zinc': fit sets it itself (it trains on the "
                                              "SMILES of X); drop it from overrides"),
                           ("data.task=binary", "overrides 'data.task=binary': fit sets it from the estimator's class "

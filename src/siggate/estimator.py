@@ -83,7 +83,10 @@ _KEYS_FIT_SETS = {"data.name": "itself (it trains on the SMILES of X)",
                   "data.csv": "itself (it writes its own CSV of X and y)",
                   "data.smiles_col": "itself (it writes its own CSV of X and y)", "data.target_cols": "from y",
                   "data.task": "from the estimator's class (SigGateRegressor or SigGateClassifier)",
-                  "data.split": "from val_fraction", "data.val_fraction": "from val_fraction",
+                  # (not "from val_fraction": that draws validation rows at random, never a scaffold split)
+                  "data.split": "itself (a random val_fraction of X's molecules validates, the rest train, and no "
+                                "test split is held out: split X yourself, e.g. by scaffold, before fit)",
+                  "data.val_fraction": "from val_fraction",
                   "data.cache_dir": "itself (a folder of its own)", "train.seed": "from random_state",
                   "train.threads": "from threads"}
 #: the ``data.*`` keys an estimator's ``overrides`` may set: what to do with rows of one molecule and
