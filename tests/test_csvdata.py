@@ -523,6 +523,30 @@ def test_a_molecules_parent_is_its_largest_carbon_fragment_neutralized_or_none(s
             [a.GetSymbol() for a in Chem.MolFromSmiles(read).GetAtoms()]  # the order read's SMILES gives
 
 
+def test_the_notes_warnings_agree_with_their_counts(tmp_path, caplog):
+    """One row or molecule is said in the singular ("1 molecules appear", "1 rows hold" before), and
+    --fragments parent where no row has a parent says so, not "0 rows ... are read as their parent"."""
+    from siggate.options import counted
+    from test_predict import nci_smiles
+
+    assert (counted(1, "row holds", "rows hold"), counted(2, "row holds", "rows hold")) == ("1 row holds", "2 rows hold")
+    assert (counted(1, "molecule"), counted(0, "molecule")) == ("1 molecule", "0 molecules")
+    caplog.set_level("INFO", logger="siggate.data.csvdata")
+    others = [s for s in nci_smiles(60) if "." not in s][:30]
+    path = tmp_path / "one.csv"  # one molecule twice, 5 apart; one salt without a parent
+    path.write_text("smiles,y\n" + "".join(f"{m},{i % 7}\n" for i, m in enumerate([*others, "[K+].[Br-]"]))
+                    + f"{others[0]},5\n")
+    load_csv(path, "smiles", ["y"], "regression", split="random", cache_dir=tmp_path / "c", fragments="parent")
+    said = [r.getMessage() for r in caplog.records]
+    assert [m for m in said if "several rows" in m][0].startswith(
+        "one.csv: 1 molecule appears in several rows (2 rows) with labels that differ by more than")
+    assert [m for m in said if "several fragments" in m] == [
+        "one.csv: 1 row of several fragments (salts or mixtures) has no parent to keep (no carbon, two carbon "
+        "fragments of one size, or one RDKit cannot write back) (first: row 30, [K+].[Br-]), so --fragments parent "
+        "reads it as written: it trains with its counterions"]
+    assert not [m for m in said if "are read as their parent" in m or "is read as its parent" in m]
+
+
 def test_fragments_parent_reads_each_molecule_as_its_parent_in_training_and_predict(tmp_path, caplog):
     """--fragments parent: every molecule is read as its parent (largest fragment, neutralized,
     parsed again from its canonical SMILES), so a salt and its free base are one molecule, merged
@@ -563,8 +587,8 @@ def test_fragments_parent_reads_each_molecule_as_its_parent_in_training_and_pred
     assert not [n for n in ds.notes if n.issue == "parent across splits"]
     assert [r.getMessage() for r in caplog.records if "several fragments" in r.getMessage()] == [
         "salts.csv: 3 rows of several fragments (salts or mixtures) are read as their parent (--fragments parent); 1 "
-        "have none (no parent to keep (no carbon, two carbon fragments of one size, or one RDKit cannot write back); "
-        "first: row 5, [K+].[Br-]) and train as written, counterions included"]  # rows 0, 1 and 3; row 5
+        "has none (no parent to keep (no carbon, two carbon fragments of one size, or one RDKit cannot write back); "
+        "first: row 5, [K+].[Br-]) and trains as written, counterions included"]  # rows 0, 1 and 3; row 5
     out = tmp_path / "run"
     assert main(["train", "--data", str(path), "--target-col", "y", "--split", "random", "--members", "svr",
                  "--fragments", "parent", "--out", str(out), "--cache-dir", str(tmp_path / "c3"), "--no-progress"]) == 0

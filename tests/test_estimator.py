@@ -271,7 +271,7 @@ def test_the_data_layers_warnings_reach_an_estimators_caller(molecules, caplog):
         siggate.SigGateRegressor(members="rf").fit(X, labels)
     said = [w for w in caught if issubclass(w.category, UserWarning) and "several rows" in str(w.message)]
     assert len(said) == 1 and said[0].filename == __file__, [str(w.message) for w in caught]
-    assert str(said[0].message).startswith("1 molecules appear in several rows (2 rows) with labels that differ by "
+    assert str(said[0].message).startswith("1 molecule appears in several rows (2 rows) with labels that differ by "
                                            "more than 0.01 of the target's std")
     assert "overrides=['data.duplicates=average']" in str(said[0].message) and "--duplicates" not in str(said[0].message)
     assert str(said[0].message).endswith("to keep the first row")  # (no data_report.csv outlives a fit without out_dir)
@@ -298,7 +298,7 @@ def test_the_data_layers_warnings_reach_an_estimators_caller(molecules, caplog):
         warnings.simplefilter("always")
         siggate.SigGateRegressor(members="rf", verbose=True).fit(X, labels)
     assert not [w for w in caught if "several rows" in str(w.message)]
-    assert any("1 molecules appear in several rows" in m for m in caplog.messages)
+    assert any("1 molecule appears in several rows" in m for m in caplog.messages)
 
 
 def test_another_threads_data_warnings_are_not_a_fits(caplog):

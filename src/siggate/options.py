@@ -502,3 +502,9 @@ def closest_name(name: str, options: Sequence[str], cutoff: float = 0.6) -> str 
         return same_case[0]
     close = difflib.get_close_matches(str(name), list(options), n=1, cutoff=cutoff)
     return close[0] if close else None
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """``n`` with the words that agree with it: ``counted(1, "row holds", "rows hold")`` is ``"1 row
+    holds"``, ``counted(3, "molecule")`` is ``"3 molecules"`` (``many``: ``one`` + "s" unless given)."""
+    return f"{n} {one if n == 1 else many if many is not None else one + 's'}"

@@ -60,7 +60,7 @@ import pandas as pd
 import torch
 
 from ..files import atomic_write_bytes
-from ..options import DELIMITERS, DUPLICATES, FRAGMENTS, PREDICT_MAX_ATOMS, closest_name
+from ..options import DELIMITERS, DUPLICATES, FRAGMENTS, PREDICT_MAX_ATOMS, closest_name, counted
 from .base import (
     CSV_CHIRALITY,
     FITTED_FILE,
@@ -1514,59 +1514,76 @@ def _warn_notes(name: str, ds: GraphDataset) -> None:
             groups[rows] = max(float(v) for v in re.findall(r"spread ([0-9.eE+-]+)", spread))
     handled = [r for r in ds.invalid if row_issue(r.reason) == "duplicate"]
     if groups and handled:
-        logger.info("%s: %d molecules appear in several rows with labels that differ; %d rows were merged or "
-                    "dropped (--duplicates)", name, len(groups), len(handled))
+        logger.info("%s: %s in several rows with labels that differ; %s merged or dropped (--duplicates)", name,
+                    counted(len(groups), "molecule appears", "molecules appear"),
+                    counted(len(handled), "row was", "rows were"))
     elif groups:
         spreads = list(groups.values())
         average = ("--duplicates average to merge each into its mean, or " if ds.info.task == "regression"
                    else "")  # a class label has no mean: average is refused for it
-        logger.warning("%s: %d molecules appear in several rows (%d rows) with labels that differ by more than %g "
+        logger.warning("%s: %s in several rows (%d rows) with labels that differ by more than %g "
                        "of the target's std (spread up to %.4g, median %.4g); kept as separate rows: pass "
                        "%s--duplicates first to keep the first row (data_report.csv in the run folder lists them)",
-                       name, len(groups), sum(len(g) for g in groups), DUPLICATE_TOLERANCE, max(spreads),
+                       name, counted(len(groups), "molecule appears", "molecules appear"), sum(len(g) for g in groups),
+                       DUPLICATE_TOLERANCE, max(spreads),
                        float(np.median(spreads)), average)
     cross = [n for n in ds.notes if n.issue == CROSS_SPLIT]
     if cross:
-        logger.warning("%s: %d rows hold a molecule that the split column also puts into another split (first: row "
+        logger.warning("%s: %s a molecule that the split column also puts into another split (first: row "
                        "%d, %s; %s), so its val/test scores are optimistic; rows are merged (--duplicates) only within "
-                       "a split. Give each molecule one split (data_report.csv lists them)", name, len(cross),
+                       "a split. Give each molecule one split (data_report.csv lists them)", name,
+                       counted(len(cross), "row holds", "rows hold"),
                        cross[0].index, cross[0].smiles, cross[0].detail)
     salts = [n for n in ds.notes if n.issue == SEVERAL_FRAGMENTS]
     whole = [n for n in salts if READ_AS_WRITTEN in n.detail]
-    if salts and (whole or READ_AS_PARENT in salts[0].detail):  # --fragments parent
-        logger.log(logging.WARNING if whole else logging.INFO,
-                   "%s: %d rows of several fragments (salts or mixtures) are read as their parent (--fragments parent)%s",
-                   name, len(salts) - len(whole), f"; {len(whole)} have none ({NO_PARENT}; first: row {whole[0].index}, "
-                   f"{whole[0].smiles}) and train as written, counterions included" if whole else "")
+    read = len(salts) - len(whole) if whole or (salts and READ_AS_PARENT in salts[0].detail) else 0
+    if read:  # --fragments parent
+        logger.log(logging.WARNING if whole else logging.INFO, "%s: %s (--fragments parent)%s", name,
+                   counted(read, "row of several fragments (salts or mixtures) is read as its parent",
+                           "rows of several fragments (salts or mixtures) are read as their parent"),
+                   f"; {counted(len(whole), 'has', 'have')} none ({NO_PARENT}; first: row {whole[0].index}, "
+                   f"{whole[0].smiles}) and {'trains' if len(whole) == 1 else 'train'} as written, counterions "
+                   "included" if whole else "")
+    elif whole:  # --fragments parent, and no row has a parent (not "0 rows ... are read as their parent")
+        one = len(whole) == 1
+        logger.warning("%s: %s of several fragments (salts or mixtures) %s %s (first: row %d, %s), so --fragments "
+                       "parent reads %s as written: %s with %s counterions", name, counted(len(whole), "row"),
+                       "has" if one else "have", NO_PARENT, whole[0].index, whole[0].smiles, "it" if one else "them",
+                       "it trains" if one else "they train", "its" if one else "their")
     elif salts:
-        logger.warning("%s: %d rows hold molecules of several fragments (salts or mixtures; first: row %d, %s): each trains "
+        logger.warning("%s: %s molecules of several fragments (salts or mixtures; first: row %d, %s): each trains "
                        "as one graph and one fingerprint, counterions included, and siggate predict reads them the "
                        "same way; if the property is the parent's, pass --fragments parent (data.fragments: the "
-                       "largest carbon fragment, neutralized; data_report.csv lists them)", name, len(salts), salts[0].index,
+                       "largest carbon fragment, neutralized; data_report.csv lists them)", name,
+                       counted(len(salts), "row holds", "rows hold"), salts[0].index,
                        salts[0].smiles)
     parents = [n for n in ds.notes if n.issue == PARENT_ACROSS_SPLITS]
     if parents:
-        logger.warning("%s: %d rows share their parent (largest carbon fragment, neutralized) with another molecule in another "
+        logger.warning("%s: %s (largest carbon fragment, neutralized) with another molecule in another "
                        "split (first: row %d, %s; %s), e.g. a salt and its free base, so the val/test scores are "
                        "optimistic; pass --fragments parent to read each molecule as its parent, which keeps them in "
                        "one split (a split column's rows stay where it puts them; data_report.csv lists them)",
-                       name, len(parents), parents[0].index, parents[0].smiles, parents[0].detail)
+                       name, counted(len(parents), "row shares its parent", "rows share their parent"), parents[0].index,
+                       parents[0].smiles, parents[0].detail)
     censored = [n for n in ds.notes if n.issue == CENSORED_LABEL]
     if censored:
         column = censored[0].detail.split(" is ")[0]
-        logger.warning("%s: %d labelled rows are censored (%s says '<' or '>'; first: row %d, %s): each label is a "
+        logger.warning("%s: %s censored (%s says '<' or '>'; first: row %d, %s): each label is a "
                        "bound, not a measurement, and trains as if it were one; keep the rows whose relation is '=' "
                        "(ChEMBL's pChEMBL Value is given for those only; data_report.csv lists them)", name,
-                       len(censored), column, censored[0].index, censored[0].detail.split(":")[0])
+                       counted(len(censored), "labelled row is", "labelled rows are"), column, censored[0].index,
+                       censored[0].detail.split(":")[0])
     other = [n for n in ds.notes if n.issue == OTHER_UNIT]
     if other:
         column, _, rest = other[0].detail.partition(" is ")
         common = rest.split(", not ")[1].split(" as in ")[0]
         units = sorted({n.detail.split(" is ")[1].split(",")[0] for n in other})
         shown = ", ".join(units[:5]) + (f" and {len(units) - 5} more" if len(units) > 5 else "")
-        logger.warning("%s: %d labelled rows give their label in another unit than %s (%s: %s): one number scale "
+        logger.warning("%s: %s in another unit than %s (%s: %s): one number scale "
                        "mixes units, so those labels are off by their units' ratio; convert them or keep one unit's "
-                       "rows (data_report.csv lists them)", name, len(other), common, column, shown)
+                       "rows (data_report.csv lists them)", name,
+                       counted(len(other), "labelled row gives its label", "labelled rows give their label"), common,
+                       column, shown)
     large = [n for n in ds.notes if n.issue == "large molecule"]
     if large:
         sizes = [int(n.detail.split()[0]) for n in large]
