@@ -545,6 +545,9 @@ def test_bad_data_and_parameters_are_named_before_training(molecules, tmp_path):
         ({"overrides": "members.rf.n_estimators=50"}, smiles[:5], y[:5], "overrides must be a sequence of"),
         ({"device": "gpu"}, smiles[:5], y[:5], r"device must be 'cpu' or 'cuda' \(or 'cuda:N'\), got 'gpu'"),
         ({"epochs": 0}, smiles[:5], y[:5], "epochs must be a whole number >= 1 or None, got 0"),
+        ({"verbose": "yes"}, smiles[:5], y[:5], r"^verbose must be True or False \(or a whole number, as "
+         r"scikit-learn's verbose\), got 'yes', a str$"),  # (taken as True)
+        ({"verbose": None}, smiles[:5], y[:5], r"^verbose must be True or False .*, got None, a NoneType$"),
     ]
     for params, X, labels, message in cases:
         with pytest.raises(ValueError, match=message):
@@ -990,6 +993,11 @@ def test_conformal_intervals_are_the_runs_own_and_outlive_its_folder(molecules, 
         assert np.isinf(est.predict_interval(smiles[50:], coverage=0.99)[1]).all()
     with pytest.raises(ValueError, match="coverage must be a number between 0 and 1"):
         est.predict_interval(smiles[50:], coverage=90)
+    for given in ("0.9", True):  # a string was read as its number
+        with pytest.raises(ValueError) as caught:
+            est.predict_interval(smiles[50:], coverage=given)
+        assert str(caught.value) == ("coverage must be a number between 0 and 1 (e.g. 0.9 for 90% intervals), got "
+                                     f"{given!r}, a {type(given).__name__}")
     labels = np.where(y > np.median(y), "large", "small")
     clf = siggate.SigGateClassifier(**FP, out_dir=tmp_path / "clf", val_fraction=0.3).fit(smiles[:50], labels[:50])
     sets = clf.predict_set(smiles[50:], coverage=0.8)

@@ -508,6 +508,9 @@ class _SigGateEstimator(BaseEstimator):
         if (isinstance(self.val_fraction, bool) or not isinstance(self.val_fraction, numbers.Real)
                 or not 0.0 < float(self.val_fraction) < 1.0):
             raise ValueError(f"val_fraction must be a number between 0 and 1, got {self.val_fraction!r}")
+        if not isinstance(self.verbose, (bool, np.bool_, numbers.Integral)):  # ("yes" was taken as True)
+            raise ValueError(f"verbose must be True or False (or a whole number, as scikit-learn's verbose), got "
+                             f"{self.verbose!r}, a {type(self.verbose).__name__}")
         if self.overrides is not None and (isinstance(self.overrides, str)
                                            or not all(isinstance(o, str) for o in self.overrides)):
             raise ValueError(f"overrides must be a sequence of 'section.key=value' strings, e.g. "
@@ -797,6 +800,9 @@ class _SigGateEstimator(BaseEstimator):
 
         check_is_fitted(self, "predictor_")
         self._check_columns(X)  # before any warning about the coverage
+        if isinstance(coverage, (bool, np.bool_)) or not isinstance(coverage, numbers.Real):  # ('0.9' passed as 0.9)
+            raise ValueError(f"coverage must be a number between 0 and 1 (e.g. 0.9 for 90% intervals), got "
+                             f"{coverage!r}, a {type(coverage).__name__}")
         coverage = check_coverage(coverage)
         if not hasattr(self, "calibration_"):  # fitted (and pickled) before the estimator kept its calibration
             raise ValueError("this estimator was fitted by an older siggate, which kept no calibration with it; fit "
