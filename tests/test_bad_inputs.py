@@ -877,9 +877,19 @@ def test_a_run_without_a_gnn_member_does_not_check_a_warmup(tmp_path, capsys):
     rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--members", "svr,rf", "--set",
                           "train.epochs=2", "--out", str(tmp_path / "r"), "--no-progress"], capsys)
     assert rc == 0 and (tmp_path / "r" / "metrics.json").is_file(), err
+    # resumed (its members read from its record; helper-185): the same, interrupted or finished
+    (tmp_path / "r" / "metrics.json").unlink()
+    rc, _, err = run_cli(["train", "--resume", str(tmp_path / "r"), "--no-progress"], capsys)
+    assert rc == 0 and (tmp_path / "r" / "metrics.json").is_file(), err
     rc, _, err = run_cli(["train", "--data", str(data), "--target-col", "y", "--members", "gnn,svr", "--set",
                           "train.epochs=2", "--out", str(tmp_path / "g")], capsys)
     assert rc == 2 and "leaves no epoch after the warmup of a 2-epoch run" in err and not (tmp_path / "g").exists()
+    # the estimators: their members are not flags of the command line they build (helper-185)
+    import siggate
+
+    frame = [line.split(",") for line in data.read_text().splitlines()[1:]]
+    est = siggate.SigGateRegressor(members="svr", overrides=("train.epochs=2",))
+    assert est.fit([r[0] for r in frame], [float(r[1]) for r in frame]).predict([frame[0][0]]).shape == (1,)
 
 
 @pytest.mark.parametrize("extra, expected", [

@@ -12,6 +12,7 @@ import argparse
 import functools
 import json
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 from .config import ConfigError, key_path, load_config, parse_override, sep_char, text_if_text
@@ -23,8 +24,6 @@ from .options import (
     add_data_root_flag,
     init_is_none,
     init_is_shipped,
-    member_names,
-    recipe_members,
 )
 
 __all__ = ["CLIError", "WARMUP_START", "add_command", "add_config_args", "add_device_flag", "add_threads_flag",
@@ -279,13 +278,15 @@ def absolute_data_paths(cfg) -> None:
             setattr(cfg.data, key, str(Path(value).expanduser().absolute()))
 
 
-def config_from_args(args):
+def config_from_args(args, kinds: Sequence[str] | None = None):
     """Resolve the config from ``--config``/``--set`` and the shortcut flags; validated.
 
     ``--epochs``/``--budget`` N scale the config's warmup to ``round(warmup * N / epochs)``
     (unless ``--set train.warmup_epochs`` gives it); the warmup starts at :data:`WARMUP_START`
     of the base learning rate, or at GraphGPS's 0 with ``--budget`` (unless ``--set
-    train.warmup_start`` or the config file gives it). A warmup that leaves no epoch after it is refused.
+    train.warmup_start`` or the config file gives it). A warmup that leaves no epoch after it is
+    refused where the run trains a GNN: ``kinds``, the run's member kinds (``siggate train``'s, an
+    estimator's; None: a GNN alone, as ``compare`` and the analyses train).
     """
     overrides = list(args.overrides)
     given = set_keys(args)  # (each --set item parsed once)
@@ -349,7 +350,6 @@ def config_from_args(args):
         if epochs < 1:
             raise CLIError(f"--epochs/--budget must be >= 1, got {epochs}")
         t.set_epochs(epochs, keep_warmup="train.warmup_epochs" in given)  # the protocol's warmup fraction
-    kinds = member_names(recipe_members(recipe_name(args), getattr(args, "members", None))[0])
-    if "gnn" in kinds and t.warmup_refusal():  # (a run of fingerprint members has no epochs to warm up:
-        raise CLIError(t.warmup_refusal())     # --members svr --set train.epochs=2 was refused for its warmup)
+    if (kinds is None or "gnn" in kinds) and t.warmup_refusal():  # (a run of fingerprint members has no epochs
+        raise CLIError(t.warmup_refusal())  # to warm up: --members svr --set train.epochs=2 was refused for its warmup)
     return cfg.validate()

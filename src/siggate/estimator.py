@@ -68,6 +68,8 @@ _SMILES, _SPLIT = "smiles", "split"
 #: the name of the CSV of X and y that fit writes into its work folder (and its refusals name)
 _FIT_CSV = "data.csv"
 
+#: NumPy's warning of a complex number cast to real (``numpy.exceptions`` from 1.25; the top level before)
+_ComplexWarning = getattr(np, "exceptions", np).ComplexWarning
 #: the refusal of a complex ``y`` (scikit-learn's words for it first)
 _COMPLEX_Y = "Complex data not supported: y holds complex numbers; give real labels (y.real, if the imaginary parts are 0)"
 
@@ -373,10 +375,10 @@ class _SigGateEstimator(BaseEstimator):
         to_numpy = getattr(y, "to_numpy", None)  # pandas: its missing values (pd.NA of a nullable dtype) as NaN
         try:
             with warnings.catch_warnings():  # (NumPy cast complex labels to real with this warning alone)
-                warnings.simplefilter("error", np.exceptions.ComplexWarning)
+                warnings.simplefilter("error", _ComplexWarning)
                 values = (to_numpy(dtype=np.float64, na_value=np.nan) if to_numpy is not None
                           else np.asarray(y, dtype=np.float64))
-        except np.exceptions.ComplexWarning:
+        except _ComplexWarning:
             raise ValueError(_COMPLEX_Y) from None
         except (TypeError, ValueError) as exc:
             if "not 'complex'" in str(exc):  # a list (or an object array) of complex numbers
@@ -591,9 +593,9 @@ class _SigGateEstimator(BaseEstimator):
         for item in [*(self.overrides or ()), f"train.threads={int(self.threads)}"]:  # (0: torch's, not the recipe's 1)
             argv += [f"--set={item}"]
         args = build_parser().parse_args(argv)
-        cfg = config_from_args(args)
         members, weights = recipe_members(recipe_name(args), self.members)  # "" is no kind, refused as --members "" is
         kinds = parse_kinds(members)
+        cfg = config_from_args(args, kinds)
         weights = run_weights(kinds, self.weights or weights)  # unknown weights raise before any data is read
         with _data_warnings(not self.verbose) as said:
             ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,
