@@ -283,6 +283,8 @@ def test_gnn_svr_and_rf_in_one_run(nitrogen_csv, tmp_path, capsys):
     assert [(m["kind"], m["seed"]) for m in res["members"]] == [("gnn", 0), ("gnn", 1), ("svr", 0), ("rf", 0)]
     assert list(_member_rows(stdout)) == ["member0", "member1", "member2", "member3", "combined"]
     assert (run / "member0" / "best.pt").is_file() and (run / "member3" / "arrays.pt").is_file()
+    # the svr and rf keep the config they were fitted under; a GNN's run folder has its own config.yaml (helper-185)
+    assert [(run / f"member{i}" / "fitted_with.yaml").is_file() for i in range(4)] == [False, False, True, True]
     assert (tmp_path / "cache" / "pe").is_dir()  # the GNN members read their positional encoding
     asked = ["NCCN", "c1ccccc1O"]
     singles = []

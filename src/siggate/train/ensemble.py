@@ -101,7 +101,10 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     def fitted_with(folder: Path) -> None:  # what _check_resumable reads when a resume would reuse the member
         write_config(folder / MEMBER_FIT_RECORD, cfg.to_dict(), source=source)
 
-    fitted = [fit_member(member, out / name, ds, resume, device, on_fitted=fitted_with) for name, _, member in built]
+    # (a GNN member's run folder holds its own config.yaml, which its checkpoints are checked against)
+    fitted = [fit_member(member, out / name, ds, resume, device,
+                         on_fitted=fitted_with if getattr(member, "folder", None) is None else None)
+              for name, _, member in built]
     record = {"config": cfg.to_dict(), "split_seed": cfg.train.seed, "data_source": source}
     combo = Combination(fitted, weights, [name for name, _, _ in built], record,
                         groups=[member.kind for member in fitted]).fit_weights(ds)
