@@ -278,7 +278,7 @@ def test_cached_rebuilds_corrupt_file(tmp_path, caplog):
     assert len(calls) == 3 and sum("corrupt cache file" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_a_flipped_byte_in_a_cache_file_is_rebuilt_not_loaded(tmp_path, caplog):
+def test_a_flipped_byte_in_a_cache_file_is_rebuilt_not_loaded(tmp_path, caplog, monkeypatch):
     """torch reads a zip without checking its CRCs: a byte flipped inside a tensor's data loaded as
     a label of -3.4e35 (a run reported MAE 8.6e33 and exit 0; helper-179). Every load checks the
     SHA-256 the sidecar recorded when the file was written; a sidecar without one (an older cache)
@@ -312,6 +312,19 @@ def test_a_flipped_byte_in_a_cache_file_is_rebuilt_not_loaded(tmp_path, caplog):
     side.write_text(json.dumps({k: v for k, v in meta.items() if k != "sha256"}))
     cached(tmp_path, "c", {"a": 1}, build)
     assert cached.last_hit is True and len(calls) == 2
+    # a rebuild whose sidecar cannot be written leaves no older digest beside the new file (it failed the
+    # new file at every load; helper-185): the file then loads unchecked
+    side.write_text(json.dumps(meta))
+    from siggate.data import cache as cache_module
+
+    def no_sidecar(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache_module, "atomic_write_bytes", no_sidecar)
+    cached(tmp_path, "c", {"a": 1}, lambda: {"v": torch.zeros(3)}, rebuild=True)
+    monkeypatch.undo()
+    assert not side.exists()
+    assert torch.equal(cached(tmp_path, "c", {"a": 1}, build)["v"], torch.zeros(3)) and cached.last_hit is True
 
 
 def test_cached_failed_build_leaves_nothing(tmp_path):

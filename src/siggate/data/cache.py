@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -438,17 +439,18 @@ def cached(
         obj = build()
         built_s = time.perf_counter() - t0
 
+        side = folder / f"{key}.json"
         with AtomicFile(path) as out:
             save(obj, Path(out.tmp))
-        try:  # the file's digest, which every load checks (_changed_since_written)
-            meta = {"parts": parts, "featurization_version": FEATURIZATION_VERSION, "key": key,
-                    "sha256": file_digest(path)}
-            atomic_write_bytes(
-                folder / f"{key}.json",
-                json.dumps(meta, sort_keys=True, indent=1, default=_jsonable).encode("utf-8"),
-            )
-        except Exception:  # without a sidecar the file loads unchecked, as one written before digests
-            pass
+            # the new file's digest, which every load checks (_changed_since_written), in place before the file
+            # is: a kill between the two leaves the old file beside the new digest (rebuilt), never the reverse
+            try:
+                meta = {"parts": parts, "featurization_version": FEATURIZATION_VERSION, "key": key,
+                        "sha256": file_digest(out.tmp)}
+                atomic_write_bytes(side, json.dumps(meta, sort_keys=True, indent=1, default=_jsonable).encode("utf-8"))
+            except Exception:  # without a sidecar the file loads unchecked, as one written before digests;
+                with contextlib.suppress(OSError):  # an old sidecar's digest would fail the new file at every load
+                    side.unlink(missing_ok=True)
         cached.last_hit = False
         logger.info("cache miss %s: built in %.2fs", path, built_s)
         return obj
