@@ -393,7 +393,8 @@ def results_store(path: Path) -> RowStore:
 def load_results(path: Path) -> dict:
     """The results file (empty when there is none), its rows' seeds as integers.
 
-    Exits (2): two rows of one key (a hand-merged file: each would be averaged in)."""
+    Exits (2): a row that breaks the harnesses' row rule, or two rows of one key
+    (:func:`checked_rows`)."""
     res = results_store(path).load()
     res.setdefault("targets", {})
     checked_rows(res["rows"], path)
@@ -406,28 +407,15 @@ OK_ROW_NUMBERS = (*METRICS, "cpu_s")
 
 
 def checked_rows(rows: list[dict], path: Path) -> list[dict]:
-    """``rows`` of the results file ``path``, their seeds made integers (in place).
+    """``rows`` of the results file ``path``, their seeds made integers (in place), by the
+    harnesses' one row rule (:func:`peers.checked_rows`: a record of its tool, recipe and target
+    and a whole-number seed; an ``ok`` row with a finite number of each of :data:`OK_ROW_NUMBERS`).
 
-    Exits (2): a row that is not a mapping of its tool, recipe and target (names) and seed; an
-    ``ok`` row without a finite number of each of :data:`OK_ROW_NUMBERS` (a hand-edited or
-    imported row: every later report, comparison and import ended in a traceback); two rows of one
-    key (a hand-merged file: each would be averaged in)."""
+    Exits (2): a row that breaks it; two rows of one key (a hand-merged file: each would be
+    averaged in)."""
+    peers.checked_rows(rows, path, ("tool", "recipe", "target"), OK_ROW_NUMBERS, prog="moleculeace")
     seen = set()
     for r in rows:
-        if not isinstance(r, dict) or not all(isinstance(r.get(k), str) for k in ("tool", "recipe", "target")):
-            refuse(f"{path} holds a row that is not a record of its tool, recipe, target and seed ({str(r)[:80]}); "
-                   "restore the file (git checkout) or mend that row")
-        if r.get("status") == "ok":
-            bad = next((k for k in OK_ROW_NUMBERS if not isinstance(r.get(k), (int, float)) or isinstance(r.get(k), bool)
-                        or not math.isfinite(r[k])), None)
-            if bad:
-                refuse(f"{path} holds an ok row without a finite {bad} ({r['tool']}/{r['recipe']}/{r['target']} seed "
-                       f"{r.get('seed')!r}: {r.get(bad)!r}); restore the file (git checkout) or mend that row")
-        try:
-            r["seed"] = int(r["seed"])
-        except (KeyError, TypeError, ValueError):
-            refuse(f"{path} holds a row without a whole-number seed ({r.get('tool')}/{r.get('recipe')}/"
-                   f"{r.get('target')}: seed {r.get('seed')!r}); restore the file (git checkout) or mend that row")
         if row_key(r) in seen:
             refuse(f"{path} holds two rows of {row_key(r)}; keep one (each would be averaged in)")
         seen.add(row_key(r))

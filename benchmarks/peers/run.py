@@ -398,33 +398,38 @@ def results_store(path: Path) -> RowStore:
 
 
 def load_results(path: Path) -> dict:
-    """The results file ``path`` (empty where there is none), its rows checked (:func:`checked_runs`)."""
+    """The results file ``path`` (empty where there is none), its rows checked (:func:`checked_rows`)."""
     res = results_store(path).load()
-    checked_runs(res.get("runs", []), path)
+    checked_rows(res.get("runs", []), path, ("tool", "task"), ("value", "wall_s"), ok_names=("metric",))
     return res
 
 
-def checked_runs(rows: list, path: Path) -> list:
-    """``rows`` of the results file ``path`` as the report reads them. Exits (2), naming the row: one
-    that is not a record of its tool and task (names) and a whole-number seed, or an ``ok`` one
-    without its metric's name and a finite ``value`` and ``wall_s`` (the report ended in a
-    traceback on such a row, and sorted a seed "x" against the others' numbers)."""
+def checked_rows(rows: list, path: Path, names: tuple, numbers: tuple, ok_names: tuple = (),
+                 prog: str = "peers") -> list:
+    """``rows`` of a harness's results file ``path`` (both harnesses'), their seeds made integers in
+    place. Exits (2) naming the row, one line (``prog``: the harness): a row that is not a record of
+    its ``names`` (text) and a whole-number seed, or an ``ok`` row without its ``ok_names`` (text)
+    and a finite number of each of ``numbers`` (a hand-edited or imported row: every later report,
+    comparison and import ended in a KeyError, TypeError or AttributeError)."""
+    fix = "restore the file (git checkout) or mend that row"
     for r in rows:
-        if not isinstance(r, dict) or not all(isinstance(r.get(k), str) for k in ("tool", "task")):
-            refuse(f"{path} holds a row that is not a record of its tool, task and seed ({str(r)[:80]}); restore the "
-                   "file (git checkout) or mend that row")
-        where = f"{r['tool']}/{r['task']} seed {r.get('seed')!r}"
-        if not isinstance(r.get("seed"), int) or isinstance(r.get("seed"), bool):
-            refuse(f"{path} holds a row without a whole-number seed ({where}); restore the file (git checkout) or mend "
-                   "that row")
+        if not isinstance(r, dict) or not all(isinstance(r.get(k), str) for k in names):
+            refuse(f"{path} holds a row that is not a record of its {', '.join(names)} and seed ({str(r)[:80]}); {fix}",
+                   prog)
+        where = "/".join(r[k] for k in names) + f" seed {r.get('seed')!r}"
+        seed = r.get("seed")
+        whole = (isinstance(seed, int) and not isinstance(seed, bool)) or (isinstance(seed, str) and seed.isdigit())
+        if not whole:  # (int() made a seed 1.7 into 1)
+            refuse(f"{path} holds a row without a whole-number seed ({where}); {fix}", prog)
+        r["seed"] = int(seed)
         if r.get("status") != "ok":
             continue
-        bad = "metric" if not isinstance(r.get("metric"), str) else next(
-            (k for k in ("value", "wall_s") if not isinstance(r.get(k), (int, float)) or isinstance(r.get(k), bool)
+        bad = next((k for k in ok_names if not isinstance(r.get(k), str)), None) or next(
+            (k for k in numbers if not isinstance(r.get(k), (int, float)) or isinstance(r.get(k), bool)
              or not math.isfinite(r[k])), None)
         if bad:
-            refuse(f"{path} holds an ok row without {'its metric' if bad == 'metric' else f'a finite {bad}'} ({where}: "
-                   f"{r.get(bad)!r}); restore the file (git checkout) or mend that row")
+            refuse(f"{path} holds an ok row without {'its' if bad in ok_names else 'a finite'} {bad} ({where}: "
+                   f"{r.get(bad)!r}); {fix}", prog)
     return rows
 
 
