@@ -660,9 +660,6 @@ def cmd_evaluate(args) -> int:
         raise CLIError("--decimal reads the labels of --data FILE.csv; give --data too")
     if args.data is not None and args.split is not None:
         raise CLIError(f"--split applies to the run's own data; --data {args.data} is scored whole (drop --split)")
-    if args.data is not None and args.allow_changed:  # (accepted, with no effect)
-        raise CLIError(f"--allow-changed applies to the run's own training CSV; --data {args.data} is scored as it is "
-                       "(drop --allow-changed)")
     if args.data is None and args.max_atoms is not None:  # (its value is checked where predict's is)
         raise CLIError("--max-atoms limits the molecules of --data FILE.csv (the run's own splits are scored whole); "
                        "give --data too")

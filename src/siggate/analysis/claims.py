@@ -546,7 +546,8 @@ def study_rows(path: Path, data: dict) -> list[dict]:
     rows = []
     study = data.get("gate_study")  # None: the harness has no test yet; another shape lost its row without a word
     if study is not None and not isinstance(study, dict):
-        raise TypeError(f"its gate_study is a JSON {type(study).__name__}, not an object (or null)")
+        kind = {str: "string", list: "array", bool: "boolean", int: "number", float: "number"}.get(type(study), "value")
+        raise TypeError(f"its gate_study is a JSON {kind}, not an object (or null)")
     for key, study in data.items():
         if isinstance(study, dict) and (study.get("kind") == MOLECULEACE_STUDY or key == "gate_study"):
             rows += moleculeace_gate_rows(path, study, key)

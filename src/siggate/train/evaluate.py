@@ -514,6 +514,9 @@ def evaluate(checkpoint, split: str = "test", data=None, smiles_col: str | None 
     from .predict import run_folder
     from .scoring import scored_rows
 
+    if data is not None and allow_changed:  # (accepted, with no effect)
+        raise EvaluationError(f"--allow-changed applies to the run's own training CSV; --data {data} is scored as it "
+                              "is (drop --allow-changed)")
     predictor, info = _load(checkpoint, device)
     folder = run_folder(checkpoint)
     clash = training_csv_clash(output, predictor, folder)
