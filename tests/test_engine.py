@@ -623,7 +623,10 @@ def test_compare_end_to_end(tmp_path, monkeypatch):
     log = (broken / "train.log").read_text()
     assert "--resume" in log and "--set model.gate=headwise --set model.gate_position=value" in log
     assert res["per_seed"]["headwise@value"] == {} and res["p_paired_t"] is None  # not hidden, not invented
-    assert "Failed runs" in (out / "results.md").read_text()
+    # the failure's own cause in its one line, not "exit status 2; see .../train.log:" alone (helper-183)
+    failed = next(ln for ln in (out / "results.md").read_text().splitlines() if ln.startswith("- `headwise@value` seed 0"))
+    assert failed.startswith(f"- `headwise@value` seed 0: exit status 2; see {broken / 'train.log'}: siggate train: "
+                             "error: ") and "corrupt" in failed, failed
     assert res["command"].startswith("siggate compare --config nci5k --seeds 0 --gates none,headwise@value")
 
     # rerun after removing the broken pair's folder from the comparison: nothing is retrained

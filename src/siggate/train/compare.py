@@ -40,7 +40,7 @@ from ..options import (
     parse_gate_spec,
     progress_enabled,
 )
-from .executor import ExecutorError, add_executor_args, task_threads
+from .executor import ExecutorError, add_executor_args, failure_line, task_threads
 from .runfiles import CONFIG
 
 log = logging.getLogger("siggate.compare")
@@ -189,8 +189,7 @@ def run_pairs(pairs: list, args, progress: bool = True) -> None:
     def report(r) -> None:
         if r.state == "failed":
             spec, seed = r.tag
-            tqdm.write(f"siggate compare: FAILED {spec.label} seed {seed} ({r.error.splitlines()[0]}); "
-                       f"log: {r.run_dir / 'train.log'}", file=sys.stderr)
+            tqdm.write(f"siggate compare: FAILED {spec.label} seed {seed} ({failure_line(r.error)})", file=sys.stderr)
 
     execute(pairs, executor_from_args(args), desc="compare", progress=progress, on_result=report)
 
@@ -375,7 +374,7 @@ def render_markdown(res: dict) -> str:
     if res["failed"]:
         lines += ["## Failed runs", ""]
         for f in res["failed"]:
-            lines.append(f"- `{f['gate']}` seed {f['seed']}: {f['error'].splitlines()[0] if f['error'] else 'failed'}")
+            lines.append(f"- `{f['gate']}` seed {f['seed']}: {failure_line(f['error'])}")
         lines.append("")
     return "\n".join(lines)
 

@@ -179,6 +179,19 @@ def run_one(req: RunRequest, started: Callable[[subprocess.Popen], None] | None 
     return RunResult(req.key, rc, None, f"exit status {rc}; see {log}:\n" + _log_tail(log))
 
 
+def failure_line(error: str | None) -> str:
+    """A failed run's ``error`` in one line: its first (the exit status and the log, as
+    :func:`run_process` writes it) and the run's own cause from the log's tail, its last line that
+    names an error (``siggate train: error: non-finite loss ...``, a traceback's last line), else
+    the tail's last line. (Failures read "exit status 2; see .../train.log:" and nothing more.)"""
+    lines = [ln.strip() for ln in (error or "").splitlines() if ln.strip()]
+    if not lines:
+        return "failed"
+    head, tail = lines[0].rstrip(":"), lines[1:]
+    cause = next((ln for ln in reversed(tail) if "error" in ln.lower()), tail[-1] if tail else "")
+    return f"{head}: {cause}" if cause else head
+
+
 def run_call(req: CallRequest) -> RunResult:
     """Import and call a :class:`CallRequest`'s function; its dict is the result's ``metrics``."""
     import importlib
