@@ -993,6 +993,15 @@ def test_compare_refuses_a_bad_out_and_unknown_flags(tmp_path, capsys):
         run_cli(["compare", "--data", "x.csv", "--out", str(tmp_path / "c")], capsys)
     assert exc.value.code == 2 and "unrecognized arguments: --data" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+    # --out '' wrote runs/ and results.json into the current folder; --threads 0 ran each run at cores / jobs
+    # without a word, where 0 is torch's choice elsewhere (helper-183)
+    for extra, said in ((["--out", ""], "--out '': give the comparison's folder, e.g. --out runs/cmp"),
+                        (["--threads", "0", "--out", str(tmp_path / "c")],
+                         "--threads 0: a comparison gives each run its threads; give 1 or more, or leave --threads "
+                         "out for CPU cores / jobs")):
+        rc, _, err = run_cli(["compare", "--seeds", "0", "--gates", "none", "--epochs", "1", *extra], capsys)
+        assert rc == 2 and err.strip().endswith(said) and err.count("\n") == 1, err
+    assert not (tmp_path / "c").exists() and not list(Path.cwd().glob("results.json"))
 
 
 # --------------------------------------------------------------------------- CSV run outputs and data checks

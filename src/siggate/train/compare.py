@@ -515,6 +515,9 @@ def _check_args(args) -> None:
                            "the warmup)")
     if args.jobs < 1:
         raise CompareError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.threads == 0:  # (it ran each run at CPU cores / jobs and said nothing, where 0 is torch's choice elsewhere)
+        raise CompareError("--threads 0: a comparison gives each run its threads; give 1 or more, or leave --threads "
+                           "out for CPU cores / jobs")
 
 
 def run_folder(out: Path, label: str, seed: int) -> Path:
@@ -718,6 +721,8 @@ def _claimed(out: Path, aggregate_only: bool):
 def compare(args) -> int:
     """Run the comparison described by the parsed ``siggate compare`` arguments."""
     aggregate_only = getattr(args, "aggregate_only", False)
+    if not str(args.out).strip():  # ('' is the current folder: its runs/ and results.json went there)
+        raise CompareError("--out '': give the comparison's folder, e.g. --out runs/cmp")
     read = _digest(Path(args.out) / "results.json")  # a snapshot never replaces results written since
     old, stored, unread = _stored(Path(args.out), aggregate_only)  # its MAD block is kept while the runs are the same
     named = {n for n in DEFINING if getattr(args, n, None) not in (None, [])}
@@ -931,7 +936,7 @@ def register(subparsers) -> None:
                         "EPOCHS / train.epochs (the cosine decay then spans the budget)")
     p.add_argument("--jobs", type=int, default=1, help="local back-end: runs at a time (default: 1)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch threads per run (default: CPU cores / jobs)")
+                   help="torch threads per run, 1 or more (default: CPU cores / jobs)")
     add_data_root_flag(p)
     add_cache_dir_flag(p)
     p.add_argument("--out", required=True, help="output folder (runs/, results.json, results.md, val_curves.png)")
