@@ -528,6 +528,8 @@ def test_val_curve_plot_scales_to_what_it_shows(tmp_path, monkeypatch):
     def savefig(fig, target, **kw):  # a handle on a temporary file beside the picture (it is written atomically)
         shown[drawing] = [(ax.get_yscale(), ax.get_title(), [list(line.get_xdata()) for line in ax.get_lines()])
                           for ax in fig.axes]
+        # every epoch drawn is marked: a lone point drew nothing as a line (an --epochs 1 comparison; helper-183)
+        assert all(line.get_marker() not in (None, "None", "", " ") for ax in fig.axes for line in ax.get_lines())
         means[drawing] = [list(line.get_ydata()) for line in fig.axes[0].get_lines()]
         labels[drawing] = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
         return real_savefig(fig, target, **kw)

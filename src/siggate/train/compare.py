@@ -462,7 +462,9 @@ def plot_val_curves(res: dict, path: Path) -> None:
         for lab, (mean, std, said) in bands.items():
             ep = np.arange(1, len(mean) + 1)
             keep = ep > len(mean) // 2 if k else ep > 0
-            ax.plot(ep[keep], mean[keep], label=f"{lab} ({said})")
+            # a marker per epoch: a line alone drew nothing for one epoch, or one finite epoch between two
+            # non-finite ones (an --epochs 1 comparison gave two empty panels; helper-183)
+            ax.plot(ep[keep], mean[keep], marker="o", markersize=3, label=f"{lab} ({said})")
             ax.fill_between(ep[keep], (mean - std)[keep], (mean + std)[keep], alpha=0.25)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("epoch")
