@@ -830,3 +830,26 @@ def test_an_interrupted_comparison_says_how_to_resume(tmp_path, capsys, monkeypa
     assert main(["compare", "--seeds", "0", "--gates", "none", "--epochs", "1", "--out", str(tmp_path / "c")]) == 130
     assert capsys.readouterr().err == ("siggate compare: interrupted; run the same command again to resume (finished "
                                        "runs are kept, unfinished ones resume)\n")
+
+
+def test_a_comparison_records_its_paths_absolute(tmp_path, monkeypatch):
+    """The command results.json records named --config myz.yaml and --set data.csv=mine.csv as
+    typed: --aggregate-only from another folder looked for them there, and called the runs another
+    config (helper-183). Paths are absolute with ~ expanded; a built-in config stays a name."""
+    import argparse
+
+    from siggate.train.compare import _absolute_paths
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "myz.yaml").write_text("data: {name: zinc}\n")
+    args = argparse.Namespace(config="myz.yaml", data_root="data", cache_dir="~/c",
+                              overrides=["data.csv=mine.csv", "data.root='~/r'", "model.dim=16", "data.cache_dir=null"])
+    _absolute_paths(args)
+    assert (args.config, args.data_root, args.cache_dir) == (str(tmp_path / "myz.yaml"), str(tmp_path / "data"),
+                                                             str(tmp_path / "home" / "c"))
+    assert args.overrides == [f'data.csv="{tmp_path / "mine.csv"}"', f'data.root="{tmp_path / "home" / "r"}"',
+                              "model.dim=16", "data.cache_dir=null"]
+    builtin = argparse.Namespace(config="zinc", data_root=None, cache_dir=None, overrides=[])
+    _absolute_paths(builtin)
+    assert builtin.config == "zinc"

@@ -144,6 +144,40 @@ class CompareError(RuntimeError):
     """A comparison that cannot start (bad arguments or config)."""
 
 
+def _absolute_paths(args) -> None:
+    """The paths a comparison names, in place, absolute with ``~`` expanded (as ``siggate train``
+    records them, :func:`~siggate.config_args.absolute_data_paths`): a ``--config`` file (a
+    built-in name stays a name), ``--data-root``, ``--cache-dir`` and the ``--set`` items of
+    ``data.csv``/``data.root``/``data.cache_dir``. The command the results record reproduces the
+    comparison from any folder (``--aggregate-only`` from another one looked for 'myz.yaml' there,
+    and read a data.csv of another folder as another config; helper-183). Malformed items are left
+    to the refusals of the config."""
+    from ..config import CONFIG_DIR, ConfigError, resolve_config_path
+    from ..config_args import DATA_PATH_KEYS
+
+    def absolute(path: str) -> str:
+        return str(Path(path).expanduser().absolute())
+
+    if args.config:
+        try:
+            path = resolve_config_path(args.config)
+        except ConfigError:
+            path = None
+        if path is not None and not (path.parent == CONFIG_DIR and path.stem == args.config):
+            args.config = absolute(args.config)
+    for flag in ("data_root", "cache_dir"):
+        if getattr(args, flag, None):
+            setattr(args, flag, absolute(getattr(args, flag)))
+    items = []
+    for item in args.overrides:
+        key, eq, value = item.partition("=")
+        path = value.strip().strip("'\"")
+        if eq and key.strip() in {f"data.{k}" for k in DATA_PATH_KEYS} and path and path != "null":
+            item = f"{key}={json.dumps(absolute(path))}"
+        items.append(item)
+    args.overrides = items
+
+
 def _config_name(args) -> str:
     """The config a comparison's runs train with (``--config ""`` is passed on, to be refused)."""
     return "nci5k" if args.config is None else args.config
@@ -744,6 +778,7 @@ def compare(args) -> int:
                 raise CompareError(f"{flag} {given}: --aggregate-only reads no data, and the comparison in {args.out} "
                                    f"records {f'{flag} {then}' if then else f'no {flag}'}; drop {flag}")
     _defaults(args, stored)
+    _absolute_paths(args)
     clash = flag_key_clash(args)  # before stored threads are taken (every run would refuse both)
     if clash:
         raise CompareError(clash)
