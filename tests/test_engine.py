@@ -853,3 +853,20 @@ def test_a_comparison_records_its_paths_absolute(tmp_path, monkeypatch):
     builtin = argparse.Namespace(config="zinc", data_root=None, cache_dir=None, overrides=[])
     _absolute_paths(builtin)
     assert builtin.config == "zinc"
+
+
+def test_a_comparison_whose_runs_all_failed_says_no_run_scored(tmp_path):
+    """Every run failed: results.md's title read "?, test metric (lower is better)" (no direction is
+    known), its time column 'nan', stdout 'test None n/a ± n/a' (helper-183)."""
+    from siggate.train.compare import aggregate, parse_gates, render_markdown
+    from siggate.train.study import StudyRun
+
+    specs = parse_gates("none,elementwise")
+    pairs = [StudyRun((s.label, 0), tmp_path / s.label, {}, None, tag=(s, 0), state="failed", returncode=2,
+                      error=f"exit status 2; see {tmp_path}/train.log:\nsiggate train: error: non-finite loss (nan)")
+             for s in specs]
+    res = {**aggregate(pairs, specs, [0]), "command": "siggate compare ...", "epochs": 1, "threads": 1}
+    md = render_markdown(res)
+    assert md.splitlines()[0] == "# siggate compare: no run scored, test metric"
+    assert "| `none` | 0 | n/a (no run scored) | n/a (no run scored) | n/a | n/a | n/a |" in md
+    assert f"- `none` seed 0: exit status 2; see {tmp_path}/train.log: siggate train: error: non-finite loss (nan)" in md

@@ -326,8 +326,9 @@ METRIC_NAMES = {"mae": "MAE", "ap": "AP", "rocauc": "ROC-AUC", "accuracy": "accu
 
 
 def _spread(std, n: int) -> str:
-    """`` ± std`` of an arm's ``n`` runs; one run has no spread (its std is recorded as 0)."""
-    return f" ± {_fmt(std)}" if n != 1 else " (1 run, no spread)"
+    """`` ± std`` of an arm's ``n`` runs; one run has no spread (its std is recorded as 0), and
+    none no score (it read "n/a ± n/a")."""
+    return {0: " (no run scored)", 1: " (1 run, no spread)"}.get(n, f" ± {_fmt(std)}")
 
 
 def _scored_epoch(res: dict, name: str) -> str:
@@ -349,10 +350,11 @@ def render_markdown(res: dict) -> str:
 
     metric = res["metric"] or "metric"
     hib = res["higher_is_better"]
-    direction = "higher is better" if hib else "lower is better"
+    # (no run scored, every one failed: no metric and no direction, which read "lower is better")
+    direction = {True: " (higher is better)", False: " (lower is better)"}.get(hib, "")
     base = res["baseline"]
     name = METRIC_NAMES.get(metric, metric)
-    lines = [f"# siggate compare: {res.get('dataset') or '?'}, test {name} ({direction})", ""]
+    lines = [f"# siggate compare: {res.get('dataset') or 'no run scored'}, test {name}{direction}", ""]
     lines += [f"Command: `{res['command']}`", ""]
     lines += [f"Seeds: {', '.join(map(str, res['seeds']))}; baseline: `{base}`; epochs: {res.get('epochs')}; "
               f"{' or '.join(map(str, res['threads'])) if isinstance(res.get('threads'), list) else res.get('threads')} "
@@ -365,7 +367,7 @@ def render_markdown(res: dict) -> str:
         lines.append(
             f"| `{lab}` | {res['n'][lab]} | {_fmt(res['mean'][lab])}{_spread(res['std'][lab], res['n'][lab])} | "
             f"{_fmt(res['val_mean'][lab])}{_spread(res['val_std'][lab], res['n'][lab])} | {res['params'].get(lab, 'n/a')} | "
-            f"{res['gate_params'].get(lab, 'n/a')} | {(sum(secs) / len(secs)) if secs else float('nan'):.3g} |")
+            f"{res['gate_params'].get(lab, 'n/a')} | {f'{sum(secs) / len(secs):.3g}' if secs else 'n/a'} |")
     lines.append("")
     for lab, arm in (res.get("arms") or {}).items():
         if arm.get("rule"):
@@ -619,7 +621,7 @@ def _plan_pairs(args, specs: list[GateSpec], seeds: list[int], out: Path, thread
 def _print_summary(res: dict) -> None:
     """Per arm mean ± std, every pair's statistics and the Wilcoxon notes, on stdout."""
     for lab in res["gates"]:
-        print(f"  {lab:24s} test {res['metric']} {_fmt(res['mean'][lab])}{_spread(res['std'][lab], res['n'][lab])}  "
+        print(f"  {lab:24s} test {res['metric'] or 'metric'} {_fmt(res['mean'][lab])}{_spread(res['std'][lab], res['n'][lab])}  "
               f"(n={res['n'][lab]})")
     for c in res["comparisons"]:
         print(f"  {c['b']} - {c['a']}: mean diff {_fmt(c['diff_mean'])} 95% CI {_fmt_ci(c['ci95'])}, "
