@@ -181,7 +181,7 @@ def run_one(req: RunRequest, started: Callable[[subprocess.Popen], None] | None 
 
 def failure_line(error: str | None) -> str:
     """A failed run's ``error`` in one line: its first (the exit status and the log, as
-    :func:`run_process` writes it) and the run's own cause from the log's tail, its last line that
+    :func:`run_one` writes it) and the run's own cause from the log's tail, its last line that
     names an error (``siggate train: error: non-finite loss ...``, a traceback's last line), else
     the tail's last line. (Failures read "exit status 2; see .../train.log:" and nothing more.)"""
     lines = [ln.strip() for ln in (error or "").splitlines() if ln.strip()]
