@@ -1841,6 +1841,30 @@ def test_data_paths_are_recorded_absolute_with_the_home_folder_expanded(tmp_path
     assert default_data_root() == tmp_path / "home" / "d"
 
 
+def test_a_run_folder_named_pretrained_is_no_init_and_a_yamls_init_path_is_absolute(tmp_path, monkeypatch, capsys):
+    """--out pretrained --overwrite with the recipe's own init ('pretrained', the shipped weights) was
+    refused as the --init that --overwrite would remove; a YAML's relative train.init was recorded
+    relative, so a resume from another folder read other weights or none (helper-187)."""
+    import argparse
+
+    from siggate.config_args import add_config_args, config_from_args
+
+    monkeypatch.chdir(tmp_path)
+    data = _csv(tmp_path / "d.csv", _rows(","))
+    argv = ["train", "--data", str(data), "--target-col", "y", "--members", "gnn", "--epochs", "1", "--set",
+            "train.warmup_epochs=0", "--out", "pretrained", "--no-progress"]
+    rc, _, err = run_cli(argv, capsys)
+    assert rc == 0 and "means the weights shipped" not in err, err
+    rc, _, err = run_cli([*argv, "--overwrite"], capsys)
+    assert rc == 0 and (tmp_path / "pretrained" / "best.pt").is_file(), err
+    own = tmp_path / "own.yaml"
+    own.write_text("data: {name: csv}\ntrain: {init: weights/best.pt}\n")
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    cfg = config_from_args(parser.parse_args(["--config", str(own), "--data", str(data), "--target-col", "y"]))
+    assert cfg.train.init == str(tmp_path / "weights" / "best.pt")
+
+
 def test_a_text_key_keeps_its_text():
     """--set read a key of text as YAML: a column named 007 became '7' (0123: '83'), a split
     column 'fold #1' lost what followed '#', a '#' delimiter became null (detected instead)."""

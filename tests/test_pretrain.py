@@ -454,6 +454,24 @@ def test_init_copies_a_layer_whole_or_not_at_all():
     assert torch.equal(state["head.2.weight"], blob["model"]["head.2.weight"])  # a layer of the same shape is copied
 
 
+def test_weights_of_another_datasets_encoders_are_refused_with_the_fix(tmp_path):
+    """Weights whose backbone tensors differ only by a dataset's encoders (a node-level run's) were
+    refused as 'written for another model', with no fix (helper-187): the message names it."""
+    from siggate.data.base import TaskInfo
+    from siggate.train.modelprep import build_model
+
+    cfg = load_config("csv", [*CSV, "model.pool_norm=21.64"])
+    model = build_model(cfg.model, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae"))
+    blob = torch.load(init_weights.resolve_init("pretrained"), map_location="cpu", weights_only=True)
+    key = next(k for k in blob["model"] if k.startswith("node_encoder."))
+    blob["model"][key] = torch.zeros(3, 3)  # another vocabulary's embedding
+    torch.save(blob, tmp_path / "other.pt")
+    with pytest.raises(ConfigError, match=r"it was written for another model \(another dataset's node or edge "
+                                          r"encoders, or architecture\): give weights of this model, or train from "
+                                          r"scratch: --set train\.init=none \(siggate train: --init none\)$"):
+        init_weights.load_init(model, str(tmp_path / "other.pt"), cfg.model.to_dict())
+
+
 def test_a_folder_named_pretrained_here_is_named_beside_the_shipped_weights(tmp_path, monkeypatch, caplog):
     """``--init pretrained`` with a ``./pretrained`` folder (a user's own pretraining) took the
     shipped weights without a word; the warning says which it took and how to give the folder."""
@@ -462,12 +480,21 @@ def test_a_folder_named_pretrained_here_is_named_beside_the_shipped_weights(tmp_
     shipped = init_weights.resolve_init("pretrained")
     assert not caplog.records
     (tmp_path / "pretrained").mkdir()
+    # an empty folder of that name (a run's own output folder, --out pretrained, made moments before) holds no
+    # weights to mistake: no warning (helper-187)
+    assert init_weights.resolve_init("pretrained") == shipped and not caplog.records
+    (tmp_path / "pretrained" / "pretrained.pt").write_bytes(b"weights")
     with caplog.at_level("WARNING", logger="siggate.train"):
         assert init_weights.resolve_init("pretrained") == shipped  # still the shipped weights
         init_weights.resolve_init("pretrained")  # said once
     assert [r.getMessage() for r in caplog.records] == [
         f"train.init 'pretrained' means the weights shipped with siggate, not {tmp_path / 'pretrained'} here; to "
         "start from that, give it as ./pretrained"]
+    # pretrained:NAME is a shipped name, never a path (pretrained:/abs/x read any file, recorded as shipped)
+    for name in (f"pretrained:{tmp_path / 'pretrained' / 'pretrained'}", "pretrained:../x", "pretrained:.."):
+        with pytest.raises(ConfigError, match=r"pretrained:NAME names shipped weights by their name \(shipped: "
+                                              r"default\); give the path of other weights as it is"):
+            init_weights.resolve_init(name)
 
 
 def test_shipped_weights_load_and_fit_the_csv_recipe():

@@ -45,6 +45,8 @@ from .options import (
     add_cache_dir_flag,
     add_data_root_flag,
     add_progress_flag,
+    init_is_none,
+    init_is_shipped,
     progress_enabled,
     recipe_members,
     run_weights,
@@ -113,6 +115,13 @@ def _smiles_column_in_any_case(data) -> None:
         print(f"siggate train: reading SMILES from column {found!r} (the file has no column {data.smiles_col!r}; "
               "choose another with --smiles-col)", file=sys.stderr)
         data.smiles_col = found
+
+
+def _init_path(init: str | None) -> str | None:
+    """``train.init`` where it names a path (a folder or file that ``--overwrite`` must not remove),
+    else None: the shipped weights' names and ``none`` are no path (an --out named 'pretrained' was
+    refused as the --init that --overwrite would remove)."""
+    return None if not init or init_is_none(init) or init_is_shipped(init) else init
 
 
 def cmd_train(args) -> int:
@@ -204,12 +213,12 @@ def cmd_train(args) -> int:
             raise CLIError("--ddp needs --out DIR (or --resume RUN): every rank must write to the same folder, "
                            "so it cannot be a default name that the ranks pick one by one")
         if args.overwrite:
-            _check_inputs_outside(ddp_out, {"--data": cfg.data.csv, "--init": cfg.train.init})
+            _check_inputs_outside(ddp_out, {"--data": cfg.data.csv, "--init": _init_path(cfg.train.init)})
         return _train_ddp(cfg, args, ddp_out, resume is not None)
     device = check_device(args.device)
     out = resume if resume is not None else default_out_dir(cfg, args.out)
     if args.overwrite:
-        _check_inputs_outside(out, {"--data": cfg.data.csv, "--init": cfg.train.init})
+        _check_inputs_outside(out, {"--data": cfg.data.csv, "--init": _init_path(cfg.train.init)})
     lock = claim_out_dir(out, resume=resume is not None, overwrite=args.overwrite,
                          default_name=resume is None and not args.out, cfg=cfg)
     out = lock.folder

@@ -333,8 +333,10 @@ def config_from_args(args, kinds: Sequence[str] | None = None):
                 raise CLIError(f"--{flag.replace('_', '-')} applies to --data FILE.csv only; give --data too (without "
                                f"it siggate trains {args.config or 'nci5k'})")
     cfg = load_config(recipe_name(args), overrides)  # --data: configs/csv.yaml
-    if "train.init" in given and cfg.train.init:  # a path made absolute, as --init's: a resume from another folder
-        cfg.train.init = init_source(cfg.train.init)  # (or a member started later) reads the same weights
+    # a path made absolute however given (--init, --set, a YAML's, which was kept relative): a resume from
+    # another folder (or a member started later) reads the same weights
+    if cfg.train.init:
+        cfg.train.init = init_source(cfg.train.init)
     absolute_data_paths(cfg)
     sep = getattr(args, "sep", None)
     if args.data and sep is not None:  # (--sep "" detected the delimiter as if no --sep were given)

@@ -57,9 +57,15 @@ def _warn_shadowed(path: str, source: str) -> None:
 def resolve_init(source: str) -> Path:
     """The weights file ``train.init`` names (see the module docstring)."""
     if init_is_shipped(source):
-        if Path(source).exists():
-            _warn_shadowed(str(Path(source).resolve()), source)
+        here = Path(source)
+        # weights here of the shipped name (not a run's own fresh output folder named so, which held none)
+        if here.is_file() or any((here / name).is_file() for name in ("pretrained.pt", BEST, LAST)):
+            _warn_shadowed(str(here.resolve()), source)
         name = source.partition(":")[2] or "default"
+        if Path(name).name != name or name in (".", ".."):  # (pretrained:/abs/x read any file, recorded as shipped)
+            raise ConfigError(f"train.init {source!r}: pretrained:NAME names shipped weights by their name "
+                              f"(shipped: {', '.join(sorted(p.stem for p in SHIPPED.glob('*.pt'))) or 'none'}); give "
+                              "the path of other weights as it is, without 'pretrained:'")
         path = SHIPPED / f"{name}.pt"
         if not path.is_file():
             have = sorted(p.stem for p in SHIPPED.glob("*.pt"))
@@ -271,8 +277,9 @@ def load_init(model: torch.nn.Module, source: str | InitWeights, model_cfg: dict
     backbone_fresh = [n for n in fresh if not n.startswith(("head.", "mol_"))]
     if backbone_fresh:
         raise ConfigError(f"train.init: {path} lacks (or holds in another shape) {len(backbone_fresh)} backbone "
-                          f"tensors of this model "
-                          f"(e.g. {backbone_fresh[0]}); it was written for another model")
+                          f"tensors of this model (e.g. {backbone_fresh[0]}); it was written for another model "
+                          "(another dataset's node or edge encoders, or architecture): give weights of this "
+                          f"model, or train from scratch: --set train.init={NO_INIT} (siggate train: --init {NO_INIT})")
     then = (blob.get("info") or {}).get("chirality")
     if chirality is not None and then is not None and then != chirality:
         from ..data.base import CHIRALITY_WORDS
