@@ -1380,6 +1380,11 @@ def test_predict_and_evaluate_say_when_a_run_folder_is_not_a_finished_run(tmp_pa
     (["--scaling-large", "--attn-types", ",", "--pyg-head-channels", ""],
      "--attn-types and --pyg-head-channels name no model: give at least one"),
     (["--dim", "7"], "--dim 7 is not divisible by the zinc config's 4 heads"),
+    # (helper-186: a graph of 20 nodes failed in the first size's subprocess, one node in BatchNorm; a warm-up of 0
+    # was recorded as 0 where the first step always warms up)
+    (["--scaling-large", "--sizes", "20"], "--sizes '20': give node counts >= 34 separated by commas"),
+    (["--scaling", "--sizes", "1"], "--sizes '1': give node counts >= 2 separated by commas"),
+    (["--scaling-large", "--warmup", "0"], "--warmup 0: give a whole number >= 1"),
 ])
 def test_bench_options_it_cannot_run_with_are_refused_in_one_line(tmp_path, capsys, flags, message):
     """Each ended in a traceback (IndexError, ZeroDivisionError, ValueError) with exit code 1, or
@@ -1389,6 +1394,14 @@ def test_bench_options_it_cannot_run_with_are_refused_in_one_line(tmp_path, caps
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert err.startswith("siggate bench: error: ")
     assert not (tmp_path / "b").exists()
+
+
+def test_the_throughput_script_refuses_in_one_line_as_the_command_does(capsys):
+    """benchmarks/throughput.py (siggate bench as a script) printed a traceback, exit 1 (helper-186)."""
+    from siggate.perf.bench import main
+
+    assert main(["--repeats", "0"]) == 2
+    assert capsys.readouterr().err == "throughput: error: --repeats 0: give a whole number >= 1\n"
 
 
 def test_a_data_root_that_does_not_exist_is_refused_where_it_would_be_read_as_empty(tmp_path, capsys, monkeypatch):
