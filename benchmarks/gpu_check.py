@@ -114,11 +114,20 @@ def main(argv=None) -> int:
                    help="the device checked against the CPU (default: cuda; cpu checks this script)")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device: nothing to check")
+        print("gpu_check: error: no CUDA device: nothing to check", file=sys.stderr)
         return 2
     if os.environ.get(IMPL_ENV):
-        print(f"{IMPL_ENV}={os.environ[IMPL_ENV]} replaces impl='auto', so the fast path would not be checked: unset it")
+        print(f"gpu_check: error: {IMPL_ENV}={os.environ[IMPL_ENV]} replaces impl='auto', so the fast path would not be "
+              "checked: unset it", file=sys.stderr)
         return 2
+    if args.out:  # before the checks (device time): a missing folder failed after them all, the results lost
+        out = Path(args.out)
+        if out.is_dir() or not out.parent.is_dir():
+            print(f"gpu_check: error: --out {out}: {'a folder' if out.is_dir() else f'no folder {out.parent}'}; give "
+                  "a JSON file's path in an existing folder", file=sys.stderr)
+            return 2
+        if out.exists():
+            print(f"gpu_check: {out} exists and is replaced when the checks end", file=sys.stderr)
     dev = args.device
     res = {"device": dev, "gpu": torch.cuda.get_device_name() if dev == "cuda" else None, "torch": torch.__version__,
            "cuda": torch.version.cuda, "atol": ATOL, "fp32_rtol": FP32_RTOL, "bf16_tol": BF16_TOL, "checks": {}}

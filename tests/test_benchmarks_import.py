@@ -82,3 +82,18 @@ def test_speed_scripts_refuse_counts_they_cannot_time_in_one_line(script, argv, 
     assert module.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(said) and len(err.strip().splitlines()) == 1, err
+
+
+def test_gpu_check_refuses_an_out_it_cannot_write_before_its_checks(tmp_path, capsys, monkeypatch):
+    """--out into a folder that is not there failed after every check had run (device time, and the
+    results lost; helper-186): refused first, in one line on stderr, exit 2."""
+    path = BENCHMARKS / "gpu_check.py"
+    monkeypatch.syspath_prepend(str(path.parent))
+    spec = importlib.util.spec_from_file_location("siggate_benchmarks.gpu_check_out", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "train_step_errors", lambda *a, **k: pytest.fail("checks ran before --out was checked"))
+    out = tmp_path / "nowhere" / "g.json"
+    assert module.main(["--device", "cpu", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (f"gpu_check: error: --out {out}: no folder {out.parent}; give a JSON file's path "
+                                       "in an existing folder\n")
