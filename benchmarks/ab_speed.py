@@ -36,10 +36,19 @@ KEYS = ("train_none_vs_pyg", "train_headwise_vs_pyg", "train_elementwise_vs_pyg"
         "infer_none_vs_pyg", "infer_headwise_vs_pyg", "infer_elementwise_vs_pyg")
 
 
+def refuse(message: str):
+    """Bad input: one line on stderr naming the cause and the fix, exit code 2."""
+    print(f"ab_speed: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def export(commit: str, dest: Path) -> str:
     """``src/`` of ``commit`` into ``dest``; returns the full hash."""
-    full = subprocess.run(["git", "-C", str(ROOT), "rev-parse", commit], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    found = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "-q", f"{commit}^{{commit}}"],
+                           capture_output=True, text=True)
+    if found.returncode:  # (a CalledProcessError traceback)
+        refuse(f"{commit!r} is not a commit of this repository; give a hash, tag or branch (git log --oneline)")
+    full = found.stdout.strip()
     dest.mkdir(parents=True)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", full, "src"], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
@@ -52,7 +61,13 @@ def run_bench(src: Path, out: Path, bench_args: list[str], nice: int) -> dict:
     load = os.getloadavg()  # what `uptime` prints
     t0 = time.time()
     cmd = ["nice", "-n", str(nice), sys.executable, "-m", "siggate", "bench", *bench_args, "--out", str(out)]
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:  # the bench's own one line (its stderr was dropped, then a CalledProcessError)
+        refuse(f"siggate bench of {src.parent.name} failed (exit {done.returncode}): "
+               + (done.stderr.strip().splitlines() or ["no message"])[-1])
+    if not (out / "bench.json").is_file():  # (--scaling and --scaling-large write other files)
+        refuse("siggate bench wrote no bench.json: ab_speed compares the throughput run's ratios; drop --scaling "
+               "and --scaling-large from its flags")
     res = json.loads((out / "bench.json").read_text())
     cfg = next(iter(res["configs"].values()))
     return {"ratios": {k: cfg["ratios"][k]["median"] for k in KEYS if k in cfg["ratios"]},
@@ -119,11 +134,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--table-only", action="store_true", help="only rewrite --markdown from the --out JSON")
     p.add_argument("bench_args", nargs="*", help="after --: siggate bench's flags (not --out)")
     args = p.parse_args(argv)
+    if args.alternations < 1:  # (an UnboundLocalError after both commits were exported)
+        p.error(f"--alternations {args.alternations}: give a whole number >= 1")
     if args.table_only:
         if not args.markdown:
             p.error("--table-only needs --markdown")
+        if not Path(args.out).is_file():
+            p.error(f"--table-only --out {args.out}: no such file; name the JSON an earlier run wrote")
         Path(args.markdown).write_text(markdown(json.loads(Path(args.out).read_text())))
         return
+    for given in (args.out, args.markdown):
+        if given and Path(given).exists():  # (replaced without a word, committed results too)
+            print(f"ab_speed: {given} exists and is replaced as the runs come in", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="ab_speed_") as tmp:
         tmp = Path(tmp)
         commits = {side: export(c, tmp / side) for side, c in (("old", args.old), ("new", args.new))}

@@ -97,3 +97,24 @@ def test_gpu_check_refuses_an_out_it_cannot_write_before_its_checks(tmp_path, ca
     assert module.main(["--device", "cpu", "--out", str(out)]) == 2
     assert capsys.readouterr().err == (f"gpu_check: error: --out {out}: no folder {out.parent}; give a JSON file's path "
                                        "in an existing folder\n")
+
+
+def test_ab_speed_refuses_in_one_line_and_shows_the_benchs_reason(tmp_path, capsys, monkeypatch):
+    """--alternations 0 ended in an UnboundLocalError, an unknown commit and a bench flag siggate
+    refuses in CalledProcessErrors (the bench's reason dropped with its stderr; helper-186)."""
+    path = BENCHMARKS / "ab_speed.py"
+    spec = importlib.util.spec_from_file_location("siggate_benchmarks.ab_speed_refusals", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = str(tmp_path / "ab.json")
+    for argv, said in ((["--old", "HEAD", "--alternations", "0"], "--alternations 0: give a whole number >= 1"),
+                       (["--old", "no-such-commit"], "ab_speed: error: 'no-such-commit' is not a commit of this "
+                                                     "repository; give a hash, tag or branch"),
+                       (["--old", "HEAD", "--alternations", "1", "--", "--repeats", "0"],
+                        "ab_speed: error: siggate bench of old failed (exit 2): siggate bench: error: --repeats 0: "
+                        "give a whole number >= 1")):
+        with pytest.raises(SystemExit) as exc:
+            module.main([*argv[:2], "--out", out, *argv[2:]])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and said in err, err
+    assert not (tmp_path / "ab.json").exists()
