@@ -1385,6 +1385,11 @@ def test_predict_and_evaluate_say_when_a_run_folder_is_not_a_finished_run(tmp_pa
     (["--scaling-large", "--sizes", "20"], "--sizes '20': give node counts >= 34 separated by commas"),
     (["--scaling", "--sizes", "1"], "--sizes '1': give node counts >= 2 separated by commas"),
     (["--scaling-large", "--warmup", "0"], "--warmup 0: give a whole number >= 1"),
+    # (a size with no model failed in its subprocess with a ZeroDivisionError)
+    (["--scaling-large", "--sizes", "100", "--attn-types", "full", "--full-max-nodes", "50", "--pyg-head-channels",
+      ""], "full attention stops at --full-max-nodes 50, and no other model runs at 100 nodes; add performer or "
+           "exphormer to --attn-types or --pyg-head-channels, or raise --full-max-nodes"),
+    (["--scaling-large", "--full-max-nodes", "-1"], "--full-max-nodes -1: give a whole number >= 1"),
 ])
 def test_bench_options_it_cannot_run_with_are_refused_in_one_line(tmp_path, capsys, flags, message):
     """Each ended in a traceback (IndexError, ZeroDivisionError, ValueError) with exit code 1, or

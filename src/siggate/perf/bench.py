@@ -779,6 +779,15 @@ def check_args(args) -> None:
             least = 2
         if not sizes or min(sizes) < least:
             raise CLIError(f"--sizes {args.sizes!r}: give node counts >= {least} separated by commas, e.g. 100,1000")
+    if args.scaling_large:
+        if args.full_max_nodes < 1:
+            raise CLIError(f"--full-max-nodes {args.full_max_nodes}: give a whole number >= 1")
+        types, widths = large_variants(args)
+        over = [n for n in (_ints(args.sizes) if args.sizes else LARGE_SIZES) if n > args.full_max_nodes]
+        if types == ["full"] and not widths and over:  # (a size with no model failed in its subprocess)
+            raise CLIError(f"full attention stops at --full-max-nodes {args.full_max_nodes}, and no other model runs "
+                           f"at {over[0]} nodes; add performer or exphormer to --attn-types or --pyg-head-channels, "
+                           "or raise --full-max-nodes")
     check_device(args.device)
 
 
