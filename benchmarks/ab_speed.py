@@ -65,9 +65,6 @@ def run_bench(src: Path, out: Path, bench_args: list[str], nice: int) -> dict:
     if done.returncode:  # the bench's own one line (its stderr was dropped, then a CalledProcessError)
         refuse(f"siggate bench of {src.parent.name} failed (exit {done.returncode}): "
                + (done.stderr.strip().splitlines() or ["no message"])[-1])
-    if not (out / "bench.json").is_file():  # (--scaling and --scaling-large write other files)
-        refuse("siggate bench wrote no bench.json: ab_speed compares the throughput run's ratios; drop --scaling "
-               "and --scaling-large from its flags")
     res = json.loads((out / "bench.json").read_text())
     cfg = next(iter(res["configs"].values()))
     return {"ratios": {k: cfg["ratios"][k]["median"] for k in KEYS if k in cfg["ratios"]},
@@ -143,12 +140,15 @@ def main(argv: list[str] | None = None) -> None:
             p.error(f"--table-only --out {args.out}: no such file; name the JSON an earlier run wrote")
         Path(args.markdown).write_text(markdown(json.loads(Path(args.out).read_text())))
         return
-    for given in (args.out, args.markdown):
-        if given and Path(given).exists():  # (replaced without a word, committed results too)
-            print(f"ab_speed: {given} exists and is replaced as the runs come in", file=sys.stderr)
+    other = [f for f in ("--scaling", "--scaling-large") if f in args.bench_args]
+    if other:  # (found out after a first whole bench run: they write no bench.json)
+        refuse(f"{other[0]}: ab_speed compares the throughput run's ratios (bench.json); drop it from the bench's flags")
     with tempfile.TemporaryDirectory(prefix="ab_speed_") as tmp:
         tmp = Path(tmp)
         commits = {side: export(c, tmp / side) for side, c in (("old", args.old), ("new", args.new))}
+        for given in (args.out, args.markdown):
+            if given and Path(given).exists():  # (replaced without a word, committed results too)
+                print(f"ab_speed: {given} exists and is replaced as the runs come in", file=sys.stderr)
         runs = []
         for i in range(args.alternations):
             order = ("old", "new") if i % 4 in (0, 3) else ("new", "old")  # ABBA: each side first equally often

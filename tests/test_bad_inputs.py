@@ -998,7 +998,9 @@ def test_compare_refuses_a_bad_out_and_unknown_flags(tmp_path, capsys):
     for extra, said in ((["--out", ""], "--out '': give the comparison's folder, e.g. --out runs/cmp"),
                         (["--threads", "0", "--out", str(tmp_path / "c")],
                          "--threads 0: a comparison gives each run its threads; give 1 or more, or leave --threads "
-                         "out for CPU cores / jobs")):
+                         "out for CPU cores / jobs"),
+                        (["--threads", "-1", "--out", str(tmp_path / "c")],  # (refused by the command line's rule)
+                         "--threads -1: give a number of threads from 1 to 4096 (0: torch's choice)")):
         rc, _, err = run_cli(["compare", "--seeds", "0", "--gates", "none", "--epochs", "1", *extra], capsys)
         assert rc == 2 and err.strip().endswith(said) and err.count("\n") == 1, err
     assert not (tmp_path / "c").exists() and not list(Path.cwd().glob("results.json"))
@@ -1406,7 +1408,10 @@ def test_the_throughput_script_refuses_in_one_line_as_the_command_does(capsys):
     from siggate.perf.bench import main
 
     assert main(["--repeats", "0"]) == 2
-    assert capsys.readouterr().err == "throughput: error: --repeats 0: give a whole number >= 1\n"
+    assert capsys.readouterr().err == "siggate bench: error: --repeats 0: give a whole number >= 1\n"
+    assert main(["--dataset", "zinc", "--data-root", "/nowhere/at/all"]) == 2  # (a DataError traceback; helper-188)
+    err = capsys.readouterr().err
+    assert err.startswith("siggate bench: error: ") and "/nowhere/at/all" in err and err.count("\n") == 1, err
 
 
 def test_a_data_root_that_does_not_exist_is_refused_where_it_would_be_read_as_empty(tmp_path, capsys, monkeypatch):

@@ -110,6 +110,8 @@ def test_ab_speed_refuses_in_one_line_and_shows_the_benchs_reason(tmp_path, caps
     for argv, said in ((["--old", "HEAD", "--alternations", "0"], "--alternations 0: give a whole number >= 1"),
                        (["--old", "no-such-commit"], "ab_speed: error: 'no-such-commit' is not a commit of this "
                                                      "repository; give a hash, tag or branch"),
+                       (["--old", "HEAD", "--", "--scaling"], "ab_speed: error: --scaling: ab_speed compares the "
+                                                              "throughput run's ratios (bench.json)"),
                        (["--old", "HEAD", "--alternations", "1", "--", "--repeats", "0"],
                         "ab_speed: error: siggate bench of old failed (exit 2): siggate bench: error: --repeats 0: "
                         "give a whole number >= 1")):

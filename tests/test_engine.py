@@ -843,13 +843,17 @@ def test_a_comparison_records_its_paths_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "myz.yaml").write_text("data: {name: zinc}\n")
+    nulls = ["data.cache_dir=null", "data.cache_dir=~", "data.root=Null", "train.init=pretrained", "train.init=none"]
     args = argparse.Namespace(config="myz.yaml", data_root="data", cache_dir="~/c",
-                              overrides=["data.csv=mine.csv", "data.root='~/r'", "model.dim=16", "data.cache_dir=null"])
+                              overrides=["data.csv=mine.csv", "data.root='~/r'", "model.dim=16", "train.init=w.pt",
+                                         "data.csv='it''s.csv'", *nulls])
     _absolute_paths(args)
     assert (args.config, args.data_root, args.cache_dir) == (str(tmp_path / "myz.yaml"), str(tmp_path / "data"),
                                                              str(tmp_path / "home" / "c"))
+    # read as the config reads them: YAML's nulls stay null, shipped weights stay named (helper-188)
     assert args.overrides == [f'data.csv="{tmp_path / "mine.csv"}"', f'data.root="{tmp_path / "home" / "r"}"',
-                              "model.dim=16", "data.cache_dir=null"]
+                              "model.dim=16", f'train.init="{tmp_path / "w.pt"}"', f'data.csv="{tmp_path / "it"}\'s.csv"',
+                              *nulls]
     builtin = argparse.Namespace(config="zinc", data_root=None, cache_dir=None, overrides=[])
     _absolute_paths(builtin)
     assert builtin.config == "zinc"
@@ -870,3 +874,18 @@ def test_a_comparison_whose_runs_all_failed_says_no_run_scored(tmp_path):
     assert md.splitlines()[0] == "# siggate compare: no run scored, test metric"
     assert "| `none` | 0 | n/a (no run scored) | n/a (no run scored) | n/a | n/a | n/a |" in md
     assert f"- `none` seed 0: exit status 2; see {tmp_path}/train.log: siggate train: error: non-finite loss (nan)" in md
+
+
+def test_a_failed_runs_line_names_its_own_attempts_cause():
+    """The cause is this attempt's last error line after its "$ command" line: the command line
+    (an --out named cmp_error) and an earlier attempt's error were taken for it (helper-188)."""
+    from siggate.train.executor import failure_line
+
+    head = "exit status -9; see runs/cmp_error/none/seed0/train.log:"
+    assert failure_line(f"{head}\n$ python -m siggate train --out runs/cmp_error/none/seed0\nepoch 1 ...") == \
+        "exit status -9; see runs/cmp_error/none/seed0/train.log: epoch 1 ..."
+    old = f"{head}\n$ python -m siggate train\nsiggate train: error: an old cause\n$ python -m siggate train --resume\n"
+    assert failure_line(old + "siggate train: error: non-finite loss (nan)") == \
+        "exit status -9; see runs/cmp_error/none/seed0/train.log: siggate train: error: non-finite loss (nan)"
+    assert failure_line(old) == "exit status -9; see runs/cmp_error/none/seed0/train.log"  # killed before a word
+    assert failure_line("") == failure_line(None) == "failed"

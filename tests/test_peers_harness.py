@@ -204,6 +204,7 @@ def test_a_results_row_without_its_scores_is_named_not_a_traceback(tmp_path, cap
                       ({k: v for k, v in good.items() if k != "metric"}, "without its metric"),
                       ({**good, "seed": "x"}, "holds a row without a whole-number seed (siggate/freesolv seed 'x')"),
                       ({**good, "seed": 1.7}, "without a whole-number seed (siggate/freesolv seed 1.7)"),  # (was 1)
+                      ({**good, "seed": "²"}, "without a whole-number seed"), ({**good, "seed": -1}, "whole-number seed"),
                       ({k: v for k, v in good.items() if k != "task"}, "holds a row that is not a record of its tool, task and seed"),
                       ("a row", "holds a row that is not a record of its tool, task and seed")):
         path = tmp_path / "r.json"

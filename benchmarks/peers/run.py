@@ -418,7 +418,8 @@ def checked_rows(rows: list, path: Path, names: tuple, numbers: tuple, ok_names:
                    prog)
         where = "/".join(r[k] for k in names) + f" seed {r.get('seed')!r}"
         seed = r.get("seed")
-        whole = (isinstance(seed, int) and not isinstance(seed, bool)) or (isinstance(seed, str) and seed.isdigit())
+        whole = ((isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0)
+                 or (isinstance(seed, str) and seed.isascii() and seed.isdecimal()))  # ("²" is a digit int() refuses)
         if not whole:  # (int() made a seed 1.7 into 1)
             refuse(f"{path} holds a row without a whole-number seed ({where}); {fix}", prog)
         r["seed"] = int(seed)

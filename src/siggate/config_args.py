@@ -29,7 +29,7 @@ from .options import (
 __all__ = ["CLIError", "WARMUP_START", "add_command", "add_config_args", "add_device_flag", "add_threads_flag",
            "check_device", "check_out_folder", "config_from_args", "examples_epilog", "set_keys"]
 
-#: the ``data.*`` keys that name a path, recorded absolute with ``~`` expanded (:func:`config_from_args`)
+#: the ``data.*`` keys that name a path, recorded absolute with ``~`` expanded (:func:`absolute_paths`)
 DATA_PATH_KEYS = ("csv", "root", "cache_dir")
 
 #: Learning-rate factor of the first warmup epoch of a ``siggate train`` run (``train.warmup_start``):
@@ -267,15 +267,19 @@ def flag_key_clash(args, flags=tuple(SHORTCUT_FLAGS), given: set[str] | None = N
     return None
 
 
-def absolute_data_paths(cfg) -> None:
-    """``cfg``'s :data:`DATA_PATH_KEYS` with ``~`` expanded and made absolute, in place: the same
-    from anywhere (a resume, evaluate or predict from another folder), whether a flag, ``--set`` or
-    a YAML file gave them (``--set data.root=data`` was recorded as ``data``, which evaluate from
-    another folder looked for under its own). ``siggate train`` and the analyses apply it."""
+def absolute_paths(cfg) -> None:
+    """``cfg``'s paths with ``~`` expanded and made absolute, in place: its :data:`DATA_PATH_KEYS`
+    and a ``train.init`` that names a file (:func:`init_source`; the shipped names and ``none``
+    stay). The same from anywhere (a resume, evaluate or predict from another folder, a member
+    started later), whether a flag, ``--set`` or a YAML file gave them (``--set data.root=data``
+    was recorded as ``data``, which evaluate from another folder looked for under its own).
+    ``siggate train`` and the analyses apply it."""
     for key in DATA_PATH_KEYS:
         value = getattr(cfg.data, key)
         if value:
             setattr(cfg.data, key, str(Path(value).expanduser().absolute()))
+    if cfg.train.init:
+        cfg.train.init = init_source(cfg.train.init)
 
 
 def config_from_args(args, kinds: Sequence[str] | None = None):
@@ -333,11 +337,7 @@ def config_from_args(args, kinds: Sequence[str] | None = None):
                 raise CLIError(f"--{flag.replace('_', '-')} applies to --data FILE.csv only; give --data too (without "
                                f"it siggate trains {args.config or 'nci5k'})")
     cfg = load_config(recipe_name(args), overrides)  # --data: configs/csv.yaml
-    # a path made absolute however given (--init, --set, a YAML's, which was kept relative): a resume from
-    # another folder (or a member started later) reads the same weights
-    if cfg.train.init:
-        cfg.train.init = init_source(cfg.train.init)
-    absolute_data_paths(cfg)
+    absolute_paths(cfg)  # (a YAML's train.init was kept relative)
     sep = getattr(args, "sep", None)
     if args.data and sep is not None:  # (--sep "" detected the delimiter as if no --sep were given)
         sep = sep_char(sep)

@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 import torch
 
 from ..config import Config, load_config, set_itself
-from ..config_args import CLIError, absolute_data_paths, check_out_folder, flag_key_clash, set_keys
+from ..config_args import CLIError, absolute_paths, check_out_folder, flag_key_clash, set_keys
 from ..files import atomic_write_bytes
 from ..options import init_is_none, progress_enabled
 from ..version import __version__
@@ -104,7 +104,7 @@ def config_from(args, extra: Iterable[str] = (), owned: dict[str, str] | None = 
     if getattr(args, "max_graphs", None):  # in the config: a finished run of another cut is another run
         overrides.append(f"data.max_graphs={args.max_graphs}")
     cfg = load_config(getattr(args, "config", None), overrides)
-    absolute_data_paths(cfg)  # (as train records them)
+    absolute_paths(cfg)  # (as train records them)
     return cfg
 
 

@@ -928,11 +928,14 @@ def _cmd(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``benchmarks/throughput.py``: ``siggate bench`` as a script, its refusals in one line with
-    exit 2 as the command's (they were tracebacks, exit 1)."""
+    exit 2 in the command's words (they were tracebacks, exit 1)."""
+    from ..config import ConfigError
+    from ..data.base import DataError
+
     try:
         return _cmd(build_parser().parse_args(argv))
-    except CLIError as exc:
-        print(f"throughput: error: {exc}", file=sys.stderr)
+    except (CLIError, ConfigError, DataError) as exc:  # (the command's refusals; a missing data root was a traceback)
+        print(f"siggate bench: error: {exc}", file=sys.stderr)
         return 2
 
 

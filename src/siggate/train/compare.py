@@ -146,14 +146,15 @@ class CompareError(RuntimeError):
 
 def _absolute_paths(args) -> None:
     """The paths a comparison names, in place, absolute with ``~`` expanded (as ``siggate train``
-    records them, :func:`~siggate.config_args.absolute_data_paths`): a ``--config`` file (a
-    built-in name stays a name), ``--data-root``, ``--cache-dir`` and the ``--set`` items of
-    ``data.csv``/``data.root``/``data.cache_dir``. The command the results record reproduces the
-    comparison from any folder (``--aggregate-only`` from another one looked for 'myz.yaml' there,
-    and read a data.csv of another folder as another config; helper-183). Malformed items are left
-    to the refusals of the config."""
-    from ..config import CONFIG_DIR, ConfigError, resolve_config_path
-    from ..config_args import DATA_PATH_KEYS
+    records them, :func:`~siggate.config_args.absolute_paths`): a ``--config`` file (a built-in
+    name stays a name), ``--data-root``, ``--cache-dir`` and the ``--set`` items of ``data.csv``,
+    ``data.root``, ``data.cache_dir`` and ``train.init``, each value read as the config reads it
+    (YAML's nulls stay null). The command the results record reproduces the comparison from any
+    folder (``--aggregate-only`` from another one looked for 'myz.yaml' there, and read a
+    data.csv or an init of another folder as another config; helper-183, helper-188). Malformed
+    items are left to the refusals of the config."""
+    from ..config import CONFIG_DIR, ConfigError, parse_override, resolve_config_path, text_if_text
+    from ..config_args import DATA_PATH_KEYS, init_source
 
     def absolute(path: str) -> str:
         return str(Path(path).expanduser().absolute())
@@ -168,13 +169,17 @@ def _absolute_paths(args) -> None:
     for flag in ("data_root", "cache_dir"):
         if getattr(args, flag, None):
             setattr(args, flag, absolute(getattr(args, flag)))
+    paths = {f"data.{k}": absolute for k in DATA_PATH_KEYS} | {"train.init": init_source}
     items = []
     for item in args.overrides:
-        key, eq, value = item.partition("=")
-        path = value.strip().strip("'\"")
-        if eq and key.strip() in {f"data.{k}" for k in DATA_PATH_KEYS} and path and path != "null":
-            item = f"{key}={json.dumps(absolute(path))}"
-        items.append(item)
+        try:
+            parts, parsed = parse_override(item)
+            value = text_if_text(parts, item.partition("=")[2], parsed)
+        except ConfigError:
+            parts, value = [], None
+        make = paths.get(".".join(parts))
+        made = make(value) if make and isinstance(value, str) and value else value
+        items.append(f"{'.'.join(parts)}={json.dumps(made)}" if made != value else item)  # (a name or null as given)
     args.overrides = items
 
 
@@ -553,9 +558,10 @@ def _check_args(args) -> None:
                            "the warmup)")
     if args.jobs < 1:
         raise CompareError(f"--jobs must be >= 1, got {args.jobs}")
-    if args.threads == 0:  # (it ran each run at CPU cores / jobs and said nothing, where 0 is torch's choice elsewhere)
-        raise CompareError("--threads 0: a comparison gives each run its threads; give 1 or more, or leave --threads "
-                           "out for CPU cores / jobs")
+    if args.threads is not None and args.threads < 1:  # (0 ran each run at CPU cores / jobs without a word, where
+        # 0 is torch's choice elsewhere; a negative reached every run, which refused it after the comparison began)
+        raise CompareError(f"--threads {args.threads}: a comparison gives each run its threads; give 1 or more, or "
+                           "leave --threads out for CPU cores / jobs")
 
 
 def run_folder(out: Path, label: str, seed: int) -> Path:

@@ -188,6 +188,10 @@ def failure_line(error: str | None) -> str:
     if not lines:
         return "failed"
     head, tail = lines[0].rstrip(":"), lines[1:]
+    # this attempt's lines only: the log is appended to, each attempt after its "$ command" line, which is
+    # never the cause (an --out with 'error' in its name was read as one; helper-188)
+    starts = [i for i, ln in enumerate(tail) if ln.startswith("$ ")]
+    tail = tail[starts[-1] + 1:] if starts else tail
     cause = next((ln for ln in reversed(tail) if "error" in ln.lower()), tail[-1] if tail else "")
     return f"{head}: {cause}" if cause else head
 
