@@ -314,9 +314,12 @@ def test_a_blocked_module_is_named_and_torchs_unsafe_advice_is_not_passed_on(tmp
 
 
 @pytest.mark.parametrize("key, value, why", [
-    ("dim", 2 ** 20, "the model expects"),            # built for real: 4 TB asked for, a RuntimeError traceback
-    ("layers", 10 ** 6, "model.layers 1000000, the weights hold"),  # built for real: memory until it ran out
-    ("head_layers", 10 ** 6, "model.head_layers: 1000000 is too many for model.dim"),  # the config's own bound
+    ("dim", 8192, "the model expects"),            # built for real: a width the weights do not hold
+    ("layers", 1000, "model.layers 1000, the weights hold"),  # built for real: memory until it ran out
+    ("head_layers", 50, "model.head_layers: 50 is too many for model.dim"),  # the config's own bound
+    # past the config's maxima: refused by the range, before the weights are looked at (a 2**20 width asked 4 TB)
+    ("dim", 2 ** 20, r"model\.dim: 1048576 is out of range; allowed values: >= 1 and <= 16384"),
+    ("layers", 10 ** 6, r"model\.layers: 1000000 is out of range; allowed values: >= 1 and <= 1024"),
 ])
 def test_a_crafted_model_config_is_refused_before_the_model_is_built(good, tmp_path, key, value, why):
     """A checkpoint's config is checked against its weights before the model is built (building

@@ -539,9 +539,10 @@ def test_gpu_check_runs_its_checks_with_the_cpu_in_the_gpus_place(tmp_path, monk
                               "train_elementwise_value_small"]
     monkeypatch.setenv("SIGGATE_ATTN_IMPL", "reference")
     assert gpu_check.main(["--device", "cpu"]) == 2
-    assert "unset it" in capsys.readouterr().out
+    assert capsys.readouterr().err.endswith("the fast path would not be checked: unset it\n")  # (a refusal: stderr)
     if not torch.cuda.is_available():
         assert gpu_check.main([]) == 2
+        assert capsys.readouterr().err == "gpu_check: error: no CUDA device: nothing to check\n"
 
 
 # ----------------------------------------------------------------------------- bench
