@@ -356,10 +356,11 @@ def render_markdown(res: dict) -> str:
     metric = res["metric"] or "metric"
     hib = res["higher_is_better"]
     # (no run scored, every one failed: no metric and no direction, which read "lower is better")
-    direction = {True: " (higher is better)", False: " (lower is better)"}.get(hib, "")
+    direction = {True: "higher is better", False: "lower is better"}.get(hib)
     base = res["baseline"]
     name = METRIC_NAMES.get(metric, metric)
-    lines = [f"# siggate compare: {res.get('dataset') or 'no run scored'}, test {name}{direction}", ""]
+    lines = [f"# siggate compare: {res.get('dataset') or 'no run scored'}, test {name}"
+             + (f" ({direction})" if direction else ""), ""]
     lines += [f"Command: `{res['command']}`", ""]
     lines += [f"Seeds: {', '.join(map(str, res['seeds']))}; baseline: `{base}`; epochs: {res.get('epochs')}; "
               f"{' or '.join(map(str, res['threads'])) if isinstance(res.get('threads'), list) else res.get('threads')} "
