@@ -42,8 +42,11 @@ def _config_args(tmp_path: Path) -> list[str]:
 
 def _start(args: list[str], out: Path, log: Path, resume: bool = False) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "siggate", "train", *args, "--out", str(out), "--no-progress"]
+    # SIGHUP at its default in the run: under nohup (a suite started so) it inherited SIG_IGN, which siggate
+    # rightly keeps, and the SIGHUP case then trained to its end
     return subprocess.Popen(cmd + (["--resume"] if resume else []), stdout=open(log, "a"),
-                            stderr=subprocess.STDOUT, env=subprocess_env())
+                            stderr=subprocess.STDOUT, env=subprocess_env(),
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
 
 
 def _first_checkpoint(proc: subprocess.Popen, run: Path, log: Path) -> None:
