@@ -1000,7 +1000,10 @@ def test_compare_refuses_a_bad_out_and_unknown_flags(tmp_path, capsys):
                          "--threads 0: a comparison gives each run its threads; give 1 or more, or leave --threads "
                          "out for CPU cores / jobs"),
                         (["--threads", "-1", "--out", str(tmp_path / "c")],  # (refused by the command line's rule)
-                         "--threads -1: give a number of threads from 1 to 4096 (0: torch's choice)")):
+                         "--threads -1: give a number of threads from 1 to 4096 (0: torch's choice)"),
+                        (["--set", "train.warmup_epochs=1", "--out", str(tmp_path / "c")],  # (training's rule)
+                         "arm none: train.warmup_epochs=1 leaves no epoch after the warmup of a 1-epoch run; train for "
+                         "more epochs or lower it (--set train.warmup_epochs=N with N < 1)")):
         rc, _, err = run_cli(["compare", "--seeds", "0", "--gates", "none", "--epochs", "1", *extra], capsys)
         assert rc == 2 and err.strip().endswith(said) and err.count("\n") == 1, err
     assert not (tmp_path / "c").exists() and not list(Path.cwd().glob("results.json"))

@@ -245,7 +245,8 @@ def test_short_runs_keep_the_protocols_warmup_fraction():
 
     from siggate.analysis.common import variant
     from siggate.config import load_config
-    from siggate.config_args import CLIError, add_config_args, config_from_args
+    from siggate.config_args import add_config_args, config_from_args
+    from siggate.train.members import run_refusal
 
     parser = argparse.ArgumentParser()
     add_config_args(parser)
@@ -261,8 +262,12 @@ def test_short_runs_keep_the_protocols_warmup_fraction():
     zinc = load_config("zinc")
     assert [(v.train.epochs, v.train.warmup_epochs) for v in (variant(zinc, epochs=60), variant(zinc, epochs=1000),
                                                               variant(zinc))] == [(60, 2), (1000, 25), (2000, 50)]
-    with pytest.raises(CLIError, match=r"train.warmup_epochs=50 leaves no epoch after the warmup of a 50-epoch run"):
-        train_of("--set", "train.epochs=50")
+    # what training refuses (run_refusal, asked by train, compare and the estimators), where a GNN trains
+    long = config_from_args(parser.parse_args(["--config", "zinc", "--set", "train.epochs=50"]))
+    assert run_refusal(long, ["gnn", "svr"], 1, several=True) == (
+        "train.warmup_epochs=50 leaves no epoch after the warmup of a 50-epoch run; train for more epochs or lower it "
+        "(--set train.warmup_epochs=N with N < 50)")
+    assert run_refusal(long, ["svr", "rf"], 1, several=True) is None  # fingerprint members have no epochs
 
 
 def test_relative_data_and_cache_folders_are_recorded_absolute(tmp_path, monkeypatch):

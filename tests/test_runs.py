@@ -497,8 +497,11 @@ def test_epochs_scale_the_warmup_as_budget_does():
     given = _config("--config", "zinc", "--epochs", "50", "--set", "train.warmup_epochs=7",
                     "--set", "train.warmup_start=0.2").train
     assert (given.warmup_epochs, given.warmup_start) == (7, 0.2)  # --set wins over the rules
-    with pytest.raises(CLIError, match=r"train.warmup_epochs=5 leaves no epoch after the warmup of a 5-epoch run"):
-        _config("--epochs", "5", "--set", "train.warmup_epochs=5")
+    from siggate.train.members import run_refusal
+
+    assert run_refusal(_config("--epochs", "5", "--set", "train.warmup_epochs=5"), ["gnn"], 1, several=False) == (
+        "train.warmup_epochs=5 leaves no epoch after the warmup of a 5-epoch run; train for more epochs or lower it "
+        "(--set train.warmup_epochs=N with N < 5)")
     with pytest.raises(CLIError, match="--epochs and --budget both set the number of epochs"):
         _config("--epochs", "5", "--budget", "5")
 

@@ -147,7 +147,7 @@ def cmd_train(args) -> int:
                 args.config = str(path)
         elif not (resume / LAST).is_file():  # a last.pt alone: the flags and its checkpoint must agree
             raise CLIError(_no_run_to_resume(resume, several))
-    cfg = config_from_args(args, kinds)
+    cfg = config_from_args(args)
     given_keys = set_keys(args)  # (config_from_args has parsed each --set item)
     if saved is None and cfg.data.name == "csv" and cfg.data.csv:  # (a resumed run's config names the column read)
         _smiles_column_in_any_case(cfg.data)

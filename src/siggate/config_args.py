@@ -12,7 +12,6 @@ import argparse
 import functools
 import json
 import textwrap
-from collections.abc import Sequence
 from pathlib import Path
 
 from .config import ConfigError, key_path, load_config, parse_override, sep_char, text_if_text
@@ -282,15 +281,14 @@ def absolute_paths(cfg) -> None:
         cfg.train.init = init_source(cfg.train.init)
 
 
-def config_from_args(args, kinds: Sequence[str] | None = None):
+def config_from_args(args):
     """Resolve the config from ``--config``/``--set`` and the shortcut flags; validated.
 
     ``--epochs``/``--budget`` N scale the config's warmup to ``round(warmup * N / epochs)``
     (unless ``--set train.warmup_epochs`` gives it); the warmup starts at :data:`WARMUP_START`
     of the base learning rate, or at GraphGPS's 0 with ``--budget`` (unless ``--set
     train.warmup_start`` or the config file gives it). A warmup that leaves no epoch after it is
-    refused where the run trains a GNN: ``kinds``, the run's member kinds (``siggate train``'s, an
-    estimator's; None: a GNN alone, as ``compare`` and the analyses train).
+    refused by :func:`siggate.train.members.run_refusal`, where the run trains a GNN.
     """
     overrides = list(args.overrides)
     given = set_keys(args)  # (each --set item parsed once)
@@ -352,6 +350,4 @@ def config_from_args(args, kinds: Sequence[str] | None = None):
         if epochs < 1:
             raise CLIError(f"--epochs/--budget must be >= 1, got {epochs}")
         t.set_epochs(epochs, keep_warmup="train.warmup_epochs" in given)  # the protocol's warmup fraction
-    if (kinds is None or "gnn" in kinds) and t.warmup_refusal():  # (a run of fingerprint members has no epochs
-        raise CLIError(t.warmup_refusal())  # to warm up: --members svr --set train.epochs=2 was refused for its warmup)
     return cfg.validate()

@@ -595,7 +595,7 @@ class _SigGateEstimator(BaseEstimator):
         args = build_parser().parse_args(argv)
         members, weights = recipe_members(recipe_name(args), self.members)  # "" is no kind, refused as --members "" is
         kinds = parse_kinds(members)
-        cfg = config_from_args(args, kinds)
+        cfg = config_from_args(args)
         weights = run_weights(kinds, self.weights or weights)  # unknown weights raise before any data is read
         with _data_warnings(not self.verbose) as said:
             ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,

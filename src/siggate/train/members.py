@@ -153,7 +153,9 @@ def run_refusal(cfg: Config, kinds: Sequence[str], gnn_copies: int, several: boo
     one model) cannot train under ``cfg``, or None: what training would refuse, asked before a run
     folder is claimed, so that an earlier run in it never gives way to a refused one (``siggate
     train`` and the estimators both ask it). ``started``: the run began (its weights ``train.init``
-    are in its last.pt, not read again). ``distributed``: it trains under ``--ddp``.
+    are in its last.pt, not read again). ``distributed``: it trains under ``--ddp``. A GNN's
+    schedule is checked here (a warmup that leaves no epoch after it), not where the config is read:
+    fingerprint members have no epochs.
 
     Raises:
         MemberError: ``gnn_copies`` that cannot apply to ``kinds`` (:func:`check_copies`).
@@ -169,6 +171,8 @@ def run_refusal(cfg: Config, kinds: Sequence[str], gnn_copies: int, several: boo
     if gnn and top > SEED_MAX:  # (its member failed in numpy, after the first had trained)
         return (f"--ensemble {gnn_copies} trains its GNN members with seeds {cfg.train.seed}..{top}, past the "
                 f"largest seed {SEED_MAX}; give --seed {SEED_MAX - gnn_copies + 1} or lower")
+    if gnn and cfg.train.warmup_refusal():  # (fingerprint members have no epochs to warm up: --members svr
+        return cfg.train.warmup_refusal()  # --set train.epochs=2 was refused for its warmup)
     if cfg.train.cliff_weight > 0:
         why = cliff_term_refusal(cfg.data.name == "csv", cfg.data.task, gnn=gnn, dataset=cfg.data.name,
                                  distributed=distributed)
