@@ -1395,6 +1395,16 @@ def test_predict_and_evaluate_say_when_a_run_folder_is_not_a_finished_run(tmp_pa
       ""], "full attention stops at --full-max-nodes 50, and no other model runs at 100 nodes; add performer or "
            "exphormer to --attn-types or --pyg-head-channels, or raise --full-max-nodes"),
     (["--scaling-large", "--full-max-nodes", "-1"], "--full-max-nodes -1: give a whole number >= 1"),
+    # flags a mode does not read were ignored and recorded in its command line as if applied (helper-186)
+    (["--scaling", "--config", "peptides"], "--scaling (the zinc model on one synthetic molecule per size) does not "
+                                            "read --config (read by the protocol benchmark); drop it"),
+    (["--scaling-large", "--bf16", "--optimizer", "foreach", "--batches", "3"],
+     "--scaling-large (a node classifier on one SBM graph per size) does not read --batches, --optimizer, --bf16 (read "
+     "by the protocol benchmark and --scaling); drop them"),
+    (["--heads", "8"], "the benchmark of the protocol configs does not read --heads (read by --scaling-large); drop "
+                       "it"),
+    (["--sizes", "10"], "does not read --sizes (read by --scaling and --scaling-large)"),
+    (["--scaling", "--scaling-large"], "--scaling and --scaling-large are two benchmarks; give one"),
 ])
 def test_bench_options_it_cannot_run_with_are_refused_in_one_line(tmp_path, capsys, flags, message):
     """Each ended in a traceback (IndexError, ZeroDivisionError, ValueError) with exit code 1, or
@@ -1425,13 +1435,13 @@ def test_a_data_root_that_does_not_exist_is_refused_where_it_would_be_read_as_em
 
     nowhere = tmp_path / "nowhere"
     fix = "no such folder; give the folder that holds the benchmark data, or leave the flag out (default: $SIGGATE_DATA"
-    for cmd in (["bench", "--threads", "1", "--sizes", "4", "--out", str(tmp_path / "b")],
+    for cmd in (["bench", "--threads", "1", "--out", str(tmp_path / "b")],
                 ["pretrain", "--smiles", str(_corpus_file(tmp_path)), "--out", str(tmp_path / "pt"), "--epochs", "4"]):
         rc, out, err = run_cli([*cmd, "--data-root", str(nowhere)], capsys)
         assert rc == 2 and len(err.strip().splitlines()) == 1, err
         assert err.startswith(f"siggate {cmd[0]}: error: --data-root {nowhere}: {fix}"), err
     monkeypatch.setenv("SIGGATE_DATA", str(nowhere))
-    rc, out, err = run_cli(["bench", "--threads", "1", "--sizes", "4", "--out", str(tmp_path / "b")], capsys)
+    rc, out, err = run_cli(["bench", "--threads", "1", "--out", str(tmp_path / "b")], capsys)
     assert rc == 2 and err == (f"siggate bench: error: $SIGGATE_DATA={nowhere}: no such folder; point it at the folder "
                                "that holds the benchmark data, or unset it (then ../shared/data beside a checkout of "
                                "siggate)\n")

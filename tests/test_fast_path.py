@@ -576,8 +576,10 @@ def test_bench_scaling_smoke(tmp_path):
     from siggate.perf.bench import main
 
     assert main(["--scaling", "--sizes", "8,16", "--variants", "none,pyg", "--repeats", "1", "--layers", "1",
-                 "--dim", "16", "--threads", "1", "--out", str(tmp_path)]) == 0
+                 "--dim", "16", "--threads", "1", "--warmup", "2", "--note", "smoke", "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "scaling.json").read_text())
     assert [r["nodes"] for r in res["rows"]] == [8, 8, 16, 16]
+    # --warmup and --note were ignored here (one warm-up step; no note), and recorded in the command line
+    assert res["warmup_steps"] == 2 and res["note"] == "smoke" and "--warmup 2" in res["command"]
     assert all(r["train_peak_bytes"] > 0 for r in res["rows"])
     assert (tmp_path / "scaling.png").stat().st_size > 0

@@ -40,9 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_data_root_flag(p, "ZINC and Peptides-func")
     add_cache_dir_flag(p)
     p.add_argument("--repeats", type=int, default=None,
-                   help="interleaved timing rounds (default: 10; 3 with --scaling-large)")
+                   help="interleaved timing rounds (default: 10; 3 with --scaling-large; --scaling takes a third "
+                        "of them above 500 nodes, as each row's repeats records)")
     p.add_argument("--warmup", type=int, default=None,
-                   help="warm-up steps per variant (default: 3; 1 with --scaling-large, where it measures memory)")
+                   help="warm-up passes per variant: a training and an inference step on each of the first two "
+                        "batches; --scaling: a training step per size (default: 3; 1 with --scaling-large, whose "
+                        "first step measures memory)")
     p.add_argument("--batches", type=int, default=8, help="batches per round (default: 8)")
     p.add_argument("--batch-size", type=int, default=None, help="override the config's batch size")
     p.add_argument("--layers", type=int, default=None, help="override the number of layers (--scaling-large: 4)")

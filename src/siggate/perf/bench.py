@@ -644,7 +644,8 @@ def run_scaling(args, device: torch.device) -> dict:
         batch = Batch.from_data_list([g]).to(device)
         for v in variants:
             models[v].train()
-            train_step(models[v], opts[v], batch, crit, device, args.bf16)  # warm-up
+            for _ in range(args.warmup):  # (one step, whatever --warmup said, before it was read)
+                train_step(models[v], opts[v], batch, crit, device, args.bf16)
         t_train = {v: [] for v in variants}
         t_infer = {v: [] for v in variants}
         reps = max(1, args.repeats if n <= 500 else max(1, args.repeats // 3))
@@ -679,6 +680,7 @@ def run_scaling(args, device: torch.device) -> dict:
         "model": {k: kw[k] for k in ("dim", "layers", "heads", "local", "attn_dropout", "pe", "pe_steps", "pe_dim")},
         "graph": "synthetic molecule-like chain, 6-rings every 6 atoms, OGB-range features, RWSE",
         "sizes": sizes,
+        "warmup_steps": args.warmup,  # training steps per model and size before its timed rounds
         "rows": rows,
         "largest": largest,
         "train_total_bytes_at_largest": check,
@@ -730,11 +732,50 @@ def _command_line(args) -> str:
     return " ".join(parts)
 
 
+#: the options each mode reads (attribute names); any other given flag is refused, not ignored:
+#: --scaling measured the zinc model under --config peptides, --scaling-large ran without --bf16, and
+#: each recorded the flag in its command line as if it had been applied
+MODE_READS = {
+    "": {"config", "dataset", "data_root", "cache_dir", "repeats", "warmup", "batches", "batch_size", "layers",
+         "dim", "variants", "optimizer", "device", "bf16", "threads", "seed", "out", "note"},
+    "--scaling": {"repeats", "warmup", "layers", "dim", "variants", "optimizer", "device", "bf16", "threads", "seed",
+                  "out", "sizes", "note"},
+    "--scaling-large": {"repeats", "warmup", "layers", "dim", "attn_types", "pyg_head_channels", "full_max_nodes",
+                        "heads", "gate", "device", "threads", "seed", "out", "sizes", "note"},
+}
+#: read by every mode, or no measurement's option
+_ANY_MODE = {"scaling", "scaling_large", "progress", "func", "command", "command_line", "verbose"}
+
+
+def _unread_flags(args) -> str | None:
+    """Why ``args`` give a flag that their mode does not read (the flags named, the mode's words), or None."""
+    mode = "--scaling-large" if args.scaling_large else "--scaling" if args.scaling else ""
+    defaults = vars(build_parser().parse_args([]))
+    unread = ["--" + key.replace("_", "-") for key, val in vars(args).items()
+              if key in defaults and key not in _ANY_MODE and key not in MODE_READS[mode] and val != defaults[key]
+              and not (key == "dataset" and val == "synthetic")]  # (the scaling modes' graphs are synthetic)
+    if not unread:
+        return None
+    what = {"": "the benchmark of the protocol configs", "--scaling": "--scaling (the zinc model on one synthetic "
+            "molecule per size)", "--scaling-large": "--scaling-large (a node classifier on one SBM graph per size)"}
+    keys = {flag[2:].replace("-", "_") for flag in unread}
+    readers = [m or "the protocol benchmark" for m, reads in MODE_READS.items() if keys & reads]
+    return (f"{what[mode]} does not read {', '.join(unread)}"
+            + (f" (read by {' and '.join(readers)})" if readers else "")
+            + f"; drop {'it' if len(unread) == 1 else 'them'}")
+
+
 def check_args(args) -> None:
     """Refuse, in one line (:class:`~siggate.config_args.CLIError`), options the benchmark cannot
     run with: they ended in a traceback (``--repeats 0``: IndexError; ``--variants ''``:
     ZeroDivisionError) or were replaced by the config's values without a word (``--dim 0``,
-    while ``bench.json`` recorded the 0)."""
+    while ``bench.json`` recorded the 0), and flags the chosen mode does not read
+    (:data:`MODE_READS`)."""
+    if args.scaling and args.scaling_large:
+        raise CLIError("--scaling and --scaling-large are two benchmarks; give one")
+    why = _unread_flags(args)
+    if why:
+        raise CLIError(why)
     args.variants = [v.strip() for v in str(args.variants).split(",") if v.strip()]
     bad = [v for v in args.variants if v not in VARIANTS]
     if bad or not args.variants:
@@ -867,6 +908,7 @@ def _run(args) -> dict:
     if args.scaling:
         res = run_scaling(args, device)
         res["machine"] = dict(machine_info(device), loadavg_start=load_start, loadavg_end=_loadavg())
+        res.update({"note": args.note} if args.note else {})
         res["command"] = command
         if out:
             (out / "scaling.json").write_text(json.dumps(res, indent=2) + "\n")
@@ -882,6 +924,7 @@ def _run(args) -> dict:
     if "zinc" in results:
         res.update(_top_level(results["zinc"]))
     res["machine"] = dict(machine_info(device), loadavg_start=load_start, loadavg_end=_loadavg())
+    res.update({"note": args.note} if args.note else {})
     res["command"] = command
     res["configs"] = results
     if out:
