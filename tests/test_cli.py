@@ -285,3 +285,28 @@ def test_relative_data_and_cache_folders_are_recorded_absolute(tmp_path, monkeyp
                                               "--data-root", "data: raw"]))
     assert (cfg.data.cache_dir, cfg.data.root, cfg.data.csv) == (
         str(tmp_path / "cache"), str(tmp_path / "data: raw"), str(tmp_path / "my.csv"))
+
+
+def test_siggates_own_warnings_are_one_line_on_the_command_line(tmp_path):
+    """A deprecated config key's FutureWarning printed Python's two lines, the file and line of
+    siggate's code and that line of source; the command says it in one line, as it says errors.
+    Other packages' warnings keep Python's format, and the format is restored after the command."""
+    import warnings
+
+    from siggate.cli import _one_line_warnings
+    from test_predict import subprocess_env
+
+    data = tmp_path / "d.csv"
+    data.write_text("smiles,y\nCCO,1\nCCN,2\n")
+    done = subprocess.run([sys.executable, "-m", "siggate", "train", "--data", str(data), "--target-col", "y",
+                           "--set", "model.performer_features=32", "--set", "model.dim=0", "--out",
+                           str(tmp_path / "r")], capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    assert done.returncode == 2 and done.stderr == (
+        "siggate train: warning: model.performer_features is deprecated: write "
+        "model.attention.performer.num_features (it was read as that)\n"
+        "siggate train: error: model.dim: 0 is out of range; allowed values: >= 1 and <= 16384.\n"), done.stderr
+    python_format = warnings.formatwarning
+    with _one_line_warnings("train"):
+        assert warnings.formatwarning("x", UserWarning, "/elsewhere/pkg.py", 3) == python_format(
+            "x", UserWarning, "/elsewhere/pkg.py", 3)
+    assert warnings.formatwarning is python_format

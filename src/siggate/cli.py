@@ -1461,6 +1461,35 @@ def _main(argv: list[str] | None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    with _one_line_warnings(args.command):
+        return _run_command(args)
+
+
+@contextlib.contextmanager
+def _one_line_warnings(command: str):
+    """siggate's own warnings on one line, ``siggate CMD: warning: ...``, while ``command`` runs:
+    Python's format names the file and line of siggate's code and prints that line of source below
+    (a deprecated config key read as two lines of our internals). Other packages' warnings keep it."""
+    import warnings
+
+    here = str(Path(__file__).resolve().parent) + os.sep
+    python_format = warnings.formatwarning
+
+    def one_line(message, category, filename, lineno, line=None):
+        if str(Path(filename).resolve()).startswith(here):
+            return f"siggate {command}: warning: {message}\n"
+        return python_format(message, category, filename, lineno, line)
+
+    warnings.formatwarning = one_line
+    try:
+        yield
+    finally:
+        if warnings.formatwarning is one_line:
+            warnings.formatwarning = python_format
+
+
+def _run_command(args) -> int:
+    """Run the parsed command ``args``: its exit status; a user's error as one line, exit 2."""
     func = args.func
     if isinstance(func, str):  # "module:function" of a light parser, imported now
         module, _, name = func.partition(":")
