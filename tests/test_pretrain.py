@@ -497,6 +497,24 @@ def test_a_folder_named_pretrained_here_is_named_beside_the_shipped_weights(tmp_
             init_weights.resolve_init(name)
 
 
+def test_the_word_pretrained_is_read_in_any_case_as_none_is(tmp_path, monkeypatch):
+    """``--init None`` trained from scratch, but ``--init Pretrained`` was a path (made absolute,
+    then 'does not exist'): the word is read in any case, in the one place that reads ``none``;
+    a shipped NAME, a file's name, keeps its case."""
+    from siggate.config_args import init_source
+    from siggate.options import init_is_none, init_is_shipped, shipped_init_name
+
+    monkeypatch.chdir(tmp_path)
+    shipped = init_weights.resolve_init("pretrained")
+    for word in ("Pretrained", "PRETRAINED", " pretrained ", "Pretrained:default"):
+        assert init_is_shipped(word) and not init_is_none(word)
+        assert init_source(word) == word  # recorded as given, not made a path
+        assert init_weights.resolve_init(word) == shipped
+    assert shipped_init_name("PreTrained:Other") == "Other" and shipped_init_name("pretrained") == "default"
+    assert shipped_init_name("none") is None and shipped_init_name("./pretrained") is None
+    assert not init_is_shipped("pretrainedx") and not init_is_shipped(str(tmp_path / "pretrained"))
+
+
 def test_shipped_weights_load_and_fit_the_csv_recipe():
     path = init_weights.resolve_init("pretrained")
     assert path.stat().st_size < 8 * 2**20

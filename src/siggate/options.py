@@ -199,14 +199,30 @@ FRAGMENTS = ("all", "parent")
 NO_INIT = "none"
 
 
+SHIPPED_INIT = "pretrained"
+
+
 def init_is_none(text: str) -> bool:
     """``train.init`` says "from scratch": empty, or ``none`` in any case."""
     return text.strip().lower() in ("", NO_INIT)
 
 
+def shipped_init_name(text: str) -> str | None:
+    """The name of the shipped weights ``train.init`` = ``text`` names (``pretrained`` is
+    ``default``, ``pretrained:NAME`` is ``NAME``), or None where it names none (a path, or
+    ``none``). The word ``pretrained`` is read in any case, as ``none`` is (:func:`init_is_none`):
+    ``--init Pretrained`` is the shipped weights, not a file of that name; NAME, a file's
+    name, is kept as given."""
+    word, colon, name = text.strip().partition(":")
+    if word.lower() != SHIPPED_INIT:
+        return None
+    return name if colon else "default"
+
+
 def init_is_shipped(text: str) -> bool:
-    """``train.init`` names weights shipped in the package (``pretrained`` or ``pretrained:NAME``), not a path."""
-    return text == "pretrained" or text.startswith("pretrained:")
+    """``train.init`` names weights shipped in the package (``pretrained`` or ``pretrained:NAME``, the
+    word in any case; :func:`shipped_init_name`), not a path."""
+    return shipped_init_name(text) is not None
 #: ``siggate train --members``: the kinds of member a run can hold, with what each is, for the help
 #: (the kinds of :data:`siggate.train.members.MEMBER_KINDS`; a test keeps the two equal)
 MEMBER_KIND_NAMES = {"gnn": "the gated graph transformer", "svr": "MinMax-kernel SVR on five count fingerprints",

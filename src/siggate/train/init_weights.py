@@ -25,7 +25,7 @@ import torch
 
 from ..config import ConfigError
 from ..files import file_digest, safe_torch_load
-from ..options import NO_INIT, init_is_shipped
+from ..options import NO_INIT, init_is_shipped, shipped_init_name
 from .runfiles import BEST, LAST
 
 __all__ = ["SHIPPED", "InitWeights", "resolve_init", "read_init", "init_refusal", "load_init", "init_resolved", "pretrained_pool_norm", "ARCH_KEYS"]
@@ -61,7 +61,7 @@ def resolve_init(source: str) -> Path:
         # weights here of the shipped name (not a run's own fresh output folder named so, which held none)
         if here.is_file() or any((here / name).is_file() for name in ("pretrained.pt", BEST, LAST)):
             _warn_shadowed(str(here.resolve()), source)
-        name = source.partition(":")[2] or "default"
+        name = shipped_init_name(source) or "default"
         if Path(name).name != name or name in (".", ".."):  # (pretrained:/abs/x read any file, recorded as shipped)
             raise ConfigError(f"train.init {source!r}: pretrained:NAME names shipped weights by their name "
                               f"(shipped: {', '.join(sorted(p.stem for p in SHIPPED.glob('*.pt'))) or 'none'}); give "
