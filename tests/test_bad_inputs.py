@@ -685,6 +685,27 @@ def test_a_refused_resume_of_a_run_of_members_leaves_its_record_as_it_was(tmp_pa
         assert {n: ((run / n).read_bytes(), (run / n).stat().st_mtime_ns) for n in names} == kept
 
 
+def test_a_run_of_members_records_the_weights_its_gnn_member_started_from(tmp_path, capsys):
+    """``--members gnn,svr --init W``: the GNN member's metrics.json recorded ``init`` (the file,
+    its SHA-256, the tensors copied) and the run's own metrics.json, the one a user reads, did
+    not; it records it as a run of one model does, and beside the GNN member's scores."""
+    data = tmp_path / "d.csv"
+    _write_train_csv(data)
+    common = [*_TRAIN_ARGS, "--cache-dir", str(tmp_path / "c"), "--epochs", "1"]
+    rc, _, err = run_cli(["train", "--data", str(data), *common, "--out", str(tmp_path / "w")], capsys)
+    assert rc == 0, err
+    weights = tmp_path / "w" / "best.pt"
+    run = tmp_path / "run"
+    rc, _, err = run_cli(["train", "--data", str(data), *common, "--members", "gnn,svr", "--init", str(weights),
+                          "--out", str(run)], capsys)
+    assert rc == 0, err
+    own = json.loads((run / "member0" / "metrics.json").read_text())["init"]
+    assert own["path"] == str(weights) and own["copied"] > 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["init"] == own
+    assert [m.get("init") for m in metrics["members"]] == [own, None]
+
+
 def test_a_grown_run_of_members_stopped_before_its_record_is_combined_again(tmp_path, capsys, monkeypatch):
     """--resume --epochs 2 on a 1-epoch run of two GNN members, stopped after both members had
     grown (while the members were weighed): the next --resume took the run as finished and kept

@@ -23,7 +23,8 @@ Layout of the folder::
     OUT/predictor.json        the combination: its members' folders, the weights, the run's
                               config, split seed and data source
     OUT/metrics.json          each member's and the combination's val/test metric and summaries
-                              (``members``), as the terminal shows them
+                              (``members``), as the terminal shows them, and ``init``: what the
+                              GNN members started from (with ``train.init``; a run of one model's)
     OUT/test_predictions.csv  the combination's test predictions with their spread over members
                               (CSV runs; also splits.csv and data_report.csv)
     OUT/calibration.json      the combination's split-conformal calibration (``predict --coverage``)
@@ -111,11 +112,15 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
     splits = [s for s in SPLITS if ds.splits.get(s)]  # no test split: the scikit-learn estimators' fit
     preds = {s: [out_of_sample(m, s, ds.splits[s]) for m in fitted] for s in splits}  # val: as the weights saw it
     both = {s: combo.combine(preds[s]) for s in splits}
+    started = [_member_init(member) for member in fitted]  # the weights each GNN member started from
     metrics = {
         "dataset": ds.info.name, "level": ds.info.level, "task": ds.info.task, "metric": ds.info.metric,
         "higher_is_better": ds.info.higher_is_better, "seed": cfg.train.seed,
         "epochs": cfg.train.epochs,  # the config's, which a resume's record is checked against (a growth)
+        # as a run of one model records it: what its GNN members started from (they start from one file)
+        **({"init": next(r for r in started if r)} if any(started) else {}),
         "members": [{"name": name, "kind": member.kind, "seed": seed,
+                     **({"init": started[i]} if started[i] else {}),
                      **_scores(ds, {s: preds[s][i].mean for s in splits})}
                     for i, (name, seed, member) in enumerate(built)],
         "weighting": combo.weighting, "weights": None if combo.weights_ is None else combo.weights_.tolist(),
@@ -131,6 +136,13 @@ def train_members(cfg: Config, out: str | Path, kinds=("gnn",), gnn_copies: int 
                              data=cfg.data)
     write_metrics(out, metrics)
     return metrics
+
+
+def _member_init(member) -> dict | None:
+    """What a fitted GNN member's own ``metrics.json`` records of the weights ``train.init``
+    started it from (:func:`~.record.init_record`), or None (no ``train.init``, another kind)."""
+    record = (getattr(member, "metrics_", None) or {}).get("init")
+    return record if isinstance(record, dict) else None
 
 
 def _finished_record(out: Path, cfg: Config, kinds: list[str], gnn_copies: int, weights: str | None,
