@@ -1259,6 +1259,32 @@ def test_param_match_is_an_architecture_key_of_init():
                    "--init none)")
 
 
+def test_an_ffn_width_given_as_0_or_as_2_dim_is_one_architecture(tmp_path):
+    """model.ffn_dim 0 is 2 * dim: the shipped weights (ffn_dim 0, dim 64) were refused for a config
+    giving ffn_dim 128 ('model.ffn_dim: pretrained 0, this run 128'), and weights saved so for one of
+    0, though every tensor has the same shape. The widths they resolve to are compared; another
+    width, or param_match's, is still named."""
+    from siggate.data.base import TaskInfo
+    from siggate.train.init_weights import _architecture_refusal
+    from siggate.train.modelprep import build_model
+
+    cfg = load_config("csv", [*CSV, "model.pool_norm=21.64", "model.ffn_dim=128"])
+    model = build_model(cfg.model, TaskInfo(name="t", task="regression", num_tasks=1, metric="mae"))
+    report = init_weights.load_init(model, "pretrained", cfg.model.to_dict())
+    assert report["copied"] > 0 and all(n.startswith(("head.", "mol_")) for n in report["fresh"])
+    blob = torch.load(init_weights.resolve_init("pretrained"), map_location="cpu", weights_only=True)
+    blob["config"]["model"]["ffn_dim"] = 128  # the reverse: weights saved with 128, a run of 0
+    torch.save(blob, tmp_path / "wide.pt")
+    assert init_weights.init_refusal(str(tmp_path / "wide.pt"), {**cfg.model.to_dict(), "ffn_dim": 0}) is None
+    why = init_weights.init_refusal(str(tmp_path / "wide.pt"), {**cfg.model.to_dict(), "ffn_dim": 96})
+    assert "(model.ffn_dim: pretrained 128, this run 96)" in why
+    # param_match ffn at dim 64 is an FFN of 160: the same as ffn_dim 160, not as 0
+    saved = {"config": {"model": {"dim": 64, "ffn_dim": 0, "param_match": "ffn"}}}
+    assert _architecture_refusal(Path("w.pt"), saved, {"dim": 64, "ffn_dim": 160, "param_match": "none"}) is None
+    assert "model.param_match: pretrained 'ffn', this run 'none'" in _architecture_refusal(
+        Path("w.pt"), saved, {"dim": 64, "ffn_dim": 0, "param_match": "none"})
+
+
 def test_a_partial_build_keyed_before_the_test_sets_digest_is_kept(tmp_path, caplog):
     """A partial corpus (hours of descriptors, for a million molecules) keyed by the previous
     version, whose test-set entries hold counts alone, was removed as 'built with other arguments'

@@ -39,6 +39,8 @@ ARCH_KEYS = ("dim", "layers", "heads", "local", "attn", "attn_type", "gate", "ga
 ATTENTION_KEYS = ("heads", "attn_type", "gate", "gate_position")
 #: the architecture keys of the positional encoder alone (a model with ``pe: none`` has none)
 POSITION_KEYS = ("pe_steps", "pe_dim")
+#: the architecture keys that set the FFN's width alone (compared by the width they resolve to)
+FFN_KEYS = ("ffn_dim", "param_match")
 #: the options of ``model.attention.<type>`` that make another attention of the same weights (the
 #: kernel the query/key weights were trained for, which nodes attend); how often performer's
 #: features are redrawn is training, not architecture
@@ -119,6 +121,17 @@ def pretrained_pool_norm(blob: dict) -> float | None:
     return float(value) if value else None
 
 
+def _ffn_width(model_cfg: dict) -> int | None:
+    """The FFN hidden width a model config builds (:func:`~siggate.nn.model.resolve_ffn_dim`;
+    ``ffn_dim`` 0 is ``2 * dim``), or None where the config does not say (no ``dim``)."""
+    from ..nn.model import resolve_ffn_dim
+
+    try:
+        return resolve_ffn_dim(model_cfg) or 2 * int(model_cfg["dim"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _architecture_refusal(path: Path, blob: dict, model_cfg: dict) -> str | None:
     """Why the weights ``blob`` (read from ``path``) cannot start a model of ``model_cfg`` (a
     dict), or None: the architecture keys that differ, and an explicit ``pool_norm`` other than
@@ -128,6 +141,8 @@ def _architecture_refusal(path: Path, blob: dict, model_cfg: dict) -> str | None
     unused = ATTENTION_KEYS if saved_cfg.get("attn") is False and model_cfg.get("attn") is False else ()
     if saved_cfg.get("pe") == "none" and model_cfg.get("pe") == "none":  # no encoder: its sizes shape nothing
         unused += POSITION_KEYS
+    if _ffn_width(saved_cfg) is not None and _ffn_width(saved_cfg) == _ffn_width(model_cfg):
+        unused += FFN_KEYS  # one FFN width, set two ways (ffn_dim 0 is 2 * dim): the same tensors
     diffs = [f"model.{k}: pretrained {saved_cfg[k]!r}, this run {model_cfg.get(k)!r}"
              for k in ARCH_KEYS if k in saved_cfg and k not in unused and saved_cfg[k] != model_cfg.get(k)]
     kind = model_cfg.get("attn_type")
