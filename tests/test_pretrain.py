@@ -499,8 +499,9 @@ def test_a_folder_named_pretrained_here_is_named_beside_the_shipped_weights(tmp_
 
 def test_the_word_pretrained_is_read_in_any_case_as_none_is(tmp_path, monkeypatch):
     """``--init None`` trained from scratch, but ``--init Pretrained`` was a path (made absolute,
-    then 'does not exist'): the word is read in any case, in the one place that reads ``none``;
-    a shipped NAME, a file's name, keeps its case."""
+    then 'does not exist'): the word is read in any case, in the one place that reads ``none``,
+    and recorded in its one spelling (a resume with either is the same run); a shipped NAME, a
+    file's name, keeps its case."""
     from siggate.config_args import init_source
     from siggate.options import init_is_none, init_is_shipped, shipped_init_name
 
@@ -508,8 +509,9 @@ def test_the_word_pretrained_is_read_in_any_case_as_none_is(tmp_path, monkeypatc
     shipped = init_weights.resolve_init("pretrained")
     for word in ("Pretrained", "PRETRAINED", " pretrained ", "Pretrained:default"):
         assert init_is_shipped(word) and not init_is_none(word)
-        assert init_source(word) == word  # recorded as given, not made a path
+        assert init_source(word) == ("pretrained:default" if ":" in word else "pretrained")  # not made a path
         assert init_weights.resolve_init(word) == shipped
+    assert init_source("PreTrained:Other") == "pretrained:Other"
     assert shipped_init_name("PreTrained:Other") == "Other" and shipped_init_name("pretrained") == "default"
     assert shipped_init_name("none") is None and shipped_init_name("./pretrained") is None
     assert not init_is_shipped("pretrainedx") and not init_is_shipped(str(tmp_path / "pretrained"))

@@ -19,10 +19,11 @@ from .files import out_dir_problem
 from .options import (
     DUPLICATES,
     FRAGMENTS,
+    SHIPPED_INIT,
     add_cache_dir_flag,
     add_data_root_flag,
     init_is_none,
-    init_is_shipped,
+    shipped_init_name,
 )
 
 __all__ = ["CLIError", "WARMUP_START", "add_command", "add_config_args", "add_device_flag", "add_threads_flag",
@@ -79,9 +80,14 @@ def add_threads_flag(p: argparse.ArgumentParser, default: int | None = None, def
 
 def init_source(text: str) -> str:
     """``--init`` as the config records it: a path made absolute (the run resumes, and its record
-    reads, from anywhere, as ``data.csv``'s); ``pretrained[:NAME]`` and ``none`` as given."""
-    if init_is_none(text) or init_is_shipped(text):
+    reads, from anywhere, as ``data.csv``'s); ``none`` as given; the shipped weights' word in its
+    one spelling (``--init Pretrained`` records ``pretrained``: a resume with either is the same
+    run), NAME as given."""
+    if init_is_none(text):
         return text
+    name = shipped_init_name(text)
+    if name is not None:
+        return SHIPPED_INIT + (f":{name}" if ":" in text else "")
     return str(Path(text).expanduser().absolute())
 
 
