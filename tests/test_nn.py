@@ -526,6 +526,31 @@ def test_mlp_head_halves_the_width():
     assert len(mlp_head(8, 1, 1)) == 1
 
 
+def test_a_head_too_deep_for_the_width_is_refused():
+    """dim=8 halves to 4, 2 and 1: four layers fit. A fifth had width 0 (``Linear(1, 0)``, then
+    ``Linear(0, T)``), and the model predicted the output's bias for every graph, silently (the
+    config refused it; the module a researcher builds did not)."""
+    from siggate.nn import mlp_head
+
+    kw = dict(dim=8, heads=2, layers=1, node_features="typed", num_node_types=3, num_edge_types=1)
+    message = (r"^head_layers=5 is too many for dim=8: the prediction head halves the width at each layer, "
+               r"so at most 4 layers fit; lower head_layers or raise dim$")
+    with pytest.raises(ValueError, match=message):
+        SigGateGT(1, head_layers=5, **kw)
+    with pytest.raises(ValueError, match=message):
+        mlp_head(8, 5, 1)
+    with pytest.raises(ValueError, match=r"needs at least one layer \(its output Linear\), got 2\.0"):
+        mlp_head(8, 2.0, 1)
+    linear = lambda head: [m.out_features for m in head if isinstance(m, torch.nn.Linear)]  # noqa: E731
+    assert linear(mlp_head(8, 5, 1, halve=False)) == [8, 8, 8, 8, 1]  # the node head keeps its width
+    model = SigGateGT(1, head_layers=4, **kw).eval()  # the deepest that fits
+    assert linear(model.head) == [4, 2, 1, 1]
+    graphs = [Data(x=torch.tensor(t), edge_index=torch.tensor([[0, 1], [1, 0]]), edge_attr=torch.zeros(2, dtype=torch.long))
+              for t in ([0, 1], [2, 2])]
+    with torch.no_grad():
+        assert model(Batch.from_data_list(graphs)).shape == (2, 1)
+
+
 @pytest.mark.parametrize("attn_type", ["full", "performer", "exphormer"])
 def test_readme_own_model_example_runs_on_the_fast_path(attn_type, monkeypatch):
     """The README's "use the layer in your own model" code, executed as written, for each

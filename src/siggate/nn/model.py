@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import numbers
 
 import torch
 from torch import Tensor, nn
@@ -74,8 +75,11 @@ def mlp_head(dim: int, layers: int, out: int, halve: bool = True, norm: bool = F
 
     Shapes: ``[G, dim + extra_in]`` (or ``[N, dim]``) -> ``[G, out]``.
     """
-    if layers < 1:
-        raise ValueError(f"a prediction head needs at least one layer (its output Linear), got {layers}")
+    if isinstance(layers, bool) or not isinstance(layers, numbers.Integral) or layers < 1:
+        raise ValueError(f"a prediction head needs at least one layer (its output Linear), got {layers!r}")
+    if halve and dim >> (layers - 1) < 1:  # (a zero-width layer: every graph got the output's bias, silently)
+        raise ValueError(f"head_layers={layers} is too many for dim={dim}: the prediction head halves the width at "
+                         f"each layer, so at most {dim.bit_length()} layers fit; lower head_layers or raise dim")
     head, width = [], dim
     for i in range(layers - 1):
         nxt = width // 2 if halve else width
