@@ -794,6 +794,25 @@ def test_constructor_arguments_that_cannot_work_are_refused_when_built(make, mes
     GatedMultiheadAttention(16, 4, gate="headwise", bias=False)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(dim=8.0), r"^dim must be a whole number >= 1, got 8\.0$"),
+    (dict(dim=16, mol_features_dim=2.5), r"^mol_features_dim must be a whole number >= 0, got 2\.5$"),
+    (dict(dim=16, mol_features_dim=-1), r"^mol_features_dim must be a whole number >= 0, got -1$"),
+    (dict(dim=16, layers=0, impl="fast"),
+     r"^impl must be one of \('auto', 'reference', 'sdpa', 'packed'\), got 'fast'$"),
+])
+def test_the_model_refuses_its_own_arguments_where_given(kwargs, message):
+    """``SigGateGT(dim=8.0)`` failed inside the encoders' embedding tables with torch's words
+    ("empty(): argument 'size' failed to unpack..."), ``mol_features_dim=2.5`` built a head of 2
+    feature columns, silently, and a misspelt ``impl`` was kept by a model without layers (only the
+    layers checked it)."""
+    with pytest.raises(ValueError, match=message):
+        SigGateGT(1, heads=2, node_features="typed", num_node_types=3, num_edge_types=1, **kwargs)
+    model = SigGateGT(1, dim=16, heads=2, layers=0, mol_features_dim=2, node_features="typed", num_node_types=3,
+                      num_edge_types=1)
+    assert model.head[0].in_features == 16 + 2 and model.mol_mean.shape == (2,)
+
+
 def test_inputs_a_layer_would_misread_are_refused():
     """A type encoder took the first of several columns and dropped the rest, and a GINE layer
     added an ``[E, 1]`` edge column to every channel: both silently. Now each is refused by name,

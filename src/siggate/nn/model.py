@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
-from ..options import POOLING, Z_CLIP, GPSOptions, mol_features_dim  # shared with siggate.config
+from ..options import ATTN_IMPLS, POOLING, Z_CLIP, GPSOptions, mol_features_dim  # shared with siggate.config
 from .attention import GatedAttentionBase, check_whole
 from .attention_types import attn_kwargs_from_config, check_options
 from .encoders import NodeEncoder, OGBBondEncoder, make_edge_encoder
@@ -97,7 +97,8 @@ def _check_readout(pooling: str, pool_norm: float, level: str, mol_features_dim:
         raise ValueError(f"pool_norm must be > 0 for pooling='norm', got {pool_norm!r}")
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
-    if mol_features_dim < 0 or (mol_features_dim and level != "graph"):
+    check_whole("mol_features_dim", mol_features_dim, 0)  # (2.5 was truncated to 2 columns, silently)
+    if mol_features_dim and level != "graph":
         raise ValueError(f"mol_features_dim must be >= 0, and 0 at node level; got {mol_features_dim!r} "
                          f"at level {level!r}")
 
@@ -177,7 +178,10 @@ class SigGateGT(nn.Module):
         super().__init__()
         _check_readout(pooling, pool_norm, level, mol_features_dim)
         check_whole("num_tasks", num_tasks, 1)
+        check_whole("dim", dim, 1)  # (a float failed inside the encoders' embedding tables with torch's words)
         check_whole("layers", layers, 0)
+        if impl not in ATTN_IMPLS:  # (with no layer to check it, a misspelt impl was kept)
+            raise ValueError(f"impl must be one of {ATTN_IMPLS}, got {impl!r}")
         self.num_tasks = num_tasks
         self.pooling = pooling
         self.pool_norm = float(pool_norm)
