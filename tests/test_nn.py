@@ -813,6 +813,29 @@ def test_the_model_refuses_its_own_arguments_where_given(kwargs, message):
     assert model.head[0].in_features == 16 + 2 and model.mol_mean.shape == (2,)
 
 
+@pytest.mark.parametrize("make, message", [
+    (lambda: GatedMultiheadAttention(16, 4, attn_dropout="0.1"), r"^attn_dropout must be a number, got '0\.1'$"),
+    (lambda: GatedMultiheadAttention(16, 4, gate_bias_init=None), r"^gate_bias_init must be a number, got None$"),
+    (lambda: GatedMultiheadAttention(16, 4, gate_weight_std="0.02"),
+     r"^gate_weight_std must be a number or None, got '0\.02'$"),
+    (lambda: GPSLayer(16, dropout="0.1"), r"^dropout must be a number, got '0\.1'$"),
+    (lambda: SigGateGT(1, dim=16, attn_type="performer", attn_dropout=None), r"^attn_dropout must be a number, got None$"),
+])
+def test_a_rate_or_an_initial_value_that_is_no_number_is_refused_by_name(make, message):
+    """A string or None (a value read from a file, a forgotten default) met a comparison inside the
+    constructor: "TypeError: '<=' not supported between instances of 'float' and 'str'", naming no
+    argument. Numbers of any kind still build, and NumPy's too."""
+    import numpy as np
+
+    with pytest.raises(ValueError, match=message):
+        make()
+    att = GatedMultiheadAttention(16, 4, attn_dropout=np.float32(0.25), gate_bias_init=1, gate_weight_std=0)
+    assert att.attn_dropout == 0.25 and att.gate_bias_init == 1.0
+    assert torch.equal(att.in_proj.weight[48:], torch.zeros(16, 16))  # std 0: the gate starts constant
+    assert torch.equal(att.in_proj.bias[48:], torch.ones(16))
+    assert GPSLayer(16, dropout=0).dropout == 0
+
+
 def test_inputs_a_layer_would_misread_are_refused():
     """A type encoder took the first of several columns and dropped the rest, and a GINE layer
     added an ``[E, 1]`` edge column to every channel: both silently. Now each is refused by name,

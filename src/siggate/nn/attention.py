@@ -62,6 +62,15 @@ def check_whole(name: str, value, low: int) -> None:
         raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
 
 
+def check_real(name: str, value, optional: bool = False) -> None:
+    """Refuse ``value`` unless it is a real number (or ``None`` where ``optional``): a string or
+    ``None`` met a comparison's ``TypeError`` ("'<=' not supported between instances of 'float'
+    and 'str'") that named no argument."""
+    if (value is None and optional) or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+        return
+    raise ValueError(f"{name} must be a number{' or None' if optional else ''}, got {value!r}")
+
+
 class GatedAttentionBase(nn.Module):
     r"""What every attention type shares: projections, the per-head sigmoid gate, and
     :meth:`gated`, the pipeline around an attention core.
@@ -112,6 +121,9 @@ class GatedAttentionBase(nn.Module):
             raise ValueError(f"gate must be one of {GATE_KINDS}, got {gate!r}")
         if gate_position not in GATE_POSITIONS:
             raise ValueError(f"gate_position must be one of {GATE_POSITIONS}, got {gate_position!r}")
+        check_real("attn_dropout", attn_dropout)
+        check_real("gate_bias_init", gate_bias_init)
+        check_real("gate_weight_std", gate_weight_std, optional=True)
         if not 0.0 <= attn_dropout < 1.0:
             raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
         if not math.isfinite(gate_bias_init):

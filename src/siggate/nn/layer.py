@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..options import GPSOptions
-from .attention import ATTN_IMPLS, check_whole
+from .attention import ATTN_IMPLS, check_real, check_whole
 from .attention_types import check_shared_options, check_type_options, make_attention, params, shared_options
 from .kernels.fused_blocks import FoldedGPSLayer, GINEResidual, MLPResidual
 from .kernels.layout import DenseIndex, batch_vector, check_edge_features  # noqa: F401 (DenseIndex re-exported: siggate.nn.layer.DenseIndex)
@@ -204,6 +204,7 @@ class GPSLayer(nn.Module):
             raise ValueError("a GPS layer needs at least one branch (local or attention)")
         if impl not in ATTN_IMPLS:
             raise ValueError(f"impl must be one of {ATTN_IMPLS}, got {impl!r}")
+        check_real("dropout", dropout)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.dim = dim
