@@ -726,6 +726,37 @@ def test_details_are_padded_like_the_full_attention(kind):
     assert len(gate_means(model, b.to_data_list())) == 2
 
 
+@pytest.mark.parametrize("kind", ATTN_TYPES)
+def test_details_of_a_batch_ending_in_a_graph_without_nodes_match_the_mask(kind):
+    """The sparse types padded their details by ``layout.batch`` alone, which does not see a
+    last graph without nodes: ``gate`` was ``[2, N_max, ...]`` beside the model's ``[3, N_max]``
+    mask, and ``a["gate"][mask]`` (the trainer's ``gate_means``) raised an IndexError. Each
+    type's gate at the real nodes is ``sigmoid(x W_G + b_G)`` of the layer's input."""
+    from siggate.train.scoring import gate_means
+
+    def graph(n):
+        ring = torch.tensor([[i for i in range(n)], [(i + 1) % n for i in range(n)]]) if n > 1 else torch.empty(2, 0)
+        return Data(x=torch.arange(n) % 3, edge_index=ring.long(), edge_attr=torch.zeros(ring.size(1), dtype=torch.long),
+                    num_nodes=n)
+
+    b = Batch.from_data_list([graph(4), graph(2), graph(0)])
+    torch.manual_seed(0)
+    model = SigGateGT(1, dim=D, layers=2, heads=H, node_features="typed", num_node_types=3, num_edge_types=1,
+                      attn_type=kind, attn_kwargs=OWN[kind]).eval()
+    with torch.no_grad():
+        out, det = model(b, return_details=True)
+        assert torch.allclose(out, model(b), atol=1e-6)
+    mask = det["mask"]
+    assert mask.shape == (3, 4) and mask.sum(1).tolist() == [4, 2, 0]
+    for layer, a, x in zip(model.layers, det["attn"], det["hidden"]):
+        assert a["gate"].shape == (3, 4, H, D // H) == a["head_out"].shape == a["head_out_gated"].shape
+        w, bias = layer.attn.in_proj.weight[3 * D:], layer.attn.in_proj.bias[3 * D:]
+        expected = torch.sigmoid(x @ w.t() + bias).view(-1, H, D // H)
+        assert torch.allclose(a["gate"][mask], expected, atol=1e-6)
+        assert torch.allclose(a["head_out_gated"][mask], a["head_out"][mask] * expected, atol=1e-6)
+    assert len(gate_means(model, b.to_data_list())) == 2
+
+
 def test_config_refuses_bad_attention_options():
     from siggate.config import ConfigError, from_dict
 

@@ -304,7 +304,8 @@ class GatedAttentionBase(nn.Module):
         out, parts = self.gated(x, self.attention_core(x, layout, edge_attr), self._fused(x, layout))
         if not return_details:
             return out
-        index = DenseIndex.from_batch(layout.batch)
+        # every graph of the layout, trailing graphs without nodes too: the model's mask is [G, N_max]
+        index = DenseIndex.from_batch(layout.batch, getattr(layout, "num_graphs", None))
 
         def padded(t):
             return None if t is None else index.to_dense(t.flatten(1)).view(*index.mask.shape, *t.shape[1:])

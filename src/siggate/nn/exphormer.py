@@ -181,6 +181,10 @@ class AttentionGraph:
         return self.segments.num_nodes
 
     @property
+    def num_graphs(self) -> int:
+        return self.segments.num_graphs
+
+    @property
     def batch(self) -> Tensor:
         return self.segments.batch
 
