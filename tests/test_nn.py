@@ -630,6 +630,28 @@ def test_norm_pooling_model_is_the_add_model_with_a_scaled_head():
         SigGateGT(1, dim=16, layers=2, pooling="norm", pool_norm=0.0)
 
 
+@pytest.mark.parametrize("pool_norm, message", [
+    (math.inf, r"^pool_norm must be > 0 and finite for pooling='norm' \(the divisor of each graph's sum, e\.g\. the "
+               r"training graphs' mean size\), got inf$"),
+    (math.nan, r"^pool_norm must be > 0 and finite for pooling='norm' .*, got nan$"),
+    ("10", r"^pool_norm must be a number, got '10'$"),
+])
+def test_a_norm_pooling_divisor_that_is_no_finite_number_is_refused(pool_norm, message):
+    """pool_norm=inf divided every graph's sum to 0: the model predicted one value for every graph,
+    silently (the config refuses non-finite numbers; the module did not). A string met a comparison's
+    TypeError naming no argument."""
+    with pytest.raises(ValueError, match=message):
+        SigGateGT(1, dim=16, layers=1, pooling="norm", pool_norm=pool_norm)
+    graphs = Batch.from_data_list([random_graph(n, s) for s, n in enumerate([6, 13, 3])])
+    torch.manual_seed(0)
+    model = SigGateGT(1, dim=16, layers=1, pooling="norm", pool_norm=1e6).eval()  # large, finite: kept
+    with torch.no_grad():
+        g = model(graphs, return_details=True)[1]["graph_emb"]
+        hidden = model(graphs, return_details=True)[1]["hidden"][-1]
+    sums = torch.stack([hidden[graphs.batch == i].sum(0) for i in range(3)])
+    assert torch.allclose(g, sums / 1e6, atol=1e-12) and g.abs().max() > 0
+
+
 @pytest.mark.parametrize("ours, ogb_name, dims", [
     ("OGBAtomEncoder", "AtomEncoder", get_atom_feature_dims()),
     ("OGBBondEncoder", "BondEncoder", get_bond_feature_dims()),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import numbers
 
 import torch
@@ -10,7 +11,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from ..options import ATTN_IMPLS, POOLING, Z_CLIP, GPSOptions, mol_features_dim  # shared with siggate.config
-from .attention import GatedAttentionBase, check_whole
+from .attention import GatedAttentionBase, check_real, check_whole
 from .attention_types import attn_kwargs_from_config, check_options
 from .encoders import NodeEncoder, OGBBondEncoder, make_edge_encoder
 from .kernels.layout import DenseIndex, batch_vector
@@ -93,8 +94,10 @@ def _check_readout(pooling: str, pool_norm: float, level: str, mol_features_dim:
     """:class:`SigGateGT`'s readout arguments, each refused with what is allowed."""
     if pooling not in POOLING:
         raise ValueError(f"pooling must be one of {POOLING}, got {pooling!r}")
-    if pooling == "norm" and not pool_norm > 0:
-        raise ValueError(f"pool_norm must be > 0 for pooling='norm', got {pool_norm!r}")
+    check_real("pool_norm", pool_norm)
+    if pooling == "norm" and not (math.isfinite(pool_norm) and pool_norm > 0):  # (inf pooled every graph to 0)
+        raise ValueError(f"pool_norm must be > 0 and finite for pooling='norm' (the divisor of each graph's sum, "
+                         f"e.g. the training graphs' mean size), got {pool_norm!r}")
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
     check_whole("mol_features_dim", mol_features_dim, 0)  # (2.5 was truncated to 2 columns, silently)
