@@ -858,6 +858,25 @@ def test_a_rate_or_an_initial_value_that_is_no_number_is_refused_by_name(make, m
     assert GPSLayer(16, dropout=0).dropout == 0
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(pe="rwse", pe_steps=4, pe_dim=4.0), r"^pe_dim must be a whole number in \(0, dim=8\) when pe='rwse', got 4\.0$"),
+    (dict(pe="lappe", pe_steps=4, pe_dim="4"), r"^pe_dim must be a whole number in \(0, dim=8\) when pe='lappe', got '4'$"),
+    (dict(node_features="dense", num_node_features=3.0, num_edge_types=1),
+     r"^node_features='dense' needs num_node_features > 0 \(the float columns of x\), a whole number, got 3\.0$"),
+])
+def test_encoder_widths_that_are_no_whole_numbers_are_refused_by_name(kwargs, message):
+    """pe_dim=4.0 and num_node_features=3.0 reached torch's embedding and linear layers and failed
+    there ("empty(): argument 'size' failed to unpack the object ..."), pe_dim='4' met a comparison's
+    TypeError: none named the argument. The widths the encoders build are still dim - pe_dim and pe_dim."""
+    with pytest.raises(ValueError, match=message):
+        SigGateGT(1, dim=8, heads=2, layers=1, **kwargs)
+    model = SigGateGT(1, dim=8, heads=2, layers=1, pe="rwse", pe_steps=4, pe_dim=3)
+    widths = {m.embedding_dim for m in model.node_encoder.atom.modules() if isinstance(m, torch.nn.Embedding)}
+    assert widths == {5} and model.node_encoder.pe.lin.out_features == 3
+    dense = SigGateGT(1, dim=8, heads=2, layers=1, node_features="dense", num_node_features=3, num_edge_types=1)
+    assert dense.node_encoder.atom.lin.in_features == 3 and dense.node_encoder.atom.lin.out_features == 8
+
+
 def test_inputs_a_layer_would_misread_are_refused():
     """A type encoder took the first of several columns and dropped the rest, and a GINE layer
     added an ``[E, 1]`` edge column to every channel: both silently. Now each is refused by name,

@@ -6,6 +6,7 @@ produces ``pe_dim`` channels; the two are concatenated, as in GraphGPS.
 
 from __future__ import annotations
 
+import numbers
 from typing import Sequence
 
 import torch
@@ -13,6 +14,11 @@ from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
 from torch import Tensor, nn
 
 from .attention import check_whole
+
+
+def _whole(value) -> bool:
+    """Whether ``value`` is a whole number (not a bool, a float or a string)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 class TypeEncoder(nn.Module):
@@ -227,14 +233,14 @@ class NodeEncoder(nn.Module):
             raise ValueError(f"node_features must be one of {sorted(FEATURE_ENCODERS)}, got {node_features!r}")
         if pe != "none" and pe not in PE_ENCODERS:
             raise ValueError(f"pe must be one of {sorted(PE_ENCODERS) + ['none']}, got {pe!r}")
-        if pe != "none" and not 0 < pe_dim < dim:
-            raise ValueError(f"pe_dim must be in (0, dim={dim}) when pe={pe!r}, got {pe_dim}")
+        if pe != "none" and not (_whole(pe_dim) and 0 < pe_dim < dim):  # (4.0 failed in the embedding with torch's words)
+            raise ValueError(f"pe_dim must be a whole number in (0, dim={dim}) when pe={pe!r}, got {pe_dim!r}")
         if pe != "none":  # (0 built an encoder of no input: the encoding silently absent)
             check_whole(f"pe_steps (the {'random-walk steps' if pe == 'rwse' else 'eigenvectors'} of pe={pe!r})",
                         pe_steps, 1)
-        if node_features == "dense" and not num_node_features > 0:
+        if node_features == "dense" and not (_whole(num_node_features) and num_node_features > 0):
             raise ValueError(f"node_features='dense' needs num_node_features > 0 (the float columns of x), "
-                             f"got {num_node_features}")
+                             f"a whole number, got {num_node_features!r}")
         atom_dim = dim - (pe_dim if pe != "none" else 0)
         self.atom = FEATURE_ENCODERS[node_features](atom_dim, num_node_types, num_node_features)
         self.pe = PE_ENCODERS[pe](pe_steps, pe_dim) if pe != "none" else None
