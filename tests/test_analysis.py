@@ -897,3 +897,31 @@ def test_learning_rates_that_differ_past_six_digits_get_folders_of_their_own():
     assert lrsweep.rate_text(0.0010000001) == "0.0010000001" and lrsweep.rate_text(0.001) == "0.001"
     assert [lrsweep.rate_text(x) for x in (3e-5, 1e-4, 1.0, 0.0015, 1 / 3)] == ["3e-05", "0.0001", "1", "0.0015",
                                                                               "0.3333333333333333"]
+
+
+def test_a_sweep_whose_gated_runs_diverged_at_every_rate_is_judged_not_refused(tmp_path, capsys):
+    """Every rate of the gated arm diverging leaves it no range (ratio 0, bounds None): the
+    report and the claims table refused that lrsweep.json as 'not a complete siggate analyze
+    lrsweep result (TypeError ...)', a sweep result as valid as any. No rate stable: does not hold."""
+    from siggate.analysis.report import FAILS, verdict_lr
+
+    lrs, gates = [1e-3, 1e-2], ["none", "elementwise"]
+    runs = {}
+    for lr in lrs:
+        runs[(lr, "none", 0)] = {"val": 0.5, "history": [{"train_loss": 1.0}, {"train_loss": 0.9}]}
+        runs[(lr, "elementwise", 0)] = {"val": float("nan"), "diverged": True, "history": []}
+    res = lrsweep.analyse(runs, lrs, gates, [0], 0.1, False)
+    assert res["no_divergence_range"]["elementwise"]["min_lr"] is None
+    res.update({"analysis": "lr-sweep", "metric": "mae", "higher_is_better": False, "lrs": lrs, "gates": gates,
+                "seeds": [0], "epochs": 3, "tolerance": 0.1, "protocol_epochs": 3,
+                "range_widening": {"elementwise": 0.0}})
+    rows = verdict_lr(res)
+    assert [r["verdict"] for r in rows[:2]] == [FAILS, FAILS]
+    assert rows[0]["measured"].startswith("a seed diverged at every learning rate of the sweep")
+    assert rows[1]["measured"].startswith("no learning rate of the sweep within tolerance")
+    an = tmp_path / "an"
+    an.mkdir()
+    common.write_json(res, an / "lrsweep.json")
+    assert main(["analyze", "report", str(an), "--out", str(tmp_path / "REPORT.md")]) == 0
+    assert "does not hold" in capsys.readouterr().out
+    assert main(["analyze", "claims", str(an), "--out", str(tmp_path / "claims.md")]) == 0

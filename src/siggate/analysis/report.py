@@ -334,7 +334,11 @@ def verdict_lr(l: dict) -> list[dict]:
 
     def short_of_10x(r: dict) -> str:
         """A range short of 10x: FAILS only where rates on both sides of it fell out; one that reaches
-        an end of the sweep might go on past it (a sweep of 1e-3..3e-3 cannot show 10x)."""
+        an end of the sweep might go on past it (a sweep of 1e-3..3e-3 cannot show 10x). An empty range
+        (no rate of the sweep in it: every one fell out, :func:`~.lrsweep.widest_range`) has no end to
+        reach: FAILS, where its ``None`` bounds raised a TypeError that read_as called an incomplete file."""
+        if r["min_lr"] is None:
+            return FAILS
         ends = math.isclose(r["min_lr"], l["lrs"][0], rel_tol=1e-9) or math.isclose(r["max_lr"], l["lrs"][-1],
                                                                                      rel_tol=1e-9)
         return INCONCLUSIVE if ends else FAILS
@@ -343,8 +347,9 @@ def verdict_lr(l: dict) -> list[dict]:
             r = nd[g]
             out.append({
                 "claim": f"training with the {g} gate stays stable (does not diverge) across a 10x learning-rate range",
-                "measured": f"no seed diverged for lr {fmt(r['min_lr'])}..{fmt(r['max_lr'])} = {fmt(r['ratio'])}x "
-                            f"(none: {fmt(nd.get('none', {}).get('ratio'))}x); {budget}",
+                "measured": (f"no seed diverged for lr {fmt(r['min_lr'])}..{fmt(r['max_lr'])} = {fmt(r['ratio'])}x "
+                             if r["min_lr"] is not None else "a seed diverged at every learning rate of the sweep ")
+                            + f"(none: {fmt(nd.get('none', {}).get('ratio'))}x); {budget}",
                 "rule": "holds if the widest contiguous range of learning rates without divergence is >= 10x after "
                         "the protocol's full epochs (an observation over every seed and rate, no statistical test); "
                         "does not hold if it is shorter and rates on both sides of it diverged; inconclusive after "
@@ -356,9 +361,11 @@ def verdict_lr(l: dict) -> list[dict]:
         out.append({
             "claim": f"with the {g} gate the result stays within {100 * tol:.0f}% of its best across a 10x "
                      "learning-rate range",
-            "measured": f"within {100 * tol:.0f}% of its best (val {l['metric']} {fmt(l['best_score'][g])}) for lr "
-                        f"{fmt(r['min_lr'])}..{fmt(r['max_lr'])} = {fmt(r['ratio'])}x; none: "
-                        f"{fmt(rng.get('none', {}).get('ratio'))}x; {budget}",
+            "measured": (f"within {100 * tol:.0f}% of its best (val {l['metric']} {fmt(l['best_score'][g])}) for lr "
+                         f"{fmt(r['min_lr'])}..{fmt(r['max_lr'])} = {fmt(r['ratio'])}x; none: "
+                         if r["min_lr"] is not None else
+                         "no learning rate of the sweep within tolerance (a seed diverged at every one); none: ")
+                        + f"{fmt(rng.get('none', {}).get('ratio'))}x; {budget}",
             "rule": "holds if the widest contiguous range within tolerance is >= 10x; does not hold if it is "
                     "shorter and rates on both sides of it fell out, after the protocol's full epochs; inconclusive "
                     "after fewer epochs (low learning rates have not converged yet), or when a shorter range reaches "
