@@ -31,7 +31,7 @@ from ..version import __version__
 
 #: the analyses' count flags (their argparse ``dest``) and the least value each takes
 COUNT_FLAGS = {"batch_size": 1, "draws": 1, "nodes": 2, "dim": 1, "heads": 1, "max_graphs": 1, "sweep_draws": 1,
-               "propagate": 0, "batches": 1, "reps": 1, "warmup": 0}
+               "propagate": 0, "batches": 1, "reps": 1, "warmup": 0, "seed": 0}
 
 
 def start(args, min_epochs: int | None = None) -> tuple[Path, bool]:
@@ -79,6 +79,35 @@ def parse_list(text: str | Sequence, cast=str, flag: str = "", choices: Sequence
     if not out:  # (',' gave nothing: an empty analysis, written over the last one's results)
         raise CLIError(f"{flag or 'a list'}: {str(text)!r} names nothing; give at least one comma-separated item")
     return out
+
+
+def parse_seeds(text: str | Sequence, flag: str = "--seeds") -> list[int]:
+    """The seeds of ``text`` (:func:`parse_list`), each refused naming ``flag`` before any work
+    unless in ``0..SEED_MAX`` (``train.seed``'s range): ``--seeds -1`` was refused as the config key
+    ``train.seed`` after the data was read."""
+    from ..options import SEED_MAX
+
+    seeds = parse_list(text, int, flag)
+    bad = next((s for s in seeds if not 0 <= s <= SEED_MAX), None)
+    if bad is not None:
+        raise CLIError(f"{flag}: {bad} is no seed; give whole numbers from 0 to {SEED_MAX}")
+    return seeds
+
+
+def parse_gates(text: str | Sequence, flag: str = "--gates", positions: bool = False) -> list[str]:
+    """The gate kinds of ``text`` (:func:`parse_list`; ``positions``: each may be
+    ``GATE@POSITION``), an unknown kind or position refused naming ``flag`` before any work: a
+    misspelt gate was refused as the config key ``model.gate`` after the data was read, and by
+    ``analyze entropy`` only after the gates before it had trained."""
+    from ..options import GATE_KINDS, GATE_POSITIONS, parse_gate_spec
+
+    items = parse_list(text, flag=flag)
+    for item in items:
+        gate, position = parse_gate_spec(item) if positions else (item, None)
+        if gate not in GATE_KINDS or (position is not None and position not in GATE_POSITIONS):
+            where = f"; a position after @: {', '.join(GATE_POSITIONS)}" if positions else ""
+            raise CLIError(f"{flag}: unknown {item!r}; choose from {', '.join(GATE_KINDS)}{where}")
+    return items
 
 
 def config_from(args, extra: Iterable[str] = (), owned: dict[str, str] | None = None) -> Config:

@@ -22,7 +22,8 @@ from .common import (
     forward_details,
     load_dataset,
     meta,
-    parse_list,
+    parse_gates,
+    parse_seeds,
     require_attention,
     start,
     table,
@@ -211,7 +212,7 @@ def main(args) -> int:
     if cfg.model.attn_type != "full":
         raise CLIError(f"attention entropy needs the attention probabilities, which only model.attn_type=full forms "
                        f"({cfg.model.attn_type} never builds them); pass --set model.attn_type=full")
-    gates, seeds = parse_list(args.gates, flag="--gates"), parse_list(args.seeds, int, "--seeds")
+    gates, seeds = parse_gates(args.gates), parse_seeds(args.seeds)
     ds = load_dataset(cfg, progress)
     per_seed = {}
     for g in gates:

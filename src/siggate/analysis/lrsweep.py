@@ -19,7 +19,9 @@ from .common import (
     fmt,
     load_dataset,
     meta,
+    parse_gates,
     parse_list,
+    parse_seeds,
     start,
     table,
     train_many,
@@ -187,7 +189,7 @@ def main(args) -> int:
                                    "train.seed": "from --seeds",
                                    "train.on_nan": "to skip (a diverging rate must not stop the sweep)"})
     lrs = sorted(parse_list(args.lrs, float, "--lrs", positive=True))
-    gates, seeds = parse_list(args.gates, flag="--gates"), parse_list(args.seeds, int, "--seeds")
+    gates, seeds = parse_gates(args.gates), parse_seeds(args.seeds)
     ds = load_dataset(cfg, progress)
     todo = {(lr, g, s): (variant(cfg, epochs=args.epochs, train__lr=lr, model__gate=g, train__seed=s,
                                  train__on_nan="skip"), out / "runs" / f"lr{rate_text(lr)}-{g}-s{s}")

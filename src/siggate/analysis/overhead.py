@@ -27,7 +27,7 @@ from .common import (
     fmt,
     load_dataset,
     meta,
-    parse_list,
+    parse_gates,
     start,
     table,
     variant,
@@ -122,7 +122,7 @@ def main(args) -> int:
                        "--seeds (--set train.seed=N picks another)")
     out, progress = start(args)
     cfg = config_from(args, owned={"model.gate": "from --gates", "model.gate_position": "from --gates (GATE@POSITION)"})
-    specs = parse_list(args.gates, flag="--gates")
+    specs = parse_gates(args.gates, positions=True)
     ds = load_dataset(cfg, progress)
     info = ds.info
     models, params, gate_params, expected = {}, {}, {}, {}

@@ -27,7 +27,7 @@ from .common import (
     load_dataset,
     measurable,
     meta,
-    parse_list,
+    parse_seeds,
     require_attention,
     start,
     table,
@@ -98,7 +98,7 @@ def obtain_models(args, cfg, ds, out: Path, progress: bool):
         st = ckpt.get("state", {})
         return [(ckpt["config"]["train"]["seed"], model,
                  f"checkpoint {args.checkpoint} (after epoch {st.get('epoch')}, best epoch {st.get('best_epoch', -1) + 1})")]
-    seeds = parse_list(args.seeds, int, "--seeds")
+    seeds = parse_seeds(args.seeds)
     if args.epochs == 0:
         return [(seed, build_model(cfg.model, ds.info, seed, ds.train),
                  f"untrained (initialisation of seed {seed})") for seed in seeds]
@@ -169,6 +169,8 @@ def main(args) -> int:
     else:
         cfg = config_from(args, owned={"train.epochs": "from --epochs", "train.seed": "from --seeds"})
     require_attention(cfg, "rank")
+    if not args.checkpoint:
+        parse_seeds(args.seeds)  # (refused before the data is read)
     ds = load_dataset(cfg, progress)
     if args.split not in ds.splits:
         raise CLIError(f"--split: unknown split {args.split!r}; available: {', '.join(ds.splits)}")

@@ -24,7 +24,9 @@ from .common import (
     load_run_model,
     measurable,
     meta,
+    parse_gates,
     parse_list,
+    parse_seeds,
     start,
     table,
     train_many,
@@ -197,7 +199,7 @@ def main(args) -> int:
                        "(default 1e-3)")
     cfg = config_from(args, owned={"train.epochs": "from --epochs", "model.layers": "from --depths",
                                    "model.gate": "from --gates", "train.seed": "from --seeds"})
-    depths, gates, seeds = parse_list(args.depths, int, "--depths", positive=True), parse_list(args.gates, flag="--gates"), parse_list(args.seeds, int, "--seeds")
+    depths, gates, seeds = parse_list(args.depths, int, "--depths", positive=True), parse_gates(args.gates), parse_seeds(args.seeds)
     ds = load_dataset(cfg, progress)
     per_seed, sources = {}, {}
     keys = {(L, g, s): f"L{L}-{g}-s{s}" for L in depths for g in gates for s in seeds}
