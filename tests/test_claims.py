@@ -615,3 +615,31 @@ def test_results_under_a_folder_named_runs_are_read_and_a_comparisons_own_runs_a
     assert len(rows) >= 2 and rows == seen(cmp) == seen(Path("runs"))  # (the run's own file not counted twice)
     assert [p for p, _ in report.find_results([Path("runs/cmp")])["compare"]] == [Path("runs/cmp/results.json")]
     assert report.in_runs(cmp / "runs" / "x" / "results.json", cmp) and not report.in_runs(cmp / "results.json", cmp)
+
+
+def test_a_campaigns_mad_judges_only_its_gates_and_each_against_none():
+    """The smoothing rows of a campaign's ``mad`` judged every arm but the first: the matched control
+    (none@matched-ffn, an ungated model) got its own "gating slows over-smoothing" rows, and a
+    comparison listing the gate first judged ``none`` as the gate against it."""
+    from siggate.config import load_config
+
+    none = {"0": 0.80, "1": 0.82, "2": 0.86, "3": 0.84, "4": 0.88}
+    gated = {"0": 0.88, "1": 0.86, "2": 0.87, "3": 0.83, "4": 0.90}
+    matched = {s: v + 0.3 for s, v in none.items()}
+    cfg = load_config("zinc", ["model.layers=16"]).to_dict()
+    arms = {"none": none, "elementwise": gated, "none@matched-ffn": matched}
+    res = {**_results(arms, 60), "config": cfg,
+           "mad": {"baseline": "none", "checkpoint": "best.pt", "split": "val", "per_seed": arms}}
+    rows = study_rows(Path("c.json"), res)
+    assert len(rows) == 2 and "higher with elementwise in 4/5" in rows[0]["measured"]
+    assert "gain of elementwise over none" in rows[1]["measured"]
+    assert not any("matched-ffn" in r["measured"] for r in rows)
+    gain = sum((gated[s] - none[s]) / none[s] for s in none) / 5
+    assert f"{100 * gain:+.1f}% over 5 (depth, seed) pairs" in rows[1]["measured"]
+    # the gate listed first (compare's baseline): the claims' baseline is still none
+    first = {"elementwise": gated, "none": none}
+    res = {**_results(first, 60), "config": cfg,
+           "mad": {"baseline": "elementwise", "checkpoint": "best.pt", "split": "val", "per_seed": first}}
+    rows = study_rows(Path("c.json"), res)
+    assert len(rows) == 2 and "higher with elementwise in 4/5" in rows[0]["measured"]
+    assert f"{100 * gain:+.1f}% over 5 (depth, seed) pairs" in rows[1]["measured"]

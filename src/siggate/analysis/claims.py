@@ -563,11 +563,16 @@ def campaign_mad_rows(path: Path, data: dict) -> list[dict]:
     ``mad``: each trained model at its best epoch), by the smoothing analysis's own rules
     (:func:`report.verdict_smoothing`) over the campaign's one depth, ``model.layers``: one
     (depth, seed) pair per seed that both arms finished, gain ``(MAD_gated - MAD_none) / MAD_none``.
+    Only the gated arms are judged, each against ``none`` (an ungated arm such as the matched
+    control ``none@matched-ffn`` is no gate, and a comparison listing a gate first has ``none``
+    as its claims' baseline all the same).
     One depth does not cover the claimed 4-16, so these rows never read "holds"; a rejection in
     the claim's direction is still named in the measured text. Runs still to come (missing or
     failed, as for the accuracy rows) make any reading interim."""
     mad, config = data["mad"], data.get("config") or {}
-    base, per_seed = mad.get("baseline", "none"), mad.get("per_seed") or {}
+    # the claims are of the gate against no gate: the ungated arm is the baseline whichever arm compare listed
+    # first, and the matched control (none@matched-ffn, ungated too) is no gate to judge
+    base, per_seed = UNGATED, mad.get("per_seed") or {}
     depth = (config.get("model") or {}).get("layers")
     if base not in per_seed or depth is None:
         return []
@@ -576,7 +581,7 @@ def campaign_mad_rows(path: Path, data: dict) -> list[dict]:
         return []
     to_come = src["missing"]
     rows = []
-    for gate in (g for g in per_seed if g != base):
+    for gate in (g for g in per_seed if g != base and not g.startswith(UNGATED + "@")):
         seeds = [s for s in per_seed[gate] if s in per_seed[base]
                  and per_seed[gate][s] is not None and per_seed[base][s] is not None]
         if not seeds:
