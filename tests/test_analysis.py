@@ -956,3 +956,23 @@ def test_gates_and_seeds_are_refused_by_their_flag_before_the_data_is_read(argv,
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert message in err and not out.exists()
+
+
+def test_the_tolerance_is_written_as_given_in_the_plot_and_the_report(monkeypatch):
+    """The lr-sweep plot's title truncated 100 * 0.29 = 28.999... to 28% and the report rounded 12.5%
+    to 12% (Python rounds half to even): neither was the tolerance the JSON and the table name."""
+    from siggate.analysis.report import verdict_lr
+
+    drawn = {}
+    monkeypatch.setattr(lrsweep, "save", lambda fig, path: drawn.setdefault("fig", fig) and path)
+    runs = {(lr, "none", 0): {"val": 1.0 + lr, "history": [{"train_loss": 1.0}]} for lr in (1e-3, 1e-2)}
+    res = lrsweep.analyse(runs, [1e-3, 1e-2], ["none"], [0], 0.29, False)
+    res.update({"metric": "mae", "tolerance": 0.29})
+    lrsweep.plot(res, Path("unused.png"))
+    assert "within 29% of best" in drawn["fig"].axes[0].get_title()
+    doc = {"lrs": [1e-3, 1e-2], "gates": ["none", "elementwise"], "tolerance": 0.125, "epochs": 5,
+           "protocol_epochs": 5, "seeds": [0], "metric": "mae", "best_score": {"none": 1.0, "elementwise": 1.0},
+           "stable_range": {g: {"ratio": 10.0, "min_lr": 1e-3, "max_lr": 1e-2} for g in ("none", "elementwise")},
+           "range_widening": {"elementwise": 1.0}}
+    row = verdict_lr(doc)[0]
+    assert "stays within 12.5% of its best" in row["claim"] and row["measured"].startswith("within 12.5% of its best")

@@ -152,7 +152,7 @@ def plot(res: dict, path: Path) -> Path:
     a.set_xscale("log")
     a.set_xlabel("learning rate")
     a.set_ylabel(f"best val {res['metric']}")
-    a.set_title(f"x = diverged; band = within {int(res['tolerance'] * 100)}% of best")
+    a.set_title(f"x = diverged; band = within {fmt(100 * res['tolerance'], 3)}% of best")
     a.legend(fontsize=7)
     a = ax[0, 1]
     for i, (g, pts) in enumerate(res["per_lr"].items()):

@@ -359,9 +359,9 @@ def verdict_lr(l: dict) -> list[dict]:
         r = rng[g]
         v = INCONCLUSIVE if short else (HOLDS if _reaches(r["ratio"], 10) else short_of_10x(r))  # a rate can fall out later
         out.append({
-            "claim": f"with the {g} gate the result stays within {100 * tol:.0f}% of its best across a 10x "
+            "claim": f"with the {g} gate the result stays within {fmt(100 * tol, 3)}% of its best across a 10x "
                      "learning-rate range",
-            "measured": (f"within {100 * tol:.0f}% of its best (val {l['metric']} {fmt(l['best_score'][g])}) for lr "
+            "measured": (f"within {fmt(100 * tol, 3)}% of its best (val {l['metric']} {fmt(l['best_score'][g])}) for lr "
                          f"{fmt(r['min_lr'])}..{fmt(r['max_lr'])} = {fmt(r['ratio'])}x; none: "
                          if r["min_lr"] is not None else
                          "no learning rate of the sweep within tolerance (a seed diverged at every one); none: ")
@@ -525,7 +525,7 @@ def _lrsweep_section(rep: _Report, path, l: dict) -> None:
             for g in l["gates"] for i, p in enumerate(l["per_lr"][g])]
     rep.add("Learning-rate robustness", "training stays stable across a 10x learning-rate range (the gate widens "
         "the stable range).", verdict_lr(l),
-        f"`{path}`, {l['epochs']} epochs, seeds {l['seeds']}, tolerance {100 * l['tolerance']:.0f}%:\n\n" + table(
+        f"`{path}`, {l['epochs']} epochs, seeds {l['seeds']}, tolerance {fmt(100 * l['tolerance'], 3)}%:\n\n" + table(
             ["gate", "lr", f"best val {l['metric']}", "std", "diverged", "skipped batches", "within tolerance"],
             rows, markdown=True), [_img(rep.md_path, path, "lrsweep")])
 
