@@ -976,3 +976,16 @@ def test_the_tolerance_is_written_as_given_in_the_plot_and_the_report(monkeypatc
            "range_widening": {"elementwise": 1.0}}
     row = verdict_lr(doc)[0]
     assert "stays within 12.5% of its best" in row["claim"] and row["measured"].startswith("within 12.5% of its best")
+
+
+def test_synthetic_of_er_graphs_alone_draws_its_plot_without_a_warning(tmp_path, capsys):
+    """--families er draws no anchor-free graph, so the noise-sweep panels hold no line: their
+    legends made matplotlib warn 'No artists with labels found to put in legend' on a valid run."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="No artists with labels")
+        assert main(["analyze", "synthetic", "--families", "er", "--draws", "2", "--nodes", "6", "--dim", "4",
+                     "--heads", "2", "--sweep-draws", "1", "--no-progress", "--out", str(tmp_path)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert load(tmp_path / "synthetic.json")["noise_sweep"] == []

@@ -428,7 +428,10 @@ def plot(res: dict, path: Path) -> Path:
         a.set_xlabel("feature noise of the anchor-free graphs")
         a.set_ylabel("gated / ungated SR" if j == 0 else "median (SR_g - 1) / (SR_u - 1)")
         a.set_title("anchor-free graphs: " + ("mean stable-rank ratio" if j == 0 else "median excess ratio"))
-        a.legend(fontsize=6)
+        if plotted:  # (no anchor-free family, --families er: no line, and matplotlib warned of an empty legend)
+            a.legend(fontsize=6)
+        else:
+            a.text(0.5, 0.5, "no anchor-free family drawn", ha="center", va="center", transform=a.transAxes)
     return save(fig, path)
 
 
