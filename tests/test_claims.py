@@ -643,3 +643,23 @@ def test_a_campaigns_mad_judges_only_its_gates_and_each_against_none():
     rows = study_rows(Path("c.json"), res)
     assert len(rows) == 2 and "higher with elementwise in 4/5" in rows[0]["measured"]
     assert f"{100 * gain:+.1f}% over 5 (depth, seed) pairs" in rows[1]["measured"]
+
+
+def test_a_rank_result_of_several_or_untrained_models_is_named_as_such():
+    """A rank.json of --seeds 0,1 (the mean of two models) named the first model alone beside the
+    mean, and the claims table's budget read "one trained checkpoint" for models at their
+    initialisation (--epochs 0) too; one trained checkpoint still reads so."""
+    from siggate.analysis.claims import mechanism_rows
+
+    rank = {"analysis": "rank", "gate": "elementwise", "gate_position": "output", "dataset": "zinc", "split": "val",
+            "n_graphs": 20, "trained": False, "before": [[1.0, 1.1]], "after": [[1.2, 1.3]], "frac_heads_higher": 1.0,
+            "mean_before": 1.05, "mean_after": 1.25,
+            "model_source": ["untrained (initialisation of seed 0)", "untrained (initialisation of seed 1)"]}
+    row = mechanism_rows({"rank": [(Path("rank.json"), rank)]})[0]
+    assert row["measured"].endswith("20 graphs; mean of 2 models: untrained (initialisation of seed 0); untrained "
+                                    "(initialisation of seed 1)")
+    assert row["budget"] == "2 untrained models (see measured)"
+    one = {**rank, "trained": True, "model_source": ["checkpoint runs/x/best.pt (after epoch 4, best epoch 4)"]}
+    row = mechanism_rows({"rank": [(Path("rank.json"), one)]})[0]
+    assert row["measured"].endswith("20 graphs; checkpoint runs/x/best.pt (after epoch 4, best epoch 4)")
+    assert row["budget"] == "one trained checkpoint (see measured)"

@@ -423,8 +423,10 @@ def _analysis_budget(name: str, data: dict) -> str:
         return f"{data.get('epochs')} of {proto} epochs" + (f", seeds {seeds}" if seeds is not None else "")
     if name == "overhead":
         return f"{data.get('threads')} thread(s); parameters are exact"
-    if name == "rank":
-        return "one trained checkpoint (see measured)"
+    if name == "rank":  # (--seeds: several models, --epochs 0: at their initialisation)
+        n, trained = len(data.get("model_source") or [None]), data.get("trained", True)
+        return ("one trained checkpoint" if n == 1 and trained else
+                f"{n} {'trained' if trained else 'untrained'} model{'s' if n > 1 else ''}") + " (see measured)"
     return "synthetic draws, random weights"
 
 

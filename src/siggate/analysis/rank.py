@@ -37,6 +37,7 @@ from .common import (
 )
 from .metrics import stable_rank_batched
 from .plots import save, subplots
+from .report import models_text
 
 POOLING = "per graph (head output over the graph's own nodes), then mean over graphs with >= 2 nodes"
 
@@ -208,6 +209,6 @@ def main(args) -> int:
         rows.append([l + 1, " ".join(fmt(v, 3) for v in res["before"][l]), " ".join(fmt(v, 3) for v in res["after"][l]),
                      float(np.mean(res["ratio"][l])), None if res["gate_mean"] is None else res["gate_mean"][l]])
     print(table(["layer", "SR before (per head)", "SR after (per head)", "mean ratio", "gate mean"], rows))
-    print(f"{res['model_source'][0]}; {res['split']} split, {res['n_graphs']} graphs; "
+    print(f"{models_text(res['model_source'])}; {res['split']} split, {res['n_graphs']} graphs; "
           f"after > before in {fmt(100 * res['frac_heads_higher'], 3)}% of (layer, head); wrote {path}")
     return 0

@@ -185,12 +185,18 @@ def verdict_rank(r: dict) -> dict:
         "measured": f"mean over layers and heads {fmt(r['mean_before'])} -> {fmt(r['mean_after'])}; higher in "
                     f"{100 * f:.0f}% of (layer, head) ({up} higher, {down} lower; one-sided sign test p = "
                     f"{p_text(p, 4, missing='nan')}); {r['split']} split, {r['n_graphs']} graphs; "
-                    f"{r['model_source'][0]}",
+                    f"{models_text(r['model_source'])}",
         "rule": "holds if >= 95% of (layer, head) pairs have a higher mean stable rank after the gate and a one-sided "
                 "sign test over the pairs rejects 'no more often higher than lower' at p < 0.05 (the pairs of one "
                 "model); does not hold if < 50%",
         "verdict": v,
     }
+
+
+def models_text(sources: list[str]) -> str:
+    """The models a rank result measured (its ``model_source``): one named as it is, several (``--seeds``)
+    as the mean of them all, each named (the first alone was named beside the mean of every seed's)."""
+    return sources[0] if len(sources) == 1 else f"mean of {len(sources)} models: {'; '.join(sources)}"
 
 
 #: the depths the paper's smoothing claims are about ("across 4-16 layers"), the grid of
