@@ -1008,3 +1008,12 @@ def test_the_lowest_entropy_over_training_is_of_a_seeds_own_head():
     assert s["min_normalized_over_training"] == pytest.approx(0.05)
     assert s["final_min_normalized"] == pytest.approx(0.8)
     assert "min_normalized_over_training" in DEFINITIONS
+
+
+def test_the_stable_range_is_the_widest_run_as_its_definition_says():
+    """The definitions called the range the longest contiguous run; the code takes the widest (the
+    largest max_lr / min_lr), which a 10x claim asks for: two rates 10x apart beat three within 1.5x."""
+    r = lrsweep.widest_range([1e-4, 1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3], [True, True, False, True, True, True])
+    assert (r["min_lr"], r["max_lr"], r["ratio"]) == (1e-4, 1e-3, 10.0)
+    for key in ("stable_range", "no_divergence_range"):
+        assert "widest contiguous run" in lrsweep.DEFINITIONS[key] and "longest" not in lrsweep.DEFINITIONS[key]

@@ -40,10 +40,11 @@ DEFINITIONS = {
     "within_tolerance": "score within X of the variant's own best score over the swept learning rates: "
                         "score <= best * (1 + X) for metrics where lower is better, score >= best * (1 - X) "
                         "where higher is better, and not diverged",
-    "stable_range": "max_lr / min_lr of the longest contiguous run (in sorted order) of swept learning rates "
-                    "that are within tolerance (1.0 when only one is); 'common' variant: tolerance measured "
+    "stable_range": "max_lr / min_lr of the widest contiguous run (in sorted order; widest = largest max_lr / "
+                    "min_lr, not the most rates) of swept learning rates that are within tolerance (1.0 when only "
+                    "one is); 'common' variant: tolerance measured "
                     "against the best score over all variants",
-    "no_divergence_range": "max_lr / min_lr of the longest contiguous run of swept learning rates where no seed "
+    "no_divergence_range": "max_lr / min_lr of the widest contiguous run of swept learning rates where no seed "
                            "diverged (whatever the score)",
     "loss_spread": "std over seeds of the train loss, averaged over epochs (null for one seed)",
 }
@@ -73,7 +74,8 @@ def within(score, best, tol: float, higher_is_better: bool) -> bool:
 
 
 def widest_range(lrs: list[float], ok: list[bool]) -> dict:
-    """Longest contiguous run of ``ok`` learning rates (ties: the lower one) -> range."""
+    """Widest contiguous run of ``ok`` learning rates -> range: the run of the largest ``max_lr /
+    min_lr`` (two rates 10x apart beat three within 1.5x; ties: the lower one)."""
     best = None
     i = 0
     while i < len(lrs):
