@@ -1017,3 +1017,20 @@ def test_the_stable_range_is_the_widest_run_as_its_definition_says():
     assert (r["min_lr"], r["max_lr"], r["ratio"]) == (1e-4, 1e-3, 10.0)
     for key in ("stable_range", "no_divergence_range"):
         assert "widest contiguous run" in lrsweep.DEFINITIONS[key] and "longest" not in lrsweep.DEFINITIONS[key]
+
+
+def test_smoothing_gains_are_against_none_wherever_it_is_listed(capsys):
+    """`analyze smoothing --help` said "'none' first is the baseline" and named no default: the
+    gains are of each other kind against none, in whatever order --gates lists them."""
+    def stats(v):
+        return {"mad": [1.0, v], "dirichlet": [1.0, 1.0], "dirichlet_rel": [1.0, 1.0], "rank": [2.0, 2.0],
+                "stable_rank": [1.5, 1.5], "val": 0.5}
+
+    per_seed = {"L2-none-s0": stats(0.4), "L2-elementwise-s0": stats(0.5)}
+    first = smoothing.analyse(per_seed, [2], ["none", "elementwise"], [0])
+    last = smoothing.analyse(per_seed, [2], ["elementwise", "none"], [0])
+    assert first["relative_mad_gain"] == last["relative_mad_gain"] == {"elementwise": {"2": pytest.approx(0.25)}}
+    with pytest.raises(SystemExit):
+        main(["analyze", "smoothing", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "each other kind's MAD gain is against none, wherever it is listed (default: none,elementwise)" in text

@@ -94,7 +94,8 @@ def _smoothing(sub) -> None:
     ])
     add_model_args(p, default_epochs=3, on_ray=True)
     p.add_argument("--depths", default="4,8,12,16", help="numbers of layers (default: 4,8,12,16)")
-    p.add_argument("--gates", default="none,elementwise", help="gate kinds; 'none' first is the baseline")
+    p.add_argument("--gates", default="none,elementwise", help="gate kinds; each other kind's MAD gain is against none, "
+                                                            "wherever it is listed (default: none,elementwise)")
     p.add_argument("--rank-tol", type=float, default=1e-3,
                    help="relative singular-value threshold, between 0 and 1 (default: 1e-3)")
     p.add_argument("--batch-size", type=int, default=64, help="graphs per forward pass (default: 64)")
