@@ -1034,3 +1034,16 @@ def test_smoothing_gains_are_against_none_wherever_it_is_listed(capsys):
         main(["analyze", "smoothing", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "each other kind's MAD gain is against none, wherever it is listed (default: none,elementwise)" in text
+
+
+def test_the_regular_family_is_defined_with_the_degree_it_drew():
+    """With an odd --nodes a 3-regular graph cannot exist and make_graph draws a 4-regular one; the
+    result's definitions still said "random 3-regular graph"."""
+    odd = synthetic.run_synthetic(draws=1, nodes=7, dim=4, heads=2, families=("regular",), modes=("global",),
+                                  gates=("headwise",), biases=(0.0,), weight_stds=(None,), noises=(0.05,),
+                                  sweep_draws=1, progress=False)
+    A = synthetic.make_graph("regular", 7, np.random.default_rng(0))
+    assert set(A.sum(1).tolist()) == {4}
+    assert odd["definitions"]["families"]["regular"].startswith("random 4-regular graph")
+    even = synthetic._definitions(4.0, 0.05, 1, nodes=8)
+    assert even["families"]["regular"].startswith("random 3-regular graph")

@@ -269,8 +269,10 @@ def _not_raised(by_fgm: dict, bias_sweep: list) -> list:
     return not_raised
 
 
-def _definitions(avg_degree: float, noise: float, propagate_steps: int) -> dict:
-    """What each reported quantity and setting means."""
+def _definitions(avg_degree: float, noise: float, propagate_steps: int, nodes: int = 32) -> dict:
+    """What each reported quantity and setting means (``nodes``: the regular graphs' degree is 4
+    where 3 * nodes is odd, :func:`make_graph`)."""
+    degree = 3 if (3 * nodes) % 2 == 0 else 4
     return {
         "stable_rank": "||O_k||_F^2 / ||O_k||_2^2 of head k's output O_k [n_nodes, d_head] (float64)",
         "gated": "O_k * sigmoid(X W_Gk + b_G) with the gate at the head output (gate_position=output)",
@@ -278,7 +280,7 @@ def _definitions(avg_degree: float, noise: float, propagate_steps: int) -> dict:
         "draw": "new graph, features, q/k/v/out and gate weights; gated and ungated share q/k/v/out",
         "families": {"er": f"Erdos-Renyi, p = {avg_degree}/(n-1), iid N(0,1) features",
                      "cycle": f"n-cycle, one shared N(0,1) feature vector + {noise}*N(0,1) noise per node",
-                     "regular": f"random 3-regular graph, shared feature + {noise}*N(0,1) noise"},
+                     "regular": f"random {degree}-regular graph, shared feature + {noise}*N(0,1) noise"},
         "propagation": f"{propagate_steps} x (X <- X + D^-1 A X) before attention",
         "attention": {"global": "all nodes attend to all nodes (GraphGPS)",
                       "graph": "each node attends to its neighbours and itself"},
@@ -338,7 +340,7 @@ def run_synthetic(draws: int = 200, nodes: int = 32, dim: int = 64, heads: int =
     not_raised = _not_raised(by_fgm, bias_sweep)
     return {
         "analysis": "synthetic",
-        "definitions": _definitions(avg_degree, noise, propagate_steps),
+        "definitions": _definitions(avg_degree, noise, propagate_steps, nodes),
         "setting": {"draws": draws, "nodes": nodes, "dim": dim, "heads": heads, "noise": noise,
                     "propagate": propagate_steps, "families": list(families), "attention": list(modes),
                     "gates": list(gates), "seed": seed, "avg_degree": avg_degree, "sweep_draws": sweep_n},
