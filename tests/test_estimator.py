@@ -1338,3 +1338,21 @@ def test_a_class_left_out_with_its_molecules_is_named_as_such():
         "target column 'y' holds the same class 'a' in all 40 labelled rows, so there is nothing to learn (every "
         "error would be 0) (4 row(s) were left out for their molecule, first X[40]: SMILES parse error: unclosed ring "
         "for input: 'C1CC'; where they hold the other values, mend those SMILES); choose the y that holds the property")
+
+
+def test_fit_refuses_a_warmup_that_leaves_no_epoch_before_it_reads_the_data(tmp_path, monkeypatch):
+    """The warmup check moved from the config's reading into run_refusal, which fit asked only after
+    prepare_data: a schedule refused from the parameters alone read and featurised X first (its
+    data warnings said before the refusal). Training's refusals come before the data is read."""
+    import siggate
+    import siggate.train.dataprep as dataprep
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the data was read before the refusal")
+
+    monkeypatch.setattr(dataprep, "prepare_data", no_reading)
+    with pytest.raises(ValueError) as caught:
+        siggate.SigGateRegressor(out_dir=tmp_path / "run", epochs=2, overrides=("train.warmup_epochs=5",)).fit(
+            ["CCO", "CCN", "CCC", "CCCl"], [1.0, 2.0, 3.0, 4.0])
+    assert "train.warmup_epochs=5 leaves no epoch after the warmup of a 2-epoch run" in str(caught.value)
+    assert not (tmp_path / "run").exists()

@@ -597,6 +597,11 @@ class _SigGateEstimator(BaseEstimator):
         kinds = parse_kinds(members)
         cfg = config_from_args(args)
         weights = run_weights(kinds, self.weights or weights)  # unknown weights raise before any data is read
+        from .train.members import run_refusal
+
+        why = run_refusal(cfg, kinds, int(self.ensemble), several=True)  # what training would refuse first: before
+        if why:  # the data is read (a warmup that leaves no epoch was refused so) and before the earlier run goes
+            raise ValueError(why)
         with _data_warnings(not self.verbose) as said:
             ds = prepare_data(cfg.data, run_encodings(kinds, cfg.model), cfg.train.seed, progress=False,
                               require_test=False)
@@ -619,11 +624,6 @@ class _SigGateEstimator(BaseEstimator):
                               + ")", UserWarning, stacklevel=_user_level())
         import torch
 
-        from .train.members import run_refusal
-
-        why = run_refusal(cfg, kinds, int(self.ensemble), several=True)  # what training would refuse first,
-        if why:  # before the earlier run goes
-            raise ValueError(why)
         begin()  # everything checked: the earlier fit's run in out_dir gives way only now
         train_members(cfg, out, kinds, int(self.ensemble), weights=weights, progress=False,
                       device=torch.device(self.device), dataset=ds)
