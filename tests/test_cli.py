@@ -310,3 +310,22 @@ def test_siggates_own_warnings_are_one_line_on_the_command_line(tmp_path):
         assert warnings.formatwarning("x", UserWarning, "/elsewhere/pkg.py", 3) == python_format(
             "x", UserWarning, "/elsewhere/pkg.py", 3)
     assert warnings.formatwarning is python_format
+
+
+def test_other_packages_warnings_named_at_siggates_line_and_odd_file_names_keep_pythons_format():
+    """The one-line format took any warning attributed to a file of siggate's for siggate's own:
+    another package's deprecation that names its caller's line (pandas' find_stack_level, torch's
+    stacklevel=2) read as 'siggate CMD: warning: ...', its category and origin gone; and a file name
+    Python cannot resolve ('embedded null byte') raised from inside warnings.warn."""
+    import warnings
+
+    import siggate.config
+    from siggate.cli import _one_line_warnings
+
+    python_format = warnings.formatwarning
+    ours = str(Path(siggate.config.__file__).resolve())
+    with _one_line_warnings("train"):
+        # called here, by no code of siggate's, as pandas' warning is called by pandas
+        assert warnings.formatwarning("x", FutureWarning, ours, 3) == python_format("x", FutureWarning, ours, 3)
+        for name in ("sys", "<string>", "", "a\0b"):
+            assert warnings.formatwarning("x", UserWarning, name, 1) == python_format("x", UserWarning, name, 1)

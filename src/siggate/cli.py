@@ -1469,14 +1469,17 @@ def _main(argv: list[str] | None) -> int:
 def _one_line_warnings(command: str):
     """siggate's own warnings on one line, ``siggate CMD: warning: ...``, while ``command`` runs:
     Python's format names the file and line of siggate's code and prints that line of source below
-    (a deprecated config key read as two lines of our internals). Other packages' warnings keep it."""
+    (a deprecated config key read as two lines of our internals). Other packages' warnings keep it,
+    those they attribute to siggate's line that called them too (pandas' and torch's deprecations
+    name their caller's line): a warning is siggate's where siggate's code called ``warnings.warn``
+    (:func:`_warned_by_siggate`)."""
     import warnings
 
     here = str(Path(__file__).resolve().parent) + os.sep
     python_format = warnings.formatwarning
 
     def one_line(message, category, filename, lineno, line=None):
-        if str(Path(filename).resolve()).startswith(here):
+        if _warned_by_siggate(filename, here):
             return f"siggate {command}: warning: {message}\n"
         return python_format(message, category, filename, lineno, line)
 
@@ -1486,6 +1489,23 @@ def _one_line_warnings(command: str):
     finally:
         if warnings.formatwarning is one_line:
             warnings.formatwarning = python_format
+
+
+def _warned_by_siggate(filename: str, here: str) -> bool:
+    """Whether the warning being formatted is siggate's own: attributed to a file under ``here``
+    (siggate's folder; a name that is no absolute path, ``sys`` or ``<string>``, is not, whatever
+    the working folder) and issued by siggate's code, the first frame outside :mod:`warnings` on
+    the stack being siggate's (another package's warning names the line of siggate that called it)."""
+    try:
+        if not os.path.isabs(filename) or not str(Path(filename).resolve()).startswith(here):
+            return False
+    except (OSError, ValueError):  # (a name Python cannot resolve: "embedded null byte")
+        return False
+    frame = sys._getframe(2)  # (above one_line: the warnings module's frames, then the code that warned)
+    while frame is not None and frame.f_globals.get("__name__") == "warnings":
+        frame = frame.f_back
+    name = frame.f_globals.get("__name__", "") if frame is not None else ""
+    return name == "siggate" or name.startswith("siggate.")
 
 
 def _run_command(args) -> int:
