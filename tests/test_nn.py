@@ -3,6 +3,7 @@
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
@@ -539,6 +540,8 @@ def test_a_head_too_deep_for_the_width_is_refused():
         SigGateGT(1, head_layers=5, **kw)
     with pytest.raises(ValueError, match=message):
         mlp_head(8, 5, 1)
+    with pytest.raises(ValueError, match=message):  # (a numpy width met an AttributeError in the message: bit_length)
+        mlp_head(np.int64(8), np.int64(5), 1)
     with pytest.raises(ValueError, match=r"needs at least one layer \(its output Linear\), got 2\.0"):
         mlp_head(8, 2.0, 1)
     linear = lambda head: [m.out_features for m in head if isinstance(m, torch.nn.Linear)]  # noqa: E731

@@ -80,7 +80,7 @@ def mlp_head(dim: int, layers: int, out: int, halve: bool = True, norm: bool = F
         raise ValueError(f"a prediction head needs at least one layer (its output Linear), got {layers!r}")
     if halve and dim >> (layers - 1) < 1:  # (a zero-width layer: every graph got the output's bias, silently)
         raise ValueError(f"head_layers={layers} is too many for dim={dim}: the prediction head halves the width at "
-                         f"each layer, so at most {dim.bit_length()} layers fit; lower head_layers or raise dim")
+                         f"each layer, so at most {int(dim).bit_length()} layers fit; lower head_layers or raise dim")
     head, width = [], dim
     for i in range(layers - 1):
         nxt = width // 2 if halve else width
