@@ -475,6 +475,8 @@ def test_weights_of_another_datasets_encoders_are_refused_with_the_fix(tmp_path)
 def test_a_folder_named_pretrained_here_is_named_beside_the_shipped_weights(tmp_path, monkeypatch, caplog):
     """``--init pretrained`` with a ``./pretrained`` folder (a user's own pretraining) took the
     shipped weights without a word; the warning says which it took and how to give the folder."""
+    from siggate.config_args import init_source
+
     monkeypatch.chdir(tmp_path)
     init_weights._warn_shadowed.cache_clear()
     shipped = init_weights.resolve_init("pretrained")
@@ -490,6 +492,15 @@ def test_a_folder_named_pretrained_here_is_named_beside_the_shipped_weights(tmp_
     assert [r.getMessage() for r in caplog.records] == [
         f"train.init 'pretrained' means the weights shipped with siggate, not {tmp_path / 'pretrained'} here; to "
         "start from that, give it as ./pretrained"]
+    # --init Pretrained (recorded 'pretrained') read ./Pretrained before the word was read in any case: said too
+    (tmp_path / "pretrained").rename(tmp_path / "Pretrained")
+    caplog.clear()
+    init_weights._warn_shadowed.cache_clear()
+    with caplog.at_level("WARNING", logger="siggate.train"):
+        assert init_weights.resolve_init(init_source("Pretrained")) == shipped
+    assert [r.getMessage() for r in caplog.records] == [
+        f"train.init 'pretrained' means the weights shipped with siggate, not {tmp_path / 'Pretrained'} here; to "
+        "start from that, give it as ./Pretrained"]
     # pretrained:NAME is a shipped name, never a path (pretrained:/abs/x read any file, recorded as shipped)
     for name in (f"pretrained:{tmp_path / 'pretrained' / 'pretrained'}", "pretrained:../x", "pretrained:.."):
         with pytest.raises(ConfigError, match=r"pretrained:NAME names shipped weights by their name \(shipped: "

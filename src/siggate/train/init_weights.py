@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -53,16 +54,27 @@ def _warn_shadowed(path: str, source: str) -> None:
     """Once per process: a file or folder here has the name of the shipped weights."""
     logging.getLogger("siggate.train").warning(
         "train.init %r means the weights shipped with siggate, not %s here; to start from that, give it as ./%s",
-        source, path, source)
+        source, path, Path(path).name)
+
+
+def _here_in_any_case(source: str) -> list[Path]:
+    """The entries of the working folder named ``source`` in any case: the word ``pretrained`` is
+    read in any case (``--init Pretrained`` is recorded ``pretrained``), so a ``./Pretrained`` that
+    ``--init Pretrained`` read before is shadowed by the shipped weights as ``./pretrained`` is."""
+    want = source.strip().lower()
+    try:
+        return sorted(Path(entry.name) for entry in os.scandir(".") if entry.name.lower() == want)
+    except OSError:  # (a working folder gone or unreadable: nothing here to shadow)
+        return []
 
 
 def resolve_init(source: str) -> Path:
     """The weights file ``train.init`` names (see the module docstring)."""
     if init_is_shipped(source):
-        here = Path(source)
-        # weights here of the shipped name (not a run's own fresh output folder named so, which held none)
-        if here.is_file() or any((here / name).is_file() for name in ("pretrained.pt", BEST, LAST)):
-            _warn_shadowed(str(here.resolve()), source)
+        # weights here of the shipped name, in any case (not a run's own fresh output folder named so, which held none)
+        for here in _here_in_any_case(source):
+            if here.is_file() or any((here / name).is_file() for name in ("pretrained.pt", BEST, LAST)):
+                _warn_shadowed(str(here.resolve()), source)
         name = shipped_init_name(source) or "default"
         if Path(name).name != name or name in (".", ".."):  # (pretrained:/abs/x read any file, recorded as shipped)
             raise ConfigError(f"train.init {source!r}: pretrained:NAME names shipped weights by their name "
