@@ -387,6 +387,31 @@ def test_a_data_root_that_is_no_folder_is_named_by_data_verify(tmp_path, capsys)
                                "else ../shared/data beside a checkout of siggate)\n")
 
 
+def test_data_verify_reads_an_empty_data_root_and_a_missing_siggate_data_as_train_does(tmp_path, capsys, monkeypatch):
+    """``data verify zinc --data-root ''`` read the current folder as the data root (``train`` and
+    ``evaluate`` take an empty flag as not given: ``$SIGGATE_DATA``), and with ``$SIGGATE_DATA`` set
+    to a folder that does not exist it listed the files it missed there, not that the folder is not
+    there, as ``bench`` and ``pretrain`` say."""
+    from fixtures_data import make_zinc
+
+    root = tmp_path / "root"
+    make_zinc(root, sizes=(5, 3, 2))
+    monkeypatch.setenv("SIGGATE_DATA", str(root))
+    monkeypatch.setenv("SIGGATE_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)  # (no ZINC/ here: the cwd read as the root failed)
+    rc, out, err = run_cli(["data", "verify", "zinc", "--data-root", "", "--cache-dir", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["splits"] == {"train": 5, "val": 3, "test": 2} and res["source"] == str(root / "ZINC")
+    nowhere = tmp_path / "nowhere"
+    monkeypatch.setenv("SIGGATE_DATA", str(nowhere))
+    for flags in ([], ["--data-root", ""]):
+        rc, out, err = run_cli(["data", "verify", "zinc", *flags, "--cache-dir", str(tmp_path / "c")], capsys)
+        assert rc == 2 and out == "" and err == (
+            f"siggate data: error: $SIGGATE_DATA={nowhere}: no such folder; point it at the folder that holds the "
+            "benchmark data, or unset it (then ../shared/data beside a checkout of siggate)\n"), err
+
+
 def _copy_layout(dst: Path, rel_files: list[str]) -> None:
     for rel in rel_files:
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -1068,11 +1068,12 @@ def cmd_data(args) -> int:
         flag = "--" + refused[0].replace("_", "-")
         raise CLIError(f"{flag} does not apply to {args.name}; it applies to "
                        + ", ".join(sorted(n for n, m in DATASET_META.items() if refused[0] in m["options"])))
-    if args.data_root and meta is not None and meta["needs_root"]:  # (its missing files were listed, not it)
+    root = args.data_root or None  # an empty --data-root is not given, as train and evaluate read it (not the cwd)
+    if meta is not None and meta["needs_root"]:  # a missing --data-root or $SIGGATE_DATA folder is named, not its files
         from .data.base import checked_data_root
 
-        checked_data_root(args.data_root)
-    res = verify(args.name, root=args.data_root, cache_dir=args.cache_dir, progress=progress_enabled(args), **options)
+        root = checked_data_root(root)
+    res = verify(args.name, root=root, cache_dir=args.cache_dir, progress=progress_enabled(args), **options)
     print(json.dumps(res, indent=2, default=str))
     return 0
 
