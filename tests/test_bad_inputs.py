@@ -440,6 +440,27 @@ def _damaged_root(tmp_path: Path, files: list[str], victim: str, how: str) -> Pa
     return root
 
 
+@pytest.mark.skipif(not (SHARED_DATA / "ogbg_molhiv" / "mapping" / "mol.csv.gz").is_file(), reason="no shared molhiv")
+def test_a_cut_molhiv_split_file_beside_the_official_molecules_is_refused(tmp_path, capsys):
+    """A test split file cut to its first 100 rows (and gzipped whole again) beside the official
+    41,127 molecules was read as molhiv's test set: ``data verify`` printed 32,901/4,113/100 and a
+    run was scored on 100 test molecules under the benchmark's name, without a word."""
+    root = tmp_path / "root"
+    _copy_layout(root, _MOLHIV)
+    test = root / "ogbg_molhiv" / "split" / "scaffold" / "test.csv.gz"
+    rows = gzip.decompress(test.read_bytes()).decode().splitlines()
+    assert len(rows) == 4_113
+    test.write_bytes(gzip.compress(("\n".join(rows[:100]) + "\n").encode()))
+    rc, out, err = run_cli(["data", "verify", "molhiv", "--data-root", str(root), "--cache-dir", str(tmp_path / "c")],
+                           capsys)
+    assert rc == 2 and out == "" and err == (
+        f"siggate data: error: molhiv: the split files in {root / 'ogbg_molhiv' / 'split' / 'scaffold'} hold "
+        f"32,901/4,113/100 molecules (train/valid/test), but {root / 'ogbg_molhiv' / 'mapping' / 'mol.csv.gz'} is "
+        "the official release's 41,127, whose scaffold split is 32,901/4,113/4,113: a split file is cut or not "
+        "OGB's; restore the split files from the official release\n"), err
+    assert not list((tmp_path / "c").rglob("*.pt"))  # refused before any molecule was featurized
+
+
 @pytest.mark.parametrize("name, files, victim, how", TRUNCATION_CASES, ids=["molhiv-cut", "molhiv-bitflip", "peptides-cut"])
 def test_damaged_raw_file_leaves_no_processed_cache(tmp_path, name, files, victim, how):
     from siggate.data.catalog import get_dataset

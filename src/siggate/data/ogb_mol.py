@@ -52,6 +52,29 @@ def _fetch_ogb(download_name: str, folder: str) -> Callable[[Path], None]:
 
 
 _OGB_SPLITS = {"train": "train", "val": "valid", "test": "test"}
+#: each set's molecules in its official release and the train/valid/test sizes of its scaffold split
+_OFFICIAL_SPLIT_SIZES = {"molhiv": (41_127, (32_901, 4_113, 4_113)), "molpcba": (437_929, (350_343, 43_793, 43_793))}
+
+
+def _check_official_split(name: str, mol_csv: Path, split_idx: dict, split_dir: Path) -> None:
+    """Refuse split files of other sizes than the official scaffold split's beside the official
+    release's molecules (a cut or re-written split file): the run would otherwise be scored on
+    part of the test set, or on another split, under the benchmark's name.
+
+    Raises:
+        DataError: naming the sizes found and the official ones."""
+    if name not in _OFFICIAL_SPLIT_SIZES:
+        return
+    rows, sizes = _OFFICIAL_SPLIT_SIZES[name]
+    got = tuple(len(split_idx[key]) for key in _OGB_SPLITS)
+    if got == sizes:
+        return
+    if len(read_csv(mol_csv, usecols=["smiles"])) != rows:  # another release or a set of one's own: its split
+        return
+    raise DataError(f"{name}: the split files in {split_dir} hold {'/'.join(f'{n:,}' for n in got)} molecules "
+                    f"(train/valid/test), but {mol_csv} is the official release's {rows:,}, whose scaffold split is "
+                    f"{'/'.join(f'{n:,}' for n in sizes)}: a split file is cut or not OGB's; restore the split "
+                    "files from the official release")
 
 
 def _verify_ogb_raw(ddir: Path, graphs: list[Data], labels: np.ndarray, n_rows: int, name: str) -> None:
@@ -126,6 +149,7 @@ def _load_ogb_mol(
     if "smiles" not in columns or len(task_cols) != num_tasks:
         raise DataError(f"{mol_csv}: expected a smiles column and {num_tasks} task columns, got {columns}; {RESTORE}")
     split_idx = {key: read_index_csv(ddir / "split" / "scaffold" / f"{s}.csv.gz") for key, s in _OGB_SPLITS.items()}
+    _check_official_split(name, mol_csv, split_idx, ddir / "split" / "scaffold")
     parts = mol_parts(name, allow_unsanitized, base, [files[0]] + raw_files)
 
     def build(df) -> list[Data]:
