@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import hashlib
 import json
 import math
 import os
@@ -459,6 +460,31 @@ def test_a_cut_molhiv_split_file_beside_the_official_molecules_is_refused(tmp_pa
         "the official release's 41,127, whose scaffold split is 32,901/4,113/4,113: a split file is cut or not "
         "OGB's; restore the split files from the official release\n"), err
     assert not list((tmp_path / "c").rglob("*.pt"))  # refused before any molecule was featurized
+
+
+@pytest.mark.skipif(not (SHARED_DATA / _PEPTIDES[0]).is_file(), reason="no shared peptides-func")
+def test_a_cut_peptides_split_file_beside_the_official_csv_is_refused(tmp_path, capsys):
+    """A peptides-func split pickle whose test indices were cut to 100, beside the official CSV,
+    was read as the benchmark's split (10,873/2,331/100) without a word, though the loader knows
+    the split file's official MD5 (it checks downloads against it)."""
+    import pickle
+
+    from fixtures_data import write_split_pickle
+
+    root = tmp_path / "root"
+    _copy_layout(root, _PEPTIDES)
+    path = root / _PEPTIDES[1]
+    with open(path, "rb") as fh:
+        split = pickle.load(fh)
+    write_split_pickle(path, {**split, "test": split["test"][:100]})
+    got = hashlib.md5(path.read_bytes()).hexdigest()
+    rc, out, err = run_cli(["data", "verify", "peptides-func", "--data-root", str(root), "--cache-dir",
+                            str(tmp_path / "c")], capsys)
+    assert rc == 2 and out == "" and err == (
+        f"siggate data: error: peptides-func: {path} is not LRGB's split file (MD5 {got}, the release's "
+        f"5a0114bdadc80b94fc7ae974f13ef061), and {root / _PEPTIDES[0]} is the official release's: a split file cut "
+        "or re-written scores the run on another test set; restore the split file from the official release\n"), err
+    assert not list((tmp_path / "c").rglob("*.pt"))  # refused before any peptide was featurized
 
 
 @pytest.mark.parametrize("name, files, victim, how", TRUNCATION_CASES, ids=["molhiv-cut", "molhiv-bitflip", "peptides-cut"])

@@ -59,6 +59,9 @@ _PEP_STRUCT_SPLIT_URL = (
 _PEP_FUNC_CSV_MD5 = "701eb743e899f4d793f0e13c8fa5a1b4"
 _PEP_STRUCT_CSV_MD5 = "c240c1c15466b5c907c63e180fa8aa89"
 _PEP_SPLIT_MD5 = "5a0114bdadc80b94fc7ae974f13ef061"  # same for the functional and structural split
+_PEP_STRUCT_RAW_CSV_MD5 = "9786061a34298a0684150f2e4ff13f47"  # peptide_structure_dataset.csv.gz (unnormalized)
+#: the official releases' CSVs, whose split is LRGB's split file (:data:`_PEP_SPLIT_MD5`)
+_PEP_OFFICIAL_CSV_MD5 = (_PEP_FUNC_CSV_MD5, _PEP_STRUCT_CSV_MD5, _PEP_STRUCT_RAW_CSV_MD5)
 
 
 #: what an LRGB split file may name: numpy arrays (both numpy module paths) in a dict
@@ -112,6 +115,12 @@ def _load_peptides(
     """A Peptides dataset once its files are found under ``base``: graphs from the CSV's
     SMILES with the targets ``targets(dataframe, csv_path)``, cut by the LRGB split pickle."""
     progress, allow_unsanitized = opts.progress, opts.allow_unsanitized
+    split_md5 = md5(base / split_rel)
+    if split_md5 != _PEP_SPLIT_MD5 and md5(base / csv_rel) in _PEP_OFFICIAL_CSV_MD5:  # (before any featurizing)
+        raise DataError(f"{name}: {base / split_rel} is not LRGB's split file (MD5 {split_md5}, the release's "
+                        f"{_PEP_SPLIT_MD5}), and {base / csv_rel} is the official release's: a split file cut or "
+                        "re-written scores the run on another test set; restore the split file from the official "
+                        "release")
     parts = mol_parts(name, allow_unsanitized, base, [csv_rel])
 
     def build(df) -> list[Data]:
