@@ -818,3 +818,34 @@ def test_simplex_weights_are_found_where_the_labels_are_nearly_alike():
         a = np.stack([y + e + rng.normal(0, 0.001, 200), y - e + rng.normal(0, 0.001, 200),
                       y + rng.normal(0, 1000 * (1 + 4 * t), 200)], 1)
         np.testing.assert_allclose(simplex_least_squares(a, y), [*best(a[:, :2], y), 0.0], atol=1e-6)
+
+
+def test_simplex_weights_are_the_optimum_beside_a_member_of_far_larger_errors():
+    """A member wrong by ~7,000 (a diverged model) beside two good members of opposite, partly
+    cancelling errors set the solver's scale, and SLSQP stopped at [0, 1, 0]: 1.67 times the
+    squared error of the optimum [0, 0.935, 0.065]. The weights are checked against every
+    support's equality-constrained least squares (the optimum lies on one of them)."""
+    import itertools
+
+    from siggate.predictors.combine import simplex_least_squares
+
+    def best(a, y):
+        err, out, low = a - y[:, None], None, np.inf
+        for k in range(1, a.shape[1] + 1):
+            for on in itertools.combinations(range(a.shape[1]), k):
+                g = err[:, on].T @ err[:, on]
+                v = np.linalg.solve(g, np.ones(k))  # min v'Gv with sum(v) = 1: v ∝ G^-1 1
+                if np.all(v >= 0):
+                    w = np.zeros(a.shape[1])
+                    w[list(on)] = v / v.sum()
+                    if np.sum((err @ w) ** 2) < low:
+                        out, low = w, np.sum((err @ w) ** 2)
+        return out
+
+    rng = np.random.default_rng(7)
+    y = rng.normal(size=60) * 2 + 5
+    u, v, z = rng.normal(size=(3, 60))
+    a = np.stack([y + 1050 + 7000 * z, y + 0.03 + 0.17 * u, y - 0.2 + 1.5 * (-0.64 * u + 0.77 * v)], 1)
+    want = best(a, y)
+    np.testing.assert_allclose(want, [0.0, 0.93509, 0.06491], atol=1e-5)
+    np.testing.assert_allclose(simplex_least_squares(a, y), want, atol=1e-6)

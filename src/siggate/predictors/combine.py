@@ -31,6 +31,7 @@ knows no member kind.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -53,6 +54,10 @@ from .base import (
 
 #: weights below this from :func:`simplex_least_squares` are the solver's rounding, set to 0
 SOLVER_ZERO = 1e-9
+#: the most members (groups) whose weights are checked on every support (2^M - 1 small solves)
+EXACT_SUPPORTS_MAX = 10
+#: the least weight :func:`simplex_least_squares` gives a member on its exact pass; a smaller share is none
+SHARE_MIN = 1e-6
 #: how a combination's weights were set
 WEIGHTINGS = ("equal", "fixed", "val")
 
@@ -105,7 +110,39 @@ def simplex_least_squares(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     for other in (*np.eye(m), np.full(m, 1.0 / m)):
         if loss(other) < loss(w) * (1 - 1e-9) - 1e-15:
             w = other
+    # exact where the members are few (a run's kinds of member): the optimum is the equality-constrained
+    # least squares on its own support, so the best non-negative one over every support is the answer.
+    # One member of errors ~10^4 times the others' sets the scale above, and SLSQP then stopped short of
+    # the others' optimum on a support the polish above cannot leave (val weights [0, 1, 0] at 1.7 times
+    # the squared error of [0, 0.935, 0.065]: a diverged member beside two good ones)
+    if m <= EXACT_SUPPORTS_MAX:
+        w = _best_support(a - y[:, None], w, loss)
     return w
+
+
+def _best_support(err: np.ndarray, w: np.ndarray, loss: Callable[[np.ndarray], float]) -> np.ndarray:
+    """The lowest-``loss`` of ``w`` and, on every support of the members' errors ``err [n, M]``
+    (``a @ w - y == err @ w`` on the simplex), the weights minimising ``||err_S v||^2`` with
+    ``sum(v) == 1`` where each is at least :data:`SHARE_MIN`, each solved in its own support's
+    error scale. (A share of 5e-9 for a member wrong by 9,000, its errors' chance correlation with
+    the others' exploited, lowered the val error by 0.5% and made the combination's spread 0.6
+    where its members agreed to 0.01.)"""
+    m = err.shape[1]
+    gram = err.T @ err / err.shape[0]
+    best, best_loss = w, loss(w)
+    for size in range(1, m + 1):
+        for on in itertools.combinations(range(m), size):
+            g = gram[np.ix_(on, on)]
+            g = g / (float(np.mean(np.diag(g))) or 1.0)  # the support's errors in their own scale
+            kkt = np.block([[2.0 * g, np.ones((size, 1))], [np.ones((1, size)), np.zeros((1, 1))]])
+            sol = np.linalg.lstsq(kkt, np.concatenate([np.zeros(size), [1.0]]), rcond=None)[0][:size]
+            if sol.sum() <= 0 or np.any(sol / sol.sum() < SHARE_MIN):  # negative, or a share that is none
+                continue
+            cand = np.zeros(m)
+            cand[list(on)] = sol / sol.sum()
+            if loss(cand) < best_loss:
+                best, best_loss = cand, loss(cand)
+    return best
 
 
 def _kind(member) -> str:
