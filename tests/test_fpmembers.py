@@ -849,3 +849,18 @@ def test_simplex_weights_are_the_optimum_beside_a_member_of_far_larger_errors():
     want = best(a, y)
     np.testing.assert_allclose(want, [0.0, 0.93509, 0.06491], atol=1e-5)
     np.testing.assert_allclose(simplex_least_squares(a, y), want, atol=1e-6)
+
+
+def test_predict_given_a_member_s_manifest_names_its_folder(tmp_path, capsys):
+    """``siggate predict --checkpoint RUN/member0/predictor.json`` said the file was "a text file
+    (JSON), not a checkpoint; pass the best.pt", which a fingerprint member or a combination has
+    none of: the command names the folder to give instead, exit code 2."""
+    from siggate.cli import main
+
+    member = svr_member(ONE).fit(make_ds(LOGP))
+    member.save(tmp_path / "m")
+    manifest = tmp_path / "m" / "predictor.json"
+    rc = main(["predict", "--checkpoint", str(manifest), "CCO"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == [
+        f"siggate predict: error: {manifest}: give the folder that holds it ({tmp_path / 'm'}), not the manifest itself"]

@@ -368,6 +368,8 @@ def saved_task(path: str | Path):
     from .checkpoint import load_checkpoint
 
     path = Path(path)
+    if path.name == MANIFEST and path.is_file():  # (read as a checkpoint: "pass the best.pt", which a member folder lacks)
+        load_predictor(path)  # raises its refusal: give the folder that holds it
     if path.is_dir():
         if (path / MANIFEST).is_file():
             return task_info(read_manifest(path), path)
