@@ -204,3 +204,47 @@ def test_an_address_where_no_cluster_answers_is_refused_at_once(tmp_path, capsys
     assert err.count("\n") == 1 and not (tmp_path / "nowhere").exists()
     with pytest.raises(ExecutorError, match="nothing answers there"):  # a direct RayExecutor too
         RayExecutor(address=f"127.0.0.1:{port}")
+
+
+def test_a_run_that_raises_on_ray_is_reported_with_its_cause(tmp_path):
+    """A Ray task whose run raised (a damaged checkpoint of an analysis run) is reported with
+    the run's own error, its type and message: Ray's text is the task's name, pid and address
+    in terminal colours, and the report read only that."""
+    from siggate.train.executor import CallRequest, RayExecutor
+
+    bad = tmp_path / "last.pt"
+    bad.write_text("not a checkpoint\n")
+    results = []
+    RayExecutor(cpus_per_run=1, max_retries=0).run(
+        [CallRequest("k", "siggate.train.checkpoint:load_checkpoint", {"path": str(bad)}, tmp_path / "run")],
+        results.append)
+    (res,) = results
+    assert not res.ok
+    assert res.error.startswith("Ray task failed (the run raised an error): CheckpointError: ")
+    assert f"{bad} is a text file (CSV or other text), not a checkpoint" in res.error
+    assert "\x1b[" not in res.error and "ray::" not in res.error and "\n" not in res.error
+
+
+def test_runs_failed_on_ray_end_an_analysis_in_one_line_naming_each_cause(tmp_path, monkeypatch):
+    """An analysis sweep whose Ray runs failed stops with one line (a CLIError: exit 2), naming
+    each failed run and its cause (it raised a RuntimeError: a traceback, exit 1)."""
+    import siggate.train.executor as executor
+    from siggate.analysis.common import train_many
+    from siggate.config import load_config
+    from siggate.config_args import CLIError
+
+    class Failing:
+        def run(self, requests, on_done):
+            for r in requests:
+                on_done(executor.RunResult(r.key, None, None, "Ray task failed (the run raised an error): "
+                                           "CheckpointError: last.pt is damaged"))
+
+    monkeypatch.setattr(executor, "executor_from_args", lambda args: Failing())
+    cfg = load_config("nci5k")
+    args = type("A", (), {"backend": "ray", "threads": 1, "cpus_per_run": None})()
+    with pytest.raises(CLIError) as err:
+        train_many({"a": (cfg, tmp_path / "a"), "b": (cfg, tmp_path / "b")}, None, args, progress=False)
+    assert str(err.value) == (
+        "2 of 2 runs failed on Ray: run a: Ray task failed (the run raised an error): CheckpointError: last.pt is "
+        "damaged; run b: Ray task failed (the run raised an error): CheckpointError: last.pt is damaged (the finished "
+        "runs are kept: mend the cause and run the command again to train the others)")

@@ -258,7 +258,7 @@ def train_many(runs: dict, dataset, args, progress: bool = True, desc: str = "ru
 
     Raises:
         RunConflict: a run folder holds a run of another config (before anything trains).
-        RuntimeError: runs failed.
+        CLIError: runs failed (on Ray; one line naming each and its cause).
     """
     from ..train.executor import CallRequest, InlineExecutor, executor_from_args, task_threads
     from ..train.study import StudyRun, execute, finished, plan
@@ -282,9 +282,11 @@ def train_many(runs: dict, dataset, args, progress: bool = True, desc: str = "ru
     reused = {r.key for r in study if r.state == "done"}
     # (the Ray-only flags without --backend ray were refused when the command line was parsed)
     execute(study, InlineExecutor() if local else executor_from_args(args), desc=desc, progress=progress)
-    failed = [f"{r.key}: {r.error}" for r in study if r.state == "failed"]
-    if failed:
-        raise RuntimeError("runs failed" + ("" if local else " on Ray") + ":\n" + "\n".join(failed))
+    failed = [f"run {r.key}: {r.error}" for r in study if r.state == "failed"]
+    if failed:  # (a Ray task's; in this process a run's own error stops the sweep as it is raised)
+        raise CLIError(f"{len(failed)} of {len(study)} runs failed" + ("" if local else " on Ray") + ": "
+                       + "; ".join(failed) + " (the finished runs are kept: mend the cause and run the command "
+                       "again to train the others)")
     return {k: {**m, "reused": m.get("reused", k in reused)} for k, m in finished(study).items()}
 
 

@@ -20,6 +20,7 @@ last epoch, exactly (see :mod:`siggate.train.loop`).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -271,6 +272,21 @@ def _ray_run(req) -> RunResult:
     return _execute(req)
 
 
+def ray_failure(exc: BaseException, task_error: type) -> str:
+    """The error line of a Ray task that failed with ``exc``: the run's own exception (its type
+    and message) where the task raised one (``task_error``: Ray's ``RayTaskError``, whose text
+    begins with the task's name, pid and address in terminal colours, and names no cause), else
+    why Ray gave up on it."""
+    cause = getattr(exc, "cause", None) if isinstance(exc, task_error) else None
+    if isinstance(cause, BaseException):
+        said = " ".join(ln.strip() for ln in str(cause).splitlines() if ln.strip())
+        return f"Ray task failed (the run raised an error): {type(cause).__name__}" + (f": {said}" if said else "")
+    why = "the run raised an error" if isinstance(exc, task_error) else \
+        "its worker died more often than --max-retries allows"
+    first = next((ln.strip() for ln in re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).splitlines() if ln.strip()), "")
+    return f"Ray task failed ({why}): {type(exc).__name__}" + (f": {first}" if first else "")
+
+
 class RayExecutor:
     """Each run is one Ray task with ``num_cpus=cpus_per_run`` and ``num_gpus=gpus_per_run``,
     retried up to ``max_retries`` times if its worker dies (it then resumes from its last
@@ -327,10 +343,7 @@ class RayExecutor:
                     try:
                         on_done(ray.get(ref))
                     except ray.exceptions.RayError as exc:
-                        why = ("its worker died more often than --max-retries allows"
-                               if not isinstance(exc, ray.exceptions.RayTaskError) else "the run raised an error")
-                        first = str(exc).splitlines()[0] if str(exc) else ""
-                        on_done(RunResult(req.key, None, None, f"Ray task failed ({why}): {type(exc).__name__}: {first}"))
+                        on_done(RunResult(req.key, None, None, ray_failure(exc, ray.exceptions.RayTaskError)))
         except BaseException:
             for ref in refs:
                 ray.cancel(ref, force=True)
