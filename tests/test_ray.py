@@ -248,3 +248,28 @@ def test_runs_failed_on_ray_end_an_analysis_in_one_line_naming_each_cause(tmp_pa
         "2 of 2 runs failed on Ray: run a: Ray task failed (the run raised an error): CheckpointError: last.pt is "
         "damaged; run b: Ray task failed (the run raised an error): CheckpointError: last.pt is damaged (the finished "
         "runs are kept: mend the cause and run the command again to train the others)")
+
+
+def test_sigterm_stops_a_comparison_on_ray_as_it_stops_a_local_one(tmp_path):
+    """``kill`` of a ``siggate compare --backend ray``: exit status 143 and the line that says how
+    to resume, as on the local back-end. ray.init put its own SIGTERM handler under siggate's (a
+    stack dump, then abort: exit status 134, nothing said), and once that was undone Ray's wait
+    turned siggate's Terminated into a bare KeyboardInterrupt ("interrupted", 130)."""
+    csv_path = write_tiny_csv(tmp_path / "tiny.csv", n=60)
+    argv = ["--seeds", "0", "--gates", "none", "--epochs", "50", "--threads", "1", "--no-progress",
+            "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "ray"), "--backend", "ray"]
+    for s in ["data.name=csv", f"data.csv={csv_path}", "data.target_cols=logp", "data.split=column:split", *TINY]:
+        argv += ["--set", s]
+    proc = subprocess.Popen([sys.executable, "-m", "siggate", "compare", *argv], env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid = tmp_path / "ray" / "runs" / "none" / "seed0" / "worker.pid"
+    deadline = time.time() + 120
+    while not pid.exists():  # the run's task has started: the driver waits in ray.wait
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr
+    assert stderr.rstrip().endswith("siggate compare: terminated (SIGTERM); run the same command again to resume "
+                                    "(finished runs are kept, unfinished ones resume)"), stderr
+    assert "SIGTERM received" not in stderr and "Traceback" not in stderr

@@ -272,6 +272,38 @@ def _ray_run(req) -> RunResult:
     return _execute(req)
 
 
+def _stop_handlers() -> dict:
+    """This process's handlers of the signals that stop a command (SIGTERM, SIGHUP, SIGINT), as
+    Python holds them; empty outside the main thread (where no handler can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    kinds = [signal.SIGTERM, signal.SIGINT] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    return {k: signal.getsignal(k) for k in kinds}
+
+
+def _restore_handlers(kept: dict) -> None:
+    """Set the handlers :func:`_stop_handlers` kept again: ``ray.init`` installs its own
+    failure handler for SIGTERM in C++, under Python's, which then dumps a stack trace and aborts
+    (exit status 134), so a sweep on Ray stopped by ``kill`` said nothing of how to resume it,
+    where siggate's own handler ends it as Ctrl-C does (exit status 143)."""
+    for kind, handler in kept.items():
+        if handler is not None:  # (None: a handler set outside Python, which cannot be put back)
+            signal.signal(kind, handler)
+
+
+def _relay(handler: Callable, raised: list) -> Callable:
+    """``handler`` (a Python signal handler) that also keeps what it raised in ``raised``."""
+
+    def on_signal(signum, frame):
+        try:
+            return handler(signum, frame)
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+
+    return on_signal
+
+
 def ray_failure(exc: BaseException, task_error: type) -> str:
     """The error line of a Ray task that failed with ``exc``: the run's own exception (its type
     and message) where the task raised one (``task_error``: Ray's ``RayTaskError``, whose text
@@ -313,12 +345,15 @@ class RayExecutor:
         # the workers must import the same siggate as this process (a source checkout too)
         here = str(Path(__file__).resolve().parents[2])
         env = {"PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)}
+        kept = _stop_handlers()
         try:
             ray.init(address=self.address, include_dashboard=self.dashboard, log_to_driver=False,
                      runtime_env={"env_vars": env}, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = self.address or "a local instance"
             raise ExecutorError(f"cannot start Ray ({where}): {exc}") from None
+        finally:
+            _restore_handlers(kept)
         self._owns = True
 
     def gpus_per_run(self) -> float:
@@ -335,6 +370,10 @@ class RayExecutor:
         task = ray.remote(_ray_run).options(num_cpus=self.cpus, num_gpus=self.gpus_per_run(),
                                              max_retries=self.max_retries, retry_exceptions=False)
         refs = {task.remote(r): r for r in requests}
+        kept, raised = _stop_handlers(), []
+        for kind, handler in kept.items():
+            if callable(handler):
+                signal.signal(kind, _relay(handler, raised))
         try:
             while refs:
                 done, _ = ray.wait(list(refs), num_returns=1)
@@ -344,11 +383,16 @@ class RayExecutor:
                         on_done(ray.get(ref))
                     except ray.exceptions.RayError as exc:
                         on_done(RunResult(req.key, None, None, ray_failure(exc, ray.exceptions.RayTaskError)))
-        except BaseException:
+        except BaseException as exc:
             for ref in refs:
                 ray.cancel(ref, force=True)
+            if isinstance(exc, KeyboardInterrupt) and raised and exc is not raised[-1]:
+                # Ray's wait turns whatever a signal handler raised into a bare KeyboardInterrupt:
+                # SIGTERM then read as Ctrl-C ("interrupted", exit status 130, not 143)
+                raise raised[-1] from None
             raise
         finally:
+            _restore_handlers(kept)
             if self._owns:
                 ray.shutdown()
                 self._owns = False
