@@ -482,3 +482,31 @@ def test_recorded_chirality_of_runs_recorded_before_it_was_kept(tmp_path):
     assert recorded_chirality(tmp_path / "missing.yaml") is None
     assert reading_changed(None, {"name": "csv"}, "tag").startswith("its GNN read the molecules' stereocentres")
     assert reading_changed(None, {"name": "csv"}, "cip") is None and reading_changed(None, {"name": "zinc"}, "tag") is None
+
+
+def test_an_analysis_run_that_another_process_trains_is_refused_not_trained_twice(tmp_path, monkeypatch):
+    """Two ``siggate analyze`` commands into one --out: the second found the first's run
+    unfinished, resumed it from its last.pt while the first trained it on, and both appended to
+    its log.csv (510 rows for 300 epochs) and wrote its checkpoints and metrics in turn (the
+    sweep read 'diverged 1/1'). A run now holds its folder's lock as a ``siggate train`` run does."""
+    from siggate.analysis import common
+    from siggate.config_args import CLIError
+    from siggate.files import FolderLock
+    from siggate.train import pipeline
+
+    trained = []
+    monkeypatch.setattr(pipeline, "train", lambda *a, **k: trained.append(a) or {"val": 1.0})
+    run_dir = tmp_path / "an" / "runs" / "lr0.001-none-s0"
+    cfg = load_config("nci5k")
+    held = FolderLock(run_dir).acquire()  # (flock: another open of the file conflicts, in this process too)
+    try:
+        with pytest.raises(CLIError) as err:
+            common.train_run(cfg, run_dir, dataset=None, progress=False)
+    finally:
+        held.release()
+    assert trained == []
+    assert str(err.value).startswith(f"run {run_dir}: another siggate process (pid ")
+    assert str(err.value).endswith("; two analyses must not train one run: wait for the other to end, or give this "
+                                   "one another --out")
+    assert common.train_run(cfg, run_dir, dataset=None, progress=False) == {"val": 1.0, "reused": False}
+    assert len(trained) == 1 and not (run_dir / FolderLock.NAME).exists()  # released once the run ends

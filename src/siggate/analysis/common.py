@@ -207,22 +207,34 @@ def train_run(cfg: Config, run_dir: Path, dataset, progress: bool = True) -> dic
     ``metrics.json`` (plus ``"reused": bool``). An unfinished run of the same config is
     resumed (exactly, see :mod:`siggate.train.loop`); a run of another config raises
     :class:`RunConflict` rather than being mixed in. A run that stops on a non-finite loss
-    returns ``{"diverged": True, "error": ...}`` instead of raising."""
+    returns ``{"diverged": True, "error": ...}`` instead of raising.
+
+    The run holds its folder's lock (:class:`~siggate.files.FolderLock`) from its reuse check to
+    its record, as a ``siggate train`` run does: a second analysis into the same ``--out`` (here or
+    on a Ray worker) is refused in one line (:class:`~siggate.config_args.CLIError`) instead of
+    resuming the run from the first one's ``last.pt`` while that one trains it on, the two
+    processes appending to one ``log.csv`` and writing each other's checkpoints."""
+    from ..files import claim_folder
     from ..train.loop import NonFiniteLossError
     from ..train.pipeline import train
     from ..train.study import reuse_status
 
     run_dir = Path(run_dir)
-    status = reuse_status(run_dir, cfg.to_dict())
-    if status.state == "conflict":
-        raise RunConflict(f"{run_dir} holds a run of another config ({status.reason}); "
-                          "remove it or choose another --out")
-    if status.state == "done":
-        return {**status.metrics, "reused": True}
+    lock = claim_folder(run_dir, CLIError, "run", "two analyses must not train one run: wait for the other to end, "
+                        "or give this one another --out", "the analysis's runs")
     try:
-        m = train(cfg, run_dir, resume=True, progress=progress, dataset=dataset, stop_untrained=False)  # (recorded)
-    except NonFiniteLossError as exc:
-        return {"diverged": True, "error": str(exc), "val": float("nan"), "history": [], "reused": False}
+        status = reuse_status(run_dir, cfg.to_dict())
+        if status.state == "conflict":
+            raise RunConflict(f"{run_dir} holds a run of another config ({status.reason}); "
+                              "remove it or choose another --out")
+        if status.state == "done":
+            return {**status.metrics, "reused": True}
+        try:
+            m = train(cfg, run_dir, resume=True, progress=progress, dataset=dataset, stop_untrained=False)  # (recorded)
+        except NonFiniteLossError as exc:
+            return {"diverged": True, "error": str(exc), "val": float("nan"), "history": [], "reused": False}
+    finally:
+        lock.release()
     m["reused"] = False
     return m
 
