@@ -193,3 +193,21 @@ def test_ddp_with_members_names_the_recipes_members_or_the_users(tmp_path, capsy
     rc, _, err = run_cli(["train", "--ddp", "--resume", "--out", str(run)], capsys)
     assert rc == 2 and err == (f"siggate train: error: --ddp trains one GNN, and the run in {run} trains the members "
                                "svr,rf one after the other: resume it without --ddp\n"), err
+
+
+def test_data_rank_0_refuses_stops_the_other_ranks_without_a_traceback(tmp_path):
+    """A CSV without a numeric label under ``--ddp``: rank 0 says why in one line, and the other
+    rank stops quietly (exit status 2). It waited in a barrier rank 0 never reached, and rank 0's
+    exit ended it in a gloo traceback ("Connection closed by peer") below the error line."""
+    bad = tmp_path / "bad.csv"
+    bad.write_text("smiles,y\nCCO,abc\nCCC,def\nCCN,x\n")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "-m", "siggate", "train", "--ddp",
+           "--data", str(bad), "--target-col", "y", "--members", "gnn", "--init", "none", "--epochs", "1",
+           "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run"), "--no-progress"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    log = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert log.count("siggate train: error: ") == 1 and "target column 'y' holds no numeric value" in log
+    assert "[rank1]" not in log and "Connection closed by peer" not in log, log
+    assert "exitcode: 2" in log and "exitcode: 1" not in log, log  # both ranks: a refusal's status

@@ -599,7 +599,7 @@ def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
     :func:`siggate.train.pipeline.train` on it. Only rank 0 prints, logs and writes files."""
     import torch.distributed as dist
 
-    from .train.distributed import init_distributed
+    from .train.distributed import PeerFailed, init_distributed
     from .train.pipeline import train
 
     try:
@@ -625,7 +625,10 @@ def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
         else:
             logging.getLogger("siggate").setLevel(logging.WARNING)
         with _refusal_takes_back(lock):
-            m = train(cfg, out, resume=resume, progress=ctx.is_main and progress_enabled(args), dist=ctx)
+            try:
+                m = train(cfg, out, resume=resume, progress=ctx.is_main and progress_enabled(args), dist=ctx)
+            except PeerFailed:  # rank 0 failed and says why: this rank stops without a word
+                return 2
         if ctx.is_main:
             from .train.gnn_member import mark_run
 

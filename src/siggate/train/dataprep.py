@@ -14,7 +14,7 @@ from torch_geometric.loader import DataLoader
 
 from ..config import ConfigError, DataConfig, ModelConfig
 from ..data.base import CSV_CHIRALITY, GraphDataset, TaskInfo, stacked_labels
-from .distributed import DistContext
+from .distributed import DistContext, PeerFailed
 
 log = logging.getLogger("siggate.train")
 
@@ -117,12 +117,23 @@ def prepare_data(data: DataConfig, encodings: Encodings | ModelConfig = Encoding
 def prepare_data_ranked(data: DataConfig, encodings: Encodings | ModelConfig, seed: int, ctx: DistContext,
                         progress: bool) -> GraphDataset:
     """:func:`prepare_data` in a ``torchrun`` job: rank 0 builds the caches first; the other
-    ranks then read them."""
+    ranks then read them. Data that rank 0 refuses (a CSV without a numeric label, an empty
+    split) stops the other ranks with :class:`~.distributed.PeerFailed` (rank 0 says why): they
+    waited in a barrier that rank 0 never reached, and its exit ended each in a gloo traceback
+    ("Connection closed by peer") below rank 0's one-line error."""
+    if not ctx.distributed:
+        return prepare_data(data, encodings, seed, progress)
     if not ctx.is_main:
-        ctx.barrier()
-    ds = prepare_data(data, encodings, seed, progress)
-    if ctx.is_main:
-        ctx.barrier()
+        failed = ctx.broadcast(None)
+        if failed:
+            raise PeerFailed(failed)
+        return prepare_data(data, encodings, seed, progress)
+    try:
+        ds = prepare_data(data, encodings, seed, progress)
+    except Exception as exc:
+        ctx.broadcast(f"rank 0 could not prepare the data: {type(exc).__name__}: {exc}")
+        raise
+    ctx.broadcast(None)
     return ds
 
 

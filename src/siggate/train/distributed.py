@@ -36,6 +36,11 @@ from torch import nn
 log = logging.getLogger("siggate.train")
 
 
+class PeerFailed(RuntimeError):
+    """Raised on the ranks other than 0 when rank 0 failed at a step they wait on (it prints the
+    error); ``siggate train --ddp`` ends such a rank quietly, exit status 2."""
+
+
 @dataclass
 class DistContext:
     """Rank, world size and device of this process, with the few collectives the loop needs.
