@@ -211,3 +211,29 @@ def test_data_rank_0_refuses_stops_the_other_ranks_without_a_traceback(tmp_path)
     assert log.count("siggate train: error: ") == 1 and "target column 'y' holds no numeric value" in log
     assert "[rank1]" not in log and "Connection closed by peer" not in log, log
     assert "exitcode: 2" in log and "exitcode: 1" not in log, log  # both ranks: a refusal's status
+
+
+def test_a_terminated_ddp_run_says_once_how_to_resume_it(tmp_path):
+    """SIGTERM to torchrun (a scheduler ending the job): torchrun passes it to every rank, and each
+    printed 'siggate train: terminated (SIGTERM)' with no resume command, which a run in one
+    process prints. Rank 0 alone now says it, with the torchrun command that resumes the run."""
+    import time
+
+    csv_path = write_tiny_csv(tmp_path / "tiny.csv", n=60)
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "-m", "siggate", "train", "--ddp",
+           "--config", "nci5k", *csv_train_args(csv_path, tmp_path / "cache"), "--epochs", "500", "--out", str(out),
+           "--no-progress"]
+    for s in TINY + ["train.batch_size=8"]:
+        cmd += ["--set", s]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env())
+    deadline = time.time() + 120
+    while not ((out / "log.csv").is_file() and len((out / "log.csv").read_text().splitlines()) >= 2):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.1)
+    proc.terminate()
+    log, _ = proc.communicate(timeout=120)
+    said = [ln for ln in log.splitlines() if ln.startswith("siggate train: terminated")]
+    assert said == [f"siggate train: terminated (SIGTERM); resume with: torchrun --nproc_per_node=2 -m siggate train "
+                    f"--ddp --resume {out}"], log

@@ -440,6 +440,18 @@ def _resume_hint(out: Path, args) -> str:
             + (f" --weights {args.weights}" if args.weights else ""))
 
 
+def _ddp_resume_hint(out: Path, world_size: int) -> str:
+    """The command that continues an interrupted ``--ddp`` run in ``out`` (or why there is none)."""
+    import shlex
+
+    from .train import rundir
+
+    if not rundir.holds_run(out):
+        return "no epoch had started, nothing was saved; run the same command again"
+    return (f"resume with: torchrun --nproc_per_node={world_size} -m siggate train --ddp --resume "
+            f"{shlex.quote(str(out))}")
+
+
 def default_out_dir(cfg, out: str | None = None, taken: Path | None = None) -> Path:
     """``out`` if given, else ``runs/<name>-seed<seed>`` (``siggate train``'s default), where
     the name is the dataset's, or ``<file stem>-csv`` for ``--data``, then the gate (``attnoff``
@@ -629,6 +641,11 @@ def _train_ddp(cfg, args, out: Path, resume: bool) -> int:
                 m = train(cfg, out, resume=resume, progress=ctx.is_main and progress_enabled(args), dist=ctx)
             except PeerFailed:  # rank 0 failed and says why: this rank stops without a word
                 return 2
+            except KeyboardInterrupt as exc:  # torchrun passes a SIGTERM (Ctrl-C) on to every rank: rank 0 says it
+                said, status = _stopped(exc)
+                if ctx.is_main:
+                    _say_stopped(f"siggate train: {said}; {_ddp_resume_hint(out, ctx.world_size)}")
+                return status
         if ctx.is_main:
             from .train.gnn_member import mark_run
 
