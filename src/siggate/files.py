@@ -10,6 +10,7 @@ untouched.  A leaf module: it imports nothing from ``siggate``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -283,6 +284,39 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object], o
         except OSError as exc:  # a full disk, a size limit: the write's error names no file
             name_os_error(exc, str(path))
             raise
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Hold Ctrl-C, SIGTERM and SIGHUP while the block runs and act on the first that came after
+    it: the block (a checkpoint's ``torch.save``) is finished, then the command stops as the
+    signal's handler says. ``torch.save`` writes from C++, which took the handler's exception
+    inside a write for a failed write ("unexpected pos"): a run stopped then read "could not
+    write checkpoint ...: a full disk or a file size limit?", exit status 2, instead of stopping
+    with the resume command. Only Python handlers are held (a default action stays), and only in
+    the main thread, where Python runs them."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kinds = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    came: list[tuple] = []
+    before = {}
+    for kind in kinds:
+        handler = signal.getsignal(kind)
+        if callable(handler):
+            before[kind] = handler
+            signal.signal(kind, lambda signum, frame: came.append((signum, frame)))
+    try:
+        yield
+    finally:
+        for kind, handler in before.items():
+            signal.signal(kind, handler)
+        if came:
+            signum, frame = came[0]
+            before[signum](signum, frame)
 
 
 def name_os_error(exc: OSError, name: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..files import UnsafeFile, atomic_write, file_digest, safe_torch_load
+from ..files import UnsafeFile, atomic_write, file_digest, safe_torch_load, signals_held
 from ..options import RUN_LOCAL_KEYS, init_is_shipped, resolve_select
 from ..predictors.base import MANIFEST
 from ..version import __version__
@@ -48,7 +48,8 @@ def atomic_save(obj, path: str | Path) -> None:
     """
     path = Path(path)
     try:
-        atomic_write(path, lambda fh: torch.save(obj, fh))
+        with signals_held():  # a stop while it is written comes once it is written (siggate.files.signals_held)
+            atomic_write(path, lambda fh: torch.save(obj, fh))
     except OSError as exc:
         kept = "the previous checkpoint there is intact" if path.exists() else "no checkpoint was written"
         err = CheckpointWriteError(
