@@ -273,3 +273,51 @@ def test_sigterm_stops_a_comparison_on_ray_as_it_stops_a_local_one(tmp_path):
     assert stderr.rstrip().endswith("siggate compare: terminated (SIGTERM); run the same command again to resume "
                                     "(finished runs are kept, unfinished ones resume)"), stderr
     assert "SIGTERM received" not in stderr and "Traceback" not in stderr
+
+
+def test_a_run_no_node_can_hold_is_refused_not_waited_for_for_ever(tmp_path, capsys):
+    """``--gpus-per-run 1`` on a machine without a GPU (or ``--cpus-per-run`` above its cores):
+    Ray keeps a task that fits no node waiting, without a word, and the comparison hung for ever
+    (killed by a timeout after 90 s, nothing said). This machine's instance now refuses it in one
+    line naming the flag; a cluster's, which an autoscaler may grow, warns and goes on."""
+    from siggate.train.executor import ExecutorError, RayExecutor, RunRequest
+
+    class FakeRay:  # one alive node with 2 CPUs and no GPU; a dead one with a GPU
+        def is_initialized(self):
+            return True
+
+        def nodes(self):
+            return [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": False, "Resources": {"CPU": 8.0, "GPU": 1.0}}]
+
+        def cluster_resources(self):
+            return {"CPU": 2.0}
+
+        def remote(self, fn):
+            return self
+
+        def options(self, **kw):
+            self.options_given = kw
+            return self
+
+        def wait(self, refs, num_returns=1):
+            raise AssertionError("the runs were submitted, and waited for")
+
+        def cancel(self, ref, force=False):
+            pass
+
+    req = [RunRequest("k", [], tmp_path / "run")]
+    for cpus, gpus, said in ((1, 1, "--gpus-per-run 1: no node of the Ray instance has 1 GPU(s) (the most on one node: "
+                                    "0), so no run could start and the command would wait for ever; lower "
+                                    "--gpus-per-run (0: the runs train on CPU)"),
+                             (3, 0, "--cpus-per-run 3: no node of the Ray instance has 3 CPU(s) (the most on one node: "
+                                    "2), so no run could start and the command would wait for ever; lower "
+                                    "--cpus-per-run")):
+        ex = RayExecutor(cpus_per_run=cpus, gpus_per_run=gpus)
+        ex.ray = FakeRay()
+        with pytest.raises(ExecutorError) as err:
+            ex.run(req, lambda r: None)
+        assert str(err.value) == said
+    fits = RayExecutor(cpus_per_run=2, gpus_per_run=0)
+    fits.ray = FakeRay()
+    with pytest.raises(AssertionError, match="waited for"):  # a run that fits is submitted as before
+        fits.run(req, lambda r: None)

@@ -362,12 +362,33 @@ class RayExecutor:
             return self.gpus_requested
         return 1.0 if self.ray.cluster_resources().get("GPU", 0) > 0 else 0.0
 
+    def _unschedulable(self, gpus: float) -> str:
+        """Why no node of the Ray instance can hold one run (a task's CPUs and GPUs must fit on one
+        node: Ray keeps a task that fits none waiting, without a word, for ever), or ``""``."""
+        alive = [n.get("Resources") or {} for n in self.ray.nodes() if n.get("Alive", True)]
+        for flag, key, want in (("--cpus-per-run", "CPU", self.cpus), ("--gpus-per-run", "GPU", gpus)):
+            most = max((float(r.get(key, 0)) for r in alive), default=0.0)
+            if want > 0 and not any(float(r.get(key, 0)) >= want for r in alive):
+                return (f"{flag} {want:g}: no node of the Ray instance has {want:g} {key}(s) (the most on one node: "
+                        f"{most:g}), so no run could start and the command would wait for ever; lower {flag}"
+                        + (" (0: the runs train on CPU)" if key == "GPU" else ""))
+        return ""
+
     def run(self, requests: Iterable[RunRequest], on_done: Callable[[RunResult], None]) -> None:
         """Submit every request as a task; call ``on_done`` on the driver as each finishes.
         A task that still fails after its retries becomes a failed :class:`RunResult`."""
         self._start()
         ray = self.ray
-        task = ray.remote(_ray_run).options(num_cpus=self.cpus, num_gpus=self.gpus_per_run(),
+        gpus = self.gpus_per_run()
+        short = self._unschedulable(gpus)
+        if short and self.address is None:  # this machine's instance: no node will ever come to hold a run
+            if self._owns:
+                ray.shutdown()
+                self._owns = False
+            raise ExecutorError(short)
+        if short:  # a cluster's autoscaler may yet add such a node
+            print(f"siggate: warning: {short} (unless the cluster adds such a node)", file=sys.stderr)
+        task = ray.remote(_ray_run).options(num_cpus=self.cpus, num_gpus=gpus,
                                              max_retries=self.max_retries, retry_exceptions=False)
         refs = {task.remote(r): r for r in requests}
         kept, raised = _stop_handlers(), []
