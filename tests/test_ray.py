@@ -317,6 +317,9 @@ def test_a_run_no_node_can_hold_is_refused_not_waited_for_for_ever(tmp_path, cap
         with pytest.raises(ExecutorError) as err:
             ex.run(req, lambda r: None)
         assert str(err.value) == said
+    idle = RayExecutor(cpus_per_run=1, gpus_per_run=1)  # every run finished: nothing to hold, nothing refused
+    idle.ray = FakeRay()
+    idle.run([], lambda r: None)
     fits = RayExecutor(cpus_per_run=2, gpus_per_run=0)
     fits.ray = FakeRay()
     with pytest.raises(AssertionError, match="waited for"):  # a run that fits is submitted as before

@@ -376,7 +376,11 @@ class RayExecutor:
 
     def run(self, requests: Iterable[RunRequest], on_done: Callable[[RunResult], None]) -> None:
         """Submit every request as a task; call ``on_done`` on the driver as each finishes.
-        A task that still fails after its retries becomes a failed :class:`RunResult`."""
+        A task that still fails after its retries becomes a failed :class:`RunResult`. With no
+        request (every run finished) Ray is not started."""
+        requests = list(requests)
+        if not requests:  # (nor is a run no node could hold refused: there is none to hold)
+            return
         self._start()
         ray = self.ray
         gpus = self.gpus_per_run()
