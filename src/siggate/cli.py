@@ -1407,7 +1407,9 @@ def _terminated_as_interrupt():
     def handler(signum, frame):
         raise Terminated(signum)
 
-    kinds = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    from .files import stop_signals
+
+    kinds = [k for k in stop_signals() if k != signal.SIGINT]  # (Ctrl-C: Python's own KeyboardInterrupt)
     before = {}
     for kind in kinds:
         if kind == getattr(signal, "SIGHUP", None) and signal.getsignal(kind) == signal.SIG_IGN:

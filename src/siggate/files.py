@@ -286,6 +286,14 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object], o
             raise
 
 
+def stop_signals() -> list:
+    """The signals that stop a command while it runs: Ctrl-C (SIGINT), SIGTERM and, where the
+    platform has it, SIGHUP (the CLI's handlers, :func:`signals_held`, the Ray driver's)."""
+    import signal
+
+    return [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+
+
 @contextlib.contextmanager
 def signals_held():
     """Hold Ctrl-C, SIGTERM and SIGHUP while the block runs and act on the first that came after
@@ -301,7 +309,7 @@ def signals_held():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    kinds = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    kinds = stop_signals()
     came: list[tuple] = []
     before = {}
     for kind in kinds:

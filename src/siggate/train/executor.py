@@ -277,8 +277,9 @@ def _stop_handlers() -> dict:
     Python holds them; empty outside the main thread (where no handler can be set)."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    kinds = [signal.SIGTERM, signal.SIGINT] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
-    return {k: signal.getsignal(k) for k in kinds}
+    from ..files import stop_signals
+
+    return {k: signal.getsignal(k) for k in stop_signals()}
 
 
 def _restore_handlers(kept: dict) -> None:
