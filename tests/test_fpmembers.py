@@ -864,3 +864,26 @@ def test_predict_given_a_member_s_manifest_names_its_folder(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err == [
         f"siggate predict: error: {manifest}: give the folder that holds it ({tmp_path / 'm'}), not the manifest itself"]
+
+
+def test_the_exact_support_pass_reads_the_rows_twice_not_once_per_support():
+    """The exact pass over every support (2^M - 1 of them) measured each candidate's loss on every
+    row: ten members on 200,000 validation rows took 12 s where the solver had taken 1 s. The
+    candidates are ranked on the members' [M, M] Gram matrix; the rows are read for the best alone."""
+    from siggate.predictors.combine import _best_support, simplex_least_squares
+
+    rng = np.random.default_rng(3)
+    y = rng.normal(size=500)
+    a = np.stack([y + rng.normal(size=500) * (0.5 + 0.1 * k) for k in range(8)], 1)
+    err = a - y[:, None]
+    passes = []
+
+    def loss(w):
+        passes.append(1)
+        r = err @ w
+        return float(r @ r) / len(y)
+
+    w = _best_support(err, np.full(8, 1 / 8), loss)
+    assert len(passes) <= 2
+    assert np.all(w >= 0) and abs(w.sum() - 1) < 1e-12 and loss(w) <= loss(np.full(8, 1 / 8))
+    np.testing.assert_allclose(w, simplex_least_squares(a, y), atol=1e-9)

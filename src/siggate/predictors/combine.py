@@ -129,7 +129,9 @@ def _best_support(err: np.ndarray, w: np.ndarray, loss: Callable[[np.ndarray], f
     where its members agreed to 0.01.)"""
     m = err.shape[1]
     gram = err.T @ err / err.shape[0]
-    best, best_loss = w, loss(w)
+    # the supports are ranked by w'Gw (loss(w) on the simplex, from the [M, M] Gram matrix: up to 2^M - 1
+    # candidates, each a pass over every row otherwise), and the best is taken where loss says it is better
+    cand, cand_q = None, np.inf
     for size in range(1, m + 1):
         for on in itertools.combinations(range(m), size):
             g = gram[np.ix_(on, on)]
@@ -138,11 +140,12 @@ def _best_support(err: np.ndarray, w: np.ndarray, loss: Callable[[np.ndarray], f
             sol = np.linalg.lstsq(kkt, np.concatenate([np.zeros(size), [1.0]]), rcond=None)[0][:size]
             if sol.sum() <= 0 or np.any(sol / sol.sum() < SHARE_MIN):  # negative, or a share that is none
                 continue
-            cand = np.zeros(m)
-            cand[list(on)] = sol / sol.sum()
-            if loss(cand) < best_loss:
-                best, best_loss = cand, loss(cand)
-    return best
+            v = np.zeros(m)
+            v[list(on)] = sol / sol.sum()
+            q = float(v @ gram @ v)
+            if q < cand_q:
+                cand, cand_q = v, q
+    return cand if cand is not None and loss(cand) < loss(w) else w
 
 
 def _kind(member) -> str:
