@@ -324,3 +324,40 @@ def test_a_run_no_node_can_hold_is_refused_not_waited_for_for_ever(tmp_path, cap
     fits.ray = FakeRay()
     with pytest.raises(AssertionError, match="waited for"):  # a run that fits is submitted as before
         fits.run(req, lambda r: None)
+
+
+def test_a_run_whose_cpus_and_gpus_no_one_node_holds_together_is_refused(tmp_path):
+    """A task's CPUs and GPUs must fit on one node: --cpus-per-run 2 --gpus-per-run 1 on a node of 8
+    CPUs without a GPU beside a node of 1 CPU and 1 GPU passed the check of each resource alone, and
+    Ray kept the run waiting for ever."""
+    from siggate.train.executor import ExecutorError, RayExecutor, RunRequest
+
+    class FakeRay:
+        def is_initialized(self):
+            return True
+
+        def nodes(self):
+            return [{"Alive": True, "Resources": {"CPU": 8.0}}, {"Alive": True, "Resources": {"CPU": 1.0, "GPU": 1.0}}]
+
+        def remote(self, fn):
+            return self
+
+        def options(self, **kw):
+            return self
+
+        def wait(self, refs, num_returns=1):
+            raise AssertionError("the runs were submitted, and waited for")
+
+        def cancel(self, ref, force=False):
+            pass
+
+    req = [RunRequest("k", [], tmp_path / "run")]
+    ex = RayExecutor(cpus_per_run=2, gpus_per_run=1)
+    ex.ray = FakeRay()
+    with pytest.raises(ExecutorError) as err:
+        ex.run(req, lambda r: None)
+    assert str(err.value).startswith("--cpus-per-run 2 --gpus-per-run 1: no node of the Ray instance has both")
+    fits = RayExecutor(cpus_per_run=1, gpus_per_run=1)  # the GPU node holds one run
+    fits.ray = FakeRay()
+    with pytest.raises(AssertionError, match="waited for"):
+        fits.run(req, lambda r: None)

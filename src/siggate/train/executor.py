@@ -373,6 +373,10 @@ class RayExecutor:
                 return (f"{flag} {want:g}: no node of the Ray instance has {want:g} {key}(s) (the most on one node: "
                         f"{most:g}), so no run could start and the command would wait for ever; lower {flag}"
                         + (" (0: the runs train on CPU)" if key == "GPU" else ""))
+        if gpus > 0 and not any(float(r.get("CPU", 0)) >= self.cpus and float(r.get("GPU", 0)) >= gpus for r in alive):
+            return (f"--cpus-per-run {self.cpus:g} --gpus-per-run {gpus:g}: no node of the Ray instance has both (the "
+                    "nodes with the CPUs have too few GPUs, and those with the GPUs too few CPUs), so no run could "
+                    "start and the command would wait for ever; lower --cpus-per-run or --gpus-per-run")
         return ""
 
     def run(self, requests: Iterable[RunRequest], on_done: Callable[[RunResult], None]) -> None:
