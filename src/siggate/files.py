@@ -515,7 +515,7 @@ class FolderLock:
 def claim_folder(folder: str | os.PathLike, error: type[Exception], label: str, busy: str, purpose: str,
                  busy_ok: bool = False) -> FolderLock | None:
     """``folder``'s :class:`FolderLock`, acquired: the one way siggate's writers (``siggate train``,
-    ``pretrain``, ``explain``, ``compare``, ``analyze mad``, the estimator's ``fit``) claim an output folder. A folder another live
+    ``pretrain``, ``explain``, ``compare``, ``analyze mad``, an analysis's runs, the estimator's ``fit``) claim an output folder. A folder another live
     process holds raises ``error("LABEL FOLDER: <who holds it>; BUSY")`` (``busy``: what to do),
     or returns None with ``busy_ok`` (the caller takes another folder); one that cannot be created
     raises ``error`` naming why and ``purpose`` (what the folder is for)."""
