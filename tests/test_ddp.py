@@ -237,3 +237,18 @@ def test_a_terminated_ddp_run_says_once_how_to_resume_it(tmp_path):
     said = [ln for ln in log.splitlines() if ln.startswith("siggate train: terminated")]
     assert said == [f"siggate train: terminated (SIGTERM); resume with: torchrun --nproc_per_node=2 -m siggate train "
                     f"--ddp --resume {out}"], log
+
+
+def test_the_ddp_resume_line_of_a_job_on_several_nodes_is_no_one_node_command(tmp_path, monkeypatch):
+    """The resume line named ``torchrun --nproc_per_node=WORLD_SIZE``: on 2 nodes of 4 ranks it told
+    one node to start 8 ranks, without the job's rendezvous. A job on one node keeps the command."""
+    from siggate.cli import _ddp_resume_hint
+    from siggate.train import rundir
+
+    monkeypatch.setattr(rundir, "holds_run", lambda out: True)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert _ddp_resume_hint(tmp_path, 8) == ("resume with the same torchrun command on each node, running siggate "
+                                             f"train --ddp --resume {tmp_path}")
+    assert _ddp_resume_hint(tmp_path, 4) == f"resume with: torchrun --nproc_per_node=4 -m siggate train --ddp --resume {tmp_path}"
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert _ddp_resume_hint(tmp_path, 2) == f"resume with: torchrun --nproc_per_node=2 -m siggate train --ddp --resume {tmp_path}"

@@ -448,6 +448,10 @@ def _ddp_resume_hint(out: Path, world_size: int) -> str:
 
     if not rundir.holds_run(out):
         return "no epoch had started, nothing was saved; run the same command again"
+    local = int(os.environ.get("LOCAL_WORLD_SIZE") or world_size)  # (torchrun's ranks on this node)
+    if local != world_size:  # several nodes: --nproc_per_node is per node, and the rendezvous is the job's own
+        return (f"resume with the same torchrun command on each node, running siggate train --ddp --resume "
+                f"{shlex.quote(str(out))}")
     return (f"resume with: torchrun --nproc_per_node={world_size} -m siggate train --ddp --resume "
             f"{shlex.quote(str(out))}")
 
