@@ -283,8 +283,16 @@ def test_a_run_no_node_can_hold_is_refused_not_waited_for_for_ever(tmp_path, cap
     from siggate.train.executor import ExecutorError, RayExecutor, RunRequest
 
     class FakeRay:  # one alive node with 2 CPUs and no GPU; a dead one with a GPU
+        started = False  # (True: an instance the caller started, which siggate neither owns nor refuses for)
+
         def is_initialized(self):
-            return True
+            return self.started
+
+        def init(self, **kw):  # siggate starts this machine's instance
+            pass
+
+        def shutdown(self):
+            pass
 
         def nodes(self):
             return [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": False, "Resources": {"CPU": 8.0, "GPU": 1.0}}]
@@ -324,6 +332,14 @@ def test_a_run_no_node_can_hold_is_refused_not_waited_for_for_ever(tmp_path, cap
     fits.ray = FakeRay()
     with pytest.raises(AssertionError, match="waited for"):  # a run that fits is submitted as before
         fits.run(req, lambda r: None)
+    # an instance the caller started (ray.init before siggate's executor) may be a cluster that grows: a warning
+    theirs = RayExecutor(cpus_per_run=3, gpus_per_run=0)
+    theirs.ray = FakeRay()
+    theirs.ray.started = True
+    capsys.readouterr()
+    with pytest.raises(AssertionError, match="waited for"):
+        theirs.run(req, lambda r: None)
+    assert capsys.readouterr().err.startswith("siggate: warning: --cpus-per-run 3: no node of the Ray instance has 3")
 
 
 def test_a_run_whose_cpus_and_gpus_no_one_node_holds_together_is_refused(tmp_path):
@@ -333,8 +349,16 @@ def test_a_run_whose_cpus_and_gpus_no_one_node_holds_together_is_refused(tmp_pat
     from siggate.train.executor import ExecutorError, RayExecutor, RunRequest
 
     class FakeRay:
+        started = False  # (True: an instance the caller started, which siggate neither owns nor refuses for)
+
         def is_initialized(self):
-            return True
+            return self.started
+
+        def init(self, **kw):  # siggate starts this machine's instance
+            pass
+
+        def shutdown(self):
+            pass
 
         def nodes(self):
             return [{"Alive": True, "Resources": {"CPU": 8.0}}, {"Alive": True, "Resources": {"CPU": 1.0, "GPU": 1.0}}]

@@ -390,7 +390,7 @@ class RayExecutor:
         ray = self.ray
         gpus = self.gpus_per_run()
         short = self._unschedulable(gpus)
-        if short and self.address is None:  # this machine's instance: no node will ever come to hold a run
+        if short and self._owns and self.address is None:  # the instance siggate started here: no node will come
             if self._owns:
                 ray.shutdown()
                 self._owns = False
