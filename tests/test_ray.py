@@ -275,6 +275,41 @@ def test_sigterm_stops_a_comparison_on_ray_as_it_stops_a_local_one(tmp_path):
     assert "SIGTERM received" not in stderr and "Traceback" not in stderr
 
 
+class _FakeRay:
+    """Ray as RayExecutor.run asks it, of the nodes ``nodes``: a run submitted is waited for (an
+    AssertionError); ``started``: an instance the caller started, which siggate does not own."""
+
+    def __init__(self, nodes: list, started: bool = False):
+        self._nodes, self.started = nodes, started
+
+    def is_initialized(self):
+        return self.started
+
+    def init(self, **kw):  # siggate starts this machine's instance
+        pass
+
+    def shutdown(self):
+        pass
+
+    def nodes(self):
+        return self._nodes
+
+    def cluster_resources(self):
+        return {}
+
+    def remote(self, fn):
+        return self
+
+    def options(self, **kw):
+        return self
+
+    def wait(self, refs, num_returns=1):
+        raise AssertionError("the runs were submitted, and waited for")
+
+    def cancel(self, ref, force=False):
+        pass
+
+
 def test_a_run_no_node_can_hold_is_refused_not_waited_for_for_ever(tmp_path, capsys):
     """``--gpus-per-run 1`` on a machine without a GPU (or ``--cpus-per-run`` above its cores):
     Ray keeps a task that fits no node waiting, without a word, and the comparison hung for ever
@@ -282,37 +317,7 @@ def test_a_run_no_node_can_hold_is_refused_not_waited_for_for_ever(tmp_path, cap
     line naming the flag; a cluster's, which an autoscaler may grow, warns and goes on."""
     from siggate.train.executor import ExecutorError, RayExecutor, RunRequest
 
-    class FakeRay:  # one alive node with 2 CPUs and no GPU; a dead one with a GPU
-        started = False  # (True: an instance the caller started, which siggate neither owns nor refuses for)
-
-        def is_initialized(self):
-            return self.started
-
-        def init(self, **kw):  # siggate starts this machine's instance
-            pass
-
-        def shutdown(self):
-            pass
-
-        def nodes(self):
-            return [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": False, "Resources": {"CPU": 8.0, "GPU": 1.0}}]
-
-        def cluster_resources(self):
-            return {"CPU": 2.0}
-
-        def remote(self, fn):
-            return self
-
-        def options(self, **kw):
-            self.options_given = kw
-            return self
-
-        def wait(self, refs, num_returns=1):
-            raise AssertionError("the runs were submitted, and waited for")
-
-        def cancel(self, ref, force=False):
-            pass
-
+    nodes = [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": False, "Resources": {"CPU": 8.0, "GPU": 1.0}}]
     req = [RunRequest("k", [], tmp_path / "run")]
     for cpus, gpus, said in ((1, 1, "--gpus-per-run 1: no node of the Ray instance has 1 GPU(s) (the most on one node: "
                                     "0), so no run could start and the command would wait for ever; lower "
@@ -321,21 +326,20 @@ def test_a_run_no_node_can_hold_is_refused_not_waited_for_for_ever(tmp_path, cap
                                     "2), so no run could start and the command would wait for ever; lower "
                                     "--cpus-per-run")):
         ex = RayExecutor(cpus_per_run=cpus, gpus_per_run=gpus)
-        ex.ray = FakeRay()
+        ex.ray = _FakeRay(nodes)
         with pytest.raises(ExecutorError) as err:
             ex.run(req, lambda r: None)
         assert str(err.value) == said
     idle = RayExecutor(cpus_per_run=1, gpus_per_run=1)  # every run finished: nothing to hold, nothing refused
-    idle.ray = FakeRay()
+    idle.ray = _FakeRay(nodes)
     idle.run([], lambda r: None)
     fits = RayExecutor(cpus_per_run=2, gpus_per_run=0)
-    fits.ray = FakeRay()
+    fits.ray = _FakeRay(nodes)
     with pytest.raises(AssertionError, match="waited for"):  # a run that fits is submitted as before
         fits.run(req, lambda r: None)
     # an instance the caller started (ray.init before siggate's executor) may be a cluster that grows: a warning
     theirs = RayExecutor(cpus_per_run=3, gpus_per_run=0)
-    theirs.ray = FakeRay()
-    theirs.ray.started = True
+    theirs.ray = _FakeRay(nodes, started=True)
     capsys.readouterr()
     with pytest.raises(AssertionError, match="waited for"):
         theirs.run(req, lambda r: None)
@@ -348,40 +352,14 @@ def test_a_run_whose_cpus_and_gpus_no_one_node_holds_together_is_refused(tmp_pat
     Ray kept the run waiting for ever."""
     from siggate.train.executor import ExecutorError, RayExecutor, RunRequest
 
-    class FakeRay:
-        started = False  # (True: an instance the caller started, which siggate neither owns nor refuses for)
-
-        def is_initialized(self):
-            return self.started
-
-        def init(self, **kw):  # siggate starts this machine's instance
-            pass
-
-        def shutdown(self):
-            pass
-
-        def nodes(self):
-            return [{"Alive": True, "Resources": {"CPU": 8.0}}, {"Alive": True, "Resources": {"CPU": 1.0, "GPU": 1.0}}]
-
-        def remote(self, fn):
-            return self
-
-        def options(self, **kw):
-            return self
-
-        def wait(self, refs, num_returns=1):
-            raise AssertionError("the runs were submitted, and waited for")
-
-        def cancel(self, ref, force=False):
-            pass
-
     req = [RunRequest("k", [], tmp_path / "run")]
+    nodes = [{"Alive": True, "Resources": {"CPU": 8.0}}, {"Alive": True, "Resources": {"CPU": 1.0, "GPU": 1.0}}]
     ex = RayExecutor(cpus_per_run=2, gpus_per_run=1)
-    ex.ray = FakeRay()
+    ex.ray = _FakeRay(nodes)
     with pytest.raises(ExecutorError) as err:
         ex.run(req, lambda r: None)
     assert str(err.value).startswith("--cpus-per-run 2 --gpus-per-run 1: no node of the Ray instance has both")
     fits = RayExecutor(cpus_per_run=1, gpus_per_run=1)  # the GPU node holds one run
-    fits.ray = FakeRay()
+    fits.ray = _FakeRay(nodes)
     with pytest.raises(AssertionError, match="waited for"):
         fits.run(req, lambda r: None)
