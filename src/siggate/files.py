@@ -327,6 +327,16 @@ def signals_held():
             before[signum](signum, frame)
 
 
+def atomic_torch_save(obj, path: str | os.PathLike) -> None:
+    """``torch.save(obj)`` to ``path`` atomically (:func:`atomic_write`), the stop signals held
+    until it is written (:func:`signals_held`): the one way siggate writes a torch file (the data
+    cache, checkpoints, the fingerprint members' arrays). On failure the old file is untouched."""
+    import torch
+
+    with signals_held():
+        atomic_write(path, lambda fh: torch.save(obj, fh))
+
+
 def name_os_error(exc: OSError, name: str) -> None:
     """Give a failed write's ``OSError`` that names no file (a full disk, a file size limit) the
     name ``name`` (a path, or ``"standard output"``), so that its message says where; one that

@@ -31,7 +31,7 @@ import torch
 from filelock import FileLock, Timeout
 from torch_geometric.data import Data
 
-from ..files import AtomicFile, atomic_write, atomic_write_bytes, file_digest, safe_torch_load
+from ..files import AtomicFile, atomic_torch_save, atomic_write_bytes, file_digest, safe_torch_load
 from .base import DataError, GraphDataset, InvalidRow, RowNote, TaskInfo
 
 __all__ = [
@@ -94,12 +94,9 @@ def cache_key(parts: dict) -> str:
 # ------------------------------------------------------------------ atomic writes
 
 
-# atomic_write_bytes is re-exported from :mod:`siggate.files`, the one implementation.
+# atomic_write_bytes and atomic_torch_save are re-exported from :mod:`siggate.files`, the one implementation.
 
 
-def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save(obj, path)`` atomically; on failure the old file is untouched."""
-    atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 # ------------------------------------------------------------------ graph storage

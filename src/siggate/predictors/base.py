@@ -39,7 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol, Sequence, runtime_checkable
 
-from ..files import UnsafeFile, atomic_write, atomic_write_bytes, file_digest, read_json, safe_torch_load
+from ..files import (
+    UnsafeFile,
+    atomic_torch_save,
+    atomic_write_bytes,
+    file_digest,
+    read_json,
+    safe_torch_load,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -231,7 +238,7 @@ def save_arrays(path: str | Path, arrays: dict) -> None:
     import torch
 
     out = {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
-    atomic_write(Path(path), lambda fh: torch.save(out, fh))
+    atomic_torch_save(out, Path(path))
 
 
 def load_arrays(path: str | Path) -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..files import UnsafeFile, atomic_write, file_digest, safe_torch_load, signals_held
+from ..files import UnsafeFile, atomic_torch_save, file_digest, safe_torch_load
 from ..options import RUN_LOCAL_KEYS, init_is_shipped, resolve_select
 from ..predictors.base import MANIFEST
 from ..version import __version__
@@ -48,8 +48,7 @@ def atomic_save(obj, path: str | Path) -> None:
     """
     path = Path(path)
     try:
-        with signals_held():  # a stop while it is written comes once it is written (siggate.files.signals_held)
-            atomic_write(path, lambda fh: torch.save(obj, fh))
+        atomic_torch_save(obj, path)  # (a stop while it is written comes once it is written)
     except OSError as exc:
         kept = "the previous checkpoint there is intact" if path.exists() else "no checkpoint was written"
         err = CheckpointWriteError(
