@@ -78,6 +78,12 @@ def add_threads_flag(p: argparse.ArgumentParser, default: int | None = None, def
                    help=f"{what} (default: {default_text})")
 
 
+def absolute_path(text: str) -> str:
+    """``text``, a path, with ``~`` expanded and made absolute: how siggate records a path it was
+    given, so that a run reads the same file from any folder."""
+    return str(Path(text).expanduser().absolute())
+
+
 def init_source(text: str) -> str:
     """``--init`` as the config records it: a path made absolute (the run resumes, and its record
     reads, from anywhere, as ``data.csv``'s); ``none`` as given; the shipped weights' word in its
@@ -88,7 +94,7 @@ def init_source(text: str) -> str:
     name = shipped_init_name(text)
     if name is not None:
         return SHIPPED_INIT + (f":{name}" if ":" in text else "")
-    return str(Path(text).expanduser().absolute())
+    return absolute_path(text)
 
 
 def add_device_flag(p: argparse.ArgumentParser) -> None:
@@ -282,7 +288,7 @@ def absolute_paths(cfg) -> None:
     for key in DATA_PATH_KEYS:
         value = getattr(cfg.data, key)
         if value:
-            setattr(cfg.data, key, str(Path(value).expanduser().absolute()))
+            setattr(cfg.data, key, absolute_path(value))
     if cfg.train.init:
         cfg.train.init = init_source(cfg.train.init)
 

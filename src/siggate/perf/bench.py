@@ -716,9 +716,14 @@ def plot_scaling(res: dict, path: Path) -> None:
 # ----------------------------------------------------------------------------- CLI
 
 
+def _parser_defaults() -> dict:
+    """Every option's default, as the parser gives it when no flag is given."""
+    return vars(build_parser().parse_args([]))
+
+
 def _command_line(args) -> str:
     """The ``siggate bench`` command that reproduces ``args``."""
-    defaults = vars(build_parser().parse_args([]))
+    defaults = _parser_defaults()
     parts = ["siggate bench"]
     for key, val in vars(args).items():
         if key in ("func", "command", "command_line", "verbose") or key not in defaults:
@@ -750,7 +755,7 @@ _ANY_MODE = {"scaling", "scaling_large", "progress", "func", "command", "command
 def _unread_flags(args) -> str | None:
     """Why ``args`` give a flag that their mode does not read (the flags named, the mode's words), or None."""
     mode = "--scaling-large" if args.scaling_large else "--scaling" if args.scaling else ""
-    defaults = vars(build_parser().parse_args([]))
+    defaults = _parser_defaults()
     unread = ["--" + key.replace("_", "-") for key, val in vars(args).items()
               if key in defaults and key not in _ANY_MODE and key not in MODE_READS[mode] and val != defaults[key]
               and not (key == "dataset" and val == "synthetic")]  # (the scaling modes' graphs are synthetic)

@@ -154,10 +154,7 @@ def _absolute_paths(args) -> None:
     data.csv or an init of another folder as another config; helper-183, helper-188). Malformed
     items are left to the refusals of the config."""
     from ..config import CONFIG_DIR, ConfigError, parse_override, resolve_config_path, text_if_text
-    from ..config_args import DATA_PATH_KEYS, init_source
-
-    def absolute(path: str) -> str:
-        return str(Path(path).expanduser().absolute())
+    from ..config_args import DATA_PATH_KEYS, absolute_path, init_source
 
     if args.config:
         try:
@@ -165,11 +162,11 @@ def _absolute_paths(args) -> None:
         except ConfigError:
             path = None
         if path is not None and not (path.parent == CONFIG_DIR and path.stem == args.config):
-            args.config = absolute(args.config)
+            args.config = absolute_path(args.config)
     for flag in ("data_root", "cache_dir"):
         if getattr(args, flag, None):
-            setattr(args, flag, absolute(getattr(args, flag)))
-    paths = {f"data.{k}": absolute for k in DATA_PATH_KEYS} | {"train.init": init_source}
+            setattr(args, flag, absolute_path(getattr(args, flag)))
+    paths = {f"data.{k}": absolute_path for k in DATA_PATH_KEYS} | {"train.init": init_source}
     items = []
     for item in args.overrides:
         try:

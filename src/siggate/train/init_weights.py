@@ -153,7 +153,8 @@ def _architecture_refusal(path: Path, blob: dict, model_cfg: dict) -> str | None
     unused = ATTENTION_KEYS if saved_cfg.get("attn") is False and model_cfg.get("attn") is False else ()
     if saved_cfg.get("pe") == "none" and model_cfg.get("pe") == "none":  # no encoder: its sizes shape nothing
         unused += POSITION_KEYS
-    if _ffn_width(saved_cfg) is not None and _ffn_width(saved_cfg) == _ffn_width(model_cfg):
+    width = _ffn_width(saved_cfg)
+    if width is not None and width == _ffn_width(model_cfg):
         unused += FFN_KEYS  # one FFN width, set two ways (ffn_dim 0 is 2 * dim): the same tensors
     diffs = [f"model.{k}: pretrained {saved_cfg[k]!r}, this run {model_cfg.get(k)!r}"
              for k in ARCH_KEYS if k in saved_cfg and k not in unused and saved_cfg[k] != model_cfg.get(k)]

@@ -171,8 +171,9 @@ def run_refusal(cfg: Config, kinds: Sequence[str], gnn_copies: int, several: boo
     if gnn and top > SEED_MAX:  # (its member failed in numpy, after the first had trained)
         return (f"--ensemble {gnn_copies} trains its GNN members with seeds {cfg.train.seed}..{top}, past the "
                 f"largest seed {SEED_MAX}; give --seed {SEED_MAX - gnn_copies + 1} or lower")
-    if gnn and cfg.train.warmup_refusal():  # (fingerprint members have no epochs to warm up: --members svr
-        return cfg.train.warmup_refusal()  # --set train.epochs=2 was refused for its warmup)
+    why = cfg.train.warmup_refusal() if gnn else None  # (fingerprint members have no epochs to warm up:
+    if why:  # --members svr --set train.epochs=2 was refused for its warmup)
+        return why
     if cfg.train.cliff_weight > 0:
         why = cliff_term_refusal(cfg.data.name == "csv", cfg.data.task, gnn=gnn, dataset=cfg.data.name,
                                  distributed=distributed)
